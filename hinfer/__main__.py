@@ -1,0 +1,5 @@
+import sys
+
+from hinfer.cli.main import main
+
+sys.exit(main())

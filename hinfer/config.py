@@ -1,0 +1,229 @@
+"""ModelConfig: the text model's shape, read from a Hugging Face config.json (all four Qwen3.5 model types)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hinfer.errors import ConfigError
+
+SUPPORTED_MODEL_TYPES = ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")
+LAYER_TYPES = ("linear_attention", "full_attention")
+# Qwen3.5 chat models end a turn with <|im_end|> (248046) and pad/eos with <|endoftext|> (248044).
+DEFAULT_STOP_TOKEN_IDS = (248046, 248044)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    num_hidden_layers: int
+    layer_types: tuple[str, ...]
+    rms_norm_eps: float
+    # gated full attention
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rope_theta: float
+    partial_rotary_factor: float
+    # Gated DeltaNet
+    linear_num_key_heads: int
+    linear_num_value_heads: int
+    linear_key_head_dim: int
+    linear_value_head_dim: int
+    linear_conv_kernel_dim: int
+    # dense MLP (0 for MoE models)
+    intermediate_size: int = 0
+    # MoE (num_experts == 0 for dense models)
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    shared_expert_intermediate_size: int = 0
+    mlp_only_layers: tuple[int, ...] = ()
+    # MTP head
+    mtp_num_hidden_layers: int = 0
+    tie_word_embeddings: bool = False
+    max_position_embeddings: int = 262144
+    attn_output_gate: bool = True
+    mamba_ssm_dtype: str = "float32"
+    torch_dtype: str = "bfloat16"
+    eos_token_ids: tuple[int, ...] = DEFAULT_STOP_TOKEN_IDS
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    # ---- derived shapes -------------------------------------------------------------------------
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def rotary_dim(self) -> int:
+        return int(self.head_dim * self.partial_rotary_factor)
+
+    @property
+    def attn_layers(self) -> list[int]:
+        return [i for i, t in enumerate(self.layer_types) if t == "full_attention"]
+
+    @property
+    def gdn_layers(self) -> list[int]:
+        return [i for i, t in enumerate(self.layer_types) if t == "linear_attention"]
+
+    @property
+    def gdn_key_dim(self) -> int:
+        return self.linear_num_key_heads * self.linear_key_head_dim
+
+    @property
+    def gdn_value_dim(self) -> int:
+        return self.linear_num_value_heads * self.linear_value_head_dim
+
+    @property
+    def gdn_conv_dim(self) -> int:
+        return 2 * self.gdn_key_dim + self.gdn_value_dim
+
+    def layer_is_moe(self, i: int) -> bool:
+        return self.is_moe and i not in self.mlp_only_layers
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("extra")
+        return d
+
+    # ---- construction --------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], source: str = "config.json") -> ModelConfig:
+        model_type = raw.get("model_type")
+        if model_type not in SUPPORTED_MODEL_TYPES:
+            raise ConfigError(
+                f"{source}: unsupported model_type {model_type!r}; hinfer runs {', '.join(SUPPORTED_MODEL_TYPES)}"
+            )
+        text = raw.get("text_config", raw) if model_type in ("qwen3_5", "qwen3_5_moe") else raw
+        if not isinstance(text, dict):
+            raise ConfigError(f"{source}: text_config must be an object")
+        is_moe = "moe" in model_type
+
+        def need(key: str) -> Any:
+            if key not in text:
+                raise ConfigError(f"{source}: missing required field {key!r}")
+            return text[key]
+
+        n_layers = int(need("num_hidden_layers"))
+        layer_types = text.get("layer_types")
+        if layer_types is None:
+            interval = int(text.get("full_attention_interval", 4))
+            layer_types = [
+                "full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n_layers)
+            ]
+        layer_types = tuple(layer_types)
+        if len(layer_types) != n_layers:
+            raise ConfigError(f"{source}: layer_types has {len(layer_types)} entries, num_hidden_layers is {n_layers}")
+        bad = [t for t in layer_types if t not in LAYER_TYPES]
+        if bad:
+            raise ConfigError(f"{source}: unsupported layer type {bad[0]!r} (expected one of {LAYER_TYPES})")
+
+        rope = dict(text.get("rope_parameters") or {})
+        rope_type = rope.get("rope_type", "default")
+        if rope_type not in ("default", "mrope"):
+            raise ConfigError(f"{source}: unsupported rope_type {rope_type!r}")
+        rope_theta = float(rope.get("rope_theta", text.get("rope_theta", 10_000_000)))
+        prf = float(rope.get("partial_rotary_factor", text.get("partial_rotary_factor", 0.25)))
+
+        hidden = int(need("hidden_size"))
+        n_heads = int(need("num_attention_heads"))
+        head_dim = int(text.get("head_dim") or hidden // n_heads)
+        if int(head_dim * prf) % 2:
+            raise ConfigError(f"{source}: rotary dim head_dim*partial_rotary_factor must be even")
+        hk, hv = int(need("linear_num_key_heads")), int(need("linear_num_value_heads"))
+        if hv % hk:
+            raise ConfigError(f"{source}: linear_num_value_heads {hv} is not a multiple of linear_num_key_heads {hk}")
+        n_kv = int(need("num_key_value_heads"))
+        if n_heads % n_kv:
+            raise ConfigError(f"{source}: num_attention_heads {n_heads} is not a multiple of num_key_value_heads {n_kv}")
+        if text.get("hidden_act", "silu") != "silu":
+            raise ConfigError(f"{source}: unsupported hidden_act {text.get('hidden_act')!r} (only silu)")
+        if text.get("attention_bias", False):
+            raise ConfigError(f"{source}: attention_bias=true is not supported")
+        if text.get("attn_output_gate", True) is not True:
+            raise ConfigError(f"{source}: attn_output_gate=false is not supported")
+        ssm_dtype = text.get("mamba_ssm_dtype", "float32")
+        if ssm_dtype != "float32":
+            raise ConfigError(f"{source}: mamba_ssm_dtype {ssm_dtype!r} is not supported (only float32)")
+        eos = text.get("eos_token_id", raw.get("eos_token_id"))
+        eos_ids = tuple(sorted(set(DEFAULT_STOP_TOKEN_IDS) | set(_as_list(eos))))
+        tie = bool(raw.get("tie_word_embeddings", text.get("tie_word_embeddings", False)))
+        if "tie_word_embeddings" in text:
+            tie = bool(text["tie_word_embeddings"])
+
+        return cls(
+            model_type=model_type,
+            vocab_size=int(need("vocab_size")),
+            hidden_size=hidden,
+            num_hidden_layers=n_layers,
+            layer_types=layer_types,
+            rms_norm_eps=float(text.get("rms_norm_eps", 1e-6)),
+            num_attention_heads=n_heads,
+            num_key_value_heads=n_kv,
+            head_dim=head_dim,
+            rope_theta=rope_theta,
+            partial_rotary_factor=prf,
+            linear_num_key_heads=hk,
+            linear_num_value_heads=hv,
+            linear_key_head_dim=int(need("linear_key_head_dim")),
+            linear_value_head_dim=int(need("linear_value_head_dim")),
+            linear_conv_kernel_dim=int(text.get("linear_conv_kernel_dim", 4)),
+            intermediate_size=int(text.get("intermediate_size", 0) or 0) if not is_moe else 0,
+            num_experts=int(need("num_experts")) if is_moe else 0,
+            num_experts_per_tok=int(need("num_experts_per_tok")) if is_moe else 0,
+            moe_intermediate_size=int(need("moe_intermediate_size")) if is_moe else 0,
+            shared_expert_intermediate_size=int(text.get("shared_expert_intermediate_size", 0)) if is_moe else 0,
+            mlp_only_layers=tuple(text.get("mlp_only_layers") or ()) if is_moe else (),
+            mtp_num_hidden_layers=int(text.get("mtp_num_hidden_layers", 0) or 0),
+            tie_word_embeddings=tie,
+            max_position_embeddings=int(text.get("max_position_embeddings", 262144)),
+            attn_output_gate=True,
+            mamba_ssm_dtype=ssm_dtype,
+            torch_dtype=str(text.get("dtype", text.get("torch_dtype", "bfloat16"))),
+            eos_token_ids=eos_ids,
+            extra={"raw": raw},
+        )
+
+
+def _as_list(x: Any) -> list[int]:
+    if x is None:
+        return []
+    return [int(v) for v in x] if isinstance(x, list | tuple) else [int(x)]
+
+
+def find_config_file(path: str | Path) -> Path:
+    """Accept a model directory, a fixture directory, or a config.json path."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    if not p.is_file():
+        raise ConfigError(f"{p}: no config.json found")
+    return p
+
+
+def load_model_config(path: str | Path) -> ModelConfig:
+    cfg_path = find_config_file(path)
+    try:
+        raw = json.loads(cfg_path.read_text())
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{cfg_path}: invalid JSON ({e})") from None
+    cfg = ModelConfig.from_dict(raw, source=str(cfg_path))
+    gen = cfg_path.parent / "generation_config.json"
+    if gen.is_file():
+        try:
+            g = json.loads(gen.read_text())
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{gen}: invalid JSON ({e})") from None
+        ids = tuple(sorted(set(cfg.eos_token_ids) | set(_as_list(g.get("eos_token_id")))))
+        cfg = _replace(cfg, eos_token_ids=ids)
+    return cfg
+
+
+def _replace(cfg: ModelConfig, **kw: Any) -> ModelConfig:
+    from dataclasses import replace
+
+    return replace(cfg, **kw)

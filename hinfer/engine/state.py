@@ -1,0 +1,114 @@
+"""ModelState: all per-sequence memory of the model, allocated once and indexed by page and slot.
+
+- Paged KV for every full-attention layer (and the MTP layer): k/v [n_kv_layers, num_pages, page_size, n_kv, hd].
+- Gated DeltaNet state per GDN layer and slot: conv [n_gdn, n_slots, conv_dim, kernel-1] (model dtype),
+  recurrent ssm [n_gdn, n_slots, HV, K, V] (fp32).
+
+Page 0 and slot 0 are reserved scratch: padded lanes of a CUDA-graph batch read and write them, so real
+sequences never see their garbage. The allocators below never hand them out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from hinfer.config import ModelConfig
+
+RESERVED_PAGES = 1
+RESERVED_SLOTS = 1
+
+
+@dataclass(frozen=True)
+class StateShape:
+    num_pages: int  # including the reserved scratch page
+    page_size: int
+    num_slots: int  # including the reserved scratch slot
+    kv_dtype: torch.dtype
+    dtype: torch.dtype  # model activation dtype (conv state)
+    mtp_layers: int = 0  # extra KV layers for the MTP head
+
+    def kv_bytes(self, cfg: ModelConfig) -> int:
+        layers = len(cfg.attn_layers) + self.mtp_layers
+        per_page = 2 * self.page_size * cfg.num_key_value_heads * cfg.head_dim * _itemsize(self.kv_dtype)
+        return layers * self.num_pages * per_page
+
+    def gdn_bytes(self, cfg: ModelConfig) -> int:
+        n = len(cfg.gdn_layers) * self.num_slots
+        conv = cfg.gdn_conv_dim * (cfg.linear_conv_kernel_dim - 1) * _itemsize(self.dtype)
+        ssm = cfg.linear_num_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim * 4
+        return n * (conv + ssm)
+
+
+def _itemsize(dt: torch.dtype) -> int:
+    return torch.empty((), dtype=dt).element_size()
+
+
+class ModelState:
+    def __init__(self, cfg: ModelConfig, shape: StateShape, device: torch.device | str) -> None:
+        self.cfg = cfg
+        self.shape = shape
+        self.page_size = shape.page_size
+        n_kv_layers = len(cfg.attn_layers) + shape.mtp_layers
+        kv = (n_kv_layers, shape.num_pages, shape.page_size, cfg.num_key_value_heads, cfg.head_dim)
+        self.k_cache = torch.zeros(kv, dtype=shape.kv_dtype, device=device)
+        self.v_cache = torch.zeros(kv, dtype=shape.kv_dtype, device=device)
+        n_gdn = len(cfg.gdn_layers)
+        self.conv_state = torch.zeros(
+            (n_gdn, shape.num_slots, cfg.gdn_conv_dim, cfg.linear_conv_kernel_dim - 1), dtype=shape.dtype, device=device
+        )
+        self.ssm_state = torch.zeros(
+            (n_gdn, shape.num_slots, cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim),
+            dtype=torch.float32,
+            device=device,
+        )
+        # model layer index -> index into the KV or GDN tensors
+        self.kv_index = {layer: i for i, layer in enumerate(cfg.attn_layers)}
+        self.gdn_index = {layer: i for i, layer in enumerate(cfg.gdn_layers)}
+
+    def mtp_kv_index(self, mtp_layer: int) -> int:
+        return len(self.cfg.attn_layers) + mtp_layer
+
+    def reset_slots(self, slots: list[int]) -> None:
+        """Zero the GDN state of slots about to start a new sequence."""
+        if slots:
+            idx = torch.tensor(slots, dtype=torch.int64, device=self.conv_state.device)
+            self.conv_state.index_fill_(1, idx, 0)
+            self.ssm_state.index_fill_(1, idx, 0)
+
+    def copy_slot(self, src: int, dst: int) -> None:
+        self.conv_state[:, dst].copy_(self.conv_state[:, src])
+        self.ssm_state[:, dst].copy_(self.ssm_state[:, src])
+
+
+class FreeList:
+    """A LIFO free list of integer ids in [first, total). Double frees and foreign ids are errors."""
+
+    def __init__(self, total: int, first: int = 0) -> None:
+        self.total = total
+        self.first = first
+        self._free = list(range(total - 1, first - 1, -1))
+        self._used: set[int] = set()
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    @property
+    def capacity(self) -> int:
+        return self.total - self.first
+
+    def alloc(self, n: int) -> list[int]:
+        if n > len(self._free):
+            raise MemoryError(f"asked for {n}, {len(self._free)} free")
+        out = [self._free.pop() for _ in range(n)]
+        self._used.update(out)
+        return out
+
+    def free(self, ids: list[int]) -> None:
+        for i in ids:
+            if i not in self._used:
+                raise ValueError(f"id {i} freed twice or never allocated")
+            self._used.remove(i)
+            self._free.append(i)
