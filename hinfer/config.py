@@ -227,3 +227,50 @@ def _replace(cfg: ModelConfig, **kw: Any) -> ModelConfig:
     from dataclasses import replace
 
     return replace(cfg, **kw)
+
+
+@dataclass
+class EngineConfig:
+    """Serving settings, from `hinfer serve/generate/bench/plan` flags (names follow ninfer-serve's)."""
+
+    max_context: int = 65536  # longest prompt + completion of one request, tokens
+    max_concurrency: int = 8  # lanes decoding at once (1..64)
+    kv_capacity: int | None = None  # KV tokens in the pool; None: max_concurrency * max_context; 0: auto (fill)
+    max_pending_requests: int = 64  # bounded FIFO queue
+    pending_timeout_ms: int = 60_000  # a queued request fails after this long without a lane
+    prefill_chunk: int = 2048  # tokens of one prompt per step
+    kv_dtype: str = "bf16"  # bf16 | fp8
+    page_size: int = 64  # tokens per KV page
+    dtype: str = "auto"  # activation / unquantized weight dtype: auto (bf16 on GPU, fp32 on CPU) | bf16 | fp32
+    weights: str = "auto"  # auto (as stored) | bf16 | fp8 | int4
+    spec: str | None = None  # None | "mtp"
+    draft_tokens: int = 3
+    cuda_graphs: bool = True
+    device: str = "auto"  # auto | cpu | cuda
+    gpu_memory: int | None = None  # bytes the plan may use; None: what the device reports free
+    seed: int = 0
+
+    def validate(self) -> None:
+        if not 1 <= self.max_concurrency <= 64:
+            raise ConfigError("--max-concurrency must be in 1..64")
+        if self.max_context < 16:
+            raise ConfigError("--max-context must be >= 16")
+        if self.prefill_chunk < 16:
+            raise ConfigError("--prefill-chunk must be >= 16")
+        if self.kv_dtype not in ("bf16", "fp8"):
+            raise ConfigError(f"--kv-dtype {self.kv_dtype!r}: expected bf16 or fp8")
+        if self.dtype not in ("auto", "bf16", "fp32"):
+            raise ConfigError(f"--dtype {self.dtype!r}: expected bf16 or fp32")
+        if self.spec not in (None, "mtp"):
+            raise ConfigError(f"--spec {self.spec!r}: expected mtp")
+        if not 1 <= self.draft_tokens <= 5:
+            raise ConfigError("--draft-tokens must be in 1..5")
+        if self.max_pending_requests < 0:
+            raise ConfigError("--max-pending-requests must be >= 0")
+        if self.page_size not in (16, 32, 64, 128):
+            raise ConfigError("--page-size must be 16, 32, 64 or 128")
+
+    @property
+    def draft_slots(self) -> int:
+        """GDN state slots per lane beyond the current one (speculative rollback)."""
+        return self.draft_tokens + 1 if self.spec else 0

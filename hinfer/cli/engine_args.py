@@ -1,0 +1,81 @@
+"""Engine flags shared by serve, generate, bench and plan: one definition, one EngineConfig."""
+
+from __future__ import annotations
+
+import argparse
+
+from hinfer.config import EngineConfig
+
+
+def parse_bytes(text: str) -> int:
+    """'141GB', '80GiB', '512MB', '1e9' -> bytes (GB = 1e9, GiB = 2**30)."""
+    s = text.strip().upper().replace(" ", "")
+    units = {"TIB": 2**40, "GIB": 2**30, "MIB": 2**20, "KIB": 2**10, "TB": 10**12, "GB": 10**9, "MB": 10**6,
+             "KB": 10**3, "B": 1}
+    for u, mult in units.items():
+        if s.endswith(u):
+            return int(float(s[: -len(u)]) * mult)
+    return int(float(s))
+
+
+def _kv_capacity(text: str) -> int | None:
+    return 0 if text == "auto" else int(text)
+
+
+def add_engine_args(p: argparse.ArgumentParser) -> None:
+    d = EngineConfig()
+    g = p.add_argument_group("engine")
+    g.add_argument("--max-context", type=int, default=d.max_context,
+                   help=f"longest prompt + completion of one request, in tokens (default {d.max_context})")
+    g.add_argument("--max-concurrency", type=int, default=d.max_concurrency,
+                   help=f"sequences decoded at once, 1..64 (default {d.max_concurrency})")
+    g.add_argument("--kv-capacity", type=_kv_capacity, default=None, metavar="N|auto",
+                   help="KV-cache tokens in the pool. Default: max-concurrency x max-context, so every admitted "
+                        "request is guaranteed its pages. 'auto' fills the memory left after weights; a smaller "
+                        "N makes admission wait for free pages instead")
+    g.add_argument("--max-pending-requests", type=int, default=d.max_pending_requests,
+                   help=f"requests waiting for a lane before new ones get HTTP 429 (default {d.max_pending_requests})")
+    g.add_argument("--pending-timeout-ms", type=int, default=d.pending_timeout_ms,
+                   help=f"a queued request fails with 429 after waiting this long (default {d.pending_timeout_ms})")
+    g.add_argument("--prefill-chunk", type=int, default=d.prefill_chunk,
+                   help=f"prompt tokens per step; a long prompt delays other lanes by at most one chunk "
+                        f"(default {d.prefill_chunk})")
+    g.add_argument("--kv-dtype", choices=["bf16", "fp8"], default=d.kv_dtype,
+                   help="attention KV-cache element type (default bf16)")
+    g.add_argument("--page-size", type=int, default=d.page_size, help="KV page size in tokens (default 64)")
+    g.add_argument("--dtype", choices=["bf16", "fp32"], default=None,
+                   help="activation dtype (default bf16 on GPU, fp32 on CPU)")
+    g.add_argument("--weights", choices=["auto", "bf16", "fp8", "int4"], default="auto",
+                   help="weight format to run; auto uses what the checkpoint stores")
+    g.add_argument("--spec", choices=["mtp"], default=None,
+                   help="speculative decoding with the checkpoint's multi-token-prediction head")
+    g.add_argument("--draft-tokens", type=int, default=d.draft_tokens,
+                   help=f"tokens drafted per round with --spec mtp, 1..5 (default {d.draft_tokens})")
+    g.add_argument("--no-cuda-graphs", action="store_true", help="run decode eagerly (debugging)")
+    g.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                   help="where to run (default: cuda if available)")
+    g.add_argument("--gpu-memory", type=parse_bytes, default=None, metavar="BYTES",
+                   help="memory the plan may use, e.g. 141GB or 80GiB (default: what the device reports free)")
+    g.add_argument("--seed", type=int, default=0, help="seed for requests that give none")
+
+
+def engine_config_from_args(a: argparse.Namespace) -> EngineConfig:
+    cfg = EngineConfig(
+        max_context=a.max_context,
+        max_concurrency=a.max_concurrency,
+        kv_capacity=a.kv_capacity,
+        max_pending_requests=a.max_pending_requests,
+        pending_timeout_ms=a.pending_timeout_ms,
+        prefill_chunk=a.prefill_chunk,
+        kv_dtype=a.kv_dtype,
+        page_size=a.page_size,
+        dtype=a.dtype or "auto",
+        weights=a.weights,
+        spec=a.spec,
+        draft_tokens=a.draft_tokens,
+        cuda_graphs=not a.no_cuda_graphs,
+        device=a.device,
+        gpu_memory=a.gpu_memory,
+        seed=a.seed,
+    )
+    return cfg

@@ -1,0 +1,116 @@
+"""Place Hugging Face checkpoint tensors (prefix-stripped names) into the model's fused parameters.
+
+Streaming: each incoming tensor is copied into its slice of a preallocated parameter and dropped, so no second
+copy of the model is ever held. Every parameter row must be written exactly once; anything missing, unknown or
+of the wrong shape is a one-line CheckpointError naming the tensor.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+from hinfer.errors import CheckpointError
+from hinfer.model.qwen3_5 import Fused, Qwen35ForCausalLM
+
+_EXPERT = re.compile(r"^(.*\.mlp)\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
+
+
+class _Target:
+    """Where one checkpoint tensor goes: a parameter, optionally rows [start, start+rows) or expert e."""
+
+    def __init__(self, param: torch.Tensor, name: str, start: int = 0, rows: int | None = None, expert: int | None = None):
+        self.param, self.name, self.start, self.rows, self.expert = param, name, start, rows, expert
+
+    def view(self) -> torch.Tensor:
+        p = self.param if self.expert is None else self.param[self.expert]
+        return p if self.rows is None else p[self.start : self.start + self.rows]
+
+
+def _module_targets(model: Qwen35ForCausalLM) -> dict[str, _Target]:
+    """Checkpoint name -> target, for every non-expert-sliced tensor of the checkpoint."""
+    out: dict[str, _Target] = {}
+    for mod_name, mod in model.named_modules():
+        prefix = _hf_prefix(mod_name)
+        if isinstance(mod, Fused):
+            for part, (start, rows) in mod.parts.items():
+                out[f"{prefix}{part}.weight"] = _Target(mod.weight, f"{mod_name}.weight", start, rows)
+            continue
+        for pname, p in mod.named_parameters(recurse=False):
+            out[f"{prefix}{_hf_param_name(mod, pname)}"] = _Target(p, f"{mod_name}.{pname}".lstrip("."))
+    return out
+
+
+def _hf_prefix(mod_name: str) -> str:
+    """Our module path -> the checkpoint's (they agree except for the fused groups' parents)."""
+    name = mod_name.replace(".qkv_proj", "").replace(".in_proj", "").replace(".gate_up", "")
+    return f"{name}." if name else ""
+
+
+def _hf_param_name(mod: nn.Module, pname: str) -> str:
+    from hinfer.model.qwen3_5 import Attention, DecoderLayer, GatedDeltaNet, MTPHead, Qwen35ForCausalLM, SparseMoE
+
+    table: dict[type, dict[str, str]] = {
+        Qwen35ForCausalLM: {"embed_tokens": "embed_tokens.weight", "norm": "norm.weight", "lm_head": "lm_head.weight"},
+        DecoderLayer: {"input_layernorm": "input_layernorm.weight",
+                       "post_attention_layernorm": "post_attention_layernorm.weight"},
+        Attention: {"o_proj": "o_proj.weight", "q_norm": "q_norm.weight", "k_norm": "k_norm.weight"},
+        GatedDeltaNet: {"conv_weight": "conv1d.weight", "A_log": "A_log", "dt_bias": "dt_bias",
+                        "norm": "norm.weight", "out_proj": "out_proj.weight"},
+        SparseMoE: {"router": "gate.weight", "experts_gate_up": "experts.gate_up_proj",
+                    "experts_down": "experts.down_proj", "shared_expert_gate": "shared_expert_gate.weight"},
+        MTPHead: {"pre_fc_norm_embedding": "pre_fc_norm_embedding.weight",
+                  "pre_fc_norm_hidden": "pre_fc_norm_hidden.weight", "fc": "fc.weight", "norm": "norm.weight"},
+    }  # fmt: skip
+    for cls, names in table.items():
+        if type(mod) is cls and pname in names:
+            return names[pname]
+    return f"{pname}.weight"  # MLP.down_proj
+
+
+def _expert_target(model: Qwen35ForCausalLM, name: str) -> _Target | None:
+    m = _EXPERT.match(name)
+    if not m:
+        return None
+    moe = model.get_submodule(m.group(1))
+    e, which = int(m.group(2)), m.group(3)
+    inter = moe.experts_down.shape[2]
+    if which == "down_proj":
+        return _Target(moe.experts_down, f"{m.group(1)}.experts_down", expert=e)
+    start = 0 if which == "gate_proj" else inter
+    return _Target(moe.experts_gate_up, f"{m.group(1)}.experts_gate_up", start, inter, expert=e)
+
+
+def load_weights(model: Qwen35ForCausalLM, tensors: Iterable[tuple[str, torch.Tensor]], source: str = "checkpoint") -> None:
+    """Copy every tensor into place; raise CheckpointError on unknown, misshapen, duplicate or missing tensors."""
+    targets = _module_targets(model)
+    rows_written: dict[str, int] = {}
+    seen: set[str] = set()
+    with torch.no_grad():
+        for name, t in tensors:
+            if model.mtp is None and name.startswith("mtp."):
+                continue  # config without MTP layers: ignore the head
+            if model.lm_head is None and name == "lm_head.weight":
+                continue  # tied embeddings: some writers still store the (identical) head
+            target = targets.get(name) or _expert_target(model, name)
+            if target is None:
+                raise CheckpointError(f"{source}: unexpected tensor {name!r} (not part of this model's config)")
+            if name in seen:
+                raise CheckpointError(f"{source}: tensor {name!r} appears twice")
+            seen.add(name)
+            dst = target.view()
+            if name.endswith("conv1d.weight") and t.dim() == 3:
+                t = t.squeeze(1)  # [C, 1, W] -> [C, W]
+            if tuple(t.shape) != tuple(dst.shape):
+                raise CheckpointError(
+                    f"{source}: tensor {name!r} has shape {list(t.shape)}, expected {list(dst.shape)} for this config"
+                )
+            dst.copy_(t)
+            rows_written[target.name] = rows_written.get(target.name, 0) + dst.numel()
+    missing = [n for n, p in model.named_parameters() if rows_written.get(n, 0) != p.numel()]
+    if missing:
+        hint = [k for k, v in targets.items() if v.name == missing[0]] or [missing[0]]
+        raise CheckpointError(f"{source}: missing tensor {hint[0]!r} ({len(missing)} parameters incomplete)")

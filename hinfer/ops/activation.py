@@ -1,0 +1,15 @@
+"""SwiGLU on a fused [gate | up] projection."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def silu_mul_ref(gate_up: torch.Tensor) -> torch.Tensor:
+    g, u = gate_up.chunk(2, dim=-1)
+    return F.silu(g) * u
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    return silu_mul_ref(gate_up)

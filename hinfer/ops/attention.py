@@ -1,0 +1,101 @@
+"""Gated full attention over a paged KV cache.
+
+`qk_norm_rope_write`: per-head zero-centred RMSNorm on q and k, partial RoPE, and the KV-cache write of the new
+tokens (one op so the GPU path can fuse it). `paged_attention`: causal attention of each sequence's new tokens
+over its cached prefix plus themselves (prefill, extend, decode and k+1-token verification are one op).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hinfer.engine.forward_batch import ForwardBatch
+from hinfer.ops.dispatch import use_triton
+from hinfer.ops.norm import rms_norm_ref
+from hinfer.ops.rope import apply_rope_ref, rope_cos_sin
+
+
+def qk_norm_rope_write_ref(
+    q: torch.Tensor,  # [T, H, D]
+    k: torch.Tensor,  # [T, Hkv, D]
+    v: torch.Tensor,  # [T, Hkv, D]
+    q_norm_w: torch.Tensor,
+    k_norm_w: torch.Tensor,
+    eps: float,
+    positions: torch.Tensor,  # [T]
+    inv_freq: torch.Tensor,  # [R/2] fp32
+    k_cache: torch.Tensor,  # [P, page, Hkv, D] one layer
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,  # [T]
+) -> torch.Tensor:
+    q = rms_norm_ref(q, q_norm_w, eps)
+    k = rms_norm_ref(k, k_norm_w, eps)
+    cos, sin = rope_cos_sin(positions, inv_freq, q.dtype)
+    q = apply_rope_ref(q, cos, sin)
+    k = apply_rope_ref(k, cos, sin)
+    flat_k = k_cache.view(-1, *k_cache.shape[2:])
+    flat_v = v_cache.view(-1, *v_cache.shape[2:])
+    flat_k.index_copy_(0, slot_mapping, k.to(k_cache.dtype))
+    flat_v.index_copy_(0, slot_mapping, v.to(v_cache.dtype))
+    return q
+
+
+def paged_attention_ref(
+    q: torch.Tensor,  # [T, H, D] (already normed and rotated)
+    k_cache: torch.Tensor,  # [P, page, Hkv, D]
+    v_cache: torch.Tensor,
+    batch: ForwardBatch,
+    scale: float,
+) -> torch.Tensor:
+    out = torch.empty_like(q)
+    n_heads, n_kv = q.shape[1], k_cache.shape[2]
+    ps = batch.page_size
+    start = 0
+    for b, (cached, n) in enumerate(zip(batch.cached_lens_cpu, batch.q_lens_cpu)):
+        kv_len = cached + n
+        pages = batch.page_table[b, : (kv_len + ps - 1) // ps].long()
+        k = k_cache.index_select(0, pages).reshape(-1, n_kv, k_cache.shape[-1])[:kv_len].to(q.dtype)
+        v = v_cache.index_select(0, pages).reshape(-1, n_kv, v_cache.shape[-1])[:kv_len].to(q.dtype)
+        k = k.repeat_interleave(n_heads // n_kv, dim=1)
+        v = v.repeat_interleave(n_heads // n_kv, dim=1)
+        qb = q[start : start + n]
+        scores = torch.einsum("qhd,khd->hqk", qb, k) * scale
+        qpos = torch.arange(cached, kv_len, device=q.device)[:, None]
+        kpos = torch.arange(kv_len, device=q.device)[None, :]
+        scores = scores.masked_fill(kpos > qpos, float("-inf"))
+        probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+        out[start : start + n] = torch.einsum("hqk,khd->qhd", probs, v)
+        start += n
+    return out
+
+
+def qk_norm_rope_write(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_norm_w: torch.Tensor,
+    k_norm_w: torch.Tensor,
+    eps: float,
+    positions: torch.Tensor,
+    inv_freq: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> torch.Tensor:
+    if use_triton(q):
+        from hinfer.ops.triton import attention as ta
+
+        return ta.qk_norm_rope_write(
+            q, k, v, q_norm_w, k_norm_w, eps, positions, inv_freq, k_cache, v_cache, slot_mapping
+        )
+    return qk_norm_rope_write_ref(q, k, v, q_norm_w, k_norm_w, eps, positions, inv_freq, k_cache, v_cache, slot_mapping)
+
+
+def paged_attention(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, batch: ForwardBatch, scale: float
+) -> torch.Tensor:
+    if use_triton(q):
+        from hinfer.ops.triton import attention as ta
+
+        return ta.paged_attention(q, k_cache, v_cache, batch, scale)
+    return paged_attention_ref(q, k_cache, v_cache, batch, scale)

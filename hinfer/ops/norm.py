@@ -1,0 +1,55 @@
+"""RMSNorm variants. Qwen3.5's is zero-centred: x * rsqrt(mean(x^2) + eps) * (1 + w), computed in fp32."""
+
+from __future__ import annotations
+
+import torch
+
+from hinfer.ops.dispatch import use_triton
+
+
+def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (y * (1.0 + weight.float())).to(x.dtype)
+
+
+def add_rms_norm_ref(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """residual += x (in the model dtype, as the reference does); returns (rms_norm(residual), residual)."""
+    r = residual + x
+    return rms_norm_ref(r, weight, eps), r
+
+
+def gated_rms_norm_ref(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """GDN output norm: plain weight (not 1 + w), gated by silu(z). Normalised over the last dim (head_v_dim)."""
+    xf = x.float()
+    y = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+    y = weight * y
+    return (y.float() * torch.nn.functional.silu(z.float())).to(x.dtype)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    if use_triton(x):
+        from hinfer.ops.triton import norm as tn
+
+        return tn.rms_norm(x, weight, eps)
+    return rms_norm_ref(x, weight, eps)
+
+
+def add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    if use_triton(x):
+        from hinfer.ops.triton import norm as tn
+
+        return tn.add_rms_norm(x, residual, weight, eps)
+    return add_rms_norm_ref(x, residual, weight, eps)
+
+
+def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    if use_triton(x):
+        from hinfer.ops.triton import norm as tn
+
+        return tn.gated_rms_norm(x, z, weight, eps)
+    return gated_rms_norm_ref(x, z, weight, eps)

@@ -1,0 +1,257 @@
+"""Tokenizer (Hugging Face `tokenizers` on tokenizer.json), streaming detokenizer, chat template glue."""
+
+from __future__ import annotations
+
+import codecs
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import tokenizers
+import tokenizers.decoders
+
+from hinfer.chat_template import ChatTemplate
+from hinfer.errors import HinferError, TemplateError
+
+_DEFAULT_EOS_IDS = [248046, 248044]  # <|im_end|>, <|endoftext|> (Qwen3.5 generation_config)
+_FIXTURE_TOKENIZER = "qwen3.5-tokenizer"
+
+
+def fixture_tokenizer_dir() -> Path | None:
+    """The test-fixture tokenizer folder (used by the built-in demo model): $HINFER_FIXTURES/qwen3.5-tokenizer,
+    else <repo>/../shared/fixtures/qwen3.5-tokenizer; None when it is not there."""
+    env = os.environ.get("HINFER_FIXTURES")
+    root = Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
+    path = root / _FIXTURE_TOKENIZER
+    return path if (path / "tokenizer.json").is_file() else None
+
+
+def _byte_decoder() -> dict[str, int]:
+    """Inverse of the GPT-2 byte-level alphabet: printable Latin-1 bytes stand for themselves, the other
+    bytes are shifted to code points 256, 257, ... in byte order."""
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
+    chars: dict[str, int] = {chr(b): b for b in printable}
+    shifted = 0
+    for b in range(256):
+        if b not in printable:
+            chars[chr(256 + shifted)] = b
+            shifted += 1
+    return chars
+
+
+_BYTE_OF_CHAR = _byte_decoder()
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise HinferError(f"cannot read {path}: {e}") from e
+    if not isinstance(data, dict):
+        raise HinferError(f"{path}: expected a JSON object")
+    return data
+
+
+def _token_str(value: Any) -> str | None:
+    # tokenizer_config stores special tokens as a string or as an AddedToken dict
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+class Tokenizer:
+    """Encode / decode with the checkpoint's tokenizer.json; render prompts with its chat template."""
+
+    def __init__(
+        self,
+        tok: tokenizers.Tokenizer,
+        config: dict[str, Any] | None = None,
+        chat_template: str | dict[str, str] | None = None,
+        eos_token_ids: list[int] | None = None,
+    ) -> None:
+        self._tok = tok
+        self.config = config or {}
+        self._template_sources = (
+            {"default": chat_template} if isinstance(chat_template, str) else chat_template
+        )
+        self._templates: dict[str, ChatTemplate] = {}  # compiled on first use: raw prompts work without one
+        self.vocab_size: int = tok.get_vocab_size(with_added_tokens=True)
+        self.eos_token_ids: list[int] = list(eos_token_ids) if eos_token_ids else list(_DEFAULT_EOS_IDS)
+        added = tok.get_added_tokens_decoder()
+        self.special_ids: frozenset[int] = frozenset(i for i, t in added.items() if t.special)
+        self.im_end_id = self.token_to_id("<|im_end|>")
+        self.think_start_id = self.token_to_id("<think>")
+        self.think_end_id = self.token_to_id("</think>")
+        self.tool_call_start_id = self.token_to_id("<tool_call>")
+        self.tool_call_end_id = self.token_to_id("</tool_call>")
+        self._token_bytes: dict[int, bytes] = {}  # id -> raw bytes, filled lazily by the detokenizer
+        self._byte_level = isinstance(tok.decoder, tokenizers.decoders.ByteLevel)
+
+    @classmethod
+    def from_dir(cls, path: str | os.PathLike) -> Tokenizer:
+        """Load tokenizer.json, tokenizer_config.json, chat_template.jinja (or the config's chat_template)
+        and generation_config.json (eos ids) from a checkpoint folder."""
+        path = Path(path)
+        tok_file = path / "tokenizer.json"
+        if not tok_file.is_file():
+            raise HinferError(f"{tok_file} not found (a checkpoint folder needs its tokenizer.json)")
+        try:
+            tok = tokenizers.Tokenizer.from_file(str(tok_file))
+        except Exception as e:  # tokenizers raises plain Exception on bad files
+            raise HinferError(f"cannot load {tok_file}: {e}") from e
+        config = (
+            _read_json(path / "tokenizer_config.json") if (path / "tokenizer_config.json").is_file() else {}
+        )
+        template: str | dict[str, str] | None = None
+        if (path / "chat_template.jinja").is_file():
+            template = (path / "chat_template.jinja").read_text(encoding="utf-8")
+        elif isinstance(config.get("chat_template"), str):
+            template = config["chat_template"]
+        elif isinstance(config.get("chat_template"), list):  # [{"name": ..., "template": ...}, ...]
+            template = {t["name"]: t["template"] for t in config["chat_template"]}
+        eos: list[int] | None = None
+        if (path / "generation_config.json").is_file():
+            value = _read_json(path / "generation_config.json").get("eos_token_id")
+            eos = [value] if isinstance(value, int) else value if isinstance(value, list) else None
+        return cls(tok, config, template, eos)
+
+    # ---- ids <-> text
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def token_to_id(self, tok: str) -> int | None:
+        return self._tok.token_to_id(tok)
+
+    def id_to_token(self, i: int) -> str | None:
+        return self._tok.id_to_token(i) if 0 <= i < 2**32 else None
+
+    def token_bytes(self, i: int) -> bytes:
+        """The bytes token `i` decodes to (b"" for unknown ids), as the ByteLevel decoder maps them: a token
+        whose characters are all in the byte alphabet gives those bytes, any other token its UTF-8."""
+        cached = self._token_bytes.get(i)
+        if cached is None:
+            token = self.id_to_token(i)
+            if token is None:
+                cached = b""
+            else:
+                try:
+                    cached = bytes(_BYTE_OF_CHAR[c] for c in token)
+                except KeyError:
+                    cached = token.encode("utf-8")
+            self._token_bytes[i] = cached
+        return cached
+
+    def detokenizer(self, skip_special_tokens: bool = True) -> IncrementalDetokenizer:
+        if not self._byte_level:
+            raise HinferError(
+                "streaming detokenization needs a ByteLevel tokenizer.json decoder (Qwen3.5 has one)"
+            )
+        return IncrementalDetokenizer(self, skip_special_tokens)
+
+    # ---- chat
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(self._template_sources)
+
+    def _template(self, use_tools: bool) -> ChatTemplate:
+        sources = self._template_sources
+        if not sources:
+            raise TemplateError(
+                "this tokenizer has no chat template (no chat_template.jinja in the checkpoint)"
+            )
+        # named templates: transformers picks "tool_use" when tools are given and it exists
+        name = "tool_use" if use_tools and "tool_use" in sources else "default"
+        if name not in sources:
+            raise TemplateError(f"no {name!r} chat template among {sorted(sources)}")
+        if name not in self._templates:
+            self._templates[name] = ChatTemplate(sources[name])
+        return self._templates[name]
+
+    def special_tokens_map(self) -> dict[str, str]:
+        """Special token strings by role (bos_token, eos_token, ..., image_token); templates may read them."""
+        out: dict[str, str] = {}
+        for key in (
+            "bos_token",
+            "eos_token",
+            "unk_token",
+            "sep_token",
+            "pad_token",
+            "cls_token",
+            "mask_token",
+        ):
+            value = _token_str(self.config.get(key))
+            if value is not None:
+                out[key] = value
+        extra = self.config.get("extra_special_tokens")
+        if isinstance(extra, dict):
+            out.update({k: v for k, v in ((k, _token_str(v)) for k, v in extra.items()) if v is not None})
+        return out
+
+    def apply_chat_template(
+        self,
+        messages: list[dict],
+        tools: list[dict] | None = None,
+        add_generation_prompt: bool = True,
+        enable_thinking: bool = True,
+        preserve_thinking: bool = False,
+        **template_kwargs: Any,
+    ) -> str:
+        """The prompt text for `messages` (as transformers' apply_chat_template(tokenize=False) renders it)."""
+        context = {
+            **self.special_tokens_map(),
+            "enable_thinking": enable_thinking,
+            "preserve_thinking": preserve_thinking,
+            **template_kwargs,
+        }
+        return self._template(bool(tools)).render(
+            messages, tools=tools, add_generation_prompt=add_generation_prompt, **context
+        )
+
+
+class IncrementalDetokenizer:
+    """Streams text for ids as they are generated, O(new tokens) per call.
+
+    Each token maps to fixed bytes (ByteLevel), so the text is the UTF-8 decoding of the concatenated bytes;
+    an incremental UTF-8 decoder holds back a character split across tokens until it is complete and
+    replaces invalid bytes exactly as a whole-sequence lossy decode does."""
+
+    def __init__(self, tokenizer: Tokenizer, skip_special_tokens: bool = True) -> None:
+        self._tokenizer = tokenizer
+        self._skip = tokenizer.special_ids if skip_special_tokens else frozenset()
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._parts: list[str] = []
+
+    def add(self, token_ids: list[int]) -> str:
+        """Text delta for the new ids (may be "" while a multi-byte character is incomplete)."""
+        token_bytes = self._tokenizer.token_bytes
+        data = b"".join(token_bytes(i) for i in token_ids if i not in self._skip)
+        delta = self._utf8.decode(data)
+        if delta:
+            self._parts.append(delta)
+        return delta
+
+    def flush(self) -> str:
+        """Whatever is held back, as replacement characters (only an unfinished character can be held)."""
+        delta = self._utf8.decode(b"", final=True)
+        self._utf8.reset()
+        if delta:
+            self._parts.append(delta)
+        return delta
+
+    @property
+    def text(self) -> str:
+        """Everything emitted so far."""
+        if len(self._parts) > 1:
+            self._parts[:] = ["".join(self._parts)]  # amortized: join once, not on every access
+        return self._parts[0] if self._parts else ""

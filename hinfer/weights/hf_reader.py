@@ -1,0 +1,277 @@
+"""HFCheckpoint: a Hugging Face safetensors checkpoint directory (sharded with an index, or one
+model.safetensors), checked on open and streamed tensor by tensor.
+
+Names come out with the `model.language_model.` / `model.` prefix stripped (`layers.N...`,
+`embed_tokens.weight`, `norm.weight`, `lm_head.weight`, `mtp.*` as is); vision tensors are skipped.
+Official block-scaled FP8 weights are dequantized (or, with dequantize_fp8=False, passed on raw with their
+`*_scale_inv`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import struct
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from tqdm import tqdm
+
+from hinfer.config import ModelConfig, find_config_file, load_model_config
+from hinfer.errors import CheckpointError
+from hinfer.weights.fp8 import DEFAULT_BLOCK, FP8_DTYPE, dequantize_fp8_block, scale_shape
+from hinfer.weights.hf_layout import TensorSpec, module_name, not_converted, strip_prefix
+
+log = logging.getLogger(__name__)
+
+INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
+VISUAL_PREFIXES = ("model.visual.", "visual.")
+SCALE_SUFFIX = "_scale_inv"
+
+# ---- safetensors headers ---------------------------------------------------------------------------
+# safetensors dtype codes -> torch dtypes
+ST_DTYPES: dict[str, torch.dtype] = {
+    "BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64,
+    "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
+TORCH_TO_ST = {v: k for k, v in ST_DTYPES.items()}
+MAX_HEADER = 100 * 2**20  # the safetensors format's own limit
+
+
+@dataclass(frozen=True)
+class StoredTensor:
+    name: str  # as stored (full checkpoint name)
+    file: Path
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    offset: int  # start of its bytes within the data region
+    nbytes: int
+
+
+def read_header(path: Path) -> dict[str, StoredTensor]:
+    """Tensors of one .safetensors file, in file order; CheckpointError naming the file if it is not
+    a complete safetensors file."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise CheckpointError(f"{path}: not a safetensors file (only {size} bytes)")
+            (n,) = struct.unpack("<Q", head)
+            if n > MAX_HEADER or 8 + n > size:
+                raise CheckpointError(f"{path}: truncated or corrupt safetensors header "
+                                      f"(header says {n} bytes, file has {size})")
+            raw = f.read(n)
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read ({e.strerror})") from None
+    try:
+        header = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise CheckpointError(f"{path}: corrupt safetensors header (invalid JSON)") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: corrupt safetensors header (not an object)")
+    out: dict[str, StoredTensor] = {}
+    data_end = 0
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype = ST_DTYPES[info["dtype"]]
+            shape = tuple(int(d) for d in info["shape"])
+            begin, end = (int(x) for x in info["data_offsets"])
+        except (KeyError, TypeError, ValueError):
+            raise CheckpointError(f"{path}: tensor {name!r} has a bad header entry {info!r}") from None
+        nbytes = math.prod(shape) * dtype.itemsize
+        if end - begin != nbytes or begin < 0:
+            raise CheckpointError(f"{path}: tensor {name!r} spans {end - begin} bytes, "
+                                  f"its shape {list(shape)} {info['dtype']} needs {nbytes}")
+        data_end = max(data_end, end)
+        out[name] = StoredTensor(name, path, dtype, shape, begin, nbytes)
+    if 8 + n + data_end > size:
+        raise CheckpointError(f"{path}: truncated: its tensors need {8 + n + data_end} bytes, the file has {size}")
+    return dict(sorted(out.items(), key=lambda kv: kv[1].offset))
+
+
+# ---- the checkpoint --------------------------------------------------------------------------------
+def is_visual(name: str) -> bool:
+    return name.startswith(VISUAL_PREFIXES)
+
+
+class HFCheckpoint:
+    """A checkpoint directory. Opening validates config.json, the index, every shard's header and the FP8
+    weight/scale pairs, so a broken download fails here with the file named, before any weight is read."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if not self.path.is_dir():
+            raise CheckpointError(f"{self.path}: not a checkpoint directory")
+        self.config: ModelConfig = load_model_config(self.path)
+        self.quantization: dict[str, Any] | None = _quantization_config(find_config_file(self.path))
+        self.fp8_block: tuple[int, int] = _fp8_block(self.quantization, self.path / "config.json")
+        self._stored = self._read_layout()  # raw name -> StoredTensor, shard order then file order
+        self._text = {n: t for n, t in self._stored.items() if not is_visual(n)}
+        self._stripped = _strip_all(self._text, self.path)
+        self._check_fp8()
+
+    def __repr__(self) -> str:
+        return f"HFCheckpoint({str(self.path)!r}, {self.config.model_type}, {len(self._text)} text tensors)"
+
+    # ---- layout ---------------------------------------------------------------------------------
+    def _read_layout(self) -> dict[str, StoredTensor]:
+        index = self.path / INDEX_FILE
+        if index.is_file():
+            return _read_index(index)
+        single = self.path / SINGLE_FILE
+        if single.is_file():
+            return read_header(single)
+        raise CheckpointError(f"{self.path}: no {INDEX_FILE} or {SINGLE_FILE}")
+
+    def _check_fp8(self) -> None:
+        skip = (self.quantization or {}).get("modules_to_not_convert") or []
+        where = self.path / "config.json"
+        for name, t in self._text.items():
+            if name.endswith(SCALE_SUFFIX):
+                base = self._text.get(name[: -len(SCALE_SUFFIX)])
+                if base is None or base.dtype != FP8_DTYPE:
+                    raise CheckpointError(f"{t.file}: {name} has no float8_e4m3fn weight "
+                                          f"{name[: -len(SCALE_SUFFIX)]} to scale")
+                continue
+            if t.dtype == torch.float8_e5m2:
+                raise CheckpointError(f"{t.file}: {name} is float8_e5m2; only e4m3 FP8 checkpoints are supported")
+            if t.dtype != FP8_DTYPE:
+                continue
+            if self.quantization is None:
+                raise CheckpointError(f"{where}: no quantization_config, but {name} is stored as float8")
+            mod = module_name(name)
+            if not_converted(mod, skip) or not_converted(strip_prefix(mod), skip):
+                raise CheckpointError(f"{where}: {mod} is in modules_to_not_convert, but {name} is stored as float8")
+            scale = self._text.get(name + SCALE_SUFFIX)
+            if scale is None:
+                raise CheckpointError(f"{t.file}: float8 tensor {name} has no {name + SCALE_SUFFIX}")
+            want = scale_shape(t.shape, self.fp8_block)
+            if scale.shape != want:
+                raise CheckpointError(f"{scale.file}: {scale.name} has shape {list(scale.shape)}, expected "
+                                      f"{list(want)} for {list(t.shape)} with block {list(self.fp8_block)}")
+
+    # ---- queries --------------------------------------------------------------------------------
+    def tensor_names(self, include_scales: bool = False) -> list[str]:
+        """Stripped names of the text tensors, in reading order (FP8 scales only if asked)."""
+        return [s for s, raw in self._stripped.items() if include_scales or not raw.endswith(SCALE_SUFFIX)]
+
+    def tensor_specs(self, include_scales: bool = False) -> dict[str, TensorSpec]:
+        """Stripped name -> stored shape and dtype (from the headers; nothing is read)."""
+        return {s: TensorSpec(self._text[raw].shape, self._text[raw].dtype)
+                for s, raw in self._stripped.items() if include_scales or not raw.endswith(SCALE_SUFFIX)}
+
+    @property
+    def is_fp8(self) -> bool:
+        return any(t.dtype == FP8_DTYPE for t in self._text.values())
+
+    # ---- streaming ------------------------------------------------------------------------------
+    def iter_tensors(
+        self,
+        dtype: torch.dtype | None = None,
+        progress: bool = True,
+        dequantize_fp8: bool = True,
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        """Yield (stripped name, tensor) one at a time. Floating tensors are cast to `dtype` when given;
+        FP8 weights are dequantized to `dtype` (bfloat16 when None) and their scales not yielded, or with
+        dequantize_fp8=False yielded raw, each followed by its float32 `*_scale_inv`."""
+        n_visual = len(self._stored) - len(self._text)
+        if n_visual:
+            log.info("%s: skipping %d vision tensors (hinfer runs the text model only)", self.path, n_visual)
+        total = sum(t.nbytes for t in self._text.values())
+        show = progress and sys.stderr.isatty()
+        with ExitStack() as stack:
+            handles: dict[Path, Any] = {}
+
+            def load(t: StoredTensor) -> torch.Tensor:
+                if t.file not in handles:
+                    handles[t.file] = stack.enter_context(safe_open(str(t.file), framework="pt"))
+                return handles[t.file].get_tensor(t.name)
+
+            bar = stack.enter_context(tqdm(total=total, unit="B", unit_scale=True, disable=not show,
+                                           desc=f"reading {self.path.name}"))
+            for stripped, raw in self._stripped.items():
+                if raw.endswith(SCALE_SUFFIX):
+                    continue  # read together with its weight
+                t = self._text[raw]
+                x = load(t)
+                if t.dtype == FP8_DTYPE:
+                    s = self._text[raw + SCALE_SUFFIX]
+                    scale = load(s)
+                    bar.update(t.nbytes + s.nbytes)
+                    if dequantize_fp8:
+                        yield stripped, dequantize_fp8_block(x, scale, self.fp8_block, dtype or torch.bfloat16)
+                    else:
+                        yield stripped, x
+                        yield stripped + SCALE_SUFFIX, scale
+                    continue
+                bar.update(t.nbytes)
+                if dtype is not None and x.is_floating_point() and x.dtype != dtype:
+                    x = x.to(dtype)
+                yield stripped, x
+
+
+def _read_index(index: Path) -> dict[str, StoredTensor]:
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+        if not isinstance(weight_map, dict):
+            raise TypeError
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{index}: invalid JSON ({e})") from None
+    except (KeyError, TypeError):
+        raise CheckpointError(f"{index}: no weight_map object") from None
+    headers: dict[str, dict[str, StoredTensor]] = {}
+    for shard in sorted(set(weight_map.values())):
+        p = index.parent / shard
+        if not p.is_file():
+            raise CheckpointError(f"{p}: shard named by {index.name} is missing")
+        headers[shard] = read_header(p)
+    for name, shard in weight_map.items():
+        if name not in headers[shard]:
+            raise CheckpointError(f"{index}: tensor {name} is not in {shard}")
+    # Shard order, then file order within a shard: sequential reads. Tensors a shard holds but the index
+    # does not name are ignored, as transformers does.
+    return {n: t for shard in headers for n, t in headers[shard].items() if weight_map.get(n) == shard}
+
+
+def _strip_all(text: dict[str, StoredTensor], where: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for raw in text:
+        s = strip_prefix(raw)
+        if s in out:
+            raise CheckpointError(f"{where}: tensors {out[s]} and {raw} both map to {s}")
+        out[s] = raw
+    return out
+
+
+def _quantization_config(cfg_path: Path) -> dict[str, Any] | None:
+    raw = json.loads(cfg_path.read_text())  # already parsed once by load_model_config: valid JSON
+    q = raw.get("quantization_config") or (raw.get("text_config") or {}).get("quantization_config")
+    if q is None:
+        return None
+    if not isinstance(q, dict) or q.get("quant_method") != "fp8":
+        method = q.get("quant_method") if isinstance(q, dict) else q
+        raise CheckpointError(f"{cfg_path}: unsupported quantization_config quant_method {method!r} "
+                              "(hinfer reads bf16 and block-scaled fp8 checkpoints)")
+    return q
+
+
+def _fp8_block(q: dict[str, Any] | None, where: Path) -> tuple[int, int]:
+    if not q or q.get("weight_block_size") is None:
+        return DEFAULT_BLOCK
+    b = q["weight_block_size"]
+    if not (isinstance(b, list) and len(b) == 2 and all(isinstance(v, int) and v > 0 for v in b)):
+        raise CheckpointError(f"{where}: weight_block_size {b!r} is not two positive integers "
+                              "(per-tensor FP8 scales are not supported)")
+    return (b[0], b[1])

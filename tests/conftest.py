@@ -1,0 +1,22 @@
+"""Shared test fixtures. Keep each addition self-contained: several test modules rely on this file."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+def fixtures_root() -> Path:
+    """Checkpoint-metadata fixtures: $HINFER_FIXTURES, else <repo>/../shared/fixtures."""
+    env = os.environ.get("HINFER_FIXTURES")
+    return Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir() -> Path:
+    root = fixtures_root()
+    if not root.is_dir():
+        pytest.skip(f"fixtures not found at {root} (set HINFER_FIXTURES)")
+    return root
