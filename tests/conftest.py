@@ -9,9 +9,10 @@ import pytest
 
 
 def fixtures_root() -> Path:
-    """Checkpoint-metadata fixtures: $HINFER_FIXTURES, else <repo>/../shared/fixtures."""
+    """Checkpoint-metadata fixtures: $HINFER_FIXTURES, else tests/fixtures (the shared fixtures, copied into the
+    repo so a clean clone tests the same: tokenizer and configs link to the packaged copies in hinfer/)."""
     env = os.environ.get("HINFER_FIXTURES")
-    return Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
+    return Path(env) if env else Path(__file__).resolve().parent / "fixtures"
 
 
 @pytest.fixture(scope="session")

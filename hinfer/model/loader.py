@@ -51,7 +51,14 @@ def _hf_prefix(mod_name: str) -> str:
 
 
 def _hf_param_name(mod: nn.Module, pname: str) -> str:
-    from hinfer.model.qwen3_5 import Attention, DecoderLayer, GatedDeltaNet, MTPHead, Qwen35ForCausalLM, SparseMoE
+    from hinfer.model.qwen3_5 import (
+        Attention,
+        DecoderLayer,
+        GatedDeltaNet,
+        MTPHead,
+        Qwen35ForCausalLM,
+        SparseMoE,
+    )
 
     table: dict[type, dict[str, str]] = {
         Qwen35ForCausalLM: {"embed_tokens": "embed_tokens.weight", "norm": "norm.weight", "lm_head": "lm_head.weight"},

@@ -1,0 +1,198 @@
+"""EngineCore: the synchronous heart of the engine. add -> step -> events; abort; stats.
+
+One `step()` expires queued requests past their timeout, admits queue heads into free lanes, runs one forward
+batch (decode lanes + prompt chunks), samples, applies stop rules, and returns TokenEvents. Finished sequences
+give back their lane, pages and slot in the same step. The async wrapper (engine.py) runs this in one thread.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+from hinfer.config import EngineConfig
+from hinfer.engine.protocol import (
+    EngineStats,
+    GenerationRequest,
+    RequestTooLargeError,
+    Timings,
+    TokenEvent,
+    TopLogprob,
+    Usage,
+)
+from hinfer.engine.runner import ModelRunner, StepResult
+from hinfer.engine.scheduler import Scheduler
+from hinfer.engine.sequence import Sequence
+from hinfer.engine.stop import StopStringMatcher
+
+
+class EngineCore:
+    def __init__(self, runner: ModelRunner, tokenizer, ecfg: EngineConfig, eos_token_ids: list[int]) -> None:
+        self.runner = runner
+        self.tokenizer = tokenizer
+        self.ecfg = ecfg
+        self.eos = set(eos_token_ids)
+        st = runner.state.shape
+        self.scheduler = Scheduler(
+            max_concurrency=ecfg.max_concurrency,
+            max_pending=ecfg.max_pending_requests,
+            pending_timeout_s=ecfg.pending_timeout_ms / 1000.0,
+            prefill_chunk=ecfg.prefill_chunk,
+            page_size=st.page_size,
+            num_pages=st.num_pages,
+            num_slots=st.num_slots,
+            max_context=ecfg.max_context,
+        )
+        self._seeds = random.Random(ecfg.seed)
+        self._by_id: dict[str, Sequence] = {}
+        self._aborted: set[str] = set()
+        self.finished_count = 0
+        self.tokens_generated = 0
+        self.prompt_tokens = 0
+
+    # ---- requests ------------------------------------------------------------------------------
+    def validate(self, req: GenerationRequest) -> None:
+        n = len(req.prompt_token_ids)
+        if n == 0:
+            raise RequestTooLargeError("the prompt is empty")
+        if n >= self.ecfg.max_context:
+            raise RequestTooLargeError(
+                f"the prompt has {n} tokens; this server's --max-context is {self.ecfg.max_context}"
+            )
+        pages = -(-min(n + req.sampling.max_tokens, self.ecfg.max_context) // self.scheduler.page_size)
+        if pages > self.scheduler.pages.capacity:
+            raise RequestTooLargeError(
+                f"prompt + max_tokens needs {pages} KV pages; the pool has {self.scheduler.pages.capacity}"
+            )
+
+    def add(self, req: GenerationRequest) -> None:
+        """Validate and queue; raises RequestTooLargeError / QueueFullError / ValueError (bad params)."""
+        req.sampling.validate()
+        self.validate(req)
+        if req.request_id in self._by_id:
+            raise ValueError(f"duplicate request id {req.request_id!r}")
+        p = req.sampling
+        seed = p.seed if p.seed is not None else self._seeds.getrandbits(63)
+        seq = Sequence(req.request_id, list(req.prompt_token_ids), p, seed)
+        seq.detok = self.tokenizer.detokenizer(skip_special_tokens=p.skip_special_tokens)
+        seq.stop_matcher = StopStringMatcher(p.stop)
+        self.scheduler.add(seq)
+        self._by_id[req.request_id] = seq
+
+    def abort(self, request_id: str) -> None:
+        """Thread-safe: takes effect at the next step."""
+        self._aborted.add(request_id)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.scheduler.running or self.scheduler.waiting or self._aborted)
+
+    # ---- the step ------------------------------------------------------------------------------
+    def step(self) -> list[TokenEvent]:
+        events: list[TokenEvent] = []
+        events += self._drop_aborted()
+        for seq in self.scheduler.expire():
+            events.append(self._final(seq, "timeout", ""))
+        for seq in self.scheduler.admit():
+            self.runner.state.reset_slots([seq.slot])
+            seq.sampler_state = self.runner.sampler.new_row(seq.params, seq.seed, seq.prompt_ids)
+        chunks = self.scheduler.schedule()
+        if not chunks:
+            return events
+        self.prompt_tokens += sum(c.num_tokens for c in chunks if c.seq.in_prefill)
+        result = self.runner.step(chunks)
+        sampled = [c.seq for c in chunks if c.samples]
+        now = time.monotonic()
+        for i, seq in enumerate(sampled):
+            events.append(self._accept_token(seq, i, result, now))
+        return events
+
+    def _accept_token(self, seq: Sequence, i: int, result: StepResult, now: float) -> TokenEvent:
+        tok = result.token_ids[i]
+        if not seq.output_ids:
+            seq.first_token = now
+        seq.last_token = now
+        seq.output_ids.append(tok)
+        self.tokens_generated += 1
+        self.runner.sampler.update(seq.sampler_state, tok)
+        p = seq.params
+        finish, stop_reason = None, None
+        if (tok in self.eos and not p.ignore_eos) or tok in p.stop_token_ids:
+            finish, stop_reason = "stop", tok
+        delta = "" if finish else seq.detok.add([tok])
+        if finish is None and (len(seq.output_ids) >= p.max_tokens or seq.num_tokens >= self.ecfg.max_context):
+            finish = "length"
+        if finish is not None:
+            delta += seq.detok.flush()
+        text, hit = seq.stop_matcher.feed(delta)
+        if hit is not None:
+            finish, stop_reason = "stop", hit
+        elif finish is not None:
+            text += seq.stop_matcher.flush()
+        seq.text += text
+        lp, top = None, None
+        if p.logprobs is not None and result.logprobs is not None:
+            lp = [result.logprobs[i]]
+            n = p.logprobs
+            if result.top_ids is not None and n > 0:
+                top = [[TopLogprob(t, v) for t, v in zip(result.top_ids[i][:n], result.top_logprobs[i][:n])]]
+            else:
+                top = [[]]
+        ev = TokenEvent(seq.request_id, [tok], text, logprobs=lp, top_logprobs=top)
+        if finish is not None:
+            self._finish(seq, finish, stop_reason, ev)
+        return ev
+
+    def _finish(self, seq: Sequence, reason: str, stop_reason, ev: TokenEvent) -> None:
+        seq.finish_reason, seq.stop_reason = reason, stop_reason
+        self.scheduler.finish(seq)
+        self._by_id.pop(seq.request_id, None)
+        self.finished_count += 1
+        ev.finish_reason, ev.stop_reason = reason, stop_reason
+        ev.usage = Usage(len(seq.prompt_ids), len(seq.output_ids))
+        ev.timings = self._timings(seq)
+
+    def _final(self, seq: Sequence, reason: str, text: str) -> TokenEvent:
+        ev = TokenEvent(seq.request_id, [], text)
+        self._finish(seq, reason, None, ev)
+        return ev
+
+    def _drop_aborted(self) -> list[TokenEvent]:
+        events = []
+        ids, self._aborted = self._aborted, set()
+        for rid in ids:
+            seq = self._by_id.get(rid)
+            if seq is not None:
+                events.append(self._final(seq, "abort", ""))
+        return events
+
+    @staticmethod
+    def _timings(seq: Sequence) -> Timings:
+        end = time.monotonic()
+        admitted = seq.admitted or end
+        first = seq.first_token or end
+        n = len(seq.output_ids)
+        decode = (seq.last_token - first) if seq.last_token else 0.0
+        return Timings(
+            queue_s=admitted - seq.arrival,
+            prefill_s=first - admitted,
+            decode_s=decode,
+            per_token_s=decode / max(1, n - 1),
+            spec_drafted=seq.spec_drafted,
+            spec_accepted=seq.spec_accepted,
+        )
+
+    def stats(self) -> EngineStats:
+        sch = self.scheduler
+        return EngineStats(
+            lanes_total=sch.max_concurrency,
+            lanes_busy=len(sch.running),
+            queue_depth=len(sch.waiting),
+            pages_total=sch.pages.capacity,
+            pages_free=sch.pages.num_free,
+            slots_total=sch.slots.capacity,
+            slots_free=sch.slots.num_free,
+            requests_finished=self.finished_count,
+            tokens_generated=self.tokens_generated,
+            prompt_tokens=self.prompt_tokens,
+        )

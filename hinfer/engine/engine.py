@@ -1,0 +1,139 @@
+"""Engine: the AsyncEngine the server uses. EngineCore steps in one background thread; asyncio callers talk to it
+through an inbox (new requests, aborts) and per-request asyncio queues (events), so the event loop never blocks
+on a model step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import deque
+from collections.abc import AsyncIterator
+
+from hinfer.engine.core import EngineCore
+from hinfer.engine.protocol import (
+    EngineError,
+    EngineStats,
+    GenerationRequest,
+    QueueTimeoutError,
+    TokenEvent,
+)
+
+log = logging.getLogger("hinfer.engine")
+
+
+class _Stream:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.queue: asyncio.Queue[TokenEvent | BaseException] = asyncio.Queue()
+
+    def put(self, item: TokenEvent | BaseException) -> None:
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+
+
+class Engine:
+    def __init__(self, core: EngineCore, model_name: str) -> None:
+        self.core = core
+        self.model_name = model_name
+        self.max_context = core.ecfg.max_context
+        self._inbox: deque[tuple[GenerationRequest, _Stream]] = deque()
+        self._streams: dict[str, _Stream] = {}
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+    async def start(self) -> None:
+        if self._thread is None:
+            self._stopping = False
+            self._thread = threading.Thread(target=self._run, name="hinfer-engine", daemon=True)
+            self._thread.start()
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
+            self._thread = None
+
+    # ---- requests ------------------------------------------------------------------------------
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[TokenEvent]:
+        """Errors (QueueFullError, RequestTooLargeError, ValueError) surface from the first __anext__."""
+        await self.start()
+        stream = _Stream(asyncio.get_running_loop())
+        self._inbox.append((request, stream))
+        self._wake.set()
+        done = False
+        try:
+            while True:
+                item = await stream.queue.get()
+                if isinstance(item, BaseException):
+                    done = True
+                    raise item
+                if item.finish_reason is not None:
+                    done = True
+                yield item
+                if done:
+                    return
+        finally:
+            if not done:
+                self.abort(request.request_id)
+
+    def abort(self, request_id: str) -> None:
+        self.core.abort(request_id)
+        self._wake.set()
+
+    def stats(self) -> EngineStats:
+        return self.core.stats()
+
+    # ---- the engine thread ---------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stopping:
+            self._drain_inbox()
+            if not self.core.has_work:
+                self._wake.wait(0.05)
+                self._wake.clear()
+                continue
+            try:
+                events = self.core.step()
+            except Exception as e:  # a bug or device error: fail what is in flight, keep serving
+                log.exception("engine step failed")
+                self._fail_all(EngineError(f"internal engine error: {e}"))
+                continue
+            for ev in events:
+                self._deliver(ev)
+
+    def _drain_inbox(self) -> None:
+        while self._inbox:
+            req, stream = self._inbox.popleft()
+            try:
+                self.core.add(req)
+            except Exception as e:
+                stream.put(e)
+                continue
+            self._streams[req.request_id] = stream
+
+    def _deliver(self, ev: TokenEvent) -> None:
+        stream = self._streams.get(ev.request_id)
+        if ev.finish_reason is not None:
+            self._streams.pop(ev.request_id, None)
+        if stream is None:
+            return
+        if ev.finish_reason == "timeout":
+            stream.put(
+                QueueTimeoutError(
+                    f"request waited longer than --pending-timeout-ms {self.core.ecfg.pending_timeout_ms} for a lane"
+                )
+            )
+        else:
+            stream.put(ev)
+
+    def _fail_all(self, err: EngineError) -> None:
+        sch = self.core.scheduler
+        for seq in list(sch.running) + list(sch.waiting):
+            sch.finish(seq)
+            self.core._by_id.pop(seq.request_id, None)
+            stream = self._streams.pop(seq.request_id, None)
+            if stream is not None:
+                stream.put(err)

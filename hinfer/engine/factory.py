@@ -1,0 +1,94 @@
+"""Build a ready engine from a model path (or the demo) and an EngineConfig: config, plan, weights, state."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+from hinfer.config import EngineConfig, ModelConfig, load_model_config
+from hinfer.demo import resolve_model_path
+from hinfer.engine.core import EngineCore
+from hinfer.engine.runner import ModelRunner
+from hinfer.engine.state import RESERVED_PAGES, RESERVED_SLOTS, ModelState, StateShape
+from hinfer.errors import ConfigError
+from hinfer.model.loader import load_weights
+from hinfer.model.qwen3_5 import Qwen35ForCausalLM
+from hinfer.tokenizer import Tokenizer
+
+log = logging.getLogger("hinfer")
+
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+KV_DTYPES = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
+
+
+@dataclass
+class Loaded:
+    path: Path
+    cfg: ModelConfig
+    ecfg: EngineConfig  # resolved: device, dtype, max_context clamp
+    model: Qwen35ForCausalLM
+    tokenizer: Tokenizer
+    device: torch.device
+
+
+def resolve_engine_config(cfg: ModelConfig, ecfg: EngineConfig) -> EngineConfig:
+    ecfg.validate()
+    device = ecfg.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda: no CUDA device is available")
+    dtype = ecfg.dtype if ecfg.dtype != "auto" else ("bf16" if device == "cuda" else "fp32")
+    max_context = min(ecfg.max_context, cfg.max_position_embeddings)
+    kv_dtype = ecfg.kv_dtype if device == "cuda" else ("bf16" if dtype == "bf16" else "fp32")
+    return replace(ecfg, device=device, dtype=dtype, max_context=max_context, kv_dtype=kv_dtype)
+
+
+def state_shape(cfg: ModelConfig, ecfg: EngineConfig) -> StateShape:
+    capacity = ecfg.kv_capacity or ecfg.max_concurrency * ecfg.max_context
+    pages = -(-capacity // ecfg.page_size) + RESERVED_PAGES
+    slots = ecfg.max_concurrency * (1 + ecfg.draft_slots) + RESERVED_SLOTS
+    kv_dtype = KV_DTYPES.get(ecfg.kv_dtype, torch.float32)
+    mtp = cfg.mtp_num_hidden_layers if ecfg.spec == "mtp" else 0
+    return StateShape(pages, ecfg.page_size, slots, kv_dtype, DTYPES[ecfg.dtype], mtp_layers=mtp)
+
+
+def load_model(model: str | None, ecfg: EngineConfig) -> Loaded:
+    path = resolve_model_path(model)
+    cfg = load_model_config(path)
+    ecfg = resolve_engine_config(cfg, ecfg)
+    from hinfer.weights.hf_reader import HFCheckpoint
+
+    ckpt = HFCheckpoint(path)
+    device = torch.device(ecfg.device)
+    dtype = DTYPES[ecfg.dtype]
+    t0 = time.monotonic()
+    net = Qwen35ForCausalLM(cfg, dtype=dtype, device=device)
+    load_weights(net, ((n, t.to(device=device, dtype=dtype)) for n, t in ckpt.iter_tensors(dtype=dtype)), str(path))
+    log.info("loaded %s (%s, %s on %s) in %.1f s", path, cfg.model_type, ecfg.dtype, device, time.monotonic() - t0)
+    tok = Tokenizer.from_dir(path)
+    return Loaded(path, cfg, ecfg, net, tok, device)
+
+
+def build_core(loaded: Loaded) -> EngineCore:
+    from hinfer.engine.sampler import Sampler
+
+    shape = state_shape(loaded.cfg, loaded.ecfg)
+    state = ModelState(loaded.cfg, shape, loaded.device)
+    sampler = Sampler(loaded.cfg.vocab_size, loaded.device)
+    runner = ModelRunner(loaded.model, state, sampler)
+    eos = sorted(set(loaded.cfg.eos_token_ids) | set(loaded.tokenizer.eos_token_ids))
+    return EngineCore(runner, loaded.tokenizer, loaded.ecfg, eos)
+
+
+def create_engine(model: str | None, ecfg: EngineConfig):
+    """-> (Engine, Tokenizer, model name) for the server."""
+    from hinfer.engine.engine import Engine
+
+    loaded = load_model(model, ecfg)
+    name = "demo" if model in (None, "", "demo") else loaded.path.name
+    return Engine(build_core(loaded), name), loaded.tokenizer, name

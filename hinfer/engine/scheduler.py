@@ -1,0 +1,119 @@
+"""Scheduler: lanes, a bounded FIFO queue, page/slot reservation, and chunked prefill mixed with decode.
+
+Admission reserves every page a request can ever need (prompt + max_tokens, capped at max_context), so a running
+request never runs out of KV and nothing is ever preempted. When pages are short (a small --kv-capacity) the head
+of the queue waits (FIFO: no overtaking, no starvation). Each step runs one decode token for every lane past its
+prompt plus at most `prefill_chunk` prompt tokens, so a long prompt delays the other lanes by one chunk at most.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from hinfer.engine.protocol import QueueFullError
+from hinfer.engine.sequence import Sequence, Status
+from hinfer.engine.state import RESERVED_PAGES, RESERVED_SLOTS, FreeList
+
+
+@dataclass
+class ScheduledChunk:
+    seq: Sequence
+    num_tokens: int  # new tokens of this step for this sequence
+    samples: bool  # this chunk ends at the sequence's last known token: a token is sampled after it
+
+
+class Scheduler:
+    def __init__(
+        self,
+        *,
+        max_concurrency: int,
+        max_pending: int,
+        pending_timeout_s: float,
+        prefill_chunk: int,
+        page_size: int,
+        num_pages: int,
+        num_slots: int,
+        max_context: int,
+    ) -> None:
+        self.max_concurrency = max_concurrency
+        self.max_pending = max_pending
+        self.pending_timeout_s = pending_timeout_s
+        self.prefill_chunk = prefill_chunk
+        self.page_size = page_size
+        self.max_context = max_context
+        self.pages = FreeList(num_pages, first=RESERVED_PAGES)
+        self.slots = FreeList(num_slots, first=RESERVED_SLOTS)
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+
+    # ---- queue -------------------------------------------------------------------------------------
+    def pages_needed(self, seq: Sequence) -> int:
+        total = min(seq.max_total_tokens, self.max_context)
+        return -(-total // self.page_size)
+
+    def add(self, seq: Sequence) -> None:
+        """Queue a request; QueueFullError when no lane is free and the queue holds max_pending already."""
+        free_lanes = self.max_concurrency - len(self.running)
+        if len(self.waiting) >= max(0, free_lanes) + self.max_pending:
+            raise QueueFullError(
+                f"server busy: {len(self.running)} lanes running and {len(self.waiting)} requests queued "
+                f"(--max-pending-requests {self.max_pending})"
+            )
+        self.waiting.append(seq)
+
+    def expire(self, now: float | None = None) -> list[Sequence]:
+        """Remove and return queued requests that waited past the pending timeout."""
+        now = time.monotonic() if now is None else now
+        expired = [s for s in self.waiting if now - s.arrival > self.pending_timeout_s]
+        for s in expired:
+            self.waiting.remove(s)
+            s.status = Status.FINISHED
+            s.finish_reason = "timeout"
+        return expired
+
+    def admit(self) -> list[Sequence]:
+        """Move queue heads into free lanes while their pages and a slot are available."""
+        admitted = []
+        while self.waiting and len(self.running) < self.max_concurrency:
+            seq = self.waiting[0]
+            need = self.pages_needed(seq)
+            if need > self.pages.num_free or self.slots.num_free == 0:
+                break
+            self.waiting.popleft()
+            seq.pages = self.pages.alloc(need)
+            seq.slot = self.slots.alloc(1)[0]
+            seq.status = Status.RUNNING
+            seq.admitted = time.monotonic()
+            self.running.append(seq)
+            admitted.append(seq)
+        return admitted
+
+    # ---- steps -------------------------------------------------------------------------------------
+    def schedule(self) -> list[ScheduledChunk]:
+        """Decode lanes first (one token each), then prompt chunks within the prefill budget, oldest first."""
+        decode = [ScheduledChunk(s, 1, True) for s in self.running if not s.in_prefill]
+        budget = self.prefill_chunk
+        prefill = []
+        for s in self.running:
+            if not s.in_prefill or budget <= 0:
+                continue
+            n = min(len(s.prompt_ids) - s.num_cached, budget)
+            budget -= n
+            prefill.append(ScheduledChunk(s, n, s.num_cached + n == len(s.prompt_ids)))
+        return decode + prefill
+
+    def finish(self, seq: Sequence) -> None:
+        """Return a running or queued sequence's lane, pages and slot."""
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        if seq.pages:
+            self.pages.free(seq.pages)
+            seq.pages = []
+        if seq.slot >= 0:
+            self.slots.free([seq.slot])
+            seq.slot = -1
+        seq.status = Status.FINISHED

@@ -1,0 +1,101 @@
+"""hinfer.LLM: the offline Python API. Runs the same EngineCore as the server, stepping it in the caller's thread."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from hinfer.config import EngineConfig
+from hinfer.engine.factory import build_core, load_model
+from hinfer.engine.forward_batch import SeqChunk, build_forward_batch
+from hinfer.engine.protocol import GenerationRequest, TokenEvent
+from hinfer.engine.state import ModelState, StateShape
+from hinfer.sampling_params import SamplingParams
+
+Prompt = str | list[int] | list[dict]
+
+
+@dataclass
+class RequestOutput:
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    text: str
+    finish_reason: str | None
+    logprobs: list[float] | None = None
+    events: list[TokenEvent] = field(default_factory=list, repr=False)
+
+
+class LLM:
+    """`LLM("demo")` or `LLM("/path/to/checkpoint", device="cuda", dtype="bf16")`."""
+
+    def __init__(
+        self,
+        model: str = "demo",
+        device: str = "auto",
+        dtype: str | None = None,
+        engine_config: EngineConfig | None = None,
+        **engine_kwargs,
+    ) -> None:
+        ecfg = engine_config or EngineConfig(device=device, dtype=dtype or "auto", **engine_kwargs)
+        self._loaded = load_model(model, ecfg)
+        self.config = self._loaded.cfg
+        self.engine_config = self._loaded.ecfg
+        self.model = self._loaded.model
+        self.tokenizer = self._loaded.tokenizer
+        self.core = build_core(self._loaded)
+        self._next_id = 0
+
+    def encode_prompt(self, prompt: Prompt, **template_kwargs) -> list[int]:
+        """A string is used as is; a list of ints is token ids; a list of messages gets the chat template."""
+        if isinstance(prompt, str):
+            return self.tokenizer.encode(prompt)
+        if prompt and isinstance(prompt[0], dict):
+            return self.tokenizer.encode(self.tokenizer.apply_chat_template(prompt, **template_kwargs))
+        return list(prompt)  # type: ignore[arg-type]
+
+    def generate(
+        self,
+        prompts: Prompt | list[Prompt],
+        sampling: SamplingParams | list[SamplingParams] | None = None,
+        **template_kwargs,
+    ) -> list[RequestOutput]:
+        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], dict | int)):
+            prompts = [prompts]  # type: ignore[list-item]
+        params = sampling if isinstance(sampling, list) else [sampling or SamplingParams()] * len(prompts)
+        outs: dict[str, RequestOutput] = {}
+        order = []
+        for prompt, p in zip(prompts, params):
+            rid = f"llm-{self._next_id}"
+            self._next_id += 1
+            ids = self.encode_prompt(prompt, **template_kwargs)
+            # the engine may hold more requests than lanes; the offline API never wants a 429
+            self.core.scheduler.max_pending = max(self.core.scheduler.max_pending, len(prompts))
+            self.core.add(GenerationRequest(rid, ids, replace(p)))
+            outs[rid] = RequestOutput(ids, [], "", None)
+            order.append(rid)
+        pending = set(order)
+        while pending:
+            for ev in self.core.step():
+                o = outs[ev.request_id]
+                o.events.append(ev)
+                o.token_ids += ev.token_ids
+                o.text += ev.text
+                if ev.logprobs is not None:
+                    o.logprobs = (o.logprobs or []) + ev.logprobs
+                if ev.finish_reason is not None:
+                    o.finish_reason = ev.finish_reason
+                    pending.discard(ev.request_id)
+        return [outs[r] for r in order]
+
+    @torch.inference_mode()
+    def logits(self, token_ids: list[int]) -> torch.Tensor:
+        """Full-sequence fp32 logits [L, V] of one prompt, on a private state (parity checks)."""
+        page = self.engine_config.page_size
+        pages = -(-len(token_ids) // page)
+        shape = StateShape(pages + 1, page, 2, self.core.runner.state.shape.kv_dtype, self.model.dtype)
+        state = ModelState(self.config, shape, self._loaded.device)
+        batch = build_forward_batch(
+            [SeqChunk(list(token_ids), 0, list(range(1, pages + 1)), 1, all_logits=True)], page, self._loaded.device
+        )
+        return self.model.compute_logits(self.model(batch, state)[batch.logits_indices])
