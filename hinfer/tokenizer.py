@@ -11,6 +11,7 @@ from typing import Any
 import tokenizers
 import tokenizers.decoders
 
+from hinfer import fixtures
 from hinfer.chat_template import ChatTemplate
 from hinfer.errors import HinferError, TemplateError
 
@@ -19,12 +20,12 @@ _FIXTURE_TOKENIZER = "qwen3.5-tokenizer"
 
 
 def fixture_tokenizer_dir() -> Path | None:
-    """The test-fixture tokenizer folder (used by the built-in demo model): $HINFER_FIXTURES/qwen3.5-tokenizer,
-    else <repo>/../shared/fixtures/qwen3.5-tokenizer; None when it is not there."""
-    env = os.environ.get("HINFER_FIXTURES")
-    root = Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
-    path = root / _FIXTURE_TOKENIZER
-    return path if (path / "tokenizer.json").is_file() else None
+    """The Qwen3.5 tokenizer folder used by the built-in demo model and the tests: $HINFER_FIXTURES/
+    qwen3.5-tokenizer, else the copy packaged in hinfer/assets (see hinfer.fixtures), else
+    <repo>/../shared/fixtures/qwen3.5-tokenizer; None when none of them holds a tokenizer.json."""
+    shared = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / _FIXTURE_TOKENIZER
+    candidates = [fixtures.tokenizer_dir(), shared]  # tokenizer_dir() already honours HINFER_FIXTURES
+    return next((p for p in candidates if (p / "tokenizer.json").is_file()), None)
 
 
 def _byte_decoder() -> dict[str, int]:
@@ -114,7 +115,8 @@ class Tokenizer:
         elif isinstance(config.get("chat_template"), str):
             template = config["chat_template"]
         elif isinstance(config.get("chat_template"), list):  # [{"name": ..., "template": ...}, ...]
-            template = {t["name"]: t["template"] for t in config["chat_template"]}
+            named = [t for t in config["chat_template"] if isinstance(t, dict)]
+            template = {t.get("name"): t.get("template") for t in named if isinstance(t.get("template"), str)}
         eos: list[int] | None = None
         if (path / "generation_config.json").is_file():
             value = _read_json(path / "generation_config.json").get("eos_token_id")
@@ -235,7 +237,7 @@ class IncrementalDetokenizer:
     def add(self, token_ids: list[int]) -> str:
         """Text delta for the new ids (may be "" while a multi-byte character is incomplete)."""
         token_bytes = self._tokenizer.token_bytes
-        data = b"".join(token_bytes(i) for i in token_ids if i not in self._skip)
+        data = b"".join(token_bytes(i) for i in map(int, token_ids) if i not in self._skip)
         delta = self._utf8.decode(data)
         if delta:
             self._parts.append(delta)

@@ -10,6 +10,7 @@ import pytest
 import tokenizers
 
 import hinfer.tokenizer as tokmod
+from hinfer.errors import HinferError, TemplateError
 from hinfer.tokenizer import Tokenizer
 
 FIRST_ADDED, LAST_ADDED = 248044, 248076
@@ -131,21 +132,57 @@ def test_vocab_and_convenience_ids(tok: Tokenizer) -> None:
     assert tok.has_chat_template
 
 
-def test_from_dir_generation_config_and_config_template(tok_dir: Path, tmp_path: Path) -> None:
-    (tmp_path / "tokenizer.json").symlink_to(tok_dir / "tokenizer.json")
-    config = json.loads((tok_dir / "tokenizer_config.json").read_text())
-    config["chat_template"] = "{{ messages[0].content }}|{{ eos_token }}"
+def _tiny_tokenizer_json(path: Path) -> None:
+    # a byte-level BPE with no merges: loads in milliseconds, enough to test what from_dir reads
+    from tokenizers import decoders, models, pre_tokenizers
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    tiny = tokenizers.Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(sorted(alphabet))}, merges=[]))
+    tiny.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tiny.decoder = decoders.ByteLevel()
+    tiny.add_special_tokens(["<|im_end|>"])
+    tiny.save(str(path))
+
+
+def test_from_dir_generation_config_and_config_template(tmp_path: Path) -> None:
+    _tiny_tokenizer_json(tmp_path / "tokenizer.json")
+    config = {
+        "eos_token": {"content": "<|im_end|>"},
+        "chat_template": "{{ messages[0].content }}|{{ eos_token }}",
+    }
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
-    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": 248046}))
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": 256}))
     t = Tokenizer.from_dir(tmp_path)
-    assert t.eos_token_ids == [248046]
+    assert t.eos_token_ids == [256] and t.im_end_id == 256 and t.vocab_size == 257
     assert t.apply_chat_template([{"role": "user", "content": "hi"}]) == "hi|<|im_end|>"
+    detok = t.detokenizer(skip_special_tokens=False)
+    assert detok.add(t.encode("héllo<|im_end|>")) + detok.flush() == "héllo<|im_end|>"
+    # chat_template.jinja wins over the config's template, as in transformers
+    (tmp_path / "chat_template.jinja").write_text("jinja:{{ messages | length }}")
+    assert Tokenizer.from_dir(tmp_path).apply_chat_template([{"role": "user", "content": "hi"}]) == "jinja:1"
+
+
+def test_from_dir_errors(tmp_path: Path) -> None:
+    with pytest.raises(HinferError, match="tokenizer.json not found"):
+        Tokenizer.from_dir(tmp_path)
+    (tmp_path / "tokenizer.json").write_text("{not json")
+    with pytest.raises(HinferError, match="cannot load"):
+        Tokenizer.from_dir(tmp_path)
+
+
+def test_no_chat_template(raw: tokenizers.Tokenizer) -> None:
+    tok = Tokenizer(raw)  # tokenizer.json alone: raw prompts work, chat rendering says why it cannot
+    assert not tok.has_chat_template and tok.eos_token_ids == [248046, 248044]
+    assert tok.decode(tok.encode("ok")) == "ok"
+    with pytest.raises(TemplateError, match="no chat template"):
+        tok.apply_chat_template([{"role": "user", "content": "hi"}])
 
 
 def test_fixture_tokenizer_dir(tok_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert tokmod.fixture_tokenizer_dir() == tok_dir
+    found = tokmod.fixture_tokenizer_dir()
+    assert found is not None and found.resolve() == tok_dir.resolve()
     monkeypatch.setenv("HINFER_FIXTURES", str(tmp_path))
-    assert tokmod.fixture_tokenizer_dir() is None
+    assert tokmod.fixture_tokenizer_dir() is not None  # falls back to the packaged copy
     (tmp_path / "qwen3.5-tokenizer").mkdir()
     (tmp_path / "qwen3.5-tokenizer" / "tokenizer.json").write_text("{}")
     assert tokmod.fixture_tokenizer_dir() == tmp_path / "qwen3.5-tokenizer"
@@ -153,8 +190,10 @@ def test_fixture_tokenizer_dir(tok_dir: Path, tmp_path: Path, monkeypatch: pytes
 
 def test_token_bytes_match_single_id_decode(tok: Tokenizer, raw: tokenizers.Tokenizer) -> None:
     # the detokenizer's byte table is the decoder's, for every id
-    for i in range(tok.vocab_size):
-        assert tok.token_bytes(i).decode("utf-8", "replace") == raw.decode([i], skip_special_tokens=False), i
+    ids = range(tok.vocab_size)
+    expected = raw.decode_batch([[i] for i in ids], skip_special_tokens=False)
+    got = [tok.token_bytes(i).decode("utf-8", "replace") for i in ids]
+    assert got == expected
 
 
 def _stream(tok: Tokenizer, ids: list[int], sizes: list[int], skip: bool) -> list[str]:

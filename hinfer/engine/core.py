@@ -17,10 +17,10 @@ from hinfer.engine.protocol import (
     RequestTooLargeError,
     Timings,
     TokenEvent,
-    TopLogprob,
     Usage,
 )
 from hinfer.engine.runner import ModelRunner, StepResult
+from hinfer.engine.sampler import RowState
 from hinfer.engine.scheduler import Scheduler
 from hinfer.engine.sequence import Sequence
 from hinfer.engine.stop import StopStringMatcher
@@ -95,7 +95,8 @@ class EngineCore:
             events.append(self._final(seq, "timeout", ""))
         for seq in self.scheduler.admit():
             self.runner.state.reset_slots([seq.slot])
-            seq.sampler_state = self.runner.sampler.new_row(seq.params, seq.seed, seq.prompt_ids)
+            seq.sampler_state = RowState(seq.params, seq.seed, slot=seq.lane, prompt_ids=seq.prompt_ids)
+            self.runner.sampler.add_row(seq.sampler_state)
         chunks = self.scheduler.schedule()
         if not chunks:
             return events
@@ -114,7 +115,6 @@ class EngineCore:
         seq.last_token = now
         seq.output_ids.append(tok)
         self.tokens_generated += 1
-        self.runner.sampler.update(seq.sampler_state, tok)
         p = seq.params
         finish, stop_reason = None, None
         if (tok in self.eos and not p.ignore_eos) or tok in p.stop_token_ids:
@@ -130,15 +130,11 @@ class EngineCore:
         elif finish is not None:
             text += seq.stop_matcher.flush()
         seq.text += text
-        lp, top = None, None
-        if p.logprobs is not None and result.logprobs is not None:
-            lp = [result.logprobs[i]]
-            n = p.logprobs
-            if result.top_ids is not None and n > 0:
-                top = [[TopLogprob(t, v) for t, v in zip(result.top_ids[i][:n], result.top_logprobs[i][:n])]]
-            else:
-                top = [[]]
-        ev = TokenEvent(seq.request_id, [tok], text, logprobs=lp, top_logprobs=top)
+        lp, top = result.logprobs[i], result.top_logprobs[i]
+        ev = TokenEvent(
+            seq.request_id, [tok], text,
+            logprobs=None if lp is None else [lp], top_logprobs=None if top is None else [top],
+        )  # fmt: skip
         if finish is not None:
             self._finish(seq, finish, stop_reason, ev)
         return ev

@@ -75,14 +75,22 @@ def load_model(model: str | None, ecfg: EngineConfig) -> Loaded:
 
 
 def build_core(loaded: Loaded) -> EngineCore:
+    return make_core(loaded.cfg, loaded.model, loaded.tokenizer, loaded.ecfg, loaded.device)
+
+
+def make_core(
+    cfg: ModelConfig, model: Qwen35ForCausalLM, tokenizer: Tokenizer, ecfg: EngineConfig, device: torch.device
+) -> EngineCore:
+    """State pool, sampler, runner (+ CUDA graphs) and core around a loaded model. `ecfg` must be resolved."""
     from hinfer.engine.sampler import Sampler
 
-    shape = state_shape(loaded.cfg, loaded.ecfg)
-    state = ModelState(loaded.cfg, shape, loaded.device)
-    sampler = Sampler(loaded.cfg.vocab_size, loaded.device)
-    runner = ModelRunner(loaded.model, state, sampler)
-    eos = sorted(set(loaded.cfg.eos_token_ids) | set(loaded.tokenizer.eos_token_ids))
-    return EngineCore(runner, loaded.tokenizer, loaded.ecfg, eos)
+    state = ModelState(cfg, state_shape(cfg, ecfg), device)
+    sampler = Sampler(cfg.vocab_size, device, max_rows=ecfg.max_concurrency, num_real_tokens=tokenizer.vocab_size)
+    runner = ModelRunner(model, state, sampler)
+    if device.type == "cuda" and ecfg.cuda_graphs:
+        runner.capture_graphs(ecfg.max_concurrency, ecfg.max_context)
+    eos = sorted(set(cfg.eos_token_ids) | set(tokenizer.eos_token_ids))
+    return EngineCore(runner, tokenizer, ecfg, eos)
 
 
 def create_engine(model: str | None, ecfg: EngineConfig):

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from hinfer.engine.forward_batch import SeqChunk, build_forward_batch
+from hinfer.engine.protocol import TopLogprob
 from hinfer.engine.scheduler import ScheduledChunk
 from hinfer.engine.state import ModelState
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
@@ -17,12 +18,11 @@ from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 
 @dataclass
 class StepResult:
-    """Per sampled sequence: the token and, when asked, its logprob and the top-N alternatives."""
+    """Per sampled sequence, in order: the token, its logprob and top-N alternatives (None unless asked)."""
 
     token_ids: list[int]
-    logprobs: list[float] | None
-    top_ids: list[list[int]] | None
-    top_logprobs: list[list[float]] | None
+    logprobs: list[float | None]
+    top_logprobs: list[list[TopLogprob] | None]
 
 
 class ModelRunner:
@@ -31,6 +31,23 @@ class ModelRunner:
         self.state = state
         self.sampler = sampler
         self.device = state.k_cache.device
+        self.graphs = None  # DecodeGraphs once captured
+
+    def capture_graphs(self, max_lanes: int, max_context: int) -> None:
+        from hinfer.engine.cuda_graphs import DecodeGraphs
+
+        self.graphs = DecodeGraphs(self.model, self.state, max_lanes, -(-max_context // self.state.page_size))
+        self.graphs.capture()
+
+    def forward_logits(self, seq_chunks: list[SeqChunk]) -> torch.Tensor:
+        """Logits of the rows that want them: a captured graph for plain decode, the eager model otherwise."""
+        g = self.graphs
+        if g is not None and all(len(c.token_ids) == 1 and c.need_logits for c in seq_chunks):
+            if g.bucket(len(seq_chunks)) is not None:
+                return g.run(seq_chunks)
+        batch = build_forward_batch(seq_chunks, self.state.page_size, self.device)
+        hidden = self.model(batch, self.state)
+        return self.model.compute_logits(hidden[batch.logits_indices])
 
     @torch.inference_mode()
     def step(self, chunks: list[ScheduledChunk]) -> StepResult:
@@ -40,22 +57,13 @@ class ModelRunner:
             s = c.seq
             toks = s.pending_tokens()[: c.num_tokens]
             seq_chunks.append(SeqChunk(toks, s.num_cached, s.pages, s.slot, need_logits=c.samples))
-        batch = build_forward_batch(seq_chunks, self.state.page_size, self.device)
-        hidden = self.model(batch, self.state)
+        logits = self.forward_logits(seq_chunks)
         for c in chunks:
             c.seq.num_cached += c.num_tokens
         sampled = [c.seq for c in chunks if c.samples]
         if not sampled:
-            return StepResult([], None, None, None)
-        logits = self.model.compute_logits(hidden[batch.logits_indices])
-        out = self.sampler.sample(logits, [s.sampler_state for s in sampled])
-        token_ids = out.token_ids.tolist()
-        want_lp = any(s.params.logprobs is not None for s in sampled)
-        if not want_lp or out.logprobs is None:
-            return StepResult(token_ids, None, None, None)
-        return StepResult(
-            token_ids,
-            out.logprobs.tolist(),
-            out.top_ids.tolist() if out.top_ids is not None else None,
-            out.top_logprobs.tolist() if out.top_logprobs is not None else None,
-        )
+            return StepResult([], [], [])
+        rows = [s.sampler_state for s in sampled]
+        ids, lps, tops = self.sampler.sample(logits, rows).to_host(rows)
+        self.sampler.update(rows, ids)
+        return StepResult(ids, lps, tops)

@@ -45,6 +45,7 @@ class Scheduler:
         self.max_context = max_context
         self.pages = FreeList(num_pages, first=RESERVED_PAGES)
         self.slots = FreeList(num_slots, first=RESERVED_SLOTS)
+        self.lanes = FreeList(max_concurrency)  # lane id: the sampler's row for this request
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
 
@@ -84,6 +85,7 @@ class Scheduler:
             self.waiting.popleft()
             seq.pages = self.pages.alloc(need)
             seq.slot = self.slots.alloc(1)[0]
+            seq.lane = self.lanes.alloc(1)[0]
             seq.status = Status.RUNNING
             seq.admitted = time.monotonic()
             self.running.append(seq)
@@ -116,4 +118,7 @@ class Scheduler:
         if seq.slot >= 0:
             self.slots.free([seq.slot])
             seq.slot = -1
+        if seq.lane >= 0:
+            self.lanes.free([seq.lane])
+            seq.lane = -1
         seq.status = Status.FINISHED

@@ -25,7 +25,8 @@ class Sequence:
     output_ids: list[int] = field(default_factory=list)
     num_cached: int = 0  # tokens already run through the model (KV written, GDN state advanced)
     pages: list[int] = field(default_factory=list)
-    slot: int = -1
+    slot: int = -1  # GDN state slot
+    lane: int = -1  # lane id (sampler row)
     status: Status = Status.WAITING
     finish_reason: str | None = None
     stop_reason: str | int | None = None
