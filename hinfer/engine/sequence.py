@@ -51,8 +51,10 @@ class Sequence:
 
     def pending_tokens(self) -> list[int]:
         """Tokens not yet run through the model: the rest of the prompt, or the last sampled token."""
-        all_ids = self.prompt_ids + self.output_ids
-        return all_ids[self.num_cached :]
+        n = len(self.prompt_ids)
+        if self.num_cached >= n:  # decode: never copy a long prompt per step
+            return self.output_ids[self.num_cached - n :]
+        return self.prompt_ids[self.num_cached :] + self.output_ids
 
     @property
     def max_total_tokens(self) -> int:
