@@ -1,0 +1,92 @@
+"""Ceilings measured in the same run, and the floors they give (METHOD: floors first, ratios after)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from hinfer.config import ModelConfig
+from hinfer.model.qwen3_5 import Qwen35ForCausalLM
+
+
+def _median_ms(fn, iters: int = 20, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return sorted(times)[len(times) // 2]
+
+
+def copy_bandwidth(gib: float = 2.0) -> float:
+    """Bytes/s of a device-to-device copy, counting bytes read plus bytes written."""
+    n = int(gib * 2**30) // 2
+    src = torch.randn(n, dtype=torch.bfloat16, device="cuda")
+    dst = torch.empty_like(src)
+    ms = _median_ms(lambda: dst.copy_(src))
+
+    return 2 * n * 2 / (ms / 1e3)
+
+
+def matmul_flops(n: int = 8192) -> float:
+    """FLOP/s of a bf16 n^3 cuBLAS GEMM on random data."""
+    a = torch.randn(n, n, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(n, n, dtype=torch.bfloat16, device="cuda")
+    ms = _median_ms(lambda: a @ b, iters=10)
+    return 2 * n**3 / (ms / 1e3)
+
+
+def tensor_bytes(x) -> int:
+    if isinstance(x, torch.Tensor):
+        return x.numel() * x.element_size()
+    return int(getattr(x, "nbytes", 0))
+
+
+def weight_bytes_per_step(model: Qwen35ForCausalLM) -> int:
+    """Weights a decode step reads: everything but the embedding table (C rows of it are noise) and the MTP
+    head, plus the tied table once when it doubles as lm_head. Quantized weights count their packed bytes."""
+    total = 0
+    for mod_name, mod in model.named_modules():
+        if mod_name.startswith("mtp"):
+            continue
+        for name, p in list(mod._parameters.items()) + [
+            (k, v) for k, v in vars(mod).items() if hasattr(v, "matmul") and hasattr(v, "nbytes")
+        ]:
+            if p is None or (mod is model and name == "embed_tokens"):
+                continue
+            total += tensor_bytes(p)
+    if model.lm_head is None:
+        total += tensor_bytes(model.embed_tokens)
+    return total
+
+
+@dataclass
+class StepBytes:
+    weights: int
+    kv: int
+    gdn: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv + self.gdn
+
+
+def decode_step_bytes(cfg: ModelConfig, weights: int, lanes: int, depth: int, kv_itemsize: int, act_itemsize: int) -> StepBytes:
+    kv = lanes * len(cfg.attn_layers) * depth * 2 * cfg.num_key_value_heads * cfg.head_dim * kv_itemsize
+    ssm = cfg.linear_num_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim * 4
+    conv = cfg.gdn_conv_dim * (cfg.linear_conv_kernel_dim - 1) * act_itemsize
+    gdn = lanes * len(cfg.gdn_layers) * 2 * (ssm + conv)  # read and write
+    return StepBytes(weights, kv, gdn)
+
+
+def prefill_flops(cfg: ModelConfig, active_params: int, tokens: int) -> float:
+    """2 x active params x tokens (GEMMs) + causal attention (QK^T and PV over half the square)."""
+    attn = len(cfg.attn_layers) * 2 * 2 * cfg.num_attention_heads * cfg.head_dim * tokens * tokens / 2
+    return 2.0 * active_params * tokens + attn

@@ -1,0 +1,99 @@
+"""Decode and prefill measurements on the engine's own path (ModelRunner: CUDA graphs + sampler; eager prefill).
+
+Decode at depth D does not prefill D tokens first: each lane's KV pages and GDN state hold random values and its
+cached length is set to D, so every step reads exactly what a real step at that depth reads (the attention
+kernels read lengths from device tensors). Prefill runs the real chunked forward from an empty state.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from hinfer.engine.runner import ModelRunner
+from hinfer.engine.sampler import RowState
+from hinfer.engine.scheduler import ScheduledChunk
+from hinfer.engine.sequence import Sequence
+from hinfer.engine.state import RESERVED_PAGES, RESERVED_SLOTS
+from hinfer.sampling_params import SamplingParams
+
+
+@dataclass
+class Timing:
+    tok_s: float
+    ms_per_step: float
+    steps: int
+
+
+def fill_random(runner: ModelRunner) -> None:
+    """Random KV and GDN state (never time on zeros), one layer at a time to bound temporaries."""
+    st = runner.state
+    for t in (st.k_cache, st.v_cache, st.conv_state, st.ssm_state):
+        for layer in t:
+            if layer.element_size() == 1:  # fp8: no in-place normal_
+                layer.copy_(torch.randn(layer.shape, device=layer.device, dtype=torch.bfloat16).to(layer.dtype))
+            else:
+                layer.normal_(0, 0.05 if t is st.ssm_state else 1.0)
+
+
+def _lanes(runner: ModelRunner, lanes: int, depth: int, steps: int, greedy: bool) -> list[Sequence]:
+    ps = runner.state.page_size
+    per = -(-(depth + steps + 1) // ps)
+    if RESERVED_PAGES + lanes * per > runner.state.shape.num_pages:
+        raise ValueError(f"KV pool too small for {lanes} lanes at depth {depth}")
+    seqs = []
+    for i in range(lanes):
+        params = SamplingParams(temperature=0.0 if greedy else 0.7, top_p=0.95, max_tokens=steps + 1, ignore_eos=True)
+        s = Sequence(f"bench{i}", [1] * depth, params, seed=i)
+        s.num_cached = depth
+        s.output_ids = [100 + i]
+        s.pages = list(range(RESERVED_PAGES + i * per, RESERVED_PAGES + (i + 1) * per))
+        s.slot = RESERVED_SLOTS + i
+        s.lane = i
+        s.sampler_state = RowState(params, i, slot=i, prompt_ids=[])
+        runner.sampler.add_row(s.sampler_state)
+        seqs.append(s)
+    return seqs
+
+
+def decode(runner: ModelRunner, lanes: int, depth: int, steps: int = 64, warmup: int = 4) -> Timing:
+    seqs = _lanes(runner, lanes, depth, steps + warmup, greedy=True)
+
+    def one_step() -> None:
+        chunks = [ScheduledChunk(s, 1, True) for s in seqs]
+        res = runner.step(chunks)
+        for s, t in zip(seqs, res.token_ids):
+            s.output_ids.append(t)
+
+    for _ in range(warmup):
+        one_step()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        one_step()
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    return Timing(lanes * steps / dt, dt / steps * 1e3, steps)
+
+
+def prefill(runner: ModelRunner, tokens: int, chunk: int, repeats: int = 2) -> Timing:
+    """One sequence of `tokens` random ids, in chunks of `chunk` as the scheduler would run it alone."""
+    best = None
+    for r in range(repeats + 1):  # the first run warms up (Triton compile, allocator)
+        s = _lanes(runner, 1, 0, tokens, greedy=True)[0]
+        s.prompt_ids = torch.randint(1, 200_000, (tokens,)).tolist()
+        s.output_ids, s.num_cached = [], 0
+        runner.state.reset_slots([s.slot])
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        while s.num_cached < tokens:
+            n = min(chunk, tokens - s.num_cached)
+            runner.step([ScheduledChunk(s, n, s.num_cached + n == tokens)])
+        torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        if r > 0:
+            best = dt if best is None else min(best, dt)
+    assert best is not None
+    return Timing(tokens / best, best * 1e3, -(-tokens // chunk))

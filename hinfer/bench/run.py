@@ -1,0 +1,183 @@
+"""`hinfer bench`: prefill and decode throughput on the real engine path, each decode figure beside its floor.
+
+With a config (e.g. hinfer/configs/qwen3.6-27b) the weights are random at the exact shapes, generated on the GPU
+(no file); with a checkpoint directory they are loaded. Results: bench/results/*.json, a table on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import torch
+
+from hinfer.bench import floors, measure
+from hinfer.config import EngineConfig, ModelConfig, find_config_file, load_model_config
+from hinfer.engine.factory import make_core, resolve_engine_config
+from hinfer.fixtures import config_dir, tokenizer_dir
+from hinfer.model.qwen3_5 import Qwen35ForCausalLM
+from hinfer.model.random_init import random_init
+from hinfer.tokenizer import Tokenizer
+
+log = logging.getLogger("hinfer.bench")
+
+
+@dataclass
+class BenchSpec:
+    model: str
+    weights: str = "bf16"
+    concurrency: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    depths: list[int] = field(default_factory=lambda: [1024, 32768, 131072])
+    prefill: list[int] = field(default_factory=lambda: [1024, 8192, 32768])
+    steps: int = 64
+    layers: int | None = None
+    vs_hf: bool = False
+    out_dir: Path = Path("bench/results")
+
+
+def git_commit() -> str:
+    if os.environ.get("HINFER_COMMIT"):
+        return os.environ["HINFER_COMMIT"]
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()  # fmt: skip
+    except Exception:
+        return "unknown"
+
+
+def resolve_model(model: str) -> tuple[Path, bool]:
+    """-> (path, is_checkpoint). A short name picks a packaged config."""
+    p = Path(model)
+    if not p.exists() and config_dir(model) is not None:
+        p = config_dir(model)  # type: ignore[assignment]
+    has_weights = p.is_dir() and any(p.glob("*.safetensors"))
+    find_config_file(p)
+    return p, has_weights
+
+
+def truncate_layers(cfg: ModelConfig, n: int | None) -> ModelConfig:
+    if not n or n >= cfg.num_hidden_layers:
+        return cfg
+    return replace(cfg, num_hidden_layers=n, layer_types=cfg.layer_types[:n])
+
+
+def build_model(path: Path, is_ckpt: bool, cfg: ModelConfig, weights: str) -> Qwen35ForCausalLM:
+    t0 = time.monotonic()
+    dev = torch.device("cuda")
+    if is_ckpt:
+        from hinfer.model.loader import load_weights
+        from hinfer.weights.hf_reader import HFCheckpoint
+
+        model = Qwen35ForCausalLM(cfg, torch.bfloat16, dev)
+        ck = HFCheckpoint(path)
+        load_weights(model, ((n, t.to(dev, torch.bfloat16)) for n, t in ck.iter_tensors(dtype=torch.bfloat16)))
+    else:
+        model = random_init(Qwen35ForCausalLM(cfg, torch.bfloat16, dev), seed=0)
+    if weights != "bf16":
+        from hinfer.quant.apply import quantize_model
+
+        quantize_model(model, f"{weights}-default")
+    torch.cuda.synchronize()
+    log.info("model ready (%s weights) in %.1f s", weights, time.monotonic() - t0)
+    return model
+
+
+def active_params(model: Qwen35ForCausalLM) -> int:
+    cfg, n = model.cfg, 0
+    for name, p in model.named_parameters():
+        if name.startswith("mtp") or name in ("embed_tokens", "lm_head"):
+            continue
+        k = p.numel()
+        if "experts_" in name:
+            k = k * cfg.num_experts_per_tok // cfg.num_experts
+        n += k
+    for mod in model.modules():  # quantized weights replaced parameters: count their logical sizes
+        for v in vars(mod).values():
+            if hasattr(v, "matmul") and hasattr(v, "shape") and not isinstance(v, torch.Tensor):
+                n += int(torch.Size(v.shape).numel())
+    return n
+
+
+def run_bench(spec: BenchSpec, ecfg: EngineConfig) -> list[dict]:
+    if not torch.cuda.is_available():
+        raise SystemExit("hinfer bench needs a CUDA GPU")
+    path, is_ckpt = resolve_model(spec.model)
+    cfg = truncate_layers(load_model_config(path), spec.layers)
+    lanes = max(spec.concurrency)
+    need_ctx = max(max(spec.depths, default=0) + spec.steps + 16, max(spec.prefill, default=0) + 16)
+    capacity = max(
+        [c * (d + spec.steps + 16) for c in spec.concurrency for d in spec.depths] + [max(spec.prefill, default=0) + 64]
+    )
+    cfg = replace(cfg, max_position_embeddings=max(cfg.max_position_embeddings, need_ctx))
+    ecfg = replace(ecfg, device="cuda", dtype="bf16", max_concurrency=lanes, max_context=need_ctx,
+                   kv_capacity=capacity + lanes * ecfg.page_size)  # fmt: skip
+    ecfg = resolve_engine_config(cfg, ecfg)
+
+    bw = floors.copy_bandwidth()
+    flops = floors.matmul_flops()
+    log.info("measured: copy %.2f TB/s, bf16 GEMM %.0f TFLOP/s", bw / 1e12, flops / 1e12)
+    model = build_model(path, is_ckpt, cfg, spec.weights)
+    wbytes = floors.weight_bytes_per_step(model)
+    core = make_core(cfg, model, Tokenizer.from_dir(tokenizer_dir()), ecfg, torch.device("cuda"))
+    runner = core.runner
+    measure.fill_random(runner)
+    meta = {
+        "gpu": torch.cuda.get_device_name(), "commit": git_commit(), "model": str(spec.model),
+        "layers": cfg.num_hidden_layers, "weights": spec.weights, "kv_dtype": ecfg.kv_dtype,
+        "copy_bw_tb_s": bw / 1e12, "gemm_tflop_s": flops / 1e12, "torch": torch.__version__,
+        "python": platform.python_version(), "weight_bytes": wbytes, "page_size": ecfg.page_size,
+    }  # fmt: skip
+    rows: list[dict] = []
+    kv_item = runner.state.k_cache.element_size()
+    for depth in spec.depths:
+        for c in spec.concurrency:
+            t = measure.decode(runner, c, depth, steps=spec.steps)
+            b = floors.decode_step_bytes(cfg, wbytes, c, depth, kv_item, 2)
+            floor_tok_s = c / (b.total / bw)
+            rows.append(meta | {"kind": "decode", "concurrency": c, "depth": depth, "prefill_tokens": 0,
+                                "tok_s": t.tok_s, "ms_per_step": t.ms_per_step, "bytes_per_step": b.total,
+                                "floor_tok_s": floor_tok_s, "ratio": t.tok_s / floor_tok_s})  # fmt: skip
+            log.info("decode C=%d depth=%d: %.1f tok/s (floor %.1f, %.0f%%)", c, depth, t.tok_s, floor_tok_s,
+                     100 * t.tok_s / floor_tok_s)  # fmt: skip
+    act = active_params(model)
+    for n in spec.prefill:
+        chunk = min(n, ecfg.prefill_chunk)
+        t = measure.prefill(runner, n, chunk)
+        floor_tok_s = n / (floors.prefill_flops(cfg, act, n) / flops)
+        rows.append(meta | {"kind": "prefill", "concurrency": 1, "depth": 0, "prefill_tokens": n, "chunk": chunk,
+                            "tok_s": t.tok_s, "ms_per_step": t.ms_per_step, "floor_tok_s": floor_tok_s,
+                            "ratio": t.tok_s / floor_tok_s})  # fmt: skip
+        log.info("prefill %d (chunk %d): %.0f tok/s (floor %.0f, %.0f%%)", n, chunk, t.tok_s, floor_tok_s,
+                 100 * t.tok_s / floor_tok_s)  # fmt: skip
+    del core, runner, model
+    torch.cuda.empty_cache()
+    if spec.vs_hf:
+        from hinfer.bench.hf_baseline import hf_decode
+
+        hf = hf_decode(path, cfg, depth=min(spec.depths), steps=16)
+        rows.append(meta | {"kind": "hf_decode", "concurrency": 1, "depth": min(spec.depths), "prefill_tokens": 0,
+                            "tok_s": hf, "floor_tok_s": None, "ratio": None})  # fmt: skip
+        log.info("HF transformers decode C=1: %.2f tok/s", hf)
+    spec.out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    name = Path(str(spec.model)).name
+    out = spec.out_dir / f"{stamp}-{name}-{spec.weights}.json"
+    out.write_text(json.dumps({"spec": {k: str(v) for k, v in asdict(spec).items()}, "rows": rows}, indent=1))
+    log.info("wrote %s", out)
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| kind | C | depth | prefill | tok/s | floor tok/s | ratio |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ratio = f"{r['ratio']:.0%}" if r.get("ratio") else "-"
+        floor = f"{r['floor_tok_s']:.1f}" if r.get("floor_tok_s") else "-"
+        lines.append(f"| {r['kind']} | {r['concurrency']} | {r['depth']} | {r['prefill_tokens']} | "
+                     f"{r['tok_s']:.1f} | {floor} | {ratio} |")  # fmt: skip
+    return "\n".join(lines)

@@ -1,0 +1,53 @@
+"""`hinfer bench`: throughput on the real engine path, each decode figure beside its floor (needs a CUDA GPU)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from hinfer.cli.engine_args import add_engine_args, engine_config_from_args
+
+
+def _ints(text: str) -> list[int]:
+    out = []
+    for part in text.split(","):
+        part = part.strip().upper()
+        mult = 1024 if part.endswith("K") else 1
+        out.append(int(part.rstrip("K")) * mult)
+    return [x for x in out if x > 0]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="measure prefill and decode throughput against the memory floor (CUDA)",
+        description="Prefill tok/s and decode tok/s at several lane counts and context depths on the engine's own "
+        "path (CUDA graphs, sampler). Each decode figure is printed beside its floor: bytes a step must move "
+        "(weights, KV at that depth, GDN state) over the copy bandwidth measured in the same run. With a config "
+        "(a folder with config.json, or a packaged name like qwen3.6-27b) the weights are random at the real "
+        "shapes, generated on the GPU; with a checkpoint they are loaded.",
+    )
+    p.add_argument("model", help="checkpoint dir, config dir/file, or packaged config name (qwen3.6-27b, ...)")
+    p.add_argument("--quant", dest="bench_weights", choices=["bf16", "fp8", "int4"], default="bf16",
+                   help="weight format to run (random/loaded bf16 weights are converted in place; default bf16)")
+    p.add_argument("--concurrency", type=_ints, default=[1, 2, 4, 8], help="lane counts, e.g. 1,2,4,8")
+    p.add_argument("--depths", type=_ints, default=[1024, 32768, 131072], help="decode context depths, e.g. 1K,32K,128K")
+    p.add_argument("--prefill", type=_ints, default=[1024, 8192, 32768], help="prefill lengths (empty: skip)")
+    p.add_argument("--steps", type=int, default=64, help="timed decode steps per point (default 64)")
+    p.add_argument("--layers", type=int, default=None, help="keep only the first N layers (quick checks)")
+    p.add_argument("--vs-hf", action="store_true", help="also time Hugging Face transformers on the same shapes")
+    p.add_argument("--out", type=Path, default=Path("bench/results"), help="folder for the JSON results")
+    add_engine_args(p)
+    p.set_defaults(func=run, prefill_chunk=8192)
+
+
+def run(args: argparse.Namespace) -> int:
+    from hinfer.bench.run import BenchSpec, run_bench, table
+
+    spec = BenchSpec(
+        model=args.model, weights=args.bench_weights, concurrency=args.concurrency, depths=args.depths,
+        prefill=args.prefill, steps=args.steps, layers=args.layers, vs_hf=args.vs_hf, out_dir=args.out,
+    )  # fmt: skip
+    rows = run_bench(spec, engine_config_from_args(args))
+    print(table(rows))
+    return 0
