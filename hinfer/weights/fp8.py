@@ -23,10 +23,20 @@ def scale_shape(shape: tuple[int, ...] | torch.Size, block: tuple[int, int] = DE
     return (*lead, math.ceil(rows / block[0]), math.ceil(cols / block[1]))
 
 
-def _expand(scale: torch.Tensor, rows: int, cols: int, block: tuple[int, int]) -> torch.Tensor:
-    """Per-element scale [..., rows, cols] from the block grid (edge blocks cut to size)."""
-    s = scale.repeat_interleave(block[0], dim=-2)[..., :rows, :]
-    return s.repeat_interleave(block[1], dim=-1)[..., :cols]
+def _blocked(w: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
+    """fp32 copy of a [rows, cols] matrix as [nb0, b0, nb1, b1] blocks (zero-padded at the edges)."""
+    rows, cols = w.shape
+    nb0, nb1 = math.ceil(rows / block[0]), math.ceil(cols / block[1])
+    if rows % block[0] == 0 and cols % block[1] == 0:
+        return w.float().reshape(nb0, block[0], nb1, block[1])
+    padded = torch.zeros(nb0 * block[0], nb1 * block[1], dtype=torch.float32, device=w.device)
+    padded[:rows, :cols] = w.float()
+    return padded.view(nb0, block[0], nb1, block[1])
+
+
+def _unblocked(b: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    nb0, b0, nb1, b1 = b.shape
+    return b.reshape(nb0 * b0, nb1 * b1)[:rows, :cols]
 
 
 def _check(w_shape: torch.Size, s_shape: torch.Size, block: tuple[int, int]) -> None:
@@ -34,6 +44,11 @@ def _check(w_shape: torch.Size, s_shape: torch.Size, block: tuple[int, int]) -> 
     if tuple(s_shape) != want:
         raise ValueError(f"scale_inv shape {tuple(s_shape)} does not match weight {tuple(w_shape)} "
                          f"with block {tuple(block)} (expected {want})")
+
+
+def _dequantize_2d(w: torch.Tensor, s: torch.Tensor, block: tuple[int, int], dtype: torch.dtype) -> torch.Tensor:
+    rows, cols = w.shape
+    return _unblocked(_blocked(w, block) * s.float()[:, None, :, None], rows, cols).to(dtype)
 
 
 def dequantize_fp8_block(
@@ -44,29 +59,27 @@ def dequantize_fp8_block(
 ) -> torch.Tensor:
     """weight * its block's scale_inv, computed in float32, rounded once to `dtype`."""
     _check(w_fp8.shape, scale_inv.shape, block)
-    rows, cols = w_fp8.shape[-2:]
     if w_fp8.dim() == 2:
-        return (w_fp8.float() * _expand(scale_inv.float(), rows, cols, block)).to(dtype)
-    # Batched (fused experts): one slice at a time so the fp32 temporary stays one matrix.
+        return _dequantize_2d(w_fp8, scale_inv, block, dtype)
+    # Batched (fused experts): one matrix at a time so the fp32 temporary stays one matrix.
+    rows, cols = w_fp8.shape[-2:]
     out = torch.empty(w_fp8.shape, dtype=dtype, device=w_fp8.device)
     flat_w = w_fp8.reshape(-1, rows, cols)
     flat_s = scale_inv.reshape(-1, *scale_inv.shape[-2:])
     flat_o = out.view(-1, rows, cols)
     for i in range(flat_w.shape[0]):
-        flat_o[i] = flat_w[i].float() * _expand(flat_s[i].float(), rows, cols, block)
+        flat_o[i] = _dequantize_2d(flat_w[i], flat_s[i], block, dtype)
     return out
 
 
 def _quantize_2d(w: torch.Tensor, block: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
     rows, cols = w.shape
-    nb0, nb1 = math.ceil(rows / block[0]), math.ceil(cols / block[1])
-    padded = torch.zeros(nb0 * block[0], nb1 * block[1], dtype=torch.float32, device=w.device)
-    padded[:rows, :cols] = w.float()
-    amax = padded.abs().view(nb0, block[0], nb1, block[1]).amax(dim=(1, 3))
+    b = _blocked(w, block)
+    amax = b.abs().amax(dim=(1, 3))
     # scale = amax / 448 like the official conversion; an all-zero block gets 1 (any value dequantizes to 0).
     scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
-    q = (w.float() / _expand(scale, rows, cols, block)).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
-    return q, scale
+    q = (b / scale[:, None, :, None]).clamp_(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+    return _unblocked(q, rows, cols).contiguous(), scale
 
 
 def quantize_fp8_block(

@@ -225,12 +225,12 @@ class HFCheckpoint:
 def _read_index(index: Path) -> dict[str, StoredTensor]:
     try:
         weight_map = json.loads(index.read_text())["weight_map"]
-        if not isinstance(weight_map, dict):
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             raise TypeError
     except json.JSONDecodeError as e:
         raise CheckpointError(f"{index}: invalid JSON ({e})") from None
     except (KeyError, TypeError):
-        raise CheckpointError(f"{index}: no weight_map object") from None
+        raise CheckpointError(f"{index}: no weight_map object of tensor name -> shard file") from None
     headers: dict[str, dict[str, StoredTensor]] = {}
     for shard in sorted(set(weight_map.values())):
         p = index.parent / shard
