@@ -83,7 +83,8 @@ class ModelConfig:
         return 2 * self.gdn_key_dim + self.gdn_value_dim
 
     def layer_is_moe(self, i: int) -> bool:
-        return self.is_moe and i not in self.mlp_only_layers
+        # transformers' Qwen3.5-MoE makes every layer MoE (mlp_only_layers is read but unused): match it
+        return self.is_moe
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

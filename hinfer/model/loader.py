@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from hinfer.errors import CheckpointError
-from hinfer.model.qwen3_5 import Fused, Qwen35ForCausalLM
+from hinfer.model.qwen3_5 import Fused, Qwen35ForCausalLM, SparseMoE
 
 _EXPERT = re.compile(r"^(.*\.mlp)\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
 
@@ -78,12 +78,19 @@ def _hf_param_name(mod: nn.Module, pname: str) -> str:
     return f"{pname}.weight"  # MLP.down_proj
 
 
-def _expert_target(model: Qwen35ForCausalLM, name: str) -> _Target | None:
+def _expert_target(model: Qwen35ForCausalLM, name: str, source: str) -> _Target | None:
     m = _EXPERT.match(name)
     if not m:
         return None
-    moe = model.get_submodule(m.group(1))
+    try:
+        moe = model.get_submodule(m.group(1))
+    except AttributeError:
+        moe = None
+    if not isinstance(moe, SparseMoE):
+        raise CheckpointError(f"{source}: unexpected tensor {name!r} (this config has no such MoE layer)")
     e, which = int(m.group(2)), m.group(3)
+    if e >= moe.experts_down.shape[0]:
+        raise CheckpointError(f"{source}: tensor {name!r}: expert {e} out of range (config has {moe.experts_down.shape[0]})")
     inter = moe.experts_down.shape[2]
     if which == "down_proj":
         return _Target(moe.experts_down, f"{m.group(1)}.experts_down", expert=e)
@@ -94,30 +101,48 @@ def _expert_target(model: Qwen35ForCausalLM, name: str) -> _Target | None:
 def load_weights(model: Qwen35ForCausalLM, tensors: Iterable[tuple[str, torch.Tensor]], source: str = "checkpoint") -> None:
     """Copy every tensor into place; raise CheckpointError on unknown, misshapen, duplicate or missing tensors."""
     targets = _module_targets(model)
-    rows_written: dict[str, int] = {}
-    seen: set[str] = set()
+    seen: dict[str, str] = {}  # checkpoint name -> parameter it wrote
     with torch.no_grad():
         for name, t in tensors:
             if model.mtp is None and name.startswith("mtp."):
                 continue  # config without MTP layers: ignore the head
             if model.lm_head is None and name == "lm_head.weight":
                 continue  # tied embeddings: some writers still store the (identical) head
-            target = targets.get(name) or _expert_target(model, name)
+            target = targets.get(name) or _expert_target(model, name, source)
             if target is None:
                 raise CheckpointError(f"{source}: unexpected tensor {name!r} (not part of this model's config)")
             if name in seen:
                 raise CheckpointError(f"{source}: tensor {name!r} appears twice")
-            seen.add(name)
             dst = target.view()
-            if name.endswith("conv1d.weight") and t.dim() == 3:
+            stored = list(t.shape)
+            if name.endswith("conv1d.weight") and t.dim() == 3 and t.shape[1] == 1:
                 t = t.squeeze(1)  # [C, 1, W] -> [C, W]
             if tuple(t.shape) != tuple(dst.shape):
-                raise CheckpointError(
-                    f"{source}: tensor {name!r} has shape {list(t.shape)}, expected {list(dst.shape)} for this config"
-                )
+                want = [dst.shape[0], 1, dst.shape[1]] if name.endswith("conv1d.weight") else list(dst.shape)
+                raise CheckpointError(f"{source}: tensor {name!r} has shape {stored}, expected {want} for this config")
             dst.copy_(t)
-            rows_written[target.name] = rows_written.get(target.name, 0) + dst.numel()
-    missing = [n for n, p in model.named_parameters() if rows_written.get(n, 0) != p.numel()]
-    if missing:
-        hint = [k for k, v in targets.items() if v.name == missing[0]] or [missing[0]]
-        raise CheckpointError(f"{source}: missing tensor {hint[0]!r} ({len(missing)} parameters incomplete)")
+            seen[name] = target.name
+    _check_complete(model, targets, seen, source)
+
+
+def _check_complete(model: Qwen35ForCausalLM, targets: dict[str, _Target], seen: dict[str, str], source: str) -> None:
+    """Every non-expert tensor once; experts either fused or every per-expert tensor, never both."""
+    for name in targets:
+        if name in seen or ".experts." in name:
+            continue
+        raise CheckpointError(f"{source}: missing tensor {name!r}")
+    for mod_name, mod in model.named_modules():
+        if not isinstance(mod, SparseMoE):
+            continue
+        fused = [f"{mod_name}.experts.gate_up_proj", f"{mod_name}.experts.down_proj"]
+        per = [f"{mod_name}.experts.{e}.{w}.weight" for e in range(mod.experts_down.shape[0])
+               for w in ("gate_proj", "up_proj", "down_proj")]  # fmt: skip
+        has_fused = [n for n in fused if n in seen]
+        has_per = [n for n in per if n in seen]
+        if has_fused and has_per:
+            raise CheckpointError(f"{source}: {mod_name} has both fused and per-expert tensors ({has_fused[0]!r}, "
+                                  f"{has_per[0]!r})")  # fmt: skip
+        want = fused if has_fused or not has_per else per
+        missing = [n for n in want if n not in seen]
+        if missing:
+            raise CheckpointError(f"{source}: missing tensor {missing[0]!r}")
