@@ -258,7 +258,7 @@ class EngineConfig:
             raise ConfigError("--max-context must be >= 16")
         if self.prefill_chunk < 16:
             raise ConfigError("--prefill-chunk must be >= 16")
-        if self.kv_dtype not in ("bf16", "fp8"):
+        if self.kv_dtype not in ("bf16", "fp8", "fp32"):  # fp32: CPU reference runs
             raise ConfigError(f"--kv-dtype {self.kv_dtype!r}: expected bf16 or fp8")
         if self.dtype not in ("auto", "bf16", "fp32"):
             raise ConfigError(f"--dtype {self.dtype!r}: expected bf16 or fp32")

@@ -22,7 +22,7 @@ from hinfer.tokenizer import Tokenizer
 log = logging.getLogger("hinfer")
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
-KV_DTYPES = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
+KV_DTYPES = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn, "fp32": torch.float32}
 
 
 @dataclass
@@ -33,6 +33,7 @@ class Loaded:
     model: Qwen35ForCausalLM
     tokenizer: Tokenizer
     device: torch.device
+    plan: object | None = None  # MemoryPlan
 
 
 def resolve_engine_config(cfg: ModelConfig, ecfg: EngineConfig) -> EngineConfig:
@@ -48,43 +49,67 @@ def resolve_engine_config(cfg: ModelConfig, ecfg: EngineConfig) -> EngineConfig:
     return replace(ecfg, device=device, dtype=dtype, max_context=max_context, kv_dtype=kv_dtype)
 
 
-def state_shape(cfg: ModelConfig, ecfg: EngineConfig) -> StateShape:
-    capacity = ecfg.kv_capacity or ecfg.max_concurrency * ecfg.max_context
-    pages = -(-capacity // ecfg.page_size) + RESERVED_PAGES
-    slots = ecfg.max_concurrency * (1 + ecfg.draft_slots) + RESERVED_SLOTS
+def state_shape(cfg: ModelConfig, ecfg: EngineConfig, plan=None) -> StateShape:
+    """Pool sizes from the memory plan when there is one; else every lane guaranteed max_context of pages."""
+    if plan is not None:
+        pages, slots = plan.num_pages, plan.num_slots
+    else:
+        per_lane = -(-ecfg.max_context // ecfg.page_size)
+        pages = (-(-ecfg.kv_capacity // ecfg.page_size) if ecfg.kv_capacity else ecfg.max_concurrency * per_lane)
+        pages += RESERVED_PAGES
+        slots = ecfg.max_concurrency * (1 + ecfg.draft_slots) + RESERVED_SLOTS
     kv_dtype = KV_DTYPES.get(ecfg.kv_dtype, torch.float32)
     mtp = cfg.mtp_num_hidden_layers if ecfg.spec == "mtp" else 0
     return StateShape(pages, ecfg.page_size, slots, kv_dtype, DTYPES[ecfg.dtype], mtp_layers=mtp)
 
 
+def weight_format(ecfg: EngineConfig) -> str:
+    """The format the weights are kept in: checkpoints load as bf16 (official FP8 ones are dequantized for now),
+    then --weights fp8|int4 converts them in place."""
+    return {"fp8": "fp8-default", "int4": "int4-default"}.get(ecfg.weights, "bf16")
+
+
 def load_model(model: str | None, ecfg: EngineConfig) -> Loaded:
+    from hinfer.cli.commands.plan import plan_for_serve
+    from hinfer.weights.hf_reader import HFCheckpoint
+
     path = resolve_model_path(model)
     cfg = load_model_config(path)
     ecfg = resolve_engine_config(cfg, ecfg)
-    from hinfer.weights.hf_reader import HFCheckpoint
-
+    plan = plan_for_serve(cfg, ecfg, weight_format(ecfg))  # before any weight is read: fail fast with figures
+    log.info("memory plan (%s):\n%s", plan.device_name, plan.table())
     ckpt = HFCheckpoint(path)
+    tok = Tokenizer.from_dir(path)
     device = torch.device(ecfg.device)
     dtype = DTYPES[ecfg.dtype]
     t0 = time.monotonic()
-    net = Qwen35ForCausalLM(cfg, dtype=dtype, device=device)
+    net = Qwen35ForCausalLM(cfg, dtype=dtype, device=device, with_mtp=ecfg.spec == "mtp")
     load_weights(net, ((n, t.to(device=device, dtype=dtype)) for n, t in ckpt.iter_tensors(dtype=dtype)), str(path))
+    if ecfg.weights in ("fp8", "int4"):
+        from hinfer.quant.apply import quantize_model
+
+        quantize_model(net, weight_format(ecfg))
     log.info("loaded %s (%s, %s on %s) in %.1f s", path, cfg.model_type, ecfg.dtype, device, time.monotonic() - t0)
-    tok = Tokenizer.from_dir(path)
-    return Loaded(path, cfg, ecfg, net, tok, device)
+    return Loaded(path, cfg, ecfg, net, tok, device, plan)
 
 
 def build_core(loaded: Loaded) -> EngineCore:
-    return make_core(loaded.cfg, loaded.model, loaded.tokenizer, loaded.ecfg, loaded.device)
+    shape = state_shape(loaded.cfg, loaded.ecfg, loaded.plan)
+    return make_core(loaded.cfg, loaded.model, loaded.tokenizer, loaded.ecfg, loaded.device, shape)
 
 
 def make_core(
-    cfg: ModelConfig, model: Qwen35ForCausalLM, tokenizer: Tokenizer, ecfg: EngineConfig, device: torch.device
+    cfg: ModelConfig,
+    model: Qwen35ForCausalLM,
+    tokenizer: Tokenizer,
+    ecfg: EngineConfig,
+    device: torch.device,
+    shape: StateShape | None = None,
 ) -> EngineCore:
     """State pool, sampler, runner (+ CUDA graphs) and core around a loaded model. `ecfg` must be resolved."""
     from hinfer.engine.sampler import Sampler
 
-    state = ModelState(cfg, state_shape(cfg, ecfg), device)
+    state = ModelState(cfg, shape or state_shape(cfg, ecfg), device)
     sampler = Sampler(cfg.vocab_size, device, max_rows=ecfg.max_concurrency, num_real_tokens=tokenizer.vocab_size)
     runner = ModelRunner(model, state, sampler)
     if device.type == "cuda" and ecfg.cuda_graphs:

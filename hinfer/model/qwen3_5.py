@@ -198,7 +198,13 @@ class MTPHead(nn.Module):
 
 
 class Qwen35ForCausalLM(nn.Module):
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype = torch.bfloat16, device: torch.device | str = "cpu"):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        dtype: torch.dtype = torch.bfloat16,
+        device: torch.device | str = "cpu",
+        with_mtp: bool = True,  # False: skip the MTP head (its weights are ignored when loading)
+    ):
         super().__init__()
         self.cfg, self.dtype = cfg, dtype
         h = cfg.hidden_size
@@ -208,7 +214,7 @@ class Qwen35ForCausalLM(nn.Module):
         )
         self.norm = _param(h, dtype=dtype, device=device)
         self.lm_head = None if cfg.tie_word_embeddings else _param(cfg.vocab_size, h, dtype=dtype, device=device)
-        self.mtp = MTPHead(cfg, dtype, device) if cfg.mtp_num_hidden_layers > 0 else None
+        self.mtp = MTPHead(cfg, dtype, device) if with_mtp and cfg.mtp_num_hidden_layers > 0 else None
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.embed_tokens[input_ids]

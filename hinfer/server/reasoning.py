@@ -27,6 +27,7 @@ class ReasoningSplitter:
         self.in_reasoning = start_in_reasoning
         self._buf = ""
         self._reasoning_started = False  # strip leading whitespace / a repeated `<think>` once
+        self._tag_checked = False
         self._content_started = False  # strip the blank lines that follow `</think>`
 
     def feed(self, text: str) -> list[tuple[str, str]]:
@@ -69,14 +70,16 @@ class ReasoningSplitter:
         return out
 
     def _start_reasoning(self) -> bool:
-        """Drop leading whitespace and a `<think>` the model may repeat; False while undecided."""
+        """Drop leading whitespace and one `<think>` the model may repeat; False while undecided."""
         stripped = self._buf.lstrip()
         if not stripped:
             return False
-        if THINK_START.startswith(stripped) and stripped != THINK_START:
-            return False  # maybe a partial `<think>`
-        if stripped.startswith(THINK_START):
-            stripped = stripped[len(THINK_START):].lstrip()
+        if not self._tag_checked:
+            if THINK_START.startswith(stripped) and stripped != THINK_START:
+                return False  # maybe a partial `<think>`
+            if stripped.startswith(THINK_START):
+                stripped = stripped[len(THINK_START):].lstrip()
+            self._tag_checked = True
             if not stripped:
                 self._buf = ""
                 return False

@@ -1,0 +1,75 @@
+"""`hinfer plan`: the memory plan for a model and serve flags, without reading any weight."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from hinfer.cli.engine_args import add_engine_args, engine_config_from_args
+from hinfer.config import EngineConfig, ModelConfig, load_model_config
+from hinfer.engine.memory_plan import MemoryPlan, check_plan, device_memory, plan_memory, resolve_device
+from hinfer.engine.weight_bytes import resolve_weights
+from hinfer.errors import ConfigError, PlanError
+
+CONFIGS_DIR = Path(__file__).resolve().parents[2] / "configs"  # hinfer/configs (package data)
+
+
+def packaged_configs() -> list[str]:
+    return sorted(p.parent.name for p in CONFIGS_DIR.glob("*/config.json"))
+
+
+def load_config_arg(arg: str) -> ModelConfig:
+    """A checkpoint or config directory, a config.json, or the short name of a packaged config."""
+    if Path(arg).exists():
+        return load_model_config(arg)
+    if (CONFIGS_DIR / arg / "config.json").is_file():
+        return load_model_config(CONFIGS_DIR / arg)
+    raise ConfigError(f"{arg}: not a directory or config.json, nor a packaged config "
+                      f"({', '.join(packaged_configs()) or 'none'})")
+
+
+def plan_for_serve(cfg: ModelConfig, ecfg: EngineConfig, weights: str) -> MemoryPlan:
+    """The plan serve runs before loading weights; raises PlanError with exact figures unless it fits.
+    `weights` may be 'auto' (resolved from the checkpoint config); ecfg.device should be resolved."""
+    ecfg.validate()
+    available, name = device_memory(ecfg)
+    plan = plan_memory(cfg, ecfg, weights=resolve_weights(cfg, weights), device_bytes=available,
+                       device_name=name, device=resolve_device(ecfg))
+    return check_plan(plan)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "plan",
+        help="print the memory plan (weights, KV, GDN state, workspaces) and whether it fits",
+        description="Compute the memory plan serve would use, from the model's config.json and the engine "
+        "flags alone (no weights are read), print it as a table, and say whether it fits. Exit status 0 if "
+        "it fits, 1 if not. With --gpu-memory the plan is for a GPU of that size, on any machine.",
+    )
+    p.add_argument("model", metavar="MODEL_OR_CONFIG",
+                   help="checkpoint directory, config directory, config.json, or a packaged config name "
+                   f"({', '.join(packaged_configs())})")
+    add_engine_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = load_config_arg(args.model)
+    ecfg = engine_config_from_args(args)
+    ecfg.validate()
+    available, name = device_memory(ecfg)
+    plan = plan_memory(cfg, ecfg, weights=resolve_weights(cfg, ecfg.weights), device_bytes=available,
+                       device_name=name)
+    print(plan.table())
+    lim = plan.largest_fit()
+    ctx = lim.max_context if lim.max_context is not None else "none"
+    conc = lim.max_concurrency if lim.max_concurrency is not None else "none"
+    print(f"largest --max-context at --max-concurrency {ecfg.max_concurrency}: {ctx}; "
+          f"largest --max-concurrency at --max-context {ecfg.max_context}: {conc}")
+    try:
+        check_plan(plan)
+    except PlanError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0

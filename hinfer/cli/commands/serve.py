@@ -1,0 +1,92 @@
+"""`hinfer serve`: the OpenAI- and Anthropic-compatible HTTP server (FastAPI + uvicorn)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+
+from hinfer.cli.engine_args import add_engine_args, engine_config_from_args
+from hinfer.errors import ConfigError
+
+log = logging.getLogger("hinfer.serve")
+
+_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+def _port(text: str) -> int:
+    port = int(text)
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError("port must be in 0..65535")
+    return port
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="run the OpenAI- and Anthropic-compatible HTTP server",
+        description="Serve a model over HTTP: OpenAI /v1/chat/completions, /v1/completions, /v1/models and "
+        "Anthropic /v1/messages (+ /count_tokens), with streaming, tool calls and reasoning; /health and "
+        "/metrics (Prometheus). With no MODEL, the built-in demo model runs (random weights: its words are "
+        "random). See docs/api.md for what each field does.",
+    )
+    p.add_argument("model", nargs="?", default=None, metavar="MODEL",
+                   help="checkpoint directory in Hugging Face layout (config.json, *.safetensors, tokenizer); "
+                        "omit it to run the demo model")
+    p.add_argument("--demo", action="store_true",
+                   help="run the built-in demo model (random weights; the default when MODEL is omitted)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 for all "
+                        "interfaces, then also set --api-key)")
+    p.add_argument("--port", type=_port, default=8000, help="TCP port (default 8000)")
+    p.add_argument("--api-key", default=None, metavar="KEY",
+                   help="require this key from clients, as 'Authorization: Bearer KEY' or 'x-api-key: KEY' "
+                        "(default: $HINFER_API_KEY if set, else no key). /health stays open")
+    p.add_argument("--cors", default=None, metavar="ORIGINS",
+                   help="comma-separated browser origins allowed to call the API (CORS), e.g. "
+                        "'http://localhost:3000', or '*' for any (default: none)")
+    p.add_argument("--served-model-name", default=None, metavar="NAME[,ALIAS...]",
+                   help="the model name clients must send, plus optional aliases, comma-separated (default: "
+                        "the checkpoint folder's name, or 'demo'). Aliases help clients that insist on a name, "
+                        "e.g. an agent configured for another model")
+    p.add_argument("--preserve-thinking", action="store_true",
+                   help="keep the reasoning of earlier assistant turns in the prompt (the template's "
+                        "preserve_thinking); by default only the current turn's reasoning is kept. A request "
+                        "can override it with chat_template_kwargs.preserve_thinking")
+    add_engine_args(p)
+    p.set_defaults(func=run)
+
+
+def _split(text: str | None) -> list[str]:
+    return [x.strip() for x in (text or "").split(",") if x.strip()]
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.demo and args.model:
+        raise ConfigError("give MODEL or --demo, not both")
+    import uvicorn  # heavy imports only once the flags are known to be good
+
+    from hinfer.engine.factory import create_engine
+    from hinfer.server import create_app
+
+    api_key = args.api_key if args.api_key is not None else os.environ.get("HINFER_API_KEY") or None
+    names = _split(args.served_model_name)
+    ecfg = engine_config_from_args(args)
+    engine, tokenizer, default_name = create_engine(args.model or "demo", ecfg)
+    model_name = names[0] if names else default_name
+    app = create_app(engine, tokenizer, model_name=model_name, model_aliases=names[1:], api_key=api_key,
+                     cors=_split(args.cors) or None, preserve_thinking_default=args.preserve_thinking)
+
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    url = f"http://{host}:{args.port}"
+    if args.model is None:
+        log.info("no MODEL given: serving the demo model (random weights, so its words are random)")
+    log.info("serving %r: max context %d tokens, %d lanes, %d queued at most, auth %s%s",
+             model_name, engine.max_context, ecfg.max_concurrency, ecfg.max_pending_requests,
+             "on" if api_key else "off", f", CORS {args.cors}" if args.cors else "")
+    log.info("listening on %s  (OpenAI base_url %s/v1, Anthropic base_url %s)", url, url, url)
+    if args.host not in _LOOPBACK and not api_key:
+        log.warning("listening on %s without --api-key: anyone who can reach this port can use the model",
+                    args.host)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=5)
+    return 0

@@ -1,0 +1,382 @@
+"""The memory plan: every byte the engine will hold on the device, from the config and flags alone.
+
+Computed before any weight is read, so `hinfer serve` fails within seconds when it does not fit, and
+`hinfer plan` answers for any memory size. Rows (formulas in docs/memory-plan.md):
+
+- weights: per format/recipe (weight_bytes.py), the MTP head included while the model builds it (see below).
+- kv cache: `StateShape.kv_bytes`: (attention layers + MTP layers with --spec) x pages x page bytes;
+  pages = ceil(capacity / page_size) + 1 reserved, capacity = max_concurrency x max_context by default
+  (each lane rounded up to whole pages, so every admitted request is guaranteed its pages), N tokens with
+  --kv-capacity N, and everything left over with --kv-capacity auto.
+- gdn state: `StateShape.gdn_bytes`: GDN layers x slots x (conv + fp32 ssm), slots = lanes x (1 + draft
+  slots) + 1 reserved.
+- sampler state: per-lane [V] int32 token counts + [V] bool prompt mask (penalties).
+- activations: one forward step at its largest (a prefill chunk plus every lane's decode tokens) through one
+  layer, plus logits and sampler temporaries for the lanes (estimate).
+- cuda graphs: the shared pool of the captured decode graphs (estimate: one decode step's activations plus a
+  fixed amount per graph).
+- cuda runtime: CUDA context, cuBLAS workspace, kernel images (fixed estimate, GPU only).
+- headroom: allocator fragmentation and transient spikes (fixed fraction of the memory, with a floor).
+
+No torch import here: `hinfer plan` must answer in well under a second.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from hinfer.config import EngineConfig, ModelConfig
+from hinfer.engine.weight_bytes import DTYPE_BYTES, Recipe, get_recipe, weight_bytes
+from hinfer.errors import PlanError
+
+GIB = 2**30
+RESERVED_PAGES = 1  # same as engine/state.py (page 0 is CUDA-graph scratch)
+RESERVED_SLOTS = 1
+CUDA_RUNTIME_BYTES = 1 * GIB  # context + cuBLAS workspace + Triton/fla kernel images
+HEADROOM_FRACTION = 0.02
+HEADROOM_MIN = 512 * 2**20
+GRAPH_FIXED_BYTES = 2 * 2**20  # per captured graph: its own small buffers
+SAMPLER_TMP_BYTES_PER_LOGIT = 40  # processed fp32 logits + scores, int64 hash, fp64 noise, sort values+ids
+GDN_CHUNK = 64  # chunk size of the chunked GDN prefill (fla)
+# The model builds the MTP head whenever the checkpoint has one, --spec or not; when it stops doing that
+# without --spec, set this False and the plan drops those weights (0.85 GB for 27B bf16, 5 GB for 122B).
+MTP_LOADED_WITHOUT_SPEC = False
+
+
+def resolve_device(ecfg: EngineConfig) -> str:
+    """The device the plan is for. --device auto with --gpu-memory plans for a GPU without touching one."""
+    if ecfg.device in ("cpu", "cuda"):
+        return ecfg.device
+    if ecfg.gpu_memory is not None:
+        return "cuda"
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def activation_dtype(ecfg: EngineConfig, device: str) -> str:
+    if ecfg.dtype != "auto":
+        return ecfg.dtype
+    return "bf16" if device == "cuda" else "fp32"
+
+
+def kv_dtype(ecfg: EngineConfig, device: str) -> str:
+    """As the engine allocates it: --kv-dtype on the GPU, the activation dtype on the CPU reference path."""
+    return ecfg.kv_dtype if device == "cuda" else activation_dtype(ecfg, device)
+
+
+def captured_batch_sizes(lanes: int) -> list[int]:
+    """Decode batch sizes with a CUDA graph, as engine/cuda_graphs.py BUCKETS (not imported: it imports torch)."""
+    sizes = [s for s in (1, 2, 4, 8, 12, 16, 24, 32, 48, 64) if s < lanes]
+    return [*sizes, lanes]
+
+
+def step_workspace_bytes(cfg: ModelConfig, tokens: int, logit_rows: int, act: int) -> int:
+    """Peak live activations of one forward step of `tokens` tokens (estimate; formula in docs/memory-plan.md).
+
+    The residual stream and its normed copy live across the layer; the mixer's and the MLP's intermediates
+    do not overlap, so the peak is base + the largest of the three; logits come after the last layer."""
+    t, h = tokens, cfg.hidden_size
+    base = 3 * t * h * act
+    q, kv = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
+    attn = t * (2 * q + 2 * kv + 3 * q) * act  # q+gate, k, v, roped q, attention out, gated out
+    hv, kd, vd = cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim
+    conv = cfg.gdn_conv_dim
+    gdn = t * (2 * conv + 3 * cfg.gdn_value_dim + 2 * hv + 2 * cfg.gdn_key_dim) * act  # projections, conv, o
+    gdn += math.ceil(t / GDN_CHUNK) * hv * kd * vd * 4  # fp32 state at each chunk boundary
+    gdn += t * hv * (kd + vd + GDN_CHUNK + 1) * 4  # fp32 w, u, intra-chunk A, cumulative g
+    if cfg.is_moe:
+        k, e, i = cfg.num_experts_per_tok, cfg.num_experts, cfg.moe_intermediate_size
+        mlp = t * e * 8 + t * k * 12  # router logits + probs fp32, top-k ids + weights
+        mlp += t * k * (2 * h + 3 * i) * act  # dispatched rows, gate_up, act, expert out
+        mlp += t * 3 * cfg.shared_expert_intermediate_size * act
+    else:
+        mlp = t * 3 * cfg.intermediate_size * act
+    logits = logit_rows * cfg.vocab_size * (act + 4 + SAMPLER_TMP_BYTES_PER_LOGIT)
+    return base + max(attn, gdn, mlp) + logits
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    name: str
+    bytes: int
+    note: str
+
+
+@dataclass(frozen=True)
+class FitLimits:
+    """Largest settings that fit, each with the other setting as given; None when nothing fits."""
+
+    max_context: int | None
+    max_concurrency: int | None
+
+
+@dataclass
+class MemoryPlan:
+    cfg: ModelConfig
+    ecfg: EngineConfig
+    weights: str  # recipe name
+    device: str  # "cuda" | "cpu"
+    device_name: str
+    available: int  # bytes the plan may use
+    rows: list[PlanRow]
+    num_pages: int  # including the reserved page
+    num_slots: int  # including the reserved slot
+    kv_dtype: str
+    act_dtype: str
+    min_kv_pages: int = 0  # --kv-capacity auto: pages one max-context request needs (else 0)
+    notes: list[str] = field(default_factory=list)
+    recipe: Recipe | None = None  # the weights' recipe (`weights` is its name)
+
+    @property
+    def needed(self) -> int:
+        """Bytes needed: every row; with --kv-capacity auto the KV row counts as one max-context request."""
+        if self.min_kv_pages:
+            return self._fixed + (self.min_kv_pages + RESERVED_PAGES) * self.page_bytes
+        return sum(r.bytes for r in self.rows)
+
+    @property
+    def _fixed(self) -> int:
+        return sum(r.bytes for r in self.rows if r.name != "kv cache")
+
+    @property
+    def total(self) -> int:
+        return sum(r.bytes for r in self.rows)
+
+    @property
+    def page_bytes(self) -> int:
+        return kv_page_bytes(self.cfg, self.ecfg, self.kv_dtype)
+
+    @property
+    def kv_tokens(self) -> int:
+        return (self.num_pages - RESERVED_PAGES) * self.ecfg.page_size
+
+    @property
+    def fits(self) -> bool:
+        if self.min_kv_pages:
+            return self.num_pages - RESERVED_PAGES >= self.min_kv_pages and self._fixed <= self.available
+        return self.total <= self.available
+
+    def largest_fit(self) -> FitLimits:
+        """Largest --max-context at this concurrency and largest --max-concurrency at this context (binary
+        search on the same formula)."""
+        def ok_ctx(n: int) -> bool:
+            return self._replan(max_context=n).fits
+
+        def ok_conc(n: int) -> bool:
+            return self._replan(max_concurrency=n).fits
+
+        return FitLimits(_largest(ok_ctx, 16, self.cfg.max_position_embeddings),
+                         _largest(ok_conc, 1, 64))
+
+    def _replan(self, **kw: int) -> MemoryPlan:
+        return plan_memory(self.cfg, replace(self.ecfg, **kw), weights=self.recipe,
+                           device_bytes=self.available, device_name=self.device_name, device=self.device)
+
+    def table(self) -> str:
+        e = self.ecfg
+        name_w = max(len(r.name) for r in self.rows)
+        lines = [
+            f"model: {_model_line(self.cfg)}",
+            f"settings: weights {self.weights}, activations {self.act_dtype}, kv {self.kv_dtype}, "
+            f"max-context {e.max_context}, max-concurrency {e.max_concurrency}, "
+            f"kv-capacity {_kv_cap_text(e)}, prefill-chunk {e.prefill_chunk}, page-size {e.page_size}, "
+            f"spec {f'mtp x{e.draft_tokens}' if e.spec else 'off'}",
+            f"device: {self.device_name}",
+            "",
+            f"{'row':<{name_w}}  {'GiB':>8}  {'bytes':>17}  note",
+        ]
+        for r in self.rows:
+            lines.append(f"{r.name:<{name_w}}  {_gib(r.bytes):>8}  {r.bytes:>17,}  {r.note}")
+        rule = "-" * (name_w + 2 + 8 + 2 + 17)
+        lines += [rule, f"{'total':<{name_w}}  {_gib(self.total):>8}  {self.total:>17,}"]
+        if self.min_kv_pages:
+            lines.append(f"{'needed':<{name_w}}  {_gib(self.needed):>8}  {self.needed:>17,}  "
+                         f"with KV for one {e.max_context}-token request")
+        lines.append(f"{'available':<{name_w}}  {_gib(self.available):>8}  {self.available:>17,}  "
+                     f"{self.device_name}")
+        lines += [f"note: {n}" for n in self.notes]
+        if self.fits:
+            spare = self.available - self.total
+            lines.append(f"FITS ({_gib(spare).strip()} GiB spare, {self.kv_tokens:,} KV tokens)")
+        else:
+            lines.append(f"DOES NOT FIT (short by {self.needed - self.available:,} bytes, "
+                         f"{_gib(self.needed - self.available).strip()} GiB)")
+        return "\n".join(lines)
+
+    def error_message(self) -> str:
+        e = self.ecfg
+        lim = self.largest_fit()
+        weights = next(r.bytes for r in self.rows if r.name == "weights")
+        msg = (f"the memory plan does not fit: it needs {self.needed:,} bytes ({_gib(self.needed).strip()} GiB) "
+               f"but {self.available:,} bytes ({_gib(self.available).strip()} GiB) are available on "
+               f"{self.device_name} (weights {self.weights}: {weights:,} bytes; KV {self.kv_dtype} for "
+               f"{e.max_concurrency} x {e.max_context} tokens; run `hinfer plan` for the table).")
+        if lim.max_context is None and lim.max_concurrency is None:
+            smaller = {"bf16": "--weights fp8 or int4, ", "fp8": "--weights int4, "}.get(self.recipe.fmt, "")
+            msg += (f" No --max-context or --max-concurrency fits with these weights; try {smaller}"
+                    "a device with more memory.")
+            return msg
+        parts = []
+        if lim.max_context is not None:
+            parts.append(f"--max-context {lim.max_context} at --max-concurrency {e.max_concurrency}")
+        if lim.max_concurrency is not None:
+            parts.append(f"--max-concurrency {lim.max_concurrency} at --max-context {e.max_context}")
+        msg += " Largest that fits: " + ", or ".join(parts) + "."
+        if self.kv_dtype == "bf16" and self.device == "cuda":
+            msg += " --kv-dtype fp8 halves the KV cache."
+        return msg
+
+
+def _largest(ok, lo: int, hi: int) -> int | None:
+    """Largest n in [lo, hi] with ok(n), for ok monotone decreasing; None if not even ok(lo)."""
+    if not ok(lo):
+        return None
+    if ok(hi):
+        return hi
+    while hi - lo > 1:  # invariant: ok(lo), not ok(hi)
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo
+
+
+def kv_page_bytes(cfg: ModelConfig, ecfg: EngineConfig, dtype: str) -> int:
+    """One page of K and V in every KV layer (attention layers + MTP layers with --spec)."""
+    layers = len(cfg.attn_layers) + (cfg.mtp_num_hidden_layers if ecfg.spec else 0)
+    return layers * 2 * ecfg.page_size * cfg.num_key_value_heads * cfg.head_dim * DTYPE_BYTES[dtype]
+
+
+def gdn_slot_bytes(cfg: ModelConfig, act: str) -> int:
+    """One slot in every GDN layer: conv state (activation dtype) + fp32 recurrent state."""
+    conv = cfg.gdn_conv_dim * (cfg.linear_conv_kernel_dim - 1) * DTYPE_BYTES[act]
+    ssm = cfg.linear_num_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim * 4
+    return len(cfg.gdn_layers) * (conv + ssm)
+
+
+def plan_memory(cfg: ModelConfig, ecfg: EngineConfig, *, weights: str | Recipe, device_bytes: int,
+                device_name: str, device: str | None = None) -> MemoryPlan:
+    """The plan for `cfg` under flags `ecfg`, weight format, recipe name or Recipe `weights` (not 'auto'), against
+    `device_bytes`. `device` ("cuda" | "cpu") defaults to resolve_device(ecfg)."""
+    device = device or resolve_device(ecfg)
+    recipe = get_recipe(weights)
+    act = activation_dtype(ecfg, device)
+    kvd = kv_dtype(ecfg, device)
+    if ecfg.max_context > cfg.max_position_embeddings:  # the engine clamps it so
+        ecfg = replace(ecfg, max_context=cfg.max_position_embeddings)
+    ab = DTYPE_BYTES[act]
+    lanes, ps = ecfg.max_concurrency, ecfg.page_size
+    q_per_lane = 1 + ecfg.draft_tokens if ecfg.spec else 1
+    rows: list[PlanRow] = []
+    notes: list[str] = []
+
+    with_mtp = bool(cfg.mtp_num_hidden_layers) and (bool(ecfg.spec) or MTP_LOADED_WITHOUT_SPEC)
+    wb = weight_bytes(cfg, recipe, ab, with_mtp)
+    kept = "" if recipe.fmt == "bf16" else f"; {wb.kept_params:,} params kept {act}"
+    if recipe.fmt != "bf16" and cfg.is_moe and not recipe.experts:
+        kept += " (routed experts included)"
+    what = {"bf16": f"{wb.params:,} params x {ab} B ({act})",
+            "fp8": f"fp8 e4m3 + fp32 {'128x128 block' if recipe.fp8_scales == 'block' else 'per-row'} scales",
+            "int4": f"int4 g{recipe.int4_group} + {act} scales"
+                    + (" + uint8 zeros" if recipe.int4_zero_point else " (symmetric)")}[recipe.fmt]
+    mtp = "" if not cfg.mtp_num_hidden_layers else (", MTP head included" if with_mtp else ", MTP head not loaded")
+    rows.append(PlanRow("weights", wb.total, f"{recipe.name}: {what}{kept}{mtp}"))
+
+    n_slots = lanes * (1 + ecfg.draft_slots) + RESERVED_SLOTS
+    gdn = n_slots * gdn_slot_bytes(cfg, act)
+    sampler = lanes * cfg.vocab_size * 5
+    t_step = ecfg.prefill_chunk + lanes * q_per_lane
+    work = step_workspace_bytes(cfg, t_step, lanes * q_per_lane, ab)
+    graphs = 0
+    if device == "cuda" and ecfg.cuda_graphs:
+        sizes = captured_batch_sizes(lanes)
+        graphs = step_workspace_bytes(cfg, lanes * q_per_lane, lanes * q_per_lane, ab)
+        graphs += len(sizes) * GRAPH_FIXED_BYTES
+    runtime = CUDA_RUNTIME_BYTES if device == "cuda" else 0
+    headroom = max(HEADROOM_MIN, int(device_bytes * HEADROOM_FRACTION))
+
+    page = kv_page_bytes(cfg, ecfg, kvd)
+    fixed = wb.total + gdn + sampler + work + graphs + runtime + headroom
+    min_pages = 0
+    if ecfg.kv_capacity is None:
+        pages = lanes * math.ceil(ecfg.max_context / ps)
+        kv_note = f"{lanes} lanes x {ecfg.max_context} tokens"
+    elif ecfg.kv_capacity == 0:
+        min_pages = math.ceil(ecfg.max_context / ps)
+        pages = max(0, (device_bytes - fixed) // page - RESERVED_PAGES)
+        kv_note = "auto: all memory left"
+    else:
+        pages = math.ceil(ecfg.kv_capacity / ps)
+        kv_note = f"--kv-capacity {ecfg.kv_capacity}"
+    num_pages = pages + RESERVED_PAGES
+    kv_layers = len(cfg.attn_layers) + (cfg.mtp_num_hidden_layers if ecfg.spec else 0)
+    rows.append(PlanRow("kv cache", num_pages * page,
+                        f"{kv_note}: {pages:,} pages of {ps} + 1 reserved, {kv_layers} layers, "
+                        f"{page // ps:,} B/token ({kvd})"))
+    draft = f" x (1 + {ecfg.draft_slots} draft)" if ecfg.draft_slots else ""
+    rows.append(PlanRow("gdn state", gdn, f"{lanes} lanes{draft} + 1 reserved = {n_slots} slots x "
+                                          f"{len(cfg.gdn_layers)} layers (conv {act} + ssm fp32)"))
+    rows.append(PlanRow("sampler state", sampler, f"{lanes} lanes x V={cfg.vocab_size} (int32 counts + bool mask)"))
+    rows.append(PlanRow("activations", work, f"estimate: one step of {t_step} tokens through the widest layer "
+                                             f"+ logits/sampler for {lanes * q_per_lane} rows"))
+    if device == "cuda":
+        n_graphs = len(captured_batch_sizes(lanes))
+        graph_note = f"estimate: decode pool, {n_graphs} graphs up to {lanes} lanes" if graphs else "off"
+        rows.append(PlanRow("cuda graphs", graphs, graph_note))
+        rows.append(PlanRow("cuda runtime", runtime, "estimate: context, cuBLAS workspace, kernels"))
+    rows.append(PlanRow("headroom", headroom, f"{HEADROOM_FRACTION:.0%} of available, at least "
+                                              f"{HEADROOM_MIN // 2**20} MiB (fragmentation, spikes)"))
+    if ecfg.kv_capacity and ecfg.kv_capacity < ecfg.max_context:
+        notes.append(f"--kv-capacity {ecfg.kv_capacity} is below --max-context {ecfg.max_context}: "
+                     "longer requests are refused")
+    return MemoryPlan(cfg, ecfg, recipe.name, device, device_name, device_bytes, rows, num_pages, n_slots,
+                      kvd, act, min_pages, notes, recipe)
+
+
+def check_plan(plan: MemoryPlan) -> MemoryPlan:
+    """Raise PlanError (one paragraph with the exact figures) unless the plan fits."""
+    if not plan.fits:
+        raise PlanError(plan.error_message())
+    return plan
+
+
+def device_memory(ecfg: EngineConfig) -> tuple[int, str]:
+    """(bytes the plan may use, description): --gpu-memory if given, else the CUDA device's free memory, or
+    on the CPU the machine's MemAvailable."""
+    device = resolve_device(ecfg)
+    if ecfg.gpu_memory is not None:
+        return ecfg.gpu_memory, f"{'GPU' if device == 'cuda' else 'CPU'} (--gpu-memory {ecfg.gpu_memory:,} B)"
+    if device == "cuda":
+        import torch
+
+        free, _total = torch.cuda.mem_get_info()
+        return free, f"{torch.cuda.get_device_name()} (free memory)"
+    return _mem_available(), "CPU RAM (MemAvailable)"
+
+
+def _mem_available() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import os
+
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:8.2f}"
+
+
+def _kv_cap_text(e: EngineConfig) -> str:
+    return "default" if e.kv_capacity is None else ("auto" if e.kv_capacity == 0 else str(e.kv_capacity))
+
+
+def _model_line(cfg: ModelConfig) -> str:
+    kind = (f"MoE {cfg.num_experts} experts top-{cfg.num_experts_per_tok}" if cfg.is_moe
+            else f"dense, intermediate {cfg.intermediate_size}")
+    return (f"{cfg.model_type}, hidden {cfg.hidden_size}, {cfg.num_hidden_layers} layers "
+            f"({len(cfg.attn_layers)} attention + {len(cfg.gdn_layers)} GDN), {kind}")

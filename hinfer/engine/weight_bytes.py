@@ -1,0 +1,257 @@
+"""Bytes of the model's weights per weight format, from the config alone (no checkpoint read).
+
+The parameter inventory below lists every text-model tensor of a Hugging Face Qwen3.5 checkpoint (names of the
+multimodal wrapper form, `model.language_model.*`, `lm_head.weight`, `mtp.*`; vision tensors are not loaded and
+not listed). Routed experts are one entry per projection with `count = num_experts` (the checkpoint stores one
+tensor per expert).
+
+The recipes mirror `hinfer/quant/recipes.py` (the quantizer's, which imports torch; this module must not, so
+`hinfer plan` stays fast; a test checks the two agree field by field and against the bytes of a quantized model):
+
+- fp8 (e4m3, 1 byte per element) with fp32 scales: "channel" one per output row (`fp8-default`, our
+  conversion) or "block" one per 128x128 block (`fp8-block`, the official Qwen FP8 layout);
+- int4 (0.5 byte per element) with one scale per row and group of 128 inputs in the model dtype, plus a uint8
+  zero point per group when asymmetric (`int4-default`; `int4-sym` has none).
+
+Converted by default: attention qkv/o, GDN in_proj (qkv, z; b and a stay unquantized with keep_gdn_ab), GDN
+out_proj, dense MLP, MoE shared experts. Kept in the unquantized dtype (bf16 on GPU, fp32 on the CPU reference
+path): embedding, lm_head, the MTP head (unless convert_mtp), MoE routers, conv1d, norms, A_log, dt_bias, and
+for now the MoE routed experts (`experts=False`: no grouped quantized expert kernel yet). Our model fuses some
+projections (q+k+v, gate+up); every real config has row counts that are multiples of 128, so block scales count
+the same fused or not.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from hinfer.config import ModelConfig
+
+# Roles: what a tensor is. The first six are the quantizer's targets (hinfer/quant/recipes.py).
+ATTN_QKV, ATTN_O, GDN_IN, GDN_OUT, MLP, SHARED_EXPERT = "attn_qkv", "attn_o", "gdn_in", "gdn_out", "mlp", "shared_expert"
+ALL_TARGETS = frozenset({ATTN_QKV, ATTN_O, GDN_IN, GDN_OUT, MLP, SHARED_EXPERT})
+GDN_AB = "gdn_ab"  # linear_attn.in_proj_a / in_proj_b: part of gdn_in, kept with keep_gdn_ab
+EXPERT = "expert"  # routed expert projections: converted only with experts=True
+MTP_FC = "mtp_fc"  # mtp.fc: converted only with convert_mtp
+EMBED = "embed"
+LM_HEAD = "lm_head"
+ROUTER = "router"  # mlp.gate, mlp.shared_expert_gate
+CONV = "conv"
+NORM = "norm"
+GDN_PARAM = "gdn_param"  # A_log, dt_bias
+
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str  # HF name; routed experts contain "{e}" (one tensor per expert)
+    shape: tuple[int, ...]
+    role: str
+    mtp: bool = False  # part of the MTP head (loaded only with --spec mtp)
+    count: int = 1  # copies (num_experts for routed experts)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape) * self.count
+
+    def names(self) -> Iterator[str]:
+        if self.count == 1:
+            yield self.name
+        else:
+            for e in range(self.count):
+                yield self.name.format(e=e)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The fields of hinfer.quant.recipes.QuantRecipe that decide bytes (same names, same defaults)."""
+
+    name: str
+    fmt: str  # "bf16" | "fp8" | "int4"
+    targets: frozenset[str] = ALL_TARGETS
+    keep_gdn_ab: bool = True
+    convert_mtp: bool = False
+    experts: bool = False
+    fp8_scales: str = "channel"  # "channel" | "block" (128x128)
+    int4_group: int = 128
+    int4_zero_point: bool = True
+
+    def converts(self, t: TensorSpec) -> bool:
+        if self.fmt == "bf16" or (t.mtp and not self.convert_mtp):
+            return False
+        if t.role == GDN_AB:
+            return GDN_IN in self.targets and not self.keep_gdn_ab
+        if t.role == EXPERT:
+            return self.experts
+        if t.role == MTP_FC:
+            return self.convert_mtp
+        return t.role in self.targets
+
+
+_INT4 = Recipe("int4-default", "int4")
+RECIPES: dict[str, Recipe] = {
+    "bf16": Recipe("bf16", "bf16", frozenset()),
+    "fp8-default": Recipe("fp8-default", "fp8"),
+    "fp8-block": Recipe("fp8-block", "fp8", fp8_scales="block"),
+    "int4-default": _INT4,
+    "int4-sym": replace(_INT4, name="int4-sym", int4_zero_point=False),
+}
+FORMAT_DEFAULT_RECIPE = {"bf16": "bf16", "fp8": "fp8-default", "int4": "int4-default"}
+
+
+def get_recipe(weights: str | Recipe) -> Recipe:
+    """A format name (bf16 | fp8 | int4), a recipe name, or a Recipe."""
+    if isinstance(weights, Recipe):
+        return weights
+    name = FORMAT_DEFAULT_RECIPE.get(weights, weights)
+    if name not in RECIPES:
+        raise ValueError(f"unknown weight format {weights!r}; expected one of "
+                         f"{', '.join([*FORMAT_DEFAULT_RECIPE, *RECIPES])}")
+    return RECIPES[name]
+
+
+def resolve_weights(cfg: ModelConfig, weights: str) -> str:
+    """--weights auto -> what the checkpoint stores: `fp8-block` for an official block-scaled fp8 checkpoint
+    (`fp8-default` for other fp8 ones), else bf16."""
+    if weights != "auto":
+        return weights
+    raw = cfg.extra.get("raw", {})
+    for d in (raw, raw.get("text_config") or {}):
+        qc = d.get("quantization_config") if isinstance(d, dict) else None
+        if isinstance(qc, dict) and qc.get("quant_method") == "fp8":
+            return "fp8-block" if qc.get("weight_block_size") else "fp8-default"
+    return "bf16"
+
+
+# ---- the inventory ------------------------------------------------------------------------------------------
+def _attention(p: str, cfg: ModelConfig, mtp: bool) -> list[TensorSpec]:
+    h, hd = cfg.hidden_size, cfg.head_dim
+    q, kv = cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd
+    return [
+        TensorSpec(f"{p}self_attn.q_proj.weight", (2 * q, h), ATTN_QKV, mtp),  # query + output gate
+        TensorSpec(f"{p}self_attn.k_proj.weight", (kv, h), ATTN_QKV, mtp),
+        TensorSpec(f"{p}self_attn.v_proj.weight", (kv, h), ATTN_QKV, mtp),
+        TensorSpec(f"{p}self_attn.o_proj.weight", (h, q), ATTN_O, mtp),
+        TensorSpec(f"{p}self_attn.q_norm.weight", (hd,), NORM, mtp),
+        TensorSpec(f"{p}self_attn.k_norm.weight", (hd,), NORM, mtp),
+    ]
+
+
+def _gdn(p: str, cfg: ModelConfig) -> list[TensorSpec]:
+    h, hv = cfg.hidden_size, cfg.linear_num_value_heads
+    conv, vd = cfg.gdn_conv_dim, cfg.gdn_value_dim
+    a = f"{p}linear_attn."
+    return [
+        TensorSpec(f"{a}in_proj_qkv.weight", (conv, h), GDN_IN),
+        TensorSpec(f"{a}in_proj_z.weight", (vd, h), GDN_IN),
+        TensorSpec(f"{a}in_proj_a.weight", (hv, h), GDN_AB),
+        TensorSpec(f"{a}in_proj_b.weight", (hv, h), GDN_AB),
+        TensorSpec(f"{a}conv1d.weight", (conv, 1, cfg.linear_conv_kernel_dim), CONV),
+        TensorSpec(f"{a}A_log", (hv,), GDN_PARAM),
+        TensorSpec(f"{a}dt_bias", (hv,), GDN_PARAM),
+        TensorSpec(f"{a}norm.weight", (cfg.linear_value_head_dim,), NORM),
+        TensorSpec(f"{a}out_proj.weight", (h, vd), GDN_OUT),
+    ]
+
+
+def _mlp(p: str, cfg: ModelConfig, moe: bool, mtp: bool) -> list[TensorSpec]:
+    h = cfg.hidden_size
+    m = f"{p}mlp."
+    if not moe:
+        i = cfg.intermediate_size
+        return [
+            TensorSpec(f"{m}gate_proj.weight", (i, h), MLP, mtp),
+            TensorSpec(f"{m}up_proj.weight", (i, h), MLP, mtp),
+            TensorSpec(f"{m}down_proj.weight", (h, i), MLP, mtp),
+        ]
+    i, e, s = cfg.moe_intermediate_size, cfg.num_experts, cfg.shared_expert_intermediate_size
+    out = [
+        TensorSpec(f"{m}gate.weight", (e, h), ROUTER, mtp),
+        TensorSpec(m + "experts.{e}.gate_proj.weight", (i, h), EXPERT, mtp, e),
+        TensorSpec(m + "experts.{e}.up_proj.weight", (i, h), EXPERT, mtp, e),
+        TensorSpec(m + "experts.{e}.down_proj.weight", (h, i), EXPERT, mtp, e),
+    ]
+    if s:
+        out += [
+            TensorSpec(f"{m}shared_expert.gate_proj.weight", (s, h), SHARED_EXPERT, mtp),
+            TensorSpec(f"{m}shared_expert.up_proj.weight", (s, h), SHARED_EXPERT, mtp),
+            TensorSpec(f"{m}shared_expert.down_proj.weight", (h, s), SHARED_EXPERT, mtp),
+            TensorSpec(f"{m}shared_expert_gate.weight", (1, h), ROUTER, mtp),
+        ]
+    return out
+
+
+def _norms(p: str, cfg: ModelConfig, mtp: bool) -> list[TensorSpec]:
+    h = cfg.hidden_size
+    return [TensorSpec(f"{p}input_layernorm.weight", (h,), NORM, mtp),
+            TensorSpec(f"{p}post_attention_layernorm.weight", (h,), NORM, mtp)]
+
+
+@lru_cache(maxsize=16)
+def inventory(cfg: ModelConfig) -> tuple[TensorSpec, ...]:
+    """Every text tensor of the HF checkpoint (MTP head included, marked `mtp`)."""
+    h, v = cfg.hidden_size, cfg.vocab_size
+    lm = "model.language_model."
+    out = [TensorSpec(f"{lm}embed_tokens.weight", (v, h), EMBED)]
+    for i, kind in enumerate(cfg.layer_types):
+        p = f"{lm}layers.{i}."
+        mixer = _attention(p, cfg, False) if kind == "full_attention" else _gdn(p, cfg)
+        out += mixer + _mlp(p, cfg, cfg.layer_is_moe(i), False) + _norms(p, cfg, False)
+    out.append(TensorSpec(f"{lm}norm.weight", (h,), NORM))
+    if not cfg.tie_word_embeddings:
+        out.append(TensorSpec("lm_head.weight", (v, h), LM_HEAD))
+    if cfg.mtp_num_hidden_layers:
+        out += [
+            TensorSpec("mtp.fc.weight", (h, 2 * h), MTP_FC, True),
+            TensorSpec("mtp.pre_fc_norm_embedding.weight", (h,), NORM, True),
+            TensorSpec("mtp.pre_fc_norm_hidden.weight", (h,), NORM, True),
+            TensorSpec("mtp.norm.weight", (h,), NORM, True),
+        ]
+        for j in range(cfg.mtp_num_hidden_layers):
+            p = f"mtp.layers.{j}."
+            out += _attention(p, cfg, True) + _mlp(p, cfg, cfg.is_moe, True) + _norms(p, cfg, True)
+    return tuple(out)
+
+
+# ---- bytes --------------------------------------------------------------------------------------------------
+def tensor_bytes(t: TensorSpec, recipe: Recipe, dtype_bytes: int) -> int:
+    """Bytes of one inventory entry; unquantized tensors (and int4 scales) take `dtype_bytes` per element."""
+    if not recipe.converts(t):
+        return t.numel * dtype_bytes
+    n, k = t.shape[0], math.prod(t.shape[1:])
+    if recipe.fmt == "fp8":
+        scales = n if recipe.fp8_scales == "channel" else math.ceil(n / 128) * math.ceil(k / 128)
+        return t.count * (n * k + 4 * scales)
+    groups = n * math.ceil(k / recipe.int4_group)
+    per_group = dtype_bytes + (1 if recipe.int4_zero_point else 0)  # scale in the model dtype, uint8 zero
+    return t.count * (n * math.ceil(k / 2) + groups * per_group)
+
+
+@dataclass(frozen=True)
+class WeightBytes:
+    total: int
+    params: int  # elements counted
+    converted_params: int
+    kept_params: int
+    by_role: dict[str, int]  # bytes
+
+
+@lru_cache(maxsize=64)
+def weight_bytes(cfg: ModelConfig, weights: str | Recipe, dtype_bytes: int = 2, include_mtp: bool = True) -> WeightBytes:
+    """Resident bytes of the weights in format/recipe `weights` (unquantized tensors at `dtype_bytes`)."""
+    recipe = get_recipe(weights)
+    total = params = conv = 0  # (lru_cache: a Recipe is frozen, so hashable)
+    by_role: dict[str, int] = {}
+    for t in inventory(cfg):
+        if t.mtp and not include_mtp:
+            continue
+        b = tensor_bytes(t, recipe, dtype_bytes)
+        total += b
+        params += t.numel
+        conv += t.numel if recipe.converts(t) else 0
+        by_role[t.role] = by_role.get(t.role, 0) + b
+    return WeightBytes(total, params, conv, params - conv, by_role)

@@ -1,0 +1,152 @@
+"""Anthropic Messages requests -> ChatPrompt and SamplingParams (decisions documented in docs/api.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from hinfer.sampling_params import SamplingParams
+from hinfer.server.errors import bad_request, describe_validation_errors
+from hinfer.server.prompt import ChatPrompt, ToolChoice, check_tool_choice, stop_list
+from hinfer.server.schemas_anthropic import (
+    BLOCK_TYPES,
+    MessagesRequest,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    _MessagesBase,
+)
+
+_MEDIA_BLOCKS = {"image", "document", "audio", "video", "file", "container_upload"}
+
+
+def _block(raw: dict[str, Any], param: str) -> Any:
+    typ = raw.get("type")
+    if not isinstance(typ, str):
+        raise bad_request("every content block needs a string 'type'", param=f"{param}.type")
+    if typ in _MEDIA_BLOCKS:
+        raise bad_request(f"vision not supported yet: {typ} blocks are rejected until this server can read "
+                          "them", param=param)
+    cls = BLOCK_TYPES.get(typ)
+    if cls is None:
+        raise bad_request(f"unsupported content block type {typ!r}", param=f"{param}.type")
+    try:
+        return cls.model_validate(raw)
+    except ValidationError as e:
+        msg, sub = describe_validation_errors(e.errors())
+        raise bad_request(f"{param}: {msg}", param=f"{param}.{sub}" if sub else param) from None
+
+
+def _texts(content: str | list[dict[str, Any]] | None, param: str) -> str:
+    """System prompt or tool_result content -> text. Blocks are joined by blank lines."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    out = []
+    for i, raw in enumerate(content):
+        b = _block(raw, f"{param}.{i}")
+        if not isinstance(b, TextBlock):
+            raise bad_request(f"expected text blocks here, got {b.type!r}", param=f"{param}.{i}")
+        out.append(b.text)
+    return "\n\n".join(out)
+
+
+def convert_messages(body: _MessagesBase) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    system = _texts(body.system, "system")
+    if system:
+        out.append({"role": "system", "content": system})
+    for i, m in enumerate(body.messages):
+        p = f"messages.{i}.content"
+        blocks = [TextBlock(type="text", text=m.content)] if isinstance(m.content, str) else [
+            _block(raw, f"{p}.{j}") for j, raw in enumerate(m.content)]
+        if m.role == "user":
+            texts: list[str] = []
+            for j, b in enumerate(blocks):
+                if isinstance(b, ToolResultBlock):
+                    # The template has no error flag for tool results; say it in words.
+                    text = _texts(b.content, f"{p}.{j}.content")
+                    out.append({"role": "tool", "tool_call_id": b.tool_use_id,
+                                "content": f"Error: {text}" if b.is_error else text})
+                elif isinstance(b, TextBlock):
+                    texts.append(b.text)
+                else:
+                    raise bad_request(f"a user message cannot hold {b.type!r} blocks", param=f"{p}.{j}")
+            if texts or not any(isinstance(b, ToolResultBlock) for b in blocks):
+                out.append({"role": "user", "content": "\n\n".join(texts)})
+        else:
+            texts, thinking, calls = [], [], []
+            for j, b in enumerate(blocks):
+                if isinstance(b, TextBlock):
+                    texts.append(b.text)
+                elif isinstance(b, ThinkingBlock):
+                    thinking.append(b.thinking)
+                elif isinstance(b, ToolUseBlock):
+                    calls.append({"id": b.id, "type": "function", "function": {"name": b.name, "arguments": b.input}})
+                elif isinstance(b, ToolResultBlock):
+                    raise bad_request("tool_result blocks belong in user messages", param=f"{p}.{j}")
+                # redacted_thinking: opaque to us, dropped
+            msg: dict[str, Any] = {"role": "assistant", "content": "\n\n".join(texts)}
+            if thinking:
+                msg["reasoning_content"] = "\n\n".join(thinking)
+            if calls:
+                msg["tool_calls"] = calls
+            out.append(msg)
+    return out
+
+
+def chat_prompt(body: _MessagesBase, preserve_default: bool) -> tuple[ChatPrompt, int | None]:
+    """-> (prompt, thinking budget). No `thinking` (or disabled) renders the prompt with thinking off, the
+    way Anthropic models answer by default; enabled sets the budget, adaptive thinks without one."""
+    tools = []
+    for i, t in enumerate(body.tools or []):
+        if t.type not in (None, "custom") or t.input_schema is None:
+            raise bad_request(f"tool {t.name!r}: only custom tools with an input_schema are supported "
+                              "(server tools run at Anthropic, not here)", param=f"tools.{i}")
+        fn: dict[str, Any] = {"name": t.name, "parameters": t.input_schema}
+        if t.description is not None:
+            fn["description"] = t.description
+        tools.append({"type": "function", "function": fn})
+    tc = body.tool_choice
+    if tc is None or tc.type == "auto":
+        choice = ToolChoice("auto")
+    elif tc.type == "any":
+        choice = ToolChoice("required")
+    elif tc.type == "none":
+        choice = ToolChoice("none")
+    else:
+        if not tc.name:
+            raise bad_request("tool_choice of type 'tool' needs a name", param="tool_choice.name")
+        choice = ToolChoice("named", tc.name)
+    thinking = body.thinking
+    enabled = thinking is not None and thinking.type in ("enabled", "adaptive")
+    budget = None
+    if thinking is not None and thinking.type == "enabled":
+        if thinking.budget_tokens is None or thinking.budget_tokens < 1:
+            raise bad_request("thinking.budget_tokens must be a positive integer", param="thinking.budget_tokens")
+        budget = thinking.budget_tokens
+    prompt = ChatPrompt(messages=convert_messages(body), tools=tools, tool_choice=choice,
+                        enable_thinking=enabled, preserve_thinking=preserve_default)
+    check_tool_choice(prompt, "tool_choice")
+    return prompt, budget
+
+
+def sampling_params(body: MessagesRequest, max_tokens: int, vocab_size: int) -> SamplingParams:
+    sp = SamplingParams(max_tokens=max_tokens, stop=stop_list(body.stop_sequences, "stop_sequences"))
+    if body.temperature is not None:
+        sp.temperature = body.temperature
+    if body.top_p is not None:
+        sp.top_p = body.top_p
+    if body.top_k is not None:
+        sp.top_k = 0 if body.top_k >= vocab_size else body.top_k  # all tokens kept: no top-k
+    try:
+        sp.validate()
+    except ValueError as e:
+        raise bad_request(str(e)) from e
+    return sp
+
+
+__all__ = ["MessagesRequest", "chat_prompt", "convert_messages", "sampling_params"]

@@ -1,0 +1,80 @@
+"""Anthropic routes: POST /v1/messages, POST /v1/messages/count_tokens."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.background import BackgroundTask
+
+from hinfer.server import sse
+from hinfer.server.anthropic_convert import chat_prompt, sampling_params
+from hinfer.server.anthropic_responses import MessageBuilder, fold
+from hinfer.server.errors import anthropic_body
+from hinfer.server.generation import EngineRun, engine_error
+from hinfer.server.prompt import plan_max_tokens, render_prompt
+from hinfer.server.schemas_anthropic import CountTokensRequest, MessagesRequest
+from hinfer.server.state import get_state, new_id
+
+log = logging.getLogger(__name__)
+router = APIRouter()
+
+
+@router.post("/v1/messages")
+async def messages(body: MessagesRequest, request: Request):
+    st = get_state(request)
+    st.check_model(body.model)
+    prompt, budget = chat_prompt(body, st.preserve_thinking_default)
+    ids = render_prompt(st.tokenizer, prompt)
+    max_tokens = plan_max_tokens(len(ids), body.max_tokens, st.engine.max_context)
+    sp = sampling_params(body, max_tokens, st.tokenizer.vocab_size)
+    if budget is not None and st.tokenizer.think_end_id is not None:
+        sp.thinking_budget = budget
+        sp.think_end_token_id = st.tokenizer.think_end_id
+
+    run = EngineRun(st, new_id("msgreq-"), ids, sp, request)
+    b = MessageBuilder(run, model=body.model, reasoning=prompt.enable_thinking, tools=prompt.parse_tools(),
+                       stop_sequences=sp.stop)
+    await run.start()
+    if body.stream:
+        run.unwatch()
+        return StreamingResponse(_stream(run, b), media_type="text/event-stream", headers=sse.STREAM_HEADERS,
+                                 background=BackgroundTask(run.close))
+    events = b.start_events()
+    try:
+        async for ev in run.events():
+            events.extend(b.feed(ev))
+        events.extend(b.finish_events())
+    except Exception as e:
+        log.exception("generation failed for %s", run.request_id)
+        raise engine_error(e) from e
+    finally:
+        await run.close()
+    return JSONResponse(fold(b, events))
+
+
+async def _stream(run: EngineRun, b: MessageBuilder) -> AsyncIterator[bytes]:
+    try:
+        for e in b.start_events():
+            yield sse.event(e["type"], e)
+        async for ev in run.events():
+            for e in b.feed(ev):
+                yield sse.event(e["type"], e)
+        for e in b.finish_events():
+            yield sse.event(e["type"], e)
+    except Exception as exc:
+        log.exception("generation failed mid-stream for %s", run.request_id)
+        yield sse.event("error", anthropic_body(engine_error(exc)))
+    finally:
+        await run.close()
+
+
+@router.post("/v1/messages/count_tokens")
+async def count_tokens(body: CountTokensRequest, request: Request):
+    st = get_state(request)
+    st.check_model(body.model)
+    prompt, _ = chat_prompt(body, st.preserve_thinking_default)
+    ids = render_prompt(st.tokenizer, prompt)
+    return {"input_tokens": len(ids)}

@@ -1,0 +1,98 @@
+"""create_app: the FastAPI application over an AsyncEngine and a Tokenizer."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from hinfer.server import anthropic_routes, misc_routes, openai_routes
+from hinfer.server.errors import APIError, describe_validation_errors, error_body
+from hinfer.server.metrics import Metrics
+from hinfer.server.middleware import RequestContextMiddleware
+from hinfer.server.state import ServerState
+
+if TYPE_CHECKING:
+    from hinfer.engine.protocol import AsyncEngine
+    from hinfer.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+
+_NOT_AN_OBJECT = {"dict_type", "model_attributes_type", "model_type", "missing"}
+
+
+def create_app(
+    engine: AsyncEngine,
+    tokenizer: Tokenizer,
+    *,
+    model_name: str,
+    api_key: str | None = None,
+    cors: list[str] | None = None,
+    preserve_thinking_default: bool = False,
+    model_aliases: tuple[str, ...] | list[str] = (),
+) -> FastAPI:
+    """The app starts the engine on startup and stops it on shutdown (ASGI lifespan).
+
+    model_aliases: further names requests may use for the model (e.g. what an agent is configured to ask for).
+    """
+    state = ServerState(engine=engine, tokenizer=tokenizer, model_name=model_name,
+                        model_aliases=tuple(a for a in model_aliases if a != model_name),
+                        preserve_thinking_default=preserve_thinking_default, metrics=Metrics())
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        await engine.start()
+        try:
+            yield
+        finally:
+            await engine.stop()
+
+    app = FastAPI(title="hinfer", version="0.1.0", lifespan=lifespan,
+                  description="OpenAI- and Anthropic-compatible API over the hinfer engine; see docs/api.md")
+    app.state.hinfer = state
+    app.include_router(openai_routes.router)
+    app.include_router(anthropic_routes.router)
+    app.include_router(misc_routes.router)
+    _install_error_handlers(app)
+    # Order: the last added runs first; CORS must answer preflights before the key check.
+    app.add_middleware(RequestContextMiddleware, api_key=api_key, metrics=state.metrics)
+    if cors:
+        app.add_middleware(CORSMiddleware, allow_origins=cors, allow_methods=["*"], allow_headers=["*"],
+                           expose_headers=["x-request-id"])
+    return app
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    def reply(request: Request, err: APIError) -> JSONResponse:
+        return JSONResponse(error_body(err, request.url.path), status_code=err.status)
+
+    @app.exception_handler(APIError)
+    async def api_error(request: Request, exc: APIError) -> JSONResponse:
+        return reply(request, exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = list(exc.errors())
+        if any(e.get("type") == "json_invalid" for e in errors):
+            return reply(request, APIError(400, "the request body is not valid JSON", code="invalid_json"))
+        if any(tuple(e.get("loc", ())) == ("body",) and e.get("type") in _NOT_AN_OBJECT for e in errors):
+            return reply(request, APIError(400, "the request body must be a JSON object "
+                                                "(sent with Content-Type: application/json)", code="invalid_json"))
+        msg, param = describe_validation_errors(errors)
+        return reply(request, APIError(400, msg, param=param))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return reply(request, APIError(exc.status_code, str(exc.detail)))
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return reply(request, APIError(500, f"internal server error: {type(exc).__name__}", code="internal_error"))

@@ -1,0 +1,207 @@
+"""One request's run on the engine: start (engine errors -> HTTP errors), event stream, disconnect, abort.
+
+The first event is awaited before any HTTP status is sent, because QueueFullError / QueueTimeoutError /
+RequestTooLargeError must become a 429 / 400 rather than a broken 200 stream. While we wait (queue, prefill,
+a whole non-streaming answer) a watcher polls the connection and aborts the engine request if the client
+goes away; once a StreamingResponse runs, Starlette notices the disconnect and cancels the body iterator,
+whose `finally` calls `close()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+from fastapi import Request
+
+from hinfer.engine.protocol import (
+    GenerationRequest,
+    QueueFullError,
+    QueueTimeoutError,
+    RequestTooLargeError,
+    Timings,
+    TokenEvent,
+)
+from hinfer.sampling_params import SamplingParams
+from hinfer.server.errors import APIError
+from hinfer.server.state import ServerState
+
+log = logging.getLogger(__name__)
+
+_POLL_S = 0.2
+
+
+def engine_error(e: BaseException) -> APIError:
+    if isinstance(e, QueueFullError):
+        return APIError(429, f"the server is busy: all lanes are running and the queue is full ({e}); "
+                             "retry later", code="queue_full")
+    if isinstance(e, QueueTimeoutError):
+        return APIError(429, f"the request waited too long for a free lane and was dropped ({e}); "
+                             "retry later", code="queue_timeout")
+    if isinstance(e, RequestTooLargeError):
+        return APIError(400, f"the request does not fit this server's context: {e}", code="context_length_exceeded")
+    if isinstance(e, ValueError):  # the engine's own validation of the request
+        return APIError(400, f"invalid request: {e}")
+    return APIError(500, f"internal error while generating: {type(e).__name__}: {e}", code="internal_error")
+
+
+class EngineRun:
+    def __init__(self, st: ServerState, request_id: str, prompt_ids: list[int], sampling: SamplingParams,
+                 http: Request):
+        self.st = st
+        self.request_id = request_id
+        self.prompt_ids = prompt_ids
+        self.sampling = sampling
+        self.http = http
+        self.t0 = time.monotonic()
+        self.t_first: float | None = None
+        self.completion_tokens = 0
+        self.finished = False
+        self.client_gone = False
+        self.final: TokenEvent | None = None
+        self._it: Any = None
+        self._first: TokenEvent | None = None
+        self._watcher: asyncio.Task | None = None
+        self._closed = False
+        self._started = False
+
+    async def start(self) -> None:
+        """Submit and wait for the first event. Raises APIError for engine refusals."""
+        self.st.metrics.in_flight += 1
+        self.watch()
+        try:
+            req = GenerationRequest(self.request_id, list(self.prompt_ids), self.sampling)
+            self._it = self.st.engine.generate(req).__aiter__()
+            try:
+                self._first = await self._it.__anext__()
+            except StopAsyncIteration:
+                self._first = None
+                self.finished = True
+        except BaseException as e:
+            await self.close()
+            if isinstance(e, Exception):
+                if not isinstance(e, (QueueFullError, QueueTimeoutError, RequestTooLargeError, ValueError)):
+                    log.exception("engine failed to start request %s", self.request_id)
+                raise engine_error(e) from e
+            raise
+        self._started = True
+        if self._first is not None:
+            self.t_first = time.monotonic()
+
+    def watch(self) -> None:
+        if self._watcher is None:
+            self._watcher = asyncio.create_task(self._watch_disconnect())
+
+    def unwatch(self) -> None:
+        """Stop polling the connection (a StreamingResponse listens for the disconnect itself)."""
+        if self._watcher is not None:
+            self._watcher.cancel()
+            self._watcher = None
+
+    async def _watch_disconnect(self) -> None:
+        try:
+            while not self.finished:
+                if await self.http.is_disconnected():
+                    log.info("client left request %s; aborting", self.request_id)
+                    self.client_gone = True
+                    self.st.engine.abort(self.request_id)
+                    return
+                await asyncio.sleep(_POLL_S)
+        except asyncio.CancelledError:
+            pass
+        except Exception:  # the watcher must never take the request down
+            log.debug("disconnect watcher failed", exc_info=True)
+
+    async def events(self) -> AsyncIterator[TokenEvent]:
+        """All events, the prefetched first one included. Engine errors mid-stream propagate."""
+        if self._first is not None:
+            ev, self._first = self._first, None
+            self._note(ev)
+            yield ev
+            if ev.finish_reason is not None:
+                self.finished = True
+                return
+        if self.finished:
+            return
+        async for ev in self._it:
+            if self.t_first is None:
+                self.t_first = time.monotonic()
+            self._note(ev)
+            yield ev
+            if ev.finish_reason is not None:
+                self.finished = True
+                return
+        self.finished = True
+
+    def _note(self, ev: TokenEvent) -> None:
+        self.completion_tokens += len(ev.token_ids)
+        if ev.finish_reason is not None:
+            self.final = ev
+
+    @property
+    def prompt_tokens(self) -> int:
+        if self.final is not None and self.final.usage is not None and self.final.usage.prompt_tokens:
+            return self.final.usage.prompt_tokens
+        return len(self.prompt_ids)
+
+    @property
+    def output_tokens(self) -> int:
+        if self.final is not None and self.final.usage is not None and self.final.usage.completion_tokens:
+            return self.final.usage.completion_tokens
+        return self.completion_tokens
+
+    def timings(self) -> dict[str, Any]:
+        t: Timings = (self.final.timings if self.final is not None else None) or Timings()
+        n = self.output_tokens
+        out: dict[str, Any] = {
+            "queue_s": round(t.queue_s, 6),
+            "prefill_s": round(t.prefill_s, 6),
+            "decode_s": round(t.decode_s, 6),
+            "per_token_s": round(t.per_token_s, 6),
+            "decode_tokens_per_s": round((n - 1) / t.decode_s, 3) if t.decode_s > 0 and n > 1 else None,
+            "total_s": round(time.monotonic() - self.t0, 6),
+            "ttft_s": round(self.t_first - self.t0, 6) if self.t_first is not None else None,
+        }
+        if t.spec_drafted:
+            out["spec_drafted"] = t.spec_drafted
+            out["spec_accepted"] = t.spec_accepted
+        return out
+
+    async def close(self) -> None:
+        """Idempotent: stop the watcher, abort an unfinished request, release the engine's iterator."""
+        if self._closed:
+            return
+        self._closed = True
+        self.unwatch()
+        self.st.metrics.in_flight -= 1
+        aborted = not self.finished or self.client_gone
+        if not self.finished:
+            try:
+                self.st.engine.abort(self.request_id)
+            except Exception:
+                log.debug("engine.abort failed", exc_info=True)
+        it, self._it = self._it, None
+        aclose = getattr(it, "aclose", None)
+        if aclose is not None:
+            # Shielded: close() also runs while a disconnect cancels the streaming task.
+            with anyio.CancelScope(shield=True):
+                try:
+                    await aclose()
+                except Exception:
+                    log.debug("closing the engine iterator failed", exc_info=True)
+        if not self._started:
+            return
+        log.info("%s (x-request-id %s): prompt %d, completion %d tokens, finish %s, %.3f s",
+                 self.request_id, self.http.scope.get("state", {}).get("request_id"), len(self.prompt_ids),
+                 self.completion_tokens, self.final.finish_reason if self.final else "client-gone",
+                 time.monotonic() - self.t0)
+        queue_s = self.final.timings.queue_s if self.final is not None and self.final.timings else None
+        self.st.metrics.generation_done(
+            prompt_tokens=len(self.prompt_ids), completion_tokens=self.completion_tokens,
+            e2e_s=time.monotonic() - self.t0,
+            ttft_s=(self.t_first - self.t0) if self.t_first is not None else None,
+            queue_s=queue_s, aborted=aborted)

@@ -1,0 +1,69 @@
+"""GET /health, GET /metrics, GET /v1/models[/{id}] (OpenAI shape, or Anthropic's when the client sends
+`anthropic-version`)."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from hinfer.server.errors import APIError
+from hinfer.server.state import ServerState, get_state
+
+log = logging.getLogger(__name__)
+router = APIRouter()
+
+
+@router.get("/health")
+async def health(request: Request):
+    st = get_state(request)
+    try:
+        s = st.engine.stats()
+    except Exception as e:
+        log.exception("engine.stats() failed")
+        return JSONResponse({"status": "error", "message": f"{type(e).__name__}: {e}"}, status_code=503)
+    return {"status": "ok", "model": st.model_name, "lanes_total": s.lanes_total, "lanes_busy": s.lanes_busy,
+            "queue_depth": s.queue_depth, "max_context": st.engine.max_context}
+
+
+@router.get("/metrics")
+async def metrics(request: Request):
+    st = get_state(request)
+    try:
+        stats = st.engine.stats()
+    except Exception:
+        log.exception("engine.stats() failed")
+        stats = None
+    return PlainTextResponse(st.metrics.render(stats, st.model_name), media_type="text/plain; version=0.0.4")
+
+
+def _openai_model(st: ServerState, name: str) -> dict:
+    return {"id": name, "object": "model", "created": st.created, "owned_by": "hinfer",
+            "max_model_len": st.engine.max_context}
+
+
+def _anthropic_model(st: ServerState, name: str) -> dict:
+    created = datetime.fromtimestamp(st.created, UTC).isoformat().replace("+00:00", "Z")
+    return {"type": "model", "id": name, "display_name": name, "created_at": created}
+
+
+@router.get("/v1/models")
+async def list_models(request: Request):
+    st = get_state(request)
+    names = [st.model_name, *st.model_aliases]
+    if "anthropic-version" in request.headers:
+        data = [_anthropic_model(st, n) for n in names]
+        return {"data": data, "has_more": False, "first_id": names[0], "last_id": names[-1]}
+    return {"object": "list", "data": [_openai_model(st, n) for n in names]}
+
+
+@router.get("/v1/models/{model_id:path}")
+async def get_model(model_id: str, request: Request):
+    st = get_state(request)
+    if model_id != st.model_name and model_id not in st.model_aliases:
+        raise APIError(404, f"model {model_id!r} is not served here", param="model", code="model_not_found")
+    if "anthropic-version" in request.headers:
+        return _anthropic_model(st, model_id)
+    return _openai_model(st, model_id)

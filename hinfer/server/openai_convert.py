@@ -1,0 +1,196 @@
+"""OpenAI requests -> ChatPrompt and SamplingParams (all the per-field decisions of docs/api.md live here)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hinfer.sampling_params import SamplingParams
+from hinfer.server.errors import bad_request
+from hinfer.server.prompt import (
+    ChatPrompt,
+    ToolChoice,
+    check_token_ids,
+    check_tool_choice,
+    normalize_seed,
+    stop_list,
+)
+from hinfer.server.schemas_openai import (
+    ChatCompletionRequest,
+    ChatMessage,
+    CompletionRequest,
+    _SamplingFields,
+)
+
+# reasoning_effort -> thinking budget in tokens (None: unbounded). "none" turns thinking off.
+REASONING_EFFORT_BUDGET: dict[str, int | None] = {
+    "minimal": 256,
+    "low": 1024,
+    "medium": 4096,
+    "high": 16384,
+    "xhigh": None,
+}
+
+_MEDIA_PARTS = {"image_url", "image", "input_image", "input_audio", "audio", "file", "video", "video_url"}
+
+
+def content_text(content: str | list[dict[str, Any]] | None, param: str) -> str:
+    """Message content -> one string. Text parts are concatenated as the template would; media is a 400."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    texts = []
+    for i, part in enumerate(content):
+        typ = part.get("type")
+        if typ is not None and not isinstance(typ, str):
+            raise bad_request("a content part's 'type' must be a string", param=f"{param}.{i}.type")
+        if typ in _MEDIA_PARTS or "image_url" in part:
+            raise bad_request("vision not supported yet: image, audio, video and file content parts are "
+                              "rejected until this server can run the vision tower", param=f"{param}.{i}")
+        if typ not in ("text", "input_text", None) or not isinstance(part.get("text"), str):
+            raise bad_request(f"unsupported content part {typ!r}; expected {{'type': 'text', 'text': ...}}",
+                              param=f"{param}.{i}")
+        texts.append(part["text"])
+    return "".join(texts)
+
+
+def _tool_call_dict(tc: Any, param: str) -> dict[str, Any]:
+    args = tc.function.arguments
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except ValueError as e:
+            raise bad_request(f"tool call arguments are not valid JSON: {e}", param=param) from e
+    if not isinstance(args, dict):
+        raise bad_request("tool call arguments must be a JSON object", param=param)
+    return {"id": tc.id, "type": "function", "function": {"name": tc.function.name, "arguments": args}}
+
+
+def convert_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for i, m in enumerate(messages):
+        p = f"messages.{i}"
+        role = "system" if m.role == "developer" else m.role
+        text = content_text(m.content, f"{p}.content")
+        if role == "system" and out and out[-1]["role"] == "system" and len(out) == 1:
+            out[-1]["content"] += "\n\n" + text  # leading system + developer messages become one
+            continue
+        msg: dict[str, Any] = {"role": role, "content": text}
+        if role == "assistant":
+            reasoning = m.reasoning_content if m.reasoning_content is not None else m.reasoning
+            if reasoning is not None:
+                msg["reasoning_content"] = reasoning
+            if m.tool_calls:
+                msg["tool_calls"] = [_tool_call_dict(tc, f"{p}.tool_calls.{j}.function.arguments")
+                                     for j, tc in enumerate(m.tool_calls)]
+        if role == "tool" and m.tool_call_id is not None:
+            msg["tool_call_id"] = m.tool_call_id
+        out.append(msg)
+    return out
+
+
+def _reject_unsupported(body: _SamplingFields) -> None:
+    if body.n is not None and body.n != 1:
+        raise bad_request("n must be 1: this server returns one choice per request", param="n")
+
+
+def chat_prompt(body: ChatCompletionRequest, preserve_default: bool) -> tuple[ChatPrompt, int | None]:
+    """-> (prompt, thinking budget)."""
+    _reject_unsupported(body)
+    rf = body.response_format
+    if rf is not None and rf.get("type") not in (None, "text"):
+        raise bad_request(f"response_format {rf.get('type')!r} is not supported yet (no structured output); "
+                          "only 'text'", param="response_format")
+    kwargs = dict(body.chat_template_kwargs or {})
+    enable_thinking = kwargs.pop("enable_thinking", True)
+    preserve = kwargs.pop("preserve_thinking", preserve_default)
+    if not isinstance(enable_thinking, bool) or not isinstance(preserve, bool):
+        raise bad_request("chat_template_kwargs.enable_thinking and preserve_thinking must be booleans",
+                          param="chat_template_kwargs")
+    budget = None
+    if body.reasoning_effort == "none":
+        enable_thinking = False
+    elif body.reasoning_effort is not None:
+        budget = REASONING_EFFORT_BUDGET[body.reasoning_effort]
+    tools = [t.model_dump(exclude_none=True) for t in body.tools or []]
+    tc = body.tool_choice
+    if tc is None:
+        choice = ToolChoice("auto")
+    elif isinstance(tc, str):
+        choice = ToolChoice(tc)
+    else:
+        choice = ToolChoice("named", tc.function.name)
+    prompt = ChatPrompt(messages=convert_messages(body.messages), tools=tools, tool_choice=choice,
+                        enable_thinking=enable_thinking, preserve_thinking=preserve, template_kwargs=kwargs)
+    check_tool_choice(prompt, "tool_choice")
+    return prompt, (budget if enable_thinking else None)
+
+
+def sampling_params(body: _SamplingFields, *, max_tokens: int, vocab_size: int, logprobs: int | None,
+                    skip_special_tokens: bool) -> SamplingParams:
+    bias: dict[int, float] = {}
+    for k, v in (body.logit_bias or {}).items():
+        try:
+            tid = int(k)
+        except ValueError:
+            raise bad_request(f"logit_bias key {k!r} is not a token id", param="logit_bias") from None
+        if not -100 <= v <= 100:
+            raise bad_request("logit_bias values must be in [-100, 100]", param="logit_bias")
+        bias[tid] = v
+    check_token_ids(list(bias), vocab_size, "logit_bias")
+    check_token_ids(body.stop_token_ids or [], vocab_size, "stop_token_ids")
+    sp = SamplingParams(
+        max_tokens=max_tokens,
+        stop=stop_list(body.stop),
+        stop_token_ids=list(body.stop_token_ids or []),
+        ignore_eos=body.ignore_eos,
+        logit_bias=bias,
+        seed=normalize_seed(body.seed),
+        logprobs=logprobs,
+        skip_special_tokens=skip_special_tokens,
+    )
+    for name in ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
+                 "repetition_penalty"):
+        v = getattr(body, name)
+        if v is not None:
+            setattr(sp, name, v)
+    if sp.top_k >= vocab_size:
+        sp.top_k = 0  # keeping every token is no top-k at all (and keeps huge values out of int64 tensors)
+    try:
+        sp.validate()
+    except ValueError as e:
+        raise bad_request(str(e)) from e
+    return sp
+
+
+def chat_logprobs(body: ChatCompletionRequest) -> int | None:
+    if not body.logprobs:
+        return None
+    n = body.top_logprobs or 0
+    if not 0 <= n <= 20:
+        raise bad_request("top_logprobs must be in [0, 20]", param="top_logprobs")
+    return n
+
+
+def completion_prompt(body: CompletionRequest, tokenizer: Any) -> tuple[list[int], str]:
+    """-> (prompt token ids, prompt text for echo)."""
+    _reject_unsupported(body)
+    if body.best_of is not None and body.best_of != 1:
+        raise bad_request("best_of must be 1", param="best_of")
+    if body.suffix:
+        raise bad_request("suffix (fill-in-the-middle) is not supported", param="suffix")
+    p = body.prompt
+    if isinstance(p, list) and p and isinstance(p[0], (str, list)):
+        if len(p) != 1:
+            raise bad_request("one prompt per request: batched prompts are not supported", param="prompt")
+        p = p[0]
+    if isinstance(p, str):
+        if not p:
+            raise bad_request("prompt is empty", param="prompt")
+        return tokenizer.encode(p, add_special_tokens=False), p
+    ids = [int(t) for t in p]
+    if not ids:
+        raise bad_request("prompt is empty", param="prompt")
+    check_token_ids(ids, tokenizer.vocab_size, "prompt")
+    return ids, tokenizer.decode(ids, skip_special_tokens=False)

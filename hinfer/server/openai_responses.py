@@ -1,0 +1,190 @@
+"""Engine events -> OpenAI response objects and stream chunks (chat and legacy completions)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from hinfer.engine.protocol import TokenEvent
+from hinfer.server.generation import EngineRun
+from hinfer.server.output import OutputParser, Piece, ReasoningPiece
+from hinfer.server.state import ServerState, new_id
+from hinfer.server.tool_parser import TextPiece, ToolCallArgs, ToolCallStart
+
+
+def _finish_reason(run: EngineRun, has_tool_calls: bool) -> str:
+    reason = run.final.finish_reason if run.final is not None else "stop"
+    if reason == "length":
+        return "length"
+    return "tool_calls" if has_tool_calls else "stop"  # "abort" only reaches a client that has left
+
+
+def pieces_to_delta(pieces: list[Piece]) -> dict[str, Any]:
+    delta: dict[str, Any] = {}
+    calls: dict[int, dict[str, Any]] = {}
+    for p in pieces:
+        if isinstance(p, ReasoningPiece):
+            delta["reasoning_content"] = delta.get("reasoning_content", "") + p.text
+        elif isinstance(p, TextPiece):
+            delta["content"] = delta.get("content", "") + p.text
+        elif isinstance(p, ToolCallStart):
+            calls[p.index] = {"index": p.index, "id": p.id, "type": "function",
+                              "function": {"name": p.name, "arguments": ""}}
+        elif isinstance(p, ToolCallArgs):
+            entry = calls.setdefault(p.index, {"index": p.index, "function": {"arguments": ""}})
+            entry["function"]["arguments"] += p.delta
+    if calls:
+        delta["tool_calls"] = [calls[i] for i in sorted(calls)]
+    return delta
+
+
+class ChatBuilder:
+    def __init__(self, st: ServerState, run: EngineRun, *, model: str, reasoning: bool,
+                 tools: dict[str, dict[str, Any]] | None, logprobs: bool):
+        self.st = st
+        self.run = run
+        self.id = run.request_id
+        self.model = model
+        self.created = int(time.time())
+        self.parser = OutputParser(reasoning=reasoning, tools=tools, new_id=lambda: new_id("call_"))
+        self.want_logprobs = logprobs
+        self.reasoning_tokens = 0
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.logprobs: list[dict[str, Any]] = []
+
+    # -- shared by both modes -------------------------------------------------------------------------
+
+    def feed(self, ev: TokenEvent) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
+        if self.parser.in_reasoning:
+            self.reasoning_tokens += len(ev.token_ids)
+        delta = self._collect(self.parser.feed(ev.text))
+        lp = self._logprobs(ev) if self.want_logprobs else None
+        if lp:
+            self.logprobs.extend(lp)
+        return delta, lp
+
+    def finish(self) -> dict[str, Any]:
+        return self._collect(self.parser.flush())
+
+    def _collect(self, pieces: list[Piece]) -> dict[str, Any]:
+        for p in pieces:
+            if isinstance(p, ReasoningPiece):
+                self.reasoning.append(p.text)
+            elif isinstance(p, TextPiece):
+                self.content.append(p.text)
+        return pieces_to_delta(pieces)
+
+    def _logprobs(self, ev: TokenEvent) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        if ev.logprobs is None:
+            return out
+        for i, tid in enumerate(ev.token_ids):
+            tok = self.st.token_text(tid)
+            entry: dict[str, Any] = {
+                "token": tok,
+                "logprob": ev.logprobs[i] if i < len(ev.logprobs) else 0.0,
+                "bytes": self.st.token_bytes(tid),
+                "top_logprobs": [],
+            }
+            if ev.top_logprobs and i < len(ev.top_logprobs):
+                for t in ev.top_logprobs[i]:
+                    tt = self.st.token_text(t.token_id)
+                    entry["top_logprobs"].append({"token": tt, "logprob": t.logprob,
+                                                  "bytes": self.st.token_bytes(t.token_id)})
+            out.append(entry)
+        return out
+
+    def usage(self) -> dict[str, Any]:
+        p, c = self.run.prompt_tokens, self.run.output_tokens
+        return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
+                "completion_tokens_details": {"reasoning_tokens": self.reasoning_tokens}}
+
+    def finish_reason(self) -> str:
+        return _finish_reason(self.run, bool(self.parser.calls))
+
+    # -- streaming ------------------------------------------------------------------------------------
+
+    def chunk(self, delta: dict[str, Any], *, finish_reason: str | None = None,
+              logprobs: list[dict[str, Any]] | None = None, **extra: Any) -> dict[str, Any]:
+        choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        if logprobs:
+            choice["logprobs"] = {"content": logprobs}
+        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                "system_fingerprint": None, "choices": [choice], **extra}
+
+    def usage_chunk(self) -> dict[str, Any]:
+        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                "system_fingerprint": None, "choices": [], "usage": self.usage(), "timings": self.run.timings()}
+
+    # -- non-streaming --------------------------------------------------------------------------------
+
+    def response(self) -> dict[str, Any]:
+        calls = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_json}}
+                 for c in self.parser.calls]
+        content = "".join(self.content)
+        message: dict[str, Any] = {"role": "assistant", "content": content if content or not calls else None}
+        if self.reasoning:
+            message["reasoning_content"] = "".join(self.reasoning)
+        if calls:
+            message["tool_calls"] = calls
+        return {
+            "id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
+            "system_fingerprint": None,
+            "choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason(),
+                         "logprobs": {"content": self.logprobs} if self.want_logprobs else None}],
+            "usage": self.usage(),
+            "timings": self.run.timings(),
+        }
+
+
+class CompletionBuilder:
+    """Legacy /v1/completions: raw text, no template, no reasoning or tool parsing."""
+
+    def __init__(self, st: ServerState, run: EngineRun, *, model: str, logprobs: bool, echo: str | None):
+        self.st = st
+        self.run = run
+        self.id = run.request_id
+        self.model = model
+        self.created = int(time.time())
+        self.want_logprobs = logprobs
+        self.echo = echo
+        self.text: list[str] = [echo] if echo else []
+        self.offset = len(echo) if echo else 0
+        self.lp: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+
+    def feed(self, ev: TokenEvent) -> tuple[str, dict[str, list[Any]] | None]:
+        self.text.append(ev.text)
+        if not self.want_logprobs or ev.logprobs is None:
+            return ev.text, None
+        part: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+        for i, tid in enumerate(ev.token_ids):
+            tok = self.st.token_text(tid)
+            part["tokens"].append(tok)
+            part["token_logprobs"].append(ev.logprobs[i] if i < len(ev.logprobs) else 0.0)
+            tops = ev.top_logprobs[i] if ev.top_logprobs and i < len(ev.top_logprobs) else []
+            part["top_logprobs"].append({self.st.token_text(t.token_id): t.logprob for t in tops} or None)
+            part["text_offset"].append(self.offset)
+            self.offset += len(tok)
+        for k, v in part.items():
+            self.lp[k].extend(v)
+        return ev.text, part
+
+    def usage(self) -> dict[str, Any]:
+        p, c = self.run.prompt_tokens, self.run.output_tokens
+        return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+
+    def finish_reason(self) -> str:
+        return _finish_reason(self.run, False)
+
+    def chunk(self, text: str, *, finish_reason: str | None = None, logprobs: Any = None,
+              **extra: Any) -> dict[str, Any]:
+        return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model,
+                "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}],
+                **extra}
+
+    def response(self) -> dict[str, Any]:
+        return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model,
+                "choices": [{"index": 0, "text": "".join(self.text), "finish_reason": self.finish_reason(),
+                             "logprobs": self.lp if self.want_logprobs else None}],
+                "usage": self.usage(), "timings": self.run.timings()}

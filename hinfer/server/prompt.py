@@ -1,0 +1,150 @@
+"""Dialect-neutral request preparation: chat messages -> template -> token ids, tool choice, token budget.
+
+Both dialects convert their request into a `ChatPrompt` (messages in the shape the Qwen3.5 chat template
+reads: role, content string, reasoning_content, tool_calls with dict arguments) and share the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from hinfer.errors import TemplateError
+from hinfer.server.errors import bad_request
+from hinfer.server.tool_parser import tool_schemas
+
+log = logging.getLogger(__name__)
+
+# Template keyword arguments a request may not override (we pass them ourselves).
+_RESERVED_TEMPLATE_KWARGS = {"messages", "tools", "add_generation_prompt", "enable_thinking", "preserve_thinking"}
+
+
+@dataclass
+class ToolChoice:
+    mode: str = "auto"  # auto | none | required | named
+    name: str | None = None
+
+
+@dataclass
+class ChatPrompt:
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] = field(default_factory=list)  # OpenAI-style {"type": "function", "function": ...}
+    tool_choice: ToolChoice = field(default_factory=ToolChoice)
+    enable_thinking: bool = True
+    preserve_thinking: bool = False
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def template_tools(self) -> list[dict[str, Any]] | None:
+        """Tools shown to the model. tool_choice none hides them (the model then answers in text);
+        a named choice shows only that tool."""
+        if not self.tools or self.tool_choice.mode == "none":
+            return None
+        if self.tool_choice.mode == "named":
+            return [t for t in self.tools if _tool_name(t) == self.tool_choice.name]
+        return self.tools
+
+    def parse_tools(self) -> dict[str, dict[str, Any]] | None:
+        """{name: parameters schema} the output parser accepts, or None to leave tool-call text alone."""
+        tools = self.template_tools()
+        return tool_schemas(tools) if tools else None
+
+
+def _tool_name(tool: dict[str, Any]) -> str | None:
+    fn = tool.get("function")
+    return fn.get("name") if isinstance(fn, dict) else None
+
+
+def check_tool_choice(prompt: ChatPrompt, param: str) -> None:
+    if prompt.tool_choice.mode in ("required", "named") and not prompt.tools:
+        raise bad_request("tool_choice requires tools", param=param)
+    if prompt.tool_choice.mode == "named":
+        names = [_tool_name(t) for t in prompt.tools]
+        if prompt.tool_choice.name not in names:
+            raise bad_request(f"tool_choice names {prompt.tool_choice.name!r}, which is not in tools", param=param)
+
+
+def _tool_choice_instruction(choice: ToolChoice) -> str | None:
+    # Without constrained decoding a call cannot be forced; a plain instruction is the honest best effort.
+    if choice.mode == "required":
+        return "You must answer by calling one or more of the functions above."
+    if choice.mode == "named":
+        return f"You must answer by calling the function {choice.name}."
+    return None
+
+
+def _with_instruction(messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+    msgs = list(messages)
+    if msgs and msgs[0].get("role") == "system":
+        first = dict(msgs[0])
+        body = first.get("content") or ""
+        first["content"] = f"{body}\n\n{text}" if body else text
+        msgs[0] = first
+    else:
+        msgs.insert(0, {"role": "system", "content": text})
+    return msgs
+
+
+def render_prompt(tokenizer: Any, prompt: ChatPrompt) -> list[int]:
+    """Chat template -> token ids. Template complaints (bad message order, no user turn) are 400s."""
+    messages = prompt.messages
+    instruction = _tool_choice_instruction(prompt.tool_choice) if prompt.template_tools() else None
+    if instruction:
+        messages = _with_instruction(messages, instruction)
+    kwargs = {k: v for k, v in prompt.template_kwargs.items()
+              if isinstance(k, str) and k.isidentifier() and k not in _RESERVED_TEMPLATE_KWARGS}
+    try:
+        text = tokenizer.apply_chat_template(
+            messages,
+            tools=prompt.template_tools(),
+            add_generation_prompt=True,
+            enable_thinking=prompt.enable_thinking,
+            preserve_thinking=prompt.preserve_thinking,
+            **kwargs,
+        )
+    except TemplateError as e:
+        raise bad_request(f"the chat template rejected the messages: {e}", param="messages") from e
+    except Exception as e:  # jinja errors on odd-but-valid JSON (e.g. a non-string in a string slot)
+        log.debug("chat template failed", exc_info=True)
+        raise bad_request(f"the chat template could not render the messages: {e}", param="messages") from e
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def plan_max_tokens(prompt_len: int, requested: int | None, max_context: int, param: str = "max_tokens") -> int:
+    """The completion budget. A prompt that leaves no room, or a max_tokens beyond the whole context,
+    is a 400; a max_tokens that merely overruns what the prompt leaves is clamped to it (agents send
+    generous max_tokens and expect `length` when the context runs out)."""
+    room = max_context - prompt_len
+    if room < 1:
+        raise bad_request(
+            f"the prompt is {prompt_len} tokens; this server's context is {max_context} tokens "
+            f"(prompt plus completion, --max-context)", param="messages", code="context_length_exceeded")
+    if requested is None:
+        return room
+    if requested < 1:
+        raise bad_request(f"{param} must be at least 1", param=param)
+    if requested > max_context:
+        raise bad_request(
+            f"{param} is {requested}, more than this server's whole context of {max_context} tokens",
+            param=param, code="context_length_exceeded")
+    return min(requested, room)
+
+
+def stop_list(stop: str | list[str] | None, param: str = "stop") -> list[str]:
+    if stop is None:
+        return []
+    items = [stop] if isinstance(stop, str) else list(stop)
+    if len(items) > 64:
+        raise bad_request("at most 64 stop sequences are supported", param=param)
+    return [s for s in items if s]
+
+
+def check_token_ids(ids: list[int], vocab_size: int, param: str) -> None:
+    for t in ids:
+        if not 0 <= t < vocab_size:
+            raise bad_request(f"token id {t} is outside the vocabulary (0..{vocab_size - 1})", param=param)
+
+
+def normalize_seed(seed: int | None) -> int | None:
+    # Any JSON integer is accepted; the sampler wants a 63-bit one.
+    return None if seed is None else seed % (2**63)

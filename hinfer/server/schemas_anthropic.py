@@ -1,0 +1,100 @@
+"""Anthropic Messages request schemas. Unknown fields are accepted and ignored; content blocks are checked
+one by one in anthropic_convert.py so that an unsupported block gets a precise message."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+
+
+class Message(_Open):
+    role: Literal["user", "assistant"]
+    content: str | list[dict[str, Any]]
+
+
+class Tool(_Open):
+    name: str = Field(min_length=1)
+    description: str | None = None
+    input_schema: dict[str, Any] | None = None
+    type: str | None = None  # "custom" or absent; Anthropic server tools (web_search_..., bash_...) are refused
+
+
+class ToolChoice(_Open):
+    type: Literal["auto", "any", "tool", "none"]
+    name: str | None = None
+    disable_parallel_tool_use: bool | None = None
+
+
+class Thinking(_Open):
+    type: Literal["enabled", "disabled", "adaptive"]
+    budget_tokens: int | None = None
+
+
+class _MessagesBase(_Open):
+    model: str
+    messages: list[Message] = Field(min_length=1)
+    system: str | list[dict[str, Any]] | None = None
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
+    thinking: Thinking | None = None
+
+
+class MessagesRequest(_MessagesBase):
+    max_tokens: int
+    stop_sequences: list[str] | None = None
+    stream: bool = False
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class CountTokensRequest(_MessagesBase):
+    pass
+
+
+# Content blocks (validated individually).
+
+
+class TextBlock(_Open):
+    type: Literal["text"]
+    text: str
+
+
+class ToolUseBlock(_Open):
+    type: Literal["tool_use"]
+    id: str
+    name: str
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolResultBlock(_Open):
+    type: Literal["tool_result"]
+    tool_use_id: str
+    content: str | list[dict[str, Any]] | None = None
+    is_error: bool | None = None
+
+
+class ThinkingBlock(_Open):
+    type: Literal["thinking"]
+    thinking: str
+    signature: str | None = None
+
+
+class RedactedThinkingBlock(_Open):
+    type: Literal["redacted_thinking"]
+    data: str | None = None
+
+
+BLOCK_TYPES: dict[str, type[_Open]] = {
+    "text": TextBlock,
+    "tool_use": ToolUseBlock,
+    "tool_result": ToolResultBlock,
+    "thinking": ThinkingBlock,
+    "redacted_thinking": RedactedThinkingBlock,
+}

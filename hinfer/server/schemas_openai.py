@@ -1,0 +1,104 @@
+"""OpenAI request schemas. Unknown fields are accepted and ignored (clients send many); the fields we
+cannot honour are rejected in openai_convert.py with a message, see docs/api.md."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Open(BaseModel):
+    # NaN/Infinity are valid to Python's json module but never valid sampling settings.
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+
+
+class FunctionCall(_Open):
+    name: str
+    arguments: str | dict[str, Any] = "{}"  # a JSON object as text (OpenAI); a dict is accepted too
+
+
+class ToolCall(_Open):
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessage(_Open):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None  # the name some clients use for reasoning_content
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+
+
+class FunctionDef(_Open):
+    name: str = Field(min_length=1)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(_Open):
+    type: Literal["function"] = "function"
+    function: FunctionDef
+
+
+class NamedFunction(_Open):
+    name: str
+
+
+class NamedToolChoice(_Open):
+    type: Literal["function"] = "function"
+    function: NamedFunction
+
+
+class StreamOptions(_Open):
+    include_usage: bool = False
+
+
+class _SamplingFields(_Open):
+    model: str
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None  # extension (vLLM-style)
+    min_p: float | None = None  # extension
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None  # extension
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None  # extension
+    ignore_eos: bool = False  # extension
+    logit_bias: dict[str, float] | None = None
+    n: int | None = None
+    user: str | None = None
+
+
+class ChatCompletionRequest(_SamplingFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    response_format: dict[str, Any] | None = None
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None  # extension: enable_thinking, preserve_thinking, ...
+    skip_special_tokens: bool = True  # extension
+
+
+class CompletionRequest(_SamplingFields):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    max_tokens: int | None = 16  # the OpenAI default for legacy completions
+    logprobs: int | None = None
+    echo: bool = False
+    best_of: int | None = None
+    suffix: str | None = None
+    skip_special_tokens: bool = True

@@ -1,0 +1,62 @@
+"""What every route needs: the engine, the tokenizer, the served names, metrics. One per app."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from fastapi import Request
+
+from hinfer.server.errors import bad_request
+from hinfer.server.metrics import Metrics
+
+if TYPE_CHECKING:
+    from hinfer.engine.protocol import AsyncEngine
+    from hinfer.tokenizer import Tokenizer
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}{secrets.token_hex(12)}"
+
+
+@dataclass
+class ServerState:
+    engine: AsyncEngine
+    tokenizer: Tokenizer
+    model_name: str
+    model_aliases: tuple[str, ...] = ()
+    preserve_thinking_default: bool = False
+    metrics: Metrics = field(default_factory=Metrics)
+    created: int = field(default_factory=lambda: int(time.time()))
+    _token_text: dict[int, str] = field(default_factory=dict)
+
+    def check_model(self, model: str) -> None:
+        if model != self.model_name and model not in self.model_aliases:
+            names = ", ".join(repr(n) for n in (self.model_name, *self.model_aliases))
+            raise bad_request(f"model {model!r} is not served here; this server serves {names}",
+                              param="model", code="model_not_found")
+
+    def token_text(self, token_id: int) -> str:
+        """One token's text (for logprobs). Cached: the same few thousand tokens recur."""
+        text = self._token_text.get(token_id)
+        if text is None:
+            try:
+                text = self.tokenizer.decode([token_id], skip_special_tokens=False)
+            except Exception:  # an id the tokenizer cannot decode still gets a name
+                text = f"<|token_{token_id}|>"
+            if len(self._token_text) > 65536:
+                self._token_text.clear()
+            self._token_text[token_id] = text
+        return text
+
+    def token_bytes(self, token_id: int) -> list[int]:
+        """The token's raw bytes (a multi-byte character split across tokens stays exact)."""
+        fn = getattr(self.tokenizer, "token_bytes", None)
+        raw = fn(token_id) if fn is not None else self.token_text(token_id).encode()
+        return list(raw)
+
+
+def get_state(request: Request) -> ServerState:
+    return request.app.state.hinfer

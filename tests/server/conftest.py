@@ -1,0 +1,36 @@
+"""Server test fixtures: the real tokenizer, a scripted engine and a live uvicorn server on 127.0.0.1."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from server_live import MODEL, live_server
+
+from hinfer.tokenizer import Tokenizer, fixture_tokenizer_dir
+
+
+@pytest.fixture(scope="session")
+def tokenizer() -> Tokenizer:
+    path = fixture_tokenizer_dir()
+    if path is None:
+        pytest.skip("the Qwen3.5 tokenizer fixture is not available (set HINFER_FIXTURES)")
+    return Tokenizer.from_dir(path)
+
+
+@pytest.fixture(scope="session")
+def engine(tokenizer):
+    from scripted_engine import ScriptedEngine
+    from server_scripts import SCRIPTS
+
+    return ScriptedEngine(tokenizer, SCRIPTS, default="Fine.\n</think>\n\nDefault answer.", lanes=4, max_pending=8,
+                          max_context=4096, model_name=MODEL)
+
+
+@pytest.fixture(scope="session")
+def base_url(engine, tokenizer) -> Iterator[str]:
+    """The shared live server (no API key)."""
+    from hinfer.server import create_app
+
+    with live_server(create_app(engine, tokenizer, model_name=MODEL, model_aliases=["alias-model"])) as url:
+        yield url

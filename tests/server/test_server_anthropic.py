@@ -1,0 +1,193 @@
+"""Anthropic dialect end to end: the official `anthropic` SDK against a live server over a scripted engine."""
+
+from __future__ import annotations
+
+import anthropic
+import httpx
+import pytest
+from server_live import MODEL
+from server_scripts import AFTER_TOOL, TIME_TOOL, WEATHER_ARGS, WEATHER_TOOL, anthropic_tool
+
+TOOLS = [anthropic_tool(WEATHER_TOOL), anthropic_tool(TIME_TOOL)]
+THINK = {"type": "enabled", "budget_tokens": 2048}
+
+
+@pytest.fixture(scope="module")
+def client(base_url):
+    return anthropic.Anthropic(base_url=base_url, api_key="dummy", max_retries=0, timeout=30)
+
+
+def user(text):
+    return [{"role": "user", "content": text}]
+
+
+def prompt_of(engine):
+    return engine.tokenizer.decode(engine.requests[-1].prompt_token_ids, skip_special_tokens=False)
+
+
+def test_text_without_thinking(client, engine):
+    m = client.messages.create(model=MODEL, max_tokens=200, messages=user("[[nothink]]"))
+    assert [b.type for b in m.content] == ["text"]
+    assert m.content[0].text == "Hello! How can I help you today?"
+    assert m.stop_reason == "end_turn" and m.stop_sequence is None
+    assert m.usage.input_tokens > 0 and m.usage.output_tokens > 0
+    assert m.id.startswith("msg_") and m.role == "assistant" and m.model == MODEL
+    assert "timings" in m.model_extra
+    assert prompt_of(engine).endswith("<think>\n\n</think>\n\n")  # no `thinking`: the template's thinking is off
+
+
+def test_thinking_blocks(client, engine):
+    m = client.messages.create(model=MODEL, max_tokens=200, messages=user("[[greet]]"), thinking=THINK)
+    assert [b.type for b in m.content] == ["thinking", "text"]
+    assert m.content[0].thinking == "The user greets me. I should greet them back."
+    assert m.content[0].signature
+    assert m.content[1].text == "Hello! How can I help you today?"
+    sp = engine.requests[-1].sampling
+    assert sp.thinking_budget == 2048 and sp.think_end_token_id == engine.tokenizer.think_end_id
+    assert prompt_of(engine).endswith("<|im_start|>assistant\n<think>\n")
+
+
+def test_thinking_budget_forces_end(client):
+    m = client.messages.create(model=MODEL, max_tokens=500, messages=user("[[long_think]]"),
+                               thinking={"type": "enabled", "budget_tokens": 5})
+    assert [b.type for b in m.content] == ["thinking", "text"]
+    assert m.content[0].thinking.split() == ["step"] * 5
+    assert m.content[1].text == "Done."
+
+
+def test_stream_event_sequence(client):
+    with client.messages.stream(model=MODEL, max_tokens=300, messages=user("[[weather]]"), tools=TOOLS,
+                                thinking=THINK) as stream:
+        events = [e for e in stream if e.type in ("message_start", "content_block_start", "content_block_delta",
+                                                   "content_block_stop", "message_delta", "message_stop")]
+        final = stream.get_final_message()
+    types = [e.type for e in events]
+    assert types[0] == "message_start" and types[-2:] == ["message_delta", "message_stop"]
+    # Blocks open and close in order, with indices counting from 0, deltas only inside their block.
+    open_idx, seen = None, []
+    for e in events[1:-2]:
+        if e.type == "content_block_start":
+            assert open_idx is None
+            open_idx = e.index
+            seen.append((e.index, e.content_block.type))
+        elif e.type == "content_block_delta":
+            assert e.index == open_idx
+        elif e.type == "content_block_stop":
+            assert e.index == open_idx
+            open_idx = None
+    assert open_idx is None
+    assert seen == [(0, "thinking"), (1, "text"), (2, "tool_use")]
+    deltas = {e.delta.type for e in events if e.type == "content_block_delta"}
+    assert deltas == {"thinking_delta", "signature_delta", "text_delta", "input_json_delta"}
+    assert events[-2].delta.stop_reason == "tool_use" and events[-2].usage.output_tokens > 0
+    assert "timings" in events[-2].model_extra
+    assert [b.type for b in final.content] == ["thinking", "text", "tool_use"]
+    tool = final.content[2]
+    assert tool.name == "get_weather" and tool.id.startswith("toolu_") and tool.input == WEATHER_ARGS
+    assert final.content[1].text == "Let me check that."
+
+
+def test_tool_use_without_thinking(client):
+    m = client.messages.create(model=MODEL, max_tokens=300, messages=user("[[weather_nothink]]"), tools=TOOLS)
+    assert m.stop_reason == "tool_use"
+    assert [b.type for b in m.content] == ["text", "tool_use"]
+    assert m.content[0].text == "Let me check that." and m.content[1].input == WEATHER_ARGS
+
+
+def test_parallel_tool_use(client):
+    m = client.messages.create(model=MODEL, max_tokens=300, messages=user("[[parallel]]"), tools=TOOLS,
+                               thinking=THINK)
+    uses = [b for b in m.content if b.type == "tool_use"]
+    assert [(u.name, u.input) for u in uses] == [("get_weather", {"city": "Paris", "days": "not a number"}),
+                                                ("get_time", {"zone": "Asia/Tokyo"})]
+    assert m.stop_reason == "tool_use"
+
+
+def test_tool_result_history(client, engine):
+    messages = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "I need the tool", "signature": "hinfer-unsigned"},
+            {"type": "text", "text": "Let me check."},
+            {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris", "days": 2}},
+        ]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "18C [[after_tool]]"}]},
+        ]},
+    ]
+    m = client.messages.create(model=MODEL, max_tokens=300, system=[{"type": "text", "text": "Be terse."}],
+                               messages=messages, tools=TOOLS, thinking=THINK)
+    assert m.content[-1].text == AFTER_TOOL.split("\n\n", 1)[1]
+    p = prompt_of(engine)
+    assert "<tool_response>\n18C [[after_tool]]\n</tool_response>" in p
+    assert "<think>\nI need the tool\n</think>\n\nLet me check.\n\n<tool_call>\n<function=get_weather>" in p
+    assert "<parameter=days>\n2\n</parameter>" in p
+    assert "Be terse." in p
+
+
+def test_tool_result_error_flag(client, engine):
+    messages = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "get_time", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "boom", "is_error": True},
+                                     {"type": "text", "text": "and now? [[nothink]]"}]},
+    ]
+    client.messages.create(model=MODEL, max_tokens=100, messages=messages, tools=TOOLS)
+    p = prompt_of(engine)
+    assert "<tool_response>\nError: boom\n</tool_response><|im_end|>\n<|im_start|>user\nand now? [[nothink]]" in p
+
+
+def test_stop_sequences(client):
+    m = client.messages.create(model=MODEL, max_tokens=100, messages=user("[[stop]]"), stop_sequences=["STOP"],
+                               thinking=THINK)
+    assert m.stop_reason == "stop_sequence" and m.stop_sequence == "STOP"
+    assert m.content[-1].text == "one two three "
+    with client.messages.stream(model=MODEL, max_tokens=100, messages=user("[[stop]]"), thinking=THINK,
+                                stop_sequences=["STOP"]) as s:
+        final = s.get_final_message()
+    assert final.stop_reason == "stop_sequence" and final.content[-1].text == "one two three "
+
+
+def test_max_tokens_stop_reason(client):
+    m = client.messages.create(model=MODEL, max_tokens=7, messages=user("[[long]]"))
+    assert m.stop_reason == "max_tokens" and m.usage.output_tokens == 7
+
+
+def test_tool_choice(client, engine):
+    client.messages.create(model=MODEL, max_tokens=100, messages=user("[[weather]]"), tools=TOOLS,
+                           tool_choice={"type": "any"})
+    assert "You must answer by calling one or more" in prompt_of(engine)
+    m = client.messages.create(model=MODEL, max_tokens=100, messages=user("[[weather_nothink]]"), tools=TOOLS,
+                               tool_choice={"type": "none"})
+    assert all(b.type == "text" for b in m.content) and "<tools>" not in prompt_of(engine)
+    client.messages.create(model=MODEL, max_tokens=100, messages=user("[[weather]]"), tools=TOOLS,
+                           tool_choice={"type": "tool", "name": "get_time"})
+    assert '"get_weather"' not in prompt_of(engine)
+
+
+def test_count_tokens(client, engine):
+    kw = dict(model=MODEL, messages=user("[[nothink]] count me"), system="sys", tools=TOOLS)
+    n = client.messages.count_tokens(**kw).input_tokens
+    m = client.messages.create(max_tokens=50, **kw)
+    assert n == m.usage.input_tokens == len(engine.requests[-1].prompt_token_ids)
+
+
+def test_models_anthropic_shape(client):
+    page = client.models.list()
+    assert [m.id for m in page.data] == [MODEL, "alias-model"]
+    assert page.data[0].type == "model"
+    assert client.models.retrieve(MODEL).id == MODEL
+
+
+def test_sampling_fields(client, engine):
+    # This SDK version no longer takes temperature/top_p/top_k as arguments; older clients send them.
+    client.messages.create(model=MODEL, max_tokens=100, messages=user("[[nothink]]"), metadata={"user_id": "u"},
+                           extra_body={"temperature": 0.2, "top_p": 0.8, "top_k": 5})
+    sp = engine.requests[-1].sampling
+    assert (sp.temperature, sp.top_p, sp.top_k, sp.max_tokens) == (0.2, 0.8, 5, 100)
+
+
+def test_x_api_key_header_ignored_without_key(base_url):
+    r = httpx.post(base_url + "/v1/messages", headers={"x-api-key": "whatever", "anthropic-version": "2023-06-01"},
+                   json={"model": MODEL, "max_tokens": 10, "messages": user("[[nothink]]")})
+    assert r.status_code == 200 and r.json()["type"] == "message"

@@ -1,0 +1,318 @@
+"""Bad input, auth and engine failures: each is answered in its dialect's error shape, and the server keeps
+serving afterwards."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+from scripted_engine import ScriptedEngine
+from server_live import MODEL, live_server
+
+from hinfer.engine.protocol import RequestTooLargeError
+from hinfer.server import create_app
+
+CHAT = "/v1/chat/completions"
+MSGS = "/v1/messages"
+
+
+def wait_until(cond, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+def chat(**kw):
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "[[greet]]"}]}
+    body.update(kw)
+    return body
+
+
+def msgs(**kw):
+    body = {"model": MODEL, "max_tokens": 50, "messages": [{"role": "user", "content": "[[nothink]]"}]}
+    body.update(kw)
+    return body
+
+
+def assert_openai_error(r, status=400, code=None, needle=None):
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["message"]
+    if code:
+        assert err["code"] == code
+    if needle:
+        assert needle in err["message"]
+    return err
+
+
+def assert_anthropic_error(r, status=400, typ="invalid_request_error", needle=None):
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert body["type"] == "error" and body["error"]["type"] == typ and body["error"]["message"]
+    if needle:
+        assert needle in body["error"]["message"]
+
+
+@pytest.fixture(scope="module")
+def http(base_url):
+    with httpx.Client(base_url=base_url, timeout=30) as c:
+        yield c
+
+
+OPENAI_BAD = [
+    ({"model": MODEL}, "messages"),
+    (chat(messages="hello"), "messages"),
+    (chat(messages=[]), "messages"),
+    (chat(messages=[{"role": "wizard", "content": "x"}]), "role"),
+    (chat(messages=[{"content": "x"}]), "role"),
+    (chat(messages=[{"role": "user", "content": 5}]), "content"),
+    (chat(temperature="hot"), "temperature"),
+    (chat(temperature=-1), "temperature"),
+    (chat(top_p=0), "top_p"),
+    (chat(max_tokens="lots"), "max_tokens"),
+    (chat(max_tokens=0), "max_tokens"),
+    (chat(max_tokens=-5), "max_tokens"),
+    (chat(max_tokens=10**12), "max_tokens"),
+    (chat(max_completion_tokens=10**30), "max_completion_tokens"),
+    (chat(stream=5), "stream"),
+    (chat(model="gpt-17"), "not served"),
+    (chat(model=None), "model"),
+    (chat(n=2), "n must be 1"),
+    (chat(n=0), "n must be 1"),
+    (chat(response_format={"type": "json_object"}), "response_format"),
+    (chat(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}), "response_format"),
+    (chat(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x/a.png"}}]}]),
+     "vision not supported yet"),
+    (chat(messages=[{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]), "vision"),
+    (chat(messages=[{"role": "user", "content": [{"type": "mystery"}]}]), "unsupported content part"),
+    (chat(logprobs=True, top_logprobs=50), "top_logprobs"),
+    (chat(logit_bias={"abc": 1}), "logit_bias"),
+    (chat(logit_bias={"99999999": 1}), "vocabulary"),
+    (chat(logit_bias={"5": 1000}), "logit_bias"),
+    (chat(stop_token_ids=[-1]), "vocabulary"),
+    (chat(tools=[{"type": "function", "function": {"description": "no name"}}]), "name"),
+    (chat(tool_choice="sometimes"), "tool_choice"),
+    (chat(tool_choice="required"), "requires tools"),
+    (chat(tools=[{"type": "function", "function": {"name": "a"}}],
+          tool_choice={"type": "function", "function": {"name": "b"}}), "not in tools"),
+    (chat(messages=[{"role": "user", "content": "x"}, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "1", "type": "function", "function": {"name": "f", "arguments": "{not json"}}]}]), "not valid JSON"),
+    (chat(messages=[{"role": "system", "content": "only a system prompt"}]), "chat template"),
+    (chat(messages=[{"role": "user", "content": "a"}, {"role": "system", "content": "late"}]), "chat template"),
+    (chat(reasoning_effort="extreme"), "reasoning_effort"),
+    (chat(chat_template_kwargs={"enable_thinking": "yes"}), "enable_thinking"),
+    (chat(messages=[{"role": "user", "content": "word " * 5000}]), "context"),
+    (chat(stop=["a"] * 100), "stop"),
+]
+
+
+@pytest.mark.parametrize("body,needle", OPENAI_BAD, ids=[str(i) for i in range(len(OPENAI_BAD))])
+def test_openai_bad_input(http, body, needle):
+    err = assert_openai_error(http.post(CHAT, json=body))
+    assert needle in err["message"] or needle == err["param"] or needle in (err["param"] or ""), err
+
+
+def test_openai_error_codes(http):
+    assert_openai_error(http.post(CHAT, json=chat(model="nope")), code="model_not_found")
+    err = assert_openai_error(http.post(CHAT, json=chat(messages=[{"role": "user", "content": "word " * 5000}])),
+                              code="context_length_exceeded")
+    assert err["param"] == "messages"
+    assert_openai_error(http.post(CHAT, content=b'{"model": "x", "messages": [', headers={"content-type":
+                                                                                      "application/json"}),
+                        code="invalid_json")
+    assert_openai_error(http.post(CHAT, content=b'{"model": "' + MODEL.encode() + b'", "temperature": NaN, '
+                                  b'"messages": [{"role": "user", "content": "x"}]}',
+                                  headers={"content-type": "application/json"}))
+    assert_openai_error(http.post(CHAT, content=b"not json at all"))
+
+
+def test_max_tokens_over_what_the_prompt_leaves_is_clamped(http, engine):
+    r = http.post(CHAT, json=chat(max_tokens=4000, messages=[{"role": "user", "content": "word " * 1000 + "[[long]]"}]))
+    assert r.status_code == 200
+    sp = engine.requests[-1].sampling
+    assert sp.max_tokens == 4096 - len(engine.requests[-1].prompt_token_ids)
+
+
+COMPLETIONS_BAD = [
+    ({"model": MODEL}, "prompt"),
+    ({"model": MODEL, "prompt": ""}, "empty"),
+    ({"model": MODEL, "prompt": []}, "empty"),
+    ({"model": MODEL, "prompt": ["a", "b"]}, "batched"),
+    ({"model": MODEL, "prompt": [1, 2, 10**9]}, "vocabulary"),
+    ({"model": MODEL, "prompt": "x", "suffix": "y"}, "suffix"),
+    ({"model": MODEL, "prompt": "x", "best_of": 3}, "best_of"),
+    ({"model": MODEL, "prompt": "x", "logprobs": 99}, "logprobs"),
+    ({"model": MODEL, "prompt": "x", "n": 3}, "n must be 1"),
+    ({"model": MODEL, "prompt": "x", "max_tokens": 10**7}, "max_tokens"),
+]
+
+
+@pytest.mark.parametrize("body,needle", COMPLETIONS_BAD, ids=[str(i) for i in range(len(COMPLETIONS_BAD))])
+def test_completions_bad_input(http, body, needle):
+    err = assert_openai_error(http.post("/v1/completions", json=body))
+    assert needle in err["message"] or needle in (err["param"] or ""), err
+
+
+ANTHROPIC_BAD = [
+    ({"model": MODEL, "messages": [{"role": "user", "content": "x"}]}, "max_tokens"),
+    (msgs(messages=[{"role": "system", "content": "x"}]), "role"),
+    (msgs(messages="hi"), "messages"),
+    (msgs(max_tokens="many"), "max_tokens"),
+    (msgs(max_tokens=10**9), "max_tokens"),
+    (msgs(model="claude-opus-9"), "not served"),
+    (msgs(messages=[{"role": "user", "content": [{"type": "image", "source": {"type": "base64", "data": "x",
+                                                                               "media_type": "image/png"}}]}]),
+     "vision not supported yet"),
+    (msgs(messages=[{"role": "user", "content": [{"type": "document", "source": {}}]}]), "vision"),
+    (msgs(messages=[{"role": "user", "content": [{"type": "hologram"}]}]), "unsupported content block"),
+    (msgs(messages=[{"role": "user", "content": [{"type": "text"}]}]), "text"),
+    (msgs(messages=[{"role": "user", "content": [{"type": "tool_use", "id": "1", "name": "f", "input": {}}]}]),
+     "cannot hold"),
+    (msgs(messages=[{"role": "user", "content": "x"}, {"role": "assistant", "content": [
+        {"type": "tool_result", "tool_use_id": "1", "content": "r"}]}]), "belong in user"),
+    (msgs(thinking={"type": "enabled"}), "budget_tokens"),
+    (msgs(thinking={"type": "sometimes"}), "thinking"),
+    (msgs(tools=[{"type": "web_search_20250305", "name": "web_search"}]), "custom tools"),
+    (msgs(tools=[{"name": "f", "input_schema": {}}], tool_choice={"type": "tool"}), "name"),
+    (msgs(tools=[{"name": "f", "input_schema": {}}], tool_choice={"type": "tool", "name": "g"}), "not in tools"),
+    (msgs(system=[{"type": "image"}]), "vision"),
+    (msgs(temperature=-3), "temperature"),
+    (msgs(messages=[{"role": "user", "content": "word " * 5000}]), "context"),
+    (msgs(messages=[{"role": "assistant", "content": "only me"}]), "chat template"),
+]
+
+
+@pytest.mark.parametrize("body,needle", ANTHROPIC_BAD, ids=[str(i) for i in range(len(ANTHROPIC_BAD))])
+def test_anthropic_bad_input(http, body, needle):
+    r = http.post(MSGS, json=body)
+    assert_anthropic_error(r)
+    assert needle in r.json()["error"]["message"], r.json()
+
+
+def test_anthropic_count_tokens_bad_input(http):
+    assert_anthropic_error(http.post(MSGS + "/count_tokens", json={"model": MODEL}))
+    assert_anthropic_error(http.post(MSGS + "/count_tokens", content=b"{{", headers={"content-type": "application/json"}))
+    assert_anthropic_error(http.post(MSGS, content=b"{{", headers={"content-type": "application/json"}))
+
+
+def test_unknown_paths_and_methods(http):
+    assert_openai_error(http.get("/v1/nothing"), status=404)
+    assert_anthropic_error(http.get(MSGS), status=405, typ="invalid_request_error")
+    assert_openai_error(http.get(CHAT), status=405)
+
+
+def test_server_still_serves(http):
+    assert http.get("/health").json()["status"] == "ok"
+    r = http.post(CHAT, json=chat())
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"]
+    r = http.post(MSGS, json=msgs())
+    assert r.status_code == 200 and r.json()["content"][0]["text"]
+
+
+# -- auth -----------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def secured(tokenizer):
+    eng = ScriptedEngine(tokenizer, {}, default="Ok.", model_name=MODEL)
+    with live_server(create_app(eng, tokenizer, model_name=MODEL, api_key="s3cret", cors=["http://ui.example"])) as url:
+        with httpx.Client(base_url=url, timeout=30) as c:
+            yield c
+
+
+def test_auth(secured):
+    assert_openai_error(secured.post(CHAT, json=chat()), status=401, code="invalid_api_key")
+    assert_openai_error(secured.post(CHAT, json=chat(), headers={"authorization": "Bearer wrong"}), status=401)
+    assert_anthropic_error(secured.post(MSGS, json=msgs()), status=401, typ="authentication_error")
+    assert_anthropic_error(secured.post(MSGS, json=msgs(), headers={"x-api-key": "nope"}), status=401,
+                           typ="authentication_error")
+    assert_openai_error(secured.get("/v1/models"), status=401)
+    assert secured.get("/metrics").status_code == 401
+    assert secured.post(CHAT, json=chat(), headers={"authorization": "Bearer s3cret"}).status_code == 200
+    assert secured.post(MSGS, json=msgs(), headers={"x-api-key": "s3cret"}).status_code == 200
+    assert secured.get("/v1/models", headers={"x-api-key": "s3cret"}).status_code == 200
+    assert secured.get("/health").status_code == 200  # liveness needs no key
+
+
+def test_auth_with_sdks(secured):
+    import anthropic
+    import openai
+
+    base = str(secured.base_url).rstrip("/")
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=base + "/v1", api_key="bad", max_retries=0).models.list()
+    assert openai.OpenAI(base_url=base + "/v1", api_key="s3cret", max_retries=0).models.list().data
+    with pytest.raises(anthropic.AuthenticationError):
+        anthropic.Anthropic(base_url=base, api_key="bad", max_retries=0).messages.create(
+            model=MODEL, max_tokens=5, messages=[{"role": "user", "content": "x"}])
+    m = anthropic.Anthropic(base_url=base, api_key="s3cret", max_retries=0).messages.create(
+        model=MODEL, max_tokens=5, messages=[{"role": "user", "content": "x"}])
+    assert m.content[0].text == "Ok."
+
+
+def test_cors_preflight(secured):
+    r = secured.options(CHAT, headers={"origin": "http://ui.example", "access-control-request-method": "POST",
+                                       "access-control-request-headers": "authorization,content-type"})
+    assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "http://ui.example"
+    r = secured.post(CHAT, json=chat(), headers={"origin": "http://ui.example", "authorization": "Bearer s3cret"})
+    assert r.headers["access-control-allow-origin"] == "http://ui.example"
+
+
+# -- engine failures ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tight(tokenizer):
+    """One lane, no queue, slow steps: the second concurrent request is refused."""
+    eng = ScriptedEngine(tokenizer, {}, default="Ok.\n</think>\n\n" + "la " * 200, lanes=1, max_pending=0,
+                         step_s=0.005, model_name=MODEL)
+    with live_server(create_app(eng, tokenizer, model_name=MODEL)) as url:
+        with httpx.Client(base_url=url, timeout=30) as c:
+            yield c, eng
+
+
+def test_queue_full_is_429(tight):
+    c, eng = tight
+    with c.stream("POST", CHAT, json=chat(stream=True)) as busy:
+        assert busy.status_code == 200
+        err = assert_openai_error(c.post(CHAT, json=chat()), status=429, code="queue_full")
+        assert "busy" in err["message"]
+        assert_anthropic_error(c.post(MSGS, json=msgs()), status=429, typ="rate_limit_error", needle="busy")
+    wait_until(lambda: eng.busy == 0)  # the client left the stream: the lane comes back
+    assert c.post(CHAT, json=chat(max_tokens=3)).status_code == 200
+
+
+def test_queue_timeout_is_429_with_its_own_message(tokenizer):
+    eng = ScriptedEngine(tokenizer, {}, default="la " * 200, lanes=1, max_pending=2, pending_timeout_s=0.1,
+                         step_s=0.005, model_name=MODEL)
+    with live_server(create_app(eng, tokenizer, model_name=MODEL)) as url, httpx.Client(base_url=url) as c:
+        with c.stream("POST", CHAT, json=chat(stream=True)) as busy:
+            assert busy.status_code == 200
+            err = assert_openai_error(c.post(CHAT, json=chat()), status=429, code="queue_timeout")
+            assert "waited too long" in err["message"]
+            assert_anthropic_error(c.post(MSGS, json=msgs()), status=429, typ="rate_limit_error",
+                                   needle="waited too long")
+    assert eng.started and eng.stopped  # the app's lifespan starts and stops the engine
+
+
+def test_engine_errors(tight):
+    c, eng = tight
+    eng.fail_next = (0, RuntimeError("kaboom"))
+    err = assert_openai_error(c.post(CHAT, json=chat()), status=500, code="internal_error")
+    assert "kaboom" in err["message"]
+    eng.fail_next = (0, RuntimeError("kaboom"))
+    assert_anthropic_error(c.post(MSGS, json=msgs()), status=500, typ="api_error")
+    eng.fail_next = (0, RequestTooLargeError("too big for the pool"))
+    assert_openai_error(c.post(CHAT, json=chat()), status=400, code="context_length_exceeded")
+    # Failing mid-stream: the stream carries an error event in the dialect's shape.
+    eng.fail_next = (5, RuntimeError("late kaboom"))
+    r = c.post(CHAT, json=chat(stream=True))
+    assert r.status_code == 200 and '"error"' in r.text and "late kaboom" in r.text and r.text.endswith("[DONE]\n\n")
+    eng.fail_next = (5, RuntimeError("late kaboom"))
+    r = c.post(MSGS, json=msgs(stream=True))
+    assert "event: error" in r.text and '"api_error"' in r.text
+    # Still serving, and the lane was given back each time.
+    assert c.post(CHAT, json=chat(max_tokens=3)).status_code == 200
+    assert eng.busy == 0

@@ -1,0 +1,172 @@
+"""Schema fuzz: random JSON bodies with plausible keys and wrong types never get a 5xx."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from server_live import MODEL
+
+scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12)
+json_values = st.recursive(scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c,
+                                                                                         max_size=3), max_leaves=6)
+
+
+def maybe(strategy):
+    """Usually the plausible value, sometimes any JSON at all (nested fields)."""
+    return st.one_of(strategy, strategy, strategy, strategy, strategy, json_values)
+
+
+def top(strategy):
+    """Top-level fields are plausible; `perturbed` corrupts a few of them."""
+    return strategy
+
+
+@st.composite
+def perturbed(draw, body_strategy):
+    """A plausible body with zero to two top-level fields replaced by arbitrary JSON: one wrong field would
+    otherwise stop every example at the schema check, and the deeper paths would go untested."""
+    body = draw(body_strategy)
+    for _ in range(draw(st.integers(0, 2))):
+        key = draw(st.sampled_from(sorted(body) + ["model", "messages", "stream", "tools", "max_tokens"]))
+        body[key] = draw(json_values)
+    return body
+
+
+text_part = st.fixed_dictionaries({"type": st.sampled_from(["text", "image_url", "input_text", "x"]),
+                                   "text": maybe(st.text(max_size=20))})
+tool_call = st.fixed_dictionaries({
+    "id": maybe(st.text(max_size=5)), "type": maybe(st.just("function")),
+    "function": maybe(st.fixed_dictionaries({"name": maybe(st.sampled_from(["get_weather", "x"])),
+                                             "arguments": maybe(st.sampled_from(['{"a": 1}', "{", "[]", "", "null"]))}))})
+openai_message = st.fixed_dictionaries({
+    "role": maybe(st.sampled_from(["system", "developer", "user", "assistant", "tool", "bot"])),
+    "content": maybe(st.text(max_size=30) | st.lists(text_part, max_size=2))}, optional={
+    "reasoning_content": maybe(st.text(max_size=10)),
+    "tool_calls": maybe(st.lists(tool_call, max_size=2)),
+    "tool_call_id": maybe(st.text(max_size=5)),
+    "name": json_values,
+})
+openai_tool = st.fixed_dictionaries({"type": maybe(st.just("function")), "function": maybe(st.fixed_dictionaries(
+    {"name": maybe(st.sampled_from(["get_weather", "f"])), "parameters": maybe(st.just(
+        {"type": "object", "properties": {"a": {"type": "integer"}}}))}))})
+
+openai_chat = st.fixed_dictionaries({"model": st.just(MODEL),
+                                     "messages": st.lists(openai_message, max_size=3).map(
+                                         lambda m: m + [{"role": "user", "content": "hi"}])}, optional={
+    "stream": top(st.booleans()),
+    "stream_options": top(st.fixed_dictionaries({"include_usage": maybe(st.booleans())})),
+    "max_tokens": top(st.integers(1, 64) | st.integers(-5, 10**6)),
+    "max_completion_tokens": top(st.integers(-5, 64)),
+    "temperature": top(st.floats(-1, 3)),
+    "top_p": top(st.floats(-1, 2)),
+    "top_k": top(st.integers(-3, 10**7)),
+    "min_p": top(st.floats(-1, 2)),
+    "presence_penalty": top(st.floats(-3, 3)),
+    "frequency_penalty": top(st.floats(-3, 3)),
+    "repetition_penalty": top(st.floats(-1, 3)),
+    "seed": top(st.integers()),
+    "stop": top(st.text(max_size=4) | st.lists(st.text(max_size=4), max_size=3)),
+    "logit_bias": top(st.dictionaries(st.sampled_from(["1", "x", "-4", "99999999"]), st.floats(-200, 200),
+                                        max_size=2)),
+    "logprobs": top(st.booleans()),
+    "top_logprobs": top(st.integers(-2, 30)),
+    "n": top(st.integers(-1, 3)),
+    "response_format": top(st.fixed_dictionaries({"type": st.sampled_from(["text", "json_object", "x"])})),
+    "tools": top(st.lists(openai_tool, max_size=2)),
+    "tool_choice": top(st.sampled_from(["auto", "none", "required", "x"]) | st.just(
+        {"type": "function", "function": {"name": "get_weather"}})),
+    "reasoning_effort": top(st.sampled_from(["low", "medium", "high", "none", "max"])),
+    "chat_template_kwargs": top(st.dictionaries(st.sampled_from(["enable_thinking", "preserve_thinking",
+                                                                   "raise_exception", "messages", "1x", "foo"]),
+                                                  json_values, max_size=2)),
+})
+
+openai_completion = st.fixed_dictionaries({"model": st.just(MODEL), "prompt": (st.text(max_size=20) | st.lists(st.integers(-2, 300000), max_size=4)
+                    | st.lists(st.text(max_size=5), max_size=2))}, optional={
+    "max_tokens": top(st.integers(1, 64) | st.integers(-5, 10**6)),
+    "logprobs": top(st.integers(-1, 30)),
+    "echo": top(st.booleans()),
+    "stream": top(st.booleans()),
+    "suffix": top(st.text(max_size=3)),
+    "temperature": top(st.floats(-1, 3)),
+})
+
+block = st.fixed_dictionaries({"type": maybe(st.sampled_from(["text", "image", "tool_use", "tool_result", "thinking",
+                                                              "redacted_thinking", "x"]))},
+                              optional={"text": maybe(st.text(max_size=10)), "id": maybe(st.text(max_size=4)),
+                                        "name": maybe(st.sampled_from(["get_weather", "q"])),
+                                        "input": maybe(st.just({"city": "Paris"})),
+                                        "tool_use_id": maybe(st.text(max_size=4)),
+                                        "content": maybe(st.text(max_size=5)), "thinking": maybe(st.text(max_size=5)),
+                                        "is_error": maybe(st.booleans())})
+anthropic_message = st.fixed_dictionaries({
+    "role": maybe(st.sampled_from(["user", "assistant", "user", "assistant", "system"])),
+    "content": maybe(st.text(max_size=20) | st.lists(block, max_size=3)),
+})
+anthropic_body = st.fixed_dictionaries({"model": st.just(MODEL),
+                                        "messages": st.lists(anthropic_message, max_size=3).map(
+                                            lambda m: m + [{"role": "user", "content": "hi"}]),
+                                        "max_tokens": st.integers(1, 64) | st.integers(-5, 10**6)}, optional={
+    "system": top(st.text(max_size=10) | st.lists(block, max_size=2)),
+    "stream": top(st.booleans()),
+    "stop_sequences": top(st.lists(st.text(max_size=4), max_size=3)),
+    "temperature": top(st.floats(-1, 3)),
+    "top_p": top(st.floats(-1, 2)),
+    "top_k": top(st.integers(-3, 10**7)),
+    "tools": top(st.lists(st.fixed_dictionaries({"name": maybe(st.sampled_from(["get_weather", ""])),
+                                                   "input_schema": maybe(st.just({"type": "object"}))},
+                                                  optional={"type": maybe(st.sampled_from(["custom", "bash_1"]))}),
+                            max_size=2)),
+    "tool_choice": top(st.fixed_dictionaries({"type": maybe(st.sampled_from(["auto", "any", "tool", "none"]))},
+                                               optional={"name": maybe(st.just("get_weather"))})),
+    "thinking": top(st.fixed_dictionaries({"type": maybe(st.sampled_from(["enabled", "disabled", "adaptive"]))},
+                                            optional={"budget_tokens": maybe(st.integers(-5, 5000))})),
+})
+
+FUZZ = settings(max_examples=150, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture(scope="module")
+def http(base_url):
+    with httpx.Client(base_url=base_url, timeout=30) as c:
+        yield c
+
+
+def check(r: httpx.Response, anthropic: bool) -> None:
+    assert r.status_code < 500, r.text
+    if r.status_code >= 400:
+        body = r.json()
+        if anthropic:
+            assert body["type"] == "error" and body["error"]["message"]
+        else:
+            assert body["error"]["message"] and "type" in body["error"]
+    elif "text/event-stream" in r.headers.get("content-type", ""):
+        assert '"error"' not in r.text or '"internal_error"' not in r.text
+
+
+@FUZZ
+@given(body=perturbed(openai_chat))
+def test_fuzz_chat(http, body):
+    check(http.post("/v1/chat/completions", json=body), anthropic=False)
+
+
+@settings(FUZZ, max_examples=100)
+@given(body=perturbed(openai_completion))
+def test_fuzz_completions(http, body):
+    check(http.post("/v1/completions", json=body), anthropic=False)
+
+
+@FUZZ
+@given(body=perturbed(anthropic_body), path=st.sampled_from(["/v1/messages", "/v1/messages/count_tokens"]))
+def test_fuzz_messages_and_count_tokens(http, body, path):
+    check(http.post(path, json=body), anthropic=True)
+
+
+@FUZZ
+@given(body=json_values)
+def test_fuzz_any_json(http, body):
+    for path in ("/v1/chat/completions", "/v1/messages"):
+        check(http.post(path, json=body), anthropic=path == "/v1/messages")
