@@ -2,7 +2,9 @@
 
 One `step()` expires queued requests past their timeout, admits queue heads into free lanes, runs one forward
 batch (decode lanes + prompt chunks), samples, applies stop rules, and returns TokenEvents. Finished sequences
-give back their lane, pages and slot in the same step. The async wrapper (engine.py) runs this in one thread.
+give back their lane, pages and slots in the same step. The async wrapper (engine.py) runs this in one thread.
+With `--spec mtp` the step goes through the SpecDecoder (engine/spec/): a lane may produce several tokens per
+step, each passed through the same stop rules, and the drafter runs for the lanes that go on.
 """
 
 from __future__ import annotations
@@ -42,7 +44,13 @@ class EngineCore:
             num_pages=st.num_pages,
             num_slots=st.num_slots,
             max_context=ecfg.max_context,
+            draft_slots=ecfg.draft_slots,
         )
+        self.spec = None  # SpecDecoder with --spec; its `drafter` may be swapped (tests)
+        if ecfg.spec:
+            from hinfer.engine.spec import make_spec_decoder
+
+            self.spec = make_spec_decoder(runner, ecfg)
         self._seeds = random.Random(ecfg.seed)
         self._by_id: dict[str, Sequence] = {}
         self._aborted: set[str] = set()
@@ -101,39 +109,50 @@ class EngineCore:
         if not chunks:
             return events
         self.prompt_tokens += sum(c.num_tokens for c in chunks if c.seq.in_prefill)
-        result = self.runner.step(chunks)
-        sampled = [c.seq for c in chunks if c.samples]
         now = time.monotonic()
+        if self.spec is not None:
+            for o in self.spec.step(chunks):
+                events.append(self._accept_tokens(o.seq, o.token_ids, o.logprobs, o.top_logprobs, now))
+            self.spec.after_step()  # drafts for the lanes that go on
+            return events
+        result: StepResult = self.runner.step(chunks)
+        sampled = [c.seq for c in chunks if c.samples]
         for i, seq in enumerate(sampled):
-            events.append(self._accept_token(seq, i, result, now))
+            events.append(self._accept_tokens(seq, [result.token_ids[i]], [result.logprobs[i]],
+                                              [result.top_logprobs[i]], now))  # fmt: skip
         return events
 
-    def _accept_token(self, seq: Sequence, i: int, result: StepResult, now: float) -> TokenEvent:
-        tok = result.token_ids[i]
+    def _accept_tokens(self, seq: Sequence, toks: list[int], lps: list, tops: list, now: float) -> TokenEvent:
+        """Append tokens one at a time under the stop rules; the ones after a stop are dropped."""
         if not seq.output_ids:
             seq.first_token = now
         seq.last_token = now
-        seq.output_ids.append(tok)
-        self.tokens_generated += 1
         p = seq.params
-        finish, stop_reason = None, None
-        if (tok in self.eos and not p.ignore_eos) or tok in p.stop_token_ids:
-            finish, stop_reason = "stop", tok
-        delta = "" if finish else seq.detok.add([tok])
-        if finish is None and (len(seq.output_ids) >= p.max_tokens or seq.num_tokens >= self.ecfg.max_context):
-            finish = "length"
-        if finish is not None:
-            delta += seq.detok.flush()
-        text, hit = seq.stop_matcher.feed(delta)
-        if hit is not None:
-            finish, stop_reason = "stop", hit
-        elif finish is not None:
-            text += seq.stop_matcher.flush()
+        finish, stop_reason, text, n = None, None, "", 0
+        for tok in toks:
+            seq.output_ids.append(tok)
+            self.tokens_generated += 1
+            n += 1
+            if (tok in self.eos and not p.ignore_eos) or tok in p.stop_token_ids:
+                finish, stop_reason = "stop", tok
+            delta = "" if finish else seq.detok.add([tok])
+            full = len(seq.output_ids) >= p.max_tokens or seq.num_tokens >= self.ecfg.max_context
+            if finish is None and full:
+                finish = "length"
+            if finish is not None:
+                delta += seq.detok.flush()
+            piece, hit = seq.stop_matcher.feed(delta)
+            if hit is not None:
+                finish, stop_reason = "stop", hit
+            elif finish is not None:
+                piece += seq.stop_matcher.flush()
+            text += piece
+            if finish is not None:
+                break
         seq.text += text
-        lp, top = result.logprobs[i], result.top_logprobs[i]
         ev = TokenEvent(
-            seq.request_id, [tok], text,
-            logprobs=None if lp is None else [lp], top_logprobs=None if top is None else [top],
+            seq.request_id, toks[:n], text,
+            logprobs=None if lps[0] is None else lps[:n], top_logprobs=None if tops[0] is None else tops[:n],
         )  # fmt: skip
         if finish is not None:
             self._finish(seq, finish, stop_reason, ev)
@@ -191,4 +210,5 @@ class EngineCore:
             requests_finished=self.finished_count,
             tokens_generated=self.tokens_generated,
             prompt_tokens=self.prompt_tokens,
+            extra=self.spec.counters() if self.spec is not None else {},
         )

@@ -4,6 +4,7 @@ Admission reserves every page a request can ever need (prompt + max_tokens, capp
 request never runs out of KV and nothing is ever preempted. When pages are short (a small --kv-capacity) the head
 of the queue waits (FIFO: no overtaking, no starvation). Each step runs one decode token for every lane past its
 prompt plus at most `prefill_chunk` prompt tokens, so a long prompt delays the other lanes by one chunk at most.
+With speculative decoding a lane also holds `draft_slots` GDN slots (K+1) for rollback, taken and freed with it.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class Scheduler:
         num_pages: int,
         num_slots: int,
         max_context: int,
+        draft_slots: int = 0,
     ) -> None:
         self.max_concurrency = max_concurrency
         self.max_pending = max_pending
@@ -43,6 +45,7 @@ class Scheduler:
         self.prefill_chunk = prefill_chunk
         self.page_size = page_size
         self.max_context = max_context
+        self.draft_slots = draft_slots  # extra GDN slots per lane for speculative rollback (K+1, or 0)
         self.pages = FreeList(num_pages, first=RESERVED_PAGES)
         self.slots = FreeList(num_slots, first=RESERVED_SLOTS)
         self.lanes = FreeList(max_concurrency)  # lane id: the sampler's row for this request
@@ -75,16 +78,17 @@ class Scheduler:
         return expired
 
     def admit(self) -> list[Sequence]:
-        """Move queue heads into free lanes while their pages and a slot are available."""
+        """Move queue heads into free lanes while their pages and slots (current + draft) are available."""
         admitted = []
         while self.waiting and len(self.running) < self.max_concurrency:
             seq = self.waiting[0]
             need = self.pages_needed(seq)
-            if need > self.pages.num_free or self.slots.num_free == 0:
+            if need > self.pages.num_free or self.slots.num_free < 1 + self.draft_slots:
                 break
             self.waiting.popleft()
             seq.pages = self.pages.alloc(need)
             seq.slot = self.slots.alloc(1)[0]
+            seq.draft_slots = self.slots.alloc(self.draft_slots)
             seq.lane = self.lanes.alloc(1)[0]
             seq.status = Status.RUNNING
             seq.admitted = time.monotonic()
@@ -107,7 +111,7 @@ class Scheduler:
         return decode + prefill
 
     def finish(self, seq: Sequence) -> None:
-        """Return a running or queued sequence's lane, pages and slot."""
+        """Return a running or queued sequence's lane, pages and slots."""
         if seq in self.running:
             self.running.remove(seq)
         elif seq in self.waiting:
@@ -118,6 +122,10 @@ class Scheduler:
         if seq.slot >= 0:
             self.slots.free([seq.slot])
             seq.slot = -1
+        if seq.draft_slots:
+            self.slots.free(seq.draft_slots)
+            seq.draft_slots = []
+        seq.drafts = None
         if seq.lane >= 0:
             self.lanes.free([seq.lane])
             seq.lane = -1

@@ -26,6 +26,7 @@ class Sequence:
     num_cached: int = 0  # tokens already run through the model (KV written, GDN state advanced)
     pages: list[int] = field(default_factory=list)
     slot: int = -1  # GDN state slot
+    draft_slots: list[int] = field(default_factory=list)  # speculative: state after each verified position
     lane: int = -1  # lane id (sampler row)
     status: Status = Status.WAITING
     finish_reason: str | None = None
@@ -40,6 +41,7 @@ class Sequence:
     sampler_state: object | None = None  # the sampler's per-row state
     spec_drafted: int = 0
     spec_accepted: int = 0
+    drafts: object | None = None  # speculative: the drafter's proposal for the next round (spec.Proposal)
 
     @property
     def num_tokens(self) -> int:

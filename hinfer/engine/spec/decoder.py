@@ -1,0 +1,252 @@
+"""SpecDecoder: one engine step with speculative decoding, in place of ModelRunner.step.
+
+A step is one target forward over every scheduled chunk: each decoding lane verifies [t0, d1..dk] (its pending
+token and the drafts of its last round; the GDN state after token j goes to the lane's draft slot j), prompt
+chunks ride along as usual. Then acceptance per lane (verify.py) with the target distribution after the
+request's sampler processing (dist.py), and rollback by bookkeeping alone: a accepted drafts make draft slot a
+the lane's current GDN slot (its old slot takes that place in the draft list) and the lane's length p + a + 1
+hides the rejected KV rows, which later steps overwrite. After the engine has applied stop rules,
+`after_step` gives the drafter the positions just run for each lane that goes on (drafter.py).
+
+Drafts per round are capped so a round never produces more tokens than max_tokens or max_context allow (the
+pages reserved at admission cover them). The two forwards (`_target_forward`, the drafter's `forward`) are the
+seams where CUDA graphs per (lanes, K) will slot in; today both run eagerly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from hinfer.engine.forward_batch import SeqChunk, build_forward_batch
+from hinfer.engine.protocol import TopLogprob
+from hinfer.engine.runner import ModelRunner
+from hinfer.engine.sampler import vocab_gamma
+from hinfer.engine.scheduler import ScheduledChunk
+from hinfer.engine.sequence import Sequence, Status
+from hinfer.engine.spec.dist import (
+    ACCEPT,
+    RESAMPLE,
+    Position,
+    processed_logits,
+    race_noise,
+    sampling_probs,
+    spec_keys,
+    uniforms,
+)
+from hinfer.engine.spec.drafter import Drafter, DraftJob, Proposal
+from hinfer.engine.spec.verify import accept
+
+
+@dataclass
+class LaneOutput:
+    """The tokens one lane produced this step (1 + accepted drafts), with logprobs when the request asked."""
+
+    seq: Sequence
+    token_ids: list[int]
+    logprobs: list[float | None]
+    top_logprobs: list[list[TopLogprob] | None]
+
+
+@dataclass
+class _Fed:
+    """Positions a chunk ran this step, kept for the drafter: start, next tokens, target hidden rows."""
+
+    seq: Sequence
+    start: int
+    next_ids: list[int]
+    hidden: torch.Tensor
+    sampled: bool  # the chunk produced a token: the lane verifies next and wants drafts
+
+
+@dataclass
+class _Lane:
+    """A verifying lane: its logits rows start at `row`, k drafts with their draft distribution."""
+
+    seq: Sequence
+    row: int
+    drafts: list[int]
+    probs: torch.Tensor | None
+
+
+class SpecDecoder:
+    def __init__(self, runner: ModelRunner, draft_tokens: int, drafter: Drafter, max_context: int) -> None:
+        self.model, self.state, self.sampler = runner.model, runner.state, runner.sampler
+        self.device = runner.device
+        self.k = draft_tokens
+        self.drafter = drafter
+        self.max_context = max_context
+        self._gamma = vocab_gamma(self.model.cfg.vocab_size, self.device)
+        self._fed: list[_Fed] = []
+        self.rounds = self.drafted = self.accepted = 0
+
+    def counters(self) -> dict[str, float]:
+        return {"spec_rounds": self.rounds, "spec_drafted": self.drafted, "spec_accepted": self.accepted}
+
+    def budget(self, seq: Sequence) -> int:
+        """Drafts the lane's next round may carry: the round's k + 1 tokens must fit max_tokens and max_context."""
+        left = min(seq.params.max_tokens - len(seq.output_ids), self.max_context - seq.num_tokens)
+        return max(0, min(self.k, left - 1))
+
+    def _will_draft(self, seq: Sequence) -> bool:
+        """A lane still in its prompt speculates later iff the round after its first token may carry a draft."""
+        left = min(seq.params.max_tokens, self.max_context - len(seq.prompt_ids)) - 1  # after the first token
+        return min(self.k, left - 1) > 0
+
+    # ---- the step ------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def step(self, chunks: list[ScheduledChunk]) -> list[LaneOutput]:
+        """Run one step; -> the tokens of every chunk that produces some, in order."""
+        self._fed = []
+        seq_chunks: list[SeqChunk] = []
+        lanes: list[_Lane] = []
+        firsts: list[tuple[Sequence, int]] = []  # (seq, logits row) of prompts that end this step
+        row = 0  # logits rows: every position of a verifying lane, the last one of a prompt's final chunk
+        for c in chunks:
+            s = c.seq
+            if s.in_prefill:
+                toks = s.pending_tokens()[: c.num_tokens]
+                seq_chunks.append(SeqChunk(toks, s.num_cached, s.pages, s.slot, need_logits=c.samples))
+                if c.samples:
+                    firsts.append((s, row))
+                    row += 1
+                continue
+            drafts, probs = self._take_drafts(s)
+            toks = s.pending_tokens() + drafts
+            assert len(toks) == len(drafts) + 1, "a decoding lane has exactly one pending token"
+            seq_chunks.append(SeqChunk(toks, s.num_cached, s.pages, s.slot,
+                                       gdn_step_slots=s.draft_slots[: len(toks)], all_logits=True))  # fmt: skip
+            lanes.append(_Lane(s, row, drafts, probs))
+            row += len(toks)
+        hidden, logits = self._target_forward(seq_chunks)
+        out = {id(o.seq): o for o in self._sample_firsts(firsts, logits) + self._verify(lanes, logits)}
+
+        results: list[LaneOutput] = []
+        h0 = 0
+        for c, sc in zip(chunks, seq_chunks):
+            s, n, o = c.seq, len(sc.token_ids), out.get(id(c.seq))
+            if sc.all_logits:  # a verified round: the state after the last accepted token becomes current
+                a = len(o.token_ids) - 1
+                s.slot, s.draft_slots[a] = s.draft_slots[a], s.slot
+                s.num_cached += a + 1  # the rejected positions' KV rows lie past the length: never read
+                self._fed.append(_Fed(s, sc.cached_len, o.token_ids, hidden[h0 : h0 + a + 1], True))
+            else:
+                s.num_cached += n
+                tail = s.prompt_ids[sc.cached_len + 1 : sc.cached_len + n + 1] + (o.token_ids if o else [])
+                self._fed.append(_Fed(s, sc.cached_len, tail, hidden[h0 : h0 + n], o is not None))
+            h0 += n
+            if o is not None:
+                results.append(o)
+        return results
+
+    def _take_drafts(self, seq: Sequence) -> tuple[list[int], torch.Tensor | None]:
+        """The lane's proposal, cut to its budget: (tokens, their draft distribution or None if deterministic)."""
+        prop, seq.drafts = seq.drafts, None
+        if not isinstance(prop, Proposal):
+            return [], None
+        k = min(len(prop.tokens), self.budget(seq))
+        return prop.tokens[:k], (prop.probs[:k] if k and prop.probs is not None else None)
+
+    def _target_forward(self, seq_chunks: list[SeqChunk]) -> tuple[torch.Tensor, torch.Tensor]:
+        """-> (final-normed hidden [T, H], logits of the rows that want them)."""
+        batch = build_forward_batch(seq_chunks, self.state.page_size, self.device)
+        hidden = self.model(batch, self.state)
+        return hidden, self.model.compute_logits(hidden[batch.logits_indices])
+
+    def _sample_firsts(self, firsts: list[tuple[Sequence, int]], logits: torch.Tensor) -> list[LaneOutput]:
+        """A prompt's first token: the plain sampler, exactly as without speculation."""
+        if not firsts:
+            return []
+        rows = [s.sampler_state for s, _ in firsts]
+        ids, lps, tops = self.sampler.sample(logits[[r for _, r in firsts]], rows).to_host(rows)
+        self.sampler.update(rows, ids)
+        return [LaneOutput(s, [t], [lp], [top]) for (s, _), t, lp, top in zip(firsts, ids, lps, tops)]
+
+    def _verify(self, lanes: list[_Lane], logits: torch.Tensor) -> list[LaneOutput]:
+        """Acceptance for every verifying lane at once; records the tokens in the sampler and the counters."""
+        if not lanes:
+            return []
+        dev = logits.device
+        spans = [range(len(ln.drafts) + 1) for ln in lanes]
+        positions = [
+            Position(ln.seq.sampler_state, ln.drafts[:j]) for ln, js in zip(lanes, spans) for j in js
+        ]
+        z = processed_logits(
+            self.sampler, logits[[ln.row + j for ln, js in zip(lanes, spans) for j in js]], positions
+        )
+        p, q, drafts = self._padded(lanes, sampling_probs(z, positions))
+        width = drafts.shape[1]
+        first = [
+            (ln.seq.seed, ln.seq.sampler_state.num_generated) for ln in lanes
+        ]  # position 0's token index
+        u = uniforms(spec_keys([(s, n + j) for s, n in first for j in range(width)], ACCEPT, dev))
+        draws = [None if ln.seq.params.greedy else f for ln, f in zip(lanes, first)]
+        num = torch.tensor([len(ln.drafts) for ln in lanes], dtype=torch.int64, device=dev)
+        a_t, last_t = accept(
+            p, q, drafts, num, u.view(len(lanes), width), race_noise(draws, RESAMPLE, self._gamma)
+        )
+        acc, last = a_t.tolist(), last_t.tolist()  # the step's one host sync
+
+        outs, off = [], 0
+        for ln, a, t in zip(lanes, acc, last):
+            toks = ln.drafts[:a] + [t]
+            outs.append(LaneOutput(ln.seq, toks, *self._logprobs(ln.seq, z[off : off + a + 1], toks)))
+            ln.seq.spec_drafted += len(ln.drafts)
+            ln.seq.spec_accepted += a
+            self.drafted += len(ln.drafts)
+            self.accepted += a
+            self.rounds += 1
+            off += len(ln.drafts) + 1
+        self.sampler.update([ln.seq.sampler_state for ln in lanes], [o.token_ids for o in outs])
+        return outs
+
+    @staticmethod
+    def _padded(lanes: list[_Lane], p_flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per-lane rows padded to the widest lane: p [L, K+1, V], q [L, K, V] (one-hot for deterministic
+        drafts), drafts [L, K]."""
+        n, width, v = len(lanes), max(len(ln.drafts) for ln in lanes), p_flat.shape[1]
+        dev, dt = p_flat.device, p_flat.dtype
+        p = torch.zeros((n, width + 1, v), dtype=dt, device=dev)
+        q = torch.zeros((n, width, v), dtype=dt, device=dev)
+        drafts = torch.zeros((n, width), dtype=torch.int64, device=dev)
+        off = 0
+        for i, ln in enumerate(lanes):
+            k = len(ln.drafts)
+            p[i, : k + 1] = p_flat[off : off + k + 1]
+            if k:
+                d = torch.tensor(ln.drafts, dtype=torch.int64, device=dev)
+                drafts[i, :k] = d
+                q[i, :k] = ln.probs if ln.probs is not None else torch.nn.functional.one_hot(d, v).to(dt)
+            off += k + 1
+        return p, q, drafts
+
+    @staticmethod
+    def _logprobs(seq: Sequence, z: torch.Tensor, toks: list[int]) -> tuple[list, list]:
+        """Per token: its logprob under the processed logits, and the top-N (the sampler's convention)."""
+        n = seq.params.logprobs
+        if n is None:
+            return [None] * len(toks), [None] * len(toks)
+        lse = torch.logsumexp(z, dim=-1, keepdim=True)
+        lp = (z.gather(1, torch.tensor(toks, device=z.device)[:, None]) - lse)[:, 0].tolist()
+        top_v, top_i = torch.topk(z, n, dim=-1)
+        tv, ti = (top_v - lse).tolist(), top_i.tolist()
+        return lp, [[TopLogprob(i, x) for i, x in zip(ti[r], tv[r])] for r in range(len(toks))]
+
+    # ---- drafting --------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def after_step(self) -> None:
+        """Feed the drafter this step's positions of every lane still running; store next round's drafts."""
+        jobs = []
+        for f in self._fed:
+            s = f.seq
+            if s.status is not Status.RUNNING:
+                continue
+            k = self.budget(s) if f.sampled else 0
+            if (f.sampled and k == 0) or (not f.sampled and not self._will_draft(s)):
+                continue  # this lane never drafts again: its drafter state is moot
+            jobs.append(DraftJob(s, f.start, f.next_ids, f.hidden, k))
+        self._fed = []
+        for job, prop in zip(jobs, self.drafter.draft(jobs)):
+            if job.num_drafts:
+                job.seq.drafts = prop

@@ -1,0 +1,153 @@
+"""The distribution the sampler draws from, at speculative positions, and the seeded noise of speculation.
+
+A verify pass judges several positions of one request at once; position j sits after j drafted tokens that the
+sampler has not recorded yet. Its distribution must be the one the plain sampler would use had those tokens
+been generated: penalties count them, the step number (thinking budget) advances past them. We get that from
+the sampler itself (`Sampler.processed_logits`), with the drafted prefix added to its penalty counts for the
+duration of the call, then apply the sampler's filters (temperature, top_k, top_p, min_p: the semantics
+written in sampler.py, full-vocabulary form) to turn processed logits into probabilities. Greedy rows and
+rows whose `</think>` is forced are one-hot.
+
+Randomness is a pure function of (seed, token index, purpose), like the sampler's own noise, so a request
+speculates the same way whatever its batch; `DRAFT`, `ACCEPT` and `RESAMPLE` keep the streams apart from each
+other and from the sampler's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import torch
+
+from hinfer.engine.sampler import (
+    MASK64,
+    RowState,
+    Sampler,
+    _s64,
+    _to_device,
+    _top_p_threshold,
+    gumbel_noise,
+    mix64,
+    row_key,
+)
+from hinfer.sampling_params import SamplingParams
+
+# stream domains (xor-ed into the seed): arbitrary odd 64-bit constants
+DRAFT = 0x6A09E667F3BCC909
+ACCEPT = 0xBB67AE8584CAA73B
+RESAMPLE = 0x3C6EF372FE94F82B
+
+
+@dataclass
+class Position:
+    """One row of logits to judge: the request, and the tokens drafted before it that the sampler has not seen."""
+
+    row: RowState
+    prefix: Sequence[int] = ()
+
+
+def spec_keys(
+    seeds_and_indices: Sequence[tuple[int, int]], domain: int, device: torch.device
+) -> torch.Tensor:
+    """[N] int64 stream keys for (seed, token index) pairs in one purpose's domain."""
+    keys = [_s64(row_key((seed ^ domain) & MASK64, idx)) for seed, idx in seeds_and_indices]
+    return _to_device(keys, torch.int64, device)
+
+
+def uniforms(keys: torch.Tensor) -> torch.Tensor:
+    """A float64 uniform in (0, 1) per key (top 53 bits of the mixed key)."""
+    bits = (mix64(keys) >> 11) & ((1 << 53) - 1)
+    return (bits.to(torch.float64) + 0.5) * (2.0**-53)
+
+
+def race_noise(draws: Sequence[tuple[int, int] | None], domain: int, gamma: torch.Tensor) -> torch.Tensor:
+    """[N, V] Gumbel noise for rows drawn at random ((seed, token index) in `domain`), zeros for the rest (greedy
+    rows: their distributions are one-hot, so the argmax needs no noise)."""
+    noise = torch.zeros((len(draws), gamma.shape[0]), dtype=torch.float32, device=gamma.device)
+    rand = [i for i, d in enumerate(draws) if d is not None]
+    if rand:
+        keys = spec_keys([draws[i] for i in rand], domain, gamma.device)
+        noise[rand] = gumbel_noise(keys, gamma[None, :])
+    return noise
+
+
+def draw(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """One token per row of `probs` [N, V]: the exponential race in log space (argmax where noise is 0)."""
+    return torch.argmax(torch.log(probs) + noise, dim=-1)
+
+
+def position_row(p: Position) -> RowState:
+    """The row's sampler state as if its prefix had been generated (step number, `</think>` seen)."""
+    end = p.row.params.think_end_token_id
+    ended = p.row.think_ended or (end is not None and end in p.prefix)
+    return replace(p.row, num_generated=p.row.num_generated + len(p.prefix), think_ended=ended)
+
+
+def processed_logits(sampler: Sampler, logits: torch.Tensor, positions: Sequence[Position]) -> torch.Tensor:
+    """[N, V] logits after padding mask, bias and penalties, with each position's prefix counted."""
+    rows = [position_row(p) for p in positions]
+    counted = [i for i, p in enumerate(positions) if p.row.has_penalties and len(p.prefix)]
+    if not counted:
+        return sampler.processed_logits(logits, rows)
+    z = torch.empty_like(logits, dtype=torch.float32)
+    skip = set(counted)
+    plain = [i for i in range(len(positions)) if i not in skip]
+    if plain:
+        z[plain] = sampler.processed_logits(logits[plain], [rows[i] for i in plain])
+    # One group per prefix length: a lane then appears at most once, so its count row holds one prefix at a time.
+    groups: dict[int, list[int]] = {}
+    for i in counted:
+        groups.setdefault(len(positions[i].prefix), []).append(i)
+    for idx in groups.values():
+        slots = [positions[i].row.slot for i in idx]
+        assert len(set(slots)) == len(slots), "one prefix per lane and call"
+        flat_slots = [positions[i].row.slot for i in idx for _ in positions[i].prefix]
+        flat_toks = [int(t) for i in idx for t in positions[i].prefix]
+        where = _to_device([flat_slots, flat_toks], torch.int64, sampler.device)
+        ones = torch.ones(len(flat_toks), dtype=sampler.counts.dtype, device=sampler.device)
+        sampler.counts.index_put_((where[0], where[1]), ones, accumulate=True)
+        try:
+            z[idx] = sampler.processed_logits(logits[idx], [rows[i] for i in idx])
+        finally:  # the counts belong to the sampler: leave them as found
+            sampler.counts.index_put_((where[0], where[1]), -ones, accumulate=True)
+    return z
+
+
+def sampling_probs(z: torch.Tensor, positions: Sequence[Position]) -> torch.Tensor:
+    """[N, V] float32 probabilities the sampler draws from, given processed logits z (see sampler.py, 4-9)."""
+    rows = [position_row(p) for p in positions]
+    # one-hot rows: a forced `</think>`, and greedy (argmax of the processed logits, lowest id on ties)
+    fixed = {i: int(r.params.think_end_token_id) for i, r in enumerate(rows) if r.force_think_end}
+    greedy = [i for i, r in enumerate(rows) if r.params.greedy and i not in fixed]
+    rand = [i for i, r in enumerate(rows) if not r.params.greedy and i not in fixed]
+    probs = torch.zeros_like(z, dtype=torch.float32)
+    if rand:
+        probs[rand] = _filtered_softmax(z[rand], [rows[i].params for i in rand])
+    if greedy or fixed:
+        dev, v = z.device, z.shape[1]
+        tok = torch.cat([_to_device(list(fixed.values()), torch.int64, dev), torch.argmax(z[greedy], dim=-1)])
+        probs[list(fixed) + greedy] = torch.nn.functional.one_hot(tok, v).to(probs.dtype)
+    return probs
+
+
+def _filtered_softmax(z: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
+    """Temperature, then top_k (ties kept), top_p (on the top_k renormalized mass), min_p; softmax of the rest."""
+    dev, v = z.device, z.shape[1]
+    zt = z / _to_device([[x.temperature] for x in params], torch.float32, dev)
+    if any(x.top_k > 0 for x in params):
+        ks = [min(max(x.top_k, 0), v) for x in params]
+        k = _to_device(ks, torch.int64, dev)
+        kth = torch.topk(zt, max(ks), dim=-1).values.gather(1, (k - 1).clamp(min=0)[:, None])
+        zt = torch.where((zt >= kth) | (k[:, None] == 0), zt, -math.inf)
+    if any(x.top_p < 1.0 for x in params):
+        top_p = _to_device([[x.top_p] for x in params], torch.float32, dev)
+        srt, _ = torch.sort(zt, dim=-1, descending=True, stable=True)
+        zt = torch.where(zt >= _top_p_threshold(srt, top_p), zt, -math.inf)
+    if any(x.min_p > 0 for x in params):
+        log_min_p = _to_device(
+            [[math.log(x.min_p) if x.min_p > 0 else -math.inf] for x in params], torch.float32, dev
+        )
+        zt = torch.where(zt - zt.max(dim=-1, keepdim=True).values >= log_min_p, zt, -math.inf)
+    return torch.softmax(zt, dim=-1)

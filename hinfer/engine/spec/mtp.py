@@ -1,0 +1,86 @@
+"""MTPDrafter: the checkpoint's multi-token-prediction head as the drafter.
+
+The head at position q reads (token q+1, the target's final-normed hidden state at q) and predicts token q+2;
+its attention layer keeps its own KV (ModelState rows `mtp_kv_index`) on the lane's pages, so it must see every
+position of the sequence once with the target's hidden state: prompt chunks (token-shifted; the pair of the last
+prompt position needs the first sampled token) and each round's accepted positions. The forward over those rows
+also yields the first draft; K-1 single-token steps follow, each feeding the head its own output hidden state
+in place of the target's (which does not exist yet). Their KV rows are provisional: the next round's accepted
+positions are re-run with the target's hidden states and overwrite them, and attention never reads past a
+lane's length.
+
+Drafts are drawn from the head's distribution after the request's own sampler processing (q), with the seeded
+DRAFT noise, so rejection sampling can judge them; greedy requests draft the argmax (q one-hot).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hinfer.engine.forward_batch import SeqChunk, build_forward_batch
+from hinfer.engine.sampler import Sampler, vocab_gamma
+from hinfer.engine.spec.dist import (
+    DRAFT,
+    Position,
+    draw,
+    processed_logits,
+    race_noise,
+    sampling_probs,
+)
+from hinfer.engine.spec.drafter import DraftJob, Proposal
+from hinfer.engine.state import ModelState
+from hinfer.errors import ConfigError
+from hinfer.model.qwen3_5 import Qwen35ForCausalLM
+
+SCRATCH_SLOT = 0  # the head has no GDN layer; its batches still name a slot: the reserved scratch one
+
+
+class MTPDrafter:
+    def __init__(self, model: Qwen35ForCausalLM, state: ModelState, sampler: Sampler) -> None:
+        if model.mtp is None:
+            raise ConfigError("--spec mtp: this checkpoint has no MTP head (mtp_num_hidden_layers is 0)")
+        if state.shape.mtp_layers < len(model.mtp.layers):
+            raise ConfigError("--spec mtp: the state pool has no KV rows for the MTP head")
+        self.model, self.state, self.sampler = model, state, sampler
+        self.device = state.k_cache.device
+        self._gamma = vocab_gamma(model.cfg.vocab_size, self.device)
+
+    def forward(self, chunks: list[SeqChunk], hidden: torch.Tensor) -> torch.Tensor:
+        """The head over `chunks` (token_ids = the next tokens) -> its hidden states at the rows wanting logits.
+        The seam for CUDA graphs of the single-token steps."""
+        batch = build_forward_batch(chunks, self.state.page_size, self.device)
+        out = self.model.mtp_forward(batch.input_ids, hidden, batch, self.state)
+        return out[batch.logits_indices]
+
+    @torch.inference_mode()
+    def draft(self, jobs: list[DraftJob]) -> list[Proposal | None]:
+        out: list[Proposal | None] = [None] * len(jobs)
+        if not jobs:
+            return out
+        chunks = [
+            SeqChunk(j.next_ids, j.start, j.seq.pages, SCRATCH_SLOT, need_logits=j.num_drafts > 0)
+            for j in jobs
+        ]
+        h = self.forward(chunks, torch.cat([j.hidden for j in jobs]))
+        active = [i for i, j in enumerate(jobs) if j.num_drafts > 0]
+        toks: dict[int, list[int]] = {i: [] for i in active}
+        probs: dict[int, list[torch.Tensor]] = {i: [] for i in active}
+        step = 0
+        while active:
+            if step > 0:  # position of the draft just made: (last fed position) + step
+                chunks = [SeqChunk([toks[i][-1]], jobs[i].start + len(jobs[i].next_ids) - 1 + step,
+                                   jobs[i].seq.pages, SCRATCH_SLOT) for i in active]  # fmt: skip
+                h = self.forward(chunks, h)
+            pos = [Position(jobs[i].seq.sampler_state, toks[i]) for i in active]
+            q = sampling_probs(processed_logits(self.sampler, self.model.compute_logits(h), pos), pos)
+            draws = [None if p.row.params.greedy else (p.row.seed, p.row.num_generated + step) for p in pos]
+            for r, (i, t) in enumerate(zip(active, draw(q, race_noise(draws, DRAFT, self._gamma)).tolist())):
+                toks[i].append(t)
+                if not jobs[i].seq.params.greedy:
+                    probs[i].append(q[r])
+            step += 1
+            keep = [r for r, i in enumerate(active) if jobs[i].num_drafts > step]
+            active, h = [active[r] for r in keep], h[keep]
+        for i in toks:
+            out[i] = Proposal(toks[i], torch.stack(probs[i]) if probs[i] else None)
+        return out

@@ -1,0 +1,516 @@
+"""Speculative decoding (engine/spec/): greedy is token-exact, sampling keeps the target distribution, GDN state
+rolls back by slot choice, and nothing leaks.
+
+Reference ops are many small kernels: one intra-op thread is far faster on a busy CI box, so this module pins it.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from dataclasses import replace
+from statistics import NormalDist
+
+import pytest
+import torch
+
+from hinfer.config import EngineConfig, ModelConfig
+from hinfer.engine.factory import make_core, resolve_engine_config
+from hinfer.engine.forward_batch import SeqChunk, build_forward_batch
+from hinfer.engine.protocol import GenerationRequest, QueueFullError
+from hinfer.engine.sampler import RowState, Sampler
+from hinfer.engine.spec import DraftJob, MTPDrafter, Proposal
+from hinfer.engine.spec.dist import Position, processed_logits, sampling_probs
+from hinfer.engine.spec.verify import accept
+from hinfer.engine.state import ModelState, StateShape
+from hinfer.model.qwen3_5 import Qwen35ForCausalLM
+from hinfer.model.random_init import random_init
+from hinfer.sampling_params import SamplingParams as SP
+
+ALPHA = 1e-4  # significance of each distribution test: a correct implementation fails one in 10^4 runs
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+# ---- helpers ---------------------------------------------------------------------------------------------
+def chi2_critical(df: int, alpha: float = ALPHA) -> float:
+    """Upper alpha quantile of chi-square(df), Wilson-Hilferty (accurate to a few % for df >= 3)."""
+    z = NormalDist().inv_cdf(1 - alpha)
+    return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+
+
+def chi2_two_sample(a: Counter, b: Counter, min_count: int = 10) -> tuple[float, int]:
+    """Homogeneity of two samples over the same cells; rare cells pooled. -> (statistic, degrees of freedom)."""
+    na, nb = sum(a.values()), sum(b.values())
+    cells, rare = [], (0, 0)
+    for c in set(a) | set(b):
+        if a[c] + b[c] >= min_count:
+            cells.append((a[c], b[c]))
+        else:
+            rare = (rare[0] + a[c], rare[1] + b[c])
+    if sum(rare) > 0:
+        cells.append(rare)
+    stat = 0.0
+    for x, y in cells:
+        tot = x + y
+        ea, eb = tot * na / (na + nb), tot * nb / (na + nb)
+        stat += (x - ea) ** 2 / ea + (y - eb) ** 2 / eb
+    return stat, len(cells) - 1
+
+
+def chi2_fit(counts: Counter, probs: dict, n: int, min_expected: float = 5.0) -> tuple[float, int]:
+    """Goodness of fit of counts to exact cell probabilities; cells expected below min_expected pooled."""
+    stat, df, pool_o, pool_e = 0.0, -1, 0, 0.0
+    for c, p in probs.items():
+        e = n * p
+        if e >= min_expected:
+            stat += (counts[c] - e) ** 2 / e
+            df += 1
+        else:
+            pool_o, pool_e = pool_o + counts[c], pool_e + e
+    if pool_e > 0:
+        stat += (pool_o - pool_e) ** 2 / pool_e
+        df += 1
+    assert sum(counts.values()) == n and set(counts) <= set(probs), "a sample outside the support"
+    return stat, df
+
+
+def run_all(core, reqs: list[GenerationRequest]) -> tuple[dict[str, list[int]], dict, int]:
+    """-> (tokens per request, final event per request, engine steps)."""
+    for r in reqs:
+        core.add(r)
+    out: dict[str, list[int]] = {r.request_id: [] for r in reqs}
+    final, steps = {}, 0
+    while len(final) < len(reqs):
+        steps += 1
+        for ev in core.step():
+            out[ev.request_id] += ev.token_ids
+            if ev.finish_reason:
+                final[ev.request_id] = ev
+    return out, final, steps
+
+
+def assert_all_free(core) -> None:
+    st = core.stats()
+    assert (st.pages_free, st.slots_free, st.lanes_busy, st.queue_depth) == (
+        st.pages_total,
+        st.slots_total,
+        0,
+        0,
+    )
+
+
+# ---- rejection sampling, in isolation -------------------------------------------------------------------
+def test_accept_keeps_the_target_distribution_of_a_markov_chain():
+    """Target and draft are two Markov chains over 6 tokens; rounds of K=3 drafts (fewer on some lanes), 40k lanes
+    at once. The first three tokens must follow the target chain exactly."""
+    g = torch.Generator().manual_seed(0)
+    v, k, lanes, n_tok = 6, 3, 40_000, 3
+    p_mat = -torch.log(torch.rand((v, v), generator=g))  # rows ~ Dirichlet(1) once normalized
+    p_mat /= p_mat.sum(-1, keepdim=True)
+    q_mat = -torch.log(torch.rand((v, v), generator=g))
+    q_mat = 0.5 * q_mat / q_mat.sum(-1, keepdim=True) + 0.5 * p_mat
+    q_mat[:, 0] += 0.3  # a draft that over-proposes token 0: rejections and residuals both matter
+    q_mat /= q_mat.sum(-1, keepdim=True)
+    gen = torch.full((lanes, n_tok * (k + 1)), -1, dtype=torch.int64)  # room for n_tok rounds
+    length = torch.zeros(lanes, dtype=torch.int64)
+    last = torch.zeros(lanes, dtype=torch.int64)
+    lane = torch.arange(lanes)
+    while bool((length < n_tok).any()):
+        num = torch.randint(0, k + 1, (lanes,), generator=g)
+        drafts, prev = [], last
+        for _ in range(k):
+            prev = torch.multinomial(q_mat[prev], 1, generator=g)[:, 0]
+            drafts.append(prev)
+        d = torch.stack(drafts, 1)
+        ctx = torch.cat([last[:, None], d], 1)  # position j's context ends at ctx[:, j]
+        p = p_mat[ctx]
+        q = q_mat[ctx[:, :k]]
+        u = torch.rand((lanes, k), generator=g, dtype=torch.float64)
+        noise = -torch.log(-torch.log(torch.rand((lanes, v), generator=g)))
+        a, t = accept(p, q, d, num, u, noise)
+        assert bool((a <= num).all())
+        for j in range(k + 1):  # emitted: d[:a] then t
+            tok = torch.where(j < a, d[:, min(j, k - 1)], t)
+            write = j <= a
+            gen[lane[write], (length + j)[write]] = tok[write]
+        length = length + a + 1
+        last = gen[lane, length - 1]
+    seqs = Counter(tuple(r) for r in gen[:, :n_tok].tolist())
+    exact = {}
+    for a_ in range(v):
+        for b_ in range(v):
+            for c_ in range(v):
+                exact[(a_, b_, c_)] = float(p_mat[0, a_] * p_mat[a_, b_] * p_mat[b_, c_])
+    stat, df = chi2_fit(seqs, exact, lanes)
+    assert stat < chi2_critical(df), (stat, df)
+
+
+def test_accept_greedy_is_argmax_agreement():
+    v = 8
+    target = torch.tensor([[3, 1, 4, 1], [2, 2, 2, 2], [5, 0, 0, 0]])  # argmax per position
+    p = torch.nn.functional.one_hot(target, v).float()
+    d = torch.tensor([[3, 1, 7], [2, 2, 2], [1, 0, 0]])
+    q = torch.nn.functional.one_hot(d, v).float()
+    u = torch.full((3, 3), 0.999999, dtype=torch.float64)
+    noise = torch.randn(3, v)
+    a, t = accept(p, q, d, torch.tensor([3, 3, 3]), u, noise)
+    assert a.tolist() == [2, 3, 0] and t.tolist() == [4, 2, 5]
+    a, t = accept(p, q, d, torch.tensor([1, 0, 3]), u, noise)  # fewer drafts than the width
+    assert a.tolist() == [1, 0, 0] and t.tolist() == [1, 2, 5]
+
+
+# ---- the sampler's distribution at speculative positions -------------------------------------------------
+@pytest.mark.parametrize(
+    "params",
+    [
+        SP(temperature=1.0),
+        SP(temperature=0.7, top_k=4),
+        SP(temperature=1.3, top_p=0.6),
+        SP(temperature=1.0, min_p=0.2, top_k=6, top_p=0.9),
+        SP(
+            temperature=0.8,
+            presence_penalty=1.0,
+            frequency_penalty=0.5,
+            repetition_penalty=1.3,
+            logit_bias={2: 1.5},
+        ),
+    ],
+)
+def test_sampling_probs_is_what_the_sampler_draws_from(params):
+    v, n = 10, 4000
+    logits = torch.randn(1, v, generator=torch.Generator().manual_seed(3)) * 1.5
+    sampler = Sampler(v, "cpu", max_rows=n)
+    rows = [RowState(replace(params, seed=s), seed=s, slot=s, prompt_ids=[1, 2]) for s in range(n)]
+    for r in rows:
+        sampler.add_row(r)
+    sampler.update(rows, [[4, 4, 7]] * n)  # earlier output, for the penalties
+    ids = sampler.sample(logits.expand(n, v), rows).token_ids.tolist()
+    pos = [Position(rows[0])]
+    probs = sampling_probs(processed_logits(sampler, logits, pos), pos)[0].tolist()
+    stat, df = chi2_fit(Counter(ids), {i: pr for i, pr in enumerate(probs) if pr > 0}, n)
+    assert stat < chi2_critical(max(df, 1)), (stat, df, probs)
+
+
+def test_prefix_counts_like_generated_tokens_and_leaves_the_sampler_as_found():
+    v = 12
+    p = SP(temperature=0.0, presence_penalty=0.7, frequency_penalty=0.4, repetition_penalty=1.2,
+           thinking_budget=3, think_end_token_id=9)  # fmt: skip
+    logits = torch.randn(4, v, generator=torch.Generator().manual_seed(1))
+    sampler = Sampler(v, "cpu", max_rows=2)
+    row = RowState(p, seed=1, slot=1, prompt_ids=[5])
+    sampler.add_row(row)
+    sampler.update([row], [[3]])
+    before = sampler.counts.clone()
+    prefixes = [[], [4], [4, 4], [4, 4, 6]]
+    got = torch.cat(
+        [processed_logits(sampler, logits[i : i + 1], [Position(row, pf)]) for i, pf in enumerate(prefixes)]
+    )
+    probs = sampling_probs(got, [Position(row, pf) for pf in prefixes])
+    assert torch.equal(sampler.counts, before)
+    for i, pf in enumerate(prefixes):
+        ref_sampler = Sampler(v, "cpu", max_rows=2)
+        ref = replace(row, num_generated=0, think_ended=False)
+        ref_sampler.add_row(ref)
+        ref_sampler.update([ref], [[3] + pf])
+        assert torch.equal(got[i], ref_sampler.processed_logits(logits[i : i + 1], [ref])[0])
+        want = ref_sampler.sample(logits[i : i + 1], [ref]).token_ids.item()  # greedy, or the forced </think>
+        assert probs[i].tolist() == [1.0 if t == want else 0.0 for t in range(v)]
+    assert probs[3].argmax().item() == 9  # four tokens in: the budget of 3 forces </think>
+
+
+# ---- the engine -----------------------------------------------------------------------------------------
+def greedy_params(i: int, stop_tok: int | None = None) -> SP:
+    """Greedy requests with every sampler setting that changes the argmax: penalties, bias, thinking budget."""
+    kind = i % 4
+    if kind == 0:
+        return SP(temperature=0, max_tokens=14, ignore_eos=True)
+    if kind == 1:
+        return SP(temperature=0, max_tokens=11, ignore_eos=True, presence_penalty=1.5, frequency_penalty=0.5,
+                  repetition_penalty=1.3)  # fmt: skip
+    if kind == 2:
+        return SP(temperature=0, max_tokens=13, ignore_eos=True, logit_bias={17: 3.0}, thinking_budget=5,
+                  think_end_token_id=23, stop_token_ids=[stop_tok] if stop_tok is not None else [])  # fmt: skip
+    return SP(temperature=0, max_tokens=9, ignore_eos=True, logprobs=2)
+
+
+def test_greedy_token_identical_with_and_without_mtp(make_engine_core):
+    rng = random.Random(1234)
+    lens = [1, 2, 5, 16, 17, 33, 47, 60]
+    prompts = [[rng.randrange(1, 1024) for _ in range(lens[i % len(lens)])] for i in range(16)]
+    base_core = make_engine_core(max_concurrency=4, prefill_chunk=16)
+    base, base_final, _ = run_all(
+        base_core, [GenerationRequest(f"g{i}", p, greedy_params(i)) for i, p in enumerate(prompts)]
+    )
+    # a stop token that occurs mid-output: stop rules cut an accepted run of drafts
+    stop = {f"g{i}": base[f"g{i}"][5] for i in range(2, 16, 4)}
+    base.update(run_all(base_core, [GenerationRequest(f"s{i}", prompts[i], greedy_params(i, int(stop[f"g{i}"])))
+                                    for i in range(2, 16, 4)])[0])  # fmt: skip
+    for lanes, k in [(1, 1), (2, 2), (3, 3), (4, 4), (4, 1), (2, 4)]:
+        core = make_engine_core(max_concurrency=lanes, prefill_chunk=16, spec="mtp", draft_tokens=k)
+        reqs = [GenerationRequest(f"g{i}", p, greedy_params(i)) for i, p in enumerate(prompts)]
+        reqs += [
+            GenerationRequest(f"s{i}", prompts[i], greedy_params(i, int(stop[f"g{i}"])))
+            for i in range(2, 16, 4)
+        ]
+        # sampled lanes share the batches (their tokens differ from plain decoding: same law, other draws)
+        reqs += [GenerationRequest(f"x{i}", prompts[i], SP(temperature=1.0, top_k=50, seed=i, max_tokens=12))
+                 for i in range(lanes)]  # fmt: skip
+        got, final, _ = run_all(core, reqs)
+        for rid, toks in base.items():
+            assert got[rid] == toks, (lanes, k, rid)
+        for i in range(3, 16, 4):  # logprobs per token, as without speculation
+            assert final[f"g{i}"].usage == base_final[f"g{i}"].usage
+        st = core.stats()
+        assert st.extra["spec_drafted"] > 0 and st.extra["spec_accepted"] <= st.extra["spec_drafted"]
+        assert_all_free(core)
+
+
+def test_greedy_logprobs_match_plain_decoding(make_engine_core):
+    prompt = [5, 6, 7, 8]
+    p = SP(temperature=0, max_tokens=8, ignore_eos=True, logprobs=3, presence_penalty=0.5)
+    plain = make_engine_core(max_concurrency=1)
+    spec = make_engine_core(max_concurrency=1, spec="mtp", draft_tokens=3)
+    spec.spec.drafter = OracleDrafter(run_all(plain, [GenerationRequest("a", prompt, p)])[0])
+    evs_plain, evs_spec = [], []
+    for core, evs in ((plain, evs_plain), (spec, evs_spec)):
+        core.add(GenerationRequest("a", prompt, replace(p)))
+        while core.has_work:
+            evs += core.step()
+    lp = [x for e in evs_plain for x in (e.logprobs or [])]
+    lp2 = [x for e in evs_spec for x in (e.logprobs or [])]
+    assert len(lp) == len(lp2) == 8 and lp == pytest.approx(lp2, abs=1e-4)
+    tops = [[t.token_id for t in x] for e in evs_plain for x in (e.top_logprobs or [])]
+    tops2 = [[t.token_id for t in x] for e in evs_spec for x in (e.top_logprobs or [])]
+    assert tops == tops2
+    assert len(evs_spec) < len(evs_plain)  # several tokens per event
+
+
+class OracleDrafter:
+    """Proposes each request's known continuation (everything accepted), or a wrong token at every position."""
+
+    def __init__(self, expected: dict[str, list[int]], wrong: bool = False, vocab: int = 1024) -> None:
+        self.expected, self.wrong, self.vocab = expected, wrong, vocab
+        self.jobs = 0
+
+    def draft(self, jobs: list[DraftJob]) -> list[Proposal | None]:
+        out: list[Proposal | None] = []
+        for j in jobs:
+            self.jobs += 1
+            assert j.hidden.shape[0] == len(j.next_ids) > 0
+            n = len(j.seq.output_ids)
+            toks = self.expected[j.seq.request_id][n : n + j.num_drafts]
+            if self.wrong:
+                toks = [(t + 1) % self.vocab for t in toks]
+            out.append(Proposal(toks) if j.num_drafts else None)
+        return out
+
+
+@pytest.mark.parametrize("wrong", [False, True])
+def test_all_accepted_and_all_rejected_drafters(make_engine_core, wrong):
+    rng = random.Random(7)
+    prompts = [[rng.randrange(1, 1024) for _ in range(n)] for n in (3, 20, 41)]
+    params = [greedy_params(i) for i in range(3)]
+    base, _, base_steps = run_all(make_engine_core(max_concurrency=3, prefill_chunk=16),
+                                  [GenerationRequest(f"r{i}", p, params[i]) for i, p in enumerate(prompts)])  # fmt: skip
+    k = 3
+    core = make_engine_core(max_concurrency=3, prefill_chunk=16, spec="mtp", draft_tokens=k)
+    core.spec.drafter = OracleDrafter(base, wrong=wrong)
+    got, final, steps = run_all(
+        core, [GenerationRequest(f"r{i}", p, params[i]) for i, p in enumerate(prompts)]
+    )
+    assert got == base
+    st = core.stats().extra
+    for i in range(3):
+        t, n = final[f"r{i}"].timings, params[i].max_tokens
+        rounds = -(-(n - 1) // (k + 1)) if not wrong else n - 1
+        # each round drafts min(K, tokens left - 1)
+        if not wrong:
+            assert t.spec_accepted == t.spec_drafted == n - 1 - rounds
+        else:
+            assert t.spec_accepted == 0 and t.spec_drafted >= n - 2
+    assert (st["spec_accepted"] == st["spec_drafted"]) != wrong
+    if not wrong:
+        assert steps <= base_steps // 2  # K+1 tokens per step once prompts are in
+    assert_all_free(core)
+
+
+def test_rounds_never_pass_max_tokens_or_max_context(make_engine_core):
+    """Everything accepted at K=4: rounds shrink to what max_tokens and max_context leave (KV pages reserved at
+    admission are never exceeded) and stop exactly where plain decoding stops."""
+    reqs = lambda: [  # noqa: E731
+        GenerationRequest("ctx", list(range(1, 41)), SP(temperature=0, max_tokens=30, ignore_eos=True)),
+        GenerationRequest("tok", [9, 8, 7], SP(temperature=0, max_tokens=7, ignore_eos=True)),
+        GenerationRequest("one", [9, 8], SP(temperature=0, max_tokens=1, ignore_eos=True)),
+    ]
+    base, base_final, _ = run_all(make_engine_core(max_context=48), reqs())
+    core = make_engine_core(max_context=48, spec="mtp", draft_tokens=4)
+    core.spec.drafter = OracleDrafter(base)
+    got, final, _ = run_all(core, reqs())
+    assert got == base and len(got["ctx"]) == 8 and len(got["tok"]) == 7
+    assert all(final[r].finish_reason == base_final[r].finish_reason == "length" for r in got)
+    # ctx: 1 + (4+1) + (1+1) tokens, 7 then 2 left; tok: 1 + (4+1) + (0+1); one: the prompt's token only
+    assert [final[r].timings.spec_drafted for r in ("ctx", "tok", "one")] == [5, 4, 0]
+    assert_all_free(core)
+
+
+def test_stop_string_inside_an_accepted_run(make_engine_core):
+    prompt, p = [11, 12, 13], SP(temperature=0, max_tokens=16, ignore_eos=True)
+    plain = make_engine_core()
+    toks = run_all(plain, [GenerationRequest("a", prompt, replace(p))])[0]
+    text = plain.tokenizer.decode(toks["a"][:9])
+    stop = text[-3:] if len(text) >= 3 else text  # ends inside the 9th token's text, or earlier
+    evs = {}
+    for name, core in (("plain", make_engine_core()), ("spec", make_engine_core(spec="mtp", draft_tokens=4))):
+        if core.spec is not None:
+            core.spec.drafter = OracleDrafter(toks)
+        core.add(GenerationRequest("a", prompt, replace(p, stop=[stop])))
+        evs[name] = []
+        while core.has_work:
+            evs[name] += core.step()
+    for name in evs:
+        e = evs[name]
+        evs[name] = ([t for x in e for t in x.token_ids], "".join(x.text for x in e), e[-1].finish_reason,
+                     e[-1].stop_reason)  # fmt: skip
+    assert evs["spec"] == evs["plain"] and evs["plain"][2] == "stop"
+
+
+class PeekDrafter:
+    """Runs the MTP drafter (so its KV sees exactly what the engine feeds it) and checks it against the head
+    recomputed from scratch over the whole sequence: the hidden state after the fed rows (which attends to every
+    earlier position's KV) and the greedy drafts. Then proposes the known continuation, so rounds accept several
+    drafts and the head is fed several positions at once."""
+
+    def __init__(self, mtp: MTPDrafter, expected: dict[str, list[int]]) -> None:
+        self.mtp, self.oracle = mtp, OracleDrafter(expected)
+        self.checked = 0
+        self.outs: list[torch.Tensor] = []
+        forward = mtp.forward
+        mtp.forward = lambda chunks, hidden: self.outs.append(forward(chunks, hidden)) or self.outs[-1]
+
+    def draft(self, jobs: list[DraftJob]) -> list[Proposal | None]:
+        self.outs.clear()
+        props = self.mtp.draft(jobs)
+        asked = [(job, prop) for job, prop in zip(jobs, props) if prop is not None]
+        for job, prop in asked:
+            seq = job.seq
+            hs, drafts = mtp_from_scratch(self.mtp, seq.prompt_ids + seq.output_ids, job.num_drafts)
+            assert prop.tokens == drafts
+            for step, h in enumerate(hs):  # forward `step` has a row per job still drafting, in order
+                r = [j for j, _ in asked if j.num_drafts > step].index(job)
+                assert torch.allclose(self.outs[step][r], h, atol=1e-4, rtol=1e-4), step
+            self.checked += 1
+        return self.oracle.draft(jobs)
+
+
+@torch.inference_mode()
+def mtp_from_scratch(mtp: MTPDrafter, tokens: list[int], k: int) -> tuple[torch.Tensor, list[int]]:
+    """The head's hidden states (at the last target position, then along the chain) and its k greedy drafts
+    after `tokens` (the last one not yet run by the target), on a private state."""
+    model, ps = mtp.model, 16
+    pages = list(range(1, 2 + (len(tokens) + k) // ps))
+    shape = StateShape(len(pages) + 1, ps, 2, torch.float32, torch.float32, mtp_layers=1)
+    state = ModelState(model.cfg, shape, "cpu")
+    n = len(tokens) - 1
+    batch = build_forward_batch([SeqChunk(tokens[:n], 0, pages, 1, all_logits=True)], ps, "cpu")
+    hidden = model(batch, state)
+    hs = [model.mtp_forward(torch.tensor(tokens[1:]), hidden, batch, state)[-1:]]
+    out = []
+    for j in range(k):
+        out.append(int(model.compute_logits(hs[-1]).argmax()))
+        if j + 1 < k:  # the chain: the head's own hidden state stands in for the target's
+            b = build_forward_batch([SeqChunk([out[-1]], n + j, pages, 1)], ps, "cpu")
+            hs.append(model.mtp_forward(torch.tensor([out[-1]]), hs[-1], b, state))
+    return [h[0] for h in hs], out
+
+
+def test_mtp_head_sees_every_position_once_with_the_target_hidden_state(make_engine_core):
+    rng = random.Random(3)
+    prompts = [[rng.randrange(1, 1024) for _ in range(n)] for n in (1, 15, 16, 17, 40)]
+    params = SP(temperature=0, max_tokens=12, ignore_eos=True)
+    reqs = lambda: [GenerationRequest(f"r{i}", p, replace(params)) for i, p in enumerate(prompts)]  # noqa: E731
+    base = run_all(make_engine_core(max_concurrency=3, prefill_chunk=16), reqs())[0]
+    core = make_engine_core(max_concurrency=3, prefill_chunk=16, spec="mtp", draft_tokens=3)
+    peek = core.spec.drafter = PeekDrafter(core.spec.drafter, base)
+    assert run_all(core, reqs())[0] == base
+    assert peek.checked >= 5 * 3
+
+
+def test_aborts_mid_speculation_leak_nothing(make_engine_core):
+    rng = random.Random(5)
+    core = make_engine_core(max_concurrency=4, max_pending_requests=8, prefill_chunk=16, kv_capacity=512,
+                            spec="mtp", draft_tokens=2)  # fmt: skip
+    live: set[str] = set()
+    submitted = 0
+    for _ in range(2000):
+        if submitted < 80 and rng.random() < 0.5:
+            rid = f"s{submitted}"
+            submitted += 1
+            p = SP(temperature=rng.choice([0, 1]), top_p=rng.choice([1.0, 0.8]), max_tokens=rng.randint(1, 10),
+                   presence_penalty=rng.choice([0.0, 0.5]))  # fmt: skip
+            try:
+                core.add(
+                    GenerationRequest(rid, [rng.randrange(1, 1024) for _ in range(rng.randint(1, 40))], p)
+                )
+                live.add(rid)
+            except QueueFullError:
+                pass
+        if live and rng.random() < 0.25:
+            core.abort(rng.choice(sorted(live)))
+        for ev in core.step():
+            if ev.finish_reason:
+                live.discard(ev.request_id)
+        if submitted >= 80 and not live:
+            break
+    while core.has_work:
+        for ev in core.step():
+            live.discard(ev.request_id)
+    assert submitted == 80 and not live
+    assert core.stats().extra["spec_drafted"] > 0
+    assert_all_free(core)
+    assert all(s.drafts is None for s in core._by_id.values())
+
+
+# ---- sampling through the engine: the distribution with speculation equals the one without ----------------
+SMALL = {"vocab_size": 12, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+         "layer_types": ["linear_attention", "full_attention"]}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def small_model(tiny_model):
+    """The conftest's tiny model with 12 tokens and 2 layers: a distribution a few thousand draws pin down."""
+    cfg = ModelConfig.from_dict(tiny_model[0].extra["raw"] | SMALL)
+    return cfg, random_init(Qwen35ForCausalLM(cfg, torch.float32), seed=11)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [SP(temperature=1.0), SP(temperature=0.9, top_k=6, top_p=0.85, presence_penalty=0.8)],
+    ids=["t1", "topk_topp_penalty"],
+)
+def test_sampling_distribution_unchanged_by_speculation(small_model, tokenizer, params):
+    cfg, model = small_model
+    n, n_tok, prompt = 2500, 3, [3, 1, 4]
+
+    def draws(**kw) -> tuple[Counter, object]:
+        ecfg = resolve_engine_config(cfg, EngineConfig(device="cpu", max_context=64, page_size=16,
+                                                       max_concurrency=64, max_pending_requests=n, **kw))  # fmt: skip
+        core = make_core(cfg, model, tokenizer, ecfg, torch.device("cpu"))
+        reqs = [GenerationRequest(f"r{s}", prompt, replace(params, seed=s, max_tokens=n_tok, ignore_eos=True))
+                for s in range(n)]  # fmt: skip
+        out = run_all(core, reqs)[0]
+        return Counter(tuple(t) for t in out.values()), core
+
+    plain, _ = draws()
+    spec, core = draws(spec="mtp", draft_tokens=2)
+    st = core.stats().extra
+    assert 0 < st["spec_accepted"] < st["spec_drafted"]  # both accepts and rejections happen
+    stat, df = chi2_two_sample(plain, spec)
+    assert stat < chi2_critical(df), (stat, df)
