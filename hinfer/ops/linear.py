@@ -1,4 +1,9 @@
-"""y = x @ W^T. W is a plain tensor [out, in] or a quantized weight object with `.matmul(x)` (fp8, int4)."""
+"""y = x @ W^T. W is a plain tensor [out, in] or a quantized weight object with `.matmul(x)` (fp8, int4).
+
+bf16 weights at decode sizes (at most SKINNY_MAX_M rows of x) on CUDA go to the Triton stream kernel, which
+reads W once near copy bandwidth (cuBLAS's GEMV reaches ~78% of it); larger M goes to cuBLAS, already at the
+tensor-core ceiling there. Quantized weights choose their own paths (hinfer.quant.int4 / hinfer.quant.fp8).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,9 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
+from hinfer.ops.dispatch import use_triton
+from hinfer.ops.triton.linear_configs import BF16, SKINNY_MAX_M
+
 
 class QuantizedWeight(Protocol):
     shape: tuple[int, int]  # logical [out, in]
@@ -14,7 +22,20 @@ class QuantizedWeight(Protocol):
     def matmul(self, x: torch.Tensor) -> torch.Tensor: ...
 
 
+def linear_ref(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return F.linear(x, weight)
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedWeight) -> torch.Tensor:
-    if isinstance(weight, torch.Tensor):
-        return F.linear(x, weight)
-    return weight.matmul(x)
+    if not isinstance(weight, torch.Tensor):
+        return weight.matmul(x)
+    if (
+        weight.dtype == torch.bfloat16
+        and x.dtype == torch.bfloat16
+        and x.numel() <= SKINNY_MAX_M[BF16] * x.shape[-1]
+        and use_triton(x)
+    ):
+        from hinfer.ops.triton.linear import bf16_linear
+
+        return bf16_linear(x, weight)
+    return F.linear(x, weight)

@@ -1,0 +1,321 @@
+"""Linear kernels at the Qwen3.6-27B shapes: decode bandwidth vs the measured copy bandwidth, prefill TFLOP/s.
+
+    python bench/linear_kernels.py                     # decode M = 1, 8, 16 + prefill M = 8192, all formats
+    python bench/linear_kernels.py --tune              # sweep skinny-kernel tiles; prints a TUNED table
+    python bench/linear_kernels.py --errors            # quantization error tables (CPU is fine)
+    HINFER_INT4_ASM=0 python bench/linear_kernels.py --formats int4   # portable int4 unpack, for comparison
+
+Decode timing: each op is captured in a CUDA graph once per weight copy, over enough copies (>= 512 MB in all)
+that L2 never holds the next weight; time per op = graph replay time / copies (median of replays). That is the
+engine's situation (a decode step is a graph replay), including the ~1 us gap between graph kernels. GB/s counts
+the weight bytes (packed values + scales + zeros) read once; "ratio" divides by the copy bandwidth (bytes read +
+written by a 4 GiB device copy over its median time), as DESIGN.md's figures do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import os
+import statistics
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+H = 5120
+SHAPES = [("qkv", 14336, H), ("gdn_in", 16384, H), ("gate_up", 34816, H), ("o_proj", H, 6144),
+          ("down", H, 17408), ("lm_head", 248320, H)]  # fmt: skip
+DECODE_FORMATS = ("bf16-cublas", "bf16", "int4", "int4-sym", "fp8", "fp8-block")
+ROTATE_BYTES = 512 << 20
+
+
+@dataclass
+class Row:
+    kind: str  # decode | prefill
+    shape: str
+    n: int
+    k: int
+    m: int
+    fmt: str
+    us: float
+    gbs: float = 0.0  # weight GB/s (decode)
+    ratio: float = 0.0  # gbs / copy bandwidth
+    tflops: float = 0.0  # prefill
+
+
+def events_median(fn: Callable[[], None], reps: int = 20, warmup: int = 3) -> float:
+    """Median seconds of fn() between CUDA events."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / 1e3)
+    return statistics.median(times)
+
+
+def copy_bandwidth(gib: int = 4) -> float:
+    src = torch.empty(gib << 30, dtype=torch.uint8, device="cuda")
+    t = events_median(functools.partial(torch.Tensor.copy_, torch.empty_like(src), src), reps=10)
+    torch.cuda.empty_cache()
+    return 2 * (gib << 30) / t
+
+
+def graph_time(op: Callable[[object], torch.Tensor], weights: list) -> float:
+    """Seconds per op call inside one CUDA graph that runs op over every weight copy."""
+    for w in weights[:2]:
+        op(w)  # compile, allocate split-K counters, run the int4 asm check: all outside capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for w in weights:
+            op(w)
+    t = events_median(graph.replay, reps=10)
+    del graph
+    return t / len(weights)
+
+
+def _gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator(device="cuda").manual_seed(seed)
+
+
+def make_weight(fmt: str, n: int, k: int, g: torch.Generator):
+    """(weight object, bytes read per matmul)."""
+    from hinfer.quant import quantize_fp8, quantize_int4
+
+    w = (torch.randn(n, k, generator=g, device="cuda") * k**-0.5).bfloat16()
+    if fmt.startswith("bf16"):
+        return w, w.numel() * 2
+    if fmt.startswith("int4"):
+        q = quantize_int4(w, zero_point=fmt == "int4")
+    else:
+        q = quantize_fp8(w, "block" if fmt == "fp8-block" else "channel")
+    del w
+    return q, q.nbytes()
+
+
+def _copies(w, nbytes: int) -> list:
+    n = max(2, math.ceil(ROTATE_BYTES / nbytes))
+    return [w] + [_clone(w) for _ in range(n - 1)]
+
+
+def _clone(w):
+    import copy
+
+    return w.clone() if isinstance(w, torch.Tensor) else copy.deepcopy(w)
+
+
+def decode_op(fmt: str, x: torch.Tensor) -> Callable[[object], torch.Tensor]:
+    from hinfer.ops.linear import linear
+
+    if fmt == "bf16-cublas":
+        return lambda w: torch.nn.functional.linear(x, w)
+    return lambda w: linear(x, w)
+
+
+def bench_decode(shapes, formats, ms, bw: float) -> list[Row]:
+    rows = []
+    g = _gen()
+    for name, n, k in shapes:
+        for fmt in formats:
+            if name == "lm_head" and not fmt.startswith("bf16"):
+                continue  # lm_head stays bf16 in every recipe
+            w, nbytes = make_weight(fmt, n, k, g)
+            weights = _copies(w, nbytes)
+            for m in ms:
+                x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
+                t = graph_time(decode_op(fmt, x), weights)
+                gbs = nbytes / t / 1e9
+                rows.append(Row("decode", name, n, k, m, fmt, t * 1e6, gbs, gbs * 1e9 / bw))
+                print(f"  {name:8s} {fmt:12s} M={m:<3d} {t * 1e6:8.1f} us {gbs:7.0f} GB/s {gbs * 1e9 / bw:6.1%}",
+                      flush=True)
+            del w, weights
+            torch.cuda.empty_cache()
+    return rows
+
+
+def bench_prefill(shapes, m: int) -> list[Row]:
+    from hinfer.quant import fp8 as qfp8
+    from hinfer.quant import int4 as qint4
+
+    rows = []
+    g = _gen(1)
+    for name, n, k in shapes:
+        if name == "lm_head":
+            continue  # prefill computes logits for a handful of rows only
+        x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
+        flop = 2 * m * n * k
+        cases: list[tuple[str, Callable[[], object]]] = []
+        wb, _ = make_weight("bf16", n, k, g)
+        cases.append(("bf16-cublas", functools.partial(torch.nn.functional.linear, x, wb)))
+        for fmt in ("int4", "int4-sym"):
+            q, _ = make_weight(fmt, n, k, g)
+            for mode in qint4.PREFILL_MODES:
+                cases.append((f"{fmt}:{mode}", functools.partial(qint4._triton_matmul, q, x, None, mode)))
+        qc, _ = make_weight("fp8", n, k, g)
+        cases.append(("fp8:scaled_mm", functools.partial(qfp8._triton_matmul, qc, x, None)))
+        qb, _ = make_weight("fp8-block", n, k, g)
+        modes = ["triton"] + (["scaled_mm"] if qfp8._scaled_mm_block_ok(torch.cuda.current_device()) else [])
+        for mode in modes:
+            cases.append((f"fp8-block:{mode}", functools.partial(qfp8._triton_matmul, qb, x, None, mode)))
+        for fmt, fn in cases:
+            t = events_median(fn, reps=10)
+            rows.append(Row("prefill", name, n, k, m, fmt, t * 1e6, tflops=flop / t / 1e12))
+            print(f"  {name:8s} {fmt:22s} M={m} {t * 1e3:8.2f} ms {flop / t / 1e12:7.0f} TFLOP/s", flush=True)
+        del cases
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _run_skinny(kind: str, n: int, x: torch.Tensor, cfg, wt) -> torch.Tensor:
+    from hinfer.ops.triton.linear import skinny_matmul
+    from hinfer.ops.triton.linear_configs import BF16, INT4
+
+    if kind == BF16:
+        return skinny_matmul(x, kind, wt, n, cfg=cfg)
+    if kind == INT4:
+        return skinny_matmul(x, kind, wt.qweight, n, wt.scales, wt.zeros, cfg=cfg)
+    return skinny_matmul(x, kind, wt.weight, n, wt.scale, cfg=cfg)
+
+
+def tune(shapes, formats, ms) -> None:
+    """Sweep skinny_candidates per (format, shape, M); print the winners as TUNED entries."""
+    from hinfer.ops.triton import linear_configs as lc
+
+    kinds = {"bf16": lc.BF16, "fp8": lc.FP8_ROW, "fp8-block": lc.FP8_BLOCK, "int4": lc.INT4}
+    g = _gen(2)
+    lines = []
+    for name, n, k in shapes:
+        for fmt in formats:
+            if fmt not in kinds or (name == "lm_head" and fmt != "bf16"):
+                continue
+            kind = kinds[fmt]
+            w, nbytes = make_weight(fmt, n, k, g)
+            weights = _copies(w, nbytes)
+            for m in ms:
+                x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
+                base = lc.heuristic_config(kind, m, n, k, lc.num_sms(torch.cuda.current_device()))
+                best = None
+                for cfg in [base, *lc.skinny_candidates(kind, m, n, k)]:
+                    try:
+                        t = graph_time(functools.partial(_run_skinny, kind, n, x, cfg), weights)
+                    except Exception as e:  # noqa: BLE001 - out of shared memory / registers: skip
+                        print(f"    skip {cfg}: {type(e).__name__}", flush=True)
+                        continue
+                    if best is None or t < best[0]:
+                        best = (t, cfg)
+                assert best is not None
+                t, cfg = best
+                gbs = nbytes / t / 1e9
+                print(f"  {name:8s} {fmt:10s} M={m:<3d} best {t * 1e6:7.1f} us {gbs:6.0f} GB/s {cfg}", flush=True)
+                lines.append(f"    ({kind!r}, {n}, {k}, {lc.m_bucket(m)}): SkinnyConfig{tuple(asdict(cfg).values())},")
+            del w, weights
+            torch.cuda.empty_cache()
+    print("\nTUNED = {  # paste into hinfer/ops/triton/linear_configs.py\n" + "\n".join(lines) + "\n}")
+
+
+def errors() -> None:
+    """Quantization round-trip error of each format on several weight distributions, and the resulting linear
+    layer error against bf16 on random activations (relative Frobenius norms)."""
+    from hinfer.quant import quantize_fp8, quantize_int4
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.manual_seed(0)
+    n, k = 1024, 4096
+    dists = {
+        "gaussian": lambda: torch.randn(n, k),
+        "laplace": lambda: torch.distributions.Laplace(0.0, 1.0).sample((n, k)),
+        "student-t(3)": lambda: torch.distributions.StudentT(3.0).sample((n, k)),
+        "gaussian + 1% x8 columns": lambda: torch.randn(n, k) * torch.where(torch.rand(k) < 0.01, 8.0, 1.0),
+    }
+    fmts = {
+        "int4 asym": lambda w: quantize_int4(w, zero_point=True),
+        "int4 sym": lambda w: quantize_int4(w, zero_point=False),
+        "fp8 channel": lambda w: quantize_fp8(w, "channel"),
+        "fp8 block": lambda w: quantize_fp8(w, "block"),
+    }
+    x = torch.randn(64, k, device=dev).bfloat16()
+    print(f"relative error, weight round trip / linear output vs bf16 (W {n}x{k} bf16, x 64x{k} N(0,1))")
+    print(f"| weights | {' | '.join(fmts)} |\n|---|{'---|' * len(fmts)}")
+    for dname, make in dists.items():
+        w = make().to(dev).bfloat16()
+        y = (x.float() @ w.float().t())
+        cells = []
+        for q in (f(w) for f in fmts.values()):
+            d = q.dequantize(torch.float32)
+            ew = ((d - w.float()).norm() / w.float().norm()).item()
+            ey = ((q.matmul(x).float() - y).norm() / y.norm()).item()
+            cells.append(f"{ew:.4f} / {ey:.4f}")
+        print(f"| {dname} | {' | '.join(cells)} |")
+
+
+def table(rows: list[Row], bw: float) -> None:
+    print(f"\ncopy bandwidth {bw / 1e12:.2f} TB/s (read + write)")
+    dec = [r for r in rows if r.kind == "decode"]
+    if dec:
+        ms = sorted({r.m for r in dec})
+        fmts = list(dict.fromkeys(r.fmt for r in dec))
+        print("decode: us per matmul (ratio of weight GB/s to copy bandwidth)")
+        print(f"{'shape':9s}{'M':>4s} " + "".join(f"{f:>20s}" for f in fmts))
+        for name in dict.fromkeys(r.shape for r in dec):
+            for m in ms:
+                cells = []
+                for f in fmts:
+                    r = next((r for r in dec if r.shape == name and r.m == m and r.fmt == f), None)
+                    cells.append(f"{r.us:8.1f} ({r.ratio:5.1%})" if r else "")
+                print(f"{name:9s}{m:>4d} " + "".join(f"{c:>20s}" for c in cells))
+    pre = [r for r in rows if r.kind == "prefill"]
+    if pre:
+        fmts = list(dict.fromkeys(r.fmt for r in pre))
+        print(f"prefill M={pre[0].m}: TFLOP/s")
+        print(f"{'shape':9s}" + "".join(f"{f:>21s}" for f in fmts))
+        for name in dict.fromkeys(r.shape for r in pre):
+            cells = [next((f"{r.tflops:.0f}" for r in pre if r.shape == name and r.fmt == f), "") for f in fmts]
+            print(f"{name:9s}" + "".join(f"{c:>21s}" for c in cells))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--formats", default=",".join(DECODE_FORMATS))
+    ap.add_argument("--shapes", default=",".join(s[0] for s in SHAPES))
+    ap.add_argument("--ms", default="1,8,16", help="decode row counts")
+    ap.add_argument("--prefill-m", type=int, default=8192, help="0 skips the prefill GEMMs")
+    ap.add_argument("--tune", action="store_true")
+    ap.add_argument("--errors", action="store_true")
+    ap.add_argument("--json", type=Path, help="also write the rows here")
+    a = ap.parse_args()
+    if a.errors:
+        errors()
+        return
+    assert torch.cuda.is_available(), "the benchmark needs a CUDA GPU"
+    shapes = [s for s in SHAPES if s[0] in a.shapes.split(",")]
+    formats = [f for f in a.formats.split(",") if f]
+    ms = [int(m) for m in a.ms.split(",")]
+    print(f"{torch.cuda.get_device_name()}; torch {torch.__version__}; HINFER_INT4_ASM="
+          f"{os.environ.get('HINFER_INT4_ASM', '1')}")
+    if a.tune:
+        tune(shapes, formats, ms)
+        return
+    bw = copy_bandwidth()
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s")
+    rows = bench_decode(shapes, formats, ms, bw)
+    if a.prefill_m:
+        rows += bench_prefill(shapes, a.prefill_m)
+    table(rows, bw)
+    if a.json:
+        a.json.write_text(json.dumps({"copy_bw": bw, "rows": [asdict(r) for r in rows]}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

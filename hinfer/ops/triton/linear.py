@@ -1,0 +1,217 @@
+"""Triton linear layers: y = x @ W^T for bf16, fp8 (e4m3) and int4 weights.
+
+Decode sizes (M <= SKINNY_MAX_M rows of x) run `_skinny_kernel`, which streams W exactly once: each program owns
+BLOCK_N rows of W and a 1/SPLIT_K slice of K and keeps every row of x (padded to BLOCK_M) against them, so the
+weight bytes leave HBM once whatever M is. Two inner paths:
+- BLOCK_M == 1 (M == 1, bf16/fp8): CUDA-core GEMV with an fp32 [BLOCK_N, BLOCK_K] accumulator reduced once.
+- BLOCK_M >= 16: tensor cores on [BLOCK_N, BLOCK_K] x [BLOCK_K, BLOCK_M] (swap-AB: W is the wide operand).
+Grouped formats (int4 group 128, fp8 128x128 blocks) take one scale per row per K-iteration and apply it to the
+[BLOCK_N, BLOCK_M] partial product, so no per-element scale multiply is needed. Asymmetric int4 adds the
+rank-1 zero-point term (8 - z) * sum_k(x) to the same partial.
+
+Split-K (when N/BLOCK_N programs cannot fill the GPU, e.g. o_proj and down_proj with N = 5120) is reduced in the
+same launch: each program writes an fp32 partial, bumps a per-tile counter, and the last one to arrive sums the
+partials in a fixed order (deterministic), writes y and resets the counter to zero for the next launch. The
+counters live in one persistent zeroed buffer per device, created on first use (outside CUDA-graph capture).
+No host sync; the only allocations are the output and the fp32 partials (torch.empty), so it is capturable.
+
+Prefill sizes go to cuBLAS (bf16), `torch._scaled_mm` (fp8 per-channel) or hinfer.ops.triton.linear_gemm.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from hinfer.ops.triton.linear_configs import (
+    BF16,
+    FP8_BLOCK,
+    FP8_ROW,
+    INT4,
+    QGROUP,
+    SKINNY_MAX_M,
+    SkinnyConfig,
+    skinny_config,
+)
+from hinfer.ops.triton.linear_int4 import fast_int4_ok, int4_minus8
+
+_FMT_CODE = {BF16: 0, FP8_ROW: 1, FP8_BLOCK: 2, INT4: 3}
+_COUNTERS = 1 << 16
+QGROUP_C = tl.constexpr(QGROUP)
+
+
+@triton.jit
+def _skinny_kernel(
+    x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr,
+    M, N, K,
+    stride_xm, stride_ym, stride_wn, stride_sn,
+    FMT: tl.constexpr, HAS_ZERO: tl.constexpr, FAST_INT4: tl.constexpr, EVEN_N: tl.constexpr,
+    EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+):  # fmt: skip
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    pid_m = tl.program_id(2)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    n_ok = rn < N
+    m_ok = rm < M
+    per_split = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
+    k_lo = pid_k * per_split
+    k_hi = tl.minimum(k_lo + per_split, K)
+    w_rows = w_ptr + rn.to(tl.int64)[:, None] * stride_wn
+    if FMT == 2:
+        s_rows = s_ptr + (rn // 128) * stride_sn  # fp8 128x128 blocks
+    else:
+        s_rows = s_ptr + rn * stride_sn
+    last_group = tl.cdiv(K, QGROUP_C) - 1
+    if FMT >= 2:  # group scales are loaded one K-step ahead: their latency overlaps a whole step
+        s_next = tl.load(s_rows + tl.minimum(k_lo // QGROUP_C, last_group), mask=n_ok, other=0.0)
+        if HAS_ZERO:
+            z_next = tl.load(z_ptr + rn * stride_sn + tl.minimum(k_lo // QGROUP_C, last_group), mask=n_ok, other=8)
+    if BLOCK_M == 1:
+        acc2 = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        rk = k0 + tl.arange(0, BLOCK_K)
+        if FMT == 3:
+            rw = k0 // 8 + tl.arange(0, BLOCK_K // 8)
+            if EVEN_N and EVEN_K:
+                words = tl.load(w_rows + rw[None, :])
+            else:
+                words = tl.load(w_rows + rw[None, :], mask=n_ok[:, None] & (rw < K // 8)[None, :], other=0)
+            w = int4_minus8(words, BLOCK_N, BLOCK_K, FAST_INT4)
+        else:
+            if EVEN_N and EVEN_K:
+                w = tl.load(w_rows + rk[None, :])
+            else:
+                w = tl.load(w_rows + rk[None, :], mask=n_ok[:, None] & (rk < K)[None, :], other=0.0)
+        if FMT >= 2:  # grouped: this K-step lies inside one 128-group
+            s = s_next.to(tl.float32)
+            g_next = tl.minimum((k0 + BLOCK_K) // QGROUP_C, last_group)
+            s_next = tl.load(s_rows + g_next, mask=n_ok, other=0.0)
+            if HAS_ZERO:
+                z = z_next.to(tl.float32)
+                z_next = tl.load(z_ptr + rn * stride_sn + g_next, mask=n_ok, other=8)
+        if BLOCK_M == 1:
+            if EVEN_K:
+                x = tl.load(x_ptr + rk).to(tl.float32)
+            else:
+                x = tl.load(x_ptr + rk, mask=rk < K, other=0.0).to(tl.float32)
+            wf = w.to(tl.float32)
+            if FMT >= 2:
+                wf = wf * s[:, None]
+            acc2 += wf * x[None, :]
+        else:
+            x_ptrs = x_ptr + rm[None, :] * stride_xm + rk[:, None]
+            if EVEN_K:
+                xt = tl.load(x_ptrs, mask=m_ok[None, :], other=0.0)
+            else:
+                xt = tl.load(x_ptrs, mask=m_ok[None, :] & (rk < K)[:, None], other=0.0)
+            part = tl.dot(w.to(tl.bfloat16), xt.to(tl.bfloat16))
+            if HAS_ZERO:  # (u - z) x = (u - 8) x + (8 - z) x
+                xsum = tl.sum(xt.to(tl.bfloat16).to(tl.float32), axis=0)
+                part += (8.0 - z)[:, None] * xsum[None, :]
+            if FMT >= 2:
+                part = part * s[:, None]
+            acc += part
+    if BLOCK_M == 1:
+        acc = tl.sum(acc2, axis=1)[:, None]
+    if FMT == 1:  # fp8 per output channel
+        acc = acc * tl.load(s_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[:, None]
+    out_mask = n_ok[:, None] & m_ok[None, :]
+    y_ptrs = y_ptr + rm[None, :] * stride_ym + rn[:, None]
+    if SPLIT_K == 1:
+        tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=out_mask)
+    else:
+        tile = pid_m * tl.num_programs(0) + pid_n
+        p_off = rm[None, :].to(tl.int64) * N + rn[:, None]
+        tl.store(part_ptr + pid_k * M * N + p_off, acc, mask=out_mask)
+        tl.debug_barrier()  # every thread's partial is written before the release below
+        arrived = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel")
+        if arrived == SPLIT_K - 1:
+            total = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+            for i in tl.static_range(SPLIT_K):  # fixed order: the sum does not depend on arrival order
+                total += tl.load(part_ptr + i * M * N + p_off, mask=out_mask, other=0.0, cache_modifier=".cg")
+            tl.store(y_ptrs, total.to(y_ptr.dtype.element_ty), mask=out_mask)
+            tl.atomic_xchg(cnt_ptr + tile, 0)
+
+
+_counters: dict[torch.device, torch.Tensor] = {}
+
+
+def _counter_buffer(device: torch.device) -> torch.Tensor:
+    buf = _counters.get(device)
+    if buf is None:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(
+                "hinfer linear: run one eager decode step before CUDA-graph capture "
+                "(the split-K counters are allocated on first use)"
+            )
+        buf = torch.zeros(_COUNTERS, dtype=torch.int32, device=device)
+        _counters[device] = buf
+    return buf
+
+
+def skinny_matmul(
+    x: torch.Tensor,
+    fmt: str,
+    w: torch.Tensor,
+    n: int,
+    scale: torch.Tensor | None = None,
+    zero: torch.Tensor | None = None,
+    out: torch.Tensor | None = None,
+    cfg: SkinnyConfig | None = None,
+) -> torch.Tensor:
+    """y [M, n] = x [M, K] @ W^T for one weight format, streaming W once. `out` may be a column slice of a
+    wider row-major buffer (its row stride is honoured)."""
+    m, k = x.shape
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    cfg = cfg or skinny_config(fmt, m, n, k)
+    if cfg.block_m == 1 and (m != 1 or fmt == INT4):
+        raise ValueError("the GEMV path (block_m 1) takes exactly one row of a bf16/fp8 weight")
+    if fmt in (FP8_BLOCK, INT4) and QGROUP % cfg.block_k:
+        raise ValueError(f"grouped formats need block_k dividing {QGROUP}, got {cfg.block_k}")
+    if fmt == INT4 and (k % 8 or w.shape[-1] != k // 8):
+        raise ValueError(f"int4 needs K % 8 == 0 and packed words [N, K/8]; K={k}, words {tuple(w.shape)}")
+    if out is None:
+        out = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    assert out.shape == (m, n) and out.stride(-1) == 1
+    if m == 0:
+        return out
+    grid = (triton.cdiv(n, cfg.block_n), cfg.split_k, triton.cdiv(m, cfg.block_m))
+    if cfg.split_k > 1:
+        part = torch.empty((cfg.split_k, m, n), dtype=torch.float32, device=x.device)
+        cnt = _counter_buffer(x.device)
+        assert grid[0] * grid[2] <= _COUNTERS
+    else:
+        part = cnt = out  # unused
+    fast = fmt == INT4 and zero is None and x.is_cuda and fast_int4_ok(x.device.index or 0)
+    s = scale if scale is not None else w
+    _skinny_kernel[grid](
+        x, w, s, zero if zero is not None else s, out, part, cnt,
+        m, n, k,
+        x.stride(0), out.stride(0), w.stride(0), s.stride(0) if s.dim() > 1 else 1,
+        FMT=_FMT_CODE[fmt], HAS_ZERO=zero is not None, FAST_INT4=fast,
+        EVEN_N=n % cfg.block_n == 0, EVEN_K=k % cfg.block_k == 0,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=cfg.split_k,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )  # fmt: skip
+    return out
+
+
+def bf16_linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """x [..., K] @ weight [N, K]^T: the Triton stream for decode sizes, cuBLAS above."""
+    lead, k = x.shape[:-1], x.shape[-1]
+    x2 = x.reshape(-1, k)
+    n = weight.shape[0]
+    if x2.shape[0] > SKINNY_MAX_M[BF16] or weight.stride(-1) != 1:
+        y = torch.nn.functional.linear(x2, weight)
+        if out is not None:
+            out.copy_(y)
+            return out
+        return y.reshape(*lead, n)
+    return skinny_matmul(x2, BF16, weight, n, out=out).reshape(*lead, n)

@@ -1,0 +1,119 @@
+"""Ahead-of-time compilation of the linear kernels for sm_90 with Triton's bundled ptxas: no GPU needed.
+
+CI runs `python -m hinfer.ops.triton.linear_aot --check` (in a process without TRITON_INTERPRET) to catch
+kernels that the CPU interpreter runs but the GPU compiler rejects, and register spills in the default
+tiles. Without --check it prints registers / stack / shared memory of every variant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from hinfer.ops.triton.linear import _FMT_CODE, _skinny_kernel
+from hinfer.ops.triton.linear_configs import BF16, FP8_BLOCK, FP8_ROW, INT4, gemm_config, heuristic_config
+from hinfer.ops.triton.linear_gemm import _act_quant_kernel, _gemm_kernel, _int4_dequant_kernel
+
+TARGET = GPUTarget("cuda", 90, 64)
+_DIV16 = {"N", "K", "stride_xm", "stride_ym", "stride_wn", "stride_am", "stride_cm", "stride_qm"}
+_W = {BF16: "*bf16", FP8_ROW: "*fp8e4nv", FP8_BLOCK: "*fp8e4nv", INT4: "*i32"}
+_S = {BF16: "*bf16", FP8_ROW: "*fp32", FP8_BLOCK: "*fp32", INT4: "*bf16"}
+Variant = tuple[str, object, dict, dict, int, int]
+
+
+def compile_sm90(fn, sig: dict, constexprs: dict, num_warps: int, num_stages: int):
+    """Compile like the JIT does for 16-divisible pointers/sizes (which enables cp.async pipelining)."""
+    sig = dict(sig) | {k: "constexpr" for k in constexprs}
+    div = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(sig) if sig[n].startswith("*") or n in _DIV16}
+    src = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=div)
+    return triton.compile(src, target=TARGET, options={"num_warps": num_warps, "num_stages": num_stages})
+
+
+def resources(kernel) -> dict[str, int]:
+    """Registers, stack (spills) and static shared memory, from cuobjdump on the cubin."""
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kernel.asm["cubin"])
+        f.flush()
+        out = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+    m = re.search(r"REG:(\d+).*?STACK:(\d+)", out, re.S)
+    regs, stack = (int(m.group(1)), int(m.group(2))) if m else (-1, -1)
+    return {"regs": regs, "stack": stack, "smem": kernel.metadata.shared}
+
+
+def _skinny(fmt: str, m: int, n: int, k: int, zero: bool = False, fast: bool = True) -> Variant:
+    c = heuristic_config(fmt, m, n, k, 132)
+    sig = {"x_ptr": "*bf16", "w_ptr": _W[fmt], "s_ptr": _S[fmt], "z_ptr": "*u8" if zero else _S[fmt],
+           "y_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
+           "stride_xm": "i32", "stride_ym": "i32", "stride_wn": "i32", "stride_sn": "i32"}  # fmt: skip
+    cex = dict(FMT=_FMT_CODE[fmt], HAS_ZERO=zero, FAST_INT4=fast and fmt == INT4 and not zero,
+               EVEN_N=n % c.block_n == 0, EVEN_K=k % c.block_k == 0, BLOCK_M=c.block_m, BLOCK_N=c.block_n,
+               BLOCK_K=c.block_k, SPLIT_K=c.split_k)  # fmt: skip
+    kind = " asym" if zero else ("" if fast or fmt != INT4 else " portable-unpack")
+    name = f"skinny {fmt}{kind} M={m} {n}x{k} {c}"
+    return name, _skinny_kernel, sig, cex, c.num_warps, c.num_stages
+
+
+def _gemm(fmt: str, a_mode: int, zero: bool = False) -> Variant:
+    promote = fmt == FP8_BLOCK or (fmt == INT4 and a_mode != 0) or a_mode == 2
+    c = gemm_config(8192, 5120, 5120, promote)
+    sig = {"a_ptr": "*bf16" if a_mode == 0 else "*fp8e4nv", "as_ptr": "*fp32", "w_ptr": _W[fmt],
+           "ws_ptr": _S[fmt], "wz_ptr": "*u8" if zero else _S[fmt], "c_ptr": "*bf16", "M": "i32", "N": "i32",
+           "K": "i32", "stride_am": "i32", "stride_asm": "i32", "stride_asg": "i32", "stride_wn": "i32",
+           "stride_wsn": "i32", "stride_cm": "i32"}  # fmt: skip
+    cex = dict(FMT={FP8_ROW: 1, FP8_BLOCK: 2, INT4: 3}[fmt], A_MODE=a_mode, HAS_ZERO=zero,
+               FAST_INT4=fmt == INT4 and not zero, BLOCK_M=c.block_m, BLOCK_N=c.block_n, BLOCK_K=c.block_k,
+               GROUP_M=c.group_m)  # fmt: skip
+    return f"gemm {fmt} a_mode={a_mode}{' asym' if zero else ''} {c}", _gemm_kernel, sig, cex, c.num_warps, c.num_stages
+
+
+def variants(full: bool = False) -> Iterator[Variant]:
+    shapes = [(34816, 5120), (5120, 17408)] if full else [(5120, 17408)]
+    for n, k in shapes:
+        for fmt in (BF16, FP8_ROW, FP8_BLOCK, INT4):
+            for m in (1, 16, 64) if full else (1, 16):
+                if fmt == BF16 and m > 16:
+                    continue
+                yield _skinny(fmt, m, n, k)
+        yield _skinny(INT4, 16, n, k, zero=True)
+        yield _skinny(INT4, 16, n, k, fast=False)
+    for fmt, a_mode, zero in ((INT4, 0, False), (INT4, 2, False), (INT4, 0, True), (FP8_ROW, 1, False),
+                              (FP8_BLOCK, 2, False)):  # fmt: skip
+        yield _gemm(fmt, a_mode, zero)
+    sig = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "K": "i32", "stride_xm": "i32",
+           "stride_qm": "i32", "stride_sm": "i32", "stride_sg": "i32", "GROUP": "i32"}  # fmt: skip
+    yield "act_quant", _act_quant_kernel, sig, {"BLOCK": 128}, 4, 3
+    sig = {"w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*bf16", "out_ptr": "*bf16", "N": "i32", "K": "i32",
+           "stride_wn": "i32", "stride_sn": "i32"}  # fmt: skip
+    yield "int4_dequant", _int4_dequant_kernel, sig, dict(HAS_ZERO=False, FAST_INT4=True, BLOCK_N=64,
+                                                          BLOCK_K=128), 4, 3  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--check", action="store_true", help="fail on a compile error or a spill (default tiles)")
+    a = ap.parse_args(argv)
+    bad = 0
+    for name, fn, sig, cex, warps, stages in variants(full=not a.check):
+        try:
+            r = resources(compile_sm90(fn, sig, cex, warps, stages))
+            spill = r["stack"] > 0
+            bad += spill
+            print(f"{'SPILL' if spill else 'ok':5s} regs {r['regs']:3d} stack {r['stack']:4d} smem {r['smem']:6d}  {name}")
+        except Exception as e:  # noqa: BLE001 - report every failing variant, then fail
+            bad += 1
+            print(f"FAIL  {name}: {type(e).__name__}: {str(e)[-300:]}")
+    return 1 if a.check and bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

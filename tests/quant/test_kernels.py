@@ -1,0 +1,168 @@
+"""Triton linear kernels vs their reference bodies at tiny shapes (CPU: Triton's interpreter; GPU: compiled).
+
+Shapes are deliberately awkward: N = 80 (not a multiple of any BLOCK_N), K = 320 (2.5 quantization groups),
+M = 1, 3, 16 and 40. Outputs are pre-filled with NaN (`out=`) so an unwritten element fails.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hinfer.ops.triton.linear_configs import (
+    BF16,
+    FP8_BLOCK,
+    FP8_ROW,
+    INT4,
+    GemmConfig,
+    SkinnyConfig,
+    heuristic_config,
+    skinny_config,
+)
+from hinfer.quant.fp8 import dequantize_act_fp8_ref, quantize_act_fp8_ref, quantize_fp8
+from hinfer.quant.int4 import quantize_int4
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+N, K = 80, 320
+REL = 6e-3  # the kernels accumulate in fp32 like the references; what remains is bf16 output rounding
+
+
+def _gen() -> torch.Generator:
+    return torch.Generator(device=DEV).manual_seed(torch.seed() % 2**31)
+
+
+def _rel(y: torch.Tensor, ref: torch.Tensor) -> float:
+    assert torch.isfinite(y).all(), "unwritten (NaN-poisoned) or non-finite output"
+    return ((y.float() - ref.float()).norm() / ref.float().norm()).item()
+
+
+def _weights(fmt: str, g: torch.Generator, zero_point: bool = False):
+    w = torch.randn(N, K, generator=g, device=DEV).bfloat16()
+    if fmt == BF16:
+        return w, (w, None, None), lambda x: (x.float() @ w.float().t()).bfloat16()
+    if fmt == INT4:
+        q = quantize_int4(w, zero_point=zero_point)
+        return q, (q.qweight, q.scales, q.zeros), q.matmul_ref
+    q = quantize_fp8(w, "channel" if fmt == FP8_ROW else "block")
+    return q, (q.weight, q.scale, None), q.matmul_ref
+
+
+def _cfgs(fmt: str, m: int) -> list[SkinnyConfig]:
+    bm = max(16, 1 << (m - 1).bit_length())
+    out = [skinny_config(fmt, m, N, K), SkinnyConfig(32, 64, bm, 3, 4, 2)]  # split-K, ragged last split
+    out.append(SkinnyConfig(16, 64, bm, 2, 4, 2))  # N and K multiples of the tile: unmasked loads
+    if m == 1 and fmt != INT4:
+        out += [SkinnyConfig(16, 128, 1, 2, 4, 2), SkinnyConfig(16, 64, 1, 1, 4, 2)]  # GEMV, ragged / even
+    return out
+
+
+@pytest.mark.parametrize("m", [1, 3, 16, 40])
+@pytest.mark.parametrize("fmt,zero_point", [(BF16, False), (FP8_ROW, False), (FP8_BLOCK, False),
+                                            (INT4, False), (INT4, True)])
+def test_skinny_kernel_matches_reference(fmt, zero_point, m):
+    from hinfer.ops.triton.linear import skinny_matmul
+
+    g = _gen()
+    _, (w, s, z), ref_fn = _weights(fmt, g, zero_point)
+    x = torch.randn(m, K, generator=g, device=DEV).bfloat16()
+    ref = ref_fn(x)
+    for cfg in _cfgs(fmt, m):
+        for _ in range(2 if cfg.split_k > 1 else 1):  # a 2nd launch reuses the self-resetting counters
+            out = torch.full((m, N), float("nan"), dtype=torch.bfloat16, device=DEV)
+            y = skinny_matmul(x, fmt, w, N, s, z, out=out, cfg=cfg)
+            assert y.data_ptr() == out.data_ptr()
+            assert _rel(y, ref) < REL, (cfg, _rel(y, ref))
+
+
+def test_skinny_kernel_writes_into_a_column_slice_and_strided_x():
+    from hinfer.ops.triton.linear import skinny_matmul
+
+    g = _gen()
+    q, (w, s, z), ref_fn = _weights(INT4, g)
+    xbig = torch.randn(3, 2 * K, generator=g, device=DEV).bfloat16()
+    x = xbig[:, :K]  # row stride 2K
+    buf = torch.full((3, N + 7), float("nan"), dtype=torch.bfloat16, device=DEV)
+    skinny_matmul(x, INT4, w, N, s, z, out=buf[:, 5 : 5 + N])
+    assert _rel(buf[:, 5 : 5 + N], ref_fn(x)) < REL
+    assert torch.isnan(buf[:, :5]).all() and torch.isnan(buf[:, 5 + N :]).all()
+
+
+def test_skinny_kernel_rejects_bad_configs():
+    from hinfer.ops.triton.linear import skinny_matmul
+
+    g = _gen()
+    _, (w, s, z), _ = _weights(INT4, g)
+    x = torch.randn(2, K, generator=g, device=DEV).bfloat16()
+    with pytest.raises(ValueError, match="GEMV"):
+        skinny_matmul(x, INT4, w, N, s, z, cfg=SkinnyConfig(16, 128, 1, 1, 4, 2))
+    with pytest.raises(ValueError, match="block_k"):
+        skinny_matmul(x, INT4, w, N, s, z, cfg=SkinnyConfig(16, 256, 16, 1, 4, 2))
+
+
+def test_heuristic_uses_split_k_only_when_programs_are_few():
+    assert heuristic_config(BF16, 1, 34816, 5120, 132).split_k == 1
+    assert heuristic_config(BF16, 1, 5120, 17408, 132).split_k > 1
+    assert heuristic_config(INT4, 1, 5120, 17408, 132).block_m == 16  # int4 always on tensor cores
+    c = heuristic_config(FP8_BLOCK, 1, 5120, 6144, 132)
+    assert 128 % c.block_k == 0
+
+
+@pytest.mark.parametrize("group", [None, 128])
+def test_activation_quant_kernel_matches_reference(group):
+    from hinfer.ops.triton.linear_gemm import quantize_act_fp8
+
+    g = _gen()
+    x = torch.randn(6, K, generator=g, device=DEV).bfloat16() * 3
+    x[2] = 0
+    q, s = quantize_act_fp8(x, group)
+    qr, sr = quantize_act_fp8_ref(x, group)
+    assert torch.equal(s, sr)
+    assert torch.equal(q.view(torch.uint8), qr.view(torch.uint8))
+
+
+@pytest.mark.parametrize("zero_point", [False, True])
+def test_int4_dequant_kernel_matches_reference(zero_point):
+    from hinfer.ops.triton.linear_gemm import int4_dequantize
+
+    g = _gen()
+    q = quantize_int4(torch.randn(N, K, generator=g, device=DEV).bfloat16(), zero_point=zero_point)
+    d = int4_dequantize(q.qweight, q.scales, q.zeros, K, torch.bfloat16)
+    assert torch.equal(d, q.dequantize(torch.bfloat16))
+
+
+_GEMM = GemmConfig(block_m=32, block_n=32, block_k=64, group_m=2, num_warps=4, num_stages=2)
+M_PREFILL = 70
+
+
+@pytest.mark.parametrize("case", ["w4a16", "w4a16_asym", "w4a8", "w4a8_asym", "w4a8_token", "fp8_row",
+                                  "fp8_block"])
+def test_prefill_gemm_matches_reference(case):
+    from hinfer.ops.triton.linear_gemm import gemm, quantize_act_fp8
+
+    g = _gen()
+    w = torch.randn(N, K, generator=g, device=DEV).bfloat16()
+    x = torch.randn(M_PREFILL, K, generator=g, device=DEV).bfloat16()
+    if case.startswith("w4"):
+        q = quantize_int4(w, zero_point=case.endswith("asym"))
+        if case.startswith("w4a16"):
+            y, ref = gemm(x, None, INT4, q.qweight, q.scales, N, q.zeros, cfg=_GEMM), q.matmul_ref(x)
+        else:
+            group = None if case == "w4a8_token" else 128
+            xq, xs = quantize_act_fp8(x, group)
+            y = gemm(xq, xs, INT4, q.qweight, q.scales, N, q.zeros, cfg=_GEMM)
+            xd = dequantize_act_fp8_ref(*quantize_act_fp8_ref(x, group), group)
+            ref = (xd @ q.dequantize(torch.float32).t()).bfloat16()
+    else:
+        q = quantize_fp8(w, "channel" if case == "fp8_row" else "block")
+        xq, xs = quantize_act_fp8(x, None if case == "fp8_row" else 128)
+        y, ref = gemm(xq, xs, case, q.weight, q.scale, N, cfg=_GEMM), q.matmul_ref_w8a8(x)
+    assert y.shape == (M_PREFILL, N)
+    assert _rel(y, ref) < REL
+
+
+def test_gemm_rejects_bf16_activations_for_fp8_weights():
+    from hinfer.ops.triton.linear_gemm import gemm
+
+    q = quantize_fp8(torch.randn(N, K, device=DEV))
+    with pytest.raises(ValueError, match="quantize them"):
+        gemm(torch.zeros(4, K, dtype=torch.bfloat16, device=DEV), None, FP8_ROW, q.weight, q.scale, N)
