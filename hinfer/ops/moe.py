@@ -34,6 +34,10 @@ def moe_experts_ref(
 
 
 def moe_route(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    if use_triton(router_logits):
+        from hinfer.ops.triton import moe as tm
+
+        return tm.moe_route(router_logits, top_k)
     return moe_route_ref(router_logits, top_k)
 
 

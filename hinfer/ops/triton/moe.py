@@ -1,0 +1,138 @@
+"""Triton twins of hinfer.ops.moe: `moe_route` and `moe_experts` (same signatures and semantics).
+
+moe_experts takes bf16 (or fp32) experts w_gate_up [E, 2I, H], w_down [E, H, I], or the same as Int4Experts
+(moe_int4.py). Launches:
+- T == 1, bf16 (GEMV): `_gate_up_gemv_kernel` (k x I/BN programs), `_down_sum_gemv_kernel` (H/BN programs,
+  sums the k slots itself). The k experts of one token are distinct, so each is read exactly once.
+- T == 1, direct tensor-core path (int4; bf16 by config): `_gate_up_kernel` with block = pair, then
+  `_down_sum_kernel`, or `_down_kernel` + `_sum_slots_kernel`.
+- T > 1: `align` (1 launch for decode, a memset + 3 for large batches) groups the T*k pairs by expert; then
+  `_gate_up_kernel`, `_down_kernel` over (block, n-block) grids and `_sum_slots_kernel`.
+Grids depend only on (T, k, E, H, I) and nothing syncs with the host, so decode can be captured in a CUDA
+graph. Scratch: act [T*k, I] and y [T*k, H] in x's dtype, plus the int32 alignment arrays.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+import hinfer.ops.triton.moe_gemm as mg
+from hinfer.ops.triton.linear_int4 import fast_int4_ok
+from hinfer.ops.triton.moe_align import align
+from hinfer.ops.triton.moe_common import _empty, interpreted, pdl_kwargs
+from hinfer.ops.triton.moe_config import BF16, INT4, MoeConfig, clamp_to_shape, pick_config
+from hinfer.ops.triton.moe_int4 import Int4Experts
+from hinfer.ops.triton.moe_route import moe_route
+
+__all__ = ["Int4Experts", "moe_experts", "moe_route"]
+
+Experts = torch.Tensor | Int4Experts
+
+
+def _unit_last(x: torch.Tensor) -> torch.Tensor:
+    return x if x.stride(-1) == 1 else x.contiguous()
+
+
+def _prec(dtype: torch.dtype) -> str:
+    return "ieee" if dtype == torch.float32 else "tf32"  # fp32 experts (tests) stay exact; bf16 ignores it
+
+
+def _weight_args(w: Experts) -> tuple[list, dict]:
+    """(pointer/stride args: w, scales, zeros, stride_we, stride_wn, stride_se, stride_sn; format constexprs)."""
+    if isinstance(w, Int4Experts):
+        z = w.zeros if w.zeros is not None else w.scales
+        assert w.qweight.stride(-1) == 1 and w.scales.stride(-1) == 1 and z.stride() == w.scales.stride()
+        args = [
+            w.qweight,
+            w.scales,
+            z,
+            w.qweight.stride(0),
+            w.qweight.stride(1),
+            w.scales.stride(0),
+            w.scales.stride(1),
+        ]
+        fast = w.zeros is None and w.qweight.is_cuda and fast_int4_ok(w.qweight.device.index or 0)
+        return args, {"FMT": 1, "HAS_ZERO": w.zeros is not None, "FAST_INT4": fast}
+    assert w.stride(-1) == 1, "expert weights need a contiguous K"
+    return [w, w, w, w.stride(0), w.stride(1), 0, 0], {"FMT": 0, "HAS_ZERO": False, "FAST_INT4": False}
+
+
+def moe_experts(
+    x: torch.Tensor,  # [T, H]
+    w_gate_up: Experts,  # [E, 2I, H]
+    w_down: Experts,  # [E, H, I]
+    top_w: torch.Tensor,  # [T, k]
+    top_i: torch.Tensor,  # [T, k], each row distinct
+    *,
+    config: MoeConfig | None = None,
+) -> torch.Tensor:
+    t, h = x.shape
+    e, i2, h_w = w_gate_up.shape
+    i, k = i2 // 2, top_i.shape[1]
+    fmt = INT4 if isinstance(w_gate_up, Int4Experts) else BF16
+    assert h_w == h and tuple(w_down.shape) == (e, h, i), f"w_down {tuple(w_down.shape)} != {(e, h, i)}"
+    assert isinstance(w_down, Int4Experts) == (fmt == INT4), "gate_up and down in one format"
+    out = _empty((t, h), x.dtype, x.device)
+    if t == 0:
+        return out
+    x = _unit_last(x)
+    ids = top_i.reshape(-1).contiguous()
+    tw = top_w.reshape(-1).contiguous()
+    cfg = config or pick_config(t, k, e, h, i, fmt)
+    if (cfg.direct or cfg.gemv) and t != 1:
+        raise ValueError("the direct / GEMV expert paths need T == 1")
+    if cfg.gemv and fmt != BF16:
+        raise ValueError("the GEMV expert path is bf16 only")
+    cfg = clamp_to_shape(cfg, h, i, fmt)
+    gu, dn = cfg.gate_up, cfg.down
+    emu = interpreted(mg._gate_up_kernel)
+    pdl = pdl_kwargs(x) if t <= 64 else {"PDL": False}  # decode sizes only (see moe_common.pdl_start)
+    act = _empty((t * k, i), x.dtype, x.device)
+
+    if cfg.gemv:
+        mg._gate_up_gemv_kernel[(k * triton.cdiv(i, gu.block_n),)](
+            x, w_gate_up, act, ids, i, h, w_gate_up.stride(0), w_gate_up.stride(1),
+            EVEN_K=h % gu.block_k == 0, EMU=emu, BN=gu.block_n, BK=gu.block_k, STAGES=gu.num_stages,
+            num_warps=gu.num_warps, num_stages=gu.num_stages, **pdl,
+        )  # fmt: skip
+        mg._down_sum_gemv_kernel[(triton.cdiv(h, dn.block_n),)](
+            act, w_down, tw, ids, out, h, i, w_down.stride(0), w_down.stride(1),
+            TOPK=k, EVEN_K=i % dn.block_k == 0, EMU=emu, BN=dn.block_n, BK=dn.block_k, STAGES=dn.num_stages,
+            num_warps=dn.num_warps, num_stages=dn.num_stages, **pdl,
+        )  # fmt: skip
+        return out
+
+    if cfg.direct:  # T == 1: block b is pair b; the alignment arrays are never read
+        n_blocks, sorted_, bexp, brows = k, ids, ids, ids
+    else:
+        al = align(ids.view(t, k), e, cfg.block_m, pdl=pdl["PDL"])
+        n_blocks, sorted_, bexp, brows = al.n_blocks, al.sorted, al.bexp, al.brows
+    prec = _prec(x.dtype)
+    gw, gfmt = _weight_args(w_gate_up)
+    dw, dfmt = _weight_args(w_down)
+    mg._gate_up_kernel[(n_blocks * triton.cdiv(i, gu.block_n),)](
+        x, gw[0], gw[1], gw[2], act, sorted_, bexp, brows, ids,
+        i, h, x.stride(0), *gw[3:], act.stride(0),
+        TOPK=k, DIRECT=cfg.direct, SWAP=gu.swap, EVEN_K=h % gu.block_k == 0, PREC=prec, EMU=emu,
+        BM=gu.block_m, BN=gu.block_n, BK=gu.block_k, num_warps=gu.num_warps, num_stages=gu.num_stages, **gfmt, **pdl,
+    )  # fmt: skip
+    if cfg.sum_in_down:
+        mg._down_sum_kernel[(triton.cdiv(h, dn.block_n),)](
+            act, dw[0], dw[1], dw[2], tw, out, ids, h, i, act.stride(0), *dw[3:],
+            TOPK=k, EVEN_K=i % dn.block_k == 0, PREC=prec, EMU=emu, BM=dn.block_m, BN=dn.block_n,
+            BK=dn.block_k, STAGES=dn.num_stages, num_warps=dn.num_warps, num_stages=dn.num_stages, **dfmt, **pdl,
+        )  # fmt: skip
+        return out
+    y = _empty((t * k, h), x.dtype, x.device)
+    mg._down_kernel[(n_blocks * triton.cdiv(h, dn.block_n),)](
+        act, dw[0], dw[1], dw[2], tw, y, sorted_, bexp, brows, ids,
+        h, i, act.stride(0), *dw[3:], y.stride(0),
+        DIRECT=cfg.direct, SWAP=dn.swap, EVEN_K=i % dn.block_k == 0, PREC=prec, EMU=emu,
+        BM=dn.block_m, BN=dn.block_n, BK=dn.block_k, num_warps=dn.num_warps, num_stages=dn.num_stages, **dfmt, **pdl,
+    )  # fmt: skip
+    bn = min(1024, triton.next_power_of_2(h))
+    mg._sum_slots_kernel[(t, triton.cdiv(h, bn))](
+        y, out, h, out.stride(0), TOPK=k, TOPK_P=triton.next_power_of_2(k), BN=bn, EMU=emu, num_warps=4, **pdl,
+    )  # fmt: skip
+    return out

@@ -1,0 +1,77 @@
+"""Router: softmax over the experts (fp32), top-k, renormalise — one program per BLOCK_T tokens.
+
+Selection runs on the fp32 logits, not on the probabilities: softmax is monotone, so the chosen set is the same,
+and equal logits give exactly equal probabilities in any implementation, so the kernel never depends on the
+accuracy of its exp (the GPU's is approximate). Ties (equal logits) go to the lowest expert id first, slot
+by slot in descending order. torch.topk leaves the order among equal values unspecified (the CPU kernel is a
+partial sort), so with ties at the k-th place the reference may pick another expert of the same weight.
+The weights are p_j / sum(p_selected) with p = exp(x - max) / sum(exp(x - max)), as in the reference.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from hinfer.ops.triton.moe_common import _empty, cast, interpreted, pdl_kwargs, pdl_start
+
+
+@triton.jit
+def _route_kernel(
+    logits_ptr, w_ptr, ids_ptr, T, E, stride_t,
+    TOPK: tl.constexpr, TOPK_P: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr, EMU: tl.constexpr,
+    PDL: tl.constexpr,
+):  # fmt: skip
+    pdl_start(PDL)
+    rows = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    cols = tl.arange(0, BLOCK_E)
+    row_ok = rows < T
+    col_ok = cols < E
+    ptrs = logits_ptr + rows.to(tl.int64)[:, None] * stride_t + cols[None, :]
+    x = tl.load(ptrs, mask=row_ok[:, None] & col_ok[None, :], other=float("-inf")).to(tl.float32)
+    x = tl.where(row_ok[:, None] | ~col_ok[None, :], x, 0.0)  # rows past T: finite, no NaN from -inf - -inf
+    m = tl.max(x, axis=1)
+    ex = tl.where(col_ok[None, :], tl.exp(x - m[:, None]), 0.0)
+    p = ex / tl.sum(ex, axis=1)[:, None]
+
+    slots = tl.arange(0, TOPK_P)
+    top_p = tl.zeros([BLOCK_T, TOPK_P], dtype=tl.float32)
+    top_i = tl.zeros([BLOCK_T, TOPK_P], dtype=tl.int32)
+    free = col_ok[None, :] & (rows >= 0)[:, None]  # [BLOCK_T, BLOCK_E] experts not taken yet
+    for j in tl.static_range(TOPK):
+        cand = tl.where(free, x, float("-inf"))
+        best = tl.max(cand, axis=1)
+        # lowest free id holding the max (a `free` test too, so -inf logits still pick distinct experts)
+        idx = tl.min(tl.where(free & (cand == best[:, None]), cols[None, :], BLOCK_E), axis=1)
+        hit = cols[None, :] == idx[:, None]
+        pj = tl.sum(tl.where(hit, p, 0.0), axis=1)
+        top_p = tl.where(slots[None, :] == j, pj[:, None], top_p)
+        top_i = tl.where(slots[None, :] == j, idx[:, None], top_i)
+        free = free & ~hit
+    top_w = top_p / tl.sum(top_p, axis=1)[:, None]
+    out_mask = row_ok[:, None] & (slots < TOPK)[None, :]
+    out_off = rows.to(tl.int64)[:, None] * TOPK + slots[None, :]
+    tl.store(w_ptr + out_off, cast(top_w, w_ptr.dtype.element_ty, EMU), mask=out_mask)
+    tl.store(ids_ptr + out_off, top_i.to(tl.int64), mask=out_mask)
+
+
+def moe_route(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> (weights [T, k] in the logits' dtype, expert ids [T, k] int64); see the module docstring for ties."""
+    t, e = router_logits.shape
+    if top_k > e:
+        raise ValueError(f"top_k={top_k} > {e} experts")
+    w = _empty((t, top_k), router_logits.dtype, router_logits.device)
+    ids = _empty((t, top_k), torch.int64, router_logits.device)
+    if t == 0:
+        return w, ids
+    if router_logits.stride(-1) != 1:
+        router_logits = router_logits.contiguous()
+    block_e = triton.next_power_of_2(e)
+    block_t = max(1, min(4, 1024 // block_e))  # 4 tokens x 256 experts: 8 values per thread and tensor
+    _route_kernel[(triton.cdiv(t, block_t),)](
+        router_logits, w, ids, t, e, router_logits.stride(0),
+        TOPK=top_k, TOPK_P=triton.next_power_of_2(top_k), BLOCK_T=block_t, BLOCK_E=block_e,
+        EMU=interpreted(_route_kernel), num_warps=4, **(pdl_kwargs(router_logits) if t <= 64 else {"PDL": False}),
+    )  # fmt: skip
+    return w, ids

@@ -1,0 +1,402 @@
+"""Triton MoE kernels (router, alignment, expert GEMMs) vs the reference bodies, in Triton's CPU interpreter.
+
+Tiny shapes (E=8 experts, top 2, H=32, I=16; plus H=48, I=24 where no tile divides K or N), T in {1, 3, 17},
+every path of moe_experts forced in turn (T == 1 GEMV; grouped with the decode SWAP tile and with the prefill
+tile; the single-program and the multi-kernel alignment). Fresh random inputs every run (the seed is printed
+on failure); outputs and scratch are poisoned (NaN floats, junk ints) so anything never written shows up.
+
+Tolerances, against the reference evaluated in fp32 on the same routing:
+- fp32: 2e-5 (the kernels sum in a different order; act and y are not rounded).
+- bf16: relative L2 <= 1e-2 and max |err| <= 3e-2 * max |ref|; the kernels round act = silu(g)*u and each
+  slot's y to bf16 once (the reference rounds g, u, silu(g), the product, y and each partial sum), measured
+  ~3e-3 relative L2.
+Router: ids equal when no two logits of a row tie; weights to 1e-6 (fp32) or one bf16 rounding step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from hinfer.ops import moe as ref
+
+triton = pytest.importorskip("triton")
+
+_MODS = ("hinfer.ops.triton.moe", "hinfer.ops.triton.linear_int4")
+_NAMES = ("moe", "moe_common", "moe_route", "moe_align", "moe_gemm", "moe_config", "moe_int4", "linear_int4")
+
+
+def _fix_interpreter_index_for_numpy_2_4() -> None:
+    """triton 3.6's interpreter turns a 1-element array into a Python int with int(array), which numpy >= 2.4
+    rejects (loops with runtime bounds then fail). Same idempotent fix as tests/quant/conftest.py."""
+    from triton.runtime import interpreter
+
+    original = interpreter._patch_lang_tensor
+    if getattr(original, "_hinfer_fixed", False):
+        return
+
+    def patched(tensor, scope) -> None:
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    patched._hinfer_fixed = True  # type: ignore[attr-defined]
+    interpreter._patch_lang_tensor = patched
+
+
+@contextlib.contextmanager
+def _fresh_moe(interpret: bool):
+    """Fresh copies of hinfer.ops.triton.moe* (and linear_int4) with TRITON_INTERPRET set or not (triton picks
+    the interpreter when a kernel is defined); the previous modules and package attributes are put back."""
+    import hinfer.ops.triton as pkg
+
+    saved = {n: m for n, m in sys.modules.items() if n.startswith(_MODS)}
+    saved_attrs = {n: getattr(pkg, n, None) for n in _NAMES}
+    old_env = os.environ.get("TRITON_INTERPRET")
+    for n in saved:
+        del sys.modules[n]
+    if interpret:
+        os.environ["TRITON_INTERPRET"] = "1"
+    else:
+        os.environ.pop("TRITON_INTERPRET", None)
+    try:
+        mod = importlib.import_module(_MODS[0])
+    finally:
+        if old_env is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = old_env
+    try:
+        yield mod
+    finally:
+        for n in [n for n in sys.modules if n.startswith(_MODS)]:
+            del sys.modules[n]
+        sys.modules.update(saved)
+        for name, m in saved_attrs.items():
+            if m is not None:
+                setattr(pkg, name, m)
+            elif hasattr(pkg, name):
+                delattr(pkg, name)
+
+
+@pytest.fixture(scope="module")
+def tm():
+    _fix_interpreter_index_for_numpy_2_4()
+    with _fresh_moe(interpret=True) as mod:
+        assert mod.interpreted(_mod("moe_gemm")._gate_up_kernel)
+        yield mod
+
+
+def _mod(name: str):
+    return sys.modules[f"hinfer.ops.triton.{name}"]
+
+
+def _poison(shape, dtype, device):
+    t = torch.empty(shape, dtype=dtype, device=device)
+    return t.fill_(float("nan")) if t.is_floating_point() else t.fill_(-(2**30) + 7)
+
+
+@pytest.fixture(autouse=True)
+def poison_outputs(tm, monkeypatch):
+    for name in ("moe", "moe_route", "moe_align"):
+        monkeypatch.setattr(_mod(name), "_empty", _poison)
+
+
+@pytest.fixture
+def seed() -> int:
+    s = random.SystemRandom().randrange(2**31)
+    torch.manual_seed(s)
+    return s
+
+
+def _distinct_logits(t: int, e: int, dtype: torch.dtype) -> torch.Tensor:
+    """Rows of distinct values, exact in bf16 (multiples of 1/8 below 32 in magnitude), random scale."""
+    rows = torch.stack([torch.randperm(e) for _ in range(t)]).float() - e / 2
+    return (rows / 8 * 2.0 ** random.randint(-2, 1)).to(dtype)
+
+
+def _routing(t: int, e: int, k: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    w, i = ref.moe_route_ref(torch.randn(t, e), k)
+    return w.to(dtype), i
+
+
+def _weights(e: int, h: int, i: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    return (torch.randn(e, 2 * i, h) / h**0.5).to(dtype), (torch.randn(e, h, i) / i**0.5).to(dtype)
+
+
+def _check_experts(out: torch.Tensor, x, wgu, wd, top_w, top_i, seed: int) -> None:
+    want = ref.moe_experts_ref(x.float(), wgu.float(), wd.float(), top_w.float(), top_i)
+    assert out.shape == want.shape and out.dtype == x.dtype
+    assert not torch.isnan(out).any(), f"unwritten (NaN) output, seed {seed}"
+    err = (out.float() - want).abs()
+    scale = want.abs().max().item()
+    if x.dtype == torch.float32:
+        assert err.max().item() <= 2e-5 * max(1.0, scale), f"max err {err.max().item():.3g}, seed {seed}"
+    else:
+        rel_l2 = (err.norm() / want.norm()).item()
+        assert rel_l2 <= 1e-2 and err.max().item() <= 3e-2 * scale, f"rel L2 {rel_l2:.3g}, seed {seed}"
+
+
+# ----------------------------------------------------------------------------------------------- router
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("t", "e", "k"), [(1, 8, 2), (3, 256, 8), (17, 8, 2)])
+def test_route_matches_reference(tm, seed, dtype, t, e, k):
+    logits = _distinct_logits(t, e, dtype)
+    w, ids = tm.moe_route(logits, k)
+    w_ref, ids_ref = ref.moe_route_ref(logits, k)
+    assert ids.dtype == torch.int64 and w.dtype == dtype
+    assert torch.equal(ids, ids_ref), f"seed {seed}"
+    if dtype == torch.float32:
+        torch.testing.assert_close(w, w_ref, atol=1e-6, rtol=1e-5, msg=f"seed {seed}")
+    else:  # fp32 weights may sit on either side of a bf16 rounding boundary
+        torch.testing.assert_close(w.float(), w_ref.float(), atol=0, rtol=2**-8, msg=f"seed {seed}")
+
+
+def test_route_ties_lowest_index_first(tm, seed):
+    """Many equal logits: the kernel's choice is the lowest ids among equals, in descending order; the chosen
+    probabilities (hence the weights) equal the reference's whichever equal expert torch picked."""
+    t, e, k = 9, 16, 4
+    logits = torch.randint(0, 3, (t, e)).float()
+    w, ids = tm.moe_route(logits, k)
+    w_ref, _ = ref.moe_route_ref(logits, k)
+    torch.testing.assert_close(w, w_ref, atol=1e-6, rtol=1e-5, msg=f"seed {seed}")
+    order = sorted(range(e), key=lambda j: -logits[0, j].item())  # stable: lowest index first among equals
+    want = torch.stack(
+        [torch.tensor(sorted(range(e), key=lambda j, r=r: -logits[r, j].item())[:k]) for r in range(t)]
+    )
+    assert order[:k] == want[0].tolist()
+    assert torch.equal(ids, want), f"seed {seed}"
+
+
+def test_route_dispatch(tm, seed, monkeypatch):
+    """hinfer.ops.moe.moe_route runs the Triton router when HINFER_TRITON=1."""
+    import hinfer.ops.triton as pkg
+
+    monkeypatch.setenv("HINFER_TRITON", "1")
+    monkeypatch.setattr(pkg, "moe", tm, raising=False)
+    calls = []
+    monkeypatch.setattr(tm, "moe_route", lambda lg, k: calls.append(k) or ref.moe_route_ref(lg, k))
+    ref.moe_route(torch.randn(2, 8), 2)
+    assert calls == [2]
+
+
+# -------------------------------------------------------------------------------------------- alignment
+
+
+@pytest.mark.parametrize("large", [False, True])
+@pytest.mark.parametrize(("t", "bm"), [(1, 16), (17, 16), (40, 64)])
+def test_align_groups_every_pair_once(tm, seed, monkeypatch, large, t, bm):
+    al_mod = _mod("moe_align")
+    if large:
+        monkeypatch.setattr(al_mod, "SMALL_MAX_PAIRS", 0)
+        monkeypatch.setattr(al_mod, "_BP", 16)  # several histogram / scatter programs
+    e, k = 8, 3
+    _, ids = _routing(t, e, k, torch.float32)
+    al = al_mod.align(ids, e, bm)
+    assert al.n_blocks == al_mod.max_blocks(t * k, e, bm)
+    flat = ids.reshape(-1)
+    seen = []
+    for b in range(al.n_blocks):
+        ex, rows = al.bexp[b].item(), al.brows[b].item()
+        if ex < 0:
+            continue
+        assert 1 <= rows <= bm, f"seed {seed}"
+        pairs = al.sorted[b * bm : b * bm + rows].tolist()
+        assert all(flat[p].item() == ex for p in pairs), f"seed {seed}"
+        seen += pairs
+    assert sorted(seen) == list(range(t * k)), f"seed {seed}"
+    used = [b for b in range(al.n_blocks) if al.bexp[b] >= 0]
+    assert used == list(range(len(used))), "used blocks come first"
+
+
+# ---------------------------------------------------------------------------------------------- experts
+
+
+def _config(tm, kind: str):
+    cfg = _mod("moe_config")
+    if kind == "gemv":
+        tile = cfg.Tile(cfg.GEMV, 16, 32, 4, 2)
+    elif kind == "swap16":
+        tile = cfg.Tile(16, 64, 128, 4, 2, swap=True)
+    else:  # the prefill tile: 64 rows of one expert per block
+        tile = cfg.Tile(64, 64, 64, 4, 2)
+    return cfg.MoeConfig(tile, tile)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    ("t", "kind"),
+    [(1, "gemv"), (1, "swap16"), (3, "swap16"), (17, "swap16"), (3, "plain64"), (17, "plain64")],
+)
+def test_experts_match_reference(tm, seed, dtype, t, kind):
+    e, k, h, i = 8, 2, 32, 16
+    x = torch.randn(t, h).to(dtype)
+    wgu, wd = _weights(e, h, i, dtype)
+    top_w, top_i = _routing(t, e, k, dtype)
+    out = tm.moe_experts(x, wgu, wd, top_w, top_i, config=_config(tm, kind))
+    _check_experts(out, x, wgu, wd, top_w, top_i, seed)
+
+
+@pytest.mark.parametrize(("t", "kind"), [(1, "gemv"), (3, "swap16"), (17, "plain64")])
+def test_experts_ragged_shapes(tm, seed, t, kind):
+    """H=48, I=24: K is not a multiple of the K tile (masked loads) nor N of the N tile (wrapped rows)."""
+    e, k, h, i = 8, 2, 48, 24
+    x = torch.randn(t, h).bfloat16()
+    wgu, wd = _weights(e, h, i, torch.bfloat16)
+    top_w, top_i = _routing(t, e, k, torch.bfloat16)
+    out = tm.moe_experts(x, wgu, wd, top_w, top_i, config=_config(tm, kind))
+    _check_experts(out, x, wgu, wd, top_w, top_i, seed)
+
+
+@pytest.mark.parametrize("large_align", [False, True])
+def test_experts_all_tokens_on_one_expert(tm, seed, monkeypatch, large_align):
+    """Every token picks experts 5 and 2 (in random order): 17 rows on each, so two 16-row blocks per expert
+    and six experts without a token."""
+    if large_align:
+        monkeypatch.setattr(_mod("moe_align"), "SMALL_MAX_PAIRS", 0)
+    e, k, h, i, t = 8, 2, 32, 16, 17
+    x = torch.randn(t, h).bfloat16()
+    wgu, wd = _weights(e, h, i, torch.bfloat16)
+    flip = torch.rand(t) < 0.5
+    top_i = torch.stack([torch.where(flip, 5, 2), torch.where(flip, 2, 5)], dim=1)
+    top_w = torch.softmax(torch.randn(t, k), -1).bfloat16()
+    out = tm.moe_experts(x, wgu, wd, top_w, top_i, config=_config(tm, "swap16"))
+    _check_experts(out, x, wgu, wd, top_w, top_i, seed)
+
+
+def test_experts_default_config(tm, seed):
+    """moe_experts without a config: the pick for T=17, k=2, E=8 (avg 4.25 pairs per expert) plus the route."""
+    e, k, h, i, t = 8, 2, 32, 16, 17
+    x = torch.randn(t, h).bfloat16()
+    wgu, wd = _weights(e, h, i, torch.bfloat16)
+    top_w, top_i = tm.moe_route(torch.randn(t, e).bfloat16(), k)
+    out = tm.moe_experts(x, wgu, wd, top_w, top_i)
+    _check_experts(out, x, wgu, wd, top_w, top_i, seed)
+
+
+@pytest.mark.parametrize("zero_point", [True, False])
+@pytest.mark.parametrize(("t", "kind"), [(1, "default"), (1, "direct_sum"), (3, "swap16"), (17, "plain64")])
+def test_experts_int4(tm, seed, zero_point, t, kind):
+    """W4A16 experts (hinfer.quant.int4 layout per expert), H=256 so gate_up spans two 128-groups."""
+    q = _mod("moe_int4")
+    cfg_mod = _mod("moe_config")
+    e, k, h, i = 8, 2, 256, 32
+    x = torch.randn(t, h).bfloat16()
+    wgu, wd = _weights(e, h, i, torch.float32)
+    qgu, qdn = q.quantize_experts_int4(wgu, zero_point), q.quantize_experts_int4(wd, zero_point)
+    top_w, top_i = _routing(t, e, k, torch.bfloat16)
+    if kind == "direct_sum":
+        tile = cfg_mod.Tile(16, 64, 128, 4, 2, swap=True)
+        config = cfg_mod.MoeConfig(tile, tile, direct=True, sum_in_down=True)
+    else:
+        config = None if kind == "default" else _config(tm, kind)
+    out = tm.moe_experts(x, qgu, qdn, top_w, top_i, config=config)
+    want = ref.moe_experts_ref(x.float(), qgu.dequantize(), qdn.dequantize(), top_w.float(), top_i)
+    assert not torch.isnan(out).any(), f"seed {seed}"
+    err = (out.float() - want).abs()
+    rel_l2 = (err.norm() / want.norm()).item()
+    assert rel_l2 <= 1e-2 and err.max().item() <= 3e-2 * want.abs().max().item(), (
+        f"rel L2 {rel_l2:.3g}, seed {seed}"
+    )
+    torch.testing.assert_close(
+        q.moe_experts_int4_ref(x, qgu, qdn, top_w, top_i).float(),
+        want,
+        atol=1e-2 * want.abs().max().item(),
+        rtol=0,
+    )
+
+
+def test_experts_no_tokens(tm):
+    x = torch.randn(0, 32)
+    wgu, wd = _weights(8, 32, 16, torch.float32)
+    out = tm.moe_experts(x, wgu, wd, torch.zeros(0, 2), torch.zeros(0, 2, dtype=torch.int64))
+    assert out.shape == (0, 32)
+
+
+def test_kernels_compile_for_sm90():
+    """The default tiles of every path (35B-A3B shapes, bf16 and int4) go through Triton's whole sm_90 pipeline
+    (no GPU needed): catches what the interpreter accepts but the compiler does not. In a subprocess: when
+    TRITON_INTERPRET was set at `import triton` (tests/ops/conftest.py), triton's own library functions
+    (tl.cdiv, ...) are interpreter functions for the rest of the process and cannot be compiled."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = f"import runpy; runpy.run_path({__file__!r})['_compile_all']()"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+
+
+def _compile_all() -> None:
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, compile
+
+    from hinfer.ops.triton import moe_align as ma
+    from hinfer.ops.triton import moe_config as mc
+    from hinfer.ops.triton import moe_gemm as mg
+    from hinfer.ops.triton import moe_route as mr
+
+    bf = "*bf16"
+    types = dict(
+        x_ptr=bf, act_ptr=bf, tw_ptr=bf, y_ptr=bf, out_ptr=bf, s_ptr=bf, logits_ptr=bf, ids_ptr="*i64"
+    )
+    types |= {n: "*i32" for n in ("sorted_ptr", "bexp_ptr", "brows_ptr", "cursor_ptr", "counts_ptr")}
+    flags = dict(PREC="tf32", EMU=False, FAST_INT4=False)
+    cases = []
+    for fmt, t in ((mc.BF16, 1), (mc.INT4, 1), (mc.BF16, 8), (mc.BF16, 8192), (mc.INT4, 8192)):
+        cfg = mc.pick_config(t, 8, 256, 2048, 512, fmt)
+        q = dict(FMT=int(fmt == mc.INT4), HAS_ZERO=fmt == mc.INT4)
+        wt = dict(w_ptr="*i32", z_ptr="*u8") if fmt == mc.INT4 else dict(w_ptr=bf, z_ptr=bf)
+        for kern, tile, extra in (
+            (mg._gate_up_kernel, cfg.gate_up, {"TOPK": 8}),
+            (mg._down_kernel, cfg.down, {}),
+        ):
+            if cfg.gemv:
+                continue
+            c = dict(flags, **q, **extra, DIRECT=cfg.direct, SWAP=tile.swap, EVEN_K=True, BM=tile.block_m,
+                     BN=tile.block_n, BK=tile.block_k)  # fmt: skip
+            cases.append((kern, c, wt, tile))
+    sw = mc.Tile(16, 32, 128, 4, 4, swap=True)
+    c = dict(flags, FAST_INT4=True, FMT=1, HAS_ZERO=False, TOPK=8, DIRECT=False, SWAP=True, EVEN_K=True)
+    cases.append((mg._gate_up_kernel, dict(c, BM=16, BN=64, BK=128), dict(w_ptr="*i32", z_ptr=bf), sw))
+    for q, wt in (
+        (dict(FMT=0, HAS_ZERO=False), dict(w_ptr=bf, z_ptr=bf)),
+        (dict(FMT=1, HAS_ZERO=True), dict(w_ptr="*i32", z_ptr="*u8")),
+    ):
+        c = dict(flags, **q, TOPK=8, EVEN_K=True, BM=16, BN=32, BK=128, STAGES=4)
+        cases.append((mg._down_sum_kernel, c, wt, sw))
+    gemv = mc.pick_config(1, 8, 256, 2048, 512).gate_up
+    g = dict(EVEN_K=True, EMU=False, BN=gemv.block_n, BK=gemv.block_k, STAGES=gemv.num_stages)
+    cases += [
+        (mg._gate_up_gemv_kernel, g, {"w_ptr": bf}, gemv),
+        (mg._down_sum_gemv_kernel, dict(g, TOPK=8), {"w_ptr": bf}, gemv),
+    ]
+    cases.append((mg._sum_slots_kernel, dict(TOPK=8, TOPK_P=8, BN=1024, EMU=False), {}, None))
+    cases.append((ma._align_small_kernel, dict(BM=16, E_P=256, BP=64, BJ=1, BF=64), {}, None))
+    cases.append((ma._hist_kernel, dict(E_P=256, BP=1024), {}, None))
+    cases.append((ma._offsets_kernel, dict(BM=128, E_P=256, BJ=8, BF=1024), {}, None))
+    cases.append((ma._scatter_kernel, dict(BP=1024), {}, None))
+    cases.append(
+        (mr._route_kernel, dict(TOPK=8, TOPK_P=8, BLOCK_T=4, BLOCK_E=256, EMU=False), {"w_ptr": bf}, None)
+    )
+    t8 = mc.pick_config(8, 8, 256, 2048, 512).gate_up  # programmatic dependent launch on a decode kernel
+    c = dict(flags, FMT=0, HAS_ZERO=False, TOPK=8, DIRECT=False, SWAP=True, EVEN_K=True, PDL=True)
+    cases.append(
+        (mg._gate_up_kernel, dict(c, BM=16, BN=t8.block_n, BK=t8.block_k), dict(w_ptr=bf, z_ptr=bf), t8)
+    )
+    for fn, consts, extra_types, tile in cases:
+        if "PDL" in fn.arg_names:
+            consts = {"PDL": False, **consts}
+        ty = dict(types, **extra_types)
+        sig = {a: "constexpr" if a in consts else ty.get(a, "i32") for a in fn.arg_names}
+        # pointers and strides are 16-divisible at run time, as Triton's launcher would specialise them
+        div = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if sig[a][0] == "*"}
+        opts = {"num_warps": tile.num_warps, "num_stages": tile.num_stages} if tile else {"num_warps": 4}
+        kernel = compile(ASTSource(fn, sig, constexprs=consts, attrs=div), target=GPUTarget("cuda", 90, 32),
+                         options=opts)  # fmt: skip
+        assert kernel.asm.get("cubin"), fn.__name__
