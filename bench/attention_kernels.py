@@ -1,0 +1,256 @@
+"""Micro-benchmark of the norm / qk-norm-rope-write / paged attention Triton kernels at 27B shapes (H200).
+
+    python bench/attention_kernels.py                  # default configs, the table
+    python bench/attention_kernels.py --only decode --sweep decode    # tile/launch sweep, 4 decode cases
+    python bench/attention_kernels.py --only prefill --sweep prefill  # tile sweep, 8K and 2K-over-30K
+    python bench/attention_kernels.py --only decode --json bench/results/attn.json
+
+Times are medians of triton.testing.do_bench (L2 flushed before every call). Floors: memory-bound kernels
+bytes / 4.2e12 B/s (the measured device copy bandwidth), attention prefill FLOPs / 750e12 (cuBLAS bf16
+GEMM); `ratio` = floor / measured (1.0 = at the ceiling). Peers in the same run: torch SDPA (causal, GQA)
+on the same prefill shapes with contiguous K/V.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import random
+import sys
+from pathlib import Path
+
+import torch
+import triton
+from triton.testing import do_bench
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hinfer.engine.forward_batch import SeqChunk, build_forward_batch  # noqa: E402
+from hinfer.ops.rope import rope_inv_freq  # noqa: E402
+from hinfer.ops.triton import attention as ta  # noqa: E402
+from hinfer.ops.triton import attention_decode as dec  # noqa: E402
+from hinfer.ops.triton import attention_prefill as pre  # noqa: E402
+from hinfer.ops.triton import norm as tn  # noqa: E402
+
+BW, FLOPS = 4.2e12, 750e12
+HIDDEN, H, HKV, D, R, PAGE, HV, VD = 5120, 24, 4, 256, 64, 64, 48, 128
+BF16 = torch.bfloat16
+ROWS: list[dict] = []
+
+
+def record(kind: str, case: str, cfg: str, ms: float, floor_s: float, unit: str, amount: float) -> None:
+    us = ms * 1e3
+    rate = amount / (ms * 1e-3)
+    row = {"kind": kind, "case": case, "config": cfg, "us": us, "floor_us": floor_s * 1e6,
+           "ratio": floor_s * 1e6 / us, unit: rate}  # fmt: skip
+    ROWS.append(row)
+    shown = f"{rate / 1e9:8.0f} GB/s" if unit == "bytes_s" else f"{rate / 1e12:8.1f} TF/s"
+    print(f"{kind:9s} {case:28s} {cfg:34s} {us:10.1f} {floor_s * 1e6:10.1f} {row['ratio']:6.2f} {shown}")
+
+
+def bench(fn) -> float:
+    return do_bench(fn, warmup=10, rep=50, return_mode="median")
+
+
+# ----------------------------------------------------------------------------------------------- norms
+
+
+def bench_norms() -> None:
+    for t in (1, 8, 64, 8192):
+        _norms_case(t)
+
+
+def _norms_case(t: int) -> None:
+    x = torch.randn(t, HIDDEN, device="cuda", dtype=BF16)
+    res = torch.randn_like(x)
+    w = torch.randn(HIDDEN, device="cuda", dtype=BF16)
+    n = t * HIDDEN * 2
+    ms = bench(lambda: tn.rms_norm(x, w, 1e-6))
+    record("norm", f"rms_norm T={t}", "-", ms, 2 * n / BW, "bytes_s", 2 * n)
+    ms = bench(lambda: tn.add_rms_norm(x, res, w, 1e-6))
+    record("norm", f"add_rms_norm T={t}", "-", ms, 4 * n / BW, "bytes_s", 4 * n)
+    o = torch.randn(t, HV, VD, device="cuda", dtype=BF16)
+    z = torch.randn(t, 2 * HV * VD, device="cuda", dtype=BF16)[:, HV * VD :].view(t, HV, VD)
+    gw = torch.randn(VD, device="cuda", dtype=BF16)
+    m = t * HV * VD * 2
+    ms = bench(lambda: tn.gated_rms_norm(o, z, gw, 1e-6))
+    record("norm", f"gated_rms_norm T={t}", "-", ms, 3 * m / BW, "bytes_s", 3 * m)
+
+
+def bench_rope() -> None:
+    for t in (1, 8, 64, 8192):
+        _rope_case(t)
+
+
+def _rope_case(t: int) -> None:
+    qkv = torch.randn(t, H * 2 * D + 2 * HKV * D, device="cuda", dtype=BF16)
+    q = qkv[:, : H * 2 * D].view(t, H, 2 * D).chunk(2, dim=-1)[0]
+    k = qkv[:, H * 2 * D : H * 2 * D + HKV * D].view(t, HKV, D)
+    v = qkv[:, H * 2 * D + HKV * D :].view(t, HKV, D)
+    qw, kw = torch.randn(D, device="cuda", dtype=BF16), torch.randn(D, device="cuda", dtype=BF16)
+    pos = torch.randint(0, 131072, (t,), device="cuda")
+    inv = rope_inv_freq(R, 1e7, device="cuda")
+    pages = t // PAGE + 2
+    kc = torch.zeros(pages, PAGE, HKV, D, device="cuda", dtype=BF16)
+    vc = torch.zeros_like(kc)
+    slots = torch.randperm(pages * PAGE, device="cuda")[:t]
+    nbytes = 2 * (t * H * D * 2) + 4 * (t * HKV * D * 2)
+    ms = bench(lambda: ta.qk_norm_rope_write(q, k, v, qw, kw, 1e-6, pos, inv, kc, vc, slots))
+    record("rope", f"qk_norm_rope_write T={t}", "-", ms, nbytes / BW, "bytes_s", nbytes)
+
+
+# ------------------------------------------------------------------------------------ paged attention
+
+
+def make_batch(cached: list[int], q_lens: list[int]):
+    need = [(c + n + PAGE - 1) // PAGE for c, n in zip(cached, q_lens)]
+    pool = list(range(1, sum(need) + 1))
+    random.Random(0).shuffle(pool)
+    chunks, i = [], 0
+    for c, n, p in zip(cached, q_lens, need):
+        chunks.append(SeqChunk(token_ids=[1] * n, cached_len=c, page_ids=pool[i : i + p], gdn_slot=1))
+        i += p
+    batch = build_forward_batch(chunks, PAGE, "cuda")
+    kc = torch.randn(len(pool) + 1, PAGE, HKV, D, device="cuda", dtype=BF16)
+    vc = torch.randn_like(kc)
+    q = torch.randn(batch.num_tokens, H, D, device="cuda", dtype=BF16)
+    return batch, q, kc, vc
+
+
+DECODE_CASES = [(1, 1024, 1), (1, 32768, 1), (1, 131072, 1), (8, 1024, 1), (8, 32768, 1), (8, 131072, 1),
+                (64, 1024, 1), (64, 32768, 1), (1, 32768, 4), (8, 32768, 4), (64, 1024, 4)]  # fmt: skip
+
+
+DECODE_SWEEP_CASES = [(1, 131072, 1), (8, 32768, 1), (64, 1024, 1), (8, 32768, 4)]
+
+
+def bench_decode(sweep: bool) -> None:
+    for b, ctx, ql in DECODE_SWEEP_CASES if sweep else DECODE_CASES:
+        _decode_case(b, ctx, ql, sweep)
+        torch.cuda.empty_cache()
+
+
+def _decode_case(b: int, ctx: int, ql: int, sweep: bool) -> None:
+    batch, q, kc, vc = make_batch([ctx - ql] * b, [ql] * b)
+    nbytes = 2 * b * ctx * HKV * D * 2 + 2 * q.numel() * 2
+    case = f"B={b} ctx={ctx // 1024}K q={ql}"
+    out = torch.empty_like(q)
+    lens = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens)
+    base = dec.decode_config(D, max(16, triton.next_power_of_2(H // HKV * ql)))
+    configs = [base]
+    if sweep:
+        configs += [
+            {"BLOCK_N": bn, "num_warps": base["num_warps"], "num_stages": s, "ctas_per_sm": c}
+            for bn, s, c in itertools.product((16, 32, 64), (3, 4, 5), (2, 4, 8))
+        ]
+    for cfg in configs:
+        kw = {"block_n": cfg["BLOCK_N"], "num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
+        kw["ctas_per_sm"] = cfg["ctas_per_sm"]
+        width = batch.page_table.shape[1] * PAGE
+        splits = dec.decode_splits(b, HKV, width, cfg["BLOCK_N"], q.device, cfg["ctas_per_sm"])
+        name = (
+            f"bn{cfg['BLOCK_N']} w{cfg['num_warps']} s{cfg['num_stages']} cps{cfg['ctas_per_sm']} sp{splits}"
+        )
+        try:
+            ms = bench(
+                lambda kw=kw: dec.paged_decode(q, kc, vc, out, *lens, D**-0.5, b, q.shape[0], ql, **kw)
+            )
+        except Exception as e:  # a config that does not fit (shared memory, registers)
+            print(f"decode    {case:28s} {name:34s} failed: {type(e).__name__}")
+            continue
+        record("decode", case, name + (" *" if cfg is base else ""), ms, nbytes / BW, "bytes_s", nbytes)
+
+
+PREFILL_CASES = [(0, 8192), (0, 2048), (30720, 2048), (126976, 2048), (0, 32768)]
+PREFILL_SWEEP_CASES = [(0, 8192), (30720, 2048)]
+
+
+def bench_prefill(sweep: bool) -> None:
+    for cached, ql in PREFILL_SWEEP_CASES if sweep else PREFILL_CASES:
+        _prefill_case(cached, ql, sweep)
+        torch.cuda.empty_cache()
+
+
+def _prefill_case(cached: int, ql: int, sweep: bool) -> None:
+    batch, q, kc, vc = make_batch([cached], [ql])
+    flops = 4 * H * D * (ql * cached + ql * (ql + 1) // 2)  # QK^T and PV over the causal pairs
+    case = f"cached={cached // 1024}K q={ql // 1024}K"
+    out = torch.empty_like(q)
+    lens = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens)
+    base = pre.prefill_config(D)
+    configs = [base]
+    if sweep:
+        configs += [
+            {"BLOCK_M": m, "BLOCK_N": n, "num_warps": w, "num_stages": s}
+            for m, n, w, s in itertools.product((64, 128), (32, 64, 128), (4, 8), (2, 3))
+        ]
+    for cfg in configs:
+        kw = {"block_m": cfg["BLOCK_M"], "block_n": cfg["BLOCK_N"]}
+        kw |= {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
+        name = f"bm{cfg['BLOCK_M']} bn{cfg['BLOCK_N']} w{cfg['num_warps']} s{cfg['num_stages']}"
+        try:
+            ms = bench(lambda kw=kw: pre.paged_prefill(q, kc, vc, out, *lens, D**-0.5, 0, 1, ql, **kw))
+        except Exception as e:
+            print(f"prefill   {case:28s} {name:34s} failed: {type(e).__name__}")
+            continue
+        record("prefill", case, name + (" *" if cfg is base else ""), ms, flops / FLOPS, "flop_s", flops)
+    if cached + ql <= 32768:
+        _sdpa_peer(case, cached, ql, flops)
+
+
+def _sdpa_peer(case: str, cached: int, ql: int, flops: int) -> None:
+    """torch SDPA on contiguous K/V (no paging), same causal shape: the peer figure."""
+    kv_len = cached + ql
+    k = torch.randn(1, HKV, kv_len, D, device="cuda", dtype=BF16)
+    v = torch.randn_like(k)
+    q = torch.randn(1, H, ql, D, device="cuda", dtype=BF16)
+    mask = None if cached == 0 else torch.ones(ql, kv_len, dtype=torch.bool, device="cuda").tril(cached)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    try:
+        ms = bench(lambda: sdpa(q, k, v, attn_mask=mask, is_causal=cached == 0, enable_gqa=True))
+    except Exception as e:
+        print(f"prefill   {case:28s} SDPA failed: {type(e).__name__}: {e}")
+        return
+    record("prefill", case, "torch SDPA (contiguous)", ms, flops / FLOPS, "flop_s", flops)
+
+
+def best(kind: str) -> None:
+    """Per case, the fastest config (a sweep's answer; * marks the current default)."""
+    cases = sorted(
+        {r["case"] for r in ROWS if r["kind"] == kind}, key=lambda c: [r["case"] for r in ROWS].index(c)
+    )
+    print(f"\nfastest {kind} config per case:")
+    for c in cases:
+        rows = [r for r in ROWS if r["kind"] == kind and r["case"] == c and "SDPA" not in r["config"]]
+        top = min(rows, key=lambda r: r["us"])
+        dflt = next((r for r in rows if r["config"].endswith("*")), top)
+        print(f"  {c:28s} best {top['config']:34s} {top['us']:9.1f} us   default {dflt['us']:9.1f} us")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", choices=["norm", "rope", "decode", "prefill"], action="append")
+    ap.add_argument("--sweep", choices=["decode", "prefill"], action="append", default=[])
+    ap.add_argument("--json", type=Path, help="write the rows here")
+    a = ap.parse_args()
+    only = set(a.only or ["norm", "rope", "decode", "prefill"]) | set(a.sweep)
+    print(torch.cuda.get_device_name(), f"torch {torch.__version__} triton {triton.__version__}")
+    print(f"{'kind':9s} {'case':28s} {'config':34s} {'us':>10s} {'floor us':>10s} {'ratio':>6s} rate")
+    if "norm" in only:
+        bench_norms()
+    if "rope" in only:
+        bench_rope()
+    if "decode" in only:
+        bench_decode("decode" in a.sweep)
+    if "prefill" in only:
+        bench_prefill("prefill" in a.sweep)
+    for kind in a.sweep:
+        best(kind)
+    if a.json:
+        a.json.parent.mkdir(parents=True, exist_ok=True)
+        a.json.write_text(json.dumps(ROWS, indent=1))
+
+
+if __name__ == "__main__":
+    main()

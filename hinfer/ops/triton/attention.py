@@ -1,0 +1,49 @@
+"""Triton twins of hinfer.ops.attention: `qk_norm_rope_write` and `paged_attention`.
+
+paged_attention sends the batch's leading sequences with q_len <= DECODE_MAX_Q (decode lanes and k+1
+speculative verification; the scheduler orders decode first) to the split-KV decode kernel, and the rest
+(prefill/extend chunks) to the flash-attention prefill kernel. A decode-only batch launches only the
+decode kernels, whose grid depends on static shapes alone (CUDA-graph safe).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hinfer.engine.forward_batch import ForwardBatch
+from hinfer.ops.triton.attention_decode import paged_decode
+from hinfer.ops.triton.attention_prefill import paged_prefill
+from hinfer.ops.triton.attention_rope import qk_norm_rope_write
+
+__all__ = ["DECODE_MAX_Q", "paged_attention", "qk_norm_rope_write"]
+
+DECODE_MAX_Q = 8
+
+
+def paged_attention(
+    q: torch.Tensor,  # [T, H, D] (normed and rotated)
+    k_cache: torch.Tensor,  # [P, page, Hkv, D]
+    v_cache: torch.Tensor,
+    batch: ForwardBatch,
+    scale: float,
+) -> torch.Tensor:
+    t, n_heads, d = q.shape
+    assert d & (d - 1) == 0 and k_cache.shape[1] & (k_cache.shape[1] - 1) == 0, "head_dim, page: powers of 2"
+    assert n_heads % k_cache.shape[2] == 0 and k_cache.stride(-1) == 1 and v_cache.stride(-1) == 1
+    out = torch.empty((t, n_heads, d), dtype=q.dtype, device=q.device)
+    q_lens = batch.q_lens_cpu
+    if t == 0 or not q_lens:
+        return out
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    n_dec = 0
+    while n_dec < len(q_lens) and q_lens[n_dec] <= DECODE_MAX_Q:
+        n_dec += 1
+    common = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens, scale)
+    if n_dec:
+        n_tok = t if n_dec == len(q_lens) else sum(q_lens[:n_dec])
+        paged_decode(q, k_cache, v_cache, out, *common, n_dec, n_tok, max(q_lens[:n_dec]))
+    if n_dec < len(q_lens):
+        rest = q_lens[n_dec:]
+        paged_prefill(q, k_cache, v_cache, out, *common, n_dec, len(rest), max(rest))
+    return out

@@ -1,0 +1,193 @@
+"""Split-KV (flash-decoding) paged attention for sequences with few new tokens: decode and k+1 verification.
+
+Grid (B, Hkv, SPLITS). One program takes all G = H/Hkv query heads of a kv group and all (<= Q_MAX) new
+tokens of one sequence as the rows of one tile (row m = token m // G, head m % G), so each K/V tile is read
+once per group. The kv range [0, kv_len) is cut into SPLITS contiguous runs of BLOCK_N-token blocks; each
+program writes its rows' partial output and log-sum-exp (base 2) and `_combine_kernel` merges the splits.
+With SPLITS == 1 the first kernel writes the normalised output directly.
+
+The grid depends only on static shapes (B, page_table width, Q_MAX); lengths are read from device tensors
+inside the kernel, so the launch can be captured in a CUDA graph and replayed with other lengths. The split
+count is a runtime argument (one compiled kernel serves every batch size); only SPLITS == 1 (DIRECT) and
+the combine kernel's power-of-two bucket are compile-time.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from hinfer.ops.triton.attention_common import attend_block
+from hinfer.ops.triton.norm import cast, interpreted
+
+
+@triton.jit
+def _decode_kernel(
+    q_ptr, k_ptr, v_ptr, o_ptr, op_ptr, lse_ptr,
+    pt_ptr, cached_ptr, qlens_ptr, cu_ptr, n_heads, n_splits,
+    sqt, sqh, skp, skt, skh, svp, svt, svh, sot, soh, s_pt,
+    qk_scale,
+    G: tl.constexpr, Q_MAX: tl.constexpr, M_PAD: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
+    BLOCK_N: tl.constexpr, DIRECT: tl.constexpr, EMU: tl.constexpr,
+):  # fmt: skip
+    b = tl.program_id(0)
+    kvh = tl.program_id(1)
+    split = tl.program_id(2)
+    cached = tl.load(cached_ptr + b)
+    qlen = tl.load(qlens_ptr + b)
+    q0 = tl.load(cu_ptr + b)
+    kv_len = cached + qlen
+    dt = q_ptr.dtype.element_ty
+
+    m = tl.arange(0, M_PAD)
+    j = m // G
+    head = kvh * G + m % G
+    row_ok = (m < G * Q_MAX) & (j < qlen)
+    tok = (q0 + j).to(tl.int64)
+    d = tl.arange(0, D)
+    q = tl.load(
+        q_ptr + tok[:, None] * sqt + head[:, None] * sqh + d[None, :], mask=row_ok[:, None], other=0.0
+    )
+    if EMU:
+        q = q.to(tl.float32)
+    qpos = cached + j
+
+    n_blocks = tl.cdiv(kv_len, BLOCK_N)
+    per = tl.cdiv(n_blocks, n_splits)
+    lo = split * per
+    hi = tl.minimum(lo + per, n_blocks)
+    m_i = tl.full([M_PAD], float("-inf"), tl.float32)
+    l_i = tl.zeros([M_PAD], tl.float32)
+    acc = tl.zeros([M_PAD, D], tl.float32)
+    pt_row = pt_ptr + b.to(tl.int64) * s_pt
+    if EMU:
+        blk = lo
+        while blk < hi:
+            m_i, l_i, acc = attend_block(
+                blk * BLOCK_N, q, qpos, m_i, l_i, acc, pt_row, kv_len, k_ptr, v_ptr, skp, skt, kvh * skh,
+                svp, svt, kvh * svh, d, qk_scale, dt, PAGE, BLOCK_N, EMU, True, True,
+            )  # fmt: skip
+            blk += 1
+    else:
+        for blk in range(lo, hi):
+            m_i, l_i, acc = attend_block(
+                blk * BLOCK_N, q, qpos, m_i, l_i, acc, pt_row, kv_len, k_ptr, v_ptr, skp, skt, kvh * skh,
+                svp, svt, kvh * svh, d, qk_scale, dt, PAGE, BLOCK_N, EMU, True, True,
+            )  # fmt: skip
+
+    has = l_i > 0.0
+    out = acc / tl.where(has, l_i, 1.0)[:, None]
+    if DIRECT:  # one split: normalise and write the output here
+        o_off = tok[:, None] * sot + head[:, None] * soh + d[None, :]
+        tl.store(o_ptr + o_off, cast(out, o_ptr.dtype.element_ty, EMU), mask=row_ok[:, None])
+    else:
+        idx = (tok * n_heads + head) * n_splits + split  # partials are [T, H, splits, (D)] fp32
+        tl.store(op_ptr + idx[:, None] * D + d[None, :], out, mask=row_ok[:, None])
+        lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+        tl.store(lse_ptr + idx, lse, mask=row_ok)
+
+
+@triton.jit
+def _combine_kernel(
+    op_ptr, lse_ptr, o_ptr, n_heads, n_splits, sot, soh,
+    D: tl.constexpr, S_PAD: tl.constexpr, EMU: tl.constexpr,
+):  # fmt: skip
+    t = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1)
+    base = (t * n_heads + h) * n_splits
+    s = tl.arange(0, S_PAD)
+    lse = tl.load(lse_ptr + base + s, mask=s < n_splits, other=float("-inf"))
+    mx = tl.max(lse, axis=0)
+    mx = tl.where(mx == float("-inf"), 0.0, mx)
+    denom = tl.sum(tl.exp2(lse - mx), axis=0)
+    d = tl.arange(0, D)
+    acc = tl.zeros([D], tl.float32)
+    if EMU:  # the interpreter's range() cannot take a runtime scalar (numpy >= 2.4)
+        i = 0
+        while i < n_splits:
+            acc += tl.exp2(tl.load(lse_ptr + base + i) - mx) * tl.load(op_ptr + (base + i) * D + d)
+            i += 1
+    else:
+        for i in range(n_splits):
+            acc += tl.exp2(tl.load(lse_ptr + base + i) - mx) * tl.load(op_ptr + (base + i) * D + d)
+    out = acc / tl.where(denom > 0.0, denom, 1.0)
+    tl.store(o_ptr + t * sot + h * soh + d, cast(out, o_ptr.dtype.element_ty, EMU))
+
+
+@functools.cache
+def _num_sms(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def decode_config(head_dim: int, m_pad: int) -> dict[str, int]:
+    """Tile and launch shape (tune with bench/attention_kernels.py --sweep decode on the H200).
+
+    The K/V loads wait on a page-table load, so Triton's pipeliner keeps num_stages - 3 tile buffers:
+    stages 5 gives two 32-token K+V buffers (75 KB shared, ~150 registers at D=256: 3 programs per SM,
+    sm_90 ptxas); ctas_per_sm sizes the split count to keep that many programs resident."""
+    if m_pad * head_dim >= 64 * 256:  # verify with many rows: wgmma, 8 warps, 131 KB shared
+        return {"BLOCK_N": 32, "num_warps": 8, "num_stages": 5, "ctas_per_sm": 1}
+    return {"BLOCK_N": 32, "num_warps": 4, "num_stages": 5, "ctas_per_sm": 3}
+
+
+def decode_splits(
+    n_seqs: int, n_kv: int, max_kv_tokens: int, block_n: int, device: torch.device, ctas_per_sm: int = 4
+) -> int:
+    """Splits so that n_seqs * n_kv * splits fills the SMs; a function of static shapes only."""
+    sms = _num_sms(device.index or 0) if device.type == "cuda" else 132
+    want = triton.cdiv(ctas_per_sm * sms, max(1, n_seqs * n_kv))
+    return max(1, min(want, triton.cdiv(max_kv_tokens, block_n), 256))
+
+
+def paged_decode(
+    q: torch.Tensor,  # [T, H, D]
+    k_cache: torch.Tensor,  # [P, page, Hkv, D]
+    v_cache: torch.Tensor,
+    out: torch.Tensor,  # [T, H, D], rows of these sequences are written
+    page_table: torch.Tensor,  # [B, max_pages] int32
+    cached_lens: torch.Tensor,
+    q_lens: torch.Tensor,
+    cu_q_lens: torch.Tensor,
+    scale: float,
+    n_seqs: int,  # the batch's leading n_seqs sequences (the scheduler puts decode/verify lanes first)
+    n_tokens: int,  # their tokens: rows 0 .. n_tokens of q (static under a CUDA graph)
+    q_max: int,  # static bound on any of these sequences' q_len
+    num_splits: int | None = None,
+    block_n: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+    ctas_per_sm: int | None = None,
+) -> None:
+    n_heads, d = q.shape[1], q.shape[2]
+    page, n_kv = k_cache.shape[1], k_cache.shape[2]
+    g = n_heads // n_kv
+    m_pad = max(16, triton.next_power_of_2(g * q_max))
+    cfg = decode_config(d, m_pad)
+    emu = interpreted(_decode_kernel)
+    block_n = block_n or (min(16, page) if emu else cfg["BLOCK_N"])
+    if num_splits is None:
+        per_sm = ctas_per_sm or cfg["ctas_per_sm"]
+        num_splits = decode_splits(n_seqs, n_kv, page_table.shape[1] * page, block_n, q.device, per_sm)
+    if num_splits > 1:
+        # every row of these tokens gets one entry per split (empty splits write lse = -inf)
+        part = torch.empty((n_tokens, n_heads, num_splits, d), dtype=torch.float32, device=q.device)
+        lse = torch.empty((n_tokens, n_heads, num_splits), dtype=torch.float32, device=q.device)
+    else:
+        part = lse = out  # unused
+    _decode_kernel[(n_seqs, n_kv, num_splits)](
+        q, k_cache, v_cache, out, part, lse,
+        page_table, cached_lens, q_lens, cu_q_lens, n_heads, num_splits,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1), page_table.stride(0),
+        scale * 1.4426950408889634,
+        G=g, Q_MAX=q_max, M_PAD=m_pad, D=d, PAGE=page, BLOCK_N=block_n, DIRECT=num_splits == 1, EMU=emu,
+        num_warps=num_warps or cfg["num_warps"], num_stages=num_stages or cfg["num_stages"],
+    )  # fmt: skip
+    if num_splits > 1:
+        _combine_kernel[(n_tokens, n_heads)](
+            part, lse, out, n_heads, num_splits, out.stride(0), out.stride(1),
+            D=d, S_PAD=triton.next_power_of_2(num_splits), EMU=emu, num_warps=4,
+        )  # fmt: skip

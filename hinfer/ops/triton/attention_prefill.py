@@ -1,0 +1,123 @@
+"""Flash-attention-style causal paged attention for prefill and extend chunks (varlen via cu_q_lens).
+
+Grid (H, q blocks, B): program (h, r, b) takes BLOCK_M new tokens of sequence b for query head h. Axis 0 is
+the head so the G heads sharing a kv head run side by side and hit the same K/V tiles in L2; q blocks are
+visited last-first (the heaviest causal rows start earliest). Keys run in two phases: blocks entirely
+before the first row's position need no mask; the diagonal blocks (< BLOCK_M + BLOCK_N keys) are masked.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from hinfer.ops.triton.attention_common import attend_block
+from hinfer.ops.triton.norm import cast, interpreted
+
+
+@triton.jit
+def _prefill_kernel(
+    q_ptr, k_ptr, v_ptr, o_ptr,
+    pt_ptr, cached_ptr, qlens_ptr, cu_ptr, seq0,
+    sqt, sqh, skp, skt, skh, svp, svt, svh, sot, soh, s_pt,
+    qk_scale,
+    G: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EMU: tl.constexpr,
+):  # fmt: skip
+    h = tl.program_id(0)
+    b = seq0 + tl.program_id(2)
+    qlen = tl.load(qlens_ptr + b)
+    n_mb = tl.cdiv(qlen, BLOCK_M)
+    if tl.program_id(1) >= n_mb:
+        return
+    mb = n_mb - 1 - tl.program_id(1)
+    cached = tl.load(cached_ptr + b)
+    q0 = tl.load(cu_ptr + b)
+    kvh = h // G
+    dt = q_ptr.dtype.element_ty
+
+    i = mb * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = i < qlen
+    qpos = cached + i
+    tok = (q0 + i).to(tl.int64)
+    d = tl.arange(0, D)
+    q = tl.load(q_ptr + tok[:, None] * sqt + h * sqh + d[None, :], mask=row_ok[:, None], other=0.0)
+    if EMU:
+        q = q.to(tl.float32)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D], tl.float32)
+    pt_row = pt_ptr + b.to(tl.int64) * s_pt
+    full_hi = (cached + mb * BLOCK_M) // BLOCK_N * BLOCK_N  # keys every row of this block sees
+    kv_hi = cached + tl.minimum(qlen, (mb + 1) * BLOCK_M)  # one past the last row's position
+    if EMU:  # one loop; the phase flag is a runtime bool here, which only the interpreter accepts
+        n0 = 0
+        while n0 < kv_hi:
+            m_i, l_i, acc = attend_block(
+                n0, q, qpos, m_i, l_i, acc, pt_row, kv_hi, k_ptr, v_ptr, skp, skt, kvh * skh,
+                svp, svt, kvh * svh, d, qk_scale, dt, PAGE, BLOCK_N, EMU, n0 >= full_hi, False,
+            )  # fmt: skip
+            n0 += BLOCK_N
+    else:
+        for n0 in range(0, full_hi, BLOCK_N):
+            m_i, l_i, acc = attend_block(
+                n0, q, qpos, m_i, l_i, acc, pt_row, kv_hi, k_ptr, v_ptr, skp, skt, kvh * skh,
+                svp, svt, kvh * svh, d, qk_scale, dt, PAGE, BLOCK_N, EMU, False, False,
+            )  # fmt: skip
+        for n0 in range(full_hi, kv_hi, BLOCK_N):
+            m_i, l_i, acc = attend_block(
+                n0, q, qpos, m_i, l_i, acc, pt_row, kv_hi, k_ptr, v_ptr, skp, skt, kvh * skh,
+                svp, svt, kvh * svh, d, qk_scale, dt, PAGE, BLOCK_N, EMU, True, False,
+            )  # fmt: skip
+
+    out = acc / l_i[:, None]
+    o_off = tok[:, None] * sot + h * soh + d[None, :]
+    tl.store(o_ptr + o_off, cast(out, o_ptr.dtype.element_ty, EMU), mask=row_ok[:, None])
+
+
+def prefill_config(head_dim: int) -> dict[str, int]:
+    """Tile sizes per head_dim (tune with bench/attention_kernels.py --sweep prefill on the H200).
+
+    D=256: a 128x256 fp32 accumulator over 8 warps is 128 registers a thread; BLOCK_N=32 with 3 stages is
+    the largest tile sm_90 ptxas builds without spills (244 registers, 131 KB shared; BLOCK_N=64 spills)."""
+    if head_dim >= 256:
+        return {"BLOCK_M": 128, "BLOCK_N": 32, "num_warps": 8, "num_stages": 3}
+    return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
+
+
+def paged_prefill(
+    q: torch.Tensor,  # [T, H, D]
+    k_cache: torch.Tensor,  # [P, page, Hkv, D]
+    v_cache: torch.Tensor,
+    out: torch.Tensor,  # [T, H, D]
+    page_table: torch.Tensor,
+    cached_lens: torch.Tensor,
+    q_lens: torch.Tensor,
+    cu_q_lens: torch.Tensor,
+    scale: float,
+    seq_start: int,
+    n_seqs: int,
+    q_max: int,  # the largest q_len of these sequences (sizes the grid)
+    block_m: int | None = None,
+    block_n: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+) -> None:
+    n_heads, d = q.shape[1], q.shape[2]
+    page, n_kv = k_cache.shape[1], k_cache.shape[2]
+    cfg = prefill_config(d)
+    emu = interpreted(_prefill_kernel)
+    block_m = block_m or (16 if emu else cfg["BLOCK_M"])
+    block_n = block_n or (16 if emu else cfg["BLOCK_N"])
+    grid = (n_heads, triton.cdiv(q_max, block_m), n_seqs)
+    _prefill_kernel[grid](
+        q, k_cache, v_cache, out,
+        page_table, cached_lens, q_lens, cu_q_lens, seq_start,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1), page_table.stride(0),
+        scale * 1.4426950408889634,
+        G=n_heads // n_kv, D=d, PAGE=page, BLOCK_M=block_m, BLOCK_N=block_n, EMU=emu,
+        num_warps=num_warps or cfg["num_warps"], num_stages=num_stages or cfg["num_stages"],
+    )  # fmt: skip

@@ -1,0 +1,122 @@
+"""Fused per-head q/k RMSNorm + partial NeoX RoPE + paged KV-cache write (one program per token).
+
+Matches hinfer.ops.attention.qk_norm_rope_write_ref rounding for rounding: the normalised head is rounded
+to the model dtype, cos/sin are computed in fp32 from positions * inv_freq and rounded, and x*cos, rot*sin
+and their sum are each rounded, as the reference's bf16 torch ops do. The rotate-half partner of column d
+is read again from memory (same cache lines) rather than shuffled in registers.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from hinfer.ops.triton.norm import cast, interpreted
+
+# 2*pi split so that k * _C1 is exact for k < 2**16 (positions up to ~400K): accurate range reduction
+# before sin/cos, whatever precision the hardware sin/cos has on large arguments.
+_C1: tl.constexpr = tl.constexpr(6.28125)
+_C2: tl.constexpr = tl.constexpr(0.0019353071693331003)
+_C3: tl.constexpr = tl.constexpr(1.0253376606378076e-11)
+_INV_2PI: tl.constexpr = tl.constexpr(0.15915494309189535)
+
+
+@triton.jit
+def _norm_rope_heads(
+    x_ptr, row_off, hmask, w_ptr, cos, sin, d, eps,
+    D: tl.constexpr, R_HALF: tl.constexpr, dt: tl.constexpr, EMU: tl.constexpr,
+):  # fmt: skip
+    """Rows x [NH, D] at x_ptr + row_off: zero-centred RMSNorm then rotate the first 2*R_HALF dims; fp32."""
+    mask = hmask[:, None]
+    x = tl.load(x_ptr + row_off[:, None] + d[None, :], mask=mask, other=0.0).to(tl.float32)
+    rstd = tl.rsqrt(tl.sum(x * x, axis=1) / D + eps)
+    w = tl.load(w_ptr + d).to(tl.float32)
+    y = cast(x * rstd[:, None] * (1.0 + w[None, :]), dt, EMU).to(tl.float32)
+    partner = tl.where(d < R_HALF, d + R_HALF, tl.where(d < 2 * R_HALF, d - R_HALF, d))
+    xp = tl.load(x_ptr + row_off[:, None] + partner[None, :], mask=mask, other=0.0).to(tl.float32)
+    wp = tl.load(w_ptr + partner).to(tl.float32)
+    yp = cast(xp * rstd[:, None] * (1.0 + wp[None, :]), dt, EMU).to(tl.float32)
+    rot = tl.where((d < R_HALF)[None, :], -yp, yp)
+    out = cast(y * cos[None, :], dt, EMU).to(tl.float32) + cast(rot * sin[None, :], dt, EMU).to(tl.float32)
+    return tl.where((d < 2 * R_HALF)[None, :], out, y)
+
+
+@triton.jit
+def _qk_norm_rope_write_kernel(
+    q_ptr, k_ptr, v_ptr, qo_ptr, qw_ptr, kw_ptr, pos_ptr, freq_ptr, kc_ptr, vc_ptr, slot_ptr,
+    sqt, sqh, skt, skh, svt, svh,
+    skp, sks, skc, svp, svs, svc,
+    eps,
+    H: tl.constexpr, HKV: tl.constexpr, H_PAD: tl.constexpr, HKV_PAD: tl.constexpr,
+    D: tl.constexpr, R_HALF: tl.constexpr, PAGE: tl.constexpr, EMU: tl.constexpr,
+):  # fmt: skip
+    t = tl.program_id(0).to(tl.int64)
+    dt = qo_ptr.dtype.element_ty
+    d = tl.arange(0, D)
+
+    # cos/sin of column d (freq index d mod R/2), fp32 angle reduced to [-pi, pi] before sin/cos
+    rot_col = d < 2 * R_HALF
+    freq = tl.load(freq_ptr + d % R_HALF, mask=rot_col, other=0.0)
+    ang = tl.load(pos_ptr + t).to(tl.float32) * freq
+    n = tl.floor(ang * _INV_2PI + 0.5)
+    r = ((ang - n * _C1) - n * _C2) - n * _C3
+    cos = cast(tl.cos(r), dt, EMU).to(tl.float32)
+    sin = cast(tl.sin(r), dt, EMU).to(tl.float32)
+
+    hq = tl.arange(0, H_PAD)
+    q = _norm_rope_heads(q_ptr, t * sqt + hq * sqh, hq < H, qw_ptr, cos, sin, d, eps, D, R_HALF, dt, EMU)
+    tl.store(qo_ptr + (t * H + hq)[:, None] * D + d[None, :], cast(q, dt, EMU), mask=(hq < H)[:, None])
+
+    hk = tl.arange(0, HKV_PAD)
+    kmask = (hk < HKV)[:, None]
+    k = _norm_rope_heads(k_ptr, t * skt + hk * skh, hk < HKV, kw_ptr, cos, sin, d, eps, D, R_HALF, dt, EMU)
+    slot = tl.load(slot_ptr + t).to(tl.int64)
+    page, off = slot // PAGE, slot % PAGE
+    # k is rounded to the model dtype first (the reference casts bf16 k to the cache dtype)
+    k_out = cast(k, dt, EMU)
+    k_dst = kc_ptr + page * skp + off * sks + hk[:, None] * skc + d[None, :]
+    tl.store(k_dst, k_out.to(kc_ptr.dtype.element_ty), mask=kmask)
+    v = tl.load(v_ptr + t * svt + hk[:, None] * svh + d[None, :], mask=kmask, other=0.0)
+    v_dst = vc_ptr + page * svp + off * svs + hk[:, None] * svc + d[None, :]
+    tl.store(v_dst, v.to(vc_ptr.dtype.element_ty), mask=kmask)
+
+
+def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
+    return x if x.stride(-1) == 1 else x.contiguous()
+
+
+def qk_norm_rope_write(
+    q: torch.Tensor,  # [T, H, D], may be a strided view
+    k: torch.Tensor,  # [T, Hkv, D]
+    v: torch.Tensor,  # [T, Hkv, D]
+    q_norm_w: torch.Tensor,
+    k_norm_w: torch.Tensor,
+    eps: float,
+    positions: torch.Tensor,  # [T]
+    inv_freq: torch.Tensor,  # [R/2] fp32
+    k_cache: torch.Tensor,  # [P, page, Hkv, D]
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,  # [T]
+) -> torch.Tensor:
+    t, n_heads, d = q.shape
+    n_kv = k.shape[1]
+    assert d & (d - 1) == 0, "head_dim must be a power of two"
+    assert 0 < 2 * inv_freq.numel() <= d and k_cache.stride(-1) == 1 and v_cache.stride(-1) == 1
+    q_out = torch.empty((t, n_heads, d), dtype=q.dtype, device=q.device)
+    if t == 0:
+        return q_out
+    q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
+    emu = interpreted(_qk_norm_rope_write_kernel)
+    _qk_norm_rope_write_kernel[(t,)](
+        q, k, v, q_out, q_norm_w.contiguous(), k_norm_w.contiguous(), positions, inv_freq.contiguous(),
+        k_cache, v_cache, slot_mapping,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        eps,
+        H=n_heads, HKV=n_kv, H_PAD=triton.next_power_of_2(n_heads), HKV_PAD=triton.next_power_of_2(n_kv),
+        D=d, R_HALF=inv_freq.numel(), PAGE=k_cache.shape[1], EMU=emu,
+        num_warps=8 if n_heads * d >= 4096 else 4,
+    )  # fmt: skip
+    return q_out

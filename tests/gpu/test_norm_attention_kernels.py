@@ -1,0 +1,243 @@
+"""Norm, qk-norm-rope-write and paged attention Triton kernels vs the reference bodies at 27B shapes (GPU).
+
+hidden 5120; attention H=24, Hkv=4, D=256, R=64, page 64; bf16 activations and KV. Run with `-s` to see the
+measured errors. Inputs are fresh random values every run (the seed is in each failure message); outputs
+the kernels allocate start as NaN (torch.empty is poisoned), so an unwritten element fails.
+
+Thresholds (bf16; rel = ||out - ref|| / ||ref|| over the whole tensor):
+- norms: the kernels mirror the reference's roundings; GPU rsqrt may differ in the last fp32 bit and flip a
+  rounding, so elementwise <= 2 bf16 ulp (gated: 4, two roundings in a row) and rel <= 2e-3. The residual
+  sum of add_rms_norm and the V cache rows are bit-identical.
+- q / k after norm + RoPE: x*cos + rot*sin can cancel, so: rel <= 2e-3, <= 2% of elements differ at all,
+  none by more than 2**-6 * max|ref| (a wrong angle or partner would give O(1) errors everywhere).
+- attention: against the reference evaluated in fp32 (the bf16 reference rounds its scores to bf16, the
+  kernels keep fp32 scores and round only P and the output): rel <= 1e-2 (bf16 output rounding alone is
+  ~2e-3); the bf16 reference's own error is printed beside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import random
+
+import pytest
+import torch
+
+from hinfer.engine.forward_batch import ForwardBatch, SeqChunk, build_forward_batch
+from hinfer.ops import attention as ref_attn
+from hinfer.ops import norm as ref_norm
+from hinfer.ops.rope import rope_inv_freq
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+HIDDEN, H, HKV, D, R, PAGE = 5120, 24, 4, 256, 64, 64
+HV, VD = 48, 128
+EPS = 1e-6
+_MODS = ["norm", "attention_common", "attention_rope", "attention_decode", "attention_prefill", "attention"]
+
+
+@pytest.fixture(scope="module")
+def tk():
+    """The kernel modules compiled for the GPU (re-imported if an interpreter run left them interpreted)."""
+    mods = {name: importlib.import_module(f"hinfer.ops.triton.{name}") for name in _MODS}
+    if mods["norm"].interpreted(mods["norm"]._norm_kernel):
+        os.environ.pop("TRITON_INTERPRET", None)
+        for name in _MODS:  # dependency order: jit helpers first
+            mods[name] = importlib.reload(mods[name])
+    return mods
+
+
+@pytest.fixture
+def seed() -> int:
+    s = random.SystemRandom().randrange(2**31)
+    torch.manual_seed(s)
+    random.seed(s)
+    return s
+
+
+@contextlib.contextmanager
+def poisoned_empty():
+    real = torch.empty
+
+    def empty(*args, **kwargs):
+        t = real(*args, **kwargs)
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+
+    torch.empty = empty
+    try:
+        yield
+    finally:
+        torch.empty = real
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / b.norm()).item()
+
+
+def _check(out: torch.Tensor, want: torch.Tensor, rel: float, what: str, ulps: float | None = None) -> None:
+    """rel: bound on ||out - want|| / ||want||. ulps: elementwise |out - want| <= ulps bf16 ulps of want."""
+    assert not torch.isnan(out).any(), f"{what}: unwritten (NaN) elements"
+    r = _rel(out, want)
+    d = (out.double() - want.double()).abs()
+    print(f"{what}: rel {r:.2e} max|d| {d.max().item():.2e} differing {(d > 0).double().mean().item():.1e}")
+    assert r <= rel, f"{what}: rel {r:.3e} > {rel}"
+    if ulps is not None:
+        bound = ulps * 2.0**-7 * want.double().abs() + 1e-6
+        bad = (d > bound).sum().item()
+        assert bad == 0, f"{what}: {bad} elements beyond {ulps} ulp (max |diff| {d.max().item():.3e})"
+
+
+def _check_rope(out: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    """x*cos + rot*sin can cancel, so one ulp in a product is many in the sum: few elements may differ at
+    all, and none by more than 2 ulp of the largest value."""
+    _check(out, want, 2e-3, what)
+    d = (out.double() - want.double()).abs()
+    frac = (d > 0).double().mean().item()
+    assert frac <= 0.02, f"{what}: {frac:.2%} of elements differ"
+    assert d.max().item() <= 2.0**-6 * want.double().abs().max().item(), (
+        f"{what}: max |diff| {d.max().item()}"
+    )
+
+
+# ----------------------------------------------------------------------------------------------- norms
+
+
+@pytest.mark.parametrize("t", [1, 7, 8192])
+def test_norms(tk, seed, t):
+    tn = tk["norm"]
+    x = torch.randn(t, 2 * HIDDEN, device="cuda", dtype=torch.bfloat16)[:, HIDDEN:]  # strided view
+    res = 4 * torch.randn(t, HIDDEN, device="cuda", dtype=torch.bfloat16)
+    w = 0.1 * torch.randn(HIDDEN, device="cuda", dtype=torch.bfloat16)
+    with poisoned_empty():
+        y = tn.rms_norm(x, w, EPS)
+        y2, r2 = tn.add_rms_norm(x, res, w, EPS)
+    _check(y, ref_norm.rms_norm_ref(x, w, EPS), 2e-3, f"rms_norm t={t} seed={seed}", ulps=2)
+    y_ref, r_ref = ref_norm.add_rms_norm_ref(x, res, w, EPS)
+    assert torch.equal(r2, r_ref), f"residual sum differs, seed={seed}"
+    _check(y2, y_ref, 2e-3, f"add_rms_norm t={t} seed={seed}", ulps=2)
+
+    o = torch.randn(t, HV, VD, device="cuda", dtype=torch.bfloat16)
+    fused = torch.randn(t, 2 * HV * VD + 96, device="cuda", dtype=torch.bfloat16)
+    z = fused[:, HV * VD : 2 * HV * VD].view(t, HV, VD)
+    gw = 1 + 0.1 * torch.randn(VD, device="cuda", dtype=torch.bfloat16)
+    with poisoned_empty():
+        g = tn.gated_rms_norm(o, z, gw, EPS)
+    want = ref_norm.gated_rms_norm_ref(o, z, gw, EPS)
+    _check(g, want, 2e-3, f"gated_rms_norm t={t} seed={seed}", ulps=4)
+
+
+# ------------------------------------------------------------------------------- qk norm + rope + write
+
+
+@pytest.mark.parametrize("t", [1, 64, 8192])
+def test_qk_norm_rope_write(tk, seed, t):
+    ta = tk["attention"]
+    n_pages = t // PAGE + 8
+    qkv = torch.randn(t, H * 2 * D + 2 * HKV * D, device="cuda", dtype=torch.bfloat16)
+    q = qkv[:, : H * 2 * D].view(t, H, 2 * D).chunk(2, dim=-1)[0]
+    k = qkv[:, H * 2 * D : H * 2 * D + HKV * D].view(t, HKV, D)
+    v = qkv[:, H * 2 * D + HKV * D :].view(t, HKV, D)
+    qw = 0.2 * torch.randn(D, device="cuda", dtype=torch.bfloat16)
+    kw = 0.2 * torch.randn(D, device="cuda", dtype=torch.bfloat16)
+    positions = torch.randint(0, 131072, (t,), device="cuda")
+    inv_freq = rope_inv_freq(R, 1e7, device="cuda")
+    slots = torch.randperm(n_pages * PAGE, device="cuda")[:t]
+    k_cache = torch.randn(n_pages, PAGE, HKV, D, device="cuda", dtype=torch.bfloat16)
+    v_cache = torch.randn_like(k_cache)
+    kc_ref, vc_ref = k_cache.clone(), v_cache.clone()
+    k_cache.view(-1, HKV, D)[slots] = float("nan")
+    v_cache.view(-1, HKV, D)[slots] = float("nan")
+    with poisoned_empty():
+        q_out = ta.qk_norm_rope_write(q, k, v, qw, kw, EPS, positions, inv_freq, k_cache, v_cache, slots)
+    q_ref = ref_attn.qk_norm_rope_write_ref(q, k, v, qw, kw, EPS, positions, inv_freq, kc_ref, vc_ref, slots)
+    _check_rope(q_out, q_ref, f"q t={t} seed={seed}")
+    _check_rope(k_cache, kc_ref, f"k cache t={t} seed={seed}")
+    assert torch.equal(v_cache, vc_ref), f"v cache differs, seed={seed}"
+
+
+# ------------------------------------------------------------------------------------ paged attention
+
+
+def _batch(cached: list[int], q_lens: list[int], extra_pages: int = 0) -> tuple[ForwardBatch, tuple]:
+    """Pages handed out shuffled from a pool (page 0 scratch); random bf16 caches and queries."""
+    need = [(c + n + PAGE - 1) // PAGE for c, n in zip(cached, q_lens)]
+    pool = list(range(1, sum(need) + 1))
+    random.shuffle(pool)
+    chunks, i = [], 0
+    for c, n, p in zip(cached, q_lens, need):
+        chunks.append(SeqChunk(token_ids=[1] * n, cached_len=c, page_ids=pool[i : i + p], gdn_slot=1))
+        i += p
+    batch = build_forward_batch(chunks, PAGE, "cuda")
+    kc = torch.randn(len(pool) + 1, PAGE, HKV, D, device="cuda", dtype=torch.bfloat16)
+    vc = torch.randn_like(kc)
+    q = 4 * torch.randn(batch.num_tokens, H, D, device="cuda", dtype=torch.bfloat16)  # peaky softmax
+    return batch, (q, kc, vc)
+
+
+def _ref32(q, kc, vc, batch) -> torch.Tensor:
+    return ref_attn.paged_attention_ref(q.float(), kc.float(), vc.float(), batch, D**-0.5)
+
+
+def _attn_check(tk, batch, q, kc, vc, what: str) -> None:
+    with poisoned_empty():
+        out = tk["attention"].paged_attention(q, kc, vc, batch, D**-0.5)
+    want = _ref32(q, kc, vc, batch)
+    if batch.num_tokens * max(batch.kv_lens_cpu) <= 4096 * 32768:  # the bf16 reference's own error
+        print(
+            f"{what}: bf16 reference rel {_rel(ref_attn.paged_attention_ref(q, kc, vc, batch, D**-0.5), want):.2e}"
+        )
+    _check(out, want, 1e-2, what)
+
+
+@pytest.mark.parametrize("b", [1, 8, 64])
+@pytest.mark.parametrize("ctx", [1024, 32768])
+def test_decode(tk, seed, b, ctx):
+    cached = [ctx - 1] + [random.randrange(ctx // 2, ctx) for _ in range(b - 1)]
+    batch, (q, kc, vc) = _batch(cached, [1] * b)
+    _attn_check(tk, batch, q, kc, vc, f"decode B={b} ctx={ctx} seed={seed}")
+
+
+@pytest.mark.parametrize("ctx", [1024, 32768])
+def test_verify(tk, seed, ctx):
+    b = 8
+    cached = [random.randrange(ctx // 2, ctx - 4) for _ in range(b)]
+    batch, (q, kc, vc) = _batch(cached, [4] * b)
+    _attn_check(tk, batch, q, kc, vc, f"verify q=4 B={b} ctx={ctx} seed={seed}")
+
+
+@pytest.mark.parametrize("cached,q_len", [(0, 8192), (30720, 2048)])
+def test_prefill(tk, seed, cached, q_len):
+    batch, (q, kc, vc) = _batch([cached], [q_len])
+    _attn_check(tk, batch, q, kc, vc, f"prefill cached={cached} q={q_len} seed={seed}")
+
+
+def test_mixed_batch(tk, seed):
+    # decode + verify lanes first (decode kernel), then chunks with and without a prefix (prefill kernel)
+    batch, (q, kc, vc) = _batch([5000, 70, 3000, 0, 1000], [1, 4, 1, 700, 333])
+    _attn_check(tk, batch, q, kc, vc, f"mixed seed={seed}")
+
+
+def test_decode_cuda_graph_replay(tk, seed):
+    """Capture decode at one set of lengths, replay with others written into the same device tensors."""
+    ta = tk["attention"]
+    b, width = 8, 32768 // PAGE
+    cached = [random.randrange(100, 30000) for _ in range(b)]
+    batch, (q, kc, vc) = _batch(cached, [1] * b)
+    pt = torch.zeros(b, width, dtype=torch.int32, device="cuda")  # static width, as the runner allocates
+    pt[:, : batch.page_table.shape[1]] = batch.page_table
+    batch.page_table = pt
+    ta.paged_attention(q, kc, vc, batch, D**-0.5)  # compile outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = ta.paged_attention(q, kc, vc, batch, D**-0.5)
+    new = [random.randrange(0, c) for c in cached]
+    batch.cached_lens.copy_(torch.tensor(new, dtype=torch.int32))
+    batch.cached_lens_cpu = new  # host mirror for the reference only
+    q.copy_(4 * torch.randn_like(q))
+    graph.replay()
+    torch.cuda.synchronize()
+    _check(out, _ref32(q, kc, vc, batch), 1e-2, f"graph replay seed={seed}")

@@ -1,0 +1,342 @@
+"""Triton norm / qk-norm-rope-write / paged attention kernels against their torch reference bodies.
+
+Runs the kernels on CPU tensors in Triton's interpreter at tiny shapes. TRITON_INTERPRET=1 must be set before
+`import triton.language` (its own @jit helpers, tl.sum / tl.max / tl.cdiv, are decorated then) and before our
+kernel modules are imported; tests/ops/conftest.py sets it while collecting this directory. If this process
+imported triton earlier (another directory's test module), the tests here re-run in a child process.
+Shapes: H=6, Hkv=2, D=32, R=8, pages of 8/16 handed out out of order. Outputs the
+kernels allocate are poisoned (torch.empty -> NaN) so an unwritten element fails the comparison.
+fp32 runs must match to ~1e-5; bf16 norms and RoPE match the reference bit for bit (the kernels mirror its
+roundings), bf16 attention is compared with the reference evaluated in fp32 (the reference rounds scores
+to bf16, the kernels keep them in fp32).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton")
+
+from hinfer.engine.forward_batch import ForwardBatch, SeqChunk, build_forward_batch  # noqa: E402
+from hinfer.ops import attention as ref_attn  # noqa: E402
+from hinfer.ops import norm as ref_norm  # noqa: E402
+from hinfer.ops.rope import rope_inv_freq  # noqa: E402
+
+if torch.cuda.is_available():
+    pytest.skip("interpreter tests run on CPU-only machines (tests/gpu covers CUDA)", allow_module_level=True)
+
+_MODULES = [
+    "norm",
+    "attention_common",
+    "attention_rope",
+    "attention_decode",
+    "attention_prefill",
+    "attention",
+]
+
+
+def _interpreted_kernels():
+    """The kernel modules, (re)imported so their @triton.jit functions are interpreter functions even if some
+    earlier test imported them before TRITON_INTERPRET was set (triton decides at definition time)."""
+    os.environ["TRITON_INTERPRET"] = "1"
+    from hinfer.ops.triton import norm
+
+    stale = not norm.interpreted(norm._norm_kernel)
+    mods = {}
+    for name in _MODULES:
+        full = f"hinfer.ops.triton.{name}"
+        mod = importlib.import_module(full)
+        mods[name] = importlib.reload(mod) if stale else sys.modules[full]
+    return mods
+
+
+def _language_interpreted() -> bool:
+    import triton.language as tl
+
+    return not isinstance(tl.standard.sum, triton.runtime.jit.JITFunction)
+
+
+IN_PROCESS = _language_interpreted()
+K = _interpreted_kernels()
+tn, ta = K["norm"], K["attention"]
+dec, pre = K["attention_decode"], K["attention_prefill"]
+
+H, HKV, D, R = 6, 2, 32, 8
+EPS = 1e-6
+
+
+@pytest.fixture(autouse=True)
+def _interpreter_process(request):
+    if not IN_PROCESS and request.node.name != "test_in_child_process":
+        pytest.skip("triton.language was imported before TRITON_INTERPRET=1: see test_in_child_process")
+
+
+def test_in_child_process():
+    """This process imported triton before TRITON_INTERPRET=1 was set: run this file in a fresh one."""
+    if IN_PROCESS:
+        pytest.skip("the tests ran in this process")
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__]
+    res = subprocess.run(
+        cmd, env=env, cwd=Path(__file__).parents[2], capture_output=True, text=True, timeout=900
+    )
+    assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-2000:]
+
+
+@contextlib.contextmanager
+def poisoned_empty():
+    """torch.empty returns NaN-filled floating tensors, so outputs never written by a kernel show up."""
+    real = torch.empty
+
+    def empty(*args, **kwargs):
+        t = real(*args, **kwargs)
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+
+    torch.empty = empty
+    try:
+        yield
+    finally:
+        torch.empty = real
+
+
+@pytest.fixture
+def seed() -> int:
+    """Fresh inputs every run; the seed is in every failure message."""
+    return random.SystemRandom().randrange(2**31)
+
+
+def _close(out: torch.Tensor, want: torch.Tensor, atol: float, rtol: float = 0.0, seed: int = -1) -> None:
+    assert out.shape == want.shape and out.dtype == want.dtype
+    assert not torch.isnan(out).any(), f"unwritten (NaN) elements (seed {seed})"
+    torch.testing.assert_close(
+        out.float(), want.float(), atol=atol, rtol=rtol, msg=lambda m: f"{m}\n(seed {seed})"
+    )
+
+
+def _tol(dtype: torch.dtype) -> tuple[float, float]:
+    # bf16: allow one ulp (rsqrt / sin / cos may differ in the last fp32 bit and flip a rounding)
+    return (1e-5, 1e-5) if dtype == torch.float32 else (1e-6, 2**-7)
+
+
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+# ----------------------------------------------------------------------------------------------- norms
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_strided_and_nd(dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    base = torch.randn(7, 300, generator=g).to(dtype)
+    w = (0.1 * torch.randn(96, generator=g)).to(dtype)
+    for x in (base[:, 100:196], base[:, :192].reshape(7, 2, 96), base[0, :96]):  # view, 3-D, 1-D
+        with poisoned_empty():
+            y = tn.rms_norm(x, w, EPS)
+        _close(y, ref_norm.rms_norm_ref(x, w, EPS), *_tol(dtype), seed=seed)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_add_rms_norm(dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(9, 2 * 160, generator=g).to(dtype)[:, 160:]  # strided view, like a fused GEMM slice
+    res = (3 * torch.randn(9, 160, generator=g)).to(dtype)
+    w = (0.1 * torch.randn(160, generator=g)).to(dtype)
+    with poisoned_empty():
+        y, r = tn.add_rms_norm(x, res, w, EPS)
+    y_ref, r_ref = ref_norm.add_rms_norm_ref(x, res, w, EPS)
+    _close(r, r_ref, 0.0, seed=seed)  # the residual sum is rounded exactly like torch's
+    _close(y, y_ref, *_tol(dtype), seed=seed)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gated_rms_norm(dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    t, hv, v = 5, 6, 32
+    x = torch.randn(t, hv, v, generator=g).to(dtype)
+    fused = torch.randn(t, 2 * hv * v + 10, generator=g).to(dtype)
+    z = fused[:, 3 : 3 + hv * v].view(t, hv, v)  # strided view of a fused projection
+    w = (1 + 0.1 * torch.randn(v, generator=g)).to(dtype)
+    with poisoned_empty():
+        y = tn.gated_rms_norm(x, z, w, EPS)
+    _close(y, ref_norm.gated_rms_norm_ref(x, z, w, EPS), *_tol(dtype), seed=seed)
+
+
+# ------------------------------------------------------------------------------- qk norm + rope + write
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_qk_norm_rope_write(dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    t, n_pages, page = 11, 12, 16
+    qkv = torch.randn(t, H * 2 * D + 2 * HKV * D, generator=g).to(dtype)
+    q = qkv[:, : H * 2 * D].view(t, H, 2 * D).chunk(2, dim=-1)[0]  # as the model: q is half of [T, H, 2D]
+    k = qkv[:, H * 2 * D : H * 2 * D + HKV * D].view(t, HKV, D)
+    v = qkv[:, H * 2 * D + HKV * D :].view(t, HKV, D)
+    qw = (0.2 * torch.randn(D, generator=g)).to(dtype)
+    kw = (0.2 * torch.randn(D, generator=g)).to(dtype)
+    positions = torch.randint(0, 300_000, (t,), generator=g)  # long-context angles
+    positions[0] = 0
+    inv_freq = rope_inv_freq(R, 1e7)
+    slots = torch.randperm(n_pages * page, generator=g)[:t]
+    k_cache = torch.randn(n_pages, page, HKV, D, generator=g).to(dtype)
+    v_cache = torch.randn(n_pages, page, HKV, D, generator=g).to(dtype)
+    kc_ref, vc_ref = k_cache.clone(), v_cache.clone()
+    k_cache.view(-1, HKV, D)[slots] = float("nan")
+    v_cache.view(-1, HKV, D)[slots] = float("nan")
+    with poisoned_empty():
+        q_out = ta.qk_norm_rope_write(q, k, v, qw, kw, EPS, positions, inv_freq, k_cache, v_cache, slots)
+    q_ref = ref_attn.qk_norm_rope_write_ref(q, k, v, qw, kw, EPS, positions, inv_freq, kc_ref, vc_ref, slots)
+    _close(q_out, q_ref, *_tol(dtype), seed=seed)
+    _close(k_cache, kc_ref, *_tol(dtype), seed=seed)
+    _close(v_cache, vc_ref, 0.0, seed=seed)
+
+
+# ------------------------------------------------------------------------------------ paged attention
+
+
+def _batch(
+    cached: list[int], q_lens: list[int], page: int, dtype: torch.dtype, seed: int
+) -> tuple[ForwardBatch, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A batch whose pages are a shuffled pool (page 0 stays scratch), random caches and queries."""
+    rng = random.Random(seed)
+    need = [(c + n + page - 1) // page for c, n in zip(cached, q_lens)]
+    pool = list(range(1, sum(need) + 3))
+    rng.shuffle(pool)
+    chunks, i = [], 0
+    for c, n, p in zip(cached, q_lens, need):
+        chunks.append(SeqChunk(token_ids=[1] * n, cached_len=c, page_ids=pool[i : i + p], gdn_slot=1))
+        i += p
+    batch = build_forward_batch(chunks, page, "cpu")
+    g = torch.Generator().manual_seed(seed)
+    n_pages = len(pool) + 1
+    k_cache = torch.randn(n_pages, page, HKV, D, generator=g).to(dtype)
+    v_cache = torch.randn(n_pages, page, HKV, D, generator=g).to(dtype)
+    q = (2 * torch.randn(batch.num_tokens, H, D, generator=g)).to(dtype)
+    return batch, q, k_cache, v_cache
+
+
+def _attn_ref(q, k_cache, v_cache, batch):
+    """Reference in fp32 (exact fp32 for fp32 inputs; for bf16, the truth the kernel's fp32 softmax targets)."""
+    out = ref_attn.paged_attention_ref(q.float(), k_cache.float(), v_cache.float(), batch, D**-0.5)
+    return out.to(q.dtype)
+
+
+def _attn_tol(dtype: torch.dtype) -> dict[str, float]:
+    return {"atol": 2e-5, "rtol": 1e-5} if dtype == torch.float32 else {"atol": 2e-2, "rtol": 2e-2}
+
+
+def _run_prefill(q, kc, vc, batch, **cfg):
+    out = torch.full_like(q, float("nan"))
+    qm = batch.max_q_len
+    args = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens, D**-0.5)
+    pre.paged_prefill(q, kc, vc, out, *args, 0, batch.num_seqs, qm, **cfg)
+    return out
+
+
+@pytest.mark.parametrize(
+    "dtype,page,block_n",
+    [(torch.float32, 16, 16), (torch.bfloat16, 16, 16), (torch.float32, 8, 16), (torch.float32, 16, 8)],
+)
+def test_prefill_kernel_varlen(dtype, page, block_n, seed):
+    # chunks of several lengths over prefixes 0..40, and single-token sequences between them
+    cached, q_lens = [0, 40, 16, 0, 7, 3], [20, 1, 17, 1, 33, 5]
+    batch, q, kc, vc = _batch(cached, q_lens, page, dtype, seed=seed)
+    out = _run_prefill(q, kc, vc, batch, block_m=16, block_n=block_n)
+    _close(out, _attn_ref(q, kc, vc, batch), **_attn_tol(dtype), seed=seed)
+
+
+def _run_decode(q, kc, vc, batch, **cfg):
+    out = torch.full_like(q, float("nan"))
+    args = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens, D**-0.5)
+    dec.paged_decode(q, kc, vc, out, *args, batch.num_seqs, batch.num_tokens, batch.max_q_len, **cfg)
+    return out
+
+
+@pytest.mark.parametrize(
+    "dtype,splits,block_n",
+    [(torch.float32, 1, 16), (torch.float32, 3, 16), (torch.bfloat16, 4, 16), (torch.float32, 2, 32)],
+)
+def test_decode_verify_kernel(dtype, splits, block_n, seed):
+    # q_len 1..4 (decode and verification); cached 30 + q 4 with 3 splits of 16-token blocks leaves the
+    # last split past the causal limit of the first two rows (the -inf guard)
+    cached, q_lens = [0, 5, 37, 30, 100, 1], [1, 2, 4, 4, 3, 1]
+    batch, q, kc, vc = _batch(cached, q_lens, 16, dtype, seed=seed)
+    with poisoned_empty():  # also poisons the split partials: every (row, split) must be written
+        out = _run_decode(q, kc, vc, batch, num_splits=splits, block_n=block_n)
+    _close(out, _attn_ref(q, kc, vc, batch), **_attn_tol(dtype), seed=seed)
+
+
+def test_paged_attention_dispatch_mixed_batch(seed):
+    # decode lanes first (decode kernel), then chunks (prefill kernel), through the public function
+    cached, q_lens = [9, 0, 33, 0, 20], [1, 3, 1, 19, 12]
+    batch, q, kc, vc = _batch(cached, q_lens, 16, torch.float32, seed=seed)
+    with poisoned_empty():
+        out = ta.paged_attention(q, kc, vc, batch, D**-0.5)
+    _close(out, _attn_ref(q, kc, vc, batch), **_attn_tol(torch.float32), seed=seed)
+
+
+def test_decode_lengths_are_read_from_device(seed):
+    # CUDA-graph contract: same static shapes (B, page-table width, q_max), other lengths in the tensors
+    batch, q, kc, vc = _batch([40, 3], [2, 2], 16, torch.float32, seed=seed)
+    out1 = _run_decode(q, kc, vc, batch, num_splits=2)
+    _close(out1, _attn_ref(q, kc, vc, batch), **_attn_tol(torch.float32), seed=seed)
+    batch.cached_lens.copy_(torch.tensor([17, 30], dtype=torch.int32))
+    batch.cached_lens_cpu = [17, 30]  # only the reference reads the host mirror
+    out2 = _run_decode(q, kc, vc, batch, num_splits=2)
+    _close(out2, _attn_ref(q, kc, vc, batch), **_attn_tol(torch.float32), seed=seed)
+
+
+# ------------------------------------------------------------------------------------ inside the model
+
+
+def test_model_forward_with_kernels(seed, monkeypatch):
+    """A tiny random Qwen3.5 (2 attention + 2 GDN layers): a prefill chunk, then a mixed step with a decode
+    lane and a chunk over a prefix, with only norms and attention on the kernels, against the reference."""
+    from hinfer.config import ModelConfig
+    from hinfer.engine.state import ModelState, StateShape
+    from hinfer.model.qwen3_5 import Qwen35ForCausalLM
+    from hinfer.ops import attention as attn_ops
+    from hinfer.ops import norm as norm_ops
+
+    cfg = ModelConfig.from_dict(
+        {"model_type": "qwen3_5_text", "vocab_size": 64, "hidden_size": 64, "num_hidden_layers": 4,
+         "layer_types": ["linear_attention", "full_attention", "linear_attention", "full_attention"],
+         "num_attention_heads": H, "num_key_value_heads": HKV, "head_dim": D, "partial_rotary_factor": 0.25,
+         "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16,
+         "linear_value_head_dim": 16, "intermediate_size": 96}
+    )  # fmt: skip
+    model = Qwen35ForCausalLM(cfg, torch.float32, "cpu")
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            std = 0.1 if "norm" in name or name.endswith(("A_log", "dt_bias")) else 0.2
+            p.copy_(std * torch.randn(p.shape, generator=g))
+    page = 16
+    ids = torch.randint(0, 64, (60,), generator=g).tolist()
+    pages = list(range(1, 9))
+    random.Random(seed).shuffle(pages)
+    steps = [
+        [SeqChunk(ids[:20], 0, pages[:2], 1), SeqChunk(ids[20:27], 0, pages[2:3], 2)],
+        [SeqChunk(ids[27:28], 7, pages[2:3], 2), SeqChunk(ids[28:60], 20, pages[:2] + pages[3:5], 1)],
+    ]
+
+    def run() -> list[torch.Tensor]:
+        state = ModelState(cfg, StateShape(9, page, 3, torch.float32, torch.float32), "cpu")
+        with torch.no_grad():
+            return [model(build_forward_batch(chunks, page, "cpu"), state) for chunks in steps]
+
+    want = run()
+    monkeypatch.setattr(norm_ops, "use_triton", lambda x: True)
+    monkeypatch.setattr(attn_ops, "use_triton", lambda x: True)
+    got = run()
+    for a, b in zip(got, want):
+        _close(a, b, atol=1e-4, rtol=1e-4, seed=seed)
