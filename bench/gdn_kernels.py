@@ -1,0 +1,237 @@
+"""Micro-benchmark of the Gated DeltaNet Triton kernels at one 27B layer's shapes (HK=16, HV=48, K=V=128,
+conv channels 10240, bf16 activations, fp32 state) on one GPU.
+
+    python bench/gdn_kernels.py            # decode C=1,8,64, verify C=8 x 4 tokens, prefill 8K
+    python bench/gdn_kernels.py --sweep    # also sweep the tile settings of hinfer/ops/triton/gdn.py
+
+Decode rows are medians of CUDA-graph replays that cycle through enough layers' buffers (>= 256 MB) that the
+state comes from HBM, not L2, as in the real model; each figure is per layer. Prefill rows use do_bench
+(median). Floor = bytes that must move / 4.2e12 B/s (the copy bandwidth measured in the design brief); the
+copy bandwidth this run measures is printed too. Target: GDN decode <= 5 us per layer at C=1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+
+import torch
+import triton
+import triton.testing
+
+from hinfer.engine.forward_batch import ForwardBatch, SeqChunk, build_forward_batch
+from hinfer.ops.triton import gdn as tg
+
+HK, HV, KD, VD, CONV = 16, 48, 128, 128, 10240
+PROJ = CONV + HV * VD + 2 * HV  # in_proj row: qkv | z | b | a
+BW = 4.2e12
+STATE_BYTES = HV * KD * VD * 4
+
+
+def _batch(lens: list[int], verify: bool = False) -> tuple[ForwardBatch, int]:
+    """A batch on shuffled slots (verify rows also get one fresh slot per token); returns it and the slot count."""
+    n_slots = 1 + sum(n + 1 if verify else 1 for n in lens)
+    pool = list(range(1, n_slots))
+    random.shuffle(pool)
+    chunks = []
+    for n in lens:
+        st = [pool.pop() for _ in range(n)] if verify else None
+        chunks.append(SeqChunk(list(range(n)), 0, [0], pool.pop(), gdn_step_slots=st))
+    return build_forward_batch(chunks, 1 << 20, "cuda"), n_slots
+
+
+class Layer:
+    """One layer's inputs and state for a batch (views laid out as the model has them)."""
+
+    def __init__(self, t: int, n_slots: int) -> None:
+        proj = torch.randn(t, PROJ, device="cuda").bfloat16()
+        self.x = proj[:, :CONV]
+        self.a, self.b = proj[:, -2 * HV : -HV], proj[:, -HV:]
+        qkv = torch.nn.functional.silu(torch.randn(t, CONV, device="cuda")).bfloat16()
+        self.q = qkv[:, : HK * KD].view(t, HK, KD)
+        self.k = qkv[:, HK * KD : 2 * HK * KD].view(t, HK, KD)
+        self.v = qkv[:, 2 * HK * KD :].view(t, HV, VD)
+        self.g = -torch.rand(t, HV, device="cuda") * 0.5
+        self.beta = torch.rand(t, HV, device="cuda")
+        self.w = torch.randn(CONV, 4, device="cuda").bfloat16()
+        self.a_log = torch.rand(HV, device="cuda").bfloat16()
+        self.dt_bias = torch.randn(HV, device="cuda").bfloat16()
+        self.conv_state = torch.randn(n_slots, CONV, 3, device="cuda").bfloat16()
+        self.ssm_state = torch.randn(n_slots, HV, KD, VD, device="cuda") * 0.1
+
+
+def _ops(batch: ForwardBatch) -> dict:
+    return {
+        "gdn": lambda L: tg.gated_delta_rule(L.q, L.k, L.v, L.g, L.beta, L.ssm_state, batch),
+        "conv": lambda L: tg.causal_conv1d(L.x, L.w, L.conv_state, batch),
+        "gating": lambda L: tg.gdn_gating(L.a, L.b, L.a_log, L.dt_bias),
+    }
+
+
+def _bytes(op: str, c: int, n: int) -> float:
+    """Bytes that must move for C sequences of n tokens each."""
+    t = c * n
+    if op == "gdn":  # state read once, written once (or once per token in verify), q k v read, o written
+        writes = n if n > 1 and n <= tg.RECURRENT_MAX_TOKENS else 1
+        return c * STATE_BYTES * (1 + writes) + t * (2 * HK * KD + 2 * HV * VD) * 2 + t * HV * 8
+    if op == "conv":
+        return t * CONV * 2 * 2 + c * CONV * 3 * 2 * 2 + CONV * 8
+    return t * HV * (2 * 2 + 2 * 4)
+
+
+def _graph_us(fn, layers: list[Layer]) -> float:
+    def all_layers():
+        for L in layers:
+            fn(L)
+
+    return triton.testing.do_bench_cudagraph(all_layers, rep=200, return_mode="median") * 1e3 / len(layers)
+
+
+def decode_rows(cs=(1, 8, 64), verify=((8, 4),)) -> list[tuple]:
+    rows = []
+    for c, n in [(c, 1) for c in cs] + list(verify):
+        batch, n_slots = _batch([n] * c, verify=n > 1)
+        n_layers = max(2, min(48, math.ceil(256e6 / (c * STATE_BYTES))))  # the touched state > L2
+        layers = [Layer(c * n, n_slots) for _ in range(n_layers)]
+        for op, fn in _ops(batch).items():
+            us = _graph_us(fn, layers)
+            floor = _bytes(op, c, n) / BW * 1e6
+            rows.append(
+                (f"{op} {'verify' if n > 1 else 'decode'} C={c}" + (f"x{n}" if n > 1 else ""), us, floor)
+            )
+        del layers
+        torch.cuda.empty_cache()
+    return rows
+
+
+def prefill_rows(lens: list[int]) -> list[tuple]:
+    batch, n_slots = _batch(lens)
+    L = Layer(sum(lens), n_slots)
+    rows = []
+    for op, fn in _ops(batch).items():
+        ms = triton.testing.do_bench(lambda fn=fn: fn(L), warmup=5, rep=200, return_mode="median")
+        floor = _bytes(op, len(lens), max(lens)) / BW * 1e6
+        name = f"{op} prefill {sum(lens)} ({len(lens)} seq)"
+        rows.append((name, ms * 1e3, floor))
+    return rows
+
+
+def prefill_breakdown(lens: list[int]) -> None:
+    """Per-kernel CUDA time of one prefill layer (the profiler's averages)."""
+    batch, n_slots = _batch(lens)
+    L = Layer(sum(lens), n_slots)
+    for fn in _ops(batch).values():
+        fn(L)
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(10):
+            for fn in _ops(batch).values():
+                fn(L)
+        torch.cuda.synchronize()
+    print(f"\nper kernel, prefill {sum(lens)} tokens (us per call):")
+    for e in prof.key_averages():
+        if e.device_type == torch.autograd.DeviceType.CUDA and "kernel" in e.key:
+            print(f"  {e.key[:60]:60s} {e.device_time_total / e.count:9.1f}")
+
+
+def fla_row(lens: list[int]) -> list[tuple]:
+    """fla-core's chunk_gated_delta_rule on the same inputs (when installed), for comparison."""
+    try:
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+    except Exception:
+        return []
+    t = sum(lens)
+    L = Layer(t, 2)
+    cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32, device="cuda")
+    rep = HV // HK
+    q = L.q.repeat_interleave(rep, 1)[None].contiguous()
+    k = L.k.repeat_interleave(rep, 1)[None].contiguous()
+    h0 = torch.zeros(len(lens), HV, KD, VD, device="cuda")
+
+    def run():
+        return chunk_gated_delta_rule(
+            q, k, L.v[None].contiguous(), L.g[None], L.beta[None], initial_state=h0, output_final_state=True,
+            cu_seqlens=cu, use_qk_l2norm_in_kernel=True,
+        )  # fmt: skip
+
+    ms = triton.testing.do_bench(run, warmup=5, rep=200, return_mode="median")
+    return [(f"fla chunk_gated_delta_rule {t}", ms * 1e3, _bytes("gdn", len(lens), max(lens)) / BW * 1e6)]
+
+
+def copy_bandwidth() -> float:
+    a = torch.empty(1 << 28, device="cuda")  # 1 GiB
+    b = torch.empty_like(a)
+    ms = triton.testing.do_bench(lambda: b.copy_(a), return_mode="median")
+    return 2 * a.numel() * 4 / (ms * 1e-3)
+
+
+def print_table(rows: list[tuple], title: str) -> None:
+    print(f"\n{title}\n{'what':44s} {'us':>10s} {'floor us':>10s} {'ratio':>7s}")
+    for name, us, floor in rows:
+        print(f"{name:44s} {us:10.2f} {floor:10.2f} {floor / us:7.2f}")
+
+
+def sweep() -> None:
+    base_d, base_c, base_v = dict(tg.DECODE), dict(tg.CHUNK), dict(tg.CONV)
+    print("\nsweep: recurrent kernel (DECODE), us per layer")
+    for bv in (8, 16, 32, 64):
+        for nw in (1, 2, 4, 8):
+            tg.DECODE = {"BV": bv, "num_warps": nw}
+            res = [r[1] for r in decode_rows(cs=(1, 64), verify=((8, 4),)) if r[0].startswith("gdn")]
+            print(f"  BV={bv:3d} warps={nw}: C=1 {res[0]:8.2f}  C=64 {res[1]:8.2f}  verify 8x4 {res[2]:8.2f}")
+    tg.DECODE = base_d
+    lens = [8192]
+    print("\nsweep: chunked kernels (CHUNK), us per 8K-token layer")
+    trials = [{"prep_warps": w} for w in (4, 8)]
+    trials += [
+        {"state_BV": bv, "state_warps": w, "state_stages": st}
+        for bv in (16, 32, 64)
+        for w in (2, 4, 8)
+        for st in (1, 2)
+    ]
+    trials += [{"out_BV": bv, "out_warps": w} for bv in (32, 64, 128) for w in (4, 8)]
+    trials += [{"BT": 32}]
+    for trial in trials:
+        tg.CHUNK = dict(base_c, **trial)
+        try:
+            us = prefill_rows(lens)[0][1]
+            print(f"  {trial}: {us:9.1f}")
+        except Exception as e:  # a tile that does not fit (shared memory / registers) is just skipped
+            print(f"  {trial}: failed ({type(e).__name__}: {str(e)[:80]})")
+    tg.CHUNK = base_c
+    print("\nsweep: conv (CONV), us: decode C=1 / prefill 8K")
+    for bc in (64, 128, 256):
+        for bt in (16, 32, 64):
+            tg.CONV = dict(base_v, BC=bc, BT=bt)
+            d = [r[1] for r in decode_rows(cs=(1,), verify=()) if r[0].startswith("conv")][0]
+            p = [r[1] for r in prefill_rows(lens) if r[0].startswith("conv")][0]
+            print(f"  BC={bc:3d} BT={bt:2d}: {d:8.2f} / {p:8.1f}")
+    tg.CONV = base_v
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sweep", action="store_true", help="sweep tile settings too")
+    args = ap.parse_args()
+    random.seed(0)
+    torch.manual_seed(0)
+    print(f"{torch.cuda.get_device_name()}  torch {torch.__version__}  triton {triton.__version__}")
+    print(
+        f"copy bandwidth measured now: {copy_bandwidth() / 1e12:.2f} TB/s (floors use {BW / 1e12:.1f} TB/s)"
+    )
+    print(f"settings: DECODE {tg.DECODE}  CHUNK {tg.CHUNK}  CONV {tg.CONV}")
+    print_table(decode_rows(), "decode / verify, per layer (CUDA graph, state from HBM)")
+    rows = prefill_rows([8192]) + prefill_rows([2048] * 4)
+    rows += fla_row([8192])
+    print_table(rows, "prefill, per layer (do_bench)")
+    for name, us, _ in rows:
+        if name.startswith("gdn"):
+            print(f"  {name}: {float(name.split()[2]) / us * 1e6:,.0f} tok/s per layer")
+    prefill_breakdown([8192])
+    if args.sweep:
+        sweep()
+
+
+if __name__ == "__main__":
+    main()

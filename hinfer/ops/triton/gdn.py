@@ -1,0 +1,100 @@
+"""Triton twins of hinfer.ops.gdn: causal_conv1d, gdn_gating, gated_delta_rule (same signatures/semantics).
+
+gated_delta_rule has two paths behind one call: sequences of <= RECURRENT_MAX_TOKENS new tokens (decode,
+speculative verify, short tails) go to the recurrent kernel (gdn_recurrent.py); longer ones to the chunked
+kernels (gdn_chunk.py). A decode-only batch launches exactly one kernel whose grid depends only on the
+batch shape, so it can be captured in a CUDA graph. In a verify batch (gdn_step_slots set) the threshold is
+VERIFY_MAX_TOKENS, so every verify row gets its per-token states; a longer row there is taken to be a
+non-verify prefill row (its step slots all equal its own slot, as build_forward_batch makes them), and the
+chunked path writes its final state to gdn_step_slots[b, n-1], i.e. that slot, as the reference does.
+Tile settings are module constants so the benchmark can sweep them (bench/gdn_kernels.py). The chunked
+state kernel is a sequential chain per (sequence, head, V block): its programs must all be resident at once
+(one wave), hence BV=32 with one pipeline stage (57 KB shared memory, 229 registers: 2 CTAs per SM).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hinfer.engine.forward_batch import ForwardBatch
+from hinfer.ops.triton.gdn_chunk import chunked_launch
+from hinfer.ops.triton.gdn_conv import causal_conv1d_launch, gdn_gating_launch
+from hinfer.ops.triton.gdn_recurrent import recurrent_launch
+
+RECURRENT_MAX_TOKENS = 8  # sequences up to this many new tokens run the recurrent kernel
+VERIFY_MAX_TOKENS = 16  # the same in a verify batch: every verify row (draft tokens + 1) must fit
+DECODE = {"BV": 16, "num_warps": 2}  # recurrent kernel: V columns per program, warps
+CHUNK = {
+    "BT": 64,
+    "PREC": "tf32",
+    "prep_warps": 8,
+    "state_BV": 32,
+    "state_warps": 4,
+    "state_stages": 1,
+    "out_BV": 64,
+    "out_warps": 8,
+}
+CONV = {"small_q": 16, "BT": 16, "BC": 128, "num_warps": 4}
+
+
+def _empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Output allocation (tests patch this to poison outputs with NaN)."""
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def _unit_last(x: torch.Tensor) -> torch.Tensor:
+    return x if x.stride(-1) == 1 else x.contiguous()
+
+
+def causal_conv1d(
+    x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor, batch: ForwardBatch
+) -> torch.Tensor:
+    x = _unit_last(x)
+    y = _empty(tuple(x.shape), x.dtype, x.device)
+    causal_conv1d_launch(
+        x, _unit_last(weight), conv_state, y, batch.cu_q_lens, batch.gdn_slots, batch.gdn_step_slots,
+        batch.q_lens_cpu, CONV["small_q"], CONV["BT"], CONV["BC"], CONV["num_warps"],
+    )  # fmt: skip
+    return y
+
+
+def gdn_gating(
+    a: torch.Tensor, b: torch.Tensor, a_log: torch.Tensor, dt_bias: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    a, b = _unit_last(a), _unit_last(b)
+    g = _empty(tuple(a.shape), torch.float32, a.device)
+    beta = _empty(tuple(a.shape), torch.float32, a.device)
+    gdn_gating_launch(a, b, a_log.contiguous(), dt_bias.contiguous(), g, beta)
+    return g, beta
+
+
+def gated_delta_rule(
+    q: torch.Tensor,  # [T, HK, K]
+    k: torch.Tensor,  # [T, HK, K]
+    v: torch.Tensor,  # [T, HV, V]
+    g: torch.Tensor,  # [T, HV] fp32
+    beta: torch.Tensor,  # [T, HV] fp32
+    ssm_state: torch.Tensor,  # [S, HV, K, V] fp32, one layer
+    batch: ForwardBatch,
+) -> torch.Tensor:
+    q, k, v, g, beta = (_unit_last(x) for x in (q, k, v, g, beta))
+    kd, vd = q.shape[-1], v.shape[-1]
+    if kd & (kd - 1) or vd & (vd - 1) or min(kd, vd) < 16:
+        raise ValueError(f"gated_delta_rule kernels need power-of-2 head dims >= 16, got K={kd} V={vd}")
+    o = _empty(tuple(v.shape), v.dtype, v.device)
+    lens = batch.q_lens_cpu
+    max_n = (
+        RECURRENT_MAX_TOKENS if batch.gdn_step_slots is None else max(RECURRENT_MAX_TOKENS, VERIFY_MAX_TOKENS)
+    )
+    long_seqs = [b for b, n in enumerate(lens) if n > max_n]
+    if len(long_seqs) < len(lens):
+        recurrent_launch(
+            q, k, v, g, beta, ssm_state, o, batch.cu_q_lens, batch.gdn_slots, batch.gdn_step_slots,
+            len(lens), max_n, DECODE["BV"], DECODE["num_warps"],
+        )  # fmt: skip
+    if long_seqs:
+        chunked_launch(
+            q, k, v, g, beta, ssm_state, o, batch.cu_q_lens, batch.gdn_slots, batch.gdn_step_slots,
+            lens, long_seqs, CHUNK,
+        )  # fmt: skip
+    return o

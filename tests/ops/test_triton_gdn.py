@@ -1,0 +1,312 @@
+"""Triton GDN kernels vs the reference bodies, under Triton's CPU interpreter at tiny shapes (CI).
+
+Triton reads TRITON_INTERPRET when @triton.jit decorates a function, i.e. at import time of the module that
+defines it (triton/runtime/jit.py: `if knobs.runtime.interpret` inside `jit`), not at launch. Two kinds of
+modules matter: ours (hinfer.ops.triton.gdn*), which the `tg` fixture imports afresh with the flag set and
+puts back afterwards, and triton's own (tl.sum, tl.cumsum, ... are @jit functions of triton.language), which
+are fixed when `import triton` first runs. So on a machine without CUDA this module makes sure triton is
+first imported with the flag set (as tests/ops/conftest.py does too); where that is impossible (a GPU is
+present, or triton was already imported for the GPU) the same tests run in a child process instead.
+The interpreter cannot catch what only the GPU compiler rejects, so the kernels are also compiled for sm_90
+(PTX and cubin with the wheel's ptxas, no GPU needed) at the default 27B tile settings, in a child process.
+Inputs are fresh random values every run (the seed is in each failure message); outputs are poisoned with
+NaN before the call and step-slot destinations in the state too, so an element never written fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from hinfer.engine.forward_batch import ForwardBatch, SeqChunk, build_forward_batch
+from hinfer.ops import gdn as ref
+
+_MODS = "hinfer.ops.triton.gdn"
+N_SLOTS = 40  # enough for every scenario's own slots plus its verify step slots
+_CHILD = "HINFER_GDN_INTERP_CHILD"
+
+
+def _interpreter_usable() -> bool:
+    """Whether triton's own @jit helpers are (or can still be made) interpreted in this process."""
+    if os.environ.get(_CHILD) != "1" and torch.cuda.is_available():
+        return False  # never switch a GPU process to the interpreter
+    if "triton" not in sys.modules:
+        old = os.environ.get("TRITON_INTERPRET")
+        os.environ["TRITON_INTERPRET"] = "1"
+        import triton.language.standard  # noqa: F401
+
+        if old is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = old
+    import triton.language.standard as std
+    from triton.runtime.jit import JITFunction
+
+    return not isinstance(std.sum, JITFunction)
+
+
+IN_PROCESS = _interpreter_usable()
+interp = pytest.mark.skipif(
+    not IN_PROCESS, reason="triton imported for the GPU here: runs in a child process"
+)
+
+
+@pytest.mark.skipif(IN_PROCESS, reason="the interpreter tests run in this process")
+def test_interpreter_suite_in_child_process():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env |= {_CHILD: "1", "CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "1"}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-6000:]
+
+
+@contextlib.contextmanager
+def _fresh_gdn(interpret: bool):
+    """hinfer.ops.triton.gdn imported anew with TRITON_INTERPRET set or unset; afterwards the previous
+    modules (and package attributes: `from hinfer.ops.triton import gdn` reads those) are put back."""
+    import hinfer.ops.triton as pkg
+
+    saved = {n: m for n, m in sys.modules.items() if n.startswith(_MODS)}
+    names = ("gdn", "gdn_common", "gdn_conv", "gdn_recurrent", "gdn_chunk")
+    saved_attrs = {n: getattr(pkg, n, None) for n in names}
+    old_env = os.environ.get("TRITON_INTERPRET")
+    for n in saved:
+        del sys.modules[n]
+    if interpret:
+        os.environ["TRITON_INTERPRET"] = "1"
+    else:
+        os.environ.pop("TRITON_INTERPRET", None)
+    try:
+        mod = importlib.import_module(_MODS)
+    finally:
+        if old_env is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = old_env
+    try:
+        yield mod
+    finally:
+        for n in [n for n in sys.modules if n.startswith(_MODS)]:
+            del sys.modules[n]
+        sys.modules.update(saved)
+        for name, m in saved_attrs.items():
+            if m is not None:
+                setattr(pkg, name, m)
+            elif hasattr(pkg, name):
+                delattr(pkg, name)
+
+
+@pytest.fixture(scope="module")
+def tg():
+    with _fresh_gdn(interpret=True) as mod:
+        yield mod
+
+
+@pytest.fixture
+def small_tiles(tg, monkeypatch):
+    """Tiles smaller than the defaults so tiny shapes still span several programs per axis."""
+    monkeypatch.setattr(tg, "CONV", {"small_q": 4, "BT": 8, "BC": 16, "num_warps": 4})
+    monkeypatch.setattr(tg, "DECODE", {"BV": 8, "num_warps": 2})
+    monkeypatch.setattr(
+        tg, "_empty", lambda shape, dtype, device: torch.full(shape, float("nan"), dtype=dtype)
+    )
+    return tg
+
+
+@pytest.fixture
+def seed() -> int:
+    s = random.SystemRandom().randrange(2**31)
+    torch.manual_seed(s)
+    random.seed(s)
+    return s
+
+
+def _batch(
+    lens: list[int], step: list[list[int] | None] | None = None, n_slots: int = N_SLOTS
+) -> ForwardBatch:
+    """Sequences of the given lengths on distinct random (unordered) slots; verify rows get fresh step slots."""
+    pool = random.sample(range(1, n_slots), n_slots - 1)
+    chunks = []
+    for i, n in enumerate(lens):
+        st = None
+        if step is not None and step[i] is not None:
+            st = [pool.pop() for _ in range(n)]
+        chunks.append(SeqChunk(list(range(n)), 0, [0], pool.pop(), gdn_step_slots=st))
+    return build_forward_batch(chunks, 4096, "cpu")
+
+
+def _step_targets(batch: ForwardBatch) -> list[int]:
+    """Slots written in step mode that are not any sequence's current slot (safe to poison)."""
+    if batch.gdn_step_slots is None:
+        return []
+    own = set(batch.gdn_slots.tolist())
+    return sorted({s for row in batch.gdn_step_slots.tolist() for s in row} - own)
+
+
+# decode rows first (as the scheduler orders them), then chunks; one verify row per draft count 1..4
+SCENARIOS = {
+    "decode": ([1, 1, 1, 1, 1], None),
+    "mixed": ([1, 1, 2, 3, 13, 29], None),
+    "verify": ([1, 2, 3, 4, 2], [[0], [0], [0], [0], None]),
+    # an 11-token verify row (past RECURRENT_MAX_TOKENS, within VERIFY_MAX_TOKENS) and a 19-token prefill row
+    "verify+prefill": ([2, 4, 11, 1, 19], [[0], [0], [0], None, None]),
+}
+
+
+def _lens(name: str) -> tuple[list[int], list | None]:
+    lens, step = SCENARIOS[name]
+    # randomise the prefill lengths a little (keep decode/verify rows as they are)
+    return [n if n <= 4 else n + random.randrange(-2, 3) for n in lens], step
+
+
+@interp
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gating(small_tiles, seed, dtype):
+    tg = small_tiles
+    t, hv = 37, 6
+    a = torch.randn(t, hv + 3, dtype=dtype)[:, 1 : 1 + hv]  # strided like a slice of the fused projection
+    b = torch.randn(t, hv + 3, dtype=dtype)[:, 2 : 2 + hv] * 3
+    a_log = (torch.rand(hv) * 2.5).to(dtype)
+    dt_bias = torch.randn(hv).to(dtype)
+    a[0, 0] = 25.0  # softplus linear branch
+    a[1, 1] = -30.0  # softplus tiny branch
+    g, beta = tg.gdn_gating(a, b, a_log, dt_bias)
+    g_ref, beta_ref = ref.gdn_gating_ref(a, b, a_log, dt_bias)
+    assert g.dtype == beta.dtype == torch.float32
+    torch.testing.assert_close(g, g_ref, rtol=2e-6, atol=1e-7, msg=lambda m: f"seed {seed}: {m}")
+    tol = 2**-8 if dtype == torch.bfloat16 else 1e-6  # one bf16 ulp: sigmoid rounded to the b dtype
+    torch.testing.assert_close(beta, beta_ref, rtol=0, atol=tol, msg=lambda m: f"seed {seed}: {m}")
+
+
+@interp
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_causal_conv1d(small_tiles, seed, scenario):
+    tg = small_tiles
+    lens, step = _lens(scenario)
+    batch = _batch(lens, step)
+    t, c, dt = sum(lens), 40, torch.bfloat16
+    x = torch.randn(t, c + 24, dtype=dt)[:, 8 : 8 + c]  # row stride != c, as the qkv slice of in_proj
+    w = torch.randn(c, 4, dtype=dt)
+    state = torch.randn(N_SLOTS, c, 3, dtype=dt)
+    st_k = state.clone()
+    st_k[_step_targets(batch)] = float("nan")
+    st_r = state.clone()
+    y = tg.causal_conv1d(x, w, st_k, batch)
+    y_ref = ref.causal_conv1d_ref(x, w, st_r, batch)
+    msg = f"seed {seed} lens {lens}"
+    assert not y.isnan().any(), msg
+    # fp32 accumulation in another order can flip a bf16 rounding: one ulp
+    torch.testing.assert_close(y.float(), y_ref.float(), rtol=2**-7, atol=1e-3, msg=lambda m: f"{msg}: {m}")
+    assert torch.equal(st_k, st_r), f"{msg}: conv state differs (copies of inputs must match bit for bit)"
+
+
+@interp
+@pytest.mark.parametrize(
+    "scenario,chunk,dtype",
+    [
+        ("decode", 16, torch.float32),
+        ("mixed", 16, torch.float32),
+        ("mixed", 32, torch.bfloat16),
+        ("verify", 16, torch.bfloat16),
+        ("verify+prefill", 16, torch.float32),
+        ("long", 64, torch.float32),
+    ],
+)
+def test_gated_delta_rule(small_tiles, monkeypatch, seed, scenario, chunk, dtype):
+    tg = small_tiles
+    monkeypatch.setattr(tg, "CHUNK", dict(tg.CHUNK, BT=chunk, state_BV=16, out_BV=16))
+    if scenario == "long":  # several 64-token chunks (all four 16-blocks of the inverse), plus a decode row
+        lens, step = [1, 70 + random.randrange(0, 6), 33], None
+    else:
+        lens, step = _lens(scenario)
+    batch = _batch(lens, step)
+    t, hk, hv, kd, vd = sum(lens), 2, 4, 16, 32
+    qkv = torch.randn(t, 2 * hk * kd + hv * vd + 8, dtype=dtype)  # strided views of one buffer, as the model
+    q = qkv[:, : hk * kd].view(t, hk, kd)
+    k = qkv[:, hk * kd : 2 * hk * kd].view(t, hk, kd)
+    v = qkv[:, 2 * hk * kd : 2 * hk * kd + hv * vd].view(t, hv, vd)
+    g = -(torch.rand(t, hv) * 1.5 + 0.01)
+    beta = torch.rand(t, hv) * 0.98 + 0.01
+    state = torch.randn(N_SLOTS, hv, kd, vd) * 0.5
+    s_k = state.clone()
+    s_k[_step_targets(batch)] = float("nan")
+    s_r = state.clone()
+    o = tg.gated_delta_rule(q, k, v, g, beta, s_k, batch)
+    o_ref = ref.gated_delta_rule_ref(q, k, v, g, beta, s_r, batch)
+    msg = f"seed {seed} lens {lens}"
+    assert o.dtype == dtype and not o.isnan().any(), msg
+    tol = dict(rtol=2**-7, atol=2e-3) if dtype == torch.bfloat16 else dict(rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(o.float(), o_ref.float(), **tol, msg=lambda m: f"{msg}: {m}")
+    torch.testing.assert_close(s_k, s_r, rtol=1e-4, atol=1e-5, msg=lambda m: f"{msg}: state: {m}")
+
+
+@interp
+def test_dispatch_uses_triton(small_tiles, monkeypatch, seed):
+    """HINFER_TRITON=1 routes hinfer.ops.gdn to these kernels (the interpreted copies, via the package)."""
+    tg = small_tiles
+    monkeypatch.setenv("HINFER_TRITON", "1")
+    calls = []
+    real = tg.causal_conv1d
+    monkeypatch.setattr(tg, "causal_conv1d", lambda *a: calls.append(1) or real(*a))
+    batch = _batch([1, 3])
+    x = torch.randn(4, 16)
+    out = ref.causal_conv1d(x, torch.randn(16, 4), torch.randn(N_SLOTS, 16, 3), batch)
+    assert calls and out.shape == x.shape
+
+
+@interp
+def test_kernels_compile_for_sm90():
+    """Every kernel at its default 27B-shape settings goes through Triton's whole sm_90 pipeline. In a child
+    process: triton's own @jit helpers (tl.sum's combine function, ...) were defined as interpreted functions
+    if this process imported triton under TRITON_INTERPRET=1, and such a process cannot compile for a GPU."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = f"import runpy; runpy.run_path({__file__!r})['_compile_all']()"
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-4000:]
+    assert res.stdout.count("compiled") == 8, res.stdout
+
+
+def _compile_all() -> None:
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, compile
+
+    with _fresh_gdn(interpret=False) as m:
+        from hinfer.ops.triton import gdn_chunk, gdn_conv, gdn_recurrent
+
+        bf, f32, i32, i64 = "*bf16", "*fp32", "*i32", "*i64"
+        ptrs = dict(x_ptr=bf, w_ptr=bf, st_ptr=bf, y_ptr=bf, cu_ptr=i32, slot_ptr=i64, step_ptr=i64)
+        ptrs |= dict(tab_ptr=i32, a_ptr=bf, b_ptr=bf, alog_ptr=bf, dtb_ptr=bf, g_ptr=f32, beta_ptr=f32)
+        ptrs |= dict(q_ptr=bf, k_ptr=bf, v_ptr=bf, s_ptr=f32, o_ptr=bf, u_ptr=f32, gc_ptr=f32, h_ptr=f32)
+        ptrs |= dict(ctab_ptr=i32, stab_ptr=i32, scale="fp32")
+        gqa = dict(REP=3, K=128)
+        ch = dict(gqa, HV=48, V=128, BT=m.CHUNK["BT"], PREC=m.CHUNK["PREC"])
+        cases = [
+            (gdn_conv._conv_kernel, dict(BT=2, BC=m.CONV["BC"], USE_TAB=False, HAS_STEP=True, EMU=False), m.CONV),
+            (gdn_conv._conv_kernel, dict(BT=m.CONV["BT"], BC=m.CONV["BC"], USE_TAB=True, HAS_STEP=False, EMU=False), m.CONV),
+            (gdn_conv._gating_kernel, dict(BLOCK=1024, EMU=False), {"num_warps": 4}),
+            (gdn_recurrent._recurrent_kernel, dict(gqa, BV=m.DECODE["BV"], HAS_STEP=False, EMU=False), m.DECODE),
+            (gdn_recurrent._recurrent_kernel, dict(gqa, BV=m.DECODE["BV"], HAS_STEP=True, EMU=False), m.DECODE),
+            (gdn_chunk._prep_kernel, dict(ch, SUB=16), {"num_warps": m.CHUNK["prep_warps"]}),
+            (gdn_chunk._state_kernel, dict(ch, BV=m.CHUNK["state_BV"], HAS_STEP=True, INTERP=False),
+             {"num_warps": m.CHUNK["state_warps"], "num_stages": m.CHUNK["state_stages"]}),
+            (gdn_chunk._out_kernel, dict(ch, BV=m.CHUNK["out_BV"], EMU=False), {"num_warps": m.CHUNK["out_warps"]}),
+        ]  # fmt: skip
+        for fn, consts, opts in cases:
+            types = (
+                ptrs if fn.__name__.startswith("_conv") else dict(ptrs, w_ptr=f32)
+            )  # the weight vs chunk w
+            sig = {a: "constexpr" if a in consts else types.get(a, "i32") for a in fn.arg_names}
+            # pointers and strides are 16-divisible at run time, as Triton's launcher would specialise them
+            div = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if sig[a][0] == "*"}
+            options = {k: v for k, v in opts.items() if k in ("num_warps", "num_stages")}
+            kernel = compile(ASTSource(fn, sig, constexprs=consts, attrs=div), target=GPUTarget("cuda", 90, 32),
+                             options=options)  # fmt: skip
+            assert kernel.asm.get("cubin"), fn.__name__
+            print("compiled", fn.__name__, kernel.metadata.shared)
