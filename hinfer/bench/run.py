@@ -74,11 +74,11 @@ def build_model(path: Path, is_ckpt: bool, cfg: ModelConfig, weights: str) -> Qw
         from hinfer.model.loader import load_weights
         from hinfer.weights.hf_reader import HFCheckpoint
 
-        model = Qwen35ForCausalLM(cfg, torch.bfloat16, dev)
+        model = Qwen35ForCausalLM(cfg, torch.bfloat16, dev, with_mtp=False)
         ck = HFCheckpoint(path)
         load_weights(model, ((n, t.to(dev, torch.bfloat16)) for n, t in ck.iter_tensors(dtype=torch.bfloat16)))
     else:
-        model = random_init(Qwen35ForCausalLM(cfg, torch.bfloat16, dev), seed=0)
+        model = random_init(Qwen35ForCausalLM(cfg, torch.bfloat16, dev, with_mtp=False), seed=0)
     if weights != "bf16":
         from hinfer.quant.apply import quantize_model
 

