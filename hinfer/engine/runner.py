@@ -47,6 +47,8 @@ class ModelRunner:
                 return g.run(seq_chunks)
         batch = build_forward_batch(seq_chunks, self.state.page_size, self.device)
         hidden = self.model(batch, self.state)
+        if not batch.logits_indices.numel():  # a non-final prompt chunk: no logits wanted
+            return hidden.new_empty((0, 0), dtype=torch.float32)
         return self.model.compute_logits(hidden[batch.logits_indices])
 
     @torch.inference_mode()

@@ -32,7 +32,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedWeight) -> torch.Ten
     if (
         weight.dtype == torch.bfloat16
         and x.dtype == torch.bfloat16
-        and x.numel() <= SKINNY_MAX_M[BF16] * x.shape[-1]
+        and 0 < x.numel() <= SKINNY_MAX_M[BF16] * x.shape[-1]
         and use_triton(x)
     ):
         from hinfer.ops.triton.linear import bf16_linear

@@ -1,0 +1,60 @@
+"""Where a decode step's time goes: CUDA-graph replays of the real runner under torch.profiler, kernels summed.
+
+    python bench/profile_decode.py [--config qwen3.6-27b] [--lanes 1] [--depth 1024] [--layers 64] [--quant int4]
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+
+import torch
+
+from hinfer.bench import floors, measure
+from hinfer.bench.run import build_model, resolve_model, truncate_layers
+from hinfer.config import EngineConfig, load_model_config
+from hinfer.engine.factory import make_core, resolve_engine_config
+from hinfer.fixtures import tokenizer_dir
+from hinfer.tokenizer import Tokenizer
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", default="qwen3.6-27b")
+    ap.add_argument("--lanes", type=int, default=1)
+    ap.add_argument("--depth", type=int, default=1024)
+    ap.add_argument("--layers", type=int, default=None)
+    ap.add_argument("--quant", default="bf16")
+    ap.add_argument("--steps", type=int, default=20)
+    a = ap.parse_args()
+    path, is_ckpt = resolve_model(a.config)
+    cfg = truncate_layers(load_model_config(path), a.layers)
+    ecfg = resolve_engine_config(cfg, EngineConfig(device="cuda", dtype="bf16", max_concurrency=a.lanes,
+                                                   max_context=a.depth + 256))  # fmt: skip
+    model = build_model(path, is_ckpt, cfg, a.quant)
+    core = make_core(cfg, model, Tokenizer.from_dir(tokenizer_dir()), ecfg, torch.device("cuda"))
+    measure.fill_random(core.runner)
+    t = measure.decode(core.runner, a.lanes, a.depth, steps=a.steps)
+    wb = floors.weight_bytes_per_step(model)
+    b = floors.decode_step_bytes(cfg, wb, a.lanes, a.depth, 2, 2)
+    bw = 4.2e12
+    print(f"step {t.ms_per_step:.3f} ms, floor {b.total / bw * 1e3:.3f} ms (weights {wb / 1e9:.2f} GB)")
+    seqs_steps = 5
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        measure.decode(core.runner, a.lanes, a.depth, steps=seqs_steps, warmup=0)
+        torch.cuda.synchronize()
+    agg: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            k = ev.name[:70]
+            agg[k][0] += ev.device_time_total if hasattr(ev, "device_time_total") else ev.cuda_time_total
+            agg[k][1] += 1
+    total = sum(v[0] for v in agg.values())
+    print(f"GPU busy per step {total / seqs_steps / 1e3:.3f} ms")
+    print(f"{'kernel':72s} {'us/step':>9s} {'calls/step':>10s}")
+    for k, (us, n) in sorted(agg.items(), key=lambda kv: -kv[1][0])[:25]:
+        print(f"{k:72s} {us / seqs_steps:9.1f} {n / seqs_steps:10.1f}")
+
+
+if __name__ == "__main__":
+    main()
