@@ -66,7 +66,20 @@ def _pow2_at_most(x: int) -> int:
 
 # (fmt, N, K, m_bucket) -> config. Filled from `bench/linear_kernels.py --tune` on the H200; empty entries fall
 # back to the heuristic.
-TUNED: dict[tuple[str, int, int, int], SkinnyConfig] = {}
+# Swept on the H200 (2026-11-30, `bench/linear_kernels.py --tune --formats bf16 --ms 1,8`); GDN in_proj fused
+# (16480 rows) reuses the 16384-row winner. Keys: (format, N, K, M bucket).
+TUNED: dict[tuple[str, int, int, int], SkinnyConfig] = {
+    ("bf16", 14336, 5120, 1): SkinnyConfig(16, 256, 1, 1, 4, 3),
+    ("bf16", 14336, 5120, 8): SkinnyConfig(32, 128, 16, 1, 4, 4),
+    ("bf16", 16384, 5120, 1): SkinnyConfig(32, 256, 1, 1, 4, 3),
+    ("bf16", 16384, 5120, 8): SkinnyConfig(32, 128, 16, 1, 4, 3),
+    ("bf16", 16480, 5120, 1): SkinnyConfig(32, 256, 1, 1, 4, 3),
+    ("bf16", 16480, 5120, 8): SkinnyConfig(32, 128, 16, 1, 4, 3),
+    ("bf16", 5120, 6144, 1): SkinnyConfig(64, 128, 16, 4, 4, 3),
+    ("bf16", 5120, 6144, 8): SkinnyConfig(64, 128, 16, 4, 4, 3),
+    ("bf16", 5120, 17408, 1): SkinnyConfig(64, 128, 16, 4, 4, 3),
+    ("bf16", 5120, 17408, 8): SkinnyConfig(64, 128, 16, 4, 4, 3),
+}
 
 
 def _split_for(n: int, m: int, k: int, block_n: int, block_m: int, block_k: int, sms: int) -> int:

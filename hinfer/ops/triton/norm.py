@@ -106,7 +106,8 @@ def _launch(
     round_wy = torch.promote_types(weight.dtype, x.dtype) == x.dtype
     block_n = triton.next_power_of_2(n)
     block_m = max(1, min(64, 4096 // block_n))
-    warps = 4 if block_m * block_n <= 4096 else 8
+    # one row of the hidden size per program is latency-bound at decode: more warps keep more loads in flight
+    warps = 4 if block_m * block_n <= 4096 else (16 if block_n >= 8192 else 8)
     _norm_kernel[(triton.cdiv(rows, block_m),)](
         x3, r3, z3, weight, y, r_out if r_out is not None else y,
         rows, inner, n,
