@@ -172,10 +172,10 @@ def print_table(rows: list[tuple], title: str) -> None:
         print(f"{name:44s} {us:10.2f} {floor:10.2f} {floor / us:7.2f}")
 
 
-def sweep() -> None:
+def sweep(decode: bool = True) -> None:
     base_d, base_c, base_v = dict(tg.DECODE), dict(tg.CHUNK), dict(tg.CONV)
     print("\nsweep: recurrent kernel (DECODE), us per layer")
-    for bv in (8, 16, 32, 64):
+    for bv in (8, 16, 32, 64) if decode else ():
         for nw in (1, 2, 4, 8):
             tg.DECODE = {"BV": bv, "num_warps": nw}
             res = [r[1] for r in decode_rows(cs=(1, 64), verify=((8, 4),)) if r[0].startswith("gdn")]
@@ -213,7 +213,11 @@ def sweep() -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sweep", action="store_true", help="sweep tile settings too")
+    ap.add_argument("--sweep-prefill", action="store_true", help="only sweep the prefill (chunk, conv) tiles")
     args = ap.parse_args()
+    if args.sweep_prefill:
+        sweep(decode=False)
+        return
     random.seed(0)
     torch.manual_seed(0)
     print(f"{torch.cuda.get_device_name()}  torch {torch.__version__}  triton {triton.__version__}")
