@@ -13,7 +13,7 @@ from torch import nn
 from hinfer.config import ModelConfig
 from hinfer.engine.forward_batch import ForwardBatch
 from hinfer.engine.state import ModelState
-from hinfer.ops.activation import silu_mul
+from hinfer.ops.activation import sigmoid_gate, silu_mul
 from hinfer.ops.attention import paged_attention, qk_norm_rope_write
 from hinfer.ops.gdn import causal_conv1d, gated_delta_rule, gdn_gating
 from hinfer.ops.linear import linear
@@ -69,9 +69,8 @@ class Attention(nn.Module):
             q, k, v, self.q_norm, self.k_norm, self.eps, batch.positions, self.inv_freq,
             k_cache, v_cache, batch.slot_mapping,
         )  # fmt: skip
-        o = paged_attention(q, k_cache, v_cache, batch, d**-0.5)
-        o = o.reshape(t, -1) * torch.sigmoid(gate.reshape(t, -1))
-        return linear(o, self.o_proj)
+        o = sigmoid_gate(paged_attention(q, k_cache, v_cache, batch, d**-0.5), gate)
+        return linear(o.reshape(t, -1), self.o_proj)
 
 
 class GatedDeltaNet(nn.Module):

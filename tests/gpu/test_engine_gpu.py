@@ -94,3 +94,16 @@ def test_silu_mul_kernel_at_real_shapes():
         got, want = silu_mul(x), silu_mul_ref(x)
         ulp = (got.float() - want.float()).abs() > 2.0**-7 * want.float().abs() + 1e-6
         assert ulp.double().mean().item() < 1e-3, "silu_mul differs from torch beyond one bf16 ulp"
+
+
+def test_sigmoid_gate_kernel_at_real_shapes():
+    from hinfer.ops.activation import sigmoid_gate_ref
+    from hinfer.ops.triton.activation import sigmoid_gate
+
+    for t in (1, 8, 4096):
+        qg = torch.randn(t, 24, 512, device="cuda", dtype=torch.bfloat16) * 3
+        _, g = qg.chunk(2, dim=-1)
+        x = torch.randn(t, 24, 256, device="cuda", dtype=torch.bfloat16)
+        got, want = sigmoid_gate(x, g), sigmoid_gate_ref(x, g)
+        off = (got.float() - want.float()).abs() > 2.0**-7 * want.float().abs() + 1e-6
+        assert off.double().mean().item() < 1e-3, "sigmoid_gate differs from torch beyond one bf16 ulp"

@@ -22,6 +22,15 @@ for dtype, tol in ((torch.float32, 1e-6), (torch.bfloat16, 0.0)):
         assert err <= bound, (dtype, t, inter, err)
     v = torch.randn(4, 64).to(dtype)[:, :48]  # a strided view: copied, same result
     assert torch.allclose(silu_mul(v).float(), silu_mul_ref(v).float(), rtol=1e-2, atol=1e-2)
+from hinfer.ops.activation import sigmoid_gate_ref
+from hinfer.ops.triton.activation import sigmoid_gate
+for dtype in (torch.float32, torch.bfloat16):
+    qg = (torch.randn(5, 3, 2 * 40) * 4).to(dtype)
+    q, g = qg.chunk(2, dim=-1)  # strided, as in the model
+    x = torch.randn(5, 3, 40).to(dtype)
+    got, want = sigmoid_gate(x, g), sigmoid_gate_ref(x, g)
+    err = (got.float() - want.float()).abs().max().item()
+    assert err <= 2.0**-6 * want.float().abs().max().item() + 1e-6, (dtype, err)
 print("ok")
 """
 

@@ -30,3 +30,28 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
         block = 1024
         _silu_mul_kernel[(x.shape[0], triton.cdiv(inter, block))](x, y, inter, x.stride(0), y.stride(0), BLOCK=block)
     return y.reshape(*gate_up.shape[:-1], inter)
+
+
+@triton.jit
+def _sigmoid_gate_kernel(x_ptr, g_ptr, y_ptr, heads, dim, sx_t, sx_h, sg_t, sg_h, BLOCK: tl.constexpr):
+    t = tl.program_id(0).to(tl.int64)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < heads * dim
+    h, d = offs // dim, offs % dim
+    x = tl.load(x_ptr + t * sx_t + h * sx_h + d, mask=mask, other=0.0)
+    g = tl.load(g_ptr + t * sg_t + h * sg_h + d, mask=mask, other=0.0).to(tl.float32)
+    s = (1.0 / (1.0 + tl.exp(-g))).to(x.dtype).to(tl.float32)  # torch rounds sigmoid to the input dtype first
+    tl.store(y_ptr + t * heads * dim + offs, (x.to(tl.float32) * s).to(x.dtype), mask=mask)
+
+
+def sigmoid_gate(x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    """x * sigmoid(gate) for [T, H, D] tensors whose last dim is contiguous (gate: a view into q_proj's output)."""
+    assert x.shape == gate.shape and x.dim() == 3 and x.stride(-1) == 1 and gate.stride(-1) == 1
+    t, h, d = x.shape
+    y = torch.empty((t, h, d), dtype=x.dtype, device=x.device)
+    if t:
+        block = 1024
+        _sigmoid_gate_kernel[(t, triton.cdiv(h * d, block))](
+            x, gate, y, h, d, x.stride(0), x.stride(1), gate.stride(0), gate.stride(1), BLOCK=block
+        )
+    return y
