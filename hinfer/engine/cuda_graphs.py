@@ -19,6 +19,7 @@ from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 log = logging.getLogger("hinfer.graphs")
 
 BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
+WIDTH_CLASSES = (4096, 32768)  # context lengths (tokens) with their own narrower graphs, besides max_context
 
 
 class DecodeGraphs:
@@ -71,8 +72,9 @@ class DecodeGraphs:
         table = c["page_table"].reshape(-1, self.width)
         for i, ch in enumerate(chunks):
             if self._rows[i] is not ch.page_ids:  # a lane's pages are fixed for its life: restage on change only
-                table[i, : len(ch.page_ids)] = ch.page_ids
-                table[i, len(ch.page_ids) :] = 0
+                ids = ch.page_ids[: self.width]  # the runner picks a width that covers the pages in use
+                table[i, : len(ids)] = ids
+                table[i, len(ids) :] = 0
                 self._rows[i] = ch.page_ids
         for i in range(n, b):
             if self._rows[i] is not None:

@@ -31,19 +31,26 @@ class ModelRunner:
         self.state = state
         self.sampler = sampler
         self.device = state.k_cache.device
-        self.graphs = None  # DecodeGraphs once captured
+        self.graphs: list | None = None  # DecodeGraphs per page-table width, narrowest first, once captured
 
     def capture_graphs(self, max_lanes: int, max_context: int) -> None:
-        from hinfer.engine.cuda_graphs import DecodeGraphs
+        """Decode graphs for a few page-table widths: the split-KV attention grid scales with the width, so a
+        server configured for 128K contexts would otherwise launch 128K worth of (empty) splits for short ones."""
+        from hinfer.engine.cuda_graphs import WIDTH_CLASSES, DecodeGraphs
 
-        self.graphs = DecodeGraphs(self.model, self.state, max_lanes, -(-max_context // self.state.page_size))
-        self.graphs.capture()
+        ps = self.state.page_size
+        full = -(-max_context // ps)
+        widths = sorted({min(full, -(-w // ps)) for w in WIDTH_CLASSES} | {full})
+        self.graphs = [DecodeGraphs(self.model, self.state, max_lanes, w) for w in widths]
+        for g in self.graphs:
+            g.capture()
 
     def forward_logits(self, seq_chunks: list[SeqChunk]) -> torch.Tensor:
         """Logits of the rows that want them: a captured graph for plain decode, the eager model otherwise."""
-        g = self.graphs
-        if g is not None and all(len(c.token_ids) == 1 and c.need_logits for c in seq_chunks):
-            if g.bucket(len(seq_chunks)) is not None:
+        if self.graphs and all(len(c.token_ids) == 1 and c.need_logits for c in seq_chunks):
+            need = max(c.cached_len // self.state.page_size + 1 for c in seq_chunks)  # pages up to the new token
+            g = next((g for g in self.graphs if g.width >= need), None)
+            if g is not None and g.bucket(len(seq_chunks)) is not None:
                 return g.run(seq_chunks)
         batch = build_forward_batch(seq_chunks, self.state.page_size, self.device)
         hidden = self.model(batch, self.state)
