@@ -185,7 +185,9 @@ def test_route_real_shapes(tm, seed, t):
     p = torch.softmax(logits, -1, dtype=torch.float32)
     assert torch.equal(p.gather(1, ids), p.gather(1, ids_ref)), f"seed {seed}"
     assert (ids.sort(1).values.diff(dim=1) > 0).all(), "distinct ids per token"
-    torch.testing.assert_close(w.float(), w_ref.float(), atol=0, rtol=2**-8, msg=f"seed {seed}")
+    # bf16 weights: the fp32 renormalisation may round to the neighbouring bf16 value (one ulp, up to 2^-7
+    # relative just above a power of two; seen at T=2048 on the H200, 2026-11-30)
+    torch.testing.assert_close(w.float(), w_ref.float(), atol=0, rtol=2**-7, msg=f"seed {seed}")
 
 
 @pytest.mark.parametrize("pdl", [False, True])
