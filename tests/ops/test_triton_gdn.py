@@ -31,12 +31,15 @@ from hinfer.ops import gdn as ref
 _MODS = "hinfer.ops.triton.gdn"
 N_SLOTS = 40  # enough for every scenario's own slots plus its verify step slots
 _CHILD = "HINFER_GDN_INTERP_CHILD"
+_COMPILE_CHILD = "HINFER_GDN_COMPILE_CHILD"
 
 
 def _interpreter_usable() -> bool:
     """Whether triton's own @jit helpers are (or can still be made) interpreted in this process."""
     if os.environ.get(_CHILD) != "1" and torch.cuda.is_available():
         return False  # never switch a GPU process to the interpreter
+    if os.environ.get(_COMPILE_CHILD) == "1":
+        return False  # the sm_90 compile child must import triton for real
     if "triton" not in sys.modules:
         old = os.environ.get("TRITON_INTERPRET")
         os.environ["TRITON_INTERPRET"] = "1"
@@ -266,7 +269,7 @@ def test_kernels_compile_for_sm90():
     """Every kernel at its default 27B-shape settings goes through Triton's whole sm_90 pipeline. In a child
     process: triton's own @jit helpers (tl.sum's combine function, ...) were defined as interpreted functions
     if this process imported triton under TRITON_INTERPRET=1, and such a process cannot compile for a GPU."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {_COMPILE_CHILD: "1"}
     code = f"import runpy; runpy.run_path({__file__!r})['_compile_all']()"
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-4000:]
