@@ -82,3 +82,14 @@ def test_bad_checkpoints_give_one_line_errors(tmp_path, tiny_ckpt, how, needle):
     err = [line for line in r.stderr.strip().splitlines() if line.startswith("error:")]
     assert len(err) == 1 and needle in err[0].lower(), r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_serve_refuses_a_plan_that_does_not_fit_before_loading(tiny_ckpt):
+    import time
+
+    t0 = time.monotonic()
+    r = run_cli("serve", str(tiny_ckpt), "--device", "cpu", "--gpu-memory", "1MB", "--port", "1")
+    assert r.returncode == 1
+    err = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert err and "1,000,000" in r.stderr and "loaded" not in r.stderr, r.stderr
+    assert time.monotonic() - t0 < 60
