@@ -93,3 +93,13 @@ def test_serve_refuses_a_plan_that_does_not_fit_before_loading(tiny_ckpt):
     err = [line for line in r.stderr.splitlines() if line.startswith("error:")]
     assert err and "1,000,000" in r.stderr and "loaded" not in r.stderr, r.stderr
     assert time.monotonic() - t0 < 60
+
+
+def test_chat_two_turns_on_the_demo(tmp_path):
+    import os
+
+    env = os.environ | {"HINFER_CACHE": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-m", "hinfer", "chat", "--max-tokens", "4", "--show-thinking", "--device",
+                        "cpu"], input="hi\nmore\n/quit\n", capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count(">") >= 3

@@ -1,0 +1,67 @@
+"""`hinfer chat`: a multi-turn conversation in the terminal, streamed token by token."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from hinfer.cli.engine_args import add_engine_args, engine_config_from_args
+from hinfer.cli.sampling_args import add_sampling_args, sampling_from_args
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "chat",
+        help="talk to a model in the terminal",
+        description="A multi-turn chat in the terminal with the model's chat template; replies stream as they are "
+        "generated. Type /reset to start over, /quit (or Ctrl-D) to leave. With no --model, the built-in demo "
+        "model runs (random weights: its words are random).",
+    )
+    p.add_argument("--model", default=None, help="checkpoint directory (default: the built-in demo model)")
+    p.add_argument("--system", default=None, help="system message")
+    p.add_argument("--no-thinking", action="store_true", help="render the template with enable_thinking=false")
+    p.add_argument("--show-thinking", action="store_true", help="print the reasoning text too (hidden by default)")
+    add_sampling_args(p)
+    add_engine_args(p)
+    p.set_defaults(func=run, max_tokens=1024, temperature=0.7)
+
+
+def run(args: argparse.Namespace) -> int:
+    from hinfer.engine.protocol import GenerationRequest
+    from hinfer.llm import LLM
+
+    llm = LLM(args.model or "demo", engine_config=engine_config_from_args(args))
+    if args.model is None:
+        print("(demo model: random weights, so the words are random)", file=sys.stderr)
+    system = [{"role": "system", "content": args.system}] if args.system else []
+    history: list[dict] = []
+    turn = 0
+    while True:
+        try:
+            line = input("\n> ")
+        except EOFError:
+            return 0
+        if line.strip() in ("/quit", "/exit"):
+            return 0
+        if line.strip() == "/reset":
+            history = []
+            continue
+        history.append({"role": "user", "content": line})
+        prompt = llm.tokenizer.apply_chat_template(system + history, enable_thinking=not args.no_thinking)
+        rid = f"chat-{turn}"
+        turn += 1
+        llm.core.add(GenerationRequest(rid, llm.tokenizer.encode(prompt), sampling_from_args(args)))
+        reply, thinking = "", not args.no_thinking
+        while llm.core.has_work:
+            for ev in llm.core.step():
+                reply += ev.text
+                text = ev.text
+                if thinking and "</think>" in reply:  # the template opened <think>: hide it unless asked
+                    thinking = False
+                    text = reply.split("</think>", 1)[1].lstrip("\n") if not args.show_thinking else text
+                if args.show_thinking or not thinking:
+                    sys.stdout.write(text)
+                    sys.stdout.flush()
+        answer = reply.split("</think>", 1)[-1].strip()
+        history.append({"role": "assistant", "content": answer})
+        print()
