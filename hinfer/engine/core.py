@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import random
 import time
+from collections import deque
 
 from hinfer.config import EngineConfig
 from hinfer.engine.protocol import (
+    EngineError,
     EngineStats,
     GenerationRequest,
     RequestTooLargeError,
@@ -53,7 +55,8 @@ class EngineCore:
             self.spec = make_spec_decoder(runner, ecfg)
         self._seeds = random.Random(ecfg.seed)
         self._by_id: dict[str, Sequence] = {}
-        self._aborted: set[str] = set()
+        self._aborted: deque[str] = deque()
+        self._early_aborts: set[str] = set()  # aborted before they reached add() (still in the engine's inbox)
         self.finished_count = 0
         self.tokens_generated = 0
         self.prompt_tokens = 0
@@ -79,6 +82,9 @@ class EngineCore:
         self.validate(req)
         if req.request_id in self._by_id:
             raise ValueError(f"duplicate request id {req.request_id!r}")
+        if req.request_id in self._early_aborts:  # its client left before it was queued: never run it
+            self._early_aborts.discard(req.request_id)
+            raise EngineError(f"request {req.request_id!r} was aborted")
         p = req.sampling
         seed = p.seed if p.seed is not None else self._seeds.getrandbits(63)
         seq = Sequence(req.request_id, list(req.prompt_token_ids), p, seed)
@@ -89,7 +95,7 @@ class EngineCore:
 
     def abort(self, request_id: str) -> None:
         """Thread-safe: takes effect at the next step."""
-        self._aborted.add(request_id)
+        self._aborted.append(request_id)
 
     @property
     def has_work(self) -> bool:
@@ -174,11 +180,15 @@ class EngineCore:
 
     def _drop_aborted(self) -> list[TokenEvent]:
         events = []
-        ids, self._aborted = self._aborted, set()
+        ids = set()
+        while self._aborted:  # deque.popleft is atomic: aborts from other threads are never lost
+            ids.add(self._aborted.popleft())
         for rid in ids:
             seq = self._by_id.get(rid)
             if seq is not None:
                 events.append(self._final(seq, "abort", ""))
+            elif len(self._early_aborts) < 4096:
+                self._early_aborts.add(rid)
         return events
 
     @staticmethod
