@@ -74,6 +74,8 @@ def load_model(model: str | None, ecfg: EngineConfig) -> Loaded:
     from hinfer.weights.hf_reader import HFCheckpoint
 
     path = resolve_model_path(model)
+    if path.suffix == ".hinfer" and path.is_file():
+        return _load_artifact(path, ecfg)
     cfg = load_model_config(path)
     ecfg = resolve_engine_config(cfg, ecfg)
     plan = plan_for_serve(cfg, ecfg, weight_format(ecfg))  # before any weight is read: fail fast with figures
@@ -90,6 +92,28 @@ def load_model(model: str | None, ecfg: EngineConfig) -> Loaded:
 
         quantize_model(net, weight_format(ecfg))
     log.info("loaded %s (%s, %s on %s) in %.1f s", path, cfg.model_type, ecfg.dtype, device, time.monotonic() - t0)
+    return Loaded(path, cfg, ecfg, net, tok, device, plan)
+
+
+def _load_artifact(path: Path, ecfg: EngineConfig) -> Loaded:
+    """A .hinfer file: config and tokenizer from its metadata, weights memory-mapped straight to the device."""
+    from hinfer.cli.commands.plan import plan_for_serve
+    from hinfer.weights.artifact import engine_weights, open_artifact
+
+    art = open_artifact(path)  # header only: version-checked before anything else
+    cfg, tok = art.load_config_and_tokenizer()
+    ecfg = resolve_engine_config(cfg, ecfg)
+    plan_recipe, requantize = engine_weights(art, ecfg.weights)
+    plan = plan_for_serve(cfg, ecfg, plan_recipe)
+    log.info("memory plan (%s):\n%s", plan.device_name, plan.table())
+    device, t0 = torch.device(ecfg.device), time.monotonic()
+    net = art.load_model(cfg, DTYPES[ecfg.dtype], device, with_mtp=ecfg.spec == "mtp")
+    if requantize:
+        from hinfer.quant.apply import quantize_model
+
+        quantize_model(net, requantize)
+    log.info("loaded %s (v%d, %s, %s on %s) in %.1f s", path, art.version, plan_recipe, ecfg.dtype, device,
+             time.monotonic() - t0)
     return Loaded(path, cfg, ecfg, net, tok, device, plan)
 
 

@@ -1,0 +1,241 @@
+"""The .hinfer artifact: convert, read with plain safetensors, load into the engine, version policy, fixture."""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from hinfer import LLM, SamplingParams
+from hinfer.cli.commands.convert import convert_checkpoint
+from hinfer.errors import HinferError
+from hinfer.weights.artifact import FORMAT_VERSION, open_artifact
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "artifact-v1.hinfer"
+FIXTURE_PROMPT = [5, 17, 42, 99]
+FIXTURE_EXPECTED = [99, 99, 99, 99, 99, 130, 130, 130]  # greedy tokens printed when the fixture was written
+TINY = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2, "num_key_value_heads": 1,
+        "head_dim": 16, "linear_num_key_heads": 1, "linear_num_value_heads": 2, "linear_key_head_dim": 8,
+        "linear_value_head_dim": 8, "max_position_embeddings": 512}  # fmt: skip
+PROMPT = [1, 2, 3, 4, 5, 6, 7]
+
+
+def _synth(out: Path, config: Path, layers: int = 2, tokenizer: Path | None = None, **over) -> Path:
+    from hinfer.weights.synth import write_synthetic_checkpoint
+
+    return write_synthetic_checkpoint(config, out, layers=layers, progress=False, tokenizer_dir=tokenizer,
+                                      overrides={**TINY, "vocab_size": 1024, **over})
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory, fixtures_dir) -> Path:
+    return _synth(tmp_path_factory.mktemp("ckpt"), fixtures_dir / "qwen3.5-0.8b", layers=4)
+
+
+@pytest.fixture(scope="module")
+def artifacts(ckpt, tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("art")
+    return {q: convert_checkpoint(ckpt, d / f"m-{q}.hinfer", q) for q in ("bf16", "int4", "fp8")}
+
+
+def _llm(path: Path, **kw) -> LLM:
+    return LLM(str(path), device="cpu", max_concurrency=1, **kw)
+
+
+def _greedy(llm: LLM, prompt: list[int] = PROMPT, n: int = 6) -> list[int]:
+    return llm.generate(prompt, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True))[0].token_ids
+
+
+def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> None:
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    for k in sa:
+        assert sa[k].dtype == sb[k].dtype and torch.equal(sa[k].view(torch.uint8), sb[k].view(torch.uint8)), k
+
+
+def test_plain_safetensors_reads_it(artifacts):
+    for q, path in artifacts.items():
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata()
+            assert meta["format"] == "hinfer" and meta["format_version"] == str(FORMAT_VERSION)
+            assert json.loads(meta["recipe"])["fmt"] == q
+            assert json.loads(meta["config"])["text_config"]["hidden_size"] == 32
+            src = json.loads(meta["source"])
+            assert {"path", "config_sha256", "index_sha256", "hinfer_version", "created"} <= src.keys()
+            assert meta["tokenizer_json"] and meta["chat_template"] and json.loads(meta["generation_config"])
+            names = set(f.keys())
+            assert "embed_tokens" in names and ("layers.0.mlp.gate_up.weight" in names) == (q == "bf16")
+            for n in names:
+                f.get_tensor(n)
+    with safe_open(str(artifacts["int4"]), framework="pt") as f:
+        assert f.get_tensor("layers.0.mlp.down_proj.qweight").dtype == torch.int32
+    with safe_open(str(artifacts["fp8"]), framework="pt") as f:
+        assert f.get_tensor("layers.0.mlp.down_proj.weight").dtype == torch.float8_e4m3fn
+
+
+def test_bf16_artifact_matches_the_checkpoint(ckpt, artifacts):
+    a, b = _llm(ckpt), _llm(artifacts["bf16"])
+    _same_weights(a.model, b.model)
+    assert _greedy(a) == _greedy(b)
+
+
+@pytest.mark.parametrize("q", ["int4", "fp8"])
+def test_quantized_artifact_matches_in_memory_quantization(ckpt, artifacts, q):
+    a, b = _llm(ckpt, dtype="bf16", weights=q), _llm(artifacts[q], dtype="bf16")
+    _same_weights(a.model, b.model)
+    assert _greedy(a) == _greedy(b)
+    c = _llm(artifacts[q])  # fp32 on CPU: scales / kept tensors cast on load
+    logits = c.model.compute_logits(c.model.embed_tokens[:3])
+    assert torch.isfinite(logits).all()
+    assert len(_greedy(c)) == 6
+
+
+def test_bf16_artifact_requantizes_on_load_and_refuses_cross_format(artifacts):
+    assert len(_greedy(_llm(artifacts["bf16"], dtype="bf16", weights="int4"))) == 6
+    with pytest.raises(HinferError, match="holds int4 weights"):
+        _llm(artifacts["int4"], weights="fp8")
+
+
+def test_moe_and_official_fp8_sources_convert(tmp_path, fixtures_dir):
+    moe = _synth(tmp_path / "moe", fixtures_dir / "qwen3.6-35b-a3b", num_experts=4, num_experts_per_tok=2,
+                 moe_intermediate_size=32, shared_expert_intermediate_size=32)
+    art = convert_checkpoint(moe, tmp_path / "moe.hinfer", "int4")
+    a, b = _llm(moe, dtype="bf16", weights="int4"), _llm(art, dtype="bf16")
+    _same_weights(a.model, b.model)
+    from hinfer.weights.synth import write_synthetic_checkpoint
+
+    fp8 = write_synthetic_checkpoint(fixtures_dir / "qwen3.5-0.8b", tmp_path / "fp8", layers=2, fp8=True,
+                                     progress=False, overrides={**TINY, "vocab_size": 1024})
+    art = convert_checkpoint(fp8, tmp_path / "fp8.hinfer", "bf16")
+    _same_weights(_llm(fp8, dtype="bf16").model, _llm(art, dtype="bf16").model)  # dequantized alike
+
+
+def test_newer_version_and_foreign_files_are_refused(artifacts, ckpt, tmp_path):
+    data = artifacts["bf16"].read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + n])
+    header["__metadata__"]["format_version"] = "2"
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (n - len(raw)) if len(raw) <= n else b""
+    assert len(raw) == n  # same length: tensor offsets stay valid
+    newer = tmp_path / "newer.hinfer"
+    newer.write_bytes(data[:8] + raw + data[8 + n :])
+    with pytest.raises(HinferError, match=r"written by a newer hinfer \(format v2\); this hinfer reads v1.*upgrade"):
+        _llm(newer)
+    plain = tmp_path / "plain.hinfer"
+    plain.write_bytes((ckpt / "model-00001-of-00001.safetensors").read_bytes())
+    with pytest.raises(HinferError, match="not a hinfer artifact"):
+        open_artifact(plain)
+    r = subprocess.run([sys.executable, "-m", "hinfer", "inspect", str(newer)], capture_output=True, text=True)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "newer hinfer" in r.stderr
+
+
+def test_cli_convert_and_inspect(ckpt, tmp_path):
+    out = tmp_path / "cli.hinfer"
+    r = subprocess.run([sys.executable, "-m", "hinfer", "convert", str(ckpt), str(out), "--quant", "int4",
+                        "--recipe", "int4-sym"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "int4-sym" in r.stderr and "GB" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "hinfer", "inspect", str(out), "--tensors"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    for needle in ("format v1", "int4-sym", "hidden_size=32", "int32", "tokenizer_json yes",
+                   "layers.0.mlp.down_proj.qweight"):
+        assert needle in r.stdout
+    assert open_artifact(out).layout["layers.0.mlp.down_proj"] == {"type": "int4", "in_features": 64, "group": 128}
+
+
+_RSS_SCRIPT = """
+import sys
+from pathlib import Path
+from hinfer.cli.commands.convert import convert_checkpoint
+from hinfer.weights.hf_reader import HFCheckpoint
+
+def kb(key):
+    line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith(key))
+    return int(line.split()[1])
+
+HFCheckpoint(sys.argv[1])  # imports and header parsing done: the baseline
+Path("/proc/self/clear_refs").write_text("5")  # reset the peak (VmHWM) to the current RSS
+before = kb("VmRSS")
+convert_checkpoint(sys.argv[1], sys.argv[2], sys.argv[3])
+print(before, kb("VmHWM"))
+"""
+
+
+def _convert_peak(ckpt: Path, out: Path) -> int:
+    """Peak RSS growth (bytes) of converting `ckpt` to int4 in a fresh process, over its RSS once opened."""
+    r = subprocess.run([sys.executable, "-c", _RSS_SCRIPT, str(ckpt), str(out), "int4"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    before, peak = (int(v) * 1024 for v in r.stdout.split())
+    return peak - before
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc peak-RSS reset")
+def test_convert_peak_memory_does_not_grow_with_the_model(tmp_path, fixtures_dir):
+    # 2 vs 16 layers of ~30 MB: a converter holding the model would peak ~450 MB higher on the larger one
+    shape = dict(hidden_size=1024, intermediate_size=4096, vocab_size=4096, linear_num_key_heads=4,
+                 linear_num_value_heads=8, linear_key_head_dim=64, linear_value_head_dim=64,
+                 num_attention_heads=8, head_dim=64)
+    small = _synth(tmp_path / "small", fixtures_dir / "qwen3.5-0.8b", layers=2, **shape)
+    big = _synth(tmp_path / "big", fixtures_dir / "qwen3.5-0.8b", layers=16, **shape)
+    sizes = [sum(p.stat().st_size for p in d.glob("*.safetensors")) for d in (small, big)]
+    assert sizes[1] - sizes[0] > 4e8
+    grow = _convert_peak(big, tmp_path / "big.hinfer") - _convert_peak(small, tmp_path / "small.hinfer")
+    assert grow < (sizes[1] - sizes[0]) / 5, (grow, sizes)
+
+
+def test_committed_v1_fixture_loads_and_generates():
+    art = open_artifact(FIXTURE)
+    assert art.version == 1 and art.fmt == "int4"
+    llm = _llm(FIXTURE)
+    assert _greedy(llm, FIXTURE_PROMPT, 8) == FIXTURE_EXPECTED
+    assert llm.tokenizer.decode(llm.tokenizer.encode("hi there")) == "hi there"
+    llm = _llm(FIXTURE, dtype="bf16", spec="mtp")  # the MTP head's tensors load too
+    assert llm.model.mtp is not None
+
+
+# ---- the committed fixture: `python tests/weights/test_artifact.py` rewrites it (only for a new version) ---------
+def _tiny_tokenizer(folder: Path) -> Path:
+    """A byte-level tokenizer of 256 byte tokens + 3 specials: keeps the fixture a few tens of KB."""
+    import tokenizers
+    from tokenizers import decoders, models, pre_tokenizers
+
+    vocab = {c: i for i, c in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet(), key=lambda c: ord(c)))}
+    tok = tokenizers.Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+    folder.mkdir(parents=True, exist_ok=True)
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>"}))
+    (folder / "chat_template.jinja").write_text(
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    return folder
+
+
+def write_fixture(dst: Path = FIXTURE) -> list[int]:
+    import tempfile
+
+    from hinfer.fixtures import config_dir
+
+    with tempfile.TemporaryDirectory() as d:
+        ck = _synth(Path(d) / "ck", config_dir("qwen3.5-0.8b"), layers=4,
+                    tokenizer=_tiny_tokenizer(Path(d) / "tok"), vocab_size=272)
+        gen = json.loads((ck / "generation_config.json").read_text())
+        gen["eos_token_id"] = [258, 256]  # <|im_end|>, <|endoftext|> of the tiny tokenizer
+        (ck / "generation_config.json").write_text(json.dumps(gen))
+        convert_checkpoint(ck, dst, "int4")
+    return _greedy(_llm(dst), FIXTURE_PROMPT, 8)
+
+
+if __name__ == "__main__":
+    print("expected tokens:", write_fixture())
