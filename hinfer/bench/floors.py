@@ -50,18 +50,14 @@ def tensor_bytes(x) -> int:
 
 
 def weight_bytes_per_step(model: Qwen35ForCausalLM) -> int:
-    """Weights a decode step reads: everything but the embedding table (C rows of it are noise) and the MTP
-    head, plus the tied table once when it doubles as lm_head. Quantized weights count their packed bytes."""
+    """Weights a decode step reads: every parameter and weight buffer (quantized weights keep their packed
+    values, scales and zeros as buffers) but the embedding table (C rows of it are noise), the MTP head and the
+    RoPE frequencies; plus the tied table once when it doubles as lm_head."""
     total = 0
-    for mod_name, mod in model.named_modules():
-        if mod_name.startswith("mtp"):
+    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+        if name.startswith("mtp") or name == "embed_tokens" or name.endswith("inv_freq"):
             continue
-        for name, p in list(mod._parameters.items()) + [
-            (k, v) for k, v in vars(mod).items() if hasattr(v, "matmul") and hasattr(v, "nbytes")
-        ]:
-            if p is None or (mod is model and name == "embed_tokens"):
-                continue
-            total += tensor_bytes(p)
+        total += tensor_bytes(t)
     if model.lm_head is None:
         total += tensor_bytes(model.embed_tokens)
     return total

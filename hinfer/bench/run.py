@@ -89,18 +89,25 @@ def build_model(path: Path, is_ckpt: bool, cfg: ModelConfig, weights: str) -> Qw
 
 
 def active_params(model: Qwen35ForCausalLM) -> int:
+    """Parameters one token multiplies through (experts scaled by top_k / E; no embedding, lm_head or MTP).
+    Quantized weights are modules: count their logical [out, in] once, not their buffers or inner parts."""
     cfg, n = model.cfg, 0
+    quantized: list[str] = []
+    for name, mod in model.named_modules():
+        if name.startswith("mtp") or any(name.startswith(q + ".") for q in quantized):
+            continue
+        if hasattr(mod, "matmul") and hasattr(mod, "shape"):
+            quantized.append(name)
+            n += int(torch.Size(mod.shape).numel())
     for name, p in model.named_parameters():
         if name.startswith("mtp") or name in ("embed_tokens", "lm_head"):
+            continue
+        if any(name.startswith(q + ".") for q in quantized):
             continue
         k = p.numel()
         if "experts_" in name:
             k = k * cfg.num_experts_per_tok // cfg.num_experts
         n += k
-    for mod in model.modules():  # quantized weights replaced parameters: count their logical sizes
-        for v in vars(mod).values():
-            if hasattr(v, "matmul") and hasattr(v, "shape") and not isinstance(v, torch.Tensor):
-                n += int(torch.Size(v.shape).numel())
     return n
 
 
