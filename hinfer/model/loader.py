@@ -98,30 +98,43 @@ def _expert_target(model: Qwen35ForCausalLM, name: str, source: str) -> _Target 
     return _Target(moe.experts_gate_up, f"{m.group(1)}.experts_gate_up", start, inter, expert=e)
 
 
+def checkpoint_targets(model: Qwen35ForCausalLM) -> dict[str, _Target]:
+    """Checkpoint name -> where it goes, for every tensor but per-expert ones (resolved by `place_tensor`)."""
+    return _module_targets(model)
+
+
+def place_tensor(
+    model: Qwen35ForCausalLM, targets: dict[str, _Target], name: str, t: torch.Tensor, source: str
+) -> str:
+    """Copy one checkpoint tensor into its rows; returns the parameter written. CheckpointError on a name the
+    config does not have or a wrong shape."""
+    target = targets.get(name) or _expert_target(model, name, source)
+    if target is None:
+        raise CheckpointError(f"{source}: unexpected tensor {name!r} (not part of this model's config)")
+    dst = target.view()
+    stored = list(t.shape)
+    if name.endswith("conv1d.weight") and t.dim() == 3 and t.shape[1] == 1:
+        t = t.squeeze(1)  # [C, 1, W] -> [C, W]
+    if tuple(t.shape) != tuple(dst.shape):
+        want = [dst.shape[0], 1, dst.shape[1]] if name.endswith("conv1d.weight") else list(dst.shape)
+        raise CheckpointError(f"{source}: tensor {name!r} has shape {stored}, expected {want} for this config")
+    with torch.no_grad():
+        dst.copy_(t)
+    return target.name
+
+
 def load_weights(model: Qwen35ForCausalLM, tensors: Iterable[tuple[str, torch.Tensor]], source: str = "checkpoint") -> None:
     """Copy every tensor into place; raise CheckpointError on unknown, misshapen, duplicate or missing tensors."""
-    targets = _module_targets(model)
+    targets = checkpoint_targets(model)
     seen: dict[str, str] = {}  # checkpoint name -> parameter it wrote
-    with torch.no_grad():
-        for name, t in tensors:
-            if model.mtp is None and name.startswith("mtp."):
-                continue  # config without MTP layers: ignore the head
-            if model.lm_head is None and name == "lm_head.weight":
-                continue  # tied embeddings: some writers still store the (identical) head
-            target = targets.get(name) or _expert_target(model, name, source)
-            if target is None:
-                raise CheckpointError(f"{source}: unexpected tensor {name!r} (not part of this model's config)")
-            if name in seen:
-                raise CheckpointError(f"{source}: tensor {name!r} appears twice")
-            dst = target.view()
-            stored = list(t.shape)
-            if name.endswith("conv1d.weight") and t.dim() == 3 and t.shape[1] == 1:
-                t = t.squeeze(1)  # [C, 1, W] -> [C, W]
-            if tuple(t.shape) != tuple(dst.shape):
-                want = [dst.shape[0], 1, dst.shape[1]] if name.endswith("conv1d.weight") else list(dst.shape)
-                raise CheckpointError(f"{source}: tensor {name!r} has shape {stored}, expected {want} for this config")
-            dst.copy_(t)
-            seen[name] = target.name
+    for name, t in tensors:
+        if model.mtp is None and name.startswith("mtp."):
+            continue  # config without MTP layers: ignore the head
+        if model.lm_head is None and name == "lm_head.weight":
+            continue  # tied embeddings: some writers still store the (identical) head
+        if name in seen:
+            raise CheckpointError(f"{source}: tensor {name!r} appears twice")
+        seen[name] = place_tensor(model, targets, name, t, source)
     _check_complete(model, targets, seen, source)
 
 

@@ -222,6 +222,34 @@ class HFCheckpoint:
                 yield stripped, x
 
 
+    def read_tensors(self, names: list[str], dtype: torch.dtype = torch.bfloat16) -> Iterator[tuple[str, torch.Tensor]]:
+        """Just these tensors (stripped names), cast to `dtype`, FP8 weights dequantized; by positioned file reads,
+        not a memory map, whose touched pages would stay resident and grow with the model (converting)."""
+        with ExitStack() as stack:
+            files: dict[Path, tuple[Any, int]] = {}  # file -> (handle, start of its data region)
+
+            def load(raw: str) -> torch.Tensor:
+                t = self._text[raw]
+                if t.file not in files:
+                    f = stack.enter_context(t.file.open("rb"))
+                    files[t.file] = (f, 8 + int.from_bytes(f.read(8), "little"))
+                f, start = files[t.file]
+                buf = torch.empty(t.nbytes, dtype=torch.uint8)
+                f.seek(start + t.offset)
+                if f.readinto(buf.numpy().data) != t.nbytes:
+                    raise CheckpointError(f"{t.file}: truncated reading {raw}")
+                return buf.view(t.dtype).view(t.shape)
+
+            for name in names:
+                raw = self._stripped[name]
+                x = load(raw)
+                if x.dtype == FP8_DTYPE:
+                    x = dequantize_fp8_block(x, load(raw + SCALE_SUFFIX), self.fp8_block, dtype)
+                elif x.is_floating_point() and x.dtype != dtype:
+                    x = x.to(dtype)
+                yield name, x
+
+
 def _read_index(index: Path) -> dict[str, StoredTensor]:
     try:
         weight_map = json.loads(index.read_text())["weight_map"]

@@ -125,63 +125,15 @@ def _materialize(net: nn.Module, unit: str) -> nn.Module:
 
 
 def _fill(net: nn.Module, unit: str, tensors, source: str) -> None:
-    """Copy the unit's checkpoint tensors into place (the rules of model/loader.py) and check it is complete."""
+    """Copy the unit's checkpoint tensors into place (model/loader.py's rules) and check it is complete."""
     from hinfer.errors import CheckpointError
-    from hinfer.model.loader import _expert_target, _module_targets
+    from hinfer.model.loader import checkpoint_targets, place_tensor
 
-    targets = {n: t for n, t in _module_targets(net).items() if _unit_of(n) == unit}
-    seen: set[str] = set()
-    with torch.no_grad():
-        for name, t in tensors:
-            target = targets.get(name) or _expert_target(net, name, source)
-            if target is None:
-                raise CheckpointError(f"{source}: unexpected tensor {name!r} (not part of this model's config)")
-            dst = target.view()
-            if name.endswith("conv1d.weight") and t.dim() == 3 and t.shape[1] == 1:
-                t = t.squeeze(1)
-            if tuple(t.shape) != tuple(dst.shape):
-                raise CheckpointError(f"{source}: tensor {name!r} has shape {list(t.shape)}, "
-                                      f"expected {list(dst.shape)} for this config")
-            dst.copy_(t)
-            seen.add(name)
+    targets = {n: t for n, t in checkpoint_targets(net).items() if _unit_of(n) == unit}
+    seen = {name for name, t in tensors if place_tensor(net, targets, name, t, source)}
     missing = [n for n in targets if n not in seen and ".experts." not in n]
     if missing:
         raise CheckpointError(f"{source}: missing tensor {missing[0]!r}")
-
-
-def _reader(ckpt, stack: ExitStack):
-    """read(names) -> (stripped name, bf16 tensor) for just those tensors; FP8 weights dequantized.
-    Plain positioned reads, not safe_open: a memory map's touched pages would stay in our RSS until it is
-    closed, growing with the model. Uses HFCheckpoint's name tables (it only offers whole-model streaming)."""
-    from hinfer.errors import CheckpointError
-    from hinfer.weights.fp8 import FP8_DTYPE, dequantize_fp8_block
-    from hinfer.weights.hf_reader import SCALE_SUFFIX
-
-    files: dict[Path, tuple[Any, int]] = {}  # file -> (handle, start of its data region)
-
-    def load(raw: str) -> torch.Tensor:
-        t = ckpt._text[raw]
-        if t.file not in files:
-            f = stack.enter_context(t.file.open("rb"))
-            files[t.file] = (f, 8 + int.from_bytes(f.read(8), "little"))
-        f, start = files[t.file]
-        buf = torch.empty(t.nbytes, dtype=torch.uint8)
-        f.seek(start + t.offset)
-        if f.readinto(buf.numpy().data) != t.nbytes:
-            raise CheckpointError(f"{t.file}: truncated reading {raw}")
-        return buf.view(t.dtype).view(t.shape)
-
-    def read(names: list[str]):
-        for name in names:
-            raw = ckpt._stripped[name]
-            x = load(raw)
-            if x.dtype == FP8_DTYPE:
-                x = dequantize_fp8_block(x, load(raw + SCALE_SUFFIX), ckpt.fp8_block, torch.bfloat16)
-            elif x.is_floating_point() and x.dtype != torch.bfloat16:
-                x = x.to(torch.bfloat16)
-            yield name, x
-
-    return read
 
 
 def convert_checkpoint(src: str | Path, dst: str | Path, recipe="bf16", progress: bool = False) -> Path:
@@ -214,13 +166,12 @@ def convert_checkpoint(src: str | Path, dst: str | Path, recipe="bf16", progress
     dst.parent.mkdir(parents=True, exist_ok=True)
     try:
         with ExitStack() as stack, tmp.open("wb") as f:
-            read = _reader(ckpt, stack)
             writer = StreamWriter(f, entries, meta)
             bar = stack.enter_context(tqdm(total=total, unit="B", unit_scale=True, disable=not progress,
                                            desc=f"converting to {r.name}"))
             for unit in units:
                 mod = _materialize(net, unit)
-                _fill(net, unit, read(by_unit.get(unit, [])), str(src))
+                _fill(net, unit, ckpt.read_tensors(by_unit.get(unit, [])), str(src))
                 if unit:
                     shim = _Shim([mod], None) if unit != "mtp" else _Shim([], mod)
                     quantize_model(shim, r)
