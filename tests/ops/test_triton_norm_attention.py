@@ -195,8 +195,11 @@ def test_qk_norm_rope_write(dtype, seed):
     with poisoned_empty():
         q_out = ta.qk_norm_rope_write(q, k, v, qw, kw, EPS, positions, inv_freq, k_cache, v_cache, slots)
     q_ref = ref_attn.qk_norm_rope_write_ref(q, k, v, qw, kw, EPS, positions, inv_freq, kc_ref, vc_ref, slots)
-    _close(q_out, q_ref, *_tol(dtype), seed=seed)
-    _close(k_cache, kc_ref, *_tol(dtype), seed=seed)
+    # fp32: angles reach 3e5 rad here; the kernel reduces them itself while torch's cos/sin reduce exactly, so
+    # values differ by up to ~1e-5 absolute (seen 1.3e-5 once in CI at |q| ~ 0.1); bf16 keeps its one-ulp bound
+    tol = (5e-5, 1e-4) if dtype == torch.float32 else _tol(dtype)
+    _close(q_out, q_ref, *tol, seed=seed)
+    _close(k_cache, kc_ref, *tol, seed=seed)
     _close(v_cache, vc_ref, 0.0, seed=seed)
 
 
