@@ -13,7 +13,7 @@ from hinfer.server import sse
 from hinfer.server.anthropic_convert import chat_prompt, sampling_params
 from hinfer.server.anthropic_responses import MessageBuilder, fold
 from hinfer.server.errors import anthropic_body
-from hinfer.server.generation import EngineRun, engine_error
+from hinfer.server.generation import EngineRun, engine_error, run_to_end
 from hinfer.server.prompt import plan_max_tokens, render_prompt
 from hinfer.server.schemas_anthropic import CountTokensRequest, MessagesRequest
 from hinfer.server.state import get_state, new_id
@@ -43,15 +43,8 @@ async def messages(body: MessagesRequest, request: Request):
         return StreamingResponse(_stream(run, b), media_type="text/event-stream", headers=sse.STREAM_HEADERS,
                                  background=BackgroundTask(run.close))
     events = b.start_events()
-    try:
-        async for ev in run.events():
-            events.extend(b.feed(ev))
-        events.extend(b.finish_events())
-    except Exception as e:
-        log.exception("generation failed for %s", run.request_id)
-        raise engine_error(e) from e
-    finally:
-        await run.close()
+    await run_to_end(run, lambda ev: events.extend(b.feed(ev)))
+    events.extend(b.finish_events())
     return JSONResponse(fold(b, events))
 
 

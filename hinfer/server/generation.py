@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
@@ -205,3 +205,16 @@ class EngineRun:
             e2e_s=time.monotonic() - self.t0,
             ttft_s=(self.t_first - self.t0) if self.t_first is not None else None,
             queue_s=queue_s, aborted=aborted)
+
+
+async def run_to_end(run: EngineRun, feed: Callable[[TokenEvent], object]) -> None:
+    """Drive a non-streaming run: feed it every event; an engine failure becomes the dialect's error; always
+    close the run (which aborts the request if it is still going)."""
+    try:
+        async for ev in run.events():
+            feed(ev)
+    except Exception as e:
+        log.exception("generation failed for %s", run.request_id)
+        raise engine_error(e) from e
+    finally:
+        await run.close()

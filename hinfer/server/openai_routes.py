@@ -11,7 +11,7 @@ from starlette.background import BackgroundTask
 
 from hinfer.server import sse
 from hinfer.server.errors import openai_body
-from hinfer.server.generation import EngineRun, engine_error
+from hinfer.server.generation import EngineRun, engine_error, run_to_end
 from hinfer.server.openai_convert import chat_logprobs, chat_prompt, completion_prompt, sampling_params
 from hinfer.server.openai_responses import ChatBuilder, CompletionBuilder
 from hinfer.server.prompt import plan_max_tokens, render_prompt
@@ -46,15 +46,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return StreamingResponse(_chat_stream(run, b, include_usage), media_type="text/event-stream",
                                  headers=sse.STREAM_HEADERS, background=BackgroundTask(run.close))
-    try:
-        async for ev in run.events():
-            b.feed(ev)
-        b.finish()
-    except Exception as e:
-        log.exception("generation failed for %s", run.request_id)
-        raise engine_error(e) from e
-    finally:
-        await run.close()
+    await run_to_end(run, b.feed)
+    b.finish()
     return JSONResponse(b.response())
 
 
@@ -97,14 +90,7 @@ async def completions(body: CompletionRequest, request: Request):
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return StreamingResponse(_completion_stream(run, b, include_usage), media_type="text/event-stream",
                                  headers=sse.STREAM_HEADERS, background=BackgroundTask(run.close))
-    try:
-        async for ev in run.events():
-            b.feed(ev)
-    except Exception as e:
-        log.exception("generation failed for %s", run.request_id)
-        raise engine_error(e) from e
-    finally:
-        await run.close()
+    await run_to_end(run, b.feed)
     return JSONResponse(b.response())
 
 
