@@ -5,8 +5,8 @@ multimodal wrapper form, `model.language_model.*`, `lm_head.weight`, `mtp.*`; vi
 not listed). Routed experts are one entry per projection with `count = num_experts` (the checkpoint stores one
 tensor per expert).
 
-The recipes mirror `hinfer/quant/recipes.py` (the quantizer's, which imports torch; this module must not, so
-`hinfer plan` stays fast; a test checks the two agree field by field and against the bytes of a quantized model):
+The recipes are the quantizer's own (`hinfer/quant/recipes.py`, torch-free, so `hinfer plan` stays fast; a test
+checks the bytes against a quantized model):
 
 - fp8 (e4m3, 1 byte per element) with fp32 scales: "channel" one per output row (`fp8-default`, our
   conversion) or "block" one per 128x128 block (`fp8-block`, the official Qwen FP8 layout);
@@ -25,14 +25,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 
 from hinfer.config import ModelConfig
+from hinfer.quant.recipes import RECIPES as RECIPES  # re-exported: the plan and its tests name recipes here
+from hinfer.quant.recipes import QuantRecipe as Recipe
+from hinfer.quant.recipes import get_recipe
 
 # Roles: what a tensor is. The first six are the quantizer's targets (hinfer/quant/recipes.py).
 ATTN_QKV, ATTN_O, GDN_IN, GDN_OUT, MLP, SHARED_EXPERT = "attn_qkv", "attn_o", "gdn_in", "gdn_out", "mlp", "shared_expert"
-ALL_TARGETS = frozenset({ATTN_QKV, ATTN_O, GDN_IN, GDN_OUT, MLP, SHARED_EXPERT})
 GDN_AB = "gdn_ab"  # linear_attn.in_proj_a / in_proj_b: part of gdn_in, kept with keep_gdn_ab
 EXPERT = "expert"  # routed expert projections: converted only with experts=True
 MTP_FC = "mtp_fc"  # mtp.fc: converted only with convert_mtp
@@ -66,52 +68,17 @@ class TensorSpec:
                 yield self.name.format(e=e)
 
 
-@dataclass(frozen=True)
-class Recipe:
-    """The fields of hinfer.quant.recipes.QuantRecipe that decide bytes (same names, same defaults)."""
-
-    name: str
-    fmt: str  # "bf16" | "fp8" | "int4"
-    targets: frozenset[str] = ALL_TARGETS
-    keep_gdn_ab: bool = True
-    convert_mtp: bool = False
-    experts: bool = False
-    fp8_scales: str = "channel"  # "channel" | "block" (128x128)
-    int4_group: int = 128
-    int4_zero_point: bool = True
-
-    def converts(self, t: TensorSpec) -> bool:
-        if self.fmt == "bf16" or (t.mtp and not self.convert_mtp):
-            return False
-        if t.role == GDN_AB:
-            return GDN_IN in self.targets and not self.keep_gdn_ab
-        if t.role == EXPERT:
-            return self.experts
-        if t.role == MTP_FC:
-            return self.convert_mtp
-        return t.role in self.targets
-
-
-_INT4 = Recipe("int4-default", "int4")
-RECIPES: dict[str, Recipe] = {
-    "bf16": Recipe("bf16", "bf16", frozenset()),
-    "fp8-default": Recipe("fp8-default", "fp8"),
-    "fp8-block": Recipe("fp8-block", "fp8", fp8_scales="block"),
-    "int4-default": _INT4,
-    "int4-sym": replace(_INT4, name="int4-sym", int4_zero_point=False),
-}
-FORMAT_DEFAULT_RECIPE = {"bf16": "bf16", "fp8": "fp8-default", "int4": "int4-default"}
-
-
-def get_recipe(weights: str | Recipe) -> Recipe:
-    """A format name (bf16 | fp8 | int4), a recipe name, or a Recipe."""
-    if isinstance(weights, Recipe):
-        return weights
-    name = FORMAT_DEFAULT_RECIPE.get(weights, weights)
-    if name not in RECIPES:
-        raise ValueError(f"unknown weight format {weights!r}; expected one of "
-                         f"{', '.join([*FORMAT_DEFAULT_RECIPE, *RECIPES])}")
-    return RECIPES[name]
+def converts(recipe: Recipe, t: TensorSpec) -> bool:
+    """Whether `recipe` quantizes tensor `t` (the quantizer's rules, by role)."""
+    if recipe.fmt == "bf16" or (t.mtp and not recipe.convert_mtp):
+        return False
+    if t.role == GDN_AB:
+        return GDN_IN in recipe.targets and not recipe.keep_gdn_ab
+    if t.role == EXPERT:
+        return recipe.experts
+    if t.role == MTP_FC:
+        return recipe.convert_mtp
+    return t.role in recipe.targets
 
 
 def resolve_weights(cfg: ModelConfig, weights: str) -> str:
@@ -220,7 +187,7 @@ def inventory(cfg: ModelConfig) -> tuple[TensorSpec, ...]:
 # ---- bytes --------------------------------------------------------------------------------------------------
 def tensor_bytes(t: TensorSpec, recipe: Recipe, dtype_bytes: int) -> int:
     """Bytes of one inventory entry; unquantized tensors (and int4 scales) take `dtype_bytes` per element."""
-    if not recipe.converts(t):
+    if not converts(recipe, t):
         return t.numel * dtype_bytes
     n, k = t.shape[0], math.prod(t.shape[1:])
     if recipe.fmt == "fp8":
@@ -252,6 +219,6 @@ def weight_bytes(cfg: ModelConfig, weights: str | Recipe, dtype_bytes: int = 2, 
         b = tensor_bytes(t, recipe, dtype_bytes)
         total += b
         params += t.numel
-        conv += t.numel if recipe.converts(t) else 0
+        conv += t.numel if converts(recipe, t) else 0
         by_role[t.role] = by_role.get(t.role, 0) + b
     return WeightBytes(total, params, conv, params - conv, by_role)

@@ -3,13 +3,23 @@
 See docs/quantization.md for formats, layouts, measured errors and what is supported.
 """
 
-from hinfer.quant.apply import RowSplitWeight, quantize_model, quantize_weight
-from hinfer.quant.fp8 import Fp8Weight, dequantize_act_fp8_ref, quantize_act_fp8_ref, quantize_fp8
-from hinfer.quant.int4 import Int4Weight, pack_int4, quantize_int4, unpack_int4
-from hinfer.quant.recipes import RECIPES, QuantRecipe, get_recipe
+from __future__ import annotations
 
-__all__ = [
-    "RECIPES", "Fp8Weight", "Int4Weight", "QuantRecipe", "RowSplitWeight", "dequantize_act_fp8_ref",
-    "get_recipe", "pack_int4", "quantize_act_fp8_ref", "quantize_fp8", "quantize_int4", "quantize_model",
-    "quantize_weight", "unpack_int4",
-]  # fmt: skip
+from typing import Any
+
+# Lazy: `hinfer.quant.recipes` is torch-free and the memory plan imports it; the kernels' modules import torch.
+_EXPORTS = {
+    "RowSplitWeight": "apply", "quantize_model": "apply", "quantize_weight": "apply",
+    "Fp8Weight": "fp8", "dequantize_act_fp8_ref": "fp8", "quantize_act_fp8_ref": "fp8", "quantize_fp8": "fp8",
+    "Int4Weight": "int4", "pack_int4": "int4", "quantize_int4": "int4", "unpack_int4": "int4",
+    "RECIPES": "recipes", "QuantRecipe": "recipes", "get_recipe": "recipes",
+}  # fmt: skip
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(name)
+    import importlib
+
+    return getattr(importlib.import_module(f"hinfer.quant.{_EXPORTS[name]}"), name)
