@@ -37,16 +37,16 @@ class Loaded:
 
 
 def resolve_engine_config(cfg: ModelConfig, ecfg: EngineConfig) -> EngineConfig:
+    """Settle 'auto' device/dtype the way the memory plan counts them (one rule for both)."""
+    from hinfer.engine.memory_plan import activation_dtype, kv_dtype
+
     ecfg.validate()
-    device = ecfg.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = ecfg.device if ecfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device cuda: no CUDA device is available")
-    dtype = ecfg.dtype if ecfg.dtype != "auto" else ("bf16" if device == "cuda" else "fp32")
     max_context = min(ecfg.max_context, cfg.max_position_embeddings)
-    kv_dtype = ecfg.kv_dtype if device == "cuda" else ("bf16" if dtype == "bf16" else "fp32")
-    return replace(ecfg, device=device, dtype=dtype, max_context=max_context, kv_dtype=kv_dtype)
+    return replace(ecfg, device=device, dtype=activation_dtype(ecfg, device), max_context=max_context,
+                   kv_dtype=kv_dtype(ecfg, device))  # fmt: skip
 
 
 def state_shape(cfg: ModelConfig, ecfg: EngineConfig, plan=None) -> StateShape:
