@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -64,18 +65,21 @@ class LLM:
             prompts = [prompts]  # type: ignore[list-item]
         params = sampling if isinstance(sampling, list) else [sampling or SamplingParams()] * len(prompts)
         outs: dict[str, RequestOutput] = {}
-        order = []
+        queue: deque[GenerationRequest] = deque()
         for prompt, p in zip(prompts, params):
             rid = f"llm-{self._next_id}"
             self._next_id += 1
-            ids = self.encode_prompt(prompt, **template_kwargs)
-            # the engine may hold more requests than lanes; the offline API never wants a 429
-            self.core.scheduler.max_pending = max(self.core.scheduler.max_pending, len(prompts))
-            self.core.add(GenerationRequest(rid, ids, replace(p)))
-            outs[rid] = RequestOutput(ids, [], "", None)
-            order.append(rid)
-        pending = set(order)
+            req = GenerationRequest(rid, self.encode_prompt(prompt, **template_kwargs), replace(p))
+            req.sampling.validate()
+            self.core.validate(req)  # bad input fails before anything runs
+            queue.append(req)
+            outs[rid] = RequestOutput(req.prompt_token_ids, [], "", None)
+        order, pending = list(outs), set(outs)
+        sch = self.core.scheduler
         while pending:
+            # hand requests over only as lanes free up: offline work never meets the queue limit or its timeout
+            while queue and len(sch.running) + len(sch.waiting) < sch.max_concurrency:
+                self.core.add(queue.popleft())
             for ev in self.core.step():
                 o = outs[ev.request_id]
                 o.events.append(ev)
