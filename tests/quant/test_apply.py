@@ -85,19 +85,20 @@ def test_quantize_model_replaces_targets_and_keeps_the_rest(moe):
 @pytest.mark.parametrize("moe", [False, True])
 def test_quantized_models_stay_close(moe):
     model = _model(moe)
-    ids = torch.randint(1, model.cfg.vocab_size, (12,)).tolist()
-    ref = _logits(model, ids)
+    prompts = [torch.randint(1, model.cfg.vocab_size, (12,)).tolist() for _ in range(3)]
+    refs = [_logits(model, ids) for ids in prompts]
     size = quantized_nbytes(model)
     errs = {}
     for recipe in ("fp8-default", "fp8-block", "int4-default", "int4-sym"):
         q = copy.deepcopy(model)
         quantize_model(q, recipe)
-        out = _logits(q, ids)
-        assert torch.isfinite(out).all()
-        errs[recipe] = _rel(out, ref)
+        outs = [_logits(q, ids) for ids in prompts]
+        assert all(torch.isfinite(out).all() for out in outs)
+        # median over prompts: one MoE routing flip makes a single prompt's error jump (seen once at 0.15 for fp8)
+        errs[recipe] = sorted(_rel(out, ref) for out, ref in zip(outs, refs))[1]
         assert quantized_nbytes(q) < size
-    # logits relative error (4 random layers amplify unevenly; over 24 draws: fp8 mean 0.04, max 0.14; int4
-    # mean 0.13, max 0.22; fp8 / int4 on the same model at most 0.67): docs/quantization.md
+    # logits relative error (4 random layers amplify unevenly; over 40 draws per model: fp8 mean 0.04, max 0.11;
+    # int4 mean 0.14, max 0.23; fp8 / int4 on the same model mean 0.3, max 0.52): docs/quantization.md
     assert errs["fp8-default"] < 0.25 and errs["fp8-block"] < 0.25, errs
     assert errs["int4-default"] < 0.45 and errs["int4-sym"] < 0.45, errs
     assert errs["fp8-default"] < 0.9 * errs["int4-default"], errs
