@@ -1,6 +1,6 @@
 """Host CPU cost of one engine decode step at 8 lanes, without the model: scheduling, batch metadata, stop
 rules, detokenization, event building (EngineCore.step with a runner whose forward is free), and the CUDA-graph
-staging of the step's metadata (DecodeGraphs._stage, measured on CPU tensors). Target: < 0.3 ms per step.
+staging of the step's metadata (StepGraphs._stage, measured on CPU tensors). Target: < 0.3 ms per step.
 
     python bench/scheduler_cost.py
 """
@@ -14,7 +14,7 @@ import torch
 
 from hinfer.config import EngineConfig, ModelConfig, load_model_config
 from hinfer.engine.core import EngineCore
-from hinfer.engine.cuda_graphs import DecodeGraphs
+from hinfer.engine.cuda_graphs import StepGraphs
 from hinfer.engine.forward_batch import SeqChunk
 from hinfer.engine.protocol import GenerationRequest
 from hinfer.engine.runner import ModelRunner, StepResult
@@ -69,7 +69,7 @@ def main(lanes: int = 8, steps: int = 2000) -> None:
 
     # graph staging: the per-step metadata copy into the static buffers (CPU tensors stand in for the device)
     fake_state = type("S", (), {"k_cache": torch.zeros(1), "page_size": 64})()
-    graphs = DecodeGraphs(None, fake_state, lanes, 32768 // 64)  # type: ignore[arg-type]
+    graphs = StepGraphs(None, fake_state, lanes, 32768 // 64)  # type: ignore[arg-type]
     chunks = [SeqChunk([5], 100 + i, list(range(1 + 512 * i, 1 + 512 * (i + 1))), i + 1) for i in range(lanes)]
     st = []
     for _ in range(steps):

@@ -6,6 +6,14 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
+
+from hinfer.config import EngineConfig, ModelConfig
+from hinfer.engine.factory import make_core, resolve_engine_config
+from hinfer.fixtures import tokenizer_dir
+from hinfer.model.qwen3_5 import Qwen35ForCausalLM
+from hinfer.model.random_init import random_init
+from hinfer.tokenizer import Tokenizer
 
 
 def fixtures_root() -> Path:
@@ -21,3 +29,38 @@ def fixtures_dir() -> Path:
     if not root.is_dir():
         pytest.skip(f"fixtures not found at {root} (set HINFER_FIXTURES)")
     return root
+
+
+# ---- a tiny random model behind a real EngineCore (tests/engine, tests/bench) ------------------------------
+TINY = {
+    "model_type": "qwen3_5_text", "vocab_size": 1024, "hidden_size": 64, "intermediate_size": 128,
+    "num_hidden_layers": 4, "layer_types": ["linear_attention", "full_attention", "linear_attention", "full_attention"],
+    "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32, "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+    "max_position_embeddings": 4096, "tie_word_embeddings": False, "mtp_num_hidden_layers": 1,
+}  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def tokenizer() -> Tokenizer:
+    return Tokenizer.from_dir(tokenizer_dir())
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> tuple[ModelConfig, Qwen35ForCausalLM]:
+    cfg = ModelConfig.from_dict(TINY)
+    model = random_init(Qwen35ForCausalLM(cfg, torch.float32), seed=7)
+    with torch.no_grad():  # flatter logits so sampled tokens vary
+        model.lm_head.mul_(0.3)
+    return cfg, model
+
+
+@pytest.fixture
+def make_engine_core(tiny_model, tokenizer):
+    def make(**kw):
+        cfg, model = tiny_model
+        ecfg = resolve_engine_config(cfg, EngineConfig(device="cpu", **{"max_context": 512, "page_size": 16} | kw))
+        return make_core(cfg, model, tokenizer, ecfg, torch.device("cpu"))
+
+    return make

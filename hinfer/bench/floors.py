@@ -86,3 +86,23 @@ def prefill_flops(cfg: ModelConfig, active_params: int, tokens: int) -> float:
     """2 x active params x tokens (GEMMs) + causal attention (QK^T and PV over half the square)."""
     attn = len(cfg.attn_layers) * 2 * 2 * cfg.num_attention_heads * cfg.head_dim * tokens * tokens / 2
     return 2.0 * active_params * tokens + attn
+
+
+def mtp_bytes_per_draft(model: Qwen35ForCausalLM) -> int:
+    """Weights one MTP draft step reads: the head (fc, its layer, norms) and the lm_head it shares."""
+    head = sum(tensor_bytes(t) for n, t in list(model.named_parameters()) + list(model.named_buffers())
+               if n.startswith("mtp"))  # fmt: skip
+    return head + tensor_bytes(model.lm_head if model.lm_head is not None else model.embed_tokens)
+
+
+def spec_round_bytes(
+    cfg: ModelConfig, weights: int, mtp_draft: int, lanes: int, depth: int, k: int, kv_itemsize: int,
+    act_itemsize: int,
+) -> StepBytes:
+    """A speculative round: the target's weights and KV once (verify reads them once for K + 1 rows), the GDN
+    state read once and written after each of the K + 1 positions, and K draft steps of the MTP head (its own KV
+    at that depth included)."""
+    base = decode_step_bytes(cfg, weights, lanes, depth, kv_itemsize, act_itemsize)
+    gdn = base.gdn // 2 * (1 + (k + 1))
+    mtp_kv = lanes * cfg.mtp_num_hidden_layers * depth * 2 * cfg.num_key_value_heads * cfg.head_dim * kv_itemsize
+    return StepBytes(weights + k * mtp_draft, base.kv + k * mtp_kv, gdn)

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 
 import torch
 
+from hinfer.engine.core import EngineCore
 from hinfer.engine.runner import ModelRunner
 from hinfer.engine.sampler import RowState
 from hinfer.engine.scheduler import ScheduledChunk
-from hinfer.engine.sequence import Sequence
+from hinfer.engine.sequence import Sequence, Status
 from hinfer.engine.state import RESERVED_PAGES, RESERVED_SLOTS
 from hinfer.sampling_params import SamplingParams
 
@@ -38,9 +39,11 @@ def fill_random(runner: ModelRunner) -> None:
                 layer.normal_(0, 0.05 if t is st.ssm_state else 1.0)
 
 
-def _lanes(runner: ModelRunner, lanes: int, depth: int, steps: int, greedy: bool) -> list[Sequence]:
+def _lanes(runner: ModelRunner, lanes: int, depth: int, steps: int, greedy: bool, draft_slots: int = 0) -> list[Sequence]:
     ps = runner.state.page_size
     per = -(-(depth + steps + 1) // ps)
+    if RESERVED_SLOTS + lanes * (1 + draft_slots) > runner.state.shape.num_slots:
+        raise ValueError(f"GDN state pool too small for {lanes} lanes with {draft_slots} draft slots")
     if RESERVED_PAGES + lanes * per > runner.state.shape.num_pages:
         raise ValueError(f"KV pool too small for {lanes} lanes at depth {depth}")
     seqs = []
@@ -51,6 +54,9 @@ def _lanes(runner: ModelRunner, lanes: int, depth: int, steps: int, greedy: bool
         s.output_ids = [100 + i]
         s.pages = list(range(RESERVED_PAGES + i * per, RESERVED_PAGES + (i + 1) * per))
         s.slot = RESERVED_SLOTS + i
+        first = RESERVED_SLOTS + lanes + i * draft_slots
+        s.draft_slots = list(range(first, first + draft_slots))
+        s.status = Status.RUNNING
         s.lane = i
         s.sampler_state = RowState(params, i, slot=i, prompt_ids=[])
         runner.sampler.add_row(s.sampler_state)
@@ -69,13 +75,57 @@ def decode(runner: ModelRunner, lanes: int, depth: int, steps: int = 64, warmup:
 
     for _ in range(warmup):
         one_step()
-    torch.cuda.synchronize()
+    _sync(runner.device)
     t0 = time.perf_counter()
     for _ in range(steps):
         one_step()
-    torch.cuda.synchronize()
+    _sync(runner.device)
     dt = time.perf_counter() - t0
     return Timing(lanes * steps / dt, dt / steps * 1e3, steps)
+
+
+@dataclass
+class SpecTiming:
+    ms_per_round: float
+    rounds: int
+    tokens_per_round: float  # measured; with random weights the drafts are almost never accepted
+    drafted_per_round: float
+
+
+def spec_rounds(core: EngineCore, lanes: int, depth: int, rounds: int = 32, warmup: int = 4) -> SpecTiming:
+    """Speculative rounds at `lanes` lanes and context `depth` on the engine's path (SpecDecoder: verify graph,
+    acceptance, then the MTP drafter's graphs), every lane drafting K tokens each round. The round's cost does
+    not depend on how many drafts are accepted (verify always runs K + 1 rows, the drafter's first pass is padded
+    to K + 1 rows), so random weights time it truthfully; only their acceptance is meaningless."""
+    spec = core.spec
+    assert spec is not None, "the core was built without --spec"
+    k = spec.k
+    seqs = _lanes(core.runner, lanes, depth, (rounds + warmup + 1) * (k + 1), greedy=True, draft_slots=k + 1)
+
+    def one_round() -> int:
+        chunks = [ScheduledChunk(s, 1, True) for s in seqs]
+        made = 0
+        for o in spec.step(chunks):
+            o.seq.output_ids += o.token_ids
+            made += len(o.token_ids)
+        spec.after_step()
+        return made
+
+    for _ in range(warmup):
+        one_round()
+    drafted0 = spec.drafted
+    _sync(core.runner.device)
+    t0 = time.perf_counter()
+    made = sum(one_round() for _ in range(rounds))
+    _sync(core.runner.device)
+    dt = time.perf_counter() - t0
+    n = rounds * lanes
+    return SpecTiming(dt / rounds * 1e3, rounds, made / n, (spec.drafted - drafted0) / n)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
 
 
 def prefill(runner: ModelRunner, tokens: int, chunk: int, repeats: int = 2) -> Timing:

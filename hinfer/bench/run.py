@@ -39,6 +39,8 @@ class BenchSpec:
     layers: int | None = None
     vs_hf: bool = False
     out_dir: Path = Path("bench/results")
+    draft_tokens: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])  # with --spec mtp: K per sweep point
+    acceptance: list[float] = field(default_factory=lambda: [3.2])  # tokens per round for the projected tok/s
 
 
 def git_commit() -> str:
@@ -67,18 +69,18 @@ def truncate_layers(cfg: ModelConfig, n: int | None) -> ModelConfig:
     return replace(cfg, num_hidden_layers=n, layer_types=cfg.layer_types[:n])
 
 
-def build_model(path: Path, is_ckpt: bool, cfg: ModelConfig, weights: str) -> Qwen35ForCausalLM:
+def build_model(path: Path, is_ckpt: bool, cfg: ModelConfig, weights: str, with_mtp: bool = False) -> Qwen35ForCausalLM:
     t0 = time.monotonic()
     dev = torch.device("cuda")
     if is_ckpt:
         from hinfer.model.loader import load_weights
         from hinfer.weights.hf_reader import HFCheckpoint
 
-        model = Qwen35ForCausalLM(cfg, torch.bfloat16, dev, with_mtp=False)
+        model = Qwen35ForCausalLM(cfg, torch.bfloat16, dev, with_mtp=with_mtp)
         ck = HFCheckpoint(path)
         load_weights(model, ((n, t.to(dev, torch.bfloat16)) for n, t in ck.iter_tensors(dtype=torch.bfloat16)))
     else:
-        model = random_init(Qwen35ForCausalLM(cfg, torch.bfloat16, dev, with_mtp=False), seed=0)
+        model = random_init(Qwen35ForCausalLM(cfg, torch.bfloat16, dev, with_mtp=with_mtp), seed=0)
     if weights != "bf16":
         from hinfer.quant.apply import quantize_model
 
@@ -129,9 +131,9 @@ def run_bench(spec: BenchSpec, ecfg: EngineConfig) -> list[dict]:
     bw = floors.copy_bandwidth()
     flops = floors.matmul_flops()
     log.info("measured: copy %.2f TB/s, bf16 GEMM %.0f TFLOP/s", bw / 1e12, flops / 1e12)
-    model = build_model(path, is_ckpt, cfg, spec.weights)
+    model = build_model(path, is_ckpt, cfg, spec.weights, with_mtp=ecfg.spec == "mtp")
     wbytes = floors.weight_bytes_per_step(model)
-    core = make_core(cfg, model, Tokenizer.from_dir(tokenizer_dir()), ecfg, torch.device("cuda"))
+    core = make_core(cfg, model, Tokenizer.from_dir(tokenizer_dir()), replace(ecfg, spec=None), torch.device("cuda"))
     runner = core.runner
     measure.fill_random(runner)
     meta = {
@@ -162,7 +164,10 @@ def run_bench(spec: BenchSpec, ecfg: EngineConfig) -> list[dict]:
                             "ratio": t.tok_s / floor_tok_s})  # fmt: skip
         log.info("prefill %d (chunk %d): %.0f tok/s (floor %.0f, %.0f%%)", n, chunk, t.tok_s, floor_tok_s,
                  100 * t.tok_s / floor_tok_s)  # fmt: skip
-    del core, runner, model
+    del core, runner
+    if ecfg.spec == "mtp":
+        rows += spec_sweep(spec, cfg, ecfg, model, meta, bw)
+    del model
     torch.cuda.empty_cache()
     if spec.vs_hf:
         from hinfer.bench.hf_baseline import hf_decode
@@ -180,11 +185,63 @@ def run_bench(spec: BenchSpec, ecfg: EngineConfig) -> list[dict]:
     return rows
 
 
+PUBLISHED_ACCEPTANCE = ("3.2-3.3 tokens per round at 3 drafts: SemiAnalysis, Qwen3.8-27B on H200, thinking off "
+                        "(the issue's source; not measured here)")
+
+
+def spec_sweep(spec: BenchSpec, cfg: ModelConfig, ecfg: EngineConfig, model: Qwen35ForCausalLM, meta: dict,
+               bw: float) -> list[dict]:  # fmt: skip
+    """MTP speculation: round time for each K at each lane count and depth, beside a plain decode step of the same
+    engine and the round's byte floor; tok/s projected from given acceptance lengths (random weights' own
+    acceptance is meaningless and reported only as a check that drafts ran)."""
+    rows: list[dict] = []
+    tok = Tokenizer.from_dir(tokenizer_dir())
+    wbytes, draft_bytes = floors.weight_bytes_per_step(model), floors.mtp_bytes_per_draft(model)
+    for k in spec.draft_tokens:
+        kcfg = resolve_engine_config(cfg, replace(ecfg, draft_tokens=k))
+        core = make_core(cfg, model, tok, kcfg, torch.device("cuda"))
+        measure.fill_random(core.runner)
+        kv_item = core.runner.state.k_cache.element_size()
+        for depth in spec.depths:
+            for c in spec.concurrency:
+                plain = measure.decode(core.runner, c, depth, steps=spec.steps)
+                t = measure.spec_rounds(core, c, depth, rounds=max(8, spec.steps // 2))
+                b = floors.spec_round_bytes(cfg, wbytes, draft_bytes, c, depth, k, kv_item, 2)
+                floor_ms = b.total / bw * 1e3
+                row = meta | {"kind": "spec_round", "concurrency": c, "depth": depth, "prefill_tokens": 0,
+                              "draft_tokens": k, "ms_per_round": t.ms_per_round, "floor_ms_per_round": floor_ms,
+                              "ratio": floor_ms / t.ms_per_round, "plain_ms_per_step": plain.ms_per_step,
+                              "round_vs_plain": t.ms_per_round / plain.ms_per_step,
+                              "measured_tokens_per_round_random_weights": t.tokens_per_round,
+                              "drafted_per_round": t.drafted_per_round, "tok_s": None, "floor_tok_s": None,
+                              "projected": {str(a): c * a / (t.ms_per_round / 1e3) for a in spec.acceptance
+                                            if a <= k + 1},
+                              "acceptance_source": PUBLISHED_ACCEPTANCE}  # fmt: skip
+                rows.append(row)
+                proj = ", ".join(f"{v:.0f} tok/s at {a}" for a, v in row["projected"].items())
+                log.info("spec K=%d C=%d depth=%d: round %.2f ms (floor %.2f, %.0f%%; %.2fx a plain step of %.2f ms)"
+                         "%s", k, c, depth, t.ms_per_round, floor_ms, 100 * row["ratio"], row["round_vs_plain"],
+                         plain.ms_per_step, f"; projected {proj}" if proj else "")  # fmt: skip
+        del core
+        torch.cuda.empty_cache()
+    return rows
+
+
 def table(rows: list[dict]) -> str:
     lines = ["| kind | C | depth | prefill | tok/s | floor tok/s | ratio |", "|---|---|---|---|---|---|---|"]
+    spec = [r for r in rows if r["kind"] == "spec_round"]
+    rows = [r for r in rows if r["kind"] != "spec_round"]
     for r in rows:
         ratio = f"{r['ratio']:.0%}" if r.get("ratio") else "-"
         floor = f"{r['floor_tok_s']:.1f}" if r.get("floor_tok_s") else "-"
         lines.append(f"| {r['kind']} | {r['concurrency']} | {r['depth']} | {r['prefill_tokens']} | "
                      f"{r['tok_s']:.1f} | {floor} | {ratio} |")  # fmt: skip
+    if spec:
+        lines += ["", "| K | C | depth | round ms | floor ms | ratio | round / plain step | projected tok/s |",
+                  "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        for r in spec:
+            proj = ", ".join(f"{v:.0f} @ {a}" for a, v in r["projected"].items()) or "-"
+            lines.append(f"| {r['draft_tokens']} | {r['concurrency']} | {r['depth']} | {r['ms_per_round']:.2f} | "
+                         f"{r['floor_ms_per_round']:.2f} | {r['ratio']:.0%} | {r['round_vs_plain']:.2f}x | {proj} |")
+        lines.append(f"\nprojected = C x acceptance length / round time; acceptance {PUBLISHED_ACCEPTANCE}")
     return "\n".join(lines)

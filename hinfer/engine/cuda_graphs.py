@@ -1,14 +1,27 @@
-"""CUDA-graph decode: one captured forward (+ logits) per lane-count bucket, sharing one memory pool.
+"""CUDA graphs for steps of a fixed shape: B lanes x t tokens each, one captured forward per lane-count bucket.
 
-A decode step of B lanes copies its metadata into static buffers (padded to the bucket size; padded lanes point
-at the reserved scratch page 0 and slot 0), replays the graph, and returns the logits of the B real lanes.
-Kernels read lengths from device tensors, so one capture serves every context length.
+Three uses, one mechanism (`StepGraphs`):
+  decode   t = 1, the target model + logits (ModelRunner);
+  verify   t = K + 1, the target model over [pending token, K drafts] with the GDN state after each position
+           written to the lane's draft slots, logits for every row (SpecDecoder);
+  mtp      the MTP head over t rows per lane: t = 1 for its single-token draft steps, t = K + 1 for the pass
+           over a round's accepted positions (MTPDrafter).
+A step of B lanes copies its metadata into static buffers (padded to the bucket size), replays the graph and
+reads the rows of the real lanes. Padding: a lane with n < t real tokens gets t - n filler tokens after its real
+ones (causal attention and the sequential GDN scan keep them from touching the real rows), whose KV rows go to
+the reserved scratch page 0 and whose GDN states go to the reserved scratch slot 0; padded lanes are all filler.
+Kernels read lengths from device tensors, so one capture serves every context length. All graphs share one
+memory pool: replays never overlap, and each graph's outputs stay referenced, so none overwrites another's.
+
+Without CUDA (or with capture=False) `run` executes the same padded static batch eagerly: the CPU tests check
+the staging and padding against the unpadded path that way.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -20,97 +33,178 @@ log = logging.getLogger("hinfer.graphs")
 
 BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
 WIDTH_CLASSES = (4096, 32768)  # context lengths (tokens) with their own narrower graphs, besides max_context
+SCRATCH_PAGE = SCRATCH_SLOT = 0  # reserved by the state pool: filler tokens write here, nothing reads it
+
+_POOLS: dict[int, object] = {}
 
 
-class DecodeGraphs:
-    def __init__(self, model: Qwen35ForCausalLM, state: ModelState, max_lanes: int, max_pages_per_seq: int) -> None:
-        self.model, self.state = model, state
+def shared_pool(device: torch.device) -> object:
+    """One graph memory pool per device for every captured step."""
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if idx not in _POOLS:
+        _POOLS[idx] = torch.cuda.graph_pool_handle()
+    return _POOLS[idx]
+
+
+def page_widths(max_context: int, page_size: int) -> list[int]:
+    """Page-table widths with their own graphs: the split-KV attention grid scales with the width, so a server
+    configured for 128K contexts would otherwise launch 128K worth of (empty) splits for short ones."""
+    full = -(-max_context // page_size)
+    return sorted({min(full, -(-w // page_size)) for w in WIDTH_CLASSES} | {full})
+
+
+class StepGraphs:
+    def __init__(
+        self,
+        model: Qwen35ForCausalLM,
+        state: ModelState,
+        max_lanes: int,
+        max_pages_per_seq: int,
+        tokens_per_lane: int = 1,
+        head: str = "target",  # "target" (model + logits) | "mtp" (MTP head hidden states)
+        verify: bool = False,  # write the GDN state after each position to the chunk's gdn_step_slots
+    ) -> None:
+        self.model, self.state, self.head, self.verify = model, state, head, verify
         self.device = state.k_cache.device
+        self.t = tokens_per_lane
         self.buckets = [b for b in BUCKETS if b < max_lanes] + [max_lanes]
         n, self.width = max(self.buckets), max_pages_per_seq
+        nt = n * self.t
         # Static inputs live in two device tensors (int64 and int32 fields) staged from two pinned host tensors:
         # two H2D copies per step. numpy views make the host-side writes cheap.
-        self._i64 = _Packed({"input_ids": n, "positions": n, "slot_mapping": n, "gdn_slots": n}, torch.int64, self.device)
+        i64 = {"input_ids": nt, "positions": nt, "slot_mapping": nt, "gdn_slots": n}
+        if verify:
+            i64["step_slots"] = nt
+        self._i64 = _Packed(i64, torch.int64, self.device)
         self._i32 = _Packed({"q_lens": n, "cu_q_lens": n + 1, "cached_lens": n, "page_table": n * self.width},
                             torch.int32, self.device)  # fmt: skip
-        self.logits_indices = torch.arange(n, dtype=torch.int64, device=self.device)
+        self._i32.host["q_lens"][:] = self.t
+        self._i32.host["cu_q_lens"][:] = range(0, (n + 1) * self.t, self.t)
+        self.logits_indices = torch.arange(nt, dtype=torch.int64, device=self.device)
+        self.hidden_in = None
+        if head == "mtp":
+            self.hidden_in = torch.zeros((nt, model.cfg.hidden_size), dtype=model.embed_tokens.dtype,
+                                         device=self.device)  # fmt: skip
         self._rows: list[object] = [None] * n  # page list object staged in each page-table row
+        self._host_cached = [0] * n  # host mirror of cached_lens (the eager reference ops read it)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.outputs: dict[int, torch.Tensor] = {}
+        self.outputs: dict[int, tuple[torch.Tensor, ...]] = {}
 
     def _batch(self, b: int) -> ForwardBatch:
-        a, c = self._i64.dev, self._i32.dev
+        a, c, nt = self._i64.dev, self._i32.dev, b * self.t
         return ForwardBatch(
-            input_ids=a["input_ids"][:b],
-            positions=a["positions"][:b],
+            input_ids=a["input_ids"][:nt],
+            positions=a["positions"][:nt],
             q_lens=c["q_lens"][:b],
             cu_q_lens=c["cu_q_lens"][: b + 1],
             cached_lens=c["cached_lens"][:b],
             page_table=c["page_table"].view(-1, self.width)[:b],
-            slot_mapping=a["slot_mapping"][:b],
+            slot_mapping=a["slot_mapping"][:nt],
             gdn_slots=a["gdn_slots"][:b],
-            logits_indices=self.logits_indices[:b],
+            logits_indices=self.logits_indices[: nt if self.head == "target" else 0],
             page_size=self.state.page_size,
-            q_lens_cpu=[1] * b,
-            cached_lens_cpu=[0] * b,
+            q_lens_cpu=[self.t] * b,
+            cached_lens_cpu=self._host_cached[:b],
+            gdn_step_slots=a["step_slots"][:nt].view(b, self.t) if self.verify else None,
         )
 
-    def _stage(self, chunks: list[SeqChunk], b: int) -> None:
-        """Write the real lanes' metadata into the static buffers; padded lanes use scratch page 0 / slot 0."""
-        a, c, ps, n = self._i64.host, self._i32.host, self.state.page_size, len(chunks)
-        pos = [ch.cached_len for ch in chunks]
-        a["input_ids"][:n] = [ch.token_ids[0] for ch in chunks]
-        a["positions"][:n] = pos
-        a["slot_mapping"][:n] = [ch.page_ids[p // ps] * ps + p % ps for ch, p in zip(chunks, pos)]
-        a["gdn_slots"][:n] = [ch.gdn_slot for ch in chunks]
-        for k in ("input_ids", "positions", "slot_mapping", "gdn_slots"):
-            a[k][n:] = 0
-        c["q_lens"][:] = 1
-        c["cu_q_lens"][:] = range(len(c["cu_q_lens"]))
-        c["cached_lens"][:n] = pos
-        c["cached_lens"][n:] = 0
+    def _forward(self, b: int) -> tuple[torch.Tensor, ...]:
+        batch = self._batch(b)
+        if self.head == "mtp":
+            assert self.hidden_in is not None
+            return (self.model.mtp_forward(batch.input_ids, self.hidden_in[: b * self.t], batch, self.state),)
+        hidden = self.model(batch, self.state)
+        return hidden, self.model.compute_logits(hidden[batch.logits_indices])
+
+    def fits(self, chunks: list[SeqChunk]) -> bool:
+        """Whether this graph set can run these chunks: few enough lanes, tokens and pages."""
+        if len(chunks) > self.buckets[-1]:
+            return False
+        ps = self.state.page_size
+        return all(len(c.token_ids) <= self.t and (c.cached_len + self.t - 1) // ps < self.width for c in chunks)
+
+    def _stage(self, chunks: list[SeqChunk], b: int, hidden: torch.Tensor | None = None) -> None:
+        """Write the real lanes' metadata into the static buffers, fillers as the module docstring says."""
+        a, c, ps, t = self._i64.host, self._i32.host, self.state.page_size, self.t
+        ids, pos, kv, steps = a["input_ids"], a["positions"], a["slot_mapping"], a.get("step_slots")
+        for i, ch in enumerate(chunks):
+            n, p0, r = len(ch.token_ids), ch.cached_len, i * t
+            ids[r : r + n] = ch.token_ids
+            ids[r + n : r + t] = ch.token_ids[-1]
+            pos[r : r + t] = range(p0, p0 + t)
+            if n == 1 and t == 1:
+                kv[r] = ch.page_ids[p0 // ps] * ps + p0 % ps
+            else:
+                kv[r : r + n] = [ch.page_ids[p // ps] * ps + p % ps for p in range(p0, p0 + n)]
+            kv[r + n : r + t] = SCRATCH_PAGE * ps
+            if steps is not None:
+                steps[r : r + n] = ch.gdn_step_slots if ch.gdn_step_slots is not None else ch.gdn_slot
+                steps[r + n : r + t] = SCRATCH_SLOT
+            self._host_cached[i] = p0
+        m = len(chunks)
+        a["gdn_slots"][:m] = [ch.gdn_slot for ch in chunks]
+        for k in ("input_ids", "positions", "slot_mapping", "step_slots"):
+            if k in a:
+                a[k][m * t :] = 0
+        a["slot_mapping"][m * t :] = SCRATCH_PAGE * ps
+        a["gdn_slots"][m:] = SCRATCH_SLOT
+        c["cached_lens"][:m] = self._host_cached[:m]
+        c["cached_lens"][m:] = 0
+        self._host_cached[m:] = [0] * (len(self._host_cached) - m)
         table = c["page_table"].reshape(-1, self.width)
         for i, ch in enumerate(chunks):
             if self._rows[i] is not ch.page_ids:  # a lane's pages are fixed for its life: restage on change only
-                ids = ch.page_ids[: self.width]  # the runner picks a width that covers the pages in use
-                table[i, : len(ids)] = ids
-                table[i, len(ids) :] = 0
+                ids_ = ch.page_ids[: self.width]  # the caller picks a width that covers the pages in use
+                table[i, : len(ids_)] = ids_
+                table[i, len(ids_) :] = 0
                 self._rows[i] = ch.page_ids
-        for i in range(n, b):
+        for i in range(m, b):
             if self._rows[i] is not None:
                 table[i] = 0
                 self._rows[i] = None
         self._i64.upload()
         self._i32.upload()
+        if hidden is not None:
+            assert self.hidden_in is not None
+            lens = [len(ch.token_ids) for ch in chunks]
+            if all(n == t for n in lens):
+                self.hidden_in[: m * t].copy_(hidden)
+            else:  # each lane's rows at i * t; fillers keep whatever was there
+                rows = torch.tensor([i * t + j for i, n in enumerate(lens) for j in range(n)], device=self.device)
+                self.hidden_in.index_copy_(0, rows, hidden)
 
     @torch.inference_mode()
-    def capture(self) -> None:
+    def capture(self, pool: object | None = None) -> None:
         t0 = time.monotonic()
-        pool = torch.cuda.graph_pool_handle()
+        pool = pool if pool is not None else shared_pool(self.device)
         for b in sorted(self.buckets, reverse=True):
-            batch = self._batch(b)
             self._stage([], b)
             for _ in range(2):  # warm up: Triton autotune/compile outside the capture
-                self.model.compute_logits(self.model(batch, self.state)[batch.logits_indices])
+                self._forward(b)
             torch.cuda.synchronize()
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g, pool=pool):
-                out = self.model.compute_logits(self.model(batch, self.state)[batch.logits_indices])
+                out = self._forward(b)
             self.graphs[b], self.outputs[b] = g, out
         torch.cuda.synchronize()
-        log.info("captured %d decode graphs (lanes %s) in %.1f s", len(self.graphs), self.buckets,
+        log.info("captured %d %s graphs (lanes %s, %d tokens/lane, %d pages) in %.1f s", len(self.graphs),
+                 "verify" if self.verify else self.head, self.buckets, self.t, self.width,
                  time.monotonic() - t0)  # fmt: skip
 
     def bucket(self, n: int) -> int | None:
         return next((b for b in self.buckets if b >= n), None)
 
-    def run(self, chunks: list[SeqChunk]) -> torch.Tensor:
-        """Logits [len(chunks), V] of one decode step."""
+    def run(self, chunks: list[SeqChunk], hidden: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+        """Outputs for the padded batch: (hidden [B*t, H], logits [B*t, V]) for the target, (mtp hidden
+        [B*t, H],) for the MTP head; lane i's rows start at i * t. `hidden`: the MTP head's input rows, the
+        chunks' rows concatenated. Replays the captured graph, or runs the static batch eagerly if none."""
         b = self.bucket(len(chunks))
-        assert b is not None and b in self.graphs
-        self._stage(chunks, b)
+        assert b is not None
+        self._stage(chunks, b, hidden)
+        if b not in self.graphs:
+            return self._forward(b)
         self.graphs[b].replay()
-        return self.outputs[b][: len(chunks)]
+        return self.outputs[b]
 
 
 class _Packed:
@@ -118,8 +212,9 @@ class _Packed:
 
     def __init__(self, sizes: dict[str, int], dtype: torch.dtype, device: torch.device) -> None:
         total = sum(sizes.values())
-        self._host = torch.zeros(total, dtype=dtype, pin_memory=torch.cuda.is_available())
-        self._dev = torch.zeros(total, dtype=dtype, device=device)
+        pin = torch.cuda.is_available() and torch.device(device).type == "cuda"
+        self._host = torch.zeros(total, dtype=dtype, pin_memory=pin)
+        self._dev = self._host if torch.device(device).type == "cpu" else torch.zeros(total, dtype=dtype, device=device)
         arr = self._host.numpy()
         self.host, self.dev, off = {}, {}, 0
         for name, size in sizes.items():
@@ -128,4 +223,21 @@ class _Packed:
             off += size
 
     def upload(self) -> None:
-        self._dev.copy_(self._host, non_blocking=True)
+        if self._dev is not self._host:
+            self._dev.copy_(self._host, non_blocking=True)
+
+
+def pick(graph_sets: list[StepGraphs] | None, chunks: list[SeqChunk]) -> StepGraphs | None:
+    """The narrowest graph set that fits the chunks, if any."""
+    return next((g for g in graph_sets or [] if g.fits(chunks)), None)
+
+
+def build(
+    make: Callable[[int], StepGraphs], max_context: int, page_size: int, capture: bool
+) -> list[StepGraphs]:
+    """One graph set per page-table width (narrowest first), captured when asked."""
+    sets = [make(w) for w in page_widths(max_context, page_size)]
+    if capture:
+        for s in sets:
+            s.capture()
+    return sets

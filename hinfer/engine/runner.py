@@ -31,27 +31,24 @@ class ModelRunner:
         self.state = state
         self.sampler = sampler
         self.device = state.k_cache.device
-        self.graphs: list | None = None  # DecodeGraphs per page-table width, narrowest first, once captured
+        self.graphs: list | None = None  # decode StepGraphs per page-table width, narrowest first, once captured
 
-    def capture_graphs(self, max_lanes: int, max_context: int) -> None:
-        """Decode graphs for a few page-table widths: the split-KV attention grid scales with the width, so a
-        server configured for 128K contexts would otherwise launch 128K worth of (empty) splits for short ones."""
-        from hinfer.engine.cuda_graphs import WIDTH_CLASSES, DecodeGraphs
+    def capture_graphs(self, max_lanes: int, max_context: int, capture: bool = True) -> None:
+        """Decode graphs (one token per lane) for a few page-table widths. capture=False keeps the padded static
+        batches but runs them eagerly (CPU tests of the staging)."""
+        from hinfer.engine.cuda_graphs import StepGraphs, build
 
-        ps = self.state.page_size
-        full = -(-max_context // ps)
-        widths = sorted({min(full, -(-w // ps)) for w in WIDTH_CLASSES} | {full})
-        self.graphs = [DecodeGraphs(self.model, self.state, max_lanes, w) for w in widths]
-        for g in self.graphs:
-            g.capture()
+        self.graphs = build(lambda w: StepGraphs(self.model, self.state, max_lanes, w), max_context,
+                            self.state.page_size, capture)  # fmt: skip
 
     def forward_logits(self, seq_chunks: list[SeqChunk]) -> torch.Tensor:
         """Logits of the rows that want them: a captured graph for plain decode, the eager model otherwise."""
-        if self.graphs and all(len(c.token_ids) == 1 and c.need_logits for c in seq_chunks):
-            need = max(c.cached_len // self.state.page_size + 1 for c in seq_chunks)  # pages up to the new token
-            g = next((g for g in self.graphs if g.width >= need), None)
-            if g is not None and g.bucket(len(seq_chunks)) is not None:
-                return g.run(seq_chunks)
+        if self.graphs and all(c.need_logits for c in seq_chunks):
+            from hinfer.engine.cuda_graphs import pick
+
+            g = pick(self.graphs, seq_chunks)
+            if g is not None:
+                return g.run(seq_chunks)[1][: len(seq_chunks)]
         batch = build_forward_batch(seq_chunks, self.state.page_size, self.device)
         hidden = self.model(batch, self.state)
         if not batch.logits_indices.numel():  # a non-final prompt chunk: no logits wanted

@@ -514,3 +514,33 @@ def test_sampling_distribution_unchanged_by_speculation(small_model, tokenizer, 
     assert 0 < st["spec_accepted"] < st["spec_drafted"]  # both accepts and rejections happen
     stat, df = chi2_two_sample(plain, spec)
     assert stat < chi2_critical(df), (stat, df)
+
+
+def test_verify_and_draft_graph_batches_give_the_same_tokens(make_engine_core, monkeypatch):
+    """The padded static batches of the CUDA-graph path (engine/cuda_graphs.py), run eagerly here: lanes with
+    fewer drafts than K are padded to K + 1 tokens, fillers write only scratch page 0 / slot 0, and greedy
+    outputs equal plain decoding. Every verify and draft step of the decoding lanes goes through them."""
+    from hinfer.engine import cuda_graphs
+
+    calls: Counter = Counter()
+    real_run = cuda_graphs.StepGraphs.run
+
+    def counting_run(self, chunks, hidden=None):
+        calls["verify" if self.verify else f"{self.head}{self.t}"] += 1
+        return real_run(self, chunks, hidden)
+
+    monkeypatch.setattr(cuda_graphs.StepGraphs, "run", counting_run)
+    rng = random.Random(99)
+    prompts = [[rng.randrange(1, 1024) for _ in range(n)] for n in (1, 7, 16, 30, 45)]
+    params = [greedy_params(i) for i in range(len(prompts))]
+    base, _, _ = run_all(make_engine_core(max_concurrency=4, prefill_chunk=16),
+                         [GenerationRequest(f"r{i}", p, params[i]) for i, p in enumerate(prompts)])  # fmt: skip
+    for lanes, k in [(1, 3), (4, 2), (3, 4)]:
+        core = make_engine_core(max_concurrency=lanes, prefill_chunk=16, spec="mtp", draft_tokens=k)
+        core.runner.capture_graphs(lanes, core.ecfg.max_context, capture=False)
+        core.spec.use_graphs(lanes, capture=False)
+        calls.clear()
+        got, _, _ = run_all(core, [GenerationRequest(f"r{i}", p, params[i]) for i, p in enumerate(prompts)])
+        assert got == base, (lanes, k)
+        assert calls["verify"] > 0 and calls["mtp1"] > 0 and calls[f"mtp{k + 1}"] > 0, calls
+        assert_all_free(core)

@@ -61,6 +61,26 @@ def test_graph_decode_equals_eager_for_64_steps():
     assert outs[0] == outs[1]
 
 
+def test_spec_graphs_greedy_equal_plain_decode():
+    """MTP speculation with captured verify and draft graphs gives plain greedy decoding's tokens, at several lane
+    counts and draft counts, with prefill chunking (the same check as the CPU test, on the Triton path)."""
+    cfg = ModelConfig.from_dict(SMALL | {"mtp_num_hidden_layers": 1})
+    model = random_init(Qwen35ForCausalLM(cfg, torch.bfloat16, "cuda"), seed=5)
+    tok = Tokenizer.from_dir(tokenizer_dir())
+    g = torch.Generator().manual_seed(torch.seed() % 2**31)
+    prompts = [torch.randint(1, 4096, (n,), generator=g).tolist() for n in (1, 17, 200, 333, 64, 5)]
+
+    def core(**kw):
+        ecfg = EngineConfig(device="cuda", dtype="bf16", max_context=2048, prefill_chunk=128, **kw)
+        return make_core(cfg, model, tok, resolve_engine_config(cfg, ecfg), torch.device("cuda"))
+
+    base = _run(core(max_concurrency=4, cuda_graphs=False), prompts, 48)
+    for lanes, k in [(1, 3), (4, 3), (2, 1), (4, 5)]:
+        spec = core(max_concurrency=lanes, spec="mtp", draft_tokens=k)
+        assert spec.spec.graphs and all(s.graphs for s in spec.spec.graphs)
+        assert _run(spec, prompts, 48) == base, (lanes, k)
+
+
 def test_triton_matches_reference_on_27b_layers():
     cfg = load_model_config(config_dir("qwen3.6-27b"))
     cfg = replace(cfg, num_hidden_layers=4, layer_types=cfg.layer_types[:4], mtp_num_hidden_layers=0)

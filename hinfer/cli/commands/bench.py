@@ -36,6 +36,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int, default=64, help="timed decode steps per point (default 64)")
     p.add_argument("--layers", type=int, default=None, help="keep only the first N layers (quick checks)")
     p.add_argument("--vs-hf", action="store_true", help="also time Hugging Face transformers on the same shapes")
+    p.add_argument("--spec-k", type=_ints, default=[1, 2, 3, 4, 5],
+                   help="with --spec mtp: the draft counts K to time speculative rounds at (default 1,2,3,4,5)")
+    p.add_argument("--acceptance", type=lambda t: [float(x) for x in t.split(",") if x.strip()], default=[3.2],
+                   help="with --spec mtp: acceptance lengths (tokens per round, bonus included) to project tok/s "
+                        "from; default 3.2, the published figure for these models at K=3 (random weights' own "
+                        "acceptance is meaningless)")
     p.add_argument("--out", type=Path, default=Path("bench/results"), help="folder for the JSON results")
     add_engine_args(p)
     p.set_defaults(func=run, prefill_chunk=8192)
@@ -47,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     spec = BenchSpec(
         model=args.model, weights=args.bench_weights, concurrency=args.concurrency, depths=args.depths,
         prefill=args.prefill, steps=args.steps, layers=args.layers, vs_hf=args.vs_hf, out_dir=args.out,
+        draft_tokens=args.spec_k, acceptance=args.acceptance,
     )  # fmt: skip
     rows = run_bench(spec, engine_config_from_args(args))
     print(table(rows))

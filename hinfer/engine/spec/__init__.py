@@ -17,4 +17,7 @@ __all__ = ["Drafter", "DraftJob", "LaneOutput", "MTPDrafter", "Proposal", "SpecD
 def make_spec_decoder(runner: ModelRunner, ecfg: EngineConfig) -> SpecDecoder:
     """The decoder for `ecfg.spec` ("mtp": the checkpoint's MTP head drafts)."""
     drafter = MTPDrafter(runner.model, runner.state, runner.sampler)
-    return SpecDecoder(runner, ecfg.draft_tokens, drafter, ecfg.max_context)
+    dec = SpecDecoder(runner, ecfg.draft_tokens, drafter, ecfg.max_context)
+    if runner.graphs is not None:  # the runner has decode graphs: verify and draft steps get theirs
+        dec.use_graphs(ecfg.max_concurrency, capture=runner.device.type == "cuda")
+    return dec

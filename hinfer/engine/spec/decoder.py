@@ -9,8 +9,9 @@ hides the rejected KV rows, which later steps overwrite. After the engine has ap
 `after_step` gives the drafter the positions just run for each lane that goes on (drafter.py).
 
 Drafts per round are capped so a round never produces more tokens than max_tokens or max_context allow (the
-pages reserved at admission cover them). The two forwards (`_target_forward`, the drafter's `forward`) are the
-seams where CUDA graphs per (lanes, K) will slot in; today both run eagerly.
+pages reserved at admission cover them). A step of decoding lanes only replays a captured verify graph (K + 1
+tokens per lane, engine/cuda_graphs.py); a step with prompt chunks runs eagerly. The MTP drafter has its own
+graphs (mtp.py).
 """
 
 from __future__ import annotations
@@ -80,6 +81,16 @@ class SpecDecoder:
         self._gamma = vocab_gamma(self.model.cfg.vocab_size, self.device)
         self._fed: list[_Fed] = []
         self.rounds = self.drafted = self.accepted = 0
+        self.graphs: list | None = None  # verify StepGraphs per page-table width, once built
+
+    def use_graphs(self, max_lanes: int, capture: bool) -> None:
+        """Verify graphs (K + 1 tokens per lane, GDN state per position) and the drafter's, for every width."""
+        from hinfer.engine.cuda_graphs import StepGraphs, build
+
+        self.graphs = build(lambda w: StepGraphs(self.model, self.state, max_lanes, w, self.k + 1, verify=True),
+                            self.max_context, self.state.page_size, capture)  # fmt: skip
+        if hasattr(self.drafter, "use_graphs"):
+            self.drafter.use_graphs(max_lanes, self.k, self.max_context, capture)
 
     def counters(self) -> dict[str, float]:
         return {"spec_rounds": self.rounds, "spec_drafted": self.drafted, "spec_accepted": self.accepted}
@@ -100,31 +111,26 @@ class SpecDecoder:
         """Run one step; -> the tokens of every chunk that produces some, in order."""
         self._fed = []
         seq_chunks: list[SeqChunk] = []
-        lanes: list[_Lane] = []
-        firsts: list[tuple[Sequence, int]] = []  # (seq, logits row) of prompts that end this step
-        row = 0  # logits rows: every position of a verifying lane, the last one of a prompt's final chunk
-        for c in chunks:
+        verifying: list[tuple[int, list[int], torch.Tensor | None]] = []  # (chunk index, drafts, their q)
+        for i, c in enumerate(chunks):
             s = c.seq
             if s.in_prefill:
                 toks = s.pending_tokens()[: c.num_tokens]
                 seq_chunks.append(SeqChunk(toks, s.num_cached, s.pages, s.slot, need_logits=c.samples))
-                if c.samples:
-                    firsts.append((s, row))
-                    row += 1
                 continue
             drafts, probs = self._take_drafts(s)
             toks = s.pending_tokens() + drafts
             assert len(toks) == len(drafts) + 1, "a decoding lane has exactly one pending token"
             seq_chunks.append(SeqChunk(toks, s.num_cached, s.pages, s.slot,
                                        gdn_step_slots=s.draft_slots[: len(toks)], all_logits=True))  # fmt: skip
-            lanes.append(_Lane(s, row, drafts, probs))
-            row += len(toks)
-        hidden, logits = self._target_forward(seq_chunks)
+            verifying.append((i, drafts, probs))
+        hidden, logits, rows = self._target_forward(seq_chunks)
+        firsts = [(c.seq, rows[i][1]) for i, c in enumerate(chunks) if c.seq.in_prefill and c.samples]
+        lanes = [_Lane(chunks[i].seq, rows[i][1], d, q) for i, d, q in verifying]
         out = {id(o.seq): o for o in self._sample_firsts(firsts, logits) + self._verify(lanes, logits)}
 
         results: list[LaneOutput] = []
-        h0 = 0
-        for c, sc in zip(chunks, seq_chunks):
+        for c, sc, (h0, _) in zip(chunks, seq_chunks, rows):
             s, n, o = c.seq, len(sc.token_ids), out.get(id(c.seq))
             if sc.all_logits:  # a verified round: the state after the last accepted token becomes current
                 a = len(o.token_ids) - 1
@@ -135,7 +141,6 @@ class SpecDecoder:
                 s.num_cached += n
                 tail = s.prompt_ids[sc.cached_len + 1 : sc.cached_len + n + 1] + (o.token_ids if o else [])
                 self._fed.append(_Fed(s, sc.cached_len, tail, hidden[h0 : h0 + n], o is not None))
-            h0 += n
             if o is not None:
                 results.append(o)
         return results
@@ -148,11 +153,26 @@ class SpecDecoder:
         k = min(len(prop.tokens), self.budget(seq))
         return prop.tokens[:k], (prop.probs[:k] if k and prop.probs is not None else None)
 
-    def _target_forward(self, seq_chunks: list[SeqChunk]) -> tuple[torch.Tensor, torch.Tensor]:
-        """-> (final-normed hidden [T, H], logits of the rows that want them)."""
+    def _target_forward(
+        self, seq_chunks: list[SeqChunk]
+    ) -> tuple[torch.Tensor, torch.Tensor, list[tuple[int, int]]]:
+        """-> (final-normed hidden, logits, per chunk its first (hidden row, logits row)). A verify graph when
+        every chunk is a verifying lane that fits one; else eager (rows packed)."""
+        if self.graphs and all(c.all_logits for c in seq_chunks):
+            from hinfer.engine.cuda_graphs import pick
+
+            g = pick(self.graphs, seq_chunks)
+            if g is not None:
+                hidden, logits = g.run(seq_chunks)
+                return hidden, logits, [(i * g.t, i * g.t) for i in range(len(seq_chunks))]
         batch = build_forward_batch(seq_chunks, self.state.page_size, self.device)
         hidden = self.model(batch, self.state)
-        return hidden, self.model.compute_logits(hidden[batch.logits_indices])
+        rows, h, r = [], 0, 0
+        for c in seq_chunks:
+            rows.append((h, r))
+            h += len(c.token_ids)
+            r += len(c.token_ids) if c.all_logits else int(c.need_logits)
+        return hidden, self.model.compute_logits(hidden[batch.logits_indices]), rows
 
     def _sample_firsts(self, firsts: list[tuple[Sequence, int]], logits: torch.Tensor) -> list[LaneOutput]:
         """A prompt's first token: the plain sampler, exactly as without speculation."""

@@ -9,6 +9,10 @@ in place of the target's (which does not exist yet). Their KV rows are provision
 positions are re-run with the target's hidden states and overwrite them, and attention never reads past a
 lane's length.
 
+CUDA graphs (use_graphs): the single-token steps replay a captured MTP step (one token per lane); the pass over
+a round's accepted positions replays one of K + 1 rows per lane (fewer rows are padded, engine/cuda_graphs.py);
+a pass over a long prompt chunk runs eagerly.
+
 Drafts are drawn from the head's distribution after the request's own sampler processing (q), with the seeded
 DRAFT noise, so rejection sampling can judge them; greedy requests draft the argmax (q one-hot).
 """
@@ -44,10 +48,26 @@ class MTPDrafter:
         self.model, self.state, self.sampler = model, state, sampler
         self.device = state.k_cache.device
         self._gamma = vocab_gamma(model.cfg.vocab_size, self.device)
+        self.graphs: dict[int, list] = {}  # rows per lane (1, K + 1) -> MTP StepGraphs per page-table width
+
+    def use_graphs(self, max_lanes: int, k: int, max_context: int, capture: bool) -> None:
+        from hinfer.engine.cuda_graphs import StepGraphs, build
+
+        for t in sorted({1, k + 1}):
+            self.graphs[t] = build(lambda w, t=t: StepGraphs(self.model, self.state, max_lanes, w, t, head="mtp"),
+                                   max_context, self.state.page_size, capture)  # fmt: skip
 
     def forward(self, chunks: list[SeqChunk], hidden: torch.Tensor) -> torch.Tensor:
-        """The head over `chunks` (token_ids = the next tokens) -> its hidden states at the rows wanting logits.
-        The seam for CUDA graphs of the single-token steps."""
+        """The head over `chunks` (token_ids = the next tokens) -> its hidden states at the rows wanting logits."""
+        if self.graphs:
+            from hinfer.engine.cuda_graphs import pick
+
+            widest = max(len(c.token_ids) for c in chunks)
+            g = pick(next((sets for t, sets in sorted(self.graphs.items()) if t >= widest), None), chunks)
+            if g is not None:
+                (out,) = g.run(chunks, hidden)
+                rows = [i * g.t + len(c.token_ids) - 1 for i, c in enumerate(chunks) if c.need_logits]
+                return out[torch.tensor(rows, dtype=torch.int64, device=self.device)]
         batch = build_forward_batch(chunks, self.state.page_size, self.device)
         out = self.model.mtp_forward(batch.input_ids, hidden, batch, self.state)
         return out[batch.logits_indices]
