@@ -14,7 +14,7 @@ from hinfer.demo import resolve_model_path
 from hinfer.engine.core import EngineCore
 from hinfer.engine.runner import ModelRunner
 from hinfer.engine.state import RESERVED_PAGES, RESERVED_SLOTS, ModelState, StateShape
-from hinfer.errors import ConfigError
+from hinfer.errors import CheckpointError, ConfigError
 from hinfer.model.loader import load_weights
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.tokenizer import Tokenizer
@@ -63,10 +63,26 @@ def state_shape(cfg: ModelConfig, ecfg: EngineConfig, plan=None) -> StateShape:
     return StateShape(pages, ecfg.page_size, slots, kv_dtype, DTYPES[ecfg.dtype], mtp_layers=mtp)
 
 
-def weight_format(ecfg: EngineConfig) -> str:
-    """The format the weights are kept in: checkpoints load as bf16 (official FP8 ones are dequantized for now),
-    then --weights fp8|int4 converts them in place."""
-    return {"fp8": "fp8-default", "int4": "int4-default"}.get(ecfg.weights, "bf16")
+def weight_plan(ecfg: EngineConfig, cfg: ModelConfig | None = None):
+    """(recipe, as_stored) for --weights and the checkpoint's config. as_stored: the checkpoint's own quantized
+    weights load as they are (official block fp8 -> `fp8-block`, compressed-tensors W4A16 -> `int4-default` or
+    `int4-sym`) with --weights auto or the stored format; else the checkpoint is read as bf16 (quantized
+    checkpoints dequantized) and --weights fp8|int4 converts it in place. An fp8 checkpoint whose blocks cannot
+    be kept (block size, fused parts not multiples of 128 rows) is dequantized under auto, an error with fp8."""
+    from hinfer.engine.weight_bytes import resolve_weights
+    from hinfer.weights.compressed_tensors import stored_recipe
+
+    if cfg is None:
+        return {"fp8": "fp8-default", "int4": "int4-default"}.get(ecfg.weights, "bf16"), False
+    stored, why_not = stored_recipe(cfg)
+    w = ecfg.weights
+    if why_not is not None and w == "fp8":
+        raise CheckpointError(f"--weights fp8: this fp8 checkpoint cannot load as stored: {why_not} "
+                              "(use --weights bf16 or int4)")
+    if why_not is not None and w == "auto":
+        log.warning("fp8 checkpoint loads dequantized to %s: %s", ecfg.dtype, why_not)
+    recipe = resolve_weights(cfg, w)
+    return recipe, stored is not None and recipe == stored
 
 
 def load_model(model: str | None, ecfg: EngineConfig) -> Loaded:
@@ -78,20 +94,30 @@ def load_model(model: str | None, ecfg: EngineConfig) -> Loaded:
         return _load_artifact(path, ecfg)
     cfg = load_model_config(path)
     ecfg = resolve_engine_config(cfg, ecfg)
-    plan = plan_for_serve(cfg, ecfg, weight_format(ecfg))  # before any weight is read: fail fast with figures
+    recipe, as_stored = weight_plan(ecfg, cfg)
+    plan = plan_for_serve(cfg, ecfg, recipe)  # before any weight is read: fail fast with figures
     log.info("memory plan (%s):\n%s", plan.device_name, plan.table())
     ckpt = HFCheckpoint(path)
     tok = Tokenizer.from_dir(path)
     device = torch.device(ecfg.device)
     dtype = DTYPES[ecfg.dtype]
     t0 = time.monotonic()
-    net = Qwen35ForCausalLM(cfg, dtype=dtype, device=device, with_mtp=ecfg.spec == "mtp")
-    load_weights(net, ((n, t.to(device=device, dtype=dtype)) for n, t in ckpt.iter_tensors(dtype=dtype)), str(path))
-    if ecfg.weights in ("fp8", "int4"):
-        from hinfer.quant.apply import quantize_model
+    with_mtp = ecfg.spec == "mtp"
+    if as_stored:
+        from hinfer.model.quantized_loader import load_quantized_checkpoint
 
-        quantize_model(net, weight_format(ecfg))
-    log.info("loaded %s (%s, %s on %s) in %.1f s", path, cfg.model_type, ecfg.dtype, device, time.monotonic() - t0)
+        net = load_quantized_checkpoint(ckpt, recipe, dtype, device, with_mtp=with_mtp)
+    else:
+        net = Qwen35ForCausalLM(cfg, dtype=dtype, device=device, with_mtp=with_mtp)
+        load_weights(net, ((n, t.to(device=device, dtype=dtype)) for n, t in ckpt.iter_tensors(dtype=dtype)),
+                     str(path))
+        if recipe != "bf16":
+            from hinfer.quant.apply import quantize_model
+
+            quantize_model(net, recipe)
+    name = getattr(recipe, "name", recipe)
+    log.info("loaded %s (%s, %s, %s on %s) in %.1f s", path, cfg.model_type, name, ecfg.dtype, device,
+             time.monotonic() - t0)
     return Loaded(path, cfg, ecfg, net, tok, device, plan)
 
 

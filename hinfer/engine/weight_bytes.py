@@ -14,11 +14,13 @@ checks the bytes against a quantized model):
   zero point per group when asymmetric (`int4-default`; `int4-sym` has none).
 
 Converted by default: attention qkv/o, GDN in_proj (qkv, z; b and a stay unquantized with keep_gdn_ab), GDN
-out_proj, dense MLP, MoE shared experts. Kept in the unquantized dtype (bf16 on GPU, fp32 on the CPU reference
-path): embedding, lm_head, the MTP head (unless convert_mtp), MoE routers, conv1d, norms, A_log, dt_bias, and
-for now the MoE routed experts (`experts=False`: no grouped quantized expert kernel yet). Our model fuses some
-projections (q+k+v, gate+up); every real config has row counts that are multiples of 128, so block scales count
-the same fused or not.
+out_proj, dense MLP, MoE shared experts, and with the int4 recipes the MoE routed experts (target "experts":
+per expert the same int4 layout, so their bytes are the per-expert entries' own). Kept in the unquantized dtype
+(bf16 on GPU, fp32 on the CPU reference path): embedding, lm_head, the MTP head (unless convert_mtp), MoE
+routers, conv1d, norms, A_log, dt_bias, and with the fp8 recipes the routed experts (no fp8 expert kernel). Our
+model fuses some projections (q+k+v, gate+up; gate+up of each expert); every real config has row counts that
+are multiples of 128, so block scales count the same fused or not, and int4 groups run along rows, so they
+count the same fused or not.
 """
 
 from __future__ import annotations
@@ -33,10 +35,10 @@ from hinfer.quant.recipes import RECIPES as RECIPES  # re-exported: the plan and
 from hinfer.quant.recipes import QuantRecipe as Recipe
 from hinfer.quant.recipes import get_recipe
 
-# Roles: what a tensor is. The first six are the quantizer's targets (hinfer/quant/recipes.py).
+# Roles: what a tensor is. The first seven are the quantizer's targets (hinfer/quant/recipes.py).
 ATTN_QKV, ATTN_O, GDN_IN, GDN_OUT, MLP, SHARED_EXPERT = "attn_qkv", "attn_o", "gdn_in", "gdn_out", "mlp", "shared_expert"
+EXPERTS = "experts"  # routed expert projections (the int4 recipes convert them; fp8 has no expert kernel)
 GDN_AB = "gdn_ab"  # linear_attn.in_proj_a / in_proj_b: part of gdn_in, kept with keep_gdn_ab
-EXPERT = "expert"  # routed expert projections: converted only with experts=True
 MTP_FC = "mtp_fc"  # mtp.fc: converted only with convert_mtp
 EMBED = "embed"
 LM_HEAD = "lm_head"
@@ -74,24 +76,24 @@ def converts(recipe: Recipe, t: TensorSpec) -> bool:
         return False
     if t.role == GDN_AB:
         return GDN_IN in recipe.targets and not recipe.keep_gdn_ab
-    if t.role == EXPERT:
-        return recipe.experts
     if t.role == MTP_FC:
         return recipe.convert_mtp
     return t.role in recipe.targets
 
 
-def resolve_weights(cfg: ModelConfig, weights: str) -> str:
-    """--weights auto -> what the checkpoint stores: `fp8-block` for an official block-scaled fp8 checkpoint
-    (`fp8-default` for other fp8 ones), else bf16."""
-    if weights != "auto":
+def resolve_weights(cfg: ModelConfig, weights: str | Recipe) -> str | Recipe:
+    """--weights -> the recipe the weights are kept in. `auto`, or the format the checkpoint stores, keeps a
+    quantized checkpoint as it is (official block fp8 -> `fp8-block`, compressed-tensors W4A16 -> `int4-default`
+    or `int4-sym`, narrowed to the roles it quantizes: hinfer.weights.compressed_tensors.stored_recipe); other
+    `auto` -> bf16; fp8 | int4 -> that format's default recipe (converted after loading)."""
+    if not isinstance(weights, str) or weights not in ("auto", "fp8", "int4"):
         return weights
-    raw = cfg.extra.get("raw", {})
-    for d in (raw, raw.get("text_config") or {}):
-        qc = d.get("quantization_config") if isinstance(d, dict) else None
-        if isinstance(qc, dict) and qc.get("quant_method") == "fp8":
-            return "fp8-block" if qc.get("weight_block_size") else "fp8-default"
-    return "bf16"
+    from hinfer.weights.compressed_tensors import stored_recipe
+
+    stored, _ = stored_recipe(cfg)
+    if stored is not None and weights in ("auto", stored.fmt):
+        return stored
+    return "bf16" if weights == "auto" else weights
 
 
 # ---- the inventory ------------------------------------------------------------------------------------------
@@ -138,9 +140,9 @@ def _mlp(p: str, cfg: ModelConfig, moe: bool, mtp: bool) -> list[TensorSpec]:
     i, e, s = cfg.moe_intermediate_size, cfg.num_experts, cfg.shared_expert_intermediate_size
     out = [
         TensorSpec(f"{m}gate.weight", (e, h), ROUTER, mtp),
-        TensorSpec(m + "experts.{e}.gate_proj.weight", (i, h), EXPERT, mtp, e),
-        TensorSpec(m + "experts.{e}.up_proj.weight", (i, h), EXPERT, mtp, e),
-        TensorSpec(m + "experts.{e}.down_proj.weight", (h, i), EXPERT, mtp, e),
+        TensorSpec(m + "experts.{e}.gate_proj.weight", (i, h), EXPERTS, mtp, e),
+        TensorSpec(m + "experts.{e}.up_proj.weight", (i, h), EXPERTS, mtp, e),
+        TensorSpec(m + "experts.{e}.down_proj.weight", (h, i), EXPERTS, mtp, e),
     ]
     if s:
         out += [

@@ -19,7 +19,7 @@ from hinfer.model.qwen3_5 import Fused, Qwen35ForCausalLM, SparseMoE
 _EXPERT = re.compile(r"^(.*\.mlp)\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
 
 
-class _Target:
+class Target:
     """Where one checkpoint tensor goes: a parameter, optionally rows [start, start+rows) or expert e."""
 
     def __init__(self, param: torch.Tensor, name: str, start: int = 0, rows: int | None = None, expert: int | None = None):
@@ -30,17 +30,17 @@ class _Target:
         return p if self.rows is None else p[self.start : self.start + self.rows]
 
 
-def _module_targets(model: Qwen35ForCausalLM) -> dict[str, _Target]:
+def _module_targets(model: Qwen35ForCausalLM) -> dict[str, Target]:
     """Checkpoint name -> target, for every non-expert-sliced tensor of the checkpoint."""
-    out: dict[str, _Target] = {}
+    out: dict[str, Target] = {}
     for mod_name, mod in model.named_modules():
         prefix = _hf_prefix(mod_name)
         if isinstance(mod, Fused):
             for part, (start, rows) in mod.parts.items():
-                out[f"{prefix}{part}.weight"] = _Target(mod.weight, f"{mod_name}.weight", start, rows)
+                out[f"{prefix}{part}.weight"] = Target(mod.weight, f"{mod_name}.weight", start, rows)
             continue
         for pname, p in mod.named_parameters(recurse=False):
-            out[f"{prefix}{_hf_param_name(mod, pname)}"] = _Target(p, f"{mod_name}.{pname}".lstrip("."))
+            out[f"{prefix}{_hf_param_name(mod, pname)}"] = Target(p, f"{mod_name}.{pname}".lstrip("."))
     return out
 
 
@@ -78,7 +78,7 @@ def _hf_param_name(mod: nn.Module, pname: str) -> str:
     return f"{pname}.weight"  # MLP.down_proj
 
 
-def _expert_target(model: Qwen35ForCausalLM, name: str, source: str) -> _Target | None:
+def expert_target(model: Qwen35ForCausalLM, name: str, source: str) -> Target | None:
     m = _EXPERT.match(name)
     if not m:
         return None
@@ -93,22 +93,22 @@ def _expert_target(model: Qwen35ForCausalLM, name: str, source: str) -> _Target 
         raise CheckpointError(f"{source}: tensor {name!r}: expert {e} out of range (config has {moe.experts_down.shape[0]})")
     inter = moe.experts_down.shape[2]
     if which == "down_proj":
-        return _Target(moe.experts_down, f"{m.group(1)}.experts_down", expert=e)
+        return Target(moe.experts_down, f"{m.group(1)}.experts_down", expert=e)
     start = 0 if which == "gate_proj" else inter
-    return _Target(moe.experts_gate_up, f"{m.group(1)}.experts_gate_up", start, inter, expert=e)
+    return Target(moe.experts_gate_up, f"{m.group(1)}.experts_gate_up", start, inter, expert=e)
 
 
-def checkpoint_targets(model: Qwen35ForCausalLM) -> dict[str, _Target]:
+def checkpoint_targets(model: Qwen35ForCausalLM) -> dict[str, Target]:
     """Checkpoint name -> where it goes, for every tensor but per-expert ones (resolved by `place_tensor`)."""
     return _module_targets(model)
 
 
 def place_tensor(
-    model: Qwen35ForCausalLM, targets: dict[str, _Target], name: str, t: torch.Tensor, source: str
+    model: Qwen35ForCausalLM, targets: dict[str, Target], name: str, t: torch.Tensor, source: str
 ) -> str:
     """Copy one checkpoint tensor into its rows; returns the parameter written. CheckpointError on a name the
     config does not have or a wrong shape."""
-    target = targets.get(name) or _expert_target(model, name, source)
+    target = targets.get(name) or expert_target(model, name, source)
     if target is None:
         raise CheckpointError(f"{source}: unexpected tensor {name!r} (not part of this model's config)")
     dst = target.view()
@@ -135,10 +135,10 @@ def load_weights(model: Qwen35ForCausalLM, tensors: Iterable[tuple[str, torch.Te
         if name in seen:
             raise CheckpointError(f"{source}: tensor {name!r} appears twice")
         seen[name] = place_tensor(model, targets, name, t, source)
-    _check_complete(model, targets, seen, source)
+    check_complete(model, targets, seen, source)
 
 
-def _check_complete(model: Qwen35ForCausalLM, targets: dict[str, _Target], seen: dict[str, str], source: str) -> None:
+def check_complete(model: Qwen35ForCausalLM, targets: dict[str, Target], seen: dict[str, str], source: str) -> None:
     """Every non-expert tensor once; experts either fused or every per-expert tensor, never both."""
     for name in targets:
         if name in seen or ".experts." in name:

@@ -1,4 +1,10 @@
-"""Mixture of experts: softmax router with renormalised top-k, SwiGLU experts stored fused [E, 2I, H] / [E, H, I]."""
+"""Mixture of experts: softmax router with renormalised top-k, SwiGLU experts stored fused [E, 2I, H] / [E, H, I].
+
+The experts are plain tensors or quantized expert objects (hinfer.quant.experts.Int4ExpertsWeight: logical
+`.shape` [E, N, K], `.expert(e)` one expert as an Int4Weight). Quantized experts run the grouped int4 Triton
+kernels when Triton runs (bf16 activations, groups of 128), else the reference body, which dequantizes one
+expert at a time (never the whole [E, N, K] tensor) and computes in fp32, rounded once: the kernels' semantics.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from hinfer.ops.dispatch import use_triton
+
+KERNEL_GROUP = 128  # the int4 group the grouped expert kernels take
 
 
 def moe_route_ref(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -16,19 +24,31 @@ def moe_route_ref(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor
     return top_w.to(router_logits.dtype), top_i
 
 
+def _expert(w, e: int) -> torch.Tensor:
+    """Expert e's [N, K] weight: a view of a plain tensor, or a quantized expert dequantized (alone) to fp32."""
+    return w[e] if isinstance(w, torch.Tensor) else w.expert(e).dequantize(torch.float32)
+
+
 def moe_experts_ref(
     x: torch.Tensor,  # [T, H]
-    w_gate_up: torch.Tensor,  # [E, 2I, H]
-    w_down: torch.Tensor,  # [E, H, I]
+    w_gate_up,  # [E, 2I, H]: a tensor or quantized experts
+    w_down,  # [E, H, I]: a tensor or quantized experts
     top_w: torch.Tensor,  # [T, k]
     top_i: torch.Tensor,  # [T, k]
 ) -> torch.Tensor:
+    if not (isinstance(w_gate_up, torch.Tensor) and isinstance(w_down, torch.Tensor)):
+        # quantized: fp32 products and sums against each used expert dequantized on the fly, rounded once
+        return _experts_ref(x.float(), w_gate_up, w_down, top_w.float(), top_i).to(x.dtype)
+    return _experts_ref(x, w_gate_up, w_down, top_w, top_i)
+
+
+def _experts_ref(x, w_gate_up, w_down, top_w, top_i) -> torch.Tensor:
     out = torch.zeros_like(x)
     for e in torch.unique(top_i).tolist():
         tok, slot = torch.where(top_i == e)
-        h = F.linear(x[tok], w_gate_up[e])
+        h = F.linear(x[tok], _expert(w_gate_up, e))
         g, u = h.chunk(2, dim=-1)
-        y = F.linear(F.silu(g) * u, w_down[e]) * top_w[tok, slot, None]
+        y = F.linear(F.silu(g) * u, _expert(w_down, e)) * top_w[tok, slot, None]
         out.index_add_(0, tok, y.to(out.dtype))
     return out
 
@@ -41,11 +61,25 @@ def moe_route(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, to
     return moe_route_ref(router_logits, top_k)
 
 
-def moe_experts(
-    x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, top_w: torch.Tensor, top_i: torch.Tensor
-) -> torch.Tensor:
-    if use_triton(x):
-        from hinfer.ops.triton import moe as tm
+def _kernel_weight(w, x: torch.Tensor):
+    """What the Triton twin takes for `w` (the tensor itself, or an Int4Experts view of quantized experts), or
+    None when only the reference body can run it."""
+    if isinstance(w, torch.Tensor):
+        return w
+    from hinfer.quant.experts import Int4ExpertsWeight
 
-        return tm.moe_experts(x, w_gate_up, w_down, top_w, top_i)
+    if isinstance(w, Int4ExpertsWeight) and w.group == KERNEL_GROUP and x.dtype == torch.bfloat16:
+        from hinfer.ops.triton.moe_int4 import Int4Experts
+
+        return Int4Experts(w.qweight, w.scales, w.zeros, w.in_features)
+    return None
+
+
+def moe_experts(x: torch.Tensor, w_gate_up, w_down, top_w: torch.Tensor, top_i: torch.Tensor) -> torch.Tensor:
+    if use_triton(x):
+        gu, dn = _kernel_weight(w_gate_up, x), _kernel_weight(w_down, x)
+        if gu is not None and dn is not None and isinstance(gu, torch.Tensor) == isinstance(dn, torch.Tensor):
+            from hinfer.ops.triton import moe as tm
+
+            return tm.moe_experts(x, gu, dn, top_w, top_i)
     return moe_experts_ref(x, w_gate_up, w_down, top_w, top_i)

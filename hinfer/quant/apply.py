@@ -1,8 +1,10 @@
 """quantize_model: replace the recipe's projection weights of a loaded model with quantized weight objects.
 
 The model calls `linear(x, self.o_proj)` / `linear(x, self.in_proj.weight)`, and `linear` calls `.matmul(x)` on
-anything that is not a tensor, so swapping the attribute is all it takes. Layer by layer, each bf16 parameter is
-deleted as soon as its replacement exists, so peak memory stays near the bf16 model plus one projection.
+anything that is not a tensor, so swapping the attribute is all it takes; likewise `moe_experts` takes the MoE
+layer's routed experts as `Int4ExpertsWeight` objects (hinfer.quant.experts). Layer by layer, each bf16 parameter
+is deleted as soon as its replacement exists, so peak memory stays near the bf16 model plus one projection (one
+layer's fused routed experts, for MoE models).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
+from hinfer.quant.experts import quantize_experts
 from hinfer.quant.fp8 import quantize_fp8
 from hinfer.quant.int4 import quantize_int4
 from hinfer.quant.recipes import QuantRecipe, get_recipe
@@ -60,7 +63,7 @@ def quantize_weight(w: torch.Tensor, recipe: QuantRecipe) -> nn.Module:
     raise ValueError(f"recipe {recipe.name} converts nothing")
 
 
-def _targets(layer: nn.Module, r: QuantRecipe) -> Iterator[tuple[nn.Module, str, int]]:
+def weight_targets(layer: nn.Module, r: QuantRecipe) -> Iterator[tuple[nn.Module, str, int]]:
     """(module, attribute, rows kept at the end) for each weight of one decoder layer the recipe converts."""
     t = r.targets
     if hasattr(layer, "self_attn"):
@@ -83,19 +86,26 @@ def _targets(layer: nn.Module, r: QuantRecipe) -> Iterator[tuple[nn.Module, str,
             yield m, "down_proj", 0
 
 
+def expert_targets(layer: nn.Module, r: QuantRecipe) -> Iterator[tuple[nn.Module, str]]:
+    """(SparseMoE, attribute) for the routed experts of one decoder layer, if the recipe converts them."""
+    if r.experts and getattr(layer.mlp, "experts_gate_up", None) is not None:
+        yield layer.mlp, "experts_gate_up"
+        yield layer.mlp, "experts_down"
+
+
 @torch.no_grad()
 def quantize_model(model: nn.Module, recipe: str | QuantRecipe) -> None:
     """Quantize `model` (a Qwen35ForCausalLM) in place per `recipe` (a name, a format or a QuantRecipe)."""
     r = get_recipe(recipe)
     if r.fmt == "bf16":
         return
-    if r.experts:
-        raise NotImplementedError("quantized MoE routed experts are not supported yet")
+    if r.experts and r.fmt != "int4":
+        raise NotImplementedError(f"recipe {r.name}: routed experts quantize to int4 only (no {r.fmt} expert kernel)")
     layers = list(model.layers)
     if r.convert_mtp and getattr(model, "mtp", None) is not None:
         layers += list(model.mtp.layers)
     for layer in layers:
-        for module, name, keep in _targets(layer, r):
+        for module, name, keep in weight_targets(layer, r):
             w = module._parameters.get(name)
             if w is None or not isinstance(w, torch.Tensor):
                 continue  # already quantized
@@ -104,6 +114,14 @@ def quantize_model(model: nn.Module, recipe: str | QuantRecipe) -> None:
             del module._parameters[name]  # the bf16 tensor is freed with the last reference (w, below)
             setattr(module, name, q)
             del w, head, q
+        for moe, name in expert_targets(layer, r):
+            w = moe._parameters.get(name)
+            if w is None or not isinstance(w, torch.Tensor):
+                continue  # already quantized
+            q = quantize_experts(w, r)
+            del moe._parameters[name]
+            setattr(moe, name, q)
+            del w, q
     if r.convert_mtp and getattr(model, "mtp", None) is not None and isinstance(model.mtp.fc, torch.Tensor):
         w = model.mtp._parameters.pop("fc")
         model.mtp.fc = quantize_weight(w, r)

@@ -4,6 +4,12 @@ Converted (`targets`), each a [N, K] weight of hinfer.model.qwen3_5:
   attn_qkv  Attention.qkv_proj.weight (q + gate, k, v fused)     attn_o   Attention.o_proj
   gdn_in    GatedDeltaNet.in_proj.weight (qkv, z, b, a fused)   gdn_out  GatedDeltaNet.out_proj
   mlp       MLP.gate_up.weight, MLP.down_proj (dense layers)   shared_expert  the MoE layers' shared-expert MLP
+  experts   SparseMoE.experts_gate_up [E, 2I, H] and experts_down [E, H, I] (the routed experts, int4 only)
+Routed experts are converted by the int4 recipes (`hinfer.quant.experts.Int4ExpertsWeight`, run by the grouped
+int4 expert kernels of hinfer/ops/triton/moe*.py): they are ~95% of an MoE model's parameters, the 122B-A10B fits
+one 141 GB H200 only with them in int4, and the 35B-A3B's decode reads mostly expert bytes. The fp8 recipes keep
+them in the model dtype: the grouped expert kernels have no fp8 format (a recipe may still name the target, e.g.
+for a memory-plan projection, but quantize_model refuses it).
 Kept in the model dtype by every recipe here: embed_tokens, lm_head (tied or not), the MTP head (fc and its
 layer: it runs once per draft token; convert_mtp turns it on), MoE routers (`router`, `shared_expert_gate`),
 GDN conv1d weight, A_log, dt_bias, all norms, and - with keep_gdn_ab (default) - the last 2*HV rows of the fused
@@ -11,27 +17,46 @@ GDN in_proj (in_proj_b, in_proj_a): tiny (96 rows of 16480 on the 27B) but they 
 g = -exp(A_log) * softplus(a + dt_bias) and beta; int4's ~10% relative error on a dot product would shift
 exp(g) by tens of percent, and the official FP8 checkpoints keep them bf16 too. The head rows are quantized
 and the tail rows computed in bf16 by `RowSplitWeight` (two launches at decode, no concatenation copy).
-MoE routed experts stay bf16 for now (their grouped kernels belong to the MoE work; `experts` is reserved).
+The MTP head's MoE layer (routed experts included) follows convert_mtp like the rest of the head.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
-ALL_TARGETS = frozenset({"attn_qkv", "attn_o", "gdn_in", "gdn_out", "mlp", "shared_expert"})
+EXPERTS = "experts"
+ALL_TARGETS = frozenset({"attn_qkv", "attn_o", "gdn_in", "gdn_out", "mlp", "shared_expert", EXPERTS})
+# what `targets=None` means per format: everything its kernels cover (no grouped fp8 expert kernel)
+FORMAT_TARGETS = {"bf16": frozenset(), "fp8": ALL_TARGETS - {EXPERTS}, "int4": ALL_TARGETS}
 
 
 @dataclass(frozen=True)
 class QuantRecipe:
     name: str
     fmt: str  # "bf16" | "fp8" | "int4"
-    targets: frozenset[str] = field(default=ALL_TARGETS)
+    # None: what the format's kernels cover (FORMAT_TARGETS[fmt]); always a frozenset once built
+    targets: frozenset[str] | None = None
     keep_gdn_ab: bool = True
     convert_mtp: bool = False
-    experts: bool = False  # MoE routed experts: not supported yet
     fp8_scales: str = "channel"  # "channel" (our conversion) | "block" (128x128, the official layout)
     int4_group: int = 128
     int4_zero_point: bool = True  # asymmetric: see docs/quantization.md for the measurement behind it
+
+    def __post_init__(self) -> None:
+        if self.fmt not in FORMAT_TARGETS:
+            raise ValueError(f"recipe {self.name}: unknown format {self.fmt!r}")
+        t = FORMAT_TARGETS[self.fmt] if self.targets is None else frozenset(self.targets)
+        if t - ALL_TARGETS:
+            raise ValueError(f"recipe {self.name}: unknown targets {sorted(t - ALL_TARGETS)}")
+        object.__setattr__(self, "targets", t)
+
+    def __str__(self) -> str:  # logs name a recipe by its name
+        return self.name
+
+    @property
+    def experts(self) -> bool:
+        """Whether the MoE routed experts are converted (the "experts" target)."""
+        return EXPERTS in self.targets
 
     def describe(self) -> str:
         if self.fmt == "bf16":

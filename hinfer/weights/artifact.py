@@ -2,7 +2,8 @@
 
 Metadata (all strings, structured values JSON-encoded): format, format_version, config, recipe, layout,
 tokenizer_json, tokenizer_config, chat_template, generation_config, source. Tensors: the names of
-`Qwen35ForCausalLM.state_dict()` after quantization (fused, int4 packed + scales + zeros, fp8 + scales).
+`Qwen35ForCausalLM.state_dict()` after quantization (fused, int4 packed + scales + zeros, fp8 + scales; int4
+routed experts as `mlp.experts_gate_up.{qweight,scales,zeros}` [E, N, ...]).
 `layout` maps each quantized attribute to how it is rebuilt, so loading never re-runs a recipe: the model is
 built on the meta device, quantized objects are constructed from their stored buffers, every other tensor is
 copied in, tensor by tensor from the memory-mapped file straight to the target device.
@@ -13,7 +14,7 @@ from __future__ import annotations
 import json
 import struct
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -24,13 +25,17 @@ from torch import nn
 from hinfer.config import ModelConfig, load_model_config
 from hinfer.errors import ConfigError, HinferError
 from hinfer.quant.apply import RowSplitWeight
+from hinfer.quant.experts import Int4ExpertsWeight
 from hinfer.quant.fp8 import Fp8Weight
 from hinfer.quant.int4 import Int4Weight
-from hinfer.quant.recipes import QuantRecipe, get_recipe
+from hinfer.quant.recipes import RECIPES, QuantRecipe, get_recipe
 from hinfer.weights.hf_reader import MAX_HEADER, TORCH_TO_ST, read_header
 
 FORMAT = "hinfer"
-FORMAT_VERSION = 1  # bump on any change an older reader would misread; keep reading every older version
+# Bump on any change an older reader would misread; keep reading every older version. v1: bf16, int4, fp8 and
+# rowsplit weights (routed experts always in the model dtype). v2: adds the `int4_experts` layout type (int4 MoE
+# routed experts, recipe target "experts"); a v1 file reads exactly as before.
+FORMAT_VERSION = 2
 SUFFIX = ".hinfer"
 # files of a checkpoint folder carried as metadata: metadata key -> file name
 AUX_FILES = {"config": "config.json", "generation_config": "generation_config.json",
@@ -55,14 +60,19 @@ def _spec(m: nn.Module) -> dict[str, Any]:
         return {"type": "fp8", "block": None if m.block is None else list(m.block)}
     if isinstance(m, RowSplitWeight):
         return {"type": "rowsplit", "head": _spec(m.head)}
+    if isinstance(m, Int4ExpertsWeight):
+        return {"type": "int4_experts", "in_features": m.in_features, "group": m.group}
     raise TypeError(f"no artifact layout for {type(m).__name__}")
+
+
+_QUANTIZED = (Int4Weight, Fp8Weight, RowSplitWeight, Int4ExpertsWeight)
 
 
 def quantized_layout(model: nn.Module) -> dict[str, dict[str, Any]]:
     """Path of each quantized weight object (outermost only) -> how to rebuild it from its buffers."""
     out: dict[str, dict[str, Any]] = {}
     for name, m in model.named_modules():
-        if isinstance(m, Int4Weight | Fp8Weight | RowSplitWeight) and not any(name.startswith(p + ".") for p in out):
+        if isinstance(m, _QUANTIZED) and not any(name.startswith(p + ".") for p in out):
             out[name] = _spec(m)
     return out
 
@@ -77,6 +87,10 @@ def build_quantized(spec: dict[str, Any], prefix: str, get, dtype: torch.dtype) 
     if kind == "fp8":
         block = spec.get("block")
         return Fp8Weight(get(f"{prefix}.weight"), get(f"{prefix}.scale"), None if block is None else tuple(block))
+    if kind == "int4_experts":
+        zeros = get(f"{prefix}.zeros", optional=True)
+        return Int4ExpertsWeight(get(f"{prefix}.qweight"), get(f"{prefix}.scales").to(dtype), zeros,
+                                 int(spec["in_features"]), int(spec["group"]))
     if kind == "rowsplit":
         return RowSplitWeight(build_quantized(spec["head"], f"{prefix}.head", get, dtype),
                               get(f"{prefix}.tail").to(dtype))
@@ -182,6 +196,18 @@ class Artifact:
     def fmt(self) -> str:
         return str(self.recipe.get("fmt", "bf16"))
 
+    def stored_recipe(self) -> QuantRecipe:
+        """The recipe the stored tensors follow, rebuilt from the metadata rather than looked up by name (a v1
+        int4 file of an MoE model holds its routed experts in bf16, unlike today's `int4-default`)."""
+        known = {f.name for f in fields(QuantRecipe)}
+        d = {k: v for k, v in self.recipe.items() if k in known}
+        if isinstance(d.get("targets"), list):
+            d["targets"] = frozenset(d["targets"])
+        try:
+            return QuantRecipe(**{"name": self.recipe_name, "fmt": self.fmt, **d})
+        except (TypeError, ValueError) as e:
+            raise ArtifactError(f"{self.path}: damaged recipe metadata ({e})") from None
+
     def write_aux(self, folder: Path) -> None:
         """The carried files (config.json, tokenizer.json, ...) into `folder`, as in a checkpoint folder."""
         for key, fname in AUX_FILES.items():
@@ -260,10 +286,13 @@ def open_artifact(path: str | Path) -> Artifact:
     return Artifact(path)
 
 
-def engine_weights(art: Artifact, requested: str) -> tuple[str, str | None]:
-    """(recipe for the memory plan, recipe to quantize with after loading or None) for --weights `requested`."""
+def engine_weights(art: Artifact, requested: str) -> tuple[str | QuantRecipe, str | None]:
+    """(recipe for the memory plan, recipe to quantize with after loading or None) for --weights `requested`.
+    The plan's recipe is the stored one's name, or the rebuilt recipe where the name now means something else."""
     if requested in ("auto", art.fmt) or (requested == "bf16" and art.fmt == "bf16"):
-        return art.recipe_name, None
+        stored = art.stored_recipe()
+        named = get_recipe(art.recipe_name) if art.recipe_name in RECIPES else None
+        return (art.recipe_name if stored == named else stored), None
     if art.fmt == "bf16" and requested in ("fp8", "int4"):
         r = get_recipe(requested).name
         return r, r

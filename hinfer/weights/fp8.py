@@ -97,3 +97,29 @@ def quantize_fp8_block(
     for i in range(fw.shape[0]):
         fq[i], fs[i] = _quantize_2d(fw[i], block)
     return q, s
+
+
+class Fp8BlockTensor:
+    """One stored block-scaled fp8 weight as read from a checkpoint: `weight` e4m3 [..., out, in] and its fp32
+    `weight_scale_inv`, kept as they are until the loader decides (an `Fp8Weight` as is, or dequantized)."""
+
+    def __init__(self, weight: torch.Tensor, scale_inv: torch.Tensor, block: tuple[int, int] = DEFAULT_BLOCK):
+        _check(weight.shape, scale_inv.shape, block)
+        self.weight, self.scale_inv, self.block = weight, scale_inv, tuple(block)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.weight.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.weight.numel() + self.scale_inv.numel() * self.scale_inv.element_size()
+
+    def to(self, device: torch.device | str) -> Fp8BlockTensor:
+        return Fp8BlockTensor(self.weight.to(device), self.scale_inv.to(device), self.block)
+
+    def dequantize(self, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+        return dequantize_fp8_block(self.weight, self.scale_inv, self.block, dtype)
+
+    def __repr__(self) -> str:
+        return f"Fp8BlockTensor({list(self.shape)}, block {list(self.block)})"

@@ -3,8 +3,10 @@ model.safetensors), checked on open and streamed tensor by tensor.
 
 Names come out with the `model.language_model.` / `model.` prefix stripped (`layers.N...`,
 `embed_tokens.weight`, `norm.weight`, `lm_head.weight`, `mtp.*` as is); vision tensors are skipped.
-Official block-scaled FP8 weights are dequantized (or, with dequantize_fp8=False, passed on raw with their
-`*_scale_inv`)."""
+Pre-quantized weights - official block-scaled FP8 (`weight` + `weight_scale_inv`) and compressed-tensors
+pack-quantized int4 (`weight_packed` + `weight_scale` + ..., one logical `X.weight`) - are dequantized by
+`iter_tensors` / `read_tensors` (the reference path, conversion), or handed over as stored by `iter_stored`
+(`Fp8BlockTensor` / `PackedInt4Tensor`) for loading as they are (hinfer/model/quantized_loader.py)."""
 
 from __future__ import annotations
 
@@ -25,7 +27,8 @@ from tqdm import tqdm
 
 from hinfer.config import ModelConfig, find_config_file, load_model_config
 from hinfer.errors import CheckpointError
-from hinfer.weights.fp8 import DEFAULT_BLOCK, FP8_DTYPE, dequantize_fp8_block, scale_shape
+from hinfer.weights import compressed_tensors as ct
+from hinfer.weights.fp8 import DEFAULT_BLOCK, FP8_DTYPE, Fp8BlockTensor, dequantize_fp8_block, scale_shape
 from hinfer.weights.hf_layout import TensorSpec, module_name, not_converted, strip_prefix
 
 log = logging.getLogger(__name__)
@@ -108,19 +111,28 @@ def is_visual(name: str) -> bool:
 
 class HFCheckpoint:
     """A checkpoint directory. Opening validates config.json, the index, every shard's header and the FP8
-    weight/scale pairs, so a broken download fails here with the file named, before any weight is read."""
+    weight/scale pairs (or compressed-tensors int4 tensor sets), so a broken download fails here with the file
+    named, before any weight is read."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         if not self.path.is_dir():
             raise CheckpointError(f"{self.path}: not a checkpoint directory")
         self.config: ModelConfig = load_model_config(self.path)
-        self.quantization: dict[str, Any] | None = _quantization_config(find_config_file(self.path))
-        self.fp8_block: tuple[int, int] = _fp8_block(self.quantization, self.path / "config.json")
+        cfg_file = find_config_file(self.path)
+        self.quantization: dict[str, Any] | None = _quantization_config(cfg_file)
+        self.quant_method: str | None = (self.quantization or {}).get("quant_method")
+        # compressed-tensors: validated against what hinfer runs (one-line CheckpointError otherwise)
+        self.compressed: ct.CTConfig | None = (ct.parse_config(self.quantization, str(cfg_file))
+                                               if self.quant_method == ct.METHOD else None)
+        self.fp8_block: tuple[int, int] = _fp8_block(self.quantization if self.quant_method == "fp8" else None,
+                                                     self.path / "config.json")
         self._stored = self._read_layout()  # raw name -> StoredTensor, shard order then file order
         self._text = {n: t for n, t in self._stored.items() if not is_visual(n)}
         self._stripped = _strip_all(self._text, self.path)
         self._check_fp8()
+        self._packed = self._check_packed()  # raw module name -> {component: raw tensor name}
+        self._logical = self._logical_names()  # logical stripped name -> (raw name or module, kind)
 
     def __repr__(self) -> str:
         return f"HFCheckpoint({str(self.path)!r}, {self.config.model_type}, {len(self._text)} text tensors)"
@@ -151,6 +163,9 @@ class HFCheckpoint:
                 continue
             if self.quantization is None:
                 raise CheckpointError(f"{where}: no quantization_config, but {name} is stored as float8")
+            if self.quant_method != "fp8":
+                raise CheckpointError(f"{where}: quantization_config is {self.quant_method}, but {name} is stored "
+                                      "as float8")
             mod = module_name(name)
             if not_converted(mod, skip) or not_converted(strip_prefix(mod), skip):
                 raise CheckpointError(f"{where}: {mod} is in modules_to_not_convert, but {name} is stored as float8")
@@ -162,30 +177,94 @@ class HFCheckpoint:
                 raise CheckpointError(f"{scale.file}: {scale.name} has shape {list(scale.shape)}, expected "
                                       f"{list(want)} for {list(t.shape)} with block {list(self.fp8_block)}")
 
+    def _check_packed(self) -> dict[str, dict[str, str]]:
+        """compressed-tensors tensor sets by module, each complete and of consistent dtypes and shapes."""
+        where = self.path / "config.json"
+        if self.compressed is None:
+            for name, t in self._text.items():
+                if name.endswith("." + ct.PACKED):
+                    raise CheckpointError(f"{t.file}: {name} is a compressed-tensors packed weight, but {where} "
+                                          "has no compressed-tensors quantization_config")
+            return {}
+        packed: dict[str, dict[str, str]] = {}
+        for name in self._text:
+            mod, _, comp = name.rpartition(".")
+            if comp in ct.COMPONENTS:
+                packed.setdefault(mod, {})[comp] = name
+        group = self.compressed.group_size
+        for mod, parts in packed.items():
+            missing = [c for c in (ct.PACKED, ct.SCALE, ct.SHAPE) if c not in parts]
+            some = self._text[next(iter(parts.values()))]
+            if missing:
+                raise CheckpointError(f"{some.file}: {mod} has {', '.join(sorted(parts))} but no {missing[0]}")
+            if mod + ".weight" in self._text:
+                raise CheckpointError(f"{some.file}: {mod} has both a plain weight and a packed one")
+            p, s, shp = (self._text[parts[c]] for c in (ct.PACKED, ct.SCALE, ct.SHAPE))
+            n, words = (p.shape + (0, 0))[:2]
+            bad = None
+            if p.dtype != torch.int32 or len(p.shape) != 2:
+                bad = f"{p.name} is {p.dtype} {list(p.shape)}, expected int32 [N, K/8]"
+            elif not s.dtype.is_floating_point or len(s.shape) != 2 or s.shape[0] != n \
+                    or not math.ceil((8 * words - 7) / group) <= s.shape[1] <= math.ceil(8 * words / group):
+                bad = f"{s.name} is {s.dtype} {list(s.shape)}, expected a float [{n}, K/{group}] scale"
+            elif shp.shape != (2,) or shp.dtype.is_floating_point:
+                bad = f"{shp.name} is {shp.dtype} {list(shp.shape)}, expected 2 integers"
+            elif ct.ZERO in parts and (self._text[parts[ct.ZERO]].dtype, self._text[parts[ct.ZERO]].shape) not in (
+                    (torch.int32, (math.ceil(n / 8), s.shape[1])), (torch.int8, (n, s.shape[1]))):
+                z = self._text[parts[ct.ZERO]]
+                bad = (f"{z.name} is {z.dtype} {list(z.shape)}, expected int32 {[math.ceil(n / 8), s.shape[1]]} "
+                       f"(packed) or int8 {[n, s.shape[1]]}")
+            if bad:
+                raise CheckpointError(f"{p.file}: {bad}")
+        return packed
+
+    def _logical_names(self) -> dict[str, tuple[str, str]]:
+        """Stripped logical name -> (raw name, kind) in reading order; kind plain | fp8 | int4 (raw = module)."""
+        out: dict[str, tuple[str, str]] = {}
+        for stripped, raw in self._stripped.items():
+            if raw.endswith(SCALE_SUFFIX):
+                continue  # read together with its weight
+            mod, _, comp = raw.rpartition(".")
+            if mod in self._packed and comp in ct.COMPONENTS:
+                if comp == ct.PACKED:
+                    out[strip_prefix(mod) + ".weight"] = (mod, "int4")
+                continue
+            out[stripped] = (raw, "fp8" if self._text[raw].dtype == FP8_DTYPE else "plain")
+        return out
+
     # ---- queries --------------------------------------------------------------------------------
     def tensor_names(self, include_scales: bool = False) -> list[str]:
-        """Stripped names of the text tensors, in reading order (FP8 scales only if asked)."""
-        return [s for s, raw in self._stripped.items() if include_scales or not raw.endswith(SCALE_SUFFIX)]
+        """Stripped logical names of the text tensors, in reading order (a packed int4 set is one `X.weight`);
+        include_scales: the stored names, FP8 scales and compressed-tensors parts included."""
+        return list(self._stripped) if include_scales else list(self._logical)
 
     def tensor_specs(self, include_scales: bool = False) -> dict[str, TensorSpec]:
-        """Stripped name -> stored shape and dtype (from the headers; nothing is read)."""
-        return {s: TensorSpec(self._text[raw].shape, self._text[raw].dtype)
-                for s, raw in self._stripped.items() if include_scales or not raw.endswith(SCALE_SUFFIX)}
+        """Stripped name -> stored shape and dtype (from the headers; packed int4: the logical [N, K] and the
+        scale dtype, which reads the small `weight_shape` tensors)."""
+        if include_scales:
+            return {s: TensorSpec(self._text[raw].shape, self._text[raw].dtype) for s, raw in self._stripped.items()}
+        out: dict[str, TensorSpec] = {}
+        shapes = self._packed_shapes()
+        for s, (raw, kind) in self._logical.items():
+            if kind == "int4":
+                out[s] = TensorSpec(shapes[raw], self._text[self._packed[raw][ct.SCALE]].dtype)
+            else:
+                out[s] = TensorSpec(self._text[raw].shape, self._text[raw].dtype)
+        return out
 
     @property
     def is_fp8(self) -> bool:
         return any(t.dtype == FP8_DTYPE for t in self._text.values())
 
+    @property
+    def is_int4(self) -> bool:
+        """Holds compressed-tensors packed int4 weights."""
+        return bool(self._packed)
+
     # ---- streaming ------------------------------------------------------------------------------
-    def iter_tensors(
-        self,
-        dtype: torch.dtype | None = None,
-        progress: bool = True,
-        dequantize_fp8: bool = True,
-    ) -> Iterator[tuple[str, torch.Tensor]]:
-        """Yield (stripped name, tensor) one at a time. Floating tensors are cast to `dtype` when given;
-        FP8 weights are dequantized to `dtype` (bfloat16 when None) and their scales not yielded, or with
-        dequantize_fp8=False yielded raw, each followed by its float32 `*_scale_inv`."""
+    def _stream(self, progress: bool) -> Iterator[tuple[str, str, dict[str, torch.Tensor]]]:
+        """(logical name, kind, stored tensors) one logical tensor at a time: plain {"": x}, fp8 {"weight",
+        "scale"}, int4 {component: tensor}."""
         n_visual = len(self._stored) - len(self._text)
         if n_visual:
             log.info("%s: skipping %d vision tensors (hinfer runs the text model only)", self.path, n_visual)
@@ -194,60 +273,111 @@ class HFCheckpoint:
         with ExitStack() as stack:
             handles: dict[Path, Any] = {}
 
-            def load(t: StoredTensor) -> torch.Tensor:
+            def load(raw: str) -> torch.Tensor:
+                t = self._text[raw]
                 if t.file not in handles:
                     handles[t.file] = stack.enter_context(safe_open(str(t.file), framework="pt"))
+                bar.update(t.nbytes)
                 return handles[t.file].get_tensor(t.name)
 
             bar = stack.enter_context(tqdm(total=total, unit="B", unit_scale=True, disable=not show,
                                            desc=f"reading {self.path.name}"))
-            for stripped, raw in self._stripped.items():
-                if raw.endswith(SCALE_SUFFIX):
-                    continue  # read together with its weight
-                t = self._text[raw]
-                x = load(t)
-                if t.dtype == FP8_DTYPE:
-                    s = self._text[raw + SCALE_SUFFIX]
-                    scale = load(s)
-                    bar.update(t.nbytes + s.nbytes)
-                    if dequantize_fp8:
-                        yield stripped, dequantize_fp8_block(x, scale, self.fp8_block, dtype or torch.bfloat16)
-                    else:
-                        yield stripped, x
-                        yield stripped + SCALE_SUFFIX, scale
-                    continue
-                bar.update(t.nbytes)
-                if dtype is not None and x.is_floating_point() and x.dtype != dtype:
-                    x = x.to(dtype)
-                yield stripped, x
+            for name, (raw, kind) in self._logical.items():
+                if kind == "int4":
+                    yield name, kind, {c: load(r) for c, r in self._packed[raw].items()}
+                elif kind == "fp8":
+                    yield name, kind, {"weight": load(raw), "scale": load(raw + SCALE_SUFFIX)}
+                else:
+                    yield name, kind, {"": load(raw)}
 
+    def _stored_tensor(self, name: str, kind: str, parts: dict[str, torch.Tensor]):
+        if kind == "int4":
+            return _packed_tensor(name, parts, self.compressed.group_size)  # type: ignore[union-attr]
+        if kind == "fp8":
+            return Fp8BlockTensor(parts["weight"], parts["scale"], self.fp8_block)
+        return parts[""]
+
+    def iter_tensors(
+        self,
+        dtype: torch.dtype | None = None,
+        progress: bool = True,
+        dequantize_fp8: bool = True,
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        """Yield (stripped name, tensor) one at a time. Floating tensors are cast to `dtype` when given;
+        FP8 and packed int4 weights are dequantized to `dtype` (bfloat16 when None) and their scales not
+        yielded, or with dequantize_fp8=False FP8 weights are yielded raw, each followed by its float32
+        `*_scale_inv`."""
+        for name, kind, parts in self._stream(progress):
+            if kind == "fp8" and not dequantize_fp8:
+                yield name, parts["weight"]
+                yield name + SCALE_SUFFIX, parts["scale"]
+                continue
+            x = self._stored_tensor(name, kind, parts)
+            if kind != "plain":
+                yield name, x.dequantize(dtype or torch.bfloat16)
+                continue
+            if dtype is not None and x.is_floating_point() and x.dtype != dtype:
+                x = x.to(dtype)
+            yield name, x
+
+    def iter_stored(
+        self, progress: bool = True
+    ) -> Iterator[tuple[str, torch.Tensor | Fp8BlockTensor | ct.PackedInt4Tensor]]:
+        """Yield (stripped name, value) as stored, nothing cast: plain tensors, `Fp8BlockTensor` for an FP8
+        weight with its scales, `PackedInt4Tensor` for a compressed-tensors int4 set (named `X.weight`)."""
+        for name, kind, parts in self._stream(progress):
+            yield name, self._stored_tensor(name, kind, parts)
 
     def read_tensors(self, names: list[str], dtype: torch.dtype = torch.bfloat16) -> Iterator[tuple[str, torch.Tensor]]:
-        """Just these tensors (stripped names), cast to `dtype`, FP8 weights dequantized; by positioned file reads,
-        not a memory map, whose touched pages would stay resident and grow with the model (converting)."""
+        """Just these tensors (stripped names), cast to `dtype`, FP8 and int4 weights dequantized; by positioned
+        file reads, not a memory map, whose touched pages would stay resident and grow with the model
+        (converting)."""
         with ExitStack() as stack:
-            files: dict[Path, tuple[Any, int]] = {}  # file -> (handle, start of its data region)
-
-            def load(raw: str) -> torch.Tensor:
-                t = self._text[raw]
-                if t.file not in files:
-                    f = stack.enter_context(t.file.open("rb"))
-                    files[t.file] = (f, 8 + int.from_bytes(f.read(8), "little"))
-                f, start = files[t.file]
-                buf = torch.empty(t.nbytes, dtype=torch.uint8)
-                f.seek(start + t.offset)
-                if f.readinto(buf.numpy().data) != t.nbytes:
-                    raise CheckpointError(f"{t.file}: truncated reading {raw}")
-                return buf.view(t.dtype).view(t.shape)
-
+            load = self._positioned_reader(stack)
             for name in names:
-                raw = self._stripped[name]
+                raw, kind = self._logical[name] if name in self._logical else (self._stripped[name], "plain")
+                if kind == "int4":
+                    parts = {c: load(r) for c, r in self._packed[raw].items()}
+                    packed = _packed_tensor(name, parts, self.compressed.group_size)  # type: ignore[union-attr]
+                    yield name, packed.dequantize(dtype)
+                    continue
                 x = load(raw)
                 if x.dtype == FP8_DTYPE:
                     x = dequantize_fp8_block(x, load(raw + SCALE_SUFFIX), self.fp8_block, dtype)
                 elif x.is_floating_point() and x.dtype != dtype:
                     x = x.to(dtype)
                 yield name, x
+
+    def _positioned_reader(self, stack: ExitStack):
+        files: dict[Path, tuple[Any, int]] = {}  # file -> (handle, start of its data region)
+
+        def load(raw: str) -> torch.Tensor:
+            t = self._text[raw]
+            if t.file not in files:
+                f = stack.enter_context(t.file.open("rb"))
+                files[t.file] = (f, 8 + int.from_bytes(f.read(8), "little"))
+            f, start = files[t.file]
+            buf = torch.empty(t.nbytes, dtype=torch.uint8)
+            f.seek(start + t.offset)
+            if f.readinto(buf.numpy().data) != t.nbytes:
+                raise CheckpointError(f"{t.file}: truncated reading {raw}")
+            return buf.view(t.dtype).view(t.shape)
+
+        return load
+
+    def _packed_shapes(self) -> dict[str, tuple[int, int]]:
+        if not self._packed:
+            return {}
+        with ExitStack() as stack:
+            load = self._positioned_reader(stack)
+            return {mod: tuple(int(v) for v in load(parts[ct.SHAPE]).tolist())
+                    for mod, parts in self._packed.items()}
+
+
+def _packed_tensor(name: str, parts: dict[str, torch.Tensor], group: int) -> ct.PackedInt4Tensor:
+    shape = parts[ct.SHAPE].tolist()
+    return ct.PackedInt4Tensor(parts[ct.PACKED], parts[ct.SCALE], (int(shape[0]), int(shape[1])),
+                               parts.get(ct.ZERO), parts.get(ct.G_IDX), group, name)
 
 
 def _read_index(index: Path) -> dict[str, StoredTensor]:
@@ -288,10 +418,10 @@ def _quantization_config(cfg_path: Path) -> dict[str, Any] | None:
     q = raw.get("quantization_config") or (raw.get("text_config") or {}).get("quantization_config")
     if q is None:
         return None
-    if not isinstance(q, dict) or q.get("quant_method") != "fp8":
+    if not isinstance(q, dict) or q.get("quant_method") not in ("fp8", ct.METHOD):
         method = q.get("quant_method") if isinstance(q, dict) else q
-        raise CheckpointError(f"{cfg_path}: unsupported quantization_config quant_method {method!r} "
-                              "(hinfer reads bf16 and block-scaled fp8 checkpoints)")
+        raise CheckpointError(f"{cfg_path}: unsupported quantization_config quant_method {method!r} (hinfer reads "
+                              "bf16, block-scaled fp8 and compressed-tensors pack-quantized int4 checkpoints)")
     return q
 
 

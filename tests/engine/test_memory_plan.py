@@ -176,7 +176,7 @@ def test_27b_inventory_equals_reference_listing():
 
 def test_moe_inventory_counts_experts():
     cfg = load_model_config(FIXTURES / "qwen3.6-35b-a3b")
-    experts = [t for t in inventory(cfg) if t.role == "expert"]
+    experts = [t for t in inventory(cfg) if t.role == "experts"]
     assert len(experts) == 3 * (40 + 1) and all(t.count == 256 for t in experts)
     assert next(experts[0].names()).endswith("layers.0.mlp.experts.0.gate_proj.weight")
     assert 34e9 < weight_bytes(cfg, "bf16", 2, False).params < 35e9
@@ -196,7 +196,18 @@ def test_weights_auto_resolution():
     assert resolve_weights(cfg, "auto") == "bf16" and resolve_weights(cfg, "int4") == "int4"
     raw = json.loads((F27B / "config.json").read_text())
     raw["quantization_config"] = {"quant_method": "fp8", "weight_block_size": [128, 128]}
-    assert resolve_weights(ModelConfig.from_dict(raw), "auto") == "fp8-block"
+    assert resolve_weights(ModelConfig.from_dict(raw), "auto").name == "fp8-block"
+    # compressed-tensors W4A16 (llm-compressor) plans as the int4 it loads as, lm_head left out as it usually is
+    w = {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": 128, "actorder": None}
+    raw["quantization_config"] = {"quant_method": "compressed-tensors", "format": "pack-quantized",
+                                  "config_groups": {"g": {"targets": ["Linear"], "weights": w}}, "ignore": ["lm_head"]}
+    ct = ModelConfig.from_dict(raw)
+    assert resolve_weights(ct, "auto").fmt == "int4" and resolve_weights(ct, "auto").name.startswith("int4-sym")
+    assert resolve_weights(ct, "bf16") == "bf16" and resolve_weights(ct, "fp8") == "fp8"
+    ecfg = EngineConfig(max_context=4096, max_concurrency=1)
+    int4 = plan_memory(ct, ecfg, weights=resolve_weights(ct, "auto"), device_bytes=10**12, device_name="GPU")
+    bf16 = plan_memory(ct, ecfg, weights="bf16", device_bytes=10**12, device_name="GPU")
+    assert int4.rows[0].bytes < bf16.rows[0].bytes / 3
 
 
 def _plan(ecfg: EngineConfig, weights: str = "bf16", avail: int = 80 * 10**9):
@@ -275,7 +286,8 @@ def test_cli_exit_codes(capsys):
     assert _cli(str(F27B / "config.json"), "--gpu-memory", "80GB") == 1
     cap = capsys.readouterr()
     assert "DOES NOT FIT" in cap.out and "error: the memory plan does not fit" in cap.err
-    assert _cli("qwen3.5-122b-a10b", "--gpu-memory", "141GB", "--weights", "int4") == 1  # routed experts stay bf16
+    assert _cli("qwen3.5-122b-a10b", "--gpu-memory", "141GB", "--weights", "int4") == 0  # int4 routed experts
+    assert _cli("qwen3.5-122b-a10b", "--gpu-memory", "141GB", "--weights", "fp8") == 1  # fp8: experts stay bf16
     assert _cli("qwen3.6-27b", "--gpu-memory", "80GB", "--weights", "fp8") == 0
     assert _cli(str(F27B), "--gpu-memory", "80GB", "--weights", "int4", "--device", "cpu", "--max-context", "8192") == 0
     with pytest.raises(ConfigError):

@@ -13,7 +13,7 @@ from hinfer.engine.forward_batch import SeqChunk, build_forward_batch
 from hinfer.engine.state import RESERVED_SLOTS, ModelState, StateShape
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.random_init import random_init
-from hinfer.quant import Fp8Weight, Int4Weight, RowSplitWeight, get_recipe, quantize_model
+from hinfer.quant import Fp8Weight, Int4ExpertsWeight, Int4Weight, RowSplitWeight, get_recipe, quantize_model
 from hinfer.quant.apply import quantized_nbytes
 
 _BASE = dict(
@@ -77,8 +77,9 @@ def test_quantize_model_replaces_targets_and_keeps_the_rest(moe):
             assert torch.equal(p, before[name]), name
     for kept in ("embed_tokens", "lm_head", "mtp.fc", "mtp.layers.0.self_attn.o_proj"):
         assert kept in params
-    if moe:
-        assert "layers.0.mlp.experts_gate_up" in params and "layers.0.mlp.router" in params
+    if moe:  # int4 routed experts (tests/quant/test_experts.py); the routers stay
+        assert isinstance(model.layers[0].mlp.experts_gate_up, Int4ExpertsWeight) and "layers.0.mlp.router" in params
+        assert "mtp.layers.0.mlp.experts_gate_up" in params  # the MTP head: only with convert_mtp
     quantize_model(model, "int4")  # idempotent: already quantized weights are skipped
 
 
@@ -106,11 +107,12 @@ def test_quantized_models_stay_close(moe):
 
 def test_recipes():
     r = get_recipe("int4")
-    assert r.name == "int4-default" and r.int4_zero_point and r.keep_gdn_ab and not r.experts
+    assert r.name == "int4-default" and r.int4_zero_point and r.keep_gdn_ab and r.experts and "experts" in r.targets
+    assert not get_recipe("fp8").experts and not get_recipe("fp8-block").experts  # no fp8 expert kernel
     assert get_recipe("fp8").fp8_scales == "channel" and get_recipe("fp8-block").fp8_scales == "block"
     assert "b/a rows kept" in r.describe()
     with pytest.raises(ValueError, match="unknown quantization recipe"):
         get_recipe("int3")
     model = _model(False)
     quantize_model(model, "bf16")
-    assert not any(isinstance(m, (Int4Weight, Fp8Weight)) for m in model.modules())
+    assert not any(isinstance(m, (Int4Weight, Fp8Weight, Int4ExpertsWeight)) for m in model.modules())

@@ -20,6 +20,9 @@ from hinfer.weights.artifact import FORMAT_VERSION, open_artifact
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "artifact-v1.hinfer"
 FIXTURE_PROMPT = [5, 17, 42, 99]
 FIXTURE_EXPECTED = [99, 99, 99, 99, 99, 130, 130, 130]  # greedy tokens printed when the fixture was written
+# v2 added int4 routed experts ("int4_experts" in the layout): a 4-layer MoE model, experts quantized
+FIXTURE_V2 = FIXTURE.with_name("artifact-v2.hinfer")
+FIXTURE_V2_EXPECTED = [224, 5, 222, 97, 101, 160, 90, 224]  # printed by `python tests/weights/test_artifact.py v2`
 TINY = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2, "num_key_value_heads": 1,
         "head_dim": 16, "linear_num_key_heads": 1, "linear_num_value_heads": 2, "linear_key_head_dim": 8,
         "linear_value_head_dim": 8, "max_position_embeddings": 512}  # fmt: skip
@@ -57,6 +60,21 @@ def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> None:
     assert sa.keys() == sb.keys()
     for k in sa:
         assert sa[k].dtype == sb[k].dtype and torch.equal(sa[k].view(torch.uint8), sb[k].view(torch.uint8)), k
+
+
+@torch.no_grad()
+def _logits(model: torch.nn.Module, ids: list[int] = PROMPT) -> torch.Tensor:
+    """Logits at every position of one prompt, straight through the model (CPU)."""
+    from hinfer.engine.forward_batch import SeqChunk, build_forward_batch
+    from hinfer.engine.state import RESERVED_SLOTS, ModelState, StateShape
+
+    dtype, page = model.embed_tokens.dtype, 16
+    pages = -(-len(ids) // page)
+    state = ModelState(model.cfg, StateShape(1 + pages, page, 1 + RESERVED_SLOTS, dtype, dtype), "cpu")
+    state.reset_slots([RESERVED_SLOTS])
+    chunk = SeqChunk(ids, 0, list(range(1, 1 + pages)), RESERVED_SLOTS, all_logits=True)
+    batch = build_forward_batch([chunk], page, "cpu")
+    return model.compute_logits(model(batch, state)[batch.logits_indices])
 
 
 def test_plain_safetensors_reads_it(artifacts):
@@ -103,11 +121,31 @@ def test_bf16_artifact_requantizes_on_load_and_refuses_cross_format(artifacts):
 
 
 def test_moe_and_official_fp8_sources_convert(tmp_path, fixtures_dir):
+    from hinfer.quant import Int4ExpertsWeight
+
     moe = _synth(tmp_path / "moe", fixtures_dir / "qwen3.6-35b-a3b", num_experts=4, num_experts_per_tok=2,
                  moe_intermediate_size=32, shared_expert_intermediate_size=32)
     art = convert_checkpoint(moe, tmp_path / "moe.hinfer", "int4")
+    layout = open_artifact(art).layout  # int4 routed experts (format v2); the MTP head's stay bf16
+    assert layout["layers.0.mlp.experts_gate_up"] == {"type": "int4_experts", "in_features": 32, "group": 128}
+    assert layout["layers.0.mlp.experts_down"]["type"] == "int4_experts" and not any(p.startswith("mtp.") for p in layout)
     a, b = _llm(moe, dtype="bf16", weights="int4"), _llm(art, dtype="bf16")
     _same_weights(a.model, b.model)
+    assert isinstance(b.model.layers[0].mlp.experts_gate_up, Int4ExpertsWeight)
+    assert torch.equal(_logits(a.model), _logits(b.model))  # identical bits, every position
+    assert _greedy(a) == _greedy(b)
+    # an int4 file whose experts stayed bf16 (as every v1 file): loads so, and the plan counts them so
+    from dataclasses import replace
+
+    from hinfer.quant import get_recipe
+    from hinfer.weights.artifact import engine_weights
+
+    int4 = get_recipe("int4")
+    old = convert_checkpoint(moe, tmp_path / "old.hinfer", replace(int4, targets=int4.targets - {"experts"}))
+    assert engine_weights(open_artifact(art), "auto") == ("int4-default", None)
+    plan_recipe, _ = engine_weights(open_artifact(old), "auto")
+    assert plan_recipe.name == "int4-default" and not plan_recipe.experts and str(plan_recipe) == "int4-default"
+    assert isinstance(_llm(old).model.layers[0].mlp.experts_gate_up, torch.nn.Parameter)
     from hinfer.weights.synth import write_synthetic_checkpoint
 
     fp8 = write_synthetic_checkpoint(fixtures_dir / "qwen3.5-0.8b", tmp_path / "fp8", layers=2, fp8=True,
@@ -120,13 +158,14 @@ def test_newer_version_and_foreign_files_are_refused(artifacts, ckpt, tmp_path):
     data = artifacts["bf16"].read_bytes()
     (n,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8 : 8 + n])
-    header["__metadata__"]["format_version"] = "2"
+    header["__metadata__"]["format_version"] = str(FORMAT_VERSION + 1)
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (n - len(raw)) if len(raw) <= n else b""
     assert len(raw) == n  # same length: tensor offsets stay valid
     newer = tmp_path / "newer.hinfer"
     newer.write_bytes(data[:8] + raw + data[8 + n :])
-    with pytest.raises(HinferError, match=r"written by a newer hinfer \(format v2\); this hinfer reads v1.*upgrade"):
+    newest = rf"format v{FORMAT_VERSION + 1}\); this hinfer reads v1\.\.v{FORMAT_VERSION}: upgrade"
+    with pytest.raises(HinferError, match=rf"written by a newer hinfer \({newest}"):
         _llm(newer)
     plain = tmp_path / "plain.hinfer"
     plain.write_bytes((ckpt / "model-00001-of-00001.safetensors").read_bytes())
@@ -134,6 +173,23 @@ def test_newer_version_and_foreign_files_are_refused(artifacts, ckpt, tmp_path):
         open_artifact(plain)
     r = subprocess.run([sys.executable, "-m", "hinfer", "inspect", str(newer)], capture_output=True, text=True)
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "newer hinfer" in r.stderr
+
+
+def test_convert_refuses_tensors_the_folder_loader_refuses(ckpt, tmp_path):
+    """A config keeping 3 of the 4 layers whose shards still hold layer 3: serving the folder fails, so converting
+    it must fail too (the artifact serves what the folder serves)."""
+    view = tmp_path / "view"
+    view.mkdir()
+    for f in ckpt.iterdir():
+        if f.name != "config.json":
+            (view / f.name).symlink_to(f)
+    raw = json.loads((ckpt / "config.json").read_text())
+    tc = raw.get("text_config", raw)
+    tc["num_hidden_layers"], tc["layer_types"] = 3, tc["layer_types"][:3]
+    (view / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(HinferError, match="unexpected tensor 'layers.3."):
+        convert_checkpoint(view, tmp_path / "v.hinfer", "int4")
+    assert not (tmp_path / "v.hinfer").exists() and not (tmp_path / "v.hinfer.partial").exists()
 
 
 def test_cli_convert_and_inspect(ckpt, tmp_path):
@@ -145,7 +201,7 @@ def test_cli_convert_and_inspect(ckpt, tmp_path):
     r = subprocess.run([sys.executable, "-m", "hinfer", "inspect", str(out), "--tensors"], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    for needle in ("format v1", "int4-sym", "hidden_size=32", "int32", "tokenizer_json yes",
+    for needle in (f"format v{FORMAT_VERSION}", "int4-sym", "hidden_size=32", "int32", "tokenizer_json yes",
                    "layers.0.mlp.down_proj.qweight"):
         assert needle in r.stdout
     assert open_artifact(out).layout["layers.0.mlp.down_proj"] == {"type": "int4", "in_features": 64, "group": 128}
@@ -202,6 +258,16 @@ def test_committed_v1_fixture_loads_and_generates():
     assert llm.model.mtp is not None
 
 
+def test_committed_v2_fixture_loads_and_generates():
+    from hinfer.quant.experts import Int4ExpertsWeight
+
+    art = open_artifact(FIXTURE_V2)
+    assert art.version == 2 and art.fmt == "int4"
+    llm = _llm(FIXTURE_V2)
+    assert isinstance(llm.model.layers[0].mlp.experts_gate_up, Int4ExpertsWeight)
+    assert _greedy(llm, FIXTURE_PROMPT, 8) == FIXTURE_V2_EXPECTED
+
+
 # ---- the committed fixture: `python tests/weights/test_artifact.py` rewrites it (only for a new version) ---------
 def _tiny_tokenizer(folder: Path) -> Path:
     """A byte-level tokenizer of 256 byte tokens + 3 specials: keeps the fixture a few tens of KB."""
@@ -222,14 +288,17 @@ def _tiny_tokenizer(folder: Path) -> Path:
     return folder
 
 
-def write_fixture(dst: Path = FIXTURE) -> list[int]:
+def write_fixture(dst: Path = FIXTURE, moe: bool = False) -> list[int]:
+    """v1 was written with moe=False by the v1 code; the current code writes v2 (moe=True: int4 experts)."""
     import tempfile
 
     from hinfer.fixtures import config_dir
 
+    over = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                shared_expert_intermediate_size=32) if moe else {}  # fmt: skip
     with tempfile.TemporaryDirectory() as d:
-        ck = _synth(Path(d) / "ck", config_dir("qwen3.5-0.8b"), layers=4,
-                    tokenizer=_tiny_tokenizer(Path(d) / "tok"), vocab_size=272)
+        ck = _synth(Path(d) / "ck", config_dir("qwen3.6-35b-a3b" if moe else "qwen3.5-0.8b"), layers=4,
+                    tokenizer=_tiny_tokenizer(Path(d) / "tok"), vocab_size=272, **over)
         gen = json.loads((ck / "generation_config.json").read_text())
         gen["eos_token_id"] = [258, 256]  # <|im_end|>, <|endoftext|> of the tiny tokenizer
         (ck / "generation_config.json").write_text(json.dumps(gen))
@@ -238,4 +307,7 @@ def write_fixture(dst: Path = FIXTURE) -> list[int]:
 
 
 if __name__ == "__main__":
-    print("expected tokens:", write_fixture())
+    if sys.argv[1:] == ["v2"]:
+        print("expected tokens:", write_fixture(FIXTURE_V2, moe=True))
+    else:
+        print("expected tokens:", write_fixture())

@@ -161,6 +161,11 @@ def convert_checkpoint(src: str | Path, dst: str | Path, recipe="bf16", progress
             continue  # ignored exactly as the directory loader ignores them
         by_unit.setdefault(_unit_of(name), []).append(name)
     units = list(dict.fromkeys(_unit_of(e.name) for e in entries))
+    stray = [n for u, names in by_unit.items() if u not in units for n in names]
+    if stray:  # the directory loader refuses these too: the artifact must serve what the folder serves
+        from hinfer.errors import CheckpointError
+
+        raise CheckpointError(f"{src}: unexpected tensor {stray[0]!r} (not part of this model's config)")
     total = sum(e.nbytes for e in entries)
     tmp = dst.with_name(dst.name + ".partial")
     dst.parent.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ graphs (mtp.py).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import torch
@@ -38,6 +39,8 @@ from hinfer.engine.spec.dist import (
 )
 from hinfer.engine.spec.drafter import Drafter, DraftJob, Proposal
 from hinfer.engine.spec.verify import accept
+
+log = logging.getLogger("hinfer.spec")
 
 
 @dataclass
@@ -87,10 +90,16 @@ class SpecDecoder:
         """Verify graphs (K + 1 tokens per lane, GDN state per position) and the drafter's, for every width."""
         from hinfer.engine.cuda_graphs import StepGraphs, build
 
-        self.graphs = build(lambda w: StepGraphs(self.model, self.state, max_lanes, w, self.k + 1, verify=True),
-                            self.max_context, self.state.page_size, capture)  # fmt: skip
-        if hasattr(self.drafter, "use_graphs"):
-            self.drafter.use_graphs(max_lanes, self.k, self.max_context, capture)
+        try:
+            self.graphs = build(lambda w: StepGraphs(self.model, self.state, max_lanes, w, self.k + 1, verify=True),
+                                self.max_context, self.state.page_size, capture)  # fmt: skip
+            if hasattr(self.drafter, "use_graphs"):
+                self.drafter.use_graphs(max_lanes, self.k, self.max_context, capture)
+        except RuntimeError as e:  # speculation still works eagerly; a failed capture must not stop the server
+            log.warning("speculative CUDA graphs not captured (%s); verify and draft steps run eagerly", e)
+            self.graphs = None
+            if hasattr(self.drafter, "graphs"):
+                self.drafter.graphs = {}
 
     def counters(self) -> dict[str, float]:
         return {"spec_rounds": self.rounds, "spec_drafted": self.drafted, "spec_accepted": self.accepted}
