@@ -10,6 +10,9 @@ from __future__ import annotations
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's hinfer, whatever is installed
 
 from hinfer.cli.commands.plan import load_config_arg
 from hinfer.config import EngineConfig
@@ -66,7 +69,8 @@ def full() -> None:
         for mem_label, _ in MEMS:
             for fmt_label, _ in FORMATS:
                 cmd = ["hinfer", "plan", name, "--gpu-memory", mem_label, "--weights", fmt_label]
-                r = subprocess.run([sys.executable, "-m", "hinfer", *cmd[1:]], capture_output=True, text=True)
+                r = subprocess.run([sys.executable, "-m", "hinfer", *cmd[1:]], capture_output=True, text=True,
+                                   cwd=Path(__file__).resolve().parents[1])
                 print(f"`$ {' '.join(cmd)}` (exit {r.returncode})\n\n```\n{(r.stdout + r.stderr).strip()}\n```\n")
 
 
