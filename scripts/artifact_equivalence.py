@@ -41,7 +41,10 @@ def main() -> int:
         t0 = time.monotonic()
         cmd = [sys.executable, __file__, a.src, a.artifact, "--dtype", a.dtype, "--tokens", str(a.tokens),
                "--one", path, w]  # fmt: skip
-        res = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        if res.returncode:
+            print(f"{label}: failed\n{res.stderr[-2000:]}")
+            return 2
         got[label] = json.loads(res.stdout.strip().splitlines()[-1])
         print(f"{label:8s} {got[label]} ({time.monotonic() - t0:.0f} s)", flush=True)
     same = got["folder"] == got["artifact"]

@@ -88,10 +88,13 @@ def prefill_flops(cfg: ModelConfig, active_params: int, tokens: int) -> float:
     return 2.0 * active_params * tokens + attn
 
 
-def mtp_bytes_per_draft(model: Qwen35ForCausalLM) -> int:
-    """Weights one MTP draft step reads: the head (fc, its layer, norms) and the lm_head it shares."""
+def mtp_bytes_per_draft(model: Qwen35ForCausalLM, draft_head=None) -> int:
+    """Weights one MTP draft step reads: the head (fc, its layer, norms) and the lm_head it uses (its own
+    quantized copy when it has one)."""
     head = sum(tensor_bytes(t) for n, t in list(model.named_parameters()) + list(model.named_buffers())
                if n.startswith("mtp"))  # fmt: skip
+    if draft_head is not None:
+        return head + sum(tensor_bytes(b) for b in draft_head.buffers())
     return head + tensor_bytes(model.lm_head if model.lm_head is not None else model.embed_tokens)
 
 

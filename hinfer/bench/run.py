@@ -196,10 +196,11 @@ def spec_sweep(spec: BenchSpec, cfg: ModelConfig, ecfg: EngineConfig, model: Qwe
     acceptance is meaningless and reported only as a check that drafts ran)."""
     rows: list[dict] = []
     tok = Tokenizer.from_dir(tokenizer_dir())
-    wbytes, draft_bytes = floors.weight_bytes_per_step(model), floors.mtp_bytes_per_draft(model)
+    wbytes = floors.weight_bytes_per_step(model)
     for k in spec.draft_tokens:
         kcfg = resolve_engine_config(cfg, replace(ecfg, draft_tokens=k))
         core = make_core(cfg, model, tok, kcfg, torch.device("cuda"))
+        draft_bytes = floors.mtp_bytes_per_draft(model, getattr(core.spec.drafter, "draft_head", None))
         measure.fill_random(core.runner)
         kv_item = core.runner.state.k_cache.element_size()
         for depth in spec.depths:

@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from hinfer.config import EngineConfig, ModelConfig
-from hinfer.engine.weight_bytes import DTYPE_BYTES, Recipe, get_recipe, weight_bytes
+from hinfer.engine.weight_bytes import DTYPE_BYTES, Recipe, draft_head_bytes, get_recipe, weight_bytes
 from hinfer.errors import PlanError
 
 GIB = 2**30
@@ -281,6 +281,10 @@ def plan_memory(cfg: ModelConfig, ecfg: EngineConfig, *, weights: str | Recipe, 
                     + (" + uint8 zeros" if recipe.int4_zero_point else " (symmetric)")}[recipe.fmt]
     mtp = "" if not cfg.mtp_num_hidden_layers else (", MTP head included" if with_mtp else ", MTP head not loaded")
     rows.append(PlanRow("weights", wb.total, f"{recipe.name}: {what}{kept}{mtp}"))
+    draft_head = draft_head_bytes(cfg, recipe, ab) if ecfg.spec else 0
+    if draft_head:
+        rows.append(PlanRow("draft lm_head", draft_head, f"--spec mtp: the drafter's lm_head copy in {recipe.fmt} "
+                                                    f"({cfg.vocab_size:,} x {cfg.hidden_size:,})"))
 
     n_slots = lanes * (1 + ecfg.draft_slots) + RESERVED_SLOTS
     gdn = n_slots * gdn_slot_bytes(cfg, act)
@@ -291,12 +295,12 @@ def plan_memory(cfg: ModelConfig, ecfg: EngineConfig, *, weights: str | Recipe, 
     if device == "cuda" and ecfg.cuda_graphs:
         sizes = captured_batch_sizes(lanes)
         graphs = step_workspace_bytes(cfg, lanes * q_per_lane, lanes * q_per_lane, ab)
-        graphs += len(sizes) * GRAPH_FIXED_BYTES
+        graphs += len(sizes) * GRAPH_FIXED_BYTES * (4 if ecfg.spec else 1)  # + verify, MTP 1-row and K+1-row
     runtime = CUDA_RUNTIME_BYTES if device == "cuda" else 0
     headroom = max(HEADROOM_MIN, int(device_bytes * HEADROOM_FRACTION))
 
     page = kv_page_bytes(cfg, ecfg, kvd)
-    fixed = wb.total + gdn + sampler + work + graphs + runtime + headroom
+    fixed = wb.total + draft_head + gdn + sampler + work + graphs + runtime + headroom
     min_pages = 0
     if ecfg.kv_capacity is None:
         pages = lanes * math.ceil(ecfg.max_context / ps)

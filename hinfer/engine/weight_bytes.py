@@ -191,13 +191,28 @@ def tensor_bytes(t: TensorSpec, recipe: Recipe, dtype_bytes: int) -> int:
     """Bytes of one inventory entry; unquantized tensors (and int4 scales) take `dtype_bytes` per element."""
     if not converts(recipe, t):
         return t.numel * dtype_bytes
-    n, k = t.shape[0], math.prod(t.shape[1:])
+    return t.count * matrix_bytes(t.shape[0], math.prod(t.shape[1:]), recipe, dtype_bytes)
+
+
+def matrix_bytes(n: int, k: int, recipe: Recipe, dtype_bytes: int) -> int:
+    """Bytes of one [n, k] weight in the recipe's format (values, scales, zeros)."""
+    if recipe.fmt == "bf16":
+        return n * k * dtype_bytes
     if recipe.fmt == "fp8":
         scales = n if recipe.fp8_scales == "channel" else math.ceil(n / 128) * math.ceil(k / 128)
-        return t.count * (n * k + 4 * scales)
+        return n * k + 4 * scales
     groups = n * math.ceil(k / recipe.int4_group)
     per_group = dtype_bytes + (1 if recipe.int4_zero_point else 0)  # scale in the model dtype, uint8 zero
-    return t.count * (n * math.ceil(k / 2) + groups * per_group)
+    return n * math.ceil(k / 2) + groups * per_group
+
+
+def draft_head_bytes(cfg: ModelConfig, weights: str | Recipe, dtype_bytes: int = 2) -> int:
+    """The MTP drafter's own lm_head copy with --spec mtp: quantized like the model's weights (int4 | fp8 default
+    recipe of that format), none for bf16 weights (the drafter then shares the model's lm_head)."""
+    fmt = get_recipe(weights).fmt
+    if fmt == "bf16" or not cfg.mtp_num_hidden_layers:
+        return 0
+    return matrix_bytes(cfg.vocab_size, cfg.hidden_size, get_recipe(fmt), dtype_bytes)
 
 
 @dataclass(frozen=True)

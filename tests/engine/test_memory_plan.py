@@ -98,6 +98,11 @@ def test_small_config_plan_rows_by_hand(monkeypatch):
     assert srows["weights"] == 2 * (2_751_992 + 787_840)
     assert srows["kv cache"] == 33 * 2 * 8192  # the MTP layer has its own KV
     assert spec.num_slots == 2 * (1 + 4) + 1  # draft_slots = draft_tokens + 1
+    assert "draft lm_head" not in srows  # bf16: the drafter shares the model's lm_head
+    spec4 = plan_memory(cfg, replace(ecfg, spec="mtp", draft_tokens=3), weights="int4", device_bytes=10 * GIB,
+                        device_name="test", device="cuda")
+    v, h = cfg.vocab_size, cfg.hidden_size  # int4 g128 asym: packed values, bf16 scale + uint8 zero per group
+    assert {r.name: r.bytes for r in spec4.rows}["draft lm_head"] == v * h // 2 + v * -(-h // 128) * 3
 
     monkeypatch.setattr(memory_plan, "MTP_LOADED_WITHOUT_SPEC", False)
     lean = plan_memory(cfg, ecfg, weights="bf16", device_bytes=10 * GIB, device_name="test", device="cuda")

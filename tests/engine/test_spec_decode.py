@@ -544,3 +544,40 @@ def test_verify_and_draft_graph_batches_give_the_same_tokens(make_engine_core, m
         assert got == base, (lanes, k)
         assert calls["verify"] > 0 and calls["mtp1"] > 0 and calls[f"mtp{k + 1}"] > 0, calls
         assert_all_free(core)
+
+
+def test_quantized_model_drafts_with_its_own_quantized_lm_head(tiny_model, tokenizer):
+    """An int4 model's drafter gets an int4 lm_head copy (the bytes the memory plan counts); greedy output with
+    speculation still equals plain decoding of the same int4 model."""
+    import copy
+
+    from hinfer.engine.weight_bytes import draft_head_bytes
+    from hinfer.quant import Int4Weight, quantize_model
+
+    cfg, model = tiny_model
+    q = copy.deepcopy(model)
+    quantize_model(q, "int4")
+
+    def core(**kw):
+        ecfg = resolve_engine_config(cfg, EngineConfig(device="cpu", max_context=512, page_size=16, **kw))
+        return make_core(cfg, q, tokenizer, ecfg, torch.device("cpu"))
+
+    rng = random.Random(5)
+    prompts = [[rng.randrange(1, 1024) for _ in range(n)] for n in (4, 19, 33)]
+    params = [greedy_params(i) for i in range(3)]
+    base, _, _ = run_all(core(max_concurrency=3, prefill_chunk=16),
+                         [GenerationRequest(f"r{i}", p, params[i]) for i, p in enumerate(prompts)])  # fmt: skip
+    spec = core(max_concurrency=3, prefill_chunk=16, spec="mtp", draft_tokens=3)
+    head = spec.spec.drafter.draft_head
+    assert isinstance(head, Int4Weight) and tuple(head.shape) == tuple(model.lm_head.shape)
+    assert sum(b.numel() * b.element_size() for b in head.buffers()) == draft_head_bytes(cfg, "int4", 4)
+    got, _, _ = run_all(spec, [GenerationRequest(f"r{i}", p, params[i]) for i, p in enumerate(prompts)])
+    assert got == base
+    assert spec.stats().extra["spec_drafted"] > 0
+    assert make_engine_core_plain_head(cfg, model, tokenizer) is None
+
+
+def make_engine_core_plain_head(cfg, model, tokenizer):
+    """A bf16/fp32 model's drafter shares the model's lm_head."""
+    ecfg = resolve_engine_config(cfg, EngineConfig(device="cpu", max_context=512, page_size=16, spec="mtp"))
+    return make_core(cfg, model, tokenizer, ecfg, torch.device("cpu")).spec.drafter.draft_head

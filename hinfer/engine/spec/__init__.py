@@ -5,18 +5,41 @@ See docs/speculative.md. `make_spec_decoder` builds the decoder the engine core 
 
 from __future__ import annotations
 
+import logging
+
 from hinfer.config import EngineConfig
 from hinfer.engine.runner import ModelRunner
 from hinfer.engine.spec.decoder import LaneOutput, SpecDecoder
 from hinfer.engine.spec.drafter import Drafter, DraftJob, Proposal
 from hinfer.engine.spec.mtp import MTPDrafter
+from hinfer.model.qwen3_5 import Qwen35ForCausalLM
+
+log = logging.getLogger("hinfer.spec")
 
 __all__ = ["Drafter", "DraftJob", "LaneOutput", "MTPDrafter", "Proposal", "SpecDecoder", "make_spec_decoder"]
 
 
+def draft_head(model: Qwen35ForCausalLM):
+    """The drafter's lm_head copy in the model's weight format (the default recipe of that format), or None for a
+    model whose projections are not quantized (it then shares the model's lm_head)."""
+    from hinfer.quant import Fp8Weight, Int4Weight
+    from hinfer.quant.apply import quantize_weight
+    from hinfer.quant.recipes import get_recipe
+
+    kinds = {type(m) for m in model.modules()}
+    fmt = "int4" if Int4Weight in kinds else "fp8" if Fp8Weight in kinds else None
+    if fmt is None or model.mtp is None:
+        return None
+    w = model.embed_tokens if model.lm_head is None else model.lm_head
+    head = quantize_weight(w.detach(), get_recipe(fmt))
+    log.info("MTP drafter: own %s lm_head copy (%.2f GB)", fmt, sum(b.numel() * b.element_size()
+                                                                     for b in head.buffers()) / 1e9)
+    return head
+
+
 def make_spec_decoder(runner: ModelRunner, ecfg: EngineConfig) -> SpecDecoder:
     """The decoder for `ecfg.spec` ("mtp": the checkpoint's MTP head drafts)."""
-    drafter = MTPDrafter(runner.model, runner.state, runner.sampler)
+    drafter = MTPDrafter(runner.model, runner.state, runner.sampler, draft_head(runner.model))
     dec = SpecDecoder(runner, ecfg.draft_tokens, drafter, ecfg.max_context)
     if runner.graphs is not None:  # the runner has decode graphs: verify and draft steps get theirs
         dec.use_graphs(ecfg.max_concurrency, capture=runner.device.type == "cuda")

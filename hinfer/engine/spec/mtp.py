@@ -13,6 +13,10 @@ CUDA graphs (use_graphs): the single-token steps replay a captured MTP step (one
 a round's accepted positions replays one of K + 1 rows per lane (fewer rows are padded, engine/cuda_graphs.py);
 a pass over a long prompt chunk runs eagerly.
 
+Each draft step reads the whole lm_head (2.5 GB on the 27B in bf16, as much as a sixth of an int4 model's step):
+a quantized model's drafter gets its own lm_head copy in the model's format (`draft_head`, made by
+`make_spec_decoder`; the memory plan's "draft lm_head" row).
+
 Drafts are drawn from the head's distribution after the request's own sampler processing (q), with the seeded
 DRAFT noise, so rejection sampling can judge them; greedy requests draft the argmax (q one-hot).
 """
@@ -35,12 +39,13 @@ from hinfer.engine.spec.drafter import DraftJob, Proposal
 from hinfer.engine.state import ModelState
 from hinfer.errors import ConfigError
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
+from hinfer.ops.linear import linear
 
 SCRATCH_SLOT = 0  # the head has no GDN layer; its batches still name a slot: the reserved scratch one
 
 
 class MTPDrafter:
-    def __init__(self, model: Qwen35ForCausalLM, state: ModelState, sampler: Sampler) -> None:
+    def __init__(self, model: Qwen35ForCausalLM, state: ModelState, sampler: Sampler, draft_head=None) -> None:
         if model.mtp is None:
             raise ConfigError("--spec mtp: this checkpoint has no MTP head (mtp_num_hidden_layers is 0)")
         if state.shape.mtp_layers < len(model.mtp.layers):
@@ -49,6 +54,15 @@ class MTPDrafter:
         self.device = state.k_cache.device
         self._gamma = vocab_gamma(model.cfg.vocab_size, self.device)
         self.graphs: dict[int, list] = {}  # rows per lane (1, K + 1) -> MTP StepGraphs per page-table width
+        self.draft_head = draft_head  # a quantized lm_head copy for drafting (quantized models), else None
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """Draft logits: through the drafter's own (quantized) lm_head copy when it has one. Rejection sampling
+        judges drafts by the distribution they were drawn from, so a cheaper head changes acceptance, never the
+        output."""
+        if self.draft_head is None:
+            return self.model.compute_logits(h)
+        return linear(h, self.draft_head).float()
 
     def use_graphs(self, max_lanes: int, k: int, max_context: int, capture: bool) -> None:
         from hinfer.engine.cuda_graphs import StepGraphs, build
@@ -92,7 +106,7 @@ class MTPDrafter:
                                    jobs[i].seq.pages, SCRATCH_SLOT) for i in active]  # fmt: skip
                 h = self.forward(chunks, h)
             pos = [Position(jobs[i].seq.sampler_state, toks[i]) for i in active]
-            q = sampling_probs(processed_logits(self.sampler, self.model.compute_logits(h), pos), pos)
+            q = sampling_probs(processed_logits(self.sampler, self.logits(h), pos), pos)
             draws = [None if p.row.params.greedy else (p.row.seed, p.row.num_generated + step) for p in pos]
             for r, (i, t) in enumerate(zip(active, draw(q, race_noise(draws, DRAFT, self._gamma)).tolist())):
                 toks[i].append(t)
