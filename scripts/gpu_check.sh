@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call: environment, GPU tests, kernel micro-benchmarks, and `hinfer bench`. Logs go to $OUT.
-# Usage: bash scripts/gpu_check.sh [quick|tests|bench|full]   (HINFER_COMMIT=<sha> names the commit measured)
+# Usage: bash scripts/gpu_check.sh [quick|tests|bench|full|quant|spec|moe]   (HINFER_COMMIT=<sha> names the commit)
+#   quant: int4 + fp8 27B benches (issue 6); spec: MTP rounds, int4 27B (issue 7); moe: 35B-A3B / 122B int4 (issue 8)
 set -uo pipefail
 MODE="${1:-full}"
 OUT="${OUT:-/tmp/hinfer-out}"; mkdir -p "$OUT"
@@ -14,7 +15,7 @@ export PYTHONPATH="$PWD:${PYTHONPATH:-}"
 { nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv; $PY -c 'import torch,triton;print(torch.__version__, triton.__version__)'; } 2>&1 | tee "$OUT/env.log"
 
 if [[ "$MODE" == quick || "$MODE" == tests || "$MODE" == full ]]; then
-  for t in test_gdn_kernels test_norm_attention_kernels test_linear_kernels test_engine_gpu ${EXTRA_TESTS:-}; do
+  for t in test_gdn_kernels test_norm_attention_kernels test_linear_kernels test_moe_kernels test_engine_gpu ${EXTRA_TESTS:-}; do
     timeout "${TEST_TIMEOUT:-150}" $PY -m pytest -q -s tests/gpu/$t.py -m gpu -p no:cacheprovider > "$OUT/$t.log" 2>&1
     echo "== $t: rc=$? $(grep -E '(passed|failed|error)' "$OUT/$t.log" | tail -1)"
   done
@@ -28,4 +29,22 @@ if [[ "$MODE" == bench || "$MODE" == full ]]; then
     [ -f "$f" ] && timeout 120 $PY "$f" 2>&1 | tee "$OUT/$(basename "$f" .py).log" | tail -12
   done
   timeout 400 $PY -m hinfer bench qwen3.6-27b --vs-hf --out "$OUT" 2>&1 | tee "$OUT/bench_27b_bf16.log" | tail -25
+fi
+if [[ "$MODE" == quant ]]; then
+  timeout 150 $PY bench/linear_kernels.py --formats bf16,int4,fp8,fp8-block --ms 1,8 2>&1 | tee "$OUT/linear.log" | tail -20
+  for q in int4 fp8; do
+    timeout 200 $PY -m hinfer bench qwen3.6-27b --quant $q --concurrency 1,8 --depths 1K --prefill 8K --out "$OUT" \
+      2>&1 | tee "$OUT/bench_27b_$q.log" | tail -8
+  done
+fi
+if [[ "$MODE" == spec ]]; then
+  timeout 500 $PY -m hinfer bench qwen3.6-27b --quant int4 --spec mtp --spec-k 1,2,3,4,5 --concurrency 1,2,4,8 \
+    --depths 1K --prefill "" --out "$OUT" 2>&1 | tee "$OUT/bench_27b_int4_spec.log" | tail -30
+fi
+if [[ "$MODE" == moe ]]; then
+  timeout 120 $PY bench/moe_kernels.py --model 35b 2>&1 | tee "$OUT/moe_kernels.log" | tail -12
+  timeout 250 $PY -m hinfer bench qwen3.6-35b-a3b --quant int4 --concurrency 1,8 --depths 1K --prefill 8K \
+    --out "$OUT" 2>&1 | tee "$OUT/bench_35b_int4.log" | tail -8
+  timeout 250 $PY -m hinfer bench qwen3.5-122b-a10b --quant int4 --concurrency 1,8 --depths 1K,64K --prefill "" \
+    --out "$OUT" 2>&1 | tee "$OUT/bench_122b_int4.log" | tail -8
 fi

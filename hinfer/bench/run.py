@@ -22,7 +22,7 @@ from hinfer.config import EngineConfig, ModelConfig, find_config_file, load_mode
 from hinfer.engine.factory import make_core, resolve_engine_config
 from hinfer.fixtures import config_dir, tokenizer_dir
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
-from hinfer.model.random_init import random_init
+from hinfer.model.random_init import random_init, random_quantized
 from hinfer.tokenizer import Tokenizer
 
 log = logging.getLogger("hinfer.bench")
@@ -79,12 +79,14 @@ def build_model(path: Path, is_ckpt: bool, cfg: ModelConfig, weights: str, with_
         model = Qwen35ForCausalLM(cfg, torch.bfloat16, dev, with_mtp=with_mtp)
         ck = HFCheckpoint(path)
         load_weights(model, ((n, t.to(dev, torch.bfloat16)) for n, t in ck.iter_tensors(dtype=torch.bfloat16)))
+    elif weights != "bf16":  # quantized layer by layer: the bf16 122B-A10B would not fit the GPU
+        model = random_quantized(cfg, weights, dev, with_mtp=with_mtp, seed=0)
     else:
         model = random_init(Qwen35ForCausalLM(cfg, torch.bfloat16, dev, with_mtp=with_mtp), seed=0)
-    if weights != "bf16":
+    if is_ckpt and weights != "bf16":
         from hinfer.quant.apply import quantize_model
 
-        quantize_model(model, f"{weights}-default")
+        quantize_model(model, weights)
     torch.cuda.synchronize()
     log.info("model ready (%s weights) in %.1f s", weights, time.monotonic() - t0)
     return model

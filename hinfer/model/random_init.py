@@ -8,18 +8,59 @@ dt_bias ~ N(1, 0.1), embeddings ~ N(0, 1).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import torch
+from torch import nn
 
-from hinfer.model.qwen3_5 import Qwen35ForCausalLM
+from hinfer.config import ModelConfig
+from hinfer.model.qwen3_5 import DecoderLayer, MTPHead, Qwen35ForCausalLM
 
 
 @torch.no_grad()
 def random_init(model: Qwen35ForCausalLM, seed: int = 0) -> Qwen35ForCausalLM:
     dev = next(model.parameters()).device
     gen = torch.Generator(device=dev).manual_seed(seed)  # generate where the weights live: 27B on GPU in seconds
-    depth_scale = 1.0 / math.sqrt(2 * max(1, model.cfg.num_hidden_layers))
-    for name, p in model.named_parameters():
+    _fill(model.named_parameters(), model.cfg.num_hidden_layers, gen, dev)
+    return model
+
+
+@torch.no_grad()
+def random_quantized(
+    cfg: ModelConfig, recipe, device: torch.device | str, with_mtp: bool = False, seed: int = 0
+) -> Qwen35ForCausalLM:
+    """A random model already in `recipe`'s format, built one decoder layer at a time: peak memory is the quantized
+    model plus one bf16 layer (the 122B-A10B's bf16 weights exceed any single GPU). Same value rules as random_init
+    (not the same draws)."""
+    from hinfer.quant.apply import quantize_layer, quantize_weight
+    from hinfer.quant.recipes import get_recipe
+
+    r, dev = get_recipe(recipe), torch.device(device)
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    model = Qwen35ForCausalLM(cfg, torch.bfloat16, "meta", with_mtp=with_mtp)
+    n = cfg.num_hidden_layers
+    for name, p in list(model.named_parameters(recurse=False)):
+        setattr(model, name, nn.Parameter(torch.empty(p.shape, dtype=p.dtype, device=dev), requires_grad=False))
+    _fill(model.named_parameters(recurse=False), n, gen, dev)
+    for i, kind in enumerate(cfg.layer_types):
+        layer = DecoderLayer(cfg, i, kind, cfg.layer_is_moe(i), torch.bfloat16, dev)
+        _fill(layer.named_parameters(prefix=f"layers.{i}"), n, gen, dev)
+        quantize_layer(layer, r)
+        model.layers[i] = layer
+    if model.mtp is not None:
+        mtp = MTPHead(cfg, torch.bfloat16, dev)
+        _fill(mtp.named_parameters(prefix="mtp"), n, gen, dev)
+        if r.convert_mtp:
+            for layer in mtp.layers:
+                quantize_layer(layer, r)
+            mtp.fc = quantize_weight(mtp._parameters.pop("fc"), r)
+        model.mtp = mtp
+    return model
+
+
+def _fill(named: Iterable[tuple[str, torch.Tensor]], num_layers: int, gen: torch.Generator, dev) -> None:
+    depth_scale = 1.0 / math.sqrt(2 * max(1, num_layers))
+    for name, p in named:
         leaf = name.rsplit(".", 1)[-1]
         if leaf == "A_log":
             vals = torch.empty(p.shape, device=dev).uniform_(1.0, 16.0, generator=gen).log_()
@@ -38,4 +79,3 @@ def random_init(model: Qwen35ForCausalLM, seed: int = 0) -> Qwen35ForCausalLM:
                 std *= depth_scale
             vals = torch.randn(p.shape, generator=gen, device=dev, dtype=p.dtype).mul_(std)
         p.copy_(vals.to(p.dtype))
-    return model

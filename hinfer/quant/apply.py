@@ -105,26 +105,35 @@ def quantize_model(model: nn.Module, recipe: str | QuantRecipe) -> None:
     if r.convert_mtp and getattr(model, "mtp", None) is not None:
         layers += list(model.mtp.layers)
     for layer in layers:
-        for module, name, keep in weight_targets(layer, r):
-            w = module._parameters.get(name)
-            if w is None or not isinstance(w, torch.Tensor):
-                continue  # already quantized
-            head = quantize_weight(w[: w.shape[0] - keep], r)
-            q = head if keep == 0 else RowSplitWeight(head, w[w.shape[0] - keep :].clone())
-            del module._parameters[name]  # the bf16 tensor is freed with the last reference (w, below)
-            setattr(module, name, q)
-            del w, head, q
-        for moe, name in expert_targets(layer, r):
-            w = moe._parameters.get(name)
-            if w is None or not isinstance(w, torch.Tensor):
-                continue  # already quantized
-            q = quantize_experts(w, r)
-            del moe._parameters[name]
-            setattr(moe, name, q)
-            del w, q
+        quantize_layer(layer, r)
     if r.convert_mtp and getattr(model, "mtp", None) is not None and isinstance(model.mtp.fc, torch.Tensor):
         w = model.mtp._parameters.pop("fc")
         model.mtp.fc = quantize_weight(w, r)
+
+
+@torch.no_grad()
+def quantize_layer(layer: nn.Module, recipe: str | QuantRecipe) -> None:
+    """Quantize one decoder layer in place (what quantize_model does to each)."""
+    r = get_recipe(recipe)
+    if r.fmt == "bf16":
+        return
+    for module, name, keep in weight_targets(layer, r):
+        w = module._parameters.get(name)
+        if w is None or not isinstance(w, torch.Tensor):
+            continue  # already quantized
+        head = quantize_weight(w[: w.shape[0] - keep], r)
+        q = head if keep == 0 else RowSplitWeight(head, w[w.shape[0] - keep :].clone())
+        del module._parameters[name]  # the bf16 tensor is freed with the last reference (w, below)
+        setattr(module, name, q)
+        del w, head, q
+    for moe, name in expert_targets(layer, r):
+        w = moe._parameters.get(name)
+        if w is None or not isinstance(w, torch.Tensor):
+            continue  # already quantized
+        q = quantize_experts(w, r)
+        del moe._parameters[name]
+        setattr(moe, name, q)
+        del w, q
 
 
 def quantized_nbytes(model: nn.Module) -> int:

@@ -12,6 +12,8 @@ def _ints(text: str) -> list[int]:
     out = []
     for part in text.split(","):
         part = part.strip().upper()
+        if not part:
+            continue
         mult = 1024 if part.endswith("K") else 1
         out.append(int(part.rstrip("K")) * mult)
     return [x for x in out if x > 0]
