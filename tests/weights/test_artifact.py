@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import struct
 import subprocess
 import sys
@@ -256,6 +257,22 @@ def test_committed_v1_fixture_loads_and_generates():
     assert llm.tokenizer.decode(llm.tokenizer.encode("hi there")) == "hi there"
     llm = _llm(FIXTURE, dtype="bf16", spec="mtp")  # the MTP head's tensors load too
     assert llm.model.mtp is not None
+
+
+def test_plan_reads_an_artifact_header():
+    """`hinfer plan X.hinfer` plans the stored recipe: its weights row is the file's tensor bytes exactly."""
+    from hinfer.cli.commands.plan import config_and_weights
+    from hinfer.engine.weight_bytes import weight_bytes
+
+    cfg, recipe = config_and_weights(str(FIXTURE_V2), "auto")
+    with safe_open(str(FIXTURE_V2), framework="pt") as f:
+        sizes = {k: f.get_slice(k).get_shape() for k in f.keys()}
+        dtypes = {k: f.get_slice(k).get_dtype() for k in f.keys()}
+    item = {"BF16": 2, "I32": 4, "U8": 1, "F32": 4}
+    nbytes = {k: item[dtypes[k]] * math.prod(v) for k, v in sizes.items()}
+    assert weight_bytes(cfg, recipe, 2, include_mtp=True).total == sum(nbytes.values())
+    assert weight_bytes(cfg, recipe, 2, include_mtp=False).total == sum(
+        b for k, b in nbytes.items() if not k.startswith("mtp"))
 
 
 def test_committed_v2_fixture_loads_and_generates():

@@ -48,19 +48,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "it fits, 1 if not. With --gpu-memory the plan is for a GPU of that size, on any machine.",
     )
     p.add_argument("model", metavar="MODEL_OR_CONFIG",
-                   help="checkpoint directory, config directory, config.json, or a packaged config name "
+                   help="checkpoint directory, .hinfer artifact, config directory, config.json, or a packaged config name "
                    f"({', '.join(packaged_configs())})")
     add_engine_args(p)
     p.set_defaults(func=run)
 
 
+def config_and_weights(model: str, weights: str):
+    """(ModelConfig, recipe the plan counts) for a folder, config or packaged name, or a .hinfer artifact (its
+    stored recipe, read from the header alone)."""
+    if model.endswith(".hinfer") and Path(model).is_file():
+        from hinfer.weights.artifact import engine_weights, open_artifact
+
+        art = open_artifact(model)
+        return art.load_config_and_tokenizer()[0], engine_weights(art, weights)[0]
+    cfg = load_config_arg(model)
+    return cfg, resolve_weights(cfg, weights)
+
+
 def run(args: argparse.Namespace) -> int:
-    cfg = load_config_arg(args.model)
     ecfg = engine_config_from_args(args)
     ecfg.validate()
+    cfg, weights = config_and_weights(args.model, ecfg.weights)
     available, name = device_memory(ecfg)
-    plan = plan_memory(cfg, ecfg, weights=resolve_weights(cfg, ecfg.weights), device_bytes=available,
-                       device_name=name)
+    plan = plan_memory(cfg, ecfg, weights=weights, device_bytes=available, device_name=name)
     print(plan.table())
     lim = plan.largest_fit()
     ctx = lim.max_context if lim.max_context is not None else "none"
