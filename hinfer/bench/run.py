@@ -121,9 +121,12 @@ def run_bench(spec: BenchSpec, ecfg: EngineConfig) -> list[dict]:
     path, is_ckpt = resolve_model(spec.model)
     cfg = truncate_layers(load_model_config(path), spec.layers)
     lanes = max(spec.concurrency)
-    need_ctx = max(max(spec.depths, default=0) + spec.steps + 16, max(spec.prefill, default=0) + 16)
+    steps = spec.steps  # tokens a lane runs past its depth: decode steps, or speculative rounds of K + 1
+    if ecfg.spec:
+        steps = max(steps, (spec_round_count(spec) + SPEC_WARMUP + 1) * (max(spec.draft_tokens) + 1))
+    need_ctx = max(max(spec.depths, default=0) + steps + 16, max(spec.prefill, default=0) + 16)
     capacity = max(
-        [c * (d + spec.steps + 16) for c in spec.concurrency for d in spec.depths] + [max(spec.prefill, default=0) + 64]
+        [c * (d + steps + 16) for c in spec.concurrency for d in spec.depths] + [max(spec.prefill, default=0) + 64]
     )
     cfg = replace(cfg, max_position_embeddings=max(cfg.max_position_embeddings, need_ctx))
     ecfg = replace(ecfg, device="cuda", dtype="bf16", max_concurrency=lanes, max_context=need_ctx,
@@ -187,6 +190,13 @@ def run_bench(spec: BenchSpec, ecfg: EngineConfig) -> list[dict]:
     return rows
 
 
+SPEC_WARMUP = 4
+
+
+def spec_round_count(spec: BenchSpec) -> int:
+    return max(8, spec.steps // 2)
+
+
 PUBLISHED_ACCEPTANCE = ("3.2-3.3 tokens per round at 3 drafts: SemiAnalysis, Qwen3.8-27B on H200, thinking off "
                         "(the issue's source; not measured here)")
 
@@ -208,7 +218,7 @@ def spec_sweep(spec: BenchSpec, cfg: ModelConfig, ecfg: EngineConfig, model: Qwe
         for depth in spec.depths:
             for c in spec.concurrency:
                 plain = measure.decode(core.runner, c, depth, steps=spec.steps)
-                t = measure.spec_rounds(core, c, depth, rounds=max(8, spec.steps // 2))
+                t = measure.spec_rounds(core, c, depth, rounds=spec_round_count(spec), warmup=SPEC_WARMUP)
                 b = floors.spec_round_bytes(cfg, wbytes, draft_bytes, c, depth, k, kv_item, 2)
                 floor_ms = b.total / bw * 1e3
                 row = meta | {"kind": "spec_round", "concurrency": c, "depth": depth, "prefill_tokens": 0,
