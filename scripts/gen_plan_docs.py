@@ -2,14 +2,13 @@
 
     python scripts/gen_plan_docs.py > /tmp/tables.md
 
-Prints the summary table, the fp8 routed-experts projection table, then the full `hinfer plan` outputs.
+Prints the summary table, then the full `hinfer plan` outputs.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's hinfer, whatever is installed
@@ -17,7 +16,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 from hinfer.cli.commands.plan import load_config_arg
 from hinfer.config import EngineConfig
 from hinfer.engine.memory_plan import plan_memory
-from hinfer.engine.weight_bytes import RECIPES
 
 MODELS = [("27B", "qwen3.6-27b"), ("35B-A3B", "qwen3.6-35b-a3b"), ("122B-A10B", "qwen3.5-122b-a10b")]
 MEMS = [("80GB", 80 * 10**9), ("141GB", 141 * 10**9)]
@@ -41,28 +39,6 @@ def summary() -> None:
                           f"| {lim.max_context} | {lim.max_concurrency} |")
 
 
-def projection() -> None:
-    """fp8 with the routed experts converted too: what a grouped fp8 expert kernel would buy (no recipe has it:
-    quantize_model refuses fp8 experts; the plan's byte counts take any recipe)."""
-    fp8 = RECIPES["fp8-default"]
-    recipe = replace(fp8, name="fp8-default+experts", targets=fp8.targets | {"experts"})
-    print("| model | memory | weights | max-context | total needed | verdict | largest --max-context at 8 lanes "
-          "| largest --max-concurrency at this context |")
-    print("|---|---|---|---:|---:|---|---:|---:|")
-    for label, name in MODELS:
-        cfg = load_config_arg(name)
-        if not cfg.is_moe:
-            continue
-        for mem_label, mem in MEMS:
-            for ctx in (65536, 131072):
-                plan = plan_memory(cfg, EngineConfig(max_context=ctx, gpu_memory=mem), weights=recipe,
-                                   device_bytes=mem, device_name=mem_label, device="cuda")
-                lim = plan.largest_fit()
-                verdict = "FITS" if plan.fits else "**DOES NOT FIT**"
-                print(f"| {label} | {mem_label} | {recipe.name} | {ctx} | {plan.total / 2**30:.2f} GiB | {verdict} "
-                      f"| {lim.max_context} | {lim.max_concurrency} |")
-
-
 def full() -> None:
     for label, name in MODELS:
         print(f"\n### {label}\n")
@@ -76,8 +52,6 @@ def full() -> None:
 
 if __name__ == "__main__":
     summary()
-    print("\n#### Projection: fp8 routed experts (no kernel yet)\n")
-    projection()
     print("\n## Full tables, default flags\n\nEvery model, memory size and weight format at the default flags, as "
           "printed (stderr lines start with `error:`).")
     full()

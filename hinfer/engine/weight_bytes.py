@@ -14,13 +14,13 @@ checks the bytes against a quantized model):
   zero point per group when asymmetric (`int4-default`; `int4-sym` has none).
 
 Converted by default: attention qkv/o, GDN in_proj (qkv, z; b and a stay unquantized with keep_gdn_ab), GDN
-out_proj, dense MLP, MoE shared experts, and with the int4 recipes the MoE routed experts (target "experts":
-per expert the same int4 layout, so their bytes are the per-expert entries' own). Kept in the unquantized dtype
-(bf16 on GPU, fp32 on the CPU reference path): embedding, lm_head, the MTP head (unless convert_mtp), MoE
-routers, conv1d, norms, A_log, dt_bias, and with the fp8 recipes the routed experts (no fp8 expert kernel). Our
-model fuses some projections (q+k+v, gate+up; gate+up of each expert); every real config has row counts that
-are multiples of 128, so block scales count the same fused or not, and int4 groups run along rows, so they
-count the same fused or not.
+out_proj, dense MLP, MoE shared experts and the MoE routed experts (target "experts": per expert the linear
+layers' layout of the format - int4 groups, fp8 per-channel or 128x128 block scales -, so their bytes are the
+per-expert entries' own). Kept in the unquantized dtype (bf16 on GPU, fp32 on the CPU reference path):
+embedding, lm_head, the MTP head (unless convert_mtp), MoE routers, conv1d, norms, A_log, dt_bias. Our model
+fuses some projections (q+k+v, gate+up; gate+up of each expert); every real config has row counts that are
+multiples of 128 (routed experts: I = 512 on the 35B-A3B, 1024 on the 122B-A10B), so block scales count the
+same fused or not, and int4 groups and per-channel scales run along rows, so they count the same fused or not.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from hinfer.quant.recipes import get_recipe
 
 # Roles: what a tensor is. The first seven are the quantizer's targets (hinfer/quant/recipes.py).
 ATTN_QKV, ATTN_O, GDN_IN, GDN_OUT, MLP, SHARED_EXPERT = "attn_qkv", "attn_o", "gdn_in", "gdn_out", "mlp", "shared_expert"
-EXPERTS = "experts"  # routed expert projections (the int4 recipes convert them; fp8 has no expert kernel)
+EXPERTS = "experts"  # routed expert projections (every quantized recipe converts them)
 GDN_AB = "gdn_ab"  # linear_attn.in_proj_a / in_proj_b: part of gdn_in, kept with keep_gdn_ab
 MTP_FC = "mtp_fc"  # mtp.fc: converted only with convert_mtp
 EMBED = "embed"

@@ -4,20 +4,22 @@ into `Fp8Weight`s, compressed-tensors pack-quantized int4 into `Int4Weight`s, wi
 The model ends up structured exactly as `quantize_model(model, recipe)` leaves it (`recipe` from
 `hinfer.weights.compressed_tensors.stored_recipe`: `fp8-block`, `int4-default` or `int4-sym`, possibly without
 the roles the checkpoint keeps unquantized everywhere): the recipe's target weights become quantized objects (the
-int4 recipes' MoE routed experts `Int4ExpertsWeight`s, filled expert by expert from the per-expert tensors), the
-GDN in_proj b/a rows a bf16 `RowSplitWeight` tail, everything else a plain parameter in the model dtype. So the
-memory plan's bytes for that recipe are the model's bytes.
+MoE routed experts `Int4ExpertsWeight`s or block-scaled `Fp8ExpertsWeight`s, filled expert by expert from the
+per-expert tensors or the fused [E, N, K] ones), the GDN in_proj b/a rows a bf16 `RowSplitWeight` tail,
+everything else a plain parameter in the model dtype. So the memory plan's bytes for that recipe are the model's
+bytes.
 
 Building: the model is made on the meta device, then each decoder layer is built for real and its target
 weights swapped for empty quantized objects at once, so peak memory is the quantized model plus one layer in the
 model dtype. Then the checkpoint streams in, each stored tensor going to its rows:
 - a target part stored quantized in the target's format: copied as is (fused parts stack rows: exact for int4's
   row-wise groups; for fp8 128x128 blocks each part must start on a block row, i.e. the parts before it have
-  row counts that are multiples of 128, else a CheckpointError);
+  row counts that are multiples of 128 - an expert's gate_proj before its up_proj too -, else a
+  CheckpointError; stored_recipe leaves such parts out of the recipe beforehand);
 - a target part stored unquantized (a module the checkpoint ignores while others of its kind are quantized):
   quantized by our quantizer, exactly as `quantize_model` would (a warning says how many);
-- anything else stored quantized (fp8 MoE routed experts - no fp8 expert kernel -, the MTP head, routers, the
-  GDN b/a tail, a role the recipe keeps): dequantized to the model dtype.
+- anything else stored quantized (the MTP head, routers, the GDN b/a tail, a role the recipe keeps): dequantized
+  to the model dtype.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from hinfer.model.qwen3_5 import DecoderLayer, MTPHead, Qwen35ForCausalLM
 from hinfer.quant.apply import RowSplitWeight
 from hinfer.quant.apply import expert_targets as recipe_expert_targets
 from hinfer.quant.apply import weight_targets as recipe_targets
-from hinfer.quant.experts import Int4ExpertsWeight
+from hinfer.quant.experts import Fp8ExpertsWeight, Int4ExpertsWeight
 from hinfer.quant.fp8 import BLOCK, Fp8Weight
 from hinfer.quant.int4 import Int4Weight, quantize_int4
 from hinfer.quant.recipes import QuantRecipe
@@ -49,11 +51,13 @@ Stored = torch.Tensor | Fp8BlockTensor | PackedInt4Tensor
 
 class _Slot:
     """One quantized weight being filled: its quantized head rows and the plain tail rows (GDN b/a) if any; for
-    routed experts an `Int4ExpertsWeight`, filled expert by expert (`head_rows` is then one expert's N)."""
+    routed experts an `Int4ExpertsWeight` / `Fp8ExpertsWeight`, filled expert by expert (`head_rows` is then one
+    expert's N)."""
 
-    def __init__(self, path: str, head: Fp8Weight | Int4Weight | Int4ExpertsWeight, tail: torch.Tensor | None):
+    def __init__(self, path: str, head: Fp8Weight | Int4Weight | Int4ExpertsWeight | Fp8ExpertsWeight,
+                 tail: torch.Tensor | None):
         self.path, self.head, self.tail = path, head, tail
-        self.experts = isinstance(head, Int4ExpertsWeight)
+        self.experts = isinstance(head, (Int4ExpertsWeight, Fp8ExpertsWeight))
         self.head_rows = head.shape[1] if self.experts else head.shape[0]
 
 
@@ -69,6 +73,18 @@ def _empty_quantized(n: int, k: int, recipe: QuantRecipe, dtype: torch.dtype, de
     zeros = torch.empty(n, g, dtype=torch.uint8, device=device) if recipe.int4_zero_point else None
     return Int4Weight(torch.empty(n, k // 8, dtype=torch.int32, device=device),
                       torch.empty(n, g, dtype=dtype, device=device), zeros, k, recipe.int4_group)
+
+
+def _empty_experts(e: int, n: int, k: int, recipe: QuantRecipe, dtype: torch.dtype,
+                   device) -> Int4ExpertsWeight | Fp8ExpertsWeight:
+    if recipe.fmt == "fp8":  # block scales per expert: [E, ceil(N/128), ceil(K/128)]
+        if recipe.fp8_scales != "block":
+            raise ValueError(f"recipe {recipe.name}: only block-scaled fp8 loads as stored")
+        scale = torch.empty(e, math.ceil(n / BLOCK[0]), math.ceil(k / BLOCK[1]), dtype=torch.float32, device=device)
+        return Fp8ExpertsWeight(torch.empty(e, n, k, dtype=FP8_DTYPE, device=device), scale, BLOCK)
+    flat = _empty_quantized(e * n, k, recipe, dtype, device)  # int4 groups run along rows: one [E*N, K] stack
+    zeros = None if flat.zeros is None else flat.zeros.view(e, n, -1)
+    return Int4ExpertsWeight(flat.qweight.view(e, n, -1), flat.scales.view(e, n, -1), zeros, k, flat.group)
 
 
 def _install(layer: nn.Module, prefix: str, recipe: QuantRecipe, dtype: torch.dtype, device,
@@ -87,10 +103,8 @@ def _install(layer: nn.Module, prefix: str, recipe: QuantRecipe, dtype: torch.dt
     for moe, attr in list(recipe_expert_targets(layer, recipe)):
         w = moe._parameters[attr]
         e, n, k = w.shape
-        flat = _empty_quantized(e * n, k, recipe, dtype, device)
-        zeros = None if flat.zeros is None else flat.zeros.view(e, n, -1)
-        obj = Int4ExpertsWeight(flat.qweight.view(e, n, -1), flat.scales.view(e, n, -1), zeros, k, flat.group)
-        del moe._parameters[attr], w, flat
+        obj = _empty_experts(e, n, k, recipe, dtype, device)
+        del moe._parameters[attr], w
         setattr(moe, attr, obj)
         path = f"{names[id(moe)]}.{attr}"
         slots[path] = _Slot(path, obj, None)

@@ -124,7 +124,8 @@ class SparseMoE(nn.Module):
         h, e, i = cfg.hidden_size, cfg.num_experts, cfg.moe_intermediate_size
         self.top_k = cfg.num_experts_per_tok
         self.router = _param(e, h, dtype=dtype, device=device)
-        # quantize_model may swap these two for hinfer.quant.experts.Int4ExpertsWeight; moe_experts takes either
+        # quantize_model may swap these two for hinfer.quant.experts.Int4ExpertsWeight or Fp8ExpertsWeight;
+        # moe_experts takes any of them
         self.experts_gate_up = _param(e, 2 * i, h, dtype=dtype, device=device)
         self.experts_down = _param(e, h, i, dtype=dtype, device=device)
         self.shared_expert = MLP(h, cfg.shared_expert_intermediate_size, dtype, device)

@@ -1,9 +1,10 @@
 """Mixture of experts: softmax router with renormalised top-k, SwiGLU experts stored fused [E, 2I, H] / [E, H, I].
 
-The experts are plain tensors or quantized expert objects (hinfer.quant.experts.Int4ExpertsWeight: logical
-`.shape` [E, N, K], `.expert(e)` one expert as an Int4Weight). Quantized experts run the grouped int4 Triton
-kernels when Triton runs (bf16 activations, groups of 128), else the reference body, which dequantizes one
-expert at a time (never the whole [E, N, K] tensor) and computes in fp32, rounded once: the kernels' semantics.
+The experts are plain tensors or quantized expert objects (hinfer.quant.experts.Int4ExpertsWeight /
+Fp8ExpertsWeight: logical `.shape` [E, N, K], `.expert(e)` one expert as an Int4Weight / Fp8Weight). Quantized
+experts run the grouped Triton kernels when Triton runs (bf16 activations; int4 groups of 128, fp8 per-channel
+or 128x128 block scales), else the reference body, which dequantizes one expert at a time (never the whole
+[E, N, K] tensor) and computes in fp32, rounded once: the kernels' semantics.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import torch.nn.functional as F
 
 from hinfer.ops.dispatch import use_triton
 
-KERNEL_GROUP = 128  # the int4 group the grouped expert kernels take
+KERNEL_GROUP = 128  # the int4 group / fp8 scale block the grouped expert kernels take
 
 
 def moe_route_ref(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -62,23 +63,33 @@ def moe_route(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, to
 
 
 def _kernel_weight(w, x: torch.Tensor):
-    """What the Triton twin takes for `w` (the tensor itself, or an Int4Experts view of quantized experts), or
-    None when only the reference body can run it."""
+    """What the Triton twin takes for `w` (the tensor itself, or an Int4Experts / Fp8Experts view of quantized
+    experts), or None when only the reference body can run it."""
     if isinstance(w, torch.Tensor):
         return w
-    from hinfer.quant.experts import Int4ExpertsWeight
+    from hinfer.quant.experts import Fp8ExpertsWeight, Int4ExpertsWeight
 
-    if isinstance(w, Int4ExpertsWeight) and w.group == KERNEL_GROUP and x.dtype == torch.bfloat16:
+    if x.dtype != torch.bfloat16:
+        return None
+    if isinstance(w, Int4ExpertsWeight) and w.group == KERNEL_GROUP:
         from hinfer.ops.triton.moe_int4 import Int4Experts
 
         return Int4Experts(w.qweight, w.scales, w.zeros, w.in_features)
+    if isinstance(w, Fp8ExpertsWeight) and w.block in (None, (KERNEL_GROUP, KERNEL_GROUP)):
+        from hinfer.ops.triton.moe import Fp8Experts
+
+        return Fp8Experts(w.weight, w.scale, w.block is not None)
     return None
+
+
+def _kind(w) -> type:
+    return torch.Tensor if isinstance(w, torch.Tensor) else type(w)
 
 
 def moe_experts(x: torch.Tensor, w_gate_up, w_down, top_w: torch.Tensor, top_i: torch.Tensor) -> torch.Tensor:
     if use_triton(x):
         gu, dn = _kernel_weight(w_gate_up, x), _kernel_weight(w_down, x)
-        if gu is not None and dn is not None and isinstance(gu, torch.Tensor) == isinstance(dn, torch.Tensor):
+        if gu is not None and dn is not None and _kind(gu) is _kind(dn):
             from hinfer.ops.triton import moe as tm
 
             return tm.moe_experts(x, gu, dn, top_w, top_i)

@@ -2,9 +2,9 @@
 
 The model calls `linear(x, self.o_proj)` / `linear(x, self.in_proj.weight)`, and `linear` calls `.matmul(x)` on
 anything that is not a tensor, so swapping the attribute is all it takes; likewise `moe_experts` takes the MoE
-layer's routed experts as `Int4ExpertsWeight` objects (hinfer.quant.experts). Layer by layer, each bf16 parameter
-is deleted as soon as its replacement exists, so peak memory stays near the bf16 model plus one projection (one
-layer's fused routed experts, for MoE models).
+layer's routed experts as `Int4ExpertsWeight` / `Fp8ExpertsWeight` objects (hinfer.quant.experts). Layer by
+layer, each bf16 parameter is deleted as soon as its replacement exists, so peak memory stays near the bf16 model
+plus one projection (one layer's fused routed experts, for MoE models).
 """
 
 from __future__ import annotations
@@ -99,8 +99,6 @@ def quantize_model(model: nn.Module, recipe: str | QuantRecipe) -> None:
     r = get_recipe(recipe)
     if r.fmt == "bf16":
         return
-    if r.experts and r.fmt != "int4":
-        raise NotImplementedError(f"recipe {r.name}: routed experts quantize to int4 only (no {r.fmt} expert kernel)")
     layers = list(model.layers)
     if r.convert_mtp and getattr(model, "mtp", None) is not None:
         layers += list(model.mtp.layers)

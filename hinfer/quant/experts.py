@@ -1,16 +1,16 @@
 """Quantized MoE routed experts: one fused expert projection ([E, N, K]: experts_gate_up [E, 2I, H] or
 experts_down [E, H, I]) as one weight object that `hinfer.ops.moe.moe_experts` takes in place of the tensor.
 
-int4 only (`Int4ExpertsWeight`). Per expert exactly hinfer.quant.int4's layout (nibble order POS, groups of 128
-consecutive inputs of a row, scales in the model dtype, optional uint8 zero points), stacked on a leading expert
-dim - what the grouped expert kernels (hinfer/ops/triton/moe_gemm.py, FMT 1) read:
-- qweight int32 [E, N, K/8], scales [E, N, ceil(K/128)], zeros uint8 [E, N, ceil(K/128)] or None (symmetric).
-Groups run along rows, so quantizing the [E*N, K] stack at once is exactly quantizing each expert alone
-(hinfer.ops.triton.moe_int4.quantize_experts_int4, which the kernel tests use; a test checks they agree).
-
-fp8 experts are not provided: the grouped expert kernels have no fp8 format (moe_gemm.py's FMT 2 is only
-sketched), so an fp8 expert weight would run the reference body only; the fp8 recipes keep the experts in the
-model dtype.
+Per expert exactly the layout of the linear layers' format, stacked on a leading expert dim - what the grouped
+expert kernels (hinfer/ops/triton/moe_gemm.py) read:
+- `Int4ExpertsWeight` (int4 recipes, FMT 1): hinfer.quant.int4's layout (nibble order POS, groups of 128
+  consecutive inputs of a row, scales in the model dtype, optional uint8 zero points): qweight int32
+  [E, N, K/8], scales [E, N, ceil(K/128)], zeros uint8 [E, N, ceil(K/128)] or None (symmetric). Groups run
+  along rows, so quantizing the [E*N, K] stack at once is exactly quantizing each expert alone
+  (hinfer.ops.triton.moe_int4.quantize_experts_int4, which the kernel tests use; a test checks they agree).
+- `Fp8ExpertsWeight` (fp8 recipes, FMT 2): hinfer.quant.fp8's layout: weight float8_e4m3fn [E, N, K] and fp32
+  scales [E, N] (per channel, `fp8-default`) or [E, ceil(N/128), ceil(K/128)] (128x128 blocks, `fp8-block` and
+  the official Qwen FP8 checkpoints); each expert's tensors are `quantize_fp8(w[e], scheme)`'s exactly.
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ import math
 import torch
 from torch import nn
 
+from hinfer.quant.fp8 import BLOCK, Fp8Weight, quantize_fp8
 from hinfer.quant.int4 import GROUP, Int4Weight, quantize_int4
+from hinfer.weights.fp8 import FP8_DTYPE, dequantize_fp8_block, quantize_fp8_block
 
 
 class Int4ExpertsWeight(nn.Module):
@@ -94,11 +96,75 @@ def quantize_experts_int4(
     return Int4ExpertsWeight(q.qweight.view(e, n, -1), q.scales.view(e, n, -1), zeros, k, group)
 
 
-def quantize_experts(w: torch.Tensor, recipe) -> Int4ExpertsWeight:
-    """The routed experts w [E, N, K] in `recipe`'s format (a hinfer.quant.recipes.QuantRecipe; int4 only)."""
-    if recipe.fmt != "int4":
-        raise NotImplementedError(
-            f"recipe {recipe.name}: routed experts can only be quantized to int4 (the grouped expert kernels "
-            f"have no {recipe.fmt} format); drop the 'experts' target"
-        )
-    return quantize_experts_int4(w, recipe.int4_group, recipe.int4_zero_point)
+class Fp8ExpertsWeight(nn.Module):
+    """The fp8 e4m3 experts of one fused projection; buffers, so `.to()` and `state_dict()` carry them.
+
+    `weight` float8_e4m3fn [E, N, K]; `scale` fp32 [E, N] (per output channel, block None) or
+    [E, ceil(N/128), ceil(K/128)] (block (128, 128)); w[e] = weight[e] * its row's / block's scale.
+    `shape` is the logical [E, N, K], `dtype` the stored element type (float8_e4m3fn); `expert(e)` is expert e
+    as an `Fp8Weight` (views, no copy), which the reference body dequantizes one expert at a time."""
+
+    def __init__(self, weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int] | None = None):
+        super().__init__()
+        if weight.dtype != FP8_DTYPE or weight.dim() != 3:
+            raise ValueError(f"weight must be float8_e4m3fn [E, N, K], got {weight.dtype} {tuple(weight.shape)}")
+        e, n, k = weight.shape
+        want = (e, n) if block is None else (e, math.ceil(n / block[0]), math.ceil(k / block[1]))
+        if tuple(scale.shape) != want:
+            raise ValueError(f"scale shape {tuple(scale.shape)} != {want} for experts {(e, n, k)} block {block}")
+        self.register_buffer("weight", weight)
+        self.register_buffer("scale", scale.float())
+        self.block = None if block is None else tuple(block)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return tuple(self.weight.shape)  # type: ignore[return-value]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.weight.dtype
+
+    def extra_repr(self) -> str:
+        e, n, k = self.shape
+        kind = "per-channel" if self.block is None else f"{self.block[0]}x{self.block[1]} blocks"
+        return f"{e} experts x {n}x{k}, fp8 e4m3 {kind}"
+
+    def nbytes(self) -> int:
+        return self.weight.numel() * self.weight.element_size() + self.scale.numel() * self.scale.element_size()
+
+    def expert(self, e: int) -> Fp8Weight:
+        """Expert e's [N, K] weight (views of this object's buffers)."""
+        return Fp8Weight(self.weight[e], self.scale[e], self.block)
+
+    def dequantize(self, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+        """All experts [E, N, K], each exactly `expert(e).dequantize(dtype)` (tests and tools; the reference body
+        dequantizes one expert at a time)."""
+        if self.block is None:
+            return (self.weight.float() * self.scale[..., None]).to(dtype)
+        return dequantize_fp8_block(self.weight, self.scale, self.block, dtype)
+
+
+@torch.no_grad()
+def quantize_experts_fp8(w: torch.Tensor, scheme: str = "channel") -> Fp8ExpertsWeight:
+    """e4m3 of every expert of w [E, N, K], each expert exactly `hinfer.quant.fp8.quantize_fp8(w[e], scheme)`:
+    "channel" runs it on the [E*N, K] stack (row-wise scales: identical to expert by expert; its row chunks bound
+    the fp32 temporaries), "block" the 128x128 block quantizer expert by expert (one matrix of fp32 at a time)."""
+    if w.dim() != 3:
+        raise ValueError(f"quantize_experts_fp8 takes an [E, N, K] weight, got {tuple(w.shape)}")
+    e, n, k = w.shape
+    if scheme == "block":
+        q, s = quantize_fp8_block(w, BLOCK)
+        return Fp8ExpertsWeight(q, s, BLOCK)
+    if scheme != "channel":
+        raise ValueError(f"unknown fp8 scale scheme {scheme!r} (channel | block)")
+    flat = quantize_fp8(w.reshape(e * n, k), "channel")
+    return Fp8ExpertsWeight(flat.weight.view(e, n, k), flat.scale.view(e, n))
+
+
+def quantize_experts(w: torch.Tensor, recipe) -> Int4ExpertsWeight | Fp8ExpertsWeight:
+    """The routed experts w [E, N, K] in `recipe`'s format (a hinfer.quant.recipes.QuantRecipe: int4 or fp8)."""
+    if recipe.fmt == "int4":
+        return quantize_experts_int4(w, recipe.int4_group, recipe.int4_zero_point)
+    if recipe.fmt == "fp8":
+        return quantize_experts_fp8(w, recipe.fp8_scales)
+    raise ValueError(f"recipe {recipe.name} converts nothing")

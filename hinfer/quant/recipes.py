@@ -4,12 +4,12 @@ Converted (`targets`), each a [N, K] weight of hinfer.model.qwen3_5:
   attn_qkv  Attention.qkv_proj.weight (q + gate, k, v fused)     attn_o   Attention.o_proj
   gdn_in    GatedDeltaNet.in_proj.weight (qkv, z, b, a fused)   gdn_out  GatedDeltaNet.out_proj
   mlp       MLP.gate_up.weight, MLP.down_proj (dense layers)   shared_expert  the MoE layers' shared-expert MLP
-  experts   SparseMoE.experts_gate_up [E, 2I, H] and experts_down [E, H, I] (the routed experts, int4 only)
-Routed experts are converted by the int4 recipes (`hinfer.quant.experts.Int4ExpertsWeight`, run by the grouped
-int4 expert kernels of hinfer/ops/triton/moe*.py): they are ~95% of an MoE model's parameters, the 122B-A10B fits
-one 141 GB H200 only with them in int4, and the 35B-A3B's decode reads mostly expert bytes. The fp8 recipes keep
-them in the model dtype: the grouped expert kernels have no fp8 format (a recipe may still name the target, e.g.
-for a memory-plan projection, but quantize_model refuses it).
+  experts   SparseMoE.experts_gate_up [E, 2I, H] and experts_down [E, H, I] (the routed experts)
+Routed experts are converted by every quantized recipe (`hinfer.quant.experts.Int4ExpertsWeight` for int4,
+`Fp8ExpertsWeight` for fp8 with the recipe's per-channel or 128x128 block scales; run by the grouped expert
+kernels of hinfer/ops/triton/moe*.py, FMT 1 and 2): they are ~95% of an MoE model's parameters, the 122B-A10B
+fits one 141 GB H200 only with them in int4 (fp8: ~133 GiB at 8 lanes x 64K, over the 141 GB card), and the
+35B-A3B's decode reads mostly expert bytes.
 Kept in the model dtype by every recipe here: embed_tokens, lm_head (tied or not), the MTP head (fc and its
 layer: it runs once per draft token; convert_mtp turns it on), MoE routers (`router`, `shared_expert_gate`),
 GDN conv1d weight, A_log, dt_bias, all norms, and - with keep_gdn_ab (default) - the last 2*HV rows of the fused
@@ -26,8 +26,8 @@ from dataclasses import dataclass, replace
 
 EXPERTS = "experts"
 ALL_TARGETS = frozenset({"attn_qkv", "attn_o", "gdn_in", "gdn_out", "mlp", "shared_expert", EXPERTS})
-# what `targets=None` means per format: everything its kernels cover (no grouped fp8 expert kernel)
-FORMAT_TARGETS = {"bf16": frozenset(), "fp8": ALL_TARGETS - {EXPERTS}, "int4": ALL_TARGETS}
+# what `targets=None` means per format: everything its kernels cover
+FORMAT_TARGETS = {"bf16": frozenset(), "fp8": ALL_TARGETS, "int4": ALL_TARGETS}
 
 
 @dataclass(frozen=True)

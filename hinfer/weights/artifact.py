@@ -3,7 +3,8 @@
 Metadata (all strings, structured values JSON-encoded): format, format_version, config, recipe, layout,
 tokenizer_json, tokenizer_config, chat_template, generation_config, source. Tensors: the names of
 `Qwen35ForCausalLM.state_dict()` after quantization (fused, int4 packed + scales + zeros, fp8 + scales; int4
-routed experts as `mlp.experts_gate_up.{qweight,scales,zeros}` [E, N, ...]).
+routed experts as `mlp.experts_gate_up.{qweight,scales,zeros}` [E, N, ...], fp8 ones as
+`mlp.experts_gate_up.{weight,scale}` [E, N, K] / [E, N] or [E, N/128, K/128]).
 `layout` maps each quantized attribute to how it is rebuilt, so loading never re-runs a recipe: the model is
 built on the meta device, quantized objects are constructed from their stored buffers, every other tensor is
 copied in, tensor by tensor from the memory-mapped file straight to the target device.
@@ -25,7 +26,7 @@ from torch import nn
 from hinfer.config import ModelConfig, load_model_config
 from hinfer.errors import ConfigError, HinferError
 from hinfer.quant.apply import RowSplitWeight
-from hinfer.quant.experts import Int4ExpertsWeight
+from hinfer.quant.experts import Fp8ExpertsWeight, Int4ExpertsWeight
 from hinfer.quant.fp8 import Fp8Weight
 from hinfer.quant.int4 import Int4Weight
 from hinfer.quant.recipes import RECIPES, QuantRecipe, get_recipe
@@ -33,8 +34,8 @@ from hinfer.weights.hf_reader import MAX_HEADER, TORCH_TO_ST, read_header
 
 FORMAT = "hinfer"
 # Bump on any change an older reader would misread; keep reading every older version. v1: bf16, int4, fp8 and
-# rowsplit weights (routed experts always in the model dtype). v2: adds the `int4_experts` layout type (int4 MoE
-# routed experts, recipe target "experts"); a v1 file reads exactly as before.
+# rowsplit weights (routed experts always in the model dtype). v2: adds the `int4_experts` and `fp8_experts`
+# layout types (int4 / fp8 MoE routed experts, recipe target "experts"); a v1 file reads exactly as before.
 FORMAT_VERSION = 2
 SUFFIX = ".hinfer"
 # files of a checkpoint folder carried as metadata: metadata key -> file name
@@ -62,10 +63,12 @@ def _spec(m: nn.Module) -> dict[str, Any]:
         return {"type": "rowsplit", "head": _spec(m.head)}
     if isinstance(m, Int4ExpertsWeight):
         return {"type": "int4_experts", "in_features": m.in_features, "group": m.group}
+    if isinstance(m, Fp8ExpertsWeight):
+        return {"type": "fp8_experts", "block": None if m.block is None else list(m.block)}
     raise TypeError(f"no artifact layout for {type(m).__name__}")
 
 
-_QUANTIZED = (Int4Weight, Fp8Weight, RowSplitWeight, Int4ExpertsWeight)
+_QUANTIZED = (Int4Weight, Fp8Weight, RowSplitWeight, Int4ExpertsWeight, Fp8ExpertsWeight)
 
 
 def quantized_layout(model: nn.Module) -> dict[str, dict[str, Any]]:
@@ -91,6 +94,10 @@ def build_quantized(spec: dict[str, Any], prefix: str, get, dtype: torch.dtype) 
         zeros = get(f"{prefix}.zeros", optional=True)
         return Int4ExpertsWeight(get(f"{prefix}.qweight"), get(f"{prefix}.scales").to(dtype), zeros,
                                  int(spec["in_features"]), int(spec["group"]))
+    if kind == "fp8_experts":
+        block = spec.get("block")
+        return Fp8ExpertsWeight(get(f"{prefix}.weight"), get(f"{prefix}.scale"),
+                                None if block is None else tuple(block))
     if kind == "rowsplit":
         return RowSplitWeight(build_quantized(spec["head"], f"{prefix}.head", get, dtype),
                               get(f"{prefix}.tail").to(dtype))

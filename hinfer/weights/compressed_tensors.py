@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 METHOD = "compressed-tensors"
 FORMAT = "pack-quantized"
 GROUP = 128  # the only group size hinfer's int4 kernels run
+EXPERTS = "experts"  # the routed experts' recipe target (hinfer.quant.recipes.EXPERTS; this module is torch-free)
 PACKED, SCALE, SHAPE = "weight_packed", "weight_scale", "weight_shape"
 ZERO, G_IDX = "weight_zero_point", "weight_g_idx"
 COMPONENTS = (PACKED, SCALE, SHAPE, ZERO, G_IDX)
@@ -164,9 +165,12 @@ def stored_recipe(cfg: ModelConfig, where: str = "config.json") -> tuple[QuantRe
     """(recipe, None) when the checkpoint's stored quantization loads as it is into hinfer's formats:
     `fp8-block` for official block-fp8 checkpoints, `int4-default` (asymmetric) / `int4-sym` for
     compressed-tensors W4A16; a recipe role that the checkpoint leaves unquantized in every layer is dropped from
-    the recipe's targets (those weights stay in the model dtype). (None, why) for an fp8 checkpoint that cannot
-    load as fp8 (block size, fused parts not multiples of 128); (None, None) for an unquantized checkpoint.
-    Invalid compressed-tensors configs raise CheckpointError."""
+    the recipe's targets (those weights stay in the model dtype). `fp8-block` includes the MoE routed experts
+    (block-scaled `Fp8ExpertsWeight`s) unless an expert's gate_proj rows (moe_intermediate_size) are not a
+    multiple of 128: its blocks could not be fused with up_proj's, so the experts alone drop out of the recipe
+    and load dequantized (tiny test configs; 512 / 1024 on the real MoE models). (None, why) for an fp8
+    checkpoint that cannot load as fp8 (block size, fused linear parts not multiples of 128); (None, None) for
+    an unquantized checkpoint. Invalid compressed-tensors configs raise CheckpointError."""
     q = quantization_config(cfg.extra.get("raw", {}))
     if q is None:
         return None, None
@@ -196,10 +200,18 @@ def _fp8_recipe(cfg: ModelConfig, q: dict[str, Any]) -> tuple[QuantRecipe | None
         if role not in recipe.targets:
             continue
         for (name, rows), (nxt, _) in zip(parts, parts[1:]):  # every part but the last starts a new block row
-            if rows % 128:
-                return None, (f"{name} has {rows} rows, not a multiple of 128, so its 128x128 fp8 blocks cannot "
-                              f"be fused with {nxt}")
+            if rows % 128 == 0:
+                continue
+            if role == EXPERTS:  # the routed experts alone load dequantized (as before fp8 experts existed)
+                recipe = replace(recipe, name=_as_stored(recipe.name), targets=recipe.targets - {EXPERTS})
+                break
+            return None, (f"{name} has {rows} rows, not a multiple of 128, so its 128x128 fp8 blocks cannot "
+                          f"be fused with {nxt}")
     return recipe, None
+
+
+def _as_stored(name: str) -> str:
+    return name if name.endswith(" (as stored)") else f"{name} (as stored)"
 
 
 def _fused_parts(cfg: ModelConfig) -> dict[str, list[tuple[str, int]]]:
@@ -213,13 +225,15 @@ def _fused_parts(cfg: ModelConfig) -> dict[str, list[tuple[str, int]]]:
     if cfg.is_moe and cfg.shared_expert_intermediate_size:
         s = cfg.shared_expert_intermediate_size
         out["shared_expert"] = [("shared_expert.gate_proj", s), ("shared_expert.up_proj", s)]
+    if cfg.is_moe:  # each expert's gate_proj and up_proj fuse into experts_gate_up [E, 2I, H]
+        i = cfg.moe_intermediate_size
+        out[EXPERTS] = [("experts.gate_proj", i), ("experts.up_proj", i)]
     return out
 
 
 def _narrow(base: QuantRecipe, cfg: ModelConfig, quantized) -> QuantRecipe:
     """`base` without the target roles whose every tensor (decoder layers; the MTP head is never converted)
-    the checkpoint keeps unquantized: routed experts too, per expert (`experts` is an int4 target; an fp8
-    recipe never has it). `quantized(full module name) -> bool`."""
+    the checkpoint keeps unquantized: routed experts too, per expert. `quantized(full module name) -> bool`."""
     from hinfer.engine.weight_bytes import inventory
 
     prefix = "model." if cfg.model_type.endswith("_text") else "model.language_model."
@@ -232,7 +246,7 @@ def _narrow(base: QuantRecipe, cfg: ModelConfig, quantized) -> QuantRecipe:
     targets = frozenset(r for r in base.targets if seen.get(r, True))
     if targets == base.targets:
         return base
-    return replace(base, name=f"{base.name} (as stored)", targets=targets)
+    return replace(base, name=_as_stored(base.name), targets=targets)
 
 
 # ---- one stored tensor set ----------------------------------------------------------------------------------

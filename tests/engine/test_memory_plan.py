@@ -187,6 +187,21 @@ def test_moe_inventory_counts_experts():
     assert 34e9 < weight_bytes(cfg, "bf16", 2, False).params < 35e9
 
 
+def test_moe_routed_expert_bytes_by_hand():
+    """35B-A3B: 40 MoE layers x 256 experts of gate [512, 2048], up [512, 2048], down [2048, 512]
+    (3 x 1,048,576 = 3,145,728 elements); the MTP head's MoE layer (256 more) stays bf16 without convert_mtp."""
+    cfg = load_model_config(FIXTURES / "qwen3.6-35b-a3b")
+    n, elts, mtp_bf16 = 40 * 256, 3_145_728, 256 * 3_145_728 * 2
+    per = {"bf16": 2 * elts,
+           "fp8-default": elts + 4 * (512 + 512 + 2048),  # one fp32 scale per row
+           "fp8-block": elts + 4 * (4 * 16 + 4 * 16 + 16 * 4),  # one per 128x128 block
+           "int4-default": elts // 2 + 3 * (512 * 16 + 512 * 16 + 2048 * 4)}  # bf16 scale + uint8 zero per group
+    for name, b in per.items():
+        assert weight_bytes(cfg, name, 2, False).by_role["experts"] == n * b, name
+        assert weight_bytes(cfg, name, 2, True).by_role["experts"] == n * b + mtp_bf16, name
+    assert weight_bytes(cfg, "fp8", 2, False).by_role["experts"] == 32_338_083_840
+
+
 def test_packaged_122b_config():
     cfg = plan_cmd.load_config_arg("qwen3.5-122b-a10b")
     assert cfg.model_type == "qwen3_5_moe" and cfg.hidden_size == 3072 and len(cfg.attn_layers) == 12
@@ -292,7 +307,13 @@ def test_cli_exit_codes(capsys):
     cap = capsys.readouterr()
     assert "DOES NOT FIT" in cap.out and "error: the memory plan does not fit" in cap.err
     assert _cli("qwen3.5-122b-a10b", "--gpu-memory", "141GB", "--weights", "int4") == 0  # int4 routed experts
-    assert _cli("qwen3.5-122b-a10b", "--gpu-memory", "141GB", "--weights", "fp8") == 1  # fp8: experts stay bf16
+    # fp8 routed experts: 123.95 GB of weights (no MTP head without --spec); 8 x 64K needs 133.07 GiB > 131.32 GiB,
+    # 8 lanes fit up to 55,936 tokens (pages of 64: 56,000 is the next context that needs another page)
+    assert _cli("qwen3.5-122b-a10b", "--gpu-memory", "141GB", "--weights", "fp8") == 1
+    assert _cli("qwen3.5-122b-a10b", "--gpu-memory", "141GB", "--weights", "fp8", "--max-context", "55936") == 0
+    assert _cli("qwen3.5-122b-a10b", "--gpu-memory", "141GB", "--weights", "fp8", "--max-context", "56000") == 1
+    assert _cli("qwen3.6-35b-a3b", "--gpu-memory", "80GB", "--weights", "fp8") == 0  # 46.89 GiB (bf16 experts: 76.77)
+    assert _cli("qwen3.6-35b-a3b", "--gpu-memory", "80GB", "--weights", "bf16") == 1
     assert _cli("qwen3.6-27b", "--gpu-memory", "80GB", "--weights", "fp8") == 0
     assert _cli(str(F27B), "--gpu-memory", "80GB", "--weights", "int4", "--device", "cpu", "--max-context", "8192") == 0
     with pytest.raises(ConfigError):

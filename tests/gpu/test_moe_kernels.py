@@ -7,7 +7,8 @@ The reference runs in fp32 on the GPU (TF32 off) on the experts actually selecte
   output to bf16 once; the bf16 reference itself sits at ~4e-3 relative L2 from the fp32 one).
 - router: ids equal on rows without ties (logits with distinct values); with random bf16 logits (ties happen)
   the chosen probabilities equal the reference's top-k values and the weights match to one bf16 rounding.
-Also: a CUDA graph of route + experts replays correctly on new inputs, with and without programmatic dependent
+int4 (W4A16) and fp8 (W8A16, per-channel and 128x128 block scales) experts against the fp32 reference on
+their dequantized values, same thresholds. Also: a CUDA graph of route + experts replays correctly on new inputs, with and without programmatic dependent
 launch (HINFER_MOE_PDL=1), and two runs are bitwise equal (the alignment's atomics change row order inside an
 expert, never results).
 """
@@ -168,6 +169,43 @@ def test_experts_int4_real_shapes(tm, weights, seed, t, zero_point):
     _check(out, want, seed, f"{name} int4 {'asym' if zero_point else 'sym'} T={t}")
     if t == 8:
         _check(moe_experts_int4_ref(x, qgu, qdn, top_w, top_i), want, seed, "int4 reference body")
+
+
+@pytest.mark.parametrize("t", [1, 8, 64, 2048])
+@pytest.mark.parametrize("block", [False, True])
+def test_experts_fp8_real_shapes(tm, weights, seed, t, block):
+    """W8A16 experts (FMT 2: hinfer.quant.fp8 layout per expert, per-channel or 128x128 block scales) vs the fp32
+    dequantized reference; at T = 8 also through hinfer.ops.moe.moe_experts with the model's Fp8ExpertsWeight."""
+    from hinfer.ops import moe as moe_ops
+    from hinfer.quant.experts import Fp8ExpertsWeight, quantize_experts_fp8
+
+    name, wgu, wd = weights
+    key = (name, "fp8", block)
+    if key not in _INT4_CACHE:
+        _INT4_CACHE.clear()  # one model's quantized copy at a time
+        scheme = "block" if block else "channel"
+        _INT4_CACHE[key] = quantize_experts_fp8(wgu, scheme), quantize_experts_fp8(wd, scheme)
+    qgu, qdn = _INT4_CACHE[key]
+    assert isinstance(qgu, Fp8ExpertsWeight) and (qgu.block is not None) == block
+    kgu, kdn = tm.Fp8Experts(qgu.weight, qgu.scale, block), tm.Fp8Experts(qdn.weight, qdn.scale, block)
+    x = torch.randn(t, wgu.shape[2], device="cuda").bfloat16()
+    top_w, top_i = ref.moe_route_ref(torch.randn(t, E, device="cuda").bfloat16(), K)
+    out = tm.moe_experts(x, kgu, kdn, top_w, top_i)
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        used = torch.unique(top_i)
+        remap = torch.searchsorted(used, top_i)
+        gu = torch.stack([qgu.expert(e).dequantize(torch.float32) for e in used.tolist()])
+        dn = torch.stack([qdn.expert(e).dequantize(torch.float32) for e in used.tolist()])
+        want = ref.moe_experts_ref(x.float(), gu, dn, top_w.float(), remap)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+    _check(out, want, seed, f"{name} fp8 {'block' if block else 'channel'} T={t}")
+    if t == 8:  # the dispatcher reaches this module (the package attribute the tm fixture's import set)
+        assert sys.modules[_MODS] is tm
+        got = moe_ops.moe_experts(x, qgu, qdn, top_w, top_i)
+        assert torch.equal(got, out), "moe_experts on Fp8ExpertsWeight != the kernels on its buffers"
 
 
 @pytest.mark.parametrize("t", [1, 8, 64, 2048])

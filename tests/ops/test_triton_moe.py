@@ -2,8 +2,9 @@
 
 Tiny shapes (E=8 experts, top 2, H=32, I=16; plus H=48, I=24 where no tile divides K or N), T in {1, 3, 17},
 every path of moe_experts forced in turn (T == 1 GEMV; grouped with the decode SWAP tile and with the prefill
-tile; the single-program and the multi-kernel alignment). Fresh random inputs every run (the seed is printed
-on failure); outputs and scratch are poisoned (NaN floats, junk ints) so anything never written shows up.
+tile; the single-program and the multi-kernel alignment); int4 (FMT 1) and fp8 (FMT 2, per-channel and
+128x128 block scales) experts at H=256 on the default, direct and forced tiles. Fresh random inputs every run
+(the seed is printed on failure); outputs and scratch are poisoned (NaN floats, junk ints) so anything never written shows up.
 
 Tolerances, against the reference evaluated in fp32 on the same routing:
 - fp32: 2e-5 (the kernels sum in a different order; act and y are not rounded).
@@ -314,6 +315,41 @@ def test_experts_int4(tm, seed, zero_point, t, kind):
     )
 
 
+@pytest.mark.parametrize("block", [False, True])
+@pytest.mark.parametrize(("t", "kind"), [(1, "default"), (1, "direct_sum"), (3, "swap16"), (17, "plain64")])
+def test_experts_fp8(tm, seed, block, t, kind):
+    """W8A16 experts (FMT 2: e4m3 + fp32 scales per channel or per 128x128 block, hinfer.quant.fp8's layout per
+    expert); H=256 so the K loop crosses a scale block, I=80 so gate_up's block row 0 holds gate and up rows."""
+    from hinfer.quant.experts import quantize_experts_fp8
+
+    cfg_mod = _mod("moe_config")
+    e, k, h, i = 8, 2, 256, 80
+    x = torch.randn(t, h).bfloat16()
+    wgu, wd = _weights(e, h, i, torch.float32)
+    scheme = "block" if block else "channel"
+    qgu, qdn = quantize_experts_fp8(wgu, scheme), quantize_experts_fp8(wd, scheme)
+    fgu, fdn = tm.Fp8Experts(qgu.weight, qgu.scale, block), tm.Fp8Experts(qdn.weight, qdn.scale, block)
+    top_w, top_i = _routing(t, e, k, torch.bfloat16)
+    if kind == "direct_sum":
+        tile = cfg_mod.Tile(16, 64, 128, 4, 2, swap=True)
+        config = cfg_mod.MoeConfig(tile, tile, direct=True, sum_in_down=True)
+    else:
+        config = None if kind == "default" else _config(tm, kind)
+    out = tm.moe_experts(x, fgu, fdn, top_w, top_i, config=config)
+    assert torch.equal(fgu.dequantize(), qgu.dequantize(torch.float32))  # the tuple's values are the module's
+    want = ref.moe_experts_ref(x.float(), fgu.dequantize(), fdn.dequantize(), top_w.float(), top_i)
+    assert not torch.isnan(out).any(), f"seed {seed}"
+    err = (out.float() - want).abs()
+    rel_l2 = (err.norm() / want.norm()).item()
+    assert rel_l2 <= 1e-2 and err.max().item() <= 3e-2 * want.abs().max().item(), (
+        f"rel L2 {rel_l2:.3g}, seed {seed}"
+    )
+    if kind == "default":
+        with pytest.raises(ValueError, match="bf16 only"):
+            gemv = cfg_mod.Tile(cfg_mod.GEMV, 16, 32, 4, 2)
+            tm.moe_experts(x[:1], fgu, fdn, top_w[:1], top_i[:1], config=cfg_mod.MoeConfig(gemv, gemv))
+
+
 def test_experts_no_tokens(tm):
     x = torch.randn(0, 32)
     wgu, wd = _weights(8, 32, 16, torch.float32)
@@ -322,7 +358,7 @@ def test_experts_no_tokens(tm):
 
 
 def test_kernels_compile_for_sm90():
-    """The default tiles of every path (35B-A3B shapes, bf16 and int4) go through Triton's whole sm_90 pipeline
+    """The default tiles of every path (35B-A3B shapes, bf16, int4 and fp8) go through Triton's whole sm_90 pipeline
     (no GPU needed): catches what the interpreter accepts but the compiler does not. In a subprocess: when
     TRITON_INTERPRET was set at `import triton` (tests/ops/conftest.py), triton's own library functions
     (tl.cdiv, ...) are interpreter functions for the rest of the process and cannot be compiled."""
@@ -348,10 +384,14 @@ def _compile_all() -> None:
     types |= {n: "*i32" for n in ("sorted_ptr", "bexp_ptr", "brows_ptr", "cursor_ptr", "counts_ptr")}
     flags = dict(PREC="tf32", EMU=False, FAST_INT4=False)
     cases = []
-    for fmt, t in ((mc.BF16, 1), (mc.INT4, 1), (mc.BF16, 8), (mc.BF16, 8192), (mc.INT4, 8192)):
+    fp8_ch, fp8_blk = dict(SCALE_ROWS=1, SCALE_KSTEP=0), dict(SCALE_ROWS=128, SCALE_KSTEP=1)
+    fp8_wt = dict(w_ptr="*fp8e4nv", s_ptr="*fp32", z_ptr="*fp32")
+    for fmt, t, grid in ((mc.BF16, 1, {}), (mc.INT4, 1, {}), (mc.BF16, 8, {}), (mc.BF16, 8192, {}),
+                         (mc.INT4, 8192, {}), (mc.FP8, 1, fp8_blk), (mc.FP8, 8, fp8_ch), (mc.FP8, 8, fp8_blk),
+                         (mc.FP8, 8192, fp8_ch), (mc.FP8, 8192, fp8_blk)):  # fmt: skip
         cfg = mc.pick_config(t, 8, 256, 2048, 512, fmt)
-        q = dict(FMT=int(fmt == mc.INT4), HAS_ZERO=fmt == mc.INT4)
-        wt = dict(w_ptr="*i32", z_ptr="*u8") if fmt == mc.INT4 else dict(w_ptr=bf, z_ptr=bf)
+        q = dict(FMT={mc.BF16: 0, mc.INT4: 1, mc.FP8: 2}[fmt], HAS_ZERO=fmt == mc.INT4, **grid)
+        wt = {mc.INT4: dict(w_ptr="*i32", z_ptr="*u8"), mc.FP8: fp8_wt}.get(fmt, dict(w_ptr=bf, z_ptr=bf))
         for kern, tile, extra in (
             (mg._gate_up_kernel, cfg.gate_up, {"TOPK": 8}),
             (mg._down_kernel, cfg.down, {}),
@@ -367,6 +407,7 @@ def _compile_all() -> None:
     for q, wt in (
         (dict(FMT=0, HAS_ZERO=False), dict(w_ptr=bf, z_ptr=bf)),
         (dict(FMT=1, HAS_ZERO=True), dict(w_ptr="*i32", z_ptr="*u8")),
+        (dict(FMT=2, HAS_ZERO=False, **fp8_blk), fp8_wt),
     ):
         c = dict(flags, **q, TOPK=8, EVEN_K=True, BM=16, BN=32, BK=128, STAGES=4)
         cases.append((mg._down_sum_kernel, c, wt, sw))
@@ -392,6 +433,8 @@ def _compile_all() -> None:
     for fn, consts, extra_types, tile in cases:
         if "PDL" in fn.arg_names:
             consts = {"PDL": False, **consts}
+        if "SCALE_ROWS" in fn.arg_names:  # fp8 scale grid (FMT 2 only; the others ignore it)
+            consts = {"SCALE_ROWS": 1, "SCALE_KSTEP": 0, **consts}
         ty = dict(types, **extra_types)
         sig = {a: "constexpr" if a in consts else ty.get(a, "i32") for a in fn.arg_names}
         # pointers and strides are 16-divisible at run time, as Triton's launcher would specialise them

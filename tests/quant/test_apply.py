@@ -108,7 +108,7 @@ def test_quantized_models_stay_close(moe):
 def test_recipes():
     r = get_recipe("int4")
     assert r.name == "int4-default" and r.int4_zero_point and r.keep_gdn_ab and r.experts and "experts" in r.targets
-    assert not get_recipe("fp8").experts and not get_recipe("fp8-block").experts  # no fp8 expert kernel
+    assert get_recipe("fp8").experts and get_recipe("fp8-block").experts  # grouped fp8 expert kernel (FMT 2)
     assert get_recipe("fp8").fp8_scales == "channel" and get_recipe("fp8-block").fp8_scales == "block"
     assert "b/a rows kept" in r.describe()
     with pytest.raises(ValueError, match="unknown quantization recipe"):

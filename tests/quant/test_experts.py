@@ -1,8 +1,9 @@
-"""int4 MoE routed experts (hinfer.quant.experts): the weight object, `moe_experts` on it (reference body and the
-grouped Triton kernels), a tiny MoE model quantized with int4-default, and the memory plan's bytes for it.
+"""int4 and fp8 MoE routed experts (hinfer.quant.experts): the weight objects, `moe_experts` on them (reference
+body and the grouped Triton kernels, FMT 1 and 2), tiny MoE models quantized with int4-default / fp8-default /
+fp8-block, and the memory plan's bytes for them.
 
 Random inputs every run (the seed is printed on failure). Triton runs in its CPU interpreter without a GPU
-(tests/quant/conftest.py), at tiny shapes: E=8 experts, top 2, H=256 (two 128-groups), N_I=32.
+(tests/quant/conftest.py), at tiny shapes: E=8 experts, top 2, H=256 (two 128-groups / scale blocks), N_I=32.
 """
 
 from __future__ import annotations
@@ -15,17 +16,23 @@ import pytest
 import torch
 from test_apply import _logits, _model  # tests/quant/test_apply.py: the same tiny random models
 
+from hinfer.config import ModelConfig
+from hinfer.model.qwen3_5 import Qwen35ForCausalLM
+from hinfer.model.random_init import random_init
 from hinfer.ops import moe as moe_ops
 from hinfer.quant import (
+    Fp8ExpertsWeight,
+    Fp8Weight,
     Int4ExpertsWeight,
     Int4Weight,
     get_recipe,
     quantize_experts,
+    quantize_fp8,
     quantize_int4,
     quantize_model,
 )
 from hinfer.quant.apply import quantized_nbytes
-from hinfer.quant.experts import quantize_experts_int4
+from hinfer.quant.experts import quantize_experts_fp8, quantize_experts_int4
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 E, K_TOP, H, N_I = 8, 2, 256, 32
@@ -87,8 +94,12 @@ def test_buffers_travel_with_to_and_state_dict(seed):
     assert q2.scales.dtype == torch.float64 and q2.qweight.dtype == torch.int32 and q2.zeros.dtype == torch.uint8
     sym = quantize_experts(torch.randn(4, 16, 128), get_recipe("int4-sym"))
     assert set(sym.state_dict()) == {"qweight", "scales"}
-    with pytest.raises(NotImplementedError, match="int4"):
-        quantize_experts(torch.randn(4, 16, 128), get_recipe("fp8"))
+    for name, block in (("fp8-default", None), ("fp8-block", (128, 128))):
+        f = quantize_experts(torch.randn(4, 16, 128), get_recipe(name))
+        assert isinstance(f, Fp8ExpertsWeight) and f.block == block
+        assert set(f.state_dict()) == {"weight", "scale"} and {n for n, _ in f.named_buffers()} == {"weight", "scale"}
+    with pytest.raises(ValueError, match="converts nothing"):
+        quantize_experts(torch.randn(4, 16, 128), get_recipe("bf16"))
 
 
 # ------------------------------------------------------------------------------------------------ moe_experts
@@ -173,11 +184,6 @@ def test_int4_default_quantizes_the_routed_experts(seed):
     m = copy.deepcopy(model)
     quantize_model(m, replace(get_recipe("int4-sym"), convert_mtp=True))
     assert isinstance(m.mtp.layers[0].mlp.experts_down, Int4ExpertsWeight) and m.mtp.layers[0].mlp.experts_down.zeros is None
-    f = copy.deepcopy(model)
-    quantize_model(f, "fp8-default")  # no fp8 expert kernel: the experts stay in the model dtype
-    assert isinstance(f.layers[0].mlp.experts_gate_up, torch.nn.Parameter)
-    with pytest.raises(NotImplementedError, match="int4 only"):
-        quantize_model(f, replace(get_recipe("fp8-default"), targets=get_recipe("int4").targets))
 
 
 @pytest.mark.parametrize(("name", "mtp"), [("int4-default", False), ("int4-sym", True)])
@@ -193,4 +199,160 @@ def test_weight_bytes_match_the_quantized_model(name, mtp):
     assert quantized_nbytes(model) - base == plan.total - plan_bf16.total
     expert_bytes = sum(m.nbytes() for m in model.modules() if isinstance(m, Int4ExpertsWeight))
     mtp_kept = 0 if mtp else 4 * (4 * 3 * 64 * 128)  # the MTP layer's 4 experts x 3 projections, fp32
+    assert plan.by_role["experts"] == expert_bytes + mtp_kept
+
+
+# ------------------------------------------------------------------------------------------------- fp8 experts
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
+
+
+@pytest.mark.parametrize("scheme", ["channel", "block"])
+def test_fp8_experts_are_the_per_expert_quantizer_exactly(seed, scheme):
+    """Each expert's e4m3 values and scales are quantize_fp8(w[e], scheme)'s, bit for bit (N=200, K=300: partial
+    128x128 blocks at both edges); expert(e) is that Fp8Weight (views); dequantize round trips."""
+    w = torch.randn(3, 200, 300).bfloat16()
+    q = quantize_experts_fp8(w, scheme)
+    r = quantize_experts(w, get_recipe("fp8-block" if scheme == "block" else "fp8-default"))
+    block = (128, 128) if scheme == "block" else None
+    assert isinstance(q, Fp8ExpertsWeight) and q.shape == (3, 200, 300) and q.dtype == torch.float8_e4m3fn
+    assert q.block == block and q.scale.dtype == torch.float32
+    assert q.scale.shape == ((3, 2, 3) if block else (3, 200))
+    assert torch.equal(_bits(q.weight), _bits(r.weight)) and torch.equal(q.scale, r.scale)
+    deq = q.dequantize(torch.float32)
+    for e in range(3):
+        ref = quantize_fp8(w[e], scheme)  # the linear layers' quantizer, expert by expert
+        assert torch.equal(_bits(q.weight[e]), _bits(ref.weight)) and torch.equal(q.scale[e], ref.scale), seed
+        one = q.expert(e)
+        assert isinstance(one, Fp8Weight) and one.block == block
+        assert one.weight.data_ptr() == q.weight[e].data_ptr() and one.scale.data_ptr() == q.scale[e].data_ptr()
+        assert torch.equal(deq[e], ref.dequantize(torch.float32)), seed
+        assert torch.equal(q.dequantize(torch.bfloat16)[e], ref.dequantize(torch.bfloat16)), seed
+    assert 0.01 < _rel(deq, w) < 0.05, seed  # e4m3 round to nearest (docs/quantization.md: ~0.026 on Gaussians)
+    assert q.nbytes() == 3 * 200 * 300 + 4 * q.scale.numel()
+    with pytest.raises(ValueError, match="float8_e4m3fn"):
+        Fp8ExpertsWeight(w, q.scale, block)
+    with pytest.raises(ValueError, match="scale shape"):
+        Fp8ExpertsWeight(q.weight, q.scale[:, :1], block)
+
+
+@pytest.mark.parametrize("scheme", ["channel", "block"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fp8_reference_body_equals_dequantized_experts(seed, monkeypatch, scheme, dtype):
+    """CPU: moe_experts on fp8 experts = the reference body on the fp32-dequantized experts, in fp32, rounded
+    once; one expert dequantized at a time."""
+    gu, dn = _experts()
+    qgu, qdn = quantize_experts_fp8(gu.bfloat16(), scheme), quantize_experts_fp8(dn.bfloat16(), scheme)
+    dgu, ddn = qgu.dequantize(torch.float32), qdn.dequantize(torch.float32)
+    x = torch.randn(9, H).to(dtype)
+    top_w, top_i = _routing(9)
+    top_w = top_w.to(dtype)
+    monkeypatch.setenv("HINFER_TRITON", "0")
+
+    def whole(*a, **k):
+        raise AssertionError("the reference dequantized every expert at once")
+
+    monkeypatch.setattr(Fp8ExpertsWeight, "dequantize", whole)
+    out = moe_ops.moe_experts(x, qgu, qdn, top_w, top_i)
+    want = moe_ops.moe_experts_ref(x.float(), dgu, ddn, top_w.float(), top_i).to(dtype)
+    assert out.dtype == dtype and torch.equal(out, want), f"max err {(out - want).abs().max()}, seed {seed}"
+
+
+@pytest.mark.parametrize("scheme", ["channel", "block"])
+@pytest.mark.parametrize(("t", "path"), [(1, "direct"), (6, "swap"), (40, "plain")])
+def test_fp8_triton_path_matches_the_reference(seed, monkeypatch, scheme, t, path):
+    """bf16 activations: moe_experts hands fp8 experts to the grouped kernels (FMT 2) on the path the default
+    config picks - T = 1 DIRECT SWAP tiles, T = 6 aligned 16-row SWAP blocks, T = 40 (10 pairs per expert) the
+    plain prefill tile - and matches the reference body to bf16 rounding of act and y (the int4 tolerance)."""
+    tm = _triton_moe()
+    from hinfer.ops.triton.moe_config import FP8, pick_config
+
+    cfg = pick_config(t, K_TOP, E, H, N_I, FP8)
+    assert (cfg.direct, cfg.gate_up.swap) == {"direct": (True, True), "swap": (False, True),
+                                              "plain": (False, False)}[path]
+    gu, dn = _experts(device=DEV)
+    qgu, qdn = quantize_experts_fp8(gu.bfloat16(), scheme), quantize_experts_fp8(dn.bfloat16(), scheme)
+    x = torch.randn(t, H, device=DEV).bfloat16()
+    top_w, top_i = _routing(t, DEV)
+    top_w = top_w.bfloat16()
+    calls = []
+    real = tm.moe_experts
+    monkeypatch.setattr(tm, "moe_experts", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    monkeypatch.setenv("HINFER_TRITON", "1")
+    out = moe_ops.moe_experts(x, qgu, qdn, top_w, top_i)
+    assert len(calls) == 1 and type(calls[0]).__name__ == "Fp8Experts" and calls[0].block == (scheme == "block")
+    want = moe_ops.moe_experts_ref(x, qgu, qdn, top_w, top_i)
+    assert torch.isfinite(out).all() and out.dtype == torch.bfloat16
+    assert _rel(out, want) < 1e-2, f"rel {_rel(out, want):.3g}, seed {seed}"
+    moe_ops.moe_experts(x.float(), qgu, qdn, top_w.float(), top_i)  # fp32 activations: reference body, no kernel
+    assert len(calls) == 1
+
+
+def test_fp8_block_scales_straddling_gate_and_up(seed, monkeypatch):
+    """I = 96 (not a multiple of 128, as quantize_model may give on small configs): the fused [E, 192, H]
+    gate_up's block row 0 holds gate rows 0..95 and up rows 0..31, so the kernel must find each up row's scale by
+    its fused row I + n, not by n."""
+    _triton_moe()
+    i = 96
+    gu, dn = _experts(i=i, device=DEV)
+    qgu, qdn = quantize_experts_fp8(gu.bfloat16(), "block"), quantize_experts_fp8(dn.bfloat16(), "block")
+    x = torch.randn(6, H, device=DEV).bfloat16()
+    top_w, top_i = _routing(6, DEV)
+    monkeypatch.setenv("HINFER_TRITON", "1")
+    out = moe_ops.moe_experts(x, qgu, qdn, top_w.bfloat16(), top_i)
+    want = moe_ops.moe_experts_ref(x, qgu, qdn, top_w.bfloat16(), top_i)
+    assert _rel(out, want) < 1e-2, f"rel {_rel(out, want):.3g}, seed {seed}"
+
+
+@pytest.mark.parametrize("name", ["fp8-default", "fp8-block"])
+def test_fp8_recipes_quantize_the_routed_experts(seed, name):
+    model = _model(True)
+    prompts = [torch.randint(1, model.cfg.vocab_size, (12,)).tolist() for _ in range(3)]
+    refs = [_logits(model, ids) for ids in prompts]
+    q = copy.deepcopy(model)
+    quantize_model(q, name)
+    block = (128, 128) if name == "fp8-block" else None
+    for layer in q.layers:
+        mlp = layer.mlp
+        for attr in ("experts_gate_up", "experts_down"):
+            w = getattr(mlp, attr)
+            assert isinstance(w, Fp8ExpertsWeight) and w.block == block
+            assert w.shape == tuple(getattr(model.layers[layer.layer_idx].mlp, attr).shape)
+        assert isinstance(mlp.router, torch.nn.Parameter) and isinstance(mlp.shared_expert_gate, torch.nn.Parameter)
+        assert isinstance(mlp.shared_expert.down_proj, Fp8Weight)
+    assert isinstance(q.mtp.layers[0].mlp.experts_gate_up, torch.nn.Parameter)  # the MTP head: only convert_mtp
+    # median over prompts (a routing flip can move one prompt), the fp8 bound of tests/quant/test_apply.py
+    err = sorted(_rel(_logits(q, ids), ref) for ids, ref in zip(prompts, refs))[1]
+    assert err < 0.25, f"logits rel err {err:.3f}, seed {seed}"
+    m = copy.deepcopy(model)
+    quantize_model(m, replace(get_recipe(name), convert_mtp=True))
+    assert isinstance(m.mtp.layers[0].mlp.experts_down, Fp8ExpertsWeight)
+
+
+def _aligned_moe_model() -> Qwen35ForCausalLM:
+    """test_apply's MoE model with every fused part a multiple of 128 rows (k/v 128, I 128), so 128x128 block
+    scales count the same fused or per checkpoint tensor (as on the real configs)."""
+    from test_apply import _BASE, _MOE
+
+    cfg = ModelConfig.from_dict(_BASE | _MOE | {"num_key_value_heads": 4, "moe_intermediate_size": 128})
+    return random_init(Qwen35ForCausalLM(cfg, torch.float32), seed=torch.seed() % 2**31).eval()
+
+
+@pytest.mark.parametrize(("name", "mtp"), [("fp8-default", False), ("fp8-block", False), ("fp8-block", True)])
+def test_fp8_weight_bytes_match_the_quantized_model(name, mtp):
+    """The memory plan's bytes = the fp8-quantized MoE model's, routed experts (per expert scales) included."""
+    from hinfer.engine.weight_bytes import weight_bytes
+
+    model = _aligned_moe_model()  # fp32 on the CPU: kept tensors at 4 bytes; fp8 scales are fp32 anyway
+    cfg, recipe = model.cfg, replace(get_recipe(name), convert_mtp=mtp)
+    base = quantized_nbytes(model)
+    quantize_model(model, recipe)
+    plan, plan_bf16 = weight_bytes(cfg, recipe, 4, True), weight_bytes(cfg, "bf16", 4, True)
+    assert quantized_nbytes(model) - base == plan.total - plan_bf16.total
+    expert_bytes = sum(m.nbytes() for m in model.modules() if isinstance(m, Fp8ExpertsWeight))
+    e, h, i = cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size
+    scales = 3 * i if name == "fp8-default" else 3  # per expert: 2I + H rows, or 1 + 1 + 1 blocks of 128x128
+    per_layer = e * (3 * i * h + 4 * scales)
+    assert expert_bytes == (cfg.num_hidden_layers + mtp) * per_layer
+    mtp_kept = 0 if mtp else 4 * (e * 3 * i * h)  # the MTP layer's experts in fp32
     assert plan.by_role["experts"] == expert_bytes + mtp_kept

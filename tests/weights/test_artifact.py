@@ -155,6 +155,32 @@ def test_moe_and_official_fp8_sources_convert(tmp_path, fixtures_dir):
     _same_weights(_llm(fp8, dtype="bf16").model, _llm(art, dtype="bf16").model)  # dequantized alike
 
 
+@pytest.mark.parametrize("recipe", ["fp8-default", "fp8-block"])
+def test_fp8_moe_artifact_round_trip(tmp_path, fixtures_dir, recipe):
+    """fp8 routed experts (layout type `fp8_experts`, format v2): the artifact holds the in-memory quantization's
+    e4m3 bits and scales, loads them into Fp8ExpertsWeight, and gives identical logits."""
+    from hinfer.quant import Fp8ExpertsWeight, quantize_model
+
+    moe = _synth(tmp_path / "moe", fixtures_dir / "qwen3.6-35b-a3b", num_experts=4, num_experts_per_tok=2,
+                 moe_intermediate_size=32, shared_expert_intermediate_size=32)
+    art = convert_checkpoint(moe, tmp_path / "moe.hinfer", recipe)
+    layout = open_artifact(art).layout
+    block = [128, 128] if recipe == "fp8-block" else None
+    assert layout["layers.0.mlp.experts_gate_up"] == {"type": "fp8_experts", "block": block}
+    assert layout["layers.0.mlp.experts_down"]["type"] == "fp8_experts" and not any(p.startswith("mtp.") for p in layout)
+    with safe_open(str(art), framework="pt") as f:
+        assert f.get_tensor("layers.0.mlp.experts_gate_up.weight").dtype == torch.float8_e4m3fn
+        assert f.get_tensor("layers.0.mlp.experts_gate_up.scale").shape == ((4, 1, 1) if block else (4, 64))
+    a, b = _llm(moe, dtype="bf16"), _llm(art, dtype="bf16")
+    quantize_model(a.model, recipe)
+    _same_weights(a.model, b.model)
+    experts = b.model.layers[0].mlp.experts_gate_up
+    assert isinstance(experts, Fp8ExpertsWeight) and experts.block == (None if block is None else tuple(block))
+    assert torch.equal(_logits(a.model), _logits(b.model))  # identical bits, every position
+    if recipe == "fp8-default":
+        assert _greedy(_llm(moe, dtype="bf16", weights="fp8")) == _greedy(b)
+
+
 def test_newer_version_and_foreign_files_are_refused(artifacts, ckpt, tmp_path):
     data = artifacts["bf16"].read_bytes()
     (n,) = struct.unpack("<Q", data[:8])

@@ -41,7 +41,7 @@ from hinfer.model.loader import checkpoint_targets
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.quant import Fp8Weight, Int4Weight, RowSplitWeight, quantize_model
 from hinfer.quant.apply import quantized_nbytes
-from hinfer.quant.experts import Int4ExpertsWeight
+from hinfer.quant.experts import Fp8ExpertsWeight, Int4ExpertsWeight
 from hinfer.quant.int4 import quantize_int4
 from hinfer.weights.fp8 import quantize_fp8_block
 from hinfer.weights.hf_layout import hf_tensor_specs, strip_prefix
@@ -55,13 +55,14 @@ TINY = {"hidden_size": 192, "num_attention_heads": 2, "num_key_value_heads": 2, 
 TINY_MOE = {**TINY, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
             "shared_expert_intermediate_size": 128}
 LM = "model.language_model."
-QUANTIZED = (Fp8Weight, Int4Weight, RowSplitWeight, Int4ExpertsWeight)
+QUANTIZED = (Fp8Weight, Int4Weight, RowSplitWeight, Int4ExpertsWeight, Fp8ExpertsWeight)
 
 
 # ---- checkpoints -------------------------------------------------------------------------------------------
-def _synth(out: Path, moe: bool, **kw) -> Path:
+def _synth(out: Path, moe: bool, over: dict | None = None, **kw) -> Path:
     src = config_dir("qwen3.6-35b-a3b" if moe else "qwen3.6-27b")
-    return write_synthetic_checkpoint(src, out, layers=2, progress=False, overrides=TINY_MOE if moe else TINY, **kw)
+    overrides = {**(TINY_MOE if moe else TINY), **(over or {})}
+    return write_synthetic_checkpoint(src, out, layers=2, progress=False, overrides=overrides, **kw)
 
 
 def _stored(ck: Path) -> dict[str, torch.Tensor]:
@@ -297,11 +298,41 @@ def test_official_fp8_dense_loads_as_fp8_block(tmp_path):
     assert isinstance(m.mtp.layers[0].self_attn.qkv_proj.weight, torch.nn.Parameter)
 
 
-def test_official_fp8_moe_dequantizes_routed_experts(tmp_path):
+@pytest.mark.parametrize("fused", [True, False])
+def test_official_fp8_moe_loads_routed_experts_as_stored(tmp_path, fused):
+    """The routed experts (I = 128: gate_proj's rows end on a block row) load into block-scaled Fp8ExpertsWeights
+    holding exactly the stored e4m3 bits and scales: fused `experts.gate_up_proj` [E, 2I, H] tensors as they are,
+    per-expert gate/up/down stacked (gate and up fused along N)."""
+    ck = _synth(tmp_path / "fp8", moe=True, over={"moe_intermediate_size": 128}, fp8=True, fused_experts=fused)
+    stored = _stored(ck)
+    out = check_loaded(ck, _fp8_expected(stored), "fp8", spec="mtp" if fused else None)
+    assert out["recipe"].name == "fp8-block" and out["recipe"].experts
+    m = out["model"]
+    assert isinstance(m.layers[0].mlp.shared_expert.gate_up.weight, Fp8Weight)
+    p = f"{LM}layers.1.mlp.experts"
+    for attr, parts in (("experts_gate_up", ("gate_proj", "up_proj")), ("experts_down", ("down_proj",))):
+        w = getattr(m.layers[1].mlp, attr)
+        assert isinstance(w, Fp8ExpertsWeight) and w.block == (128, 128) and w.weight.dtype == torch.float8_e4m3fn
+        if fused:
+            name = f"{p}.{'gate_up_proj' if attr == 'experts_gate_up' else 'down_proj'}"
+            q, sc = stored[name], stored[name + "_scale_inv"]
+        else:
+            q = torch.stack([torch.cat([stored[f"{p}.{e}.{x}.weight"] for x in parts]) for e in range(4)])
+            sc = torch.stack([torch.cat([stored[f"{p}.{e}.{x}.weight_scale_inv"] for x in parts]) for e in range(4)])
+        assert torch.equal(w.weight.view(torch.uint8), q.view(torch.uint8)), attr
+        assert torch.equal(w.scale, sc), attr
+    if fused:  # the MTP head (its MoE layer's experts included) is outside the recipe: dequantized parameters
+        assert isinstance(m.mtp.layers[0].mlp.experts_gate_up, torch.nn.Parameter)
+
+
+def test_official_fp8_moe_experts_off_block_rows_dequantize(tmp_path):
+    """I = 64: an expert's gate_proj and up_proj would share 128-row blocks, so the routed experts alone drop out
+    of the recipe and load dequantized; the other layers stay fp8 as stored."""
     ck = _synth(tmp_path / "fp8", moe=True, fp8=True, fused_experts=True)
     stored = _stored(ck)
     assert stored[f"{LM}layers.0.mlp.experts.gate_up_proj"].dtype == torch.float8_e4m3fn
     out = check_loaded(ck, _fp8_expected(stored), "fp8")
+    assert out["recipe"].name == "fp8-block (as stored)" and not out["recipe"].experts
     m = out["model"]
     assert isinstance(m.layers[0].mlp.shared_expert.gate_up.weight, Fp8Weight)
     assert m.layers[0].mlp.experts_gate_up.dtype == torch.float32  # routed experts: dequantized

@@ -1,10 +1,10 @@
 """Triton twins of hinfer.ops.moe: `moe_route` and `moe_experts` (same signatures and semantics).
 
 moe_experts takes bf16 (or fp32) experts w_gate_up [E, 2I, H], w_down [E, H, I], or the same as Int4Experts
-(moe_int4.py). Launches:
+(moe_int4.py) or Fp8Experts (below). Launches:
 - T == 1, bf16 (GEMV): `_gate_up_gemv_kernel` (k x I/BN programs), `_down_sum_gemv_kernel` (H/BN programs,
   sums the k slots itself). The k experts of one token are distinct, so each is read exactly once.
-- T == 1, direct tensor-core path (int4; bf16 by config): `_gate_up_kernel` with block = pair, then
+- T == 1, direct tensor-core path (int4, fp8; bf16 by config): `_gate_up_kernel` with block = pair, then
   `_down_sum_kernel`, or `_down_kernel` + `_sum_slots_kernel`.
 - T > 1: `align` (1 launch for decode, a memset + 3 for large batches) groups the T*k pairs by expert; then
   `_gate_up_kernel`, `_down_kernel` over (block, n-block) grids and `_sum_slots_kernel`.
@@ -14,6 +14,8 @@ graph. Scratch: act [T*k, I] and y [T*k, H] in x's dtype, plus the int32 alignme
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import triton
 
@@ -21,13 +23,39 @@ import hinfer.ops.triton.moe_gemm as mg
 from hinfer.ops.triton.linear_int4 import fast_int4_ok
 from hinfer.ops.triton.moe_align import align
 from hinfer.ops.triton.moe_common import _empty, interpreted, pdl_kwargs
-from hinfer.ops.triton.moe_config import BF16, INT4, MoeConfig, clamp_to_shape, pick_config
+from hinfer.ops.triton.moe_config import BF16, FP8, INT4, QGROUP, MoeConfig, clamp_to_shape, pick_config
 from hinfer.ops.triton.moe_int4 import Int4Experts
 from hinfer.ops.triton.moe_route import moe_route
 
-__all__ = ["Int4Experts", "moe_experts", "moe_route"]
+__all__ = ["Fp8Experts", "Int4Experts", "moe_experts", "moe_route"]
 
-Experts = torch.Tensor | Int4Experts
+
+class Fp8Experts(NamedTuple):
+    """fp8 e4m3 (W8A16) experts as the kernels read them (FMT 2): per expert exactly hinfer.quant.fp8's layout,
+    stacked on a leading expert dim. w[e, n, k] = weight[e, n, k] * scale[e, n] (per channel, block False) or
+    * scale[e, n // 128, k // 128] (128x128 blocks, block True). The model holds hinfer.quant.experts.
+    Fp8ExpertsWeight; hinfer.ops.moe.moe_experts hands its buffers over as this tuple."""
+
+    weight: torch.Tensor  # float8_e4m3fn [E, N, K]
+    scale: torch.Tensor  # fp32 [E, N] or [E, ceil(N/128), ceil(K/128)]
+    block: bool
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return tuple(self.weight.shape)  # type: ignore[return-value]
+
+    def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """[E, N, K] in fp32 products rounded once to `dtype` (tests)."""
+        w = self.weight.float()
+        if not self.block:
+            return (w * self.scale.float()[..., None]).to(dtype)
+        rows = torch.arange(w.shape[1], device=w.device) // QGROUP
+        cols = torch.arange(w.shape[2], device=w.device) // QGROUP
+        return (w * self.scale.float()[:, rows][:, :, cols]).to(dtype)
+
+
+Experts = torch.Tensor | Int4Experts | Fp8Experts
+_NO_SCALE_GRID = {"SCALE_ROWS": 1, "SCALE_KSTEP": 0}  # FMT 0 / 1 ignore them
 
 
 def _unit_last(x: torch.Tensor) -> torch.Tensor:
@@ -53,9 +81,23 @@ def _weight_args(w: Experts) -> tuple[list, dict]:
             w.scales.stride(1),
         ]
         fast = w.zeros is None and w.qweight.is_cuda and fast_int4_ok(w.qweight.device.index or 0)
-        return args, {"FMT": 1, "HAS_ZERO": w.zeros is not None, "FAST_INT4": fast}
+        return args, {"FMT": 1, "HAS_ZERO": w.zeros is not None, "FAST_INT4": fast, **_NO_SCALE_GRID}
+    if isinstance(w, Fp8Experts):
+        e, n, k = w.weight.shape
+        want = (e, -(-n // QGROUP), -(-k // QGROUP)) if w.block else (e, n)
+        assert tuple(w.scale.shape) == want and w.scale.dtype == torch.float32, f"fp8 scales {tuple(w.scale.shape)}"
+        assert w.weight.stride(-1) == 1 and w.scale.stride(-1) == 1, "fp8 experts need a contiguous K"
+        s = w.scale
+        args = [w.weight, s, s, w.weight.stride(0), w.weight.stride(1), s.stride(0), s.stride(1)]
+        grid = {"SCALE_ROWS": QGROUP, "SCALE_KSTEP": 1} if w.block else {"SCALE_ROWS": 1, "SCALE_KSTEP": 0}
+        return args, {"FMT": 2, "HAS_ZERO": False, "FAST_INT4": False, **grid}
     assert w.stride(-1) == 1, "expert weights need a contiguous K"
-    return [w, w, w, w.stride(0), w.stride(1), 0, 0], {"FMT": 0, "HAS_ZERO": False, "FAST_INT4": False}
+    return [w, w, w, w.stride(0), w.stride(1), 0, 0], {"FMT": 0, "HAS_ZERO": False, "FAST_INT4": False,
+                                                       **_NO_SCALE_GRID}
+
+
+def _fmt(w: Experts) -> str:
+    return INT4 if isinstance(w, Int4Experts) else FP8 if isinstance(w, Fp8Experts) else BF16
 
 
 def moe_experts(
@@ -70,9 +112,9 @@ def moe_experts(
     t, h = x.shape
     e, i2, h_w = w_gate_up.shape
     i, k = i2 // 2, top_i.shape[1]
-    fmt = INT4 if isinstance(w_gate_up, Int4Experts) else BF16
+    fmt = _fmt(w_gate_up)
     assert h_w == h and tuple(w_down.shape) == (e, h, i), f"w_down {tuple(w_down.shape)} != {(e, h, i)}"
-    assert isinstance(w_down, Int4Experts) == (fmt == INT4), "gate_up and down in one format"
+    assert _fmt(w_down) == fmt, "gate_up and down in one format"
     out = _empty((t, h), x.dtype, x.device)
     if t == 0:
         return out

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 GEMV = 1  # block_m of the T == 1 bf16 path (CUDA-core dots, no grouping)
-BF16, INT4 = "bf16", "int4"
-QGROUP = 128  # int4 group along K: a K-step must stay inside one group
+BF16, INT4, FP8 = "bf16", "int4", "fp8"
+QGROUP = 128  # int4 group / fp8 scale block along K: a K-step must stay inside one group
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,8 @@ _SWAP16 = Tile(16, 64, 128, 4, 4, swap=True)
 
 
 def pick_config(t: int, k: int, e: int, h: int, i: int, fmt: str = BF16) -> MoeConfig:
-    """Heuristic table; `bench/moe_kernels.py --sweep` prints the measured best per shape."""
+    """Heuristic table; `bench/moe_kernels.py --sweep` prints the measured best per shape. `fmt`: BF16, INT4 or
+    FP8 (fp8 is not tuned yet: the int4 decode tiles, the bf16 prefill tiles)."""
     if t == 1:
         if fmt == BF16:
             return MoeConfig(
@@ -57,19 +58,20 @@ def pick_config(t: int, k: int, e: int, h: int, i: int, fmt: str = BF16) -> MoeC
         return MoeConfig(_SWAP16, _SWAP16)
     if fmt == INT4:  # in-register unpacking: 8 warps keep the tiles off local memory (ptxas, sm_90a)
         return MoeConfig(Tile(64, 64, 64, 8, 4), Tile(64, 128, 64, 8, 4))
+    # bf16 and fp8 (an e4m3 -> bf16 convert and a row scale per tile: the bf16 tiles compile without spills)
     if avg <= 48:
         return MoeConfig(Tile(64, 64, 64, 4, 4), Tile(64, 128, 64, 4, 4))
     return MoeConfig(Tile(128, 64, 64, 8, 3), Tile(128, 128, 64, 8, 3))
 
 
 def clamp_to_shape(cfg: MoeConfig, h: int, i: int, fmt: str = BF16) -> MoeConfig:
-    """Shrink tiles for small shapes (tests) and int4 (K-steps inside one 128-group): tl.dot needs every dim
-    >= 16, GEMV tiles take any power of two."""
+    """Shrink tiles for small shapes (tests) and the scaled formats (int4, fp8: K-steps inside one 128-group or
+    128-column scale block): tl.dot needs every dim >= 16, GEMV tiles take any power of two."""
 
     def fit(tile: Tile, n: int, kdim: int) -> Tile:
         lo = 1 if tile.block_m == GEMV else 16
         bn = max(lo, min(tile.block_n, _pow2_floor(n)))
-        bk = max(lo, min(tile.block_k, _pow2_floor(kdim), QGROUP if fmt == INT4 else 1 << 30))
+        bk = max(lo, min(tile.block_k, _pow2_floor(kdim), QGROUP if fmt in (INT4, FP8) else 1 << 30))
         return replace(tile, block_n=bn, block_k=bk)
 
     return replace(cfg, gate_up=fit(cfg.gate_up, i, h), down=fit(cfg.down, h, i))

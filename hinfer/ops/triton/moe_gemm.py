@@ -12,13 +12,18 @@ down writes y[pair] = (act @ W_down^T) * routing weight, and `_sum_slots_kernel`
 (or, with SUM_SLOTS at T == 1, one down program loops over all k experts and writes the token's output).
 Every intermediate is indexed by pair (t * k + s): no row is written twice and no atomics touch data.
 
-GEMV path (T == 1, bf16 only): CUDA-core dot products with an fp32 [BN, BK] accumulator, no tensor cores.
+GEMV path (T == 1, bf16 weights only; int4 and fp8 take the DIRECT tiles): CUDA-core dot products with an
+fp32 [BN, BK] accumulator, no tensor cores.
 
 Weights are read only in `_mma` (and the GEMV loads): FMT 0 = bf16/fp32 [E, N, K]; FMT 1 = int4 W4A16 in
 hinfer.quant.int4's layout per expert (int32 words [E, N, K/8], scales [E, N, K/128], optional uint8 zeros).
 The int4 tile is unpacked to the exact integers u - 8 in bf16; the group's scale (and the zero-point term
 (8 - z) * sum_k a) is applied to the fp32 partial product of each K-step, which lies inside one group (BK
-divides 128). fp8 (block-scaled) would be FMT 2 the same way. Sums are fp32; act and y are rounded once.
+divides 128). FMT 2 = fp8 e4m3 W8A16, hinfer.quant.fp8's layout per expert: float8_e4m3fn [E, N, K] and fp32
+scales read as scale[(row0 + n) // SCALE_ROWS, (k0 // 128) * SCALE_KSTEP] (two constexprs): per channel [E, N]
+(SCALE_ROWS 1, SCALE_KSTEP 0) or 128x128 blocks [E, ceil(N/128), ceil(K/128)] (128, 1). The e4m3 tile converts
+exactly to the activation dtype; the row's scale for the K-step multiplies the fp32 partial product (SWAP) or
+the tile (plain), as for int4. Sums are fp32; act and y are rounded once.
 """
 
 from __future__ import annotations
@@ -81,12 +86,14 @@ def _mma(
     a, w_base, s_base, z_base, offs_n, k0, offs_k, stride_wn, stride_sn, K, acc, scale,
     SWAP: tl.constexpr, FMT: tl.constexpr, HAS_ZERO: tl.constexpr, FAST_INT4: tl.constexpr,
     EVEN_K: tl.constexpr, PREC: tl.constexpr, EMU: tl.constexpr, ACC_IN_DOT: tl.constexpr,
-    BN: tl.constexpr, BK: tl.constexpr,
+    BN: tl.constexpr, BK: tl.constexpr, S_ROW0, SCALE_ROWS: tl.constexpr, SCALE_KSTEP: tl.constexpr,
 ):  # fmt: skip
     """acc += (a x W[rows offs_n, k0:k0+BK]) * scale, in the SWAP ([BN, BM]) or plain ([BM, BN]) layout.
     `scale` multiplies the partial product (the routing weight of a summed slot) or is 1.0. ACC_IN_DOT (no
-    per-step factor: bf16 weights or dequantized int4 tiles, scale 1.0) chains the accumulator through the MMA;
-    otherwise each step's partial product is scaled (int4 SWAP: by the group scale) and added."""
+    per-step factor: bf16 weights or dequantized int4 / fp8 tiles, scale 1.0) chains the accumulator through the
+    MMA; otherwise each step's partial product is scaled (int4 / fp8 SWAP: by the row's scale) and added.
+    fp8 only (FMT 2): row n's scale is s_base[((S_ROW0 + n) // SCALE_ROWS) * stride_sn + (k0 // 128) *
+    SCALE_KSTEP] (S_ROW0: the first row of this weight part in the fused scale grid, e.g. I for the up rows)."""
     if FMT == 0:
         if SWAP:
             w = _load_k(
@@ -97,6 +104,16 @@ def _mma(
                 w_base + offs_n[None, :] * stride_wn + (k0 + offs_k)[:, None], k0, offs_k, K, 0, EVEN_K
             )
         g_scale = scale
+    elif FMT == 2:  # fp8 e4m3 [BN, BK] -> the activation dtype (exact); one scale per row for this K-step
+        w8 = _load_k(w_base + offs_n[:, None] * stride_wn + (k0 + offs_k)[None, :], k0, offs_k, K, 1, EVEN_K)
+        srow = (S_ROW0 + offs_n) // SCALE_ROWS
+        s = tl.load(s_base + srow * stride_sn + (k0 // QGROUP) * SCALE_KSTEP).to(tl.float32)
+        if SWAP:  # decode: scale the [BN, BM] partial product
+            w = w8.to(a.dtype)
+            g_scale = s[:, None] * scale
+        else:  # prefill: dequantize the tile so the MMA chains one accumulator
+            w = tl.trans(cast(w8.to(tl.float32) * s[:, None], a.dtype, EMU))
+            g_scale = scale
     else:  # int4: words [BN, BK / 8] -> u - 8 in bf16 [BN, BK]; one scale per row for this K-step
         kw = k0 // 8 + tl.arange(0, BK // 8)
         wp = w_base + offs_n[:, None] * stride_wn + kw[None, :]
@@ -153,6 +170,7 @@ def _gate_up_kernel(
     TOPK: tl.constexpr, DIRECT: tl.constexpr, SWAP: tl.constexpr, FMT: tl.constexpr, HAS_ZERO: tl.constexpr,
     FAST_INT4: tl.constexpr, EVEN_K: tl.constexpr, PREC: tl.constexpr, EMU: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+    SCALE_ROWS: tl.constexpr, SCALE_KSTEP: tl.constexpr,
     PDL: tl.constexpr,
 ):  # fmt: skip
     """act[pair, n] = silu(x[tok] . Wg[e, n]) * (x[tok] . Wu[e, n]); N = I, K = H, weight rows [E, 2I, .]."""
@@ -168,7 +186,12 @@ def _gate_up_kernel(
     g_base = w_ptr + e.to(tl.int64) * stride_we
     u_base = g_base + N * stride_wn
     gs_base = s_ptr + e.to(tl.int64) * stride_se
-    us_base = gs_base + N * stride_sn
+    if FMT == 2:  # fp8: the up rows' scales are found by absolute row (I + n) // SCALE_ROWS in the fused grid
+        us_base = gs_base
+        u_row0 = N
+    else:
+        us_base = gs_base + N * stride_sn
+        u_row0 = 0
     gz_base = z_ptr + e.to(tl.int64) * stride_se
     uz_base = gz_base + N * stride_sn
     x_rows = x_ptr + (pair // TOPK).to(tl.int64) * stride_xt
@@ -182,10 +205,12 @@ def _gate_up_kernel(
         acc_g = _mma(
             a, g_base, gs_base, gz_base, offs_n, k0, offs_k, stride_wn, stride_sn, K, acc_g, 1.0,
             SWAP, FMT, HAS_ZERO, FAST_INT4, EVEN_K, PREC, EMU, FMT == 0 or not SWAP, BN, BK,
+            0, SCALE_ROWS, SCALE_KSTEP,
         )  # fmt: skip
         acc_u = _mma(
             a, u_base, us_base, uz_base, offs_n, k0, offs_k, stride_wn, stride_sn, K, acc_u, 1.0,
             SWAP, FMT, HAS_ZERO, FAST_INT4, EVEN_K, PREC, EMU, FMT == 0 or not SWAP, BN, BK,
+            u_row0, SCALE_ROWS, SCALE_KSTEP,
         )  # fmt: skip
     _store_rows(act_ptr, pair, row_ok, pn, N, stride_at, _silu_mul(acc_g, acc_u), SWAP, BN, EMU)
 
@@ -197,6 +222,7 @@ def _down_kernel(
     DIRECT: tl.constexpr, SWAP: tl.constexpr, FMT: tl.constexpr, HAS_ZERO: tl.constexpr,
     FAST_INT4: tl.constexpr, EVEN_K: tl.constexpr, PREC: tl.constexpr, EMU: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+    SCALE_ROWS: tl.constexpr, SCALE_KSTEP: tl.constexpr,
     PDL: tl.constexpr,
 ):  # fmt: skip
     """y[pair, n] = (act[pair] . Wd[e, n]) * top_w[pair]; N = H, K = I, weight rows [E, H, .]."""
@@ -222,6 +248,7 @@ def _down_kernel(
         acc = _mma(
             a, w_base, s_base, z_base, offs_n, k0, offs_k, stride_wn, stride_sn, K, acc, 1.0,
             SWAP, FMT, HAS_ZERO, FAST_INT4, EVEN_K, PREC, EMU, FMT == 0 or not SWAP, BN, BK,
+            0, SCALE_ROWS, SCALE_KSTEP,
         )  # fmt: skip
     rw = tl.load(tw_ptr + pair).to(tl.float32)
     if SWAP:
@@ -238,6 +265,7 @@ def _down_sum_kernel(
     TOPK: tl.constexpr, FMT: tl.constexpr, HAS_ZERO: tl.constexpr, FAST_INT4: tl.constexpr,
     EVEN_K: tl.constexpr, PREC: tl.constexpr, EMU: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
     BK: tl.constexpr, STAGES: tl.constexpr,
+    SCALE_ROWS: tl.constexpr, SCALE_KSTEP: tl.constexpr,
     PDL: tl.constexpr,
 ):  # fmt: skip
     """T == 1, tensor cores: out[n] = sum_s top_w[s] * (act[s] . Wd[ids[s], n]); program = n-block, one flat
@@ -257,6 +285,7 @@ def _down_sum_kernel(
         acc = _mma(
             a, w_ptr + e * stride_we, s_ptr + e * stride_se, z_ptr + e * stride_se, offs_n, k0, offs_k,
             stride_wn, stride_sn, K, acc, rw, True, FMT, HAS_ZERO, FAST_INT4, EVEN_K, PREC, EMU, False, BN, BK,
+            0, SCALE_ROWS, SCALE_KSTEP,
         )  # fmt: skip
     # every column of acc holds the same token (the BM rows of `a` all point at act[s]); keep column 0
     col0 = tl.sum(tl.where(tl.arange(0, BM)[None, :] == 0, acc, 0.0), axis=1)
