@@ -27,7 +27,8 @@ import triton
 import triton.testing
 
 from hinfer.ops.triton import moe as tm
-from hinfer.ops.triton.moe_config import BF16, GEMV, INT4, MoeConfig, Tile, pick_config
+from hinfer.ops.triton.moe import Fp8Experts
+from hinfer.ops.triton.moe_config import BF16, FP8, GEMV, INT4, MoeConfig, Tile, pick_config
 from hinfer.ops.triton.moe_int4 import Int4Experts
 
 BW = 4.2e12
@@ -49,6 +50,9 @@ class Layers:
                 torch.randn(e, 2 * i, h, device="cuda", dtype=torch.bfloat16) * h**-0.5 for _ in range(n)
             ]
             self.dn = [torch.randn(e, h, i, device="cuda", dtype=torch.bfloat16) * i**-0.5 for _ in range(n)]
+        elif fmt == FP8:
+            self.gu = [_random_fp8(e, 2 * i, h) for _ in range(n)]
+            self.dn = [_random_fp8(e, h, i) for _ in range(n)]
         else:
             self.gu = [_random_int4(e, 2 * i, h, sym) for _ in range(n)]
             self.dn = [_random_int4(e, h, i, sym) for _ in range(n)]
@@ -62,6 +66,13 @@ def _random_int4(e: int, n: int, k: int, sym: bool) -> Int4Experts:
     return Int4Experts(q, s, z, k)
 
 
+def _random_fp8(e: int, n: int, k: int) -> Fp8Experts:
+    """e4m3 values and 128x128 block scales (the official FP8 layout), outputs ~1."""
+    w = torch.randn(e, n, k, device="cuda").to(torch.float8_e4m3fn)
+    s = torch.full((e, -(-n // 128), -(-k // 128)), k**-0.5, device="cuda")
+    return Fp8Experts(w, s, True)
+
+
 def _routing(t: int, m: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     logits = torch.randn(t, m["e"], device="cuda").bfloat16()
     w, ids = tm.moe_route(logits, m["k"])
@@ -73,8 +84,11 @@ def _graph_us(fn, n: int) -> float:
 
 
 def _expert_bytes(m: dict, fmt: str = BF16, sym: bool = False) -> float:
-    """Bytes of one expert (gate, up, down): bf16, or int4 words + bf16 scales (+ uint8 zeros) per 128."""
+    """Bytes of one expert (gate, up, down): bf16, fp8 + fp32 128x128 block scales, or int4 words + bf16 scales
+    (+ uint8 zeros) per 128."""
     n = 3 * m["h"] * m["i"]
+    if fmt == FP8:
+        return n + n / (128 * 128) * 4
     return n * 2 if fmt == BF16 else n / 2 + n / 128 * (2 if sym else 3)
 
 
@@ -84,7 +98,7 @@ def decode(m: dict, t: int, layers: Layers, cfg: MoeConfig | None = None, routes
     x = torch.randn(t, m["h"], device="cuda").bfloat16()
     routes = routes or [_routing(t, m) for _ in range(n)]
     distinct = statistics.mean(torch.unique(r[2]).numel() for r in routes)
-    fmt = BF16 if isinstance(layers.gu[0], torch.Tensor) else INT4
+    fmt = BF16 if isinstance(layers.gu[0], torch.Tensor) else FP8 if isinstance(layers.gu[0], Fp8Experts) else INT4
     sym = fmt == INT4 and layers.gu[0].zeros is None
     act_bytes = 2 * t * m["h"] * 2
 
@@ -154,7 +168,7 @@ def _candidates(t: int, fmt: str) -> list[Tile]:
         for s in (3, 4)
         if not (bm == 128 and bn == 128 and bk == 128)
     ]
-    if fmt == INT4:  # K-steps inside one 128-group; no GEMV path
+    if fmt in (INT4, FP8):  # K-steps inside one 128-group / scale block; no GEMV path
         swap = [tl_ for tl_ in swap if tl_.block_k <= 128]
         plain = [replace(tl_, num_warps=8) for tl_ in plain if tl_.block_k <= 128]
         gemv = swap
@@ -247,7 +261,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", choices=sorted(MODELS), nargs="*", default=["35b", "122b"])
     ap.add_argument("--t", type=int, nargs="*", default=list(DECODE_T + PREFILL_T))
-    ap.add_argument("--fmt", choices=[BF16, INT4], nargs="*", default=[BF16, INT4])
+    ap.add_argument("--fmt", choices=[BF16, INT4, FP8], nargs="*", default=[BF16, INT4, FP8])
     ap.add_argument(
         "--int4-sym", action="store_true", help="int4 without zero points (the inline-PTX unpack)"
     )
