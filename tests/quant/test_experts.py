@@ -103,12 +103,21 @@ def test_buffers_travel_with_to_and_state_dict(seed):
 
 
 # ------------------------------------------------------------------------------------------------ moe_experts
+def _quantize_both(fmt: str, gu: torch.Tensor, dn: torch.Tensor):
+    """(gate_up, down, their class) in `fmt`: int4 (asym gate_up, sym down), fp8-channel or fp8-block."""
+    if fmt == "int4":
+        return quantize_experts_int4(gu.bfloat16()), quantize_experts_int4(dn.bfloat16(), zero_point=False), Int4ExpertsWeight
+    scheme = fmt.split("-")[1]
+    return quantize_experts_fp8(gu.bfloat16(), scheme), quantize_experts_fp8(dn.bfloat16(), scheme), Fp8ExpertsWeight
+
+
+@pytest.mark.parametrize("fmt", ["int4", "fp8-channel", "fp8-block"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_reference_body_equals_dequantized_experts(seed, monkeypatch, dtype):
+def test_reference_body_equals_dequantized_experts(seed, monkeypatch, fmt, dtype):
     """CPU: moe_experts on quantized experts = the bf16-expert reference body on the fp32-dequantized experts,
     computed in fp32 and rounded once; never dequantizing the whole [E, N, K] tensor."""
     gu, dn = _experts()
-    qgu, qdn = quantize_experts_int4(gu.bfloat16()), quantize_experts_int4(dn.bfloat16(), zero_point=False)
+    qgu, qdn, cls = _quantize_both(fmt, gu, dn)
     dgu, ddn = qgu.dequantize(torch.float32), qdn.dequantize(torch.float32)
     x = torch.randn(9, H).to(dtype)
     top_w, top_i = _routing(9)
@@ -118,11 +127,11 @@ def test_reference_body_equals_dequantized_experts(seed, monkeypatch, dtype):
     def whole(*a, **k):
         raise AssertionError("the reference dequantized every expert at once")
 
-    monkeypatch.setattr(Int4ExpertsWeight, "dequantize", whole)
+    monkeypatch.setattr(cls, "dequantize", whole)
     out = moe_ops.moe_experts(x, qgu, qdn, top_w, top_i)
     want = moe_ops.moe_experts_ref(x.float(), dgu, ddn, top_w.float(), top_i).to(dtype)
     assert out.dtype == dtype and torch.equal(out, want), f"max err {(out - want).abs().max()}, seed {seed}"
-    if dtype == torch.float32:  # the kernels' own reference (moe_int4) agrees up to summation order
+    if fmt == "int4" and dtype == torch.float32:  # the kernels' own reference (moe_int4) agrees up to summation order
         mi = pytest.importorskip("hinfer.ops.triton.moe_int4")
         kq = mi.Int4Experts(qgu.qweight, qgu.scales, qgu.zeros, H), mi.Int4Experts(qdn.qweight, qdn.scales, None, N_I)
         monkeypatch.undo()
@@ -234,28 +243,6 @@ def test_fp8_experts_are_the_per_expert_quantizer_exactly(seed, scheme):
         Fp8ExpertsWeight(w, q.scale, block)
     with pytest.raises(ValueError, match="scale shape"):
         Fp8ExpertsWeight(q.weight, q.scale[:, :1], block)
-
-
-@pytest.mark.parametrize("scheme", ["channel", "block"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_fp8_reference_body_equals_dequantized_experts(seed, monkeypatch, scheme, dtype):
-    """CPU: moe_experts on fp8 experts = the reference body on the fp32-dequantized experts, in fp32, rounded
-    once; one expert dequantized at a time."""
-    gu, dn = _experts()
-    qgu, qdn = quantize_experts_fp8(gu.bfloat16(), scheme), quantize_experts_fp8(dn.bfloat16(), scheme)
-    dgu, ddn = qgu.dequantize(torch.float32), qdn.dequantize(torch.float32)
-    x = torch.randn(9, H).to(dtype)
-    top_w, top_i = _routing(9)
-    top_w = top_w.to(dtype)
-    monkeypatch.setenv("HINFER_TRITON", "0")
-
-    def whole(*a, **k):
-        raise AssertionError("the reference dequantized every expert at once")
-
-    monkeypatch.setattr(Fp8ExpertsWeight, "dequantize", whole)
-    out = moe_ops.moe_experts(x, qgu, qdn, top_w, top_i)
-    want = moe_ops.moe_experts_ref(x.float(), dgu, ddn, top_w.float(), top_i).to(dtype)
-    assert out.dtype == dtype and torch.equal(out, want), f"max err {(out - want).abs().max()}, seed {seed}"
 
 
 @pytest.mark.parametrize("scheme", ["channel", "block"])
