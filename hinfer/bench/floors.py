@@ -63,6 +63,24 @@ def weight_bytes_per_step(model: Qwen35ForCausalLM) -> int:
     return total
 
 
+def expert_bytes(model: Qwen35ForCausalLM, mtp: bool = False) -> int:
+    """Bytes of the MoE routed experts (plain or quantized) of the decoder layers, or of the MTP head."""
+    total = 0
+    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+        if name.startswith("mtp") == mtp and ".experts_" in f".{name}":
+            total += tensor_bytes(t)
+    return total
+
+
+def expert_fraction(cfg: ModelConfig, tokens: int) -> float:
+    """Expected share of a layer's routed experts that `tokens` tokens select, each top-k of E (uniform routing,
+    as random weights route): 1 - (1 - k/E)^tokens. Trained routers are skewed, select fewer, and move fewer
+    bytes, so on real checkpoints this floor is conservative."""
+    if not cfg.num_experts:
+        return 1.0
+    return 1.0 - (1.0 - cfg.num_experts_per_tok / cfg.num_experts) ** tokens
+
+
 @dataclass
 class StepBytes:
     weights: int
@@ -74,7 +92,13 @@ class StepBytes:
         return self.weights + self.kv + self.gdn
 
 
-def decode_step_bytes(cfg: ModelConfig, weights: int, lanes: int, depth: int, kv_itemsize: int, act_itemsize: int) -> StepBytes:
+def decode_step_bytes(
+    cfg: ModelConfig, weights: int, lanes: int, depth: int, kv_itemsize: int, act_itemsize: int,
+    experts: int = 0, tokens: int | None = None,
+) -> StepBytes:
+    """One decode step of `lanes` lanes at `depth`: weights (of which `experts` routed-expert bytes, read only
+    for the experts the step's `tokens` (default: lanes) select), KV, GDN state read and written."""
+    weights = weights - experts + round(experts * expert_fraction(cfg, tokens or lanes))
     kv = lanes * len(cfg.attn_layers) * depth * 2 * cfg.num_key_value_heads * cfg.head_dim * kv_itemsize
     ssm = cfg.linear_num_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim * 4
     conv = cfg.gdn_conv_dim * (cfg.linear_conv_kernel_dim - 1) * act_itemsize
@@ -88,11 +112,14 @@ def prefill_flops(cfg: ModelConfig, active_params: int, tokens: int) -> float:
     return 2.0 * active_params * tokens + attn
 
 
-def mtp_bytes_per_draft(model: Qwen35ForCausalLM, draft_head=None) -> int:
-    """Weights one MTP draft step reads: the head (fc, its layer, norms) and the lm_head it uses (its own
-    quantized copy when it has one)."""
+def mtp_bytes_per_draft(model: Qwen35ForCausalLM, draft_head=None, lanes: int = 1) -> int:
+    """Weights one MTP draft step of `lanes` lanes reads: the head (fc, its layer, norms; an MoE layer's routed
+    experts only as far as the lanes select them) and the lm_head it uses (its own quantized copy when it has
+    one)."""
     head = sum(tensor_bytes(t) for n, t in list(model.named_parameters()) + list(model.named_buffers())
                if n.startswith("mtp"))  # fmt: skip
+    routed = expert_bytes(model, mtp=True)
+    head += round(routed * expert_fraction(model.cfg, lanes)) - routed
     if draft_head is not None:
         return head + sum(tensor_bytes(b) for b in draft_head.buffers())
     return head + tensor_bytes(model.lm_head if model.lm_head is not None else model.embed_tokens)
@@ -100,12 +127,12 @@ def mtp_bytes_per_draft(model: Qwen35ForCausalLM, draft_head=None) -> int:
 
 def spec_round_bytes(
     cfg: ModelConfig, weights: int, mtp_draft: int, lanes: int, depth: int, k: int, kv_itemsize: int,
-    act_itemsize: int,
+    act_itemsize: int, experts: int = 0,
 ) -> StepBytes:
-    """A speculative round: the target's weights and KV once (verify reads them once for K + 1 rows), the GDN
-    state read once and written after each of the K + 1 positions, and K draft steps of the MTP head (its own KV
-    at that depth included)."""
-    base = decode_step_bytes(cfg, weights, lanes, depth, kv_itemsize, act_itemsize)
+    """A speculative round: the target's weights and KV once (verify reads them once for K + 1 rows; routed
+    experts as far as those lanes x (K + 1) tokens select them), the GDN state read once and written after each of
+    the K + 1 positions, and K draft steps of the MTP head (`mtp_draft` bytes each, its own KV at that depth too)."""
+    base = decode_step_bytes(cfg, weights, lanes, depth, kv_itemsize, act_itemsize, experts, lanes * (k + 1))
     gdn = base.gdn // 2 * (1 + (k + 1))
     mtp_kv = lanes * cfg.mtp_num_hidden_layers * depth * 2 * cfg.num_key_value_heads * cfg.head_dim * kv_itemsize
-    return StepBytes(weights + k * mtp_draft, base.kv + k * mtp_kv, gdn)
+    return StepBytes(base.weights + k * mtp_draft, base.kv + k * mtp_kv, gdn)

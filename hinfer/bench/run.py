@@ -137,7 +137,7 @@ def run_bench(spec: BenchSpec, ecfg: EngineConfig) -> list[dict]:
     flops = floors.matmul_flops()
     log.info("measured: copy %.2f TB/s, bf16 GEMM %.0f TFLOP/s", bw / 1e12, flops / 1e12)
     model = build_model(path, is_ckpt, cfg, spec.weights, with_mtp=ecfg.spec == "mtp")
-    wbytes = floors.weight_bytes_per_step(model)
+    wbytes, ebytes = floors.weight_bytes_per_step(model), floors.expert_bytes(model)
     core = make_core(cfg, model, Tokenizer.from_dir(tokenizer_dir()), replace(ecfg, spec=None), torch.device("cuda"))
     runner = core.runner
     measure.fill_random(runner)
@@ -145,14 +145,15 @@ def run_bench(spec: BenchSpec, ecfg: EngineConfig) -> list[dict]:
         "gpu": torch.cuda.get_device_name(), "commit": git_commit(), "model": str(spec.model),
         "layers": cfg.num_hidden_layers, "weights": spec.weights, "kv_dtype": ecfg.kv_dtype,
         "copy_bw_tb_s": bw / 1e12, "gemm_tflop_s": flops / 1e12, "torch": torch.__version__,
-        "python": platform.python_version(), "weight_bytes": wbytes, "page_size": ecfg.page_size,
+        "python": platform.python_version(), "weight_bytes": wbytes, "expert_bytes": ebytes,
+        "page_size": ecfg.page_size,
     }  # fmt: skip
     rows: list[dict] = []
     kv_item = runner.state.k_cache.element_size()
     for depth in spec.depths:
         for c in spec.concurrency:
             t = measure.decode(runner, c, depth, steps=spec.steps)
-            b = floors.decode_step_bytes(cfg, wbytes, c, depth, kv_item, 2)
+            b = floors.decode_step_bytes(cfg, wbytes, c, depth, kv_item, 2, ebytes)
             floor_tok_s = c / (b.total / bw)
             rows.append(meta | {"kind": "decode", "concurrency": c, "depth": depth, "prefill_tokens": 0,
                                 "tok_s": t.tok_s, "ms_per_step": t.ms_per_step, "bytes_per_step": b.total,
@@ -208,18 +209,19 @@ def spec_sweep(spec: BenchSpec, cfg: ModelConfig, ecfg: EngineConfig, model: Qwe
     acceptance is meaningless and reported only as a check that drafts ran)."""
     rows: list[dict] = []
     tok = Tokenizer.from_dir(tokenizer_dir())
-    wbytes = floors.weight_bytes_per_step(model)
+    wbytes, ebytes = floors.weight_bytes_per_step(model), floors.expert_bytes(model)
     for k in spec.draft_tokens:
         kcfg = resolve_engine_config(cfg, replace(ecfg, draft_tokens=k))
         core = make_core(cfg, model, tok, kcfg, torch.device("cuda"))
-        draft_bytes = floors.mtp_bytes_per_draft(model, getattr(core.spec.drafter, "draft_head", None))
+        head = getattr(core.spec.drafter, "draft_head", None)
         measure.fill_random(core.runner)
         kv_item = core.runner.state.k_cache.element_size()
         for depth in spec.depths:
             for c in spec.concurrency:
                 plain = measure.decode(core.runner, c, depth, steps=spec.steps)
                 t = measure.spec_rounds(core, c, depth, rounds=spec_round_count(spec), warmup=SPEC_WARMUP)
-                b = floors.spec_round_bytes(cfg, wbytes, draft_bytes, c, depth, k, kv_item, 2)
+                draft_bytes = floors.mtp_bytes_per_draft(model, head, c)
+                b = floors.spec_round_bytes(cfg, wbytes, draft_bytes, c, depth, k, kv_item, 2, ebytes)
                 floor_ms = b.total / bw * 1e3
                 row = meta | {"kind": "spec_round", "concurrency": c, "depth": depth, "prefill_tokens": 0,
                               "draft_tokens": k, "ms_per_round": t.ms_per_round, "floor_ms_per_round": floor_ms,

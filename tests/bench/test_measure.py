@@ -5,6 +5,7 @@ each round, with their byte floors."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from hinfer.bench import floors, measure
 
@@ -41,3 +42,30 @@ def test_spec_round_floor_counts_drafts(tiny_model):
     assert plain.total < r1.total < r3.total
 
 
+
+
+def test_moe_floor_counts_only_the_experts_tokens_select():
+    from hinfer.config import ModelConfig
+    from hinfer.model.qwen3_5 import Qwen35ForCausalLM
+    from hinfer.quant import quantize_model
+
+    cfg = ModelConfig.from_dict(dict(
+        model_type="qwen3_5_moe_text", vocab_size=512, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=64, linear_num_key_heads=1, linear_num_value_heads=2, linear_key_head_dim=64,
+        linear_value_head_dim=64, intermediate_size=256, num_experts=16, num_experts_per_tok=2,
+        moe_intermediate_size=128, shared_expert_intermediate_size=128, mtp_num_hidden_layers=1,
+        tie_word_embeddings=False))  # fmt: skip
+    model = Qwen35ForCausalLM(cfg, torch.bfloat16, "cpu")
+    quantize_model(model, "int4")
+    e = floors.expert_bytes(model)
+    per_layer = 16 * (256 * 128 // 2 + 256 * 3) + 16 * (128 * 128 // 2 + 128 * 3)  # int4 asym g128: scale + zero
+    mtp_layer = 16 * (256 * 128 + 128 * 128) * 2  # the MTP head's experts stay bf16 (convert_mtp is off)
+    assert e == cfg.num_hidden_layers * per_layer and floors.expert_bytes(model, mtp=True) == mtp_layer
+    w = floors.weight_bytes_per_step(model)
+    one = floors.decode_step_bytes(cfg, w, 1, 0, 2, 2, e).weights
+    assert one == w - e + round(e * 2 / 16)  # one token reads 2 of 16 experts per layer
+    eight = floors.decode_step_bytes(cfg, w, 8, 0, 2, 2, e).weights
+    assert eight == w - e + round(e * (1 - (14 / 16) ** 8)) and one < eight < w
+    assert floors.spec_round_bytes(cfg, w, 0, 1, 0, 3, 2, 2, e).weights == w - e + round(e * (1 - (14 / 16) ** 4))
+    d1, d8 = floors.mtp_bytes_per_draft(model, None, 1), floors.mtp_bytes_per_draft(model, None, 8)
+    assert d8 - d1 == round(mtp_layer * (1 - (14 / 16) ** 8)) - round(mtp_layer * 2 / 16)
