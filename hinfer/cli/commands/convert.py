@@ -92,11 +92,15 @@ def _metadata(src: Path, recipe, layout: dict) -> dict[str, str]:
     return meta
 
 
+TOP = "top."  # prefix of the top-level units: one per tensor (embedding, norm, lm_head)
+
+
 def _unit_of(name: str) -> str:
-    """Checkpoint or state_dict name -> its conversion unit: 'layers.N', 'mtp', or '' (the top-level tensors)."""
+    """Checkpoint or state_dict name -> its conversion unit: 'layers.N', 'mtp', or 'top.P' for the top-level
+    parameter P, each alone (embedding and lm_head are the model's two largest tensors: 2 x 2.5 GB on the 27B)."""
     if name.startswith("layers."):
         return ".".join(name.split(".")[:2])
-    return "mtp" if name.startswith("mtp.") else ""
+    return "mtp" if name.startswith("mtp.") else TOP + name.split(".")[0]
 
 
 class _Shim(nn.Module):
@@ -108,13 +112,13 @@ class _Shim(nn.Module):
 
 
 def _materialize(net: nn.Module, unit: str) -> nn.Module:
-    """Swap a real CPU bf16 copy of `unit` into the meta model; returns the real module (net itself for '')."""
+    """Swap a real CPU bf16 copy of `unit` into the meta model; returns the real module (net for a top-level one)."""
     from hinfer.model.qwen3_5 import DecoderLayer, MTPHead
 
     cfg, dtype = net.cfg, torch.bfloat16
-    if unit == "":
-        for name, p in list(net.named_parameters(recurse=False)):
-            setattr(net, name, nn.Parameter(torch.empty(p.shape, dtype=dtype), requires_grad=False))
+    if unit.startswith(TOP):
+        name = unit.removeprefix(TOP)
+        setattr(net, name, nn.Parameter(torch.empty(getattr(net, name).shape, dtype=dtype), requires_grad=False))
         return net
     if unit == "mtp":
         net.mtp = MTPHead(cfg, dtype, "cpu")
@@ -177,12 +181,12 @@ def convert_checkpoint(src: str | Path, dst: str | Path, recipe="bf16", progress
             for unit in units:
                 mod = _materialize(net, unit)
                 _fill(net, unit, ckpt.read_tensors(by_unit.get(unit, [])), str(src))
-                if unit:
+                if unit.startswith(TOP):
+                    sd = {unit.removeprefix(TOP): getattr(net, unit.removeprefix(TOP))}
+                else:
                     shim = _Shim([mod], None) if unit != "mtp" else _Shim([], mod)
                     quantize_model(shim, r)
                     sd = mod.state_dict(prefix=unit + ".")
-                else:
-                    sd = {n: p for n, p in net.named_parameters(recurse=False)}
                 for e in entries:  # declaration order within the unit
                     if _unit_of(e.name) == unit:
                         writer.write(e.name, sd[e.name])
@@ -202,9 +206,10 @@ def convert_checkpoint(src: str | Path, dst: str | Path, recipe="bf16", progress
 
 def _free(net: nn.Module, skel: nn.Module, unit: str) -> None:
     """Put meta modules back in place of the converted unit, so its CPU memory is released."""
-    if unit == "":
-        for name, p in list(net.named_parameters(recurse=False)):
-            setattr(net, name, nn.Parameter(torch.empty(p.shape, dtype=p.dtype, device="meta"), requires_grad=False))
+    if unit.startswith(TOP):
+        p = getattr(net, unit.removeprefix(TOP))
+        setattr(net, unit.removeprefix(TOP), nn.Parameter(torch.empty(p.shape, dtype=p.dtype, device="meta"),
+                                                          requires_grad=False))  # fmt: skip
     elif unit == "mtp":
         net.mtp = skel.mtp
     else:
