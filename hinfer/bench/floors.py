@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
@@ -10,9 +11,16 @@ from hinfer.config import ModelConfig
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 
 
-def _median_ms(fn, iters: int = 20, warmup: int = 3) -> float:
+def _median_ms(fn, iters: int = 20, warmup: int = 3, device: torch.device = torch.device("cuda")) -> float:
     for _ in range(warmup):
         fn()
+    if device.type != "cuda":  # the CPU smoke run: wall clock
+        times = []
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+        return sorted(times)[len(times) // 2]
     torch.cuda.synchronize()
     times = []
     for _ in range(iters):
@@ -25,21 +33,24 @@ def _median_ms(fn, iters: int = 20, warmup: int = 3) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def copy_bandwidth(gib: float = 2.0) -> float:
-    """Bytes/s of a device-to-device copy, counting bytes read plus bytes written."""
+def copy_bandwidth(device: torch.device = torch.device("cuda"), gib: float | None = None) -> float:
+    """Bytes/s of a device-to-device copy, counting bytes read plus bytes written (2 GiB on a GPU)."""
+    gib = gib or (2.0 if device.type == "cuda" else 0.125)
     n = int(gib * 2**30) // 2
-    src = torch.randn(n, dtype=torch.bfloat16, device="cuda")
+    src = torch.randn(n, dtype=torch.bfloat16, device=device)
     dst = torch.empty_like(src)
-    ms = _median_ms(lambda: dst.copy_(src))
+    ms = _median_ms(lambda: dst.copy_(src), device=device)
 
     return 2 * n * 2 / (ms / 1e3)
 
 
-def matmul_flops(n: int = 8192) -> float:
-    """FLOP/s of a bf16 n^3 cuBLAS GEMM on random data."""
-    a = torch.randn(n, n, dtype=torch.bfloat16, device="cuda")
-    b = torch.randn(n, n, dtype=torch.bfloat16, device="cuda")
-    ms = _median_ms(lambda: a @ b, iters=10)
+def matmul_flops(device: torch.device = torch.device("cuda"), n: int | None = None) -> float:
+    """FLOP/s of an n^3 GEMM on random data: bf16 cuBLAS at n = 8192 on a GPU, fp32 at n = 512 on the CPU."""
+    n = n or (8192 if device.type == "cuda" else 512)
+    dt = torch.bfloat16 if device.type == "cuda" else torch.float32
+    a = torch.randn(n, n, dtype=dt, device=device)
+    b = torch.randn(n, n, dtype=dt, device=device)
+    ms = _median_ms(lambda: a @ b, iters=10, device=device)
     return 2 * n**3 / (ms / 1e3)
 
 

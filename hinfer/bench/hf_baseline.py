@@ -31,7 +31,7 @@ def hf_decode(path: Path, cfg: ModelConfig, depth: int, steps: int = 16) -> floa
                 p.normal_(0, 0.1) if "norm" in name else p.uniform_(0.5, 1.5)
             else:
                 p.normal_(0, p.shape[-1] ** -0.5)
-    ids = torch.randint(1, 200_000, (1, depth), device="cuda")
+    ids = torch.randint(1, cfg.vocab_size, (1, depth), device="cuda")
     with torch.inference_mode():
         out = model(ids, use_cache=True)
         past, nxt = out.past_key_values, out.logits[:, -1:].argmax(-1)

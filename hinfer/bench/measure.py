@@ -75,11 +75,11 @@ def decode(runner: ModelRunner, lanes: int, depth: int, steps: int = 64, warmup:
 
     for _ in range(warmup):
         one_step()
-    _sync(runner.device)
+    sync(runner.device)
     t0 = time.perf_counter()
     for _ in range(steps):
         one_step()
-    _sync(runner.device)
+    sync(runner.device)
     dt = time.perf_counter() - t0
     return Timing(lanes * steps / dt, dt / steps * 1e3, steps)
 
@@ -114,16 +114,16 @@ def spec_rounds(core: EngineCore, lanes: int, depth: int, rounds: int = 32, warm
     for _ in range(warmup):
         one_round()
     drafted0 = spec.drafted
-    _sync(core.runner.device)
+    sync(core.runner.device)
     t0 = time.perf_counter()
     made = sum(one_round() for _ in range(rounds))
-    _sync(core.runner.device)
+    sync(core.runner.device)
     dt = time.perf_counter() - t0
     n = rounds * lanes
     return SpecTiming(dt / rounds * 1e3, rounds, made / n, (spec.drafted - drafted0) / n)
 
 
-def _sync(device: torch.device) -> None:
+def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
 
@@ -133,15 +133,15 @@ def prefill(runner: ModelRunner, tokens: int, chunk: int, repeats: int = 2) -> T
     best = None
     for r in range(repeats + 1):  # the first run warms up (Triton compile, allocator)
         s = _lanes(runner, 1, 0, tokens, greedy=True)[0]
-        s.prompt_ids = torch.randint(1, 200_000, (tokens,)).tolist()
+        s.prompt_ids = torch.randint(1, runner.model.cfg.vocab_size, (tokens,)).tolist()
         s.output_ids, s.num_cached = [], 0
         runner.state.reset_slots([s.slot])
-        torch.cuda.synchronize()
+        sync(runner.device)
         t0 = time.perf_counter()
         while s.num_cached < tokens:
             n = min(chunk, tokens - s.num_cached)
             runner.step([ScheduledChunk(s, n, s.num_cached + n == tokens)])
-        torch.cuda.synchronize()
+        sync(runner.device)
         dt = time.perf_counter() - t0
         if r > 0:
             best = dt if best is None else min(best, dt)

@@ -69,25 +69,27 @@ def truncate_layers(cfg: ModelConfig, n: int | None) -> ModelConfig:
     return replace(cfg, num_hidden_layers=n, layer_types=cfg.layer_types[:n])
 
 
-def build_model(path: Path, is_ckpt: bool, cfg: ModelConfig, weights: str, with_mtp: bool = False) -> Qwen35ForCausalLM:
+def build_model(
+    path: Path, is_ckpt: bool, cfg: ModelConfig, weights: str, with_mtp: bool = False,
+    dev: torch.device = torch.device("cuda"), dtype: torch.dtype = torch.bfloat16,
+) -> Qwen35ForCausalLM:  # fmt: skip
     t0 = time.monotonic()
-    dev = torch.device("cuda")
     if is_ckpt:
         from hinfer.model.loader import load_weights
         from hinfer.weights.hf_reader import HFCheckpoint
 
-        model = Qwen35ForCausalLM(cfg, torch.bfloat16, dev, with_mtp=with_mtp)
+        model = Qwen35ForCausalLM(cfg, dtype, dev, with_mtp=with_mtp)
         ck = HFCheckpoint(path)
-        load_weights(model, ((n, t.to(dev, torch.bfloat16)) for n, t in ck.iter_tensors(dtype=torch.bfloat16)))
+        load_weights(model, ((n, t.to(dev, dtype)) for n, t in ck.iter_tensors(dtype=dtype)))
     elif weights != "bf16":  # quantized layer by layer: the bf16 122B-A10B would not fit the GPU
-        model = random_quantized(cfg, weights, dev, with_mtp=with_mtp, seed=0)
+        model = random_quantized(cfg, weights, dev, with_mtp=with_mtp, seed=0, dtype=dtype)
     else:
-        model = random_init(Qwen35ForCausalLM(cfg, torch.bfloat16, dev, with_mtp=with_mtp), seed=0)
+        model = random_init(Qwen35ForCausalLM(cfg, dtype, dev, with_mtp=with_mtp), seed=0)
     if is_ckpt and weights != "bf16":
         from hinfer.quant.apply import quantize_model
 
         quantize_model(model, weights)
-    torch.cuda.synchronize()
+    measure.sync(dev)
     log.info("model ready (%s weights) in %.1f s", weights, time.monotonic() - t0)
     return model
 
@@ -116,8 +118,11 @@ def active_params(model: Qwen35ForCausalLM) -> int:
 
 
 def run_bench(spec: BenchSpec, ecfg: EngineConfig) -> list[dict]:
-    if not torch.cuda.is_available():
-        raise SystemExit("hinfer bench needs a CUDA GPU")
+    """The benchmark on the GPU; with --device cpu the same path runs on the CPU reference ops (tiny configs: a
+    smoke test of the whole pipeline; its figures mean nothing)."""
+    if ecfg.device != "cpu" and not torch.cuda.is_available():
+        raise SystemExit("hinfer bench needs a CUDA GPU (or --device cpu for a smoke run of a tiny config)")
+    dev = torch.device("cpu" if ecfg.device == "cpu" else "cuda")
     path, is_ckpt = resolve_model(spec.model)
     cfg = truncate_layers(load_model_config(path), spec.layers)
     lanes = max(spec.concurrency)
@@ -129,20 +134,21 @@ def run_bench(spec: BenchSpec, ecfg: EngineConfig) -> list[dict]:
         [c * (d + steps + 16) for c in spec.concurrency for d in spec.depths] + [max(spec.prefill, default=0) + 64]
     )
     cfg = replace(cfg, max_position_embeddings=max(cfg.max_position_embeddings, need_ctx))
-    ecfg = replace(ecfg, device="cuda", dtype="bf16", max_concurrency=lanes, max_context=need_ctx,
-                   kv_capacity=capacity + lanes * ecfg.page_size)  # fmt: skip
+    ecfg = replace(ecfg, device=dev.type, dtype="bf16" if dev.type == "cuda" else "fp32", max_concurrency=lanes,
+                   max_context=need_ctx, kv_capacity=capacity + lanes * ecfg.page_size)  # fmt: skip
     ecfg = resolve_engine_config(cfg, ecfg)
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
 
-    bw = floors.copy_bandwidth()
-    flops = floors.matmul_flops()
+    bw = floors.copy_bandwidth(dev)
+    flops = floors.matmul_flops(dev)
     log.info("measured: copy %.2f TB/s, bf16 GEMM %.0f TFLOP/s", bw / 1e12, flops / 1e12)
-    model = build_model(path, is_ckpt, cfg, spec.weights, with_mtp=ecfg.spec == "mtp")
+    model = build_model(path, is_ckpt, cfg, spec.weights, with_mtp=ecfg.spec == "mtp", dev=dev, dtype=dtype)
     wbytes, ebytes = floors.weight_bytes_per_step(model), floors.expert_bytes(model)
-    core = make_core(cfg, model, Tokenizer.from_dir(tokenizer_dir()), replace(ecfg, spec=None), torch.device("cuda"))
+    core = make_core(cfg, model, Tokenizer.from_dir(tokenizer_dir()), replace(ecfg, spec=None), dev)
     runner = core.runner
     measure.fill_random(runner)
     meta = {
-        "gpu": torch.cuda.get_device_name(), "commit": git_commit(), "model": str(spec.model),
+        "gpu": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu", "commit": git_commit(), "model": str(spec.model),
         "layers": cfg.num_hidden_layers, "weights": spec.weights, "kv_dtype": ecfg.kv_dtype,
         "copy_bw_tb_s": bw / 1e12, "gemm_tflop_s": flops / 1e12, "torch": torch.__version__,
         "python": platform.python_version(), "weight_bytes": wbytes, "expert_bytes": ebytes,
@@ -153,7 +159,7 @@ def run_bench(spec: BenchSpec, ecfg: EngineConfig) -> list[dict]:
     for depth in spec.depths:
         for c in spec.concurrency:
             t = measure.decode(runner, c, depth, steps=spec.steps)
-            b = floors.decode_step_bytes(cfg, wbytes, c, depth, kv_item, 2, ebytes)
+            b = floors.decode_step_bytes(cfg, wbytes, c, depth, kv_item, dtype.itemsize, ebytes)
             floor_tok_s = c / (b.total / bw)
             rows.append(meta | {"kind": "decode", "concurrency": c, "depth": depth, "prefill_tokens": 0,
                                 "tok_s": t.tok_s, "ms_per_step": t.ms_per_step, "bytes_per_step": b.total,
@@ -174,7 +180,8 @@ def run_bench(spec: BenchSpec, ecfg: EngineConfig) -> list[dict]:
     if ecfg.spec == "mtp":
         rows += spec_sweep(spec, cfg, ecfg, model, meta, bw)
     del model
-    torch.cuda.empty_cache()
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
     if spec.vs_hf:
         from hinfer.bench.hf_baseline import hf_decode
 
@@ -212,7 +219,7 @@ def spec_sweep(spec: BenchSpec, cfg: ModelConfig, ecfg: EngineConfig, model: Qwe
     wbytes, ebytes = floors.weight_bytes_per_step(model), floors.expert_bytes(model)
     for k in spec.draft_tokens:
         kcfg = resolve_engine_config(cfg, replace(ecfg, draft_tokens=k))
-        core = make_core(cfg, model, tok, kcfg, torch.device("cuda"))
+        core = make_core(cfg, model, tok, kcfg, core_device := torch.device(kcfg.device))
         head = getattr(core.spec.drafter, "draft_head", None)
         measure.fill_random(core.runner)
         kv_item = core.runner.state.k_cache.element_size()
@@ -221,7 +228,8 @@ def spec_sweep(spec: BenchSpec, cfg: ModelConfig, ecfg: EngineConfig, model: Qwe
                 plain = measure.decode(core.runner, c, depth, steps=spec.steps)
                 t = measure.spec_rounds(core, c, depth, rounds=spec_round_count(spec), warmup=SPEC_WARMUP)
                 draft_bytes = floors.mtp_bytes_per_draft(model, head, c)
-                b = floors.spec_round_bytes(cfg, wbytes, draft_bytes, c, depth, k, kv_item, 2, ebytes)
+                b = floors.spec_round_bytes(cfg, wbytes, draft_bytes, c, depth, k, kv_item,
+                                            model.embed_tokens.element_size(), ebytes)
                 floor_ms = b.total / bw * 1e3
                 row = meta | {"kind": "spec_round", "concurrency": c, "depth": depth, "prefill_tokens": 0,
                               "draft_tokens": k, "ms_per_round": t.ms_per_round, "floor_ms_per_round": floor_ms,
@@ -238,7 +246,8 @@ def spec_sweep(spec: BenchSpec, cfg: ModelConfig, ecfg: EngineConfig, model: Qwe
                          "%s", k, c, depth, t.ms_per_round, floor_ms, 100 * row["ratio"], row["round_vs_plain"],
                          plain.ms_per_step, f"; projected {proj}" if proj else "")  # fmt: skip
         del core
-        torch.cuda.empty_cache()
+        if core_device.type == "cuda":
+            torch.cuda.empty_cache()
     return rows
 
 

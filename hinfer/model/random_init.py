@@ -27,7 +27,8 @@ def random_init(model: Qwen35ForCausalLM, seed: int = 0) -> Qwen35ForCausalLM:
 
 @torch.no_grad()
 def random_quantized(
-    cfg: ModelConfig, recipe, device: torch.device | str, with_mtp: bool = False, seed: int = 0
+    cfg: ModelConfig, recipe, device: torch.device | str, with_mtp: bool = False, seed: int = 0,
+    dtype: torch.dtype = torch.bfloat16,
 ) -> Qwen35ForCausalLM:
     """A random model already in `recipe`'s format, built one decoder layer at a time: peak memory is the quantized
     model plus one bf16 layer (the 122B-A10B's bf16 weights exceed any single GPU). Same value rules as random_init
@@ -37,18 +38,18 @@ def random_quantized(
 
     r, dev = get_recipe(recipe), torch.device(device)
     gen = torch.Generator(device=dev).manual_seed(seed)
-    model = Qwen35ForCausalLM(cfg, torch.bfloat16, "meta", with_mtp=with_mtp)
+    model = Qwen35ForCausalLM(cfg, dtype, "meta", with_mtp=with_mtp)
     n = cfg.num_hidden_layers
     for name, p in list(model.named_parameters(recurse=False)):
         setattr(model, name, nn.Parameter(torch.empty(p.shape, dtype=p.dtype, device=dev), requires_grad=False))
     _fill(model.named_parameters(recurse=False), n, gen, dev)
     for i, kind in enumerate(cfg.layer_types):
-        layer = DecoderLayer(cfg, i, kind, cfg.layer_is_moe(i), torch.bfloat16, dev)
+        layer = DecoderLayer(cfg, i, kind, cfg.layer_is_moe(i), dtype, dev)
         _fill(layer.named_parameters(prefix=f"layers.{i}"), n, gen, dev)
         quantize_layer(layer, r)
         model.layers[i] = layer
     if model.mtp is not None:
-        mtp = MTPHead(cfg, torch.bfloat16, dev)
+        mtp = MTPHead(cfg, dtype, dev)
         _fill(mtp.named_parameters(prefix="mtp"), n, gen, dev)
         if r.convert_mtp:
             for layer in mtp.layers:

@@ -1,0 +1,43 @@
+"""`hinfer bench` end to end on the CPU (--device cpu) at a tiny size: every stage runs (random quantized model
+built layer by layer, decode and prefill on the engine's path, the speculative sweep over K), rows carry their
+floors, and the JSON lands. The figures mean nothing here; the GPU run is what bench/RESULTS.md reports."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hinfer.bench.run import BenchSpec, run_bench, table
+from hinfer.config import EngineConfig
+
+TINY_MOE = {
+    "model_type": "qwen3_5_moe_text", "vocab_size": 1024, "hidden_size": 64, "intermediate_size": 128,
+    "num_hidden_layers": 2, "layer_types": ["linear_attention", "full_attention"], "num_attention_heads": 2,
+    "num_key_value_heads": 1, "head_dim": 32, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+    "linear_key_head_dim": 16, "linear_value_head_dim": 16, "num_experts": 8, "num_experts_per_tok": 2,
+    "moe_intermediate_size": 64, "shared_expert_intermediate_size": 64, "mtp_num_hidden_layers": 1,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+    "max_position_embeddings": 4096, "tie_word_embeddings": False,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("weights", ["int4", "fp8"])
+def test_bench_runs_end_to_end_on_cpu(tmp_path, weights):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(TINY_MOE))
+    spec = BenchSpec(model=str(tmp_path / "m"), weights=weights, concurrency=[1, 2], depths=[40], prefill=[48],
+                     steps=4, out_dir=tmp_path / "out", draft_tokens=[1, 3], acceptance=[1.5, 3.2])  # fmt: skip
+    rows = run_bench(spec, EngineConfig(device="cpu", spec="mtp", page_size=16, prefill_chunk=32))
+    kinds = [r["kind"] for r in rows]
+    assert kinds.count("decode") == 2 and kinds.count("prefill") == 1 and kinds.count("spec_round") == 4
+    for r in rows:
+        assert r["gpu"] == "cpu" and r["weights"] == weights and r["expert_bytes"] > 0
+        if r["kind"] == "spec_round":
+            assert r["ms_per_round"] > 0 and r["floor_ms_per_round"] > 0 and r["drafted_per_round"] == r["draft_tokens"]
+            assert set(r["projected"]) == ({"1.5"} if r["draft_tokens"] == 1 else {"1.5", "3.2"})
+        else:
+            assert r["tok_s"] > 0 and r["floor_tok_s"] > 0
+    out = list((tmp_path / "out").glob("*.json"))
+    assert len(out) == 1 and len(json.loads(out[0].read_text())["rows"]) == len(rows)
+    assert "projected" in table(rows)
