@@ -1,4 +1,5 @@
-"""`hinfer bench`: throughput on the real engine path, each decode figure beside its floor (needs a CUDA GPU)."""
+"""`hinfer bench`: throughput on the real engine path, each decode figure beside its floor (a CUDA GPU; --device cpu
+runs the same pipeline on a tiny config as a smoke test)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "path (CUDA graphs, sampler). Each decode figure is printed beside its floor: bytes a step must move "
         "(weights, KV at that depth, GDN state) over the copy bandwidth measured in the same run. With a config "
         "(a folder with config.json, or a packaged name like qwen3.6-27b) the weights are random at the real "
-        "shapes, generated on the GPU; with a checkpoint they are loaded.",
+        "shapes, generated on the GPU (quantized formats layer by layer); with a checkpoint they are loaded. With --spec "
+        "mtp it also times speculative rounds for each --spec-k. --device cpu runs the whole pipeline on the CPU "
+        "reference ops (a smoke test for tiny configs; its figures mean nothing).",
     )
     p.add_argument("model", help="checkpoint dir, config dir/file, or packaged config name (qwen3.6-27b, ...)")
     p.add_argument("--quant", dest="bench_weights", choices=["bf16", "fp8", "int4"], default="bf16",
