@@ -86,7 +86,6 @@ class StepGraphs:
             self.hidden_in = torch.zeros((nt, model.cfg.hidden_size), dtype=model.embed_tokens.dtype,
                                          device=self.device)  # fmt: skip
         self._rows: list[object] = [None] * n  # page list object staged in each page-table row
-        self._host_cached = [0] * n  # host mirror of cached_lens (the eager reference ops read it)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.outputs: dict[int, tuple[torch.Tensor, ...]] = {}
 
@@ -104,7 +103,7 @@ class StepGraphs:
             logits_indices=self.logits_indices[: nt if self.head == "target" else 0],
             page_size=self.state.page_size,
             q_lens_cpu=[self.t] * b,
-            cached_lens_cpu=self._host_cached[:b],
+            cached_lens_cpu=self._i32.host["cached_lens"][:b].tolist(),  # the eager reference ops read it
             gdn_step_slots=a["step_slots"][:nt].view(b, self.t) if self.verify else None,
         )
 
@@ -132,7 +131,7 @@ class StepGraphs:
             ids[r : r + n] = ch.token_ids
             ids[r + n : r + t] = ch.token_ids[-1]
             pos[r : r + t] = range(p0, p0 + t)
-            if n == 1 and t == 1:
+            if n == 1:  # decode: a scalar write (this loop is on every step's host path)
                 kv[r] = ch.page_ids[p0 // ps] * ps + p0 % ps
             else:
                 kv[r : r + n] = [ch.page_ids[p // ps] * ps + p % ps for p in range(p0, p0 + n)]
@@ -140,17 +139,15 @@ class StepGraphs:
             if steps is not None:
                 steps[r : r + n] = ch.gdn_step_slots if ch.gdn_step_slots is not None else ch.gdn_slot
                 steps[r + n : r + t] = SCRATCH_SLOT
-            self._host_cached[i] = p0
         m = len(chunks)
         a["gdn_slots"][:m] = [ch.gdn_slot for ch in chunks]
-        for k in ("input_ids", "positions", "slot_mapping", "step_slots"):
-            if k in a:
-                a[k][m * t :] = 0
-        a["slot_mapping"][m * t :] = SCRATCH_PAGE * ps
         a["gdn_slots"][m:] = SCRATCH_SLOT
-        c["cached_lens"][:m] = self._host_cached[:m]
+        ids[m * t :] = pos[m * t :] = 0
+        kv[m * t :] = SCRATCH_PAGE * ps
+        if steps is not None:
+            steps[m * t :] = SCRATCH_SLOT
+        c["cached_lens"][:m] = [ch.cached_len for ch in chunks]
         c["cached_lens"][m:] = 0
-        self._host_cached[m:] = [0] * (len(self._host_cached) - m)
         table = c["page_table"].reshape(-1, self.width)
         for i, ch in enumerate(chunks):
             if self._rows[i] is not ch.page_ids:  # a lane's pages are fixed for its life: restage on change only
