@@ -23,8 +23,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hinfer.config import ModelConfig  # noqa: E402
-from hinfer.engine.forward_batch import SeqChunk, build_forward_batch  # noqa: E402
-from hinfer.engine.state import RESERVED_SLOTS, ModelState, StateShape  # noqa: E402
+from hinfer.model.prompt_logits import prompt_logits  # noqa: E402
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM  # noqa: E402
 from hinfer.model.random_init import random_init  # noqa: E402
 from hinfer.quant import quantize_model  # noqa: E402
@@ -41,18 +40,9 @@ MOE = dict(model_type="qwen3_5_moe_text", num_experts=32, num_experts_per_tok=4,
 RECIPES = ("fp8-default", "fp8-block", "int4-default", "int4-sym")
 
 
-@torch.no_grad()
 def logits(model: Qwen35ForCausalLM, ids: list[int]) -> torch.Tensor:
     """Next-token logits at every position of one prompt, fp32."""
-    cfg, page = model.cfg, 64
-    pages = -(-len(ids) // page)
-    dtype = next(model.parameters()).dtype
-    state = ModelState(cfg, StateShape(1 + pages, page, 1 + RESERVED_SLOTS, dtype, torch.float32), "cpu")
-    state.reset_slots([RESERVED_SLOTS])
-    chunk = SeqChunk(ids, 0, list(range(1, 1 + pages)), RESERVED_SLOTS, all_logits=True)
-    batch = build_forward_batch([chunk], page, "cpu")
-    hidden = model(batch, state)
-    return model.compute_logits(hidden[batch.logits_indices]).float()
+    return prompt_logits(model, ids, page_size=64).float()
 
 
 def compare(ref: torch.Tensor, out: torch.Tensor) -> dict[str, float]:

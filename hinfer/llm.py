@@ -9,9 +9,7 @@ import torch
 
 from hinfer.config import EngineConfig
 from hinfer.engine.factory import build_core, load_model
-from hinfer.engine.forward_batch import SeqChunk, build_forward_batch
 from hinfer.engine.protocol import GenerationRequest, TokenEvent
-from hinfer.engine.state import ModelState, StateShape
 from hinfer.sampling_params import SamplingParams
 
 Prompt = str | list[int] | list[dict]
@@ -95,11 +93,7 @@ class LLM:
     @torch.inference_mode()
     def logits(self, token_ids: list[int]) -> torch.Tensor:
         """Full-sequence fp32 logits [L, V] of one prompt, on a private state (parity checks)."""
-        page = self.engine_config.page_size
-        pages = -(-len(token_ids) // page)
-        shape = StateShape(pages + 1, page, 2, self.core.runner.state.shape.kv_dtype, self.model.dtype)
-        state = ModelState(self.config, shape, self._loaded.device)
-        batch = build_forward_batch(
-            [SeqChunk(list(token_ids), 0, list(range(1, pages + 1)), 1, all_logits=True)], page, self._loaded.device
-        )
-        return self.model.compute_logits(self.model(batch, state)[batch.logits_indices])
+        from hinfer.model.prompt_logits import prompt_logits
+
+        return prompt_logits(self.model, token_ids, self.engine_config.page_size,
+                             self.core.runner.state.shape.kv_dtype)  # fmt: skip

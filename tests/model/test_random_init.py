@@ -7,8 +7,7 @@ import pytest
 import torch
 
 from hinfer.config import ModelConfig
-from hinfer.engine.forward_batch import SeqChunk, build_forward_batch
-from hinfer.engine.state import RESERVED_SLOTS, ModelState, StateShape
+from hinfer.model.prompt_logits import prompt_logits
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.random_init import random_init, random_quantized
 from hinfer.quant import quantize_model
@@ -36,8 +35,5 @@ def test_random_quantized_matches_the_quantized_structure(recipe):
         assert sg[k].device.type == "cpu", k
     assert {type(m).__name__ for m in got.modules()} == {type(m).__name__ for m in want.modules()}
     ids = torch.randint(1, cfg.vocab_size, (9,)).tolist()
-    state = ModelState(cfg, StateShape(2, 16, 1 + RESERVED_SLOTS, torch.bfloat16, torch.float32), "cpu")
-    state.reset_slots([RESERVED_SLOTS])
-    batch = build_forward_batch([SeqChunk(ids, 0, [1], RESERVED_SLOTS, all_logits=True)], 16, "cpu")
-    logits = got.compute_logits(got(batch, state)[batch.logits_indices])
+    logits = prompt_logits(got, ids)
     assert torch.isfinite(logits).all() and logits.std() > 0

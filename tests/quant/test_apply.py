@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from hinfer.config import ModelConfig
-from hinfer.engine.forward_batch import SeqChunk, build_forward_batch
-from hinfer.engine.state import RESERVED_SLOTS, ModelState, StateShape
+from hinfer.model.prompt_logits import prompt_logits
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.random_init import random_init
 from hinfer.quant import Fp8Weight, Int4ExpertsWeight, Int4Weight, RowSplitWeight, get_recipe, quantize_model
@@ -33,16 +32,8 @@ def _model(moe: bool) -> Qwen35ForCausalLM:
     return random_init(model, seed=torch.seed() % 2**31).eval()
 
 
-@torch.no_grad()
 def _logits(model: Qwen35ForCausalLM, ids: list[int]) -> torch.Tensor:
-    cfg, page = model.cfg, 16
-    pages = -(-len(ids) // page)
-    state = ModelState(cfg, StateShape(1 + pages, page, 1 + RESERVED_SLOTS, torch.float32, torch.float32), "cpu")
-    slot = RESERVED_SLOTS
-    state.reset_slots([slot])
-    batch = build_forward_batch([SeqChunk(ids, 0, list(range(1, 1 + pages)), slot, all_logits=True)], page, "cpu")
-    hidden = model(batch, state)
-    return model.compute_logits(hidden[batch.logits_indices])
+    return prompt_logits(model, ids)
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:

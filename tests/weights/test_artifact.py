@@ -63,19 +63,11 @@ def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> None:
         assert sa[k].dtype == sb[k].dtype and torch.equal(sa[k].view(torch.uint8), sb[k].view(torch.uint8)), k
 
 
-@torch.no_grad()
 def _logits(model: torch.nn.Module, ids: list[int] = PROMPT) -> torch.Tensor:
     """Logits at every position of one prompt, straight through the model (CPU)."""
-    from hinfer.engine.forward_batch import SeqChunk, build_forward_batch
-    from hinfer.engine.state import RESERVED_SLOTS, ModelState, StateShape
+    from hinfer.model.prompt_logits import prompt_logits
 
-    dtype, page = model.embed_tokens.dtype, 16
-    pages = -(-len(ids) // page)
-    state = ModelState(model.cfg, StateShape(1 + pages, page, 1 + RESERVED_SLOTS, dtype, dtype), "cpu")
-    state.reset_slots([RESERVED_SLOTS])
-    chunk = SeqChunk(ids, 0, list(range(1, 1 + pages)), RESERVED_SLOTS, all_logits=True)
-    batch = build_forward_batch([chunk], page, "cpu")
-    return model.compute_logits(model(batch, state)[batch.logits_indices])
+    return prompt_logits(model, ids)
 
 
 def test_plain_safetensors_reads_it(artifacts):

@@ -33,11 +33,10 @@ from safetensors.torch import save_file
 
 from hinfer.config import EngineConfig, load_model_config
 from hinfer.engine.factory import load_model
-from hinfer.engine.forward_batch import SeqChunk, build_forward_batch
-from hinfer.engine.state import RESERVED_SLOTS, ModelState, StateShape
 from hinfer.errors import CheckpointError
 from hinfer.fixtures import config_dir
 from hinfer.model.loader import checkpoint_targets
+from hinfer.model.prompt_logits import prompt_logits
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.quant import Fp8Weight, Int4Weight, RowSplitWeight, quantize_model
 from hinfer.quant.apply import quantized_nbytes
@@ -176,17 +175,8 @@ def _load(path: Path, weights: str = "auto", spec: str | None = None):
                                               spec=spec))
 
 
-@torch.no_grad()
 def _logits(model, ids: list[int]) -> torch.Tensor:
-    cfg, page = model.cfg, 16
-    pages = -(-len(ids) // page)
-    mtp = cfg.mtp_num_hidden_layers if model.mtp is not None else 0
-    state = ModelState(cfg, StateShape(1 + pages, page, 1 + RESERVED_SLOTS, torch.float32, torch.float32,
-                                       mtp_layers=mtp), "cpu")
-    state.reset_slots([RESERVED_SLOTS])
-    batch = build_forward_batch([SeqChunk(ids, 0, list(range(1, 1 + pages)), RESERVED_SLOTS, all_logits=True)],
-                                page, "cpu")
-    return model.compute_logits(model(batch, state)[batch.logits_indices])
+    return prompt_logits(model, ids)
 
 
 def _quantized(model) -> dict[str, torch.nn.Module]:
