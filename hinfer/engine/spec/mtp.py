@@ -80,6 +80,8 @@ class MTPDrafter:
             g = pick(next((sets for t, sets in sorted(self.graphs.items()) if t >= widest), None), chunks)
             if g is not None:
                 (out,) = g.run(chunks, hidden)
+                if g.t == 1 and all(c.need_logits for c in chunks):  # the draft steps: no index tensor per step
+                    return out[: len(chunks)]
                 rows = [i * g.t + len(c.token_ids) - 1 for i, c in enumerate(chunks) if c.need_logits]
                 return out[torch.tensor(rows, dtype=torch.int64, device=self.device)]
         batch = build_forward_batch(chunks, self.state.page_size, self.device)
