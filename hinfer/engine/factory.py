@@ -63,7 +63,7 @@ def state_shape(cfg: ModelConfig, ecfg: EngineConfig, plan=None) -> StateShape:
     return StateShape(pages, ecfg.page_size, slots, kv_dtype, DTYPES[ecfg.dtype], mtp_layers=mtp)
 
 
-def weight_plan(ecfg: EngineConfig, cfg: ModelConfig | None = None):
+def weight_plan(ecfg: EngineConfig, cfg: ModelConfig):
     """(recipe, as_stored) for --weights and the checkpoint's config. as_stored: the checkpoint's own quantized
     weights load as they are (official block fp8 -> `fp8-block`, compressed-tensors W4A16 -> `int4-default` or
     `int4-sym`) with --weights auto or the stored format; else the checkpoint is read as bf16 (quantized
@@ -72,8 +72,6 @@ def weight_plan(ecfg: EngineConfig, cfg: ModelConfig | None = None):
     from hinfer.engine.weight_bytes import resolve_weights
     from hinfer.weights.compressed_tensors import stored_recipe
 
-    if cfg is None:
-        return {"fp8": "fp8-default", "int4": "int4-default"}.get(ecfg.weights, "bf16"), False
     stored, why_not = stored_recipe(cfg)
     w = ecfg.weights
     if why_not is not None and w == "fp8":
