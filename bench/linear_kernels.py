@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 H = 5120
 SHAPES = [("qkv", 14336, H), ("gdn_in", 16384, H), ("gate_up", 34816, H), ("o_proj", H, 6144),
           ("down", H, 17408), ("lm_head", 248320, H)]  # fmt: skip
-DECODE_FORMATS = ("bf16-cublas", "bf16", "int4", "int4-sym", "fp8", "fp8-block")
+DECODE_FORMATS = ("bf16-cublas", "bf16", "int4", "int4-sym", "int4-torch", "fp8", "fp8-block")
 ROTATE_BYTES = 512 << 20
 
 
@@ -97,12 +97,30 @@ def make_weight(fmt: str, n: int, k: int, g: torch.Generator):
     w = (torch.randn(n, k, generator=g, device="cuda") * k**-0.5).bfloat16()
     if fmt.startswith("bf16"):
         return w, w.numel() * 2
+    if fmt == "int4-torch":
+        return _torch_int4(w)
     if fmt.startswith("int4"):
         q = quantize_int4(w, zero_point=fmt == "int4")
     else:
         q = quantize_fp8(w, "block" if fmt == "fp8-block" else "channel")
     del w
     return q, q.nbytes()
+
+
+def _torch_int4(w: torch.Tensor):
+    """torch's own int4 weight-only kernel (tinygemm, the gpt-fast path), the library figure to beat:
+    (packed weight, scales_and_zeros) and the bytes one matmul reads."""
+    from hinfer.quant import quantize_int4
+    from hinfer.quant.int4 import unpack_int4
+
+    n, k = w.shape
+    q = quantize_int4(w, zero_point=True)
+    u = unpack_int4(q.qweight, k).to(torch.int32)
+    packed = torch._convert_weight_to_int4pack((u[:, ::2] << 4 | u[:, 1::2]).to(torch.uint8), 8)
+    s = q.scales.float()
+    # tinygemm: w = (u - 8) * scale + zero_term, with zero_term = (8 - z) * scale
+    sz = torch.stack([s, (8 - q.zeros.float()) * s], dim=-1).transpose(0, 1).contiguous().bfloat16()
+    return (packed, sz), packed.numel() * packed.element_size() + sz.numel() * 2
 
 
 def _copies(w, nbytes: int) -> list:
@@ -113,6 +131,8 @@ def _copies(w, nbytes: int) -> list:
 def _clone(w):
     import copy
 
+    if isinstance(w, tuple):
+        return tuple(t.clone() for t in w)
     return w.clone() if isinstance(w, torch.Tensor) else copy.deepcopy(w)
 
 
@@ -121,6 +141,8 @@ def decode_op(fmt: str, x: torch.Tensor) -> Callable[[object], torch.Tensor]:
 
     if fmt == "bf16-cublas":
         return lambda w: torch.nn.functional.linear(x, w)
+    if fmt == "int4-torch":
+        return lambda w: torch._weight_int4pack_mm(x, w[0], 128, w[1])
     return lambda w: linear(x, w)
 
 
@@ -131,11 +153,19 @@ def bench_decode(shapes, formats, ms, bw: float) -> list[Row]:
         for fmt in formats:
             if name == "lm_head" and not fmt.startswith("bf16"):
                 continue  # lm_head stays bf16 in every recipe
-            w, nbytes = make_weight(fmt, n, k, g)
+            try:
+                w, nbytes = make_weight(fmt, n, k, g)
+            except Exception as e:  # noqa: BLE001 - a library kernel missing on this build: say so, go on
+                print(f"  {name:8s} {fmt:12s} unavailable: {type(e).__name__}: {str(e)[:120]}", flush=True)
+                continue
             weights = _copies(w, nbytes)
             for m in ms:
                 x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
-                t = graph_time(decode_op(fmt, x), weights)
+                try:
+                    t = graph_time(decode_op(fmt, x), weights)
+                except Exception as e:  # noqa: BLE001
+                    print(f"  {name:8s} {fmt:12s} M={m} failed: {type(e).__name__}: {str(e)[:120]}", flush=True)
+                    continue
                 gbs = nbytes / t / 1e9
                 rows.append(Row("decode", name, n, k, m, fmt, t * 1e6, gbs, gbs * 1e9 / bw))
                 print(f"  {name:8s} {fmt:12s} M={m:<3d} {t * 1e6:8.1f} us {gbs:7.0f} GB/s {gbs * 1e9 / bw:6.1%}",

@@ -68,6 +68,13 @@ def test_fast_int4_unpack_is_available():
     assert fast_int4_ok(torch.cuda.current_device())
 
 
+def test_fast_int4_gemv_is_available():
+    """The inline-PTX GEMV (nibble planes, in-place scale loads) compiled and matched the portable one exactly."""
+    from hinfer.ops.triton.linear_int4_gemv import fast_gemv_ok
+
+    assert fast_gemv_ok(torch.cuda.current_device())
+
+
 def test_bf16(shape):
     from hinfer.ops.linear import linear
 

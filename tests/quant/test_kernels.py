@@ -53,6 +53,8 @@ def _cfgs(fmt: str, m: int) -> list[SkinnyConfig]:
     out.append(SkinnyConfig(16, 64, bm, 2, 4, 2))  # N and K multiples of the tile: unmasked loads
     if m == 1 and fmt != INT4:
         out += [SkinnyConfig(16, 128, 1, 2, 4, 2), SkinnyConfig(16, 64, 1, 1, 4, 2)]  # GEMV, ragged / even
+    if m == 1 and fmt == INT4:  # int4 GEMV: ragged groups and rows, 2 groups per step, split-K, no prefetch
+        out += [SkinnyConfig(16, 256, 1, 2, 4, 2), SkinnyConfig(64, 128, 1, 3, 4, 1), SkinnyConfig(16, 128, 1, 1, 4, 2)]
     return out
 
 
@@ -102,7 +104,8 @@ def test_skinny_kernel_rejects_bad_configs():
 def test_heuristic_uses_split_k_only_when_programs_are_few():
     assert heuristic_config(BF16, 1, 34816, 5120, 132).split_k == 1
     assert heuristic_config(BF16, 1, 5120, 17408, 132).split_k > 1
-    assert heuristic_config(INT4, 1, 5120, 17408, 132).block_m == 16  # int4 always on tensor cores
+    assert heuristic_config(INT4, 1, 5120, 17408, 132).block_m == 1  # int4 GEMV on CUDA cores at M = 1
+    assert heuristic_config(INT4, 2, 5120, 17408, 132).block_m == 16  # tensor cores above
     c = heuristic_config(FP8_BLOCK, 1, 5120, 6144, 132)
     assert 128 % c.block_k == 0
 

@@ -4,16 +4,15 @@ Decode sizes (M <= SKINNY_MAX_M rows of x) run `_skinny_kernel`, which streams W
 BLOCK_N rows of W and a 1/SPLIT_K slice of K and keeps every row of x (padded to BLOCK_M) against them, so the
 weight bytes leave HBM once whatever M is. Two inner paths:
 - BLOCK_M == 1 (M == 1, bf16/fp8): CUDA-core GEMV with an fp32 [BLOCK_N, BLOCK_K] accumulator reduced once.
+  int4 at BLOCK_M == 1 runs its own GEMV (hinfer.ops.triton.linear_int4_gemv), which never reorders the weight.
 - BLOCK_M >= 16: tensor cores on [BLOCK_N, BLOCK_K] x [BLOCK_K, BLOCK_M] (swap-AB: W is the wide operand).
 Grouped formats (int4 group 128, fp8 128x128 blocks) take one scale per row per K-iteration and apply it to the
 [BLOCK_N, BLOCK_M] partial product, so no per-element scale multiply is needed. Asymmetric int4 adds the
 rank-1 zero-point term (8 - z) * sum_k(x) to the same partial.
 
 Split-K (when N/BLOCK_N programs cannot fill the GPU, e.g. o_proj and down_proj with N = 5120) is reduced in the
-same launch: each program writes an fp32 partial, bumps a per-tile counter, and the last one to arrive sums the
-partials in a fixed order (deterministic), writes y and resets the counter to zero for the next launch. The
-counters live in one persistent zeroed buffer per device, created on first use (outside CUDA-graph capture).
-No host sync; the only allocations are the output and the fp32 partials (torch.empty), so it is capturable.
+same launch by the last program to arrive (hinfer.ops.triton.linear_splitk): deterministic, no host sync,
+CUDA-graph capturable.
 
 Prefill sizes go to cuBLAS (bf16), `torch._scaled_mm` (fp8 per-channel) or hinfer.ops.triton.linear_gemm.
 """
@@ -35,9 +34,10 @@ from hinfer.ops.triton.linear_configs import (
     skinny_config,
 )
 from hinfer.ops.triton.linear_int4 import fast_int4_ok, int4_minus8
+from hinfer.ops.triton.linear_int4_gemv import fast_gemv_ok, int4_gemv_kernel
+from hinfer.ops.triton.linear_splitk import split_scratch, store_tile
 
 _FMT_CODE = {BF16: 0, FP8_ROW: 1, FP8_BLOCK: 2, INT4: 3}
-_COUNTERS = 1 << 16
 QGROUP_C = tl.constexpr(QGROUP)
 
 
@@ -121,38 +121,9 @@ def _skinny_kernel(
         acc = tl.sum(acc2, axis=1)[:, None]
     if FMT == 1:  # fp8 per output channel
         acc = acc * tl.load(s_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[:, None]
-    out_mask = n_ok[:, None] & m_ok[None, :]
-    y_ptrs = y_ptr + rm[None, :] * stride_ym + rn[:, None]
-    if SPLIT_K == 1:
-        tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=out_mask)
-    else:
-        tile = pid_m * tl.num_programs(0) + pid_n
-        p_off = rm[None, :].to(tl.int64) * N + rn[:, None]
-        tl.store(part_ptr + pid_k * M * N + p_off, acc, mask=out_mask)
-        tl.debug_barrier()  # every thread's partial is written before the release below
-        arrived = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel")
-        if arrived == SPLIT_K - 1:
-            total = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-            for i in tl.static_range(SPLIT_K):  # fixed order: the sum does not depend on arrival order
-                total += tl.load(part_ptr + i * M * N + p_off, mask=out_mask, other=0.0, cache_modifier=".cg")
-            tl.store(y_ptrs, total.to(y_ptr.dtype.element_ty), mask=out_mask)
-            tl.atomic_xchg(cnt_ptr + tile, 0)
-
-
-_counters: dict[torch.device, torch.Tensor] = {}
-
-
-def _counter_buffer(device: torch.device) -> torch.Tensor:
-    buf = _counters.get(device)
-    if buf is None:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError(
-                "hinfer linear: run one eager decode step before CUDA-graph capture "
-                "(the split-K counters are allocated on first use)"
-            )
-        buf = torch.zeros(_COUNTERS, dtype=torch.int32, device=device)
-        _counters[device] = buf
-    return buf
+    tile = pid_m * tl.num_programs(0) + pid_n
+    store_tile(acc, rn, rm, n_ok, m_ok, y_ptr, stride_ym, part_ptr, cnt_ptr, M, N, pid_k, tile,
+               SPLIT_K, BLOCK_N, BLOCK_M)  # fmt: skip
 
 
 def skinny_matmul(
@@ -171,9 +142,12 @@ def skinny_matmul(
     if x.stride(-1) != 1:
         x = x.contiguous()
     cfg = cfg or skinny_config(fmt, m, n, k)
-    if cfg.block_m == 1 and (m != 1 or fmt == INT4):
-        raise ValueError("the GEMV path (block_m 1) takes exactly one row of a bf16/fp8 weight")
-    if fmt in (FP8_BLOCK, INT4) and QGROUP % cfg.block_k:
+    gemv_int4 = fmt == INT4 and cfg.block_m == 1
+    if cfg.block_m == 1 and m != 1:
+        raise ValueError("the GEMV path (block_m 1) takes exactly one row of x")
+    if gemv_int4 and cfg.block_k % QGROUP:
+        raise ValueError(f"the int4 GEMV steps whole groups: block_k a multiple of {QGROUP}, got {cfg.block_k}")
+    if fmt in (FP8_BLOCK, INT4) and not gemv_int4 and QGROUP % cfg.block_k:
         raise ValueError(f"grouped formats need block_k dividing {QGROUP}, got {cfg.block_k}")
     if fmt == INT4 and (k % 8 or w.shape[-1] != k // 8):
         raise ValueError(f"int4 needs K % 8 == 0 and packed words [N, K/8]; K={k}, words {tuple(w.shape)}")
@@ -183,14 +157,20 @@ def skinny_matmul(
     if m == 0:
         return out
     grid = (triton.cdiv(n, cfg.block_n), cfg.split_k, triton.cdiv(m, cfg.block_m))
-    if cfg.split_k > 1:
-        part = torch.empty((cfg.split_k, m, n), dtype=torch.float32, device=x.device)
-        cnt = _counter_buffer(x.device)
-        assert grid[0] * grid[2] <= _COUNTERS
-    else:
-        part = cnt = out  # unused
-    fast = fmt == INT4 and zero is None and x.is_cuda and fast_int4_ok(x.device.index or 0)
+    part, cnt = split_scratch(cfg.split_k, m, n, grid[0] * grid[2], x, out)
     s = scale if scale is not None else w
+    if gemv_int4:
+        groups = cfg.block_k // QGROUP
+        n_groups = triton.cdiv(k, QGROUP)
+        even = n % cfg.block_n == 0 and k % QGROUP == 0 and n_groups % (groups * cfg.split_k) == 0
+        int4_gemv_kernel[grid[:2]](
+            x, w, s, zero if zero is not None else s, out, part, cnt, n, k, w.stride(0), s.stride(0),
+            HAS_ZERO=zero is not None, FAST=x.is_cuda and fast_gemv_ok(x.device.index or 0), EVEN=even, BLOCK_N=cfg.block_n, GROUPS=groups, SPLIT_K=cfg.split_k,
+            PREFETCH=cfg.num_stages > 1,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )  # fmt: skip
+        return out
+    fast = fmt == INT4 and zero is None and x.is_cuda and fast_int4_ok(x.device.index or 0)
     _skinny_kernel[grid](
         x, w, s, zero if zero is not None else s, out, part, cnt,
         m, n, k,

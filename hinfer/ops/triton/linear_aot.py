@@ -22,6 +22,7 @@ from triton.compiler import ASTSource
 from hinfer.ops.triton.linear import _FMT_CODE, _skinny_kernel
 from hinfer.ops.triton.linear_configs import BF16, FP8_BLOCK, FP8_ROW, INT4, gemm_config, heuristic_config
 from hinfer.ops.triton.linear_gemm import _act_quant_kernel, _gemm_kernel, _int4_dequant_kernel
+from hinfer.ops.triton.linear_int4_gemv import int4_gemv_kernel
 
 TARGET = GPUTarget("cuda", 90, 64)
 _DIV16 = {"N", "K", "stride_xm", "stride_ym", "stride_wn", "stride_am", "stride_cm", "stride_qm"}
@@ -48,6 +49,16 @@ def resources(kernel) -> dict[str, int]:
     m = re.search(r"REG:(\d+).*?STACK:(\d+)", out, re.S)
     regs, stack = (int(m.group(1)), int(m.group(2))) if m else (-1, -1)
     return {"regs": regs, "stack": stack, "smem": kernel.metadata.shared}
+
+
+def _int4_gemv(n: int, k: int, zero: bool = False) -> Variant:
+    c = heuristic_config(INT4, 1, n, k, 132)
+    sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
+           "y_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32", "N": "i32", "K": "i32", "stride_wn": "i32",
+           "stride_sn": "i32"}  # fmt: skip
+    cex = dict(HAS_ZERO=zero, FAST=True, EVEN=True, BLOCK_N=c.block_n, GROUPS=c.block_k // 128,
+               SPLIT_K=c.split_k, PREFETCH=c.num_stages > 1)  # fmt: skip
+    return f"int4 gemv{' asym' if zero else ''} {n}x{k} {c}", int4_gemv_kernel, sig, cex, c.num_warps, c.num_stages
 
 
 def _skinny(fmt: str, m: int, n: int, k: int, zero: bool = False, fast: bool = True) -> Variant:
@@ -83,7 +94,8 @@ def variants(full: bool = False) -> Iterator[Variant]:
             for m in (1, 16, 64) if full else (1, 16):
                 if fmt == BF16 and m > 16:
                     continue
-                yield _skinny(fmt, m, n, k)
+                yield _int4_gemv(n, k) if (fmt, m) == (INT4, 1) else _skinny(fmt, m, n, k)
+        yield _int4_gemv(n, k, zero=True)
         yield _skinny(INT4, 16, n, k, zero=True)
         yield _skinny(INT4, 16, n, k, fast=False)
     for fmt, a_mode, zero in ((INT4, 0, False), (INT4, 2, False), (INT4, 0, True), (FP8_ROW, 1, False),

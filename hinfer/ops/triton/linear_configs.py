@@ -28,6 +28,7 @@ class SkinnyConfig:
     block_n: int
     block_k: int
     block_m: int  # 1: CUDA-core GEMV (M == 1 only); >= 16: tensor-core tile with the M rows padded
+    # int4 GEMV (block_m 1): block_k = 128 x groups per step, num_stages > 1 prefetches the next step
     split_k: int
     num_warps: int
     num_stages: int
@@ -97,11 +98,18 @@ def heuristic_config(fmt: str, m: int, n: int, k: int, sms: int) -> SkinnyConfig
     Sizes follow the sm_90 SASS (instructions per weight byte in the loop, registers, shared memory; see
     docs/quantization.md): int4 wants wide tiles to amortize the per-step overhead over the unpacking."""
     grouped = fmt in (FP8_BLOCK, INT4)
-    if m == 1 and fmt != INT4:
+    if m == 1 and fmt == INT4:
+        # CUDA-core GEMV on the packed words (linear_int4_gemv): whole groups per step, next step prefetched
+        block_n = 128
+        split = _split_for(n, m, k, block_n, 1, QGROUP, sms)
+        while split > 1 and -(-k // QGROUP) % split:
+            split //= 2  # every split takes the same number of groups: no masked loads
+        return SkinnyConfig(block_n, QGROUP, 1, split, 4, 2)
+    if m == 1:
         # CUDA-core GEMV: an fp32 [BLOCK_N, BLOCK_K] accumulator, reduced once at the end
         block_m, block_n, block_k, warps, stages = 1, 32, QGROUP if grouped else 256, 4, 3
     else:
-        # int4 always takes the tensor-core path: unpacking on CUDA cores is already most of the work
+        # tensor cores: unpacking int4 on CUDA cores is already most of the work at M > 1
         block_m = max(16, 1 << (m - 1).bit_length())
         block_k = QGROUP
         if fmt == BF16:
@@ -126,7 +134,16 @@ def skinny_candidates(fmt: str, m: int, n: int, k: int, sms: int = 132) -> list[
     """The sweep of `--tune` (~60 configs): tile sizes, split-K around the covering split, warps, stages."""
     grouped = fmt in (FP8_BLOCK, INT4)
     out: list[SkinnyConfig] = []
-    if m == 1 and fmt != INT4:
+    if m == 1 and fmt == INT4:
+        groups = -(-k // QGROUP)
+        for bn, bk, warps in ((64, 128, 4), (128, 128, 4), (128, 128, 8), (256, 128, 8), (128, 256, 8)):
+            s0 = _split_for(n, m, k, bn, 1, QGROUP, sms)
+            for split in sorted({max(1, s0 // 2), s0, 2 * s0}):
+                if groups % (split * bk // QGROUP) == 0:
+                    for stages in (1, 2):
+                        out.append(SkinnyConfig(bn, bk, 1, split, warps, stages))
+        return out
+    if m == 1:
         for bn in (16, 32, 64):
             for bk in (QGROUP,) if grouped else (128, 256):
                 s0 = _split_for(n, m, k, bn, 1, bk, sms)

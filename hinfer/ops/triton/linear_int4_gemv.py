@@ -1,0 +1,236 @@
+"""INT4 W4A16 GEMV (one row of x) on CUDA cores, without putting the weight back in K order.
+
+A 4-bit weight streams at 2 elements per byte, so at copy bandwidth an H200 SM has ~4 instructions per element
+for everything. The tensor-core path spends them on unpacking into bf16 in K order and moving the tile into
+the MMA operand layout; here nothing moves. Word c of a row holds elements 8c + e (layout in
+hinfer.quant.int4); each of its 8 nibbles meets the x element it belongs to, loaded in that same order ("plane"
+e of the K-tile: x[8c + e] for every word column c), so the product needs no shuffle of the weight at all.
+
+Nibble to fp32 in one `lop3`: OR-ing exponent bits above a nibble sitting at bits 12..15 gives the float
+2048 + u, at bits 16..19 the float 128 + u (exactly). Shifting the word by 8 or rotating it by 16 brings every
+nibble to one of those two places: 3 shifts and 8 lop3 per 8 weights, then one FMA each. The constant offsets
+(2048 or 128 per plane) and the zero point fold into one per-word start value of the fp32 dot product:
+    sum_e (u_e - z) x_e = sum_e (M_e + u_e) x_e - sum_e M_e x_e - z sum_e x_e
+whose last two terms depend on x alone (per word column) and on z per row. The cancellation costs ~11 of
+fp32's 24 bits at most (2048 x against |u - z| x), far below the bf16 output's rounding.
+
+One program owns BLOCK_N rows and streams GROUPS quantization groups (128 weights, 16 words per row) per step,
+keeping an fp32 [BLOCK_N, GROUPS, 16] accumulator to which each group's scale is applied; the split-K epilogue
+is shared with the other skinny kernels.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import warnings
+
+import torch
+import triton
+import triton.language as tl
+
+from hinfer.ops.triton.linear_int4 import interpreting
+from hinfer.ops.triton.linear_splitk import store_tile
+
+# element e of a word sits at nibble position POS[e] = (0, 4, 1, 5, 2, 6, 3, 7); after the shifts below:
+#   word:        positions 3, 4 -> elements 6, 1      word << 8: positions 1, 2 -> elements 2, 4
+#   word >> 8:   positions 5, 6 -> elements 3, 5      rotate 16: positions 7, 0 -> elements 7, 0
+# (the nibble landing at bits 12..15 first, at bits 16..19 second). The inline PTX keeps mask and exponent in
+# registers so each nibble is one lop3 (Triton's and + or takes two: lop3 has room for one immediate).
+_PLANES_ASM = tl.constexpr("""
+{
+.reg .b32 t, m12, m16, e12, e16;
+mov.b32 m12, 0x0000f000;
+mov.b32 m16, 0x000f0000;
+mov.b32 e12, 0x45000000;
+mov.b32 e16, 0x43000000;
+lop3.b32 $6, $8, m12, e12, 0xea;
+lop3.b32 $1, $8, m16, e16, 0xea;
+shl.b32 t, $8, 8;
+lop3.b32 $2, t, m12, e12, 0xea;
+lop3.b32 $4, t, m16, e16, 0xea;
+shr.u32 t, $8, 8;
+lop3.b32 $3, t, m12, e12, 0xea;
+lop3.b32 $5, t, m16, e16, 0xea;
+shf.l.wrap.b32 t, $8, $8, 16;
+lop3.b32 $7, t, m12, e12, 0xea;
+lop3.b32 $0, t, m16, e16, 0xea;
+}
+""")
+
+
+@triton.jit
+def _load_in_place(ptrs, FAST: tl.constexpr, BYTE: tl.constexpr):
+    """tl.load as fp32, except that on the GPU an inline-PTX load keeps the layout of `ptrs`: the compiler would
+    give a plain load of these broadcast addresses its own layout and re-lay the accumulator out every step."""
+    if not FAST:
+        v = tl.load(ptrs).to(tl.float32)
+    elif BYTE:
+        v = tl.inline_asm_elementwise("ld.global.nc.u8 $0, [$1];", "=r,l", [ptrs], dtype=tl.int32,
+                                      is_pure=True, pack=1).to(tl.float32)  # fmt: skip
+    else:
+        v = tl.inline_asm_elementwise("ld.global.nc.b16 $0, [$1];", "=h,l", [ptrs], dtype=tl.bfloat16,
+                                      is_pure=True, pack=1).to(tl.float32)  # fmt: skip
+    return v
+
+
+@triton.jit
+def _tile_loads(w_base, s_base, s_ptr, z_ptr, g0, g_hi, n_ok, col, rg, K, HAS_ZERO: tl.constexpr,
+                FAST: tl.constexpr, EVEN: tl.constexpr):  # fmt: skip
+    """Packed words, scales and zero points (scales again when symmetric) of the step starting at group g0."""
+    if EVEN:
+        words = tl.load(w_base + g0 * 16)
+        s = _load_in_place(s_ptr + s_base + g0, FAST, False)
+        z = s
+        if HAS_ZERO:
+            z = _load_in_place(z_ptr + s_base + g0, FAST, True)
+    else:
+        g_ok = (g0 + rg) < g_hi
+        ok = n_ok[:, None, None] & (g_ok[:, None] & ((g0 * 16 + col) < K // 8))[None, :, :]
+        words = tl.load(w_base + g0 * 16, mask=ok, other=0)
+        s = tl.load(s_ptr + s_base + g0, mask=ok, other=0.0).to(tl.float32)
+        z = s
+        if HAS_ZERO:
+            z = tl.load(z_ptr + s_base + g0, mask=ok, other=8).to(tl.float32)
+    return words, s, z
+
+
+@triton.jit
+def _at12(bits):
+    return ((bits & 0xF000) | 0x45000000).to(tl.float32, bitcast=True)  # 2048 + u
+
+
+@triton.jit
+def _at16(bits):
+    return ((bits & 0xF0000) | 0x43000000).to(tl.float32, bitcast=True)  # 128 + u
+
+
+@triton.jit
+def int4_planes(words, FAST: tl.constexpr):
+    """int32 words -> the 8 fp32 planes M_e + u_e, elements 0..7 of each word (M = 128 for elements 0, 1, 4,
+    5 and 2048 for 2, 3, 6, 7)."""
+    if FAST:
+        v0, v1, v2, v3, v4, v5, v6, v7 = tl.inline_asm_elementwise(
+            _PLANES_ASM, "=r,=r,=r,=r,=r,=r,=r,=r,r", [words], dtype=(tl.float32,) * 8, is_pure=True, pack=1,
+        )  # fmt: skip
+    else:
+        u = words.to(tl.uint32, bitcast=True)
+        up = u << 8
+        dn = u >> 8
+        rot = (u << 16) | (u >> 16)
+        v6, v1, v2, v4 = _at12(u), _at16(u), _at12(up), _at16(up)
+        v3, v5, v7, v0 = _at12(dn), _at16(dn), _at12(rot), _at16(rot)
+    return v0, v1, v2, v3, v4, v5, v6, v7
+
+
+@triton.jit
+def int4_gemv_kernel(
+    x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr,
+    N, K, stride_wn, stride_sn,
+    HAS_ZERO: tl.constexpr, FAST: tl.constexpr, EVEN: tl.constexpr, BLOCK_N: tl.constexpr,
+    GROUPS: tl.constexpr, SPLIT_K: tl.constexpr, PREFETCH: tl.constexpr,
+):  # fmt: skip
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = rn < N
+    n_groups = tl.cdiv(K, 128)
+    per_split = tl.cdiv(tl.cdiv(n_groups, GROUPS), SPLIT_K) * GROUPS
+    g_lo = pid_k * per_split
+    g_hi = tl.minimum(g_lo + per_split, n_groups)
+    rg = tl.arange(0, GROUPS)
+    rc = tl.arange(0, 16)
+    col = rg[:, None] * 16 + rc[None, :]  # word column inside the step, [GROUPS, 16]
+    w_base = w_ptr + rn.to(tl.int64)[:, None, None] * stride_wn + col[None, :, :]
+    # scale / zero offsets broadcast over the 16 word columns: loaded straight into the accumulator's layout
+    # (repeated addresses in one thread are one load); a [BLOCK_N, GROUPS] load would be re-laid out each step
+    s_base = (rn[:, None] * stride_sn + rg[None, :])[:, :, None] + 0 * rc[None, None, :]
+    x_base = x_ptr + col * 8
+    acc = tl.zeros([BLOCK_N, GROUPS, 16], dtype=tl.float32)
+    if PREFETCH:  # registers hold the next step's weights while this one computes: twice the bytes in flight
+        words, s, z = _tile_loads(w_base, s_base, s_ptr, z_ptr, g_lo, g_hi, n_ok, col, rg, K, HAS_ZERO, FAST, EVEN)
+    for g0 in range(g_lo, g_hi, GROUPS):
+        if PREFETCH:
+            cur_w, cur_s, cur_z = words, s, z
+            g_nx = g0 + GROUPS
+            if EVEN:
+                g_nx = tl.minimum(g_nx, g_hi - GROUPS)  # the last step re-reads itself (unmasked, never used)
+            words, s, z = _tile_loads(w_base, s_base, s_ptr, z_ptr, g_nx, g_hi, n_ok, col, rg, K, HAS_ZERO,
+                                      FAST, EVEN)  # fmt: skip
+        else:
+            cur_w, cur_s, cur_z = _tile_loads(w_base, s_base, s_ptr, z_ptr, g0, g_hi, n_ok, col, rg, K, HAS_ZERO,
+                                              FAST, EVEN)  # fmt: skip
+        xp = x_base + g0 * 128
+        if EVEN:
+            x0 = tl.load(xp + 0).to(tl.float32)
+            x1 = tl.load(xp + 1).to(tl.float32)
+            x2 = tl.load(xp + 2).to(tl.float32)
+            x3 = tl.load(xp + 3).to(tl.float32)
+            x4 = tl.load(xp + 4).to(tl.float32)
+            x5 = tl.load(xp + 5).to(tl.float32)
+            x6 = tl.load(xp + 6).to(tl.float32)
+            x7 = tl.load(xp + 7).to(tl.float32)
+        else:
+            k_ok = ((g0 + rg) < g_hi)[:, None] & ((g0 * 16 + col) < K // 8)
+            x0 = tl.load(xp + 0, mask=k_ok, other=0.0).to(tl.float32)
+            x1 = tl.load(xp + 1, mask=k_ok, other=0.0).to(tl.float32)
+            x2 = tl.load(xp + 2, mask=k_ok, other=0.0).to(tl.float32)
+            x3 = tl.load(xp + 3, mask=k_ok, other=0.0).to(tl.float32)
+            x4 = tl.load(xp + 4, mask=k_ok, other=0.0).to(tl.float32)
+            x5 = tl.load(xp + 5, mask=k_ok, other=0.0).to(tl.float32)
+            x6 = tl.load(xp + 6, mask=k_ok, other=0.0).to(tl.float32)
+            x7 = tl.load(xp + 7, mask=k_ok, other=0.0).to(tl.float32)
+        xs = ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7))
+        offset = 2048.0 * ((x2 + x3) + (x6 + x7)) + 128.0 * ((x0 + x1) + (x4 + x5))
+        if HAS_ZERO:
+            p = -(offset[None, :, :] + cur_z * xs[None, :, :])
+        else:
+            p = tl.zeros([BLOCK_N, GROUPS, 16], dtype=tl.float32) - (offset + 8.0 * xs)[None, :, :]
+        v0, v1, v2, v3, v4, v5, v6, v7 = int4_planes(cur_w, FAST)
+        p += v0 * x0[None, :, :]
+        p += v1 * x1[None, :, :]
+        p += v2 * x2[None, :, :]
+        p += v3 * x3[None, :, :]
+        p += v4 * x4[None, :, :]
+        p += v5 * x5[None, :, :]
+        p += v6 * x6[None, :, :]
+        p += v7 * x7[None, :, :]
+        acc += cur_s * p
+    total = tl.sum(tl.sum(acc, axis=2), axis=1)
+    rm = tl.arange(0, 1)
+    store_tile(total[:, None], rn, rm, n_ok, rm < 1, y_ptr, 0, part_ptr, cnt_ptr, 1, N, pid_k,
+               pid_n, SPLIT_K, BLOCK_N, 1)  # fmt: skip
+
+
+@functools.cache
+def fast_gemv_ok(device_index: int) -> bool:
+    """Whether the inline-PTX variant (nibble planes, in-place scale loads) compiles here and gives exactly the
+    portable variant's result (same fp32 operations in the same order). Checked once per device, outside
+    CUDA-graph capture: the first int4 GEMV on a device does it. HINFER_INT4_ASM=0 disables it."""
+    if interpreting() or os.environ.get("HINFER_INT4_ASM", "1") == "0" or not torch.cuda.is_available():
+        return False
+    dev = torch.device("cuda", device_index)
+    gen = torch.Generator(device=dev).manual_seed(0)
+    n, k = 256, 512
+    words = torch.randint(-(2**31), 2**31 - 1, (n, k // 8), dtype=torch.int32, device=dev, generator=gen)
+    s = torch.rand(n, k // 128, device=dev, generator=gen).bfloat16()
+    z = torch.randint(0, 16, (n, k // 128), dtype=torch.uint8, device=dev, generator=gen)
+    x = torch.randn(1, k, device=dev, generator=gen).bfloat16()
+    try:
+        ok = True
+        for zero in (None, z):
+            outs = []
+            for fast in (False, True):
+                y = torch.empty(1, n, dtype=torch.bfloat16, device=dev)
+                int4_gemv_kernel[(n // 64, 1)](
+                    x, words, s, zero if zero is not None else s, y, y, y, n, k, words.stride(0), s.stride(0),
+                    HAS_ZERO=zero is not None, FAST=fast, EVEN=True, BLOCK_N=64, GROUPS=1, SPLIT_K=1,
+                    PREFETCH=True, num_warps=4,
+                )  # fmt: skip
+                outs.append(y)
+            ok = ok and torch.equal(outs[0], outs[1])
+    except Exception:  # noqa: BLE001 - any compile/launch failure means: use the portable variant
+        ok = False
+    if not ok:
+        warnings.warn("hinfer: inline-PTX int4 GEMV unavailable or wrong here; using the portable one", stacklevel=2)
+    return ok
