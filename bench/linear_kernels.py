@@ -219,13 +219,13 @@ def _run_skinny(kind: str, n: int, x: torch.Tensor, cfg, wt) -> torch.Tensor:
     return skinny_matmul(x, kind, wt.weight, n, wt.scale, cfg=cfg)
 
 
-def tune(shapes, formats, ms) -> None:
+def tune(shapes, formats, ms, tuned_out: Path | None = None) -> None:
     """Sweep skinny_candidates per (format, shape, M); print the winners as TUNED entries."""
     from hinfer.ops.triton import linear_configs as lc
 
     kinds = {"bf16": lc.BF16, "fp8": lc.FP8_ROW, "fp8-block": lc.FP8_BLOCK, "int4": lc.INT4}
     g = _gen(2)
-    lines = []
+    lines, entries = [], []
     for name, n, k in shapes:
         for fmt in formats:
             if fmt not in kinds or (name == "lm_head" and fmt != "bf16"):
@@ -250,9 +250,13 @@ def tune(shapes, formats, ms) -> None:
                 gbs = nbytes / t / 1e9
                 print(f"  {name:8s} {fmt:10s} M={m:<3d} best {t * 1e6:7.1f} us {gbs:6.0f} GB/s {cfg}", flush=True)
                 lines.append(f"    ({kind!r}, {n}, {k}, {lc.m_bucket(m)}): SkinnyConfig{tuple(asdict(cfg).values())},")
+                entries.append({"fmt": kind, "n": n, "k": k, "m": lc.m_bucket(m), "config": asdict(cfg),
+                                "us": t * 1e6})  # fmt: skip
             del w, weights
             torch.cuda.empty_cache()
     print("\nTUNED = {  # paste into hinfer/ops/triton/linear_configs.py\n" + "\n".join(lines) + "\n}")
+    if tuned_out:
+        tuned_out.write_text(json.dumps(entries, indent=1))  # HINFER_LINEAR_TUNED=this file uses them
 
 
 def errors() -> None:
@@ -324,6 +328,7 @@ def main() -> None:
     ap.add_argument("--tune", action="store_true")
     ap.add_argument("--errors", action="store_true")
     ap.add_argument("--json", type=Path, help="also write the rows here")
+    ap.add_argument("--tuned-out", type=Path, help="with --tune: write the winners as JSON (HINFER_LINEAR_TUNED)")
     a = ap.parse_args()
     if a.errors:
         errors()
@@ -335,7 +340,7 @@ def main() -> None:
     print(f"{torch.cuda.get_device_name()}; torch {torch.__version__}; HINFER_INT4_ASM="
           f"{os.environ.get('HINFER_INT4_ASM', '1')}")
     if a.tune:
-        tune(shapes, formats, ms)
+        tune(shapes, formats, ms, a.tuned_out)
         return
     bw = copy_bandwidth()
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s")

@@ -54,7 +54,7 @@ def _cfgs(fmt: str, m: int) -> list[SkinnyConfig]:
     if m == 1 and fmt != INT4:
         out += [SkinnyConfig(16, 128, 1, 2, 4, 2), SkinnyConfig(16, 64, 1, 1, 4, 2)]  # GEMV, ragged / even
     if m == 1 and fmt == INT4:  # int4 GEMV: ragged groups and rows, 2 groups per step, split-K, no prefetch
-        out += [SkinnyConfig(16, 256, 1, 2, 4, 2), SkinnyConfig(64, 128, 1, 3, 4, 1), SkinnyConfig(16, 128, 1, 1, 4, 2)]
+        out += [SkinnyConfig(16, 256, 1, 2, 4, 2), SkinnyConfig(64, 128, 1, 3, 4, 1), SkinnyConfig(16, 128, 1, 1, 4, 3)]
     return out
 
 
@@ -169,3 +169,19 @@ def test_gemm_rejects_bf16_activations_for_fp8_weights():
     q = quantize_fp8(torch.randn(N, K, device=DEV))
     with pytest.raises(ValueError, match="quantize them"):
         gemm(torch.zeros(4, K, dtype=torch.bfloat16, device=DEV), None, FP8_ROW, q.weight, q.scale, N)
+
+
+@pytest.mark.parametrize("zero_point", [False, True])
+def test_int4_gemv_even_tiles_and_prefetch(zero_point):
+    """The int4 GEMV's unmasked path (rows and groups divide the tiles) at every prefetch depth and split."""
+    from hinfer.ops.triton.linear import skinny_matmul
+
+    g = torch.Generator(device=DEV).manual_seed(11)
+    n, k = 64, 1024
+    q = quantize_int4(torch.randn(n, k, generator=g, device=DEV).bfloat16(), zero_point=zero_point)
+    x = torch.randn(1, k, generator=g, device=DEV).bfloat16()
+    ref = q.matmul_ref(x)
+    for cfg in (SkinnyConfig(32, 128, 1, 2, 4, 1), SkinnyConfig(16, 256, 1, 2, 4, 2), SkinnyConfig(64, 128, 1, 1, 4, 3)):
+        out = torch.full((1, n), float("nan"), dtype=torch.bfloat16, device=DEV)
+        skinny_matmul(x, INT4, q.qweight, n, q.scales, q.zeros, out=out, cfg=cfg)
+        assert _rel(out, ref) < REL, cfg

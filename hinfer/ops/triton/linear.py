@@ -166,7 +166,7 @@ def skinny_matmul(
         int4_gemv_kernel[grid[:2]](
             x, w, s, zero if zero is not None else s, out, part, cnt, n, k, w.stride(0), s.stride(0),
             HAS_ZERO=zero is not None, FAST=x.is_cuda and fast_gemv_ok(x.device.index or 0), EVEN=even, BLOCK_N=cfg.block_n, GROUPS=groups, SPLIT_K=cfg.split_k,
-            PREFETCH=cfg.num_stages > 1,
+            PREFETCH=min(cfg.num_stages - 1, 2),
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )  # fmt: skip
         return out

@@ -57,7 +57,7 @@ def _int4_gemv(n: int, k: int, zero: bool = False) -> Variant:
            "y_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32", "N": "i32", "K": "i32", "stride_wn": "i32",
            "stride_sn": "i32"}  # fmt: skip
     cex = dict(HAS_ZERO=zero, FAST=True, EVEN=True, BLOCK_N=c.block_n, GROUPS=c.block_k // 128,
-               SPLIT_K=c.split_k, PREFETCH=c.num_stages > 1)  # fmt: skip
+               SPLIT_K=c.split_k, PREFETCH=min(c.num_stages - 1, 2))  # fmt: skip
     return f"int4 gemv{' asym' if zero else ''} {n}x{k} {c}", int4_gemv_kernel, sig, cex, c.num_warps, c.num_stages
 
 

@@ -13,7 +13,10 @@ table to paste here. The shapes (N, K) of Qwen3.6-27B:
 from __future__ import annotations
 
 import functools
+import json
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -28,7 +31,7 @@ class SkinnyConfig:
     block_n: int
     block_k: int
     block_m: int  # 1: CUDA-core GEMV (M == 1 only); >= 16: tensor-core tile with the M rows padded
-    # int4 GEMV (block_m 1): block_k = 128 x groups per step, num_stages > 1 prefetches the next step
+    # int4 GEMV (block_m 1): block_k = 128 x groups per step, num_stages - 1 steps prefetched (at most 2)
     split_k: int
     num_warps: int
     num_stages: int
@@ -81,6 +84,19 @@ TUNED: dict[tuple[str, int, int, int], SkinnyConfig] = {
     ("bf16", 5120, 17408, 1): SkinnyConfig(64, 128, 16, 4, 4, 3),
     ("bf16", 5120, 17408, 8): SkinnyConfig(64, 128, 16, 4, 4, 3),
 }
+
+
+def _load_tuned_file() -> None:
+    """HINFER_LINEAR_TUNED=path.json (written by `bench/linear_kernels.py --tune --tuned-out`) adds or overrides
+    entries: tiles tuned on this GPU without editing the package."""
+    path = os.environ.get("HINFER_LINEAR_TUNED")
+    if not path:
+        return
+    for e in json.loads(Path(path).read_text()):
+        TUNED[(e["fmt"], e["n"], e["k"], e["m"])] = SkinnyConfig(**e["config"])
+
+
+_load_tuned_file()
 
 
 def _split_for(n: int, m: int, k: int, block_n: int, block_m: int, block_k: int, sms: int) -> int:
@@ -136,11 +152,11 @@ def skinny_candidates(fmt: str, m: int, n: int, k: int, sms: int = 132) -> list[
     out: list[SkinnyConfig] = []
     if m == 1 and fmt == INT4:
         groups = -(-k // QGROUP)
-        for bn, bk, warps in ((64, 128, 4), (128, 128, 4), (128, 128, 8), (256, 128, 8), (128, 256, 8)):
+        for bn, bk, warps in ((64, 128, 4), (128, 128, 4), (128, 128, 8), (256, 128, 8)):
             s0 = _split_for(n, m, k, bn, 1, QGROUP, sms)
             for split in sorted({max(1, s0 // 2), s0, 2 * s0}):
                 if groups % (split * bk // QGROUP) == 0:
-                    for stages in (1, 2):
+                    for stages in (1, 2, 3):
                         out.append(SkinnyConfig(bn, bk, 1, split, warps, stages))
         return out
     if m == 1:

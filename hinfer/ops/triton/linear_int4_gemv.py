@@ -37,26 +37,46 @@ from hinfer.ops.triton.linear_splitk import store_tile
 #   word >> 8:   positions 5, 6 -> elements 3, 5      rotate 16: positions 7, 0 -> elements 7, 0
 # (the nibble landing at bits 12..15 first, at bits 16..19 second). The inline PTX keeps mask and exponent in
 # registers so each nibble is one lop3 (Triton's and + or takes two: lop3 has room for one immediate).
-_PLANES_ASM = tl.constexpr("""
-{
+_PAIR0 = tl.constexpr("""{
 .reg .b32 t, m12, m16, e12, e16;
 mov.b32 m12, 0x0000f000;
 mov.b32 m16, 0x000f0000;
 mov.b32 e12, 0x45000000;
 mov.b32 e16, 0x43000000;
-lop3.b32 $6, $8, m12, e12, 0xea;
-lop3.b32 $1, $8, m16, e16, 0xea;
-shl.b32 t, $8, 8;
-lop3.b32 $2, t, m12, e12, 0xea;
-lop3.b32 $4, t, m16, e16, 0xea;
-shr.u32 t, $8, 8;
-lop3.b32 $3, t, m12, e12, 0xea;
-lop3.b32 $5, t, m16, e16, 0xea;
-shf.l.wrap.b32 t, $8, $8, 16;
-lop3.b32 $7, t, m12, e12, 0xea;
-lop3.b32 $0, t, m16, e16, 0xea;
-}
-""")
+mov.b32 t, $2;
+lop3.b32 $0, t, m12, e12, 0xea;
+lop3.b32 $1, t, m16, e16, 0xea;
+}""")
+_PAIR1 = tl.constexpr("""{
+.reg .b32 t, m12, m16, e12, e16;
+mov.b32 m12, 0x0000f000;
+mov.b32 m16, 0x000f0000;
+mov.b32 e12, 0x45000000;
+mov.b32 e16, 0x43000000;
+shl.b32 t, $2, 8;
+lop3.b32 $0, t, m12, e12, 0xea;
+lop3.b32 $1, t, m16, e16, 0xea;
+}""")
+_PAIR2 = tl.constexpr("""{
+.reg .b32 t, m12, m16, e12, e16;
+mov.b32 m12, 0x0000f000;
+mov.b32 m16, 0x000f0000;
+mov.b32 e12, 0x45000000;
+mov.b32 e16, 0x43000000;
+shr.u32 t, $2, 8;
+lop3.b32 $0, t, m12, e12, 0xea;
+lop3.b32 $1, t, m16, e16, 0xea;
+}""")
+_PAIR3 = tl.constexpr("""{
+.reg .b32 t, m12, m16, e12, e16;
+mov.b32 m12, 0x0000f000;
+mov.b32 m16, 0x000f0000;
+mov.b32 e12, 0x45000000;
+mov.b32 e16, 0x43000000;
+shf.l.wrap.b32 t, $2, $2, 16;
+lop3.b32 $0, t, m12, e12, 0xea;
+lop3.b32 $1, t, m16, e16, 0xea;
+}""")
 
 
 @triton.jit
@@ -106,21 +126,30 @@ def _at16(bits):
 
 
 @triton.jit
-def int4_planes(words, FAST: tl.constexpr):
-    """int32 words -> the 8 fp32 planes M_e + u_e, elements 0..7 of each word (M = 128 for elements 0, 1, 4,
-    5 and 2048 for 2, 3, 6, 7)."""
+def int4_plane_pair(words, PAIR: tl.constexpr, FAST: tl.constexpr):
+    """Two of the 8 fp32 planes M_e + u_e of each word: PAIR 0 -> elements (6, 1), 1 -> (2, 4), 2 -> (3, 5),
+    3 -> (7, 0); M = 2048 for the first of each pair, 128 for the second. One pair at a time keeps 2 values
+    per word live instead of 8."""
     if FAST:
-        v0, v1, v2, v3, v4, v5, v6, v7 = tl.inline_asm_elementwise(
-            _PLANES_ASM, "=r,=r,=r,=r,=r,=r,=r,=r,r", [words], dtype=(tl.float32,) * 8, is_pure=True, pack=1,
-        )  # fmt: skip
+        if PAIR == 0:
+            asm: tl.constexpr = _PAIR0
+        elif PAIR == 1:
+            asm: tl.constexpr = _PAIR1
+        elif PAIR == 2:
+            asm: tl.constexpr = _PAIR2
+        else:
+            asm: tl.constexpr = _PAIR3
+        hi, lo = tl.inline_asm_elementwise(asm, "=r,=r,r", [words], dtype=(tl.float32,) * 2, is_pure=True, pack=1)
     else:
         u = words.to(tl.uint32, bitcast=True)
-        up = u << 8
-        dn = u >> 8
-        rot = (u << 16) | (u >> 16)
-        v6, v1, v2, v4 = _at12(u), _at16(u), _at12(up), _at16(up)
-        v3, v5, v7, v0 = _at12(dn), _at16(dn), _at12(rot), _at16(rot)
-    return v0, v1, v2, v3, v4, v5, v6, v7
+        if PAIR == 1:
+            u = u << 8
+        elif PAIR == 2:
+            u = u >> 8
+        elif PAIR == 3:
+            u = (u << 16) | (u >> 16)
+        hi, lo = _at12(u), _at16(u)
+    return hi, lo
 
 
 @triton.jit
@@ -147,19 +176,29 @@ def int4_gemv_kernel(
     s_base = (rn[:, None] * stride_sn + rg[None, :])[:, :, None] + 0 * rc[None, None, :]
     x_base = x_ptr + col * 8
     acc = tl.zeros([BLOCK_N, GROUPS, 16], dtype=tl.float32)
-    if PREFETCH:  # registers hold the next step's weights while this one computes: twice the bytes in flight
-        words, s, z = _tile_loads(w_base, s_base, s_ptr, z_ptr, g_lo, g_hi, n_ok, col, rg, K, HAS_ZERO, FAST, EVEN)
+    # PREFETCH steps ahead are loaded into registers while this one computes: more bytes in flight per SM
+    last = g_hi - GROUPS  # EVEN: look-ahead past the end re-reads the last step (unmasked, never used)
+    if PREFETCH >= 1:
+        n1 = _tile_loads(w_base, s_base, s_ptr, z_ptr, g_lo, g_hi, n_ok, col, rg, K, HAS_ZERO, FAST, EVEN)
+    if PREFETCH >= 2:
+        g_nx = g_lo + GROUPS
+        if EVEN:
+            g_nx = tl.minimum(g_nx, last)
+        n2 = _tile_loads(w_base, s_base, s_ptr, z_ptr, g_nx, g_hi, n_ok, col, rg, K, HAS_ZERO, FAST, EVEN)
     for g0 in range(g_lo, g_hi, GROUPS):
-        if PREFETCH:
-            cur_w, cur_s, cur_z = words, s, z
-            g_nx = g0 + GROUPS
-            if EVEN:
-                g_nx = tl.minimum(g_nx, g_hi - GROUPS)  # the last step re-reads itself (unmasked, never used)
-            words, s, z = _tile_loads(w_base, s_base, s_ptr, z_ptr, g_nx, g_hi, n_ok, col, rg, K, HAS_ZERO,
-                                      FAST, EVEN)  # fmt: skip
-        else:
+        g_nx = g0 + PREFETCH * GROUPS
+        if EVEN:
+            g_nx = tl.minimum(g_nx, last)
+        if PREFETCH == 0:
             cur_w, cur_s, cur_z = _tile_loads(w_base, s_base, s_ptr, z_ptr, g0, g_hi, n_ok, col, rg, K, HAS_ZERO,
                                               FAST, EVEN)  # fmt: skip
+        elif PREFETCH == 1:
+            cur_w, cur_s, cur_z = n1
+            n1 = _tile_loads(w_base, s_base, s_ptr, z_ptr, g_nx, g_hi, n_ok, col, rg, K, HAS_ZERO, FAST, EVEN)
+        else:
+            cur_w, cur_s, cur_z = n1
+            n1 = n2
+            n2 = _tile_loads(w_base, s_base, s_ptr, z_ptr, g_nx, g_hi, n_ok, col, rg, K, HAS_ZERO, FAST, EVEN)
         xp = x_base + g0 * 128
         if EVEN:
             x0 = tl.load(xp + 0).to(tl.float32)
@@ -186,15 +225,18 @@ def int4_gemv_kernel(
             p = -(offset[None, :, :] + cur_z * xs[None, :, :])
         else:
             p = tl.zeros([BLOCK_N, GROUPS, 16], dtype=tl.float32) - (offset + 8.0 * xs)[None, :, :]
-        v0, v1, v2, v3, v4, v5, v6, v7 = int4_planes(cur_w, FAST)
-        p += v0 * x0[None, :, :]
-        p += v1 * x1[None, :, :]
-        p += v2 * x2[None, :, :]
-        p += v3 * x3[None, :, :]
-        p += v4 * x4[None, :, :]
-        p += v5 * x5[None, :, :]
+        v6, v1 = int4_plane_pair(cur_w, 0, FAST)
         p += v6 * x6[None, :, :]
+        p += v1 * x1[None, :, :]
+        v2, v4 = int4_plane_pair(cur_w, 1, FAST)
+        p += v2 * x2[None, :, :]
+        p += v4 * x4[None, :, :]
+        v3, v5 = int4_plane_pair(cur_w, 2, FAST)
+        p += v3 * x3[None, :, :]
+        p += v5 * x5[None, :, :]
+        v7, v0 = int4_plane_pair(cur_w, 3, FAST)
         p += v7 * x7[None, :, :]
+        p += v0 * x0[None, :, :]
         acc += cur_s * p
     total = tl.sum(tl.sum(acc, axis=2), axis=1)
     rm = tl.arange(0, 1)
@@ -225,7 +267,7 @@ def fast_gemv_ok(device_index: int) -> bool:
                 int4_gemv_kernel[(n // 64, 1)](
                     x, words, s, zero if zero is not None else s, y, y, y, n, k, words.stride(0), s.stride(0),
                     HAS_ZERO=zero is not None, FAST=fast, EVEN=True, BLOCK_N=64, GROUPS=1, SPLIT_K=1,
-                    PREFETCH=True, num_warps=4,
+                    PREFETCH=1, num_warps=4,
                 )  # fmt: skip
                 outs.append(y)
             ok = ok and torch.equal(outs[0], outs[1])
