@@ -160,6 +160,8 @@ def skinny_matmul(
     part, cnt = split_scratch(cfg.split_k, m, n, grid[0] * grid[2], x, out)
     s = scale if scale is not None else w
     if gemv_int4:
+        if x.data_ptr() % 4:
+            x = x.clone()  # the GEMV reads x as int32 pairs of bf16
         groups = cfg.block_k // QGROUP
         n_groups = triton.cdiv(k, QGROUP)
         even = n % cfg.block_n == 0 and k % QGROUP == 0 and n_groups % (groups * cfg.split_k) == 0

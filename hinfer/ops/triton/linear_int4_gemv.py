@@ -95,24 +95,45 @@ def _load_in_place(ptrs, FAST: tl.constexpr, BYTE: tl.constexpr):
 
 
 @triton.jit
-def _tile_loads(w_base, s_base, s_ptr, z_ptr, g0, g_hi, n_ok, col, rg, K, HAS_ZERO: tl.constexpr,
+def _tile_loads(w_base, s_base, x_base, s_ptr, z_ptr, g0, g_hi, n_ok, col, rg, K, HAS_ZERO: tl.constexpr,
                 FAST: tl.constexpr, EVEN: tl.constexpr):  # fmt: skip
-    """Packed words, scales and zero points (scales again when symmetric) of the step starting at group g0."""
+    """Everything one step reads, issued together so a prefetched step has nothing left to wait for: packed
+    words, scales, zero points (scales again when symmetric) and x as int32 pairs of bf16 (word j of column c
+    holds x[8c + 2j] in its low half, x[8c + 2j + 1] in its high half)."""
+    xp = x_base + g0 * 64
     if EVEN:
         words = tl.load(w_base + g0 * 16)
         s = _load_in_place(s_ptr + s_base + g0, FAST, False)
         z = s
         if HAS_ZERO:
             z = _load_in_place(z_ptr + s_base + g0, FAST, True)
+        xa = tl.load(xp + 0)
+        xb = tl.load(xp + 1)
+        xc = tl.load(xp + 2)
+        xd = tl.load(xp + 3)
     else:
-        g_ok = (g0 + rg) < g_hi
-        ok = n_ok[:, None, None] & (g_ok[:, None] & ((g0 * 16 + col) < K // 8))[None, :, :]
+        k_ok = ((g0 + rg) < g_hi)[:, None] & ((g0 * 16 + col) < K // 8)
+        ok = n_ok[:, None, None] & k_ok[None, :, :]
         words = tl.load(w_base + g0 * 16, mask=ok, other=0)
         s = tl.load(s_ptr + s_base + g0, mask=ok, other=0.0).to(tl.float32)
         z = s
         if HAS_ZERO:
             z = tl.load(z_ptr + s_base + g0, mask=ok, other=8).to(tl.float32)
-    return words, s, z
+        xa = tl.load(xp + 0, mask=k_ok, other=0)
+        xb = tl.load(xp + 1, mask=k_ok, other=0)
+        xc = tl.load(xp + 2, mask=k_ok, other=0)
+        xd = tl.load(xp + 3, mask=k_ok, other=0)
+    return words, s, z, xa, xb, xc, xd
+
+
+@triton.jit
+def _lo(pair):
+    return (pair << 16).to(tl.float32, bitcast=True)  # bf16 in the low half -> fp32
+
+
+@triton.jit
+def _hi(pair):
+    return (pair & -65536).to(tl.float32, bitcast=True)  # bf16 in the high half -> fp32
 
 
 @triton.jit
@@ -174,51 +195,37 @@ def int4_gemv_kernel(
     # scale / zero offsets broadcast over the 16 word columns: loaded straight into the accumulator's layout
     # (repeated addresses in one thread are one load); a [BLOCK_N, GROUPS] load would be re-laid out each step
     s_base = (rn[:, None] * stride_sn + rg[None, :])[:, :, None] + 0 * rc[None, None, :]
-    x_base = x_ptr + col * 8
+    x_base = x_ptr.to(tl.pointer_type(tl.int32)) + col * 4  # 16 bytes of x per word column
     acc = tl.zeros([BLOCK_N, GROUPS, 16], dtype=tl.float32)
     # PREFETCH steps ahead are loaded into registers while this one computes: more bytes in flight per SM
     last = g_hi - GROUPS  # EVEN: look-ahead past the end re-reads the last step (unmasked, never used)
     if PREFETCH >= 1:
-        n1 = _tile_loads(w_base, s_base, s_ptr, z_ptr, g_lo, g_hi, n_ok, col, rg, K, HAS_ZERO, FAST, EVEN)
+        n1 = _tile_loads(w_base, s_base, x_base, s_ptr, z_ptr, g_lo, g_hi, n_ok, col, rg, K, HAS_ZERO, FAST,
+                         EVEN)  # fmt: skip
     if PREFETCH >= 2:
         g_nx = g_lo + GROUPS
         if EVEN:
             g_nx = tl.minimum(g_nx, last)
-        n2 = _tile_loads(w_base, s_base, s_ptr, z_ptr, g_nx, g_hi, n_ok, col, rg, K, HAS_ZERO, FAST, EVEN)
+        n2 = _tile_loads(w_base, s_base, x_base, s_ptr, z_ptr, g_nx, g_hi, n_ok, col, rg, K, HAS_ZERO, FAST,
+                         EVEN)  # fmt: skip
     for g0 in range(g_lo, g_hi, GROUPS):
         g_nx = g0 + PREFETCH * GROUPS
         if EVEN:
             g_nx = tl.minimum(g_nx, last)
         if PREFETCH == 0:
-            cur_w, cur_s, cur_z = _tile_loads(w_base, s_base, s_ptr, z_ptr, g0, g_hi, n_ok, col, rg, K, HAS_ZERO,
-                                              FAST, EVEN)  # fmt: skip
+            cur = _tile_loads(w_base, s_base, x_base, s_ptr, z_ptr, g0, g_hi, n_ok, col, rg, K, HAS_ZERO, FAST, EVEN)
+            cur_w, cur_s, cur_z, xa, xb, xc, xd = cur
         elif PREFETCH == 1:
-            cur_w, cur_s, cur_z = n1
-            n1 = _tile_loads(w_base, s_base, s_ptr, z_ptr, g_nx, g_hi, n_ok, col, rg, K, HAS_ZERO, FAST, EVEN)
+            cur_w, cur_s, cur_z, xa, xb, xc, xd = n1
+            n1 = _tile_loads(w_base, s_base, x_base, s_ptr, z_ptr, g_nx, g_hi, n_ok, col, rg, K, HAS_ZERO, FAST,
+                             EVEN)  # fmt: skip
         else:
-            cur_w, cur_s, cur_z = n1
+            cur_w, cur_s, cur_z, xa, xb, xc, xd = n1
             n1 = n2
-            n2 = _tile_loads(w_base, s_base, s_ptr, z_ptr, g_nx, g_hi, n_ok, col, rg, K, HAS_ZERO, FAST, EVEN)
-        xp = x_base + g0 * 128
-        if EVEN:
-            x0 = tl.load(xp + 0).to(tl.float32)
-            x1 = tl.load(xp + 1).to(tl.float32)
-            x2 = tl.load(xp + 2).to(tl.float32)
-            x3 = tl.load(xp + 3).to(tl.float32)
-            x4 = tl.load(xp + 4).to(tl.float32)
-            x5 = tl.load(xp + 5).to(tl.float32)
-            x6 = tl.load(xp + 6).to(tl.float32)
-            x7 = tl.load(xp + 7).to(tl.float32)
-        else:
-            k_ok = ((g0 + rg) < g_hi)[:, None] & ((g0 * 16 + col) < K // 8)
-            x0 = tl.load(xp + 0, mask=k_ok, other=0.0).to(tl.float32)
-            x1 = tl.load(xp + 1, mask=k_ok, other=0.0).to(tl.float32)
-            x2 = tl.load(xp + 2, mask=k_ok, other=0.0).to(tl.float32)
-            x3 = tl.load(xp + 3, mask=k_ok, other=0.0).to(tl.float32)
-            x4 = tl.load(xp + 4, mask=k_ok, other=0.0).to(tl.float32)
-            x5 = tl.load(xp + 5, mask=k_ok, other=0.0).to(tl.float32)
-            x6 = tl.load(xp + 6, mask=k_ok, other=0.0).to(tl.float32)
-            x7 = tl.load(xp + 7, mask=k_ok, other=0.0).to(tl.float32)
+            n2 = _tile_loads(w_base, s_base, x_base, s_ptr, z_ptr, g_nx, g_hi, n_ok, col, rg, K, HAS_ZERO, FAST,
+                             EVEN)  # fmt: skip
+        x0, x1, x2, x3 = _lo(xa), _hi(xa), _lo(xb), _hi(xb)
+        x4, x5, x6, x7 = _lo(xc), _hi(xc), _lo(xd), _hi(xd)
         xs = ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7))
         offset = 2048.0 * ((x2 + x3) + (x6 + x7)) + 128.0 * ((x0 + x1) + (x4 + x5))
         if HAS_ZERO:
