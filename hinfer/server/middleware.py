@@ -45,7 +45,7 @@ class RequestContextMiddleware:
         if self.api_key and path not in OPEN_PATHS and scope.get("method") != "OPTIONS" \
                 and not authorized(headers, self.api_key):
             err = APIError(401, "invalid or missing API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'",
-                           code="invalid_api_key")
+                           code="invalid_api_key", anthropic_message="invalid x-api-key")
             await JSONResponse(error_body(err, path), status_code=401)(scope, receive, send_with_id)
             return
         await self.app(scope, receive, send_with_id)

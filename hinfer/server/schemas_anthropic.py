@@ -13,7 +13,7 @@ class _Open(BaseModel):
 
 
 class Message(_Open):
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "system"]  # system: Anthropic's mid-conversation system messages
     content: str | list[dict[str, Any]]
 
 

@@ -157,7 +157,8 @@ def test_completions_bad_input(http, body, needle):
 
 ANTHROPIC_BAD = [
     ({"model": MODEL, "messages": [{"role": "user", "content": "x"}]}, "max_tokens"),
-    (msgs(messages=[{"role": "system", "content": "x"}]), "role"),
+    (msgs(messages=[{"role": "tool", "content": "x"}]), "role"),
+    (msgs(messages=[{"role": "system", "content": "only a system message"}]), "chat template"),
     (msgs(messages="hi"), "messages"),
     (msgs(max_tokens="many"), "max_tokens"),
     (msgs(max_tokens=10**9), "max_tokens"),
@@ -179,7 +180,7 @@ ANTHROPIC_BAD = [
     (msgs(tools=[{"name": "f", "input_schema": {}}], tool_choice={"type": "tool", "name": "g"}), "not in tools"),
     (msgs(system=[{"type": "image"}]), "vision"),
     (msgs(temperature=-3), "temperature"),
-    (msgs(messages=[{"role": "user", "content": "word " * 5000}]), "context"),
+    (msgs(messages=[{"role": "user", "content": "word " * 5000}]), "prompt is too long"),
     (msgs(messages=[{"role": "assistant", "content": "only me"}]), "chat template"),
 ]
 
@@ -227,7 +228,7 @@ def test_auth(secured):
     assert_openai_error(secured.post(CHAT, json=chat(), headers={"authorization": "Bearer wrong"}), status=401)
     assert_anthropic_error(secured.post(MSGS, json=msgs()), status=401, typ="authentication_error")
     assert_anthropic_error(secured.post(MSGS, json=msgs(), headers={"x-api-key": "nope"}), status=401,
-                           typ="authentication_error")
+                           typ="authentication_error", needle="invalid x-api-key")
     assert_openai_error(secured.get("/v1/models"), status=401)
     assert secured.get("/metrics").status_code == 401
     assert secured.post(CHAT, json=chat(), headers={"authorization": "Bearer s3cret"}).status_code == 200
