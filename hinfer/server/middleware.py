@@ -15,8 +15,8 @@ from hinfer.server.errors import APIError, error_body
 from hinfer.server.metrics import Metrics
 
 _GOOD_ID = re.compile(r"^[\w\-.:/=+@]{1,128}$")  # echo only ids that are safe in a header and a log line
-_COUNTED = ("/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/messages/count_tokens", "/v1/models",
-            "/health", "/metrics")
+_COUNTED = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages", "/v1/messages/count_tokens",
+            "/v1/models", "/health", "/metrics")
 
 
 class RequestContextMiddleware:
