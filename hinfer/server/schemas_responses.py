@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from hinfer.server.unicode_check import UnicodeChecked
+
 
 class _Open(BaseModel):
     model_config = ConfigDict(extra="allow", allow_inf_nan=False)
@@ -17,7 +19,7 @@ class ReasoningConfig(_Open):
     summary: str | None = None  # accepted; the raw reasoning is returned instead of a summary
 
 
-class ResponsesRequest(_Open):
+class ResponsesRequest(_Open, UnicodeChecked):
     model: str
     input: str | list[Any] = ""  # items are checked one by one in responses_convert.py
     instructions: str | None = None

@@ -317,3 +317,40 @@ def test_engine_errors(tight):
     # Still serving, and the lane was given back each time.
     assert c.post(CHAT, json=chat(max_tokens=3)).status_code == 200
     assert eng.busy == 0
+
+
+# -- invalid Unicode ---------------------------------------------------------------------------------------
+
+SURROGATE_BODIES = [
+    (CHAT, '{"model": "%s", "messages": [{"role": "user", "content": "a\\ud800b"}]}', "messages.0.content"),
+    (CHAT, '{"model": "%s", "messages": [{"role": "user", "content": "x"}], "stop": ["\\udfff"]}', "stop.0"),
+    ("/v1/completions", '{"model": "%s", "prompt": "a\\udc00"}', "prompt"),
+    (MSGS, '{"model": "%s", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "text", '
+           '"text": "\\ud83d"}]}]}', "messages.0.content.0.text"),
+    (MSGS + "/count_tokens", '{"model": "%s", "system": "\\ud800", "messages": [{"role": "user", "content": "x"}]}',
+     "system"),
+    ("/v1/responses", '{"model": "%s", "input": "ok", "metadata": {"k": "\\ud800"}}', "metadata.k"),
+    ("/v1/responses", '{"model": "%s", "input": [{"role": "user", "content": "\\udbff"}]}', "input.0.content"),
+]
+
+
+@pytest.mark.parametrize("path,body,param", SURROGATE_BODIES, ids=[str(i) for i in range(len(SURROGATE_BODIES))])
+def test_lone_surrogates_are_400_in_the_dialect_shape(http, path, body, param):
+    r = http.post(path, content=(body % MODEL).encode(), headers={"content-type": "application/json"})
+    if path.startswith(MSGS):
+        assert_anthropic_error(r, needle="invalid Unicode in " + param)
+    else:
+        err = assert_openai_error(r, needle="lone surrogate")
+        assert err["param"] == param
+
+
+def test_a_valid_surrogate_pair_is_text(http):
+    body = '{"model": "' + MODEL + '", "messages": [{"role": "user", "content": "\\ud83c\\udf0d [[greet]]"}]}'
+    r = http.post(CHAT, content=body.encode(), headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text
+
+
+def test_invalid_utf8_bytes_are_400(http):
+    body = b'{"model": "' + MODEL.encode() + b'", "messages": [{"role": "user", "content": "a\xff\xfeb"}]}'
+    assert_openai_error(http.post(CHAT, content=body, headers={"content-type": "application/json"}))
+    assert_anthropic_error(http.post(MSGS, content=body, headers={"content-type": "application/json"}))
