@@ -6,7 +6,7 @@ import argparse
 import logging
 import os
 
-from hinfer.cli.engine_args import add_engine_args, engine_config_from_args
+from hinfer.cli.engine_args import add_engine_args, check_max_context, engine_config_from_args
 from hinfer.errors import ConfigError
 
 log = logging.getLogger("hinfer.serve")
@@ -64,6 +64,7 @@ def _split(text: str | None) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     if args.demo and args.model:
         raise ConfigError("give MODEL or --demo, not both")
+    check_max_context(args, args.model)
     import uvicorn  # heavy imports only once the flags are known to be good
 
     from hinfer.engine.factory import create_engine
