@@ -25,10 +25,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "serve",
         help="run the OpenAI- and Anthropic-compatible HTTP server",
-        description="Serve a model over HTTP: OpenAI /v1/chat/completions, /v1/completions, /v1/models and "
-        "Anthropic /v1/messages (+ /count_tokens), with streaming, tool calls and reasoning; /health and "
-        "/metrics (Prometheus). With no MODEL, the built-in demo model runs (random weights: its words are "
-        "random). See docs/api.md for what each field does.",
+        description="Serve a model over HTTP: OpenAI /v1/chat/completions, /v1/completions, /v1/responses, "
+        "/v1/models and Anthropic /v1/messages (+ /count_tokens), with streaming, tool calls and reasoning; "
+        "/health and /metrics (Prometheus). With no MODEL, the built-in demo model runs (random weights: its "
+        "words are random). See docs/api.md for what each field does.",
     )
     p.add_argument("model", nargs="?", default=None, metavar="MODEL",
                    help="checkpoint directory in Hugging Face layout (config.json, *.safetensors, tokenizer); "
