@@ -72,7 +72,9 @@ def create_app(
 
 def _install_error_handlers(app: FastAPI) -> None:
     def reply(request: Request, err: APIError) -> JSONResponse:
-        return JSONResponse(error_body(err, request.url.path), status_code=err.status)
+        # Both SDKs (and the agents built on them) wait `retry-after` seconds before retrying a 429.
+        headers = {"retry-after": "1"} if err.status == 429 else None
+        return JSONResponse(error_body(err, request.url.path), status_code=err.status, headers=headers)
 
     @app.exception_handler(APIError)
     async def api_error(request: Request, exc: APIError) -> JSONResponse:

@@ -194,7 +194,7 @@ def convert_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
             raise bad_request("every tool must be an object", param=f"tools.{i}")
         typ = tool.get("type")
         if typ != "function":
-            if typ not in _warned_tool_types:
+            if typ not in _warned_tool_types and len(_warned_tool_types) < 64:  # bounded: types come from clients
                 _warned_tool_types.add(str(typ))
                 log.warning("ignoring Responses tools of type %r: only function tools are supported", typ)
             continue

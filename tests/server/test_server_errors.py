@@ -278,8 +278,9 @@ def test_queue_full_is_429(tight):
     c, eng = tight
     with c.stream("POST", CHAT, json=chat(stream=True)) as busy:
         assert busy.status_code == 200
-        err = assert_openai_error(c.post(CHAT, json=chat()), status=429, code="queue_full")
-        assert "busy" in err["message"]
+        r = c.post(CHAT, json=chat())
+        err = assert_openai_error(r, status=429, code="queue_full")
+        assert "busy" in err["message"] and r.headers["retry-after"] == "1"
         assert_anthropic_error(c.post(MSGS, json=msgs()), status=429, typ="rate_limit_error", needle="busy")
     wait_until(lambda: eng.busy == 0)  # the client left the stream: the lane comes back
     assert c.post(CHAT, json=chat(max_tokens=3)).status_code == 200
