@@ -16,7 +16,7 @@ from hinfer.fixtures import config_dir, tokenizer_dir
 
 log = logging.getLogger("hinfer.demo")
 
-DEMO_VERSION = 2
+DEMO_VERSION = 3
 DEMO_OVERRIDES = {
     "hidden_size": 128,
     "intermediate_size": 384,
@@ -27,7 +27,7 @@ DEMO_OVERRIDES = {
     "linear_num_value_heads": 4,
     "linear_key_head_dim": 32,
     "linear_value_head_dim": 32,
-    "max_position_embeddings": 8192,
+    "max_position_embeddings": 65536,  # 64K, the default --max-context: agents' long prompts can be tried on it
     "tie_word_embeddings": False,  # a separate N(0, 1/sqrt(H)) head: flat logits, so sampled words vary
 }
 DEMO_LAYERS = 4  # three Gated DeltaNet layers and one full-attention layer, as in the real pattern

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from hinfer.config import EngineConfig
+from hinfer.config import EngineConfig, load_model_config
+from hinfer.errors import ConfigError
 
 
 def parse_bytes(text: str) -> int:
@@ -25,8 +27,10 @@ def _kv_capacity(text: str) -> int | None:
 def add_engine_args(p: argparse.ArgumentParser) -> None:
     d = EngineConfig()
     g = p.add_argument_group("engine")
-    g.add_argument("--max-context", type=int, default=d.max_context,
-                   help=f"longest prompt + completion of one request, in tokens (default {d.max_context})")
+    g.add_argument("--max-context", type=int, default=None,
+                   help=f"longest prompt + completion of one request, in tokens (default {d.max_context}, or the "
+                        "model's max_position_embeddings when that is smaller; asking for more than the model "
+                        "allows is an error)")
     g.add_argument("--max-concurrency", type=int, default=d.max_concurrency,
                    help=f"sequences decoded at once, 1..64 (default {d.max_concurrency})")
     g.add_argument("--kv-capacity", type=_kv_capacity, default=None, metavar="N|auto",
@@ -61,7 +65,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
 
 def engine_config_from_args(a: argparse.Namespace) -> EngineConfig:
     cfg = EngineConfig(
-        max_context=a.max_context,
+        max_context=a.max_context if a.max_context is not None else EngineConfig.max_context,
         max_concurrency=a.max_concurrency,
         kv_capacity=a.kv_capacity,
         max_pending_requests=a.max_pending_requests,
@@ -79,3 +83,33 @@ def engine_config_from_args(a: argparse.Namespace) -> EngineConfig:
         seed=a.seed,
     )
     return cfg
+
+
+def model_context_limit(model: str | None) -> int | None:
+    """The model's max_position_embeddings, from its config alone (no weights read); None when the config cannot
+    be read here (loading the model then reports why, in its own words)."""
+    from hinfer.demo import DEMO_OVERRIDES
+
+    if model in (None, "", "demo"):
+        return int(DEMO_OVERRIDES["max_position_embeddings"])
+    try:
+        if model.endswith(".hinfer") and Path(model).is_file():
+            from hinfer.weights.artifact import open_artifact
+
+            return open_artifact(model).load_config_and_tokenizer()[0].max_position_embeddings
+        return load_model_config(model).max_position_embeddings
+    except Exception:  # missing or broken checkpoint: the load that follows gives the precise error
+        return None
+
+
+def check_max_context(a: argparse.Namespace, model: str | None, limit: int | None = None) -> None:
+    """An explicit --max-context beyond what the model allows (`limit`, else read from its config) is an error,
+    not a silent cap. The default is capped quietly: it is not the user's choice."""
+    if a.max_context is None:
+        return
+    if limit is None:
+        limit = model_context_limit(model)
+    if limit is not None and a.max_context > limit:
+        what = "the demo model" if model in (None, "", "demo") else model
+        raise ConfigError(f"--max-context {a.max_context} is more than {what} allows: its max_position_embeddings "
+                          f"is {limit} tokens (use --max-context {limit} or less, or leave it out)")

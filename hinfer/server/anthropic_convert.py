@@ -55,12 +55,23 @@ def _texts(content: str | list[dict[str, Any]] | None, param: str) -> str:
 
 
 def convert_messages(body: _MessagesBase) -> list[dict[str, Any]]:
+    """System messages inside `messages` before the first turn join the top-level `system`; later ones stay
+    where they are (rendered as system turns there, see late_system.py)."""
     out: list[dict[str, Any]] = []
     system = _texts(body.system, "system")
     if system:
         out.append({"role": "system", "content": system})
     for i, m in enumerate(body.messages):
         p = f"messages.{i}.content"
+        if m.role == "system":
+            text = _texts(m.content, p)
+            if not text:
+                continue
+            if out and all(o["role"] == "system" for o in out):
+                out[0]["content"] += "\n\n" + text
+            else:
+                out.append({"role": "system", "content": text})
+            continue
         blocks = [TextBlock(type="text", text=m.content)] if isinstance(m.content, str) else [
             _block(raw, f"{p}.{j}") for j, raw in enumerate(m.content)]
         if m.role == "user":
@@ -121,6 +132,8 @@ def chat_prompt(body: _MessagesBase, preserve_default: bool) -> tuple[ChatPrompt
         if not tc.name:
             raise bad_request("tool_choice of type 'tool' needs a name", param="tool_choice.name")
         choice = ToolChoice("named", tc.name)
+    if tc is not None and tc.disable_parallel_tool_use:
+        choice.parallel = False
     thinking = body.thinking
     enabled = thinking is not None and thinking.type in ("enabled", "adaptive")
     budget = None
@@ -129,7 +142,7 @@ def chat_prompt(body: _MessagesBase, preserve_default: bool) -> tuple[ChatPrompt
             raise bad_request("thinking.budget_tokens must be a positive integer", param="thinking.budget_tokens")
         budget = thinking.budget_tokens
     prompt = ChatPrompt(messages=convert_messages(body), tools=tools, tool_choice=choice,
-                        enable_thinking=enabled, preserve_thinking=preserve_default)
+                        enable_thinking=enabled, preserve_thinking=preserve_default, late_system=True)
     check_tool_choice(prompt, "tool_choice")
     return prompt, budget
 

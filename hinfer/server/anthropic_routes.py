@@ -36,7 +36,7 @@ async def messages(body: MessagesRequest, request: Request):
 
     run = EngineRun(st, new_id("msgreq-"), ids, sp, request)
     b = MessageBuilder(run, model=body.model, reasoning=prompt.enable_thinking, tools=prompt.parse_tools(),
-                       stop_sequences=sp.stop)
+                       stop_sequences=sp.stop, max_calls=prompt.max_calls)
     await run.start()
     if body.stream:
         run.unwatch()

@@ -13,7 +13,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from hinfer.server import anthropic_routes, misc_routes, openai_routes
+from hinfer.server import anthropic_routes, misc_routes, openai_routes, responses_routes
 from hinfer.server.errors import APIError, describe_validation_errors, error_body
 from hinfer.server.metrics import Metrics
 from hinfer.server.middleware import RequestContextMiddleware
@@ -55,9 +55,10 @@ def create_app(
             await engine.stop()
 
     app = FastAPI(title="hinfer", version="0.1.0", lifespan=lifespan,
-                  description="OpenAI- and Anthropic-compatible API over the hinfer engine; see docs/api.md")
+                  description="OpenAI (Chat Completions, Responses) and Anthropic-compatible API over the hinfer engine; see docs/api.md")
     app.state.hinfer = state
     app.include_router(openai_routes.router)
+    app.include_router(responses_routes.router)
     app.include_router(anthropic_routes.router)
     app.include_router(misc_routes.router)
     _install_error_handlers(app)
@@ -71,7 +72,9 @@ def create_app(
 
 def _install_error_handlers(app: FastAPI) -> None:
     def reply(request: Request, err: APIError) -> JSONResponse:
-        return JSONResponse(error_body(err, request.url.path), status_code=err.status)
+        # Both SDKs (and the agents built on them) wait `retry-after` seconds before retrying a 429.
+        headers = {"retry-after": "1"} if err.status == 429 else None
+        return JSONResponse(error_body(err, request.url.path), status_code=err.status, headers=headers)
 
     @app.exception_handler(APIError)
     async def api_error(request: Request, exc: APIError) -> JSONResponse:

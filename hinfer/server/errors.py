@@ -26,12 +26,16 @@ _TYPES: dict[int, tuple[str, str]] = {
 class APIError(Exception):
     """An error answered to the client; `message` is shown to the user as is."""
 
-    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None):
+    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
+                 anthropic_message: str | None = None):
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.code = code
+        # Anthropic clients match some messages by their text (Claude Code: "prompt is too long"): the same
+        # error can carry Anthropic's wording for Anthropic paths.
+        self.anthropic_message = anthropic_message
 
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
@@ -49,7 +53,7 @@ def openai_body(err: APIError) -> dict[str, Any]:
 
 def anthropic_body(err: APIError) -> dict[str, Any]:
     typ = _TYPES.get(err.status, _TYPES[500])[1]
-    return {"type": "error", "error": {"type": typ, "message": err.message}}
+    return {"type": "error", "error": {"type": typ, "message": err.anthropic_message or err.message}}
 
 
 def error_body(err: APIError, path: str) -> dict[str, Any]:

@@ -43,7 +43,8 @@ def engine_error(e: BaseException) -> APIError:
         return APIError(429, f"the request waited too long for a free lane and was dropped ({e}); "
                              "retry later", code="queue_timeout")
     if isinstance(e, RequestTooLargeError):
-        return APIError(400, f"the request does not fit this server's context: {e}", code="context_length_exceeded")
+        return APIError(400, f"the request does not fit this server's context: {e}", code="context_length_exceeded",
+                        anthropic_message=f"prompt is too long: {e}")
     if isinstance(e, ValueError):  # the engine's own validation of the request
         return APIError(400, f"invalid request: {e}")
     return APIError(500, f"internal error while generating: {type(e).__name__}: {e}", code="internal_error")

@@ -15,8 +15,8 @@ from hinfer.server.errors import APIError, error_body
 from hinfer.server.metrics import Metrics
 
 _GOOD_ID = re.compile(r"^[\w\-.:/=+@]{1,128}$")  # echo only ids that are safe in a header and a log line
-_COUNTED = ("/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/messages/count_tokens", "/v1/models",
-            "/health", "/metrics")
+_COUNTED = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages", "/v1/messages/count_tokens",
+            "/v1/models", "/health", "/metrics")
 
 
 class RequestContextMiddleware:
@@ -45,7 +45,7 @@ class RequestContextMiddleware:
         if self.api_key and path not in OPEN_PATHS and scope.get("method") != "OPTIONS" \
                 and not authorized(headers, self.api_key):
             err = APIError(401, "invalid or missing API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'",
-                           code="invalid_api_key")
+                           code="invalid_api_key", anthropic_message="invalid x-api-key")
             await JSONResponse(error_body(err, path), status_code=401)(scope, receive, send_with_id)
             return
         await self.app(scope, receive, send_with_id)

@@ -121,6 +121,7 @@ def chat_prompt(body: ChatCompletionRequest, preserve_default: bool) -> tuple[Ch
         choice = ToolChoice(tc)
     else:
         choice = ToolChoice("named", tc.function.name)
+    choice.parallel = body.parallel_tool_calls is not False
     prompt = ChatPrompt(messages=convert_messages(body.messages), tools=tools, tool_choice=choice,
                         enable_thinking=enable_thinking, preserve_thinking=preserve, template_kwargs=kwargs)
     check_tool_choice(prompt, "tool_choice")

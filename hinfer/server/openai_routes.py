@@ -39,7 +39,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
 
     run = EngineRun(st, new_id("chatcmpl-"), ids, sp, request)
     b = ChatBuilder(st, run, model=body.model, reasoning=prompt.enable_thinking, tools=prompt.parse_tools(),
-                    logprobs=sp.logprobs is not None)
+                    logprobs=sp.logprobs is not None, max_calls=prompt.max_calls)
     await run.start()
     if body.stream:
         run.unwatch()

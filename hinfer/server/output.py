@@ -31,11 +31,14 @@ Piece = ReasoningPiece | TextPiece | ToolCallStart | ToolCallArgs | ToolCallEnd
 
 class OutputParser:
     """`reasoning`: generation starts inside `<think>`. `tools`: {name: parameters schema}, or None to
-    leave tool-call text alone (tool_choice none, or no tools)."""
+    leave tool-call text alone (tool_choice none, or no tools). `max_calls`: calls after that many are
+    dropped (parallel tool calls turned off), so the client never sees more than it asked for."""
 
-    def __init__(self, *, reasoning: bool, tools: dict[str, dict[str, Any]] | None, new_id: Callable[[], str]):
+    def __init__(self, *, reasoning: bool, tools: dict[str, dict[str, Any]] | None, new_id: Callable[[], str],
+                 max_calls: int | None = None):
         self._splitter = ReasoningSplitter(start_in_reasoning=reasoning)
         self._tools = ToolCallParser(tools, new_id) if tools else None
+        self._max_calls = max_calls
 
     @property
     def in_reasoning(self) -> bool:
@@ -43,7 +46,8 @@ class OutputParser:
 
     @property
     def calls(self) -> list[ParsedCall]:
-        return self._tools.calls if self._tools else []
+        calls = self._tools.calls if self._tools else []
+        return calls if self._max_calls is None else calls[: self._max_calls]
 
     def feed(self, text: str) -> list[Piece]:
         return self._route(self._splitter.feed(text), final=False)
@@ -62,4 +66,7 @@ class OutputParser:
                 out.extend(self._tools.feed(text))
         if final and self._tools is not None:
             out.extend(self._tools.flush())
+        if self._max_calls is not None:
+            out = [p for p in out if not (isinstance(p, (ToolCallStart, ToolCallArgs, ToolCallEnd))
+                                          and p.index >= self._max_calls)]
         return out

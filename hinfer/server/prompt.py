@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hinfer.errors import TemplateError
-from hinfer.server.errors import bad_request
+from hinfer.server.errors import APIError, bad_request
+from hinfer.server.late_system import hide_late_system, restore_late_system
 from hinfer.server.tool_parser import tool_schemas
 
 log = logging.getLogger(__name__)
@@ -24,6 +25,8 @@ _RESERVED_TEMPLATE_KWARGS = {"messages", "tools", "add_generation_prompt", "enab
 class ToolChoice:
     mode: str = "auto"  # auto | none | required | named
     name: str | None = None
+    parallel: bool = True  # False: at most one call per answer (OpenAI parallel_tool_calls, Anthropic
+    # disable_parallel_tool_use); asked for in the prompt, and calls after the first are dropped from the output
 
 
 @dataclass
@@ -34,6 +37,11 @@ class ChatPrompt:
     enable_thinking: bool = True
     preserve_thinking: bool = False
     template_kwargs: dict[str, Any] = field(default_factory=dict)
+    late_system: bool = False  # system messages after the first render in place (late_system.py); else 400
+
+    @property
+    def max_calls(self) -> int | None:
+        return None if self.tool_choice.parallel else 1
 
     def template_tools(self) -> list[dict[str, Any]] | None:
         """Tools shown to the model. tool_choice none hides them (the model then answers in text);
@@ -66,11 +74,15 @@ def check_tool_choice(prompt: ChatPrompt, param: str) -> None:
 
 def _tool_choice_instruction(choice: ToolChoice) -> str | None:
     # Without constrained decoding a call cannot be forced; a plain instruction is the honest best effort.
+    parts = []
     if choice.mode == "required":
-        return "You must answer by calling one or more of the functions above."
-    if choice.mode == "named":
-        return f"You must answer by calling the function {choice.name}."
-    return None
+        parts.append("You must answer by calling one or more of the functions above."
+                     if choice.parallel else "You must answer by calling one of the functions above.")
+    elif choice.mode == "named":
+        parts.append(f"You must answer by calling the function {choice.name}.")
+    if not choice.parallel:
+        parts.append("Call at most one function per answer.")
+    return " ".join(parts) or None
 
 
 def _with_instruction(messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
@@ -91,6 +103,9 @@ def render_prompt(tokenizer: Any, prompt: ChatPrompt) -> list[int]:
     instruction = _tool_choice_instruction(prompt.tool_choice) if prompt.template_tools() else None
     if instruction:
         messages = _with_instruction(messages, instruction)
+    swaps: dict[str, str] = {}
+    if prompt.late_system:
+        messages, swaps = hide_late_system(messages)
     kwargs = {k: v for k, v in prompt.template_kwargs.items()
               if isinstance(k, str) and k.isidentifier() and k not in _RESERVED_TEMPLATE_KWARGS}
     try:
@@ -102,6 +117,7 @@ def render_prompt(tokenizer: Any, prompt: ChatPrompt) -> list[int]:
             preserve_thinking=prompt.preserve_thinking,
             **kwargs,
         )
+        text = restore_late_system(text, swaps)
     except TemplateError as e:
         raise bad_request(f"the chat template rejected the messages: {e}", param="messages") from e
     except Exception as e:  # jinja errors on odd-but-valid JSON (e.g. a non-string in a string slot)
@@ -110,23 +126,32 @@ def render_prompt(tokenizer: Any, prompt: ChatPrompt) -> list[int]:
     return tokenizer.encode(text, add_special_tokens=False)
 
 
-def plan_max_tokens(prompt_len: int, requested: int | None, max_context: int, param: str = "max_tokens") -> int:
+def plan_max_tokens(prompt_len: int, requested: int | None, max_context: int, param: str = "max_tokens",
+                    prompt_param: str = "messages") -> int:
     """The completion budget. A prompt that leaves no room, or a max_tokens beyond the whole context,
     is a 400; a max_tokens that merely overruns what the prompt leaves is clamped to it (agents send
-    generous max_tokens and expect `length` when the context runs out)."""
+    generous max_tokens and expect `length` when the context runs out).
+
+    The messages use the wording each dialect's clients look for: OpenAI's "maximum context length" (LiteLLM,
+    LangChain map it to a context-window error) and Anthropic's "prompt is too long" (Claude Code compacts)."""
     room = max_context - prompt_len
     if room < 1:
-        raise bad_request(
-            f"the prompt is {prompt_len} tokens; this server's context is {max_context} tokens "
-            f"(prompt plus completion, --max-context)", param="messages", code="context_length_exceeded")
+        raise APIError(
+            400, f"This model's maximum context length is {max_context} tokens. However, your messages resulted "
+                 f"in {prompt_len} tokens (prompt plus at least one completion token must fit; --max-context). "
+                 "Please reduce the length of the messages.",
+            param=prompt_param, code="context_length_exceeded",
+            anthropic_message=f"prompt is too long: {prompt_len} tokens > {max_context - 1} maximum")
     if requested is None:
         return room
     if requested < 1:
         raise bad_request(f"{param} must be at least 1", param=param)
     if requested > max_context:
-        raise bad_request(
-            f"{param} is {requested}, more than this server's whole context of {max_context} tokens",
-            param=param, code="context_length_exceeded")
+        raise APIError(
+            400, f"{param} is {requested}, more than this server's whole context of {max_context} tokens",
+            param=param, code="context_length_exceeded",
+            anthropic_message=f"{param}: {requested} > {max_context}, which is the maximum allowed number of "
+                              "output tokens (this server's --max-context)")
     return min(requested, room)
 
 

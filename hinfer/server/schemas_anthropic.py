@@ -7,13 +7,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from hinfer.server.unicode_check import UnicodeChecked
+
 
 class _Open(BaseModel):
     model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 
 
 class Message(_Open):
-    role: Literal["user", "assistant"]
+    role: Literal["user", "assistant", "system"]  # system: Anthropic's mid-conversation system messages
     content: str | list[dict[str, Any]]
 
 
@@ -35,7 +37,7 @@ class Thinking(_Open):
     budget_tokens: int | None = None
 
 
-class _MessagesBase(_Open):
+class _MessagesBase(_Open, UnicodeChecked):
     model: str
     messages: list[Message] = Field(min_length=1)
     system: str | list[dict[str, Any]] | None = None

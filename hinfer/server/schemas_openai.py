@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from hinfer.server.unicode_check import UnicodeChecked
+
 
 class _Open(BaseModel):
     # NaN/Infinity are valid to Python's json module but never valid sampling settings.
@@ -59,7 +61,7 @@ class StreamOptions(_Open):
     include_usage: bool = False
 
 
-class _SamplingFields(_Open):
+class _SamplingFields(_Open, UnicodeChecked):
     model: str
     stream: bool = False
     stream_options: StreamOptions | None = None

@@ -11,6 +11,7 @@ from fastapi import Request
 
 from hinfer.server.errors import bad_request
 from hinfer.server.metrics import Metrics
+from hinfer.server.responses_store import ResponseStore
 
 if TYPE_CHECKING:
     from hinfer.engine.protocol import AsyncEngine
@@ -29,6 +30,7 @@ class ServerState:
     model_aliases: tuple[str, ...] = ()
     preserve_thinking_default: bool = False
     metrics: Metrics = field(default_factory=Metrics)
+    responses: ResponseStore = field(default_factory=ResponseStore)  # stored Responses API answers
     created: int = field(default_factory=lambda: int(time.time()))
     _token_text: dict[int, str] = field(default_factory=dict)
 

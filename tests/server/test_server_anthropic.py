@@ -191,3 +191,60 @@ def test_x_api_key_header_ignored_without_key(base_url):
     r = httpx.post(base_url + "/v1/messages", headers={"x-api-key": "whatever", "anthropic-version": "2023-06-01"},
                    json={"model": MODEL, "max_tokens": 10, "messages": user("[[nothink]]")})
     assert r.status_code == 200 and r.json()["type"] == "message"
+
+
+def test_system_messages_inside_messages(client, engine):
+    # Claude Code's mid-conversation system messages: leading ones join `system`, later ones stay in place.
+    messages = [
+        {"role": "system", "content": "Inline lead."},
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "I need the tool", "signature": "hinfer-unsigned"},
+            {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}},
+        ]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "18C"}]},
+        {"role": "system", "content": [{"type": "text", "text": "Mid reminder [[after_tool]]"}]},
+    ]
+    m = client.messages.create(model=MODEL, max_tokens=300, system="Top.", messages=messages, tools=TOOLS,
+                               thinking=THINK)
+    assert m.content[-1].text == AFTER_TOOL.split("\n\n", 1)[1]
+    p = prompt_of(engine)
+    assert p.count("<|im_start|>system\n") == 2 and "Top.\n\nInline lead.<|im_end|>" in p
+    assert p.endswith("<tool_response>\n18C\n</tool_response><|im_end|>\n<|im_start|>system\nMid reminder "
+                      "[[after_tool]]<|im_end|>\n<|im_start|>assistant\n<think>\n")
+    # The system turn is not the user's latest query: the tool loop's reasoning is still kept.
+    assert "<think>\nI need the tool\n</think>" in p and "hinfer-system" not in p
+    n = client.messages.count_tokens(model=MODEL, system="Top.", messages=messages, tools=TOOLS,
+                                     thinking=THINK).input_tokens
+    assert n == len(engine.requests[-1].prompt_token_ids)
+
+
+def test_system_message_between_user_turns(client, engine):
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+                {"role": "system", "content": "Be brief."}, {"role": "user", "content": "[[nothink]]"}]
+    client.messages.create(model=MODEL, max_tokens=50, messages=messages)
+    assert "hello<|im_end|>\n<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n[[nothink]]" in \
+        prompt_of(engine)
+
+
+def test_disable_parallel_tool_use(client, engine):
+    m = client.messages.create(model=MODEL, max_tokens=300, messages=user("[[parallel]]"), tools=TOOLS,
+                               thinking=THINK, tool_choice={"type": "auto", "disable_parallel_tool_use": True})
+    assert [b.name for b in m.content if b.type == "tool_use"] == ["get_weather"] and m.stop_reason == "tool_use"
+    assert "Call at most one function per answer." in prompt_of(engine)
+    with client.messages.stream(model=MODEL, max_tokens=300, messages=user("[[parallel]]"), tools=TOOLS,
+                                tool_choice={"type": "any", "disable_parallel_tool_use": True}) as s:
+        final = s.get_final_message()
+    assert [b.name for b in final.content if b.type == "tool_use"] == ["get_weather"]
+    assert "You must answer by calling one of the functions above." in prompt_of(engine)
+
+
+def test_errors_worded_as_anthropic_words_them(client):
+    with pytest.raises(anthropic.BadRequestError) as e:
+        client.messages.create(model=MODEL, max_tokens=10, messages=user("word " * 5000))
+    body = e.value.body
+    assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
+    assert body["error"]["message"].startswith("prompt is too long: ") and "> 4095 maximum" in body["error"]["message"]
+    with pytest.raises(anthropic.BadRequestError) as e:
+        client.messages.create(model=MODEL, max_tokens=10**6, messages=user("hi"))
+    assert e.value.body["error"]["message"].startswith("max_tokens: 1000000 > 4096, which is the maximum allowed")

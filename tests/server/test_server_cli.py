@@ -54,3 +54,58 @@ def test_serve_wires_the_app(monkeypatch, tokenizer):
 def test_serve_rejects_model_and_demo(capsys):
     assert main(["serve", "/x", "--demo"]) == 1
     assert "not both" in capsys.readouterr().err
+
+
+def _fake_factory(monkeypatch, tokenizer) -> dict:
+    factory = types.ModuleType("hinfer.engine.factory")
+    monkeypatch.setitem(sys.modules, "hinfer.engine.factory", factory)
+    seen: dict = {}
+
+    def fake_create_engine(model, ecfg):
+        seen["ecfg"] = ecfg
+        return ScriptedEngine(tokenizer, {}, max_context=ecfg.max_context), tokenizer, "x"
+
+    factory.create_engine = fake_create_engine
+    return seen
+
+
+def test_max_context_beyond_the_model_is_a_startup_error(monkeypatch, tokenizer, tmp_path, capsys):
+    import json
+
+    import uvicorn
+
+    from hinfer.demo import DEMO_OVERRIDES
+    from hinfer.fixtures import config_dir
+
+    seen = _fake_factory(monkeypatch, tokenizer)
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: None)
+    assert DEMO_OVERRIDES["max_position_embeddings"] == 65536  # agents can be tried on the demo with 64K
+    assert main(["serve", "--max-context", "65537"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --max-context 65537 is more than the demo model allows: its max_position_embeddings is "
+                   "65536 tokens (use --max-context 65536 or less, or leave it out)"]
+    assert "ecfg" not in seen  # refused before anything was built
+    assert main(["serve", "--max-context", "65536"]) == 0 and seen["ecfg"].max_context == 65536
+    assert main(["serve"]) == 0 and seen.pop("ecfg").max_context == 65536  # the default
+    # A checkpoint's own limit, read from its config.json alone.
+    cfg = json.loads((config_dir("qwen3.5-0.8b") / "config.json").read_text())
+    (cfg.get("text_config") or cfg)["max_position_embeddings"] = 512
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert main(["serve", str(tmp_path), "--max-context", "1024"]) == 1
+    assert "its max_position_embeddings is 512 tokens" in capsys.readouterr().err
+    assert "ecfg" not in seen
+    assert main(["generate", "--model", str(tmp_path), "--prompt", "x", "--max-context", "1024"]) == 1
+    assert main(["plan", str(tmp_path), "--max-context", "1024"]) == 1
+    assert "512 tokens" in capsys.readouterr().err
+
+
+def test_max_context_error_exits_non_zero_from_the_shell():
+    import subprocess
+
+    r = subprocess.run([sys.executable, "-m", "hinfer", "serve", "--max-context", "1000000"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 1
+    assert [line for line in r.stderr.splitlines() if line.startswith("error:")] == [
+        "error: --max-context 1000000 is more than the demo model allows: its max_position_embeddings is 65536 "
+        "tokens (use --max-context 65536 or less, or leave it out)"]
+    assert "Traceback" not in r.stderr

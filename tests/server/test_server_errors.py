@@ -157,7 +157,8 @@ def test_completions_bad_input(http, body, needle):
 
 ANTHROPIC_BAD = [
     ({"model": MODEL, "messages": [{"role": "user", "content": "x"}]}, "max_tokens"),
-    (msgs(messages=[{"role": "system", "content": "x"}]), "role"),
+    (msgs(messages=[{"role": "tool", "content": "x"}]), "role"),
+    (msgs(messages=[{"role": "system", "content": "only a system message"}]), "chat template"),
     (msgs(messages="hi"), "messages"),
     (msgs(max_tokens="many"), "max_tokens"),
     (msgs(max_tokens=10**9), "max_tokens"),
@@ -179,7 +180,7 @@ ANTHROPIC_BAD = [
     (msgs(tools=[{"name": "f", "input_schema": {}}], tool_choice={"type": "tool", "name": "g"}), "not in tools"),
     (msgs(system=[{"type": "image"}]), "vision"),
     (msgs(temperature=-3), "temperature"),
-    (msgs(messages=[{"role": "user", "content": "word " * 5000}]), "context"),
+    (msgs(messages=[{"role": "user", "content": "word " * 5000}]), "prompt is too long"),
     (msgs(messages=[{"role": "assistant", "content": "only me"}]), "chat template"),
 ]
 
@@ -227,7 +228,7 @@ def test_auth(secured):
     assert_openai_error(secured.post(CHAT, json=chat(), headers={"authorization": "Bearer wrong"}), status=401)
     assert_anthropic_error(secured.post(MSGS, json=msgs()), status=401, typ="authentication_error")
     assert_anthropic_error(secured.post(MSGS, json=msgs(), headers={"x-api-key": "nope"}), status=401,
-                           typ="authentication_error")
+                           typ="authentication_error", needle="invalid x-api-key")
     assert_openai_error(secured.get("/v1/models"), status=401)
     assert secured.get("/metrics").status_code == 401
     assert secured.post(CHAT, json=chat(), headers={"authorization": "Bearer s3cret"}).status_code == 200
@@ -277,8 +278,9 @@ def test_queue_full_is_429(tight):
     c, eng = tight
     with c.stream("POST", CHAT, json=chat(stream=True)) as busy:
         assert busy.status_code == 200
-        err = assert_openai_error(c.post(CHAT, json=chat()), status=429, code="queue_full")
-        assert "busy" in err["message"]
+        r = c.post(CHAT, json=chat())
+        err = assert_openai_error(r, status=429, code="queue_full")
+        assert "busy" in err["message"] and r.headers["retry-after"] == "1"
         assert_anthropic_error(c.post(MSGS, json=msgs()), status=429, typ="rate_limit_error", needle="busy")
     wait_until(lambda: eng.busy == 0)  # the client left the stream: the lane comes back
     assert c.post(CHAT, json=chat(max_tokens=3)).status_code == 200
@@ -316,3 +318,40 @@ def test_engine_errors(tight):
     # Still serving, and the lane was given back each time.
     assert c.post(CHAT, json=chat(max_tokens=3)).status_code == 200
     assert eng.busy == 0
+
+
+# -- invalid Unicode ---------------------------------------------------------------------------------------
+
+SURROGATE_BODIES = [
+    (CHAT, '{"model": "%s", "messages": [{"role": "user", "content": "a\\ud800b"}]}', "messages.0.content"),
+    (CHAT, '{"model": "%s", "messages": [{"role": "user", "content": "x"}], "stop": ["\\udfff"]}', "stop.0"),
+    ("/v1/completions", '{"model": "%s", "prompt": "a\\udc00"}', "prompt"),
+    (MSGS, '{"model": "%s", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "text", '
+           '"text": "\\ud83d"}]}]}', "messages.0.content.0.text"),
+    (MSGS + "/count_tokens", '{"model": "%s", "system": "\\ud800", "messages": [{"role": "user", "content": "x"}]}',
+     "system"),
+    ("/v1/responses", '{"model": "%s", "input": "ok", "metadata": {"k": "\\ud800"}}', "metadata.k"),
+    ("/v1/responses", '{"model": "%s", "input": [{"role": "user", "content": "\\udbff"}]}', "input.0.content"),
+]
+
+
+@pytest.mark.parametrize("path,body,param", SURROGATE_BODIES, ids=[str(i) for i in range(len(SURROGATE_BODIES))])
+def test_lone_surrogates_are_400_in_the_dialect_shape(http, path, body, param):
+    r = http.post(path, content=(body % MODEL).encode(), headers={"content-type": "application/json"})
+    if path.startswith(MSGS):
+        assert_anthropic_error(r, needle="invalid Unicode in " + param)
+    else:
+        err = assert_openai_error(r, needle="lone surrogate")
+        assert err["param"] == param
+
+
+def test_a_valid_surrogate_pair_is_text(http):
+    body = '{"model": "' + MODEL + '", "messages": [{"role": "user", "content": "\\ud83c\\udf0d [[greet]]"}]}'
+    r = http.post(CHAT, content=body.encode(), headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text
+
+
+def test_invalid_utf8_bytes_are_400(http):
+    body = b'{"model": "' + MODEL.encode() + b'", "messages": [{"role": "user", "content": "a\xff\xfeb"}]}'
+    assert_openai_error(http.post(CHAT, content=body, headers={"content-type": "application/json"}))
+    assert_anthropic_error(http.post(MSGS, content=body, headers={"content-type": "application/json"}))

@@ -155,6 +155,17 @@ def test_parallel_tool_calls_and_fallback_to_string(client):
         assert calls[0][2] != calls[1][2]
 
 
+def test_parallel_tool_calls_false_keeps_the_first_call(client, engine):
+    r = client.chat.completions.create(model=MODEL, messages=user("[[parallel]]"), tools=[WEATHER_TOOL, TIME_TOOL],
+                                       parallel_tool_calls=False)
+    assert [c.function.name for c in r.choices[0].message.tool_calls] == ["get_weather"]
+    assert "Call at most one function per answer." in engine.tokenizer.decode(engine.requests[-1].prompt_token_ids)
+    s = collect(client.chat.completions.create(model=MODEL, messages=user("[[parallel]]"),
+                                               tools=[WEATHER_TOOL, TIME_TOOL], parallel_tool_calls=False,
+                                               stream=True))
+    assert [c["name"] for c in s["calls"].values()] == ["get_weather"] and s["finish"] == "tool_calls"
+
+
 def test_unknown_function_and_malformed_call_are_text(client):
     r = client.chat.completions.create(model=MODEL, messages=user("[[unknown_tool]]"), tools=[WEATHER_TOOL])
     c = r.choices[0]

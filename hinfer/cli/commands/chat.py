@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hinfer.cli.engine_args import add_engine_args, engine_config_from_args
+from hinfer.cli.engine_args import add_engine_args, check_max_context, engine_config_from_args
 from hinfer.cli.sampling_args import add_sampling_args, sampling_from_args
 
 
@@ -27,6 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_max_context(args, args.model)  # before the heavy imports: a bad flag fails at once
     from hinfer.engine.protocol import GenerationRequest
     from hinfer.llm import LLM
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from hinfer.cli.engine_args import add_engine_args, engine_config_from_args
+from hinfer.cli.engine_args import add_engine_args, check_max_context, engine_config_from_args
 from hinfer.cli.sampling_args import add_sampling_args, sampling_from_args
 
 
@@ -30,6 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_max_context(args, args.model)  # before the heavy imports: a bad flag fails at once
     from hinfer.llm import LLM
 
     ecfg = engine_config_from_args(args)

@@ -6,7 +6,7 @@ import argparse
 import logging
 import os
 
-from hinfer.cli.engine_args import add_engine_args, engine_config_from_args
+from hinfer.cli.engine_args import add_engine_args, check_max_context, engine_config_from_args
 from hinfer.errors import ConfigError
 
 log = logging.getLogger("hinfer.serve")
@@ -25,10 +25,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "serve",
         help="run the OpenAI- and Anthropic-compatible HTTP server",
-        description="Serve a model over HTTP: OpenAI /v1/chat/completions, /v1/completions, /v1/models and "
-        "Anthropic /v1/messages (+ /count_tokens), with streaming, tool calls and reasoning; /health and "
-        "/metrics (Prometheus). With no MODEL, the built-in demo model runs (random weights: its words are "
-        "random). See docs/api.md for what each field does.",
+        description="Serve a model over HTTP: OpenAI /v1/chat/completions, /v1/completions, /v1/responses, "
+        "/v1/models and Anthropic /v1/messages (+ /count_tokens), with streaming, tool calls and reasoning; "
+        "/health and /metrics (Prometheus). With no MODEL, the built-in demo model runs (random weights: its "
+        "words are random). See docs/api.md for what each field does.",
     )
     p.add_argument("model", nargs="?", default=None, metavar="MODEL",
                    help="checkpoint directory in Hugging Face layout (config.json, *.safetensors, tokenizer); "
@@ -64,6 +64,7 @@ def _split(text: str | None) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     if args.demo and args.model:
         raise ConfigError("give MODEL or --demo, not both")
+    check_max_context(args, args.model)
     import uvicorn  # heavy imports only once the flags are known to be good
 
     from hinfer.engine.factory import create_engine

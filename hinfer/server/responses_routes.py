@@ -1,0 +1,109 @@
+"""OpenAI Responses routes: POST /v1/responses, GET and DELETE /v1/responses/{id}."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.background import BackgroundTask
+
+from hinfer.server import sse
+from hinfer.server.errors import APIError, bad_request
+from hinfer.server.generation import EngineRun, engine_error, run_to_end
+from hinfer.server.prompt import plan_max_tokens, render_prompt
+from hinfer.server.responses_convert import chat_prompt, input_items, sampling_params
+from hinfer.server.responses_stream import ResponseBuilder
+from hinfer.server.schemas_responses import ResponsesRequest
+from hinfer.server.state import ServerState, get_state, new_id
+
+log = logging.getLogger(__name__)
+router = APIRouter()
+
+
+def _conversation(st: ServerState, body: ResponsesRequest) -> list[dict[str, Any]]:
+    """The whole conversation as input items: the stored one `previous_response_id` continues, then `input`."""
+    items = input_items(body.input)
+    if body.previous_response_id is None:
+        if not items:
+            raise bad_request("input is empty", param="input")
+        return items
+    prev = st.responses.get(body.previous_response_id)
+    if prev is None:
+        raise bad_request(f"Previous response with id '{body.previous_response_id}' not found (responses are "
+                          "kept in memory, for a bounded number of them, and only with store: true)",
+                          param="previous_response_id", code="previous_response_not_found")
+    return [*prev.history, *prev.response["output"], *items]
+
+
+@router.post("/v1/responses")
+async def create_response(body: ResponsesRequest, request: Request):
+    st = get_state(request)
+    st.check_model(body.model)
+    items = _conversation(st, body)
+    prompt, budget = chat_prompt(body, items, st.preserve_thinking_default)
+    ids = render_prompt(st.tokenizer, prompt)
+    max_tokens = plan_max_tokens(len(ids), body.max_output_tokens, st.engine.max_context, "max_output_tokens",
+                                 prompt_param="input")
+    sp = sampling_params(body, max_tokens)
+    if budget is not None and prompt.enable_thinking and st.tokenizer.think_end_id is not None:
+        sp.thinking_budget = budget
+        sp.think_end_token_id = st.tokenizer.think_end_id
+
+    response_id = new_id("resp_")
+    run = EngineRun(st, response_id, ids, sp, request)
+    b = ResponseBuilder(run, body, prompt, response_id=response_id)
+    await run.start()
+    if body.stream:
+        run.unwatch()
+        return StreamingResponse(_stream(st, run, b, items), media_type="text/event-stream",
+                                 headers=sse.STREAM_HEADERS, background=BackgroundTask(run.close))
+    await run_to_end(run, b.feed)
+    b.finish_events()
+    resp = b.response()
+    if body.store:
+        st.responses.put(resp, items)
+    return JSONResponse(resp)
+
+
+async def _stream(st: ServerState, run: EngineRun, b: ResponseBuilder,
+                  items: list[dict[str, Any]]) -> AsyncIterator[bytes]:
+    try:
+        for e in b.start_events():
+            yield sse.event(e["type"], e)
+        async for ev in run.events():
+            for e in b.feed(ev):
+                yield sse.event(e["type"], e)
+        events = b.finish_events()
+        if b.body.store:
+            st.responses.put(b.response(), items)  # before the last event: a client may chain at once
+        for e in events:
+            yield sse.event(e["type"], e)
+    except Exception as exc:
+        log.exception("generation failed mid-stream for %s", run.request_id)
+        e = b.failed_event(engine_error(exc))
+        yield sse.event(e["type"], e)
+    finally:
+        await run.close()
+
+
+def _not_found(response_id: str) -> APIError:
+    return APIError(404, f"Response with id '{response_id}' not found (responses are kept in memory, for a "
+                         "bounded number of them, and only with store: true)", param="response_id")
+
+
+@router.get("/v1/responses/{response_id}")
+async def get_response(response_id: str, request: Request):
+    entry = get_state(request).responses.get(response_id)
+    if entry is None:
+        raise _not_found(response_id)
+    return entry.response
+
+
+@router.delete("/v1/responses/{response_id}")
+async def delete_response(response_id: str, request: Request):
+    if not get_state(request).responses.delete(response_id):
+        raise _not_found(response_id)
+    return {"id": response_id, "object": "response", "deleted": True}

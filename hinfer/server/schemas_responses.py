@@ -1,0 +1,40 @@
+"""OpenAI Responses API request schema. Unknown fields are accepted and ignored; `input` items and `tools` are
+checked one by one in responses_convert.py so that each gets a precise message (see docs/api.md)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from hinfer.server.unicode_check import UnicodeChecked
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+
+
+class ReasoningConfig(_Open):
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    summary: str | None = None  # accepted; the raw reasoning is returned instead of a summary
+
+
+class ResponsesRequest(_Open, UnicodeChecked):
+    model: str
+    input: str | list[Any] = ""  # items are checked one by one in responses_convert.py
+    instructions: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    max_output_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    stream: bool = False
+    store: bool = True  # OpenAI's default
+    previous_response_id: str | None = None
+    reasoning: ReasoningConfig | None = None
+    include: list[str] | None = None
+    text: dict[str, Any] | None = None
+    background: bool | None = None
+    metadata: dict[str, Any] | None = None
+    user: str | None = None

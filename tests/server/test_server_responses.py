@@ -1,0 +1,299 @@
+"""OpenAI Responses API end to end: the official `openai` SDK (`client.responses`) against a live server over a
+scripted engine, shaped like Codex CLI's requests (full history with store false, or previous_response_id)."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import openai
+import pytest
+from server_live import MODEL
+from server_scripts import AFTER_TOOL, GREETING, TIME_TOOL, WEATHER_ARGS, WEATHER_TOOL
+
+TOOLS = [{"type": "function", **t["function"]} for t in (WEATHER_TOOL, TIME_TOOL)]  # the flat Responses shape
+ANSWER = GREETING.split("\n\n", 1)[1]
+THOUGHT = GREETING.split("\n</think>", 1)[0]
+
+
+@pytest.fixture(scope="module")
+def client(base_url):
+    return openai.OpenAI(base_url=base_url + "/v1", api_key="dummy", max_retries=0, timeout=30)
+
+
+@pytest.fixture(scope="module")
+def http(base_url):
+    with httpx.Client(base_url=base_url, timeout=30) as c:
+        yield c
+
+
+def prompt_of(engine):
+    return engine.tokenizer.decode(engine.requests[-1].prompt_token_ids, skip_special_tokens=False)
+
+
+def squeeze(types):
+    """Event types with repeats of the same delta collapsed."""
+    out = []
+    for t in types:
+        if not out or out[-1] != t or not t.endswith(".delta"):
+            out.append(t)
+    return out
+
+
+def test_create_non_streaming(client, engine):
+    r = client.responses.create(model=MODEL, input="[[greet]]", instructions="Be kind.")
+    assert r.id.startswith("resp_") and r.object == "response" and r.status == "completed" and r.model == MODEL
+    assert [i.type for i in r.output] == ["reasoning", "message"]
+    assert r.output[0].content[0].text == THOUGHT and r.output[0].summary == []
+    assert r.output[0].encrypted_content is None  # only with include=["reasoning.encrypted_content"]
+    msg = r.output[1]
+    assert msg.role == "assistant" and msg.status == "completed" and msg.content[0].type == "output_text"
+    assert r.output_text == ANSWER
+    u = r.usage
+    assert u.input_tokens == len(engine.requests[-1].prompt_token_ids) and u.input_tokens_details.cached_tokens == 0
+    assert 0 < u.output_tokens_details.reasoning_tokens < u.output_tokens
+    assert u.total_tokens == u.input_tokens + u.output_tokens
+    assert prompt_of(engine).startswith("<|im_start|>system\nBe kind.<|im_end|>\n<|im_start|>user\n[[greet]]")
+    assert prompt_of(engine).endswith("<|im_start|>assistant\n<think>\n")
+
+
+def test_stream_event_sequence(client):
+    events = list(client.responses.create(model=MODEL, input="[[greet]]", stream=True))
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert squeeze([e.type for e in events]) == [
+        "response.created", "response.in_progress",
+        "response.output_item.added", "response.content_part.added", "response.reasoning_text.delta",
+        "response.reasoning_text.done", "response.content_part.done", "response.output_item.done",
+        "response.output_item.added", "response.content_part.added", "response.output_text.delta",
+        "response.output_text.done", "response.content_part.done", "response.output_item.done",
+        "response.completed",
+    ]
+    assert events[0].response.status == "in_progress" and events[0].response.output == []
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert text == ANSWER == next(e.text for e in events if e.type == "response.output_text.done")
+    thought = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+    assert thought == THOUGHT
+    added = [e for e in events if e.type == "response.output_item.added"]
+    assert [(e.output_index, e.item.type) for e in added] == [(0, "reasoning"), (1, "message")]
+    final = events[-1].response
+    assert final.status == "completed" and final.output_text == ANSWER and final.usage.output_tokens > 0
+    assert {e.item_id for e in events if e.type == "response.output_text.delta"} == {final.output[1].id}
+
+
+def test_stream_helper(client):
+    with client.responses.stream(model=MODEL, input="[[greet]]") as s:
+        final = s.get_final_response()
+    assert final.output_text == ANSWER
+
+
+def test_function_call_round_trip(client, engine):
+    r = client.responses.create(model=MODEL, input="[[weather]]", tools=TOOLS, store=False)
+    assert [i.type for i in r.output] == ["reasoning", "message", "function_call"]
+    call = r.output[2]
+    assert call.name == "get_weather" and json.loads(call.arguments) == WEATHER_ARGS
+    assert call.call_id.startswith("call_") and call.id.startswith("fc_") and call.status == "completed"
+    assert "<tools>" in prompt_of(engine) and '"name": "get_weather"' in prompt_of(engine)
+    # Codex-style follow-up: the whole history, then the tool's output.
+    history = [{"role": "user", "content": [{"type": "input_text", "text": "[[weather]]"}]},
+               *[i.model_dump(exclude_none=True) for i in r.output],
+               {"type": "function_call_output", "call_id": call.call_id, "output": "18C [[after_tool]]"}]
+    r2 = client.responses.create(model=MODEL, input=history, tools=TOOLS, store=False)
+    assert r2.output_text == AFTER_TOOL.split("\n\n", 1)[1]
+    p = prompt_of(engine)
+    assert "<tool_response>\n18C [[after_tool]]\n</tool_response>" in p
+    assert ("<think>\nThe user wants the weather, so I call the tool.\n</think>\n\nLet me check that.\n\n"
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>") in p
+
+
+def test_function_call_stream_events(client):
+    events = list(client.responses.create(model=MODEL, input="[[weather]]", tools=TOOLS, stream=True))
+    types = squeeze([e.type for e in events])
+    i = types.index("response.function_call_arguments.delta")
+    assert types[i - 1] == "response.output_item.added" and types[i + 1:] == [
+        "response.function_call_arguments.done", "response.output_item.done", "response.completed"]
+    added = next(e for e in events if e.type == "response.output_item.added" and e.item.type == "function_call")
+    assert added.item.arguments == "" and added.item.name == "get_weather"
+    args = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
+    done = next(e for e in events if e.type == "response.function_call_arguments.done")
+    assert json.loads(args) == json.loads(done.arguments) == WEATHER_ARGS and done.item_id == added.item.id
+    assert json.loads(events[-1].response.output[-1].arguments) == WEATHER_ARGS
+
+
+def test_previous_response_id_chaining(client, engine):
+    r1 = client.responses.create(model=MODEL, input="[[weather]]", tools=TOOLS, instructions="Be terse.")
+    call = r1.output[-1]
+    r2 = client.responses.create(model=MODEL, previous_response_id=r1.id, tools=TOOLS, input=[
+        {"type": "function_call_output", "call_id": call.call_id, "output": "18C [[after_tool]]"}])
+    assert r2.previous_response_id == r1.id and r2.output_text == AFTER_TOOL.split("\n\n", 1)[1]
+    p = prompt_of(engine)
+    assert "<|im_start|>user\n[[weather]]<|im_end|>" in p and "<function=get_weather>" in p
+    assert "<tool_response>\n18C [[after_tool]]\n</tool_response>" in p
+    assert "Be terse." not in p  # instructions do not carry over to the next response (OpenAI's rule)
+    r3 = client.responses.create(model=MODEL, previous_response_id=r2.id, input="[[nothink]] thanks",
+                                 reasoning={"effort": "none"})
+    p = prompt_of(engine)
+    assert "It is 18 °C in Paris right now.<|im_end|>\n<|im_start|>user\n[[nothink]] thanks" in p
+    assert r3.output_text == "Hello! How can I help you today?"
+
+
+def test_get_and_delete(client):
+    r = client.responses.create(model=MODEL, input="[[greet]]")
+    got = client.responses.retrieve(r.id)
+    assert got.id == r.id and got.output_text == ANSWER and got.status == "completed"
+    client.responses.delete(r.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(r.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.delete(r.id)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.responses.create(model=MODEL, input="hi", previous_response_id=r.id)
+    assert e.value.body["param"] == "previous_response_id"
+    unstored = client.responses.create(model=MODEL, input="[[greet]]", store=False)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(unstored.id)
+    streamed = list(client.responses.create(model=MODEL, input="[[greet]]", stream=True))[-1].response
+    assert client.responses.retrieve(streamed.id).output_text == ANSWER
+
+
+def test_store_is_bounded(engine, tokenizer):
+    from hinfer.server.responses_store import ResponseStore
+
+    store = ResponseStore(max_entries=2)
+    for i in range(3):
+        store.put({"id": f"r{i}", "output": []}, [])
+    assert store.get("r0") is None and store.get("r1") is not None and len(store) == 2
+    store.put({"id": "r3", "output": []}, [])
+    assert store.get("r2") is None and store.get("r1") is not None  # r1 was used last: r2 went
+    small = ResponseStore(max_chars=100)
+    small.put({"id": "big", "output": ["x" * 500]}, [])
+    assert len(small) == 0
+
+
+def test_encrypted_reasoning_round_trip(client, engine):
+    r = client.responses.create(model=MODEL, input="[[weather]]", tools=TOOLS, store=False,
+                                include=["reasoning.encrypted_content"])
+    rs = r.output[0]
+    assert rs.type == "reasoning" and rs.encrypted_content and "weather" not in rs.encrypted_content
+    # Codex sends reasoning back without its text: only the opaque blob carries it.
+    back = {"type": "reasoning", "id": rs.id, "summary": [], "encrypted_content": rs.encrypted_content}
+    history = ["[[weather]]", back, r.output[2].model_dump(exclude_none=True),
+               {"type": "function_call_output", "call_id": r.output[2].call_id, "output": "18C [[after_tool]]"}]
+    history[0] = {"type": "message", "role": "user", "content": history[0]}
+    client.responses.create(model=MODEL, input=history, tools=TOOLS, store=False)
+    p = prompt_of(engine)
+    assert "<think>\nThe user wants the weather, so I call the tool.\n</think>\n\n<tool_call>" in p
+
+
+def test_developer_and_system_items(client, engine):
+    client.responses.create(model=MODEL, instructions="Base.", input=[
+        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "Dev rules."}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "a"},
+                                                         {"type": "input_text", "text": "b"}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]},
+        {"role": "system", "content": "Mid rule."},
+        {"role": "user", "content": "[[nothink]]"},
+    ])
+    p = prompt_of(engine)
+    assert p.startswith("<|im_start|>system\nBase.\n\nDev rules.<|im_end|>\n<|im_start|>user\nab<|im_end|>\n")
+    assert "ok<|im_end|>\n<|im_start|>system\nMid rule.<|im_end|>\n<|im_start|>user\n[[nothink]]" in p
+
+
+def test_reasoning_effort_and_sampling(client, engine):
+    client.responses.create(model=MODEL, input="[[nothink]]", reasoning={"effort": "none"}, temperature=0.3,
+                            top_p=0.9, max_output_tokens=77)
+    sp = engine.requests[-1].sampling
+    assert (sp.temperature, sp.top_p, sp.max_tokens) == (0.3, 0.9, 77)
+    assert prompt_of(engine).endswith("<think>\n\n</think>\n\n")
+    client.responses.create(model=MODEL, input="[[greet]]", reasoning={"effort": "low", "summary": "auto"})
+    assert engine.requests[-1].sampling.thinking_budget == 1024
+
+
+def test_max_output_tokens_makes_it_incomplete(client):
+    r = client.responses.create(model=MODEL, input="[[long]]", reasoning={"effort": "none"}, max_output_tokens=5)
+    assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
+    assert r.usage.output_tokens == 5 and r.output[-1].status == "incomplete"
+    events = list(client.responses.create(model=MODEL, input="[[long]]", reasoning={"effort": "none"},
+                                          max_output_tokens=5, stream=True))
+    assert events[-1].type == "response.incomplete" and events[-1].response.status == "incomplete"
+
+
+def test_tool_choice_parallel_and_ignored_tool_types(client, engine):
+    tools = [{"type": "web_search"}, {"type": "custom", "name": "apply_patch"}, *TOOLS]
+    r = client.responses.create(model=MODEL, input="[[parallel]]", tools=tools, parallel_tool_calls=False)
+    assert [i.name for i in r.output if i.type == "function_call"] == ["get_weather"]
+    assert r.parallel_tool_calls is False and "Call at most one function" in prompt_of(engine)
+    assert "apply_patch" not in prompt_of(engine)
+    r = client.responses.create(model=MODEL, input="[[parallel]]", tools=TOOLS)
+    assert [i.name for i in r.output if i.type == "function_call"] == ["get_weather", "get_time"]
+    client.responses.create(model=MODEL, input="[[weather]]", tools=TOOLS,
+                            tool_choice={"type": "function", "name": "get_time"})
+    assert '"get_weather"' not in prompt_of(engine) and "calling the function get_time" in prompt_of(engine)
+    r = client.responses.create(model=MODEL, input="[[weather_nothink]]", tools=TOOLS, tool_choice="none",
+                                reasoning={"effort": "none"})
+    assert all(i.type == "message" for i in r.output) and "<tools>" not in prompt_of(engine)
+    client.responses.create(model=MODEL, input="[[weather]]", tools=TOOLS, tool_choice="required")
+    assert "You must answer by calling one or more" in prompt_of(engine)
+
+
+BAD = [
+    ({}, "model"),
+    ({"input": ""}, "input"),
+    ({"input": [{"type": "hologram"}]}, "input.0.type"),
+    ({"input": [{"type": "item_reference", "id": "x"}]}, "input.0.type"),
+    ({"input": [{"role": "wizard", "content": "x"}]}, "input.0.role"),
+    ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x/a.png"}]}]},
+     "input.0.content.0"),
+    ({"input": [{"role": "user", "content": 5}]}, "input.0.content"),
+    ({"input": ["just a string"]}, "input.0"),
+    ({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{nope"}]}, "input.0.arguments"),
+    ({"input": [{"type": "function_call", "call_id": "c", "arguments": "{}"}]}, "input.0.name"),
+    ({"model": "gpt-17"}, "model"),
+    ({"tools": [{"type": "function"}]}, "tools.0.name"),
+    ({"tools": [{"type": "function", "name": "f", "parameters": "no"}]}, "tools.0.parameters"),
+    ({"tool_choice": "sometimes"}, "tool_choice"),
+    ({"tool_choice": "required"}, "tool_choice"),
+    ({"text": {"format": {"type": "json_schema", "name": "x", "schema": {}}}}, "text.format"),
+    ({"max_output_tokens": 10**9}, "max_output_tokens"),
+    ({"max_output_tokens": 0}, "max_output_tokens"),
+    ({"temperature": -1}, None),
+    ({"reasoning": {"effort": "extreme"}}, "reasoning.effort"),
+    ({"background": True}, "background"),
+    ({"input": "word " * 5000}, "input"),
+]
+
+
+@pytest.mark.parametrize("patch,param", BAD, ids=[str(i) for i in range(len(BAD))])
+def test_bad_input_is_400_in_openai_shape(http, patch, param):
+    body = {"model": MODEL, "input": "hi"}
+    body.update(patch)
+    body = {k: v for k, v in body.items() if k not in patch or patch[k] is not None}
+    if patch == {}:
+        body.pop("model")
+    r = http.post("/v1/responses", json=body)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["type"] == "invalid_request_error"
+    if param is not None:
+        assert err["param"] == param, err
+
+
+def test_context_errors_have_openai_code(http):
+    r = http.post("/v1/responses", json={"model": MODEL, "input": "word " * 5000})
+    err = r.json()["error"]
+    assert err["code"] == "context_length_exceeded" and "maximum context length is 4096 tokens" in err["message"]
+
+
+def test_unknown_response_id_is_404(http):
+    r = http.get("/v1/responses/resp_nope")
+    assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
+    assert http.delete("/v1/responses/resp_nope").status_code == 404
+
+
+def test_engine_failure_mid_stream_is_response_failed(base_url, engine):
+    engine.fail_next = (3, RuntimeError("late kaboom"))
+    with httpx.Client(base_url=base_url, timeout=30) as c:
+        r = c.post("/v1/responses", json={"model": MODEL, "input": "[[greet]]", "stream": True})
+    assert r.status_code == 200
+    events = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
+    assert events[-1]["type"] == "response.failed" and "late kaboom" in events[-1]["response"]["error"]["message"]
+    assert "event: response.failed" in r.text

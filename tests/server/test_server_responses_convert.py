@@ -1,0 +1,60 @@
+"""Responses input items -> chat messages, without a server: how turns are grouped and what is read from where."""
+
+from __future__ import annotations
+
+import pytest
+
+from hinfer.server.errors import APIError
+from hinfer.server.responses_convert import convert_items, decrypt_reasoning, encrypt_reasoning, input_items
+
+
+def test_an_assistant_turn_gathers_reasoning_message_and_calls():
+    items = [
+        {"role": "developer", "content": "Dev."},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "think"}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Calling."}]},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"a": 1}'},
+        {"type": "function_call", "call_id": "c2", "name": "g", "arguments": ""},
+        {"type": "function_call_output", "call_id": "c1", "output": "one"},
+        {"type": "function_call_output", "call_id": "c2", "output": [
+            {"type": "input_text", "text": "two "}, {"type": "input_image", "image_url": "data:..."}]},
+        {"type": "function_call", "call_id": "c3", "name": "f", "arguments": "{}"},
+    ]
+    msgs = convert_items(items, "Base.")
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "tool", "tool", "assistant"]
+    assert msgs[0]["content"] == "Base.\n\nDev."
+    a = msgs[2]
+    assert (a["reasoning_content"], a["content"]) == ("think", "Calling.")
+    assert [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in a["tool_calls"]] == [
+        ("c1", "f", {"a": 1}), ("c2", "g", {})]
+    assert msgs[4]["content"].startswith("two [input_image omitted")
+    assert msgs[5]["tool_calls"][0]["id"] == "c3" and msgs[5]["content"] == ""
+
+
+def test_reasoning_is_read_from_content_then_our_blob_then_summary():
+    blob = encrypt_reasoning("secret thoughts é")
+    assert decrypt_reasoning(blob) == "secret thoughts é" and decrypt_reasoning("gAAAA-openai-blob") is None
+    for item, want in [
+        ({"type": "reasoning", "summary": [], "encrypted_content": blob}, "secret thoughts é"),
+        ({"type": "reasoning", "summary": [{"type": "summary_text", "text": "s1"},
+                                           {"type": "summary_text", "text": "s2"}]}, "s1\n\ns2"),
+        ({"type": "reasoning", "summary": [], "encrypted_content": "not ours"}, None),
+    ]:
+        msgs = convert_items([{"role": "user", "content": "q"}, item,
+                              {"role": "assistant", "content": "a"}], None)
+        assert msgs[-1].get("reasoning_content") == want and msgs[-1]["content"] == "a"
+
+
+def test_consecutive_assistant_messages_are_separate_turns():
+    msgs = convert_items([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a1"},
+                          {"role": "assistant", "content": "a2"}], None)
+    assert [m["content"] for m in msgs] == ["q", "a1", "a2"]
+
+
+def test_input_string_and_errors():
+    assert input_items("hi") == [{"type": "message", "role": "user", "content": "hi"}]
+    assert input_items("") == []
+    with pytest.raises(APIError) as e:
+        convert_items([{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}], None)
+    assert "vision not supported yet" in e.value.message and e.value.param == "input.0.content.0"
