@@ -200,6 +200,17 @@ def test_a_shared_head_is_checkpointed_where_prompts_part(make_engine_core):
     assert_clean(on)
 
 
+def test_clear_requested_from_another_thread_runs_at_the_next_step(make_engine_core):
+    core = make_engine_core()
+    prompt = list(range(1, 41))
+    run_all(core, [GenerationRequest("a", prompt, greedy(3))])
+    assert core.prefix.pages.num_cached and len(core.prefix.checkpoints)
+    core.request_clear_prefix_cache()  # what Engine.clear_prefix_cache does
+    assert core.has_work and core.step() == []
+    assert core.prefix.pages.num_cached == 0 and len(core.prefix.checkpoints) == 0
+    assert run_all(core, [GenerationRequest("b", prompt, greedy(3))])["b"][1] == 0
+
+
 def test_eight_concurrent_requests_sharing_prefixes(make_engine_core):
     rng = random.Random(4)
     system = toks(rng, 37)
