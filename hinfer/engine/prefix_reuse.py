@@ -6,8 +6,9 @@
 - Before its first step (`restore`): the checkpoint is copied into the request's GDN slot (others are zeroed).
 - After every step (`after_step`): pages that just became full are named, and the GDN state is saved where a
   later request is likely to resume: the prompt's last page boundary (and the one before when the prompt ends
-  on a boundary), where the scheduler cuts a prefill chunk so that state exists, and the latest page boundary of
-  the generated text (one moving checkpoint per request, so a finished answer leaves the state at its end).
+  on a boundary) and the boundary where the prompt leaves an earlier prompt's cached pages (the scheduler cuts a
+  prefill chunk at these so the state there exists), and the latest page boundary of the generated text (one
+  moving checkpoint per request, so a finished answer leaves the state at its end).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ class Hit:
     tokens: int  # len(pages) * page_size
     name: bytes | None  # the checkpoint at the end of those pages
     matched: int = 0  # leading prompt pages whose KV is cached (the checkpoint may end earlier)
-
 
 
 class PrefixReuse:
