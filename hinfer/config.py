@@ -250,6 +250,8 @@ class EngineConfig:
     device: str = "auto"  # auto | cpu | cuda
     gpu_memory: int | None = None  # bytes the plan may use; None: what the device reports free
     seed: int = 0
+    prefix_cache: bool = True  # reuse KV pages + GDN checkpoints of earlier requests (docs/prefix-cache.md)
+    prefix_cache_slots: int | None = None  # GDN checkpoint slots; None: 2 per lane
 
     def validate(self) -> None:
         if not 1 <= self.max_concurrency <= 64:
@@ -270,8 +272,18 @@ class EngineConfig:
             raise ConfigError("--max-pending-requests must be >= 0")
         if self.page_size not in (16, 32, 64, 128):
             raise ConfigError("--page-size must be 16, 32, 64 or 128")
+        if self.prefix_cache_slots is not None and self.prefix_cache_slots < 0:
+            raise ConfigError("--prefix-cache-slots must be >= 0")
 
     @property
     def draft_slots(self) -> int:
         """GDN state slots per lane beyond the current one (speculative rollback)."""
         return self.draft_tokens + 1 if self.spec else 0
+
+    @property
+    def checkpoint_slots(self) -> int:
+        """GDN checkpoint slots the prefix cache asks for; 0 turns it off (as --no-prefix-cache and --spec do).
+        The default, 2 per lane, is capped by the KV pool's size (memory_plan.checkpoint_slots)."""
+        if not self.prefix_cache or self.spec:
+            return 0
+        return 2 * self.max_concurrency if self.prefix_cache_slots is None else self.prefix_cache_slots

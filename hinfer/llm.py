@@ -22,6 +22,7 @@ class RequestOutput:
     text: str
     finish_reason: str | None
     logprobs: list[float] | None = None
+    cached_tokens: int = 0  # prompt tokens taken from the prefix cache
     events: list[TokenEvent] = field(default_factory=list, repr=False)
 
 
@@ -87,8 +88,13 @@ class LLM:
                     o.logprobs = (o.logprobs or []) + ev.logprobs
                 if ev.finish_reason is not None:
                     o.finish_reason = ev.finish_reason
+                    o.cached_tokens = ev.usage.cached_tokens if ev.usage is not None else 0
                     pending.discard(ev.request_id)
         return [outs[r] for r in order]
+
+    def clear_prefix_cache(self) -> None:
+        """Forget every cached prefix (KV pages and GDN checkpoints); later prompts are computed in full."""
+        self.core.clear_prefix_cache()
 
     @torch.inference_mode()
     def logits(self, token_ids: list[int]) -> torch.Tensor:

@@ -61,6 +61,11 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gpu-memory", type=parse_bytes, default=None, metavar="BYTES",
                    help="memory the plan may use, e.g. 141GB or 80GiB (default: what the device reports free)")
     g.add_argument("--seed", type=int, default=0, help="seed for requests that give none")
+    g.add_argument("--no-prefix-cache", action="store_true",
+                   help="compute every prompt from its first token (default: reuse cached prefixes)")
+    g.add_argument("--prefix-cache-slots", type=int, default=None, metavar="N",
+                   help="GDN state checkpoints the prefix cache keeps on the device (default 2 per lane; "
+                        "0 turns the cache off)")
 
 
 def engine_config_from_args(a: argparse.Namespace) -> EngineConfig:
@@ -81,6 +86,8 @@ def engine_config_from_args(a: argparse.Namespace) -> EngineConfig:
         device=a.device,
         gpu_memory=a.gpu_memory,
         seed=a.seed,
+        prefix_cache=not a.no_prefix_cache,
+        prefix_cache_slots=a.prefix_cache_slots,
     )
     return cfg
 

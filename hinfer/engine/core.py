@@ -5,15 +5,20 @@ batch (decode lanes + prompt chunks), samples, applies stop rules, and returns T
 give back their lane, pages and slots in the same step. The async wrapper (engine.py) runs this in one thread.
 With `--spec mtp` the step goes through the SpecDecoder (engine/spec/): a lane may produce several tokens per
 step, each passed through the same stop rules, and the drafter runs for the lanes that go on.
+With the prefix cache (on unless --no-prefix-cache or --spec) admission reuses cached prefixes and every step
+names the pages it filled and saves GDN checkpoints (prefix_reuse.py, docs/prefix-cache.md).
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections import deque
 
 from hinfer.config import EngineConfig
+from hinfer.engine.gdn_checkpoints import CheckpointPool
+from hinfer.engine.prefix_reuse import PrefixReuse
 from hinfer.engine.protocol import (
     EngineError,
     EngineStats,
@@ -28,6 +33,8 @@ from hinfer.engine.sampler import RowState
 from hinfer.engine.scheduler import Scheduler
 from hinfer.engine.sequence import Sequence
 from hinfer.engine.stop import StopStringMatcher
+
+log = logging.getLogger("hinfer.engine")
 
 
 class EngineCore:
@@ -53,6 +60,14 @@ class EngineCore:
             from hinfer.engine.spec import make_spec_decoder
 
             self.spec = make_spec_decoder(runner, ecfg)
+            if ecfg.prefix_cache:
+                log.info("prefix cache off: it does not combine with --spec mtp yet (docs/prefix-cache.md)")
+        self.prefix: PrefixReuse | None = None
+        if st.checkpoint_slots and self.spec is None:
+            ckpts = CheckpointPool(st.checkpoint_slot_ids)
+            self.prefix = PrefixReuse(self.scheduler.pages, ckpts, runner.state, st.page_size)
+            self.scheduler.prefix = self.prefix
+        self._clear_requested = False
         self._seeds = random.Random(ecfg.seed)
         self._by_id: dict[str, Sequence] = {}
         self._aborted: deque[str] = deque()
@@ -99,16 +114,33 @@ class EngineCore:
 
     @property
     def has_work(self) -> bool:
-        return bool(self.scheduler.running or self.scheduler.waiting or self._aborted)
+        return bool(self.scheduler.running or self.scheduler.waiting or self._aborted or self._clear_requested)
+
+    def clear_prefix_cache(self) -> None:
+        """Drop every cached page and GDN checkpoint that no running request uses. Call from the stepping thread
+        (LLM, tests); the async Engine goes through request_clear_prefix_cache."""
+        if self.prefix is not None:
+            self.prefix.clear()
+
+    def request_clear_prefix_cache(self) -> None:
+        """Thread-safe: the cache is cleared at the start of the next step."""
+        self._clear_requested = True
 
     # ---- the step ------------------------------------------------------------------------------
     def step(self) -> list[TokenEvent]:
         events: list[TokenEvent] = []
+        if self._clear_requested:
+            self._clear_requested = False
+            self.clear_prefix_cache()
         events += self._drop_aborted()
         for seq in self.scheduler.expire():
             events.append(self._final(seq, "timeout", ""))
-        for seq in self.scheduler.admit():
-            self.runner.state.reset_slots([seq.slot])
+        admitted = self.scheduler.admit()
+        if self.prefix is not None:
+            self.prefix.restore(admitted)  # a hit's checkpoint copied into its slot, zeros for the rest
+        else:
+            self.runner.state.reset_slots([s.slot for s in admitted])
+        for seq in admitted:
             seq.sampler_state = RowState(seq.params, seq.seed, slot=seq.lane, prompt_ids=seq.prompt_ids)
             self.runner.sampler.add_row(seq.sampler_state)
         chunks = self.scheduler.schedule()
@@ -122,6 +154,8 @@ class EngineCore:
             self.spec.after_step()  # drafts for the lanes that go on
             return events
         result: StepResult = self.runner.step(chunks)
+        if self.prefix is not None:  # before the stop rules: a finishing request still holds its pages and slot
+            self.prefix.after_step([c.seq for c in chunks])
         sampled = [c.seq for c in chunks if c.samples]
         for i, seq in enumerate(sampled):
             events.append(self._accept_tokens(seq, [result.token_ids[i]], [result.logprobs[i]],
@@ -170,7 +204,7 @@ class EngineCore:
         self._by_id.pop(seq.request_id, None)
         self.finished_count += 1
         ev.finish_reason, ev.stop_reason = reason, stop_reason
-        ev.usage = Usage(len(seq.prompt_ids), len(seq.output_ids))
+        ev.usage = Usage(len(seq.prompt_ids), len(seq.output_ids), seq.cached_tokens)
         ev.timings = self._timings(seq)
 
     def _final(self, seq: Sequence, reason: str, text: str) -> TokenEvent:
@@ -220,5 +254,6 @@ class EngineCore:
             requests_finished=self.finished_count,
             tokens_generated=self.tokens_generated,
             prompt_tokens=self.prompt_tokens,
-            extra=self.spec.counters() if self.spec is not None else {},
+            extra=(self.spec.counters() if self.spec is not None else {})
+            | (self.prefix.counters() if self.prefix is not None else {}),
         )

@@ -87,6 +87,11 @@ class Engine:
     def stats(self) -> EngineStats:
         return self.core.stats()
 
+    def clear_prefix_cache(self) -> None:
+        """Drop the prefix cache (pages and GDN checkpoints not in use) at the engine thread's next step."""
+        self.core.request_clear_prefix_cache()
+        self._wake.set()
+
     # ---- the engine thread ---------------------------------------------------------------------
     def _run(self) -> None:
         while not self._stopping:

@@ -10,6 +10,9 @@ Computed before any weight is read, so `hinfer serve` fails within seconds when 
   --kv-capacity N, and everything left over with --kv-capacity auto.
 - gdn state: `StateShape.gdn_bytes`: GDN layers x slots x (conv + fp32 ssm), slots = lanes x (1 + draft
   slots) + 1 reserved.
+- prefix checkpoints: GDN layers x checkpoint slots x (conv + fp32 ssm): the prefix cache's saved GDN states
+  (--prefix-cache-slots; default 2 per lane, at most a tenth of the KV bytes; 0 with --no-prefix-cache or
+  --spec). Cached KV pages need no row: they live in the KV pool's free pages.
 - sampler state: per-lane [V] int32 token counts + [V] bool prompt mask (penalties).
 - activations: one forward step at its largest (a prefill chunk plus every lane's decode tokens) through one
   layer, plus logits and sampler temporaries for the lanes (estimate).
@@ -122,12 +125,13 @@ class MemoryPlan:
     available: int  # bytes the plan may use
     rows: list[PlanRow]
     num_pages: int  # including the reserved page
-    num_slots: int  # including the reserved slot
+    num_slots: int  # lane slots, including the reserved slot
     kv_dtype: str
     act_dtype: str
     min_kv_pages: int = 0  # --kv-capacity auto: pages one max-context request needs (else 0)
     notes: list[str] = field(default_factory=list)
     recipe: Recipe | None = None  # the weights' recipe (`weights` is its name)
+    checkpoint_slots: int = 0  # prefix-cache GDN checkpoint slots, after the lane slots
 
     @property
     def needed(self) -> int:
@@ -182,7 +186,8 @@ class MemoryPlan:
             f"settings: weights {self.weights}, activations {self.act_dtype}, kv {self.kv_dtype}, "
             f"max-context {e.max_context}, max-concurrency {e.max_concurrency}, "
             f"kv-capacity {_kv_cap_text(e)}, prefill-chunk {e.prefill_chunk}, page-size {e.page_size}, "
-            f"spec {f'mtp x{e.draft_tokens}' if e.spec else 'off'}",
+            f"spec {f'mtp x{e.draft_tokens}' if e.spec else 'off'}, "
+            f"prefix-cache {f'{e.checkpoint_slots} slots' if e.checkpoint_slots else 'off'}",
             f"device: {self.device_name}",
             "",
             f"{'row':<{name_w}}  {'GiB':>8}  {'bytes':>17}  note",
@@ -254,6 +259,16 @@ def gdn_slot_bytes(cfg: ModelConfig, act: str) -> int:
     return len(cfg.gdn_layers) * (conv + ssm)
 
 
+def checkpoint_slots(ecfg: EngineConfig, kv_bytes: int, slot_bytes: int) -> int:
+    """Prefix-cache GDN checkpoint slots: --prefix-cache-slots, else 2 per lane (a finished turn leaves its
+    prompt-end and answer-end states) but at most a tenth of the KV cache's bytes, and at least 1. A slot is
+    costly on large models (147 MiB on the 27B, the KV of ~2,300 tokens), so a small KV pool gets fewer."""
+    n = ecfg.checkpoint_slots
+    if ecfg.prefix_cache_slots is not None or n == 0:
+        return n
+    return max(1, min(n, kv_bytes // (10 * slot_bytes)))
+
+
 def plan_memory(cfg: ModelConfig, ecfg: EngineConfig, *, weights: str | Recipe, device_bytes: int,
                 device_name: str, device: str | None = None) -> MemoryPlan:
     """The plan for `cfg` under flags `ecfg`, weight format, recipe name or Recipe `weights` (not 'auto'), against
@@ -301,7 +316,11 @@ def plan_memory(cfg: ModelConfig, ecfg: EngineConfig, *, weights: str | Recipe, 
 
     page = kv_page_bytes(cfg, ecfg, kvd)
     fixed = wb.total + draft_head + gdn + sampler + work + graphs + runtime + headroom
+    slot = gdn_slot_bytes(cfg, act)
     min_pages = 0
+    if ecfg.kv_capacity == 0:  # auto: the checkpoints take their share of what is left, the KV the rest
+        n_ckpt = checkpoint_slots(ecfg, max(0, device_bytes - fixed), slot)
+        fixed += n_ckpt * slot
     if ecfg.kv_capacity is None:
         pages = lanes * math.ceil(ecfg.max_context / ps)
         kv_note = f"{lanes} lanes x {ecfg.max_context} tokens"
@@ -313,6 +332,9 @@ def plan_memory(cfg: ModelConfig, ecfg: EngineConfig, *, weights: str | Recipe, 
         pages = math.ceil(ecfg.kv_capacity / ps)
         kv_note = f"--kv-capacity {ecfg.kv_capacity}"
     num_pages = pages + RESERVED_PAGES
+    if ecfg.kv_capacity != 0:
+        n_ckpt = checkpoint_slots(ecfg, num_pages * page, slot)
+    ckpt = n_ckpt * slot
     kv_layers = len(cfg.attn_layers) + (cfg.mtp_num_hidden_layers if ecfg.spec else 0)
     rows.append(PlanRow("kv cache", num_pages * page,
                         f"{kv_note}: {pages:,} pages of {ps} + 1 reserved, {kv_layers} layers, "
@@ -320,6 +342,11 @@ def plan_memory(cfg: ModelConfig, ecfg: EngineConfig, *, weights: str | Recipe, 
     draft = f" x (1 + {ecfg.draft_slots} draft)" if ecfg.draft_slots else ""
     rows.append(PlanRow("gdn state", gdn, f"{lanes} lanes{draft} + 1 reserved = {n_slots} slots x "
                                           f"{len(cfg.gdn_layers)} layers (conv {act} + ssm fp32)"))
+    why_off = "--spec mtp" if ecfg.spec and ecfg.prefix_cache else ("--no-prefix-cache" if not ecfg.prefix_cache
+                                                                     else "--prefix-cache-slots 0")
+    rows.append(PlanRow("prefix checkpoints", ckpt,
+                        f"prefix cache: {n_ckpt} GDN checkpoint slots x {len(cfg.gdn_layers)} layers, "
+                        f"{gdn_slot_bytes(cfg, act):,} B each" if n_ckpt else f"prefix cache off ({why_off})"))
     rows.append(PlanRow("sampler state", sampler, f"{lanes} lanes x V={cfg.vocab_size} (int32 counts + bool mask)"))
     rows.append(PlanRow("activations", work, f"estimate: one step of {t_step} tokens through the widest layer "
                                              f"+ logits/sampler for {lanes * q_per_lane} rows"))
@@ -334,7 +361,7 @@ def plan_memory(cfg: ModelConfig, ecfg: EngineConfig, *, weights: str | Recipe, 
         notes.append(f"--kv-capacity {ecfg.kv_capacity} is below --max-context {ecfg.max_context}: "
                      "longer requests are refused")
     return MemoryPlan(cfg, ecfg, recipe.name, device, device_name, device_bytes, rows, num_pages, n_slots,
-                      kvd, act, min_pages, notes, recipe)
+                      kvd, act, min_pages, notes, recipe, n_ckpt)
 
 
 def check_plan(plan: MemoryPlan) -> MemoryPlan:

@@ -58,6 +58,7 @@ class Timings:
 class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens taken from the prefix cache (included in prompt_tokens)
 
 
 @dataclass

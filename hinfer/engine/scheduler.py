@@ -5,6 +5,8 @@ request never runs out of KV and nothing is ever preempted. When pages are short
 of the queue waits (FIFO: no overtaking, no starvation). Each step runs one decode token for every lane past its
 prompt plus at most `prefill_chunk` prompt tokens, so a long prompt delays the other lanes by one chunk at most.
 With speculative decoding a lane also holds `draft_slots` GDN slots (K+1) for rollback, taken and freed with it.
+With the prefix cache (`prefix`, prefix_reuse.py) admission first takes the longest cached prefix (its pages are
+shared, only the rest is reserved anew), and a prompt chunk stops at the positions where the GDN state is saved.
 """
 
 from __future__ import annotations
@@ -12,10 +14,15 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from hinfer.engine.prefix_cache import PagePool
 from hinfer.engine.protocol import QueueFullError
 from hinfer.engine.sequence import Sequence, Status
 from hinfer.engine.state import RESERVED_PAGES, RESERVED_SLOTS, FreeList
+
+if TYPE_CHECKING:
+    from hinfer.engine.prefix_reuse import PrefixReuse
 
 
 @dataclass
@@ -46,11 +53,12 @@ class Scheduler:
         self.page_size = page_size
         self.max_context = max_context
         self.draft_slots = draft_slots  # extra GDN slots per lane for speculative rollback (K+1, or 0)
-        self.pages = FreeList(num_pages, first=RESERVED_PAGES)
+        self.pages = PagePool(num_pages, first=RESERVED_PAGES)
         self.slots = FreeList(num_slots, first=RESERVED_SLOTS)
         self.lanes = FreeList(max_concurrency)  # lane id: the sampler's row for this request
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self.prefix: PrefixReuse | None = None  # set by the engine when the prefix cache is on
 
     # ---- queue -------------------------------------------------------------------------------------
     def pages_needed(self, seq: Sequence) -> int:
@@ -82,11 +90,14 @@ class Scheduler:
         admitted = []
         while self.waiting and len(self.running) < self.max_concurrency:
             seq = self.waiting[0]
-            need = self.pages_needed(seq)
-            if need > self.pages.num_free or self.slots.num_free < 1 + self.draft_slots:
+            hit = self.prefix.lookup(seq) if self.prefix is not None else None
+            shared = hit.pages if hit is not None else []
+            need = self.pages_needed(seq) - len(shared)
+            if not self.pages.can_alloc(need, shared) or self.slots.num_free < 1 + self.draft_slots:
                 break
             self.waiting.popleft()
-            seq.pages = self.pages.alloc(need)
+            seq.pages = self.prefix.take(seq, hit) if hit is not None else []
+            seq.pages += self.pages.alloc(need)
             seq.slot = self.slots.alloc(1)[0]
             seq.draft_slots = self.slots.alloc(self.draft_slots)
             seq.lane = self.lanes.alloc(1)[0]
@@ -106,6 +117,10 @@ class Scheduler:
             if not s.in_prefill or budget <= 0:
                 continue
             n = min(len(s.prompt_ids) - s.num_cached, budget)
+            for t in s.ckpt_targets:  # end the chunk where the GDN state is checkpointed
+                if s.num_cached < t < s.num_cached + n:
+                    n = t - s.num_cached
+                    break
             budget -= n
             prefill.append(ScheduledChunk(s, n, s.num_cached + n == len(s.prompt_ids)))
         return decode + prefill
@@ -116,8 +131,10 @@ class Scheduler:
             self.running.remove(seq)
         elif seq in self.waiting:
             self.waiting.remove(seq)
+        if self.prefix is not None:
+            self.prefix.forget(seq)
         if seq.pages:
-            self.pages.free(seq.pages)
+            self.pages.release(seq.pages)
             seq.pages = []
         if seq.slot >= 0:
             self.slots.free([seq.slot])

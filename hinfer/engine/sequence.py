@@ -42,6 +42,13 @@ class Sequence:
     spec_drafted: int = 0
     spec_accepted: int = 0
     drafts: object | None = None  # speculative: the drafter's proposal for the next round (spec.Proposal)
+    # prefix cache (prefix_reuse.py)
+    cached_tokens: int = 0  # prompt tokens taken from the cache at admission (not computed)
+    page_hashes: list[bytes] | None = None  # names of full pages: the prompt's, then the ones filled since
+    pages_named: int = 0  # leading pages already registered in the page pool (or shared from it)
+    ckpt_targets: list[int] = field(default_factory=list)  # prompt positions where the GDN state is saved
+    restore_from: bytes | None = None  # pinned checkpoint copied into `slot` before the first step
+    decode_ckpt: bytes | None = None  # this request's latest checkpoint in its generated text
 
     @property
     def num_tokens(self) -> int:
@@ -57,6 +64,15 @@ class Sequence:
         if self.num_cached >= n:  # decode: never copy a long prompt per step
             return self.output_ids[self.num_cached - n :]
         return self.prompt_ids[self.num_cached :] + self.output_ids
+
+    def tokens_between(self, start: int, end: int) -> list[int]:
+        """Tokens at positions [start, end) of prompt + output, without copying the whole prompt."""
+        n = len(self.prompt_ids)
+        if end <= n:
+            return self.prompt_ids[start:end]
+        if start >= n:
+            return self.output_ids[start - n : end - n]
+        return self.prompt_ids[start:] + self.output_ids[: end - n]
 
     @property
     def max_total_tokens(self) -> int:

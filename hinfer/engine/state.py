@@ -24,21 +24,34 @@ RESERVED_SLOTS = 1
 class StateShape:
     num_pages: int  # including the reserved scratch page
     page_size: int
-    num_slots: int  # including the reserved scratch slot
+    num_slots: int  # lane slots, including the reserved scratch slot
     kv_dtype: torch.dtype
     dtype: torch.dtype  # model activation dtype (conv state)
     mtp_layers: int = 0  # extra KV layers for the MTP head
+    checkpoint_slots: int = 0  # prefix-cache GDN checkpoints: slots [num_slots, num_slots + checkpoint_slots)
+
+    @property
+    def total_slots(self) -> int:
+        return self.num_slots + self.checkpoint_slots
+
+    @property
+    def checkpoint_slot_ids(self) -> range:
+        return range(self.num_slots, self.total_slots)
 
     def kv_bytes(self, cfg: ModelConfig) -> int:
         layers = len(cfg.attn_layers) + self.mtp_layers
         per_page = 2 * self.page_size * cfg.num_key_value_heads * cfg.head_dim * _itemsize(self.kv_dtype)
         return layers * self.num_pages * per_page
 
-    def gdn_bytes(self, cfg: ModelConfig) -> int:
-        n = len(cfg.gdn_layers) * self.num_slots
+    def gdn_bytes(self, cfg: ModelConfig, slots: int | None = None) -> int:
+        """Lane slots (or `slots`) in every GDN layer; checkpoint_bytes counts the prefix-cache ones."""
+        n = len(cfg.gdn_layers) * (self.num_slots if slots is None else slots)
         conv = cfg.gdn_conv_dim * (cfg.linear_conv_kernel_dim - 1) * _itemsize(self.dtype)
         ssm = cfg.linear_num_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim * 4
         return n * (conv + ssm)
+
+    def checkpoint_bytes(self, cfg: ModelConfig) -> int:
+        return self.gdn_bytes(cfg, self.checkpoint_slots)
 
 
 def _itemsize(dt: torch.dtype) -> int:
@@ -56,10 +69,10 @@ class ModelState:
         self.v_cache = torch.zeros(kv, dtype=shape.kv_dtype, device=device)
         n_gdn = len(cfg.gdn_layers)
         self.conv_state = torch.zeros(
-            (n_gdn, shape.num_slots, cfg.gdn_conv_dim, cfg.linear_conv_kernel_dim - 1), dtype=shape.dtype, device=device
+            (n_gdn, shape.total_slots, cfg.gdn_conv_dim, cfg.linear_conv_kernel_dim - 1), dtype=shape.dtype, device=device
         )
         self.ssm_state = torch.zeros(
-            (n_gdn, shape.num_slots, cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim),
+            (n_gdn, shape.total_slots, cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim),
             dtype=torch.float32,
             device=device,
         )
@@ -80,6 +93,17 @@ class ModelState:
     def copy_slot(self, src: int, dst: int) -> None:
         self.conv_state[:, dst].copy_(self.conv_state[:, src])
         self.ssm_state[:, dst].copy_(self.ssm_state[:, src])
+
+    def copy_slots(self, src: list[int], dst: list[int]) -> None:
+        """GDN state (conv + recurrent, every GDN layer) of slot src[i] into dst[i], one gather + scatter per
+        tensor: prefix-cache checkpoints saved out of a lane's slot or restored into one. Slots must not overlap."""
+        if not src:
+            return
+        dev = self.conv_state.device
+        s = torch.tensor(src, dtype=torch.int64, device=dev)
+        d = torch.tensor(dst, dtype=torch.int64, device=dev)
+        self.conv_state.index_copy_(1, d, self.conv_state.index_select(1, s))
+        self.ssm_state.index_copy_(1, d, self.ssm_state.index_select(1, s))
 
 
 class FreeList:

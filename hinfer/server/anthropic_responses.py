@@ -44,10 +44,15 @@ class MessageBuilder:
         self._close(out)
         stop_reason, stop_sequence = self.stop_reason()
         out.append({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
-                    "usage": {"input_tokens": self.run.prompt_tokens, "output_tokens": self.run.output_tokens},
-                    "timings": self.run.timings()})
+                    "usage": self.final_usage(), "timings": self.run.timings()})
         out.append({"type": "message_stop"})
         return out
+
+    def final_usage(self) -> dict[str, int]:
+        """Anthropic counts cache reads apart: input_tokens is the part of the prompt that was computed."""
+        cached = self.run.cached_tokens
+        return {"input_tokens": self.run.prompt_tokens - cached, "output_tokens": self.run.output_tokens,
+                "cache_read_input_tokens": cached}
 
     def stop_reason(self) -> tuple[str, str | None]:
         final = self.run.final
@@ -129,7 +134,7 @@ def fold(builder: MessageBuilder, events: list[dict[str, Any]]) -> dict[str, Any
                 json_text[e["index"]] = json_text.get(e["index"], "") + d["partial_json"]
         elif t == "message_delta":
             msg.update(e["delta"])
-            msg["usage"] = {"input_tokens": e["usage"]["input_tokens"], "output_tokens": e["usage"]["output_tokens"]}
+            msg["usage"] = dict(e["usage"])
             msg["timings"] = e["timings"]
     for i, text in json_text.items():
         blocks[i]["input"] = json.loads(text)  # our own fragments: always a complete object

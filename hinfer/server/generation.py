@@ -150,6 +150,12 @@ class EngineRun:
         return len(self.prompt_ids)
 
     @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens the engine took from its prefix cache (0 until the final event)."""
+        usage = self.final.usage if self.final is not None else None
+        return usage.cached_tokens if usage is not None else 0
+
+    @property
     def output_tokens(self) -> int:
         if self.final is not None and self.final.usage is not None and self.final.usage.completion_tokens:
             return self.final.usage.completion_tokens

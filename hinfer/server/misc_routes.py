@@ -67,3 +67,13 @@ async def get_model(model_id: str, request: Request):
     if "anthropic-version" in request.headers:
         return _anthropic_model(st, model_id)
     return _openai_model(st, model_id)
+
+
+@router.post("/admin/clear_prefix_cache")
+async def clear_prefix_cache(request: Request):
+    """Drop the engine's prefix cache (KV pages and GDN checkpoints no request uses) at its next step."""
+    clear = getattr(get_state(request).engine, "clear_prefix_cache", None)
+    if clear is None:
+        raise APIError(501, "this engine has no prefix cache", code="not_implemented")
+    clear()
+    return {"status": "ok"}

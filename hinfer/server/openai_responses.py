@@ -99,6 +99,7 @@ class ChatBuilder:
     def usage(self) -> dict[str, Any]:
         p, c = self.run.prompt_tokens, self.run.output_tokens
         return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
+                "prompt_tokens_details": {"cached_tokens": self.run.cached_tokens},
                 "completion_tokens_details": {"reasoning_tokens": self.reasoning_tokens}}
 
     def finish_reason(self) -> str:
@@ -173,7 +174,8 @@ class CompletionBuilder:
 
     def usage(self) -> dict[str, Any]:
         p, c = self.run.prompt_tokens, self.run.output_tokens
-        return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+        return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
+                "prompt_tokens_details": {"cached_tokens": self.run.cached_tokens}}
 
     def finish_reason(self) -> str:
         return _finish_reason(self.run, False)

@@ -1,0 +1,158 @@
+"""PrefixReuse: the prefix cache as the engine runs it (docs/prefix-cache.md).
+
+- At admission (`lookup`, `take`): the longest run of the prompt's full pages that is cached AND ends where a
+  GDN checkpoint exists, leaving at least one prompt token to compute (the last token's logits are needed). The
+  request shares those pages (reference counts), pins the checkpoint, and starts at that page boundary.
+- Before its first step (`restore`): the checkpoint is copied into the request's GDN slot (others are zeroed).
+- After every step (`after_step`): pages that just became full are named, and the GDN state is saved where a
+  later request is likely to resume: the prompt's last page boundary (and the one before when the prompt ends
+  on a boundary) and the boundary where the prompt leaves an earlier prompt's cached pages (the scheduler cuts a
+  prefill chunk at these so the state there exists), and the latest page boundary of the generated text (one
+  moving checkpoint per request, so a finished answer leaves the state at its end).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hinfer.engine.gdn_checkpoints import CheckpointPool
+from hinfer.engine.prefix_cache import ROOT, PagePool, chain_hashes
+from hinfer.engine.sequence import Sequence
+
+
+@dataclass(frozen=True)
+class Hit:
+    pages: list[int]  # cached pages the request reuses, in order
+    tokens: int  # len(pages) * page_size
+    name: bytes | None  # the checkpoint at the end of those pages
+    matched: int = 0  # leading prompt pages whose KV is cached (the checkpoint may end earlier)
+
+
+class PrefixReuse:
+    def __init__(self, pages: PagePool, checkpoints: CheckpointPool, state, page_size: int) -> None:
+        self.pages = pages
+        self.checkpoints = checkpoints
+        self.state = state  # ModelState: copy_slots / reset_slots
+        self.page_size = page_size
+        pages.on_evict = checkpoints.discard  # a checkpoint whose last page is gone can never be reached
+        self.requests = self.hit_requests = 0
+        self.query_tokens = self.hit_tokens = 0
+
+    # ---- admission -----------------------------------------------------------------------------------------
+    def lookup(self, seq: Sequence) -> Hit:
+        ps = self.page_size
+        if seq.page_hashes is None:
+            seq.page_hashes = chain_hashes(seq.prompt_ids, ps)
+        usable = min(len(seq.page_hashes), (len(seq.prompt_ids) - 1) // ps)  # at least one token to compute
+        found = self.pages.match(seq.page_hashes[:usable])
+        for k in range(len(found), 0, -1):
+            name = seq.page_hashes[k - 1]
+            if name in self.checkpoints:
+                return Hit(found[:k], k * ps, name, len(found))
+        return Hit([], 0, None, len(found))
+
+    def take(self, seq: Sequence, hit: Hit) -> list[int]:
+        """Admit with `hit`: share its pages, pin its checkpoint, start past it. -> the shared pages."""
+        self.pages.acquire(hit.pages)
+        if hit.name is not None:
+            self.checkpoints.pin(hit.name)
+        seq.restore_from = hit.name
+        seq.num_cached = seq.cached_tokens = hit.tokens
+        seq.pages_named = len(hit.pages)
+        seq.ckpt_targets = self._targets(seq, hit.matched * self.page_size)
+        self.requests += 1
+        self.query_tokens += len(seq.prompt_ids)
+        self.hit_requests += int(hit.tokens > 0)
+        self.hit_tokens += hit.tokens
+        return list(hit.pages)
+
+    def _targets(self, seq: Sequence, branch: int) -> list[int]:
+        """Prompt positions to checkpoint: the last page boundary, and the one before it when the prompt ends on a
+        boundary (so resending the same prompt, which must compute its last token, finds one too); and `branch`,
+        where this prompt leaves the cached pages of an earlier one (a head they share, such as a system prompt,
+        that the next request with that head can then resume from)."""
+        ps, n = self.page_size, len(seq.prompt_ids)
+        out = []
+        for t in sorted({(n - 1) // ps * ps, n // ps * ps, branch}):
+            if t > seq.num_cached and seq.page_hashes[t // ps - 1] not in self.checkpoints:
+                out.append(t)
+        return out
+
+    def restore(self, seqs: list[Sequence]) -> None:
+        """GDN slots of newly admitted requests: their checkpoint copied in, or zeros."""
+        src, dst, zero = [], [], []
+        for s in seqs:
+            if s.restore_from is None:
+                zero.append(s.slot)
+                continue
+            src.append(self.checkpoints.slot_of(s.restore_from))
+            dst.append(s.slot)
+        self.state.copy_slots(src, dst)
+        self.state.reset_slots(zero)
+        for s in seqs:
+            if s.restore_from is not None:
+                self.checkpoints.unpin(s.restore_from)
+                s.restore_from = None
+
+    def forget(self, seq: Sequence) -> None:
+        """A request leaves: drop a pin it still holds (finished before its first step)."""
+        if seq.restore_from is not None:
+            self.checkpoints.unpin(seq.restore_from)
+            seq.restore_from = None
+
+    # ---- after each step -----------------------------------------------------------------------------------
+    def after_step(self, seqs: list[Sequence]) -> None:
+        """Name the pages that became full this step and save GDN checkpoints (one batched copy)."""
+        ps = self.page_size
+        src, dst = [], []
+        for s in seqs:
+            self._name_pages(s)
+            n = s.num_cached
+            if n == 0 or n % ps:
+                continue
+            name = s.page_hashes[n // ps - 1]
+            if n <= len(s.prompt_ids):
+                if n not in s.ckpt_targets:
+                    continue
+            elif s.decode_ckpt is not None and s.decode_ckpt != name:
+                self.checkpoints.discard(s.decode_ckpt)  # one moving checkpoint per request's generated text
+                s.decode_ckpt = None
+            slot = self.checkpoints.reserve(name)
+            if slot is None:
+                continue
+            if n > len(s.prompt_ids):
+                s.decode_ckpt = name
+            src.append(s.slot)
+            dst.append(slot)
+        self.state.copy_slots(src, dst)
+
+    def _name_pages(self, seq: Sequence) -> None:
+        ps = self.page_size
+        full = seq.num_cached // ps
+        names = seq.page_hashes
+        if len(names) < full:
+            start = len(names) * ps
+            names += chain_hashes(seq.tokens_between(start, full * ps), ps, names[-1] if names else ROOT)
+        for j in range(seq.pages_named, full):
+            self.pages.register(seq.pages[j], names[j])
+        seq.pages_named = max(seq.pages_named, full)
+
+    # ---- upkeep --------------------------------------------------------------------------------------------
+    def clear(self) -> None:
+        """Drop every cached page and checkpoint not in use."""
+        self.pages.clear()
+        self.checkpoints.clear()
+
+    def counters(self) -> dict[str, float]:
+        return {
+            "prefix_requests": self.requests,
+            "prefix_hit_requests": self.hit_requests,
+            "prefix_query_tokens": self.query_tokens,
+            "prefix_hit_tokens": self.hit_tokens,
+            "prefix_hit_rate": self.hit_tokens / self.query_tokens if self.query_tokens else 0.0,
+            "prefix_cached_pages": self.pages.num_cached,
+            "prefix_evicted_pages": self.pages.evictions,
+            "prefix_checkpoints": len(self.checkpoints),
+            "prefix_checkpoint_slots": self.checkpoints.capacity,
+            "prefix_evicted_checkpoints": self.checkpoints.evictions,
+        }
