@@ -147,7 +147,7 @@ class ResponseBuilder:
 
     def usage(self) -> dict[str, Any]:
         p, c = self.run.prompt_tokens, self.run.output_tokens
-        return {"input_tokens": p, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": c,
+        return {"input_tokens": p, "input_tokens_details": {"cached_tokens": self.run.cached_tokens}, "output_tokens": c,
                 "output_tokens_details": {"reasoning_tokens": self.reasoning_tokens}, "total_tokens": p + c}
 
     def response(self) -> dict[str, Any]:
