@@ -171,11 +171,14 @@ def test_gemm_rejects_bf16_activations_for_fp8_weights():
         gemm(torch.zeros(4, K, dtype=torch.bfloat16, device=DEV), None, FP8_ROW, q.weight, q.scale, N)
 
 
+@pytest.mark.parametrize("tma", ["1", "0"])
 @pytest.mark.parametrize("zero_point", [False, True])
-def test_int4_gemv_even_tiles_and_prefetch(zero_point):
-    """The int4 GEMV's unmasked path (rows and groups divide the tiles) at every prefetch depth and split."""
+def test_int4_gemv_even_tiles_and_prefetch(zero_point, tma, monkeypatch):
+    """The int4 GEMV's unmasked path (rows and groups divide the tiles) at every prefetch depth and split, with
+    the weights through tensor-memory descriptors and through register look-ahead."""
     from hinfer.ops.triton.linear import skinny_matmul
 
+    monkeypatch.setenv("HINFER_INT4_TMA", tma)
     g = torch.Generator(device=DEV).manual_seed(11)
     n, k = 64, 1024
     q = quantize_int4(torch.randn(n, k, generator=g, device=DEV).bfloat16(), zero_point=zero_point)

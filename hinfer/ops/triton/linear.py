@@ -34,7 +34,7 @@ from hinfer.ops.triton.linear_configs import (
     skinny_config,
 )
 from hinfer.ops.triton.linear_int4 import fast_int4_ok, int4_minus8
-from hinfer.ops.triton.linear_int4_gemv import fast_gemv_ok, int4_gemv_kernel
+from hinfer.ops.triton.linear_int4_gemv import fast_gemv_ok, int4_gemv_kernel, use_tma, words_descriptor
 from hinfer.ops.triton.linear_splitk import split_scratch, store_tile
 
 _FMT_CODE = {BF16: 0, FP8_ROW: 1, FP8_BLOCK: 2, INT4: 3}
@@ -165,10 +165,13 @@ def skinny_matmul(
         groups = cfg.block_k // QGROUP
         n_groups = triton.cdiv(k, QGROUP)
         even = n % cfg.block_n == 0 and k % QGROUP == 0 and n_groups % (groups * cfg.split_k) == 0
+        tma = use_tma(w)
+        w_arg = words_descriptor(w, cfg.block_n, 16 * groups) if tma else w
         int4_gemv_kernel[grid[:2]](
-            x, w, s, zero if zero is not None else s, out, part, cnt, n, k, w.stride(0), s.stride(0),
-            HAS_ZERO=zero is not None, FAST=x.is_cuda and fast_gemv_ok(x.device.index or 0), EVEN=even, BLOCK_N=cfg.block_n, GROUPS=groups, SPLIT_K=cfg.split_k,
-            PREFETCH=min(cfg.num_stages - 1, 2),
+            x, w_arg, s, zero if zero is not None else s, out, part, cnt, n, k, w.stride(0), s.stride(0),
+            HAS_ZERO=zero is not None, FAST=x.is_cuda and fast_gemv_ok(x.device.index or 0), EVEN=even,
+            BLOCK_N=cfg.block_n, GROUPS=groups, SPLIT_K=cfg.split_k,
+            PREFETCH=1 if tma else min(cfg.num_stages - 1, 2), TMA=tma, STAGES=cfg.num_stages if tma else 1,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )  # fmt: skip
         return out

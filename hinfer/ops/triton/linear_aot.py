@@ -53,11 +53,12 @@ def resources(kernel) -> dict[str, int]:
 
 def _int4_gemv(n: int, k: int, zero: bool = False) -> Variant:
     c = heuristic_config(INT4, 1, n, k, 132)
-    sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
+    words = f"tensordesc<i32[{c.block_n}, {c.block_k // 8}]>"
+    sig = {"x_ptr": "*bf16", "w_ptr": words, "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
            "y_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32", "N": "i32", "K": "i32", "stride_wn": "i32",
            "stride_sn": "i32"}  # fmt: skip
     cex = dict(HAS_ZERO=zero, FAST=True, EVEN=True, BLOCK_N=c.block_n, GROUPS=c.block_k // 128,
-               SPLIT_K=c.split_k, PREFETCH=min(c.num_stages - 1, 2))  # fmt: skip
+               SPLIT_K=c.split_k, PREFETCH=1, TMA=True, STAGES=c.num_stages)  # fmt: skip
     return f"int4 gemv{' asym' if zero else ''} {n}x{k} {c}", int4_gemv_kernel, sig, cex, c.num_warps, c.num_stages
 
 

@@ -31,7 +31,8 @@ class SkinnyConfig:
     block_n: int
     block_k: int
     block_m: int  # 1: CUDA-core GEMV (M == 1 only); >= 16: tensor-core tile with the M rows padded
-    # int4 GEMV (block_m 1): block_k = 128 x groups per step, num_stages - 1 steps prefetched (at most 2)
+    # int4 GEMV (block_m 1): block_k = 128 x groups per step; num_stages: depth of the TMA ring of weights
+    # (without TMA: num_stages - 1 steps prefetched into registers, at most 2)
     split_k: int
     num_warps: int
     num_stages: int
@@ -83,13 +84,6 @@ TUNED: dict[tuple[str, int, int, int], SkinnyConfig] = {
     ("bf16", 5120, 6144, 8): SkinnyConfig(64, 128, 16, 4, 4, 3),
     ("bf16", 5120, 17408, 1): SkinnyConfig(64, 128, 16, 4, 4, 3),
     ("bf16", 5120, 17408, 8): SkinnyConfig(64, 128, 16, 4, 4, 3),
-    # int4 GEMV, swept 2026-12-01 (`--tune --formats int4 --ms 1`; asymmetric weights)
-    ("int4", 14336, 5120, 1): SkinnyConfig(128, 128, 1, 4, 4, 2),
-    ("int4", 16384, 5120, 1): SkinnyConfig(128, 128, 1, 4, 4, 2),
-    ("int4", 16480, 5120, 1): SkinnyConfig(128, 128, 1, 4, 4, 2),
-    ("int4", 34816, 5120, 1): SkinnyConfig(64, 128, 1, 2, 4, 2),
-    ("int4", 5120, 6144, 1): SkinnyConfig(64, 128, 1, 8, 4, 2),
-    ("int4", 5120, 17408, 1): SkinnyConfig(64, 128, 1, 8, 4, 2),
 }
 
 
@@ -127,7 +121,7 @@ def heuristic_config(fmt: str, m: int, n: int, k: int, sms: int) -> SkinnyConfig
         split = _split_for(n, m, k, block_n, 1, QGROUP, sms)
         while split > 1 and -(-k // QGROUP) % split:
             split //= 2  # every split takes the same number of groups: no masked loads
-        return SkinnyConfig(block_n, QGROUP, 1, split, 4, 2)
+        return SkinnyConfig(block_n, QGROUP, 1, split, 4, 5)
     if m == 1:
         # CUDA-core GEMV: an fp32 [BLOCK_N, BLOCK_K] accumulator, reduced once at the end
         block_m, block_n, block_k, warps, stages = 1, 32, QGROUP if grouped else 256, 4, 3
@@ -163,7 +157,7 @@ def skinny_candidates(fmt: str, m: int, n: int, k: int, sms: int = 132) -> list[
             s0 = _split_for(n, m, k, bn, 1, QGROUP, sms)
             for split in sorted({max(1, s0 // 2), s0, 2 * s0}):
                 if groups % (split * bk // QGROUP) == 0:
-                    for stages in (1, 2, 3):
+                    for stages in (3, 5, 8):
                         out.append(SkinnyConfig(bn, bk, 1, split, warps, stages))
         return out
     if m == 1:

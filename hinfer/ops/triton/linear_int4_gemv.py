@@ -28,6 +28,7 @@ import warnings
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from hinfer.ops.triton.linear_int4 import interpreting
 from hinfer.ops.triton.linear_splitk import store_tile
@@ -96,13 +97,17 @@ def _load_in_place(ptrs, FAST: tl.constexpr, BYTE: tl.constexpr):
 
 @triton.jit
 def _tile_loads(w_base, s_base, x_base, s_ptr, z_ptr, g0, g_hi, n_ok, col, rg, K, HAS_ZERO: tl.constexpr,
-                FAST: tl.constexpr, EVEN: tl.constexpr):  # fmt: skip
+                FAST: tl.constexpr, EVEN: tl.constexpr, TMA: tl.constexpr):  # fmt: skip
     """Everything one step reads, issued together so a prefetched step has nothing left to wait for: packed
     words, scales, zero points (scales again when symmetric) and x as int32 pairs of bf16 (word j of column c
-    holds x[8c + 2j] in its low half, x[8c + 2j + 1] in its high half)."""
+    holds x[8c + 2j] in its low half, x[8c + 2j + 1] in its high half). With TMA the words come from the
+    tensor-memory ring instead (the first return is then a placeholder)."""
     xp = x_base + g0 * 64
     if EVEN:
-        words = tl.load(w_base + g0 * 16)
+        if TMA:
+            words = xp
+        else:
+            words = tl.load(w_base + g0 * 16)
         s = _load_in_place(s_ptr + s_base + g0, FAST, False)
         z = s
         if HAS_ZERO:
@@ -114,7 +119,10 @@ def _tile_loads(w_base, s_base, x_base, s_ptr, z_ptr, g0, g_hi, n_ok, col, rg, K
     else:
         k_ok = ((g0 + rg) < g_hi)[:, None] & ((g0 * 16 + col) < K // 8)
         ok = n_ok[:, None, None] & k_ok[None, :, :]
-        words = tl.load(w_base + g0 * 16, mask=ok, other=0)
+        if TMA:
+            words = xp
+        else:
+            words = tl.load(w_base + g0 * 16, mask=ok, other=0)
         s = tl.load(s_ptr + s_base + g0, mask=ok, other=0.0).to(tl.float32)
         z = s
         if HAS_ZERO:
@@ -178,7 +186,8 @@ def int4_gemv_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr,
     N, K, stride_wn, stride_sn,
     HAS_ZERO: tl.constexpr, FAST: tl.constexpr, EVEN: tl.constexpr, BLOCK_N: tl.constexpr,
-    GROUPS: tl.constexpr, SPLIT_K: tl.constexpr, PREFETCH: tl.constexpr,
+    GROUPS: tl.constexpr, SPLIT_K: tl.constexpr, PREFETCH: tl.constexpr, TMA: tl.constexpr,
+    STAGES: tl.constexpr,
 ):  # fmt: skip
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -191,7 +200,11 @@ def int4_gemv_kernel(
     rg = tl.arange(0, GROUPS)
     rc = tl.arange(0, 16)
     col = rg[:, None] * 16 + rc[None, :]  # word column inside the step, [GROUPS, 16]
-    w_base = w_ptr + rn.to(tl.int64)[:, None, None] * stride_wn + col[None, :, :]
+    if TMA:  # w_ptr is a tensor descriptor [N, K/8] with blocks [BLOCK_N, 16 * GROUPS]: the copy engine fills a
+        # shared-memory ring num_stages deep, so the bytes in flight cost no registers
+        w_base = w_ptr
+    else:
+        w_base = w_ptr + rn.to(tl.int64)[:, None, None] * stride_wn + col[None, :, :]
     # scale / zero offsets broadcast over the 16 word columns: loaded straight into the accumulator's layout
     # (repeated addresses in one thread are one load); a [BLOCK_N, GROUPS] load would be re-laid out each step
     s_base = (rn[:, None] * stride_sn + rg[None, :])[:, :, None] + 0 * rc[None, None, :]
@@ -201,29 +214,32 @@ def int4_gemv_kernel(
     last = g_hi - GROUPS  # EVEN: look-ahead past the end re-reads the last step (unmasked, never used)
     if PREFETCH >= 1:
         n1 = _tile_loads(w_base, s_base, x_base, s_ptr, z_ptr, g_lo, g_hi, n_ok, col, rg, K, HAS_ZERO, FAST,
-                         EVEN)  # fmt: skip
+                         EVEN, TMA)  # fmt: skip
     if PREFETCH >= 2:
         g_nx = g_lo + GROUPS
         if EVEN:
             g_nx = tl.minimum(g_nx, last)
         n2 = _tile_loads(w_base, s_base, x_base, s_ptr, z_ptr, g_nx, g_hi, n_ok, col, rg, K, HAS_ZERO, FAST,
-                         EVEN)  # fmt: skip
-    for g0 in range(g_lo, g_hi, GROUPS):
+                         EVEN, TMA)  # fmt: skip
+    for g0 in tl.range(g_lo, g_hi, GROUPS, num_stages=STAGES):
         g_nx = g0 + PREFETCH * GROUPS
         if EVEN:
             g_nx = tl.minimum(g_nx, last)
         if PREFETCH == 0:
-            cur = _tile_loads(w_base, s_base, x_base, s_ptr, z_ptr, g0, g_hi, n_ok, col, rg, K, HAS_ZERO, FAST, EVEN)
+            cur = _tile_loads(w_base, s_base, x_base, s_ptr, z_ptr, g0, g_hi, n_ok, col, rg, K, HAS_ZERO, FAST,
+                              EVEN, TMA)  # fmt: skip
             cur_w, cur_s, cur_z, xa, xb, xc, xd = cur
         elif PREFETCH == 1:
             cur_w, cur_s, cur_z, xa, xb, xc, xd = n1
             n1 = _tile_loads(w_base, s_base, x_base, s_ptr, z_ptr, g_nx, g_hi, n_ok, col, rg, K, HAS_ZERO, FAST,
-                             EVEN)  # fmt: skip
+                             EVEN, TMA)  # fmt: skip
         else:
             cur_w, cur_s, cur_z, xa, xb, xc, xd = n1
             n1 = n2
             n2 = _tile_loads(w_base, s_base, x_base, s_ptr, z_ptr, g_nx, g_hi, n_ok, col, rg, K, HAS_ZERO, FAST,
-                             EVEN)  # fmt: skip
+                             EVEN, TMA)  # fmt: skip
+        if TMA:
+            cur_w = tl.reshape(w_ptr.load([pid_n * BLOCK_N, g0 * 16]), [BLOCK_N, GROUPS, 16])
         x0, x1, x2, x3 = _lo(xa), _hi(xa), _lo(xb), _hi(xb)
         x4, x5, x6, x7 = _lo(xc), _hi(xc), _lo(xd), _hi(xd)
         xs = ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7))
@@ -251,6 +267,31 @@ def int4_gemv_kernel(
                pid_n, SPLIT_K, BLOCK_N, 1)  # fmt: skip
 
 
+_DESCRIPTORS: dict[tuple, TensorDescriptor] = {}
+
+
+def use_tma(w: torch.Tensor) -> bool:
+    """Tensor-memory loads for the packed words: Hopper or newer (and the interpreter), rows 16-byte aligned.
+    HINFER_INT4_TMA=0 falls back to register look-ahead."""
+    if os.environ.get("HINFER_INT4_TMA", "1") == "0" or w.stride(-1) != 1 or (w.stride(0) * 4) % 16:
+        return False
+    if not w.is_cuda:
+        return interpreting()
+    return torch.cuda.get_device_capability(w.device)[0] >= 9 and w.data_ptr() % 16 == 0
+
+
+def words_descriptor(w: torch.Tensor, block_n: int, block_words: int) -> TensorDescriptor:
+    """The host-side TMA descriptor of packed words [N, K/8] (cached: it encodes only address, shape, strides
+    and block, so a reused address with the same shape gets an equally valid one)."""
+    key = (w.data_ptr(), tuple(w.shape), w.stride(0), w.device, block_n, block_words)
+    d = _DESCRIPTORS.get(key)
+    if d is None:
+        if len(_DESCRIPTORS) > 4096:
+            _DESCRIPTORS.clear()
+        d = _DESCRIPTORS[key] = TensorDescriptor.from_tensor(w, [block_n, block_words])
+    return d
+
+
 @functools.cache
 def fast_gemv_ok(device_index: int) -> bool:
     """Whether the inline-PTX variant (nibble planes, in-place scale loads) compiles here and gives exactly the
@@ -274,7 +315,7 @@ def fast_gemv_ok(device_index: int) -> bool:
                 int4_gemv_kernel[(n // 64, 1)](
                     x, words, s, zero if zero is not None else s, y, y, y, n, k, words.stride(0), s.stride(0),
                     HAS_ZERO=zero is not None, FAST=fast, EVEN=True, BLOCK_N=64, GROUPS=1, SPLIT_K=1,
-                    PREFETCH=1, num_warps=4,
+                    PREFETCH=1, TMA=False, STAGES=1, num_warps=4,
                 )  # fmt: skip
                 outs.append(y)
             ok = ok and torch.equal(outs[0], outs[1])
