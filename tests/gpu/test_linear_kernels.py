@@ -140,9 +140,9 @@ def test_fp8_block_scaled_mm_if_supported(monkeypatch):
 
 
 def test_exact_kernels_match_torch_bit_for_bit():
-    """int4 dequantization is an exact twin of the torch body. Activation quantization: the scales are exact, and
-    the fp8 codes may differ by one code in a tiny fraction of elements (the H200's fp32->e4m3 conversion of a
-    quotient that sits on a rounding boundary; seen 2026-11-30), so their values must agree within one fp8 ulp."""
+    """int4 dequantization and fp8 activation quantization are exact twins of their torch bodies. The kernel
+    rounds x / scale onto the e4m3 grid itself (e4m3_rne) before converting: sm_90's fp32 -> e4m3 conversion
+    goes through fp16, and that double rounding moved ~0.2% of codes on e4m3 midpoints off torch's RNE."""
     from hinfer.ops.triton.linear_gemm import int4_dequantize, quantize_act_fp8
     from hinfer.quant import quantize_act_fp8_ref, quantize_int4
 
@@ -151,11 +151,8 @@ def test_exact_kernels_match_torch_bit_for_bit():
     for group in (None, 128):
         q, s = quantize_act_fp8(x, group)
         qr, sr = quantize_act_fp8_ref(x, group)
-        assert torch.allclose(s, sr, rtol=1e-6, atol=0)
-        a, b = q.float(), qr.float()
-        diff = (a - b).abs()
-        assert (diff > 0).double().mean().item() <= 1e-3, "more than 0.1% of fp8 codes differ"
-        assert (diff <= 0.125 * torch.maximum(a.abs(), b.abs()) + 2.0**-9).all(), "an fp8 code differs by > 1 ulp"
+        assert torch.equal(s, sr)
+        assert torch.equal(q.view(torch.uint8), qr.view(torch.uint8)), "fp8 codes differ from torch's RNE"
     for zp in (True, False):
         w = quantize_int4(_weight(4096, 5120, g), zero_point=zp)
         assert torch.equal(int4_dequantize(w.qweight, w.scales, w.zeros, 5120, torch.bfloat16),

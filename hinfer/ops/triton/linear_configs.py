@@ -84,6 +84,13 @@ TUNED: dict[tuple[str, int, int, int], SkinnyConfig] = {
     ("bf16", 5120, 6144, 8): SkinnyConfig(64, 128, 16, 4, 4, 3),
     ("bf16", 5120, 17408, 1): SkinnyConfig(64, 128, 16, 4, 4, 3),
     ("bf16", 5120, 17408, 8): SkinnyConfig(64, 128, 16, 4, 4, 3),
+    # int4 GEMV (TMA ring), swept 2026-12-01 (`--tune --formats int4 --ms 1`, asymmetric weights)
+    ("int4", 14336, 5120, 1): SkinnyConfig(128, 128, 1, 2, 4, 3),
+    ("int4", 16384, 5120, 1): SkinnyConfig(128, 128, 1, 2, 4, 3),
+    ("int4", 16480, 5120, 1): SkinnyConfig(128, 128, 1, 2, 4, 3),
+    ("int4", 34816, 5120, 1): SkinnyConfig(128, 128, 1, 2, 4, 3),
+    ("int4", 5120, 6144, 1): SkinnyConfig(128, 128, 1, 8, 4, 3),
+    ("int4", 5120, 17408, 1): SkinnyConfig(128, 128, 1, 8, 4, 5),
 }
 
 
