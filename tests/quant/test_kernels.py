@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from hinfer.ops.triton.linear_configs import (
     BF16,
@@ -19,6 +21,7 @@ from hinfer.ops.triton.linear_configs import (
     heuristic_config,
     skinny_config,
 )
+from hinfer.ops.triton.linear_gemm import e4m3_rne
 from hinfer.quant.fp8 import dequantize_act_fp8_ref, quantize_act_fp8_ref, quantize_fp8
 from hinfer.quant.int4 import quantize_int4
 
@@ -190,19 +193,15 @@ def test_int4_gemv_even_tiles_and_prefetch(zero_point, tma, monkeypatch):
         assert _rel(out, ref) < REL, cfg
 
 
+@triton.jit
+def _e4m3_round_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + r, e4m3_rne(tl.load(x_ptr + r, mask=r < n)), mask=r < n)
+
+
 def test_e4m3_rounding_matches_torch_on_every_midpoint():
     """e4m3_rne (rounding onto the e4m3 grid in fp32 before the conversion) equals torch's RNE conversion on every
     e4m3 value, every midpoint between neighbours and the floats either side of it, and random values."""
-    import triton
-    import triton.language as tl
-
-    from hinfer.ops.triton.linear_gemm import e4m3_rne
-
-    @triton.jit
-    def _round(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-        r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        tl.store(y_ptr + r, e4m3_rne(tl.load(x_ptr + r, mask=r < n)), mask=r < n)
-
     vals = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
     vals = vals[torch.isfinite(vals)].unique()
     mids = (vals[1:] + vals[:-1]) / 2
@@ -211,5 +210,5 @@ def test_e4m3_rounding_matches_torch_on_every_midpoint():
                    (torch.rand(4096, generator=g) * 2 - 1) * 448, torch.randn(4096, generator=g) * 1e-3])
     x = x.clamp(-448, 448).to(DEV)
     y = torch.empty_like(x)
-    _round[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    _e4m3_round_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
     assert torch.equal(y, x.to(torch.float8_e4m3fn).float())
