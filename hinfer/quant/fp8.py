@@ -41,7 +41,8 @@ def quantize_act_fp8_ref(x: torch.Tensor, group: int | None) -> tuple[torch.Tens
     g = k if group is None else group
     n_groups = math.ceil(k / g)
     xf = F.pad(x.float(), (0, n_groups * g - k)).view(m, n_groups, g)
-    s = xf.abs().amax(-1).clamp(min=_EPS) / FP8_MAX
+    amax = xf.abs().amax(-1).clamp(min=_EPS)
+    s = amax / torch.full_like(amax, FP8_MAX)  # a tensor divisor: CUDA divides a tensor by a scalar via 1/448
     q = (xf / s[..., None]).clamp(-FP8_MAX, FP8_MAX).view(m, -1)[:, :k].to(FP8_DTYPE)
     return q, s
 
