@@ -207,8 +207,10 @@ def test_e4m3_rounding_matches_torch_on_every_midpoint():
     mids = (vals[1:] + vals[:-1]) / 2
     g = torch.Generator().manual_seed(5)
     x = torch.cat([vals, mids, torch.nextafter(mids, torch.tensor(1e9)), torch.nextafter(mids, torch.tensor(-1e9)),
-                   (torch.rand(4096, generator=g) * 2 - 1) * 448, torch.randn(4096, generator=g) * 1e-3])
+                   (torch.rand(4096, generator=g) * 2 - 1) * 448, torch.randn(4096, generator=g) * 1e-3,
+                   -torch.rand(64, generator=g) * 2.0**-11])  # negative values that round to -0
     x = x.clamp(-448, 448).to(DEV)
     y = torch.empty_like(x)
     _e4m3_round_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
-    assert torch.equal(y, x.to(torch.float8_e4m3fn).float())
+    want = x.to(torch.float8_e4m3fn).float()
+    assert torch.equal(y, want) and torch.equal(torch.signbit(y), torch.signbit(want))

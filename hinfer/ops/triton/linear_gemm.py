@@ -33,7 +33,8 @@ def e4m3_rne(v):
     e = tl.maximum(((a.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127, -6)
     c = ((e + 20 + 127) << 23).to(tl.float32, bitcast=True)
     r = (a + c) - c
-    return tl.where(v < 0, -r, r)
+    sign = v.to(tl.int32, bitcast=True) & -2147483648  # the sign bit copied, so -tiny rounds to -0 as torch's does
+    return (r.to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
 
 
 @triton.jit
