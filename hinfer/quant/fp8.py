@@ -104,6 +104,13 @@ class Fp8Weight(nn.Module):
         y = dequantize_act_fp8_ref(*quantize_act_fp8_ref(x2, group), group) @ self.dequantize(torch.float32).t()
         return y.to(x.dtype).view(*x.shape[:-1], -1)
 
+    def matmul_ref_w8a8_decode(self, x: torch.Tensor) -> torch.Tensor:
+        """W8A8 at decode sizes (`HINFER_FP8_DECODE=w8a8`): x quantized per token and 128-group whatever the
+        weight's scheme, then fp32 products and accumulation."""
+        x2 = x.reshape(-1, x.shape[-1])
+        xd = dequantize_act_fp8_ref(*quantize_act_fp8_ref(x2, ACT_GROUP), ACT_GROUP)
+        return (xd @ self.dequantize(torch.float32).t()).to(x.dtype).view(*x.shape[:-1], -1)
+
     def matmul(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         if not (use_triton(x) and x.dtype == torch.bfloat16 and self.block in (None, BLOCK)):
             y = self.matmul_ref(x)
@@ -149,17 +156,31 @@ def _scaled_mm_block_ok(device_index: int) -> bool:
         return False
 
 
+DECODE_MODES = ("w8a16", "w8a8")
+
+
+def decode_mode() -> str:
+    """fp8 weights at decode sizes with M >= 2: `w8a16` (default: bf16 activations, the exact W8A16 semantics)
+    or `w8a8` (activations to e4m3 per token and 128-group inside the kernel, fp8 tensor cores)."""
+    mode = os.environ.get("HINFER_FP8_DECODE", "w8a16")
+    if mode not in DECODE_MODES:
+        raise ValueError(f"HINFER_FP8_DECODE={mode!r}; expected one of {', '.join(DECODE_MODES)}")
+    return mode
+
+
 def _triton_matmul(
     w: Fp8Weight, x: torch.Tensor, out: torch.Tensor | None, block_mode: str | None = None
 ) -> torch.Tensor:
     from hinfer.ops.triton import linear as tlin
     from hinfer.ops.triton import linear_gemm as tg
-    from hinfer.ops.triton.linear_configs import FP8_BLOCK, FP8_ROW, SKINNY_MAX_M
+    from hinfer.ops.triton.linear_configs import FP8_BLOCK, FP8_ROW, SKINNY_MAX_M, skinny_config
 
     fmt = FP8_ROW if w.block is None else FP8_BLOCK
     n, k = w.shape
     if x.shape[0] <= SKINNY_MAX_M[fmt]:
-        return tlin.skinny_matmul(x, fmt, w.weight, n, w.scale, out=out)
+        a8 = x.shape[0] > 1 and decode_mode() == "w8a8"
+        cfg = skinny_config(fmt, x.shape[0], n, k, a8=True) if a8 else None
+        return tlin.skinny_matmul(x, fmt, w.weight, n, w.scale, out=out, cfg=cfg, a8=a8)
     if fmt == FP8_ROW:
         q, s = tg.quantize_act_fp8(x, None)
         if x.is_cuda and n % 16 == 0 and k % 16 == 0:

@@ -33,6 +33,7 @@ from hinfer.ops.triton.linear_configs import (
     SkinnyConfig,
     skinny_config,
 )
+from hinfer.ops.triton.linear_gemm import e4m3_rne
 from hinfer.ops.triton.linear_int4 import fast_int4_ok, int4_minus8
 from hinfer.ops.triton.linear_int4_gemv import fast_gemv_ok, int4_gemv_kernel, use_tma, words_descriptor
 from hinfer.ops.triton.linear_splitk import split_scratch, store_tile
@@ -48,7 +49,7 @@ def _skinny_kernel(
     stride_xm, stride_ym, stride_wn, stride_sn,
     FMT: tl.constexpr, HAS_ZERO: tl.constexpr, FAST_INT4: tl.constexpr, EVEN_N: tl.constexpr,
     EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    SPLIT_K: tl.constexpr,
+    SPLIT_K: tl.constexpr, A8: tl.constexpr = False,
 ):  # fmt: skip
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -110,7 +111,13 @@ def _skinny_kernel(
                 xt = tl.load(x_ptrs, mask=m_ok[None, :], other=0.0)
             else:
                 xt = tl.load(x_ptrs, mask=m_ok[None, :] & (rk < K)[:, None], other=0.0)
-            part = tl.dot(w.to(tl.bfloat16), xt.to(tl.bfloat16))
+            if A8:  # fp8 weights, W8A8: x to e4m3 per row and 128-group here; the weight tile feeds the MMA as loaded
+                xf = xt.to(tl.float32)
+                sx = tl.math.div_rn(tl.maximum(tl.max(tl.abs(xf), axis=0), 1e-12), 448.0)
+                xq = e4m3_rne(tl.clamp(tl.math.div_rn(xf, sx[None, :]), -448.0, 448.0)).to(tl.float8e4nv)
+                part = tl.dot(w, xq) * sx[None, :]
+            else:
+                part = tl.dot(w.to(tl.bfloat16), xt.to(tl.bfloat16))
             if HAS_ZERO:  # (u - z) x = (u - 8) x + (8 - z) x
                 xsum = tl.sum(xt.to(tl.bfloat16).to(tl.float32), axis=0)
                 part += (8.0 - z)[:, None] * xsum[None, :]
@@ -135,9 +142,11 @@ def skinny_matmul(
     zero: torch.Tensor | None = None,
     out: torch.Tensor | None = None,
     cfg: SkinnyConfig | None = None,
+    a8: bool = False,
 ) -> torch.Tensor:
     """y [M, n] = x [M, K] @ W^T for one weight format, streaming W once. `out` may be a column slice of a
-    wider row-major buffer (its row stride is honoured)."""
+    wider row-major buffer (its row stride is honoured). `a8` (fp8 weights, M >= 2): W8A8, x quantized to e4m3
+    per row and 128-group inside the kernel (reference: hinfer.quant.fp8.Fp8Weight.matmul_ref_w8a8_decode)."""
     m, k = x.shape
     if x.stride(-1) != 1:
         x = x.contiguous()
@@ -145,6 +154,8 @@ def skinny_matmul(
     gemv_int4 = fmt == INT4 and cfg.block_m == 1
     if cfg.block_m == 1 and m != 1:
         raise ValueError("the GEMV path (block_m 1) takes exactly one row of x")
+    if a8 and (fmt not in (FP8_ROW, FP8_BLOCK) or cfg.block_m == 1 or cfg.block_k != QGROUP):
+        raise ValueError(f"W8A8 decode takes fp8 weights on the tensor-core path with block_k {QGROUP}")
     if gemv_int4 and cfg.block_k % QGROUP:
         raise ValueError(f"the int4 GEMV steps whole groups: block_k a multiple of {QGROUP}, got {cfg.block_k}")
     if fmt in (FP8_BLOCK, INT4) and not gemv_int4 and QGROUP % cfg.block_k:
@@ -182,7 +193,7 @@ def skinny_matmul(
         x.stride(0), out.stride(0), w.stride(0), s.stride(0) if s.dim() > 1 else 1,
         FMT=_FMT_CODE[fmt], HAS_ZERO=zero is not None, FAST_INT4=fast,
         EVEN_N=n % cfg.block_n == 0, EVEN_K=k % cfg.block_k == 0,
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=cfg.split_k,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=cfg.split_k, A8=a8,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
     return out

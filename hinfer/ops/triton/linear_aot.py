@@ -62,15 +62,16 @@ def _int4_gemv(n: int, k: int, zero: bool = False) -> Variant:
     return f"int4 gemv{' asym' if zero else ''} {n}x{k} {c}", int4_gemv_kernel, sig, cex, c.num_warps, c.num_stages
 
 
-def _skinny(fmt: str, m: int, n: int, k: int, zero: bool = False, fast: bool = True) -> Variant:
+def _skinny(fmt: str, m: int, n: int, k: int, zero: bool = False, fast: bool = True, a8: bool = False) -> Variant:
     c = heuristic_config(fmt, m, n, k, 132)
     sig = {"x_ptr": "*bf16", "w_ptr": _W[fmt], "s_ptr": _S[fmt], "z_ptr": "*u8" if zero else _S[fmt],
            "y_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
            "stride_xm": "i32", "stride_ym": "i32", "stride_wn": "i32", "stride_sn": "i32"}  # fmt: skip
     cex = dict(FMT=_FMT_CODE[fmt], HAS_ZERO=zero, FAST_INT4=fast and fmt == INT4 and not zero,
                EVEN_N=n % c.block_n == 0, EVEN_K=k % c.block_k == 0, BLOCK_M=c.block_m, BLOCK_N=c.block_n,
-               BLOCK_K=c.block_k, SPLIT_K=c.split_k)  # fmt: skip
+               BLOCK_K=c.block_k, SPLIT_K=c.split_k, A8=a8)  # fmt: skip
     kind = " asym" if zero else ("" if fast or fmt != INT4 else " portable-unpack")
+    kind += " w8a8" if a8 else ""
     name = f"skinny {fmt}{kind} M={m} {n}x{k} {c}"
     return name, _skinny_kernel, sig, cex, c.num_warps, c.num_stages
 
@@ -97,6 +98,8 @@ def variants(full: bool = False) -> Iterator[Variant]:
                     continue
                 yield _int4_gemv(n, k) if (fmt, m) == (INT4, 1) else _skinny(fmt, m, n, k)
         yield _int4_gemv(n, k, zero=True)
+        yield _skinny(FP8_ROW, 16, n, k, a8=True)
+        yield _skinny(FP8_BLOCK, 16, n, k, a8=True)
         yield _skinny(INT4, 16, n, k, zero=True)
         yield _skinny(INT4, 16, n, k, fast=False)
     for fmt, a_mode, zero in ((INT4, 0, False), (INT4, 2, False), (INT4, 0, True), (FP8_ROW, 1, False),

@@ -146,12 +146,16 @@ def heuristic_config(fmt: str, m: int, n: int, k: int, sms: int) -> SkinnyConfig
     return SkinnyConfig(block_n, block_k, block_m, split, warps, stages)
 
 
-def skinny_config(fmt: str, m: int, n: int, k: int) -> SkinnyConfig:
-    cfg = TUNED.get((fmt, n, k, m_bucket(m)))
+def skinny_config(fmt: str, m: int, n: int, k: int, a8: bool = False) -> SkinnyConfig:
+    """Tiles for one call; `a8` (fp8 W8A8 decode) looks up `fmt + "-a8"` and keeps BLOCK_K at the 128-group."""
+    cfg = TUNED.get((fmt + "-a8" if a8 else fmt, n, k, m_bucket(m)))
     if cfg is not None and (cfg.block_m > 1 or m == 1) and cfg.block_m >= min(m, 16):
         return cfg
     dev = torch.cuda.current_device() if torch.cuda.is_available() else 0
-    return heuristic_config(fmt, m, n, k, num_sms(dev))
+    cfg = heuristic_config(fmt, m, n, k, num_sms(dev))
+    if a8 and cfg.block_k != QGROUP:
+        cfg = SkinnyConfig(cfg.block_n, QGROUP, cfg.block_m, cfg.split_k, cfg.num_warps, cfg.num_stages)
+    return cfg
 
 
 def skinny_candidates(fmt: str, m: int, n: int, k: int, sms: int = 132) -> list[SkinnyConfig]:
