@@ -4,8 +4,8 @@
 set -uo pipefail
 OUT="${OUT:-/tmp/hinfer-out}"; mkdir -p "$OUT"
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 HINFER_CACHE=/tmp/hinfer-cache
-HINFER_FP8_DECODE=w8a8 timeout 120 python -m pytest -q tests/gpu/test_linear_kernels.py -m gpu -p no:cacheprovider \
-  -k "fp8" > "$OUT/test_fp8.log" 2>&1; echo "== tests w8a8 rc=$? $(tail -1 "$OUT/test_fp8.log")"
+timeout 150 python -m pytest -q tests/gpu/test_linear_kernels.py -m gpu -p no:cacheprovider \
+  -k "fp8" > "$OUT/test_fp8.log" 2>&1; echo "== tests rc=$? $(tail -1 "$OUT/test_fp8.log")"
 for mode in w8a16 w8a8; do
   HINFER_FP8_DECODE=$mode timeout 100 python bench/linear_kernels.py --formats fp8,fp8-block --ms 1,8,16 \
     --prefill-m 0 --json "$OUT/linear_fp8_$mode.json" > "$OUT/linear_fp8_$mode.log" 2>&1

@@ -114,15 +114,20 @@ def test_int4(shape, zero_point, monkeypatch):
 
 
 @pytest.mark.parametrize("scheme", ["channel", "block"])
-def test_fp8(shape, scheme):
+@pytest.mark.parametrize("decode", ["w8a16", "w8a8"])
+def test_fp8(shape, scheme, decode, monkeypatch):
     from hinfer.quant import quantize_fp8
 
+    monkeypatch.setenv("HINFER_FP8_DECODE", decode)
     n, k = shape
     g = _gen()
     q = quantize_fp8(_weight(n, k, g), scheme)
     for m in DECODE_M + PREFILL_M:
         x = _x(m, k, g)
-        want = q.matmul_ref(x) if m <= 64 else q.matmul_ref_w8a8(x)
+        if m > 64:
+            want = q.matmul_ref_w8a8(x)
+        else:
+            want = q.matmul_ref_w8a8_decode(x) if decode == "w8a8" and m > 1 else q.matmul_ref(x)
         assert _rel(q.matmul(x), want) < REL, m
 
 
