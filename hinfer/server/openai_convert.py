@@ -98,10 +98,6 @@ def _reject_unsupported(body: _SamplingFields) -> None:
 def chat_prompt(body: ChatCompletionRequest, preserve_default: bool) -> tuple[ChatPrompt, int | None]:
     """-> (prompt, thinking budget)."""
     _reject_unsupported(body)
-    rf = body.response_format
-    if rf is not None and rf.get("type") not in (None, "text"):
-        raise bad_request(f"response_format {rf.get('type')!r} is not supported yet (no structured output); "
-                          "only 'text'", param="response_format")
     kwargs = dict(body.chat_template_kwargs or {})
     enable_thinking = kwargs.pop("enable_thinking", True)
     preserve = kwargs.pop("preserve_thinking", preserve_default)

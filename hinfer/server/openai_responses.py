@@ -40,14 +40,15 @@ def pieces_to_delta(pieces: list[Piece]) -> dict[str, Any]:
 
 class ChatBuilder:
     def __init__(self, st: ServerState, run: EngineRun, *, model: str, reasoning: bool,
-                 tools: dict[str, dict[str, Any]] | None, logprobs: bool, max_calls: int | None = None):
+                 tools: dict[str, dict[str, Any]] | None, logprobs: bool, max_calls: int | None = None,
+                 trim_strings: bool = False):
         self.st = st
         self.run = run
         self.id = run.request_id
         self.model = model
         self.created = int(time.time())
         self.parser = OutputParser(reasoning=reasoning, tools=tools, new_id=lambda: new_id("call_"),
-                                   max_calls=max_calls)
+                                   max_calls=max_calls, trim_strings=trim_strings)
         self.want_logprobs = logprobs
         self.reasoning_tokens = 0
         self.content: list[str] = []

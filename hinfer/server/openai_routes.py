@@ -17,6 +17,7 @@ from hinfer.server.openai_responses import ChatBuilder, CompletionBuilder
 from hinfer.server.prompt import plan_max_tokens, render_prompt
 from hinfer.server.schemas_openai import ChatCompletionRequest, CompletionRequest
 from hinfer.server.state import get_state, new_id
+from hinfer.server.structured import constraint, openai_response_format, vllm_extras
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -27,6 +28,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     st = get_state(request)
     st.check_model(body.model)
     prompt, budget = chat_prompt(body, st.preserve_thinking_default)
+    schema = openai_response_format(body.response_format)
     ids = render_prompt(st.tokenizer, prompt)
     requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
@@ -36,10 +38,11 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     if budget is not None and st.tokenizer.think_end_id is not None:
         sp.thinking_budget = budget
         sp.think_end_token_id = st.tokenizer.think_end_id
+    sp.structured = constraint(prompt, schema, vllm_extras(body.model_extra or {}))
 
     run = EngineRun(st, new_id("chatcmpl-"), ids, sp, request)
     b = ChatBuilder(st, run, model=body.model, reasoning=prompt.enable_thinking, tools=prompt.parse_tools(),
-                    logprobs=sp.logprobs is not None, max_calls=prompt.max_calls)
+                    logprobs=sp.logprobs is not None, max_calls=prompt.max_calls, trim_strings=prompt.forced_calls)
     await run.start()
     if body.stream:
         run.unwatch()
@@ -81,6 +84,7 @@ async def completions(body: CompletionRequest, request: Request):
     max_tokens = plan_max_tokens(len(ids), body.max_tokens, st.engine.max_context)
     sp = sampling_params(body, max_tokens=max_tokens, vocab_size=st.tokenizer.vocab_size,
                          logprobs=body.logprobs, skip_special_tokens=body.skip_special_tokens)
+    sp.structured = vllm_extras(body.model_extra or {})
     run = EngineRun(st, new_id("cmpl-"), ids, sp, request)
     b = CompletionBuilder(st, run, model=body.model, logprobs=sp.logprobs is not None,
                           echo=prompt_text if body.echo else None)
