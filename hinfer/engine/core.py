@@ -179,7 +179,8 @@ class EngineCore:
 
     def _accept_tokens(self, seq: Sequence, toks: list[int], lps: list, tops: list, now: float) -> TokenEvent:
         """Append tokens one at a time under the stop rules; the ones after a stop are dropped."""
-        if not seq.output_ids:
+        first = not seq.output_ids
+        if first:
             seq.first_token = now
         seq.last_token = now
         p = seq.params
@@ -209,6 +210,8 @@ class EngineCore:
             seq.request_id, toks[:n], text,
             logprobs=None if lps[0] is None else lps[:n], top_logprobs=None if tops[0] is None else tops[:n],
         )  # fmt: skip
+        if first and seq.prompt_logprobs is not None:
+            ev.prompt_logprobs, ev.prompt_top_logprobs = seq.prompt_logprobs, seq.prompt_top_logprobs
         if finish is not None:
             self._finish(seq, finish, stop_reason, ev)
         return ev
