@@ -192,6 +192,8 @@ class EngineCore:
             if (tok in self.eos and not p.ignore_eos) or tok in p.stop_token_ids:
                 finish, stop_reason = "stop", tok
             delta = "" if finish else seq.detok.add([tok])
+            if finish is None and seq.grammar is not None and seq.grammar.must_stop(self.runner.sampler.vocab_size):
+                finish = "stop"  # the grammar is complete: only a stop token could follow
             full = len(seq.output_ids) >= p.max_tokens or seq.num_tokens >= self.ecfg.max_context
             if finish is None and full:
                 finish = "length"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 
 import jsonschema
 import pytest
@@ -126,3 +127,32 @@ def test_regex(llm):
 def test_bad_schema_is_a_value_error(llm):
     with pytest.raises(ValueError):
         llm.generate(["?"], SamplingParams(max_tokens=4, structured=StructuredOutput(regex="(")))
+
+
+def test_constrained_lanes_run_without_drafts_under_spec(make_engine_core, tokenizer):
+    """--spec mtp: a constrained lane verifies its one token per step (no drafts) beside lanes that speculate;
+    its answer is the same as without speculation."""
+    from hinfer.engine.protocol import GenerationRequest
+
+    so = StructuredOutput(regex=r"[0-9]{3}-(ab|cd)")
+    prompt = [5, 6, 7, 8]  # the tiny model has 1024 ids
+
+    def reqs():
+        return [GenerationRequest("c", prompt, SamplingParams(temperature=0, max_tokens=20, structured=so)),
+                GenerationRequest("u", prompt, SamplingParams(temperature=0, max_tokens=12, ignore_eos=True))]
+
+    outs = {}
+    for name, core in (("plain", make_engine_core(max_concurrency=2)),
+                       ("spec", make_engine_core(max_concurrency=2, spec="mtp", draft_tokens=3))):
+        for r in reqs():
+            core.add(r)
+        toks, seqs = {"c": [], "u": []}, {s.request_id: s for s in core.scheduler.waiting}
+        while core.has_work:
+            for ev in core.step():
+                toks[ev.request_id] += ev.token_ids
+        outs[name] = toks
+        text = tokenizer.decode(toks["c"])
+        assert re.fullmatch(r"[0-9]{3}-(ab|cd)", text), text
+        if name == "spec":
+            assert seqs["c"].spec_drafted == 0 and seqs["u"].spec_drafted > 0
+    assert outs["plain"] == outs["spec"]

@@ -36,6 +36,19 @@ class GrammarState:
     def fill(self, bitmask: torch.Tensor, row: int) -> None:
         self.matcher.fill_next_token_bitmask(bitmask, row)
 
+    def must_stop(self, vocab_size: int) -> bool:
+        """The grammar is complete and nothing but a stop token may follow: the engine ends the request here
+        (one step early, and right even where the model's vocabulary has no stop token)."""
+        if not self.active or not self.matcher.is_completed():
+            return False
+        from hinfer.engine.structured.bitmask import unpack_bitmask
+
+        mask = torch.full((1, -(-vocab_size // 32)), -1, dtype=torch.int32)
+        self.matcher.fill_next_token_bitmask(mask, 0)
+        allowed = unpack_bitmask(mask, vocab_size)[0]
+        allowed[[t for t in self.matcher.stop_token_ids if t < vocab_size]] = False
+        return not bool(allowed.any())
+
     def accept(self, token_id: int) -> None:
         if not self.active:
             return
