@@ -1,9 +1,11 @@
 """Prompt logprobs: the log-probability of each prompt token given the tokens before it (the first has none).
 
 A request that asks for them has every prompt position's logits computed by its prefill (SeqChunk.all_logits),
-in chunks of at most PROMPT_LOGPROBS_CHUNK tokens so the [tokens, vocab] fp32 logits stay bounded (256 x 248K x
-4 B = 254 MB), and never takes a cached prefix (those tokens are not run, so they have no logits). Values are
-log_softmax of the model's raw logits: no logit_bias, penalties or temperature, as an evaluator wants them.
+in chunks of at most PROMPT_LOGPROBS_CHUNK tokens: 64 rows of fp32 logits and their temporaries (64 x 248K x
+~12 B = 190 MB) fit in what the memory plan reserves for the activations of a full --prefill-chunk (2048 tokens
+by default), which such a short chunk leaves unused. Such a request never takes a cached prefix (those tokens
+are not run, so they have no logits). Values are log_softmax of the model's raw logits: no logit_bias,
+penalties or temperature, as an evaluator wants them.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import torch
 from hinfer.engine.protocol import TopLogprob
 from hinfer.engine.sequence import Sequence
 
-PROMPT_LOGPROBS_CHUNK = 256
+PROMPT_LOGPROBS_CHUNK = 64
 
 
 def wants_prompt_logprobs(seq: Sequence) -> bool:

@@ -25,7 +25,7 @@ def _want(llm, ids: list[int]) -> list[float]:
 
 def test_prompt_logprobs_match_full_prefill(llm):
     short = llm.tokenizer.encode("The quick brown fox jumps over the lazy dog.")
-    long = [(7 * i + 3) % 5000 + 100 for i in range(300)]  # more than one 256-token prompt chunk
+    long = [(7 * i + 3) % 5000 + 100 for i in range(150)]  # more than one 64-token prompt chunk
     outs = llm.generate([short, long], SamplingParams(max_tokens=2, prompt_logprobs=2, seed=0))
     for ids, out in zip([short, long], outs):
         got = out.prompt_logprobs

@@ -29,6 +29,9 @@ def apply_token_bitmask(logits: torch.Tensor, rows: list[int], bitmask: torch.Te
     """In place: logits[rows[i], t] = -inf wherever bit t of bitmask[i] is 0."""
     if not rows:
         return
-    allowed = unpack_bitmask(bitmask.to(logits.device, non_blocking=True), logits.shape[1])
-    idx = torch.tensor(rows, dtype=torch.int64, device=logits.device)
+    dev = logits.device
+    allowed = unpack_bitmask(bitmask.to(dev, non_blocking=True), logits.shape[1])
+    idx = torch.tensor(rows, dtype=torch.int64)
+    if dev.type != "cpu":  # a pinned copy is queued; a pageable one would wait for the device
+        idx = idx.pin_memory().to(dev, non_blocking=True)
     logits[idx] = logits[idx].masked_fill(~allowed, -math.inf)
