@@ -23,6 +23,7 @@ class RequestOutput:
     finish_reason: str | None
     logprobs: list[float] | None = None
     cached_tokens: int = 0  # prompt tokens taken from the prefix cache
+    prompt_logprobs: list[float | None] | None = None  # with SamplingParams.prompt_logprobs (first is None)
     events: list[TokenEvent] = field(default_factory=list, repr=False)
 
 
@@ -84,6 +85,8 @@ class LLM:
                 o.events.append(ev)
                 o.token_ids += ev.token_ids
                 o.text += ev.text
+                if ev.prompt_logprobs is not None:
+                    o.prompt_logprobs = ev.prompt_logprobs
                 if ev.logprobs is not None:
                     o.logprobs = (o.logprobs or []) + ev.logprobs
                 if ev.finish_reason is not None:

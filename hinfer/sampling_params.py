@@ -3,6 +3,32 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class StructuredOutput:
+    """What the answer must look like; the engine compiles it into a grammar (engine/structured/, xgrammar).
+    Exactly one of `json_schema`, `regex`, `tools` is set."""
+
+    json_schema: dict[str, Any] | bool | None = None  # JSON text valid under this schema (True: any JSON value)
+    regex: str | None = None
+    # OpenAI-shaped function tools ({"type": "function", "function": {name, parameters}}): the answer is Qwen
+    # tool calls to them; `tool_name` forces that one tool (one call), else at least one call of any.
+    tools: list[dict[str, Any]] | None = None
+    tool_name: str | None = None
+    parallel_tool_calls: bool = True
+    # The prompt ends inside an open `<think>`: the reasoning runs free up to `</think>`, then the constraint.
+    after_reasoning: bool = False
+    # Longest run of whitespace between JSON tokens (tool arguments included): ample for pretty-printing, and a
+    # model that keeps emitting blanks cannot stall inside the value.
+    max_json_whitespace: int = 16
+
+    def validate(self) -> None:
+        if sum(x is not None for x in (self.json_schema, self.regex, self.tools)) != 1:
+            raise ValueError("structured output needs exactly one of json_schema, regex, tools")
+        if self.tools is not None and not self.tools:
+            raise ValueError("structured output with tools needs at least one tool")
 
 
 @dataclass
@@ -26,6 +52,10 @@ class SamplingParams:
     thinking_budget: int | None = None
     think_end_token_id: int | None = None
     skip_special_tokens: bool = True
+    structured: StructuredOutput | None = None  # constrained decoding (docs/structured-output.md)
+    # Log-probabilities of the prompt's tokens (first one None): the prefill computes every position's logits
+    # and the prefix cache is bypassed (cached tokens have none). N: plus the top N at each position.
+    prompt_logprobs: int | None = None
 
     @property
     def greedy(self) -> bool:
@@ -51,3 +81,7 @@ class SamplingParams:
             raise ValueError("logprobs must be in [0, 20]")
         if self.thinking_budget is not None and self.thinking_budget < 0:
             raise ValueError("thinking budget must be >= 0")
+        if self.prompt_logprobs is not None and not 0 <= self.prompt_logprobs <= 20:
+            raise ValueError("prompt_logprobs must be in [0, 20]")
+        if self.structured is not None:
+            self.structured.validate()

@@ -67,6 +67,7 @@ class EngineCore:
             ckpts = CheckpointPool(st.checkpoint_slot_ids)
             self.prefix = PrefixReuse(self.scheduler.pages, ckpts, runner.state, st.page_size)
             self.scheduler.prefix = self.prefix
+        self._grammars = None  # GrammarBackend, made on the first constrained request
         self._clear_requested = False
         self._seeds = random.Random(ecfg.seed)
         self._by_id: dict[str, Sequence] = {}
@@ -102,7 +103,11 @@ class EngineCore:
             raise EngineError(f"request {req.request_id!r} was aborted")
         p = req.sampling
         seed = p.seed if p.seed is not None else self._seeds.getrandbits(63)
+        if p.prompt_logprobs is not None and self.spec is not None:
+            raise ValueError("prompt logprobs are not available with --spec mtp")
         seq = Sequence(req.request_id, list(req.prompt_token_ids), p, seed)
+        if p.structured is not None:
+            seq.grammar = self.grammars.matcher(p.structured)  # compiled here: a bad schema fails the request
         seq.detok = self.tokenizer.detokenizer(skip_special_tokens=p.skip_special_tokens)
         seq.stop_matcher = StopStringMatcher(p.stop)
         self.scheduler.add(seq)
@@ -111,6 +116,15 @@ class EngineCore:
     def abort(self, request_id: str) -> None:
         """Thread-safe: takes effect at the next step."""
         self._aborted.append(request_id)
+
+    @property
+    def grammars(self):
+        """The structured-output compiler (engine/structured/grammar.py), made on first use."""
+        if self._grammars is None:
+            from hinfer.engine.structured.grammar import GrammarBackend
+
+            self._grammars = GrammarBackend(self.tokenizer, self.runner.sampler.vocab_size, sorted(self.eos))
+        return self._grammars
 
     @property
     def has_work(self) -> bool:
@@ -141,7 +155,8 @@ class EngineCore:
         else:
             self.runner.state.reset_slots([s.slot for s in admitted])
         for seq in admitted:
-            seq.sampler_state = RowState(seq.params, seq.seed, slot=seq.lane, prompt_ids=seq.prompt_ids)
+            seq.sampler_state = RowState(seq.params, seq.seed, slot=seq.lane, prompt_ids=seq.prompt_ids,
+                                         grammar=seq.grammar)
             self.runner.sampler.add_row(seq.sampler_state)
         chunks = self.scheduler.schedule()
         if not chunks:
@@ -164,7 +179,8 @@ class EngineCore:
 
     def _accept_tokens(self, seq: Sequence, toks: list[int], lps: list, tops: list, now: float) -> TokenEvent:
         """Append tokens one at a time under the stop rules; the ones after a stop are dropped."""
-        if not seq.output_ids:
+        first = not seq.output_ids
+        if first:
             seq.first_token = now
         seq.last_token = now
         p = seq.params
@@ -176,6 +192,8 @@ class EngineCore:
             if (tok in self.eos and not p.ignore_eos) or tok in p.stop_token_ids:
                 finish, stop_reason = "stop", tok
             delta = "" if finish else seq.detok.add([tok])
+            if finish is None and seq.grammar is not None and seq.grammar.must_stop(self.runner.sampler.vocab_size):
+                finish = "stop"  # the grammar is complete: only a stop token could follow
             full = len(seq.output_ids) >= p.max_tokens or seq.num_tokens >= self.ecfg.max_context
             if finish is None and full:
                 finish = "length"
@@ -194,6 +212,8 @@ class EngineCore:
             seq.request_id, toks[:n], text,
             logprobs=None if lps[0] is None else lps[:n], top_logprobs=None if tops[0] is None else tops[:n],
         )  # fmt: skip
+        if first and seq.prompt_logprobs is not None:
+            ev.prompt_logprobs, ev.prompt_top_logprobs = seq.prompt_logprobs, seq.prompt_top_logprobs
         if finish is not None:
             self._finish(seq, finish, stop_reason, ev)
         return ev

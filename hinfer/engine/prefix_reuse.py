@@ -44,6 +44,8 @@ class PrefixReuse:
         if seq.page_hashes is None:
             seq.page_hashes = chain_hashes(seq.prompt_ids, ps)
         usable = min(len(seq.page_hashes), (len(seq.prompt_ids) - 1) // ps)  # at least one token to compute
+        if seq.params.prompt_logprobs is not None:  # cached tokens are not run: they would have no logits
+            usable = 0
         found = self.pages.match(seq.page_hashes[:usable])
         for k in range(len(found), 0, -1):
             name = seq.page_hashes[k - 1]

@@ -76,6 +76,9 @@ class TokenEvent:
     top_logprobs: list[list[TopLogprob]] | None = None
     finish_reason: str | None = None  # "stop" | "length" | "abort" | None
     stop_reason: str | int | None = None  # the stop string or token id that ended it
+    # With SamplingParams.prompt_logprobs, on the request's first event: one per prompt token (the first None)
+    prompt_logprobs: list[float | None] | None = None
+    prompt_top_logprobs: list[list[TopLogprob] | None] | None = None
     usage: Usage | None = None  # set on the final event
     timings: Timings | None = None  # set on the final event
 

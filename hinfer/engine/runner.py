@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from hinfer.engine.forward_batch import SeqChunk, build_forward_batch
+from hinfer.engine.prompt_logprobs import record_prompt_logprobs, wants_prompt_logprobs
 from hinfer.engine.protocol import TopLogprob
 from hinfer.engine.scheduler import ScheduledChunk
 from hinfer.engine.state import ModelState
@@ -62,8 +63,11 @@ class ModelRunner:
         for c in chunks:
             s = c.seq
             toks = s.pending_tokens()[: c.num_tokens]
-            seq_chunks.append(SeqChunk(toks, s.num_cached, s.pages, s.slot, need_logits=c.samples))
+            seq_chunks.append(SeqChunk(toks, s.num_cached, s.pages, s.slot, need_logits=c.samples,
+                                       all_logits=wants_prompt_logprobs(s)))  # fmt: skip
         logits = self.forward_logits(seq_chunks)
+        if any(sc.all_logits for sc in seq_chunks):
+            logits = self._take_prompt_logprobs(chunks, seq_chunks, logits)
         for c in chunks:
             c.seq.num_cached += c.num_tokens
         sampled = [c.seq for c in chunks if c.samples]
@@ -73,3 +77,18 @@ class ModelRunner:
         ids, lps, tops = self.sampler.sample(logits, rows).to_host(rows)
         self.sampler.update(rows, ids)
         return StepResult(ids, lps, tops)
+
+    @staticmethod
+    def _take_prompt_logprobs(chunks: list[ScheduledChunk], seq_chunks: list[SeqChunk],
+                              logits: torch.Tensor) -> torch.Tensor:
+        """Record the prompt logprobs of the all-logits chunks; -> the rows to sample from (one per sampling
+        chunk: the last row of its chunk)."""
+        rows, r = [], 0
+        for c, sc in zip(chunks, seq_chunks):
+            n = len(sc.token_ids) if sc.all_logits else int(sc.need_logits)
+            if sc.all_logits:
+                record_prompt_logprobs(c.seq, sc.cached_len, logits[r : r + n])
+            if c.samples:
+                rows.append(r + n - 1)
+            r += n
+        return logits[rows]

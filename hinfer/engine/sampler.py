@@ -18,6 +18,8 @@ which other rows share the batch):
 8. sample: argmax(z_i + G_i) over the kept tokens with Gumbel noise G = -log(-log(u)), which is the
    exponential race argmax(p_i / E_i), E = -log(u) ~ Exp(1), written in log space: no softmax, no
    multinomial, no host sync.
+   Then rows with a grammar (structured output) get -inf at every token their grammar does not allow next
+   (a bitmask from the row's matcher, engine/structured/); rows without one are untouched.
 9. thinking budget: if `thinking_budget` is set and the row has generated >= that many tokens without
    producing `think_end_token_id`, that token is forced (its logprob is reported as computed in 3).
 
@@ -119,6 +121,7 @@ class RowState:
     prompt_ids: Sequence[int] = ()
     num_generated: int = 0  # tokens generated so far = the step number of the next token
     think_ended: bool = False  # think_end_token_id was produced
+    grammar: object | None = None  # structured output: a GrammarState (engine/structured/grammar.py)
 
     @property
     def has_penalties(self) -> bool:
@@ -194,6 +197,9 @@ class Sampler:
             end = r.params.think_end_token_id
             if end is not None and end in new:
                 r.think_ended = True
+            if r.grammar is not None:
+                for t in new:
+                    r.grammar.accept(t)
             if r.has_penalties:
                 slots += [r.slot] * len(new)
                 toks += new
@@ -271,7 +277,23 @@ class Sampler:
         self._apply_bias(z, [r.params for r in rows])
         if any(r.has_penalties for r in rows):
             z = self._apply_penalties(z, ipar[:, 4], fpar[:, 3:4], fpar[:, 4:5], fpar[:, 5:6])
+        self._apply_grammars(z, rows)
         return z
+
+    def _apply_grammars(self, z: torch.Tensor, rows: Sequence[RowState]) -> None:
+        """Mask what each constrained row's grammar forbids next (one bitmask copy for all such rows)."""
+        live = [i for i, r in enumerate(rows) if r.grammar is not None and r.grammar.active]
+        if not live:
+            return
+        from hinfer.engine.structured.bitmask import apply_token_bitmask
+
+        words = -(-z.shape[1] // 32)
+        bitmask = torch.full((len(live), words), -1, dtype=torch.int32)
+        for j, i in enumerate(live):
+            rows[i].grammar.fill(bitmask, j)
+        if z.device.type != "cpu":
+            bitmask = bitmask.pin_memory()
+        apply_token_bitmask(z, live, bitmask)
 
     def _apply_bias(self, z: torch.Tensor, p: list[SamplingParams]) -> None:
         rows_i: list[int] = []

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hinfer.engine.prefix_cache import PagePool
+from hinfer.engine.prompt_logprobs import PROMPT_LOGPROBS_CHUNK
 from hinfer.engine.protocol import QueueFullError
 from hinfer.engine.sequence import Sequence, Status
 from hinfer.engine.state import RESERVED_PAGES, RESERVED_SLOTS, FreeList
@@ -117,6 +118,8 @@ class Scheduler:
             if not s.in_prefill or budget <= 0:
                 continue
             n = min(len(s.prompt_ids) - s.num_cached, budget)
+            if s.params.prompt_logprobs is not None:  # every position's logits: keep them bounded
+                n = min(n, PROMPT_LOGPROBS_CHUNK)
             for t in s.ckpt_targets:  # end the chunk where the GDN state is checkpointed
                 if s.num_cached < t < s.num_cached + n:
                     n = t - s.num_cached

@@ -41,6 +41,9 @@ class Sequence:
     sampler_state: object | None = None  # the sampler's per-row state
     spec_drafted: int = 0
     spec_accepted: int = 0
+    grammar: object | None = None  # structured output: GrammarState (engine/structured/), also the sampler row's
+    prompt_logprobs: list[float | None] | None = None  # with params.prompt_logprobs: filled by the prefill
+    prompt_top_logprobs: list[list | None] | None = None
     drafts: object | None = None  # speculative: the drafter's proposal for the next round (spec.Proposal)
     # prefix cache (prefix_reuse.py)
     cached_tokens: int = 0  # prompt tokens taken from the cache at admission (not computed)

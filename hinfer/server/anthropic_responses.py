@@ -22,12 +22,12 @@ THINKING_SIGNATURE = "hinfer-unsigned"
 
 class MessageBuilder:
     def __init__(self, run: EngineRun, *, model: str, reasoning: bool, tools: dict[str, dict[str, Any]] | None,
-                 stop_sequences: list[str], max_calls: int | None = None):
+                 stop_sequences: list[str], max_calls: int | None = None, trim_strings: bool = False):
         self.run = run
         self.id = new_id("msg_")
         self.model = model
         self.parser = OutputParser(reasoning=reasoning, tools=tools, new_id=lambda: new_id("toolu_"),
-                                   max_calls=max_calls)
+                                   max_calls=max_calls, trim_strings=trim_strings)
         self.stop_sequences = stop_sequences
         self._open: str | None = None  # type of the open block
         self._index = -1

@@ -17,6 +17,7 @@ from hinfer.server.generation import EngineRun, engine_error, run_to_end
 from hinfer.server.prompt import plan_max_tokens, render_prompt
 from hinfer.server.schemas_anthropic import CountTokensRequest, MessagesRequest
 from hinfer.server.state import get_state, new_id
+from hinfer.server.structured import anthropic_output_format, constraint
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -27,16 +28,18 @@ async def messages(body: MessagesRequest, request: Request):
     st = get_state(request)
     st.check_model(body.model)
     prompt, budget = chat_prompt(body, st.preserve_thinking_default)
+    schema = anthropic_output_format(body.output_config)
     ids = render_prompt(st.tokenizer, prompt)
     max_tokens = plan_max_tokens(len(ids), body.max_tokens, st.engine.max_context)
     sp = sampling_params(body, max_tokens, st.tokenizer.vocab_size)
     if budget is not None and st.tokenizer.think_end_id is not None:
         sp.thinking_budget = budget
         sp.think_end_token_id = st.tokenizer.think_end_id
+    sp.structured = constraint(prompt, schema, param="output_config.format")
 
     run = EngineRun(st, new_id("msgreq-"), ids, sp, request)
     b = MessageBuilder(run, model=body.model, reasoning=prompt.enable_thinking, tools=prompt.parse_tools(),
-                       stop_sequences=sp.stop, max_calls=prompt.max_calls)
+                       stop_sequences=sp.stop, max_calls=prompt.max_calls, trim_strings=prompt.forced_calls)
     await run.start()
     if body.stream:
         run.unwatch()

@@ -90,18 +90,8 @@ def convert_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
     return out
 
 
-def _reject_unsupported(body: _SamplingFields) -> None:
-    if body.n is not None and body.n != 1:
-        raise bad_request("n must be 1: this server returns one choice per request", param="n")
-
-
 def chat_prompt(body: ChatCompletionRequest, preserve_default: bool) -> tuple[ChatPrompt, int | None]:
     """-> (prompt, thinking budget)."""
-    _reject_unsupported(body)
-    rf = body.response_format
-    if rf is not None and rf.get("type") not in (None, "text"):
-        raise bad_request(f"response_format {rf.get('type')!r} is not supported yet (no structured output); "
-                          "only 'text'", param="response_format")
     kwargs = dict(body.chat_template_kwargs or {})
     enable_thinking = kwargs.pop("enable_thinking", True)
     preserve = kwargs.pop("preserve_thinking", preserve_default)
@@ -174,24 +164,26 @@ def chat_logprobs(body: ChatCompletionRequest) -> int | None:
     return n
 
 
-def completion_prompt(body: CompletionRequest, tokenizer: Any) -> tuple[list[int], str]:
-    """-> (prompt token ids, prompt text for echo)."""
-    _reject_unsupported(body)
-    if body.best_of is not None and body.best_of != 1:
-        raise bad_request("best_of must be 1", param="best_of")
+def completion_prompts(body: CompletionRequest, tokenizer: Any) -> list[tuple[list[int], str]]:
+    """-> per prompt: (token ids, its text for echo). A string, a list of strings, a list of token ids, or a list
+    of lists of token ids."""
+    if body.best_of is not None and body.best_of != (body.n or 1):
+        raise bad_request("best_of must equal n: every sample is returned", param="best_of")
     if body.suffix:
         raise bad_request("suffix (fill-in-the-middle) is not supported", param="suffix")
     p = body.prompt
-    if isinstance(p, list) and p and isinstance(p[0], (str, list)):
-        if len(p) != 1:
-            raise bad_request("one prompt per request: batched prompts are not supported", param="prompt")
-        p = p[0]
-    if isinstance(p, str):
-        if not p:
-            raise bad_request("prompt is empty", param="prompt")
-        return tokenizer.encode(p, add_special_tokens=False), p
-    ids = [int(t) for t in p]
-    if not ids:
-        raise bad_request("prompt is empty", param="prompt")
-    check_token_ids(ids, tokenizer.vocab_size, "prompt")
-    return ids, tokenizer.decode(ids, skip_special_tokens=False)
+    items: list[str | list[int]] = list(p) if isinstance(p, list) and p and isinstance(p[0], (str, list)) else [p]
+    out = []
+    for k, item in enumerate(items):
+        param = "prompt" if len(items) == 1 else f"prompt.{k}"
+        if isinstance(item, str):
+            if not item:
+                raise bad_request("prompt is empty", param=param)
+            out.append((tokenizer.encode(item, add_special_tokens=False), item))
+            continue
+        ids = [int(t) for t in item]
+        if not ids:
+            raise bad_request("prompt is empty", param=param)
+        check_token_ids(ids, tokenizer.vocab_size, param)
+        out.append((ids, tokenizer.decode(ids, skip_special_tokens=False)))
+    return out

@@ -40,14 +40,16 @@ def pieces_to_delta(pieces: list[Piece]) -> dict[str, Any]:
 
 class ChatBuilder:
     def __init__(self, st: ServerState, run: EngineRun, *, model: str, reasoning: bool,
-                 tools: dict[str, dict[str, Any]] | None, logprobs: bool, max_calls: int | None = None):
+                 tools: dict[str, dict[str, Any]] | None, logprobs: bool, max_calls: int | None = None,
+                 trim_strings: bool = False, response_id: str | None = None, index: int = 0):
         self.st = st
         self.run = run
-        self.id = run.request_id
+        self.id = response_id or run.request_id
+        self.index = index
         self.model = model
         self.created = int(time.time())
         self.parser = OutputParser(reasoning=reasoning, tools=tools, new_id=lambda: new_id("call_"),
-                                   max_calls=max_calls)
+                                   max_calls=max_calls, trim_strings=trim_strings)
         self.want_logprobs = logprobs
         self.reasoning_tokens = 0
         self.content: list[str] = []
@@ -109,19 +111,24 @@ class ChatBuilder:
 
     def chunk(self, delta: dict[str, Any], *, finish_reason: str | None = None,
               logprobs: list[dict[str, Any]] | None = None, **extra: Any) -> dict[str, Any]:
-        choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        choice: dict[str, Any] = {"index": self.index, "delta": delta, "logprobs": None,
+                                  "finish_reason": finish_reason}
         if logprobs:
             choice["logprobs"] = {"content": logprobs}
         return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
                 "system_fingerprint": None, "choices": [choice], **extra}
 
-    def usage_chunk(self) -> dict[str, Any]:
+    def usage_chunk(self, usage: dict[str, Any] | None = None) -> dict[str, Any]:
         return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-                "system_fingerprint": None, "choices": [], "usage": self.usage(), "timings": self.run.timings()}
+                "system_fingerprint": None, "choices": [], "usage": usage or self.usage(),
+                "timings": self.run.timings()}
 
     # -- non-streaming --------------------------------------------------------------------------------
 
     def response(self) -> dict[str, Any]:
+        return chat_response([self])
+
+    def choice(self) -> dict[str, Any]:
         calls = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_json}}
                  for c in self.parser.calls]
         content = "".join(self.content)
@@ -130,64 +137,114 @@ class ChatBuilder:
             message["reasoning_content"] = "".join(self.reasoning)
         if calls:
             message["tool_calls"] = calls
-        return {
-            "id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
-            "system_fingerprint": None,
-            "choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason(),
-                         "logprobs": {"content": self.logprobs} if self.want_logprobs else None}],
-            "usage": self.usage(),
-            "timings": self.run.timings(),
-        }
+        return {"index": self.index, "message": message, "finish_reason": self.finish_reason(),
+                "logprobs": {"content": self.logprobs} if self.want_logprobs else None}
+
+
+def chat_usage(builders: list[ChatBuilder]) -> dict[str, Any]:
+    """The prompt once (every choice shares it), the completion and reasoning tokens of every choice."""
+    u = builders[0].usage()
+    for b in builders[1:]:
+        c = b.run.output_tokens
+        u["completion_tokens"] += c
+        u["total_tokens"] += c
+        u["completion_tokens_details"]["reasoning_tokens"] += b.reasoning_tokens
+    return u
+
+
+def chat_response(builders: list[ChatBuilder]) -> dict[str, Any]:
+    b = builders[0]
+    return {"id": b.id, "object": "chat.completion", "created": b.created, "model": b.model,
+            "system_fingerprint": None, "choices": [x.choice() for x in builders], "usage": chat_usage(builders),
+            "timings": b.run.timings()}
 
 
 class CompletionBuilder:
-    """Legacy /v1/completions: raw text, no template, no reasoning or tool parsing."""
+    """One choice of a legacy /v1/completions answer: raw text, no template, no reasoning or tool parsing.
+    `echo`: the prompt text goes first (with its tokens' logprobs when logprobs are asked: the engine ran with
+    prompt_logprobs). `score_only` (max_tokens 0 with echo): the one token the engine generated is dropped."""
 
-    def __init__(self, st: ServerState, run: EngineRun, *, model: str, logprobs: bool, echo: str | None):
+    def __init__(self, st: ServerState, run: EngineRun, *, response_id: str, index: int, model: str,
+                 created: int, logprobs: bool, echo: str | None, score_only: bool = False):
         self.st = st
         self.run = run
-        self.id = run.request_id
+        self.id = response_id
+        self.index = index
         self.model = model
-        self.created = int(time.time())
+        self.created = created
         self.want_logprobs = logprobs
         self.echo = echo
-        self.text: list[str] = [echo] if echo else []
+        self.score_only = score_only
+        self.text: list[str] = []
         self.offset = len(echo) if echo else 0
+        self._first = True
         self.lp: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
 
     def feed(self, ev: TokenEvent) -> tuple[str, dict[str, list[Any]] | None]:
-        self.text.append(ev.text)
-        if not self.want_logprobs or ev.logprobs is None:
-            return ev.text, None
+        text = "" if self.score_only else ev.text
         part: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
-        for i, tid in enumerate(ev.token_ids):
-            tok = self.st.token_text(tid)
-            part["tokens"].append(tok)
-            part["token_logprobs"].append(ev.logprobs[i] if i < len(ev.logprobs) else 0.0)
-            tops = ev.top_logprobs[i] if ev.top_logprobs and i < len(ev.top_logprobs) else []
-            part["top_logprobs"].append({self.st.token_text(t.token_id): t.logprob for t in tops} or None)
-            part["text_offset"].append(self.offset)
-            self.offset += len(tok)
+        if self._first:
+            self._first = False
+            text = (self.echo or "") + text
+            if self.want_logprobs and ev.prompt_logprobs is not None:
+                self._prompt_part(part, ev)
+        if self.want_logprobs and ev.logprobs is not None and not self.score_only:
+            for i, tid in enumerate(ev.token_ids):
+                tops = ev.top_logprobs[i] if ev.top_logprobs and i < len(ev.top_logprobs) else []
+                self.offset = self._add(part, tid, ev.logprobs[i] if i < len(ev.logprobs) else 0.0, tops,
+                                        self.offset)  # fmt: skip
+        self.text.append(text)
+        if not part["tokens"]:
+            return text, None
         for k, v in part.items():
             self.lp[k].extend(v)
-        return ev.text, part
+        return text, part
 
-    def usage(self) -> dict[str, Any]:
-        p, c = self.run.prompt_tokens, self.run.output_tokens
-        return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
-                "prompt_tokens_details": {"cached_tokens": self.run.cached_tokens}}
+    def _prompt_part(self, part: dict[str, list[Any]], ev: TokenEvent) -> None:
+        offset = 0
+        tops = ev.prompt_top_logprobs or [None] * len(ev.prompt_logprobs or [])
+        for tid, lp, top in zip(self.run.prompt_ids, ev.prompt_logprobs or [], tops):
+            offset = self._add(part, tid, lp, top or [], offset, first=lp is None)
+
+    def _add(self, part: dict[str, list[Any]], tid: int, lp: float | None, tops: list, offset: int,
+             first: bool = False) -> int:
+        tok = self.st.token_text(tid)
+        part["tokens"].append(tok)
+        part["token_logprobs"].append(lp)
+        part["top_logprobs"].append(None if first else ({self.st.token_text(t.token_id): t.logprob for t in tops}
+                                                         or None))
+        part["text_offset"].append(offset)
+        return offset + len(tok)
+
+    @property
+    def completion_tokens(self) -> int:
+        return 0 if self.score_only else self.run.output_tokens
 
     def finish_reason(self) -> str:
-        return _finish_reason(self.run, False)
+        return "length" if self.score_only else _finish_reason(self.run, False)
 
     def chunk(self, text: str, *, finish_reason: str | None = None, logprobs: Any = None,
               **extra: Any) -> dict[str, Any]:
         return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model,
-                "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}],
-                **extra}
+                "choices": [{"index": self.index, "text": text, "logprobs": logprobs,
+                             "finish_reason": finish_reason}], **extra}
 
-    def response(self) -> dict[str, Any]:
-        return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.model,
-                "choices": [{"index": 0, "text": "".join(self.text), "finish_reason": self.finish_reason(),
-                             "logprobs": self.lp if self.want_logprobs else None}],
-                "usage": self.usage(), "timings": self.run.timings()}
+    def choice(self) -> dict[str, Any]:
+        return {"index": self.index, "text": "".join(self.text), "finish_reason": self.finish_reason(),
+                "logprobs": self.lp if self.want_logprobs else None}
+
+
+def completion_usage(builders: list[CompletionBuilder], n: int) -> dict[str, Any]:
+    """Each prompt counted once (choices j > 0 of a prompt share it), every choice's completion tokens."""
+    firsts = builders[::n]
+    p = sum(b.run.prompt_tokens for b in firsts)
+    c = sum(b.completion_tokens for b in builders)
+    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
+            "prompt_tokens_details": {"cached_tokens": sum(b.run.cached_tokens for b in firsts)}}
+
+
+def completion_response(builders: list[CompletionBuilder], n: int) -> dict[str, Any]:
+    b = builders[0]
+    return {"id": b.id, "object": "text_completion", "created": b.created, "model": b.model,
+            "choices": [x.choice() for x in builders], "usage": completion_usage(builders, n),
+            "timings": b.run.timings()}

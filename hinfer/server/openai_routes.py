@@ -3,20 +3,38 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.background import BackgroundTask
 
 from hinfer.server import sse
-from hinfer.server.errors import openai_body
-from hinfer.server.generation import EngineRun, engine_error, run_to_end
-from hinfer.server.openai_convert import chat_logprobs, chat_prompt, completion_prompt, sampling_params
-from hinfer.server.openai_responses import ChatBuilder, CompletionBuilder
+from hinfer.server.choices import (
+    check_choices,
+    choice_seed,
+    close_all,
+    merged_events,
+    run_all_to_end,
+    start_all,
+)
+from hinfer.server.errors import bad_request, openai_body
+from hinfer.server.generation import EngineRun, engine_error
+from hinfer.server.openai_convert import chat_logprobs, chat_prompt, completion_prompts, sampling_params
+from hinfer.server.openai_responses import (
+    ChatBuilder,
+    CompletionBuilder,
+    chat_response,
+    chat_usage,
+    completion_response,
+    completion_usage,
+)
 from hinfer.server.prompt import plan_max_tokens, render_prompt
 from hinfer.server.schemas_openai import ChatCompletionRequest, CompletionRequest
 from hinfer.server.state import get_state, new_id
+from hinfer.server.structured import constraint, openai_response_format, vllm_extras
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -27,6 +45,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     st = get_state(request)
     st.check_model(body.model)
     prompt, budget = chat_prompt(body, st.preserve_thinking_default)
+    schema = openai_response_format(body.response_format)
     ids = render_prompt(st.tokenizer, prompt)
     requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
@@ -36,80 +55,124 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     if budget is not None and st.tokenizer.think_end_id is not None:
         sp.thinking_budget = budget
         sp.think_end_token_id = st.tokenizer.think_end_id
+    sp.structured = constraint(prompt, schema, vllm_extras(body.model_extra or {}))
 
-    run = EngineRun(st, new_id("chatcmpl-"), ids, sp, request)
-    b = ChatBuilder(st, run, model=body.model, reasoning=prompt.enable_thinking, tools=prompt.parse_tools(),
-                    logprobs=sp.logprobs is not None, max_calls=prompt.max_calls)
-    await run.start()
+    n = check_choices(body.n)
+    chat_id = new_id("chatcmpl-")
+    runs, builders = [], []
+    for k in range(n):
+        run = EngineRun(st, chat_id if k == 0 else f"{chat_id}-{k}", ids,
+                        sp if k == 0 else replace(sp, seed=choice_seed(sp.seed, k)), request)  # fmt: skip
+        runs.append(run)
+        builders.append(ChatBuilder(st, run, model=body.model, reasoning=prompt.enable_thinking,
+                                    tools=prompt.parse_tools(), logprobs=sp.logprobs is not None,
+                                    max_calls=prompt.max_calls, trim_strings=prompt.forced_calls,
+                                    response_id=chat_id, index=k))  # fmt: skip
+    await start_all(runs)
     if body.stream:
-        run.unwatch()
+        for r in runs:
+            r.unwatch()
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return StreamingResponse(_chat_stream(run, b, include_usage), media_type="text/event-stream",
-                                 headers=sse.STREAM_HEADERS, background=BackgroundTask(run.close))
-    await run_to_end(run, b.feed)
-    b.finish()
-    return JSONResponse(b.response())
+        return StreamingResponse(_chat_stream(runs, builders, include_usage), media_type="text/event-stream",
+                                 headers=sse.STREAM_HEADERS, background=BackgroundTask(close_all, runs))
+    await run_all_to_end(runs, [b.feed for b in builders])
+    for b in builders:
+        b.finish()
+    return JSONResponse(chat_response(builders))
 
 
-async def _chat_stream(run: EngineRun, b: ChatBuilder, include_usage: bool) -> AsyncIterator[bytes]:
+def _chat_close(b: ChatBuilder) -> list[bytes]:
+    delta = b.finish()
+    out = [sse.data(b.chunk(delta))] if delta else []
+    return out + [sse.data(b.chunk({}, finish_reason=b.finish_reason(), timings=b.run.timings()))]
+
+
+async def _chat_stream(runs: list[EngineRun], bs: list[ChatBuilder], include_usage: bool) -> AsyncIterator[bytes]:
     try:
-        yield sse.data(b.chunk({"role": "assistant", "content": ""}))
-        async for ev in run.events():
+        for b in bs:
+            yield sse.data(b.chunk({"role": "assistant", "content": ""}))
+        open_choices = set(range(len(bs)))
+        async for i, ev in merged_events(runs):
+            b = bs[i]
             delta, lp = b.feed(ev)
             if delta or lp:
                 yield sse.data(b.chunk(delta, logprobs=lp))
-        delta = b.finish()
-        if delta:
-            yield sse.data(b.chunk(delta))
-        yield sse.data(b.chunk({}, finish_reason=b.finish_reason(), timings=b.run.timings()))
+            if ev.finish_reason is not None:
+                open_choices.discard(i)
+                for chunk in _chat_close(b):
+                    yield chunk
+        for i in sorted(open_choices):  # a stream that ended without a final event still closes its choice
+            for chunk in _chat_close(bs[i]):
+                yield chunk
         if include_usage:
-            yield sse.data(b.usage_chunk())
+            yield sse.data(bs[0].usage_chunk(chat_usage(bs)))
         yield sse.DONE
     except Exception as e:
-        log.exception("generation failed mid-stream for %s", run.request_id)
+        log.exception("generation failed mid-stream for %s", runs[0].request_id)
         yield sse.data(openai_body(engine_error(e)))
         yield sse.DONE
     finally:
-        await run.close()
+        await close_all(runs)
 
 
 @router.post("/v1/completions")
 async def completions(body: CompletionRequest, request: Request):
     st = get_state(request)
     st.check_model(body.model)
-    ids, prompt_text = completion_prompt(body, st.tokenizer)
-    max_tokens = plan_max_tokens(len(ids), body.max_tokens, st.engine.max_context)
-    sp = sampling_params(body, max_tokens=max_tokens, vocab_size=st.tokenizer.vocab_size,
-                         logprobs=body.logprobs, skip_special_tokens=body.skip_special_tokens)
-    run = EngineRun(st, new_id("cmpl-"), ids, sp, request)
-    b = CompletionBuilder(st, run, model=body.model, logprobs=sp.logprobs is not None,
-                          echo=prompt_text if body.echo else None)
-    await run.start()
+    prompts = completion_prompts(body, st.tokenizer)
+    n = check_choices(body.n, len(prompts))
+    score_only = body.max_tokens == 0  # prompt scoring (lm-evaluation-harness loglikelihood): echo + logprobs
+    if score_only and not body.echo:
+        raise bad_request("max_tokens 0 is only allowed with echo (prompt scoring)", param="max_tokens")
+    response_id, created = new_id("cmpl-"), int(time.time())
+    runs, builders = [], []
+    for ids, text in prompts:
+        max_tokens = plan_max_tokens(len(ids), 1 if score_only else body.max_tokens, st.engine.max_context,
+                                     prompt_param="prompt")  # fmt: skip
+        for j in range(n):
+            sp = sampling_params(body, max_tokens=max_tokens, vocab_size=st.tokenizer.vocab_size,
+                                 logprobs=None if score_only else body.logprobs,
+                                 skip_special_tokens=body.skip_special_tokens)  # fmt: skip
+            sp.seed = choice_seed(sp.seed, j)
+            sp.structured = vllm_extras(body.model_extra or {})
+            if body.echo and body.logprobs is not None:
+                sp.prompt_logprobs = body.logprobs
+            k = len(runs)
+            run = EngineRun(st, response_id if k == 0 else f"{response_id}-{k}", ids, sp, request)
+            runs.append(run)
+            builders.append(CompletionBuilder(st, run, response_id=response_id, index=k, model=body.model,
+                                              created=created, logprobs=body.logprobs is not None,
+                                              echo=text if body.echo else None, score_only=score_only))
+    await start_all(runs)
     if body.stream:
-        run.unwatch()
+        for r in runs:
+            r.unwatch()
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return StreamingResponse(_completion_stream(run, b, include_usage), media_type="text/event-stream",
-                                 headers=sse.STREAM_HEADERS, background=BackgroundTask(run.close))
-    await run_to_end(run, b.feed)
-    return JSONResponse(b.response())
+        return StreamingResponse(_completion_stream(runs, builders, n, include_usage),
+                                 media_type="text/event-stream", headers=sse.STREAM_HEADERS,
+                                 background=BackgroundTask(close_all, runs))
+    await run_all_to_end(runs, [b.feed for b in builders])
+    return JSONResponse(completion_response(builders, n))
 
 
-async def _completion_stream(run: EngineRun, b: CompletionBuilder, include_usage: bool) -> AsyncIterator[bytes]:
+async def _completion_stream(runs: list[EngineRun], bs: list[CompletionBuilder], n: int,
+                             include_usage: bool) -> AsyncIterator[bytes]:
     try:
-        if b.echo:
-            yield sse.data(b.chunk(b.echo))
-        async for ev in run.events():
+        async for i, ev in merged_events(runs):
+            b = bs[i]
             text, lp = b.feed(ev)
             if text or lp:
                 yield sse.data(b.chunk(text, logprobs=lp))
-        yield sse.data(b.chunk("", finish_reason=b.finish_reason(), timings=run.timings()))
+            if ev.finish_reason is not None:
+                yield sse.data(b.chunk("", finish_reason=b.finish_reason(), timings=runs[i].timings()))
         if include_usage:
+            b = bs[0]
             yield sse.data({"id": b.id, "object": "text_completion", "created": b.created, "model": b.model,
-                            "choices": [], "usage": b.usage(), "timings": run.timings()})
+                            "choices": [], "usage": completion_usage(bs, n), "timings": runs[0].timings()})
         yield sse.DONE
     except Exception as e:
-        log.exception("generation failed mid-stream for %s", run.request_id)
+        log.exception("generation failed mid-stream for %s", runs[0].request_id)
         yield sse.data(openai_body(engine_error(e)))
         yield sse.DONE
     finally:
-        await run.close()
+        await close_all(runs)

@@ -32,12 +32,13 @@ Piece = ReasoningPiece | TextPiece | ToolCallStart | ToolCallArgs | ToolCallEnd
 class OutputParser:
     """`reasoning`: generation starts inside `<think>`. `tools`: {name: parameters schema}, or None to
     leave tool-call text alone (tool_choice none, or no tools). `max_calls`: calls after that many are
-    dropped (parallel tool calls turned off), so the client never sees more than it asked for."""
+    dropped (parallel tool calls turned off), so the client never sees more than it asked for. `trim_strings`:
+    the calls are grammar-forced (ToolCallParser)."""
 
     def __init__(self, *, reasoning: bool, tools: dict[str, dict[str, Any]] | None, new_id: Callable[[], str],
-                 max_calls: int | None = None):
+                 max_calls: int | None = None, trim_strings: bool = False):
         self._splitter = ReasoningSplitter(start_in_reasoning=reasoning)
-        self._tools = ToolCallParser(tools, new_id) if tools else None
+        self._tools = ToolCallParser(tools, new_id, trim_strings) if tools else None
         self._max_calls = max_calls
 
     @property

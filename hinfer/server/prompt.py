@@ -40,6 +40,11 @@ class ChatPrompt:
     late_system: bool = False  # system messages after the first render in place (late_system.py); else 400
 
     @property
+    def forced_calls(self) -> bool:
+        """tool_choice required / named: the answer is grammar-constrained to tool calls (server/structured.py)."""
+        return self.tool_choice.mode in ("required", "named") and bool(self.tools)
+
+    @property
     def max_calls(self) -> int | None:
         return None if self.tool_choice.parallel else 1
 

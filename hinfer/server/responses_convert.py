@@ -234,10 +234,6 @@ def chat_prompt(body: Any, items: list[dict[str, Any]], preserve_default: bool) 
     """-> (prompt, thinking budget). `items`: the whole conversation (earlier turns included)."""
     if body.background:
         raise bad_request("background responses are not supported", param="background")
-    fmt = (body.text or {}).get("format")
-    if isinstance(fmt, dict) and fmt.get("type") not in (None, "text"):
-        raise bad_request(f"text.format {fmt.get('type')!r} is not supported yet (no structured output); "
-                          "only 'text'", param="text.format")
     effort = body.reasoning.effort if body.reasoning is not None else None
     enable_thinking = effort != "none"
     budget = REASONING_EFFORT_BUDGET[effort] if effort not in (None, "none") else None

@@ -18,6 +18,7 @@ from hinfer.server.responses_convert import chat_prompt, input_items, sampling_p
 from hinfer.server.responses_stream import ResponseBuilder
 from hinfer.server.schemas_responses import ResponsesRequest
 from hinfer.server.state import ServerState, get_state, new_id
+from hinfer.server.structured import constraint, responses_text_format
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -44,6 +45,7 @@ async def create_response(body: ResponsesRequest, request: Request):
     st.check_model(body.model)
     items = _conversation(st, body)
     prompt, budget = chat_prompt(body, items, st.preserve_thinking_default)
+    schema = responses_text_format(body.text)
     ids = render_prompt(st.tokenizer, prompt)
     max_tokens = plan_max_tokens(len(ids), body.max_output_tokens, st.engine.max_context, "max_output_tokens",
                                  prompt_param="input")
@@ -51,6 +53,7 @@ async def create_response(body: ResponsesRequest, request: Request):
     if budget is not None and prompt.enable_thinking and st.tokenizer.think_end_id is not None:
         sp.thinking_budget = budget
         sp.think_end_token_id = st.tokenizer.think_end_id
+    sp.structured = constraint(prompt, schema, param="text.format")
 
     response_id = new_id("resp_")
     run = EngineRun(st, response_id, ids, sp, request)

@@ -54,6 +54,7 @@ class MessagesRequest(_MessagesBase):
     top_p: float | None = None
     top_k: int | None = None
     metadata: dict[str, Any] | None = None
+    output_config: dict[str, Any] | None = None  # `format`: structured output (server/structured.py)
 
 
 class CountTokensRequest(_MessagesBase):

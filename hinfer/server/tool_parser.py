@@ -170,8 +170,11 @@ _TEXT, _HEAD_STATE, _PARAMS, _TAIL = range(4)
 
 
 class ToolCallParser:
-    def __init__(self, tools: dict[str, dict[str, Any]], new_id: Callable[[], str]):
+    def __init__(self, tools: dict[str, dict[str, Any]], new_id: Callable[[], str], trim_strings: bool = False):
+        """`trim_strings`: the calls were written under a grammar (forced tool choice), which treats whitespace
+        around a value as padding: string values are stripped, as the grammar measured them."""
         self._tools = tools
+        self._trim = trim_strings
         self._new_id = new_id
         self._state = _TEXT
         self._buf = ""
@@ -263,8 +266,11 @@ class ToolCallParser:
                         self._buf = ""
                     return False
             value = s[m.end():end]
-            value = value[1:] if value.startswith("\n") else value
-            value = value[:-1] if value.endswith("\n") else value
+            if self._trim:
+                value = value.strip()
+            else:
+                value = value[1:] if value.startswith("\n") else value
+                value = value[:-1] if value.endswith("\n") else value
             self._add_param(out, m.group(1).strip(), value)
             self._buf = s[rest:]
             return True

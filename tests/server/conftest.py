@@ -34,3 +34,16 @@ def base_url(engine, tokenizer) -> Iterator[str]:
 
     with live_server(create_app(engine, tokenizer, model_name=MODEL, model_aliases=["alias-model"])) as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def demo_url() -> Iterator[str]:
+    """A live server on the real engine with the built-in demo model (random weights), for what a scripted
+    engine cannot show: grammars and prompt logprobs."""
+    from hinfer.config import EngineConfig
+    from hinfer.engine.factory import create_engine
+    from hinfer.server import create_app
+
+    engine, tok, name = create_engine("demo", EngineConfig(device="cpu", max_context=2048, max_concurrency=8))
+    with live_server(create_app(engine, tok, model_name=name)) as url:
+        yield url

@@ -7,7 +7,7 @@ from hinfer.engine.protocol import TokenEvent, Usage
 from hinfer.sampling_params import SamplingParams
 from hinfer.server.anthropic_responses import MessageBuilder, fold
 from hinfer.server.generation import EngineRun
-from hinfer.server.openai_responses import ChatBuilder, CompletionBuilder
+from hinfer.server.openai_responses import ChatBuilder, CompletionBuilder, completion_usage
 
 
 def finished_run(cached: int) -> EngineRun:
@@ -20,8 +20,9 @@ def test_openai_usage_reports_cached_tokens():
     run = finished_run(64)
     chat = ChatBuilder(None, run, model="m", reasoning=False, tools=None, logprobs=False)  # type: ignore[arg-type]
     assert chat.usage()["prompt_tokens"] == 100 and chat.usage()["prompt_tokens_details"] == {"cached_tokens": 64}
-    done = CompletionBuilder(None, run, model="m", logprobs=False, echo=None)  # type: ignore[arg-type]
-    assert done.usage()["prompt_tokens_details"]["cached_tokens"] == 64
+    done = CompletionBuilder(None, run, response_id="c", index=0, model="m", created=0,  # type: ignore[arg-type]
+                             logprobs=False, echo=None)
+    assert completion_usage([done], 1)["prompt_tokens_details"]["cached_tokens"] == 64
     assert ChatBuilder(None, finished_run(0), model="m", reasoning=False, tools=None,  # type: ignore[arg-type]
                        logprobs=False).usage()["prompt_tokens_details"]["cached_tokens"] == 0
 

@@ -106,11 +106,15 @@ class SpecDecoder:
 
     def budget(self, seq: Sequence) -> int:
         """Drafts the lane's next round may carry: the round's k + 1 tokens must fit max_tokens and max_context."""
+        if seq.grammar is not None:  # constrained lanes run without drafts (docs/structured-output.md)
+            return 0
         left = min(seq.params.max_tokens - len(seq.output_ids), self.max_context - seq.num_tokens)
         return max(0, min(self.k, left - 1))
 
     def _will_draft(self, seq: Sequence) -> bool:
         """A lane still in its prompt speculates later iff the round after its first token may carry a draft."""
+        if seq.grammar is not None:
+            return False
         left = min(seq.params.max_tokens, self.max_context - len(seq.prompt_ids)) - 1  # after the first token
         return min(self.k, left - 1) > 0
 

@@ -1,0 +1,158 @@
+"""Structured output in the engine: the bitmask against a plain masked fill, grammars against the demo model."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+
+import jsonschema
+import pytest
+import torch
+from schema_gen import random_schema
+
+from hinfer.engine.structured.bitmask import apply_token_bitmask, unpack_bitmask
+from hinfer.sampling_params import SamplingParams, StructuredOutput
+
+
+def _pack(allowed: torch.Tensor) -> torch.Tensor:
+    """bool [N, V] -> xgrammar's int32 words (bit j of word w: token 32*w + j)."""
+    n, v = allowed.shape
+    words = -(-v // 32)
+    padded = torch.zeros((n, words * 32), dtype=torch.int64)
+    padded[:, :v] = allowed.long()
+    bits = padded.view(n, words, 32) << torch.arange(32)
+    packed = bits.sum(-1)
+    return torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32)
+
+
+@pytest.mark.parametrize("vocab", [7, 32, 1000, 4099])
+def test_bitmask_matches_masked_fill(vocab):
+    g = torch.Generator().manual_seed(vocab)
+    logits = torch.randn((5, vocab), generator=g)
+    allowed = torch.rand((3, vocab), generator=g) < 0.3
+    allowed[:, -1] = True  # the last id and the sign bit of a word are the easy ones to get wrong
+    allowed[:, min(31, vocab - 1)] = True
+    rows = [4, 0, 2]
+    got = logits.clone()
+    apply_token_bitmask(got, rows, _pack(allowed))
+    want = logits.clone()
+    for j, r in enumerate(rows):
+        want[r] = want[r].masked_fill(~allowed[j], -math.inf)
+    assert torch.equal(got, want)  # rows 1 and 3 untouched
+    assert torch.equal(unpack_bitmask(_pack(allowed), vocab), allowed)
+
+
+def test_bitmask_matches_xgrammar_kernel():
+    xgr = pytest.importorskip("xgrammar")
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn((2, 100), generator=g)
+    mask = _pack(torch.rand((2, 100), generator=g) < 0.5)
+    want = logits.clone()
+    xgr.apply_token_bitmask_inplace(want, mask, vocab_size=100)
+    got = logits.clone()
+    apply_token_bitmask(got, [0, 1], mask)
+    assert torch.equal(got, want)
+
+
+@pytest.fixture(scope="module")
+def llm():
+    from hinfer import LLM
+
+    return LLM("demo", max_concurrency=16, max_context=2048)
+
+
+def _run(llm, schemas, **kw):
+    # random weights love blanks: a short whitespace run keeps the answers within max_tokens
+    so = [StructuredOutput(json_schema=s, max_json_whitespace=2) for s in schemas]
+    params = [SamplingParams(max_tokens=256, temperature=0.0 if i % 2 else 1.0, seed=i, structured=x, **kw)
+              for i, x in enumerate(so)]  # fmt: skip
+    return llm.generate([[{"role": "user", "content": "Answer in JSON."}]] * len(so), params,
+                        enable_thinking=False)
+
+
+def test_random_schemas_always_validate(llm):
+    """Seeded property test: 48 random schemas, every answer parses and validates, and ends by the grammar."""
+    rng = random.Random(20261201)
+    schemas = [random_schema(rng) for _ in range(48)]
+    for s, out in zip(schemas, _run(llm, schemas)):
+        assert out.finish_reason == "stop", (s, out.text)
+        jsonschema.validate(json.loads(out.text), s)
+
+
+def test_json_after_reasoning(llm):
+    """Thinking on with a small budget: the reasoning is free, the forced `</think>` then JSON."""
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}},
+              "required": ["n"]}
+    think_end = llm.tokenizer.think_end_id
+    p = SamplingParams(max_tokens=128, seed=1, thinking_budget=5, think_end_token_id=think_end,
+                       structured=StructuredOutput(json_schema=schema, after_reasoning=True))
+    out = llm.generate([[{"role": "user", "content": "hi"}]], p, enable_thinking=True)[0]
+    reasoning, sep, answer = out.text.partition("</think>")
+    assert out.finish_reason == "stop" and sep and len(out.token_ids) > 5
+    assert answer.startswith("\n\n")
+    jsonschema.validate(json.loads(answer), schema)
+
+
+def test_forced_tool_call_is_parseable(llm):
+    from hinfer.server.tool_parser import ToolCallParser, tool_schemas
+
+    params = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 5},
+                                               "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+              "required": ["city", "days"]}  # fmt: skip
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": params}},
+             {"type": "function", "function": {"name": "other", "parameters": {"type": "object"}}}]
+    for name in ("get_weather", None):
+        so = StructuredOutput(tools=tools, tool_name=name, parallel_tool_calls=False)
+        out = llm.generate(["Weather?"], SamplingParams(max_tokens=200, seed=3, structured=so))[0]
+        assert out.finish_reason == "stop", out.text
+        parser = ToolCallParser(tool_schemas(tools), new_id=lambda: "call_1", trim_strings=True)
+        parser.feed(out.text)
+        parser.flush()
+        assert len(parser.calls) == 1, out.text
+        if name:
+            assert parser.calls[0].name == name
+            jsonschema.validate(json.loads(parser.calls[0].arguments_json), params)
+
+
+def test_regex(llm):
+    so = StructuredOutput(regex=r"(yes|no)-[0-9]{2}")
+    outs = llm.generate(["?"] * 3, [SamplingParams(max_tokens=20, seed=i, structured=so) for i in range(3)])
+    for o in outs:
+        assert o.finish_reason == "stop"
+        assert o.text in {f"{w}-{n:02d}" for w in ("yes", "no") for n in range(100)}
+
+
+def test_bad_schema_is_a_value_error(llm):
+    with pytest.raises(ValueError):
+        llm.generate(["?"], SamplingParams(max_tokens=4, structured=StructuredOutput(regex="(")))
+
+
+def test_constrained_lanes_run_without_drafts_under_spec(make_engine_core, tokenizer):
+    """--spec mtp: a constrained lane verifies its one token per step (no drafts) beside lanes that speculate;
+    its answer is the same as without speculation."""
+    from hinfer.engine.protocol import GenerationRequest
+
+    so = StructuredOutput(regex=r"[0-9]{3}-(ab|cd)")
+    prompt = [5, 6, 7, 8]  # the tiny model has 1024 ids
+
+    def reqs():
+        return [GenerationRequest("c", prompt, SamplingParams(temperature=0, max_tokens=20, structured=so)),
+                GenerationRequest("u", prompt, SamplingParams(temperature=0, max_tokens=12, ignore_eos=True))]
+
+    outs = {}
+    for name, core in (("plain", make_engine_core(max_concurrency=2)),
+                       ("spec", make_engine_core(max_concurrency=2, spec="mtp", draft_tokens=3))):
+        for r in reqs():
+            core.add(r)
+        toks, seqs = {"c": [], "u": []}, {s.request_id: s for s in core.scheduler.waiting}
+        while core.has_work:
+            for ev in core.step():
+                toks[ev.request_id] += ev.token_ids
+        outs[name] = toks
+        text = tokenizer.decode(toks["c"])
+        assert re.fullmatch(r"[0-9]{3}-(ab|cd)", text), text
+        if name == "spec":
+            assert seqs["c"].spec_drafted == 0 and seqs["u"].spec_drafted > 0
+    assert outs["plain"] == outs["spec"]

@@ -1,0 +1,121 @@
+"""Structured output through every dialect, on the demo model (random weights: only the grammar makes its
+answers valid, so a valid answer shows the constraint at work). Strings are length-bounded in the schemas, so
+the grammar ends every answer well within max_tokens."""
+
+from __future__ import annotations
+
+import json
+
+import anthropic
+import jsonschema
+import openai
+import pytest
+from pydantic import BaseModel, Field
+
+WEATHER = {"type": "object", "additionalProperties": False, "required": ["city", "days", "sunny"],
+           "properties": {"city": {"type": "string", "maxLength": 6},
+                          "days": {"type": "integer", "minimum": 1, "maximum": 7},
+                          "sunny": {"type": "boolean"}}}  # fmt: skip
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": WEATHER}},
+         {"type": "function", "function": {"name": "noop", "parameters": {"type": "object", "properties": {}}}}]
+MSGS = [{"role": "user", "content": "Weather in Paris?"}]
+
+
+class Weather(BaseModel):
+    city: str = Field(max_length=6)
+    days: int = Field(ge=1, le=7)
+    sunny: bool
+
+
+@pytest.fixture(scope="module")
+def oai(demo_url):
+    return openai.OpenAI(base_url=demo_url + "/v1", api_key="x", max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def ant(demo_url):
+    return anthropic.Anthropic(base_url=demo_url, api_key="x", max_retries=0)
+
+
+def test_openai_sdk_parse_pydantic(oai):
+    for seed in (1, 2):
+        r = oai.chat.completions.parse(model="demo", messages=MSGS, response_format=Weather, max_tokens=256,
+                                       seed=seed, reasoning_effort="none")
+        msg = r.choices[0].message
+        assert r.choices[0].finish_reason == "stop"
+        assert isinstance(msg.parsed, Weather), msg.content
+
+
+def test_openai_json_object_and_schema_stream(oai):
+    stream = oai.chat.completions.create(
+        model="demo", messages=MSGS, max_tokens=256, seed=5, stream=True, reasoning_effort="none",
+        response_format={"type": "json_schema", "json_schema": {"name": "w", "schema": WEATHER, "strict": True}})
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    jsonschema.validate(json.loads(text), WEATHER)
+
+
+def test_vllm_regex_and_choice(oai):
+    r = oai.chat.completions.create(model="demo", messages=MSGS, max_tokens=30, reasoning_effort="none",
+                                    extra_body={"structured_outputs": {"regex": "[A-C]{3}-[0-9]"}})
+    assert len(r.choices[0].message.content) == 5
+    r = oai.chat.completions.create(model="demo", messages=MSGS, max_tokens=30, reasoning_effort="none",
+                                    extra_body={"guided_choice": ["yes", "no"]})
+    assert r.choices[0].message.content in ("yes", "no")
+
+
+def test_openai_forced_tool_calls(oai):
+    for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+        r = oai.chat.completions.create(model="demo", messages=MSGS, tools=TOOLS, tool_choice=choice,
+                                        max_tokens=256, seed=3, reasoning_effort="none",
+                                        parallel_tool_calls=False)
+        c = r.choices[0]
+        assert c.finish_reason == "tool_calls" and len(c.message.tool_calls) == 1, c.message
+        call = c.message.tool_calls[0]
+        args = json.loads(call.function.arguments)
+        if call.function.name == "get_weather":
+            jsonschema.validate(args, WEATHER)
+        else:
+            assert choice == "required" and args == {}
+
+
+def test_responses_text_format(oai):
+    r = oai.responses.create(model="demo", input="Weather?", max_output_tokens=256, reasoning={"effort": "none"},
+                             text={"format": {"type": "json_schema", "name": "w", "schema": WEATHER, "strict": True}})
+    assert r.status == "completed"
+    jsonschema.validate(json.loads(r.output_text), WEATHER)
+
+
+def test_responses_forced_tool(oai):
+    tools = [{"type": "function", "name": "get_weather", "parameters": WEATHER}]
+    r = oai.responses.create(model="demo", input="Weather?", max_output_tokens=256, reasoning={"effort": "none"},
+                             tools=tools, tool_choice={"type": "function", "name": "get_weather"})
+    calls = [o for o in r.output if o.type == "function_call"]
+    assert len(calls) == 1 and calls[0].name == "get_weather"
+    jsonschema.validate(json.loads(calls[0].arguments), WEATHER)
+
+
+def test_anthropic_output_config_after_thinking(ant):
+    """Thinking on (budget 8): the reasoning is free, then the JSON answer."""
+    m = ant.messages.create(model="demo", max_tokens=256, messages=MSGS,
+                            thinking={"type": "enabled", "budget_tokens": 8},
+                            extra_body={"output_config": {"format": {"type": "json_schema", "schema": WEATHER}}})
+    kinds = [b.type for b in m.content]
+    assert kinds == ["thinking", "text"], m.content
+    jsonschema.validate(json.loads(m.content[1].text), WEATHER)
+    assert m.stop_reason == "end_turn"
+
+
+def test_anthropic_forced_tool(ant):
+    tools = [{"name": t["function"]["name"], "input_schema": t["function"]["parameters"]} for t in TOOLS]
+    for choice in ({"type": "any"}, {"type": "tool", "name": "get_weather"}):
+        m = ant.messages.create(model="demo", max_tokens=256, messages=MSGS, tools=tools, tool_choice=choice)
+        uses = [b for b in m.content if b.type == "tool_use"]
+        assert m.stop_reason == "tool_use" and uses, m.content
+        if uses[0].name == "get_weather":
+            jsonschema.validate(uses[0].input, WEATHER)
+
+
+def test_bad_schema_is_400(oai):
+    with pytest.raises(openai.BadRequestError):
+        oai.chat.completions.create(model="demo", messages=MSGS, max_tokens=8,
+                                    extra_body={"structured_outputs": {"regex": "(unclosed"}})
