@@ -252,6 +252,8 @@ def tune(shapes, formats, ms, tuned_out: Path | None = None) -> None:
                 lines.append(f"    ({kind!r}, {n}, {k}, {lc.m_bucket(m)}): SkinnyConfig{tuple(asdict(cfg).values())},")
                 entries.append({"fmt": kind, "n": n, "k": k, "m": lc.m_bucket(m), "config": asdict(cfg),
                                 "us": t * 1e6})  # fmt: skip
+                if tuned_out:  # written as it goes: a sweep cut short keeps its winners
+                    tuned_out.write_text(json.dumps(entries, indent=1))
             del w, weights
             torch.cuda.empty_cache()
     print("\nTUNED = {  # paste into hinfer/ops/triton/linear_configs.py\n" + "\n".join(lines) + "\n}")
