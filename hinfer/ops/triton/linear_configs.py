@@ -91,6 +91,19 @@ TUNED: dict[tuple[str, int, int, int], SkinnyConfig] = {
     ("int4", 34816, 5120, 1): SkinnyConfig(128, 128, 1, 2, 4, 3),
     ("int4", 5120, 6144, 1): SkinnyConfig(128, 128, 1, 8, 4, 3),
     ("int4", 5120, 17408, 1): SkinnyConfig(128, 128, 1, 8, 4, 5),
+    # fp8 (per channel) and int4 at M = 8 (tensor cores), swept 2026-12-01 (`--tune --formats fp8,int4 --ms 8`)
+    ("fp8_row", 14336, 5120, 8): SkinnyConfig(64, 128, 16, 4, 4, 3),
+    ("int4", 14336, 5120, 8): SkinnyConfig(128, 128, 16, 8, 4, 3),
+    ("fp8_row", 16384, 5120, 8): SkinnyConfig(64, 128, 16, 2, 4, 3),
+    ("fp8_row", 16480, 5120, 8): SkinnyConfig(64, 128, 16, 2, 4, 3),
+    ("int4", 16384, 5120, 8): SkinnyConfig(128, 128, 16, 4, 4, 3),
+    ("int4", 16480, 5120, 8): SkinnyConfig(128, 128, 16, 4, 4, 3),
+    ("fp8_row", 34816, 5120, 8): SkinnyConfig(64, 128, 16, 2, 4, 3),
+    ("int4", 34816, 5120, 8): SkinnyConfig(64, 128, 16, 2, 4, 3),
+    ("fp8_row", 5120, 6144, 8): SkinnyConfig(64, 128, 16, 8, 4, 3),
+    ("int4", 5120, 6144, 8): SkinnyConfig(64, 128, 16, 8, 4, 3),
+    ("fp8_row", 5120, 17408, 8): SkinnyConfig(64, 128, 16, 8, 4, 3),
+    ("int4", 5120, 17408, 8): SkinnyConfig(64, 128, 16, 8, 4, 3),
 }
 
 
