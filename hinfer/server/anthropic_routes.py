@@ -13,7 +13,7 @@ from hinfer.server import sse
 from hinfer.server.anthropic_convert import chat_prompt, sampling_params
 from hinfer.server.anthropic_responses import MessageBuilder, fold
 from hinfer.server.errors import anthropic_body
-from hinfer.server.generation import EngineRun, engine_error, run_to_end
+from hinfer.server.generation import EngineRun, engine_error, log_failure, run_to_end
 from hinfer.server.prompt import plan_max_tokens, render_prompt
 from hinfer.server.schemas_anthropic import CountTokensRequest, MessagesRequest
 from hinfer.server.state import get_state, new_id
@@ -58,7 +58,7 @@ async def _stream(run: EngineRun, b: MessageBuilder) -> AsyncIterator[bytes]:
         for e in b.finish_events():
             yield sse.event(e["type"], e)
     except Exception as exc:
-        log.exception("generation failed mid-stream for %s", run.request_id)
+        log_failure(run, exc)
         yield sse.event("error", anthropic_body(engine_error(exc)))
     finally:
         await run.close()

@@ -11,7 +11,7 @@ from starlette.background import BackgroundTask
 
 from hinfer.server import sse
 from hinfer.server.errors import openai_body
-from hinfer.server.generation import EngineRun, engine_error, run_to_end
+from hinfer.server.generation import EngineRun, engine_error, log_failure, run_to_end
 from hinfer.server.openai_convert import chat_logprobs, chat_prompt, completion_prompt, sampling_params
 from hinfer.server.openai_responses import ChatBuilder, CompletionBuilder
 from hinfer.server.prompt import plan_max_tokens, render_prompt
@@ -66,7 +66,7 @@ async def _chat_stream(run: EngineRun, b: ChatBuilder, include_usage: bool) -> A
             yield sse.data(b.usage_chunk())
         yield sse.DONE
     except Exception as e:
-        log.exception("generation failed mid-stream for %s", run.request_id)
+        log_failure(run, e)
         yield sse.data(openai_body(engine_error(e)))
         yield sse.DONE
     finally:
@@ -108,7 +108,7 @@ async def _completion_stream(run: EngineRun, b: CompletionBuilder, include_usage
                             "choices": [], "usage": b.usage(), "timings": run.timings()})
         yield sse.DONE
     except Exception as e:
-        log.exception("generation failed mid-stream for %s", run.request_id)
+        log_failure(run, e)
         yield sse.data(openai_body(engine_error(e)))
         yield sse.DONE
     finally:

@@ -12,7 +12,7 @@ from starlette.background import BackgroundTask
 
 from hinfer.server import sse
 from hinfer.server.errors import APIError, bad_request
-from hinfer.server.generation import EngineRun, engine_error, run_to_end
+from hinfer.server.generation import EngineRun, engine_error, log_failure, run_to_end
 from hinfer.server.prompt import plan_max_tokens, render_prompt
 from hinfer.server.responses_convert import chat_prompt, input_items, sampling_params
 from hinfer.server.responses_stream import ResponseBuilder
@@ -82,7 +82,7 @@ async def _stream(st: ServerState, run: EngineRun, b: ResponseBuilder,
         for e in events:
             yield sse.event(e["type"], e)
     except Exception as exc:
-        log.exception("generation failed mid-stream for %s", run.request_id)
+        log_failure(run, exc)
         e = b.failed_event(engine_error(exc))
         yield sse.event(e["type"], e)
     finally:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from fastapi import Request
 
+from hinfer.server.drain import Drain
 from hinfer.server.errors import bad_request
 from hinfer.server.metrics import Metrics
 from hinfer.server.responses_store import ResponseStore
@@ -32,6 +33,9 @@ class ServerState:
     metrics: Metrics = field(default_factory=Metrics)
     responses: ResponseStore = field(default_factory=ResponseStore)  # stored Responses API answers
     created: int = field(default_factory=lambda: int(time.time()))
+    drain: Drain = field(default_factory=Drain)  # graceful shutdown (drain.py)
+    # True: special-token text inside client strings becomes control tokens (--allow-special-tokens-in-content)
+    allow_special_tokens: bool = False
     _token_text: dict[int, str] = field(default_factory=dict)
 
     def check_model(self, model: str) -> None:
