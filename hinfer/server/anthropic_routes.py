@@ -27,7 +27,7 @@ async def messages(body: MessagesRequest, request: Request):
     st = get_state(request)
     st.check_model(body.model)
     prompt, budget = chat_prompt(body, st.preserve_thinking_default)
-    ids = render_prompt(st.tokenizer, prompt)
+    ids = render_prompt(st.tokenizer, prompt, st.prompt_guard)
     max_tokens = plan_max_tokens(len(ids), body.max_tokens, st.engine.max_context)
     sp = sampling_params(body, max_tokens, st.tokenizer.vocab_size)
     if budget is not None and st.tokenizer.think_end_id is not None:
@@ -69,5 +69,5 @@ async def count_tokens(body: CountTokensRequest, request: Request):
     st = get_state(request)
     st.check_model(body.model)
     prompt, _ = chat_prompt(body, st.preserve_thinking_default)
-    ids = render_prompt(st.tokenizer, prompt)
+    ids = render_prompt(st.tokenizer, prompt, st.prompt_guard)
     return {"input_tokens": len(ids)}

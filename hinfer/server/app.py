@@ -37,14 +37,17 @@ def create_app(
     cors: list[str] | None = None,
     preserve_thinking_default: bool = False,
     model_aliases: tuple[str, ...] | list[str] = (),
+    allow_special_tokens: bool = False,
 ) -> FastAPI:
     """The app starts the engine on startup and stops it on shutdown (ASGI lifespan).
 
     model_aliases: further names requests may use for the model (e.g. what an agent is configured to ask for).
+    allow_special_tokens: special-token text in client strings becomes control tokens (see prompt_guard.py).
     """
     state = ServerState(engine=engine, tokenizer=tokenizer, model_name=model_name,
                         model_aliases=tuple(a for a in model_aliases if a != model_name),
-                        preserve_thinking_default=preserve_thinking_default, metrics=Metrics())
+                        preserve_thinking_default=preserve_thinking_default, metrics=Metrics(),
+                        allow_special_tokens=allow_special_tokens)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

@@ -12,6 +12,7 @@ import re
 import uuid
 
 from starlette.datastructures import Headers, MutableHeaders
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -73,6 +74,8 @@ class RequestContextMiddleware:
             return
         try:
             await self.app(scope, receive, send_with_id)
+        except ClientDisconnect:  # the client left (or was cut off) while sending its body: no one to answer
+            log.info("%s %s: client disconnected before its request was read (x-request-id %s)", method, path, rid)
         except Exception:
             quiet = True
             log.exception("%s %s -> 500 (x-request-id %s): unhandled error", method, path, rid)

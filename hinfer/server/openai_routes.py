@@ -27,7 +27,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     st = get_state(request)
     st.check_model(body.model)
     prompt, budget = chat_prompt(body, st.preserve_thinking_default)
-    ids = render_prompt(st.tokenizer, prompt)
+    ids = render_prompt(st.tokenizer, prompt, st.prompt_guard)
     requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     max_tokens = plan_max_tokens(len(ids), requested, st.engine.max_context, param)

@@ -44,7 +44,7 @@ async def create_response(body: ResponsesRequest, request: Request):
     st.check_model(body.model)
     items = _conversation(st, body)
     prompt, budget = chat_prompt(body, items, st.preserve_thinking_default)
-    ids = render_prompt(st.tokenizer, prompt)
+    ids = render_prompt(st.tokenizer, prompt, st.prompt_guard)
     max_tokens = plan_max_tokens(len(ids), body.max_output_tokens, st.engine.max_context, "max_output_tokens",
                                  prompt_param="input")
     sp = sampling_params(body, max_tokens)

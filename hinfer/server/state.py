@@ -12,6 +12,7 @@ from fastapi import Request
 from hinfer.server.drain import Drain
 from hinfer.server.errors import bad_request
 from hinfer.server.metrics import Metrics
+from hinfer.server.prompt_guard import PromptGuard
 from hinfer.server.responses_store import ResponseStore
 
 if TYPE_CHECKING:
@@ -37,6 +38,16 @@ class ServerState:
     # True: special-token text inside client strings becomes control tokens (--allow-special-tokens-in-content)
     allow_special_tokens: bool = False
     _token_text: dict[int, str] = field(default_factory=dict)
+    _guard: PromptGuard | None = None
+
+    @property
+    def prompt_guard(self) -> PromptGuard | None:
+        """What render_prompt encodes client strings through; None when special tokens are allowed in them."""
+        if self.allow_special_tokens:
+            return None
+        if self._guard is None:
+            self._guard = PromptGuard(self.tokenizer)
+        return self._guard
 
     def check_model(self, model: str) -> None:
         if model != self.model_name and model not in self.model_aliases:
