@@ -34,3 +34,9 @@ def base_url(engine, tokenizer) -> Iterator[str]:
 
     with live_server(create_app(engine, tokenizer, model_name=MODEL, model_aliases=["alias-model"])) as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def demo_cache(tmp_path_factory):
+    """HINFER_CACHE for `hinfer serve` subprocesses (server_proc.py): the demo model is written there once."""
+    return tmp_path_factory.mktemp("hinfer-cache")

@@ -12,15 +12,9 @@ import time
 from urllib.parse import urlparse
 
 import httpx
-import pytest
 from server_proc import serve_process
 
 SHUTDOWN_TIMEOUT_S = 20  # short streams need ~2 s of it on a 2-core machine; long ones need minutes
-
-
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("hinfer-cache")
 
 
 def _events(text: str) -> list[tuple[str | None, str]]:
@@ -117,10 +111,10 @@ def _assert_503(c: Client, anthropic: bool) -> None:
         assert body["error"]["code"] == "server_shutting_down"
 
 
-def test_sigterm_drains_running_streams_and_refuses_queued_ones(cache_dir):
+def test_sigterm_drains_running_streams_and_refuses_queued_ones(demo_cache):
     args = ["--max-concurrency", "8", "--max-pending-requests", "8", "--max-context", "4096",
             "--shutdown-timeout", str(SHUTDOWN_TIMEOUT_S)]
-    with serve_process(args, cache_dir) as sp:
+    with serve_process(args, demo_cache) as sp:
         url = sp.url
         short = [Client(url, *b(24)) for b in (_chat, _completion, _messages, _responses)]
         long = [Client(url, *b(3000)) for b in (_chat, _completion, _messages, _responses)]
