@@ -38,11 +38,13 @@ def create_app(
     preserve_thinking_default: bool = False,
     model_aliases: tuple[str, ...] | list[str] = (),
     allow_special_tokens: bool = False,
+    max_body_bytes: int | None = None,
 ) -> FastAPI:
     """The app starts the engine on startup and stops it on shutdown (ASGI lifespan).
 
     model_aliases: further names requests may use for the model (e.g. what an agent is configured to ask for).
     allow_special_tokens: special-token text in client strings becomes control tokens (see prompt_guard.py).
+    max_body_bytes: larger request bodies are answered 413 (None: no limit).
     """
     state = ServerState(engine=engine, tokenizer=tokenizer, model_name=model_name,
                         model_aliases=tuple(a for a in model_aliases if a != model_name),
@@ -66,7 +68,8 @@ def create_app(
     app.include_router(misc_routes.router)
     _install_error_handlers(app)
     # Order: the last added runs first; CORS must answer preflights before the key check.
-    app.add_middleware(RequestContextMiddleware, api_key=api_key, metrics=state.metrics, drain=state.drain)
+    app.add_middleware(RequestContextMiddleware, api_key=api_key, metrics=state.metrics, drain=state.drain,
+                       max_body_bytes=max_body_bytes)
     if cors:
         app.add_middleware(CORSMiddleware, allow_origins=cors, allow_methods=["*"], allow_headers=["*"],
                            expose_headers=["x-request-id"])

@@ -12,6 +12,7 @@ import re
 import uuid
 
 from starlette.datastructures import Headers, MutableHeaders
+from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -29,12 +30,42 @@ _COUNTED = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/mes
 ERROR_MESSAGE_KEY = "error_message"  # scope["state"] key where the error handlers leave the message they sent
 
 
+class _BodyTooLarge(HTTPException):
+    """An HTTPException: FastAPI turns other errors raised while it reads the body into a 400."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, _too_large(limit).message)
+
+
+def _limited(receive: Receive, limit: int) -> Receive:
+    """`receive` that fails once the body passes `limit` bytes (a chunked body has no Content-Length)."""
+    seen = 0
+
+    async def wrapped() -> Message:
+        nonlocal seen
+        message = await receive()
+        if message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                raise _BodyTooLarge(limit)
+        return message
+
+    return wrapped
+
+
+def _too_large(limit: int) -> APIError:
+    return APIError(413, f"the request body is larger than this server's limit of {limit} bytes "
+                         "(--max-body-bytes)", close=True)
+
+
 class RequestContextMiddleware:
-    def __init__(self, app: ASGIApp, *, api_key: str | None, metrics: Metrics, drain: Drain | None = None):
+    def __init__(self, app: ASGIApp, *, api_key: str | None, metrics: Metrics, drain: Drain | None = None,
+                 max_body_bytes: int | None = None):
         self.app = app
         self.api_key = api_key
         self.metrics = metrics
         self.drain = drain
+        self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -72,8 +103,18 @@ class RequestContextMiddleware:
         if self.drain is not None and self.drain.draining and self.drain.refuses(path, method):
             await _answer(self.drain.refusal(), scope, receive, send_with_id)
             return
+        limit = self.max_body_bytes
+        if limit is not None:
+            length = headers.get("content-length", "")
+            if length.isdigit() and int(length) > limit:
+                await _answer(_too_large(limit), scope, receive, send_with_id)
+                return
+            receive = _limited(receive, limit)
         try:
             await self.app(scope, receive, send_with_id)
+        except _BodyTooLarge:
+            if not started:
+                await _answer(_too_large(limit or 0), scope, receive, send_with_id)
         except ClientDisconnect:  # the client left (or was cut off) while sending its body: no one to answer
             log.info("%s %s: client disconnected before its request was read (x-request-id %s)", method, path, rid)
         except Exception:

@@ -8,6 +8,7 @@ import json
 import logging
 from urllib.parse import urlparse
 
+import httpx
 import pytest
 from scripted_engine import ScriptedEngine
 from server_live import MODEL, live_server
@@ -83,3 +84,22 @@ def test_every_error_answer_is_one_log_line_with_its_request_id(boom_url, caplog
         recs = _records(caplog, rid)
         assert len(recs) == 1 and f"-> {status}" in recs[0].getMessage() and "\n" not in recs[0].getMessage()
     assert "not served here" in _records(caplog, "rid-bad-2")[0].getMessage()
+
+
+def test_bodies_over_the_limit_are_413(tokenizer):
+    eng = ScriptedEngine(tokenizer, {}, default="Ok.", model_name=MODEL)
+    with live_server(create_app(eng, tokenizer, model_name=MODEL, max_body_bytes=2000)) as url:
+        big = {"model": MODEL, "messages": [{"role": "user", "content": "x" * 5000}]}
+        r = httpx.post(url + "/v1/chat/completions", json=big, timeout=30)
+        assert r.status_code == 413 and "--max-body-bytes" in r.json()["error"]["message"]
+
+        def chunks():  # no Content-Length: counted as it arrives
+            data = json.dumps({**big, "model": MODEL}).encode()
+            for i in range(0, len(data), 1000):
+                yield data[i:i + 1000]
+
+        r = httpx.post(url + "/v1/messages", content=chunks(), headers={"content-type": "application/json"},
+                       timeout=30)
+        assert r.status_code == 413 and r.json()["error"]["type"] == "request_too_large", r.text
+        small = {"model": MODEL, "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+        assert httpx.post(url + "/v1/messages", json=small, timeout=30).status_code == 200

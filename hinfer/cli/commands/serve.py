@@ -19,6 +19,7 @@ HEADER_TIMEOUT_S = 10.0
 BODY_TIMEOUT_S = 60.0
 KEEP_ALIVE_S = 15
 MAX_CONNECTIONS = 1024
+MAX_BODY_BYTES = 32 * 1024 * 1024
 
 
 def _seconds(text: str) -> float:
@@ -93,6 +94,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-connections", type=_positive, default=MAX_CONNECTIONS, metavar="N",
                    help="open connections (streams included) beyond which new requests get a 503 "
                         "(default %(default)d)")
+    p.add_argument("--max-body-bytes", type=_positive, default=MAX_BODY_BYTES, metavar="N",
+                   help="larger request bodies are answered 413 (default %(default)d = 32 MiB)")
     add_engine_args(p)
     p.set_defaults(func=run)
 
@@ -129,7 +132,7 @@ def _serve(args: argparse.Namespace, sock: socket.socket) -> int:
     model_name = names[0] if names else default_name
     app = create_app(engine, tokenizer, model_name=model_name, model_aliases=names[1:], api_key=api_key,
                      cors=_split(args.cors) or None, preserve_thinking_default=args.preserve_thinking,
-                     allow_special_tokens=args.allow_special_tokens_in_content)
+                     allow_special_tokens=args.allow_special_tokens_in_content, max_body_bytes=args.max_body_bytes)
     port = sock.getsockname()[1]
 
     host = f"[{args.host}]" if ":" in args.host else args.host
