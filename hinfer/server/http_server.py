@@ -56,14 +56,20 @@ class _DeadlineH11Protocol(H11Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._deadline: asyncio.TimerHandle | None = None
         self._phase: str | None = None
+        self._reading = True  # a fresh connection owes us a request; an idle keep-alive one does not (yet)
         super().connection_made(transport)
         self._rearm()
+
+    def data_received(self, data: bytes) -> None:
+        self._reading = True
+        super().data_received(data)  # handle_events re-arms
 
     def handle_events(self) -> None:
         super().handle_events()
         self._rearm()
 
     def on_response_complete(self) -> None:
+        self._reading = False  # idle until the next request's first byte: uvicorn's keep-alive timeout applies
         super().on_response_complete()
         self._rearm()
 
@@ -79,7 +85,7 @@ class _DeadlineH11Protocol(H11Protocol):
     def _rearm(self) -> None:
         cycle = self.cycle
         if cycle is None or cycle.response_complete:
-            phase: str | None = "headers"
+            phase: str | None = "headers" if self._reading else None
         elif cycle.more_body:
             phase = "body"
         else:

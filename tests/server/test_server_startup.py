@@ -3,6 +3,7 @@ startup errors found before the model loads; slow headers and bodies are cut off
 
 from __future__ import annotations
 
+import http.client
 import shutil
 import socket
 import subprocess
@@ -91,6 +92,17 @@ def test_slow_headers_and_bodies_are_cut_off_and_connections_are_capped(demo_cac
         with socket.create_connection(addr):  # a silent connection
             pass
         print(f"cut off in {time.monotonic() - t0:.1f} s")
+        # An idle keep-alive connection is not a slow request: it lives past the header timeout.
+        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+        try:
+            conn.request("GET", "/v1/models")
+            assert conn.getresponse().read() and conn.sock is not None
+            sock = conn.sock
+            time.sleep(2.5)
+            conn.request("GET", "/v1/models")
+            assert conn.getresponse().status == 200 and conn.sock is sock
+        finally:
+            conn.close()
         # Two idle connections plus a request's own reach the cap of 3: that request gets uvicorn's 503.
         idle = [socket.create_connection(addr) for _ in range(2)]
         try:
