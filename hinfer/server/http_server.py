@@ -7,15 +7,18 @@ import asyncio
 import logging
 import signal
 import socket
+import time
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
 import uvicorn
+from starlette.responses import JSONResponse
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from hinfer.errors import ConfigError
 from hinfer.server.drain import Drain
+from hinfer.server.errors import APIError, error_body
 
 log = logging.getLogger("hinfer.server")
 
@@ -25,7 +28,7 @@ class HTTPLimits:
     header_timeout_s: float = 10.0  # from connection (or the end of the last response) to a complete header block
     body_timeout_s: float = 60.0  # from the headers to the end of the body
     keep_alive_s: int = 15  # an idle keep-alive connection is closed after this
-    max_connections: int = 1024  # beyond it, new requests get uvicorn's 503
+    max_connections: int = 1024  # connections opened beyond it get a JSON 503
     shutdown_timeout_s: float = 30.0  # how long running requests may finish after SIGTERM/SIGINT
 
 
@@ -52,12 +55,15 @@ class _DeadlineH11Protocol(H11Protocol):
 
     header_timeout_s = 10.0
     body_timeout_s = 60.0
+    max_connections: int | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._deadline: asyncio.TimerHandle | None = None
         self._phase: str | None = None
         self._reading = True  # a fresh connection owes us a request; an idle keep-alive one does not (yet)
         super().connection_made(transport)
+        if self.max_connections is not None and len(self.connections) > self.max_connections:
+            self.app = _over_capacity  # (uvicorn's own limit_concurrency answers in plain text)
         self._rearm()
 
     def data_received(self, data: bytes) -> None:
@@ -108,6 +114,23 @@ class _DeadlineH11Protocol(H11Protocol):
         self.transport.close()
 
 
+_last_cap_warning = 0.0
+
+
+async def _over_capacity(scope: Any, receive: Any, send: Any) -> None:
+    """The answer on a connection opened beyond --max-connections: a JSON 503 with Retry-After, then close."""
+    global _last_cap_warning
+    if scope["type"] != "http":
+        return
+    if time.monotonic() - _last_cap_warning > 10:  # at most one line per 10 s under a flood
+        _last_cap_warning = time.monotonic()
+        log.warning("more than --max-connections open connections: answering 503")
+    err = APIError(503, "too many open connections to this server (--max-connections); retry shortly",
+                   code="too_many_connections", close=True)
+    await JSONResponse(error_body(err, scope.get("path", "")), status_code=503,
+                       headers=err.headers())(scope, receive, send)
+
+
 class DrainingServer(uvicorn.Server):
     """The first SIGTERM/SIGINT drains (drain.py) and then stops uvicorn; a second one ends the running
     requests at once; a third quits without waiting. The signal is not re-raised, so the exit code is 0."""
@@ -150,7 +173,8 @@ class DrainingServer(uvicorn.Server):
 def serve(app: Any, sock: socket.socket, drain: Drain, limits: HTTPLimits) -> None:
     _DeadlineH11Protocol.header_timeout_s = limits.header_timeout_s
     _DeadlineH11Protocol.body_timeout_s = limits.body_timeout_s
+    _DeadlineH11Protocol.max_connections = limits.max_connections
     config = uvicorn.Config(app, http=_DeadlineH11Protocol, log_level="warning", lifespan="on",
-                            timeout_keep_alive=limits.keep_alive_s, limit_concurrency=limits.max_connections,
+                            timeout_keep_alive=limits.keep_alive_s,
                             timeout_graceful_shutdown=5)  # after the drain: only responses still flushing
     DrainingServer(config, drain, limits.shutdown_timeout_s).run(sockets=[sock])

@@ -103,12 +103,15 @@ def test_slow_headers_and_bodies_are_cut_off_and_connections_are_capped(demo_cac
             assert conn.getresponse().status == 200 and conn.sock is sock
         finally:
             conn.close()
-        # Two idle connections plus a request's own reach the cap of 3: that request gets uvicorn's 503.
-        idle = [socket.create_connection(addr) for _ in range(2)]
+        # Three idle connections reach the cap of 3: a fourth gets a JSON 503 in its dialect, with Retry-After.
+        idle = [socket.create_connection(addr) for _ in range(3)]
         try:
             time.sleep(0.2)
             r = httpx.get(sp.url + "/v1/models", timeout=30)
-            assert r.status_code == 503
+            assert r.status_code == 503 and r.headers["retry-after"] == "1", r.text
+            assert r.json()["error"]["code"] == "too_many_connections"
+            r = httpx.post(sp.url + "/v1/messages", json={}, timeout=30)
+            assert r.status_code == 503 and r.json()["error"]["type"] == "overloaded_error"
         finally:
             for s in idle:
                 s.close()
