@@ -151,3 +151,15 @@ def test_sigterm_drains_running_streams_and_refuses_queued_ones(demo_cache):
     with socket.socket() as s:  # the port is free again
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", port))
+
+
+def test_sigint_on_an_idle_server_exits_0_and_frees_the_port(demo_cache):
+    with serve_process(["--max-context", "2048"], demo_cache) as sp:
+        port = urlparse(sp.url).port
+        assert httpx.get(sp.url + "/health", timeout=30).json()["status"] == "ok"
+        sp.proc.send_signal(signal.SIGINT)
+        assert sp.wait_exit(60) == 0, sp.log
+    assert "Traceback" not in sp.log and "KeyboardInterrupt" not in sp.log, sp.log
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", port))
