@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,22 @@ class StructuredOutput:
             raise ValueError("structured output needs exactly one of json_schema, regex, tools")
         if self.tools is not None and not self.tools:
             raise ValueError("structured output with tools needs at least one tool")
+
+# Bounds keep every parameter finite through the sampler's float32 arithmetic (z / temperature, z / penalty):
+# a float64 like 3.5e38 is inf in float32, and inf / inf is NaN, which argmax then "picks".
+MAX_TEMPERATURE = 100.0
+GREEDY_BELOW = 1e-5  # temperatures under this sample as greedy (0 included): z / T would only add rounding noise
+REPETITION_PENALTY_RANGE = (0.01, 100.0)
+MAX_LOGIT_BIAS = 100.0
+MAX_TOP_K = 2**31 - 1
+
+
+class InvalidSamplingParam(ValueError):
+    """A sampling parameter out of range; `param` names it for the API's error."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 @dataclass
@@ -59,29 +76,38 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature <= 0.0
+        return self.temperature < GREEDY_BELOW
 
     def validate(self) -> None:
-        """Raise ValueError with a user-facing message for out-of-range values."""
-        if self.temperature < 0:
-            raise ValueError("temperature must be >= 0")
+        """Raise ValueError with a user-facing message (naming the parameter) for out-of-range values."""
+        for name in ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty"):
+            if not math.isfinite(getattr(self, name)):
+                raise InvalidSamplingParam(name, f"{name} must be a finite number")
+        if not 0.0 <= self.temperature <= MAX_TEMPERATURE:
+            raise InvalidSamplingParam("temperature", f"temperature must be in [0, {MAX_TEMPERATURE:g}]")
         if not 0.0 < self.top_p <= 1.0:
-            raise ValueError("top_p must be in (0, 1]")
-        if self.top_k < -1:
-            raise ValueError("top_k must be -1, 0 (disabled) or a positive integer")
+            raise InvalidSamplingParam("top_p", "top_p must be in (0, 1]")
+        if not -1 <= self.top_k <= MAX_TOP_K:
+            raise InvalidSamplingParam("top_k", f"top_k must be -1, 0 (disabled) or a positive integer up to "
+                                                f"{MAX_TOP_K}")
         if not 0.0 <= self.min_p <= 1.0:
-            raise ValueError("min_p must be in [0, 1]")
-        if self.repetition_penalty <= 0:
-            raise ValueError("repetition_penalty must be > 0")
-        if not -2.0 <= self.presence_penalty <= 2.0 or not -2.0 <= self.frequency_penalty <= 2.0:
-            raise ValueError("presence_penalty and frequency_penalty must be in [-2, 2]")
+            raise InvalidSamplingParam("min_p", "min_p must be in [0, 1]")
+        lo, hi = REPETITION_PENALTY_RANGE
+        if not lo <= self.repetition_penalty <= hi:
+            raise InvalidSamplingParam("repetition_penalty", f"repetition_penalty must be in [{lo:g}, {hi:g}]")
+        if any(not math.isfinite(v) or abs(v) > MAX_LOGIT_BIAS for v in self.logit_bias.values()):
+            raise InvalidSamplingParam("logit_bias",
+                                       f"logit_bias values must be in [-{MAX_LOGIT_BIAS:g}, {MAX_LOGIT_BIAS:g}]")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if not -2.0 <= getattr(self, name) <= 2.0:
+                raise InvalidSamplingParam(name, f"{name} must be in [-2, 2]")
         if self.max_tokens < 1:
-            raise ValueError("max_tokens must be >= 1")
+            raise InvalidSamplingParam("max_tokens", "max_tokens must be >= 1")
         if self.logprobs is not None and not 0 <= self.logprobs <= 20:
-            raise ValueError("logprobs must be in [0, 20]")
+            raise InvalidSamplingParam("logprobs", "logprobs must be in [0, 20]")
         if self.thinking_budget is not None and self.thinking_budget < 0:
-            raise ValueError("thinking budget must be >= 0")
+            raise InvalidSamplingParam("thinking_budget", "thinking budget must be >= 0")
         if self.prompt_logprobs is not None and not 0 <= self.prompt_logprobs <= 20:
-            raise ValueError("prompt_logprobs must be in [0, 20]")
+            raise InvalidSamplingParam("prompt_logprobs", "prompt_logprobs must be in [0, 20]")
         if self.structured is not None:
             self.structured.validate()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,18 @@ import tokenizers.decoders
 from hinfer import fixtures
 from hinfer.chat_template import ChatTemplate
 from hinfer.errors import HinferError, TemplateError
+
+log = logging.getLogger("hinfer.tokenizer")
+
+# Conversations the startup check renders (check_chat_template).
+_PROBE_CHAT = [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": "Hello"},
+               {"role": "assistant", "content": "Hi."}, {"role": "user", "content": "How are you?"}]
+_PROBE_TOOL = {"type": "function", "function": {"name": "get_time", "description": "The time",
+                                                "parameters": {"type": "object", "properties": {}}}}
+_PROBE_TOOLS = [{"role": "user", "content": "Time?"},
+                {"role": "assistant", "content": "", "tool_calls": [
+                    {"type": "function", "function": {"name": "get_time", "arguments": {}}}]},
+                {"role": "tool", "content": "12:00"}]
 
 _DEFAULT_EOS_IDS = [248046, 248044]  # <|im_end|>, <|endoftext|> (Qwen3.5 generation_config)
 _FIXTURE_TOKENIZER = "qwen3.5-tokenizer"
@@ -82,10 +95,15 @@ class Tokenizer:
             {"default": chat_template} if isinstance(chat_template, str) else chat_template
         )
         self._templates: dict[str, ChatTemplate] = {}  # compiled on first use: raw prompts work without one
+        self.template_origin = "the chat template"  # the file it came from, for startup errors
+        self._plain_tok: tokenizers.Tokenizer | None = None  # a copy that encodes special-token text as text
         self.vocab_size: int = tok.get_vocab_size(with_added_tokens=True)
         self.eos_token_ids: list[int] = list(eos_token_ids) if eos_token_ids else list(_DEFAULT_EOS_IDS)
         added = tok.get_added_tokens_decoder()
         self.special_ids: frozenset[int] = frozenset(i for i, t in added.items() if t.special)
+        # The control tokens' text (<|im_start|>, ...): what client strings must not turn into control tokens.
+        self.special_token_strings: tuple[str, ...] = tuple(sorted((t.content for t in added.values() if t.special),
+                                                                  key=len, reverse=True))
         self.im_end_id = self.token_to_id("<|im_end|>")
         self.think_start_id = self.token_to_id("<think>")
         self.think_end_id = self.token_to_id("</think>")
@@ -110,8 +128,10 @@ class Tokenizer:
             _read_json(path / "tokenizer_config.json") if (path / "tokenizer_config.json").is_file() else {}
         )
         template: str | dict[str, str] | None = None
+        origin = path / "tokenizer_config.json"
         if (path / "chat_template.jinja").is_file():
-            template = (path / "chat_template.jinja").read_text(encoding="utf-8")
+            origin = path / "chat_template.jinja"
+            template = origin.read_text(encoding="utf-8")
         elif isinstance(config.get("chat_template"), str):
             template = config["chat_template"]
         elif isinstance(config.get("chat_template"), list):  # [{"name": ..., "template": ...}, ...]
@@ -121,12 +141,23 @@ class Tokenizer:
         if (path / "generation_config.json").is_file():
             value = _read_json(path / "generation_config.json").get("eos_token_id")
             eos = [value] if isinstance(value, int) else value if isinstance(value, list) else None
-        return cls(tok, config, template, eos)
+        out = cls(tok, config, template, eos)
+        out.template_origin = str(origin)
+        return out
 
     # ---- ids <-> text
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def encode_plain(self, text: str) -> list[int]:
+        """Encode with special-token text as ordinary text (`<|im_start|>` -> `<`, `|`, `im`, ...); added tokens
+        that are not special (`<think>`, `<tool_call>`) still match, as transformers' split_special_tokens does."""
+        if self._plain_tok is None:
+            plain = tokenizers.Tokenizer.from_str(self._tok.to_str())
+            plain.encode_special_tokens = True
+            self._plain_tok = plain
+        return self._plain_tok.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
@@ -179,6 +210,26 @@ class Tokenizer:
         if name not in self._templates:
             self._templates[name] = ChatTemplate(sources[name])
         return self._templates[name]
+
+    def check_chat_template(self) -> None:
+        """Compile every chat template and render a plain conversation with it, so that a broken template is a
+        startup error naming its file rather than a 400 on every chat request. A template that only fails
+        with tools is logged (tool requests will get the template's 400)."""
+        if not self._template_sources:
+            log.warning("%s has no chat template: only /v1/completions (raw prompts) will work",
+                        self.template_origin)
+            return
+        try:
+            for name in self._template_sources:
+                if name not in self._templates:
+                    self._templates[name] = ChatTemplate(self._template_sources[name])
+            self.apply_chat_template(_PROBE_CHAT)
+        except TemplateError as e:
+            raise HinferError(f"{self.template_origin}: the chat template does not work: {e}") from e
+        try:
+            self.apply_chat_template(_PROBE_TOOLS, tools=[_PROBE_TOOL])
+        except TemplateError as e:
+            log.warning("%s: the chat template fails on a conversation with tools: %s", self.template_origin, e)
 
     def special_tokens_map(self) -> dict[str, str]:
         """Special token strings by role (bos_token, eos_token, ..., image_token); templates may read them."""
@@ -257,3 +308,11 @@ class IncrementalDetokenizer:
         if len(self._parts) > 1:
             self._parts[:] = ["".join(self._parts)]  # amortized: join once, not on every access
         return self._parts[0] if self._parts else ""
+
+
+def check_checkpoint_template(path: str | os.PathLike) -> None:
+    """The startup check of a checkpoint folder's chat template (see Tokenizer.check_chat_template), before
+    anything else of the checkpoint is loaded; other paths (artifacts, "demo") are left to the loader."""
+    path = Path(path)
+    if (path / "tokenizer.json").is_file():
+        Tokenizer.from_dir(path).check_chat_template()

@@ -13,7 +13,7 @@ from hinfer.server import sse
 from hinfer.server.anthropic_convert import chat_prompt, sampling_params
 from hinfer.server.anthropic_responses import MessageBuilder, fold
 from hinfer.server.errors import anthropic_body
-from hinfer.server.generation import EngineRun, engine_error, run_to_end
+from hinfer.server.generation import EngineRun, engine_error, log_failure, run_to_end
 from hinfer.server.prompt import plan_max_tokens, render_prompt
 from hinfer.server.schemas_anthropic import CountTokensRequest, MessagesRequest
 from hinfer.server.state import get_state, new_id
@@ -29,7 +29,7 @@ async def messages(body: MessagesRequest, request: Request):
     st.check_model(body.model)
     prompt, budget = chat_prompt(body, st.preserve_thinking_default)
     schema = anthropic_output_format(body.output_config)
-    ids = render_prompt(st.tokenizer, prompt)
+    ids = render_prompt(st.tokenizer, prompt, st.prompt_guard)
     max_tokens = plan_max_tokens(len(ids), body.max_tokens, st.engine.max_context)
     sp = sampling_params(body, max_tokens, st.tokenizer.vocab_size)
     if budget is not None and st.tokenizer.think_end_id is not None:
@@ -61,7 +61,7 @@ async def _stream(run: EngineRun, b: MessageBuilder) -> AsyncIterator[bytes]:
         for e in b.finish_events():
             yield sse.event(e["type"], e)
     except Exception as exc:
-        log.exception("generation failed mid-stream for %s", run.request_id)
+        log_failure(run, exc)
         yield sse.event("error", anthropic_body(engine_error(exc)))
     finally:
         await run.close()
@@ -72,5 +72,5 @@ async def count_tokens(body: CountTokensRequest, request: Request):
     st = get_state(request)
     st.check_model(body.model)
     prompt, _ = chat_prompt(body, st.preserve_thinking_default)
-    ids = render_prompt(st.tokenizer, prompt)
+    ids = render_prompt(st.tokenizer, prompt, st.prompt_guard)
     return {"input_tokens": len(ids)}

@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from hinfer.server import anthropic_routes, misc_routes, openai_routes, responses_routes
 from hinfer.server.errors import APIError, describe_validation_errors, error_body
 from hinfer.server.metrics import Metrics
-from hinfer.server.middleware import RequestContextMiddleware
+from hinfer.server.middleware import ERROR_MESSAGE_KEY, RequestContextMiddleware
 from hinfer.server.state import ServerState
 
 if TYPE_CHECKING:
@@ -37,14 +37,19 @@ def create_app(
     cors: list[str] | None = None,
     preserve_thinking_default: bool = False,
     model_aliases: tuple[str, ...] | list[str] = (),
+    allow_special_tokens: bool = False,
+    max_body_bytes: int | None = None,
 ) -> FastAPI:
     """The app starts the engine on startup and stops it on shutdown (ASGI lifespan).
 
     model_aliases: further names requests may use for the model (e.g. what an agent is configured to ask for).
+    allow_special_tokens: special-token text in client strings becomes control tokens (see prompt_guard.py).
+    max_body_bytes: larger request bodies are answered 413 (None: no limit).
     """
     state = ServerState(engine=engine, tokenizer=tokenizer, model_name=model_name,
                         model_aliases=tuple(a for a in model_aliases if a != model_name),
-                        preserve_thinking_default=preserve_thinking_default, metrics=Metrics())
+                        preserve_thinking_default=preserve_thinking_default, metrics=Metrics(),
+                        allow_special_tokens=allow_special_tokens)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -63,7 +68,8 @@ def create_app(
     app.include_router(misc_routes.router)
     _install_error_handlers(app)
     # Order: the last added runs first; CORS must answer preflights before the key check.
-    app.add_middleware(RequestContextMiddleware, api_key=api_key, metrics=state.metrics)
+    app.add_middleware(RequestContextMiddleware, api_key=api_key, metrics=state.metrics, drain=state.drain,
+                       max_body_bytes=max_body_bytes)
     if cors:
         app.add_middleware(CORSMiddleware, allow_origins=cors, allow_methods=["*"], allow_headers=["*"],
                            expose_headers=["x-request-id"])
@@ -72,9 +78,9 @@ def create_app(
 
 def _install_error_handlers(app: FastAPI) -> None:
     def reply(request: Request, err: APIError) -> JSONResponse:
-        # Both SDKs (and the agents built on them) wait `retry-after` seconds before retrying a 429.
-        headers = {"retry-after": "1"} if err.status == 429 else None
-        return JSONResponse(error_body(err, request.url.path), status_code=err.status, headers=headers)
+        # Both SDKs (and the agents built on them) wait `retry-after` seconds before retrying a 429 or 503.
+        request.scope.setdefault("state", {})[ERROR_MESSAGE_KEY] = err.message  # for the middleware's log line
+        return JSONResponse(error_body(err, request.url.path), status_code=err.status, headers=err.headers())
 
     @app.exception_handler(APIError)
     async def api_error(request: Request, exc: APIError) -> JSONResponse:
@@ -94,8 +100,4 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         return reply(request, APIError(exc.status_code, str(exc.detail)))
-
-    @app.exception_handler(Exception)
-    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return reply(request, APIError(500, f"internal server error: {type(exc).__name__}", code="internal_error"))
+    # Unexpected exceptions are answered (500, JSON, logged once) by RequestContextMiddleware.

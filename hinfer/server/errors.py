@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+ERROR_LOGGED_KEY = "error_logged"  # scope["state"] flag: this request's failure is already in the log
+
 # HTTP status -> (OpenAI `type`, Anthropic `type`)
 _TYPES: dict[int, tuple[str, str]] = {
     400: ("invalid_request_error", "invalid_request_error"),
@@ -27,8 +29,10 @@ class APIError(Exception):
     """An error answered to the client; `message` is shown to the user as is."""
 
     def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
-                 anthropic_message: str | None = None):
+                 anthropic_message: str | None = None, retry_after: int = 1, close: bool = False):
         super().__init__(message)
+        self.retry_after = retry_after  # seconds, sent with 429 and 503 (both SDKs wait that long to retry)
+        self.close = close  # ask the client to reconnect (e.g. to another instance while this one drains)
         self.status = status
         self.message = message
         self.param = param
@@ -36,6 +40,14 @@ class APIError(Exception):
         # Anthropic clients match some messages by their text (Claude Code: "prompt is too long"): the same
         # error can carry Anthropic's wording for Anthropic paths.
         self.anthropic_message = anthropic_message
+
+    def headers(self) -> dict[str, str] | None:
+        out: dict[str, str] = {}
+        if self.status in (429, 503):
+            out["retry-after"] = str(self.retry_after)
+        if self.close:
+            out["connection"] = "close"
+        return out or None
 
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:

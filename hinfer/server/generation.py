@@ -27,7 +27,8 @@ from hinfer.engine.protocol import (
     TokenEvent,
 )
 from hinfer.sampling_params import SamplingParams
-from hinfer.server.errors import APIError
+from hinfer.server.drain import ServerShuttingDown, shutting_down_error
+from hinfer.server.errors import ERROR_LOGGED_KEY, APIError
 from hinfer.server.state import ServerState
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,11 @@ _POLL_S = 0.2
 
 
 def engine_error(e: BaseException) -> APIError:
+    if isinstance(e, APIError):
+        return e
+    if isinstance(e, ServerShuttingDown):
+        return APIError(503, "the server is shutting down and stopped this request before it finished "
+                             "(--shutdown-timeout); retry it", code="server_shutting_down", retry_after=5)
     if isinstance(e, QueueFullError):
         return APIError(429, f"the server is busy: all lanes are running and the queue is full ({e}); "
                              "retry later", code="queue_full")
@@ -69,10 +75,14 @@ class EngineRun:
         self._watcher: asyncio.Task | None = None
         self._closed = False
         self._started = False
+        self.interrupted = False  # by the drain (drain.py)
 
     async def start(self) -> None:
         """Submit and wait for the first event. Raises APIError for engine refusals."""
+        if self.st.drain.draining:
+            raise shutting_down_error()
         self.st.metrics.in_flight += 1
+        self.st.drain.add(self)
         self.watch()
         try:
             req = GenerationRequest(self.request_id, list(self.prompt_ids), self.sampling)
@@ -84,14 +94,31 @@ class EngineRun:
                 self.finished = True
         except BaseException as e:
             await self.close()
+            if isinstance(e, Exception) and self.interrupted:
+                raise shutting_down_error() from e
             if isinstance(e, Exception):
                 if not isinstance(e, (QueueFullError, QueueTimeoutError, RequestTooLargeError, ValueError)):
-                    log.exception("engine failed to start request %s", self.request_id)
+                    log_failure(self, e)
                 raise engine_error(e) from e
             raise
+        if self.interrupted:  # the drain began before the first token: nothing was sent, so a clean 503
+            await self.close()
+            raise shutting_down_error()
         self._started = True
         if self._first is not None:
             self.t_first = time.monotonic()
+
+    @property
+    def has_output(self) -> bool:
+        return self._started
+
+    def interrupt(self) -> None:
+        """Stop this run for the drain: the engine's abort ends its events, which then raise."""
+        self.interrupted = True
+        try:
+            self.st.engine.abort(self.request_id)
+        except Exception:
+            log.debug("engine.abort failed", exc_info=True)
 
     def watch(self) -> None:
         if self._watcher is None:
@@ -121,6 +148,7 @@ class EngineRun:
         """All events, the prefetched first one included. Engine errors mid-stream propagate."""
         if self._first is not None:
             ev, self._first = self._first, None
+            self._check_interrupted()
             self._note(ev)
             yield ev
             if ev.finish_reason is not None:
@@ -129,6 +157,7 @@ class EngineRun:
         if self.finished:
             return
         async for ev in self._it:
+            self._check_interrupted()
             if self.t_first is None:
                 self.t_first = time.monotonic()
             self._note(ev)
@@ -137,6 +166,10 @@ class EngineRun:
                 self.finished = True
                 return
         self.finished = True
+
+    def _check_interrupted(self) -> None:
+        if self.interrupted:
+            raise ServerShuttingDown(f"request {self.request_id} stopped by the shutdown")
 
     def _note(self, ev: TokenEvent) -> None:
         self.completion_tokens += len(ev.token_ids)
@@ -184,6 +217,7 @@ class EngineRun:
             return
         self._closed = True
         self.unwatch()
+        self.st.drain.discard(self)
         self.st.metrics.in_flight -= 1
         aborted = not self.finished or self.client_gone
         if not self.finished:
@@ -221,7 +255,17 @@ async def run_to_end(run: EngineRun, feed: Callable[[TokenEvent], object]) -> No
         async for ev in run.events():
             feed(ev)
     except Exception as e:
-        log.exception("generation failed for %s", run.request_id)
+        log_failure(run, e)
         raise engine_error(e) from e
     finally:
         await run.close()
+
+
+def log_failure(run: EngineRun, e: BaseException) -> None:
+    """One record per failed generation: a traceback for the unexpected, a line for a shutdown."""
+    rid = run.http.scope.get("state", {}).get("request_id")
+    if isinstance(e, ServerShuttingDown):
+        log.info("%s (x-request-id %s): ended by the shutdown", run.request_id, rid)
+        return
+    log.error("generation failed for %s (x-request-id %s)", run.request_id, rid, exc_info=e)
+    run.http.scope.setdefault("state", {})[ERROR_LOGGED_KEY] = True  # the middleware's status line would repeat it

@@ -19,6 +19,9 @@ router = APIRouter()
 @router.get("/health")
 async def health(request: Request):
     st = get_state(request)
+    if st.drain.draining:  # load balancers stop sending requests here
+        return JSONResponse({"status": "draining", "model": st.model_name}, status_code=503,
+                            headers={"retry-after": "5"})
     try:
         s = st.engine.stats()
     except Exception as e:

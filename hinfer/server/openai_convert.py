@@ -151,7 +151,7 @@ def sampling_params(body: _SamplingFields, *, max_tokens: int, vocab_size: int, 
     try:
         sp.validate()
     except ValueError as e:
-        raise bad_request(str(e)) from e
+        raise bad_request(str(e), param=getattr(e, "param", None)) from e
     return sp
 
 

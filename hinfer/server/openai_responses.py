@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 from hinfer.engine.protocol import TokenEvent
+from hinfer.server.finite import wire_logprob
 from hinfer.server.generation import EngineRun
 from hinfer.server.output import OutputParser, Piece, ReasoningPiece
 from hinfer.server.state import ServerState, new_id
@@ -86,14 +87,14 @@ class ChatBuilder:
             tok = self.st.token_text(tid)
             entry: dict[str, Any] = {
                 "token": tok,
-                "logprob": ev.logprobs[i] if i < len(ev.logprobs) else 0.0,
+                "logprob": wire_logprob(ev.logprobs[i] if i < len(ev.logprobs) else 0.0),
                 "bytes": self.st.token_bytes(tid),
                 "top_logprobs": [],
             }
             if ev.top_logprobs and i < len(ev.top_logprobs):
                 for t in ev.top_logprobs[i]:
                     tt = self.st.token_text(t.token_id)
-                    entry["top_logprobs"].append({"token": tt, "logprob": t.logprob,
+                    entry["top_logprobs"].append({"token": tt, "logprob": wire_logprob(t.logprob),
                                                   "bytes": self.st.token_bytes(t.token_id)})
             out.append(entry)
         return out
@@ -210,9 +211,9 @@ class CompletionBuilder:
              first: bool = False) -> int:
         tok = self.st.token_text(tid)
         part["tokens"].append(tok)
-        part["token_logprobs"].append(lp)
-        part["top_logprobs"].append(None if first else ({self.st.token_text(t.token_id): t.logprob for t in tops}
-                                                         or None))
+        part["token_logprobs"].append(wire_logprob(lp))
+        part["top_logprobs"].append(None if first else ({self.st.token_text(t.token_id): wire_logprob(t.logprob)
+                                                          for t in tops} or None))
         part["text_offset"].append(offset)
         return offset + len(tok)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -21,7 +20,7 @@ from hinfer.server.choices import (
     start_all,
 )
 from hinfer.server.errors import bad_request, openai_body
-from hinfer.server.generation import EngineRun, engine_error
+from hinfer.server.generation import EngineRun, engine_error, log_failure
 from hinfer.server.openai_convert import chat_logprobs, chat_prompt, completion_prompts, sampling_params
 from hinfer.server.openai_responses import (
     ChatBuilder,
@@ -36,7 +35,6 @@ from hinfer.server.schemas_openai import ChatCompletionRequest, CompletionReques
 from hinfer.server.state import get_state, new_id
 from hinfer.server.structured import constraint, openai_response_format, vllm_extras
 
-log = logging.getLogger(__name__)
 router = APIRouter()
 
 
@@ -46,7 +44,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     st.check_model(body.model)
     prompt, budget = chat_prompt(body, st.preserve_thinking_default)
     schema = openai_response_format(body.response_format)
-    ids = render_prompt(st.tokenizer, prompt)
+    ids = render_prompt(st.tokenizer, prompt, st.prompt_guard)
     requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     max_tokens = plan_max_tokens(len(ids), requested, st.engine.max_context, param)
@@ -108,7 +106,7 @@ async def _chat_stream(runs: list[EngineRun], bs: list[ChatBuilder], include_usa
             yield sse.data(bs[0].usage_chunk(chat_usage(bs)))
         yield sse.DONE
     except Exception as e:
-        log.exception("generation failed mid-stream for %s", runs[0].request_id)
+        log_failure(runs[0], e)
         yield sse.data(openai_body(engine_error(e)))
         yield sse.DONE
     finally:
@@ -171,7 +169,7 @@ async def _completion_stream(runs: list[EngineRun], bs: list[CompletionBuilder],
                             "choices": [], "usage": completion_usage(bs, n), "timings": runs[0].timings()})
         yield sse.DONE
     except Exception as e:
-        log.exception("generation failed mid-stream for %s", runs[0].request_id)
+        log_failure(runs[0], e)
         yield sse.data(openai_body(engine_error(e)))
         yield sse.DONE
     finally:

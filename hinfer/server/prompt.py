@@ -13,12 +13,16 @@ from typing import Any
 from hinfer.errors import TemplateError
 from hinfer.server.errors import APIError, bad_request
 from hinfer.server.late_system import hide_late_system, restore_late_system
+from hinfer.server.prompt_guard import PromptGuard
 from hinfer.server.tool_parser import tool_schemas
 
 log = logging.getLogger(__name__)
 
-# Template keyword arguments a request may not override (we pass them ourselves).
-_RESERVED_TEMPLATE_KWARGS = {"messages", "tools", "add_generation_prompt", "enable_thinking", "preserve_thinking"}
+# Template variables a request may not set: what the server passes itself, and the tokenizer's special-token
+# strings (bos_token, eos_token, ...: checked by suffix), which a template writes as control tokens.
+_RESERVED_TEMPLATE_KWARGS = {"messages", "tools", "documents", "add_generation_prompt", "enable_thinking",
+                             "preserve_thinking", "continue_final_message", "raise_exception", "strftime_now",
+                             "namespace", "dict", "range", "loop", "self", "tokenizer"}
 
 
 @dataclass
@@ -102,21 +106,26 @@ def _with_instruction(messages: list[dict[str, Any]], text: str) -> list[dict[st
     return msgs
 
 
-def render_prompt(tokenizer: Any, prompt: ChatPrompt) -> list[int]:
-    """Chat template -> token ids. Template complaints (bad message order, no user turn) are 400s."""
+def render_prompt(tokenizer: Any, prompt: ChatPrompt, guard: PromptGuard | None = None) -> list[int]:
+    """Chat template -> token ids. Template complaints (bad message order, no user turn) are 400s.
+
+    guard: client strings are rendered through it, so special-token text in them stays text (prompt_guard.py);
+    None renders them as they are (--allow-special-tokens-in-content)."""
     messages = prompt.messages
     instruction = _tool_choice_instruction(prompt.tool_choice) if prompt.template_tools() else None
     if instruction:
         messages = _with_instruction(messages, instruction)
+    tools = prompt.template_tools()
+    kwargs = check_template_kwargs(prompt.template_kwargs)
+    if guard is not None:
+        messages, tools, kwargs = guard.shield(messages), guard.shield(tools), guard.shield(kwargs)
     swaps: dict[str, str] = {}
     if prompt.late_system:
         messages, swaps = hide_late_system(messages)
-    kwargs = {k: v for k, v in prompt.template_kwargs.items()
-              if isinstance(k, str) and k.isidentifier() and k not in _RESERVED_TEMPLATE_KWARGS}
     try:
         text = tokenizer.apply_chat_template(
             messages,
-            tools=prompt.template_tools(),
+            tools=tools,
             add_generation_prompt=True,
             enable_thinking=prompt.enable_thinking,
             preserve_thinking=prompt.preserve_thinking,
@@ -128,7 +137,19 @@ def render_prompt(tokenizer: Any, prompt: ChatPrompt) -> list[int]:
     except Exception as e:  # jinja errors on odd-but-valid JSON (e.g. a non-string in a string slot)
         log.debug("chat template failed", exc_info=True)
         raise bad_request(f"the chat template could not render the messages: {e}", param="messages") from e
-    return tokenizer.encode(text, add_special_tokens=False)
+    return guard.encode(text) if guard is not None else tokenizer.encode(text, add_special_tokens=False)
+
+
+def check_template_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """chat_template_kwargs as the template gets them; a reserved or malformed name is a 400 (silently dropping
+    it would answer a different question than the client asked)."""
+    for k in kwargs:
+        if not isinstance(k, str) or not k.isidentifier() or k.startswith("_"):
+            raise bad_request(f"chat_template_kwargs key {k!r} is not a template variable name",
+                              param="chat_template_kwargs")
+        if k in _RESERVED_TEMPLATE_KWARGS or k.endswith("_token") or k.endswith("_tokens"):
+            raise bad_request(f"chat_template_kwargs may not set {k!r}: the server sets it", param="chat_template_kwargs")
+    return dict(kwargs)
 
 
 def plan_max_tokens(prompt_len: int, requested: int | None, max_context: int, param: str = "max_tokens",

@@ -253,5 +253,5 @@ def sampling_params(body: Any, max_tokens: int) -> SamplingParams:
     try:
         sp.validate()
     except ValueError as e:
-        raise bad_request(str(e)) from e
+        raise bad_request(str(e), param=getattr(e, "param", None)) from e
     return sp

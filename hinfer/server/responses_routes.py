@@ -12,7 +12,7 @@ from starlette.background import BackgroundTask
 
 from hinfer.server import sse
 from hinfer.server.errors import APIError, bad_request
-from hinfer.server.generation import EngineRun, engine_error, run_to_end
+from hinfer.server.generation import EngineRun, engine_error, log_failure, run_to_end
 from hinfer.server.prompt import plan_max_tokens, render_prompt
 from hinfer.server.responses_convert import chat_prompt, input_items, sampling_params
 from hinfer.server.responses_stream import ResponseBuilder
@@ -46,7 +46,7 @@ async def create_response(body: ResponsesRequest, request: Request):
     items = _conversation(st, body)
     prompt, budget = chat_prompt(body, items, st.preserve_thinking_default)
     schema = responses_text_format(body.text)
-    ids = render_prompt(st.tokenizer, prompt)
+    ids = render_prompt(st.tokenizer, prompt, st.prompt_guard)
     max_tokens = plan_max_tokens(len(ids), body.max_output_tokens, st.engine.max_context, "max_output_tokens",
                                  prompt_param="input")
     sp = sampling_params(body, max_tokens)
@@ -85,7 +85,7 @@ async def _stream(st: ServerState, run: EngineRun, b: ResponseBuilder,
         for e in events:
             yield sse.event(e["type"], e)
     except Exception as exc:
-        log.exception("generation failed mid-stream for %s", run.request_id)
+        log_failure(run, exc)
         e = b.failed_event(engine_error(exc))
         yield sse.event(e["type"], e)
     finally:

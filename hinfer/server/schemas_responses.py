@@ -11,7 +11,8 @@ from hinfer.server.unicode_check import UnicodeChecked
 
 
 class _Open(BaseModel):
-    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+    # strict: "5" is not an integer nor "yes" a boolean, as both APIs answer (400) too.
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False, strict=True)
 
 
 class ReasoningConfig(_Open):

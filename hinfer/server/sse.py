@@ -9,8 +9,9 @@ DONE = b"data: [DONE]\n\n"
 
 
 def _dumps(obj: Any) -> str:
-    # Compact and ASCII-safe only where needed: clients read UTF-8.
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    # Compact and ASCII-safe only where needed: clients read UTF-8. allow_nan=False: a bare NaN is not JSON,
+    # so a non-finite number raises here (the stream then ends with its error event) instead of going out.
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 def data(obj: Any) -> bytes:

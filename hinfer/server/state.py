@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING
 
 from fastapi import Request
 
+from hinfer.server.drain import Drain
 from hinfer.server.errors import bad_request
 from hinfer.server.metrics import Metrics
+from hinfer.server.prompt_guard import PromptGuard
 from hinfer.server.responses_store import ResponseStore
 
 if TYPE_CHECKING:
@@ -32,7 +34,20 @@ class ServerState:
     metrics: Metrics = field(default_factory=Metrics)
     responses: ResponseStore = field(default_factory=ResponseStore)  # stored Responses API answers
     created: int = field(default_factory=lambda: int(time.time()))
+    drain: Drain = field(default_factory=Drain)  # graceful shutdown (drain.py)
+    # True: special-token text inside client strings becomes control tokens (--allow-special-tokens-in-content)
+    allow_special_tokens: bool = False
     _token_text: dict[int, str] = field(default_factory=dict)
+    _guard: PromptGuard | None = None
+
+    @property
+    def prompt_guard(self) -> PromptGuard | None:
+        """What render_prompt encodes client strings through; None when special tokens are allowed in them."""
+        if self.allow_special_tokens:
+            return None
+        if self._guard is None:
+            self._guard = PromptGuard(self.tokenizer)
+        return self._guard
 
     def check_model(self, model: str) -> None:
         if model != self.model_name and model not in self.model_aliases:

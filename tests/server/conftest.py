@@ -47,3 +47,9 @@ def demo_url() -> Iterator[str]:
     engine, tok, name = create_engine("demo", EngineConfig(device="cpu", max_context=2048, max_concurrency=8))
     with live_server(create_app(engine, tok, model_name=name)) as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def demo_cache(tmp_path_factory):
+    """HINFER_CACHE for `hinfer serve` subprocesses (server_proc.py): the demo model is written there once."""
+    return tmp_path_factory.mktemp("hinfer-cache")

@@ -1,4 +1,4 @@
-"""`hinfer serve`: flags and wiring (engine factory and uvicorn replaced by fakes)."""
+"""`hinfer serve`: flags and wiring (engine factory and the HTTP server replaced by fakes)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def test_help_documents_every_flag(capsys):
 
 
 def test_serve_wires_the_app(monkeypatch, tokenizer):
-    import uvicorn
+    from hinfer.server import http_server
 
     # A stand-in factory module: the real one imports torch and the model (seconds), which this test never needs.
     factory = types.ModuleType("hinfer.engine.factory")
@@ -33,21 +33,22 @@ def test_serve_wires_the_app(monkeypatch, tokenizer):
         seen["model"], seen["ecfg"] = model, ecfg
         return ScriptedEngine(tokenizer, {}, max_context=ecfg.max_context), tokenizer, "from-factory"
 
-    def fake_run(app, host, port, **kw):
-        seen["app"], seen["host"], seen["port"] = app, host, port
+    def fake_serve(app, sock, drain, limits):
+        seen["app"], seen["sock"], seen["limits"] = app, sock.getsockname(), limits
 
     factory.create_engine = fake_create_engine
-    monkeypatch.setattr(uvicorn, "run", fake_run)
+    monkeypatch.setattr(http_server, "serve", fake_serve)
     monkeypatch.delenv("HINFER_API_KEY", raising=False)
-    rc = main(["serve", "--port", "9123", "--api-key", "k", "--cors", "http://a, http://b", "--served-model-name",
+    rc = main(["serve", "--port", "0", "--shutdown-timeout", "7", "--max-connections", "9", "--api-key", "k", "--cors", "http://a, http://b", "--served-model-name",
                f"{MODEL},claude-x", "--preserve-thinking", "--max-context", "2048", "--max-concurrency", "2"])
     assert rc == 0
     assert seen["model"] == "demo" and seen["ecfg"].max_context == 2048 and seen["ecfg"].max_concurrency == 2
-    assert (seen["host"], seen["port"]) == ("127.0.0.1", 9123)
+    assert seen["sock"][0] == "127.0.0.1" and seen["sock"][1] > 0
+    assert seen["limits"].shutdown_timeout_s == 7 and seen["limits"].max_connections == 9
     st = seen["app"].state.hinfer
     assert st.model_name == MODEL and st.model_aliases == ("claude-x",) and st.preserve_thinking_default
 
-    main(["serve", "/some/ckpt"])
+    main(["serve", "/some/ckpt", "--port", "0"])
     assert seen["model"] == "/some/ckpt" and seen["app"].state.hinfer.model_name == "from-factory"
 
 
@@ -72,21 +73,20 @@ def _fake_factory(monkeypatch, tokenizer) -> dict:
 def test_max_context_beyond_the_model_is_a_startup_error(monkeypatch, tokenizer, tmp_path, capsys):
     import json
 
-    import uvicorn
-
     from hinfer.demo import DEMO_OVERRIDES
     from hinfer.fixtures import config_dir
+    from hinfer.server import http_server
 
     seen = _fake_factory(monkeypatch, tokenizer)
-    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: None)
+    monkeypatch.setattr(http_server, "serve", lambda *a, **k: None)
     assert DEMO_OVERRIDES["max_position_embeddings"] == 65536  # agents can be tried on the demo with 64K
     assert main(["serve", "--max-context", "65537"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: --max-context 65537 is more than the demo model allows: its max_position_embeddings is "
                    "65536 tokens (use --max-context 65536 or less, or leave it out)"]
     assert "ecfg" not in seen  # refused before anything was built
-    assert main(["serve", "--max-context", "65536"]) == 0 and seen["ecfg"].max_context == 65536
-    assert main(["serve"]) == 0 and seen.pop("ecfg").max_context == 65536  # the default
+    assert main(["serve", "--max-context", "65536", "--port", "0"]) == 0 and seen["ecfg"].max_context == 65536
+    assert main(["serve", "--port", "0"]) == 0 and seen.pop("ecfg").max_context == 65536  # the default
     # A checkpoint's own limit, read from its config.json alone.
     cfg = json.loads((config_dir("qwen3.5-0.8b") / "config.json").read_text())
     (cfg.get("text_config") or cfg)["max_position_embeddings"] = 512

@@ -360,3 +360,45 @@ def test_invalid_utf8_bytes_are_400(http):
     body = b'{"model": "' + MODEL.encode() + b'", "messages": [{"role": "user", "content": "a\xff\xfeb"}]}'
     assert_openai_error(http.post(CHAT, content=body, headers={"content-type": "application/json"}))
     assert_anthropic_error(http.post(MSGS, content=body, headers={"content-type": "application/json"}))
+
+
+STRICT_TYPES = [
+    (CHAT, chat(max_tokens="5"), "max_tokens"),
+    (CHAT, chat(max_tokens=5.0), "max_tokens"),
+    (CHAT, chat(stream="yes"), "stream"),
+    (CHAT, chat(stream=1), "stream"),
+    (CHAT, chat(temperature="0.5"), "temperature"),
+    (CHAT, chat(stream=True, stream_options={"include_usage": "true"}), "stream_options.include_usage"),
+    ("/v1/completions", {"model": MODEL, "prompt": "x", "echo": "no"}, "echo"),
+    (MSGS, msgs(max_tokens="5"), "max_tokens"),
+    (MSGS, msgs(stream="yes"), "stream"),
+    ("/v1/responses", {"model": MODEL, "input": "x", "max_output_tokens": "5"}, "max_output_tokens"),
+    ("/v1/responses", {"model": MODEL, "input": "x", "store": "false"}, "store"),
+]
+
+
+@pytest.mark.parametrize("path,body,param", STRICT_TYPES, ids=[str(i) for i in range(len(STRICT_TYPES))])
+def test_wrong_json_types_are_400s(http, path, body, param):
+    r = http.post(path, json=body)
+    assert r.status_code == 400, r.text
+    if path == MSGS:
+        assert param in r.json()["error"]["message"]
+    else:
+        assert r.json()["error"]["param"] == param
+
+
+RESERVED_KWARGS = ["bos_token", "eos_token", "messages", "tools", "add_generation_prompt", "documents", "_secret"]
+
+
+@pytest.mark.parametrize("key", RESERVED_KWARGS)
+def test_chat_template_kwargs_cannot_set_reserved_variables(http, key):
+    err = assert_openai_error(http.post(CHAT, json=chat(chat_template_kwargs={key: "<|im_start|>system"})))
+    assert err["param"] == "chat_template_kwargs" and key in err["message"]
+
+
+def test_sampling_parameter_errors_name_the_parameter(http):
+    for name, value in (("temperature", 3.5e38), ("repetition_penalty", 1e-45), ("top_p", 0.0)):
+        err = assert_openai_error(http.post(CHAT, json=chat(**{name: value})))
+        assert err["param"] == name and name in err["message"]
+    r = http.post(MSGS, json=msgs(temperature=3.5e38))
+    assert_anthropic_error(r, needle="temperature")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 
 from hinfer.cli.engine_args import add_engine_args, check_max_context, engine_config_from_args
 from hinfer.errors import ConfigError
@@ -12,6 +13,27 @@ from hinfer.errors import ConfigError
 log = logging.getLogger("hinfer.serve")
 
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+# HTTP limits (hinfer/server/http_server.py HTTPLimits; kept here so `hinfer --help` does not import uvicorn)
+SHUTDOWN_TIMEOUT_S = 30.0
+HEADER_TIMEOUT_S = 10.0
+BODY_TIMEOUT_S = 60.0
+KEEP_ALIVE_S = 15
+MAX_CONNECTIONS = 1024
+MAX_BODY_BYTES = 32 * 1024 * 1024
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 86400:
+        raise argparse.ArgumentTypeError("must be a number of seconds in (0, 86400]")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
 
 
 def _port(text: str) -> int:
@@ -53,6 +75,27 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="keep the reasoning of earlier assistant turns in the prompt (the template's "
                         "preserve_thinking); by default only the current turn's reasoning is kept. A request "
                         "can override it with chat_template_kwargs.preserve_thinking")
+    p.add_argument("--allow-special-tokens-in-content", action="store_true",
+                   help="let special-token text in client strings (message content, system prompts, tool results, "
+                        "tool names and arguments) become control tokens such as <|im_start|>, as plain template "
+                        "rendering does. By default such text is encoded as ordinary text, so a client cannot "
+                        "forge a system turn; raw /v1/completions prompts are never changed")
+    p.add_argument("--shutdown-timeout", type=_seconds, default=SHUTDOWN_TIMEOUT_S, metavar="S",
+                   help="on SIGTERM/SIGINT: new and queued requests get 503, running ones get up to S seconds to "
+                        "finish, then their streams end with an error event (default %(default)g)")
+    p.add_argument("--header-timeout", type=_seconds, default=HEADER_TIMEOUT_S, metavar="S",
+                   help="close a connection whose request headers are not complete within S seconds "
+                        "(default %(default)g)")
+    p.add_argument("--body-timeout", type=_seconds, default=BODY_TIMEOUT_S, metavar="S",
+                   help="close a connection whose request body is not complete within S seconds of its headers "
+                        "(default %(default)g)")
+    p.add_argument("--keep-alive-timeout", type=_positive, default=KEEP_ALIVE_S, metavar="S",
+                   help="close an idle keep-alive connection after S seconds (default %(default)d)")
+    p.add_argument("--max-connections", type=_positive, default=MAX_CONNECTIONS, metavar="N",
+                   help="open connections (streams included) beyond which new requests get a 503 "
+                        "(default %(default)d)")
+    p.add_argument("--max-body-bytes", type=_positive, default=MAX_BODY_BYTES, metavar="N",
+                   help="larger request bodies are answered 413 (default %(default)d = 32 MiB)")
     add_engine_args(p)
     p.set_defaults(func=run)
 
@@ -65,21 +108,35 @@ def run(args: argparse.Namespace) -> int:
     if args.demo and args.model:
         raise ConfigError("give MODEL or --demo, not both")
     check_max_context(args, args.model)
-    import uvicorn  # heavy imports only once the flags are known to be good
+    from hinfer.server import http_server  # heavy imports only once the flags are known to be good
 
+    sock = http_server.bind_socket(args.host, args.port)  # before the model loads: a busy port fails at once
+    try:
+        return _serve(args, sock)
+    finally:
+        sock.close()
+
+
+def _serve(args: argparse.Namespace, sock: socket.socket) -> int:
     from hinfer.engine.factory import create_engine
-    from hinfer.server import create_app
+    from hinfer.server import create_app, http_server
+    from hinfer.tokenizer import check_checkpoint_template
 
+    if args.model is not None:
+        check_checkpoint_template(args.model)  # a broken template is a startup error, before the model loads
     api_key = args.api_key if args.api_key is not None else os.environ.get("HINFER_API_KEY") or None
     names = _split(args.served_model_name)
     ecfg = engine_config_from_args(args)
     engine, tokenizer, default_name = create_engine(args.model or "demo", ecfg)
+    tokenizer.check_chat_template()
     model_name = names[0] if names else default_name
     app = create_app(engine, tokenizer, model_name=model_name, model_aliases=names[1:], api_key=api_key,
-                     cors=_split(args.cors) or None, preserve_thinking_default=args.preserve_thinking)
+                     cors=_split(args.cors) or None, preserve_thinking_default=args.preserve_thinking,
+                     allow_special_tokens=args.allow_special_tokens_in_content, max_body_bytes=args.max_body_bytes)
+    port = sock.getsockname()[1]
 
     host = f"[{args.host}]" if ":" in args.host else args.host
-    url = f"http://{host}:{args.port}"
+    url = f"http://{host}:{port}"
     if args.model is None:
         log.info("no MODEL given: serving the demo model (random weights, so its words are random)")
     log.info("serving %r: max context %d tokens, %d lanes, %d queued at most, auth %s%s",
@@ -89,5 +146,9 @@ def run(args: argparse.Namespace) -> int:
     if args.host not in _LOOPBACK and not api_key:
         log.warning("listening on %s without --api-key: anyone who can reach this port can use the model",
                     args.host)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=5)
+    limits = http_server.HTTPLimits(header_timeout_s=args.header_timeout, body_timeout_s=args.body_timeout,
+                        keep_alive_s=args.keep_alive_timeout, max_connections=args.max_connections,
+                        shutdown_timeout_s=args.shutdown_timeout)
+    http_server.serve(app, sock, app.state.hinfer.drain, limits)
+    log.info("stopped")
     return 0
