@@ -25,3 +25,14 @@ def config_dir(name: str) -> Path | None:
         return Path(env) / name
     p = PACKAGE_DIR / "configs" / name
     return p if (p / "config.json").is_file() else None
+
+
+def fixed_test_seed() -> int:
+    """The seed of a randomized test: HINFER_TEST_SEED (an integer, or `random` for a fresh draw), default 0, so
+    a CI run is reproducible and a failure names its seed (printed: pytest shows it with the failure)."""
+    import random
+
+    env = os.environ.get("HINFER_TEST_SEED", "0")
+    s = random.SystemRandom().randrange(2**31) if env == "random" else int(env)
+    print(f"test seed {s} (HINFER_TEST_SEED={s} reproduces it)")
+    return s

@@ -14,7 +14,7 @@ from hinfer.engine.factory import make_core, resolve_engine_config
 from hinfer.engine.forward_batch import SeqChunk, build_forward_batch
 from hinfer.engine.protocol import GenerationRequest
 from hinfer.engine.state import ModelState, StateShape
-from hinfer.fixtures import config_dir, tokenizer_dir
+from hinfer.fixtures import config_dir, fixed_test_seed, tokenizer_dir
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.random_init import random_init
 from hinfer.sampling_params import SamplingParams
@@ -46,7 +46,7 @@ def test_graph_decode_equals_eager_for_64_steps():
     cfg = ModelConfig.from_dict(SMALL)
     model = random_init(Qwen35ForCausalLM(cfg, torch.bfloat16, "cuda"), seed=3)
     tok = Tokenizer.from_dir(tokenizer_dir())
-    g = torch.Generator().manual_seed(torch.seed() % 2**31)
+    g = torch.Generator().manual_seed(fixed_test_seed())
     # the 4070-token prompt crosses 4096 tokens while decoding: it moves to the wider page-table graphs
     prompts = [torch.randint(1, 4096, (n,), generator=g).tolist() for n in (1, 17, 333, 4070)]
     outs = []
@@ -69,7 +69,7 @@ def test_spec_graphs_greedy_equal_plain_decode():
     with torch.no_grad():  # peaked logits: random weights' near-ties would let bf16 rounding (a K+1-row verify vs
         model.lm_head.mul_(8.0)  # 1-row decode GEMM) flip a greedy pick; a real bug still shows
     tok = Tokenizer.from_dir(tokenizer_dir())
-    g = torch.Generator().manual_seed(torch.seed() % 2**31)
+    g = torch.Generator().manual_seed(fixed_test_seed())
     prompts = [torch.randint(1, 4096, (n,), generator=g).tolist() for n in (1, 17, 200, 333, 64, 5)]
 
     def core(**kw):

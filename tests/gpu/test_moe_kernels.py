@@ -23,6 +23,7 @@ import sys
 import pytest
 import torch
 
+from hinfer.fixtures import fixed_test_seed
 from hinfer.ops import moe as ref
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -62,7 +63,7 @@ def poison_outputs(tm, monkeypatch):
 
 @pytest.fixture
 def seed() -> int:
-    s = random.SystemRandom().randrange(2**31)
+    s = fixed_test_seed()
     torch.manual_seed(s)
     random.seed(s)
     return s

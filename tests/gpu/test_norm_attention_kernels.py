@@ -26,6 +26,7 @@ import pytest
 import torch
 
 from hinfer.engine.forward_batch import ForwardBatch, SeqChunk, build_forward_batch
+from hinfer.fixtures import fixed_test_seed
 from hinfer.ops import attention as ref_attn
 from hinfer.ops import norm as ref_norm
 from hinfer.ops.rope import rope_inv_freq
@@ -51,7 +52,7 @@ def tk():
 
 @pytest.fixture
 def seed() -> int:
-    s = random.SystemRandom().randrange(2**31)
+    s = fixed_test_seed()
     torch.manual_seed(s)
     random.seed(s)
     return s

@@ -26,6 +26,7 @@ import pytest
 import torch
 
 from hinfer.engine.forward_batch import ForwardBatch, SeqChunk, build_forward_batch
+from hinfer.fixtures import fixed_test_seed
 from hinfer.ops import gdn as ref
 
 _MODS = "hinfer.ops.triton.gdn"
@@ -125,7 +126,7 @@ def small_tiles(tg, monkeypatch):
 
 @pytest.fixture
 def seed() -> int:
-    s = random.SystemRandom().randrange(2**31)
+    s = fixed_test_seed()
     torch.manual_seed(s)
     random.seed(s)
     return s

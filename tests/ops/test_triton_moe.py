@@ -26,6 +26,7 @@ import sys
 import pytest
 import torch
 
+from hinfer.fixtures import fixed_test_seed
 from hinfer.ops import moe as ref
 
 triton = pytest.importorskip("triton")
@@ -111,7 +112,7 @@ def poison_outputs(tm, monkeypatch):
 
 @pytest.fixture
 def seed() -> int:
-    s = random.SystemRandom().randrange(2**31)
+    s = fixed_test_seed()
     torch.manual_seed(s)
     return s
 

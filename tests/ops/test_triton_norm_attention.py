@@ -27,6 +27,7 @@ import torch
 triton = pytest.importorskip("triton")
 
 from hinfer.engine.forward_batch import ForwardBatch, SeqChunk, build_forward_batch  # noqa: E402
+from hinfer.fixtures import fixed_test_seed  # noqa: E402
 from hinfer.ops import attention as ref_attn  # noqa: E402
 from hinfer.ops import norm as ref_norm  # noqa: E402
 from hinfer.ops.rope import rope_inv_freq  # noqa: E402
@@ -111,7 +112,7 @@ def poisoned_empty():
 @pytest.fixture
 def seed() -> int:
     """Fresh inputs every run; the seed is in every failure message."""
-    return random.SystemRandom().randrange(2**31)
+    return fixed_test_seed()
 
 
 def _close(out: torch.Tensor, want: torch.Tensor, atol: float, rtol: float = 0.0, seed: int = -1) -> None:

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from hinfer.config import ModelConfig
+from hinfer.fixtures import fixed_test_seed
 from hinfer.model.prompt_logits import prompt_logits
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.random_init import random_init
@@ -29,7 +30,7 @@ _MOE = dict(model_type="qwen3_5_moe_text", num_experts=4, num_experts_per_tok=2,
 def _model(moe: bool) -> Qwen35ForCausalLM:
     cfg = ModelConfig.from_dict(_BASE | (_MOE if moe else {}))
     model = Qwen35ForCausalLM(cfg, torch.float32)
-    return random_init(model, seed=torch.seed() % 2**31).eval()
+    return random_init(model, seed=fixed_test_seed()).eval()
 
 
 def _logits(model: Qwen35ForCausalLM, ids: list[int]) -> torch.Tensor:

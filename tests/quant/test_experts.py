@@ -9,7 +9,6 @@ Random inputs every run (the seed is printed on failure). Triton runs in its CPU
 from __future__ import annotations
 
 import copy
-import random
 from dataclasses import replace
 
 import pytest
@@ -17,6 +16,7 @@ import torch
 from test_apply import _logits, _model  # tests/quant/test_apply.py: the same tiny random models
 
 from hinfer.config import ModelConfig
+from hinfer.fixtures import fixed_test_seed
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.random_init import random_init
 from hinfer.ops import moe as moe_ops
@@ -40,7 +40,7 @@ E, K_TOP, H, N_I = 8, 2, 256, 32
 
 @pytest.fixture
 def seed() -> int:
-    s = random.SystemRandom().randrange(2**31)
+    s = fixed_test_seed()
     torch.manual_seed(s)
     return s
 
@@ -322,7 +322,7 @@ def _aligned_moe_model() -> Qwen35ForCausalLM:
     from test_apply import _BASE, _MOE
 
     cfg = ModelConfig.from_dict(_BASE | _MOE | {"num_key_value_heads": 4, "moe_intermediate_size": 128})
-    return random_init(Qwen35ForCausalLM(cfg, torch.float32), seed=torch.seed() % 2**31).eval()
+    return random_init(Qwen35ForCausalLM(cfg, torch.float32), seed=fixed_test_seed()).eval()
 
 
 @pytest.mark.parametrize(("name", "mtp"), [("fp8-default", False), ("fp8-block", False), ("fp8-block", True)])

@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 import torch
 
+from hinfer.fixtures import fixed_test_seed
 from hinfer.quant.int4 import GROUP, POS, Int4Weight, pack_int4, quantize_int4, unpack_int4
 
 
 def _gen(seed: int | None = None) -> torch.Generator:
-    return torch.Generator().manual_seed(seed if seed is not None else torch.seed() % 2**31)
+    return torch.Generator().manual_seed(seed if seed is not None else fixed_test_seed())
 
 
 @pytest.mark.parametrize("shape", [(1, 8), (5, 24), (33, 320), (64, 1024)])
