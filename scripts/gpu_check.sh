@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call: environment, GPU tests, kernel micro-benchmarks, and `hinfer bench`. Logs go to $OUT.
-# Usage: bash scripts/gpu_check.sh [quick|tests|bench|full|quant|spec|moe]   (HINFER_COMMIT=<sha> names the commit)
-#   quant: int4 + fp8 27B benches (issue 6); spec: MTP rounds, int4 27B (issue 7); moe: 35B-A3B / 122B int4 (issue 8)
+# Usage: bash scripts/gpu_check.sh [quick|tests|bench|full|quant|spec|moe|profile]   (HINFER_COMMIT=<sha> names the commit)
+#   quant: int4 + fp8 27B benches; spec: MTP rounds, int4 27B; moe: 35B-A3B / 122B int4;
+#   profile: where a decode step's time goes (kernel table) for the int4 27B, 35B-A3B and 122B-A10B at 1 and 8 lanes
 set -uo pipefail
 MODE="${1:-full}"
 OUT="${OUT:-/tmp/hinfer-out}"; mkdir -p "$OUT"
@@ -47,4 +48,12 @@ if [[ "$MODE" == moe ]]; then
     --out "$OUT" 2>&1 | tee "$OUT/bench_35b_int4.log" | tail -8
   timeout 250 $PY -m hinfer bench qwen3.5-122b-a10b --quant int4 --concurrency 1,8 --depths 1K,64K --prefill "" \
     --out "$OUT" 2>&1 | tee "$OUT/bench_122b_int4.log" | tail -8
+fi
+if [[ "$MODE" == profile ]]; then
+  for m in qwen3.6-27b qwen3.6-35b-a3b qwen3.5-122b-a10b; do
+    for lanes in 1 8; do
+      timeout 120 $PY bench/profile_decode.py --config $m --quant int4 --lanes $lanes 2>&1 \
+        | tee "$OUT/profile_${m}_int4_c$lanes.log" | head -14
+    done
+  done
 fi
