@@ -38,46 +38,21 @@ from hinfer.ops.triton.linear_splitk import store_tile
 #   word >> 8:   positions 5, 6 -> elements 3, 5      rotate 16: positions 7, 0 -> elements 7, 0
 # (the nibble landing at bits 12..15 first, at bits 16..19 second). The inline PTX keeps mask and exponent in
 # registers so each nibble is one lop3 (Triton's and + or takes two: lop3 has room for one immediate).
-_PAIR0 = tl.constexpr("""{
+_PAIR_ASM = """{
 .reg .b32 t, m12, m16, e12, e16;
 mov.b32 m12, 0x0000f000;
 mov.b32 m16, 0x000f0000;
 mov.b32 e12, 0x45000000;
 mov.b32 e16, 0x43000000;
-mov.b32 t, $2;
+SHIFT
 lop3.b32 $0, t, m12, e12, 0xea;
 lop3.b32 $1, t, m16, e16, 0xea;
-}""")
-_PAIR1 = tl.constexpr("""{
-.reg .b32 t, m12, m16, e12, e16;
-mov.b32 m12, 0x0000f000;
-mov.b32 m16, 0x000f0000;
-mov.b32 e12, 0x45000000;
-mov.b32 e16, 0x43000000;
-shl.b32 t, $2, 8;
-lop3.b32 $0, t, m12, e12, 0xea;
-lop3.b32 $1, t, m16, e16, 0xea;
-}""")
-_PAIR2 = tl.constexpr("""{
-.reg .b32 t, m12, m16, e12, e16;
-mov.b32 m12, 0x0000f000;
-mov.b32 m16, 0x000f0000;
-mov.b32 e12, 0x45000000;
-mov.b32 e16, 0x43000000;
-shr.u32 t, $2, 8;
-lop3.b32 $0, t, m12, e12, 0xea;
-lop3.b32 $1, t, m16, e16, 0xea;
-}""")
-_PAIR3 = tl.constexpr("""{
-.reg .b32 t, m12, m16, e12, e16;
-mov.b32 m12, 0x0000f000;
-mov.b32 m16, 0x000f0000;
-mov.b32 e12, 0x45000000;
-mov.b32 e16, 0x43000000;
-shf.l.wrap.b32 t, $2, $2, 16;
-lop3.b32 $0, t, m12, e12, 0xea;
-lop3.b32 $1, t, m16, e16, 0xea;
-}""")
+}"""
+# the word as is, << 8, >> 8, rotated by 16 (module constants: a jit function can only read constexpr globals)
+_PAIR0, _PAIR1, _PAIR2, _PAIR3 = (
+    tl.constexpr(_PAIR_ASM.replace("SHIFT", sh))
+    for sh in ("mov.b32 t, $2;", "shl.b32 t, $2, 8;", "shr.u32 t, $2, 8;", "shf.l.wrap.b32 t, $2, $2, 16;")
+)
 
 
 @triton.jit
