@@ -177,7 +177,7 @@ def skinny_candidates(fmt: str, m: int, n: int, k: int, sms: int = 132) -> list[
     out: list[SkinnyConfig] = []
     if m == 1 and fmt == INT4:
         groups = -(-k // QGROUP)
-        for bn, bk, warps in ((64, 128, 4), (128, 128, 4), (128, 128, 8), (256, 128, 8)):
+        for bn, bk, warps in ((64, 128, 4), (128, 128, 4), (128, 128, 8), (256, 128, 4), (256, 128, 8)):
             s0 = _split_for(n, m, k, bn, 1, QGROUP, sms)
             for split in sorted({max(1, s0 // 2), s0, 2 * s0}):
                 if groups % (split * bk // QGROUP) == 0:
