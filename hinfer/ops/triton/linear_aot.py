@@ -39,6 +39,16 @@ def compile_sm90(fn, sig: dict, constexprs: dict, num_warps: int, num_stages: in
     return triton.compile(src, target=TARGET, options={"num_warps": num_warps, "num_stages": num_stages})
 
 
+def compile_gluon_sm90(fn, sig: dict, constexprs: dict, num_warps: int):
+    """The same for a Gluon kernel (its layouts are explicit: no pipelining options)."""
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    sig = dict(sig) | {k: "constexpr" for k in constexprs}
+    div = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(sig) if sig[n].startswith("*") or n in _DIV16}
+    src = GluonASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=div)
+    return triton.compile(src, target=TARGET, options={"num_warps": num_warps})
+
+
 def resources(kernel) -> dict[str, int]:
     """Registers, stack (spills) and static shared memory, from cuobjdump on the cubin."""
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")

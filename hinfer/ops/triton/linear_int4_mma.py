@@ -1,0 +1,244 @@
+"""INT4 W4A16 skinny matmul on tensor cores from fragment-ordered weights (Gluon; not yet wired into dispatch).
+
+y [M, N] = x [M, K] @ W^T for M = 1..16, W in hinfer.quant.int4_mma_layout order. Swap-AB: rows of W are the
+MMA's M (mma.sync m16n8k16, A = W), the rows of x its N (8 or 16, padded). Each thread loads its words with
+128-bit loads in a blocked layout whose registers are, word for word, A fragments: Marlin's bf16 unpack (per
+word 3 shifts, 4 lop3, 4 bf16x2 fma subtracting 128 + z) yields the 8 bf16 of one fragment, and the joins /
+reshape / permute below only rename registers, which `convert_layout(..., assert_trivial=True)` proves at
+compile time. No shared memory, no barrier in the loop.
+
+One program owns BLOCK_N rows (BLOCK_N / 16 / num_warps stripes of 16 per warp) and a 1/SPLIT_K slice of the
+128-groups; per group one MMA partial [BLOCK_N, BLOCK_M] in fp32, multiplied by the group's scales (as the
+Triton stream kernel does). Words, scales, zeros and x are loaded PREFETCH groups ahead into registers.
+Split-K is reduced in the same launch by the last program to arrive (same scheme and counters as
+hinfer.ops.triton.linear_splitk). Reference twin: hinfer.quant.int4_mma_layout.emulate_kernel.
+"""
+
+from __future__ import annotations
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+
+from hinfer.ops.triton.linear_splitk import split_scratch
+from hinfer.quant.int4_mma_layout import Int4MmaWeight
+
+GROUP = gl.constexpr(128)
+
+# $0..$7 = fragment elements a0..a7 of the word in $8: register j = lop3(word >> 4j) holds nibble positions j
+# and j + 4 as bf16 128 + u; the fma subtracts 128 + z (rows g: $9, rows g + 8: $10; exact in bf16).
+_UNPACK = gl.constexpr("""{
+.reg .b32 t0, t1, t2, t3, sh, msk, mag, one;
+mov.b32 msk, 0x000f000f;
+mov.b32 mag, 0x43004300;
+mov.b32 one, 0x3f803f80;
+lop3.b32 t0, $8, msk, mag, 0xea;
+shr.u32 sh, $8, 4;
+lop3.b32 t1, sh, msk, mag, 0xea;
+shr.u32 sh, $8, 8;
+lop3.b32 t2, sh, msk, mag, 0xea;
+shr.u32 sh, $8, 12;
+lop3.b32 t3, sh, msk, mag, 0xea;
+fma.rn.bf16x2 t0, t0, one, $9;
+fma.rn.bf16x2 t1, t1, one, $10;
+fma.rn.bf16x2 t2, t2, one, $9;
+fma.rn.bf16x2 t3, t3, one, $10;
+mov.b32 {$0, $1}, t0;
+mov.b32 {$2, $3}, t1;
+mov.b32 {$4, $5}, t2;
+mov.b32 {$6, $7}, t3;
+}""")
+_SYM_OFFSET = gl.constexpr(-0x3CF73CF8)  # bf16x2 (-136, -136) = 0xc308c308 as int32
+
+
+@gluon.constexpr_function
+def _words_layout(num_warps):
+    # [stripe, k64 chunk, lane, k16 step]: 4 consecutive words per thread (16 bytes), lane = 4 g + t
+    return gl.BlockedLayout([1, 1, 1, 4], [1, 1, 32, 1], [num_warps, 1, 1, 1], [3, 2, 1, 0])
+
+
+@gluon.constexpr_function
+def _mma_layout(num_warps):
+    return gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, 8])
+
+
+@gluon.jit
+def _iota4(SIZE: gl.constexpr, DIM: gl.constexpr, L: gl.constexpr):
+    """arange(0, SIZE) along dim DIM of a rank-4 layout L (size 1 elsewhere)."""
+    if DIM == 0:
+        i = gl.arange(0, SIZE, layout=gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, L))))
+        r = i[:, None, None, None]
+    elif DIM == 1:
+        i = gl.arange(0, SIZE, layout=gl.SliceLayout(0, gl.SliceLayout(2, gl.SliceLayout(3, L))))
+        r = i[None, :, None, None]
+    elif DIM == 2:
+        i = gl.arange(0, SIZE, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(3, L))))
+        r = i[None, None, :, None]
+    else:
+        i = gl.arange(0, SIZE, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, L))))
+        r = i[None, None, None, :]
+    return r
+
+
+@gluon.jit
+def _neg_offset(z_ptrs, HAS_ZERO: gl.constexpr):
+    """bf16x2 bits of -(128 + z), both halves (int32); z = 8 when symmetric."""
+    if HAS_ZERO:
+        v = gl.load(z_ptrs).to(gl.int32) | 0xC300
+        r = (v << 16) | v
+    else:
+        r = gl.full(z_ptrs.shape, _SYM_OFFSET, gl.int32, layout=z_ptrs.type.layout)
+    return r
+
+
+@gluon.jit
+def _step_loads(w_ptrs, s_ptrs, z_lo, g, N, HAS_ZERO: gl.constexpr):
+    """What group g reads from the weight: 16 bytes of words per thread per stripe and k64 chunk, scales, and
+    the negated zero-point offsets of rows g and g + 8 of each stripe (in the words' layout)."""
+    words = gl.load(w_ptrs + g * 256)
+    s = gl.load(s_ptrs + g * N).to(gl.float32)
+    off_lo = _neg_offset(z_lo + g * N, HAS_ZERO)
+    off_hi = _neg_offset(z_lo + g * N + 8, HAS_ZERO)
+    return words, s, off_lo, off_hi
+
+
+@gluon.jit
+def _a_operand(words, off_lo, off_hi, BLOCK_N: gl.constexpr, DOT_A: gl.constexpr):
+    """words int32 [S, 2, 32, 4] -> the bf16 A operand [BLOCK_N, 128] (u - z), registers renamed only."""
+    a0, a1, a2, a3, a4, a5, a6, a7 = gl.inline_asm_elementwise(
+        _UNPACK, "=h,=h,=h,=h,=h,=h,=h,=h,r,r,r", [words, off_lo, off_hi],
+        dtype=(gl.bfloat16,) * 8, is_pure=True, pack=1,
+    )  # fmt: skip
+    # a_e: e = 2 j + h, bit0(j) = row + 8 (r3), bit1(j) = k + 8 (k3), h = k + 1 (k0). join appends its new
+    # dim (as the fastest register): join k3, then r3, then k0 gives registers (k0, r3, k3) as in the fragment.
+    y0 = gl.join(gl.join(a0, a4), gl.join(a2, a6))  # [..., k3, r3] of h = 0
+    y1 = gl.join(gl.join(a1, a5), gl.join(a3, a7))
+    t = gl.join(y0, y1)  # [S, kc, lane, kq, k3, r3, k0]
+    t = gl.reshape(t, [BLOCK_N // 16, 2, 8, 4, 4, 2, 2, 2])  # lane -> (g, t)
+    t = gl.permute(t, [0, 6, 2, 1, 4, 5, 3, 7])  # [S, r3, g, kc, kq, k3, t, k0]
+    t = gl.reshape(t, [BLOCK_N, GROUP])  # row = 16 S + 8 r3 + g, k = 64 kc + 16 kq + 8 k3 + 2 t + k0
+    return gl.convert_layout(t, DOT_A, assert_trivial=True)
+
+
+@gluon.jit
+def int4_mma_kernel(
+    x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
+    HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
+    PREFETCH: gl.constexpr,
+):  # fmt: skip
+    W: gl.constexpr = gl.num_warps()
+    S: gl.constexpr = BLOCK_N // 16
+    LW: gl.constexpr = _words_layout(W)
+    MMA: gl.constexpr = _mma_layout(W)
+    DOT_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
+    DOT_B: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
+    pid_n = gl.program_id(0)
+    pid_k = gl.program_id(1)
+    n_groups = K // GROUP
+    per_split = gl.cdiv(n_groups, SPLIT_K)
+    g_lo = pid_k * per_split
+    g_hi = gl.minimum(g_lo + per_split, n_groups)
+
+    # words: stripe (pid_n * S + s) starts at its row of [N/16, 2K]; a group is 256 contiguous words of it
+    stripe = pid_n * S + _iota4(S, 0, LW)
+    inner = _iota4(2, 1, LW) * 128 + _iota4(32, 2, LW) * 4 + _iota4(4, 3, LW)
+    w_ptrs = w_ptr + stripe.to(gl.int64) * (2 * K) + inner
+    z_lo = z_ptr + stripe * 16 + _iota4(32, 2, LW) // 4  # row 16 stripe + g; row + 8 at +8
+    rows = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
+    s_ptrs = s_ptr + rows
+    kk = gl.arange(0, GROUP, layout=gl.SliceLayout(1, DOT_B))
+    mm = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, DOT_B))
+    # rows of x past M re-read row M - 1 (their outputs are not stored): unmasked loads, no zero fill
+    x_ptrs = x_ptr + gl.minimum(mm, M - 1)[None, :] * stride_xm + kk[:, None]
+
+    acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
+    zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
+    last = g_hi - 1
+    w0, s0, lo0, hi0 = _step_loads(w_ptrs, s_ptrs, z_lo, g_lo, N, HAS_ZERO)
+    if PREFETCH == 2:
+        w1, s1, lo1, hi1 = _step_loads(w_ptrs, s_ptrs, z_lo, gl.minimum(g_lo + 1, last), N, HAS_ZERO)
+    for g in range(g_lo, g_hi):
+        # the clamped look-ahead re-reads the last group (a cache hit) instead of branching
+        wn, sn, lon, hin = _step_loads(w_ptrs, s_ptrs, z_lo, gl.minimum(g + PREFETCH, last), N, HAS_ZERO)
+        xb = gl.load(x_ptrs + g * GROUP)  # x is small and cache-resident: loaded in the step, not carried
+        a = _a_operand(w0, lo0, hi0, BLOCK_N, DOT_A)
+        part = mma_v2(a, xb, zero)
+        acc += part * s0[:, None]
+        if PREFETCH == 2:
+            w0, s0, lo0, hi0 = w1, s1, lo1, hi1
+            w1, s1, lo1, hi1 = wn, sn, lon, hin
+        else:
+            w0, s0, lo0, hi0 = wn, sn, lon, hin
+
+    # epilogue: y[m, n] = acc[n, m]; split-K partials reduced by the last program to arrive (fixed order)
+    ym = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
+    out_mask = (ym < M)[None, :] & (rows < N)[:, None]
+    y_ptrs = y_ptr + ym[None, :] * stride_ym + rows[:, None]
+    if SPLIT_K == 1:
+        gl.store(y_ptrs, acc.to(gl.bfloat16), mask=out_mask)
+    else:
+        p_off = ym[None, :].to(gl.int64) * N + rows[:, None]
+        gl.store(part_ptr + pid_k * M * N + p_off, acc, mask=out_mask)
+        gl.thread_barrier()  # every thread's partial is written before the release below
+        arrived = gl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel")
+        if arrived == SPLIT_K - 1:
+            total = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
+            for i in gl.static_range(SPLIT_K):
+                total += gl.load(part_ptr + i * M * N + p_off, mask=out_mask, other=0.0, cache_modifier=".cg")
+            gl.store(y_ptrs, total.to(gl.bfloat16), mask=out_mask)
+            gl.atomic_xchg(cnt_ptr + pid_n, 0)
+
+
+def int4_mma_variant(block_n: int, block_m: int, split_k: int, warps: int, zero: bool, prefetch: int = 1):
+    """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
+    sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
+           "y_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
+           "stride_xm": "i32", "stride_ym": "i32"}  # fmt: skip
+    cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, PREFETCH=prefetch)
+    name = f"int4 mma{' asym' if zero else ''} BLOCK_N={block_n} BLOCK_M={block_m} split {split_k} w{warps}"
+    return name, int4_mma_kernel, sig, cex, warps
+
+
+def mma_config(m: int, n: int, k: int, sms: int = 132) -> tuple[int, int, int, int]:
+    """(BLOCK_N, BLOCK_M, SPLIT_K, num_warps): BLOCK_N 128 with 4 warps (2 stripes each); split-K until the
+    grid covers the SMs ~2 times with >= 4 groups per split."""
+    block_n = 128 if n % 128 == 0 else 64
+    warps = max(1, min(4, block_n // 32))
+    block_m = 8 if m <= 8 else 16
+    tiles, groups = n // block_n, k // GROUP
+    split = 1
+    while tiles * split < 2 * sms and groups // (split * 2) >= 4:
+        split *= 2
+    return block_n, block_m, split, warps
+
+
+def int4_mma_matmul(
+    x: torch.Tensor, w: Int4MmaWeight, out: torch.Tensor | None = None, cfg: tuple[int, int, int, int] | None = None,
+    prefetch: int = 1,
+) -> torch.Tensor:  # fmt: skip
+    """y [M, N] = x [M, K] @ W^T (bf16), 1 <= M <= 16, W in fragment order (Int4MmaWeight)."""
+    m, k = x.shape
+    n = w.n
+    if k != w.k or k % GROUP or m > 16 or x.dtype != torch.bfloat16:
+        raise ValueError(f"int4 mma: x [M <= 16, K % {GROUP} == 0] bf16 matching W {w.shape}, got {tuple(x.shape)}")
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    block_n, block_m, split, warps = cfg or mma_config(m, n, k)
+    if n % block_n:
+        raise ValueError(f"int4 mma: N % BLOCK_N == 0 needed, got N={n}, BLOCK_N={block_n}")
+    if out is None:
+        out = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    if m == 0:
+        return out
+    grid = (n // block_n, split)
+    part, cnt = split_scratch(split, m, n, grid[0], x, out)
+    int4_mma_kernel[grid](
+        x, w.words, w.scales, w.zeros if w.zeros is not None else w.scales, out, part, cnt, m, n, k,
+        x.stride(0), out.stride(0),
+        HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split, PREFETCH=prefetch,
+        num_warps=warps,
+    )  # fmt: skip
+    return out
+
+
