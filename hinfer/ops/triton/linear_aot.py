@@ -23,6 +23,7 @@ from hinfer.ops.triton.linear import _FMT_CODE, _skinny_kernel
 from hinfer.ops.triton.linear_configs import BF16, FP8_BLOCK, FP8_ROW, INT4, gemm_config, heuristic_config
 from hinfer.ops.triton.linear_gemm import _act_quant_kernel, _gemm_kernel, _int4_dequant_kernel
 from hinfer.ops.triton.linear_int4_gemv import int4_gemv_kernel
+from hinfer.ops.triton.linear_int4_mma import int4_mma_variant
 
 TARGET = GPUTarget("cuda", 90, 64)
 _DIV16 = {"N", "K", "stride_xm", "stride_ym", "stride_wn", "stride_am", "stride_cm", "stride_qm"}
@@ -115,6 +116,11 @@ def variants(full: bool = False) -> Iterator[Variant]:
     for fmt, a_mode, zero in ((INT4, 0, False), (INT4, 2, False), (INT4, 0, True), (FP8_ROW, 1, False),
                               (FP8_BLOCK, 2, False)):  # fmt: skip
         yield _gemm(fmt, a_mode, zero)
+    for zero in (False, True):  # Gluon tensor-core int4 on fragment-ordered weights (not yet wired into dispatch)
+        for block_n, block_m, split in ((128, 8, 1), (128, 16, 8)) if not full else ((128, 8, 1), (256, 8, 1),
+                                                                                     (128, 16, 8)):  # fmt: skip
+            name, fn, sig, cex, warps = int4_mma_variant(block_n, block_m, split, 4, zero)
+            yield name, fn, sig, cex, warps, 0  # stages 0: a Gluon kernel (explicit layouts, no pipeliner)
     sig = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "K": "i32", "stride_xm": "i32",
            "stride_qm": "i32", "stride_sm": "i32", "stride_sg": "i32", "GROUP": "i32"}  # fmt: skip
     yield "act_quant", _act_quant_kernel, sig, {"BLOCK": 128}, 4, 3
@@ -131,7 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     bad = 0
     for name, fn, sig, cex, warps, stages in variants(full=not a.check):
         try:
-            r = resources(compile_sm90(fn, sig, cex, warps, stages))
+            gluon = getattr(fn, "is_gluon", lambda: False)()
+            k = compile_gluon_sm90(fn, sig, cex, warps) if gluon else compile_sm90(fn, sig, cex, warps, stages)
+            r = resources(k)
             spill = r["stack"] > 0
             bad += spill
             print(f"{'SPILL' if spill else 'ok':5s} regs {r['regs']:3d} stack {r['stack']:4d} smem {r['smem']:6d}  {name}")

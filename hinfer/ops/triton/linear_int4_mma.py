@@ -49,6 +49,23 @@ mov.b32 {$2, $3}, t1;
 mov.b32 {$4, $5}, t2;
 mov.b32 {$6, $7}, t3;
 }""")
+# the same without the fma: $0..$7 = 128 + u (OFFSET_MMA: the offset comes off the MMA partial instead)
+_UNPACK_RAW = gl.constexpr("""{
+.reg .b32 t0, t1, t2, t3, sh, msk, mag;
+mov.b32 msk, 0x000f000f;
+mov.b32 mag, 0x43004300;
+lop3.b32 t0, $8, msk, mag, 0xea;
+shr.u32 sh, $8, 4;
+lop3.b32 t1, sh, msk, mag, 0xea;
+shr.u32 sh, $8, 8;
+lop3.b32 t2, sh, msk, mag, 0xea;
+shr.u32 sh, $8, 12;
+lop3.b32 t3, sh, msk, mag, 0xea;
+mov.b32 {$0, $1}, t0;
+mov.b32 {$2, $3}, t1;
+mov.b32 {$4, $5}, t2;
+mov.b32 {$6, $7}, t3;
+}""")
 _SYM_OFFSET = gl.constexpr(-0x3CF73CF8)  # bf16x2 (-136, -136) = 0xc308c308 as int32
 
 
@@ -93,23 +110,37 @@ def _neg_offset(z_ptrs, HAS_ZERO: gl.constexpr):
 
 
 @gluon.jit
-def _step_loads(w_ptrs, s_ptrs, z_lo, g, N, HAS_ZERO: gl.constexpr):
-    """What group g reads from the weight: 16 bytes of words per thread per stripe and k64 chunk, scales, and
-    the negated zero-point offsets of rows g and g + 8 of each stripe (in the words' layout)."""
+def _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, g, N, HAS_ZERO: gl.constexpr, OFFSET_MMA: gl.constexpr):
+    """What group g reads from the weight: 16 bytes of words per thread per stripe and k64 chunk, the scales,
+    and the offset terms: OFFSET_MMA: (128 + z) * s per row (twice, to keep one signature); otherwise the
+    negated bf16x2 offsets -(128 + z) of rows g and g + 8 of each stripe, in the words' layout."""
     words = gl.load(w_ptrs + g * 256)
     s = gl.load(s_ptrs + g * N).to(gl.float32)
-    off_lo = _neg_offset(z_lo + g * N, HAS_ZERO)
-    off_hi = _neg_offset(z_lo + g * N + 8, HAS_ZERO)
-    return words, s, off_lo, off_hi
+    if OFFSET_MMA:
+        if HAS_ZERO:
+            c = (gl.load(z_rows + g * N).to(gl.float32) + 128.0) * s
+        else:
+            c = s * 136.0
+        return words, s, c, c
+    else:
+        off_lo = _neg_offset(z_lo + g * N, HAS_ZERO)
+        off_hi = _neg_offset(z_lo + g * N + 8, HAS_ZERO)
+        return words, s, off_lo, off_hi
 
 
 @gluon.jit
-def _a_operand(words, off_lo, off_hi, BLOCK_N: gl.constexpr, DOT_A: gl.constexpr):
-    """words int32 [S, 2, 32, 4] -> the bf16 A operand [BLOCK_N, 128] (u - z), registers renamed only."""
-    a0, a1, a2, a3, a4, a5, a6, a7 = gl.inline_asm_elementwise(
-        _UNPACK, "=h,=h,=h,=h,=h,=h,=h,=h,r,r,r", [words, off_lo, off_hi],
-        dtype=(gl.bfloat16,) * 8, is_pure=True, pack=1,
-    )  # fmt: skip
+def _a_operand(words, off_lo, off_hi, BLOCK_N: gl.constexpr, DOT_A: gl.constexpr, OFFSET_MMA: gl.constexpr):
+    """words int32 [S, 2, 32, 4] -> the bf16 A operand [BLOCK_N, 128] (u - z, or 128 + u with OFFSET_MMA),
+    registers renamed only."""
+    if OFFSET_MMA:
+        a0, a1, a2, a3, a4, a5, a6, a7 = gl.inline_asm_elementwise(
+            _UNPACK_RAW, "=h,=h,=h,=h,=h,=h,=h,=h,r", [words], dtype=(gl.bfloat16,) * 8, is_pure=True, pack=1,
+        )  # fmt: skip
+    else:
+        a0, a1, a2, a3, a4, a5, a6, a7 = gl.inline_asm_elementwise(
+            _UNPACK, "=h,=h,=h,=h,=h,=h,=h,=h,r,r,r", [words, off_lo, off_hi],
+            dtype=(gl.bfloat16,) * 8, is_pure=True, pack=1,
+        )  # fmt: skip
     # a_e: e = 2 j + h, bit0(j) = row + 8 (r3), bit1(j) = k + 8 (k3), h = k + 1 (k0). join appends its new
     # dim (as the fastest register): join k3, then r3, then k0 gives registers (k0, r3, k3) as in the fragment.
     y0 = gl.join(gl.join(a0, a4), gl.join(a2, a6))  # [..., k3, r3] of h = 0
@@ -125,7 +156,7 @@ def _a_operand(words, off_lo, off_hi, BLOCK_N: gl.constexpr, DOT_A: gl.constexpr
 def int4_mma_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
-    PREFETCH: gl.constexpr,
+    PREFETCH: gl.constexpr, OFFSET_MMA: gl.constexpr,
 ):  # fmt: skip
     W: gl.constexpr = gl.num_warps()
     S: gl.constexpr = BLOCK_N // 16
@@ -147,6 +178,7 @@ def int4_mma_kernel(
     z_lo = z_ptr + stripe * 16 + _iota4(32, 2, LW) // 4  # row 16 stripe + g; row + 8 at +8
     rows = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
     s_ptrs = s_ptr + rows
+    z_rows = z_ptr + rows
     kk = gl.arange(0, GROUP, layout=gl.SliceLayout(1, DOT_B))
     mm = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, DOT_B))
     # rows of x past M re-read row M - 1 (their outputs are not stored): unmasked loads, no zero fill
@@ -154,17 +186,24 @@ def int4_mma_kernel(
 
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
     zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
-    last = g_hi - 1
-    w0, s0, lo0, hi0 = _step_loads(w_ptrs, s_ptrs, z_lo, g_lo, N, HAS_ZERO)
+    if OFFSET_MMA:  # every row of mma(ones, x) is the group's sum of x: identical MMAs, emitted once
+        ones = gl.full([BLOCK_N, GROUP], 1.0, gl.bfloat16, layout=DOT_A)
+    last = gl.maximum(g_hi - 1, 0)  # loads stay in bounds even for an empty split
+    w0, s0, lo0, hi0 = _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, gl.minimum(g_lo, last), N, HAS_ZERO, OFFSET_MMA)
     if PREFETCH == 2:
-        w1, s1, lo1, hi1 = _step_loads(w_ptrs, s_ptrs, z_lo, gl.minimum(g_lo + 1, last), N, HAS_ZERO)
+        w1, s1, lo1, hi1 = _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, gl.minimum(g_lo + 1, last), N, HAS_ZERO,
+                                       OFFSET_MMA)  # fmt: skip
     for g in range(g_lo, g_hi):
         # the clamped look-ahead re-reads the last group (a cache hit) instead of branching
-        wn, sn, lon, hin = _step_loads(w_ptrs, s_ptrs, z_lo, gl.minimum(g + PREFETCH, last), N, HAS_ZERO)
+        wn, sn, lon, hin = _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, gl.minimum(g + PREFETCH, last), N, HAS_ZERO,
+                                       OFFSET_MMA)  # fmt: skip
         xb = gl.load(x_ptrs + g * GROUP)  # x is small and cache-resident: loaded in the step, not carried
-        a = _a_operand(w0, lo0, hi0, BLOCK_N, DOT_A)
+        a = _a_operand(w0, lo0, hi0, BLOCK_N, DOT_A, OFFSET_MMA)
         part = mma_v2(a, xb, zero)
-        acc += part * s0[:, None]
+        if OFFSET_MMA:  # sum (128 + u) x - (128 + z) sum x, in fp32
+            acc += part * s0[:, None] - lo0[:, None] * mma_v2(ones, xb, zero)
+        else:
+            acc += part * s0[:, None]
         if PREFETCH == 2:
             w0, s0, lo0, hi0 = w1, s1, lo1, hi1
             w1, s1, lo1, hi1 = wn, sn, lon, hin
@@ -190,13 +229,17 @@ def int4_mma_kernel(
             gl.atomic_xchg(cnt_ptr + pid_n, 0)
 
 
-def int4_mma_variant(block_n: int, block_m: int, split_k: int, warps: int, zero: bool, prefetch: int = 1):
+def int4_mma_variant(
+    block_n: int, block_m: int, split_k: int, warps: int, zero: bool, prefetch: int = 1, offset_mma: bool = False
+):
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
            "y_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
            "stride_xm": "i32", "stride_ym": "i32"}  # fmt: skip
-    cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, PREFETCH=prefetch)
-    name = f"int4 mma{' asym' if zero else ''} BLOCK_N={block_n} BLOCK_M={block_m} split {split_k} w{warps}"
+    cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, PREFETCH=prefetch,
+               OFFSET_MMA=offset_mma)  # fmt: skip
+    name = (f"int4 mma{' asym' if zero else ''}{' offset-mma' if offset_mma else ''} BLOCK_N={block_n} "
+            f"BLOCK_M={block_m} split {split_k} w{warps}")  # fmt: skip
     return name, int4_mma_kernel, sig, cex, warps
 
 
@@ -215,9 +258,11 @@ def mma_config(m: int, n: int, k: int, sms: int = 132) -> tuple[int, int, int, i
 
 def int4_mma_matmul(
     x: torch.Tensor, w: Int4MmaWeight, out: torch.Tensor | None = None, cfg: tuple[int, int, int, int] | None = None,
-    prefetch: int = 1,
+    prefetch: int = 1, offset_mma: bool = False,
 ) -> torch.Tensor:  # fmt: skip
-    """y [M, N] = x [M, K] @ W^T (bf16), 1 <= M <= 16, W in fragment order (Int4MmaWeight)."""
+    """y [M, N] = x [M, K] @ W^T (bf16), 1 <= M <= 16, W in fragment order (Int4MmaWeight). `cfg` = (BLOCK_N,
+    BLOCK_M, SPLIT_K, num_warps); `prefetch` = groups loaded ahead (1 or 2); `offset_mma`: take 128 + z off the
+    partial (a second MMA against ones gives sum x) instead of one bf16x2 fma per weight register."""
     m, k = x.shape
     n = w.n
     if k != w.k or k % GROUP or m > 16 or x.dtype != torch.bfloat16:
@@ -225,8 +270,8 @@ def int4_mma_matmul(
     if x.stride(-1) != 1:
         x = x.contiguous()
     block_n, block_m, split, warps = cfg or mma_config(m, n, k)
-    if n % block_n:
-        raise ValueError(f"int4 mma: N % BLOCK_N == 0 needed, got N={n}, BLOCK_N={block_n}")
+    if n % block_n or block_n % (16 * warps) or block_m not in (8, 16) or m > block_m or prefetch not in (1, 2):
+        raise ValueError(f"int4 mma: bad tile for N={n}: {(block_n, block_m, split, warps)}, prefetch {prefetch}")
     if out is None:
         out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0:
@@ -237,7 +282,7 @@ def int4_mma_matmul(
         x, w.words, w.scales, w.zeros if w.zeros is not None else w.scales, out, part, cnt, m, n, k,
         x.stride(0), out.stride(0),
         HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split, PREFETCH=prefetch,
-        num_warps=warps,
+        OFFSET_MMA=offset_mma, num_warps=warps,
     )  # fmt: skip
     return out
 
