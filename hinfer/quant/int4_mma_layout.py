@@ -9,10 +9,16 @@ A fragment (PTX ISA, mma.m16n8k16 .bf16, operand A): lane = 4 g + t (g = lane //
 values a_0..a_7 of a 16 x 16 tile; a_e sits at row g + 8 * bit1(e), column 2 t + bit0(e) + 8 * bit2(e)
 (`fragment_coords`). Register j of the fragment is the bf16 pair (a_2j, a_2j+1).
 
-Permuted words `words` int32 [N / 16, 2 K] (N % 16 == 0, K % 64 == 0):
+K order: the MMA's reduction index need not be K itself, only the same for W and x. Within each 128-group the
+MMA's k' = 16 kt + 8 k3 + 2 t + k0 (k16 step kt = 0..7, fragment column 2 t + k0 + 8 k3) reads K offset
+32 t + 4 kt + 2 k3 + k0 (`real_k`): lane t's share of x for a whole group is 32 contiguous values (four 128-bit
+loads of a row of x instead of sixteen 32-bit ones).
+
+Permuted words `words` int32 [N / 16, 2 K] (N % 16 == 0, K % 128 == 0):
 - row i: the 16-row stripe 16 i .. 16 i + 15 of W.
-- column (kc * 32 + lane) * 4 + j: k64 chunk kc, lane, k16 step j of the chunk (k16 tile kt = 4 kc + j). One
-  thread's four words of a chunk are contiguous (one 128-bit load) and a warp's 32 loads are one 512-byte run.
+- column (kc * 32 + lane) * 4 + j: k64 chunk kc, lane, k16 step j of the chunk (k16 step 4 kc + j, of group
+  (4 kc + j) // 8). One thread's four words of a chunk are contiguous (one 128-bit load) and a warp's 32 loads
+  are one 512-byte run.
 - nibble position p of a word holds a_e with e = 2 (p % 4) + p // 4: `lop3(word >> 4 j, 0x000f000f,
   0x43004300)` puts positions j and j + 4 in the low / high bf16 of one register, i.e. (a_2j, a_2j+1) as
   128 + u; subtracting 128 + z (bf16x2 fma, exact) leaves u - z.
@@ -28,6 +34,7 @@ from hinfer.quant.int4 import GROUP, Int4Weight, pack_int4, unpack_int4
 
 TILE_N = 16  # rows of a stripe (the MMA's M)
 CHUNK_K = 64  # K per 128-bit load: 4 k16 steps
+K_ALIGN = 128  # the K remap works within 128-groups
 # nibble position p holds fragment element E_OF_POS[p]
 E_OF_POS = tuple(2 * (p % 4) + p // 4 for p in range(8))
 
@@ -38,6 +45,12 @@ def fragment_coords(lane: torch.Tensor, e: torch.Tensor) -> tuple[torch.Tensor, 
     return g + 8 * ((e >> 1) & 1), 2 * t + (e & 1) + 8 * (e >> 2)
 
 
+def real_k(kt: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
+    """K index read by fragment column `col` (0..15) of global k16 step kt (see K order above)."""
+    t, k0, k3 = (col % 8) // 2, col % 2, col // 8
+    return (kt // 8) * GROUP + 32 * t + 4 * (kt % 8) + 2 * k3 + k0
+
+
 def _stripe_index(k: int) -> torch.Tensor:
     """For one 16-row stripe: flat index row * K + col of the element at every (word column, nibble position)
     of the permuted stripe, int64 [2 K, 8]."""
@@ -45,13 +58,12 @@ def _stripe_index(k: int) -> torch.Tensor:
     kc, lane, j = q // 128, (q // 4) % 32, q % 4
     e = torch.tensor(E_OF_POS)[None, :]
     row, col = fragment_coords(lane[:, None], e)
-    col = col + 16 * (4 * kc + j)[:, None]
-    return row * k + col
+    return row * k + real_k((4 * kc + j)[:, None], col)
 
 
 def _check(n: int, k: int) -> None:
-    if n % TILE_N or k % CHUNK_K:
-        raise ValueError(f"the mma layout needs N % {TILE_N} == 0 and K % {CHUNK_K} == 0, got {n}x{k}")
+    if n % TILE_N or k % K_ALIGN:
+        raise ValueError(f"the mma layout needs N % {TILE_N} == 0 and K % {K_ALIGN} == 0, got {n}x{k}")
 
 
 def _pack_nibbles(nib: torch.Tensor) -> torch.Tensor:
@@ -123,8 +135,8 @@ def _bf16_pair_lop3(words: torch.Tensor, j: int) -> tuple[torch.Tensor, torch.Te
 
 
 def fragments_to_matrix(words: torch.Tensor, zeros: torch.Tensor | None, n: int, k: int) -> torch.Tensor:
-    """What the kernel's unpack puts into the A fragments, placed at their (row, col): fp32 [N, K] of u - z.
-    Decodes through the register semantics (lop3 pairs) and `fragment_coords`, not through permute_words."""
+    """What the kernel's unpack puts into the A fragments, placed at their (row, K index): fp32 [N, K] of u - z.
+    Decodes through the register semantics (lop3 pairs), `fragment_coords` and `real_k`, not permute_words."""
     _check(n, k)
     stripes = n // TILE_N
     w = words.view(stripes, k // CHUNK_K, 32, 4)  # [stripe, kc, lane, j]
@@ -138,7 +150,7 @@ def fragments_to_matrix(words: torch.Tensor, zeros: torch.Tensor | None, n: int,
             e = torch.tensor(2 * reg + h, device=words.device)
             r, c = fragment_coords(lane, e)  # [32]
             row = rows0 + r[None, None, :, None]
-            col = 16 * kt[None, :, None, :] + c[None, None, :, None]
+            col = real_k(kt[None, :, None, :], c[None, None, :, None])
             row, col = torch.broadcast_tensors(row, col)
             out[row.reshape(-1), col.reshape(-1)] = v.reshape(-1)
     z = 8.0 if zeros is None else zeros.float().t().repeat_interleave(GROUP, dim=1)[:, :k]

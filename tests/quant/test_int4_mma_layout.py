@@ -13,6 +13,7 @@ from hinfer.quant.int4_mma_layout import (
     fragment_coords,
     fragments_to_matrix,
     permute_words,
+    real_k,
     unpermute_words,
 )
 
@@ -35,7 +36,18 @@ def test_fragment_coords_match_the_ptx_table():
     assert len(set(zip((r * 16 + c).flatten().tolist()))) == 256  # every element of the tile once
 
 
-@pytest.mark.parametrize("n,k", [(16, 64), (48, 384), (32, 320)])
+def test_real_k_is_a_permutation_of_each_group_with_contiguous_lane_shares():
+    kt, col = torch.meshgrid(torch.arange(16), torch.arange(16), indexing="ij")  # two groups
+    k = real_k(kt, col)
+    assert sorted(k.flatten().tolist()) == list(range(256))
+    t = (col % 8) // 2
+    for g in range(2):
+        for lane_t in range(4):
+            mine = k[(kt // 8 == g) & (t == lane_t)]
+            assert sorted(mine.tolist()) == list(range(128 * g + 32 * lane_t, 128 * g + 32 * lane_t + 32))
+
+
+@pytest.mark.parametrize("n,k", [(16, 128), (48, 384), (32, 640)])
 def test_permute_round_trip_is_exact(n, k):
     g = torch.Generator().manual_seed(1)
     q = torch.randint(-(2**31), 2**31 - 1, (n, k // 8), dtype=torch.int32, generator=g)
@@ -76,4 +88,4 @@ def test_bad_shapes_are_refused():
     with pytest.raises(ValueError):
         permute_words(torch.zeros(24, 8, dtype=torch.int32), 64)
     with pytest.raises(ValueError):
-        permute_words(torch.zeros(16, 12, dtype=torch.int32), 96)
+        permute_words(torch.zeros(16, 24, dtype=torch.int32), 192)

@@ -9,7 +9,8 @@ compile time. No shared memory, no barrier in the loop.
 
 One program owns BLOCK_N rows (BLOCK_N / 16 / num_warps stripes of 16 per warp) and a 1/SPLIT_K slice of the
 128-groups; per group one MMA partial [BLOCK_N, BLOCK_M] in fp32, multiplied by the group's scales (as the
-Triton stream kernel does). Words, scales, zeros and x are loaded PREFETCH groups ahead into registers.
+Triton stream kernel does). Words, scales and zeros are loaded one group ahead into registers (double
+buffering, the loop unrolled by two); x (small, cache-resident) in the step.
 Split-K is reduced in the same launch by the last program to arrive (same scheme and counters as
 hinfer.ops.triton.linear_splitk). Reference twin: hinfer.quant.int4_mma_layout.emulate_kernel.
 """
@@ -73,6 +74,13 @@ _SYM_OFFSET = gl.constexpr(-0x3CF73CF8)  # bf16x2 (-136, -136) = 0xc308c308 as i
 def _words_layout(num_warps):
     # [stripe, k64 chunk, lane, k16 step]: 4 consecutive words per thread (16 bytes), lane = 4 g + t
     return gl.BlockedLayout([1, 1, 1, 4], [1, 1, 32, 1], [num_warps, 1, 1, 1], [3, 2, 1, 0])
+
+
+@gluon.constexpr_function
+def _x_layout(num_warps):
+    # [row of x, t, 32 K offsets]: lane 4 g + t holds rows g (and g + 8 in a register) and its 32 contiguous K
+    # offsets of the group (int4_mma_layout.real_k); every warp holds all of x (the B operand is shared)
+    return gl.BlockedLayout([1, 1, 32], [8, 4, 1], [1, 1, num_warps], [2, 1, 0])
 
 
 @gluon.constexpr_function
@@ -153,10 +161,33 @@ def _a_operand(words, off_lo, off_hi, BLOCK_N: gl.constexpr, DOT_A: gl.constexpr
 
 
 @gluon.jit
+def _b_operand(xt, BLOCK_M: gl.constexpr, DOT_B: gl.constexpr):
+    """x [BLOCK_M, 4 (t), 32] of one group -> the B operand [128 (k'), BLOCK_M], registers renamed only:
+    offset 32 t + j with j = 4 kt + 2 k3 + k0 is the MMA's k' = 16 kt + 8 k3 + 2 t + k0."""
+    b = gl.reshape(xt, [BLOCK_M, 4, 8, 2, 2])  # [n, t, kt, k3, k0]
+    b = gl.permute(b, [2, 3, 1, 4, 0])  # [kt, k3, t, k0, n]
+    b = gl.reshape(b, [GROUP, BLOCK_M])
+    return gl.convert_layout(b, DOT_B, assert_trivial=True)
+
+
+@gluon.jit
+def _group(acc, words, s, off_lo, off_hi, x_ptrs, g, zero, ones, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
+           DOT_A: gl.constexpr, DOT_B: gl.constexpr, OFFSET_MMA: gl.constexpr):  # fmt: skip
+    """acc + group g's scaled partial. x is small and cache-resident: loaded here, not carried."""
+    xb = _b_operand(gl.load(x_ptrs + g * GROUP), BLOCK_M, DOT_B)
+    part = mma_v2(_a_operand(words, off_lo, off_hi, BLOCK_N, DOT_A, OFFSET_MMA), xb, zero)
+    if OFFSET_MMA:  # sum (128 + u) x - (128 + z) sum x, in fp32 (off_lo holds (128 + z) s)
+        acc += part * s[:, None] - off_lo[:, None] * mma_v2(ones, xb, zero)
+    else:
+        acc += part * s[:, None]
+    return acc
+
+
+@gluon.jit
 def int4_mma_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
-    PREFETCH: gl.constexpr, OFFSET_MMA: gl.constexpr,
+    OFFSET_MMA: gl.constexpr,
 ):  # fmt: skip
     W: gl.constexpr = gl.num_warps()
     S: gl.constexpr = BLOCK_N // 16
@@ -179,39 +210,39 @@ def int4_mma_kernel(
     rows = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
     s_ptrs = s_ptr + rows
     z_rows = z_ptr + rows
-    kk = gl.arange(0, GROUP, layout=gl.SliceLayout(1, DOT_B))
-    mm = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, DOT_B))
+    LX: gl.constexpr = _x_layout(W)
+    xn = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, gl.SliceLayout(2, LX)))[:, None, None]
+    xt = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, LX)))[None, :, None]
+    xj = gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, LX)))[None, None, :]
     # rows of x past M re-read row M - 1 (their outputs are not stored): unmasked loads, no zero fill
-    x_ptrs = x_ptr + gl.minimum(mm, M - 1)[None, :] * stride_xm + kk[:, None]
+    x_ptrs = x_ptr + gl.minimum(xn, M - 1) * stride_xm + xt * 32 + xj
 
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
     zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
+    ones = zero  # placeholder unless OFFSET_MMA
     if OFFSET_MMA:  # every row of mma(ones, x) is the group's sum of x: identical MMAs, emitted once
         ones = gl.full([BLOCK_N, GROUP], 1.0, gl.bfloat16, layout=DOT_A)
     last = gl.maximum(g_hi - 1, 0)  # loads stay in bounds even for an empty split
+    # unrolled by two so that each look-ahead load lands in registers that are free (no copies at the back edge)
     w0, s0, lo0, hi0 = _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, gl.minimum(g_lo, last), N, HAS_ZERO, OFFSET_MMA)
-    if PREFETCH == 2:
-        w1, s1, lo1, hi1 = _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, gl.minimum(g_lo + 1, last), N, HAS_ZERO,
-                                       OFFSET_MMA)  # fmt: skip
-    for g in range(g_lo, g_hi):
+    for g in range(g_lo, g_hi, 2):
         # the clamped look-ahead re-reads the last group (a cache hit) instead of branching
-        wn, sn, lon, hin = _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, gl.minimum(g + PREFETCH, last), N, HAS_ZERO,
+        w1, s1, lo1, hi1 = _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, gl.minimum(g + 1, last), N, HAS_ZERO,
                                        OFFSET_MMA)  # fmt: skip
-        xb = gl.load(x_ptrs + g * GROUP)  # x is small and cache-resident: loaded in the step, not carried
-        a = _a_operand(w0, lo0, hi0, BLOCK_N, DOT_A, OFFSET_MMA)
-        part = mma_v2(a, xb, zero)
-        if OFFSET_MMA:  # sum (128 + u) x - (128 + z) sum x, in fp32
-            acc += part * s0[:, None] - lo0[:, None] * mma_v2(ones, xb, zero)
-        else:
-            acc += part * s0[:, None]
-        if PREFETCH == 2:
-            w0, s0, lo0, hi0 = w1, s1, lo1, hi1
-            w1, s1, lo1, hi1 = wn, sn, lon, hin
-        else:
-            w0, s0, lo0, hi0 = wn, sn, lon, hin
+        acc = _group(acc, w0, s0, lo0, hi0, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA)
+        w0, s0, lo0, hi0 = _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, gl.minimum(g + 2, last), N, HAS_ZERO,
+                                       OFFSET_MMA)  # fmt: skip
+        # an odd count ends on a clamped re-read of the last group, weighted 0 (no branch in the loop)
+        keep = (g + 1 < g_hi).to(gl.float32)
+        if OFFSET_MMA:
+            lo1 = lo1 * keep  # (128 + z) s
+        acc = _group(acc, w1, s1 * keep, lo1, hi1, x_ptrs, gl.minimum(g + 1, last), zero, ones, BLOCK_N,
+                     BLOCK_M, DOT_A, DOT_B, OFFSET_MMA)  # fmt: skip
 
     # epilogue: y[m, n] = acc[n, m]; split-K partials reduced by the last program to arrive (fixed order)
     ym = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
+    rows = gl.program_id(0) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))  # recomputed: cheaper
+    # than keeping it live through the loop (ptxas spilled it)
     out_mask = (ym < M)[None, :] & (rows < N)[:, None]
     y_ptrs = y_ptr + ym[None, :] * stride_ym + rows[:, None]
     if SPLIT_K == 1:
@@ -230,14 +261,13 @@ def int4_mma_kernel(
 
 
 def int4_mma_variant(
-    block_n: int, block_m: int, split_k: int, warps: int, zero: bool, prefetch: int = 1, offset_mma: bool = False
+    block_n: int, block_m: int, split_k: int, warps: int, zero: bool, offset_mma: bool = False
 ):
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
            "y_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
            "stride_xm": "i32", "stride_ym": "i32"}  # fmt: skip
-    cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, PREFETCH=prefetch,
-               OFFSET_MMA=offset_mma)  # fmt: skip
+    cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, OFFSET_MMA=offset_mma)
     name = (f"int4 mma{' asym' if zero else ''}{' offset-mma' if offset_mma else ''} BLOCK_N={block_n} "
             f"BLOCK_M={block_m} split {split_k} w{warps}")  # fmt: skip
     return name, int4_mma_kernel, sig, cex, warps
@@ -258,10 +288,10 @@ def mma_config(m: int, n: int, k: int, sms: int = 132) -> tuple[int, int, int, i
 
 def int4_mma_matmul(
     x: torch.Tensor, w: Int4MmaWeight, out: torch.Tensor | None = None, cfg: tuple[int, int, int, int] | None = None,
-    prefetch: int = 1, offset_mma: bool = False,
+    offset_mma: bool = False,
 ) -> torch.Tensor:  # fmt: skip
     """y [M, N] = x [M, K] @ W^T (bf16), 1 <= M <= 16, W in fragment order (Int4MmaWeight). `cfg` = (BLOCK_N,
-    BLOCK_M, SPLIT_K, num_warps); `prefetch` = groups loaded ahead (1 or 2); `offset_mma`: take 128 + z off the
+    BLOCK_M, SPLIT_K, num_warps); `offset_mma`: take 128 + z off the
     partial (a second MMA against ones gives sum x) instead of one bf16x2 fma per weight register."""
     m, k = x.shape
     n = w.n
@@ -270,8 +300,8 @@ def int4_mma_matmul(
     if x.stride(-1) != 1:
         x = x.contiguous()
     block_n, block_m, split, warps = cfg or mma_config(m, n, k)
-    if n % block_n or block_n % (16 * warps) or block_m not in (8, 16) or m > block_m or prefetch not in (1, 2):
-        raise ValueError(f"int4 mma: bad tile for N={n}: {(block_n, block_m, split, warps)}, prefetch {prefetch}")
+    if n % block_n or block_n % (16 * warps) or block_m not in (8, 16) or m > block_m:
+        raise ValueError(f"int4 mma: bad tile for N={n}, M={m}: {(block_n, block_m, split, warps)}")
     if out is None:
         out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0:
@@ -281,7 +311,7 @@ def int4_mma_matmul(
     int4_mma_kernel[grid](
         x, w.words, w.scales, w.zeros if w.zeros is not None else w.scales, out, part, cnt, m, n, k,
         x.stride(0), out.stride(0),
-        HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split, PREFETCH=prefetch,
+        HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split,
         OFFSET_MMA=offset_mma, num_warps=warps,
     )  # fmt: skip
     return out
