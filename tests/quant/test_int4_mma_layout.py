@@ -89,3 +89,36 @@ def test_bad_shapes_are_refused():
         permute_words(torch.zeros(24, 8, dtype=torch.int32), 64)
     with pytest.raises(ValueError):
         permute_words(torch.zeros(16, 24, dtype=torch.int32), 192)
+
+
+@pytest.mark.parametrize("block_n,block_m", [(128, 8), (64, 16)])
+def test_kernel_tile_algebra_meets_the_layout(block_n, block_m):
+    """Replays the Gluon kernel's joins / reshapes / permutes (hinfer/ops/triton/linear_int4_mma.py, A_PERM and
+    B_PERM) on index arrays: A[row, k'] must be W[row, K(k')] as permute_words stores it, and B[k', n] must be
+    x[n, K(k')], with K = real_k (one group). The compiler proves the rest (convert_layout assert_trivial)."""
+    import numpy as np
+
+    from hinfer.ops.triton.linear_int4_mma import A_PERM, B_PERM
+    from hinfer.quant.int4_mma_layout import E_OF_POS
+
+    s = block_n // 16
+    word = np.arange(s * 2 * 32 * 4).reshape(s, 2, 32, 4)  # [stripe, kc, lane, kq], one group
+    a = [word * 8 + e for e in range(8)]  # id of (word, fragment element e)
+    y0 = np.stack([np.stack([a[0], a[4]], -1), np.stack([a[2], a[6]], -1)], -1)
+    y1 = np.stack([np.stack([a[1], a[5]], -1), np.stack([a[3], a[7]], -1)], -1)
+    t = np.stack([y0, y1], -1).reshape(s, 2, 8, 4, 4, 2, 2, 2).transpose(tuple(A_PERM.value))
+    t = t.reshape(block_n, 128)
+    w_id, e = t // 8, t % 8
+    stripe, kc, lane, kq = w_id // 256, (w_id // 128) % 2, (w_id // 4) % 32, w_id % 4
+    r, c = fragment_coords(torch.from_numpy(lane), torch.from_numpy(e))
+    rows = torch.arange(block_n)[:, None]
+    kp = torch.arange(128)[None, :]
+    assert torch.equal(torch.from_numpy(stripe) * 16 + r, rows.expand(block_n, 128))
+    got_k = real_k(torch.from_numpy(4 * kc + kq), c)
+    assert torch.equal(got_k, real_k(kp // 16, kp % 16).expand(block_n, 128))
+    assert sorted(E_OF_POS) == list(range(8))
+
+    xi = np.arange(block_m * 128).reshape(block_m, 4, 32)  # x[n, 32 t + j] of one group
+    b = xi.reshape(block_m, 4, 8, 2, 2).transpose(tuple(B_PERM.value)).reshape(128, block_m)
+    want = torch.arange(block_m)[None, :] * 128 + real_k(kp.t() // 16, kp.t() % 16)
+    assert torch.equal(torch.from_numpy(b), want)
