@@ -159,7 +159,7 @@ def _a_operand(words, off_lo, off_hi, BLOCK_N: gl.constexpr, DOT_A: gl.constexpr
     y1 = gl.join(gl.join(a1, a5), gl.join(a3, a7))
     t = gl.join(y0, y1)  # [S, kc, lane, kq, k3, r3, k0]
     t = gl.reshape(t, [BLOCK_N // 16, 2, 8, 4, 4, 2, 2, 2])  # lane -> (g, t)
-    t = gl.permute(t, A_PERM)  # [S, r3, g, kc, kq, k3, t, k0]
+    t = gl.permute(t, A_PERM.value)  # [S, r3, g, kc, kq, k3, t, k0]
     t = gl.reshape(t, [BLOCK_N, GROUP])  # row = 16 S + 8 r3 + g, k = 64 kc + 16 kq + 8 k3 + 2 t + k0
     return gl.convert_layout(t, DOT_A, assert_trivial=True)
 
@@ -169,7 +169,7 @@ def _b_operand(xt, BLOCK_M: gl.constexpr, DOT_B: gl.constexpr):
     """x [BLOCK_M, 4 (t), 32] of one group -> the B operand [128 (k'), BLOCK_M], registers renamed only:
     offset 32 t + j with j = 4 kt + 2 k3 + k0 is the MMA's k' = 16 kt + 8 k3 + 2 t + k0."""
     b = gl.reshape(xt, [BLOCK_M, 4, 8, 2, 2])  # [n, t, kt, k3, k0]
-    b = gl.permute(b, B_PERM)  # [kt, k3, t, k0, n]
+    b = gl.permute(b, B_PERM.value)  # [kt, k3, t, k0, n]
     b = gl.reshape(b, [GROUP, BLOCK_M])
     return gl.convert_layout(b, DOT_B, assert_trivial=True)
 
