@@ -278,14 +278,18 @@ def int4_mma_variant(
 
 
 def mma_config(m: int, n: int, k: int, sms: int = 132) -> tuple[int, int, int, int]:
-    """(BLOCK_N, BLOCK_M, SPLIT_K, num_warps): BLOCK_N 128 with 4 warps (2 stripes each); split-K until the
-    grid covers the SMs ~2 times with >= 4 groups per split."""
+    """(BLOCK_N, BLOCK_M, SPLIT_K, num_warps): BLOCK_N 128 with 4 warps (2 stripes each, ~84-134 registers: 4-6
+    programs per SM). Split-K until the grid fills the SMs once, then on towards 4 programs per SM (one group in
+    flight each is ~8 KB) while the fp32 partials (written and read: 8 * split * M * N bytes) stay under ~5% of
+    the weight bytes (N * K / 2); always >= 4 groups per split."""
     block_n = 128 if n % 128 == 0 else 64
     warps = max(1, min(4, block_n // 32))
     block_m = 8 if m <= 8 else 16
     tiles, groups = n // block_n, k // GROUP
     split = 1
-    while tiles * split < 2 * sms and groups // (split * 2) >= 4:
+    while groups // (split * 2) >= 4 and (
+        tiles * split < sms or (tiles * split < 4 * sms and 16 * (split * 2) * m <= 0.05 * k)
+    ):
         split *= 2
     return block_n, block_m, split, warps
 
