@@ -116,11 +116,12 @@ def variants(full: bool = False) -> Iterator[Variant]:
     for fmt, a_mode, zero in ((INT4, 0, False), (INT4, 2, False), (INT4, 0, True), (FP8_ROW, 1, False),
                               (FP8_BLOCK, 2, False)):  # fmt: skip
         yield _gemm(fmt, a_mode, zero)
-    for zero in (False, True):  # Gluon tensor-core int4 on fragment-ordered weights (not yet wired into dispatch)
-        for block_n, block_m, split in ((128, 8, 1), (128, 16, 8)) if not full else ((128, 8, 1), (256, 8, 1),
-                                                                                     (128, 16, 8)):  # fmt: skip
-            name, fn, sig, cex, warps = int4_mma_variant(block_n, block_m, split, 4, zero)
-            yield name, fn, sig, cex, warps, 0  # stages 0: a Gluon kernel (explicit layouts, no pipeliner)
+    # Gluon tensor-core int4 on fragment-ordered weights (not yet wired into dispatch): sym M <= 8 unsplit, asym
+    # M <= 16 with the split-K epilogue (and the other two combinations in the full list)
+    mma = [(False, 8, 1), (True, 16, 8)] + ([(True, 8, 1), (False, 16, 8)] if full else [])
+    for zero, block_m, split in mma:
+        name, fn, sig, cex, warps = int4_mma_variant(128, block_m, split, 4, zero)
+        yield name, fn, sig, cex, warps, 0  # stages 0: a Gluon kernel (explicit layouts, no pipeliner)
     sig = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "K": "i32", "stride_xm": "i32",
            "stride_qm": "i32", "stride_sm": "i32", "stride_sg": "i32", "GROUP": "i32"}  # fmt: skip
     yield "act_quant", _act_quant_kernel, sig, {"BLOCK": 128}, 4, 3
