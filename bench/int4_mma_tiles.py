@@ -2,7 +2,7 @@
 dispatch) at the Qwen3.6-27B shapes, timed like bench/linear_kernels.py (CUDA graph over weight copies that do
 not fit in L2), beside its default tile.
 
-    python bench/int4_mma_tiles.py --ms 1,8,16 [--sym] [--offset-mma] [--json out.json]
+    python bench/int4_mma_tiles.py --ms 1,8,16 [--sym] [--fma-offset] [--json out.json]
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def main() -> None:
     ap.add_argument("--ms", default="1,8,16")
     ap.add_argument("--shapes", default="qkv,gdn_in,gate_up,o_proj,down")
     ap.add_argument("--sym", action="store_true", help="symmetric weights (default asymmetric)")
-    ap.add_argument("--offset-mma", action="store_true")
+    ap.add_argument("--fma-offset", action="store_true", help="the kernel's per-weight offset variant")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     bw = copy_bandwidth()
@@ -53,7 +53,7 @@ def main() -> None:
             timed = []
             for cfg in dict.fromkeys([default, *candidates(m, n, k)]):
                 def op(wt, cfg=cfg, x=x):
-                    return int4_mma_matmul(x, wt, cfg=cfg, offset_mma=a.offset_mma)
+                    return int4_mma_matmul(x, wt, cfg=cfg, offset_mma=not a.fma_offset)
 
                 try:
                     timed.append((graph_time(op, weights), cfg))

@@ -56,10 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warps", type=int, default=4)
     ap.add_argument("--split-k", type=int, default=1)
     ap.add_argument("--zero", action="store_true", help="asymmetric (zero points)")
-    ap.add_argument("--offset-mma", action="store_true", help="128 + z off the partial (ones MMA), not per weight")
+    ap.add_argument("--fma-offset", action="store_true", help="subtract 128 + z per weight (bf16x2 fma) instead")
     ap.add_argument("--dump", help="write the SASS here")
     a = ap.parse_args(argv)
-    _, fn, sig, cex, warps = int4_mma_variant(a.block_n, a.block_m, a.split_k, a.warps, a.zero, a.offset_mma)
+    _, fn, sig, cex, warps = int4_mma_variant(a.block_n, a.block_m, a.split_k, a.warps, a.zero, not a.fma_offset)
     k = compile_gluon_sm90(fn, sig, cex, warps)
     sass = sass_of(k)
     if a.dump:

@@ -158,16 +158,29 @@ def fragments_to_matrix(words: torch.Tensor, zeros: torch.Tensor | None, n: int,
 
 
 def emulate_kernel(
-    words: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, x: torch.Tensor, n: int
+    words: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor | None,
+    x: torch.Tensor,
+    n: int,
+    offset_mma: bool = False,
 ) -> torch.Tensor:
-    """The kernel's arithmetic in torch: exact integer fragments u - z, per group an fp32 MMA partial
-    [M, N] (bf16 products are exact), scaled by the group's fp32 scale and summed over groups in fp32,
-    rounded once to x.dtype. scales / zeros are the transposed [G, N] tensors."""
+    """The kernel's arithmetic in torch: per group an fp32 MMA partial [M, N] (bf16 products are exact),
+    scaled by the group's fp32 scale and summed over groups in fp32, rounded once to x.dtype. The partial is
+    sum (u - z) x from exact integer fragments, or with `offset_mma` sum (128 + u) x - (128 + z) sum x (the
+    kernel's default: the raw lop3 values, the offset taken off afterwards). scales / zeros are the [G, N]
+    tensors."""
     m, k = x.shape
     a = fragments_to_matrix(words, zeros, n, k)
+    zg = torch.full_like(scales, 8, dtype=torch.float32) if zeros is None else zeros.float()  # [G, N]
     xf = x.float()
     acc = torch.zeros(m, n, dtype=torch.float32, device=x.device)
     for gi in range(scales.shape[0]):
         ks = slice(gi * GROUP, min(k, (gi + 1) * GROUP))
-        acc += (xf[:, ks] @ a[:, ks].t()) * scales[gi].float()[None, :]
+        if offset_mma:
+            off = 128.0 + zg[gi]
+            part = xf[:, ks] @ (a[:, ks] + off[:, None]).t() - off[None, :] * xf[:, ks].sum(1, keepdim=True)
+        else:
+            part = xf[:, ks] @ a[:, ks].t()
+        acc += part * scales[gi].float()[None, :]
     return acc.to(x.dtype)

@@ -85,8 +85,9 @@ def test_int4_mma_matches_its_torch_twin():
     n, k = 512, 1024
     q, mw = _quantized(n, k, True, _gen(0))
     x = torch.randn(8, k, generator=_gen(1), device="cuda").bfloat16()
-    y = int4_mma_matmul(x, mw, out=_poisoned(8, n))
-    assert _rel(y, emulate_kernel(mw.words, mw.scales, mw.zeros, x, n)) < 2e-3
+    for offset_mma in (True, False):
+        y = int4_mma_matmul(x, mw, out=_poisoned(8, n), offset_mma=offset_mma)
+        assert _rel(y, emulate_kernel(mw.words, mw.scales, mw.zeros, x, n, offset_mma)) < 2e-3, offset_mma
 
 
 def test_int4_mma_split_k_in_a_cuda_graph():

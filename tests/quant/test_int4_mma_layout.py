@@ -71,14 +71,15 @@ def test_fragments_dequantize_to_the_same_matrix(zero_point):
     assert (back.zeros is None) == (w.zeros is None) and (w.zeros is None or torch.equal(back.zeros, w.zeros))
 
 
+@pytest.mark.parametrize("offset_mma", [True, False])
 @pytest.mark.parametrize("zero_point", [True, False])
 @pytest.mark.parametrize("m", [1, 3, 8, 16])
-def test_emulated_kernel_matches_matmul_ref(zero_point, m):
+def test_emulated_kernel_matches_matmul_ref(zero_point, m, offset_mma):
     n, k = 96, 640  # K = 5 groups
     w = _weight(n, k, zero_point, seed=2)
     mw = Int4MmaWeight.from_int4(w)
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(3)).bfloat16()
-    y = emulate_kernel(mw.words, mw.scales, mw.zeros, x, n)
+    y = emulate_kernel(mw.words, mw.scales, mw.zeros, x, n, offset_mma)
     ref = w.matmul_ref(x)
     rel = ((y.float() - ref.float()).norm() / ref.float().norm()).item()
     assert rel < REL, rel
@@ -93,21 +94,17 @@ def test_bad_shapes_are_refused():
 
 @pytest.mark.parametrize("block_n,block_m", [(128, 8), (64, 16)])
 def test_kernel_tile_algebra_meets_the_layout(block_n, block_m):
-    """Replays the Gluon kernel's joins / reshapes / permutes (hinfer/ops/triton/linear_int4_mma.py, A_PERM and
-    B_PERM) on index arrays: A[row, k'] must be W[row, K(k')] as permute_words stores it, and B[k', n] must be
-    x[n, K(k')], with K = real_k (one group). The compiler proves the rest (convert_layout assert_trivial)."""
+    """Replays the Gluon kernel's reshapes / permutes (hinfer/ops/triton/linear_int4_mma.py, A_PERM and B_PERM)
+    on index arrays: A[row, k'] must be W[row, K(k')] as permute_words stores it, and B[k', n] must be x[n, K(k')],
+    with K = real_k (one group). The compiler proves the rest (convert_layout assert_trivial)."""
     import numpy as np
 
     from hinfer.ops.triton.linear_int4_mma import A_PERM, B_PERM
-    from hinfer.quant.int4_mma_layout import E_OF_POS
 
     s = block_n // 16
-    word = np.arange(s * 2 * 32 * 4).reshape(s, 2, 32, 4)  # [stripe, kc, lane, kq], one group
-    a = [word * 8 + e for e in range(8)]  # id of (word, fragment element e)
-    y0 = np.stack([np.stack([a[0], a[4]], -1), np.stack([a[2], a[6]], -1)], -1)
-    y1 = np.stack([np.stack([a[1], a[5]], -1), np.stack([a[3], a[7]], -1)], -1)
-    t = np.stack([y0, y1], -1).reshape(s, 2, 8, 4, 4, 2, 2, 2).transpose(tuple(A_PERM.value))
-    t = t.reshape(block_n, 128)
+    word = np.arange(s * 2 * 32 * 4).reshape(s, 2, 32, 4, 1)  # [stripe, kc, lane, kq], one group
+    t = word * 8 + np.arange(8)  # the unpack's [..., e]: (word, fragment element e) ids
+    t = t.reshape(s, 2, 8, 4, 4, 2, 2, 2).transpose(tuple(A_PERM.value)).reshape(block_n, 128)
     w_id, e = t // 8, t % 8
     stripe, kc, lane, kq = w_id // 256, (w_id // 128) % 2, (w_id // 4) % 32, w_id % 4
     r, c = fragment_coords(torch.from_numpy(lane), torch.from_numpy(e))
@@ -116,7 +113,6 @@ def test_kernel_tile_algebra_meets_the_layout(block_n, block_m):
     assert torch.equal(torch.from_numpy(stripe) * 16 + r, rows.expand(block_n, 128))
     got_k = real_k(torch.from_numpy(4 * kc + kq), c)
     assert torch.equal(got_k, real_k(kp // 16, kp % 16).expand(block_n, 128))
-    assert sorted(E_OF_POS) == list(range(8))
 
     xi = np.arange(block_m * 128).reshape(block_m, 4, 32)  # x[n, 32 t + j] of one group
     b = xi.reshape(block_m, 4, 8, 2, 2).transpose(tuple(B_PERM.value)).reshape(128, block_m)

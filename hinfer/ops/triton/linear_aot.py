@@ -117,10 +117,12 @@ def variants(full: bool = False) -> Iterator[Variant]:
                               (FP8_BLOCK, 2, False)):  # fmt: skip
         yield _gemm(fmt, a_mode, zero)
     # Gluon tensor-core int4 on fragment-ordered weights (not yet wired into dispatch): sym M <= 8 unsplit, asym
-    # M <= 16 with the split-K epilogue (and the other two combinations in the full list)
-    mma = [(False, 8, 1), (True, 16, 8)] + ([(True, 8, 1), (False, 16, 8)] if full else [])
-    for zero, block_m, split in mma:
-        name, fn, sig, cex, warps = int4_mma_variant(128, block_m, split, 4, zero)
+    # M <= 16 with the split-K epilogue; the full list adds the other combinations and the per-weight fma offset
+    mma = [(False, 8, 1, True), (True, 16, 8, True)]
+    if full:
+        mma += [(True, 8, 1, True), (False, 16, 8, True), (False, 8, 1, False), (True, 16, 8, False)]
+    for zero, block_m, split, offset_mma in mma:
+        name, fn, sig, cex, warps = int4_mma_variant(128, block_m, split, 4, zero, offset_mma)
         yield name, fn, sig, cex, warps, 0  # stages 0: a Gluon kernel (explicit layouts, no pipeliner)
     sig = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "K": "i32", "stride_xm": "i32",
            "stride_qm": "i32", "stride_sm": "i32", "stride_sg": "i32", "GROUP": "i32"}  # fmt: skip

@@ -27,57 +27,58 @@ from hinfer.quant.int4_mma_layout import Int4MmaWeight
 
 GROUP = gl.constexpr(128)
 
-# $0..$7 = fragment elements a0..a7 of the word in $8: register j = lop3(word >> 4j) holds nibble positions j
-# and j + 4 as bf16 128 + u; the fma subtracts 128 + z (rows g: $9, rows g + 8: $10; exact in bf16).
+# One asm instance per word (pack=8: the word broadcast to its 8 fragment elements arrives as $4..$11, the
+# outputs are 4 bf16x2 registers): $j = lop3(word >> 4j, 0x000f000f, 0x43004300) holds nibble positions j and
+# j + 4 as bf16 128 + u, i.e. fragment register j = (a_2j, a_2j+1). _UNPACK then subtracts 128 + z with one
+# exact bf16x2 fma: rows g ($12, registers 0 and 2), rows g + 8 ($20, registers 1 and 3).
 _UNPACK = gl.constexpr("""{
-.reg .b32 t0, t1, t2, t3, sh, msk, mag, one;
+.reg .b32 sh, msk, mag, one;
 mov.b32 msk, 0x000f000f;
 mov.b32 mag, 0x43004300;
 mov.b32 one, 0x3f803f80;
-lop3.b32 t0, $8, msk, mag, 0xea;
-shr.u32 sh, $8, 4;
-lop3.b32 t1, sh, msk, mag, 0xea;
-shr.u32 sh, $8, 8;
-lop3.b32 t2, sh, msk, mag, 0xea;
-shr.u32 sh, $8, 12;
-lop3.b32 t3, sh, msk, mag, 0xea;
-fma.rn.bf16x2 t0, t0, one, $9;
-fma.rn.bf16x2 t1, t1, one, $10;
-fma.rn.bf16x2 t2, t2, one, $9;
-fma.rn.bf16x2 t3, t3, one, $10;
-mov.b32 {$0, $1}, t0;
-mov.b32 {$2, $3}, t1;
-mov.b32 {$4, $5}, t2;
-mov.b32 {$6, $7}, t3;
+lop3.b32 $0, $4, msk, mag, 0xea;
+shr.u32 sh, $4, 4;
+lop3.b32 $1, sh, msk, mag, 0xea;
+shr.u32 sh, $4, 8;
+lop3.b32 $2, sh, msk, mag, 0xea;
+shr.u32 sh, $4, 12;
+lop3.b32 $3, sh, msk, mag, 0xea;
+fma.rn.bf16x2 $0, $0, one, $12;
+fma.rn.bf16x2 $1, $1, one, $20;
+fma.rn.bf16x2 $2, $2, one, $12;
+fma.rn.bf16x2 $3, $3, one, $20;
 }""")
-# the same without the fma: $0..$7 = 128 + u (OFFSET_MMA: the offset comes off the MMA partial instead)
 _UNPACK_RAW = gl.constexpr("""{
-.reg .b32 t0, t1, t2, t3, sh, msk, mag;
+.reg .b32 sh, msk, mag;
 mov.b32 msk, 0x000f000f;
 mov.b32 mag, 0x43004300;
-lop3.b32 t0, $8, msk, mag, 0xea;
-shr.u32 sh, $8, 4;
-lop3.b32 t1, sh, msk, mag, 0xea;
-shr.u32 sh, $8, 8;
-lop3.b32 t2, sh, msk, mag, 0xea;
-shr.u32 sh, $8, 12;
-lop3.b32 t3, sh, msk, mag, 0xea;
-mov.b32 {$0, $1}, t0;
-mov.b32 {$2, $3}, t1;
-mov.b32 {$4, $5}, t2;
-mov.b32 {$6, $7}, t3;
+lop3.b32 $0, $4, msk, mag, 0xea;
+shr.u32 sh, $4, 4;
+lop3.b32 $1, sh, msk, mag, 0xea;
+shr.u32 sh, $4, 8;
+lop3.b32 $2, sh, msk, mag, 0xea;
+shr.u32 sh, $4, 12;
+lop3.b32 $3, sh, msk, mag, 0xea;
 }""")
 # [S, kc, g, t, kq, k3, r3, k0] -> [S, r3, g, kc, kq, k3, t, k0] and [n, t, kt, k3, k0] -> [kt, k3, t, k0, n]
 # (tests/quant/test_int4_mma_layout.py replays both on index arrays against int4_mma_layout)
 A_PERM = gl.constexpr((0, 6, 2, 1, 4, 5, 3, 7))
 B_PERM = gl.constexpr((2, 3, 1, 4, 0))
+_RAW_ARGS = gl.constexpr("=r,=r,=r,=r" + ",r" * 8)  # 4 bf16x2 outputs, the word 8 times
+_ARGS = gl.constexpr("=r,=r,=r,=r" + ",r" * 24)  # and the two offsets 8 times each
 _SYM_OFFSET = gl.constexpr(-0x3CF73CF8)  # bf16x2 (-136, -136) = 0xc308c308 as int32
+
+
+@gluon.constexpr_function
+def _unpacked_layout(num_warps):
+    # [stripe, k64 chunk, lane, k16 step, fragment element]: the 8 elements of a word fastest, then 4 words
+    return gl.BlockedLayout([1, 1, 1, 4, 8], [1, 1, 32, 1, 1], [num_warps, 1, 1, 1, 1], [4, 3, 2, 1, 0])
 
 
 @gluon.constexpr_function
 def _words_layout(num_warps):
     # [stripe, k64 chunk, lane, k16 step]: 4 consecutive words per thread (16 bytes), lane = 4 g + t
-    return gl.BlockedLayout([1, 1, 1, 4], [1, 1, 32, 1], [num_warps, 1, 1, 1], [3, 2, 1, 0])
+    return gl.SliceLayout(4, _unpacked_layout(num_warps))
 
 
 @gluon.constexpr_function
@@ -124,15 +125,15 @@ def _neg_offset(z_ptrs, HAS_ZERO: gl.constexpr):
 @gluon.jit
 def _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, g, N, HAS_ZERO: gl.constexpr, OFFSET_MMA: gl.constexpr):
     """What group g reads from the weight: 16 bytes of words per thread per stripe and k64 chunk, the scales,
-    and the offset terms: OFFSET_MMA: (128 + z) * s per row (twice, to keep one signature); otherwise the
+    and the offset terms: OFFSET_MMA: 128 + z per row (twice, to keep one signature); otherwise the
     negated bf16x2 offsets -(128 + z) of rows g and g + 8 of each stripe, in the words' layout."""
     words = gl.load(w_ptrs + g * 256)
     s = gl.load(s_ptrs + g * N).to(gl.float32)
     if OFFSET_MMA:
         if HAS_ZERO:
-            c = (gl.load(z_rows + g * N).to(gl.float32) + 128.0) * s
+            c = gl.load(z_rows + g * N).to(gl.float32) + 128.0
         else:
-            c = s * 136.0
+            c = gl.full(s.shape, 136.0, gl.float32, layout=s.type.layout)
         return words, s, c, c
     else:
         off_lo = _neg_offset(z_lo + g * N, HAS_ZERO)
@@ -144,21 +145,19 @@ def _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, g, N, HAS_ZERO: gl.constexpr, OFFS
 def _a_operand(words, off_lo, off_hi, BLOCK_N: gl.constexpr, DOT_A: gl.constexpr, OFFSET_MMA: gl.constexpr):
     """words int32 [S, 2, 32, 4] -> the bf16 A operand [BLOCK_N, 128] (u - z, or 128 + u with OFFSET_MMA),
     registers renamed only."""
+    # the unpacked layout holds a word's 8 fragment elements in consecutive registers: pack=8 hands them to one
+    # asm instance (and LLVM keeps the bf16x2 registers whole, no 16-bit split and repack)
+    L5: gl.constexpr = _unpacked_layout(gl.num_warps())
+    w8 = gl.expand_dims(words, 4) + gl.zeros([BLOCK_N // 16, 2, 32, 4, 8], gl.int32, layout=L5)
     if OFFSET_MMA:
-        a0, a1, a2, a3, a4, a5, a6, a7 = gl.inline_asm_elementwise(
-            _UNPACK_RAW, "=h,=h,=h,=h,=h,=h,=h,=h,r", [words], dtype=(gl.bfloat16,) * 8, is_pure=True, pack=1,
-        )  # fmt: skip
+        t = gl.inline_asm_elementwise(_UNPACK_RAW, _RAW_ARGS, [w8], dtype=gl.bfloat16, is_pure=True, pack=8)
     else:
-        a0, a1, a2, a3, a4, a5, a6, a7 = gl.inline_asm_elementwise(
-            _UNPACK, "=h,=h,=h,=h,=h,=h,=h,=h,r,r,r", [words, off_lo, off_hi],
-            dtype=(gl.bfloat16,) * 8, is_pure=True, pack=1,
+        t = gl.inline_asm_elementwise(
+            _UNPACK, _ARGS, [w8, gl.expand_dims(off_lo, 4), gl.expand_dims(off_hi, 4)],
+            dtype=gl.bfloat16, is_pure=True, pack=8,
         )  # fmt: skip
-    # a_e: e = 2 j + h, bit0(j) = row + 8 (r3), bit1(j) = k + 8 (k3), h = k + 1 (k0). join appends its new
-    # dim (as the fastest register): join k3, then r3, then k0 gives registers (k0, r3, k3) as in the fragment.
-    y0 = gl.join(gl.join(a0, a4), gl.join(a2, a6))  # [..., k3, r3] of h = 0
-    y1 = gl.join(gl.join(a1, a5), gl.join(a3, a7))
-    t = gl.join(y0, y1)  # [S, kc, lane, kq, k3, r3, k0]
-    t = gl.reshape(t, [BLOCK_N // 16, 2, 8, 4, 4, 2, 2, 2])  # lane -> (g, t)
+    # t: [S, kc, lane, kq, e] with fragment element e = 4 k3 + 2 r3 + k0 (bit0 k + 1, bit1 row + 8, bit2 k + 8)
+    t = gl.reshape(t, [BLOCK_N // 16, 2, 8, 4, 4, 2, 2, 2])  # lane -> (g, t), e -> (k3, r3, k0)
     t = gl.permute(t, A_PERM.value)  # [S, r3, g, kc, kq, k3, t, k0]
     t = gl.reshape(t, [BLOCK_N, GROUP])  # row = 16 S + 8 r3 + g, k = 64 kc + 16 kq + 8 k3 + 2 t + k0
     return gl.convert_layout(t, DOT_A, assert_trivial=True)
@@ -180,8 +179,8 @@ def _group(acc, words, s, off_lo, off_hi, x_ptrs, g, zero, ones, BLOCK_N: gl.con
     """acc + group g's scaled partial. x is small and cache-resident: loaded here, not carried."""
     xb = _b_operand(gl.load(x_ptrs + g * GROUP), BLOCK_M, DOT_B)
     part = mma_v2(_a_operand(words, off_lo, off_hi, BLOCK_N, DOT_A, OFFSET_MMA), xb, zero)
-    if OFFSET_MMA:  # sum (128 + u) x - (128 + z) sum x, in fp32 (off_lo holds (128 + z) s)
-        acc += part * s[:, None] - off_lo[:, None] * mma_v2(ones, xb, zero)
+    if OFFSET_MMA:  # (sum (128 + u) x - (128 + z) sum x) s, in fp32 (off_lo holds 128 + z)
+        acc += (part - off_lo[:, None] * mma_v2(ones, xb, zero)) * s[:, None]
     else:
         acc += part * s[:, None]
     return acc
@@ -238,8 +237,6 @@ def int4_mma_kernel(
                                        OFFSET_MMA)  # fmt: skip
         # an odd count ends on a clamped re-read of the last group, weighted 0 (no branch in the loop)
         keep = (g + 1 < g_hi).to(gl.float32)
-        if OFFSET_MMA:
-            lo1 = lo1 * keep  # (128 + z) s
         acc = _group(acc, w1, s1 * keep, lo1, hi1, x_ptrs, gl.minimum(g + 1, last), zero, ones, BLOCK_N,
                      BLOCK_M, DOT_A, DOT_B, OFFSET_MMA)  # fmt: skip
 
@@ -265,14 +262,14 @@ def int4_mma_kernel(
 
 
 def int4_mma_variant(
-    block_n: int, block_m: int, split_k: int, warps: int, zero: bool, offset_mma: bool = False
+    block_n: int, block_m: int, split_k: int, warps: int, zero: bool, offset_mma: bool = True
 ):
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
            "y_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
            "stride_xm": "i32", "stride_ym": "i32"}  # fmt: skip
     cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, OFFSET_MMA=offset_mma)
-    name = (f"int4 mma{' asym' if zero else ''}{' offset-mma' if offset_mma else ''} BLOCK_N={block_n} "
+    name = (f"int4 mma{' asym' if zero else ''}{'' if offset_mma else ' fma-offset'} BLOCK_N={block_n} "
             f"BLOCK_M={block_m} split {split_k} w{warps}")  # fmt: skip
     return name, int4_mma_kernel, sig, cex, warps
 
@@ -296,11 +293,12 @@ def mma_config(m: int, n: int, k: int, sms: int = 132) -> tuple[int, int, int, i
 
 def int4_mma_matmul(
     x: torch.Tensor, w: Int4MmaWeight, out: torch.Tensor | None = None, cfg: tuple[int, int, int, int] | None = None,
-    offset_mma: bool = False,
+    offset_mma: bool = True,
 ) -> torch.Tensor:  # fmt: skip
     """y [M, N] = x [M, K] @ W^T (bf16), 1 <= M <= 16, W in fragment order (Int4MmaWeight). `cfg` = (BLOCK_N,
-    BLOCK_M, SPLIT_K, num_warps); `offset_mma`: take 128 + z off the
-    partial (a second MMA against ones gives sum x) instead of one bf16x2 fma per weight register."""
+    BLOCK_M, SPLIT_K, num_warps); `offset_mma` (default): take (128 + z) sum x
+    off each group's partial (sum x from a second MMA against ones); False: one bf16x2 fma per weight register
+    subtracts 128 + z before the MMA."""
     m, k = x.shape
     n = w.n
     if k != w.k or k % GROUP or m > 16 or x.dtype != torch.bfloat16:
