@@ -25,7 +25,8 @@ from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 from hinfer.ops.triton.linear_splitk import split_scratch
 from hinfer.quant.int4_mma_layout import Int4MmaWeight
 
-GROUP = gl.constexpr(128)
+GROUP_K = 128  # quantization group along K (host side)
+GROUP = gl.constexpr(GROUP_K)
 
 # One asm instance per word (pack=8: the word broadcast to its 8 fragment elements arrives as $4..$11, the
 # outputs are 4 bf16x2 registers): $j = lop3(word >> 4j, 0x000f000f, 0x43004300) holds nibble positions j and
@@ -282,7 +283,7 @@ def mma_config(m: int, n: int, k: int, sms: int = 132) -> tuple[int, int, int, i
     block_n = 128 if n % 128 == 0 else 64
     warps = max(1, min(4, block_n // 32))
     block_m = 8 if m <= 8 else 16
-    tiles, groups = n // block_n, k // GROUP
+    tiles, groups = n // block_n, k // GROUP_K
     split = 1
     while groups // (split * 2) >= 4 and (
         tiles * split < sms or (tiles * split < 4 * sms and 16 * (split * 2) * m <= 0.05 * k)
@@ -301,8 +302,8 @@ def int4_mma_matmul(
     subtracts 128 + z before the MMA."""
     m, k = x.shape
     n = w.n
-    if k != w.k or k % GROUP or m > 16 or x.dtype != torch.bfloat16:
-        raise ValueError(f"int4 mma: x [M <= 16, K % {GROUP} == 0] bf16 matching W {w.shape}, got {tuple(x.shape)}")
+    if k != w.k or k % GROUP_K or m > 16 or x.dtype != torch.bfloat16:
+        raise ValueError(f"int4 mma: x [M <= 16, K % {GROUP_K} == 0] bf16 matching W {w.shape}, got {tuple(x.shape)}")
     if x.stride(-1) != 1:
         x = x.contiguous()
     block_n, block_m, split, warps = cfg or mma_config(m, n, k)
