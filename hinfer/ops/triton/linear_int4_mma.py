@@ -243,8 +243,6 @@ def int4_mma_kernel(
 
     # epilogue: y[m, n] = acc[n, m]; split-K partials reduced by the last program to arrive (fixed order)
     ym = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
-    rows = gl.program_id(0) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))  # recomputed: cheaper
-    # than keeping it live through the loop (ptxas spilled it)
     out_mask = (ym < M)[None, :] & (rows < N)[:, None]
     y_ptrs = y_ptr + ym[None, :] * stride_ym + rows[:, None]
     if SPLIT_K == 1:
