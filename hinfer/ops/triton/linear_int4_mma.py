@@ -2,17 +2,22 @@
 
 y [M, N] = x [M, K] @ W^T for M = 1..16, W in hinfer.quant.int4_mma_layout order. Swap-AB: rows of W are the
 MMA's M (mma.sync m16n8k16, A = W), the rows of x its N (8 or 16, padded). Each thread loads its words with
-128-bit loads in a blocked layout whose registers are, word for word, A fragments: Marlin's bf16 unpack (per
-word 3 shifts, 4 lop3, 4 bf16x2 fma subtracting 128 + z) yields the 8 bf16 of one fragment, and the joins /
-reshape / permute below only rename registers, which `convert_layout(..., assert_trivial=True)` proves at
-compile time. No shared memory, no barrier in the loop.
+128-bit loads in a blocked layout whose registers are, word for word, A fragments: Marlin's bf16 trick (per word
+3 shifts and 4 lop3) yields the 4 bf16x2 registers of one fragment holding 128 + u, and the reshape / permute
+below only rename registers, which `convert_layout(..., assert_trivial=True)` proves at compile time. No shared
+memory, no barrier in the loop. x is read the same way as operand B (32 contiguous K offsets per lane and group,
+the K order of int4_mma_layout.real_k).
+
+The offset 128 + z comes off each group's fp32 partial: sum (128 + u) x - (128 + z) sum x, with sum x from a
+second MMA against a constant ones operand (the same for every stripe, so emitted once per k16 step);
+OFFSET_MMA=False instead subtracts it per weight register with one exact bf16x2 fma before the MMA.
 
 One program owns BLOCK_N rows (BLOCK_N / 16 / num_warps stripes of 16 per warp) and a 1/SPLIT_K slice of the
-128-groups; per group one MMA partial [BLOCK_N, BLOCK_M] in fp32, multiplied by the group's scales (as the
-Triton stream kernel does). Words, scales and zeros are loaded one group ahead into registers (double
-buffering, the loop unrolled by two); x (small, cache-resident) in the step.
-Split-K is reduced in the same launch by the last program to arrive (same scheme and counters as
-hinfer.ops.triton.linear_splitk). Reference twin: hinfer.quant.int4_mma_layout.emulate_kernel.
+128-groups; the group's partial [BLOCK_N, BLOCK_M] is multiplied by the group's scales (as the Triton stream
+kernel does). Words, scales and zeros are loaded one group ahead into registers (double buffering, the loop
+unrolled by two); x (small, cache-resident) in the step. Split-K is reduced in the same launch by the last
+program to arrive (same scheme and counters as hinfer.ops.triton.linear_splitk). Reference twin:
+hinfer.quant.int4_mma_layout.emulate_kernel.
 """
 
 from __future__ import annotations
