@@ -59,7 +59,10 @@ def main() -> None:
                     timed.append((graph_time(op, weights), cfg))
                 except Exception as e:  # noqa: BLE001 - report and go on
                     print(f"  {name} M={m} {cfg}: {type(e).__name__}: {str(e)[:100]}", flush=True)
-            base = next(t for t, c in timed if c == default)
+            if not timed or timed[0][1] != default:
+                print(f"{name:8s} M={m:<3d} default tile {default} failed", flush=True)
+                continue
+            base = timed[0][0]
             best_t, best = min(timed)
             print(f"{name:8s} M={m:<3d} default {default} {base * 1e6:7.1f} us {nbytes / base / bw:6.1%}   "
                   f"best {best} {best_t * 1e6:7.1f} us {nbytes / best_t / bw:6.1%}", flush=True)
