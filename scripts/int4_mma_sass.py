@@ -8,45 +8,10 @@ main loop.
 from __future__ import annotations
 
 import argparse
-import collections
-import os
-import re
-import subprocess
 import sys
-import tempfile
 
-import triton
-
-from hinfer.ops.triton.linear_aot import compile_gluon_sm90, resources
+from hinfer.ops.triton.linear_aot import compile_gluon_sm90, resources, sass_loops, sass_of
 from hinfer.ops.triton.linear_int4_mma import int4_mma_variant
-
-
-def sass_of(kernel) -> str:
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(kernel.asm["cubin"])
-        f.flush()
-        return subprocess.run([tool, "-sass", f.name], capture_output=True, text=True).stdout
-
-
-def loops(sass: str) -> list[tuple[int, collections.Counter]]:
-    """(instruction count, opcode counts) of every backward-branch loop of the SASS listing."""
-    ins = []
-    for line in sass.splitlines():
-        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
-        if m:
-            ins.append((int(m.group(1), 16), m.group(2).strip()))
-    where = {a: i for i, (a, _) in enumerate(ins)}
-    out = []
-    for i, (a, text) in enumerate(ins):
-        m = re.search(r"BRA .*?0x([0-9a-f]+)", text)
-        if m and int(m.group(1), 16) < a and int(m.group(1), 16) in where:
-            c = collections.Counter()
-            for _, t in ins[where[int(m.group(1), 16)] : i + 1]:
-                op = t.split()[1] if t.startswith("@") else t.split()[0]
-                c[op.split(".")[0]] += 1
-            out.append((sum(c.values()), c))
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
         open(a.dump, "w").write(sass)
     weights = a.block_n * 256 // (32 * warps)  # per thread per loop iteration (two 128-groups)
     print(resources(k), f"weights per thread per iteration {weights}")
-    for n, c in loops(sass):
+    for c in sass_loops(sass):
+        n = sum(c.values())
         print(f"loop: {n} instructions, {n / weights:.2f} per weight: {sorted(c.items(), key=lambda x: -x[1])}")
     return 0
 

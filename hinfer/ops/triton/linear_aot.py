@@ -2,7 +2,8 @@
 
 CI runs `python -m hinfer.ops.triton.linear_aot --check` (in a process without TRITON_INTERPRET) to catch
 kernels that the CPU interpreter runs but the GPU compiler rejects, and register spills in the default
-tiles. Without --check it prints registers / stack / shared memory of every variant.
+tiles (and shared-memory loads / stores / barriers in the main loop of the Gluon kernels). Without --check it
+prints registers / stack / shared memory of every variant.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Iterator
 
 import triton
@@ -60,6 +62,31 @@ def resources(kernel) -> dict[str, int]:
     m = re.search(r"REG:(\d+).*?STACK:(\d+)", out, re.S)
     regs, stack = (int(m.group(1)), int(m.group(2))) if m else (-1, -1)
     return {"regs": regs, "stack": stack, "smem": kernel.metadata.shared}
+
+
+def sass_of(kernel) -> str:
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kernel.asm["cubin"])
+        f.flush()
+        return subprocess.run([tool, "-sass", f.name], capture_output=True, text=True).stdout
+
+
+def sass_loops(sass: str) -> list[Counter]:
+    """Opcode counts of every backward-branch loop of a SASS listing (predicates and modifiers stripped)."""
+    ins = []
+    for line in sass.splitlines():
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
+        if m:
+            ins.append((int(m.group(1), 16), m.group(2).strip()))
+    where = {a: i for i, (a, _) in enumerate(ins)}
+    out = []
+    for i, (a, text) in enumerate(ins):
+        m = re.search(r"BRA .*?0x([0-9a-f]+)", text)
+        if m and int(m.group(1), 16) < a and int(m.group(1), 16) in where:
+            ops = [t.split()[1] if t.startswith("@") else t.split()[0] for _, t in ins[where[int(m.group(1), 16)] : i + 1]]
+            out.append(Counter(op.split(".")[0] for op in ops))
+    return out
 
 
 def _int4_gemv(n: int, k: int, zero: bool = False) -> Variant:
@@ -144,8 +171,11 @@ def main(argv: list[str] | None = None) -> int:
             k = compile_gluon_sm90(fn, sig, cex, warps) if gluon else compile_sm90(fn, sig, cex, warps, stages)
             r = resources(k)
             spill = r["stack"] > 0
-            bad += spill
-            print(f"{'SPILL' if spill else 'ok':5s} regs {r['regs']:3d} stack {r['stack']:4d} smem {r['smem']:6d}  {name}")
+            # the Gluon kernels promise a main loop without shared memory traffic or barriers
+            shuffle = gluon and any(c[op] for c in sass_loops(sass_of(k)) for op in ("LDS", "STS", "BAR"))
+            bad += spill or shuffle
+            tag = "SPILL" if spill else "SMEM" if shuffle else "ok"
+            print(f"{tag:5s} regs {r['regs']:3d} stack {r['stack']:4d} smem {r['smem']:6d}  {name}")
         except Exception as e:  # noqa: BLE001 - report every failing variant, then fail
             bad += 1
             print(f"FAIL  {name}: {type(e).__name__}: {str(e)[-300:]}")
