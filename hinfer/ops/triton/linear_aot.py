@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             r = resources(k)
             spill = r["stack"] > 0
             # the Gluon kernels promise a main loop without shared memory traffic or barriers
-            shuffle = gluon and any(c[op] for c in sass_loops(sass_of(k)) for op in ("LDS", "STS", "BAR"))
+            shuffle = gluon and any(c[op] for c in sass_loops(sass_of(k)) for op in ("LDS", "LDSM", "STS", "BAR"))
             bad += spill or shuffle
             tag = "SPILL" if spill else "SMEM" if shuffle else "ok"
             print(f"{tag:5s} regs {r['regs']:3d} stack {r['stack']:4d} smem {r['smem']:6d}  {name}")
