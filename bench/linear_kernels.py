@@ -32,7 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 H = 5120
 SHAPES = [("qkv", 14336, H), ("gdn_in", 16384, H), ("gate_up", 34816, H), ("o_proj", H, 6144),
           ("down", H, 17408), ("lm_head", 248320, H)]  # fmt: skip
-DECODE_FORMATS = ("bf16-cublas", "bf16", "int4", "int4-sym", "int4-torch", "fp8", "fp8-block")
+DECODE_FORMATS = ("bf16-cublas", "bf16", "int4", "int4-sym", "int4-torch", "int4-mma", "int4-mma-sym", "fp8",
+                  "fp8-block")  # fmt: skip
+# int4-mma*: the Gluon tensor-core kernel on fragment-ordered weights (hinfer/ops/triton/linear_int4_mma.py, not
+# yet wired into dispatch); the re-layout is built once per weight and cloned for the other copies
 ROTATE_BYTES = 512 << 20
 
 
@@ -99,6 +102,12 @@ def make_weight(fmt: str, n: int, k: int, g: torch.Generator):
         return w, w.numel() * 2
     if fmt == "int4-torch":
         return _torch_int4(w)
+    if fmt.startswith("int4-mma"):
+        from hinfer.quant.int4_mma_layout import Int4MmaWeight
+
+        q = Int4MmaWeight.from_int4(quantize_int4(w, zero_point=fmt == "int4-mma"))
+        del w
+        return q, q.nbytes()
     if fmt.startswith("int4"):
         q = quantize_int4(w, zero_point=fmt == "int4")
     else:
@@ -131,6 +140,8 @@ def _copies(w, nbytes: int) -> list:
 def _clone(w):
     import copy
 
+    if hasattr(w, "words"):  # Int4MmaWeight: clone its tensors (the re-layout is not rebuilt)
+        return w.clone()
     if isinstance(w, tuple):
         return tuple(t.clone() for t in w)
     return w.clone() if isinstance(w, torch.Tensor) else copy.deepcopy(w)
@@ -143,6 +154,10 @@ def decode_op(fmt: str, x: torch.Tensor) -> Callable[[object], torch.Tensor]:
         return lambda w: torch.nn.functional.linear(x, w)
     if fmt == "int4-torch":
         return lambda w: torch._weight_int4pack_mm(x, w[0], 128, w[1])
+    if fmt.startswith("int4-mma"):
+        from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
+
+        return lambda w: int4_mma_matmul(x, w)
     return lambda w: linear(x, w)
 
 

@@ -2,7 +2,8 @@
 
 CI runs `python -m hinfer.ops.triton.linear_aot --check` (in a process without TRITON_INTERPRET) to catch
 kernels that the CPU interpreter runs but the GPU compiler rejects, and register spills in the default
-tiles. Without --check it prints registers / stack / shared memory of every variant.
+tiles (and shared-memory loads / stores / barriers in the main loop of the Gluon kernels). Without --check it
+prints registers / stack / shared memory of every variant.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Iterator
 
 import triton
@@ -23,6 +25,7 @@ from hinfer.ops.triton.linear import _FMT_CODE, _skinny_kernel
 from hinfer.ops.triton.linear_configs import BF16, FP8_BLOCK, FP8_ROW, INT4, gemm_config, heuristic_config
 from hinfer.ops.triton.linear_gemm import _act_quant_kernel, _gemm_kernel, _int4_dequant_kernel
 from hinfer.ops.triton.linear_int4_gemv import int4_gemv_kernel
+from hinfer.ops.triton.linear_int4_mma import int4_mma_variant
 
 TARGET = GPUTarget("cuda", 90, 64)
 _DIV16 = {"N", "K", "stride_xm", "stride_ym", "stride_wn", "stride_am", "stride_cm", "stride_qm"}
@@ -39,6 +42,16 @@ def compile_sm90(fn, sig: dict, constexprs: dict, num_warps: int, num_stages: in
     return triton.compile(src, target=TARGET, options={"num_warps": num_warps, "num_stages": num_stages})
 
 
+def compile_gluon_sm90(fn, sig: dict, constexprs: dict, num_warps: int):
+    """The same for a Gluon kernel (its layouts are explicit: no pipelining options)."""
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    sig = dict(sig) | {k: "constexpr" for k in constexprs}
+    div = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(sig) if sig[n].startswith("*") or n in _DIV16}
+    src = GluonASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=div)
+    return triton.compile(src, target=TARGET, options={"num_warps": num_warps})
+
+
 def resources(kernel) -> dict[str, int]:
     """Registers, stack (spills) and static shared memory, from cuobjdump on the cubin."""
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
@@ -49,6 +62,31 @@ def resources(kernel) -> dict[str, int]:
     m = re.search(r"REG:(\d+).*?STACK:(\d+)", out, re.S)
     regs, stack = (int(m.group(1)), int(m.group(2))) if m else (-1, -1)
     return {"regs": regs, "stack": stack, "smem": kernel.metadata.shared}
+
+
+def sass_of(kernel) -> str:
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kernel.asm["cubin"])
+        f.flush()
+        return subprocess.run([tool, "-sass", f.name], capture_output=True, text=True).stdout
+
+
+def sass_loops(sass: str) -> list[Counter]:
+    """Opcode counts of every backward-branch loop of a SASS listing (predicates and modifiers stripped)."""
+    ins = []
+    for line in sass.splitlines():
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
+        if m:
+            ins.append((int(m.group(1), 16), m.group(2).strip()))
+    where = {a: i for i, (a, _) in enumerate(ins)}
+    out = []
+    for i, (a, text) in enumerate(ins):
+        m = re.search(r"BRA .*?0x([0-9a-f]+)", text)
+        if m and int(m.group(1), 16) < a and int(m.group(1), 16) in where:
+            ops = [t.split()[1] if t.startswith("@") else t.split()[0] for _, t in ins[where[int(m.group(1), 16)] : i + 1]]
+            out.append(Counter(op.split(".")[0] for op in ops))
+    return out
 
 
 def _int4_gemv(n: int, k: int, zero: bool = False) -> Variant:
@@ -105,6 +143,14 @@ def variants(full: bool = False) -> Iterator[Variant]:
     for fmt, a_mode, zero in ((INT4, 0, False), (INT4, 2, False), (INT4, 0, True), (FP8_ROW, 1, False),
                               (FP8_BLOCK, 2, False)):  # fmt: skip
         yield _gemm(fmt, a_mode, zero)
+    # Gluon tensor-core int4 on fragment-ordered weights (not yet wired into dispatch): sym M <= 8 unsplit, asym
+    # M <= 16 with the split-K epilogue; the full list adds the other combinations and the per-weight fma offset
+    mma = [(False, 8, 1, True), (True, 16, 8, True)]
+    if full:
+        mma += [(True, 8, 1, True), (False, 16, 8, True), (False, 8, 1, False), (True, 16, 8, False)]
+    for zero, block_m, split, offset_mma in mma:
+        name, fn, sig, cex, warps = int4_mma_variant(128, block_m, split, 4, zero, offset_mma)
+        yield name, fn, sig, cex, warps, 0  # stages 0: a Gluon kernel (explicit layouts, no pipeliner)
     sig = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "K": "i32", "stride_xm": "i32",
            "stride_qm": "i32", "stride_sm": "i32", "stride_sg": "i32", "GROUP": "i32"}  # fmt: skip
     yield "act_quant", _act_quant_kernel, sig, {"BLOCK": 128}, 4, 3
@@ -121,10 +167,15 @@ def main(argv: list[str] | None = None) -> int:
     bad = 0
     for name, fn, sig, cex, warps, stages in variants(full=not a.check):
         try:
-            r = resources(compile_sm90(fn, sig, cex, warps, stages))
+            gluon = getattr(fn, "is_gluon", lambda: False)()
+            k = compile_gluon_sm90(fn, sig, cex, warps) if gluon else compile_sm90(fn, sig, cex, warps, stages)
+            r = resources(k)
             spill = r["stack"] > 0
-            bad += spill
-            print(f"{'SPILL' if spill else 'ok':5s} regs {r['regs']:3d} stack {r['stack']:4d} smem {r['smem']:6d}  {name}")
+            # the Gluon kernels promise a main loop without shared memory traffic or barriers
+            shuffle = gluon and any(c[op] for c in sass_loops(sass_of(k)) for op in ("LDS", "LDSM", "STS", "BAR"))
+            bad += spill or shuffle
+            tag = "SPILL" if spill else "SMEM" if shuffle else "ok"
+            print(f"{tag:5s} regs {r['regs']:3d} stack {r['stack']:4d} smem {r['smem']:6d}  {name}")
         except Exception as e:  # noqa: BLE001 - report every failing variant, then fail
             bad += 1
             print(f"FAIL  {name}: {type(e).__name__}: {str(e)[-300:]}")

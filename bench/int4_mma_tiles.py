@@ -1,0 +1,78 @@
+"""Tile sweep of the Gluon int4 tensor-core kernel (hinfer/ops/triton/linear_int4_mma.py, not yet wired into
+dispatch) at the Qwen3.6-27B shapes, timed like bench/linear_kernels.py (CUDA graph over weight copies that do
+not fit in L2), beside its default tile.
+
+    python bench/int4_mma_tiles.py --ms 1,8,16 [--sym] [--fma-offset] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.linear_kernels import SHAPES, _copies, _gen, copy_bandwidth, graph_time, make_weight  # noqa: E402
+
+
+def candidates(m: int, n: int, k: int) -> list[tuple[int, int, int, int]]:
+    """(BLOCK_N, BLOCK_M, SPLIT_K, num_warps) that fit N, with >= 4 groups per split."""
+    block_m = 8 if m <= 8 else 16
+    out = []
+    for block_n, warps, split in itertools.product((128, 256), (4, 8), (1, 2, 4, 8)):
+        if n % block_n == 0 and block_n % (16 * warps) == 0 and k // 128 // split >= 4:
+            out.append((block_n, block_m, split, warps))
+    return out
+
+
+def main() -> None:
+    from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul, mma_config
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ms", default="1,8,16")
+    ap.add_argument("--shapes", default="qkv,gdn_in,gate_up,o_proj,down")
+    ap.add_argument("--sym", action="store_true", help="symmetric weights (default asymmetric)")
+    ap.add_argument("--fma-offset", action="store_true", help="the kernel's per-weight offset variant")
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args()
+    bw = copy_bandwidth()
+    fmt = "int4-mma-sym" if a.sym else "int4-mma"
+    g = _gen(4)
+    rows = []
+    for name, n, k in [s for s in SHAPES if s[0] in a.shapes.split(",")]:
+        w, nbytes = make_weight(fmt, n, k, g)
+        weights = _copies(w, nbytes)
+        for m in (int(v) for v in a.ms.split(",")):
+            x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
+            default = mma_config(m, n, k)
+            timed = []
+            for cfg in dict.fromkeys([default, *candidates(m, n, k)]):
+                def op(wt, cfg=cfg, x=x):
+                    return int4_mma_matmul(x, wt, cfg=cfg, offset_mma=not a.fma_offset)
+
+                try:
+                    timed.append((graph_time(op, weights), cfg))
+                except Exception as e:  # noqa: BLE001 - report and go on
+                    print(f"  {name} M={m} {cfg}: {type(e).__name__}: {str(e)[:100]}", flush=True)
+            if not timed or timed[0][1] != default:
+                print(f"{name:8s} M={m:<3d} default tile {default} failed", flush=True)
+                continue
+            base = timed[0][0]
+            best_t, best = min(timed)
+            print(f"{name:8s} M={m:<3d} default {default} {base * 1e6:7.1f} us {nbytes / base / bw:6.1%}   "
+                  f"best {best} {best_t * 1e6:7.1f} us {nbytes / best_t / bw:6.1%}", flush=True)
+            rows.append({"shape": name, "n": n, "k": k, "m": m, "default": default, "default_us": base * 1e6,
+                         "best": best, "best_us": best_t * 1e6, "bytes": nbytes, "copy_bw": bw})  # fmt: skip
+        del w, weights
+        torch.cuda.empty_cache()
+    if a.json:
+        a.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,329 @@
+"""INT4 W4A16 skinny matmul on tensor cores from fragment-ordered weights (Gluon; not yet wired into dispatch).
+
+y [M, N] = x [M, K] @ W^T for M = 1..16, W in hinfer.quant.int4_mma_layout order. Swap-AB: rows of W are the
+MMA's M (mma.sync m16n8k16, A = W), the rows of x its N (8 or 16, padded). Each thread loads its words with
+128-bit loads in a blocked layout whose registers are, word for word, A fragments: Marlin's bf16 trick (per word
+3 shifts and 4 lop3) yields the 4 bf16x2 registers of one fragment holding 128 + u, and the reshape / permute
+below only rename registers, which `convert_layout(..., assert_trivial=True)` proves at compile time. No shared
+memory, no barrier in the loop. x is read the same way as operand B (32 contiguous K offsets per lane and group,
+the K order of int4_mma_layout.real_k).
+
+The offset 128 + z comes off each group's fp32 partial: sum (128 + u) x - (128 + z) sum x, with sum x from a
+second MMA against a constant ones operand (the same for every stripe, so emitted once per k16 step);
+OFFSET_MMA=False instead subtracts it per weight register with one exact bf16x2 fma before the MMA.
+
+One program owns BLOCK_N rows (BLOCK_N / 16 / num_warps stripes of 16 per warp) and a 1/SPLIT_K slice of the
+128-groups; the group's partial [BLOCK_N, BLOCK_M] is multiplied by the group's scales (as the Triton stream
+kernel does). Words, scales and zeros are loaded one group ahead into registers (double buffering, the loop
+unrolled by two); x (small, cache-resident) in the step. Split-K is reduced in the same launch by the last
+program to arrive (same scheme and counters as hinfer.ops.triton.linear_splitk). Reference twin:
+hinfer.quant.int4_mma_layout.emulate_kernel.
+"""
+
+from __future__ import annotations
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+
+from hinfer.ops.triton.linear_splitk import split_scratch
+from hinfer.quant.int4_mma_layout import Int4MmaWeight
+
+GROUP_K = 128  # quantization group along K (host side)
+GROUP = gl.constexpr(GROUP_K)
+
+# One asm instance per word (pack=8: the word broadcast to its 8 fragment elements arrives as $4..$11, the
+# outputs are 4 bf16x2 registers): $j = lop3(word >> 4j, 0x000f000f, 0x43004300) holds nibble positions j and
+# j + 4 as bf16 128 + u, i.e. fragment register j = (a_2j, a_2j+1). _UNPACK then subtracts 128 + z with one
+# exact bf16x2 fma: rows g ($12, registers 0 and 2), rows g + 8 ($20, registers 1 and 3).
+_UNPACK = gl.constexpr("""{
+.reg .b32 sh, msk, mag, one;
+mov.b32 msk, 0x000f000f;
+mov.b32 mag, 0x43004300;
+mov.b32 one, 0x3f803f80;
+lop3.b32 $0, $4, msk, mag, 0xea;
+shr.u32 sh, $4, 4;
+lop3.b32 $1, sh, msk, mag, 0xea;
+shr.u32 sh, $4, 8;
+lop3.b32 $2, sh, msk, mag, 0xea;
+shr.u32 sh, $4, 12;
+lop3.b32 $3, sh, msk, mag, 0xea;
+fma.rn.bf16x2 $0, $0, one, $12;
+fma.rn.bf16x2 $1, $1, one, $20;
+fma.rn.bf16x2 $2, $2, one, $12;
+fma.rn.bf16x2 $3, $3, one, $20;
+}""")
+_UNPACK_RAW = gl.constexpr("""{
+.reg .b32 sh, msk, mag;
+mov.b32 msk, 0x000f000f;
+mov.b32 mag, 0x43004300;
+lop3.b32 $0, $4, msk, mag, 0xea;
+shr.u32 sh, $4, 4;
+lop3.b32 $1, sh, msk, mag, 0xea;
+shr.u32 sh, $4, 8;
+lop3.b32 $2, sh, msk, mag, 0xea;
+shr.u32 sh, $4, 12;
+lop3.b32 $3, sh, msk, mag, 0xea;
+}""")
+# [S, kc, g, t, kq, k3, r3, k0] -> [S, r3, g, kc, kq, k3, t, k0] and [n, t, kt, k3, k0] -> [kt, k3, t, k0, n]
+# (tests/quant/test_int4_mma_layout.py replays both on index arrays against int4_mma_layout)
+A_PERM = gl.constexpr((0, 6, 2, 1, 4, 5, 3, 7))
+B_PERM = gl.constexpr((2, 3, 1, 4, 0))
+_RAW_ARGS = gl.constexpr("=r,=r,=r,=r" + ",r" * 8)  # 4 bf16x2 outputs, the word 8 times
+_ARGS = gl.constexpr("=r,=r,=r,=r" + ",r" * 24)  # and the two offsets 8 times each
+_SYM_OFFSET = gl.constexpr(-0x3CF73CF8)  # bf16x2 (-136, -136) = 0xc308c308 as int32
+
+
+@gluon.constexpr_function
+def _unpacked_layout(num_warps):
+    # [stripe, k64 chunk, lane, k16 step, fragment element]: the 8 elements of a word fastest, then 4 words
+    return gl.BlockedLayout([1, 1, 1, 4, 8], [1, 1, 32, 1, 1], [num_warps, 1, 1, 1, 1], [4, 3, 2, 1, 0])
+
+
+@gluon.constexpr_function
+def _words_layout(num_warps):
+    # [stripe, k64 chunk, lane, k16 step]: 4 consecutive words per thread (16 bytes), lane = 4 g + t
+    return gl.SliceLayout(4, _unpacked_layout(num_warps))
+
+
+@gluon.constexpr_function
+def _x_layout(num_warps):
+    # [row of x, t, 32 K offsets]: lane 4 g + t holds rows g (and g + 8 in a register) and its 32 contiguous K
+    # offsets of the group (int4_mma_layout.real_k); every warp holds all of x (the B operand is shared)
+    return gl.BlockedLayout([1, 1, 32], [8, 4, 1], [1, 1, num_warps], [2, 1, 0])
+
+
+@gluon.constexpr_function
+def _mma_layout(num_warps):
+    return gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, 8])
+
+
+@gluon.jit
+def _iota4(SIZE: gl.constexpr, DIM: gl.constexpr, L: gl.constexpr):
+    """arange(0, SIZE) along dim DIM of a rank-4 layout L (size 1 elsewhere)."""
+    if DIM == 0:
+        i = gl.arange(0, SIZE, layout=gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, L))))
+        r = i[:, None, None, None]
+    elif DIM == 1:
+        i = gl.arange(0, SIZE, layout=gl.SliceLayout(0, gl.SliceLayout(2, gl.SliceLayout(3, L))))
+        r = i[None, :, None, None]
+    elif DIM == 2:
+        i = gl.arange(0, SIZE, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(3, L))))
+        r = i[None, None, :, None]
+    else:
+        i = gl.arange(0, SIZE, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, L))))
+        r = i[None, None, None, :]
+    return r
+
+
+@gluon.jit
+def _neg_offset(z_ptrs, HAS_ZERO: gl.constexpr):
+    """bf16x2 bits of -(128 + z), both halves (int32); z = 8 when symmetric."""
+    if HAS_ZERO:
+        v = gl.load(z_ptrs).to(gl.int32) | 0xC300
+        r = (v << 16) | v
+    else:
+        r = gl.full(z_ptrs.shape, _SYM_OFFSET, gl.int32, layout=z_ptrs.type.layout)
+    return r
+
+
+@gluon.jit
+def _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, g, N, HAS_ZERO: gl.constexpr, OFFSET_MMA: gl.constexpr):
+    """What group g reads from the weight: 16 bytes of words per thread per stripe and k64 chunk, the scales,
+    and the offset terms: OFFSET_MMA: 128 + z per row (twice, to keep one signature); otherwise the
+    negated bf16x2 offsets -(128 + z) of rows g and g + 8 of each stripe, in the words' layout."""
+    words = gl.load(w_ptrs + g * 256)
+    s = gl.load(s_ptrs + g * N).to(gl.float32)
+    if OFFSET_MMA:
+        if HAS_ZERO:
+            c = gl.load(z_rows + g * N).to(gl.float32) + 128.0
+        else:
+            c = gl.full(s.shape, 136.0, gl.float32, layout=s.type.layout)
+        return words, s, c, c
+    else:
+        off_lo = _neg_offset(z_lo + g * N, HAS_ZERO)
+        off_hi = _neg_offset(z_lo + g * N + 8, HAS_ZERO)
+        return words, s, off_lo, off_hi
+
+
+@gluon.jit
+def _a_operand(words, off_lo, off_hi, BLOCK_N: gl.constexpr, DOT_A: gl.constexpr, OFFSET_MMA: gl.constexpr):
+    """words int32 [S, 2, 32, 4] -> the bf16 A operand [BLOCK_N, 128] (u - z, or 128 + u with OFFSET_MMA),
+    registers renamed only."""
+    # the unpacked layout holds a word's 8 fragment elements in consecutive registers: pack=8 hands them to one
+    # asm instance (and LLVM keeps the bf16x2 registers whole, no 16-bit split and repack)
+    L5: gl.constexpr = _unpacked_layout(gl.num_warps())
+    w8 = gl.expand_dims(words, 4) + gl.zeros([BLOCK_N // 16, 2, 32, 4, 8], gl.int32, layout=L5)
+    if OFFSET_MMA:
+        t = gl.inline_asm_elementwise(_UNPACK_RAW, _RAW_ARGS, [w8], dtype=gl.bfloat16, is_pure=True, pack=8)
+    else:
+        t = gl.inline_asm_elementwise(
+            _UNPACK, _ARGS, [w8, gl.expand_dims(off_lo, 4), gl.expand_dims(off_hi, 4)],
+            dtype=gl.bfloat16, is_pure=True, pack=8,
+        )  # fmt: skip
+    # t: [S, kc, lane, kq, e] with fragment element e = 4 k3 + 2 r3 + k0 (bit0 k + 1, bit1 row + 8, bit2 k + 8)
+    t = gl.reshape(t, [BLOCK_N // 16, 2, 8, 4, 4, 2, 2, 2])  # lane -> (g, t), e -> (k3, r3, k0)
+    t = gl.permute(t, A_PERM.value)  # [S, r3, g, kc, kq, k3, t, k0]
+    t = gl.reshape(t, [BLOCK_N, GROUP])  # row = 16 S + 8 r3 + g, k = 64 kc + 16 kq + 8 k3 + 2 t + k0
+    return gl.convert_layout(t, DOT_A, assert_trivial=True)
+
+
+@gluon.jit
+def _b_operand(xt, BLOCK_M: gl.constexpr, DOT_B: gl.constexpr):
+    """x [BLOCK_M, 4 (t), 32] of one group -> the B operand [128 (k'), BLOCK_M], registers renamed only:
+    offset 32 t + j with j = 4 kt + 2 k3 + k0 is the MMA's k' = 16 kt + 8 k3 + 2 t + k0."""
+    b = gl.reshape(xt, [BLOCK_M, 4, 8, 2, 2])  # [n, t, kt, k3, k0]
+    b = gl.permute(b, B_PERM.value)  # [kt, k3, t, k0, n]
+    b = gl.reshape(b, [GROUP, BLOCK_M])
+    return gl.convert_layout(b, DOT_B, assert_trivial=True)
+
+
+@gluon.jit
+def _group(acc, words, s, off_lo, off_hi, x_ptrs, g, zero, ones, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
+           DOT_A: gl.constexpr, DOT_B: gl.constexpr, OFFSET_MMA: gl.constexpr):  # fmt: skip
+    """acc + group g's scaled partial. x is small and cache-resident: loaded here, not carried."""
+    xb = _b_operand(gl.load(x_ptrs + g * GROUP), BLOCK_M, DOT_B)
+    part = mma_v2(_a_operand(words, off_lo, off_hi, BLOCK_N, DOT_A, OFFSET_MMA), xb, zero)
+    if OFFSET_MMA:  # (sum (128 + u) x - (128 + z) sum x) s, in fp32 (off_lo holds 128 + z)
+        acc += (part - off_lo[:, None] * mma_v2(ones, xb, zero)) * s[:, None]
+    else:
+        acc += part * s[:, None]
+    return acc
+
+
+@gluon.jit
+def int4_mma_kernel(
+    x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
+    HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
+    OFFSET_MMA: gl.constexpr,
+):  # fmt: skip
+    W: gl.constexpr = gl.num_warps()
+    S: gl.constexpr = BLOCK_N // 16
+    LW: gl.constexpr = _words_layout(W)
+    MMA: gl.constexpr = _mma_layout(W)
+    DOT_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
+    DOT_B: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
+    pid_n = gl.program_id(0)
+    pid_k = gl.program_id(1)
+    n_groups = K // GROUP
+    per_split = gl.cdiv(n_groups, SPLIT_K)
+    g_lo = pid_k * per_split
+    g_hi = gl.minimum(g_lo + per_split, n_groups)
+
+    # words: stripe (pid_n * S + s) starts at its row of [N/16, 2K]; a group is 256 contiguous words of it
+    stripe = pid_n * S + _iota4(S, 0, LW)
+    inner = _iota4(2, 1, LW) * 128 + _iota4(32, 2, LW) * 4 + _iota4(4, 3, LW)
+    w_ptrs = w_ptr + stripe.to(gl.int64) * (2 * K) + inner
+    z_lo = z_ptr + stripe * 16 + _iota4(32, 2, LW) // 4  # row 16 stripe + g; row + 8 at +8
+    rows = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
+    s_ptrs = s_ptr + rows
+    z_rows = z_ptr + rows
+    LX: gl.constexpr = _x_layout(W)
+    xn = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, gl.SliceLayout(2, LX)))[:, None, None]
+    xt = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, LX)))[None, :, None]
+    xj = gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, LX)))[None, None, :]
+    # rows of x past M re-read row M - 1 (their outputs are not stored): unmasked loads, no zero fill
+    x_ptrs = x_ptr + gl.minimum(xn, M - 1) * stride_xm + xt * 32 + xj
+
+    acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
+    zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
+    ones = zero  # placeholder unless OFFSET_MMA
+    if OFFSET_MMA:  # every row of mma(ones, x) is the group's sum of x: identical MMAs, emitted once
+        ones = gl.full([BLOCK_N, GROUP], 1.0, gl.bfloat16, layout=DOT_A)
+    last = gl.maximum(g_hi - 1, 0)  # loads stay in bounds even for an empty split
+    # unrolled by two so that each look-ahead load lands in registers that are free (no copies at the back edge)
+    w0, s0, lo0, hi0 = _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, gl.minimum(g_lo, last), N, HAS_ZERO, OFFSET_MMA)
+    for g in range(g_lo, g_hi, 2):
+        # the clamped look-ahead re-reads the last group (a cache hit) instead of branching
+        w1, s1, lo1, hi1 = _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, gl.minimum(g + 1, last), N, HAS_ZERO,
+                                       OFFSET_MMA)  # fmt: skip
+        acc = _group(acc, w0, s0, lo0, hi0, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA)
+        w0, s0, lo0, hi0 = _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, gl.minimum(g + 2, last), N, HAS_ZERO,
+                                       OFFSET_MMA)  # fmt: skip
+        # an odd count ends on a clamped re-read of the last group, weighted 0 (no branch in the loop)
+        keep = (g + 1 < g_hi).to(gl.float32)
+        acc = _group(acc, w1, s1 * keep, lo1, hi1, x_ptrs, gl.minimum(g + 1, last), zero, ones, BLOCK_N,
+                     BLOCK_M, DOT_A, DOT_B, OFFSET_MMA)  # fmt: skip
+
+    # epilogue: y[m, n] = acc[n, m]; split-K partials reduced by the last program to arrive (fixed order)
+    ym = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
+    out_mask = (ym < M)[None, :] & (rows < N)[:, None]
+    y_ptrs = y_ptr + ym[None, :] * stride_ym + rows[:, None]
+    if SPLIT_K == 1:
+        gl.store(y_ptrs, acc.to(gl.bfloat16), mask=out_mask)
+    else:
+        p_off = ym[None, :].to(gl.int64) * N + rows[:, None]
+        gl.store(part_ptr + pid_k * M * N + p_off, acc, mask=out_mask)
+        gl.thread_barrier()  # every thread's partial is written before the release below
+        arrived = gl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel")
+        if arrived == SPLIT_K - 1:
+            total = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
+            for i in gl.static_range(SPLIT_K):
+                total += gl.load(part_ptr + i * M * N + p_off, mask=out_mask, other=0.0, cache_modifier=".cg")
+            gl.store(y_ptrs, total.to(gl.bfloat16), mask=out_mask)
+            gl.atomic_xchg(cnt_ptr + pid_n, 0)
+
+
+def int4_mma_variant(
+    block_n: int, block_m: int, split_k: int, warps: int, zero: bool, offset_mma: bool = True
+):
+    """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
+    sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
+           "y_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
+           "stride_xm": "i32", "stride_ym": "i32"}  # fmt: skip
+    cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, OFFSET_MMA=offset_mma)
+    name = (f"int4 mma{' asym' if zero else ''}{'' if offset_mma else ' fma-offset'} BLOCK_N={block_n} "
+            f"BLOCK_M={block_m} split {split_k} w{warps}")  # fmt: skip
+    return name, int4_mma_kernel, sig, cex, warps
+
+
+def mma_config(m: int, n: int, k: int, sms: int = 132) -> tuple[int, int, int, int]:
+    """(BLOCK_N, BLOCK_M, SPLIT_K, num_warps): BLOCK_N 128 with 4 warps (2 stripes each, ~84-134 registers: 4-6
+    programs per SM). Split-K until the grid fills the SMs once, then on towards 4 programs per SM (one group in
+    flight each is ~8 KB) while the fp32 partials (written and read: 8 * split * M * N bytes) stay under ~5% of
+    the weight bytes (N * K / 2); always >= 4 groups per split."""
+    block_n = 128 if n % 128 == 0 else 64
+    warps = max(1, min(4, block_n // 32))
+    block_m = 8 if m <= 8 else 16
+    tiles, groups = n // block_n, k // GROUP_K
+    split = 1
+    while groups // (split * 2) >= 4 and (
+        tiles * split < sms or (tiles * split < 4 * sms and 16 * (split * 2) * m <= 0.05 * k)
+    ):
+        split *= 2
+    return block_n, block_m, split, warps
+
+
+def int4_mma_matmul(
+    x: torch.Tensor, w: Int4MmaWeight, out: torch.Tensor | None = None, cfg: tuple[int, int, int, int] | None = None,
+    offset_mma: bool = True,
+) -> torch.Tensor:  # fmt: skip
+    """y [M, N] = x [M, K] @ W^T (bf16), 1 <= M <= 16, W in fragment order (Int4MmaWeight). `cfg` = (BLOCK_N,
+    BLOCK_M, SPLIT_K, num_warps); `offset_mma` (default): take (128 + z) sum x
+    off each group's partial (sum x from a second MMA against ones); False: one bf16x2 fma per weight register
+    subtracts 128 + z before the MMA."""
+    m, k = x.shape
+    n = w.n
+    if k != w.k or k % GROUP_K or m > 16 or x.dtype != torch.bfloat16:
+        raise ValueError(f"int4 mma: x [M <= 16, K % {GROUP_K} == 0] bf16 matching W {w.shape}, got {tuple(x.shape)}")
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    block_n, block_m, split, warps = cfg or mma_config(m, n, k)
+    if n % block_n or block_n % (16 * warps) or block_m not in (8, 16) or m > block_m:
+        raise ValueError(f"int4 mma: bad tile for N={n}, M={m}: {(block_n, block_m, split, warps)}")
+    if out is None:
+        out = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    if m == 0:
+        return out
+    grid = (n // block_n, split)
+    part, cnt = split_scratch(split, m, n, grid[0], x, out)
+    int4_mma_kernel[grid](
+        x, w.words, w.scales, w.zeros if w.zeros is not None else w.scales, out, part, cnt, m, n, k,
+        x.stride(0), out.stride(0),
+        HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split,
+        OFFSET_MMA=offset_mma, num_warps=warps,
+    )  # fmt: skip
+    return out
+
+

@@ -1,0 +1,186 @@
+"""INT4 weights re-laid out in mma.sync m16n8k16 A-fragment order (swap-AB: rows of W are the MMA's M).
+
+The tensor-core kernel (hinfer/ops/triton/linear_int4_mma.py, not yet wired into dispatch) loads 16 bytes per
+thread and unpacks each word with Marlin's bf16 trick straight into the registers of an A fragment, so no
+layout conversion sits between the load and the `mma`. This module builds that order on the host (pure torch,
+CPU or GPU), inverts it, and emulates the kernel (`emulate_kernel`, the reference twin).
+
+A fragment (PTX ISA, mma.m16n8k16 .bf16, operand A): lane = 4 g + t (g = lane // 4, t = lane % 4) holds 8
+values a_0..a_7 of a 16 x 16 tile; a_e sits at row g + 8 * bit1(e), column 2 t + bit0(e) + 8 * bit2(e)
+(`fragment_coords`). Register j of the fragment is the bf16 pair (a_2j, a_2j+1).
+
+K order: the MMA's reduction index need not be K itself, only the same for W and x. Within each 128-group the
+MMA's k' = 16 kt + 8 k3 + 2 t + k0 (k16 step kt = 0..7, fragment column 2 t + k0 + 8 k3) reads K offset
+32 t + 4 kt + 2 k3 + k0 (`real_k`): lane t's share of x for a whole group is 32 contiguous values (four 128-bit
+loads of a row of x instead of sixteen 32-bit ones).
+
+Permuted words `words` int32 [N / 16, 2 K] (N % 16 == 0, K % 128 == 0):
+- row i: the 16-row stripe 16 i .. 16 i + 15 of W.
+- column (kc * 32 + lane) * 4 + j: k64 chunk kc, lane, k16 step j of the chunk (k16 step 4 kc + j, of group
+  (4 kc + j) // 8). One thread's four words of a chunk are contiguous (one 128-bit load) and a warp's 32 loads
+  are one 512-byte run.
+- nibble position p of a word holds a_e with e = 2 (p % 4) + p // 4: `lop3(word >> 4 j, 0x000f000f,
+  0x43004300)` puts positions j and j + 4 in the low / high bf16 of one register, i.e. (a_2j, a_2j+1) as
+  128 + u; subtracting 128 + z (bf16x2 fma, exact) leaves u - z.
+Scales and zeros are transposed to [G, N] (group-major): a warp's rows of one group are contiguous. Value:
+(u - z) * s as in hinfer.quant.int4 (symmetric: z = 8).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hinfer.quant.int4 import GROUP, Int4Weight, pack_int4, unpack_int4
+
+TILE_N = 16  # rows of a stripe (the MMA's M)
+CHUNK_K = 64  # K per 128-bit load: 4 k16 steps
+K_ALIGN = 128  # the K remap works within 128-groups
+# nibble position p holds fragment element E_OF_POS[p]
+E_OF_POS = tuple(2 * (p % 4) + p // 4 for p in range(8))
+
+
+def fragment_coords(lane: torch.Tensor, e: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row, col) in the 16 x 16 A tile of fragment element e held by `lane` (mma.m16n8k16, 16-bit A)."""
+    g, t = lane // 4, lane % 4
+    return g + 8 * ((e >> 1) & 1), 2 * t + (e & 1) + 8 * (e >> 2)
+
+
+def real_k(kt: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
+    """K index read by fragment column `col` (0..15) of global k16 step kt (see K order above)."""
+    t, k0, k3 = (col % 8) // 2, col % 2, col // 8
+    return (kt // 8) * GROUP + 32 * t + 4 * (kt % 8) + 2 * k3 + k0
+
+
+def _stripe_index(k: int) -> torch.Tensor:
+    """For one 16-row stripe: flat index row * K + col of the element at every (word column, nibble position)
+    of the permuted stripe, int64 [2 K, 8]."""
+    q = torch.arange(2 * k)
+    kc, lane, j = q // 128, (q // 4) % 32, q % 4
+    e = torch.tensor(E_OF_POS)[None, :]
+    row, col = fragment_coords(lane[:, None], e)
+    return row * k + real_k((4 * kc + j)[:, None], col)
+
+
+def _check(n: int, k: int) -> None:
+    if n % TILE_N or k % K_ALIGN:
+        raise ValueError(f"the mma layout needs N % {TILE_N} == 0 and K % {K_ALIGN} == 0, got {n}x{k}")
+
+
+def _pack_nibbles(nib: torch.Tensor) -> torch.Tensor:
+    """uint8 [..., 8] nibbles at positions 0..7 -> int32 [...] (little-endian: position p in byte p // 2)."""
+    b = nib[..., 0::2] | (nib[..., 1::2] << 4)
+    return b.contiguous().view(torch.int32).squeeze(-1)
+
+
+def _unpack_nibbles(words: torch.Tensor) -> torch.Tensor:
+    b = words.contiguous().unsqueeze(-1).view(torch.uint8)  # [..., 4] bytes
+    return torch.stack([b & 0xF, b >> 4], dim=-1).flatten(-2)
+
+
+def permute_words(qweight: torch.Tensor, k: int) -> torch.Tensor:
+    """qweight int32 [N, K/8] (hinfer.quant.int4 order) -> fragment-ordered words int32 [N/16, 2 K]."""
+    n = qweight.shape[0]
+    _check(n, k)
+    u = unpack_int4(qweight, k).view(n // TILE_N, TILE_N * k)
+    idx = _stripe_index(k).to(u.device)
+    nib = u[:, idx.view(-1)].view(n // TILE_N, 2 * k, 8)
+    return _pack_nibbles(nib)
+
+
+def unpermute_words(words: torch.Tensor, k: int) -> torch.Tensor:
+    """Inverse of permute_words: int32 [N/16, 2 K] -> qweight int32 [N, K/8]."""
+    stripes = words.shape[0]
+    nib = _unpack_nibbles(words).view(stripes, 2 * k * 8)
+    u = torch.empty(stripes, TILE_N * k, dtype=torch.uint8, device=words.device)
+    u[:, _stripe_index(k).to(words.device).view(-1)] = nib
+    return pack_int4(u.view(stripes * TILE_N, k))
+
+
+class Int4MmaWeight:
+    """An Int4Weight in fragment order: words [N/16, 2K], scales [G, N], zeros [G, N] uint8 or None."""
+
+    def __init__(self, words: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, n: int, k: int):
+        self.words, self.scales, self.zeros, self.n, self.k = words, scales, zeros, n, k
+
+    @classmethod
+    def from_int4(cls, w: Int4Weight) -> Int4MmaWeight:
+        if w.group != GROUP:
+            raise ValueError(f"the mma layout takes group {GROUP}, got {w.group}")
+        n, k = w.shape
+        zeros = None if w.zeros is None else w.zeros.t().contiguous()
+        return cls(permute_words(w.qweight, k), w.scales.t().contiguous(), zeros, n, k)
+
+    def to_int4(self) -> Int4Weight:
+        zeros = None if self.zeros is None else self.zeros.t().contiguous()
+        return Int4Weight(unpermute_words(self.words, self.k), self.scales.t().contiguous(), zeros, self.k)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.n, self.k)
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.words, self.scales, self.zeros) if t is not None)
+
+    def clone(self) -> Int4MmaWeight:
+        z = None if self.zeros is None else self.zeros.clone()
+        return Int4MmaWeight(self.words.clone(), self.scales.clone(), z, self.n, self.k)
+
+
+def _bf16_pair_lop3(words: torch.Tensor, j: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """lop3(word >> 4 j, 0x000f000f, 0x43004300) as (low, high) bf16 values (128 + u, exact)."""
+    r = ((words.long() & 0xFFFFFFFF) >> (4 * j)) & 0x000F000F | 0x43004300
+    lo = (r & 0xFFFF).to(torch.int32) << 16  # bf16 bits -> fp32 bits
+    hi = (r >> 16).to(torch.int32) << 16
+    return lo.view(torch.float32), hi.view(torch.float32)
+
+
+def fragments_to_matrix(words: torch.Tensor, zeros: torch.Tensor | None, n: int, k: int) -> torch.Tensor:
+    """What the kernel's unpack puts into the A fragments, placed at their (row, K index): fp32 [N, K] of u - z.
+    Decodes through the register semantics (lop3 pairs), `fragment_coords` and `real_k`, not permute_words."""
+    _check(n, k)
+    stripes = n // TILE_N
+    w = words.view(stripes, k // CHUNK_K, 32, 4)  # [stripe, kc, lane, j]
+    lane = torch.arange(32, device=words.device)
+    out = torch.empty(n, k, dtype=torch.float32, device=words.device)
+    rows0 = (torch.arange(stripes, device=words.device) * TILE_N)[:, None, None, None]
+    kt = (4 * torch.arange(k // CHUNK_K, device=words.device)[:, None] + torch.arange(4, device=words.device))
+    for reg in range(4):
+        lo, hi = _bf16_pair_lop3(w, reg)
+        for h, v in ((0, lo), (1, hi)):
+            e = torch.tensor(2 * reg + h, device=words.device)
+            r, c = fragment_coords(lane, e)  # [32]
+            row = rows0 + r[None, None, :, None]
+            col = real_k(kt[None, :, None, :], c[None, None, :, None])
+            row, col = torch.broadcast_tensors(row, col)
+            out[row.reshape(-1), col.reshape(-1)] = v.reshape(-1)
+    z = 8.0 if zeros is None else zeros.float().t().repeat_interleave(GROUP, dim=1)[:, :k]
+    return out - 128.0 - z  # the bf16x2 fma subtracting 128 + z is exact
+
+
+def emulate_kernel(
+    words: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor | None,
+    x: torch.Tensor,
+    n: int,
+    offset_mma: bool = False,
+) -> torch.Tensor:
+    """The kernel's arithmetic in torch: per group an fp32 MMA partial [M, N] (bf16 products are exact),
+    scaled by the group's fp32 scale and summed over groups in fp32, rounded once to x.dtype. The partial is
+    sum (u - z) x from exact integer fragments, or with `offset_mma` sum (128 + u) x - (128 + z) sum x (the
+    kernel's default: the raw lop3 values, the offset taken off afterwards). scales / zeros are the [G, N]
+    tensors."""
+    m, k = x.shape
+    a = fragments_to_matrix(words, zeros, n, k)
+    zg = torch.full_like(scales, 8, dtype=torch.float32) if zeros is None else zeros.float()  # [G, N]
+    xf = x.float()
+    acc = torch.zeros(m, n, dtype=torch.float32, device=x.device)
+    for gi in range(scales.shape[0]):
+        ks = slice(gi * GROUP, min(k, (gi + 1) * GROUP))
+        if offset_mma:
+            off = 128.0 + zg[gi]
+            part = xf[:, ks] @ (a[:, ks] + off[:, None]).t() - off[None, :] * xf[:, ks].sum(1, keepdim=True)
+        else:
+            part = xf[:, ks] @ a[:, ks].t()
+        acc += part * scales[gi].float()[None, :]
+    return acc.to(x.dtype)

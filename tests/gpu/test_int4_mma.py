@@ -1,0 +1,110 @@
+"""The Gluon int4 tensor-core kernel on fragment-ordered weights (hinfer/ops/triton/linear_int4_mma.py, not yet
+wired into dispatch) at the Qwen3.6-27B shapes against Int4Weight.matmul_ref; NaN-poisoned outputs.
+
+    pytest -m gpu tests/gpu/test_int4_mma.py -q
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+H = 5120
+SHAPES = {"qkv": (14336, H), "gdn_in_head": (16384, H), "gate_up": (34816, H), "o_proj": (H, 6144),
+          "down": (H, 17408)}  # fmt: skip
+MS = (1, 2, 4, 8, 16)
+REL = 6e-3  # fp32 accumulation; bf16 output rounding remains
+
+
+def _gen(seed: int | None = None) -> torch.Generator:
+    return torch.Generator(device="cuda").manual_seed(torch.seed() % 2**31 if seed is None else seed)
+
+
+def _rel(y: torch.Tensor, ref: torch.Tensor) -> float:
+    assert torch.isfinite(y).all(), "non-finite (or unwritten) output"
+    return ((y.float() - ref.float()).norm() / ref.float().norm()).item()
+
+
+def _quantized(n: int, k: int, zero_point: bool, g: torch.Generator):
+    from hinfer.quant import quantize_int4
+    from hinfer.quant.int4_mma_layout import Int4MmaWeight
+
+    q = quantize_int4((torch.randn(n, k, generator=g, device="cuda") * k**-0.5).bfloat16(), zero_point=zero_point)
+    return q, Int4MmaWeight.from_int4(q)
+
+
+def _poisoned(m: int, n: int) -> torch.Tensor:
+    return torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+
+
+@pytest.fixture(autouse=True)
+def _fp32_references():
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32 = old
+
+
+@pytest.mark.parametrize("zero_point", [True, False], ids=["asym", "sym"])
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_int4_mma_27b_shapes(name, zero_point):
+    from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul, mma_config
+
+    n, k = SHAPES[name]
+    g = _gen()
+    q, mw = _quantized(n, k, zero_point, g)
+    for m in MS:
+        x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
+        y = int4_mma_matmul(x, mw, out=_poisoned(m, n))
+        assert _rel(y, q.matmul_ref(x)) < REL, (m, mma_config(m, n, k))
+
+
+@pytest.mark.parametrize("offset_mma", [False, True], ids=["fma-offset", "offset-mma"])
+@pytest.mark.parametrize("cfg", [(128, 8, 1, 4), (128, 16, 4, 4), (256, 8, 2, 4), (64, 8, 8, 2), (128, 8, 3, 4)])
+@pytest.mark.parametrize("zero_point", [True, False], ids=["asym", "sym"])
+def test_int4_mma_tiles_and_variants(cfg, offset_mma, zero_point):
+    """Tiles, split-K (3 leaves uneven splits, odd group counts) and the offset variant on down_proj's K."""
+    from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
+
+    n, k = 1024, 17408
+    g = _gen()
+    q, mw = _quantized(n, k, zero_point, g)
+    for m in (1, 5, 8) if cfg[1] == 8 else (9, 16):
+        x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
+        y = int4_mma_matmul(x, mw, out=_poisoned(m, n), cfg=cfg, offset_mma=offset_mma)
+        assert _rel(y, q.matmul_ref(x)) < REL, m
+
+
+def test_int4_mma_matches_its_torch_twin():
+    """Same arithmetic as hinfer.quant.int4_mma_layout.emulate_kernel: only fp32 summation order differs."""
+    from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
+    from hinfer.quant.int4_mma_layout import emulate_kernel
+
+    n, k = 512, 1024
+    q, mw = _quantized(n, k, True, _gen(0))
+    x = torch.randn(8, k, generator=_gen(1), device="cuda").bfloat16()
+    for offset_mma in (True, False):
+        y = int4_mma_matmul(x, mw, out=_poisoned(8, n), offset_mma=offset_mma)
+        assert _rel(y, emulate_kernel(mw.words, mw.scales, mw.zeros, x, n, offset_mma)) < 2e-3, offset_mma
+
+
+def test_int4_mma_split_k_in_a_cuda_graph():
+    """The in-launch split-K reduction resets its counters: replays give the same result."""
+    from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul, mma_config
+
+    n, k = SHAPES["down"]
+    q, mw = _quantized(n, k, True, _gen(2))
+    x = torch.randn(8, k, generator=_gen(3), device="cuda").bfloat16()
+    assert mma_config(8, n, k)[2] > 1
+    out = _poisoned(8, n)
+    int4_mma_matmul(x, mw, out=out)  # compile and allocate the counters outside capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        int4_mma_matmul(x, mw, out=out)
+    for _ in range(3):
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert _rel(out, q.matmul_ref(x)) < REL

@@ -1,0 +1,120 @@
+"""The fragment-ordered int4 layout: exact round trip, the documented fragment mapping, and the kernel's torch
+twin (`emulate_kernel`) against Int4Weight.matmul_ref."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hinfer.quant.int4 import quantize_int4
+from hinfer.quant.int4_mma_layout import (
+    Int4MmaWeight,
+    emulate_kernel,
+    fragment_coords,
+    fragments_to_matrix,
+    permute_words,
+    real_k,
+    unpermute_words,
+)
+
+REL = 6e-3
+
+
+def _weight(n: int, k: int, zero_point: bool, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    w = (torch.randn(n, k, generator=g) * k**-0.5).bfloat16()
+    return quantize_int4(w, zero_point=zero_point)
+
+
+def test_fragment_coords_match_the_ptx_table():
+    # lane 5: g = 1, t = 1 (PTX ISA, mma.m16n8k16 A fragment for .bf16)
+    expected = [(1, 2), (1, 3), (9, 2), (9, 3), (1, 10), (1, 11), (9, 10), (9, 11)]
+    got = [tuple(int(v) for v in fragment_coords(torch.tensor(5), torch.tensor(e))) for e in range(8)]
+    assert got == expected
+    lane, e = torch.meshgrid(torch.arange(32), torch.arange(8), indexing="ij")
+    r, c = fragment_coords(lane, e)
+    assert len(set(zip((r * 16 + c).flatten().tolist()))) == 256  # every element of the tile once
+
+
+def test_real_k_is_a_permutation_of_each_group_with_contiguous_lane_shares():
+    kt, col = torch.meshgrid(torch.arange(16), torch.arange(16), indexing="ij")  # two groups
+    k = real_k(kt, col)
+    assert sorted(k.flatten().tolist()) == list(range(256))
+    t = (col % 8) // 2
+    for g in range(2):
+        for lane_t in range(4):
+            mine = k[(kt // 8 == g) & (t == lane_t)]
+            assert sorted(mine.tolist()) == list(range(128 * g + 32 * lane_t, 128 * g + 32 * lane_t + 32))
+
+
+@pytest.mark.parametrize("n,k", [(16, 128), (48, 384), (32, 640)])
+def test_permute_round_trip_is_exact(n, k):
+    g = torch.Generator().manual_seed(1)
+    q = torch.randint(-(2**31), 2**31 - 1, (n, k // 8), dtype=torch.int32, generator=g)
+    p = permute_words(q, k)
+    assert p.shape == (n // 16, 2 * k) and p.dtype == torch.int32
+    assert torch.equal(unpermute_words(p, k), q)
+    # the words really move (not the identity order)
+    assert not torch.equal(p.view(-1), q.view(-1))
+
+
+@pytest.mark.parametrize("zero_point", [True, False])
+def test_fragments_dequantize_to_the_same_matrix(zero_point):
+    n, k = 64, 384
+    w = _weight(n, k, zero_point)
+    mw = Int4MmaWeight.from_int4(w)
+    a = fragments_to_matrix(mw.words, mw.zeros, n, k)  # u - z through the register semantics
+    s = mw.scales.float().t().repeat_interleave(128, dim=1)[:, :k]
+    assert torch.equal((a * s).bfloat16(), w.dequantize(torch.bfloat16))
+    back = mw.to_int4()
+    assert torch.equal(back.qweight, w.qweight) and torch.equal(back.scales, w.scales)
+    assert (back.zeros is None) == (w.zeros is None) and (w.zeros is None or torch.equal(back.zeros, w.zeros))
+
+
+@pytest.mark.parametrize("offset_mma", [True, False])
+@pytest.mark.parametrize("zero_point", [True, False])
+@pytest.mark.parametrize("m", [1, 3, 8, 16])
+def test_emulated_kernel_matches_matmul_ref(zero_point, m, offset_mma):
+    n, k = 96, 640  # K = 5 groups
+    w = _weight(n, k, zero_point, seed=2)
+    mw = Int4MmaWeight.from_int4(w)
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(3)).bfloat16()
+    y = emulate_kernel(mw.words, mw.scales, mw.zeros, x, n, offset_mma)
+    ref = w.matmul_ref(x)
+    rel = ((y.float() - ref.float()).norm() / ref.float().norm()).item()
+    assert rel < REL, rel
+
+
+def test_bad_shapes_are_refused():
+    with pytest.raises(ValueError):
+        permute_words(torch.zeros(24, 8, dtype=torch.int32), 64)
+    with pytest.raises(ValueError):
+        permute_words(torch.zeros(16, 24, dtype=torch.int32), 192)
+
+
+@pytest.mark.parametrize("block_n,block_m", [(128, 8), (64, 16)])
+def test_kernel_tile_algebra_meets_the_layout(block_n, block_m):
+    """Replays the Gluon kernel's reshapes / permutes (hinfer/ops/triton/linear_int4_mma.py, A_PERM and B_PERM)
+    on index arrays: A[row, k'] must be W[row, K(k')] as permute_words stores it, and B[k', n] must be x[n, K(k')],
+    with K = real_k (one group). The compiler proves the rest (convert_layout assert_trivial)."""
+    import numpy as np
+
+    from hinfer.ops.triton.linear_int4_mma import A_PERM, B_PERM
+
+    s = block_n // 16
+    word = np.arange(s * 2 * 32 * 4).reshape(s, 2, 32, 4, 1)  # [stripe, kc, lane, kq], one group
+    t = word * 8 + np.arange(8)  # the unpack's [..., e]: (word, fragment element e) ids
+    t = t.reshape(s, 2, 8, 4, 4, 2, 2, 2).transpose(tuple(A_PERM.value)).reshape(block_n, 128)
+    w_id, e = t // 8, t % 8
+    stripe, kc, lane, kq = w_id // 256, (w_id // 128) % 2, (w_id // 4) % 32, w_id % 4
+    r, c = fragment_coords(torch.from_numpy(lane), torch.from_numpy(e))
+    rows = torch.arange(block_n)[:, None]
+    kp = torch.arange(128)[None, :]
+    assert torch.equal(torch.from_numpy(stripe) * 16 + r, rows.expand(block_n, 128))
+    got_k = real_k(torch.from_numpy(4 * kc + kq), c)
+    assert torch.equal(got_k, real_k(kp // 16, kp % 16).expand(block_n, 128))
+
+    xi = np.arange(block_m * 128).reshape(block_m, 4, 32)  # x[n, 32 t + j] of one group
+    b = xi.reshape(block_m, 4, 8, 2, 2).transpose(tuple(B_PERM.value)).reshape(128, block_m)
+    want = torch.arange(block_m)[None, :] * 128 + real_k(kp.t() // 16, kp.t() % 16)
+    assert torch.equal(torch.from_numpy(b), want)
