@@ -90,7 +90,7 @@ class SpecDecoder:
         self.policy = policy  # None: every round drafts min(K, budget)
         self.batch_k = draft_tokens  # the next step's K (0: a plain decode step), set by after_step
         self.accept_hist = [0] * (draft_tokens + 1)  # lane-rounds with drafts, by drafts accepted
-        self.plain_steps = self.verify_steps = 0
+        self.plain_steps = self.verify_steps = self.finished = 0
         self._timing: tuple[float, int, int] | None = None  # (start, K, lanes) of a decode-only step
         self.drafter = drafter
         self.max_context = max_context
@@ -122,6 +122,16 @@ class SpecDecoder:
         if self.policy is not None:
             out |= self.policy.costs.table()
         return out
+
+    def note_finished(self, seq: Sequence, every: int = 100) -> None:
+        """A debug line per request, and the engine's acceptance so far every `every` requests."""
+        log.debug("%s: %d drafted, %d accepted", seq.request_id, seq.spec_drafted, seq.spec_accepted)
+        self.finished += 1
+        if self.finished % every == 0:
+            log.info("speculation over %d requests: %d drafted, %d accepted (%.1f%%), %.2f tokens per lane-round, "
+                     "%d verify / %d plain steps, accepted lengths %s", self.finished, self.drafted, self.accepted,
+                     100 * self.accepted / max(1, self.drafted), (self.accepted + self.rounds) / max(1, self.rounds),
+                     self.verify_steps, self.plain_steps, self.accept_hist)  # fmt: skip
 
     def budget(self, seq: Sequence) -> int:
         """Drafts the lane's next round may carry: the round's k + 1 tokens must fit max_tokens and max_context."""
