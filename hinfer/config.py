@@ -246,6 +246,8 @@ class EngineConfig:
     weights: str = "auto"  # auto (as stored) | bf16 | fp8 | int4
     spec: str | None = None  # None | "mtp"
     draft_tokens: int = 3
+    spec_adaptive: bool = True  # per-lane and per-step draft length from measured acceptance (0: plain steps)
+    spec_draft_cost: float | None = None  # a round at K costs 1 + c*K plain steps; None: time steps on the host
     cuda_graphs: bool = True
     device: str = "auto"  # auto | cpu | cuda
     gpu_memory: int | None = None  # bytes the plan may use; None: what the device reports free
@@ -268,6 +270,8 @@ class EngineConfig:
             raise ConfigError(f"--spec {self.spec!r}: expected mtp")
         if not 1 <= self.draft_tokens <= 5:
             raise ConfigError("--draft-tokens must be in 1..5")
+        if self.spec_draft_cost is not None and not self.spec_draft_cost >= 0:
+            raise ConfigError("--spec-draft-cost must be >= 0")
         if self.max_pending_requests < 0:
             raise ConfigError("--max-pending-requests must be >= 0")
         if self.page_size not in (16, 32, 64, 128):

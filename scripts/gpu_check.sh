@@ -41,6 +41,9 @@ fi
 if [[ "$MODE" == spec ]]; then
   timeout 500 $PY -m hinfer bench qwen3.6-27b --quant int4 --spec mtp --spec-k 1,2,3,4,5 --concurrency 1,2,4,8 \
     --depths 1K --prefill "" --out "$OUT" 2>&1 | tee "$OUT/bench_27b_int4_spec.log" | tail -30
+  timeout 500 $PY -m hinfer bench qwen3.6-27b --quant int4 --spec mtp --spec-k 3 --concurrency 1,8 --depths 1K \
+    --prefill "" --steps 128 --forced-acceptance 0,0.5,0.8 --out "$OUT" 2>&1 \
+    | tee "$OUT/bench_27b_int4_spec_forced.log" | tail -12
 fi
 if [[ "$MODE" == moe ]]; then
   timeout 120 $PY bench/moe_kernels.py --model 35b 2>&1 | tee "$OUT/moe_kernels.log" | tail -12

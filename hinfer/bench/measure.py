@@ -99,6 +99,7 @@ def spec_rounds(core: EngineCore, lanes: int, depth: int, rounds: int = 32, warm
     to K + 1 rows), so random weights time it truthfully; only their acceptance is meaningless."""
     spec = core.spec
     assert spec is not None, "the core was built without --spec"
+    assert spec.policy is None, "rounds at a fixed K: build the core with spec_adaptive=False"
     k = spec.k
     seqs = _lanes(core.runner, lanes, depth, (rounds + warmup + 1) * (k + 1), greedy=True, draft_slots=k + 1)
 

@@ -41,6 +41,7 @@ class BenchSpec:
     out_dir: Path = Path("bench/results")
     draft_tokens: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])  # with --spec mtp: K per sweep point
     acceptance: list[float] = field(default_factory=lambda: [3.2])  # tokens per round for the projected tok/s
+    forced_acceptance: list[float] = field(default_factory=list)  # with --spec mtp: end-to-end runs at these p
 
 
 def git_commit() -> str:
@@ -179,6 +180,11 @@ def run_bench(spec: BenchSpec, ecfg: EngineConfig) -> list[dict]:
     del core, runner
     if ecfg.spec == "mtp":
         rows += spec_sweep(spec, cfg, ecfg, model, meta, bw)
+        if spec.forced_acceptance:
+            from hinfer.bench.forced import forced_sweep
+
+            rows += forced_sweep(spec.forced_acceptance, spec.draft_tokens, spec.concurrency, spec.steps, cfg, ecfg,
+                                 model, Tokenizer.from_dir(tokenizer_dir()), meta)  # fmt: skip
     del model
     if dev.type == "cuda":
         torch.cuda.empty_cache()
@@ -218,7 +224,7 @@ def spec_sweep(spec: BenchSpec, cfg: ModelConfig, ecfg: EngineConfig, model: Qwe
     tok = Tokenizer.from_dir(tokenizer_dir())
     wbytes, ebytes = floors.weight_bytes_per_step(model), floors.expert_bytes(model)
     for k in spec.draft_tokens:
-        kcfg = resolve_engine_config(cfg, replace(ecfg, draft_tokens=k))
+        kcfg = resolve_engine_config(cfg, replace(ecfg, draft_tokens=k, spec_adaptive=False))  # every round at K
         core = make_core(cfg, model, tok, kcfg, core_device := torch.device(kcfg.device))
         head = getattr(core.spec.drafter, "draft_head", None)
         measure.fill_random(core.runner)
@@ -253,8 +259,11 @@ def spec_sweep(spec: BenchSpec, cfg: ModelConfig, ecfg: EngineConfig, model: Qwe
 
 def table(rows: list[dict]) -> str:
     lines = ["| kind | C | depth | prefill | tok/s | floor tok/s | ratio |", "|---|---|---|---|---|---|---|"]
+    from hinfer.bench.forced import forced_table
+
     spec = [r for r in rows if r["kind"] == "spec_round"]
-    rows = [r for r in rows if r["kind"] != "spec_round"]
+    forced = forced_table(rows)
+    rows = [r for r in rows if r["kind"] not in ("spec_round", "spec_forced")]
     for r in rows:
         ratio = f"{r['ratio']:.0%}" if r.get("ratio") else "-"
         floor = f"{r['floor_tok_s']:.1f}" if r.get("floor_tok_s") else "-"
@@ -268,4 +277,4 @@ def table(rows: list[dict]) -> str:
             lines.append(f"| {r['draft_tokens']} | {r['concurrency']} | {r['depth']} | {r['ms_per_round']:.2f} | "
                          f"{r['floor_ms_per_round']:.2f} | {r['ratio']:.0%} | {r['round_vs_plain']:.2f}x | {proj} |")
         lines.append(f"\nprojected = C x acceptance length / round time; acceptance {PUBLISHED_ACCEPTANCE}")
-    return "\n".join(lines)
+    return "\n".join(lines + forced)

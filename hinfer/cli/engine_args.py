@@ -55,6 +55,13 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                    help="speculative decoding with the checkpoint's multi-token-prediction head")
     g.add_argument("--draft-tokens", type=int, default=d.draft_tokens,
                    help=f"tokens drafted per round with --spec mtp, 1..5 (default {d.draft_tokens})")
+    g.add_argument("--spec-adaptive", action=argparse.BooleanOptionalAction, default=d.spec_adaptive,
+                   help="with --spec mtp, each lane drafts 0..K tokens as its recent acceptance pays for and a step "
+                        "speculates only while that beats a plain decode step (default on; --no-spec-adaptive "
+                        "always drafts K)")
+    g.add_argument("--spec-draft-cost", type=float, default=None, metavar="C",
+                   help="adaptive speculation's cost model: a round of K drafts costs 1 + C*K plain steps "
+                        "(default: timed on the host, starting from C=0.3)")
     g.add_argument("--no-cuda-graphs", action="store_true", help="run decode eagerly (debugging)")
     g.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="where to run (default: cuda if available)")
@@ -82,6 +89,8 @@ def engine_config_from_args(a: argparse.Namespace) -> EngineConfig:
         weights=a.weights,
         spec=a.spec,
         draft_tokens=a.draft_tokens,
+        spec_adaptive=a.spec_adaptive,
+        spec_draft_cost=a.spec_draft_cost,
         cuda_graphs=not a.no_cuda_graphs,
         device=a.device,
         gpu_memory=a.gpu_memory,

@@ -226,6 +226,8 @@ class EngineCore:
         ev.finish_reason, ev.stop_reason = reason, stop_reason
         ev.usage = Usage(len(seq.prompt_ids), len(seq.output_ids), seq.cached_tokens)
         ev.timings = self._timings(seq)
+        if self.spec is not None:
+            self.spec.note_finished(seq)
 
     def _final(self, seq: Sequence, reason: str, text: str) -> TokenEvent:
         ev = TokenEvent(seq.request_id, [], text)

@@ -13,6 +13,7 @@ from typing import Any
 from hinfer.engine.protocol import TokenEvent
 from hinfer.server.generation import EngineRun
 from hinfer.server.output import OutputParser, Piece, ReasoningPiece
+from hinfer.server.spec_usage import spec_usage
 from hinfer.server.state import new_id
 from hinfer.server.tool_parser import TextPiece, ToolCallArgs, ToolCallStart
 
@@ -52,7 +53,7 @@ class MessageBuilder:
         """Anthropic counts cache reads apart: input_tokens is the part of the prompt that was computed."""
         cached = self.run.cached_tokens
         return {"input_tokens": self.run.prompt_tokens - cached, "output_tokens": self.run.output_tokens,
-                "cache_read_input_tokens": cached}
+                "cache_read_input_tokens": cached} | spec_usage([self.run])
 
     def stop_reason(self) -> tuple[str, str | None]:
         final = self.run.final

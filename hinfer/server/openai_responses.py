@@ -9,6 +9,7 @@ from hinfer.engine.protocol import TokenEvent
 from hinfer.server.finite import wire_logprob
 from hinfer.server.generation import EngineRun
 from hinfer.server.output import OutputParser, Piece, ReasoningPiece
+from hinfer.server.spec_usage import spec_usage
 from hinfer.server.state import ServerState, new_id
 from hinfer.server.tool_parser import TextPiece, ToolCallArgs, ToolCallStart
 
@@ -150,7 +151,7 @@ def chat_usage(builders: list[ChatBuilder]) -> dict[str, Any]:
         u["completion_tokens"] += c
         u["total_tokens"] += c
         u["completion_tokens_details"]["reasoning_tokens"] += b.reasoning_tokens
-    return u
+    return u | spec_usage(b.run for b in builders)
 
 
 def chat_response(builders: list[ChatBuilder]) -> dict[str, Any]:
@@ -241,7 +242,8 @@ def completion_usage(builders: list[CompletionBuilder], n: int) -> dict[str, Any
     p = sum(b.run.prompt_tokens for b in firsts)
     c = sum(b.completion_tokens for b in builders)
     return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
-            "prompt_tokens_details": {"cached_tokens": sum(b.run.cached_tokens for b in firsts)}}
+            "prompt_tokens_details": {"cached_tokens": sum(b.run.cached_tokens for b in firsts)},
+            **spec_usage(b.run for b in builders)}
 
 
 def completion_response(builders: list[CompletionBuilder], n: int) -> dict[str, Any]:

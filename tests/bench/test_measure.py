@@ -13,7 +13,7 @@ from hinfer.bench import floors, measure
 @pytest.mark.parametrize("graphs", [False, True])
 def test_spec_rounds_draft_k_every_round(make_engine_core, graphs):
     k, lanes, depth = 3, 2, 40
-    core = make_engine_core(max_concurrency=lanes, spec="mtp", draft_tokens=k)
+    core = make_engine_core(max_concurrency=lanes, spec="mtp", draft_tokens=k, spec_adaptive=False)
     if graphs:  # the padded static batches of the graph path, run eagerly
         core.runner.capture_graphs(lanes, core.ecfg.max_context, capture=False)
         core.spec.use_graphs(lanes, capture=False)

@@ -253,8 +253,9 @@ def test_greedy_token_identical_with_and_without_mtp(make_engine_core):
     stop = {f"g{i}": base[f"g{i}"][5] for i in range(2, 16, 4)}
     base.update(run_all(base_core, [GenerationRequest(f"s{i}", prompts[i], greedy_params(i, int(stop[f"g{i}"])))
                                     for i in range(2, 16, 4)])[0])  # fmt: skip
-    for lanes, k in [(1, 1), (2, 2), (3, 3), (4, 4), (4, 1), (2, 4)]:
-        core = make_engine_core(max_concurrency=lanes, prefill_chunk=16, spec="mtp", draft_tokens=k)
+    for lanes, k, adaptive in [(1, 1, False), (2, 2, True), (3, 3, False), (4, 4, True), (4, 1, False), (2, 4, False)]:
+        core = make_engine_core(max_concurrency=lanes, prefill_chunk=16, spec="mtp", draft_tokens=k,
+                                spec_adaptive=adaptive, spec_draft_cost=0.3)  # fmt: skip
         reqs = [GenerationRequest(f"g{i}", p, greedy_params(i)) for i, p in enumerate(prompts)]
         reqs += [
             GenerationRequest(f"s{i}", prompts[i], greedy_params(i, int(stop[f"g{i}"])))
@@ -277,7 +278,7 @@ def test_greedy_logprobs_match_plain_decoding(make_engine_core):
     prompt = [5, 6, 7, 8]
     p = SP(temperature=0, max_tokens=8, ignore_eos=True, logprobs=3, presence_penalty=0.5)
     plain = make_engine_core(max_concurrency=1)
-    spec = make_engine_core(max_concurrency=1, spec="mtp", draft_tokens=3)
+    spec = make_engine_core(max_concurrency=1, spec="mtp", draft_tokens=3, spec_adaptive=False)
     spec.spec.drafter = OracleDrafter(run_all(plain, [GenerationRequest("a", prompt, p)])[0])
     evs_plain, evs_spec = [], []
     for core, evs in ((plain, evs_plain), (spec, evs_spec)):
@@ -321,7 +322,7 @@ def test_all_accepted_and_all_rejected_drafters(make_engine_core, wrong):
     base, _, base_steps = run_all(make_engine_core(max_concurrency=3, prefill_chunk=16),
                                   [GenerationRequest(f"r{i}", p, params[i]) for i, p in enumerate(prompts)])  # fmt: skip
     k = 3
-    core = make_engine_core(max_concurrency=3, prefill_chunk=16, spec="mtp", draft_tokens=k)
+    core = make_engine_core(max_concurrency=3, prefill_chunk=16, spec="mtp", draft_tokens=k, spec_adaptive=False)
     core.spec.drafter = OracleDrafter(base, wrong=wrong)
     got, final, steps = run_all(
         core, [GenerationRequest(f"r{i}", p, params[i]) for i, p in enumerate(prompts)]
@@ -351,7 +352,7 @@ def test_rounds_never_pass_max_tokens_or_max_context(make_engine_core):
         GenerationRequest("one", [9, 8], SP(temperature=0, max_tokens=1, ignore_eos=True)),
     ]
     base, base_final, _ = run_all(make_engine_core(max_context=48), reqs())
-    core = make_engine_core(max_context=48, spec="mtp", draft_tokens=4)
+    core = make_engine_core(max_context=48, spec="mtp", draft_tokens=4, spec_adaptive=False)
     core.spec.drafter = OracleDrafter(base)
     got, final, _ = run_all(core, reqs())
     assert got == base and len(got["ctx"]) == 8 and len(got["tok"]) == 7
@@ -437,7 +438,7 @@ def test_mtp_head_sees_every_position_once_with_the_target_hidden_state(make_eng
     params = SP(temperature=0, max_tokens=12, ignore_eos=True)
     reqs = lambda: [GenerationRequest(f"r{i}", p, replace(params)) for i, p in enumerate(prompts)]  # noqa: E731
     base = run_all(make_engine_core(max_concurrency=3, prefill_chunk=16), reqs())[0]
-    core = make_engine_core(max_concurrency=3, prefill_chunk=16, spec="mtp", draft_tokens=3)
+    core = make_engine_core(max_concurrency=3, prefill_chunk=16, spec="mtp", draft_tokens=3, spec_adaptive=False)
     peek = core.spec.drafter = PeekDrafter(core.spec.drafter, base)
     assert run_all(core, reqs())[0] == base
     assert peek.checked >= 5 * 3
@@ -446,7 +447,7 @@ def test_mtp_head_sees_every_position_once_with_the_target_hidden_state(make_eng
 def test_aborts_mid_speculation_leak_nothing(make_engine_core):
     rng = random.Random(5)
     core = make_engine_core(max_concurrency=4, max_pending_requests=8, prefill_chunk=16, kv_capacity=512,
-                            spec="mtp", draft_tokens=2)  # fmt: skip
+                            spec="mtp", draft_tokens=2, spec_draft_cost=0.3)  # fmt: skip
     live: set[str] = set()
     submitted = 0
     for _ in range(2000):
@@ -495,7 +496,8 @@ def small_model(tiny_model):
     [SP(temperature=1.0), SP(temperature=0.9, top_k=6, top_p=0.85, presence_penalty=0.8)],
     ids=["t1", "topk_topp_penalty"],
 )
-def test_sampling_distribution_unchanged_by_speculation(small_model, tokenizer, params):
+@pytest.mark.parametrize("adaptive", [False, True], ids=["fixed", "adaptive"])
+def test_sampling_distribution_unchanged_by_speculation(small_model, tokenizer, params, adaptive):
     cfg, model = small_model
     n, n_tok, prompt = 2500, 3, [3, 1, 4]
 
@@ -509,7 +511,7 @@ def test_sampling_distribution_unchanged_by_speculation(small_model, tokenizer, 
         return Counter(tuple(t) for t in out.values()), core
 
     plain, _ = draws()
-    spec, core = draws(spec="mtp", draft_tokens=2)
+    spec, core = draws(spec="mtp", draft_tokens=2, spec_adaptive=adaptive, spec_draft_cost=0.3)
     st = core.stats().extra
     assert 0 < st["spec_accepted"] < st["spec_drafted"]  # both accepts and rejections happen
     stat, df = chi2_two_sample(plain, spec)
@@ -536,7 +538,7 @@ def test_verify_and_draft_graph_batches_give_the_same_tokens(make_engine_core, m
     base, _, _ = run_all(make_engine_core(max_concurrency=4, prefill_chunk=16),
                          [GenerationRequest(f"r{i}", p, params[i]) for i, p in enumerate(prompts)])  # fmt: skip
     for lanes, k in [(1, 3), (4, 2), (3, 4)]:
-        core = make_engine_core(max_concurrency=lanes, prefill_chunk=16, spec="mtp", draft_tokens=k)
+        core = make_engine_core(max_concurrency=lanes, prefill_chunk=16, spec="mtp", draft_tokens=k, spec_adaptive=False)
         core.runner.capture_graphs(lanes, core.ecfg.max_context, capture=False)
         core.spec.use_graphs(lanes, capture=False)
         calls.clear()
@@ -567,7 +569,7 @@ def test_quantized_model_drafts_with_its_own_quantized_lm_head(tiny_model, token
     params = [greedy_params(i) for i in range(3)]
     base, _, _ = run_all(core(max_concurrency=3, prefill_chunk=16),
                          [GenerationRequest(f"r{i}", p, params[i]) for i, p in enumerate(prompts)])  # fmt: skip
-    spec = core(max_concurrency=3, prefill_chunk=16, spec="mtp", draft_tokens=3)
+    spec = core(max_concurrency=3, prefill_chunk=16, spec="mtp", draft_tokens=3, spec_adaptive=False)
     head = spec.spec.drafter.draft_head
     assert isinstance(head, Int4Weight) and tuple(head.shape) == tuple(model.lm_head.shape)
     assert sum(b.numel() * b.element_size() for b in head.buffers()) == draft_head_bytes(cfg, "int4", 4)

@@ -78,9 +78,14 @@ def test_spec_graphs_greedy_equal_plain_decode():
 
     base = _run(core(max_concurrency=4, cuda_graphs=False), prompts, 48)
     for lanes, k in [(1, 3), (4, 3), (2, 1), (4, 5)]:
-        spec = core(max_concurrency=lanes, spec="mtp", draft_tokens=k)
+        spec = core(max_concurrency=lanes, spec="mtp", draft_tokens=k, spec_adaptive=False)
         assert spec.spec.graphs and all(s.graphs for s in spec.spec.graphs)
         assert _run(spec, prompts, 48) == base, (lanes, k)
+        # adaptive: random weights accept (almost) nothing, so most steps are plain ones on the decode graphs
+        adaptive = core(max_concurrency=lanes, spec="mtp", draft_tokens=k, spec_draft_cost=0.3)
+        assert _run(adaptive, prompts, 48) == base, (lanes, k, "adaptive")
+        st = adaptive.stats().extra
+        assert st["spec_plain_steps"] > st["spec_verify_steps"], st
 
 
 def _triton_vs_reference(cfg, model, n: int = 700, ps: int = 64) -> float:

@@ -47,6 +47,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --spec mtp: acceptance lengths (tokens per round, bonus included) to project tok/s "
                         "from; default 3.2, the published figure for these models at K=3 (random weights' own "
                         "acceptance is meaningless)")
+    p.add_argument("--forced-acceptance", type=lambda t: [float(x) for x in t.split(",") if x.strip()], default=[],
+                   metavar="P[,P...]",
+                   help="with --spec mtp: also run the engine end to end on greedy requests whose drafts are the "
+                        "target's recorded continuation with probability P (a wrong token otherwise; the MTP head "
+                        "still runs), and report tok/s beside plain decoding at that acceptance")
     p.add_argument("--out", type=Path, default=Path("bench/results"), help="folder for the JSON results")
     add_engine_args(p)
     p.set_defaults(func=run, prefill_chunk=8192)
@@ -58,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     spec = BenchSpec(
         model=args.model, weights=args.bench_weights, concurrency=args.concurrency, depths=args.depths,
         prefill=args.prefill, steps=args.steps, layers=args.layers, vs_hf=args.vs_hf, out_dir=args.out,
-        draft_tokens=args.spec_k, acceptance=args.acceptance,
+        draft_tokens=args.spec_k, acceptance=args.acceptance, forced_acceptance=args.forced_acceptance,
     )  # fmt: skip
     rows = run_bench(spec, engine_config_from_args(args))
     print(table(rows))

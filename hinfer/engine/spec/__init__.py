@@ -9,6 +9,7 @@ import logging
 
 from hinfer.config import EngineConfig
 from hinfer.engine.runner import ModelRunner
+from hinfer.engine.spec.adaptive import AdaptivePolicy, StepCosts
 from hinfer.engine.spec.decoder import LaneOutput, SpecDecoder
 from hinfer.engine.spec.drafter import Drafter, DraftJob, Proposal
 from hinfer.engine.spec.mtp import MTPDrafter
@@ -16,7 +17,7 @@ from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 
 log = logging.getLogger("hinfer.spec")
 
-__all__ = ["Drafter", "DraftJob", "LaneOutput", "MTPDrafter", "Proposal", "SpecDecoder", "make_spec_decoder"]
+__all__ = ["AdaptivePolicy", "StepCosts", "Drafter", "DraftJob", "LaneOutput", "MTPDrafter", "Proposal", "SpecDecoder", "make_spec_decoder"]
 
 
 def draft_head(model: Qwen35ForCausalLM):
@@ -40,7 +41,12 @@ def draft_head(model: Qwen35ForCausalLM):
 def make_spec_decoder(runner: ModelRunner, ecfg: EngineConfig) -> SpecDecoder:
     """The decoder for `ecfg.spec` ("mtp": the checkpoint's MTP head drafts)."""
     drafter = MTPDrafter(runner.model, runner.state, runner.sampler, draft_head(runner.model))
-    dec = SpecDecoder(runner, ecfg.draft_tokens, drafter, ecfg.max_context)
+    policy = None
+    if ecfg.spec_adaptive:
+        c = ecfg.spec_draft_cost
+        costs = StepCosts(ecfg.draft_tokens, measure=c is None, **({} if c is None else {"draft_cost": c}))
+        policy = AdaptivePolicy(ecfg.draft_tokens, costs)
+    dec = SpecDecoder(runner, ecfg.draft_tokens, drafter, ecfg.max_context, policy)
     if runner.graphs is not None:  # the runner has decode graphs: verify and draft steps get theirs
         dec.use_graphs(ecfg.max_concurrency, capture=runner.device.type == "cuda")
     return dec

@@ -12,11 +12,16 @@ Drafts per round are capped so a round never produces more tokens than max_token
 pages reserved at admission cover them). A step of decoding lanes only replays a captured verify graph (K + 1
 tokens per lane, engine/cuda_graphs.py); a step with prompt chunks runs eagerly. The MTP drafter has its own
 graphs (mtp.py).
+
+With an adaptive policy (adaptive.py) `after_step` also picks the next step's K and each lane's draft count.
+At K = 0 the next step is a plain decode step: one token per lane, the runner's decode graphs, the plain
+sampler; the MTP head is still fed the positions, and probe drafts are only compared with the chosen token.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 import torch
@@ -27,6 +32,7 @@ from hinfer.engine.runner import ModelRunner
 from hinfer.engine.sampler import vocab_gamma
 from hinfer.engine.scheduler import ScheduledChunk
 from hinfer.engine.sequence import Sequence, Status
+from hinfer.engine.spec.adaptive import AdaptivePolicy, LaneAcceptance
 from hinfer.engine.spec.dist import (
     ACCEPT,
     RESAMPLE,
@@ -75,10 +81,17 @@ class _Lane:
 
 
 class SpecDecoder:
-    def __init__(self, runner: ModelRunner, draft_tokens: int, drafter: Drafter, max_context: int) -> None:
+    def __init__(self, runner: ModelRunner, draft_tokens: int, drafter: Drafter, max_context: int,
+                 policy: AdaptivePolicy | None = None) -> None:
+        self.runner = runner
         self.model, self.state, self.sampler = runner.model, runner.state, runner.sampler
         self.device = runner.device
         self.k = draft_tokens
+        self.policy = policy  # None: every round drafts min(K, budget)
+        self.batch_k = draft_tokens  # the next step's K (0: a plain decode step), set by after_step
+        self.accept_hist = [0] * (draft_tokens + 1)  # lane-rounds with drafts, by drafts accepted
+        self.plain_steps = self.verify_steps = self.finished = 0
+        self._timing: tuple[float, int, int] | None = None  # (start, K, lanes) of a decode-only step
         self.drafter = drafter
         self.max_context = max_context
         self._gamma = vocab_gamma(self.model.cfg.vocab_size, self.device)
@@ -102,7 +115,23 @@ class SpecDecoder:
                 self.drafter.graphs = {}
 
     def counters(self) -> dict[str, float]:
-        return {"spec_rounds": self.rounds, "spec_drafted": self.drafted, "spec_accepted": self.accepted}
+        out = {"spec_rounds": self.rounds, "spec_drafted": self.drafted, "spec_accepted": self.accepted,
+               "spec_plain_steps": self.plain_steps, "spec_verify_steps": self.verify_steps,
+               "spec_batch_k": self.batch_k}  # fmt: skip
+        out |= {f"spec_accept_len_{a}": n for a, n in enumerate(self.accept_hist)}
+        if self.policy is not None:
+            out |= self.policy.costs.table()
+        return out
+
+    def note_finished(self, seq: Sequence, every: int = 100) -> None:
+        """A debug line per request, and the engine's acceptance so far every `every` requests."""
+        log.debug("%s: %d drafted, %d accepted", seq.request_id, seq.spec_drafted, seq.spec_accepted)
+        self.finished += 1
+        if self.finished % every == 0:
+            log.info("speculation over %d requests: %d drafted, %d accepted (%.1f%%), %.2f tokens per lane-round, "
+                     "%d verify / %d plain steps, accepted lengths %s", self.finished, self.drafted, self.accepted,
+                     100 * self.accepted / max(1, self.drafted), (self.accepted + self.rounds) / max(1, self.rounds),
+                     self.verify_steps, self.plain_steps, self.accept_hist)  # fmt: skip
 
     def budget(self, seq: Sequence) -> int:
         """Drafts the lane's next round may carry: the round's k + 1 tokens must fit max_tokens and max_context."""
@@ -123,13 +152,25 @@ class SpecDecoder:
     def step(self, chunks: list[ScheduledChunk]) -> list[LaneOutput]:
         """Run one step; -> the tokens of every chunk that produces some, in order."""
         self._fed = []
+        plain = self.batch_k == 0  # a plain decode step: no lane verifies drafts
+        decode_only = not any(c.seq.in_prefill for c in chunks)
+        self._timing = (time.monotonic(), self.batch_k, len(chunks)) if decode_only else None
+        self.plain_steps += plain and decode_only
+        self.verify_steps += not plain and decode_only
         seq_chunks: list[SeqChunk] = []
         verifying: list[tuple[int, list[int], torch.Tensor | None]] = []  # (chunk index, drafts, their q)
+        shadows: dict[int, int] = {}  # chunk index -> the probe draft a plain step only compares
         for i, c in enumerate(chunks):
             s = c.seq
             if s.in_prefill:
                 toks = s.pending_tokens()[: c.num_tokens]
                 seq_chunks.append(SeqChunk(toks, s.num_cached, s.pages, s.slot, need_logits=c.samples))
+                continue
+            if plain:  # the GDN state advances in the lane's own slot, as in plain decoding
+                prop, s.drafts = s.drafts, None
+                if isinstance(prop, Proposal) and prop.tokens:
+                    shadows[i] = prop.tokens[0]
+                seq_chunks.append(SeqChunk(s.pending_tokens(), s.num_cached, s.pages, s.slot, need_logits=True))
                 continue
             drafts, probs = self._take_drafts(s)
             toks = s.pending_tokens() + drafts
@@ -137,10 +178,14 @@ class SpecDecoder:
             seq_chunks.append(SeqChunk(toks, s.num_cached, s.pages, s.slot,
                                        gdn_step_slots=s.draft_slots[: len(toks)], all_logits=True))  # fmt: skip
             verifying.append((i, drafts, probs))
-        hidden, logits, rows = self._target_forward(seq_chunks)
-        firsts = [(c.seq, rows[i][1]) for i, c in enumerate(chunks) if c.seq.in_prefill and c.samples]
+        hidden, logits, rows = self._target_forward(seq_chunks, plain and decode_only)
+        firsts = [(c.seq, rows[i][1]) for i, c in enumerate(chunks) if c.samples and (c.seq.in_prefill or plain)]
         lanes = [_Lane(chunks[i].seq, rows[i][1], d, q) for i, d, q in verifying]
         out = {id(o.seq): o for o in self._sample_firsts(firsts, logits) + self._verify(lanes, logits)}
+        for i, tok in shadows.items():  # a probe in a plain step: would the target have accepted it?
+            s = chunks[i].seq
+            if self.policy is not None and isinstance(s.spec_lane, LaneAcceptance):
+                self.policy.observe(s.spec_lane, 1, int(out[id(s)].token_ids[0] == tok))
 
         results: list[LaneOutput] = []
         for c, sc, (h0, _) in zip(chunks, seq_chunks, rows):
@@ -167,14 +212,16 @@ class SpecDecoder:
         return prop.tokens[:k], (prop.probs[:k] if k and prop.probs is not None else None)
 
     def _target_forward(
-        self, seq_chunks: list[SeqChunk]
+        self, seq_chunks: list[SeqChunk], plain: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor, list[tuple[int, int]]]:
         """-> (final-normed hidden, logits, per chunk its first (hidden row, logits row)). A verify graph when
-        every chunk is a verifying lane that fits one; else eager (rows packed)."""
-        if self.graphs and all(c.all_logits for c in seq_chunks):
+        every chunk is a verifying lane that fits one, the runner's decode graph for a plain step of decoding
+        lanes; else eager (rows packed)."""
+        graphs = self.runner.graphs if plain else self.graphs if all(c.all_logits for c in seq_chunks) else None
+        if graphs:
             from hinfer.engine.cuda_graphs import pick
 
-            g = pick(self.graphs, seq_chunks)
+            g = pick(graphs, seq_chunks)
             if g is not None:
                 hidden, logits = g.run(seq_chunks)
                 return hidden, logits, [(i * g.t, i * g.t) for i in range(len(seq_chunks))]
@@ -227,6 +274,10 @@ class SpecDecoder:
             outs.append(LaneOutput(ln.seq, toks, *self._logprobs(ln.seq, z[off : off + a + 1], toks)))
             ln.seq.spec_drafted += len(ln.drafts)
             ln.seq.spec_accepted += a
+            if ln.drafts:
+                self.accept_hist[a] += 1
+                if self.policy is not None and isinstance(ln.seq.spec_lane, LaneAcceptance):
+                    self.policy.observe(ln.seq.spec_lane, len(ln.drafts), a)
             self.drafted += len(ln.drafts)
             self.accepted += a
             self.rounds += 1
@@ -280,6 +331,27 @@ class SpecDecoder:
                 continue  # this lane never drafts again: its drafter state is moot
             jobs.append(DraftJob(s, f.start, f.next_ids, f.hidden, k))
         self._fed = []
+        if self.policy is not None:
+            self._choose_k([j for j in jobs if j.num_drafts])
         for job, prop in zip(jobs, self.drafter.draft(jobs)):
             if job.num_drafts:
                 job.seq.drafts = prop
+        if self._timing is not None:  # a decode-only step that ran at the K the next one uses: a clean sample
+            t0, k, n = self._timing
+            if self.policy is not None and k == self.batch_k:
+                self.policy.costs.record(n, k, time.monotonic() - t0)
+            self._timing = None
+
+    def _choose_k(self, jobs: list[DraftJob]) -> None:
+        """The next step's K and each drafting lane's count (its budget on entry): min(lane K, step K), or one
+        probe draft for a lane that would not draft and is due."""
+        assert self.policy is not None
+        pol = self.policy
+        for j in jobs:
+            if not isinstance(j.seq.spec_lane, LaneAcceptance):
+                j.seq.spec_lane = pol.new_lane()
+        wants = [(j.seq.spec_lane, pol.lane_k(j.seq.spec_lane, len(jobs), j.num_drafts)) for j in jobs]
+        self.batch_k = pol.choose(wants)
+        for j, (st, kl) in zip(jobs, wants):
+            n = min(kl, self.batch_k)
+            j.num_drafts = n if not pol.probe_due(st, n > 0) else 1

@@ -1,0 +1,130 @@
+"""Forced-acceptance benchmark: end-to-end tok/s of speculative decoding at a chosen acceptance rate.
+
+Random weights never accept a draft, so they cannot show what speculation gains. Here the target's own greedy
+continuation is recorded first (a plain run, also the baseline), then the speculative engine runs the same
+requests with `ForcedDrafter`: the MTP head still runs (its cost is paid), but each drafted token is replaced by
+the recorded one with probability p and by a wrong one otherwise. Each draft is then accepted with probability
+p, the engine's output stays the plain greedy output, and the timing is the real engine's, adaptive K included.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from hinfer.config import EngineConfig, ModelConfig
+from hinfer.engine.factory import make_core, resolve_engine_config
+from hinfer.engine.protocol import GenerationRequest
+from hinfer.engine.spec import Drafter, DraftJob, Proposal
+from hinfer.model.qwen3_5 import Qwen35ForCausalLM
+from hinfer.sampling_params import SamplingParams
+from hinfer.tokenizer import Tokenizer
+
+PROMPT_TOKENS = 16
+
+
+@dataclass
+class ForcedDrafter:
+    """Runs the real drafter, then proposes the recorded continuation token by token with probability p."""
+
+    inner: Drafter
+    expected: dict[str, list[int]]  # request id -> its greedy output
+    p: float
+    vocab: int
+    seed: int = 0
+    rng: random.Random = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+
+    def draft(self, jobs: list[DraftJob]) -> list[Proposal | None]:
+        self.inner.draft(jobs)  # the MTP head's forward and draft steps: their cost is part of the figure
+        out: list[Proposal | None] = []
+        for j in jobs:
+            if not j.num_drafts:
+                out.append(None)
+                continue
+            n = len(j.seq.output_ids)
+            want = self.expected[j.seq.request_id][n : n + j.num_drafts]
+            out.append(Proposal([t if self.rng.random() < self.p else (t + 1) % self.vocab for t in want]))
+        return out
+
+
+def requests(lanes: int, tokens: int, vocab: int) -> list[GenerationRequest]:
+    rng = random.Random(1)
+    return [GenerationRequest(f"forced{i}", [rng.randrange(1, vocab) for _ in range(PROMPT_TOKENS)],
+                              SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True))
+            for i in range(lanes)]  # fmt: skip
+
+
+def timed_run(core, reqs: list[GenerationRequest]) -> tuple[dict[str, list[int]], float]:
+    """Run the requests to completion twice (the first warms up); -> (outputs, seconds of the second run)."""
+    secs = 0.0
+    for _ in range(2):
+        out: dict[str, list[int]] = {r.request_id: [] for r in reqs}
+        for r in reqs:
+            core.add(replace(r, sampling=replace(r.sampling)))
+        if core.runner.device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        while core.has_work:
+            for ev in core.step():
+                out[ev.request_id] += ev.token_ids
+        secs = time.perf_counter() - t0
+    return out, secs
+
+
+def forced_sweep(acceptance: list[float], draft_tokens: list[int], concurrency: list[int], tokens: int,
+                 cfg: ModelConfig, ecfg: EngineConfig, model: Qwen35ForCausalLM, tok: Tokenizer,
+                 meta: dict) -> list[dict]:  # fmt: skip
+    """Rows of kind "spec_forced": per lane count, K and p, end-to-end tok/s beside the plain engine's."""
+    dev = torch.device(ecfg.device)
+    vocab = cfg.vocab_size
+    rows = []
+    for c in concurrency:
+        reqs = requests(c, tokens, vocab)
+        plain = make_core(cfg, model, tok, resolve_engine_config(cfg, replace(ecfg, spec=None)), dev)
+        expected, plain_s = timed_run(plain, reqs)
+        del plain
+        for k in draft_tokens:
+            for p in acceptance:
+                core = make_core(cfg, model, tok, resolve_engine_config(cfg, replace(ecfg, draft_tokens=k)), dev)
+                core.spec.drafter = ForcedDrafter(core.spec.drafter, expected, p, vocab, seed=c * 100 + k)
+                d0, a0, r0 = core.spec.drafted, core.spec.accepted, core.spec.rounds
+                out, secs = timed_run(core, reqs)
+                st = core.stats().extra
+                drafted, accepted, rounds = st["spec_drafted"] - d0, st["spec_accepted"] - a0, st["spec_rounds"] - r0
+                rows.append(meta | {
+                    "kind": "spec_forced", "concurrency": c, "draft_tokens": k, "forced_acceptance": p,
+                    "adaptive": ecfg.spec_adaptive, "tokens": c * tokens, "tok_s": c * tokens / secs,
+                    "plain_tok_s": c * tokens / plain_s, "speedup": plain_s / secs,
+                    "measured_acceptance": accepted / drafted if drafted else None,
+                    "tokens_per_round": (accepted + rounds) / rounds if rounds else None,
+                    "verify_steps": st["spec_verify_steps"], "plain_steps": st["spec_plain_steps"],
+                    "identical_to_plain": out == expected,
+                })  # fmt: skip
+                del core
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+    return rows
+
+
+def forced_table(rows: list[dict]) -> list[str]:
+    rows = [r for r in rows if r["kind"] == "spec_forced"]
+    if not rows:
+        return []
+    out = ["", "| K | C | forced p | measured acceptance | tokens/round | tok/s | plain tok/s | speedup | verify/plain "
+           "steps | output = plain |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        acc = "-" if r["measured_acceptance"] is None else f"{r['measured_acceptance']:.2f}"
+        tpr = "-" if r["tokens_per_round"] is None else f"{r['tokens_per_round']:.2f}"
+        out.append(f"| {r['draft_tokens']} | {r['concurrency']} | {r['forced_acceptance']} | {acc} | {tpr} | "
+                   f"{r['tok_s']:.1f} | {r['plain_tok_s']:.1f} | {r['speedup']:.2f}x | {r['verify_steps']}/"
+                   f"{r['plain_steps']} | {r['identical_to_plain']} |")  # fmt: skip
+    out.append(f"\nend to end ({PROMPT_TOKENS}-token prompts, greedy; adaptive K "
+               f"{'on' if rows[0]['adaptive'] else 'off'}); the drafter proposes the recorded continuation with "
+               "probability p, so p is the per-draft acceptance")
+    return out

@@ -1,0 +1,180 @@
+"""Adaptive speculation (engine/spec/adaptive.py): greedy output equals plain decoding whatever K each step uses,
+a drafter that is never right drives the engine to plain steps, one that is always right keeps K_max.
+
+The cost model is fixed (`spec_draft_cost`): host timings would make the K choices depend on the machine.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from hinfer.engine.protocol import GenerationRequest
+from hinfer.engine.spec import DraftJob, Proposal
+from hinfer.engine.spec.adaptive import AdaptivePolicy, LaneAcceptance, StepCosts, expected_tokens
+from hinfer.sampling_params import SamplingParams as SP
+
+VOCAB = 1024
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+class ScriptedDrafter:
+    """Proposes each request's known greedy continuation, each token right with probability `p` (seeded), else
+    a wrong token; records the step K the engine chose after each call."""
+
+    def __init__(self, expected: dict[str, list[int]], p: float, seed: int = 0) -> None:
+        self.expected, self.p, self.rng = expected, p, random.Random(seed)
+
+    def draft(self, jobs: list[DraftJob]) -> list[Proposal | None]:
+        out: list[Proposal | None] = []
+        for j in jobs:
+            n = len(j.seq.output_ids)
+            toks = self.expected[j.seq.request_id][n : n + j.num_drafts]
+            toks = [t if self.rng.random() < self.p else (t + 1) % VOCAB for t in toks]
+            out.append(Proposal(toks) if j.num_drafts else None)
+        return out
+
+
+def run_all(core, reqs: list[GenerationRequest]) -> tuple[dict[str, list[int]], dict, list[int]]:
+    """-> (tokens per request, final event per request, the K chosen after every step)."""
+    for r in reqs:
+        core.add(r)
+    out: dict[str, list[int]] = {r.request_id: [] for r in reqs}
+    final, ks = {}, []
+    while len(final) < len(reqs):
+        for ev in core.step():
+            out[ev.request_id] += ev.token_ids
+            if ev.finish_reason:
+                final[ev.request_id] = ev
+        if core.spec is not None:
+            ks.append(core.spec.batch_k)
+    return out, final, ks
+
+
+def requests(n: int, max_tokens: int = 24, seed: int = 3) -> list[GenerationRequest]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        prompt = [rng.randrange(1, VOCAB) for _ in range(rng.choice([1, 4, 17, 30]))]
+        p = SP(temperature=0, max_tokens=max_tokens - i % 5, ignore_eos=True)
+        if i % 3 == 1:
+            p = SP(temperature=0, max_tokens=max_tokens, ignore_eos=True, presence_penalty=1.2, logit_bias={7: 2.0})
+        out.append(GenerationRequest(f"r{i}", prompt, p))
+    return out
+
+
+def adaptive_core(make_engine_core, lanes: int, k: int, **kw):
+    return make_engine_core(max_concurrency=lanes, prefill_chunk=16, spec="mtp", draft_tokens=k,
+                            spec_draft_cost=0.3, **kw)  # fmt: skip
+
+
+# ---- the policy alone ------------------------------------------------------------------------------------
+def test_policy_rates_and_choices():
+    pol = AdaptivePolicy(3, StepCosts(3, draft_cost=0.3, measure=False))
+    st = pol.new_lane()
+    assert st.rate == pytest.approx(0.6)
+    for _ in range(4):
+        pol.observe(st, 3, 0)  # rejected at once: one trial, none kept
+    assert st.rate < 0.15 and pol.lane_k(st, 1, 3) == 0
+    hi = LaneAcceptance(10.0, 10.0)
+    assert pol.lane_k(hi, 1, 3) == 3 and pol.lane_k(hi, 1, 2) == 2  # the budget caps it
+    assert expected_tokens(1.0, 3) == 4 and expected_tokens(0.0, 3) == 1
+    # one lane that accepts everything among seven that accept nothing: one verify step is not worth it
+    assert pol.choose([(hi, 3)] + [(LaneAcceptance(0.0, 5.0), 0)] * 7) == 0
+    assert pol.choose([(hi, 3)] * 2) == 3
+    assert [pol.probe_due(st, False) for _ in range(8)] == [False] * 7 + [True]
+
+
+def test_step_costs_use_host_timings_once_both_are_timed():
+    c = StepCosts(3, draft_cost=0.3)
+    assert c.ratio(5, 2) == pytest.approx(1.6)
+    for _ in range(3):
+        c.record(5, 0, 0.010)
+        c.record(6, 2, 0.025)  # lanes 5 and 6 share the bucket of 8
+    assert c.ratio(7, 2) == pytest.approx(2.5) and c.ratio(1, 2) == pytest.approx(1.6)
+    assert c.table() == {"spec_cost_b8_k2": 2.5}
+    fixed = StepCosts(3, draft_cost=0.5, measure=False)
+    fixed.record(1, 0, 1.0)
+    assert fixed.ratio(1, 2) == 2.0
+
+
+# ---- the engine ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("p", [1.0, 0.0, 0.5], ids=["accept", "reject", "half"])
+@pytest.mark.parametrize("lanes,k", [(1, 1), (2, 5), (3, 2), (8, 3), (5, 4)])
+def test_adaptive_greedy_equals_plain_decoding(make_engine_core, lanes, k, p):
+    base, base_final, _ = run_all(make_engine_core(max_concurrency=lanes, prefill_chunk=16), requests(lanes + 2))
+    core = adaptive_core(make_engine_core, lanes, k)
+    core.spec.drafter = ScriptedDrafter(base, p, seed=lanes * 10 + k)
+    got, final, ks = run_all(core, requests(lanes + 2))
+    assert got == base
+    assert all(final[r].finish_reason == base_final[r].finish_reason for r in base)
+    if p == 0.0:
+        assert 0 in ks
+    st = core.stats()
+    assert (st.pages_free, st.slots_free, st.lanes_busy) == (st.pages_total, st.slots_total, 0)
+
+
+@pytest.mark.parametrize("lanes,k", [(1, 3), (4, 5)])
+def test_adaptive_with_the_mtp_head_and_graph_batches(make_engine_core, lanes, k):
+    """The random MTP head (acceptance near zero): plain steps through the runner's decode graph batches, verify
+    steps through the verify graph batches (run eagerly here), greedy output unchanged."""
+    base, _, _ = run_all(make_engine_core(max_concurrency=lanes, prefill_chunk=16), requests(lanes + 1, 30))
+    core = adaptive_core(make_engine_core, lanes, k)
+    core.runner.capture_graphs(lanes, core.ecfg.max_context, capture=False)
+    core.spec.use_graphs(lanes, capture=False)
+    got, _, ks = run_all(core, requests(lanes + 1, 30))
+    assert got == base
+    st = core.stats().extra
+    assert st["spec_plain_steps"] > 0 and st["spec_drafted"] > 0 and 0 in ks
+
+
+def test_never_accepted_drafts_fall_back_to_plain_steps(make_engine_core):
+    reqs = lambda: [GenerationRequest(f"r{i}", [5 + i, 9, 2], SP(temperature=0, max_tokens=80, ignore_eos=True))  # noqa: E731
+                    for i in range(4)]  # fmt: skip
+    base, _, _ = run_all(make_engine_core(max_concurrency=4), reqs())
+    core = adaptive_core(make_engine_core, 4, 3)
+    core.spec.drafter = ScriptedDrafter(base, 0.0)
+    got, final, ks = run_all(core, reqs())
+    assert got == base
+    first_plain = ks.index(0)
+    assert first_plain <= 4, ks  # a few rounds
+    tail = ks[first_plain:]
+    assert tail.count(0) >= 0.85 * len(tail), ks  # mostly plain; probes cost one verified draft now and then
+    st = core.stats().extra
+    assert st["spec_plain_steps"] > 4 * st["spec_verify_steps"]
+    assert st["spec_accept_len_0"] == st["spec_rounds"] and st["spec_accepted"] == 0
+    drafted = sum(final[r].timings.spec_drafted for r in got)
+    assert drafted == st["spec_drafted"] < 4 * 80 // 4
+
+
+def test_always_accepted_drafts_keep_k_max(make_engine_core):
+    reqs = lambda: [GenerationRequest(f"r{i}", [5 + i, 9, 2], SP(temperature=0, max_tokens=60, ignore_eos=True))  # noqa: E731
+                    for i in range(3)]  # fmt: skip
+    base, _, base_ks = run_all(make_engine_core(max_concurrency=3), reqs())
+    core = adaptive_core(make_engine_core, 3, 4)
+    core.spec.drafter = ScriptedDrafter(base, 1.0)
+    got, final, ks = run_all(core, reqs())
+    assert got == base
+    assert ks[2:-3] and all(k == 4 for k in ks[2:-3]), ks  # K_max once the prior has been confirmed
+    st = core.stats().extra
+    assert st["spec_accepted"] == st["spec_drafted"] and st["spec_plain_steps"] == 0
+    assert all(final[r].timings.spec_accepted == final[r].timings.spec_drafted > 40 for r in got)
+
+
+def test_fixed_k_when_adaptive_is_off(make_engine_core):
+    reqs = [GenerationRequest("a", [1, 2, 3], SP(temperature=0, max_tokens=30, ignore_eos=True))]
+    base, _, _ = run_all(make_engine_core(), reqs)
+    core = make_engine_core(spec="mtp", draft_tokens=3, spec_adaptive=False)
+    core.spec.drafter = ScriptedDrafter(base, 0.0)
+    got, final, ks = run_all(core, [GenerationRequest("a", [1, 2, 3], SP(temperature=0, max_tokens=30,
+                                                                          ignore_eos=True))])  # fmt: skip
+    assert got == base and set(ks) == {3} and final["a"].timings.spec_drafted >= 28 * 3 - 3
