@@ -18,6 +18,7 @@ from collections import deque
 
 from hinfer.config import EngineConfig
 from hinfer.engine.gdn_checkpoints import CheckpointPool
+from hinfer.engine.host_checkpoints import HostCheckpoints
 from hinfer.engine.prefix_reuse import PrefixReuse
 from hinfer.engine.protocol import (
     EngineError,
@@ -65,7 +66,8 @@ class EngineCore:
         self.prefix: PrefixReuse | None = None
         if st.checkpoint_slots and self.spec is None:
             ckpts = CheckpointPool(st.checkpoint_slot_ids)
-            self.prefix = PrefixReuse(self.scheduler.pages, ckpts, runner.state, st.page_size)
+            host = HostCheckpoints(runner.state, st.host_checkpoints) if st.host_checkpoints else None
+            self.prefix = PrefixReuse(self.scheduler.pages, ckpts, runner.state, st.page_size, host)
             self.scheduler.prefix = self.prefix
         self._grammars = None  # GrammarBackend, made on the first constrained request
         self._clear_requested = False
