@@ -132,8 +132,13 @@ class PrefixReuse:
             elif s.decode_ckpt is not None and s.decode_ckpt != name:
                 self._drop(s.decode_ckpt)  # one moving checkpoint per request's generated text
                 s.decode_ckpt = None
+            known = name in self.checkpoints
             slot = self.checkpoints.reserve(name)
             if slot is None:
+                if not known and self.host is not None:  # every device slot is held this step: straight to host
+                    self.host.spill(name, s.slot)
+                    if n > len(s.prompt_ids):
+                        s.decode_ckpt = name
                 continue
             # pinned until the copy below: a later reserve in this loop must not evict (and spill, or reuse
             # the slot of) a checkpoint whose state is not copied yet
