@@ -109,12 +109,17 @@ def drive(core: EngineCore, messages: list[list[list[int]]], answer_tokens: int)
 
 
 def warm_up(core: EngineCore, vocab: int) -> None:
-    """One request first (kernel compilation and autotuning stay out of the timings), then an empty cache."""
-    n = min(core.ecfg.prefill_chunk, 1000)
+    """Two turns of one conversation first (kernel compilation and autotuning, of the cached-prefix path too,
+    stay out of the timings), then an empty cache."""
+    n = min(core.ecfg.prefill_chunk, 1000, core.ecfg.max_context // 2)
     prompt = [1 + (i * 7919) % (vocab - 1) for i in range(n)]
-    core.add(GenerationRequest("warmup", prompt, SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)))
-    while core.has_work:
-        core.step()
+    params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+    for turn in range(2):
+        core.add(GenerationRequest(f"warmup{turn}", prompt, params))
+        while core.has_work:
+            for ev in core.step():
+                prompt = prompt + ev.token_ids
+        prompt = prompt + prompt[:50]
     core.clear_prefix_cache()
 
 
