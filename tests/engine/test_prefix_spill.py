@@ -26,6 +26,33 @@ def one_thread():
     torch.set_num_threads(old)
 
 
+def greedy_lp(n: int) -> SamplingParams:
+    """Greedy with the sampled tokens' logprobs: the tiny model's greedy tokens barely depend on the GDN state
+    (zeroing a restored state changes none of them), its logprobs do (by ~5e-3; a right restore: ~1e-6)."""
+    return SamplingParams(temperature=0, max_tokens=n, ignore_eos=True, logprobs=0)
+
+
+def run_lp(core, reqs: list[GenerationRequest]) -> dict[str, tuple[list[int], list[float]]]:
+    """-> request id: (tokens, their logprobs)."""
+    for r in reqs:
+        core.add(r)
+    out: dict[str, tuple[list[int], list[float]]] = {r.request_id: ([], []) for r in reqs}
+    done: set[str] = set()
+    while len(done) < len(reqs):
+        for ev in core.step():
+            out[ev.request_id][0].extend(ev.token_ids)
+            out[ev.request_id][1].extend(ev.logprobs)
+            if ev.finish_reason:
+                done.add(ev.request_id)
+    return out
+
+
+def lp_gap(a: dict, b: dict) -> float:
+    """Largest logprob difference between two runs of the same requests (their tokens must be equal)."""
+    assert {k: t for k, (t, _) in a.items()} == {k: t for k, (t, _) in b.items()}
+    return max(abs(x - y) for k in a for x, y in zip(a[k][1], b[k][1]))
+
+
 def host_bytes(tiny_model, rows: int) -> int:
     return rows * gdn_slot_bytes(tiny_model[0], "fp32")
 
@@ -85,6 +112,8 @@ def test_hits_from_host_match_cache_off_under_concurrency(make_engine_core, tiny
         for i, r in enumerate(reqs):
             convs[i] += a[r.request_id][0]
         cached_turns += sum(c > 0 for _, c in a.values())
+        lp = [GenerationRequest(r.request_id + "-lp", r.prompt_token_ids, greedy_lp(4)) for r in reqs]
+        assert lp_gap(run_lp(on, lp), run_lp(off, lp)) < 1e-4  # the restored state is the computed one
         on.prefix.pages.check()
         on.prefix.checkpoints.check()
         on.prefix.host.check()
@@ -94,6 +123,24 @@ def test_hits_from_host_match_cache_off_under_concurrency(make_engine_core, tiny
     assert st["prefix_host_checkpoint_slots"] == 64 and st["prefix_host_evictions"] == 0
     assert_clean(on)
     assert_host_clean(on)
+
+
+def test_a_wrong_host_restore_would_be_caught(make_engine_core, tiny_model, monkeypatch):
+    """The logprob check above is sensitive to the restored state: zeroing it instead is caught."""
+    rng = random.Random(11)
+    monkeypatch.setattr(HostCheckpoints, "restore", lambda self, names, slots: self.state.reset_slots(slots))
+    kw = dict(max_concurrency=8, prefill_chunk=32)
+    on = make_engine_core(prefix_cache_slots=1, host_cache_bytes=host_bytes(tiny_model, 64), **kw)
+    off = make_engine_core(prefix_cache=False, **kw)
+    convs = [toks(rng, rng.randint(20, 60)) for _ in range(8)]
+    gaps = []
+    for turn in range(2):
+        reqs = [GenerationRequest(f"c{i}-{turn}", h + toks(rng, 5), greedy_lp(8)) for i, h in enumerate(convs)]
+        a, b = run_lp(on, reqs), run_lp(off, reqs)
+        gaps.append(lp_gap(a, b))
+        for i, r in enumerate(reqs):
+            convs[i] = r.prompt_token_ids + b[r.request_id][0]
+    assert gaps[0] < 1e-4 and gaps[1] > 1e-3  # turn 1 resumed from (sabotaged) host rows
 
 
 def test_without_a_host_tier_the_same_workload_misses(make_engine_core):
