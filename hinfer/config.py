@@ -253,6 +253,7 @@ class EngineConfig:
     prefix_cache: bool = True  # reuse KV pages + GDN checkpoints of earlier requests (docs/prefix-cache.md)
     prefix_cache_slots: int | None = None  # GDN checkpoint slots; None: 2 per lane
     host_cache_bytes: int | None = None  # host RAM for spilled GDN checkpoints; None: 4 GiB on CUDA, 0 on CPU
+    host_kv_bytes: int = 0  # host RAM for spilled KV pages (0: none)
 
     def validate(self) -> None:
         if not 1 <= self.max_concurrency <= 64:
@@ -277,6 +278,8 @@ class EngineConfig:
             raise ConfigError("--prefix-cache-slots must be >= 0")
         if self.host_cache_bytes is not None and self.host_cache_bytes < 0:
             raise ConfigError("--host-cache-gib must be >= 0")
+        if self.host_kv_bytes < 0:
+            raise ConfigError("--host-kv-gib must be >= 0")
 
     @property
     def draft_slots(self) -> int:

@@ -7,18 +7,12 @@ the row copied straight into its own GDN slot. The buffer is allocated once (`--
 so both copies are asynchronous on the engine's stream: the spill is queued before the save that overwrites the
 device slot, the restore before the prefill that reads the lane's slot, so stream order alone keeps them right
 (the CPU never touches the rows). Rows are LRU-evicted with the same bookkeeping as the device slots.
-
-The buffer is pinned with cudaHostRegister on plain memory rather than `pin_memory=True`: torch's pinned
-allocator rounds every block up to a power of two, which would lock 8 GiB for a 4.1 GiB buffer.
 """
 
 from __future__ import annotations
 
-import weakref
-
-import torch
-
 from hinfer.engine.gdn_checkpoints import CheckpointPool
+from hinfer.engine.host_memory import host_tensors
 from hinfer.engine.state import ModelState
 
 
@@ -28,11 +22,8 @@ class HostCheckpoints:
         conv, ssm = state.conv_state, state.ssm_state
         self.pinned = conv.device.type == "cuda"  # pinned host memory: the copies can be asynchronous
         # [row, gdn layer, ...]: one row is contiguous, so each copy is a single transfer
-        self.conv = torch.empty((rows, conv.shape[0], *conv.shape[2:]), dtype=conv.dtype)
-        self.ssm = torch.empty((rows, ssm.shape[0], *ssm.shape[2:]), dtype=ssm.dtype)
-        if self.pinned:
-            _pin(self.conv, self.ssm)
-            weakref.finalize(self, _unpin, self.conv, self.ssm)  # holds the tensors until they are unpinned
+        self.conv, self.ssm = host_tensors(self, [((rows, conv.shape[0], *conv.shape[2:]), conv.dtype),
+                                                  ((rows, ssm.shape[0], *ssm.shape[2:]), ssm.dtype)], self.pinned)
         self.index = CheckpointPool(range(rows))  # names, LRU, pins of the rows
         self.spills = 0
         self.restores = 0
@@ -87,18 +78,3 @@ class HostCheckpoints:
     def check(self) -> None:
         self.index.check()
 
-
-def _pin(*tensors: torch.Tensor) -> None:
-    from torch.cuda._pin_memory_utils import pin_memory
-
-    for t in tensors:
-        if t.numel():
-            pin_memory(t.data_ptr(), t.nbytes)
-
-
-def _unpin(*tensors: torch.Tensor) -> None:
-    from torch.cuda._pin_memory_utils import unpin_memory
-
-    for t in tensors:
-        if t.numel():
-            unpin_memory(t.data_ptr())

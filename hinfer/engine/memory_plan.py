@@ -15,6 +15,8 @@ Computed before any weight is read, so `hinfer serve` fails within seconds when 
   --spec). Cached KV pages need no row: they live in the KV pool's free pages.
 - host checkpoints (host RAM, outside the device total): rows for checkpoints spilled from the device slots
   (--host-cache-gib; default 4 GiB on CUDA, at most a quarter of MemAvailable; 0 on the CPU).
+- host kv pages (host RAM, outside the device total): rows for named KV pages spilled from the KV pool
+  (--host-kv-gib; default 0).
 - sampler state: per-lane [V] int32 token counts + [V] bool prompt mask (penalties).
 - activations: one forward step at its largest (a prefill chunk plus every lane's decode tokens) through one
   layer, plus logits and sampler temporaries for the lanes (estimate).
@@ -137,6 +139,7 @@ class MemoryPlan:
     checkpoint_slots: int = 0  # prefix-cache GDN checkpoint slots, after the lane slots
     host_checkpoints: int = 0  # host-RAM rows for checkpoints spilled from the device slots
     host_rows: list[PlanRow] = field(default_factory=list)  # host memory: shown, not counted in `total`
+    host_kv_pages: int = 0  # host-RAM rows for KV pages spilled from the KV pool
 
     @property
     def needed(self) -> int:
@@ -287,6 +290,11 @@ def host_checkpoint_rows(ecfg: EngineConfig, device_slots: int, slot_bytes: int,
     return n // slot_bytes
 
 
+def host_kv_rows(ecfg: EngineConfig, device_slots: int, page_bytes: int) -> int:
+    """Host-RAM rows for spilled KV pages: --host-kv-gib (default 0); none without the prefix cache."""
+    return ecfg.host_kv_bytes // page_bytes if device_slots and page_bytes else 0
+
+
 def plan_memory(cfg: ModelConfig, ecfg: EngineConfig, *, weights: str | Recipe, device_bytes: int,
                 device_name: str, device: str | None = None) -> MemoryPlan:
     """The plan for `cfg` under flags `ecfg`, weight format, recipe name or Recipe `weights` (not 'auto'), against
@@ -380,11 +388,16 @@ def plan_memory(cfg: ModelConfig, ecfg: EngineConfig, *, weights: str | Recipe, 
                          f"host RAM, not in the total: {n_host} spilled GDN checkpoints"
                          + (" (pinned)" if device == "cuda" else "") + " (--host-cache-gib)" if n_host
                          else "host RAM: no spill tier (--host-cache-gib 0, or the prefix cache is off)")]
+    n_host_kv = host_kv_rows(ecfg, n_ckpt, page)
+    if n_host_kv:
+        host_rows.append(PlanRow("host kv pages", n_host_kv * page,
+                                 f"host RAM, not in the total: {n_host_kv} spilled KV pages of {ps} tokens "
+                                 f"({n_host_kv * ps:,} tokens) (--host-kv-gib)"))
     if ecfg.kv_capacity and ecfg.kv_capacity < ecfg.max_context:
         notes.append(f"--kv-capacity {ecfg.kv_capacity} is below --max-context {ecfg.max_context}: "
                      "longer requests are refused")
     return MemoryPlan(cfg, ecfg, recipe.name, device, device_name, device_bytes, rows, num_pages, n_slots,
-                      kvd, act, min_pages, notes, recipe, n_ckpt, n_host, host_rows)
+                      kvd, act, min_pages, notes, recipe, n_ckpt, n_host, host_rows, n_host_kv)
 
 
 def check_plan(plan: MemoryPlan) -> MemoryPlan:

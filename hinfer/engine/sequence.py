@@ -52,6 +52,7 @@ class Sequence:
     ckpt_targets: list[int] = field(default_factory=list)  # prompt positions where the GDN state is saved
     restore_from: bytes | None = None  # pinned checkpoint copied into `slot` before the first step
     restore_host: bool = False  # restore_from is in host memory (a spilled checkpoint), not a device slot
+    restore_pages: list[bytes] = field(default_factory=list)  # pinned host KV pages copied in before the first step
     decode_ckpt: bytes | None = None  # this request's latest checkpoint in its generated text
 
     @property
