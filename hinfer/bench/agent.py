@@ -123,7 +123,7 @@ def warm_up(core: EngineCore, vocab: int) -> None:
     core.clear_prefix_cache()
 
 
-def summarize(turns: list[Turn], total_s: float, n_turns: int, host_restores: int) -> dict:
+def summarize(turns: list[Turn], total_s: float, n_turns: int, host_restores: int, host_kv_restores: int) -> dict:
     prompt = sum(t.prompt_tokens for t in turns)
     cached = sum(t.cached_tokens for t in turns)
     ttft = [t.ttft_s for t in turns]
@@ -132,6 +132,7 @@ def summarize(turns: list[Turn], total_s: float, n_turns: int, host_restores: in
         "ttft_p90_s": percentile(ttft, 0.9), "prompt_tokens": prompt, "computed_tokens": prompt - cached,
         "cached_tokens": cached, "cached_fraction": cached / prompt if prompt else 0.0,
         "answer_tokens": sum(len(t.answer) for t in turns), "host_restores": host_restores,
+        "host_kv_page_restores": host_kv_restores,
         "ttft_median_by_turn_s": [percentile([t.ttft_s for t in turns if t.turn == i], 0.5) for i in range(n_turns)],
         "prompt_tokens_by_turn": [max((t.prompt_tokens for t in turns if t.turn == i), default=0)
                                   for i in range(n_turns)],
@@ -163,13 +164,15 @@ def run_agent_bench(spec: AgentSpec, ecfg: EngineConfig) -> dict:
         mcfg = resolve_engine_config(cfg, replace(ecfg, prefix_cache=mode == "on"))
         core = make_core(cfg, model, tok, mcfg, dev)
         warm_up(core, vocab)
-        restores0 = core.stats().extra.get("prefix_host_restores", 0)
+        extra0 = core.stats().extra
         measure.sync(dev)
         turns, total_s = drive(core, messages, w.answer_tokens)
         st = core.runner.state.shape
         settings[mode] = {"checkpoint_slots": st.checkpoint_slots, "host_checkpoints": st.host_checkpoints,
-                          "kv_pages": st.num_pages}  # fmt: skip
-        runs[mode] = summarize(turns, total_s, w.turns, core.stats().extra.get("prefix_host_restores", 0) - restores0)
+                          "kv_pages": st.num_pages, "host_kv_pages": st.host_kv_pages}  # fmt: skip
+        extra = core.stats().extra
+        runs[mode] = summarize(turns, total_s, w.turns, *(extra.get(k, 0) - extra0.get(k, 0) for k in
+                                                          ("prefix_host_restores", "prefix_host_kv_restores")))
         answers[mode] = {(t.conversation, t.turn): t.answer for t in turns}
         records[mode] = [{k: v for k, v in asdict(t).items() if k != "answer"} for t in turns]
         log.info("prefix cache %s: %.2f s, TTFT median %.3f s p90 %.3f s, %d of %d prompt tokens cached", mode,
