@@ -203,11 +203,12 @@ def run_agent_bench(spec: AgentSpec, ecfg: EngineConfig) -> dict:
 def agent_table(result: dict) -> str:
     runs = result["runs"]
     lines = ["| prefix cache | total s | turns | TTFT median s | TTFT p90 s | prompt tokens | computed | cached | "
-             "host restores |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "host restores (checkpoints, KV pages) |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for mode, r in runs.items():
         lines.append(f"| {mode} | {r['total_s']:.2f} | {r['turns']} | {r['ttft_median_s']:.3f} | "
                      f"{r['ttft_p90_s']:.3f} | {r['prompt_tokens']:,} | {r['computed_tokens']:,} | "
-                     f"{r['cached_tokens']:,} ({r['cached_fraction']:.0%}) | {r['host_restores']} |")  # fmt: skip
+                     f"{r['cached_tokens']:,} ({r['cached_fraction']:.0%}) | {r['host_restores']}, "
+                     f"{r['host_kv_page_restores']} |")  # fmt: skip
     modes = list(runs)
     lines += ["", "| turn | prompt tokens | " + " | ".join(f"TTFT median s ({m})" for m in modes) + " |",
               "|---|---|" + "---|" * len(modes)]  # fmt: skip
