@@ -254,6 +254,8 @@ class EngineConfig:
     seed: int = 0
     prefix_cache: bool = True  # reuse KV pages + GDN checkpoints of earlier requests (docs/prefix-cache.md)
     prefix_cache_slots: int | None = None  # GDN checkpoint slots; None: 2 per lane
+    host_cache_bytes: int | None = None  # host RAM for spilled GDN checkpoints; None: 4 GiB on CUDA, 0 on CPU
+    host_kv_bytes: int = 0  # host RAM for spilled KV pages (0: none)
 
     def validate(self) -> None:
         if not 1 <= self.max_concurrency <= 64:
@@ -278,6 +280,10 @@ class EngineConfig:
             raise ConfigError("--page-size must be 16, 32, 64 or 128")
         if self.prefix_cache_slots is not None and self.prefix_cache_slots < 0:
             raise ConfigError("--prefix-cache-slots must be >= 0")
+        if self.host_cache_bytes is not None and self.host_cache_bytes < 0:
+            raise ConfigError("--host-cache-gib must be >= 0")
+        if self.host_kv_bytes < 0:
+            raise ConfigError("--host-kv-gib must be >= 0")
 
     @property
     def draft_slots(self) -> int:

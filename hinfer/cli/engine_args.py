@@ -73,6 +73,11 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--prefix-cache-slots", type=int, default=None, metavar="N",
                    help="GDN state checkpoints the prefix cache keeps on the device (default 2 per lane; "
                         "0 turns the cache off)")
+    g.add_argument("--host-cache-gib", type=float, default=None, metavar="GIB",
+                   help="host RAM for GDN checkpoints evicted from the device, restored on a hit (default 4 on "
+                        "CUDA, pinned; 0 on the CPU; 0 turns the spill off)")
+    g.add_argument("--host-kv-gib", type=float, default=0, metavar="GIB",
+                   help="host RAM for KV pages evicted from the device, restored on a hit (default 0: none)")
 
 
 def engine_config_from_args(a: argparse.Namespace) -> EngineConfig:
@@ -97,6 +102,8 @@ def engine_config_from_args(a: argparse.Namespace) -> EngineConfig:
         seed=a.seed,
         prefix_cache=not a.no_prefix_cache,
         prefix_cache_slots=a.prefix_cache_slots,
+        host_cache_bytes=None if a.host_cache_gib is None else int(a.host_cache_gib * 2**30),
+        host_kv_bytes=int(a.host_kv_gib * 2**30),
     )
     return cfg
 

@@ -51,20 +51,29 @@ def resolve_engine_config(cfg: ModelConfig, ecfg: EngineConfig) -> EngineConfig:
 
 def state_shape(cfg: ModelConfig, ecfg: EngineConfig, plan=None) -> StateShape:
     """Pool sizes from the memory plan when there is one; else every lane guaranteed max_context of pages."""
-    from hinfer.engine.memory_plan import checkpoint_slots, gdn_slot_bytes, kv_page_bytes
+    from hinfer.engine.memory_plan import (
+        checkpoint_slots,
+        gdn_slot_bytes,
+        host_checkpoint_rows,
+        host_kv_rows,
+        kv_page_bytes,
+    )
 
     if plan is not None:
-        pages, slots, ckpt = plan.num_pages, plan.num_slots, plan.checkpoint_slots
+        pages, slots, ckpt, host = plan.num_pages, plan.num_slots, plan.checkpoint_slots, plan.host_checkpoints
+        host_kv = plan.host_kv_pages
     else:
         per_lane = -(-ecfg.max_context // ecfg.page_size)
         pages = (-(-ecfg.kv_capacity // ecfg.page_size) if ecfg.kv_capacity else ecfg.max_concurrency * per_lane)
         pages += RESERVED_PAGES
         slots = ecfg.max_concurrency * (1 + ecfg.draft_slots) + RESERVED_SLOTS
         ckpt = checkpoint_slots(ecfg, pages * kv_page_bytes(cfg, ecfg, ecfg.kv_dtype), gdn_slot_bytes(cfg, ecfg.dtype))
+        host = host_checkpoint_rows(ecfg, ckpt, gdn_slot_bytes(cfg, ecfg.dtype), ecfg.device)
+        host_kv = host_kv_rows(ecfg, ckpt, kv_page_bytes(cfg, ecfg, ecfg.kv_dtype))
     kv_dtype = KV_DTYPES.get(ecfg.kv_dtype, torch.float32)
     mtp = cfg.mtp_num_hidden_layers if ecfg.spec == "mtp" else 0
     return StateShape(pages, ecfg.page_size, slots, kv_dtype, DTYPES[ecfg.dtype], mtp_layers=mtp,
-                      checkpoint_slots=ckpt)
+                      checkpoint_slots=ckpt, host_checkpoints=host, host_kv_pages=host_kv)
 
 
 def weight_plan(ecfg: EngineConfig, cfg: ModelConfig):

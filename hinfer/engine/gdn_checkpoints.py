@@ -10,12 +10,13 @@ request about to copy it into its own slot) is never evicted or dropped.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 
 class CheckpointPool:
-    def __init__(self, slots: Sequence[int]) -> None:
+    def __init__(self, slots: Sequence[int], on_evict: Callable[[bytes, int], None] | None = None) -> None:
         self.slots = list(slots)
+        self.on_evict = on_evict  # told (name, slot) of an LRU victim before its slot is reused (host spill)
         self._free = list(reversed(self.slots))
         self._slot: OrderedDict[bytes, int] = OrderedDict()  # name -> slot, least recently used first
         self._pins: dict[bytes, int] = {}
@@ -66,6 +67,8 @@ class CheckpointPool:
                 return None
             slot = self._slot.pop(victim)
             self.evictions += 1
+            if self.on_evict is not None:
+                self.on_evict(victim, slot)
         self._slot[name] = slot
         self.saved += 1
         return slot

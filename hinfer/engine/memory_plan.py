@@ -13,6 +13,10 @@ Computed before any weight is read, so `hinfer serve` fails within seconds when 
 - prefix checkpoints: GDN layers x checkpoint slots x (conv + fp32 ssm): the prefix cache's saved GDN states
   (--prefix-cache-slots; default 2 per lane, at most a tenth of the KV bytes; 0 with --no-prefix-cache or
   --spec). Cached KV pages need no row: they live in the KV pool's free pages.
+- host checkpoints (host RAM, outside the device total): rows for checkpoints spilled from the device slots
+  (--host-cache-gib; default 4 GiB on CUDA, at most a quarter of MemAvailable; 0 on the CPU).
+- host kv pages (host RAM, outside the device total): rows for named KV pages spilled from the KV pool
+  (--host-kv-gib; default 0).
 - sampler state: per-lane [V] int32 token counts + [V] bool prompt mask (penalties).
 - activations: one forward step at its largest (a prefill chunk plus every lane's decode tokens) through one
   layer, plus logits and sampler temporaries for the lanes (estimate).
@@ -39,6 +43,7 @@ RESERVED_SLOTS = 1
 CUDA_RUNTIME_BYTES = 1 * GIB  # context + cuBLAS workspace + Triton/fla kernel images
 HEADROOM_FRACTION = 0.02
 HEADROOM_MIN = 512 * 2**20
+HOST_CACHE_DEFAULT = 4 * GIB  # host RAM for spilled GDN checkpoints on CUDA (pinned)
 GRAPH_FIXED_BYTES = 2 * 2**20  # per captured graph: its own small buffers
 SAMPLER_TMP_BYTES_PER_LOGIT = 40  # processed fp32 logits + scores, int64 hash, fp64 noise, sort values+ids
 GDN_CHUNK = 64  # chunk size of the chunked GDN prefill (fla)
@@ -132,6 +137,9 @@ class MemoryPlan:
     notes: list[str] = field(default_factory=list)
     recipe: Recipe | None = None  # the weights' recipe (`weights` is its name)
     checkpoint_slots: int = 0  # prefix-cache GDN checkpoint slots, after the lane slots
+    host_checkpoints: int = 0  # host-RAM rows for checkpoints spilled from the device slots
+    host_rows: list[PlanRow] = field(default_factory=list)  # host memory: shown, not counted in `total`
+    host_kv_pages: int = 0  # host-RAM rows for KV pages spilled from the KV pool
 
     @property
     def needed(self) -> int:
@@ -201,6 +209,7 @@ class MemoryPlan:
                          f"with KV for one {e.max_context}-token request")
         lines.append(f"{'available':<{name_w}}  {_gib(self.available):>8}  {self.available:>17,}  "
                      f"{self.device_name}")
+        lines += [f"{r.name:<{name_w}}  {_gib(r.bytes):>8}  {r.bytes:>17,}  {r.note}" for r in self.host_rows]
         lines += [f"note: {n}" for n in self.notes]
         if self.fits:
             spare = self.available - self.total
@@ -267,6 +276,23 @@ def checkpoint_slots(ecfg: EngineConfig, kv_bytes: int, slot_bytes: int) -> int:
     if ecfg.prefix_cache_slots is not None or n == 0:
         return n
     return max(1, min(n, kv_bytes // (10 * slot_bytes)))
+
+
+def host_checkpoint_rows(ecfg: EngineConfig, device_slots: int, slot_bytes: int, device: str) -> int:
+    """Host-RAM rows for spilled GDN checkpoints: --host-cache-gib, else 4 GiB on CUDA (at most a quarter of
+    MemAvailable: it is pinned) and none on the CPU, where the device slots are host memory already. None
+    without device checkpoint slots (the prefix cache is off)."""
+    if not device_slots or not slot_bytes:
+        return 0
+    n = ecfg.host_cache_bytes
+    if n is None:
+        n = min(HOST_CACHE_DEFAULT, _mem_available() // 4) if device == "cuda" else 0
+    return n // slot_bytes
+
+
+def host_kv_rows(ecfg: EngineConfig, device_slots: int, page_bytes: int) -> int:
+    """Host-RAM rows for spilled KV pages: --host-kv-gib (default 0); none without the prefix cache."""
+    return ecfg.host_kv_bytes // page_bytes if device_slots and page_bytes else 0
 
 
 def plan_memory(cfg: ModelConfig, ecfg: EngineConfig, *, weights: str | Recipe, device_bytes: int,
@@ -357,11 +383,21 @@ def plan_memory(cfg: ModelConfig, ecfg: EngineConfig, *, weights: str | Recipe, 
         rows.append(PlanRow("cuda runtime", runtime, "estimate: context, cuBLAS workspace, kernels"))
     rows.append(PlanRow("headroom", headroom, f"{HEADROOM_FRACTION:.0%} of available, at least "
                                               f"{HEADROOM_MIN // 2**20} MiB (fragmentation, spikes)"))
+    n_host = host_checkpoint_rows(ecfg, n_ckpt, slot, device)
+    host_rows = [PlanRow("host checkpoints", n_host * slot,
+                         f"host RAM, not in the total: {n_host} spilled GDN checkpoints"
+                         + (" (pinned)" if device == "cuda" else "") + " (--host-cache-gib)" if n_host
+                         else "host RAM: no spill tier (--host-cache-gib 0, or the prefix cache is off)")]
+    n_host_kv = host_kv_rows(ecfg, n_ckpt, page)
+    if n_host_kv:
+        host_rows.append(PlanRow("host kv pages", n_host_kv * page,
+                                 f"host RAM, not in the total: {n_host_kv} spilled KV pages of {ps} tokens "
+                                 f"({n_host_kv * ps:,} tokens) (--host-kv-gib)"))
     if ecfg.kv_capacity and ecfg.kv_capacity < ecfg.max_context:
         notes.append(f"--kv-capacity {ecfg.kv_capacity} is below --max-context {ecfg.max_context}: "
                      "longer requests are refused")
     return MemoryPlan(cfg, ecfg, recipe.name, device, device_name, device_bytes, rows, num_pages, n_slots,
-                      kvd, act, min_pages, notes, recipe, n_ckpt)
+                      kvd, act, min_pages, notes, recipe, n_ckpt, n_host, host_rows, n_host_kv)
 
 
 def check_plan(plan: MemoryPlan) -> MemoryPlan:

@@ -43,6 +43,7 @@ class PagePool:
         self.total = total
         self.first = first
         self.on_evict = on_evict  # told the name of every evicted page (its GDN checkpoint goes too)
+        self.on_spill: Callable[[int, bytes], None] | None = None  # told (page, name) first: a copy to host
         self._free = list(range(total - 1, first - 1, -1))
         self._ref: dict[int, int] = {}
         self._name: dict[int, bytes] = {}  # page -> name, for named pages (in use or cached)
@@ -92,6 +93,8 @@ class PagePool:
         name = self._name.pop(p)
         del self._page[name]
         self.evictions += 1
+        if self.on_spill is not None:
+            self.on_spill(p, name)
         if self.on_evict is not None:
             self.on_evict(name)
         return p
@@ -132,6 +135,10 @@ class PagePool:
         self._name[page] = name
         self._page[name] = page
         return True
+
+    def holds(self, name: bytes) -> bool:
+        """Whether a page named `name` is cached or in use."""
+        return name in self._page
 
     def match(self, names: Sequence[bytes]) -> list[int]:
         """Pages of the longest leading run of `names` that are cached or in use."""

@@ -9,6 +9,10 @@
   on a boundary) and the boundary where the prompt leaves an earlier prompt's cached pages (the scheduler cuts a
   prefill chunk at these so the state there exists), and the latest page boundary of the generated text (one
   moving checkpoint per request, so a finished answer leaves the state at its end).
+- With a host tier (`host`, host_checkpoints.py): a checkpoint evicted from the device slots is spilled to host
+  memory, and a hit whose checkpoint is only there restores it from host into the request's slot. With a host
+  tier of KV pages (`host_pages`, host_pages.py) an evicted named page is spilled too, and a prompt's chain
+  continues past the pages still on the device into pages on the host, copied into pages it allocates anyway.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hinfer.engine.gdn_checkpoints import CheckpointPool
+from hinfer.engine.host_checkpoints import HostCheckpoints
+from hinfer.engine.host_pages import HostPages
 from hinfer.engine.prefix_cache import ROOT, PagePool, chain_hashes
 from hinfer.engine.sequence import Sequence
 
@@ -26,15 +32,25 @@ class Hit:
     tokens: int  # len(pages) * page_size
     name: bytes | None  # the checkpoint at the end of those pages
     matched: int = 0  # leading prompt pages whose KV is cached (the checkpoint may end earlier)
+    host: bool = False  # the checkpoint is in host memory only (spilled)
+    host_pages: tuple[bytes, ...] = ()  # names of the hit's pages after `pages`, copied back from host rows
 
 
 class PrefixReuse:
-    def __init__(self, pages: PagePool, checkpoints: CheckpointPool, state, page_size: int) -> None:
+    def __init__(self, pages: PagePool, checkpoints: CheckpointPool, state, page_size: int,
+                 host: HostCheckpoints | None = None, host_pages: HostPages | None = None) -> None:
         self.pages = pages
         self.checkpoints = checkpoints
         self.state = state  # ModelState: copy_slots / reset_slots
         self.page_size = page_size
-        pages.on_evict = checkpoints.discard  # a checkpoint whose last page is gone can never be reached
+        self.host = host
+        self.host_pages = host_pages
+        pages.on_evict = self._page_gone  # a checkpoint whose last page is gone can never be reached
+        if host is not None:
+            checkpoints.on_evict = host.spill  # runs before the evicted slot is overwritten
+        if host_pages is not None:
+            pages.on_spill = host_pages.spill  # runs when the page is handed out, before anything writes it
+            host_pages.on_evict = lambda name, _row: self._page_gone(name)
         self.requests = self.hit_requests = 0
         self.query_tokens = self.hit_tokens = 0
 
@@ -46,21 +62,29 @@ class PrefixReuse:
         usable = min(len(seq.page_hashes), (len(seq.prompt_ids) - 1) // ps)  # at least one token to compute
         if seq.params.prompt_logprobs is not None:  # cached tokens are not run: they would have no logits
             usable = 0
-        found = self.pages.match(seq.page_hashes[:usable])
-        for k in range(len(found), 0, -1):
-            name = seq.page_hashes[k - 1]
-            if name in self.checkpoints:
-                return Hit(found[:k], k * ps, name, len(found))
-        return Hit([], 0, None, len(found))
+        names = seq.page_hashes
+        found = self.pages.match(names[:usable])
+        d = len(found)
+        total = d + (self.host_pages.match(names[d:usable]) if self.host_pages is not None else 0)
+        for k in range(total, 0, -1):
+            name = names[k - 1]
+            on_host = self.host is not None and name in self.host
+            if name in self.checkpoints or on_host:
+                return Hit(found[:k], k * ps, name, total, host=name not in self.checkpoints,
+                           host_pages=tuple(names[d:k]))
+        return Hit([], 0, None, total)
 
     def take(self, seq: Sequence, hit: Hit) -> list[int]:
         """Admit with `hit`: share its pages, pin its checkpoint, start past it. -> the shared pages."""
         self.pages.acquire(hit.pages)
         if hit.name is not None:
-            self.checkpoints.pin(hit.name)
-        seq.restore_from = hit.name
+            (self.host if hit.host else self.checkpoints).pin(hit.name)
+        seq.restore_from, seq.restore_host = hit.name, hit.host
+        for name in hit.host_pages:  # copied into the first pages the scheduler allocates next (restore)
+            self.host_pages.pin(name)
+        seq.restore_pages = list(hit.host_pages)
         seq.num_cached = seq.cached_tokens = hit.tokens
-        seq.pages_named = len(hit.pages)
+        seq.pages_named = len(hit.pages) + len(hit.host_pages)
         seq.ckpt_targets = self._targets(seq, hit.matched * self.page_size)
         self.requests += 1
         self.query_tokens += len(seq.prompt_ids)
@@ -82,31 +106,48 @@ class PrefixReuse:
 
     def restore(self, seqs: list[Sequence]) -> None:
         """GDN slots of newly admitted requests: their checkpoint copied in, or zeros."""
-        src, dst, zero = [], [], []
+        src, dst, zero, host_names, host_dst = [], [], [], [], []
         for s in seqs:
             if s.restore_from is None:
                 zero.append(s.slot)
-                continue
-            src.append(self.checkpoints.slot_of(s.restore_from))
-            dst.append(s.slot)
+            elif s.restore_host:
+                host_names.append(s.restore_from)
+                host_dst.append(s.slot)
+            else:
+                src.append(self.checkpoints.slot_of(s.restore_from))
+                dst.append(s.slot)
         self.state.copy_slots(src, dst)
         self.state.reset_slots(zero)
+        if host_names:
+            self.host.restore(host_names, host_dst)
         for s in seqs:
-            if s.restore_from is not None:
-                self.checkpoints.unpin(s.restore_from)
-                s.restore_from = None
+            if s.restore_pages:
+                self._restore_pages(s)
+            self.forget(s)
 
+    def _restore_pages(self, seq: Sequence) -> None:
+        """Host KV rows into the pages allocated right after the shared ones, named again (a page whose name
+        another request registered meanwhile stays private: same content, no harm)."""
+        names = seq.restore_pages
+        first = seq.pages_named - len(names)
+        targets = seq.pages[first : first + len(names)]
+        self.host_pages.restore(names, targets)
+        for page, name in zip(targets, names):
+            self.pages.register(page, name)
     def forget(self, seq: Sequence) -> None:
         """A request leaves: drop a pin it still holds (finished before its first step)."""
         if seq.restore_from is not None:
-            self.checkpoints.unpin(seq.restore_from)
-            seq.restore_from = None
+            (self.host if seq.restore_host else self.checkpoints).unpin(seq.restore_from)
+            seq.restore_from, seq.restore_host = None, False
+        for name in seq.restore_pages:
+            self.host_pages.unpin(name)
+        seq.restore_pages = []
 
     # ---- after each step -----------------------------------------------------------------------------------
     def after_step(self, seqs: list[Sequence]) -> None:
         """Name the pages that became full this step and save GDN checkpoints (one batched copy)."""
         ps = self.page_size
-        src, dst = [], []
+        src, dst, saving = [], [], []
         for s in seqs:
             self._name_pages(s)
             n = s.num_cached
@@ -117,16 +158,40 @@ class PrefixReuse:
                 if n not in s.ckpt_targets:
                     continue
             elif s.decode_ckpt is not None and s.decode_ckpt != name:
-                self.checkpoints.discard(s.decode_ckpt)  # one moving checkpoint per request's generated text
+                self._drop(s.decode_ckpt)  # one moving checkpoint per request's generated text
                 s.decode_ckpt = None
+            known = name in self.checkpoints
             slot = self.checkpoints.reserve(name)
             if slot is None:
+                if not known and self.host is not None:  # every device slot is held this step: straight to host
+                    self.host.spill(name, s.slot)
+                    if n > len(s.prompt_ids):
+                        s.decode_ckpt = name
                 continue
+            # pinned until the copy below: a later reserve in this loop must not evict (and spill, or reuse
+            # the slot of) a checkpoint whose state is not copied yet
+            self.checkpoints.pin(name)
+            saving.append(name)
             if n > len(s.prompt_ids):
                 s.decode_ckpt = name
             src.append(s.slot)
             dst.append(slot)
         self.state.copy_slots(src, dst)
+        for name in saving:
+            self.checkpoints.unpin(name)
+
+    def _page_gone(self, name: bytes) -> None:
+        """A named page left the device or the host tier: its checkpoint goes unless the page is still held on
+        the other one."""
+        if self.pages.holds(name) or (self.host_pages is not None and name in self.host_pages):
+            return
+        self._drop(name)
+
+    def _drop(self, name: bytes) -> None:
+        """Forget a checkpoint on both tiers (its last page is evicted, or a newer one replaces it)."""
+        self.checkpoints.discard(name)
+        if self.host is not None:
+            self.host.discard(name)
 
     def _name_pages(self, seq: Sequence) -> None:
         ps = self.page_size
@@ -144,6 +209,10 @@ class PrefixReuse:
         """Drop every cached page and checkpoint not in use."""
         self.pages.clear()
         self.checkpoints.clear()
+        if self.host is not None:
+            self.host.clear()
+        if self.host_pages is not None:
+            self.host_pages.clear()
 
     def counters(self) -> dict[str, float]:
         return {
@@ -157,4 +226,26 @@ class PrefixReuse:
             "prefix_checkpoints": len(self.checkpoints),
             "prefix_checkpoint_slots": self.checkpoints.capacity,
             "prefix_evicted_checkpoints": self.checkpoints.evictions,
+        } | (self._host_counters() if self.host is not None else {}) | self._host_page_counters()
+
+    def _host_counters(self) -> dict[str, float]:
+        h = self.host
+        return {
+            "prefix_host_checkpoints": len(h),
+            "prefix_host_checkpoint_slots": h.capacity,
+            "prefix_host_spills": h.spills,
+            "prefix_host_restores": h.restores,
+            "prefix_host_evictions": h.evictions,
+        }
+
+    def _host_page_counters(self) -> dict[str, float]:
+        h = self.host_pages
+        if h is None:
+            return {}
+        return {
+            "prefix_host_kv_pages": len(h),
+            "prefix_host_kv_page_slots": h.capacity,
+            "prefix_host_kv_spills": h.spills,
+            "prefix_host_kv_restores": h.restores,
+            "prefix_host_kv_evictions": h.evictions,
         }

@@ -52,6 +52,8 @@ class Sequence:
     pages_named: int = 0  # leading pages already registered in the page pool (or shared from it)
     ckpt_targets: list[int] = field(default_factory=list)  # prompt positions where the GDN state is saved
     restore_from: bytes | None = None  # pinned checkpoint copied into `slot` before the first step
+    restore_host: bool = False  # restore_from is in host memory (a spilled checkpoint), not a device slot
+    restore_pages: list[bytes] = field(default_factory=list)  # pinned host KV pages copied in before the first step
     decode_ckpt: bytes | None = None  # this request's latest checkpoint in its generated text
 
     @property

@@ -52,12 +52,28 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --spec mtp: also run the engine end to end on greedy requests whose drafts are the "
                         "target's recorded continuation with probability P (a wrong token otherwise; the MTP head "
                         "still runs), and report tok/s beside plain decoding at that acceptance")
+    g = p.add_argument_group("agent", "--agent: multi-turn conversations with the prefix cache on and off "
+                             "(docs/prefix-cache.md)")
+    g.add_argument("--agent", action="store_true",
+                   help="run the multi-turn agent benchmark instead of the throughput sweep")
+    g.add_argument("--conversations", type=int, default=4, help="conversations in flight at once (default 4)")
+    g.add_argument("--turns", type=int, default=20, help="turns per conversation (default 20)")
+    g.add_argument("--target-context", type=lambda t: _ints(t)[0], default=32768,
+                   help="tokens of a conversation's last prompt + answer, e.g. 32K (default 32K)")
+    g.add_argument("--user-tokens", type=_ints, default=[200, 1000], metavar="MIN,MAX",
+                   help="length range of each new user message (default 200,1000)")
+    g.add_argument("--answer-tokens", type=int, default=128, help="tokens of every answer (default 128)")
+    g.add_argument("--agent-modes", type=lambda t: [m.strip() for m in t.split(",") if m.strip()],
+                   default=["on", "off"], metavar="on,off", help="prefix cache settings to run (default on,off)")
+    g.add_argument("--agent-seed", type=int, default=0, help="seed of the random user messages (default 0)")
     p.add_argument("--out", type=Path, default=Path("bench/results"), help="folder for the JSON results")
     add_engine_args(p)
     p.set_defaults(func=run, prefill_chunk=8192)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.agent:
+        return run_agent(args)
     from hinfer.bench.run import BenchSpec, run_bench, table
 
     spec = BenchSpec(
@@ -67,4 +83,24 @@ def run(args: argparse.Namespace) -> int:
     )  # fmt: skip
     rows = run_bench(spec, engine_config_from_args(args))
     print(table(rows))
+    return 0
+
+
+def run_agent(args: argparse.Namespace) -> int:
+    import shlex
+    import sys
+
+    from hinfer.bench.agent import MODES, AgentSpec, agent_table, run_agent_bench
+    from hinfer.bench.agent_workload import AgentWorkload
+
+    if len(args.user_tokens) != 2 or args.user_tokens[0] > args.user_tokens[1]:
+        raise SystemExit("--user-tokens takes MIN,MAX")
+    if not args.agent_modes or set(args.agent_modes) - set(MODES):
+        raise SystemExit("--agent-modes takes on, off or on,off")
+    workload = AgentWorkload(conversations=args.conversations, turns=args.turns, target_context=args.target_context,
+                             user_tokens=(args.user_tokens[0], args.user_tokens[1]), answer_tokens=args.answer_tokens,
+                             seed=args.agent_seed)  # fmt: skip
+    spec = AgentSpec(model=args.model, weights=args.bench_weights, workload=workload, modes=args.agent_modes,
+                     layers=args.layers, out_dir=args.out, command=shlex.join(["hinfer", *sys.argv[1:]]))
+    print(agent_table(run_agent_bench(spec, engine_config_from_args(args))))
     return 0
