@@ -1,6 +1,7 @@
 """Schemathesis over the served /openapi.json: every operation gets generated requests (schema-valid bodies, and
 schema-violating ones where there is a body), bounded and derandomized. No answer may be a 5xx, a JSON answer
-must parse, and an event stream must carry JSON events without an internal error."""
+must parse, an event stream must carry JSON events without an internal error, and every answer must be one the
+document declares (status, content type, and the error shapes)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,8 @@ OPERATIONS = [
 EXAMPLES = {GenerationMode.POSITIVE: 40, GenerationMode.NEGATIVE: 25}
 PATH_ONLY_EXAMPLES = 10
 TOKEN_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+CONFORMANCE = [schemathesis.checks.status_code_conformance, schemathesis.checks.content_type_conformance,
+               schemathesis.checks.response_schema_conformance]
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +106,13 @@ def fuzz(operation: APIOperation, mode: GenerationMode, examples: int, session: 
               suppress_health_check=list(HealthCheck))
     @given(case=operation.as_strategy(generation_mode=mode).map(served_model))
     def run(case: Case) -> None:
-        issue = problem(case.call(session=session, timeout=30))
+        response = case.call(session=session, timeout=30)
+        issue = problem(response)
+        if issue is None:
+            try:
+                case.validate_response(response, checks=CONFORMANCE)
+            except AssertionError as e:  # schemathesis' failure group
+                issue = f"not what /openapi.json declares: {e}"
         if issue is not None:
             found.append(f"{mode.value}: {case.as_curl_command()}\n  -> {issue}")
 
@@ -120,3 +129,15 @@ def test_no_server_errors(schema, session, label):
     else:  # path parameters only: a string has nothing to violate
         found = fuzz(operation, GenerationMode.POSITIVE, PATH_ONLY_EXAMPLES, session)
     assert not found, "\n".join(found[:5])
+
+
+def test_the_schema_declares_errors_streams_and_the_metrics_text(session, fuzz_url):
+    paths = session.get(fuzz_url + "/openapi.json").json()["paths"]
+    for path, ops in paths.items():
+        for op in ops.values():
+            assert "422" not in op["responses"] and "4XX" in op["responses"], path  # errors are 400, not 422
+    error = paths["/v1/messages"]["post"]["responses"]["4XX"]["content"]["application/json"]["schema"]
+    assert error["properties"]["type"] == {"const": "error"}  # Anthropic's shape on /v1/messages
+    for path in ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages"):
+        assert "text/event-stream" in paths[path]["post"]["responses"]["200"]["content"], path
+    assert list(paths["/metrics"]["get"]["responses"]["200"]["content"]) == ["text/plain"]
