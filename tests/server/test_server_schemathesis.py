@@ -111,8 +111,8 @@ def fuzz(operation: APIOperation, mode: GenerationMode, examples: int, session: 
         if issue is None:
             try:
                 case.validate_response(response, checks=CONFORMANCE)
-            except AssertionError as e:  # schemathesis' failure group
-                issue = f"not what /openapi.json declares: {e}"
+            except schemathesis.errors.FailureGroup as e:
+                issue = "not what /openapi.json declares: " + "; ".join(f"{f.title}: {f.message[:200]}" for f in e.exceptions)
         if issue is not None:
             found.append(f"{mode.value}: {case.as_curl_command()}\n  -> {issue}")
 
