@@ -14,16 +14,17 @@ from hinfer.server.anthropic_convert import chat_prompt, sampling_params
 from hinfer.server.anthropic_responses import MessageBuilder, fold
 from hinfer.server.errors import anthropic_body
 from hinfer.server.generation import EngineRun, engine_error, log_failure, run_to_end
+from hinfer.server.openapi_responses import ANTHROPIC_ERRORS, STREAMED
 from hinfer.server.prompt import plan_max_tokens, render_prompt
 from hinfer.server.schemas_anthropic import CountTokensRequest, MessagesRequest
 from hinfer.server.state import get_state, new_id
 from hinfer.server.structured import anthropic_output_format, constraint
 
 log = logging.getLogger(__name__)
-router = APIRouter()
+router = APIRouter(responses=ANTHROPIC_ERRORS)
 
 
-@router.post("/v1/messages")
+@router.post("/v1/messages", responses=STREAMED)
 async def messages(body: MessagesRequest, request: Request):
     st = get_state(request)
     st.check_model(body.model)

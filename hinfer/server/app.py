@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from hinfer.server import anthropic_routes, misc_routes, openai_routes, responses_routes
 from hinfer.server.errors import APIError, describe_validation_errors, error_body
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
 _NOT_AN_OBJECT = {"dict_type", "model_attributes_type", "model_type", "missing"}
 
 
@@ -77,10 +79,11 @@ def create_app(
 
 
 def _install_error_handlers(app: FastAPI) -> None:
-    def reply(request: Request, err: APIError) -> JSONResponse:
+    def reply(request: Request, err: APIError, headers: Mapping[str, str] | None = None) -> JSONResponse:
         # Both SDKs (and the agents built on them) wait `retry-after` seconds before retrying a 429 or 503.
         request.scope.setdefault("state", {})[ERROR_MESSAGE_KEY] = err.message  # for the middleware's log line
-        return JSONResponse(error_body(err, request.url.path), status_code=err.status, headers=err.headers())
+        return JSONResponse(error_body(err, request.url.path), status_code=err.status,
+                            headers={**(err.headers() or {}), **(headers or {})})
 
     @app.exception_handler(APIError)
     async def api_error(request: Request, exc: APIError) -> JSONResponse:
@@ -99,5 +102,16 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return reply(request, APIError(exc.status_code, str(exc.detail)))
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # RFC 9110: list every method of the path (Starlette names one route's)
+            headers["Allow"] = _allowed_methods(request)
+        return reply(request, APIError(exc.status_code, str(exc.detail)), headers)
     # Unexpected exceptions are answered (500, JSON, logged once) by RequestContextMiddleware.
+
+
+def _allowed_methods(request: Request) -> str:
+    # Asks the router (route objects differ between FastAPI versions) which methods it would serve here.
+    allowed = [method for method in _METHODS
+               if any(route.matches({**request.scope, "method": method})[0] == Match.FULL
+                      for route in request.app.router.routes)]
+    return ", ".join(allowed)

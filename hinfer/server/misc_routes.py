@@ -10,13 +10,16 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from hinfer.server.errors import APIError
+from hinfer.server.openapi_responses import OPENAI_ERRORS
 from hinfer.server.state import ServerState, get_state
 
 log = logging.getLogger(__name__)
-router = APIRouter()
+router = APIRouter(responses=OPENAI_ERRORS)
+_HEALTH_503 = {503: {"description": "draining, or the engine failed",
+                      "content": {"application/json": {"schema": {"type": "object"}}}}}
 
 
-@router.get("/health")
+@router.get("/health", responses=_HEALTH_503)
 async def health(request: Request):
     st = get_state(request)
     if st.drain.draining:  # load balancers stop sending requests here
@@ -31,7 +34,7 @@ async def health(request: Request):
             "queue_depth": s.queue_depth, "max_context": st.engine.max_context}
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=PlainTextResponse)  # Prometheus text format
 async def metrics(request: Request):
     st = get_state(request)
     try:

@@ -30,15 +30,16 @@ from hinfer.server.openai_responses import (
     completion_response,
     completion_usage,
 )
+from hinfer.server.openapi_responses import OPENAI_ERRORS, STREAMED
 from hinfer.server.prompt import plan_max_tokens, render_prompt
 from hinfer.server.schemas_openai import ChatCompletionRequest, CompletionRequest
 from hinfer.server.state import get_state, new_id
 from hinfer.server.structured import constraint, openai_response_format, vllm_extras
 
-router = APIRouter()
+router = APIRouter(responses=OPENAI_ERRORS)
 
 
-@router.post("/v1/chat/completions")
+@router.post("/v1/chat/completions", responses=STREAMED)
 async def chat_completions(body: ChatCompletionRequest, request: Request):
     st = get_state(request)
     st.check_model(body.model)
@@ -113,7 +114,7 @@ async def _chat_stream(runs: list[EngineRun], bs: list[ChatBuilder], include_usa
         await close_all(runs)
 
 
-@router.post("/v1/completions")
+@router.post("/v1/completions", responses=STREAMED)
 async def completions(body: CompletionRequest, request: Request):
     st = get_state(request)
     st.check_model(body.model)

@@ -13,6 +13,7 @@ from starlette.background import BackgroundTask
 from hinfer.server import sse
 from hinfer.server.errors import APIError, bad_request
 from hinfer.server.generation import EngineRun, engine_error, log_failure, run_to_end
+from hinfer.server.openapi_responses import OPENAI_ERRORS, STREAMED
 from hinfer.server.prompt import plan_max_tokens, render_prompt
 from hinfer.server.responses_convert import chat_prompt, input_items, sampling_params
 from hinfer.server.responses_stream import ResponseBuilder
@@ -21,7 +22,7 @@ from hinfer.server.state import ServerState, get_state, new_id
 from hinfer.server.structured import constraint, responses_text_format
 
 log = logging.getLogger(__name__)
-router = APIRouter()
+router = APIRouter(responses=OPENAI_ERRORS)
 
 
 def _conversation(st: ServerState, body: ResponsesRequest) -> list[dict[str, Any]]:
@@ -39,7 +40,7 @@ def _conversation(st: ServerState, body: ResponsesRequest) -> list[dict[str, Any
     return [*prev.history, *prev.response["output"], *items]
 
 
-@router.post("/v1/responses")
+@router.post("/v1/responses", responses=STREAMED)
 async def create_response(body: ResponsesRequest, request: Request):
     st = get_state(request)
     st.check_model(body.model)

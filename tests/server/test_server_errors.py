@@ -209,6 +209,17 @@ def test_unknown_paths_and_methods(http):
     assert_openai_error(http.get(CHAT), status=405)
 
 
+def test_a_405_lists_the_allowed_methods(http):
+    r = http.request("TRACE", "/health")  # RFC 9110: a 405 carries `Allow`
+    assert_openai_error(r, status=405)
+    assert r.headers["allow"] == "GET"
+    r = http.put("/v1/responses/resp_x")
+    assert_openai_error(r, status=405)
+    assert r.headers["allow"] == "DELETE, GET"  # two routes share the path
+    assert_anthropic_error(r := http.get(MSGS), status=405)
+    assert r.headers["allow"] == "POST"
+
+
 def test_server_still_serves(http):
     assert http.get("/health").json()["status"] == "ok"
     r = http.post(CHAT, json=chat())
