@@ -102,8 +102,9 @@ def test_checkpoint_pool_lru_pins_and_discard():
 
 
 # ---- the engine --------------------------------------------------------------------------------------------
-def run_all(core, reqs: list[GenerationRequest]) -> dict[str, tuple[list[int], int]]:
-    """-> request id: (tokens, cached_tokens)."""
+def run_all(core, reqs: list[GenerationRequest], lps: dict[str, list[float]] | None = None
+            ) -> dict[str, tuple[list[int], int]]:
+    """-> request id: (tokens, cached_tokens); the sampled tokens' logprobs go to `lps` when given."""
     for r in reqs:
         core.add(r)
     toks: dict[str, list[int]] = {r.request_id: [] for r in reqs}
@@ -111,13 +112,26 @@ def run_all(core, reqs: list[GenerationRequest]) -> dict[str, tuple[list[int], i
     while len(out) < len(reqs):
         for ev in core.step():
             toks[ev.request_id] += ev.token_ids
+            if lps is not None:
+                lps.setdefault(ev.request_id, []).extend(ev.logprobs or [])
             if ev.finish_reason:
                 out[ev.request_id] = (toks[ev.request_id], ev.usage.cached_tokens)
     return out
 
 
 def greedy(n: int) -> SamplingParams:
-    return SamplingParams(temperature=0, max_tokens=n, ignore_eos=True)
+    """Greedy with the sampled tokens' logprobs: the tiny model's greedy tokens barely depend on the GDN state,
+    its logprobs do (a zeroed restore moves them by ~5e-3, a right one by ~1e-6): LP_TOL tells them apart."""
+    return SamplingParams(temperature=0, max_tokens=n, ignore_eos=True, logprobs=0)
+
+
+LP_TOL = 1e-4
+
+
+def assert_same_logprobs(a: dict[str, list[float]], b: dict[str, list[float]]) -> None:
+    assert a.keys() == b.keys() and all(len(a[k]) == len(b[k]) > 0 for k in a)
+    gap = max(abs(x - y) for k in a for x, y in zip(a[k], b[k]))
+    assert gap < LP_TOL, gap
 
 
 def toks(rng: random.Random, n: int) -> list[int]:
@@ -145,9 +159,11 @@ def test_turns_hit_the_cache_and_match_cache_off(make_engine_core):
     for turn in range(4):
         prompt = history + toks(rng, 7)
         req = [GenerationRequest(f"t{turn}", prompt, greedy(20))]
-        (a, c), = run_all(on, req).values()
-        (b, c_off), = run_all(off, req).values()
+        lp_on, lp_off = {}, {}
+        (a, c), = run_all(on, req, lp_on).values()
+        (b, c_off), = run_all(off, req, lp_off).values()
         assert a == b and c_off == 0
+        assert_same_logprobs(lp_on, lp_off)
         cached.append(c)
         history = prompt + a
     # turn 1 saved the state at its answer's last page boundary: 52 prompt + 19 run = 71 -> 64
@@ -225,8 +241,10 @@ def test_eight_concurrent_requests_sharing_prefixes(make_engine_core):
     # second turns, all at once: each resumes from its own answer's checkpoint, pages shared with the first
     wave2 = [GenerationRequest(f"w1-{i}", r.prompt_token_ids + got[r.request_id][0] + toks(rng, 4), greedy(5))
              for i, r in enumerate(waves[0])]
-    a, b = run_all(on, wave2), run_all(off, wave2)
+    lp_on, lp_off = {}, {}
+    a, b = run_all(on, wave2, lp_on), run_all(off, wave2, lp_off)
     assert {k: t for k, (t, _) in a.items()} == {k: t for k, (t, _) in b.items()}
+    assert_same_logprobs(lp_on, lp_off)
     assert all(c >= 32 for _, c in a.values()) and sum(c for _, c in a.values()) > 8 * 32
     assert_clean(on)
 
@@ -245,8 +263,10 @@ def test_output_unchanged_under_eviction_churn(make_engine_core):
                 h[:] = toks(rng, 30)
             h += toks(rng, rng.randint(1, 9))
             reqs.append((i, GenerationRequest(f"c{i}-{rnd}", list(h), greedy(rng.randint(3, 12)))))
-        a, b = run_all(on, [r for _, r in reqs]), run_all(off, [r for _, r in reqs])
+        lp_on, lp_off = {}, {}
+        a, b = run_all(on, [r for _, r in reqs], lp_on), run_all(off, [r for _, r in reqs], lp_off)
         assert {k: t for k, (t, _) in a.items()} == {k: t for k, (t, _) in b.items()}
+        assert_same_logprobs(lp_on, lp_off)
         for i, r in reqs:
             convs[i] += a[r.request_id][0]
         on.prefix.pages.check()
