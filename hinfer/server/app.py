@@ -41,12 +41,14 @@ def create_app(
     model_aliases: tuple[str, ...] | list[str] = (),
     allow_special_tokens: bool = False,
     max_body_bytes: int | None = None,
+    log_requests: bool = False,
 ) -> FastAPI:
     """The app starts the engine on startup and stops it on shutdown (ASGI lifespan).
 
     model_aliases: further names requests may use for the model (e.g. what an agent is configured to ask for).
     allow_special_tokens: special-token text in client strings becomes control tokens (see prompt_guard.py).
     max_body_bytes: larger request bodies are answered 413 (None: no limit).
+    log_requests: log one line per request with its status (errors are always logged).
     """
     state = ServerState(engine=engine, tokenizer=tokenizer, model_name=model_name,
                         model_aliases=tuple(a for a in model_aliases if a != model_name),
@@ -71,7 +73,7 @@ def create_app(
     _install_error_handlers(app)
     # Order: the last added runs first; CORS must answer preflights before the key check.
     app.add_middleware(RequestContextMiddleware, api_key=api_key, metrics=state.metrics, drain=state.drain,
-                       max_body_bytes=max_body_bytes)
+                       max_body_bytes=max_body_bytes, log_requests=log_requests)
     if cors:
         app.add_middleware(CORSMiddleware, allow_origins=cors, allow_methods=["*"], allow_headers=["*"],
                            expose_headers=["x-request-id"])

@@ -1,6 +1,6 @@
 """Per-request plumbing as plain ASGI (BaseHTTPMiddleware would buffer streams and hide disconnects):
 request id in and out, API key check, drain refusal, request counting for /metrics, one log line per error
-answer, and the last-resort 500.
+answer (or, with log_requests, one per request), and the last-resort 500.
 
 Unexpected exceptions stop here rather than in Starlette's ServerErrorMiddleware: that one answers and then
 re-raises, so uvicorn logs a second traceback and drops the keep-alive connection."""
@@ -60,8 +60,9 @@ def _too_large(limit: int) -> APIError:
 
 class RequestContextMiddleware:
     def __init__(self, app: ASGIApp, *, api_key: str | None, metrics: Metrics, drain: Drain | None = None,
-                 max_body_bytes: int | None = None):
+                 max_body_bytes: int | None = None, log_requests: bool = False):
         self.app = app
+        self.log_requests = log_requests
         self.api_key = api_key
         self.metrics = metrics
         self.drain = drain
@@ -93,6 +94,8 @@ class RequestContextMiddleware:
                     level = logging.ERROR if status >= 500 else logging.INFO
                     log.log(level, "%s %s -> %d (x-request-id %s): %s", method, path, status, rid,
                             state.get(ERROR_MESSAGE_KEY, "-"))
+                elif self.log_requests:
+                    log.info("%s %s -> %d (x-request-id %s)", method, path, status, rid)
             await send(message)
 
         if self.api_key and path not in OPEN_PATHS and method != "OPTIONS" and not authorized(headers, self.api_key):

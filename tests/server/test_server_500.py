@@ -103,3 +103,27 @@ def test_bodies_over_the_limit_are_413(tokenizer):
         assert r.status_code == 413 and r.json()["error"]["type"] == "request_too_large", r.text
         small = {"model": MODEL, "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
         assert httpx.post(url + "/v1/messages", json=small, timeout=30).status_code == 200
+
+
+def test_log_requests_logs_every_answer_once(tokenizer, caplog):
+    caplog.set_level(logging.INFO)
+    eng = ScriptedEngine(tokenizer, {}, default="Ok.", model_name=MODEL)
+    with live_server(create_app(eng, tokenizer, model_name=MODEL, log_requests=True)) as url:
+        small = {"model": MODEL, "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+        r = httpx.post(url + "/v1/messages", json=small, headers={"x-request-id": "rid-log-1"}, timeout=30)
+        assert r.status_code == 200
+        r = httpx.get(url + "/v1/models", headers={"x-request-id": "rid-log-2"}, timeout=30)
+        assert r.status_code == 200
+        r = httpx.post(url + "/v1/chat/completions", json={"model": MODEL, "messages": []},
+                       headers={"x-request-id": "rid-log-3"}, timeout=30)
+        assert r.status_code == 400
+    for rid, line in (("rid-log-1", "POST /v1/messages -> 200"), ("rid-log-2", "GET /v1/models -> 200"),
+                      ("rid-log-3", "POST /v1/chat/completions -> 400")):
+        recs = [r for r in _records(caplog, rid) if " -> " in r.getMessage()]  # not the generation summary
+        assert len(recs) == 1 and line in recs[0].getMessage(), [r.getMessage() for r in recs]
+
+
+def test_successes_are_not_logged_by_default(boom_url, caplog):
+    caplog.set_level(logging.INFO)
+    assert httpx.get(boom_url + "/v1/models", headers={"x-request-id": "rid-quiet-1"}, timeout=30).status_code == 200
+    assert not _records(caplog, "rid-quiet-1")

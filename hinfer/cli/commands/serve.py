@@ -96,6 +96,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(default %(default)d)")
     p.add_argument("--max-body-bytes", type=_positive, default=MAX_BODY_BYTES, metavar="N",
                    help="larger request bodies are answered 413 (default %(default)d = 32 MiB)")
+    p.add_argument("--log-requests", action="store_true",
+                   help="log one line per request with its status (by default only error answers are logged)")
     add_engine_args(p)
     p.set_defaults(func=run)
 
@@ -132,7 +134,8 @@ def _serve(args: argparse.Namespace, sock: socket.socket) -> int:
     model_name = names[0] if names else default_name
     app = create_app(engine, tokenizer, model_name=model_name, model_aliases=names[1:], api_key=api_key,
                      cors=_split(args.cors) or None, preserve_thinking_default=args.preserve_thinking,
-                     allow_special_tokens=args.allow_special_tokens_in_content, max_body_bytes=args.max_body_bytes)
+                     allow_special_tokens=args.allow_special_tokens_in_content, max_body_bytes=args.max_body_bytes,
+                     log_requests=args.log_requests)
     port = sock.getsockname()[1]
 
     host = f"[{args.host}]" if ":" in args.host else args.host

@@ -1,0 +1,149 @@
+"""A recording pass-through proxy for scripts/agent_clients_smoke.sh.
+
+Forwards every request to the hinfer server unchanged (streams included) and appends one JSON line per request
+to LOG: method, path, status, model, stream, and how many tools the body offered. The server's own log
+(`--log-requests`) has each route and status; this adds what is inside the bodies.
+
+    python scripts/agent_clients_proxy.py LISTEN_PORT UPSTREAM_PORT LOG [--short-responses]
+
+--short-responses: a /v1/responses or /v1/messages request (tool_choice auto, no format of its own) gets a
+JSON-schema format that only allows `{}` (grammar-constrained by the server; Responses also `reasoning.effort:
+none` when it names no effort), so the demo model's random answer ends at once as a normal finished turn. Without
+it the random words do not stop: Codex CLI sends no `max_output_tokens`, so they run to the end of the 64K
+context (many minutes on a CPU), and a capped answer (`incomplete`, `max_tokens`) is an error to both clients.
+Recorded as `injected`.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection", "upgrade", "te",
+        "trailer", "host"}
+_lock = threading.Lock()
+_EMPTY_OBJECT = {"type": "json_schema", "name": "smoke", "strict": True,
+                 "schema": {"type": "object", "properties": {}, "additionalProperties": False}}
+
+
+def _shorten(path: str, body: bytes) -> tuple[bytes, str]:
+    route = path.split("?")[0]
+    if route not in ("/v1/responses", "/v1/messages") or not body:
+        return body, ""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body, ""
+    if not isinstance(data, dict) or data.get("tool_choice") not in (None, "auto", {"type": "auto"}):
+        return body, ""
+    if route == "/v1/responses":
+        if (data.get("text") or {}).get("format"):
+            return body, ""
+        data["text"] = {**(data.get("text") or {}), "format": _EMPTY_OBJECT}
+        done = "text.format {}"
+        if not (data.get("reasoning") or {}).get("effort"):  # no effort: the template thinks, unconstrained
+            data["reasoning"] = {**(data.get("reasoning") or {}), "effort": "none"}
+            done += ", reasoning.effort none"
+    else:
+        if (data.get("output_config") or {}).get("format"):
+            return body, ""
+        if (data.get("thinking") or {}).get("type") not in (None, "disabled"):  # thinking runs free of the grammar
+            data["thinking"] = {"type": "disabled"}
+        data["output_config"] = {**(data.get("output_config") or {}), "format": {
+            "type": "json_schema", "schema": _EMPTY_OBJECT["schema"]}}
+        done = "output_config.format {}" + (", thinking disabled" if b'"thinking"' in body else "")
+    return json.dumps(data).encode(), done
+
+
+def _summary(body: bytes) -> dict:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    tools = data.get("tools")
+    return {"model": data.get("model"), "stream": bool(data.get("stream")),
+            "tools": len(tools) if isinstance(tools, list) else 0,
+            "tool_names": [t.get("name") or (t.get("function") or {}).get("name") or t.get("type")
+                           for t in tools if isinstance(t, dict)][:8] if isinstance(tools, list) else []}
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    upstream_port = 0
+    log_path = ""
+    short_responses = False
+
+    def log_message(self, format: str, *args: object) -> None:  # quiet: the JSON lines are the log
+        pass
+
+    def _body(self) -> bytes:
+        if self.headers.get("transfer-encoding", "").lower() == "chunked":
+            out = b""
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return out
+                out += self.rfile.read(size)
+                self.rfile.readline()
+        return self.rfile.read(int(self.headers.get("content-length") or 0))
+
+    def _forward(self) -> None:
+        body = self._body()
+        record = {"method": self.command, "path": self.path, **(_summary(body) if body else {})}
+        if self.short_responses and self.command == "POST":
+            body, injected = _shorten(self.path, body)
+            if injected:
+                record["injected"] = injected
+        conn = http.client.HTTPConnection("127.0.0.1", self.upstream_port, timeout=900)
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
+        try:
+            conn.request(self.command, self.path, body=body if body or self.command in ("POST", "PUT") else None,
+                         headers=headers)
+            resp = conn.getresponse()
+            record["status"] = resp.status
+            self.send_response(resp.status)
+            for k, v in resp.getheaders():
+                if k.lower() not in _HOP:
+                    self.send_header(k, v)
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            size, kept = 0, b""
+            while chunk := resp.read1(65536):
+                size += len(chunk)
+                if resp.status >= 400 and len(kept) < 2000:
+                    kept += chunk
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+            record["response_bytes"] = size
+            if kept:
+                record["response"] = kept[:2000].decode("utf-8", "replace")
+        except OSError as e:
+            record["error"] = repr(e)
+            self.close_connection = True
+        finally:
+            conn.close()
+            with _lock, open(self.log_path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = do_OPTIONS = _forward
+
+
+def main() -> None:
+    listen, upstream, log_path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    Handler.upstream_port = upstream
+    Handler.log_path = log_path
+    Handler.short_responses = "--short-responses" in sys.argv[4:]
+    ThreadingHTTPServer(("127.0.0.1", listen), Handler).serve_forever()
+
+
+if __name__ == "__main__":
+    main()

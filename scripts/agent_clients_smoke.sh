@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# Smoke test of real agent clients against `hinfer serve` (the demo model): Claude Code (Anthropic Messages) and
+# Codex CLI (OpenAI Responses) each run one non-interactive turn with their tools offered.
+#
+#   scripts/agent_clients_smoke.sh            # PASS/FAIL per client; exit status 0 when both pass
+#
+# Environment: PREFIX (npm prefix for the clients, default /tmp/agent-clients), PORT (server, default 18431),
+# PROXY_PORT (default PORT+1), CLIENT_TIMEOUT (seconds per client, default 300), HINFER_CACHE (demo model cache),
+# CLAUDE_CODE_VERSION / CODEX_VERSION (the pinned client versions), KEEP=1 keeps the work folder.
+#
+# The clients talk to a recording pass-through proxy (scripts/agent_clients_proxy.py) in front of the server, so
+# the report can say which requests offered tools; routes and statuses come from the server's own log
+# (`--log-requests`). The demo model writes random words at a few dozen tokens a second on a CPU and almost never
+# stops by itself, so answers are kept short: Claude Code with CLAUDE_CODE_MAX_OUTPUT_TOKENS=256 MAX_THINKING_TOKENS=0, Codex CLI (which
+# sends no max_output_tokens) by the proxy's --short-responses (see agent_clients_proxy.py). A turn counts as complete when the client exited 0, sent at least one generation request
+# with tools, and every generation request got a 200. The demo model's words are random: the answer is not checked.
+set -uo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PREFIX="${PREFIX:-/tmp/agent-clients}"
+PORT="${PORT:-18431}"
+PROXY_PORT="${PROXY_PORT:-$((PORT + 1))}"
+CLIENT_TIMEOUT="${CLIENT_TIMEOUT:-300}"
+CLAUDE_CODE_VERSION="${CLAUDE_CODE_VERSION:-2.1.197}"
+CODEX_VERSION="${CODEX_VERSION:-0.171.0}"
+MODEL=demo
+PYTHON="${PYTHON:-python}"
+WORK="$(mktemp -d /tmp/agent-clients-smoke.XXXXXX)"
+SERVER_LOG="$WORK/server.log"
+PROXY_LOG="$WORK/proxy.jsonl"
+SERVER_PID=""
+PROXY_PID=""
+
+cleanup() {
+    [ -n "$PROXY_PID" ] && kill "$PROXY_PID" 2>/dev/null && wait "$PROXY_PID" 2>/dev/null
+    [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null
+    if [ "${KEEP:-0}" = 1 ]; then echo "logs kept in $WORK"; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+
+say() { printf '\n== %s\n' "$*"; }
+
+# 1. the clients, pinned
+say "installing @anthropic-ai/claude-code@$CLAUDE_CODE_VERSION and @openai/codex@$CODEX_VERSION into $PREFIX"
+installed() { node -p "require('$PREFIX/node_modules/$1/package.json').version" 2>/dev/null; }
+if [ "$(installed @anthropic-ai/claude-code)" != "$CLAUDE_CODE_VERSION" ] || [ "$(installed @openai/codex)" != "$CODEX_VERSION" ]; then
+    npm install --prefix "$PREFIX" --no-audit --no-fund --loglevel=error \
+        "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" "@openai/codex@$CODEX_VERSION" || { echo "npm install failed"; exit 2; }
+fi
+CLAUDE="$PREFIX/node_modules/.bin/claude"
+CODEX="$PREFIX/node_modules/.bin/codex"
+echo "claude: $("$CLAUDE" --version 2>&1 | head -1)"
+echo "codex:  $("$CODEX" --version 2>&1 | head -1)"
+
+# 2. the server (demo model) and the recording proxy
+say "starting hinfer serve on 127.0.0.1:$PORT (demo model), proxy on $PROXY_PORT"
+HINFER_CACHE="${HINFER_CACHE:-/tmp/hc-clients}" PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" \
+    "$PYTHON" -m hinfer serve --port "$PORT" --log-requests >"$SERVER_LOG" 2>&1 &
+SERVER_PID=$!
+"$PYTHON" "$REPO/scripts/agent_clients_proxy.py" "$PROXY_PORT" "$PORT" "$PROXY_LOG" --short-responses >"$WORK/proxy.err" 2>&1 &
+PROXY_PID=$!
+for _ in $(seq 600); do
+    curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break
+    kill -0 "$SERVER_PID" 2>/dev/null || { echo "server exited:"; tail -20 "$SERVER_LOG"; exit 2; }
+    sleep 0.5
+done
+curl -sf "http://127.0.0.1:$PORT/health" >/dev/null || { echo "server not healthy after 300 s"; tail -20 "$SERVER_LOG"; exit 2; }
+echo "health: $(curl -s "http://127.0.0.1:$PORT/health" | head -c 200)"
+URL="http://127.0.0.1:$PROXY_PORT"
+
+# Report one client: its exit status, the server's log lines (route -> status) and the proxy's view of the bodies.
+RESULTS=()
+report() {  # name rc server_log_line_offset proxy_log_line_offset
+    local name=$1 rc=$2 out
+    out=$("$PYTHON" - "$name" "$rc" "$SERVER_LOG" "$3" "$PROXY_LOG" "$4" <<'EOF'
+import json, re, sys
+name, rc, slog, soff, plog, poff = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5], int(sys.argv[6])
+lines = open(slog, errors="replace").read().splitlines()[soff:]
+reqs = [m.groups() for l in lines if (m := re.search(r"\b(GET|POST|DELETE|PUT|HEAD|OPTIONS) (\S+) -> (\d{3})", l))]
+try:
+    proxied = [json.loads(l) for l in open(plog).read().splitlines()[poff:]]
+except FileNotFoundError:
+    proxied = []
+print(f"server log: {len(reqs)} requests")
+for method, path, status in reqs:
+    print(f"  {method} {path} -> {status}")
+print("bodies (proxy):")
+for p in proxied:
+    extra = f" model={p.get('model')} stream={p.get('stream')} tools={p.get('tools')}" if "model" in p else ""
+    names = f" {p['tool_names']}" if p.get("tool_names") else ""
+    names += f" (proxy set {p['injected']})" if p.get("injected") else ""
+    print(f"  {p['method']} {p['path']} -> {p.get('status', p.get('error'))}{extra}{names}")
+    if p.get("response"):
+        print(f"    response: {p['response'][:600]}")
+gen = ("/v1/messages", "/v1/responses", "/v1/chat/completions")
+generation = [p for p in proxied if p["method"] == "POST" and p["path"].split("?")[0] in gen]
+with_tools = [p for p in generation if p.get("tools")]
+bad = [p for p in generation if p.get("status") != 200]
+server_bad = [r for r in reqs if r[0] == "POST" and r[1] in gen and r[2] != "200"]
+reasons = []
+if rc != 0:
+    reasons.append(f"exit status {rc}" + (" (timed out)" if rc == 124 else ""))
+if not with_tools:
+    reasons.append("no generation request offered tools" if generation else "no generation request reached the server")
+if bad or server_bad:
+    reasons.append(f"{len(bad) or len(server_bad)} generation request(s) not answered 200")
+ok = not reasons
+why = f"exit 0, {len(with_tools)}/{len(generation)} generation requests with tools, all 200" if ok else "; ".join(reasons)
+print(f"RESULT {name}: {'PASS' if ok else 'FAIL'} ({why})")
+EOF
+)
+    echo "$out"
+    RESULTS+=("$(echo "$out" | grep '^RESULT')")
+}
+
+lines() { if [ -f "$1" ]; then wc -l <"$1"; else echo 0; fi; }
+
+# 3a. Claude Code: Anthropic Messages
+say "Claude Code: claude -p (tools allowed) in an empty folder"
+CC_DIR="$WORK/claude-run"; mkdir -p "$CC_DIR" "$WORK/claude-config"
+S0=$(lines "$SERVER_LOG"); P0=$(lines "$PROXY_LOG")
+(cd "$CC_DIR" && env ANTHROPIC_BASE_URL="$URL" ANTHROPIC_API_KEY=sk-ant-dummy ANTHROPIC_AUTH_TOKEN= \
+    ANTHROPIC_MODEL=$MODEL ANTHROPIC_SMALL_FAST_MODEL=$MODEL ANTHROPIC_DEFAULT_SONNET_MODEL=$MODEL \
+    ANTHROPIC_DEFAULT_HAIKU_MODEL=$MODEL ANTHROPIC_DEFAULT_OPUS_MODEL=$MODEL CLAUDE_CODE_MAX_OUTPUT_TOKENS=256 MAX_THINKING_TOKENS=0 \
+    CLAUDE_CONFIG_DIR="$WORK/claude-config" DISABLE_TELEMETRY=1 DISABLE_ERROR_REPORTING=1 DISABLE_AUTOUPDATER=1 \
+    DISABLE_BUG_COMMAND=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 CLAUDE_CODE_DISABLE_TERMINAL_TITLE=1 \
+    timeout "$CLIENT_TIMEOUT" "$CLAUDE" -p "list the files in this directory" --model $MODEL \
+        --allowedTools "Bash(ls:*)" "Glob" "Read" "LS" --max-turns 3 --output-format json \
+    </dev/null >"$WORK/claude.out" 2>"$WORK/claude.err")
+CC_RC=$?
+echo "exit status: $CC_RC"
+echo "stdout (head): $(head -c 600 "$WORK/claude.out")"
+[ -s "$WORK/claude.err" ] && echo "stderr (tail): $(tail -c 600 "$WORK/claude.err")"
+report "Claude Code $CLAUDE_CODE_VERSION" "$CC_RC" "$S0" "$P0"
+
+# 3b. Codex CLI: OpenAI Responses
+say "Codex CLI: codex exec in an empty folder"
+CX_DIR="$WORK/codex-run"; CX_HOME="$WORK/codex-home"; mkdir -p "$CX_DIR" "$CX_HOME"
+cat >"$CX_HOME/config.toml" <<EOF
+model = "$MODEL"
+model_provider = "hinfer"
+model_context_window = 65536
+approval_policy = "never"
+sandbox_mode = "workspace-write"
+check_for_update_on_startup = false
+
+[model_providers.hinfer]
+name = "hinfer"
+base_url = "$URL/v1"
+wire_api = "responses"
+env_key = "HINFER_API_KEY"
+request_max_retries = 0
+stream_max_retries = 0
+
+[analytics]
+enabled = false
+EOF
+S0=$(lines "$SERVER_LOG"); P0=$(lines "$PROXY_LOG")
+(cd "$CX_DIR" && env CODEX_HOME="$CX_HOME" HINFER_API_KEY=dummy RUST_LOG=error \
+    timeout "$CLIENT_TIMEOUT" "$CODEX" exec --skip-git-repo-check "list the files" \
+    </dev/null >"$WORK/codex.out" 2>"$WORK/codex.err")
+CX_RC=$?
+echo "exit status: $CX_RC"
+echo "stdout (head): $(head -c 600 "$WORK/codex.out")"
+[ -s "$WORK/codex.err" ] && echo "stderr (tail): $(tail -c 1200 "$WORK/codex.err")"
+report "Codex CLI $CODEX_VERSION" "$CX_RC" "$S0" "$P0"
+
+# 4. summary
+say "summary ($(date -u +%Y-%m-%d))"
+printf '%s\n' "${RESULTS[@]}"
+grep -E " -> 5[0-9][0-9]|Traceback" "$SERVER_LOG" >/dev/null && { echo "server log has 5xx/tracebacks:"; grep -E " -> 5|Traceback" "$SERVER_LOG" | head; }
+printf '%s\n' "${RESULTS[@]}" | grep -q FAIL && exit 1
+exit 0
