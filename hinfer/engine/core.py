@@ -18,8 +18,7 @@ from collections import deque
 
 from hinfer.config import EngineConfig
 from hinfer.engine.gdn_checkpoints import CheckpointPool
-from hinfer.engine.host_checkpoints import HostCheckpoints
-from hinfer.engine.host_pages import HostPages
+from hinfer.engine.host_tier import host_checkpoints, host_pages
 from hinfer.engine.prefix_reuse import PrefixReuse
 from hinfer.engine.protocol import (
     EngineError,
@@ -67,8 +66,8 @@ class EngineCore:
         self.prefix: PrefixReuse | None = None
         if st.checkpoint_slots and self.spec is None:
             ckpts = CheckpointPool(st.checkpoint_slot_ids)
-            host = HostCheckpoints(runner.state, st.host_checkpoints) if st.host_checkpoints else None
-            host_kv = HostPages(runner.state, st.host_kv_pages) if st.host_kv_pages else None
+            host = host_checkpoints(runner.state, st.host_checkpoints) if st.host_checkpoints else None
+            host_kv = host_pages(runner.state, st.host_kv_pages) if st.host_kv_pages else None
             self.prefix = PrefixReuse(self.scheduler.pages, ckpts, runner.state, st.page_size, host, host_kv)
             self.scheduler.prefix = self.prefix
         self._grammars = None  # GrammarBackend, made on the first constrained request

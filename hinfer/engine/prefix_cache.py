@@ -43,7 +43,7 @@ class PagePool:
         self.total = total
         self.first = first
         self.on_evict = on_evict  # told the name of every evicted page (its GDN checkpoint goes too)
-        self.on_spill: Callable[[int, bytes], None] | None = None  # told (page, name) first: a copy to host
+        self.on_spill: Callable[[bytes, int], None] | None = None  # told (name, page) first: a copy to host
         self._free = list(range(total - 1, first - 1, -1))
         self._ref: dict[int, int] = {}
         self._name: dict[int, bytes] = {}  # page -> name, for named pages (in use or cached)
@@ -94,7 +94,7 @@ class PagePool:
         del self._page[name]
         self.evictions += 1
         if self.on_spill is not None:
-            self.on_spill(p, name)
+            self.on_spill(name, p)
         if self.on_evict is not None:
             self.on_evict(name)
         return p

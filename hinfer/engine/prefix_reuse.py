@@ -9,9 +9,9 @@
   on a boundary) and the boundary where the prompt leaves an earlier prompt's cached pages (the scheduler cuts a
   prefill chunk at these so the state there exists), and the latest page boundary of the generated text (one
   moving checkpoint per request, so a finished answer leaves the state at its end).
-- With a host tier (`host`, host_checkpoints.py): a checkpoint evicted from the device slots is spilled to host
+- With a host tier (`host`, host_tier.py): a checkpoint evicted from the device slots is spilled to host
   memory, and a hit whose checkpoint is only there restores it from host into the request's slot. With a host
-  tier of KV pages (`host_pages`, host_pages.py) an evicted named page is spilled too, and a prompt's chain
+  tier of KV pages (`host_pages`, host_tier.py) an evicted named page is spilled too, and a prompt's chain
   continues past the pages still on the device into pages on the host, copied into pages it allocates anyway.
 """
 
@@ -20,8 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hinfer.engine.gdn_checkpoints import CheckpointPool
-from hinfer.engine.host_checkpoints import HostCheckpoints
-from hinfer.engine.host_pages import HostPages
+from hinfer.engine.host_tier import HostTier
 from hinfer.engine.prefix_cache import ROOT, PagePool, chain_hashes
 from hinfer.engine.sequence import Sequence
 
@@ -38,7 +37,7 @@ class Hit:
 
 class PrefixReuse:
     def __init__(self, pages: PagePool, checkpoints: CheckpointPool, state, page_size: int,
-                 host: HostCheckpoints | None = None, host_pages: HostPages | None = None) -> None:
+                 host: HostTier | None = None, host_pages: HostTier | None = None) -> None:
         self.pages = pages
         self.checkpoints = checkpoints
         self.state = state  # ModelState: copy_slots / reset_slots

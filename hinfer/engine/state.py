@@ -29,8 +29,8 @@ class StateShape:
     dtype: torch.dtype  # model activation dtype (conv state)
     mtp_layers: int = 0  # extra KV layers for the MTP head
     checkpoint_slots: int = 0  # prefix-cache GDN checkpoints: slots [num_slots, num_slots + checkpoint_slots)
-    host_checkpoints: int = 0  # rows of the host-memory tier for spilled checkpoints (host_checkpoints.py)
-    host_kv_pages: int = 0  # rows of the host-memory tier for spilled KV pages (host_pages.py)
+    host_checkpoints: int = 0  # rows of the host-memory tier for spilled checkpoints (host_tier.py)
+    host_kv_pages: int = 0  # rows of the host-memory tier for spilled KV pages (host_tier.py)
 
     @property
     def total_slots(self) -> int:

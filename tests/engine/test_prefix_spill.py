@@ -11,7 +11,7 @@ import pytest
 import torch
 from test_prefix_cache import PS, assert_clean, greedy, run_all, toks  # the same engine helpers
 
-from hinfer.engine.host_checkpoints import HostCheckpoints
+from hinfer.engine.host_tier import host_checkpoints
 from hinfer.engine.memory_plan import gdn_slot_bytes
 from hinfer.engine.protocol import GenerationRequest, QueueFullError
 from hinfer.engine.state import ModelState, StateShape
@@ -70,7 +70,7 @@ def test_spill_and_restore_round_trip(tiny_model):
     st = ModelState(cfg, shape, "cpu")
     st.conv_state.normal_()
     st.ssm_state.normal_()
-    host = HostCheckpoints(st, 2)
+    host = host_checkpoints(st, 2)
     assert not host.pinned and host.nbytes == 2 * gdn_slot_bytes(cfg, "fp32")
     want = [(st.conv_state[:, s].clone(), st.ssm_state[:, s].clone()) for s in (3, 4)]
     host.spill(b"a", 3)
@@ -128,9 +128,9 @@ def test_hits_from_host_match_cache_off_under_concurrency(make_engine_core, tiny
 def test_a_wrong_host_restore_would_be_caught(make_engine_core, tiny_model, monkeypatch):
     """The logprob check above is sensitive to the restored state: zeroing it instead is caught."""
     rng = random.Random(11)
-    monkeypatch.setattr(HostCheckpoints, "restore", lambda self, names, slots: self.state.reset_slots(slots))
     kw = dict(max_concurrency=8, prefill_chunk=32)
     on = make_engine_core(prefix_cache_slots=1, host_cache_bytes=host_bytes(tiny_model, 64), **kw)
+    monkeypatch.setattr(on.prefix.host, "restore", lambda names, slots: on.prefix.state.reset_slots(slots))
     off = make_engine_core(prefix_cache=False, **kw)
     convs = [toks(rng, rng.randint(20, 60)) for _ in range(8)]
     gaps = []

@@ -157,13 +157,11 @@ def test_host_kv_rows_in_the_plan_and_flags(tiny_model):
 
 def test_a_wrong_page_restore_would_be_caught(make_engine_core, tiny_model, monkeypatch):
     """The logprob check above is sensitive to the restored KV: pages left as they were are caught."""
-    from hinfer.engine.host_pages import HostPages
-
-    monkeypatch.setattr(HostPages, "restore", lambda self, names, pages: None)
     rng = random.Random(21)
     kw = dict(max_concurrency=2, kv_capacity=16 * PS, prefill_chunk=32)
     on = make_engine_core(prefix_cache_slots=2, host_cache_bytes=host_bytes(tiny_model, 32),
                           host_kv_bytes=kv_rows_bytes(tiny_model, 128), **kw)
+    monkeypatch.setattr(on.prefix.host_pages, "restore", lambda names, pages: None)
     off = make_engine_core(prefix_cache=False, **kw)
     convs = [toks(rng, rng.randint(30, 60)) for _ in range(6)]
     gap = 0.0
