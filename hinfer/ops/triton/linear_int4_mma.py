@@ -37,11 +37,7 @@ GROUP = gl.constexpr(GROUP_K)
 # outputs are 4 bf16x2 registers): $j = lop3(word >> 4j, 0x000f000f, 0x43004300) holds nibble positions j and
 # j + 4 as bf16 128 + u, i.e. fragment register j = (a_2j, a_2j+1). _UNPACK then subtracts 128 + z with one
 # exact bf16x2 fma: rows g ($12, registers 0 and 2), rows g + 8 ($20, registers 1 and 3).
-_UNPACK = gl.constexpr("""{
-.reg .b32 sh, msk, mag, one;
-mov.b32 msk, 0x000f000f;
-mov.b32 mag, 0x43004300;
-mov.b32 one, 0x3f803f80;
+_NIBBLES = """
 lop3.b32 $0, $4, msk, mag, 0xea;
 shr.u32 sh, $4, 4;
 lop3.b32 $1, sh, msk, mag, 0xea;
@@ -49,7 +45,12 @@ shr.u32 sh, $4, 8;
 lop3.b32 $2, sh, msk, mag, 0xea;
 shr.u32 sh, $4, 12;
 lop3.b32 $3, sh, msk, mag, 0xea;
-fma.rn.bf16x2 $0, $0, one, $12;
+"""
+_UNPACK = gl.constexpr("""{
+.reg .b32 sh, msk, mag, one;
+mov.b32 msk, 0x000f000f;
+mov.b32 mag, 0x43004300;
+mov.b32 one, 0x3f803f80;""" + _NIBBLES + """fma.rn.bf16x2 $0, $0, one, $12;
 fma.rn.bf16x2 $1, $1, one, $20;
 fma.rn.bf16x2 $2, $2, one, $12;
 fma.rn.bf16x2 $3, $3, one, $20;
@@ -57,15 +58,7 @@ fma.rn.bf16x2 $3, $3, one, $20;
 _UNPACK_RAW = gl.constexpr("""{
 .reg .b32 sh, msk, mag;
 mov.b32 msk, 0x000f000f;
-mov.b32 mag, 0x43004300;
-lop3.b32 $0, $4, msk, mag, 0xea;
-shr.u32 sh, $4, 4;
-lop3.b32 $1, sh, msk, mag, 0xea;
-shr.u32 sh, $4, 8;
-lop3.b32 $2, sh, msk, mag, 0xea;
-shr.u32 sh, $4, 12;
-lop3.b32 $3, sh, msk, mag, 0xea;
-}""")
+mov.b32 mag, 0x43004300;""" + _NIBBLES + "}")
 # [S, kc, g, t, kq, k3, r3, k0] -> [S, r3, g, kc, kq, k3, t, k0] and [n, t, kt, k3, k0] -> [kt, k3, t, k0, n]
 # (tests/quant/test_int4_mma_layout.py replays both on index arrays against int4_mma_layout)
 A_PERM = gl.constexpr((0, 6, 2, 1, 4, 5, 3, 7))
