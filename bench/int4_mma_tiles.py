@@ -1,8 +1,8 @@
-"""Tile sweep of the Gluon int4 tensor-core kernel (hinfer/ops/triton/linear_int4_mma.py, not yet wired into
-dispatch) at the Qwen3.6-27B shapes, timed like bench/linear_kernels.py (CUDA graph over weight copies that do
-not fit in L2), beside its default tile.
+"""Tile sweep of the int4 tensor-core kernel on fragment-ordered weights (hinfer/ops/triton/linear_int4_mma.py)
+at the Qwen3.6-27B shapes, timed like bench/linear_kernels.py (CUDA graph over weight copies that do not fit in
+L2), beside its default tile. `--tuned-out` writes the winners in the form HINFER_LINEAR_TUNED reads.
 
-    python bench/int4_mma_tiles.py --ms 1,8,16 [--sym] [--fma-offset] [--json out.json]
+    python bench/int4_mma_tiles.py --ms 1,8,16,32 [--sym] [--fma-offset] [--json out.json] [--tuned-out t.json]
 """
 
 from __future__ import annotations
@@ -20,30 +20,41 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.linear_kernels import SHAPES, _copies, _gen, copy_bandwidth, graph_time, make_weight  # noqa: E402
 
 
-def candidates(m: int, n: int, k: int) -> list[tuple[int, int, int, int]]:
-    """(BLOCK_N, BLOCK_M, SPLIT_K, num_warps) that fit N, with >= 4 groups per split."""
-    block_m = 8 if m <= 8 else 16
+def candidates(m: int, n: int, k: int):
+    """Tiles (SkinnyConfig: BLOCK_N, 128, BLOCK_M, split, warps, depth) that fit N, >= 4 groups per split; 8 warps
+    only from BLOCK_M 32 (4 warps spill there)."""
+    from hinfer.ops.triton.linear_configs import SkinnyConfig
+    from hinfer.ops.triton.linear_int4_mma import mma_block_m
+
+    block_m = mma_block_m(m)
     out = []
-    for block_n, warps, split in itertools.product((128, 256), (4, 8), (1, 2, 4, 8)):
-        if n % block_n == 0 and block_n % (16 * warps) == 0 and k // 128 // split >= 4:
-            out.append((block_n, block_m, split, warps))
+    for block_n, warps, split, depth in itertools.product((128, 256), (4, 8), (1, 2, 4, 8, 16), (2, 4)):
+        if n % block_n or block_n % (16 * warps) or k // 128 // split < 4 or (block_m >= 32 and warps == 4):
+            continue
+        if (n // block_n) * split > 8 * 132:  # far past covering the SMs: partials cost more than they hide
+            continue
+        out.append(SkinnyConfig(block_n, 128, block_m, split, warps, depth))
     return out
 
 
 def main() -> None:
+    from dataclasses import asdict
+
+    from hinfer.ops.triton.linear_configs import INT4_MMA, m_bucket
     from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul, mma_config
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ms", default="1,8,16")
+    ap.add_argument("--ms", default="1,8,16,32")
     ap.add_argument("--shapes", default="qkv,gdn_in,gate_up,o_proj,down")
     ap.add_argument("--sym", action="store_true", help="symmetric weights (default asymmetric)")
     ap.add_argument("--fma-offset", action="store_true", help="the kernel's per-weight offset variant")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--tuned-out", type=Path, help="the winners as HINFER_LINEAR_TUNED entries (fmt int4_mma)")
     a = ap.parse_args()
     bw = copy_bandwidth()
     fmt = "int4-mma-sym" if a.sym else "int4-mma"
     g = _gen(4)
-    rows = []
+    rows, tuned = [], []
     for name, n, k in [s for s in SHAPES if s[0] in a.shapes.split(",")]:
         w, nbytes = make_weight(fmt, n, k, g)
         weights = _copies(w, nbytes)
@@ -63,11 +74,14 @@ def main() -> None:
                 print(f"{name:8s} M={m:<3d} default tile {default} failed", flush=True)
                 continue
             base = timed[0][0]
-            best_t, best = min(timed)
+            best_t, best = min(timed, key=lambda t: t[0])
             print(f"{name:8s} M={m:<3d} default {default} {base * 1e6:7.1f} us {nbytes / base / bw:6.1%}   "
                   f"best {best} {best_t * 1e6:7.1f} us {nbytes / best_t / bw:6.1%}", flush=True)
-            rows.append({"shape": name, "n": n, "k": k, "m": m, "default": default, "default_us": base * 1e6,
-                         "best": best, "best_us": best_t * 1e6, "bytes": nbytes, "copy_bw": bw})  # fmt: skip
+            rows.append({"shape": name, "n": n, "k": k, "m": m, "default": asdict(default), "default_us": base * 1e6,
+                         "best": asdict(best), "best_us": best_t * 1e6, "bytes": nbytes, "copy_bw": bw})  # fmt: skip
+            tuned.append({"fmt": INT4_MMA, "n": n, "k": k, "m": m_bucket(m), "config": asdict(best)})
+            if a.tuned_out:  # as it goes: a sweep cut short keeps what it measured
+                a.tuned_out.write_text(json.dumps(tuned, indent=1))
         del w, weights
         torch.cuda.empty_cache()
     if a.json:

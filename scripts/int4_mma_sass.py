@@ -20,16 +20,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--block-m", type=int, default=8)
     ap.add_argument("--warps", type=int, default=4)
     ap.add_argument("--split-k", type=int, default=1)
+    ap.add_argument("--depth", type=int, default=2, choices=(2, 4), help="loop unroll: depth - 1 groups in flight")
     ap.add_argument("--zero", action="store_true", help="asymmetric (zero points)")
     ap.add_argument("--fma-offset", action="store_true", help="subtract 128 + z per weight (bf16x2 fma) instead")
     ap.add_argument("--dump", help="write the SASS here")
     a = ap.parse_args(argv)
-    _, fn, sig, cex, warps = int4_mma_variant(a.block_n, a.block_m, a.split_k, a.warps, a.zero, not a.fma_offset)
+    _, fn, sig, cex, warps = int4_mma_variant(a.block_n, a.block_m, a.split_k, a.warps, a.zero, not a.fma_offset,
+                                           a.depth)
     k = compile_gluon_sm90(fn, sig, cex, warps)
     sass = sass_of(k)
     if a.dump:
         open(a.dump, "w").write(sass)
-    weights = a.block_n * 256 // (32 * warps)  # per thread per loop iteration (two 128-groups)
+    weights = a.block_n * 128 * a.depth // (32 * warps)  # per thread per loop iteration (depth 128-groups)
     print(resources(k), f"weights per thread per iteration {weights}")
     for c in sass_loops(sass):
         n = sum(c.values())

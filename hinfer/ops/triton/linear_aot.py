@@ -143,13 +143,14 @@ def variants(full: bool = False) -> Iterator[Variant]:
     for fmt, a_mode, zero in ((INT4, 0, False), (INT4, 2, False), (INT4, 0, True), (FP8_ROW, 1, False),
                               (FP8_BLOCK, 2, False)):  # fmt: skip
         yield _gemm(fmt, a_mode, zero)
-    # Gluon tensor-core int4 on fragment-ordered weights (not yet wired into dispatch): sym M <= 8 unsplit, asym
-    # M <= 16 with the split-K epilogue; the full list adds the other combinations and the per-weight fma offset
-    mma = [(False, 8, 1, True), (True, 16, 8, True)]
+    # Gluon tensor-core int4 on fragment-ordered weights: (zero point, BLOCK_M, split, warps, offset MMA, depth);
+    # the full list adds the other combinations and the per-weight fma offset
+    mma = [(False, 8, 1, 8, True, 4), (True, 16, 8, 4, True, 2), (True, 32, 2, 8, True, 4)]
     if full:
-        mma += [(True, 8, 1, True), (False, 16, 8, True), (False, 8, 1, False), (True, 16, 8, False)]
-    for zero, block_m, split, offset_mma in mma:
-        name, fn, sig, cex, warps = int4_mma_variant(128, block_m, split, 4, zero, offset_mma)
+        mma += [(True, 8, 4, 8, True, 4), (False, 16, 8, 8, True, 4), (False, 8, 1, 4, False, 2),
+                (True, 16, 8, 4, False, 2), (True, 64, 2, 8, True, 2)]  # fmt: skip
+    for zero, block_m, split, warps, offset_mma, depth in mma:
+        name, fn, sig, cex, warps = int4_mma_variant(128, block_m, split, warps, zero, offset_mma, depth)
         yield name, fn, sig, cex, warps, 0  # stages 0: a Gluon kernel (explicit layouts, no pipeliner)
     sig = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "K": "i32", "stride_xm": "i32",
            "stride_qm": "i32", "stride_sm": "i32", "stride_sg": "i32", "GROUP": "i32"}  # fmt: skip

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 BF16, FP8_ROW, FP8_BLOCK, INT4 = "bf16", "fp8_row", "fp8_block", "int4"
+INT4_MMA = "int4_mma"  # int4 in fragment order on tensor cores (linear_int4_mma): num_stages is its loop depth
 QGROUP = 128  # int4 group and fp8 block edge along K: every grouped kernel iteration stays inside one group
 M_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 SKINNY_MAX_M = {BF16: 16, FP8_ROW: 64, FP8_BLOCK: 64, INT4: 64}  # above: cuBLAS / the prefill GEMMs

@@ -1,7 +1,7 @@
 """INT4 W4A16 skinny matmul on tensor cores from fragment-ordered weights (Gluon; not yet wired into dispatch).
 
-y [M, N] = x [M, K] @ W^T for M = 1..16, W in hinfer.quant.int4_mma_layout order. Swap-AB: rows of W are the
-MMA's M (mma.sync m16n8k16, A = W), the rows of x its N (8 or 16, padded). Each thread loads its words with
+y [M, N] = x [M, K] @ W^T for M = 1..64, W in hinfer.quant.int4_mma_layout order. Swap-AB: rows of W are the
+MMA's M (mma.sync m16n8k16, A = W), the rows of x its N (8, 16, 32 or 64, padded). Each thread loads its words with
 128-bit loads in a blocked layout whose registers are, word for word, A fragments: Marlin's bf16 trick (per word
 3 shifts and 4 lop3) yields the 4 bf16x2 registers of one fragment holding 128 + u, and the reshape / permute
 below only rename registers, which `convert_layout(..., assert_trivial=True)` proves at compile time. No shared
@@ -14,7 +14,7 @@ OFFSET_MMA=False instead subtracts it per weight register with one exact bf16x2 
 
 One program owns BLOCK_N rows (BLOCK_N / 16 / num_warps stripes of 16 per warp) and a 1/SPLIT_K slice of the
 128-groups; the group's partial [BLOCK_N, BLOCK_M] is multiplied by the group's scales (as the Triton stream
-kernel does). Words, scales and zeros are loaded one group ahead into registers (double buffering, the loop
+kernel does). Words, scales and zeros are loaded DEPTH - 1 groups ahead into registers (the loop
 unrolled by two); x (small, cache-resident) in the step. Split-K is reduced in the same launch by the last
 program to arrive (same scheme and counters as hinfer.ops.triton.linear_splitk). Reference twin:
 hinfer.quant.int4_mma_layout.emulate_kernel.
@@ -27,11 +27,13 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
+from hinfer.ops.triton.linear_configs import INT4_MMA, M_BUCKETS, TUNED, SkinnyConfig, m_bucket, num_sms
 from hinfer.ops.triton.linear_splitk import split_scratch
 from hinfer.quant.int4_mma_layout import Int4MmaWeight
 
 GROUP_K = 128  # quantization group along K (host side)
 GROUP = gl.constexpr(GROUP_K)
+MAX_M = 64  # rows of x per call (the MMA's N, padded to 8, 16, 32 or 64)
 
 # One asm instance per word (pack=8: the word broadcast to its 8 fragment elements arrives as $4..$11, the
 # outputs are 4 bf16x2 registers): $j = lop3(word >> 4j, 0x000f000f, 0x43004300) holds nibble positions j and
@@ -189,7 +191,7 @@ def _group(acc, words, s, off_lo, off_hi, x_ptrs, g, zero, ones, BLOCK_N: gl.con
 def int4_mma_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
-    OFFSET_MMA: gl.constexpr,
+    OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr,
 ):  # fmt: skip
     W: gl.constexpr = gl.num_warps()
     S: gl.constexpr = BLOCK_N // 16
@@ -225,19 +227,40 @@ def int4_mma_kernel(
     if OFFSET_MMA:  # every row of mma(ones, x) is the group's sum of x: identical MMAs, emitted once
         ones = gl.full([BLOCK_N, GROUP], 1.0, gl.bfloat16, layout=DOT_A)
     last = gl.maximum(g_hi - 1, 0)  # loads stay in bounds even for an empty split
-    # unrolled by two so that each look-ahead load lands in registers that are free (no copies at the back edge)
+    # unrolled by DEPTH so that each look-ahead load lands in registers that are free (no copies at the back
+    # edge): DEPTH - 1 groups in flight; a clamped look-ahead re-reads the last group (a cache hit) instead of
+    # branching, and a count that is not a multiple of DEPTH ends on such re-reads weighted 0
     w0, s0, lo0, hi0 = _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, gl.minimum(g_lo, last), N, HAS_ZERO, OFFSET_MMA)
-    for g in range(g_lo, g_hi, 2):
-        # the clamped look-ahead re-reads the last group (a cache hit) instead of branching
-        w1, s1, lo1, hi1 = _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, gl.minimum(g + 1, last), N, HAS_ZERO,
+    if DEPTH == 2:
+        for g in range(g_lo, g_hi, 2):
+            w1, s1, lo1, hi1 = _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, gl.minimum(g + 1, last), N, HAS_ZERO,
+                                           OFFSET_MMA)  # fmt: skip
+            acc = _group(acc, w0, s0, lo0, hi0, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA)
+            w0, s0, lo0, hi0 = _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, gl.minimum(g + 2, last), N, HAS_ZERO,
+                                           OFFSET_MMA)  # fmt: skip
+            acc = _group(acc, w1, s1 * (g + 1 < g_hi).to(gl.float32), lo1, hi1, x_ptrs, gl.minimum(g + 1, last),
+                         zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA)  # fmt: skip
+    else:
+        w1, s1, lo1, hi1 = _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, gl.minimum(g_lo + 1, last), N, HAS_ZERO,
                                        OFFSET_MMA)  # fmt: skip
-        acc = _group(acc, w0, s0, lo0, hi0, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA)
-        w0, s0, lo0, hi0 = _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, gl.minimum(g + 2, last), N, HAS_ZERO,
+        w2, s2, lo2, hi2 = _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, gl.minimum(g_lo + 2, last), N, HAS_ZERO,
                                        OFFSET_MMA)  # fmt: skip
-        # an odd count ends on a clamped re-read of the last group, weighted 0 (no branch in the loop)
-        keep = (g + 1 < g_hi).to(gl.float32)
-        acc = _group(acc, w1, s1 * keep, lo1, hi1, x_ptrs, gl.minimum(g + 1, last), zero, ones, BLOCK_N,
-                     BLOCK_M, DOT_A, DOT_B, OFFSET_MMA)  # fmt: skip
+        for g in range(g_lo, g_hi, 4):
+            w3, s3, lo3, hi3 = _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, gl.minimum(g + 3, last), N, HAS_ZERO,
+                                           OFFSET_MMA)  # fmt: skip
+            acc = _group(acc, w0, s0, lo0, hi0, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA)
+            w0, s0, lo0, hi0 = _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, gl.minimum(g + 4, last), N, HAS_ZERO,
+                                           OFFSET_MMA)  # fmt: skip
+            acc = _group(acc, w1, s1 * (g + 1 < g_hi).to(gl.float32), lo1, hi1, x_ptrs, gl.minimum(g + 1, last),
+                         zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA)  # fmt: skip
+            w1, s1, lo1, hi1 = _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, gl.minimum(g + 5, last), N, HAS_ZERO,
+                                           OFFSET_MMA)  # fmt: skip
+            acc = _group(acc, w2, s2 * (g + 2 < g_hi).to(gl.float32), lo2, hi2, x_ptrs, gl.minimum(g + 2, last),
+                         zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA)  # fmt: skip
+            w2, s2, lo2, hi2 = _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, gl.minimum(g + 6, last), N, HAS_ZERO,
+                                           OFFSET_MMA)  # fmt: skip
+            acc = _group(acc, w3, s3 * (g + 3 < g_hi).to(gl.float32), lo3, hi3, x_ptrs, gl.minimum(g + 3, last),
+                         zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA)  # fmt: skip
 
     # epilogue: y[m, n] = acc[n, m]; split-K partials reduced by the last program to arrive (fixed order)
     ym = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
@@ -259,52 +282,64 @@ def int4_mma_kernel(
 
 
 def int4_mma_variant(
-    block_n: int, block_m: int, split_k: int, warps: int, zero: bool, offset_mma: bool = True
+    block_n: int, block_m: int, split_k: int, warps: int, zero: bool, offset_mma: bool = True, depth: int = 2
 ):
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
            "y_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
            "stride_xm": "i32", "stride_ym": "i32"}  # fmt: skip
-    cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, OFFSET_MMA=offset_mma)
+    cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, OFFSET_MMA=offset_mma,
+               DEPTH=depth)  # fmt: skip
     name = (f"int4 mma{' asym' if zero else ''}{'' if offset_mma else ' fma-offset'} BLOCK_N={block_n} "
-            f"BLOCK_M={block_m} split {split_k} w{warps}")  # fmt: skip
+            f"BLOCK_M={block_m} split {split_k} w{warps} depth {depth}")  # fmt: skip
     return name, int4_mma_kernel, sig, cex, warps
 
 
-def mma_config(m: int, n: int, k: int, sms: int = 132) -> tuple[int, int, int, int]:
-    """(BLOCK_N, BLOCK_M, SPLIT_K, num_warps): BLOCK_N 128 with 4 warps (2 stripes each, ~84-134 registers: 4-6
-    programs per SM). Split-K until the grid fills the SMs once, then on towards 4 programs per SM (one group in
-    flight each is ~8 KB) while the fp32 partials (written and read: 8 * split * M * N bytes) stay under ~5% of
-    the weight bytes (N * K / 2); always >= 4 groups per split."""
+def mma_block_m(m: int) -> int:
+    """The MMA's N (rows of x, padded): 8, 16, 32 or 64."""
+    return max(8, 1 << (m - 1).bit_length())
+
+
+def mma_config(m: int, n: int, k: int, sms: int | None = None) -> SkinnyConfig:
+    """The tuned tile (TUNED key `int4_mma`) when there is one, else: BLOCK_N 128 with 8 warps (one 16-row
+    stripe each: 64-190 registers from M = 1 to 32, no spills); split-K until the grid covers the SMs
+    about twice, keeping >= 8 groups per split so the loop reaches its look-ahead depth (num_stages: DEPTH, the
+    loop's unroll, DEPTH - 1 groups in flight)."""
+    block_m = mma_block_m(m)
+    for b in M_BUCKETS[M_BUCKETS.index(m_bucket(m)) :]:  # tuned at M = 1, 8, 16, 32: M = 2 takes M = 8's tile
+        cfg = TUNED.get((INT4_MMA, n, k, b))
+        if cfg is not None and cfg.block_m == block_m and n % cfg.block_n == 0:
+            return cfg
+    if sms is None:
+        sms = num_sms(torch.cuda.current_device() if torch.cuda.is_available() else 0)
     block_n = 128 if n % 128 == 0 else 64
-    warps = max(1, min(4, block_n // 32))
-    block_m = 8 if m <= 8 else 16
+    warps = min(block_n // 16, 8)
     tiles, groups = n // block_n, k // GROUP_K
     split = 1
-    while groups // (split * 2) >= 4 and (
-        tiles * split < sms or (tiles * split < 4 * sms and 16 * (split * 2) * m <= 0.05 * k)
-    ):
+    while groups // (split * 2) >= 8 and groups % (split * 2) == 0 and tiles * split < 2 * sms:
         split *= 2
-    return block_n, block_m, split, warps
+    return SkinnyConfig(block_n, GROUP_K, block_m, split, warps, 4 if groups // split >= 8 else 2)
 
 
 def int4_mma_matmul(
-    x: torch.Tensor, w: Int4MmaWeight, out: torch.Tensor | None = None, cfg: tuple[int, int, int, int] | None = None,
+    x: torch.Tensor, w: Int4MmaWeight, out: torch.Tensor | None = None, cfg: SkinnyConfig | None = None,
     offset_mma: bool = True,
 ) -> torch.Tensor:  # fmt: skip
-    """y [M, N] = x [M, K] @ W^T (bf16), 1 <= M <= 16, W in fragment order (Int4MmaWeight). `cfg` = (BLOCK_N,
-    BLOCK_M, SPLIT_K, num_warps); `offset_mma` (default): take (128 + z) sum x
-    off each group's partial (sum x from a second MMA against ones); False: one bf16x2 fma per weight register
-    subtracts 128 + z before the MMA."""
+    """y [M, N] = x [M, K] @ W^T (bf16), 1 <= M <= 64, W in fragment order (Int4MmaWeight). `cfg`: the tile
+    (mma_config's form); `offset_mma` (default): take (128 + z) sum x off each group's partial (sum x from a
+    second MMA against ones); False: one bf16x2 fma per weight register subtracts 128 + z before the MMA."""
     m, k = x.shape
     n = w.n
-    if k != w.k or k % GROUP_K or m > 16 or x.dtype != torch.bfloat16:
-        raise ValueError(f"int4 mma: x [M <= 16, K % {GROUP_K} == 0] bf16 matching W {w.shape}, got {tuple(x.shape)}")
+    if k != w.k or k % GROUP_K or m > MAX_M or x.dtype != torch.bfloat16:
+        raise ValueError(f"int4 mma: x [M <= {MAX_M}, K % {GROUP_K} == 0] bf16 matching W {w.shape}, "
+                         f"got {tuple(x.shape)} {x.dtype}")  # fmt: skip
     if x.stride(-1) != 1:
         x = x.contiguous()
-    block_n, block_m, split, warps = cfg or mma_config(m, n, k)
-    if n % block_n or block_n % (16 * warps) or block_m not in (8, 16) or m > block_m:
-        raise ValueError(f"int4 mma: bad tile for N={n}, M={m}: {(block_n, block_m, split, warps)}")
+    cfg = cfg or mma_config(m, n, k)
+    block_n, block_m, split, warps = cfg.block_n, cfg.block_m, cfg.split_k, cfg.num_warps
+    if (n % block_n or block_n % (16 * warps) or block_m not in (8, 16, 32, 64) or m > block_m
+            or cfg.num_stages not in (2, 4)):  # fmt: skip
+        raise ValueError(f"int4 mma: bad tile for N={n}, M={m}: {cfg}")
     if out is None:
         out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0:
@@ -315,8 +350,6 @@ def int4_mma_matmul(
         x, w.words, w.scales, w.zeros if w.zeros is not None else w.scales, out, part, cnt, m, n, k,
         x.stride(0), out.stride(0),
         HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split,
-        OFFSET_MMA=offset_mma, num_warps=warps,
+        OFFSET_MMA=offset_mma, DEPTH=cfg.num_stages, num_warps=warps,
     )  # fmt: skip
     return out
-
-
