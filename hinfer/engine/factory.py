@@ -169,7 +169,9 @@ def make_core(
 ) -> EngineCore:
     """State pool, sampler, runner (+ CUDA graphs) and core around a loaded model. `ecfg` must be resolved."""
     from hinfer.engine.sampler import Sampler
+    from hinfer.quant.int4_mma_layout import use_fragment_order
 
+    use_fragment_order(model)  # int4 weights in the order the CUDA decode kernels read (no-op elsewhere)
     state = ModelState(cfg, shape or state_shape(cfg, ecfg), device)
     sampler = Sampler(cfg.vocab_size, device, max_rows=ecfg.max_concurrency, num_real_tokens=tokenizer.vocab_size)
     runner = ModelRunner(model, state, sampler)

@@ -1,6 +1,6 @@
 """INT4 weights re-laid out in mma.sync m16n8k16 A-fragment order (swap-AB: rows of W are the MMA's M).
 
-The tensor-core kernel (hinfer/ops/triton/linear_int4_mma.py, not yet wired into dispatch) loads 16 bytes per
+The tensor-core kernel (hinfer/ops/triton/linear_int4_mma.py, CUDA decode of Int4MmaWeight) loads 16 bytes per
 thread and unpacks each word with Marlin's bf16 trick straight into the registers of an A fragment, so no
 layout conversion sits between the load and the `mma`. This module builds that order on the host (pure torch,
 CPU or GPU), inverts it, and emulates the kernel (`emulate_kernel`, the reference twin).
@@ -28,9 +28,14 @@ Scales and zeros are transposed to [G, N] (group-major): a warp's rows of one gr
 
 from __future__ import annotations
 
-import torch
+import os
 
-from hinfer.quant.int4 import GROUP, Int4Weight, pack_int4, unpack_int4
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from hinfer.ops.dispatch import use_triton
+from hinfer.quant.int4 import GROUP, Int4Weight, pack_int4, prefill_mode, unpack_int4
 
 TILE_N = 16  # rows of a stripe (the MMA's M)
 CHUNK_K = 64  # K per 128-bit load: 4 k16 steps
@@ -77,14 +82,18 @@ def _unpack_nibbles(words: torch.Tensor) -> torch.Tensor:
     return torch.stack([b & 0xF, b >> 4], dim=-1).flatten(-2)
 
 
-def permute_words(qweight: torch.Tensor, k: int) -> torch.Tensor:
-    """qweight int32 [N, K/8] (hinfer.quant.int4 order) -> fragment-ordered words int32 [N/16, 2 K]."""
+def permute_words(qweight: torch.Tensor, k: int, chunk_rows: int = 16384) -> torch.Tensor:
+    """qweight int32 [N, K/8] (hinfer.quant.int4 order) -> fragment-ordered words int32 [N/16, 2 K]; `chunk_rows`
+    rows at a time, so the temporaries (2 bytes per element) stay small next to a full model on the GPU."""
     n = qweight.shape[0]
     _check(n, k)
-    u = unpack_int4(qweight, k).view(n // TILE_N, TILE_N * k)
-    idx = _stripe_index(k).to(u.device)
-    nib = u[:, idx.view(-1)].view(n // TILE_N, 2 * k, 8)
-    return _pack_nibbles(nib)
+    idx = _stripe_index(k).to(qweight.device).view(-1)
+    out = torch.empty((n // TILE_N, 2 * k), dtype=torch.int32, device=qweight.device)
+    for r0 in range(0, n, chunk_rows):
+        rows = min(chunk_rows, n - r0)
+        u = unpack_int4(qweight[r0 : r0 + rows], k).view(rows // TILE_N, TILE_N * k)
+        out[r0 // TILE_N : (r0 + rows) // TILE_N] = _pack_nibbles(u[:, idx].view(rows // TILE_N, 2 * k, 8))
+    return out
 
 
 def unpermute_words(words: torch.Tensor, k: int) -> torch.Tensor:
@@ -96,11 +105,19 @@ def unpermute_words(words: torch.Tensor, k: int) -> torch.Tensor:
     return pack_int4(u.view(stripes * TILE_N, k))
 
 
-class Int4MmaWeight:
-    """An Int4Weight in fragment order: words [N/16, 2K], scales [G, N], zeros [G, N] uint8 or None."""
+class Int4MmaWeight(nn.Module):
+    """An Int4Weight in fragment order, the form CUDA decode reads (`use_fragment_order` swaps it in when the
+    model is placed on the GPU): words [N/16, 2K], scales [G, N], zeros [G, N] uint8 or None. Same values and
+    `matmul` semantics as the Int4Weight it came from; `to_int4()` gives that weight back exactly."""
+
+    group = GROUP
 
     def __init__(self, words: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, n: int, k: int):
-        self.words, self.scales, self.zeros, self.n, self.k = words, scales, zeros, n, k
+        super().__init__()
+        self.register_buffer("words", words)
+        self.register_buffer("scales", scales)
+        self.register_buffer("zeros", zeros)
+        self.n, self.k = n, k
 
     @classmethod
     def from_int4(cls, w: Int4Weight) -> Int4MmaWeight:
@@ -118,12 +135,95 @@ class Int4MmaWeight:
     def shape(self) -> tuple[int, int]:
         return (self.n, self.k)
 
+    @property
+    def in_features(self) -> int:
+        return self.k
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.scales.dtype
+
+    def extra_repr(self) -> str:
+        kind = "asym" if self.zeros is not None else "sym"
+        return f"{self.n}x{self.k}, int4 g{GROUP} {kind} fragment order, scales {self.scales.dtype}"
+
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.words, self.scales, self.zeros) if t is not None)
 
     def clone(self) -> Int4MmaWeight:
         z = None if self.zeros is None else self.zeros.clone()
         return Int4MmaWeight(self.words.clone(), self.scales.clone(), z, self.n, self.k)
+
+    def dequantize(self, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """(u - zero) * scale in fp32, rounded once to `dtype` (default: the scale dtype), as Int4Weight does."""
+        dtype = dtype or self.dtype
+        if self.words.is_cuda and use_triton(self.words) and dtype == torch.bfloat16:
+            from hinfer.ops.triton.int4_mma_dequant import int4_mma_dequantize
+
+            return int4_mma_dequantize(self.words, self.scales, self.zeros, self.n, self.k)
+        return self.to_int4().dequantize(dtype)
+
+    def matmul_ref(self, x: torch.Tensor) -> torch.Tensor:
+        return (x.float() @ self.dequantize(torch.float32).t()).to(x.dtype)
+
+    def matmul(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Up to MAX_M rows: the tensor-core kernel on the fragments; more (prefill): dequantize into a bf16
+        scratch and cuBLAS (the dequantization is a few percent of a prefill chunk's GEMM)."""
+        if not (use_triton(x) and x.dtype == torch.bfloat16):
+            y = self.matmul_ref(x)
+            return y if out is None else out.copy_(y.reshape(out.shape))
+        from hinfer.ops.triton.linear_int4_mma import MAX_M, int4_mma_matmul
+
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.k)
+        if x2.shape[0] <= MAX_M:
+            return int4_mma_matmul(x2, self, out=out).view(*lead, self.n)
+        y = F.linear(x2, self.dequantize(x.dtype))
+        return (y if out is None else out.copy_(y)).view(*lead, self.n)
+
+
+def fragment_order_fits(w: nn.Module) -> bool:
+    """An Int4Weight the fragment-order kernels take: group 128, bf16 scales, N % 64 and K % 128 == 0."""
+    if not isinstance(w, Int4Weight):
+        return False
+    n, k = w.shape
+    return (w.group == GROUP and w.scales.dtype == torch.bfloat16 and n % 64 == 0
+            and k % K_ALIGN == 0)  # fmt: skip
+
+
+def fragment_order_wanted() -> bool:
+    """HINFER_INT4_LAYOUT=rows keeps the row-packed kernels (GEMV, skinny, and the w4a16 / w4a8 prefill GEMMs,
+    which read rows); the default `mma` decodes on tensor cores from fragment order and prefills by dequantizing."""
+    layout = os.environ.get("HINFER_INT4_LAYOUT", "mma")
+    if layout not in ("mma", "rows"):
+        raise ValueError(f"HINFER_INT4_LAYOUT={layout!r}; expected mma or rows")
+    return layout == "mma" and prefill_mode() == "dequant"
+
+
+def swap_to_fragment_order(model: nn.Module) -> int:
+    """Swap every fitting Int4Weight below `model` for its fragment-ordered twin, in place and one at a time (the
+    peak extra memory is one weight's temporaries), on any device. -> how many were swapped."""
+    swapped = 0
+    with torch.no_grad():
+        for parent in list(model.modules()):
+            for name, child in list(parent.named_children()):
+                if fragment_order_fits(child):
+                    setattr(parent, name, Int4MmaWeight.from_int4(child))
+                    swapped += 1
+    return swapped
+
+
+def use_fragment_order(model: nn.Module) -> nn.Module:
+    """The CUDA decode form of a model's int4 weights: swapped when the model sits on a GPU that runs the Triton
+    kernels and HINFER_INT4_LAYOUT / HINFER_INT4_PREFILL leave the default. `model` may itself be an Int4Weight
+    (then its twin is returned). Idempotent."""
+    first = next(model.buffers(), None)
+    if first is None or not (first.is_cuda and use_triton(first)) or not fragment_order_wanted():
+        return model
+    if fragment_order_fits(model):
+        return Int4MmaWeight.from_int4(model)
+    swap_to_fragment_order(model)
+    return model
 
 
 def _bf16_pair_lop3(words: torch.Tensor, j: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -81,11 +81,29 @@ def test_spec_graphs_greedy_equal_plain_decode():
         spec = core(max_concurrency=lanes, spec="mtp", draft_tokens=k, spec_adaptive=False)
         assert spec.spec.graphs and all(s.graphs for s in spec.spec.graphs)
         assert _run(spec, prompts, 48) == base, (lanes, k)
-        # adaptive: random weights accept (almost) nothing, so most steps are plain ones on the decode graphs
+        # adaptive: random weights accept (almost) nothing, so most steps are plain ones on the decode graphs,
+        # whose 1-row GEMMs round differently from the 4-row baseline: a near-tie may flip (measured: plain
+        # decode at one lane leaves the baseline at the same two positions), so each token must be the argmax
+        # of the teacher-forced logits up to rounding instead
         adaptive = core(max_concurrency=lanes, spec="mtp", draft_tokens=k, spec_draft_cost=0.3)
-        assert _run(adaptive, prompts, 48) == base, (lanes, k, "adaptive")
+        _assert_greedy_up_to_rounding(model, prompts, _run(adaptive, prompts, 48), (lanes, k))
         st = adaptive.stats().extra
         assert st["spec_plain_steps"] > st["spec_verify_steps"], st
+
+
+def _assert_greedy_up_to_rounding(model, prompts: list[list[int]], out: dict[str, list[int]], tag,
+                                  tol: float = 0.1) -> None:  # fmt: skip
+    """Every generated token's logit is within `tol` standard deviations of its row's maximum, in one prefill of
+    prompt + output. Rounding flips near-ties (gaps ~1e-2 std); a logic error picks tokens far below the top
+    (about one of 4096 random tokens lies within 0.1 std of it)."""
+    from hinfer.model.prompt_logits import prompt_logits
+
+    for i, p in enumerate(prompts):
+        toks = out[f"r{i}"]
+        z = prompt_logits(model, p + toks[:-1])[len(p) - 1 :].float()
+        gap = z.max(dim=1).values - z.gather(1, torch.tensor(toks, device=z.device)[:, None])[:, 0]
+        bad = (gap > tol * z.std(dim=1)).nonzero().flatten().tolist()
+        assert not bad, (tag, f"r{i}", bad, gap[bad].tolist())
 
 
 def _triton_vs_reference(cfg, model, n: int = 700, ps: int = 64) -> float:
@@ -120,16 +138,21 @@ def test_triton_matches_reference_on_27b_layers():
     assert rel < 3e-2
 
 
-@pytest.mark.parametrize("name,recipe", [("qwen3.6-27b", "int4"), ("qwen3.6-27b", "fp8"),
+@pytest.mark.parametrize("name,recipe", [("qwen3.6-27b", "int4"), ("qwen3.6-27b", "int4-rows"), ("qwen3.6-27b", "fp8"),
                                          ("qwen3.6-35b-a3b", "int4")])  # fmt: skip
 def test_triton_matches_reference_on_quantized_layers(name, recipe):
     """Quantized models built layer by layer (as `hinfer bench --quant` does): int4 / fp8 projections and, on the
-    35B-A3B, int4 routed experts through the grouped kernels; the reference dequantizes the same weights."""
+    35B-A3B, int4 routed experts through the grouped kernels; the reference dequantizes the same weights. int4:
+    in fragment order as the engine places them (int4-rows: the row-packed kernels)."""
     from hinfer.model.random_init import random_quantized
+    from hinfer.quant.int4_mma_layout import Int4MmaWeight, use_fragment_order
 
     cfg = load_model_config(config_dir(name))
     cfg = replace(cfg, num_hidden_layers=4, layer_types=cfg.layer_types[:4], mtp_num_hidden_layers=0)
-    model = random_quantized(cfg, recipe, "cuda", seed=2)
+    model = random_quantized(cfg, recipe.removesuffix("-rows"), "cuda", seed=2)
+    if recipe == "int4":
+        use_fragment_order(model)
+        assert any(isinstance(m, Int4MmaWeight) for m in model.modules())
     rel = _triton_vs_reference(cfg, model, n=300)
     print(f"{name} 4 layers {recipe}: Triton vs reference logits rel-L2 {rel:.2e}")
     assert rel < 3e-2

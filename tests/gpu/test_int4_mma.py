@@ -1,5 +1,5 @@
-"""The Gluon int4 tensor-core kernel on fragment-ordered weights (hinfer/ops/triton/linear_int4_mma.py, not yet
-wired into dispatch) at the Qwen3.6-27B shapes against Int4Weight.matmul_ref; NaN-poisoned outputs.
+"""The Gluon int4 tensor-core kernel on fragment-ordered weights (hinfer/ops/triton/linear_int4_mma.py, the CUDA
+decode path of Int4MmaWeight) at the Qwen3.6-27B shapes against Int4Weight.matmul_ref; NaN-poisoned outputs.
 
     pytest -m gpu tests/gpu/test_int4_mma.py -q
 """
@@ -116,3 +116,23 @@ def test_int4_mma_split_k_in_a_cuda_graph():
         graph.replay()
         torch.cuda.synchronize()
         assert _rel(out, q.matmul_ref(x)) < REL
+
+
+@pytest.mark.parametrize("zero_point", [True, False], ids=["asym", "sym"])
+def test_int4_mma_weight_decode_and_prefill_paths(zero_point):
+    """Int4MmaWeight as the engine uses it: the kernel up to 64 rows, the Triton dequantization + cuBLAS above
+    (bit-equal to Int4Weight.dequantize), into a strided output as RowSplitWeight passes one."""
+    from hinfer.quant.int4_mma_layout import Int4MmaWeight, use_fragment_order
+
+    n, k = 1024, 5120
+    g = _gen()
+    q, _ = _quantized(n, k, zero_point, g)
+    w = use_fragment_order(q)
+    assert isinstance(w, Int4MmaWeight)
+    assert torch.equal(w.dequantize(), q.dequantize())
+    for m in (1, 7, 33, 64, 65, 300):
+        x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
+        assert _rel(w.matmul(x), q.matmul_ref(x)) < REL, m
+        wide = torch.full((m, n + 64), float("nan"), dtype=torch.bfloat16, device="cuda")
+        w.matmul(x, out=wide[:, :n])
+        assert _rel(wide[:, :n], q.matmul_ref(x)) < REL, m

@@ -25,14 +25,15 @@ def draft_head(model: Qwen35ForCausalLM):
     model whose projections are not quantized (it then shares the model's lm_head)."""
     from hinfer.quant import Fp8Weight, Int4Weight
     from hinfer.quant.apply import quantize_weight
+    from hinfer.quant.int4_mma_layout import Int4MmaWeight, use_fragment_order
     from hinfer.quant.recipes import get_recipe
 
     kinds = {type(m) for m in model.modules()}
-    fmt = "int4" if Int4Weight in kinds else "fp8" if Fp8Weight in kinds else None
+    fmt = "int4" if kinds & {Int4Weight, Int4MmaWeight} else "fp8" if Fp8Weight in kinds else None
     if fmt is None or model.mtp is None:
         return None
     w = model.embed_tokens if model.lm_head is None else model.lm_head
-    head = quantize_weight(w.detach(), get_recipe(fmt))
+    head = use_fragment_order(quantize_weight(w.detach(), get_recipe(fmt)))
     log.info("MTP drafter: own %s lm_head copy (%.2f GB)", fmt, sum(b.numel() * b.element_size()
                                                                      for b in head.buffers()) / 1e9)
     return head

@@ -105,6 +105,28 @@ TUNED: dict[tuple[str, int, int, int], SkinnyConfig] = {
     ("int4", 5120, 6144, 8): SkinnyConfig(64, 128, 16, 8, 4, 3),
     ("fp8_row", 5120, 17408, 8): SkinnyConfig(64, 128, 16, 8, 4, 3),
     ("int4", 5120, 17408, 8): SkinnyConfig(64, 128, 16, 8, 4, 3),
+    # int4 in fragment order (tensor cores; num_stages = loop depth), swept 2026-12-01
+    # (`bench/int4_mma_tiles.py --ms 1,8,16,32`, asymmetric weights)
+    (INT4_MMA, 14336, 5120, 1): SkinnyConfig(128, 128, 8, 4, 8, 2),
+    (INT4_MMA, 14336, 5120, 8): SkinnyConfig(256, 128, 8, 4, 4, 4),
+    (INT4_MMA, 14336, 5120, 16): SkinnyConfig(128, 128, 16, 2, 4, 4),
+    (INT4_MMA, 14336, 5120, 32): SkinnyConfig(256, 128, 32, 2, 8, 2),
+    (INT4_MMA, 16384, 5120, 1): SkinnyConfig(128, 128, 8, 4, 8, 2),
+    (INT4_MMA, 16384, 5120, 8): SkinnyConfig(256, 128, 8, 4, 4, 4),
+    (INT4_MMA, 16384, 5120, 16): SkinnyConfig(128, 128, 16, 2, 4, 4),
+    (INT4_MMA, 16384, 5120, 32): SkinnyConfig(256, 128, 32, 2, 8, 2),
+    (INT4_MMA, 34816, 5120, 1): SkinnyConfig(128, 128, 8, 2, 4, 2),
+    (INT4_MMA, 34816, 5120, 8): SkinnyConfig(128, 128, 8, 2, 4, 2),
+    (INT4_MMA, 34816, 5120, 16): SkinnyConfig(128, 128, 16, 1, 4, 2),
+    (INT4_MMA, 34816, 5120, 32): SkinnyConfig(256, 128, 32, 4, 8, 2),
+    (INT4_MMA, 5120, 6144, 1): SkinnyConfig(128, 128, 8, 8, 8, 2),
+    (INT4_MMA, 5120, 6144, 8): SkinnyConfig(128, 128, 8, 8, 8, 2),
+    (INT4_MMA, 5120, 6144, 16): SkinnyConfig(128, 128, 16, 8, 4, 2),
+    (INT4_MMA, 5120, 6144, 32): SkinnyConfig(256, 128, 32, 4, 8, 2),
+    (INT4_MMA, 5120, 17408, 1): SkinnyConfig(128, 128, 8, 16, 4, 2),
+    (INT4_MMA, 5120, 17408, 8): SkinnyConfig(128, 128, 8, 8, 4, 4),
+    (INT4_MMA, 5120, 17408, 16): SkinnyConfig(128, 128, 16, 8, 4, 2),
+    (INT4_MMA, 5120, 17408, 32): SkinnyConfig(256, 128, 32, 4, 8, 2),
 }
 
 

@@ -301,10 +301,10 @@ def mma_block_m(m: int) -> int:
 
 
 def mma_config(m: int, n: int, k: int, sms: int | None = None) -> SkinnyConfig:
-    """The tuned tile (TUNED key `int4_mma`) when there is one, else: BLOCK_N 128 with 8 warps (one 16-row
-    stripe each: 64-190 registers from M = 1 to 32, no spills); split-K until the grid covers the SMs
-    about twice, keeping >= 8 groups per split so the loop reaches its look-ahead depth (num_stages: DEPTH, the
-    loop's unroll, DEPTH - 1 groups in flight)."""
+    """The tuned tile (TUNED key `int4_mma`) when there is one, else the shape of the 27B winners: BLOCK_N 128
+    (256 from 32 rows of x), 8 warps (one 16-row stripe each) at one row and from 32 rows, 4 between; split-K
+    towards ~5 programs per SM while every split keeps >= 4 groups and the fp32 partials (8 * split * M * N
+    bytes, written and read) stay under ~20% of the weight bytes; loop depth 2 (deeper rarely paid)."""
     block_m = mma_block_m(m)
     for b in M_BUCKETS[M_BUCKETS.index(m_bucket(m)) :]:  # tuned at M = 1, 8, 16, 32: M = 2 takes M = 8's tile
         cfg = TUNED.get((INT4_MMA, n, k, b))
@@ -312,13 +312,13 @@ def mma_config(m: int, n: int, k: int, sms: int | None = None) -> SkinnyConfig:
             return cfg
     if sms is None:
         sms = num_sms(torch.cuda.current_device() if torch.cuda.is_available() else 0)
-    block_n = 128 if n % 128 == 0 else 64
-    warps = min(block_n // 16, 8)
+    block_n = 256 if block_m >= 32 and n % 256 == 0 else 128 if n % 128 == 0 else 64
+    warps = min(block_n // 16, 8 if m == 1 or block_m >= 32 else 4)
     tiles, groups = n // block_n, k // GROUP_K
     split = 1
-    while groups // (split * 2) >= 8 and groups % (split * 2) == 0 and tiles * split < 2 * sms:
+    while tiles * split * 2 <= 5 * sms and groups // (split * 2) >= 4 and 16 * split * 2 * m <= 0.2 * k:
         split *= 2
-    return SkinnyConfig(block_n, GROUP_K, block_m, split, warps, 4 if groups // split >= 8 else 2)
+    return SkinnyConfig(block_n, GROUP_K, block_m, split, warps, 2)
 
 
 def int4_mma_matmul(

@@ -1,0 +1,54 @@
+"""Dequantize fragment-ordered int4 weights (hinfer.quant.int4_mma_layout) into a bf16 [N, K] matrix: the prefill
+path of Int4MmaWeight (the scratch feeds cuBLAS). Each program writes STRIPES 16-row stripes of one 128-group;
+it reads that group's 1 KB of words per stripe (gathered: every word is read by 8 outputs, from cache).
+
+Inverse of the layout, for row r of a stripe and offset kk of group G: t = kk // 32, kt = kk % 32 // 4,
+k3 = kk % 4 // 2, k0 = kk % 2 (hinfer.quant.int4_mma_layout.real_k); k16 step 8 G + kt = 4 kc + j; lane
+4 (r % 8) + t; fragment element e = k0 + 2 (r // 8) + 4 k3 at nibble position e // 2 + 4 (e % 2) of word
+(32 kc + lane) * 4 + j. Value (u - z) * s in fp32, rounded once (as Int4Weight.dequantize).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+GROUP_K = 128
+
+
+@triton.jit
+def _int4_mma_dequant_kernel(w_ptr, s_ptr, z_ptr, out_ptr, N, K, HAS_ZERO: tl.constexpr, STRIPES: tl.constexpr):
+    pid_s = tl.program_id(0)
+    grp = tl.program_id(1)
+    r = tl.arange(0, 16 * STRIPES)[:, None]  # row within the program's stripes
+    kk = tl.arange(0, 128)[None, :]
+    stripe = pid_s * STRIPES + r // 16
+    rs = r % 16
+    t, kt, k3, k0 = kk // 32, (kk % 32) // 4, (kk % 4) // 2, kk % 2
+    step = grp * 8 + kt
+    lane = 4 * (rs % 8) + t
+    e = k0 + 2 * (rs // 8) + 4 * k3
+    q = ((step // 4) * 32 + lane) * 4 + step % 4
+    word = tl.load(w_ptr + stripe.to(tl.int64) * (2 * K) + q)
+    u = ((word >> (4 * (e // 2 + 4 * (e % 2)))) & 0xF).to(tl.float32)
+    row = stripe * 16 + rs
+    s = tl.load(s_ptr + grp * N + row).to(tl.float32)
+    if HAS_ZERO:
+        z = tl.load(z_ptr + grp * N + row).to(tl.float32)
+    else:
+        z = 8.0
+    tl.store(out_ptr + row.to(tl.int64) * K + grp * 128 + kk, ((u - z) * s).to(out_ptr.dtype.element_ty))
+
+
+def int4_mma_dequantize(
+    words: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, n: int, k: int, stripes: int = 4
+) -> torch.Tensor:
+    """words int32 [N/16, 2K], scales [G, N], zeros [G, N] uint8 or None -> bf16 [N, K]."""
+    out = torch.empty((n, k), dtype=torch.bfloat16, device=words.device)
+    while (n // 16) % stripes:
+        stripes //= 2
+    grid = (n // 16 // stripes, k // GROUP_K)
+    _int4_mma_dequant_kernel[grid](words, scales, zeros if zeros is not None else scales, out, n, k,
+                                   HAS_ZERO=zeros is not None, STRIPES=stripes, num_warps=4)  # fmt: skip
+    return out
