@@ -20,6 +20,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.linear_kernels import SHAPES, _copies, _gen, copy_bandwidth, graph_time, make_weight  # noqa: E402
 
 
+def config_shapes(name: str) -> list[tuple[str, int, int]]:
+    """The int4 dense projections (N, K) of a packaged config: attention qkv + gate, GDN in_proj (q, k, v, z; the
+    b / a rows stay bf16), o_proj, GDN out_proj, and the MLP or the MoE shared expert."""
+    from hinfer.config import load_model_config
+    from hinfer.fixtures import config_dir
+
+    c = load_model_config(config_dir(name))
+    h, hd = c.hidden_size, c.head_dim
+    kd, vd = c.linear_num_key_heads * c.linear_key_head_dim, c.linear_num_value_heads * c.linear_value_head_dim
+    inter = c.shared_expert_intermediate_size if c.num_experts else c.intermediate_size
+    return [("qkv", c.num_attention_heads * hd * 2 + 2 * c.num_key_value_heads * hd, h), ("gdn_in", 2 * kd + 2 * vd, h),
+            ("o_proj", h, c.num_attention_heads * hd), ("gdn_out", h, vd), ("gate_up", 2 * inter, h),
+            ("down", h, inter)]  # fmt: skip
+
+
 def candidates(m: int, n: int, k: int):
     """Tiles (SkinnyConfig: BLOCK_N, 128, BLOCK_M, split, warps, depth) that fit N, >= 4 groups per split; 8 warps
     only from BLOCK_M 32 (4 warps spill there)."""
@@ -46,6 +61,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ms", default="1,8,16,32")
     ap.add_argument("--shapes", default="qkv,gdn_in,gate_up,o_proj,down")
+    ap.add_argument("--config", help="a packaged config (e.g. qwen3.6-35b-a3b): its shapes instead of the 27B's")
     ap.add_argument("--sym", action="store_true", help="symmetric weights (default asymmetric)")
     ap.add_argument("--fma-offset", action="store_true", help="the kernel's per-weight offset variant")
     ap.add_argument("--json", type=Path)
@@ -55,7 +71,8 @@ def main() -> None:
     fmt = "int4-mma-sym" if a.sym else "int4-mma"
     g = _gen(4)
     rows, tuned = [], []
-    for name, n, k in [s for s in SHAPES if s[0] in a.shapes.split(",")]:
+    shapes = config_shapes(a.config) if a.config else [s for s in SHAPES if s[0] in a.shapes.split(",")]
+    for name, n, k in {(n, k): (name, n, k) for name, n, k in reversed(shapes)}.values():  # one per (N, K)
         w, nbytes = make_weight(fmt, n, k, g)
         weights = _copies(w, nbytes)
         for m in (int(v) for v in a.ms.split(",")):

@@ -80,11 +80,13 @@ def test_spec_graphs_greedy_equal_plain_decode():
     for lanes, k in [(1, 3), (4, 3), (2, 1), (4, 5)]:
         spec = core(max_concurrency=lanes, spec="mtp", draft_tokens=k, spec_adaptive=False)
         assert spec.spec.graphs and all(s.graphs for s in spec.spec.graphs)
-        assert _run(spec, prompts, 48) == base, (lanes, k)
-        # adaptive: random weights accept (almost) nothing, so most steps are plain ones on the decode graphs,
-        # whose 1-row GEMMs round differently from the 4-row baseline: a near-tie may flip (measured: plain
-        # decode at one lane leaves the baseline at the same two positions), so each token must be the argmax
-        # of the teacher-forced logits up to rounding instead
+        # verify rows (lanes x (K + 1)) and 1-row decode steps run GEMMs of other shapes than the 4-lane baseline,
+        # which round differently: a near-tie may flip (measured: plain decode at one lane leaves the baseline at
+        # two positions of these prompts), so each token must be the teacher-forced argmax up to rounding
+        out = _run(spec, prompts, 48)
+        assert sum(a == b for r in base for a, b in zip(out[r], base[r])) > 0.8 * 48 * len(prompts), (lanes, k)
+        _assert_greedy_up_to_rounding(model, prompts, out, (lanes, k))
+        # adaptive: random weights accept (almost) nothing, so most steps are plain ones on the decode graphs
         adaptive = core(max_concurrency=lanes, spec="mtp", draft_tokens=k, spec_draft_cost=0.3)
         _assert_greedy_up_to_rounding(model, prompts, _run(adaptive, prompts, 48), (lanes, k))
         st = adaptive.stats().extra
