@@ -76,16 +76,13 @@ def test_spec_graphs_greedy_equal_plain_decode():
         ecfg = EngineConfig(device="cuda", dtype="bf16", max_context=2048, prefill_chunk=128, **kw)
         return make_core(cfg, model, tok, resolve_engine_config(cfg, ecfg), torch.device("cuda"))
 
-    base = _run(core(max_concurrency=4, cuda_graphs=False), prompts, 48)
     for lanes, k in [(1, 3), (4, 3), (2, 1), (4, 5)]:
         spec = core(max_concurrency=lanes, spec="mtp", draft_tokens=k, spec_adaptive=False)
         assert spec.spec.graphs and all(s.graphs for s in spec.spec.graphs)
         # verify rows (lanes x (K + 1)) and 1-row decode steps run GEMMs of other shapes than the 4-lane baseline,
         # which round differently: a near-tie may flip (measured: plain decode at one lane leaves the baseline at
         # two positions of these prompts), so each token must be the teacher-forced argmax up to rounding
-        out = _run(spec, prompts, 48)
-        assert sum(a == b for r in base for a, b in zip(out[r], base[r])) > 0.8 * 48 * len(prompts), (lanes, k)
-        _assert_greedy_up_to_rounding(model, prompts, out, (lanes, k))
+        _assert_greedy_up_to_rounding(model, prompts, _run(spec, prompts, 48), (lanes, k))
         # adaptive: random weights accept (almost) nothing, so most steps are plain ones on the decode graphs
         adaptive = core(max_concurrency=lanes, spec="mtp", draft_tokens=k, spec_draft_cost=0.3)
         _assert_greedy_up_to_rounding(model, prompts, _run(adaptive, prompts, 48), (lanes, k))
