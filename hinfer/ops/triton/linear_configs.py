@@ -127,6 +127,27 @@ TUNED: dict[tuple[str, int, int, int], SkinnyConfig] = {
     (INT4_MMA, 5120, 17408, 8): SkinnyConfig(128, 128, 8, 8, 4, 4),
     (INT4_MMA, 5120, 17408, 16): SkinnyConfig(128, 128, 16, 8, 4, 2),
     (INT4_MMA, 5120, 17408, 32): SkinnyConfig(256, 128, 32, 4, 8, 2),
+    # 35B-A3B and 122B-A10B dense projections (`bench/int4_mma_tiles.py --config NAME --ms 1,8`)
+    (INT4_MMA, 2048, 512, 1): SkinnyConfig(128, 128, 8, 1, 4, 4),
+    (INT4_MMA, 2048, 512, 8): SkinnyConfig(128, 128, 8, 1, 4, 4),
+    (INT4_MMA, 1024, 2048, 1): SkinnyConfig(128, 128, 8, 4, 4, 4),
+    (INT4_MMA, 1024, 2048, 8): SkinnyConfig(128, 128, 8, 4, 4, 4),
+    (INT4_MMA, 2048, 4096, 1): SkinnyConfig(128, 128, 8, 8, 4, 4),
+    (INT4_MMA, 2048, 4096, 8): SkinnyConfig(128, 128, 8, 8, 4, 4),
+    (INT4_MMA, 12288, 2048, 1): SkinnyConfig(128, 128, 8, 4, 4, 4),
+    (INT4_MMA, 12288, 2048, 8): SkinnyConfig(128, 128, 8, 4, 4, 4),
+    (INT4_MMA, 9216, 2048, 1): SkinnyConfig(128, 128, 8, 4, 8, 2),
+    (INT4_MMA, 9216, 2048, 8): SkinnyConfig(128, 128, 8, 4, 4, 4),
+    (INT4_MMA, 3072, 1024, 1): SkinnyConfig(128, 128, 8, 2, 4, 4),
+    (INT4_MMA, 3072, 1024, 8): SkinnyConfig(128, 128, 8, 2, 4, 4),
+    (INT4_MMA, 2048, 3072, 1): SkinnyConfig(128, 128, 8, 4, 4, 4),
+    (INT4_MMA, 2048, 3072, 8): SkinnyConfig(128, 128, 8, 4, 4, 4),
+    (INT4_MMA, 3072, 8192, 1): SkinnyConfig(128, 128, 8, 16, 4, 4),
+    (INT4_MMA, 3072, 8192, 8): SkinnyConfig(128, 128, 8, 16, 4, 4),
+    (INT4_MMA, 20480, 3072, 1): SkinnyConfig(128, 128, 8, 4, 4, 2),
+    (INT4_MMA, 20480, 3072, 8): SkinnyConfig(128, 128, 8, 4, 4, 2),
+    (INT4_MMA, 17408, 3072, 1): SkinnyConfig(128, 128, 8, 4, 4, 2),
+    (INT4_MMA, 17408, 3072, 8): SkinnyConfig(128, 128, 8, 4, 4, 2),
 }
 
 
