@@ -34,8 +34,8 @@ SHAPES = [("qkv", 14336, H), ("gdn_in", 16384, H), ("gate_up", 34816, H), ("o_pr
           ("down", H, 17408), ("lm_head", 248320, H)]  # fmt: skip
 DECODE_FORMATS = ("bf16-cublas", "bf16", "int4", "int4-sym", "int4-torch", "int4-mma", "int4-mma-sym", "fp8",
                   "fp8-block")  # fmt: skip
-# int4-mma*: the Gluon tensor-core kernel on fragment-ordered weights (hinfer/ops/triton/linear_int4_mma.py, not
-# yet wired into dispatch); the re-layout is built once per weight and cloned for the other copies
+# int4-mma*: the Gluon tensor-core kernel on fragment-ordered weights (hinfer/ops/triton/linear_int4_mma.py, the
+# CUDA decode path of int4); the re-layout is built once per weight and cloned for the other copies
 ROTATE_BYTES = 512 << 20
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call for the Gluon int4 tensor-core kernel (not yet wired into dispatch): its GPU tests, the kernel
+# One device call for the Gluon int4 tensor-core kernel (the CUDA int4 decode path): its GPU tests, the kernel
 # table beside the current int4 kernels, and the tile sweep. Logs and JSON go to $OUT.
 set -uo pipefail
 OUT="${OUT:-/tmp/hinfer-out}"; mkdir -p "$OUT"

@@ -1,4 +1,4 @@
-"""INT4 W4A16 skinny matmul on tensor cores from fragment-ordered weights (Gluon; not yet wired into dispatch).
+"""INT4 W4A16 skinny matmul on tensor cores from fragment-ordered weights (Gluon; Int4MmaWeight's CUDA decode).
 
 y [M, N] = x [M, K] @ W^T for M = 1..64, W in hinfer.quant.int4_mma_layout order. Swap-AB: rows of W are the
 MMA's M (mma.sync m16n8k16, A = W), the rows of x its N (8, 16, 32 or 64, padded). Each thread loads its words with
