@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 H = 5120
 SHAPES = [("qkv", 14336, H), ("gdn_in", 16384, H), ("gate_up", 34816, H), ("o_proj", H, 6144),
           ("down", H, 17408), ("lm_head", 248320, H)]  # fmt: skip
-DECODE_FORMATS = ("bf16-cublas", "bf16", "int4", "int4-sym", "int4-torch", "int4-mma", "int4-mma-sym", "fp8",
+DECODE_FORMATS = ("bf16-cublas", "bf16", "int4", "int4-sym", "int4-torch", "int4-mma", "int4-mma-sym", "int4-rows-mma", "fp8",
                   "fp8-block")  # fmt: skip
 # int4-mma*: the Gluon tensor-core kernel on fragment-ordered weights (hinfer/ops/triton/linear_int4_mma.py, the
 # CUDA decode path of int4); the re-layout is built once per weight and cloned for the other copies
@@ -102,6 +102,10 @@ def make_weight(fmt: str, n: int, k: int, g: torch.Generator):
         return w, w.numel() * 2
     if fmt == "int4-torch":
         return _torch_int4(w)
+    if fmt == "int4-rows-mma":  # asymmetric, hinfer.quant.int4's layout read by the tensor-core kernel
+        q = quantize_int4(w)
+        del w
+        return q, q.nbytes()
     if fmt.startswith("int4-mma"):
         from hinfer.quant.int4_mma_layout import Int4MmaWeight
 
@@ -154,7 +158,7 @@ def decode_op(fmt: str, x: torch.Tensor) -> Callable[[object], torch.Tensor]:
         return lambda w: torch.nn.functional.linear(x, w)
     if fmt == "int4-torch":
         return lambda w: torch._weight_int4pack_mm(x, w[0], 128, w[1])
-    if fmt.startswith("int4-mma"):
+    if fmt.startswith("int4-mma") or fmt == "int4-rows-mma":
         from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
 
         return lambda w: int4_mma_matmul(x, w)

@@ -22,11 +22,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--split-k", type=int, default=1)
     ap.add_argument("--depth", type=int, default=2, choices=(2, 4), help="loop unroll: depth - 1 groups in flight")
     ap.add_argument("--zero", action="store_true", help="asymmetric (zero points)")
+    ap.add_argument("--rows", action="store_true", help="read hinfer.quant.int4's row layout (no re-layout)")
     ap.add_argument("--fma-offset", action="store_true", help="subtract 128 + z per weight (bf16x2 fma) instead")
     ap.add_argument("--dump", help="write the SASS here")
     a = ap.parse_args(argv)
     _, fn, sig, cex, warps = int4_mma_variant(a.block_n, a.block_m, a.split_k, a.warps, a.zero, not a.fma_offset,
-                                           a.depth)
+                                           a.depth, a.rows)
     k = compile_gluon_sm90(fn, sig, cex, warps)
     sass = sass_of(k)
     if a.dump:

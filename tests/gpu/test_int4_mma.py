@@ -136,3 +136,23 @@ def test_int4_mma_weight_decode_and_prefill_paths(zero_point):
         wide = torch.full((m, n + 64), float("nan"), dtype=torch.bfloat16, device="cuda")
         w.matmul(x, out=wide[:, :n])
         assert _rel(wide[:, :n], q.matmul_ref(x)) < REL, m
+
+
+@pytest.mark.parametrize("zero_point", [True, False], ids=["asym", "sym"])
+@pytest.mark.parametrize("name", ["qkv", "down"])
+def test_int4_mma_reads_the_row_layout(name, zero_point):
+    """The kernel's ROWS variant on Int4Weight itself (no re-layout): same results as on fragment order."""
+    from hinfer.ops.triton.linear_configs import SkinnyConfig
+    from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
+
+    n, k = SHAPES[name]
+    g = _gen()
+    q, mw = _quantized(n, k, zero_point, g)
+    for m in (1, 8, 16, 32):
+        x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
+        y = int4_mma_matmul(x, q, out=_poisoned(m, n))
+        assert _rel(y, q.matmul_ref(x)) < REL, m
+        assert _rel(y, int4_mma_matmul(x, mw)) < 2e-3, m
+    x = torch.randn(5, k, generator=g, device="cuda").bfloat16()
+    y = int4_mma_matmul(x, q, out=_poisoned(5, n), cfg=SkinnyConfig(128, 128, 8, 3, 8, 4))
+    assert _rel(y, q.matmul_ref(x)) < REL

@@ -142,10 +142,11 @@ def test_experts_crowded_expert(tm, weights, seed, monkeypatch):
     _check(tm.moe_experts(x, wgu, wd, top_w, top_i), want, seed, f"{name} crowded, single-program align")
 
 
-@pytest.mark.parametrize("t", [1, 8, 64, 2048])
+@pytest.mark.parametrize("t", [1, 3, 8, 64, 2048])
 @pytest.mark.parametrize("zero_point", [True, False])
-def test_experts_int4_real_shapes(tm, weights, seed, t, zero_point):
-    """W4A16 experts (hinfer.quant.int4 layout per expert) vs the fp32 dequantized reference."""
+def test_experts_int4_real_shapes(tm, weights, seed, t, zero_point, monkeypatch):
+    """W4A16 experts (hinfer.quant.int4 layout per expert) vs the fp32 dequantized reference; at decode sizes
+    (<= 64 pairs) both the tensor-core kernel on the row layout and the grouped Triton kernels."""
     from hinfer.ops.triton.moe_int4 import moe_experts_int4_ref, quantize_experts_int4
 
     name, wgu, wd = weights
@@ -156,7 +157,11 @@ def test_experts_int4_real_shapes(tm, weights, seed, t, zero_point):
     qgu, qdn = _INT4_CACHE[key]
     x = torch.randn(t, wgu.shape[2], device="cuda").bfloat16()
     top_w, top_i = ref.moe_route_ref(torch.randn(t, E, device="cuda").bfloat16(), K)
-    out = tm.moe_experts(x, qgu, qdn, top_w, top_i)
+    outs = {"default": tm.moe_experts(x, qgu, qdn, top_w, top_i)}
+    if t * K <= 64:
+        assert tm.mma_experts_fit(x, qgu, qdn, t * K)
+        monkeypatch.setenv("HINFER_MOE_INT4", "grouped")
+        outs["grouped"] = tm.moe_experts(x, qgu, qdn, top_w, top_i)
     old = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
@@ -167,7 +172,8 @@ def test_experts_int4_real_shapes(tm, weights, seed, t, zero_point):
         want = ref.moe_experts_ref(x.float(), gu, dn, top_w.float(), remap)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old
-    _check(out, want, seed, f"{name} int4 {'asym' if zero_point else 'sym'} T={t}")
+    for path, out in outs.items():
+        _check(out, want, seed, f"{name} int4 {'asym' if zero_point else 'sym'} T={t} {path}")
     if t == 8:
         _check(moe_experts_int4_ref(x, qgu, qdn, top_w, top_i), want, seed, "int4 reference body")
 

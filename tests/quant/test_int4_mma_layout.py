@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hinfer.quant.int4 import quantize_int4
+from hinfer.quant.int4 import pack_int4, quantize_int4, unpack_int4
 from hinfer.quant.int4_mma_layout import (
     Int4MmaWeight,
     emulate_kernel,
@@ -118,3 +118,25 @@ def test_kernel_tile_algebra_meets_the_layout(block_n, block_m):
     b = xi.reshape(block_m, 4, 8, 2, 2).transpose(tuple(B_PERM.value)).reshape(128, block_m)
     want = torch.arange(block_m)[None, :] * 128 + real_k(kp.t() // 16, kp.t() % 16)
     assert torch.equal(torch.from_numpy(b), want)
+
+
+@pytest.mark.parametrize("block_n", [128, 64])
+def test_kernel_tile_algebra_meets_the_row_layout(block_n):
+    """The same replay for the kernel's row-layout variant (ROWS, A_PERM_ROWS): thread lane = 4 g + t loads words
+    4 t .. 4 t + 3 of the group from rows 16 S + g and 16 S + 8 + g of hinfer.quant.int4's layout, and the unpack's
+    element e of a word is its K offset 8 w + e (register j = elements 2 j, 2 j + 1, hinfer.quant.int4.POS)."""
+    import numpy as np
+
+    from hinfer.ops.triton.linear_int4_mma import A_PERM_ROWS
+
+    s = block_n // 16
+    rng = np.random.default_rng(0)
+    u = rng.integers(0, 16, (block_n, 128))  # one group of a [block_n, 128] weight
+    words = pack_int4(torch.from_numpy(u)).numpy()  # [block_n, 16] in hinfer.quant.int4's order
+    stripe, r3, lane, w = np.meshgrid(np.arange(s), np.arange(2), np.arange(32), np.arange(4), indexing="ij")
+    loaded = words[stripe * 16 + r3 * 8 + lane // 4, (lane % 4) * 4 + w]  # [S, r3, lane, w] as the kernel loads
+    nib = unpack_int4(torch.from_numpy(loaded.reshape(-1, 1)), 8).numpy().reshape(s, 2, 32, 4, 8)
+    t = nib.reshape(s, 2, 8, 4, 4, 2, 2, 2).transpose(tuple(A_PERM_ROWS.value)).reshape(block_n, 128)
+    kp = torch.arange(128)
+    want = u[:, real_k(kp // 16, kp % 16).numpy()]  # A[row, k'] = W[row, K(k')]
+    assert np.array_equal(t, want)

@@ -26,6 +26,7 @@ from hinfer.ops.triton.linear_configs import BF16, FP8_BLOCK, FP8_ROW, INT4, gem
 from hinfer.ops.triton.linear_gemm import _act_quant_kernel, _gemm_kernel, _int4_dequant_kernel
 from hinfer.ops.triton.linear_int4_gemv import int4_gemv_kernel
 from hinfer.ops.triton.linear_int4_mma import int4_mma_variant
+from hinfer.ops.triton.moe_int4_mma import experts_mma_variant
 
 TARGET = GPUTarget("cuda", 90, 64)
 _DIV16 = {"N", "K", "stride_xm", "stride_ym", "stride_wn", "stride_am", "stride_cm", "stride_qm"}
@@ -152,6 +153,10 @@ def variants(full: bool = False) -> Iterator[Variant]:
     for zero, block_m, split, warps, offset_mma, depth in mma:
         name, fn, sig, cex, warps = int4_mma_variant(128, block_m, split, warps, zero, offset_mma, depth)
         yield name, fn, sig, cex, warps, 0  # stages 0: a Gluon kernel (explicit layouts, no pipeliner)
+    # the same kernel on hinfer.quant.int4's row layout, and the routed-experts kernel (direct gate_up, down)
+    yield (*int4_mma_variant(128, 8, 4, 8, True, True, 2, rows=True), 0)
+    yield (*experts_mma_variant(128, 8, 8, True, True, 8, False), 0)
+    yield (*experts_mma_variant(64, 8, 4, True, False, 1, True), 0)
     sig = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "K": "i32", "stride_xm": "i32",
            "stride_qm": "i32", "stride_sm": "i32", "stride_sg": "i32", "GROUP": "i32"}  # fmt: skip
     yield "act_quant", _act_quant_kernel, sig, {"BLOCK": 128}, 4, 3

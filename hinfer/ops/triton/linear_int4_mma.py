@@ -29,6 +29,7 @@ from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
 from hinfer.ops.triton.linear_configs import INT4_MMA, M_BUCKETS, TUNED, SkinnyConfig, m_bucket, num_sms
 from hinfer.ops.triton.linear_splitk import split_scratch
+from hinfer.quant.int4 import Int4Weight
 from hinfer.quant.int4_mma_layout import Int4MmaWeight
 
 GROUP_K = 128  # quantization group along K (host side)
@@ -64,6 +65,8 @@ mov.b32 mag, 0x43004300;""" + _NIBBLES + "}")
 # [S, kc, g, t, kq, k3, r3, k0] -> [S, r3, g, kc, kq, k3, t, k0] and [n, t, kt, k3, k0] -> [kt, k3, t, k0, n]
 # (tests/quant/test_int4_mma_layout.py replays both on index arrays against int4_mma_layout)
 A_PERM = gl.constexpr((0, 6, 2, 1, 4, 5, 3, 7))
+# rows (ROWS, hinfer.quant.int4's own layout): [S, r3, g, t, w, j1, k3, k0] -> [S, r3, g, w, j1, k3, t, k0]
+A_PERM_ROWS = gl.constexpr((0, 1, 2, 4, 5, 6, 3, 7))
 B_PERM = gl.constexpr((2, 3, 1, 4, 0))
 _RAW_ARGS = gl.constexpr("=r,=r,=r,=r" + ",r" * 8)  # 4 bf16x2 outputs, the word 8 times
 _ARGS = gl.constexpr("=r,=r,=r,=r" + ",r" * 24)  # and the two offsets 8 times each
@@ -124,26 +127,28 @@ def _neg_offset(z_ptrs, HAS_ZERO: gl.constexpr):
 
 
 @gluon.jit
-def _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, g, N, HAS_ZERO: gl.constexpr, OFFSET_MMA: gl.constexpr):
+def _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, g, sg, HAS_ZERO: gl.constexpr, OFFSET_MMA: gl.constexpr,
+                GW: gl.constexpr):  # fmt: skip
     """What group g reads from the weight: 16 bytes of words per thread per stripe and k64 chunk, the scales,
     and the offset terms: OFFSET_MMA: 128 + z per row (twice, to keep one signature); otherwise the
     negated bf16x2 offsets -(128 + z) of rows g and g + 8 of each stripe, in the words' layout."""
-    words = gl.load(w_ptrs + g * 256)
-    s = gl.load(s_ptrs + g * N).to(gl.float32)
+    words = gl.load(w_ptrs + g * GW)
+    s = gl.load(s_ptrs + g * sg).to(gl.float32)
     if OFFSET_MMA:
         if HAS_ZERO:
-            c = gl.load(z_rows + g * N).to(gl.float32) + 128.0
+            c = gl.load(z_rows + g * sg).to(gl.float32) + 128.0
         else:
             c = gl.full(s.shape, 136.0, gl.float32, layout=s.type.layout)
         return words, s, c, c
     else:
-        off_lo = _neg_offset(z_lo + g * N, HAS_ZERO)
-        off_hi = _neg_offset(z_lo + g * N + 8, HAS_ZERO)
+        off_lo = _neg_offset(z_lo + g * sg, HAS_ZERO)
+        off_hi = _neg_offset(z_lo + g * sg + 8, HAS_ZERO)  # fragment order only: scales are [G, N] there
         return words, s, off_lo, off_hi
 
 
 @gluon.jit
-def _a_operand(words, off_lo, off_hi, BLOCK_N: gl.constexpr, DOT_A: gl.constexpr, OFFSET_MMA: gl.constexpr):
+def _a_operand(words, off_lo, off_hi, BLOCK_N: gl.constexpr, DOT_A: gl.constexpr, OFFSET_MMA: gl.constexpr,
+               ROWS: gl.constexpr):  # fmt: skip
     """words int32 [S, 2, 32, 4] -> the bf16 A operand [BLOCK_N, 128] (u - z, or 128 + u with OFFSET_MMA),
     registers renamed only."""
     # the unpacked layout holds a word's 8 fragment elements in consecutive registers: pack=8 hands them to one
@@ -157,10 +162,17 @@ def _a_operand(words, off_lo, off_hi, BLOCK_N: gl.constexpr, DOT_A: gl.constexpr
             _UNPACK, _ARGS, [w8, gl.expand_dims(off_lo, 4), gl.expand_dims(off_hi, 4)],
             dtype=gl.bfloat16, is_pure=True, pack=8,
         )  # fmt: skip
-    # t: [S, kc, lane, kq, e] with fragment element e = 4 k3 + 2 r3 + k0 (bit0 k + 1, bit1 row + 8, bit2 k + 8)
-    t = gl.reshape(t, [BLOCK_N // 16, 2, 8, 4, 4, 2, 2, 2])  # lane -> (g, t), e -> (k3, r3, k0)
-    t = gl.permute(t, A_PERM.value)  # [S, r3, g, kc, kq, k3, t, k0]
-    t = gl.reshape(t, [BLOCK_N, GROUP])  # row = 16 S + 8 r3 + g, k = 64 kc + 16 kq + 8 k3 + 2 t + k0
+    if ROWS:
+        # t: [S, r3, lane, w, e]: word w of row 16 S + 8 r3 + g holds K offsets 32 t + 8 w + e of the group, and
+        # register j of the unpack is the pair (2 j, 2 j + 1) (hinfer.quant.int4.POS), so e = 4 j1 + 2 k3 + k0
+        # with k16 step kt = 2 w + j1: K = 32 t + 4 kt + 2 k3 + k0, the same K order as fragment order's
+        t = gl.reshape(t, [BLOCK_N // 16, 2, 8, 4, 4, 2, 2, 2])  # lane -> (g, t), e -> (j1, k3, k0)
+        t = gl.permute(t, A_PERM_ROWS.value)  # [S, r3, g, w, j1, k3, t, k0]
+    else:
+        # t: [S, kc, lane, kq, e] with fragment element e = 4 k3 + 2 r3 + k0 (bit0 k + 1, bit1 row + 8, bit2 k + 8)
+        t = gl.reshape(t, [BLOCK_N // 16, 2, 8, 4, 4, 2, 2, 2])  # lane -> (g, t), e -> (k3, r3, k0)
+        t = gl.permute(t, A_PERM.value)  # [S, r3, g, kc, kq, k3, t, k0]
+    t = gl.reshape(t, [BLOCK_N, GROUP])  # row = 16 S + 8 r3 + g, k = 16 kt + 8 k3 + 2 t + k0
     return gl.convert_layout(t, DOT_A, assert_trivial=True)
 
 
@@ -176,10 +188,10 @@ def _b_operand(xt, BLOCK_M: gl.constexpr, DOT_B: gl.constexpr):
 
 @gluon.jit
 def _group(acc, words, s, off_lo, off_hi, x_ptrs, g, zero, ones, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
-           DOT_A: gl.constexpr, DOT_B: gl.constexpr, OFFSET_MMA: gl.constexpr):  # fmt: skip
+           DOT_A: gl.constexpr, DOT_B: gl.constexpr, OFFSET_MMA: gl.constexpr, ROWS: gl.constexpr):  # fmt: skip
     """acc + group g's scaled partial. x is small and cache-resident: loaded here, not carried."""
     xb = _b_operand(gl.load(x_ptrs + g * GROUP), BLOCK_M, DOT_B)
-    part = mma_v2(_a_operand(words, off_lo, off_hi, BLOCK_N, DOT_A, OFFSET_MMA), xb, zero)
+    part = mma_v2(_a_operand(words, off_lo, off_hi, BLOCK_N, DOT_A, OFFSET_MMA, ROWS), xb, zero)
     if OFFSET_MMA:  # (sum (128 + u) x - (128 + z) sum x) s, in fp32 (off_lo holds 128 + z)
         acc += (part - off_lo[:, None] * mma_v2(ones, xb, zero)) * s[:, None]
     else:
@@ -188,39 +200,15 @@ def _group(acc, words, s, off_lo, off_hi, x_ptrs, g, zero, ones, BLOCK_N: gl.con
 
 
 @gluon.jit
-def int4_mma_kernel(
-    x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
-    HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
-    OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr,
-):  # fmt: skip
+def _k_loop(wp, sp, zl, zr, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
+            HAS_ZERO: gl.constexpr, OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr,
+            GW: gl.constexpr):  # fmt: skip
+    """acc [BLOCK_N, BLOCK_M] over groups g_lo .. g_hi - 1: the stripes' words from wp (+ g * GW), scales sp and
+    zero points zl / zr (+ g * sg), x from x_ptrs (+ g * 128)."""
     W: gl.constexpr = gl.num_warps()
-    S: gl.constexpr = BLOCK_N // 16
-    LW: gl.constexpr = _words_layout(W)
     MMA: gl.constexpr = _mma_layout(W)
     DOT_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
     DOT_B: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
-    pid_n = gl.program_id(0)
-    pid_k = gl.program_id(1)
-    n_groups = K // GROUP
-    per_split = gl.cdiv(n_groups, SPLIT_K)
-    g_lo = pid_k * per_split
-    g_hi = gl.minimum(g_lo + per_split, n_groups)
-
-    # words: stripe (pid_n * S + s) starts at its row of [N/16, 2K]; a group is 256 contiguous words of it
-    stripe = pid_n * S + _iota4(S, 0, LW)
-    inner = _iota4(2, 1, LW) * 128 + _iota4(32, 2, LW) * 4 + _iota4(4, 3, LW)
-    w_ptrs = w_ptr + stripe.to(gl.int64) * (2 * K) + inner
-    z_lo = z_ptr + stripe * 16 + _iota4(32, 2, LW) // 4  # row 16 stripe + g; row + 8 at +8
-    rows = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
-    s_ptrs = s_ptr + rows
-    z_rows = z_ptr + rows
-    LX: gl.constexpr = _x_layout(W)
-    xn = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, gl.SliceLayout(2, LX)))[:, None, None]
-    xt = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, LX)))[None, :, None]
-    xj = gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, LX)))[None, None, :]
-    # rows of x past M re-read row M - 1 (their outputs are not stored): unmasked loads, no zero fill
-    x_ptrs = x_ptr + gl.minimum(xn, M - 1) * stride_xm + xt * 32 + xj
-
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
     zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
     ones = zero  # placeholder unless OFFSET_MMA
@@ -230,37 +218,83 @@ def int4_mma_kernel(
     # unrolled by DEPTH so that each look-ahead load lands in registers that are free (no copies at the back
     # edge): DEPTH - 1 groups in flight; a clamped look-ahead re-reads the last group (a cache hit) instead of
     # branching, and a count that is not a multiple of DEPTH ends on such re-reads weighted 0
-    w0, s0, lo0, hi0 = _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, gl.minimum(g_lo, last), N, HAS_ZERO, OFFSET_MMA)
+    w0, s0, lo0, hi0 = _step_loads(wp, sp, zl, zr, gl.minimum(g_lo, last), sg, HAS_ZERO,
+                                        OFFSET_MMA, GW)  # fmt: skip
     if DEPTH == 2:
         for g in range(g_lo, g_hi, 2):
-            w1, s1, lo1, hi1 = _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, gl.minimum(g + 1, last), N, HAS_ZERO,
-                                           OFFSET_MMA)  # fmt: skip
-            acc = _group(acc, w0, s0, lo0, hi0, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA)
-            w0, s0, lo0, hi0 = _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, gl.minimum(g + 2, last), N, HAS_ZERO,
-                                           OFFSET_MMA)  # fmt: skip
-            acc = _group(acc, w1, s1 * (g + 1 < g_hi).to(gl.float32), lo1, hi1, x_ptrs, gl.minimum(g + 1, last),
-                         zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA)  # fmt: skip
+            w1, s1, lo1, hi1 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 1, last), sg, HAS_ZERO,
+                                                OFFSET_MMA, GW)  # fmt: skip
+            acc = _group(acc, w0, s0, lo0, hi0, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B,
+                         OFFSET_MMA, ROWS)  # fmt: skip
+            w0, s0, lo0, hi0 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 2, last), sg, HAS_ZERO,
+                                                OFFSET_MMA, GW)  # fmt: skip
+            acc = _group(acc, w1, s1 * (g + 1 < g_hi).to(gl.float32), lo1, hi1, x_ptrs,
+                         gl.minimum(g + 1, last), zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA, ROWS)  # fmt: skip
     else:
-        w1, s1, lo1, hi1 = _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, gl.minimum(g_lo + 1, last), N, HAS_ZERO,
-                                       OFFSET_MMA)  # fmt: skip
-        w2, s2, lo2, hi2 = _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, gl.minimum(g_lo + 2, last), N, HAS_ZERO,
-                                       OFFSET_MMA)  # fmt: skip
+        w1, s1, lo1, hi1 = _step_loads(wp, sp, zl, zr, gl.minimum(g_lo + 1, last), sg, HAS_ZERO,
+                                            OFFSET_MMA, GW)  # fmt: skip
+        w2, s2, lo2, hi2 = _step_loads(wp, sp, zl, zr, gl.minimum(g_lo + 2, last), sg, HAS_ZERO,
+                                            OFFSET_MMA, GW)  # fmt: skip
         for g in range(g_lo, g_hi, 4):
-            w3, s3, lo3, hi3 = _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, gl.minimum(g + 3, last), N, HAS_ZERO,
-                                           OFFSET_MMA)  # fmt: skip
-            acc = _group(acc, w0, s0, lo0, hi0, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA)
-            w0, s0, lo0, hi0 = _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, gl.minimum(g + 4, last), N, HAS_ZERO,
-                                           OFFSET_MMA)  # fmt: skip
-            acc = _group(acc, w1, s1 * (g + 1 < g_hi).to(gl.float32), lo1, hi1, x_ptrs, gl.minimum(g + 1, last),
-                         zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA)  # fmt: skip
-            w1, s1, lo1, hi1 = _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, gl.minimum(g + 5, last), N, HAS_ZERO,
-                                           OFFSET_MMA)  # fmt: skip
-            acc = _group(acc, w2, s2 * (g + 2 < g_hi).to(gl.float32), lo2, hi2, x_ptrs, gl.minimum(g + 2, last),
-                         zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA)  # fmt: skip
-            w2, s2, lo2, hi2 = _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, gl.minimum(g + 6, last), N, HAS_ZERO,
-                                           OFFSET_MMA)  # fmt: skip
-            acc = _group(acc, w3, s3 * (g + 3 < g_hi).to(gl.float32), lo3, hi3, x_ptrs, gl.minimum(g + 3, last),
-                         zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA)  # fmt: skip
+            w3, s3, lo3, hi3 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 3, last), sg, HAS_ZERO,
+                                                OFFSET_MMA, GW)  # fmt: skip
+            acc = _group(acc, w0, s0, lo0, hi0, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B,
+                         OFFSET_MMA, ROWS)  # fmt: skip
+            w0, s0, lo0, hi0 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 4, last), sg, HAS_ZERO,
+                                                OFFSET_MMA, GW)  # fmt: skip
+            acc = _group(acc, w1, s1 * (g + 1 < g_hi).to(gl.float32), lo1, hi1, x_ptrs,
+                         gl.minimum(g + 1, last), zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA, ROWS)  # fmt: skip
+            w1, s1, lo1, hi1 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 5, last), sg, HAS_ZERO,
+                                                OFFSET_MMA, GW)  # fmt: skip
+            acc = _group(acc, w2, s2 * (g + 2 < g_hi).to(gl.float32), lo2, hi2, x_ptrs,
+                         gl.minimum(g + 2, last), zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA, ROWS)  # fmt: skip
+            w2, s2, lo2, hi2 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 6, last), sg, HAS_ZERO,
+                                                OFFSET_MMA, GW)  # fmt: skip
+            acc = _group(acc, w3, s3 * (g + 3 < g_hi).to(gl.float32), lo3, hi3, x_ptrs,
+                         gl.minimum(g + 3, last), zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA, ROWS)  # fmt: skip
+    return acc
+
+
+@gluon.jit
+def int4_mma_kernel(
+    x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg, stride_sn,
+    HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
+    OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr,
+):  # fmt: skip
+    W: gl.constexpr = gl.num_warps()
+    S: gl.constexpr = BLOCK_N // 16
+    LW: gl.constexpr = _words_layout(W)
+    MMA: gl.constexpr = _mma_layout(W)
+    pid_n = gl.program_id(0)
+    pid_k = gl.program_id(1)
+    n_groups = K // GROUP
+    per_split = gl.cdiv(n_groups, SPLIT_K)
+    g_lo = pid_k * per_split
+    g_hi = gl.minimum(g_lo + per_split, n_groups)
+
+    stripe = pid_n * S + _iota4(S, 0, LW)
+    lane = _iota4(32, 2, LW)
+    if ROWS:  # [S, r3, lane, w]: row 16 stripe + 8 r3 + g, words 4 t + w of the group's 16 (16 bytes per thread)
+        GW: gl.constexpr = GROUP // 8
+        w_rows = stripe * 16 + _iota4(2, 1, LW) * 8 + lane // 4
+        w_ptrs = w_ptr + w_rows.to(gl.int64) * (K // 8) + (lane % 4) * 4 + _iota4(4, 3, LW)
+    else:  # stripe (pid_n * S + s) starts at its row of [N/16, 2K]; a group is 256 contiguous words of it
+        GW: gl.constexpr = 2 * GROUP
+        inner = _iota4(2, 1, LW) * 128 + lane * 4 + _iota4(4, 3, LW)
+        w_ptrs = w_ptr + stripe.to(gl.int64) * (2 * K) + inner
+    z_lo = z_ptr + (stripe * 16 + lane // 4) * stride_sn  # row 16 stripe + g; row + 8 at +8 (fragment order)
+    rows = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
+    s_ptrs = s_ptr + rows * stride_sn
+    z_rows = z_ptr + rows * stride_sn
+    LX: gl.constexpr = _x_layout(W)
+    xn = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, gl.SliceLayout(2, LX)))[:, None, None]
+    xt = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, LX)))[None, :, None]
+    xj = gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, LX)))[None, None, :]
+    # rows of x past M re-read row M - 1 (their outputs are not stored): unmasked loads, no zero fill
+    x_ptrs = x_ptr + gl.minimum(xn, M - 1) * stride_xm + xt * 32 + xj
+
+    acc = _k_loop(w_ptrs, s_ptrs, z_lo, z_rows, stride_sg, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO,
+                  OFFSET_MMA, DEPTH, ROWS, GW)  # fmt: skip
 
     # epilogue: y[m, n] = acc[n, m]; split-K partials reduced by the last program to arrive (fixed order)
     ym = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
@@ -282,15 +316,16 @@ def int4_mma_kernel(
 
 
 def int4_mma_variant(
-    block_n: int, block_m: int, split_k: int, warps: int, zero: bool, offset_mma: bool = True, depth: int = 2
+    block_n: int, block_m: int, split_k: int, warps: int, zero: bool, offset_mma: bool = True, depth: int = 2,
+    rows: bool = False,
 ):
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
            "y_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
-           "stride_xm": "i32", "stride_ym": "i32"}  # fmt: skip
+           "stride_xm": "i32", "stride_ym": "i32", "stride_sg": "i32", "stride_sn": "i32"}  # fmt: skip
     cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, OFFSET_MMA=offset_mma,
-               DEPTH=depth)  # fmt: skip
-    name = (f"int4 mma{' asym' if zero else ''}{'' if offset_mma else ' fma-offset'} BLOCK_N={block_n} "
+               DEPTH=depth, ROWS=rows)  # fmt: skip
+    name = (f"int4 mma{' rows' if rows else ''}{' asym' if zero else ''}{'' if offset_mma else ' fma-offset'} BLOCK_N={block_n} "
             f"BLOCK_M={block_m} split {split_k} w{warps} depth {depth}")  # fmt: skip
     return name, int4_mma_kernel, sig, cex, warps
 
@@ -322,17 +357,22 @@ def mma_config(m: int, n: int, k: int, sms: int | None = None) -> SkinnyConfig:
 
 
 def int4_mma_matmul(
-    x: torch.Tensor, w: Int4MmaWeight, out: torch.Tensor | None = None, cfg: SkinnyConfig | None = None,
+    x: torch.Tensor, w: Int4MmaWeight | Int4Weight, out: torch.Tensor | None = None, cfg: SkinnyConfig | None = None,
     offset_mma: bool = True,
 ) -> torch.Tensor:  # fmt: skip
-    """y [M, N] = x [M, K] @ W^T (bf16), 1 <= M <= 64, W in fragment order (Int4MmaWeight). `cfg`: the tile
-    (mma_config's form); `offset_mma` (default): take (128 + z) sum x off each group's partial (sum x from a
-    second MMA against ones); False: one bf16x2 fma per weight register subtracts 128 + z before the MMA."""
+    """y [M, N] = x [M, K] @ W^T (bf16), 1 <= M <= 64: W in fragment order (Int4MmaWeight) or in hinfer.quant.int4's
+    row layout (Int4Weight, group 128: each thread then loads 16 bytes of two rows, g and g + 8, which hold the
+    same K offsets as a fragment-ordered word). `cfg`: the tile (mma_config's form); `offset_mma` (default): take
+    (128 + z) sum x off each group's partial (sum x from a second MMA against ones); False (fragment order only):
+    one bf16x2 fma per weight register subtracts 128 + z before the MMA."""
     m, k = x.shape
-    n = w.n
-    if k != w.k or k % GROUP_K or m > MAX_M or x.dtype != torch.bfloat16:
-        raise ValueError(f"int4 mma: x [M <= {MAX_M}, K % {GROUP_K} == 0] bf16 matching W {w.shape}, "
+    rows = isinstance(w, Int4Weight)
+    n = w.shape[0]
+    if k != w.shape[1] or k % GROUP_K or m > MAX_M or x.dtype != torch.bfloat16 or (rows and w.group != GROUP_K):
+        raise ValueError(f"int4 mma: x [M <= {MAX_M}, K % {GROUP_K} == 0] bf16 matching W {tuple(w.shape)}, "
                          f"got {tuple(x.shape)} {x.dtype}")  # fmt: skip
+    if rows and not offset_mma:
+        raise ValueError("int4 mma: the per-weight offset variant needs fragment order")
     if x.stride(-1) != 1:
         x = x.contiguous()
     cfg = cfg or mma_config(m, n, k)
@@ -346,10 +386,14 @@ def int4_mma_matmul(
         return out
     grid = (n // block_n, split)
     part, cnt = split_scratch(split, m, n, grid[0], x, out)
+    if rows:  # scales / zeros [N, G]
+        words, sg, sn = w.qweight, 1, w.scales.shape[1]
+    else:  # [G, N]
+        words, sg, sn = w.words, n, 1
     int4_mma_kernel[grid](
-        x, w.words, w.scales, w.zeros if w.zeros is not None else w.scales, out, part, cnt, m, n, k,
-        x.stride(0), out.stride(0),
+        x, words, w.scales, w.zeros if w.zeros is not None else w.scales, out, part, cnt, m, n, k,
+        x.stride(0), out.stride(0), sg, sn,
         HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split,
-        OFFSET_MMA=offset_mma, DEPTH=cfg.num_stages, num_warps=warps,
+        OFFSET_MMA=offset_mma, DEPTH=cfg.num_stages, ROWS=rows, num_warps=warps,
     )  # fmt: skip
     return out

@@ -6,6 +6,9 @@ moe_experts takes bf16 (or fp32) experts w_gate_up [E, 2I, H], w_down [E, H, I],
   sums the k slots itself). The k experts of one token are distinct, so each is read exactly once.
 - T == 1, direct tensor-core path (int4, fp8; bf16 by config): `_gate_up_kernel` with block = pair, then
   `_down_sum_kernel`, or `_down_kernel` + `_sum_slots_kernel`.
+- int4 at decode sizes (<= 64 pairs) on a GPU: the Gluon tensor-core kernel of moe_int4_mma.py on the row
+  layout, gate_up into [P, 2I], SiLU-mul, down scaled by the routing weights, slots summed (HINFER_MOE_INT4=grouped
+  keeps the kernels below).
 - T > 1: `align` (1 launch for decode, a memset + 3 for large batches) groups the T*k pairs by expert; then
   `_gate_up_kernel`, `_down_kernel` over (block, n-block) grids and `_sum_slots_kernel`.
 Grids depend only on (T, k, E, H, I) and nothing syncs with the host, so decode can be captured in a CUDA
@@ -14,6 +17,7 @@ graph. Scratch: act [T*k, I] and y [T*k, H] in x's dtype, plus the int32 alignme
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 import torch
@@ -25,6 +29,7 @@ from hinfer.ops.triton.moe_align import align
 from hinfer.ops.triton.moe_common import _empty, interpreted, pdl_kwargs
 from hinfer.ops.triton.moe_config import BF16, FP8, INT4, QGROUP, MoeConfig, clamp_to_shape, pick_config
 from hinfer.ops.triton.moe_int4 import Int4Experts
+from hinfer.ops.triton.moe_int4_mma import GROUP_K, MAX_PAIRS, experts_mma
 from hinfer.ops.triton.moe_route import moe_route
 
 __all__ = ["Fp8Experts", "Int4Experts", "moe_experts", "moe_route"]
@@ -100,6 +105,39 @@ def _fmt(w: Experts) -> str:
     return INT4 if isinstance(w, Int4Experts) else FP8 if isinstance(w, Fp8Experts) else BF16
 
 
+def mma_experts_fit(x: torch.Tensor, gu: Int4Experts, dn: Int4Experts, pairs: int) -> bool:
+    """Decode sizes on a GPU (the Gluon kernel has no interpreter twin), shapes whole 64-row tiles and 128-groups,
+    unless HINFER_MOE_INT4=grouped keeps the grouped Triton kernels."""
+    if os.environ.get("HINFER_MOE_INT4", "mma") == "grouped" or not x.is_cuda or interpreted(mg._gate_up_kernel):
+        return False
+    (_, n_gu, h), (_, n_dn, i) = gu.shape, dn.shape
+    return (pairs <= MAX_PAIRS and x.dtype == torch.bfloat16 and n_gu % 64 == 0 and n_dn % 64 == 0
+            and h % GROUP_K == 0 and i % GROUP_K == 0)  # fmt: skip
+
+
+def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, out: torch.Tensor) -> torch.Tensor:
+    """gate_up and down through the tensor-core kernel (moe_int4_mma.py), SiLU-mul between, slots summed."""
+    from hinfer.ops.triton.activation import silu_mul
+
+    pairs, h, bm = t * k, x.shape[1], 8
+    if t == 1:  # block b = pair b: the k experts are distinct
+        blocks, sorted_, bexp, brows, direct = k, ids, ids, ids, True
+    else:
+        al = align(ids.view(t, k), gu.shape[0], bm)
+        blocks, sorted_, bexp, brows, direct = al.n_blocks, al.sorted, al.bexp, al.brows, False
+    hid = _empty((pairs, gu.shape[1]), x.dtype, x.device)
+    experts_mma(x, gu, hid, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=k)
+    act = silu_mul(hid)
+    y = _empty((pairs, h), x.dtype, x.device)
+    experts_mma(act, dn, y, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=1, tw=tw)
+    bn = min(1024, triton.next_power_of_2(h))
+    mg._sum_slots_kernel[(t, triton.cdiv(h, bn))](
+        y, out, h, out.stride(0), TOPK=k, TOPK_P=triton.next_power_of_2(k), BN=bn, EMU=False, num_warps=4,
+        PDL=False,
+    )  # fmt: skip
+    return out
+
+
 def moe_experts(
     x: torch.Tensor,  # [T, H]
     w_gate_up: Experts,  # [E, 2I, H]
@@ -121,6 +159,8 @@ def moe_experts(
     x = _unit_last(x)
     ids = top_i.reshape(-1).contiguous()
     tw = top_w.reshape(-1).contiguous()
+    if fmt == INT4 and config is None and mma_experts_fit(x, w_gate_up, w_down, t * k):
+        return _experts_mma(x, w_gate_up, w_down, tw, ids, t, k, out)
     cfg = config or pick_config(t, k, e, h, i, fmt)
     if (cfg.direct or cfg.gemv) and t != 1:
         raise ValueError("the direct / GEMV expert paths need T == 1")

@@ -1,0 +1,128 @@
+"""Routed int4 experts at decode sizes on tensor cores (Gluon), reading hinfer.quant.int4's row layout directly.
+
+The dense kernel's loop (linear_int4_mma._k_loop, ROWS: each thread loads 16 bytes of rows g and g + 8 of a
+16-row stripe, which unpack straight into mma.sync A fragments) over one expert's weight per block of rows:
+block b is pair b when the batch has one token (`DIRECT`: ids[b] is its expert), else the b-th block of
+moe_align's grouping (bexp[b] its expert, -1: nothing to do; sorted[b * BLOCK_M + r] the pairs of its
+brows[b] rows). Row r of a block reads x row pair // XDIV (XDIV = top k for gate_up: the pair's token; 1 for down:
+the pair's own activation row) and writes y row `pair`, times the pair's routing weight with ROW_SCALE.
+
+    gate_up: h [P, 2I] = x[tok] @ Wgu[e]^T -> silu_mul -> act [P, I] -> down (ROW_SCALE): y [P, H] -> sum of slots
+
+Every expert a block names is read once per block (each N tile of it by one program): at one token the 8 selected
+experts' bytes once; at 8 tokens each distinct expert once per 8-row block. No split-K (the grid is experts x N
+tiles already). Reference: hinfer.ops.triton.moe_int4.moe_experts_int4_ref.
+"""
+
+from __future__ import annotations
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+from hinfer.ops.triton.linear_configs import num_sms
+from hinfer.ops.triton.linear_int4_mma import (
+    GROUP,
+    GROUP_K,
+    _iota4,
+    _k_loop,
+    _mma_layout,
+    _words_layout,
+    _x_layout,
+)
+from hinfer.ops.triton.moe_int4 import Int4Experts
+
+MAX_PAIRS = 64  # decode sizes: (tokens x top k) pairs; larger batches take the grouped Triton kernels
+
+
+@gluon.jit
+def int4_mma_experts_kernel(
+    x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, tw_ptr, ids_ptr, sorted_ptr, bexp_ptr, brows_ptr,
+    N, K, stride_xm, stride_ym, stride_we, stride_se, stride_sn,
+    HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, DEPTH: gl.constexpr,
+    DIRECT: gl.constexpr, XDIV: gl.constexpr, ROW_SCALE: gl.constexpr,
+):  # fmt: skip
+    W: gl.constexpr = gl.num_warps()
+    S: gl.constexpr = BLOCK_N // 16
+    LW: gl.constexpr = _words_layout(W)
+    MMA: gl.constexpr = _mma_layout(W)
+    LX: gl.constexpr = _x_layout(W)
+    pid_n = gl.program_id(0)
+    blk = gl.program_id(1)
+    if DIRECT:
+        e = gl.load(ids_ptr + blk).to(gl.int32)
+        nrows = 1
+    else:
+        e = gl.load(bexp_ptr + blk)
+        nrows = gl.load(brows_ptr + blk)
+    if e >= 0:
+        # the block's pairs: for x (its layout) and for y (the accumulator's columns); padding rows repeat the
+        # last valid pair (their outputs are not stored)
+        xr = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, gl.SliceLayout(2, LX)))
+        ym = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
+        if DIRECT:
+            px = xr * 0 + blk
+            py = ym * 0 + blk
+        else:
+            px = gl.load(sorted_ptr + blk * BLOCK_M + gl.minimum(xr, nrows - 1))
+            py = gl.load(sorted_ptr + blk * BLOCK_M + gl.minimum(ym, nrows - 1))
+        xt = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, LX)))[None, :, None]
+        xj = gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, LX)))[None, None, :]
+        x_ptrs = x_ptr + ((px // XDIV).to(gl.int64) * stride_xm)[:, None, None] + xt * 32 + xj
+
+        stripe = pid_n * S + _iota4(S, 0, LW)
+        lane = _iota4(32, 2, LW)
+        w_rows = stripe * 16 + _iota4(2, 1, LW) * 8 + lane // 4
+        w_base = w_ptr + e.to(gl.int64) * stride_we
+        w_ptrs = w_base + w_rows.to(gl.int64) * (K // 8) + (lane % 4) * 4 + _iota4(4, 3, LW)
+        rows = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
+        s_ptrs = s_ptr + e.to(gl.int64) * stride_se + rows * stride_sn
+        z_rows = z_ptr + e.to(gl.int64) * stride_se + rows * stride_sn
+        acc = _k_loop(w_ptrs, s_ptrs, z_rows, z_rows, 1, x_ptrs, 0, K // GROUP, BLOCK_N, BLOCK_M, HAS_ZERO,
+                      True, DEPTH, True, GROUP // 8)  # fmt: skip
+        if ROW_SCALE:
+            acc = acc * gl.load(tw_ptr + py).to(gl.float32)[None, :]
+        out_mask = (ym < nrows)[None, :] & (rows < N)[:, None]
+        gl.store(y_ptr + py[None, :].to(gl.int64) * stride_ym + rows[:, None], acc.to(gl.bfloat16), mask=out_mask)
+
+
+def experts_mma_variant(block_n: int, block_m: int, warps: int, zero: bool, direct: bool, xdiv: int,
+                        row_scale: bool, depth: int = 2):  # fmt: skip
+    """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
+    sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
+           "y_ptr": "*bf16", "tw_ptr": "*fp32", "ids_ptr": "*i64", "sorted_ptr": "*i32", "bexp_ptr": "*i32",
+           "brows_ptr": "*i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_ym": "i32", "stride_we": "i32",
+           "stride_se": "i32", "stride_sn": "i32"}  # fmt: skip
+    cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, DEPTH=depth, DIRECT=direct, XDIV=xdiv,
+               ROW_SCALE=row_scale)  # fmt: skip
+    name = (f"int4 mma experts{' asym' if zero else ''}{' direct' if direct else ''} BLOCK_N={block_n} "
+            f"BLOCK_M={block_m} w{warps} xdiv {xdiv}{' scaled' if row_scale else ''}")  # fmt: skip
+    return name, int4_mma_experts_kernel, sig, cex, warps
+
+
+def _tile(n: int, blocks: int) -> tuple[int, int]:
+    """(BLOCK_N, warps): 64-row tiles when the grid would leave SMs idle, else 128 with 8 warps."""
+    sms = num_sms(torch.cuda.current_device() if torch.cuda.is_available() else 0)
+    if n % 128 == 0 and (n // 128) * blocks >= sms:
+        return 128, 8
+    return 64, 4
+
+
+def experts_mma(
+    x: torch.Tensor, w: Int4Experts, y: torch.Tensor, blocks: int, block_m: int, ids: torch.Tensor,
+    sorted_: torch.Tensor, bexp: torch.Tensor, brows: torch.Tensor, direct: bool, xdiv: int,
+    tw: torch.Tensor | None = None,
+) -> torch.Tensor:  # fmt: skip
+    """y[pair] = x[pair // xdiv] @ w[expert]^T (times tw[pair] if given) for every pair the blocks name."""
+    e, n, k = w.shape
+    if k % GROUP_K or n % 64 or x.dtype != torch.bfloat16 or x.stride(-1) != 1:
+        raise ValueError(f"int4 mma experts: K % {GROUP_K}, N % 64, bf16 x with unit stride; got {w.shape}")
+    block_n, warps = _tile(n, blocks)
+    g = w.scales.shape[-1]
+    int4_mma_experts_kernel[(n // block_n, blocks)](
+        x, w.qweight, w.scales, w.zeros if w.zeros is not None else w.scales, y, tw if tw is not None else x,
+        ids, sorted_, bexp, brows, n, k, x.stride(0), y.stride(0), w.qweight.stride(0), w.scales.stride(0), g,
+        HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, DEPTH=2, DIRECT=direct, XDIV=xdiv,
+        ROW_SCALE=tw is not None, num_warps=warps,
+    )  # fmt: skip
+    return y
