@@ -1,6 +1,7 @@
-"""lm-evaluation-harness's `local-completions` model on a tiny inline multiple-choice task, against the demo
-model: every loglikelihood it reports (from `/v1/completions` with echo and logprobs) is checked against the
-prompt logprobs that `LLM.logits` computes, and so are its greedy flags and its accuracy."""
+"""lm-evaluation-harness's `local-completions` model on tiny inline tasks (multiple choice, and rolling
+loglikelihood as perplexity tasks use), against the demo model: every loglikelihood it reports (from
+`/v1/completions` with echo and logprobs) is checked against the prompt logprobs that `LLM.logits` computes, and
+so are its greedy flags and its accuracy."""
 
 from __future__ import annotations
 
@@ -45,6 +46,13 @@ def score(llm, context: str, continuation: str) -> tuple[float, bool]:
     return total, greedy
 
 
+def rolling_score(llm, text: str) -> float:
+    """The whole text's loglikelihood after one prefix token: lm-eval's tokenizer's eos (`<|im_end|>` here)."""
+    ids = [llm.tokenizer.token_to_id("<|im_end|>"), *llm.tokenizer.encode(text)]
+    logp = torch.log_softmax(llm.logits(ids).float(), dim=-1)
+    return sum(logp[i, ids[i + 1]].item() for i in range(len(ids) - 1))
+
+
 def greedy_doc(llm) -> dict:
     """A question whose first choice is the model's own two greedy tokens, so the greedy flag is checked both
     ways. The first context whose greedy text re-tokenizes to the same ids is taken."""
@@ -65,13 +73,16 @@ def test_local_completions_loglikelihood(demo_url, demo_llm, tmp_path):
     docs = [*DOCS, greedy_doc(demo_llm)]
     data = tmp_path / "tiny.jsonl"
     data.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    rolling = {"task": "hinfer_rolling", "dataset_path": "json", "dataset_kwargs": {"data_files": {"test": str(data)}},
+               "test_split": "test", "output_type": "loglikelihood_rolling", "doc_to_text": "",
+               "doc_to_target": "{{question}}", "metric_list": [{"metric": "word_perplexity"}]}
     task = {"task": "hinfer_tiny", "dataset_path": "json", "dataset_kwargs": {"data_files": {"test": str(data)}},
             "test_split": "test", "output_type": "multiple_choice", "target_delimiter": "", "doc_to_text": "{{question}}",
             "doc_to_choice": "{{choices}}", "doc_to_target": "{{answer}}",
             "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True}]}
     model_args = {"model": "demo", "base_url": demo_url + "/v1/completions", "tokenizer_backend": "huggingface",
                   "tokenizer": str(tokenizer_dir()), "batch_size": 4, "max_retries": 1}
-    out = lm_eval.simple_evaluate(model="local-completions", model_args=model_args, tasks=[task],
+    out = lm_eval.simple_evaluate(model="local-completions", model_args=model_args, tasks=[task, rolling],
                                   log_samples=True, bootstrap_iters=0)
     samples = sorted(out["samples"]["hinfer_tiny"], key=lambda s: s["doc_id"])
     assert len(samples) == len(docs)
@@ -88,3 +99,7 @@ def test_local_completions_loglikelihood(demo_url, demo_llm, tmp_path):
         correct.append(max(range(len(want)), key=lambda i: want[i][0]) == s["doc"]["answer"])
     assert out["results"]["hinfer_tiny"]["acc,none"] == pytest.approx(sum(correct) / len(correct))
     assert True in greedy_flags and False in greedy_flags
+    for s in out["samples"]["hinfer_rolling"]:
+        (text,) = s["arguments"][0]
+        n = len(demo_llm.tokenizer.encode(text)) + 1
+        assert s["resps"][0][0] == pytest.approx(rolling_score(demo_llm, text), abs=ATOL_PER_TOKEN * n), text
