@@ -6,14 +6,10 @@ so are its greedy flags and its accuracy."""
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 import torch
 
-# Everything is local: the task's data is a JSON file, the tokenizer the packaged one.
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 lm_eval = pytest.importorskip("lm_eval", reason="lm-eval is not installed")
 
 # The server's prefill is chunked and batched differently from LLM.logits' one full prefill: fp32 sums reorder.
@@ -67,8 +63,12 @@ def greedy_doc(llm) -> dict:
     raise AssertionError("no context's greedy continuation survives re-tokenizing")
 
 
-def test_local_completions_loglikelihood(demo_url, demo_llm, tmp_path):
+def test_local_completions_loglikelihood(demo_url, demo_llm, tmp_path, monkeypatch):
     from hinfer.fixtures import tokenizer_dir
+
+    # Everything is local: the task's data is a JSON file, the tokenizer the packaged one.
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
     docs = [*DOCS, greedy_doc(demo_llm)]
     data = tmp_path / "tiny.jsonl"
