@@ -42,9 +42,8 @@ def fixture_tokenizer_dir() -> Path | None:
 
 
 # From this many characters on, text is encoded through `encode_batch`, which releases the GIL while it works
-# (`encode` holds it): a long prompt encoded in a worker thread then leaves the server's event loop free. Shorter
-# texts take the plain call, because `encode_batch` marks the tokenizers thread pool as used, and a process that
-# forks after that prints a warning.
+# (`encode` holds it): a long prompt encoded in a worker thread then leaves the server's event loop free. Short
+# texts, where that makes no difference, keep the plain call.
 _RELEASE_GIL_CHARS = 1 << 16
 
 
