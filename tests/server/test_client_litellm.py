@@ -10,6 +10,7 @@ import os
 import pytest
 from server_live import MODEL
 from server_scripts import AFTER_TOOL, WEATHER_ARGS, WEATHER_TOOL
+from structured_models import ChoiceWeather
 
 # LiteLLM fetches its model price list from the network on import unless told to use the packaged copy.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -81,3 +82,16 @@ def test_responses_and_text_completion(base_url, engine):
     r = litellm.text_completion(prompt="Once upon a time [[greet]]", max_tokens=5, **kw)
     assert r.choices[0].text == "The user greets me"  # raw: no template, no reasoning split
     assert engine.requests[-1].prompt_token_ids == engine.tokenizer.encode("Once upon a time [[greet]]")
+
+
+@pytest.mark.parametrize("provider", ["hosted_vllm", "anthropic"])
+def test_response_format_pydantic_on_the_demo_model(demo_url, provider):
+    """`response_format=Model`: a JSON schema over Chat Completions, a forced tool over Anthropic (LiteLLM turns
+    its input back into the message content). Greedy, so the same answer every run."""
+    if provider == "anthropic":
+        kw = {"model": "anthropic/demo", "api_base": demo_url}
+    else:
+        kw = {"model": "hosted_vllm/demo", "api_base": demo_url + "/v1", "reasoning_effort": "none"}
+    r = litellm.completion(messages=user("Weather in Paris?"), response_format=ChoiceWeather, max_tokens=128,
+                           temperature=0, api_key="dummy", **kw)
+    ChoiceWeather.model_validate_json(r.choices[0].message.content)
