@@ -6,9 +6,14 @@ so are its greedy flags and its accuracy."""
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
+
+if TYPE_CHECKING:
+    from hinfer import LLM
+    from hinfer.tokenizer import Tokenizer
 
 lm_eval = pytest.importorskip("lm_eval", reason="lm-eval is not installed")
 
@@ -22,7 +27,7 @@ DOCS = [
 ]
 
 
-def split_pair(tokenizer, context: str, continuation: str) -> tuple[list[int], list[int]]:
+def split_pair(tokenizer: Tokenizer, context: str, continuation: str) -> tuple[list[int], list[int]]:
     """lm-eval's own split: trailing spaces of the context move to the continuation; the continuation's tokens
     are those of the whole text after the context's."""
     n = len(context) - len(context.rstrip())
@@ -32,7 +37,7 @@ def split_pair(tokenizer, context: str, continuation: str) -> tuple[list[int], l
     return ctx, whole[len(ctx):]
 
 
-def score(llm, context: str, continuation: str) -> tuple[float, bool]:
+def score(llm: LLM, context: str, continuation: str) -> tuple[float, bool]:
     ctx, cont = split_pair(llm.tokenizer, context, continuation)
     ids = ctx + cont
     logp = torch.log_softmax(llm.logits(ids).float(), dim=-1)
@@ -42,14 +47,14 @@ def score(llm, context: str, continuation: str) -> tuple[float, bool]:
     return total, greedy
 
 
-def rolling_score(llm, text: str) -> float:
+def rolling_score(llm: LLM, text: str) -> float:
     """The whole text's loglikelihood after one prefix token: lm-eval's tokenizer's eos (`<|im_end|>` here)."""
     ids = [llm.tokenizer.token_to_id("<|im_end|>"), *llm.tokenizer.encode(text)]
     logp = torch.log_softmax(llm.logits(ids).float(), dim=-1)
     return sum(logp[i, ids[i + 1]].item() for i in range(len(ids) - 1))
 
 
-def greedy_doc(llm) -> dict:
+def greedy_doc(llm: LLM) -> dict:
     """A question whose first choice is the model's own two greedy tokens, so the greedy flag is checked both
     ways. The first context whose greedy text re-tokenizes to the same ids is taken."""
     for context in ("Once upon a time", "The weather today", "In the beginning", "Hello world"):
