@@ -41,6 +41,18 @@ def fixture_tokenizer_dir() -> Path | None:
     return next((p for p in candidates if (p / "tokenizer.json").is_file()), None)
 
 
+# From this many characters on, text is encoded through `encode_batch`, which releases the GIL while it works
+# (`encode` holds it): a long prompt encoded in a worker thread then leaves the server's event loop free. Short
+# texts, where that makes no difference, keep the plain call.
+_RELEASE_GIL_CHARS = 1 << 16
+
+
+def _encode_ids(tok: tokenizers.Tokenizer, text: str, add_special_tokens: bool) -> list[int]:
+    if len(text) < _RELEASE_GIL_CHARS:
+        return tok.encode(text, add_special_tokens=add_special_tokens).ids
+    return tok.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
+
+
 def _byte_decoder() -> dict[str, int]:
     """Inverse of the GPT-2 byte-level alphabet: printable Latin-1 bytes stand for themselves, the other
     bytes are shifted to code points 256, 257, ... in byte order."""
@@ -148,7 +160,7 @@ class Tokenizer:
     # ---- ids <-> text
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+        return _encode_ids(self._tok, text, add_special_tokens)
 
     def encode_plain(self, text: str) -> list[int]:
         """Encode with special-token text as ordinary text (`<|im_start|>` -> `<`, `|`, `im`, ...); added tokens
@@ -157,7 +169,7 @@ class Tokenizer:
             plain = tokenizers.Tokenizer.from_str(self._tok.to_str())
             plain.encode_special_tokens = True
             self._plain_tok = plain
-        return self._plain_tok.encode(text, add_special_tokens=False).ids
+        return _encode_ids(self._plain_tok, text, False)
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)

@@ -15,7 +15,7 @@ from hinfer.server.anthropic_responses import MessageBuilder, fold
 from hinfer.server.errors import anthropic_body
 from hinfer.server.generation import EngineRun, engine_error, log_failure, run_to_end
 from hinfer.server.openapi_responses import ANTHROPIC_ERRORS, STREAMED
-from hinfer.server.prompt import plan_max_tokens, render_prompt
+from hinfer.server.prompt import plan_max_tokens, render_prompt_off_loop
 from hinfer.server.schemas_anthropic import CountTokensRequest, MessagesRequest
 from hinfer.server.state import get_state, new_id
 from hinfer.server.structured import anthropic_output_format, constraint
@@ -30,7 +30,7 @@ async def messages(body: MessagesRequest, request: Request):
     st.check_model(body.model)
     prompt, budget = chat_prompt(body, st.preserve_thinking_default)
     schema = anthropic_output_format(body.output_config)
-    ids = render_prompt(st.tokenizer, prompt, st.prompt_guard)
+    ids = await render_prompt_off_loop(st.tokenizer, prompt, st.prompt_guard)
     max_tokens = plan_max_tokens(len(ids), body.max_tokens, st.engine.max_context)
     sp = sampling_params(body, max_tokens, st.tokenizer.vocab_size)
     if budget is not None and st.tokenizer.think_end_id is not None:
@@ -73,5 +73,5 @@ async def count_tokens(body: CountTokensRequest, request: Request):
     st = get_state(request)
     st.check_model(body.model)
     prompt, _ = chat_prompt(body, st.preserve_thinking_default)
-    ids = render_prompt(st.tokenizer, prompt, st.prompt_guard)
+    ids = await render_prompt_off_loop(st.tokenizer, prompt, st.prompt_guard)
     return {"input_tokens": len(ids)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -31,7 +32,7 @@ from hinfer.server.openai_responses import (
     completion_usage,
 )
 from hinfer.server.openapi_responses import OPENAI_ERRORS, STREAMED
-from hinfer.server.prompt import plan_max_tokens, render_prompt
+from hinfer.server.prompt import plan_max_tokens, render_prompt_off_loop
 from hinfer.server.schemas_openai import ChatCompletionRequest, CompletionRequest
 from hinfer.server.state import get_state, new_id
 from hinfer.server.structured import constraint, openai_response_format, vllm_extras
@@ -45,7 +46,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     st.check_model(body.model)
     prompt, budget = chat_prompt(body, st.preserve_thinking_default)
     schema = openai_response_format(body.response_format)
-    ids = render_prompt(st.tokenizer, prompt, st.prompt_guard)
+    ids = await render_prompt_off_loop(st.tokenizer, prompt, st.prompt_guard)
     requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     max_tokens = plan_max_tokens(len(ids), requested, st.engine.max_context, param)
@@ -118,7 +119,7 @@ async def _chat_stream(runs: list[EngineRun], bs: list[ChatBuilder], include_usa
 async def completions(body: CompletionRequest, request: Request):
     st = get_state(request)
     st.check_model(body.model)
-    prompts = completion_prompts(body, st.tokenizer)
+    prompts = await asyncio.to_thread(completion_prompts, body, st.tokenizer)  # off the loop, as chat's
     n = check_choices(body.n, len(prompts))
     score_only = body.max_tokens == 0  # prompt scoring (lm-evaluation-harness loglikelihood): echo + logprobs
     if score_only and not body.echo:

@@ -6,6 +6,7 @@ reads: role, content string, reasoning_content, tool_calls with dict arguments) 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -138,6 +139,12 @@ def render_prompt(tokenizer: Any, prompt: ChatPrompt, guard: PromptGuard | None 
         log.debug("chat template failed", exc_info=True)
         raise bad_request(f"the chat template could not render the messages: {e}", param="messages") from e
     return guard.encode(text) if guard is not None else tokenizer.encode(text, add_special_tokens=False)
+
+
+async def render_prompt_off_loop(tokenizer: Any, prompt: ChatPrompt, guard: PromptGuard | None = None) -> list[int]:
+    """render_prompt in a worker thread: a long prompt takes seconds to encode, and the event loop must go on
+    serving the other requests meanwhile (the tokenizer releases the GIL for long texts, tokenizer.py)."""
+    return await asyncio.to_thread(render_prompt, tokenizer, prompt, guard)
 
 
 def check_template_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:

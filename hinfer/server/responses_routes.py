@@ -14,7 +14,7 @@ from hinfer.server import sse
 from hinfer.server.errors import APIError, bad_request
 from hinfer.server.generation import EngineRun, engine_error, log_failure, run_to_end
 from hinfer.server.openapi_responses import OPENAI_ERRORS, STREAMED
-from hinfer.server.prompt import plan_max_tokens, render_prompt
+from hinfer.server.prompt import plan_max_tokens, render_prompt_off_loop
 from hinfer.server.responses_convert import chat_prompt, input_items, sampling_params
 from hinfer.server.responses_stream import ResponseBuilder
 from hinfer.server.schemas_responses import ResponsesRequest
@@ -47,7 +47,7 @@ async def create_response(body: ResponsesRequest, request: Request):
     items = _conversation(st, body)
     prompt, budget = chat_prompt(body, items, st.preserve_thinking_default)
     schema = responses_text_format(body.text)
-    ids = render_prompt(st.tokenizer, prompt, st.prompt_guard)
+    ids = await render_prompt_off_loop(st.tokenizer, prompt, st.prompt_guard)
     max_tokens = plan_max_tokens(len(ids), body.max_output_tokens, st.engine.max_context, "max_output_tokens",
                                  prompt_param="input")
     sp = sampling_params(body, max_tokens)

@@ -50,6 +50,14 @@ def demo_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def demo_llm():
+    """The demo model in-process (`LLM.logits`: the reference for what the server reports about prompts)."""
+    from hinfer import LLM
+
+    return LLM("demo", max_context=2048, max_concurrency=1)
+
+
+@pytest.fixture(scope="session")
 def demo_cache(tmp_path_factory):
     """HINFER_CACHE for `hinfer serve` subprocesses (server_proc.py): the demo model is written there once."""
     return tmp_path_factory.mktemp("hinfer-cache")

@@ -16,14 +16,8 @@ def oai(demo_url):
     return openai.OpenAI(base_url=demo_url + "/v1", api_key="x", max_retries=0)
 
 
-@pytest.fixture(scope="module")
-def llm():
-    from hinfer import LLM
-
-    return LLM("demo", max_context=2048, max_concurrency=1)
-
-
-def test_echo_logprobs_score_the_prompt(oai, llm):
+def test_echo_logprobs_score_the_prompt(oai, demo_llm):
+    llm = demo_llm
     text = "The capital of France is Paris."
     ids = llm.tokenizer.encode(text)
     want = torch.log_softmax(llm.logits(ids).float(), dim=-1)

@@ -11,6 +11,7 @@ import jsonschema
 import openai
 import pytest
 from pydantic import BaseModel, Field
+from structured_models import ChoiceWeather
 
 WEATHER = {"type": "object", "additionalProperties": False, "required": ["city", "days", "sunny"],
            "properties": {"city": {"type": "string", "maxLength": 6},
@@ -83,6 +84,21 @@ def test_responses_text_format(oai):
                              text={"format": {"type": "json_schema", "name": "w", "schema": WEATHER, "strict": True}})
     assert r.status == "completed"
     jsonschema.validate(json.loads(r.output_text), WEATHER)
+
+
+def test_openai_sdk_responses_parse_pydantic(oai):
+    kw = dict(model="demo", input="Weather?", text_format=ChoiceWeather, reasoning={"effort": "none"},
+              max_output_tokens=128, temperature=0)
+    r = oai.responses.parse(**kw)
+    assert r.status == "completed" and isinstance(r.output_parsed, ChoiceWeather), r.output_text
+    with oai.responses.stream(**kw) as s:
+        assert isinstance(s.get_final_response().output_parsed, ChoiceWeather)
+
+
+def test_anthropic_sdk_messages_parse_pydantic(ant):
+    m = ant.messages.parse(model="demo", max_tokens=128, messages=MSGS, output_format=ChoiceWeather,
+                           extra_body={"temperature": 0})
+    assert m.stop_reason == "end_turn" and isinstance(m.parsed_output, ChoiceWeather), m.content
 
 
 def test_responses_forced_tool(oai):

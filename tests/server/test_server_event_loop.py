@@ -1,0 +1,58 @@
+"""A prompt of a few megabytes takes seconds to encode; the server keeps answering other requests meanwhile
+(the encoding runs in a worker thread, and the tokenizer releases the GIL for long texts)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+from server_live import MODEL
+
+WORDS = 600_000  # 3 MB of text: far over the context, so the answer is a 400 once it is encoded
+
+
+def _bodies() -> dict[str, tuple[str, dict]]:
+    text = "word " * WORDS
+    return {"chat": ("/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": text}]}),
+            "completions": ("/v1/completions", {"model": MODEL, "prompt": text}),
+            "messages": ("/v1/messages", {"model": MODEL, "max_tokens": 10,
+                                          "messages": [{"role": "user", "content": text}]})}
+
+
+@pytest.mark.parametrize("route", ["chat", "completions", "messages"])
+def test_health_answers_while_a_huge_prompt_is_encoded(base_url, route):
+    path, body = _bodies()[route]
+    done: dict[str, object] = {}
+
+    def big() -> None:
+        t = time.monotonic()
+        r = httpx.post(base_url + path, json=body, timeout=300)
+        done["status"], done["seconds"] = r.status_code, time.monotonic() - t
+
+    thread = threading.Thread(target=big)
+    thread.start()
+    waits = []
+    with httpx.Client(base_url=base_url, timeout=300) as c:
+        while thread.is_alive():
+            t = time.monotonic()
+            assert c.get("/health").status_code == 200
+            waits.append(time.monotonic() - t)
+            time.sleep(0.02)
+    thread.join()
+    assert done["status"] == 400
+    # On the event loop the encoding would hold /health for nearly the whole request.
+    assert len(waits) >= 3 and max(waits) < done["seconds"] / 2, (max(waits), done["seconds"])
+
+
+def test_long_texts_encode_as_short_ones_do(tokenizer):
+    """Texts past the GIL-releasing threshold go through another tokenizers call: same ids."""
+    tok = tokenizer
+    piece = "Héllo <|im_start|>wörld <think> 你好 🌍\n\t  12345 "
+    text = piece * (70_000 // len(piece) + 1)
+    assert len(text) > 65_536
+    assert tok.encode(text) == tok._tok.encode(text, add_special_tokens=False).ids
+    plain = tok.encode_plain(text)
+    assert plain == tok._plain_tok.encode(text, add_special_tokens=False).ids
+    assert tok.token_to_id("<|im_start|>") not in plain and tok.token_to_id("<think>") in plain
