@@ -28,7 +28,9 @@ Scales and zeros are transposed to [G, N] (group-major): a warp's rows of one gr
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 
 import torch
 import torch.nn.functional as F
@@ -40,6 +42,7 @@ from hinfer.quant.int4 import GROUP, Int4Weight, pack_int4, prefill_mode, unpack
 TILE_N = 16  # rows of a stripe (the MMA's M)
 CHUNK_K = 64  # K per 128-bit load: 4 k16 steps
 K_ALIGN = 128  # the K remap works within 128-groups
+log = logging.getLogger("hinfer.quant")
 # nibble position p holds fragment element E_OF_POS[p]
 E_OF_POS = tuple(2 * (p % 4) + p // 4 for p in range(8))
 
@@ -222,7 +225,11 @@ def use_fragment_order(model: nn.Module) -> nn.Module:
         return model
     if fragment_order_fits(model):
         return Int4MmaWeight.from_int4(model)
-    swap_to_fragment_order(model)
+    t0 = time.monotonic()
+    n = swap_to_fragment_order(model)
+    if n:
+        log.info("int4: %d weights re-laid out in mma fragment order for the CUDA kernels in %.1f s", n,
+                 time.monotonic() - t0)  # fmt: skip
     return model
 
 
