@@ -13,10 +13,10 @@ from hinfer.config import EngineConfig, ModelConfig, load_model_config
 from hinfer.demo import resolve_model_path
 from hinfer.engine.core import EngineCore
 from hinfer.engine.runner import ModelRunner
-from hinfer.engine.state import RESERVED_PAGES, RESERVED_SLOTS, ModelState, StateShape
 from hinfer.errors import CheckpointError, ConfigError
 from hinfer.model.loader import load_weights
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
+from hinfer.model.state import RESERVED_PAGES, RESERVED_SLOTS, ModelState, StateShape
 from hinfer.tokenizer import Tokenizer
 
 log = logging.getLogger("hinfer")

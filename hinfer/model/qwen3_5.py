@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from hinfer.batch import ForwardBatch
 from hinfer.config import ModelConfig
-from hinfer.engine.forward_batch import ForwardBatch
-from hinfer.engine.state import ModelState
+from hinfer.model.state import ModelState
 from hinfer.ops.activation import sigmoid_gate, silu_mul
 from hinfer.ops.attention import paged_attention, qk_norm_rope_write
 from hinfer.ops.gdn import causal_conv1d, gated_delta_rule, gdn_gating

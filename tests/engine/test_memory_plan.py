@@ -149,7 +149,7 @@ def test_recipes_mirror_the_quantizer_and_its_bytes():
 def test_plan_kv_and_gdn_match_state_shape():
     import torch
 
-    from hinfer.engine.state import StateShape
+    from hinfer.model.state import StateShape
 
     cfg = load_model_config(F27B)
     for ecfg in (EngineConfig(), EngineConfig(spec="mtp", kv_dtype="fp8", max_concurrency=3, max_context=1000)):

@@ -9,14 +9,14 @@ from dataclasses import replace
 import pytest
 import torch
 
+from hinfer.batch import SeqChunk, build_forward_batch
 from hinfer.config import EngineConfig, ModelConfig, load_model_config
 from hinfer.engine.factory import make_core, resolve_engine_config
-from hinfer.engine.forward_batch import SeqChunk, build_forward_batch
 from hinfer.engine.protocol import GenerationRequest
-from hinfer.engine.state import ModelState, StateShape
 from hinfer.fixtures import config_dir, fixed_test_seed, tokenizer_dir
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.random_init import random_init
+from hinfer.model.state import ModelState, StateShape
 from hinfer.sampling_params import SamplingParams
 from hinfer.tokenizer import Tokenizer
 

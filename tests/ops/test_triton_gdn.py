@@ -25,7 +25,7 @@ import sys
 import pytest
 import torch
 
-from hinfer.engine.forward_batch import ForwardBatch, SeqChunk, build_forward_batch
+from hinfer.batch import ForwardBatch, SeqChunk, build_forward_batch
 from hinfer.fixtures import fixed_test_seed
 from hinfer.ops import gdn as ref
 
