@@ -12,7 +12,22 @@ import torch
 from hinfer.config import EngineConfig, ModelConfig, load_model_config
 from hinfer.demo import resolve_model_path
 from hinfer.engine.core import EngineCore
+from hinfer.engine.memory_plan import (
+    MemoryPlan,
+    activation_dtype,
+    check_plan,
+    checkpoint_slots,
+    device_memory,
+    gdn_slot_bytes,
+    host_checkpoint_rows,
+    host_kv_rows,
+    kv_dtype,
+    kv_page_bytes,
+    plan_memory,
+    resolve_device,
+)
 from hinfer.engine.runner import ModelRunner
+from hinfer.engine.weight_bytes import resolve_weights
 from hinfer.errors import CheckpointError, ConfigError
 from hinfer.model.loader import load_weights
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
@@ -33,13 +48,11 @@ class Loaded:
     model: Qwen35ForCausalLM
     tokenizer: Tokenizer
     device: torch.device
-    plan: object | None = None  # MemoryPlan
+    plan: MemoryPlan | None = None
 
 
 def resolve_engine_config(cfg: ModelConfig, ecfg: EngineConfig) -> EngineConfig:
     """Settle 'auto' device/dtype the way the memory plan counts them (one rule for both)."""
-    from hinfer.engine.memory_plan import activation_dtype, kv_dtype
-
     ecfg.validate()
     device = ecfg.device if ecfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
@@ -51,14 +64,6 @@ def resolve_engine_config(cfg: ModelConfig, ecfg: EngineConfig) -> EngineConfig:
 
 def state_shape(cfg: ModelConfig, ecfg: EngineConfig, plan=None) -> StateShape:
     """Pool sizes from the memory plan when there is one; else every lane guaranteed max_context of pages."""
-    from hinfer.engine.memory_plan import (
-        checkpoint_slots,
-        gdn_slot_bytes,
-        host_checkpoint_rows,
-        host_kv_rows,
-        kv_page_bytes,
-    )
-
     if plan is not None:
         pages, slots, ckpt, host = plan.num_pages, plan.num_slots, plan.checkpoint_slots, plan.host_checkpoints
         host_kv = plan.host_kv_pages
@@ -70,9 +75,9 @@ def state_shape(cfg: ModelConfig, ecfg: EngineConfig, plan=None) -> StateShape:
         ckpt = checkpoint_slots(ecfg, pages * kv_page_bytes(cfg, ecfg, ecfg.kv_dtype), gdn_slot_bytes(cfg, ecfg.dtype))
         host = host_checkpoint_rows(ecfg, ckpt, gdn_slot_bytes(cfg, ecfg.dtype), ecfg.device)
         host_kv = host_kv_rows(ecfg, ckpt, kv_page_bytes(cfg, ecfg, ecfg.kv_dtype))
-    kv_dtype = KV_DTYPES.get(ecfg.kv_dtype, torch.float32)
+    cache_dtype = KV_DTYPES.get(ecfg.kv_dtype, torch.float32)
     mtp = cfg.mtp_num_hidden_layers if ecfg.spec == "mtp" else 0
-    return StateShape(pages, ecfg.page_size, slots, kv_dtype, DTYPES[ecfg.dtype], mtp_layers=mtp,
+    return StateShape(pages, ecfg.page_size, slots, cache_dtype, DTYPES[ecfg.dtype], mtp_layers=mtp,
                       checkpoint_slots=ckpt, host_checkpoints=host, host_kv_pages=host_kv)
 
 
@@ -82,7 +87,6 @@ def weight_plan(ecfg: EngineConfig, cfg: ModelConfig):
     `int4-sym`) with --weights auto or the stored format; else the checkpoint is read as bf16 (quantized
     checkpoints dequantized) and --weights fp8|int4 converts it in place. An fp8 checkpoint whose blocks cannot
     be kept (block size, fused parts not multiples of 128 rows) is dequantized under auto, an error with fp8."""
-    from hinfer.engine.weight_bytes import resolve_weights
     from hinfer.weights.compressed_tensors import stored_recipe
 
     stored, why_not = stored_recipe(cfg)
@@ -96,8 +100,17 @@ def weight_plan(ecfg: EngineConfig, cfg: ModelConfig):
     return recipe, stored is not None and recipe == stored
 
 
+def plan_for_serve(cfg: ModelConfig, ecfg: EngineConfig, weights: str) -> MemoryPlan:
+    """The plan serve runs before loading weights; raises PlanError with exact figures unless it fits.
+    `weights` may be 'auto' (resolved from the checkpoint config); ecfg.device should be resolved."""
+    ecfg.validate()
+    available, name = device_memory(ecfg)
+    plan = plan_memory(cfg, ecfg, weights=resolve_weights(cfg, weights), device_bytes=available,
+                       device_name=name, device=resolve_device(ecfg))
+    return check_plan(plan)
+
+
 def load_model(model: str | None, ecfg: EngineConfig) -> Loaded:
-    from hinfer.cli.commands.plan import plan_for_serve
     from hinfer.weights.hf_reader import HFCheckpoint
 
     path = resolve_model_path(model)
@@ -134,7 +147,6 @@ def load_model(model: str | None, ecfg: EngineConfig) -> Loaded:
 
 def _load_artifact(path: Path, ecfg: EngineConfig) -> Loaded:
     """A .hinfer file: config and tokenizer from its metadata, weights memory-mapped straight to the device."""
-    from hinfer.cli.commands.plan import plan_for_serve
     from hinfer.weights.artifact import engine_weights, open_artifact
 
     art = open_artifact(path)  # header only: version-checked before anything else
