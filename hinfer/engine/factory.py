@@ -29,6 +29,7 @@ from hinfer.engine.memory_plan import (
 from hinfer.engine.runner import ModelRunner
 from hinfer.engine.weight_bytes import resolve_weights
 from hinfer.errors import CheckpointError, ConfigError
+from hinfer.model.artifact_loader import load_artifact_model
 from hinfer.model.loader import load_weights
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.state import RESERVED_PAGES, RESERVED_SLOTS, ModelState, StateShape
@@ -156,7 +157,7 @@ def _load_artifact(path: Path, ecfg: EngineConfig) -> Loaded:
     plan = plan_for_serve(cfg, ecfg, plan_recipe)
     log.info("memory plan (%s):\n%s", plan.device_name, plan.table())
     device, t0 = torch.device(ecfg.device), time.monotonic()
-    net = art.load_model(cfg, DTYPES[ecfg.dtype], device, with_mtp=ecfg.spec == "mtp")
+    net = load_artifact_model(art, cfg, DTYPES[ecfg.dtype], device, with_mtp=ecfg.spec == "mtp")
     if requantize:
         from hinfer.quant.apply import quantize_model
 
