@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from hinfer.ops.dispatch import use_triton
+from hinfer.ops.triton.moe_int4 import Int4Experts
+from hinfer.quant.experts import Fp8ExpertsWeight, Int4ExpertsWeight
 
 KERNEL_GROUP = 128  # the int4 group / fp8 scale block the grouped expert kernels take
 
@@ -67,13 +69,9 @@ def _kernel_weight(w, x: torch.Tensor):
     experts), or None when only the reference body can run it."""
     if isinstance(w, torch.Tensor):
         return w
-    from hinfer.quant.experts import Fp8ExpertsWeight, Int4ExpertsWeight
-
     if x.dtype != torch.bfloat16:
         return None
     if isinstance(w, Int4ExpertsWeight) and w.group == KERNEL_GROUP:
-        from hinfer.ops.triton.moe_int4 import Int4Experts
-
         return Int4Experts(w.qweight, w.scales, w.zeros, w.in_features)
     if isinstance(w, Fp8ExpertsWeight) and w.block in (None, (KERNEL_GROUP, KERNEL_GROUP)):
         from hinfer.ops.triton.moe import Fp8Experts

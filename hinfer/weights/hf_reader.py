@@ -27,8 +27,8 @@ from tqdm import tqdm
 
 from hinfer.config import ModelConfig, find_config_file, load_model_config
 from hinfer.errors import CheckpointError
+from hinfer.quant.fp8_block import DEFAULT_BLOCK, FP8_DTYPE, Fp8BlockTensor, dequantize_fp8_block, scale_shape
 from hinfer.weights import compressed_tensors as ct
-from hinfer.weights.fp8 import DEFAULT_BLOCK, FP8_DTYPE, Fp8BlockTensor, dequantize_fp8_block, scale_shape
 from hinfer.weights.hf_layout import TensorSpec, module_name, not_converted, strip_prefix
 
 log = logging.getLogger(__name__)

@@ -41,8 +41,8 @@ from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.quant import Fp8Weight, Int4Weight, RowSplitWeight, quantize_model
 from hinfer.quant.apply import quantized_nbytes
 from hinfer.quant.experts import Fp8ExpertsWeight, Int4ExpertsWeight
+from hinfer.quant.fp8_block import quantize_fp8_block
 from hinfer.quant.int4 import quantize_int4
-from hinfer.weights.fp8 import quantize_fp8_block
 from hinfer.weights.hf_layout import hf_tensor_specs, strip_prefix
 from hinfer.weights.hf_reader import HFCheckpoint
 from hinfer.weights.synth import write_synthetic_checkpoint
