@@ -12,6 +12,7 @@ import torch
 from hinfer.config import EngineConfig, ModelConfig, load_model_config
 from hinfer.demo import resolve_model_path
 from hinfer.engine.core import EngineCore
+from hinfer.engine.engine import Engine
 from hinfer.engine.memory_plan import (
     MemoryPlan,
     activation_dtype,
@@ -27,13 +28,20 @@ from hinfer.engine.memory_plan import (
     resolve_device,
 )
 from hinfer.engine.runner import ModelRunner
+from hinfer.engine.sampler import Sampler
 from hinfer.engine.weight_bytes import resolve_weights
 from hinfer.errors import CheckpointError, ConfigError
 from hinfer.model.artifact_loader import load_artifact_model
 from hinfer.model.loader import load_weights
+from hinfer.model.quantized_loader import load_quantized_checkpoint
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.state import RESERVED_PAGES, RESERVED_SLOTS, ModelState, StateShape
+from hinfer.quant.apply import quantize_model
+from hinfer.quant.int4_mma_layout import use_fragment_order
 from hinfer.tokenizer import Tokenizer
+from hinfer.weights.artifact import engine_weights, open_artifact
+from hinfer.weights.compressed_tensors import stored_recipe
+from hinfer.weights.hf_reader import HFCheckpoint
 
 log = logging.getLogger("hinfer")
 
@@ -88,8 +96,6 @@ def weight_plan(ecfg: EngineConfig, cfg: ModelConfig):
     `int4-sym`) with --weights auto or the stored format; else the checkpoint is read as bf16 (quantized
     checkpoints dequantized) and --weights fp8|int4 converts it in place. An fp8 checkpoint whose blocks cannot
     be kept (block size, fused parts not multiples of 128 rows) is dequantized under auto, an error with fp8."""
-    from hinfer.weights.compressed_tensors import stored_recipe
-
     stored, why_not = stored_recipe(cfg)
     w = ecfg.weights
     if why_not is not None and w == "fp8":
@@ -112,8 +118,6 @@ def plan_for_serve(cfg: ModelConfig, ecfg: EngineConfig, weights: str) -> Memory
 
 
 def load_model(model: str | None, ecfg: EngineConfig) -> Loaded:
-    from hinfer.weights.hf_reader import HFCheckpoint
-
     path = resolve_model_path(model)
     if path.suffix == ".hinfer" and path.is_file():
         return _load_artifact(path, ecfg)
@@ -129,16 +133,12 @@ def load_model(model: str | None, ecfg: EngineConfig) -> Loaded:
     t0 = time.monotonic()
     with_mtp = ecfg.spec == "mtp"
     if as_stored:
-        from hinfer.model.quantized_loader import load_quantized_checkpoint
-
         net = load_quantized_checkpoint(ckpt, recipe, dtype, device, with_mtp=with_mtp)
     else:
         net = Qwen35ForCausalLM(cfg, dtype=dtype, device=device, with_mtp=with_mtp)
         load_weights(net, ((n, t.to(device=device, dtype=dtype)) for n, t in ckpt.iter_tensors(dtype=dtype)),
                      str(path))
         if recipe != "bf16":
-            from hinfer.quant.apply import quantize_model
-
             quantize_model(net, recipe)
     name = getattr(recipe, "name", recipe)
     log.info("loaded %s (%s, %s, %s on %s) in %.1f s", path, cfg.model_type, name, ecfg.dtype, device,
@@ -148,8 +148,6 @@ def load_model(model: str | None, ecfg: EngineConfig) -> Loaded:
 
 def _load_artifact(path: Path, ecfg: EngineConfig) -> Loaded:
     """A .hinfer file: config and tokenizer from its metadata, weights memory-mapped straight to the device."""
-    from hinfer.weights.artifact import engine_weights, open_artifact
-
     art = open_artifact(path)  # header only: version-checked before anything else
     cfg, tok = art.load_config_and_tokenizer()
     ecfg = resolve_engine_config(cfg, ecfg)
@@ -159,8 +157,6 @@ def _load_artifact(path: Path, ecfg: EngineConfig) -> Loaded:
     device, t0 = torch.device(ecfg.device), time.monotonic()
     net = load_artifact_model(art, cfg, DTYPES[ecfg.dtype], device, with_mtp=ecfg.spec == "mtp")
     if requantize:
-        from hinfer.quant.apply import quantize_model
-
         quantize_model(net, requantize)
     log.info("loaded %s (v%d, %s, %s on %s) in %.1f s", path, art.version, plan_recipe, ecfg.dtype, device,
              time.monotonic() - t0)
@@ -181,9 +177,6 @@ def make_core(
     shape: StateShape | None = None,
 ) -> EngineCore:
     """State pool, sampler, runner (+ CUDA graphs) and core around a loaded model. `ecfg` must be resolved."""
-    from hinfer.engine.sampler import Sampler
-    from hinfer.quant.int4_mma_layout import use_fragment_order
-
     use_fragment_order(model)  # int4 weights in the order the CUDA decode kernels read (no-op elsewhere)
     state = ModelState(cfg, shape or state_shape(cfg, ecfg), device)
     sampler = Sampler(cfg.vocab_size, device, max_rows=ecfg.max_concurrency, num_real_tokens=tokenizer.vocab_size)
@@ -196,8 +189,6 @@ def make_core(
 
 def create_engine(model: str | None, ecfg: EngineConfig):
     """-> (Engine, Tokenizer, model name) for the server."""
-    from hinfer.engine.engine import Engine
-
     loaded = load_model(model, ecfg)
     name = "demo" if model in (None, "", "demo") else loaded.path.name
     return Engine(build_core(loaded), name), loaded.tokenizer, name
