@@ -16,8 +16,6 @@ from hinfer.ops.dispatch import use_triton
 from hinfer.ops.triton.moe_int4 import Int4Experts
 from hinfer.quant.experts import Fp8ExpertsWeight, Int4ExpertsWeight
 
-KERNEL_GROUP = 128  # the int4 group / fp8 scale block the grouped expert kernels take
-
 
 def moe_route_ref(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """-> (weights [T, k] in the logits' dtype, expert ids [T, k] int64)."""
@@ -69,11 +67,13 @@ def _kernel_weight(w, x: torch.Tensor):
     experts), or None when only the reference body can run it."""
     if isinstance(w, torch.Tensor):
         return w
+    from hinfer.ops.triton.common import GROUP  # imports triton: only when Triton runs
+
     if x.dtype != torch.bfloat16:
         return None
-    if isinstance(w, Int4ExpertsWeight) and w.group == KERNEL_GROUP:
+    if isinstance(w, Int4ExpertsWeight) and w.group == GROUP:
         return Int4Experts(w.qweight, w.scales, w.zeros, w.in_features)
-    if isinstance(w, Fp8ExpertsWeight) and w.block in (None, (KERNEL_GROUP, KERNEL_GROUP)):
+    if isinstance(w, Fp8ExpertsWeight) and w.block in (None, (GROUP, GROUP)):
         from hinfer.ops.triton.moe import Fp8Experts
 
         return Fp8Experts(w.weight, w.scale, w.block is not None)

@@ -31,13 +31,14 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 E, K = 256, 8
 SHAPES = {"35b": (2048, 512), "122b": (3072, 1024)}
 _MODS = "hinfer.ops.triton.moe"
+_SHARED = "hinfer.ops.triton.common"  # jit helpers the kernels call: re-imported with them
 _INT4_CACHE: dict = {}
 
 
 @pytest.fixture(scope="module")
 def tm():
     """The kernels compiled for the GPU, even if another test module left TRITON_INTERPRET=1 set."""
-    saved = {n: m for n, m in sys.modules.items() if n.startswith(_MODS)}
+    saved = {n: m for n, m in sys.modules.items() if n.startswith((_MODS, _SHARED))}
     old_env = os.environ.pop("TRITON_INTERPRET", None)
     for n in saved:
         del sys.modules[n]

@@ -36,7 +36,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 HIDDEN, H, HKV, D, R, PAGE = 5120, 24, 4, 256, 64, 64
 HV, VD = 48, 128
 EPS = 1e-6
-_MODS = ["norm", "attention_common", "attention_rope", "attention_decode", "attention_prefill", "attention"]
+_MODS = ["common", "norm", "attention_common", "attention_rope", "attention_decode", "attention_prefill", "attention"]
 
 
 @pytest.fixture(scope="module")

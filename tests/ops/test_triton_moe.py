@@ -32,8 +32,8 @@ from hinfer.quant.experts import quantize_experts_int4
 
 triton = pytest.importorskip("triton")
 
-_MODS = ("hinfer.ops.triton.moe", "hinfer.ops.triton.linear_int4")
-_NAMES = ("moe", "moe_common", "moe_route", "moe_align", "moe_gemm", "moe_config", "moe_int4", "linear_int4")
+_MODS = ("hinfer.ops.triton.moe", "hinfer.ops.triton.linear_int4", "hinfer.ops.triton.common")
+_NAMES = ("common", "moe", "moe_common", "moe_route", "moe_align", "moe_gemm", "moe_config", "moe_int4", "linear_int4")
 
 
 def _fix_interpreter_index_for_numpy_2_4() -> None:

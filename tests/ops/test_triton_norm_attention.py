@@ -36,6 +36,7 @@ if torch.cuda.is_available():
     pytest.skip("interpreter tests run on CPU-only machines (tests/gpu covers CUDA)", allow_module_level=True)
 
 _MODULES = [
+    "common",
     "norm",
     "attention_common",
     "attention_rope",

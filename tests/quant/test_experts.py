@@ -129,7 +129,7 @@ def _triton_moe():
     """The Triton MoE module, or a skip where its kernels can neither compile (no GPU) nor be interpreted."""
     pytest.importorskip("triton")
     from hinfer.ops.triton import moe as tm
-    from hinfer.ops.triton.moe_common import interpreted
+    from hinfer.ops.triton.common import interpreted
     from hinfer.ops.triton.moe_gemm import _gate_up_kernel
 
     if DEV == "cpu" and not interpreted(_gate_up_kernel):
