@@ -39,7 +39,7 @@ from hinfer.model.state import RESERVED_PAGES, RESERVED_SLOTS, ModelState, State
 from hinfer.quant.apply import quantize_model
 from hinfer.quant.int4_mma_layout import use_fragment_order
 from hinfer.tokenizer import Tokenizer
-from hinfer.weights.artifact import engine_weights, open_artifact
+from hinfer.weights.artifact import engine_weights, is_artifact_path, open_artifact
 from hinfer.weights.compressed_tensors import stored_recipe
 from hinfer.weights.hf_reader import HFCheckpoint
 
@@ -119,7 +119,7 @@ def plan_for_serve(cfg: ModelConfig, ecfg: EngineConfig, weights: str) -> Memory
 
 def load_model(model: str | None, ecfg: EngineConfig) -> Loaded:
     path = resolve_model_path(model)
-    if path.suffix == ".hinfer" and path.is_file():
+    if is_artifact_path(path):
         return _load_artifact(path, ecfg)
     cfg = load_model_config(path)
     ecfg = resolve_engine_config(cfg, ecfg)

@@ -93,10 +93,6 @@ class ModelState:
             self.conv_state.index_fill_(1, idx, 0)
             self.ssm_state.index_fill_(1, idx, 0)
 
-    def copy_slot(self, src: int, dst: int) -> None:
-        self.conv_state[:, dst].copy_(self.conv_state[:, src])
-        self.ssm_state[:, dst].copy_(self.ssm_state[:, src])
-
     def copy_slots(self, src: list[int], dst: list[int]) -> None:
         """GDN state (conv + recurrent, every GDN layer) of slot src[i] into dst[i], one gather + scatter per
         tensor: prefix-cache checkpoints saved out of a lane's slot or restored into one. Slots must not overlap."""

@@ -48,7 +48,7 @@ def config_and_weights(model: str, weights: str):
     """(ModelConfig, recipe the plan counts) for a folder, config or packaged name, or a .hinfer artifact (its
     stored recipe, read from the header alone)."""
     if model.endswith(".hinfer") and Path(model).is_file():
-        from hinfer.weights.artifact import engine_weights, open_artifact
+        from hinfer.weights.artifact import engine_weights, open_artifact  # torch: only for an artifact
 
         art = open_artifact(model)
         return art.load_config_and_tokenizer()[0], engine_weights(art, weights)[0]
