@@ -15,6 +15,7 @@ from hinfer.config import ModelConfig
 from hinfer.model.state import ModelState
 from hinfer.ops.activation import sigmoid_gate, silu_mul
 from hinfer.ops.attention import paged_attention, qk_norm_rope_write
+from hinfer.ops.dispatch import set_backend
 from hinfer.ops.gdn import causal_conv1d, gated_delta_rule, gdn_gating
 from hinfer.ops.linear import linear
 from hinfer.ops.moe import moe_experts, moe_route
@@ -208,6 +209,7 @@ class Qwen35ForCausalLM(nn.Module):
     ):
         super().__init__()
         self.cfg, self.dtype = cfg, dtype
+        self.backend = set_backend()  # every op's Triton-or-reference choice, made once here (ops/dispatch.py)
         h = cfg.hidden_size
         self.embed_tokens = _param(cfg.vocab_size, h, dtype=dtype, device=device)
         self.layers = nn.ModuleList(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from hinfer.ops.dispatch import use_triton
+from hinfer.ops.dispatch import use_triton, warn_fallback
 from hinfer.ops.triton.moe_int4 import Int4Experts
 from hinfer.quant.experts import Fp8ExpertsWeight, Int4ExpertsWeight
 
@@ -91,4 +91,11 @@ def moe_experts(x: torch.Tensor, w_gate_up, w_down, top_w: torch.Tensor, top_i: 
             from hinfer.ops.triton import moe as tm
 
             return tm.moe_experts(x, gu, dn, top_w, top_i)
+        if x.is_cuda:
+            warn_fallback("moe_experts", f"no kernel for {_describe(w_gate_up)} / {_describe(w_down)} experts "
+                          f"with {x.dtype} activations")
     return moe_experts_ref(x, w_gate_up, w_down, top_w, top_i)
+
+
+def _describe(w) -> str:
+    return str(w.dtype) if isinstance(w, torch.Tensor) else w.extra_repr()

@@ -253,10 +253,10 @@ def test_gated_delta_rule(small_tiles, monkeypatch, seed, scenario, chunk, dtype
 
 
 @interp
-def test_dispatch_uses_triton(small_tiles, monkeypatch, seed):
+def test_dispatch_uses_triton(small_tiles, monkeypatch, seed, ops_backend):
     """HINFER_TRITON=1 routes hinfer.ops.gdn to these kernels (the interpreted copies, via the package)."""
     tg = small_tiles
-    monkeypatch.setenv("HINFER_TRITON", "1")
+    ops_backend("triton")
     calls = []
     real = tg.causal_conv1d
     monkeypatch.setattr(tg, "causal_conv1d", lambda *a: calls.append(1) or real(*a))

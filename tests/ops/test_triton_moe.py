@@ -179,11 +179,11 @@ def test_route_ties_lowest_index_first(tm, seed):
     assert torch.equal(ids, want), f"seed {seed}"
 
 
-def test_route_dispatch(tm, seed, monkeypatch):
+def test_route_dispatch(tm, seed, monkeypatch, ops_backend):
     """hinfer.ops.moe.moe_route runs the Triton router when HINFER_TRITON=1."""
     import hinfer.ops.triton as pkg
 
-    monkeypatch.setenv("HINFER_TRITON", "1")
+    ops_backend("triton")
     monkeypatch.setattr(pkg, "moe", tm, raising=False)
     calls = []
     monkeypatch.setattr(tm, "moe_route", lambda lg, k: calls.append(k) or ref.moe_route_ref(lg, k))
