@@ -1,6 +1,6 @@
 """The Qwen3.5 hybrid network: Gated DeltaNet and gated full attention layers, dense or MoE MLPs, MTP head.
 
-Reads like DESIGN.md's math; every op comes from hinfer.ops (reference torch body or Triton twin). Parameters
+Reads like the model's math; every op comes from hinfer.ops (reference torch body or Triton twin). Parameters
 are fused per projection group (one GEMM each) and loaded from Hugging Face names by model/loader.py. No module
 holds per-sequence state: KV pages and GDN slots live in ModelState and are passed in with the ForwardBatch.
 """

@@ -1,4 +1,4 @@
-"""Pre-quantized Hugging Face checkpoints load as they are (issue #6): official block-fp8 into `Fp8Weight`s,
+"""Pre-quantized Hugging Face checkpoints load as they are: official block-fp8 into `Fp8Weight`s,
 compressed-tensors W4A16 `pack-quantized` into `Int4Weight`s, structured exactly as `quantize_model` leaves a model.
 
 Checkpoints are tiny random models (dense and MoE; hidden 192, so K is not a multiple of 128: partial blocks and
