@@ -20,15 +20,18 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("front ends", ("hinfer.server", "hinfer.llm", "hinfer.bench", "hinfer")),  # "hinfer": the package, hinfer.LLM
     ("engine", ("hinfer.engine",)),
     ("model", ("hinfer.model",)),
-    # the op fronts (reference bodies, dispatch by weight format); the Gluon int4 kernel and the AOT tool that
-    # compiles it read the quant layout they are written for, so they sit here, above quant
-    ("ops", ("hinfer.ops", "hinfer.ops.triton.linear_int4_mma", "hinfer.ops.triton.linear_aot")),
+    ("ops", ("hinfer.ops",)),  # the op fronts: reference bodies, dispatch by backend and weight format
     ("weights", ("hinfer.weights", "hinfer.demo")),
     ("quant", ("hinfer.quant",)),  # weight formats; their .matmul picks a kernel
     ("kernels", ("hinfer.ops.triton", "hinfer.ops.dispatch")),
     ("base", ("hinfer.batch", "hinfer.config", "hinfer.errors", "hinfer.sampling_params", "hinfer.tokenizer",
               "hinfer.chat_template", "hinfer.fixtures")),
 )  # fmt: skip
+
+# Known wrong edges, each to go with its fix (a test fails once one is gone, so this list only shrinks).
+# The int4 tensor-core kernel takes its weight class (quant) where it should take the tensors, as the MoE
+# kernels take Int4Experts; with the class's matmul importing the kernel, the two make a cycle.
+KNOWN_EDGES = {("hinfer.ops.triton.linear_int4_mma", "hinfer.quant.int4_mma_layout")}
 
 
 def module_files() -> dict[str, Path]:
@@ -61,7 +64,7 @@ def _targets(mod: str, is_pkg: bool, node: ast.Import | ast.ImportFrom, known: s
     return out
 
 
-def import_graph() -> dict[str, dict[str, int]]:
+def all_imports() -> dict[str, dict[str, int]]:
     """module -> {imported hinfer module: line of the first import}, every import statement of the file."""
     files = module_files()
     known = set(files)
@@ -75,6 +78,11 @@ def import_graph() -> dict[str, dict[str, int]]:
                         edges.setdefault(t, node.lineno)
         graph[mod] = edges
     return graph
+
+
+def import_graph() -> dict[str, dict[str, int]]:
+    """all_imports() less KNOWN_EDGES."""
+    return {m: {t: ln for t, ln in e.items() if (m, t) not in KNOWN_EDGES} for m, e in all_imports().items()}
 
 
 def layer_of(mod: str) -> int | None:
@@ -141,6 +149,11 @@ def test_imports_point_down():
 
 def test_no_import_cycles():
     assert _cycles(import_graph()) == []
+
+
+def test_known_edges_still_exist():
+    edges = {(m, t) for m, e in all_imports().items() for t in e}
+    assert KNOWN_EDGES - edges == set(), "fixed: remove it from KNOWN_EDGES"
 
 
 @pytest.mark.parametrize(
