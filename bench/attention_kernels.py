@@ -26,7 +26,7 @@ from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hinfer.engine.forward_batch import SeqChunk, build_forward_batch  # noqa: E402
+from hinfer.batch import SeqChunk, build_forward_batch  # noqa: E402
 from hinfer.ops.rope import rope_inv_freq  # noqa: E402
 from hinfer.ops.triton import attention as ta  # noqa: E402
 from hinfer.ops.triton import attention_decode as dec  # noqa: E402

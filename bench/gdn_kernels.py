@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.testing
 
-from hinfer.engine.forward_batch import ForwardBatch, SeqChunk, build_forward_batch
+from hinfer.batch import ForwardBatch, SeqChunk, build_forward_batch
 from hinfer.ops.triton import gdn as tg
 
 HK, HV, KD, VD, CONV = 16, 48, 128, 128, 10240

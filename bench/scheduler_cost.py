@@ -12,14 +12,14 @@ import time
 
 import torch
 
+from hinfer.batch import SeqChunk
 from hinfer.config import EngineConfig, ModelConfig, load_model_config
 from hinfer.engine.core import EngineCore
 from hinfer.engine.cuda_graphs import StepGraphs
-from hinfer.engine.forward_batch import SeqChunk
 from hinfer.engine.protocol import GenerationRequest
 from hinfer.engine.runner import ModelRunner, StepResult
-from hinfer.engine.state import ModelState, StateShape
 from hinfer.fixtures import config_dir, tokenizer_dir
+from hinfer.model.state import ModelState, StateShape
 from hinfer.sampling_params import SamplingParams
 from hinfer.tokenizer import Tokenizer
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -85,11 +85,6 @@ class ModelConfig:
     def layer_is_moe(self, i: int) -> bool:
         # transformers' Qwen3.5-MoE makes every layer MoE (mlp_only_layers is read but unused): match it
         return self.is_moe
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.pop("extra")
-        return d
 
     # ---- construction --------------------------------------------------------------------------
     @classmethod

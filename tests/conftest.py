@@ -13,6 +13,7 @@ from hinfer.engine.factory import make_core, resolve_engine_config
 from hinfer.fixtures import tokenizer_dir
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.random_init import random_init
+from hinfer.ops import dispatch
 from hinfer.tokenizer import Tokenizer
 
 
@@ -29,6 +30,18 @@ def fixtures_dir() -> Path:
     if not root.is_dir():
         pytest.skip(f"fixtures not found at {root} (set HINFER_FIXTURES)")
     return root
+
+
+@pytest.fixture
+def ops_backend(monkeypatch):
+    """Pin the ops backend ("triton", "reference", "auto") for one test: the live choice, and HINFER_TRITON for
+    the models the test builds (a model chooses the backend when it is built)."""
+
+    def pin(name: str) -> None:
+        monkeypatch.setenv("HINFER_TRITON", {"triton": "1", "reference": "0", "auto": ""}[name])
+        monkeypatch.setattr(dispatch, "_backend", name)
+
+    return pin
 
 
 # ---- a tiny random model behind a real EngineCore (tests/engine, tests/bench) ------------------------------

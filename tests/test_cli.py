@@ -103,3 +103,19 @@ def test_chat_two_turns_on_the_demo(tmp_path):
                         "cpu"], input="hi\nmore\n/quit\n", capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert r.stdout.count(">") >= 3
+
+
+@pytest.mark.parametrize(
+    ("flags", "want"),
+    [([], "bf16"), (["--quant", "fp8"], "fp8"), (["--weights", "int4"], "int4"), (["--weights", "auto"], "bf16"),
+     (["--quant", "int4", "--weights", "int4"], "int4")],
+)  # fmt: skip
+def test_bench_reads_weights_and_quant_alike(flags, want):
+    from hinfer.cli.commands.bench import bench_weights
+
+    assert bench_weights(build_parser().parse_args(["bench", "qwen3.6-27b", *flags])) == want
+
+
+def test_bench_refuses_quant_and_weights_that_disagree(capsys):
+    assert main(["bench", "qwen3.6-27b", "--quant", "fp8", "--weights", "int4"]) == 1
+    assert "--quant fp8 and --weights int4 disagree" in capsys.readouterr().err

@@ -17,7 +17,7 @@ from hinfer.engine.runner import ModelRunner
 from hinfer.engine.sampler import RowState
 from hinfer.engine.scheduler import ScheduledChunk
 from hinfer.engine.sequence import Sequence, Status
-from hinfer.engine.state import RESERVED_PAGES, RESERVED_SLOTS
+from hinfer.model.state import RESERVED_PAGES, RESERVED_SLOTS
 from hinfer.sampling_params import SamplingParams
 
 

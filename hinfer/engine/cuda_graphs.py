@@ -25,9 +25,9 @@ from collections.abc import Callable
 
 import torch
 
-from hinfer.engine.forward_batch import ForwardBatch, SeqChunk
-from hinfer.engine.state import ModelState
+from hinfer.batch import ForwardBatch, SeqChunk
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
+from hinfer.model.state import ModelState
 
 log = logging.getLogger("hinfer.graphs")
 

@@ -12,12 +12,36 @@ import torch
 from hinfer.config import EngineConfig, ModelConfig, load_model_config
 from hinfer.demo import resolve_model_path
 from hinfer.engine.core import EngineCore
+from hinfer.engine.engine import Engine
+from hinfer.engine.memory_plan import (
+    MemoryPlan,
+    activation_dtype,
+    check_plan,
+    checkpoint_slots,
+    device_memory,
+    gdn_slot_bytes,
+    host_checkpoint_rows,
+    host_kv_rows,
+    kv_dtype,
+    kv_page_bytes,
+    plan_memory,
+    resolve_device,
+)
 from hinfer.engine.runner import ModelRunner
-from hinfer.engine.state import RESERVED_PAGES, RESERVED_SLOTS, ModelState, StateShape
+from hinfer.engine.sampler import Sampler
+from hinfer.engine.weight_bytes import resolve_weights
 from hinfer.errors import CheckpointError, ConfigError
+from hinfer.model.artifact_loader import load_artifact_model
 from hinfer.model.loader import load_weights
+from hinfer.model.quantized_loader import load_quantized_checkpoint
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
+from hinfer.model.state import RESERVED_PAGES, RESERVED_SLOTS, ModelState, StateShape
+from hinfer.quant.apply import quantize_model
+from hinfer.quant.int4_mma_layout import use_fragment_order
 from hinfer.tokenizer import Tokenizer
+from hinfer.weights.artifact import engine_weights, is_artifact_path, open_artifact
+from hinfer.weights.compressed_tensors import stored_recipe
+from hinfer.weights.hf_reader import HFCheckpoint
 
 log = logging.getLogger("hinfer")
 
@@ -33,13 +57,11 @@ class Loaded:
     model: Qwen35ForCausalLM
     tokenizer: Tokenizer
     device: torch.device
-    plan: object | None = None  # MemoryPlan
+    plan: MemoryPlan | None = None
 
 
 def resolve_engine_config(cfg: ModelConfig, ecfg: EngineConfig) -> EngineConfig:
     """Settle 'auto' device/dtype the way the memory plan counts them (one rule for both)."""
-    from hinfer.engine.memory_plan import activation_dtype, kv_dtype
-
     ecfg.validate()
     device = ecfg.device if ecfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
@@ -51,14 +73,6 @@ def resolve_engine_config(cfg: ModelConfig, ecfg: EngineConfig) -> EngineConfig:
 
 def state_shape(cfg: ModelConfig, ecfg: EngineConfig, plan=None) -> StateShape:
     """Pool sizes from the memory plan when there is one; else every lane guaranteed max_context of pages."""
-    from hinfer.engine.memory_plan import (
-        checkpoint_slots,
-        gdn_slot_bytes,
-        host_checkpoint_rows,
-        host_kv_rows,
-        kv_page_bytes,
-    )
-
     if plan is not None:
         pages, slots, ckpt, host = plan.num_pages, plan.num_slots, plan.checkpoint_slots, plan.host_checkpoints
         host_kv = plan.host_kv_pages
@@ -70,9 +84,9 @@ def state_shape(cfg: ModelConfig, ecfg: EngineConfig, plan=None) -> StateShape:
         ckpt = checkpoint_slots(ecfg, pages * kv_page_bytes(cfg, ecfg, ecfg.kv_dtype), gdn_slot_bytes(cfg, ecfg.dtype))
         host = host_checkpoint_rows(ecfg, ckpt, gdn_slot_bytes(cfg, ecfg.dtype), ecfg.device)
         host_kv = host_kv_rows(ecfg, ckpt, kv_page_bytes(cfg, ecfg, ecfg.kv_dtype))
-    kv_dtype = KV_DTYPES.get(ecfg.kv_dtype, torch.float32)
+    cache_dtype = KV_DTYPES.get(ecfg.kv_dtype, torch.float32)
     mtp = cfg.mtp_num_hidden_layers if ecfg.spec == "mtp" else 0
-    return StateShape(pages, ecfg.page_size, slots, kv_dtype, DTYPES[ecfg.dtype], mtp_layers=mtp,
+    return StateShape(pages, ecfg.page_size, slots, cache_dtype, DTYPES[ecfg.dtype], mtp_layers=mtp,
                       checkpoint_slots=ckpt, host_checkpoints=host, host_kv_pages=host_kv)
 
 
@@ -82,9 +96,6 @@ def weight_plan(ecfg: EngineConfig, cfg: ModelConfig):
     `int4-sym`) with --weights auto or the stored format; else the checkpoint is read as bf16 (quantized
     checkpoints dequantized) and --weights fp8|int4 converts it in place. An fp8 checkpoint whose blocks cannot
     be kept (block size, fused parts not multiples of 128 rows) is dequantized under auto, an error with fp8."""
-    from hinfer.engine.weight_bytes import resolve_weights
-    from hinfer.weights.compressed_tensors import stored_recipe
-
     stored, why_not = stored_recipe(cfg)
     w = ecfg.weights
     if why_not is not None and w == "fp8":
@@ -96,12 +107,19 @@ def weight_plan(ecfg: EngineConfig, cfg: ModelConfig):
     return recipe, stored is not None and recipe == stored
 
 
-def load_model(model: str | None, ecfg: EngineConfig) -> Loaded:
-    from hinfer.cli.commands.plan import plan_for_serve
-    from hinfer.weights.hf_reader import HFCheckpoint
+def plan_for_serve(cfg: ModelConfig, ecfg: EngineConfig, weights: str) -> MemoryPlan:
+    """The plan serve runs before loading weights; raises PlanError with exact figures unless it fits.
+    `weights` may be 'auto' (resolved from the checkpoint config); ecfg.device should be resolved."""
+    ecfg.validate()
+    available, name = device_memory(ecfg)
+    plan = plan_memory(cfg, ecfg, weights=resolve_weights(cfg, weights), device_bytes=available,
+                       device_name=name, device=resolve_device(ecfg))
+    return check_plan(plan)
 
+
+def load_model(model: str | None, ecfg: EngineConfig) -> Loaded:
     path = resolve_model_path(model)
-    if path.suffix == ".hinfer" and path.is_file():
+    if is_artifact_path(path):
         return _load_artifact(path, ecfg)
     cfg = load_model_config(path)
     ecfg = resolve_engine_config(cfg, ecfg)
@@ -115,16 +133,12 @@ def load_model(model: str | None, ecfg: EngineConfig) -> Loaded:
     t0 = time.monotonic()
     with_mtp = ecfg.spec == "mtp"
     if as_stored:
-        from hinfer.model.quantized_loader import load_quantized_checkpoint
-
         net = load_quantized_checkpoint(ckpt, recipe, dtype, device, with_mtp=with_mtp)
     else:
         net = Qwen35ForCausalLM(cfg, dtype=dtype, device=device, with_mtp=with_mtp)
         load_weights(net, ((n, t.to(device=device, dtype=dtype)) for n, t in ckpt.iter_tensors(dtype=dtype)),
                      str(path))
         if recipe != "bf16":
-            from hinfer.quant.apply import quantize_model
-
             quantize_model(net, recipe)
     name = getattr(recipe, "name", recipe)
     log.info("loaded %s (%s, %s, %s on %s) in %.1f s", path, cfg.model_type, name, ecfg.dtype, device,
@@ -134,9 +148,6 @@ def load_model(model: str | None, ecfg: EngineConfig) -> Loaded:
 
 def _load_artifact(path: Path, ecfg: EngineConfig) -> Loaded:
     """A .hinfer file: config and tokenizer from its metadata, weights memory-mapped straight to the device."""
-    from hinfer.cli.commands.plan import plan_for_serve
-    from hinfer.weights.artifact import engine_weights, open_artifact
-
     art = open_artifact(path)  # header only: version-checked before anything else
     cfg, tok = art.load_config_and_tokenizer()
     ecfg = resolve_engine_config(cfg, ecfg)
@@ -144,10 +155,8 @@ def _load_artifact(path: Path, ecfg: EngineConfig) -> Loaded:
     plan = plan_for_serve(cfg, ecfg, plan_recipe)
     log.info("memory plan (%s):\n%s", plan.device_name, plan.table())
     device, t0 = torch.device(ecfg.device), time.monotonic()
-    net = art.load_model(cfg, DTYPES[ecfg.dtype], device, with_mtp=ecfg.spec == "mtp")
+    net = load_artifact_model(art, cfg, DTYPES[ecfg.dtype], device, with_mtp=ecfg.spec == "mtp")
     if requantize:
-        from hinfer.quant.apply import quantize_model
-
         quantize_model(net, requantize)
     log.info("loaded %s (v%d, %s, %s on %s) in %.1f s", path, art.version, plan_recipe, ecfg.dtype, device,
              time.monotonic() - t0)
@@ -168,9 +177,6 @@ def make_core(
     shape: StateShape | None = None,
 ) -> EngineCore:
     """State pool, sampler, runner (+ CUDA graphs) and core around a loaded model. `ecfg` must be resolved."""
-    from hinfer.engine.sampler import Sampler
-    from hinfer.quant.int4_mma_layout import use_fragment_order
-
     use_fragment_order(model)  # int4 weights in the order the CUDA decode kernels read (no-op elsewhere)
     state = ModelState(cfg, shape or state_shape(cfg, ecfg), device)
     sampler = Sampler(cfg.vocab_size, device, max_rows=ecfg.max_concurrency, num_real_tokens=tokenizer.vocab_size)
@@ -183,8 +189,6 @@ def make_core(
 
 def create_engine(model: str | None, ecfg: EngineConfig):
     """-> (Engine, Tokenizer, model name) for the server."""
-    from hinfer.engine.engine import Engine
-
     loaded = load_model(model, ecfg)
     name = "demo" if model in (None, "", "demo") else loaded.path.name
     return Engine(build_core(loaded), name), loaded.tokenizer, name

@@ -21,7 +21,7 @@ import torch
 
 from hinfer.engine.gdn_checkpoints import CheckpointPool
 from hinfer.engine.host_memory import host_tensors
-from hinfer.engine.state import ModelState
+from hinfer.model.state import ModelState
 
 
 class HostTier:

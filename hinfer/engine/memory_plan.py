@@ -38,7 +38,7 @@ from hinfer.engine.weight_bytes import DTYPE_BYTES, Recipe, draft_head_bytes, ge
 from hinfer.errors import PlanError
 
 GIB = 2**30
-RESERVED_PAGES = 1  # same as engine/state.py (page 0 is CUDA-graph scratch)
+RESERVED_PAGES = 1  # same as model/state.py (page 0 is CUDA-graph scratch; this module stays torch-free)
 RESERVED_SLOTS = 1
 CUDA_RUNTIME_BYTES = 1 * GIB  # context + cuBLAS workspace + Triton/fla kernel images
 HEADROOM_FRACTION = 0.02

@@ -9,12 +9,12 @@ from dataclasses import dataclass
 
 import torch
 
-from hinfer.engine.forward_batch import SeqChunk, build_forward_batch
+from hinfer.batch import SeqChunk, build_forward_batch
 from hinfer.engine.prompt_logprobs import record_prompt_logprobs, wants_prompt_logprobs
 from hinfer.engine.protocol import TopLogprob
 from hinfer.engine.scheduler import ScheduledChunk
-from hinfer.engine.state import ModelState
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
+from hinfer.model.state import ModelState
 
 
 @dataclass

@@ -16,11 +16,12 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from hinfer.engine.free_list import FreeList
 from hinfer.engine.prefix_cache import PagePool
 from hinfer.engine.prompt_logprobs import PROMPT_LOGPROBS_CHUNK
 from hinfer.engine.protocol import QueueFullError
 from hinfer.engine.sequence import Sequence, Status
-from hinfer.engine.state import RESERVED_PAGES, RESERVED_SLOTS, FreeList
+from hinfer.model.state import RESERVED_PAGES, RESERVED_SLOTS
 
 if TYPE_CHECKING:
     from hinfer.engine.prefix_reuse import PrefixReuse

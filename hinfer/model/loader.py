@@ -14,7 +14,15 @@ import torch
 from torch import nn
 
 from hinfer.errors import CheckpointError
-from hinfer.model.qwen3_5 import Fused, Qwen35ForCausalLM, SparseMoE
+from hinfer.model.qwen3_5 import (
+    Attention,
+    DecoderLayer,
+    Fused,
+    GatedDeltaNet,
+    MTPHead,
+    Qwen35ForCausalLM,
+    SparseMoE,
+)
 
 _EXPERT = re.compile(r"^(.*\.mlp)\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
 
@@ -51,15 +59,6 @@ def _hf_prefix(mod_name: str) -> str:
 
 
 def _hf_param_name(mod: nn.Module, pname: str) -> str:
-    from hinfer.model.qwen3_5 import (
-        Attention,
-        DecoderLayer,
-        GatedDeltaNet,
-        MTPHead,
-        Qwen35ForCausalLM,
-        SparseMoE,
-    )
-
     table: dict[type, dict[str, str]] = {
         Qwen35ForCausalLM: {"embed_tokens": "embed_tokens.weight", "norm": "norm.weight", "lm_head": "lm_head.weight"},
         DecoderLayer: {"input_layernorm": "input_layernorm.weight",

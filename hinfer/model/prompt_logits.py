@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from hinfer.engine.forward_batch import SeqChunk, build_forward_batch
-from hinfer.engine.state import RESERVED_SLOTS, ModelState, StateShape
+from hinfer.batch import SeqChunk, build_forward_batch
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
+from hinfer.model.state import RESERVED_SLOTS, ModelState, StateShape
 
 
 @torch.inference_mode()

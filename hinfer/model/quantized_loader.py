@@ -39,10 +39,10 @@ from hinfer.quant.apply import expert_targets as recipe_expert_targets
 from hinfer.quant.apply import weight_targets as recipe_targets
 from hinfer.quant.experts import Fp8ExpertsWeight, Int4ExpertsWeight
 from hinfer.quant.fp8 import BLOCK, Fp8Weight
+from hinfer.quant.fp8_block import FP8_DTYPE, Fp8BlockTensor, quantize_fp8_block
 from hinfer.quant.int4 import Int4Weight, quantize_int4
 from hinfer.quant.recipes import QuantRecipe
 from hinfer.weights.compressed_tensors import PackedInt4Tensor
-from hinfer.weights.fp8 import FP8_DTYPE, Fp8BlockTensor, quantize_fp8_block
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The Qwen3.5 hybrid network: Gated DeltaNet and gated full attention layers, dense or MoE MLPs, MTP head.
 
-Reads like DESIGN.md's math; every op comes from hinfer.ops (reference torch body or Triton twin). Parameters
+Reads like the model's math; every op comes from hinfer.ops (reference torch body or Triton twin). Parameters
 are fused per projection group (one GEMM each) and loaded from Hugging Face names by model/loader.py. No module
 holds per-sequence state: KV pages and GDN slots live in ModelState and are passed in with the ForwardBatch.
 """
@@ -10,11 +10,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from hinfer.batch import ForwardBatch
 from hinfer.config import ModelConfig
-from hinfer.engine.forward_batch import ForwardBatch
-from hinfer.engine.state import ModelState
+from hinfer.model.state import ModelState
 from hinfer.ops.activation import sigmoid_gate, silu_mul
 from hinfer.ops.attention import paged_attention, qk_norm_rope_write
+from hinfer.ops.dispatch import set_backend
 from hinfer.ops.gdn import causal_conv1d, gated_delta_rule, gdn_gating
 from hinfer.ops.linear import linear
 from hinfer.ops.moe import moe_experts, moe_route
@@ -208,6 +209,7 @@ class Qwen35ForCausalLM(nn.Module):
     ):
         super().__init__()
         self.cfg, self.dtype = cfg, dtype
+        self.backend = set_backend()  # every op's Triton-or-reference choice, made once here (ops/dispatch.py)
         h = cfg.hidden_size
         self.embed_tokens = _param(cfg.vocab_size, h, dtype=dtype, device=device)
         self.layers = nn.ModuleList(

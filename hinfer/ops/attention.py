@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from hinfer.engine.forward_batch import ForwardBatch
+from hinfer.batch import ForwardBatch
 from hinfer.ops.dispatch import use_triton
 from hinfer.ops.norm import rms_norm_ref
 from hinfer.ops.rope import apply_rope_ref, rope_cos_sin

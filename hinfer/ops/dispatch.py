@@ -1,15 +1,23 @@
 """Choose the Triton body or the torch reference body of an op.
 
-Triton runs for CUDA tensors. `HINFER_TRITON=1` forces Triton on CPU tensors too (CI runs the kernels under
-`TRITON_INTERPRET=1` at tiny shapes); `HINFER_TRITON=0` forces the reference everywhere.
+The backend is chosen once, when the model is built (`set_backend`, called by Qwen35ForCausalLM; before that,
+the first op call chooses): `HINFER_TRITON=1` forces Triton on CPU tensors too (CI runs the kernels under
+`TRITON_INTERPRET=1` at tiny shapes), `HINFER_TRITON=0` forces the reference everywhere, otherwise ("auto")
+Triton runs for CUDA tensors.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 
 import torch
+
+log = logging.getLogger("hinfer")
+
+BACKENDS = ("auto", "triton", "reference")
+_backend: str | None = None  # None until chosen
 
 
 @functools.cache
@@ -21,10 +29,32 @@ def triton_available() -> bool:
     return True
 
 
+def backend_from_env() -> str:
+    return {"1": "triton", "0": "reference"}.get(os.environ.get("HINFER_TRITON", ""), "auto")
+
+
+def set_backend(name: str | None = None) -> str:
+    """Choose the backend for every op from now on; None reads HINFER_TRITON. Returns the choice."""
+    global _backend
+    name = name or backend_from_env()
+    if name not in BACKENDS:
+        raise ValueError(f"backend {name!r}: expected one of {', '.join(BACKENDS)}")
+    if name != _backend:
+        log.debug("ops backend: %s%s", name, "" if triton_available() else " (triton is not installed)")
+    _backend = name
+    return name
+
+
 def use_triton(x: torch.Tensor) -> bool:
-    flag = os.environ.get("HINFER_TRITON")
-    if flag == "0":
+    backend = _backend or set_backend()
+    if backend == "reference":
         return False
-    if flag == "1":
+    if backend == "triton":
         return triton_available()
     return x.is_cuda and triton_available()
+
+
+@functools.cache
+def warn_fallback(op: str, why: str) -> None:
+    """A CUDA op that runs its reference body instead of its kernel says so, once per op and reason."""
+    log.warning("%s runs its slow reference body on the GPU: %s", op, why)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from hinfer.engine.forward_batch import ForwardBatch
+from hinfer.batch import ForwardBatch
 from hinfer.ops.dispatch import use_triton
 
 

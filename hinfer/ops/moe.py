@@ -12,9 +12,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from hinfer.ops.dispatch import use_triton
-
-KERNEL_GROUP = 128  # the int4 group / fp8 scale block the grouped expert kernels take
+from hinfer.ops.dispatch import use_triton, warn_fallback
+from hinfer.ops.triton.moe_int4 import Int4Experts
+from hinfer.quant.experts import Fp8ExpertsWeight, Int4ExpertsWeight
 
 
 def moe_route_ref(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -67,15 +67,13 @@ def _kernel_weight(w, x: torch.Tensor):
     experts), or None when only the reference body can run it."""
     if isinstance(w, torch.Tensor):
         return w
-    from hinfer.quant.experts import Fp8ExpertsWeight, Int4ExpertsWeight
+    from hinfer.ops.triton.common import GROUP  # imports triton: only when Triton runs
 
     if x.dtype != torch.bfloat16:
         return None
-    if isinstance(w, Int4ExpertsWeight) and w.group == KERNEL_GROUP:
-        from hinfer.ops.triton.moe_int4 import Int4Experts
-
+    if isinstance(w, Int4ExpertsWeight) and w.group == GROUP:
         return Int4Experts(w.qweight, w.scales, w.zeros, w.in_features)
-    if isinstance(w, Fp8ExpertsWeight) and w.block in (None, (KERNEL_GROUP, KERNEL_GROUP)):
+    if isinstance(w, Fp8ExpertsWeight) and w.block in (None, (GROUP, GROUP)):
         from hinfer.ops.triton.moe import Fp8Experts
 
         return Fp8Experts(w.weight, w.scale, w.block is not None)
@@ -93,4 +91,11 @@ def moe_experts(x: torch.Tensor, w_gate_up, w_down, top_w: torch.Tensor, top_i: 
             from hinfer.ops.triton import moe as tm
 
             return tm.moe_experts(x, gu, dn, top_w, top_i)
+        if x.is_cuda:
+            warn_fallback("moe_experts", f"no kernel for {_describe(w_gate_up)} / {_describe(w_down)} experts "
+                          f"with {x.dtype} activations")
     return moe_experts_ref(x, w_gate_up, w_down, top_w, top_i)
+
+
+def _describe(w) -> str:
+    return str(w.dtype) if isinstance(w, torch.Tensor) else w.extra_repr()

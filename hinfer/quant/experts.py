@@ -6,8 +6,7 @@ expert kernels (hinfer/ops/triton/moe_gemm.py) read:
 - `Int4ExpertsWeight` (int4 recipes, FMT 1): hinfer.quant.int4's layout (nibble order POS, groups of 128
   consecutive inputs of a row, scales in the model dtype, optional uint8 zero points): qweight int32
   [E, N, K/8], scales [E, N, ceil(K/128)], zeros uint8 [E, N, ceil(K/128)] or None (symmetric). Groups run
-  along rows, so quantizing the [E*N, K] stack at once is exactly quantizing each expert alone
-  (hinfer.ops.triton.moe_int4.quantize_experts_int4, which the kernel tests use; a test checks they agree).
+  along rows, so quantizing the [E*N, K] stack at once is exactly quantizing each expert alone.
 - `Fp8ExpertsWeight` (fp8 recipes, FMT 2): hinfer.quant.fp8's layout: weight float8_e4m3fn [E, N, K] and fp32
   scales [E, N] (per channel, `fp8-default`) or [E, ceil(N/128), ceil(K/128)] (128x128 blocks, `fp8-block` and
   the official Qwen FP8 checkpoints); each expert's tensors are `quantize_fp8(w[e], scheme)`'s exactly.
@@ -21,8 +20,8 @@ import torch
 from torch import nn
 
 from hinfer.quant.fp8 import BLOCK, Fp8Weight, quantize_fp8
+from hinfer.quant.fp8_block import FP8_DTYPE, dequantize_fp8_block, quantize_fp8_block
 from hinfer.quant.int4 import GROUP, Int4Weight, quantize_int4
-from hinfer.weights.fp8 import FP8_DTYPE, dequantize_fp8_block, quantize_fp8_block
 
 
 class Int4ExpertsWeight(nn.Module):

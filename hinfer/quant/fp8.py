@@ -3,7 +3,7 @@
 Two scale layouts:
 - "channel" (our `--quant fp8` conversion): scale fp32 [N], W[n, :] ~= weight[n, :] * scale[n], scale = amax/448.
 - "block" (the official Qwen FP8 checkpoints): `weight_scale_inv` fp32 [ceil(N/128), ceil(K/128)], multiplied
-  to dequantize (hinfer.weights.fp8 has the quantizer and dequantizer of that layout).
+  to dequantize (hinfer.quant.fp8_block has the quantizer and dequantizer of that layout).
 
 Paths of `matmul` (reference bodies: `matmul_ref` = W8A16, `matmul_ref_w8a8` = the prefill semantics):
 - CPU / fp32 / HINFER_TRITON=0: matmul_ref.
@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hinfer.ops.dispatch import use_triton
-from hinfer.weights.fp8 import FP8_DTYPE, FP8_MAX, dequantize_fp8_block, quantize_fp8_block
+from hinfer.quant.fp8_block import FP8_DTYPE, FP8_MAX, dequantize_fp8_block, quantize_fp8_block
 
 BLOCK = (128, 128)
 ACT_GROUP = 128

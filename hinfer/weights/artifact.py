@@ -5,9 +5,9 @@ tokenizer_json, tokenizer_config, chat_template, generation_config, source. Tens
 `Qwen35ForCausalLM.state_dict()` after quantization (fused, int4 packed + scales + zeros, fp8 + scales; int4
 routed experts as `mlp.experts_gate_up.{qweight,scales,zeros}` [E, N, ...], fp8 ones as
 `mlp.experts_gate_up.{weight,scale}` [E, N, K] / [E, N] or [E, N/128, K/128]).
-`layout` maps each quantized attribute to how it is rebuilt, so loading never re-runs a recipe: the model is
-built on the meta device, quantized objects are constructed from their stored buffers, every other tensor is
-copied in, tensor by tensor from the memory-mapped file straight to the target device.
+`layout` maps each quantized attribute to how it is rebuilt, so loading (hinfer/model/artifact_loader.py) never
+re-runs a recipe: the model is built on the meta device, quantized objects are constructed from their stored
+buffers, every other tensor is copied in, tensor by tensor from the memory-mapped file straight to the device.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import torch
-from safetensors import safe_open
 from torch import nn
 
 from hinfer.config import ModelConfig, load_model_config
@@ -234,59 +233,6 @@ class Artifact:
             if not self.meta.get("tokenizer_json"):
                 raise ArtifactError(f"{self.path}: has no tokenizer_json metadata")
             return cfg, Tokenizer.from_dir(d)
-
-    def load_model(self, cfg: ModelConfig, dtype: torch.dtype, device: torch.device, with_mtp: bool = False):
-        """The model with every tensor of the file in place (MTP tensors skipped unless with_mtp)."""
-        from hinfer.model.qwen3_5 import Attention, Qwen35ForCausalLM
-        from hinfer.ops.rope import rope_inv_freq
-
-        net = Qwen35ForCausalLM(cfg, dtype=dtype, device="meta", with_mtp=with_mtp)
-        dev = f"cuda:{device.index or 0}" if device.type == "cuda" else str(device)
-        used: set[str] = set()
-        with safe_open(str(self.path), framework="pt", device=dev) as f:
-            names = set(f.keys())
-
-            def get(name: str, optional: bool = False) -> torch.Tensor | None:
-                if name not in names:
-                    if optional:
-                        return None
-                    raise ArtifactError(f"{self.path}: missing tensor {name!r}")
-                used.add(name)
-                return f.get_tensor(name)
-
-            with torch.no_grad():
-                for path, spec in self.layout.items():
-                    if net.mtp is None and path.startswith("mtp."):
-                        continue
-                    parent, _, attr = path.rpartition(".")
-                    mod = net.get_submodule(parent)
-                    mod._parameters.pop(attr, None)
-                    setattr(mod, attr, build_quantized(spec, path, get, dtype))
-                for name, t in net.state_dict(keep_vars=True).items():
-                    if t.is_meta:
-                        _place(net, name, get(name), dtype)
-        for m in net.modules():
-            if isinstance(m, Attention):  # non-persistent: not stored, recomputed
-                m.inv_freq = rope_inv_freq(cfg.rotary_dim, cfg.rope_theta, device=device)
-        extra = sorted(n for n in names - used if not (net.mtp is None and n.startswith("mtp.")))
-        if extra:
-            raise ArtifactError(f"{self.path}: unexpected tensor {extra[0]!r} (not part of this model's config)")
-        return net
-
-
-def _place(net: nn.Module, name: str, t: torch.Tensor, dtype: torch.dtype) -> None:
-    parent, _, attr = name.rpartition(".")
-    mod = net.get_submodule(parent)
-    old = mod._parameters.get(attr)
-    want = tuple(old.shape) if old is not None else tuple(mod._buffers[attr].shape)
-    if tuple(t.shape) != want:
-        raise ArtifactError(f"tensor {name!r} has shape {list(t.shape)}, expected {list(want)} for this config")
-    if t.is_floating_point() and t.dtype != dtype:
-        t = t.to(dtype)
-    if old is not None:
-        mod._parameters[attr] = nn.Parameter(t, requires_grad=False)
-    else:
-        mod._buffers[attr] = t
 
 
 def open_artifact(path: str | Path) -> Artifact:

@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from hinfer.errors import CheckpointError
+from hinfer.weights.inventory import inventory
 
 if TYPE_CHECKING:
     import torch
@@ -234,8 +235,6 @@ def _fused_parts(cfg: ModelConfig) -> dict[str, list[tuple[str, int]]]:
 def _narrow(base: QuantRecipe, cfg: ModelConfig, quantized) -> QuantRecipe:
     """`base` without the target roles whose every tensor (decoder layers; the MTP head is never converted)
     the checkpoint keeps unquantized: routed experts too, per expert. `quantized(full module name) -> bool`."""
-    from hinfer.engine.weight_bytes import inventory
-
     prefix = "model." if cfg.model_type.endswith("_text") else "model.language_model."
     seen: dict[str, bool] = {}
     for t in inventory(cfg):

@@ -36,7 +36,7 @@ import torch
 
 from hinfer.config import ModelConfig
 from hinfer.errors import ConfigError
-from hinfer.weights.fp8 import DEFAULT_BLOCK, FP8_DTYPE, scale_shape
+from hinfer.quant.fp8_block import DEFAULT_BLOCK, FP8_DTYPE, scale_shape
 
 # Roles tell synth how to initialise a tensor and fp8 which tensors are Linear weights.
 LINEAR_ROLES = frozenset({"linear", "linear_out", "lm_head", "router", "gate_scalar", "mtp_fc"})

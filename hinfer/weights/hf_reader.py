@@ -27,9 +27,9 @@ from tqdm import tqdm
 
 from hinfer.config import ModelConfig, find_config_file, load_model_config
 from hinfer.errors import CheckpointError
+from hinfer.quant.fp8_block import DEFAULT_BLOCK, FP8_DTYPE, Fp8BlockTensor, dequantize_fp8_block, scale_shape
 from hinfer.weights import compressed_tensors as ct
-from hinfer.weights.fp8 import DEFAULT_BLOCK, FP8_DTYPE, Fp8BlockTensor, dequantize_fp8_block, scale_shape
-from hinfer.weights.hf_layout import TensorSpec, module_name, not_converted, strip_prefix
+from hinfer.weights.hf_layout import module_name, not_converted, strip_prefix
 
 log = logging.getLogger(__name__)
 
@@ -238,20 +238,6 @@ class HFCheckpoint:
         include_scales: the stored names, FP8 scales and compressed-tensors parts included."""
         return list(self._stripped) if include_scales else list(self._logical)
 
-    def tensor_specs(self, include_scales: bool = False) -> dict[str, TensorSpec]:
-        """Stripped name -> stored shape and dtype (from the headers; packed int4: the logical [N, K] and the
-        scale dtype, which reads the small `weight_shape` tensors)."""
-        if include_scales:
-            return {s: TensorSpec(self._text[raw].shape, self._text[raw].dtype) for s, raw in self._stripped.items()}
-        out: dict[str, TensorSpec] = {}
-        shapes = self._packed_shapes()
-        for s, (raw, kind) in self._logical.items():
-            if kind == "int4":
-                out[s] = TensorSpec(shapes[raw], self._text[self._packed[raw][ct.SCALE]].dtype)
-            else:
-                out[s] = TensorSpec(self._text[raw].shape, self._text[raw].dtype)
-        return out
-
     @property
     def is_fp8(self) -> bool:
         return any(t.dtype == FP8_DTYPE for t in self._text.values())
@@ -364,14 +350,6 @@ class HFCheckpoint:
             return buf.view(t.dtype).view(t.shape)
 
         return load
-
-    def _packed_shapes(self) -> dict[str, tuple[int, int]]:
-        if not self._packed:
-            return {}
-        with ExitStack() as stack:
-            load = self._positioned_reader(stack)
-            return {mod: tuple(int(v) for v in load(parts[ct.SHAPE]).tolist())
-                    for mod, parts in self._packed.items()}
 
 
 def _packed_tensor(name: str, parts: dict[str, torch.Tensor], group: int) -> ct.PackedInt4Tensor:

@@ -39,7 +39,7 @@ from tqdm import tqdm
 from hinfer.config import ModelConfig, find_config_file
 from hinfer.errors import CheckpointError, ConfigError
 from hinfer.fixtures import tokenizer_dir as default_tokenizer_dir
-from hinfer.weights.fp8 import DEFAULT_BLOCK, quantize_fp8_block
+from hinfer.quant.fp8_block import DEFAULT_BLOCK, quantize_fp8_block
 from hinfer.weights.hf_layout import (
     EXPERT_ROLES,
     TensorSpec,

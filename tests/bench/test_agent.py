@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 import torch
-from conftest import TINY  # tests/conftest.py: the engine tests' tiny dense model
 
 from hinfer.bench.agent import AgentSpec, agent_table, percentile, run_agent_bench
 from hinfer.bench.agent_workload import AgentWorkload, longest_conversation
@@ -26,13 +25,12 @@ def test_workload_grows_toward_the_target():
     assert percentile([3.0, 1.0, 2.0], 0.5) == 2.0 and percentile([1.0, 2.0], 0.9) == 1.9
 
 
-def test_agent_bench_runs_on_cpu(tmp_path):
-    from hinfer.config import ModelConfig
-
+def test_agent_bench_runs_on_cpu(tmp_path, tiny_model):
+    cfg, _ = tiny_model  # tests/conftest.py: the engine tests' tiny dense model (a fixture, so no conftest import)
     torch.set_num_threads(1)
     (tmp_path / "m").mkdir()
-    (tmp_path / "m" / "config.json").write_text(json.dumps(TINY))
-    slot = gdn_slot_bytes(ModelConfig.from_dict(TINY), "fp32")
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg.extra["raw"]))
+    slot = gdn_slot_bytes(cfg, "fp32")
     w = AgentWorkload(conversations=2, turns=4, target_context=480, user_tokens=(20, 60), answer_tokens=8)
     spec = AgentSpec(model=str(tmp_path / "m"), workload=w, out_dir=tmp_path / "out", command="hinfer bench --agent")
     ecfg = EngineConfig(device="cpu", page_size=16, prefill_chunk=64, prefix_cache_slots=1, host_cache_bytes=16 * slot)

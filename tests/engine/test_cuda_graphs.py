@@ -9,8 +9,8 @@ import random
 
 import torch
 
+from hinfer.batch import SeqChunk
 from hinfer.engine.cuda_graphs import SCRATCH_PAGE, SCRATCH_SLOT, StepGraphs, page_widths
-from hinfer.engine.forward_batch import SeqChunk
 from hinfer.engine.protocol import GenerationRequest
 from hinfer.sampling_params import SamplingParams as SP
 
@@ -44,7 +44,7 @@ def test_page_widths():
 
 def test_fillers_write_only_scratch(tiny_model):
     """Stage a verify batch of two lanes (3 and 1 real tokens of t = 4) in a 3-lane bucket and read it back."""
-    from hinfer.engine.state import ModelState, StateShape
+    from hinfer.model.state import ModelState, StateShape
 
     cfg, model = tiny_model
     state = ModelState(cfg, StateShape(20, 16, 12, torch.float32, torch.float32), "cpu")

@@ -15,6 +15,7 @@ import pytest
 from hinfer.cli.commands import plan as plan_cmd
 from hinfer.config import EngineConfig, ModelConfig, load_model_config
 from hinfer.engine import memory_plan
+from hinfer.engine.factory import plan_for_serve
 from hinfer.engine.memory_plan import (
     CUDA_RUNTIME_BYTES,
     GIB,
@@ -23,8 +24,9 @@ from hinfer.engine.memory_plan import (
     device_memory,
     plan_memory,
 )
-from hinfer.engine.weight_bytes import RECIPES, inventory, resolve_weights, weight_bytes
+from hinfer.engine.weight_bytes import RECIPES, resolve_weights, weight_bytes
 from hinfer.errors import ConfigError, PlanError
+from hinfer.weights.inventory import inventory
 
 FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
 if not FIXTURES.is_dir():
@@ -149,7 +151,7 @@ def test_recipes_mirror_the_quantizer_and_its_bytes():
 def test_plan_kv_and_gdn_match_state_shape():
     import torch
 
-    from hinfer.engine.state import StateShape
+    from hinfer.model.state import StateShape
 
     cfg = load_model_config(F27B)
     for ecfg in (EngineConfig(), EngineConfig(spec="mtp", kv_dtype="fp8", max_concurrency=3, max_context=1000)):
@@ -326,9 +328,9 @@ def test_cli_exit_codes(capsys):
 def test_plan_for_serve():
     cfg = load_model_config(F27B)
     ecfg = EngineConfig(device="cuda", gpu_memory=141 * 10**9)
-    assert plan_cmd.plan_for_serve(cfg, ecfg, "auto").fits
+    assert plan_for_serve(cfg, ecfg, "auto").fits
     with pytest.raises(PlanError):
-        plan_cmd.plan_for_serve(cfg, replace(ecfg, gpu_memory=80 * 10**9), "bf16")
+        plan_for_serve(cfg, replace(ecfg, gpu_memory=80 * 10**9), "bf16")
 
 
 def test_plan_command_does_not_import_torch():

@@ -14,7 +14,7 @@ from test_prefix_cache import PS, assert_clean, greedy, run_all, toks  # the sam
 from hinfer.engine.host_tier import host_checkpoints
 from hinfer.engine.memory_plan import gdn_slot_bytes
 from hinfer.engine.protocol import GenerationRequest, QueueFullError
-from hinfer.engine.state import ModelState, StateShape
+from hinfer.model.state import ModelState, StateShape
 from hinfer.sampling_params import SamplingParams
 
 

@@ -15,17 +15,17 @@ from statistics import NormalDist
 import pytest
 import torch
 
+from hinfer.batch import SeqChunk, build_forward_batch
 from hinfer.config import EngineConfig, ModelConfig
 from hinfer.engine.factory import make_core, resolve_engine_config
-from hinfer.engine.forward_batch import SeqChunk, build_forward_batch
 from hinfer.engine.protocol import GenerationRequest, QueueFullError
 from hinfer.engine.sampler import RowState, Sampler
 from hinfer.engine.spec import DraftJob, MTPDrafter, Proposal
 from hinfer.engine.spec.dist import Position, processed_logits, sampling_probs
 from hinfer.engine.spec.verify import accept
-from hinfer.engine.state import ModelState, StateShape
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.random_init import random_init
+from hinfer.model.state import ModelState, StateShape
 from hinfer.sampling_params import SamplingParams as SP
 
 ALPHA = 1e-4  # significance of each distribution test: a correct implementation fails one in 10^4 runs

@@ -3,20 +3,20 @@ few 27B-shaped layers (close logits)."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 
 import pytest
 import torch
 
+from hinfer.batch import SeqChunk, build_forward_batch
 from hinfer.config import EngineConfig, ModelConfig, load_model_config
 from hinfer.engine.factory import make_core, resolve_engine_config
-from hinfer.engine.forward_batch import SeqChunk, build_forward_batch
 from hinfer.engine.protocol import GenerationRequest
-from hinfer.engine.state import ModelState, StateShape
 from hinfer.fixtures import config_dir, fixed_test_seed, tokenizer_dir
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.random_init import random_init
+from hinfer.model.state import ModelState, StateShape
+from hinfer.ops.dispatch import set_backend
 from hinfer.sampling_params import SamplingParams
 from hinfer.tokenizer import Tokenizer
 
@@ -109,8 +109,8 @@ def _triton_vs_reference(cfg, model, n: int = 700, ps: int = 64) -> float:
     """Logits of an n-token prefill and 3 decode steps, Triton ops vs reference ops: relative L2 error."""
     ids = torch.randint(1, 200_000, (n + 3,)).tolist()
     logits = {}
-    for mode in ("1", "0"):
-        os.environ["HINFER_TRITON"] = mode
+    for mode in ("triton", "reference"):
+        set_backend(mode)
         try:
             pages = -(-(n + 3) // ps)
             st = ModelState(cfg, StateShape(pages + 1, ps, 2, torch.bfloat16, torch.bfloat16), "cuda")
@@ -122,8 +122,8 @@ def _triton_vs_reference(cfg, model, n: int = 700, ps: int = 64) -> float:
                 rows.append(model.compute_logits(model(b, st)[b.logits_indices]))
             logits[mode] = torch.cat(rows)
         finally:
-            os.environ.pop("HINFER_TRITON", None)
-    a, r = logits["1"], logits["0"]
+            set_backend("auto")
+    a, r = logits["triton"], logits["reference"]
     assert torch.isfinite(a).all()
     return ((a - r).norm() / r.norm()).item()
 

@@ -20,7 +20,7 @@ import sys
 import pytest
 import torch
 
-from hinfer.engine.forward_batch import ForwardBatch, SeqChunk, build_forward_batch
+from hinfer.batch import ForwardBatch, SeqChunk, build_forward_batch
 from hinfer.fixtures import fixed_test_seed
 from hinfer.ops import gdn as ref
 
@@ -29,12 +29,13 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 HK, HV, KD, VD, CONV = 16, 48, 128, 128, 10240
 N_SLOTS = 160
 _MODS = "hinfer.ops.triton.gdn"
+_SHARED = "hinfer.ops.triton.common"  # jit helpers the kernels call: re-imported with them
 
 
 @pytest.fixture(scope="module")
 def tg():
     """The kernels compiled for the GPU, even if another test module left TRITON_INTERPRET=1 set."""
-    saved = {n: m for n, m in sys.modules.items() if n.startswith(_MODS)}
+    saved = {n: m for n, m in sys.modules.items() if n.startswith((_MODS, _SHARED))}
     old_env = os.environ.pop("TRITON_INTERPRET", None)
     for n in saved:
         del sys.modules[n]

@@ -31,13 +31,14 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 E, K = 256, 8
 SHAPES = {"35b": (2048, 512), "122b": (3072, 1024)}
 _MODS = "hinfer.ops.triton.moe"
+_SHARED = "hinfer.ops.triton.common"  # jit helpers the kernels call: re-imported with them
 _INT4_CACHE: dict = {}
 
 
 @pytest.fixture(scope="module")
 def tm():
     """The kernels compiled for the GPU, even if another test module left TRITON_INTERPRET=1 set."""
-    saved = {n: m for n, m in sys.modules.items() if n.startswith(_MODS)}
+    saved = {n: m for n, m in sys.modules.items() if n.startswith((_MODS, _SHARED))}
     old_env = os.environ.pop("TRITON_INTERPRET", None)
     for n in saved:
         del sys.modules[n]
@@ -147,14 +148,17 @@ def test_experts_crowded_expert(tm, weights, seed, monkeypatch):
 def test_experts_int4_real_shapes(tm, weights, seed, t, zero_point, monkeypatch):
     """W4A16 experts (hinfer.quant.int4 layout per expert) vs the fp32 dequantized reference; at decode sizes
     (<= 64 pairs) both the tensor-core kernel on the row layout and the grouped Triton kernels."""
-    from hinfer.ops.triton.moe_int4 import moe_experts_int4_ref, quantize_experts_int4
+    from hinfer.ops.triton.moe_int4 import Int4Experts
+    from hinfer.quant.experts import quantize_experts_int4
 
     name, wgu, wd = weights
     key = (name, zero_point)
     if key not in _INT4_CACHE:
         _INT4_CACHE.clear()  # one model's int4 copy at a time
-        _INT4_CACHE[key] = quantize_experts_int4(wgu, zero_point), quantize_experts_int4(wd, zero_point)
-    qgu, qdn = _INT4_CACHE[key]
+        _INT4_CACHE[key] = (quantize_experts_int4(wgu, zero_point=zero_point),
+                            quantize_experts_int4(wd, zero_point=zero_point))
+    wqgu, wqdn = _INT4_CACHE[key]
+    qgu, qdn = (Int4Experts(w.qweight, w.scales, w.zeros, w.in_features) for w in (wqgu, wqdn))
     x = torch.randn(t, wgu.shape[2], device="cuda").bfloat16()
     top_w, top_i = ref.moe_route_ref(torch.randn(t, E, device="cuda").bfloat16(), K)
     outs = {"default": tm.moe_experts(x, qgu, qdn, top_w, top_i)}
@@ -167,15 +171,15 @@ def test_experts_int4_real_shapes(tm, weights, seed, t, zero_point, monkeypatch)
     try:
         used = torch.unique(top_i)
         remap = torch.searchsorted(used, top_i)
-        gu = torch.stack([qgu.expert(e).dequantize(torch.float32) for e in used.tolist()])
-        dn = torch.stack([qdn.expert(e).dequantize(torch.float32) for e in used.tolist()])
+        gu = torch.stack([wqgu.expert(e).dequantize(torch.float32) for e in used.tolist()])
+        dn = torch.stack([wqdn.expert(e).dequantize(torch.float32) for e in used.tolist()])
         want = ref.moe_experts_ref(x.float(), gu, dn, top_w.float(), remap)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old
     for path, out in outs.items():
         _check(out, want, seed, f"{name} int4 {'asym' if zero_point else 'sym'} T={t} {path}")
     if t == 8:
-        _check(moe_experts_int4_ref(x, qgu, qdn, top_w, top_i), want, seed, "int4 reference body")
+        _check(ref.moe_experts_ref(x, wqgu, wqdn, top_w, top_i), want, seed, "int4 reference body")
 
 
 @pytest.mark.parametrize("t", [1, 8, 64, 2048])

@@ -25,7 +25,7 @@ import random
 import pytest
 import torch
 
-from hinfer.engine.forward_batch import ForwardBatch, SeqChunk, build_forward_batch
+from hinfer.batch import ForwardBatch, SeqChunk, build_forward_batch
 from hinfer.fixtures import fixed_test_seed
 from hinfer.ops import attention as ref_attn
 from hinfer.ops import norm as ref_norm
@@ -36,7 +36,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 HIDDEN, H, HKV, D, R, PAGE = 5120, 24, 4, 256, 64, 64
 HV, VD = 48, 128
 EPS = 1e-6
-_MODS = ["norm", "attention_common", "attention_rope", "attention_decode", "attention_prefill", "attention"]
+_MODS = ["common", "norm", "attention_common", "attention_rope", "attention_decode", "attention_prefill", "attention"]
 
 
 @pytest.fixture(scope="module")

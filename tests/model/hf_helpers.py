@@ -19,11 +19,12 @@ from typing import Any
 
 import torch
 
+from hinfer.batch import SeqChunk, build_forward_batch
 from hinfer.config import load_model_config
-from hinfer.engine.forward_batch import SeqChunk, build_forward_batch
-from hinfer.engine.state import RESERVED_PAGES, RESERVED_SLOTS, FreeList, ModelState, StateShape
+from hinfer.engine.free_list import FreeList
 from hinfer.model.loader import load_weights
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
+from hinfer.model.state import RESERVED_PAGES, RESERVED_SLOTS, ModelState, StateShape
 from hinfer.weights.hf_reader import HFCheckpoint
 
 

@@ -25,11 +25,12 @@ import sys
 import pytest
 import torch
 
-from hinfer.engine.forward_batch import ForwardBatch, SeqChunk, build_forward_batch
+from hinfer.batch import ForwardBatch, SeqChunk, build_forward_batch
 from hinfer.fixtures import fixed_test_seed
 from hinfer.ops import gdn as ref
 
 _MODS = "hinfer.ops.triton.gdn"
+_SHARED = "hinfer.ops.triton.common"  # jit helpers the kernels call: re-imported with them
 N_SLOTS = 40  # enough for every scenario's own slots plus its verify step slots
 _CHILD = "HINFER_GDN_INTERP_CHILD"
 _COMPILE_CHILD = "HINFER_GDN_COMPILE_CHILD"
@@ -77,7 +78,7 @@ def _fresh_gdn(interpret: bool):
     modules (and package attributes: `from hinfer.ops.triton import gdn` reads those) are put back."""
     import hinfer.ops.triton as pkg
 
-    saved = {n: m for n, m in sys.modules.items() if n.startswith(_MODS)}
+    saved = {n: m for n, m in sys.modules.items() if n.startswith((_MODS, _SHARED))}
     names = ("gdn", "gdn_common", "gdn_conv", "gdn_recurrent", "gdn_chunk")
     saved_attrs = {n: getattr(pkg, n, None) for n in names}
     old_env = os.environ.get("TRITON_INTERPRET")
@@ -97,7 +98,7 @@ def _fresh_gdn(interpret: bool):
     try:
         yield mod
     finally:
-        for n in [n for n in sys.modules if n.startswith(_MODS)]:
+        for n in [n for n in sys.modules if n.startswith((_MODS, _SHARED))]:
             del sys.modules[n]
         sys.modules.update(saved)
         for name, m in saved_attrs.items():
@@ -252,10 +253,10 @@ def test_gated_delta_rule(small_tiles, monkeypatch, seed, scenario, chunk, dtype
 
 
 @interp
-def test_dispatch_uses_triton(small_tiles, monkeypatch, seed):
+def test_dispatch_uses_triton(small_tiles, monkeypatch, seed, ops_backend):
     """HINFER_TRITON=1 routes hinfer.ops.gdn to these kernels (the interpreted copies, via the package)."""
     tg = small_tiles
-    monkeypatch.setenv("HINFER_TRITON", "1")
+    ops_backend("triton")
     calls = []
     real = tg.causal_conv1d
     monkeypatch.setattr(tg, "causal_conv1d", lambda *a: calls.append(1) or real(*a))

@@ -28,11 +28,12 @@ import torch
 
 from hinfer.fixtures import fixed_test_seed
 from hinfer.ops import moe as ref
+from hinfer.quant.experts import quantize_experts_int4
 
 triton = pytest.importorskip("triton")
 
-_MODS = ("hinfer.ops.triton.moe", "hinfer.ops.triton.linear_int4")
-_NAMES = ("moe", "moe_common", "moe_route", "moe_align", "moe_gemm", "moe_config", "moe_int4", "linear_int4")
+_MODS = ("hinfer.ops.triton.moe", "hinfer.ops.triton.linear_int4", "hinfer.ops.triton.common")
+_NAMES = ("common", "moe", "moe_common", "moe_route", "moe_align", "moe_gemm", "moe_config", "moe_int4", "linear_int4")
 
 
 def _fix_interpreter_index_for_numpy_2_4() -> None:
@@ -178,11 +179,11 @@ def test_route_ties_lowest_index_first(tm, seed):
     assert torch.equal(ids, want), f"seed {seed}"
 
 
-def test_route_dispatch(tm, seed, monkeypatch):
+def test_route_dispatch(tm, seed, monkeypatch, ops_backend):
     """hinfer.ops.moe.moe_route runs the Triton router when HINFER_TRITON=1."""
     import hinfer.ops.triton as pkg
 
-    monkeypatch.setenv("HINFER_TRITON", "1")
+    ops_backend("triton")
     monkeypatch.setattr(pkg, "moe", tm, raising=False)
     calls = []
     monkeypatch.setattr(tm, "moe_route", lambda lg, k: calls.append(k) or ref.moe_route_ref(lg, k))
@@ -293,7 +294,8 @@ def test_experts_int4(tm, seed, zero_point, t, kind):
     e, k, h, i = 8, 2, 256, 32
     x = torch.randn(t, h).bfloat16()
     wgu, wd = _weights(e, h, i, torch.float32)
-    qgu, qdn = q.quantize_experts_int4(wgu, zero_point), q.quantize_experts_int4(wd, zero_point)
+    wqgu, wqdn = quantize_experts_int4(wgu, zero_point=zero_point), quantize_experts_int4(wd, zero_point=zero_point)
+    qgu, qdn = (q.Int4Experts(w.qweight, w.scales, w.zeros, w.in_features) for w in (wqgu, wqdn))
     top_w, top_i = _routing(t, e, k, torch.bfloat16)
     if kind == "direct_sum":
         tile = cfg_mod.Tile(16, 64, 128, 4, 2, swap=True)
@@ -301,7 +303,8 @@ def test_experts_int4(tm, seed, zero_point, t, kind):
     else:
         config = None if kind == "default" else _config(tm, kind)
     out = tm.moe_experts(x, qgu, qdn, top_w, top_i, config=config)
-    want = ref.moe_experts_ref(x.float(), qgu.dequantize(), qdn.dequantize(), top_w.float(), top_i)
+    want = ref.moe_experts_ref(x.float(), wqgu.dequantize(torch.float32), wqdn.dequantize(torch.float32),
+                               top_w.float(), top_i)
     assert not torch.isnan(out).any(), f"seed {seed}"
     err = (out.float() - want).abs()
     rel_l2 = (err.norm() / want.norm()).item()
@@ -309,7 +312,7 @@ def test_experts_int4(tm, seed, zero_point, t, kind):
         f"rel L2 {rel_l2:.3g}, seed {seed}"
     )
     torch.testing.assert_close(
-        q.moe_experts_int4_ref(x, qgu, qdn, top_w, top_i).float(),
+        ref.moe_experts_ref(x, wqgu, wqdn, top_w, top_i).float(),
         want,
         atol=1e-2 * want.abs().max().item(),
         rtol=0,

@@ -26,7 +26,7 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-from hinfer.engine.forward_batch import ForwardBatch, SeqChunk, build_forward_batch  # noqa: E402
+from hinfer.batch import ForwardBatch, SeqChunk, build_forward_batch  # noqa: E402
 from hinfer.fixtures import fixed_test_seed  # noqa: E402
 from hinfer.ops import attention as ref_attn  # noqa: E402
 from hinfer.ops import norm as ref_norm  # noqa: E402
@@ -36,6 +36,7 @@ if torch.cuda.is_available():
     pytest.skip("interpreter tests run on CPU-only machines (tests/gpu covers CUDA)", allow_module_level=True)
 
 _MODULES = [
+    "common",
     "norm",
     "attention_common",
     "attention_rope",
@@ -306,8 +307,8 @@ def test_model_forward_with_kernels(seed, monkeypatch):
     """A tiny random Qwen3.5 (2 attention + 2 GDN layers): a prefill chunk, then a mixed step with a decode
     lane and a chunk over a prefix, with only norms and attention on the kernels, against the reference."""
     from hinfer.config import ModelConfig
-    from hinfer.engine.state import ModelState, StateShape
     from hinfer.model.qwen3_5 import Qwen35ForCausalLM
+    from hinfer.model.state import ModelState, StateShape
     from hinfer.ops import attention as attn_ops
     from hinfer.ops import norm as norm_ops
 

@@ -18,8 +18,8 @@ def _rel(y: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 @pytest.fixture
-def triton_on(monkeypatch):
-    monkeypatch.setenv("HINFER_TRITON", "1")
+def triton_on(ops_backend):
+    ops_backend("triton")
 
 
 def _calls(monkeypatch, module, name):

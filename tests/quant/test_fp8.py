@@ -7,7 +7,7 @@ import torch
 
 from hinfer.fixtures import fixed_test_seed
 from hinfer.quant.fp8 import Fp8Weight, dequantize_act_fp8_ref, quantize_act_fp8_ref, quantize_fp8
-from hinfer.weights.fp8 import FP8_DTYPE, FP8_MAX, dequantize_fp8_block, quantize_fp8_block
+from hinfer.quant.fp8_block import FP8_DTYPE, FP8_MAX, dequantize_fp8_block, quantize_fp8_block
 
 
 def _gen() -> torch.Generator:

@@ -219,7 +219,7 @@ def test_e4m3_rounding_matches_torch_on_every_midpoint():
 
 @pytest.mark.parametrize("fmt", [FP8_ROW, FP8_BLOCK])
 @pytest.mark.parametrize("m", [3, 16, 40])
-def test_fp8_w8a8_decode_matches_its_reference(fmt, m, monkeypatch):
+def test_fp8_w8a8_decode_matches_its_reference(fmt, m, monkeypatch, ops_backend):
     """HINFER_FP8_DECODE=w8a8: x to e4m3 per row and 128-group inside the skinny kernel, against the torch body
     (ragged K = 2.5 groups, ragged N, split-K)."""
     from hinfer.ops.triton.linear import skinny_matmul
@@ -234,7 +234,7 @@ def test_fp8_w8a8_decode_matches_its_reference(fmt, m, monkeypatch):
         out = torch.full((m, N), float("nan"), dtype=torch.bfloat16, device=DEV)
         skinny_matmul(x, fmt, w, N, s, out=out, cfg=cfg, a8=True)
         assert _rel(out, ref) < REL, cfg
-    monkeypatch.setenv("HINFER_TRITON", "1")
+    ops_backend("triton")
     y = q.matmul(x)
     assert _rel(y, ref) < REL  # the dispatch takes the W8A8 path at M >= 2
     assert _rel(y, q.matmul_ref(x)) < 0.05  # e4m3 activations: ~3% from W8A16 (measured 2.7% here)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hinfer.weights.fp8 import FP8_MAX, dequantize_fp8_block, quantize_fp8_block, scale_shape
+from hinfer.quant.fp8_block import FP8_MAX, dequantize_fp8_block, quantize_fp8_block, scale_shape
 
 
 def _expected(q: torch.Tensor, s: torch.Tensor, block: tuple[int, int], dtype: torch.dtype) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Pre-quantized Hugging Face checkpoints load as they are (issue #6): official block-fp8 into `Fp8Weight`s,
+"""Pre-quantized Hugging Face checkpoints load as they are: official block-fp8 into `Fp8Weight`s,
 compressed-tensors W4A16 `pack-quantized` into `Int4Weight`s, structured exactly as `quantize_model` leaves a model.
 
 Checkpoints are tiny random models (dense and MoE; hidden 192, so K is not a multiple of 128: partial blocks and
@@ -41,8 +41,8 @@ from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.quant import Fp8Weight, Int4Weight, RowSplitWeight, quantize_model
 from hinfer.quant.apply import quantized_nbytes
 from hinfer.quant.experts import Fp8ExpertsWeight, Int4ExpertsWeight
+from hinfer.quant.fp8_block import quantize_fp8_block
 from hinfer.quant.int4 import quantize_int4
-from hinfer.weights.fp8 import quantize_fp8_block
 from hinfer.weights.hf_layout import hf_tensor_specs, strip_prefix
 from hinfer.weights.hf_reader import HFCheckpoint
 from hinfer.weights.synth import write_synthetic_checkpoint

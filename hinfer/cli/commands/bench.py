@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from hinfer.cli.engine_args import add_engine_args, engine_config_from_args
+from hinfer.errors import ConfigError
 
 
 def _ints(text: str) -> list[int]:
@@ -33,8 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "reference ops (a smoke test for tiny configs; its figures mean nothing).",
     )
     p.add_argument("model", help="checkpoint dir, config dir/file, or packaged config name (qwen3.6-27b, ...)")
-    p.add_argument("--quant", dest="bench_weights", choices=["bf16", "fp8", "int4"], default="bf16",
-                   help="weight format to run (random/loaded bf16 weights are converted in place; default bf16)")
+    p.add_argument("--quant", dest="bench_weights", choices=["bf16", "fp8", "int4"], default=None,
+                   help="weight format to run (random/loaded bf16 weights are converted in place; default bf16; "
+                   "--weights bf16|fp8|int4 says the same)")
     p.add_argument("--concurrency", type=_ints, default=[1, 2, 4, 8], help="lane counts, e.g. 1,2,4,8")
     p.add_argument("--depths", type=_ints, default=[1024, 32768, 131072], help="decode context depths, e.g. 1K,32K,128K")
     p.add_argument("--prefill", type=_ints, default=[1024, 8192, 32768], help="prefill lengths (empty: skip)")
@@ -71,7 +73,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run, prefill_chunk=8192)
 
 
+def bench_weights(args: argparse.Namespace) -> str:
+    """The format to run: --quant, or the engine's --weights (the same thing here, so `--weights int4` never
+    quietly runs bf16); both given must agree."""
+    quant, weights = args.bench_weights, args.weights
+    if weights in (None, "auto"):
+        return quant or "bf16"
+    if quant is not None and quant != weights:
+        raise ConfigError(f"--quant {quant} and --weights {weights} disagree: give one of them")
+    return weights
+
+
 def run(args: argparse.Namespace) -> int:
+    args.bench_weights = bench_weights(args)
     if args.agent:
         return run_agent(args)
     from hinfer.bench.run import BenchSpec, run_bench, table

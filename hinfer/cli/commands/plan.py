@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from hinfer.cli.engine_args import add_engine_args, check_max_context, engine_config_from_args
-from hinfer.config import EngineConfig, ModelConfig, load_model_config
-from hinfer.engine.memory_plan import MemoryPlan, check_plan, device_memory, plan_memory, resolve_device
+from hinfer.config import ModelConfig, load_model_config
+from hinfer.engine.memory_plan import check_plan, device_memory, plan_memory
 from hinfer.engine.weight_bytes import resolve_weights
 from hinfer.errors import ConfigError, PlanError
 
@@ -27,16 +27,6 @@ def load_config_arg(arg: str) -> ModelConfig:
         return load_model_config(CONFIGS_DIR / arg)
     raise ConfigError(f"{arg}: not a directory or config.json, nor a packaged config "
                       f"({', '.join(packaged_configs()) or 'none'})")
-
-
-def plan_for_serve(cfg: ModelConfig, ecfg: EngineConfig, weights: str) -> MemoryPlan:
-    """The plan serve runs before loading weights; raises PlanError with exact figures unless it fits.
-    `weights` may be 'auto' (resolved from the checkpoint config); ecfg.device should be resolved."""
-    ecfg.validate()
-    available, name = device_memory(ecfg)
-    plan = plan_memory(cfg, ecfg, weights=resolve_weights(cfg, weights), device_bytes=available,
-                       device_name=name, device=resolve_device(ecfg))
-    return check_plan(plan)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -58,7 +48,7 @@ def config_and_weights(model: str, weights: str):
     """(ModelConfig, recipe the plan counts) for a folder, config or packaged name, or a .hinfer artifact (its
     stored recipe, read from the header alone)."""
     if model.endswith(".hinfer") and Path(model).is_file():
-        from hinfer.weights.artifact import engine_weights, open_artifact
+        from hinfer.weights.artifact import engine_weights, open_artifact  # torch: only for an artifact
 
         art = open_artifact(model)
         return art.load_config_and_tokenizer()[0], engine_weights(art, weights)[0]

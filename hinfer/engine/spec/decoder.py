@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hinfer.engine.forward_batch import SeqChunk, build_forward_batch
+from hinfer.batch import SeqChunk, build_forward_batch
 from hinfer.engine.protocol import TopLogprob
 from hinfer.engine.runner import ModelRunner
 from hinfer.engine.sampler import vocab_gamma

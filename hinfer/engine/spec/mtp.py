@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from hinfer.engine.forward_batch import SeqChunk, build_forward_batch
+from hinfer.batch import SeqChunk, build_forward_batch
 from hinfer.engine.sampler import Sampler, vocab_gamma
 from hinfer.engine.spec.dist import (
     DRAFT,
@@ -36,9 +36,9 @@ from hinfer.engine.spec.dist import (
     sampling_probs,
 )
 from hinfer.engine.spec.drafter import DraftJob, Proposal
-from hinfer.engine.state import ModelState
 from hinfer.errors import ConfigError
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
+from hinfer.model.state import ModelState
 from hinfer.ops.linear import linear
 
 SCRATCH_SLOT = 0  # the head has no GDN layer; its batches still name a slot: the reserved scratch one

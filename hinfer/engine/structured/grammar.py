@@ -72,10 +72,6 @@ class GrammarBackend:
         self._compiler: Any = None
         self._lock = threading.Lock()
 
-    @property
-    def bitmask_words(self) -> int:
-        return -(-self.vocab_size // 32)
-
     def _get_compiler(self) -> Any:
         with self._lock:
             if self._compiler is None:

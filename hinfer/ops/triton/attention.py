@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from hinfer.engine.forward_batch import ForwardBatch
+from hinfer.batch import ForwardBatch
 from hinfer.ops.triton.attention_decode import paged_decode
 from hinfer.ops.triton.attention_prefill import paged_prefill
 from hinfer.ops.triton.attention_rope import qk_norm_rope_write

@@ -13,7 +13,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from hinfer.ops.triton.norm import cast
+from hinfer.ops.triton.common import cast
 
 
 @triton.jit

@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from hinfer.ops.triton.attention_common import attend_block
-from hinfer.ops.triton.norm import cast, interpreted
+from hinfer.ops.triton.common import cast, interpreted
 
 
 @triton.jit

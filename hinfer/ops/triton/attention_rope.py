@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hinfer.ops.triton.norm import cast, interpreted
+from hinfer.ops.triton.common import cast, interpreted
 
 # 2*pi split so that k * _C1 is exact for k < 2**16 (positions up to ~400K): accurate range reduction
 # before sin/cos, whatever precision the hardware sin/cos has on large arguments.

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from hinfer.engine.forward_batch import ForwardBatch
+from hinfer.batch import ForwardBatch
 from hinfer.ops.triton.gdn_chunk import chunked_launch
 from hinfer.ops.triton.gdn_conv import causal_conv1d_launch, gdn_gating_launch
 from hinfer.ops.triton.gdn_recurrent import recurrent_launch

@@ -14,7 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
-from hinfer.ops.triton.gdn_common import interpreted, l2norm, round_to
+from hinfer.ops.triton.common import interpreted, round_to
+from hinfer.ops.triton.gdn_common import l2norm
 
 
 @triton.jit

@@ -24,10 +24,11 @@ import torch
 import triton
 
 import hinfer.ops.triton.moe_gemm as mg
+from hinfer.ops.triton.common import GROUP, interpreted
 from hinfer.ops.triton.linear_int4 import fast_int4_ok
 from hinfer.ops.triton.moe_align import align
-from hinfer.ops.triton.moe_common import _empty, interpreted, pdl_kwargs
-from hinfer.ops.triton.moe_config import BF16, FP8, INT4, QGROUP, MoeConfig, clamp_to_shape, pick_config
+from hinfer.ops.triton.moe_common import _empty, pdl_kwargs
+from hinfer.ops.triton.moe_config import BF16, FP8, INT4, MoeConfig, clamp_to_shape, pick_config
 from hinfer.ops.triton.moe_int4 import Int4Experts
 from hinfer.ops.triton.moe_int4_mma import GROUP_K, MAX_PAIRS, experts_mma
 from hinfer.ops.triton.moe_route import moe_route
@@ -54,8 +55,8 @@ class Fp8Experts(NamedTuple):
         w = self.weight.float()
         if not self.block:
             return (w * self.scale.float()[..., None]).to(dtype)
-        rows = torch.arange(w.shape[1], device=w.device) // QGROUP
-        cols = torch.arange(w.shape[2], device=w.device) // QGROUP
+        rows = torch.arange(w.shape[1], device=w.device) // GROUP
+        cols = torch.arange(w.shape[2], device=w.device) // GROUP
         return (w * self.scale.float()[:, rows][:, :, cols]).to(dtype)
 
 
@@ -89,12 +90,12 @@ def _weight_args(w: Experts) -> tuple[list, dict]:
         return args, {"FMT": 1, "HAS_ZERO": w.zeros is not None, "FAST_INT4": fast, **_NO_SCALE_GRID}
     if isinstance(w, Fp8Experts):
         e, n, k = w.weight.shape
-        want = (e, -(-n // QGROUP), -(-k // QGROUP)) if w.block else (e, n)
+        want = (e, -(-n // GROUP), -(-k // GROUP)) if w.block else (e, n)
         assert tuple(w.scale.shape) == want and w.scale.dtype == torch.float32, f"fp8 scales {tuple(w.scale.shape)}"
         assert w.weight.stride(-1) == 1 and w.scale.stride(-1) == 1, "fp8 experts need a contiguous K"
         s = w.scale
         args = [w.weight, s, s, w.weight.stride(0), w.weight.stride(1), s.stride(0), s.stride(1)]
-        grid = {"SCALE_ROWS": QGROUP, "SCALE_KSTEP": 1} if w.block else {"SCALE_ROWS": 1, "SCALE_KSTEP": 0}
+        grid = {"SCALE_ROWS": GROUP, "SCALE_KSTEP": 1} if w.block else {"SCALE_ROWS": 1, "SCALE_KSTEP": 0}
         return args, {"FMT": 2, "HAS_ZERO": False, "FAST_INT4": False, **grid}
     assert w.stride(-1) == 1, "expert weights need a contiguous K"
     return [w, w, w, w.stride(0), w.stride(1), 0, 0], {"FMT": 0, "HAS_ZERO": False, "FAST_INT4": False,

@@ -1,4 +1,4 @@
-"""Helpers shared by the MoE kernels: output allocation (tests poison it), rounding casts, interpreter check."""
+"""Helpers shared by the MoE kernels: output allocation (tests poison it), programmatic dependent launch."""
 
 from __future__ import annotations
 
@@ -9,26 +9,9 @@ import triton
 import triton.language as tl
 
 
-def interpreted(kernel: object) -> bool:
-    """True when `kernel` runs in Triton's CPU interpreter (TRITON_INTERPRET=1 when it was defined)."""
-    return not isinstance(kernel, triton.runtime.jit.JITFunction)
-
-
 def _empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Every MoE output and scratch buffer comes from here (tests patch it to poison with NaN / junk)."""
     return torch.empty(shape, dtype=dtype, device=device)
-
-
-@triton.jit
-def cast(x, dt: tl.constexpr, EMU: tl.constexpr):
-    """fp32 x -> dt, round to nearest even. The interpreter truncates fp32 -> bf16, so under EMU the bits are
-    rounded first (GPU builds pass EMU=False and get the hardware conversion)."""
-    if EMU:
-        if dt == tl.bfloat16:
-            u = x.to(tl.uint32, bitcast=True)
-            u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
-            x = u.to(tl.float32, bitcast=True)
-    return x.to(dt)
 
 
 @triton.jit

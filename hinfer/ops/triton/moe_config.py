@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from hinfer.ops.triton.common import GROUP
+
 GEMV = 1  # block_m of the T == 1 bf16 path (CUDA-core dots, no grouping)
 BF16, INT4, FP8 = "bf16", "int4", "fp8"
-QGROUP = 128  # int4 group / fp8 scale block along K: a K-step must stay inside one group
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ def clamp_to_shape(cfg: MoeConfig, h: int, i: int, fmt: str = BF16) -> MoeConfig
     def fit(tile: Tile, n: int, kdim: int) -> Tile:
         lo = 1 if tile.block_m == GEMV else 16
         bn = max(lo, min(tile.block_n, _pow2_floor(n)))
-        bk = max(lo, min(tile.block_k, _pow2_floor(kdim), QGROUP if fmt in (INT4, FP8) else 1 << 30))
+        bk = max(lo, min(tile.block_k, _pow2_floor(kdim), GROUP if fmt in (INT4, FP8) else 1 << 30))
         return replace(tile, block_n=bn, block_k=bk)
 
     return replace(cfg, gate_up=fit(cfg.gate_up, i, h), down=fit(cfg.down, h, i))

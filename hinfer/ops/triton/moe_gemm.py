@@ -31,10 +31,12 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from hinfer.ops.triton import common
+from hinfer.ops.triton.common import cast
 from hinfer.ops.triton.linear_int4 import int4_minus8
-from hinfer.ops.triton.moe_common import cast, pdl_start
+from hinfer.ops.triton.moe_common import pdl_start
 
-QGROUP = tl.constexpr(128)
+GROUP = tl.constexpr(common.GROUP)
 
 
 @triton.jit
@@ -107,7 +109,7 @@ def _mma(
     elif FMT == 2:  # fp8 e4m3 [BN, BK] -> the activation dtype (exact); one scale per row for this K-step
         w8 = _load_k(w_base + offs_n[:, None] * stride_wn + (k0 + offs_k)[None, :], k0, offs_k, K, 1, EVEN_K)
         srow = (S_ROW0 + offs_n) // SCALE_ROWS
-        s = tl.load(s_base + srow * stride_sn + (k0 // QGROUP) * SCALE_KSTEP).to(tl.float32)
+        s = tl.load(s_base + srow * stride_sn + (k0 // GROUP) * SCALE_KSTEP).to(tl.float32)
         if SWAP:  # decode: scale the [BN, BM] partial product
             w = w8.to(a.dtype)
             g_scale = s[:, None] * scale
@@ -122,13 +124,13 @@ def _mma(
         else:
             words = tl.load(wp, mask=(kw < K // 8)[None, :], other=0)
         w = int4_minus8(words, BN, BK, FAST_INT4)
-        s = tl.load(s_base + offs_n * stride_sn + k0 // QGROUP).to(tl.float32)
+        s = tl.load(s_base + offs_n * stride_sn + k0 // GROUP).to(tl.float32)
         if SWAP:  # decode: scale the [BN, BM] partial product (cheaper than scaling the [BN, BK] tile)
             g_scale = s[:, None] * scale
         else:  # prefill: dequantize the tile to bf16 so the MMA chains one accumulator (registers)
             wf = w.to(tl.float32)
             if HAS_ZERO:
-                wf += 8.0 - tl.load(z_base + offs_n * stride_sn + k0 // QGROUP).to(tl.float32)[:, None]
+                wf += 8.0 - tl.load(z_base + offs_n * stride_sn + k0 // GROUP).to(tl.float32)[:, None]
             w = tl.trans(cast(wf * s[:, None], a.dtype, EMU))
             g_scale = scale
     if EMU:  # triton 3.6's interpreter multiplies the raw uint16 storage of bf16 dot operands
@@ -144,7 +146,7 @@ def _mma(
         else:
             part = tl.dot(a, w, input_precision=PREC)
         if HAS_ZERO:  # (u - z) a = (u - 8) a + (8 - z) a, summed over this K-step (int4 SWAP only)
-            z = tl.load(z_base + offs_n * stride_sn + k0 // QGROUP).to(tl.float32)
+            z = tl.load(z_base + offs_n * stride_sn + k0 // GROUP).to(tl.float32)
             part += (8.0 - z)[:, None] * tl.sum(a.to(tl.float32), axis=0)[None, :]
         acc += part * g_scale
     return acc

@@ -13,24 +13,9 @@ import torch
 import triton
 import triton.language as tl
 
+from hinfer.ops.triton.common import cast, interpreted
+
 _PLAIN, _ADD, _GATED = 0, 1, 2
-
-
-def interpreted(kernel: object) -> bool:
-    """True when `kernel` runs in Triton's CPU interpreter (TRITON_INTERPRET=1 when it was defined)."""
-    return not isinstance(kernel, triton.runtime.jit.JITFunction)
-
-
-@triton.jit
-def cast(x, dt: tl.constexpr, EMU: tl.constexpr):
-    """fp32 x -> dt, round to nearest even. The interpreter truncates fp32 -> bf16, so under EMU the
-    bits are rounded first (GPU builds pass EMU=False and get the hardware conversion)."""
-    if EMU:
-        if dt == tl.bfloat16:
-            u = x.to(tl.uint32, bitcast=True)
-            u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
-            x = u.to(tl.float32, bitcast=True)
-    return x.to(dt)
 
 
 @triton.jit

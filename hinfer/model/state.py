@@ -5,7 +5,8 @@
   recurrent ssm [n_gdn, n_slots, HV, K, V] (fp32).
 
 Page 0 and slot 0 are reserved scratch: padded lanes of a CUDA-graph batch read and write them, so real
-sequences never see their garbage. The allocators below never hand them out.
+sequences never see their garbage. The engine's allocators (engine/free_list.py, engine/prefix_cache.py)
+never hand them out.
 """
 
 from __future__ import annotations
@@ -92,10 +93,6 @@ class ModelState:
             self.conv_state.index_fill_(1, idx, 0)
             self.ssm_state.index_fill_(1, idx, 0)
 
-    def copy_slot(self, src: int, dst: int) -> None:
-        self.conv_state[:, dst].copy_(self.conv_state[:, src])
-        self.ssm_state[:, dst].copy_(self.ssm_state[:, src])
-
     def copy_slots(self, src: list[int], dst: list[int]) -> None:
         """GDN state (conv + recurrent, every GDN layer) of slot src[i] into dst[i], one gather + scatter per
         tensor: prefix-cache checkpoints saved out of a lane's slot or restored into one. Slots must not overlap."""
@@ -106,35 +103,3 @@ class ModelState:
         d = torch.tensor(dst, dtype=torch.int64, device=dev)
         self.conv_state.index_copy_(1, d, self.conv_state.index_select(1, s))
         self.ssm_state.index_copy_(1, d, self.ssm_state.index_select(1, s))
-
-
-class FreeList:
-    """A LIFO free list of integer ids in [first, total). Double frees and foreign ids are errors."""
-
-    def __init__(self, total: int, first: int = 0) -> None:
-        self.total = total
-        self.first = first
-        self._free = list(range(total - 1, first - 1, -1))
-        self._used: set[int] = set()
-
-    @property
-    def num_free(self) -> int:
-        return len(self._free)
-
-    @property
-    def capacity(self) -> int:
-        return self.total - self.first
-
-    def alloc(self, n: int) -> list[int]:
-        if n > len(self._free):
-            raise MemoryError(f"asked for {n}, {len(self._free)} free")
-        out = [self._free.pop() for _ in range(n)]
-        self._used.update(out)
-        return out
-
-    def free(self, ids: list[int]) -> None:
-        for i in ids:
-            if i not in self._used:
-                raise ValueError(f"id {i} freed twice or never allocated")
-            self._used.remove(i)
-            self._free.append(i)

@@ -1,0 +1,38 @@
+"""What every Triton kernel module shares: the interpreter check, the round-to-nearest casts that Triton's CPU
+interpreter gets wrong, and the quantization group the kernels take.
+
+Test helpers that re-import kernel modules under TRITON_INTERPRET re-import this one first (its @triton.jit
+helpers are decided at definition time like the kernels that call them).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+# int4 group and fp8 scale block along K of every quantized kernel: a K step stays inside one group.
+# hinfer/quant/int4.py (GROUP) and linear_configs.py (QGROUP) spell the same number for the linear kernels.
+GROUP = 128
+
+
+def interpreted(kernel: object) -> bool:
+    """True when `kernel` runs in Triton's CPU interpreter (TRITON_INTERPRET=1 when it was defined)."""
+    return not isinstance(kernel, triton.runtime.jit.JITFunction)
+
+
+@triton.jit
+def cast(x, dt: tl.constexpr, EMU: tl.constexpr):
+    """fp32 x -> dt, round to nearest even. The interpreter truncates fp32 -> bf16, so under EMU the bits are
+    rounded first (GPU builds pass EMU=False and get the hardware conversion)."""
+    if EMU:
+        if dt == tl.bfloat16:
+            u = x.to(tl.uint32, bitcast=True)
+            u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+            x = u.to(tl.float32, bitcast=True)
+    return x.to(dt)
+
+
+@triton.jit
+def round_to(x, dt: tl.constexpr, EMU: tl.constexpr):
+    """fp32 x rounded to dt (round to nearest even) and back to fp32."""
+    return cast(x, dt, EMU).to(tl.float32)
