@@ -29,9 +29,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )  # fmt: skip
 
 # Known wrong edges, each to go with its fix (a test fails once one is gone, so this list only shrinks).
-# The int4 tensor-core kernel takes its weight class (quant) where it should take the tensors, as the MoE
-# kernels take Int4Experts; with the class's matmul importing the kernel, the two make a cycle.
-KNOWN_EDGES = {("hinfer.ops.triton.linear_int4_mma", "hinfer.quant.int4_mma_layout")}
+KNOWN_EDGES: set[tuple[str, str]] = set()
 
 
 def module_files() -> dict[str, Path]:

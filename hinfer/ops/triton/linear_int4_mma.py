@@ -22,6 +22,8 @@ hinfer.quant.int4_mma_layout.emulate_kernel.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -29,8 +31,6 @@ from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
 from hinfer.ops.triton.linear_configs import INT4_MMA, M_BUCKETS, TUNED, SkinnyConfig, m_bucket, num_sms
 from hinfer.ops.triton.linear_splitk import split_scratch
-from hinfer.quant.int4 import Int4Weight
-from hinfer.quant.int4_mma_layout import Int4MmaWeight
 
 GROUP_K = 128  # quantization group along K (host side)
 GROUP = gl.constexpr(GROUP_K)
@@ -356,8 +356,20 @@ def mma_config(m: int, n: int, k: int, sms: int | None = None) -> SkinnyConfig:
     return SkinnyConfig(block_n, GROUP_K, block_m, split, warps, 2)
 
 
+class Int4Tensors(Protocol):
+    """What the kernel reads of a weight: hinfer.quant.int4_mma_layout.Int4MmaWeight (`words`, scales / zeros
+    [G, N]) or hinfer.quant.int4.Int4Weight (`qweight`, scales / zeros [N, G], `group`); duck-typed, so the
+    kernels need not import the formats above them."""
+
+    scales: torch.Tensor
+    zeros: torch.Tensor | None
+
+    @property
+    def shape(self) -> tuple[int, int]: ...
+
+
 def int4_mma_matmul(
-    x: torch.Tensor, w: Int4MmaWeight | Int4Weight, out: torch.Tensor | None = None, cfg: SkinnyConfig | None = None,
+    x: torch.Tensor, w: Int4Tensors, out: torch.Tensor | None = None, cfg: SkinnyConfig | None = None,
     offset_mma: bool = True,
 ) -> torch.Tensor:  # fmt: skip
     """y [M, N] = x [M, K] @ W^T (bf16), 1 <= M <= 64: W in fragment order (Int4MmaWeight) or in hinfer.quant.int4's
@@ -366,7 +378,7 @@ def int4_mma_matmul(
     (128 + z) sum x off each group's partial (sum x from a second MMA against ones); False (fragment order only):
     one bf16x2 fma per weight register subtracts 128 + z before the MMA."""
     m, k = x.shape
-    rows = isinstance(w, Int4Weight)
+    rows = hasattr(w, "qweight")  # the row layout (Int4Weight); else fragment order (Int4MmaWeight)
     n = w.shape[0]
     if k != w.shape[1] or k % GROUP_K or m > MAX_M or x.dtype != torch.bfloat16 or (rows and w.group != GROUP_K):
         raise ValueError(f"int4 mma: x [M <= {MAX_M}, K % {GROUP_K} == 0] bf16 matching W {tuple(w.shape)}, "
@@ -387,9 +399,9 @@ def int4_mma_matmul(
     grid = (n // block_n, split)
     part, cnt = split_scratch(split, m, n, grid[0], x, out)
     if rows:  # scales / zeros [N, G]
-        words, sg, sn = w.qweight, 1, w.scales.shape[1]
+        words, sg, sn = w.qweight, 1, w.scales.shape[1]  # type: ignore[attr-defined]
     else:  # [G, N]
-        words, sg, sn = w.words, n, 1
+        words, sg, sn = w.words, n, 1  # type: ignore[attr-defined]
     int4_mma_kernel[grid](
         x, words, w.scales, w.zeros if w.zeros is not None else w.scales, out, part, cnt, m, n, k,
         x.stride(0), out.stride(0), sg, sn,
