@@ -70,7 +70,7 @@ class Prompts:
         self.warm_history = self.ids(spec.history_tokens)
         self.tails = {case: [self.ids(spec.new_tokens) for _ in range(spec.repeats)] for case in ("gpu", "host")}
         self.warm_tails = [self.ids(spec.new_tokens) for _ in range(2)]
-        self.decode = [self.ids(spec.decode_prompt) for _ in range(max(spec.concurrency))]
+        self.decode = [self.ids(spec.decode_prompt) for _ in range(max(spec.concurrency, default=0))]
 
     def ids(self, n: int) -> list[int]:
         return [self._rng.randrange(1, self._vocab) for _ in range(n)]
@@ -79,8 +79,9 @@ class Prompts:
 def engine_configs(cfg: ModelConfig, ecfg: EngineConfig, spec: PrefixTtftSpec, dev: torch.device
                    ) -> tuple[ModelConfig, EngineConfig, EngineConfig]:  # fmt: skip
     """-> (cfg with room for the context, cache-on config, cache-off config). Both pools hold the conversation
-    with every turn 2 of the run cached, or the decode lanes; the host tiers hold all of it (unless given)."""
-    ps, lanes, r = ecfg.page_size, max(spec.concurrency), spec.repeats
+    with every turn 2 of the run cached, or the decode lanes; the host tiers hold all of it (unless given).
+    Checkpoint slots default to 2 per lane, serve's default when the KV pool fills the GPU."""
+    ps, lanes, r = ecfg.page_size, max(spec.concurrency, default=1), spec.repeats
     pages = lambda n: -(-n // ps)  # noqa: E731
     turn2 = spec.history_tokens + spec.new_tokens
     decode_total = spec.decode_prompt + decode_tokens(spec) + 2
@@ -160,9 +161,9 @@ def second_turns(core: EngineCore, history: list[int], tails: dict[str, list[lis
 def decode_rates(on: EngineCore, off: EngineCore, spec: PrefixTtftSpec, prompts: Prompts) -> list[dict]:
     """For each lane count: the same greedy lanes on both cores, timed in windows alternating between them (on
     first, then off first) so drift in clocks or temperature falls on both alike."""
-    on.clear_prefix_cache()  # as a fresh server: the TTFT cases' checkpoints do not crowd the lanes' own
     rows = []
     for lanes in spec.concurrency:
+        on.clear_prefix_cache()  # as a fresh server: earlier checkpoints do not crowd the lanes' own
         max_tokens = decode_tokens(spec) + 2
         group = {"on": DecodeLanes(on, prompts.decode[:lanes], max_tokens, f"on{lanes}"),
                  "off": DecodeLanes(off, prompts.decode[:lanes], max_tokens, f"off{lanes}")}  # fmt: skip
