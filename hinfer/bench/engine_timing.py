@@ -18,6 +18,7 @@ class FirstToken:
     seconds: float  # submitted -> the step that returned the first token
     prompt_tokens: int
     cached_tokens: int  # usage.cached_tokens: the prefix taken from the cache
+    token_id: int  # the (greedy) token
 
 
 def first_token(core: EngineCore, request_id: str, prompt: list[int]) -> FirstToken:
@@ -27,16 +28,17 @@ def first_token(core: EngineCore, request_id: str, prompt: list[int]) -> FirstTo
     params = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
     t0 = time.perf_counter()
     core.add(GenerationRequest(request_id, list(prompt), params))
-    seconds, final = 0.0, None
+    seconds, tokens, final = 0.0, [], None
     while final is None:
         for ev in core.step():
             if ev.token_ids and not seconds:
                 seconds = time.perf_counter() - t0
+            tokens += ev.token_ids
             if ev.finish_reason:
                 final = ev
     if final.finish_reason != "length":
         raise RuntimeError(f"{request_id} ended with {final.finish_reason!r}")
-    return FirstToken(seconds, final.usage.prompt_tokens, final.usage.cached_tokens)
+    return FirstToken(seconds, final.usage.prompt_tokens, final.usage.cached_tokens, tokens[0])
 
 
 class DecodeLanes:

@@ -133,7 +133,8 @@ class Case:
         s = [x.seconds for x in self.samples]
         return {
             "prompt_tokens": self.samples[0].prompt_tokens, "expected_cached_tokens": self.expected_cached,
-            "cached_tokens": [x.cached_tokens for x in self.samples], "ttft_s": s,
+            "cached_tokens": [x.cached_tokens for x in self.samples],
+            "first_tokens": [x.token_id for x in self.samples], "ttft_s": s,
             "ttft_median_s": percentile(s, 0.5), "ttft_min_s": min(s), "ttft_max_s": max(s),
             "host_checkpoint_restores": [a for a, _ in self.restores],
             "host_kv_page_restores": [b for _, b in self.restores],
@@ -220,6 +221,9 @@ def run_prefix_ttft(spec: PrefixTtftSpec, ecfg: EngineConfig) -> dict:
     for i, tail in enumerate(prompts.tails["gpu"]):
         cases["off"].timed(off, f"off{i}", prompts.history + tail)
     ttft = {name: c.summary() for name, c in cases.items()}
+    # the same turn-2 prompts with and without the cache: greedy first tokens should agree (bf16 near-ties may not)
+    same = [a == b for a, b in zip(ttft["gpu"]["first_tokens"], ttft["off"]["first_tokens"])]
+    ttft["gpu"]["first_tokens_equal_to_off"] = sum(same) / len(same)
     for name, t in ttft.items():
         log.info("TTFT %s: median %.1f ms (%d prompt tokens, %d cached)", name, 1e3 * t["ttft_median_s"],
                  t["prompt_tokens"], t["cached_tokens"][0])  # fmt: skip

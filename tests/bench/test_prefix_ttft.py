@@ -33,6 +33,7 @@ def test_prefix_ttft_bench_runs_on_cpu(tmp_path):
     assert all(len(t["ttft_s"]) == 2 and 0 < t["ttft_min_s"] <= t["ttft_median_s"] <= t["ttft_max_s"]
                for t in ttft.values())  # fmt: skip
     assert all(result["checks"].values()) and len(result["checks"]) == 5
+    assert ttft["gpu"]["first_tokens_equal_to_off"] == 1.0
     assert [d["lanes"] for d in result["decode"]] == [1, 2]
     assert all(len(d["on_windows_tok_s"]) == len(d["off_windows_tok_s"]) == 2 and d["on_over_off"] > 0
                for d in result["decode"])  # fmt: skip
@@ -44,7 +45,7 @@ def test_prefix_ttft_bench_runs_on_cpu(tmp_path):
     out = list((tmp_path / "out").glob("*-prefix-ttft-m-bf16.json"))
     assert len(out) == 1 and json.loads(out[0].read_text())["ttft"]["host"]["cached_tokens"] == [96, 96]
     table = ttft_table(result)
-    assert "| turn 2 from host RAM | 112 | 96 |" in table and "| 2 |" in table and "checks: all passed" in table
+    assert "| turn 2 from host RAM | 112 | 96 |" in table and "| 2 |" in table and "checks: all passed" in table and "in 100% of repeats" in table
 
 
 def test_cli_flags():
