@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from hinfer.bench import floors, measure
-from hinfer.config import EngineConfig, ModelConfig, find_config_file, load_model_config
+from hinfer.config import EngineConfig, ModelConfig, apply_rope_scaling, find_config_file, load_model_config
 from hinfer.engine.factory import make_core, resolve_engine_config
 from hinfer.fixtures import config_dir, tokenizer_dir
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
@@ -125,7 +125,7 @@ def run_bench(spec: BenchSpec, ecfg: EngineConfig) -> list[dict]:
         raise SystemExit("hinfer bench needs a CUDA GPU (or --device cpu for a smoke run of a tiny config)")
     dev = torch.device("cpu" if ecfg.device == "cpu" else "cuda")
     path, is_ckpt = resolve_model(spec.model)
-    cfg = truncate_layers(load_model_config(path), spec.layers)
+    cfg = truncate_layers(apply_rope_scaling(load_model_config(path), ecfg.rope_scaling), spec.layers)
     lanes = max(spec.concurrency)
     steps = spec.steps  # tokens a lane runs past its depth: decode steps, or speculative rounds of K + 1
     if ecfg.spec:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from hinfer.config import EngineConfig, ModelConfig, load_model_config
+from hinfer.config import EngineConfig, ModelConfig, apply_rope_scaling, load_model_config
 from hinfer.demo import resolve_model_path
 from hinfer.engine.core import EngineCore
 from hinfer.engine.runner import ModelRunner
@@ -103,7 +103,7 @@ def load_model(model: str | None, ecfg: EngineConfig) -> Loaded:
     path = resolve_model_path(model)
     if path.suffix == ".hinfer" and path.is_file():
         return _load_artifact(path, ecfg)
-    cfg = load_model_config(path)
+    cfg = apply_rope_scaling(load_model_config(path), ecfg.rope_scaling)
     ecfg = resolve_engine_config(cfg, ecfg)
     recipe, as_stored = weight_plan(ecfg, cfg)
     plan = plan_for_serve(cfg, ecfg, recipe)  # before any weight is read: fail fast with figures
@@ -139,6 +139,7 @@ def _load_artifact(path: Path, ecfg: EngineConfig) -> Loaded:
 
     art = open_artifact(path)  # header only: version-checked before anything else
     cfg, tok = art.load_config_and_tokenizer()
+    cfg = apply_rope_scaling(cfg, ecfg.rope_scaling)
     ecfg = resolve_engine_config(cfg, ecfg)
     plan_recipe, requantize = engine_weights(art, ecfg.weights)
     plan = plan_for_serve(cfg, ecfg, plan_recipe)

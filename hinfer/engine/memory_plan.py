@@ -446,4 +446,12 @@ def _model_line(cfg: ModelConfig) -> str:
     kind = (f"MoE {cfg.num_experts} experts top-{cfg.num_experts_per_tok}" if cfg.is_moe
             else f"dense, intermediate {cfg.intermediate_size}")
     return (f"{cfg.model_type}, hidden {cfg.hidden_size}, {cfg.num_hidden_layers} layers "
-            f"({len(cfg.attn_layers)} attention + {len(cfg.gdn_layers)} GDN), {kind}")
+            f"({len(cfg.attn_layers)} attention + {len(cfg.gdn_layers)} GDN), {kind}, {_positions(cfg)}")
+
+
+def _positions(cfg: ModelConfig) -> str:
+    s = cfg.rope_scaling
+    if s is None:
+        return f"{cfg.max_position_embeddings:,} positions"
+    return (f"{cfg.max_position_embeddings:,} positions (yarn x{s.factor:g} of "
+            f"{s.original_max_position_embeddings:,})")

@@ -27,10 +27,11 @@ def qk_norm_rope_write_ref(
     k_cache: torch.Tensor,  # [P, page, Hkv, D] one layer
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,  # [T]
+    attn_factor: float = 1.0,  # YaRN's cos/sin scale
 ) -> torch.Tensor:
     q = rms_norm_ref(q, q_norm_w, eps)
     k = rms_norm_ref(k, k_norm_w, eps)
-    cos, sin = rope_cos_sin(positions, inv_freq, q.dtype)
+    cos, sin = rope_cos_sin(positions, inv_freq, q.dtype, attn_factor)
     q = apply_rope_ref(q, cos, sin)
     k = apply_rope_ref(k, cos, sin)
     flat_k = k_cache.view(-1, *k_cache.shape[2:])
@@ -81,14 +82,14 @@ def qk_norm_rope_write(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
+    attn_factor: float = 1.0,
 ) -> torch.Tensor:
+    args = (q, k, v, q_norm_w, k_norm_w, eps, positions, inv_freq, k_cache, v_cache, slot_mapping, attn_factor)
     if use_triton(q):
         from hinfer.ops.triton import attention as ta
 
-        return ta.qk_norm_rope_write(
-            q, k, v, q_norm_w, k_norm_w, eps, positions, inv_freq, k_cache, v_cache, slot_mapping
-        )
-    return qk_norm_rope_write_ref(q, k, v, q_norm_w, k_norm_w, eps, positions, inv_freq, k_cache, v_cache, slot_mapping)
+        return ta.qk_norm_rope_write(*args)
+    return qk_norm_rope_write_ref(*args)
 
 
 def paged_attention(

@@ -238,7 +238,7 @@ class Artifact:
     def load_model(self, cfg: ModelConfig, dtype: torch.dtype, device: torch.device, with_mtp: bool = False):
         """The model with every tensor of the file in place (MTP tensors skipped unless with_mtp)."""
         from hinfer.model.qwen3_5 import Attention, Qwen35ForCausalLM
-        from hinfer.ops.rope import rope_inv_freq
+        from hinfer.ops.rope import model_rope
 
         net = Qwen35ForCausalLM(cfg, dtype=dtype, device="meta", with_mtp=with_mtp)
         dev = f"cuda:{device.index or 0}" if device.type == "cuda" else str(device)
@@ -267,7 +267,7 @@ class Artifact:
                         _place(net, name, get(name), dtype)
         for m in net.modules():
             if isinstance(m, Attention):  # non-persistent: not stored, recomputed
-                m.inv_freq = rope_inv_freq(cfg.rotary_dim, cfg.rope_theta, device=device)
+                m.inv_freq = model_rope(cfg, device)[0]
         extra = sorted(n for n in names - used if not (net.mtp is None and n.startswith("mtp.")))
         if extra:
             raise ArtifactError(f"{self.path}: unexpected tensor {extra[0]!r} (not part of this model's config)")

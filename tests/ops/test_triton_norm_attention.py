@@ -174,8 +174,8 @@ def test_gated_rms_norm(dtype, seed):
 # ------------------------------------------------------------------------------- qk norm + rope + write
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_qk_norm_rope_write(dtype, seed):
+@pytest.mark.parametrize("dtype,attn_factor", [(torch.float32, 1.0), (torch.bfloat16, 1.0), (torch.bfloat16, 1.1386)])
+def test_qk_norm_rope_write(dtype, attn_factor, seed):
     g = torch.Generator().manual_seed(seed)
     t, n_pages, page = 11, 12, 16
     qkv = torch.randn(t, H * 2 * D + 2 * HKV * D, generator=g).to(dtype)
@@ -194,9 +194,11 @@ def test_qk_norm_rope_write(dtype, seed):
     k_cache.view(-1, HKV, D)[slots] = float("nan")
     v_cache.view(-1, HKV, D)[slots] = float("nan")
     with poisoned_empty():
-        q_out = ta.qk_norm_rope_write(q, k, v, qw, kw, EPS, positions, inv_freq, k_cache, v_cache, slots)
-    q_ref = ref_attn.qk_norm_rope_write_ref(q, k, v, qw, kw, EPS, positions, inv_freq, kc_ref, vc_ref, slots)
-    # fp32: angles reach 3e5 rad here; the kernel reduces them itself while torch's cos/sin reduce exactly, so
+        q_out = ta.qk_norm_rope_write(q, k, v, qw, kw, EPS, positions, inv_freq, k_cache, v_cache, slots,
+                                      attn_factor)
+    q_ref = ref_attn.qk_norm_rope_write_ref(q, k, v, qw, kw, EPS, positions, inv_freq, kc_ref, vc_ref, slots,
+                                            attn_factor)
+    # attn_factor: YaRN's cos/sin scale (1.1386 at factor 4), applied in fp32 before rounding by both; fp32: angles reach 3e5 rad here; the kernel reduces them itself while torch's cos/sin reduce exactly, so
     # values differ by up to ~1e-5 absolute (seen 1.3e-5 once in CI at |q| ~ 0.1); bf16 keeps its one-ulp bound
     tol = (5e-5, 1e-4) if dtype == torch.float32 else _tol(dtype)
     _close(q_out, q_ref, *tol, seed=seed)

@@ -1,7 +1,7 @@
 """Fused per-head q/k RMSNorm + partial NeoX RoPE + paged KV-cache write (one program per token).
 
 Matches hinfer.ops.attention.qk_norm_rope_write_ref rounding for rounding: the normalised head is rounded
-to the model dtype, cos/sin are computed in fp32 from positions * inv_freq and rounded, and x*cos, rot*sin
+to the model dtype, cos/sin are computed in fp32 from positions * inv_freq (times YaRN's attention factor) and rounded, and x*cos, rot*sin
 and their sum are each rounded, as the reference's bf16 torch ops do. The rotate-half partner of column d
 is read again from memory (same cache lines) rather than shuffled in registers.
 """
@@ -47,7 +47,7 @@ def _qk_norm_rope_write_kernel(
     q_ptr, k_ptr, v_ptr, qo_ptr, qw_ptr, kw_ptr, pos_ptr, freq_ptr, kc_ptr, vc_ptr, slot_ptr,
     sqt, sqh, skt, skh, svt, svh,
     skp, sks, skc, svp, svs, svc,
-    eps,
+    eps, attn_factor,
     H: tl.constexpr, HKV: tl.constexpr, H_PAD: tl.constexpr, HKV_PAD: tl.constexpr,
     D: tl.constexpr, R_HALF: tl.constexpr, PAGE: tl.constexpr, EMU: tl.constexpr,
 ):  # fmt: skip
@@ -61,8 +61,8 @@ def _qk_norm_rope_write_kernel(
     ang = tl.load(pos_ptr + t).to(tl.float32) * freq
     n = tl.floor(ang * _INV_2PI + 0.5)
     r = ((ang - n * _C1) - n * _C2) - n * _C3
-    cos = cast(tl.cos(r), dt, EMU).to(tl.float32)
-    sin = cast(tl.sin(r), dt, EMU).to(tl.float32)
+    cos = cast(tl.cos(r) * attn_factor, dt, EMU).to(tl.float32)
+    sin = cast(tl.sin(r) * attn_factor, dt, EMU).to(tl.float32)
 
     hq = tl.arange(0, H_PAD)
     q = _norm_rope_heads(q_ptr, t * sqt + hq * sqh, hq < H, qw_ptr, cos, sin, d, eps, D, R_HALF, dt, EMU)
@@ -98,6 +98,7 @@ def qk_norm_rope_write(
     k_cache: torch.Tensor,  # [P, page, Hkv, D]
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,  # [T]
+    attn_factor: float = 1.0,  # YaRN's cos/sin scale
 ) -> torch.Tensor:
     t, n_heads, d = q.shape
     n_kv = k.shape[1]
@@ -114,7 +115,7 @@ def qk_norm_rope_write(
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        eps,
+        eps, float(attn_factor),
         H=n_heads, HKV=n_kv, H_PAD=triton.next_power_of_2(n_heads), HKV_PAD=triton.next_power_of_2(n_kv),
         D=d, R_HALF=inv_freq.numel(), PAGE=k_cache.shape[1], EMU=emu,
         num_warps=8 if n_heads * d >= 4096 else 4,
