@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from hinfer.errors import ConfigError
+from hinfer.kv_format import CLI_KV_DTYPES, KV_FORMATS
 
 SUPPORTED_MODEL_TYPES = ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")
 LAYER_TYPES = ("linear_attention", "full_attention")
@@ -327,7 +328,7 @@ class EngineConfig:
     max_pending_requests: int = 64  # bounded FIFO queue
     pending_timeout_ms: int = 60_000  # a queued request fails after this long without a lane
     prefill_chunk: int = 2048  # tokens of one prompt per step
-    kv_dtype: str = "bf16"  # bf16 | fp8
+    kv_dtype: str = "bf16"  # bf16 | fp8 | int8 (hinfer.kv_format)
     rope_scaling: str | None = None  # yarn:FACTOR | none; None: as the checkpoint's config says
     page_size: int = 64  # tokens per KV page
     dtype: str = "auto"  # activation / unquantized weight dtype: auto (bf16 on GPU, fp32 on CPU) | bf16 | fp32
@@ -352,8 +353,8 @@ class EngineConfig:
             raise ConfigError("--max-context must be >= 16")
         if self.prefill_chunk < 16:
             raise ConfigError("--prefill-chunk must be >= 16")
-        if self.kv_dtype not in ("bf16", "fp8", "fp32"):  # fp32: CPU reference runs
-            raise ConfigError(f"--kv-dtype {self.kv_dtype!r}: expected bf16 or fp8")
+        if self.kv_dtype not in KV_FORMATS:  # fp32: CPU reference runs
+            raise ConfigError(f"--kv-dtype {self.kv_dtype!r}: expected one of {', '.join(CLI_KV_DTYPES)}")
         if self.rope_scaling is not None:
             parse_rope_scaling(self.rope_scaling)
         if self.dtype not in ("auto", "bf16", "fp32"):

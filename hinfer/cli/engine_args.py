@@ -7,6 +7,7 @@ from pathlib import Path
 
 from hinfer.config import EngineConfig, apply_rope_scaling, load_model_config
 from hinfer.errors import ConfigError
+from hinfer.kv_format import CLI_KV_DTYPES
 
 
 def parse_bytes(text: str) -> int:
@@ -44,8 +45,9 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--prefill-chunk", type=int, default=d.prefill_chunk,
                    help=f"prompt tokens per step; a long prompt delays other lanes by at most one chunk "
                         f"(default {d.prefill_chunk})")
-    g.add_argument("--kv-dtype", choices=["bf16", "fp8"], default=d.kv_dtype,
-                   help="attention KV-cache element type (default bf16)")
+    g.add_argument("--kv-dtype", choices=list(CLI_KV_DTYPES), default=d.kv_dtype,
+                   help="attention KV-cache format (default bf16): fp8 e4m3 or int8 with a scale per token "
+                        "and head halve its bytes; docs/quantization.md, KV cache")
     g.add_argument("--rope-scaling", default=None, metavar="yarn:FACTOR|none",
                    help="RoPE context extension: yarn:4 runs the model to 4x its original window (1,048,576 "
                         "positions on the 262,144-position Qwen3.5 models); none turns off a yarn block in the "

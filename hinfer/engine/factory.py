@@ -15,6 +15,7 @@ from hinfer.engine.core import EngineCore
 from hinfer.engine.runner import ModelRunner
 from hinfer.engine.state import RESERVED_PAGES, RESERVED_SLOTS, ModelState, StateShape
 from hinfer.errors import CheckpointError, ConfigError
+from hinfer.kv_format import KV_FORMATS
 from hinfer.model.loader import load_weights
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.tokenizer import Tokenizer
@@ -22,7 +23,7 @@ from hinfer.tokenizer import Tokenizer
 log = logging.getLogger("hinfer")
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
-KV_DTYPES = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn, "fp32": torch.float32}
+KV_DTYPES = {name: getattr(torch, f.torch_dtype) for name, f in KV_FORMATS.items()}
 
 
 @dataclass

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from hinfer.config import EngineConfig, ModelConfig
 from hinfer.engine.weight_bytes import DTYPE_BYTES, Recipe, draft_head_bytes, get_recipe, weight_bytes
 from hinfer.errors import PlanError
+from hinfer.kv_format import KV_FORMATS
 
 GIB = 2**30
 RESERVED_PAGES = 1  # same as engine/state.py (page 0 is CUDA-graph scratch)
@@ -258,7 +259,7 @@ def _largest(ok, lo: int, hi: int) -> int | None:
 def kv_page_bytes(cfg: ModelConfig, ecfg: EngineConfig, dtype: str) -> int:
     """One page of K and V in every KV layer (attention layers + MTP layers with --spec)."""
     layers = len(cfg.attn_layers) + (cfg.mtp_num_hidden_layers if ecfg.spec else 0)
-    return layers * 2 * ecfg.page_size * cfg.num_key_value_heads * cfg.head_dim * DTYPE_BYTES[dtype]
+    return layers * 2 * KV_FORMATS[dtype].page_bytes(ecfg.page_size, cfg.num_key_value_heads, cfg.head_dim)
 
 
 def gdn_slot_bytes(cfg: ModelConfig, act: str) -> int:
@@ -364,7 +365,7 @@ def plan_memory(cfg: ModelConfig, ecfg: EngineConfig, *, weights: str | Recipe, 
     kv_layers = len(cfg.attn_layers) + (cfg.mtp_num_hidden_layers if ecfg.spec else 0)
     rows.append(PlanRow("kv cache", num_pages * page,
                         f"{kv_note}: {pages:,} pages of {ps} + 1 reserved, {kv_layers} layers, "
-                        f"{page // ps:,} B/token ({kvd})"))
+                        f"{page // ps:,} B/token ({kvd}{' + fp32 scale per token and head' if KV_FORMATS[kvd].scaled else ''})"))
     draft = f" x (1 + {ecfg.draft_slots} draft)" if ecfg.draft_slots else ""
     rows.append(PlanRow("gdn state", gdn, f"{lanes} lanes{draft} + 1 reserved = {n_slots} slots x "
                                           f"{len(cfg.gdn_layers)} layers (conv {act} + ssm fp32)"))

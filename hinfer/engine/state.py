@@ -1,6 +1,7 @@
 """ModelState: all per-sequence memory of the model, allocated once and indexed by page and slot.
 
-- Paged KV for every full-attention layer (and the MTP layer): k/v [n_kv_layers, num_pages, page_size, n_kv, hd].
+- Paged KV for every full-attention layer (and the MTP layer): k/v [n_kv_layers, num_pages, page_size, n_kv, hd]
+  in the --kv-dtype format (hinfer.kv_format: int8 pages carry their scales after the token rows).
 - Gated DeltaNet state per GDN layer and slot: conv [n_gdn, n_slots, conv_dim, kernel-1] (model dtype),
   recurrent ssm [n_gdn, n_slots, HV, K, V] (fp32).
 
@@ -15,6 +16,8 @@ from dataclasses import dataclass
 import torch
 
 from hinfer.config import ModelConfig
+from hinfer.kv_format import kv_format_of
+from hinfer.ops.kv_cache import allocate_kv
 
 RESERVED_PAGES = 1
 RESERVED_SLOTS = 1
@@ -42,7 +45,8 @@ class StateShape:
 
     def kv_bytes(self, cfg: ModelConfig) -> int:
         layers = len(cfg.attn_layers) + self.mtp_layers
-        per_page = 2 * self.page_size * cfg.num_key_value_heads * cfg.head_dim * _itemsize(self.kv_dtype)
+        fmt = kv_format_of(str(self.kv_dtype))
+        per_page = 2 * fmt.page_bytes(self.page_size, cfg.num_key_value_heads, cfg.head_dim)
         return layers * self.num_pages * per_page
 
     def gdn_bytes(self, cfg: ModelConfig, slots: int | None = None) -> int:
@@ -67,8 +71,9 @@ class ModelState:
         self.page_size = shape.page_size
         n_kv_layers = len(cfg.attn_layers) + shape.mtp_layers
         kv = (n_kv_layers, shape.num_pages, shape.page_size, cfg.num_key_value_heads, cfg.head_dim)
-        self.k_cache = torch.zeros(kv, dtype=shape.kv_dtype, device=device)
-        self.v_cache = torch.zeros(kv, dtype=shape.kv_dtype, device=device)
+        # k_pages: whole pages (an int8 page's scales follow its token rows); k_cache: the token rows the ops take
+        self.k_pages, self.k_cache = allocate_kv(*kv, shape.kv_dtype, device)
+        self.v_pages, self.v_cache = allocate_kv(*kv, shape.kv_dtype, device)
         n_gdn = len(cfg.gdn_layers)
         self.conv_state = torch.zeros(
             (n_gdn, shape.total_slots, cfg.gdn_conv_dim, cfg.linear_conv_kernel_dim - 1), dtype=shape.dtype, device=device

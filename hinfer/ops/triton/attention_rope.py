@@ -12,6 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
+from hinfer.ops.triton.attention_common import scale_args
 from hinfer.ops.triton.norm import cast, interpreted
 
 # 2*pi split so that k * _C1 is exact for k < 2**16 (positions up to ~400K): accurate range reduction
@@ -43,13 +44,35 @@ def _norm_rope_heads(
 
 
 @triton.jit
+def _quantize_rows(x):
+    """x [NH, D] fp32 -> (int8 codes round-half-up(x / s), s = amax / 127 per row; 0 for an all-zero row), as
+    hinfer.ops.kv_cache.quantize_int8."""
+    s = tl.max(tl.abs(x), axis=1) / 127.0
+    inv = tl.where(s > 0.0, 1.0 / tl.where(s > 0.0, s, 1.0), 0.0)
+    q = tl.floor(x * inv[:, None] + 0.5)
+    q = tl.minimum(tl.maximum(q, -127.0), 127.0)
+    return q.to(tl.int8), s
+
+
+@triton.jit
+def _store_kv(dst, x, mask, s_dst, hmask, SCALED: tl.constexpr):
+    """Rows x [NH, D] (model-dtype values in fp32) into the cache: cast, or int8 codes + scales at s_dst."""
+    if SCALED:
+        codes, s = _quantize_rows(x)
+        tl.store(dst, codes, mask=mask)
+        tl.store(s_dst, s, mask=hmask)
+    else:
+        tl.store(dst, x.to(dst.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _qk_norm_rope_write_kernel(
     q_ptr, k_ptr, v_ptr, qo_ptr, qw_ptr, kw_ptr, pos_ptr, freq_ptr, kc_ptr, vc_ptr, slot_ptr,
     sqt, sqh, skt, skh, svt, svh,
     skp, sks, skc, svp, svs, svc,
-    eps, attn_factor,
+    eps, attn_factor, ks_ptr, vs_ptr, ssp, sst,
     H: tl.constexpr, HKV: tl.constexpr, H_PAD: tl.constexpr, HKV_PAD: tl.constexpr,
-    D: tl.constexpr, R_HALF: tl.constexpr, PAGE: tl.constexpr, EMU: tl.constexpr,
+    D: tl.constexpr, R_HALF: tl.constexpr, PAGE: tl.constexpr, EMU: tl.constexpr, SCALED: tl.constexpr,
 ):  # fmt: skip
     t = tl.program_id(0).to(tl.int64)
     dt = qo_ptr.dtype.element_ty
@@ -73,13 +96,14 @@ def _qk_norm_rope_write_kernel(
     k = _norm_rope_heads(k_ptr, t * skt + hk * skh, hk < HKV, kw_ptr, cos, sin, d, eps, D, R_HALF, dt, EMU)
     slot = tl.load(slot_ptr + t).to(tl.int64)
     page, off = slot // PAGE, slot % PAGE
-    # k is rounded to the model dtype first (the reference casts bf16 k to the cache dtype)
-    k_out = cast(k, dt, EMU)
+    # k is rounded to the model dtype first (the reference casts or quantizes bf16 k)
+    k_out = cast(k, dt, EMU).to(tl.float32)
     k_dst = kc_ptr + page * skp + off * sks + hk[:, None] * skc + d[None, :]
-    tl.store(k_dst, k_out.to(kc_ptr.dtype.element_ty), mask=kmask)
-    v = tl.load(v_ptr + t * svt + hk[:, None] * svh + d[None, :], mask=kmask, other=0.0)
+    s_off = page * ssp + off * sst + hk  # int8: this token's scale of each kv head
+    _store_kv(k_dst, k_out, kmask, ks_ptr + s_off, hk < HKV, SCALED)
+    v = tl.load(v_ptr + t * svt + hk[:, None] * svh + d[None, :], mask=kmask, other=0.0).to(tl.float32)
     v_dst = vc_ptr + page * svp + off * svs + hk[:, None] * svc + d[None, :]
-    tl.store(v_dst, v.to(vc_ptr.dtype.element_ty), mask=kmask)
+    _store_kv(v_dst, v, kmask, vs_ptr + s_off, hk < HKV, SCALED)
 
 
 def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
@@ -95,7 +119,7 @@ def qk_norm_rope_write(
     eps: float,
     positions: torch.Tensor,  # [T]
     inv_freq: torch.Tensor,  # [R/2] fp32
-    k_cache: torch.Tensor,  # [P, page, Hkv, D]
+    k_cache: torch.Tensor,  # [P, page, Hkv, D] token rows in the cache's format (int8: quantized here)
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,  # [T]
     attn_factor: float = 1.0,  # YaRN's cos/sin scale
@@ -109,15 +133,16 @@ def qk_norm_rope_write(
         return q_out
     q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
     emu = interpreted(_qk_norm_rope_write_kernel)
+    ks, vs, ssp, sst, scaled = scale_args(k_cache, v_cache)
     _qk_norm_rope_write_kernel[(t,)](
         q, k, v, q_out, q_norm_w.contiguous(), k_norm_w.contiguous(), positions, inv_freq.contiguous(),
         k_cache, v_cache, slot_mapping,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        eps, float(attn_factor),
+        eps, float(attn_factor), ks, vs, ssp, sst,
         H=n_heads, HKV=n_kv, H_PAD=triton.next_power_of_2(n_heads), HKV_PAD=triton.next_power_of_2(n_kv),
-        D=d, R_HALF=inv_freq.numel(), PAGE=k_cache.shape[1], EMU=emu,
+        D=d, R_HALF=inv_freq.numel(), PAGE=k_cache.shape[1], EMU=emu, SCALED=scaled,
         num_warps=8 if n_heads * d >= 4096 else 4,
     )  # fmt: skip
     return q_out
