@@ -1,0 +1,75 @@
+"""The paged attention kernels (decode, prefill, qk-norm-rope-write) at their default 27B-shape settings go through
+Triton's whole sm_90 pipeline for every KV format, without spills in the attention loops. In a child process
+without TRITON_INTERPRET (a process that imported triton under the interpreter cannot compile for a GPU)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("triton")
+
+# 27B: 24 query heads, 4 kv heads of 256, rotary 64, pages of 64 (an int8 page has one row of scales after them)
+H, HKV, D, PAGE = 24, 4, 256, 64
+CACHES = {"bf16": ("*bf16", PAGE), "fp8": ("*fp8e4nv", PAGE), "int8": ("*i8", PAGE + 1)}
+
+
+def test_attention_kernels_compile_for_sm90():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = f"import runpy; runpy.run_path({__file__!r})['_compile_all']()"
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-4000:]
+    assert res.stdout.count("compiled") == 4 * len(CACHES), res.stdout
+
+
+def _compile(fn, types: dict, ints: dict, consts: dict, opts: dict) -> dict:
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, compile
+
+    from hinfer.ops.triton.linear_aot import resources
+
+    sig, div = {}, {}
+    for i, a in enumerate(fn.arg_names):
+        sig[a] = "constexpr" if a in consts else types.get(a, "i32")
+        # pointers and 16-divisible integers are specialised so at run time, as Triton's launcher would
+        if sig[a][0] == "*" or (sig[a] == "i32" and ints.get(a, 1) % 16 == 0):
+            div[(i,)] = [["tt.divisibility", 16]]
+    kernel = compile(ASTSource(fn, sig, constexprs=consts, attrs=div), target=GPUTarget("cuda", 90, 64), options=opts)
+    return resources(kernel)
+
+
+def _compile_all() -> None:
+    from hinfer.ops.triton import attention_decode as dec
+    from hinfer.ops.triton import attention_prefill as pre
+    from hinfer.ops.triton import attention_rope as rope
+
+    f32 = "*fp32"
+    for name, (cache, rows) in CACHES.items():
+        scaled = name == "int8"
+        skp, skt = rows * HKV * D, HKV * D
+        ints = dict(skp=skp, skt=skt, skh=D, svp=skp, svt=skt, svh=D, ssp=skp // 4, sst=HKV, sqt=H * 2 * D, sqh=2 * D,
+                    sot=H * D, soh=D, s_pt=4096, sks=skt, skc=D, svs=skt, svc=D)  # fmt: skip
+        scales = dict(ks_ptr=f32 if scaled else cache, vs_ptr=f32 if scaled else cache)
+        types = dict(q_ptr="*bf16", k_ptr=cache, v_ptr=cache, o_ptr="*bf16", op_ptr=f32, lse_ptr=f32, pt_ptr="*i32",
+                     cached_ptr="*i32", qlens_ptr="*i32", cu_ptr="*i32", qk_scale="fp32", **scales)  # fmt: skip
+        for q_max in (1, 8):  # decode; verify rows (wgmma config)
+            m_pad = max(16, 1 << (H // HKV * q_max - 1).bit_length())
+            cfg = dec.decode_config(D, m_pad)
+            consts = dict(G=H // HKV, Q_MAX=q_max, M_PAD=m_pad, D=D, PAGE=PAGE, BLOCK_N=cfg["BLOCK_N"], DIRECT=False,
+                          EMU=False, SCALED=scaled)  # fmt: skip
+            r = _compile(dec._decode_kernel, types, ints, consts, {k: cfg[k] for k in ("num_warps", "num_stages")})
+            assert r["stack"] == 0, (name, q_max, r)
+            print("compiled decode", name, q_max, r)
+        cfg = pre.prefill_config(D)
+        consts = dict(G=H // HKV, D=D, PAGE=PAGE, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], EMU=False, SCALED=scaled)
+        r = _compile(pre._prefill_kernel, types, ints, consts, {k: cfg[k] for k in ("num_warps", "num_stages")})
+        assert r["stack"] == 0, (name, r)
+        print("compiled prefill", name, r)
+        rt = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", qo_ptr="*bf16", qw_ptr="*bf16", kw_ptr="*bf16",
+                  pos_ptr="*i64", freq_ptr=f32, kc_ptr=cache, vc_ptr=cache, slot_ptr="*i64", eps="fp32",
+                  attn_factor="fp32", **scales)  # fmt: skip
+        consts = dict(H=H, HKV=HKV, H_PAD=32, HKV_PAD=HKV, D=D, R_HALF=32, PAGE=PAGE, EMU=False, SCALED=scaled)
+        print("compiled rope", name, _compile(rope._qk_norm_rope_write_kernel, rt, ints, consts, {"num_warps": 8}))
