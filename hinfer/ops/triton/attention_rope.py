@@ -46,9 +46,10 @@ def _norm_rope_heads(
 @triton.jit
 def _quantize_rows(x):
     """x [NH, D] fp32 -> (int8 codes round-half-up(x / s), s = amax / 127 per row; 0 for an all-zero row), as
-    hinfer.ops.kv_cache.quantize_int8."""
-    s = tl.max(tl.abs(x), axis=1) / 127.0
-    inv = tl.where(s > 0.0, 1.0 / tl.where(s > 0.0, s, 1.0), 0.0)
+    hinfer.ops.kv_cache.quantize_int8. IEEE divisions (div_rn): Triton's `/` is the approximate div.full on the
+    GPU, and an ulp in 1 / s moves codes that sit on a .5."""
+    s = tl.math.div_rn(tl.max(tl.abs(x), axis=1), 127.0)
+    inv = tl.where(s > 0.0, tl.math.div_rn(1.0, tl.where(s > 0.0, s, 1.0)), 0.0)
     q = tl.floor(x * inv[:, None] + 0.5)
     q = tl.minimum(tl.maximum(q, -127.0), 127.0)
     return q.to(tl.int8), s
