@@ -28,7 +28,7 @@ from triton.testing import do_bench
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hinfer.engine.forward_batch import SeqChunk, build_forward_batch  # noqa: E402
-from hinfer.kv_format import CLI_KV_DTYPES, KV_FORMATS  # noqa: E402
+from hinfer.kv_format import CLI_KV_DTYPES, KV_FORMATS, CacheFormat  # noqa: E402
 from hinfer.ops.kv_cache import allocate_kv, kv_scales  # noqa: E402
 from hinfer.ops.rope import rope_inv_freq  # noqa: E402
 from hinfer.ops.triton import attention as ta  # noqa: E402
@@ -96,9 +96,9 @@ def _rope_case(t: int) -> None:
     pos = torch.randint(0, 131072, (t,), device="cuda")
     inv = rope_inv_freq(R, 1e7, device="cuda")
     pages = t // PAGE + 2
-    kc, vc = random_cache(pages), random_cache(pages)
+    kc, vc = random_cache(pages, KV.k), random_cache(pages, KV.v)
     slots = torch.randperm(pages * PAGE, device="cuda")[:t]
-    nbytes = 2 * (t * H * D * 2) + 2 * (t * HKV * D * 2) + 2 * t * KV.token_bytes(HKV, D)  # q in/out, k v in, cache
+    nbytes = 2 * (t * H * D * 2) + 2 * (t * HKV * D * 2) + t * KV.token_bytes(HKV, D)  # q in/out, k v in, cache
     ms = bench(lambda: ta.qk_norm_rope_write(q, k, v, qw, kw, 1e-6, pos, inv, kc, vc, slots))
     record("rope", f"qk_norm_rope_write T={t} {KV.name}", "-", ms, nbytes / BW, "bytes_s", nbytes)
 
@@ -115,18 +115,20 @@ def make_batch(cached: list[int], q_lens: list[int]):
         chunks.append(SeqChunk(token_ids=[1] * n, cached_len=c, page_ids=pool[i : i + p], gdn_slot=1))
         i += p
     batch = build_forward_batch(chunks, PAGE, "cuda")
-    kc, vc = random_cache(len(pool) + 1), random_cache(len(pool) + 1)
+    kc, vc = random_cache(len(pool) + 1, KV.k), random_cache(len(pool) + 1, KV.v)
     q = torch.randn(batch.num_tokens, H, D, device="cuda", dtype=BF16)
     return batch, q, kc, vc
 
 
-def random_cache(pages: int) -> torch.Tensor:
-    """Token rows [pages, PAGE, HKV, D] in the --kv-dtype format, random (int8: codes and unit-range scales)."""
-    dt = getattr(torch, KV.torch_dtype)
+def random_cache(pages: int, fmt: CacheFormat) -> torch.Tensor:
+    """Token rows [pages, PAGE, HKV, D / pack] in a storage format, random (int8 / int4: codes and unit-range
+    scales)."""
+    dt = getattr(torch, fmt.torch_dtype)
     rows = allocate_kv(1, pages, PAGE, HKV, D, dt, "cuda")[1][0]
-    if KV.scaled:
-        rows.copy_(torch.randint(-127, 128, rows.shape, device="cuda", dtype=torch.int8))
-        kv_scales(rows).fill_(1.0 / 127)
+    if fmt.scaled:
+        lo, hi = (-127, 128) if dt == torch.int8 else (0, 256)
+        rows.copy_(torch.randint(lo, hi, rows.shape, device="cuda", dtype=dt))
+        kv_scales(rows).fill_(1.0 / (127 if dt == torch.int8 else 7))
     else:
         rows.copy_(torch.randn(rows.shape, device="cuda", dtype=BF16).to(dt))
     return rows
@@ -147,7 +149,7 @@ def bench_decode(sweep: bool) -> None:
 
 def _decode_case(b: int, ctx: int, ql: int, sweep: bool) -> None:
     batch, q, kc, vc = make_batch([ctx - ql] * b, [ql] * b)
-    nbytes = 2 * b * ctx * KV.token_bytes(HKV, D) + 2 * q.numel() * 2
+    nbytes = b * ctx * KV.token_bytes(HKV, D) + 2 * q.numel() * 2
     case = f"B={b} ctx={ctx // 1024}K q={ql} {KV.name}"
     out = torch.empty_like(q)
     lens = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens)

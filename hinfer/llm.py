@@ -104,5 +104,5 @@ class LLM:
         """Full-sequence fp32 logits [L, V] of one prompt, on a private state (parity checks)."""
         from hinfer.model.prompt_logits import prompt_logits
 
-        return prompt_logits(self.model, token_ids, self.engine_config.page_size,
-                             self.core.runner.state.shape.kv_dtype)  # fmt: skip
+        shape = self.core.runner.state.shape
+        return prompt_logits(self.model, token_ids, self.engine_config.page_size, shape.kv_dtype, shape.v_dtype)

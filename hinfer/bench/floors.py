@@ -9,7 +9,7 @@ import torch
 
 from hinfer.config import ModelConfig
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
-from hinfer.ops.kv_cache import kv_format
+from hinfer.ops.kv_cache import cache_format
 
 
 def _median_ms(fn, iters: int = 20, warmup: int = 3, device: torch.device = torch.device("cuda")) -> float:
@@ -119,11 +119,11 @@ def decode_step_bytes(
     return StepBytes(weights, kv, gdn)
 
 
-def kv_element_bytes(kv_cache: torch.Tensor) -> float:
-    """Bytes attention reads per cached K or V element, in the cache's format (int8: its scales too)."""
-    fmt = kv_format(kv_cache)
-    n_kv, head_dim = kv_cache.shape[-2:]
-    return fmt.token_bytes(n_kv, head_dim) / (n_kv * head_dim)
+def kv_element_bytes(k_cache: torch.Tensor, v_cache: torch.Tensor) -> float:
+    """Bytes attention reads per cached element of K and V on average, in their formats (scales included)."""
+    kf, vf = cache_format(k_cache), cache_format(v_cache)
+    n_kv, head_dim = k_cache.shape[-2], k_cache.shape[-1] * kf.pack
+    return (kf.token_bytes(n_kv, head_dim) + vf.token_bytes(n_kv, head_dim)) / (2 * n_kv * head_dim)
 
 
 def prefill_flops(cfg: ModelConfig, active_params: int, tokens: int) -> float:

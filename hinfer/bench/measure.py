@@ -37,6 +37,9 @@ def fill_random(runner: ModelRunner) -> None:
             if layer.dtype == torch.int8:  # int8 KV: random codes, scales of a unit-range row
                 layer.copy_(torch.randint(-127, 128, layer.shape, device=layer.device, dtype=torch.int8))
                 kv_scales(layer).fill_(1.0 / 127)
+            elif layer.dtype == torch.uint8:  # int4 KV: random nibble pairs, unit-range group scales
+                layer.copy_(torch.randint(0, 256, layer.shape, device=layer.device, dtype=torch.uint8))
+                kv_scales(layer).fill_(1.0 / 7)
             elif layer.element_size() == 1:  # fp8: no in-place normal_
                 layer.copy_(torch.randn(layer.shape, device=layer.device, dtype=torch.bfloat16).to(layer.dtype))
             else:

@@ -156,7 +156,7 @@ def run_bench(spec: BenchSpec, ecfg: EngineConfig) -> list[dict]:
         "page_size": ecfg.page_size,
     }  # fmt: skip
     rows: list[dict] = []
-    kv_item = floors.kv_element_bytes(runner.state.k_cache)
+    kv_item = floors.kv_element_bytes(runner.state.k_cache, runner.state.v_cache)
     for depth in spec.depths:
         for c in spec.concurrency:
             t = measure.decode(runner, c, depth, steps=spec.steps)
@@ -228,7 +228,7 @@ def spec_sweep(spec: BenchSpec, cfg: ModelConfig, ecfg: EngineConfig, model: Qwe
         core = make_core(cfg, model, tok, kcfg, core_device := torch.device(kcfg.device))
         head = getattr(core.spec.drafter, "draft_head", None)
         measure.fill_random(core.runner)
-        kv_item = floors.kv_element_bytes(core.runner.state.k_cache)
+        kv_item = floors.kv_element_bytes(core.runner.state.k_cache, core.runner.state.v_cache)
         for depth in spec.depths:
             for c in spec.concurrency:
                 plain = measure.decode(core.runner, c, depth, steps=spec.steps)

@@ -23,7 +23,8 @@ from hinfer.tokenizer import Tokenizer
 log = logging.getLogger("hinfer")
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
-KV_DTYPES = {name: getattr(torch, f.torch_dtype) for name, f in KV_FORMATS.items()}
+KV_DTYPES = {name: getattr(torch, f.k.torch_dtype) for name, f in KV_FORMATS.items()}  # K's storage
+V_DTYPES = {name: getattr(torch, f.v.torch_dtype) for name, f in KV_FORMATS.items() if f.v != f.k}  # V's, if other
 
 
 @dataclass
@@ -74,7 +75,8 @@ def state_shape(cfg: ModelConfig, ecfg: EngineConfig, plan=None) -> StateShape:
     kv_dtype = KV_DTYPES.get(ecfg.kv_dtype, torch.float32)
     mtp = cfg.mtp_num_hidden_layers if ecfg.spec == "mtp" else 0
     return StateShape(pages, ecfg.page_size, slots, kv_dtype, DTYPES[ecfg.dtype], mtp_layers=mtp,
-                      checkpoint_slots=ckpt, host_checkpoints=host, host_kv_pages=host_kv)
+                      checkpoint_slots=ckpt, host_checkpoints=host, host_kv_pages=host_kv,
+                      v_dtype=V_DTYPES.get(ecfg.kv_dtype))
 
 
 def weight_plan(ecfg: EngineConfig, cfg: ModelConfig):

@@ -12,9 +12,14 @@ import pytest
 
 pytest.importorskip("triton")
 
-# 27B: 24 query heads, 4 kv heads of 256, rotary 64, pages of 64 (an int8 page has one row of scales after them)
+# 27B: 24 query heads, 4 kv heads of 256, rotary 64, pages of 64. Per format and tensor: (pointer type, rows
+# per page, elements per row, scales per token and head): an int8 page has one row of scales after its 64,
+# an int4 one eight (rows of 128 bytes; 4 scales of 64 values per token and head)
 H, HKV, D, PAGE = 24, 4, 256, 64
-CACHES = {"bf16": ("*bf16", PAGE), "fp8": ("*fp8e4nv", PAGE), "int8": ("*i8", PAGE + 1)}
+BF16, FP8 = ("*bf16", PAGE, D, 0), ("*fp8e4nv", PAGE, D, 0)
+INT8, INT4 = ("*i8", PAGE + 1, D, 1), ("*u8", PAGE + 8, D // 2, 4)
+CACHES = {"bf16": (BF16, BF16), "fp8": (FP8, FP8), "int8": (INT8, INT8), "k8v4": (INT8, INT4)}
+DTYPES = {"bf16": ("bfloat16",) * 2, "fp8": ("float8_e4m3fn",) * 2, "int8": ("int8",) * 2, "k8v4": ("int8", "uint8")}
 
 
 def test_attention_kernels_compile_for_sm90():
@@ -42,34 +47,43 @@ def _compile(fn, types: dict, ints: dict, consts: dict, opts: dict) -> dict:
 
 
 def _compile_all() -> None:
+    import torch
+
+    from hinfer.ops.kv_cache import allocate_kv
     from hinfer.ops.triton import attention_decode as dec
     from hinfer.ops.triton import attention_prefill as pre
     from hinfer.ops.triton import attention_rope as rope
+    from hinfer.ops.triton.attention_common import cache_args
 
     f32 = "*fp32"
-    for name, (cache, rows) in CACHES.items():
-        scaled = name == "int8"
-        skp, skt = rows * HKV * D, HKV * D
-        ints = dict(skp=skp, skt=skt, skh=D, svp=skp, svt=skt, svh=D, ssp=skp // 4, sst=HKV, sqt=H * 2 * D, sqh=2 * D,
-                    sot=H * D, soh=D, s_pt=4096, sks=skt, skc=D, svs=skt, svc=D)  # fmt: skip
-        scales = dict(ks_ptr=f32 if scaled else cache, vs_ptr=f32 if scaled else cache)
-        types = dict(q_ptr="*bf16", k_ptr=cache, v_ptr=cache, o_ptr="*bf16", op_ptr=f32, lse_ptr=f32, pt_ptr="*i32",
+    for name, ((kt, krows, kel, kg), (vt, vrows, vel, vg)) in CACHES.items():
+        ints = dict(skp=krows * HKV * kel, skt=HKV * kel, skh=kel, svp=vrows * HKV * vel, svt=HKV * vel, svh=vel,
+                    ksp=krows * HKV * kel // 4, kst=HKV * kg, ksh=kg, vsp=vrows * HKV * vel // 4, vst=HKV * vg, vsh=vg,
+                    sqt=H * 2 * D, sqh=2 * D, sot=H * D, soh=D, s_pt=4096)  # fmt: skip
+        ints |= dict(sks=ints["skt"], skc=ints["skh"], svs=ints["svt"], svc=ints["svh"])
+        scales = dict(ks_ptr=f32 if kg else kt, vs_ptr=f32 if vg else vt)
+        kc, vc = (allocate_kv(1, 1, PAGE, HKV, D, getattr(torch, dt), "meta")[1][0] for dt in DTYPES[name])
+        codes = {"dec": [a[-1] for a in dec.decode_cache_args(kc, vc)], "pre": [a[-1] for a in pre.prefill_cache_args(kc, vc)],
+                 "rope": [cache_args(c)[-1] for c in (kc, vc)]}  # fmt: skip
+        types = dict(q_ptr="*bf16", k_ptr=kt, v_ptr=vt, o_ptr="*bf16", op_ptr=f32, lse_ptr=f32, pt_ptr="*i32",
                      cached_ptr="*i32", qlens_ptr="*i32", cu_ptr="*i32", qk_scale="fp32", **scales)  # fmt: skip
         for q_max in (1, 8):  # decode; verify rows (wgmma config)
             m_pad = max(16, 1 << (H // HKV * q_max - 1).bit_length())
             cfg = dec.decode_config(D, m_pad)
             consts = dict(G=H // HKV, Q_MAX=q_max, M_PAD=m_pad, D=D, PAGE=PAGE, BLOCK_N=cfg["BLOCK_N"], DIRECT=False,
-                          EMU=False, SCALED=scaled)  # fmt: skip
+                          EMU=False, K_FMT=codes["dec"][0], V_FMT=codes["dec"][1])  # fmt: skip
             r = _compile(dec._decode_kernel, types, ints, consts, {k: cfg[k] for k in ("num_warps", "num_stages")})
             assert r["stack"] == 0, (name, q_max, r)
             print("compiled decode", name, q_max, r)
         cfg = pre.prefill_config(D)
-        consts = dict(G=H // HKV, D=D, PAGE=PAGE, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], EMU=False, SCALED=scaled)
+        consts = dict(G=H // HKV, D=D, PAGE=PAGE, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], EMU=False,
+                      K_FMT=codes["pre"][0], V_FMT=codes["pre"][1])  # fmt: skip
         r = _compile(pre._prefill_kernel, types, ints, consts, {k: cfg[k] for k in ("num_warps", "num_stages")})
         assert r["stack"] == 0, (name, r)
         print("compiled prefill", name, r)
         rt = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", qo_ptr="*bf16", qw_ptr="*bf16", kw_ptr="*bf16",
-                  pos_ptr="*i64", freq_ptr=f32, kc_ptr=cache, vc_ptr=cache, slot_ptr="*i64", eps="fp32",
+                  pos_ptr="*i64", freq_ptr=f32, kc_ptr=kt, vc_ptr=vt, slot_ptr="*i64", eps="fp32",
                   attn_factor="fp32", **scales)  # fmt: skip
-        consts = dict(H=H, HKV=HKV, H_PAD=32, HKV_PAD=HKV, D=D, R_HALF=32, PAGE=PAGE, EMU=False, SCALED=scaled)
+        consts = dict(H=H, HKV=HKV, H_PAD=32, HKV_PAD=HKV, D=D, R_HALF=32, PAGE=PAGE, EMU=False,
+                      K_FMT=codes["rope"][0], V_FMT=codes["rope"][1])  # fmt: skip
         print("compiled rope", name, _compile(rope._qk_norm_rope_write_kernel, rt, ints, consts, {"num_warps": 8}))

@@ -30,7 +30,7 @@ from hinfer.engine.forward_batch import ForwardBatch, SeqChunk, build_forward_ba
 from hinfer.fixtures import fixed_test_seed  # noqa: E402
 from hinfer.ops import attention as ref_attn  # noqa: E402
 from hinfer.ops import norm as ref_norm  # noqa: E402
-from hinfer.ops.kv_cache import allocate_kv, kv_scales, write_kv  # noqa: E402
+from hinfer.ops.kv_cache import allocate_kv, kv_scales, read_kv, write_kv  # noqa: E402
 from hinfer.ops.rope import rope_inv_freq  # noqa: E402
 
 if torch.cuda.is_available():
@@ -304,40 +304,49 @@ def test_decode_lengths_are_read_from_device(seed):
 
 # ------------------------------------------------------------------------------------ KV formats
 
-KV_FORMATS = [torch.float8_e4m3fn, torch.int8]
+# (name, K storage, V storage, head_dim): int4 groups are 64 values, so k8v4 runs at head_dim 64
+KV_FORMATS = [("fp8", torch.float8_e4m3fn, torch.float8_e4m3fn, D), ("int8", torch.int8, torch.int8, D),
+              ("k8v4", torch.int8, torch.uint8, 64)]  # fmt: skip
 
 
-def _format_caches(n_pages: int, page: int, kv_dtype: torch.dtype, g: torch.Generator):
-    """K and V token-row views in `kv_dtype` (int8: scales after each page's rows) holding random values written
-    through the reference quantizer, rows of different magnitudes so the per-token scales differ."""
-    kc = allocate_kv(1, n_pages, page, HKV, D, kv_dtype, "cpu")[1][0]
-    vc = allocate_kv(1, n_pages, page, HKV, D, kv_dtype, "cpu")[1][0]
-    slots = torch.arange(n_pages * page)
-    for c in (kc, vc):
-        mag = torch.rand(n_pages * page, HKV, 1, generator=g) * 3 + 0.05
-        write_kv(c, slots, (mag * torch.randn(n_pages * page, HKV, D, generator=g)).to(torch.bfloat16))
-    return kc, vc
+def _format_cache(n_pages: int, page: int, dtype: torch.dtype, d: int, g: torch.Generator) -> torch.Tensor:
+    """A token-row view in `dtype` (int8 / int4: scales after each page's rows) holding random values written
+    through the reference quantizer, rows of different magnitudes so the scales differ."""
+    c = allocate_kv(1, n_pages, page, HKV, d, dtype, "cpu")[1][0]
+    mag = torch.rand(n_pages * page, HKV, 1, generator=g) * 3 + 0.05
+    write_kv(c, torch.arange(n_pages * page), (mag * torch.randn(n_pages * page, HKV, d, generator=g)).to(torch.bfloat16))
+    return c
+
+
+def _clone_pages(cache: torch.Tensor) -> torch.Tensor:
+    """A copy of a token-row view with its whole pages (a plain clone would leave the scales behind)."""
+    full = cache._base.clone()
+    return full[0, :, : cache.shape[1]]
+
+
+def _dequantized(cache: torch.Tensor) -> torch.Tensor:
+    return read_kv(cache, torch.arange(cache.shape[0]), cache.shape[0] * cache.shape[1], torch.float32)
 
 
 # fp8 writes are not checked here: the interpreter's fp32/bf16 -> e4m3 conversion is wrong for some values
 # (1.9922 -> 1.0, where torch and the GPU's cvt.rn give 2.0); tests/gpu covers them
-@pytest.mark.parametrize("kv_dtype", [torch.int8])
-def test_qk_norm_rope_write_kv_formats(kv_dtype, seed):
+@pytest.mark.parametrize("name,k_dtype,v_dtype,d", KV_FORMATS[1:])
+def test_qk_norm_rope_write_kv_formats(name, k_dtype, v_dtype, d, seed):
     """The fused write quantizes as the reference does. V (no rope) gets the same codes and scales. K after
     rope may differ from the reference by one bf16 ulp (test_qk_norm_rope_write), which can move a code by one
     and its row's scale by 2^-8 relative; so K is compared dequantized, within one step plus one bf16 ulp."""
     g = torch.Generator().manual_seed(seed)
     t, n_pages, page, dtype = 13, 6, 16, torch.bfloat16
-    q = torch.randn(t, H, D, generator=g).to(dtype)
-    k = (3 * torch.randn(t, HKV, D, generator=g)).to(dtype)
-    v = (torch.rand(t, HKV, 1, generator=g) * torch.randn(t, HKV, D, generator=g)).to(dtype)
-    v[3, 1] = 0.0  # an all-zero row: scale 0, codes 0
-    qw = (0.2 * torch.randn(D, generator=g)).to(dtype)
-    kw = (0.2 * torch.randn(D, generator=g)).to(dtype)
+    q = torch.randn(t, H, d, generator=g).to(dtype)
+    k = (3 * torch.randn(t, HKV, d, generator=g)).to(dtype)
+    v = (torch.rand(t, HKV, 1, generator=g) * torch.randn(t, HKV, d, generator=g)).to(dtype)
+    v[3, 1] = 0.0  # an all-zero row: scale 0, codes 0 (int4: stored as 8)
+    qw = (0.2 * torch.randn(d, generator=g)).to(dtype)
+    kw = (0.2 * torch.randn(d, generator=g)).to(dtype)
     positions = torch.randint(0, 300_000, (t,), generator=g)
     inv_freq = rope_inv_freq(R, 1e7)
     slots = torch.randperm(n_pages * page, generator=g)[:t]
-    kc, vc = _format_caches(n_pages, page, kv_dtype, g)
+    kc, vc = _format_cache(n_pages, page, k_dtype, d, g), _format_cache(n_pages, page, v_dtype, d, g)
     kc_ref, vc_ref = _clone_pages(kc), _clone_pages(vc)
     q_out = ta.qk_norm_rope_write(q, k, v, qw, kw, EPS, positions, inv_freq, kc, vc, slots)
     q_ref = ref_attn.qk_norm_rope_write_ref(q, k, v, qw, kw, EPS, positions, inv_freq, kc_ref, vc_ref, slots)
@@ -346,42 +355,34 @@ def test_qk_norm_rope_write_kv_formats(kv_dtype, seed):
     step = kv_scales(kc_ref)[..., None]
     deq, deq_ref = kc.float() * kv_scales(kc)[..., None], kc_ref.float() * step
     assert ((deq - deq_ref).abs() <= 1.01 * step + 2**-7 * deq_ref.abs()).all(), seed
-    if kv_dtype == torch.int8:
-        page_of, row_of = slots[3] // page, slots[3] % page
-        assert kv_scales(vc)[page_of, row_of, 1] == 0 and not vc[page_of, row_of, 1].any()
+    page_of, row_of = slots[3] // page, slots[3] % page
+    assert kv_scales(vc)[page_of, row_of, 1].eq(0).all() and not _dequantized(vc)[slots[3], 1].any()
 
 
-def _clone_pages(cache: torch.Tensor) -> torch.Tensor:
-    """A copy of a token-row view with its whole pages (a plain clone would leave the int8 scales behind)."""
-    full = cache._base.clone()
-    return full[0, :, : cache.shape[1]]
-
-
-def _attn_fmt_ref(q, kc, vc, batch):
-    """The reference reading the quantized cache (int8 codes times scales in fp32), q in fp32."""
-    return ref_attn.paged_attention_ref(q.float(), kc, vc, batch, D**-0.5).to(q.dtype)
-
-
-@pytest.mark.parametrize("kv_dtype", KV_FORMATS)
+@pytest.mark.parametrize("name,k_dtype,v_dtype,d", KV_FORMATS)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_attention_kernels_kv_formats(kv_dtype, dtype, seed):
-    """Decode (2 splits) and prefill kernels reading fp8 / int8 caches directly, against the reference reading
-    the same caches: fp32 within 1e-4 (the kernel scales scores and probabilities, the reference the rows), bf16
-    within the bf16 attention tolerance."""
-    cached, q_lens = [0, 5, 37, 30, 100, 1], [1, 2, 4, 4, 3, 1]
-    batch, q, _, _ = _batch(cached, q_lens, 16, dtype, seed=seed)
-    g = torch.Generator().manual_seed(seed + 1)
-    kc, vc = _format_caches(batch.page_table.max().item() + 1, 16, kv_dtype, g)
-    want = _attn_fmt_ref(q, kc, vc, batch)
+def test_attention_kernels_kv_formats(name, k_dtype, v_dtype, d, dtype, seed):
+    """Decode (2 splits) and prefill kernels reading fp8 / int8 / k8v4 caches directly, against the reference
+    reading the same caches (codes times scales, in fp32): fp32 within 1e-4 (the kernel scales int8 scores and
+    probabilities, the reference the rows), bf16 within the bf16 attention tolerance."""
     tol = {"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else _attn_tol(dtype)
-    with poisoned_empty():
-        out = _run_decode(q, kc, vc, batch, num_splits=2, block_n=16)
-    _close(out, want, **tol, seed=seed)
-    cached, q_lens = [0, 40, 16, 7], [20, 1, 17, 33]
-    batch, q, _, _ = _batch(cached, q_lens, 16, dtype, seed=seed)
-    kc, vc = _format_caches(batch.page_table.max().item() + 1, 16, kv_dtype, g)
-    out = _run_prefill(q, kc, vc, batch, block_m=16, block_n=16)
-    _close(out, _attn_fmt_ref(q, kc, vc, batch), **tol, seed=seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    for cached, q_lens, decode in (([0, 5, 37, 30, 100, 1], [1, 2, 4, 4, 3, 1], True),
+                                   ([0, 40, 16, 7], [20, 1, 17, 33], False)):  # fmt: skip
+        batch = _batch(cached, q_lens, 16, dtype, seed=seed)[0]
+        q = (2 * torch.randn(batch.num_tokens, H, d, generator=g)).to(dtype)
+        n_pages = batch.page_table.max().item() + 1
+        kc, vc = _format_cache(n_pages, 16, k_dtype, d, g), _format_cache(n_pages, 16, v_dtype, d, g)
+        want = ref_attn.paged_attention_ref(q.float(), kc, vc, batch, d**-0.5).to(dtype)
+        out = torch.full_like(q, float("nan"))
+        args = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens, d**-0.5)
+        with poisoned_empty():
+            if decode:
+                dec.paged_decode(q, kc, vc, out, *args, batch.num_seqs, batch.num_tokens, batch.max_q_len,
+                                 num_splits=2, block_n=16)  # fmt: skip
+            else:
+                pre.paged_prefill(q, kc, vc, out, *args, 0, batch.num_seqs, batch.max_q_len, block_m=16, block_n=16)
+        _close(out, want, **tol, seed=seed)
 
 
 # ------------------------------------------------------------------------------------ inside the model

@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hinfer.ops.triton.attention_common import scale_args
+from hinfer.ops.triton.attention_common import GROUP4, cache_args
 from hinfer.ops.triton.norm import cast, interpreted
 
 # 2*pi split so that k * _C1 is exact for k < 2**16 (positions up to ~400K): accurate range reduction
@@ -44,26 +44,39 @@ def _norm_rope_heads(
 
 
 @triton.jit
-def _quantize_rows(x):
-    """x [NH, D] fp32 -> (int8 codes round-half-up(x / s), s = amax / 127 per row; 0 for an all-zero row), as
-    hinfer.ops.kv_cache.quantize_int8. IEEE divisions (div_rn): Triton's `/` is the approximate div.full on the
-    GPU, and an ulp in 1 / s moves codes that sit on a .5."""
-    s = tl.math.div_rn(tl.max(tl.abs(x), axis=1), 127.0)
+def _quantize(x, QMAX: tl.constexpr):
+    """x [R, G] fp32 -> (codes round-half-up(x / s) in [-QMAX, QMAX] as fp32, s = amax / QMAX per row; 0 for an
+    all-zero row), as hinfer.ops.kv_cache.quantize_int8 / quantize_int4. IEEE divisions (div_rn): Triton's `/`
+    is the approximate div.full on the GPU, and an ulp in 1 / s moves codes that sit on a .5."""
+    s = tl.math.div_rn(tl.max(tl.abs(x), axis=1), QMAX)
     inv = tl.where(s > 0.0, tl.math.div_rn(1.0, tl.where(s > 0.0, s, 1.0)), 0.0)
     q = tl.floor(x * inv[:, None] + 0.5)
-    q = tl.minimum(tl.maximum(q, -127.0), 127.0)
-    return q.to(tl.int8), s
+    return tl.minimum(tl.maximum(q, -QMAX), QMAX), s
 
 
 @triton.jit
-def _store_kv(dst, x, mask, s_dst, hmask, SCALED: tl.constexpr):
-    """Rows x [NH, D] (model-dtype values in fp32) into the cache: cast, or int8 codes + scales at s_dst."""
-    if SCALED:
-        codes, s = _quantize_rows(x)
-        tl.store(dst, codes, mask=mask)
-        tl.store(s_dst, s, mask=hmask)
+def _store_kv(
+    c_ptr, row, x, hmask, s_ptr, s_row,
+    NH: tl.constexpr, D: tl.constexpr, FMT: tl.constexpr,
+):  # fmt: skip
+    """Rows x [NH, D] (model-dtype values in fp32) into a cache in its storage format (attention_common codes):
+    row [NH] is each head's row offset in the cache, s_row [NH] in its scales."""
+    if FMT == 2:  # int4: groups of GROUP4, nibble pairs (2j low, 2j + 1 high), codes + 8
+        q, s = _quantize(tl.reshape(x, [NH * (D // GROUP4), GROUP4]), 7.0)
+        u = tl.reshape(q + 8.0, [NH, D // 2, 2]).to(tl.int32)
+        lo, hi = tl.split(u)
+        j = tl.arange(0, D // 2)
+        tl.store(c_ptr + row[:, None] + j[None, :], (lo | (hi << 4)).to(tl.uint8), mask=hmask[:, None])
+        g = tl.arange(0, D // GROUP4)
+        tl.store(s_ptr + s_row[:, None] + g[None, :], tl.reshape(s, [NH, D // GROUP4]), mask=hmask[:, None])
+    elif FMT == 1:  # int8: one scale per row
+        q, s = _quantize(x, 127.0)
+        d = tl.arange(0, D)
+        tl.store(c_ptr + row[:, None] + d[None, :], q.to(tl.int8), mask=hmask[:, None])
+        tl.store(s_ptr + s_row, s, mask=hmask)
     else:
-        tl.store(dst, x.to(dst.dtype.element_ty), mask=mask)
+        d = tl.arange(0, D)
+        tl.store(c_ptr + row[:, None] + d[None, :], x.to(c_ptr.dtype.element_ty), mask=hmask[:, None])
 
 
 @triton.jit
@@ -71,9 +84,10 @@ def _qk_norm_rope_write_kernel(
     q_ptr, k_ptr, v_ptr, qo_ptr, qw_ptr, kw_ptr, pos_ptr, freq_ptr, kc_ptr, vc_ptr, slot_ptr,
     sqt, sqh, skt, skh, svt, svh,
     skp, sks, skc, svp, svs, svc,
-    eps, attn_factor, ks_ptr, vs_ptr, ssp, sst,
+    eps, attn_factor, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh,
     H: tl.constexpr, HKV: tl.constexpr, H_PAD: tl.constexpr, HKV_PAD: tl.constexpr,
-    D: tl.constexpr, R_HALF: tl.constexpr, PAGE: tl.constexpr, EMU: tl.constexpr, SCALED: tl.constexpr,
+    D: tl.constexpr, R_HALF: tl.constexpr, PAGE: tl.constexpr, EMU: tl.constexpr,
+    K_FMT: tl.constexpr, V_FMT: tl.constexpr,
 ):  # fmt: skip
     t = tl.program_id(0).to(tl.int64)
     dt = qo_ptr.dtype.element_ty
@@ -99,12 +113,12 @@ def _qk_norm_rope_write_kernel(
     page, off = slot // PAGE, slot % PAGE
     # k is rounded to the model dtype first (the reference casts or quantizes bf16 k)
     k_out = cast(k, dt, EMU).to(tl.float32)
-    k_dst = kc_ptr + page * skp + off * sks + hk[:, None] * skc + d[None, :]
-    s_off = page * ssp + off * sst + hk  # int8: this token's scale of each kv head
-    _store_kv(k_dst, k_out, kmask, ks_ptr + s_off, hk < HKV, SCALED)
+    hok = hk < HKV
+    _store_kv(kc_ptr, page * skp + off * sks + hk * skc, k_out, hok, ks_ptr, page * ksp + off * kst + hk * ksh,
+              HKV_PAD, D, K_FMT)  # fmt: skip
     v = tl.load(v_ptr + t * svt + hk[:, None] * svh + d[None, :], mask=kmask, other=0.0).to(tl.float32)
-    v_dst = vc_ptr + page * svp + off * svs + hk[:, None] * svc + d[None, :]
-    _store_kv(v_dst, v, kmask, vs_ptr + s_off, hk < HKV, SCALED)
+    _store_kv(vc_ptr, page * svp + off * svs + hk * svc, v, hok, vs_ptr, page * vsp + off * vst + hk * vsh,
+              HKV_PAD, D, V_FMT)  # fmt: skip
 
 
 def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
@@ -134,16 +148,17 @@ def qk_norm_rope_write(
         return q_out
     q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
     emu = interpreted(_qk_norm_rope_write_kernel)
-    ks, vs, ssp, sst, scaled = scale_args(k_cache, v_cache)
+    ks, ksp, kst, ksh, k_fmt = cache_args(k_cache)
+    vs, vsp, vst, vsh, v_fmt = cache_args(v_cache)
     _qk_norm_rope_write_kernel[(t,)](
         q, k, v, q_out, q_norm_w.contiguous(), k_norm_w.contiguous(), positions, inv_freq.contiguous(),
         k_cache, v_cache, slot_mapping,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        eps, float(attn_factor), ks, vs, ssp, sst,
+        eps, float(attn_factor), ks, ksp, kst, ksh, vs, vsp, vst, vsh,
         H=n_heads, HKV=n_kv, H_PAD=triton.next_power_of_2(n_heads), HKV_PAD=triton.next_power_of_2(n_kv),
-        D=d, R_HALF=inv_freq.numel(), PAGE=k_cache.shape[1], EMU=emu, SCALED=scaled,
+        D=d, R_HALF=inv_freq.numel(), PAGE=k_cache.shape[1], EMU=emu, K_FMT=k_fmt, V_FMT=v_fmt,
         num_warps=8 if n_heads * d >= 4096 else 4,
     )  # fmt: skip
     return q_out
