@@ -249,9 +249,12 @@ def test_decode_cuda_graph_replay(tk, seed):
 # ------------------------------------------------------------------------------------ KV formats
 
 
+FORMATS = {"fp8": (torch.float8_e4m3fn,) * 2, "int8": (torch.int8,) * 2, "k8v4": (torch.int8, torch.uint8)}
+
+
 def _format_cache(pages: int, kv_dtype: torch.dtype) -> torch.Tensor:
-    """Token rows in `kv_dtype` (int8: scales after each page's rows) holding random rows of varied magnitude,
-    written through the reference quantizer."""
+    """Token rows in `kv_dtype` (int8 / int4: scales after each page's rows) holding random rows of varied
+    magnitude, written through the reference quantizer."""
     rows = allocate_kv(1, pages, PAGE, HKV, D, kv_dtype, "cuda")[1][0]
     n = pages * PAGE
     mag = torch.rand(n, HKV, 1, device="cuda") * 3 + 0.05
@@ -259,23 +262,24 @@ def _format_cache(pages: int, kv_dtype: torch.dtype) -> torch.Tensor:
     return rows
 
 
-@pytest.mark.parametrize("kv_dtype", [torch.float8_e4m3fn, torch.int8])
+@pytest.mark.parametrize("fmt", list(FORMATS))
 @pytest.mark.parametrize("cached,q_lens", [([32767] * 8, [1] * 8), ([20000] * 8, [4] * 8), ([30720], [2048]),
                                            ([5000, 70, 0, 1000], [1, 4, 700, 333])])
-def test_attention_kv_formats(tk, seed, kv_dtype, cached, q_lens):
-    """Decode, verify, prefill and mixed batches reading fp8 / int8 caches in place, against the reference reading
-    the same caches (int8 codes times scales) in fp32: rel <= 1e-2, as for bf16 caches."""
+def test_attention_kv_formats(tk, seed, fmt, cached, q_lens):
+    """Decode, verify, prefill and mixed batches reading fp8 / int8 / k8v4 caches in place, against the reference
+    reading the same caches (codes times scales) in fp32: rel <= 1e-2, as for bf16 caches."""
     batch, (q, _, _) = _batch(cached, q_lens)
     pages = batch.page_table.max().item() + 1
-    kc, vc = _format_cache(pages, kv_dtype), _format_cache(pages, kv_dtype)
+    kc, vc = (_format_cache(pages, dt) for dt in FORMATS[fmt])
     with poisoned_empty():
         out = tk["attention"].paged_attention(q, kc, vc, batch, D**-0.5)
     want = ref_attn.paged_attention_ref(q.float(), kc, vc, batch, D**-0.5)
-    _check(out, want, 1e-2, f"{kv_dtype} cached={cached[0]} q={q_lens[0]} seed={seed}")
+    _check(out, want, 1e-2, f"{fmt} cached={cached[0]} q={q_lens[0]} seed={seed}")
 
 
+@pytest.mark.parametrize("fmt", ["int8", "k8v4"])
 @pytest.mark.parametrize("t", [1, 64, 8192])
-def test_qk_norm_rope_write_int8(tk, seed, t):
+def test_qk_norm_rope_write_quantized(tk, seed, fmt, t):
     """The write quantizes like the reference: V codes and scales identical (IEEE divisions on both sides); K after
     RoPE differs from the reference in ~5% of bf16 elements (test_qk_norm_rope_write), which may move a code by one
     and a row's scale by a bf16 ulp: dequantized K within one step plus 2 ulp of the max."""
@@ -289,7 +293,7 @@ def test_qk_norm_rope_write_int8(tk, seed, t):
     inv_freq = rope_inv_freq(R, 1e7, device="cuda")
     pages = t // PAGE + 2
     slots = torch.randperm(pages * PAGE, device="cuda")[:t]
-    kc, vc = _format_cache(pages, torch.int8), _format_cache(pages, torch.int8)
+    kc, vc = (_format_cache(pages, dt) for dt in FORMATS[fmt])
     kc_ref, vc_ref = (c._base.clone()[0, :, :PAGE] for c in (kc, vc))
     tk["attention"].qk_norm_rope_write(q, k, v, qw, kw, EPS, positions, inv_freq, kc, vc, slots, 1.1386)
     ref_attn.qk_norm_rope_write_ref(q, k, v, qw, kw, EPS, positions, inv_freq, kc_ref, vc_ref, slots, 1.1386)
@@ -300,13 +304,14 @@ def test_qk_norm_rope_write_int8(tk, seed, t):
     assert bad == 0, f"{bad} K elements beyond one step, seed={seed}"
 
 
-def test_decode_cuda_graph_replay_int8(tk, seed):
-    """The int8 decode path under a CUDA graph: scale pointers are static like the cache's."""
+@pytest.mark.parametrize("fmt", ["int8", "k8v4"])
+def test_decode_cuda_graph_replay_quantized(tk, seed, fmt):
+    """The int8 / k8v4 decode path under a CUDA graph: scale pointers are static like the cache's."""
     ta = tk["attention"]
     b = 8
     batch, (q, _, _) = _batch([random.randrange(100, 30000) for _ in range(b)], [1] * b)
     pages = batch.page_table.max().item() + 1
-    kc, vc = _format_cache(pages, torch.int8), _format_cache(pages, torch.int8)
+    kc, vc = (_format_cache(pages, dt) for dt in FORMATS[fmt])
     ta.paged_attention(q, kc, vc, batch, D**-0.5)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -318,4 +323,4 @@ def test_decode_cuda_graph_replay_int8(tk, seed):
     graph.replay()
     torch.cuda.synchronize()
     want = ref_attn.paged_attention_ref(q.float(), kc, vc, batch, D**-0.5)
-    _check(out, want, 1e-2, f"int8 graph replay seed={seed}")
+    _check(out, want, 1e-2, f"{fmt} graph replay seed={seed}")
