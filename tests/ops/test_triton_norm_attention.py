@@ -185,7 +185,7 @@ def test_qk_norm_rope_write(dtype, attn_factor, seed):
     v = qkv[:, H * 2 * D + HKV * D :].view(t, HKV, D)
     qw = (0.2 * torch.randn(D, generator=g)).to(dtype)
     kw = (0.2 * torch.randn(D, generator=g)).to(dtype)
-    positions = torch.randint(0, 300_000, (t,), generator=g)  # long-context angles
+    positions = torch.randint(0, 1_100_000, (t,), generator=g)  # long-context angles, YaRN's 1M window too
     positions[0] = 0
     inv_freq = rope_inv_freq(R, 1e7)
     slots = torch.randperm(n_pages * page, generator=g)[:t]
@@ -199,8 +199,9 @@ def test_qk_norm_rope_write(dtype, attn_factor, seed):
                                       attn_factor)
     q_ref = ref_attn.qk_norm_rope_write_ref(q, k, v, qw, kw, EPS, positions, inv_freq, kc_ref, vc_ref, slots,
                                             attn_factor)
-    # attn_factor: YaRN's cos/sin scale (1.1386 at factor 4), applied in fp32 before rounding by both; fp32: angles reach 3e5 rad here; the kernel reduces them itself while torch's cos/sin reduce exactly, so
-    # values differ by up to ~1e-5 absolute (seen 1.3e-5 once in CI at |q| ~ 0.1); bf16 keeps its one-ulp bound
+    # attn_factor: YaRN's cos/sin scale (1.1386 at factor 4), applied in fp32 before rounding by both. fp32: angles
+    # reach 1.1e6 rad here; the kernel reduces them itself while torch's cos/sin reduce exactly, so values differ
+    # by up to ~1e-5 absolute (seen 1.3e-5 once in CI at |q| ~ 0.1); bf16 keeps its one-ulp bound
     tol = (5e-5, 1e-4) if dtype == torch.float32 else _tol(dtype)
     _close(q_out, q_ref, *tol, seed=seed)
     _close(k_cache, kc_ref, *tol, seed=seed)

@@ -15,11 +15,14 @@ import triton.language as tl
 from hinfer.ops.triton.attention_common import GROUP4, cache_args
 from hinfer.ops.triton.norm import cast, interpreted
 
-# 2*pi split so that k * _C1 is exact for k < 2**16 (positions up to ~400K): accurate range reduction
-# before sin/cos, whatever precision the hardware sin/cos has on large arguments.
-_C1: tl.constexpr = tl.constexpr(6.28125)
-_C2: tl.constexpr = tl.constexpr(0.0019353071693331003)
-_C3: tl.constexpr = tl.constexpr(1.0253376606378076e-11)
+# 2*pi split (Cody-Waite) for an accurate range reduction of the fp32 angle before sin/cos, whatever precision
+# the hardware sin/cos has on large arguments: _C1 = 25/4 and _C2 = 17/512 have 5 significant bits, so k * _C1
+# and k * _C2 are exact for k < 2**19, i.e. angles up to 3.3M rad (positions up to 3.3M at frequency 1: YaRN's
+# 1M window included); _C3 + _C4 carry the rest of 2*pi to ~1e-20.
+_C1: tl.constexpr = tl.constexpr(6.25)
+_C2: tl.constexpr = tl.constexpr(0.033203125)
+_C3: tl.constexpr = tl.constexpr(-1.781781975296326e-05)
+_C4: tl.constexpr = tl.constexpr(-6.608047442568932e-13)
 _INV_2PI: tl.constexpr = tl.constexpr(0.15915494309189535)
 
 
@@ -98,7 +101,7 @@ def _qk_norm_rope_write_kernel(
     freq = tl.load(freq_ptr + d % R_HALF, mask=rot_col, other=0.0)
     ang = tl.load(pos_ptr + t).to(tl.float32) * freq
     n = tl.floor(ang * _INV_2PI + 0.5)
-    r = ((ang - n * _C1) - n * _C2) - n * _C3
+    r = (((ang - n * _C1) - n * _C2) - n * _C3) - n * _C4
     cos = cast(tl.cos(r) * attn_factor, dt, EMU).to(tl.float32)
     sin = cast(tl.sin(r) * attn_factor, dt, EMU).to(tl.float32)
 
