@@ -98,7 +98,8 @@ def _rope_case(t: int) -> None:
     pages = t // PAGE + 2
     kc, vc = random_cache(pages, KV.k), random_cache(pages, KV.v)
     slots = torch.randperm(pages * PAGE, device="cuda")[:t]
-    nbytes = 2 * (t * H * D * 2) + 2 * (t * HKV * D * 2) + t * KV.token_bytes(HKV, D)  # q in/out, k v in, cache
+    # q in and out, k and v in, the cache rows (and scales) written
+    nbytes = 2 * (t * H * D * 2) + 2 * (t * HKV * D * 2) + t * KV.token_bytes(HKV, D)
     ms = bench(lambda: ta.qk_norm_rope_write(q, k, v, qw, kw, 1e-6, pos, inv, kc, vc, slots))
     record("rope", f"qk_norm_rope_write T={t} {KV.name}", "-", ms, nbytes / BW, "bytes_s", nbytes)
 

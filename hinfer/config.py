@@ -35,7 +35,9 @@ class RopeScaling:
         return int(self.factor * self.original_max_position_embeddings)
 
 
-def yarn_attention_factor(factor: float, mscale: float | None = None, mscale_all_dim: float | None = None) -> float:
+def yarn_attention_factor(
+    factor: float, mscale: float | None = None, mscale_all_dim: float | None = None
+) -> float:
     """The YaRN paper's cos/sin scale (transformers' default when `attention_factor` is not given)."""
 
     def get(scale: float, m: float = 1.0) -> float:
@@ -236,13 +238,14 @@ def _yarn(rope: dict[str, Any], max_pos: int, source: str) -> RopeScaling:
     if factor < 1:
         raise ConfigError(f"{source}: yarn factor {factor} must be >= 1")
     att = rope.get("attention_factor")
-    att = float(att) if att is not None else yarn_attention_factor(factor, rope.get("mscale"), rope.get("mscale_all_dim"))
+    if att is None:
+        att = yarn_attention_factor(factor, rope.get("mscale"), rope.get("mscale_all_dim"))
     return RopeScaling(
         factor=factor,
         original_max_position_embeddings=int(rope.get("original_max_position_embeddings") or max_pos),
         beta_fast=float(rope.get("beta_fast") or 32.0),
         beta_slow=float(rope.get("beta_slow") or 1.0),
-        attention_factor=att,
+        attention_factor=float(att),
         truncate=bool(rope.get("truncate", True)),
     )
 
@@ -264,7 +267,8 @@ def parse_rope_scaling(text: str) -> tuple[str, float | None]:
 
 def apply_rope_scaling(cfg: ModelConfig, flag: str | None) -> ModelConfig:
     """The model config under `--rope-scaling` (None: as the checkpoint says). yarn:F scales the checkpoint's
-    original window (its own yarn original, else its max_position_embeddings) by F; none drops a yarn block."""
+    original window (its own yarn original, else its max_position_embeddings) by F; none drops a yarn
+    block."""
     if flag is None:
         return cfg
     kind, factor = parse_rope_scaling(flag)

@@ -105,4 +105,5 @@ class LLM:
         from hinfer.model.prompt_logits import prompt_logits
 
         shape = self.core.runner.state.shape
-        return prompt_logits(self.model, token_ids, self.engine_config.page_size, shape.kv_dtype, shape.v_dtype)
+        page_size = self.engine_config.page_size
+        return prompt_logits(self.model, token_ids, page_size, shape.kv_dtype, shape.v_dtype)

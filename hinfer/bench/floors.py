@@ -112,7 +112,8 @@ def decode_step_bytes(
     for the experts the step's `tokens` (default: lanes) select), KV, GDN state read and written."""
     weights = weights - experts + round(experts * expert_fraction(cfg, tokens or lanes))
     # kv_itemsize: bytes per cached element, scales included (int8: 1 + 4 / head_dim; kv_element_bytes)
-    kv = round(lanes * len(cfg.attn_layers) * depth * 2 * cfg.num_key_value_heads * cfg.head_dim * kv_itemsize)
+    per_token = 2 * cfg.num_key_value_heads * cfg.head_dim * kv_itemsize
+    kv = round(lanes * len(cfg.attn_layers) * depth * per_token)
     ssm = cfg.linear_num_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim * 4
     conv = cfg.gdn_conv_dim * (cfg.linear_conv_kernel_dim - 1) * act_itemsize
     gdn = lanes * len(cfg.gdn_layers) * 2 * (ssm + conv)  # read and write
@@ -154,5 +155,6 @@ def spec_round_bytes(
     the K + 1 positions, and K draft steps of the MTP head (`mtp_draft` bytes each, its own KV at that depth too)."""
     base = decode_step_bytes(cfg, weights, lanes, depth, kv_itemsize, act_itemsize, experts, lanes * (k + 1))
     gdn = base.gdn // 2 * (1 + (k + 1))
-    mtp_kv = round(lanes * cfg.mtp_num_hidden_layers * depth * 2 * cfg.num_key_value_heads * cfg.head_dim * kv_itemsize)
+    per_token = 2 * cfg.num_key_value_heads * cfg.head_dim * kv_itemsize
+    mtp_kv = round(lanes * cfg.mtp_num_hidden_layers * depth * per_token)
     return StepBytes(base.weights + k * mtp_draft, base.kv + k * mtp_kv, gdn)

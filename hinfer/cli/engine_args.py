@@ -46,13 +46,13 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                    help=f"prompt tokens per step; a long prompt delays other lanes by at most one chunk "
                         f"(default {d.prefill_chunk})")
     g.add_argument("--kv-dtype", choices=list(CLI_KV_DTYPES), default=d.kv_dtype,
-                   help="attention KV-cache format (default bf16): fp8 (e4m3) and int8 (a scale per token and "
-                        "head) halve its bytes, k8v4 (int8 keys, 4-bit values with a scale per 64) takes 0.39 of "
-                        "them; docs/quantization.md, KV cache")
+                   help="attention KV-cache format (default bf16): fp8 (e4m3) and int8 (a scale per token "
+                        "and head) halve its bytes, k8v4 (int8 keys, 4-bit values with a scale per 64) takes "
+                        "0.39 of them; docs/quantization.md, KV cache")
     g.add_argument("--rope-scaling", default=None, metavar="yarn:FACTOR|none",
                    help="RoPE context extension: yarn:4 runs the model to 4x its original window (1,048,576 "
-                        "positions on the 262,144-position Qwen3.5 models); none turns off a yarn block in the "
-                        "checkpoint's config (default: as the config says). docs/usage.md, Long context")
+                        "positions on the 262,144-position Qwen3.5 models); none turns off a yarn block in "
+                        "the checkpoint's config (default: as the config says). docs/usage.md, Long context")
     g.add_argument("--page-size", type=int, default=d.page_size, help="KV page size in tokens (default 64)")
     g.add_argument("--dtype", choices=["bf16", "fp32"], default=None,
                    help="activation dtype (default bf16 on GPU, fp32 on CPU)")
@@ -117,8 +117,8 @@ def engine_config_from_args(a: argparse.Namespace) -> EngineConfig:
 
 
 def model_context_limit(model: str | None, rope_scaling: str | None = None) -> int | None:
-    """The model's max_position_embeddings (under --rope-scaling), from its config alone (no weights read); None
-    when the config cannot be read here (loading the model then reports why, in its own words)."""
+    """The model's max_position_embeddings (under --rope-scaling), from its config alone (no weights read);
+    None when the config cannot be read here (loading the model then reports why, in its own words)."""
     from hinfer.demo import DEMO_OVERRIDES
 
     try:

@@ -23,8 +23,9 @@ from hinfer.tokenizer import Tokenizer
 log = logging.getLogger("hinfer")
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
-KV_DTYPES = {name: getattr(torch, f.k.torch_dtype) for name, f in KV_FORMATS.items()}  # K's storage
-V_DTYPES = {name: getattr(torch, f.v.torch_dtype) for name, f in KV_FORMATS.items() if f.v != f.k}  # V's, if other
+# --kv-dtype -> K's storage dtype, and V's where it differs (k8v4)
+KV_DTYPES = {name: getattr(torch, f.k.torch_dtype) for name, f in KV_FORMATS.items()}
+V_DTYPES = {name: getattr(torch, f.v.torch_dtype) for name, f in KV_FORMATS.items() if f.v != f.k}
 
 
 @dataclass

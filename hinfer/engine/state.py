@@ -1,7 +1,7 @@
 """ModelState: all per-sequence memory of the model, allocated once and indexed by page and slot.
 
-- Paged KV for every full-attention layer (and the MTP layer): k/v [n_kv_layers, num_pages, page_size, n_kv, hd]
-  in the --kv-dtype format (hinfer.kv_format: int8 / int4 pages carry their scales after the token rows).
+- Paged KV for every full-attention layer (and the MTP layer): k/v [n_kv_layers, num_pages, page_size, n_kv,
+  hd / pack] in the --kv-dtype format (hinfer.kv_format: int8 / int4 pages carry scales after the token rows).
 - Gated DeltaNet state per GDN layer and slot: conv [n_gdn, n_slots, conv_dim, kernel-1] (model dtype),
   recurrent ssm [n_gdn, n_slots, HV, K, V] (fp32).
 
@@ -50,7 +50,8 @@ class StateShape:
 
     def kv_bytes(self, cfg: ModelConfig) -> int:
         layers = len(cfg.attn_layers) + self.mtp_layers
-        per_page = sum(cache_format_of(str(dt)).page_bytes(self.page_size, cfg.num_key_value_heads, cfg.head_dim)
+        n_kv, hd = cfg.num_key_value_heads, cfg.head_dim
+        per_page = sum(cache_format_of(str(dt)).page_bytes(self.page_size, n_kv, hd)
                        for dt in (self.kv_dtype, self.v_cache_dtype))  # fmt: skip
         return layers * self.num_pages * per_page
 
@@ -76,7 +77,7 @@ class ModelState:
         self.page_size = shape.page_size
         n_kv_layers = len(cfg.attn_layers) + shape.mtp_layers
         kv = (n_kv_layers, shape.num_pages, shape.page_size, cfg.num_key_value_heads, cfg.head_dim)
-        # k_pages: whole pages (an int8 page's scales follow its token rows); k_cache: the token rows the ops take
+        # k_pages: whole pages (int8 / int4 scales after the token rows); k_cache: the token rows the ops take
         self.k_pages, self.k_cache = allocate_kv(*kv, shape.kv_dtype, device)
         self.v_pages, self.v_cache = allocate_kv(*kv, shape.v_cache_dtype, device)
         n_gdn = len(cfg.gdn_layers)

@@ -15,8 +15,8 @@ def prompt_logits(
     v_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """fp32 logits [len(ids), V]: one prefill of `ids` on a fresh state on the model's device (KV in the model's
-    dtype unless `kv_dtype` is given, V in `v_dtype` when it differs (k8v4); MTP KV rows when the model has the
-    head)."""
+    dtype unless `kv_dtype` is given, V in `v_dtype` when it differs (k8v4); MTP KV rows when the model has
+    the head)."""
     cfg, dtype, dev = model.cfg, model.embed_tokens.dtype, model.embed_tokens.device
     pages = -(-len(ids) // page_size)
     mtp = cfg.mtp_num_hidden_layers if model.mtp is not None else 0

@@ -1,8 +1,10 @@
 """Gated full attention over a paged KV cache.
 
 `qk_norm_rope_write`: per-head zero-centred RMSNorm on q and k, partial RoPE, and the KV-cache write of the new
-tokens (one op so the GPU path can fuse it; an int8 cache is quantized as it is written). `paged_attention`: causal attention of each sequence's new tokens
-over its cached prefix plus themselves (prefill, extend, decode and k+1-token verification are one op).
+tokens (one op so the GPU path can fuse it; int8 / int4 caches are quantized as they are written).
+`paged_attention`: causal attention of each sequence's new tokens over its cached prefix plus themselves
+(prefill, extend, decode and k+1-token verification are one op), reading the cache in its format
+(hinfer.kv_format).
 """
 
 from __future__ import annotations
@@ -83,7 +85,8 @@ def qk_norm_rope_write(
     slot_mapping: torch.Tensor,
     attn_factor: float = 1.0,
 ) -> torch.Tensor:
-    args = (q, k, v, q_norm_w, k_norm_w, eps, positions, inv_freq, k_cache, v_cache, slot_mapping, attn_factor)
+    args = (q, k, v, q_norm_w, k_norm_w, eps, positions, inv_freq, k_cache, v_cache, slot_mapping)
+    args += (attn_factor,)
     if use_triton(q):
         from hinfer.ops.triton import attention as ta
 

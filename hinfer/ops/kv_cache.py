@@ -1,9 +1,10 @@
 """Reading and writing the paged KV cache in its storage format (hinfer.kv_format): the torch bodies.
 
-The ops take a layer's K (or V) cache as the view of its token rows, [P, page_size, n_kv, head_dim / pack]; its
-element type names the format (int8: int8 codes, a scale per token and head; uint8: int4 nibble pairs, a scale
-per 64 values). The scales follow each page's token rows in the same storage; `kv_scales` exposes them as a
-[P, page_size, n_kv] (int8) or [P, page_size, n_kv, groups] (int4) fp32 view. `allocate_kv` builds the pages.
+The ops take a layer's K (or V) cache as the view of its token rows, [P, page_size, n_kv, head_dim / pack];
+its element type names the format (int8: int8 codes, a scale per token and head; uint8: int4 nibble pairs, a
+scale per 64 values). The scales follow each page's token rows in the same storage; `kv_scales` exposes them
+as a [P, page_size, n_kv] (int8) or [P, page_size, n_kv, groups] (int4) fp32 view. `allocate_kv` builds the
+pages.
 """
 
 from __future__ import annotations
@@ -21,9 +22,16 @@ def cache_format(cache: torch.Tensor) -> CacheFormat:
 
 
 def allocate_kv(
-    layers: int, pages: int, page_size: int, n_kv: int, head_dim: int, dtype: torch.dtype, device: torch.device | str
+    layers: int,
+    pages: int,
+    page_size: int,
+    n_kv: int,
+    head_dim: int,
+    dtype: torch.dtype,
+    device: torch.device | str,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(pages [layers, P, page_rows, n_kv, D / pack] zeroed, token-row view [layers, P, page_size, n_kv, D / pack])."""
+    """(pages [layers, P, page_rows, n_kv, D / pack] zeroed, token-row view [layers, P, page_size, n_kv,
+    D / pack])."""
     fmt = cache_format_of(str(dtype))
     full = torch.zeros((layers, pages, fmt.page_rows(page_size, head_dim), n_kv, fmt.row_elems(head_dim)),
                        dtype=dtype, device=device)  # fmt: skip
@@ -40,7 +48,9 @@ def kv_scales(cache: torch.Tensor) -> torch.Tensor | None:
     groups = fmt.groups(cache.shape[-1] * fmt.pack)
     lead, lead_strides = cache.shape[:-3], cache.stride()[:-3]
     n_bytes = page * n_kv * groups * 4 // cache.element_size()
-    raw = torch.as_strided(cache, (*lead, n_bytes), (*lead_strides, 1), cache.storage_offset() + page * cache.stride(-3))
+    raw = torch.as_strided(
+        cache, (*lead, n_bytes), (*lead_strides, 1), cache.storage_offset() + page * cache.stride(-3)
+    )
     s = raw.view(torch.float32)
     return s.unflatten(-1, (page, n_kv)) if fmt.group == 0 else s.unflatten(-1, (page, n_kv, groups))
 
@@ -89,8 +99,8 @@ def write_kv(cache: torch.Tensor, slots: torch.Tensor, x: torch.Tensor) -> None:
 
 
 def read_kv(cache: torch.Tensor, pages: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tensor:
-    """The first n tokens of the given pages, [n, n_kv, D] in `dtype` (scaled formats: codes times their scales
-    in fp32, then rounded)."""
+    """The first n tokens of the given pages, [n, n_kv, D] in `dtype` (scaled formats: codes times their
+    scales in fp32, then rounded)."""
     rows = cache.index_select(0, pages).reshape(-1, *cache.shape[2:])[:n]
     scales = kv_scales(cache)
     if scales is None:

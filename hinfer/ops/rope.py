@@ -1,7 +1,8 @@
 """Partial rotary embedding (NeoX rotate-half) on the first `rotary_dim` dims of each head.
 
 Qwen3.5's mrope reduces to plain RoPE for text (all three position streams equal), so text positions suffice;
-that holds under YaRN too, whose frequency blend is per frequency index, before the mrope sections pick streams.
+that holds under YaRN too, whose frequency blend is per frequency index, before the mrope sections pick
+streams.
 YaRN (transformers' `_compute_yarn_parameters`): the blend and its correction range are over the rotary dims
 (64 of 256 on the real models, not head_dim), and the attention factor multiplies cos and sin in fp32 before
 they are rounded to the model dtype.
@@ -27,7 +28,8 @@ def yarn_inv_freq(
     ramp between the correction dims of beta_fast and beta_slow turns."""
 
     def correction_dim(turns: float) -> float:
-        return rotary_dim * math.log(s.original_max_position_embeddings / (turns * 2 * math.pi)) / (2 * math.log(theta))
+        window = s.original_max_position_embeddings
+        return rotary_dim * math.log(window / (turns * 2 * math.pi)) / (2 * math.log(theta))
 
     low, high = correction_dim(s.beta_fast), correction_dim(s.beta_slow)
     if s.truncate:
@@ -38,7 +40,8 @@ def yarn_inv_freq(
     ramp = ((torch.arange(rotary_dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
     extrapolation = 1 - ramp  # weight of the original frequency
     pos_freqs = theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.float32) / rotary_dim)
-    inv = 1.0 / (s.factor * pos_freqs) * (1 - extrapolation) + 1.0 / pos_freqs * extrapolation  # as transformers
+    # the same operations as transformers, so the frequencies are bit-identical
+    inv = 1.0 / (s.factor * pos_freqs) * (1 - extrapolation) + 1.0 / pos_freqs * extrapolation
     return inv.to(device)
 
 
@@ -53,7 +56,7 @@ def model_rope(cfg: ModelConfig, device: torch.device | str | None = None) -> tu
 def rope_cos_sin(
     positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype, attn_factor: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin [T, rotary_dim], computed in fp32 (times the attention factor) then cast, as transformers does."""
+    """cos, sin [T, rotary_dim]: fp32 (times the attention factor), then cast, as transformers does."""
     freqs = positions.float()[:, None] * inv_freq[None, :]
     emb = torch.cat([freqs, freqs], dim=-1)
     if attn_factor == 1.0:

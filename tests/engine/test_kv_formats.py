@@ -43,7 +43,8 @@ def test_format_bytes_by_hand():
     assert INT8.token_bytes(4, 256) == 4 * (256 + 4) and KV_FORMATS["fp8"].token_bytes(4, 256) == 2 * 1024
     assert INT8.scale_rows(16, 256) == 1 and INT8.page_bytes(16, 4, 256) == 17 * 1024  # padded to a whole row
     assert INT8.scale_rows(16, 32) == 2 and KV_FORMATS["bf16"].k.scale_rows(64, 256) == 0
-    # int4: 128 bytes of nibble pairs + 4 group scales per token and head; 64 x 4 x 16 B of scales = 8 rows of 512
+    # int4: 128 bytes of nibble pairs + 4 group scales per token and head; 64 x 4 x 16 B of scales = 8 rows
+    # of 512
     assert INT4.row_elems(256) == 128 and INT4.scale_rows(64, 256) == 8
     assert INT4.page_bytes(64, 4, 256) == 72 * 512 == 64 * 4 * 144 and INT4.token_bytes(4, 256) == 4 * 144
     k8v4 = KV_FORMATS["k8v4"]
@@ -140,10 +141,10 @@ def test_host_tier_moves_scales_with_pages(seed):
 
 
 def test_tiny_model_on_quantized_caches(seed):
-    """A random tiny model, 200-token prompt: logits (max |logit| ~10) on int8 / k8v4 caches against the same on
-    an fp32 cache. Seen at seeds 0-2: int8 0.015-0.024 max abs error, fp8 e4m3 0.06-0.08, k8v4 0.21-0.26 (top-1
-    97-100%); a wrong scale or layout gives O(1). Bounds: int8 0.05 and below e4m3 (a scale per token and head,
-    7 bits against 3 mantissa bits); k8v4 0.5 with top-1 >= 95%."""
+    """A random tiny model, 200-token prompt: logits (max |logit| ~10) on int8 / k8v4 caches against the same
+    on an fp32 cache. Seen at seeds 0-2: int8 0.015-0.024 max abs error, fp8 e4m3 0.06-0.08, k8v4 0.21-0.26
+    (top-1 97-100%); a wrong scale or layout gives O(1). Bounds: int8 0.05 and below e4m3 (a scale per token
+    and head, 7 bits against 3 mantissa bits); k8v4 0.5 with top-1 >= 95%."""
     cfg = ModelConfig.from_dict(SMALL | {"head_dim": 64})
     torch.manual_seed(seed)
     model = Qwen35ForCausalLM(cfg, torch.float32, "cpu")

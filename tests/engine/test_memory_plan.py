@@ -324,7 +324,8 @@ def test_cli_exit_codes(capsys):
 
 
 def test_plan_allows_1m_with_yarn(capsys):
-    """The 27B's 262,144 positions are the limit until --rope-scaling yarn:4 (or a yarn config) makes it 4x."""
+    """The 27B's 262,144 positions are the limit until --rope-scaling yarn:4 (or a yarn config) makes it
+    4x."""
     one_m = ("--gpu-memory", "141GB", "--weights", "int4", "--kv-dtype", "fp8", "--max-concurrency", "1",
              "--max-context", "1048576")
     with pytest.raises(ConfigError, match="max_position_embeddings is 262144 tokens"):

@@ -258,7 +258,8 @@ def _format_cache(pages: int, kv_dtype: torch.dtype) -> torch.Tensor:
     rows = allocate_kv(1, pages, PAGE, HKV, D, kv_dtype, "cuda")[1][0]
     n = pages * PAGE
     mag = torch.rand(n, HKV, 1, device="cuda") * 3 + 0.05
-    write_kv(rows, torch.arange(n, device="cuda"), (mag * torch.randn(n, HKV, D, device="cuda")).to(torch.bfloat16))
+    x = (mag * torch.randn(n, HKV, D, device="cuda")).to(torch.bfloat16)
+    write_kv(rows, torch.arange(n, device="cuda"), x)
     return rows
 
 
@@ -266,8 +267,8 @@ def _format_cache(pages: int, kv_dtype: torch.dtype) -> torch.Tensor:
 @pytest.mark.parametrize("cached,q_lens", [([32767] * 8, [1] * 8), ([20000] * 8, [4] * 8), ([30720], [2048]),
                                            ([5000, 70, 0, 1000], [1, 4, 700, 333])])
 def test_attention_kv_formats(tk, seed, fmt, cached, q_lens):
-    """Decode, verify, prefill and mixed batches reading fp8 / int8 / k8v4 caches in place, against the reference
-    reading the same caches (codes times scales) in fp32: rel <= 1e-2, as for bf16 caches."""
+    """Decode, verify, prefill and mixed batches reading fp8 / int8 / k8v4 caches in place, against the
+    reference reading the same caches (codes times scales) in fp32: rel <= 1e-2, as for bf16 caches."""
     batch, (q, _, _) = _batch(cached, q_lens)
     pages = batch.page_table.max().item() + 1
     kc, vc = (_format_cache(pages, dt) for dt in FORMATS[fmt])
@@ -280,9 +281,9 @@ def test_attention_kv_formats(tk, seed, fmt, cached, q_lens):
 @pytest.mark.parametrize("fmt", ["int8", "k8v4"])
 @pytest.mark.parametrize("t", [1, 64, 8192])
 def test_qk_norm_rope_write_quantized(tk, seed, fmt, t):
-    """The write quantizes like the reference: V codes and scales identical (IEEE divisions on both sides); K after
-    RoPE differs from the reference in ~5% of bf16 elements (test_qk_norm_rope_write), which may move a code by one
-    and a row's scale by a bf16 ulp: dequantized K within one step plus 2 ulp of the max."""
+    """The write quantizes like the reference: V codes and scales identical (IEEE divisions on both sides); K
+    after RoPE differs from the reference in ~5% of bf16 elements (test_qk_norm_rope_write), which may move a
+    code by one and a row's scale by a bf16 ulp: dequantized K within one step plus 2 ulp of the max."""
     qkv = torch.randn(t, H * 2 * D + 2 * HKV * D, device="cuda", dtype=torch.bfloat16)
     q = qkv[:, : H * 2 * D].view(t, H, 2 * D).chunk(2, dim=-1)[0]
     k = qkv[:, H * 2 * D : H * 2 * D + HKV * D].view(t, HKV, D)
@@ -297,7 +298,8 @@ def test_qk_norm_rope_write_quantized(tk, seed, fmt, t):
     kc_ref, vc_ref = (c._base.clone()[0, :, :PAGE] for c in (kc, vc))
     tk["attention"].qk_norm_rope_write(q, k, v, qw, kw, EPS, positions, inv_freq, kc, vc, slots, 1.1386)
     ref_attn.qk_norm_rope_write_ref(q, k, v, qw, kw, EPS, positions, inv_freq, kc_ref, vc_ref, slots, 1.1386)
-    assert torch.equal(vc, vc_ref) and torch.equal(kv_scales(vc), kv_scales(vc_ref)), f"v differs, seed={seed}"
+    same_v = torch.equal(vc, vc_ref) and torch.equal(kv_scales(vc), kv_scales(vc_ref))
+    assert same_v, f"v differs, seed={seed}"
     step = kv_scales(kc_ref)[..., None]
     deq, deq_ref = kc.float() * kv_scales(kc)[..., None], kc_ref.float() * step
     bad = ((deq - deq_ref).abs() > 1.01 * step + 2.0**-6 * deq_ref.abs().amax()).sum().item()

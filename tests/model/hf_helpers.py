@@ -78,8 +78,9 @@ VARIANTS: dict[str, tuple[bool, dict[str, Any]]] = {
     # YaRN as the model cards give it (interleaved mrope fields, partial rotary), on a 64-position original
     # window so 300-token prompts run 4.7x past it; head_dim 64 gives 8 rotary frequencies, some in the blend
     "yarn": (False, dict(head_dim=64, max_position_embeddings=64,
-                         rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
-                                          "factor": 8.0, "original_max_position_embeddings": 64,
+                         rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0,
+                                          "partial_rotary_factor": 0.25, "factor": 8.0,
+                                          "original_max_position_embeddings": 64,
                                           "mrope_interleaved": True, "mrope_section": [4, 2, 2]})),
     "custom_layers": (False, dict(num_hidden_layers=5, layer_types=["full_attention", "linear_attention",
                                                                     "linear_attention", "full_attention",

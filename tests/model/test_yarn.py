@@ -19,8 +19,15 @@ pytest.importorskip("transformers")
 
 FP32_ATOL = 1e-3  # as test_parity_hf: fp32 logits against transformers' full-sequence logits
 
-CARD_ROPE = {"rope_type": "yarn", "rope_theta": 10_000_000, "partial_rotary_factor": 0.25, "factor": 4.0,
-             "original_max_position_embeddings": 262144, "mrope_interleaved": True, "mrope_section": [11, 11, 10]}
+CARD_ROPE = {
+    "rope_type": "yarn",
+    "rope_theta": 10_000_000,
+    "partial_rotary_factor": 0.25,
+    "factor": 4.0,
+    "original_max_position_embeddings": 262144,
+    "mrope_interleaved": True,
+    "mrope_section": [11, 11, 10],
+}
 
 
 def _raw(rope: dict[str, Any] | None = None, **over: Any) -> dict[str, Any]:

@@ -175,7 +175,9 @@ def test_gated_rms_norm(dtype, seed):
 # ------------------------------------------------------------------------------- qk norm + rope + write
 
 
-@pytest.mark.parametrize("dtype,attn_factor", [(torch.float32, 1.0), (torch.bfloat16, 1.0), (torch.bfloat16, 1.1386)])
+@pytest.mark.parametrize(
+    "dtype,attn_factor", [(torch.float32, 1.0), (torch.bfloat16, 1.0), (torch.bfloat16, 1.1386)]
+)
 def test_qk_norm_rope_write(dtype, attn_factor, seed):
     g = torch.Generator().manual_seed(seed)
     t, n_pages, page = 11, 12, 16
@@ -199,9 +201,9 @@ def test_qk_norm_rope_write(dtype, attn_factor, seed):
                                       attn_factor)
     q_ref = ref_attn.qk_norm_rope_write_ref(q, k, v, qw, kw, EPS, positions, inv_freq, kc_ref, vc_ref, slots,
                                             attn_factor)
-    # attn_factor: YaRN's cos/sin scale (1.1386 at factor 4), applied in fp32 before rounding by both. fp32: angles
-    # reach 1.1e6 rad here; the kernel reduces them itself while torch's cos/sin reduce exactly, so values differ
-    # by up to ~1e-5 absolute (seen 1.3e-5 once in CI at |q| ~ 0.1); bf16 keeps its one-ulp bound
+    # attn_factor: YaRN's cos/sin scale (1.1386 at factor 4), applied in fp32 before rounding by both. fp32:
+    # angles reach 1.1e6 rad here; the kernel reduces them itself while torch's cos/sin reduce exactly, so
+    # values differ by up to ~1e-5 absolute (seen 1.3e-5 once in CI at |q| ~ 0.1); bf16 keeps its one-ulp bound
     tol = (5e-5, 1e-4) if dtype == torch.float32 else _tol(dtype)
     _close(q_out, q_ref, *tol, seed=seed)
     _close(k_cache, kc_ref, *tol, seed=seed)
@@ -315,7 +317,8 @@ def _format_cache(n_pages: int, page: int, dtype: torch.dtype, d: int, g: torch.
     through the reference quantizer, rows of different magnitudes so the scales differ."""
     c = allocate_kv(1, n_pages, page, HKV, d, dtype, "cpu")[1][0]
     mag = torch.rand(n_pages * page, HKV, 1, generator=g) * 3 + 0.05
-    write_kv(c, torch.arange(n_pages * page), (mag * torch.randn(n_pages * page, HKV, d, generator=g)).to(torch.bfloat16))
+    x = (mag * torch.randn(n_pages * page, HKV, d, generator=g)).to(torch.bfloat16)
+    write_kv(c, torch.arange(n_pages * page), x)
     return c
 
 
@@ -382,7 +385,8 @@ def test_attention_kernels_kv_formats(name, k_dtype, v_dtype, d, dtype, seed):
                 dec.paged_decode(q, kc, vc, out, *args, batch.num_seqs, batch.num_tokens, batch.max_q_len,
                                  num_splits=2, block_n=16)  # fmt: skip
             else:
-                pre.paged_prefill(q, kc, vc, out, *args, 0, batch.num_seqs, batch.max_q_len, block_m=16, block_n=16)
+                pre.paged_prefill(q, kc, vc, out, *args, 0, batch.num_seqs, batch.max_q_len,
+                                  block_m=16, block_n=16)  # fmt: skip
         _close(out, want, **tol, seed=seed)
 
 

@@ -25,16 +25,17 @@ from hinfer.kv_format import INT4_GROUP
 from hinfer.ops.kv_cache import cache_format, kv_scales
 from hinfer.ops.triton.norm import cast
 
-# How a kernel reads a cache (constexpr K_FMT / V_FMT): PLAIN; INT8 with its per-token scale applied after the
-# dot (INT8) or to the tile in registers (INT8_TILE); INT4 (always scaled in the tile: its scales vary along D)
+# How a kernel reads a cache (constexpr K_FMT / V_FMT): PLAIN; INT8 with its per-token scale applied after
+# the dot (INT8) or to the tile in registers (INT8_TILE); INT4 (always scaled in the tile: its scales vary
+# along D)
 PLAIN, INT8, INT4, INT8_TILE = 0, 1, 2, 3
 GROUP4: tl.constexpr = tl.constexpr(INT4_GROUP)  # values per int4 scale
 
 
 def cache_args(cache: torch.Tensor, int8_in_tile: bool = False) -> tuple[torch.Tensor, int, int, int, int]:
-    """(scales, page stride, token stride, head stride, read code) kernel arguments of one layer's K or V cache;
-    an unscaled cache passes itself as the never-read scale pointer. Where an int8 scale is applied is the
-    kernel's choice (by sm_90 register counts, tests/ops/test_attention_aot.py)."""
+    """(scales, page stride, token stride, head stride, read code) kernel arguments of one layer's K or V
+    cache; an unscaled cache passes itself as the never-read scale pointer. Where an int8 scale is applied is
+    the kernel's choice (by sm_90 register counts, tests/ops/test_attention_aot.py)."""
     fmt, s = cache_format(cache), kv_scales(cache)
     if s is None:
         return cache, 0, 0, 0, PLAIN
@@ -60,10 +61,10 @@ def load_tile(
     ptr, page, row, stride_p, stride_t, head_off, mask, s_ptr, s_p, s_t, s_h, kvh,
     dt: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr, EMU: tl.constexpr, FMT: tl.constexpr,
 ):  # fmt: skip
-    """One [BLOCK_N, D] tile of a kv head in the compute dtype `dt` (fp32 under the interpreter, whose dot cannot
-    take bf16, and whose int8 -> bf16 conversion is wrong), and the per-token scales the caller applies after
-    the dot (INT8; a placeholder otherwise). INT8_TILE and INT4 tiles are scaled here, in registers (INT4 unpacked
-    and scaled per group)."""
+    """One [BLOCK_N, D] tile of a kv head in the compute dtype `dt` (fp32 under the interpreter, whose dot
+    cannot take bf16, and whose int8 -> bf16 conversion is wrong), and the per-token scales the caller applies
+    after the dot (INT8; a placeholder otherwise). INT8_TILE and INT4 tiles are scaled here, in registers
+    (INT4 unpacked and scaled per group)."""
     base = page * stride_p + row * stride_t + head_off
     if FMT == 2:
         j = tl.arange(0, D // 2)
@@ -99,8 +100,8 @@ def softmax_step(
     """One online-softmax update (base 2) of rows q [M, D] with keys k and values v [N, D].
 
     `valid` [M, N] masks keys when MASKED. SAFE guards rows that have seen no key yet (m == -inf), which
-    only happens in split-KV decode where a split can lie past a row's causal limit. K_SCALED / V_SCALED: k / v
-    are int8 codes and k_scale / v_scale [N] their per-token scales.
+    only happens in split-KV decode where a split can lie past a row's causal limit. K_SCALED / V_SCALED:
+    k / v are int8 codes and k_scale / v_scale [N] their per-token scales.
     """
     # fp32 models get true fp32 dots (Triton would use TF32); bf16/fp16 use the tensor cores as they are
     prec: tl.constexpr = "ieee" if dt == tl.float32 else "tf32"
@@ -135,8 +136,8 @@ def attend_block(
     dt: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr, EMU: tl.constexpr,
     MASKED: tl.constexpr, SAFE: tl.constexpr, K_FMT: tl.constexpr, V_FMT: tl.constexpr,
 ):  # fmt: skip
-    """Keys n0 .. n0 + BLOCK_N of one sequence (those < kv_end; causal against qpos when MASKED). Scaled formats:
-    kv head kvh's scales of a token are at ks_ptr + page * ksp + row * kst + kvh * ksh (V alike)."""
+    """Keys n0 .. n0 + BLOCK_N of one sequence (those < kv_end; causal against qpos when MASKED). Scaled
+    formats: kv head kvh's scales of a token are at ks_ptr + page * ksp + row * kst + kvh * ksh (V alike)."""
     n = n0 + tl.arange(0, BLOCK_N)
     kv_ok = n < kv_end
     page, row = kv_page_rows(pt_row, n0, n, kv_ok, PAGE, BLOCK_N)

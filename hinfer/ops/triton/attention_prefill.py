@@ -129,6 +129,7 @@ def paged_prefill(
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1), page_table.stride(0),
         scale * 1.4426950408889634, ks, ksp, kst, ksh, vs, vsp, vst, vsh,
-        G=n_heads // n_kv, D=d, PAGE=page, BLOCK_M=block_m, BLOCK_N=block_n, EMU=emu, K_FMT=k_fmt, V_FMT=v_fmt,
+        G=n_heads // n_kv, D=d, PAGE=page, BLOCK_M=block_m, BLOCK_N=block_n, EMU=emu,
+        K_FMT=k_fmt, V_FMT=v_fmt,
         num_warps=num_warps or cfg["num_warps"], num_stages=num_stages or cfg["num_stages"],
     )  # fmt: skip

@@ -1,9 +1,10 @@
 """Fused per-head q/k RMSNorm + partial NeoX RoPE + paged KV-cache write (one program per token).
 
 Matches hinfer.ops.attention.qk_norm_rope_write_ref rounding for rounding: the normalised head is rounded
-to the model dtype, cos/sin are computed in fp32 from positions * inv_freq (times YaRN's attention factor) and rounded, and x*cos, rot*sin
-and their sum are each rounded, as the reference's bf16 torch ops do. The rotate-half partner of column d
-is read again from memory (same cache lines) rather than shuffled in registers.
+to the model dtype, cos/sin are computed in fp32 from positions * inv_freq (times YaRN's attention factor)
+and rounded, and x*cos, rot*sin and their sum are each rounded, as the reference's bf16 torch ops do. The
+rotate-half partner of column d is read again from memory (same cache lines) rather than shuffled in
+registers. int8 / int4 caches get codes and scales computed as hinfer.ops.kv_cache does.
 """
 
 from __future__ import annotations
@@ -48,9 +49,9 @@ def _norm_rope_heads(
 
 @triton.jit
 def _quantize(x, QMAX: tl.constexpr):
-    """x [R, G] fp32 -> (codes round-half-up(x / s) in [-QMAX, QMAX] as fp32, s = amax / QMAX per row; 0 for an
-    all-zero row), as hinfer.ops.kv_cache.quantize_int8 / quantize_int4. IEEE divisions (div_rn): Triton's `/`
-    is the approximate div.full on the GPU, and an ulp in 1 / s moves codes that sit on a .5."""
+    """x [R, G] fp32 -> (codes round-half-up(x / s) in [-QMAX, QMAX] as fp32, s = amax / QMAX per row; 0 for
+    an all-zero row), as hinfer.ops.kv_cache.quantize_int8 / quantize_int4. IEEE divisions (div_rn): Triton's
+    `/` is the approximate div.full on the GPU, and an ulp in 1 / s moves codes that sit on a .5."""
     s = tl.math.div_rn(tl.max(tl.abs(x), axis=1), QMAX)
     inv = tl.where(s > 0.0, tl.math.div_rn(1.0, tl.where(s > 0.0, s, 1.0)), 0.0)
     q = tl.floor(x * inv[:, None] + 0.5)
@@ -62,8 +63,8 @@ def _store_kv(
     c_ptr, row, x, hmask, s_ptr, s_row,
     NH: tl.constexpr, D: tl.constexpr, FMT: tl.constexpr,
 ):  # fmt: skip
-    """Rows x [NH, D] (model-dtype values in fp32) into a cache in its storage format (attention_common codes):
-    row [NH] is each head's row offset in the cache, s_row [NH] in its scales."""
+    """Rows x [NH, D] (model-dtype values in fp32) into a cache in its storage format (attention_common
+    codes): row [NH] is each head's row offset in the cache, s_row [NH] in its scales."""
     if FMT == 2:  # int4: groups of GROUP4, nibble pairs (2j low, 2j + 1 high), codes + 8
         q, s = _quantize(tl.reshape(x, [NH * (D // GROUP4), GROUP4]), 7.0)
         u = tl.reshape(q + 8.0, [NH, D // 2, 2]).to(tl.int32)
@@ -117,11 +118,11 @@ def _qk_norm_rope_write_kernel(
     # k is rounded to the model dtype first (the reference casts or quantizes bf16 k)
     k_out = cast(k, dt, EMU).to(tl.float32)
     hok = hk < HKV
-    _store_kv(kc_ptr, page * skp + off * sks + hk * skc, k_out, hok, ks_ptr, page * ksp + off * kst + hk * ksh,
-              HKV_PAD, D, K_FMT)  # fmt: skip
+    k_row, ks_row = page * skp + off * sks + hk * skc, page * ksp + off * kst + hk * ksh
+    _store_kv(kc_ptr, k_row, k_out, hok, ks_ptr, ks_row, HKV_PAD, D, K_FMT)
     v = tl.load(v_ptr + t * svt + hk[:, None] * svh + d[None, :], mask=kmask, other=0.0).to(tl.float32)
-    _store_kv(vc_ptr, page * svp + off * svs + hk * svc, v, hok, vs_ptr, page * vsp + off * vst + hk * vsh,
-              HKV_PAD, D, V_FMT)  # fmt: skip
+    v_row, vs_row = page * svp + off * svs + hk * svc, page * vsp + off * vst + hk * vsh
+    _store_kv(vc_ptr, v_row, v, hok, vs_ptr, vs_row, HKV_PAD, D, V_FMT)
 
 
 def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
