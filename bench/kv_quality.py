@@ -1,22 +1,24 @@
-"""KV-cache formats against a bf16 cache, on the CPU: attention-output error on long synthetic contexts, and logit
-KL / top-1 agreement of small random models on long random prompts.
+"""KV-cache formats against a bf16 cache, on the CPU: attention-output error on long synthetic contexts, and
+logit KL / top-1 agreement of small random models on long random prompts.
 
     python bench/kv_quality.py                   # the tables for docs/quantization.md; writes bench/results/
     python bench/kv_quality.py --contexts 4096 --length 1024 --models 1   # a quick run
 
-Attention (27B head shapes: 24 query heads over 4 kv heads of 256): keys and values are Gaussian with per-channel
-scales drawn log-normally (outlier channels, as trained models' keys have), rounded to bf16; every format stores
-them through its reference quantizer (`hinfer.ops.kv_cache.write_kv`) and is read back as the kernels read it
-(codes times scales). 8 decode queries per kv head attend over the whole context: "spread" queries are
-Gaussian (scores of std ~1.5: attention spread over thousands of keys), "focused" ones point at 4 random keys
-(scores ~15 above the rest: a few keys dominate, so their quantization error is not averaged away). Error:
-||o - o_bf16|| / ||o_bf16|| over all heads and queries, worst case over 3 draws.
+Attention (27B head shapes: 24 query heads over 4 kv heads of 256): keys and values are Gaussian with
+per-channel scales drawn log-normally (sigma 0.75 for K, 0.5 for V: outlier channels, as trained models' keys
+have), rounded to bf16; every format stores them through its reference quantizer
+(`hinfer.ops.kv_cache.write_kv`) and is read back as the kernels read it (codes times scales). 8 decode
+queries per query head attend over the whole context: "spread" queries are Gaussian (attention spread over
+thousands of keys), "focused" ones point at 4 random keys (scores ~15 above the rest: a few keys dominate, so
+their quantization error is not averaged away). Error: ||o - o_bf16|| / ||o_bf16|| over all heads and
+queries, in fp64, the worst of 3 draws.
 
-Models (hinfer.model.random_init, fp32 activations, 8 layers of which 2 attention, head_dim 256 with 64 rotary
-dims, 6 query heads over 1 kv head): the same prompt with each KV format; KL(bf16 KV || format) in nats per
-position and top-1 agreement, over every position and over the last quarter (the deepest context). Random
-weights have flatter attention and logits than a trained model, so these figures order the formats; they do not
-predict quality on real checkpoints (fp32 KV, the reference's own rounding distance, is shown for scale).
+Models (hinfer.model.random_init, fp32 activations, 8 layers of which 2 attention, head_dim 256 with 64
+rotary dims, 6 query heads over 1 kv head): the same prompt with each KV format; KL(bf16 KV || format) in nats
+per position and top-1 agreement, over every position and over the last quarter (the deepest context).
+Random weights have flatter attention and logits than a trained model, so these figures order the formats;
+they do not predict quality on real checkpoints (fp32 KV, the reference's own rounding distance, is shown
+for scale).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def dtypes(fmt: str) -> tuple[torch.dtype, torch.dtype]:
 
 
 def stored(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """x [N, HKV, D] written into a cache of `dtype` and read back in fp32, as the attention kernels see it."""
+    """x [N, HKV, D] written into a cache of `dtype` and read back in fp32, as the kernels see it."""
     pages = -(-x.shape[0] // PAGE)
     cache = allocate_kv(1, pages, PAGE, HKV, D, dtype, "cpu")[1][0]
     write_kv(cache, torch.arange(x.shape[0]), x)
@@ -63,7 +65,7 @@ def stored(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """q [M, HKV, G, D] over k, v [N, HKV, D] -> [M, HKV, G, D], fp64 softmax (the truth to compare against)."""
+    """q [M, HKV, G, D] over k, v [N, HKV, D] -> [M, HKV, G, D], in fp64."""
     s = torch.einsum("mhgd,nhd->hgmn", q.double(), k.double()) * D**-0.5
     return torch.einsum("hgmn,nhd->mhgd", torch.softmax(s, -1), v.double())
 
@@ -77,7 +79,9 @@ def synthetic(n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor,
     needles = torch.randint(0, n, (8, HKV, G, 4), generator=gen)
     kf = k.float()
     target = torch.stack([kf[needles[..., j], torch.arange(HKV)[None, :, None]] for j in range(4)]).mean(0)
-    focused = 15 * D**0.5 * target / target.pow(2).sum(-1, keepdim=True) + 0.3 * torch.randn(8, HKV, G, D, generator=gen)
+    focused = 15 * D**0.5 * target / target.pow(2).sum(-1, keepdim=True) + 0.3 * torch.randn(
+        8, HKV, G, D, generator=gen
+    )
     return k, v, {"spread": spread, "focused": focused}
 
 
@@ -128,28 +132,43 @@ def model_rows(models: int, length: int, seed: int) -> list[dict]:
         row |= {key: (max if key == "max_kl" else lambda xs: sum(xs) / len(xs))([v[key] for v in vals])
                 for key in vals[0]}  # fmt: skip
         rows.append(row)
-        print(f"model {f:5s} {span:12s} KL {row['mean_kl']:.2e} (max {row['max_kl']:.2e}) top-1 {row['top1']:.4f}")
+        print(
+            f"model {f:5s} {span:12s} KL {row['mean_kl']:.2e} (max {row['max_kl']:.2e}) "
+            f"top-1 {row['top1']:.4f}"
+        )
     return rows
 
 
 def tables(att: list[dict], mod: list[dict]) -> str:
-    bytes_row = {f: KV_FORMATS[f].token_bytes(HKV, D) / KV_FORMATS["bf16"].token_bytes(HKV, D) for f in FORMATS}
+    bytes_row = {
+        f: KV_FORMATS[f].token_bytes(HKV, D) / KV_FORMATS["bf16"].token_bytes(HKV, D) for f in FORMATS
+    }
     lines = ["| context | queries | " + " | ".join(FORMATS) + " |", "|---|---|" + "---:|" * len(FORMATS)]
     for n in sorted({r["context"] for r in att}):
         for kind in ("spread", "focused"):
             errs = {r["format"]: r["rel_err"] for r in att if r["context"] == n and r["queries"] == kind}
             lines.append(f"| {n:,} | {kind} | " + " | ".join(f"{errs[f]:.2e}" for f in FORMATS) + " |")
     lines.append("| bytes vs bf16 | | " + " | ".join(f"{bytes_row[f]:.3f}" for f in FORMATS) + " |")
-    lines += ["", "| KV format | positions | mean KL (nats) | max KL | top-1 agreement |", "|---|---|---:|---:|---:|"]
+    lines += [
+        "",
+        "| KV format | positions | mean KL (nats) | max KL | top-1 agreement |",
+        "|---|---|---:|---:|---:|",
+    ]
     for r in mod:
-        lines.append(f"| {r['format']} | {r['positions']} | {r['mean_kl']:.2e} | {r['max_kl']:.2e} | {r['top1']:.2%} |")
+        lines.append(
+            f"| {r['format']} | {r['positions']} | {r['mean_kl']:.2e} | {r['max_kl']:.2e} | {r['top1']:.2%} |"
+        )
     return "\n".join(lines)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--contexts", default="4096,32768,131072", help="attention contexts, tokens (default 4K,32K,128K)")
-    ap.add_argument("--draws", type=int, default=3, help="synthetic draws per context (default 3; worst shown)")
+    ap.add_argument(
+        "--contexts", default="4096,32768,131072", help="attention contexts, tokens (default 4K,32K,128K)"
+    )
+    ap.add_argument(
+        "--draws", type=int, default=3, help="synthetic draws per context (default 3; worst shown)"
+    )
     ap.add_argument("--models", type=int, default=2, help="random models (default 2)")
     ap.add_argument("--length", type=int, default=4096, help="prompt tokens per model (default 4096)")
     ap.add_argument("--seed", type=int, default=0)
@@ -161,8 +180,8 @@ def main() -> None:
     print(tables(att, mod))
     a.out.mkdir(parents=True, exist_ok=True)
     out = a.out / f"{time.strftime('%Y%m%d-%H%M%S')}-kv-quality-cpu.json"
-    out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(a).items()}, "attention": att, "model": mod},
-                              indent=1))  # fmt: skip
+    args = {k: str(v) for k, v in vars(a).items()}
+    out.write_text(json.dumps({"args": args, "attention": att, "model": mod}, indent=1))
     print(f"wrote {out} in {time.monotonic() - t0:.0f} s")
 
 
