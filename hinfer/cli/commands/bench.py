@@ -104,19 +104,24 @@ def bench_weights(args: argparse.Namespace) -> str:
     return weights
 
 
+def fill_defaults(args: argparse.Namespace) -> None:
+    """Flags the benchmarks share, left unset: each benchmark's own default (--structured wants 8 lanes and
+    longer windows, to time a long constrained answer)."""
+    for name, default, structured in (("concurrency", [1, 2, 4, 8], [8]), ("steps", 64, 256), ("repeats", 5, 3)):
+        if getattr(args, name) is None:
+            setattr(args, name, structured if args.structured else default)
+
+
 def run(args: argparse.Namespace) -> int:
     args.bench_weights = bench_weights(args)
     if sum(map(bool, (args.agent, args.prefix_ttft, args.structured))) > 1:
         raise SystemExit("--agent, --prefix-ttft and --structured are separate benchmarks: pick one")
-    structured = bool(args.structured)
-    for name, default, with_structured in (("concurrency", [1, 2, 4, 8], [8]), ("steps", 64, 256), ("repeats", 5, 3)):
-        if getattr(args, name) is None:
-            setattr(args, name, with_structured if structured else default)
+    fill_defaults(args)
     if args.agent:
         return run_agent(args)
     if args.prefix_ttft:
         return run_prefix_ttft(args)
-    if structured:
+    if args.structured:
         return run_structured(args)
     from hinfer.bench.run import BenchSpec, run_bench, table
 
