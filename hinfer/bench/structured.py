@@ -114,6 +114,7 @@ def summarize(mode: str, lanes: int, wins: list[Window], steps: int) -> dict:
     rates = [w.tok_s for w in wins]
     return {
         "lanes": lanes, "mode": mode, "constrained_lanes": n, "tok_s": percentile(rates, 0.5),
+        "ms_per_step": 1e3 * lanes / percentile(rates, 0.5),
         "windows_tok_s": rates, "tokens_per_request": sorted({t for w in wins for t in w.tokens}),
         "grammar_host_ms_per_step": {"fill": per_step("fill_s"), "apply": per_step("apply_s"),
                                      "accept": per_step("accept_s"),

@@ -9,25 +9,23 @@ from hinfer.bench.prefix_ttft_report import met
 LABELS = {"free": "unconstrained", "json": "every lane a JSON schema", "mixed": "half the lanes a JSON schema"}
 
 
-def structured_table(result: dict, show_schema: bool = True) -> str:
+def structured_table(result: dict) -> str:
     meta, rows = result["meta"], result["rows"]
     w = meta["workload"]
-    lines = []
-    if show_schema:
-        lines += ["JSON schema of the constrained lanes (minItems: the tokens a lane makes, so no answer completes "
-                  "inside a window):", json.dumps(result["schema"], indent=1), ""]  # fmt: skip
-    lines += [f"Decode with structured output: {w['prompt_tokens']}-token prompts, greedy, {meta['tokens_per_request']} "
-              f"tokens per request ({meta['warmup_steps']} untimed + {w['steps']} timed steps); medians of "
-              f"{w['repeats']} windows", "",
-              "| lanes | mode | constrained | tok/s | vs unconstrained | tokens per request | grammar host ms/step "
-              "(fill + apply + accept) | fill us per mask |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = ["JSON schema of the constrained lanes (minItems: the tokens a lane makes, so no answer completes "
+             "inside a window):", json.dumps(result["schema"], indent=1), "",
+             f"Decode with structured output: {w['prompt_tokens']}-token prompts, greedy, "
+             f"{meta['tokens_per_request']} tokens per request ({meta['warmup_steps']} untimed + {w['steps']} timed "
+             f"steps); medians of {w['repeats']} windows", "",
+             "| lanes | mode | constrained | tok/s | ms/step | vs unconstrained | tokens per request | grammar host "
+             "ms/step (fill + apply + accept) | fill us per mask |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         g = r["grammar_host_ms_per_step"]
         host = "-" if r["constrained_lanes"] == 0 else (f"{g['total']:.3f} ({g['fill']:.3f} + {g['apply']:.3f} + "
                                                         f"{g['accept']:.3f})")  # fmt: skip
         per_mask = f"{r['fill_us_per_mask']:.1f}" if r["constrained_lanes"] else "-"
         lines.append(f"| {r['lanes']} | {LABELS[r['mode']]} | {r['constrained_lanes']} | {r['tok_s']:,.1f} | "
-                     f"{r['vs_free']:.3f} ({100 * r['overhead']:+.1f}% overhead) | "
+                     f"{r['ms_per_step']:.2f} | {r['vs_free']:.3f} ({100 * r['overhead']:+.1f}% overhead) | "
                      f"{', '.join(map(str, r['tokens_per_request']))} | {host} | {per_mask} |")  # fmt: skip
     target = result["target_overhead"]
     json_rows = [r for r in rows if r["mode"] == "json"]
