@@ -42,19 +42,23 @@ def first_token(core: EngineCore, request_id: str, prompt: list[int]) -> FirstTo
 
 
 class DecodeLanes:
-    """Greedy requests decoding side by side on `core`: their prompts are prefilled on construction, then
-    `window` times steps in which every lane makes one token. `max_tokens` must outlast every window."""
+    """Requests decoding side by side on `core` (greedy unless `params` gives each lane its own): their prompts
+    are prefilled on construction, then `window` times steps in which every lane makes one token. `max_tokens`
+    must outlast every window; `tokens` keeps what each lane made."""
 
-    def __init__(self, core: EngineCore, prompts: list[list[int]], max_tokens: int, tag: str) -> None:
+    def __init__(self, core: EngineCore, prompts: list[list[int]], max_tokens: int, tag: str,
+                 params: list[SamplingParams] | None = None) -> None:  # fmt: skip
         self.core = core
         self.ids = [f"{tag}-{i}" for i in range(len(prompts))]
-        params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
-        for rid, p in zip(self.ids, prompts):
-            core.add(GenerationRequest(rid, list(p), params))
+        self.tokens: dict[str, list[int]] = {rid: [] for rid in self.ids}
+        greedy = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+        for i, (rid, p) in enumerate(zip(self.ids, prompts)):
+            core.add(GenerationRequest(rid, list(p), params[i] if params else greedy))
         started: set[str] = set()
         while len(started) < len(self.ids):
             for ev in core.step():
                 self._check(ev)
+                self.tokens[ev.request_id] += ev.token_ids
                 if ev.token_ids:
                     started.add(ev.request_id)
 
@@ -78,6 +82,7 @@ class DecodeLanes:
         made = 0
         for ev in self.core.step():
             self._check(ev)
+            self.tokens[ev.request_id] += ev.token_ids
             made += len(ev.token_ids)
         if made != len(self.ids):
             raise RuntimeError(f"{made} tokens from {len(self.ids)} decoding lanes in one step")

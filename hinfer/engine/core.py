@@ -287,5 +287,6 @@ class EngineCore:
             tokens_generated=self.tokens_generated,
             prompt_tokens=self.prompt_tokens,
             extra=(self.spec.counters() if self.spec is not None else {})
-            | (self.prefix.counters() if self.prefix is not None else {}),
+            | (self.prefix.counters() if self.prefix is not None else {})
+            | self.runner.sampler.grammar_counters.as_dict(),
         )
