@@ -129,6 +129,7 @@ def test_chat_flow(page, server, shots):
     page.fill("#key-input", "not-the-key")
     page.click("#key-save")
     expect(page.locator("#key-message")).to_contain_text("Wrong or missing API key (401)")
+    expect(page.locator("#key-message")).to_have_class("error")
     page.screenshot(path=shots / "01-wrong-key.png")
     page.fill("#key-input", KEY)
     page.click("#key-save")
@@ -231,6 +232,7 @@ def test_busy_server_says_so(page, server, shots):
         send(page, "Are you there?")
         error = wait_done(page).locator(".error")
         expect(error).to_contain_text("The server is busy (429)")
+        expect(last_answer(page).locator(".stats")).to_have_text("")  # no speed line for an answer that never began
         page.screenshot(path=shots / "05-busy.png")
     finally:
         release.set()

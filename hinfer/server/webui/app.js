@@ -169,7 +169,8 @@ async function answer(c) {
     await runAnswer(body, message, state.apiKey, controller.signal, () => { redrawSoon(message); save(false); });
   } catch (e) {
     message.error = e instanceof ApiError ? e.describe() : e.message;
-    if (e instanceof ApiError && e.status === 401) askForKey(message.error);
+    if (!message.content && !message.reasoning && !message.toolCalls.length) message.stats = null;  // nothing came
+    if (e instanceof ApiError && e.status === 401) askForKey(message.error, true);
   } finally {
     message.streaming = false;
     state.running = null;
@@ -193,8 +194,9 @@ async function loadModel() {
   return state.model;
 }
 
-function askForKey(message) {
+function askForKey(message, wrong) {
   $("key-message").textContent = message;
+  $("key-message").classList.toggle("error", wrong);
   $("key-form").hidden = false;
   $("key-input").focus();
 }
@@ -207,7 +209,8 @@ async function connect() {
   } catch (e) {
     if (!(e instanceof ApiError)) throw e;
     if (e.status === 401) {
-      askForKey(state.apiKey ? e.describe() : "This server needs an API key (it was started with --api-key).");
+      askForKey(state.apiKey ? e.describe() : "This server needs an API key (it was started with --api-key).",
+        Boolean(state.apiKey));
     } else {
       showBanner(e.describe());
     }

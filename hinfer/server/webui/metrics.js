@@ -3,7 +3,7 @@
 // name{labels} value: label values are quoted and may hold any character, `}` included.
 const SAMPLE = /^([A-Za-z_:][\w:]*)(\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})?\s+(\S+)/;
 
-// Returns {metric name: value} over the unlabelled-by-endpoint samples (each engine figure has one sample).
+// Returns {metric name: its first sample's value}; the engine figures the strip shows have one sample each.
 export function parseMetrics(text) {
   const out = {};
   for (const line of text.split("\n")) {
@@ -21,7 +21,6 @@ export function summarize(values) {
     lanesTotal: get("hinfer_engine_lanes_total"),
     queued: get("hinfer_engine_queue_depth"),
     hitRate: get("hinfer_engine_prefix_hit_rate"),  // absent when the prefix cache is off
-    inFlight: get("hinfer_requests_in_flight"),
   };
 }
 
