@@ -21,7 +21,8 @@ def system_chromium() -> str | None:
 def launch(playwright):
     """A headless Chromium, or None: the system's first, else the one `python -m playwright install chromium`
     downloads (which needs Playwright's download site)."""
-    args = ["--no-sandbox"]  # tests run as root in CI, where Chromium's sandbox will not start
+    # Root (as in CI) cannot start Chromium's sandbox; a container's small /dev/shm can crash its renderer.
+    args = ["--no-sandbox", "--disable-dev-shm-usage"]
     path = system_chromium()
     if path is not None:
         return playwright.chromium.launch(executable_path=path, headless=True, args=args)
