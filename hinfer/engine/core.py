@@ -139,6 +139,13 @@ class EngineCore:
         if self.prefix is not None:
             self.prefix.clear()
 
+    def spill_prefix_cache(self) -> None:
+        """Move every cached page and GDN checkpoint that no running request uses to the host tiers (dropped
+        where there is none), as if other prompts had churned them out; the TTFT benchmark's host-RAM case.
+        Call from the stepping thread."""
+        if self.prefix is not None:
+            self.prefix.spill_all()
+
     def request_clear_prefix_cache(self) -> None:
         """Thread-safe: the cache is cleared at the start of the next step."""
         self._clear_requested = True

@@ -20,7 +20,7 @@ from hinfer.ops.gdn import causal_conv1d, gated_delta_rule, gdn_gating
 from hinfer.ops.linear import linear
 from hinfer.ops.moe import moe_experts, moe_route
 from hinfer.ops.norm import add_rms_norm, gated_rms_norm, rms_norm
-from hinfer.ops.rope import rope_inv_freq
+from hinfer.ops.rope import model_rope
 
 
 def _param(*shape: int, dtype: torch.dtype, device: torch.device | str) -> nn.Parameter:
@@ -57,9 +57,8 @@ class Attention(nn.Module):
         self.o_proj = _param(h, self.n_heads * d, dtype=dtype, device=device)
         self.q_norm = _param(d, dtype=dtype, device=device)
         self.k_norm = _param(d, dtype=dtype, device=device)
-        self.register_buffer(
-            "inv_freq", rope_inv_freq(cfg.rotary_dim, cfg.rope_theta, device=device), persistent=False
-        )
+        inv_freq, self.attn_factor = model_rope(cfg, device)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, k_cache: torch.Tensor, v_cache: torch.Tensor):
         t, d = x.shape[0], self.head_dim
@@ -68,7 +67,7 @@ class Attention(nn.Module):
         k, v = k.view(t, self.n_kv, d), v.view(t, self.n_kv, d)
         q = qk_norm_rope_write(
             q, k, v, self.q_norm, self.k_norm, self.eps, batch.positions, self.inv_freq,
-            k_cache, v_cache, batch.slot_mapping,
+            k_cache, v_cache, batch.slot_mapping, self.attn_factor,
         )  # fmt: skip
         o = sigmoid_gate(paged_attention(q, k_cache, v_cache, batch, d**-0.5), gate)
         return linear(o.reshape(t, -1), self.o_proj)

@@ -68,6 +68,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--agent-modes", type=lambda t: [m.strip() for m in t.split(",") if m.strip()],
                    default=["on", "off"], metavar="on,off", help="prefix cache settings to run (default on,off)")
     g.add_argument("--agent-seed", type=int, default=0, help="seed of the random user messages (default 0)")
+    t = p.add_argument_group("prefix-ttft", "--prefix-ttft N: time to first token of a conversation's second "
+                             "turn from the prefix cache in GPU memory and host RAM, and decode with the cache on "
+                             "and off (docs/prefix-cache.md)")
+    t.add_argument("--prefix-ttft", type=lambda t: _ints(t)[0], default=None, metavar="TOKENS",
+                   help="run this benchmark on a turn-1 history of TOKENS random tokens, e.g. 32K")
+    t.add_argument("--new-tokens", type=int, default=200, help="tokens turn 2 adds to the history (default 200)")
+    t.add_argument("--repeats", type=int, default=5,
+                   help="TTFT samples per case and decode windows per mode and lane count; medians (default 5)")
+    t.add_argument("--decode-prompt", type=int, default=1000,
+                   help="prompt tokens of each decoding lane (default 1000); lanes from --concurrency, timed "
+                        "steps per window from --steps")
+    t.add_argument("--ttft-seed", type=int, default=0, help="seed of the random prompts (default 0)")
     p.add_argument("--out", type=Path, default=Path("bench/results"), help="folder for the JSON results")
     add_engine_args(p)
     p.set_defaults(func=run, prefill_chunk=8192)
@@ -86,8 +98,12 @@ def bench_weights(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     args.bench_weights = bench_weights(args)
+    if args.agent and args.prefix_ttft:
+        raise SystemExit("--agent and --prefix-ttft are separate benchmarks: pick one")
     if args.agent:
         return run_agent(args)
+    if args.prefix_ttft:
+        return run_prefix_ttft(args)
     from hinfer.bench.run import BenchSpec, run_bench, table
 
     spec = BenchSpec(
@@ -117,4 +133,21 @@ def run_agent(args: argparse.Namespace) -> int:
     spec = AgentSpec(model=args.model, weights=args.bench_weights, workload=workload, modes=args.agent_modes,
                      layers=args.layers, out_dir=args.out, command=shlex.join(["hinfer", *sys.argv[1:]]))
     print(agent_table(run_agent_bench(spec, engine_config_from_args(args))))
+    return 0
+
+
+def run_prefix_ttft(args: argparse.Namespace) -> int:
+    import shlex
+    import sys
+
+    from hinfer.bench.prefix_ttft import PrefixTtftSpec, run_prefix_ttft
+    from hinfer.bench.prefix_ttft_report import ttft_table
+
+    if args.repeats < 1 or args.new_tokens < 1 or args.decode_prompt < 1 or args.steps < 1:
+        raise SystemExit("--repeats, --new-tokens, --decode-prompt and --steps must be >= 1")
+    spec = PrefixTtftSpec(model=args.model, history_tokens=args.prefix_ttft, new_tokens=args.new_tokens,
+                          repeats=args.repeats, concurrency=args.concurrency, decode_prompt=args.decode_prompt,
+                          decode_steps=args.steps, weights=args.bench_weights, layers=args.layers,
+                          seed=args.ttft_seed, out_dir=args.out, command=shlex.join(["hinfer", *sys.argv[1:]]))
+    print(ttft_table(run_prefix_ttft(spec, engine_config_from_args(args))))
     return 0
