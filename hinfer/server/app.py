@@ -14,7 +14,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from hinfer.server import anthropic_routes, misc_routes, openai_routes, responses_routes
+from hinfer.server import anthropic_routes, misc_routes, openai_routes, responses_routes, webui_routes
+from hinfer.server.auth import OPEN_PATHS
 from hinfer.server.errors import APIError, describe_validation_errors, error_body
 from hinfer.server.metrics import Metrics
 from hinfer.server.middleware import ERROR_MESSAGE_KEY, RequestContextMiddleware
@@ -42,6 +43,7 @@ def create_app(
     allow_special_tokens: bool = False,
     max_body_bytes: int | None = None,
     log_requests: bool = False,
+    webui: bool = True,
 ) -> FastAPI:
     """The app starts the engine on startup and stops it on shutdown (ASGI lifespan).
 
@@ -49,6 +51,7 @@ def create_app(
     allow_special_tokens: special-token text in client strings becomes control tokens (see prompt_guard.py).
     max_body_bytes: larger request bodies are answered 413 (None: no limit).
     log_requests: log one line per request with its status (errors are always logged).
+    webui: serve the web chat at / (docs/webui.md); its files need no key.
     """
     state = ServerState(engine=engine, tokenizer=tokenizer, model_name=model_name,
                         model_aliases=tuple(a for a in model_aliases if a != model_name),
@@ -70,10 +73,13 @@ def create_app(
     app.include_router(responses_routes.router)
     app.include_router(anthropic_routes.router)
     app.include_router(misc_routes.router)
+    if webui:
+        app.include_router(webui_routes.router)
     _install_error_handlers(app)
     # Order: the last added runs first; CORS must answer preflights before the key check.
     app.add_middleware(RequestContextMiddleware, api_key=api_key, metrics=state.metrics, drain=state.drain,
-                       max_body_bytes=max_body_bytes, log_requests=log_requests)
+                       max_body_bytes=max_body_bytes, log_requests=log_requests,
+                       open_paths=OPEN_PATHS | webui_routes.WEBUI_PATHS if webui else OPEN_PATHS)
     if cors:
         app.add_middleware(CORSMiddleware, allow_origins=cors, allow_methods=["*"], allow_headers=["*"],
                            expose_headers=["x-request-id"])

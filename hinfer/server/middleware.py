@@ -60,8 +60,10 @@ def _too_large(limit: int) -> APIError:
 
 class RequestContextMiddleware:
     def __init__(self, app: ASGIApp, *, api_key: str | None, metrics: Metrics, drain: Drain | None = None,
-                 max_body_bytes: int | None = None, log_requests: bool = False):
+                 max_body_bytes: int | None = None, log_requests: bool = False,
+                 open_paths: frozenset[str] = OPEN_PATHS):
         self.app = app
+        self.open_paths = open_paths  # answered without a key
         self.log_requests = log_requests
         self.api_key = api_key
         self.metrics = metrics
@@ -98,7 +100,7 @@ class RequestContextMiddleware:
                     log.info("%s %s -> %d (x-request-id %s)", method, path, status, rid)
             await send(message)
 
-        if self.api_key and path not in OPEN_PATHS and method != "OPTIONS" and not authorized(headers, self.api_key):
+        if self.api_key and path not in self.open_paths and method != "OPTIONS" and not authorized(headers, self.api_key):
             err = APIError(401, "invalid or missing API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'",
                            code="invalid_api_key", anthropic_message="invalid x-api-key")
             await _answer(err, scope, receive, send_with_id)

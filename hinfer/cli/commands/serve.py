@@ -96,6 +96,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(default %(default)d)")
     p.add_argument("--max-body-bytes", type=_positive, default=MAX_BODY_BYTES, metavar="N",
                    help="larger request bodies are answered 413 (default %(default)d = 32 MiB)")
+    p.add_argument("--no-webui", action="store_true",
+                   help="do not serve the web chat at / (by default the page at http://HOST:PORT/ chats with the "
+                        "model through this server's API; it needs no key to load and asks for --api-key when set)")
     p.add_argument("--log-requests", action="store_true",
                    help="log one line per request with its status (by default only error answers are logged)")
     add_engine_args(p)
@@ -135,7 +138,7 @@ def _serve(args: argparse.Namespace, sock: socket.socket) -> int:
     app = create_app(engine, tokenizer, model_name=model_name, model_aliases=names[1:], api_key=api_key,
                      cors=_split(args.cors) or None, preserve_thinking_default=args.preserve_thinking,
                      allow_special_tokens=args.allow_special_tokens_in_content, max_body_bytes=args.max_body_bytes,
-                     log_requests=args.log_requests)
+                     log_requests=args.log_requests, webui=not args.no_webui)
     port = sock.getsockname()[1]
 
     host = f"[{args.host}]" if ":" in args.host else args.host
@@ -146,6 +149,8 @@ def _serve(args: argparse.Namespace, sock: socket.socket) -> int:
              model_name, engine.max_context, ecfg.max_concurrency, ecfg.max_pending_requests,
              "on" if api_key else "off", f", CORS {args.cors}" if args.cors else "")
     log.info("listening on %s  (OpenAI base_url %s/v1, Anthropic base_url %s)", url, url, url)
+    if not args.no_webui:
+        log.info("web chat: %s/", url)
     if args.host not in _LOOPBACK and not api_key:
         log.warning("listening on %s without --api-key: anyone who can reach this port can use the model",
                     args.host)
