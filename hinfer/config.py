@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from hinfer.errors import ConfigError
+from hinfer.vision_config import VisionConfig
 
 SUPPORTED_MODEL_TYPES = ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")
 LAYER_TYPES = ("linear_attention", "full_attention")
@@ -51,6 +52,10 @@ class ModelConfig:
     mamba_ssm_dtype: str = "float32"
     torch_dtype: str = "bfloat16"
     eos_token_ids: tuple[int, ...] = DEFAULT_STOP_TOKEN_IDS
+    # multi-axis rotary positions (t, h, w) of image tokens: rotary frequencies interleaved t,h,w,t,h,w,...
+    # with the h and w axes taking section[1] and section[2] of them (text tokens: all axes equal)
+    mrope_section: tuple[int, int, int] = (11, 11, 10)
+    vision: VisionConfig | None = None  # the vision tower, for multimodal checkpoints
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     # ---- derived shapes -------------------------------------------------------------------------
@@ -124,6 +129,9 @@ class ModelConfig:
             raise ConfigError(f"{source}: unsupported rope_type {rope_type!r}")
         rope_theta = float(rope.get("rope_theta", text.get("rope_theta", 10_000_000)))
         prf = float(rope.get("partial_rotary_factor", text.get("partial_rotary_factor", 0.25)))
+        mrope_section = tuple(int(x) for x in rope.get("mrope_section", (11, 11, 10)))
+        if len(mrope_section) != 3:
+            raise ConfigError(f"{source}: mrope_section must have 3 entries (t, h, w)")
 
         hidden = int(need("hidden_size"))
         n_heads = int(need("num_attention_heads"))
@@ -145,6 +153,9 @@ class ModelConfig:
         ssm_dtype = text.get("mamba_ssm_dtype", "float32")
         if ssm_dtype != "float32":
             raise ConfigError(f"{source}: mamba_ssm_dtype {ssm_dtype!r} is not supported (only float32)")
+        vision = VisionConfig.from_dict(raw, source) if text is not raw else None
+        if vision is not None and vision.out_hidden_size != hidden:
+            raise ConfigError(f"{source}: vision_config.out_hidden_size {vision.out_hidden_size} != hidden_size {hidden}")
         eos = text.get("eos_token_id", raw.get("eos_token_id"))
         eos_ids = tuple(sorted(set(DEFAULT_STOP_TOKEN_IDS) | set(_as_list(eos))))
         tie = bool(raw.get("tie_word_embeddings", text.get("tie_word_embeddings", False)))
@@ -181,6 +192,8 @@ class ModelConfig:
             mamba_ssm_dtype=ssm_dtype,
             torch_dtype=str(text.get("dtype", text.get("torch_dtype", "bfloat16"))),
             eos_token_ids=eos_ids,
+            mrope_section=mrope_section,
+            vision=vision,
             extra={"raw": raw},
         )
 
