@@ -155,7 +155,7 @@ class ModelConfig:
             raise ConfigError(f"{source}: mamba_ssm_dtype {ssm_dtype!r} is not supported (only float32)")
         vision = VisionConfig.from_dict(raw, source) if text is not raw else None
         if vision is not None and vision.out_hidden_size != hidden:
-            raise ConfigError(f"{source}: vision_config.out_hidden_size {vision.out_hidden_size} != hidden_size {hidden}")
+            raise ConfigError(f"{source}: vision_config.out_hidden_size {vision.out_hidden_size} != {hidden}")
         eos = text.get("eos_token_id", raw.get("eos_token_id"))
         eos_ids = tuple(sorted(set(DEFAULT_STOP_TOKEN_IDS) | set(_as_list(eos))))
         tie = bool(raw.get("tie_word_embeddings", text.get("tie_word_embeddings", False)))

@@ -13,6 +13,8 @@ from torch import nn
 from hinfer.batch import ForwardBatch
 from hinfer.config import ModelConfig
 from hinfer.model.state import ModelState
+from hinfer.model.vision import VisionEncoder
+from hinfer.model.vision_grid import Grid
 from hinfer.ops.activation import sigmoid_gate, silu_mul
 from hinfer.ops.attention import paged_attention, qk_norm_rope_write
 from hinfer.ops.dispatch import set_backend
@@ -20,7 +22,7 @@ from hinfer.ops.gdn import causal_conv1d, gated_delta_rule, gdn_gating
 from hinfer.ops.linear import linear
 from hinfer.ops.moe import moe_experts, moe_route
 from hinfer.ops.norm import add_rms_norm, gated_rms_norm, rms_norm
-from hinfer.ops.rope import rope_inv_freq
+from hinfer.ops.rope import mrope_freq_axes, rope_inv_freq
 
 
 def _param(*shape: int, dtype: torch.dtype, device: torch.device | str) -> nn.Parameter:
@@ -60,15 +62,19 @@ class Attention(nn.Module):
         self.register_buffer(
             "inv_freq", rope_inv_freq(cfg.rotary_dim, cfg.rope_theta, device=device), persistent=False
         )
+        self.register_buffer(  # which of the (t, h, w) positions each frequency follows (image tokens)
+            "freq_axes", mrope_freq_axes(cfg.rotary_dim // 2, cfg.mrope_section).to(device), persistent=False
+        )
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, k_cache: torch.Tensor, v_cache: torch.Tensor):
         t, d = x.shape[0], self.head_dim
         q_gate, k, v = self.qkv_proj.split(linear(x, self.qkv_proj.weight))
         q, gate = q_gate.view(t, self.n_heads, 2 * d).chunk(2, dim=-1)
         k, v = k.view(t, self.n_kv, d), v.view(t, self.n_kv, d)
+        positions = batch.positions if batch.axis_positions is None else batch.axis_positions
         q = qk_norm_rope_write(
-            q, k, v, self.q_norm, self.k_norm, self.eps, batch.positions, self.inv_freq,
-            k_cache, v_cache, batch.slot_mapping,
+            q, k, v, self.q_norm, self.k_norm, self.eps, positions, self.inv_freq,
+            k_cache, v_cache, batch.slot_mapping, self.freq_axes,
         )  # fmt: skip
         o = sigmoid_gate(paged_attention(q, k_cache, v_cache, batch, d**-0.5), gate)
         return linear(o.reshape(t, -1), self.o_proj)
@@ -206,6 +212,7 @@ class Qwen35ForCausalLM(nn.Module):
         dtype: torch.dtype = torch.bfloat16,
         device: torch.device | str = "cpu",
         with_mtp: bool = True,  # False: skip the MTP head (its weights are ignored when loading)
+        with_vision: bool = False,  # True: build the vision tower too (when the config has one)
     ):
         super().__init__()
         self.cfg, self.dtype = cfg, dtype
@@ -218,13 +225,21 @@ class Qwen35ForCausalLM(nn.Module):
         self.norm = _param(h, dtype=dtype, device=device)
         self.lm_head = None if cfg.tie_word_embeddings else _param(cfg.vocab_size, h, dtype=dtype, device=device)
         self.mtp = MTPHead(cfg, dtype, device) if with_mtp and cfg.mtp_num_hidden_layers > 0 else None
+        self.visual = VisionEncoder(cfg.vision, dtype, device) if with_vision and cfg.vision is not None else None
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.embed_tokens[input_ids]
 
+    def encode_images(self, pixels: torch.Tensor, grids: list[Grid]) -> torch.Tensor:
+        """Preprocessed images (rows concatenated) -> their placeholder tokens' embeddings [tokens, H]."""
+        assert self.visual is not None, "this model was built without its vision tower"
+        return self.visual(pixels, grids)
+
     def forward(self, batch: ForwardBatch, state: ModelState) -> torch.Tensor:
         """-> final-normed hidden states [T, H] of every token of the batch."""
         x, residual = self.embed(batch.input_ids), None
+        if batch.image_rows is not None:  # image placeholders take the vision tower's embeddings
+            x = x.index_copy(0, batch.image_rows, batch.image_embeds.to(x.dtype))
         for layer in self.layers:
             x, residual = layer(x, residual, batch, state, state.kv_index.get(layer.layer_idx, -1))
         return add_rms_norm(x, residual, self.norm, self.cfg.rms_norm_eps)[0]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from hinfer.batch import ForwardBatch
-from hinfer.ops.dispatch import use_triton
+from hinfer.ops.dispatch import use_triton, warn_fallback
 from hinfer.ops.norm import rms_norm_ref
 from hinfer.ops.rope import apply_rope_ref, rope_cos_sin
 
@@ -22,15 +22,16 @@ def qk_norm_rope_write_ref(
     q_norm_w: torch.Tensor,
     k_norm_w: torch.Tensor,
     eps: float,
-    positions: torch.Tensor,  # [T]
+    positions: torch.Tensor,  # [T], or [3, T] (t, h, w) when the batch holds image tokens
     inv_freq: torch.Tensor,  # [R/2] fp32
     k_cache: torch.Tensor,  # [P, page, Hkv, D] one layer
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,  # [T]
+    freq_axes: torch.Tensor | None = None,  # [R/2]: the stream of each frequency, for [3, T] positions
 ) -> torch.Tensor:
     q = rms_norm_ref(q, q_norm_w, eps)
     k = rms_norm_ref(k, k_norm_w, eps)
-    cos, sin = rope_cos_sin(positions, inv_freq, q.dtype)
+    cos, sin = rope_cos_sin(positions, inv_freq, q.dtype, freq_axes)
     q = apply_rope_ref(q, cos, sin)
     k = apply_rope_ref(k, cos, sin)
     flat_k = k_cache.view(-1, *k_cache.shape[2:])
@@ -81,14 +82,20 @@ def qk_norm_rope_write(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
+    freq_axes: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    if use_triton(q):
+    multi_axis = positions.dim() == 2  # a prefill chunk with image tokens: the kernel takes one stream
+    if use_triton(q) and not multi_axis:
         from hinfer.ops.triton import attention as ta
 
         return ta.qk_norm_rope_write(
             q, k, v, q_norm_w, k_norm_w, eps, positions, inv_freq, k_cache, v_cache, slot_mapping
         )
-    return qk_norm_rope_write_ref(q, k, v, q_norm_w, k_norm_w, eps, positions, inv_freq, k_cache, v_cache, slot_mapping)
+    if multi_axis and q.is_cuda:
+        warn_fallback("qk_norm_rope_write", "multi-axis (image) positions")
+    return qk_norm_rope_write_ref(
+        q, k, v, q_norm_w, k_norm_w, eps, positions, inv_freq, k_cache, v_cache, slot_mapping, freq_axes
+    )
 
 
 def paged_attention(
