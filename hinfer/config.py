@@ -154,8 +154,6 @@ class ModelConfig:
         if ssm_dtype != "float32":
             raise ConfigError(f"{source}: mamba_ssm_dtype {ssm_dtype!r} is not supported (only float32)")
         vision = VisionConfig.from_dict(raw, source) if text is not raw else None
-        if vision is not None and vision.out_hidden_size != hidden:
-            raise ConfigError(f"{source}: vision_config.out_hidden_size {vision.out_hidden_size} != {hidden}")
         eos = text.get("eos_token_id", raw.get("eos_token_id"))
         eos_ids = tuple(sorted(set(DEFAULT_STOP_TOKEN_IDS) | set(_as_list(eos))))
         tie = bool(raw.get("tie_word_embeddings", text.get("tie_word_embeddings", False)))
@@ -264,6 +262,7 @@ class EngineConfig:
     prefix_cache_slots: int | None = None  # GDN checkpoint slots; None: 2 per lane
     host_cache_bytes: int | None = None  # host RAM for spilled GDN checkpoints; None: 4 GiB on CUDA, 0 on CPU
     host_kv_bytes: int = 0  # host RAM for spilled KV pages (0: none)
+    vision: bool = True  # load the vision tower when the checkpoint has one (--no-vision: text only)
 
     def validate(self) -> None:
         if not 1 <= self.max_concurrency <= 64:

@@ -12,6 +12,7 @@ from typing import Any
 from hinfer.errors import ConfigError
 
 VISION_ACTS = ("gelu_pytorch_tanh",)
+DEFAULT_MAX_PIXELS = 16777216  # the released preprocessor_config.json's size.longest_edge (4096 x 4096)
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,14 @@ class VisionConfig:
     @property
     def grid_side(self) -> int:
         return int(self.num_position_embeddings**0.5)
+
+    @property
+    def param_count(self) -> int:
+        """Parameters of the tower (what model/vision.py builds), counted without torch for `hinfer plan`."""
+        h, i, m = self.hidden_size, self.intermediate_size, self.hidden_size * self.merge_unit
+        block = 4 * h + (3 * h * h + 3 * h) + (h * h + h) + (i * h + i) + (h * i + h)
+        merger = 2 * h + (m * m + m) + (self.out_hidden_size * m + self.out_hidden_size)
+        return h * self.patch_dim + h + self.num_position_embeddings * h + self.depth * block + merger
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], source: str = "config.json") -> VisionConfig | None:

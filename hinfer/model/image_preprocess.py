@@ -20,7 +20,7 @@ import torch
 from PIL import Image
 
 from hinfer.model.vision_grid import Grid
-from hinfer.vision_config import VisionConfig
+from hinfer.vision_config import DEFAULT_MAX_PIXELS, VisionConfig
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class ImageSettings:
     """The preprocessor's settings; defaults are the released checkpoints' preprocessor_config.json."""
 
     min_pixels: int = 65536  # "shortest_edge": 256 x 256
-    max_pixels: int = 16777216  # "longest_edge": 4096 x 4096
+    max_pixels: int = DEFAULT_MAX_PIXELS  # "longest_edge": 4096 x 4096
     patch_size: int = 16
     temporal_patch_size: int = 2
     merge_size: int = 2

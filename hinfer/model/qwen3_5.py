@@ -12,6 +12,7 @@ from torch import nn
 
 from hinfer.batch import ForwardBatch
 from hinfer.config import ModelConfig
+from hinfer.errors import ConfigError
 from hinfer.model.state import ModelState
 from hinfer.model.vision import VisionEncoder
 from hinfer.model.vision_grid import Grid
@@ -62,19 +63,20 @@ class Attention(nn.Module):
         self.register_buffer(
             "inv_freq", rope_inv_freq(cfg.rotary_dim, cfg.rope_theta, device=device), persistent=False
         )
-        self.register_buffer(  # which of the (t, h, w) positions each frequency follows (image tokens)
-            "freq_axes", mrope_freq_axes(cfg.rotary_dim // 2, cfg.mrope_section).to(device), persistent=False
-        )
+        self.mrope_section = cfg.mrope_section
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, k_cache: torch.Tensor, v_cache: torch.Tensor):
         t, d = x.shape[0], self.head_dim
         q_gate, k, v = self.qkv_proj.split(linear(x, self.qkv_proj.weight))
         q, gate = q_gate.view(t, self.n_heads, 2 * d).chunk(2, dim=-1)
         k, v = k.view(t, self.n_kv, d), v.view(t, self.n_kv, d)
-        positions = batch.positions if batch.axis_positions is None else batch.axis_positions
+        positions, axes = batch.positions, None
+        if batch.axis_positions is not None:  # image tokens: each frequency follows its (t, h, w) stream
+            positions = batch.axis_positions
+            axes = mrope_freq_axes(self.inv_freq.shape[0], self.mrope_section).to(x.device)
         q = qk_norm_rope_write(
             q, k, v, self.q_norm, self.k_norm, self.eps, positions, self.inv_freq,
-            k_cache, v_cache, batch.slot_mapping, self.freq_axes,
+            k_cache, v_cache, batch.slot_mapping, axes,
         )  # fmt: skip
         o = sigmoid_gate(paged_attention(q, k_cache, v_cache, batch, d**-0.5), gate)
         return linear(o.reshape(t, -1), self.o_proj)
@@ -225,7 +227,11 @@ class Qwen35ForCausalLM(nn.Module):
         self.norm = _param(h, dtype=dtype, device=device)
         self.lm_head = None if cfg.tie_word_embeddings else _param(cfg.vocab_size, h, dtype=dtype, device=device)
         self.mtp = MTPHead(cfg, dtype, device) if with_mtp and cfg.mtp_num_hidden_layers > 0 else None
-        self.visual = VisionEncoder(cfg.vision, dtype, device) if with_vision and cfg.vision is not None else None
+        self.visual = None
+        if with_vision and cfg.vision is not None:
+            if cfg.vision.out_hidden_size != h:  # checked here: a text-only run may shrink the text model alone
+                raise ConfigError(f"vision_config.out_hidden_size {cfg.vision.out_hidden_size} != hidden_size {h}")
+            self.visual = VisionEncoder(cfg.vision, dtype, device)
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.embed_tokens[input_ids]

@@ -46,7 +46,6 @@ def test_text_only_config_has_none() -> None:
         ({"deepstack_visual_indexes": [3]}, "deepstack"),
         ({"hidden_act": "silu"}, "hidden_act"),
         ({"num_position_embeddings": 2300}, "square"),
-        ({"out_hidden_size": 7}, "out_hidden_size"),
         ({"patch_size": [16, 14]}, "one size"),
     ],
 )
@@ -55,3 +54,15 @@ def test_unsupported_vision_configs_are_refused(change: dict, message: str) -> N
     raw["vision_config"].update(change)
     with pytest.raises(ConfigError, match=message):
         ModelConfig.from_dict(raw)
+
+
+def test_tower_must_project_into_the_text_width() -> None:
+    import torch
+
+    from hinfer.model.qwen3_5 import Qwen35ForCausalLM
+
+    raw = copy.deepcopy(_raw("qwen3.5-0.8b"))
+    raw["vision_config"]["out_hidden_size"] = 7
+    cfg = ModelConfig.from_dict(raw)  # fine for a text-only run
+    with pytest.raises(ConfigError, match="out_hidden_size 7"):
+        Qwen35ForCausalLM(cfg, dtype=torch.float32, device="meta", with_vision=True)

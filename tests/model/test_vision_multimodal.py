@@ -28,30 +28,14 @@ from hinfer.weights.hf_reader import HFCheckpoint
 pytest.importorskip("transformers")
 
 FP32_ATOL = 1e-3
-IMAGE, VIDEO, START, END = 500, 501, 502, 503  # placeholder and bracket ids inside the tiny vocabulary
+IMAGE, START, END = V.IMAGE, V.START, V.END
 MERGE = V.TINY_VISION["spatial_merge_size"]
-
-
-def hf_multimodal(seed: int) -> torch.nn.Module:
-    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
-
-    text = H.hf_config("odd").to_dict()  # interleaved mrope section [2, 1, 1] over 4 rotary frequencies
-    text["rope_parameters"]["mrope_section"] = [2, 1, 1]
-    text["rope_parameters"]["rope_theta"] = 100.0  # so image positions (a few apart) turn the angles visibly
-    vision = V.hf_vision_config(out_hidden_size=text["hidden_size"]).to_dict()
-    cfg = Qwen3_5Config(text_config=text, vision_config=vision, image_token_id=IMAGE, video_token_id=VIDEO,
-                        vision_start_token_id=START, vision_end_token_id=END)  # fmt: skip
-    torch.manual_seed(seed)
-    model = Qwen3_5ForConditionalGeneration(cfg).eval()
-    H.randomize_(model, seed)
-    V.randomize_vision_(model, seed, prefix="model.visual.")
-    return model
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module, Qwen35ForCausalLM]:
     with H.one_thread():
-        hf = hf_multimodal(fixed_test_seed())
+        hf = V.hf_multimodal(fixed_test_seed())
         path: Path = tmp_path_factory.mktemp("mm")
         hf.save_pretrained(path)
         cfg = load_model_config(path)

@@ -14,6 +14,8 @@ import torch
 from hinfer.model.vision import VisionEncoder
 from hinfer.vision_config import VisionConfig
 
+IMAGE, VIDEO, START, END = 500, 501, 502, 503  # placeholder and bracket ids inside the tiny vocabulary
+
 # A real config's proportions, shrunk: 4x4-pixel patches, a 6x6 learned position grid, 2x2 merge.
 TINY_VISION: dict[str, Any] = dict(
     depth=2,
@@ -84,3 +86,21 @@ def random_pixels(grids: list[tuple[int, int, int]], patch_dim: int, seed: int) 
     """Preprocessed-looking rows: values in [-1, 1], one row per patch."""
     n = sum(t * h * w for t, h, w in grids)
     return torch.rand(n, patch_dim, generator=torch.Generator().manual_seed(seed)) * 2 - 1
+
+
+def hf_multimodal(seed: int) -> torch.nn.Module:
+    """A tiny Qwen3_5ForConditionalGeneration: the "odd" text variant (interleaved mrope) plus TINY_VISION."""
+    import hf_helpers as H
+    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+
+    text = H.hf_config("odd").to_dict()  # interleaved mrope section [2, 1, 1] over 4 rotary frequencies
+    text["rope_parameters"]["mrope_section"] = [2, 1, 1]
+    text["rope_parameters"]["rope_theta"] = 100.0  # so image positions (a few apart) turn the angles visibly
+    vision = hf_vision_config(out_hidden_size=text["hidden_size"]).to_dict()
+    cfg = Qwen3_5Config(text_config=text, vision_config=vision, image_token_id=IMAGE, video_token_id=VIDEO,
+                        vision_start_token_id=START, vision_end_token_id=END)  # fmt: skip
+    torch.manual_seed(seed)
+    model = Qwen3_5ForConditionalGeneration(cfg).eval()
+    H.randomize_(model, seed)
+    randomize_vision_(model, seed, prefix="model.visual.")
+    return model
