@@ -13,6 +13,8 @@ from hinfer.batch import SeqChunk, build_forward_batch
 from hinfer.engine.prompt_logprobs import record_prompt_logprobs, wants_prompt_logprobs
 from hinfer.engine.protocol import TopLogprob
 from hinfer.engine.scheduler import ScheduledChunk
+from hinfer.engine.sequence import Sequence
+from hinfer.model.image_prompt import PromptImages
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.state import ModelState
 
@@ -64,7 +66,8 @@ class ModelRunner:
             s = c.seq
             toks = s.pending_tokens()[: c.num_tokens]
             seq_chunks.append(SeqChunk(toks, s.num_cached, s.pages, s.slot, need_logits=c.samples,
-                                       all_logits=wants_prompt_logprobs(s)))  # fmt: skip
+                                       all_logits=wants_prompt_logprobs(s),
+                                       **self._image_fields(s, c.num_tokens)))  # fmt: skip
         logits = self.forward_logits(seq_chunks)
         if any(sc.all_logits for sc in seq_chunks):
             logits = self._take_prompt_logprobs(chunks, seq_chunks, logits)
@@ -77,6 +80,21 @@ class ModelRunner:
         ids, lps, tops = self.sampler.sample(logits, rows).to_host(rows)
         self.sampler.update(rows, ids)
         return StepResult(ids, lps, tops)
+
+    def _image_fields(self, s: Sequence, n: int) -> dict:
+        """A prompt with images: its chunk's positions and embeddings, the images encoded (all of the request's,
+        once) by the first chunk that reaches an image; past the prompt, the text shift."""
+        images: PromptImages | None = s.images  # type: ignore[assignment]
+        if images is None:
+            return {}
+        start, end = s.num_cached, s.num_cached + n
+        if start >= len(s.prompt_ids):
+            return {"rope_delta": images.rope_delta}
+        if images.embeds is None and any(start <= r < end for r in images.rows):
+            pixels = torch.cat([img.pixels for img in s.image_inputs])
+            images.embeds = self.model.encode_images(pixels, [img.grid for img in s.image_inputs])
+            s.image_inputs = []  # the pixels are done with
+        return images.chunk_fields(start, min(end, len(s.prompt_ids)))
 
     @staticmethod
     def _take_prompt_logprobs(chunks: list[ScheduledChunk], seq_chunks: list[SeqChunk],

@@ -9,11 +9,38 @@ text after it resumes at start + max(llm_h, llm_w). Tokens past the prompt are a
 from __future__ import annotations
 
 import bisect
+import hashlib
 from dataclasses import dataclass
 
 import torch
 
 from hinfer.model.vision_grid import Grid, merged_tokens
+
+
+@dataclass
+class ImageInput:
+    """One preprocessed image: its patch rows and grid (model/image_preprocess.py)."""
+
+    pixels: torch.Tensor  # [t*h*w, patch_dim] float32
+    grid: Grid
+
+    def digest(self) -> int:
+        """A 62-bit name of the image's content, for naming prefix-cache pages that hold its tokens."""
+        h = hashlib.blake2b(str(self.grid).encode() + self.pixels.contiguous().numpy().tobytes(), digest_size=8)
+        return int.from_bytes(h.digest(), "little") >> 2
+
+
+def hash_ids(token_ids: list[int], rows: list[int], images: list[ImageInput], merge: int) -> list[int]:
+    """The prompt as the prefix cache names it: each image's placeholder tokens replaced by negative ids made
+    from its content (real ids are >= 0), so two prompts share pages only where their images are equal."""
+    out = list(token_ids)
+    k = 0
+    for img in images:
+        d = img.digest()
+        for j in range(merged_tokens(img.grid, merge)):
+            out[rows[k]] = -((d + j) % 2**62) - 1
+            k += 1
+    return out
 
 
 @dataclass
