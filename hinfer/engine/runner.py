@@ -14,7 +14,6 @@ from hinfer.engine.prompt_logprobs import record_prompt_logprobs, wants_prompt_l
 from hinfer.engine.protocol import TopLogprob
 from hinfer.engine.scheduler import ScheduledChunk
 from hinfer.engine.sequence import Sequence
-from hinfer.model.image_prompt import PromptImages
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.state import ModelState
 
@@ -84,7 +83,7 @@ class ModelRunner:
     def _image_fields(self, s: Sequence, n: int) -> dict:
         """A prompt with images: its chunk's positions and embeddings, the images encoded (all of the request's,
         once) by the first chunk that reaches an image; past the prompt, the text shift."""
-        images: PromptImages | None = s.images  # type: ignore[assignment]
+        images = s.images
         if images is None:
             return {}
         start, end = s.num_cached, s.num_cached + n

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 from hinfer.engine.stop import StopStringMatcher
+from hinfer.model.image_prompt import ImageInput, PromptImages
 from hinfer.sampling_params import SamplingParams
 
 
@@ -57,8 +58,8 @@ class Sequence:
     decode_ckpt: bytes | None = None  # this request's latest checkpoint in its generated text
     # images: their placement in the prompt (positions, placeholder rows, embeddings once encoded), their inputs
     # until encoded, and the prompt as the prefix cache names it (image tokens stand for the image's content)
-    images: object | None = None  # model.image_prompt.PromptImages
-    image_inputs: list = field(default_factory=list)  # model.image_prompt.ImageInput
+    images: PromptImages | None = None
+    image_inputs: list[ImageInput] = field(default_factory=list)
     hash_ids: list[int] | None = None
 
     @property

@@ -26,7 +26,9 @@ class ImageInput:
 
     def digest(self) -> int:
         """A 62-bit name of the image's content, for naming prefix-cache pages that hold its tokens."""
-        h = hashlib.blake2b(str(self.grid).encode() + self.pixels.contiguous().numpy().tobytes(), digest_size=8)
+        h = hashlib.blake2b(
+            str(self.grid).encode() + self.pixels.contiguous().numpy().tobytes(), digest_size=8
+        )
         return int.from_bytes(h.digest(), "little") >> 2
 
 

@@ -56,7 +56,11 @@ def image_from_base64(data: Any, media_type: Any, param: str) -> Image.Image:
 
 
 def image_inputs(
-    ids: list[int], images: list[Image.Image], vision: VisionConfig | None, pad_id: int | None, settings=None
+    ids: list[int],
+    images: list[Image.Image],
+    vision: VisionConfig | None,
+    pad_id: int | None,
+    settings: ImageSettings | None = None,
 ) -> tuple[list[int], list[ImageInput]]:
     """Preprocess the images and give each of the prompt's image pads (one per image, in order) the image's
     token count. -> (prompt ids, engine inputs). Runs in a worker thread (resizing large images takes time)."""
@@ -64,11 +68,13 @@ def image_inputs(
         return ids, []
     if vision is None or pad_id is None:
         raise bad_request("this model takes no images (no vision tower loaded)", param="messages")
-    s: ImageSettings = settings or ImageSettings.from_config(vision)
+    s = settings or ImageSettings.from_config(vision)
     inputs = [ImageInput(*preprocess_image(img, s)) for img in images]
     pads = [i for i, t in enumerate(ids) if t == pad_id]
     if len(pads) != len(inputs):
-        raise bad_request(f"the prompt has {len(pads)} image places for {len(inputs)} images", param="messages")
+        raise bad_request(
+            f"the prompt has {len(pads)} image places for {len(inputs)} images", param="messages"
+        )
     out: list[int] = []
     prev = 0
     for at, inp in zip(pads, inputs):
