@@ -102,3 +102,16 @@ def place_images(token_ids: list[int], image_token_id: int, grids: list[Grid], m
         image += 1
     delta = (max(max(t_pos), max(h_pos), max(w_pos)) + 1 - len(token_ids)) if token_ids else 0
     return PromptImages([t_pos, h_pos, w_pos], delta, rows)
+
+
+def expand_image_pads(ids: list[int], pad_id: int, grids: list[Grid], merge: int) -> list[int]:
+    """A rendered prompt with one image pad per image (the chat template's) -> one pad per image token."""
+    pads = [i for i, t in enumerate(ids) if t == pad_id]
+    if len(pads) != len(grids):
+        raise ValueError(f"the prompt has {len(pads)} image places for {len(grids)} images")
+    out: list[int] = []
+    prev = 0
+    for at, grid in zip(pads, grids):
+        out += ids[prev:at] + [pad_id] * merged_tokens(grid, merge)
+        prev = at + 1
+    return out + ids[prev:]

@@ -17,8 +17,7 @@ from PIL import Image
 from hinfer.errors import ImageError
 from hinfer.model.image_decode import decode_image
 from hinfer.model.image_preprocess import ImageSettings, preprocess_image
-from hinfer.model.image_prompt import ImageInput
-from hinfer.model.vision_grid import merged_tokens
+from hinfer.model.image_prompt import ImageInput, expand_image_pads
 from hinfer.server.errors import bad_request
 from hinfer.vision_config import VisionConfig
 
@@ -70,17 +69,11 @@ def image_inputs(
         raise bad_request("this model takes no images (no vision tower loaded)", param="messages")
     s = settings or ImageSettings.from_config(vision)
     inputs = [ImageInput(*preprocess_image(img, s)) for img in images]
-    pads = [i for i, t in enumerate(ids) if t == pad_id]
-    if len(pads) != len(inputs):
-        raise bad_request(
-            f"the prompt has {len(pads)} image places for {len(inputs)} images", param="messages"
-        )
-    out: list[int] = []
-    prev = 0
-    for at, inp in zip(pads, inputs):
-        out += ids[prev:at] + [pad_id] * merged_tokens(inp.grid, vision.spatial_merge_size)
-        prev = at + 1
-    return out + ids[prev:], inputs
+    try:
+        ids = expand_image_pads(ids, pad_id, [i.grid for i in inputs], vision.spatial_merge_size)
+    except ValueError as e:
+        raise bad_request(str(e), param="messages") from None
+    return ids, inputs
 
 
 async def with_images(st: Any, prompt: Any, ids: list[int]) -> tuple[list[int], list[ImageInput]]:
