@@ -81,19 +81,21 @@ class ModelRunner:
         return StepResult(ids, lps, tops)
 
     def _image_fields(self, s: Sequence, n: int) -> dict:
-        """A prompt with images: its chunk's positions and embeddings, the images encoded (all of the request's,
-        once) by the first chunk that reaches an image; past the prompt, the text shift."""
+        """A prompt with images: its chunk's positions and embeddings, each image encoded once, by the first chunk
+        that reaches it (one image's activations at a time); past the prompt, the text shift."""
         images = s.images
         if images is None:
             return {}
         start, end = s.num_cached, s.num_cached + n
         if start >= len(s.prompt_ids):
             return {"rope_delta": images.rope_delta}
-        if images.embeds is None and any(start <= r < end for r in images.rows):
-            pixels = torch.cat([img.pixels for img in s.image_inputs])
-            images.embeds = self.model.encode_images(pixels, [img.grid for img in s.image_inputs])
-            s.image_inputs = []  # the pixels are done with
-        return images.chunk_fields(start, min(end, len(s.prompt_ids)))
+        end = min(end, len(s.prompt_ids))
+        for i in images.images_in(start, end):
+            if i not in images.encoded:
+                img = s.image_inputs[i]
+                images.set_image(i, self.model.encode_images(img.pixels, [img.grid]))
+                s.image_inputs[i] = None  # the pixels are done with
+        return images.chunk_fields(start, end)
 
     @staticmethod
     def _take_prompt_logprobs(chunks: list[ScheduledChunk], seq_chunks: list[SeqChunk],

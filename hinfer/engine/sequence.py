@@ -59,7 +59,7 @@ class Sequence:
     # images: their placement in the prompt (positions, placeholder rows, embeddings once encoded), their inputs
     # until encoded, and the prompt as the prefix cache names it (image tokens stand for the image's content)
     images: PromptImages | None = None
-    image_inputs: list[ImageInput] = field(default_factory=list)
+    image_inputs: list[ImageInput | None] = field(default_factory=list)  # None once encoded
     hash_ids: list[int] | None = None
 
     @property

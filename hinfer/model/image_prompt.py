@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -50,7 +50,27 @@ class PromptImages:
     positions: list[list[int]]  # [3][L]: (t, h, w) position of every prompt token
     rope_delta: int  # a token at index i >= L (generated) is at position i + rope_delta
     rows: list[int]  # prompt indices of the image placeholder tokens, in order
-    embeds: torch.Tensor | None = None  # [len(rows), H], the images' encoder output, once computed
+    counts: list[int]  # placeholder tokens of each image, in order
+    embeds: torch.Tensor | None = None  # [len(rows), H], the images' encoder output (rows of encoded images)
+    encoded: set[int] = field(default_factory=set)  # images whose rows of `embeds` are filled
+
+    def images_in(self, start: int, end: int) -> list[int]:
+        """The images with a placeholder among prompt tokens [start, end)."""
+        lo, hi = bisect.bisect_left(self.rows, start), bisect.bisect_left(self.rows, end)
+        out, first = [], 0
+        for i, n in enumerate(self.counts):
+            if first < hi and first + n > lo:
+                out.append(i)
+            first += n
+        return out
+
+    def set_image(self, i: int, embeds: torch.Tensor) -> None:
+        """Image i's encoder output [counts[i], H] into its rows."""
+        if self.embeds is None:
+            self.embeds = embeds.new_zeros(len(self.rows), embeds.shape[-1])
+        first = sum(self.counts[:i])
+        self.embeds[first : first + self.counts[i]] = embeds
+        self.encoded.add(i)
 
     def chunk_fields(self, start: int, end: int) -> dict:
         """SeqChunk fields for prompt tokens [start, end): positions, placeholder rows, their embeddings."""
@@ -101,7 +121,7 @@ def place_images(token_ids: list[int], image_token_id: int, grids: list[Grid], m
         cur += max(lh, lw)
         image += 1
     delta = (max(max(t_pos), max(h_pos), max(w_pos)) + 1 - len(token_ids)) if token_ids else 0
-    return PromptImages([t_pos, h_pos, w_pos], delta, rows)
+    return PromptImages([t_pos, h_pos, w_pos], delta, rows, [merged_tokens(g, merge) for g in grids])
 
 
 def expand_image_pads(ids: list[int], pad_id: int, grids: list[Grid], merge: int) -> list[int]:

@@ -156,3 +156,16 @@ def test_placeholder_count_must_match() -> None:
         place_images([1, IMAGE, IMAGE, 2], IMAGE, [(1, 4, 6)], MERGE)
     with pytest.raises(ValueError, match="one run"):
         place_images([1, IMAGE, 2, IMAGE, 3], IMAGE, [(1, 2, 4)], MERGE)
+
+
+def test_images_are_found_by_chunk() -> None:
+    """Which images a prefill chunk reaches, and each image's embeddings landing in its own rows."""
+    grids = [(1, 2, 2), (1, 2, 4), (1, 4, 2)]  # 1, 2 and 2 tokens
+    ids = [1, IMAGE, 2, IMAGE, IMAGE, 3, 4, IMAGE, IMAGE, 5]
+    placed = place_images(ids, IMAGE, grids, MERGE)
+    assert placed.counts == [1, 2, 2]
+    assert placed.images_in(0, 2) == [0] and placed.images_in(2, 4) == [1] and placed.images_in(4, 8) == [1, 2]
+    assert placed.images_in(5, 7) == [] and placed.images_in(9, 10) == []
+    for i in (2, 0, 1):
+        placed.set_image(i, torch.full((placed.counts[i], 3), float(i)))
+    assert placed.embeds[:, 0].tolist() == [0, 1, 1, 2, 2] and placed.encoded == {0, 1, 2}
