@@ -78,9 +78,10 @@ class LLM:
     def encode_prompt(self, prompt: Prompt, **template_kwargs) -> list[int]:
         """A string is used as is; a list of ints is token ids; a list of messages gets the chat template (user
         content items {"type": "image", "image": a PIL image, bytes or a file path} become the image's tokens)."""
-        return self._encode(prompt, **template_kwargs)[0]
+        return self.encode_with_images(prompt, **template_kwargs)[0]
 
-    def _encode(self, prompt: Prompt, **template_kwargs) -> tuple[list[int], list[ImageInput]]:
+    def encode_with_images(self, prompt: Prompt, **template_kwargs) -> tuple[list[int], list[ImageInput]]:
+        """encode_prompt, and the prompt's images preprocessed for the engine (GenerationRequest.images)."""
         if isinstance(prompt, str):
             return self.tokenizer.encode(prompt), []
         if not (prompt and isinstance(prompt[0], dict)):
@@ -110,7 +111,7 @@ class LLM:
         for prompt, p in zip(prompts, params):
             rid = f"llm-{self._next_id}"
             self._next_id += 1
-            ids, images = self._encode(prompt, **template_kwargs)
+            ids, images = self.encode_with_images(prompt, **template_kwargs)
             req = GenerationRequest(rid, ids, replace(p), images=images)
             req.sampling.validate()
             self.core.validate(req)  # bad input fails before anything runs
