@@ -4,6 +4,7 @@
     python bench/attention_kernels.py --only decode --sweep decode    # tile/launch sweep, 4 decode cases
     python bench/attention_kernels.py --only prefill --sweep prefill  # tile sweep, 8K and 2K-over-30K
     python bench/attention_kernels.py --only decode --json bench/results/attn.json
+    python bench/attention_kernels.py --only decode,prefill --kv-dtype int8   # KV caches in that format
 
 Times are medians of triton.testing.do_bench (L2 flushed before every call). Floors: memory-bound kernels
 bytes / 4.2e12 B/s (the measured device copy bandwidth), attention prefill FLOPs / 750e12 (cuBLAS bf16
@@ -27,6 +28,8 @@ from triton.testing import do_bench
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hinfer.batch import SeqChunk, build_forward_batch  # noqa: E402
+from hinfer.kv_format import CLI_KV_DTYPES, KV_FORMATS, CacheFormat  # noqa: E402
+from hinfer.ops.kv_cache import allocate_kv, kv_scales  # noqa: E402
 from hinfer.ops.rope import rope_inv_freq  # noqa: E402
 from hinfer.ops.triton import attention as ta  # noqa: E402
 from hinfer.ops.triton import attention_decode as dec  # noqa: E402
@@ -37,6 +40,7 @@ BW, FLOPS = 4.2e12, 750e12
 HIDDEN, H, HKV, D, R, PAGE, HV, VD = 5120, 24, 4, 256, 64, 64, 48, 128
 BF16 = torch.bfloat16
 ROWS: list[dict] = []
+KV = KV_FORMATS["bf16"]  # --kv-dtype: the format of the attention benchmarks' caches
 
 
 def record(kind: str, case: str, cfg: str, ms: float, floor_s: float, unit: str, amount: float) -> None:
@@ -92,12 +96,12 @@ def _rope_case(t: int) -> None:
     pos = torch.randint(0, 131072, (t,), device="cuda")
     inv = rope_inv_freq(R, 1e7, device="cuda")
     pages = t // PAGE + 2
-    kc = torch.zeros(pages, PAGE, HKV, D, device="cuda", dtype=BF16)
-    vc = torch.zeros_like(kc)
+    kc, vc = random_cache(pages, KV.k), random_cache(pages, KV.v)
     slots = torch.randperm(pages * PAGE, device="cuda")[:t]
-    nbytes = 2 * (t * H * D * 2) + 4 * (t * HKV * D * 2)
+    # q in and out, k and v in, the cache rows (and scales) written
+    nbytes = 2 * (t * H * D * 2) + 2 * (t * HKV * D * 2) + t * KV.token_bytes(HKV, D)
     ms = bench(lambda: ta.qk_norm_rope_write(q, k, v, qw, kw, 1e-6, pos, inv, kc, vc, slots))
-    record("rope", f"qk_norm_rope_write T={t}", "-", ms, nbytes / BW, "bytes_s", nbytes)
+    record("rope", f"qk_norm_rope_write T={t} {KV.name}", "-", ms, nbytes / BW, "bytes_s", nbytes)
 
 
 # ------------------------------------------------------------------------------------ paged attention
@@ -112,10 +116,23 @@ def make_batch(cached: list[int], q_lens: list[int]):
         chunks.append(SeqChunk(token_ids=[1] * n, cached_len=c, page_ids=pool[i : i + p], gdn_slot=1))
         i += p
     batch = build_forward_batch(chunks, PAGE, "cuda")
-    kc = torch.randn(len(pool) + 1, PAGE, HKV, D, device="cuda", dtype=BF16)
-    vc = torch.randn_like(kc)
+    kc, vc = random_cache(len(pool) + 1, KV.k), random_cache(len(pool) + 1, KV.v)
     q = torch.randn(batch.num_tokens, H, D, device="cuda", dtype=BF16)
     return batch, q, kc, vc
+
+
+def random_cache(pages: int, fmt: CacheFormat) -> torch.Tensor:
+    """Token rows [pages, PAGE, HKV, D / pack] in a storage format, random (int8 / int4: codes and unit-range
+    scales)."""
+    dt = getattr(torch, fmt.torch_dtype)
+    rows = allocate_kv(1, pages, PAGE, HKV, D, dt, "cuda")[1][0]
+    if fmt.scaled:
+        lo, hi = (-127, 128) if dt == torch.int8 else (0, 256)
+        rows.copy_(torch.randint(lo, hi, rows.shape, device="cuda", dtype=dt))
+        kv_scales(rows).fill_(1.0 / (127 if dt == torch.int8 else 7))
+    else:
+        rows.copy_(torch.randn(rows.shape, device="cuda", dtype=BF16).to(dt))
+    return rows
 
 
 DECODE_CASES = [(1, 1024, 1), (1, 32768, 1), (1, 131072, 1), (8, 1024, 1), (8, 32768, 1), (8, 131072, 1),
@@ -133,8 +150,8 @@ def bench_decode(sweep: bool) -> None:
 
 def _decode_case(b: int, ctx: int, ql: int, sweep: bool) -> None:
     batch, q, kc, vc = make_batch([ctx - ql] * b, [ql] * b)
-    nbytes = 2 * b * ctx * HKV * D * 2 + 2 * q.numel() * 2
-    case = f"B={b} ctx={ctx // 1024}K q={ql}"
+    nbytes = b * ctx * KV.token_bytes(HKV, D) + 2 * q.numel() * 2
+    case = f"B={b} ctx={ctx // 1024}K q={ql} {KV.name}"
     out = torch.empty_like(q)
     lens = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens)
     base = dec.decode_config(D, max(16, triton.next_power_of_2(H // HKV * ql)))
@@ -175,7 +192,7 @@ def bench_prefill(sweep: bool) -> None:
 def _prefill_case(cached: int, ql: int, sweep: bool) -> None:
     batch, q, kc, vc = make_batch([cached], [ql])
     flops = 4 * H * D * (ql * cached + ql * (ql + 1) // 2)  # QK^T and PV over the causal pairs
-    case = f"cached={cached // 1024}K q={ql // 1024}K"
+    case = f"cached={cached // 1024}K q={ql // 1024}K {KV.name}"
     out = torch.empty_like(q)
     lens = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens)
     base = pre.prefill_config(D)
@@ -233,7 +250,11 @@ def main() -> None:
     ap.add_argument("--only", choices=["norm", "rope", "decode", "prefill"], action="append")
     ap.add_argument("--sweep", choices=["decode", "prefill"], action="append", default=[])
     ap.add_argument("--json", type=Path, help="write the rows here")
+    ap.add_argument("--kv-dtype", choices=CLI_KV_DTYPES, default="bf16",
+                    help="KV-cache format of the decode and prefill cases (default bf16)")
     a = ap.parse_args()
+    global KV
+    KV = KV_FORMATS[a.kv_dtype]
     only = set(a.only or ["norm", "rope", "decode", "prefill"]) | set(a.sweep)
     print(torch.cuda.get_device_name(), f"torch {torch.__version__} triton {triton.__version__}")
     print(f"{'kind':9s} {'case':28s} {'config':34s} {'us':>10s} {'floor us':>10s} {'ratio':>6s} rate")

@@ -3,17 +3,50 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hinfer.errors import ConfigError
+from hinfer.kv_format import CLI_KV_DTYPES, KV_FORMATS
 from hinfer.vision_config import VisionConfig
 
 SUPPORTED_MODEL_TYPES = ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")
 LAYER_TYPES = ("linear_attention", "full_attention")
 # Qwen3.5 chat models end a turn with <|im_end|> (248046) and pad/eos with <|endoftext|> (248044).
 DEFAULT_STOP_TOKEN_IDS = (248046, 248044)
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """YaRN context extension, as the Qwen3.5 model cards give it (`rope_type` yarn, `factor` 4,
+    `original_max_position_embeddings` 262144). Fields and defaults are those transformers reads."""
+
+    factor: float
+    original_max_position_embeddings: int
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    attention_factor: float = 1.0  # scales cos and sin (so attention logits by its square)
+    truncate: bool = True
+
+    @property
+    def context(self) -> int:
+        """Positions the scaled model covers."""
+        return int(self.factor * self.original_max_position_embeddings)
+
+
+def yarn_attention_factor(
+    factor: float, mscale: float | None = None, mscale_all_dim: float | None = None
+) -> float:
+    """The YaRN paper's cos/sin scale (transformers' default when `attention_factor` is not given)."""
+
+    def get(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    if mscale and mscale_all_dim:
+        return get(factor, mscale) / get(factor, mscale_all_dim)
+    return get(factor)
 
 
 @dataclass(frozen=True)
@@ -52,6 +85,7 @@ class ModelConfig:
     mamba_ssm_dtype: str = "float32"
     torch_dtype: str = "bfloat16"
     eos_token_ids: tuple[int, ...] = DEFAULT_STOP_TOKEN_IDS
+    rope_scaling: RopeScaling | None = None  # YaRN; max_position_embeddings is then the scaled context
     # multi-axis rotary positions (t, h, w) of image tokens: rotary frequencies interleaved t,h,w,t,h,w,...
     # with the h and w axes taking section[1] and section[2] of them (text tokens: all axes equal)
     mrope_section: tuple[int, int, int] = (11, 11, 10)
@@ -124,9 +158,12 @@ class ModelConfig:
             raise ConfigError(f"{source}: unsupported layer type {bad[0]!r} (expected one of {LAYER_TYPES})")
 
         rope = dict(text.get("rope_parameters") or {})
-        rope_type = rope.get("rope_type", "default")
-        if rope_type not in ("default", "mrope"):
-            raise ConfigError(f"{source}: unsupported rope_type {rope_type!r}")
+        rope |= {k: v for k, v in (text.get("rope_scaling") or {}).items() if k not in rope}  # older key
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        if rope_type not in ("default", "mrope", "yarn"):
+            raise ConfigError(f"{source}: unsupported rope_type {rope_type!r} (default, mrope or yarn)")
+        max_pos = int(text.get("max_position_embeddings", 262144))
+        scaling = _yarn(rope, max_pos, source) if rope_type == "yarn" else None
         rope_theta = float(rope.get("rope_theta", text.get("rope_theta", 10_000_000)))
         prf = float(rope.get("partial_rotary_factor", text.get("partial_rotary_factor", 0.25)))
         mrope_section = tuple(int(x) for x in rope.get("mrope_section", (11, 11, 10)))
@@ -185,15 +222,70 @@ class ModelConfig:
             mlp_only_layers=tuple(text.get("mlp_only_layers") or ()) if is_moe else (),
             mtp_num_hidden_layers=int(text.get("mtp_num_hidden_layers", 0) or 0),
             tie_word_embeddings=tie,
-            max_position_embeddings=int(text.get("max_position_embeddings", 262144)),
+            max_position_embeddings=max(max_pos, scaling.context) if scaling else max_pos,
             attn_output_gate=True,
             mamba_ssm_dtype=ssm_dtype,
             torch_dtype=str(text.get("dtype", text.get("torch_dtype", "bfloat16"))),
             eos_token_ids=eos_ids,
+            rope_scaling=scaling,
             mrope_section=mrope_section,
             vision=vision,
             extra={"raw": raw},
         )
+
+
+def _yarn(rope: dict[str, Any], max_pos: int, source: str) -> RopeScaling:
+    """transformers' reading of a yarn `rope_parameters` dict (the original window defaults to
+    max_position_embeddings, the attention factor to the YaRN formula)."""
+    try:
+        factor = float(rope["factor"])
+    except (KeyError, TypeError, ValueError):
+        raise ConfigError(f"{source}: rope_type yarn needs a numeric 'factor'") from None
+    if factor < 1:
+        raise ConfigError(f"{source}: yarn factor {factor} must be >= 1")
+    att = rope.get("attention_factor")
+    if att is None:
+        att = yarn_attention_factor(factor, rope.get("mscale"), rope.get("mscale_all_dim"))
+    return RopeScaling(
+        factor=factor,
+        original_max_position_embeddings=int(rope.get("original_max_position_embeddings") or max_pos),
+        beta_fast=float(rope.get("beta_fast") or 32.0),
+        beta_slow=float(rope.get("beta_slow") or 1.0),
+        attention_factor=float(att),
+        truncate=bool(rope.get("truncate", True)),
+    )
+
+
+def parse_rope_scaling(text: str) -> tuple[str, float | None]:
+    """`--rope-scaling` values: 'yarn:FACTOR' or 'none' -> ('yarn', factor) | ('none', None)."""
+    kind, _, arg = text.strip().lower().partition(":")
+    if kind == "none" and not arg:
+        return "none", None
+    if kind == "yarn":
+        try:
+            factor = float(arg)
+        except ValueError:
+            factor = 0.0
+        if factor >= 1:
+            return "yarn", factor
+    raise ConfigError(f"--rope-scaling {text!r}: expected yarn:FACTOR (FACTOR >= 1, e.g. yarn:4) or none")
+
+
+def apply_rope_scaling(cfg: ModelConfig, flag: str | None) -> ModelConfig:
+    """The model config under `--rope-scaling` (None: as the checkpoint says). yarn:F scales the checkpoint's
+    original window (its own yarn original, else its max_position_embeddings) by F; none drops a yarn
+    block."""
+    if flag is None:
+        return cfg
+    kind, factor = parse_rope_scaling(flag)
+    old = cfg.rope_scaling
+    original = old.original_max_position_embeddings if old else cfg.max_position_embeddings
+    if kind == "none" or factor == 1:
+        return _replace(cfg, rope_scaling=None, max_position_embeddings=original)
+    assert factor is not None
+    scaling = RopeScaling(factor=factor, original_max_position_embeddings=original,
+                          attention_factor=yarn_attention_factor(factor))
+    return _replace(cfg, rope_scaling=scaling, max_position_embeddings=max(original, scaling.context))
 
 
 def _as_list(x: Any) -> list[int]:
@@ -246,7 +338,8 @@ class EngineConfig:
     max_pending_requests: int = 64  # bounded FIFO queue
     pending_timeout_ms: int = 60_000  # a queued request fails after this long without a lane
     prefill_chunk: int = 2048  # tokens of one prompt per step
-    kv_dtype: str = "bf16"  # bf16 | fp8
+    kv_dtype: str = "bf16"  # bf16 | fp8 | int8 | k8v4 (hinfer.kv_format)
+    rope_scaling: str | None = None  # yarn:FACTOR | none; None: as the checkpoint's config says
     page_size: int = 64  # tokens per KV page
     dtype: str = "auto"  # activation / unquantized weight dtype: auto (bf16 on GPU, fp32 on CPU) | bf16 | fp32
     weights: str = "auto"  # auto (as stored) | bf16 | fp8 | int4
@@ -271,8 +364,10 @@ class EngineConfig:
             raise ConfigError("--max-context must be >= 16")
         if self.prefill_chunk < 16:
             raise ConfigError("--prefill-chunk must be >= 16")
-        if self.kv_dtype not in ("bf16", "fp8", "fp32"):  # fp32: CPU reference runs
-            raise ConfigError(f"--kv-dtype {self.kv_dtype!r}: expected bf16 or fp8")
+        if self.kv_dtype not in KV_FORMATS:  # fp32: CPU reference runs
+            raise ConfigError(f"--kv-dtype {self.kv_dtype!r}: expected one of {', '.join(CLI_KV_DTYPES)}")
+        if self.rope_scaling is not None:
+            parse_rope_scaling(self.rope_scaling)
         if self.dtype not in ("auto", "bf16", "fp32"):
             raise ConfigError(f"--dtype {self.dtype!r}: expected bf16 or fp32")
         if self.spec not in (None, "mtp"):

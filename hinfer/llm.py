@@ -147,5 +147,6 @@ class LLM:
         """Full-sequence fp32 logits [L, V] of one prompt, on a private state (parity checks)."""
         from hinfer.model.prompt_logits import prompt_logits
 
-        return prompt_logits(self.model, token_ids, self.engine_config.page_size,
-                             self.core.runner.state.shape.kv_dtype)  # fmt: skip
+        shape = self.core.runner.state.shape
+        page_size = self.engine_config.page_size
+        return prompt_logits(self.model, token_ids, page_size, shape.kv_dtype, shape.v_dtype)

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One device call: environment, GPU tests, kernel micro-benchmarks, and `hinfer bench`. Logs go to $OUT.
-# Usage: bash scripts/gpu_check.sh [quick|tests|bench|full|quant|spec|moe|profile]   (HINFER_COMMIT=<sha> names the commit)
+# Usage: bash scripts/gpu_check.sh [quick|tests|bench|full|quant|spec|moe|profile|cache|structured]   (HINFER_COMMIT=<sha> names the commit)
 #   quant: int4 + fp8 27B benches; spec: MTP rounds, int4 27B; moe: 35B-A3B / 122B int4;
-#   profile: where a decode step's time goes (kernel table) for the int4 27B, 35B-A3B and 122B-A10B at 1 and 8 lanes
+#   cache: prefix-cache TTFT and agent benches (27B); structured: decode with a JSON schema vs without (27B, 8 lanes); profile: where a decode step's time goes (kernel table) for the int4 27B, 35B-A3B and 122B-A10B at 1 and 8 lanes
 set -uo pipefail
 MODE="${1:-full}"
 OUT="${OUT:-/tmp/hinfer-out}"; mkdir -p "$OUT"
@@ -51,6 +51,15 @@ if [[ "$MODE" == moe ]]; then
     --out "$OUT" 2>&1 | tee "$OUT/bench_35b_int4.log" | tail -8
   timeout 250 $PY -m hinfer bench qwen3.5-122b-a10b --quant int4 --concurrency 1,8 --depths 1K,64K --prefill "" \
     --out "$OUT" 2>&1 | tee "$OUT/bench_122b_int4.log" | tail -8
+fi
+if [[ "$MODE" == cache ]]; then  # prefix cache: second-turn TTFT at 32K and the multi-turn agent bench, 27B
+  timeout 300 $PY -m hinfer bench qwen3.6-27b --prefix-ttft 32K --concurrency 1,4,8 --out "$OUT" 2>&1 \
+    | tee "$OUT/bench_27b_prefix_ttft.log" | tail -20
+  timeout 280 $PY -m hinfer bench qwen3.6-27b --agent --out "$OUT" 2>&1 | tee "$OUT/bench_27b_agent.log" | tail -20
+fi
+if [[ "$MODE" == structured ]]; then  # structured output: decode tok/s with every / half / no lane on a JSON schema, 27B
+  timeout 300 $PY -m hinfer bench qwen3.6-27b --structured --out "$OUT" 2>&1 | tee "$OUT/bench_27b_structured.log" \
+    | tail -16
 fi
 if [[ "$MODE" == profile ]]; then
   for m in qwen3.6-27b qwen3.6-35b-a3b qwen3.5-122b-a10b; do

@@ -23,8 +23,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ops", ("hinfer.ops",)),  # the op fronts: reference bodies, dispatch by backend and weight format
     ("weights", ("hinfer.weights", "hinfer.demo")),
     ("quant", ("hinfer.quant",)),  # weight formats; their .matmul picks a kernel
-    ("kernels", ("hinfer.ops.triton", "hinfer.ops.dispatch")),
-    ("base", ("hinfer.batch", "hinfer.config", "hinfer.errors", "hinfer.sampling_params", "hinfer.tokenizer",
+    ("kernels", ("hinfer.ops.triton", "hinfer.ops.dispatch", "hinfer.ops.kv_cache")),  # kv_cache: page views
+    ("base", ("hinfer.batch", "hinfer.config", "hinfer.kv_format", "hinfer.errors", "hinfer.sampling_params", "hinfer.tokenizer",
               "hinfer.chat_template", "hinfer.fixtures", "hinfer.vision_config")),
 )  # fmt: skip
 

@@ -23,7 +23,7 @@ import torch
 from hinfer.bench import measure
 from hinfer.bench.agent_workload import AgentWorkload, longest_conversation
 from hinfer.bench.run import build_model, git_commit, resolve_model, truncate_layers
-from hinfer.config import EngineConfig, load_model_config
+from hinfer.config import EngineConfig, apply_rope_scaling, load_model_config
 from hinfer.engine.core import EngineCore
 from hinfer.engine.factory import make_core, resolve_engine_config
 from hinfer.engine.protocol import GenerationRequest
@@ -146,7 +146,7 @@ def run_agent_bench(spec: AgentSpec, ecfg: EngineConfig) -> dict:
     dev = torch.device("cpu" if ecfg.device == "cpu" else "cuda")
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     path, is_ckpt = resolve_model(spec.model)
-    cfg = truncate_layers(load_model_config(path), spec.layers)
+    cfg = truncate_layers(apply_rope_scaling(load_model_config(path), ecfg.rope_scaling), spec.layers)
     tok = Tokenizer.from_dir(tokenizer_dir())
     vocab = min(cfg.vocab_size, tok.vocab_size)
     w = spec.workload

@@ -9,6 +9,7 @@ import torch
 
 from hinfer.config import ModelConfig
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
+from hinfer.ops.kv_cache import cache_format
 
 
 def _median_ms(fn, iters: int = 20, warmup: int = 3, device: torch.device = torch.device("cuda")) -> float:
@@ -104,17 +105,26 @@ class StepBytes:
 
 
 def decode_step_bytes(
-    cfg: ModelConfig, weights: int, lanes: int, depth: int, kv_itemsize: int, act_itemsize: int,
+    cfg: ModelConfig, weights: int, lanes: int, depth: int, kv_itemsize: float, act_itemsize: int,
     experts: int = 0, tokens: int | None = None,
 ) -> StepBytes:
     """One decode step of `lanes` lanes at `depth`: weights (of which `experts` routed-expert bytes, read only
     for the experts the step's `tokens` (default: lanes) select), KV, GDN state read and written."""
     weights = weights - experts + round(experts * expert_fraction(cfg, tokens or lanes))
-    kv = lanes * len(cfg.attn_layers) * depth * 2 * cfg.num_key_value_heads * cfg.head_dim * kv_itemsize
+    # kv_itemsize: bytes per cached element, scales included (int8: 1 + 4 / head_dim; kv_element_bytes)
+    per_token = 2 * cfg.num_key_value_heads * cfg.head_dim * kv_itemsize
+    kv = round(lanes * len(cfg.attn_layers) * depth * per_token)
     ssm = cfg.linear_num_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim * 4
     conv = cfg.gdn_conv_dim * (cfg.linear_conv_kernel_dim - 1) * act_itemsize
     gdn = lanes * len(cfg.gdn_layers) * 2 * (ssm + conv)  # read and write
     return StepBytes(weights, kv, gdn)
+
+
+def kv_element_bytes(k_cache: torch.Tensor, v_cache: torch.Tensor) -> float:
+    """Bytes attention reads per cached element of K and V on average, in their formats (scales included)."""
+    kf, vf = cache_format(k_cache), cache_format(v_cache)
+    n_kv, head_dim = k_cache.shape[-2], k_cache.shape[-1] * kf.pack
+    return (kf.token_bytes(n_kv, head_dim) + vf.token_bytes(n_kv, head_dim)) / (2 * n_kv * head_dim)
 
 
 def prefill_flops(cfg: ModelConfig, active_params: int, tokens: int) -> float:
@@ -137,7 +147,7 @@ def mtp_bytes_per_draft(model: Qwen35ForCausalLM, draft_head=None, lanes: int = 
 
 
 def spec_round_bytes(
-    cfg: ModelConfig, weights: int, mtp_draft: int, lanes: int, depth: int, k: int, kv_itemsize: int,
+    cfg: ModelConfig, weights: int, mtp_draft: int, lanes: int, depth: int, k: int, kv_itemsize: float,
     act_itemsize: int, experts: int = 0,
 ) -> StepBytes:
     """A speculative round: the target's weights and KV once (verify reads them once for K + 1 rows; routed
@@ -145,5 +155,6 @@ def spec_round_bytes(
     the K + 1 positions, and K draft steps of the MTP head (`mtp_draft` bytes each, its own KV at that depth too)."""
     base = decode_step_bytes(cfg, weights, lanes, depth, kv_itemsize, act_itemsize, experts, lanes * (k + 1))
     gdn = base.gdn // 2 * (1 + (k + 1))
-    mtp_kv = lanes * cfg.mtp_num_hidden_layers * depth * 2 * cfg.num_key_value_heads * cfg.head_dim * kv_itemsize
+    per_token = 2 * cfg.num_key_value_heads * cfg.head_dim * kv_itemsize
+    mtp_kv = round(lanes * cfg.mtp_num_hidden_layers * depth * per_token)
     return StepBytes(base.weights + k * mtp_draft, base.kv + k * mtp_kv, gdn)

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from hinfer.bench import floors, measure
-from hinfer.config import EngineConfig, ModelConfig, find_config_file, load_model_config
+from hinfer.config import EngineConfig, ModelConfig, apply_rope_scaling, find_config_file, load_model_config
 from hinfer.engine.factory import make_core, resolve_engine_config
 from hinfer.fixtures import config_dir, tokenizer_dir
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
@@ -125,7 +125,7 @@ def run_bench(spec: BenchSpec, ecfg: EngineConfig) -> list[dict]:
         raise SystemExit("hinfer bench needs a CUDA GPU (or --device cpu for a smoke run of a tiny config)")
     dev = torch.device("cpu" if ecfg.device == "cpu" else "cuda")
     path, is_ckpt = resolve_model(spec.model)
-    cfg = truncate_layers(load_model_config(path), spec.layers)
+    cfg = truncate_layers(apply_rope_scaling(load_model_config(path), ecfg.rope_scaling), spec.layers)
     lanes = max(spec.concurrency)
     steps = spec.steps  # tokens a lane runs past its depth: decode steps, or speculative rounds of K + 1
     if ecfg.spec:
@@ -156,7 +156,7 @@ def run_bench(spec: BenchSpec, ecfg: EngineConfig) -> list[dict]:
         "page_size": ecfg.page_size,
     }  # fmt: skip
     rows: list[dict] = []
-    kv_item = runner.state.k_cache.element_size()
+    kv_item = floors.kv_element_bytes(runner.state.k_cache, runner.state.v_cache)
     for depth in spec.depths:
         for c in spec.concurrency:
             t = measure.decode(runner, c, depth, steps=spec.steps)
@@ -228,7 +228,7 @@ def spec_sweep(spec: BenchSpec, cfg: ModelConfig, ecfg: EngineConfig, model: Qwe
         core = make_core(cfg, model, tok, kcfg, core_device := torch.device(kcfg.device))
         head = getattr(core.spec.drafter, "draft_head", None)
         measure.fill_random(core.runner)
-        kv_item = core.runner.state.k_cache.element_size()
+        kv_item = floors.kv_element_bytes(core.runner.state.k_cache, core.runner.state.v_cache)
         for depth in spec.depths:
             for c in spec.concurrency:
                 plain = measure.decode(core.runner, c, depth, steps=spec.steps)

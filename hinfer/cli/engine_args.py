@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hinfer.config import EngineConfig, load_model_config
+from hinfer.config import EngineConfig, apply_rope_scaling, load_model_config
 from hinfer.errors import ConfigError
+from hinfer.kv_format import CLI_KV_DTYPES
 
 
 def parse_bytes(text: str) -> int:
@@ -44,8 +45,14 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--prefill-chunk", type=int, default=d.prefill_chunk,
                    help=f"prompt tokens per step; a long prompt delays other lanes by at most one chunk "
                         f"(default {d.prefill_chunk})")
-    g.add_argument("--kv-dtype", choices=["bf16", "fp8"], default=d.kv_dtype,
-                   help="attention KV-cache element type (default bf16)")
+    g.add_argument("--kv-dtype", choices=list(CLI_KV_DTYPES), default=d.kv_dtype,
+                   help="attention KV-cache format (default bf16): fp8 (e4m3) and int8 (a scale per token "
+                        "and head) halve its bytes, k8v4 (int8 keys, 4-bit values with a scale per 64) takes "
+                        "0.39 of them; docs/quantization.md, KV cache")
+    g.add_argument("--rope-scaling", default=None, metavar="yarn:FACTOR|none",
+                   help="RoPE context extension: yarn:4 runs the model to 4x its original window (1,048,576 "
+                        "positions on the 262,144-position Qwen3.5 models); none turns off a yarn block in "
+                        "the checkpoint's config (default: as the config says). docs/usage.md, Long context")
     g.add_argument("--page-size", type=int, default=d.page_size, help="KV page size in tokens (default 64)")
     g.add_argument("--dtype", choices=["bf16", "fp32"], default=None,
                    help="activation dtype (default bf16 on GPU, fp32 on CPU)")
@@ -91,6 +98,7 @@ def engine_config_from_args(a: argparse.Namespace) -> EngineConfig:
         pending_timeout_ms=a.pending_timeout_ms,
         prefill_chunk=a.prefill_chunk,
         kv_dtype=a.kv_dtype,
+        rope_scaling=a.rope_scaling,
         page_size=a.page_size,
         dtype=a.dtype or "auto",
         weights=a.weights,
@@ -111,21 +119,30 @@ def engine_config_from_args(a: argparse.Namespace) -> EngineConfig:
     return cfg
 
 
-def model_context_limit(model: str | None) -> int | None:
-    """The model's max_position_embeddings, from its config alone (no weights read); None when the config cannot
-    be read here (loading the model then reports why, in its own words)."""
+def model_context_limit(model: str | None, rope_scaling: str | None = None) -> int | None:
+    """The model's max_position_embeddings (under --rope-scaling), from its config alone (no weights read);
+    None when the config cannot be read here (loading the model then reports why, in its own words)."""
     from hinfer.demo import DEMO_OVERRIDES
 
-    if model in (None, "", "demo"):
-        return int(DEMO_OVERRIDES["max_position_embeddings"])
     try:
+        if model in (None, "", "demo"):
+            limit = int(DEMO_OVERRIDES["max_position_embeddings"])
+            return limit if rope_scaling is None else int(limit * (parse_rope_factor(rope_scaling) or 1))
         if model.endswith(".hinfer") and Path(model).is_file():
             from hinfer.weights.artifact import open_artifact
 
-            return open_artifact(model).load_config_and_tokenizer()[0].max_position_embeddings
-        return load_model_config(model).max_position_embeddings
+            cfg = open_artifact(model).load_config_and_tokenizer()[0]
+        else:
+            cfg = load_model_config(model)
+        return apply_rope_scaling(cfg, rope_scaling).max_position_embeddings
     except Exception:  # missing or broken checkpoint: the load that follows gives the precise error
         return None
+
+
+def parse_rope_factor(flag: str) -> float | None:
+    from hinfer.config import parse_rope_scaling
+
+    return parse_rope_scaling(flag)[1]
 
 
 def check_max_context(a: argparse.Namespace, model: str | None, limit: int | None = None) -> None:
@@ -134,8 +151,9 @@ def check_max_context(a: argparse.Namespace, model: str | None, limit: int | Non
     if a.max_context is None:
         return
     if limit is None:
-        limit = model_context_limit(model)
+        limit = model_context_limit(model, getattr(a, "rope_scaling", None))
     if limit is not None and a.max_context > limit:
         what = "the demo model" if model in (None, "", "demo") else model
+        yarn = "" if getattr(a, "rope_scaling", None) else "; --rope-scaling yarn:4 extends it 4x"
         raise ConfigError(f"--max-context {a.max_context} is more than {what} allows: its max_position_embeddings "
-                          f"is {limit} tokens (use --max-context {limit} or less, or leave it out)")
+                          f"is {limit} tokens (use --max-context {limit} or less, or leave it out{yarn})")

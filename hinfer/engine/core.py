@@ -157,6 +157,13 @@ class EngineCore:
         if self.prefix is not None:
             self.prefix.clear()
 
+    def spill_prefix_cache(self) -> None:
+        """Move every cached page and GDN checkpoint that no running request uses to the host tiers (dropped
+        where there is none), as if other prompts had churned them out; the TTFT benchmark's host-RAM case.
+        Call from the stepping thread."""
+        if self.prefix is not None:
+            self.prefix.spill_all()
+
     def request_clear_prefix_cache(self) -> None:
         """Thread-safe: the cache is cleared at the start of the next step."""
         self._clear_requested = True
@@ -298,5 +305,6 @@ class EngineCore:
             tokens_generated=self.tokens_generated,
             prompt_tokens=self.prompt_tokens,
             extra=(self.spec.counters() if self.spec is not None else {})
-            | (self.prefix.counters() if self.prefix is not None else {}),
+            | (self.prefix.counters() if self.prefix is not None else {})
+            | self.runner.sampler.grammar_counters.as_dict(),
         )

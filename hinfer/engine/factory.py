@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from hinfer.config import EngineConfig, ModelConfig, load_model_config
+from hinfer.config import EngineConfig, ModelConfig, apply_rope_scaling, load_model_config
 from hinfer.demo import resolve_model_path
 from hinfer.engine.core import EngineCore
 from hinfer.engine.engine import Engine
@@ -31,6 +31,7 @@ from hinfer.engine.runner import ModelRunner
 from hinfer.engine.sampler import Sampler
 from hinfer.engine.weight_bytes import resolve_weights
 from hinfer.errors import CheckpointError, ConfigError
+from hinfer.kv_format import KV_FORMATS
 from hinfer.model.artifact_loader import load_artifact_model
 from hinfer.model.loader import load_weights
 from hinfer.model.quantized_loader import load_quantized_checkpoint
@@ -48,7 +49,9 @@ from hinfer.weights.hf_reader import HFCheckpoint
 log = logging.getLogger("hinfer")
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
-KV_DTYPES = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn, "fp32": torch.float32}
+# --kv-dtype -> K's storage dtype, and V's where it differs (k8v4)
+KV_DTYPES = {name: getattr(torch, f.k.torch_dtype) for name, f in KV_FORMATS.items()}
+V_DTYPES = {name: getattr(torch, f.v.torch_dtype) for name, f in KV_FORMATS.items() if f.v != f.k}
 
 
 @dataclass
@@ -89,7 +92,8 @@ def state_shape(cfg: ModelConfig, ecfg: EngineConfig, plan=None) -> StateShape:
     cache_dtype = KV_DTYPES.get(ecfg.kv_dtype, torch.float32)
     mtp = cfg.mtp_num_hidden_layers if ecfg.spec == "mtp" else 0
     return StateShape(pages, ecfg.page_size, slots, cache_dtype, DTYPES[ecfg.dtype], mtp_layers=mtp,
-                      checkpoint_slots=ckpt, host_checkpoints=host, host_kv_pages=host_kv)
+                      checkpoint_slots=ckpt, host_checkpoints=host, host_kv_pages=host_kv,
+                      v_dtype=V_DTYPES.get(ecfg.kv_dtype))
 
 
 def weight_plan(ecfg: EngineConfig, cfg: ModelConfig):
@@ -123,7 +127,7 @@ def load_model(model: str | None, ecfg: EngineConfig) -> Loaded:
     path = resolve_model_path(model)
     if is_artifact_path(path):
         return _load_artifact(path, ecfg)
-    cfg = load_model_config(path)
+    cfg = apply_rope_scaling(load_model_config(path), ecfg.rope_scaling)
     ecfg = resolve_engine_config(cfg, ecfg)
     recipe, as_stored = weight_plan(ecfg, cfg)
     plan = plan_for_serve(cfg, ecfg, recipe)  # before any weight is read: fail fast with figures
@@ -169,6 +173,7 @@ def _load_artifact(path: Path, ecfg: EngineConfig) -> Loaded:
     """A .hinfer file: config and tokenizer from its metadata, weights memory-mapped straight to the device."""
     art = open_artifact(path)  # header only: version-checked before anything else
     cfg, tok = art.load_config_and_tokenizer()
+    cfg = apply_rope_scaling(cfg, ecfg.rope_scaling)
     ecfg = replace(resolve_engine_config(cfg, ecfg), vision=False)  # artifacts hold the text model only
     plan_recipe, requantize = engine_weights(art, ecfg.weights)
     plan = plan_for_serve(cfg, ecfg, plan_recipe)

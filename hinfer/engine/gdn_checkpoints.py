@@ -65,13 +65,26 @@ class CheckpointPool:
             victim = next((h for h in self._slot if h not in self._pins), None)
             if victim is None:
                 return None
-            slot = self._slot.pop(victim)
-            self.evictions += 1
-            if self.on_evict is not None:
-                self.on_evict(victim, slot)
+            slot = self._evict(victim)
         self._slot[name] = slot
         self.saved += 1
         return slot
+
+    def _evict(self, victim: bytes) -> int:
+        """Take an unpinned checkpoint out (on_evict first: its spill); -> its slot."""
+        slot = self._slot.pop(victim)
+        self.evictions += 1
+        if self.on_evict is not None:
+            self.on_evict(victim, slot)
+        return slot
+
+    def evict_all(self) -> int:
+        """Evict every unpinned checkpoint, least recently used first, as saves under pressure would one at a
+        time; -> how many."""
+        victims = [h for h in self._slot if h not in self._pins]
+        for name in victims:
+            self._free.append(self._evict(name))
+        return len(victims)
 
     def discard(self, name: bytes) -> None:
         """Drop a checkpoint (its page chain was evicted, or a newer one replaces it); pinned ones stay."""

@@ -109,4 +109,4 @@ def host_checkpoints(state: ModelState, rows: int) -> HostTier:
 
 def host_pages(state: ModelState, rows: int) -> HostTier:
     """KV pages: K and V by page."""
-    return HostTier(state.k_cache, state.v_cache, rows)
+    return HostTier(state.k_pages, state.v_pages, rows)  # whole pages: int8 scales travel with their rows

@@ -37,6 +37,7 @@ from hinfer.config import EngineConfig, ModelConfig
 from hinfer.engine.vision_bytes import vision_activation_bytes, vision_weight_bytes
 from hinfer.engine.weight_bytes import DTYPE_BYTES, Recipe, draft_head_bytes, get_recipe, weight_bytes
 from hinfer.errors import PlanError
+from hinfer.kv_format import KV_FORMATS
 
 GIB = 2**30
 RESERVED_PAGES = 1  # same as model/state.py (page 0 is CUDA-graph scratch; this module stays torch-free)
@@ -240,7 +241,7 @@ class MemoryPlan:
             parts.append(f"--max-concurrency {lim.max_concurrency} at --max-context {e.max_context}")
         msg += " Largest that fits: " + ", or ".join(parts) + "."
         if self.kv_dtype == "bf16" and self.device == "cuda":
-            msg += " --kv-dtype fp8 halves the KV cache."
+            msg += " --kv-dtype fp8 or int8 halves the KV cache, k8v4 takes 0.39 of it."
         return msg
 
 
@@ -259,7 +260,7 @@ def _largest(ok, lo: int, hi: int) -> int | None:
 def kv_page_bytes(cfg: ModelConfig, ecfg: EngineConfig, dtype: str) -> int:
     """One page of K and V in every KV layer (attention layers + MTP layers with --spec)."""
     layers = len(cfg.attn_layers) + (cfg.mtp_num_hidden_layers if ecfg.spec else 0)
-    return layers * 2 * ecfg.page_size * cfg.num_key_value_heads * cfg.head_dim * DTYPE_BYTES[dtype]
+    return layers * KV_FORMATS[dtype].page_bytes(ecfg.page_size, cfg.num_key_value_heads, cfg.head_dim)
 
 
 def gdn_slot_bytes(cfg: ModelConfig, act: str) -> int:
@@ -369,7 +370,7 @@ def plan_memory(cfg: ModelConfig, ecfg: EngineConfig, *, weights: str | Recipe, 
     kv_layers = len(cfg.attn_layers) + (cfg.mtp_num_hidden_layers if ecfg.spec else 0)
     rows.append(PlanRow("kv cache", num_pages * page,
                         f"{kv_note}: {pages:,} pages of {ps} + 1 reserved, {kv_layers} layers, "
-                        f"{page // ps:,} B/token ({kvd})"))
+                        f"{page // ps:,} B/token ({KV_FORMATS[kvd].describe()})"))
     draft = f" x (1 + {ecfg.draft_slots} draft)" if ecfg.draft_slots else ""
     rows.append(PlanRow("gdn state", gdn, f"{lanes} lanes{draft} + 1 reserved = {n_slots} slots x "
                                           f"{len(cfg.gdn_layers)} layers (conv {act} + ssm fp32)"))
@@ -451,4 +452,12 @@ def _model_line(cfg: ModelConfig) -> str:
     kind = (f"MoE {cfg.num_experts} experts top-{cfg.num_experts_per_tok}" if cfg.is_moe
             else f"dense, intermediate {cfg.intermediate_size}")
     return (f"{cfg.model_type}, hidden {cfg.hidden_size}, {cfg.num_hidden_layers} layers "
-            f"({len(cfg.attn_layers)} attention + {len(cfg.gdn_layers)} GDN), {kind}")
+            f"({len(cfg.attn_layers)} attention + {len(cfg.gdn_layers)} GDN), {kind}, {_positions(cfg)}")
+
+
+def _positions(cfg: ModelConfig) -> str:
+    s = cfg.rope_scaling
+    if s is None:
+        return f"{cfg.max_position_embeddings:,} positions"
+    return (f"{cfg.max_position_embeddings:,} positions (yarn x{s.factor:g} of "
+            f"{s.original_max_position_embeddings:,})")

@@ -99,6 +99,14 @@ class PagePool:
             self.on_evict(name)
         return p
 
+    def evict_cached(self) -> int:
+        """Evict every cached page now, least recently released first, as allocations would one at a time (each is
+        spilled first when there is a host tier); they join the free list. -> how many."""
+        n = len(self._lru)
+        for _ in range(n):
+            self._free.append(self._evict())
+        return n
+
     def acquire(self, pages: Sequence[int]) -> None:
         """Take another reference to named pages (a prefix hit); cached ones leave the LRU."""
         for p in pages:

@@ -213,6 +213,13 @@ class PrefixReuse:
         if self.host_pages is not None:
             self.host_pages.clear()
 
+    def spill_all(self) -> None:
+        """Move every checkpoint and named page that no request uses off the device: into the host tiers where
+        there are ones (what eviction under churn does one at a time, through the same spills), dropped
+        otherwise. Checkpoints go first, so a page leaving without a host tier takes its checkpoint along."""
+        self.checkpoints.evict_all()
+        self.pages.evict_cached()
+
     def counters(self) -> dict[str, float]:
         return {
             "prefix_requests": self.requests,

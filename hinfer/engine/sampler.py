@@ -52,12 +52,14 @@ Stop tokens, stop strings and max_tokens are the engine's.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from hinfer.engine.protocol import TopLogprob
+from hinfer.engine.structured.counters import GrammarCounters
 from hinfer.sampling_params import SamplingParams
 
 MASK64 = (1 << 64) - 1
@@ -170,6 +172,7 @@ class Sampler:
         # Penalty tables, allocated once (vocab x lanes x 5 bytes, in the memory plan's "sampler state").
         self.counts = torch.zeros((max_rows, vocab_size), dtype=torch.int32, device=self.device)
         self.prompt_mask = torch.zeros((max_rows, vocab_size), dtype=torch.bool, device=self.device)
+        self.grammar_counters = GrammarCounters()  # host time of the structured-output work
 
     # ---- per-request state --------------------------------------------------------------------------------
     def add_row(self, row: RowState) -> None:
@@ -198,8 +201,11 @@ class Sampler:
             if end is not None and end in new:
                 r.think_ended = True
             if r.grammar is not None:
+                t0 = time.perf_counter()
                 for t in new:
                     r.grammar.accept(t)
+                self.grammar_counters.accept_s += time.perf_counter() - t0
+                self.grammar_counters.accepted += len(new)
             if r.has_penalties:
                 slots += [r.slot] * len(new)
                 toks += new
@@ -288,12 +294,18 @@ class Sampler:
         from hinfer.engine.structured.bitmask import apply_token_bitmask
 
         words = -(-z.shape[1] // 32)
+        t0 = time.perf_counter()
         bitmask = torch.full((len(live), words), -1, dtype=torch.int32)
         for j, i in enumerate(live):
             rows[i].grammar.fill(bitmask, j)
+        t1 = time.perf_counter()
         if z.device.type != "cpu":
             bitmask = bitmask.pin_memory()
         apply_token_bitmask(z, live, bitmask)
+        c = self.grammar_counters
+        c.steps, c.masks = c.steps + 1, c.masks + len(live)
+        c.fill_s += t1 - t0
+        c.apply_s += time.perf_counter() - t1
 
     def _apply_bias(self, z: torch.Tensor, p: list[SamplingParams]) -> None:
         rows_i: list[int] = []

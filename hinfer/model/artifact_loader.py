@@ -9,7 +9,7 @@ from torch import nn
 
 from hinfer.config import ModelConfig
 from hinfer.model.qwen3_5 import Attention, Qwen35ForCausalLM
-from hinfer.ops.rope import rope_inv_freq
+from hinfer.ops.rope import model_rope
 from hinfer.weights.artifact import Artifact, ArtifactError, build_quantized
 
 
@@ -44,7 +44,7 @@ def load_artifact_model(
                     _place(net, name, get(name), dtype)
     for m in net.modules():
         if isinstance(m, Attention):  # non-persistent: not stored, recomputed
-            m.inv_freq = rope_inv_freq(cfg.rotary_dim, cfg.rope_theta, device=device)
+            m.inv_freq = model_rope(cfg, device)[0]
     extra = sorted(n for n in names - used if not (net.mtp is None and n.startswith("mtp.")))
     if extra:
         raise ArtifactError(f"{art.path}: unexpected tensor {extra[0]!r} (not part of this model's config)")

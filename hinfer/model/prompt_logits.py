@@ -11,14 +11,17 @@ from hinfer.model.state import RESERVED_SLOTS, ModelState, StateShape
 
 @torch.inference_mode()
 def prompt_logits(
-    model: Qwen35ForCausalLM, ids: list[int], page_size: int = 16, kv_dtype: torch.dtype | None = None
+    model: Qwen35ForCausalLM, ids: list[int], page_size: int = 16, kv_dtype: torch.dtype | None = None,
+    v_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """fp32 logits [len(ids), V]: one prefill of `ids` on a fresh state on the model's device (KV in the model's
-    dtype unless `kv_dtype` is given; MTP KV rows when the model has the head)."""
+    dtype unless `kv_dtype` is given, V in `v_dtype` when it differs (k8v4); MTP KV rows when the model has
+    the head)."""
     cfg, dtype, dev = model.cfg, model.embed_tokens.dtype, model.embed_tokens.device
     pages = -(-len(ids) // page_size)
     mtp = cfg.mtp_num_hidden_layers if model.mtp is not None else 0
-    shape = StateShape(1 + pages, page_size, 1 + RESERVED_SLOTS, kv_dtype or dtype, dtype, mtp_layers=mtp)
+    shape = StateShape(1 + pages, page_size, 1 + RESERVED_SLOTS, kv_dtype or dtype, dtype, mtp_layers=mtp,
+                       v_dtype=v_dtype)
     state = ModelState(cfg, shape, dev)
     state.reset_slots([RESERVED_SLOTS])
     chunk = SeqChunk(list(ids), 0, list(range(1, 1 + pages)), RESERVED_SLOTS, all_logits=True)

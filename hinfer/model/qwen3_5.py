@@ -23,7 +23,7 @@ from hinfer.ops.gdn import causal_conv1d, gated_delta_rule, gdn_gating
 from hinfer.ops.linear import linear
 from hinfer.ops.moe import moe_experts, moe_route
 from hinfer.ops.norm import add_rms_norm, gated_rms_norm, rms_norm
-from hinfer.ops.rope import mrope_freq_axes, rope_inv_freq
+from hinfer.ops.rope import model_rope, mrope_freq_axes
 
 
 def _param(*shape: int, dtype: torch.dtype, device: torch.device | str) -> nn.Parameter:
@@ -60,9 +60,8 @@ class Attention(nn.Module):
         self.o_proj = _param(h, self.n_heads * d, dtype=dtype, device=device)
         self.q_norm = _param(d, dtype=dtype, device=device)
         self.k_norm = _param(d, dtype=dtype, device=device)
-        self.register_buffer(
-            "inv_freq", rope_inv_freq(cfg.rotary_dim, cfg.rope_theta, device=device), persistent=False
-        )
+        inv_freq, self.attn_factor = model_rope(cfg, device)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.mrope_section = cfg.mrope_section
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, k_cache: torch.Tensor, v_cache: torch.Tensor):
@@ -76,7 +75,7 @@ class Attention(nn.Module):
             axes = mrope_freq_axes(self.inv_freq.shape[0], self.mrope_section).to(x.device)
         q = qk_norm_rope_write(
             q, k, v, self.q_norm, self.k_norm, self.eps, positions, self.inv_freq,
-            k_cache, v_cache, batch.slot_mapping, axes,
+            k_cache, v_cache, batch.slot_mapping, self.attn_factor, axes,
         )  # fmt: skip
         o = sigmoid_gate(paged_attention(q, k_cache, v_cache, batch, d**-0.5), gate)
         return linear(o.reshape(t, -1), self.o_proj)

@@ -1,6 +1,7 @@
 """ModelState: all per-sequence memory of the model, allocated once and indexed by page and slot.
 
-- Paged KV for every full-attention layer (and the MTP layer): k/v [n_kv_layers, num_pages, page_size, n_kv, hd].
+- Paged KV for every full-attention layer (and the MTP layer): k/v [n_kv_layers, num_pages, page_size, n_kv,
+  hd / pack] in the --kv-dtype format (hinfer.kv_format: int8 / int4 pages carry scales after the token rows).
 - Gated DeltaNet state per GDN layer and slot: conv [n_gdn, n_slots, conv_dim, kernel-1] (model dtype),
   recurrent ssm [n_gdn, n_slots, HV, K, V] (fp32).
 
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 import torch
 
 from hinfer.config import ModelConfig
+from hinfer.kv_format import cache_format_of
+from hinfer.ops.kv_cache import allocate_kv
 
 RESERVED_PAGES = 1
 RESERVED_SLOTS = 1
@@ -32,6 +35,11 @@ class StateShape:
     checkpoint_slots: int = 0  # prefix-cache GDN checkpoints: slots [num_slots, num_slots + checkpoint_slots)
     host_checkpoints: int = 0  # rows of the host-memory tier for spilled checkpoints (host_tier.py)
     host_kv_pages: int = 0  # rows of the host-memory tier for spilled KV pages (host_tier.py)
+    v_dtype: torch.dtype | None = None  # V's storage when it differs from K's (k8v4: uint8 int4 pairs)
+
+    @property
+    def v_cache_dtype(self) -> torch.dtype:
+        return self.v_dtype or self.kv_dtype
 
     @property
     def total_slots(self) -> int:
@@ -43,7 +51,9 @@ class StateShape:
 
     def kv_bytes(self, cfg: ModelConfig) -> int:
         layers = len(cfg.attn_layers) + self.mtp_layers
-        per_page = 2 * self.page_size * cfg.num_key_value_heads * cfg.head_dim * _itemsize(self.kv_dtype)
+        n_kv, hd = cfg.num_key_value_heads, cfg.head_dim
+        per_page = sum(cache_format_of(str(dt)).page_bytes(self.page_size, n_kv, hd)
+                       for dt in (self.kv_dtype, self.v_cache_dtype))  # fmt: skip
         return layers * self.num_pages * per_page
 
     def gdn_bytes(self, cfg: ModelConfig, slots: int | None = None) -> int:
@@ -68,8 +78,9 @@ class ModelState:
         self.page_size = shape.page_size
         n_kv_layers = len(cfg.attn_layers) + shape.mtp_layers
         kv = (n_kv_layers, shape.num_pages, shape.page_size, cfg.num_key_value_heads, cfg.head_dim)
-        self.k_cache = torch.zeros(kv, dtype=shape.kv_dtype, device=device)
-        self.v_cache = torch.zeros(kv, dtype=shape.kv_dtype, device=device)
+        # k_pages: whole pages (int8 / int4 scales after the token rows); k_cache: the token rows the ops take
+        self.k_pages, self.k_cache = allocate_kv(*kv, shape.kv_dtype, device)
+        self.v_pages, self.v_cache = allocate_kv(*kv, shape.v_cache_dtype, device)
         n_gdn = len(cfg.gdn_layers)
         self.conv_state = torch.zeros(
             (n_gdn, shape.total_slots, cfg.gdn_conv_dim, cfg.linear_conv_kernel_dim - 1), dtype=shape.dtype, device=device

@@ -1,8 +1,10 @@
 """Gated full attention over a paged KV cache.
 
 `qk_norm_rope_write`: per-head zero-centred RMSNorm on q and k, partial RoPE, and the KV-cache write of the new
-tokens (one op so the GPU path can fuse it). `paged_attention`: causal attention of each sequence's new tokens
-over its cached prefix plus themselves (prefill, extend, decode and k+1-token verification are one op).
+tokens (one op so the GPU path can fuse it; int8 / int4 caches are quantized as they are written).
+`paged_attention`: causal attention of each sequence's new tokens over its cached prefix plus themselves
+(prefill, extend, decode and k+1-token verification are one op), reading the cache in its format
+(hinfer.kv_format).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import torch
 
 from hinfer.batch import ForwardBatch
 from hinfer.ops.dispatch import use_triton, warn_fallback
+from hinfer.ops.kv_cache import read_kv, write_kv
 from hinfer.ops.norm import rms_norm_ref
 from hinfer.ops.rope import apply_rope_ref, rope_cos_sin
 
@@ -24,20 +27,19 @@ def qk_norm_rope_write_ref(
     eps: float,
     positions: torch.Tensor,  # [T], or [3, T] (t, h, w) when the batch holds image tokens
     inv_freq: torch.Tensor,  # [R/2] fp32
-    k_cache: torch.Tensor,  # [P, page, Hkv, D] one layer
+    k_cache: torch.Tensor,  # [P, page, Hkv, D] one layer's token rows, in its format (hinfer.kv_format)
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,  # [T]
+    attn_factor: float = 1.0,  # YaRN's cos/sin scale
     freq_axes: torch.Tensor | None = None,  # [R/2]: the stream of each frequency, for [3, T] positions
 ) -> torch.Tensor:
     q = rms_norm_ref(q, q_norm_w, eps)
     k = rms_norm_ref(k, k_norm_w, eps)
-    cos, sin = rope_cos_sin(positions, inv_freq, q.dtype, freq_axes)
+    cos, sin = rope_cos_sin(positions, inv_freq, q.dtype, attn_factor, freq_axes)
     q = apply_rope_ref(q, cos, sin)
     k = apply_rope_ref(k, cos, sin)
-    flat_k = k_cache.view(-1, *k_cache.shape[2:])
-    flat_v = v_cache.view(-1, *v_cache.shape[2:])
-    flat_k.index_copy_(0, slot_mapping, k.to(k_cache.dtype))
-    flat_v.index_copy_(0, slot_mapping, v.to(v_cache.dtype))
+    write_kv(k_cache, slot_mapping, k)
+    write_kv(v_cache, slot_mapping, v)
     return q
 
 
@@ -55,8 +57,8 @@ def paged_attention_ref(
     for b, (cached, n) in enumerate(zip(batch.cached_lens_cpu, batch.q_lens_cpu)):
         kv_len = cached + n
         pages = batch.page_table[b, : (kv_len + ps - 1) // ps].long()
-        k = k_cache.index_select(0, pages).reshape(-1, n_kv, k_cache.shape[-1])[:kv_len].to(q.dtype)
-        v = v_cache.index_select(0, pages).reshape(-1, n_kv, v_cache.shape[-1])[:kv_len].to(q.dtype)
+        k = read_kv(k_cache, pages, kv_len, q.dtype)
+        v = read_kv(v_cache, pages, kv_len, q.dtype)
         k = k.repeat_interleave(n_heads // n_kv, dim=1)
         v = v.repeat_interleave(n_heads // n_kv, dim=1)
         qb = q[start : start + n]
@@ -82,20 +84,19 @@ def qk_norm_rope_write(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
+    attn_factor: float = 1.0,
     freq_axes: torch.Tensor | None = None,
 ) -> torch.Tensor:
+    args = (q, k, v, q_norm_w, k_norm_w, eps, positions, inv_freq, k_cache, v_cache, slot_mapping)
+    args += (attn_factor,)
     multi_axis = positions.dim() == 2  # a prefill chunk with image tokens: the kernel takes one stream
     if use_triton(q) and not multi_axis:
         from hinfer.ops.triton import attention as ta
 
-        return ta.qk_norm_rope_write(
-            q, k, v, q_norm_w, k_norm_w, eps, positions, inv_freq, k_cache, v_cache, slot_mapping
-        )
+        return ta.qk_norm_rope_write(*args)
     if multi_axis and q.is_cuda:
         warn_fallback("qk_norm_rope_write", "multi-axis (image) positions")
-    return qk_norm_rope_write_ref(
-        q, k, v, q_norm_w, k_norm_w, eps, positions, inv_freq, k_cache, v_cache, slot_mapping, freq_axes
-    )
+    return qk_norm_rope_write_ref(*args, freq_axes)
 
 
 def paged_attention(

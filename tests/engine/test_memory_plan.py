@@ -327,6 +327,21 @@ def test_cli_exit_codes(capsys):
         _cli("nope", "--gpu-memory", "80GB")
 
 
+def test_plan_allows_1m_with_yarn(capsys):
+    """The 27B's 262,144 positions are the limit until --rope-scaling yarn:4 (or a yarn config) makes it
+    4x."""
+    one_m = ("--gpu-memory", "141GB", "--weights", "int4", "--kv-dtype", "fp8", "--max-concurrency", "1",
+             "--max-context", "1048576")
+    with pytest.raises(ConfigError, match="max_position_embeddings is 262144 tokens"):
+        _cli("qwen3.6-27b", *one_m)
+    assert _cli("qwen3.6-27b", *one_m, "--rope-scaling", "yarn:4") == 0
+    out = capsys.readouterr().out
+    assert "1,048,576 positions (yarn x4 of 262,144)" in out and "1,048,576 KV tokens" in out
+    assert "largest --max-context at --max-concurrency 1: 1048576;" in out
+    with pytest.raises(ConfigError, match="1048576 tokens"):
+        _cli("qwen3.6-27b", *one_m[:-1], "1048577", "--rope-scaling", "yarn:4")
+
+
 def test_plan_for_serve():
     cfg = load_model_config(F27B)
     ecfg = EngineConfig(device="cuda", gpu_memory=141 * 10**9)

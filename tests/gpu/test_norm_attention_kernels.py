@@ -29,6 +29,7 @@ from hinfer.batch import ForwardBatch, SeqChunk, build_forward_batch
 from hinfer.fixtures import fixed_test_seed
 from hinfer.ops import attention as ref_attn
 from hinfer.ops import norm as ref_norm
+from hinfer.ops.kv_cache import allocate_kv, kv_scales, write_kv
 from hinfer.ops.rope import rope_inv_freq
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -144,7 +145,7 @@ def test_qk_norm_rope_write(tk, seed, t):
     v = qkv[:, H * 2 * D + HKV * D :].view(t, HKV, D)
     qw = 0.2 * torch.randn(D, device="cuda", dtype=torch.bfloat16)
     kw = 0.2 * torch.randn(D, device="cuda", dtype=torch.bfloat16)
-    positions = torch.randint(0, 131072, (t,), device="cuda")
+    positions = torch.randint(0, 1_100_000, (t,), device="cuda")  # YaRN's 1M window too
     inv_freq = rope_inv_freq(R, 1e7, device="cuda")
     slots = torch.randperm(n_pages * PAGE, device="cuda")[:t]
     k_cache = torch.randn(n_pages, PAGE, HKV, D, device="cuda", dtype=torch.bfloat16)
@@ -243,3 +244,85 @@ def test_decode_cuda_graph_replay(tk, seed):
     graph.replay()
     torch.cuda.synchronize()
     _check(out, _ref32(q, kc, vc, batch), 1e-2, f"graph replay seed={seed}")
+
+
+# ------------------------------------------------------------------------------------ KV formats
+
+
+FORMATS = {"fp8": (torch.float8_e4m3fn,) * 2, "int8": (torch.int8,) * 2, "k8v4": (torch.int8, torch.uint8)}
+
+
+def _format_cache(pages: int, kv_dtype: torch.dtype) -> torch.Tensor:
+    """Token rows in `kv_dtype` (int8 / int4: scales after each page's rows) holding random rows of varied
+    magnitude, written through the reference quantizer."""
+    rows = allocate_kv(1, pages, PAGE, HKV, D, kv_dtype, "cuda")[1][0]
+    n = pages * PAGE
+    mag = torch.rand(n, HKV, 1, device="cuda") * 3 + 0.05
+    x = (mag * torch.randn(n, HKV, D, device="cuda")).to(torch.bfloat16)
+    write_kv(rows, torch.arange(n, device="cuda"), x)
+    return rows
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+@pytest.mark.parametrize("cached,q_lens", [([32767] * 8, [1] * 8), ([20000] * 8, [4] * 8), ([30720], [2048]),
+                                           ([5000, 70, 0, 1000], [1, 4, 700, 333])])
+def test_attention_kv_formats(tk, seed, fmt, cached, q_lens):
+    """Decode, verify, prefill and mixed batches reading fp8 / int8 / k8v4 caches in place, against the
+    reference reading the same caches (codes times scales) in fp32: rel <= 1e-2, as for bf16 caches."""
+    batch, (q, _, _) = _batch(cached, q_lens)
+    pages = batch.page_table.max().item() + 1
+    kc, vc = (_format_cache(pages, dt) for dt in FORMATS[fmt])
+    with poisoned_empty():
+        out = tk["attention"].paged_attention(q, kc, vc, batch, D**-0.5)
+    want = ref_attn.paged_attention_ref(q.float(), kc, vc, batch, D**-0.5)
+    _check(out, want, 1e-2, f"{fmt} cached={cached[0]} q={q_lens[0]} seed={seed}")
+
+
+@pytest.mark.parametrize("fmt", ["int8", "k8v4"])
+@pytest.mark.parametrize("t", [1, 64, 8192])
+def test_qk_norm_rope_write_quantized(tk, seed, fmt, t):
+    """The write quantizes like the reference: V codes and scales identical (IEEE divisions on both sides); K
+    after RoPE differs from the reference in ~5% of bf16 elements (test_qk_norm_rope_write), which may move a
+    code by one and a row's scale by a bf16 ulp: dequantized K within one step plus 2 ulp of the max."""
+    qkv = torch.randn(t, H * 2 * D + 2 * HKV * D, device="cuda", dtype=torch.bfloat16)
+    q = qkv[:, : H * 2 * D].view(t, H, 2 * D).chunk(2, dim=-1)[0]
+    k = qkv[:, H * 2 * D : H * 2 * D + HKV * D].view(t, HKV, D)
+    v = qkv[:, H * 2 * D + HKV * D :].view(t, HKV, D)
+    qw = 0.1 * torch.randn(D, device="cuda", dtype=torch.bfloat16)
+    kw = 0.1 * torch.randn(D, device="cuda", dtype=torch.bfloat16)
+    positions = torch.randint(0, 1_048_576, (t,), device="cuda")
+    inv_freq = rope_inv_freq(R, 1e7, device="cuda")
+    pages = t // PAGE + 2
+    slots = torch.randperm(pages * PAGE, device="cuda")[:t]
+    kc, vc = (_format_cache(pages, dt) for dt in FORMATS[fmt])
+    kc_ref, vc_ref = (c._base.clone()[0, :, :PAGE] for c in (kc, vc))
+    tk["attention"].qk_norm_rope_write(q, k, v, qw, kw, EPS, positions, inv_freq, kc, vc, slots, 1.1386)
+    ref_attn.qk_norm_rope_write_ref(q, k, v, qw, kw, EPS, positions, inv_freq, kc_ref, vc_ref, slots, 1.1386)
+    same_v = torch.equal(vc, vc_ref) and torch.equal(kv_scales(vc), kv_scales(vc_ref))
+    assert same_v, f"v differs, seed={seed}"
+    step = kv_scales(kc_ref)[..., None]
+    deq, deq_ref = kc.float() * kv_scales(kc)[..., None], kc_ref.float() * step
+    bad = ((deq - deq_ref).abs() > 1.01 * step + 2.0**-6 * deq_ref.abs().amax()).sum().item()
+    assert bad == 0, f"{bad} K elements beyond one step, seed={seed}"
+
+
+@pytest.mark.parametrize("fmt", ["int8", "k8v4"])
+def test_decode_cuda_graph_replay_quantized(tk, seed, fmt):
+    """The int8 / k8v4 decode path under a CUDA graph: scale pointers are static like the cache's."""
+    ta = tk["attention"]
+    b = 8
+    batch, (q, _, _) = _batch([random.randrange(100, 30000) for _ in range(b)], [1] * b)
+    pages = batch.page_table.max().item() + 1
+    kc, vc = (_format_cache(pages, dt) for dt in FORMATS[fmt])
+    ta.paged_attention(q, kc, vc, batch, D**-0.5)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = ta.paged_attention(q, kc, vc, batch, D**-0.5)
+    new = [random.randrange(0, c) for c in batch.cached_lens_cpu]
+    batch.cached_lens.copy_(torch.tensor(new, dtype=torch.int32))
+    batch.cached_lens_cpu = new
+    graph.replay()
+    torch.cuda.synchronize()
+    want = ref_attn.paged_attention_ref(q.float(), kc, vc, batch, D**-0.5)
+    _check(out, want, 1e-2, f"{fmt} graph replay seed={seed}")

@@ -65,7 +65,7 @@ _MOE: dict[str, Any] = dict(
 
 # name -> (moe?, overrides). Odd sizes: hidden 96 with 3 query heads (head_dim 32), 1 KV head, GDN 2 key /
 # 6 value heads of unequal key and value widths, and the released configs' interleaved-mrope fields (text
-# positions make it plain RoPE); custom: a layer_types list that is not every-4th.
+# positions make it plain RoPE); yarn: context extension; custom: a layer_types list that is not every-4th.
 VARIANTS: dict[str, tuple[bool, dict[str, Any]]] = {
     "dense": (False, {}),
     "dense_tied": (False, {"tie_word_embeddings": True}),
@@ -76,6 +76,13 @@ VARIANTS: dict[str, tuple[bool, dict[str, Any]]] = {
                         linear_value_head_dim=16, intermediate_size=80,
                         rope_parameters={"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.25,
                                          "mrope_interleaved": True, "mrope_section": [2, 1, 1]})),
+    # YaRN as the model cards give it (interleaved mrope fields, partial rotary), on a 64-position original
+    # window so 300-token prompts run 4.7x past it; head_dim 64 gives 8 rotary frequencies, some in the blend
+    "yarn": (False, dict(head_dim=64, max_position_embeddings=64,
+                         rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0,
+                                          "partial_rotary_factor": 0.25, "factor": 8.0,
+                                          "original_max_position_embeddings": 64,
+                                          "mrope_interleaved": True, "mrope_section": [4, 2, 2]})),
     "custom_layers": (False, dict(num_hidden_layers=5, layer_types=["full_attention", "linear_attention",
                                                                     "linear_attention", "full_attention",
                                                                     "linear_attention"])),

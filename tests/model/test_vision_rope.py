@@ -21,7 +21,7 @@ def test_axes_match_transformers_recomposition() -> None:
         pos = torch.randint(0, 500, (3, 1, 40), generator=torch.Generator().manual_seed(head_dim))
         cos_ref, sin_ref = rot(torch.zeros(1, dtype=torch.float32), pos)
         axes = mrope_freq_axes(head_dim // 8, tuple(section))
-        cos, sin = rope_cos_sin(pos[:, 0], rope_inv_freq(head_dim // 4, 1e4), torch.float32, axes)
+        cos, sin = rope_cos_sin(pos[:, 0], rope_inv_freq(head_dim // 4, 1e4), torch.float32, freq_axes=axes)
         assert torch.allclose(cos, cos_ref[0], atol=1e-6) and torch.allclose(sin, sin_ref[0], atol=1e-6)
 
 
@@ -29,7 +29,7 @@ def test_equal_axes_are_plain_rope() -> None:
     pos = torch.arange(100)
     inv = rope_inv_freq(64, 1e7)
     axes = mrope_freq_axes(32, (11, 11, 10))
-    multi = rope_cos_sin(pos.expand(3, -1), inv, torch.float32, axes)
+    multi = rope_cos_sin(pos.expand(3, -1), inv, torch.float32, freq_axes=axes)
     plain = rope_cos_sin(pos, inv, torch.float32)
     assert all(torch.equal(a, b) for a, b in zip(multi, plain))
 

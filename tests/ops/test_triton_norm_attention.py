@@ -30,6 +30,7 @@ from hinfer.batch import ForwardBatch, SeqChunk, build_forward_batch  # noqa: E4
 from hinfer.fixtures import fixed_test_seed  # noqa: E402
 from hinfer.ops import attention as ref_attn  # noqa: E402
 from hinfer.ops import norm as ref_norm  # noqa: E402
+from hinfer.ops.kv_cache import allocate_kv, kv_scales, read_kv, write_kv  # noqa: E402
 from hinfer.ops.rope import rope_inv_freq  # noqa: E402
 
 if torch.cuda.is_available():
@@ -175,8 +176,10 @@ def test_gated_rms_norm(dtype, seed):
 # ------------------------------------------------------------------------------- qk norm + rope + write
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_qk_norm_rope_write(dtype, seed):
+@pytest.mark.parametrize(
+    "dtype,attn_factor", [(torch.float32, 1.0), (torch.bfloat16, 1.0), (torch.bfloat16, 1.1386)]
+)
+def test_qk_norm_rope_write(dtype, attn_factor, seed):
     g = torch.Generator().manual_seed(seed)
     t, n_pages, page = 11, 12, 16
     qkv = torch.randn(t, H * 2 * D + 2 * HKV * D, generator=g).to(dtype)
@@ -185,7 +188,7 @@ def test_qk_norm_rope_write(dtype, seed):
     v = qkv[:, H * 2 * D + HKV * D :].view(t, HKV, D)
     qw = (0.2 * torch.randn(D, generator=g)).to(dtype)
     kw = (0.2 * torch.randn(D, generator=g)).to(dtype)
-    positions = torch.randint(0, 300_000, (t,), generator=g)  # long-context angles
+    positions = torch.randint(0, 1_100_000, (t,), generator=g)  # long-context angles, YaRN's 1M window too
     positions[0] = 0
     inv_freq = rope_inv_freq(R, 1e7)
     slots = torch.randperm(n_pages * page, generator=g)[:t]
@@ -195,9 +198,12 @@ def test_qk_norm_rope_write(dtype, seed):
     k_cache.view(-1, HKV, D)[slots] = float("nan")
     v_cache.view(-1, HKV, D)[slots] = float("nan")
     with poisoned_empty():
-        q_out = ta.qk_norm_rope_write(q, k, v, qw, kw, EPS, positions, inv_freq, k_cache, v_cache, slots)
-    q_ref = ref_attn.qk_norm_rope_write_ref(q, k, v, qw, kw, EPS, positions, inv_freq, kc_ref, vc_ref, slots)
-    # fp32: angles reach 3e5 rad here; the kernel reduces them itself while torch's cos/sin reduce exactly, so
+        q_out = ta.qk_norm_rope_write(q, k, v, qw, kw, EPS, positions, inv_freq, k_cache, v_cache, slots,
+                                      attn_factor)
+    q_ref = ref_attn.qk_norm_rope_write_ref(q, k, v, qw, kw, EPS, positions, inv_freq, kc_ref, vc_ref, slots,
+                                            attn_factor)
+    # attn_factor: YaRN's cos/sin scale (1.1386 at factor 4), applied in fp32 before rounding by both. fp32:
+    # angles reach 1.1e6 rad here; the kernel reduces them itself while torch's cos/sin reduce exactly, so
     # values differ by up to ~1e-5 absolute (seen 1.3e-5 once in CI at |q| ~ 0.1); bf16 keeps its one-ulp bound
     tol = (5e-5, 1e-4) if dtype == torch.float32 else _tol(dtype)
     _close(q_out, q_ref, *tol, seed=seed)
@@ -298,6 +304,91 @@ def test_decode_lengths_are_read_from_device(seed):
     batch.cached_lens_cpu = [17, 30]  # only the reference reads the host mirror
     out2 = _run_decode(q, kc, vc, batch, num_splits=2)
     _close(out2, _attn_ref(q, kc, vc, batch), **_attn_tol(torch.float32), seed=seed)
+
+
+# ------------------------------------------------------------------------------------ KV formats
+
+# (name, K storage, V storage, head_dim): int4 groups are 64 values, so k8v4 runs at head_dim 64
+KV_FORMATS = [("fp8", torch.float8_e4m3fn, torch.float8_e4m3fn, D), ("int8", torch.int8, torch.int8, D),
+              ("k8v4", torch.int8, torch.uint8, 64)]  # fmt: skip
+
+
+def _format_cache(n_pages: int, page: int, dtype: torch.dtype, d: int, g: torch.Generator) -> torch.Tensor:
+    """A token-row view in `dtype` (int8 / int4: scales after each page's rows) holding random values written
+    through the reference quantizer, rows of different magnitudes so the scales differ."""
+    c = allocate_kv(1, n_pages, page, HKV, d, dtype, "cpu")[1][0]
+    mag = torch.rand(n_pages * page, HKV, 1, generator=g) * 3 + 0.05
+    x = (mag * torch.randn(n_pages * page, HKV, d, generator=g)).to(torch.bfloat16)
+    write_kv(c, torch.arange(n_pages * page), x)
+    return c
+
+
+def _clone_pages(cache: torch.Tensor) -> torch.Tensor:
+    """A copy of a token-row view with its whole pages (a plain clone would leave the scales behind)."""
+    full = cache._base.clone()
+    return full[0, :, : cache.shape[1]]
+
+
+def _dequantized(cache: torch.Tensor) -> torch.Tensor:
+    return read_kv(cache, torch.arange(cache.shape[0]), cache.shape[0] * cache.shape[1], torch.float32)
+
+
+# fp8 writes are not checked here: the interpreter's fp32/bf16 -> e4m3 conversion is wrong for some values
+# (1.9922 -> 1.0, where torch and the GPU's cvt.rn give 2.0); tests/gpu covers them
+@pytest.mark.parametrize("name,k_dtype,v_dtype,d", KV_FORMATS[1:])
+def test_qk_norm_rope_write_kv_formats(name, k_dtype, v_dtype, d, seed):
+    """The fused write quantizes as the reference does. V (no rope) gets the same codes and scales. K after
+    rope may differ from the reference by one bf16 ulp (test_qk_norm_rope_write), which can move a code by one
+    and its row's scale by 2^-8 relative; so K is compared dequantized, within one step plus one bf16 ulp."""
+    g = torch.Generator().manual_seed(seed)
+    t, n_pages, page, dtype = 13, 6, 16, torch.bfloat16
+    q = torch.randn(t, H, d, generator=g).to(dtype)
+    k = (3 * torch.randn(t, HKV, d, generator=g)).to(dtype)
+    v = (torch.rand(t, HKV, 1, generator=g) * torch.randn(t, HKV, d, generator=g)).to(dtype)
+    v[3, 1] = 0.0  # an all-zero row: scale 0, codes 0 (int4: stored as 8)
+    qw = (0.2 * torch.randn(d, generator=g)).to(dtype)
+    kw = (0.2 * torch.randn(d, generator=g)).to(dtype)
+    positions = torch.randint(0, 300_000, (t,), generator=g)
+    inv_freq = rope_inv_freq(R, 1e7)
+    slots = torch.randperm(n_pages * page, generator=g)[:t]
+    kc, vc = _format_cache(n_pages, page, k_dtype, d, g), _format_cache(n_pages, page, v_dtype, d, g)
+    kc_ref, vc_ref = _clone_pages(kc), _clone_pages(vc)
+    q_out = ta.qk_norm_rope_write(q, k, v, qw, kw, EPS, positions, inv_freq, kc, vc, slots)
+    q_ref = ref_attn.qk_norm_rope_write_ref(q, k, v, qw, kw, EPS, positions, inv_freq, kc_ref, vc_ref, slots)
+    _close(q_out, q_ref, *_tol(dtype), seed=seed)
+    assert torch.equal(vc, vc_ref) and torch.equal(kv_scales(vc), kv_scales(vc_ref)), seed
+    step = kv_scales(kc_ref)[..., None]
+    deq, deq_ref = kc.float() * kv_scales(kc)[..., None], kc_ref.float() * step
+    assert ((deq - deq_ref).abs() <= 1.01 * step + 2**-7 * deq_ref.abs()).all(), seed
+    page_of, row_of = slots[3] // page, slots[3] % page
+    assert kv_scales(vc)[page_of, row_of, 1].eq(0).all() and not _dequantized(vc)[slots[3], 1].any()
+
+
+@pytest.mark.parametrize("name,k_dtype,v_dtype,d", KV_FORMATS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_attention_kernels_kv_formats(name, k_dtype, v_dtype, d, dtype, seed):
+    """Decode (2 splits) and prefill kernels reading fp8 / int8 / k8v4 caches directly, against the reference
+    reading the same caches (codes times scales, in fp32): fp32 within 1e-4 (the kernel scales int8 scores and
+    probabilities, the reference the rows), bf16 within the bf16 attention tolerance."""
+    tol = {"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else _attn_tol(dtype)
+    g = torch.Generator().manual_seed(seed + 1)
+    for cached, q_lens, decode in (([0, 5, 37, 30, 100, 1], [1, 2, 4, 4, 3, 1], True),
+                                   ([0, 40, 16, 7], [20, 1, 17, 33], False)):  # fmt: skip
+        batch = _batch(cached, q_lens, 16, dtype, seed=seed)[0]
+        q = (2 * torch.randn(batch.num_tokens, H, d, generator=g)).to(dtype)
+        n_pages = batch.page_table.max().item() + 1
+        kc, vc = _format_cache(n_pages, 16, k_dtype, d, g), _format_cache(n_pages, 16, v_dtype, d, g)
+        want = ref_attn.paged_attention_ref(q.float(), kc, vc, batch, d**-0.5).to(dtype)
+        out = torch.full_like(q, float("nan"))
+        args = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens, d**-0.5)
+        with poisoned_empty():
+            if decode:
+                dec.paged_decode(q, kc, vc, out, *args, batch.num_seqs, batch.num_tokens, batch.max_q_len,
+                                 num_splits=2, block_n=16)  # fmt: skip
+            else:
+                pre.paged_prefill(q, kc, vc, out, *args, 0, batch.num_seqs, batch.max_q_len,
+                                  block_m=16, block_n=16)  # fmt: skip
+        _close(out, want, **tol, seed=seed)
 
 
 # ------------------------------------------------------------------------------------ inside the model

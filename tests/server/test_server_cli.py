@@ -83,7 +83,8 @@ def test_max_context_beyond_the_model_is_a_startup_error(monkeypatch, tokenizer,
     assert main(["serve", "--max-context", "65537"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: --max-context 65537 is more than the demo model allows: its max_position_embeddings is "
-                   "65536 tokens (use --max-context 65536 or less, or leave it out)"]
+                   "65536 tokens (use --max-context 65536 or less, or leave it out; --rope-scaling yarn:4 "
+                   "extends it 4x)"]
     assert "ecfg" not in seen  # refused before anything was built
     assert main(["serve", "--max-context", "65536", "--port", "0"]) == 0 and seen["ecfg"].max_context == 65536
     assert main(["serve", "--port", "0"]) == 0 and seen.pop("ecfg").max_context == 65536  # the default
@@ -107,5 +108,5 @@ def test_max_context_error_exits_non_zero_from_the_shell():
     assert r.returncode == 1
     assert [line for line in r.stderr.splitlines() if line.startswith("error:")] == [
         "error: --max-context 1000000 is more than the demo model allows: its max_position_embeddings is 65536 "
-        "tokens (use --max-context 65536 or less, or leave it out)"]
+        "tokens (use --max-context 65536 or less, or leave it out; --rope-scaling yarn:4 extends it 4x)"]
     assert "Traceback" not in r.stderr

@@ -37,10 +37,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quant", dest="bench_weights", choices=["bf16", "fp8", "int4"], default=None,
                    help="weight format to run (random/loaded bf16 weights are converted in place; default bf16; "
                    "--weights bf16|fp8|int4 says the same)")
-    p.add_argument("--concurrency", type=_ints, default=[1, 2, 4, 8], help="lane counts, e.g. 1,2,4,8")
+    p.add_argument("--concurrency", type=_ints, default=None,
+                   help="lane counts, e.g. 1,2,4,8 (default 1,2,4,8; with --structured 8)")
     p.add_argument("--depths", type=_ints, default=[1024, 32768, 131072], help="decode context depths, e.g. 1K,32K,128K")
     p.add_argument("--prefill", type=_ints, default=[1024, 8192, 32768], help="prefill lengths (empty: skip)")
-    p.add_argument("--steps", type=int, default=64, help="timed decode steps per point (default 64)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="timed decode steps per point or window (default 64; with --structured 256)")
     p.add_argument("--layers", type=int, default=None, help="keep only the first N layers (quick checks)")
     p.add_argument("--vs-hf", action="store_true", help="also time Hugging Face transformers on the same shapes")
     p.add_argument("--spec-k", type=_ints, default=[1, 2, 3, 4, 5],
@@ -68,6 +70,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--agent-modes", type=lambda t: [m.strip() for m in t.split(",") if m.strip()],
                    default=["on", "off"], metavar="on,off", help="prefix cache settings to run (default on,off)")
     g.add_argument("--agent-seed", type=int, default=0, help="seed of the random user messages (default 0)")
+    t = p.add_argument_group("prefix-ttft", "--prefix-ttft N: time to first token of a conversation's second "
+                             "turn from the prefix cache in GPU memory and host RAM, and decode with the cache on "
+                             "and off (docs/prefix-cache.md)")
+    t.add_argument("--prefix-ttft", type=lambda t: _ints(t)[0], default=None, metavar="TOKENS",
+                   help="run this benchmark on a turn-1 history of TOKENS random tokens, e.g. 32K")
+    t.add_argument("--new-tokens", type=int, default=200, help="tokens turn 2 adds to the history (default 200)")
+    t.add_argument("--repeats", type=int, default=None,
+                   help="TTFT samples per case and decode windows per mode and lane count; medians (default 5; "
+                        "with --structured 3)")
+    t.add_argument("--decode-prompt", type=int, default=1000,
+                   help="prompt tokens of each decoding lane (default 1000; --structured too); lanes from "
+                        "--concurrency, timed steps per window from --steps")
+    t.add_argument("--ttft-seed", type=int, default=0, help="seed of the random prompts (default 0)")
+    s = p.add_argument_group("structured", "--structured: decode with every lane constrained by a JSON schema vs "
+                             "unconstrained and half constrained (docs/structured-output.md); lanes from "
+                             "--concurrency, windows from --steps, --repeats, prompts from --decode-prompt")
+    s.add_argument("--structured", action="store_true",
+                   help="run the structured-output decode benchmark instead of the throughput sweep")
     p.add_argument("--out", type=Path, default=Path("bench/results"), help="folder for the JSON results")
     add_engine_args(p)
     p.set_defaults(func=run, prefill_chunk=8192)
@@ -84,10 +104,25 @@ def bench_weights(args: argparse.Namespace) -> str:
     return weights
 
 
+def fill_defaults(args: argparse.Namespace) -> None:
+    """Flags the benchmarks share, left unset: each benchmark's own default (--structured wants 8 lanes and
+    longer windows, to time a long constrained answer)."""
+    for name, default, structured in (("concurrency", [1, 2, 4, 8], [8]), ("steps", 64, 256), ("repeats", 5, 3)):
+        if getattr(args, name) is None:
+            setattr(args, name, structured if args.structured else default)
+
+
 def run(args: argparse.Namespace) -> int:
     args.bench_weights = bench_weights(args)
+    if sum(map(bool, (args.agent, args.prefix_ttft, args.structured))) > 1:
+        raise SystemExit("--agent, --prefix-ttft and --structured are separate benchmarks: pick one")
+    fill_defaults(args)
     if args.agent:
         return run_agent(args)
+    if args.prefix_ttft:
+        return run_prefix_ttft(args)
+    if args.structured:
+        return run_structured(args)
     from hinfer.bench.run import BenchSpec, run_bench, table
 
     spec = BenchSpec(
@@ -117,4 +152,35 @@ def run_agent(args: argparse.Namespace) -> int:
     spec = AgentSpec(model=args.model, weights=args.bench_weights, workload=workload, modes=args.agent_modes,
                      layers=args.layers, out_dir=args.out, command=shlex.join(["hinfer", *sys.argv[1:]]))
     print(agent_table(run_agent_bench(spec, engine_config_from_args(args))))
+    return 0
+
+
+def run_prefix_ttft(args: argparse.Namespace) -> int:
+    import shlex
+    import sys
+
+    from hinfer.bench.prefix_ttft import PrefixTtftSpec, run_prefix_ttft
+    from hinfer.bench.prefix_ttft_report import ttft_table
+
+    if args.repeats < 1 or args.new_tokens < 1 or args.decode_prompt < 1 or args.steps < 1:
+        raise SystemExit("--repeats, --new-tokens, --decode-prompt and --steps must be >= 1")
+    spec = PrefixTtftSpec(model=args.model, history_tokens=args.prefix_ttft, new_tokens=args.new_tokens,
+                          repeats=args.repeats, concurrency=args.concurrency, decode_prompt=args.decode_prompt,
+                          decode_steps=args.steps, weights=args.bench_weights, layers=args.layers,
+                          seed=args.ttft_seed, out_dir=args.out, command=shlex.join(["hinfer", *sys.argv[1:]]))
+    print(ttft_table(run_prefix_ttft(spec, engine_config_from_args(args))))
+    return 0
+
+
+def run_structured(args: argparse.Namespace) -> int:
+    import shlex
+    import sys
+
+    from hinfer.bench.structured import StructuredSpec, run_structured
+    from hinfer.bench.structured_report import structured_table
+
+    spec = StructuredSpec(model=args.model, lanes=args.concurrency, prompt_tokens=args.decode_prompt,
+                          steps=args.steps, repeats=args.repeats, weights=args.bench_weights, layers=args.layers,
+                          out_dir=args.out, command=shlex.join(["hinfer", *sys.argv[1:]]))  # fmt: skip
+    print(structured_table(run_structured(spec, engine_config_from_args(args))))
     return 0

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from hinfer.cli.engine_args import add_engine_args, check_max_context, engine_config_from_args
-from hinfer.config import ModelConfig, load_model_config
+from hinfer.config import ModelConfig, apply_rope_scaling, load_model_config
 from hinfer.engine.memory_plan import check_plan, device_memory, plan_memory
 from hinfer.engine.weight_bytes import resolve_weights
 from hinfer.errors import ConfigError, PlanError
@@ -60,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
     ecfg = engine_config_from_args(args)
     ecfg.validate()
     cfg, weights = config_and_weights(args.model, ecfg.weights)
+    cfg = apply_rope_scaling(cfg, ecfg.rope_scaling)
     check_max_context(args, args.model, cfg.max_position_embeddings)
     available, name = device_memory(ecfg)
     plan = plan_memory(cfg, ecfg, weights=weights, device_bytes=available, device_name=name)

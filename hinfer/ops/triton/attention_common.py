@@ -4,16 +4,44 @@ Loops over key blocks are `for ... in range(lo, hi)` on the GPU (Triton pipeline
 under the interpreter, whose range() cannot take a loaded scalar with numpy >= 2.4.
 
 The KV cache is [num_pages, page_size, n_kv, head_dim] per layer; a sequence's token n lives in page
-page_table[b, n // PAGE] at row n % PAGE. `load_kv` is the single place a cache tile is read and converted
-to the compute dtype, so an fp8 cache (dequant scale) only changes it.
+page_table[b, n // PAGE] at row n % PAGE. `load_tile` is the single place a cache tile is read and converted
+to the compute dtype (bf16 / fp8 / int8 codes: exact in bf16), per storage format (hinfer.kv_format):
+- int8 has an fp32 scale per token and head, applied either to the [M, N] scores / probabilities after the dot
+  (INT8: s = (q . k_codes) * k_scale, acc += (p * v_scale) @ v_codes, the tile goes to the tensor cores as
+  loaded) or to the [N, D] tile in registers (INT8_TILE); each kernel picks per K and V what compiles to fewer
+  registers on sm_90;
+- int4 (INT4, k8v4's V) has a scale per 64 values of a row, which varies along D, so the tile is unpacked and
+  scaled in registers before the dot.
+Neither writes a dequantized copy to memory.
 """
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
+from hinfer.kv_format import INT4_GROUP
+from hinfer.ops.kv_cache import cache_format, kv_scales
 from hinfer.ops.triton.common import cast
+
+# How a kernel reads a cache (constexpr K_FMT / V_FMT): PLAIN; INT8 with its per-token scale applied after
+# the dot (INT8) or to the tile in registers (INT8_TILE); INT4 (always scaled in the tile: its scales vary
+# along D)
+PLAIN, INT8, INT4, INT8_TILE = 0, 1, 2, 3
+GROUP4: tl.constexpr = tl.constexpr(INT4_GROUP)  # values per int4 scale
+
+
+def cache_args(cache: torch.Tensor, int8_in_tile: bool = False) -> tuple[torch.Tensor, int, int, int, int]:
+    """(scales, page stride, token stride, head stride, read code) kernel arguments of one layer's K or V
+    cache; an unscaled cache passes itself as the never-read scale pointer. Where an int8 scale is applied is
+    the kernel's choice (by sm_90 register counts, tests/ops/test_attention_aot.py)."""
+    fmt, s = cache_format(cache), kv_scales(cache)
+    if s is None:
+        return cache, 0, 0, 0, PLAIN
+    assert s.stride(2 if fmt.pack == 1 else 3) == 1
+    code = (INT8_TILE if int8_in_tile else INT8) if fmt.pack == 1 else INT4
+    return s, s.stride(0), s.stride(1), s.stride(2), code
 
 
 @triton.jit
@@ -29,29 +57,58 @@ def kv_page_rows(pt_row_ptr, n0, n, mask, PAGE: tl.constexpr, BLOCK_N: tl.conste
 
 
 @triton.jit
-def load_kv(ptr, page, row, stride_p, stride_t, head_off, d, mask, dt: tl.constexpr, EMU: tl.constexpr):
-    """One [BLOCK_N, D] tile of a kv head, converted to the compute dtype `dt` (fp32 under the interpreter,
-    whose dot cannot take bf16)."""
-    off = page * stride_p + row * stride_t + head_off
-    x = tl.load(ptr + off[:, None] + d[None, :], mask=mask[:, None], other=0.0).to(dt)
+def load_tile(
+    ptr, page, row, stride_p, stride_t, head_off, mask, s_ptr, s_p, s_t, s_h, kvh,
+    dt: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr, EMU: tl.constexpr, FMT: tl.constexpr,
+):  # fmt: skip
+    """One [BLOCK_N, D] tile of a kv head in the compute dtype `dt` (fp32 under the interpreter, whose dot
+    cannot take bf16, and whose int8 -> bf16 conversion is wrong), and the per-token scales the caller applies
+    after the dot (INT8; a placeholder otherwise). INT8_TILE and INT4 tiles are scaled here, in registers
+    (INT4 unpacked and scaled per group)."""
+    base = page * stride_p + row * stride_t + head_off
+    if FMT == 2:
+        j = tl.arange(0, D // 2)
+        b = tl.load(ptr + base[:, None] + j[None, :], mask=mask[:, None], other=0).to(tl.int32)
+        x = tl.reshape(tl.join((b & 15) - 8, (b >> 4) - 8), [BLOCK_N, D]).to(tl.float32)  # element 2j, 2j + 1
+        g = tl.arange(0, D // GROUP4)
+        s_off = page * s_p + row * s_t + kvh * s_h
+        s = tl.load(s_ptr + s_off[:, None] + g[None, :], mask=mask[:, None], other=0.0)
+        x = tl.reshape(tl.reshape(x, [BLOCK_N, D // GROUP4, GROUP4]) * s[:, :, None], [BLOCK_N, D])
+        scale = 1.0
+    else:
+        d = tl.arange(0, D)
+        x = tl.load(ptr + base[:, None] + d[None, :], mask=mask[:, None], other=0.0)
+        if FMT == 1:
+            scale = tl.load(s_ptr + page * s_p + row * s_t + kvh * s_h, mask=mask, other=0.0)
+        elif FMT == 3:
+            s = tl.load(s_ptr + page * s_p + row * s_t + kvh * s_h, mask=mask, other=0.0)
+            x = x.to(tl.float32) * s[:, None]
+            scale = 1.0
+        else:
+            scale = 1.0
     if EMU:
-        x = x.to(tl.float32)
-    return x
+        return x.to(tl.float32), scale
+    return x.to(dt), scale
 
 
 @triton.jit
 def softmax_step(
-    q, k, v, m_i, l_i, acc, valid, qk_scale,
+    q, k, v, m_i, l_i, acc, valid, qk_scale, k_scale, v_scale,
     dt: tl.constexpr, EMU: tl.constexpr, MASKED: tl.constexpr, SAFE: tl.constexpr,
+    K_SCALED: tl.constexpr, V_SCALED: tl.constexpr,
 ):  # fmt: skip
     """One online-softmax update (base 2) of rows q [M, D] with keys k and values v [N, D].
 
     `valid` [M, N] masks keys when MASKED. SAFE guards rows that have seen no key yet (m == -inf), which
-    only happens in split-KV decode where a split can lie past a row's causal limit.
+    only happens in split-KV decode where a split can lie past a row's causal limit. K_SCALED / V_SCALED:
+    k / v are int8 codes and k_scale / v_scale [N] their per-token scales.
     """
     # fp32 models get true fp32 dots (Triton would use TF32); bf16/fp16 use the tensor cores as they are
     prec: tl.constexpr = "ieee" if dt == tl.float32 else "tf32"
-    s = tl.dot(q, tl.trans(k), input_precision=prec) * qk_scale
+    if K_SCALED:
+        s = tl.dot(q, tl.trans(k), input_precision=prec) * (k_scale * qk_scale)[None, :]
+    else:
+        s = tl.dot(q, tl.trans(k), input_precision=prec) * qk_scale
     if MASKED:
         s = tl.where(valid, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, axis=1))
@@ -62,6 +119,8 @@ def softmax_step(
     alpha = tl.exp2(m_i - m_new_use)
     p = tl.exp2(s - m_new_use[:, None])
     l_i = l_i * alpha + tl.sum(p, axis=1)
+    if V_SCALED:
+        p = p * v_scale[None, :]
     p_in = cast(p, dt, EMU)
     if EMU:
         p_in = p_in.to(tl.float32)
@@ -72,15 +131,20 @@ def softmax_step(
 @triton.jit
 def attend_block(
     n0, q, qpos, m_i, l_i, acc, pt_row, kv_end,
-    k_ptr, v_ptr, skp, skt, k_head, svp, svt, v_head, d, qk_scale,
-    dt: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr, EMU: tl.constexpr,
-    MASKED: tl.constexpr, SAFE: tl.constexpr,
+    k_ptr, v_ptr, skp, skt, k_head, svp, svt, v_head, qk_scale,
+    ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh, kvh,
+    dt: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr, EMU: tl.constexpr,
+    MASKED: tl.constexpr, SAFE: tl.constexpr, K_FMT: tl.constexpr, V_FMT: tl.constexpr,
 ):  # fmt: skip
-    """Keys n0 .. n0 + BLOCK_N of one sequence (those < kv_end; causal against qpos when MASKED)."""
+    """Keys n0 .. n0 + BLOCK_N of one sequence (those < kv_end; causal against qpos when MASKED). Scaled
+    formats: kv head kvh's scales of a token are at ks_ptr + page * ksp + row * kst + kvh * ksh (V alike)."""
     n = n0 + tl.arange(0, BLOCK_N)
     kv_ok = n < kv_end
     page, row = kv_page_rows(pt_row, n0, n, kv_ok, PAGE, BLOCK_N)
-    k = load_kv(k_ptr, page, row, skp, skt, k_head, d, kv_ok, dt, EMU)
-    v = load_kv(v_ptr, page, row, svp, svt, v_head, d, kv_ok, dt, EMU)
+    k, k_scale = load_tile(k_ptr, page, row, skp, skt, k_head, kv_ok, ks_ptr, ksp, kst, ksh, kvh,
+                           dt, D, BLOCK_N, EMU, K_FMT)  # fmt: skip
+    v, v_scale = load_tile(v_ptr, page, row, svp, svt, v_head, kv_ok, vs_ptr, vsp, vst, vsh, kvh,
+                           dt, D, BLOCK_N, EMU, V_FMT)  # fmt: skip
     valid = (n[None, :] <= qpos[:, None]) & kv_ok[None, :]
-    return softmax_step(q, k, v, m_i, l_i, acc, valid, qk_scale, dt, EMU, MASKED, SAFE)
+    return softmax_step(q, k, v, m_i, l_i, acc, valid, qk_scale, k_scale, v_scale, dt, EMU, MASKED, SAFE,
+                        K_FMT == 1, V_FMT == 1)  # fmt: skip

@@ -20,7 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
-from hinfer.ops.triton.attention_common import attend_block
+from hinfer.ops.kv_cache import cache_format
+from hinfer.ops.triton.attention_common import attend_block, cache_args
 from hinfer.ops.triton.common import cast, interpreted
 
 
@@ -29,9 +30,10 @@ def _decode_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, op_ptr, lse_ptr,
     pt_ptr, cached_ptr, qlens_ptr, cu_ptr, n_heads, n_splits,
     sqt, sqh, skp, skt, skh, svp, svt, svh, sot, soh, s_pt,
-    qk_scale,
+    qk_scale, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh,
     G: tl.constexpr, Q_MAX: tl.constexpr, M_PAD: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_N: tl.constexpr, DIRECT: tl.constexpr, EMU: tl.constexpr,
+    K_FMT: tl.constexpr, V_FMT: tl.constexpr,
 ):  # fmt: skip
     b = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -68,14 +70,16 @@ def _decode_kernel(
         while blk < hi:
             m_i, l_i, acc = attend_block(
                 blk * BLOCK_N, q, qpos, m_i, l_i, acc, pt_row, kv_len, k_ptr, v_ptr, skp, skt, kvh * skh,
-                svp, svt, kvh * svh, d, qk_scale, dt, PAGE, BLOCK_N, EMU, True, True,
+                svp, svt, kvh * svh, qk_scale, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh, kvh,
+                dt, D, PAGE, BLOCK_N, EMU, True, True, K_FMT, V_FMT,
             )  # fmt: skip
             blk += 1
     else:
         for blk in range(lo, hi):
             m_i, l_i, acc = attend_block(
                 blk * BLOCK_N, q, qpos, m_i, l_i, acc, pt_row, kv_len, k_ptr, v_ptr, skp, skt, kvh * skh,
-                svp, svt, kvh * svh, d, qk_scale, dt, PAGE, BLOCK_N, EMU, True, True,
+                svp, svt, kvh * svh, qk_scale, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh, kvh,
+                dt, D, PAGE, BLOCK_N, EMU, True, True, K_FMT, V_FMT,
             )  # fmt: skip
 
     has = l_i > 0.0
@@ -117,6 +121,13 @@ def _combine_kernel(
     tl.store(o_ptr + t * sot + h * soh + d, cast(out, o_ptr.dtype.element_ty, EMU))
 
 
+def decode_cache_args(k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple[tuple, tuple]:
+    """attention_common.cache_args of K and V. sm_90 registers at the default tiles: int8 K and V 168 with K
+    scaled in the tile (198 after the dot); k8v4 168 with K scaled after the dot (182 in the tile); int8 V
+    after the dot (the rows are few here)."""
+    return cache_args(k_cache, int8_in_tile=cache_format(v_cache).pack == 1), cache_args(v_cache)
+
+
 @functools.cache
 def _num_sms(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
@@ -144,7 +155,7 @@ def decode_splits(
 
 def paged_decode(
     q: torch.Tensor,  # [T, H, D]
-    k_cache: torch.Tensor,  # [P, page, Hkv, D]
+    k_cache: torch.Tensor,  # [P, page, Hkv, D] token rows in the cache's format (int8: scales after them)
     v_cache: torch.Tensor,
     out: torch.Tensor,  # [T, H, D], rows of these sequences are written
     page_table: torch.Tensor,  # [B, max_pages] int32
@@ -177,13 +188,15 @@ def paged_decode(
         lse = torch.empty((n_tokens, n_heads, num_splits), dtype=torch.float32, device=q.device)
     else:
         part = lse = out  # unused
+    (ks, ksp, kst, ksh, k_fmt), (vs, vsp, vst, vsh, v_fmt) = decode_cache_args(k_cache, v_cache)
     _decode_kernel[(n_seqs, n_kv, num_splits)](
         q, k_cache, v_cache, out, part, lse,
         page_table, cached_lens, q_lens, cu_q_lens, n_heads, num_splits,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1), page_table.stride(0),
-        scale * 1.4426950408889634,
+        scale * 1.4426950408889634, ks, ksp, kst, ksh, vs, vsp, vst, vsh,
         G=g, Q_MAX=q_max, M_PAD=m_pad, D=d, PAGE=page, BLOCK_N=block_n, DIRECT=num_splits == 1, EMU=emu,
+        K_FMT=k_fmt, V_FMT=v_fmt,
         num_warps=num_warps or cfg["num_warps"], num_stages=num_stages or cfg["num_stages"],
     )  # fmt: skip
     if num_splits > 1:

@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hinfer.ops.triton.attention_common import attend_block
+from hinfer.ops.triton.attention_common import attend_block, cache_args
 from hinfer.ops.triton.common import cast, interpreted
 
 
@@ -21,9 +21,10 @@ def _prefill_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr,
     pt_ptr, cached_ptr, qlens_ptr, cu_ptr, seq0,
     sqt, sqh, skp, skt, skh, svp, svt, svh, sot, soh, s_pt,
-    qk_scale,
+    qk_scale, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh,
     G: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EMU: tl.constexpr,
+    K_FMT: tl.constexpr, V_FMT: tl.constexpr,
 ):  # fmt: skip
     h = tl.program_id(0)
     b = seq0 + tl.program_id(2)
@@ -57,24 +58,33 @@ def _prefill_kernel(
         while n0 < kv_hi:
             m_i, l_i, acc = attend_block(
                 n0, q, qpos, m_i, l_i, acc, pt_row, kv_hi, k_ptr, v_ptr, skp, skt, kvh * skh,
-                svp, svt, kvh * svh, d, qk_scale, dt, PAGE, BLOCK_N, EMU, n0 >= full_hi, False,
+                svp, svt, kvh * svh, qk_scale, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh, kvh,
+                dt, D, PAGE, BLOCK_N, EMU, n0 >= full_hi, False, K_FMT, V_FMT,
             )  # fmt: skip
             n0 += BLOCK_N
     else:
         for n0 in range(0, full_hi, BLOCK_N):
             m_i, l_i, acc = attend_block(
                 n0, q, qpos, m_i, l_i, acc, pt_row, kv_hi, k_ptr, v_ptr, skp, skt, kvh * skh,
-                svp, svt, kvh * svh, d, qk_scale, dt, PAGE, BLOCK_N, EMU, False, False,
+                svp, svt, kvh * svh, qk_scale, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh, kvh,
+                dt, D, PAGE, BLOCK_N, EMU, False, False, K_FMT, V_FMT,
             )  # fmt: skip
         for n0 in range(full_hi, kv_hi, BLOCK_N):
             m_i, l_i, acc = attend_block(
                 n0, q, qpos, m_i, l_i, acc, pt_row, kv_hi, k_ptr, v_ptr, skp, skt, kvh * skh,
-                svp, svt, kvh * svh, d, qk_scale, dt, PAGE, BLOCK_N, EMU, True, False,
+                svp, svt, kvh * svh, qk_scale, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh, kvh,
+                dt, D, PAGE, BLOCK_N, EMU, True, False, K_FMT, V_FMT,
             )  # fmt: skip
 
     out = acc / l_i[:, None]
     o_off = tok[:, None] * sot + h * soh + d[None, :]
     tl.store(o_ptr + o_off, cast(out, o_ptr.dtype.element_ty, EMU), mask=row_ok[:, None])
+
+
+def prefill_cache_args(k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple[tuple, tuple]:
+    """attention_common.cache_args of K and V. sm_90 at the default tiles: int8 V scaled in the tile keeps 255
+    registers without spills (after the dot: 32 B of stack); int8 K after the dot."""
+    return cache_args(k_cache), cache_args(v_cache, int8_in_tile=True)
 
 
 def prefill_config(head_dim: int) -> dict[str, int]:
@@ -112,12 +122,14 @@ def paged_prefill(
     block_m = block_m or (16 if emu else cfg["BLOCK_M"])
     block_n = block_n or (16 if emu else cfg["BLOCK_N"])
     grid = (n_heads, triton.cdiv(q_max, block_m), n_seqs)
+    (ks, ksp, kst, ksh, k_fmt), (vs, vsp, vst, vsh, v_fmt) = prefill_cache_args(k_cache, v_cache)
     _prefill_kernel[grid](
         q, k_cache, v_cache, out,
         page_table, cached_lens, q_lens, cu_q_lens, seq_start,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1), page_table.stride(0),
-        scale * 1.4426950408889634,
+        scale * 1.4426950408889634, ks, ksp, kst, ksh, vs, vsp, vst, vsh,
         G=n_heads // n_kv, D=d, PAGE=page, BLOCK_M=block_m, BLOCK_N=block_n, EMU=emu,
+        K_FMT=k_fmt, V_FMT=v_fmt,
         num_warps=num_warps or cfg["num_warps"], num_stages=num_stages or cfg["num_stages"],
     )  # fmt: skip

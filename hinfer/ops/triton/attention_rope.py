@@ -1,9 +1,10 @@
 """Fused per-head q/k RMSNorm + partial NeoX RoPE + paged KV-cache write (one program per token).
 
 Matches hinfer.ops.attention.qk_norm_rope_write_ref rounding for rounding: the normalised head is rounded
-to the model dtype, cos/sin are computed in fp32 from positions * inv_freq and rounded, and x*cos, rot*sin
-and their sum are each rounded, as the reference's bf16 torch ops do. The rotate-half partner of column d
-is read again from memory (same cache lines) rather than shuffled in registers.
+to the model dtype, cos/sin are computed in fp32 from positions * inv_freq (times YaRN's attention factor)
+and rounded, and x*cos, rot*sin and their sum are each rounded, as the reference's bf16 torch ops do. The
+rotate-half partner of column d is read again from memory (same cache lines) rather than shuffled in
+registers. int8 / int4 caches get codes and scales computed as hinfer.ops.kv_cache does.
 """
 
 from __future__ import annotations
@@ -12,13 +13,17 @@ import torch
 import triton
 import triton.language as tl
 
+from hinfer.ops.triton.attention_common import GROUP4, cache_args
 from hinfer.ops.triton.common import cast, interpreted
 
-# 2*pi split so that k * _C1 is exact for k < 2**16 (positions up to ~400K): accurate range reduction
-# before sin/cos, whatever precision the hardware sin/cos has on large arguments.
-_C1: tl.constexpr = tl.constexpr(6.28125)
-_C2: tl.constexpr = tl.constexpr(0.0019353071693331003)
-_C3: tl.constexpr = tl.constexpr(1.0253376606378076e-11)
+# 2*pi split (Cody-Waite) for an accurate range reduction of the fp32 angle before sin/cos, whatever precision
+# the hardware sin/cos has on large arguments: _C1 = 25/4 and _C2 = 17/512 have 5 significant bits, so k * _C1
+# and k * _C2 are exact for k < 2**19, i.e. angles up to 3.3M rad (positions up to 3.3M at frequency 1: YaRN's
+# 1M window included); _C3 + _C4 carry the rest of 2*pi to ~1e-20.
+_C1: tl.constexpr = tl.constexpr(6.25)
+_C2: tl.constexpr = tl.constexpr(0.033203125)
+_C3: tl.constexpr = tl.constexpr(-1.781781975296326e-05)
+_C4: tl.constexpr = tl.constexpr(-6.608047442568932e-13)
 _INV_2PI: tl.constexpr = tl.constexpr(0.15915494309189535)
 
 
@@ -43,13 +48,50 @@ def _norm_rope_heads(
 
 
 @triton.jit
+def _quantize(x, QMAX: tl.constexpr):
+    """x [R, G] fp32 -> (codes round-half-up(x / s) in [-QMAX, QMAX] as fp32, s = amax / QMAX per row; 0 for
+    an all-zero row), as hinfer.ops.kv_cache.quantize_int8 / quantize_int4. IEEE divisions (div_rn): Triton's
+    `/` is the approximate div.full on the GPU, and an ulp in 1 / s moves codes that sit on a .5."""
+    s = tl.math.div_rn(tl.max(tl.abs(x), axis=1), QMAX)
+    inv = tl.where(s > 0.0, tl.math.div_rn(1.0, tl.where(s > 0.0, s, 1.0)), 0.0)
+    q = tl.floor(x * inv[:, None] + 0.5)
+    return tl.minimum(tl.maximum(q, -QMAX), QMAX), s
+
+
+@triton.jit
+def _store_kv(
+    c_ptr, row, x, hmask, s_ptr, s_row,
+    NH: tl.constexpr, D: tl.constexpr, FMT: tl.constexpr,
+):  # fmt: skip
+    """Rows x [NH, D] (model-dtype values in fp32) into a cache in its storage format (attention_common
+    codes): row [NH] is each head's row offset in the cache, s_row [NH] in its scales."""
+    if FMT == 2:  # int4: groups of GROUP4, nibble pairs (2j low, 2j + 1 high), codes + 8
+        q, s = _quantize(tl.reshape(x, [NH * (D // GROUP4), GROUP4]), 7.0)
+        u = tl.reshape(q + 8.0, [NH, D // 2, 2]).to(tl.int32)
+        lo, hi = tl.split(u)
+        j = tl.arange(0, D // 2)
+        tl.store(c_ptr + row[:, None] + j[None, :], (lo | (hi << 4)).to(tl.uint8), mask=hmask[:, None])
+        g = tl.arange(0, D // GROUP4)
+        tl.store(s_ptr + s_row[:, None] + g[None, :], tl.reshape(s, [NH, D // GROUP4]), mask=hmask[:, None])
+    elif FMT == 1:  # int8: one scale per row
+        q, s = _quantize(x, 127.0)
+        d = tl.arange(0, D)
+        tl.store(c_ptr + row[:, None] + d[None, :], q.to(tl.int8), mask=hmask[:, None])
+        tl.store(s_ptr + s_row, s, mask=hmask)
+    else:
+        d = tl.arange(0, D)
+        tl.store(c_ptr + row[:, None] + d[None, :], x.to(c_ptr.dtype.element_ty), mask=hmask[:, None])
+
+
+@triton.jit
 def _qk_norm_rope_write_kernel(
     q_ptr, k_ptr, v_ptr, qo_ptr, qw_ptr, kw_ptr, pos_ptr, freq_ptr, kc_ptr, vc_ptr, slot_ptr,
     sqt, sqh, skt, skh, svt, svh,
     skp, sks, skc, svp, svs, svc,
-    eps,
+    eps, attn_factor, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh,
     H: tl.constexpr, HKV: tl.constexpr, H_PAD: tl.constexpr, HKV_PAD: tl.constexpr,
     D: tl.constexpr, R_HALF: tl.constexpr, PAGE: tl.constexpr, EMU: tl.constexpr,
+    K_FMT: tl.constexpr, V_FMT: tl.constexpr,
 ):  # fmt: skip
     t = tl.program_id(0).to(tl.int64)
     dt = qo_ptr.dtype.element_ty
@@ -60,9 +102,9 @@ def _qk_norm_rope_write_kernel(
     freq = tl.load(freq_ptr + d % R_HALF, mask=rot_col, other=0.0)
     ang = tl.load(pos_ptr + t).to(tl.float32) * freq
     n = tl.floor(ang * _INV_2PI + 0.5)
-    r = ((ang - n * _C1) - n * _C2) - n * _C3
-    cos = cast(tl.cos(r), dt, EMU).to(tl.float32)
-    sin = cast(tl.sin(r), dt, EMU).to(tl.float32)
+    r = (((ang - n * _C1) - n * _C2) - n * _C3) - n * _C4
+    cos = cast(tl.cos(r) * attn_factor, dt, EMU).to(tl.float32)
+    sin = cast(tl.sin(r) * attn_factor, dt, EMU).to(tl.float32)
 
     hq = tl.arange(0, H_PAD)
     q = _norm_rope_heads(q_ptr, t * sqt + hq * sqh, hq < H, qw_ptr, cos, sin, d, eps, D, R_HALF, dt, EMU)
@@ -73,13 +115,14 @@ def _qk_norm_rope_write_kernel(
     k = _norm_rope_heads(k_ptr, t * skt + hk * skh, hk < HKV, kw_ptr, cos, sin, d, eps, D, R_HALF, dt, EMU)
     slot = tl.load(slot_ptr + t).to(tl.int64)
     page, off = slot // PAGE, slot % PAGE
-    # k is rounded to the model dtype first (the reference casts bf16 k to the cache dtype)
-    k_out = cast(k, dt, EMU)
-    k_dst = kc_ptr + page * skp + off * sks + hk[:, None] * skc + d[None, :]
-    tl.store(k_dst, k_out.to(kc_ptr.dtype.element_ty), mask=kmask)
-    v = tl.load(v_ptr + t * svt + hk[:, None] * svh + d[None, :], mask=kmask, other=0.0)
-    v_dst = vc_ptr + page * svp + off * svs + hk[:, None] * svc + d[None, :]
-    tl.store(v_dst, v.to(vc_ptr.dtype.element_ty), mask=kmask)
+    # k is rounded to the model dtype first (the reference casts or quantizes bf16 k)
+    k_out = cast(k, dt, EMU).to(tl.float32)
+    hok = hk < HKV
+    k_row, ks_row = page * skp + off * sks + hk * skc, page * ksp + off * kst + hk * ksh
+    _store_kv(kc_ptr, k_row, k_out, hok, ks_ptr, ks_row, HKV_PAD, D, K_FMT)
+    v = tl.load(v_ptr + t * svt + hk[:, None] * svh + d[None, :], mask=kmask, other=0.0).to(tl.float32)
+    v_row, vs_row = page * svp + off * svs + hk * svc, page * vsp + off * vst + hk * vsh
+    _store_kv(vc_ptr, v_row, v, hok, vs_ptr, vs_row, HKV_PAD, D, V_FMT)
 
 
 def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
@@ -95,9 +138,10 @@ def qk_norm_rope_write(
     eps: float,
     positions: torch.Tensor,  # [T]
     inv_freq: torch.Tensor,  # [R/2] fp32
-    k_cache: torch.Tensor,  # [P, page, Hkv, D]
+    k_cache: torch.Tensor,  # [P, page, Hkv, D] token rows in the cache's format (int8: quantized here)
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,  # [T]
+    attn_factor: float = 1.0,  # YaRN's cos/sin scale
 ) -> torch.Tensor:
     t, n_heads, d = q.shape
     n_kv = k.shape[1]
@@ -108,15 +152,17 @@ def qk_norm_rope_write(
         return q_out
     q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
     emu = interpreted(_qk_norm_rope_write_kernel)
+    ks, ksp, kst, ksh, k_fmt = cache_args(k_cache)
+    vs, vsp, vst, vsh, v_fmt = cache_args(v_cache)
     _qk_norm_rope_write_kernel[(t,)](
         q, k, v, q_out, q_norm_w.contiguous(), k_norm_w.contiguous(), positions, inv_freq.contiguous(),
         k_cache, v_cache, slot_mapping,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        eps,
+        eps, float(attn_factor), ks, ksp, kst, ksh, vs, vsp, vst, vsh,
         H=n_heads, HKV=n_kv, H_PAD=triton.next_power_of_2(n_heads), HKV_PAD=triton.next_power_of_2(n_kv),
-        D=d, R_HALF=inv_freq.numel(), PAGE=k_cache.shape[1], EMU=emu,
+        D=d, R_HALF=inv_freq.numel(), PAGE=k_cache.shape[1], EMU=emu, K_FMT=k_fmt, V_FMT=v_fmt,
         num_warps=8 if n_heads * d >= 4096 else 4,
     )  # fmt: skip
     return q_out

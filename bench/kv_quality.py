@@ -1,0 +1,189 @@
+"""KV-cache formats against a bf16 cache, on the CPU: attention-output error on long synthetic contexts, and
+logit KL / top-1 agreement of small random models on long random prompts.
+
+    python bench/kv_quality.py                   # the tables for docs/quantization.md; writes bench/results/
+    python bench/kv_quality.py --contexts 4096 --length 1024 --models 1   # a quick run
+
+Attention (27B head shapes: 24 query heads over 4 kv heads of 256): keys and values are Gaussian with
+per-channel scales drawn log-normally (sigma 0.75 for K, 0.5 for V: outlier channels, as trained models' keys
+have), rounded to bf16; every format stores them through its reference quantizer
+(`hinfer.ops.kv_cache.write_kv`) and is read back as the kernels read it (codes times scales). 8 decode
+queries per query head attend over the whole context: "spread" queries are Gaussian (attention spread over
+thousands of keys), "focused" ones point at 4 random keys (scores ~15 above the rest: a few keys dominate, so
+their quantization error is not averaged away). Error: ||o - o_bf16|| / ||o_bf16|| over all heads and
+queries, in fp64, the worst of 3 draws.
+
+Models (hinfer.model.random_init, fp32 activations, 8 layers of which 2 attention, head_dim 256 with 64
+rotary dims, 6 query heads over 1 kv head): the same prompt with each KV format; KL(bf16 KV || format) in nats
+per position and top-1 agreement, over every position and over the last quarter (the deepest context).
+Random weights have flatter attention and logits than a trained model, so these figures order the formats;
+they do not predict quality on real checkpoints (fp32 KV, the reference's own rounding distance, is shown
+for scale).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hinfer.config import ModelConfig  # noqa: E402
+from hinfer.kv_format import KV_FORMATS  # noqa: E402
+from hinfer.model.prompt_logits import prompt_logits  # noqa: E402
+from hinfer.model.qwen3_5 import Qwen35ForCausalLM  # noqa: E402
+from hinfer.model.random_init import random_init  # noqa: E402
+from hinfer.ops.kv_cache import allocate_kv, read_kv, write_kv  # noqa: E402
+
+FORMATS = ("fp8", "int8", "k8v4")
+HKV, G, D, PAGE = 4, 6, 256, 64
+MODEL = dict(
+    model_type="qwen3_5_text", vocab_size=8192, hidden_size=512, num_hidden_layers=8, num_attention_heads=6,
+    num_key_value_heads=1, head_dim=256, linear_num_key_heads=4, linear_num_value_heads=8,
+    linear_key_head_dim=64, linear_value_head_dim=64, linear_conv_kernel_dim=4, intermediate_size=1536,
+    rms_norm_eps=1e-6, tie_word_embeddings=False, full_attention_interval=4,
+    rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25},
+)  # fmt: skip
+
+
+def dtypes(fmt: str) -> tuple[torch.dtype, torch.dtype]:
+    f = KV_FORMATS[fmt]
+    return getattr(torch, f.k.torch_dtype), getattr(torch, f.v.torch_dtype)
+
+
+def stored(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """x [N, HKV, D] written into a cache of `dtype` and read back in fp32, as the kernels see it."""
+    pages = -(-x.shape[0] // PAGE)
+    cache = allocate_kv(1, pages, PAGE, HKV, D, dtype, "cpu")[1][0]
+    write_kv(cache, torch.arange(x.shape[0]), x)
+    return read_kv(cache, torch.arange(pages), x.shape[0], torch.float32)
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """q [M, HKV, G, D] over k, v [N, HKV, D] -> [M, HKV, G, D], in fp64."""
+    s = torch.einsum("mhgd,nhd->hgmn", q.double(), k.double()) * D**-0.5
+    return torch.einsum("hgmn,nhd->mhgd", torch.softmax(s, -1), v.double())
+
+
+def synthetic(n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    k_scale = torch.empty(HKV, D).log_normal_(0.0, 0.75, generator=gen)
+    v_scale = torch.empty(HKV, D).log_normal_(0.0, 0.5, generator=gen)
+    k = (torch.randn(n, HKV, D, generator=gen) * k_scale).to(torch.bfloat16)
+    v = (torch.randn(n, HKV, D, generator=gen) * v_scale).to(torch.bfloat16)
+    spread = torch.randn(8, HKV, G, D, generator=gen)
+    needles = torch.randint(0, n, (8, HKV, G, 4), generator=gen)
+    kf = k.float()
+    target = torch.stack([kf[needles[..., j], torch.arange(HKV)[None, :, None]] for j in range(4)]).mean(0)
+    focused = 15 * D**0.5 * target / target.pow(2).sum(-1, keepdim=True) + 0.3 * torch.randn(
+        8, HKV, G, D, generator=gen
+    )
+    return k, v, {"spread": spread, "focused": focused}
+
+
+def attention_rows(contexts: list[int], draws: int, seed: int) -> list[dict]:
+    rows = []
+    for n in contexts:
+        worst: dict[tuple[str, str], float] = {}
+        for draw in range(draws):
+            gen = torch.Generator().manual_seed(seed + 7919 * draw + n)
+            k, v, queries = synthetic(n, gen)
+            kf, vf = k.float(), v.float()
+            deq = {f: (stored(k, dtypes(f)[0]), stored(v, dtypes(f)[1])) for f in FORMATS}
+            for kind, q in queries.items():
+                ref = attend(q, kf, vf)
+                for f, (kq, vq) in deq.items():
+                    err = ((attend(q, kq, vq) - ref).norm() / ref.norm()).item()
+                    worst[(kind, f)] = max(worst.get((kind, f), 0.0), err)
+        for (kind, f), err in worst.items():
+            rows.append({"context": n, "queries": kind, "format": f, "rel_err": err})
+            print(f"attention ctx {n:7d} {kind:8s} {f:5s} rel {err:.2e}", flush=True)
+    return rows
+
+
+def compare(ref: torch.Tensor, out: torch.Tensor) -> dict[str, float]:
+    lp_ref, lp_out = torch.log_softmax(ref.double(), -1), torch.log_softmax(out.double(), -1)
+    kl = (lp_ref.exp() * (lp_ref - lp_out)).sum(-1)
+    return {"mean_kl": kl.mean().item(), "max_kl": kl.max().item(),
+            "top1": (ref.argmax(-1) == out.argmax(-1)).float().mean().item()}  # fmt: skip
+
+
+def model_rows(models: int, length: int, seed: int) -> list[dict]:
+    cfg = ModelConfig.from_dict(MODEL)
+    acc: dict[tuple[str, str], list[dict]] = {}
+    for m in range(models):
+        model = random_init(Qwen35ForCausalLM(cfg, torch.float32, "cpu"), seed=seed + m).eval()
+        gen = torch.Generator().manual_seed(seed + 1000 + m)
+        ids = torch.randint(1, cfg.vocab_size, (length,), generator=gen).tolist()
+        ref = prompt_logits(model, ids, PAGE, torch.bfloat16)
+        for f in ("fp32", *FORMATS):
+            k_dt, v_dt = dtypes(f)
+            out = prompt_logits(model, ids, PAGE, k_dt, v_dt if v_dt != k_dt else None)
+            for span, sl in (("all", slice(None)), ("last quarter", slice(-(length // 4), None))):
+                acc.setdefault((f, span), []).append(compare(ref[sl], out[sl]))
+        print(f"model {m} done", flush=True)
+    rows = []
+    for (f, span), vals in acc.items():
+        row = {"format": f, "positions": span, "length": length, "models": models}
+        row |= {key: (max if key == "max_kl" else lambda xs: sum(xs) / len(xs))([v[key] for v in vals])
+                for key in vals[0]}  # fmt: skip
+        rows.append(row)
+        print(
+            f"model {f:5s} {span:12s} KL {row['mean_kl']:.2e} (max {row['max_kl']:.2e}) "
+            f"top-1 {row['top1']:.4f}"
+        )
+    return rows
+
+
+def tables(att: list[dict], mod: list[dict]) -> str:
+    bytes_row = {
+        f: KV_FORMATS[f].token_bytes(HKV, D) / KV_FORMATS["bf16"].token_bytes(HKV, D) for f in FORMATS
+    }
+    lines = ["| context | queries | " + " | ".join(FORMATS) + " |", "|---|---|" + "---:|" * len(FORMATS)]
+    for n in sorted({r["context"] for r in att}):
+        for kind in ("spread", "focused"):
+            errs = {r["format"]: r["rel_err"] for r in att if r["context"] == n and r["queries"] == kind}
+            lines.append(f"| {n:,} | {kind} | " + " | ".join(f"{errs[f]:.2e}" for f in FORMATS) + " |")
+    lines.append("| bytes vs bf16 | | " + " | ".join(f"{bytes_row[f]:.3f}" for f in FORMATS) + " |")
+    lines += [
+        "",
+        "| KV format | positions | mean KL (nats) | max KL | top-1 agreement |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for r in mod:
+        lines.append(
+            f"| {r['format']} | {r['positions']} | {r['mean_kl']:.2e} | {r['max_kl']:.2e} | {r['top1']:.2%} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument(
+        "--contexts", default="4096,32768,131072", help="attention contexts, tokens (default 4K,32K,128K)"
+    )
+    ap.add_argument(
+        "--draws", type=int, default=3, help="synthetic draws per context (default 3; worst shown)"
+    )
+    ap.add_argument("--models", type=int, default=2, help="random models (default 2)")
+    ap.add_argument("--length", type=int, default=4096, help="prompt tokens per model (default 4096)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=Path("bench/results"))
+    a = ap.parse_args()
+    t0 = time.monotonic()
+    att = attention_rows([int(c) for c in a.contexts.split(",")], a.draws, a.seed)
+    mod = model_rows(a.models, a.length, a.seed) if a.models else []
+    print(tables(att, mod))
+    a.out.mkdir(parents=True, exist_ok=True)
+    out = a.out / f"{time.strftime('%Y%m%d-%H%M%S')}-kv-quality-cpu.json"
+    args = {k: str(v) for k, v in vars(a).items()}
+    out.write_text(json.dumps({"args": args, "attention": att, "model": mod}, indent=1))
+    print(f"wrote {out} in {time.monotonic() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+"""bench/kv_quality.py at toy sizes: the rows and tables come out, and the orderings the docs state hold (int8
+closer than fp8 where a few keys dominate; every format far from O(1) error)."""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "kv_quality.py"
+
+
+def test_kv_quality_smoke():
+    kq = runpy.run_path(str(SCRIPT))
+    torch.set_num_threads(1)
+    att = kq["attention_rows"]([1024], 1, 0)
+    err = {(r["queries"], r["format"]): r["rel_err"] for r in att}
+    assert len(err) == 6 and all(0 < e < 0.5 for e in err.values()), err
+    assert err[("focused", "int8")] < err[("focused", "fp8")]
+    mod = kq["model_rows"](1, 64, 0)
+    assert {r["format"] for r in mod} == {"fp32", "fp8", "int8", "k8v4"}
+    assert all(r["mean_kl"] < 1e-2 and r["top1"] > 0.9 for r in mod), mod
+    table = kq["tables"](att, mod)
+    assert "| 1,024 | focused |" in table and "| k8v4 | last quarter |" in table

@@ -1,0 +1,105 @@
+"""The paged attention kernels (decode, prefill, qk-norm-rope-write) at their default 27B-shape settings go
+through Triton's whole sm_90 pipeline for every KV format, without spills in decode and prefill. In a child
+process without TRITON_INTERPRET (a process that imported triton under the interpreter cannot compile for a
+GPU)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("triton")
+
+# 27B: 24 query heads, 4 kv heads of 256, rotary 64, pages of 64. Per format and tensor: (pointer type, torch
+# dtype, rows per page, elements per row, scales per token and head): an int8 page has one row of scales after
+# its 64, an int4 one eight (rows of 128 bytes; 4 scales of 64 values per token and head)
+H, HKV, D, PAGE = 24, 4, 256, 64
+BF16, FP8 = ("*bf16", "bfloat16", PAGE, D, 0), ("*fp8e4nv", "float8_e4m3fn", PAGE, D, 0)
+INT8, INT4 = ("*i8", "int8", PAGE + 1, D, 1), ("*u8", "uint8", PAGE + 8, D // 2, 4)
+CACHES = {"bf16": (BF16, BF16), "fp8": (FP8, FP8), "int8": (INT8, INT8), "k8v4": (INT8, INT4)}
+F32 = "*fp32"
+
+
+def test_attention_kernels_compile_for_sm90():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = f"import runpy; runpy.run_path({__file__!r})['_compile_all']()"
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-4000:]
+    assert res.stdout.count("compiled") == 4 * len(CACHES), res.stdout
+
+
+def _compile(fn, types: dict, ints: dict, consts: dict, opts: dict) -> dict:
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, compile
+
+    from hinfer.ops.triton.linear_aot import resources
+
+    sig, div = {}, {}
+    for i, a in enumerate(fn.arg_names):
+        sig[a] = "constexpr" if a in consts else types.get(a, "i32")
+        # pointers and 16-divisible integers are specialised so at run time, as Triton's launcher would
+        if sig[a][0] == "*" or (sig[a] == "i32" and ints.get(a, 1) % 16 == 0):
+            div[(i,)] = [["tt.divisibility", 16]]
+    src = ASTSource(fn, sig, constexprs=consts, attrs=div)
+    return resources(compile(src, target=GPUTarget("cuda", 90, 64), options=opts))
+
+
+def _strides(k: tuple, v: tuple) -> dict[str, int]:
+    """Cache and scale strides (elements) of a layer's K and V pages, as the wrappers pass them."""
+    out = {}
+    for name, (_, _, rows, elems, groups) in (("k", k), ("v", v)):
+        out |= {f"s{name}p": rows * HKV * elems, f"s{name}t": HKV * elems, f"s{name}h": elems}
+        out |= {f"{name}sp": rows * HKV * elems // 4, f"{name}st": HKV * groups, f"{name}sh": groups}
+    out |= dict(sks=out["skt"], skc=out["skh"], svs=out["svt"], svc=out["svh"])  # the rope kernel's names
+    return out | dict(sqt=H * 2 * D, sqh=2 * D, sot=H * D, soh=D, s_pt=4096)
+
+
+def _compile_all() -> None:
+    import torch
+
+    from hinfer.ops.kv_cache import allocate_kv
+    from hinfer.ops.triton import attention_decode as dec
+    from hinfer.ops.triton import attention_prefill as pre
+    from hinfer.ops.triton import attention_rope as rope
+    from hinfer.ops.triton.attention_common import cache_args
+
+    def opts(cfg: dict) -> dict:
+        return {k: cfg[k] for k in ("num_warps", "num_stages")}
+
+    for name, (k, v) in CACHES.items():
+        ints = _strides(k, v)
+        scales = dict(ks_ptr=F32 if k[4] else k[0], vs_ptr=F32 if v[4] else v[0])
+        # the read codes each wrapper picks for these caches
+        kc, vc = (allocate_kv(1, 1, PAGE, HKV, D, getattr(torch, t[1]), "meta")[1][0] for t in (k, v))
+        dec_fmt, pre_fmt = dec.decode_cache_args(kc, vc), pre.prefill_cache_args(kc, vc)
+        codes = {"dec": dict(K_FMT=dec_fmt[0][-1], V_FMT=dec_fmt[1][-1]),
+                 "pre": dict(K_FMT=pre_fmt[0][-1], V_FMT=pre_fmt[1][-1]),
+                 "rope": dict(K_FMT=cache_args(kc)[-1], V_FMT=cache_args(vc)[-1])}  # fmt: skip
+        types = dict(q_ptr="*bf16", k_ptr=k[0], v_ptr=v[0], o_ptr="*bf16", op_ptr=F32, lse_ptr=F32,
+                     pt_ptr="*i32", cached_ptr="*i32", qlens_ptr="*i32", cu_ptr="*i32", qk_scale="fp32",
+                     **scales)  # fmt: skip
+        for q_max in (1, 8):  # decode; verify rows (wgmma config)
+            m_pad = max(16, 1 << (H // HKV * q_max - 1).bit_length())
+            cfg = dec.decode_config(D, m_pad)
+            consts = dict(G=H // HKV, Q_MAX=q_max, M_PAD=m_pad, D=D, PAGE=PAGE, BLOCK_N=cfg["BLOCK_N"],
+                          DIRECT=False, EMU=False, **codes["dec"])  # fmt: skip
+            r = _compile(dec._decode_kernel, types, ints, consts, opts(cfg))
+            assert r["stack"] == 0, (name, q_max, r)
+            print("compiled decode", name, q_max, r)
+        cfg = pre.prefill_config(D)
+        consts = dict(G=H // HKV, D=D, PAGE=PAGE, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], EMU=False,
+                      **codes["pre"])  # fmt: skip
+        r = _compile(pre._prefill_kernel, types, ints, consts, opts(cfg))
+        assert r["stack"] == 0, (name, r)
+        print("compiled prefill", name, r)
+        rt = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", qo_ptr="*bf16", qw_ptr="*bf16", kw_ptr="*bf16",
+                  pos_ptr="*i64", freq_ptr=F32, kc_ptr=k[0], vc_ptr=v[0], slot_ptr="*i64", eps="fp32",
+                  attn_factor="fp32", **scales)  # fmt: skip
+        consts = dict(H=H, HKV=HKV, H_PAD=32, HKV_PAD=HKV, D=D, R_HALF=32, PAGE=PAGE, EMU=False,
+                      **codes["rope"])  # fmt: skip
+        # the rope kernel keeps a small stack at bf16 too (40 B before the KV formats): not checked
+        r = _compile(rope._qk_norm_rope_write_kernel, rt, ints, consts, {"num_warps": 8})
+        print("compiled rope", name, r)
