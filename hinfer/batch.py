@@ -23,6 +23,13 @@ class SeqChunk:
     # Speculative verify: the state after new token j is written to gdn_step_slots[j] (len == len(token_ids)).
     gdn_step_slots: list[int] | None = None
     all_logits: bool = False  # logits for every new token (verification)
+    # Images: rotary positions of token j are cached_len + j + rope_delta (images shift the text after them),
+    # or, when the chunk holds image tokens, axis_positions [3][n] (t, h, w); image_rows (chunk-relative) are
+    # the placeholder tokens whose embeddings image_embeds [len(image_rows), H] replace.
+    rope_delta: int = 0
+    axis_positions: list[list[int]] | None = None
+    image_rows: list[int] | None = None
+    image_embeds: torch.Tensor | None = None
 
 
 @dataclass
@@ -41,6 +48,11 @@ class ForwardBatch:
     q_lens_cpu: list[int]
     cached_lens_cpu: list[int]
     gdn_step_slots: torch.Tensor | None = None  # [B, max_q_len] int64, or None
+    # images (None for text-only batches): [3, T] (t, h, w) rotary positions; rows of the batch whose
+    # embeddings are replaced [K] int64, and what replaces them [K, H]
+    axis_positions: torch.Tensor | None = None
+    image_rows: torch.Tensor | None = None
+    image_embeds: torch.Tensor | None = None
 
     @property
     def num_seqs(self) -> int:
@@ -82,7 +94,7 @@ def build_forward_batch(chunks: list[SeqChunk], page_size: int, device: torch.de
         ids.extend(c.token_ids)
         for j in range(n):
             p = c.cached_len + j
-            pos.append(p)
+            pos.append(p + c.rope_delta)
             slots.append(c.page_ids[p // page_size] * page_size + p % page_size)
         if c.all_logits:
             logit_rows.extend(range(row, row + n))
@@ -106,6 +118,7 @@ def build_forward_batch(chunks: list[SeqChunk], page_size: int, device: torch.de
     def t(x: list[int], dtype: torch.dtype) -> torch.Tensor:
         return torch.tensor(x, dtype=dtype, device=device)
 
+    axis_pos, image_rows, image_embeds = _image_inputs(chunks, pos, device)
     return ForwardBatch(
         input_ids=t(ids, torch.int64),
         positions=t(pos, torch.int64),
@@ -120,4 +133,40 @@ def build_forward_batch(chunks: list[SeqChunk], page_size: int, device: torch.de
         q_lens_cpu=q_lens,
         cached_lens_cpu=[c.cached_len for c in chunks],
         gdn_step_slots=step_slots,
+        axis_positions=axis_pos,
+        image_rows=image_rows,
+        image_embeds=image_embeds,
+    )
+
+
+def _image_inputs(
+    chunks: list[SeqChunk], pos: list[int], device: torch.device | str
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """The batch's [3, T] positions (when a chunk has image tokens), placeholder rows and their embeddings."""
+    axis: list[list[int]] | None = None
+    if any(c.axis_positions is not None for c in chunks):
+        axis = [[], [], []]
+        row = 0
+        for c in chunks:
+            n = len(c.token_ids)
+            own = c.axis_positions or [pos[row : row + n]] * 3  # text: the three streams are equal
+            if any(len(a) != n for a in own):
+                raise ValueError("axis_positions must give 3 positions per new token")
+            for a, src in zip(axis, own):
+                a.extend(src)
+            row += n
+    rows: list[int] = []
+    embeds: list[torch.Tensor] = []
+    row = 0
+    for c in chunks:
+        if c.image_rows:
+            if c.image_embeds is None or c.image_embeds.shape[0] != len(c.image_rows):
+                raise ValueError("image_embeds must hold one row per image_rows entry")
+            rows.extend(row + r for r in c.image_rows)
+            embeds.append(c.image_embeds)
+        row += len(c.token_ids)
+    return (
+        None if axis is None else torch.tensor(axis, dtype=torch.int64, device=device),
+        torch.tensor(rows, dtype=torch.int64, device=device) if rows else None,
+        torch.cat(embeds).to(device) if embeds else None,
     )

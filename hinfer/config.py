@@ -10,6 +10,7 @@ from typing import Any
 
 from hinfer.errors import ConfigError
 from hinfer.kv_format import CLI_KV_DTYPES, KV_FORMATS
+from hinfer.vision_config import VisionConfig
 
 SUPPORTED_MODEL_TYPES = ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")
 LAYER_TYPES = ("linear_attention", "full_attention")
@@ -85,6 +86,10 @@ class ModelConfig:
     torch_dtype: str = "bfloat16"
     eos_token_ids: tuple[int, ...] = DEFAULT_STOP_TOKEN_IDS
     rope_scaling: RopeScaling | None = None  # YaRN; max_position_embeddings is then the scaled context
+    # multi-axis rotary positions (t, h, w) of image tokens: rotary frequencies interleaved t,h,w,t,h,w,...
+    # with the h and w axes taking section[1] and section[2] of them (text tokens: all axes equal)
+    mrope_section: tuple[int, int, int] = (11, 11, 10)
+    vision: VisionConfig | None = None  # the vision tower, for multimodal checkpoints
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     # ---- derived shapes -------------------------------------------------------------------------
@@ -161,6 +166,9 @@ class ModelConfig:
         scaling = _yarn(rope, max_pos, source) if rope_type == "yarn" else None
         rope_theta = float(rope.get("rope_theta", text.get("rope_theta", 10_000_000)))
         prf = float(rope.get("partial_rotary_factor", text.get("partial_rotary_factor", 0.25)))
+        mrope_section = tuple(int(x) for x in rope.get("mrope_section", (11, 11, 10)))
+        if len(mrope_section) != 3:
+            raise ConfigError(f"{source}: mrope_section must have 3 entries (t, h, w)")
 
         hidden = int(need("hidden_size"))
         n_heads = int(need("num_attention_heads"))
@@ -182,6 +190,7 @@ class ModelConfig:
         ssm_dtype = text.get("mamba_ssm_dtype", "float32")
         if ssm_dtype != "float32":
             raise ConfigError(f"{source}: mamba_ssm_dtype {ssm_dtype!r} is not supported (only float32)")
+        vision = VisionConfig.from_dict(raw, source) if text is not raw else None
         eos = text.get("eos_token_id", raw.get("eos_token_id"))
         eos_ids = tuple(sorted(set(DEFAULT_STOP_TOKEN_IDS) | set(_as_list(eos))))
         tie = bool(raw.get("tie_word_embeddings", text.get("tie_word_embeddings", False)))
@@ -219,6 +228,8 @@ class ModelConfig:
             torch_dtype=str(text.get("dtype", text.get("torch_dtype", "bfloat16"))),
             eos_token_ids=eos_ids,
             rope_scaling=scaling,
+            mrope_section=mrope_section,
+            vision=vision,
             extra={"raw": raw},
         )
 
@@ -344,6 +355,7 @@ class EngineConfig:
     prefix_cache_slots: int | None = None  # GDN checkpoint slots; None: 2 per lane
     host_cache_bytes: int | None = None  # host RAM for spilled GDN checkpoints; None: 4 GiB on CUDA, 0 on CPU
     host_kv_bytes: int = 0  # host RAM for spilled KV pages (0: none)
+    vision: bool = True  # load the vision tower when the checkpoint has one (--no-vision: text only)
 
     def validate(self) -> None:
         if not 1 <= self.max_concurrency <= 64:

@@ -21,3 +21,7 @@ class TemplateError(HinferError):
 
 class PlanError(HinferError):
     """The memory plan does not fit the device."""
+
+
+class ImageError(HinferError):
+    """An image input cannot be used: undecodable, of an unsupported format, or outside the size limits."""

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import torch
+from PIL import Image
 
 from hinfer.config import EngineConfig
 from hinfer.engine.factory import build_core, load_model
 from hinfer.engine.protocol import GenerationRequest, TokenEvent
+from hinfer.model.image_decode import decode_image
+from hinfer.model.image_preprocess import ImageSettings, preprocess_image
+from hinfer.model.image_prompt import ImageInput, expand_image_pads
 from hinfer.sampling_params import SamplingParams
 
 Prompt = str | list[int] | list[dict]
@@ -25,6 +30,29 @@ class RequestOutput:
     cached_tokens: int = 0  # prompt tokens taken from the prefix cache
     prompt_logprobs: list[float | None] | None = None  # with SamplingParams.prompt_logprobs (first is None)
     events: list[TokenEvent] = field(default_factory=list, repr=False)
+
+
+def take_images(messages: list[dict]) -> tuple[list[dict], list[Image.Image]]:
+    """The messages with each image item reduced to {"type": "image"} (what the template places), and the images
+    (decoded: PIL images as they are, bytes and file paths through the decoder's checks) in order."""
+    out, images = [], []
+    for m in messages:
+        content = m.get("content")
+        if not isinstance(content, list):
+            out.append(m)
+            continue
+        items = []
+        for item in content:
+            if isinstance(item, dict) and item.get("type") == "image":
+                img = item.get("image")
+                if isinstance(img, str | Path):
+                    img = Path(img).read_bytes()
+                images.append(decode_image(img) if isinstance(img, bytes) else img)
+                items.append({"type": "image"})
+            else:
+                items.append(item)
+        out.append({**m, "content": items})
+    return out, images
 
 
 class LLM:
@@ -48,12 +76,26 @@ class LLM:
         self._next_id = 0
 
     def encode_prompt(self, prompt: Prompt, **template_kwargs) -> list[int]:
-        """A string is used as is; a list of ints is token ids; a list of messages gets the chat template."""
+        """A string is used as is; a list of ints is token ids; a list of messages gets the chat template (user
+        content items {"type": "image", "image": a PIL image, bytes or a file path} become the image's tokens)."""
+        return self.encode_with_images(prompt, **template_kwargs)[0]
+
+    def encode_with_images(self, prompt: Prompt, **template_kwargs) -> tuple[list[int], list[ImageInput]]:
+        """encode_prompt, and the prompt's images preprocessed for the engine (GenerationRequest.images)."""
         if isinstance(prompt, str):
-            return self.tokenizer.encode(prompt)
-        if prompt and isinstance(prompt[0], dict):
-            return self.tokenizer.encode(self.tokenizer.apply_chat_template(prompt, **template_kwargs))
-        return list(prompt)  # type: ignore[arg-type]
+            return self.tokenizer.encode(prompt), []
+        if not (prompt and isinstance(prompt[0], dict)):
+            return list(prompt), []  # type: ignore[arg-type]
+        messages, images = take_images(prompt)  # type: ignore[arg-type]
+        ids = self.tokenizer.encode(self.tokenizer.apply_chat_template(messages, **template_kwargs))
+        if not images:
+            return ids, []
+        vision = self.model.visual.cfg if self.model.visual is not None else None
+        if vision is None:
+            raise ValueError("this model takes no images (no vision tower loaded)")
+        inputs = [ImageInput(*preprocess_image(img, ImageSettings.from_config(vision))) for img in images]
+        pad = self.tokenizer.token_to_id("<|image_pad|>")
+        return expand_image_pads(ids, pad, [i.grid for i in inputs], vision.spatial_merge_size), inputs
 
     def generate(
         self,
@@ -69,7 +111,8 @@ class LLM:
         for prompt, p in zip(prompts, params):
             rid = f"llm-{self._next_id}"
             self._next_id += 1
-            req = GenerationRequest(rid, self.encode_prompt(prompt, **template_kwargs), replace(p))
+            ids, images = self.encode_with_images(prompt, **template_kwargs)
+            req = GenerationRequest(rid, ids, replace(p), images=images)
             req.sampling.validate()
             self.core.validate(req)  # bad input fails before anything runs
             queue.append(req)

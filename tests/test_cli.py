@@ -98,11 +98,16 @@ def test_serve_refuses_a_plan_that_does_not_fit_before_loading(tiny_ckpt):
 def test_chat_two_turns_on_the_demo(tmp_path):
     import os
 
+    from PIL import Image
+
     env = os.environ | {"HINFER_CACHE": str(tmp_path)}
+    Image.new("RGB", (40, 30), (200, 10, 10)).save(tmp_path / "a.png")
+    talk = f"hi\n/image {tmp_path / 'a.png'}\nlook\nmore\n/quit\n"  # the demo model has no vision tower
     r = subprocess.run([sys.executable, "-m", "hinfer", "chat", "--max-tokens", "4", "--show-thinking", "--device",
-                        "cpu"], input="hi\nmore\n/quit\n", capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
+                        "cpu"], input=talk, capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
     assert r.returncode == 0, r.stderr
-    assert r.stdout.count(">") >= 3
+    assert r.stdout.count(">") >= 4
+    assert "error: this model takes no images" in r.stderr
 
 
 @pytest.mark.parametrize(

@@ -85,6 +85,8 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                         "CUDA, pinned; 0 on the CPU; 0 turns the spill off)")
     g.add_argument("--host-kv-gib", type=float, default=0, metavar="GIB",
                    help="host RAM for KV pages evicted from the device, restored on a hit (default 0: none)")
+    g.add_argument("--no-vision", action="store_true",
+                   help="skip the checkpoint's vision tower: text only, its memory left free (default: load it)")
 
 
 def engine_config_from_args(a: argparse.Namespace) -> EngineConfig:
@@ -112,6 +114,7 @@ def engine_config_from_args(a: argparse.Namespace) -> EngineConfig:
         prefix_cache_slots=a.prefix_cache_slots,
         host_cache_bytes=None if a.host_cache_gib is None else int(a.host_cache_gib * 2**30),
         host_kv_bytes=int(a.host_kv_gib * 2**30),
+        vision=not a.no_vision,
     )
     return cfg
 

@@ -34,6 +34,7 @@ from hinfer.engine.sampler import RowState
 from hinfer.engine.scheduler import Scheduler
 from hinfer.engine.sequence import Sequence
 from hinfer.engine.stop import StopStringMatcher
+from hinfer.model.image_prompt import hash_ids, place_images
 
 log = logging.getLogger("hinfer.engine")
 
@@ -109,12 +110,29 @@ class EngineCore:
         if p.prompt_logprobs is not None and self.spec is not None:
             raise ValueError("prompt logprobs are not available with --spec mtp")
         seq = Sequence(req.request_id, list(req.prompt_token_ids), p, seed)
+        if req.images:
+            self._place_images(seq, req)
         if p.structured is not None:
             seq.grammar = self.grammars.matcher(p.structured)  # compiled here: a bad schema fails the request
         seq.detok = self.tokenizer.detokenizer(skip_special_tokens=p.skip_special_tokens)
         seq.stop_matcher = StopStringMatcher(p.stop)
         self.scheduler.add(seq)
         self._by_id[req.request_id] = seq
+
+    def _place_images(self, seq: Sequence, req: GenerationRequest) -> None:
+        """Positions and placeholder rows of the request's images; encoded later, by the step that needs them."""
+        vision = self.runner.model.visual
+        if vision is None:
+            raise ValueError("this model takes no images (no vision tower loaded, or --no-vision)")
+        if self.spec is not None:
+            raise ValueError("images are not available with --spec mtp")
+        if seq.params.prompt_logprobs is not None:
+            raise ValueError("prompt logprobs are not available for prompts with images")
+        merge = vision.cfg.spatial_merge_size
+        grids = [img.grid for img in req.images]
+        seq.images = place_images(seq.prompt_ids, vision.cfg.image_token_id, grids, merge)
+        seq.image_inputs = list(req.images)
+        seq.hash_ids = hash_ids(seq.prompt_ids, seq.images.rows, req.images, merge)
 
     def abort(self, request_id: str) -> None:
         """Thread-safe: takes effect at the next step."""

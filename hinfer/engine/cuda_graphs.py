@@ -130,7 +130,7 @@ class StepGraphs:
             n, p0, r = len(ch.token_ids), ch.cached_len, i * t
             ids[r : r + n] = ch.token_ids
             ids[r + n : r + t] = ch.token_ids[-1]
-            pos[r : r + t] = range(p0, p0 + t)
+            pos[r : r + t] = range(p0 + ch.rope_delta, p0 + ch.rope_delta + t)  # text after images is shifted
             if n == 1:  # decode: a scalar write (this loop is on every step's host path)
                 kv[r] = ch.page_ids[p0 // ps] * ps + p0 % ps
             else:

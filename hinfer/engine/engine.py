@@ -37,6 +37,8 @@ class Engine:
         self.core = core
         self.model_name = model_name
         self.max_context = core.ecfg.max_context
+        visual = core.runner.model.visual
+        self.vision = visual.cfg if visual is not None else None  # VisionConfig when images can be taken
         self._inbox: deque[tuple[GenerationRequest, _Stream]] = deque()
         self._streams: dict[str, _Stream] = {}
         self._wake = threading.Event()

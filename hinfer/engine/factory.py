@@ -37,6 +37,8 @@ from hinfer.model.loader import load_weights
 from hinfer.model.quantized_loader import load_quantized_checkpoint
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.state import RESERVED_PAGES, RESERVED_SLOTS, ModelState, StateShape
+from hinfer.model.vision import VisionEncoder
+from hinfer.model.vision_loader import load_vision_weights
 from hinfer.quant.apply import quantize_model
 from hinfer.quant.int4_mma_layout import use_fragment_order
 from hinfer.tokenizer import Tokenizer
@@ -144,10 +146,27 @@ def load_model(model: str | None, ecfg: EngineConfig) -> Loaded:
                      str(path))
         if recipe != "bf16":
             quantize_model(net, recipe)
+    _load_vision(net, ckpt, ecfg, dtype, device)
     name = getattr(recipe, "name", recipe)
     log.info("loaded %s (%s, %s, %s on %s) in %.1f s", path, cfg.model_type, name, ecfg.dtype, device,
              time.monotonic() - t0)
     return Loaded(path, cfg, ecfg, net, tok, device, plan)
+
+
+def _load_vision(net: Qwen35ForCausalLM, ckpt: HFCheckpoint, ecfg: EngineConfig, dtype, device) -> None:
+    """The vision tower in the activation dtype, when the checkpoint has one and --no-vision is not given."""
+    vision = net.cfg.vision
+    if vision is None or not ecfg.vision:
+        return
+    if not ckpt.has_visual:
+        log.info("%s: config has a vision tower but the checkpoint has no model.visual.* tensors: text only",
+                 ckpt.path)
+        return
+    if vision.out_hidden_size != net.cfg.hidden_size:
+        raise ConfigError(f"{ckpt.path}: vision_config.out_hidden_size {vision.out_hidden_size} != hidden_size "
+                          f"{net.cfg.hidden_size}")  # fmt: skip
+    net.visual = VisionEncoder(vision, dtype=dtype, device=device)
+    load_vision_weights(net.visual, ((n, t.to(device)) for n, t in ckpt.iter_visual(dtype)), str(ckpt.path))
 
 
 def _load_artifact(path: Path, ecfg: EngineConfig) -> Loaded:
@@ -155,7 +174,7 @@ def _load_artifact(path: Path, ecfg: EngineConfig) -> Loaded:
     art = open_artifact(path)  # header only: version-checked before anything else
     cfg, tok = art.load_config_and_tokenizer()
     cfg = apply_rope_scaling(cfg, ecfg.rope_scaling)
-    ecfg = resolve_engine_config(cfg, ecfg)
+    ecfg = replace(resolve_engine_config(cfg, ecfg), vision=False)  # artifacts hold the text model only
     plan_recipe, requantize = engine_weights(art, ecfg.weights)
     plan = plan_for_serve(cfg, ecfg, plan_recipe)
     log.info("memory plan (%s):\n%s", plan.device_name, plan.table())

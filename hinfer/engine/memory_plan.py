@@ -34,6 +34,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from hinfer.config import EngineConfig, ModelConfig
+from hinfer.engine.vision_bytes import vision_activation_bytes, vision_weight_bytes
 from hinfer.engine.weight_bytes import DTYPE_BYTES, Recipe, draft_head_bytes, get_recipe, weight_bytes
 from hinfer.errors import PlanError
 from hinfer.kv_format import KV_FORMATS
@@ -328,6 +329,10 @@ def plan_memory(cfg: ModelConfig, ecfg: EngineConfig, *, weights: str | Recipe, 
         rows.append(PlanRow("draft lm_head", draft_head, f"--spec mtp: the drafter's lm_head copy in {recipe.fmt} "
                                                     f"({cfg.vocab_size:,} x {cfg.hidden_size:,})"))
 
+    vision = vision_weight_bytes(cfg, ecfg, ab) + vision_activation_bytes(cfg, ecfg, ab)
+    if vision:
+        rows.append(PlanRow("vision tower", vision, f"weights {act} + encoding one largest image (--no-vision: 0)"))
+
     n_slots = lanes * (1 + ecfg.draft_slots) + RESERVED_SLOTS
     gdn = n_slots * gdn_slot_bytes(cfg, act)
     sampler = lanes * cfg.vocab_size * 5
@@ -342,7 +347,7 @@ def plan_memory(cfg: ModelConfig, ecfg: EngineConfig, *, weights: str | Recipe, 
     headroom = max(HEADROOM_MIN, int(device_bytes * HEADROOM_FRACTION))
 
     page = kv_page_bytes(cfg, ecfg, kvd)
-    fixed = wb.total + draft_head + gdn + sampler + work + graphs + runtime + headroom
+    fixed = wb.total + draft_head + vision + gdn + sampler + work + graphs + runtime + headroom
     slot = gdn_slot_bytes(cfg, act)
     min_pages = 0
     if ecfg.kv_capacity == 0:  # auto: the checkpoints take their share of what is left, the KV the rest

@@ -57,7 +57,7 @@ class PrefixReuse:
     def lookup(self, seq: Sequence) -> Hit:
         ps = self.page_size
         if seq.page_hashes is None:
-            seq.page_hashes = chain_hashes(seq.prompt_ids, ps)
+            seq.page_hashes = chain_hashes(seq.tokens_between(0, len(seq.prompt_ids)), ps)
         usable = min(len(seq.page_hashes), (len(seq.prompt_ids) - 1) // ps)  # at least one token to compute
         if seq.params.prompt_logprobs is not None:  # cached tokens are not run: they would have no logits
             usable = 0

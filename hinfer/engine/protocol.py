@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from hinfer.model.image_prompt import ImageInput
 from hinfer.sampling_params import SamplingParams
 
 
@@ -34,6 +35,7 @@ class GenerationRequest:
     request_id: str
     prompt_token_ids: list[int]
     sampling: SamplingParams
+    images: list[ImageInput] = field(default_factory=list)  # in prompt order, one placeholder run each
 
 
 @dataclass

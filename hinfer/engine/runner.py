@@ -13,6 +13,7 @@ from hinfer.batch import SeqChunk, build_forward_batch
 from hinfer.engine.prompt_logprobs import record_prompt_logprobs, wants_prompt_logprobs
 from hinfer.engine.protocol import TopLogprob
 from hinfer.engine.scheduler import ScheduledChunk
+from hinfer.engine.sequence import Sequence
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.state import ModelState
 
@@ -64,7 +65,8 @@ class ModelRunner:
             s = c.seq
             toks = s.pending_tokens()[: c.num_tokens]
             seq_chunks.append(SeqChunk(toks, s.num_cached, s.pages, s.slot, need_logits=c.samples,
-                                       all_logits=wants_prompt_logprobs(s)))  # fmt: skip
+                                       all_logits=wants_prompt_logprobs(s),
+                                       **self._image_fields(s, c.num_tokens)))  # fmt: skip
         logits = self.forward_logits(seq_chunks)
         if any(sc.all_logits for sc in seq_chunks):
             logits = self._take_prompt_logprobs(chunks, seq_chunks, logits)
@@ -77,6 +79,23 @@ class ModelRunner:
         ids, lps, tops = self.sampler.sample(logits, rows).to_host(rows)
         self.sampler.update(rows, ids)
         return StepResult(ids, lps, tops)
+
+    def _image_fields(self, s: Sequence, n: int) -> dict:
+        """A prompt with images: its chunk's positions and embeddings, each image encoded once, by the first chunk
+        that reaches it (one image's activations at a time); past the prompt, the text shift."""
+        images = s.images
+        if images is None:
+            return {}
+        start, end = s.num_cached, s.num_cached + n
+        if start >= len(s.prompt_ids):
+            return {"rope_delta": images.rope_delta}
+        end = min(end, len(s.prompt_ids))
+        for i in images.images_in(start, end):
+            if i not in images.encoded:
+                img = s.image_inputs[i]
+                images.set_image(i, self.model.encode_images(img.pixels, [img.grid]))
+                s.image_inputs[i] = None  # the pixels are done with
+        return images.chunk_fields(start, end)
 
     @staticmethod
     def _take_prompt_logprobs(chunks: list[ScheduledChunk], seq_chunks: list[SeqChunk],

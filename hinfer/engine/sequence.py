@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 from hinfer.engine.stop import StopStringMatcher
+from hinfer.model.image_prompt import ImageInput, PromptImages
 from hinfer.sampling_params import SamplingParams
 
 
@@ -55,6 +56,11 @@ class Sequence:
     restore_host: bool = False  # restore_from is in host memory (a spilled checkpoint), not a device slot
     restore_pages: list[bytes] = field(default_factory=list)  # pinned host KV pages copied in before the first step
     decode_ckpt: bytes | None = None  # this request's latest checkpoint in its generated text
+    # images: their placement in the prompt (positions, placeholder rows, embeddings once encoded), their inputs
+    # until encoded, and the prompt as the prefix cache names it (image tokens stand for the image's content)
+    images: PromptImages | None = None
+    image_inputs: list[ImageInput | None] = field(default_factory=list)  # None once encoded
+    hash_ids: list[int] | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -72,13 +78,15 @@ class Sequence:
         return self.prompt_ids[self.num_cached :] + self.output_ids
 
     def tokens_between(self, start: int, end: int) -> list[int]:
-        """Tokens at positions [start, end) of prompt + output, without copying the whole prompt."""
-        n = len(self.prompt_ids)
+        """Tokens at positions [start, end) of prompt + output as the prefix cache names them (hash_ids for a
+        prompt with images), without copying the whole prompt."""
+        prompt = self.hash_ids if self.hash_ids is not None else self.prompt_ids
+        n = len(prompt)
         if end <= n:
-            return self.prompt_ids[start:end]
+            return prompt[start:end]
         if start >= n:
             return self.output_ids[start - n : end - n]
-        return self.prompt_ids[start:] + self.output_ids[: end - n]
+        return prompt[start:] + self.output_ids[: end - n]
 
     @property
     def max_total_tokens(self) -> int:

@@ -42,6 +42,8 @@ def _module_targets(model: Qwen35ForCausalLM) -> dict[str, Target]:
     """Checkpoint name -> target, for every non-expert-sliced tensor of the checkpoint."""
     out: dict[str, Target] = {}
     for mod_name, mod in model.named_modules():
+        if mod_name.split(".")[0] == "visual":
+            continue  # the vision tower keeps the checkpoint's names: visual_targets
         prefix = _hf_prefix(mod_name)
         if isinstance(mod, Fused):
             for part, (start, rows) in mod.parts.items():

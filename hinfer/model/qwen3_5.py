@@ -12,7 +12,10 @@ from torch import nn
 
 from hinfer.batch import ForwardBatch
 from hinfer.config import ModelConfig
+from hinfer.errors import ConfigError
 from hinfer.model.state import ModelState
+from hinfer.model.vision import VisionEncoder
+from hinfer.model.vision_grid import Grid
 from hinfer.ops.activation import sigmoid_gate, silu_mul
 from hinfer.ops.attention import paged_attention, qk_norm_rope_write
 from hinfer.ops.dispatch import set_backend
@@ -20,7 +23,7 @@ from hinfer.ops.gdn import causal_conv1d, gated_delta_rule, gdn_gating
 from hinfer.ops.linear import linear
 from hinfer.ops.moe import moe_experts, moe_route
 from hinfer.ops.norm import add_rms_norm, gated_rms_norm, rms_norm
-from hinfer.ops.rope import model_rope
+from hinfer.ops.rope import model_rope, mrope_freq_axes
 
 
 def _param(*shape: int, dtype: torch.dtype, device: torch.device | str) -> nn.Parameter:
@@ -59,15 +62,20 @@ class Attention(nn.Module):
         self.k_norm = _param(d, dtype=dtype, device=device)
         inv_freq, self.attn_factor = model_rope(cfg, device)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.mrope_section = cfg.mrope_section
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, k_cache: torch.Tensor, v_cache: torch.Tensor):
         t, d = x.shape[0], self.head_dim
         q_gate, k, v = self.qkv_proj.split(linear(x, self.qkv_proj.weight))
         q, gate = q_gate.view(t, self.n_heads, 2 * d).chunk(2, dim=-1)
         k, v = k.view(t, self.n_kv, d), v.view(t, self.n_kv, d)
+        positions, axes = batch.positions, None
+        if batch.axis_positions is not None:  # image tokens: each frequency follows its (t, h, w) stream
+            positions = batch.axis_positions
+            axes = mrope_freq_axes(self.inv_freq.shape[0], self.mrope_section).to(x.device)
         q = qk_norm_rope_write(
-            q, k, v, self.q_norm, self.k_norm, self.eps, batch.positions, self.inv_freq,
-            k_cache, v_cache, batch.slot_mapping, self.attn_factor,
+            q, k, v, self.q_norm, self.k_norm, self.eps, positions, self.inv_freq,
+            k_cache, v_cache, batch.slot_mapping, self.attn_factor, axes,
         )  # fmt: skip
         o = sigmoid_gate(paged_attention(q, k_cache, v_cache, batch, d**-0.5), gate)
         return linear(o.reshape(t, -1), self.o_proj)
@@ -205,6 +213,7 @@ class Qwen35ForCausalLM(nn.Module):
         dtype: torch.dtype = torch.bfloat16,
         device: torch.device | str = "cpu",
         with_mtp: bool = True,  # False: skip the MTP head (its weights are ignored when loading)
+        with_vision: bool = False,  # True: build the vision tower too (when the config has one)
     ):
         super().__init__()
         self.cfg, self.dtype = cfg, dtype
@@ -217,13 +226,25 @@ class Qwen35ForCausalLM(nn.Module):
         self.norm = _param(h, dtype=dtype, device=device)
         self.lm_head = None if cfg.tie_word_embeddings else _param(cfg.vocab_size, h, dtype=dtype, device=device)
         self.mtp = MTPHead(cfg, dtype, device) if with_mtp and cfg.mtp_num_hidden_layers > 0 else None
+        self.visual = None
+        if with_vision and cfg.vision is not None:
+            if cfg.vision.out_hidden_size != h:  # checked here: a text-only run may shrink the text model alone
+                raise ConfigError(f"vision_config.out_hidden_size {cfg.vision.out_hidden_size} != hidden_size {h}")
+            self.visual = VisionEncoder(cfg.vision, dtype, device)
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.embed_tokens[input_ids]
 
+    def encode_images(self, pixels: torch.Tensor, grids: list[Grid]) -> torch.Tensor:
+        """Preprocessed images (rows concatenated) -> their placeholder tokens' embeddings [tokens, H]."""
+        assert self.visual is not None, "this model was built without its vision tower"
+        return self.visual(pixels, grids)
+
     def forward(self, batch: ForwardBatch, state: ModelState) -> torch.Tensor:
         """-> final-normed hidden states [T, H] of every token of the batch."""
         x, residual = self.embed(batch.input_ids), None
+        if batch.image_rows is not None:  # image placeholders take the vision tower's embeddings
+            x = x.index_copy(0, batch.image_rows, batch.image_embeds.to(x.dtype))
         for layer in self.layers:
             x, residual = layer(x, residual, batch, state, state.kv_index.get(layer.layer_idx, -1))
         return add_rms_norm(x, residual, self.norm, self.cfg.rms_norm_eps)[0]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from hinfer.batch import ForwardBatch
-from hinfer.ops.dispatch import use_triton
+from hinfer.ops.dispatch import use_triton, warn_fallback
 from hinfer.ops.kv_cache import read_kv, write_kv
 from hinfer.ops.norm import rms_norm_ref
 from hinfer.ops.rope import apply_rope_ref, rope_cos_sin
@@ -25,16 +25,17 @@ def qk_norm_rope_write_ref(
     q_norm_w: torch.Tensor,
     k_norm_w: torch.Tensor,
     eps: float,
-    positions: torch.Tensor,  # [T]
+    positions: torch.Tensor,  # [T], or [3, T] (t, h, w) when the batch holds image tokens
     inv_freq: torch.Tensor,  # [R/2] fp32
     k_cache: torch.Tensor,  # [P, page, Hkv, D] one layer's token rows, in its format (hinfer.kv_format)
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,  # [T]
     attn_factor: float = 1.0,  # YaRN's cos/sin scale
+    freq_axes: torch.Tensor | None = None,  # [R/2]: the stream of each frequency, for [3, T] positions
 ) -> torch.Tensor:
     q = rms_norm_ref(q, q_norm_w, eps)
     k = rms_norm_ref(k, k_norm_w, eps)
-    cos, sin = rope_cos_sin(positions, inv_freq, q.dtype, attn_factor)
+    cos, sin = rope_cos_sin(positions, inv_freq, q.dtype, attn_factor, freq_axes)
     q = apply_rope_ref(q, cos, sin)
     k = apply_rope_ref(k, cos, sin)
     write_kv(k_cache, slot_mapping, k)
@@ -84,14 +85,18 @@ def qk_norm_rope_write(
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,
     attn_factor: float = 1.0,
+    freq_axes: torch.Tensor | None = None,
 ) -> torch.Tensor:
     args = (q, k, v, q_norm_w, k_norm_w, eps, positions, inv_freq, k_cache, v_cache, slot_mapping)
     args += (attn_factor,)
-    if use_triton(q):
+    multi_axis = positions.dim() == 2  # a prefill chunk with image tokens: the kernel takes one stream
+    if use_triton(q) and not multi_axis:
         from hinfer.ops.triton import attention as ta
 
         return ta.qk_norm_rope_write(*args)
-    return qk_norm_rope_write_ref(*args)
+    if multi_axis and q.is_cuda:
+        warn_fallback("qk_norm_rope_write", "multi-axis (image) positions")
+    return qk_norm_rope_write_ref(*args, freq_axes)
 
 
 def paged_attention(

@@ -1,8 +1,9 @@
 """Partial rotary embedding (NeoX rotate-half) on the first `rotary_dim` dims of each head.
 
-Qwen3.5's mrope reduces to plain RoPE for text (all three position streams equal), so text positions suffice;
-that holds under YaRN too, whose frequency blend is per frequency index, before the mrope sections pick
-streams.
+Qwen3.5's rotary is multi-axis: each frequency turns with one of three position streams (t, h, w), assigned
+interleaved (`mrope_freq_axes`). For text the three are equal, so plain positions [T] suffice; image tokens
+bring positions [3, T]. That holds under YaRN too, whose frequency blend is per frequency index, before the
+streams are picked.
 YaRN (transformers' `_compute_yarn_parameters`): the blend and its correction range are over the rotary dims
 (64 of 256 on the real models, not head_dim), and the attention factor multiplies cos and sin in fp32 before
 they are rounded to the model dtype.
@@ -53,11 +54,34 @@ def model_rope(cfg: ModelConfig, device: torch.device | str | None = None) -> tu
     return yarn_inv_freq(cfg.rotary_dim, cfg.rope_theta, s, device), s.attention_factor
 
 
+def mrope_freq_axes(n_freqs: int, section: tuple[int, int, int]) -> torch.Tensor:
+    """[n_freqs] int64, the position stream of each frequency: t, h, w, t, h, w, ... (0, 1, 2), with h taking
+    at most section[1] frequencies and w section[2]; the rest turn with t."""
+    axes = []
+    for i in range(n_freqs):
+        if i % 3 == 1 and i < 3 * section[1]:
+            axes.append(1)
+        elif i % 3 == 2 and i < 3 * section[2]:
+            axes.append(2)
+        else:
+            axes.append(0)
+    return torch.tensor(axes, dtype=torch.int64)
+
+
 def rope_cos_sin(
-    positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype, attn_factor: float = 1.0
+    positions: torch.Tensor,
+    inv_freq: torch.Tensor,
+    dtype: torch.dtype,
+    attn_factor: float = 1.0,
+    freq_axes: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin [T, rotary_dim]: fp32 (times the attention factor), then cast, as transformers does."""
-    freqs = positions.float()[:, None] * inv_freq[None, :]
+    """cos, sin [T, rotary_dim]: fp32 (times the attention factor), then cast, as transformers does. positions
+    [T], or [3, T] with freq_axes [R/2] naming the stream each frequency follows."""
+    if positions.dim() == 1:
+        freqs = positions.float()[:, None] * inv_freq[None, :]
+    else:
+        assert freq_axes is not None, "multi-axis positions need the frequencies' axes"
+        freqs = positions.float()[freq_axes].T * inv_freq[None, :]  # [T, R/2]: frequency i at its axis' position
     emb = torch.cat([freqs, freqs], dim=-1)
     if attn_factor == 1.0:
         return emb.cos().to(dtype), emb.sin().to(dtype)

@@ -8,6 +8,7 @@ from pydantic import ValidationError
 
 from hinfer.sampling_params import SamplingParams
 from hinfer.server.errors import bad_request, describe_validation_errors
+from hinfer.server.images import image_from_base64
 from hinfer.server.prompt import ChatPrompt, ToolChoice, check_tool_choice, stop_list
 from hinfer.server.schemas_anthropic import (
     BLOCK_TYPES,
@@ -19,7 +20,20 @@ from hinfer.server.schemas_anthropic import (
     _MessagesBase,
 )
 
-_MEDIA_BLOCKS = {"image", "document", "audio", "video", "file", "container_upload"}
+_MEDIA_BLOCKS = {"document", "audio", "video", "file", "container_upload"}
+
+
+def _image(raw: dict[str, Any], param: str) -> Any:
+    """An image block's source: base64 data only (url sources are not fetched)."""
+    src = raw.get("source")
+    if not isinstance(src, dict):
+        raise bad_request("an image block needs a 'source' object", param=f"{param}.source")
+    if src.get("type") == "url":
+        raise bad_request("image URLs are not fetched (this server may have no network); send the image as a "
+                          "base64 source", param=f"{param}.source")  # fmt: skip
+    if src.get("type") != "base64":
+        raise bad_request("image source type must be 'base64'", param=f"{param}.source.type")
+    return image_from_base64(src.get("data"), src.get("media_type"), f"{param}.source")
 
 
 def _block(raw: dict[str, Any], param: str) -> Any:
@@ -27,8 +41,10 @@ def _block(raw: dict[str, Any], param: str) -> Any:
     if not isinstance(typ, str):
         raise bad_request("every content block needs a string 'type'", param=f"{param}.type")
     if typ in _MEDIA_BLOCKS:
-        raise bad_request(f"vision not supported yet: {typ} blocks are rejected until this server can read "
-                          "them", param=param)
+        raise bad_request(f"{typ} blocks are not supported (images: 'image' blocks with a base64 source)",
+                          param=param)
+    if typ == "image":
+        return raw  # user messages take them (convert_messages); anywhere else they are refused there
     cls = BLOCK_TYPES.get(typ)
     if cls is None:
         raise bad_request(f"unsupported content block type {typ!r}", param=f"{param}.type")
@@ -48,13 +64,15 @@ def _texts(content: str | list[dict[str, Any]] | None, param: str) -> str:
     out = []
     for i, raw in enumerate(content):
         b = _block(raw, f"{param}.{i}")
+        if isinstance(b, dict):
+            raise bad_request("images are taken in user message content only", param=f"{param}.{i}")
         if not isinstance(b, TextBlock):
             raise bad_request(f"expected text blocks here, got {b.type!r}", param=f"{param}.{i}")
         out.append(b.text)
     return "\n\n".join(out)
 
 
-def convert_messages(body: _MessagesBase) -> list[dict[str, Any]]:
+def convert_messages(body: _MessagesBase, images: list[Any]) -> list[dict[str, Any]]:
     """System messages inside `messages` before the first turn join the top-level `system`; later ones stay
     where they are (rendered as system turns there, see late_system.py)."""
     out: list[dict[str, Any]] = []
@@ -76,7 +94,15 @@ def convert_messages(body: _MessagesBase) -> list[dict[str, Any]]:
             _block(raw, f"{p}.{j}") for j, raw in enumerate(m.content)]
         if m.role == "user":
             texts: list[str] = []
+            items: list[dict[str, Any]] = []  # with images: the template's text and image items, in order
             for j, b in enumerate(blocks):
+                if isinstance(b, dict):  # an image block
+                    images.append(_image(b, f"{p}.{j}"))
+                    if texts:
+                        items.append({"type": "text", "text": "\n\n".join(texts)})
+                        texts = []
+                    items.append({"type": "image"})
+                    continue
                 if isinstance(b, ToolResultBlock):
                     # The template has no error flag for tool results; say it in words.
                     text = _texts(b.content, f"{p}.{j}.content")
@@ -86,7 +112,11 @@ def convert_messages(body: _MessagesBase) -> list[dict[str, Any]]:
                     texts.append(b.text)
                 else:
                     raise bad_request(f"a user message cannot hold {b.type!r} blocks", param=f"{p}.{j}")
-            if texts or not any(isinstance(b, ToolResultBlock) for b in blocks):
+            if items:
+                if texts:
+                    items.append({"type": "text", "text": "\n\n".join(texts)})
+                out.append({"role": "user", "content": items})
+            elif texts or not any(isinstance(b, ToolResultBlock) for b in blocks):
                 out.append({"role": "user", "content": "\n\n".join(texts)})
         else:
             texts, thinking, calls = [], [], []
@@ -99,6 +129,8 @@ def convert_messages(body: _MessagesBase) -> list[dict[str, Any]]:
                     calls.append({"id": b.id, "type": "function", "function": {"name": b.name, "arguments": b.input}})
                 elif isinstance(b, ToolResultBlock):
                     raise bad_request("tool_result blocks belong in user messages", param=f"{p}.{j}")
+                elif isinstance(b, dict):
+                    raise bad_request("images are taken in user messages only", param=f"{p}.{j}")
                 # redacted_thinking: opaque to us, dropped
             msg: dict[str, Any] = {"role": "assistant", "content": "\n\n".join(texts)}
             if thinking:
@@ -141,8 +173,9 @@ def chat_prompt(body: _MessagesBase, preserve_default: bool) -> tuple[ChatPrompt
         if thinking.budget_tokens is None or thinking.budget_tokens < 1:
             raise bad_request("thinking.budget_tokens must be a positive integer", param="thinking.budget_tokens")
         budget = thinking.budget_tokens
-    prompt = ChatPrompt(messages=convert_messages(body), tools=tools, tool_choice=choice,
-                        enable_thinking=enabled, preserve_thinking=preserve_default, late_system=True)
+    images: list[Any] = []
+    prompt = ChatPrompt(messages=convert_messages(body, images), tools=tools, tool_choice=choice,
+                        enable_thinking=enabled, preserve_thinking=preserve_default, late_system=True, images=images)
     check_tool_choice(prompt, "tool_choice")
     return prompt, budget
 

@@ -14,6 +14,7 @@ from hinfer.server.anthropic_convert import chat_prompt, sampling_params
 from hinfer.server.anthropic_responses import MessageBuilder, fold
 from hinfer.server.errors import anthropic_body
 from hinfer.server.generation import EngineRun, engine_error, log_failure, run_to_end
+from hinfer.server.images import with_images
 from hinfer.server.openapi_responses import ANTHROPIC_ERRORS, STREAMED
 from hinfer.server.prompt import plan_max_tokens, render_prompt_off_loop
 from hinfer.server.schemas_anthropic import CountTokensRequest, MessagesRequest
@@ -31,6 +32,7 @@ async def messages(body: MessagesRequest, request: Request):
     prompt, budget = chat_prompt(body, st.preserve_thinking_default)
     schema = anthropic_output_format(body.output_config)
     ids = await render_prompt_off_loop(st.tokenizer, prompt, st.prompt_guard)
+    ids, images = await with_images(st, prompt, ids)  # each image's tokens counted in the prompt's usage
     max_tokens = plan_max_tokens(len(ids), body.max_tokens, st.engine.max_context)
     sp = sampling_params(body, max_tokens, st.tokenizer.vocab_size)
     if budget is not None and st.tokenizer.think_end_id is not None:
@@ -38,7 +40,7 @@ async def messages(body: MessagesRequest, request: Request):
         sp.think_end_token_id = st.tokenizer.think_end_id
     sp.structured = constraint(prompt, schema, param="output_config.format")
 
-    run = EngineRun(st, new_id("msgreq-"), ids, sp, request)
+    run = EngineRun(st, new_id("msgreq-"), ids, sp, request, images)
     b = MessageBuilder(run, model=body.model, reasoning=prompt.enable_thinking, tools=prompt.parse_tools(),
                        stop_sequences=sp.stop, max_calls=prompt.max_calls, trim_strings=prompt.forced_calls)
     await run.start()
@@ -74,4 +76,5 @@ async def count_tokens(body: CountTokensRequest, request: Request):
     st.check_model(body.model)
     prompt, _ = chat_prompt(body, st.preserve_thinking_default)
     ids = await render_prompt_off_loop(st.tokenizer, prompt, st.prompt_guard)
+    ids, _ = await with_images(st, prompt, ids)
     return {"input_tokens": len(ids)}

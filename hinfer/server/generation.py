@@ -58,8 +58,9 @@ def engine_error(e: BaseException) -> APIError:
 
 class EngineRun:
     def __init__(self, st: ServerState, request_id: str, prompt_ids: list[int], sampling: SamplingParams,
-                 http: Request):
+                 http: Request, images: list | None = None):
         self.st = st
+        self.images = images or []  # ImageInputs, one per image pad run in prompt_ids
         self.request_id = request_id
         self.prompt_ids = prompt_ids
         self.sampling = sampling
@@ -85,7 +86,7 @@ class EngineRun:
         self.st.drain.add(self)
         self.watch()
         try:
-            req = GenerationRequest(self.request_id, list(self.prompt_ids), self.sampling)
+            req = GenerationRequest(self.request_id, list(self.prompt_ids), self.sampling, images=self.images)
             self._it = self.st.engine.generate(req).__aiter__()
             try:
                 self._first = await self._it.__anext__()

@@ -7,6 +7,7 @@ from typing import Any
 
 from hinfer.sampling_params import SamplingParams
 from hinfer.server.errors import bad_request
+from hinfer.server.images import image_from_url
 from hinfer.server.prompt import (
     ChatPrompt,
     ToolChoice,
@@ -34,6 +35,22 @@ REASONING_EFFORT_BUDGET: dict[str, int | None] = {
 _MEDIA_PARTS = {"image_url", "image", "input_image", "input_audio", "audio", "file", "video", "video_url"}
 
 
+def content_parts(content: str | list[dict[str, Any]] | None, param: str, images: list[Any]) -> str | list:
+    """User message content -> one string, or with images the template's items ({"type": "text"} and
+    {"type": "image"} in order); the decoded images are appended to `images`."""
+    if not isinstance(content, list) or not any(p.get("type") == "image_url" for p in content):
+        return content_text(content, param)
+    items: list[dict[str, Any]] = []
+    for i, part in enumerate(content):
+        if part.get("type") == "image_url":
+            url = part.get("image_url")
+            images.append(image_from_url(url.get("url") if isinstance(url, dict) else url, f"{param}.{i}.image_url"))
+            items.append({"type": "image"})
+        else:
+            items.append({"type": "text", "text": content_text([part], f"{param}.{i}")})
+    return items
+
+
 def content_text(content: str | list[dict[str, Any]] | None, param: str) -> str:
     """Message content -> one string. Text parts are concatenated as the template would; media is a 400."""
     if content is None:
@@ -45,9 +62,11 @@ def content_text(content: str | list[dict[str, Any]] | None, param: str) -> str:
         typ = part.get("type")
         if typ is not None and not isinstance(typ, str):
             raise bad_request("a content part's 'type' must be a string", param=f"{param}.{i}.type")
+        if typ == "image_url":
+            raise bad_request("images are taken in user messages only", param=f"{param}.{i}")
         if typ in _MEDIA_PARTS or "image_url" in part:
-            raise bad_request("vision not supported yet: image, audio, video and file content parts are "
-                              "rejected until this server can run the vision tower", param=f"{param}.{i}")
+            raise bad_request(f"{typ!r} content parts are not supported (images: 'image_url' with a data URL)",
+                              param=f"{param}.{i}")
         if typ not in ("text", "input_text", None) or not isinstance(part.get("text"), str):
             raise bad_request(f"unsupported content part {typ!r}; expected {{'type': 'text', 'text': ...}}",
                               param=f"{param}.{i}")
@@ -67,12 +86,16 @@ def _tool_call_dict(tc: Any, param: str) -> dict[str, Any]:
     return {"id": tc.id, "type": "function", "function": {"name": tc.function.name, "arguments": args}}
 
 
-def convert_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+def convert_messages(messages: list[ChatMessage], images: list[Any] | None = None) -> list[dict[str, Any]]:
+    """-> the template's messages; user messages' images (decoded, in order) are appended to `images`."""
     out: list[dict[str, Any]] = []
     for i, m in enumerate(messages):
         p = f"messages.{i}"
         role = "system" if m.role == "developer" else m.role
-        text = content_text(m.content, f"{p}.content")
+        if role == "user" and images is not None:
+            text = content_parts(m.content, f"{p}.content", images)
+        else:
+            text = content_text(m.content, f"{p}.content")
         if role == "system" and out and out[-1]["role"] == "system" and len(out) == 1:
             out[-1]["content"] += "\n\n" + text  # leading system + developer messages become one
             continue
@@ -112,8 +135,10 @@ def chat_prompt(body: ChatCompletionRequest, preserve_default: bool) -> tuple[Ch
     else:
         choice = ToolChoice("named", tc.function.name)
     choice.parallel = body.parallel_tool_calls is not False
-    prompt = ChatPrompt(messages=convert_messages(body.messages), tools=tools, tool_choice=choice,
-                        enable_thinking=enable_thinking, preserve_thinking=preserve, template_kwargs=kwargs)
+    images: list[Any] = []
+    prompt = ChatPrompt(messages=convert_messages(body.messages, images), tools=tools, tool_choice=choice,
+                        enable_thinking=enable_thinking, preserve_thinking=preserve, template_kwargs=kwargs,
+                        images=images)
     check_tool_choice(prompt, "tool_choice")
     return prompt, (budget if enable_thinking else None)
 

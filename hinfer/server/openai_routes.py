@@ -22,6 +22,7 @@ from hinfer.server.choices import (
 )
 from hinfer.server.errors import bad_request, openai_body
 from hinfer.server.generation import EngineRun, engine_error, log_failure
+from hinfer.server.images import with_images
 from hinfer.server.openai_convert import chat_logprobs, chat_prompt, completion_prompts, sampling_params
 from hinfer.server.openai_responses import (
     ChatBuilder,
@@ -47,6 +48,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     prompt, budget = chat_prompt(body, st.preserve_thinking_default)
     schema = openai_response_format(body.response_format)
     ids = await render_prompt_off_loop(st.tokenizer, prompt, st.prompt_guard)
+    ids, images = await with_images(st, prompt, ids)  # each image's tokens counted in the prompt's usage
     requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     max_tokens = plan_max_tokens(len(ids), requested, st.engine.max_context, param)
@@ -62,7 +64,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     runs, builders = [], []
     for k in range(n):
         run = EngineRun(st, chat_id if k == 0 else f"{chat_id}-{k}", ids,
-                        sp if k == 0 else replace(sp, seed=choice_seed(sp.seed, k)), request)  # fmt: skip
+                        sp if k == 0 else replace(sp, seed=choice_seed(sp.seed, k)), request, images)  # fmt: skip
         runs.append(run)
         builders.append(ChatBuilder(st, run, model=body.model, reasoning=prompt.enable_thinking,
                                     tools=prompt.parse_tools(), logprobs=sp.logprobs is not None,

@@ -43,6 +43,7 @@ class ChatPrompt:
     preserve_thinking: bool = False
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     late_system: bool = False  # system messages after the first render in place (late_system.py); else 400
+    images: list[Any] = field(default_factory=list)  # decoded images of the user messages, in prompt order
 
     @property
     def forced_calls(self) -> bool:

@@ -2,7 +2,7 @@
 model.safetensors), checked on open and streamed tensor by tensor.
 
 Names come out with the `model.language_model.` / `model.` prefix stripped (`layers.N...`,
-`embed_tokens.weight`, `norm.weight`, `lm_head.weight`, `mtp.*` as is); vision tensors are skipped.
+`embed_tokens.weight`, `norm.weight`, `lm_head.weight`, `mtp.*` as is); vision tensors come apart (`iter_visual`).
 Pre-quantized weights - official block-scaled FP8 (`weight` + `weight_scale_inv`) and compressed-tensors
 pack-quantized int4 (`weight_packed` + `weight_scale` + ..., one logical `X.weight`) - are dequantized by
 `iter_tensors` / `read_tensors` (the reference path, conversion), or handed over as stored by `iter_stored`
@@ -239,6 +239,25 @@ class HFCheckpoint:
         return list(self._stripped) if include_scales else list(self._logical)
 
     @property
+    def has_visual(self) -> bool:
+        """Holds the vision tower's tensors (`model.visual.*`)."""
+        return len(self._stored) > len(self._text)
+
+    def iter_visual(self, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+        """The vision tower's tensors, named without the `model.visual.` prefix, floating ones cast to dtype."""
+        with ExitStack() as stack:
+            handles: dict[Path, Any] = {}
+            for raw, t in self._stored.items():
+                if not is_visual(raw):
+                    continue
+                if t.file not in handles:
+                    handles[t.file] = stack.enter_context(safe_open(str(t.file), framework="pt"))
+                x = handles[t.file].get_tensor(raw)
+                if dtype is not None and x.is_floating_point():
+                    x = x.to(dtype)
+                yield next(raw[len(p) :] for p in VISUAL_PREFIXES if raw.startswith(p)), x
+
+    @property
     def is_fp8(self) -> bool:
         return any(t.dtype == FP8_DTYPE for t in self._text.values())
 
@@ -253,7 +272,7 @@ class HFCheckpoint:
         "scale"}, int4 {component: tensor}."""
         n_visual = len(self._stored) - len(self._text)
         if n_visual:
-            log.info("%s: skipping %d vision tensors (hinfer runs the text model only)", self.path, n_visual)
+            log.info("%s: %d vision tensors are read apart from the text model", self.path, n_visual)
         total = sum(t.nbytes for t in self._text.values())
         show = progress and sys.stderr.isatty()
         with ExitStack() as stack:

@@ -268,11 +268,13 @@ def test_kv_capacity_auto_fills_the_rest():
     plan = _plan(EngineConfig(kv_capacity=0), weights="int4")
     assert plan.fits and 0 <= plan.available - plan.total < plan.page_bytes
     assert plan.kv_tokens > 8 * 65536
-    small = _plan(EngineConfig(kv_capacity=0, max_context=262144), weights="bf16", avail=60 * 10**9)
+    # text only: bf16 27B leaves 60 GB little beyond its weights
+    small = _plan(EngineConfig(kv_capacity=0, max_context=262144, vision=False), weights="bf16", avail=60 * 10**9)
     assert not small.fits and small.needed > small.available
     lim = small.largest_fit()
-    assert _plan(EngineConfig(kv_capacity=0, max_context=lim.max_context), avail=60 * 10**9).fits
-    assert not _plan(EngineConfig(kv_capacity=0, max_context=lim.max_context + 1), avail=60 * 10**9).fits
+    assert _plan(EngineConfig(kv_capacity=0, max_context=lim.max_context, vision=False), avail=60 * 10**9).fits
+    assert not _plan(EngineConfig(kv_capacity=0, max_context=lim.max_context + 1, vision=False),
+                     avail=60 * 10**9).fits  # fmt: skip
 
 
 def test_explicit_kv_capacity():
@@ -311,8 +313,8 @@ def test_cli_exit_codes(capsys):
     assert _cli("qwen3.5-122b-a10b", "--gpu-memory", "141GB", "--weights", "int4") == 0  # int4 routed experts
     # fp8 routed experts: 123.95 GB of weights (no MTP head without --spec); 8 x 64K needs 133.07 GiB > 131.32 GiB,
     # 8 lanes fit up to 55,936 tokens (pages of 64: 56,000 is the next context that needs another page) without
-    # the prefix cache's GDN checkpoints; with them (7 slots, 1 GiB) 51,264
-    fp8 = ("qwen3.5-122b-a10b", "--gpu-memory", "141GB", "--weights", "fp8")
+    # the prefix cache's GDN checkpoints; with them (7 slots, 1 GiB) 51,264 (text only: no vision tower)
+    fp8 = ("qwen3.5-122b-a10b", "--gpu-memory", "141GB", "--weights", "fp8", "--no-vision")
     assert _cli(*fp8) == 1
     assert _cli(*fp8, "--no-prefix-cache", "--max-context", "55936") == 0
     assert _cli(*fp8, "--no-prefix-cache", "--max-context", "56000") == 1

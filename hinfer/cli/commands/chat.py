@@ -7,6 +7,7 @@ import sys
 
 from hinfer.cli.engine_args import add_engine_args, check_max_context, engine_config_from_args
 from hinfer.cli.sampling_args import add_sampling_args, sampling_from_args
+from hinfer.errors import HinferError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -14,8 +15,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "chat",
         help="talk to a model in the terminal",
         description="A multi-turn chat in the terminal with the model's chat template; replies stream as they are "
-        "generated. Type /reset to start over, /quit (or Ctrl-D) to leave. With no --model, the built-in demo "
-        "model runs (random weights: its words are random).",
+        "generated. Type /image PATH to attach an image to your next message (models with a vision tower), "
+        "/reset to start over, /quit (or Ctrl-D) to leave. With no --model, the built-in demo model runs (random "
+        "weights: its words are random).",
     )
     p.add_argument("--model", default=None, help="checkpoint directory (default: the built-in demo model)")
     p.add_argument("--system", default=None, help="system message")
@@ -36,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
         print("(demo model: random weights, so the words are random)", file=sys.stderr)
     system = [{"role": "system", "content": args.system}] if args.system else []
     history: list[dict] = []
+    images: list[dict] = []  # attached with /image, sent with the next message
     turn = 0
     while True:
         try:
@@ -45,13 +48,24 @@ def run(args: argparse.Namespace) -> int:
         if line.strip() in ("/quit", "/exit"):
             return 0
         if line.strip() == "/reset":
-            history = []
+            history, images = [], []
             continue
-        history.append({"role": "user", "content": line})
-        prompt = llm.tokenizer.apply_chat_template(system + history, enable_thinking=not args.no_thinking)
+        if line.startswith("/image "):
+            images.append({"type": "image", "image": line[len("/image ") :].strip()})
+            continue
+        content = images + [{"type": "text", "text": line}] if images else line
+        try:
+            ids, inputs = llm.encode_with_images(system + history + [{"role": "user", "content": content}],
+                                                 enable_thinking=not args.no_thinking)  # fmt: skip
+        except (OSError, ValueError, HinferError) as e:  # an unreadable image file, a model without vision
+            print(f"error: {e}", file=sys.stderr)
+            images = []
+            continue
+        history.append({"role": "user", "content": content})
+        images = []
         rid = f"chat-{turn}"
         turn += 1
-        llm.core.add(GenerationRequest(rid, llm.tokenizer.encode(prompt), sampling_from_args(args)))
+        llm.core.add(GenerationRequest(rid, ids, sampling_from_args(args), images=inputs))
         reply, thinking = "", not args.no_thinking
         while llm.core.has_work:
             for ev in llm.core.step():
