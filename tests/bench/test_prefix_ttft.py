@@ -8,17 +8,16 @@ from __future__ import annotations
 import json
 
 import torch
-from conftest import TINY  # tests/conftest.py: the engine tests' tiny dense model
 
 from hinfer.bench.prefix_ttft import PrefixTtftSpec, run_prefix_ttft
 from hinfer.bench.prefix_ttft_report import ttft_table
 from hinfer.config import EngineConfig
 
 
-def test_prefix_ttft_bench_runs_on_cpu(tmp_path):
+def test_prefix_ttft_bench_runs_on_cpu(tmp_path, tiny_model):
     torch.set_num_threads(1)
     (tmp_path / "m").mkdir()
-    (tmp_path / "m" / "config.json").write_text(json.dumps(TINY))
+    (tmp_path / "m" / "config.json").write_text(json.dumps(tiny_model[0].extra["raw"]))  # tests/conftest.py's tiny model
     spec = PrefixTtftSpec(model=str(tmp_path / "m"), history_tokens=100, new_tokens=12, repeats=2,
                           concurrency=[1, 2], decode_prompt=20, decode_steps=2, out_dir=tmp_path / "out",
                           command="hinfer bench --prefix-ttft 100")  # fmt: skip

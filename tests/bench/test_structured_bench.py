@@ -8,7 +8,6 @@ import json
 
 import jsonschema
 import torch
-from conftest import TINY  # tests/conftest.py: the engine tests' tiny dense model
 
 from hinfer.bench.structured import StructuredSpec, run_structured
 from hinfer.bench.structured_report import structured_table
@@ -16,10 +15,10 @@ from hinfer.bench.structured_schema import report_schema
 from hinfer.config import EngineConfig
 
 
-def test_structured_bench_runs_on_cpu(tmp_path):
+def test_structured_bench_runs_on_cpu(tmp_path, tiny_model):
     torch.set_num_threads(1)
     (tmp_path / "m").mkdir()
-    (tmp_path / "m" / "config.json").write_text(json.dumps(TINY))
+    (tmp_path / "m" / "config.json").write_text(json.dumps(tiny_model[0].extra["raw"]))  # tests/conftest.py's tiny model
     spec = StructuredSpec(model=str(tmp_path / "m"), lanes=[2], prompt_tokens=12, steps=3, repeats=1,
                           out_dir=tmp_path / "out", command="hinfer bench m --structured")  # fmt: skip
     result = run_structured(spec, EngineConfig(device="cpu", page_size=16, prefill_chunk=64))
