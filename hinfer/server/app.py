@@ -14,7 +14,14 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from hinfer.server import anthropic_routes, misc_routes, openai_routes, responses_routes, webui_routes
+from hinfer.server import (
+    anthropic_routes,
+    misc_routes,
+    openai_routes,
+    responses_routes,
+    tokenize_routes,
+    webui_routes,
+)
 from hinfer.server.auth import OPEN_PATHS
 from hinfer.server.errors import APIError, describe_validation_errors, error_body
 from hinfer.server.metrics import Metrics
@@ -73,6 +80,7 @@ def create_app(
     app.include_router(responses_routes.router)
     app.include_router(anthropic_routes.router)
     app.include_router(misc_routes.router)
+    app.include_router(tokenize_routes.router)
     if webui:
         app.include_router(webui_routes.router)
     _install_error_handlers(app)

@@ -26,7 +26,7 @@ log = logging.getLogger("hinfer.server")
 
 _GOOD_ID = re.compile(r"^[\w\-.:/=+@]{1,128}$")  # echo only ids that are safe in a header and a log line
 _COUNTED = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages", "/v1/messages/count_tokens",
-            "/v1/models", "/health", "/metrics")
+            "/v1/models", "/health", "/metrics", "/tokenize", "/detokenize", "/tokenizer_info")
 ERROR_MESSAGE_KEY = "error_message"  # scope["state"] key where the error handlers leave the message they sent
 
 

@@ -44,6 +44,7 @@ class ChatPrompt:
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     late_system: bool = False  # system messages after the first render in place (late_system.py); else 400
     images: list[Any] = field(default_factory=list)  # decoded images of the user messages, in prompt order
+    add_generation_prompt: bool = True  # False only for POST /tokenize, which may count a conversation as is
 
     @property
     def forced_calls(self) -> bool:
@@ -128,7 +129,7 @@ def render_prompt(tokenizer: Any, prompt: ChatPrompt, guard: PromptGuard | None 
         text = tokenizer.apply_chat_template(
             messages,
             tools=tools,
-            add_generation_prompt=True,
+            add_generation_prompt=prompt.add_generation_prompt,
             enable_thinking=prompt.enable_thinking,
             preserve_thinking=prompt.preserve_thinking,
             **kwargs,

@@ -1,11 +1,13 @@
 """lm-evaluation-harness's `local-completions` model on tiny inline tasks (multiple choice, and rolling
 loglikelihood as perplexity tasks use), against the demo model: every loglikelihood it reports (from
 `/v1/completions` with echo and logprobs) is checked against the prompt logprobs that `LLM.logits` computes, and
-so are its greedy flags and its accuracy."""
+so are its greedy flags and its accuracy. Twice: with the packaged tokenizer (`tokenizer_backend=huggingface`), and
+with lm-eval's default, which finds the server's tokenizer endpoints and tokenizes through them."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -68,14 +70,8 @@ def greedy_doc(llm: LLM) -> dict:
     raise AssertionError("no context's greedy continuation survives re-tokenizing")
 
 
-def test_local_completions_loglikelihood(demo_url, demo_llm, tmp_path, monkeypatch):
-    from hinfer.fixtures import tokenizer_dir
-
-    # Everything is local: the task's data is a JSON file, the tokenizer the packaged one.
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-
-    docs = [*DOCS, greedy_doc(demo_llm)]
+def tasks(tmp_path: Path, docs: list[dict]) -> list[dict]:
+    """A multiple-choice task and a rolling-loglikelihood one over the same inline documents."""
     data = tmp_path / "tiny.jsonl"
     data.write_text("".join(json.dumps(d) + "\n" for d in docs))
     rolling = {"task": "hinfer_rolling", "dataset_path": "json", "dataset_kwargs": {"data_files": {"test": str(data)}},
@@ -85,10 +81,11 @@ def test_local_completions_loglikelihood(demo_url, demo_llm, tmp_path, monkeypat
             "test_split": "test", "output_type": "multiple_choice", "target_delimiter": "", "doc_to_text": "{{question}}",
             "doc_to_choice": "{{choices}}", "doc_to_target": "{{answer}}",
             "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True}]}
-    model_args = {"model": "demo", "base_url": demo_url + "/v1/completions", "tokenizer_backend": "huggingface",
-                  "tokenizer": str(tokenizer_dir()), "batch_size": 4, "max_retries": 1}
-    out = lm_eval.simple_evaluate(model="local-completions", model_args=model_args, tasks=[task, rolling],
-                                  log_samples=True, bootstrap_iters=0)
+    return [task, rolling]
+
+
+def check_scores(out: dict, docs: list[dict], demo_llm: LLM) -> None:
+    """Every reported loglikelihood and greedy flag against LLM.logits, and the accuracy they give."""
     samples = sorted(out["samples"]["hinfer_tiny"], key=lambda s: s["doc_id"])
     assert len(samples) == len(docs)
     correct = []
@@ -108,3 +105,50 @@ def test_local_completions_loglikelihood(demo_url, demo_llm, tmp_path, monkeypat
         (text,) = s["arguments"][0]
         n = len(demo_llm.tokenizer.encode(text)) + 1
         assert s["resps"][0][0] == pytest.approx(rolling_score(demo_llm, text), abs=ATOL_PER_TOKEN * n), text
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    # Everything is local: the task's data is a JSON file, the tokenizer the packaged one or the server's.
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def test_local_completions_loglikelihood(demo_url, demo_llm, tmp_path, offline):
+    from hinfer.fixtures import tokenizer_dir
+
+    docs = [*DOCS, greedy_doc(demo_llm)]
+    model_args = {"model": "demo", "base_url": demo_url + "/v1/completions", "tokenizer_backend": "huggingface",
+                  "tokenizer": str(tokenizer_dir()), "batch_size": 4, "max_retries": 1}
+    out = lm_eval.simple_evaluate(model="local-completions", model_args=model_args, tasks=tasks(tmp_path, docs),
+                                  log_samples=True, bootstrap_iters=0)
+    check_scores(out, docs, demo_llm)
+
+
+def test_local_completions_with_the_server_as_tokenizer(demo_url, demo_llm, tmp_path, offline):
+    """No tokenizer arguments: lm-eval finds /tokenizer_info and /tokenize and tokenizes through the server."""
+    from lm_eval.models.openai_completions import LocalCompletionsAPI
+
+    docs = [*DOCS, greedy_doc(demo_llm)]
+    lm = LocalCompletionsAPI(model="demo", base_url=demo_url + "/v1/completions", batch_size=4, max_retries=1)
+    assert lm.tokenizer_backend == "remote"
+    assert lm.prefix_token_id == demo_llm.tokenizer.token_to_id("<|im_end|>")  # what rolling_score assumes
+    out = lm_eval.simple_evaluate(model=lm, tasks=tasks(tmp_path, docs), log_samples=True, bootstrap_iters=0)
+    check_scores(out, docs, demo_llm)
+
+
+def test_remote_tokenizer_with_an_api_key(tokenizer):
+    """With --api-key the key goes in `auth_token` (lm-eval's tokenizer requests send only that one)."""
+    from lm_eval.models.openai_completions import LocalCompletionsAPI
+    from scripted_engine import ScriptedEngine
+    from server_live import MODEL, live_server
+
+    from hinfer.server import create_app
+
+    engine = ScriptedEngine(tokenizer, {}, default="Ok.", model_name=MODEL)
+    with live_server(create_app(engine, tokenizer, model_name=MODEL, api_key="s3cret")) as url:
+        lm = LocalCompletionsAPI(model=MODEL, base_url=url + "/v1/completions", auth_token="s3cret")
+        assert lm.tokenizer_backend == "remote"
+        assert lm.tok_encode("Hello world") == tokenizer.encode("Hello world")
+        assert lm.tokenizer.decode(tokenizer.encode("Hello world")) == "Hello world"
+        assert lm.eot_token_id == tokenizer.token_to_id("<|im_end|>")

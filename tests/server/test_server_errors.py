@@ -354,6 +354,8 @@ SURROGATE_BODIES = [
      "system"),
     ("/v1/responses", '{"model": "%s", "input": "ok", "metadata": {"k": "\\ud800"}}', "metadata.k"),
     ("/v1/responses", '{"model": "%s", "input": [{"role": "user", "content": "\\udbff"}]}', "input.0.content"),
+    ("/tokenize", '{"model": "%s", "prompt": "a\\udc00"}', "prompt"),
+    ("/tokenize", '{"model": "%s", "messages": [{"role": "user", "content": "\\ud800"}]}', "messages.0.content"),
 ]
 
 

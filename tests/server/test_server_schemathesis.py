@@ -30,6 +30,9 @@ OPERATIONS = [
     "GET /v1/models",
     "GET /v1/models/{model_id}",
     "POST /admin/clear_prefix_cache",
+    "POST /tokenize",
+    "POST /detokenize",
+    "GET /tokenizer_info",
 ]
 # Examples per operation and mode: about 350 requests in all, which keeps the test under a minute on 2 cores.
 EXAMPLES = {GenerationMode.POSITIVE: 40, GenerationMode.NEGATIVE: 25}
