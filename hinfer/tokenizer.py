@@ -209,6 +209,12 @@ class Tokenizer:
     def has_chat_template(self) -> bool:
         return bool(self._template_sources)
 
+    @property
+    def chat_template_source(self) -> str | None:
+        """The default template's Jinja source the server renders with (None without one)."""
+        src = (self._template_sources or {}).get("default")
+        return src if isinstance(src, str) else None
+
     def _template(self, use_tools: bool) -> ChatTemplate:
         sources = self._template_sources
         if not sources:

@@ -36,6 +36,4 @@ def tokenizer_info(tokenizer: Tokenizer) -> dict[str, Any]:
 
 def _default_template(tokenizer: Tokenizer) -> str | None:
     # The source the server renders with (chat_template.jinja wins over the config's copy, as in from_dir).
-    sources = getattr(tokenizer, "_template_sources", None) or {}
-    template = sources.get("default")
-    return template if isinstance(template, str) else None
+    return tokenizer.chat_template_source
