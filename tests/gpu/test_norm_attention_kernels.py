@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import os
 import random
 
 import pytest
@@ -42,12 +41,10 @@ _MODS = ["common", "norm", "attention_common", "attention_rope", "attention_deco
 
 @pytest.fixture(scope="module")
 def tk():
-    """The kernel modules compiled for the GPU (re-imported if an interpreter run left them interpreted)."""
+    """The kernel modules compiled for the GPU (tests/conftest.py leaves TRITON_INTERPRET unset on one)."""
     mods = {name: importlib.import_module(f"hinfer.ops.triton.{name}") for name in _MODS}
-    if mods["norm"].interpreted(mods["norm"]._norm_kernel):
-        os.environ.pop("TRITON_INTERPRET", None)
-        for name in _MODS:  # dependency order: jit helpers first
-            mods[name] = importlib.reload(mods[name])
+    norm = mods["norm"]
+    assert not norm.interpreted(norm._norm_kernel), "interpreted on a GPU: tests/triton_interpreter.py"
     return mods
 
 
