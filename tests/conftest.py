@@ -10,6 +10,7 @@ import triton_interpreter
 INTERPRETED = triton_interpreter.configure()
 
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ import torch
 
 from hinfer.config import EngineConfig, ModelConfig
 from hinfer.engine.factory import make_core, resolve_engine_config
-from hinfer.fixtures import tokenizer_dir
+from hinfer.fixtures import fixed_test_seed, tokenizer_dir
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.random_init import random_init
 from hinfer.ops import dispatch
@@ -68,6 +69,16 @@ class CompiledChild:
 @pytest.fixture(scope="session")
 def compiled_child() -> CompiledChild:
     return CompiledChild()
+
+
+@pytest.fixture
+def seed() -> int:
+    """A randomized test's seed (fixed_test_seed: 0 unless HINFER_TEST_SEED says otherwise, printed), with torch's
+    and Python's global generators seeded by it."""
+    s = fixed_test_seed()
+    torch.manual_seed(s)
+    random.seed(s)
+    return s
 
 
 @pytest.fixture

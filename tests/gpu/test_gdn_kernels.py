@@ -18,7 +18,6 @@ import pytest
 import torch
 
 from hinfer.batch import ForwardBatch, SeqChunk, build_forward_batch
-from hinfer.fixtures import fixed_test_seed
 from hinfer.ops import gdn as ref
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -44,14 +43,6 @@ def poison_outputs(tg, monkeypatch):
     monkeypatch.setattr(
         tg, "_empty", lambda shape, dtype, device: torch.full(shape, float("nan"), dtype=dtype, device=device)
     )
-
-
-@pytest.fixture
-def seed() -> int:
-    s = fixed_test_seed()
-    torch.manual_seed(s)
-    random.seed(s)
-    return s
 
 
 def _batch(lens: list[int], verify: list[bool] | None = None, n_slots: int = N_SLOTS) -> ForwardBatch:

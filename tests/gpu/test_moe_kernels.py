@@ -15,13 +15,11 @@ expert, never results).
 
 from __future__ import annotations
 
-import random
 import sys
 
 import pytest
 import torch
 
-from hinfer.fixtures import fixed_test_seed
 from hinfer.ops import moe as ref
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -51,14 +49,6 @@ def _poison(shape, dtype, device):
 def poison_outputs(tm, monkeypatch):
     for name in ("moe", "moe_route", "moe_align"):
         monkeypatch.setattr(sys.modules[f"hinfer.ops.triton.{name}"], "_empty", _poison)
-
-
-@pytest.fixture
-def seed() -> int:
-    s = fixed_test_seed()
-    torch.manual_seed(s)
-    random.seed(s)
-    return s
 
 
 @pytest.fixture(scope="module", params=sorted(SHAPES))

@@ -25,7 +25,6 @@ import pytest
 import torch
 
 from hinfer.batch import ForwardBatch, SeqChunk, build_forward_batch
-from hinfer.fixtures import fixed_test_seed
 from hinfer.ops import attention as ref_attn
 from hinfer.ops import norm as ref_norm
 from hinfer.ops.kv_cache import allocate_kv, kv_scales, write_kv
@@ -46,14 +45,6 @@ def tk():
     norm = mods["norm"]
     assert not norm.interpreted(norm._norm_kernel), "interpreted on a GPU: tests/triton_interpreter.py"
     return mods
-
-
-@pytest.fixture
-def seed() -> int:
-    s = fixed_test_seed()
-    torch.manual_seed(s)
-    random.seed(s)
-    return s
 
 
 @contextlib.contextmanager

@@ -14,7 +14,6 @@ import pytest
 import torch
 
 from hinfer.batch import ForwardBatch, SeqChunk, build_forward_batch
-from hinfer.fixtures import fixed_test_seed
 from hinfer.ops import gdn as ref
 
 N_SLOTS = 40  # enough for every scenario's own slots plus its verify step slots
@@ -38,14 +37,6 @@ def small_tiles(tg, monkeypatch):
         tg, "_empty", lambda shape, dtype, device: torch.full(shape, float("nan"), dtype=dtype)
     )
     return tg
-
-
-@pytest.fixture
-def seed() -> int:
-    s = fixed_test_seed()
-    torch.manual_seed(s)
-    random.seed(s)
-    return s
 
 
 def _batch(

@@ -22,7 +22,6 @@ import random
 import pytest
 import torch
 
-from hinfer.fixtures import fixed_test_seed
 from hinfer.ops import moe as ref
 from hinfer.quant.experts import quantize_experts_int4
 
@@ -46,13 +45,6 @@ def tm(interpreter, monkeypatch):
     for name in ("moe", "moe_route", "moe_align"):
         monkeypatch.setattr(_mod(name), "_empty", _poison)
     return _mod("moe")
-
-
-@pytest.fixture
-def seed() -> int:
-    s = fixed_test_seed()
-    torch.manual_seed(s)
-    return s
 
 
 def _distinct_logits(t: int, e: int, dtype: torch.dtype) -> torch.Tensor:

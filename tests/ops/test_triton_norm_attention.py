@@ -19,7 +19,6 @@ import torch
 triton = pytest.importorskip("triton")
 
 from hinfer.batch import ForwardBatch, SeqChunk, build_forward_batch  # noqa: E402
-from hinfer.fixtures import fixed_test_seed  # noqa: E402
 from hinfer.ops import attention as ref_attn  # noqa: E402
 from hinfer.ops import norm as ref_norm  # noqa: E402
 from hinfer.ops.kv_cache import allocate_kv, kv_scales, read_kv, write_kv  # noqa: E402
@@ -54,12 +53,6 @@ def poisoned_empty():
         yield
     finally:
         torch.empty = real
-
-
-@pytest.fixture
-def seed() -> int:
-    """Fresh inputs every run; the seed is in every failure message."""
-    return fixed_test_seed()
 
 
 def _close(out: torch.Tensor, want: torch.Tensor, atol: float, rtol: float = 0.0, seed: int = -1) -> None:

@@ -39,13 +39,6 @@ DEV = "cuda" if torch.cuda.is_available() else "cpu"
 E, K_TOP, H, N_I = 8, 2, 256, 32
 
 
-@pytest.fixture
-def seed() -> int:
-    s = fixed_test_seed()
-    torch.manual_seed(s)
-    return s
-
-
 def _experts(e: int = E, h: int = H, i: int = N_I, dtype=torch.float32, device="cpu"):
     gu = torch.randn(e, 2 * i, h, device=device) / h**0.5
     dn = torch.randn(e, h, i, device=device) / i**0.5
