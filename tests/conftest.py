@@ -1,8 +1,18 @@
 """Shared test fixtures. Keep each addition self-contained: several test modules rely on this file."""
 
+# ruff: noqa: E402  (Triton is set up before anything can import it)
 from __future__ import annotations
 
+import triton_interpreter
+
+# Kernels run compiled on a GPU and in Triton's CPU interpreter otherwise, one way for the whole process:
+# tests/triton_interpreter.py says why this comes first.
+INTERPRETED = triton_interpreter.configure()
+
 import os
+import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,7 +20,7 @@ import torch
 
 from hinfer.config import EngineConfig, ModelConfig
 from hinfer.engine.factory import make_core, resolve_engine_config
-from hinfer.fixtures import tokenizer_dir
+from hinfer.fixtures import fixed_test_seed, tokenizer_dir
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.random_init import random_init
 from hinfer.ops import dispatch
@@ -30,6 +40,45 @@ def fixtures_dir() -> Path:
     if not root.is_dir():
         pytest.skip(f"fixtures not found at {root} (set HINFER_FIXTURES)")
     return root
+
+
+@pytest.fixture(scope="session")
+def interpreter() -> None:
+    """For tests that run Triton kernels on CPU tensors: skipped where the kernels are compiled for a GPU
+    (tests/gpu runs them there, at the real shapes)."""
+    if not INTERPRETED:
+        pytest.skip("kernels are compiled for the GPU here: tests/gpu covers them")
+
+
+class CompiledChild:
+    """A fresh Python process without TRITON_INTERPRET, in the repository root: where the sm_90 ahead-of-time
+    checks compile kernels (this process cannot when it interprets them: triton's own helpers are interpreted
+    functions here)."""
+
+    def run(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        root = Path(__file__).resolve().parents[1]
+        return subprocess.run([sys.executable, *args], env=env, cwd=root, capture_output=True, text=True,
+                              timeout=timeout)  # fmt: skip
+
+    def call(self, path: str, function: str, timeout: float = 600) -> subprocess.CompletedProcess:
+        """Run `function()` of the Python file at `path` (a test module's compile helper)."""
+        return self.run("-c", f"import runpy; runpy.run_path({path!r})[{function!r}]()", timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def compiled_child() -> CompiledChild:
+    return CompiledChild()
+
+
+@pytest.fixture
+def seed() -> int:
+    """A randomized test's seed (fixed_test_seed: 0 unless HINFER_TEST_SEED says otherwise, printed), with torch's
+    and Python's global generators seeded by it."""
+    s = fixed_test_seed()
+    torch.manual_seed(s)
+    random.seed(s)
+    return s
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from hinfer.config import EngineConfig, ModelConfig
 from hinfer.engine.host_tier import host_pages
 from hinfer.engine.memory_plan import kv_page_bytes
 from hinfer.errors import ConfigError
-from hinfer.fixtures import fixed_test_seed
 from hinfer.kv_format import INT4, INT8, KV_FORMATS, cache_format_of
 from hinfer.model.prompt_logits import prompt_logits
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
@@ -30,11 +29,6 @@ SMALL = {"model_type": "qwen3_5_text", "vocab_size": 64, "hidden_size": 64, "num
          "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "linear_num_key_heads": 2,
          "linear_num_value_heads": 4, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
          "intermediate_size": 96, "mtp_num_hidden_layers": 1}  # fmt: skip
-
-
-@pytest.fixture
-def seed() -> int:
-    return fixed_test_seed()
 
 
 def test_format_bytes_by_hand():

@@ -12,39 +12,29 @@ Thresholds (relative L2 = ||out - ref|| / ||ref||; the reference's own bf16 outp
 
 from __future__ import annotations
 
-import importlib
-import os
 import random
-import sys
 
 import pytest
 import torch
 
 from hinfer.batch import ForwardBatch, SeqChunk, build_forward_batch
-from hinfer.fixtures import fixed_test_seed
 from hinfer.ops import gdn as ref
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
 HK, HV, KD, VD, CONV = 16, 48, 128, 128, 10240
 N_SLOTS = 160
-_MODS = "hinfer.ops.triton.gdn"
-_SHARED = "hinfer.ops.triton.common"  # jit helpers the kernels call: re-imported with them
 
 
 @pytest.fixture(scope="module")
 def tg():
-    """The kernels compiled for the GPU, even if another test module left TRITON_INTERPRET=1 set."""
-    saved = {n: m for n, m in sys.modules.items() if n.startswith((_MODS, _SHARED))}
-    old_env = os.environ.pop("TRITON_INTERPRET", None)
-    for n in saved:
-        del sys.modules[n]
-    try:
-        mod = importlib.import_module(_MODS)
-    finally:
-        if old_env is not None:
-            os.environ["TRITON_INTERPRET"] = old_env
-    return mod
+    """The kernels compiled for the GPU (tests/conftest.py leaves TRITON_INTERPRET unset where CUDA is)."""
+    from hinfer.ops.triton import gdn, gdn_recurrent
+    from hinfer.ops.triton.common import interpreted
+
+    kernel = gdn_recurrent._recurrent_kernel
+    assert not interpreted(kernel), "interpreted on a GPU: tests/triton_interpreter.py"
+    return gdn
 
 
 @pytest.fixture(autouse=True)
@@ -53,14 +43,6 @@ def poison_outputs(tg, monkeypatch):
     monkeypatch.setattr(
         tg, "_empty", lambda shape, dtype, device: torch.full(shape, float("nan"), dtype=dtype, device=device)
     )
-
-
-@pytest.fixture
-def seed() -> int:
-    s = fixed_test_seed()
-    torch.manual_seed(s)
-    random.seed(s)
-    return s
 
 
 def _batch(lens: list[int], verify: list[bool] | None = None, n_slots: int = N_SLOTS) -> ForwardBatch:

@@ -15,15 +15,11 @@ expert, never results).
 
 from __future__ import annotations
 
-import importlib
-import os
-import random
 import sys
 
 import pytest
 import torch
 
-from hinfer.fixtures import fixed_test_seed
 from hinfer.ops import moe as ref
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -31,24 +27,17 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 E, K = 256, 8
 SHAPES = {"35b": (2048, 512), "122b": (3072, 1024)}
 _MODS = "hinfer.ops.triton.moe"
-_SHARED = "hinfer.ops.triton.common"  # jit helpers the kernels call: re-imported with them
 _INT4_CACHE: dict = {}
 
 
 @pytest.fixture(scope="module")
 def tm():
-    """The kernels compiled for the GPU, even if another test module left TRITON_INTERPRET=1 set."""
-    saved = {n: m for n, m in sys.modules.items() if n.startswith((_MODS, _SHARED))}
-    old_env = os.environ.pop("TRITON_INTERPRET", None)
-    for n in saved:
-        del sys.modules[n]
-    try:
-        mod = importlib.import_module(_MODS)
-    finally:
-        if old_env is not None:
-            os.environ["TRITON_INTERPRET"] = old_env
-    assert not mod.interpreted(sys.modules[_MODS + "_gemm"]._gate_up_kernel)
-    return mod
+    """The kernels compiled for the GPU (tests/conftest.py leaves TRITON_INTERPRET unset where CUDA is)."""
+    from hinfer.ops.triton import moe, moe_gemm
+    from hinfer.ops.triton.common import interpreted
+
+    assert not interpreted(moe_gemm._gate_up_kernel), "interpreted on a GPU: tests/triton_interpreter.py"
+    return moe
 
 
 def _poison(shape, dtype, device):
@@ -60,14 +49,6 @@ def _poison(shape, dtype, device):
 def poison_outputs(tm, monkeypatch):
     for name in ("moe", "moe_route", "moe_align"):
         monkeypatch.setattr(sys.modules[f"hinfer.ops.triton.{name}"], "_empty", _poison)
-
-
-@pytest.fixture
-def seed() -> int:
-    s = fixed_test_seed()
-    torch.manual_seed(s)
-    random.seed(s)
-    return s
 
 
 @pytest.fixture(scope="module", params=sorted(SHAPES))
@@ -213,7 +194,7 @@ def test_experts_fp8_real_shapes(tm, weights, seed, t, block):
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old
     _check(out, want, seed, f"{name} fp8 {'block' if block else 'channel'} T={t}")
-    if t == 8:  # the dispatcher reaches this module (the package attribute the tm fixture's import set)
+    if t == 8:  # the dispatcher reaches this module
         assert sys.modules[_MODS] is tm
         got = moe_ops.moe_experts(x, qgu, qdn, top_w, top_i)
         assert torch.equal(got, out), "moe_experts on Fp8ExpertsWeight != the kernels on its buffers"

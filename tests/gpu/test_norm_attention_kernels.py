@@ -19,14 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import os
 import random
 
 import pytest
 import torch
 
 from hinfer.batch import ForwardBatch, SeqChunk, build_forward_batch
-from hinfer.fixtures import fixed_test_seed
 from hinfer.ops import attention as ref_attn
 from hinfer.ops import norm as ref_norm
 from hinfer.ops.kv_cache import allocate_kv, kv_scales, write_kv
@@ -42,21 +40,11 @@ _MODS = ["common", "norm", "attention_common", "attention_rope", "attention_deco
 
 @pytest.fixture(scope="module")
 def tk():
-    """The kernel modules compiled for the GPU (re-imported if an interpreter run left them interpreted)."""
+    """The kernel modules compiled for the GPU (tests/conftest.py leaves TRITON_INTERPRET unset on one)."""
     mods = {name: importlib.import_module(f"hinfer.ops.triton.{name}") for name in _MODS}
-    if mods["norm"].interpreted(mods["norm"]._norm_kernel):
-        os.environ.pop("TRITON_INTERPRET", None)
-        for name in _MODS:  # dependency order: jit helpers first
-            mods[name] = importlib.reload(mods[name])
+    norm = mods["norm"]
+    assert not norm.interpreted(norm._norm_kernel), "interpreted on a GPU: tests/triton_interpreter.py"
     return mods
-
-
-@pytest.fixture
-def seed() -> int:
-    s = fixed_test_seed()
-    torch.manual_seed(s)
-    random.seed(s)
-    return s
 
 
 @contextlib.contextmanager

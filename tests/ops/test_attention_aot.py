@@ -1,13 +1,8 @@
 """The paged attention kernels (decode, prefill, qk-norm-rope-write) at their default 27B-shape settings go
-through Triton's whole sm_90 pipeline for every KV format, without spills in decode and prefill. In a child
-process without TRITON_INTERPRET (a process that imported triton under the interpreter cannot compile for a
-GPU)."""
+through Triton's whole sm_90 pipeline for every KV format, without spills in decode and prefill (in a child
+process: the `compiled_child` fixture)."""
 
 from __future__ import annotations
-
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -23,10 +18,8 @@ CACHES = {"bf16": (BF16, BF16), "fp8": (FP8, FP8), "int8": (INT8, INT8), "k8v4":
 F32 = "*fp32"
 
 
-def test_attention_kernels_compile_for_sm90():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    code = f"import runpy; runpy.run_path({__file__!r})['_compile_all']()"
-    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
+def test_attention_kernels_compile_for_sm90(compiled_child):
+    res = compiled_child.call(__file__, "_compile_all", timeout=900)
     assert res.returncode == 0, res.stderr[-4000:]
     assert res.stdout.count("compiled") == 4 * len(CACHES), res.stdout
 

@@ -1,12 +1,5 @@
 """Triton GDN kernels vs the reference bodies, under Triton's CPU interpreter at tiny shapes (CI).
 
-Triton reads TRITON_INTERPRET when @triton.jit decorates a function, i.e. at import time of the module that
-defines it (triton/runtime/jit.py: `if knobs.runtime.interpret` inside `jit`), not at launch. Two kinds of
-modules matter: ours (hinfer.ops.triton.gdn*), which the `tg` fixture imports afresh with the flag set and
-puts back afterwards, and triton's own (tl.sum, tl.cumsum, ... are @jit functions of triton.language), which
-are fixed when `import triton` first runs. So on a machine without CUDA this module makes sure triton is
-first imported with the flag set (as tests/ops/conftest.py does too); where that is impossible (a GPU is
-present, or triton was already imported for the GPU) the same tests run in a child process instead.
 The interpreter cannot catch what only the GPU compiler rejects, so the kernels are also compiled for sm_90
 (PTX and cubin with the wheel's ptxas, no GPU needed) at the default 27B tile settings, in a child process.
 Inputs are fresh random values every run (the seed is in each failure message); outputs are poisoned with
@@ -15,103 +8,24 @@ NaN before the call and step-slot destinations in the state too, so an element n
 
 from __future__ import annotations
 
-import contextlib
-import importlib
-import os
 import random
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from hinfer.batch import ForwardBatch, SeqChunk, build_forward_batch
-from hinfer.fixtures import fixed_test_seed
 from hinfer.ops import gdn as ref
 
-_MODS = "hinfer.ops.triton.gdn"
-_SHARED = "hinfer.ops.triton.common"  # jit helpers the kernels call: re-imported with them
 N_SLOTS = 40  # enough for every scenario's own slots plus its verify step slots
-_CHILD = "HINFER_GDN_INTERP_CHILD"
-_COMPILE_CHILD = "HINFER_GDN_COMPILE_CHILD"
-
-
-def _interpreter_usable() -> bool:
-    """Whether triton's own @jit helpers are (or can still be made) interpreted in this process."""
-    if os.environ.get(_CHILD) != "1" and torch.cuda.is_available():
-        return False  # never switch a GPU process to the interpreter
-    if os.environ.get(_COMPILE_CHILD) == "1":
-        return False  # the sm_90 compile child must import triton for real
-    if "triton" not in sys.modules:
-        old = os.environ.get("TRITON_INTERPRET")
-        os.environ["TRITON_INTERPRET"] = "1"
-        import triton.language.standard  # noqa: F401
-
-        if old is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = old
-    import triton.language.standard as std
-    from triton.runtime.jit import JITFunction
-
-    return not isinstance(std.sum, JITFunction)
-
-
-IN_PROCESS = _interpreter_usable()
-interp = pytest.mark.skipif(
-    not IN_PROCESS, reason="triton imported for the GPU here: runs in a child process"
-)
-
-
-@pytest.mark.skipif(IN_PROCESS, reason="the interpreter tests run in this process")
-def test_interpreter_suite_in_child_process():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env |= {_CHILD: "1", "CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "1"}
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__]
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
-    assert res.returncode == 0, (res.stdout + res.stderr)[-6000:]
-
-
-@contextlib.contextmanager
-def _fresh_gdn(interpret: bool):
-    """hinfer.ops.triton.gdn imported anew with TRITON_INTERPRET set or unset; afterwards the previous
-    modules (and package attributes: `from hinfer.ops.triton import gdn` reads those) are put back."""
-    import hinfer.ops.triton as pkg
-
-    saved = {n: m for n, m in sys.modules.items() if n.startswith((_MODS, _SHARED))}
-    names = ("gdn", "gdn_common", "gdn_conv", "gdn_recurrent", "gdn_chunk")
-    saved_attrs = {n: getattr(pkg, n, None) for n in names}
-    old_env = os.environ.get("TRITON_INTERPRET")
-    for n in saved:
-        del sys.modules[n]
-    if interpret:
-        os.environ["TRITON_INTERPRET"] = "1"
-    else:
-        os.environ.pop("TRITON_INTERPRET", None)
-    try:
-        mod = importlib.import_module(_MODS)
-    finally:
-        if old_env is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = old_env
-    try:
-        yield mod
-    finally:
-        for n in [n for n in sys.modules if n.startswith((_MODS, _SHARED))]:
-            del sys.modules[n]
-        sys.modules.update(saved)
-        for name, m in saved_attrs.items():
-            if m is not None:
-                setattr(pkg, name, m)
-            elif hasattr(pkg, name):
-                delattr(pkg, name)
 
 
 @pytest.fixture(scope="module")
-def tg():
-    with _fresh_gdn(interpret=True) as mod:
-        yield mod
+def tg(interpreter):
+    from hinfer.ops.triton import gdn, gdn_recurrent
+    from hinfer.ops.triton.common import interpreted
+
+    assert interpreted(gdn_recurrent._recurrent_kernel)
+    return gdn
 
 
 @pytest.fixture
@@ -123,14 +37,6 @@ def small_tiles(tg, monkeypatch):
         tg, "_empty", lambda shape, dtype, device: torch.full(shape, float("nan"), dtype=dtype)
     )
     return tg
-
-
-@pytest.fixture
-def seed() -> int:
-    s = fixed_test_seed()
-    torch.manual_seed(s)
-    random.seed(s)
-    return s
 
 
 def _batch(
@@ -171,7 +77,6 @@ def _lens(name: str) -> tuple[list[int], list | None]:
     return [n if n <= 4 else n + random.randrange(-2, 3) for n in lens], step
 
 
-@interp
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_gating(small_tiles, seed, dtype):
     tg = small_tiles
@@ -190,7 +95,6 @@ def test_gating(small_tiles, seed, dtype):
     torch.testing.assert_close(beta, beta_ref, rtol=0, atol=tol, msg=lambda m: f"seed {seed}: {m}")
 
 
-@interp
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_causal_conv1d(small_tiles, seed, scenario):
     tg = small_tiles
@@ -212,7 +116,6 @@ def test_causal_conv1d(small_tiles, seed, scenario):
     assert torch.equal(st_k, st_r), f"{msg}: conv state differs (copies of inputs must match bit for bit)"
 
 
-@interp
 @pytest.mark.parametrize(
     "scenario,chunk,dtype",
     [
@@ -252,9 +155,8 @@ def test_gated_delta_rule(small_tiles, monkeypatch, seed, scenario, chunk, dtype
     torch.testing.assert_close(s_k, s_r, rtol=1e-4, atol=1e-5, msg=lambda m: f"{msg}: state: {m}")
 
 
-@interp
 def test_dispatch_uses_triton(small_tiles, monkeypatch, seed, ops_backend):
-    """HINFER_TRITON=1 routes hinfer.ops.gdn to these kernels (the interpreted copies, via the package)."""
+    """HINFER_TRITON=1 routes hinfer.ops.gdn to these kernels."""
     tg = small_tiles
     ops_backend("triton")
     calls = []
@@ -266,14 +168,9 @@ def test_dispatch_uses_triton(small_tiles, monkeypatch, seed, ops_backend):
     assert calls and out.shape == x.shape
 
 
-@interp
-def test_kernels_compile_for_sm90():
-    """Every kernel at its default 27B-shape settings goes through Triton's whole sm_90 pipeline. In a child
-    process: triton's own @jit helpers (tl.sum's combine function, ...) were defined as interpreted functions
-    if this process imported triton under TRITON_INTERPRET=1, and such a process cannot compile for a GPU."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {_COMPILE_CHILD: "1"}
-    code = f"import runpy; runpy.run_path({__file__!r})['_compile_all']()"
-    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+def test_kernels_compile_for_sm90(compiled_child):
+    """Every kernel at its default 27B-shape settings goes through Triton's whole sm_90 pipeline."""
+    res = compiled_child.call(__file__, "_compile_all")
     assert res.returncode == 0, res.stderr[-4000:]
     assert res.stdout.count("compiled") == 8, res.stdout
 
@@ -282,36 +179,36 @@ def _compile_all() -> None:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, compile
 
-    with _fresh_gdn(interpret=False) as m:
-        from hinfer.ops.triton import gdn_chunk, gdn_conv, gdn_recurrent
+    from hinfer.ops.triton import gdn as m
+    from hinfer.ops.triton import gdn_chunk, gdn_conv, gdn_recurrent
 
-        bf, f32, i32, i64 = "*bf16", "*fp32", "*i32", "*i64"
-        ptrs = dict(x_ptr=bf, w_ptr=bf, st_ptr=bf, y_ptr=bf, cu_ptr=i32, slot_ptr=i64, step_ptr=i64)
-        ptrs |= dict(tab_ptr=i32, a_ptr=bf, b_ptr=bf, alog_ptr=bf, dtb_ptr=bf, g_ptr=f32, beta_ptr=f32)
-        ptrs |= dict(q_ptr=bf, k_ptr=bf, v_ptr=bf, s_ptr=f32, o_ptr=bf, u_ptr=f32, gc_ptr=f32, h_ptr=f32)
-        ptrs |= dict(ctab_ptr=i32, stab_ptr=i32, scale="fp32")
-        gqa = dict(REP=3, K=128)
-        ch = dict(gqa, HV=48, V=128, BT=m.CHUNK["BT"], PREC=m.CHUNK["PREC"])
-        cases = [
-            (gdn_conv._conv_kernel, dict(BT=2, BC=m.CONV["BC"], USE_TAB=False, HAS_STEP=True, EMU=False), m.CONV),
-            (gdn_conv._conv_kernel, dict(BT=m.CONV["BT"], BC=m.CONV["BC"], USE_TAB=True, HAS_STEP=False, EMU=False), m.CONV),
-            (gdn_conv._gating_kernel, dict(BLOCK=1024, EMU=False), {"num_warps": 4}),
-            (gdn_recurrent._recurrent_kernel, dict(gqa, BV=m.DECODE["BV"], HAS_STEP=False, EMU=False), m.DECODE),
-            (gdn_recurrent._recurrent_kernel, dict(gqa, BV=m.DECODE["BV"], HAS_STEP=True, EMU=False), m.DECODE),
-            (gdn_chunk._prep_kernel, dict(ch, SUB=16), {"num_warps": m.CHUNK["prep_warps"]}),
-            (gdn_chunk._state_kernel, dict(ch, BV=m.CHUNK["state_BV"], HAS_STEP=True, INTERP=False),
-             {"num_warps": m.CHUNK["state_warps"], "num_stages": m.CHUNK["state_stages"]}),
-            (gdn_chunk._out_kernel, dict(ch, BV=m.CHUNK["out_BV"], EMU=False), {"num_warps": m.CHUNK["out_warps"]}),
-        ]  # fmt: skip
-        for fn, consts, opts in cases:
-            types = (
-                ptrs if fn.__name__.startswith("_conv") else dict(ptrs, w_ptr=f32)
-            )  # the weight vs chunk w
-            sig = {a: "constexpr" if a in consts else types.get(a, "i32") for a in fn.arg_names}
-            # pointers and strides are 16-divisible at run time, as Triton's launcher would specialise them
-            div = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if sig[a][0] == "*"}
-            options = {k: v for k, v in opts.items() if k in ("num_warps", "num_stages")}
-            kernel = compile(ASTSource(fn, sig, constexprs=consts, attrs=div), target=GPUTarget("cuda", 90, 32),
-                             options=options)  # fmt: skip
-            assert kernel.asm.get("cubin"), fn.__name__
-            print("compiled", fn.__name__, kernel.metadata.shared)
+    bf, f32, i32, i64 = "*bf16", "*fp32", "*i32", "*i64"
+    ptrs = dict(x_ptr=bf, w_ptr=bf, st_ptr=bf, y_ptr=bf, cu_ptr=i32, slot_ptr=i64, step_ptr=i64)
+    ptrs |= dict(tab_ptr=i32, a_ptr=bf, b_ptr=bf, alog_ptr=bf, dtb_ptr=bf, g_ptr=f32, beta_ptr=f32)
+    ptrs |= dict(q_ptr=bf, k_ptr=bf, v_ptr=bf, s_ptr=f32, o_ptr=bf, u_ptr=f32, gc_ptr=f32, h_ptr=f32)
+    ptrs |= dict(ctab_ptr=i32, stab_ptr=i32, scale="fp32")
+    gqa = dict(REP=3, K=128)
+    ch = dict(gqa, HV=48, V=128, BT=m.CHUNK["BT"], PREC=m.CHUNK["PREC"])
+    cases = [
+        (gdn_conv._conv_kernel, dict(BT=2, BC=m.CONV["BC"], USE_TAB=False, HAS_STEP=True, EMU=False), m.CONV),
+        (gdn_conv._conv_kernel, dict(BT=m.CONV["BT"], BC=m.CONV["BC"], USE_TAB=True, HAS_STEP=False, EMU=False), m.CONV),
+        (gdn_conv._gating_kernel, dict(BLOCK=1024, EMU=False), {"num_warps": 4}),
+        (gdn_recurrent._recurrent_kernel, dict(gqa, BV=m.DECODE["BV"], HAS_STEP=False, EMU=False), m.DECODE),
+        (gdn_recurrent._recurrent_kernel, dict(gqa, BV=m.DECODE["BV"], HAS_STEP=True, EMU=False), m.DECODE),
+        (gdn_chunk._prep_kernel, dict(ch, SUB=16), {"num_warps": m.CHUNK["prep_warps"]}),
+        (gdn_chunk._state_kernel, dict(ch, BV=m.CHUNK["state_BV"], HAS_STEP=True, INTERP=False),
+         {"num_warps": m.CHUNK["state_warps"], "num_stages": m.CHUNK["state_stages"]}),
+        (gdn_chunk._out_kernel, dict(ch, BV=m.CHUNK["out_BV"], EMU=False), {"num_warps": m.CHUNK["out_warps"]}),
+    ]  # fmt: skip
+    for fn, consts, opts in cases:
+        types = (
+            ptrs if fn.__name__.startswith("_conv") else dict(ptrs, w_ptr=f32)
+        )  # the weight vs chunk w
+        sig = {a: "constexpr" if a in consts else types.get(a, "i32") for a in fn.arg_names}
+        # pointers and strides are 16-divisible at run time, as Triton's launcher would specialise them
+        div = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if sig[a][0] == "*"}
+        options = {k: v for k, v in opts.items() if k in ("num_warps", "num_stages")}
+        kernel = compile(ASTSource(fn, sig, constexprs=consts, attrs=div), target=GPUTarget("cuda", 90, 32),
+                         options=options)  # fmt: skip
+        assert kernel.asm.get("cubin"), fn.__name__
+        print("compiled", fn.__name__, kernel.metadata.shared)

@@ -16,88 +16,21 @@ Router: ids equal when no two logits of a row tie; weights to 1e-6 (fp32) or one
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import os
 import random
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from hinfer.fixtures import fixed_test_seed
 from hinfer.ops import moe as ref
 from hinfer.quant.experts import quantize_experts_int4
 
 triton = pytest.importorskip("triton")
-
-_MODS = ("hinfer.ops.triton.moe", "hinfer.ops.triton.linear_int4", "hinfer.ops.triton.common")
-_NAMES = ("common", "moe", "moe_common", "moe_route", "moe_align", "moe_gemm", "moe_config", "moe_int4", "linear_int4")
-
-
-def _fix_interpreter_index_for_numpy_2_4() -> None:
-    """triton 3.6's interpreter turns a 1-element array into a Python int with int(array), which numpy >= 2.4
-    rejects (loops with runtime bounds then fail). Same idempotent fix as tests/quant/conftest.py."""
-    from triton.runtime import interpreter
-
-    original = interpreter._patch_lang_tensor
-    if getattr(original, "_hinfer_fixed", False):
-        return
-
-    def patched(tensor, scope) -> None:
-        original(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-
-    patched._hinfer_fixed = True  # type: ignore[attr-defined]
-    interpreter._patch_lang_tensor = patched
-
-
-@contextlib.contextmanager
-def _fresh_moe(interpret: bool):
-    """Fresh copies of hinfer.ops.triton.moe* (and linear_int4) with TRITON_INTERPRET set or not (triton picks
-    the interpreter when a kernel is defined); the previous modules and package attributes are put back."""
-    import hinfer.ops.triton as pkg
-
-    saved = {n: m for n, m in sys.modules.items() if n.startswith(_MODS)}
-    saved_attrs = {n: getattr(pkg, n, None) for n in _NAMES}
-    old_env = os.environ.get("TRITON_INTERPRET")
-    for n in saved:
-        del sys.modules[n]
-    if interpret:
-        os.environ["TRITON_INTERPRET"] = "1"
-    else:
-        os.environ.pop("TRITON_INTERPRET", None)
-    try:
-        mod = importlib.import_module(_MODS[0])
-    finally:
-        if old_env is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = old_env
-    try:
-        yield mod
-    finally:
-        for n in [n for n in sys.modules if n.startswith(_MODS)]:
-            del sys.modules[n]
-        sys.modules.update(saved)
-        for name, m in saved_attrs.items():
-            if m is not None:
-                setattr(pkg, name, m)
-            elif hasattr(pkg, name):
-                delattr(pkg, name)
-
-
-@pytest.fixture(scope="module")
-def tm():
-    _fix_interpreter_index_for_numpy_2_4()
-    with _fresh_moe(interpret=True) as mod:
-        assert mod.interpreted(_mod("moe_gemm")._gate_up_kernel)
-        yield mod
+from hinfer.ops.triton.common import interpreted  # noqa: E402
 
 
 def _mod(name: str):
-    return sys.modules[f"hinfer.ops.triton.{name}"]
+    return importlib.import_module(f"hinfer.ops.triton.{name}")
 
 
 def _poison(shape, dtype, device):
@@ -105,17 +38,13 @@ def _poison(shape, dtype, device):
     return t.fill_(float("nan")) if t.is_floating_point() else t.fill_(-(2**30) + 7)
 
 
-@pytest.fixture(autouse=True)
-def poison_outputs(tm, monkeypatch):
+@pytest.fixture
+def tm(interpreter, monkeypatch):
+    """The Triton MoE module, interpreted, with the outputs and scratch it allocates poisoned."""
+    assert interpreted(_mod("moe_gemm")._gate_up_kernel)
     for name in ("moe", "moe_route", "moe_align"):
         monkeypatch.setattr(_mod(name), "_empty", _poison)
-
-
-@pytest.fixture
-def seed() -> int:
-    s = fixed_test_seed()
-    torch.manual_seed(s)
-    return s
+    return _mod("moe")
 
 
 def _distinct_logits(t: int, e: int, dtype: torch.dtype) -> torch.Tensor:
@@ -181,10 +110,7 @@ def test_route_ties_lowest_index_first(tm, seed):
 
 def test_route_dispatch(tm, seed, monkeypatch, ops_backend):
     """hinfer.ops.moe.moe_route runs the Triton router when HINFER_TRITON=1."""
-    import hinfer.ops.triton as pkg
-
     ops_backend("triton")
-    monkeypatch.setattr(pkg, "moe", tm, raising=False)
     calls = []
     monkeypatch.setattr(tm, "moe_route", lambda lg, k: calls.append(k) or ref.moe_route_ref(lg, k))
     ref.moe_route(torch.randn(2, 8), 2)
@@ -361,14 +287,10 @@ def test_experts_no_tokens(tm):
     assert out.shape == (0, 32)
 
 
-def test_kernels_compile_for_sm90():
+def test_kernels_compile_for_sm90(compiled_child):
     """The default tiles of every path (35B-A3B shapes, bf16, int4 and fp8) go through Triton's whole sm_90 pipeline
-    (no GPU needed): catches what the interpreter accepts but the compiler does not. In a subprocess: when
-    TRITON_INTERPRET was set at `import triton` (tests/ops/conftest.py), triton's own library functions
-    (tl.cdiv, ...) are interpreter functions for the rest of the process and cannot be compiled."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    code = f"import runpy; runpy.run_path({__file__!r})['_compile_all']()"
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    (no GPU needed): catches what the interpreter accepts but the compiler does not."""
+    r = compiled_child.call(__file__, "_compile_all")
     assert r.returncode == 0, r.stderr[-4000:]
 
 

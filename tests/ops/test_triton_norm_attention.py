@@ -1,9 +1,6 @@
 """Triton norm / qk-norm-rope-write / paged attention kernels against their torch reference bodies.
 
-Runs the kernels on CPU tensors in Triton's interpreter at tiny shapes. TRITON_INTERPRET=1 must be set before
-`import triton.language` (its own @jit helpers, tl.sum / tl.max / tl.cdiv, are decorated then) and before our
-kernel modules are imported; tests/ops/conftest.py sets it while collecting this directory. If this process
-imported triton earlier (another directory's test module), the tests here re-run in a child process.
+Runs the kernels on CPU tensors in Triton's interpreter at tiny shapes (tests/gpu covers CUDA).
 Shapes: H=6, Hkv=2, D=32, R=8, pages of 8/16 handed out out of order. Outputs the
 kernels allocate are poisoned (torch.empty -> NaN) so an unwritten element fails the comparison.
 fp32 runs must match to ~1e-5; bf16 norms and RoPE match the reference bit for bit (the kernels mirror its
@@ -14,12 +11,7 @@ to bf16, the kernels keep them in fp32).
 from __future__ import annotations
 
 import contextlib
-import importlib
-import os
 import random
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -27,72 +19,24 @@ import torch
 triton = pytest.importorskip("triton")
 
 from hinfer.batch import ForwardBatch, SeqChunk, build_forward_batch  # noqa: E402
-from hinfer.fixtures import fixed_test_seed  # noqa: E402
 from hinfer.ops import attention as ref_attn  # noqa: E402
 from hinfer.ops import norm as ref_norm  # noqa: E402
 from hinfer.ops.kv_cache import allocate_kv, kv_scales, read_kv, write_kv  # noqa: E402
 from hinfer.ops.rope import rope_inv_freq  # noqa: E402
+from hinfer.ops.triton import attention as ta  # noqa: E402
+from hinfer.ops.triton import attention_decode as dec  # noqa: E402
+from hinfer.ops.triton import attention_prefill as pre  # noqa: E402
+from hinfer.ops.triton import norm as tn  # noqa: E402
+from hinfer.ops.triton.common import interpreted  # noqa: E402
 
-if torch.cuda.is_available():
-    pytest.skip("interpreter tests run on CPU-only machines (tests/gpu covers CUDA)", allow_module_level=True)
-
-_MODULES = [
-    "common",
-    "norm",
-    "attention_common",
-    "attention_rope",
-    "attention_decode",
-    "attention_prefill",
-    "attention",
-]
-
-
-def _interpreted_kernels():
-    """The kernel modules, (re)imported so their @triton.jit functions are interpreter functions even if some
-    earlier test imported them before TRITON_INTERPRET was set (triton decides at definition time)."""
-    os.environ["TRITON_INTERPRET"] = "1"
-    from hinfer.ops.triton import norm
-
-    stale = not norm.interpreted(norm._norm_kernel)
-    mods = {}
-    for name in _MODULES:
-        full = f"hinfer.ops.triton.{name}"
-        mod = importlib.import_module(full)
-        mods[name] = importlib.reload(mod) if stale else sys.modules[full]
-    return mods
-
-
-def _language_interpreted() -> bool:
-    import triton.language as tl
-
-    return not isinstance(tl.standard.sum, triton.runtime.jit.JITFunction)
-
-
-IN_PROCESS = _language_interpreted()
-K = _interpreted_kernels()
-tn, ta = K["norm"], K["attention"]
-dec, pre = K["attention_decode"], K["attention_prefill"]
+pytestmark = pytest.mark.usefixtures("interpreter")
 
 H, HKV, D, R = 6, 2, 32, 8
 EPS = 1e-6
 
 
-@pytest.fixture(autouse=True)
-def _interpreter_process(request):
-    if not IN_PROCESS and request.node.name != "test_in_child_process":
-        pytest.skip("triton.language was imported before TRITON_INTERPRET=1: see test_in_child_process")
-
-
-def test_in_child_process():
-    """This process imported triton before TRITON_INTERPRET=1 was set: run this file in a fresh one."""
-    if IN_PROCESS:
-        pytest.skip("the tests ran in this process")
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__]
-    res = subprocess.run(
-        cmd, env=env, cwd=Path(__file__).parents[2], capture_output=True, text=True, timeout=900
-    )
-    assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-2000:]
+def test_kernels_interpreted():
+    assert all(interpreted(k) for k in (tn._norm_kernel, dec._decode_kernel, pre._prefill_kernel))
 
 
 @contextlib.contextmanager
@@ -109,12 +53,6 @@ def poisoned_empty():
         yield
     finally:
         torch.empty = real
-
-
-@pytest.fixture
-def seed() -> int:
-    """Fresh inputs every run; the seed is in every failure message."""
-    return fixed_test_seed()
 
 
 def _close(out: torch.Tensor, want: torch.Tensor, atol: float, rtol: float = 0.0, seed: int = -1) -> None:

@@ -3,7 +3,8 @@ body and the grouped Triton kernels, FMT 1 and 2), tiny MoE models quantized wit
 fp8-block, and the memory plan's bytes for them.
 
 Random inputs every run (the seed is printed on failure). Triton runs in its CPU interpreter without a GPU
-(tests/quant/conftest.py), at tiny shapes: E=8 experts, top 2, H=256 (two 128-groups / scale blocks), N_I=32.
+(tests/triton_interpreter.py), at tiny shapes: E=8 experts, top 2, H=256 (two 128-groups / scale blocks),
+N_I=32.
 """
 
 from __future__ import annotations
@@ -36,13 +37,6 @@ from hinfer.quant.experts import quantize_experts_fp8, quantize_experts_int4
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 E, K_TOP, H, N_I = 8, 2, 256, 32
-
-
-@pytest.fixture
-def seed() -> int:
-    s = fixed_test_seed()
-    torch.manual_seed(s)
-    return s
 
 
 def _experts(e: int = E, h: int = H, i: int = N_I, dtype=torch.float32, device="cpu"):
@@ -126,14 +120,13 @@ def test_reference_body_equals_dequantized_experts(seed, monkeypatch, ops_backen
 
 
 def _triton_moe():
-    """The Triton MoE module, or a skip where its kernels can neither compile (no GPU) nor be interpreted."""
+    """The Triton MoE module: interpreted on the CPU, compiled on a GPU (tests/triton_interpreter.py)."""
     pytest.importorskip("triton")
     from hinfer.ops.triton import moe as tm
     from hinfer.ops.triton.common import interpreted
     from hinfer.ops.triton.moe_gemm import _gate_up_kernel
 
-    if DEV == "cpu" and not interpreted(_gate_up_kernel):
-        pytest.skip("Triton MoE kernels were imported without TRITON_INTERPRET (run tests/quant alone)")
+    assert interpreted(_gate_up_kernel) == (DEV == "cpu")
     return tm
 
 

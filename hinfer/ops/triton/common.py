@@ -1,8 +1,5 @@
 """What every Triton kernel module shares: the interpreter check, the round-to-nearest casts that Triton's CPU
 interpreter gets wrong, and the quantization group the kernels take.
-
-Test helpers that re-import kernel modules under TRITON_INTERPRET re-import this one first (its @triton.jit
-helpers are decided at definition time like the kernels that call them).
 """
 
 from __future__ import annotations
