@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-GROUP_K = 128
+from hinfer.ops.triton.common import GROUP as GROUP_K  # quantization group along K
 
 
 @triton.jit

@@ -29,10 +29,10 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
+from hinfer.ops.triton.common import GROUP as GROUP_K  # quantization group along K
 from hinfer.ops.triton.linear_configs import INT4_MMA, M_BUCKETS, TUNED, SkinnyConfig, m_bucket, num_sms
 from hinfer.ops.triton.linear_splitk import split_scratch
 
-GROUP_K = 128  # quantization group along K (host side)
 GROUP = gl.constexpr(GROUP_K)
 MAX_M = 64  # rows of x per call (the MMA's N, padded to 8, 16, 32 or 64)
 

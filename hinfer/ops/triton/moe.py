@@ -106,6 +106,15 @@ def _fmt(w: Experts) -> str:
     return INT4 if isinstance(w, Int4Experts) else FP8 if isinstance(w, Fp8Experts) else BF16
 
 
+def _sum_slots(y: torch.Tensor, out: torch.Tensor, t: int, k: int, h: int, emu: bool, pdl: dict) -> torch.Tensor:
+    """out[t] = sum of the token's k rows of y (pair = t * k + s), in fp32."""
+    bn = min(1024, triton.next_power_of_2(h))
+    mg._sum_slots_kernel[(t, triton.cdiv(h, bn))](
+        y, out, h, out.stride(0), TOPK=k, TOPK_P=triton.next_power_of_2(k), BN=bn, EMU=emu, num_warps=4, **pdl,
+    )  # fmt: skip
+    return out
+
+
 def mma_experts_fit(x: torch.Tensor, gu: Int4Experts, dn: Int4Experts, pairs: int) -> bool:
     """Decode sizes on a GPU (the Gluon kernel has no interpreter twin), shapes whole 64-row tiles and 128-groups,
     unless HINFER_MOE_INT4=grouped keeps the grouped Triton kernels."""
@@ -131,12 +140,7 @@ def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, o
     act = silu_mul(hid)
     y = _empty((pairs, h), x.dtype, x.device)
     experts_mma(act, dn, y, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=1, tw=tw)
-    bn = min(1024, triton.next_power_of_2(h))
-    mg._sum_slots_kernel[(t, triton.cdiv(h, bn))](
-        y, out, h, out.stride(0), TOPK=k, TOPK_P=triton.next_power_of_2(k), BN=bn, EMU=False, num_warps=4,
-        PDL=False,
-    )  # fmt: skip
-    return out
+    return _sum_slots(y, out, t, k, h, False, {"PDL": False})
 
 
 def moe_experts(
@@ -214,8 +218,4 @@ def moe_experts(
         DIRECT=cfg.direct, SWAP=dn.swap, EVEN_K=i % dn.block_k == 0, PREC=prec, EMU=emu,
         BM=dn.block_m, BN=dn.block_n, BK=dn.block_k, num_warps=dn.num_warps, num_stages=dn.num_stages, **dfmt, **pdl,
     )  # fmt: skip
-    bn = min(1024, triton.next_power_of_2(h))
-    mg._sum_slots_kernel[(t, triton.cdiv(h, bn))](
-        y, out, h, out.stride(0), TOPK=k, TOPK_P=triton.next_power_of_2(k), BN=bn, EMU=emu, num_warps=4, **pdl,
-    )  # fmt: skip
-    return out
+    return _sum_slots(y, out, t, k, h, emu, pdl)
