@@ -164,5 +164,6 @@ def qk_norm_rope_write(
         H=n_heads, HKV=n_kv, H_PAD=triton.next_power_of_2(n_heads), HKV_PAD=triton.next_power_of_2(n_kv),
         D=d, R_HALF=inv_freq.numel(), PAGE=k_cache.shape[1], EMU=emu, K_FMT=k_fmt, V_FMT=v_fmt,
         num_warps=8 if n_heads * d >= 4096 else 4,
+        enable_fp_fusion=False,  # no fma contraction: products and sums rounded as the reference's torch ops
     )  # fmt: skip
     return q_out
