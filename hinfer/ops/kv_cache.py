@@ -55,6 +55,12 @@ def kv_scales(cache: torch.Tensor) -> torch.Tensor | None:
     return s.unflatten(-1, (page, n_kv)) if fmt.group == 0 else s.unflatten(-1, (page, n_kv, groups))
 
 
+def _scale(amax: torch.Tensor, qmax: int) -> torch.Tensor:
+    # a tensor divisor: CUDA torch turns division by a Python scalar into a multiply by its reciprocal, an ulp
+    # away from the IEEE quotient the kernels compute
+    return amax / torch.full_like(amax, qmax)
+
+
 def _round_half_up(x: torch.Tensor) -> torch.Tensor:
     return torch.floor(x + 0.5)  # the kernels' rounding (ties are measure-zero on real data anyway)
 
@@ -62,7 +68,7 @@ def _round_half_up(x: torch.Tensor) -> torch.Tensor:
 def quantize_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """x [..., D] -> (round(x / s) int8, s = amax / 127 fp32 [...]); an all-zero row gets s = 0 and zeros."""
     xf = x.float()
-    scale = xf.abs().amax(dim=-1) / INT8_MAX
+    scale = _scale(xf.abs().amax(dim=-1), INT8_MAX)
     inv = torch.where(scale > 0, 1.0 / scale, torch.zeros_like(scale))
     q = _round_half_up(xf * inv[..., None]).clamp_(-INT8_MAX, INT8_MAX)
     return q.to(torch.int8), scale
@@ -71,7 +77,7 @@ def quantize_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def quantize_int4(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """x [..., D] -> (nibble pairs uint8 [..., D / 2], s = amax / 7 fp32 [..., D / 64] per group of 64)."""
     xf = x.float().unflatten(-1, (-1, INT4_GROUP))
-    scale = xf.abs().amax(dim=-1) / INT4_MAX
+    scale = _scale(xf.abs().amax(dim=-1), INT4_MAX)
     inv = torch.where(scale > 0, 1.0 / scale, torch.zeros_like(scale))
     q = _round_half_up(xf * inv[..., None]).clamp_(-INT4_MAX, INT4_MAX).flatten(-2)
     u = (q + 8).to(torch.uint8)
