@@ -35,20 +35,22 @@ def config_shapes(name: str) -> list[tuple[str, int, int]]:
             ("down", h, inter)]  # fmt: skip
 
 
-def candidates(m: int, n: int, k: int):
-    """Tiles (SkinnyConfig: BLOCK_N, 128, BLOCK_M, split, warps, depth) that fit N, >= 4 groups per split; 8 warps
-    only from BLOCK_M 32 (4 warps spill there)."""
+def candidates(m: int, n: int, k: int, rings: tuple[int, ...] = (0,)):
+    """Tiles (SkinnyConfig: BLOCK_N, 128, BLOCK_M, split, warps, depth, ring) that fit N, >= 4 groups per split; 8
+    warps only from BLOCK_M 32 (4 warps spill there). Ring 0 tries the register look-ahead depths 2 and 4; a ring
+    of R > 0 groups streams through shared memory (depth unused)."""
     from hinfer.ops.triton.linear_configs import SkinnyConfig
     from hinfer.ops.triton.linear_int4_mma import mma_block_m
 
     block_m = mma_block_m(m)
     out = []
-    for block_n, warps, split, depth in itertools.product((128, 256), (4, 8), (1, 2, 4, 8, 16), (2, 4)):
+    for block_n, warps, split, ring in itertools.product((128, 256), (4, 8), (1, 2, 4, 8, 16), rings):
         if n % block_n or block_n % (16 * warps) or k // 128 // split < 4 or (block_m >= 32 and warps == 4):
             continue
         if (n // block_n) * split > 8 * 132:  # far past covering the SMs: partials cost more than they hide
             continue
-        out.append(SkinnyConfig(block_n, 128, block_m, split, warps, depth))
+        for depth in (2, 4) if ring == 0 else (2,):
+            out.append(SkinnyConfig(block_n, 128, block_m, split, warps, depth, ring))
     return out
 
 
@@ -64,6 +66,7 @@ def main() -> None:
     ap.add_argument("--config", help="a packaged config (e.g. qwen3.6-35b-a3b): its shapes instead of the 27B's")
     ap.add_argument("--sym", action="store_true", help="symmetric weights (default asymmetric)")
     ap.add_argument("--fma-offset", action="store_true", help="the kernel's per-weight offset variant")
+    ap.add_argument("--rings", default="0", help="shared-memory ring sizes to try (0: register look-ahead)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--tuned-out", type=Path, help="the winners as HINFER_LINEAR_TUNED entries (fmt int4_mma)")
     a = ap.parse_args()
@@ -79,7 +82,8 @@ def main() -> None:
             x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
             default = mma_config(m, n, k)
             timed = []
-            for cfg in dict.fromkeys([default, *candidates(m, n, k)]):
+            rings = tuple(int(r) for r in a.rings.split(","))
+            for cfg in dict.fromkeys([default, *candidates(m, n, k, rings)]):
                 def op(wt, cfg=cfg, x=x):
                     return int4_mma_matmul(x, wt, cfg=cfg, offset_mma=not a.fma_offset)
 

@@ -85,6 +85,26 @@ def test_int4_mma_tiles_and_variants(tile, offset_mma, zero_point):
         assert _rel(y, q.matmul_ref(x)) < REL, m
 
 
+@pytest.mark.parametrize("tile", [(128, 8, 1, 4, 4), (128, 8, 3, 8, 3), (256, 8, 2, 8, 6), (128, 16, 5, 4, 8),
+                                  (256, 32, 2, 8, 4), (128, 64, 2, 8, 3), (64, 8, 8, 4, 2)])  # fmt: skip
+@pytest.mark.parametrize("zero_point", [True, False], ids=["asym", "sym"])
+def test_int4_mma_shared_memory_ring(tile, zero_point):
+    """The cp.async ring (BLOCK_N, BLOCK_M, split-K, warps, ring): uneven splits, rings longer than a split's
+    groups (136 groups, split 8: 17 each; ring 8 on 27 groups), on down_proj's K."""
+    from hinfer.ops.triton.linear_configs import SkinnyConfig
+    from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
+
+    block_n, block_m, split, warps, ring = tile
+    cfg = SkinnyConfig(block_n, 128, block_m, split, warps, 2, ring)
+    n, k = 1024, 17408
+    g = _gen()
+    q, mw = _quantized(n, k, zero_point, g)
+    for m in sorted({1, block_m // 2 + 1, block_m}):
+        x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
+        y = int4_mma_matmul(x, mw, out=_poisoned(m, n), cfg=cfg)
+        assert _rel(y, q.matmul_ref(x)) < REL, m
+
+
 def test_int4_mma_matches_its_torch_twin():
     """Same arithmetic as hinfer.quant.int4_mma_layout.emulate_kernel: only fp32 summation order differs."""
     from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul

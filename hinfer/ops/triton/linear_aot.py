@@ -29,7 +29,7 @@ from hinfer.ops.triton.linear_int4_mma import int4_mma_variant
 from hinfer.ops.triton.moe_int4_mma import experts_mma_variant
 
 TARGET = GPUTarget("cuda", 90, 64)
-_DIV16 = {"N", "K", "stride_xm", "stride_ym", "stride_wn", "stride_am", "stride_cm", "stride_qm"}
+_DIV16 = {"N", "K", "stride_xm", "stride_ym", "stride_wn", "stride_am", "stride_cm", "stride_qm", "stride_sg"}
 _W = {BF16: "*bf16", FP8_ROW: "*fp8e4nv", FP8_BLOCK: "*fp8e4nv", INT4: "*i32"}
 _S = {BF16: "*bf16", FP8_ROW: "*fp32", FP8_BLOCK: "*fp32", INT4: "*bf16"}
 Variant = tuple[str, object, dict, dict, int, int]

@@ -37,6 +37,7 @@ class SkinnyConfig:
     split_k: int
     num_warps: int
     num_stages: int
+    ring: int = 0  # int4_mma: groups in a cp.async shared-memory ring (0: num_stages' register look-ahead)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from typing import Protocol
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
 from hinfer.ops.triton.common import GROUP as GROUP_K  # quantization group along K
 from hinfer.ops.triton.linear_configs import INT4_MMA, M_BUCKETS, TUNED, SkinnyConfig, m_bucket, num_sms
@@ -255,11 +255,82 @@ def _k_loop(wp, sp, zl, zr, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK
     return acc
 
 
+@gluon.constexpr_function
+def _flat_smem(rank):
+    return gl.SwizzledSharedLayout(1, 1, 1, list(range(rank - 1, -1, -1)))
+
+
+@gluon.constexpr_function
+def _vec16_layout(elem_bytes, num_warps):
+    # 16 contiguous bytes per thread: the scales / zeros row of a group is copied in 16-byte pieces
+    return gl.BlockedLayout([16 // elem_bytes], [32], [num_warps], [0])
+
+
+@gluon.jit
+def _ring_issue(w_smem, s_smem, z_smem, w_ptrs, s_ptrs, z_ptrs, g, sg, stage, HAS_ZERO: gl.constexpr,
+                GW: gl.constexpr):  # fmt: skip
+    """cp.async group g's words, scales (and zeros) into ring slot `stage`; one commit group."""
+    async_copy.async_copy_global_to_shared(w_smem.index(stage), w_ptrs + g * GW)
+    async_copy.async_copy_global_to_shared(s_smem.index(stage), s_ptrs + g * sg)
+    if HAS_ZERO:
+        async_copy.async_copy_global_to_shared(z_smem.index(stage), z_ptrs + g * sg)
+    async_copy.commit_group()
+
+
+@gluon.jit
+def _k_loop_ring(wp, s_base, z_base, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
+                 HAS_ZERO: gl.constexpr, RING: gl.constexpr, GW: gl.constexpr):  # fmt: skip
+    """_k_loop with the weights streamed through a shared-memory ring of RING groups (cp.async): RING - 1 groups
+    in flight per program without holding them in registers. Each thread copies, and later reads, its own 16
+    bytes of words; the scales / zeros rows are copied by a few threads and read by all, hence one barrier per
+    group (which also keeps a slot from being refilled before every thread has read it). Fragment order, the
+    offset taken off by the ones MMA."""
+    W: gl.constexpr = gl.num_warps()
+    MMA: gl.constexpr = _mma_layout(W)
+    DOT_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
+    DOT_B: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
+    LW: gl.constexpr = _words_layout(W)
+    SL: gl.constexpr = gl.SliceLayout(1, MMA)
+    S: gl.constexpr = BLOCK_N // 16
+    w_smem = gl.allocate_shared_memory(gl.int32, [RING, S, 2, 32, 4], _flat_smem(4))
+    s_smem = gl.allocate_shared_memory(gl.bfloat16, [RING, BLOCK_N], _flat_smem(1))
+    z_smem = s_smem
+    if HAS_ZERO:
+        z_smem = gl.allocate_shared_memory(gl.uint8, [RING, BLOCK_N], _flat_smem(1))
+    LS: gl.constexpr = _vec16_layout(2, W)
+    LZ: gl.constexpr = _vec16_layout(1, W)
+    s_ptrs = s_base + gl.arange(0, BLOCK_N, layout=LS)
+    z_ptrs = z_base + gl.arange(0, BLOCK_N, layout=LZ)
+    acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
+    zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
+    ones = gl.full([BLOCK_N, GROUP], 1.0, gl.bfloat16, layout=DOT_A)
+    last = gl.maximum(g_hi - 1, 0)  # slots past the end re-read the last group (cache hits), never used
+    for i in gl.static_range(RING - 1):
+        _ring_issue(w_smem, s_smem, z_smem, wp, s_ptrs, z_ptrs, gl.minimum(g_lo + i, last), sg, i, HAS_ZERO, GW)
+    for g in range(g_lo, g_hi):
+        j = g - g_lo
+        async_copy.wait_group(RING - 2)  # this thread's copies of group g have landed
+        gl.thread_barrier()  # and every thread's (scales), and slot (j - 1) % RING is read by all
+        stage = j % RING
+        words = w_smem.index(stage).load(LW)
+        s = s_smem.index(stage).load(SL).to(gl.float32)
+        if HAS_ZERO:
+            c = z_smem.index(stage).load(SL).to(gl.float32) + 128.0
+        else:
+            c = gl.full([BLOCK_N], 136.0, gl.float32, layout=SL)
+        nxt = j + RING - 1
+        _ring_issue(w_smem, s_smem, z_smem, wp, s_ptrs, z_ptrs, gl.minimum(g_lo + nxt, last), sg, nxt % RING,
+                    HAS_ZERO, GW)  # fmt: skip
+        acc = _group(acc, words, s, c, c, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, True, False)
+    async_copy.wait_group(0)
+    return acc
+
+
 @gluon.jit
 def int4_mma_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg, stride_sn,
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
-    OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr,
+    OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, RING: gl.constexpr = 0,
 ):  # fmt: skip
     W: gl.constexpr = gl.num_warps()
     S: gl.constexpr = BLOCK_N // 16
@@ -293,8 +364,12 @@ def int4_mma_kernel(
     # rows of x past M re-read row M - 1 (their outputs are not stored): unmasked loads, no zero fill
     x_ptrs = x_ptr + gl.minimum(xn, M - 1) * stride_xm + xt * 32 + xj
 
-    acc = _k_loop(w_ptrs, s_ptrs, z_lo, z_rows, stride_sg, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO,
-                  OFFSET_MMA, DEPTH, ROWS, GW)  # fmt: skip
+    if RING > 0:  # fragment order: a group's scales / zeros are BLOCK_N contiguous entries of row g
+        acc = _k_loop_ring(w_ptrs, s_ptr + pid_n * BLOCK_N, z_ptr + pid_n * BLOCK_N, stride_sg, x_ptrs, g_lo, g_hi,
+                           BLOCK_N, BLOCK_M, HAS_ZERO, RING, GW)  # fmt: skip
+    else:
+        acc = _k_loop(w_ptrs, s_ptrs, z_lo, z_rows, stride_sg, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO,
+                      OFFSET_MMA, DEPTH, ROWS, GW)  # fmt: skip
 
     # epilogue: y[m, n] = acc[n, m]; split-K partials reduced by the last program to arrive (fixed order)
     ym = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
@@ -317,16 +392,16 @@ def int4_mma_kernel(
 
 def int4_mma_variant(
     block_n: int, block_m: int, split_k: int, warps: int, zero: bool, offset_mma: bool = True, depth: int = 2,
-    rows: bool = False,
+    rows: bool = False, ring: int = 0,
 ):
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
            "y_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
            "stride_xm": "i32", "stride_ym": "i32", "stride_sg": "i32", "stride_sn": "i32"}  # fmt: skip
     cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, OFFSET_MMA=offset_mma,
-               DEPTH=depth, ROWS=rows)  # fmt: skip
+               DEPTH=depth, ROWS=rows, RING=ring)  # fmt: skip
     name = (f"int4 mma{' rows' if rows else ''}{' asym' if zero else ''}{'' if offset_mma else ' fma-offset'} BLOCK_N={block_n} "
-            f"BLOCK_M={block_m} split {split_k} w{warps} depth {depth}")  # fmt: skip
+            f"BLOCK_M={block_m} split {split_k} w{warps} {f'ring {ring}' if ring else f'depth {depth}'}")  # fmt: skip
     return name, int4_mma_kernel, sig, cex, warps
 
 
@@ -390,7 +465,7 @@ def int4_mma_matmul(
     cfg = cfg or mma_config(m, n, k)
     block_n, block_m, split, warps = cfg.block_n, cfg.block_m, cfg.split_k, cfg.num_warps
     if (n % block_n or block_n % (16 * warps) or block_m not in (8, 16, 32, 64) or m > block_m
-            or cfg.num_stages not in (2, 4)):  # fmt: skip
+            or cfg.num_stages not in (2, 4) or cfg.ring == 1 or (cfg.ring and (rows or not offset_mma))):  # fmt: skip
         raise ValueError(f"int4 mma: bad tile for N={n}, M={m}: {cfg}")
     if out is None:
         out = torch.empty((m, n), dtype=x.dtype, device=x.device)
@@ -406,6 +481,6 @@ def int4_mma_matmul(
         x, words, w.scales, w.zeros if w.zeros is not None else w.scales, out, part, cnt, m, n, k,
         x.stride(0), out.stride(0), sg, sn,
         HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split,
-        OFFSET_MMA=offset_mma, DEPTH=cfg.num_stages, ROWS=rows, num_warps=warps,
+        OFFSET_MMA=offset_mma, DEPTH=cfg.num_stages, ROWS=rows, RING=cfg.ring, num_warps=warps,
     )  # fmt: skip
     return out
