@@ -3,6 +3,10 @@
 # Usage: bash scripts/gpu_check.sh [quick|tests|bench|full|quant|spec|moe|profile|cache|structured]   (HINFER_COMMIT=<sha> names the commit)
 #   quant: int4 + fp8 27B benches; spec: MTP rounds, int4 27B; moe: 35B-A3B / 122B int4;
 #   cache: prefix-cache TTFT and agent benches (27B); structured: decode with a JSON schema vs without (27B, 8 lanes); profile: where a decode step's time goes (kernel table) for the int4 27B, 35B-A3B and 122B-A10B at 1 and 8 lanes
+# Packages the device image lacks travel as wheels in .whl (git-ignored; name it in the call's carry):
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
+#     -d .whl xgrammar==0.2.9 apache-tvm-ffi==0.1.15.post2
 set -uo pipefail
 MODE="${1:-full}"
 OUT="${OUT:-/tmp/hinfer-out}"; mkdir -p "$OUT"
@@ -52,12 +56,16 @@ if [[ "$MODE" == moe ]]; then
   timeout 250 $PY -m hinfer bench qwen3.5-122b-a10b --quant int4 --concurrency 1,8 --depths 1K,64K --prefill "" \
     --out "$OUT" 2>&1 | tee "$OUT/bench_122b_int4.log" | tail -8
 fi
-if [[ "$MODE" == cache ]]; then  # prefix cache: second-turn TTFT at 32K and the multi-turn agent bench, 27B
+if [[ "$MODE" == cache ]]; then  # prefix cache: where turn 2's time goes, its TTFT at 32K, the agent bench, 27B
+  timeout 150 $PY bench/profile_ttft.py --config qwen3.6-27b --history 32768 --new 200 2>&1 \
+    | tee "$OUT/profile_ttft_27b.log" | head -45
   timeout 300 $PY -m hinfer bench qwen3.6-27b --prefix-ttft 32K --concurrency 1,4,8 --out "$OUT" 2>&1 \
     | tee "$OUT/bench_27b_prefix_ttft.log" | tail -20
   timeout 280 $PY -m hinfer bench qwen3.6-27b --agent --out "$OUT" 2>&1 | tee "$OUT/bench_27b_agent.log" | tail -20
 fi
 if [[ "$MODE" == structured ]]; then  # structured output: decode tok/s with every / half / no lane on a JSON schema, 27B
+  # xgrammar is not on the device image: carry its wheels in .whl (xgrammar, apache-tvm-ffi; see the header)
+  $PY -c 'import xgrammar' 2>/dev/null || { echo "xgrammar missing: carry .whl (scripts/gpu_check.sh header)"; exit 1; }
   timeout 300 $PY -m hinfer bench qwen3.6-27b --structured --out "$OUT" 2>&1 | tee "$OUT/bench_27b_structured.log" \
     | tail -16
 fi
