@@ -1,6 +1,9 @@
 """Where a decode step's time goes: CUDA-graph replays of the real runner under torch.profiler, kernels summed.
+With --spec-k K, a speculative round instead (MTP drafter at K, verification of K + 1 rows per lane): the round's
+wall time beside its GPU busy time shows what the host adds between graphs.
 
     python bench/profile_decode.py [--config qwen3.6-27b] [--lanes 1] [--depth 1024] [--layers 64] [--quant int4]
+    python bench/profile_decode.py --quant int4 --spec-k 3 [--lanes 8]
 """
 
 from __future__ import annotations
@@ -26,14 +29,18 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=None)
     ap.add_argument("--quant", default="bf16")
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--spec-k", type=int, default=0, help="profile MTP speculative rounds at this K instead")
     a = ap.parse_args()
     path, is_ckpt = resolve_model(a.config)
     cfg = truncate_layers(load_model_config(path), a.layers)
+    spec = dict(spec="mtp", draft_tokens=a.spec_k, spec_adaptive=False) if a.spec_k else {}
     ecfg = resolve_engine_config(cfg, EngineConfig(device="cuda", dtype="bf16", max_concurrency=a.lanes,
-                                                   max_context=a.depth + 256))  # fmt: skip
-    model = build_model(path, is_ckpt, cfg, a.quant)
+                                                   max_context=a.depth + 256 + 48 * (a.spec_k + 1), **spec))  # fmt: skip
+    model = build_model(path, is_ckpt, cfg, a.quant, with_mtp=bool(a.spec_k))
     core = make_core(cfg, model, Tokenizer.from_dir(tokenizer_dir()), ecfg, torch.device("cuda"))
     measure.fill_random(core.runner)
+    if a.spec_k:
+        return profile_spec(core, a)
     t = measure.decode(core.runner, a.lanes, a.depth, steps=a.steps)
     wb = floors.weight_bytes_per_step(model)
     b = floors.decode_step_bytes(cfg, wb, a.lanes, a.depth, 2, 2)
@@ -43,6 +50,10 @@ def main() -> None:
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         measure.decode(core.runner, a.lanes, a.depth, steps=seqs_steps, warmup=0)
         torch.cuda.synchronize()
+    print_kernels(prof, seqs_steps, "step")
+
+
+def print_kernels(prof, n: int, unit: str) -> None:
     agg: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
     for ev in prof.events():
         if ev.device_type == torch.autograd.DeviceType.CUDA:
@@ -50,10 +61,23 @@ def main() -> None:
             agg[k][0] += ev.device_time_total if hasattr(ev, "device_time_total") else ev.cuda_time_total
             agg[k][1] += 1
     total = sum(v[0] for v in agg.values())
-    print(f"GPU busy per step {total / seqs_steps / 1e3:.3f} ms")
-    print(f"{'kernel':72s} {'us/step':>9s} {'calls/step':>10s}")
-    for k, (us, n) in sorted(agg.items(), key=lambda kv: -kv[1][0])[:25]:
-        print(f"{k:72s} {us / seqs_steps:9.1f} {n / seqs_steps:10.1f}")
+    print(f"GPU busy per {unit} {total / n / 1e3:.3f} ms")
+    print(f"{'kernel':72s} {'us/' + unit:>9s} {'calls/' + unit:>10s}")
+    for k, (us, calls) in sorted(agg.items(), key=lambda kv: -kv[1][0])[:25]:
+        print(f"{k:72s} {us / n:9.1f} {calls / n:10.1f}")
+
+
+def profile_spec(core, a) -> None:
+    """Rounds at a fixed K (random weights: acceptance is meaningless, the round's cost is not)."""
+    plain = measure.decode(core.runner, a.lanes, a.depth, steps=a.steps)
+    t = measure.spec_rounds(core, a.lanes, a.depth, rounds=16)
+    print(f"round {t.ms_per_round:.3f} ms at K={a.spec_k}, plain step {plain.ms_per_step:.3f} ms "
+          f"({t.ms_per_round / plain.ms_per_step:.2f}x)")
+    rounds = 5
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        measure.spec_rounds(core, a.lanes, a.depth, rounds=rounds, warmup=0)
+        torch.cuda.synchronize()
+    print_kernels(prof, rounds, "round")
 
 
 if __name__ == "__main__":

@@ -43,6 +43,10 @@ if [[ "$MODE" == quant ]]; then
   done
 fi
 if [[ "$MODE" == spec ]]; then
+  for lanes in 1 8; do  # where a round's time goes (GPU busy vs wall: the host's share)
+    timeout 120 $PY bench/profile_decode.py --quant int4 --spec-k 3 --lanes $lanes 2>&1 \
+      | tee "$OUT/profile_spec_27b_int4_k3_c$lanes.log" | grep -v Warn | head -16
+  done
   timeout 500 $PY -m hinfer bench qwen3.6-27b --quant int4 --spec mtp --spec-k 1,2,3,4,5 --concurrency 1,2,4,8 \
     --depths 1K --prefill "" --out "$OUT" 2>&1 | tee "$OUT/bench_27b_int4_spec.log" | tail -30
   timeout 500 $PY -m hinfer bench qwen3.6-27b --quant int4 --spec mtp --spec-k 3 --concurrency 1,8 --depths 1K \
