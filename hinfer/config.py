@@ -396,6 +396,6 @@ class EngineConfig:
     def checkpoint_slots(self) -> int:
         """GDN checkpoint slots the prefix cache asks for; 0 turns it off (as --no-prefix-cache and --spec do).
         The default, 2 per lane, is capped by the KV pool's size (memory_plan.checkpoint_slots)."""
-        if not self.prefix_cache or self.spec:
+        if not self.prefix_cache:
             return 0
         return 2 * self.max_concurrency if self.prefix_cache_slots is None else self.prefix_cache_slots

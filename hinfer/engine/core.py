@@ -5,7 +5,7 @@ batch (decode lanes + prompt chunks), samples, applies stop rules, and returns T
 give back their lane, pages and slots in the same step. The async wrapper (engine.py) runs this in one thread.
 With `--spec mtp` the step goes through the SpecDecoder (engine/spec/): a lane may produce several tokens per
 step, each passed through the same stop rules, and the drafter runs for the lanes that go on.
-With the prefix cache (on unless --no-prefix-cache or --spec) admission reuses cached prefixes and every step
+With the prefix cache (on unless --no-prefix-cache) admission reuses cached prefixes and every step
 names the pages it filled and saves GDN checkpoints (prefix_reuse.py, docs/prefix-cache.md).
 """
 
@@ -62,10 +62,8 @@ class EngineCore:
             from hinfer.engine.spec import make_spec_decoder
 
             self.spec = make_spec_decoder(runner, ecfg)
-            if ecfg.prefix_cache:
-                log.info("prefix cache off: it does not combine with --spec mtp yet (docs/prefix-cache.md)")
         self.prefix: PrefixReuse | None = None
-        if st.checkpoint_slots and self.spec is None:
+        if st.checkpoint_slots:
             ckpts = CheckpointPool(st.checkpoint_slot_ids)
             host = host_checkpoints(runner.state, st.host_checkpoints) if st.host_checkpoints else None
             host_kv = host_pages(runner.state, st.host_kv_pages) if st.host_kv_pages else None
@@ -192,7 +190,10 @@ class EngineCore:
         self.prompt_tokens += sum(c.num_tokens for c in chunks if c.seq.in_prefill)
         now = time.monotonic()
         if self.spec is not None:
-            for o in self.spec.step(chunks):
+            outs = self.spec.step(chunks)
+            if self.prefix is not None:  # before the stop rules, as below; a round caches its accepted drafts
+                self.prefix.after_step([c.seq for c in chunks], {id(o.seq): o.token_ids for o in outs})
+            for o in outs:
                 events.append(self._accept_tokens(o.seq, o.token_ids, o.logprobs, o.top_logprobs, now))
             self.spec.after_step()  # drafts for the lanes that go on
             return events

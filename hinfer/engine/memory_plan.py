@@ -374,8 +374,7 @@ def plan_memory(cfg: ModelConfig, ecfg: EngineConfig, *, weights: str | Recipe, 
     draft = f" x (1 + {ecfg.draft_slots} draft)" if ecfg.draft_slots else ""
     rows.append(PlanRow("gdn state", gdn, f"{lanes} lanes{draft} + 1 reserved = {n_slots} slots x "
                                           f"{len(cfg.gdn_layers)} layers (conv {act} + ssm fp32)"))
-    why_off = "--spec mtp" if ecfg.spec and ecfg.prefix_cache else ("--no-prefix-cache" if not ecfg.prefix_cache
-                                                                     else "--prefix-cache-slots 0")
+    why_off = "--no-prefix-cache" if not ecfg.prefix_cache else "--prefix-cache-slots 0"
     rows.append(PlanRow("prefix checkpoints", ckpt,
                         f"prefix cache: {n_ckpt} GDN checkpoint slots x {len(cfg.gdn_layers)} layers, "
                         f"{gdn_slot_bytes(cfg, act):,} B each" if n_ckpt else f"prefix cache off ({why_off})"))

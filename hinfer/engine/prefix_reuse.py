@@ -143,12 +143,14 @@ class PrefixReuse:
         seq.restore_pages = []
 
     # ---- after each step -----------------------------------------------------------------------------------
-    def after_step(self, seqs: list[Sequence]) -> None:
-        """Name the pages that became full this step and save GDN checkpoints (one batched copy)."""
+    def after_step(self, seqs: list[Sequence], ahead: dict[int, list[int]] | None = None) -> None:
+        """Name the pages that became full this step and save GDN checkpoints (one batched copy). `ahead`
+        (speculative rounds): per id(seq), the round's tokens not yet in its output, the accepted drafts among
+        them already cached (their KV is computed from those tokens, whatever the stop rules then keep)."""
         ps = self.page_size
         src, dst, saving = [], [], []
         for s in seqs:
-            self._name_pages(s)
+            self._name_pages(s, (ahead or {}).get(id(s), []))
             n = s.num_cached
             if n == 0 or n % ps:
                 continue
@@ -192,13 +194,15 @@ class PrefixReuse:
         if self.host is not None:
             self.host.discard(name)
 
-    def _name_pages(self, seq: Sequence) -> None:
+    def _name_pages(self, seq: Sequence, ahead: list[int]) -> None:
         ps = self.page_size
         full = seq.num_cached // ps
         names = seq.page_hashes
         if len(names) < full:
             start = len(names) * ps
-            names += chain_hashes(seq.tokens_between(start, full * ps), ps, names[-1] if names else ROOT)
+            known = seq.num_tokens  # prompt + output; positions past it are the round's tokens `ahead`
+            ids = seq.tokens_between(start, min(full * ps, known)) + ahead[max(0, start - known) : max(0, full * ps - known)]
+            names += chain_hashes(ids, ps, names[-1] if names else ROOT)
         for j in range(seq.pages_named, full):
             self.pages.register(seq.pages[j], names[j])
         seq.pages_named = max(seq.pages_named, full)
