@@ -4,12 +4,33 @@ interpreter gets wrong, and the quantization group the kernels take.
 
 from __future__ import annotations
 
+import os
+
 import triton
 import triton.language as tl
 
 # int4 group and fp8 scale block along K of every quantized kernel: a K step stays inside one group.
 # hinfer/quant/int4.py (GROUP) and linear_configs.py (QGROUP) spell the same number for the linear kernels.
 GROUP = 128
+
+
+# Programmatic dependent launch (sm_90, HINFER_PDL=1): a kernel launched with it may start while the previous one
+# drains, reading its weights meanwhile; `gdc_wait` holds it before any access to memory a previous kernel may
+# write or read (activations, outputs, split-K scratch). Only kernels that wait are launched this way. Opt-in
+# until measured on the GPU (bench/RESULTS.md).
+PDL = os.environ.get("HINFER_PDL", "0") == "1"
+
+
+def pdl_options(emu: bool) -> dict:
+    """Launch options for a kernel that calls gdc_wait: programmatic dependent launch when enabled."""
+    return {"launch_pdl": True} if PDL and not emu else {}
+
+
+@triton.jit
+def gdc_wait(ON: tl.constexpr):
+    """Wait for the previous kernel's completion and memory (a no-op when not launched dependently)."""
+    if ON:
+        tl.extra.cuda.gdc_wait()
 
 
 def interpreted(kernel: object) -> bool:

@@ -30,6 +30,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
 from hinfer.ops.triton.common import GROUP as GROUP_K  # quantization group along K
+from hinfer.ops.triton.common import PDL, pdl_options
 from hinfer.ops.triton.linear_configs import INT4_MMA, M_BUCKETS, TUNED, SkinnyConfig, m_bucket, num_sms
 from hinfer.ops.triton.linear_splitk import split_scratch
 
@@ -71,6 +72,14 @@ B_PERM = gl.constexpr((2, 3, 1, 4, 0))
 _RAW_ARGS = gl.constexpr("=r,=r,=r,=r" + ",r" * 8)  # 4 bf16x2 outputs, the word 8 times
 _ARGS = gl.constexpr("=r,=r,=r,=r" + ",r" * 24)  # and the two offsets 8 times each
 _SYM_OFFSET = gl.constexpr(-0x3CF73CF8)  # bf16x2 (-136, -136) = 0xc308c308 as int32
+
+
+@gluon.jit
+def _gdc_wait(ON: gl.constexpr):
+    """Programmatic dependent launch: wait for the previous kernel (hinfer.ops.triton.common.PDL) before touching
+    activations or outputs; the weights issued before this need no wait (nothing writes them)."""
+    if ON:
+        gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
 
 
 @gluon.constexpr_function
@@ -202,7 +211,7 @@ def _group(acc, words, s, off_lo, off_hi, x_ptrs, g, zero, ones, BLOCK_N: gl.con
 @gluon.jit
 def _k_loop(wp, sp, zl, zr, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
             HAS_ZERO: gl.constexpr, OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr,
-            GW: gl.constexpr):  # fmt: skip
+            GW: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
     """acc [BLOCK_N, BLOCK_M] over groups g_lo .. g_hi - 1: the stripes' words from wp (+ g * GW), scales sp and
     zero points zl / zr (+ g * sg), x from x_ptrs (+ g * 128)."""
     W: gl.constexpr = gl.num_warps()
@@ -221,6 +230,7 @@ def _k_loop(wp, sp, zl, zr, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK
     w0, s0, lo0, hi0 = _step_loads(wp, sp, zl, zr, gl.minimum(g_lo, last), sg, HAS_ZERO,
                                         OFFSET_MMA, GW)  # fmt: skip
     if DEPTH == 2:
+        _gdc_wait(PDL)
         for g in range(g_lo, g_hi, 2):
             w1, s1, lo1, hi1 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 1, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
@@ -235,6 +245,7 @@ def _k_loop(wp, sp, zl, zr, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK
                                             OFFSET_MMA, GW)  # fmt: skip
         w2, s2, lo2, hi2 = _step_loads(wp, sp, zl, zr, gl.minimum(g_lo + 2, last), sg, HAS_ZERO,
                                             OFFSET_MMA, GW)  # fmt: skip
+        _gdc_wait(PDL)
         for g in range(g_lo, g_hi, 4):
             w3, s3, lo3, hi3 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 3, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
@@ -279,7 +290,7 @@ def _ring_issue(w_smem, s_smem, z_smem, w_ptrs, s_ptrs, z_ptrs, g, sg, stage, HA
 
 @gluon.jit
 def _k_loop_ring(wp, s_base, z_base, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
-                 HAS_ZERO: gl.constexpr, RING: gl.constexpr, GW: gl.constexpr):  # fmt: skip
+                 HAS_ZERO: gl.constexpr, RING: gl.constexpr, GW: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
     """_k_loop with the weights streamed through a shared-memory ring of RING groups (cp.async): RING - 1 groups
     in flight per program without holding them in registers. Each thread copies, and later reads, its own 16
     bytes of words; the scales / zeros rows are copied by a few threads and read by all, hence one barrier per
@@ -307,6 +318,7 @@ def _k_loop_ring(wp, s_base, z_base, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constex
     last = gl.maximum(g_hi - 1, 0)  # slots past the end re-read the last group (cache hits), never used
     for i in gl.static_range(RING - 1):
         _ring_issue(w_smem, s_smem, z_smem, wp, s_ptrs, z_ptrs, gl.minimum(g_lo + i, last), sg, i, HAS_ZERO, GW)
+    _gdc_wait(PDL)
     for g in range(g_lo, g_hi):
         j = g - g_lo
         async_copy.wait_group(RING - 2)  # this thread's copies of group g have landed
@@ -331,6 +343,7 @@ def int4_mma_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg, stride_sn,
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
     OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, RING: gl.constexpr = 0,
+    PDL: gl.constexpr = False,
 ):  # fmt: skip
     W: gl.constexpr = gl.num_warps()
     S: gl.constexpr = BLOCK_N // 16
@@ -366,10 +379,10 @@ def int4_mma_kernel(
 
     if RING > 0:  # fragment order: a group's scales / zeros are BLOCK_N contiguous entries of row g
         acc = _k_loop_ring(w_ptrs, s_ptr + pid_n * BLOCK_N, z_ptr + pid_n * BLOCK_N, stride_sg, x_ptrs, g_lo, g_hi,
-                           BLOCK_N, BLOCK_M, HAS_ZERO, RING, GW)  # fmt: skip
+                           BLOCK_N, BLOCK_M, HAS_ZERO, RING, GW, PDL)  # fmt: skip
     else:
         acc = _k_loop(w_ptrs, s_ptrs, z_lo, z_rows, stride_sg, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO,
-                      OFFSET_MMA, DEPTH, ROWS, GW)  # fmt: skip
+                      OFFSET_MMA, DEPTH, ROWS, GW, PDL)  # fmt: skip
 
     # epilogue: y[m, n] = acc[n, m]; split-K partials reduced by the last program to arrive (fixed order)
     ym = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
@@ -482,5 +495,6 @@ def int4_mma_matmul(
         x.stride(0), out.stride(0), sg, sn,
         HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split,
         OFFSET_MMA=offset_mma, DEPTH=cfg.num_stages, ROWS=rows, RING=cfg.ring, num_warps=warps,
+        PDL=PDL, **pdl_options(False),
     )  # fmt: skip
     return out

@@ -79,7 +79,7 @@ def int4_mma_experts_kernel(
         s_ptrs = s_ptr + e.to(gl.int64) * stride_se + rows * stride_sn
         z_rows = z_ptr + e.to(gl.int64) * stride_se + rows * stride_sn
         acc = _k_loop(w_ptrs, s_ptrs, z_rows, z_rows, 1, x_ptrs, 0, K // GROUP, BLOCK_N, BLOCK_M, HAS_ZERO,
-                      True, DEPTH, True, GROUP // 8)  # fmt: skip
+                      True, DEPTH, True, GROUP // 8, False)  # fmt: skip
         if ROW_SCALE:
             acc = acc * gl.load(tw_ptr + py).to(gl.float32)[None, :]
         out_mask = (ym < nrows)[None, :] & (rows < N)[:, None]

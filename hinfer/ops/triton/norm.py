@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hinfer.ops.triton.common import cast, interpreted
+from hinfer.ops.triton.common import PDL, cast, gdc_wait, interpreted, pdl_options
 
 _PLAIN, _ADD, _GATED = 0, 1, 2
 
@@ -25,12 +25,15 @@ def _norm_kernel(
     sx0, sx1, sr0, sr1, sz0, sz1,
     eps,
     MODE: tl.constexpr, EMU: tl.constexpr, ROUND_WY: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     a, b = rows // n_inner, rows % n_inner
     cols = tl.arange(0, BLOCK_N)
     mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
     dt = y_ptr.dtype.element_ty
+    w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)  # a weight: read before the wait
+    gdc_wait(PDL)
     x = tl.load(x_ptr + (a * sx0 + b * sx1)[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     if MODE == 1:
         res = tl.load(r_ptr + (a * sr0 + b * sr1)[:, None] + cols[None, :], mask=mask, other=0.0).to(
@@ -41,7 +44,6 @@ def _norm_kernel(
         tl.store(r_out_ptr + rows[:, None] * n_cols + cols[None, :], s, mask=mask)
         x = s.to(tl.float32)
     rstd = tl.rsqrt(tl.sum(x * x, axis=1) / n_cols + eps)
-    w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
     if MODE == 2:
         # reference: y = (x * rstd).to(dtype); y = weight * y (rounded); out = y * silu(z) in fp32
         y = cast(x * rstd[:, None], dt, EMU).to(tl.float32)
@@ -93,12 +95,14 @@ def _launch(
     block_m = max(1, min(64, 4096 // block_n))
     # one row of the hidden size per program is latency-bound at decode: more warps keep more loads in flight
     warps = 4 if block_m * block_n <= 4096 else (16 if block_n >= 8192 else 8)
+    emu = interpreted(_norm_kernel)
     _norm_kernel[(triton.cdiv(rows, block_m),)](
         x3, r3, z3, weight, y, r_out if r_out is not None else y,
         rows, inner, n,
         x3.stride(0), x3.stride(1), r3.stride(0), r3.stride(1), z3.stride(0), z3.stride(1),
         eps,
-        MODE=mode, EMU=interpreted(_norm_kernel), ROUND_WY=round_wy, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps,
+        MODE=mode, EMU=emu, ROUND_WY=round_wy, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps,
+        PDL=PDL and not emu, **pdl_options(emu),
     )  # fmt: skip
     return y, r_out
 
