@@ -40,6 +40,7 @@ log = logging.getLogger("hinfer.bench")
 TARGET_RATIO = 0.95  # spec tok/s over plain tok/s, at every client count, when the drafter is never right
 MODEL_NAME = "bench"  # --served-model-name of both servers
 STARTUP_TIMEOUT_S = 900.0
+STALL_S = 120.0  # how long a warm-up or window waits past its time for the server to answer
 PROMPTS = (
     "Write a short story about a lighthouse keeper who finds a message in a bottle.",
     "Explain how a hash map handles collisions, with a small example.",
@@ -155,20 +156,28 @@ def _scrape(url: str) -> tuple[dict[str, float], float]:
     return m, (t0 + time.monotonic()) / 2
 
 
+TOKENS = "hinfer_engine_tokens_generated_total"
+
+
 def load_phase(url: str, spec: SpecServingSpec, n: int) -> dict:
     """N streaming clients: warm-up, then the window timed by the server's generated-token counter."""
     clients = StreamClients(url, MODEL_NAME, list(PROMPTS), spec.request_tokens, n)
     clients.start()
     try:
-        time.sleep(spec.warmup_s)
+        # warm-up: its time, and every client's first answer (a slow first step must not fall in the window)
+        end = time.monotonic() + spec.warmup_s
+        while (time.monotonic() < end or clients.fewest_answers() < 1) and time.monotonic() < end + STALL_S:
+            time.sleep(0.05)
         m0, t0 = _scrape(url)
         time.sleep(spec.window_s)
         m1, t1 = _scrape(url)
+        while m1[TOKENS] == m0[TOKENS] and t1 - t0 < STALL_S:  # a stalled host (CI): wait for a token
+            time.sleep(0.05)
+            m1, t1 = _scrape(url)
     finally:
         counts = clients.stop()
     wait_idle(url)
-    key = "hinfer_engine_tokens_generated_total"
-    tokens = m1[key] - m0[key]
+    tokens = m1[TOKENS] - m0[TOKENS]
     row = {"clients": n, "tok_s": tokens / (t1 - t0), "tokens": tokens, "seconds": t1 - t0,
            "requests_done": counts.requests_done, "client_errors": counts.errors}  # fmt: skip
     if counts.errors:

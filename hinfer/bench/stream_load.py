@@ -94,6 +94,10 @@ class StreamClients:
         for t in self._threads:
             t.start()
 
+    def fewest_answers(self) -> int:
+        """Answers read to their end by the client that has read the fewest."""
+        return min(c.requests_done for c in self.counts)
+
     def stop(self) -> ClientCounts:
         """Ends the load (open answers are cut off) and -> the clients' counts summed."""
         self._stop.set()

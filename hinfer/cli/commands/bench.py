@@ -98,7 +98,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--request-tokens", type=int, default=256,
                    help="max_tokens of every request; ignore_eos makes every answer this long (default 256)")
     v.add_argument("--warmup", type=float, default=10.0, metavar="S",
-                   help="seconds of load before each timed window (default 10)")
+                   help="seconds of load before each timed window, and at least every client's first answer "
+                        "(default 10)")
     v.add_argument("--window", type=float, default=20.0, metavar="S",
                    help="seconds of each timed window (default 20)")
     p.add_argument("--out", type=Path, default=Path("bench/results"), help="folder for the JSON results")
