@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call: environment, GPU tests, kernel micro-benchmarks, and `hinfer bench`. Logs go to $OUT.
-# Usage: bash scripts/gpu_check.sh [quick|tests|bench|full|quant|spec|moe|profile|cache|structured]   (HINFER_COMMIT=<sha> names the commit)
+# Usage: bash scripts/gpu_check.sh [quick|tests|bench|full|quant|spec|specserve|moe|profile|cache|structured]   (HINFER_COMMIT=<sha> names the commit)
 #   quant: int4 + fp8 27B benches; spec: MTP rounds, int4 27B; moe: 35B-A3B / 122B int4;
+#   specserve: a plain and a --spec mtp server on a random 16-layer 27B checkpoint, tok/s at 1 and 8 clients;
 #   cache: prefix-cache TTFT and agent benches (27B); structured: decode with a JSON schema vs without (27B, 8 lanes); profile: where a decode step's time goes (kernel table) for the int4 27B, 35B-A3B and 122B-A10B at 1 and 8 lanes
 # Packages the device image lacks travel as wheels in .whl (git-ignored; name it in the call's carry):
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -52,6 +53,10 @@ if [[ "$MODE" == spec ]]; then
   timeout 500 $PY -m hinfer bench qwen3.6-27b --quant int4 --spec mtp --spec-k 3 --concurrency 1,8 --depths 1K \
     --prefill "" --steps 128 --forced-acceptance 0,0.5,0.8 --out "$OUT" 2>&1 \
     | tee "$OUT/bench_27b_int4_spec_forced.log" | tail -12
+fi
+if [[ "$MODE" == specserve ]]; then  # serving: adaptive speculation must keep >= 0.95 of plain tok/s on random weights
+  timeout 540 $PY -m hinfer bench qwen3.6-27b --spec-serving --layers 16 --concurrency 1,8 --out "$OUT" 2>&1 \
+    | tee "$OUT/bench_27b_spec_serving.log" | tail -14
 fi
 if [[ "$MODE" == moe ]]; then
   timeout 120 $PY bench/moe_kernels.py --model 35b 2>&1 | tee "$OUT/moe_kernels.log" | tail -12

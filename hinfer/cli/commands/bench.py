@@ -88,6 +88,20 @@ def register(sub: argparse._SubParsersAction) -> None:
                              "--concurrency, windows from --steps, --repeats, prompts from --decode-prompt")
     s.add_argument("--structured", action="store_true",
                    help="run the structured-output decode benchmark instead of the throughput sweep")
+    v = p.add_argument_group("spec-serving", "--spec-serving: two `hinfer serve` processes on the same "
+                             "checkpoint, plain then --spec mtp, under the same streaming chat load at each "
+                             "--concurrency (client count, default 1,8); output tok/s of each and the ratio "
+                             "(docs/speculative.md). A config MODEL gets random weights written once to a "
+                             "temporary folder (--layers N: the first N)")
+    v.add_argument("--spec-serving", action="store_true",
+                   help="run the serving check of speculative decoding instead of the throughput sweep")
+    v.add_argument("--request-tokens", type=int, default=256,
+                   help="max_tokens of every request; ignore_eos makes every answer this long (default 256)")
+    v.add_argument("--warmup", type=float, default=10.0, metavar="S",
+                   help="seconds of load before each timed window, and at least every client's first answer "
+                        "(default 10)")
+    v.add_argument("--window", type=float, default=20.0, metavar="S",
+                   help="seconds of each timed window (default 20)")
     p.add_argument("--out", type=Path, default=Path("bench/results"), help="folder for the JSON results")
     add_engine_args(p)
     p.set_defaults(func=run, prefill_chunk=8192)
@@ -106,7 +120,9 @@ def bench_weights(args: argparse.Namespace) -> str:
 
 def fill_defaults(args: argparse.Namespace) -> None:
     """Flags the benchmarks share, left unset: each benchmark's own default (--structured wants 8 lanes and
-    longer windows, to time a long constrained answer)."""
+    longer windows, to time a long constrained answer; --spec-serving 1 and 8 clients)."""
+    if args.spec_serving and args.concurrency is None:
+        args.concurrency = [1, 8]  # client counts: one stream, and a batch of eight
     for name, default, structured in (("concurrency", [1, 2, 4, 8], [8]), ("steps", 64, 256), ("repeats", 5, 3)):
         if getattr(args, name) is None:
             setattr(args, name, structured if args.structured else default)
@@ -114,9 +130,12 @@ def fill_defaults(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     args.bench_weights = bench_weights(args)
-    if sum(map(bool, (args.agent, args.prefix_ttft, args.structured))) > 1:
-        raise SystemExit("--agent, --prefix-ttft and --structured are separate benchmarks: pick one")
+    if sum(map(bool, (args.agent, args.prefix_ttft, args.structured, args.spec_serving))) > 1:
+        raise SystemExit("--agent, --prefix-ttft, --structured and --spec-serving are separate benchmarks: "
+                         "pick one")
     fill_defaults(args)
+    if args.spec_serving:
+        return run_spec_serving(args)
     if args.agent:
         return run_agent(args)
     if args.prefix_ttft:
@@ -183,4 +202,22 @@ def run_structured(args: argparse.Namespace) -> int:
                           steps=args.steps, repeats=args.repeats, weights=args.bench_weights, layers=args.layers,
                           out_dir=args.out, command=shlex.join(["hinfer", *sys.argv[1:]]))  # fmt: skip
     print(structured_table(run_structured(spec, engine_config_from_args(args))))
+    return 0
+
+
+def run_spec_serving(args: argparse.Namespace) -> int:
+    import shlex
+    import signal
+    import sys
+
+    from hinfer.bench.spec_serving import SpecServingSpec, run_spec_serving
+    from hinfer.bench.spec_serving_report import spec_serving_table
+
+    # a timeout's SIGTERM unwinds like Ctrl-C, so the server child is stopped too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    spec = SpecServingSpec(model=args.model, clients=args.concurrency, request_tokens=args.request_tokens,
+                           warmup_s=args.warmup, window_s=args.window, max_context=args.max_context,
+                           weights=args.bench_weights, layers=args.layers, out_dir=args.out,
+                           command=shlex.join(["hinfer", *sys.argv[1:]]))  # fmt: skip
+    print(spec_serving_table(run_spec_serving(spec, engine_config_from_args(args))))
     return 0
