@@ -187,7 +187,7 @@ class Sampler:
         self.counts[row.slot].zero_()
         self.prompt_mask[row.slot].zero_()
         if row.params.repetition_penalty != 1.0 and len(row.prompt_ids):
-            ids = _to_device(list(row.prompt_ids), torch.int64, self.device)
+            ids = to_device(list(row.prompt_ids), torch.int64, self.device)
             self.prompt_mask[row.slot].index_fill_(0, ids, True)
 
     def update(self, rows: Sequence[RowState], token_ids: Sequence[int] | Sequence[Sequence[int]]) -> None:
@@ -210,7 +210,7 @@ class Sampler:
                 slots += [r.slot] * len(new)
                 toks += new
         if toks:
-            idx = _to_device([slots, toks], torch.int64, self.device)
+            idx = to_device([slots, toks], torch.int64, self.device)
             ones = torch.ones(len(toks), dtype=torch.int32, device=self.device)
             self.counts.index_put_((idx[0], idx[1]), ones, accumulate=True)
 
@@ -234,7 +234,7 @@ class Sampler:
         else:
             token = torch.argmax(z, dim=-1)  # greedy rows keep this
             if cand or full:
-                sel = _to_device(cand + full, torch.int64, dev)
+                sel = to_device(cand + full, torch.int64, dev)
                 # (advanced indexing, not index_select: the latter is very slow for long rows on the CPU)
                 fs, is_ = fpar[sel], ipar[sel]
                 zt = z[sel] / fs[:, 0:1]
@@ -266,11 +266,11 @@ class Sampler:
     def _params(self, rows: Sequence[RowState], dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-row parameters as one float32 [B, 6] and one int64 [B, 5] tensor (two host->device copies)."""
         p = [r.params for r in rows]
-        fpar = _to_device([[x.temperature if x.temperature > 0 else 1.0, x.top_p,
+        fpar = to_device([[x.temperature if x.temperature > 0 else 1.0, x.top_p,
                             math.log(x.min_p) if x.min_p > 0 else -math.inf,
                             x.repetition_penalty, x.presence_penalty, x.frequency_penalty] for x in p],
                           torch.float32, dev)
-        ipar = _to_device([[_s64(row_key(r.seed, r.num_generated)), max(x.top_k, 0),
+        ipar = to_device([[_s64(row_key(r.seed, r.num_generated)), max(x.top_k, 0),
                             int(r.force_think_end), x.think_end_token_id or 0, r.slot]
                            for r, x in zip(rows, p)], torch.int64, dev)
         return fpar, ipar
@@ -317,8 +317,8 @@ class Sampler:
                 toks.append(int(t))
                 vals.append(float(val))
         if rows_i:
-            idx = _to_device([rows_i, toks], torch.int64, z.device)
-            val_t = _to_device(vals, torch.float32, z.device)
+            idx = to_device([rows_i, toks], torch.int64, z.device)
+            val_t = to_device(vals, torch.float32, z.device)
             z.index_put_((idx[0], idx[1]), val_t, accumulate=True)
 
     def _apply_penalties(self, z: torch.Tensor, slots: torch.Tensor, rep: torch.Tensor, pres: torch.Tensor,
@@ -358,12 +358,24 @@ class Sampler:
         return torch.argmax(zt + gumbel_noise(keys, self._gamma[None, :]), dim=-1)
 
 
-def _to_device(data: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def to_device(data: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Host data to the device without stalling the host: a copy from pageable memory waits for the GPU to
     drain, which would serialize the sampler's launches behind the model; a pinned one is queued."""
     if device.type == "cpu":
         return torch.tensor(data, dtype=dtype)
     return torch.tensor(data, dtype=dtype, pin_memory=True).to(device, non_blocking=True)
+
+
+def take_rows(t: torch.Tensor, idx: list[int]) -> torch.Tensor:
+    """t[idx] with the index queued to the device (no host wait); t itself when idx is every row in order."""
+    if idx == list(range(t.shape[0])):
+        return t
+    return t.index_select(0, to_device(idx, torch.int64, t.device))
+
+
+def put_rows(t: torch.Tensor, idx: list[int], v: torch.Tensor) -> None:
+    """t[idx] = v (distinct rows) with the index queued to the device."""
+    t.index_copy_(0, to_device(idx, torch.int64, t.device), v.to(t.dtype))
 
 
 def _top_p_threshold(srt: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:

@@ -29,7 +29,7 @@ import torch
 from hinfer.batch import SeqChunk, build_forward_batch
 from hinfer.engine.protocol import TopLogprob
 from hinfer.engine.runner import ModelRunner
-from hinfer.engine.sampler import vocab_gamma
+from hinfer.engine.sampler import take_rows, to_device, vocab_gamma
 from hinfer.engine.scheduler import ScheduledChunk
 from hinfer.engine.sequence import Sequence, Status
 from hinfer.engine.spec.adaptive import AdaptivePolicy, LaneAcceptance
@@ -239,7 +239,7 @@ class SpecDecoder:
         if not firsts:
             return []
         rows = [s.sampler_state for s, _ in firsts]
-        ids, lps, tops = self.sampler.sample(logits[[r for _, r in firsts]], rows).to_host(rows)
+        ids, lps, tops = self.sampler.sample(take_rows(logits, [r for _, r in firsts]), rows).to_host(rows)
         self.sampler.update(rows, ids)
         return [LaneOutput(s, [t], [lp], [top]) for (s, _), t, lp, top in zip(firsts, ids, lps, tops)]
 
@@ -253,7 +253,7 @@ class SpecDecoder:
             Position(ln.seq.sampler_state, ln.drafts[:j]) for ln, js in zip(lanes, spans) for j in js
         ]
         z = processed_logits(
-            self.sampler, logits[[ln.row + j for ln, js in zip(lanes, spans) for j in js]], positions
+            self.sampler, take_rows(logits, [ln.row + j for ln, js in zip(lanes, spans) for j in js]), positions
         )
         p, q, drafts = self._padded(lanes, sampling_probs(z, positions))
         width = drafts.shape[1]
@@ -262,7 +262,7 @@ class SpecDecoder:
         ]  # position 0's token index
         u = uniforms(spec_keys([(s, n + j) for s, n in first for j in range(width)], ACCEPT, dev))
         draws = [None if ln.seq.params.greedy else f for ln, f in zip(lanes, first)]
-        num = torch.tensor([len(ln.drafts) for ln in lanes], dtype=torch.int64, device=dev)
+        num = to_device([len(ln.drafts) for ln in lanes], torch.int64, dev)
         a_t, last_t = accept(
             p, q, drafts, num, u.view(len(lanes), width), race_noise(draws, RESAMPLE, self._gamma)
         )
@@ -299,7 +299,7 @@ class SpecDecoder:
             k = len(ln.drafts)
             p[i, : k + 1] = p_flat[off : off + k + 1]
             if k:
-                d = torch.tensor(ln.drafts, dtype=torch.int64, device=dev)
+                d = to_device(ln.drafts, torch.int64, dev)
                 drafts[i, :k] = d
                 q[i, :k] = ln.probs if ln.probs is not None else torch.nn.functional.one_hot(d, v).to(dt)
             off += k + 1

@@ -26,11 +26,13 @@ from hinfer.engine.sampler import (
     RowState,
     Sampler,
     _s64,
-    _to_device,
     _top_p_threshold,
     gumbel_noise,
     mix64,
+    put_rows,
     row_key,
+    take_rows,
+    to_device,
 )
 from hinfer.sampling_params import SamplingParams
 
@@ -53,7 +55,7 @@ def spec_keys(
 ) -> torch.Tensor:
     """[N] int64 stream keys for (seed, token index) pairs in one purpose's domain."""
     keys = [_s64(row_key((seed ^ domain) & MASK64, idx)) for seed, idx in seeds_and_indices]
-    return _to_device(keys, torch.int64, device)
+    return to_device(keys, torch.int64, device)
 
 
 def uniforms(keys: torch.Tensor) -> torch.Tensor:
@@ -69,7 +71,7 @@ def race_noise(draws: Sequence[tuple[int, int] | None], domain: int, gamma: torc
     rand = [i for i, d in enumerate(draws) if d is not None]
     if rand:
         keys = spec_keys([draws[i] for i in rand], domain, gamma.device)
-        noise[rand] = gumbel_noise(keys, gamma[None, :])
+        put_rows(noise, rand, gumbel_noise(keys, gamma[None, :]))
     return noise
 
 
@@ -95,7 +97,7 @@ def processed_logits(sampler: Sampler, logits: torch.Tensor, positions: Sequence
     skip = set(counted)
     plain = [i for i in range(len(positions)) if i not in skip]
     if plain:
-        z[plain] = sampler.processed_logits(logits[plain], [rows[i] for i in plain])
+        put_rows(z, plain, sampler.processed_logits(take_rows(logits, plain), [rows[i] for i in plain]))
     # One group per prefix length: a lane then appears at most once, so its count row holds one prefix at a time.
     groups: dict[int, list[int]] = {}
     for i in counted:
@@ -105,11 +107,11 @@ def processed_logits(sampler: Sampler, logits: torch.Tensor, positions: Sequence
         assert len(set(slots)) == len(slots), "one prefix per lane and call"
         flat_slots = [positions[i].row.slot for i in idx for _ in positions[i].prefix]
         flat_toks = [int(t) for i in idx for t in positions[i].prefix]
-        where = _to_device([flat_slots, flat_toks], torch.int64, sampler.device)
+        where = to_device([flat_slots, flat_toks], torch.int64, sampler.device)
         ones = torch.ones(len(flat_toks), dtype=sampler.counts.dtype, device=sampler.device)
         sampler.counts.index_put_((where[0], where[1]), ones, accumulate=True)
         try:
-            z[idx] = sampler.processed_logits(logits[idx], [rows[i] for i in idx])
+            put_rows(z, idx, sampler.processed_logits(take_rows(logits, idx), [rows[i] for i in idx]))
         finally:  # the counts belong to the sampler: leave them as found
             sampler.counts.index_put_((where[0], where[1]), -ones, accumulate=True)
     return z
@@ -124,29 +126,29 @@ def sampling_probs(z: torch.Tensor, positions: Sequence[Position]) -> torch.Tens
     rand = [i for i, r in enumerate(rows) if not r.params.greedy and i not in fixed]
     probs = torch.zeros_like(z, dtype=torch.float32)
     if rand:
-        probs[rand] = _filtered_softmax(z[rand], [rows[i].params for i in rand])
+        put_rows(probs, rand, _filtered_softmax(take_rows(z, rand), [rows[i].params for i in rand]))
     if greedy or fixed:
         dev, v = z.device, z.shape[1]
-        tok = torch.cat([_to_device(list(fixed.values()), torch.int64, dev), torch.argmax(z[greedy], dim=-1)])
-        probs[list(fixed) + greedy] = torch.nn.functional.one_hot(tok, v).to(probs.dtype)
+        tok = torch.cat([to_device(list(fixed.values()), torch.int64, dev), torch.argmax(take_rows(z, greedy), dim=-1)])
+        put_rows(probs, list(fixed) + greedy, torch.nn.functional.one_hot(tok, v))
     return probs
 
 
 def _filtered_softmax(z: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
     """Temperature, then top_k (ties kept), top_p (on the top_k renormalized mass), min_p; softmax of the rest."""
     dev, v = z.device, z.shape[1]
-    zt = z / _to_device([[x.temperature] for x in params], torch.float32, dev)
+    zt = z / to_device([[x.temperature] for x in params], torch.float32, dev)
     if any(x.top_k > 0 for x in params):
         ks = [min(max(x.top_k, 0), v) for x in params]
-        k = _to_device(ks, torch.int64, dev)
+        k = to_device(ks, torch.int64, dev)
         kth = torch.topk(zt, max(ks), dim=-1).values.gather(1, (k - 1).clamp(min=0)[:, None])
         zt = torch.where((zt >= kth) | (k[:, None] == 0), zt, -math.inf)
     if any(x.top_p < 1.0 for x in params):
-        top_p = _to_device([[x.top_p] for x in params], torch.float32, dev)
+        top_p = to_device([[x.top_p] for x in params], torch.float32, dev)
         srt, _ = torch.sort(zt, dim=-1, descending=True, stable=True)
         zt = torch.where(zt >= _top_p_threshold(srt, top_p), zt, -math.inf)
     if any(x.min_p > 0 for x in params):
-        log_min_p = _to_device(
+        log_min_p = to_device(
             [[math.log(x.min_p) if x.min_p > 0 else -math.inf] for x in params], torch.float32, dev
         )
         zt = torch.where(zt - zt.max(dim=-1, keepdim=True).values >= log_min_p, zt, -math.inf)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from hinfer.batch import SeqChunk, build_forward_batch
-from hinfer.engine.sampler import Sampler, vocab_gamma
+from hinfer.engine.sampler import Sampler, take_rows, vocab_gamma
 from hinfer.engine.spec.dist import (
     DRAFT,
     Position,
@@ -83,7 +83,7 @@ class MTPDrafter:
                 if g.t == 1 and all(c.need_logits for c in chunks):  # the draft steps: no index tensor per step
                     return out[: len(chunks)]
                 rows = [i * g.t + len(c.token_ids) - 1 for i, c in enumerate(chunks) if c.need_logits]
-                return out[torch.tensor(rows, dtype=torch.int64, device=self.device)]
+                return take_rows(out, rows)
         batch = build_forward_batch(chunks, self.state.page_size, self.device)
         out = self.model.mtp_forward(batch.input_ids, hidden, batch, self.state)
         return out[batch.logits_indices]
