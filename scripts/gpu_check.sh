@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One device call: environment, GPU tests, kernel micro-benchmarks, and `hinfer bench`. Logs go to $OUT.
-# Usage: bash scripts/gpu_check.sh [quick|tests|bench|full|quant|spec|specserve|moe|profile|cache|structured]   (HINFER_COMMIT=<sha> names the commit)
+# Usage: bash scripts/gpu_check.sh [quick|tests|bench|full|quant|spec|specserve|moe|profile|cache|structured|vision]   (HINFER_COMMIT=<sha> names the commit)
 #   quant: int4 + fp8 27B benches; spec: MTP rounds, int4 27B; moe: 35B-A3B / 122B int4;
 #   specserve: a plain and a --spec mtp server on a random 16-layer 27B checkpoint, tok/s at 1 and 8 clients;
-#   cache: prefix-cache TTFT and agent benches (27B); structured: decode with a JSON schema vs without (27B, 8 lanes); profile: where a decode step's time goes (kernel table) for the int4 27B, 35B-A3B and 122B-A10B at 1 and 8 lanes
+#   cache: prefix-cache TTFT and agent benches (27B); structured: decode with a JSON schema vs without (27B, 8 lanes);
+#   vision: encoder ms per image (512, 1024, 2048) and TTFT of one 1024x1024 image + 100 text tokens vs text only (27B bf16, int4); profile: where a decode step's time goes (kernel table) for the int4 27B, 35B-A3B and 122B-A10B at 1 and 8 lanes
 # Packages the device image lacks travel as wheels in .whl (git-ignored; name it in the call's carry):
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
@@ -77,6 +78,12 @@ if [[ "$MODE" == structured ]]; then  # structured output: decode tok/s with eve
   $PY -c 'import xgrammar' 2>/dev/null || { echo "xgrammar missing: carry .whl (scripts/gpu_check.sh header)"; exit 1; }
   timeout 300 $PY -m hinfer bench qwen3.6-27b --structured --out "$OUT" 2>&1 | tee "$OUT/bench_27b_structured.log" \
     | tail -16
+fi
+if [[ "$MODE" == vision ]]; then  # vision tower per image and TTFT with one image, random weights at 27B shapes
+  for q in bf16 int4; do
+    timeout 200 $PY -m hinfer bench qwen3.6-27b --vision --quant $q --out "$OUT" 2>&1 \
+      | tee "$OUT/bench_27b_vision_$q.log" | tail -18
+  done
 fi
 if [[ "$MODE" == profile ]]; then
   for m in qwen3.6-27b qwen3.6-35b-a3b qwen3.5-122b-a10b; do

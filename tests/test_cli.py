@@ -102,12 +102,12 @@ def test_chat_two_turns_on_the_demo(tmp_path):
 
     env = os.environ | {"HINFER_CACHE": str(tmp_path)}
     Image.new("RGB", (40, 30), (200, 10, 10)).save(tmp_path / "a.png")
-    talk = f"hi\n/image {tmp_path / 'a.png'}\nlook\nmore\n/quit\n"  # the demo model has no vision tower
+    talk = f"hi\n/image {tmp_path / 'a.png'}\nlook\nmore\n/quit\n"  # the demo's small vision tower reads it
     r = subprocess.run([sys.executable, "-m", "hinfer", "chat", "--max-tokens", "4", "--show-thinking", "--device",
                         "cpu"], input=talk, capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert r.stdout.count(">") >= 4
-    assert "error: this model takes no images" in r.stderr
+    assert "error:" not in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from hinfer.bench import measure
 from hinfer.engine.core import EngineCore
 from hinfer.engine.protocol import GenerationRequest, TokenEvent
+from hinfer.model.image_prompt import ImageInput
 from hinfer.sampling_params import SamplingParams
 
 
@@ -21,13 +22,15 @@ class FirstToken:
     token_id: int  # the (greedy) token
 
 
-def first_token(core: EngineCore, request_id: str, prompt: list[int]) -> FirstToken:
-    """One greedy request for one token on an idle core, stepped until it is out."""
+def first_token(core: EngineCore, request_id: str, prompt: list[int], images: list[ImageInput] | None = None
+                ) -> FirstToken:  # fmt: skip
+    """One greedy request for one token on an idle core, stepped until it is out. With images (preprocessed,
+    one placeholder run each in the prompt) the engine places them on submit and encodes them in the prefill."""
     assert not core.has_work, "time a request on an idle engine"
     measure.sync(core.runner.device)  # nothing queued before (e.g. spills) is charged to this request
     params = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
     t0 = time.perf_counter()
-    core.add(GenerationRequest(request_id, list(prompt), params))
+    core.add(GenerationRequest(request_id, list(prompt), params, images=list(images or [])))
     seconds, tokens, final = 0.0, [], None
     while final is None:
         for ev in core.step():

@@ -174,12 +174,14 @@ def _load_artifact(path: Path, ecfg: EngineConfig) -> Loaded:
     art = open_artifact(path)  # header only: version-checked before anything else
     cfg, tok = art.load_config_and_tokenizer()
     cfg = apply_rope_scaling(cfg, ecfg.rope_scaling)
-    ecfg = replace(resolve_engine_config(cfg, ecfg), vision=False)  # artifacts hold the text model only
+    ecfg = resolve_engine_config(cfg, ecfg)
+    ecfg = replace(ecfg, vision=ecfg.vision and art.has_visual)  # the plan counts the tower only when it loads
     plan_recipe, requantize = engine_weights(art, ecfg.weights)
     plan = plan_for_serve(cfg, ecfg, plan_recipe)
     log.info("memory plan (%s):\n%s", plan.device_name, plan.table())
     device, t0 = torch.device(ecfg.device), time.monotonic()
-    net = load_artifact_model(art, cfg, DTYPES[ecfg.dtype], device, with_mtp=ecfg.spec == "mtp")
+    net = load_artifact_model(art, cfg, DTYPES[ecfg.dtype], device, with_mtp=ecfg.spec == "mtp",
+                              with_vision=ecfg.vision)  # fmt: skip
     if requantize:
         quantize_model(net, requantize)
     log.info("loaded %s (v%d, %s, %s on %s) in %.1f s", path, art.version, plan_recipe, ecfg.dtype, device,

@@ -2,7 +2,9 @@
 
 Scales keep activations finite and non-trivial through every layer: projections ~ N(0, 1/fan_in) (outputs
 scaled down by the depth), zero-centred norm weights ~ N(0, 0.1), GDN output norm ~ 1, A_log = log U(1, 16),
-dt_bias ~ N(1, 0.1), embeddings ~ N(0, 1).
+dt_bias ~ N(1, 0.1), embeddings ~ N(0, 1). The vision tower (`random_vision`): LayerNorm weights ~ N(1, 0.1)
+(plain, not zero-centred), biases ~ N(0, 0.02), projections ~ N(0, 1/fan_in) over every input dim (the patch
+embedding's Conv3d included; block outputs scaled down by the depth), the learned position grid ~ N(0, 1).
 """
 
 from __future__ import annotations
@@ -15,14 +17,48 @@ from torch import nn
 
 from hinfer.config import ModelConfig
 from hinfer.model.qwen3_5 import DecoderLayer, MTPHead, Qwen35ForCausalLM
+from hinfer.model.vision import VisionEncoder
 
 
 @torch.no_grad()
 def random_init(model: Qwen35ForCausalLM, seed: int = 0) -> Qwen35ForCausalLM:
     dev = next(model.parameters()).device
     gen = torch.Generator(device=dev).manual_seed(seed)  # generate where the weights live: 27B on GPU in seconds
-    _fill(model.named_parameters(), model.cfg.num_hidden_layers, gen, dev)
+    text = ((n, p) for n, p in model.named_parameters() if not n.startswith("visual."))
+    _fill(text, model.cfg.num_hidden_layers, gen, dev)
+    if model.visual is not None:
+        _fill_vision(model.visual, gen, dev)
     return model
+
+
+@torch.no_grad()
+def random_vision(model: Qwen35ForCausalLM, seed: int = 0) -> VisionEncoder:
+    """The config's vision tower at its exact shapes with random weights, in the model's activation dtype on its
+    device (whatever format the language model is in), attached as `model.visual`."""
+    vision = model.cfg.vision
+    if vision is None:
+        raise ValueError("this config has no vision_config")
+    dev, dtype = model.embed_tokens.device, model.embed_tokens.dtype
+    model.visual = VisionEncoder(vision, dtype, dev)
+    _fill_vision(model.visual, torch.Generator(device=dev).manual_seed(seed), dev)
+    return model.visual
+
+
+def _fill_vision(visual: VisionEncoder, gen: torch.Generator, dev) -> None:
+    depth_scale = 1.0 / math.sqrt(2 * max(1, visual.cfg.depth))
+    for name, p in visual.named_parameters():
+        if name.endswith("bias"):
+            vals = 0.02 * torch.randn(p.shape, generator=gen, device=dev)
+        elif "norm" in name:
+            vals = 1.0 + 0.1 * torch.randn(p.shape, generator=gen, device=dev)
+        elif name == "pos_embed.weight":
+            vals = torch.randn(p.shape, generator=gen, device=dev)
+        else:
+            std = 1.0 / math.sqrt(math.prod(p.shape[1:]))
+            if name.endswith(("attn.proj.weight", "mlp.linear_fc2.weight")):  # what each block adds to its stream
+                std *= depth_scale
+            vals = torch.randn(p.shape, generator=gen, device=dev, dtype=p.dtype).mul_(std)
+        p.copy_(vals.to(p.dtype))
 
 
 @torch.no_grad()

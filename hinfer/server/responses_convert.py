@@ -3,6 +3,7 @@
 `input` items become the chat messages the Qwen3.5 template reads: an assistant turn gathers the reasoning,
 message and function_call items that follow each other; function_call_output items become tool messages;
 system/developer items before the first turn join `instructions`, later ones stay in place (late_system.py).
+User messages' `input_image` parts (data URLs) become the template's image items, their images decoded in order.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from hinfer.sampling_params import SamplingParams
 from hinfer.server.errors import bad_request
+from hinfer.server.images import image_from_url
 from hinfer.server.openai_convert import REASONING_EFFORT_BUDGET
 from hinfer.server.prompt import ChatPrompt, ToolChoice, check_tool_choice
 
@@ -53,9 +55,11 @@ def _part_text(part: Any, param: str, media_placeholder: bool) -> str:
     typ = part.get("type")
     if typ in _MEDIA_PARTS:
         if media_placeholder:  # a tool's output is not the client's to change: keep the turn, say what is missing
-            return f"[{typ} omitted: this server cannot read images or files yet]"
-        raise bad_request("vision not supported yet: input_image, input_file and input_audio parts are rejected "
-                          "until this server can run the vision tower", param=param)
+            return f"[{typ} omitted: this server reads images in user messages only, and no files or audio]"
+        if typ == "input_image":
+            raise bad_request("images are taken in user messages only", param=param)
+        raise bad_request(f"{typ!r} content parts are not supported (images: 'input_image' with a data URL)",
+                          param=param)  # fmt: skip
     if typ == "refusal" and isinstance(part.get("refusal"), str):
         return part["refusal"]
     if typ not in _TEXT_PARTS or not isinstance(part.get("text"), str):
@@ -72,6 +76,28 @@ def _content_text(content: Any, param: str, media_placeholder: bool = False) -> 
     if not isinstance(content, list):
         raise bad_request("content must be a string or a list of content parts", param=param)
     return "".join(_part_text(p, f"{param}.{i}", media_placeholder) for i, p in enumerate(content))
+
+
+def _image_part(part: dict[str, Any], param: str, images: list[Any]) -> dict[str, str]:
+    """An input_image part: its image_url (a base64 data URL) decoded into `images`; -> the template's item.
+    `detail` is not read: an image always takes the tokens of its preprocessed size."""
+    url = part.get("image_url")
+    if url is None and part.get("file_id") is not None:
+        raise bad_request("input_image file_id is not supported (this server keeps no files); send image_url as a "
+                          "data URL: data:image/png;base64,...", param=f"{param}.file_id")  # fmt: skip
+    if isinstance(url, dict):  # the chat API's {"url": ...} shape, which some clients send here too
+        url = url.get("url")
+    images.append(image_from_url(url, f"{param}.image_url", field="image_url"))
+    return {"type": "image"}
+
+
+def _user_content(content: Any, param: str, images: list[Any]) -> str | list[dict[str, str]]:
+    """A user message's content: one string, or with images the template's text and image items in order."""
+    if not isinstance(content, list) or not any(isinstance(p, dict) and p.get("type") == "input_image"
+                                                for p in content):  # fmt: skip
+        return _content_text(content, param)
+    return [_image_part(p, f"{param}.{i}", images) if p.get("type") == "input_image"
+            else {"type": "text", "text": _part_text(p, f"{param}.{i}", False)} for i, p in enumerate(content)]
 
 
 def reasoning_text(item: dict[str, Any]) -> str:
@@ -137,7 +163,10 @@ class _Turns:
             self.messages.append({"role": "system", "content": text})
 
 
-def convert_items(items: list[Any], instructions: str | None) -> list[dict[str, Any]]:
+def convert_items(items: list[Any], instructions: str | None, images: list[Any] | None = None
+                  ) -> list[dict[str, Any]]:  # fmt: skip
+    """-> the template's messages; user messages' images (decoded, in order) are appended to `images`."""
+    images = [] if images is None else images
     t = _Turns()
     if instructions:
         t.system(instructions)
@@ -148,11 +177,12 @@ def convert_items(items: list[Any], instructions: str | None) -> list[dict[str, 
         typ = item.get("type") or ("message" if "role" in item else None)
         if typ == "message":
             role = item.get("role")
+            if role == "user":
+                t.add({"role": "user", "content": _user_content(item.get("content"), f"{p}.content", images)})
+                continue
             text = _content_text(item.get("content"), f"{p}.content")
             if role in ("system", "developer"):
                 t.system(text)
-            elif role == "user":
-                t.add({"role": "user", "content": text})
             elif role == "assistant":
                 turn = t.turn
                 fresh = turn is None or bool(turn["content"]) or bool(turn.get("tool_calls"))
@@ -237,9 +267,11 @@ def chat_prompt(body: Any, items: list[dict[str, Any]], preserve_default: bool) 
     effort = body.reasoning.effort if body.reasoning is not None else None
     enable_thinking = effort != "none"
     budget = REASONING_EFFORT_BUDGET[effort] if effort not in (None, "none") else None
-    prompt = ChatPrompt(messages=convert_items(items, body.instructions), tools=convert_tools(body.tools),
+    images: list[Any] = []
+    prompt = ChatPrompt(messages=convert_items(items, body.instructions, images), tools=convert_tools(body.tools),
                         tool_choice=convert_tool_choice(body.tool_choice, body.parallel_tool_calls),
-                        enable_thinking=enable_thinking, preserve_thinking=preserve_default, late_system=True)
+                        enable_thinking=enable_thinking, preserve_thinking=preserve_default, late_system=True,
+                        images=images)  # fmt: skip
     check_tool_choice(prompt, "tool_choice")
     return prompt, budget
 

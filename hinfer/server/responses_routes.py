@@ -13,6 +13,7 @@ from starlette.background import BackgroundTask
 from hinfer.server import sse
 from hinfer.server.errors import APIError, bad_request
 from hinfer.server.generation import EngineRun, engine_error, log_failure, run_to_end
+from hinfer.server.images import with_images
 from hinfer.server.openapi_responses import OPENAI_ERRORS, STREAMED
 from hinfer.server.prompt import plan_max_tokens, render_prompt_off_loop
 from hinfer.server.responses_convert import chat_prompt, input_items, sampling_params
@@ -48,6 +49,7 @@ async def create_response(body: ResponsesRequest, request: Request):
     prompt, budget = chat_prompt(body, items, st.preserve_thinking_default)
     schema = responses_text_format(body.text)
     ids = await render_prompt_off_loop(st.tokenizer, prompt, st.prompt_guard)
+    ids, images = await with_images(st, prompt, ids, param="input")  # each image's tokens counted in usage
     max_tokens = plan_max_tokens(len(ids), body.max_output_tokens, st.engine.max_context, "max_output_tokens",
                                  prompt_param="input")
     sp = sampling_params(body, max_tokens)
@@ -57,7 +59,7 @@ async def create_response(body: ResponsesRequest, request: Request):
     sp.structured = constraint(prompt, schema, param="text.format")
 
     response_id = new_id("resp_")
-    run = EngineRun(st, response_id, ids, sp, request)
+    run = EngineRun(st, response_id, ids, sp, request, images)
     b = ResponseBuilder(run, body, prompt, response_id=response_id)
     await run.start()
     if body.stream:

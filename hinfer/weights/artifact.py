@@ -5,7 +5,8 @@ tokenizer_json, tokenizer_config, chat_template, generation_config, source. Tens
 `Qwen35ForCausalLM.state_dict()` after quantization (fused, int4 packed + scales + zeros, fp8 + scales; int4
 routed experts as `mlp.experts_gate_up.{qweight,scales,zeros}` [E, N, ...], fp8 ones as
 `mlp.experts_gate_up.{weight,scale}` [E, N, K] / [E, N] or [E, N/128, K/128]).
-`layout` maps each quantized attribute to how it is rebuilt, so loading (hinfer/model/artifact_loader.py) never
+The vision tower, when the source checkpoint has one, follows as `visual.*` (its parameters' names, bf16, never
+quantized; format v3). `layout` maps each quantized attribute to how it is rebuilt, so loading (hinfer/model/artifact_loader.py) never
 re-runs a recipe: the model is built on the meta device, quantized objects are constructed from their stored
 buffers, every other tensor is copied in, tensor by tensor from the memory-mapped file straight to the device.
 """
@@ -35,7 +36,9 @@ FORMAT = "hinfer"
 # Bump on any change an older reader would misread; keep reading every older version. v1: bf16, int4, fp8 and
 # rowsplit weights (routed experts always in the model dtype). v2: adds the `int4_experts` and `fp8_experts`
 # layout types (int4 / fp8 MoE routed experts, recipe target "experts"); a v1 file reads exactly as before.
-FORMAT_VERSION = 2
+# v3: adds the vision tower's `visual.*` tensors (an older reader would refuse them as unexpected).
+FORMAT_VERSION = 3
+VISUAL = "visual."  # prefix of the vision tower's tensors
 SUFFIX = ".hinfer"
 # files of a checkpoint folder carried as metadata: metadata key -> file name
 AUX_FILES = {"config": "config.json", "generation_config": "generation_config.json",
@@ -193,6 +196,11 @@ class Artifact:
         except (KeyError, json.JSONDecodeError) as e:
             raise ArtifactError(f"{self.path}: damaged hinfer metadata ({e})") from None
         self.tensors = read_header(self.path)
+
+    @property
+    def has_visual(self) -> bool:
+        """Holds the vision tower (format v3 and later, converted from a checkpoint that had one)."""
+        return any(n.startswith(VISUAL) for n in self.tensors)
 
     @property
     def recipe_name(self) -> str:

@@ -2,7 +2,8 @@
 
 Prefixes are those of the released checkpoints: `model.language_model.` for the multimodal-wrapper types
 (`qwen3_5`, `qwen3_5_moe`) and `model.` for the `*_text` types; `lm_head.weight` (absent when tied) and
-`mtp.*` are top level. Vision tensors (`model.visual.*`) are not listed: hinfer never reads them.
+`mtp.*` are top level. The vision tower's tensors (`model.visual.*`) are listed apart
+(hinfer/weights/visual_layout.py).
 
 MoE experts come either per expert (`mlp.experts.{e}.{gate,up,down}_proj.weight`, the released layout) or
 fused as transformers >= 5 keeps them in memory (`mlp.experts.gate_up_proj` [E, 2I, H] and

@@ -243,6 +243,12 @@ class HFCheckpoint:
         """Holds the vision tower's tensors (`model.visual.*`)."""
         return len(self._stored) > len(self._text)
 
+    def visual_shapes(self) -> dict[str, tuple[int, ...]]:
+        """The vision tower's tensors from the headers alone: name without the prefix -> shape, in the order
+        `iter_visual` yields them."""
+        return {next(raw[len(p) :] for p in VISUAL_PREFIXES if raw.startswith(p)): t.shape
+                for raw, t in self._stored.items() if is_visual(raw)}  # fmt: skip
+
     def iter_visual(self, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
         """The vision tower's tensors, named without the `model.visual.` prefix, floating ones cast to dtype."""
         with ExitStack() as stack:

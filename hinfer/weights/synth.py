@@ -16,6 +16,10 @@ each block are RMS-normalised, so unit-scale projections keep every stream near 
   softplus(a + dt_bias) averages ~0.45, so the per-token decay exp(g) spans roughly 0.15..0.8. The state
   keeps several tokens of memory, so a bug in carrying state between steps or chunks changes the output
   (the transformers init, A in (0.01, 16) with dt_bias 1, mostly wipes the state every token).
+- The vision tower (`vision=True`, `model.visual.*`, hinfer/weights/visual_layout.py): LayerNorm weights
+  ~ normal(1, 0.1), biases ~ normal(0, 0.02), the position grid ~ normal(0, 1), projections ~ normal(0,
+  1/sqrt(fan_in)) over every input dim (the patch Conv3d's too), what each block adds to its stream ~ normal(0,
+  0.5/sqrt(fan_in)).
 Every tensor draws from its own torch.Generator seeded by (seed, crc32(name)), so a tensor's values do not
 depend on the shard size, the fp8 flag or the order of generation; fp8 weights are the bf16 ones quantized,
 and fused experts are the per-expert tensors stacked (same model either way).
@@ -50,6 +54,7 @@ from hinfer.weights.hf_layout import (
     module_name,
     not_converted,
 )
+from hinfer.weights.visual_layout import visual_tensor_specs
 
 log = logging.getLogger(__name__)
 
@@ -72,11 +77,17 @@ def _layer_types(text: dict[str, Any], n: int) -> list[str]:
 
 
 def build_config(raw: dict[str, Any], *, layers: int | None, overrides: dict[str, Any] | None,
-                 quantization: dict[str, Any] | None) -> dict[str, Any]:
-    """A copy of config.json (same keys and order) with overrides, the layer count and quantization_config."""
+                 quantization: dict[str, Any] | None, vision_overrides: dict[str, Any] | None = None
+                 ) -> dict[str, Any]:  # fmt: skip
+    """A copy of config.json (same keys and order) with overrides (the text model's; the vision tower's apart),
+    the layer count and quantization_config."""
     raw = json.loads(json.dumps(raw))
     wrapper = raw.get("model_type") in ("qwen3_5", "qwen3_5_moe")
     text = raw.setdefault("text_config", {}) if wrapper else raw
+    if vision_overrides:
+        if not isinstance(raw.get("vision_config"), dict):
+            raise ConfigError("vision overrides given, but the config has no vision_config")
+        raw["vision_config"].update(vision_overrides)
     for k, v in (overrides or {}).items():
         text[k] = v
         if wrapper and k == "tie_word_embeddings":
@@ -134,6 +145,15 @@ def synth_tensor(name: str, spec: TensorSpec, seed: int, dtype: torch.dtype = to
         return _fill(shape, dtype, gen, 0.0, 1.0 / math.sqrt(shape[-1]))
     if role == "linear_out":
         return _fill(shape, dtype, gen, 0.0, 0.5 / math.sqrt(shape[-1]))
+    if role == "vision_norm":
+        return _fill(shape, dtype, gen, 1.0, 0.1)
+    if role == "vision_bias":
+        return _fill(shape, dtype, gen, 0.0, 0.02)
+    if role == "vision_pos":
+        return _fill(shape, dtype, gen, 0.0, 1.0)
+    if role in ("vision_linear", "vision_linear_out"):
+        scale = 0.5 if role == "vision_linear_out" else 1.0
+        return _fill(shape, dtype, gen, 0.0, scale / math.sqrt(math.prod(shape[1:])))
     raise ValueError(f"no synthetic rule for {name} (role {role!r})")
 
 
@@ -229,9 +249,12 @@ def write_synthetic_checkpoint(
     overrides: dict[str, Any] | None = None,
     fp8_block: tuple[int, int] = DEFAULT_BLOCK,
     progress: bool = True,
+    vision: bool = False,
+    vision_overrides: dict[str, Any] | None = None,
 ) -> Path:
     """Write a synthetic HF checkpoint of the model described by `config_src` (a config.json or a folder
-    holding one) into `out`; returns `out`."""
+    holding one) into `out`; returns `out`. vision: also the vision tower's tensors (the config's
+    vision_config, with `vision_overrides`), always in `dtype`."""
     cfg_path = find_config_file(config_src)
     src_text = cfg_path.read_text()
     try:
@@ -239,11 +262,17 @@ def write_synthetic_checkpoint(
     except json.JSONDecodeError as e:
         raise ConfigError(f"{cfg_path}: invalid JSON ({e})") from None
     # Shapes first (the quantization list depends on them), then the final config with that list.
-    cfg = ModelConfig.from_dict(build_config(raw, layers=layers, overrides=overrides, quantization=None),
-                                source=str(cfg_path))
+    cfg = ModelConfig.from_dict(build_config(raw, layers=layers, overrides=overrides, quantization=None,
+                                             vision_overrides=vision_overrides), source=str(cfg_path))  # fmt: skip
+    if vision and cfg.vision is None:
+        raise ConfigError(f"{cfg_path}: --vision needs a config with a vision_config (a multimodal model type)")
+    if vision and cfg.vision is not None and cfg.vision.out_hidden_size != cfg.hidden_size:
+        raise ConfigError(f"{cfg_path}: vision_config.out_hidden_size {cfg.vision.out_hidden_size} != hidden_size "
+                          f"{cfg.hidden_size}")  # fmt: skip
     skip = default_modules_to_not_convert(cfg) if fp8 else None
     quant = fp8_quantization_config(skip, fp8_block) if fp8 else None
-    final = build_config(raw, layers=layers, overrides=overrides, quantization=quant)
+    final = build_config(raw, layers=layers, overrides=overrides, quantization=quant,
+                         vision_overrides=vision_overrides)  # fmt: skip
     ModelConfig.from_dict(final, source=str(cfg_path))
 
     out = Path(out)
@@ -255,6 +284,8 @@ def write_synthetic_checkpoint(
     _copy_side_files(cfg_path.parent, out, tokenizer_dir)
 
     specs = hf_tensor_specs(cfg, fused_experts=fused_experts, dtype=dtype)
+    if vision and cfg.vision is not None:  # never fp8: the tower stays in the activation dtype
+        specs |= visual_tensor_specs(cfg.vision, dtype)
     writer = _ShardWriter(out, shard_bytes)
     total = sum(math.prod(s.shape) for s in specs.values())
     show = progress and sys.stderr.isatty()

@@ -28,7 +28,7 @@ def test_an_assistant_turn_gathers_reasoning_message_and_calls():
     assert (a["reasoning_content"], a["content"]) == ("think", "Calling.")
     assert [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in a["tool_calls"]] == [
         ("c1", "f", {"a": 1}), ("c2", "g", {})]
-    assert msgs[4]["content"].startswith("two [input_image omitted")
+    assert msgs[4]["content"].startswith("two [input_image omitted: this server reads images in user messages only")
     assert msgs[5]["tool_calls"][0]["id"] == "c3" and msgs[5]["content"] == ""
 
 
@@ -57,4 +57,26 @@ def test_input_string_and_errors():
     assert input_items("") == []
     with pytest.raises(APIError) as e:
         convert_items([{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}], None)
-    assert "vision not supported yet" in e.value.message and e.value.param == "input.0.content.0"
+    assert "'input_file' content parts are not supported" in e.value.message and e.value.param == "input.0.content.0"
+    with pytest.raises(APIError) as e:
+        convert_items([{"role": "assistant", "content": [{"type": "input_image", "image_url": "data:,"}]}], None)
+    assert "user messages only" in e.value.message and e.value.param == "input.0.content.0"
+
+
+def test_user_images_become_template_items_in_order():
+    import base64
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (40, 30), (200, 10, 10)).save(buf, format="PNG")
+    url = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+    images: list = []
+    msgs = convert_items([{"role": "user", "content": [
+        {"type": "input_text", "text": "a"}, {"type": "input_image", "image_url": url},
+        {"type": "input_image", "image_url": {"url": url}, "detail": "high"}, {"type": "input_text", "text": "b"}]},
+        {"role": "user", "content": [{"type": "input_text", "text": "plain"}]}], None, images)  # fmt: skip
+    assert msgs[0]["content"] == [{"type": "text", "text": "a"}, {"type": "image"}, {"type": "image"},
+                                  {"type": "text", "text": "b"}]  # fmt: skip
+    assert msgs[1]["content"] == "plain" and [im.size for im in images] == [(40, 30), (40, 30)]

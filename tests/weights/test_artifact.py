@@ -24,6 +24,15 @@ FIXTURE_EXPECTED = [99, 99, 99, 99, 99, 130, 130, 130]  # greedy tokens printed 
 # v2 added int4 routed experts ("int4_experts" in the layout): a 4-layer MoE model, experts quantized
 FIXTURE_V2 = FIXTURE.with_name("artifact-v2.hinfer")
 FIXTURE_V2_EXPECTED = [224, 5, 222, 97, 101, 160, 90, 224]  # printed by `python tests/weights/test_artifact.py v2`
+# v3 added the vision tower (`visual.*`): the v1 model's shape with a one-block tower of 4-pixel patches
+FIXTURE_V3 = FIXTURE.with_name("artifact-v3.hinfer")
+FIXTURE_V3_EXPECTED = [99, 99, 99, 99, 99, 130, 130, 130]  # printed by `python tests/weights/test_artifact.py v3`
+# the tower's output for the request's image (first token's first 4 values, last token's last 4): the greedy
+# tokens of a model this small hardly depend on the image, these do on every tower weight
+FIXTURE_V3_ENCODED = ([-0.0741, -1.2655, 0.2877, -0.2663], [-0.1035, 0.5329, -1.4515, -0.0725])
+V3_VISION = {"depth": 1, "hidden_size": 16, "num_heads": 2, "intermediate_size": 24, "out_hidden_size": 32,
+             "num_position_embeddings": 16, "patch_size": 4}  # fmt: skip
+V3_IDS = {"image_token_id": 260, "video_token_id": 261, "vision_start_token_id": 262, "vision_end_token_id": 263}
 TINY = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2, "num_key_value_heads": 1,
         "head_dim": 16, "linear_num_key_heads": 1, "linear_num_value_heads": 2, "linear_key_head_dim": 8,
         "linear_value_head_dim": 8, "max_position_embeddings": 512}  # fmt: skip
@@ -303,6 +312,41 @@ def test_committed_v2_fixture_loads_and_generates():
     assert _greedy(llm, FIXTURE_PROMPT, 8) == FIXTURE_V2_EXPECTED
 
 
+def _v3_image_request(n: int = 8):
+    """The v3 fixture's greedy request: text, one 4 x 4-patch image (4 tokens), text."""
+    from hinfer.engine.protocol import GenerationRequest
+    from hinfer.model.image_prompt import ImageInput
+
+    pixels = torch.rand(16, 3 * 2 * 4 * 4, generator=torch.Generator().manual_seed(3)) * 2 - 1
+    ids = [*FIXTURE_PROMPT[:2], V3_IDS["vision_start_token_id"], *[V3_IDS["image_token_id"]] * 4,
+           V3_IDS["vision_end_token_id"], *FIXTURE_PROMPT[2:]]  # fmt: skip
+    params = SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
+    return GenerationRequest("v3", ids, params, images=[ImageInput(pixels, (1, 4, 4))])
+
+
+def _greedy_with_image(llm: LLM) -> list[int]:
+    llm.core.add(_v3_image_request())
+    out: list[int] = []
+    while llm.core.has_work:
+        for ev in llm.core.step():
+            out += ev.token_ids
+    return out
+
+
+def test_committed_v3_fixture_loads_and_generates_with_an_image():
+    art = open_artifact(FIXTURE_V3)
+    assert art.version == 3 and art.fmt == "int4" and art.has_visual
+    llm = _llm(FIXTURE_V3)
+    assert llm.model.visual is not None
+    img = _v3_image_request().images[0]
+    with torch.inference_mode():
+        enc = llm.model.encode_images(img.pixels, [img.grid])
+    assert enc.shape == (4, 32)
+    torch.testing.assert_close(enc[0, :4], torch.tensor(FIXTURE_V3_ENCODED[0]), atol=2e-4, rtol=0)
+    torch.testing.assert_close(enc[3, -4:], torch.tensor(FIXTURE_V3_ENCODED[1]), atol=2e-4, rtol=0)
+    assert _greedy_with_image(llm) == FIXTURE_V3_EXPECTED
+
+
 # ---- the committed fixture: `python tests/weights/test_artifact.py` rewrites it (only for a new version) ---------
 def _tiny_tokenizer(folder: Path) -> Path:
     """A byte-level tokenizer of 256 byte tokens + 3 specials: keeps the fixture a few tens of KB."""
@@ -323,26 +367,37 @@ def _tiny_tokenizer(folder: Path) -> Path:
     return folder
 
 
-def write_fixture(dst: Path = FIXTURE, moe: bool = False) -> list[int]:
-    """v1 was written with moe=False by the v1 code; the current code writes v2 (moe=True: int4 experts)."""
+def write_fixture(dst: Path = FIXTURE, moe: bool = False, vision: bool = False) -> list[int]:
+    """v1 was written with moe=False by the v1 code, v2 with moe=True (int4 experts) by the v2 code; the current
+    code writes v3 (vision=True: the v1 model with a tiny vision tower, its token ids inside the vocabulary)."""
     import tempfile
 
     from hinfer.fixtures import config_dir
+    from hinfer.weights.synth import write_synthetic_checkpoint
 
     over = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
                 shared_expert_intermediate_size=32) if moe else {}  # fmt: skip
     with tempfile.TemporaryDirectory() as d:
-        ck = _synth(Path(d) / "ck", config_dir("qwen3.6-35b-a3b" if moe else "qwen3.5-0.8b"), layers=4,
-                    tokenizer=_tiny_tokenizer(Path(d) / "tok"), vocab_size=272, **over)
+        src, tok = config_dir("qwen3.6-35b-a3b" if moe else "qwen3.5-0.8b"), _tiny_tokenizer(Path(d) / "tok")
+        if vision:
+            ck = write_synthetic_checkpoint(src, Path(d) / "ck", layers=4, progress=False, tokenizer_dir=tok,
+                                            overrides={**TINY, "vocab_size": 272}, vision=True,
+                                            vision_overrides=V3_VISION)  # fmt: skip
+            raw = json.loads((ck / "config.json").read_text())
+            (ck / "config.json").write_text(json.dumps(raw | V3_IDS))
+        else:
+            ck = _synth(Path(d) / "ck", src, layers=4, tokenizer=tok, vocab_size=272, **over)
         gen = json.loads((ck / "generation_config.json").read_text())
         gen["eos_token_id"] = [258, 256]  # <|im_end|>, <|endoftext|> of the tiny tokenizer
         (ck / "generation_config.json").write_text(json.dumps(gen))
         convert_checkpoint(ck, dst, "int4")
-    return _greedy(_llm(dst), FIXTURE_PROMPT, 8)
+    return _greedy_with_image(_llm(dst)) if vision else _greedy(_llm(dst), FIXTURE_PROMPT, 8)
 
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["v2"]:
         print("expected tokens:", write_fixture(FIXTURE_V2, moe=True))
+    elif sys.argv[1:] == ["v3"]:
+        print("expected tokens:", write_fixture(FIXTURE_V3, vision=True))
     else:
         print("expected tokens:", write_fixture())

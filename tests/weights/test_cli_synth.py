@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from hinfer.cli.commands.synth import parse_overrides, parse_size
 from hinfer.cli.main import build_parser, main
@@ -24,6 +25,21 @@ def test_cli_synth_dense(fx, tmp_path):
     ck = HFCheckpoint(out)
     assert ck.config.layer_types == ("linear_attention", "full_attention")
     assert ck.config.hidden_size == 64 and len(list(out.glob("model-*.safetensors"))) > 1
+
+
+def test_cli_synth_vision_fp8(fx, tmp_path):
+    out = tmp_path / "ck"
+    rc = main(["synth", "--config", str(fx.dense), "--out", str(out), "--layers", "1", "--fp8", "--vision",
+               "--tokenizer", str(fx.tokenizer), *TINY_ARGS, "--override", "intermediate_size=128",
+               "--vision-override", "depth=1", "--vision-override", "hidden_size=32", "--vision-override",
+               "intermediate_size=48", "--vision-override", "num_heads=2", "--vision-override", "out_hidden_size=64"])
+    assert rc == 0
+    ck = HFCheckpoint(out)
+    visual = dict(ck.iter_visual())
+    assert ck.has_visual and ck.config.vision is not None and ck.config.vision.depth == 1
+    assert visual["blocks.0.attn.qkv.weight"].shape == (96, 32) and len(visual) == 21
+    assert all(t.dtype == torch.bfloat16 for t in visual.values())  # the tower is never fp8
+    assert ck.is_fp8
 
 
 def test_cli_synth_moe_fp8_fused(fx, tmp_path):

@@ -111,3 +111,17 @@ def test_not_converted_matches_like_transformers():
     assert not_converted("model.language_model.layers.5.mlp.gate", [r"model.language_model.layers.\d+.mlp.gate"])
     assert not not_converted("lm_head", None) and not not_converted("lm_head", [])
     assert not_converted("a.b(", ["a.b("])  # invalid regex falls back to a plain prefix
+
+
+def test_27b_visual_specs_equal_reference_listing(fx):
+    from hinfer.weights.visual_layout import visual_tensor_specs
+
+    ref = json.loads(fx.reference_27b.read_text())["tensors"]
+    ref = {n: r for n, r in ref.items() if n.startswith("model.visual.")}
+    cfg = load_model_config(fx.dense)
+    assert cfg.vision is not None
+    specs = visual_tensor_specs(cfg.vision)
+    assert set(specs) == set(ref) and len(specs) == 333
+    for name, r in ref.items():
+        assert list(specs[name].shape) == r["shape"] and r["dtype"] == "BF16", name
+    assert sum(math.prod(s.shape) for s in specs.values()) == cfg.vision.param_count

@@ -41,3 +41,40 @@ def test_transformers_loads_synthetic_checkpoint(fx, tmp_path, tiny_dense, tiny_
     assert 0.3 < out.logits.std().item() < 3.0
     for h in out.hidden_states:  # residual stream stays near unit scale, nowhere dead or exploding
         assert 0.3 < h.std().item() < 5.0
+
+
+def test_transformers_loads_the_synthetic_vision_tower(fx, tmp_path, tiny_dense):
+    """--vision: the tower's tensors (names, shapes) are the ones transformers' Qwen3.5 vision model expects, and
+    our loader reads them back into a model that encodes an image."""
+    from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5ForConditionalGeneration
+
+    from hinfer.config import load_model_config
+    from hinfer.model.qwen3_5 import Qwen35ForCausalLM
+    from hinfer.model.vision import VisionEncoder
+    from hinfer.model.vision_loader import load_vision_weights
+    from hinfer.weights.hf_reader import HFCheckpoint
+
+    tiny_vision = {"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64}
+    ck = write_synthetic_checkpoint(fx.dense, tmp_path / "ck", layers=4, overrides=tiny_dense, progress=False,
+                                    tokenizer_dir=fx.tokenizer, vision=True, vision_overrides=tiny_vision)
+    transformers.logging.set_verbosity_error()
+    hf, info = Qwen3_5ForConditionalGeneration.from_pretrained(ck, dtype=torch.float32, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    cfg = load_model_config(ck)
+    ours = Qwen35ForCausalLM(cfg, torch.float32, with_vision=False)
+    ours.visual = VisionEncoder(cfg.vision, torch.float32)
+    load_vision_weights(ours.visual, HFCheckpoint(ck).iter_visual(torch.float32))
+    pixels = torch.rand(64, cfg.vision.patch_dim, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    with torch.no_grad():
+        want = hf.model.visual(pixels, grid_thw=torch.tensor([[1, 8, 8]])).pooler_output
+    got = ours.encode_images(pixels, [(1, 8, 8)])
+    assert got.shape == (16, 64) and 0.1 < got.std().item() < 10
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_vision_needs_a_vision_config(fx, tmp_path, tiny_dense, text_config_from):
+    from hinfer.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="vision_config"):
+        write_synthetic_checkpoint(text_config_from(fx.dense), tmp_path / "ck", layers=4, overrides=tiny_dense,
+                                   progress=False, vision=True)

@@ -102,6 +102,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(default 10)")
     v.add_argument("--window", type=float, default=20.0, metavar="S",
                    help="seconds of each timed window (default 20)")
+    vi = p.add_argument_group("vision", "--vision: the vision tower's time per image, and the time to first token "
+                              "of a prompt with one image beside the same text without it (docs/vision.md); "
+                              "samples from --repeats")
+    vi.add_argument("--vision", action="store_true",
+                    help="run the vision benchmark instead of the throughput sweep (random vision weights at the "
+                         "config's vision_config shapes, or the checkpoint's)")
+    vi.add_argument("--image-sizes", type=_ints, default=[512, 1024, 2048], metavar="SIDE[,SIDE...]",
+                    help="square image sides timed through the encoder (default 512,1024,2048)")
+    vi.add_argument("--ttft-image", type=int, default=1024, metavar="SIDE",
+                    help="side of the TTFT prompt's image (default 1024)")
+    vi.add_argument("--text-tokens", type=int, default=100,
+                    help="text tokens of the TTFT prompt, around the image (default 100)")
     p.add_argument("--out", type=Path, default=Path("bench/results"), help="folder for the JSON results")
     add_engine_args(p)
     p.set_defaults(func=run, prefill_chunk=8192)
@@ -130,8 +142,8 @@ def fill_defaults(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     args.bench_weights = bench_weights(args)
-    if sum(map(bool, (args.agent, args.prefix_ttft, args.structured, args.spec_serving))) > 1:
-        raise SystemExit("--agent, --prefix-ttft, --structured and --spec-serving are separate benchmarks: "
+    if sum(map(bool, (args.agent, args.prefix_ttft, args.structured, args.spec_serving, args.vision))) > 1:
+        raise SystemExit("--agent, --prefix-ttft, --structured, --spec-serving and --vision are separate benchmarks: "
                          "pick one")
     fill_defaults(args)
     if args.spec_serving:
@@ -142,6 +154,8 @@ def run(args: argparse.Namespace) -> int:
         return run_prefix_ttft(args)
     if args.structured:
         return run_structured(args)
+    if args.vision:
+        return run_vision(args)
     from hinfer.bench.run import BenchSpec, run_bench, table
 
     spec = BenchSpec(
@@ -220,4 +234,18 @@ def run_spec_serving(args: argparse.Namespace) -> int:
                            weights=args.bench_weights, layers=args.layers, out_dir=args.out,
                            command=shlex.join(["hinfer", *sys.argv[1:]]))  # fmt: skip
     print(spec_serving_table(run_spec_serving(spec, engine_config_from_args(args))))
+    return 0
+
+
+def run_vision(args: argparse.Namespace) -> int:
+    import shlex
+    import sys
+
+    from hinfer.bench.vision import VisionSpec, run_vision
+    from hinfer.bench.vision_report import vision_table
+
+    spec = VisionSpec(model=args.model, sizes=args.image_sizes, ttft_size=args.ttft_image,
+                      text_tokens=args.text_tokens, repeats=args.repeats, weights=args.bench_weights,
+                      layers=args.layers, out_dir=args.out, command=shlex.join(["hinfer", *sys.argv[1:]]))
+    print(vision_table(run_vision(spec, engine_config_from_args(args))))
     return 0

@@ -3,7 +3,8 @@
 Streaming, so peak RAM is about one decoder layer whatever the model size: the full model is only ever built
 on the meta device (and quantized there) to declare every output tensor in the header; then each unit (the
 top-level tensors, one decoder layer, the MTP head) is built on the CPU, filled from just its checkpoint
-tensors, quantized, appended to the file and freed.
+tensors, quantized, appended to the file and freed. The vision tower, when the checkpoint has one, follows tensor
+by tensor, bf16 (`visual.*`; --no-vision leaves it out).
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--quant", choices=["bf16", "fp8", "int4"], default="bf16", help="weight format (default bf16)")
     p.add_argument("--recipe", default=None, metavar="NAME",
                    help="a named recipe of that format (e.g. int4-sym, fp8-block); default: the format's default")
+    p.add_argument("--no-vision", dest="vision", action="store_false",
+                   help="leave the vision tower out (a text-only artifact); by default it is carried when the "
+                        "checkpoint has one")
     p.set_defaults(func=run)
 
 
@@ -55,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--recipe {recipe.name} is {recipe.fmt}, not --quant {args.quant}")
     if args.dst.suffix != ".hinfer":
         log.warning("%s does not end in .hinfer: `hinfer serve` recognises artifacts by that suffix", args.dst)
-    convert_checkpoint(args.src, args.dst, recipe, progress=sys.stderr.isatty())
+    convert_checkpoint(args.src, args.dst, recipe, progress=sys.stderr.isatty(), vision=args.vision)
     return 0
 
 
@@ -140,14 +144,40 @@ def _fill(net: nn.Module, unit: str, tensors, source: str) -> None:
         raise CheckpointError(f"{source}: missing tensor {missing[0]!r}")
 
 
-def convert_checkpoint(src: str | Path, dst: str | Path, recipe="bf16", progress: bool = False) -> Path:
-    """Write the artifact of checkpoint folder `src` to `dst` (atomically: a temp file renamed at the end)."""
+def _visual_entries(ckpt, source: str) -> list:
+    """The tower's tensors as the artifact stores them (`visual.` + the checkpoint's name, bf16, in the
+    checkpoint's order), checked against the config's tower from the headers, before anything is written."""
+    from hinfer.errors import CheckpointError
+    from hinfer.model.vision import VisionEncoder
+    from hinfer.weights.artifact import VISUAL, TensorEntry
+
+    vision = ckpt.config.vision
+    if vision is None:
+        raise CheckpointError(f"{source}: has model.visual.* tensors but its config has no vision_config")
+    want = {n: tuple(p.shape) for n, p in VisionEncoder(vision, torch.bfloat16, "meta").named_parameters()}
+    have = ckpt.visual_shapes()
+    for name, shape in have.items():
+        if name not in want:
+            raise CheckpointError(f"{source}: unexpected vision tensor 'model.visual.{name}' (not in vision_config)")
+        if tuple(shape) != want[name]:
+            raise CheckpointError(f"{source}: vision tensor 'model.visual.{name}' has shape {list(shape)}, expected "
+                                  f"{list(want[name])} for this vision_config")  # fmt: skip
+    missing = [n for n in want if n not in have]
+    if missing:
+        raise CheckpointError(f"{source}: missing vision tensor 'model.visual.{missing[0]}'")
+    return [TensorEntry(VISUAL + n, torch.bfloat16, tuple(s)) for n, s in have.items()]
+
+
+def convert_checkpoint(src: str | Path, dst: str | Path, recipe="bf16", progress: bool = False,
+                       vision: bool = True) -> Path:  # fmt: skip
+    """Write the artifact of checkpoint folder `src` to `dst` (atomically: a temp file renamed at the end), with
+    the checkpoint's vision tower unless `vision` is False."""
     from tqdm import tqdm
 
     from hinfer.model.qwen3_5 import Qwen35ForCausalLM
     from hinfer.quant.apply import quantize_model
     from hinfer.quant.recipes import get_recipe
-    from hinfer.weights.artifact import StreamWriter, TensorEntry, quantized_layout
+    from hinfer.weights.artifact import VISUAL, StreamWriter, TensorEntry, quantized_layout
     from hinfer.weights.hf_reader import HFCheckpoint
 
     t0 = time.monotonic()
@@ -157,6 +187,7 @@ def convert_checkpoint(src: str | Path, dst: str | Path, recipe="bf16", progress
     skel = Qwen35ForCausalLM(cfg, torch.bfloat16, "meta", with_mtp=True)
     quantize_model(skel, r)  # on meta: shapes and dtypes of every output tensor, no data
     entries = [TensorEntry(n, t.dtype, tuple(t.shape)) for n, t in skel.state_dict().items()]
+    visual = _visual_entries(ckpt, str(src)) if vision and ckpt.has_visual else []
     meta = _metadata(src, r, quantized_layout(skel))
     net = Qwen35ForCausalLM(cfg, torch.bfloat16, "meta", with_mtp=True)  # units are swapped in one at a time
     by_unit: dict[str, list[str]] = {}
@@ -170,12 +201,12 @@ def convert_checkpoint(src: str | Path, dst: str | Path, recipe="bf16", progress
         from hinfer.errors import CheckpointError
 
         raise CheckpointError(f"{src}: unexpected tensor {stray[0]!r} (not part of this model's config)")
-    total = sum(e.nbytes for e in entries)
+    total = sum(e.nbytes for e in entries + visual)
     tmp = dst.with_name(dst.name + ".partial")
     dst.parent.mkdir(parents=True, exist_ok=True)
     try:
         with ExitStack() as stack, tmp.open("wb") as f:
-            writer = StreamWriter(f, entries, meta)
+            writer = StreamWriter(f, entries + visual, meta)
             bar = stack.enter_context(tqdm(total=total, unit="B", unit_scale=True, disable=not progress,
                                            desc=f"converting to {r.name}"))
             for unit in units:
@@ -193,14 +224,19 @@ def convert_checkpoint(src: str | Path, dst: str | Path, recipe="bf16", progress
                         bar.update(e.nbytes)
                 _free(net, skel, unit)
                 del mod, sd
+            if visual:  # tensor by tensor, in the order declared
+                for name, t in ckpt.iter_visual(torch.bfloat16):
+                    writer.write(VISUAL + name, t)
+                    bar.update(t.numel() * t.element_size())
             writer.close()
             f.flush()
             os.fsync(f.fileno())
         tmp.replace(dst)
     finally:
         tmp.unlink(missing_ok=True)
-    log.info("wrote %s (%s, %.2f GB, %d tensors) in %.1f s", dst, r.name, dst.stat().st_size / 1e9,
-             len(entries), time.monotonic() - t0)
+    log.info("wrote %s (%s, %.2f GB, %d tensors%s) in %.1f s", dst, r.name, dst.stat().st_size / 1e9,
+             len(entries) + len(visual), f", {len(visual)} of them the vision tower's" if visual else "",
+             time.monotonic() - t0)  # fmt: skip
     return dst
 
 

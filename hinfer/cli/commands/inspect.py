@@ -10,7 +10,7 @@ from collections import defaultdict
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "inspect",
-        help="print what a .hinfer artifact holds: format version, config, recipe, source, tensors",
+        help="print what a .hinfer artifact holds: format version, config, recipe, source, tensors, vision tower",
         description="Print a .hinfer artifact's format version, model config summary, quantization recipe, "
         "source checkpoint identity, tensor count and bytes by dtype, and whether the tokenizer, chat "
         "template and generation config are present. Reads the header only.",
@@ -48,6 +48,9 @@ def describe(path: str, tensors: bool = False) -> str:
     total = sum(b for _, b in by_dtype.values())
     lines.append(f"tensors: {len(art.tensors)}, {_gb(total)}: "
                  + ", ".join(f"{d} {n} ({_gb(b)})" for d, (n, b) in sorted(by_dtype.items())))
+    visual = [t for t in art.tensors.values() if t.name.startswith("visual.")]
+    lines.append(f"vision:  {len(visual)} tensors, {_gb(sum(t.nbytes for t in visual))} (takes images)" if visual
+                 else "vision:  none (text only)")
     have = {k: bool(art.meta.get(k)) for k in ("tokenizer_json", "tokenizer_config", "chat_template",
                                                  "generation_config")}
     lines.append("carried: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in have.items()))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from hinfer.cli.engine_args import add_engine_args, check_max_context, engine_config_from_args
@@ -51,7 +52,10 @@ def config_and_weights(model: str, weights: str):
         from hinfer.weights.artifact import engine_weights, open_artifact  # torch: only for an artifact
 
         art = open_artifact(model)
-        return art.load_config_and_tokenizer()[0], engine_weights(art, weights)[0]
+        cfg = art.load_config_and_tokenizer()[0]
+        if not art.has_visual:  # converted text only: no tower to count
+            cfg = replace(cfg, vision=None)
+        return cfg, engine_weights(art, weights)[0]
     cfg = load_config_arg(model)
     return cfg, resolve_weights(cfg, weights)
 

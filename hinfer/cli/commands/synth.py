@@ -73,6 +73,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "(default: $HINFER_FIXTURES/qwen3.5-tokenizer, else the tokenizer packaged with hinfer)")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="set a text-config field (JSON value), e.g. --override hidden_size=256; repeatable")
+    p.add_argument("--vision", action="store_true",
+                   help="also write the vision tower's tensors (model.visual.*, from the config's vision_config; "
+                   "never fp8), so the checkpoint takes images")
+    p.add_argument("--vision-override", action="append", default=[], metavar="KEY=VALUE",
+                   help="set a vision_config field (JSON value), e.g. --vision-override depth=2; repeatable")
     p.set_defaults(func=run)
 
 
@@ -93,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
         shard_bytes=parse_size(args.shard_size),
         tokenizer_dir=args.tokenizer,
         overrides=parse_overrides(args.override),
+        vision=args.vision,
+        vision_overrides=parse_overrides(args.vision_override),
     )
     log.info("synthetic checkpoint written to %s in %.1f s", out, time.perf_counter() - start)
     return 0
