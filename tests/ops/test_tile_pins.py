@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import json
 import sys
-from contextlib import ExitStack
 from dataclasses import fields, is_dataclass
 from pathlib import Path
-from unittest import mock
 
 PINS = Path(__file__).with_name("tile_pins.json")
 CONFIGS = ("qwen3.6-27b", "qwen3.6-35b-a3b", "qwen3.5-122b-a10b")
@@ -32,8 +30,8 @@ def _cfg(name: str):
 
 def linear_shapes(c) -> list[tuple[str, int, int]]:
     """Every dense projection (name, N, K) the model runs: fused attention qkv + gate, GDN in_proj (all rows,
-    or q k v z with the b / a rows apart), o_proj, GDN out_proj, the MLP or the MoE's shared expert, its gate and
-    the router, the MTP fc and the lm_head."""
+    or q k v z with the b / a rows apart), o_proj, GDN out_proj, the MLP or the MoE's shared expert, its gate
+    and the router, the MTP fc and the lm_head."""
     h, hd, hv = c.hidden_size, c.head_dim, c.linear_num_value_heads
     kd, vd = c.linear_num_key_heads * c.linear_key_head_dim, hv * c.linear_value_head_dim
     out = [("qkv", c.num_attention_heads * hd * 2 + 2 * c.num_key_value_heads * hd, h),
@@ -57,51 +55,55 @@ def _plain(v) -> object:
     return list(v) if isinstance(v, tuple) else v
 
 
+def _linear(out: dict, c, sms: int) -> None:
+    from hinfer.ops.triton.tiles.linear import mma_config, skinny_config
+
+    for _, n, k in linear_shapes(c):
+        at = f"{n}x{k} sms={sms}"
+        for fmt in LINEAR_FMTS:
+            out[f"{fmt} {at}"] = [_plain(skinny_config(fmt, m, n, k, sms=sms)) for m in MS]
+        for fmt in ("fp8_row", "fp8_block"):
+            out[f"{fmt}-a8 {at}"] = [_plain(skinny_config(fmt, m, n, k, a8=True, sms=sms)) for m in MS]
+        out[f"int4_mma {at}"] = [_plain(mma_config(m, n, k, sms=sms)) for m in MS]
+
+
+def _moe(out: dict, c, sms: int) -> None:
+    from hinfer.ops.triton.moe_align import max_blocks
+    from hinfer.ops.triton.tiles import moe as mc
+
+    e, top, h, i = c.num_experts, c.num_experts_per_tok, c.hidden_size, c.moe_intermediate_size
+    for fmt in (mc.BF16, mc.INT4, mc.FP8):
+        cfgs = [mc.pick_config(t, top, e, h, i, fmt) for t in MS + PREFILL_TS]
+        out[f"moe_{fmt} I={i} H={h} sms={sms}"] = [_plain(x) for x in cfgs]
+        clamped = [mc.clamp_to_shape(x, h, i, fmt) for x in cfgs]
+        out[f"moe_{fmt} clamped I={i} H={h} sms={sms}"] = [_plain(x) for x in clamped]
+    for n, k in ((2 * i, h), (h, i)):  # gate_up, down; blocks as moe._experts_mma aligns them
+        blocks = [top if t == 1 else max_blocks(t * top, e, 8) for t in MS]
+        tiles = [mc.experts_mma_tile(t * top, n, k, b, sms=sms) for t, b in zip(MS, blocks, strict=True)]
+        # recorded as (BLOCK_N, warps): block_m 8 and depth 2 were the call site's constants
+        assert all((x.block_m, x.num_stages, x.block_k, x.split_k) == (8, 2, 128, 1) for x in tiles)
+        out[f"moe_int4_mma {n}x{k} sms={sms}"] = [[x.block_n, x.num_warps] for x in tiles]
+
+
 def current() -> dict[str, list]:
     """The tiles from the code as it is: per (family, shape, SM count), one per M (or T, or q rows)."""
-    from hinfer.ops.triton import attention_decode as dec
-    from hinfer.ops.triton import attention_prefill as pre
-    from hinfer.ops.triton import linear_configs as lc
-    from hinfer.ops.triton import moe_config as mc
-    from hinfer.ops.triton import moe_int4_mma as mm
-    from hinfer.ops.triton.linear_int4_mma import mma_config
-    from hinfer.ops.triton.moe_align import max_blocks
+    from hinfer.ops.triton.tiles.attention import decode_config, prefill_config
+    from hinfer.ops.triton.tiles.linear import gemm_config
 
     out: dict[str, list] = {}
     for sms in SMS:
-        with ExitStack() as st:
-            st.enter_context(mock.patch.object(lc, "num_sms", lambda _=0, s=sms: s))
-            st.enter_context(mock.patch.object(mm, "num_sms", lambda _=0, s=sms: s))
-            for name in CONFIGS:
-                c = _cfg(name)
-                for _, n, k in linear_shapes(c):
-                    at = f"{n}x{k} sms={sms}"
-                    for fmt in LINEAR_FMTS:
-                        out[f"{fmt} {at}"] = [_plain(lc.skinny_config(fmt, m, n, k)) for m in MS]
-                    for fmt in ("fp8_row", "fp8_block"):
-                        out[f"{fmt}-a8 {at}"] = [_plain(lc.skinny_config(fmt, m, n, k, a8=True)) for m in MS]
-                    out[f"int4_mma {at}"] = [_plain(mma_config(m, n, k, sms=sms)) for m in MS]
-                if c.num_experts:
-                    e, top, i = c.num_experts, c.num_experts_per_tok, c.moe_intermediate_size
-                    h = c.hidden_size
-                    for fmt in (mc.BF16, mc.INT4, mc.FP8):
-                        cfgs = [mc.pick_config(t, top, e, h, i, fmt) for t in MS + PREFILL_TS]
-                        out[f"moe_{fmt} I={i} H={h} sms={sms}"] = [_plain(x) for x in cfgs]
-                        out[f"moe_{fmt} clamped I={i} H={h} sms={sms}"] = [
-                            _plain(mc.clamp_to_shape(x, h, i, fmt)) for x in cfgs
-                        ]
-                    for n, k in ((2 * i, h), (h, i)):
-                        out[f"moe_int4_mma {n}x{k} sms={sms}"] = [
-                            _plain(mm._tile(n, top if t == 1 else max_blocks(t * top, e, 8))) for t in MS
-                        ]
+        for name in CONFIGS:
+            c = _cfg(name)
+            _linear(out, c, sms)
+            if c.num_experts:
+                _moe(out, c, sms)
     for name in CONFIGS:
         c = _cfg(name)
         g, d = c.num_attention_heads // c.num_key_value_heads, c.head_dim
-        pads = [max(16, 1 << (g * q - 1).bit_length()) for q in QS]
-        out[f"attention_decode g={g} d={d}"] = [_plain(dec.decode_config(d, p)) for p in pads]
-        out[f"attention_prefill d={d}"] = [_plain(pre.prefill_config(d))]
-    out["gemm"] = [_plain(lc.gemm_config(m, 5120, 5120, False)) for m in PREFILL_TS]
-    out["gemm_promote"] = [_plain(lc.gemm_config(m, 5120, 5120, True)) for m in PREFILL_TS]
+        out[f"attention_decode g={g} d={d}"] = [_plain(decode_config(q, g, d)) for q in QS]
+        out[f"attention_prefill d={d}"] = [_plain(prefill_config(2048, g, d))]  # by head_dim only
+    out["gemm"] = [_plain(gemm_config(m, 5120, 5120, False)) for m in PREFILL_TS]
+    out["gemm_promote"] = [_plain(gemm_config(m, 5120, 5120, True)) for m in PREFILL_TS]
     return out
 
 
