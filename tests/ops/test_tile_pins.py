@@ -12,6 +12,9 @@ import sys
 from dataclasses import fields, is_dataclass
 from pathlib import Path
 
+from hinfer.config import ModelConfig, load_model_config
+from hinfer.fixtures import config_dir
+
 PINS = Path(__file__).with_name("tile_pins.json")
 CONFIGS = ("qwen3.6-27b", "qwen3.6-35b-a3b", "qwen3.5-122b-a10b")
 MS = (1, 2, 4, 8, 16, 32, 64)
@@ -21,14 +24,11 @@ SMS = (132, 4)  # the H200 / H100; the CPU interpreter's stand-in
 LINEAR_FMTS = ("bf16", "fp8_row", "fp8_block", "int4")
 
 
-def _cfg(name: str):
-    from hinfer.config import load_model_config
-    from hinfer.fixtures import config_dir
-
+def _cfg(name: str) -> ModelConfig:
     return load_model_config(config_dir(name))
 
 
-def linear_shapes(c) -> list[tuple[str, int, int]]:
+def linear_shapes(c: ModelConfig) -> list[tuple[str, int, int]]:
     """Every dense projection (name, N, K) the model runs: fused attention qkv + gate, GDN in_proj (all rows,
     or q k v z with the b / a rows apart), o_proj, GDN out_proj, the MLP or the MoE's shared expert, its gate
     and the router, the MTP fc and the lm_head."""
@@ -55,7 +55,7 @@ def _plain(v) -> object:
     return list(v) if isinstance(v, tuple) else v
 
 
-def _linear(out: dict, c, sms: int) -> None:
+def _linear(out: dict, c: ModelConfig, sms: int) -> None:
     from hinfer.ops.triton.tiles.linear import mma_config, skinny_config
 
     for _, n, k in linear_shapes(c):
@@ -67,7 +67,7 @@ def _linear(out: dict, c, sms: int) -> None:
         out[f"int4_mma {at}"] = [_plain(mma_config(m, n, k, sms=sms)) for m in MS]
 
 
-def _moe(out: dict, c, sms: int) -> None:
+def _moe(out: dict, c: ModelConfig, sms: int) -> None:
     from hinfer.ops.triton.moe_align import max_blocks
     from hinfer.ops.triton.tiles import moe as mc
 
