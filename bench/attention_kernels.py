@@ -35,11 +35,15 @@ from hinfer.ops.triton import attention as ta  # noqa: E402
 from hinfer.ops.triton import attention_decode as dec  # noqa: E402
 from hinfer.ops.triton import attention_prefill as pre  # noqa: E402
 from hinfer.ops.triton import norm as tn  # noqa: E402
+from hinfer.ops.triton.tiles.attention import DECODE, PREFILL, decode_config, prefill_config  # noqa: E402
+from hinfer.ops.triton.tiles.forms import DecodeTile, PrefillTile  # noqa: E402
+from hinfer.ops.triton.tiles.table import m_bucket, source_line  # noqa: E402
 
 BW, FLOPS = 4.2e12, 750e12
 HIDDEN, H, HKV, D, R, PAGE, HV, VD = 5120, 24, 4, 256, 64, 64, 48, 128
 BF16 = torch.bfloat16
 ROWS: list[dict] = []
+TILES: dict[tuple[str, str, str], tuple[tuple, object]] = {}  # (kind, case, config) -> (table key, tile)
 KV = KV_FORMATS["bf16"]  # --kv-dtype: the format of the attention benchmarks' caches
 
 
@@ -154,21 +158,21 @@ def _decode_case(b: int, ctx: int, ql: int, sweep: bool) -> None:
     case = f"B={b} ctx={ctx // 1024}K q={ql} {KV.name}"
     out = torch.empty_like(q)
     lens = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens)
-    base = dec.decode_config(D, max(16, triton.next_power_of_2(H // HKV * ql)))
+    base = decode_config(ql, H // HKV, D)
     configs = [base]
     if sweep:
         configs += [
-            {"BLOCK_N": bn, "num_warps": base["num_warps"], "num_stages": s, "ctas_per_sm": c}
+            DecodeTile(block_n=bn, num_warps=base.num_warps, num_stages=s, ctas_per_sm=c)
             for bn, s, c in itertools.product((16, 32, 64), (3, 4, 5), (2, 4, 8))
         ]
     for cfg in configs:
-        kw = {"block_n": cfg["BLOCK_N"], "num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
-        kw["ctas_per_sm"] = cfg["ctas_per_sm"]
+        kw = {"block_n": cfg.block_n, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+        kw["ctas_per_sm"] = cfg.ctas_per_sm
         width = batch.page_table.shape[1] * PAGE
-        splits = dec.decode_splits(b, HKV, width, cfg["BLOCK_N"], q.device, cfg["ctas_per_sm"])
-        name = (
-            f"bn{cfg['BLOCK_N']} w{cfg['num_warps']} s{cfg['num_stages']} cps{cfg['ctas_per_sm']} sp{splits}"
-        )
+        splits = dec.decode_splits(b, HKV, width, cfg.block_n, q.device, cfg.ctas_per_sm)
+        name = f"bn{cfg.block_n} w{cfg.num_warps} s{cfg.num_stages} cps{cfg.ctas_per_sm} sp{splits}"
+        name += " *" if cfg is base else ""
+        TILES[("decode", case, name)] = ((DECODE.name, H // HKV, D, m_bucket(ql, DECODE.max_m)), cfg)
         try:
             ms = bench(
                 lambda kw=kw: dec.paged_decode(q, kc, vc, out, *lens, D**-0.5, b, q.shape[0], ql, **kw)
@@ -176,7 +180,7 @@ def _decode_case(b: int, ctx: int, ql: int, sweep: bool) -> None:
         except Exception as e:  # a config that does not fit (shared memory, registers)
             print(f"decode    {case:28s} {name:34s} failed: {type(e).__name__}")
             continue
-        record("decode", case, name + (" *" if cfg is base else ""), ms, nbytes / BW, "bytes_s", nbytes)
+        record("decode", case, name, ms, nbytes / BW, "bytes_s", nbytes)
 
 
 PREFILL_CASES = [(0, 8192), (0, 2048), (30720, 2048), (126976, 2048), (0, 32768)]
@@ -195,23 +199,25 @@ def _prefill_case(cached: int, ql: int, sweep: bool) -> None:
     case = f"cached={cached // 1024}K q={ql // 1024}K {KV.name}"
     out = torch.empty_like(q)
     lens = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens)
-    base = pre.prefill_config(D)
+    base = prefill_config(ql, H // HKV, D)
     configs = [base]
     if sweep:
         configs += [
-            {"BLOCK_M": m, "BLOCK_N": n, "num_warps": w, "num_stages": s}
+            PrefillTile(block_m=m, block_n=n, num_warps=w, num_stages=s)
             for m, n, w, s in itertools.product((64, 128), (32, 64, 128), (4, 8), (2, 3))
         ]
     for cfg in configs:
-        kw = {"block_m": cfg["BLOCK_M"], "block_n": cfg["BLOCK_N"]}
-        kw |= {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
-        name = f"bm{cfg['BLOCK_M']} bn{cfg['BLOCK_N']} w{cfg['num_warps']} s{cfg['num_stages']}"
+        kw = {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_warps": cfg.num_warps}
+        kw["num_stages"] = cfg.num_stages
+        name = f"bm{cfg.block_m} bn{cfg.block_n} w{cfg.num_warps} s{cfg.num_stages}"
+        name += " *" if cfg is base else ""
+        TILES[("prefill", case, name)] = ((PREFILL.name, H // HKV, D, m_bucket(ql, PREFILL.max_m)), cfg)
         try:
             ms = bench(lambda kw=kw: pre.paged_prefill(q, kc, vc, out, *lens, D**-0.5, 0, 1, ql, **kw))
         except Exception as e:
             print(f"prefill   {case:28s} {name:34s} failed: {type(e).__name__}")
             continue
-        record("prefill", case, name + (" *" if cfg is base else ""), ms, flops / FLOPS, "flop_s", flops)
+        record("prefill", case, name, ms, flops / FLOPS, "flop_s", flops)
     if cached + ql <= 32768:
         _sdpa_peer(case, cached, ql, flops)
 
@@ -233,7 +239,8 @@ def _sdpa_peer(case: str, cached: int, ql: int, flops: int) -> None:
 
 
 def best(kind: str) -> None:
-    """Per case, the fastest config (a sweep's answer; * marks the current default)."""
+    """Per case, the fastest config (a sweep's answer; * marks the current default) and its tile table entry
+    (hinfer/ops/triton/tiles/tuned.py; cases of one key may disagree: pick by the cases that matter)."""
     cases = sorted(
         {r["case"] for r in ROWS if r["kind"] == kind}, key=lambda c: [r["case"] for r in ROWS].index(c)
     )
@@ -243,6 +250,8 @@ def best(kind: str) -> None:
         top = min(rows, key=lambda r: r["us"])
         dflt = next((r for r in rows if r["config"].endswith("*")), top)
         print(f"  {c:28s} best {top['config']:34s} {top['us']:9.1f} us   default {dflt['us']:9.1f} us")
+        key, tile = TILES[(kind, c, top["config"])]
+        print(f"  {'':28s} TUNED entry: {source_line(*key, tile).strip()}")
 
 
 def main() -> None:

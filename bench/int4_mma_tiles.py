@@ -1,6 +1,7 @@
 """Tile sweep of the int4 tensor-core kernel on fragment-ordered weights (hinfer/ops/triton/linear_int4_mma.py)
 at the Qwen3.6-27B shapes, timed like bench/linear_kernels.py (CUDA graph over weight copies that do not fit in
-L2), beside its default tile. `--tuned-out` writes the winners in the form HINFER_LINEAR_TUNED reads.
+L2), beside its default tile. It prints the winners as TUNED entries (hinfer/ops/triton/tiles/tuned.py);
+`--tuned-out` writes them in the form HINFER_TILES reads.
 
     python bench/int4_mma_tiles.py --ms 1,8,16,32 [--sym] [--fma-offset] [--json out.json] [--tuned-out t.json]
 """
@@ -39,8 +40,8 @@ def candidates(m: int, n: int, k: int, rings: tuple[int, ...] = (0,)):
     """Tiles (SkinnyConfig: BLOCK_N, 128, BLOCK_M, split, warps, depth, ring) that fit N, >= 4 groups per split; 8
     warps only from BLOCK_M 32 (4 warps spill there). Ring 0 tries the register look-ahead depths 2 and 4; a ring
     of R > 0 groups streams through shared memory (depth unused)."""
-    from hinfer.ops.triton.linear_configs import SkinnyConfig
-    from hinfer.ops.triton.linear_int4_mma import mma_block_m
+    from hinfer.ops.triton.tiles.forms import SkinnyConfig
+    from hinfer.ops.triton.tiles.linear import mma_block_m
 
     block_m = mma_block_m(m)
     out = []
@@ -57,8 +58,10 @@ def candidates(m: int, n: int, k: int, rings: tuple[int, ...] = (0,)):
 def main() -> None:
     from dataclasses import asdict
 
-    from hinfer.ops.triton.linear_configs import INT4_MMA, m_bucket
-    from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul, mma_config
+    from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
+    from hinfer.ops.triton.tiles import table
+    from hinfer.ops.triton.tiles.forms import INT4_MMA
+    from hinfer.ops.triton.tiles.linear import mma_config
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ms", default="1,8,16,32")
@@ -68,12 +71,12 @@ def main() -> None:
     ap.add_argument("--fma-offset", action="store_true", help="the kernel's per-weight offset variant")
     ap.add_argument("--rings", default="0", help="shared-memory ring sizes to try (0: register look-ahead)")
     ap.add_argument("--json", type=Path)
-    ap.add_argument("--tuned-out", type=Path, help="the winners as HINFER_LINEAR_TUNED entries (fmt int4_mma)")
+    ap.add_argument("--tuned-out", type=Path, help="the winners as HINFER_TILES entries (family int4_mma)")
     a = ap.parse_args()
     bw = copy_bandwidth()
     fmt = "int4-mma-sym" if a.sym else "int4-mma"
     g = _gen(4)
-    rows, tuned = [], []
+    rows, tuned, lines = [], [], []
     shapes = config_shapes(a.config) if a.config else [s for s in SHAPES if s[0] in a.shapes.split(",")]
     for name, n, k in {(n, k): (name, n, k) for name, n, k in reversed(shapes)}.values():  # one per (N, K)
         w, nbytes = make_weight(fmt, n, k, g)
@@ -100,11 +103,13 @@ def main() -> None:
                   f"best {best} {best_t * 1e6:7.1f} us {nbytes / best_t / bw:6.1%}", flush=True)
             rows.append({"shape": name, "n": n, "k": k, "m": m, "default": asdict(default), "default_us": base * 1e6,
                          "best": asdict(best), "best_us": best_t * 1e6, "bytes": nbytes, "copy_bw": bw})  # fmt: skip
-            tuned.append({"fmt": INT4_MMA, "n": n, "k": k, "m": m_bucket(m), "config": asdict(best)})
+            tuned.append(table.entry(INT4_MMA, n, k, table.m_bucket(m), best))
+            lines.append(table.source_line(INT4_MMA, n, k, table.m_bucket(m), best))
             if a.tuned_out:  # as it goes: a sweep cut short keeps what it measured
-                a.tuned_out.write_text(json.dumps(tuned, indent=1))
+                table.write(a.tuned_out, tuned)
         del w, weights
         torch.cuda.empty_cache()
+    print("\nTUNED entries (paste into hinfer/ops/triton/tiles/tuned.py):\n" + "\n".join(lines))
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1))
 

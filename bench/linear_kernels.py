@@ -1,7 +1,7 @@
 """Linear kernels at the Qwen3.6-27B shapes: decode bandwidth vs the measured copy bandwidth, prefill TFLOP/s.
 
     python bench/linear_kernels.py                     # decode M = 1, 8, 16 + prefill M = 8192, all formats
-    python bench/linear_kernels.py --tune              # sweep skinny-kernel tiles; prints a TUNED table
+    python bench/linear_kernels.py --tune [--tuned-out t.json]  # sweep skinny-kernel tiles: TUNED entries
     python bench/linear_kernels.py --errors            # quantization error tables (CPU is fine)
     HINFER_INT4_ASM=0 python bench/linear_kernels.py --formats int4   # portable int4 unpack, for comparison
 
@@ -229,7 +229,7 @@ def bench_prefill(shapes, m: int) -> list[Row]:
 
 def _run_skinny(kind: str, n: int, x: torch.Tensor, cfg, wt) -> torch.Tensor:
     from hinfer.ops.triton.linear import skinny_matmul
-    from hinfer.ops.triton.linear_configs import BF16, INT4
+    from hinfer.ops.triton.tiles.forms import BF16, INT4
 
     if kind == BF16:
         return skinny_matmul(x, kind, wt, n, cfg=cfg)
@@ -239,10 +239,14 @@ def _run_skinny(kind: str, n: int, x: torch.Tensor, cfg, wt) -> torch.Tensor:
 
 
 def tune(shapes, formats, ms, tuned_out: Path | None = None) -> None:
-    """Sweep skinny_candidates per (format, shape, M); print the winners as TUNED entries."""
-    from hinfer.ops.triton import linear_configs as lc
+    """Sweep skinny_candidates per (format, shape, M); print the winners as TUNED entries (tiles/tuned.py) and
+    write them to `tuned_out` in the form HINFER_TILES reads."""
+    from hinfer.ops.triton.common import num_sms
+    from hinfer.ops.triton.tiles import forms, table
+    from hinfer.ops.triton.tiles.candidates import skinny_candidates
+    from hinfer.ops.triton.tiles.linear import heuristic_config
 
-    kinds = {"bf16": lc.BF16, "fp8": lc.FP8_ROW, "fp8-block": lc.FP8_BLOCK, "int4": lc.INT4}
+    kinds = {"bf16": forms.BF16, "fp8": forms.FP8_ROW, "fp8-block": forms.FP8_BLOCK, "int4": forms.INT4}
     g = _gen(2)
     lines, entries = [], []
     for name, n, k in shapes:
@@ -254,9 +258,9 @@ def tune(shapes, formats, ms, tuned_out: Path | None = None) -> None:
             weights = _copies(w, nbytes)
             for m in ms:
                 x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
-                base = lc.heuristic_config(kind, m, n, k, lc.num_sms(torch.cuda.current_device()))
+                base = heuristic_config(kind, m, n, k, num_sms())
                 best = None
-                for cfg in [base, *lc.skinny_candidates(kind, m, n, k)]:
+                for cfg in [base, *skinny_candidates(kind, m, n, k)]:
                     try:
                         t = graph_time(functools.partial(_run_skinny, kind, n, x, cfg), weights)
                     except Exception as e:  # noqa: BLE001 - out of shared memory / registers: skip
@@ -268,16 +272,15 @@ def tune(shapes, formats, ms, tuned_out: Path | None = None) -> None:
                 t, cfg = best
                 gbs = nbytes / t / 1e9
                 print(f"  {name:8s} {fmt:10s} M={m:<3d} best {t * 1e6:7.1f} us {gbs:6.0f} GB/s {cfg}", flush=True)
-                lines.append(f"    ({kind!r}, {n}, {k}, {lc.m_bucket(m)}): SkinnyConfig{tuple(asdict(cfg).values())},")
-                entries.append({"fmt": kind, "n": n, "k": k, "m": lc.m_bucket(m), "config": asdict(cfg),
-                                "us": t * 1e6})  # fmt: skip
+                lines.append(table.source_line(kind, n, k, table.m_bucket(m), cfg))
+                entries.append(table.entry(kind, n, k, table.m_bucket(m), cfg) | {"us": t * 1e6})
                 if tuned_out:  # written as it goes: a sweep cut short keeps its winners
-                    tuned_out.write_text(json.dumps(entries, indent=1))
+                    table.write(tuned_out, entries)
             del w, weights
             torch.cuda.empty_cache()
-    print("\nTUNED = {  # paste into hinfer/ops/triton/linear_configs.py\n" + "\n".join(lines) + "\n}")
+    print("\nTUNED entries (paste into hinfer/ops/triton/tiles/tuned.py):\n" + "\n".join(lines))
     if tuned_out:
-        tuned_out.write_text(json.dumps(entries, indent=1))  # HINFER_LINEAR_TUNED=this file uses them
+        table.write(tuned_out, entries)  # HINFER_TILES=this file uses them
 
 
 def errors() -> None:
@@ -349,7 +352,7 @@ def main() -> None:
     ap.add_argument("--tune", action="store_true")
     ap.add_argument("--errors", action="store_true")
     ap.add_argument("--json", type=Path, help="also write the rows here")
-    ap.add_argument("--tuned-out", type=Path, help="with --tune: write the winners as JSON (HINFER_LINEAR_TUNED)")
+    ap.add_argument("--tuned-out", type=Path, help="with --tune: write the winners as JSON (HINFER_TILES)")
     a = ap.parse_args()
     if a.errors:
         errors()

@@ -2,7 +2,8 @@
 
     python bench/moe_kernels.py                        # 35B-A3B and 122B-A10B, decode and prefill, ratio table
     python bench/moe_kernels.py --model 35b --t 1 8    # a subset
-    python bench/moe_kernels.py --sweep --t 1 8 64 2048  # also sweep the tiles (prints the best per shape)
+    python bench/moe_kernels.py --sweep --t 1 8 64 2048  # also sweep the tiles: the best per shape as TUNED
+                                                         # entries (--tuned-out t.json: for HINFER_TILES)
     python bench/moe_kernels.py --profile --t 1 8      # per-kernel times of one layer (torch.profiler)
     python bench/moe_kernels.py --pdl --t 1 8 64       # decode also with programmatic dependent launch
 
@@ -21,6 +22,7 @@ import math
 import os
 import statistics
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 import triton
@@ -28,8 +30,10 @@ import triton.testing
 
 from hinfer.ops.triton import moe as tm
 from hinfer.ops.triton.moe import Fp8Experts
-from hinfer.ops.triton.moe_config import BF16, FP8, GEMV, INT4, MoeConfig, Tile, pick_config
 from hinfer.ops.triton.moe_int4 import Int4Experts
+from hinfer.ops.triton.tiles.forms import GEMV, MoeConfig, Tile
+from hinfer.ops.triton.tiles.moe import BF16, FP8, INT4, MOE, pick_config
+from hinfer.ops.triton.tiles.table import entry, m_bucket, source_line, write
 
 BW = 4.2e12
 PEAK = 750e12
@@ -37,6 +41,7 @@ MODELS = {"35b": dict(e=256, k=8, h=2048, i=512), "122b": dict(e=256, k=8, h=307
 DECODE_T = (1, 2, 4, 8, 16, 32, 64)
 PREFILL_T = (512, 2048, 8192)
 MAX_LAYER_BYTES = 24e9  # weights allocated for the decode rows (cycled so they come from HBM)
+SWEPT: list[dict] = []  # the sweep's winners as tile table entries (--tuned-out)
 
 
 class Layers:
@@ -228,6 +233,9 @@ def sweep(m: dict, t: int, layers: Layers, fmt: str) -> None:
                 best, best_us = cfg, us
                 print(f"    better {us:.2f} us  {cfg}")
     print(f"  BEST {fmt} T={t}: {best_us:.2f} us (default {measure(base):.2f})  {best}")
+    key = (MOE[fmt].name, m["i"], m["h"], m_bucket(t, MOE[fmt].max_m))
+    print(f"  TUNED entry (hinfer/ops/triton/tiles/tuned.py): {source_line(*key, best).strip()}")
+    SWEPT.append(entry(*key, best) | {"us": best_us})
 
 
 def profile(m: dict, t: int, layers: Layers) -> None:
@@ -267,6 +275,7 @@ def main() -> None:
     )
     ap.add_argument("--pdl", action="store_true", help="decode rows again with HINFER_MOE_PDL=1")
     ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--tuned-out", type=Path, help="with --sweep: the winners as JSON (HINFER_TILES)")
     ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -276,6 +285,8 @@ def main() -> None:
     for name in args.model:
         for fmt in args.fmt:
             table += run_model(name, fmt, args)
+            if args.tuned_out and SWEPT:  # as it goes: a sweep cut short keeps its winners
+                write(args.tuned_out, SWEPT)
     print(f"\n{'what':48s} {'us':>10s} {'floor us':>10s} {'ratio':>7s}")
     for what, us, floor in table:
         print(f"{what:48s} {us:10.2f} {floor:10.2f} {floor / us:7.2f}")

@@ -12,7 +12,7 @@ echo "== tests rc=$? $(tail -1 "$OUT/test_linear.log")"
 timeout "${TUNE_TIMEOUT:-200}" python bench/linear_kernels.py --tune --formats int4 --ms 1 --tuned-out "$OUT/tuned.json" \
   > "$OUT/tune.log" 2>&1
 echo "== tune rc=$?"; grep -E "best" "$OUT/tune.log" | tail -6
-[ -s "$OUT/tuned.json" ] && export HINFER_LINEAR_TUNED="$OUT/tuned.json"
+[ -s "$OUT/tuned.json" ] && export HINFER_TILES="$OUT/tuned.json"
 timeout 150 python bench/linear_kernels.py --formats bf16,int4,int4-sym,int4-torch,fp8 --ms 1,8 --prefill-m 0 \
   --json "$OUT/linear.json" > "$OUT/linear.log" 2>&1
 echo "== table rc=$?"; tail -14 "$OUT/linear.log"

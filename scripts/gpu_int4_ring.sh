@@ -11,6 +11,6 @@ echo "== tests rc=$? $(tail -1 "$OUT/test_ring.log")"; grep -E "^(FAILED|E )" "$
 timeout "${TUNE_TIMEOUT:-240}" python bench/int4_mma_tiles.py --ms ${MS:-1,8} --rings ${RINGS:-4,6} \
   --json "$OUT/int4_ring_tiles.json" --tuned-out "$OUT/int4_ring_tuned.json" > "$OUT/tiles.log" 2>&1
 echo "== tiles rc=$?"; grep -v "^ " "$OUT/tiles.log" | tail -12
-HINFER_LINEAR_TUNED="$OUT/int4_ring_tuned.json" timeout 150 python -m hinfer bench qwen3.6-27b --quant int4 \
+HINFER_TILES="$OUT/int4_ring_tuned.json" timeout 150 python -m hinfer bench qwen3.6-27b --quant int4 \
   --concurrency 1,8 --depths 1K --prefill "" --out "$OUT" > "$OUT/bench_27b_int4.log" 2>&1
 echo "== bench rc=$?"; tail -6 "$OUT/bench_27b_int4.log"

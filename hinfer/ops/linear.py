@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from hinfer.ops.dispatch import use_triton
-from hinfer.ops.triton.linear_configs import BF16, SKINNY_MAX_M
+from hinfer.ops.triton.tiles.forms import BF16
+from hinfer.ops.triton.tiles.linear import SKINNY_MAX_M
 
 
 class QuantizedWeight(Protocol):

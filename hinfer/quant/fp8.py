@@ -173,7 +173,8 @@ def _triton_matmul(
 ) -> torch.Tensor:
     from hinfer.ops.triton import linear as tlin
     from hinfer.ops.triton import linear_gemm as tg
-    from hinfer.ops.triton.linear_configs import FP8_BLOCK, FP8_ROW, SKINNY_MAX_M, skinny_config
+    from hinfer.ops.triton.tiles.forms import FP8_BLOCK, FP8_ROW
+    from hinfer.ops.triton.tiles.linear import SKINNY_MAX_M, skinny_config
 
     fmt = FP8_ROW if w.block is None else FP8_BLOCK
     n, k = w.shape

@@ -204,7 +204,8 @@ def prefill_mode() -> str:
 def _triton_matmul(w: Int4Weight, x: torch.Tensor, out: torch.Tensor | None, mode: str | None = None):
     from hinfer.ops.triton import linear as tlin
     from hinfer.ops.triton import linear_gemm as tg
-    from hinfer.ops.triton.linear_configs import INT4, SKINNY_MAX_M
+    from hinfer.ops.triton.tiles.forms import INT4
+    from hinfer.ops.triton.tiles.linear import SKINNY_MAX_M
 
     n = w.shape[0]
     if x.shape[0] <= SKINNY_MAX_M[INT4]:

@@ -52,7 +52,8 @@ def _fp32_references():
 @pytest.mark.parametrize("zero_point", [True, False], ids=["asym", "sym"])
 @pytest.mark.parametrize("name", list(SHAPES))
 def test_int4_mma_27b_shapes(name, zero_point):
-    from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul, mma_config
+    from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
+    from hinfer.ops.triton.tiles.linear import mma_config
 
     n, k = SHAPES[name]
     g = _gen()
@@ -71,8 +72,8 @@ def test_int4_mma_27b_shapes(name, zero_point):
 def test_int4_mma_tiles_and_variants(tile, offset_mma, zero_point):
     """Tiles (BLOCK_N, BLOCK_M, split-K, warps, depth), uneven splits and group counts that are not a multiple of
     the depth (136 groups: split 3 and 5), and the offset variant, on down_proj's K."""
-    from hinfer.ops.triton.linear_configs import SkinnyConfig
     from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
+    from hinfer.ops.triton.tiles.forms import SkinnyConfig
 
     block_n, block_m, split, warps, depth = tile
     cfg = SkinnyConfig(block_n, 128, block_m, split, warps, depth)
@@ -91,8 +92,8 @@ def test_int4_mma_tiles_and_variants(tile, offset_mma, zero_point):
 def test_int4_mma_shared_memory_ring(tile, zero_point):
     """The cp.async ring (BLOCK_N, BLOCK_M, split-K, warps, ring): uneven splits, rings longer than a split's
     groups (136 groups, split 8: 17 each; ring 8 on 27 groups), on down_proj's K."""
-    from hinfer.ops.triton.linear_configs import SkinnyConfig
     from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
+    from hinfer.ops.triton.tiles.forms import SkinnyConfig
 
     block_n, block_m, split, warps, ring = tile
     cfg = SkinnyConfig(block_n, 128, block_m, split, warps, 2, ring)
@@ -120,7 +121,8 @@ def test_int4_mma_matches_its_torch_twin():
 
 def test_int4_mma_split_k_in_a_cuda_graph():
     """The in-launch split-K reduction resets its counters: replays give the same result."""
-    from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul, mma_config
+    from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
+    from hinfer.ops.triton.tiles.linear import mma_config
 
     n, k = SHAPES["down"]
     q, mw = _quantized(n, k, True, _gen(2))
@@ -162,8 +164,8 @@ def test_int4_mma_weight_decode_and_prefill_paths(zero_point):
 @pytest.mark.parametrize("name", ["qkv", "down"])
 def test_int4_mma_reads_the_row_layout(name, zero_point):
     """The kernel's ROWS variant on Int4Weight itself (no re-layout): same results as on fragment order."""
-    from hinfer.ops.triton.linear_configs import SkinnyConfig
     from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
+    from hinfer.ops.triton.tiles.forms import SkinnyConfig
 
     n, k = SHAPES[name]
     g = _gen()

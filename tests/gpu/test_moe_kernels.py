@@ -100,7 +100,7 @@ def test_experts_real_shapes(tm, weights, seed, t):
 @pytest.mark.parametrize("t", [1, 8, 64])
 def test_experts_other_paths(tm, weights, seed, t):
     """The decode SWAP tile at T=1 (default is GEMV) and the prefill tile at decode sizes."""
-    from hinfer.ops.triton.moe_config import MoeConfig, Tile
+    from hinfer.ops.triton.tiles.forms import MoeConfig, Tile
 
     name, wgu, wd = weights
     x = torch.randn(t, wgu.shape[2], device="cuda").bfloat16()

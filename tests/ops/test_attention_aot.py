@@ -58,9 +58,11 @@ def _compile_all() -> None:
     from hinfer.ops.triton import attention_prefill as pre
     from hinfer.ops.triton import attention_rope as rope
     from hinfer.ops.triton.attention_common import cache_args
+    from hinfer.ops.triton.tiles.attention import decode_config, decode_rows, prefill_config
+    from hinfer.ops.triton.tiles.forms import DecodeTile, PrefillTile
 
-    def opts(cfg: dict) -> dict:
-        return {k: cfg[k] for k in ("num_warps", "num_stages")}
+    def opts(cfg: DecodeTile | PrefillTile) -> dict:
+        return {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
 
     for name, (k, v) in CACHES.items():
         ints = _strides(k, v)
@@ -75,15 +77,15 @@ def _compile_all() -> None:
                      pt_ptr="*i32", cached_ptr="*i32", qlens_ptr="*i32", cu_ptr="*i32", qk_scale="fp32",
                      **scales)  # fmt: skip
         for q_max in (1, 8):  # decode; verify rows (wgmma config)
-            m_pad = max(16, 1 << (H // HKV * q_max - 1).bit_length())
-            cfg = dec.decode_config(D, m_pad)
-            consts = dict(G=H // HKV, Q_MAX=q_max, M_PAD=m_pad, D=D, PAGE=PAGE, BLOCK_N=cfg["BLOCK_N"],
+            m_pad = decode_rows(q_max, H // HKV)
+            cfg = decode_config(q_max, H // HKV, D)
+            consts = dict(G=H // HKV, Q_MAX=q_max, M_PAD=m_pad, D=D, PAGE=PAGE, BLOCK_N=cfg.block_n,
                           DIRECT=False, EMU=False, **codes["dec"])  # fmt: skip
             r = _compile(dec._decode_kernel, types, ints, consts, opts(cfg))
             assert r["stack"] == 0, (name, q_max, r)
             print("compiled decode", name, q_max, r)
-        cfg = pre.prefill_config(D)
-        consts = dict(G=H // HKV, D=D, PAGE=PAGE, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], EMU=False,
+        cfg = prefill_config(8192, H // HKV, D)
+        consts = dict(G=H // HKV, D=D, PAGE=PAGE, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, EMU=False,
                       **codes["pre"])  # fmt: skip
         r = _compile(pre._prefill_kernel, types, ints, consts, opts(cfg))
         assert r["stack"] == 0, (name, r)

@@ -150,7 +150,7 @@ def test_align_groups_every_pair_once(tm, seed, monkeypatch, large, t, bm):
 
 
 def _config(tm, kind: str):
-    cfg = _mod("moe_config")
+    cfg = _mod("tiles.forms")
     if kind == "gemv":
         tile = cfg.Tile(cfg.GEMV, 16, 32, 4, 2)
     elif kind == "swap16":
@@ -216,7 +216,7 @@ def test_experts_default_config(tm, seed):
 def test_experts_int4(tm, seed, zero_point, t, kind):
     """W4A16 experts (hinfer.quant.int4 layout per expert), H=256 so gate_up spans two 128-groups."""
     q = _mod("moe_int4")
-    cfg_mod = _mod("moe_config")
+    cfg_mod = _mod("tiles.forms")
     e, k, h, i = 8, 2, 256, 32
     x = torch.randn(t, h).bfloat16()
     wgu, wd = _weights(e, h, i, torch.float32)
@@ -252,7 +252,7 @@ def test_experts_fp8(tm, seed, block, t, kind):
     expert); H=256 so the K loop crosses a scale block, I=80 so gate_up's block row 0 holds gate and up rows."""
     from hinfer.quant.experts import quantize_experts_fp8
 
-    cfg_mod = _mod("moe_config")
+    cfg_mod = _mod("tiles.forms")
     e, k, h, i = 8, 2, 256, 80
     x = torch.randn(t, h).bfloat16()
     wgu, wd = _weights(e, h, i, torch.float32)
@@ -299,9 +299,10 @@ def _compile_all() -> None:
     from triton.compiler import ASTSource, compile
 
     from hinfer.ops.triton import moe_align as ma
-    from hinfer.ops.triton import moe_config as mc
     from hinfer.ops.triton import moe_gemm as mg
     from hinfer.ops.triton import moe_route as mr
+    from hinfer.ops.triton.tiles import forms
+    from hinfer.ops.triton.tiles import moe as mc
 
     bf = "*bf16"
     types = dict(
@@ -327,7 +328,7 @@ def _compile_all() -> None:
             c = dict(flags, **q, **extra, DIRECT=cfg.direct, SWAP=tile.swap, EVEN_K=True, BM=tile.block_m,
                      BN=tile.block_n, BK=tile.block_k)  # fmt: skip
             cases.append((kern, c, wt, tile))
-    sw = mc.Tile(16, 32, 128, 4, 4, swap=True)
+    sw = forms.Tile(16, 32, 128, 4, 4, swap=True)
     c = dict(flags, FAST_INT4=True, FMT=1, HAS_ZERO=False, TOPK=8, DIRECT=False, SWAP=True, EVEN_K=True)
     cases.append((mg._gate_up_kernel, dict(c, BM=16, BN=64, BK=128), dict(w_ptr="*i32", z_ptr=bf), sw))
     for q, wt in (

@@ -232,7 +232,7 @@ def test_fp8_triton_path_matches_the_reference(seed, monkeypatch, ops_backend, s
     config picks - T = 1 DIRECT SWAP tiles, T = 6 aligned 16-row SWAP blocks, T = 40 (10 pairs per expert) the
     plain prefill tile - and matches the reference body to bf16 rounding of act and y (the int4 tolerance)."""
     tm = _triton_moe()
-    from hinfer.ops.triton.moe_config import FP8, pick_config
+    from hinfer.ops.triton.tiles.moe import FP8, pick_config
 
     cfg = pick_config(t, K_TOP, E, H, N_I, FP8)
     assert (cfg.direct, cfg.gate_up.swap) == {"direct": (True, True), "swap": (False, True),

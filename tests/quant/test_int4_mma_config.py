@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hinfer.ops.triton.linear_configs import SkinnyConfig
-from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul, mma_config
+from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
+from hinfer.ops.triton.tiles.forms import SkinnyConfig
+from hinfer.ops.triton.tiles.linear import mma_config
 from hinfer.quant.int4 import quantize_int4
 from hinfer.quant.int4_mma_layout import Int4MmaWeight
 

@@ -12,17 +12,9 @@ import triton
 import triton.language as tl
 
 from hinfer.fixtures import fixed_test_seed
-from hinfer.ops.triton.linear_configs import (
-    BF16,
-    FP8_BLOCK,
-    FP8_ROW,
-    INT4,
-    GemmConfig,
-    SkinnyConfig,
-    heuristic_config,
-    skinny_config,
-)
 from hinfer.ops.triton.linear_gemm import e4m3_rne
+from hinfer.ops.triton.tiles.forms import BF16, FP8_BLOCK, FP8_ROW, INT4, GemmConfig, SkinnyConfig
+from hinfer.ops.triton.tiles.linear import heuristic_config, skinny_config
 from hinfer.quant.fp8 import dequantize_act_fp8_ref, quantize_act_fp8_ref, quantize_fp8
 from hinfer.quant.int4 import quantize_int4
 

@@ -23,6 +23,7 @@ import triton.language as tl
 from hinfer.ops.kv_cache import cache_format
 from hinfer.ops.triton.attention_common import attend_block, cache_args
 from hinfer.ops.triton.common import cast, interpreted
+from hinfer.ops.triton.tiles.attention import decode_config, decode_rows
 
 
 @triton.jit
@@ -133,17 +134,6 @@ def _num_sms(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-def decode_config(head_dim: int, m_pad: int) -> dict[str, int]:
-    """Tile and launch shape (tune with bench/attention_kernels.py --sweep decode on the H200).
-
-    The K/V loads wait on a page-table load, so Triton's pipeliner keeps num_stages - 3 tile buffers:
-    stages 5 gives two 32-token K+V buffers (75 KB shared, ~150 registers at D=256: 3 programs per SM,
-    sm_90 ptxas); ctas_per_sm sizes the split count to keep that many programs resident."""
-    if m_pad * head_dim >= 64 * 256:  # verify with many rows: wgmma, 8 warps, 131 KB shared
-        return {"BLOCK_N": 32, "num_warps": 8, "num_stages": 5, "ctas_per_sm": 1}
-    return {"BLOCK_N": 32, "num_warps": 4, "num_stages": 5, "ctas_per_sm": 3}
-
-
 def decode_splits(
     n_seqs: int, n_kv: int, max_kv_tokens: int, block_n: int, device: torch.device, ctas_per_sm: int = 4
 ) -> int:
@@ -175,12 +165,12 @@ def paged_decode(
     n_heads, d = q.shape[1], q.shape[2]
     page, n_kv = k_cache.shape[1], k_cache.shape[2]
     g = n_heads // n_kv
-    m_pad = max(16, triton.next_power_of_2(g * q_max))
-    cfg = decode_config(d, m_pad)
+    m_pad = decode_rows(q_max, g)
+    cfg = decode_config(q_max, g, d)
     emu = interpreted(_decode_kernel)
-    block_n = block_n or (min(16, page) if emu else cfg["BLOCK_N"])
+    block_n = block_n or (min(16, page) if emu else cfg.block_n)
     if num_splits is None:
-        per_sm = ctas_per_sm or cfg["ctas_per_sm"]
+        per_sm = ctas_per_sm or cfg.ctas_per_sm
         num_splits = decode_splits(n_seqs, n_kv, page_table.shape[1] * page, block_n, q.device, per_sm)
     if num_splits > 1:
         # every row of these tokens gets one entry per split (empty splits write lse = -inf)
@@ -197,7 +187,7 @@ def paged_decode(
         scale * 1.4426950408889634, ks, ksp, kst, ksh, vs, vsp, vst, vsh,
         G=g, Q_MAX=q_max, M_PAD=m_pad, D=d, PAGE=page, BLOCK_N=block_n, DIRECT=num_splits == 1, EMU=emu,
         K_FMT=k_fmt, V_FMT=v_fmt,
-        num_warps=num_warps or cfg["num_warps"], num_stages=num_stages or cfg["num_stages"],
+        num_warps=num_warps or cfg.num_warps, num_stages=num_stages or cfg.num_stages,
     )  # fmt: skip
     if num_splits > 1:
         _combine_kernel[(n_tokens, n_heads)](

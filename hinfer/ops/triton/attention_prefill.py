@@ -14,6 +14,7 @@ import triton.language as tl
 
 from hinfer.ops.triton.attention_common import attend_block, cache_args
 from hinfer.ops.triton.common import cast, interpreted
+from hinfer.ops.triton.tiles.attention import prefill_config
 
 
 @triton.jit
@@ -87,16 +88,6 @@ def prefill_cache_args(k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple[tu
     return cache_args(k_cache), cache_args(v_cache, int8_in_tile=True)
 
 
-def prefill_config(head_dim: int) -> dict[str, int]:
-    """Tile sizes per head_dim (tune with bench/attention_kernels.py --sweep prefill on the H200).
-
-    D=256: a 128x256 fp32 accumulator over 8 warps is 128 registers a thread; BLOCK_N=32 with 3 stages is
-    the largest tile sm_90 ptxas builds without spills (244 registers, 131 KB shared; BLOCK_N=64 spills)."""
-    if head_dim >= 256:
-        return {"BLOCK_M": 128, "BLOCK_N": 32, "num_warps": 8, "num_stages": 3}
-    return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
-
-
 def paged_prefill(
     q: torch.Tensor,  # [T, H, D]
     k_cache: torch.Tensor,  # [P, page, Hkv, D]
@@ -117,10 +108,10 @@ def paged_prefill(
 ) -> None:
     n_heads, d = q.shape[1], q.shape[2]
     page, n_kv = k_cache.shape[1], k_cache.shape[2]
-    cfg = prefill_config(d)
+    cfg = prefill_config(q_max, n_heads // n_kv, d)
     emu = interpreted(_prefill_kernel)
-    block_m = block_m or (16 if emu else cfg["BLOCK_M"])
-    block_n = block_n or (16 if emu else cfg["BLOCK_N"])
+    block_m = block_m or (16 if emu else cfg.block_m)
+    block_n = block_n or (16 if emu else cfg.block_n)
     grid = (n_heads, triton.cdiv(q_max, block_m), n_seqs)
     (ks, ksp, kst, ksh, k_fmt), (vs, vsp, vst, vsh, v_fmt) = prefill_cache_args(k_cache, v_cache)
     _prefill_kernel[grid](
@@ -131,5 +122,5 @@ def paged_prefill(
         scale * 1.4426950408889634, ks, ksp, kst, ksh, vs, vsp, vst, vsh,
         G=n_heads // n_kv, D=d, PAGE=page, BLOCK_M=block_m, BLOCK_N=block_n, EMU=emu,
         K_FMT=k_fmt, V_FMT=v_fmt,
-        num_warps=num_warps or cfg["num_warps"], num_stages=num_stages or cfg["num_stages"],
+        num_warps=num_warps or cfg.num_warps, num_stages=num_stages or cfg.num_stages,
     )  # fmt: skip

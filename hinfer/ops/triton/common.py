@@ -1,16 +1,18 @@
 """What every Triton kernel module shares: the interpreter check, the round-to-nearest casts that Triton's CPU
-interpreter gets wrong, and the quantization group the kernels take.
+interpreter gets wrong, the quantization group the kernels take and the SM count their grids are sized by.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 
+import torch
 import triton
 import triton.language as tl
 
 # int4 group and fp8 scale block along K of every quantized kernel: a K step stays inside one group.
-# hinfer/quant/int4.py (GROUP) and linear_configs.py (QGROUP) spell the same number for the linear kernels.
+# hinfer/quant/int4.py (GROUP) and tiles/linear.py (QGROUP) spell the same number for the linear kernels.
 GROUP = 128
 
 
@@ -31,6 +33,19 @@ def gdc_wait(ON: tl.constexpr):
     """Wait for the previous kernel's completion and memory (a no-op when not launched dependently)."""
     if ON:
         tl.extra.cuda.gdc_wait()
+
+
+def num_sms(device_index: int | None = None) -> int:
+    """Streaming multiprocessors of a GPU (None: the current one); 4 without CUDA, so the interpreter keeps
+    split-K exercised with small grids."""
+    if not torch.cuda.is_available():
+        return 4
+    return _sms(torch.cuda.current_device() if device_index is None else device_index)
+
+
+@functools.cache
+def _sms(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
 def interpreted(kernel: object) -> bool:

@@ -7,7 +7,8 @@ batch shape, so it can be captured in a CUDA graph. In a verify batch (gdn_step_
 VERIFY_MAX_TOKENS, so every verify row gets its per-token states; a longer row there is taken to be a
 non-verify prefill row (its step slots all equal its own slot, as build_forward_batch makes them), and the
 chunked path writes its final state to gdn_step_slots[b, n-1], i.e. that slot, as the reference does.
-Tile settings are module constants so the benchmark can sweep them (bench/gdn_kernels.py). The chunked
+Tile settings are module constants so the benchmark can sweep them (bench/gdn_kernels.py); one setting serves
+every model, so they stay out of the shape-keyed tile tables (hinfer/ops/triton/tiles/). The chunked
 state kernel is a sequential chain per (sequence, head, V block): its programs must all be resident at once
 (one wave), hence BV=32 with one pipeline stage (57 KB shared memory, 229 registers: 2 CTAs per SM).
 """

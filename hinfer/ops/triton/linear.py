@@ -23,20 +23,12 @@ import torch
 import triton
 import triton.language as tl
 
-from hinfer.ops.triton.linear_configs import (
-    BF16,
-    FP8_BLOCK,
-    FP8_ROW,
-    INT4,
-    QGROUP,
-    SKINNY_MAX_M,
-    SkinnyConfig,
-    skinny_config,
-)
 from hinfer.ops.triton.linear_gemm import e4m3_rne
 from hinfer.ops.triton.linear_int4 import fast_int4_ok, int4_minus8
 from hinfer.ops.triton.linear_int4_gemv import fast_gemv_ok, int4_gemv_kernel, use_tma, words_descriptor
 from hinfer.ops.triton.linear_splitk import split_scratch, store_tile
+from hinfer.ops.triton.tiles.forms import BF16, FP8_BLOCK, FP8_ROW, INT4, SkinnyConfig
+from hinfer.ops.triton.tiles.linear import QGROUP, SKINNY_MAX_M, skinny_config
 
 _FMT_CODE = {BF16: 0, FP8_ROW: 1, FP8_BLOCK: 2, INT4: 3}
 QGROUP_C = tl.constexpr(QGROUP)

@@ -22,11 +22,12 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from hinfer.ops.triton.linear import _FMT_CODE, _skinny_kernel
-from hinfer.ops.triton.linear_configs import BF16, FP8_BLOCK, FP8_ROW, INT4, gemm_config, heuristic_config
 from hinfer.ops.triton.linear_gemm import _act_quant_kernel, _gemm_kernel, _int4_dequant_kernel
 from hinfer.ops.triton.linear_int4_gemv import int4_gemv_kernel
 from hinfer.ops.triton.linear_int4_mma import int4_mma_variant
 from hinfer.ops.triton.moe_int4_mma import experts_mma_variant
+from hinfer.ops.triton.tiles.forms import BF16, FP8_BLOCK, FP8_ROW, INT4
+from hinfer.ops.triton.tiles.linear import gemm_config, heuristic_config
 
 TARGET = GPUTarget("cuda", 90, 64)
 _DIV16 = {"N", "K", "stride_xm", "stride_ym", "stride_wn", "stride_am", "stride_cm", "stride_qm", "stride_sg"}

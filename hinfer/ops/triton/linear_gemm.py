@@ -14,8 +14,9 @@ import torch
 import triton
 import triton.language as tl
 
-from hinfer.ops.triton.linear_configs import QGROUP, GemmConfig, gemm_config
 from hinfer.ops.triton.linear_int4 import fast_int4_ok, int4_minus8
+from hinfer.ops.triton.tiles.forms import GemmConfig
+from hinfer.ops.triton.tiles.linear import QGROUP, gemm_config
 
 FP8_MAX = 448.0
 ACT_EPS = 1e-12  # amax floor: an all-zero row quantizes to zeros with a tiny finite scale

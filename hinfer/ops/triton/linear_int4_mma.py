@@ -31,8 +31,9 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
 from hinfer.ops.triton.common import GROUP as GROUP_K  # quantization group along K
 from hinfer.ops.triton.common import PDL, pdl_options
-from hinfer.ops.triton.linear_configs import INT4_MMA, M_BUCKETS, TUNED, SkinnyConfig, m_bucket, num_sms
 from hinfer.ops.triton.linear_splitk import split_scratch
+from hinfer.ops.triton.tiles.forms import SkinnyConfig
+from hinfer.ops.triton.tiles.linear import mma_config
 
 GROUP = gl.constexpr(GROUP_K)
 MAX_M = 64  # rows of x per call (the MMA's N, padded to 8, 16, 32 or 64)
@@ -416,32 +417,6 @@ def int4_mma_variant(
     name = (f"int4 mma{' rows' if rows else ''}{' asym' if zero else ''}{'' if offset_mma else ' fma-offset'} BLOCK_N={block_n} "
             f"BLOCK_M={block_m} split {split_k} w{warps} {f'ring {ring}' if ring else f'depth {depth}'}")  # fmt: skip
     return name, int4_mma_kernel, sig, cex, warps
-
-
-def mma_block_m(m: int) -> int:
-    """The MMA's N (rows of x, padded): 8, 16, 32 or 64."""
-    return max(8, 1 << (m - 1).bit_length())
-
-
-def mma_config(m: int, n: int, k: int, sms: int | None = None) -> SkinnyConfig:
-    """The tuned tile (TUNED key `int4_mma`) when there is one, else the shape of the 27B winners: BLOCK_N 128
-    (256 from 32 rows of x), 8 warps (one 16-row stripe each) at one row and from 32 rows, 4 between; split-K
-    towards ~5 programs per SM while every split keeps >= 4 groups and the fp32 partials (8 * split * M * N
-    bytes, written and read) stay under ~20% of the weight bytes; loop depth 2 (deeper rarely paid)."""
-    block_m = mma_block_m(m)
-    for b in M_BUCKETS[M_BUCKETS.index(m_bucket(m)) :]:  # tuned at M = 1, 8, 16, 32: M = 2 takes M = 8's tile
-        cfg = TUNED.get((INT4_MMA, n, k, b))
-        if cfg is not None and cfg.block_m == block_m and n % cfg.block_n == 0:
-            return cfg
-    if sms is None:
-        sms = num_sms(torch.cuda.current_device() if torch.cuda.is_available() else 0)
-    block_n = 256 if block_m >= 32 and n % 256 == 0 else 128 if n % 128 == 0 else 64
-    warps = min(block_n // 16, 8 if m == 1 or block_m >= 32 else 4)
-    tiles, groups = n // block_n, k // GROUP_K
-    split = 1
-    while tiles * split * 2 <= 5 * sms and groups // (split * 2) >= 4 and 16 * split * 2 * m <= 0.2 * k:
-        split *= 2
-    return SkinnyConfig(block_n, GROUP_K, block_m, split, warps, 2)
 
 
 class Int4Tensors(Protocol):

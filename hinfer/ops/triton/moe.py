@@ -28,10 +28,11 @@ from hinfer.ops.triton.common import GROUP, interpreted
 from hinfer.ops.triton.linear_int4 import fast_int4_ok
 from hinfer.ops.triton.moe_align import align
 from hinfer.ops.triton.moe_common import _empty, pdl_kwargs
-from hinfer.ops.triton.moe_config import BF16, FP8, INT4, MoeConfig, clamp_to_shape, pick_config
 from hinfer.ops.triton.moe_int4 import Int4Experts
 from hinfer.ops.triton.moe_int4_mma import GROUP_K, MAX_PAIRS, experts_mma
 from hinfer.ops.triton.moe_route import moe_route
+from hinfer.ops.triton.tiles.forms import MoeConfig
+from hinfer.ops.triton.tiles.moe import BF16, FP8, INT4, clamp_to_shape, pick_config
 
 __all__ = ["Fp8Experts", "Int4Experts", "moe_experts", "moe_route"]
 

@@ -20,7 +20,6 @@ import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from hinfer.ops.triton.linear_configs import num_sms
 from hinfer.ops.triton.linear_int4_mma import (
     GROUP,
     GROUP_K,
@@ -31,6 +30,7 @@ from hinfer.ops.triton.linear_int4_mma import (
     _x_layout,
 )
 from hinfer.ops.triton.moe_int4 import Int4Experts
+from hinfer.ops.triton.tiles.moe import experts_mma_tile
 
 MAX_PAIRS = 64  # decode sizes: (tokens x top k) pairs; larger batches take the grouped Triton kernels
 
@@ -100,14 +100,6 @@ def experts_mma_variant(block_n: int, block_m: int, warps: int, zero: bool, dire
     return name, int4_mma_experts_kernel, sig, cex, warps
 
 
-def _tile(n: int, blocks: int) -> tuple[int, int]:
-    """(BLOCK_N, warps): 64-row tiles when the grid would leave SMs idle, else 128 with 8 warps."""
-    sms = num_sms(torch.cuda.current_device() if torch.cuda.is_available() else 0)
-    if n % 128 == 0 and (n // 128) * blocks >= sms:
-        return 128, 8
-    return 64, 4
-
-
 def experts_mma(
     x: torch.Tensor, w: Int4Experts, y: torch.Tensor, blocks: int, block_m: int, ids: torch.Tensor,
     sorted_: torch.Tensor, bexp: torch.Tensor, brows: torch.Tensor, direct: bool, xdiv: int,
@@ -117,12 +109,13 @@ def experts_mma(
     e, n, k = w.shape
     if k % GROUP_K or n % 64 or x.dtype != torch.bfloat16 or x.stride(-1) != 1:
         raise ValueError(f"int4 mma experts: K % {GROUP_K}, N % 64, bf16 x with unit stride; got {w.shape}")
-    block_n, warps = _tile(n, blocks)
+    cfg = experts_mma_tile(ids.numel(), n, k, blocks)
+    block_n, warps, depth = cfg.block_n, cfg.num_warps, cfg.num_stages
     g = w.scales.shape[-1]
     int4_mma_experts_kernel[(n // block_n, blocks)](
         x, w.qweight, w.scales, w.zeros if w.zeros is not None else w.scales, y, tw if tw is not None else x,
         ids, sorted_, bexp, brows, n, k, x.stride(0), y.stride(0), w.qweight.stride(0), w.scales.stride(0), g,
-        HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, DEPTH=2, DIRECT=direct, XDIV=xdiv,
+        HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, DEPTH=depth, DIRECT=direct, XDIV=xdiv,
         ROW_SCALE=tw is not None, num_warps=warps,
     )  # fmt: skip
     return y

@@ -1,0 +1,42 @@
+"""Attention kernel families and their heuristics (sweeps: bench/attention_kernels.py --sweep decode|prefill).
+Key: N = query heads per KV head (G), K = head_dim, M = the largest q_len of the sequences in the launch.
+"""
+
+from __future__ import annotations
+
+from hinfer.ops.triton.tiles.forms import ATTENTION_DECODE, ATTENTION_PREFILL, DecodeTile, PrefillTile
+from hinfer.ops.triton.tiles.table import Family, lookup
+
+
+def decode_rows(q_max: int, group: int) -> int:
+    """The decode kernel's padded rows per KV head (M_PAD): G query heads x q_max tokens, >= 16 for tl.dot."""
+    return max(16, 1 << (group * q_max - 1).bit_length())
+
+
+def _decode_heuristic(m: int, n: int, k: int) -> DecodeTile:
+    """The K/V loads wait on a page-table load, so Triton's pipeliner keeps num_stages - 3 tile buffers:
+    stages 5 gives two 32-token K+V buffers (75 KB shared, ~150 registers at D=256: 3 programs per SM, sm_90
+    ptxas); ctas_per_sm sizes the split count to keep that many programs resident."""
+    if decode_rows(m, n) * k >= 64 * 256:  # verify with many rows: wgmma, 8 warps, 131 KB shared
+        return DecodeTile(block_n=32, num_warps=8, num_stages=5, ctas_per_sm=1)
+    return DecodeTile(block_n=32, num_warps=4, num_stages=5, ctas_per_sm=3)
+
+
+def _prefill_heuristic(m: int, n: int, k: int) -> PrefillTile:
+    """D=256: a 128x256 fp32 accumulator over 8 warps is 128 registers a thread; BLOCK_N=32 with 3 stages is
+    the largest tile sm_90 ptxas builds without spills (244 registers, 131 KB shared; BLOCK_N=64 spills)."""
+    if k >= 256:
+        return PrefillTile(block_m=128, block_n=32, num_warps=8, num_stages=3)
+    return PrefillTile(block_m=128, block_n=64, num_warps=8, num_stages=3)
+
+
+DECODE: Family[DecodeTile] = Family(ATTENTION_DECODE, _decode_heuristic)
+PREFILL: Family[PrefillTile] = Family(ATTENTION_PREFILL, _prefill_heuristic, max_m=1 << 16)
+
+
+def decode_config(q_max: int, group: int, head_dim: int) -> DecodeTile:
+    return lookup(DECODE, q_max, group, head_dim)
+
+
+def prefill_config(q_max: int, group: int, head_dim: int) -> PrefillTile:
+    return lookup(PREFILL, q_max, group, head_dim)

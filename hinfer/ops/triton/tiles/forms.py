@@ -1,0 +1,99 @@
+"""The tile forms: one frozen dataclass of launch parameters per kind of kernel, and the form each kernel
+family's table entries take (FORMS, by family name; docs/ARCHITECTURE.md, "Tile tables")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Linear families: the skinny (decode) kernel per weight format, its W8A8 twins, the int4 tensor-core kernel
+# (linear_int4_mma: num_stages is its loop depth) and the prefill GEMMs (promote: a second accumulator live).
+BF16, FP8_ROW, FP8_BLOCK, INT4 = "bf16", "fp8_row", "fp8_block", "int4"
+FP8_ROW_A8, FP8_BLOCK_A8 = f"{FP8_ROW}-a8", f"{FP8_BLOCK}-a8"
+INT4_MMA = "int4_mma"
+GEMM, GEMM_PROMOTE = "gemm", "gemm_promote"
+# MoE families: the routed experts per weight format; int4 experts at decode sizes on tensor cores
+MOE_BF16, MOE_INT4, MOE_FP8 = "moe_bf16", "moe_int4", "moe_fp8"
+MOE_INT4_MMA = "moe_int4_mma"
+# Attention: the split-KV decode / verify kernel and the flash-style prefill kernel
+ATTENTION_DECODE, ATTENTION_PREFILL = "attention_decode", "attention_prefill"
+
+GEMV = 1  # block_m of the CUDA-core GEMV paths (M == 1)
+
+
+@dataclass(frozen=True)
+class SkinnyConfig:
+    block_n: int
+    block_k: int
+    block_m: int  # 1: CUDA-core GEMV (M == 1 only); >= 16: tensor-core tile with the M rows padded
+    # int4 GEMV (block_m 1): block_k = 128 x groups per step; num_stages: depth of the TMA ring of weights
+    # (without TMA: num_stages - 1 steps prefetched into registers, at most 2)
+    split_k: int
+    num_warps: int
+    num_stages: int
+    ring: int = 0  # int4_mma: groups in a cp.async shared-memory ring (0: num_stages' register look-ahead)
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int
+    num_warps: int
+    num_stages: int
+
+
+@dataclass(frozen=True)
+class Tile:
+    """One MoE expert GEMM's tile."""
+
+    block_m: int  # rows (pairs) per block; GEMV for the T == 1 bf16 path
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+    swap: bool = False  # acc[BN, BM] = W @ X^T (decode) instead of X @ W^T
+
+
+@dataclass(frozen=True)
+class MoeConfig:
+    gate_up: Tile  # N over I (gate and up rows both), K = H
+    down: Tile  # N over H, K = I
+    direct: bool = False  # T == 1 only: block b = pair b (k distinct experts), no alignment launch
+    sum_in_down: bool = False  # direct only: the down kernel sums the k slots (no y, no sum launch)
+
+    @property
+    def gemv(self) -> bool:
+        return self.gate_up.block_m == GEMV
+
+    @property
+    def block_m(self) -> int:
+        assert self.gate_up.block_m == self.down.block_m, "both GEMMs share one alignment"
+        return self.gate_up.block_m
+
+
+@dataclass(frozen=True)
+class DecodeTile:
+    block_n: int  # KV tokens per step
+    num_warps: int
+    num_stages: int
+    ctas_per_sm: int  # programs kept resident per SM: sizes the split count
+
+
+@dataclass(frozen=True)
+class PrefillTile:
+    block_m: int  # query rows per program
+    block_n: int  # KV tokens per step
+    num_warps: int
+    num_stages: int
+
+
+FORMS: dict[str, type] = {
+    **dict.fromkeys((BF16, FP8_ROW, FP8_BLOCK, INT4, FP8_ROW_A8, FP8_BLOCK_A8, INT4_MMA), SkinnyConfig),
+    GEMM: GemmConfig,
+    GEMM_PROMOTE: GemmConfig,
+    **dict.fromkeys((MOE_BF16, MOE_INT4, MOE_FP8), MoeConfig),
+    MOE_INT4_MMA: SkinnyConfig,  # the dense int4 kernel's form: block_k 128, block_m 8, split_k 1
+    ATTENTION_DECODE: DecodeTile,
+    ATTENTION_PREFILL: PrefillTile,
+}

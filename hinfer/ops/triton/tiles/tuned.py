@@ -1,0 +1,93 @@
+"""The tuned tile tables: (family, N, K, M bucket) -> the family's tile form (forms.py), measured on the H200.
+
+The sweeps print entries in this form to paste here (bench/linear_kernels.py --tune, bench/int4_mma_tiles.py,
+bench/moe_kernels.py --sweep) and write them as JSON for HINFER_TILES (table.py) to try without editing the
+package. A shape missing here takes its family's heuristic (linear.py, moe.py, attention.py beside this file).
+What N, K and M are per family: docs/ARCHITECTURE.md, "Tile tables". An entry of another form (MoeConfig,
+DecodeTile, ...) imports it from forms.py with it.
+"""
+
+from __future__ import annotations
+
+from hinfer.ops.triton.tiles.forms import INT4_MMA, SkinnyConfig
+
+# Linear: the skinny kernel. Swept on the H200 (2026-11-30, `bench/linear_kernels.py --tune --formats bf16
+# --ms 1,8`); GDN in_proj fused (16480 rows) reuses the 16384-row winner.
+TUNED: dict[tuple[str, int, int, int], object] = {
+    ("bf16", 14336, 5120, 1): SkinnyConfig(16, 256, 1, 1, 4, 3),
+    ("bf16", 14336, 5120, 8): SkinnyConfig(32, 128, 16, 1, 4, 4),
+    ("bf16", 16384, 5120, 1): SkinnyConfig(32, 256, 1, 1, 4, 3),
+    ("bf16", 16384, 5120, 8): SkinnyConfig(32, 128, 16, 1, 4, 3),
+    ("bf16", 16480, 5120, 1): SkinnyConfig(32, 256, 1, 1, 4, 3),
+    ("bf16", 16480, 5120, 8): SkinnyConfig(32, 128, 16, 1, 4, 3),
+    ("bf16", 5120, 6144, 1): SkinnyConfig(64, 128, 16, 4, 4, 3),
+    ("bf16", 5120, 6144, 8): SkinnyConfig(64, 128, 16, 4, 4, 3),
+    ("bf16", 5120, 17408, 1): SkinnyConfig(64, 128, 16, 4, 4, 3),
+    ("bf16", 5120, 17408, 8): SkinnyConfig(64, 128, 16, 4, 4, 3),
+    # int4 GEMV (TMA ring), swept 2026-12-01 (`--tune --formats int4 --ms 1`, asymmetric weights)
+    ("int4", 14336, 5120, 1): SkinnyConfig(128, 128, 1, 2, 4, 3),
+    ("int4", 16384, 5120, 1): SkinnyConfig(128, 128, 1, 2, 4, 3),
+    ("int4", 16480, 5120, 1): SkinnyConfig(128, 128, 1, 2, 4, 3),
+    ("int4", 34816, 5120, 1): SkinnyConfig(128, 128, 1, 2, 4, 3),
+    ("int4", 5120, 6144, 1): SkinnyConfig(128, 128, 1, 8, 4, 3),
+    ("int4", 5120, 17408, 1): SkinnyConfig(128, 128, 1, 8, 4, 5),
+    # fp8 (per channel) and int4 at M = 8 (tensor cores), swept 2026-12-01
+    # (`--tune --formats fp8,int4 --ms 8`)
+    ("fp8_row", 14336, 5120, 8): SkinnyConfig(64, 128, 16, 4, 4, 3),
+    ("int4", 14336, 5120, 8): SkinnyConfig(128, 128, 16, 8, 4, 3),
+    ("fp8_row", 16384, 5120, 8): SkinnyConfig(64, 128, 16, 2, 4, 3),
+    ("fp8_row", 16480, 5120, 8): SkinnyConfig(64, 128, 16, 2, 4, 3),
+    ("int4", 16384, 5120, 8): SkinnyConfig(128, 128, 16, 4, 4, 3),
+    ("int4", 16480, 5120, 8): SkinnyConfig(128, 128, 16, 4, 4, 3),
+    ("fp8_row", 34816, 5120, 8): SkinnyConfig(64, 128, 16, 2, 4, 3),
+    ("int4", 34816, 5120, 8): SkinnyConfig(64, 128, 16, 2, 4, 3),
+    ("fp8_row", 5120, 6144, 8): SkinnyConfig(64, 128, 16, 8, 4, 3),
+    ("int4", 5120, 6144, 8): SkinnyConfig(64, 128, 16, 8, 4, 3),
+    ("fp8_row", 5120, 17408, 8): SkinnyConfig(64, 128, 16, 8, 4, 3),
+    ("int4", 5120, 17408, 8): SkinnyConfig(64, 128, 16, 8, 4, 3),
+    # int4 in fragment order (tensor cores; num_stages = loop depth), swept 2026-12-01
+    # (`bench/int4_mma_tiles.py --ms 1,8,16,32`, asymmetric weights)
+    (INT4_MMA, 14336, 5120, 1): SkinnyConfig(128, 128, 8, 4, 8, 2),
+    (INT4_MMA, 14336, 5120, 8): SkinnyConfig(256, 128, 8, 4, 4, 4),
+    (INT4_MMA, 14336, 5120, 16): SkinnyConfig(128, 128, 16, 2, 4, 4),
+    (INT4_MMA, 14336, 5120, 32): SkinnyConfig(256, 128, 32, 2, 8, 2),
+    (INT4_MMA, 16384, 5120, 1): SkinnyConfig(128, 128, 8, 4, 8, 2),
+    (INT4_MMA, 16384, 5120, 8): SkinnyConfig(256, 128, 8, 4, 4, 4),
+    (INT4_MMA, 16384, 5120, 16): SkinnyConfig(128, 128, 16, 2, 4, 4),
+    (INT4_MMA, 16384, 5120, 32): SkinnyConfig(256, 128, 32, 2, 8, 2),
+    (INT4_MMA, 34816, 5120, 1): SkinnyConfig(128, 128, 8, 2, 4, 2),
+    (INT4_MMA, 34816, 5120, 8): SkinnyConfig(128, 128, 8, 2, 4, 2),
+    (INT4_MMA, 34816, 5120, 16): SkinnyConfig(128, 128, 16, 1, 4, 2),
+    (INT4_MMA, 34816, 5120, 32): SkinnyConfig(256, 128, 32, 4, 8, 2),
+    (INT4_MMA, 5120, 6144, 1): SkinnyConfig(128, 128, 8, 8, 8, 2),
+    (INT4_MMA, 5120, 6144, 8): SkinnyConfig(128, 128, 8, 8, 8, 2),
+    (INT4_MMA, 5120, 6144, 16): SkinnyConfig(128, 128, 16, 8, 4, 2),
+    (INT4_MMA, 5120, 6144, 32): SkinnyConfig(256, 128, 32, 4, 8, 2),
+    (INT4_MMA, 5120, 17408, 1): SkinnyConfig(128, 128, 8, 16, 4, 2),
+    (INT4_MMA, 5120, 17408, 8): SkinnyConfig(128, 128, 8, 8, 4, 4),
+    (INT4_MMA, 5120, 17408, 16): SkinnyConfig(128, 128, 16, 8, 4, 2),
+    (INT4_MMA, 5120, 17408, 32): SkinnyConfig(256, 128, 32, 4, 8, 2),
+    # 35B-A3B and 122B-A10B dense projections (`bench/int4_mma_tiles.py --config NAME --ms 1,8`)
+    (INT4_MMA, 2048, 512, 1): SkinnyConfig(128, 128, 8, 1, 4, 4),
+    (INT4_MMA, 2048, 512, 8): SkinnyConfig(128, 128, 8, 1, 4, 4),
+    (INT4_MMA, 1024, 2048, 1): SkinnyConfig(128, 128, 8, 4, 4, 4),
+    (INT4_MMA, 1024, 2048, 8): SkinnyConfig(128, 128, 8, 4, 4, 4),
+    (INT4_MMA, 2048, 4096, 1): SkinnyConfig(128, 128, 8, 8, 4, 4),
+    (INT4_MMA, 2048, 4096, 8): SkinnyConfig(128, 128, 8, 8, 4, 4),
+    (INT4_MMA, 12288, 2048, 1): SkinnyConfig(128, 128, 8, 4, 4, 4),
+    (INT4_MMA, 12288, 2048, 8): SkinnyConfig(128, 128, 8, 4, 4, 4),
+    (INT4_MMA, 9216, 2048, 1): SkinnyConfig(128, 128, 8, 4, 8, 2),
+    (INT4_MMA, 9216, 2048, 8): SkinnyConfig(128, 128, 8, 4, 4, 4),
+    (INT4_MMA, 3072, 1024, 1): SkinnyConfig(128, 128, 8, 2, 4, 4),
+    (INT4_MMA, 3072, 1024, 8): SkinnyConfig(128, 128, 8, 2, 4, 4),
+    (INT4_MMA, 2048, 3072, 1): SkinnyConfig(128, 128, 8, 4, 4, 4),
+    (INT4_MMA, 2048, 3072, 8): SkinnyConfig(128, 128, 8, 4, 4, 4),
+    (INT4_MMA, 3072, 8192, 1): SkinnyConfig(128, 128, 8, 16, 4, 4),
+    (INT4_MMA, 3072, 8192, 8): SkinnyConfig(128, 128, 8, 16, 4, 4),
+    (INT4_MMA, 20480, 3072, 1): SkinnyConfig(128, 128, 8, 4, 4, 2),
+    (INT4_MMA, 20480, 3072, 8): SkinnyConfig(128, 128, 8, 4, 4, 2),
+    (INT4_MMA, 17408, 3072, 1): SkinnyConfig(128, 128, 8, 4, 4, 2),
+    (INT4_MMA, 17408, 3072, 8): SkinnyConfig(128, 128, 8, 4, 4, 2),
+}
+# MoE (moe_*), the prefill GEMMs (gemm*) and attention (attention_*): no per-shape entries yet, their
+# heuristics cover every shape.
