@@ -273,7 +273,7 @@ def main() -> None:
     ap.add_argument(
         "--int4-sym", action="store_true", help="int4 without zero points (the inline-PTX unpack)"
     )
-    ap.add_argument("--pdl", action="store_true", help="decode rows again with HINFER_MOE_PDL=1")
+    ap.add_argument("--pdl", action="store_true", help="decode rows again with HINFER_PDL=1")
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--tuned-out", type=Path, help="with --sweep: the winners as JSON (HINFER_TILES)")
     ap.add_argument("--profile", action="store_true")
@@ -309,12 +309,12 @@ def run_model(name: str, fmt: str, args) -> list[tuple]:
             )
             table.append((f"{tag} decode T={t} experts", r["experts"], r["floor_experts"]))
             table.append((f"{tag} decode T={t} route+experts", r["both"], r["floor_both"]))
-            if args.pdl:  # the same with programmatic dependent launch (HINFER_MOE_PDL=1)
-                os.environ["HINFER_MOE_PDL"] = "1"
+            if args.pdl:  # the same with programmatic dependent launch (HINFER_PDL=1)
+                os.environ["HINFER_PDL"] = "1"
                 try:
                     r = decode(m, t, layers)
                 finally:
-                    os.environ.pop("HINFER_MOE_PDL")
+                    os.environ.pop("HINFER_PDL")
                 print(f"    with PDL: experts {r['experts']:8.2f}  route+experts {r['both']:8.2f} us")
                 table.append((f"{tag} decode T={t} experts PDL", r["experts"], r["floor_experts"]))
                 table.append((f"{tag} decode T={t} route+experts PDL", r["both"], r["floor_both"]))

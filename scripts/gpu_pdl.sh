@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One device call for programmatic dependent launch (HINFER_PDL=1: the int4 tensor-core matmuls and the RMS norms
-# start while their predecessor drains, reading weights before they wait): bit-equality in a CUDA graph, the GPU
+# One device call for programmatic dependent launch (HINFER_PDL=1: the int4 tensor-core matmuls, the RMS norms and
+# the MoE decode kernels start while their predecessor drains, the first two reading weights before they wait): bit-equality in a CUDA graph, the GPU
 # engine tests with it on, then decode with it off and on, 27B int4 and 35B-A3B int4 at 1 and 8 lanes.
 set -uo pipefail
 OUT="${OUT:-/tmp/hinfer-out}"; mkdir -p "$OUT"

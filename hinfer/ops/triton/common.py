@@ -16,23 +16,22 @@ import triton.language as tl
 GROUP = 128
 
 
-# Programmatic dependent launch (sm_90, HINFER_PDL=1): a kernel launched with it may start while the previous one
-# drains, reading its weights meanwhile; `gdc_wait` holds it before any access to memory a previous kernel may
-# write or read (activations, outputs, split-K scratch). Only kernels that wait are launched this way. Opt-in
-# until measured on the GPU (bench/RESULTS.md).
-PDL = os.environ.get("HINFER_PDL", "0") == "1"
-
-
-def pdl_options(emu: bool) -> dict:
-    """Launch options for a kernel that calls gdc_wait: programmatic dependent launch when enabled."""
-    return {"launch_pdl": True} if PDL and not emu else {}
+def pdl_kwargs(x: torch.Tensor) -> dict:
+    """Programmatic dependent launch (Hopper; opt-in with HINFER_PDL=1 until measured, bench/RESULTS.md): the
+    kernel's PDL constexpr and launch option, for a kernel that calls pdl_start before it touches anything a
+    previous kernel may write or read (activations, outputs, scratch). Read at every launch, so a test can flip it."""
+    on = x.is_cuda and os.environ.get("HINFER_PDL", "0") == "1"
+    return {"PDL": True, "launch_pdl": True} if on else {"PDL": False}
 
 
 @triton.jit
-def gdc_wait(ON: tl.constexpr):
-    """Wait for the previous kernel's completion and memory (a no-op when not launched dependently)."""
-    if ON:
+def pdl_start(PDL: tl.constexpr):
+    """Wait for the previous kernel's results, then let the next kernel launch, so its launch and prologue (e.g.
+    its weight loads) overlap this kernel. The trigger fires once every program of this kernel has started, so
+    the successor never starves it. A no-op without PDL."""
+    if PDL:
         tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
 
 
 def num_sms(device_index: int | None = None) -> int:

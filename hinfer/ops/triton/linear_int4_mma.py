@@ -30,7 +30,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
 from hinfer.ops.triton.common import GROUP as GROUP_K  # quantization group along K
-from hinfer.ops.triton.common import PDL, pdl_options
+from hinfer.ops.triton.common import pdl_kwargs
 from hinfer.ops.triton.linear_splitk import split_scratch
 from hinfer.ops.triton.tiles.forms import SkinnyConfig
 from hinfer.ops.triton.tiles.linear import mma_config
@@ -76,11 +76,12 @@ _SYM_OFFSET = gl.constexpr(-0x3CF73CF8)  # bf16x2 (-136, -136) = 0xc308c308 as i
 
 
 @gluon.jit
-def _gdc_wait(ON: gl.constexpr):
-    """Programmatic dependent launch: wait for the previous kernel (hinfer.ops.triton.common.PDL) before touching
-    activations or outputs; the weights issued before this need no wait (nothing writes them)."""
+def _pdl_start(ON: gl.constexpr):
+    """hinfer.ops.triton.common.pdl_start in Gluon: wait for the previous kernel before touching activations or
+    outputs (the weights issued before this need no wait: nothing writes them), then let the next one launch."""
     if ON:
-        gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+        gl.inline_asm_elementwise("griddepcontrol.wait; griddepcontrol.launch_dependents; // $0", "=r", [],
+                                  dtype=gl.int32, is_pure=False, pack=1)  # fmt: skip
 
 
 @gluon.constexpr_function
@@ -231,7 +232,7 @@ def _k_loop(wp, sp, zl, zr, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK
     w0, s0, lo0, hi0 = _step_loads(wp, sp, zl, zr, gl.minimum(g_lo, last), sg, HAS_ZERO,
                                         OFFSET_MMA, GW)  # fmt: skip
     if DEPTH == 2:
-        _gdc_wait(PDL)
+        _pdl_start(PDL)
         for g in range(g_lo, g_hi, 2):
             w1, s1, lo1, hi1 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 1, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
@@ -246,7 +247,7 @@ def _k_loop(wp, sp, zl, zr, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK
                                             OFFSET_MMA, GW)  # fmt: skip
         w2, s2, lo2, hi2 = _step_loads(wp, sp, zl, zr, gl.minimum(g_lo + 2, last), sg, HAS_ZERO,
                                             OFFSET_MMA, GW)  # fmt: skip
-        _gdc_wait(PDL)
+        _pdl_start(PDL)
         for g in range(g_lo, g_hi, 4):
             w3, s3, lo3, hi3 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 3, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
@@ -319,7 +320,7 @@ def _k_loop_ring(wp, s_base, z_base, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constex
     last = gl.maximum(g_hi - 1, 0)  # slots past the end re-read the last group (cache hits), never used
     for i in gl.static_range(RING - 1):
         _ring_issue(w_smem, s_smem, z_smem, wp, s_ptrs, z_ptrs, gl.minimum(g_lo + i, last), sg, i, HAS_ZERO, GW)
-    _gdc_wait(PDL)
+    _pdl_start(PDL)
     for g in range(g_lo, g_hi):
         j = g - g_lo
         async_copy.wait_group(RING - 2)  # this thread's copies of group g have landed
@@ -470,6 +471,6 @@ def int4_mma_matmul(
         x.stride(0), out.stride(0), sg, sn,
         HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split,
         OFFSET_MMA=offset_mma, DEPTH=cfg.num_stages, ROWS=rows, RING=cfg.ring, num_warps=warps,
-        PDL=PDL, **pdl_options(False),
+        **pdl_kwargs(x),
     )  # fmt: skip
     return out

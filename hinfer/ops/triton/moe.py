@@ -24,10 +24,10 @@ import torch
 import triton
 
 import hinfer.ops.triton.moe_gemm as mg
-from hinfer.ops.triton.common import GROUP, interpreted
+from hinfer.ops.triton.common import GROUP, interpreted, pdl_kwargs
 from hinfer.ops.triton.linear_int4 import fast_int4_ok
 from hinfer.ops.triton.moe_align import align
-from hinfer.ops.triton.moe_common import _empty, pdl_kwargs
+from hinfer.ops.triton.moe_common import _empty
 from hinfer.ops.triton.moe_int4 import Int4Experts
 from hinfer.ops.triton.moe_int4_mma import GROUP_K, MAX_PAIRS, experts_mma
 from hinfer.ops.triton.moe_route import moe_route
@@ -175,7 +175,7 @@ def moe_experts(
     cfg = clamp_to_shape(cfg, h, i, fmt)
     gu, dn = cfg.gate_up, cfg.down
     emu = interpreted(mg._gate_up_kernel)
-    pdl = pdl_kwargs(x) if t <= 64 else {"PDL": False}  # decode sizes only (see moe_common.pdl_start)
+    pdl = pdl_kwargs(x) if t <= 64 else {"PDL": False}  # decode sizes only (see common.pdl_start)
     act = _empty((t * k, i), x.dtype, x.device)
 
     if cfg.gemv:

@@ -32,9 +32,8 @@ import triton
 import triton.language as tl
 
 from hinfer.ops.triton import common
-from hinfer.ops.triton.common import cast
+from hinfer.ops.triton.common import cast, pdl_start
 from hinfer.ops.triton.linear_int4 import int4_minus8
-from hinfer.ops.triton.moe_common import pdl_start
 
 GROUP = tl.constexpr(common.GROUP)
 

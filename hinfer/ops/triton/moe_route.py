@@ -14,8 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
-from hinfer.ops.triton.common import cast, interpreted
-from hinfer.ops.triton.moe_common import _empty, pdl_kwargs, pdl_start
+from hinfer.ops.triton.common import cast, interpreted, pdl_kwargs, pdl_start
+from hinfer.ops.triton.moe_common import _empty
 
 
 @triton.jit

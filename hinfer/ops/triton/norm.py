@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hinfer.ops.triton.common import PDL, cast, gdc_wait, interpreted, pdl_options
+from hinfer.ops.triton.common import cast, interpreted, pdl_kwargs, pdl_start
 
 _PLAIN, _ADD, _GATED = 0, 1, 2
 
@@ -33,7 +33,7 @@ def _norm_kernel(
     mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
     dt = y_ptr.dtype.element_ty
     w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)  # a weight: read before the wait
-    gdc_wait(PDL)
+    pdl_start(PDL)
     x = tl.load(x_ptr + (a * sx0 + b * sx1)[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     if MODE == 1:
         res = tl.load(r_ptr + (a * sr0 + b * sr1)[:, None] + cols[None, :], mask=mask, other=0.0).to(
@@ -102,7 +102,7 @@ def _launch(
         x3.stride(0), x3.stride(1), r3.stride(0), r3.stride(1), z3.stride(0), z3.stride(1),
         eps,
         MODE=mode, EMU=emu, ROUND_WY=round_wy, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps,
-        PDL=PDL and not emu, **pdl_options(emu),
+        **(pdl_kwargs(x) if not emu else {"PDL": False}),
     )  # fmt: skip
     return y, r_out
 
