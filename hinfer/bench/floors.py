@@ -76,12 +76,19 @@ def weight_bytes_per_step(model: Qwen35ForCausalLM) -> int:
 
 
 def expert_bytes(model: Qwen35ForCausalLM, mtp: bool = False) -> int:
-    """Bytes of the MoE routed experts (plain or quantized) of the decoder layers, or of the MTP head."""
-    total = 0
-    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
-        if name.startswith("mtp") == mtp and ".experts_" in f".{name}":
-            total += tensor_bytes(t)
-    return total
+    """Bytes of the MoE routed experts (plain or quantized) of the decoder layers, or of the MTP head; a shared
+    expert folded in as expert E (model/shared_expert_fold.py) is read every step and not counted here."""
+    total = 0.0
+    for name, mod in model.named_modules():
+        if name.startswith("mtp") != mtp or not hasattr(mod, "experts_gate_up"):
+            continue
+        b = sum(tensor_bytes(t) for w in (mod.experts_gate_up, mod.experts_down)
+                for t in ([w] if isinstance(w, torch.Tensor) else w.buffers()))  # fmt: skip
+        if mod.shared_expert is None:  # folded: E + 1 experts, the last one the shared expert
+            e = mod.experts_gate_up.shape[0]
+            b *= (e - 1) / e
+        total += b
+    return round(total)
 
 
 def expert_fraction(cfg: ModelConfig, tokens: int) -> float:

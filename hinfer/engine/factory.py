@@ -36,6 +36,7 @@ from hinfer.model.artifact_loader import load_artifact_model
 from hinfer.model.loader import load_weights
 from hinfer.model.quantized_loader import load_quantized_checkpoint
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
+from hinfer.model.shared_expert_fold import fold_shared_experts
 from hinfer.model.state import RESERVED_PAGES, RESERVED_SLOTS, ModelState, StateShape
 from hinfer.model.vision import VisionEncoder
 from hinfer.model.vision_loader import load_vision_weights
@@ -203,6 +204,8 @@ def make_core(
     shape: StateShape | None = None,
 ) -> EngineCore:
     """State pool, sampler, runner (+ CUDA graphs) and core around a loaded model. `ecfg` must be resolved."""
+    if device.type == "cuda":  # fewer launches per MoE layer; the CPU keeps the model as loaded (tests share it)
+        fold_shared_experts(model)
     use_fragment_order(model)  # int4 weights in the order the CUDA decode kernels read (no-op elsewhere)
     state = ModelState(cfg, shape or state_shape(cfg, ecfg), device)
     sampler = Sampler(cfg.vocab_size, device, max_rows=ecfg.max_concurrency, num_real_tokens=tokenizer.vocab_size)

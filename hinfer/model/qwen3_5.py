@@ -125,7 +125,9 @@ class MLP(nn.Module):
 
 
 class SparseMoE(nn.Module):
-    """Softmax top-k router (renormalised) over fused experts, plus sigmoid-gated shared expert."""
+    """Softmax top-k router (renormalised) over fused experts, plus sigmoid-gated shared expert. Folded
+    (hinfer.model.shared_expert_fold, when the model is placed for serving), the shared expert is expert E of the
+    fused experts and its gate row E of the router: one route and one experts call per layer."""
 
     def __init__(self, cfg: ModelConfig, dtype: torch.dtype, device: torch.device | str):
         super().__init__()
@@ -140,6 +142,9 @@ class SparseMoE(nn.Module):
         self.shared_expert_gate = _param(1, h, dtype=dtype, device=device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.shared_expert is None:  # folded: slot k is the shared expert, weighted by sigmoid(its gate)
+            top_w, top_i = moe_route(linear(x, self.router), self.top_k, shared=True)
+            return moe_experts(x, self.experts_gate_up, self.experts_down, top_w, top_i)
         shared = self.shared_expert(x) * torch.sigmoid(linear(x, self.shared_expert_gate))
         top_w, top_i = moe_route(linear(x, self.router), self.top_k)
         return moe_experts(x, self.experts_gate_up, self.experts_down, top_w, top_i) + shared

@@ -17,12 +17,19 @@ from hinfer.ops.triton.moe_int4 import Int4Experts
 from hinfer.quant.experts import Fp8ExpertsWeight, Int4ExpertsWeight
 
 
-def moe_route_ref(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """-> (weights [T, k] in the logits' dtype, expert ids [T, k] int64)."""
-    probs = torch.softmax(router_logits, dim=-1, dtype=torch.float32)
+def moe_route_ref(router_logits: torch.Tensor, top_k: int, shared: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> (weights [T, k] in the logits' dtype, expert ids [T, k] int64). `shared`: the last column is the gate
+    logit of a shared expert folded in as expert E (hinfer.model.shared_expert_fold): it is left out of the
+    softmax and becomes slot k, weight sigmoid(logit), id E."""
+    logits = router_logits[:, :-1] if shared else router_logits
+    probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
     top_w, top_i = torch.topk(probs, top_k, dim=-1)
-    top_w = top_w / top_w.sum(dim=-1, keepdim=True)
-    return top_w.to(router_logits.dtype), top_i
+    top_w = (top_w / top_w.sum(dim=-1, keepdim=True)).to(router_logits.dtype)
+    if shared:
+        e = logits.shape[1]
+        top_w = torch.cat([top_w, torch.sigmoid(router_logits[:, e:])], dim=1)
+        top_i = torch.cat([top_i, torch.full_like(top_i[:, :1], e)], dim=1)
+    return top_w, top_i
 
 
 def _expert(w, e: int) -> torch.Tensor:
@@ -54,12 +61,12 @@ def _experts_ref(x, w_gate_up, w_down, top_w, top_i) -> torch.Tensor:
     return out
 
 
-def moe_route(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+def moe_route(router_logits: torch.Tensor, top_k: int, shared: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     if use_triton(router_logits):
         from hinfer.ops.triton import moe as tm
 
-        return tm.moe_route(router_logits, top_k)
-    return moe_route_ref(router_logits, top_k)
+        return tm.moe_route(router_logits, top_k, shared)
+    return moe_route_ref(router_logits, top_k, shared)
 
 
 def _kernel_weight(w, x: torch.Tensor):

@@ -167,3 +167,26 @@ def quantize_experts(w: torch.Tensor, recipe) -> Int4ExpertsWeight | Fp8ExpertsW
     if recipe.fmt == "fp8":
         return quantize_experts_fp8(w, recipe.fp8_scales)
     raise ValueError(f"recipe {recipe.name} converts nothing")
+
+
+def append_expert(experts, dense):
+    """The experts [E, N, K] with one more, `dense` [N, K], as expert E (a new tensor or module; the inputs are
+    left as they were), or None when the two are stored differently (format, group, zero points, fp8 blocks)."""
+    if isinstance(experts, torch.Tensor) and isinstance(dense, torch.Tensor):
+        ok = experts.dtype == dense.dtype and tuple(experts.shape[1:]) == tuple(dense.shape)
+        return torch.cat([experts, dense[None].to(experts.device)]) if ok else None
+    if isinstance(experts, Int4ExpertsWeight) and isinstance(dense, Int4Weight):
+        ok = (experts.group == dense.group and experts.shape[1:] == dense.shape and experts.dtype == dense.dtype
+              and (experts.zeros is None) == (dense.zeros is None))  # fmt: skip
+        if not ok:
+            return None
+        cat = lambda a, b: torch.cat([a, b[None]])  # noqa: E731
+        zeros = None if experts.zeros is None else cat(experts.zeros, dense.zeros)
+        return Int4ExpertsWeight(cat(experts.qweight, dense.qweight), cat(experts.scales, dense.scales), zeros,
+                                 experts.in_features, experts.group)  # fmt: skip
+    if isinstance(experts, Fp8ExpertsWeight) and isinstance(dense, Fp8Weight):
+        if experts.block != dense.block or tuple(experts.weight.shape[1:]) != tuple(dense.weight.shape):
+            return None
+        return Fp8ExpertsWeight(torch.cat([experts.weight, dense.weight[None]]),
+                                torch.cat([experts.scale, dense.scale[None]]), experts.block)  # fmt: skip
+    return None

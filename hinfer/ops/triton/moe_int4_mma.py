@@ -32,7 +32,7 @@ from hinfer.ops.triton.linear_int4_mma import (
 from hinfer.ops.triton.moe_int4 import Int4Experts
 from hinfer.ops.triton.tiles.moe import experts_mma_tile
 
-MAX_PAIRS = 64  # decode sizes: (tokens x top k) pairs; larger batches take the grouped Triton kernels
+MAX_PAIRS = 72  # decode sizes: (tokens x top k) pairs, 8 x (8 + a folded shared expert); beyond: grouped kernels
 
 
 @gluon.jit

@@ -6,6 +6,8 @@ accuracy of its exp (the GPU's is approximate). Ties (equal logits) go to the lo
 by slot in descending order. torch.topk leaves the order among equal values unspecified (the CPU kernel is a
 partial sort), so with ties at the k-th place the reference may pick another expert of the same weight.
 The weights are p_j / sum(p_selected) with p = exp(x - max) / sum(exp(x - max)), as in the reference.
+SHARED: the logits' last column is a shared expert's gate (hinfer.model.shared_expert_fold): excluded from the
+softmax, it becomes one more slot, weight sigmoid(logit) and id E.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from hinfer.ops.triton.moe_common import _empty
 def _route_kernel(
     logits_ptr, w_ptr, ids_ptr, T, E, stride_t,
     TOPK: tl.constexpr, TOPK_P: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr, EMU: tl.constexpr,
-    PDL: tl.constexpr,
+    PDL: tl.constexpr, SHARED: tl.constexpr = False,
 ):  # fmt: skip
     pdl_start(PDL)
     rows = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -51,19 +53,27 @@ def _route_kernel(
         top_i = tl.where(slots[None, :] == j, idx[:, None], top_i)
         free = free & ~hit
     top_w = top_p / tl.sum(top_p, axis=1)[:, None]
+    OUT_K: tl.constexpr = TOPK + SHARED
     out_mask = row_ok[:, None] & (slots < TOPK)[None, :]
-    out_off = rows.to(tl.int64)[:, None] * TOPK + slots[None, :]
+    out_off = rows.to(tl.int64)[:, None] * OUT_K + slots[None, :]
     tl.store(w_ptr + out_off, cast(top_w, w_ptr.dtype.element_ty, EMU), mask=out_mask)
     tl.store(ids_ptr + out_off, top_i.to(tl.int64), mask=out_mask)
+    if SHARED:  # the gate of the shared expert, rounded to the logits' dtype first as the reference's is
+        g = tl.load(logits_ptr + rows.to(tl.int64) * stride_t + E, mask=row_ok, other=0.0).to(tl.float32)
+        gw = 1.0 / (1.0 + tl.exp(-g))
+        tl.store(w_ptr + rows.to(tl.int64) * OUT_K + TOPK, cast(gw, w_ptr.dtype.element_ty, EMU), mask=row_ok)
+        tl.store(ids_ptr + rows.to(tl.int64) * OUT_K + TOPK, tl.zeros_like(rows).to(tl.int64) + E, mask=row_ok)
 
 
-def moe_route(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """-> (weights [T, k] in the logits' dtype, expert ids [T, k] int64); see the module docstring for ties."""
+def moe_route(router_logits: torch.Tensor, top_k: int, shared: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> (weights [T, k (+1)] in the logits' dtype, expert ids [T, k (+1)] int64); see the module docstring for
+    ties and `shared`."""
     t, e = router_logits.shape
+    e -= shared
     if top_k > e:
         raise ValueError(f"top_k={top_k} > {e} experts")
-    w = _empty((t, top_k), router_logits.dtype, router_logits.device)
-    ids = _empty((t, top_k), torch.int64, router_logits.device)
+    w = _empty((t, top_k + shared), router_logits.dtype, router_logits.device)
+    ids = _empty((t, top_k + shared), torch.int64, router_logits.device)
     if t == 0:
         return w, ids
     if router_logits.stride(-1) != 1:
@@ -73,6 +83,7 @@ def moe_route(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, to
     _route_kernel[(triton.cdiv(t, block_t),)](
         router_logits, w, ids, t, e, router_logits.stride(0),
         TOPK=top_k, TOPK_P=triton.next_power_of_2(top_k), BLOCK_T=block_t, BLOCK_E=block_e,
-        EMU=interpreted(_route_kernel), num_warps=4, **(pdl_kwargs(router_logits) if t <= 64 else {"PDL": False}),
+        EMU=interpreted(_route_kernel), num_warps=4, SHARED=shared,
+        **(pdl_kwargs(router_logits) if t <= 64 else {"PDL": False}),
     )  # fmt: skip
     return w, ids
