@@ -583,3 +583,33 @@ def make_engine_core_plain_head(cfg, model, tokenizer):
     """A bf16/fp32 model's drafter shares the model's lm_head."""
     ecfg = resolve_engine_config(cfg, EngineConfig(device="cpu", max_context=512, page_size=16, spec="mtp"))
     return make_core(cfg, model, tokenizer, ecfg, torch.device("cpu")).spec.drafter.draft_head
+
+
+def test_plain_rounds_feed_the_head_later_and_drafts_still_see_every_position(make_engine_core):
+    """Adaptive speculation with drafts never accepted: lanes decode plainly, their positions wait for the head
+    (up to K + 1 rows, then one pass) and each probe's draft is the head recomputed from scratch."""
+    from hinfer.engine.spec.decoder import SpecDecoder
+
+    rng = random.Random(9)
+    prompts = [[rng.randrange(1, 1024) for _ in range(n)] for n in (3, 17, 30)]
+    params = SP(temperature=0, max_tokens=40, ignore_eos=True)
+    reqs = lambda: [GenerationRequest(f"r{i}", p, replace(params)) for i, p in enumerate(prompts)]  # noqa: E731
+    base = run_all(make_engine_core(max_concurrency=3, prefill_chunk=16), reqs())[0]
+    core = make_engine_core(max_concurrency=3, prefill_chunk=16, spec="mtp", draft_tokens=3, spec_draft_cost=0.3)
+    peek = core.spec.drafter = PeekDrafter(core.spec.drafter, base)
+    peek.oracle = OracleDrafter(base, wrong=True)
+    deferred, flushed = [0], [0]
+    defer = SpecDecoder._defer_observations
+
+    def counting(self, jobs):
+        before = sum(len(j.seq.mtp_backlog) for j in jobs)
+        out = defer(self, jobs)
+        deferred[0] += len(jobs) - len(out)
+        flushed[0] += before and sum(len(j.next_ids) > 1 for j in out)
+        return out
+
+    core.spec._defer_observations = counting.__get__(core.spec)
+    assert run_all(core, reqs())[0] == base
+    st = core.stats().extra
+    assert st["spec_plain_steps"] > 2 * st["spec_verify_steps"] and st["spec_accepted"] == 0
+    assert deferred[0] > 20 and flushed[0] > 5 and peek.checked >= 3  # probes checked against the head

@@ -333,6 +333,7 @@ class SpecDecoder:
         self._fed = []
         if self.policy is not None:
             self._choose_k([j for j in jobs if j.num_drafts])
+            jobs = self._defer_observations(jobs)
         for job, prop in zip(jobs, self.drafter.draft(jobs)):
             if job.num_drafts:
                 job.seq.drafts = prop
@@ -341,6 +342,25 @@ class SpecDecoder:
             if self.policy is not None and k == self.batch_k:
                 self.policy.costs.record(n, k, time.monotonic() - t0)
             self._timing = None
+
+    def _defer_observations(self, jobs: list[DraftJob]) -> list[DraftJob]:
+        """A decoding lane that drafts nothing this round keeps its positions (the target's hidden rows, copied)
+        until it drafts again or K + 1 rows have gathered: the head then runs once over them (one of its K + 1
+        row graphs) instead of once per plain step. A draft always follows every earlier position's feed."""
+        out, cap = [], self.k + 1
+        for j in jobs:
+            back = j.seq.mtp_backlog
+            rows = sum(len(b.next_ids) for b in back) + len(j.next_ids)
+            if j.num_drafts == 0 and j.seq.output_ids and rows < cap:
+                back.append(DraftJob(j.seq, j.start, j.next_ids, j.hidden.clone(), 0))
+                continue
+            if back:
+                assert back[-1].start + len(back[-1].next_ids) == j.start, "backlog positions run on"
+                j = DraftJob(j.seq, back[0].start, [t for b in back for t in b.next_ids] + j.next_ids,
+                             torch.cat([b.hidden for b in back] + [j.hidden]), j.num_drafts)  # fmt: skip
+                j.seq.mtp_backlog = []
+            out.append(j)
+        return out
 
     def _choose_k(self, jobs: list[DraftJob]) -> None:
         """The next step's K and each drafting lane's count (its budget on entry): min(lane K, step K), or one
