@@ -117,13 +117,15 @@ class AdaptivePolicy:
 
         return max(range(max(kl for _, kl in wants) + 1), key=lambda k: (score(k), -k))
 
-    def probe_due(self, st: LaneAcceptance, drafting: bool) -> bool:
-        """Counts the lane's rounds without drafts; True every `probe_every` of them (then the count restarts)."""
+    def probe_due(self, st: LaneAcceptance, drafting: bool, tick: bool = True) -> bool:
+        """Counts the lane's rounds without drafts; True once `probe_every` of them have passed, on a `tick` (the
+        decoder ticks every `probe_every` steps, so lanes that fell back probe in the same step and share the
+        draft's lm_head read), then the count restarts."""
         if drafting:
             st.rounds_since_draft = 0
             return False
         st.rounds_since_draft += 1
-        if st.rounds_since_draft >= self.probe_every:
+        if st.rounds_since_draft >= self.probe_every and tick:
             st.rounds_since_draft = 0
             return True
         return False

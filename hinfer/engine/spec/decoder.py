@@ -91,6 +91,7 @@ class SpecDecoder:
         self.batch_k = draft_tokens  # the next step's K (0: a plain decode step), set by after_step
         self.accept_hist = [0] * (draft_tokens + 1)  # lane-rounds with drafts, by drafts accepted
         self.plain_steps = self.verify_steps = self.finished = 0
+        self.choices = 0  # steps whose K the policy chose: every probe_every-th is a probe tick
         self._timing: tuple[float, int, int] | None = None  # (start, K, lanes) of a decode-only step
         self.drafter = drafter
         self.max_context = max_context
@@ -372,6 +373,8 @@ class SpecDecoder:
                 j.seq.spec_lane = pol.new_lane()
         wants = [(j.seq.spec_lane, pol.lane_k(j.seq.spec_lane, len(jobs), j.num_drafts)) for j in jobs]
         self.batch_k = pol.choose(wants)
+        self.choices += 1
+        tick = self.choices % pol.probe_every == 0
         for j, (st, kl) in zip(jobs, wants):
             n = min(kl, self.batch_k)
-            j.num_drafts = n if not pol.probe_due(st, n > 0) else 1
+            j.num_drafts = n if not pol.probe_due(st, n > 0, tick) else 1
