@@ -37,6 +37,7 @@ from hinfer.engine.spec.dist import (
     ACCEPT,
     RESAMPLE,
     Position,
+    position_row,
     processed_logits,
     race_noise,
     sampling_probs,
@@ -256,18 +257,21 @@ class SpecDecoder:
         z = processed_logits(
             self.sampler, take_rows(logits, [ln.row + j for ln, js in zip(lanes, spans) for j in js]), positions
         )
-        p, q, drafts = self._padded(lanes, sampling_probs(z, positions))
-        width = drafts.shape[1]
-        first = [
-            (ln.seq.seed, ln.seq.sampler_state.num_generated) for ln in lanes
-        ]  # position 0's token index
-        u = uniforms(spec_keys([(s, n + j) for s, n in first for j in range(width)], ACCEPT, dev))
-        draws = [None if ln.seq.params.greedy else f for ln, f in zip(lanes, first)]
-        num = to_device([len(ln.drafts) for ln in lanes], torch.int64, dev)
-        a_t, last_t = accept(
-            p, q, drafts, num, u.view(len(lanes), width), race_noise(draws, RESAMPLE, self._gamma)
-        )
-        acc, last = a_t.tolist(), last_t.tolist()  # the step's one host sync
+        if all(ln.seq.params.greedy for ln in lanes):
+            acc, last = self._accept_greedy(lanes, z, positions)
+        else:
+            p, q, drafts = self._padded(lanes, sampling_probs(z, positions))
+            width = drafts.shape[1]
+            first = [
+                (ln.seq.seed, ln.seq.sampler_state.num_generated) for ln in lanes
+            ]  # position 0's token index
+            u = uniforms(spec_keys([(s, n + j) for s, n in first for j in range(width)], ACCEPT, dev))
+            draws = [None if ln.seq.params.greedy else f for ln, f in zip(lanes, first)]
+            num = to_device([len(ln.drafts) for ln in lanes], torch.int64, dev)
+            a_t, last_t = accept(
+                p, q, drafts, num, u.view(len(lanes), width), race_noise(draws, RESAMPLE, self._gamma)
+            )
+            acc, last = a_t.tolist(), last_t.tolist()  # the step's one host sync
 
         outs, off = [], 0
         for ln, a, t in zip(lanes, acc, last):
@@ -285,6 +289,26 @@ class SpecDecoder:
             off += len(ln.drafts) + 1
         self.sampler.update([ln.seq.sampler_state for ln in lanes], [o.token_ids for o in outs])
         return outs
+
+    @staticmethod
+    def _accept_greedy(lanes: list[_Lane], z: torch.Tensor, positions: list[Position]) -> tuple[list, list]:
+        """Every lane greedy: rejection sampling with one-hot p and q is argmax agreement, so neither the
+        distributions nor the noise are built; one argmax per row and the step's one host read. A forced
+        `</think>` row is its one-hot, as in sampling_probs."""
+        tok = torch.argmax(z, dim=-1).tolist()
+        for i, p in enumerate(positions):
+            r = position_row(p)
+            if r.force_think_end:
+                tok[i] = int(r.params.think_end_token_id)
+        acc, last, off = [], [], 0
+        for ln in lanes:
+            a = 0
+            while a < len(ln.drafts) and ln.drafts[a] == tok[off + a]:
+                a += 1
+            acc.append(a)
+            last.append(tok[off + a])
+            off += len(ln.drafts) + 1
+        return acc, last
 
     @staticmethod
     def _padded(lanes: list[_Lane], p_flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
