@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from hinfer.batch import ForwardBatch
-from hinfer.ops.dispatch import use_triton, warn_fallback
+from hinfer.ops.dispatch import use_triton
 from hinfer.ops.kv_cache import read_kv, write_kv
 from hinfer.ops.norm import rms_norm_ref
 from hinfer.ops.rope import apply_rope_ref, rope_cos_sin
@@ -88,15 +88,12 @@ def qk_norm_rope_write(
     freq_axes: torch.Tensor | None = None,
 ) -> torch.Tensor:
     args = (q, k, v, q_norm_w, k_norm_w, eps, positions, inv_freq, k_cache, v_cache, slot_mapping)
-    args += (attn_factor,)
-    multi_axis = positions.dim() == 2  # a prefill chunk with image tokens: the kernel takes one stream
-    if use_triton(q) and not multi_axis:
+    args += (attn_factor, freq_axes)
+    if use_triton(q):
         from hinfer.ops.triton import attention as ta
 
         return ta.qk_norm_rope_write(*args)
-    if multi_axis and q.is_cuda:
-        warn_fallback("qk_norm_rope_write", "multi-axis (image) positions")
-    return qk_norm_rope_write_ref(*args, freq_axes)
+    return qk_norm_rope_write_ref(*args)
 
 
 def paged_attention(

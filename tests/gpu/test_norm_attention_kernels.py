@@ -149,6 +149,35 @@ def test_qk_norm_rope_write(tk, seed, t):
     assert torch.equal(v_cache, vc_ref), f"v cache differs, seed={seed}"
 
 
+def test_qk_norm_rope_write_multi_axis(tk, seed):
+    """A prefill chunk with image tokens: positions [3, T], each frequency on its stream (interleaved mrope)."""
+    from hinfer.ops.rope import mrope_freq_axes
+
+    ta, t = tk["attention"], 1100
+    n_pages = t // PAGE + 8
+    q = torch.randn(t, H, D, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(t, HKV, D, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(t, HKV, D, device="cuda", dtype=torch.bfloat16)
+    qw = 0.2 * torch.randn(D, device="cuda", dtype=torch.bfloat16)
+    kw = 0.2 * torch.randn(D, device="cuda", dtype=torch.bfloat16)
+    i = torch.arange(t, device="cuda")
+    positions = torch.stack([torch.full_like(i, 60), 60 + i // 32, 60 + i % 32])  # a 32 x 34 grid of patches
+    inv_freq = rope_inv_freq(R, 1e7, device="cuda")
+    axes = mrope_freq_axes(inv_freq.numel(), (R // 6, R // 6, R // 6))
+    slots = torch.randperm(n_pages * PAGE, device="cuda")[:t]
+    k_cache = torch.randn(n_pages, PAGE, HKV, D, device="cuda", dtype=torch.bfloat16)
+    v_cache = torch.randn_like(k_cache)
+    kc_ref, vc_ref = k_cache.clone(), v_cache.clone()
+    with poisoned_empty():
+        q_out = ta.qk_norm_rope_write(q, k, v, qw, kw, EPS, positions, inv_freq, k_cache, v_cache, slots, 1.0,
+                                      axes)  # fmt: skip
+    q_ref = ref_attn.qk_norm_rope_write_ref(q, k, v, qw, kw, EPS, positions, inv_freq, kc_ref, vc_ref, slots, 1.0,
+                                            axes)  # fmt: skip
+    _check_rope(q_out, q_ref, f"q seed={seed}")
+    _check_rope(k_cache, kc_ref, f"k cache seed={seed}")
+    assert torch.equal(v_cache, vc_ref), f"v cache differs, seed={seed}"
+
+
 # ------------------------------------------------------------------------------------ paged attention
 
 

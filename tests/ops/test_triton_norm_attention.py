@@ -149,6 +149,40 @@ def test_qk_norm_rope_write(dtype, attn_factor, seed):
     _close(v_cache, vc_ref, 0.0, seed=seed)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_qk_norm_rope_write_multi_axis(dtype, seed):
+    """Image tokens: positions [3, T] (t, h, w), each frequency on its stream (interleaved mrope), as the
+    reference."""
+    from hinfer.ops.rope import mrope_freq_axes
+
+    g = torch.Generator().manual_seed(seed)
+    t, n_pages, page = 9, 4, 16
+    q = torch.randn(t, H, D, generator=g).to(dtype)
+    k = torch.randn(t, HKV, D, generator=g).to(dtype)
+    v = torch.randn(t, HKV, D, generator=g).to(dtype)
+    qw = (0.2 * torch.randn(D, generator=g)).to(dtype)
+    kw = (0.2 * torch.randn(D, generator=g)).to(dtype)
+    positions = torch.stack([torch.full((t,), 40), 40 + torch.arange(t) // 3, 40 + torch.arange(t) % 3])
+    positions[:, 0], positions[:, 1] = 3, 4  # two text tokens: the same position on every stream
+    inv_freq = rope_inv_freq(R, 1e7)
+    axes = mrope_freq_axes(inv_freq.numel(), (R // 6, R // 6, R // 6))
+    assert set(axes.tolist()) == {0, 1, 2}
+    slots = torch.randperm(n_pages * page, generator=g)[:t]
+    k_cache = torch.zeros(n_pages, page, HKV, D).to(dtype)
+    v_cache = torch.zeros(n_pages, page, HKV, D).to(dtype)
+    kc_ref, vc_ref = k_cache.clone(), v_cache.clone()
+    with poisoned_empty():
+        q_out = ta.qk_norm_rope_write(q, k, v, qw, kw, EPS, positions, inv_freq, k_cache, v_cache, slots, 1.0,
+                                      axes)  # fmt: skip
+    q_ref = ref_attn.qk_norm_rope_write_ref(q, k, v, qw, kw, EPS, positions, inv_freq, kc_ref, vc_ref, slots, 1.0,
+                                            axes)  # fmt: skip
+    _close(q_out, q_ref, *_tol(dtype), seed=seed)
+    _close(k_cache, kc_ref, *_tol(dtype), seed=seed)
+    one = ref_attn.qk_norm_rope_write_ref(q, k, v, qw, kw, EPS, positions[0], inv_freq, kc_ref.clone(),
+                                          vc_ref.clone(), slots)  # fmt: skip
+    assert (one - q_ref).abs().max() > 1e-2  # the h / w streams matter
+
+
 # ------------------------------------------------------------------------------------ paged attention
 
 

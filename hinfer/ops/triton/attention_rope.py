@@ -88,10 +88,10 @@ def _qk_norm_rope_write_kernel(
     q_ptr, k_ptr, v_ptr, qo_ptr, qw_ptr, kw_ptr, pos_ptr, freq_ptr, kc_ptr, vc_ptr, slot_ptr,
     sqt, sqh, skt, skh, svt, svh,
     skp, sks, skc, svp, svs, svc,
-    eps, attn_factor, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh,
+    eps, attn_factor, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh, axes_ptr, s_pos,
     H: tl.constexpr, HKV: tl.constexpr, H_PAD: tl.constexpr, HKV_PAD: tl.constexpr,
     D: tl.constexpr, R_HALF: tl.constexpr, PAGE: tl.constexpr, EMU: tl.constexpr,
-    K_FMT: tl.constexpr, V_FMT: tl.constexpr,
+    K_FMT: tl.constexpr, V_FMT: tl.constexpr, MULTI_AXIS: tl.constexpr = False,
 ):  # fmt: skip
     t = tl.program_id(0).to(tl.int64)
     dt = qo_ptr.dtype.element_ty
@@ -100,7 +100,11 @@ def _qk_norm_rope_write_kernel(
     # cos/sin of column d (freq index d mod R/2), fp32 angle reduced to [-pi, pi] before sin/cos
     rot_col = d < 2 * R_HALF
     freq = tl.load(freq_ptr + d % R_HALF, mask=rot_col, other=0.0)
-    ang = tl.load(pos_ptr + t).to(tl.float32) * freq
+    if MULTI_AXIS:  # image tokens: positions [3, T] (t, h, w); frequency i turns with stream axes[i]
+        ax = tl.load(axes_ptr + d % R_HALF, mask=rot_col, other=0)
+        ang = tl.load(pos_ptr + ax * s_pos + t).to(tl.float32) * freq
+    else:
+        ang = tl.load(pos_ptr + t).to(tl.float32) * freq
     n = tl.floor(ang * _INV_2PI + 0.5)
     r = (((ang - n * _C1) - n * _C2) - n * _C3) - n * _C4
     cos = cast(tl.cos(r) * attn_factor, dt, EMU).to(tl.float32)
@@ -136,12 +140,13 @@ def qk_norm_rope_write(
     q_norm_w: torch.Tensor,
     k_norm_w: torch.Tensor,
     eps: float,
-    positions: torch.Tensor,  # [T]
+    positions: torch.Tensor,  # [T], or [3, T] (t, h, w) for a batch with image tokens (freq_axes then given)
     inv_freq: torch.Tensor,  # [R/2] fp32
     k_cache: torch.Tensor,  # [P, page, Hkv, D] token rows in the cache's format (int8: quantized here)
     v_cache: torch.Tensor,
     slot_mapping: torch.Tensor,  # [T]
     attn_factor: float = 1.0,  # YaRN's cos/sin scale
+    freq_axes: torch.Tensor | None = None,  # [R/2]: the position stream of each frequency (multi-axis)
 ) -> torch.Tensor:
     t, n_heads, d = q.shape
     n_kv = k.shape[1]
@@ -152,6 +157,13 @@ def qk_norm_rope_write(
         return q_out
     q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
     emu = interpreted(_qk_norm_rope_write_kernel)
+    multi = positions.dim() == 2
+    if multi:
+        assert freq_axes is not None and positions.shape[0] == 3, "multi-axis positions need the frequencies' axes"
+        axes = freq_axes.to(device=q.device, dtype=torch.int32).contiguous()
+        positions = positions.contiguous()
+    else:
+        axes = positions  # unused
     ks, ksp, kst, ksh, k_fmt = cache_args(k_cache)
     vs, vsp, vst, vsh, v_fmt = cache_args(v_cache)
     _qk_norm_rope_write_kernel[(t,)](
@@ -160,9 +172,9 @@ def qk_norm_rope_write(
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        eps, float(attn_factor), ks, ksp, kst, ksh, vs, vsp, vst, vsh,
+        eps, float(attn_factor), ks, ksp, kst, ksh, vs, vsp, vst, vsh, axes, positions.stride(0),
         H=n_heads, HKV=n_kv, H_PAD=triton.next_power_of_2(n_heads), HKV_PAD=triton.next_power_of_2(n_kv),
-        D=d, R_HALF=inv_freq.numel(), PAGE=k_cache.shape[1], EMU=emu, K_FMT=k_fmt, V_FMT=v_fmt,
+        D=d, R_HALF=inv_freq.numel(), PAGE=k_cache.shape[1], EMU=emu, K_FMT=k_fmt, V_FMT=v_fmt, MULTI_AXIS=multi,
         num_warps=8 if n_heads * d >= 4096 else 4,
         enable_fp_fusion=False,  # no fma contraction: products and sums rounded as the reference's torch ops
     )  # fmt: skip
