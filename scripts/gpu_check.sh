@@ -22,7 +22,7 @@ export PYTHONPATH="$PWD:${PYTHONPATH:-}"
 { nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv; $PY -c 'import torch,triton;print(torch.__version__, triton.__version__)'; } 2>&1 | tee "$OUT/env.log"
 
 if [[ "$MODE" == quick || "$MODE" == tests || "$MODE" == full ]]; then
-  for t in test_gdn_kernels test_norm_attention_kernels test_linear_kernels test_int4_mma test_moe_kernels test_engine_gpu ${EXTRA_TESTS:-}; do
+  for t in test_gdn_kernels test_norm_attention_kernels test_linear_kernels test_int4_mma test_pdl test_moe_kernels test_engine_gpu ${EXTRA_TESTS:-}; do
     timeout "${TEST_TIMEOUT:-150}" $PY -m pytest -q -s tests/gpu/$t.py -m gpu -p no:cacheprovider > "$OUT/$t.log" 2>&1
     echo "== $t: rc=$? $(grep -E '(passed|failed|error)' "$OUT/$t.log" | tail -1)"
   done
