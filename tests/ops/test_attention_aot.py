@@ -85,16 +85,17 @@ def _compile_all() -> None:
             assert r["stack"] == 0, (name, q_max, r)
             print("compiled decode", name, q_max, r)
         cfg = prefill_config(8192, H // HKV, D)
-        consts = dict(G=H // HKV, D=D, PAGE=PAGE, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, EMU=False,
-                      **codes["pre"])  # fmt: skip
-        r = _compile(pre._prefill_kernel, types, ints, consts, opts(cfg))
-        assert r["stack"] == 0, (name, r)
+        for direct in (True, False):  # one pass, or split-KV partials (a short chunk over a long prefix)
+            consts = dict(G=H // HKV, D=D, PAGE=PAGE, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, EMU=False,
+                          DIRECT=direct, **codes["pre"])  # fmt: skip
+            r = _compile(pre._prefill_kernel, types, ints, consts, opts(cfg))
+            assert r["stack"] == 0, (name, direct, r)
         print("compiled prefill", name, r)
         rt = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", qo_ptr="*bf16", qw_ptr="*bf16", kw_ptr="*bf16",
                   pos_ptr="*i64", freq_ptr=F32, kc_ptr=k[0], vc_ptr=v[0], slot_ptr="*i64", eps="fp32",
-                  attn_factor="fp32", **scales)  # fmt: skip
+                  attn_factor="fp32", axes_ptr="*i32", **scales)  # fmt: skip
         consts = dict(H=H, HKV=HKV, H_PAD=32, HKV_PAD=HKV, D=D, R_HALF=32, PAGE=PAGE, EMU=False,
-                      **codes["rope"])  # fmt: skip
+                      MULTI_AXIS=name == "bf16", **codes["rope"])  # fmt: skip
         # the rope kernel keeps a small stack at bf16 too (40 B before the KV formats): not checked
         r = _compile(rope._qk_norm_rope_write_kernel, rt, ints, consts, {"num_warps": 8})
         print("compiled rope", name, r)

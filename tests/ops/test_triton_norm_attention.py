@@ -237,6 +237,17 @@ def test_prefill_kernel_varlen(dtype, page, block_n, seed):
     _close(out, _attn_ref(q, kc, vc, batch), **_attn_tol(dtype), seed=seed)
 
 
+@pytest.mark.parametrize("dtype,splits", [(torch.float32, 2), (torch.float32, 5), (torch.bfloat16, 3)])
+def test_prefill_kernel_split_kv(dtype, splits, seed):
+    """A few new tokens over long cached prefixes, keys cut into splits (combined by the decode kernel's
+    combine); splits past a short sequence's keys are empty (lse -inf) and must not count."""
+    cached, q_lens = [150, 9, 0, 97], [20, 33, 17, 12]
+    batch, q, kc, vc = _batch(cached, q_lens, 16, dtype, seed=seed)
+    with poisoned_empty():  # poisons the split partials too: every (row, split) must be written
+        out = _run_prefill(q, kc, vc, batch, block_m=16, block_n=16, num_splits=splits)
+    _close(out, _attn_ref(q, kc, vc, batch), **_attn_tol(dtype), seed=seed)
+
+
 def _run_decode(q, kc, vc, batch, **cfg):
     out = torch.full_like(q, float("nan"))
     args = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens, D**-0.5)
@@ -408,3 +419,4 @@ def test_model_forward_with_kernels(seed, monkeypatch):
     got = run()
     for a, b in zip(got, want):
         _close(a, b, atol=1e-4, rtol=1e-4, seed=seed)
+

@@ -45,5 +45,8 @@ def paged_attention(
         paged_decode(q, k_cache, v_cache, out, *common, n_dec, n_tok, max(q_lens[:n_dec]))
     if n_dec < len(q_lens):
         rest = q_lens[n_dec:]
-        paged_prefill(q, k_cache, v_cache, out, *common, n_dec, len(rest), max(rest))
+        tok0 = sum(q_lens[:n_dec])
+        kv_max = max(c + n for c, n in zip(batch.cached_lens_cpu[n_dec:], rest))
+        paged_prefill(q, k_cache, v_cache, out, *common, n_dec, len(rest), max(rest), kv_max=kv_max, tok0=tok0,
+                      n_tok=t - tok0)  # fmt: skip
     return out

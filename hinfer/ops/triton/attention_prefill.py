@@ -1,9 +1,12 @@
 """Flash-attention-style causal paged attention for prefill and extend chunks (varlen via cu_q_lens).
 
-Grid (H, q blocks, B): program (h, r, b) takes BLOCK_M new tokens of sequence b for query head h. Axis 0 is
-the head so the G heads sharing a kv head run side by side and hit the same K/V tiles in L2; q blocks are
-visited last-first (the heaviest causal rows start earliest). Keys run in two phases: blocks entirely
+Grid (H, q blocks, B x SPLITS): program (h, r, b, s) takes BLOCK_M new tokens of sequence b for query head h.
+Axis 0 is the head so the G heads sharing a kv head run side by side and hit the same K/V tiles in L2; q blocks
+are visited last-first (the heaviest causal rows start earliest). Keys run in two phases: blocks entirely
 before the first row's position need no mask; the diagonal blocks (< BLOCK_M + BLOCK_N keys) are masked.
+A few new tokens over a long cached prefix (a conversation's next turn) make few programs, each walking the
+whole prefix: the keys are then cut into SPLITS contiguous runs (split-KV, as the decode kernel), each
+program writes its rows' partial output and log-sum-exp, and the decode kernel's combine merges them.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import triton
 import triton.language as tl
 
 from hinfer.ops.triton.attention_common import attend_block, cache_args
+from hinfer.ops.triton.attention_decode import _combine_kernel, _num_sms
 from hinfer.ops.triton.common import cast, interpreted
 from hinfer.ops.triton.tiles.attention import prefill_config
 
@@ -26,9 +30,11 @@ def _prefill_kernel(
     G: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EMU: tl.constexpr,
     K_FMT: tl.constexpr, V_FMT: tl.constexpr,
+    op_ptr=None, lse_ptr=None, n_heads=1, n_splits=1, tok0=0, DIRECT: tl.constexpr = True,
 ):  # fmt: skip
     h = tl.program_id(0)
-    b = seq0 + tl.program_id(2)
+    b = seq0 + tl.program_id(2) // n_splits
+    split = tl.program_id(2) % n_splits
     qlen = tl.load(qlens_ptr + b)
     n_mb = tl.cdiv(qlen, BLOCK_M)
     if tl.program_id(1) >= n_mb:
@@ -54,32 +60,43 @@ def _prefill_kernel(
     pt_row = pt_ptr + b.to(tl.int64) * s_pt
     full_hi = (cached + mb * BLOCK_M) // BLOCK_N * BLOCK_N  # keys every row of this block sees
     kv_hi = cached + tl.minimum(qlen, (mb + 1) * BLOCK_M)  # one past the last row's position
+    per = tl.cdiv(tl.cdiv(kv_hi, BLOCK_N), n_splits) * BLOCK_N  # this split's keys: [lo, hi)
+    lo = split * per
+    hi = tl.minimum(lo + per, kv_hi)
     if EMU:  # one loop; the phase flag is a runtime bool here, which only the interpreter accepts
-        n0 = 0
-        while n0 < kv_hi:
+        n0 = lo
+        while n0 < hi:
             m_i, l_i, acc = attend_block(
                 n0, q, qpos, m_i, l_i, acc, pt_row, kv_hi, k_ptr, v_ptr, skp, skt, kvh * skh,
                 svp, svt, kvh * svh, qk_scale, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh, kvh,
-                dt, D, PAGE, BLOCK_N, EMU, n0 >= full_hi, False, K_FMT, V_FMT,
+                dt, D, PAGE, BLOCK_N, EMU, n0 >= full_hi, not DIRECT, K_FMT, V_FMT,
             )  # fmt: skip
             n0 += BLOCK_N
     else:
-        for n0 in range(0, full_hi, BLOCK_N):
+        for n0 in range(lo, tl.minimum(hi, full_hi), BLOCK_N):
             m_i, l_i, acc = attend_block(
                 n0, q, qpos, m_i, l_i, acc, pt_row, kv_hi, k_ptr, v_ptr, skp, skt, kvh * skh,
                 svp, svt, kvh * svh, qk_scale, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh, kvh,
                 dt, D, PAGE, BLOCK_N, EMU, False, False, K_FMT, V_FMT,
             )  # fmt: skip
-        for n0 in range(full_hi, kv_hi, BLOCK_N):
+        for n0 in range(tl.maximum(lo, full_hi), hi, BLOCK_N):
             m_i, l_i, acc = attend_block(
                 n0, q, qpos, m_i, l_i, acc, pt_row, kv_hi, k_ptr, v_ptr, skp, skt, kvh * skh,
                 svp, svt, kvh * svh, qk_scale, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh, kvh,
-                dt, D, PAGE, BLOCK_N, EMU, True, False, K_FMT, V_FMT,
+                dt, D, PAGE, BLOCK_N, EMU, True, not DIRECT, K_FMT, V_FMT,
             )  # fmt: skip
 
-    out = acc / l_i[:, None]
-    o_off = tok[:, None] * sot + h * soh + d[None, :]
-    tl.store(o_ptr + o_off, cast(out, o_ptr.dtype.element_ty, EMU), mask=row_ok[:, None])
+    if DIRECT:
+        out = acc / l_i[:, None]
+        o_off = tok[:, None] * sot + h * soh + d[None, :]
+        tl.store(o_ptr + o_off, cast(out, o_ptr.dtype.element_ty, EMU), mask=row_ok[:, None])
+    else:  # partials [T - tok0, H, splits, (D)] fp32, as the decode kernel's; an empty split writes lse -inf
+        has = l_i > 0.0
+        out = acc / tl.where(has, l_i, 1.0)[:, None]
+        idx = ((tok - tok0) * n_heads + h) * n_splits + split
+        tl.store(op_ptr + idx[:, None] * D + d[None, :], out, mask=row_ok[:, None])
+        lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+        tl.store(lse_ptr + idx, lse, mask=row_ok)
 
 
 def prefill_cache_args(k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple[tuple, tuple]:
@@ -105,6 +122,10 @@ def paged_prefill(
     block_n: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
+    kv_max: int = 0,  # host bound on cached + new tokens of these sequences (0: unknown, no split)
+    tok0: int = 0,  # their first token's row, and how many rows they have (for the split partials)
+    n_tok: int | None = None,
+    num_splits: int | None = None,
 ) -> None:
     n_heads, d = q.shape[1], q.shape[2]
     page, n_kv = k_cache.shape[1], k_cache.shape[2]
@@ -112,7 +133,15 @@ def paged_prefill(
     emu = interpreted(_prefill_kernel)
     block_m = block_m or (16 if emu else cfg.block_m)
     block_n = block_n or (16 if emu else cfg.block_n)
-    grid = (n_heads, triton.cdiv(q_max, block_m), n_seqs)
+    programs = n_heads * triton.cdiv(q_max, block_m) * n_seqs
+    splits = num_splits or prefill_splits(programs, kv_max, block_n, q.device)
+    grid = (n_heads, triton.cdiv(q_max, block_m), n_seqs * splits)
+    n_tok = q.shape[0] - tok0 if n_tok is None else n_tok
+    if splits > 1:
+        part = torch.empty((n_tok, n_heads, splits, d), dtype=torch.float32, device=q.device)
+        lse = torch.empty((n_tok, n_heads, splits), dtype=torch.float32, device=q.device)
+    else:
+        part = lse = out  # unused
     (ks, ksp, kst, ksh, k_fmt), (vs, vsp, vst, vsh, v_fmt) = prefill_cache_args(k_cache, v_cache)
     _prefill_kernel[grid](
         q, k_cache, v_cache, out,
@@ -121,6 +150,23 @@ def paged_prefill(
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1), page_table.stride(0),
         scale * 1.4426950408889634, ks, ksp, kst, ksh, vs, vsp, vst, vsh,
         G=n_heads // n_kv, D=d, PAGE=page, BLOCK_M=block_m, BLOCK_N=block_n, EMU=emu,
-        K_FMT=k_fmt, V_FMT=v_fmt,
-        num_warps=num_warps or cfg.num_warps, num_stages=num_stages or cfg.num_stages,
+        K_FMT=k_fmt, V_FMT=v_fmt, op_ptr=part, lse_ptr=lse, n_heads=n_heads, n_splits=splits, tok0=tok0,
+        DIRECT=splits == 1, num_warps=num_warps or cfg.num_warps, num_stages=num_stages or cfg.num_stages,
     )  # fmt: skip
+    if splits > 1:
+        o = out[tok0 : tok0 + n_tok]
+        _combine_kernel[(n_tok, n_heads)](
+            part, lse, o, n_heads, splits, o.stride(0), o.stride(1),
+            D=d, S_PAD=triton.next_power_of_2(splits), EMU=emu, num_warps=4,
+        )  # fmt: skip
+
+
+def prefill_splits(programs: int, kv_max: int, block_n: int, device: torch.device) -> int:
+    """Key splits for a prefill launch of `programs` programs over up to `kv_max` keys: enough to cover the SMs
+    twice when the launch alone would not, each split keeping >= 16 key blocks; 1 otherwise (and on the CPU)."""
+    if device.type != "cuda" or kv_max < 32 * block_n:
+        return 1
+    sms = _num_sms(device.index or 0)
+    if programs >= 2 * sms:
+        return 1
+    return max(1, min(triton.cdiv(2 * sms, programs), kv_max // (16 * block_n), 64))
