@@ -228,7 +228,7 @@ def test_verify(tk, seed, ctx):
     _attn_check(tk, batch, q, kc, vc, f"verify q=4 B={b} ctx={ctx} seed={seed}")
 
 
-@pytest.mark.parametrize("cached,q_len", [(0, 8192), (30720, 2048)])
+@pytest.mark.parametrize("cached,q_len", [(0, 8192), (30720, 2048), (32768, 200)])  # the last: split-KV
 def test_prefill(tk, seed, cached, q_len):
     batch, (q, kc, vc) = _batch([cached], [q_len])
     _attn_check(tk, batch, q, kc, vc, f"prefill cached={cached} q={q_len} seed={seed}")
