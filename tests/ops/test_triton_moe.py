@@ -112,9 +112,10 @@ def test_route_dispatch(tm, seed, monkeypatch, ops_backend):
     """hinfer.ops.moe.moe_route runs the Triton router when HINFER_TRITON=1."""
     ops_backend("triton")
     calls = []
-    monkeypatch.setattr(tm, "moe_route", lambda lg, k: calls.append(k) or ref.moe_route_ref(lg, k))
+    monkeypatch.setattr(tm, "moe_route", lambda lg, k, shared: calls.append((k, shared)) or ref.moe_route_ref(lg, k, shared))
     ref.moe_route(torch.randn(2, 8), 2)
-    assert calls == [2]
+    ref.moe_route(torch.randn(2, 9), 2, shared=True)
+    assert calls == [(2, False), (2, True)]
 
 
 # -------------------------------------------------------------------------------------------- alignment
