@@ -66,7 +66,8 @@ def test_state_plan_and_allocation_agree(kv_dtype):
     st = ModelState(cfg, shape, "cpu")
     allocated = st.k_pages.nbytes + st.v_pages.nbytes
     assert shape.kv_bytes(cfg) == allocated == 5 * kv_page_bytes(cfg, ecfg, kv_dtype)
-    assert st.k_cache.shape == (1 + 1, 5, 16, 2, 64 // fmt.k.pack) and st.k_cache.data_ptr() == st.k_pages.data_ptr()
+    assert st.k_cache.shape == (1 + 1, 5, 16, 2, 64 // fmt.k.pack)
+    assert st.k_cache.data_ptr() == st.k_pages.data_ptr()
     assert st.v_cache.shape == (1 + 1, 5, 16, 2, 64 // fmt.v.pack)
 
 

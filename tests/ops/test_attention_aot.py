@@ -14,7 +14,8 @@ pytest.importorskip("triton")
 H, HKV, D, PAGE = 24, 4, 256, 64
 BF16, FP8 = ("*bf16", "bfloat16", PAGE, D, 0), ("*fp8e4nv", "float8_e4m3fn", PAGE, D, 0)
 INT8, INT4 = ("*i8", "int8", PAGE + 1, D, 1), ("*u8", "uint8", PAGE + 8, D // 2, 4)
-CACHES = {"bf16": (BF16, BF16), "fp8": (FP8, FP8), "int8": (INT8, INT8), "k8v4": (INT8, INT4), "int4": (INT4, INT4)}
+CACHES = {"bf16": (BF16, BF16), "fp8": (FP8, FP8), "int8": (INT8, INT8), "k8v4": (INT8, INT4),
+          "int4": (INT4, INT4)}
 F32 = "*fp32"
 
 

@@ -51,7 +51,8 @@ def _norm_rope_heads(
 @triton.jit
 def _hadamard(x, R: tl.constexpr, D: tl.constexpr, LOG_D: tl.constexpr):
     """H x of rows x [R, D] fp32 (H the Sylvester Hadamard matrix), butterfly for butterfly as
-    hinfer.ops.kv_cache.hadamard: LOG_D times, the pairs (a_i + b_i, a_i - b_i) of the halves a, b interleaved."""
+    hinfer.ops.kv_cache.hadamard: LOG_D times, the pairs (a_i + b_i, a_i - b_i) of the halves a, b
+    interleaved: the same fp32 additions in the same order on both sides, so the values (and codes) agree."""
     for _ in tl.static_range(LOG_D):
         a, b = tl.split(tl.permute(tl.reshape(x, [R, 2, D // 2]), (0, 2, 1)))
         x = tl.reshape(tl.join(a + b, a - b), [R, D])
