@@ -1,5 +1,5 @@
 """KV-cache formats against a bf16 cache, on the CPU: attention-output error on long synthetic contexts, and
-logit KL / top-1 agreement of small random models on long random prompts.
+logit KL / top-1 agreement of small random models on long random and real-text prompts.
 
     python bench/kv_quality.py                   # the tables for docs/quantization.md; writes bench/results/
     python bench/kv_quality.py --contexts 4096 --length 1024 --models 1   # a quick run
@@ -7,7 +7,8 @@ logit KL / top-1 agreement of small random models on long random prompts.
 Attention (27B head shapes: 24 query heads over 4 kv heads of 256): keys and values are Gaussian with
 per-channel scales drawn log-normally (sigma 0.75 for K, 0.5 for V: outlier channels, as trained models' keys
 have), rounded to bf16; every format stores them through its reference quantizer
-(`hinfer.ops.kv_cache.write_kv`) and is read back as the kernels read it (codes times scales). 8 decode
+(`hinfer.ops.kv_cache.write_kv`) and is read back as the kernels read it (codes times scales; int4 keys are
+stored rotated, H k, and rotated back here, which is what attention over rotated queries computes). 8 decode
 queries per query head attend over the whole context: "spread" queries are Gaussian (attention spread over
 thousands of keys), "focused" ones point at 4 random keys (scores ~15 above the rest: a few keys dominate, so
 their quantization error is not averaged away). Error: ||o - o_bf16|| / ||o_bf16|| over all heads and
@@ -16,14 +17,20 @@ queries, in fp64, the worst of 3 draws.
 Models (hinfer.model.random_init, fp32 activations, 8 layers of which 2 attention, head_dim 256 with 64
 rotary dims, 6 query heads over 1 kv head): the same prompt with each KV format; KL(bf16 KV || format) in nats
 per position and top-1 agreement, over every position and over the last quarter (the deepest context).
-Random weights have flatter attention and logits than a trained model, so these figures order the formats;
-they do not predict quality on real checkpoints (fp32 KV, the reference's own rounding distance, is shown
-for scale).
+Prompts: random tokens, and real text: this checkout's docs/*.md and hinfer/**/*.py concatenated and encoded
+with the Qwen3.5 tokenizer (hinfer.tokenizer.fixture_tokenizer_dir), model m taking the window that starts at
+(m + 1/2) / models of it, its distinct tokens numbered 1, 2, ... in order of appearance (a random embedding
+table does not care which rows, and the model's vocabulary stays small). Random weights have flatter attention
+and logits than a trained model, so these figures order the formats; they do not predict quality on real
+checkpoints (fp32 KV, the reference's own rounding distance, is shown for scale). With random weights real
+text changes only the token statistics (repeated tokens and phrases, so repeated keys), not what attention
+does with them.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -34,13 +41,15 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hinfer.config import ModelConfig  # noqa: E402
-from hinfer.kv_format import KV_FORMATS  # noqa: E402
+from hinfer.kv_format import KV_FORMATS, cache_format_of, rotated_keys  # noqa: E402
 from hinfer.model.prompt_logits import prompt_logits  # noqa: E402
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM  # noqa: E402
 from hinfer.model.random_init import random_init  # noqa: E402
-from hinfer.ops.kv_cache import allocate_kv, read_kv, write_kv  # noqa: E402
+from hinfer.ops.kv_cache import allocate_kv, hadamard, read_kv, write_kv  # noqa: E402
+from hinfer.tokenizer import Tokenizer, fixture_tokenizer_dir  # noqa: E402
 
-FORMATS = ("fp8", "int8", "k8v4")
+FORMATS = ("fp8", "int8", "k8v4", "int4")
+ROOT = Path(__file__).resolve().parents[1]
 HKV, G, D, PAGE = 4, 6, 256, 64
 MODEL = dict(
     model_type="qwen3_5_text", vocab_size=8192, hidden_size=512, num_hidden_layers=8, num_attention_heads=6,
@@ -56,12 +65,15 @@ def dtypes(fmt: str) -> tuple[torch.dtype, torch.dtype]:
     return getattr(torch, f.k.torch_dtype), getattr(torch, f.v.torch_dtype)
 
 
-def stored(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """x [N, HKV, D] written into a cache of `dtype` and read back in fp32, as the kernels see it."""
+def stored(x: torch.Tensor, dtype: torch.dtype, keys: bool = False) -> torch.Tensor:
+    """x [N, HKV, D] written into a cache of `dtype` and read back in fp32, as the kernels see it; keys that
+    the format stores rotated (H k) are rotated back (H H = D I)."""
     pages = -(-x.shape[0] // PAGE)
     cache = allocate_kv(1, pages, PAGE, HKV, D, dtype, "cpu")[1][0]
-    write_kv(cache, torch.arange(x.shape[0]), x)
-    return read_kv(cache, torch.arange(pages), x.shape[0], torch.float32)
+    rotate = keys and rotated_keys(cache_format_of(str(dtype)))
+    write_kv(cache, torch.arange(x.shape[0]), hadamard(x) if rotate else x)
+    back = read_kv(cache, torch.arange(pages), x.shape[0], torch.float32)
+    return hadamard(back) / D if rotate else back
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -93,7 +105,7 @@ def attention_rows(contexts: list[int], draws: int, seed: int) -> list[dict]:
             gen = torch.Generator().manual_seed(seed + 7919 * draw + n)
             k, v, queries = synthetic(n, gen)
             kf, vf = k.float(), v.float()
-            deq = {f: (stored(k, dtypes(f)[0]), stored(v, dtypes(f)[1])) for f in FORMATS}
+            deq = {f: (stored(k, dtypes(f)[0], keys=True), stored(v, dtypes(f)[1])) for f in FORMATS}
             for kind, q in queries.items():
                 ref = attend(q, kf, vf)
                 for f, (kq, vq) in deq.items():
@@ -112,28 +124,53 @@ def compare(ref: torch.Tensor, out: torch.Tensor) -> dict[str, float]:
             "top1": (ref.argmax(-1) == out.argmax(-1)).float().mean().item()}  # fmt: skip
 
 
-def model_rows(models: int, length: int, seed: int) -> list[dict]:
+@functools.cache
+def corpus_ids() -> list[int]:
+    """docs/*.md and hinfer/**/*.py of this checkout, concatenated and encoded (~400K tokens)."""
+    files = sorted((ROOT / "docs").glob("*.md")) + sorted((ROOT / "hinfer").rglob("*.py"))
+    tok = Tokenizer.from_dir(fixture_tokenizer_dir())
+    return tok.encode("\n\n".join(p.read_text() for p in files))
+
+
+def text_ids(length: int, models: int, m: int, vocab: int) -> list[int]:
+    """Model m's real-text prompt (module docstring): a window of the encoded docs and sources, its distinct
+    tokens renumbered 1, 2, ... in order of appearance."""
+    ids = corpus_ids()
+    start = min(len(ids) - length, (2 * m + 1) * len(ids) // (2 * models))
+    number: dict[int, int] = {}
+    window = [number.setdefault(i, len(number) + 1) for i in ids[start : start + length]]
+    assert len(window) == length and len(number) < vocab, (len(window), len(number))
+    return window
+
+
+def model_rows(
+    models: int, length: int, seed: int, prompts: tuple[str, ...] = ("random", "text")
+) -> list[dict]:
     cfg = ModelConfig.from_dict(MODEL)
-    acc: dict[tuple[str, str], list[dict]] = {}
+    acc: dict[tuple[str, str, str], list[dict]] = {}
     for m in range(models):
         model = random_init(Qwen35ForCausalLM(cfg, torch.float32, "cpu"), seed=seed + m).eval()
         gen = torch.Generator().manual_seed(seed + 1000 + m)
-        ids = torch.randint(1, cfg.vocab_size, (length,), generator=gen).tolist()
-        ref = prompt_logits(model, ids, PAGE, torch.bfloat16)
-        for f in ("fp32", *FORMATS):
-            k_dt, v_dt = dtypes(f)
-            out = prompt_logits(model, ids, PAGE, k_dt, v_dt if v_dt != k_dt else None)
-            for span, sl in (("all", slice(None)), ("last quarter", slice(-(length // 4), None))):
-                acc.setdefault((f, span), []).append(compare(ref[sl], out[sl]))
-        print(f"model {m} done", flush=True)
+        for prompt in prompts:
+            if prompt == "random":
+                ids = torch.randint(1, cfg.vocab_size, (length,), generator=gen).tolist()
+            else:
+                ids = text_ids(length, models, m, cfg.vocab_size)
+            ref = prompt_logits(model, ids, PAGE, torch.bfloat16)
+            for f in ("fp32", *FORMATS):
+                k_dt, v_dt = dtypes(f)
+                out = prompt_logits(model, ids, PAGE, k_dt, v_dt if v_dt != k_dt else None)
+                for span, sl in (("all", slice(None)), ("last quarter", slice(-(length // 4), None))):
+                    acc.setdefault((prompt, f, span), []).append(compare(ref[sl], out[sl]))
+            print(f"model {m} {prompt} done", flush=True)
     rows = []
-    for (f, span), vals in acc.items():
-        row = {"format": f, "positions": span, "length": length, "models": models}
+    for (prompt, f, span), vals in acc.items():
+        row = {"prompt": prompt, "format": f, "positions": span, "length": length, "models": models}
         row |= {key: (max if key == "max_kl" else lambda xs: sum(xs) / len(xs))([v[key] for v in vals])
                 for key in vals[0]}  # fmt: skip
         rows.append(row)
         print(
-            f"model {f:5s} {span:12s} KL {row['mean_kl']:.2e} (max {row['max_kl']:.2e}) "
+            f"model {prompt:6s} {f:5s} {span:12s} KL {row['mean_kl']:.2e} (max {row['max_kl']:.2e}) "
             f"top-1 {row['top1']:.4f}"
         )
     return rows
@@ -151,12 +188,13 @@ def tables(att: list[dict], mod: list[dict]) -> str:
     lines.append("| bytes vs bf16 | | " + " | ".join(f"{bytes_row[f]:.3f}" for f in FORMATS) + " |")
     lines += [
         "",
-        "| KV format | positions | mean KL (nats) | max KL | top-1 agreement |",
-        "|---|---|---:|---:|---:|",
+        "| prompt | KV format | positions | mean KL (nats) | max KL | top-1 agreement |",
+        "|---|---|---|---:|---:|---:|",
     ]
     for r in mod:
         lines.append(
-            f"| {r['format']} | {r['positions']} | {r['mean_kl']:.2e} | {r['max_kl']:.2e} | {r['top1']:.2%} |"
+            f"| {r['prompt']} | {r['format']} | {r['positions']} | {r['mean_kl']:.2e} | {r['max_kl']:.2e} "
+            f"| {r['top1']:.2%} |"
         )
     return "\n".join(lines)
 

@@ -338,7 +338,7 @@ class EngineConfig:
     max_pending_requests: int = 64  # bounded FIFO queue
     pending_timeout_ms: int = 60_000  # a queued request fails after this long without a lane
     prefill_chunk: int = 2048  # tokens of one prompt per step
-    kv_dtype: str = "bf16"  # bf16 | fp8 | int8 | k8v4 (hinfer.kv_format)
+    kv_dtype: str = "bf16"  # bf16 | fp8 | int8 | k8v4 | int4 (hinfer.kv_format)
     rope_scaling: str | None = None  # yarn:FACTOR | none; None: as the checkpoint's config says
     page_size: int = 64  # tokens per KV page
     dtype: str = "auto"  # activation / unquantized weight dtype: auto (bf16 on GPU, fp32 on CPU) | bf16 | fp32

@@ -4,8 +4,11 @@ A format (`KVFormat`) stores K and V each in a `CacheFormat`. A page of one laye
 [page_rows, n_kv, head_dim / pack] of the storage element type; its first `page_size` rows are the tokens'.
 - bf16 / fp8 / fp32: the rounded values, nothing else.
 - int8: round(x / s) in [-127, 127], one fp32 scale s = amax / 127 per token and head.
-- int4 (k8v4's V): two values per byte (element 2j in the low nibble, 2j + 1 in the high one, stored as
-  q + 8 for q = round(x / s) in [-7, 7]), one fp32 scale s = amax / 7 per token, head and group of 64 values.
+- int4 (k8v4's V; int4's K and V): two values per byte (element 2j in the low nibble, 2j + 1 in the high one,
+  stored as q + 8 for q = round(x / s) in [-7, 7]), one fp32 scale s = amax / 7 per token, head and group of
+  64 values. An int4 K cache holds the keys rotated (`rotated_keys`): the codes of H k, H the Walsh-Hadamard
+  matrix of head_dim, and the cache write returns the queries as H q / head_dim, so q . k is unchanged while a
+  few large channels are spread over all of them before the groups are cut (docs/quantization.md).
 Scales live inside the page, in `scale_rows` extra rows after the token rows ([page_size, n_kv, groups] fp32,
 row-major, padded to whole rows): a page is still one index of one tensor, so everything that moves pages
 (prefix-cache host tier, copies) moves the scales with them, and the token rows keep their 16-byte alignment.
@@ -98,9 +101,16 @@ class KVFormat:
     def describe(self) -> str:
         parts = {"int8": "int8 + fp32 scale per token and head",
                  "int4": f"int4 + fp32 scale per {INT4_GROUP} values"}  # fmt: skip
+        rot = ", keys Hadamard-rotated" if rotated_keys(self.k) else ""
         if self.k == self.v:
-            return parts.get(self.k.name, self.k.name)
-        return f"K {parts.get(self.k.name, self.k.name)}, V {parts.get(self.v.name, self.v.name)}"
+            return parts.get(self.k.name, self.k.name) + rot
+        return f"K {parts.get(self.k.name, self.k.name)}, V {parts.get(self.v.name, self.v.name)}{rot}"
+
+
+def rotated_keys(k: CacheFormat) -> bool:
+    """Whether a K cache in this storage holds H k rather than k (int4: its groups would otherwise take the
+    scale of the largest channel in them)."""
+    return k.pack == 2
 
 
 KV_FORMATS: dict[str, KVFormat] = {
@@ -108,9 +118,11 @@ KV_FORMATS: dict[str, KVFormat] = {
     "fp8": KVFormat("fp8", FP8, FP8),
     "int8": KVFormat("int8", INT8, INT8),
     "k8v4": KVFormat("k8v4", INT8, INT4),
+    "int4": KVFormat("int4", INT4, INT4),
     "fp32": KVFormat("fp32", FP32, FP32),  # CPU reference runs
 }
-CLI_KV_DTYPES = ("bf16", "fp8", "int8", "k8v4")  # what --kv-dtype offers (fp32 only arises on the CPU path)
+# what --kv-dtype offers (fp32 only arises on the CPU path)
+CLI_KV_DTYPES = ("bf16", "fp8", "int8", "k8v4", "int4")
 
 
 def cache_format_of(torch_dtype_name: str) -> CacheFormat:

@@ -48,7 +48,9 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--kv-dtype", choices=list(CLI_KV_DTYPES), default=d.kv_dtype,
                    help="attention KV-cache format (default bf16): fp8 (e4m3) and int8 (a scale per token "
                         "and head) halve its bytes, k8v4 (int8 keys, 4-bit values with a scale per 64) takes "
-                        "0.39 of them; docs/quantization.md, KV cache")
+                        "0.39 of them, int4 (4-bit keys and values with a scale per 64, keys "
+                        "Hadamard-rotated; llama.cpp's q4_0 cache types are the nearest) 0.28; "
+                        "docs/quantization.md, KV cache")
     g.add_argument("--rope-scaling", default=None, metavar="yarn:FACTOR|none",
                    help="RoPE context extension: yarn:4 runs the model to 4x its original window (1,048,576 "
                         "positions on the 262,144-position Qwen3.5 models); none turns off a yarn block in "

@@ -1,7 +1,8 @@
 """Gated full attention over a paged KV cache.
 
-`qk_norm_rope_write`: per-head zero-centred RMSNorm on q and k, partial RoPE, and the KV-cache write of the new
-tokens (one op so the GPU path can fuse it; int8 / int4 caches are quantized as they are written).
+`qk_norm_rope_write`: per-head zero-centred RMSNorm on q and k, partial RoPE, and the KV-cache write of the
+new tokens (one op so the GPU path can fuse it; int8 / int4 caches are quantized as they are written; an int4
+K cache stores Hadamard-rotated keys, and the queries come back rotated alike, hinfer.kv_format).
 `paged_attention`: causal attention of each sequence's new tokens over its cached prefix plus themselves
 (prefill, extend, decode and k+1-token verification are one op), reading the cache in its format
 (hinfer.kv_format).
@@ -13,7 +14,7 @@ import torch
 
 from hinfer.batch import ForwardBatch
 from hinfer.ops.dispatch import use_triton
-from hinfer.ops.kv_cache import read_kv, write_kv
+from hinfer.ops.kv_cache import read_kv, rotate_for_cache, write_kv
 from hinfer.ops.norm import rms_norm_ref
 from hinfer.ops.rope import apply_rope_ref, rope_cos_sin
 
@@ -38,6 +39,7 @@ def qk_norm_rope_write_ref(
     cos, sin = rope_cos_sin(positions, inv_freq, q.dtype, attn_factor, freq_axes)
     q = apply_rope_ref(q, cos, sin)
     k = apply_rope_ref(k, cos, sin)
+    q, k = rotate_for_cache(q, k, k_cache)
     write_kv(k_cache, slot_mapping, k)
     write_kv(v_cache, slot_mapping, v)
     return q

@@ -4,14 +4,14 @@ The ops take a layer's K (or V) cache as the view of its token rows, [P, page_si
 its element type names the format (int8: int8 codes, a scale per token and head; uint8: int4 nibble pairs, a
 scale per 64 values). The scales follow each page's token rows in the same storage; `kv_scales` exposes them
 as a [P, page_size, n_kv] (int8) or [P, page_size, n_kv, groups] (int4) fp32 view. `allocate_kv` builds the
-pages.
+pages. An int4 K cache holds rotated keys (`rotate_for_cache`, hinfer.kv_format.rotated_keys).
 """
 
 from __future__ import annotations
 
 import torch
 
-from hinfer.kv_format import INT4_GROUP, CacheFormat, cache_format_of
+from hinfer.kv_format import INT4_GROUP, CacheFormat, cache_format_of, rotated_keys
 
 INT8_MAX = 127.0
 INT4_MAX = 7.0  # codes in [-7, 7], stored as code + 8 in a nibble
@@ -91,8 +91,30 @@ def dequantize_int4(packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return (q.unflatten(-1, (-1, INT4_GROUP)) * scale[..., None]).flatten(-2)
 
 
+def hadamard(x: torch.Tensor) -> torch.Tensor:
+    """H x along the last dim (D a power of two; H the Sylvester Hadamard matrix, entries +-1, H H = D I) in
+    fp32, in the butterfly order the write kernel uses (so both round alike): log2 D times, x <- the pairs
+    (a_i + b_i, a_i - b_i) of its halves a, b, interleaved."""
+    x = x.float()
+    for _ in range(x.shape[-1].bit_length() - 1):
+        a, b = x.unflatten(-1, (2, -1)).unbind(-2)
+        x = torch.stack((a + b, a - b), dim=-1).flatten(-2)
+    return x
+
+
+def rotate_for_cache(
+    q: torch.Tensor, k: torch.Tensor, k_cache: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q, k) in the basis the K cache stores: for rotated keys H q / D rounded to q's dtype and H k in fp32
+    (which the cache write quantizes), else as given. D is a power of two: 1 / D is exact, q . k unchanged."""
+    if not rotated_keys(cache_format(k_cache)):
+        return q, k
+    return (hadamard(q) / q.shape[-1]).to(q.dtype), hadamard(k)
+
+
 def write_kv(cache: torch.Tensor, slots: torch.Tensor, x: torch.Tensor) -> None:
-    """Store x [T, n_kv, D] (already in the model dtype) at flat token slots (page * page_size + row)."""
+    """Store x [T, n_kv, D] (in the model dtype, or rotated keys in fp32) at flat token slots
+    (page * page_size + row)."""
     page_size = cache.shape[1]
     page, row = slots.long() // page_size, slots.long() % page_size
     fmt, scales = cache_format(cache), kv_scales(cache)

@@ -1,5 +1,6 @@
 """bench/kv_quality.py at toy sizes: the rows and tables come out, and the orderings the docs state hold (int8
-closer than fp8 where a few keys dominate; every format far from O(1) error)."""
+closer than fp8 where a few keys dominate; int4, rotated keys included, as close as its values allow; every
+format far from O(1) error), on random and real-text prompts."""
 
 from __future__ import annotations
 
@@ -16,10 +17,13 @@ def test_kv_quality_smoke():
     torch.set_num_threads(1)
     att = kq["attention_rows"]([1024], 1, 0)
     err = {(r["queries"], r["format"]): r["rel_err"] for r in att}
-    assert len(err) == 6 and all(0 < e < 0.5 for e in err.values()), err
+    assert len(err) == 8 and all(0 < e < 0.5 for e in err.values()), err
     assert err[("focused", "int8")] < err[("focused", "fp8")]
+    # keys that were not rotated back (or queries not rotated) would give O(1) here
+    assert err[("focused", "int4")] < 1.5 * err[("focused", "k8v4")], err
     mod = kq["model_rows"](1, 64, 0)
-    assert {r["format"] for r in mod} == {"fp32", "fp8", "int8", "k8v4"}
+    assert {r["format"] for r in mod} == {"fp32", "fp8", "int8", "k8v4", "int4"}
+    assert {r["prompt"] for r in mod} == {"random", "text"}
     assert all(r["mean_kl"] < 1e-2 and r["top1"] > 0.9 for r in mod), mod
     table = kq["tables"](att, mod)
-    assert "| 1,024 | focused |" in table and "| k8v4 | last quarter |" in table
+    assert "| 1,024 | focused |" in table and "| text | int4 | last quarter |" in table

@@ -1,6 +1,7 @@
 """KV-cache formats (hinfer.kv_format, hinfer.ops.kv_cache): the int8 page layout, its bytes in the state and
-the plan, the reference quantizer's error bound, whole pages (scales included) through the host tier, and a
-tiny model run on an int8 cache staying close to the same run on an fp32 cache."""
+the plan, the reference quantizer's error bound, the int4 keys' rotation, whole pages (scales included) through
+the host tier, and a tiny model run on int8 / k8v4 / int4 caches staying close to the same run on an fp32
+cache."""
 
 from __future__ import annotations
 
@@ -11,17 +12,19 @@ from hinfer.config import EngineConfig, ModelConfig
 from hinfer.engine.host_tier import host_pages
 from hinfer.engine.memory_plan import kv_page_bytes
 from hinfer.errors import ConfigError
-from hinfer.kv_format import INT4, INT8, KV_FORMATS, cache_format_of
+from hinfer.kv_format import INT4, INT8, KV_FORMATS, cache_format_of, rotated_keys
 from hinfer.model.prompt_logits import prompt_logits
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.state import ModelState, StateShape
 from hinfer.ops.kv_cache import (
     allocate_kv,
     dequantize_int4,
+    hadamard,
     kv_scales,
     quantize_int4,
     quantize_int8,
     read_kv,
+    rotate_for_cache,
     write_kv,
 )
 
@@ -43,13 +46,17 @@ def test_format_bytes_by_hand():
     assert INT4.page_bytes(64, 4, 256) == 72 * 512 == 64 * 4 * 144 and INT4.token_bytes(4, 256) == 4 * 144
     k8v4 = KV_FORMATS["k8v4"]
     assert k8v4.page_bytes(64, 4, 256) == 65 * 1024 + 72 * 512 and k8v4.token_bytes(4, 256) == 4 * (260 + 144)
+    int4 = KV_FORMATS["int4"]  # 4.5 bits per value, K and V alike: 288 of bf16's 1,024 bytes per token and head
+    assert int4.page_bytes(64, 4, 256) == 2 * 72 * 512 and int4.token_bytes(4, 256) == 4 * 288
+    assert rotated_keys(int4.k) and not rotated_keys(k8v4.k) and not rotated_keys(INT8)
+    assert int4.describe() == "int4 + fp32 scale per 64 values, keys Hadamard-rotated"
     with pytest.raises(ConfigError, match="multiple of 64"):
         INT4.groups(32)
     assert cache_format_of("torch.int8") is INT8 and cache_format_of("uint8") is INT4
     assert cache_format_of("bfloat16") is KV_FORMATS["bf16"].k
 
 
-@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8", "int8", "k8v4"])
+@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8", "int8", "k8v4", "int4"])
 def test_state_plan_and_allocation_agree(kv_dtype):
     cfg = ModelConfig.from_dict(SMALL | {"head_dim": 64})
     ecfg = EngineConfig(kv_dtype=kv_dtype, page_size=16, spec="mtp")
@@ -59,7 +66,8 @@ def test_state_plan_and_allocation_agree(kv_dtype):
     st = ModelState(cfg, shape, "cpu")
     allocated = st.k_pages.nbytes + st.v_pages.nbytes
     assert shape.kv_bytes(cfg) == allocated == 5 * kv_page_bytes(cfg, ecfg, kv_dtype)
-    assert st.k_cache.shape == (1 + 1, 5, 16, 2, 64) and st.k_cache.data_ptr() == st.k_pages.data_ptr()
+    assert st.k_cache.shape == (1 + 1, 5, 16, 2, 64 // fmt.k.pack)
+    assert st.k_cache.data_ptr() == st.k_pages.data_ptr()
     assert st.v_cache.shape == (1 + 1, 5, 16, 2, 64 // fmt.v.pack)
 
 
@@ -99,6 +107,21 @@ def test_int4_quantize_error_bound_and_packing(seed):
     assert torch.equal(deq[..., 0::2], (lo.float() - 8) * s.repeat_interleave(32, dim=-1))  # element 2j: low
 
 
+def test_hadamard_rotation_keeps_scores(seed):
+    """hadamard is the Sylvester matrix (H H = D I, H[i, j] = (-1)^popcount(i & j)); rotate_for_cache turns
+    (q, k) into (H q / D, H k) for an int4 K cache only, so q . k is kept (fp32 sums aside)."""
+    d = 64
+    h = hadamard(torch.eye(d))  # row i: H e_i, column i of H (H is symmetric)
+    want = torch.tensor([[(-1.0) ** bin(a & b).count("1") for b in range(d)] for a in range(d)])
+    assert torch.equal(h, want) and torch.equal(h @ h, d * torch.eye(d))
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(5, 3, d, generator=g), torch.randn(5, 1, d, generator=g)
+    int4_cache, int8_cache = (allocate_kv(1, 1, 16, 1, d, dt, "cpu")[1][0] for dt in (torch.uint8, torch.int8))
+    qr, kr = rotate_for_cache(q, k, int4_cache)
+    torch.testing.assert_close((qr * kr).sum(-1), (q * k).sum(-1), rtol=1e-5, atol=1e-5)
+    assert rotate_for_cache(q, k, int8_cache) == (q, k)
+
+
 @pytest.mark.parametrize("dtype", [torch.int8, torch.uint8])
 def test_write_then_read_round_trip(dtype, seed):
     g = torch.Generator().manual_seed(seed)
@@ -118,27 +141,32 @@ def test_write_then_read_round_trip(dtype, seed):
     torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
-def test_host_tier_moves_scales_with_pages(seed):
-    cfg = ModelConfig.from_dict(SMALL)
-    st = ModelState(cfg, StateShape(4, 16, 2, torch.int8, torch.float32), "cpu")
+@pytest.mark.parametrize("kv_dtype", ["int8", "k8v4", "int4"])
+def test_host_tier_moves_scales_with_pages(kv_dtype, seed):
+    cfg = ModelConfig.from_dict(SMALL | {"head_dim": 64})
+    fmt = KV_FORMATS[kv_dtype]
+    k_dt, v_dt = getattr(torch, fmt.k.torch_dtype), getattr(torch, fmt.v.torch_dtype)
+    st = ModelState(cfg, StateShape(4, 16, 2, k_dt, torch.float32, v_dtype=v_dt), "cpu")
     g = torch.Generator().manual_seed(seed)
     for c in (st.k_cache, st.v_cache):
-        write_kv(c[0], torch.arange(16, 32), torch.randn(16, 2, 32, generator=g))  # page 1 of layer 0
-    want_k, want_s = st.k_cache[:, 1].clone(), kv_scales(st.k_cache)[:, 1].clone()
+        write_kv(c[0], torch.arange(16, 32), torch.randn(16, 2, 64, generator=g))  # page 1 of layer 0
+    want = [(c[:, 1].clone(), kv_scales(c)[:, 1].clone()) for c in (st.k_cache, st.v_cache)]
     tier = host_pages(st, 2)
     tier.spill(b"page", 1)
     st.k_pages.zero_()
     st.v_pages.zero_()
     tier.index.pin(b"page")
     tier.restore([b"page"], [3])
-    assert torch.equal(st.k_cache[:, 3], want_k) and torch.equal(kv_scales(st.k_cache)[:, 3], want_s)
+    for c, (rows, scales) in zip((st.k_cache, st.v_cache), want):
+        assert torch.equal(c[:, 3], rows) and torch.equal(kv_scales(c)[:, 3], scales) and scales.any()
 
 
 def test_tiny_model_on_quantized_caches(seed):
-    """A random tiny model, 200-token prompt: logits (max |logit| ~10) on int8 / k8v4 caches against the same
-    on an fp32 cache. Seen at seeds 0-2: int8 0.015-0.024 max abs error, fp8 e4m3 0.06-0.08, k8v4 0.21-0.26
-    (top-1 97-100%); a wrong scale or layout gives O(1). Bounds: int8 0.05 and below e4m3 (a scale per token
-    and head, 7 bits against 3 mantissa bits); k8v4 0.5 with top-1 >= 95%."""
+    """A random tiny model, 200-token prompt: logits (max |logit| ~10) on int8 / k8v4 / int4 caches against the
+    same on an fp32 cache. Seen at seeds 0-2: int8 0.015-0.024 max abs error, fp8 e4m3 0.06-0.08, k8v4
+    0.21-0.26 (top-1 97-100%), int4 0.22-0.32 (seeds 0-3, top-1 97-99%); a wrong scale, layout or rotation
+    gives O(1). Bounds: int8 0.05 and below e4m3 (a scale per token and head, 7 bits against 3 mantissa
+    bits); k8v4 0.5 and int4 0.6 with top-1 >= 95% (the greedy token)."""
     cfg = ModelConfig.from_dict(SMALL | {"head_dim": 64})
     torch.manual_seed(seed)
     model = Qwen35ForCausalLM(cfg, torch.float32, "cpu")
@@ -156,3 +184,6 @@ def test_tiny_model_on_quantized_caches(seed):
     k8v4 = prompt_logits(model, ids, 16, torch.int8, torch.uint8)
     assert (k8v4 - ref).abs().max().item() < 0.5
     assert (k8v4.argmax(-1) == ref.argmax(-1)).float().mean() >= 0.95
+    int4 = prompt_logits(model, ids, 16, torch.uint8)
+    assert (int4 - ref).abs().max().item() < 0.6
+    assert (int4.argmax(-1) == ref.argmax(-1)).float().mean() >= 0.95

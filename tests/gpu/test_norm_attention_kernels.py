@@ -27,7 +27,7 @@ import torch
 from hinfer.batch import ForwardBatch, SeqChunk, build_forward_batch
 from hinfer.ops import attention as ref_attn
 from hinfer.ops import norm as ref_norm
-from hinfer.ops.kv_cache import allocate_kv, kv_scales, write_kv
+from hinfer.ops.kv_cache import allocate_kv, kv_scales, read_kv, write_kv
 from hinfer.ops.rope import rope_inv_freq
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -266,7 +266,8 @@ def test_decode_cuda_graph_replay(tk, seed):
 # ------------------------------------------------------------------------------------ KV formats
 
 
-FORMATS = {"fp8": (torch.float8_e4m3fn,) * 2, "int8": (torch.int8,) * 2, "k8v4": (torch.int8, torch.uint8)}
+FORMATS = {"fp8": (torch.float8_e4m3fn,) * 2, "int8": (torch.int8,) * 2, "k8v4": (torch.int8, torch.uint8),
+           "int4": (torch.uint8,) * 2}
 
 
 def _format_cache(pages: int, kv_dtype: torch.dtype) -> torch.Tensor:
@@ -284,7 +285,7 @@ def _format_cache(pages: int, kv_dtype: torch.dtype) -> torch.Tensor:
 @pytest.mark.parametrize("cached,q_lens", [([32767] * 8, [1] * 8), ([20000] * 8, [4] * 8), ([30720], [2048]),
                                            ([5000, 70, 0, 1000], [1, 4, 700, 333])])
 def test_attention_kv_formats(tk, seed, fmt, cached, q_lens):
-    """Decode, verify, prefill and mixed batches reading fp8 / int8 / k8v4 caches in place, against the
+    """Decode, verify, prefill and mixed batches reading fp8 / int8 / k8v4 / int4 caches in place, against the
     reference reading the same caches (codes times scales) in fp32: rel <= 1e-2, as for bf16 caches."""
     batch, (q, _, _) = _batch(cached, q_lens)
     pages = batch.page_table.max().item() + 1
@@ -295,12 +296,26 @@ def test_attention_kv_formats(tk, seed, fmt, cached, q_lens):
     _check(out, want, 1e-2, f"{fmt} cached={cached[0]} q={q_lens[0]} seed={seed}")
 
 
-@pytest.mark.parametrize("fmt", ["int8", "k8v4"])
+def _dequantized(cache: torch.Tensor) -> torch.Tensor:
+    """Every token row of a scaled cache, codes times scales: [tokens, n_kv, D] fp32."""
+    return read_kv(cache, torch.arange(cache.shape[0], device="cuda"), cache.shape[0] * PAGE, torch.float32)
+
+
+def _steps(cache: torch.Tensor) -> torch.Tensor:
+    """The quantization step of every element, [tokens, n_kv, D] like _dequantized (int4: a scale per 64)."""
+    s = kv_scales(cache).flatten(0, 1)
+    return s[..., None].expand(*s.shape, D) if cache.dtype == torch.int8 else s.repeat_interleave(64, dim=-1)
+
+
+@pytest.mark.parametrize("fmt", ["int8", "k8v4", "int4"])
 @pytest.mark.parametrize("t", [1, 64, 8192])
 def test_qk_norm_rope_write_quantized(tk, seed, fmt, t):
     """The write quantizes like the reference: V codes and scales identical (IEEE divisions on both sides); K
     after RoPE differs from the reference in ~5% of bf16 elements (test_qk_norm_rope_write), which may move a
-    code by one and a row's scale by a bf16 ulp: dequantized K within one step plus 2 ulp of the max."""
+    code by one and a row's scale by a bf16 ulp: dequantized K within one step plus 2 ulp of the max. int4
+    keys are rotated (H k, whose every element sums all of k's), and so are the returned queries (H q / D):
+    K within one step plus 2 ulp of its row's max; q within rel 3e-3 of the reference's (before the rotation
+    the two differ by rel ~1.3e-3, which the orthogonal rotation keeps, plus one more bf16 rounding)."""
     qkv = torch.randn(t, H * 2 * D + 2 * HKV * D, device="cuda", dtype=torch.bfloat16)
     q = qkv[:, : H * 2 * D].view(t, H, 2 * D).chunk(2, dim=-1)[0]
     k = qkv[:, H * 2 * D : H * 2 * D + HKV * D].view(t, HKV, D)
@@ -313,19 +328,27 @@ def test_qk_norm_rope_write_quantized(tk, seed, fmt, t):
     slots = torch.randperm(pages * PAGE, device="cuda")[:t]
     kc, vc = (_format_cache(pages, dt) for dt in FORMATS[fmt])
     kc_ref, vc_ref = (c._base.clone()[0, :, :PAGE] for c in (kc, vc))
-    tk["attention"].qk_norm_rope_write(q, k, v, qw, kw, EPS, positions, inv_freq, kc, vc, slots, 1.1386)
-    ref_attn.qk_norm_rope_write_ref(q, k, v, qw, kw, EPS, positions, inv_freq, kc_ref, vc_ref, slots, 1.1386)
+    with poisoned_empty():
+        q_out = tk["attention"].qk_norm_rope_write(q, k, v, qw, kw, EPS, positions, inv_freq, kc, vc, slots,
+                                                   1.1386)  # fmt: skip
+    q_ref = ref_attn.qk_norm_rope_write_ref(q, k, v, qw, kw, EPS, positions, inv_freq, kc_ref, vc_ref, slots,
+                                            1.1386)  # fmt: skip
     same_v = torch.equal(vc, vc_ref) and torch.equal(kv_scales(vc), kv_scales(vc_ref))
     assert same_v, f"v differs, seed={seed}"
-    step = kv_scales(kc_ref)[..., None]
-    deq, deq_ref = kc.float() * kv_scales(kc)[..., None], kc_ref.float() * step
-    bad = ((deq - deq_ref).abs() > 1.01 * step + 2.0**-6 * deq_ref.abs().amax()).sum().item()
+    step, deq, deq_ref = _steps(kc_ref), _dequantized(kc), _dequantized(kc_ref)
+    rotated = fmt == "int4"
+    ulps = 2.0**-6 * (deq_ref.abs().amax(-1, keepdim=True) if rotated else deq_ref.abs().amax())
+    bad = ((deq - deq_ref).abs() > 1.01 * step + ulps).sum().item()
     assert bad == 0, f"{bad} K elements beyond one step, seed={seed}"
+    if rotated:
+        _check(q_out, q_ref, 3e-3, f"rotated q t={t} seed={seed}")
+    else:
+        _check_rope(q_out, q_ref, f"q {fmt} t={t} seed={seed}")
 
 
-@pytest.mark.parametrize("fmt", ["int8", "k8v4"])
+@pytest.mark.parametrize("fmt", ["int8", "k8v4", "int4"])
 def test_decode_cuda_graph_replay_quantized(tk, seed, fmt):
-    """The int8 / k8v4 decode path under a CUDA graph: scale pointers are static like the cache's."""
+    """The int8 / k8v4 / int4 decode path under a CUDA graph: scale pointers are static like the cache's."""
     ta = tk["attention"]
     b = 8
     batch, (q, _, _) = _batch([random.randrange(100, 30000) for _ in range(b)], [1] * b)

@@ -14,7 +14,8 @@ pytest.importorskip("triton")
 H, HKV, D, PAGE = 24, 4, 256, 64
 BF16, FP8 = ("*bf16", "bfloat16", PAGE, D, 0), ("*fp8e4nv", "float8_e4m3fn", PAGE, D, 0)
 INT8, INT4 = ("*i8", "int8", PAGE + 1, D, 1), ("*u8", "uint8", PAGE + 8, D // 2, 4)
-CACHES = {"bf16": (BF16, BF16), "fp8": (FP8, FP8), "int8": (INT8, INT8), "k8v4": (INT8, INT4)}
+CACHES = {"bf16": (BF16, BF16), "fp8": (FP8, FP8), "int8": (INT8, INT8), "k8v4": (INT8, INT4),
+          "int4": (INT4, INT4)}
 F32 = "*fp32"
 
 
@@ -94,7 +95,7 @@ def _compile_all() -> None:
         rt = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", qo_ptr="*bf16", qw_ptr="*bf16", kw_ptr="*bf16",
                   pos_ptr="*i64", freq_ptr=F32, kc_ptr=k[0], vc_ptr=v[0], slot_ptr="*i64", eps="fp32",
                   attn_factor="fp32", axes_ptr="*i32", **scales)  # fmt: skip
-        consts = dict(H=H, HKV=HKV, H_PAD=32, HKV_PAD=HKV, D=D, R_HALF=32, PAGE=PAGE, EMU=False,
+        consts = dict(H=H, HKV=HKV, H_PAD=32, HKV_PAD=HKV, D=D, R_HALF=32, PAGE=PAGE, EMU=False, LOG_D=8,
                       MULTI_AXIS=name == "bf16", **codes["rope"])  # fmt: skip
         # the rope kernel keeps a small stack at bf16 too (40 B before the KV formats): not checked
         r = _compile(rope._qk_norm_rope_write_kernel, rt, ints, consts, {"num_warps": 8})

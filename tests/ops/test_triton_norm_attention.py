@@ -291,9 +291,9 @@ def test_decode_lengths_are_read_from_device(seed):
 
 # ------------------------------------------------------------------------------------ KV formats
 
-# (name, K storage, V storage, head_dim): int4 groups are 64 values, so k8v4 runs at head_dim 64
+# (name, K storage, V storage, head_dim): int4 groups are 64 values, so k8v4 and int4 run at head_dim 64
 KV_FORMATS = [("fp8", torch.float8_e4m3fn, torch.float8_e4m3fn, D), ("int8", torch.int8, torch.int8, D),
-              ("k8v4", torch.int8, torch.uint8, 64)]  # fmt: skip
+              ("k8v4", torch.int8, torch.uint8, 64), ("int4", torch.uint8, torch.uint8, 64)]  # fmt: skip
 
 
 def _format_cache(n_pages: int, page: int, dtype: torch.dtype, d: int, g: torch.Generator) -> torch.Tensor:
@@ -316,13 +316,22 @@ def _dequantized(cache: torch.Tensor) -> torch.Tensor:
     return read_kv(cache, torch.arange(cache.shape[0]), cache.shape[0] * cache.shape[1], torch.float32)
 
 
+def _steps(cache: torch.Tensor) -> torch.Tensor:
+    """The quantization step of every element of a scaled cache, [tokens, n_kv, D] like _dequantized."""
+    s = kv_scales(cache).flatten(0, 1)
+    d = cache.shape[-1] * (2 if cache.dtype == torch.uint8 else 1)
+    return s[..., None].expand(*s.shape, d) if cache.dtype == torch.int8 else s.repeat_interleave(64, dim=-1)
+
+
 # fp8 writes are not checked here: the interpreter's fp32/bf16 -> e4m3 conversion is wrong for some values
 # (1.9922 -> 1.0, where torch and the GPU's cvt.rn give 2.0); tests/gpu covers them
 @pytest.mark.parametrize("name,k_dtype,v_dtype,d", KV_FORMATS[1:])
 def test_qk_norm_rope_write_kv_formats(name, k_dtype, v_dtype, d, seed):
     """The fused write quantizes as the reference does. V (no rope) gets the same codes and scales. K after
     rope may differ from the reference by one bf16 ulp (test_qk_norm_rope_write), which can move a code by one
-    and its row's scale by 2^-8 relative; so K is compared dequantized, within one step plus one bf16 ulp."""
+    and its row's scale by 2^-8 relative; so K is compared dequantized, within one step plus one bf16 ulp (int4
+    keys, rotated: an ulp of one element reaches every element, so one step plus 2^-6 of the row's largest).
+    Rotated queries (int4) are the reference's within the bf16 tolerance."""
     g = torch.Generator().manual_seed(seed)
     t, n_pages, page, dtype = 13, 6, 16, torch.bfloat16
     q = torch.randn(t, H, d, generator=g).to(dtype)
@@ -340,9 +349,9 @@ def test_qk_norm_rope_write_kv_formats(name, k_dtype, v_dtype, d, seed):
     q_ref = ref_attn.qk_norm_rope_write_ref(q, k, v, qw, kw, EPS, positions, inv_freq, kc_ref, vc_ref, slots)
     _close(q_out, q_ref, *_tol(dtype), seed=seed)
     assert torch.equal(vc, vc_ref) and torch.equal(kv_scales(vc), kv_scales(vc_ref)), seed
-    step = kv_scales(kc_ref)[..., None]
-    deq, deq_ref = kc.float() * kv_scales(kc)[..., None], kc_ref.float() * step
-    assert ((deq - deq_ref).abs() <= 1.01 * step + 2**-7 * deq_ref.abs()).all(), seed
+    step, deq, deq_ref = _steps(kc_ref), _dequantized(kc), _dequantized(kc_ref)
+    ulps = 2**-6 * deq_ref.abs().amax(-1, keepdim=True) if k_dtype == torch.uint8 else 2**-7 * deq_ref.abs()
+    assert ((deq - deq_ref).abs() <= 1.01 * step + ulps).all(), seed
     page_of, row_of = slots[3] // page, slots[3] % page
     assert kv_scales(vc)[page_of, row_of, 1].eq(0).all() and not _dequantized(vc)[slots[3], 1].any()
 

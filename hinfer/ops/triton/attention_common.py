@@ -10,8 +10,9 @@ to the compute dtype (bf16 / fp8 / int8 codes: exact in bf16), per storage forma
   (INT8: s = (q . k_codes) * k_scale, acc += (p * v_scale) @ v_codes, the tile goes to the tensor cores as
   loaded) or to the [N, D] tile in registers (INT8_TILE); each kernel picks per K and V what compiles to fewer
   registers on sm_90;
-- int4 (INT4, k8v4's V) has a scale per 64 values of a row, which varies along D, so the tile is unpacked and
-  scaled in registers before the dot.
+- int4 (INT4: k8v4's V, int4's K and V) has a scale per 64 values of a row, which varies along D, so the tile
+  is unpacked and scaled in registers before the dot. int4 keys are stored Hadamard-rotated and the queries
+  arrive rotated alike (attention_rope), so they read like any other K.
 Neither writes a dequantized copy to memory.
 """
 

@@ -4,7 +4,8 @@ Matches hinfer.ops.attention.qk_norm_rope_write_ref rounding for rounding: the n
 to the model dtype, cos/sin are computed in fp32 from positions * inv_freq (times YaRN's attention factor)
 and rounded, and x*cos, rot*sin and their sum are each rounded, as the reference's bf16 torch ops do. The
 rotate-half partner of column d is read again from memory (same cache lines) rather than shuffled in
-registers. int8 / int4 caches get codes and scales computed as hinfer.ops.kv_cache does.
+registers. int8 / int4 caches get codes and scales computed as hinfer.ops.kv_cache does; an int4 K cache gets
+H k, and q comes out as H q / D (hinfer.ops.kv_cache.rotate_for_cache), by the same butterflies in fp32.
 """
 
 from __future__ import annotations
@@ -45,6 +46,17 @@ def _norm_rope_heads(
     rot = tl.where((d < R_HALF)[None, :], -yp, yp)
     out = cast(y * cos[None, :], dt, EMU).to(tl.float32) + cast(rot * sin[None, :], dt, EMU).to(tl.float32)
     return tl.where((d < 2 * R_HALF)[None, :], out, y)
+
+
+@triton.jit
+def _hadamard(x, R: tl.constexpr, D: tl.constexpr, LOG_D: tl.constexpr):
+    """H x of rows x [R, D] fp32 (H the Sylvester Hadamard matrix), butterfly for butterfly as
+    hinfer.ops.kv_cache.hadamard: LOG_D times, the pairs (a_i + b_i, a_i - b_i) of the halves a, b
+    interleaved: the same fp32 additions in the same order on both sides, so the values (and codes) agree."""
+    for _ in tl.static_range(LOG_D):
+        a, b = tl.split(tl.permute(tl.reshape(x, [R, 2, D // 2]), (0, 2, 1)))
+        x = tl.reshape(tl.join(a + b, a - b), [R, D])
+    return x
 
 
 @triton.jit
@@ -91,7 +103,7 @@ def _qk_norm_rope_write_kernel(
     eps, attn_factor, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh, axes_ptr, s_pos,
     H: tl.constexpr, HKV: tl.constexpr, H_PAD: tl.constexpr, HKV_PAD: tl.constexpr,
     D: tl.constexpr, R_HALF: tl.constexpr, PAGE: tl.constexpr, EMU: tl.constexpr,
-    K_FMT: tl.constexpr, V_FMT: tl.constexpr, MULTI_AXIS: tl.constexpr = False,
+    K_FMT: tl.constexpr, V_FMT: tl.constexpr, LOG_D: tl.constexpr, MULTI_AXIS: tl.constexpr = False,
 ):  # fmt: skip
     t = tl.program_id(0).to(tl.int64)
     dt = qo_ptr.dtype.element_ty
@@ -112,6 +124,8 @@ def _qk_norm_rope_write_kernel(
 
     hq = tl.arange(0, H_PAD)
     q = _norm_rope_heads(q_ptr, t * sqt + hq * sqh, hq < H, qw_ptr, cos, sin, d, eps, D, R_HALF, dt, EMU)
+    if K_FMT == 2:  # int4 keys are stored rotated: q in the same basis, from its rounded values
+        q = _hadamard(cast(q, dt, EMU).to(tl.float32), H_PAD, D, LOG_D) * (1.0 / D)
     tl.store(qo_ptr + (t * H + hq)[:, None] * D + d[None, :], cast(q, dt, EMU), mask=(hq < H)[:, None])
 
     hk = tl.arange(0, HKV_PAD)
@@ -121,6 +135,8 @@ def _qk_norm_rope_write_kernel(
     page, off = slot // PAGE, slot % PAGE
     # k is rounded to the model dtype first (the reference casts or quantizes bf16 k)
     k_out = cast(k, dt, EMU).to(tl.float32)
+    if K_FMT == 2:
+        k_out = _hadamard(k_out, HKV_PAD, D, LOG_D)
     hok = hk < HKV
     k_row, ks_row = page * skp + off * sks + hk * skc, page * ksp + off * kst + hk * ksh
     _store_kv(kc_ptr, k_row, k_out, hok, ks_ptr, ks_row, HKV_PAD, D, K_FMT)
@@ -175,7 +191,7 @@ def qk_norm_rope_write(
         eps, float(attn_factor), ks, ksp, kst, ksh, vs, vsp, vst, vsh, axes, positions.stride(0),
         H=n_heads, HKV=n_kv, H_PAD=triton.next_power_of_2(n_heads), HKV_PAD=triton.next_power_of_2(n_kv),
         D=d, R_HALF=inv_freq.numel(), PAGE=k_cache.shape[1], EMU=emu, K_FMT=k_fmt, V_FMT=v_fmt, MULTI_AXIS=multi,
-        num_warps=8 if n_heads * d >= 4096 else 4,
+        LOG_D=d.bit_length() - 1, num_warps=8 if n_heads * d >= 4096 else 4,
         enable_fp_fusion=False,  # no fma contraction: products and sums rounded as the reference's torch ops
     )  # fmt: skip
     return q_out
