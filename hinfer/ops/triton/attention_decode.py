@@ -14,15 +14,13 @@ the combine kernel's power-of-two bucket are compile-time.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
 
 from hinfer.ops.kv_cache import cache_format
 from hinfer.ops.triton.attention_common import attend_block, cache_args
-from hinfer.ops.triton.common import cast, interpreted
+from hinfer.ops.triton.common import cast, interpreted, num_sms
 from hinfer.ops.triton.tiles.attention import decode_config, decode_rows
 
 
@@ -129,16 +127,11 @@ def decode_cache_args(k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple[tup
     return cache_args(k_cache, int8_in_tile=cache_format(v_cache).pack == 1), cache_args(v_cache)
 
 
-@functools.cache
-def _num_sms(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
 def decode_splits(
     n_seqs: int, n_kv: int, max_kv_tokens: int, block_n: int, device: torch.device, ctas_per_sm: int = 4
 ) -> int:
     """Splits so that n_seqs * n_kv * splits fills the SMs; a function of static shapes only."""
-    sms = _num_sms(device.index or 0) if device.type == "cuda" else 132
+    sms = num_sms(device.index or 0) if device.type == "cuda" else 132
     want = triton.cdiv(ctas_per_sm * sms, max(1, n_seqs * n_kv))
     return max(1, min(want, triton.cdiv(max_kv_tokens, block_n), 256))
 

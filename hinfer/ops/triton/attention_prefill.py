@@ -16,8 +16,8 @@ import triton
 import triton.language as tl
 
 from hinfer.ops.triton.attention_common import attend_block, cache_args
-from hinfer.ops.triton.attention_decode import _combine_kernel, _num_sms
-from hinfer.ops.triton.common import cast, interpreted
+from hinfer.ops.triton.attention_decode import _combine_kernel
+from hinfer.ops.triton.common import cast, interpreted, num_sms
 from hinfer.ops.triton.tiles.attention import prefill_config
 
 
@@ -166,7 +166,7 @@ def prefill_splits(programs: int, kv_max: int, block_n: int, device: torch.devic
     twice when the launch alone would not, each split keeping >= 16 key blocks; 1 otherwise (and on the CPU)."""
     if device.type != "cuda" or kv_max < 32 * block_n:
         return 1
-    sms = _num_sms(device.index or 0)
+    sms = num_sms(device.index or 0)
     if programs >= 2 * sms:
         return 1
     return max(1, min(triton.cdiv(2 * sms, programs), kv_max // (16 * block_n), 64))
