@@ -38,17 +38,20 @@ def config_shapes(name: str) -> list[tuple[str, int, int]]:
 
 def candidates(m: int, n: int, k: int, rings: tuple[int, ...] = (0,)):
     """Tiles (SkinnyConfig: BLOCK_N, 128, BLOCK_M, split, warps, depth, ring) that fit N, >= 4 groups per split; 8
-    warps only from BLOCK_M 32 (4 warps spill there). Ring 0 tries the register look-ahead depths 2 and 4; a ring
+    warps only from BLOCK_M 32 (4 warps spill there). BLOCK_M is x's rows padded, or half that from 16 rows (two
+    programs per weight tile, the second reading it from L2). Ring 0 tries the register look-ahead depths 2 and 4; a ring
     of R > 0 groups streams through shared memory (depth unused)."""
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
     from hinfer.ops.triton.tiles.linear import mma_block_m
 
-    block_m = mma_block_m(m)
+    padded = mma_block_m(m)
     out = []
-    for block_n, warps, split, ring in itertools.product((128, 256), (4, 8), (1, 2, 4, 8, 16), rings):
+    for block_m, block_n, warps, split, ring in itertools.product(
+        dict.fromkeys((padded, max(8, padded // 2))), (128, 256), (4, 8), (1, 2, 4, 8, 16), rings
+    ):
         if n % block_n or block_n % (16 * warps) or k // 128 // split < 4 or (block_m >= 32 and warps == 4):
             continue
-        if (n // block_n) * split > 8 * 132:  # far past covering the SMs: partials cost more than they hide
+        if (n // block_n) * split * -(-m // block_m) > 8 * 132:  # far past covering the SMs: partials cost more
             continue
         for depth in (2, 4) if ring == 0 else (2,):
             out.append(SkinnyConfig(block_n, 128, block_m, split, warps, depth, ring))

@@ -19,6 +19,7 @@ the staging and padding against the unpadded path that way.
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from collections.abc import Callable
 import torch
 
 from hinfer.batch import ForwardBatch, SeqChunk
+from hinfer.engine.host_memory import release_deferred
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.state import ModelState
 
@@ -173,6 +175,7 @@ class StepGraphs:
     @torch.inference_mode()
     def capture(self, pool: object | None = None) -> None:
         t0 = time.monotonic()
+        gc.collect()  # finalizers of dead engines (host unpinning) must not run inside the capture
         pool = pool if pool is not None else shared_pool(self.device)
         for b in sorted(self.buckets, reverse=True):
             self._stage([], b)
@@ -184,6 +187,7 @@ class StepGraphs:
                 out = self._forward(b)
             self.graphs[b], self.outputs[b] = g, out
         torch.cuda.synchronize()
+        release_deferred()
         log.info("captured %d %s graphs (lanes %s, %d tokens/lane, %d pages) in %.1f s", len(self.graphs),
                  "verify" if self.verify else self.head, self.buckets, self.t, self.width,
                  time.monotonic() - t0)  # fmt: skip

@@ -25,9 +25,30 @@ def host_tensors(owner: object, specs: list[tuple[tuple[int, ...], torch.dtype]]
     return out
 
 
+# Unpins that came due while a CUDA graph was being captured: cudaHostUnregister is not allowed then (it would
+# invalidate the capture), and a collected owner can run its finalizer at any allocation, capture included.
+_deferred: list[tuple[torch.Tensor, ...]] = []
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
 def _unpin(*tensors: torch.Tensor) -> None:
+    if _capturing():
+        _deferred.append(tensors)
+        return
     from torch.cuda._pin_memory_utils import unpin_memory
 
-    for t in tensors:
-        if t.numel():
-            unpin_memory(t.data_ptr())
+    pending = [*_deferred, tensors]
+    _deferred.clear()
+    for group in pending:
+        for t in group:
+            if t.numel():
+                unpin_memory(t.data_ptr())
+
+
+def release_deferred() -> None:
+    """Unpin what came due during a capture (called once a capture ends)."""
+    if _deferred and not _capturing():
+        _unpin()

@@ -106,6 +106,26 @@ def test_int4_mma_shared_memory_ring(tile, zero_point):
         assert _rel(y, q.matmul_ref(x)) < REL, m
 
 
+@pytest.mark.parametrize("tile", [(128, 8, 1, 4, 2, 0, 20), (128, 16, 4, 4, 2, 0, 32), (128, 8, 3, 8, 4, 0, 64),
+                                  (128, 16, 2, 4, 2, 4, 29), (256, 32, 3, 8, 2, 0, 64), (128, 8, 5, 4, 2, 6, 17)])  # fmt: skip
+@pytest.mark.parametrize("zero_point", [True, False], ids=["asym", "sym"])
+def test_int4_mma_rows_of_x_in_blocks(tile, zero_point):
+    """More rows of x than BLOCK_M (BLOCK_N, BLOCK_M, split-K, warps, depth, ring, M): blocks of rows along the
+    grid, a partial last block, with split-K (a counter per row block and weight tile) and the ring."""
+    from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
+    from hinfer.ops.triton.tiles.forms import SkinnyConfig
+
+    block_n, block_m, split, warps, depth, ring, m = tile
+    cfg = SkinnyConfig(block_n, 128, block_m, split, warps, depth, ring)
+    n, k = 1024, 17408
+    g = _gen()
+    q, mw = _quantized(n, k, zero_point, g)
+    for _ in range(2):  # the second call reuses the counters the first reset
+        x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
+        y = int4_mma_matmul(x, mw, out=_poisoned(m, n), cfg=cfg)
+        assert _rel(y, q.matmul_ref(x)) < REL, (m, cfg)
+
+
 def test_int4_mma_matches_its_torch_twin():
     """Same arithmetic as hinfer.quant.int4_mma_layout.emulate_kernel: only fp32 summation order differs."""
     from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul

@@ -33,6 +33,6 @@ def test_bad_arguments_are_refused_before_launch():
     with pytest.raises(ValueError):
         int4_mma_matmul(torch.randn(2, 256), w)  # not bf16
     with pytest.raises(ValueError):
-        int4_mma_matmul(torch.randn(12, 256).bfloat16(), w, cfg=SkinnyConfig(32, 128, 8, 1, 2, 2))  # M > BLOCK_M
+        int4_mma_matmul(torch.randn(12, 256).bfloat16(), w, cfg=SkinnyConfig(32, 128, 12, 1, 2, 2))  # BLOCK_M 12
     with pytest.raises(ValueError):
         int4_mma_matmul(torch.randn(2, 256).bfloat16(), w, cfg=SkinnyConfig(32, 128, 8, 1, 2, 3))  # depth 3

@@ -12,10 +12,11 @@ The offset 128 + z comes off each group's fp32 partial: sum (128 + u) x - (128 +
 second MMA against a constant ones operand (the same for every stripe, so emitted once per k16 step);
 OFFSET_MMA=False instead subtracts it per weight register with one exact bf16x2 fma before the MMA.
 
-One program owns BLOCK_N rows (BLOCK_N / 16 / num_warps stripes of 16 per warp) and a 1/SPLIT_K slice of the
-128-groups; the group's partial [BLOCK_N, BLOCK_M] is multiplied by the group's scales (as the Triton stream
-kernel does). Words, scales and zeros are loaded DEPTH - 1 groups ahead into registers (the loop
-unrolled by two); x (small, cache-resident) in the step. Split-K is reduced in the same launch by the last
+One program owns BLOCK_N rows (BLOCK_N / 16 / num_warps stripes of 16 per warp), a 1/SPLIT_K slice of the
+128-groups and BLOCK_M rows of x (more rows take more programs, which re-read the tile from L2); the group's
+partial [BLOCK_N, BLOCK_M] is multiplied by the group's scales (as the Triton stream kernel does). Words, scales and
+zeros are loaded DEPTH - 1 groups ahead into registers (the loop unrolled by two); x (small, cache-resident) in
+the step. Split-K is reduced in the same launch by the last
 program to arrive (same scheme and counters as hinfer.ops.triton.linear_splitk). Reference twin:
 hinfer.quant.int4_mma_layout.emulate_kernel.
 """
@@ -351,8 +352,11 @@ def int4_mma_kernel(
     S: gl.constexpr = BLOCK_N // 16
     LW: gl.constexpr = _words_layout(W)
     MMA: gl.constexpr = _mma_layout(W)
-    pid_n = gl.program_id(0)
-    pid_k = gl.program_id(1)
+    # rows of x in blocks of BLOCK_M along the fastest grid axis: the blocks of one weight tile run together,
+    # so all but the first read it from L2
+    pid_m = gl.program_id(0)
+    pid_n = gl.program_id(1)
+    pid_k = gl.program_id(2)
     n_groups = K // GROUP
     per_split = gl.cdiv(n_groups, SPLIT_K)
     g_lo = pid_k * per_split
@@ -377,7 +381,7 @@ def int4_mma_kernel(
     xt = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, LX)))[None, :, None]
     xj = gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, LX)))[None, None, :]
     # rows of x past M re-read row M - 1 (their outputs are not stored): unmasked loads, no zero fill
-    x_ptrs = x_ptr + gl.minimum(xn, M - 1) * stride_xm + xt * 32 + xj
+    x_ptrs = x_ptr + gl.minimum(pid_m * BLOCK_M + xn, M - 1) * stride_xm + xt * 32 + xj
 
     if RING > 0:  # fragment order: a group's scales / zeros are BLOCK_N contiguous entries of row g
         acc = _k_loop_ring(w_ptrs, s_ptr + pid_n * BLOCK_N, z_ptr + pid_n * BLOCK_N, stride_sg, x_ptrs, g_lo, g_hi,
@@ -387,7 +391,7 @@ def int4_mma_kernel(
                       OFFSET_MMA, DEPTH, ROWS, GW, PDL)  # fmt: skip
 
     # epilogue: y[m, n] = acc[n, m]; split-K partials reduced by the last program to arrive (fixed order)
-    ym = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
+    ym = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
     out_mask = (ym < M)[None, :] & (rows < N)[:, None]
     y_ptrs = y_ptr + ym[None, :] * stride_ym + rows[:, None]
     if SPLIT_K == 1:
@@ -396,13 +400,14 @@ def int4_mma_kernel(
         p_off = ym[None, :].to(gl.int64) * N + rows[:, None]
         gl.store(part_ptr + pid_k * M * N + p_off, acc, mask=out_mask)
         gl.thread_barrier()  # every thread's partial is written before the release below
-        arrived = gl.atomic_add(cnt_ptr + pid_n, 1, sem="acq_rel")
+        cnt_ptr += pid_m * gl.num_programs(1) + pid_n
+        arrived = gl.atomic_add(cnt_ptr, 1, sem="acq_rel")
         if arrived == SPLIT_K - 1:
             total = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
             for i in gl.static_range(SPLIT_K):
                 total += gl.load(part_ptr + i * M * N + p_off, mask=out_mask, other=0.0, cache_modifier=".cg")
             gl.store(y_ptrs, total.to(gl.bfloat16), mask=out_mask)
-            gl.atomic_xchg(cnt_ptr + pid_n, 0)
+            gl.atomic_xchg(cnt_ptr, 0)
 
 
 def int4_mma_variant(
@@ -453,15 +458,15 @@ def int4_mma_matmul(
         x = x.contiguous()
     cfg = cfg or mma_config(m, n, k)
     block_n, block_m, split, warps = cfg.block_n, cfg.block_m, cfg.split_k, cfg.num_warps
-    if (n % block_n or block_n % (16 * warps) or block_m not in (8, 16, 32, 64) or m > block_m
+    if (n % block_n or block_n % (16 * warps) or block_m not in (8, 16, 32, 64)
             or cfg.num_stages not in (2, 4) or cfg.ring == 1 or (cfg.ring and (rows or not offset_mma))):  # fmt: skip
         raise ValueError(f"int4 mma: bad tile for N={n}, M={m}: {cfg}")
     if out is None:
         out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0:
         return out
-    grid = (n // block_n, split)
-    part, cnt = split_scratch(split, m, n, grid[0], x, out)
+    grid = (-(-m // block_m), n // block_n, split)
+    part, cnt = split_scratch(split, m, n, grid[0] * grid[1], x, out)
     if rows:  # scales / zeros [N, G]
         words, sg, sn = w.qweight, 1, w.scales.shape[1]  # type: ignore[attr-defined]
     else:  # [G, N]

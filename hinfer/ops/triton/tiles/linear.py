@@ -124,7 +124,7 @@ def _mma_heuristic(m: int, n: int, k: int, sms: int | None = None) -> SkinnyConf
 
 
 def _mma_fits(cfg: SkinnyConfig, m: int, n: int, k: int) -> bool:
-    return cfg.block_m == mma_block_m(m) and n % cfg.block_n == 0
+    return cfg.block_m <= mma_block_m(m) and n % cfg.block_n == 0  # fewer rows per program: more programs
 
 
 # tuned at M = 1, 8, 16, 32: M = 2 takes M = 8's tile (fill_up)
