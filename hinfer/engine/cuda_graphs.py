@@ -22,6 +22,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
+import weakref
 from collections.abc import Callable
 
 import torch
@@ -37,15 +38,17 @@ BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
 WIDTH_CLASSES = (4096, 32768)  # context lengths (tokens) with their own narrower graphs, besides max_context
 SCRATCH_PAGE = SCRATCH_SLOT = 0  # reserved by the state pool: filler tokens write here, nothing reads it
 
-_POOLS: dict[int, object] = {}
+# One graph memory pool per engine (its ModelState): the decode, verify and MTP graphs of an engine run one at
+# a time, so they share one pool. A pool dies with its engine: capturing into a pool whose graphs were all
+# freed trips the caching allocator, and a later engine in the same process (a bench sweep) starts a new one.
+_POOLS: weakref.WeakKeyDictionary[ModelState, object] = weakref.WeakKeyDictionary()
 
 
-def shared_pool(device: torch.device) -> object:
-    """One graph memory pool per device for every captured step."""
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    if idx not in _POOLS:
-        _POOLS[idx] = torch.cuda.graph_pool_handle()
-    return _POOLS[idx]
+def shared_pool(state: ModelState) -> object:
+    """The graph memory pool of the engine that owns `state`."""
+    if state not in _POOLS:
+        _POOLS[state] = torch.cuda.graph_pool_handle()
+    return _POOLS[state]
 
 
 def page_widths(max_context: int, page_size: int) -> list[int]:
@@ -176,7 +179,7 @@ class StepGraphs:
     def capture(self, pool: object | None = None) -> None:
         t0 = time.monotonic()
         gc.collect()  # finalizers of dead engines (host unpinning) must not run inside the capture
-        pool = pool if pool is not None else shared_pool(self.device)
+        pool = pool if pool is not None else shared_pool(self.state)
         for b in sorted(self.buckets, reverse=True):
             self._stage([], b)
             for _ in range(2):  # warm up: Triton autotune/compile outside the capture

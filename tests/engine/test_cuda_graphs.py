@@ -64,3 +64,25 @@ def test_fillers_write_only_scratch(tiny_model):
     assert b.q_lens_cpu == [4, 4, 4] and b.cu_q_lens.tolist() == [0, 4, 8, 12]
     assert b.page_table.tolist() == [[3, 4, 5, 0, 0, 0, 0, 0], [9, 10, 0, 0, 0, 0, 0, 0], [0] * 8]
     assert g.fits(chunks) and not g.fits([SeqChunk([1], 16 * 8 - 3, list(range(8)), 1)])
+
+
+def test_graph_pool_per_engine_state(monkeypatch):
+    """Graphs of one engine share a pool; a later engine gets a fresh one (a pool whose graphs all died cannot be
+    captured into again)."""
+    import gc
+    import itertools
+
+    from hinfer.engine import cuda_graphs
+
+    ids = itertools.count()
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: next(ids))
+
+    class State:  # stands in for ModelState: hashable by identity, weakly referenced
+        pass
+
+    a, b = State(), State()
+    assert cuda_graphs.shared_pool(a) == cuda_graphs.shared_pool(a) == 0
+    assert cuda_graphs.shared_pool(b) == 1
+    del a
+    gc.collect()
+    assert len([s for s in cuda_graphs._POOLS if isinstance(s, State)]) == 1

@@ -7,7 +7,7 @@ import torch
 
 from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
 from hinfer.ops.triton.tiles.forms import SkinnyConfig
-from hinfer.ops.triton.tiles.linear import mma_config
+from hinfer.ops.triton.tiles.linear import mma_block_m, mma_config
 from hinfer.quant.int4 import quantize_int4
 from hinfer.quant.int4_mma_layout import Int4MmaWeight
 
@@ -18,7 +18,7 @@ SHAPES_27B = [(14336, 5120), (16384, 5120), (34816, 5120), (5120, 6144), (5120, 
 @pytest.mark.parametrize("m", [1, 2, 4, 8, 16, 32, 64])
 def test_mma_config_fits_and_fills_the_gpu(n, k, m):
     c = mma_config(m, n, k, sms=132)
-    assert n % c.block_n == 0 and c.block_n % (16 * c.num_warps) == 0 and c.block_m >= m
+    assert n % c.block_n == 0 and c.block_n % (16 * c.num_warps) == 0 and c.block_m <= mma_block_m(m)
     assert c.block_m in (8, 16, 32, 64) and c.num_stages in (2, 4) and c.block_k == 128
     assert (k // 128) // c.split_k >= 4  # every split streams a few groups
     assert (n // c.block_n) * c.split_k >= 132 or c.split_k * m * 16 > 0.1 * k  # one program per SM at least
