@@ -5,12 +5,19 @@ continuation is recorded first (a plain run, also the baseline), then the specul
 requests with `ForcedDrafter`: the MTP head still runs (its cost is paid), but each drafted token is replaced by
 the recorded one with probability p and by a wrong one otherwise. Each draft is then accepted with probability
 p, the engine's output stays the plain greedy output, and the timing is the real engine's, adaptive K included.
+
+Random weights' logits are near-ties that bf16 rounding flips between a 1-row decode GEMM and a K+1-row
+verification; once the speculative output leaves the recorded one, the recorded continuation is no longer the
+target's and every draft misses. The sweep therefore scales the lm_head by a power of two (exact, undone after),
+which leaves the argmax where it was and its gap far above rounding, as the GPU identity test does.
 """
 
 from __future__ import annotations
 
 import random
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -24,6 +31,23 @@ from hinfer.sampling_params import SamplingParams
 from hinfer.tokenizer import Tokenizer
 
 PROMPT_TOKENS = 16
+SHARPEN = 8.0  # lm_head scale during the sweep: a power of two, exact in bf16 and undone exactly
+
+
+@contextmanager
+def sharpened_logits(model: Qwen35ForCausalLM, factor: float = SHARPEN) -> Iterator[None]:
+    """Logits times `factor` (an untied lm_head scaled in place); a tied one is left alone."""
+    w = model.lm_head
+    if w is None:
+        yield
+        return
+    with torch.no_grad():
+        w.mul_(factor)
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            w.div_(factor)
 
 
 @dataclass
@@ -81,6 +105,13 @@ def forced_sweep(acceptance: list[float], draft_tokens: list[int], concurrency: 
                  cfg: ModelConfig, ecfg: EngineConfig, model: Qwen35ForCausalLM, tok: Tokenizer,
                  meta: dict) -> list[dict]:  # fmt: skip
     """Rows of kind "spec_forced": per lane count, K and p, end-to-end tok/s beside the plain engine's."""
+    with sharpened_logits(model):
+        return _sweep(acceptance, draft_tokens, concurrency, tokens, cfg, ecfg, model, tok, meta)
+
+
+def _sweep(acceptance: list[float], draft_tokens: list[int], concurrency: list[int], tokens: int,
+           cfg: ModelConfig, ecfg: EngineConfig, model: Qwen35ForCausalLM, tok: Tokenizer,
+           meta: dict) -> list[dict]:  # fmt: skip
     dev = torch.device(ecfg.device)
     vocab = cfg.vocab_size
     rows = []

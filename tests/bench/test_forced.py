@@ -32,3 +32,17 @@ def test_bench_cli_takes_forced_acceptance():
 
     args = build_parser().parse_args(["bench", "m", "--spec", "mtp", "--forced-acceptance", "0.5,0.9"])
     assert args.forced_acceptance == [0.5, 0.9] and args.spec_adaptive
+
+
+def test_sharpened_logits_scale_then_restore_exactly():
+    from hinfer.bench.forced import sharpened_logits
+
+    w = torch.randn(64, 32, generator=torch.Generator().manual_seed(0)).bfloat16()
+    before = w.clone()
+
+    class Model:
+        lm_head = w
+
+    with sharpened_logits(Model(), 8.0):
+        assert torch.equal(w, before * 8)
+    assert torch.equal(w, before)
