@@ -79,7 +79,7 @@ def _check_experts(out: torch.Tensor, x, wgu, wd, top_w, top_i, seed: int) -> No
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize(("t", "e", "k"), [(1, 8, 2), (3, 256, 8), (17, 8, 2)])
+@pytest.mark.parametrize(("t", "e", "k"), [(1, 8, 2), (3, 256, 8), (17, 8, 2), (300, 8, 3)])
 def test_route_matches_reference(tm, seed, dtype, t, e, k):
     logits = _distinct_logits(t, e, dtype)
     w, ids = tm.moe_route(logits, k)
@@ -90,6 +90,19 @@ def test_route_matches_reference(tm, seed, dtype, t, e, k):
         torch.testing.assert_close(w, w_ref, atol=1e-6, rtol=1e-5, msg=f"seed {seed}")
     else:  # fp32 weights may sit on either side of a bf16 rounding boundary
         torch.testing.assert_close(w.float(), w_ref.float(), atol=0, rtol=2**-8, msg=f"seed {seed}")
+
+
+def test_route_negative_zero_and_infinite_logits(tm, seed):
+    """All-negative rows (the softmax max is the top pick's logit, not a padded slot's 0), -0.0 equal to +0.0
+    (lowest id first), and -inf logits still picked as distinct experts when fewer finite ones remain."""
+    logits = torch.tensor([[-3.0, -1.0, -2.0, -5.0, -4.0, -7.0, -6.0, -8.0],
+                           [0.0, -0.0, 0.0, -1.0, -0.0, -2.0, -3.0, -4.0],
+                           [-1.0, -float("inf"), -2.0, -float("inf"), -float("inf"), -float("inf"), -float("inf"),
+                            -float("inf")]])  # fmt: skip
+    w, ids = tm.moe_route(logits, 3)
+    assert ids.tolist() == [[1, 2, 0], [0, 1, 2], [0, 2, 1]]
+    w_ref, _ = ref.moe_route_ref(logits, 3)
+    torch.testing.assert_close(w, w_ref, atol=1e-6, rtol=1e-5)
 
 
 def test_route_ties_lowest_index_first(tm, seed):

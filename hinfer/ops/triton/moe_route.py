@@ -34,24 +34,28 @@ def _route_kernel(
     ptrs = logits_ptr + rows.to(tl.int64)[:, None] * stride_t + cols[None, :]
     x = tl.load(ptrs, mask=row_ok[:, None] & col_ok[None, :], other=float("-inf")).to(tl.float32)
     x = tl.where(row_ok[:, None] | ~col_ok[None, :], x, 0.0)  # rows past T: finite, no NaN from -inf - -inf
-    m = tl.max(x, axis=1)
-    ex = tl.where(col_ok[None, :], tl.exp(x - m[:, None]), 0.0)
-    p = ex / tl.sum(ex, axis=1)[:, None]
+    # one int64 key per expert: the logit's bits made order-preserving as an int (an involution; -0 folded
+    # into +0 first so that equal logits stay equal) above BLOCK_E - 1 - id, so one max picks the largest logit
+    # and, among equal ones, the lowest id; taken or padded experts hold the int64 minimum (below every key)
+    bits = tl.where(x == 0.0, 0.0, x).to(tl.int32, bitcast=True)
+    key = ((bits ^ ((bits >> 31) & 0x7FFFFFFF)).to(tl.int64) << 32) | (BLOCK_E - 1 - cols).to(tl.int64)[None, :]
+    taken = tl.full([BLOCK_T, BLOCK_E], -9223372036854775807 - 1, tl.int64)
+    key = tl.where(col_ok[None, :] & (rows >= 0)[:, None], key, taken)
 
     slots = tl.arange(0, TOPK_P)
-    top_p = tl.zeros([BLOCK_T, TOPK_P], dtype=tl.float32)
+    top_k32 = tl.zeros([BLOCK_T, TOPK_P], dtype=tl.int32)
     top_i = tl.zeros([BLOCK_T, TOPK_P], dtype=tl.int32)
-    free = col_ok[None, :] & (rows >= 0)[:, None]  # [BLOCK_T, BLOCK_E] experts not taken yet
     for j in tl.static_range(TOPK):
-        cand = tl.where(free, x, float("-inf"))
-        best = tl.max(cand, axis=1)
-        # lowest free id holding the max (a `free` test too, so -inf logits still pick distinct experts)
-        idx = tl.min(tl.where(free & (cand == best[:, None]), cols[None, :], BLOCK_E), axis=1)
-        hit = cols[None, :] == idx[:, None]
-        pj = tl.sum(tl.where(hit, p, 0.0), axis=1)
-        top_p = tl.where(slots[None, :] == j, pj[:, None], top_p)
+        best = tl.max(key, axis=1)
+        idx = BLOCK_E - 1 - (best & 0xFFFFFFFF).to(tl.int32)
+        top_k32 = tl.where(slots[None, :] == j, (best >> 32).to(tl.int32)[:, None], top_k32)
         top_i = tl.where(slots[None, :] == j, idx[:, None], top_i)
-        free = free & ~hit
+        key = tl.where(cols[None, :] == idx[:, None], taken, key)
+    top_x = (top_k32 ^ ((top_k32 >> 31) & 0x7FFFFFFF)).to(tl.float32, bitcast=True)  # the chosen logits
+    m = tl.sum(tl.where(slots[None, :] == 0, top_x, 0.0), axis=1)  # slot 0's: the row's largest logit
+    ex = tl.where(col_ok[None, :], tl.exp(x - m[:, None]), 0.0)
+    # p_j = exp(x_j - m) / sum exp(x - m), the same operations on the same values as softmax's entry j
+    top_p = tl.where((slots < TOPK)[None, :], tl.exp(top_x - m[:, None]) / tl.sum(ex, axis=1)[:, None], 0.0)
     top_w = top_p / tl.sum(top_p, axis=1)[:, None]
     OUT_K: tl.constexpr = TOPK + SHARED
     out_mask = row_ok[:, None] & (slots < TOPK)[None, :]
@@ -79,11 +83,14 @@ def moe_route(router_logits: torch.Tensor, top_k: int, shared: bool = False) -> 
     if router_logits.stride(-1) != 1:
         router_logits = router_logits.contiguous()
     block_e = triton.next_power_of_2(e)
-    block_t = max(1, min(4, 1024 // block_e))  # 4 tokens x 256 experts: 8 values per thread and tensor
+    # decode sizes: one token per single-warp program (reductions are warp shuffles, no shared-memory round
+    # trips); prefill: 4 tokens x 256 experts per 4-warp program, 8 values per thread and tensor
+    block_t = 1 if t <= 256 else max(1, min(4, 1024 // block_e))
+    warps = 1 if block_t == 1 and block_e <= 512 else 4
     _route_kernel[(triton.cdiv(t, block_t),)](
         router_logits, w, ids, t, e, router_logits.stride(0),
         TOPK=top_k, TOPK_P=triton.next_power_of_2(top_k), BLOCK_T=block_t, BLOCK_E=block_e,
-        EMU=interpreted(_route_kernel), num_warps=4, SHARED=shared,
+        EMU=interpreted(_route_kernel), num_warps=warps, SHARED=shared,
         **(pdl_kwargs(router_logits) if t <= 64 else {"PDL": False}),
     )  # fmt: skip
     return w, ids
