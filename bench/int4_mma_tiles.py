@@ -3,7 +3,7 @@ at the Qwen3.6-27B shapes, timed like bench/linear_kernels.py (CUDA graph over w
 L2), beside its default tile. It prints the winners as TUNED entries (hinfer/ops/triton/tiles/tuned.py);
 `--tuned-out` writes them in the form HINFER_TILES reads.
 
-    python bench/int4_mma_tiles.py --ms 1,8,16,32 [--sym] [--fma-offset] [--json out.json] [--tuned-out t.json]
+    python bench/int4_mma_tiles.py --ms 1,8,16,32 [--sym] [--fma-offset] [--rings 0,4] [--json out.json] [--tuned-out t.json]
 """
 
 from __future__ import annotations
@@ -36,11 +36,12 @@ def config_shapes(name: str) -> list[tuple[str, int, int]]:
             ("down", h, inter)]  # fmt: skip
 
 
-def candidates(m: int, n: int, k: int, rings: tuple[int, ...] = (0,)):
+def candidates(m: int, n: int, k: int, rings: tuple[int, ...] = (0,), fma: bool = False):
     """Tiles (SkinnyConfig: BLOCK_N, 128, BLOCK_M, split, warps, depth, ring) that fit N, >= 4 groups per split; 8
     warps only from BLOCK_M 32 (4 warps spill there). BLOCK_M is x's rows padded, or half that from 16 rows (two
-    programs per weight tile, the second reading it from L2). Ring 0 tries the register look-ahead depths 2 and 4; a ring
-    of R > 0 groups streams through shared memory (depth unused)."""
+    programs per weight tile, the second reading it from L2). Ring 0 tries the register look-ahead depths 2 and 4,
+    with `fma` each also with the per-weight offset (fma_offset); a ring of R > 0 groups streams through shared
+    memory (depth unused)."""
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
     from hinfer.ops.triton.tiles.linear import mma_block_m
 
@@ -55,6 +56,8 @@ def candidates(m: int, n: int, k: int, rings: tuple[int, ...] = (0,)):
             continue
         for depth in (2, 4) if ring == 0 else (2,):
             out.append(SkinnyConfig(block_n, 128, block_m, split, warps, depth, ring))
+            if fma and ring == 0:
+                out.append(SkinnyConfig(block_n, 128, block_m, split, warps, depth, ring, fma_offset=True))
     return out
 
 
@@ -71,7 +74,8 @@ def main() -> None:
     ap.add_argument("--shapes", default="qkv,gdn_in,gate_up,o_proj,down")
     ap.add_argument("--config", help="a packaged config (e.g. qwen3.6-35b-a3b): its shapes instead of the 27B's")
     ap.add_argument("--sym", action="store_true", help="symmetric weights (default asymmetric)")
-    ap.add_argument("--fma-offset", action="store_true", help="the kernel's per-weight offset variant")
+    ap.add_argument("--fma-offset", action="store_true",
+                    help="also the per-weight offset variant of each register look-ahead tile (fma_offset)")
     ap.add_argument("--rings", default="0", help="shared-memory ring sizes to try (0: register look-ahead)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--tuned-out", type=Path, help="the winners as HINFER_TILES entries (family int4_mma)")
@@ -89,9 +93,9 @@ def main() -> None:
             default = mma_config(m, n, k)
             timed = []
             rings = tuple(int(r) for r in a.rings.split(","))
-            for cfg in dict.fromkeys([default, *candidates(m, n, k, rings)]):
+            for cfg in dict.fromkeys([default, *candidates(m, n, k, rings, a.fma_offset)]):
                 def op(wt, cfg=cfg, x=x):
-                    return int4_mma_matmul(x, wt, cfg=cfg, offset_mma=not a.fma_offset)
+                    return int4_mma_matmul(x, wt, cfg=cfg)
 
                 try:
                     timed.append((graph_time(op, weights), cfg))

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # One device call for the int4 kernel at 16 and 32 rows of x (speculative verification, 8 lanes x 4 tokens):
-# GPU tests of rows in blocks along the grid, a tile sweep at M = 16 and 32 that adds half-height row blocks,
+# GPU tests of rows in blocks along the grid and the fma_offset tile field, a tile sweep at M = 8, 16 and 32 with
+# half-height row blocks and the per-weight offset variant,
 # then the 27B int4 decode and MTP rounds (K = 3, 1 and 8 lanes, forced acceptance 0.8) with the winners.
 set -uo pipefail
 OUT="${OUT:-/tmp/hinfer-out}"; mkdir -p "$OUT"
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 HINFER_CACHE=/tmp/hinfer-cache
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv > "$OUT/env.txt" 2>&1
-timeout 150 python -m pytest -q tests/gpu/test_int4_mma.py -m gpu -k "rows_of_x or twin or graph" \
+timeout 150 python -m pytest -q tests/gpu/test_int4_mma.py -m gpu -k "rows_of_x or fma_offset or twin or graph" \
   -p no:cacheprovider > "$OUT/test_rows.txt" 2>&1
 echo "== tests rc=$? $(tail -1 "$OUT/test_rows.txt")"; grep -E "^(FAILED|E )" "$OUT/test_rows.txt" | head -20
-timeout "${TUNE_TIMEOUT:-200}" python bench/int4_mma_tiles.py --ms ${MS:-16,32} --rings 0,4 \
+timeout "${TUNE_TIMEOUT:-240}" python bench/int4_mma_tiles.py --ms ${MS:-8,16,32} --rings 0,4 --fma-offset \
   --json "$OUT/int4_rows_tiles.json" --tuned-out "$OUT/int4_rows_tuned.json" > "$OUT/tiles.txt" 2>&1
 echo "== tiles rc=$?"; grep -v "^ " "$OUT/tiles.txt" | tail -12
 [ -s "$OUT/int4_rows_tuned.json" ] && export HINFER_TILES="$OUT/int4_rows_tuned.json"

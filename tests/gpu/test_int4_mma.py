@@ -126,6 +126,23 @@ def test_int4_mma_rows_of_x_in_blocks(tile, zero_point):
         assert _rel(y, q.matmul_ref(x)) < REL, (m, cfg)
 
 
+@pytest.mark.parametrize("tile", [(128, 16, 4, 4, 2, 32), (128, 8, 8, 4, 4, 8), (256, 32, 2, 8, 2, 32)])
+def test_int4_mma_tile_fma_offset(tile):
+    """A tile's fma_offset picks the per-weight offset variant (no second MMA), rows in blocks included."""
+    from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
+    from hinfer.ops.triton.tiles.forms import SkinnyConfig
+
+    block_n, block_m, split, warps, depth, m = tile
+    cfg = SkinnyConfig(block_n, 128, block_m, split, warps, depth, fma_offset=True)
+    n, k = 1024, 5120
+    g = _gen()
+    q, mw = _quantized(n, k, True, g)
+    x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
+    y = int4_mma_matmul(x, mw, out=_poisoned(m, n), cfg=cfg)
+    assert _rel(y, q.matmul_ref(x)) < REL
+    assert torch.equal(y, int4_mma_matmul(x, mw, cfg=cfg, offset_mma=False))
+
+
 def test_int4_mma_matches_its_torch_twin():
     """Same arithmetic as hinfer.quant.int4_mma_layout.emulate_kernel: only fp32 summation order differs."""
     from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul

@@ -22,6 +22,7 @@ PREFILL_TS = (128, 512, 2048, 8192)  # MoE token counts past decode (its tiles c
 QS = (*range(1, 9), 16, 32, 64)  # attention decode: query rows per sequence
 SMS = (132, 4)  # the H200 / H100; the CPU interpreter's stand-in
 LINEAR_FMTS = ("bf16", "fp8_row", "fp8_block", "int4")
+ADDED_LATER = ("ring", "fma_offset")  # SkinnyConfig's trailing fields
 
 
 def _cfg(name: str) -> ModelConfig:
@@ -49,8 +50,11 @@ def linear_shapes(c: ModelConfig) -> list[tuple[str, int, int]]:
 def _plain(v) -> object:
     """A tile as the list of its fields (nested tiles as lists too), the recorded form."""
     if is_dataclass(v):
-        # fields added later with their default (e.g. the int4 ring, 0) leave the recorded form unchanged
-        return [_plain(getattr(v, f.name)) for f in fields(v) if f.name != "ring" or getattr(v, f.name)]
+        # fields added later (the int4 ring, fma_offset) at their defaults leave the recorded form unchanged
+        fs = list(fields(v))
+        while fs and fs[-1].name in ADDED_LATER and getattr(v, fs[-1].name) == fs[-1].default:
+            fs.pop()
+        return [_plain(getattr(v, f.name)) for f in fs]
     if isinstance(v, dict):  # attention's launch dicts: their values in the order of the tile's fields
         return list(v.values())
     return list(v) if isinstance(v, tuple) else v

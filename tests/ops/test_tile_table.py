@@ -89,4 +89,4 @@ def test_hinfer_tiles_overrides_the_packaged_entry(tmp_path):
     env = dict(os.environ, HINFER_TILES=str(path), PYTHONPATH=str(ROOT))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.strip() == repr(SkinnyConfig(128, 128, 8, 2, 4, 2))
-    assert mma_config(8, 14336, 5120) == SkinnyConfig(256, 128, 8, 4, 4, 4)  # here: the packaged tile
+    assert mma_config(8, 14336, 5120) == table.TUNED[(forms.INT4_MMA, 14336, 5120, 8)]  # here: the packaged tile

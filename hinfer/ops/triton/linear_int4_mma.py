@@ -439,24 +439,26 @@ class Int4Tensors(Protocol):
 
 def int4_mma_matmul(
     x: torch.Tensor, w: Int4Tensors, out: torch.Tensor | None = None, cfg: SkinnyConfig | None = None,
-    offset_mma: bool = True,
+    offset_mma: bool | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """y [M, N] = x [M, K] @ W^T (bf16), 1 <= M <= 64: W in fragment order (Int4MmaWeight) or in hinfer.quant.int4's
     row layout (Int4Weight, group 128: each thread then loads 16 bytes of two rows, g and g + 8, which hold the
-    same K offsets as a fragment-ordered word). `cfg`: the tile (mma_config's form); `offset_mma` (default): take
-    (128 + z) sum x off each group's partial (sum x from a second MMA against ones); False (fragment order only):
-    one bf16x2 fma per weight register subtracts 128 + z before the MMA."""
+    same K offsets as a fragment-ordered word). `cfg`: the tile (mma_config's form); `offset_mma` (default: not
+    the tile's fma_offset): take (128 + z) sum x off each group's partial (sum x from a second MMA against ones);
+    False (fragment order only): one bf16x2 fma per weight register subtracts 128 + z before the MMA."""
     m, k = x.shape
     rows = hasattr(w, "qweight")  # the row layout (Int4Weight); else fragment order (Int4MmaWeight)
     n = w.shape[0]
     if k != w.shape[1] or k % GROUP_K or m > MAX_M or x.dtype != torch.bfloat16 or (rows and w.group != GROUP_K):
         raise ValueError(f"int4 mma: x [M <= {MAX_M}, K % {GROUP_K} == 0] bf16 matching W {tuple(w.shape)}, "
                          f"got {tuple(x.shape)} {x.dtype}")  # fmt: skip
-    if rows and not offset_mma:
-        raise ValueError("int4 mma: the per-weight offset variant needs fragment order")
     if x.stride(-1) != 1:
         x = x.contiguous()
     cfg = cfg or mma_config(m, n, k)
+    if offset_mma is None:
+        offset_mma = rows or not cfg.fma_offset
+    if rows and not offset_mma:
+        raise ValueError("int4 mma: the per-weight offset variant needs fragment order")
     block_n, block_m, split, warps = cfg.block_n, cfg.block_m, cfg.split_k, cfg.num_warps
     if (n % block_n or block_n % (16 * warps) or block_m not in (8, 16, 32, 64)
             or cfg.num_stages not in (2, 4) or cfg.ring == 1 or (cfg.ring and (rows or not offset_mma))):  # fmt: skip

@@ -31,6 +31,9 @@ class SkinnyConfig:
     num_warps: int
     num_stages: int
     ring: int = 0  # int4_mma: groups in a cp.async shared-memory ring (0: num_stages' register look-ahead)
+    # int4_mma: take 128 + z off each weight register (one bf16x2 fma) instead of a second MMA against ones,
+    # which costs as many MMAs as one stripe's and grows with the rows of x
+    fma_offset: bool = False
 
 
 @dataclass(frozen=True)

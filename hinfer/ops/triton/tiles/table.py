@@ -13,7 +13,7 @@ import json
 import os
 import typing
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields, is_dataclass
+from dataclasses import MISSING, asdict, dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -95,8 +95,12 @@ def _build(form: type, values: dict, path: str | Path) -> Any:
 
 
 def _source(v: Any) -> str:
+    """A tile as tuned.py writes it: positional fields, trailing ones at their defaults left out."""
     if is_dataclass(v):
-        return f"{type(v).__name__}({', '.join(_source(getattr(v, f.name)) for f in fields(v))})"
+        fs = list(fields(v))
+        while fs and fs[-1].default is not MISSING and getattr(v, fs[-1].name) == fs[-1].default:
+            fs.pop()
+        return f"{type(v).__name__}({', '.join(_source(getattr(v, f.name)) for f in fs)})"
     return repr(v)
 
 
