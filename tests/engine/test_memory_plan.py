@@ -354,3 +354,22 @@ def test_plan_command_does_not_import_torch():
     code = "import sys, hinfer.cli.commands.plan as p; p.load_config_arg('qwen3.5-122b-a10b'); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_plan_per_tensor_parallel_rank(capsys):
+    """27B over 2 ranks: each holds half the KV heads and GDN heads, so half the state; about half the weights
+    (norms and the router replicated); the table says so."""
+    cfg = load_model_config(F27B)
+    plans = {n: plan_memory(cfg, EngineConfig(tensor_parallel=n), weights="bf16", device_bytes=141 * 10**9,
+                            device_name="t", device="cuda") for n in (1, 2)}  # fmt: skip
+    one, two = ({r.name: r.bytes for r in p.rows} for p in plans.values())
+    assert two["kv cache"] * 2 == one["kv cache"] and two["gdn state"] * 2 == one["gdn state"]
+    assert 0.5 < two["weights"] / one["weights"] < 0.501
+    assert two["sampler state"] == one["sampler state"]  # rank 0 samples from the whole vocabulary
+    assert plans[2].page_bytes * 2 == plans[1].page_bytes
+    assert "tensor-parallel 2 (per rank)" in plans[2].table()
+    assert _cli("qwen3.6-27b", "--gpu-memory", "80GB", "--tensor-parallel", "2") == 0  # bf16 27B: one H100 is short
+    assert _cli("qwen3.6-27b", "--gpu-memory", "80GB") == 1
+    capsys.readouterr()
+    with pytest.raises(ConfigError, match="num_attention_heads 24"):
+        _cli("qwen3.6-27b", "--tensor-parallel", "16")

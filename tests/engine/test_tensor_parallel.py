@@ -48,6 +48,15 @@ def ckpt(tmp_path_factory: pytest.TempPathFactory):
     return get
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """The one-process reference on one CPU thread, as each of the two ranks runs (tiny GEMMs: threads only spin)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _prompts(seed: int) -> list[list[int]]:
     g = torch.Generator().manual_seed(seed)
     return [torch.randint(1, 1001, (n,), generator=g).tolist() for n in PROMPT_LENGTHS]

@@ -69,9 +69,15 @@ class Channel:
         return out
 
 
+_threads: list[int] = []  # the CPU threads this process had before it joined (restored when it leaves)
+
+
 def connect(rank: int, n: int, init_method: str, device: torch.device) -> tuple[TensorParallel, Channel]:
     """Join the n ranks (blocks until all have): -> the model's TensorParallel and the command channel."""
     backend = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cpu":  # ranks share the cores: spinning threads of one would starve the others' collectives
+        _threads.append(torch.get_num_threads())
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // n))
     dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=n)
     return TensorParallel(rank, n), Channel(dist.new_group(backend="gloo", timeout=NEVER))
 
@@ -79,3 +85,5 @@ def connect(rank: int, n: int, init_method: str, device: torch.device) -> tuple[
 def disconnect() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
+    if _threads:
+        torch.set_num_threads(_threads.pop())
