@@ -254,7 +254,7 @@ def make_core(
     if ranks is None:
         runner = ModelRunner(model, ModelState(cfg, shape, device), sampler)
     else:
-        runner = LeaderRunner(model, LeaderState(model.cfg, shape, device, ranks.channel), sampler, ranks)
+        runner = LeaderRunner(model, LeaderState(model.cfg, shape, device, ranks), sampler, ranks)
     if device.type == "cuda" and ecfg.cuda_graphs and ranks is None:  # docs/tensor-parallel.md: ranks run eagerly
         runner.capture_graphs(ecfg.max_concurrency, ecfg.max_context)
     eos = sorted(set(cfg.eos_token_ids) | set(tokenizer.eos_token_ids))

@@ -354,7 +354,7 @@ class HFCheckpoint:
                 s = slice_of(name)
                 if kind != "plain":
                     parts = dict(self.read_tensors([name], dtype))
-                    yield name, take(parts[name], s)
+                    yield name, take(parts[name], s, name, str(self.path))
                     continue
                 t = self._text[raw]
                 if t.file not in handles:
@@ -363,6 +363,7 @@ class HFCheckpoint:
                     x = handles[t.file].get_tensor(raw)
                 else:
                     view = handles[t.file].get_slice(raw)
+                    s.check(name, t.shape, str(t.file))
                     lead = (slice(None),) * s.dim
                     x = pad(torch.cat([view[(*lead, slice(p.start, p.stop))] for p in s.spans], dim=s.dim), s)
                 if x.is_floating_point() and x.dtype != dtype:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from hinfer.config import ModelConfig
+from hinfer.errors import CheckpointError
 from hinfer.sharding import Span, kv_heads, split, vocab_rows, vocab_span
 
 _EXPERT = re.compile(r"experts\.\d+\.")
@@ -24,7 +25,13 @@ _EXPERT = re.compile(r"experts\.\d+\.")
 class TensorSlice:
     dim: int
     spans: tuple[Span, ...]
+    whole: int  # the tensor's size along dim for this config (a checkpoint that differs is refused)
     pad_to: int | None = None  # zero rows appended up to this size along dim (the last vocabulary block)
+
+    def check(self, name: str, shape: tuple[int, ...] | list[int], source: str) -> None:
+        if len(shape) <= self.dim or shape[self.dim] != self.whole:
+            raise CheckpointError(f"{source}: tensor {name!r} has shape {list(shape)}, expected {self.whole} along "
+                                  f"dim {self.dim} for this config")
 
 
 def tensor_slice(name: str, cfg: ModelConfig, n: int, rank: int) -> TensorSlice | None:
@@ -32,7 +39,7 @@ def tensor_slice(name: str, cfg: ModelConfig, n: int, rank: int) -> TensorSlice 
     if n == 1:
         return None
     if name in ("embed_tokens.weight", "lm_head.weight"):
-        return TensorSlice(0, (vocab_span(cfg.vocab_size, n, rank),), vocab_rows(cfg.vocab_size, n))
+        return TensorSlice(0, (vocab_span(cfg.vocab_size, n, rank),), cfg.vocab_size, vocab_rows(cfg.vocab_size, n))
     if ".mlp." in name:
         return _mlp_slice(_EXPERT.sub("experts.", name.split(".mlp.", 1)[1]), cfg, n, rank)
     module, param = name.rsplit(".", 2)[-2:]
@@ -48,28 +55,28 @@ def _times(s: Span, k: int, offset: int = 0) -> Span:
 
 
 def _attention_slice(module: str, cfg: ModelConfig, n: int, rank: int) -> TensorSlice | None:
-    d, q = cfg.head_dim, split(cfg.num_attention_heads, n, rank)
+    d, nq, q = cfg.head_dim, cfg.num_attention_heads, split(cfg.num_attention_heads, n, rank)
     if module == "q_proj":  # per head: its query rows then its gate rows
-        return TensorSlice(0, (_times(q, 2 * d),))
+        return TensorSlice(0, (_times(q, 2 * d),), nq * 2 * d)
     if module in ("k_proj", "v_proj"):
-        return TensorSlice(0, (_times(kv_heads(cfg, n, rank), d),))
+        return TensorSlice(0, (_times(kv_heads(cfg, n, rank), d),), cfg.num_key_value_heads * d)
     if module == "o_proj":
-        return TensorSlice(1, (_times(q, d),))
+        return TensorSlice(1, (_times(q, d),), nq * d)
     return None  # q_norm, k_norm
 
 
 def _gdn_slice(part: str, cfg: ModelConfig, n: int, rank: int) -> TensorSlice | None:
     dk, dv = cfg.linear_key_head_dim, cfg.linear_value_head_dim
     hk, hv = split(cfg.linear_num_key_heads, n, rank), split(cfg.linear_num_value_heads, n, rank)
-    kd = cfg.gdn_key_dim
+    kd, vd = cfg.gdn_key_dim, cfg.gdn_value_dim
     if part in ("in_proj_qkv", "conv1d"):  # channels [q | k | v], each split by its heads
-        return TensorSlice(0, (_times(hk, dk), _times(hk, dk, kd), _times(hv, dv, 2 * kd)))
+        return TensorSlice(0, (_times(hk, dk), _times(hk, dk, kd), _times(hv, dv, 2 * kd)), cfg.gdn_conv_dim)
     if part == "in_proj_z":
-        return TensorSlice(0, (_times(hv, dv),))
+        return TensorSlice(0, (_times(hv, dv),), vd)
     if part in ("in_proj_a", "in_proj_b", "A_log", "dt_bias"):
-        return TensorSlice(0, (hv,))
+        return TensorSlice(0, (hv,), cfg.linear_num_value_heads)
     if part == "out_proj":
-        return TensorSlice(1, (_times(hv, dv),))
+        return TensorSlice(1, (_times(hv, dv),), vd)
     return None  # norm
 
 
@@ -83,20 +90,21 @@ def _mlp_slice(leaf: str, cfg: ModelConfig, n: int, rank: int) -> TensorSlice | 
         size = cfg.intermediate_size  # dense MLP; the router (gate.weight) and shared_expert_gate stay whole
     rows = split(size, n, rank)
     if leaf in ("gate_proj.weight", "up_proj.weight"):
-        return TensorSlice(0, (rows,))
+        return TensorSlice(0, (rows,), size)
     if leaf == "down_proj.weight":
-        return TensorSlice(1, (rows,))
+        return TensorSlice(1, (rows,), size)
     if leaf == "gate_up_proj":  # fused experts [E, 2I, H]
-        return TensorSlice(1, (rows, _times(rows, 1, size)))
+        return TensorSlice(1, (rows, _times(rows, 1, size)), 2 * size)
     if leaf == "down_proj":  # fused experts [E, H, I]
-        return TensorSlice(2, (rows,))
+        return TensorSlice(2, (rows,), size)
     return None
 
 
-def take(t: torch.Tensor, s: TensorSlice | None) -> torch.Tensor:
+def take(t: torch.Tensor, s: TensorSlice | None, name: str = "", source: str = "checkpoint") -> torch.Tensor:
     """The slice of a whole tensor (a copy), zero-padded to s.pad_to."""
     if s is None:
         return t
+    s.check(name, tuple(t.shape), source)
     out = torch.cat([t.narrow(s.dim, p.start, p.size) for p in s.spans], dim=s.dim)
     return pad(out, s)
 

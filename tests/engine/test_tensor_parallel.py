@@ -9,7 +9,9 @@ MoE config two KV heads (split).
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -19,6 +21,7 @@ import pytest
 import torch
 
 import hinfer
+from hinfer.errors import CheckpointError
 from hinfer.llm import LLM
 from hinfer.sampling_params import SamplingParams
 from hinfer.weights.synth import write_synthetic_checkpoint
@@ -107,3 +110,15 @@ def test_moe_two_ranks_under_a_launcher(ckpt, seed, monkeypatch):
         if rank1.poll() is None:
             rank1.kill()
     _check(one, two)
+
+
+def test_a_rank_that_cannot_load_stops_them_all(ckpt, tmp_path):
+    """A config the checkpoint does not match: every rank refuses its slices, rank 0 raises its own error and
+    rank 1 leaves (nobody waits in a collective)."""
+    bad = tmp_path / "bad"
+    shutil.copytree(ckpt("dense"), bad)
+    raw = json.loads((bad / "config.json").read_text())
+    raw["text_config"]["intermediate_size"] = 64
+    (bad / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(CheckpointError, match="down_proj.weight' has shape \\[64, 96\\], expected 64 along dim 1"):
+        LLM(str(bad), tensor_parallel=2, **ENGINE)

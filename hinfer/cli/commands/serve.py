@@ -157,6 +157,9 @@ def _serve(args: argparse.Namespace, sock: socket.socket) -> int:
     limits = http_server.HTTPLimits(header_timeout_s=args.header_timeout, body_timeout_s=args.body_timeout,
                         keep_alive_s=args.keep_alive_timeout, max_connections=args.max_connections,
                         shutdown_timeout_s=args.shutdown_timeout)
-    http_server.serve(app, sock, app.state.hinfer.drain, limits)
+    try:
+        http_server.serve(app, sock, app.state.hinfer.drain, limits)
+    finally:
+        engine.close()  # the engine thread has stopped: tensor parallelism's other ranks leave
     log.info("stopped")
     return 0

@@ -15,6 +15,8 @@ import logging
 import pickle
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -22,7 +24,7 @@ import torch
 from hinfer.batch import SeqChunk
 from hinfer.config import EngineConfig, ModelConfig
 from hinfer.engine.runner import ModelRunner
-from hinfer.engine.tp.group import Channel, connect, disconnect, launcher_rank, local_port, rank_device
+from hinfer.engine.tp.group import connect, disconnect, launcher_rank, local_port, rank_device
 from hinfer.errors import HinferError
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.state import ModelState, StateShape
@@ -31,7 +33,7 @@ log = logging.getLogger("hinfer.tp")
 
 
 class TensorParallelError(HinferError):
-    """A rank could not start (its own message, prefixed with its rank)."""
+    """A rank could not start (its own message, prefixed with its rank), or a step failed half-way."""
 
 
 class Ranks:
@@ -48,7 +50,24 @@ class Ranks:
         self.device = rank_device(ecfg.device, 0)
         self.tp, self.channel = connect(0, n, init, self.device)
         self._open = True
+        self.broken: str | None = None  # why the ranks are out of step (a step failed half-way)
         atexit.register(self.close)
+
+    def send(self, *command) -> None:
+        if self.broken:
+            raise TensorParallelError(f"the ranks are out of step since a step failed ({self.broken}); restart")
+        self.channel.send(*command)
+
+    @contextmanager
+    def step(self, *command) -> Iterator[None]:
+        """Send a command, then run rank 0's own part: an error in between leaves the other ranks inside the
+        model's collectives, so later steps are refused instead of hanging."""
+        self.send(*command)
+        try:
+            yield
+        except BaseException as e:
+            self.broken = f"{command[0]}: {e}"
+            raise
 
     def ready(self, error: BaseException | None) -> None:
         """After loading: every rank's outcome; raises rank 0's own error, or the first other rank's."""
@@ -67,7 +86,7 @@ class Ranks:
         self._open = False
         atexit.unregister(self.close)
         try:
-            if stop:
+            if stop and not self.broken:
                 self.channel.send("stop")
         finally:
             disconnect()
@@ -92,19 +111,19 @@ def _spawn(args: tuple) -> subprocess.Popen:
 class LeaderState(ModelState):
     """Rank 0's ModelState: slot changes made outside a forward step are sent to the followers first."""
 
-    def __init__(self, cfg: ModelConfig, shape: StateShape, device: torch.device, channel: Channel) -> None:
+    def __init__(self, cfg: ModelConfig, shape: StateShape, device: torch.device, ranks: Ranks) -> None:
         super().__init__(cfg, shape, device)
-        self.channel = channel
-        channel.send("state", shape)
+        self.ranks = ranks
+        ranks.send("state", shape)
 
     def reset_slots(self, slots: list[int]) -> None:
         if slots:
-            self.channel.send("reset_slots", slots)
+            self.ranks.send("reset_slots", slots)
         super().reset_slots(slots)
 
     def copy_slots(self, src: list[int], dst: list[int]) -> None:
         if src:
-            self.channel.send("copy_slots", src, dst)
+            self.ranks.send("copy_slots", src, dst)
         super().copy_slots(src, dst)
 
 
@@ -116,12 +135,12 @@ class LeaderRunner(ModelRunner):
         self.ranks = ranks
 
     def forward_logits(self, seq_chunks: list[SeqChunk]) -> torch.Tensor:
-        self.ranks.channel.send("forward", seq_chunks)
-        return super().forward_logits(seq_chunks)
+        with self.ranks.step("forward", seq_chunks):
+            return super().forward_logits(seq_chunks)
 
     def prompt_logits(self, ids: list[int], page_size: int) -> torch.Tensor:
-        self.ranks.channel.send("prompt_logits", ids, page_size)
-        return super().prompt_logits(ids, page_size)
+        with self.ranks.step("prompt_logits", ids, page_size):
+            return super().prompt_logits(ids, page_size)
 
     def close(self) -> None:
         self.ranks.close()
