@@ -96,7 +96,8 @@ def vocab_span(vocab: int, n: int, rank: int) -> Span:
 
 def rank_settings(ecfg: EngineConfig) -> EngineConfig:
     """What an engine split over ranks runs: text only and no host-RAM tiers (each needs its own per-rank
-    plumbing, not written yet); one process is unchanged."""
+    plumbing, not written yet), eager steps (CUDA graphs holding the collectives are not verified on GPUs yet:
+    docs/tensor-parallel.md); one process is unchanged."""
     if ecfg.tensor_parallel == 1:
         return ecfg
-    return replace(ecfg, vision=False, host_cache_bytes=0, host_kv_bytes=0)
+    return replace(ecfg, vision=False, host_cache_bytes=0, host_kv_bytes=0, cuda_graphs=False)

@@ -55,7 +55,7 @@ def test_rank_settings():
     one = EngineConfig()
     assert rank_settings(one) is one
     two = rank_settings(EngineConfig(tensor_parallel=2))
-    assert (two.vision, two.host_cache_bytes, two.host_kv_bytes) == (False, 0, 0)
+    assert (two.vision, two.host_cache_bytes, two.host_kv_bytes, two.cuda_graphs) == (False, 0, 0, False)
     for bad in (dict(spec="mtp"), dict(host_kv_bytes=1 << 30), dict(host_cache_bytes=1 << 30)):
         with pytest.raises(ConfigError, match="--tensor-parallel 2"):
             EngineConfig(tensor_parallel=2, **bad).validate()

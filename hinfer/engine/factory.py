@@ -255,7 +255,7 @@ def make_core(
         runner = ModelRunner(model, ModelState(cfg, shape, device), sampler)
     else:
         runner = LeaderRunner(model, LeaderState(model.cfg, shape, device, ranks), sampler, ranks)
-    if device.type == "cuda" and ecfg.cuda_graphs and ranks is None:  # docs/tensor-parallel.md: ranks run eagerly
+    if device.type == "cuda" and ecfg.cuda_graphs:
         runner.capture_graphs(ecfg.max_concurrency, ecfg.max_context)
     eos = sorted(set(cfg.eos_token_ids) | set(tokenizer.eos_token_ids))
     return EngineCore(runner, tokenizer, ecfg, eos)

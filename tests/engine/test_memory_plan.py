@@ -237,6 +237,19 @@ def _plan(ecfg: EngineConfig, weights: str = "bf16", avail: int = 80 * 10**9):
                        device="cuda")
 
 
+def test_packaged_397b_config():
+    """397B-A17B: 396.3B text parameters without the MTP head (0.46B more in the vision tower), 16.3B active per
+    token without the embedding. Per 141 GB GPU: bf16 needs 8 ranks (4 hold 198 GB of weights each), int4 fits 4."""
+    cfg = plan_cmd.load_config_arg("qwen3.5-397b-a17b")
+    assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.num_experts, cfg.num_experts_per_tok) == (4096, 60, 512, 10)
+    assert weight_bytes(cfg, "bf16", 2, False).params == 396_346_350_336
+    assert "qwen3.5-397b-a17b" in plan_cmd.packaged_configs()
+    h200 = ("qwen3.5-397b-a17b", "--gpu-memory", "141GB", "--max-context", "32768")
+    assert _cli(*h200, "--weights", "bf16", "--tensor-parallel", "4") == 1
+    assert _cli(*h200, "--weights", "bf16", "--tensor-parallel", "8") == 0
+    assert _cli(*h200, "--weights", "int4", "--tensor-parallel", "4") == 0
+
+
 def test_plan_error_carries_exact_figures_and_largest_fit():
     ecfg = EngineConfig(max_context=65536, max_concurrency=8)
     plan = _plan(ecfg)

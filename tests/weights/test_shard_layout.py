@@ -22,7 +22,7 @@ from hinfer.weights.inventory import inventory
 from hinfer.weights.shard_layout import tensor_slice
 from hinfer.weights.synth import write_synthetic_checkpoint
 
-SPLITS = {"qwen3.6-27b": (2, 4, 8), "qwen3.6-35b-a3b": (2, 4, 8), "qwen3.5-122b-a10b": (2, 4, 8)}
+SPLITS = {name: (2, 4, 8) for name in ("qwen3.6-27b", "qwen3.6-35b-a3b", "qwen3.5-122b-a10b", "qwen3.5-397b-a17b")}
 
 
 @pytest.mark.parametrize("name", sorted(SPLITS))
