@@ -176,8 +176,7 @@ def _load_sharded(path: Path, ecfg: EngineConfig) -> Loaded:
     n = ecfg.tensor_parallel
     rank = launcher_rank(n)
     if rank:  # a launcher's follower process: serve rank 0's steps, then end (nothing here is for this process)
-        follow(rank, n, "env://", path, cfg, ecfg, recipe)
-        raise SystemExit(0)
+        raise SystemExit(follow(rank, n, "env://", path, cfg, ecfg, recipe))
     plan = plan_for_serve(cfg, ecfg, recipe)
     log.info("memory plan per rank (%s):\n%s", plan.device_name, plan.table())
     tok = Tokenizer.from_dir(path)

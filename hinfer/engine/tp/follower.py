@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import signal
 import sys
 from pathlib import Path
 
@@ -31,11 +32,13 @@ def main() -> None:
     """Entry of a follower that rank 0 started: follow()'s arguments arrive pickled on stdin."""
     args = pickle.load(sys.stdin.buffer)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s rank {args[0]} %(levelname)s %(name)s: %(message)s")
-    follow(*args)
+    sys.exit(follow(*args))
 
 
-def follow(rank: int, n: int, init_method: str, path: Path, cfg: ModelConfig, ecfg: EngineConfig, recipe) -> None:
-    """A follower's whole life: join, load, report, serve, leave."""
+def follow(rank: int, n: int, init_method: str, path: Path, cfg: ModelConfig, ecfg: EngineConfig, recipe) -> int:
+    """A follower's whole life: join, load, report, serve, leave. -> exit status (0: rank 0 said stop)."""
+    # Ctrl-C reaches every process of the terminal's group: rank 0 drains its requests, then tells this one to stop
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     device = rank_device(ecfg.device, rank)
     tp, channel = connect(rank, n, init_method, device)
     try:
@@ -45,9 +48,13 @@ def follow(rank: int, n: int, init_method: str, path: Path, cfg: ModelConfig, ec
         except Exception as e:  # reported to rank 0, which raises it
             error = f"rank {rank}: {e}"
         if any(channel.statuses(error)):
-            return
+            return 1
         assert model is not None
         serve_steps(model, channel, device)
+        return 0
+    except Exception as e:  # rank 0 gone (its connection closed), or a step failed here
+        log.error("rank %d leaves: %s", rank, e)
+        return 1
     finally:
         disconnect()
 

@@ -88,6 +88,8 @@ class Ranks:
         try:
             if stop and not self.broken:
                 self.channel.send("stop")
+        except Exception as e:  # a follower already gone: the others see its connection close
+            log.warning("tensor parallel: could not tell every rank to stop (%s)", e)
         finally:
             disconnect()
             for p in self.procs:
