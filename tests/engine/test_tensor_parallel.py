@@ -98,7 +98,8 @@ def test_moe_two_ranks_under_a_launcher(ckpt, seed, monkeypatch):
     one = _run(LLM(str(path), **ENGINE), prompts)
     env = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
     call = f"from hinfer.llm import LLM; LLM({str(path)!r}, tensor_parallel=2, **{ENGINE!r})"
-    rank1 = subprocess.Popen([sys.executable, "-c", call], env=os.environ | env | {"RANK": "1", "LOCAL_RANK": "1"})
+    rank1 = subprocess.Popen([sys.executable, "-c", call], env=os.environ | env | {"RANK": "1", "LOCAL_RANK": "1"},
+                             cwd=Path(hinfer.__file__).resolve().parents[1])  # fmt: skip
     try:
         for k, v in (env | {"RANK": "0", "LOCAL_RANK": "0"}).items():
             monkeypatch.setenv(k, v)

@@ -20,6 +20,7 @@ from hinfer.errors import ConfigError
 from hinfer.ops.parallel import TensorParallel
 
 NEVER = timedelta(days=3650)  # the command channel's wait: an idle server sends nothing for hours
+MEET = timedelta(minutes=10)  # the ranks' meeting, and the model's collectives (a step never waits this long)
 
 
 def launcher_rank(n: int) -> int | None:
@@ -78,7 +79,7 @@ def connect(rank: int, n: int, init_method: str, device: torch.device) -> tuple[
     if device.type == "cpu":  # ranks share the cores: spinning threads of one would starve the others' collectives
         _threads.append(torch.get_num_threads())
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // n))
-    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=n)
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=n, timeout=MEET)
     return TensorParallel(rank, n), Channel(dist.new_group(backend="gloo", timeout=NEVER))
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import pickle
 import subprocess
 import sys
@@ -48,7 +49,12 @@ class Ranks:
             for r in range(1, n):
                 self.procs.append(_spawn((r, n, init, path, cfg, ecfg, recipe)))
         self.device = rank_device(ecfg.device, 0)
-        self.tp, self.channel = connect(0, n, init, self.device)
+        try:
+            self.tp, self.channel = connect(0, n, init, self.device)
+        except BaseException:  # a rank that never came (it failed to start: its own output says why)
+            for p in self.procs:
+                p.kill()
+            raise
         self._open = True
         self.broken: str | None = None  # why the ranks are out of step (a step failed half-way)
         atexit.register(self.close)
@@ -102,8 +108,10 @@ class Ranks:
 def _spawn(args: tuple) -> subprocess.Popen:
     """A fresh Python process running follower.main on `args` (pickled on its stdin). Not multiprocessing's spawn:
     that re-imports the caller's main module, which a script without a __main__ guard cannot survive."""
+    root = str(Path(__file__).resolve().parents[3])  # this very package (hinfer/engine/tp/), wherever it was found
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
     p = subprocess.Popen([sys.executable, "-c", "from hinfer.engine.tp.follower import main; main()"],
-                         stdin=subprocess.PIPE)  # fmt: skip
+                         stdin=subprocess.PIPE, env=env)  # fmt: skip
     assert p.stdin is not None
     p.stdin.write(pickle.dumps(args))
     p.stdin.close()
