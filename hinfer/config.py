@@ -90,6 +90,9 @@ class ModelConfig:
     # with the h and w axes taking section[1] and section[2] of them (text tokens: all axes equal)
     mrope_section: tuple[int, int, int] = (11, 11, 10)
     vision: VisionConfig | None = None  # the vision tower, for multimodal checkpoints
+    # ranks the shapes above are split over (hinfer/sharding.py rank_config): 1 is the whole model; N > 1 holds
+    # one rank's heads and intermediate rows (vocab_size and hidden_size stay the model's)
+    tensor_parallel: int = 1
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     # ---- derived shapes -------------------------------------------------------------------------
@@ -356,6 +359,7 @@ class EngineConfig:
     host_cache_bytes: int | None = None  # host RAM for spilled GDN checkpoints; None: 4 GiB on CUDA, 0 on CPU
     host_kv_bytes: int = 0  # host RAM for spilled KV pages (0: none)
     vision: bool = True  # load the vision tower when the checkpoint has one (--no-vision: text only)
+    tensor_parallel: int = 1  # ranks (one process and device each) the model is split over (docs/tensor-parallel.md)
 
     def validate(self) -> None:
         if not 1 <= self.max_concurrency <= 64:
@@ -386,6 +390,15 @@ class EngineConfig:
             raise ConfigError("--host-cache-gib must be >= 0")
         if self.host_kv_bytes < 0:
             raise ConfigError("--host-kv-gib must be >= 0")
+        if not 1 <= self.tensor_parallel <= 64:
+            raise ConfigError("--tensor-parallel must be in 1..64")
+        if self.tensor_parallel > 1:
+            unsupported = [flag for flag, on in (("--spec", self.spec is not None),
+                                                 ("--host-cache-gib", bool(self.host_cache_bytes)),
+                                                 ("--host-kv-gib", bool(self.host_kv_bytes))) if on]  # fmt: skip
+            if unsupported:
+                raise ConfigError(f"--tensor-parallel {self.tensor_parallel}: {', '.join(unsupported)} not available "
+                                  "with more than one rank yet (docs/tensor-parallel.md)")
 
     @property
     def draft_slots(self) -> int:

@@ -19,7 +19,8 @@ def tokenizer_dir() -> Path:
 
 
 def config_dir(name: str) -> Path | None:
-    """A packaged model config by short name (qwen3.6-27b, qwen3.6-35b-a3b, qwen3.5-0.8b, qwen3.5-122b-a10b)."""
+    """A packaged model config by short name (qwen3.6-27b, qwen3.6-35b-a3b, qwen3.5-0.8b, qwen3.5-122b-a10b,
+    qwen3.5-397b-a17b)."""
     env = os.environ.get("HINFER_FIXTURES")
     if env and (Path(env) / name / "config.json").is_file():
         return Path(env) / name

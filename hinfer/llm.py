@@ -145,8 +145,14 @@ class LLM:
     @torch.inference_mode()
     def logits(self, token_ids: list[int]) -> torch.Tensor:
         """Full-sequence fp32 logits [L, V] of one prompt, on a private state (parity checks)."""
-        from hinfer.model.prompt_logits import prompt_logits
+        return self.core.runner.prompt_logits(token_ids, self.engine_config.page_size)
 
-        shape = self.core.runner.state.shape
-        page_size = self.engine_config.page_size
-        return prompt_logits(self.model, token_ids, page_size, shape.kv_dtype, shape.v_dtype)
+    def close(self) -> None:
+        """Stop what the engine started: with tensor_parallel > 1, the other ranks' processes (also done at exit)."""
+        self.core.close()
+
+    def __enter__(self) -> LLM:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -87,6 +87,10 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                         "CUDA, pinned; 0 on the CPU; 0 turns the spill off)")
     g.add_argument("--host-kv-gib", type=float, default=0, metavar="GIB",
                    help="host RAM for KV pages evicted from the device, restored on a hit (default 0: none)")
+    g.add_argument("--tensor-parallel", type=int, default=d.tensor_parallel, metavar="N",
+                   help="split the model over N ranks, one process and GPU each (default 1); the engine starts "
+                        "the other processes itself, or runs under torchrun. Text only, no --spec; "
+                        "docs/tensor-parallel.md")
     g.add_argument("--no-vision", action="store_true",
                    help="skip the checkpoint's vision tower: text only, its memory left free (default: load it)")
 
@@ -117,6 +121,7 @@ def engine_config_from_args(a: argparse.Namespace) -> EngineConfig:
         host_cache_bytes=None if a.host_cache_gib is None else int(a.host_cache_gib * 2**30),
         host_kv_bytes=int(a.host_kv_gib * 2**30),
         vision=not a.no_vision,
+        tensor_parallel=a.tensor_parallel,
     )
     return cfg
 

@@ -162,6 +162,10 @@ class EngineCore:
         if self.prefix is not None:
             self.prefix.spill_all()
 
+    def close(self) -> None:
+        """Let go of the runner's processes (tensor parallelism's other ranks); the core takes no steps after."""
+        self.runner.close()
+
     def request_clear_prefix_cache(self) -> None:
         """Thread-safe: the cache is cleared at the start of the next step."""
         self._clear_requested = True

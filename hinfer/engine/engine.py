@@ -59,6 +59,10 @@ class Engine:
             await asyncio.to_thread(self._thread.join)
             self._thread = None
 
+    def close(self) -> None:
+        """After stop: the core lets go of its processes (tensor parallelism's other ranks)."""
+        self.core.close()
+
     # ---- requests ------------------------------------------------------------------------------
     async def generate(self, request: GenerationRequest) -> AsyncIterator[TokenEvent]:
         """Errors (QueueFullError, RequestTooLargeError, ValueError) surface from the first __anext__."""

@@ -29,6 +29,10 @@ from hinfer.engine.memory_plan import (
 )
 from hinfer.engine.runner import ModelRunner
 from hinfer.engine.sampler import Sampler
+from hinfer.engine.tp.follower import follow
+from hinfer.engine.tp.group import launcher_rank
+from hinfer.engine.tp.leader import LeaderRunner, LeaderState, Ranks
+from hinfer.engine.tp.load import load_rank_model
 from hinfer.engine.weight_bytes import resolve_weights
 from hinfer.errors import CheckpointError, ConfigError
 from hinfer.kv_format import KV_FORMATS
@@ -42,6 +46,7 @@ from hinfer.model.vision import VisionEncoder
 from hinfer.model.vision_loader import load_vision_weights
 from hinfer.quant.apply import quantize_model
 from hinfer.quant.int4_mma_layout import use_fragment_order
+from hinfer.sharding import check_tensor_parallel, rank_settings
 from hinfer.tokenizer import Tokenizer
 from hinfer.weights.artifact import engine_weights, is_artifact_path, open_artifact
 from hinfer.weights.compressed_tensors import stored_recipe
@@ -64,11 +69,14 @@ class Loaded:
     tokenizer: Tokenizer
     device: torch.device
     plan: MemoryPlan | None = None
+    ranks: Ranks | None = None  # tensor parallelism: rank 0's handle on the other ranks
 
 
 def resolve_engine_config(cfg: ModelConfig, ecfg: EngineConfig) -> EngineConfig:
     """Settle 'auto' device/dtype the way the memory plan counts them (one rule for both)."""
     ecfg.validate()
+    check_tensor_parallel(cfg, ecfg.tensor_parallel)
+    ecfg = rank_settings(ecfg)
     device = ecfg.device if ecfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device cuda: no CUDA device is available")
@@ -126,6 +134,8 @@ def plan_for_serve(cfg: ModelConfig, ecfg: EngineConfig, weights: str) -> Memory
 
 def load_model(model: str | None, ecfg: EngineConfig) -> Loaded:
     path = resolve_model_path(model)
+    if ecfg.tensor_parallel > 1:
+        return _load_sharded(path, ecfg)
     if is_artifact_path(path):
         return _load_artifact(path, ecfg)
     cfg = apply_rope_scaling(load_model_config(path), ecfg.rope_scaling)
@@ -152,6 +162,35 @@ def load_model(model: str | None, ecfg: EngineConfig) -> Loaded:
     log.info("loaded %s (%s, %s, %s on %s) in %.1f s", path, cfg.model_type, name, ecfg.dtype, device,
              time.monotonic() - t0)
     return Loaded(path, cfg, ecfg, net, tok, device, plan)
+
+
+def _load_sharded(path: Path, ecfg: EngineConfig) -> Loaded:
+    """Tensor parallelism (docs/tensor-parallel.md): this process is rank 0; the others are spawned here (or were
+    started by a launcher such as torchrun, in which case those processes follow rank 0 from inside this call
+    and exit when it closes). Every rank reads only its slices of the checkpoint."""
+    if is_artifact_path(path):
+        raise ConfigError(f"{path}: a .hinfer artifact cannot be split over ranks yet; give the checkpoint folder")
+    cfg = apply_rope_scaling(load_model_config(path), ecfg.rope_scaling)
+    ecfg = resolve_engine_config(cfg, ecfg)
+    recipe, _ = weight_plan(ecfg, cfg)
+    n = ecfg.tensor_parallel
+    rank = launcher_rank(n)
+    if rank:  # a launcher's follower process: serve rank 0's steps, then end (nothing here is for this process)
+        raise SystemExit(follow(rank, n, "env://", path, cfg, ecfg, recipe))
+    plan = plan_for_serve(cfg, ecfg, recipe)
+    log.info("memory plan per rank (%s):\n%s", plan.device_name, plan.table())
+    tok = Tokenizer.from_dir(path)
+    t0 = time.monotonic()
+    ranks = Ranks(n, path, cfg, ecfg, recipe)
+    net, error = None, None
+    try:
+        net = load_rank_model(path, cfg, ecfg, recipe, ranks.tp, ranks.device)
+    except Exception as e:  # every rank reports before any raises: no rank is left waiting
+        error = e
+    ranks.ready(error)
+    log.info("loaded %s over %d ranks (%s, %s, %s on %s) in %.1f s", path, n, cfg.model_type,
+             getattr(recipe, "name", recipe), ecfg.dtype, ranks.device, time.monotonic() - t0)
+    return Loaded(path, cfg, ecfg, net, tok, ranks.device, plan, ranks)
 
 
 def _load_vision(net: Qwen35ForCausalLM, ckpt: HFCheckpoint, ecfg: EngineConfig, dtype, device) -> None:
@@ -192,7 +231,7 @@ def _load_artifact(path: Path, ecfg: EngineConfig) -> Loaded:
 
 def build_core(loaded: Loaded) -> EngineCore:
     shape = state_shape(loaded.cfg, loaded.ecfg, loaded.plan)
-    return make_core(loaded.cfg, loaded.model, loaded.tokenizer, loaded.ecfg, loaded.device, shape)
+    return make_core(loaded.cfg, loaded.model, loaded.tokenizer, loaded.ecfg, loaded.device, shape, loaded.ranks)
 
 
 def make_core(
@@ -202,14 +241,19 @@ def make_core(
     ecfg: EngineConfig,
     device: torch.device,
     shape: StateShape | None = None,
+    ranks: Ranks | None = None,
 ) -> EngineCore:
-    """State pool, sampler, runner (+ CUDA graphs) and core around a loaded model. `ecfg` must be resolved."""
+    """State pool, sampler, runner (+ CUDA graphs) and core around a loaded model. `ecfg` must be resolved.
+    With `ranks` (tensor parallelism) the state is this rank's shard, and state and runner tell the other ranks."""
     if device.type == "cuda":  # fewer launches per MoE layer; the CPU keeps the model as loaded (tests share it)
         fold_shared_experts(model)
     use_fragment_order(model)  # int4 weights in the order the CUDA decode kernels read (no-op elsewhere)
-    state = ModelState(cfg, shape or state_shape(cfg, ecfg), device)
+    shape = shape or state_shape(cfg, ecfg)
     sampler = Sampler(cfg.vocab_size, device, max_rows=ecfg.max_concurrency, num_real_tokens=tokenizer.vocab_size)
-    runner = ModelRunner(model, state, sampler)
+    if ranks is None:
+        runner = ModelRunner(model, ModelState(cfg, shape, device), sampler)
+    else:
+        runner = LeaderRunner(model, LeaderState(model.cfg, shape, device, ranks), sampler, ranks)
     if device.type == "cuda" and ecfg.cuda_graphs:
         runner.capture_graphs(ecfg.max_concurrency, ecfg.max_context)
     eos = sorted(set(cfg.eos_token_ids) | set(tokenizer.eos_token_ids))

@@ -25,6 +25,9 @@ Computed before any weight is read, so `hinfer serve` fails within seconds when 
 - cuda runtime: CUDA context, cuBLAS workspace, kernel images (fixed estimate, GPU only).
 - headroom: allocator fragmentation and transient spikes (fixed fraction of the memory, with a floor).
 
+With --tensor-parallel N every row is one rank's (one device each): the shapes of sharding.rank_config, the
+vocabulary rows of the embedding and lm_head divided by N (docs/tensor-parallel.md).
+
 No torch import here: `hinfer plan` must answer in well under a second.
 """
 
@@ -38,6 +41,7 @@ from hinfer.engine.vision_bytes import vision_activation_bytes, vision_weight_by
 from hinfer.engine.weight_bytes import DTYPE_BYTES, Recipe, draft_head_bytes, get_recipe, weight_bytes
 from hinfer.errors import PlanError
 from hinfer.kv_format import KV_FORMATS
+from hinfer.sharding import rank_config, rank_settings
 
 GIB = 2**30
 RESERVED_PAGES = 1  # same as model/state.py (page 0 is CUDA-graph scratch; this module stays torch-free)
@@ -142,6 +146,7 @@ class MemoryPlan:
     host_checkpoints: int = 0  # host-RAM rows for checkpoints spilled from the device slots
     host_rows: list[PlanRow] = field(default_factory=list)  # host memory: shown, not counted in `total`
     host_kv_pages: int = 0  # host-RAM rows for KV pages spilled from the KV pool
+    rank_cfg: ModelConfig | None = None  # the shapes one tensor-parallel rank holds (None: cfg)
 
     @property
     def needed(self) -> int:
@@ -160,7 +165,7 @@ class MemoryPlan:
 
     @property
     def page_bytes(self) -> int:
-        return kv_page_bytes(self.cfg, self.ecfg, self.kv_dtype)
+        return kv_page_bytes(self.rank_cfg or self.cfg, self.ecfg, self.kv_dtype)
 
     @property
     def kv_tokens(self) -> int:
@@ -197,7 +202,8 @@ class MemoryPlan:
             f"max-context {e.max_context}, max-concurrency {e.max_concurrency}, "
             f"kv-capacity {_kv_cap_text(e)}, prefill-chunk {e.prefill_chunk}, page-size {e.page_size}, "
             f"spec {f'mtp x{e.draft_tokens}' if e.spec else 'off'}, "
-            f"prefix-cache {f'{e.checkpoint_slots} slots' if e.checkpoint_slots else 'off'}",
+            f"prefix-cache {f'{e.checkpoint_slots} slots' if e.checkpoint_slots else 'off'}"
+            + (f", tensor-parallel {e.tensor_parallel} (per rank)" if e.tensor_parallel > 1 else ""),
             f"device: {self.device_name}",
             "",
             f"{'row':<{name_w}}  {'GiB':>8}  {'bytes':>17}  note",
@@ -302,6 +308,8 @@ def plan_memory(cfg: ModelConfig, ecfg: EngineConfig, *, weights: str | Recipe, 
     """The plan for `cfg` under flags `ecfg`, weight format, recipe name or Recipe `weights` (not 'auto'), against
     `device_bytes`. `device` ("cuda" | "cpu") defaults to resolve_device(ecfg)."""
     device = device or resolve_device(ecfg)
+    whole, ecfg = cfg, rank_settings(ecfg)
+    cfg = rank_config(whole, ecfg.tensor_parallel)  # the shapes one rank holds (the whole model at 1)
     recipe = get_recipe(weights)
     act = activation_dtype(ecfg, device)
     kvd = kv_dtype(ecfg, device)
@@ -398,11 +406,14 @@ def plan_memory(cfg: ModelConfig, ecfg: EngineConfig, *, weights: str | Recipe, 
         host_rows.append(PlanRow("host kv pages", n_host_kv * page,
                                  f"host RAM, not in the total: {n_host_kv} spilled KV pages of {ps} tokens "
                                  f"({n_host_kv * ps:,} tokens) (--host-kv-gib)"))
+    if ecfg.tensor_parallel > 1:
+        notes.append(f"--tensor-parallel {ecfg.tensor_parallel}: bytes of one rank's device (rank 0's: it alone holds "
+                     "the sampler state); weights, KV heads and GDN state split as docs/tensor-parallel.md says")
     if ecfg.kv_capacity and ecfg.kv_capacity < ecfg.max_context:
         notes.append(f"--kv-capacity {ecfg.kv_capacity} is below --max-context {ecfg.max_context}: "
                      "longer requests are refused")
-    return MemoryPlan(cfg, ecfg, recipe.name, device, device_name, device_bytes, rows, num_pages, n_slots,
-                      kvd, act, min_pages, notes, recipe, n_ckpt, n_host, host_rows, n_host_kv)
+    return MemoryPlan(whole, ecfg, recipe.name, device, device_name, device_bytes, rows, num_pages, n_slots,
+                      kvd, act, min_pages, notes, recipe, n_ckpt, n_host, host_rows, n_host_kv, cfg)
 
 
 def check_plan(plan: MemoryPlan) -> MemoryPlan:

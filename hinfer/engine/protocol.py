@@ -117,3 +117,6 @@ class AsyncEngine(Protocol):
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
+
+    def close(self) -> None:
+        """After stop, at the end of serving: let go of what the engine started (tensor parallelism's ranks)."""

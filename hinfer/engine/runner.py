@@ -14,6 +14,7 @@ from hinfer.engine.prompt_logprobs import record_prompt_logprobs, wants_prompt_l
 from hinfer.engine.protocol import TopLogprob
 from hinfer.engine.scheduler import ScheduledChunk
 from hinfer.engine.sequence import Sequence
+from hinfer.model.prompt_logits import prompt_logits
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.state import ModelState
 
@@ -56,6 +57,15 @@ class ModelRunner:
         if not batch.logits_indices.numel():  # a non-final prompt chunk: no logits wanted
             return hidden.new_empty((0, 0), dtype=torch.float32)
         return self.model.compute_logits(hidden[batch.logits_indices])
+
+    @torch.inference_mode()
+    def prompt_logits(self, ids: list[int], page_size: int) -> torch.Tensor:
+        """fp32 logits [len(ids), V] of one prompt on a private state (parity checks; LLM.logits)."""
+        shape = self.state.shape
+        return prompt_logits(self.model, ids, page_size, shape.kv_dtype, shape.v_dtype)
+
+    def close(self) -> None:
+        """Let go of what the runner started (a tensor-parallel runner's other ranks; nothing here)."""
 
     @torch.inference_mode()
     def step(self, chunks: list[ScheduledChunk]) -> StepResult:

@@ -3,6 +3,10 @@
 Reads like the model's math; every op comes from hinfer.ops (reference torch body or Triton twin). Parameters
 are fused per projection group (one GEMM each) and loaded from Hugging Face names by model/loader.py. No module
 holds per-sequence state: KV pages and GDN slots live in ModelState and are passed in with the ForwardBatch.
+
+Split over tensor-parallel ranks (docs/tensor-parallel.md), each rank builds this same network from its rank
+config (hinfer/sharding.py: its share of the heads and intermediate rows): every block's output projection then
+holds a partial sum, which the block all-reduces, and the embedding and lm_head hold a block of the vocabulary.
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ from hinfer.ops.gdn import causal_conv1d, gated_delta_rule, gdn_gating
 from hinfer.ops.linear import linear
 from hinfer.ops.moe import moe_experts, moe_route
 from hinfer.ops.norm import add_rms_norm, gated_rms_norm, rms_norm
+from hinfer.ops.parallel import SINGLE, TensorParallel
 from hinfer.ops.rope import model_rope, mrope_freq_axes
+from hinfer.sharding import vocab_rows
 
 
 def _param(*shape: int, dtype: torch.dtype, device: torch.device | str) -> nn.Parameter:
@@ -151,9 +157,10 @@ class SparseMoE(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, layer_idx: int, kind: str, moe: bool, dtype, device):
+    def __init__(self, cfg: ModelConfig, layer_idx: int, kind: str, moe: bool, dtype, device,
+                 tp: TensorParallel = SINGLE):  # fmt: skip
         super().__init__()
-        self.layer_idx, self.kind = layer_idx, kind
+        self.layer_idx, self.kind, self.tp = layer_idx, kind, tp
         self.eps = cfg.rms_norm_eps
         self.input_layernorm = _param(cfg.hidden_size, dtype=dtype, device=device)
         self.post_attention_layernorm = _param(cfg.hidden_size, dtype=dtype, device=device)
@@ -176,8 +183,9 @@ class DecoderLayer(nn.Module):
         else:
             g = state.gdn_index[self.layer_idx]
             h = self.linear_attn(h, batch, state.conv_state[g], state.ssm_state[g])
+        h = self.tp.all_reduce(h)  # split heads: each rank's output projection gave a partial sum
         h, residual = add_rms_norm(h, residual, self.post_attention_layernorm, self.eps)
-        return self.mlp(h), residual
+        return self.tp.all_reduce(self.mlp(h)), residual  # split intermediate rows: partial sums again
 
 
 class MTPHead(nn.Module):
@@ -187,7 +195,8 @@ class MTPHead(nn.Module):
     layer runs at position p (RoPE) with its own KV rows in ModelState. The shared lm_head gives the logits.
     """
 
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, device: torch.device | str):
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, device: torch.device | str,
+                 tp: TensorParallel = SINGLE):  # fmt: skip
         super().__init__()
         h = cfg.hidden_size
         self.eps = cfg.rms_norm_eps
@@ -195,7 +204,8 @@ class MTPHead(nn.Module):
         self.pre_fc_norm_hidden = _param(h, dtype=dtype, device=device)
         self.fc = _param(h, 2 * h, dtype=dtype, device=device)
         self.layers = nn.ModuleList(
-            [DecoderLayer(cfg, -1, "full_attention", cfg.is_moe, dtype, device) for _ in range(cfg.mtp_num_hidden_layers)]
+            [DecoderLayer(cfg, -1, "full_attention", cfg.is_moe, dtype, device, tp)
+             for _ in range(cfg.mtp_num_hidden_layers)]
         )
         self.norm = _param(h, dtype=dtype, device=device)
 
@@ -219,18 +229,22 @@ class Qwen35ForCausalLM(nn.Module):
         device: torch.device | str = "cpu",
         with_mtp: bool = True,  # False: skip the MTP head (its weights are ignored when loading)
         with_vision: bool = False,  # True: build the vision tower too (when the config has one)
+        tp: TensorParallel = SINGLE,  # this process's rank; `cfg` is then its rank config (sharding.rank_config)
     ):
         super().__init__()
-        self.cfg, self.dtype = cfg, dtype
+        if cfg.tensor_parallel != tp.size:
+            raise ValueError(f"a config split over {cfg.tensor_parallel} ranks, a model over {tp.size}")
+        self.cfg, self.dtype, self.tp = cfg, dtype, tp
         self.backend = set_backend()  # every op's Triton-or-reference choice, made once here (ops/dispatch.py)
-        h = cfg.hidden_size
-        self.embed_tokens = _param(cfg.vocab_size, h, dtype=dtype, device=device)
+        h, rows = cfg.hidden_size, vocab_rows(cfg.vocab_size, tp.size)
+        self.vocab_start = tp.rank * rows  # this rank's first token id (rows: its block of the vocabulary)
+        self.embed_tokens = _param(rows, h, dtype=dtype, device=device)
         self.layers = nn.ModuleList(
-            [DecoderLayer(cfg, i, kind, cfg.layer_is_moe(i), dtype, device) for i, kind in enumerate(cfg.layer_types)]
+            [DecoderLayer(cfg, i, kind, cfg.layer_is_moe(i), dtype, device, tp) for i, kind in enumerate(cfg.layer_types)]
         )
         self.norm = _param(h, dtype=dtype, device=device)
-        self.lm_head = None if cfg.tie_word_embeddings else _param(cfg.vocab_size, h, dtype=dtype, device=device)
-        self.mtp = MTPHead(cfg, dtype, device) if with_mtp and cfg.mtp_num_hidden_layers > 0 else None
+        self.lm_head = None if cfg.tie_word_embeddings else _param(rows, h, dtype=dtype, device=device)
+        self.mtp = MTPHead(cfg, dtype, device, tp) if with_mtp and cfg.mtp_num_hidden_layers > 0 else None
         self.visual = None
         if with_vision and cfg.vision is not None:
             if cfg.vision.out_hidden_size != h:  # checked here: a text-only run may shrink the text model alone
@@ -238,7 +252,13 @@ class Qwen35ForCausalLM(nn.Module):
             self.visual = VisionEncoder(cfg.vision, dtype, device)
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.embed_tokens[input_ids]
+        if self.tp.size == 1:
+            return self.embed_tokens[input_ids]
+        # vocab-split: each rank embeds the ids of its block, zeros elsewhere; the sum has one term per token
+        local = input_ids - self.vocab_start
+        mine = (local >= 0) & (local < self.embed_tokens.shape[0])
+        x = self.embed_tokens[local.clamp(0, self.embed_tokens.shape[0] - 1)]
+        return self.tp.all_reduce(torch.where(mine[:, None], x, torch.zeros_like(x)))
 
     def encode_images(self, pixels: torch.Tensor, grids: list[Grid]) -> torch.Tensor:
         """Preprocessed images (rows concatenated) -> their placeholder tokens' embeddings [tokens, H]."""
@@ -255,8 +275,12 @@ class Qwen35ForCausalLM(nn.Module):
         return add_rms_norm(x, residual, self.norm, self.cfg.rms_norm_eps)[0]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """fp32 logits [N, V] over the whole vocabulary (split over ranks: every rank gathers every block)."""
         w = self.embed_tokens if self.lm_head is None else self.lm_head
-        return linear(hidden, w).float()
+        logits = linear(hidden, w)
+        if self.tp.size > 1:
+            logits = self.tp.gather_last(logits)[:, : self.cfg.vocab_size]
+        return logits.float()
 
     def mtp_forward(
         self, next_ids: torch.Tensor, hidden: torch.Tensor, batch: ForwardBatch, state: ModelState

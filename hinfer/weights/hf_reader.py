@@ -15,7 +15,7 @@ import logging
 import math
 import struct
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +30,7 @@ from hinfer.errors import CheckpointError
 from hinfer.quant.fp8_block import DEFAULT_BLOCK, FP8_DTYPE, Fp8BlockTensor, dequantize_fp8_block, scale_shape
 from hinfer.weights import compressed_tensors as ct
 from hinfer.weights.hf_layout import module_name, not_converted, strip_prefix
+from hinfer.weights.shard_layout import TensorSlice, pad, take
 
 log = logging.getLogger(__name__)
 
@@ -338,6 +339,36 @@ class HFCheckpoint:
         weight with its scales, `PackedInt4Tensor` for a compressed-tensors int4 set (named `X.weight`)."""
         for name, kind, parts in self._stream(progress):
             yield name, self._stored_tensor(name, kind, parts)
+
+    def iter_slices(
+        self, slice_of: Callable[[str], TensorSlice | None], dtype: torch.dtype, skip: Callable[[str], bool],
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        """(stripped name, part) for a tensor-parallel rank: `slice_of(name)` (weights/shard_layout.py) names the
+        part, and a plain tensor's part is all that is read (safetensors slice reads); FP8 and packed int4 weights
+        are read whole, dequantized to `dtype`, then cut. Names with skip(name) are not read at all."""
+        with ExitStack() as stack:
+            handles: dict[Path, Any] = {}
+            for name, (raw, kind) in self._logical.items():
+                if skip(name):
+                    continue
+                s = slice_of(name)
+                if kind != "plain":
+                    parts = dict(self.read_tensors([name], dtype))
+                    yield name, take(parts[name], s, name, str(self.path))
+                    continue
+                t = self._text[raw]
+                if t.file not in handles:
+                    handles[t.file] = stack.enter_context(safe_open(str(t.file), framework="pt"))
+                if s is None:
+                    x = handles[t.file].get_tensor(raw)
+                else:
+                    view = handles[t.file].get_slice(raw)
+                    s.check(name, t.shape, str(t.file))
+                    lead = (slice(None),) * s.dim
+                    x = pad(torch.cat([view[(*lead, slice(p.start, p.stop))] for p in s.spans], dim=s.dim), s)
+                if x.is_floating_point() and x.dtype != dtype:
+                    x = x.to(dtype)
+                yield name, x
 
     def read_tensors(self, names: list[str], dtype: torch.dtype = torch.bfloat16) -> Iterator[tuple[str, torch.Tensor]]:
         """Just these tensors (stripped names), cast to `dtype`, FP8 and int4 weights dequantized; by positioned

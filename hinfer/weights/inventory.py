@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from hinfer.config import ModelConfig
+from hinfer.sharding import vocab_rows
 
 # Roles: what a tensor is. The first seven are the quantizer's targets (hinfer/quant/recipes.py).
 ATTN_QKV, ATTN_O, GDN_IN, GDN_OUT, MLP, SHARED_EXPERT = "attn_qkv", "attn_o", "gdn_in", "gdn_out", "mlp", "shared_expert"
@@ -113,8 +114,9 @@ def _norms(p: str, cfg: ModelConfig, mtp: bool) -> list[TensorSpec]:
 
 @lru_cache(maxsize=16)
 def inventory(cfg: ModelConfig) -> tuple[TensorSpec, ...]:
-    """Every text tensor of the HF checkpoint (MTP head included, marked `mtp`)."""
-    h, v = cfg.hidden_size, cfg.vocab_size
+    """Every text tensor of the HF checkpoint (MTP head included, marked `mtp`); for a rank config
+    (sharding.rank_config) the parts one tensor-parallel rank holds, its block of the vocabulary included."""
+    h, v = cfg.hidden_size, vocab_rows(cfg.vocab_size, cfg.tensor_parallel)
     lm = "model.language_model."
     out = [TensorSpec(f"{lm}embed_tokens.weight", (v, h), EMBED)]
     for i, kind in enumerate(cfg.layer_types):

@@ -237,6 +237,19 @@ def _plan(ecfg: EngineConfig, weights: str = "bf16", avail: int = 80 * 10**9):
                        device="cuda")
 
 
+def test_packaged_397b_config():
+    """397B-A17B: 396.3B text parameters without the MTP head (0.46B more in the vision tower), 16.3B active per
+    token without the embedding. Per 141 GB GPU: bf16 needs 8 ranks (4 hold 198 GB of weights each), int4 fits 4."""
+    cfg = plan_cmd.load_config_arg("qwen3.5-397b-a17b")
+    assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.num_experts, cfg.num_experts_per_tok) == (4096, 60, 512, 10)
+    assert weight_bytes(cfg, "bf16", 2, False).params == 396_346_350_336
+    assert "qwen3.5-397b-a17b" in plan_cmd.packaged_configs()
+    h200 = ("qwen3.5-397b-a17b", "--gpu-memory", "141GB", "--max-context", "32768")
+    assert _cli(*h200, "--weights", "bf16", "--tensor-parallel", "4") == 1
+    assert _cli(*h200, "--weights", "bf16", "--tensor-parallel", "8") == 0
+    assert _cli(*h200, "--weights", "int4", "--tensor-parallel", "4") == 0
+
+
 def test_plan_error_carries_exact_figures_and_largest_fit():
     ecfg = EngineConfig(max_context=65536, max_concurrency=8)
     plan = _plan(ecfg)
@@ -354,3 +367,22 @@ def test_plan_command_does_not_import_torch():
     code = "import sys, hinfer.cli.commands.plan as p; p.load_config_arg('qwen3.5-122b-a10b'); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_plan_per_tensor_parallel_rank(capsys):
+    """27B over 2 ranks: each holds half the KV heads and GDN heads, so half the state; about half the weights
+    (norms and the router replicated); the table says so."""
+    cfg = load_model_config(F27B)
+    plans = {n: plan_memory(cfg, EngineConfig(tensor_parallel=n), weights="bf16", device_bytes=141 * 10**9,
+                            device_name="t", device="cuda") for n in (1, 2)}  # fmt: skip
+    one, two = ({r.name: r.bytes for r in p.rows} for p in plans.values())
+    assert two["kv cache"] * 2 == one["kv cache"] and two["gdn state"] * 2 == one["gdn state"]
+    assert 0.5 < two["weights"] / one["weights"] < 0.501
+    assert two["sampler state"] == one["sampler state"]  # rank 0 samples from the whole vocabulary
+    assert plans[2].page_bytes * 2 == plans[1].page_bytes
+    assert "tensor-parallel 2 (per rank)" in plans[2].table()
+    assert _cli("qwen3.6-27b", "--gpu-memory", "80GB", "--tensor-parallel", "2") == 0  # bf16 27B: one H100 is short
+    assert _cli("qwen3.6-27b", "--gpu-memory", "80GB") == 1
+    capsys.readouterr()
+    with pytest.raises(ConfigError, match="num_attention_heads 24"):
+        _cli("qwen3.6-27b", "--tensor-parallel", "16")

@@ -12,7 +12,7 @@ from hinfer.errors import ConfigError
 from hinfer.fixtures import config_dir
 from hinfer.vision_config import VisionConfig
 
-RELEASED = ["qwen3.5-0.8b", "qwen3.6-27b", "qwen3.6-35b-a3b", "qwen3.5-122b-a10b"]
+RELEASED = ["qwen3.5-0.8b", "qwen3.6-27b", "qwen3.6-35b-a3b", "qwen3.5-122b-a10b", "qwen3.5-397b-a17b"]
 
 
 def _raw(name: str) -> dict:

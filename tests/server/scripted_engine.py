@@ -68,6 +68,9 @@ class ScriptedEngine:
     async def stop(self) -> None:
         self.stopped = True
 
+    def close(self) -> None:
+        pass
+
     def stats(self) -> EngineStats:
         return EngineStats(lanes_total=self.lanes, lanes_busy=self.busy, queue_depth=len(self._queue),
                            requests_finished=self.finished, tokens_generated=self.tokens,

@@ -146,6 +146,9 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("--agent, --prefix-ttft, --structured, --spec-serving and --vision are separate benchmarks: "
                          "pick one")
     fill_defaults(args)
+    if args.tensor_parallel > 1:
+        raise SystemExit("hinfer bench runs one process: --tensor-parallel is for serve, generate, chat and plan "
+                         "(docs/tensor-parallel.md)")
     if args.spec_serving:
         return run_spec_serving(args)
     if args.agent:

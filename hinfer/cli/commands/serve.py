@@ -113,6 +113,11 @@ def run(args: argparse.Namespace) -> int:
     if args.demo and args.model:
         raise ConfigError("give MODEL or --demo, not both")
     check_max_context(args, args.model)
+    if args.tensor_parallel > 1 and _launcher_follower(args.tensor_parallel):
+        from hinfer.engine.factory import load_model
+
+        load_model(args.model or "demo", engine_config_from_args(args))  # follows rank 0's steps, then exits
+        return 0
     from hinfer.server import http_server  # heavy imports only once the flags are known to be good
 
     sock = http_server.bind_socket(args.host, args.port)  # before the model loads: a busy port fails at once
@@ -120,6 +125,13 @@ def run(args: argparse.Namespace) -> int:
         return _serve(args, sock)
     finally:
         sock.close()
+
+
+def _launcher_follower(n: int) -> bool:
+    """Started by torchrun as rank 1..N-1: no socket of its own (rank 0 serves HTTP), only the model's steps."""
+    from hinfer.engine.tp.group import launcher_rank
+
+    return bool(launcher_rank(n))
 
 
 def _serve(args: argparse.Namespace, sock: socket.socket) -> int:
@@ -157,6 +169,9 @@ def _serve(args: argparse.Namespace, sock: socket.socket) -> int:
     limits = http_server.HTTPLimits(header_timeout_s=args.header_timeout, body_timeout_s=args.body_timeout,
                         keep_alive_s=args.keep_alive_timeout, max_connections=args.max_connections,
                         shutdown_timeout_s=args.shutdown_timeout)
-    http_server.serve(app, sock, app.state.hinfer.drain, limits)
+    try:
+        http_server.serve(app, sock, app.state.hinfer.drain, limits)
+    finally:
+        engine.close()  # the engine thread has stopped: tensor parallelism's other ranks leave
     log.info("stopped")
     return 0

@@ -1,0 +1,125 @@
+"""Two gloo ranks give one process's greedy tokens and logits (fp32, 1e-4), dense and MoE, through the engine:
+4 lanes, chunked prefill (chunks of 16 over prompts up to 70 tokens), the prefix cache on.
+
+The dense run lets rank 0 spawn rank 1 (LLM(..., tensor_parallel=2)); the MoE run starts rank 1 the way torchrun
+does (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), as a second process running the same LLM call.
+The dense config has one KV head (replicated on both ranks) and an odd vocabulary (rank 1's block padded); the
+MoE config two KV heads (split).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import hinfer
+from hinfer.errors import CheckpointError
+from hinfer.llm import LLM
+from hinfer.sampling_params import SamplingParams
+from hinfer.weights.synth import write_synthetic_checkpoint
+
+CONFIGS = Path(hinfer.__file__).parent / "configs"
+_SMALL = dict(
+    vocab_size=1001, hidden_size=64, head_dim=16, num_attention_heads=4, num_key_value_heads=1,
+    linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+    max_position_embeddings=4096, tie_word_embeddings=False,
+)  # fmt: skip
+VARIANTS = {
+    "dense": ("qwen3.5-0.8b", _SMALL | {"intermediate_size": 96}),
+    "moe": ("qwen3.6-35b-a3b", _SMALL | dict(num_key_value_heads=2, num_experts=8, num_experts_per_tok=2,
+                                             moe_intermediate_size=32, shared_expert_intermediate_size=32)),
+}  # fmt: skip
+ENGINE = dict(device="cpu", max_concurrency=4, prefill_chunk=16, max_context=256, page_size=16)
+PROMPT_LENGTHS = (5, 40, 23, 70)
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory: pytest.TempPathFactory):
+    def get(variant: str) -> Path:
+        src, over = VARIANTS[variant]
+        return write_synthetic_checkpoint(CONFIGS / src, tmp_path_factory.mktemp(variant), layers=4, seed=3,
+                                          dtype=torch.float32, overrides=over, progress=False)  # fmt: skip
+
+    return get
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """The one-process reference on one CPU thread, as each of the two ranks runs (tiny GEMMs: threads only spin)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _prompts(seed: int) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(1, 1001, (n,), generator=g).tolist() for n in PROMPT_LENGTHS]
+
+
+def _run(llm: LLM, prompts: list[list[int]]) -> tuple[list[list[int]], list[list[float]], torch.Tensor]:
+    outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=8, logprobs=0))
+    return [o.token_ids for o in outs], [o.logprobs for o in outs], llm.logits(prompts[-1])
+
+
+def _check(one, two) -> None:
+    (tok1, lp1, lg1), (tok2, lp2, lg2) = one, two
+    assert tok2 == tok1
+    assert len({t for seq in tok1 for t in seq}) > 8  # the model does not just repeat one token
+    torch.testing.assert_close(torch.tensor(lp2), torch.tensor(lp1), rtol=0, atol=1e-4)
+    torch.testing.assert_close(lg2, lg1, rtol=0, atol=1e-4)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_dense_two_ranks_spawned(ckpt, seed):
+    path, prompts = ckpt("dense"), _prompts(seed)
+    one = _run(LLM(str(path), **ENGINE), prompts)
+    with LLM(str(path), tensor_parallel=2, **ENGINE) as llm:
+        assert llm.core.runner.state.k_cache.shape[3] == 1  # the one KV head, replicated
+        two = _run(llm, prompts)
+    _check(one, two)
+
+
+def test_moe_two_ranks_under_a_launcher(ckpt, seed, monkeypatch):
+    path, prompts = ckpt("moe"), _prompts(seed)
+    one = _run(LLM(str(path), **ENGINE), prompts)
+    env = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+    call = f"from hinfer.llm import LLM; LLM({str(path)!r}, tensor_parallel=2, **{ENGINE!r})"
+    rank1 = subprocess.Popen([sys.executable, "-c", call], env=os.environ | env | {"RANK": "1", "LOCAL_RANK": "1"},
+                             cwd=Path(hinfer.__file__).resolve().parents[1])  # fmt: skip
+    try:
+        for k, v in (env | {"RANK": "0", "LOCAL_RANK": "0"}).items():
+            monkeypatch.setenv(k, v)
+        with LLM(str(path), tensor_parallel=2, **ENGINE) as llm:
+            assert llm.core.runner.state.k_cache.shape[3] == 1  # two KV heads, one per rank
+            two = _run(llm, prompts)
+        assert rank1.wait(timeout=60) == 0  # it served rank 0's steps and left when rank 0 closed
+    finally:
+        if rank1.poll() is None:
+            rank1.kill()
+    _check(one, two)
+
+
+def test_a_rank_that_cannot_load_stops_them_all(ckpt, tmp_path):
+    """A config the checkpoint does not match: every rank refuses its slices, rank 0 raises its own error and
+    rank 1 leaves (nobody waits in a collective)."""
+    bad = tmp_path / "bad"
+    shutil.copytree(ckpt("dense"), bad)
+    raw = json.loads((bad / "config.json").read_text())
+    raw["text_config"]["intermediate_size"] = 64
+    (bad / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(CheckpointError, match="down_proj.weight' has shape \\[64, 96\\], expected 64 along dim 1"):
+        LLM(str(bad), tensor_parallel=2, **ENGINE)
