@@ -61,12 +61,16 @@ class Layer:
         self.ssm_state = torch.randn(n_slots, HV, KD, VD, device="cuda") * 0.1
 
 
-def _ops(batch: ForwardBatch) -> dict:
-    return {
+def _ops(batch: ForwardBatch, fused: bool = False) -> dict:
+    ops = {
         "gdn": lambda L: tg.gated_delta_rule(L.q, L.k, L.v, L.g, L.beta, L.ssm_state, batch),
         "conv": lambda L: tg.causal_conv1d(L.x, L.w, L.conv_state, batch),
         "gating": lambda L: tg.gdn_gating(L.a, L.b, L.a_log, L.dt_bias),
     }
+    if fused:  # the three above in one kernel (gdn_decode.py): compare with their sum
+        ops["fused"] = lambda L: tg.gated_delta_net(L.x, L.a, L.b, L.a_log, L.dt_bias, L.w, L.conv_state,
+                                                    L.ssm_state, batch, (HK, KD, HV, VD))  # fmt: skip
+    return ops
 
 
 def _bytes(op: str, c: int, n: int) -> float:
@@ -77,6 +81,9 @@ def _bytes(op: str, c: int, n: int) -> float:
         return c * STATE_BYTES * (1 + writes) + t * (2 * HK * KD + 2 * HV * VD) * 2 + t * HV * 8
     if op == "conv":
         return t * CONV * 2 * 2 + c * CONV * 3 * 2 * 2 + CONV * 8
+    if op == "fused":  # state and conv state read and written, x, a, b read, o written
+        writes = n if n > 1 else 1
+        return c * STATE_BYTES * (1 + writes) + c * CONV * 3 * 2 * (1 + writes) + t * (CONV + HV * VD + 2 * HV) * 2
     return t * HV * (2 * 2 + 2 * 4)
 
 
@@ -94,7 +101,7 @@ def decode_rows(cs=(1, 8, 64), verify=((8, 4),)) -> list[tuple]:
         batch, n_slots = _batch([n] * c, verify=n > 1)
         n_layers = max(2, min(48, math.ceil(256e6 / (c * STATE_BYTES))))  # the touched state > L2
         layers = [Layer(c * n, n_slots) for _ in range(n_layers)]
-        for op, fn in _ops(batch).items():
+        for op, fn in _ops(batch, fused=True).items():
             us = _graph_us(fn, layers)
             floor = _bytes(op, c, n) / BW * 1e6
             rows.append(
@@ -181,6 +188,14 @@ def sweep(decode: bool = True) -> None:
             res = [r[1] for r in decode_rows(cs=(1, 64), verify=((8, 4),)) if r[0].startswith("gdn")]
             print(f"  BV={bv:3d} warps={nw}: C=1 {res[0]:8.2f}  C=64 {res[1]:8.2f}  verify 8x4 {res[2]:8.2f}")
     tg.DECODE = base_d
+    base_f = dict(tg.FUSED)
+    print("\nsweep: fused decode step (FUSED), us per layer")
+    for bv in (8, 16, 32) if decode else ():
+        for nw in (1, 2, 4):
+            tg.FUSED = dict(base_f, BV=bv, num_warps=nw)
+            res = [r[1] for r in decode_rows(cs=(1, 64), verify=((8, 4),)) if r[0].startswith("fused")]
+            print(f"  BV={bv:3d} warps={nw}: C=1 {res[0]:8.2f}  C=64 {res[1]:8.2f}  verify 8x4 {res[2]:8.2f}")
+    tg.FUSED = base_f
     lens = [8192]
     print("\nsweep: chunked kernels (CHUNK), us per 8K-token layer")
     trials = [{"prep_warps": w} for w in (4, 8)]
@@ -225,7 +240,7 @@ def main() -> None:
     print(
         f"copy bandwidth measured now: {copy_bandwidth() / 1e12:.2f} TB/s (floors use {BW / 1e12:.1f} TB/s)"
     )
-    print(f"settings: DECODE {tg.DECODE}  CHUNK {tg.CHUNK}  CONV {tg.CONV}")
+    print(f"settings: DECODE {tg.DECODE}  FUSED {tg.FUSED}  CHUNK {tg.CHUNK}  CONV {tg.CONV}")
     print_table(decode_rows(), "decode / verify, per layer (CUDA graph, state from HBM)")
     rows = prefill_rows([8192]) + prefill_rows([2048] * 4)
     rows += fla_row([8192])

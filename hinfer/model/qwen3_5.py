@@ -23,7 +23,7 @@ from hinfer.model.vision_grid import Grid
 from hinfer.ops.activation import sigmoid_gate, silu_mul
 from hinfer.ops.attention import paged_attention, qk_norm_rope_write
 from hinfer.ops.dispatch import set_backend
-from hinfer.ops.gdn import causal_conv1d, gated_delta_rule, gdn_gating
+from hinfer.ops.gdn import gated_delta_net
 from hinfer.ops.linear import linear
 from hinfer.ops.moe import moe_experts, moe_route
 from hinfer.ops.norm import add_rms_norm, gated_rms_norm, rms_norm
@@ -109,13 +109,9 @@ class GatedDeltaNet(nn.Module):
     def forward(self, x: torch.Tensor, batch: ForwardBatch, conv_state: torch.Tensor, ssm_state: torch.Tensor):
         t = x.shape[0]
         qkv, z, b, a = self.in_proj.split(linear(x, self.in_proj.weight))
-        qkv = causal_conv1d(qkv, self.conv_weight, conv_state, batch)
-        q, k, v = qkv.split([self.hk * self.dk, self.hk * self.dk, self.hv * self.dv], dim=-1)
-        g, beta = gdn_gating(a, b, self.A_log, self.dt_bias)
-        o = gated_delta_rule(
-            q.view(t, self.hk, self.dk), k.view(t, self.hk, self.dk), v.view(t, self.hv, self.dv),
-            g, beta, ssm_state, batch,
-        )  # fmt: skip
+        # q, k, v = silu(causal_conv1d(qkv)); g, beta = gating(a, b); o = gated delta rule (ops/gdn.py)
+        o = gated_delta_net(qkv, a, b, self.A_log, self.dt_bias, self.conv_weight, conv_state, ssm_state, batch,
+                            (self.hk, self.dk, self.hv, self.dv))  # fmt: skip
         o = gated_rms_norm(o, z.view(t, self.hv, self.dv), self.norm, self.eps)
         return linear(o.reshape(t, -1), self.out_proj)
 

@@ -1,4 +1,5 @@
-"""Triton twins of hinfer.ops.gdn: causal_conv1d, gdn_gating, gated_delta_rule (same signatures/semantics).
+"""Triton twins of hinfer.ops.gdn: causal_conv1d, gdn_gating, gated_delta_rule and their composition
+gated_delta_net (same signatures/semantics; the composition runs one fused kernel for short sequences).
 
 gated_delta_rule has two paths behind one call: sequences of <= RECURRENT_MAX_TOKENS new tokens (decode,
 speculative verify, short tails) go to the recurrent kernel (gdn_recurrent.py); longer ones to the chunked
@@ -15,11 +16,14 @@ state kernel is a sequential chain per (sequence, head, V block): its programs m
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from hinfer.batch import ForwardBatch
 from hinfer.ops.triton.gdn_chunk import chunked_launch
 from hinfer.ops.triton.gdn_conv import causal_conv1d_launch, gdn_gating_launch
+from hinfer.ops.triton.gdn_decode import fused_decode_launch
 from hinfer.ops.triton.gdn_recurrent import recurrent_launch
 
 RECURRENT_MAX_TOKENS = 8  # sequences up to this many new tokens run the recurrent kernel
@@ -36,6 +40,8 @@ CHUNK = {
     "out_warps": 4,  # H200 sweep 2026-11-30 (with prep at 4 warps): 1.96 ms vs 2.18 ms at 8 warps
 }
 CONV = {"small_q": 16, "BT": 16, "BC": 128, "num_warps": 4}
+# conv + gates + rule in one kernel for short sequences (HINFER_GDN_FUSED=0: the three kernels, to compare)
+FUSED = {"on": os.environ.get("HINFER_GDN_FUSED", "1") != "0", "BV": 16, "num_warps": 2}
 
 
 def _empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -84,9 +90,7 @@ def gated_delta_rule(
         raise ValueError(f"gated_delta_rule kernels need power-of-2 head dims >= 16, got K={kd} V={vd}")
     o = _empty(tuple(v.shape), v.dtype, v.device)
     lens = batch.q_lens_cpu
-    max_n = (
-        RECURRENT_MAX_TOKENS if batch.gdn_step_slots is None else max(RECURRENT_MAX_TOKENS, VERIFY_MAX_TOKENS)
-    )
+    max_n = _max_short(batch)
     long_seqs = [b for b, n in enumerate(lens) if n > max_n]
     if len(long_seqs) < len(lens):
         recurrent_launch(
@@ -99,3 +103,39 @@ def gated_delta_rule(
             lens, long_seqs, CHUNK,
         )  # fmt: skip
     return o
+
+
+def _max_short(batch: ForwardBatch) -> int:
+    """The most new tokens a sequence may have and still take the recurrent (or fused) kernel."""
+    return RECURRENT_MAX_TOKENS if batch.gdn_step_slots is None else max(RECURRENT_MAX_TOKENS, VERIFY_MAX_TOKENS)
+
+
+def gated_delta_net(
+    qkv: torch.Tensor,  # [T, 2 HK K + HV V] in_proj's q, k, v rows, before the conv
+    a: torch.Tensor,  # [T, HV]
+    b: torch.Tensor,  # [T, HV]
+    a_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    conv_weight: torch.Tensor,
+    conv_state: torch.Tensor,
+    ssm_state: torch.Tensor,
+    batch: ForwardBatch,
+    heads: tuple[int, int, int, int],  # HK, K, HV, V
+) -> torch.Tensor:
+    """hinfer.ops.gdn.gated_delta_net: one fused kernel when every sequence is short (decode, verify), else the
+    conv, the gates and the rule's kernels."""
+    hk, kd, hv, vd = heads
+    t = qkv.shape[0]
+    if FUSED["on"] and max(batch.q_lens_cpu, default=0) <= _max_short(batch) and t:
+        qkv, a, b = _unit_last(qkv), _unit_last(a), _unit_last(b)
+        o = _empty((t, hv, vd), qkv.dtype, qkv.device)
+        fused_decode_launch(
+            qkv, a, b, a_log.contiguous(), dt_bias.contiguous(), _unit_last(conv_weight), conv_state, ssm_state,
+            o, batch.cu_q_lens, batch.gdn_slots, batch.gdn_step_slots, len(batch.q_lens_cpu), hk, FUSED["BV"],
+            FUSED["num_warps"],
+        )  # fmt: skip
+        return o
+    qkv = causal_conv1d(qkv, conv_weight, conv_state, batch)
+    q, k, v = qkv.split([hk * kd, hk * kd, hv * vd], dim=-1)
+    g, beta = gdn_gating(a, b, a_log, dt_bias)
+    return gated_delta_rule(q.view(t, hk, kd), k.view(t, hk, kd), v.view(t, hv, vd), g, beta, ssm_state, batch)

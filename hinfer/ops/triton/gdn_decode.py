@@ -1,0 +1,203 @@
+"""Triton: one Gated DeltaNet step for short sequences (decode, speculative verify) in one kernel: the causal
+conv + SiLU of q, k and v, the gates g and beta, and the gated delta rule, where the separate kernels take three
+launches (gdn_conv.py's conv and gating, gdn_recurrent.py's rule) and a round trip of q, k, v, g and beta.
+
+Grid (sequence, value head, V block), as the recurrent kernel: each program keeps its [K, BV] block of the
+head's fp32 state in registers for all of the sequence's tokens, and convolves the channels it reads itself:
+its key head's q and k (K each) and its BV v channels, over the old conv state (three inputs per channel) and
+the sequence's new inputs. The numerics are the separate kernels' step for step (conv in the weight dtype, its
+output and beta rounded as theirs), so the fused step equals them up to fma contraction.
+
+Conv state: a program's v channels are its own (read, then written by it alone). The q and k channels of a key
+head are read by all REP x V/BV programs of its value heads, and in place (the new state goes to the slot it
+came from) a write could overtake another program's read: each program takes an arrival ticket after its reads
+(one counter per sequence and key head), and the last to arrive writes them and resets the counter. With step
+slots (speculative verify) the state after token j goes to step[j], a run of equal slots keeping its last.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from hinfer.ops.triton.common import interpreted, round_to
+from hinfer.ops.triton.gdn_common import l2norm
+
+ARRIVALS = 1 << 16  # arrival counters (sequences x key heads per launch, at most)
+_arrivals: dict[torch.device, torch.Tensor] = {}
+
+
+def arrival_counters(device: torch.device) -> torch.Tensor:
+    """Zeroed int32 counters the kernel leaves zeroed; allocated on first use, which must be eager (not inside a
+    CUDA-graph capture: the engine runs its warm-up steps before capturing)."""
+    buf = _arrivals.get(device)
+    if buf is None:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("gdn decode: run one eager decode step before CUDA-graph capture")
+        buf = torch.zeros(ARRIVALS, dtype=torch.int32, device=device)
+        _arrivals[device] = buf
+    return buf
+
+
+@triton.jit
+def _old(cs, X_DT: tl.constexpr, EMU: tl.constexpr):
+    """The old conv state's three inputs at pointers cs (a channel vector's), in the x dtype as the reference's
+    torch.cat rounds them."""
+    s0 = round_to(tl.load(cs).to(tl.float32), X_DT, EMU)
+    s1 = round_to(tl.load(cs + 1).to(tl.float32), X_DT, EMU)
+    s2 = round_to(tl.load(cs + 2).to(tl.float32), X_DT, EMU)
+    return s0, s1, s2
+
+
+@triton.jit
+def _conv(w_ptrs, s0, s1, s2, x, W_DT: tl.constexpr, Y_DT: tl.constexpr, EMU: tl.constexpr):
+    """silu(sum_i w_i * in_i) over the inputs (s0, s1, s2, x) oldest first: the conv kernel's arithmetic."""
+    acc = tl.load(w_ptrs).to(tl.float32) * round_to(s0, W_DT, EMU)
+    acc += tl.load(w_ptrs + 1).to(tl.float32) * round_to(s1, W_DT, EMU)
+    acc += tl.load(w_ptrs + 2).to(tl.float32) * round_to(s2, W_DT, EMU)
+    acc += tl.load(w_ptrs + 3).to(tl.float32) * round_to(x, W_DT, EMU)
+    acc = round_to(acc, W_DT, EMU)  # F.conv1d returns the weight dtype
+    return round_to(acc / (1.0 + tl.exp(-acc)), Y_DT, EMU)
+
+
+@triton.jit
+def _save_conv(cs_ptr, c, xs_ptr, sx_t, s0, s1, s2, n, slot, step_ptr, step_stride, b, ss_s, ss_c,
+               HAS_STEP: tl.constexpr, EMU: tl.constexpr):  # fmt: skip
+    """Write the conv state of channels c: the last three inputs after the last token, or after every token j to
+    step[j] (a run of equal slots: its last). Inputs at positions < 0 are the old state's s0..s2."""
+    st_dt: tl.constexpr = cs_ptr.dtype.element_ty
+    if HAS_STEP:
+        j = n - n
+    else:
+        j = n - 1
+    while j < n:  # a while loop: Triton's interpreter cannot range() over a loaded scalar
+        if HAS_STEP:
+            dst = tl.load(step_ptr + b * step_stride + j)
+            nxt = tl.load(step_ptr + b * step_stride + j + 1, mask=j + 1 < n, other=-1)
+            wr = (j == n - 1) | (dst != nxt)
+        else:
+            dst = slot
+            wr = j == j
+        if wr:
+            for i in tl.static_range(3):
+                p = j - 2 + i
+                xv = tl.load(xs_ptr + p * sx_t + c, mask=(c >= 0) & (p >= 0), other=0.0).to(tl.float32)
+                old = tl.where(p == -3, s0, tl.where(p == -2, s1, s2))
+                val = tl.where(p < 0, old, xv)
+                tl.store(cs_ptr + dst * ss_s + c * ss_c + i, round_to(val, st_dt, EMU).to(st_dt))
+        j += 1
+
+
+@triton.jit
+def _fused_kernel(
+    x_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, cw_ptr, cs_ptr, s_ptr, o_ptr, cnt_ptr, cu_ptr, slot_ptr, step_ptr,
+    sx_t, sa_t, sb_t, scw_c, scs_s, scs_c, so_t, so_h, ss_s, ss_h, ss_k, step_stride, HK, scale,
+    REP: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, HAS_STEP: tl.constexpr,
+    EMU: tl.constexpr,
+):  # fmt: skip
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    vb = tl.program_id(2)
+    slot = tl.load(slot_ptr + b)
+    start = tl.load(cu_ptr + b).to(tl.int64)
+    n = tl.load(cu_ptr + b + 1).to(tl.int64) - start
+    hk = h // REP
+    rk = tl.arange(0, K)
+    rv = vb * BV + tl.arange(0, BV)
+    cq = hk * K + rk  # channels of qkv: q [HK K] | k [HK K] | v [HV V]
+    ck = HK * K + cq
+    cv = 2 * HK * K + h * V + rv
+    x_dt: tl.constexpr = x_ptr.dtype.element_ty
+    w_dt: tl.constexpr = cw_ptr.dtype.element_ty
+    o_dt: tl.constexpr = o_ptr.dtype.element_ty
+    cs = cs_ptr + slot * scs_s
+    q0, q1, q2 = _old(cs + cq * scs_c, x_dt, EMU)
+    k0, k1, k2 = _old(cs + ck * scs_c, x_dt, EMU)
+    v0, v1, v2 = _old(cs + cv * scs_c, x_dt, EMU)
+    # the old q / k state is read: take a ticket (the last of the key head's programs writes the new one)
+    arrived = tl.atomic_add(cnt_ptr + b * HK + hk, 1, sem="acq_rel")
+    last = arrived == REP * (V // BV) - 1
+    neg_a = -tl.exp(tl.load(alog_ptr + h).to(tl.float32))
+    dtb = tl.load(dtb_ptr + h).to(tl.float32)
+    s_off = h * ss_h + rk[:, None] * ss_k + rv[None, :]
+    state = tl.load(s_ptr + slot * ss_s + s_off)  # [K, BV] fp32
+    xs = x_ptr + start * sx_t
+    p0, p1, p2 = q0, q1, q2  # the three inputs before the current token, per channel group
+    r0, r1, r2 = k0, k1, k2
+    u0, u1, u2 = v0, v1, v2
+    j = n - n
+    while j < n:
+        t = start + j
+        xq = tl.load(xs + j * sx_t + cq).to(tl.float32)
+        xk = tl.load(xs + j * sx_t + ck).to(tl.float32)
+        xv = tl.load(xs + j * sx_t + cv).to(tl.float32)
+        q = _conv(cw_ptr + cq * scw_c, p0, p1, p2, xq, w_dt, x_dt, EMU)
+        k = _conv(cw_ptr + ck * scw_c, r0, r1, r2, xk, w_dt, x_dt, EMU)
+        v = _conv(cw_ptr + cv * scw_c, u0, u1, u2, xv, w_dt, x_dt, EMU)
+        p0, p1, p2 = p1, p2, xq
+        r0, r1, r2 = r1, r2, xk
+        u0, u1, u2 = u1, u2, xv
+        # gates: g = -exp(A_log) softplus(a + dt_bias) (torch's threshold 20), beta = sigmoid(b) in b's dtype
+        ga = tl.load(a_ptr + t * sa_t + h).to(tl.float32) + dtb
+        e = tl.exp(tl.minimum(ga, 20.0))
+        uu = 1.0 + e
+        lp = tl.where(uu == 1.0, e, tl.log(uu) * (e / tl.where(uu == 1.0, 1.0, uu - 1.0)))
+        g = neg_a * tl.where(ga > 20.0, ga, lp)
+        bb = tl.load(b_ptr + t * sb_t + h).to(tl.float32)
+        beta = round_to(1.0 / (1.0 + tl.exp(-bb)), b_ptr.dtype.element_ty, EMU)
+        # the gated delta rule (gdn_recurrent.py)
+        q = l2norm(q, 0) * scale
+        k = l2norm(k, 0)
+        state = state * tl.exp(g)
+        kv = tl.sum(state * k[:, None], axis=0)
+        sq = tl.sum(state * q[:, None], axis=0)
+        delta = (v - kv) * beta
+        state = state + k[:, None] * delta[None, :]
+        o = sq + tl.sum(k * q, axis=0) * delta
+        tl.store(o_ptr + t * so_t + h * so_h + rv, round_to(o, o_dt, EMU).to(o_dt))
+        if HAS_STEP:
+            dst = tl.load(step_ptr + b * step_stride + j)
+            nxt = tl.load(step_ptr + b * step_stride + j + 1, mask=j + 1 < n, other=-1)
+            if (j == n - 1) | (dst != nxt):
+                tl.store(s_ptr + dst * ss_s + s_off, state)
+        j += 1
+    if not HAS_STEP:
+        tl.store(s_ptr + slot * ss_s + s_off, state)
+    _save_conv(cs_ptr, cv, xs, sx_t, v0, v1, v2, n, slot, step_ptr, step_stride, b, scs_s, scs_c, HAS_STEP, EMU)
+    if last:
+        _save_conv(cs_ptr, cq, xs, sx_t, q0, q1, q2, n, slot, step_ptr, step_stride, b, scs_s, scs_c, HAS_STEP,
+                   EMU)  # fmt: skip
+        _save_conv(cs_ptr, ck, xs, sx_t, k0, k1, k2, n, slot, step_ptr, step_stride, b, scs_s, scs_c, HAS_STEP,
+                   EMU)  # fmt: skip
+        tl.atomic_xchg(cnt_ptr + b * HK + hk, 0)
+
+
+def fused_decode_launch(
+    qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor, a_log: torch.Tensor, dt_bias: torch.Tensor,
+    conv_weight: torch.Tensor, conv_state: torch.Tensor, ssm_state: torch.Tensor, o: torch.Tensor,
+    cu_q_lens: torch.Tensor, gdn_slots: torch.Tensor, step_slots: torch.Tensor | None, num_seqs: int,
+    hk: int, bv: int, num_warps: int,
+) -> None:  # fmt: skip
+    """o [T, HV, V] for a batch of short sequences; conv_state / ssm_state updated as the separate kernels do."""
+    hv, vd = o.shape[1], o.shape[2]
+    kd = ssm_state.shape[-2]
+    bv = min(bv, vd)
+    if conv_weight.shape[1] != 4 or conv_state.shape[-1] != 3:
+        raise ValueError("the fused GDN step supports conv kernel width 4 only")
+    if qkv.shape[1] != 2 * hk * kd + hv * vd or vd % bv or ssm_state.shape[-2:] != (kd, vd):
+        raise ValueError(f"gdn decode: qkv {tuple(qkv.shape)} does not hold {hk} x {kd} q / k and {hv} x {vd} v")
+    if num_seqs * hk > ARRIVALS:
+        raise ValueError(f"gdn decode: {num_seqs} sequences x {hk} key heads exceed {ARRIVALS} counters")
+    if min(t.stride(-1) for t in (qkv, a, b, conv_weight, conv_state, ssm_state, o)) != 1:
+        raise ValueError("gdn decode needs unit stride along the last dimension")
+    step = step_slots if step_slots is not None else gdn_slots
+    _fused_kernel[(num_seqs, hv, vd // bv)](
+        qkv, a, b, a_log, dt_bias, conv_weight, conv_state, ssm_state, o, arrival_counters(qkv.device),
+        cu_q_lens, gdn_slots, step,
+        qkv.stride(0), a.stride(0), b.stride(0), conv_weight.stride(0), conv_state.stride(0), conv_state.stride(1),
+        o.stride(0), o.stride(1), ssm_state.stride(0), ssm_state.stride(1), ssm_state.stride(2),
+        step.stride(0) if step_slots is not None else 0, hk, kd**-0.5,
+        REP=hv // hk, K=kd, V=vd, BV=bv, HAS_STEP=step_slots is not None, EMU=interpreted(_fused_kernel),
+        num_warps=num_warps,
+    )  # fmt: skip

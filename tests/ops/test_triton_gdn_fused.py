@@ -1,0 +1,117 @@
+"""The fused Gated DeltaNet step (conv + gates + rule in one kernel, gdn_decode.py) vs the reference composition
+and vs the separate Triton kernels, under Triton's CPU interpreter at tiny shapes: outputs, the SSM state and the
+conv state (bit for bit: copies of inputs), in decode and speculative-verify batches (step slots, a row of equal
+slots), with several programs per key head (the last to arrive writes its q / k conv state). Outputs and
+step-slot destinations are poisoned with NaN, so an element never written fails."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from hinfer.batch import ForwardBatch, SeqChunk, build_forward_batch
+from hinfer.ops import gdn as ref
+
+N_SLOTS = 40
+HK, KD, HV, VD = 2, 16, 6, 32  # three value heads per key head, V in two blocks of 16: 6 programs per key head
+
+
+@pytest.fixture
+def tg(interpreter, monkeypatch):
+    from hinfer.ops.triton import gdn
+
+    monkeypatch.setattr(gdn, "CONV", {"small_q": 4, "BT": 8, "BC": 16, "num_warps": 4})
+    monkeypatch.setattr(gdn, "DECODE", {"BV": 8, "num_warps": 2})
+    monkeypatch.setattr(gdn, "FUSED", {"on": True, "BV": 16, "num_warps": 2})
+    monkeypatch.setattr(gdn, "_empty", lambda shape, dtype, device: torch.full(shape, float("nan"), dtype=dtype))
+    return gdn
+
+
+def _batch(lens: list[int], verify: list[bool] | None = None) -> ForwardBatch:
+    pool = random.sample(range(1, N_SLOTS), N_SLOTS - 1)
+    chunks = []
+    for i, n in enumerate(lens):
+        st = [pool.pop() for _ in range(n)] if verify and verify[i] else None
+        chunks.append(SeqChunk(list(range(n)), 0, [0], pool.pop(), gdn_step_slots=st))
+    return build_forward_batch(chunks, 4096, "cpu")
+
+
+def _step_targets(batch: ForwardBatch) -> list[int]:
+    if batch.gdn_step_slots is None:
+        return []
+    own = set(batch.gdn_slots.tolist())
+    return sorted({s for row in batch.gdn_step_slots.tolist() for s in row} - own)
+
+
+def _inputs(t: int, dtype: torch.dtype):
+    c = 2 * HK * KD + HV * VD
+    proj = torch.randn(t, c + 2 * HV + 8, dtype=dtype)  # strided slices of one projection, as the model's
+    qkv, b, a = proj[:, :c], proj[:, c : c + HV] * 3, proj[:, c + HV : c + 2 * HV]
+    a_log = (torch.rand(HV) * 2.5).to(dtype)
+    dt_bias = torch.randn(HV).to(dtype)
+    conv_w = (torch.randn(c, 4) * 0.5).to(dtype)
+    conv_state = torch.randn(N_SLOTS, c, 3, dtype=dtype)
+    ssm_state = torch.randn(N_SLOTS, HV, KD, VD) * 0.5
+    return qkv, a, b, a_log, dt_bias, conv_w, conv_state, ssm_state
+
+
+SCENARIOS = {
+    "decode": ([1, 1, 1, 1], None),
+    "short": ([1, 3, 8, 2], None),
+    "verify": ([4, 1, 2, 4], [True, False, True, True]),  # the 1-token row keeps its own slot (a run of one)
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_fused_step_matches_reference_and_separate_kernels(tg, seed, scenario, dtype):
+    lens, verify = SCENARIOS[scenario]
+    batch = _batch(lens, verify)
+    qkv, a, b, a_log, dt_bias, conv_w, conv_state, ssm_state = _inputs(sum(lens), dtype)
+    heads = (HK, KD, HV, VD)
+    results = {}
+    for name in ("fused", "separate", "reference"):
+        cs, ss = conv_state.clone(), ssm_state.clone()
+        targets = _step_targets(batch)
+        cs[targets], ss[targets] = float("nan"), float("nan")
+        if name == "reference":
+            o = ref.gated_delta_net_ref(qkv, a, b, a_log, dt_bias, conv_w, cs, ss, batch, heads)
+        else:
+            tg.FUSED["on"] = name == "fused"
+            o = tg.gated_delta_net(qkv, a, b, a_log, dt_bias, conv_w, cs, ss, batch, heads)
+        results[name] = (o, cs, ss)
+    msg = f"seed {seed} lens {lens}"
+    o_f, cs_f, ss_f = results["fused"]
+    o_s, cs_s, ss_s = results["separate"]
+    o_r, cs_r, ss_r = results["reference"]
+    assert o_f.dtype == dtype and not o_f.isnan().any(), msg
+    assert torch.equal(cs_f, cs_r) and torch.equal(cs_f, cs_s), f"{msg}: conv state"
+    tol = dict(rtol=2**-7, atol=2e-3) if dtype == torch.bfloat16 else dict(rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(o_f.float(), o_r.float(), **tol, msg=lambda m: f"{msg}: {m}")
+    torch.testing.assert_close(o_f.float(), o_s.float(), **tol, msg=lambda m: f"{msg}: vs separate: {m}")
+    torch.testing.assert_close(ss_f, ss_r, rtol=1e-4, atol=1e-5, msg=lambda m: f"{msg}: state: {m}")
+
+
+def test_arrival_counters_are_left_zeroed(tg, seed):
+    """Every key head's counter is back at zero after a step (the next step, or a graph replay, starts clean)."""
+    from hinfer.ops.triton.gdn_decode import arrival_counters
+
+    batch = _batch([1, 2, 1])
+    qkv, a, b, a_log, dt_bias, conv_w, conv_state, ssm_state = _inputs(4, torch.float32)
+    tg.gated_delta_net(qkv, a, b, a_log, dt_bias, conv_w, conv_state, ssm_state, batch, (HK, KD, HV, VD))
+    assert not arrival_counters(torch.device("cpu")).any()
+
+
+def test_long_sequences_take_the_separate_kernels(tg, seed, monkeypatch):
+    """A prefill row (past the recurrent kernel's length) sends the whole batch down the separate kernels."""
+    from hinfer.ops.triton import gdn_decode
+
+    calls = []
+    monkeypatch.setattr(tg, "fused_decode_launch", lambda *a: calls.append(1))
+    batch = _batch([1, 12])
+    qkv, a, b, a_log, dt_bias, conv_w, conv_state, ssm_state = _inputs(13, torch.float32)
+    o = tg.gated_delta_net(qkv, a, b, a_log, dt_bias, conv_w, conv_state, ssm_state, batch, (HK, KD, HV, VD))
+    assert not calls and not o.isnan().any()
+    assert gdn_decode.fused_decode_launch is not None
