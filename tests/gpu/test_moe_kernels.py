@@ -163,6 +163,27 @@ def test_experts_int4_real_shapes(tm, weights, seed, t, zero_point, monkeypatch)
         _check(ref.moe_experts_ref(x, wqgu, wqdn, top_w, top_i), want, seed, "int4 reference body")
 
 
+def test_experts_int4_down_takes_silu_mul_as_it_loads(tm, weights, seed):
+    """The tensor-core down projection on gate_up's [gate | up] rows (GLU) equals it on silu_mul's output, bit
+    for bit: the same rounding of silu(gate) and of the product, then the same MMAs."""
+    from hinfer.ops.triton.activation import silu_mul
+    from hinfer.ops.triton.moe_int4 import Int4Experts
+    from hinfer.ops.triton.moe_int4_mma import experts_mma
+    from hinfer.quant.experts import quantize_experts_int4
+
+    name, wgu, wd = weights
+    wq = quantize_experts_int4(wd, zero_point=True)
+    dn = Int4Experts(wq.qweight, wq.scales, wq.zeros, wq.in_features)
+    i = wd.shape[2]
+    hid = (torch.randn(K, 2 * i, device="cuda") * 2).bfloat16()  # one token's K pairs (direct blocks)
+    top_w, top_i = ref.moe_route_ref(torch.randn(1, E, device="cuda").bfloat16(), K)
+    ids, tw = top_i.reshape(-1).contiguous(), top_w.reshape(-1).float().contiguous()
+    a = experts_mma(hid, dn, torch.empty(K, wd.shape[1], device="cuda").bfloat16(), K, 8, ids, ids, ids, ids,
+                    True, xdiv=1, tw=tw, glu=True)  # fmt: skip
+    b = experts_mma(silu_mul(hid), dn, torch.empty_like(a), K, 8, ids, ids, ids, ids, True, xdiv=1, tw=tw)
+    assert torch.equal(a, b), f"seed {seed}: {name}"
+
+
 @pytest.mark.parametrize("t", [1, 8, 64, 2048])
 @pytest.mark.parametrize("block", [False, True])
 def test_experts_fp8_real_shapes(tm, weights, seed, t, block):

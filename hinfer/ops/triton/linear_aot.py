@@ -160,7 +160,7 @@ def variants(full: bool = False) -> Iterator[Variant]:
     # the same kernel on hinfer.quant.int4's row layout, and the routed-experts kernel (direct gate_up, down)
     yield (*int4_mma_variant(128, 8, 4, 8, True, True, 2, rows=True), 0)
     yield (*experts_mma_variant(128, 8, 8, True, True, 8, False), 0)
-    yield (*experts_mma_variant(64, 8, 4, True, False, 1, True), 0)
+    yield (*experts_mma_variant(64, 8, 4, True, False, 1, True, glu=True), 0)
     sig = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "K": "i32", "stride_xm": "i32",
            "stride_qm": "i32", "stride_sm": "i32", "stride_sg": "i32", "GROUP": "i32"}  # fmt: skip
     yield "act_quant", _act_quant_kernel, sig, {"BLOCK": 128}, 4, 3

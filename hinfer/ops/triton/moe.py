@@ -127,9 +127,8 @@ def mma_experts_fit(x: torch.Tensor, gu: Int4Experts, dn: Int4Experts, pairs: in
 
 
 def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, out: torch.Tensor) -> torch.Tensor:
-    """gate_up and down through the tensor-core kernel (moe_int4_mma.py), SiLU-mul between, slots summed."""
-    from hinfer.ops.triton.activation import silu_mul
-
+    """gate_up and down through the tensor-core kernel (moe_int4_mma.py), the down taking SiLU-mul as it loads,
+    slots summed."""
     pairs, h, bm = t * k, x.shape[1], 8
     if t == 1:  # block b = pair b: the k experts are distinct
         blocks, sorted_, bexp, brows, direct = k, ids, ids, ids, True
@@ -138,9 +137,8 @@ def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, o
         blocks, sorted_, bexp, brows, direct = al.n_blocks, al.sorted, al.bexp, al.brows, False
     hid = _empty((pairs, gu.shape[1]), x.dtype, x.device)
     experts_mma(x, gu, hid, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=k)
-    act = silu_mul(hid)
     y = _empty((pairs, h), x.dtype, x.device)
-    experts_mma(act, dn, y, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=1, tw=tw)
+    experts_mma(hid, dn, y, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=1, tw=tw, glu=True)
     return _sum_slots(y, out, t, k, h, False, {"PDL": False})
 
 

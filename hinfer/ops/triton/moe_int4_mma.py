@@ -7,7 +7,8 @@ moe_align's grouping (bexp[b] its expert, -1: nothing to do; sorted[b * BLOCK_M 
 brows[b] rows). Row r of a block reads x row pair // XDIV (XDIV = top k for gate_up: the pair's token; 1 for down:
 the pair's own activation row) and writes y row `pair`, times the pair's routing weight with ROW_SCALE.
 
-    gate_up: h [P, 2I] = x[tok] @ Wgu[e]^T -> silu_mul -> act [P, I] -> down (ROW_SCALE): y [P, H] -> sum of slots
+    gate_up: h [P, 2I] = x[tok] @ Wgu[e]^T -> down (GLU: silu(gate) * up as it loads h; ROW_SCALE): y [P, H]
+    -> sum of slots
 
 Every expert a block names is read once per block (each N tile of it by one program): at one token the 8 selected
 experts' bytes once; at 8 tokens each distinct expert once per 8-row block. No split-K (the grid is experts x N
@@ -40,7 +41,7 @@ def int4_mma_experts_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, tw_ptr, ids_ptr, sorted_ptr, bexp_ptr, brows_ptr,
     N, K, stride_xm, stride_ym, stride_we, stride_se, stride_sn,
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, DEPTH: gl.constexpr,
-    DIRECT: gl.constexpr, XDIV: gl.constexpr, ROW_SCALE: gl.constexpr,
+    DIRECT: gl.constexpr, XDIV: gl.constexpr, ROW_SCALE: gl.constexpr, GLU: gl.constexpr = False,
 ):  # fmt: skip
     W: gl.constexpr = gl.num_warps()
     S: gl.constexpr = BLOCK_N // 16
@@ -78,8 +79,9 @@ def int4_mma_experts_kernel(
         rows = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         s_ptrs = s_ptr + e.to(gl.int64) * stride_se + rows * stride_sn
         z_rows = z_ptr + e.to(gl.int64) * stride_se + rows * stride_sn
+        # GLU: x rows are gate_up's [gate | up] (K each): the down projection takes silu(gate) * up as it loads
         acc = _k_loop(w_ptrs, s_ptrs, z_rows, z_rows, 1, x_ptrs, 0, K // GROUP, BLOCK_N, BLOCK_M, HAS_ZERO,
-                      True, DEPTH, True, GROUP // 8, False)  # fmt: skip
+                      True, DEPTH, True, GROUP // 8, False, GLU, K)  # fmt: skip
         if ROW_SCALE:
             acc = acc * gl.load(tw_ptr + py).to(gl.float32)[None, :]
         out_mask = (ym < nrows)[None, :] & (rows < N)[:, None]
@@ -87,28 +89,31 @@ def int4_mma_experts_kernel(
 
 
 def experts_mma_variant(block_n: int, block_m: int, warps: int, zero: bool, direct: bool, xdiv: int,
-                        row_scale: bool, depth: int = 2):  # fmt: skip
+                        row_scale: bool, depth: int = 2, glu: bool = False):  # fmt: skip
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
            "y_ptr": "*bf16", "tw_ptr": "*fp32", "ids_ptr": "*i64", "sorted_ptr": "*i32", "bexp_ptr": "*i32",
            "brows_ptr": "*i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_ym": "i32", "stride_we": "i32",
            "stride_se": "i32", "stride_sn": "i32"}  # fmt: skip
     cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, DEPTH=depth, DIRECT=direct, XDIV=xdiv,
-               ROW_SCALE=row_scale)  # fmt: skip
+               ROW_SCALE=row_scale, GLU=glu)  # fmt: skip
     name = (f"int4 mma experts{' asym' if zero else ''}{' direct' if direct else ''} BLOCK_N={block_n} "
-            f"BLOCK_M={block_m} w{warps} xdiv {xdiv}{' scaled' if row_scale else ''}")  # fmt: skip
+            f"BLOCK_M={block_m} w{warps} xdiv {xdiv}{' scaled' if row_scale else ''}{' glu' if glu else ''}")  # fmt: skip
     return name, int4_mma_experts_kernel, sig, cex, warps
 
 
 def experts_mma(
     x: torch.Tensor, w: Int4Experts, y: torch.Tensor, blocks: int, block_m: int, ids: torch.Tensor,
     sorted_: torch.Tensor, bexp: torch.Tensor, brows: torch.Tensor, direct: bool, xdiv: int,
-    tw: torch.Tensor | None = None,
+    tw: torch.Tensor | None = None, glu: bool = False,
 ) -> torch.Tensor:  # fmt: skip
-    """y[pair] = x[pair // xdiv] @ w[expert]^T (times tw[pair] if given) for every pair the blocks name."""
+    """y[pair] = x[pair // xdiv] @ w[expert]^T (times tw[pair] if given) for every pair the blocks name; with
+    `glu` x's rows are [gate | up] (2K wide) and the product takes silu(gate) * up (as activation.silu_mul)."""
     e, n, k = w.shape
     if k % GROUP_K or n % 64 or x.dtype != torch.bfloat16 or x.stride(-1) != 1:
         raise ValueError(f"int4 mma experts: K % {GROUP_K}, N % 64, bf16 x with unit stride; got {w.shape}")
+    if glu and x.shape[-1] != 2 * k:
+        raise ValueError(f"int4 mma experts: gate_up rows of {2 * k} for the down projection, got {x.shape[-1]}")
     cfg = experts_mma_tile(ids.numel(), n, k, blocks)
     block_n, warps, depth = cfg.block_n, cfg.num_warps, cfg.num_stages
     g = w.scales.shape[-1]
@@ -116,6 +121,6 @@ def experts_mma(
         x, w.qweight, w.scales, w.zeros if w.zeros is not None else w.scales, y, tw if tw is not None else x,
         ids, sorted_, bexp, brows, n, k, x.stride(0), y.stride(0), w.qweight.stride(0), w.scales.stride(0), g,
         HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, DEPTH=depth, DIRECT=direct, XDIV=xdiv,
-        ROW_SCALE=tw is not None, num_warps=warps,
+        ROW_SCALE=tw is not None, GLU=glu, num_warps=warps,
     )  # fmt: skip
     return y
