@@ -129,6 +129,8 @@ class StepGraphs:
 
     def _stage(self, chunks: list[SeqChunk], b: int, hidden: torch.Tensor | None = None) -> None:
         """Write the real lanes' metadata into the static buffers, fillers as the module docstring says."""
+        self._i64.wait()
+        self._i32.wait()
         a, c, ps, t = self._i64.host, self._i32.host, self.state.page_size, self.t
         ids, pos, kv, steps = a["input_ids"], a["positions"], a["slot_mapping"], a.get("step_slots")
         for i, ch in enumerate(chunks):
@@ -198,13 +200,19 @@ class StepGraphs:
     def bucket(self, n: int) -> int | None:
         return next((b for b in self.buckets if b >= n), None)
 
-    def run(self, chunks: list[SeqChunk], hidden: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+    def run(self, chunks: list[SeqChunk], hidden: torch.Tensor | None = None,
+            ids: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:  # fmt: skip
         """Outputs for the padded batch: (hidden [B*t, H], logits [B*t, V]) for the target, (mtp hidden
         [B*t, H],) for the MTP head; lane i's rows start at i * t. `hidden`: the MTP head's input rows, the
-        chunks' rows concatenated. Replays the captured graph, or runs the static batch eagerly if none."""
+        chunks' rows concatenated. `ids` (one token per lane): the lanes' input tokens as a device tensor, in
+        place of the chunks' token_ids, so a step can follow one whose tokens the host has not read. Replays
+        the captured graph, or runs the static batch eagerly if none."""
         b = self.bucket(len(chunks))
         assert b is not None
         self._stage(chunks, b, hidden)
+        if ids is not None:
+            assert self.t == 1 and len(ids) == len(chunks)
+            self._i64.dev["input_ids"][: len(ids)].copy_(ids)
         if b not in self.graphs:
             return self._forward(b)
         self.graphs[b].replay()
@@ -219,6 +227,7 @@ class _Packed:
         pin = torch.cuda.is_available() and torch.device(device).type == "cuda"
         self._host = torch.zeros(total, dtype=dtype, pin_memory=pin)
         self._dev = self._host if torch.device(device).type == "cpu" else torch.zeros(total, dtype=dtype, device=device)
+        self._uploaded = torch.cuda.Event() if self._dev is not self._host else None
         arr = self._host.numpy()
         self.host, self.dev, off = {}, {}, 0
         for name, size in sizes.items():
@@ -229,6 +238,13 @@ class _Packed:
     def upload(self) -> None:
         if self._dev is not self._host:
             self._dev.copy_(self._host, non_blocking=True)
+            self._uploaded.record()
+
+    def wait(self) -> None:
+        """Before the host rewrites the pinned fields: the last upload has left them (it may still be queued
+        when the caller did not wait for the GPU since, as the drafter's steps do not)."""
+        if self._dev is not self._host:
+            self._uploaded.synchronize()
 
 
 def pick(graph_sets: list[StepGraphs] | None, chunks: list[SeqChunk]) -> StepGraphs | None:

@@ -394,7 +394,7 @@ class PeekDrafter:
         self.checked = 0
         self.outs: list[torch.Tensor] = []
         forward = mtp.forward
-        mtp.forward = lambda chunks, hidden: self.outs.append(forward(chunks, hidden)) or self.outs[-1]
+        mtp.forward = lambda chunks, hidden, ids=None: self.outs.append(forward(chunks, hidden, ids)) or self.outs[-1]
 
     def draft(self, jobs: list[DraftJob]) -> list[Proposal | None]:
         self.outs.clear()
@@ -527,9 +527,9 @@ def test_verify_and_draft_graph_batches_give_the_same_tokens(make_engine_core, m
     calls: Counter = Counter()
     real_run = cuda_graphs.StepGraphs.run
 
-    def counting_run(self, chunks, hidden=None):
+    def counting_run(self, chunks, hidden=None, ids=None):
         calls["verify" if self.verify else f"{self.head}{self.t}"] += 1
-        return real_run(self, chunks, hidden)
+        return real_run(self, chunks, hidden, ids)
 
     monkeypatch.setattr(cuda_graphs.StepGraphs, "run", counting_run)
     rng = random.Random(99)
@@ -546,6 +546,40 @@ def test_verify_and_draft_graph_batches_give_the_same_tokens(make_engine_core, m
         assert got == base, (lanes, k)
         assert calls["verify"] > 0 and calls["mtp1"] > 0 and calls[f"mtp{k + 1}"] > 0, calls
         assert_all_free(core)
+
+
+@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "static-batches"])
+def test_drafts_kept_on_the_device_equal_drafts_read_each_step(make_engine_core, monkeypatch, graphs):
+    """Lanes without penalties or a thinking budget keep their drafts on the device between draft steps (one
+    host read per round); the drafts, hence every output token and acceptance count, equal those of reading
+    each step's tokens back (the path lanes with penalties take), for greedy and sampled lanes, K per lane."""
+    from hinfer.engine.spec import mtp as mtp_mod
+
+    rng = random.Random(11)
+    prompts = [[rng.randrange(1, 1024) for _ in range(n)] for n in (3, 17, 9, 30)]
+    params = [SP(temperature=0, max_tokens=14, ignore_eos=True), SP(temperature=0.8, seed=5, max_tokens=14,
+              ignore_eos=True), SP(temperature=0, max_tokens=9, ignore_eos=True),
+              SP(temperature=1.0, top_k=20, seed=7, max_tokens=14, ignore_eos=True)]  # fmt: skip
+    runs = {}
+    for device_path in (False, True):
+        seen = Counter()
+
+        def free(row, device_path=device_path, seen=seen):
+            seen[device_path] += 1
+            return device_path
+
+        monkeypatch.setattr(mtp_mod, "prefix_free", free)
+        core = make_engine_core(max_concurrency=4, prefill_chunk=16, spec="mtp", draft_tokens=3, spec_draft_cost=0.3)
+        if graphs:
+            core.runner.capture_graphs(4, core.ecfg.max_context, capture=False)
+            core.spec.use_graphs(4, capture=False)
+        out = run_all(core, [GenerationRequest(f"r{i}", p, replace(params[i])) for i, p in enumerate(prompts)])[0]
+        st = core.stats().extra
+        runs[device_path] = (out, st["spec_drafted"], st["spec_accepted"])
+        assert seen[device_path] > 0
+        assert_all_free(core)
+    assert runs[True] == runs[False]
+    assert runs[True][1] > 0
 
 
 def test_quantized_model_drafts_with_its_own_quantized_lm_head(tiny_model, tokenizer):
@@ -613,3 +647,13 @@ def test_plain_rounds_feed_the_head_later_and_drafts_still_see_every_position(ma
     st = core.stats().extra
     assert st["spec_plain_steps"] > 2 * st["spec_verify_steps"] and st["spec_accepted"] == 0
     assert deferred[0] > 20 and flushed[0] > 5 and peek.checked >= 3  # probes checked against the head
+
+
+def test_prefix_free_lanes():
+    """Penalties and a thinking budget make a position's distribution depend on the drafted prefix."""
+    from hinfer.engine.spec.mtp import prefix_free
+
+    assert prefix_free(RowState(SP(temperature=0.7), seed=1))
+    assert not prefix_free(RowState(SP(presence_penalty=0.5), seed=1))
+    assert not prefix_free(RowState(SP(repetition_penalty=1.1), seed=1))
+    assert not prefix_free(RowState(SP(thinking_budget=64, think_end_token_id=5), seed=1))

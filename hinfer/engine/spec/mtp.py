@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from hinfer.batch import SeqChunk, build_forward_batch
-from hinfer.engine.sampler import Sampler, take_rows, vocab_gamma
+from hinfer.engine.sampler import RowState, Sampler, take_rows, vocab_gamma
 from hinfer.engine.spec.dist import (
     DRAFT,
     Position,
@@ -71,20 +71,23 @@ class MTPDrafter:
             self.graphs[t] = build(lambda w, t=t: StepGraphs(self.model, self.state, max_lanes, w, t, head="mtp"),
                                    max_context, self.state.page_size, capture)  # fmt: skip
 
-    def forward(self, chunks: list[SeqChunk], hidden: torch.Tensor) -> torch.Tensor:
-        """The head over `chunks` (token_ids = the next tokens) -> its hidden states at the rows wanting logits."""
+    def forward(self, chunks: list[SeqChunk], hidden: torch.Tensor, ids: torch.Tensor | None = None) -> torch.Tensor:
+        """The head over `chunks` (token_ids = the next tokens; `ids`: one token per chunk as a device tensor,
+        replacing them) -> its hidden states at the rows wanting logits."""
         if self.graphs:
             from hinfer.engine.cuda_graphs import pick
 
             widest = max(len(c.token_ids) for c in chunks)
             g = pick(next((sets for t, sets in sorted(self.graphs.items()) if t >= widest), None), chunks)
             if g is not None:
-                (out,) = g.run(chunks, hidden)
+                (out,) = g.run(chunks, hidden, ids)
                 if g.t == 1 and all(c.need_logits for c in chunks):  # the draft steps: no index tensor per step
                     return out[: len(chunks)]
                 rows = [i * g.t + len(c.token_ids) - 1 for i, c in enumerate(chunks) if c.need_logits]
                 return take_rows(out, rows)
         batch = build_forward_batch(chunks, self.state.page_size, self.device)
+        if ids is not None:
+            batch.input_ids.copy_(ids)
         out = self.model.mtp_forward(batch.input_ids, hidden, batch, self.state)
         return out[batch.logits_indices]
 
@@ -99,24 +102,50 @@ class MTPDrafter:
         ]
         h = self.forward(chunks, torch.cat([j.hidden for j in jobs]))
         active = [i for i, j in enumerate(jobs) if j.num_drafts > 0]
+        # lanes whose processed logits do not depend on their drafted prefix (no penalties, no thinking budget)
+        # keep the drafts on the device until the last step: one host read per round instead of one per draft
+        on_device = all(prefix_free(jobs[i].seq.sampler_state) for i in active)
         toks: dict[int, list[int]] = {i: [] for i in active}
         probs: dict[int, list[torch.Tensor]] = {i: [] for i in active}
-        step = 0
+        drawn: list[tuple[list[int], torch.Tensor]] = []  # (lanes, their tokens) per step, on the device path
+        step, last = 0, None
         while active:
             if step > 0:  # position of the draft just made: (last fed position) + step
-                chunks = [SeqChunk([toks[i][-1]], jobs[i].start + len(jobs[i].next_ids) - 1 + step,
-                                   jobs[i].seq.pages, SCRATCH_SLOT) for i in active]  # fmt: skip
-                h = self.forward(chunks, h)
+                # (on the device path the token is `last`; 0 stands in for it in the chunk)
+                chunks = [SeqChunk([toks[i][-1] if toks[i] else 0],
+                                   jobs[i].start + len(jobs[i].next_ids) - 1 + step, jobs[i].seq.pages,
+                                   SCRATCH_SLOT) for i in active]  # fmt: skip
+                h = self.forward(chunks, h, last)
             pos = [Position(jobs[i].seq.sampler_state, toks[i]) for i in active]
             q = sampling_probs(processed_logits(self.sampler, self.logits(h), pos), pos)
             draws = [None if p.row.params.greedy else (p.row.seed, p.row.num_generated + step) for p in pos]
-            for r, (i, t) in enumerate(zip(active, draw(q, race_noise(draws, DRAFT, self._gamma)).tolist())):
-                toks[i].append(t)
+            t_dev = draw(q, race_noise(draws, DRAFT, self._gamma))
+            if on_device:
+                drawn.append((list(active), t_dev))
+            else:
+                for i, t in zip(active, t_dev.tolist()):
+                    toks[i].append(t)
+            for r, i in enumerate(active):
                 if not jobs[i].seq.params.greedy:
                     probs[i].append(q[r])
             step += 1
             keep = [r for r, i in enumerate(active) if jobs[i].num_drafts > step]
-            active, h = [active[r] for r in keep], h[keep]
+            if len(keep) < len(active):
+                active, h, t_dev = [active[r] for r in keep], h[keep], t_dev[keep]
+            last = t_dev if on_device else None
+        if drawn:  # the round's one host read
+            flat = torch.cat([t for _, t in drawn]).tolist()
+            off = 0
+            for lanes, _ in drawn:
+                for i, t in zip(lanes, flat[off : off + len(lanes)]):
+                    toks[i].append(t)
+                off += len(lanes)
         for i in toks:
             out[i] = Proposal(toks[i], torch.stack(probs[i]) if probs[i] else None)
         return out
+
+
+def prefix_free(row: RowState) -> bool:
+    """Whether a lane's processed logits ignore the tokens it drafted before (they count only through penalties
+    and a thinking budget's step count, dist.position_row)."""
+    return not row.has_penalties and row.params.thinking_budget is None
