@@ -2,6 +2,7 @@
 
     python bench/linear_kernels.py                     # decode M = 1, 8, 16 + prefill M = 8192, all formats
     python bench/linear_kernels.py --tune [--tuned-out t.json]  # sweep skinny-kernel tiles: TUNED entries
+    python bench/linear_kernels.py --tune --formats bf16 --ms 1,8 --shapes gdn_ab,gdn_ab_35b,router_35b,gdn_ab_122b,router_122b
     python bench/linear_kernels.py --errors            # quantization error tables (CPU is fine)
     HINFER_INT4_ASM=0 python bench/linear_kernels.py --formats int4   # portable int4 unpack, for comparison
 
@@ -32,6 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 H = 5120
 SHAPES = [("qkv", 14336, H), ("gdn_in", 16384, H), ("gate_up", 34816, H), ("o_proj", H, 6144),
           ("down", H, 17408), ("lm_head", 248320, H)]  # fmt: skip
+# the small bf16 GEMVs of a decode step (latency, not bytes): GDN b / a rows, the MoE routers with a folded
+# shared expert's gate row (35B-A3B, 122B-A10B); by name through --shapes
+SMALL_SHAPES = [("gdn_ab", 96, H), ("gdn_ab_35b", 64, 2048), ("router_35b", 257, 2048), ("gdn_ab_122b", 128, 3072),
+                ("router_122b", 257, 3072)]  # fmt: skip
 DECODE_FORMATS = ("bf16-cublas", "bf16", "int4", "int4-sym", "int4-torch", "int4-mma", "int4-mma-sym", "int4-rows-mma", "fp8",
                   "fp8-block")  # fmt: skip
 # int4-mma*: the Gluon tensor-core kernel on fragment-ordered weights (hinfer/ops/triton/linear_int4_mma.py, the
@@ -358,7 +363,7 @@ def main() -> None:
         errors()
         return
     assert torch.cuda.is_available(), "the benchmark needs a CUDA GPU"
-    shapes = [s for s in SHAPES if s[0] in a.shapes.split(",")]
+    shapes = [s for s in SHAPES + SMALL_SHAPES if s[0] in a.shapes.split(",")]
     formats = [f for f in a.formats.split(",") if f]
     ms = [int(m) for m in a.ms.split(",")]
     print(f"{torch.cuda.get_device_name()}; torch {torch.__version__}; HINFER_INT4_ASM="

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: environment, GPU tests, kernel micro-benchmarks, and `hinfer bench`. Logs go to $OUT.
 # Usage: bash scripts/gpu_check.sh [quick|tests|bench|full|quant|spec|specserve|moe|profile|cache|structured|vision]   (HINFER_COMMIT=<sha> names the commit)
-#   quant: int4 + fp8 27B benches; spec: MTP rounds, int4 27B; moe: 35B-A3B / 122B int4;
+#   quant: int4 + fp8 27B benches; spec: MTP rounds, int4 27B; moe: small bf16 GEMV tiles, then 35B-A3B / 122B int4;
 #   specserve: a plain and a --spec mtp server on a random 16-layer 27B checkpoint, tok/s at 1 and 8 clients;
 #   cache: prefix-cache TTFT and agent benches (27B); structured: decode with a JSON schema vs without (27B, 8 lanes);
 #   vision: encoder ms per image (512, 1024, 2048) and TTFT of one 1024x1024 image + 100 text tokens vs text only (27B bf16, int4); profile: where a decode step's time goes (kernel table) for the int4 27B, 35B-A3B and 122B-A10B at 1 and 8 lanes
@@ -60,6 +60,11 @@ if [[ "$MODE" == specserve ]]; then  # serving: adaptive speculation must keep >
     | tee "$OUT/bench_27b_spec_serving.log" | tail -14
 fi
 if [[ "$MODE" == moe ]]; then
+  # the small bf16 GEMVs of a MoE step (routers, GDN b / a rows) are latency-bound: sweep their tiles, use them
+  timeout 120 $PY bench/linear_kernels.py --tune --formats bf16 --ms 1,8 \
+    --shapes gdn_ab,gdn_ab_35b,router_35b,gdn_ab_122b,router_122b --tuned-out "$OUT/small_bf16_tuned.json" 2>&1 \
+    | tee "$OUT/small_bf16_tune.log" | grep -E "best" | head -12
+  [ -s "$OUT/small_bf16_tuned.json" ] && export HINFER_TILES="$OUT/small_bf16_tuned.json"
   timeout 120 $PY bench/moe_kernels.py --model 35b 2>&1 | tee "$OUT/moe_kernels.log" | tail -12
   timeout 250 $PY -m hinfer bench qwen3.6-35b-a3b --quant int4 --concurrency 1,8 --depths 1K --prefill 8K \
     --out "$OUT" 2>&1 | tee "$OUT/bench_35b_int4.log" | tail -8
