@@ -1,0 +1,50 @@
+"""One int4 tensor-core matmul at a 27B shape, launched a few times eagerly: the target for Nsight Compute, to
+see where the kernel stalls (bench/int4_mma_tiles.py times it; this only runs it).
+
+    ncu --kernel-name int4_mma_kernel --launch-skip 2 --launch-count 1 --section SpeedOfLight \\
+        --section SchedulerStats --section WarpStateStats --section LaunchStats --section Occupancy \\
+        python bench/int4_mma_ncu.py --shape gate_up --m 1 --tile 128,8,2,4,2,4
+    (scripts/gpu_ncu_int4.sh runs it for the packaged tiles at M = 1 and 8)
+
+--tile: BLOCK_N, BLOCK_M, split-K, warps, depth[, ring[, fma_offset 0/1]]; default: the packaged tile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.linear_kernels import SHAPES, _gen, make_weight  # noqa: E402
+
+
+def main() -> None:
+    from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
+    from hinfer.ops.triton.tiles.forms import SkinnyConfig
+    from hinfer.ops.triton.tiles.linear import mma_config
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", default="gate_up", choices=[s[0] for s in SHAPES if s[0] != "lm_head"])
+    ap.add_argument("--m", type=int, default=1)
+    ap.add_argument("--tile", help="BLOCK_N,BLOCK_M,split,warps,depth[,ring[,fma_offset]]")
+    ap.add_argument("--launches", type=int, default=4)
+    a = ap.parse_args()
+    _, n, k = next(s for s in SHAPES if s[0] == a.shape)
+    w, _ = make_weight("int4-mma", n, k, _gen(4))
+    x = torch.randn(a.m, k, device="cuda").bfloat16()
+    if a.tile:
+        v = [int(t) for t in a.tile.split(",")]
+        cfg = SkinnyConfig(v[0], 128, v[1], v[2], v[3], v[4], *(v[5:6] or [0]), *(bool(t) for t in v[6:7]))
+    else:
+        cfg = mma_config(a.m, n, k)
+    print(f"{a.shape} N={n} K={k} M={a.m} {cfg}", flush=True)
+    for _ in range(a.launches):
+        int4_mma_matmul(x, w, cfg=cfg)
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main()
