@@ -81,7 +81,7 @@ def _compile_all() -> None:
             m_pad = decode_rows(q_max, H // HKV)
             cfg = decode_config(q_max, H // HKV, D)
             consts = dict(G=H // HKV, Q_MAX=q_max, M_PAD=m_pad, D=D, PAGE=PAGE, BLOCK_N=cfg.block_n,
-                          DIRECT=False, EMU=False, **codes["dec"])  # fmt: skip
+                          DIRECT=False, EMU=False, PDL=q_max == 1, **codes["dec"])  # fmt: skip
             r = _compile(dec._decode_kernel, types, ints, consts, opts(cfg))
             assert r["stack"] == 0, (name, q_max, r)
             print("compiled decode", name, q_max, r)
@@ -98,7 +98,7 @@ def _compile_all() -> None:
                   pos_ptr="*i64", freq_ptr=F32, kc_ptr=k[0], vc_ptr=v[0], slot_ptr="*i64", eps="fp32",
                   attn_factor="fp32", axes_ptr="*i32", **scales)  # fmt: skip
         consts = dict(H=H, HKV=HKV, H_PAD=32, HKV_PAD=HKV, D=D, R_HALF=32, PAGE=PAGE, EMU=False, LOG_D=8,
-                      MULTI_AXIS=name == "bf16", **codes["rope"])  # fmt: skip
+                      MULTI_AXIS=name == "bf16", PDL=name == "int8", **codes["rope"])  # fmt: skip
         # the rope kernel keeps a small stack at bf16 too (40 B before the KV formats): not checked
         r = _compile(rope._qk_norm_rope_write_kernel, rt, ints, consts, {"num_warps": 8})
         print("compiled rope", name, r)

@@ -6,9 +6,12 @@ import torch
 import triton
 import triton.language as tl
 
+from hinfer.ops.triton.common import pdl_kwargs, pdl_start
+
 
 @triton.jit
-def _silu_mul_kernel(x_ptr, y_ptr, inter, stride_x, stride_y, BLOCK: tl.constexpr):
+def _silu_mul_kernel(x_ptr, y_ptr, inter, stride_x, stride_y, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+    pdl_start(PDL)
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < inter
@@ -28,12 +31,15 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     y = torch.empty((x.shape[0], inter), dtype=x.dtype, device=x.device)
     if x.shape[0]:
         block = 1024
-        _silu_mul_kernel[(x.shape[0], triton.cdiv(inter, block))](x, y, inter, x.stride(0), y.stride(0), BLOCK=block)
+        _silu_mul_kernel[(x.shape[0], triton.cdiv(inter, block))](x, y, inter, x.stride(0), y.stride(0), BLOCK=block,
+                                                                 **pdl_kwargs(x, x.shape[0]))  # fmt: skip
     return y.reshape(*gate_up.shape[:-1], inter)
 
 
 @triton.jit
-def _sigmoid_gate_kernel(x_ptr, g_ptr, y_ptr, heads, dim, sx_t, sx_h, sg_t, sg_h, BLOCK: tl.constexpr):
+def _sigmoid_gate_kernel(x_ptr, g_ptr, y_ptr, heads, dim, sx_t, sx_h, sg_t, sg_h, BLOCK: tl.constexpr,
+                         PDL: tl.constexpr = False):  # fmt: skip
+    pdl_start(PDL)
     t = tl.program_id(0).to(tl.int64)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < heads * dim
@@ -52,6 +58,7 @@ def sigmoid_gate(x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
     if t:
         block = 1024
         _sigmoid_gate_kernel[(t, triton.cdiv(h * d, block))](
-            x, gate, y, h, d, x.stride(0), x.stride(1), gate.stride(0), gate.stride(1), BLOCK=block
+            x, gate, y, h, d, x.stride(0), x.stride(1), gate.stride(0), gate.stride(1), BLOCK=block,
+            **pdl_kwargs(x, t),
         )
     return y

@@ -20,7 +20,7 @@ import triton.language as tl
 
 from hinfer.ops.kv_cache import cache_format
 from hinfer.ops.triton.attention_common import attend_block, cache_args
-from hinfer.ops.triton.common import cast, interpreted, num_sms
+from hinfer.ops.triton.common import cast, interpreted, num_sms, pdl_kwargs, pdl_start
 from hinfer.ops.triton.tiles.attention import decode_config, decode_rows
 
 
@@ -32,8 +32,9 @@ def _decode_kernel(
     qk_scale, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh,
     G: tl.constexpr, Q_MAX: tl.constexpr, M_PAD: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_N: tl.constexpr, DIRECT: tl.constexpr, EMU: tl.constexpr,
-    K_FMT: tl.constexpr, V_FMT: tl.constexpr,
+    K_FMT: tl.constexpr, V_FMT: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
+    pdl_start(PDL)
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -96,8 +97,9 @@ def _decode_kernel(
 @triton.jit
 def _combine_kernel(
     op_ptr, lse_ptr, o_ptr, n_heads, n_splits, sot, soh,
-    D: tl.constexpr, S_PAD: tl.constexpr, EMU: tl.constexpr,
+    D: tl.constexpr, S_PAD: tl.constexpr, EMU: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
+    pdl_start(PDL)
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     base = (t * n_heads + h) * n_splits
@@ -180,10 +182,10 @@ def paged_decode(
         scale * 1.4426950408889634, ks, ksp, kst, ksh, vs, vsp, vst, vsh,
         G=g, Q_MAX=q_max, M_PAD=m_pad, D=d, PAGE=page, BLOCK_N=block_n, DIRECT=num_splits == 1, EMU=emu,
         K_FMT=k_fmt, V_FMT=v_fmt,
-        num_warps=num_warps or cfg.num_warps, num_stages=num_stages or cfg.num_stages,
+        num_warps=num_warps or cfg.num_warps, num_stages=num_stages or cfg.num_stages, **pdl_kwargs(q),
     )  # fmt: skip
     if num_splits > 1:
         _combine_kernel[(n_tokens, n_heads)](
             part, lse, out, n_heads, num_splits, out.stride(0), out.stride(1),
-            D=d, S_PAD=triton.next_power_of_2(num_splits), EMU=emu, num_warps=4,
+            D=d, S_PAD=triton.next_power_of_2(num_splits), EMU=emu, num_warps=4, **pdl_kwargs(q),
         )  # fmt: skip

@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from hinfer.ops.triton.attention_common import GROUP4, cache_args
-from hinfer.ops.triton.common import cast, interpreted
+from hinfer.ops.triton.common import cast, interpreted, pdl_kwargs, pdl_start
 
 # 2*pi split (Cody-Waite) for an accurate range reduction of the fp32 angle before sin/cos, whatever precision
 # the hardware sin/cos has on large arguments: _C1 = 25/4 and _C2 = 17/512 have 5 significant bits, so k * _C1
@@ -104,7 +104,9 @@ def _qk_norm_rope_write_kernel(
     H: tl.constexpr, HKV: tl.constexpr, H_PAD: tl.constexpr, HKV_PAD: tl.constexpr,
     D: tl.constexpr, R_HALF: tl.constexpr, PAGE: tl.constexpr, EMU: tl.constexpr,
     K_FMT: tl.constexpr, V_FMT: tl.constexpr, LOG_D: tl.constexpr, MULTI_AXIS: tl.constexpr = False,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
+    pdl_start(PDL)
     t = tl.program_id(0).to(tl.int64)
     dt = qo_ptr.dtype.element_ty
     d = tl.arange(0, D)
@@ -193,5 +195,6 @@ def qk_norm_rope_write(
         D=d, R_HALF=inv_freq.numel(), PAGE=k_cache.shape[1], EMU=emu, K_FMT=k_fmt, V_FMT=v_fmt, MULTI_AXIS=multi,
         LOG_D=d.bit_length() - 1, num_warps=8 if n_heads * d >= 4096 else 4,
         enable_fp_fusion=False,  # no fma contraction: products and sums rounded as the reference's torch ops
+        **pdl_kwargs(q, t),
     )  # fmt: skip
     return q_out

@@ -16,11 +16,15 @@ import triton.language as tl
 GROUP = 128
 
 
-def pdl_kwargs(x: torch.Tensor) -> dict:
+DECODE_ROWS = 64  # launches over more token rows (prefill) keep PDL off: long kernels, nothing to overlap
+
+
+def pdl_kwargs(x: torch.Tensor, rows: int = 0) -> dict:
     """Programmatic dependent launch (Hopper; opt-in with HINFER_PDL=1 until measured, bench/RESULTS.md): the
     kernel's PDL constexpr and launch option, for a kernel that calls pdl_start before it touches anything a
-    previous kernel may write or read (activations, outputs, scratch). Read at every launch, so a test can flip it."""
-    on = x.is_cuda and os.environ.get("HINFER_PDL", "0") == "1"
+    previous kernel may write or read (activations, outputs, scratch). `rows`: the launch's token rows (off past
+    DECODE_ROWS). Read at every launch, so a test can flip it."""
+    on = x.is_cuda and os.environ.get("HINFER_PDL", "0") == "1" and rows <= DECODE_ROWS
     return {"PDL": True, "launch_pdl": True} if on else {"PDL": False}
 
 

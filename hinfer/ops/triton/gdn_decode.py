@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hinfer.ops.triton.common import interpreted, round_to
+from hinfer.ops.triton.common import interpreted, pdl_kwargs, pdl_start, round_to
 from hinfer.ops.triton.gdn_common import l2norm
 
 ARRIVALS = 1 << 16  # arrival counters (sequences x key heads per launch, at most)
@@ -94,8 +94,9 @@ def _fused_kernel(
     x_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, cw_ptr, cs_ptr, s_ptr, o_ptr, cnt_ptr, cu_ptr, slot_ptr, step_ptr,
     sx_t, sa_t, sb_t, scw_c, scs_s, scs_c, so_t, so_h, ss_s, ss_h, ss_k, step_stride, HK, scale,
     REP: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, HAS_STEP: tl.constexpr,
-    EMU: tl.constexpr,
+    EMU: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
+    pdl_start(PDL)
     b = tl.program_id(0)
     h = tl.program_id(1)
     vb = tl.program_id(2)
@@ -199,5 +200,5 @@ def fused_decode_launch(
         o.stride(0), o.stride(1), ssm_state.stride(0), ssm_state.stride(1), ssm_state.stride(2),
         step.stride(0) if step_slots is not None else 0, hk, kd**-0.5,
         REP=hv // hk, K=kd, V=vd, BV=bv, HAS_STEP=step_slots is not None, EMU=interpreted(_fused_kernel),
-        num_warps=num_warps,
+        num_warps=num_warps, **pdl_kwargs(qkv),
     )  # fmt: skip

@@ -23,6 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
+from hinfer.ops.triton.common import pdl_kwargs, pdl_start
 from hinfer.ops.triton.linear_gemm import e4m3_rne
 from hinfer.ops.triton.linear_int4 import fast_int4_ok, int4_minus8
 from hinfer.ops.triton.linear_int4_gemv import fast_gemv_ok, int4_gemv_kernel, use_tma, words_descriptor
@@ -41,8 +42,9 @@ def _skinny_kernel(
     stride_xm, stride_ym, stride_wn, stride_sn,
     FMT: tl.constexpr, HAS_ZERO: tl.constexpr, FAST_INT4: tl.constexpr, EVEN_N: tl.constexpr,
     EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    SPLIT_K: tl.constexpr, A8: tl.constexpr = False,
+    SPLIT_K: tl.constexpr, A8: tl.constexpr = False, PDL: tl.constexpr = False,
 ):  # fmt: skip
+    pdl_start(PDL)
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     pid_m = tl.program_id(2)
@@ -186,7 +188,7 @@ def skinny_matmul(
         FMT=_FMT_CODE[fmt], HAS_ZERO=zero is not None, FAST_INT4=fast,
         EVEN_N=n % cfg.block_n == 0, EVEN_K=k % cfg.block_k == 0,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=cfg.split_k, A8=a8,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_kwargs(x),
     )  # fmt: skip
     return out
 

@@ -102,16 +102,17 @@ def _int4_gemv(n: int, k: int, zero: bool = False) -> Variant:
     return f"int4 gemv{' asym' if zero else ''} {n}x{k} {c}", int4_gemv_kernel, sig, cex, c.num_warps, c.num_stages
 
 
-def _skinny(fmt: str, m: int, n: int, k: int, zero: bool = False, fast: bool = True, a8: bool = False) -> Variant:
+def _skinny(fmt: str, m: int, n: int, k: int, zero: bool = False, fast: bool = True, a8: bool = False,
+            pdl: bool = False) -> Variant:  # fmt: skip
     c = heuristic_config(fmt, m, n, k, 132)
     sig = {"x_ptr": "*bf16", "w_ptr": _W[fmt], "s_ptr": _S[fmt], "z_ptr": "*u8" if zero else _S[fmt],
            "y_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
            "stride_xm": "i32", "stride_ym": "i32", "stride_wn": "i32", "stride_sn": "i32"}  # fmt: skip
     cex = dict(FMT=_FMT_CODE[fmt], HAS_ZERO=zero, FAST_INT4=fast and fmt == INT4 and not zero,
                EVEN_N=n % c.block_n == 0, EVEN_K=k % c.block_k == 0, BLOCK_M=c.block_m, BLOCK_N=c.block_n,
-               BLOCK_K=c.block_k, SPLIT_K=c.split_k, A8=a8)  # fmt: skip
+               BLOCK_K=c.block_k, SPLIT_K=c.split_k, A8=a8, PDL=pdl)  # fmt: skip
     kind = " asym" if zero else ("" if fast or fmt != INT4 else " portable-unpack")
-    kind += " w8a8" if a8 else ""
+    kind += (" w8a8" if a8 else "") + (" pdl" if pdl else "")
     name = f"skinny {fmt}{kind} M={m} {n}x{k} {c}"
     return name, _skinny_kernel, sig, cex, c.num_warps, c.num_stages
 
@@ -142,6 +143,7 @@ def variants(full: bool = False) -> Iterator[Variant]:
         yield _skinny(FP8_BLOCK, 16, n, k, a8=True)
         yield _skinny(INT4, 16, n, k, zero=True)
         yield _skinny(INT4, 16, n, k, fast=False)
+    yield _skinny(BF16, 1, 257, 2048, pdl=True)  # a MoE router (folded shared expert's row), launched with PDL
     for fmt, a_mode, zero in ((INT4, 0, False), (INT4, 2, False), (INT4, 0, True), (FP8_ROW, 1, False),
                               (FP8_BLOCK, 2, False)):  # fmt: skip
         yield _gemm(fmt, a_mode, zero)
@@ -160,7 +162,7 @@ def variants(full: bool = False) -> Iterator[Variant]:
     # the same kernel on hinfer.quant.int4's row layout, and the routed-experts kernel (direct gate_up, down)
     yield (*int4_mma_variant(128, 8, 4, 8, True, True, 2, rows=True), 0)
     yield (*experts_mma_variant(128, 8, 8, True, True, 8, False), 0)
-    yield (*experts_mma_variant(64, 8, 4, True, False, 1, True, glu=True), 0)
+    yield (*experts_mma_variant(64, 8, 4, True, False, 1, True, glu=True, pdl=True), 0)
     sig = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "K": "i32", "stride_xm": "i32",
            "stride_qm": "i32", "stride_sm": "i32", "stride_sg": "i32", "GROUP": "i32"}  # fmt: skip
     yield "act_quant", _act_quant_kernel, sig, {"BLOCK": 128}, 4, 3

@@ -21,12 +21,14 @@ import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+from hinfer.ops.triton.common import pdl_kwargs
 from hinfer.ops.triton.linear_int4_mma import (
     GROUP,
     GROUP_K,
     _iota4,
     _k_loop,
     _mma_layout,
+    _pdl_start,
     _words_layout,
     _x_layout,
 )
@@ -42,12 +44,14 @@ def int4_mma_experts_kernel(
     N, K, stride_xm, stride_ym, stride_we, stride_se, stride_sn,
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, DEPTH: gl.constexpr,
     DIRECT: gl.constexpr, XDIV: gl.constexpr, ROW_SCALE: gl.constexpr, GLU: gl.constexpr = False,
+    PDL: gl.constexpr = False,
 ):  # fmt: skip
     W: gl.constexpr = gl.num_warps()
     S: gl.constexpr = BLOCK_N // 16
     LW: gl.constexpr = _words_layout(W)
     MMA: gl.constexpr = _mma_layout(W)
     LX: gl.constexpr = _x_layout(W)
+    _pdl_start(PDL)  # before the expert ids: the router that writes them may be the kernel just before
     pid_n = gl.program_id(0)
     blk = gl.program_id(1)
     if DIRECT:
@@ -89,16 +93,16 @@ def int4_mma_experts_kernel(
 
 
 def experts_mma_variant(block_n: int, block_m: int, warps: int, zero: bool, direct: bool, xdiv: int,
-                        row_scale: bool, depth: int = 2, glu: bool = False):  # fmt: skip
+                        row_scale: bool, depth: int = 2, glu: bool = False, pdl: bool = False):  # fmt: skip
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
            "y_ptr": "*bf16", "tw_ptr": "*fp32", "ids_ptr": "*i64", "sorted_ptr": "*i32", "bexp_ptr": "*i32",
            "brows_ptr": "*i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_ym": "i32", "stride_we": "i32",
            "stride_se": "i32", "stride_sn": "i32"}  # fmt: skip
     cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, DEPTH=depth, DIRECT=direct, XDIV=xdiv,
-               ROW_SCALE=row_scale, GLU=glu)  # fmt: skip
+               ROW_SCALE=row_scale, GLU=glu, PDL=pdl)  # fmt: skip
     name = (f"int4 mma experts{' asym' if zero else ''}{' direct' if direct else ''} BLOCK_N={block_n} "
-            f"BLOCK_M={block_m} w{warps} xdiv {xdiv}{' scaled' if row_scale else ''}{' glu' if glu else ''}")  # fmt: skip
+            f"BLOCK_M={block_m} w{warps} xdiv {xdiv}{' scaled' if row_scale else ''}{' glu' if glu else ''}{' pdl' if pdl else ''}")  # fmt: skip
     return name, int4_mma_experts_kernel, sig, cex, warps
 
 
@@ -121,6 +125,6 @@ def experts_mma(
         x, w.qweight, w.scales, w.zeros if w.zeros is not None else w.scales, y, tw if tw is not None else x,
         ids, sorted_, bexp, brows, n, k, x.stride(0), y.stride(0), w.qweight.stride(0), w.scales.stride(0), g,
         HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, DEPTH=depth, DIRECT=direct, XDIV=xdiv,
-        ROW_SCALE=tw is not None, GLU=glu, num_warps=warps,
+        ROW_SCALE=tw is not None, GLU=glu, num_warps=warps, **pdl_kwargs(x),
     )  # fmt: skip
     return y
