@@ -62,8 +62,11 @@ class CompiledChild:
                               timeout=timeout)  # fmt: skip
 
     def call(self, path: str, function: str, timeout: float = 600) -> subprocess.CompletedProcess:
-        """Run `function()` of the Python file at `path` (a test module's compile helper)."""
-        return self.run("-c", f"import runpy; runpy.run_path({path!r})[{function!r}]()", timeout=timeout)
+        """Run `function()` of the Python file at `path` (a test module's compile helper), its folder on the path
+        as pytest puts it (for the helper modules beside it)."""
+        folder = str(Path(path).resolve().parent)
+        code = f"import runpy, sys; sys.path.insert(0, {folder!r}); runpy.run_path({path!r})[{function!r}]()"
+        return self.run("-c", code, timeout=timeout)
 
 
 @pytest.fixture(scope="session")

@@ -12,8 +12,9 @@ import random
 
 import pytest
 import torch
+from gdn_batches import slot_batch, step_targets
 
-from hinfer.batch import ForwardBatch, SeqChunk, build_forward_batch
+from hinfer.batch import ForwardBatch
 from hinfer.ops import gdn as ref
 
 N_SLOTS = 40  # enough for every scenario's own slots plus its verify step slots
@@ -39,26 +40,12 @@ def small_tiles(tg, monkeypatch):
     return tg
 
 
-def _batch(
-    lens: list[int], step: list[list[int] | None] | None = None, n_slots: int = N_SLOTS
-) -> ForwardBatch:
-    """Sequences of the given lengths on distinct random (unordered) slots; verify rows get fresh step slots."""
-    pool = random.sample(range(1, n_slots), n_slots - 1)
-    chunks = []
-    for i, n in enumerate(lens):
-        st = None
-        if step is not None and step[i] is not None:
-            st = [pool.pop() for _ in range(n)]
-        chunks.append(SeqChunk(list(range(n)), 0, [0], pool.pop(), gdn_step_slots=st))
-    return build_forward_batch(chunks, 4096, "cpu")
+def _batch(lens: list[int], step: list[list[int] | None] | None = None) -> ForwardBatch:
+    """Sequences of the given lengths on distinct random slots; verify rows (a step entry) get fresh step slots."""
+    return slot_batch(lens, None if step is None else [st is not None for st in step], N_SLOTS)
 
 
-def _step_targets(batch: ForwardBatch) -> list[int]:
-    """Slots written in step mode that are not any sequence's current slot (safe to poison)."""
-    if batch.gdn_step_slots is None:
-        return []
-    own = set(batch.gdn_slots.tolist())
-    return sorted({s for row in batch.gdn_step_slots.tolist() for s in row} - own)
+_step_targets = step_targets
 
 
 # decode rows first (as the scheduler orders them), then chunks; one verify row per draft count 1..4

@@ -6,12 +6,11 @@ step-slot destinations are poisoned with NaN, so an element never written fails.
 
 from __future__ import annotations
 
-import random
-
 import pytest
 import torch
+from gdn_batches import slot_batch, step_targets
 
-from hinfer.batch import ForwardBatch, SeqChunk, build_forward_batch
+from hinfer.batch import ForwardBatch
 from hinfer.ops import gdn as ref
 
 N_SLOTS = 40
@@ -30,19 +29,7 @@ def tg(interpreter, monkeypatch):
 
 
 def _batch(lens: list[int], verify: list[bool] | None = None) -> ForwardBatch:
-    pool = random.sample(range(1, N_SLOTS), N_SLOTS - 1)
-    chunks = []
-    for i, n in enumerate(lens):
-        st = [pool.pop() for _ in range(n)] if verify and verify[i] else None
-        chunks.append(SeqChunk(list(range(n)), 0, [0], pool.pop(), gdn_step_slots=st))
-    return build_forward_batch(chunks, 4096, "cpu")
-
-
-def _step_targets(batch: ForwardBatch) -> list[int]:
-    if batch.gdn_step_slots is None:
-        return []
-    own = set(batch.gdn_slots.tolist())
-    return sorted({s for row in batch.gdn_step_slots.tolist() for s in row} - own)
+    return slot_batch(lens, verify, N_SLOTS)
 
 
 def _inputs(t: int, dtype: torch.dtype):
@@ -74,7 +61,7 @@ def test_fused_step_matches_reference_and_separate_kernels(tg, seed, scenario, d
     results = {}
     for name in ("fused", "separate", "reference"):
         cs, ss = conv_state.clone(), ssm_state.clone()
-        targets = _step_targets(batch)
+        targets = step_targets(batch)
         cs[targets], ss[targets] = float("nan"), float("nan")
         if name == "reference":
             o = ref.gated_delta_net_ref(qkv, a, b, a_log, dt_bias, conv_w, cs, ss, batch, heads)

@@ -15,6 +15,7 @@ import triton
 import triton.language as tl
 
 from hinfer.ops.triton.common import interpreted, round_to
+from hinfer.ops.triton.gdn_common import gates
 
 
 @triton.jit
@@ -143,14 +144,7 @@ def _gating_kernel(
     bb = tl.load(b_ptr + t * sb_t + h, mask=m, other=0.0).to(tl.float32)
     a_log = tl.load(alog_ptr + h, mask=m, other=0.0).to(tl.float32)
     dtb = tl.load(dtb_ptr + h, mask=m, other=0.0).to(tl.float32)
-    x = a + dtb
-    # softplus as torch (threshold 20), log1p(e) computed accurately via log(u) * e / (u - 1)
-    e = tl.exp(tl.minimum(x, 20.0))
-    u = 1.0 + e
-    lp = tl.where(u == 1.0, e, tl.log(u) * (e / tl.where(u == 1.0, 1.0, u - 1.0)))
-    sp = tl.where(x > 20.0, x, lp)
-    g = -tl.exp(a_log) * sp
-    beta = round_to(1.0 / (1.0 + tl.exp(-bb)), b_ptr.dtype.element_ty, EMU)  # sigmoid in the b dtype
+    g, beta = gates(a, bb, -tl.exp(a_log), dtb, b_ptr.dtype.element_ty, EMU)
     tl.store(g_ptr + i, g, mask=m)
     tl.store(beta_ptr + i, beta, mask=m)
 

@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from hinfer.ops.triton.common import interpreted, pdl_kwargs, pdl_start, round_to
-from hinfer.ops.triton.gdn_common import l2norm
+from hinfer.ops.triton.gdn_common import delta_rule_step, gates, store_token
 
 ARRIVALS = 1 << 16  # arrival counters (sequences x key heads per launch, at most)
 _arrivals: dict[torch.device, torch.Tensor] = {}
@@ -111,7 +111,6 @@ def _fused_kernel(
     cv = 2 * HK * K + h * V + rv
     x_dt: tl.constexpr = x_ptr.dtype.element_ty
     w_dt: tl.constexpr = cw_ptr.dtype.element_ty
-    o_dt: tl.constexpr = o_ptr.dtype.element_ty
     cs = cs_ptr + slot * scs_s
     q0, q1, q2 = _old(cs + cq * scs_c, x_dt, EMU)
     k0, k1, k2 = _old(cs + ck * scs_c, x_dt, EMU)
@@ -139,29 +138,12 @@ def _fused_kernel(
         p0, p1, p2 = p1, p2, xq
         r0, r1, r2 = r1, r2, xk
         u0, u1, u2 = u1, u2, xv
-        # gates: g = -exp(A_log) softplus(a + dt_bias) (torch's threshold 20), beta = sigmoid(b) in b's dtype
-        ga = tl.load(a_ptr + t * sa_t + h).to(tl.float32) + dtb
-        e = tl.exp(tl.minimum(ga, 20.0))
-        uu = 1.0 + e
-        lp = tl.where(uu == 1.0, e, tl.log(uu) * (e / tl.where(uu == 1.0, 1.0, uu - 1.0)))
-        g = neg_a * tl.where(ga > 20.0, ga, lp)
-        bb = tl.load(b_ptr + t * sb_t + h).to(tl.float32)
-        beta = round_to(1.0 / (1.0 + tl.exp(-bb)), b_ptr.dtype.element_ty, EMU)
-        # the gated delta rule (gdn_recurrent.py)
-        q = l2norm(q, 0) * scale
-        k = l2norm(k, 0)
-        state = state * tl.exp(g)
-        kv = tl.sum(state * k[:, None], axis=0)
-        sq = tl.sum(state * q[:, None], axis=0)
-        delta = (v - kv) * beta
-        state = state + k[:, None] * delta[None, :]
-        o = sq + tl.sum(k * q, axis=0) * delta
-        tl.store(o_ptr + t * so_t + h * so_h + rv, round_to(o, o_dt, EMU).to(o_dt))
-        if HAS_STEP:
-            dst = tl.load(step_ptr + b * step_stride + j)
-            nxt = tl.load(step_ptr + b * step_stride + j + 1, mask=j + 1 < n, other=-1)
-            if (j == n - 1) | (dst != nxt):
-                tl.store(s_ptr + dst * ss_s + s_off, state)
+        ga = tl.load(a_ptr + t * sa_t + h).to(tl.float32)
+        gb = tl.load(b_ptr + t * sb_t + h).to(tl.float32)
+        g, beta = gates(ga, gb, neg_a, dtb, b_ptr.dtype.element_ty, EMU)
+        state, o = delta_rule_step(state, q, k, v, g, beta, scale)
+        store_token(o_ptr + t * so_t + h * so_h + rv, o, state, s_ptr, s_off, ss_s, step_ptr, step_stride, b, j, n,
+                    HAS_STEP, EMU)  # fmt: skip
         j += 1
     if not HAS_STEP:
         tl.store(s_ptr + slot * ss_s + s_off, state)

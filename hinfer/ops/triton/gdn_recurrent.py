@@ -14,8 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
-from hinfer.ops.triton.common import interpreted, round_to
-from hinfer.ops.triton.gdn_common import l2norm
+from hinfer.ops.triton.common import interpreted
+from hinfer.ops.triton.gdn_common import delta_rule_step, store_token
 
 
 @triton.jit
@@ -37,7 +37,6 @@ def _recurrent_kernel(
     rv = tl.program_id(2) * BV + tl.arange(0, BV)
     s_off = h * ss_h + rk[:, None] * ss_k + rv[None, :]
     state = tl.load(s_ptr + slot * ss_s + s_off)  # [K, BV] fp32, coalesced along V
-    o_dt: tl.constexpr = o_ptr.dtype.element_ty
     j = n - n
     while j < n:  # a while loop: Triton's interpreter cannot range() over a loaded scalar
         t = start + j
@@ -46,23 +45,9 @@ def _recurrent_kernel(
         v = tl.load(v_ptr + t * sv_t + h * sv_h + rv).to(tl.float32)
         g = tl.load(g_ptr + t * sg_t + h)
         beta = tl.load(beta_ptr + t * sb_t + h)
-        q = l2norm(q, 0) * scale
-        k = l2norm(k, 0)
-        state = state * tl.exp(g)
-        # both reductions over K read the decayed state, so they run side by side:
-        # o = (S + k delta^T)^T q = S^T q + (k.q) delta
-        kv = tl.sum(state * k[:, None], axis=0)
-        sq = tl.sum(state * q[:, None], axis=0)
-        delta = (v - kv) * beta
-        state = state + k[:, None] * delta[None, :]
-        o = sq + tl.sum(k * q, axis=0) * delta
-        tl.store(o_ptr + t * so_t + h * so_h + rv, round_to(o, o_dt, EMU).to(o_dt))
-        if HAS_STEP:
-            # the state after token j goes to step[j]; a run of equal slots (a non-verify row) keeps its last
-            dst = tl.load(step_ptr + b * step_stride + j)
-            nxt = tl.load(step_ptr + b * step_stride + j + 1, mask=j + 1 < n, other=-1)
-            if (j == n - 1) | (dst != nxt):
-                tl.store(s_ptr + dst * ss_s + s_off, state)
+        state, o = delta_rule_step(state, q, k, v, g, beta, scale)
+        store_token(o_ptr + t * so_t + h * so_h + rv, o, state, s_ptr, s_off, ss_s, step_ptr, step_stride, b, j, n,
+                    HAS_STEP, EMU)  # fmt: skip
         j += 1
     if not HAS_STEP:
         tl.store(s_ptr + slot * ss_s + s_off, state)
