@@ -47,7 +47,9 @@ class Layer:
     def __init__(self, t: int, n_slots: int) -> None:
         proj = torch.randn(t, PROJ, device="cuda").bfloat16()
         self.x = proj[:, :CONV]
+        self.z = proj[:, CONV : CONV + HV * VD].view(t, HV, VD)
         self.a, self.b = proj[:, -2 * HV : -HV], proj[:, -HV:]
+        self.norm_w = torch.ones(VD, device="cuda").bfloat16()
         qkv = torch.nn.functional.silu(torch.randn(t, CONV, device="cuda")).bfloat16()
         self.q = qkv[:, : HK * KD].view(t, HK, KD)
         self.k = qkv[:, HK * KD : 2 * HK * KD].view(t, HK, KD)
@@ -67,9 +69,9 @@ def _ops(batch: ForwardBatch, fused: bool = False) -> dict:
         "conv": lambda L: tg.causal_conv1d(L.x, L.w, L.conv_state, batch),
         "gating": lambda L: tg.gdn_gating(L.a, L.b, L.a_log, L.dt_bias),
     }
-    if fused:  # the three above in one kernel (gdn_decode.py): compare with their sum
-        ops["fused"] = lambda L: tg.gated_delta_net(L.x, L.a, L.b, L.a_log, L.dt_bias, L.w, L.conv_state,
-                                                    L.ssm_state, batch, (HK, KD, HV, VD))  # fmt: skip
+    if fused:  # the three above and the output norm in one kernel (gdn_decode.py): compare with their sum
+        ops["fused"] = lambda L: tg.gated_delta_net(L.x, L.a, L.b, L.z, L.a_log, L.dt_bias, L.w, L.norm_w, 1e-6,
+                                                    L.conv_state, L.ssm_state, batch, (HK, KD, HV, VD))  # fmt: skip
     return ops
 
 
@@ -81,9 +83,10 @@ def _bytes(op: str, c: int, n: int) -> float:
         return c * STATE_BYTES * (1 + writes) + t * (2 * HK * KD + 2 * HV * VD) * 2 + t * HV * 8
     if op == "conv":
         return t * CONV * 2 * 2 + c * CONV * 3 * 2 * 2 + CONV * 8
-    if op == "fused":  # state and conv state read and written, x, a, b read, o written
+    if op == "fused":  # state and conv state read and written, x, z, a, b read, o written (and re-read, normed)
         writes = n if n > 1 else 1
-        return c * STATE_BYTES * (1 + writes) + c * CONV * 3 * 2 * (1 + writes) + t * (CONV + HV * VD + 2 * HV) * 2
+        return (c * STATE_BYTES * (1 + writes) + c * CONV * 3 * 2 * (1 + writes)
+                + t * (CONV + 4 * HV * VD + 2 * HV) * 2)  # fmt: skip
     return t * HV * (2 * 2 + 2 * 4)
 
 

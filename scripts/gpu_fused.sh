@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call for the fused Gated DeltaNet step (conv + gates + rule in one kernel), the one-max MoE router and
+# One device call for the fused Gated DeltaNet step (conv + gates + rule + output norm in one kernel), the one-max MoE router and
 # the int4 experts taking SiLU-mul as they load (engine tests included: all three are on the model path):
 # their GPU tests, the GDN kernel micro-benchmark (fused beside the three kernels), then 27B and 35B-A3B int4
 # decode with the fused step off and on (HINFER_GDN_FUSED=0 / 1).

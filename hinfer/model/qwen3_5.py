@@ -26,7 +26,7 @@ from hinfer.ops.dispatch import set_backend
 from hinfer.ops.gdn import gated_delta_net
 from hinfer.ops.linear import linear
 from hinfer.ops.moe import moe_experts, moe_route
-from hinfer.ops.norm import add_rms_norm, gated_rms_norm, rms_norm
+from hinfer.ops.norm import add_rms_norm, rms_norm
 from hinfer.ops.parallel import SINGLE, TensorParallel
 from hinfer.ops.rope import model_rope, mrope_freq_axes
 from hinfer.sharding import vocab_rows
@@ -109,10 +109,10 @@ class GatedDeltaNet(nn.Module):
     def forward(self, x: torch.Tensor, batch: ForwardBatch, conv_state: torch.Tensor, ssm_state: torch.Tensor):
         t = x.shape[0]
         qkv, z, b, a = self.in_proj.split(linear(x, self.in_proj.weight))
-        # q, k, v = silu(causal_conv1d(qkv)); g, beta = gating(a, b); o = gated delta rule (ops/gdn.py)
-        o = gated_delta_net(qkv, a, b, self.A_log, self.dt_bias, self.conv_weight, conv_state, ssm_state, batch,
-                            (self.hk, self.dk, self.hv, self.dv))  # fmt: skip
-        o = gated_rms_norm(o, z.view(t, self.hv, self.dv), self.norm, self.eps)
+        # q, k, v = silu(causal_conv1d(qkv)); g, beta = gating(a, b); o = gated delta rule;
+        # o = gated_rms_norm(o, z) (ops/gdn.py: one op, one kernel at decode)
+        o = gated_delta_net(qkv, a, b, z.view(t, self.hv, self.dv), self.A_log, self.dt_bias, self.conv_weight,
+                            self.norm, self.eps, conv_state, ssm_state, batch, (self.hk, self.dk, self.hv, self.dv))  # fmt: skip
         return linear(o.reshape(t, -1), self.out_proj)
 
 

@@ -126,35 +126,43 @@ def gated_delta_rule(
 
 
 def gated_delta_net_ref(
-    qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor, a_log: torch.Tensor, dt_bias: torch.Tensor,
-    conv_weight: torch.Tensor, conv_state: torch.Tensor, ssm_state: torch.Tensor, batch: ForwardBatch,
-    heads: tuple[int, int, int, int],
+    qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor, z: torch.Tensor, a_log: torch.Tensor,
+    dt_bias: torch.Tensor, conv_weight: torch.Tensor, norm_weight: torch.Tensor, eps: float,
+    conv_state: torch.Tensor, ssm_state: torch.Tensor, batch: ForwardBatch, heads: tuple[int, int, int, int],
 ) -> torch.Tensor:  # fmt: skip
+    from hinfer.ops.norm import gated_rms_norm_ref
+
     hk, kd, hv, vd = heads
     t = qkv.shape[0]
     qkv = causal_conv1d_ref(qkv, conv_weight, conv_state, batch)
     q, k, v = qkv.split([hk * kd, hk * kd, hv * vd], dim=-1)
     g, beta = gdn_gating_ref(a, b, a_log, dt_bias)
-    return gated_delta_rule_ref(q.view(t, hk, kd), k.view(t, hk, kd), v.view(t, hv, vd), g, beta, ssm_state, batch)
+    o = gated_delta_rule_ref(q.view(t, hk, kd), k.view(t, hk, kd), v.view(t, hv, vd), g, beta, ssm_state, batch)
+    return gated_rms_norm_ref(o, z, norm_weight, eps)
 
 
 def gated_delta_net(
     qkv: torch.Tensor,  # [T, 2 HK K + HV V]: q, k, v before the conv
     a: torch.Tensor,  # [T, HV]
     b: torch.Tensor,  # [T, HV]
+    z: torch.Tensor,  # [T, HV, V] the output gate
     a_log: torch.Tensor,  # [HV]
     dt_bias: torch.Tensor,  # [HV]
     conv_weight: torch.Tensor,  # [C, W]
+    norm_weight: torch.Tensor,  # [V]
+    eps: float,
     conv_state: torch.Tensor,  # [S, C, W-1] one layer
     ssm_state: torch.Tensor,  # [S, HV, K, V] fp32, one layer
     batch: ForwardBatch,
     heads: tuple[int, int, int, int],  # HK, K, HV, V
 ) -> torch.Tensor:
-    """The Gated DeltaNet mixer between in_proj and the gated norm: q, k, v = silu(causal_conv1d(qkv)); g, beta =
-    gdn_gating(a, b); o = gated_delta_rule(q, k, v, g, beta) [T, HV, V]. The Triton twin runs it as one kernel
-    when every sequence is short (decode, speculative verify)."""
+    """The Gated DeltaNet mixer between in_proj and out_proj: q, k, v = silu(causal_conv1d(qkv)); g, beta =
+    gdn_gating(a, b); o = gated_delta_rule(q, k, v, g, beta); gated_rms_norm(o, z) [T, HV, V]. The Triton twin
+    runs it as one kernel when every sequence is short (decode, speculative verify)."""
     if use_triton(qkv):
         from hinfer.ops.triton import gdn as tg
 
-        return tg.gated_delta_net(qkv, a, b, a_log, dt_bias, conv_weight, conv_state, ssm_state, batch, heads)
-    return gated_delta_net_ref(qkv, a, b, a_log, dt_bias, conv_weight, conv_state, ssm_state, batch, heads)
+        return tg.gated_delta_net(qkv, a, b, z, a_log, dt_bias, conv_weight, norm_weight, eps, conv_state,
+                                  ssm_state, batch, heads)  # fmt: skip
+    return gated_delta_net_ref(qkv, a, b, z, a_log, dt_bias, conv_weight, norm_weight, eps, conv_state, ssm_state,
+                               batch, heads)  # fmt: skip

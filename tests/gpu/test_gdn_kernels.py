@@ -151,14 +151,16 @@ def test_gated_delta_rule(tg, seed, case):
 
 @pytest.mark.parametrize("case", ["decode1", "decode8", "decode64", "verify8x4"])
 def test_fused_step_matches_the_separate_kernels(tg, seed, monkeypatch, case):
-    """conv + gates + rule in one kernel (gdn_decode.py) vs the three kernels, at 27B shapes: the conv state bit
-    for bit, outputs and SSM state to fp32 rounding (the arithmetic is the same step for step), run twice (the
-    arrival counters must come back to zero); a graph replay of the fused step repeats the eager one."""
+    """conv + gates + rule + output norm in one kernel (gdn_decode.py) vs the four kernels, at 27B shapes: the conv
+    state bit for bit, normalised outputs and SSM state to rounding (the arithmetic is the same step for step), run
+    twice (the arrival counters must come back to zero); a graph replay of the fused step repeats the eager one."""
     lens, verify = CASES[case]
     batch = _batch(lens, verify)
     t = sum(lens)
-    proj = torch.randn(t, CONV + 2 * HV, device="cuda").bfloat16()
-    qkv, b, a = proj[:, :CONV], proj[:, CONV : CONV + HV] * 3, proj[:, CONV + HV :]
+    proj = torch.randn(t, CONV + HV * VD + 2 * HV, device="cuda").bfloat16()
+    qkv, z = proj[:, :CONV], proj[:, CONV : CONV + HV * VD].view(t, HV, VD)
+    b, a = proj[:, CONV + HV * VD : CONV + HV * VD + HV] * 3, proj[:, CONV + HV * VD + HV :]
+    norm_w = (torch.rand(VD, device="cuda") + 0.5).bfloat16()
     a_log = (torch.rand(HV, device="cuda") * 2.5).bfloat16()
     dt_bias = torch.randn(HV, device="cuda").bfloat16()
     conv_w = (torch.randn(CONV, 4, device="cuda") * 0.5).bfloat16()
@@ -170,7 +172,7 @@ def test_fused_step_matches_the_separate_kernels(tg, seed, monkeypatch, case):
         monkeypatch.setattr(tg, "FUSED", dict(tg.FUSED, on=fused))
         cs, ss = conv_state.clone(), ssm_state.clone()
         _poison_steps(ss, batch)
-        o = tg.gated_delta_net(qkv, a, b, a_log, dt_bias, conv_w, cs, ss, batch, heads)
+        o = tg.gated_delta_net(qkv, a, b, z, a_log, dt_bias, conv_w, norm_w, 1e-6, cs, ss, batch, heads)
         out.setdefault(fused, []).append((o, cs, ss))
     (o_s, cs_s, ss_s), = out[False]
     for o_f, cs_f, ss_f in out[True]:
@@ -186,7 +188,7 @@ def test_fused_step_matches_the_separate_kernels(tg, seed, monkeypatch, case):
     cs, ss = conv_state.clone(), ssm_state.clone()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        o_g = tg.gated_delta_net(qkv, a, b, a_log, dt_bias, conv_w, cs, ss, batch, heads)
+        o_g = tg.gated_delta_net(qkv, a, b, z, a_log, dt_bias, conv_w, norm_w, 1e-6, cs, ss, batch, heads)
     cs.copy_(conv_state)
     ss.copy_(ssm_state)
     graph.replay()

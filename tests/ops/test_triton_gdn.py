@@ -173,7 +173,8 @@ def _compile_all() -> None:
     ptrs = dict(x_ptr=bf, w_ptr=bf, st_ptr=bf, y_ptr=bf, cu_ptr=i32, slot_ptr=i64, step_ptr=i64)
     ptrs |= dict(tab_ptr=i32, a_ptr=bf, b_ptr=bf, alog_ptr=bf, dtb_ptr=bf, g_ptr=f32, beta_ptr=f32)
     ptrs |= dict(q_ptr=bf, k_ptr=bf, v_ptr=bf, s_ptr=f32, o_ptr=bf, u_ptr=f32, gc_ptr=f32, h_ptr=f32)
-    ptrs |= dict(ctab_ptr=i32, stab_ptr=i32, scale="fp32", cw_ptr=bf, cs_ptr=bf, cnt_ptr=i32)
+    ptrs |= dict(ctab_ptr=i32, stab_ptr=i32, scale="fp32", cw_ptr=bf, cs_ptr=bf, cnt_ptr=i32, z_ptr=bf, nw_ptr=bf,
+                 eps="fp32")  # fmt: skip
     gqa = dict(REP=3, K=128)
     ch = dict(gqa, HV=48, V=128, BT=m.CHUNK["BT"], PREC=m.CHUNK["PREC"])
     cases = [
@@ -182,9 +183,10 @@ def _compile_all() -> None:
         (gdn_conv._gating_kernel, dict(BLOCK=1024, EMU=False), {"num_warps": 4}),
         (gdn_recurrent._recurrent_kernel, dict(gqa, BV=m.DECODE["BV"], HAS_STEP=False, EMU=False), m.DECODE),
         (gdn_recurrent._recurrent_kernel, dict(gqa, BV=m.DECODE["BV"], HAS_STEP=True, EMU=False), m.DECODE),
-        (gdn_decode._fused_kernel, dict(gqa, V=128, BV=m.FUSED["BV"], HAS_STEP=False, EMU=False), m.FUSED),
-        (gdn_decode._fused_kernel, dict(gqa, V=128, BV=m.FUSED["BV"], HAS_STEP=True, EMU=False, PDL=True),
+        (gdn_decode._fused_kernel, dict(gqa, V=128, BV=m.FUSED["BV"], HAS_STEP=False, EMU=False, NORM=True),
          m.FUSED),
+        (gdn_decode._fused_kernel, dict(gqa, V=128, BV=m.FUSED["BV"], HAS_STEP=True, EMU=False, PDL=True,
+                                        NORM=True), m.FUSED),
         (gdn_chunk._prep_kernel, dict(ch, SUB=16), {"num_warps": m.CHUNK["prep_warps"]}),
         (gdn_chunk._state_kernel, dict(ch, BV=m.CHUNK["state_BV"], HAS_STEP=True, INTERP=False),
          {"num_warps": m.CHUNK["state_warps"], "num_stages": m.CHUNK["state_stages"]}),

@@ -1,5 +1,5 @@
-"""The fused Gated DeltaNet step (conv + gates + rule in one kernel, gdn_decode.py) vs the reference composition
-and vs the separate Triton kernels, under Triton's CPU interpreter at tiny shapes: outputs, the SSM state and the
+"""The fused Gated DeltaNet step (conv + gates + rule + output norm in one kernel, gdn_decode.py) vs the reference
+composition and vs the separate Triton kernels, under Triton's CPU interpreter at tiny shapes: outputs, the SSM state and the
 conv state (bit for bit: copies of inputs), in decode and speculative-verify batches (step slots, a row of equal
 slots), with several programs per key head (the last to arrive writes its q / k conv state). Outputs and
 step-slot destinations are poisoned with NaN, so an element never written fails."""
@@ -15,6 +15,7 @@ from hinfer.ops import gdn as ref
 
 N_SLOTS = 40
 HK, KD, HV, VD = 2, 16, 6, 32  # three value heads per key head, V in two blocks of 16: 6 programs per key head
+EPS = 1e-6
 
 
 @pytest.fixture
@@ -34,14 +35,16 @@ def _batch(lens: list[int], verify: list[bool] | None = None) -> ForwardBatch:
 
 def _inputs(t: int, dtype: torch.dtype):
     c = 2 * HK * KD + HV * VD
-    proj = torch.randn(t, c + 2 * HV + 8, dtype=dtype)  # strided slices of one projection, as the model's
-    qkv, b, a = proj[:, :c], proj[:, c : c + HV] * 3, proj[:, c + HV : c + 2 * HV]
+    proj = torch.randn(t, c + HV * VD + 2 * HV + 8, dtype=dtype)  # strided slices of one projection, as the model's
+    qkv, z = proj[:, :c], proj[:, c : c + HV * VD].view(t, HV, VD)
+    b, a = proj[:, c + HV * VD : c + HV * VD + HV] * 3, proj[:, c + HV * VD + HV : c + HV * VD + 2 * HV]
     a_log = (torch.rand(HV) * 2.5).to(dtype)
     dt_bias = torch.randn(HV).to(dtype)
     conv_w = (torch.randn(c, 4) * 0.5).to(dtype)
+    norm_w = (torch.rand(VD) + 0.5).to(dtype)
     conv_state = torch.randn(N_SLOTS, c, 3, dtype=dtype)
     ssm_state = torch.randn(N_SLOTS, HV, KD, VD) * 0.5
-    return qkv, a, b, a_log, dt_bias, conv_w, conv_state, ssm_state
+    return qkv, a, b, z, a_log, dt_bias, conv_w, norm_w, conv_state, ssm_state
 
 
 SCENARIOS = {
@@ -56,7 +59,7 @@ SCENARIOS = {
 def test_fused_step_matches_reference_and_separate_kernels(tg, seed, scenario, dtype):
     lens, verify = SCENARIOS[scenario]
     batch = _batch(lens, verify)
-    qkv, a, b, a_log, dt_bias, conv_w, conv_state, ssm_state = _inputs(sum(lens), dtype)
+    qkv, a, b, z, a_log, dt_bias, conv_w, norm_w, conv_state, ssm_state = _inputs(sum(lens), dtype)
     heads = (HK, KD, HV, VD)
     results = {}
     for name in ("fused", "separate", "reference"):
@@ -64,10 +67,10 @@ def test_fused_step_matches_reference_and_separate_kernels(tg, seed, scenario, d
         targets = step_targets(batch)
         cs[targets], ss[targets] = float("nan"), float("nan")
         if name == "reference":
-            o = ref.gated_delta_net_ref(qkv, a, b, a_log, dt_bias, conv_w, cs, ss, batch, heads)
+            o = ref.gated_delta_net_ref(qkv, a, b, z, a_log, dt_bias, conv_w, norm_w, EPS, cs, ss, batch, heads)
         else:
             tg.FUSED["on"] = name == "fused"
-            o = tg.gated_delta_net(qkv, a, b, a_log, dt_bias, conv_w, cs, ss, batch, heads)
+            o = tg.gated_delta_net(qkv, a, b, z, a_log, dt_bias, conv_w, norm_w, EPS, cs, ss, batch, heads)
         results[name] = (o, cs, ss)
     msg = f"seed {seed} lens {lens}"
     o_f, cs_f, ss_f = results["fused"]
@@ -86,8 +89,9 @@ def test_arrival_counters_are_left_zeroed(tg, seed):
     from hinfer.ops.triton.gdn_decode import arrival_counters
 
     batch = _batch([1, 2, 1])
-    qkv, a, b, a_log, dt_bias, conv_w, conv_state, ssm_state = _inputs(4, torch.float32)
-    tg.gated_delta_net(qkv, a, b, a_log, dt_bias, conv_w, conv_state, ssm_state, batch, (HK, KD, HV, VD))
+    qkv, a, b, z, a_log, dt_bias, conv_w, norm_w, conv_state, ssm_state = _inputs(4, torch.float32)
+    tg.gated_delta_net(qkv, a, b, z, a_log, dt_bias, conv_w, norm_w, EPS, conv_state, ssm_state, batch,
+                       (HK, KD, HV, VD))
     assert not arrival_counters(torch.device("cpu")).any()
 
 
@@ -98,7 +102,8 @@ def test_long_sequences_take_the_separate_kernels(tg, seed, monkeypatch):
     calls = []
     monkeypatch.setattr(tg, "fused_decode_launch", lambda *a: calls.append(1))
     batch = _batch([1, 12])
-    qkv, a, b, a_log, dt_bias, conv_w, conv_state, ssm_state = _inputs(13, torch.float32)
-    o = tg.gated_delta_net(qkv, a, b, a_log, dt_bias, conv_w, conv_state, ssm_state, batch, (HK, KD, HV, VD))
+    qkv, a, b, z, a_log, dt_bias, conv_w, norm_w, conv_state, ssm_state = _inputs(13, torch.float32)
+    o = tg.gated_delta_net(qkv, a, b, z, a_log, dt_bias, conv_w, norm_w, EPS, conv_state, ssm_state, batch,
+                           (HK, KD, HV, VD))
     assert not calls and not o.isnan().any()
     assert gdn_decode.fused_decode_launch is not None

@@ -25,6 +25,7 @@ from hinfer.ops.triton.gdn_chunk import chunked_launch
 from hinfer.ops.triton.gdn_conv import causal_conv1d_launch, gdn_gating_launch
 from hinfer.ops.triton.gdn_decode import fused_decode_launch
 from hinfer.ops.triton.gdn_recurrent import recurrent_launch
+from hinfer.ops.triton.norm import gated_rms_norm
 
 RECURRENT_MAX_TOKENS = 8  # sequences up to this many new tokens run the recurrent kernel
 VERIFY_MAX_TOKENS = 16  # the same in a verify batch: every verify row (draft tokens + 1) must fit
@@ -114,28 +115,33 @@ def gated_delta_net(
     qkv: torch.Tensor,  # [T, 2 HK K + HV V] in_proj's q, k, v rows, before the conv
     a: torch.Tensor,  # [T, HV]
     b: torch.Tensor,  # [T, HV]
+    z: torch.Tensor,  # [T, HV, V]
     a_log: torch.Tensor,
     dt_bias: torch.Tensor,
     conv_weight: torch.Tensor,
+    norm_weight: torch.Tensor,
+    eps: float,
     conv_state: torch.Tensor,
     ssm_state: torch.Tensor,
     batch: ForwardBatch,
     heads: tuple[int, int, int, int],  # HK, K, HV, V
 ) -> torch.Tensor:
-    """hinfer.ops.gdn.gated_delta_net: one fused kernel when every sequence is short (decode, verify), else the
-    conv, the gates and the rule's kernels."""
+    """hinfer.ops.gdn.gated_delta_net: one fused kernel (the output norm included) when every sequence is short
+    (decode, verify), else the conv, the gates, the rule's and the norm's kernels."""
     hk, kd, hv, vd = heads
     t = qkv.shape[0]
     if FUSED["on"] and max(batch.q_lens_cpu, default=0) <= _max_short(batch) and t:
-        qkv, a, b = _unit_last(qkv), _unit_last(a), _unit_last(b)
+        qkv, a, b, z = _unit_last(qkv), _unit_last(a), _unit_last(b), _unit_last(z)
         o = _empty((t, hv, vd), qkv.dtype, qkv.device)
+        y = _empty((t, hv, vd), qkv.dtype, qkv.device)
         fused_decode_launch(
             qkv, a, b, a_log.contiguous(), dt_bias.contiguous(), _unit_last(conv_weight), conv_state, ssm_state,
             o, batch.cu_q_lens, batch.gdn_slots, batch.gdn_step_slots, len(batch.q_lens_cpu), hk, FUSED["BV"],
-            FUSED["num_warps"],
+            FUSED["num_warps"], norm=(z, norm_weight.contiguous(), y, eps),
         )  # fmt: skip
-        return o
+        return y
     qkv = causal_conv1d(qkv, conv_weight, conv_state, batch)
     q, k, v = qkv.split([hk * kd, hk * kd, hv * vd], dim=-1)
     g, beta = gdn_gating(a, b, a_log, dt_bias)
-    return gated_delta_rule(q.view(t, hk, kd), k.view(t, hk, kd), v.view(t, hv, vd), g, beta, ssm_state, batch)
+    o = gated_delta_rule(q.view(t, hk, kd), k.view(t, hk, kd), v.view(t, hv, vd), g, beta, ssm_state, batch)
+    return gated_rms_norm(o, z, norm_weight, eps)

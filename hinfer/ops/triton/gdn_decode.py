@@ -1,6 +1,7 @@
 """Triton: one Gated DeltaNet step for short sequences (decode, speculative verify) in one kernel: the causal
-conv + SiLU of q, k and v, the gates g and beta, and the gated delta rule, where the separate kernels take three
-launches (gdn_conv.py's conv and gating, gdn_recurrent.py's rule) and a round trip of q, k, v, g and beta.
+conv + SiLU of q, k and v, the gates g and beta, the gated delta rule and the output norm gated by silu(z), where
+the separate kernels take four launches (gdn_conv.py's conv and gating, gdn_recurrent.py's rule, norm.py's
+gated norm) and a round trip of q, k, v, g and beta.
 
 Grid (sequence, value head, V block), as the recurrent kernel: each program keeps its [K, BV] block of the
 head's fp32 state in registers for all of the sequence's tokens, and convolves the channels it reads itself:
@@ -13,6 +14,9 @@ head are read by all REP x V/BV programs of its value heads, and in place (the n
 came from) a write could overtake another program's read: each program takes an arrival ticket after its reads
 (one counter per sequence and key head), and the last to arrive writes them and resets the counter. With step
 slots (speculative verify) the state after token j goes to step[j], a run of equal slots keeping its last.
+
+Output norm: it spans a head's V, split over V/BV programs; each takes a second ticket (per sequence and value
+head) after storing its o block, and the last reads the head's o rows back and writes the normalised, gated rows.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hinfer.ops.triton.common import interpreted, pdl_kwargs, pdl_start, round_to
+from hinfer.ops.triton.common import cast, interpreted, pdl_kwargs, pdl_start, round_to
 from hinfer.ops.triton.gdn_common import delta_rule_step, gates, store_token
 
 ARRIVALS = 1 << 16  # arrival counters (sequences x key heads per launch, at most)
@@ -90,11 +94,33 @@ def _save_conv(cs_ptr, c, xs_ptr, sx_t, s0, s1, s2, n, slot, step_ptr, step_stri
 
 
 @triton.jit
+def _norm_rows(o_ptr, so_t, z_ptr, sz_t, w_ptr, y_ptr, n, eps, V: tl.constexpr, ROUND_WY: tl.constexpr,
+               EMU: tl.constexpr):  # fmt: skip
+    """The GDN output norm of one head over n tokens (norm.py's gated mode, op for op): y = w * (o rstd) rounded,
+    times silu(z); o rows read back from global memory (the other programs' blocks)."""
+    d = tl.arange(0, V)
+    dt: tl.constexpr = y_ptr.dtype.element_ty
+    w = tl.load(w_ptr + d).to(tl.float32)
+    j = n - n
+    while j < n:
+        x = tl.load(o_ptr + j * so_t + d, cache_modifier=".cg").to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(x * x, axis=0) / V + eps)
+        y = w * round_to(x * rstd, dt, EMU)
+        if ROUND_WY:  # weight * y is rounded when its promoted dtype is the model dtype
+            y = round_to(y, dt, EMU)
+        z = tl.load(z_ptr + j * sz_t + d).to(tl.float32)
+        tl.store(y_ptr + j * so_t + d, cast(y * (z / (1.0 + tl.exp(-z))), dt, EMU))
+        j += 1
+
+
+@triton.jit
 def _fused_kernel(
     x_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, cw_ptr, cs_ptr, s_ptr, o_ptr, cnt_ptr, cu_ptr, slot_ptr, step_ptr,
-    sx_t, sa_t, sb_t, scw_c, scs_s, scs_c, so_t, so_h, ss_s, ss_h, ss_k, step_stride, HK, scale,
+    z_ptr, nw_ptr, y_ptr,
+    sx_t, sa_t, sb_t, scw_c, scs_s, scs_c, so_t, so_h, ss_s, ss_h, ss_k, step_stride, sz_t, sz_h, HK, HV, NSEQ,
+    scale, eps,
     REP: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, HAS_STEP: tl.constexpr,
-    EMU: tl.constexpr, PDL: tl.constexpr = False,
+    EMU: tl.constexpr, NORM: tl.constexpr = False, ROUND_WY: tl.constexpr = True, PDL: tl.constexpr = False,
 ):  # fmt: skip
     pdl_start(PDL)
     b = tl.program_id(0)
@@ -116,6 +142,7 @@ def _fused_kernel(
     k0, k1, k2 = _old(cs + ck * scs_c, x_dt, EMU)
     v0, v1, v2 = _old(cs + cv * scs_c, x_dt, EMU)
     # the old q / k state is read: take a ticket (the last of the key head's programs writes the new one)
+    tl.debug_barrier()  # every thread's reads are done before the ticket releases them
     arrived = tl.atomic_add(cnt_ptr + b * HK + hk, 1, sem="acq_rel")
     last = arrived == REP * (V // BV) - 1
     neg_a = -tl.exp(tl.load(alog_ptr + h).to(tl.float32))
@@ -154,15 +181,23 @@ def _fused_kernel(
         _save_conv(cs_ptr, ck, xs, sx_t, k0, k1, k2, n, slot, step_ptr, step_stride, b, scs_s, scs_c, HAS_STEP,
                    EMU)  # fmt: skip
         tl.atomic_xchg(cnt_ptr + b * HK + hk, 0)
+    if NORM:  # the head's last program to finish normalises its whole rows (all V blocks written by then)
+        tl.debug_barrier()  # every thread's o stores are done before the ticket releases them
+        head_cnt = cnt_ptr + NSEQ * HK + b * HV + h
+        if tl.atomic_add(head_cnt, 1, sem="acq_rel") == V // BV - 1:
+            _norm_rows(o_ptr + start * so_t + h * so_h, so_t, z_ptr + start * sz_t + h * sz_h, sz_t, nw_ptr,
+                       y_ptr + start * so_t + h * so_h, n, eps, V, ROUND_WY, EMU)  # fmt: skip
+            tl.atomic_xchg(head_cnt, 0)
 
 
 def fused_decode_launch(
     qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor, a_log: torch.Tensor, dt_bias: torch.Tensor,
     conv_weight: torch.Tensor, conv_state: torch.Tensor, ssm_state: torch.Tensor, o: torch.Tensor,
     cu_q_lens: torch.Tensor, gdn_slots: torch.Tensor, step_slots: torch.Tensor | None, num_seqs: int,
-    hk: int, bv: int, num_warps: int,
+    hk: int, bv: int, num_warps: int, norm: tuple[torch.Tensor, torch.Tensor, torch.Tensor, float] | None = None,
 ) -> None:  # fmt: skip
-    """o [T, HV, V] for a batch of short sequences; conv_state / ssm_state updated as the separate kernels do."""
+    """o [T, HV, V] for a batch of short sequences; conv_state / ssm_state updated as the separate kernels do.
+    `norm` = (z [T, HV, V], weight [V], y [T, HV, V], eps): also y = the GDN output norm of o gated by silu(z)."""
     hv, vd = o.shape[1], o.shape[2]
     kd = ssm_state.shape[-2]
     bv = min(bv, vd)
@@ -170,17 +205,22 @@ def fused_decode_launch(
         raise ValueError("the fused GDN step supports conv kernel width 4 only")
     if qkv.shape[1] != 2 * hk * kd + hv * vd or vd % bv or ssm_state.shape[-2:] != (kd, vd):
         raise ValueError(f"gdn decode: qkv {tuple(qkv.shape)} does not hold {hk} x {kd} q / k and {hv} x {vd} v")
-    if num_seqs * hk > ARRIVALS:
-        raise ValueError(f"gdn decode: {num_seqs} sequences x {hk} key heads exceed {ARRIVALS} counters")
+    if num_seqs * (hk + hv) > ARRIVALS:
+        raise ValueError(f"gdn decode: {num_seqs} sequences x {hk + hv} heads exceed {ARRIVALS} counters")
+    z, w, y, eps = norm if norm is not None else (o, o, o, 0.0)
+    if norm is not None and (z.shape != o.shape or y.shape != o.shape or z.stride(-1) != 1 or w.numel() != vd):
+        raise ValueError("gdn decode: the norm's z and output are [T, HV, V], its weight [V], unit last stride")
     if min(t.stride(-1) for t in (qkv, a, b, conv_weight, conv_state, ssm_state, o)) != 1:
         raise ValueError("gdn decode needs unit stride along the last dimension")
     step = step_slots if step_slots is not None else gdn_slots
     _fused_kernel[(num_seqs, hv, vd // bv)](
         qkv, a, b, a_log, dt_bias, conv_weight, conv_state, ssm_state, o, arrival_counters(qkv.device),
-        cu_q_lens, gdn_slots, step,
+        cu_q_lens, gdn_slots, step, z, w, y,
         qkv.stride(0), a.stride(0), b.stride(0), conv_weight.stride(0), conv_state.stride(0), conv_state.stride(1),
         o.stride(0), o.stride(1), ssm_state.stride(0), ssm_state.stride(1), ssm_state.stride(2),
-        step.stride(0) if step_slots is not None else 0, hk, kd**-0.5,
+        step.stride(0) if step_slots is not None else 0, z.stride(0), z.stride(1), hk, hv, num_seqs,
+        kd**-0.5, eps,
         REP=hv // hk, K=kd, V=vd, BV=bv, HAS_STEP=step_slots is not None, EMU=interpreted(_fused_kernel),
+        NORM=norm is not None, ROUND_WY=torch.promote_types(w.dtype, o.dtype) == o.dtype,
         num_warps=num_warps, **pdl_kwargs(qkv),
     )  # fmt: skip
