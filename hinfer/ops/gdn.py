@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from hinfer.batch import ForwardBatch
 from hinfer.ops.dispatch import use_triton
+from hinfer.ops.norm import gated_rms_norm_ref
 
 
 def _seq_spans(batch: ForwardBatch) -> list[tuple[int, int, int]]:
@@ -130,8 +131,6 @@ def gated_delta_net_ref(
     dt_bias: torch.Tensor, conv_weight: torch.Tensor, norm_weight: torch.Tensor, eps: float,
     conv_state: torch.Tensor, ssm_state: torch.Tensor, batch: ForwardBatch, heads: tuple[int, int, int, int],
 ) -> torch.Tensor:  # fmt: skip
-    from hinfer.ops.norm import gated_rms_norm_ref
-
     hk, kd, hv, vd = heads
     t = qkv.shape[0]
     qkv = causal_conv1d_ref(qkv, conv_weight, conv_state, batch)

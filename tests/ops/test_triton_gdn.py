@@ -45,8 +45,6 @@ def _batch(lens: list[int], step: list[list[int] | None] | None = None) -> Forwa
     return slot_batch(lens, None if step is None else [st is not None for st in step], N_SLOTS)
 
 
-_step_targets = step_targets
-
 
 # decode rows first (as the scheduler orders them), then chunks; one verify row per draft count 1..4
 SCENARIOS = {
@@ -92,7 +90,7 @@ def test_causal_conv1d(small_tiles, seed, scenario):
     w = torch.randn(c, 4, dtype=dt)
     state = torch.randn(N_SLOTS, c, 3, dtype=dt)
     st_k = state.clone()
-    st_k[_step_targets(batch)] = float("nan")
+    st_k[step_targets(batch)] = float("nan")
     st_r = state.clone()
     y = tg.causal_conv1d(x, w, st_k, batch)
     y_ref = ref.causal_conv1d_ref(x, w, st_r, batch)
@@ -131,7 +129,7 @@ def test_gated_delta_rule(small_tiles, monkeypatch, seed, scenario, chunk, dtype
     beta = torch.rand(t, hv) * 0.98 + 0.01
     state = torch.randn(N_SLOTS, hv, kd, vd) * 0.5
     s_k = state.clone()
-    s_k[_step_targets(batch)] = float("nan")
+    s_k[step_targets(batch)] = float("nan")
     s_r = state.clone()
     o = tg.gated_delta_rule(q, k, v, g, beta, s_k, batch)
     o_ref = ref.gated_delta_rule_ref(q, k, v, g, beta, s_r, batch)

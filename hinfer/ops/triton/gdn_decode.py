@@ -117,7 +117,7 @@ def _norm_rows(o_ptr, so_t, z_ptr, sz_t, w_ptr, y_ptr, n, eps, V: tl.constexpr, 
 def _fused_kernel(
     x_ptr, a_ptr, b_ptr, alog_ptr, dtb_ptr, cw_ptr, cs_ptr, s_ptr, o_ptr, cnt_ptr, cu_ptr, slot_ptr, step_ptr,
     z_ptr, nw_ptr, y_ptr,
-    sx_t, sa_t, sb_t, scw_c, scs_s, scs_c, so_t, so_h, ss_s, ss_h, ss_k, step_stride, sz_t, sz_h, HK, HV, NSEQ,
+    sx_t, sa_t, sb_t, scw_c, scs_s, scs_c, so_t, so_h, ss_s, ss_h, ss_k, step_stride, sz_t, sz_h, HK,
     scale, eps,
     REP: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, HAS_STEP: tl.constexpr,
     EMU: tl.constexpr, NORM: tl.constexpr = False, ROUND_WY: tl.constexpr = True, PDL: tl.constexpr = False,
@@ -183,7 +183,8 @@ def _fused_kernel(
         tl.atomic_xchg(cnt_ptr + b * HK + hk, 0)
     if NORM:  # the head's last program to finish normalises its whole rows (all V blocks written by then)
         tl.debug_barrier()  # every thread's o stores are done before the ticket releases them
-        head_cnt = cnt_ptr + NSEQ * HK + b * HV + h
+        # after the q / k counters: grid (sequences, value heads, V blocks)
+        head_cnt = cnt_ptr + tl.num_programs(0) * HK + b * tl.num_programs(1) + h
         if tl.atomic_add(head_cnt, 1, sem="acq_rel") == V // BV - 1:
             _norm_rows(o_ptr + start * so_t + h * so_h, so_t, z_ptr + start * sz_t + h * sz_h, sz_t, nw_ptr,
                        y_ptr + start * so_t + h * so_h, n, eps, V, ROUND_WY, EMU)  # fmt: skip
@@ -218,7 +219,7 @@ def fused_decode_launch(
         cu_q_lens, gdn_slots, step, z, w, y,
         qkv.stride(0), a.stride(0), b.stride(0), conv_weight.stride(0), conv_state.stride(0), conv_state.stride(1),
         o.stride(0), o.stride(1), ssm_state.stride(0), ssm_state.stride(1), ssm_state.stride(2),
-        step.stride(0) if step_slots is not None else 0, z.stride(0), z.stride(1), hk, hv, num_seqs,
+        step.stride(0) if step_slots is not None else 0, z.stride(0), z.stride(1), hk,
         kd**-0.5, eps,
         REP=hv // hk, K=kd, V=vd, BV=bv, HAS_STEP=step_slots is not None, EMU=interpreted(_fused_kernel),
         NORM=norm is not None, ROUND_WY=torch.promote_types(w.dtype, o.dtype) == o.dtype,

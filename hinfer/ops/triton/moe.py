@@ -173,7 +173,7 @@ def moe_experts(
     cfg = clamp_to_shape(cfg, h, i, fmt)
     gu, dn = cfg.gate_up, cfg.down
     emu = interpreted(mg._gate_up_kernel)
-    pdl = pdl_kwargs(x) if t <= 64 else {"PDL": False}  # decode sizes only (see common.pdl_start)
+    pdl = pdl_kwargs(x, t)  # decode sizes only (common.DECODE_ROWS)
     act = _empty((t * k, i), x.dtype, x.device)
 
     if cfg.gemv:

@@ -91,6 +91,6 @@ def moe_route(router_logits: torch.Tensor, top_k: int, shared: bool = False) -> 
         router_logits, w, ids, t, e, router_logits.stride(0),
         TOPK=top_k, TOPK_P=triton.next_power_of_2(top_k), BLOCK_T=block_t, BLOCK_E=block_e,
         EMU=interpreted(_route_kernel), num_warps=warps, SHARED=shared,
-        **(pdl_kwargs(router_logits) if t <= 64 else {"PDL": False}),
+        **pdl_kwargs(router_logits, t),
     )  # fmt: skip
     return w, ids

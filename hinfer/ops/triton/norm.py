@@ -102,7 +102,7 @@ def _launch(
         x3.stride(0), x3.stride(1), r3.stride(0), r3.stride(1), z3.stride(0), z3.stride(1),
         eps,
         MODE=mode, EMU=emu, ROUND_WY=round_wy, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps,
-        **(pdl_kwargs(x) if not emu else {"PDL": False}),
+        **pdl_kwargs(x, x3.shape[0]),
     )  # fmt: skip
     return y, r_out
 
