@@ -33,6 +33,7 @@ from hinfer.ops.triton.linear_int4_mma import (
     _x_layout,
 )
 from hinfer.ops.triton.moe_int4 import Int4Experts
+from hinfer.ops.triton.tiles.forms import SkinnyConfig
 from hinfer.ops.triton.tiles.moe import experts_mma_tile
 
 MAX_PAIRS = 72  # decode sizes: (tokens x top k) pairs, 8 x (8 + a folded shared expert); beyond: grouped kernels
@@ -109,16 +110,19 @@ def experts_mma_variant(block_n: int, block_m: int, warps: int, zero: bool, dire
 def experts_mma(
     x: torch.Tensor, w: Int4Experts, y: torch.Tensor, blocks: int, block_m: int, ids: torch.Tensor,
     sorted_: torch.Tensor, bexp: torch.Tensor, brows: torch.Tensor, direct: bool, xdiv: int,
-    tw: torch.Tensor | None = None, glu: bool = False,
+    tw: torch.Tensor | None = None, glu: bool = False, cfg: SkinnyConfig | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """y[pair] = x[pair // xdiv] @ w[expert]^T (times tw[pair] if given) for every pair the blocks name; with
-    `glu` x's rows are [gate | up] (2K wide) and the product takes silu(gate) * up (as activation.silu_mul)."""
+    `glu` x's rows are [gate | up] (2K wide) and the product takes silu(gate) * up (as activation.silu_mul).
+    `cfg` overrides the tile table (sweeps)."""
     e, n, k = w.shape
     if k % GROUP_K or n % 64 or x.dtype != torch.bfloat16 or x.stride(-1) != 1:
         raise ValueError(f"int4 mma experts: K % {GROUP_K}, N % 64, bf16 x with unit stride; got {w.shape}")
     if glu and x.shape[-1] != 2 * k:
         raise ValueError(f"int4 mma experts: gate_up rows of {2 * k} for the down projection, got {x.shape[-1]}")
-    cfg = experts_mma_tile(ids.numel(), n, k, blocks)
+    cfg = cfg or experts_mma_tile(ids.numel(), n, k, blocks)
+    if n % cfg.block_n or cfg.block_n % (16 * cfg.num_warps) or cfg.num_stages not in (2, 4):
+        raise ValueError(f"int4 mma experts: tile {cfg} does not fit N = {n} (16-row stripes per warp, depth 2 or 4)")
     block_n, warps, depth = cfg.block_n, cfg.num_warps, cfg.num_stages
     g = w.scales.shape[-1]
     int4_mma_experts_kernel[(n // block_n, blocks)](

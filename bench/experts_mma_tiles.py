@@ -1,0 +1,137 @@
+"""Tile sweep of the int4 tensor-core experts kernel (hinfer/ops/triton/moe_int4_mma.py) at the Qwen3.5 MoE shapes.
+
+Each projection (gate_up: x -> [gate | up]; down: taking SiLU-mul as it loads, routing weights applied) is timed
+alone, as a CUDA graph cycling through enough layers of random int4 experts (each with its own routing: top k + 1
+distinct experts per token, the folded shared expert's slot included) that the selected experts come from HBM.
+The winners print as TUNED entries (family moe_int4_mma; hinfer/ops/triton/tiles/tuned.py) and `--tuned-out`
+writes them for HINFER_TILES.
+
+    python bench/experts_mma_tiles.py [--model 35b 122b] [--t 1 8] [--json out.json] [--tuned-out t.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.moe_kernels import MAX_LAYER_BYTES, MODELS, _graph_us, _random_int4  # noqa: E402
+from hinfer.ops.triton.moe_align import align  # noqa: E402
+from hinfer.ops.triton.moe_int4_mma import experts_mma  # noqa: E402
+from hinfer.ops.triton.tiles.forms import MOE_INT4_MMA, SkinnyConfig  # noqa: E402
+from hinfer.ops.triton.tiles.moe import experts_mma_tile  # noqa: E402
+from hinfer.ops.triton.tiles.table import entry, m_bucket, source_line, write  # noqa: E402
+
+BW = 4.2e12  # bytes/s the floors divide by (bench/moe_kernels.py's)
+BM = 8  # rows per aligned block (hinfer.ops.triton.moe._experts_mma)
+
+
+def candidates(n: int) -> list[SkinnyConfig]:
+    """BLOCK_N x warps (16-row stripes split over the warps) x register look-ahead depth."""
+    out = []
+    for block_n, warps, depth in itertools.product((32, 64, 128, 256), (1, 2, 4, 8), (2, 4)):
+        if n % block_n == 0 and block_n % (16 * warps) == 0 and block_n // (16 * warps) <= 4:
+            out.append(SkinnyConfig(block_n, 128, BM, 1, warps, depth))
+    return out
+
+
+class Routing:
+    """One layer's routing at T tokens: k distinct experts per token (pair p = t * k + s) and the block tables."""
+
+    def __init__(self, t: int, k: int, e: int, gen: torch.Generator) -> None:
+        self.ids = torch.stack([torch.randperm(e, generator=gen)[:k] for _ in range(t)]).cuda()
+        self.tw = torch.rand(t * k, generator=gen).cuda()
+        flat = self.ids.reshape(-1).contiguous()
+        if t == 1:
+            self.blocks, self.sorted, self.bexp, self.brows, self.direct = k, flat, flat, flat, True
+        else:
+            al = align(self.ids, e, BM)
+            self.blocks, self.sorted, self.bexp, self.brows = al.n_blocks, al.sorted, al.bexp, al.brows
+            self.direct = False
+        self.flat, self.distinct = flat, torch.unique(flat).numel()
+
+
+def sweep(name: str, t: int, gen: torch.Generator) -> list[dict]:
+    m = MODELS[name]
+    e, k, h, i = m["e"] + 1, m["k"] + 1, m["h"], m["i"]  # the shared expert folded in: expert E, slot k
+    per_layer = e * 3 * h * i * 0.55
+    n_layers = max(2, min(16, int(MAX_LAYER_BYTES // per_layer)))
+    gu = [_random_int4(e, 2 * i, h, False) for _ in range(n_layers)]
+    dn = [_random_int4(e, h, i, False) for _ in range(n_layers)]
+    routes = [Routing(t, k, e, gen) for _ in range(n_layers)]
+    pairs = t * k
+    x = torch.randn(t, h, device="cuda").bfloat16()
+    hid = torch.randn(pairs, 2 * i, device="cuda").bfloat16()
+    y_gu = torch.empty(pairs, 2 * i, device="cuda", dtype=torch.bfloat16)
+    y_dn = torch.empty(pairs, h, device="cuda", dtype=torch.bfloat16)
+    rows = []
+    for proj, (n, kk) in (("gate_up", (2 * i, h)), ("down", (h, i))):
+        def run(cfg: SkinnyConfig, proj=proj) -> None:
+            for j in range(n_layers):
+                r = routes[j]
+                if proj == "gate_up":
+                    experts_mma(x, gu[j], y_gu, r.blocks, BM, r.flat, r.sorted, r.bexp, r.brows, r.direct, xdiv=k,
+                                cfg=cfg)  # fmt: skip
+                else:
+                    experts_mma(hid, dn[j], y_dn, r.blocks, BM, r.flat, r.sorted, r.bexp, r.brows, r.direct, xdiv=1,
+                                tw=r.tw, glu=True, cfg=cfg)  # fmt: skip
+
+        blocks = routes[0].blocks
+        default = experts_mma_tile(pairs, n, kk, blocks)
+        distinct = sum(r.distinct for r in routes) / n_layers
+        nbytes = distinct * n * kk * (0.5 + 3 / 128)  # words, bf16 scales and uint8 zeros per 128
+        timed = []
+        for cfg in dict.fromkeys([default, *candidates(n)]):
+            try:
+                timed.append((_graph_us(lambda cfg=cfg: run(cfg), n_layers), cfg))
+            except Exception as ex:  # noqa: BLE001 - a tile that does not compile or fit: report, go on
+                print(f"  {name} {proj} T={t} {cfg}: {type(ex).__name__}: {str(ex)[:90]}", flush=True)
+        if not timed or timed[0][1] != default:
+            print(f"{name} {proj} T={t}: the default tile {default} failed", flush=True)
+            continue
+        base = timed[0][0]
+        best_us, best = min(timed, key=lambda v: v[0])
+        floor = nbytes / BW * 1e6
+        print(f"{name:5s} {proj:7s} T={t} pairs={pairs:<3d} default {base:6.2f} us ({floor / base:5.1%})  best "
+              f"{best_us:6.2f} us ({floor / best_us:5.1%})  {best}", flush=True)
+        for us, cfg in sorted(timed, key=lambda v: v[0])[:4]:
+            print(f"      {us:6.2f} us  {cfg}")
+        rows.append({"model": name, "proj": proj, "t": t, "pairs": pairs, "n": n, "k": kk, "blocks": blocks,
+                     "default": asdict(default), "default_us": base, "best": asdict(best), "best_us": best_us,
+                     "floor_us": floor, "entry": entry(MOE_INT4_MMA, n, kk, m_bucket(pairs), best),
+                     "line": source_line(MOE_INT4_MMA, n, kk, m_bucket(pairs), best)})  # fmt: skip
+    gu.clear(), dn.clear()
+    torch.cuda.empty_cache()
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", choices=sorted(MODELS), nargs="*", default=["35b", "122b"])
+    ap.add_argument("--t", type=int, nargs="*", default=[1, 8], help="tokens (pairs = tokens x (top k + 1))")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--tuned-out", type=Path, help="the winners as HINFER_TILES entries (family moe_int4_mma)")
+    a = ap.parse_args()
+    gen = torch.Generator().manual_seed(a.seed)
+    print(f"seed {a.seed}")
+    rows: list[dict] = []
+    for name in a.model:
+        for t in a.t:
+            rows += sweep(name, t, gen)
+            if a.tuned_out:  # as it goes: a sweep cut short keeps what it measured
+                write(a.tuned_out, [r["entry"] for r in rows])
+    print("\nTUNED entries (paste into hinfer/ops/triton/tiles/tuned.py):\n" + "\n".join(r["line"] for r in rows))
+    if a.json:
+        a.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
