@@ -7,11 +7,11 @@ set -uo pipefail
 OUT="${OUT:-/tmp/hinfer-out}"; mkdir -p "$OUT"
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 HINFER_CACHE=/tmp/hinfer-cache
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv > "$OUT/env.txt" 2>&1
-timeout 300 python -m pytest -q -s tests/gpu/test_gdn_kernels.py tests/gpu/test_moe_kernels.py tests/gpu/test_engine_gpu.py -m gpu \
+timeout 240 python -m pytest -q -s tests/gpu/test_gdn_kernels.py tests/gpu/test_moe_kernels.py tests/gpu/test_engine_gpu.py -m gpu \
   -p no:cacheprovider > "$OUT/test_fused.txt" 2>&1
 echo "== tests rc=$? $(grep -E 'passed|failed' "$OUT/test_fused.txt" | tail -1)"
 grep -E "^(FAILED|E )|fused gdn" "$OUT/test_fused.txt" | head -20
-timeout 150 python bench/gdn_kernels.py > "$OUT/gdn_kernels.txt" 2>&1
+timeout 100 python bench/gdn_kernels.py > "$OUT/gdn_kernels.txt" 2>&1
 echo "== gdn bench rc=$?"; grep -E "decode|verify|settings" "$OUT/gdn_kernels.txt" | head -20
 for model in qwen3.6-27b qwen3.6-35b-a3b; do
   for fused in 0 1; do
