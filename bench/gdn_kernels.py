@@ -183,22 +183,20 @@ def print_table(rows: list[tuple], title: str) -> None:
 
 
 def sweep(decode: bool = True) -> None:
-    base_d, base_c, base_v = dict(tg.DECODE), dict(tg.CHUNK), dict(tg.CONV)
-    print("\nsweep: recurrent kernel (DECODE), us per layer")
+    base_c, base_v = dict(tg.CHUNK), dict(tg.CONV)
+    base_d, base_f = tg.DECODE_TILES, tg.FUSED_TILES
+    print("\nsweep: recurrent kernel (DECODE_TILES) | fused step (FUSED_TILES, verify rows too), us per layer at"
+          " C=1, C=8, verify 1x4, verify 8x4")
     for bv in (8, 16, 32, 64) if decode else ():
-        for nw in (1, 2, 4, 8):
-            tg.DECODE = {"BV": bv, "num_warps": nw}
-            res = [r[1] for r in decode_rows(cs=(1, 64), verify=((8, 4),)) if r[0].startswith("gdn")]
-            print(f"  BV={bv:3d} warps={nw}: C=1 {res[0]:8.2f}  C=64 {res[1]:8.2f}  verify 8x4 {res[2]:8.2f}")
-    tg.DECODE = base_d
-    base_f = dict(tg.FUSED)
-    print("\nsweep: fused decode step (FUSED), us per layer")
-    for bv in (8, 16, 32) if decode else ():
         for nw in (1, 2, 4):
-            tg.FUSED = dict(base_f, BV=bv, num_warps=nw)
-            res = [r[1] for r in decode_rows(cs=(1, 64), verify=((8, 4),)) if r[0].startswith("fused")]
-            print(f"  BV={bv:3d} warps={nw}: C=1 {res[0]:8.2f}  C=64 {res[1]:8.2f}  verify 8x4 {res[2]:8.2f}")
-    tg.FUSED = base_f
+            tg.DECODE_TILES, tg.FUSED_TILES = ((1 << 30, bv, nw),), ((1 << 30, bv, nw),)
+            max_tokens, tg.FUSED_MAX_TOKENS = tg.FUSED_MAX_TOKENS, 16
+            rows = decode_rows(cs=(1, 8), verify=((1, 4), (8, 4)))
+            tg.FUSED_MAX_TOKENS = max_tokens
+            rec = " ".join(f"{r[1]:7.2f}" for r in rows if r[0].startswith("gdn"))
+            fused = " ".join(f"{r[1]:7.2f}" for r in rows if r[0].startswith("fused"))
+            print(f"  BV={bv:3d} warps={nw}: {rec} | {fused}")
+    tg.DECODE_TILES, tg.FUSED_TILES = base_d, base_f
     lens = [8192]
     print("\nsweep: chunked kernels (CHUNK), us per 8K-token layer")
     trials = [{"prep_warps": w} for w in (4, 8)]
@@ -243,7 +241,8 @@ def main() -> None:
     print(
         f"copy bandwidth measured now: {copy_bandwidth() / 1e12:.2f} TB/s (floors use {BW / 1e12:.1f} TB/s)"
     )
-    print(f"settings: DECODE {tg.DECODE}  FUSED {tg.FUSED}  CHUNK {tg.CHUNK}  CONV {tg.CONV}")
+    print(f"settings: DECODE_TILES {tg.DECODE_TILES}  FUSED_TILES {tg.FUSED_TILES} (up to {tg.FUSED_MAX_TOKENS} "
+          f"tokens per sequence)  CHUNK {tg.CHUNK}  CONV {tg.CONV}")
     print_table(decode_rows(), "decode / verify, per layer (CUDA graph, state from HBM)")
     rows = prefill_rows([8192]) + prefill_rows([2048] * 4)
     rows += fla_row([8192])

@@ -5,7 +5,7 @@
     python bench/moe_kernels.py --sweep --t 1 8 64 2048  # also sweep the tiles: the best per shape as TUNED
                                                          # entries (--tuned-out t.json: for HINFER_TILES)
     python bench/moe_kernels.py --profile --t 1 8      # per-kernel times of one layer (torch.profiler)
-    python bench/moe_kernels.py --pdl --t 1 8 64       # decode also with programmatic dependent launch
+    python bench/moe_kernels.py --pdl --t 1 8 64       # decode also without programmatic dependent launch
 
 Decode rows (T <= 64) are medians of CUDA-graph replays cycling through enough layers (each with its own
 expert weights and its own routing) that the selected experts come from HBM, not L2, as in the real model;
@@ -273,7 +273,7 @@ def main() -> None:
     ap.add_argument(
         "--int4-sym", action="store_true", help="int4 without zero points (the inline-PTX unpack)"
     )
-    ap.add_argument("--pdl", action="store_true", help="decode rows again with HINFER_PDL=1")
+    ap.add_argument("--pdl", action="store_true", help="decode rows again without PDL (HINFER_PDL=0)")
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--tuned-out", type=Path, help="with --sweep: the winners as JSON (HINFER_TILES)")
     ap.add_argument("--profile", action="store_true")
@@ -309,15 +309,15 @@ def run_model(name: str, fmt: str, args) -> list[tuple]:
             )
             table.append((f"{tag} decode T={t} experts", r["experts"], r["floor_experts"]))
             table.append((f"{tag} decode T={t} route+experts", r["both"], r["floor_both"]))
-            if args.pdl:  # the same with programmatic dependent launch (HINFER_PDL=1)
-                os.environ["HINFER_PDL"] = "1"
+            if args.pdl:  # the same without programmatic dependent launch (HINFER_PDL=0; on by default)
+                os.environ["HINFER_PDL"] = "0"
                 try:
                     r = decode(m, t, layers)
                 finally:
                     os.environ.pop("HINFER_PDL")
-                print(f"    with PDL: experts {r['experts']:8.2f}  route+experts {r['both']:8.2f} us")
-                table.append((f"{tag} decode T={t} experts PDL", r["experts"], r["floor_experts"]))
-                table.append((f"{tag} decode T={t} route+experts PDL", r["both"], r["floor_both"]))
+                print(f"    without PDL: experts {r['experts']:8.2f}  route+experts {r['both']:8.2f} us")
+                table.append((f"{tag} decode T={t} experts no PDL", r["experts"], r["floor_experts"]))
+                table.append((f"{tag} decode T={t} route+experts no PDL", r["both"], r["floor_both"]))
         else:
             r = prefill(m, t, layers.gu[0], layers.dn[0])
             print(

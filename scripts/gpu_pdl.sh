@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call for programmatic dependent launch (HINFER_PDL=1: the int4 tensor-core matmuls, the RMS norms and
+# One device call for programmatic dependent launch (on by default; HINFER_PDL=0 turns it off: the int4 tensor-core matmuls, the RMS norms and
 # the MoE decode kernels start while their predecessor drains, the first two reading weights before they wait): bit-equality in a CUDA graph, the GPU
 # engine tests with it on, then decode with it off and on, 27B int4 and 35B-A3B int4 at 1 and 8 lanes.
 set -uo pipefail

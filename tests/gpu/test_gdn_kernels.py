@@ -169,7 +169,7 @@ def test_fused_step_matches_the_separate_kernels(tg, seed, monkeypatch, case):
     heads = (HK, KD, HV, VD)
     out = {}
     for fused in (False, True, True):
-        monkeypatch.setattr(tg, "FUSED", dict(tg.FUSED, on=fused))
+        monkeypatch.setattr(tg, "FUSED_MAX_TOKENS", 16 if fused else 0)  # verify rows too
         cs, ss = conv_state.clone(), ssm_state.clone()
         _poison_steps(ss, batch)
         o = tg.gated_delta_net(qkv, a, b, z, a_log, dt_bias, conv_w, norm_w, 1e-6, cs, ss, batch, heads)
@@ -184,7 +184,7 @@ def test_fused_step_matches_the_separate_kernels(tg, seed, monkeypatch, case):
     from hinfer.ops.triton.gdn_decode import arrival_counters
 
     assert not arrival_counters(qkv.device).any()
-    monkeypatch.setattr(tg, "FUSED", dict(tg.FUSED, on=True))
+    monkeypatch.setattr(tg, "FUSED_MAX_TOKENS", 16)
     cs, ss = conv_state.clone(), ssm_state.clone()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

@@ -9,7 +9,7 @@ The reference runs in fp32 on the GPU (TF32 off) on the experts actually selecte
   the chosen probabilities equal the reference's top-k values and the weights match to one bf16 rounding.
 int4 (W4A16) and fp8 (W8A16, per-channel and 128x128 block scales) experts against the fp32 reference on
 their dequantized values, same thresholds. Also: a CUDA graph of route + experts replays correctly on new inputs, with and without programmatic dependent
-launch (HINFER_PDL=1), and two runs are bitwise equal (the alignment's atomics change row order inside an
+launch (HINFER_PDL=1 / 0), and two runs are bitwise equal (the alignment's atomics change row order inside an
 expert, never results).
 """
 
@@ -246,8 +246,7 @@ def test_route_real_shapes(tm, seed, t):
 def test_cuda_graph_replay_and_determinism(tm, weights, seed, monkeypatch, t, pdl):
     """Route + experts captured in a CUDA graph (with programmatic dependent launch when pdl) replay the eager
     result bit for bit on new inputs; eager runs repeat bit for bit and match the reference."""
-    if pdl:
-        monkeypatch.setenv("HINFER_PDL", "1")
+    monkeypatch.setenv("HINFER_PDL", "1" if pdl else "0")
     name, wgu, wd = weights
     h = wgu.shape[2]
     x = torch.randn(t, h, device="cuda").bfloat16()

@@ -1,4 +1,4 @@
-"""Programmatic dependent launch (HINFER_PDL=1): the int4 tensor-core matmul and the norm give the same bits as
+"""Programmatic dependent launch (on by default, HINFER_PDL=0 turns it off): the int4 tensor-core matmul and the norm give the same bits as
 without it, in a CUDA graph of back-to-back dependent launches (a missing or misplaced wait shows up as a
 mismatch: a kernel reading its input before the previous one wrote it).
 

@@ -33,7 +33,7 @@ def tg(interpreter):
 def small_tiles(tg, monkeypatch):
     """Tiles smaller than the defaults so tiny shapes still span several programs per axis."""
     monkeypatch.setattr(tg, "CONV", {"small_q": 4, "BT": 8, "BC": 16, "num_warps": 4})
-    monkeypatch.setattr(tg, "DECODE", {"BV": 8, "num_warps": 2})
+    monkeypatch.setattr(tg, "DECODE_TILES", ((1 << 30, 8, 2),))
     monkeypatch.setattr(
         tg, "_empty", lambda shape, dtype, device: torch.full(shape, float("nan"), dtype=dtype)
     )
@@ -157,7 +157,10 @@ def test_kernels_compile_for_sm90(compiled_child):
     """Every kernel at its default 27B-shape settings goes through Triton's whole sm_90 pipeline."""
     res = compiled_child.call(__file__, "_compile_all")
     assert res.returncode == 0, res.stderr[-4000:]
-    assert res.stdout.count("compiled") == 10, res.stdout
+    from hinfer.ops.triton import gdn as m
+
+    tiles = len(m.DECODE_TILES) + len(m.FUSED_TILES)  # each without and with step slots
+    assert res.stdout.count("compiled") == 6 + 2 * tiles, res.stdout
 
 
 def _compile_all() -> None:
@@ -179,12 +182,10 @@ def _compile_all() -> None:
         (gdn_conv._conv_kernel, dict(BT=2, BC=m.CONV["BC"], USE_TAB=False, HAS_STEP=True, EMU=False), m.CONV),
         (gdn_conv._conv_kernel, dict(BT=m.CONV["BT"], BC=m.CONV["BC"], USE_TAB=True, HAS_STEP=False, EMU=False), m.CONV),
         (gdn_conv._gating_kernel, dict(BLOCK=1024, EMU=False), {"num_warps": 4}),
-        (gdn_recurrent._recurrent_kernel, dict(gqa, BV=m.DECODE["BV"], HAS_STEP=False, EMU=False), m.DECODE),
-        (gdn_recurrent._recurrent_kernel, dict(gqa, BV=m.DECODE["BV"], HAS_STEP=True, EMU=False), m.DECODE),
-        (gdn_decode._fused_kernel, dict(gqa, V=128, BV=m.FUSED["BV"], HAS_STEP=False, EMU=False, NORM=True),
-         m.FUSED),
-        (gdn_decode._fused_kernel, dict(gqa, V=128, BV=m.FUSED["BV"], HAS_STEP=True, EMU=False, PDL=True,
-                                        NORM=True), m.FUSED),
+        *((gdn_recurrent._recurrent_kernel, dict(gqa, BV=bv, HAS_STEP=step, EMU=False), {"num_warps": w})
+          for _, bv, w in m.DECODE_TILES for step in (False, True)),
+        *((gdn_decode._fused_kernel, dict(gqa, V=128, BV=bv, HAS_STEP=step, EMU=False, PDL=step, NORM=True),
+           {"num_warps": w}) for _, bv, w in m.FUSED_TILES for step in (False, True)),
         (gdn_chunk._prep_kernel, dict(ch, SUB=16), {"num_warps": m.CHUNK["prep_warps"]}),
         (gdn_chunk._state_kernel, dict(ch, BV=m.CHUNK["state_BV"], HAS_STEP=True, INTERP=False),
          {"num_warps": m.CHUNK["state_warps"], "num_stages": m.CHUNK["state_stages"]}),

@@ -23,8 +23,8 @@ def tg(interpreter, monkeypatch):
     from hinfer.ops.triton import gdn
 
     monkeypatch.setattr(gdn, "CONV", {"small_q": 4, "BT": 8, "BC": 16, "num_warps": 4})
-    monkeypatch.setattr(gdn, "DECODE", {"BV": 8, "num_warps": 2})
-    monkeypatch.setattr(gdn, "FUSED", {"on": True, "BV": 16, "num_warps": 2})
+    monkeypatch.setattr(gdn, "DECODE_TILES", ((1 << 30, 8, 2),))
+    monkeypatch.setattr(gdn, "FUSED_TILES", ((1 << 30, 16, 2),))
     monkeypatch.setattr(gdn, "_empty", lambda shape, dtype, device: torch.full(shape, float("nan"), dtype=dtype))
     return gdn
 
@@ -56,7 +56,7 @@ SCENARIOS = {
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
-def test_fused_step_matches_reference_and_separate_kernels(tg, seed, scenario, dtype):
+def test_fused_step_matches_reference_and_separate_kernels(tg, seed, scenario, dtype, monkeypatch):
     lens, verify = SCENARIOS[scenario]
     batch = _batch(lens, verify)
     qkv, a, b, z, a_log, dt_bias, conv_w, norm_w, conv_state, ssm_state = _inputs(sum(lens), dtype)
@@ -69,7 +69,7 @@ def test_fused_step_matches_reference_and_separate_kernels(tg, seed, scenario, d
         if name == "reference":
             o = ref.gated_delta_net_ref(qkv, a, b, z, a_log, dt_bias, conv_w, norm_w, EPS, cs, ss, batch, heads)
         else:
-            tg.FUSED["on"] = name == "fused"
+            monkeypatch.setattr(tg, "FUSED_MAX_TOKENS", 16 if name == "fused" else 0)  # verify rows too
             o = tg.gated_delta_net(qkv, a, b, z, a_log, dt_bias, conv_w, norm_w, EPS, cs, ss, batch, heads)
         results[name] = (o, cs, ss)
     msg = f"seed {seed} lens {lens}"

@@ -29,7 +29,10 @@ from hinfer.ops.triton.norm import gated_rms_norm
 
 RECURRENT_MAX_TOKENS = 8  # sequences up to this many new tokens run the recurrent kernel
 VERIFY_MAX_TOKENS = 16  # the same in a verify batch: every verify row (draft tokens + 1) must fit
-DECODE = {"BV": 16, "num_warps": 2}  # recurrent kernel: V columns per program, warps
+# recurrent kernel tiles by sequences in the batch: rows (most sequences, V columns per program, warps), the first
+# row that covers the batch wins. H200 sweep 2026-12-02 (bench/gdn_kernels.py --sweep), us per layer: 1 lane 4.53
+# at (16, 1) vs 4.80 at (16, 2); 8 lanes 17.7 at (32, 2) vs 25.4; verify 8 x 4 tokens 42.4 vs 53.8
+DECODE_TILES: tuple[tuple[int, int, int], ...] = ((2, 16, 1), (16, 32, 2), (1 << 30, 16, 2))
 CHUNK = {
     "BT": 64,
     "PREC": "tf32",
@@ -41,8 +44,17 @@ CHUNK = {
     "out_warps": 4,  # H200 sweep 2026-11-30 (with prep at 4 warps): 1.96 ms vs 2.18 ms at 8 warps
 }
 CONV = {"small_q": 16, "BT": 16, "BC": 128, "num_warps": 4}
-# conv + gates + rule in one kernel for short sequences (HINFER_GDN_FUSED=0: the three kernels, to compare)
-FUSED = {"on": os.environ.get("HINFER_GDN_FUSED", "1") != "0", "BV": 16, "num_warps": 2}
+# conv + gates + rule + norm in one kernel when every sequence has one new token (HINFER_GDN_FUSED=0: the four
+# kernels, to compare), tiles as DECODE_TILES: 9.2 us per layer at 1 lane against ~11 for the four kernels, 29.3 at
+# 8 lanes (about even, fewer launches). Several tokens per sequence (verify) take the four kernels: the fused one
+# runs its tokens one after the other through the conv as well (1 x 4: 22 us vs ~18; 8 x 4: 74 vs ~54).
+FUSED_MAX_TOKENS = 1 if os.environ.get("HINFER_GDN_FUSED", "1") != "0" else 0  # new tokens per sequence, at most
+FUSED_TILES: tuple[tuple[int, int, int], ...] = ((2, 16, 1), (1 << 30, 32, 2))
+
+
+def pick_tile(tiles: tuple[tuple[int, int, int], ...], seqs: int) -> tuple[int, int]:
+    """(BV, num_warps) of the first row of `tiles` whose sequence bound covers `seqs`."""
+    return next((bv, warps) for most, bv, warps in tiles if seqs <= most)
 
 
 def _empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -96,7 +108,7 @@ def gated_delta_rule(
     if len(long_seqs) < len(lens):
         recurrent_launch(
             q, k, v, g, beta, ssm_state, o, batch.cu_q_lens, batch.gdn_slots, batch.gdn_step_slots,
-            len(lens), max_n, DECODE["BV"], DECODE["num_warps"],
+            len(lens), max_n, *pick_tile(DECODE_TILES, len(lens)),
         )  # fmt: skip
     if long_seqs:
         chunked_launch(
@@ -126,18 +138,18 @@ def gated_delta_net(
     batch: ForwardBatch,
     heads: tuple[int, int, int, int],  # HK, K, HV, V
 ) -> torch.Tensor:
-    """hinfer.ops.gdn.gated_delta_net: one fused kernel (the output norm included) when every sequence is short
-    (decode, verify), else the conv, the gates, the rule's and the norm's kernels."""
+    """hinfer.ops.gdn.gated_delta_net: one fused kernel (the output norm included) when every sequence has one new
+    token (decode), else the conv, the gates, the rule's and the norm's kernels."""
     hk, kd, hv, vd = heads
     t = qkv.shape[0]
-    if FUSED["on"] and max(batch.q_lens_cpu, default=0) <= _max_short(batch) and t:
+    if t and max(batch.q_lens_cpu, default=0) <= min(FUSED_MAX_TOKENS, _max_short(batch)):
         qkv, a, b, z = _unit_last(qkv), _unit_last(a), _unit_last(b), _unit_last(z)
         o = _empty((t, hv, vd), qkv.dtype, qkv.device)
         y = _empty((t, hv, vd), qkv.dtype, qkv.device)
         fused_decode_launch(
             qkv, a, b, a_log.contiguous(), dt_bias.contiguous(), _unit_last(conv_weight), conv_state, ssm_state,
-            o, batch.cu_q_lens, batch.gdn_slots, batch.gdn_step_slots, len(batch.q_lens_cpu), hk, FUSED["BV"],
-            FUSED["num_warps"], norm=(z, norm_weight.contiguous(), y, eps),
+            o, batch.cu_q_lens, batch.gdn_slots, batch.gdn_step_slots, len(batch.q_lens_cpu), hk,
+            *pick_tile(FUSED_TILES, len(batch.q_lens_cpu)), norm=(z, norm_weight.contiguous(), y, eps),
         )  # fmt: skip
         return y
     qkv = causal_conv1d(qkv, conv_weight, conv_state, batch)

@@ -163,6 +163,11 @@ def variants(full: bool = False) -> Iterator[Variant]:
     yield (*int4_mma_variant(128, 8, 4, 8, True, True, 2, rows=True), 0)
     yield (*experts_mma_variant(128, 8, 8, True, True, 8, False), 0)
     yield (*experts_mma_variant(64, 8, 4, True, False, 1, True, glu=True, pdl=True), 0)
+    # the tuned experts tiles: few warps over 32-64 rows, the register look-ahead 3 groups deep
+    for v in (experts_mma_variant(32, 8, 2, True, True, 9, False, depth=4, pdl=True),
+              experts_mma_variant(32, 8, 1, True, True, 1, True, depth=4, glu=True, pdl=True),
+              experts_mma_variant(128, 8, 2, True, False, 1, True, depth=2, glu=True, pdl=True), *MEASURED_SPILLS):
+        yield (*v, 0)
     sig = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "K": "i32", "stride_xm": "i32",
            "stride_qm": "i32", "stride_sm": "i32", "stride_sg": "i32", "GROUP": "i32"}  # fmt: skip
     yield "act_quant", _act_quant_kernel, sig, {"BLOCK": 128}, 4, 3
@@ -172,21 +177,32 @@ def variants(full: bool = False) -> Iterator[Variant]:
                                                           BLOCK_K=128), 4, 3  # fmt: skip
 
 
+# tuned tiles that spill a little (24-128 bytes of stack) and still measured fastest in their sweep
+# (bench/experts_mma_tiles.py, 2026-12-02; the next best without spills: 0.7% slower at the 122B-A10B gate_up,
+# 10% at its down): reported, not failed
+MEASURED_SPILLS = (
+    experts_mma_variant(64, 8, 1, True, False, 9, False, depth=4, pdl=True),
+    experts_mma_variant(64, 8, 1, True, False, 1, True, depth=2, glu=True, pdl=True),
+    experts_mma_variant(128, 8, 2, True, True, 1, True, depth=4, glu=True, pdl=True),
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--check", action="store_true", help="fail on a compile error or a spill (default tiles)")
     a = ap.parse_args(argv)
     bad = 0
+    _MEASURED = {v[0] for v in MEASURED_SPILLS}
     for name, fn, sig, cex, warps, stages in variants(full=not a.check):
         try:
             gluon = getattr(fn, "is_gluon", lambda: False)()
             k = compile_gluon_sm90(fn, sig, cex, warps) if gluon else compile_sm90(fn, sig, cex, warps, stages)
             r = resources(k)
-            spill = r["stack"] > 0
+            spill = r["stack"] > 0 and not (name in _MEASURED and r["stack"] <= 128)
             # the Gluon kernels promise a main loop without shared memory traffic or barriers (but the ring's)
             shuffle = gluon and not cex.get("RING") and any(c[op] for c in sass_loops(sass_of(k)) for op in ("LDS", "LDSM", "STS", "BAR"))
             bad += spill or shuffle
-            tag = "SPILL" if spill else "SMEM" if shuffle else "ok"
+            tag = "SPILL" if spill else "SMEM" if shuffle else "ok*" if r["stack"] else "ok"
             print(f"{tag:5s} regs {r['regs']:3d} stack {r['stack']:4d} smem {r['smem']:6d}  {name}")
         except Exception as e:  # noqa: BLE001 - report every failing variant, then fail
             bad += 1

@@ -123,7 +123,7 @@ def _scatter_kernel(ids_ptr, cursor_ptr, sorted_ptr, P, BP: tl.constexpr):
 
 def align(ids: torch.Tensor, num_experts: int, block_m: int, pdl: bool = False) -> Alignment:
     """ids [T, k] (int32/int64, each row distinct) -> Alignment for BM = block_m rows per block; `pdl`: launch
-    the single-program kernel with programmatic dependent launch (when HINFER_PDL=1 allows it)."""
+    the single-program kernel with programmatic dependent launch (unless HINFER_PDL=0 or the device lacks it)."""
     t, k = ids.shape
     p = t * k
     flat = ids.reshape(-1)

@@ -9,7 +9,7 @@ DecodeTile, ...) imports it from forms.py with it.
 
 from __future__ import annotations
 
-from hinfer.ops.triton.tiles.forms import INT4_MMA, SkinnyConfig
+from hinfer.ops.triton.tiles.forms import INT4_MMA, MOE_INT4_MMA, SkinnyConfig
 
 # Linear: the skinny kernel. Swept on the H200 (2026-11-30, `bench/linear_kernels.py --tune --formats bf16
 # --ms 1,8`); GDN in_proj fused (16480 rows) reuses the 16384-row winner.
@@ -93,6 +93,18 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     (INT4_MMA, 20480, 3072, 8): SkinnyConfig(128, 128, 8, 4, 4, 2),
     (INT4_MMA, 17408, 3072, 1): SkinnyConfig(128, 128, 8, 4, 4, 2),
     (INT4_MMA, 17408, 3072, 8): SkinnyConfig(128, 128, 8, 4, 4, 2),
+    # int4 experts on tensor cores (M = token x expert pairs: 9 at one token with the shared expert folded, 72 at 8),
+    # swept 2026-12-02 (`bench/experts_mma_tiles.py --t 1 8`): 35B-A3B 13.9 -> 12.7 us (gate_up) and
+    # 11.1 -> 9.5 (down) per layer at one token, 41.2 -> 31.8 and 35.6 -> 24.2 at 8; 122B-A10B 23.9 -> 20.3,
+    # 19.9 -> 16.4, 95.6 -> 78.0, 94.4 -> 55.3
+    (MOE_INT4_MMA, 1024, 2048, 16): SkinnyConfig(32, 128, 8, 1, 2, 4),
+    (MOE_INT4_MMA, 2048, 512, 16): SkinnyConfig(128, 128, 8, 1, 2, 4),
+    (MOE_INT4_MMA, 1024, 2048, 64): SkinnyConfig(64, 128, 8, 1, 1, 4),
+    (MOE_INT4_MMA, 2048, 512, 64): SkinnyConfig(128, 128, 8, 1, 2, 2),
+    (MOE_INT4_MMA, 2048, 3072, 16): SkinnyConfig(32, 128, 8, 1, 2, 4),
+    (MOE_INT4_MMA, 3072, 1024, 16): SkinnyConfig(32, 128, 8, 1, 1, 4),
+    (MOE_INT4_MMA, 2048, 3072, 64): SkinnyConfig(64, 128, 8, 1, 1, 4),
+    (MOE_INT4_MMA, 3072, 1024, 64): SkinnyConfig(64, 128, 8, 1, 1, 2),
 }
-# MoE (moe_*), the prefill GEMMs (gemm*) and attention (attention_*): no per-shape entries yet, their
+# The other MoE families (moe_bf16 / int4 / fp8), the prefill GEMMs (gemm*) and attention (attention_*): no per-shape entries yet, their
 # heuristics cover every shape.
