@@ -3,7 +3,7 @@
 Each projection (gate_up: x -> [gate | up]; down: taking SiLU-mul as it loads, routing weights applied) is timed
 alone, as a CUDA graph cycling through enough layers of random int4 experts (each with its own routing: top k + 1
 distinct experts per token, the folded shared expert's slot included) that the selected experts come from HBM.
-The winners print as TUNED entries (family moe_int4_mma; hinfer/ops/triton/tiles/tuned.py) and `--tuned-out`
+Tiles: rows per program, warps, look-ahead depth and K splits. The winners print as TUNED entries (family moe_int4_mma; hinfer/ops/triton/tiles/tuned.py) and `--tuned-out`
 writes them for HINFER_TILES.
 
     python bench/experts_mma_tiles.py [--model 35b 122b] [--t 1 8] [--json out.json] [--tuned-out t.json]
@@ -33,12 +33,14 @@ BW = 4.2e12  # bytes/s the floors divide by (bench/moe_kernels.py's)
 BM = 8  # rows per aligned block (hinfer.ops.triton.moe._experts_mma)
 
 
-def candidates(n: int) -> list[SkinnyConfig]:
-    """BLOCK_N x warps (16-row stripes split over the warps) x register look-ahead depth."""
+def candidates(n: int, k: int, splits: tuple[int, ...] = (1,)) -> list[SkinnyConfig]:
+    """BLOCK_N x warps (16-row stripes split over the warps) x register look-ahead depth x K splits (at least two
+    128-groups each; split programs look 3 groups ahead)."""
     out = []
-    for block_n, warps, depth in itertools.product((32, 64, 128, 256), (1, 2, 4, 8), (2, 4)):
-        if n % block_n == 0 and block_n % (16 * warps) == 0 and block_n // (16 * warps) <= 4:
-            out.append(SkinnyConfig(block_n, 128, BM, 1, warps, depth))
+    for block_n, warps, depth, split in itertools.product((32, 64, 128, 256), (1, 2, 4, 8), (2, 4), splits):
+        if (n % block_n == 0 and block_n % (16 * warps) == 0 and block_n // (16 * warps) <= 4
+                and k // 128 >= 2 * split and (split == 1 or depth == 4)):  # fmt: skip
+            out.append(SkinnyConfig(block_n, 128, BM, split, warps, depth))
     return out
 
 
@@ -58,7 +60,7 @@ class Routing:
         self.flat, self.distinct = flat, torch.unique(flat).numel()
 
 
-def sweep(name: str, t: int, gen: torch.Generator) -> list[dict]:
+def sweep(name: str, t: int, gen: torch.Generator, splits: tuple[int, ...] = (1,)) -> list[dict]:
     m = MODELS[name]
     e, k, h, i = m["e"] + 1, m["k"] + 1, m["h"], m["i"]  # the shared expert folded in: expert E, slot k
     per_layer = e * 3 * h * i * 0.55
@@ -88,7 +90,7 @@ def sweep(name: str, t: int, gen: torch.Generator) -> list[dict]:
         distinct = sum(r.distinct for r in routes) / n_layers
         nbytes = distinct * n * kk * (0.5 + 3 / 128)  # words, bf16 scales and uint8 zeros per 128
         timed = []
-        for cfg in dict.fromkeys([default, *candidates(n)]):
+        for cfg in dict.fromkeys([default, *candidates(n, kk, splits)]):
             try:
                 timed.append((_graph_us(lambda cfg=cfg: run(cfg), n_layers), cfg))
             except Exception as ex:  # noqa: BLE001 - a tile that does not compile or fit: report, go on
@@ -116,6 +118,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", choices=sorted(MODELS), nargs="*", default=["35b", "122b"])
     ap.add_argument("--t", type=int, nargs="*", default=[1, 8], help="tokens (pairs = tokens x (top k + 1))")
+    ap.add_argument("--splits", default="1,2,4", help="K splits to try (1: none)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--tuned-out", type=Path, help="the winners as HINFER_TILES entries (family moe_int4_mma)")
@@ -125,7 +128,7 @@ def main() -> None:
     rows: list[dict] = []
     for name in a.model:
         for t in a.t:
-            rows += sweep(name, t, gen)
+            rows += sweep(name, t, gen, tuple(int(v) for v in a.splits.split(",")))
             if a.tuned_out:  # as it goes: a sweep cut short keeps what it measured
                 write(a.tuned_out, [r["entry"] for r in rows])
     print("\nTUNED entries (paste into hinfer/ops/triton/tiles/tuned.py):\n" + "\n".join(r["line"] for r in rows))

@@ -184,6 +184,52 @@ def test_experts_int4_down_takes_silu_mul_as_it_loads(tm, weights, seed):
     assert torch.equal(a, b), f"seed {seed}: {name}"
 
 
+@pytest.mark.parametrize("t", [1, 8])
+def test_experts_int4_split_k(tm, weights, seed, t):
+    """The tensor-core experts with the 128-groups split over 2 / 4 programs per tile (fp32 partials summed by the
+    last to arrive) equal the unsplit kernel up to the order of that sum (bf16 outputs: a rounding step at most
+    here and there), repeat bit for bit, and leave the arrival counters zeroed."""
+    from hinfer.ops.triton.linear_splitk import counter_buffer
+    from hinfer.ops.triton.moe_align import align
+    from hinfer.ops.triton.moe_int4 import Int4Experts
+    from hinfer.ops.triton.moe_int4_mma import experts_mma
+    from hinfer.ops.triton.tiles.forms import SkinnyConfig
+    from hinfer.quant.experts import quantize_experts_int4
+
+    name, wgu, wd = weights
+    gu, dn = (Int4Experts(q.qweight, q.scales, q.zeros, q.in_features)
+              for q in (quantize_experts_int4(w, zero_point=True) for w in (wgu, wd)))  # fmt: skip
+    h, i = wgu.shape[2], wd.shape[2]
+    x = torch.randn(t, h, device="cuda").bfloat16()
+    hid = (torch.randn(t * K, 2 * i, device="cuda") * 2).bfloat16()
+    top_w, top_i = ref.moe_route_ref(torch.randn(t, E, device="cuda").bfloat16(), K)
+    ids, tw = top_i.reshape(-1).contiguous(), top_w.reshape(-1).float().contiguous()
+    if t == 1:
+        blocks, sorted_, bexp, brows, direct = K, ids, ids, ids, True
+    else:
+        al = align(top_i, E, 8)
+        blocks, sorted_, bexp, brows, direct = al.n_blocks, al.sorted, al.bexp, al.brows, False
+
+    def run(split: int) -> tuple[torch.Tensor, torch.Tensor]:
+        cfg = SkinnyConfig(64, 128, 8, split, 2, 4)
+        a = experts_mma(x, gu, torch.empty(t * K, 2 * i, device="cuda").bfloat16(), blocks, 8, ids, sorted_, bexp,
+                        brows, direct, xdiv=K, cfg=cfg)  # fmt: skip
+        b = experts_mma(hid, dn, torch.empty(t * K, h, device="cuda").bfloat16(), blocks, 8, ids, sorted_, bexp,
+                        brows, direct, xdiv=1, tw=tw, glu=True, cfg=cfg)  # fmt: skip
+        return a, b
+
+    base = run(1)
+    for split in (2, 4):
+        got, again = run(split), run(split)
+        for what, g, a2, b in zip(("gate_up", "down"), got, again, base, strict=True):
+            assert torch.equal(g, a2), f"{name} {what} split {split}: not deterministic, seed {seed}"
+            rel = ((g.float() - b.float()).norm() / b.float().norm()).item()
+            print(f"  {name} T={t} {what} split {split}: rel L2 vs unsplit {rel:.2e}")
+            assert rel <= 2e-3, f"{name} {what} split {split}: rel L2 {rel:.3g}, seed {seed}"
+    torch.cuda.synchronize()
+    assert not counter_buffer(x.device).any(), "arrival counters left set"
+
+
 @pytest.mark.parametrize("t", [1, 8, 64, 2048])
 @pytest.mark.parametrize("block", [False, True])
 def test_experts_fp8_real_shapes(tm, weights, seed, t, block):

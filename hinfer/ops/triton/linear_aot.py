@@ -166,7 +166,11 @@ def variants(full: bool = False) -> Iterator[Variant]:
     # the tuned experts tiles: few warps over 32-64 rows, the register look-ahead 3 groups deep
     for v in (experts_mma_variant(32, 8, 2, True, True, 9, False, depth=4, pdl=True),
               experts_mma_variant(32, 8, 1, True, True, 1, True, depth=4, glu=True, pdl=True),
-              experts_mma_variant(128, 8, 2, True, False, 1, True, depth=2, glu=True, pdl=True), *MEASURED_SPILLS):
+              experts_mma_variant(128, 8, 2, True, False, 1, True, depth=2, glu=True, pdl=True),
+              # K split over programs, partials summed by the last to arrive
+              experts_mma_variant(64, 8, 2, True, True, 9, False, depth=4, pdl=True, split=4),
+              experts_mma_variant(64, 8, 2, True, False, 1, True, depth=4, glu=True, pdl=True, split=2),
+              *MEASURED_SPILLS):
         yield (*v, 0)
     sig = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "K": "i32", "stride_xm": "i32",
            "stride_qm": "i32", "stride_sm": "i32", "stride_sg": "i32", "GROUP": "i32"}  # fmt: skip

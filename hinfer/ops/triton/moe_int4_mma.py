@@ -11,8 +11,11 @@ the pair's own activation row) and writes y row `pair`, times the pair's routing
     -> sum of slots
 
 Every expert a block names is read once per block (each N tile of it by one program): at one token the 8 selected
-experts' bytes once; at 8 tokens each distinct expert once per 8-row block. No split-K (the grid is experts x N
-tiles already). Reference: hinfer.ops.triton.moe_int4.moe_experts_int4_ref.
+experts' bytes once; at 8 tokens each distinct expert once per 8-row block. No split-K by default (the grid is
+experts x N tiles already) unless the tile says so: at one token the grid is a few hundred small programs whose loads in
+flight are too few to cover DRAM latency, and SPLIT_K programs per tile, each over 1/SPLIT_K of the 128-groups,
+put more bytes in flight; their fp32 partials are summed by the last to arrive (linear_splitk's counters).
+Reference: hinfer.ops.triton.moe_int4.moe_experts_int4_ref.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from hinfer.ops.triton.linear_int4_mma import (
     _words_layout,
     _x_layout,
 )
+from hinfer.ops.triton.linear_splitk import split_scratch
 from hinfer.ops.triton.moe_int4 import Int4Experts
 from hinfer.ops.triton.tiles.forms import SkinnyConfig
 from hinfer.ops.triton.tiles.moe import experts_mma_tile
@@ -41,11 +45,11 @@ MAX_PAIRS = 72  # decode sizes: (tokens x top k) pairs, 8 x (8 + a folded shared
 
 @gluon.jit
 def int4_mma_experts_kernel(
-    x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, tw_ptr, ids_ptr, sorted_ptr, bexp_ptr, brows_ptr,
-    N, K, stride_xm, stride_ym, stride_we, stride_se, stride_sn,
+    x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, tw_ptr, ids_ptr, sorted_ptr, bexp_ptr, brows_ptr, part_ptr, cnt_ptr,
+    N, K, P, stride_xm, stride_ym, stride_we, stride_se, stride_sn,
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, DEPTH: gl.constexpr,
     DIRECT: gl.constexpr, XDIV: gl.constexpr, ROW_SCALE: gl.constexpr, GLU: gl.constexpr = False,
-    PDL: gl.constexpr = False,
+    PDL: gl.constexpr = False, SPLIT_K: gl.constexpr = 1,
 ):  # fmt: skip
     W: gl.constexpr = gl.num_warps()
     S: gl.constexpr = BLOCK_N // 16
@@ -84,26 +88,51 @@ def int4_mma_experts_kernel(
         rows = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         s_ptrs = s_ptr + e.to(gl.int64) * stride_se + rows * stride_sn
         z_rows = z_ptr + e.to(gl.int64) * stride_se + rows * stride_sn
+        # this program's 1/SPLIT_K of the 128-groups
+        per_split = gl.cdiv(K // GROUP, SPLIT_K)
+        g_lo = gl.program_id(2) * per_split
+        g_hi = gl.minimum(g_lo + per_split, K // GROUP)
         # GLU: x rows are gate_up's [gate | up] (K each): the down projection takes silu(gate) * up as it loads
-        acc = _k_loop(w_ptrs, s_ptrs, z_rows, z_rows, 1, x_ptrs, 0, K // GROUP, BLOCK_N, BLOCK_M, HAS_ZERO,
+        acc = _k_loop(w_ptrs, s_ptrs, z_rows, z_rows, 1, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO,
                       True, DEPTH, True, GROUP // 8, False, GLU, K)  # fmt: skip
-        if ROW_SCALE:
-            acc = acc * gl.load(tw_ptr + py).to(gl.float32)[None, :]
         out_mask = (ym < nrows)[None, :] & (rows < N)[:, None]
-        gl.store(y_ptr + py[None, :].to(gl.int64) * stride_ym + rows[:, None], acc.to(gl.bfloat16), mask=out_mask)
+        y_ptrs = y_ptr + py[None, :].to(gl.int64) * stride_ym + rows[:, None]
+        if SPLIT_K == 1:
+            _store_rows(y_ptrs, acc, tw_ptr, py, out_mask, ROW_SCALE)
+        else:  # partials [SPLIT_K, P, N] fp32 by pair; the last split to arrive sums them in split order
+            p_off = py[None, :].to(gl.int64) * N + rows[:, None]
+            gl.store(part_ptr + gl.program_id(2) * P * N + p_off, acc, mask=out_mask)
+            gl.thread_barrier()  # every thread's partial is written before the release below
+            cnt = cnt_ptr + blk * gl.num_programs(0) + pid_n
+            if gl.atomic_add(cnt, 1, sem="acq_rel") == SPLIT_K - 1:
+                total = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
+                for i in gl.static_range(SPLIT_K):
+                    total += gl.load(part_ptr + i * P * N + p_off, mask=out_mask, other=0.0, cache_modifier=".cg")
+                _store_rows(y_ptrs, total, tw_ptr, py, out_mask, ROW_SCALE)
+                gl.atomic_xchg(cnt, 0)
+
+
+@gluon.jit
+def _store_rows(y_ptrs, acc, tw_ptr, py, out_mask, ROW_SCALE: gl.constexpr):
+    """y rows of the block's pairs (times their routing weights with ROW_SCALE), in bf16."""
+    if ROW_SCALE:
+        acc = acc * gl.load(tw_ptr + py).to(gl.float32)[None, :]
+    gl.store(y_ptrs, acc.to(gl.bfloat16), mask=out_mask)
 
 
 def experts_mma_variant(block_n: int, block_m: int, warps: int, zero: bool, direct: bool, xdiv: int,
-                        row_scale: bool, depth: int = 2, glu: bool = False, pdl: bool = False):  # fmt: skip
+                        row_scale: bool, depth: int = 2, glu: bool = False, pdl: bool = False,
+                        split: int = 1):  # fmt: skip
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
            "y_ptr": "*bf16", "tw_ptr": "*fp32", "ids_ptr": "*i64", "sorted_ptr": "*i32", "bexp_ptr": "*i32",
-           "brows_ptr": "*i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_ym": "i32", "stride_we": "i32",
+           "brows_ptr": "*i32", "part_ptr": "*fp32", "cnt_ptr": "*i32", "N": "i32", "K": "i32", "P": "i32",
+           "stride_xm": "i32", "stride_ym": "i32", "stride_we": "i32",
            "stride_se": "i32", "stride_sn": "i32"}  # fmt: skip
     cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, DEPTH=depth, DIRECT=direct, XDIV=xdiv,
-               ROW_SCALE=row_scale, GLU=glu, PDL=pdl)  # fmt: skip
+               ROW_SCALE=row_scale, GLU=glu, PDL=pdl, SPLIT_K=split)  # fmt: skip
     name = (f"int4 mma experts{' asym' if zero else ''}{' direct' if direct else ''} BLOCK_N={block_n} "
-            f"BLOCK_M={block_m} w{warps} xdiv {xdiv}{' scaled' if row_scale else ''}{' glu' if glu else ''}{' pdl' if pdl else ''}")  # fmt: skip
+            f"BLOCK_M={block_m} w{warps} xdiv {xdiv}{' scaled' if row_scale else ''}{' glu' if glu else ''}{' pdl' if pdl else ''}{f' split {split}' if split > 1 else ''}")  # fmt: skip
     return name, int4_mma_experts_kernel, sig, cex, warps
 
 
@@ -121,14 +150,19 @@ def experts_mma(
     if glu and x.shape[-1] != 2 * k:
         raise ValueError(f"int4 mma experts: gate_up rows of {2 * k} for the down projection, got {x.shape[-1]}")
     cfg = cfg or experts_mma_tile(ids.numel(), n, k, blocks)
-    if n % cfg.block_n or cfg.block_n % (16 * cfg.num_warps) or cfg.num_stages not in (2, 4):
-        raise ValueError(f"int4 mma experts: tile {cfg} does not fit N = {n} (16-row stripes per warp, depth 2 or 4)")
-    block_n, warps, depth = cfg.block_n, cfg.num_warps, cfg.num_stages
+    if (n % cfg.block_n or cfg.block_n % (16 * cfg.num_warps) or cfg.num_stages not in (2, 4)
+            or not 1 <= cfg.split_k <= k // GROUP_K):  # fmt: skip
+        raise ValueError(f"int4 mma experts: tile {cfg} does not fit N = {n}, K = {k} (16-row stripes per warp, "
+                         "depth 2 or 4, at least one 128-group per split)")  # fmt: skip
+    block_n, warps, depth, split = cfg.block_n, cfg.num_warps, cfg.num_stages, cfg.split_k
     g = w.scales.shape[-1]
-    int4_mma_experts_kernel[(n // block_n, blocks)](
+    pairs = y.shape[0]
+    part, cnt = split_scratch(split, pairs, n, blocks * (n // block_n), x, y)
+    int4_mma_experts_kernel[(n // block_n, blocks, split)](
         x, w.qweight, w.scales, w.zeros if w.zeros is not None else w.scales, y, tw if tw is not None else x,
-        ids, sorted_, bexp, brows, n, k, x.stride(0), y.stride(0), w.qweight.stride(0), w.scales.stride(0), g,
+        ids, sorted_, bexp, brows, part, cnt, n, k, pairs, x.stride(0), y.stride(0), w.qweight.stride(0),
+        w.scales.stride(0), g,
         HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, DEPTH=depth, DIRECT=direct, XDIV=xdiv,
-        ROW_SCALE=tw is not None, GLU=glu, num_warps=warps, **pdl_kwargs(x),
+        ROW_SCALE=tw is not None, GLU=glu, SPLIT_K=split, num_warps=warps, **pdl_kwargs(x),
     )  # fmt: skip
     return y
