@@ -230,6 +230,37 @@ def test_experts_int4_split_k(tm, weights, seed, t):
     assert not counter_buffer(x.device).any(), "arrival counters left set"
 
 
+@pytest.mark.parametrize("t", [1, 3, 8])
+def test_experts_int4_down_sums_the_slots(tm, weights, seed, t, monkeypatch):
+    """The tensor-core down launch that also sums each token's slots (the last program of an N tile to finish does)
+    equals the down launch + the separate sum kernel up to the order of the fp32 sum, repeats bit for bit, in a
+    CUDA graph too, and leaves its arrival counters zeroed."""
+    from hinfer.ops.triton.linear_splitk import counter_buffer
+    from hinfer.ops.triton.moe_int4 import Int4Experts
+    from hinfer.quant.experts import quantize_experts_int4
+
+    name, wgu, wd = weights
+    gu, dn = (Int4Experts(q.qweight, q.scales, q.zeros, q.in_features)
+              for q in (quantize_experts_int4(w, zero_point=True) for w in (wgu, wd)))  # fmt: skip
+    x = torch.randn(t, wgu.shape[2], device="cuda").bfloat16()
+    top_w, top_i = ref.moe_route_ref(torch.randn(t, E, device="cuda").bfloat16(), K)
+    monkeypatch.setattr(tm, "SUM_IN_DOWN", False)
+    want = tm.moe_experts(x, gu, dn, top_w, top_i)
+    monkeypatch.setattr(tm, "SUM_IN_DOWN", True)
+    got, again = tm.moe_experts(x, gu, dn, top_w, top_i), tm.moe_experts(x, gu, dn, top_w, top_i)
+    assert torch.equal(got, again), f"{name} T={t}: not deterministic, seed {seed}"
+    rel = ((got.float() - want.float()).norm() / want.float().norm()).item()
+    print(f"  {name} T={t}: slots summed in the down launch vs apart: rel L2 {rel:.2e}")
+    assert rel <= 1e-3, f"{name} T={t}: rel L2 {rel:.3g}, seed {seed}"
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out_g = tm.moe_experts(x, gu, dn, top_w, top_i)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out_g, got), f"{name} T={t}: graph replay differs, seed {seed}"
+    assert not counter_buffer(x.device).any(), "arrival counters left set"
+
+
 @pytest.mark.parametrize("t", [1, 8, 64, 2048])
 @pytest.mark.parametrize("block", [False, True])
 def test_experts_fp8_real_shapes(tm, weights, seed, t, block):

@@ -126,9 +126,14 @@ def mma_experts_fit(x: torch.Tensor, gu: Int4Experts, dn: Int4Experts, pairs: in
             and h % GROUP_K == 0 and i % GROUP_K == 0)  # fmt: skip
 
 
+# the tensor-core down projection sums each token's slots in the same launch (HINFER_MOE_SUM_IN_DOWN=0: a
+# separate sum kernel, to compare)
+SUM_IN_DOWN = os.environ.get("HINFER_MOE_SUM_IN_DOWN", "1") != "0"
+
+
 def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, out: torch.Tensor) -> torch.Tensor:
-    """gate_up and down through the tensor-core kernel (moe_int4_mma.py), the down taking SiLU-mul as it loads,
-    slots summed."""
+    """gate_up and down through the tensor-core kernel (moe_int4_mma.py), the down taking SiLU-mul as it loads and
+    summing the slots."""
     pairs, h, bm = t * k, x.shape[1], 8
     if t == 1:  # block b = pair b: the k experts are distinct
         blocks, sorted_, bexp, brows, direct = k, ids, ids, ids, True
@@ -138,6 +143,10 @@ def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, o
     hid = _empty((pairs, gu.shape[1]), x.dtype, x.device)
     experts_mma(x, gu, hid, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=k)
     y = _empty((pairs, h), x.dtype, x.device)
+    if SUM_IN_DOWN:  # the down launch sums the slots too
+        experts_mma(hid, dn, y, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=1, tw=tw, glu=True, sum_out=out,
+                    topk=k)  # fmt: skip
+        return out
     experts_mma(hid, dn, y, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=1, tw=tw, glu=True)
     return _sum_slots(y, out, t, k, h, False, {"PDL": False})
 

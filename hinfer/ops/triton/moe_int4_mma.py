@@ -35,21 +35,23 @@ from hinfer.ops.triton.linear_int4_mma import (
     _words_layout,
     _x_layout,
 )
-from hinfer.ops.triton.linear_splitk import split_scratch
+from hinfer.ops.triton.linear_splitk import COUNTERS, counter_buffer, split_scratch
 from hinfer.ops.triton.moe_int4 import Int4Experts
 from hinfer.ops.triton.tiles.forms import SkinnyConfig
 from hinfer.ops.triton.tiles.moe import experts_mma_tile
 
 MAX_PAIRS = 72  # decode sizes: (tokens x top k) pairs, 8 x (8 + a folded shared expert); beyond: grouped kernels
+SUM_COUNTERS = gl.constexpr(COUNTERS // 2)  # the slot sum's arrival counters (one per N tile) follow the split-K ones
 
 
 @gluon.jit
 def int4_mma_experts_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, tw_ptr, ids_ptr, sorted_ptr, bexp_ptr, brows_ptr, part_ptr, cnt_ptr,
-    N, K, P, stride_xm, stride_ym, stride_we, stride_se, stride_sn,
+    out_ptr, N, K, P, stride_xm, stride_ym, stride_we, stride_se, stride_sn, stride_om,
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, DEPTH: gl.constexpr,
     DIRECT: gl.constexpr, XDIV: gl.constexpr, ROW_SCALE: gl.constexpr, GLU: gl.constexpr = False,
-    PDL: gl.constexpr = False, SPLIT_K: gl.constexpr = 1,
+    PDL: gl.constexpr = False, SPLIT_K: gl.constexpr = 1, SUM: gl.constexpr = False, TOPK: gl.constexpr = 1,
+    TOPK_P: gl.constexpr = 1,
 ):  # fmt: skip
     W: gl.constexpr = gl.num_warps()
     S: gl.constexpr = BLOCK_N // 16
@@ -99,17 +101,42 @@ def int4_mma_experts_kernel(
         y_ptrs = y_ptr + py[None, :].to(gl.int64) * stride_ym + rows[:, None]
         if SPLIT_K == 1:
             _store_rows(y_ptrs, acc, tw_ptr, py, out_mask, ROW_SCALE)
+            wrote = True
         else:  # partials [SPLIT_K, P, N] fp32 by pair; the last split to arrive sums them in split order
             p_off = py[None, :].to(gl.int64) * N + rows[:, None]
             gl.store(part_ptr + gl.program_id(2) * P * N + p_off, acc, mask=out_mask)
             gl.thread_barrier()  # every thread's partial is written before the release below
             cnt = cnt_ptr + blk * gl.num_programs(0) + pid_n
-            if gl.atomic_add(cnt, 1, sem="acq_rel") == SPLIT_K - 1:
+            wrote = gl.atomic_add(cnt, 1, sem="acq_rel") == SPLIT_K - 1
+            if wrote:
                 total = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
                 for i in gl.static_range(SPLIT_K):
                     total += gl.load(part_ptr + i * P * N + p_off, mask=out_mask, other=0.0, cache_modifier=".cg")
                 _store_rows(y_ptrs, total, tw_ptr, py, out_mask, ROW_SCALE)
                 gl.atomic_xchg(cnt, 0)
+        if SUM:
+            if wrote:  # this block's rows of the N tile are in y: count them in; the last sums the slots
+                gl.thread_barrier()  # every thread's rows are written before the release below
+                cnt = cnt_ptr + SUM_COUNTERS + pid_n
+                if gl.atomic_add(cnt, nrows, sem="acq_rel") + nrows == P:
+                    _sum_slots(y_ptr, out_ptr, pid_n * BLOCK_N, N, P // TOPK, stride_ym, stride_om, TOPK, TOPK_P,
+                               BLOCK_N)  # fmt: skip
+                    gl.atomic_xchg(cnt, 0)
+
+
+@gluon.jit
+def _sum_slots(y_ptr, out_ptr, col0, N, T, stride_ym, stride_om, TOPK: gl.constexpr, TOPK_P: gl.constexpr,
+               BLOCK_N: gl.constexpr):  # fmt: skip
+    """out[t, cols] = sum over the slots s of y[t * TOPK + s, cols] in fp32 (moe_gemm._sum_slots_kernel's sum)
+    for the N tile at col0, every token: y rows written by other programs, read past L1."""
+    L: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [1, gl.num_warps()], [1, 0])
+    s = gl.arange(0, TOPK_P, layout=gl.SliceLayout(1, L))
+    c = col0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, L))
+    mask = (s < TOPK)[:, None] & (c < N)[None, :]
+    for t in range(T):
+        ptrs = y_ptr + (t * TOPK + s).to(gl.int64)[:, None] * stride_ym + c[None, :]
+        v = gl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg").to(gl.float32)
+        gl.store(out_ptr + t * stride_om + c, gl.sum(v, axis=0).to(gl.bfloat16), mask=c < N)
 
 
 @gluon.jit
@@ -122,17 +149,18 @@ def _store_rows(y_ptrs, acc, tw_ptr, py, out_mask, ROW_SCALE: gl.constexpr):
 
 def experts_mma_variant(block_n: int, block_m: int, warps: int, zero: bool, direct: bool, xdiv: int,
                         row_scale: bool, depth: int = 2, glu: bool = False, pdl: bool = False,
-                        split: int = 1):  # fmt: skip
+                        split: int = 1, topk: int = 0):  # fmt: skip
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
            "y_ptr": "*bf16", "tw_ptr": "*fp32", "ids_ptr": "*i64", "sorted_ptr": "*i32", "bexp_ptr": "*i32",
-           "brows_ptr": "*i32", "part_ptr": "*fp32", "cnt_ptr": "*i32", "N": "i32", "K": "i32", "P": "i32",
-           "stride_xm": "i32", "stride_ym": "i32", "stride_we": "i32",
-           "stride_se": "i32", "stride_sn": "i32"}  # fmt: skip
+           "brows_ptr": "*i32", "part_ptr": "*fp32", "cnt_ptr": "*i32", "out_ptr": "*bf16", "N": "i32", "K": "i32",
+           "P": "i32", "stride_xm": "i32", "stride_ym": "i32", "stride_we": "i32", "stride_se": "i32",
+           "stride_sn": "i32", "stride_om": "i32"}  # fmt: skip
     cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, DEPTH=depth, DIRECT=direct, XDIV=xdiv,
-               ROW_SCALE=row_scale, GLU=glu, PDL=pdl, SPLIT_K=split)  # fmt: skip
+               ROW_SCALE=row_scale, GLU=glu, PDL=pdl, SPLIT_K=split, SUM=topk > 0, TOPK=max(topk, 1),
+               TOPK_P=1 << (max(topk, 1) - 1).bit_length())  # fmt: skip
     name = (f"int4 mma experts{' asym' if zero else ''}{' direct' if direct else ''} BLOCK_N={block_n} "
-            f"BLOCK_M={block_m} w{warps} xdiv {xdiv}{' scaled' if row_scale else ''}{' glu' if glu else ''}{' pdl' if pdl else ''}{f' split {split}' if split > 1 else ''}")  # fmt: skip
+            f"BLOCK_M={block_m} w{warps} xdiv {xdiv}{' scaled' if row_scale else ''}{' glu' if glu else ''}{' pdl' if pdl else ''}{f' split {split}' if split > 1 else ''}{f' sum {topk}' if topk else ''}")  # fmt: skip
     return name, int4_mma_experts_kernel, sig, cex, warps
 
 
@@ -140,10 +168,13 @@ def experts_mma(
     x: torch.Tensor, w: Int4Experts, y: torch.Tensor, blocks: int, block_m: int, ids: torch.Tensor,
     sorted_: torch.Tensor, bexp: torch.Tensor, brows: torch.Tensor, direct: bool, xdiv: int,
     tw: torch.Tensor | None = None, glu: bool = False, cfg: SkinnyConfig | None = None,
+    sum_out: torch.Tensor | None = None, topk: int = 1,
 ) -> torch.Tensor:  # fmt: skip
     """y[pair] = x[pair // xdiv] @ w[expert]^T (times tw[pair] if given) for every pair the blocks name; with
     `glu` x's rows are [gate | up] (2K wide) and the product takes silu(gate) * up (as activation.silu_mul).
-    `cfg` overrides the tile table (sweeps)."""
+    With `sum_out` [T, N] the launch also sums each token's `topk` slots (pair = t * topk + s) into it: the last
+    program to finish an N tile does (moe_gemm._sum_slots_kernel's sum, one launch fewer). `cfg` overrides the
+    tile table (sweeps)."""
     e, n, k = w.shape
     if k % GROUP_K or n % 64 or x.dtype != torch.bfloat16 or x.stride(-1) != 1:
         raise ValueError(f"int4 mma experts: K % {GROUP_K}, N % 64, bf16 x with unit stride; got {w.shape}")
@@ -157,12 +188,18 @@ def experts_mma(
     block_n, warps, depth, split = cfg.block_n, cfg.num_warps, cfg.num_stages, cfg.split_k
     g = w.scales.shape[-1]
     pairs = y.shape[0]
+    if blocks * (n // block_n) > COUNTERS // 2 or (sum_out is not None and pairs % topk):
+        raise ValueError(f"int4 mma experts: {blocks} blocks x {n // block_n} tiles, {pairs} pairs of {topk} slots")
     part, cnt = split_scratch(split, pairs, n, blocks * (n // block_n), x, y)
+    if sum_out is not None:
+        cnt = counter_buffer(x.device)
+    out = sum_out if sum_out is not None else y
     int4_mma_experts_kernel[(n // block_n, blocks, split)](
         x, w.qweight, w.scales, w.zeros if w.zeros is not None else w.scales, y, tw if tw is not None else x,
-        ids, sorted_, bexp, brows, part, cnt, n, k, pairs, x.stride(0), y.stride(0), w.qweight.stride(0),
-        w.scales.stride(0), g,
+        ids, sorted_, bexp, brows, part, cnt, out, n, k, pairs, x.stride(0), y.stride(0), w.qweight.stride(0),
+        w.scales.stride(0), g, out.stride(0),
         HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, DEPTH=depth, DIRECT=direct, XDIV=xdiv,
-        ROW_SCALE=tw is not None, GLU=glu, SPLIT_K=split, num_warps=warps, **pdl_kwargs(x),
+        ROW_SCALE=tw is not None, GLU=glu, SPLIT_K=split, SUM=sum_out is not None, TOPK=topk,
+        TOPK_P=1 << (topk - 1).bit_length(), num_warps=warps, **pdl_kwargs(x),
     )  # fmt: skip
     return y
