@@ -131,6 +131,71 @@ def test_route_dispatch(tm, seed, monkeypatch, ops_backend):
     assert calls == [(2, False), (2, True)]
 
 
+def _chosen_logits(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    return logits.float().gather(1, ids).sort(dim=1).values
+
+
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize(("t", "e", "h", "k"), [(1, 16, 64, 4), (3, 40, 96, 8), (8, 33, 200, 2)])
+def test_router_matches_gemv_then_route(tm, seed, shared, t, e, h, k):
+    """The router's logits and route in one launch equal linear + moe_route when the logits are exact (small
+    integers: every fp32 sum order gives them): the same chosen logits (ties: lowest ids, either way the same
+    values), the same weights; and each token alone gives its row of the batch bit for bit."""
+    from hinfer.ops.triton.linear_splitk import counter_buffer
+
+    x = torch.randint(-2, 3, (t, h)).bfloat16()
+    w = torch.randint(-3, 4, (e + shared, h)).bfloat16()
+    got_w, got_i = tm.moe_router(x, w, k, shared)
+    logits = x.float() @ w.float().T  # exact: |sums| < 2^8, integers
+    ref_w, ref_i = ref.moe_route_ref(logits.bfloat16(), k, shared)
+    assert got_i.dtype == torch.int64 and got_w.dtype == torch.bfloat16 and got_w.shape == (t, k + shared)
+    assert torch.equal(_chosen_logits(logits, got_i), _chosen_logits(logits, ref_i)), f"seed {seed}"
+    torch.testing.assert_close(got_w.float().sort(dim=1).values, ref_w.float().sort(dim=1).values, atol=0,
+                               rtol=2**-8, msg=f"seed {seed}")  # fmt: skip
+    if shared:
+        assert (got_i[:, k] == e).all()
+    for r in range(t):
+        one_w, one_i = tm.moe_router(x[r : r + 1], w, k, shared)
+        assert torch.equal(one_w, got_w[r : r + 1]) and torch.equal(one_i, got_i[r : r + 1]), f"row {r}"
+    assert not counter_buffer(x.device).any(), "the arrival counter is left set"
+
+
+def test_router_random_logits_near_the_gemv(tm, seed):
+    """Random bf16 x and router rows: the fused logits differ from linear's by the order of the fp32 sum only
+    (a bf16 rounding step at most), so every chosen expert's logit is within two such steps of the k-th largest,
+    and where the chosen set is linear + moe_route's the weights match to a bf16 rounding."""
+    t, e, h, k = 6, 64, 256, 8
+    x, w = torch.randn(t, h).bfloat16(), (torch.randn(e, h) * h**-0.5).bfloat16()
+    got_w, got_i = tm.moe_router(x, w, k)
+    logits = (x.float() @ w.float().T).bfloat16().float()
+    ref_w, ref_i = ref.moe_route_ref(logits.bfloat16(), k)
+    kth = logits.sort(dim=1, descending=True).values[:, k - 1]
+    step = 2.0 ** (torch.floor(torch.log2(logits.abs().max(dim=1).values)) - 7)  # a bf16 step at the row's top
+    assert (logits.gather(1, got_i) >= (kth - 2 * step)[:, None]).all(), f"seed {seed}"
+    same = [r for r in range(t) if sorted(got_i[r].tolist()) == sorted(ref_i[r].tolist())]
+    assert len(same) >= t // 2, f"seed {seed}: the chosen sets differ in most rows"
+    torch.testing.assert_close(got_w[same].float().sort(dim=1).values, ref_w[same].float().sort(dim=1).values,
+                               atol=2e-3, rtol=2e-2, msg=f"seed {seed}")  # fmt: skip
+
+
+def test_router_dispatch(tm, seed, monkeypatch, ops_backend):
+    """hinfer.ops.moe.moe_router: the fused kernel at decode sizes, linear + moe_route beyond (or on the
+    reference backend), the same routes either way on exact logits."""
+    ops_backend("triton")
+    calls = []
+    fused = tm.moe_router
+    monkeypatch.setattr(tm, "moe_router", lambda *a: calls.append(a[0].shape[0]) or fused(*a))
+    x, w = torch.randint(-2, 3, (12, 32)).bfloat16(), torch.randint(-3, 4, (9, 32)).bfloat16()
+    _, i8 = ref.moe_router(x[:8], w, 2, shared=True)
+    _, i12 = ref.moe_router(x, w, 2, shared=True)
+    assert calls == [8]
+    ops_backend("reference")
+    _, i_ref = ref.moe_router(x, w, 2, shared=True)
+    logits = x.float() @ w.float().T
+    assert torch.equal(_chosen_logits(logits, i12), _chosen_logits(logits, i_ref))
+    assert torch.equal(_chosen_logits(logits[:8], i8), _chosen_logits(logits[:8], i_ref[:8]))
+
+
 # -------------------------------------------------------------------------------------------- alignment
 
 
