@@ -173,6 +173,8 @@ def variants(full: bool = False) -> Iterator[Variant]:
               # the down launch summing each token's slots (direct at one token; aligned blocks at 8)
               experts_mma_variant(128, 8, 2, True, True, 1, True, depth=2, glu=True, pdl=True, topk=9),
               experts_mma_variant(64, 8, 2, True, False, 1, True, depth=4, glu=True, pdl=True, split=2, topk=9),
+              experts_mma_variant(32, 8, 1, True, True, 1, True, depth=4, glu=True, pdl=True, topk=9),
+              experts_mma_variant(128, 8, 2, True, False, 1, True, depth=2, glu=True, pdl=True, topk=9),
               *MEASURED_SPILLS):
         yield (*v, 0)
     sig = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "K": "i32", "stride_xm": "i32",
