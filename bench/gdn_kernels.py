@@ -69,7 +69,8 @@ def _ops(batch: ForwardBatch, fused: bool = False) -> dict:
         "conv": lambda L: tg.causal_conv1d(L.x, L.w, L.conv_state, batch),
         "gating": lambda L: tg.gdn_gating(L.a, L.b, L.a_log, L.dt_bias),
     }
-    if fused:  # the three above and the output norm in one kernel (gdn_decode.py): compare with their sum
+    if fused:  # the model's op: the three above and the output norm in one kernel (gdn_decode.py) when every row
+        # has one token (decode), the four kernels otherwise (FUSED_MAX_TOKENS); compare with their sum
         ops["fused"] = lambda L: tg.gated_delta_net(L.x, L.a, L.b, L.z, L.a_log, L.dt_bias, L.w, L.norm_w, 1e-6,
                                                     L.conv_state, L.ssm_state, batch, (HK, KD, HV, VD))  # fmt: skip
     return ops
