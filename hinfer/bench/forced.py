@@ -6,10 +6,13 @@ requests with `ForcedDrafter`: the MTP head still runs (its cost is paid), but e
 the recorded one with probability p and by a wrong one otherwise. Each draft is then accepted with probability
 p, the engine's output stays the plain greedy output, and the timing is the real engine's, adaptive K included.
 
-Random weights' logits are near-ties that bf16 rounding flips between a 1-row decode GEMM and a K+1-row
-verification; once the speculative output leaves the recorded one, the recorded continuation is no longer the
-target's and every draft misses. The sweep therefore scales the lm_head by a power of two (exact, undone after),
-which leaves the argmax where it was and its gap far above rounding, as the GPU identity test does.
+Random weights' logits are near-ties that rounding flips between a 1-row decode step and a K+1-row
+verification (the bf16 GEMV and tensor-core tiles sum in other orders, and the logits are rounded to bf16);
+once the speculative output leaves the recorded one, the recorded continuation is no longer the target's and
+every draft misses, so the measured acceptance falls below p (H200, 27B int4, p = 0.8: 0.50 at one lane, 0.61 at
+eight; bench/RESULTS.md). The sweep scales the lm_head by a power of two (exact, undone after), as the GPU
+identity test does; that sharpens sampling, but a greedy pick and its rounding scale together, so it does not
+stop those flips: kernels that sum every row alike whatever the row count (batch invariance) would.
 """
 
 from __future__ import annotations
