@@ -25,7 +25,7 @@ def _compile_all() -> None:
     from triton.compiler import ASTSource, compile
 
     from hinfer.ops.triton.linear_aot import resources
-    from hinfer.ops.triton.moe_route import _ROUTER_ROWS, _route_kernel, _router_kernel, router_warps
+    from hinfer.ops.triton.moe_route import _ROUTER_ROWS, ROUTER_WARPS, _route_kernel, _router_kernel
 
     for block_t, warps, shared in CASES:
         consts = dict(TOPK=8, TOPK_P=8, BLOCK_T=block_t, BLOCK_E=256, EMU=False, PDL=True, SHARED=shared)
@@ -41,6 +41,6 @@ def _compile_all() -> None:
         sig |= {"x_ptr": "*bf16", "rw_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32", "w_ptr": "*bf16",
                 "ids_ptr": "*i64"}  # fmt: skip
         src = ASTSource(_router_kernel, sig, constexprs=consts)
-        warps = router_warps(block_t)
+        warps = ROUTER_WARPS
         res = resources(compile(src, target=GPUTarget("cuda", 90, 64), options={"num_warps": warps}))
         print("compiled router", block_t, block_h, warps, res)

@@ -112,6 +112,9 @@ def moe_route(router_logits: torch.Tensor, top_k: int, shared: bool = False) -> 
 
 ROUTER_MAX_T = 8  # tokens the fused router takes (decode); more: the router GEMV, then moe_route
 _ROUTER_ROWS = 4  # router rows per program (experts' logits)
+# 8 warps at any token count: each token's partial logits are reduced by the same layout (the same fp32 sum)
+# however many tokens come along, and the last program keeps 8 tokens' [E] int64 keys off local memory
+ROUTER_WARPS = 8
 
 
 @triton.jit
@@ -157,13 +160,6 @@ def _router_kernel(
         tl.atomic_xchg(cnt_ptr, 0)
 
 
-def router_warps(tokens: int) -> int:
-    """Warps of a fused router launch: 8 at any token count, so that each token's partial logits are reduced by
-    the same layout (the same fp32 sum) however many tokens come along; the last program routes every token's
-    [E] keys (int64) in registers, which 8 warps keep off local memory at 8 tokens."""
-    return 8
-
-
 def router_fits(x: torch.Tensor, router_weight: torch.Tensor) -> bool:
     """Whether moe_router takes this call: decode sizes, bf16 / fp16 / fp32 logits in x's dtype, unit strides."""
     return (0 < x.shape[0] <= ROUTER_MAX_T and x.dtype == router_weight.dtype and x.stride(-1) == 1
@@ -190,6 +186,6 @@ def moe_router(
         x, router_weight, part, cnt, w, ids, t, e, e_all, h, x.stride(0), router_weight.stride(0),
         TOPK=top_k, TOPK_P=triton.next_power_of_2(top_k), BLOCK_T=triton.next_power_of_2(t),
         BLOCK_E=triton.next_power_of_2(e), BLOCK_R=_ROUTER_ROWS, BLOCK_H=block_h, EMU=interpreted(_router_kernel),
-        SHARED=shared, num_warps=router_warps(t), **pdl_kwargs(x, t),
+        SHARED=shared, num_warps=ROUTER_WARPS, **pdl_kwargs(x, t),
     )  # fmt: skip
     return w, ids
