@@ -24,7 +24,8 @@ class RowSplitWeight(nn.Module):
     """Rows [0, N-T) in a quantized `head`, the last T rows kept as a plain tensor `tail`; y = [x@head^T, x@tail^T].
 
     Used for the fused GDN in_proj whose trailing in_proj_b/in_proj_a rows stay in the model dtype. At decode sizes
-    both parts write straight into column slices of one output (no concatenation copy)."""
+    both parts write straight into column slices of one output (no concatenation copy), in one launch when the
+    head's kernel takes the tail rows too (`matmul_tail`: the int4 tensor-core kernel)."""
 
     def __init__(self, head: nn.Module, tail: torch.Tensor):
         super().__init__()
@@ -47,8 +48,10 @@ class RowSplitWeight(nn.Module):
             from hinfer.ops.triton.linear import bf16_linear
 
             out = torch.empty((x2.shape[0], self.shape[0]), dtype=x.dtype, device=x.device)
-            self.head.matmul(x2, out=out[:, :nh])
-            bf16_linear(x2, self.tail, out=out[:, nh:])
+            fused = getattr(self.head, "matmul_tail", None)  # one launch: the head's kernel takes the tail rows too
+            if fused is None or not fused(x2, self.tail, out):
+                self.head.matmul(x2, out=out[:, :nh])
+                bf16_linear(x2, self.tail, out=out[:, nh:])
         else:
             out = torch.cat([self.head.matmul(x2), torch.nn.functional.linear(x2, self.tail)], dim=-1)
         return out.view(*lead, -1)

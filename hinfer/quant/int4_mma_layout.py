@@ -184,6 +184,18 @@ class Int4MmaWeight(nn.Module):
         y = F.linear(x2, self.dequantize(x.dtype))
         return (y if out is None else out.copy_(y)).view(*lead, self.n)
 
+    def matmul_tail(self, x: torch.Tensor, tail: torch.Tensor, out: torch.Tensor) -> bool:
+        """out [M, N + T] = [x @ self^T, x @ tail^T] in one launch (the tail rows on CUDA cores beside the int4
+        tiles) when the tensor-core kernel takes x and the tail is bf16; False (nothing written) otherwise."""
+        if not (use_triton(x) and x.is_cuda and x.dtype == tail.dtype == torch.bfloat16 and tail.stride(-1) == 1):
+            return False
+        from hinfer.ops.triton.linear_int4_mma import MAX_M, int4_mma_matmul
+
+        if not 0 < x.shape[0] <= MAX_M:
+            return False
+        int4_mma_matmul(x, self, out=out, tail=tail)
+        return True
+
 
 def fragment_order_fits(w: nn.Module) -> bool:
     """An Int4Weight the fragment-order kernels take: group 128, bf16 scales, N % 64 and K % 128 == 0."""

@@ -215,3 +215,39 @@ def test_int4_mma_reads_the_row_layout(name, zero_point):
     x = torch.randn(5, k, generator=g, device="cuda").bfloat16()
     y = int4_mma_matmul(x, q, out=_poisoned(5, n), cfg=SkinnyConfig(128, 128, 8, 3, 8, 4))
     assert _rel(y, q.matmul_ref(x)) < REL
+
+
+@pytest.mark.parametrize("tile", [(128, 8, 4, 4, 2, 4), (128, 8, 4, 8, 2, 0), (128, 16, 2, 4, 4, 0),
+                                  (128, 32, 1, 8, 2, 4)])  # fmt: skip
+def test_int4_mma_bf16_tail_rows_in_the_same_launch(tile):
+    """Tail rows kept in bf16 (the GDN in_proj's b / a: 96 of them at the 27B, 64 at the 35B-A3B, a count that
+    is not a multiple of the warps here) computed by extra programs of the int4 launch: the int4 columns are the
+    launch without a tail bit for bit, the tail columns equal x @ tail^T in fp32 up to bf16 rounding; the same
+    through RowSplitWeight.matmul, in a CUDA graph too."""
+    from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
+    from hinfer.ops.triton.tiles.forms import SkinnyConfig
+    from hinfer.quant.apply import RowSplitWeight
+
+    block_n, block_m, split, warps, depth, ring = tile
+    cfg = SkinnyConfig(block_n, 128, block_m, split, warps, depth, ring)
+    n, k, t = 1024, 5120, 90
+    g = _gen()
+    q, mw = _quantized(n, k, True, g)
+    tail = (torch.randn(t, k, generator=g, device="cuda") * k**-0.5).bfloat16()
+    for m in sorted({1, block_m // 2 + 1, block_m, 2 * block_m + 3}):
+        x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
+        out = int4_mma_matmul(x, mw, out=_poisoned(m, n + t), cfg=cfg, tail=tail)
+        head = int4_mma_matmul(x, mw, out=_poisoned(m, n), cfg=cfg)
+        assert torch.equal(out[:, :n], head), f"int4 columns, M={m}"
+        assert _rel(out[:, n:], x.float() @ tail.float().T) < REL, f"tail columns, M={m}"
+    x = torch.randn(4, k, generator=g, device="cuda").bfloat16()
+    split_w = RowSplitWeight(mw, tail)
+    want = torch.cat([mw.matmul(x), torch.nn.functional.linear(x, tail)], dim=-1)
+    y = split_w.matmul(x)
+    assert torch.equal(y[:, :n], want[:, :n]) and _rel(y[:, n:], want[:, n:]) < REL
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y_g = split_w.matmul(x)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y_g, y), "graph replay"

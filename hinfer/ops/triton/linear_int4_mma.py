@@ -364,17 +364,65 @@ def int4_mma_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg, stride_sn,
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
     OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, RING: gl.constexpr = 0,
-    PDL: gl.constexpr = False,
+    PDL: gl.constexpr = False, t_ptr=None, TAIL_N=0, stride_tn=0, TAIL: gl.constexpr = False,
 ):  # fmt: skip
-    W: gl.constexpr = gl.num_warps()
-    S: gl.constexpr = BLOCK_N // 16
-    LW: gl.constexpr = _words_layout(W)
-    MMA: gl.constexpr = _mma_layout(W)
+    """y[:, :N] = x @ W^T (int4 tiles) and, with TAIL, y[:, N:N + TAIL_N] = x @ tail^T (bf16 rows) in one launch."""
     # rows of x in blocks of BLOCK_M along the fastest grid axis: the blocks of one weight tile run together,
     # so all but the first read it from L2
     pid_m = gl.program_id(0)
     pid_n = gl.program_id(1)
     pid_k = gl.program_id(2)
+    if TAIL:  # programs past the N tiles compute the bf16 tail rows (output columns N .. N + TAIL_N)
+        if pid_n >= N // BLOCK_N:
+            if pid_k == 0:
+                _tail_rows(x_ptr, t_ptr, y_ptr + N, (pid_n - N // BLOCK_N) * gl.num_warps(), TAIL_N, M, pid_m * BLOCK_M,
+                           K, stride_xm, stride_ym, stride_tn, BLOCK_M, PDL)  # fmt: skip
+        else:
+            _tile_program(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
+                          stride_sg, stride_sn, pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K,
+                          OFFSET_MMA, DEPTH, ROWS, RING, PDL)  # fmt: skip
+    else:
+        _tile_program(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg,
+                      stride_sn, pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K, OFFSET_MMA, DEPTH, ROWS,
+                      RING, PDL)  # fmt: skip
+
+
+@gluon.jit
+def _tail_rows(x_ptr, t_ptr, y_ptr, row0, TAIL_N, M, m0, K, stride_xm, stride_ym, stride_tn,
+               BLOCK_M: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
+    """y[m, r] = x[m] . tail[r] for num_warps tail rows from row0 (one per warp) and the x rows m0 .. m0 + BLOCK_M,
+    on CUDA cores in fp32 (64 bytes per thread and step: K in steps of 1024), rounded once to bf16: rows kept in
+    the model dtype (the GDN in_proj's b / a, hinfer.quant.apply.RowSplitWeight) computed in the same launch as
+    the int4 rows. Each row is reduced inside its warp (shuffles; no shared memory, no barrier)."""
+    W: gl.constexpr = gl.num_warps()
+    L: gl.constexpr = gl.BlockedLayout([1, 32], [1, 32], [W, 1], [1, 0])
+    CH: gl.constexpr = 1024
+    r = row0 + gl.arange(0, W, layout=gl.SliceLayout(1, L))
+    kk = gl.arange(0, CH, layout=gl.SliceLayout(0, L))
+    _pdl_start(PDL)
+    for mi in range(m0, gl.minimum(m0 + BLOCK_M, M)):
+        acc = gl.zeros([W, CH], gl.float32, layout=L)
+        for k0 in range(0, K, CH):
+            k_ok = (k0 + kk) < K
+            wv = gl.load(t_ptr + r.to(gl.int64)[:, None] * stride_tn + (k0 + kk)[None, :],
+                         mask=(r < TAIL_N)[:, None] & k_ok[None, :], other=0.0).to(gl.float32)  # fmt: skip
+            xv = gl.load(x_ptr + mi * stride_xm + k0 + kk, mask=k_ok, other=0.0).to(gl.float32)
+            acc += wv * xv[None, :]
+        gl.store(y_ptr + mi * stride_ym + r, gl.sum(acc, axis=1).to(gl.bfloat16), mask=r < TAIL_N)
+
+
+@gluon.jit
+def _tile_program(
+    x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg, stride_sn,
+    pid_m, pid_n, pid_k, HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
+    SPLIT_K: gl.constexpr, OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, RING: gl.constexpr,
+    PDL: gl.constexpr,
+):  # fmt: skip
+    """One program of int4_mma_kernel: BLOCK_N rows of W, BLOCK_M rows of x, its 1/SPLIT_K of the groups."""
+    W: gl.constexpr = gl.num_warps()
+    S: gl.constexpr = BLOCK_N // 16
+    LW: gl.constexpr = _words_layout(W)
+    MMA: gl.constexpr = _mma_layout(W)
     n_groups = K // GROUP
     per_split = gl.cdiv(n_groups, SPLIT_K)
     g_lo = pid_k * per_split
@@ -430,16 +478,18 @@ def int4_mma_kernel(
 
 def int4_mma_variant(
     block_n: int, block_m: int, split_k: int, warps: int, zero: bool, offset_mma: bool = True, depth: int = 2,
-    rows: bool = False, ring: int = 0,
+    rows: bool = False, ring: int = 0, tail: bool = False, pdl: bool = False,
 ):
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
            "y_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
-           "stride_xm": "i32", "stride_ym": "i32", "stride_sg": "i32", "stride_sn": "i32"}  # fmt: skip
+           "stride_xm": "i32", "stride_ym": "i32", "stride_sg": "i32", "stride_sn": "i32", "t_ptr": "*bf16",
+           "TAIL_N": "i32", "stride_tn": "i32"}  # fmt: skip
     cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, OFFSET_MMA=offset_mma,
-               DEPTH=depth, ROWS=rows, RING=ring)  # fmt: skip
+               DEPTH=depth, ROWS=rows, RING=ring, TAIL=tail, PDL=pdl)  # fmt: skip
     name = (f"int4 mma{' rows' if rows else ''}{' asym' if zero else ''}{'' if offset_mma else ' fma-offset'} BLOCK_N={block_n} "
-            f"BLOCK_M={block_m} split {split_k} w{warps} {f'ring {ring}' if ring else f'depth {depth}'}")  # fmt: skip
+            f"BLOCK_M={block_m} split {split_k} w{warps} {f'ring {ring}' if ring else f'depth {depth}'}"
+            f"{' tail' if tail else ''}{' pdl' if pdl else ''}")  # fmt: skip
     return name, int4_mma_kernel, sig, cex, warps
 
 
@@ -457,13 +507,15 @@ class Int4Tensors(Protocol):
 
 def int4_mma_matmul(
     x: torch.Tensor, w: Int4Tensors, out: torch.Tensor | None = None, cfg: SkinnyConfig | None = None,
-    offset_mma: bool | None = None,
+    offset_mma: bool | None = None, tail: torch.Tensor | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """y [M, N] = x [M, K] @ W^T (bf16), 1 <= M <= 64: W in fragment order (Int4MmaWeight) or in hinfer.quant.int4's
     row layout (Int4Weight, group 128: each thread then loads 16 bytes of two rows, g and g + 8, which hold the
     same K offsets as a fragment-ordered word). `cfg`: the tile (mma_config's form); `offset_mma` (default: not
     the tile's fma_offset): take (128 + z) sum x off each group's partial (sum x from a second MMA against ones);
-    False (fragment order only): one bf16x2 fma per weight register subtracts 128 + z before the MMA."""
+    False (fragment order only): one bf16x2 fma per weight register subtracts 128 + z before the MMA.
+    `tail` [T, K] bf16: rows computed in the same launch on CUDA cores into out[:, N:N + T] (`out` is then the
+    whole [M, N + T] output, given)."""
     m, k = x.shape
     rows = hasattr(w, "qweight")  # the row layout (Int4Weight); else fragment order (Int4MmaWeight)
     n = w.shape[0]
@@ -481,11 +533,15 @@ def int4_mma_matmul(
     if (n % block_n or block_n % (16 * warps) or block_m not in (8, 16, 32, 64)
             or cfg.num_stages not in (2, 4) or cfg.ring == 1 or (cfg.ring and (rows or not offset_mma))):  # fmt: skip
         raise ValueError(f"int4 mma: bad tile for N={n}, M={m}: {cfg}")
+    tail_n = 0 if tail is None else tail.shape[0]
+    if tail is not None and (out is None or tuple(out.shape) != (m, n + tail_n) or out.stride(-1) != 1
+                             or tail.dtype != torch.bfloat16 or tail.shape[1] != k or tail.stride(-1) != 1):  # fmt: skip
+        raise ValueError(f"int4 mma: a bf16 tail [T, {k}] with unit stride and the whole [{m}, N + T] output")
     if out is None:
         out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0:
         return out
-    grid = (-(-m // block_m), n // block_n, split)
+    grid = (-(-m // block_m), n // block_n + -(-tail_n // warps), split)  # tail: a row per warp
     part, cnt = split_scratch(split, m, n, grid[0] * grid[1], x, out)
     if rows:  # scales / zeros [N, G]
         words, sg, sn = w.qweight, 1, w.scales.shape[1]  # type: ignore[attr-defined]
@@ -496,6 +552,7 @@ def int4_mma_matmul(
         x.stride(0), out.stride(0), sg, sn,
         HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split,
         OFFSET_MMA=offset_mma, DEPTH=cfg.num_stages, ROWS=rows, RING=cfg.ring, num_warps=warps,
-        **pdl_kwargs(x),
+        t_ptr=x if tail is None else tail, TAIL_N=tail_n, stride_tn=0 if tail is None else tail.stride(0),
+        TAIL=tail is not None, **pdl_kwargs(x),
     )  # fmt: skip
     return out
