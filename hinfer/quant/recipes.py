@@ -16,7 +16,8 @@ GDN conv1d weight, A_log, dt_bias, all norms, and - with keep_gdn_ab (default) -
 GDN in_proj (in_proj_b, in_proj_a): tiny (96 rows of 16480 on the 27B) but they set the decay
 g = -exp(A_log) * softplus(a + dt_bias) and beta; int4's ~10% relative error on a dot product would shift
 exp(g) by tens of percent, and the official FP8 checkpoints keep them bf16 too. The head rows are quantized
-and the tail rows computed in bf16 by `RowSplitWeight` (two launches at decode, no concatenation copy).
+and the tail rows computed in bf16 by `RowSplitWeight` (at decode one launch with int4 tensor-core heads, whose
+extra programs take the tail rows; two otherwise; no concatenation copy).
 The MTP head's MoE layer (routed experts included) follows convert_mtp like the rest of the head.
 """
 
