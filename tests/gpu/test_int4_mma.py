@@ -251,3 +251,29 @@ def test_int4_mma_bf16_tail_rows_in_the_same_launch(tile):
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(y_g, y), "graph replay"
+
+
+@pytest.mark.parametrize("tile", [None, (128, 8, 16, 4, 2, 4), (128, 8, 8, 8, 2, 0), (128, 16, 4, 4, 4, 0)])
+def test_int4_mma_takes_silu_mul_as_it_loads(tile):
+    """The dense MLP's down projection on gate_up's [gate | up] rows (GLU) equals it on silu_mul's output bit for
+    bit (the same rounding of silu(gate) and of the product, then the same MMAs), through the tile table (None)
+    and given tiles, and through swiglu_linear (Int4MmaWeight.matmul_glu)."""
+    from hinfer.ops.linear import swiglu_linear
+    from hinfer.ops.triton.activation import silu_mul
+    from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
+    from hinfer.ops.triton.tiles.forms import SkinnyConfig
+
+    cfg = None
+    if tile is not None:
+        block_n, block_m, split, warps, depth, ring = tile
+        cfg = SkinnyConfig(block_n, 128, block_m, split, warps, depth, ring)
+    n, k = 5120, 17408
+    g = _gen()
+    _, mw = _quantized(n, k, True, g)
+    for m in (1, 4, 8, 13):
+        h = (torch.randn(m, 2 * k, generator=g, device="cuda") * 2).bfloat16()
+        a = int4_mma_matmul(h, mw, out=_poisoned(m, n), cfg=cfg, glu=True)
+        b = int4_mma_matmul(silu_mul(h), mw, out=_poisoned(m, n), cfg=cfg)
+        assert torch.equal(a, b), f"M={m} {cfg}"
+        if tile is None:
+            assert torch.equal(swiglu_linear(h, mw), b), f"swiglu_linear M={m}"

@@ -164,6 +164,9 @@ def variants(full: bool = False) -> Iterator[Variant]:
     # with bf16 tail rows in the same launch (the GDN in_proj's b / a), ring and register loops
     yield (*int4_mma_variant(128, 8, 4, 4, True, True, 2, ring=4, tail=True, pdl=True), 0)
     yield (*int4_mma_variant(128, 8, 4, 8, True, True, 2, tail=True, pdl=True), 0)
+    # taking SiLU-mul as x loads (the dense MLP's down projection: 27B M = 1 ring tile, M = 8 register tile)
+    yield (*int4_mma_variant(128, 8, 16, 4, True, True, 2, ring=4, pdl=True, glu=True), 0)
+    yield (*int4_mma_variant(128, 8, 16, 4, True, True, 2, pdl=True, glu=True), 0)
     yield (*experts_mma_variant(128, 8, 8, True, True, 8, False), 0)
     yield (*experts_mma_variant(64, 8, 4, True, False, 1, True, glu=True, pdl=True), 0)
     # the tuned experts tiles: few warps over 32-64 rows, the register look-ahead 3 groups deep
