@@ -3,7 +3,7 @@
 # programs and the down launch summing the slots, the MoE router in one launch, the int4 kernel's bf16 tail rows
 # (GDN b / a) and SiLU-mul as it loads (the dense MLP's down): their GPU tests and the engine tests, the experts
 # tile sweep with splits (35B-A3B; MODELS=122b for the other), 35B-A3B int4 decode with the swept tiles and the
-# slot sum on / off, the 27B int4 decode and MTP rounds. Steps past 520 s are skipped (the call's limit is 600).
+# launch fusions on / off (HINFER_FUSE_LAUNCHES), the 27B int4 decode and MTP rounds. Steps past 520 s are skipped (the call's limit is 600).
 # Everything lands in $OUT/gpu_moe_split.tgz (the device returns a few files only).
 set -uo pipefail
 OUT="${OUT:-/tmp/hinfer-out}"; mkdir -p "$OUT/r"; R="$OUT/r"
@@ -32,9 +32,9 @@ PY
 pack
 for sum in 1 0; do
   left || break
-  HINFER_MOE_SUM_IN_DOWN=$sum timeout 70 python -m hinfer bench qwen3.6-35b-a3b --quant int4 --concurrency 1,8 \
+  HINFER_FUSE_LAUNCHES=$sum timeout 70 python -m hinfer bench qwen3.6-35b-a3b --quant int4 --concurrency 1,8 \
     --depths 1K --prefill "" --out "$R" > "$R/bench_35b_sum$sum.txt" 2>&1
-  echo "== 35B sum-in-down=$sum rc=$?"; grep -E "decode C=" "$R/bench_35b_sum$sum.txt"
+  echo "== 35B launch fusions=$sum rc=$?"; grep -E "decode C=" "$R/bench_35b_sum$sum.txt"
 done
 unset HINFER_TILES
 pack

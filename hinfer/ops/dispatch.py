@@ -58,3 +58,11 @@ def use_triton(x: torch.Tensor) -> bool:
 def warn_fallback(op: str, why: str) -> None:
     """A CUDA op that runs its reference body instead of its kernel says so, once per op and reason."""
     log.warning("%s runs its slow reference body on the GPU: %s", op, why)
+
+
+def launch_fusions() -> bool:
+    """Whether ops take their launch-saving fused paths at decode sizes: the MoE router's GEMV and route in one
+    launch, the slot sum in the int4 experts' down launch, the int4 kernel's bf16 tail rows (the GDN in_proj's
+    b / a) and its SiLU-mul as it loads (the dense MLP's down). HINFER_FUSE_LAUNCHES=0 keeps the separate
+    kernels (to compare, or to fall back). Read at every call, so a test or a bench can flip it."""
+    return os.environ.get("HINFER_FUSE_LAUNCHES", "1") != "0"

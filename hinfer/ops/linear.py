@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from hinfer.ops.activation import silu_mul
-from hinfer.ops.dispatch import use_triton
+from hinfer.ops.dispatch import launch_fusions, use_triton
 from hinfer.ops.triton.tiles.forms import BF16
 from hinfer.ops.triton.tiles.linear import SKINNY_MAX_M
 
@@ -48,5 +48,5 @@ def swiglu_linear(gate_up: torch.Tensor, weight: torch.Tensor | QuantizedWeight)
     the weight's kernel takes silu(gate) * up as it loads them (`matmul_glu`: int4 on tensor cores, the same
     rounding as silu_mul's), else the two ops."""
     fused = getattr(weight, "matmul_glu", None)
-    y = fused(gate_up) if fused is not None else None
+    y = fused(gate_up) if fused is not None and launch_fusions() else None
     return y if y is not None else linear(silu_mul(gate_up), weight)

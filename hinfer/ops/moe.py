@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from hinfer.ops.dispatch import use_triton, warn_fallback
+from hinfer.ops.dispatch import launch_fusions, use_triton, warn_fallback
 from hinfer.ops.linear import linear
 from hinfer.ops.triton.moe_int4 import Int4Experts
 from hinfer.quant.experts import Fp8ExpertsWeight, Int4ExpertsWeight
@@ -78,7 +78,7 @@ def moe_router(x: torch.Tensor, router_weight: torch.Tensor, top_k: int, shared:
     if use_triton(x):
         from hinfer.ops.triton import moe as tm
 
-        if tm.router_fits(x, router_weight):
+        if launch_fusions() and tm.router_fits(x, router_weight):
             return tm.moe_router(x, router_weight, top_k, shared)
     return moe_route(linear(x, router_weight), top_k, shared)
 

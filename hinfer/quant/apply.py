@@ -39,7 +39,7 @@ class RowSplitWeight(nn.Module):
         return (self.head.shape[0] + self.tail.shape[0], self.tail.shape[1])
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
-        from hinfer.ops.dispatch import use_triton
+        from hinfer.ops.dispatch import launch_fusions, use_triton
 
         lead, k = x.shape[:-1], x.shape[-1]
         x2 = x.reshape(-1, k)
@@ -49,7 +49,7 @@ class RowSplitWeight(nn.Module):
 
             out = torch.empty((x2.shape[0], self.shape[0]), dtype=x.dtype, device=x.device)
             fused = getattr(self.head, "matmul_tail", None)  # one launch: the head's kernel takes the tail rows too
-            if fused is None or not fused(x2, self.tail, out):
+            if fused is None or not launch_fusions() or not fused(x2, self.tail, out):
                 self.head.matmul(x2, out=out[:, :nh])
                 bf16_linear(x2, self.tail, out=out[:, nh:])
         else:

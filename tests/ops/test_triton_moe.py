@@ -180,7 +180,7 @@ def test_router_random_logits_near_the_gemv(tm, seed):
 
 def test_router_dispatch(tm, seed, monkeypatch, ops_backend):
     """hinfer.ops.moe.moe_router: the fused kernel at decode sizes, linear + moe_route beyond (or on the
-    reference backend), the same routes either way on exact logits."""
+    reference backend, or with HINFER_FUSE_LAUNCHES=0), the same routes either way on exact logits."""
     ops_backend("triton")
     calls = []
     fused = tm.moe_router
@@ -188,7 +188,9 @@ def test_router_dispatch(tm, seed, monkeypatch, ops_backend):
     x, w = torch.randint(-2, 3, (12, 32)).bfloat16(), torch.randint(-3, 4, (9, 32)).bfloat16()
     _, i8 = ref.moe_router(x[:8], w, 2, shared=True)
     _, i12 = ref.moe_router(x, w, 2, shared=True)
-    assert calls == [8]
+    monkeypatch.setenv("HINFER_FUSE_LAUNCHES", "0")  # the separate kernels at every size
+    _, i8_apart = ref.moe_router(x[:8], w, 2, shared=True)
+    assert calls == [8] and torch.equal(i8_apart, i8)
     ops_backend("reference")
     _, i_ref = ref.moe_router(x, w, 2, shared=True)
     logits = x.float() @ w.float().T

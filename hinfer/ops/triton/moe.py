@@ -24,6 +24,7 @@ import torch
 import triton
 
 import hinfer.ops.triton.moe_gemm as mg
+from hinfer.ops.dispatch import launch_fusions
 from hinfer.ops.triton.common import GROUP, interpreted, pdl_kwargs
 from hinfer.ops.triton.linear_int4 import fast_int4_ok
 from hinfer.ops.triton.moe_align import align
@@ -126,11 +127,6 @@ def mma_experts_fit(x: torch.Tensor, gu: Int4Experts, dn: Int4Experts, pairs: in
             and h % GROUP_K == 0 and i % GROUP_K == 0)  # fmt: skip
 
 
-# the tensor-core down projection sums each token's slots in the same launch (HINFER_MOE_SUM_IN_DOWN=0: a
-# separate sum kernel, to compare)
-SUM_IN_DOWN = os.environ.get("HINFER_MOE_SUM_IN_DOWN", "1") != "0"
-
-
 def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, out: torch.Tensor) -> torch.Tensor:
     """gate_up and down through the tensor-core kernel (moe_int4_mma.py), the down taking SiLU-mul as it loads and
     summing the slots."""
@@ -143,7 +139,7 @@ def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, o
     hid = _empty((pairs, gu.shape[1]), x.dtype, x.device)
     experts_mma(x, gu, hid, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=k)
     y = _empty((pairs, h), x.dtype, x.device)
-    if SUM_IN_DOWN:  # the down launch sums the slots too
+    if launch_fusions():  # the down launch sums the slots too (else a separate sum kernel)
         experts_mma(hid, dn, y, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=1, tw=tw, glu=True, sum_out=out,
                     topk=k)  # fmt: skip
         return out
