@@ -23,6 +23,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.moe_kernels import MAX_LAYER_BYTES, MODELS, _graph_us, _random_int4  # noqa: E402
+from bench.tile_sweep import time_tiles  # noqa: E402
 from hinfer.ops.triton.moe_align import align  # noqa: E402
 from hinfer.ops.triton.moe_int4_mma import experts_mma  # noqa: E402
 from hinfer.ops.triton.tiles.forms import MOE_INT4_MMA, SkinnyConfig  # noqa: E402
@@ -89,14 +90,9 @@ def sweep(name: str, t: int, gen: torch.Generator, splits: tuple[int, ...] = (1,
         default = experts_mma_tile(pairs, n, kk, blocks)
         distinct = sum(r.distinct for r in routes) / n_layers
         nbytes = distinct * n * kk * (0.5 + 3 / 128)  # words, bf16 scales and uint8 zeros per 128
-        timed = []
-        for cfg in dict.fromkeys([default, *candidates(n, kk, splits)]):
-            try:
-                timed.append((_graph_us(lambda cfg=cfg: run(cfg), n_layers), cfg))
-            except Exception as ex:  # noqa: BLE001 - a tile that does not compile or fit: report, go on
-                print(f"  {name} {proj} T={t} {cfg}: {type(ex).__name__}: {str(ex)[:90]}", flush=True)
-        if not timed or timed[0][1] != default:
-            print(f"{name} {proj} T={t}: the default tile {default} failed", flush=True)
+        timed = time_tiles(default, candidates(n, kk, splits),
+                           lambda cfg, run=run: _graph_us(lambda: run(cfg), n_layers), f"{name} {proj} T={t}")
+        if timed is None:
             continue
         base = timed[0][0]
         best_us, best = min(timed, key=lambda v: v[0])

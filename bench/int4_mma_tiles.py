@@ -19,6 +19,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.linear_kernels import SHAPES, _copies, _gen, copy_bandwidth, graph_time, make_weight  # noqa: E402
+from bench.tile_sweep import time_tiles  # noqa: E402
 
 
 def config_shapes(name: str) -> list[tuple[str, int, int]]:
@@ -91,18 +92,13 @@ def main() -> None:
         for m in (int(v) for v in a.ms.split(",")):
             x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
             default = mma_config(m, n, k)
-            timed = []
             rings = tuple(int(r) for r in a.rings.split(","))
-            for cfg in dict.fromkeys([default, *candidates(m, n, k, rings, a.fma_offset)]):
-                def op(wt, cfg=cfg, x=x):
-                    return int4_mma_matmul(x, wt, cfg=cfg)
 
-                try:
-                    timed.append((graph_time(op, weights), cfg))
-                except Exception as e:  # noqa: BLE001 - report and go on
-                    print(f"  {name} M={m} {cfg}: {type(e).__name__}: {str(e)[:100]}", flush=True)
-            if not timed or timed[0][1] != default:
-                print(f"{name:8s} M={m:<3d} default tile {default} failed", flush=True)
+            def measure(cfg, x=x, weights=weights):
+                return graph_time(lambda wt: int4_mma_matmul(x, wt, cfg=cfg), weights)
+
+            timed = time_tiles(default, candidates(m, n, k, rings, a.fma_offset), measure, f"{name} M={m}")
+            if timed is None:
                 continue
             base = timed[0][0]
             best_t, best = min(timed, key=lambda t: t[0])
