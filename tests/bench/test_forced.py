@@ -1,5 +1,6 @@
 """`hinfer bench --spec mtp --forced-acceptance p` on the CPU tiny config: the drafter proposes the recorded
-greedy continuation with probability p, output stays the plain output, and acceptance follows p."""
+greedy continuation (recorded by the speculative engine with adaptive K off) with probability p, output stays
+the recorded output, and acceptance follows p."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ def test_forced_acceptance_rows(tiny_model, tokenizer):
     rows = forced_sweep([0.0, 1.0], [3], [1, 2], 24, cfg, ecfg, model, tokenizer, {"gpu": "cpu"})
     assert [(r["concurrency"], r["forced_acceptance"]) for r in rows] == [(1, 0.0), (1, 1.0), (2, 0.0), (2, 1.0)]
     for r in rows:
-        assert r["identical_to_plain"] and r["tok_s"] > 0 and r["plain_tok_s"] > 0 and r["adaptive"]
+        assert r["identical_to_recorded"] and r["tok_s"] > 0 and r["plain_tok_s"] > 0 and r["adaptive"]
+        assert r["recorded_equals_plain"]  # fp32 on the CPU: verification and plain decode agree
         if r["forced_acceptance"] == 1.0:
             assert r["measured_acceptance"] == 1.0 and r["tokens_per_round"] > 3 and r["plain_steps"] == 0
         else:
