@@ -4,11 +4,15 @@ wall time beside its GPU busy time shows what the host adds between graphs.
 
     python bench/profile_decode.py [--config qwen3.6-27b] [--lanes 1] [--depth 1024] [--layers 64] [--quant int4]
     python bench/profile_decode.py --quant int4 --spec-k 3 [--lanes 8]
+
+Programmatic dependent launch is off here unless --pdl: with it a kernel starts early and waits for its
+predecessor, and the profiler counts the wait as the kernel's time (the step time stays right, the table not).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from collections import defaultdict
 
 import torch
@@ -30,7 +34,11 @@ def main() -> None:
     ap.add_argument("--quant", default="bf16")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--spec-k", type=int, default=0, help="profile MTP speculative rounds at this K instead")
+    ap.add_argument("--pdl", action="store_true", help="keep programmatic dependent launch on (kernel times then "
+                    "include the waits for their predecessors)")
     a = ap.parse_args()
+    if not a.pdl:
+        os.environ["HINFER_PDL"] = "0"
     path, is_ckpt = resolve_model(a.config)
     cfg = truncate_layers(load_model_config(path), a.layers)
     spec = dict(spec="mtp", draft_tokens=a.spec_k, spec_adaptive=False) if a.spec_k else {}
