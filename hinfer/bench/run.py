@@ -153,7 +153,7 @@ def run_bench(spec: BenchSpec, ecfg: EngineConfig) -> list[dict]:
         "layers": cfg.num_hidden_layers, "weights": spec.weights, "kv_dtype": ecfg.kv_dtype,
         "copy_bw_tb_s": bw / 1e12, "gemm_tflop_s": flops / 1e12, "torch": torch.__version__,
         "python": platform.python_version(), "weight_bytes": wbytes, "expert_bytes": ebytes,
-        "page_size": ecfg.page_size,
+        "page_size": ecfg.page_size, "switches": switches(),
     }  # fmt: skip
     rows: list[dict] = []
     kv_item = floors.kv_element_bytes(runner.state.k_cache, runner.state.v_cache)
@@ -213,6 +213,16 @@ def spec_round_count(spec: BenchSpec) -> int:
 
 PUBLISHED_ACCEPTANCE = ("3.2-3.3 tokens per round at 3 drafts: SemiAnalysis, Qwen3.8-27B on H200, thinking off "
                         "(the issue's source; not measured here)")
+
+
+# the environment switches that select kernel paths (docs/ARCHITECTURE.md, "Switches for comparison")
+SWITCHES = ("HINFER_PDL", "HINFER_GDN_FUSED", "HINFER_FUSE_LAUNCHES", "HINFER_MOE_INT4", "HINFER_INT4_LAYOUT",
+            "HINFER_INT4_PREFILL", "HINFER_TILES")  # fmt: skip
+
+
+def switches() -> dict[str, str]:
+    """The kernel-path switches set in this run's environment (unset ones take their defaults), for the JSON."""
+    return {k: os.environ[k] for k in SWITCHES if k in os.environ}
 
 
 def spec_sweep(spec: BenchSpec, cfg: ModelConfig, ecfg: EngineConfig, model: Qwen35ForCausalLM, meta: dict,

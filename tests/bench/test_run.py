@@ -23,7 +23,8 @@ TINY_MOE = {
 
 
 @pytest.mark.parametrize("weights", ["int4", "fp8"])
-def test_bench_runs_end_to_end_on_cpu(tmp_path, weights):
+def test_bench_runs_end_to_end_on_cpu(tmp_path, weights, monkeypatch):
+    monkeypatch.setenv("HINFER_FUSE_LAUNCHES", "0")  # recorded with the rows
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text(json.dumps(TINY_MOE))
     spec = BenchSpec(model=str(tmp_path / "m"), weights=weights, concurrency=[1, 2], depths=[40], prefill=[48],
@@ -33,6 +34,7 @@ def test_bench_runs_end_to_end_on_cpu(tmp_path, weights):
     assert kinds.count("decode") == 2 and kinds.count("prefill") == 1 and kinds.count("spec_round") == 4
     for r in rows:
         assert r["gpu"] == "cpu" and r["weights"] == weights and r["expert_bytes"] > 0
+        assert r["switches"].get("HINFER_FUSE_LAUNCHES") == "0"
         if r["kind"] == "spec_round":
             assert r["ms_per_round"] > 0 and r["floor_ms_per_round"] > 0 and r["drafted_per_round"] == r["draft_tokens"]
             assert set(r["projected"]) == ({"1.5"} if r["draft_tokens"] == 1 else {"1.5", "3.2"})
