@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call for what is on the model path and ran on no GPU yet: the int4 experts with K split over
 # programs and the down launch summing the slots, the MoE router in one launch, the int4 kernel's bf16 tail rows
-# (GDN b / a) and SiLU-mul as it loads (the dense MLP's down): their GPU tests and the engine tests, the experts
+# (GDN b / a) and SiLU-mul as it loads (the dense MLP's down), the attention gate at decode: their GPU tests and the engine tests, the experts
 # tile sweep with splits (35B-A3B; MODELS=122b for the other), 35B-A3B int4 decode with the swept tiles and the
 # launch fusions on / off (HINFER_FUSE_LAUNCHES), the 27B int4 decode and MTP rounds. Steps past 520 s are skipped (the call's limit is 600).
 # Everything lands in $OUT/gpu_moe_split.tgz (the device returns a few files only).
@@ -14,9 +14,9 @@ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv > "$R
 timeout 170 python -m pytest -q -s tests/gpu/test_moe_kernels.py tests/gpu/test_engine_gpu.py -m gpu \
   -p no:cacheprovider > "$R/tests.txt" 2>&1
 echo "== moe + engine tests rc=$? $(grep -E 'passed|failed' "$R/tests.txt" | tail -1)"; grep -E "^(FAILED|E )" "$R/tests.txt" | head -12
-timeout 70 python -m pytest -q tests/gpu/test_int4_mma.py -m gpu -k "tail or silu_mul" -p no:cacheprovider \
-  > "$R/tests_int4.txt" 2>&1
-echo "== int4 tail / GLU tests rc=$? $(tail -1 "$R/tests_int4.txt")"; grep -E "^(FAILED|E )" "$R/tests_int4.txt" | head -8
+timeout 70 python -m pytest -q tests/gpu/test_int4_mma.py tests/gpu/test_norm_attention_kernels.py -m gpu \
+  -k "tail or silu_mul or gated" -p no:cacheprovider > "$R/tests_int4.txt" 2>&1
+echo "== int4 tail / GLU, gated attention tests rc=$? $(tail -1 "$R/tests_int4.txt")"; grep -E "^(FAILED|E )" "$R/tests_int4.txt" | head -8
 pack
 timeout 150 python bench/experts_mma_tiles.py --model ${MODELS:-35b} --t 1 8 --splits 1,2,4 --json "$R/experts.json" \
   --tuned-out "$R/experts_tuned.json" > "$R/experts.txt" 2>&1

@@ -20,7 +20,6 @@ from hinfer.errors import ConfigError
 from hinfer.model.state import ModelState
 from hinfer.model.vision import VisionEncoder
 from hinfer.model.vision_grid import Grid
-from hinfer.ops.activation import sigmoid_gate
 from hinfer.ops.attention import paged_attention, qk_norm_rope_write
 from hinfer.ops.dispatch import set_backend
 from hinfer.ops.gdn import gated_delta_net
@@ -83,7 +82,7 @@ class Attention(nn.Module):
             q, k, v, self.q_norm, self.k_norm, self.eps, positions, self.inv_freq,
             k_cache, v_cache, batch.slot_mapping, self.attn_factor, axes,
         )  # fmt: skip
-        o = sigmoid_gate(paged_attention(q, k_cache, v_cache, batch, d**-0.5), gate)
+        o = paged_attention(q, k_cache, v_cache, batch, d**-0.5, gate=gate)  # attention(q, k, v) * sigmoid(gate)
         return linear(o.reshape(t, -1), self.o_proj)
 
 

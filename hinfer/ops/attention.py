@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from hinfer.batch import ForwardBatch
+from hinfer.ops.activation import sigmoid_gate
 from hinfer.ops.dispatch import use_triton
 from hinfer.ops.kv_cache import read_kv, rotate_for_cache, write_kv
 from hinfer.ops.norm import rms_norm_ref
@@ -99,10 +100,14 @@ def qk_norm_rope_write(
 
 
 def paged_attention(
-    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, batch: ForwardBatch, scale: float
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, batch: ForwardBatch, scale: float,
+    gate: torch.Tensor | None = None,
 ) -> torch.Tensor:
+    """Causal attention of q over the paged cache; with `gate` ([T, H, D]) the output times sigmoid(gate), as
+    sigmoid_gate computes it (one launch fewer at decode, where the Triton kernels apply it as they write)."""
     if use_triton(q):
         from hinfer.ops.triton import attention as ta
 
-        return ta.paged_attention(q, k_cache, v_cache, batch, scale)
-    return paged_attention_ref(q, k_cache, v_cache, batch, scale)
+        return ta.paged_attention(q, k_cache, v_cache, batch, scale, gate)
+    out = paged_attention_ref(q, k_cache, v_cache, batch, scale)
+    return out if gate is None else sigmoid_gate(out, gate)

@@ -63,6 +63,6 @@ def warn_fallback(op: str, why: str) -> None:
 def launch_fusions() -> bool:
     """Whether ops take their launch-saving fused paths at decode sizes: the MoE router's GEMV and route in one
     launch, the slot sum in the int4 experts' down launch, the int4 kernel's bf16 tail rows (the GDN in_proj's
-    b / a) and its SiLU-mul as it loads (the dense MLP's down). HINFER_FUSE_LAUNCHES=0 keeps the separate
+    b / a) and its SiLU-mul as it loads (the dense MLP's down), the attention output gate in the decode kernels. HINFER_FUSE_LAUNCHES=0 keeps the separate
     kernels (to compare, or to fall back). Read at every call, so a test or a bench can flip it."""
     return os.environ.get("HINFER_FUSE_LAUNCHES", "1") != "0"

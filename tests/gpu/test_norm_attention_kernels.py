@@ -234,6 +234,24 @@ def test_prefill(tk, seed, cached, q_len):
     _attn_check(tk, batch, q, kc, vc, f"prefill cached={cached} q={q_len} seed={seed}")
 
 
+@pytest.mark.parametrize("b,q_len,ctx", [(1, 1, 1024), (8, 1, 32768), (8, 4, 1024), (1, 1, 40)])
+def test_decode_gated(tk, seed, b, q_len, ctx, monkeypatch):
+    """The model's sigmoid gate applied by the decode kernel (one split) or the combine (several) equals the
+    separate gate kernel on the ungated output bit for bit; the launch fusions off give the same bits."""
+    from hinfer.ops.triton.activation import sigmoid_gate
+
+    cached = [random.randrange(ctx // 2, ctx - q_len) for _ in range(b)]
+    batch, (q, kc, vc) = _batch(cached, [q_len] * b)
+    gate = torch.randn_like(q)
+    attn = tk["attention"]
+    with poisoned_empty():
+        got = attn.paged_attention(q, kc, vc, batch, D**-0.5, gate)
+        want = sigmoid_gate(attn.paged_attention(q, kc, vc, batch, D**-0.5), gate)
+        monkeypatch.setenv("HINFER_FUSE_LAUNCHES", "0")
+        apart = attn.paged_attention(q, kc, vc, batch, D**-0.5, gate)
+    assert torch.equal(got, want) and torch.equal(apart, want), f"B={b} q={q_len} ctx={ctx} seed={seed}"
+
+
 def test_mixed_batch(tk, seed):
     # decode + verify lanes first (decode kernel), then chunks with and without a prefix (prefill kernel)
     batch, (q, kc, vc) = _batch([5000, 70, 3000, 0, 1000], [1, 4, 1, 700, 333])

@@ -76,7 +76,7 @@ def _compile_all() -> None:
                  "rope": dict(K_FMT=cache_args(kc)[-1], V_FMT=cache_args(vc)[-1])}  # fmt: skip
         types = dict(q_ptr="*bf16", k_ptr=k[0], v_ptr=v[0], o_ptr="*bf16", op_ptr=F32, lse_ptr=F32,
                      pt_ptr="*i32", cached_ptr="*i32", qlens_ptr="*i32", cu_ptr="*i32", qk_scale="fp32",
-                     **scales)  # fmt: skip
+                     g_ptr="*bf16", **scales)  # fmt: skip
         for q_max in (1, 8):  # decode; verify rows (wgmma config)
             m_pad = decode_rows(q_max, H // HKV)
             cfg = decode_config(q_max, H // HKV, D)
@@ -85,6 +85,11 @@ def _compile_all() -> None:
             r = _compile(dec._decode_kernel, types, ints, consts, opts(cfg))
             assert r["stack"] == 0, (name, q_max, r)
             print("compiled decode", name, q_max, r)
+        # one split writing the gated output itself (the model's sigmoid gate in the same launch)
+        cfg = decode_config(1, H // HKV, D)
+        consts = dict(consts, Q_MAX=1, M_PAD=decode_rows(1, H // HKV), BLOCK_N=cfg.block_n, DIRECT=True, GATE=True)
+        r = _compile(dec._decode_kernel, types, ints, consts, opts(cfg))
+        assert r["stack"] == 0, (name, "gated", r)
         cfg = prefill_config(8192, H // HKV, D)
         for direct in (True, False):  # one pass, or split-KV partials (a short chunk over a long prefix)
             consts = dict(G=H // HKV, D=D, PAGE=PAGE, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, EMU=False,

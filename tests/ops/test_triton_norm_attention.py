@@ -278,6 +278,29 @@ def test_paged_attention_dispatch_mixed_batch(seed):
     _close(out, _attn_ref(q, kc, vc, batch), **_attn_tol(torch.float32), seed=seed)
 
 
+@pytest.mark.parametrize("splits", [1, 3])
+@pytest.mark.parametrize("mixed", [False, True])
+def test_paged_attention_gated(splits, mixed, seed, monkeypatch):
+    """With the model's gate: out * sigmoid(gate). A decode-only batch gets it in the decode kernel's (or the
+    combine's) epilogue, a batch with chunks from the separate gate kernel; with the gate computed as
+    sigmoid_gate computes it, the two agree with the reference to bf16 rounding, and the fused epilogue equals
+    the same launch ungated followed by the reference gate (both round the output and sigmoid(gate) first)."""
+    from hinfer.ops.activation import sigmoid_gate_ref
+
+    cached, q_lens = ([9, 0, 33, 0, 20], [1, 3, 1, 19, 12]) if mixed else ([9, 0, 33, 30], [1, 3, 1, 4])
+    batch, q, kc, vc = _batch(cached, q_lens, 16, torch.bfloat16, seed=seed)
+    gate = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed)).bfloat16()
+    monkeypatch.setattr(dec, "decode_splits", lambda *a, **k: splits)
+    with poisoned_empty():
+        got = ta.paged_attention(q, kc, vc, batch, D**-0.5, gate)
+        plain = ta.paged_attention(q, kc, vc, batch, D**-0.5)
+    want = sigmoid_gate_ref(_attn_ref(q, kc, vc, batch), gate)
+    _close(got, want, **_attn_tol(torch.bfloat16), seed=seed)
+    assert torch.equal(got, sigmoid_gate_ref(plain, gate)), f"seed {seed}: the gate's rounding"
+    monkeypatch.setenv("HINFER_FUSE_LAUNCHES", "0")
+    _close(ta.paged_attention(q, kc, vc, batch, D**-0.5, gate), want, **_attn_tol(torch.bfloat16), seed=seed)
+
+
 def test_decode_lengths_are_read_from_device(seed):
     # CUDA-graph contract: same static shapes (B, page-table width, q_max), other lengths in the tensors
     batch, q, kc, vc = _batch([40, 3], [2, 2], 16, torch.float32, seed=seed)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 
 from hinfer.batch import ForwardBatch
+from hinfer.ops.dispatch import launch_fusions
+from hinfer.ops.triton.activation import sigmoid_gate
 from hinfer.ops.triton.attention_decode import paged_decode
 from hinfer.ops.triton.attention_prefill import paged_prefill
 from hinfer.ops.triton.attention_rope import qk_norm_rope_write
@@ -26,7 +28,10 @@ def paged_attention(
     v_cache: torch.Tensor,
     batch: ForwardBatch,
     scale: float,
+    gate: torch.Tensor | None = None,  # [T, H, D]: out * sigmoid(gate)
 ) -> torch.Tensor:
+    """Attention over the paged cache; with `gate`, times sigmoid(gate) (activation.sigmoid_gate's rounding), in
+    the decode kernels' own epilogue when every sequence is short (decode, verify) and launch fusions are on."""
     t, n_heads, d = q.shape
     assert d & (d - 1) == 0 and k_cache.shape[1] & (k_cache.shape[1] - 1) == 0, "head_dim, page: powers of 2"
     assert n_heads % k_cache.shape[2] == 0 and k_cache.stride(-1) == 1 and v_cache.stride(-1) == 1
@@ -40,13 +45,15 @@ def paged_attention(
     while n_dec < len(q_lens) and q_lens[n_dec] <= DECODE_MAX_Q:
         n_dec += 1
     common = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens, scale)
+    fused_gate = gate is not None and n_dec == len(q_lens) and launch_fusions()
     if n_dec:
         n_tok = t if n_dec == len(q_lens) else sum(q_lens[:n_dec])
-        paged_decode(q, k_cache, v_cache, out, *common, n_dec, n_tok, max(q_lens[:n_dec]))
+        paged_decode(q, k_cache, v_cache, out, *common, n_dec, n_tok, max(q_lens[:n_dec]),
+                     gate=gate if fused_gate else None)  # fmt: skip
     if n_dec < len(q_lens):
         rest = q_lens[n_dec:]
         tok0 = sum(q_lens[:n_dec])
         kv_max = max(c + n for c, n in zip(batch.cached_lens_cpu[n_dec:], rest))
         paged_prefill(q, k_cache, v_cache, out, *common, n_dec, len(rest), max(rest), kv_max=kv_max, tok0=tok0,
                       n_tok=t - tok0)  # fmt: skip
-    return out
+    return out if gate is None or fused_gate else sigmoid_gate(out, gate)

@@ -33,6 +33,7 @@ def _decode_kernel(
     G: tl.constexpr, Q_MAX: tl.constexpr, M_PAD: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_N: tl.constexpr, DIRECT: tl.constexpr, EMU: tl.constexpr,
     K_FMT: tl.constexpr, V_FMT: tl.constexpr, PDL: tl.constexpr = False,
+    g_ptr=None, sgt=0, sgh=0, GATE: tl.constexpr = False,
 ):  # fmt: skip
     pdl_start(PDL)
     b = tl.program_id(0)
@@ -86,7 +87,9 @@ def _decode_kernel(
     out = acc / tl.where(has, l_i, 1.0)[:, None]
     if DIRECT:  # one split: normalise and write the output here
         o_off = tok[:, None] * sot + head[:, None] * soh + d[None, :]
-        tl.store(o_ptr + o_off, cast(out, o_ptr.dtype.element_ty, EMU), mask=row_ok[:, None])
+        g_off = tok[:, None] * sgt + head[:, None] * sgh + d[None, :]
+        y = _gated(out, g_ptr, g_off, row_ok[:, None], o_ptr.dtype.element_ty, EMU, GATE)
+        tl.store(o_ptr + o_off, y, mask=row_ok[:, None])
     else:
         idx = (tok * n_heads + head) * n_splits + split  # partials are [T, H, splits, (D)] fp32
         tl.store(op_ptr + idx[:, None] * D + d[None, :], out, mask=row_ok[:, None])
@@ -95,9 +98,23 @@ def _decode_kernel(
 
 
 @triton.jit
+def _gated(out, g_ptr, g_off, mask, dt: tl.constexpr, EMU: tl.constexpr, GATE: tl.constexpr):
+    """The fp32 attention output in dt; with GATE times sigmoid(gate), rounded as activation.sigmoid_gate rounds
+    it (the output and sigmoid(gate) to dt first, then their product): the model's gated attention in the same
+    launch."""
+    y = cast(out, dt, EMU)
+    if GATE:
+        g = tl.load(g_ptr + g_off, mask=mask, other=0.0).to(tl.float32)
+        s = cast(1.0 / (1.0 + tl.exp(-g)), dt, EMU).to(tl.float32)
+        y = cast(y.to(tl.float32) * s, dt, EMU)
+    return y
+
+
+@triton.jit
 def _combine_kernel(
     op_ptr, lse_ptr, o_ptr, n_heads, n_splits, sot, soh,
     D: tl.constexpr, S_PAD: tl.constexpr, EMU: tl.constexpr, PDL: tl.constexpr = False,
+    g_ptr=None, sgt=0, sgh=0, GATE: tl.constexpr = False,
 ):  # fmt: skip
     pdl_start(PDL)
     t = tl.program_id(0).to(tl.int64)
@@ -119,7 +136,8 @@ def _combine_kernel(
         for i in range(n_splits):
             acc += tl.exp2(tl.load(lse_ptr + base + i) - mx) * tl.load(op_ptr + (base + i) * D + d)
     out = acc / tl.where(denom > 0.0, denom, 1.0)
-    tl.store(o_ptr + t * sot + h * soh + d, cast(out, o_ptr.dtype.element_ty, EMU))
+    y = _gated(out, g_ptr, t * sgt + h * sgh + d, d >= 0, o_ptr.dtype.element_ty, EMU, GATE)
+    tl.store(o_ptr + t * sot + h * soh + d, y)
 
 
 def decode_cache_args(k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple[tuple, tuple]:
@@ -156,8 +174,13 @@ def paged_decode(
     num_warps: int | None = None,
     num_stages: int | None = None,
     ctas_per_sm: int | None = None,
+    gate: torch.Tensor | None = None,  # [T, H, D], last dim contiguous: out = attention * sigmoid(gate)
 ) -> None:
     n_heads, d = q.shape[1], q.shape[2]
+    gate_args = dict(g_ptr=q, sgt=0, sgh=0, GATE=False)
+    if gate is not None:
+        assert gate.shape == q.shape and gate.stride(-1) == 1, "gate: [T, H, D] with a contiguous last dim"
+        gate_args = dict(g_ptr=gate, sgt=gate.stride(0), sgh=gate.stride(1), GATE=True)
     page, n_kv = k_cache.shape[1], k_cache.shape[2]
     g = n_heads // n_kv
     m_pad = decode_rows(q_max, g)
@@ -183,9 +206,10 @@ def paged_decode(
         G=g, Q_MAX=q_max, M_PAD=m_pad, D=d, PAGE=page, BLOCK_N=block_n, DIRECT=num_splits == 1, EMU=emu,
         K_FMT=k_fmt, V_FMT=v_fmt,
         num_warps=num_warps or cfg.num_warps, num_stages=num_stages or cfg.num_stages, **pdl_kwargs(q),
+        **(gate_args if num_splits == 1 else {}),
     )  # fmt: skip
     if num_splits > 1:
         _combine_kernel[(n_tokens, n_heads)](
             part, lse, out, n_heads, num_splits, out.stride(0), out.stride(1),
-            D=d, S_PAD=triton.next_power_of_2(num_splits), EMU=emu, num_warps=4, **pdl_kwargs(q),
+            D=d, S_PAD=triton.next_power_of_2(num_splits), EMU=emu, num_warps=4, **pdl_kwargs(q), **gate_args,
         )  # fmt: skip
