@@ -187,27 +187,31 @@ class Int4MmaWeight(nn.Module):
     def matmul_glu(self, h: torch.Tensor) -> torch.Tensor | None:
         """silu(gate) * up of h = [gate | up] (2K wide) @ self^T in one launch, the kernel taking SiLU-mul as it
         loads h (rounded as silu_mul rounds it); None when the tensor-core kernel does not take h."""
-        if not (use_triton(h) and h.is_cuda and h.dtype == torch.bfloat16 and h.shape[-1] == 2 * self.k):
+        h2 = h.reshape(-1, h.shape[-1])
+        if h.shape[-1] != 2 * self.k or not _decode_rows_on_cuda(h2):
             return None
-        from hinfer.ops.triton.linear_int4_mma import MAX_M, int4_mma_matmul
+        from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
 
-        lead = h.shape[:-1]
-        h2 = h.reshape(-1, 2 * self.k)
-        if not 0 < h2.shape[0] <= MAX_M:
-            return None
-        return int4_mma_matmul(h2, self, glu=True).view(*lead, self.n)
+        return int4_mma_matmul(h2, self, glu=True).view(*h.shape[:-1], self.n)
 
     def matmul_tail(self, x: torch.Tensor, tail: torch.Tensor, out: torch.Tensor) -> bool:
         """out [M, N + T] = [x @ self^T, x @ tail^T] in one launch (the tail rows on CUDA cores beside the int4
         tiles) when the tensor-core kernel takes x and the tail is bf16; False (nothing written) otherwise."""
-        if not (use_triton(x) and x.is_cuda and x.dtype == tail.dtype == torch.bfloat16 and tail.stride(-1) == 1):
+        if tail.dtype != torch.bfloat16 or tail.stride(-1) != 1 or not _decode_rows_on_cuda(x):
             return False
-        from hinfer.ops.triton.linear_int4_mma import MAX_M, int4_mma_matmul
+        from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
 
-        if not 0 < x.shape[0] <= MAX_M:
-            return False
         int4_mma_matmul(x, self, out=out, tail=tail)
         return True
+
+
+def _decode_rows_on_cuda(x: torch.Tensor) -> bool:
+    """Whether the tensor-core kernel takes these rows: bf16 on CUDA with Triton, 1 .. MAX_M of them."""
+    if not (use_triton(x) and x.is_cuda and x.dtype == torch.bfloat16):
+        return False
+    from hinfer.ops.triton.linear_int4_mma import MAX_M
+
+    return 0 < x.shape[0] <= MAX_M
 
 
 def fragment_order_fits(w: nn.Module) -> bool:

@@ -139,12 +139,10 @@ def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, o
     hid = _empty((pairs, gu.shape[1]), x.dtype, x.device)
     experts_mma(x, gu, hid, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=k)
     y = _empty((pairs, h), x.dtype, x.device)
-    if launch_fusions():  # the down launch sums the slots too (else a separate sum kernel)
-        experts_mma(hid, dn, y, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=1, tw=tw, glu=True, sum_out=out,
-                    topk=k)  # fmt: skip
-        return out
-    experts_mma(hid, dn, y, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=1, tw=tw, glu=True)
-    return _sum_slots(y, out, t, k, h, False, {"PDL": False})
+    fused = launch_fusions()  # the down launch sums the slots too (else a separate sum kernel)
+    experts_mma(hid, dn, y, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=1, tw=tw, glu=True,
+                sum_out=out if fused else None, topk=k)  # fmt: skip
+    return out if fused else _sum_slots(y, out, t, k, h, False, {"PDL": False})
 
 
 def moe_experts(
