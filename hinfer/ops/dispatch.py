@@ -60,9 +60,16 @@ def warn_fallback(op: str, why: str) -> None:
     log.warning("%s runs its slow reference body on the GPU: %s", op, why)
 
 
-def launch_fusions() -> bool:
-    """Whether ops take their launch-saving fused paths at decode sizes: the MoE router's GEMV and route in one
-    launch, the slot sum in the int4 experts' down launch, the int4 kernel's bf16 tail rows (the GDN in_proj's
-    b / a) and its SiLU-mul as it loads (the dense MLP's down), the attention output gate in the decode kernels. HINFER_FUSE_LAUNCHES=0 keeps the separate
-    kernels (to compare, or to fall back). Read at every call, so a test or a bench can flip it."""
-    return os.environ.get("HINFER_FUSE_LAUNCHES", "1") != "0"
+FUSIONS = ("router", "slot_sum", "tail", "glu", "gate")
+
+
+def launch_fusions(name: str) -> bool:
+    """Whether ops take a launch-saving fused path at decode sizes: `router` the MoE router's GEMV and route in
+    one launch, `slot_sum` the slot sum in the int4 experts' down launch, `tail` the int4 kernel's bf16 tail rows
+    (the GDN in_proj's b / a), `glu` its SiLU-mul as it loads (the dense MLP's down), `gate` the attention output
+    gate in the decode kernels. HINFER_FUSE_LAUNCHES: 1 (default) all, 0 none (the separate kernels, to compare
+    or to fall back), or a comma list of the names on. Read at every call, so a test or a bench can flip it."""
+    if name not in FUSIONS:
+        raise ValueError(f"unknown launch fusion {name!r}: one of {FUSIONS}")
+    on = os.environ.get("HINFER_FUSE_LAUNCHES", "1").strip()
+    return on == "1" or (on != "0" and name in {v.strip() for v in on.split(",")})

@@ -48,5 +48,5 @@ def swiglu_linear(gate_up: torch.Tensor, weight: torch.Tensor | QuantizedWeight)
     the weight's kernel takes silu(gate) * up as it loads them (`matmul_glu`: int4 on tensor cores, the same
     rounding as silu_mul's), else the two ops."""
     fused = getattr(weight, "matmul_glu", None)
-    y = fused(gate_up) if fused is not None and launch_fusions() else None
+    y = fused(gate_up) if fused is not None and launch_fusions("glu") else None
     return y if y is not None else linear(silu_mul(gate_up), weight)

@@ -78,7 +78,7 @@ def moe_router(x: torch.Tensor, router_weight: torch.Tensor, top_k: int, shared:
     if use_triton(x):
         from hinfer.ops.triton import moe as tm
 
-        if launch_fusions() and tm.router_fits(x, router_weight):
+        if launch_fusions("router") and tm.router_fits(x, router_weight):
             return tm.moe_router(x, router_weight, top_k, shared)
     return moe_route(linear(x, router_weight), top_k, shared)
 

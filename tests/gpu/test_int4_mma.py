@@ -234,7 +234,7 @@ def test_int4_mma_bf16_tail_rows_in_the_same_launch(tile):
     g = _gen()
     q, mw = _quantized(n, k, True, g)
     tail = (torch.randn(t, k, generator=g, device="cuda") * k**-0.5).bfloat16()
-    for m in sorted({1, block_m // 2 + 1, block_m, 2 * block_m + 3}):
+    for m in sorted({1, block_m // 2 + 1, block_m, min(2 * block_m + 3, 64)}):  # the kernel takes M <= 64
         x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
         out = int4_mma_matmul(x, mw, out=_poisoned(m, n + t), cfg=cfg, tail=tail)
         head = int4_mma_matmul(x, mw, out=_poisoned(m, n), cfg=cfg)

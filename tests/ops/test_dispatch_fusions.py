@@ -1,0 +1,18 @@
+"""HINFER_FUSE_LAUNCHES: all, none, or a comma list of the named fusions; an unknown name is an error."""
+
+from __future__ import annotations
+
+import pytest
+
+from hinfer.ops.dispatch import FUSIONS, launch_fusions
+
+
+def test_all_none_or_a_list(monkeypatch):
+    monkeypatch.delenv("HINFER_FUSE_LAUNCHES", raising=False)
+    assert all(launch_fusions(n) for n in FUSIONS)
+    monkeypatch.setenv("HINFER_FUSE_LAUNCHES", "0")
+    assert not any(launch_fusions(n) for n in FUSIONS)
+    monkeypatch.setenv("HINFER_FUSE_LAUNCHES", "router, gate")
+    assert [n for n in FUSIONS if launch_fusions(n)] == ["router", "gate"]
+    with pytest.raises(ValueError, match="unknown launch fusion"):
+        launch_fusions("routr")
