@@ -60,12 +60,11 @@ def warn_fallback(op: str, why: str) -> None:
     log.warning("%s runs its slow reference body on the GPU: %s", op, why)
 
 
-FUSIONS = ("router", "slot_sum", "tail", "glu", "gate")
+FUSIONS = ("slot_sum", "tail", "glu", "gate")
 
 
 def launch_fusions(name: str) -> bool:
-    """Whether ops take a launch-saving fused path at decode sizes: `router` the MoE router's GEMV and route in
-    one launch, `slot_sum` the slot sum in the int4 experts' down launch, `tail` the int4 kernel's bf16 tail rows
+    """Whether ops take a launch-saving fused path at decode sizes: `slot_sum` the slot sum in the int4 experts' down launch, `tail` the int4 kernel's bf16 tail rows
     (the GDN in_proj's b / a), `glu` its SiLU-mul as it loads (the dense MLP's down), `gate` the attention output
     gate in the decode kernels. HINFER_FUSE_LAUNCHES: 1 (default) all, 0 none (the separate kernels, to compare
     or to fall back), or a comma list of the names on. Read at every call, so a test or a bench can flip it."""

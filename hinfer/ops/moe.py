@@ -12,8 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from hinfer.ops.dispatch import launch_fusions, use_triton, warn_fallback
-from hinfer.ops.linear import linear
+from hinfer.ops.dispatch import use_triton, warn_fallback
 from hinfer.ops.triton.moe_int4 import Int4Experts
 from hinfer.quant.experts import Fp8ExpertsWeight, Int4ExpertsWeight
 
@@ -68,19 +67,6 @@ def moe_route(router_logits: torch.Tensor, top_k: int, shared: bool = False) -> 
 
         return tm.moe_route(router_logits, top_k, shared)
     return moe_route_ref(router_logits, top_k, shared)
-
-
-def moe_router(x: torch.Tensor, router_weight: torch.Tensor, top_k: int, shared: bool = False
-               ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """moe_route(linear(x, router_weight), top_k, shared): the router's logits and their top k; one launch at
-    decode sizes when Triton runs (the logits rounded to x's dtype as linear's are; the fp32 sum in another
-    order)."""
-    if use_triton(x):
-        from hinfer.ops.triton import moe as tm
-
-        if launch_fusions("router") and tm.router_fits(x, router_weight):
-            return tm.moe_router(x, router_weight, top_k, shared)
-    return moe_route(linear(x, router_weight), top_k, shared)
 
 
 def _kernel_weight(w, x: torch.Tensor):

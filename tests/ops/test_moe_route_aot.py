@@ -9,15 +9,12 @@ import pytest
 pytest.importorskip("triton")
 
 CASES = [(1, 1, shared) for shared in (False, True)] + [(4, 4, shared) for shared in (False, True)]
-# the fused router (GEMV + route): tokens, H slice (the 35B-A3B's 2048 / 8, the 122B-A10B's 3072 / 6)
-ROUTER_CASES = [(1, 256), (8, 256), (8, 512)]
 
 
 def test_route_kernel_compiles_for_sm90(compiled_child):
     res = compiled_child.call(__file__, "_compile_all", timeout=600)
     assert res.returncode == 0, res.stderr[-4000:]
-    assert res.stdout.count("compiled") == len(CASES) + len(ROUTER_CASES), res.stdout
-    assert res.stdout.count("'stack': 0,") == len(CASES) + len(ROUTER_CASES), res.stdout  # no spills
+    assert res.stdout.count("compiled") == len(CASES), res.stdout
 
 
 def _compile_all() -> None:
@@ -25,7 +22,7 @@ def _compile_all() -> None:
     from triton.compiler import ASTSource, compile
 
     from hinfer.ops.triton.linear_aot import resources
-    from hinfer.ops.triton.moe_route import _ROUTER_ROWS, ROUTER_WARPS, _route_kernel, _router_kernel
+    from hinfer.ops.triton.moe_route import _route_kernel
 
     for block_t, warps, shared in CASES:
         consts = dict(TOPK=8, TOPK_P=8, BLOCK_T=block_t, BLOCK_E=256, EMU=False, PDL=True, SHARED=shared)
@@ -34,13 +31,3 @@ def _compile_all() -> None:
         src = ASTSource(_route_kernel, sig, constexprs=consts)
         res = resources(compile(src, target=GPUTarget("cuda", 90, 64), options={"num_warps": warps}))
         print("compiled", block_t, warps, shared, res)
-    for block_t, block_h in ROUTER_CASES:
-        consts = dict(TOPK=8, TOPK_P=8, BLOCK_T=block_t, BLOCK_E=256, BLOCK_R=_ROUTER_ROWS, BLOCK_H=block_h,
-                      EMU=False, PDL=True, SHARED=True)  # fmt: skip
-        sig = {a: "constexpr" if a in consts else "i32" for a in _router_kernel.arg_names}
-        sig |= {"x_ptr": "*bf16", "rw_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32", "w_ptr": "*bf16",
-                "ids_ptr": "*i64"}  # fmt: skip
-        src = ASTSource(_router_kernel, sig, constexprs=consts)
-        warps = ROUTER_WARPS
-        res = resources(compile(src, target=GPUTarget("cuda", 90, 64), options={"num_warps": warps}))
-        print("compiled router", block_t, block_h, warps, res)

@@ -31,11 +31,11 @@ from hinfer.ops.triton.moe_align import align
 from hinfer.ops.triton.moe_common import _empty
 from hinfer.ops.triton.moe_int4 import Int4Experts
 from hinfer.ops.triton.moe_int4_mma import GROUP_K, MAX_PAIRS, experts_mma
-from hinfer.ops.triton.moe_route import moe_route, moe_router, router_fits
+from hinfer.ops.triton.moe_route import moe_route
 from hinfer.ops.triton.tiles.forms import MoeConfig
 from hinfer.ops.triton.tiles.moe import BF16, FP8, INT4, clamp_to_shape, pick_config
 
-__all__ = ["Fp8Experts", "Int4Experts", "moe_experts", "moe_route", "moe_router", "router_fits"]
+__all__ = ["Fp8Experts", "Int4Experts", "moe_experts", "moe_route"]
 
 
 class Fp8Experts(NamedTuple):
