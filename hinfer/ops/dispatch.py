@@ -60,15 +60,21 @@ def warn_fallback(op: str, why: str) -> None:
     log.warning("%s runs its slow reference body on the GPU: %s", op, why)
 
 
-FUSIONS = ("slot_sum", "tail", "glu", "gate")
+# the launch-saving fused paths and the most token rows each takes by default (None: any). Measured on the H200
+# (bench/RESULTS.md): the experts' slot sum in the down launch and the int4 kernel's tail rows help at one row
+# and cost 1-3% at eight (their serial last-program work grows with the rows)
+FUSIONS: dict[str, int | None] = {"slot_sum": 1, "tail": 1, "gate": None}
 
 
-def launch_fusions(name: str) -> bool:
-    """Whether ops take a launch-saving fused path at decode sizes: `slot_sum` the slot sum in the int4 experts' down launch, `tail` the int4 kernel's bf16 tail rows
-    (the GDN in_proj's b / a), `glu` its SiLU-mul as it loads (the dense MLP's down), `gate` the attention output
-    gate in the decode kernels. HINFER_FUSE_LAUNCHES: 1 (default) all, 0 none (the separate kernels, to compare
-    or to fall back), or a comma list of the names on. Read at every call, so a test or a bench can flip it."""
+def launch_fusions(name: str, rows: int) -> bool:
+    """Whether an op at `rows` token rows takes a launch-saving fused path: `slot_sum` the slot sum in the int4
+    experts' down launch, `tail` the int4 kernel's bf16 tail rows (the GDN in_proj's b / a), `gate` the attention
+    output gate in the decode kernels. HINFER_FUSE_LAUNCHES: 1 (default) each up to its rows in FUSIONS, 0 none
+    (the separate kernels, to compare or to fall back), or a comma list of the names on at any rows. Read at
+    every call, so a test or a bench can flip it."""
     if name not in FUSIONS:
-        raise ValueError(f"unknown launch fusion {name!r}: one of {FUSIONS}")
+        raise ValueError(f"unknown launch fusion {name!r}: one of {tuple(FUSIONS)}")
     on = os.environ.get("HINFER_FUSE_LAUNCHES", "1").strip()
-    return on == "1" or (on != "0" and name in {v.strip() for v in on.split(",")})
+    if on == "1":
+        return FUSIONS[name] is None or rows <= FUSIONS[name]
+    return on != "0" and name in {v.strip() for v in on.split(",")}

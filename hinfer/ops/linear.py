@@ -12,8 +12,7 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
-from hinfer.ops.activation import silu_mul
-from hinfer.ops.dispatch import launch_fusions, use_triton
+from hinfer.ops.dispatch import use_triton
 from hinfer.ops.triton.tiles.forms import BF16
 from hinfer.ops.triton.tiles.linear import SKINNY_MAX_M
 
@@ -41,12 +40,3 @@ def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedWeight) -> torch.Ten
 
         return bf16_linear(x, weight)
     return linear_ref(x, weight)
-
-
-def swiglu_linear(gate_up: torch.Tensor, weight: torch.Tensor | QuantizedWeight) -> torch.Tensor:
-    """linear(silu_mul(gate_up), weight): a SwiGLU MLP's down projection of its [gate | up] rows. One launch when
-    the weight's kernel takes silu(gate) * up as it loads them (`matmul_glu`: int4 on tensor cores, the same
-    rounding as silu_mul's), else the two ops."""
-    fused = getattr(weight, "matmul_glu", None)
-    y = fused(gate_up) if fused is not None and launch_fusions("glu") else None
-    return y if y is not None else linear(silu_mul(gate_up), weight)

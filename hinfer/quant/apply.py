@@ -49,7 +49,7 @@ class RowSplitWeight(nn.Module):
 
             out = torch.empty((x2.shape[0], self.shape[0]), dtype=x.dtype, device=x.device)
             fused = getattr(self.head, "matmul_tail", None)  # one launch: the head's kernel takes the tail rows too
-            if fused is None or not launch_fusions("tail") or not fused(x2, self.tail, out):
+            if fused is None or not launch_fusions("tail", x2.shape[0]) or not fused(x2, self.tail, out):
                 self.head.matmul(x2, out=out[:, :nh])
                 bf16_linear(x2, self.tail, out=out[:, nh:])
         else:

@@ -184,16 +184,6 @@ class Int4MmaWeight(nn.Module):
         y = F.linear(x2, self.dequantize(x.dtype))
         return (y if out is None else out.copy_(y)).view(*lead, self.n)
 
-    def matmul_glu(self, h: torch.Tensor) -> torch.Tensor | None:
-        """silu(gate) * up of h = [gate | up] (2K wide) @ self^T in one launch, the kernel taking SiLU-mul as it
-        loads h (rounded as silu_mul rounds it); None when the tensor-core kernel does not take h."""
-        h2 = h.reshape(-1, h.shape[-1])
-        if h.shape[-1] != 2 * self.k or not _decode_rows_on_cuda(h2):
-            return None
-        from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
-
-        return int4_mma_matmul(h2, self, glu=True).view(*h.shape[:-1], self.n)
-
     def matmul_tail(self, x: torch.Tensor, tail: torch.Tensor, out: torch.Tensor) -> bool:
         """out [M, N + T] = [x @ self^T, x @ tail^T] in one launch (the tail rows on CUDA cores beside the int4
         tiles) when the tensor-core kernel takes x and the tail is bf16; False (nothing written) otherwise."""

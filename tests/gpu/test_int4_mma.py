@@ -219,7 +219,7 @@ def test_int4_mma_reads_the_row_layout(name, zero_point):
 
 @pytest.mark.parametrize("tile", [(128, 8, 4, 4, 2, 4), (128, 8, 4, 8, 2, 0), (128, 16, 2, 4, 4, 0),
                                   (128, 32, 1, 8, 2, 4)])  # fmt: skip
-def test_int4_mma_bf16_tail_rows_in_the_same_launch(tile):
+def test_int4_mma_bf16_tail_rows_in_the_same_launch(tile, monkeypatch):
     """Tail rows kept in bf16 (the GDN in_proj's b / a: 96 of them at the 27B, 64 at the 35B-A3B, a count that
     is not a multiple of the warps here) computed by extra programs of the int4 launch: the int4 columns are the
     launch without a tail bit for bit, the tail columns equal x @ tail^T in fp32 up to bf16 rounding; the same
@@ -241,6 +241,7 @@ def test_int4_mma_bf16_tail_rows_in_the_same_launch(tile):
         assert torch.equal(out[:, :n], head), f"int4 columns, M={m}"
         assert _rel(out[:, n:], x.float() @ tail.float().T) < REL, f"tail columns, M={m}"
     x = torch.randn(4, k, generator=g, device="cuda").bfloat16()
+    monkeypatch.setenv("HINFER_FUSE_LAUNCHES", "tail")  # the fused path at 4 rows too (by default: one row)
     split_w = RowSplitWeight(mw, tail)
     want = torch.cat([mw.matmul(x), torch.nn.functional.linear(x, tail)], dim=-1)
     y = split_w.matmul(x)
@@ -251,29 +252,3 @@ def test_int4_mma_bf16_tail_rows_in_the_same_launch(tile):
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(y_g, y), "graph replay"
-
-
-@pytest.mark.parametrize("tile", [None, (128, 8, 16, 4, 2, 4), (128, 8, 8, 8, 2, 0), (128, 16, 4, 4, 4, 0)])
-def test_int4_mma_takes_silu_mul_as_it_loads(tile):
-    """The dense MLP's down projection on gate_up's [gate | up] rows (GLU) equals it on silu_mul's output bit for
-    bit (the same rounding of silu(gate) and of the product, then the same MMAs), through the tile table (None)
-    and given tiles, and through swiglu_linear (Int4MmaWeight.matmul_glu)."""
-    from hinfer.ops.linear import swiglu_linear
-    from hinfer.ops.triton.activation import silu_mul
-    from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
-    from hinfer.ops.triton.tiles.forms import SkinnyConfig
-
-    cfg = None
-    if tile is not None:
-        block_n, block_m, split, warps, depth, ring = tile
-        cfg = SkinnyConfig(block_n, 128, block_m, split, warps, depth, ring)
-    n, k = 5120, 17408
-    g = _gen()
-    _, mw = _quantized(n, k, True, g)
-    for m in (1, 4, 8, 13):
-        h = (torch.randn(m, 2 * k, generator=g, device="cuda") * 2).bfloat16()
-        a = int4_mma_matmul(h, mw, out=_poisoned(m, n), cfg=cfg, glu=True)
-        b = int4_mma_matmul(silu_mul(h), mw, out=_poisoned(m, n), cfg=cfg)
-        assert torch.equal(a, b), f"M={m} {cfg}"
-        if tile is None:
-            assert torch.equal(swiglu_linear(h, mw), b), f"swiglu_linear M={m}"

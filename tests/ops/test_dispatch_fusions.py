@@ -1,4 +1,5 @@
-"""HINFER_FUSE_LAUNCHES: all, none, or a comma list of the named fusions; an unknown name is an error."""
+"""HINFER_FUSE_LAUNCHES: each fusion up to its default rows, none, or a comma list of the named fusions at any
+rows; an unknown name is an error."""
 
 from __future__ import annotations
 
@@ -7,12 +8,13 @@ import pytest
 from hinfer.ops.dispatch import FUSIONS, launch_fusions
 
 
-def test_all_none_or_a_list(monkeypatch):
+def test_default_rows_none_or_a_list(monkeypatch):
     monkeypatch.delenv("HINFER_FUSE_LAUNCHES", raising=False)
-    assert all(launch_fusions(n) for n in FUSIONS)
+    assert all(launch_fusions(n, 1) for n in FUSIONS)
+    assert [n for n in FUSIONS if launch_fusions(n, 8)] == [n for n, most in FUSIONS.items() if most is None]
     monkeypatch.setenv("HINFER_FUSE_LAUNCHES", "0")
-    assert not any(launch_fusions(n) for n in FUSIONS)
+    assert not any(launch_fusions(n, 1) for n in FUSIONS)
     monkeypatch.setenv("HINFER_FUSE_LAUNCHES", "slot_sum, gate")
-    assert [n for n in FUSIONS if launch_fusions(n)] == ["slot_sum", "gate"]
+    assert [n for n in FUSIONS if launch_fusions(n, 8)] == ["slot_sum", "gate"]
     with pytest.raises(ValueError, match="unknown launch fusion"):
-        launch_fusions("router")
+        launch_fusions("router", 1)

@@ -85,9 +85,9 @@ def _moe(out: dict, c: ModelConfig, sms: int) -> None:
     for n, k in ((2 * i, h), (h, i)):  # gate_up, down; blocks as moe._experts_mma aligns them
         blocks = [top if t == 1 else max_blocks(t * top, e, 8) for t in MS]
         tiles = [mc.experts_mma_tile(t * top, n, k, b, sms=sms) for t, b in zip(MS, blocks, strict=True)]
-        # recorded as (BLOCK_N, warps, depth): block_m 8 is the call site's constant
-        assert all((x.block_m, x.block_k, x.split_k) == (8, 128, 1) for x in tiles)
-        out[f"moe_int4_mma {n}x{k} sms={sms}"] = [[x.block_n, x.num_warps, x.num_stages] for x in tiles]
+        # recorded as (BLOCK_N, warps, depth, K splits): block_m 8 is the call site's constant
+        assert all((x.block_m, x.block_k) == (8, 128) for x in tiles)
+        out[f"moe_int4_mma {n}x{k} sms={sms}"] = [[x.block_n, x.num_warps, x.num_stages, x.split_k] for x in tiles]
 
 
 def current() -> dict[str, list]:

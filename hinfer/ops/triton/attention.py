@@ -45,7 +45,7 @@ def paged_attention(
     while n_dec < len(q_lens) and q_lens[n_dec] <= DECODE_MAX_Q:
         n_dec += 1
     common = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens, scale)
-    fused_gate = gate is not None and n_dec == len(q_lens) and launch_fusions("gate")
+    fused_gate = gate is not None and n_dec == len(q_lens) and launch_fusions("gate", t)
     if n_dec:
         n_tok = t if n_dec == len(q_lens) else sum(q_lens[:n_dec])
         paged_decode(q, k_cache, v_cache, out, *common, n_dec, n_tok, max(q_lens[:n_dec]),

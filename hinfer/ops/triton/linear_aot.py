@@ -164,9 +164,6 @@ def variants(full: bool = False) -> Iterator[Variant]:
     # with bf16 tail rows in the same launch (the GDN in_proj's b / a), ring and register loops
     yield (*int4_mma_variant(128, 8, 4, 4, True, True, 2, ring=4, tail=True, pdl=True), 0)
     yield (*int4_mma_variant(128, 8, 4, 8, True, True, 2, tail=True, pdl=True), 0)
-    # taking SiLU-mul as x loads (the dense MLP's down projection: 27B M = 1 ring tile, M = 8 register tile)
-    yield (*int4_mma_variant(128, 8, 16, 4, True, True, 2, ring=4, pdl=True, glu=True), 0)
-    yield (*int4_mma_variant(128, 8, 16, 4, True, True, 2, pdl=True, glu=True), 0)
     yield (*experts_mma_variant(128, 8, 8, True, True, 8, False), 0)
     yield (*experts_mma_variant(64, 8, 4, True, False, 1, True, glu=True, pdl=True), 0)
     # the tuned experts tiles: few warps over 32-64 rows, the register look-ahead 3 groups deep
@@ -181,6 +178,9 @@ def variants(full: bool = False) -> Iterator[Variant]:
               experts_mma_variant(64, 8, 2, True, False, 1, True, depth=4, glu=True, pdl=True, split=2, topk=9),
               experts_mma_variant(32, 8, 1, True, True, 1, True, depth=4, glu=True, pdl=True, topk=9),
               experts_mma_variant(128, 8, 2, True, False, 1, True, depth=2, glu=True, pdl=True, topk=9),
+              # the 35B-A3B's one-token tiles: gate_up in 4 K splits, down 256 wide over 8 warps
+              experts_mma_variant(64, 8, 4, True, True, 9, False, depth=4, pdl=True, split=4),
+              experts_mma_variant(256, 8, 8, True, True, 1, True, depth=2, glu=True, pdl=True, topk=9),
               *MEASURED_SPILLS):
         yield (*v, 0)
     sig = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "K": "i32", "stride_xm": "i32",

@@ -311,8 +311,7 @@ def _ring_issue(w_smem, s_smem, z_smem, w_ptrs, s_ptrs, z_ptrs, g, sg, stage, HA
 
 @gluon.jit
 def _k_loop_ring(wp, s_base, z_base, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
-                 HAS_ZERO: gl.constexpr, RING: gl.constexpr, GW: gl.constexpr, PDL: gl.constexpr,
-                 GLU: gl.constexpr = False, glu_off=0):  # fmt: skip
+                 HAS_ZERO: gl.constexpr, RING: gl.constexpr, GW: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
     """_k_loop with the weights streamed through a shared-memory ring of RING groups (cp.async): RING - 1 groups
     in flight per program without holding them in registers. Each thread copies, and later reads, its own 16
     bytes of words; the scales / zeros rows are copied by a few threads and read by all, hence one barrier per
@@ -355,8 +354,7 @@ def _k_loop_ring(wp, s_base, z_base, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constex
         nxt = j + RING - 1
         _ring_issue(w_smem, s_smem, z_smem, wp, s_ptrs, z_ptrs, gl.minimum(g_lo + nxt, last), sg, nxt % RING,
                     HAS_ZERO, GW)  # fmt: skip
-        acc = _group(acc, words, s, c, c, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, True, False, GLU,
-                     glu_off)  # fmt: skip
+        acc = _group(acc, words, s, c, c, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, True, False)
     async_copy.wait_group(0)
     return acc
 
@@ -367,10 +365,8 @@ def int4_mma_kernel(
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
     OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, RING: gl.constexpr = 0,
     PDL: gl.constexpr = False, t_ptr=None, TAIL_N=0, stride_tn=0, TAIL: gl.constexpr = False,
-    GLU: gl.constexpr = False,
 ):  # fmt: skip
-    """y[:, :N] = x @ W^T (int4 tiles) and, with TAIL, y[:, N:N + TAIL_N] = x @ tail^T (bf16 rows) in one launch.
-    With GLU the rows of x are [gate | up] (2K wide) and the product takes silu(gate) * up as it loads them."""
+    """y[:, :N] = x @ W^T (int4 tiles) and, with TAIL, y[:, N:N + TAIL_N] = x @ tail^T (bf16 rows) in one launch."""
     # rows of x in blocks of BLOCK_M along the fastest grid axis: the blocks of one weight tile run together,
     # so all but the first read it from L2
     pid_m = gl.program_id(0)
@@ -384,11 +380,11 @@ def int4_mma_kernel(
         else:
             _tile_program(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
                           stride_sg, stride_sn, pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K,
-                          OFFSET_MMA, DEPTH, ROWS, RING, PDL, GLU)  # fmt: skip
+                          OFFSET_MMA, DEPTH, ROWS, RING, PDL)  # fmt: skip
     else:
         _tile_program(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg,
                       stride_sn, pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K, OFFSET_MMA, DEPTH, ROWS,
-                      RING, PDL, GLU)  # fmt: skip
+                      RING, PDL)  # fmt: skip
 
 
 @gluon.jit
@@ -420,7 +416,7 @@ def _tile_program(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg, stride_sn,
     pid_m, pid_n, pid_k, HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
     SPLIT_K: gl.constexpr, OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, RING: gl.constexpr,
-    PDL: gl.constexpr, GLU: gl.constexpr,
+    PDL: gl.constexpr,
 ):  # fmt: skip
     """One program of int4_mma_kernel: BLOCK_N rows of W, BLOCK_M rows of x, its 1/SPLIT_K of the groups."""
     W: gl.constexpr = gl.num_warps()
@@ -455,10 +451,10 @@ def _tile_program(
 
     if RING > 0:  # fragment order: a group's scales / zeros are BLOCK_N contiguous entries of row g
         acc = _k_loop_ring(w_ptrs, s_ptr + pid_n * BLOCK_N, z_ptr + pid_n * BLOCK_N, stride_sg, x_ptrs, g_lo, g_hi,
-                           BLOCK_N, BLOCK_M, HAS_ZERO, RING, GW, PDL, GLU, K)  # fmt: skip
-    else:  # GLU: x rows are [gate | up], up K elements on
+                           BLOCK_N, BLOCK_M, HAS_ZERO, RING, GW, PDL)  # fmt: skip
+    else:
         acc = _k_loop(w_ptrs, s_ptrs, z_lo, z_rows, stride_sg, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO,
-                      OFFSET_MMA, DEPTH, ROWS, GW, PDL, GLU, K)  # fmt: skip
+                      OFFSET_MMA, DEPTH, ROWS, GW, PDL)  # fmt: skip
 
     # epilogue: y[m, n] = acc[n, m]; split-K partials reduced by the last program to arrive (fixed order)
     ym = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
@@ -482,7 +478,7 @@ def _tile_program(
 
 def int4_mma_variant(
     block_n: int, block_m: int, split_k: int, warps: int, zero: bool, offset_mma: bool = True, depth: int = 2,
-    rows: bool = False, ring: int = 0, tail: bool = False, pdl: bool = False, glu: bool = False,
+    rows: bool = False, ring: int = 0, tail: bool = False, pdl: bool = False,
 ):
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
@@ -490,10 +486,10 @@ def int4_mma_variant(
            "stride_xm": "i32", "stride_ym": "i32", "stride_sg": "i32", "stride_sn": "i32", "t_ptr": "*bf16",
            "TAIL_N": "i32", "stride_tn": "i32"}  # fmt: skip
     cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, OFFSET_MMA=offset_mma,
-               DEPTH=depth, ROWS=rows, RING=ring, TAIL=tail, PDL=pdl, GLU=glu)  # fmt: skip
+               DEPTH=depth, ROWS=rows, RING=ring, TAIL=tail, PDL=pdl)  # fmt: skip
     name = (f"int4 mma{' rows' if rows else ''}{' asym' if zero else ''}{'' if offset_mma else ' fma-offset'} BLOCK_N={block_n} "
             f"BLOCK_M={block_m} split {split_k} w{warps} {f'ring {ring}' if ring else f'depth {depth}'}"
-            f"{' tail' if tail else ''}{' pdl' if pdl else ''}{' glu' if glu else ''}")  # fmt: skip
+            f"{' tail' if tail else ''}{' pdl' if pdl else ''}")  # fmt: skip
     return name, int4_mma_kernel, sig, cex, warps
 
 
@@ -511,7 +507,7 @@ class Int4Tensors(Protocol):
 
 def int4_mma_matmul(
     x: torch.Tensor, w: Int4Tensors, out: torch.Tensor | None = None, cfg: SkinnyConfig | None = None,
-    offset_mma: bool | None = None, tail: torch.Tensor | None = None, glu: bool = False,
+    offset_mma: bool | None = None, tail: torch.Tensor | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """y [M, N] = x [M, K] @ W^T (bf16), 1 <= M <= 64: W in fragment order (Int4MmaWeight) or in hinfer.quant.int4's
     row layout (Int4Weight, group 128: each thread then loads 16 bytes of two rows, g and g + 8, which hold the
@@ -519,13 +515,11 @@ def int4_mma_matmul(
     the tile's fma_offset): take (128 + z) sum x off each group's partial (sum x from a second MMA against ones);
     False (fragment order only): one bf16x2 fma per weight register subtracts 128 + z before the MMA.
     `tail` [T, K] bf16: rows computed in the same launch on CUDA cores into out[:, N:N + T] (`out` is then the
-    whole [M, N + T] output, given). `glu`: x's rows are [gate | up] (2K wide) and the product takes
-    silu(gate) * up as it loads them, rounded as hinfer.ops.triton.activation.silu_mul rounds it."""
+    whole [M, N + T] output, given)."""
     m, k = x.shape
-    k //= 1 + glu
     rows = hasattr(w, "qweight")  # the row layout (Int4Weight); else fragment order (Int4MmaWeight)
     n = w.shape[0]
-    if k != w.shape[1] or x.shape[1] != k << glu or k % GROUP_K or m > MAX_M or x.dtype != torch.bfloat16 or (rows and w.group != GROUP_K):
+    if k != w.shape[1] or k % GROUP_K or m > MAX_M or x.dtype != torch.bfloat16 or (rows and w.group != GROUP_K):
         raise ValueError(f"int4 mma: x [M <= {MAX_M}, K % {GROUP_K} == 0] bf16 matching W {tuple(w.shape)}, "
                          f"got {tuple(x.shape)} {x.dtype}")  # fmt: skip
     if x.stride(-1) != 1:
@@ -540,8 +534,6 @@ def int4_mma_matmul(
             or cfg.num_stages not in (2, 4) or cfg.ring == 1 or (cfg.ring and (rows or not offset_mma))):  # fmt: skip
         raise ValueError(f"int4 mma: bad tile for N={n}, M={m}: {cfg}")
     tail_n = 0 if tail is None else tail.shape[0]
-    if glu and tail is not None:
-        raise ValueError("int4 mma: SiLU-mul as x loads, or tail rows, not both")
     if tail is not None and (out is None or tuple(out.shape) != (m, n + tail_n) or out.stride(-1) != 1
                              or tail.dtype != torch.bfloat16 or tail.shape[1] != k or tail.stride(-1) != 1):  # fmt: skip
         raise ValueError(f"int4 mma: a bf16 tail [T, {k}] with unit stride and the whole [{m}, N + T] output")
@@ -561,6 +553,6 @@ def int4_mma_matmul(
         HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split,
         OFFSET_MMA=offset_mma, DEPTH=cfg.num_stages, ROWS=rows, RING=cfg.ring, num_warps=warps,
         t_ptr=x if tail is None else tail, TAIL_N=tail_n, stride_tn=0 if tail is None else tail.stride(0),
-        TAIL=tail is not None, GLU=glu, **pdl_kwargs(x),
+        TAIL=tail is not None, **pdl_kwargs(x),
     )  # fmt: skip
     return out

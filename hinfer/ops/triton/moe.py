@@ -139,7 +139,7 @@ def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, o
     hid = _empty((pairs, gu.shape[1]), x.dtype, x.device)
     experts_mma(x, gu, hid, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=k)
     y = _empty((pairs, h), x.dtype, x.device)
-    fused = launch_fusions("slot_sum")  # the down launch sums the slots too (else a separate sum kernel)
+    fused = launch_fusions("slot_sum", t)  # the down launch sums the slots too (else a separate sum kernel)
     experts_mma(hid, dn, y, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=1, tw=tw, glu=True,
                 sum_out=out if fused else None, topk=k)  # fmt: skip
     return out if fused else _sum_slots(y, out, t, k, h, False, {"PDL": False})

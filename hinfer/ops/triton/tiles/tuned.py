@@ -97,8 +97,10 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     # swept 2026-12-02 (`bench/experts_mma_tiles.py --t 1 8`): 35B-A3B 13.9 -> 12.7 us (gate_up) and
     # 11.1 -> 9.5 (down) per layer at one token, 41.2 -> 31.8 and 35.6 -> 24.2 at 8; 122B-A10B 23.9 -> 20.3,
     # 19.9 -> 16.4, 95.6 -> 78.0, 94.4 -> 55.3
-    (MOE_INT4_MMA, 1024, 2048, 16): SkinnyConfig(32, 128, 8, 1, 2, 4),
-    (MOE_INT4_MMA, 2048, 512, 16): SkinnyConfig(128, 128, 8, 1, 2, 4),
+    # 35B-A3B at one token re-swept with K splits 2026-12-02 (`--t 1 --splits 1,2,4`): gate_up 10.6 -> 9.3 us
+    # (K in 4 splits), down 9.0 -> 7.9
+    (MOE_INT4_MMA, 1024, 2048, 16): SkinnyConfig(64, 128, 8, 4, 4, 4),
+    (MOE_INT4_MMA, 2048, 512, 16): SkinnyConfig(256, 128, 8, 1, 8, 2),
     (MOE_INT4_MMA, 1024, 2048, 64): SkinnyConfig(64, 128, 8, 1, 1, 4),
     (MOE_INT4_MMA, 2048, 512, 64): SkinnyConfig(128, 128, 8, 1, 2, 2),
     (MOE_INT4_MMA, 2048, 3072, 16): SkinnyConfig(32, 128, 8, 1, 2, 4),
