@@ -178,8 +178,9 @@ def variants(full: bool = False) -> Iterator[Variant]:
               experts_mma_variant(64, 8, 2, True, False, 1, True, depth=4, glu=True, pdl=True, split=2, topk=9),
               experts_mma_variant(32, 8, 1, True, True, 1, True, depth=4, glu=True, pdl=True, topk=9),
               experts_mma_variant(128, 8, 2, True, False, 1, True, depth=2, glu=True, pdl=True, topk=9),
-              # the 35B-A3B's one-token tiles: gate_up in 4 K splits, down 256 wide over 8 warps
+              # the one-token tiles: gate_up in 4 (35B-A3B) or 2 (122B-A10B) K splits, down 256 wide over 8 warps
               experts_mma_variant(64, 8, 4, True, True, 9, False, depth=4, pdl=True, split=4),
+              experts_mma_variant(128, 8, 4, True, True, 9, False, depth=4, pdl=True, split=2),
               experts_mma_variant(256, 8, 8, True, True, 1, True, depth=2, glu=True, pdl=True, topk=9),
               *MEASURED_SPILLS):
         yield (*v, 0)

@@ -103,8 +103,9 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     (MOE_INT4_MMA, 2048, 512, 16): SkinnyConfig(256, 128, 8, 1, 8, 2),
     (MOE_INT4_MMA, 1024, 2048, 64): SkinnyConfig(64, 128, 8, 1, 1, 4),
     (MOE_INT4_MMA, 2048, 512, 64): SkinnyConfig(128, 128, 8, 1, 2, 2),
-    (MOE_INT4_MMA, 2048, 3072, 16): SkinnyConfig(32, 128, 8, 1, 2, 4),
-    (MOE_INT4_MMA, 3072, 1024, 16): SkinnyConfig(32, 128, 8, 1, 1, 4),
+    # 122B-A10B at one token re-swept with K splits 2026-12-02: gate_up 21.0 -> 18.7 us (2 splits), down 19.1 -> 14.1
+    (MOE_INT4_MMA, 2048, 3072, 16): SkinnyConfig(128, 128, 8, 2, 4, 4),
+    (MOE_INT4_MMA, 3072, 1024, 16): SkinnyConfig(256, 128, 8, 1, 8, 2),
     (MOE_INT4_MMA, 2048, 3072, 64): SkinnyConfig(64, 128, 8, 1, 1, 4),
     (MOE_INT4_MMA, 3072, 1024, 64): SkinnyConfig(64, 128, 8, 1, 1, 2),
 }
