@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call: environment, GPU tests, kernel micro-benchmarks, and `hinfer bench`. Logs go to $OUT.
+# One device call: environment, GPU tests, kernel micro-benchmarks, and `hinfer bench`. Logs go to $OUT/r, packed.
 # Usage: bash scripts/gpu_check.sh [quick|tests|bench|full|quant|spec|specserve|moe|profile|cache|structured|vision]   (HINFER_COMMIT=<sha> names the commit)
 #   quant: int4 + fp8 27B benches; spec: MTP rounds, int4 27B; moe: small bf16 GEMV tiles, then 35B-A3B / 122B int4;
 #   specserve: a plain and a --spec mtp server on a random 16-layer 27B checkpoint, tok/s at 1 and 8 clients;
@@ -11,7 +11,9 @@
 #     -d .whl xgrammar==0.2.9 apache-tvm-ffi==0.1.15.post2
 set -uo pipefail
 MODE="${1:-full}"
-OUT="${OUT:-/tmp/hinfer-out}"; mkdir -p "$OUT"
+# logs under $OUT/r, packed into $OUT/gpu_check-MODE.tgz at exit (the device returns a few files only)
+TOP="${OUT:-/tmp/hinfer-out}"; OUT="$TOP/r"; mkdir -p "$OUT"
+trap 'tar czf "$TOP/gpu_check-$MODE.tgz" -C "$OUT" .' EXIT
 export PYTHONUNBUFFERED=1 HINFER_CACHE=/tmp/hinfer-cache
 PY=python3
 if [ -d .whl ]; then  # wheels carried for packages missing on the image

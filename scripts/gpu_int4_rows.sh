@@ -4,7 +4,9 @@
 # half-height row blocks and the per-weight offset variant,
 # then the 27B int4 decode and MTP rounds (K = 3, 1 and 8 lanes, forced acceptance 0.8) with the winners.
 set -uo pipefail
-OUT="${OUT:-/tmp/hinfer-out}"; mkdir -p "$OUT"
+# logs under $OUT/r, packed into $OUT/gpu_int4_rows.tgz at exit (the device returns a few files only)
+TOP="${OUT:-/tmp/hinfer-out}"; OUT="$TOP/r"; mkdir -p "$OUT"
+trap 'tar czf "$TOP/gpu_int4_rows.tgz" -C "$OUT" .' EXIT
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 HINFER_CACHE=/tmp/hinfer-cache
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv > "$OUT/env.txt" 2>&1
 timeout 150 python -m pytest -q tests/gpu/test_int4_mma.py -m gpu -k "rows_of_x or fma_offset or twin or graph" \
