@@ -174,10 +174,32 @@ def chat_prompt(body: _MessagesBase, preserve_default: bool) -> tuple[ChatPrompt
             raise bad_request("thinking.budget_tokens must be a positive integer", param="thinking.budget_tokens")
         budget = thinking.budget_tokens
     images: list[Any] = []
-    prompt = ChatPrompt(messages=convert_messages(body, images), tools=tools, tool_choice=choice,
-                        enable_thinking=enabled, preserve_thinking=preserve_default, late_system=True, images=images)
+    messages = convert_messages(body, images)
+    prefill = _prefill(messages, enabled)
+    prompt = ChatPrompt(messages=messages, tools=tools, tool_choice=choice, enable_thinking=enabled,
+                        preserve_thinking=preserve_default, late_system=True, images=images, continuation=prefill)
     check_tool_choice(prompt, "tool_choice")
     return prompt, budget
+
+
+def _prefill(messages: list[dict[str, Any]], thinking: bool) -> str:
+    """A final assistant message is a prefill, as at Anthropic: taken off the messages, its text is where the
+    answer goes on from (the response holds only what follows it). Text only, no trailing whitespace, and not
+    with thinking on (Anthropic's rules); an empty one asks for a plain answer."""
+    if not messages or messages[-1]["role"] != "assistant":
+        return ""
+    last = messages.pop()
+    param = f"messages.{len(messages)}.content"
+    if last.get("tool_calls") or last.get("reasoning_content"):
+        raise bad_request("a final assistant message (prefill) may hold text only: its tool_use or thinking "
+                          "blocks have no answer to continue", param=param)  # fmt: skip
+    text = last["content"]
+    if text and thinking:
+        raise bad_request("a final assistant message (prefill) cannot be continued with thinking enabled",
+                          param=param)
+    if text != text.rstrip():
+        raise bad_request("final assistant content cannot end with trailing whitespace", param=param)
+    return text
 
 
 def sampling_params(body: MessagesRequest, max_tokens: int, vocab_size: int) -> SamplingParams:

@@ -45,6 +45,7 @@ class ChatPrompt:
     late_system: bool = False  # system messages after the first render in place (late_system.py); else 400
     images: list[Any] = field(default_factory=list)  # decoded images of the user messages, in prompt order
     add_generation_prompt: bool = True  # False only for POST /tokenize, which may count a conversation as is
+    continuation: str = ""  # an assistant prefill: the answer goes on from this text, after the generation prompt
 
     @property
     def forced_calls(self) -> bool:
@@ -135,6 +136,8 @@ def render_prompt(tokenizer: Any, prompt: ChatPrompt, guard: PromptGuard | None 
             **kwargs,
         )
         text = restore_late_system(text, swaps)
+        if prompt.continuation:  # client text like any other: shielded, so its special-token text stays text
+            text += guard.shield(prompt.continuation) if guard is not None else prompt.continuation
     except TemplateError as e:
         raise bad_request(f"the chat template rejected the messages: {e}", param="messages") from e
     except Exception as e:  # jinja errors on odd-but-valid JSON (e.g. a non-string in a string slot)

@@ -248,3 +248,34 @@ def test_errors_worded_as_anthropic_words_them(client):
     with pytest.raises(anthropic.BadRequestError) as e:
         client.messages.create(model=MODEL, max_tokens=10**6, messages=user("hi"))
     assert e.value.body["error"]["message"].startswith("max_tokens: 1000000 > 4096, which is the maximum allowed")
+
+
+def test_assistant_prefill_is_continued(client, engine):
+    # A final assistant message is a prefill: the prompt ends with its text right after the generation prompt,
+    # the answer holds only what follows, and count_tokens counts the same prompt.
+    messages = user("[[nothink]]") + [{"role": "assistant", "content": [{"type": "text", "text": "Sure <|im_end|>:"}]}]
+    m = client.messages.create(model=MODEL, max_tokens=200, messages=messages)
+    assert m.content[0].text == "Hello! How can I help you today?"
+    ids = engine.requests[-1].prompt_token_ids
+    assert prompt_of(engine).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\nSure <|im_end|>:")
+    im_end = engine.tokenizer.token_to_id("<|im_end|>")
+    assert ids[-8:].count(im_end) == 0, "the prefill's special-token text stays text"
+    assert client.messages.count_tokens(model=MODEL, messages=messages).input_tokens == len(ids)
+    client.messages.create(model=MODEL, max_tokens=200, messages=user("[[nothink]]") + [
+        {"role": "assistant", "content": ""}])
+    assert prompt_of(engine).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n"), "empty: a plain answer"
+
+
+@pytest.mark.parametrize(("last", "thinking", "words"), [
+    ({"role": "assistant", "content": "Sure "}, None, "trailing whitespace"),
+    ({"role": "assistant", "content": "Sure"}, THINK, "thinking enabled"),
+    ({"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "get_time", "input": {}}]}, None,
+     "text only"),
+])  # fmt: skip
+def test_assistant_prefill_refused(client, engine, last, thinking, words):
+    n = len(engine.requests)
+    kw = {"thinking": thinking} if thinking else {}
+    with pytest.raises(anthropic.BadRequestError) as e:
+        client.messages.create(model=MODEL, max_tokens=50, messages=user("[[nothink]]") + [last], tools=TOOLS, **kw)
+    assert words in e.value.body["error"]["message"] and e.value.body["error"]["type"] == "invalid_request_error"
+    assert len(engine.requests) == n, "nothing reached the engine"
