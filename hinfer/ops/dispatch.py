@@ -78,3 +78,13 @@ def launch_fusions(name: str, rows: int) -> bool:
     if on == "1":
         return FUSIONS[name] is None or rows <= FUSIONS[name]
     return on != "0" and name in {v.strip() for v in on.split(",")}
+
+
+def int4_wgmma_rows() -> int:
+    """The fewest rows of x that the int4 warpgroup-MMA kernel takes from the mma.sync one (fragment-ordered
+    weights, up to 64 rows); 0: never (the default until a sweep on the GPU says where it wins).
+    HINFER_INT4_WGMMA=<rows>, read at every call."""
+    v = os.environ.get("HINFER_INT4_WGMMA", "0").strip()
+    if not v.isdigit():
+        raise ValueError(f"HINFER_INT4_WGMMA must be a row count (0: off), got {v!r}")
+    return int(v)

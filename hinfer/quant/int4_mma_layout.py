@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hinfer.ops.dispatch import use_triton
+from hinfer.ops.dispatch import int4_wgmma_rows, use_triton
 from hinfer.quant.int4 import GROUP, Int4Weight, pack_int4, prefill_mode, unpack_int4
 
 TILE_N = 16  # rows of a stripe (the MMA's M)
@@ -180,6 +180,10 @@ class Int4MmaWeight(nn.Module):
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.k)
         if x2.shape[0] <= MAX_M:
+            if 0 < int4_wgmma_rows() <= x2.shape[0] and self.scales.dtype == torch.bfloat16:
+                from hinfer.ops.triton.linear_int4_wgmma import int4_wgmma_matmul
+
+                return int4_wgmma_matmul(x2, self, out=out).view(*lead, self.n)
             return int4_mma_matmul(x2, self, out=out).view(*lead, self.n)
         y = F.linear(x2, self.dequantize(x.dtype))
         return (y if out is None else out.copy_(y)).view(*lead, self.n)

@@ -71,8 +71,17 @@ A_PERM = gl.constexpr((0, 6, 2, 1, 4, 5, 3, 7))
 # rows (ROWS, hinfer.quant.int4's own layout): [S, r3, g, t, w, j1, k3, k0] -> [S, r3, g, w, j1, k3, t, k0]
 A_PERM_ROWS = gl.constexpr((0, 1, 2, 4, 5, 6, 3, 7))
 B_PERM = gl.constexpr((2, 3, 1, 4, 0))
+# _UNPACK, then each register times its row's scale (rows g: $28, g + 8: $36), rounded once (fma with -0): the
+# A operand round((u - z) * s), Int4MmaWeight.dequantize's bf16 value (the warpgroup-MMA kernel's)
+_UNPACK_SCALED = gl.constexpr(_UNPACK.value[:-1] + """mov.b32 one, 0x80008000;
+fma.rn.bf16x2 $0, $0, $28, one;
+fma.rn.bf16x2 $1, $1, $36, one;
+fma.rn.bf16x2 $2, $2, $28, one;
+fma.rn.bf16x2 $3, $3, $36, one;
+}""")
 _RAW_ARGS = gl.constexpr("=r,=r,=r,=r" + ",r" * 8)  # 4 bf16x2 outputs, the word 8 times
 _ARGS = gl.constexpr("=r,=r,=r,=r" + ",r" * 24)  # and the two offsets 8 times each
+_SCALED_ARGS = gl.constexpr("=r,=r,=r,=r" + ",r" * 40)  # and the two scales 8 times each
 _SYM_OFFSET = gl.constexpr(-0x3CF73CF8)  # bf16x2 (-136, -136) = 0xc308c308 as int32
 
 
@@ -160,9 +169,9 @@ def _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, g, sg, HAS_ZERO: gl.constexpr, OFF
 
 @gluon.jit
 def _a_operand(words, off_lo, off_hi, BLOCK_N: gl.constexpr, DOT_A: gl.constexpr, OFFSET_MMA: gl.constexpr,
-               ROWS: gl.constexpr):  # fmt: skip
-    """words int32 [S, 2, 32, 4] -> the bf16 A operand [BLOCK_N, 128] (u - z, or 128 + u with OFFSET_MMA),
-    registers renamed only."""
+               ROWS: gl.constexpr, SCALED: gl.constexpr = False, sc_lo=0, sc_hi=0):  # fmt: skip
+    """words int32 [S, 2, 32, 4] -> the bf16 A operand [BLOCK_N, 128] (u - z, or 128 + u with OFFSET_MMA, or
+    round((u - z) s) with SCALED: sc_lo / sc_hi the bf16x2 scales of rows g / g + 8), registers renamed only."""
     # the unpacked layout holds a word's 8 fragment elements in consecutive registers: pack=8 hands them to one
     # asm instance (and LLVM keeps the bf16x2 registers whole, no 16-bit split and repack)
     L5: gl.constexpr = _unpacked_layout(gl.num_warps())
@@ -170,10 +179,17 @@ def _a_operand(words, off_lo, off_hi, BLOCK_N: gl.constexpr, DOT_A: gl.constexpr
     if OFFSET_MMA:
         t = gl.inline_asm_elementwise(_UNPACK_RAW, _RAW_ARGS, [w8], dtype=gl.bfloat16, is_pure=True, pack=8)
     else:
-        t = gl.inline_asm_elementwise(
-            _UNPACK, _ARGS, [w8, gl.expand_dims(off_lo, 4), gl.expand_dims(off_hi, 4)],
-            dtype=gl.bfloat16, is_pure=True, pack=8,
-        )  # fmt: skip
+        if SCALED:
+            t = gl.inline_asm_elementwise(
+                _UNPACK_SCALED, _SCALED_ARGS, [w8, gl.expand_dims(off_lo, 4), gl.expand_dims(off_hi, 4),
+                                               gl.expand_dims(sc_lo, 4), gl.expand_dims(sc_hi, 4)],
+                dtype=gl.bfloat16, is_pure=True, pack=8,
+            )  # fmt: skip
+        else:
+            t = gl.inline_asm_elementwise(
+                _UNPACK, _ARGS, [w8, gl.expand_dims(off_lo, 4), gl.expand_dims(off_hi, 4)],
+                dtype=gl.bfloat16, is_pure=True, pack=8,
+            )  # fmt: skip
     if ROWS:
         # t: [S, r3, lane, w, e]: word w of row 16 S + 8 r3 + g holds K offsets 32 t + 8 w + e of the group, and
         # register j of the unpack is the pair (2 j, 2 j + 1) (hinfer.quant.int4.POS), so e = 4 j1 + 2 k3 + k0

@@ -1,5 +1,5 @@
-"""HINFER_FUSE_LAUNCHES: each fusion up to its default rows, none, or a comma list of the named fusions at any
-rows; an unknown name is an error."""
+"""Kernel-path switches: HINFER_FUSE_LAUNCHES (each fusion up to its default rows, none, or a comma list of the
+named fusions at any rows; an unknown name is an error) and HINFER_INT4_WGMMA (a row count)."""
 
 from __future__ import annotations
 
@@ -18,3 +18,15 @@ def test_default_rows_none_or_a_list(monkeypatch):
     assert [n for n in FUSIONS if launch_fusions(n, 8)] == ["slot_sum", "gate"]
     with pytest.raises(ValueError, match="unknown launch fusion"):
         launch_fusions("router", 1)
+
+
+def test_int4_wgmma_rows(monkeypatch):
+    from hinfer.ops.dispatch import int4_wgmma_rows
+
+    monkeypatch.delenv("HINFER_INT4_WGMMA", raising=False)
+    assert int4_wgmma_rows() == 0
+    monkeypatch.setenv("HINFER_INT4_WGMMA", "16")
+    assert int4_wgmma_rows() == 16
+    monkeypatch.setenv("HINFER_INT4_WGMMA", "on")
+    with pytest.raises(ValueError, match="row count"):
+        int4_wgmma_rows()

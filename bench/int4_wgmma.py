@@ -1,0 +1,91 @@
+"""The int4 warpgroup-MMA kernel (hinfer/ops/triton/linear_int4_wgmma.py) against the mma.sync kernel with its
+packaged tile, at the Qwen3.6-27B shapes and 8-64 rows of x (8 lanes of decode, 8 lanes x 4 verified tokens),
+timed like bench/linear_kernels.py (CUDA graph over weight copies that do not fit in L2). Prints, per shape and
+M, the mma.sync time, the best wgmma tile and both as a share of the copy bandwidth; `--json` keeps every row.
+
+    python bench/int4_wgmma.py [--ms 8,16,32,64] [--shapes qkv,gdn_in,gate_up,o_proj,down] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.linear_kernels import SHAPES, _copies, _gen, copy_bandwidth, graph_time, make_weight  # noqa: E402
+from bench.tile_sweep import time_tiles  # noqa: E402
+
+
+def candidates(m: int, n: int, k: int) -> list:
+    """wgmma tiles (SkinnyConfig: BLOCK_N, 128, BLOCK_M, split, warps): 64 rows of W per warpgroup and repeat,
+    x's rows padded (or half that from 16 rows), K splits leaving >= 4 groups each."""
+    from hinfer.ops.triton.tiles.forms import SkinnyConfig
+    from hinfer.ops.triton.tiles.linear import mma_block_m
+
+    padded = mma_block_m(m)
+    out = []
+    for block_m, block_n, warps, split in itertools.product(
+        dict.fromkeys((padded, max(8, padded // 2))), (64, 128, 256), (4, 8), (1, 2, 4, 8)
+    ):
+        if n % block_n or block_n % (16 * warps) or k // 128 // split < 4:
+            continue
+        if (n // block_n) * split * -(-m // block_m) > 8 * 132:
+            continue
+        out.append(SkinnyConfig(block_n, 128, block_m, split, warps, 1))
+    return out
+
+
+def main() -> None:
+    from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
+    from hinfer.ops.triton.linear_int4_wgmma import int4_wgmma_matmul
+    from hinfer.ops.triton.tiles.linear import mma_config
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ms", default="8,16,32,64")
+    ap.add_argument("--shapes", default="qkv,gdn_in,gate_up,o_proj,down")
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args()
+    bw = copy_bandwidth()
+    g = _gen(4)
+    rows = []
+    for name, n, k in [s for s in SHAPES if s[0] in a.shapes.split(",")]:
+        w, nbytes = make_weight("int4-mma", n, k, g)
+        weights = _copies(w, nbytes)
+        for m in (int(v) for v in a.ms.split(",")):
+            x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
+            want = (x.float() @ w.dequantize(torch.bfloat16).float().t())
+            mma_t = graph_time(lambda wt, x=x: int4_mma_matmul(x, wt), weights)
+            cands = candidates(m, n, k)
+
+            def measure(cfg, x=x, want=want, w=w, weights=weights):
+                got = int4_wgmma_matmul(x, w, cfg=cfg).float()  # checked before it is timed
+                rel = ((got - want).norm() / want.norm()).item()
+                if not rel < 1e-2:
+                    raise ValueError(f"wrong result: rel L2 {rel:.3g}")
+                return graph_time(lambda wt: int4_wgmma_matmul(x, wt, cfg=cfg), weights)
+
+            timed = time_tiles(cands[0], cands[1:], measure, f"{name} M={m}") if cands else None
+            if timed is None:
+                continue
+            best_t, best = min(timed, key=lambda t: t[0])
+            print(f"{name:8s} M={m:<3d} mma.sync {mma_config(m, n, k)} {mma_t * 1e6:7.1f} us {nbytes / mma_t / bw:6.1%}"
+                  f"   wgmma {best} {best_t * 1e6:7.1f} us {nbytes / best_t / bw:6.1%}  ({mma_t / best_t:.2f}x)",
+                  flush=True)  # fmt: skip
+            rows.append({"shape": name, "n": n, "k": k, "m": m, "mma_us": mma_t * 1e6, "mma_tile": asdict(mma_config(m, n, k)),
+                         "wgmma_us": best_t * 1e6, "wgmma_tile": asdict(best), "bytes": nbytes, "copy_bw": bw,
+                         "all": [(t * 1e6, asdict(c)) for t, c in timed]})  # fmt: skip
+            if a.json:  # as it goes: a run cut short keeps what it measured
+                a.json.write_text(json.dumps(rows, indent=1))
+        del w, weights
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""INT4 W4A16 matmul on Hopper's warpgroup MMA from fragment-ordered weights (Gluon), for 8-64 rows of x.
+
+The mma.sync kernel (linear_int4_mma.py) scales each group's fp32 partial and takes the offset 128 + z off with a
+second MMA against ones: at 32 rows (speculative verification of 8 lanes x 4 tokens) its tensor-core work, not
+its bytes, sets the time. Here the scale goes into the A operand instead: each weight register becomes
+round((u - z) * s) in bf16 (two exact-then-rounded bf16x2 fmas after Marlin's unpack: the value
+Int4MmaWeight.dequantize gives), so the groups chain into one accumulator through `wgmma` (m64nBLOCK_Mk16, A from
+registers: the fragments the unpack yields are wgmma's register-A layout, which convert_layout(...,
+assert_trivial=True) proves) with no per-group fp32 work and no ones MMA. x goes through shared memory, one
+128-wide group at a time (B, K-major), its columns in the fragments' K order. Weights are loaded a group ahead into registers; split-K is reduced in
+the same launch by the last program to arrive, as the mma.sync kernel does.
+
+One program owns BLOCK_N rows of W (64 per warpgroup and repeat), BLOCK_M rows of x and a 1/SPLIT_K slice of
+the groups. Reference: x @ Int4MmaWeight.dequantize(bf16)^T in fp32 (the same products, summed in another order).
+"""
+
+from __future__ import annotations
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
+
+from hinfer.ops.triton.common import GROUP as GROUP_K
+from hinfer.ops.triton.common import pdl_kwargs
+from hinfer.ops.triton.linear_int4_mma import (
+    GROUP,
+    MAX_M,
+    _a_operand,
+    _iota4,
+    _neg_offset,
+    _pdl_start,
+    _words_layout,
+)
+from hinfer.ops.triton.linear_splitk import split_scratch
+from hinfer.ops.triton.tiles.forms import SkinnyConfig
+
+# x [n, t, kt, k3, k0] (offset 32 t + 4 kt + 2 k3 + k0) -> [n, kt, k3, t, k0] (column 16 kt + 8 k3 + 2 t + k0):
+# int4_mma_layout.real_k's order within a group (tests/ops/test_int4_wgmma_order.py replays it)
+X_PERM = gl.constexpr((0, 2, 3, 1, 4))
+
+
+@gluon.jit
+def _scale2(s_ptrs):
+    """bf16x2 bits (s, s) of the scales at s_ptrs, as int32 (the unpack's operand for rows g or g + 8)."""
+    v = gl.load(s_ptrs).to(gl.int16, bitcast=True).to(gl.int32) & 0xFFFF
+    return (v << 16) | v
+
+
+@gluon.jit
+def _loads(w_ptrs, z_lo, s_lo, g, sg, live, HAS_ZERO: gl.constexpr):
+    """Group g's words, negated offsets -(128 + z) and scales (rows g and g + 8 of each stripe, bf16x2 in the
+    words' layout); `live` 0 zeroes the scales (a look-ahead past the slice's end adds nothing)."""
+    words = gl.load(w_ptrs + g * 2 * GROUP)
+    off_lo = _neg_offset(z_lo + g * sg, HAS_ZERO)
+    off_hi = _neg_offset(z_lo + g * sg + 8, HAS_ZERO)
+    sc_lo = _scale2(s_lo + g * sg) * live
+    sc_hi = _scale2(s_lo + g * sg + 8) * live
+    return words, off_lo, off_hi, sc_lo, sc_hi
+
+
+@gluon.jit
+def _k_ordered(xv, BLOCK_M: gl.constexpr):
+    """x [BLOCK_M, 128] of one group in the A operand's K order (X_PERM), registers renamed."""
+    v = gl.reshape(xv, [BLOCK_M, 4, 8, 2, 2])
+    v = gl.permute(v, X_PERM.value)
+    return gl.reshape(v, [BLOCK_M, GROUP])
+
+
+@gluon.jit
+def int4_wgmma_kernel(
+    x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg, stride_sn,
+    HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
+    PDL: gl.constexpr = False,
+):  # fmt: skip
+    """y[:, :N] = x @ W^T: program (m block, N tile, K slice), rows of x along the fastest grid axis (the blocks
+    of one weight tile run together, so all but the first read it from L2)."""
+    pid_m = gl.program_id(0)
+    pid_n = gl.program_id(1)
+    pid_k = gl.program_id(2)
+    W: gl.constexpr = gl.num_warps()
+    S: gl.constexpr = BLOCK_N // 16
+    LW: gl.constexpr = _words_layout(W)
+    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[W, 1],
+                                                   instr_shape=[16, BLOCK_M, 16])  # fmt: skip
+    DOT_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
+    XS: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+    LX: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [W, 1], [1, 0])  # 16 bytes of a row per thread
+
+    n_groups = K // GROUP
+    per_split = gl.cdiv(n_groups, SPLIT_K)
+    g_lo = pid_k * per_split
+    g_hi = gl.minimum(g_lo + per_split, n_groups)
+    last = gl.maximum(g_hi - 1, 0)
+
+    # stripe (pid_n * S + s) starts at its row of [N/16, 2K]; a group is 256 contiguous words of it
+    stripe = pid_n * S + _iota4(S, 0, LW)
+    lane = _iota4(32, 2, LW)
+    w_ptrs = w_ptr + stripe.to(gl.int64) * (2 * K) + _iota4(2, 1, LW) * 128 + lane * 4 + _iota4(4, 3, LW)
+    row_g = (stripe * 16 + lane // 4) * stride_sn  # row 16 stripe + g of the scales / zeros [G, N]; + 8 below
+    z_lo = z_ptr + row_g
+    s_lo = s_ptr + row_g
+    xm = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LX))[:, None]
+    kp = gl.arange(0, GROUP, layout=gl.SliceLayout(0, LX))[None, :]
+    # rows of x past M re-read row M - 1 (their outputs are not stored): unmasked 16-byte loads in K order
+    x_ptrs = x_ptr + gl.minimum(pid_m * BLOCK_M + xm, M - 1) * stride_xm + kp
+    x_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, GROUP], XS)
+
+    acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
+    nw, no_lo, no_hi, ns_lo, ns_hi = _loads(w_ptrs, z_lo, s_lo, gl.minimum(g_lo, last), stride_sg,
+                                            (g_lo < g_hi).to(gl.int32), HAS_ZERO)  # fmt: skip
+    _pdl_start(PDL)
+    for g in range(g_lo, g_hi):
+        words, o_lo, o_hi, sc_lo, sc_hi = nw, no_lo, no_hi, ns_lo, ns_hi
+        nw, no_lo, no_hi, ns_lo, ns_hi = _loads(w_ptrs, z_lo, s_lo, gl.minimum(g + 1, last), stride_sg,
+                                                (g + 1 < g_hi).to(gl.int32), HAS_ZERO)  # fmt: skip
+        xv = _k_ordered(gl.load(x_ptrs + g * GROUP), BLOCK_M)
+        a = _a_operand(words, o_lo, o_hi, BLOCK_N, DOT_A, False, False, True, sc_lo, sc_hi)
+        gl.thread_barrier()  # every warpgroup's previous MMA has read x_smem
+        x_smem.store(xv)
+        fence_async_shared()
+        gl.thread_barrier()  # the whole group of x is in shared memory
+        acc = warpgroup_mma(a, x_smem.permute((1, 0)), acc)
+
+    # epilogue: y[m, n] = acc[n, m]; split-K partials reduced by the last program to arrive (fixed order)
+    rows = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
+    ym = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
+    out_mask = (ym < M)[None, :] & (rows < N)[:, None]
+    y_ptrs = y_ptr + ym[None, :] * stride_ym + rows[:, None]
+    if SPLIT_K == 1:
+        gl.store(y_ptrs, acc.to(gl.bfloat16), mask=out_mask)
+    else:
+        p_off = ym[None, :].to(gl.int64) * N + rows[:, None]
+        gl.store(part_ptr + pid_k * M * N + p_off, acc, mask=out_mask)
+        gl.thread_barrier()  # every thread's partial is written before the release below
+        cnt_ptr += pid_m * gl.num_programs(1) + pid_n
+        arrived = gl.atomic_add(cnt_ptr, 1, sem="acq_rel")
+        if arrived == SPLIT_K - 1:
+            total = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
+            for i in gl.static_range(SPLIT_K):
+                total += gl.load(part_ptr + i * M * N + p_off, mask=out_mask, other=0.0, cache_modifier=".cg")
+            gl.store(y_ptrs, total.to(gl.bfloat16), mask=out_mask)
+            gl.atomic_xchg(cnt_ptr, 0)
+
+
+def int4_wgmma_variant(block_n: int, block_m: int, split_k: int, warps: int, zero: bool, pdl: bool = False):
+    """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
+    sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
+           "y_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
+           "stride_xm": "i32", "stride_ym": "i32", "stride_sg": "i32", "stride_sn": "i32"}  # fmt: skip
+    cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, PDL=pdl)
+    name = (f"int4 wgmma{' asym' if zero else ''} BLOCK_N={block_n} BLOCK_M={block_m} split {split_k} w{warps}"
+            f"{' pdl' if pdl else ''}")  # fmt: skip
+    return name, int4_wgmma_kernel, sig, cex, warps
+
+
+def default_wgmma_config(m: int, n: int, k: int) -> SkinnyConfig:
+    """A first tile until a sweep says otherwise: 64 rows of W per warpgroup, one warpgroup, x rows padded to
+    8 / 16 / 32 / 64, K split in two when few N tiles would leave SMs idle."""
+    block_m = max(8, 1 << (m - 1).bit_length())
+    tiles = n // 64
+    split = 2 if tiles < 132 and (k // GROUP_K) % 2 == 0 else 1
+    return SkinnyConfig(64, GROUP_K, block_m, split, 4, 1)
+
+
+def int4_wgmma_matmul(x: torch.Tensor, w, out: torch.Tensor | None = None, cfg: SkinnyConfig | None = None
+                      ) -> torch.Tensor:  # fmt: skip
+    """y [M, N] = x [M, K] @ W^T (bf16), 1 <= M <= 64, W an Int4MmaWeight (fragment order; scales / zeros [G, N],
+    bf16 scales). `cfg`: BLOCK_N (a multiple of 16 x warps, warps a multiple of 4), block_m 8 / 16 / 32 / 64,
+    split_k, num_warps (the other fields unused)."""
+    m, k = x.shape
+    n = w.shape[0]
+    if (k != w.shape[1] or k % GROUP_K or not 0 < m <= MAX_M or x.dtype != torch.bfloat16
+            or w.scales.dtype != torch.bfloat16 or not hasattr(w, "words")):  # fmt: skip
+        raise ValueError(f"int4 wgmma: x [M <= {MAX_M}, K % {GROUP_K} == 0] bf16 and a fragment-ordered W "
+                         f"{tuple(w.shape)} with bf16 scales, got {tuple(x.shape)} {x.dtype}")  # fmt: skip
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    cfg = cfg or default_wgmma_config(m, n, k)
+    block_n, block_m, split, warps = cfg.block_n, cfg.block_m, cfg.split_k, cfg.num_warps
+    if n % block_n or warps % 4 or block_n % (16 * warps) or block_m not in (8, 16, 32, 64):
+        raise ValueError(f"int4 wgmma: bad tile for N={n}, M={m}: {cfg}")
+    if out is None:
+        out = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    grid = (-(-m // block_m), n // block_n, split)
+    part, cnt = split_scratch(split, m, n, grid[0] * grid[1], x, out)
+    int4_wgmma_kernel[grid](
+        x, w.words, w.scales, w.zeros if w.zeros is not None else w.scales, out, part, cnt, m, n, k,
+        x.stride(0), out.stride(0), n, 1,
+        HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split, num_warps=warps,
+        **pdl_kwargs(x),
+    )  # fmt: skip
+    return out
