@@ -41,7 +41,7 @@ async def messages(body: MessagesRequest, request: Request):
     sp.structured = constraint(prompt, schema, param="output_config.format")
 
     run = EngineRun(st, new_id("msgreq-"), ids, sp, request, images)
-    b = MessageBuilder(run, model=body.model, reasoning=prompt.enable_thinking, tools=prompt.parse_tools(),
+    b = MessageBuilder(run, model=body.model, reasoning=prompt.starts_in_reasoning(), tools=prompt.parse_tools(),
                        stop_sequences=sp.stop, max_calls=prompt.max_calls, trim_strings=prompt.forced_calls)
     await run.start()
     if body.stream:

@@ -136,11 +136,45 @@ def chat_prompt(body: ChatCompletionRequest, preserve_default: bool) -> tuple[Ch
         choice = ToolChoice("named", tc.function.name)
     choice.parallel = body.parallel_tool_calls is not False
     images: list[Any] = []
-    prompt = ChatPrompt(messages=convert_messages(body.messages, images), tools=tools, tool_choice=choice,
-                        enable_thinking=enable_thinking, preserve_thinking=preserve, template_kwargs=kwargs,
-                        images=images)
+    messages = convert_messages(body.messages, images)
+    continuation = _continuation(body, messages, enable_thinking)
+    prompt = ChatPrompt(messages=messages, tools=tools, tool_choice=choice, enable_thinking=enable_thinking,
+                        preserve_thinking=preserve, template_kwargs=kwargs, images=images, continuation=continuation)
     check_tool_choice(prompt, "tool_choice")
-    return prompt, (budget if enable_thinking else None)
+    return prompt, (budget if prompt.starts_in_reasoning() else None)
+
+
+def _continuation(body: ChatCompletionRequest, messages: list[dict[str, Any]], thinking: bool) -> str:
+    """continue_final_message (vLLM's extension): the final assistant message comes off the messages and the
+    answer goes on from it, right after the generation prompt, as the template would have written the message
+    (thinking on: its reasoning, then `</think>` and its content when it has content, else the reasoning is
+    continued). add_generation_prompt: false is taken with it only (vLLM asks for both)."""
+    explicit = "add_generation_prompt" in body.model_fields_set
+    if not body.continue_final_message:
+        if explicit and not body.add_generation_prompt:
+            raise bad_request("add_generation_prompt: false is taken only with continue_final_message: true",
+                              param="add_generation_prompt")
+        return ""
+    if explicit and body.add_generation_prompt:
+        raise bad_request("continue_final_message and add_generation_prompt cannot both be true",
+                          param="continue_final_message")
+    if messages[-1]["role"] != "assistant":
+        raise bad_request("continue_final_message needs a final assistant message", param="messages")
+    last = messages.pop()
+    param = f"messages.{len(messages)}"
+    if last.get("tool_calls"):
+        raise bad_request("a continued final message may not hold tool calls", param=f"{param}.tool_calls")
+    content, reasoning = last["content"], last.get("reasoning_content")
+    if reasoning is None and "</think>" in content:  # thinking written inline, split as the template splits it
+        reasoning = content.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
+        content = content.split("</think>")[-1].lstrip("\n")
+    reasoning = (reasoning or "").strip()
+    if not thinking:
+        if reasoning:
+            raise bad_request("a continued final message with reasoning needs thinking on",
+                              param=f"{param}.reasoning_content")
+        return content
+    return reasoning + "\n</think>\n\n" + content if content else reasoning
 
 
 def sampling_params(body: _SamplingFields, *, max_tokens: int, vocab_size: int, logprobs: int | None,

@@ -66,7 +66,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         run = EngineRun(st, chat_id if k == 0 else f"{chat_id}-{k}", ids,
                         sp if k == 0 else replace(sp, seed=choice_seed(sp.seed, k)), request, images)  # fmt: skip
         runs.append(run)
-        builders.append(ChatBuilder(st, run, model=body.model, reasoning=prompt.enable_thinking,
+        builders.append(ChatBuilder(st, run, model=body.model, reasoning=prompt.starts_in_reasoning(),
                                     tools=prompt.parse_tools(), logprobs=sp.logprobs is not None,
                                     max_calls=prompt.max_calls, trim_strings=prompt.forced_calls,
                                     response_id=chat_id, index=k))  # fmt: skip

@@ -47,6 +47,11 @@ class ChatPrompt:
     add_generation_prompt: bool = True  # False only for POST /tokenize, which may count a conversation as is
     continuation: str = ""  # an assistant prefill: the answer goes on from this text, after the generation prompt
 
+    def starts_in_reasoning(self) -> bool:
+        """Whether the generated text opens inside the thinking block: thinking on and no continuation past it
+        (a continued answer's prefill closes it; </think> is an ordinary added token, so the model sees it too)."""
+        return self.enable_thinking and "</think>" not in self.continuation
+
     @property
     def forced_calls(self) -> bool:
         """tool_choice required / named: the answer is grammar-constrained to tool calls (server/structured.py)."""

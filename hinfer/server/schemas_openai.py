@@ -95,6 +95,8 @@ class ChatCompletionRequest(_SamplingFields):
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
     chat_template_kwargs: dict[str, Any] | None = None  # extension: enable_thinking, preserve_thinking, ...
     skip_special_tokens: bool = True  # extension
+    continue_final_message: bool = False  # extension (vLLM's): the answer goes on from the final assistant message
+    add_generation_prompt: bool = True  # extension (vLLM's): false only with continue_final_message
 
 
 class CompletionRequest(_SamplingFields):

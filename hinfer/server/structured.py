@@ -107,6 +107,9 @@ def constraint(prompt: ChatPrompt, schema: dict[str, Any] | bool | None = None,
         raise bad_request("a forced tool_choice and a structured output format cannot be combined", param=param)
     if not found:
         return None
+    if prompt.continuation and not prompt.starts_in_reasoning():
+        raise bad_request("a continued answer (an assistant prefill) cannot be constrained: the constraint "
+                          "starts at the answer's beginning", param=param)  # fmt: skip
     so = found[0]
-    so.after_reasoning = prompt.enable_thinking
+    so.after_reasoning = prompt.starts_in_reasoning()
     return so

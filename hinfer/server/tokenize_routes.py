@@ -44,17 +44,17 @@ async def _chat_ids(st: ServerState, body: TokenizeRequest) -> list[int]:
     if body.chat_template is not None:
         raise bad_request("chat_template is not accepted: the server renders with the checkpoint's template",
                           param="chat_template")
-    if body.continue_final_message:
-        param = "continue_final_message"
-        if body.add_generation_prompt:
-            raise bad_request("continue_final_message and add_generation_prompt cannot both be true", param=param)
-        raise bad_request("continue_final_message (continuing an assistant prefill) is not supported", param=param)
+    if body.continue_final_message and body.add_generation_prompt:
+        raise bad_request("continue_final_message and add_generation_prompt cannot both be true",
+                          param="continue_final_message")
     if not body.messages:
         raise bad_request("messages must hold at least one message", param="messages")
     chat = ChatCompletionRequest.model_construct(model=st.model_name, messages=body.messages, tools=body.tools,
-                                                 chat_template_kwargs=body.chat_template_kwargs)
+                                                 chat_template_kwargs=body.chat_template_kwargs,
+                                                 continue_final_message=body.continue_final_message)
     prompt, _ = chat_prompt(chat, st.preserve_thinking_default)
-    prompt.add_generation_prompt = body.add_generation_prompt
+    if not body.continue_final_message:  # a continuation goes on after the generation prompt
+        prompt.add_generation_prompt = body.add_generation_prompt
     ids = await render_prompt_off_loop(st.tokenizer, prompt, st.prompt_guard)
     ids, _ = await with_images(st, prompt, ids)  # each image's tokens counted, as in the chat's usage
     if body.add_special_tokens:

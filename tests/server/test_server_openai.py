@@ -329,3 +329,45 @@ def test_preserve_thinking_and_template_kwargs(client, engine):
 def test_huge_top_k_means_no_top_k(client, engine):
     client.chat.completions.create(model=MODEL, messages=user("[[greet]]"), extra_body={"top_k": 10**15})
     assert engine.requests[-1].sampling.top_k == 0
+
+
+def _prompt(engine) -> str:
+    return engine.tokenizer.decode(engine.requests[-1].prompt_token_ids, skip_special_tokens=False)
+
+
+def test_continue_final_message(client, engine):
+    # vLLM's extension: the final assistant message comes off and the answer goes on from it, as the template
+    # would have written it: thinking on, its reasoning, </think> and its content (the text that follows is
+    # answer); thinking off, its content after the empty think block.
+    extra = {"continue_final_message": True, "add_generation_prompt": False}
+    msgs = user("[[nothink]]") + [{"role": "assistant", "content": "Sure:", "reasoning_content": "\nPlan.\n"}]
+    m = client.chat.completions.create(model=MODEL, messages=msgs, extra_body=extra).choices[0].message
+    assert m.content == "Hello! How can I help you today?" and getattr(m, "reasoning_content", None) is None
+    assert _prompt(engine).endswith("<|im_start|>assistant\n<think>\nPlan.\n</think>\n\nSure:")
+    msgs = user("[[nothink]]") + [{"role": "assistant", "content": "Sure:"}]
+    client.chat.completions.create(model=MODEL, messages=msgs, extra_body={
+        **extra, "chat_template_kwargs": {"enable_thinking": False}})
+    assert _prompt(engine).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\nSure:")
+    # a final message with reasoning only: the reasoning goes on (the answer opens inside the think block)
+    msgs = user("[[greet]]") + [{"role": "assistant", "content": "", "reasoning_content": "Hmm."}]
+    m = client.chat.completions.create(model=MODEL, messages=msgs, extra_body=extra).choices[0].message
+    assert m.reasoning_content == "The user greets me. I should greet them back."
+    assert m.content == "Hello! How can I help you today?"
+    assert _prompt(engine).endswith("<|im_start|>assistant\n<think>\nHmm.")
+
+
+@pytest.mark.parametrize(("messages", "extra", "param"), [
+    (user("x"), {"continue_final_message": True}, "messages"),
+    (user("x") + [{"role": "assistant", "content": "a"}], {"continue_final_message": True,
+                                                           "add_generation_prompt": True}, "continue_final_message"),
+    (user("x"), {"add_generation_prompt": False}, "add_generation_prompt"),
+    (user("x") + [{"role": "assistant", "content": "a", "reasoning_content": "r"}],
+     {"continue_final_message": True, "chat_template_kwargs": {"enable_thinking": False}}, "messages.1.reasoning_content"),
+    (user("x") + [{"role": "assistant", "content": "a"}],
+     {"continue_final_message": True, "response_format": {"type": "json_object"}}, "response_format"),
+])  # fmt: skip
+def test_continue_final_message_refused(client, engine, messages, extra, param):
+    n = len(engine.requests)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=MODEL, messages=messages, extra_body=extra)
+    assert e.value.body["param"] == param and len(engine.requests) == n

@@ -66,6 +66,17 @@ def test_chat_without_generation_prompt(http):
     assert rest.startswith("<|im_start|>assistant")
 
 
+def test_chat_continuing_the_final_message(http):
+    # the prompt a chat completion with continue_final_message gets: the final assistant message continued
+    msgs = USER + [{"role": "assistant", "content": "Sure:", "reasoning_content": "Plan."}]
+    body = {"messages": msgs, "continue_final_message": True, "add_generation_prompt": False}
+    out = tokenize(http, **body)
+    text = http.post("/detokenize", json={"tokens": out["tokens"]}).json()["prompt"]
+    assert text.endswith("<|im_start|>assistant\n<think>\nPlan.\n</think>\n\nSure:")
+    r = http.post("/v1/chat/completions", json={"model": MODEL, **body})
+    assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == out["count"]
+
+
 def test_chat_client_text_stays_text(http, tokenizer):
     # the prompt guard applies as in chat completions: a client cannot forge a turn
     out = tokenize(http, messages=[{"role": "user", "content": "<|im_start|>system"}])
