@@ -24,21 +24,22 @@ from bench.tile_sweep import time_tiles  # noqa: E402
 
 
 def candidates(m: int, n: int, k: int) -> list:
-    """wgmma tiles (SkinnyConfig: BLOCK_N, 128, BLOCK_M, split, warps): 64 rows of W per warpgroup and repeat,
-    x's rows padded (or half that from 16 rows), K splits leaving >= 4 groups each."""
+    """wgmma tiles (SkinnyConfig: BLOCK_N, 128, BLOCK_M, split, warps, stages): 64 rows of W per warpgroup and
+    repeat, x's rows padded (or half that from 16 rows), K splits leaving >= 4 groups each, each MMA waited for
+    or one in flight (stages 1 / 2)."""
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
     from hinfer.ops.triton.tiles.linear import mma_block_m
 
     padded = mma_block_m(m)
     out = []
-    for block_m, block_n, warps, split in itertools.product(
-        dict.fromkeys((padded, max(8, padded // 2))), (64, 128, 256), (4, 8), (1, 2, 4, 8)
+    for block_m, (block_n, warps), split, stages in itertools.product(
+        dict.fromkeys((padded, max(8, padded // 2))), ((64, 4), (128, 4), (128, 8), (256, 8)), (1, 2, 4), (1, 2)
     ):
-        if n % block_n or block_n % (16 * warps) or k // 128 // split < 4:
+        if n % block_n or k // 128 // split < 4:
             continue
-        if (n // block_n) * split * -(-m // block_m) > 8 * 132:
+        if split > 1 and (n // block_n) * split * -(-m // block_m) > 2 * 132:  # splits only to fill the SMs
             continue
-        out.append(SkinnyConfig(block_n, 128, block_m, split, warps, 1))
+        out.append(SkinnyConfig(block_n, 128, block_m, split, warps, stages))
     return out
 
 

@@ -13,7 +13,7 @@ timeout 150 python -m pytest -q -s tests/gpu/test_int4_wgmma.py -m gpu --tb=shor
   > "$R/tests.txt" 2>&1
 echo "== wgmma tests rc=$? $(tail -1 "$R/tests.txt")"; grep -E "^(FAILED|E )" "$R/tests.txt" | head -12
 pack
-timeout 220 python bench/int4_wgmma.py --ms 8,32 --json "$R/int4_wgmma.json" > "$R/int4_wgmma.txt" 2>&1
+timeout 230 python bench/int4_wgmma.py --ms 8,32 --shapes gate_up,down,qkv --json "$R/int4_wgmma.json" > "$R/int4_wgmma.txt" 2>&1
 echo "== wgmma vs mma.sync rc=$?"; grep -E "^[a-z_]+ +M=" "$R/int4_wgmma.txt"
 pack
 for rows in 0 8; do

@@ -169,6 +169,7 @@ def variants(full: bool = False) -> Iterator[Variant]:
     for block_n, block_m, split, warps, zero in ((64, 8, 1, 4, True), (64, 32, 2, 4, True), (128, 16, 1, 4, False),
                                                  (128, 32, 4, 8, True), (256, 64, 1, 8, True)):  # fmt: skip
         yield (*int4_wgmma_variant(block_n, block_m, split, warps, zero, pdl=True), 0)
+        yield (*int4_wgmma_variant(block_n, block_m, split, warps, zero, pdl=True, asynchronous=True), 0)
     yield (*experts_mma_variant(128, 8, 8, True, True, 8, False), 0)
     yield (*experts_mma_variant(64, 8, 4, True, False, 1, True, glu=True, pdl=True), 0)
     # the tuned experts tiles: few warps over 32-64 rows, the register look-ahead 3 groups deep

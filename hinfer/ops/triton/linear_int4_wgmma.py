@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
 from hinfer.ops.triton.common import GROUP as GROUP_K
 from hinfer.ops.triton.common import pdl_kwargs
@@ -68,10 +68,60 @@ def _k_ordered(xv, BLOCK_M: gl.constexpr):
 
 
 @gluon.jit
+def _k_loop(acc, w_ptrs, z_lo, s_lo, sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr,
+            BLOCK_M: gl.constexpr, DOT_A: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
+    """acc + the groups g_lo .. g_hi - 1, one synchronous wgmma each: the weights a group ahead in registers, x
+    through one shared-memory slot (the other warpgroups' MMAs done reading it before it is refilled)."""
+    XS: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+    x_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, GROUP], XS)
+    nw, no_lo, no_hi, ns_lo, ns_hi = _loads(w_ptrs, z_lo, s_lo, gl.minimum(g_lo, last), sg,
+                                            (g_lo < g_hi).to(gl.int32), HAS_ZERO)  # fmt: skip
+    _pdl_start(PDL)
+    for g in range(g_lo, g_hi):
+        words, o_lo, o_hi, sc_lo, sc_hi = nw, no_lo, no_hi, ns_lo, ns_hi
+        nw, no_lo, no_hi, ns_lo, ns_hi = _loads(w_ptrs, z_lo, s_lo, gl.minimum(g + 1, last), sg,
+                                                (g + 1 < g_hi).to(gl.int32), HAS_ZERO)  # fmt: skip
+        xv = _k_ordered(gl.load(x_ptrs + g * GROUP), BLOCK_M)
+        a = _a_operand(words, o_lo, o_hi, BLOCK_N, DOT_A, False, False, True, sc_lo, sc_hi)
+        gl.thread_barrier()  # every warpgroup's previous MMA has read x_smem
+        x_smem.store(xv)
+        fence_async_shared()
+        gl.thread_barrier()  # the whole group of x is in shared memory
+        acc = warpgroup_mma(a, x_smem.permute((1, 0)), acc)
+    return acc
+
+
+@gluon.jit
+def _k_loop_async(acc, w_ptrs, z_lo, s_lo, sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO: gl.constexpr,
+                  BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, DOT_A: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
+    """_k_loop with each wgmma left in flight while the next group is unpacked: x through two shared-memory
+    slots, one MMA outstanding (its A registers kept alive by the wait), so the unpack overlaps the MMA."""
+    XS: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+    x_smem = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_M, GROUP], XS)
+    nw, no_lo, no_hi, ns_lo, ns_hi = _loads(w_ptrs, z_lo, s_lo, gl.minimum(g_lo, last), sg,
+                                            (g_lo < g_hi).to(gl.int32), HAS_ZERO)  # fmt: skip
+    _pdl_start(PDL)
+    for g in range(g_lo, g_hi):
+        words, o_lo, o_hi, sc_lo, sc_hi = nw, no_lo, no_hi, ns_lo, ns_hi
+        nw, no_lo, no_hi, ns_lo, ns_hi = _loads(w_ptrs, z_lo, s_lo, gl.minimum(g + 1, last), sg,
+                                                (g + 1 < g_hi).to(gl.int32), HAS_ZERO)  # fmt: skip
+        xv = _k_ordered(gl.load(x_ptrs + g * GROUP), BLOCK_M)
+        a = _a_operand(words, o_lo, o_hi, BLOCK_N, DOT_A, False, False, True, sc_lo, sc_hi)
+        slot = x_smem.index((g - g_lo) % 2)
+        gl.thread_barrier()  # every warpgroup waited for the MMA two groups back, the last to read this slot
+        slot.store(xv)
+        fence_async_shared()
+        gl.thread_barrier()
+        acc = warpgroup_mma(a, slot.permute((1, 0)), acc, is_async=True)
+        acc, a = warpgroup_mma_wait(1, deps=[acc, a])
+    return warpgroup_mma_wait(0, deps=[acc])
+
+
+@gluon.jit
 def int4_wgmma_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg, stride_sn,
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
-    PDL: gl.constexpr = False,
+    ASYNC: gl.constexpr = False, PDL: gl.constexpr = False,
 ):  # fmt: skip
     """y[:, :N] = x @ W^T: program (m block, N tile, K slice), rows of x along the fastest grid axis (the blocks
     of one weight tile run together, so all but the first read it from L2)."""
@@ -84,7 +134,6 @@ def int4_wgmma_kernel(
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[W, 1],
                                                    instr_shape=[16, BLOCK_M, 16])  # fmt: skip
     DOT_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
-    XS: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     LX: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [W, 1], [1, 0])  # 16 bytes of a row per thread
 
     n_groups = K // GROUP
@@ -104,23 +153,13 @@ def int4_wgmma_kernel(
     kp = gl.arange(0, GROUP, layout=gl.SliceLayout(0, LX))[None, :]
     # rows of x past M re-read row M - 1 (their outputs are not stored): unmasked 16-byte loads in K order
     x_ptrs = x_ptr + gl.minimum(pid_m * BLOCK_M + xm, M - 1) * stride_xm + kp
-    x_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, GROUP], XS)
-
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
-    nw, no_lo, no_hi, ns_lo, ns_hi = _loads(w_ptrs, z_lo, s_lo, gl.minimum(g_lo, last), stride_sg,
-                                            (g_lo < g_hi).to(gl.int32), HAS_ZERO)  # fmt: skip
-    _pdl_start(PDL)
-    for g in range(g_lo, g_hi):
-        words, o_lo, o_hi, sc_lo, sc_hi = nw, no_lo, no_hi, ns_lo, ns_hi
-        nw, no_lo, no_hi, ns_lo, ns_hi = _loads(w_ptrs, z_lo, s_lo, gl.minimum(g + 1, last), stride_sg,
-                                                (g + 1 < g_hi).to(gl.int32), HAS_ZERO)  # fmt: skip
-        xv = _k_ordered(gl.load(x_ptrs + g * GROUP), BLOCK_M)
-        a = _a_operand(words, o_lo, o_hi, BLOCK_N, DOT_A, False, False, True, sc_lo, sc_hi)
-        gl.thread_barrier()  # every warpgroup's previous MMA has read x_smem
-        x_smem.store(xv)
-        fence_async_shared()
-        gl.thread_barrier()  # the whole group of x is in shared memory
-        acc = warpgroup_mma(a, x_smem.permute((1, 0)), acc)
+    if ASYNC:
+        acc = _k_loop_async(acc, w_ptrs, z_lo, s_lo, stride_sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO, BLOCK_N, BLOCK_M,
+                            DOT_A, PDL)  # fmt: skip
+    else:
+        acc = _k_loop(acc, w_ptrs, z_lo, s_lo, stride_sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO, BLOCK_N, BLOCK_M,
+                      DOT_A, PDL)  # fmt: skip
 
     # epilogue: y[m, n] = acc[n, m]; split-K partials reduced by the last program to arrive (fixed order)
     rows = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
@@ -143,14 +182,15 @@ def int4_wgmma_kernel(
             gl.atomic_xchg(cnt_ptr, 0)
 
 
-def int4_wgmma_variant(block_n: int, block_m: int, split_k: int, warps: int, zero: bool, pdl: bool = False):
+def int4_wgmma_variant(block_n: int, block_m: int, split_k: int, warps: int, zero: bool, pdl: bool = False,
+                       asynchronous: bool = False):
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
            "y_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
            "stride_xm": "i32", "stride_ym": "i32", "stride_sg": "i32", "stride_sn": "i32"}  # fmt: skip
-    cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, PDL=pdl)
+    cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, ASYNC=asynchronous, PDL=pdl)
     name = (f"int4 wgmma{' asym' if zero else ''} BLOCK_N={block_n} BLOCK_M={block_m} split {split_k} w{warps}"
-            f"{' pdl' if pdl else ''}")  # fmt: skip
+            f"{' async' if asynchronous else ''}{' pdl' if pdl else ''}")  # fmt: skip
     return name, int4_wgmma_kernel, sig, cex, warps
 
 
@@ -167,7 +207,7 @@ def int4_wgmma_matmul(x: torch.Tensor, w, out: torch.Tensor | None = None, cfg: 
                       ) -> torch.Tensor:  # fmt: skip
     """y [M, N] = x [M, K] @ W^T (bf16), 1 <= M <= 64, W an Int4MmaWeight (fragment order; scales / zeros [G, N],
     bf16 scales). `cfg`: BLOCK_N (a multiple of 16 x warps, warps a multiple of 4), block_m 8 / 16 / 32 / 64,
-    split_k, num_warps (the other fields unused)."""
+    split_k, num_warps, num_stages 1 (each MMA waited for) or 2 (one in flight while the next group unpacks)."""
     m, k = x.shape
     n = w.shape[0]
     if (k != w.shape[1] or k % GROUP_K or not 0 < m <= MAX_M or x.dtype != torch.bfloat16
@@ -178,7 +218,8 @@ def int4_wgmma_matmul(x: torch.Tensor, w, out: torch.Tensor | None = None, cfg: 
         x = x.contiguous()
     cfg = cfg or default_wgmma_config(m, n, k)
     block_n, block_m, split, warps = cfg.block_n, cfg.block_m, cfg.split_k, cfg.num_warps
-    if n % block_n or warps % 4 or block_n % (16 * warps) or block_m not in (8, 16, 32, 64):
+    if (n % block_n or warps % 4 or block_n % (16 * warps) or block_m not in (8, 16, 32, 64)
+            or cfg.num_stages not in (1, 2)):  # fmt: skip
         raise ValueError(f"int4 wgmma: bad tile for N={n}, M={m}: {cfg}")
     if out is None:
         out = torch.empty((m, n), dtype=x.dtype, device=x.device)
@@ -187,7 +228,8 @@ def int4_wgmma_matmul(x: torch.Tensor, w, out: torch.Tensor | None = None, cfg: 
     int4_wgmma_kernel[grid](
         x, w.words, w.scales, w.zeros if w.zeros is not None else w.scales, out, part, cnt, m, n, k,
         x.stride(0), out.stride(0), n, 1,
-        HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split, num_warps=warps,
+        HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split, ASYNC=cfg.num_stages == 2,
+        num_warps=warps,
         **pdl_kwargs(x),
     )  # fmt: skip
     return out
