@@ -19,7 +19,11 @@ from __future__ import annotations
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
 
 from hinfer.ops.triton.common import GROUP as GROUP_K
 from hinfer.ops.triton.common import pdl_kwargs
