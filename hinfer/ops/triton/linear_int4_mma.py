@@ -472,7 +472,15 @@ def _tile_program(
         acc = _k_loop(w_ptrs, s_ptrs, z_lo, z_rows, stride_sg, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO,
                       OFFSET_MMA, DEPTH, ROWS, GW, PDL)  # fmt: skip
 
-    # epilogue: y[m, n] = acc[n, m]; split-K partials reduced by the last program to arrive (fixed order)
+    _store_y(acc, rows, y_ptr, part_ptr, cnt_ptr, M, N, stride_ym, pid_m, pid_n, pid_k, BLOCK_N, BLOCK_M, SPLIT_K)
+
+
+@gluon.jit
+def _store_y(acc, rows, y_ptr, part_ptr, cnt_ptr, M, N, stride_ym, pid_m, pid_n, pid_k, BLOCK_N: gl.constexpr,
+             BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr):  # fmt: skip
+    """The epilogue: y[m, n] = acc[n, m] (rows: acc's rows of W, in its layout's row slice); split-K partials
+    reduced by the last program to arrive, in split order (linear_splitk's counters)."""
+    MMA: gl.constexpr = acc.type.layout
     ym = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
     out_mask = (ym < M)[None, :] & (rows < N)[:, None]
     y_ptrs = y_ptr + ym[None, :] * stride_ym + rows[:, None]

@@ -34,6 +34,7 @@ from hinfer.ops.triton.linear_int4_mma import (
     _iota4,
     _neg_offset,
     _pdl_start,
+    _store_y,
     _words_layout,
 )
 from hinfer.ops.triton.linear_splitk import split_scratch
@@ -73,11 +74,13 @@ def _k_ordered(xv, BLOCK_M: gl.constexpr):
 
 @gluon.jit
 def _k_loop(acc, w_ptrs, z_lo, s_lo, sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr,
-            BLOCK_M: gl.constexpr, DOT_A: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
-    """acc + the groups g_lo .. g_hi - 1, one synchronous wgmma each: the weights a group ahead in registers, x
-    through one shared-memory slot (the other warpgroups' MMAs done reading it before it is refilled)."""
+            BLOCK_M: gl.constexpr, DOT_A: gl.constexpr, ASYNC: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
+    """acc + the groups g_lo .. g_hi - 1, one wgmma each: the weights a group ahead in registers, x through a
+    shared-memory slot (refilled once every warpgroup's MMA that read it is done). ASYNC: two slots and one MMA
+    left in flight while the next group unpacks (its A registers kept alive by the wait)."""
     XS: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
-    x_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, GROUP], XS)
+    SLOTS: gl.constexpr = 2 if ASYNC else 1
+    x_smem = gl.allocate_shared_memory(gl.bfloat16, [SLOTS, BLOCK_M, GROUP], XS)
     nw, no_lo, no_hi, ns_lo, ns_hi = _loads(w_ptrs, z_lo, s_lo, gl.minimum(g_lo, last), sg,
                                             (g_lo < g_hi).to(gl.int32), HAS_ZERO)  # fmt: skip
     _pdl_start(PDL)
@@ -87,38 +90,19 @@ def _k_loop(acc, w_ptrs, z_lo, s_lo, sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO: gl.
                                                 (g + 1 < g_hi).to(gl.int32), HAS_ZERO)  # fmt: skip
         xv = _k_ordered(gl.load(x_ptrs + g * GROUP), BLOCK_M)
         a = _a_operand(words, o_lo, o_hi, BLOCK_N, DOT_A, False, False, True, sc_lo, sc_hi)
-        gl.thread_barrier()  # every warpgroup's previous MMA has read x_smem
-        x_smem.store(xv)
-        fence_async_shared()
-        gl.thread_barrier()  # the whole group of x is in shared memory
-        acc = warpgroup_mma(a, x_smem.permute((1, 0)), acc)
-    return acc
-
-
-@gluon.jit
-def _k_loop_async(acc, w_ptrs, z_lo, s_lo, sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO: gl.constexpr,
-                  BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, DOT_A: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
-    """_k_loop with each wgmma left in flight while the next group is unpacked: x through two shared-memory
-    slots, one MMA outstanding (its A registers kept alive by the wait), so the unpack overlaps the MMA."""
-    XS: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
-    x_smem = gl.allocate_shared_memory(gl.bfloat16, [2, BLOCK_M, GROUP], XS)
-    nw, no_lo, no_hi, ns_lo, ns_hi = _loads(w_ptrs, z_lo, s_lo, gl.minimum(g_lo, last), sg,
-                                            (g_lo < g_hi).to(gl.int32), HAS_ZERO)  # fmt: skip
-    _pdl_start(PDL)
-    for g in range(g_lo, g_hi):
-        words, o_lo, o_hi, sc_lo, sc_hi = nw, no_lo, no_hi, ns_lo, ns_hi
-        nw, no_lo, no_hi, ns_lo, ns_hi = _loads(w_ptrs, z_lo, s_lo, gl.minimum(g + 1, last), sg,
-                                                (g + 1 < g_hi).to(gl.int32), HAS_ZERO)  # fmt: skip
-        xv = _k_ordered(gl.load(x_ptrs + g * GROUP), BLOCK_M)
-        a = _a_operand(words, o_lo, o_hi, BLOCK_N, DOT_A, False, False, True, sc_lo, sc_hi)
-        slot = x_smem.index((g - g_lo) % 2)
-        gl.thread_barrier()  # every warpgroup waited for the MMA two groups back, the last to read this slot
+        slot = x_smem.index((g - g_lo) % SLOTS)
+        gl.thread_barrier()  # every warpgroup is done with the MMA that last read this slot
         slot.store(xv)
         fence_async_shared()
-        gl.thread_barrier()
-        acc = warpgroup_mma(a, slot.permute((1, 0)), acc, is_async=True)
-        acc, a = warpgroup_mma_wait(1, deps=[acc, a])
-    return warpgroup_mma_wait(0, deps=[acc])
+        gl.thread_barrier()  # the whole group of x is in shared memory
+        if ASYNC:
+            acc = warpgroup_mma(a, slot.permute((1, 0)), acc, is_async=True)
+            acc, a = warpgroup_mma_wait(1, deps=[acc, a])
+        else:
+            acc = warpgroup_mma(a, slot.permute((1, 0)), acc)
+    if ASYNC:
+        acc = warpgroup_mma_wait(0, deps=[acc])
+    return acc
 
 
 @gluon.jit
@@ -158,32 +142,11 @@ def int4_wgmma_kernel(
     # rows of x past M re-read row M - 1 (their outputs are not stored): unmasked 16-byte loads in K order
     x_ptrs = x_ptr + gl.minimum(pid_m * BLOCK_M + xm, M - 1) * stride_xm + kp
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
-    if ASYNC:
-        acc = _k_loop_async(acc, w_ptrs, z_lo, s_lo, stride_sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO, BLOCK_N, BLOCK_M,
-                            DOT_A, PDL)  # fmt: skip
-    else:
-        acc = _k_loop(acc, w_ptrs, z_lo, s_lo, stride_sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO, BLOCK_N, BLOCK_M,
-                      DOT_A, PDL)  # fmt: skip
+    acc = _k_loop(acc, w_ptrs, z_lo, s_lo, stride_sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO, BLOCK_N, BLOCK_M, DOT_A,
+                  ASYNC, PDL)  # fmt: skip
 
-    # epilogue: y[m, n] = acc[n, m]; split-K partials reduced by the last program to arrive (fixed order)
     rows = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
-    ym = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
-    out_mask = (ym < M)[None, :] & (rows < N)[:, None]
-    y_ptrs = y_ptr + ym[None, :] * stride_ym + rows[:, None]
-    if SPLIT_K == 1:
-        gl.store(y_ptrs, acc.to(gl.bfloat16), mask=out_mask)
-    else:
-        p_off = ym[None, :].to(gl.int64) * N + rows[:, None]
-        gl.store(part_ptr + pid_k * M * N + p_off, acc, mask=out_mask)
-        gl.thread_barrier()  # every thread's partial is written before the release below
-        cnt_ptr += pid_m * gl.num_programs(1) + pid_n
-        arrived = gl.atomic_add(cnt_ptr, 1, sem="acq_rel")
-        if arrived == SPLIT_K - 1:
-            total = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
-            for i in gl.static_range(SPLIT_K):
-                total += gl.load(part_ptr + i * M * N + p_off, mask=out_mask, other=0.0, cache_modifier=".cg")
-            gl.store(y_ptrs, total.to(gl.bfloat16), mask=out_mask)
-            gl.atomic_xchg(cnt_ptr, 0)
+    _store_y(acc, rows, y_ptr, part_ptr, cnt_ptr, M, N, stride_ym, pid_m, pid_n, pid_k, BLOCK_N, BLOCK_M, SPLIT_K)
 
 
 def int4_wgmma_variant(block_n: int, block_m: int, split_k: int, warps: int, zero: bool, pdl: bool = False,
