@@ -3,11 +3,7 @@
 # decode (+ the 27B's MTP rounds), the 122B-A10B experts tile sweep at one token with K splits and its decode
 # with the swept tiles. Steps past their time guard are skipped. Everything lands in $OUT/gpu_defaults.tgz.
 set -uo pipefail
-OUT="${OUT:-/tmp/hinfer-out}"; mkdir -p "$OUT/r"; R="$OUT/r"
-export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 HINFER_CACHE=/tmp/hinfer-cache
-START=$SECONDS; left() { [ $((SECONDS - START)) -lt "$1" ]; }
-pack() { tar czf "$OUT/gpu_defaults.tgz" -C "$R" .; }
-nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv > "$R/env.txt" 2>&1
+PACK=gpu_defaults; source "$(dirname "$0")/device_common.sh"
 timeout 110 python -m pytest -q tests/gpu/test_moe_kernels.py tests/gpu/test_int4_mma.py -m gpu --tb=short \
   -k "sums_the_slots or split_k or tail_rows" -p no:cacheprovider > "$R/tests.txt" 2>&1
 echo "== slot sum / split / tail tests rc=$? $(tail -1 "$R/tests.txt")"; grep -E "^(FAILED|E )" "$R/tests.txt" | head -8

@@ -4,11 +4,7 @@
 # MTP rounds (K = 3, 1 and 8 lanes) with verification rows (and 8-lane decode) on it (HINFER_INT4_WGMMA=8) and
 # without. Steps past their time guard are skipped. Everything lands in $OUT/gpu_int4_wgmma.tgz.
 set -uo pipefail
-OUT="${OUT:-/tmp/hinfer-out}"; mkdir -p "$OUT/r"; R="$OUT/r"
-export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 HINFER_CACHE=/tmp/hinfer-cache
-START=$SECONDS; left() { [ $((SECONDS - START)) -lt "$1" ]; }
-pack() { tar czf "$OUT/gpu_int4_wgmma.tgz" -C "$R" .; }
-nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv > "$R/env.txt" 2>&1
+PACK=gpu_int4_wgmma; source "$(dirname "$0")/device_common.sh"
 timeout 150 python -m pytest -q -s tests/gpu/test_int4_wgmma.py -m gpu --tb=short -p no:cacheprovider \
   > "$R/tests.txt" 2>&1
 echo "== wgmma tests rc=$? $(tail -1 "$R/tests.txt")"; grep -E "^(FAILED|E )" "$R/tests.txt" | head -12
