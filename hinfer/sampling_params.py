@@ -19,6 +19,9 @@ class StructuredOutput:
     tools: list[dict[str, Any]] | None = None
     tool_name: str | None = None
     parallel_tool_calls: bool = True
+    # With tools: free text in which every `<tool_call>` must go on as a valid call (tool_choice auto, when the
+    # server constrains tool calls) instead of an answer of calls only.
+    tools_optional: bool = False
     # The prompt ends inside an open `<think>`: the reasoning runs free up to `</think>`, then the constraint.
     after_reasoning: bool = False
     # Longest run of whitespace between JSON tokens (tool arguments included): ample for pretty-printing, and a

@@ -38,11 +38,11 @@ async def messages(body: MessagesRequest, request: Request):
     if budget is not None and st.tokenizer.think_end_id is not None:
         sp.thinking_budget = budget
         sp.think_end_token_id = st.tokenizer.think_end_id
-    sp.structured = constraint(prompt, schema, param="output_config.format")
+    sp.structured = constraint(prompt, schema, param="output_config.format", tool_grammar=st.tool_call_grammar)
 
     run = EngineRun(st, new_id("msgreq-"), ids, sp, request, images)
     b = MessageBuilder(run, model=body.model, reasoning=prompt.starts_in_reasoning(), tools=prompt.parse_tools(),
-                       stop_sequences=sp.stop, max_calls=prompt.max_calls, trim_strings=prompt.forced_calls)
+                       stop_sequences=sp.stop, max_calls=prompt.max_calls, trim_strings=prompt.calls_under_grammar)
     await run.start()
     if body.stream:
         run.unwatch()

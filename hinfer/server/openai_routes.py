@@ -57,7 +57,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     if budget is not None and st.tokenizer.think_end_id is not None:
         sp.thinking_budget = budget
         sp.think_end_token_id = st.tokenizer.think_end_id
-    sp.structured = constraint(prompt, schema, vllm_extras(body.model_extra or {}))
+    sp.structured = constraint(prompt, schema, vllm_extras(body.model_extra or {}), tool_grammar=st.tool_call_grammar)
 
     n = check_choices(body.n)
     chat_id = new_id("chatcmpl-")
@@ -68,7 +68,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         runs.append(run)
         builders.append(ChatBuilder(st, run, model=body.model, reasoning=prompt.starts_in_reasoning(),
                                     tools=prompt.parse_tools(), logprobs=sp.logprobs is not None,
-                                    max_calls=prompt.max_calls, trim_strings=prompt.forced_calls,
+                                    max_calls=prompt.max_calls, trim_strings=prompt.calls_under_grammar,
                                     response_id=chat_id, index=k))  # fmt: skip
     await start_all(runs)
     if body.stream:

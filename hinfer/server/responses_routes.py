@@ -56,7 +56,7 @@ async def create_response(body: ResponsesRequest, request: Request):
     if budget is not None and prompt.enable_thinking and st.tokenizer.think_end_id is not None:
         sp.thinking_budget = budget
         sp.think_end_token_id = st.tokenizer.think_end_id
-    sp.structured = constraint(prompt, schema, param="text.format")
+    sp.structured = constraint(prompt, schema, param="text.format", tool_grammar=st.tool_call_grammar)
 
     response_id = new_id("resp_")
     run = EngineRun(st, response_id, ids, sp, request, images)

@@ -34,7 +34,7 @@ class ResponseBuilder:
         self.encrypted = "reasoning.encrypted_content" in (body.include or [])
         self.parser = OutputParser(reasoning=prompt.enable_thinking, tools=prompt.parse_tools(),
                                    new_id=lambda: new_id("call_"), max_calls=prompt.max_calls,
-                                   trim_strings=prompt.forced_calls)
+                                   trim_strings=prompt.calls_under_grammar)
         self.output: list[dict[str, Any]] = []
         self.reasoning_tokens = 0
         self._seq = 0

@@ -37,6 +37,8 @@ class ServerState:
     drain: Drain = field(default_factory=Drain)  # graceful shutdown (drain.py)
     # True: special-token text inside client strings becomes control tokens (--allow-special-tokens-in-content)
     allow_special_tokens: bool = False
+    # True: tool_choice auto answers are held to valid tool calls by a grammar (--tool-call-grammar)
+    tool_call_grammar: bool = False
     _token_text: dict[int, str] = field(default_factory=dict)
     _guard: PromptGuard | None = None
 

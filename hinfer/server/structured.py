@@ -6,6 +6,8 @@
 - Responses `text.format`: `json_object`, `json_schema` (`schema` at the top level of the format).
 - Anthropic `output_config.format`: `json_schema` (`schema`).
 - Forced tool calls, every dialect: `tool_choice` required / any / named -> the answer is Qwen tool calls.
+- Checked tool calls (`hinfer serve --tool-call-grammar`), every dialect: `tool_choice` auto with tools and no
+  other constraint -> free text, each call the model starts held to a valid call.
 With thinking on, the constraint starts after the reasoning (`</think>`); the reasoning itself is free.
 """
 
@@ -98,16 +100,31 @@ def forced_tools(prompt: ChatPrompt) -> StructuredOutput | None:
                             parallel_tool_calls=prompt.tool_choice.parallel)
 
 
+def checked_tools(prompt: ChatPrompt) -> StructuredOutput | None:
+    """tool_choice auto with tools shown (`hinfer serve --tool-call-grammar`): free text, but every call the
+    model starts must be a valid call to one of them."""
+    if prompt.tool_choice.mode != "auto" or not prompt.template_tools():
+        return None
+    return StructuredOutput(tools=prompt.template_tools(), parallel_tool_calls=prompt.tool_choice.parallel,
+                            tools_optional=True)
+
+
 def constraint(prompt: ChatPrompt, schema: dict[str, Any] | bool | None = None,
-               other: StructuredOutput | None = None, param: str = "response_format") -> StructuredOutput | None:
-    """The request's one constraint: a forced tool call, a JSON schema, or vLLM's extras; two of them are a 400."""
+               other: StructuredOutput | None = None, param: str = "response_format",
+               tool_grammar: bool = False) -> StructuredOutput | None:
+    """The request's one constraint: a forced tool call, a JSON schema, or vLLM's extras; two of them are a 400.
+    None of them and `tool_grammar` (the server's --tool-call-grammar): the auto tool calls are checked."""
     found = [x for x in (forced_tools(prompt), None if schema is None else StructuredOutput(json_schema=schema),
                          other) if x is not None]  # fmt: skip
     if len(found) > 1:
         raise bad_request("a forced tool_choice and a structured output format cannot be combined", param=param)
+    mid_answer = bool(prompt.continuation) and not prompt.starts_in_reasoning()  # an assistant prefill continued
+    if not found and tool_grammar and not mid_answer and (auto := checked_tools(prompt)) is not None:
+        found = [auto]
+        prompt.checked_calls = True
     if not found:
         return None
-    if prompt.continuation and not prompt.starts_in_reasoning():
+    if mid_answer:
         raise bad_request("a continued answer (an assistant prefill) cannot be constrained: the constraint "
                           "starts at the answer's beginning", param=param)  # fmt: skip
     so = found[0]

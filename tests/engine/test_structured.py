@@ -116,6 +116,31 @@ def test_forced_tool_call_is_parseable(llm):
             jsonschema.validate(json.loads(parser.calls[0].arguments_json), params)
 
 
+def test_auto_tool_calls_are_held_to_valid_calls(llm):
+    """tools_optional (tool_choice auto under --tool-call-grammar): the text runs free, and a `<tool_call>` the
+    model starts (made likely here with a logit bias on that token) goes on as a valid call of a tool shown."""
+    from hinfer.server.tool_parser import ToolCallParser, tool_schemas
+
+    params = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 5}},
+              "required": ["city"]}  # fmt: skip
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": params}}]
+    call = llm.tokenizer.token_to_id("<tool_call>")
+    so = StructuredOutput(tools=tools, parallel_tool_calls=False, tools_optional=True, max_json_whitespace=2)
+    outs = llm.generate(["Weather?"] * 4, [SamplingParams(max_tokens=200, seed=s, structured=so, logit_bias={call: 8.0})
+                                           for s in range(4)])  # fmt: skip
+    started = 0
+    for out in outs:
+        parser = ToolCallParser(tool_schemas(tools), new_id=lambda: "call_1", trim_strings=True)
+        parser.feed(out.text)
+        parser.flush()
+        if "<tool_call>" not in out.text:
+            continue
+        started += 1
+        assert out.finish_reason == "stop" and len(parser.calls) == 1, out.text
+        jsonschema.validate(json.loads(parser.calls[0].arguments_json), params)
+    assert started >= 2, [o.text[:80] for o in outs]
+
+
 def test_regex(llm):
     so = StructuredOutput(regex=r"(yes|no)-[0-9]{2}")
     outs = llm.generate(["?"] * 3, [SamplingParams(max_tokens=20, seed=i, structured=so) for i in range(3)])

@@ -80,6 +80,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "tool names and arguments) become control tokens such as <|im_start|>, as plain template "
                         "rendering does. By default such text is encoded as ordinary text, so a client cannot "
                         "forge a system turn; raw /v1/completions prompts are never changed")
+    p.add_argument("--tool-call-grammar", action="store_true",
+                   help="with tool_choice auto (the default when tools are given), hold every tool call the model "
+                        "starts to a valid call of a tool shown (a grammar over the Qwen call format and each "
+                        "tool's parameter schema), as tool_choice required / named already are; free text stays "
+                        "free. Costs the grammar's host time per step on those requests (docs/structured-output.md)")
     p.add_argument("--shutdown-timeout", type=_seconds, default=SHUTDOWN_TIMEOUT_S, metavar="S",
                    help="on SIGTERM/SIGINT: new and queued requests get 503, running ones get up to S seconds to "
                         "finish, then their streams end with an error event (default %(default)g)")
@@ -150,6 +155,7 @@ def _serve(args: argparse.Namespace, sock: socket.socket) -> int:
     app = create_app(engine, tokenizer, model_name=model_name, model_aliases=names[1:], api_key=api_key,
                      cors=_split(args.cors) or None, preserve_thinking_default=args.preserve_thinking,
                      allow_special_tokens=args.allow_special_tokens_in_content, max_body_bytes=args.max_body_bytes,
+                     tool_call_grammar=args.tool_call_grammar,
                      log_requests=args.log_requests, webui=not args.no_webui)
     port = sock.getsockname()[1]
 

@@ -3,7 +3,8 @@
 - JSON / regex: the value itself; after reasoning: free text up to `</think>`, then "\\n\\n", then the value
   (the Qwen3.5 template's layout of a thinking answer).
 - Tools: Qwen3.5 tool calls (`<tool_call>\\n<function=NAME>\\n<parameter=P>\\n...`), the format the chat template
-  shows and hinfer/server/tool_parser.py reads, arguments checked against each tool's parameters schema.
+  shows and hinfer/server/tool_parser.py reads, arguments checked against each tool's parameters schema: an
+  answer of calls only (forced), or free text whose calls are checked (`tools_optional`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ THINK_END = "</think>"
 THINK_EXCLUDES = ["<think>", "</think>"]
 
 
-CALL_BEGIN = "<tool_call>\n<function={name}>\n"
+TRIGGER = "<tool_call>"
+CALL_BEGIN = TRIGGER + "\n<function={name}>\n"
 CALL_END = "\n</function>\n</tool_call>"
 
 
@@ -36,6 +38,9 @@ def _tool_calls(so: StructuredOutput) -> dict[str, Any]:
     if not tags:
         raise ValueError(f"tool {so.tool_name!r} is not among the tools")
     one = so.tool_name is not None or not so.parallel_tool_calls
+    if so.tools_optional:  # free text; each `<tool_call>` (one token) starts a call that must be valid
+        return {"type": "triggered_tags", "triggers": [TRIGGER], "tags": tags, "at_least_one": False,
+                "stop_after_first": one}
     return {"type": "tags_with_separator", "tags": tags, "separator": "\n", "at_least_one": True,
             "stop_after_first": one}
 
