@@ -223,23 +223,42 @@ def chat_logprobs(body: ChatCompletionRequest) -> int | None:
     return n
 
 
+FIM_TOKENS = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")
+
+
+def _fim_ids(body: CompletionRequest, tokenizer: Any) -> tuple[int, int, int]:
+    """suffix (fill-in-the-middle): the tokenizer's FIM token ids, prompt laid out prefix-suffix-middle as Qwen's
+    coders are trained (`<|fim_prefix|>` prompt `<|fim_suffix|>` suffix `<|fim_middle|>`)."""
+    if body.echo:
+        raise bad_request("echo cannot be combined with suffix", param="suffix")
+    ids = tuple(tokenizer.token_to_id(t) for t in FIM_TOKENS)
+    if any(i is None for i in ids):
+        raise bad_request("this model's tokenizer has no fill-in-the-middle tokens", param="suffix")
+    return ids  # type: ignore[return-value]
+
+
 def completion_prompts(body: CompletionRequest, tokenizer: Any) -> list[tuple[list[int], str]]:
     """-> per prompt: (token ids, its text for echo). A string, a list of strings, a list of token ids, or a list
-    of lists of token ids."""
+    of lists of token ids; with `suffix`, text prompts laid out for fill-in-the-middle (_fim_ids)."""
     if body.best_of is not None and body.best_of != (body.n or 1):
         raise bad_request("best_of must equal n: every sample is returned", param="best_of")
-    if body.suffix:
-        raise bad_request("suffix (fill-in-the-middle) is not supported", param="suffix")
+    fim = _fim_ids(body, tokenizer) if body.suffix else None
     p = body.prompt
     items: list[str | list[int]] = list(p) if isinstance(p, list) and p and isinstance(p[0], (str, list)) else [p]
     out = []
     for k, item in enumerate(items):
         param = "prompt" if len(items) == 1 else f"prompt.{k}"
         if isinstance(item, str):
-            if not item:
+            if not item and fim is None:
                 raise bad_request("prompt is empty", param=param)
-            out.append((tokenizer.encode(item, add_special_tokens=False), item))
+            ids = tokenizer.encode(item, add_special_tokens=False)
+            if fim is not None:  # the model writes the middle between the prompt and the suffix
+                pre, suf, mid = fim
+                ids = [pre, *ids, suf, *tokenizer.encode(body.suffix, add_special_tokens=False), mid]
+            out.append((ids, item))
             continue
+        if fim is not None:
+            raise bad_request("suffix (fill-in-the-middle) takes text prompts", param="suffix")
         ids = [int(t) for t in item]
         if not ids:
             raise bad_request("prompt is empty", param=param)

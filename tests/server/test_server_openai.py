@@ -280,6 +280,16 @@ def test_completions(client, engine):
     assert chunks[-1].usage.completion_tokens > 0
 
 
+def test_completions_fill_in_the_middle(client, engine):
+    # suffix: <|fim_prefix|> prompt <|fim_suffix|> suffix <|fim_middle|>, the model writes the middle
+    tok = engine.tokenizer
+    client.completions.create(model=MODEL, prompt="def f(x):\n    [[nothink]]", suffix="\n    return y\n", max_tokens=20)
+    ids = engine.requests[-1].prompt_token_ids
+    want = [tok.token_to_id("<|fim_prefix|>"), *tok.encode("def f(x):\n    [[nothink]]"), tok.token_to_id("<|fim_suffix|>"),
+            *tok.encode("\n    return y\n"), tok.token_to_id("<|fim_middle|>")]  # fmt: skip
+    assert ids == want
+
+
 def test_models(client, base_url):
     models = client.models.list()
     assert [m.id for m in models.data] == [MODEL, "alias-model"]
