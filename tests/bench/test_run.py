@@ -22,7 +22,7 @@ TINY_MOE = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("weights", ["int4", "fp8"])
+@pytest.mark.parametrize("weights", ["int4", "fp8", "int4-mtp"])
 def test_bench_runs_end_to_end_on_cpu(tmp_path, weights, monkeypatch):
     monkeypatch.setenv("HINFER_FUSE_LAUNCHES", "0")  # recorded with the rows
     (tmp_path / "m").mkdir()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from hinfer.cli.engine_args import add_engine_args, engine_config_from_args
 from hinfer.errors import ConfigError
+from hinfer.quant.recipes import RECIPES
 
 
 def _ints(text: str) -> list[int]:
@@ -34,9 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "reference ops (a smoke test for tiny configs; its figures mean nothing).",
     )
     p.add_argument("model", help="checkpoint dir, config dir/file, or packaged config name (qwen3.6-27b, ...)")
-    p.add_argument("--quant", dest="bench_weights", choices=["bf16", "fp8", "int4"], default=None,
-                   help="weight format to run (random/loaded bf16 weights are converted in place; default bf16; "
-                   "--weights bf16|fp8|int4 says the same)")
+    p.add_argument("--quant", dest="bench_weights", choices=list(dict.fromkeys(["bf16", "fp8", "int4", *RECIPES])),
+                   default=None, metavar="FORMAT|RECIPE",
+                   help="weight format to run, or a named recipe of one (random/loaded bf16 weights are converted in "
+                   "place; default bf16; --weights bf16|fp8|int4 says the same): %(choices)s")
     p.add_argument("--concurrency", type=_ints, default=None,
                    help="lane counts, e.g. 1,2,4,8 (default 1,2,4,8; with --structured 8)")
     p.add_argument("--depths", type=_ints, default=[1024, 32768, 131072], help="decode context depths, e.g. 1K,32K,128K")
