@@ -169,6 +169,7 @@ def variants(full: bool = False) -> Iterator[Variant]:
     # the MoE router in one launch (GEMV, then the last program routes a token per warp)
     for shared in (False, True):
         yield (*router_variant(shared), 0)
+    yield (*router_variant(True, one_token=True), 0)
     # the warpgroup-MMA kernel: one or two warpgroups, 8 to 64 rows of x, K splits
     for block_n, block_m, split, warps, zero in ((64, 8, 1, 4, True), (64, 32, 2, 4, True), (128, 16, 1, 4, False),
                                                  (128, 32, 4, 8, True), (256, 64, 1, 8, True)):  # fmt: skip

@@ -135,10 +135,15 @@ def moe_router(x: torch.Tensor, router_weight: torch.Tensor, top_k: int, shared:
     return w, ids
 
 
-def router_variant(shared: bool, pdl: bool = True):
-    """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
+def router_variant(shared: bool, pdl: bool = True, one_token: bool = False):
+    """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot); one_token: T
+    specialised to 1, as the JIT compiles a call with one token."""
     sig = {"x_ptr": "*bf16", "rw_ptr": "*bf16", "logit_ptr": "*fp32", "cnt_ptr": "*i32", "w_ptr": "*bf16",
            "ids_ptr": "*i64", "T": "i32", "E": "i32", "E_ALL": "i32", "H": "i32", "stride_x": "i32",
            "stride_rw": "i32"}  # fmt: skip
     cex = dict(TOPK=8, TOPK_P=8, BLOCK_E=256, BLOCK_R=ROUTER_ROWS, BLOCK_H=ROUTER_BLOCK_H, SHARED=shared, PDL=pdl)
-    return f"moe router{' shared' if shared else ''}{' pdl' if pdl else ''}", _router_kernel, sig, cex, ROUTER_WARPS
+    if one_token:
+        del sig["T"]
+        cex["T"] = 1
+    name = f"moe router{' shared' if shared else ''}{' T=1' if one_token else ''}{' pdl' if pdl else ''}"
+    return name, _router_kernel, sig, cex, ROUTER_WARPS
