@@ -52,9 +52,14 @@ openai_tool = st.fixed_dictionaries({"type": maybe(st.just("function")), "functi
     {"name": maybe(st.sampled_from(["get_weather", "f"])), "parameters": maybe(st.just(
         {"type": "object", "properties": {"a": {"type": "integer"}}}))}))})
 
+# a chat ends with a user turn, sometimes followed by an assistant message to continue (a prefill)
+prefill = st.sampled_from([[], [{"role": "assistant", "content": "Sure"}], [{"role": "assistant", "content": "Sure "}],
+                           [{"role": "assistant", "content": "", "reasoning_content": "r"}]])  # fmt: skip
 openai_chat = st.fixed_dictionaries({"model": st.just(MODEL),
-                                     "messages": st.lists(openai_message, max_size=3).map(
-                                         lambda m: m + [{"role": "user", "content": "hi"}])}, optional={
+                                     "messages": st.tuples(st.lists(openai_message, max_size=3), prefill).map(
+                                         lambda m: m[0] + [{"role": "user", "content": "hi"}] + m[1])}, optional={
+    "continue_final_message": top(st.booleans()),
+    "add_generation_prompt": top(st.booleans()),
     "stream": top(st.booleans()),
     "stream_options": top(st.fixed_dictionaries({"include_usage": maybe(st.booleans())})),
     "max_tokens": top(st.integers(1, 64) | st.integers(-5, 10**6)),
@@ -106,8 +111,9 @@ anthropic_message = st.fixed_dictionaries({
     "content": maybe(st.text(max_size=20) | st.lists(block, max_size=3)),
 })
 anthropic_body = st.fixed_dictionaries({"model": st.just(MODEL),
-                                        "messages": st.lists(anthropic_message, max_size=3).map(
-                                            lambda m: m + [{"role": "user", "content": "hi"}]),
+                                        "messages": st.tuples(st.lists(anthropic_message, max_size=3), prefill).map(
+                                            lambda m: m[0] + [{"role": "user", "content": "hi"}]
+                                            + [{"role": "assistant", "content": p["content"]} for p in m[1]]),
                                         "max_tokens": st.integers(1, 64) | st.integers(-5, 10**6)}, optional={
     "system": top(st.text(max_size=10) | st.lists(block, max_size=2)),
     "stream": top(st.booleans()),
