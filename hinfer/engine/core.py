@@ -111,7 +111,14 @@ class EngineCore:
         if req.images:
             self._place_images(seq, req)
         if p.structured is not None:
-            seq.grammar = self.grammars.matcher(p.structured)  # compiled here: a bad schema fails the request
+            try:  # compiled here: a bad schema fails the request
+                seq.grammar = self.grammars.matcher(p.structured)
+            except ValueError:
+                if not p.structured.tools_optional:
+                    raise
+                # checked tool calls are the server's choice, not the client's: a tool schema the grammar
+                # cannot take leaves the calls unchecked rather than failing the request
+                log.warning("tool calls left unchecked for request %s: no grammar for its tools", req.request_id)
         seq.detok = self.tokenizer.detokenizer(skip_special_tokens=p.skip_special_tokens)
         seq.stop_matcher = StopStringMatcher(p.stop)
         self.scheduler.add(seq)

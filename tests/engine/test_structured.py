@@ -154,6 +154,17 @@ def test_bad_schema_is_a_value_error(llm):
         llm.generate(["?"], SamplingParams(max_tokens=4, structured=StructuredOutput(regex="(")))
 
 
+def test_unbuildable_tool_grammar_fails_forced_calls_only(llm):
+    """A tool schema the grammar cannot take (an invalid pattern): forced calls fail the request (the client asked
+    for them), checked auto calls run unchecked (the server's choice)."""
+    bad = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"type": "string", "pattern": "("}}}}}]  # fmt: skip
+    with pytest.raises(ValueError):
+        llm.generate(["?"], SamplingParams(max_tokens=4, structured=StructuredOutput(tools=bad)))
+    out = llm.generate(["?"], SamplingParams(max_tokens=4, structured=StructuredOutput(tools=bad, tools_optional=True)))
+    assert len(out[0].token_ids) == 4
+
+
 def test_constrained_lanes_run_without_drafts_under_spec(make_engine_core, tokenizer):
     """--spec mtp: a constrained lane verifies its one token per step (no drafts) beside lanes that speculate;
     its answer is the same as without speculation."""
