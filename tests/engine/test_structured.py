@@ -126,7 +126,9 @@ def test_auto_tool_calls_are_held_to_valid_calls(llm):
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": params}}]
     call = llm.tokenizer.token_to_id("<tool_call>")
     so = StructuredOutput(tools=tools, parallel_tool_calls=False, tools_optional=True, max_json_whitespace=2)
-    outs = llm.generate(["Weather?"] * 4, [SamplingParams(max_tokens=200, seed=s, structured=so, logit_bias={call: 8.0})
+    # +12 on the token: every seed tried starts a call within its first ten tokens (measured over 8; +8: 7 of 8,
+    # some after hundreds of tokens)
+    outs = llm.generate(["Weather?"] * 4, [SamplingParams(max_tokens=200, seed=s, structured=so, logit_bias={call: 12.0})
                                            for s in range(4)])  # fmt: skip
     started = 0
     for out in outs:
@@ -138,7 +140,7 @@ def test_auto_tool_calls_are_held_to_valid_calls(llm):
         started += 1
         assert out.finish_reason == "stop" and len(parser.calls) == 1, out.text
         jsonschema.validate(json.loads(parser.calls[0].arguments_json), params)
-    assert started >= 2, [o.text[:80] for o in outs]
+    assert started >= 3, [o.text[:80] for o in outs]
 
 
 def test_regex(llm):
