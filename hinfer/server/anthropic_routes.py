@@ -19,7 +19,7 @@ from hinfer.server.openapi_responses import ANTHROPIC_ERRORS, STREAMED
 from hinfer.server.prompt import plan_max_tokens, render_prompt_off_loop
 from hinfer.server.schemas_anthropic import CountTokensRequest, MessagesRequest
 from hinfer.server.state import get_state, new_id
-from hinfer.server.structured import anthropic_output_format, constraint
+from hinfer.server.structured import anthropic_output_format, calls_under_grammar, constraint
 
 log = logging.getLogger(__name__)
 router = APIRouter(responses=ANTHROPIC_ERRORS)
@@ -42,7 +42,7 @@ async def messages(body: MessagesRequest, request: Request):
 
     run = EngineRun(st, new_id("msgreq-"), ids, sp, request, images)
     b = MessageBuilder(run, model=body.model, reasoning=prompt.starts_in_reasoning(), tools=prompt.parse_tools(),
-                       stop_sequences=sp.stop, max_calls=prompt.max_calls, trim_strings=prompt.calls_under_grammar)
+                       stop_sequences=sp.stop, max_calls=prompt.max_calls, trim_strings=calls_under_grammar(sp.structured))
     await run.start()
     if body.stream:
         run.unwatch()

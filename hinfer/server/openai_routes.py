@@ -36,7 +36,7 @@ from hinfer.server.openapi_responses import OPENAI_ERRORS, STREAMED
 from hinfer.server.prompt import plan_max_tokens, render_prompt_off_loop
 from hinfer.server.schemas_openai import ChatCompletionRequest, CompletionRequest
 from hinfer.server.state import get_state, new_id
-from hinfer.server.structured import constraint, openai_response_format, vllm_extras
+from hinfer.server.structured import calls_under_grammar, constraint, openai_response_format, vllm_extras
 
 router = APIRouter(responses=OPENAI_ERRORS)
 
@@ -68,7 +68,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         runs.append(run)
         builders.append(ChatBuilder(st, run, model=body.model, reasoning=prompt.starts_in_reasoning(),
                                     tools=prompt.parse_tools(), logprobs=sp.logprobs is not None,
-                                    max_calls=prompt.max_calls, trim_strings=prompt.calls_under_grammar,
+                                    max_calls=prompt.max_calls, trim_strings=calls_under_grammar(sp.structured),
                                     response_id=chat_id, index=k))  # fmt: skip
     await start_all(runs)
     if body.stream:

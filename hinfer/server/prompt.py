@@ -46,23 +46,11 @@ class ChatPrompt:
     images: list[Any] = field(default_factory=list)  # decoded images of the user messages, in prompt order
     add_generation_prompt: bool = True  # False only for POST /tokenize, which may count a conversation as is
     continuation: str = ""  # an assistant prefill: the answer goes on from this text, after the generation prompt
-    checked_calls: bool = False  # tool_choice auto held to valid calls (set by server/structured.py's constraint)
 
     def starts_in_reasoning(self) -> bool:
         """Whether the generated text opens inside the thinking block: thinking on and no continuation past it
         (a continued answer's prefill closes it; </think> is an ordinary added token, so the model sees it too)."""
         return self.enable_thinking and "</think>" not in self.continuation
-
-    @property
-    def forced_calls(self) -> bool:
-        """tool_choice required / named: the answer is grammar-constrained to tool calls (server/structured.py)."""
-        return self.tool_choice.mode in ("required", "named") and bool(self.tools)
-
-    @property
-    def calls_under_grammar(self) -> bool:
-        """The calls are written under a grammar (forced, or checked), which treats the whitespace around a string
-        value as padding: the parser trims it (hinfer/server/tool_parser.py)."""
-        return self.forced_calls or self.checked_calls
 
     @property
     def max_calls(self) -> int | None:

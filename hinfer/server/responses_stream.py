@@ -19,6 +19,7 @@ from hinfer.server.prompt import ChatPrompt
 from hinfer.server.responses_convert import encrypt_reasoning
 from hinfer.server.schemas_responses import ResponsesRequest
 from hinfer.server.state import new_id
+from hinfer.server.structured import calls_under_grammar
 from hinfer.server.tool_parser import TextPiece, ToolCallArgs, ToolCallStart
 
 Event = dict[str, Any]
@@ -34,7 +35,7 @@ class ResponseBuilder:
         self.encrypted = "reasoning.encrypted_content" in (body.include or [])
         self.parser = OutputParser(reasoning=prompt.enable_thinking, tools=prompt.parse_tools(),
                                    new_id=lambda: new_id("call_"), max_calls=prompt.max_calls,
-                                   trim_strings=prompt.calls_under_grammar)
+                                   trim_strings=calls_under_grammar(run.sampling.structured))
         self.output: list[dict[str, Any]] = []
         self.reasoning_tokens = 0
         self._seq = 0

@@ -109,6 +109,12 @@ def checked_tools(prompt: ChatPrompt) -> StructuredOutput | None:
                             tools_optional=True)
 
 
+def calls_under_grammar(so: StructuredOutput | None) -> bool:
+    """The answer's tool calls are written under a grammar (forced, or checked), which treats the whitespace
+    around a string value as padding: the parser trims it (hinfer/server/tool_parser.py)."""
+    return so is not None and so.tools is not None
+
+
 def constraint(prompt: ChatPrompt, schema: dict[str, Any] | bool | None = None,
                other: StructuredOutput | None = None, param: str = "response_format",
                tool_grammar: bool = False) -> StructuredOutput | None:
@@ -121,7 +127,6 @@ def constraint(prompt: ChatPrompt, schema: dict[str, Any] | bool | None = None,
     mid_answer = bool(prompt.continuation) and not prompt.starts_in_reasoning()  # an assistant prefill continued
     if not found and tool_grammar and not mid_answer and (auto := checked_tools(prompt)) is not None:
         found = [auto]
-        prompt.checked_calls = True
     if not found:
         return None
     if mid_answer:
