@@ -73,11 +73,14 @@ A_PERM_ROWS = gl.constexpr((0, 1, 2, 4, 5, 6, 3, 7))
 B_PERM = gl.constexpr((2, 3, 1, 4, 0))
 # _UNPACK, then each register times its row's scale (rows g: $28, g + 8: $36), rounded once (fma with -0): the
 # A operand round((u - z) * s), Int4MmaWeight.dequantize's bf16 value (the warpgroup-MMA kernel's)
-_UNPACK_SCALED = gl.constexpr(_UNPACK.value[:-1] + """mov.b32 one, 0x80008000;
-fma.rn.bf16x2 $0, $0, $28, one;
-fma.rn.bf16x2 $1, $1, $36, one;
-fma.rn.bf16x2 $2, $2, $28, one;
-fma.rn.bf16x2 $3, $3, $36, one;
+_UNPACK_SCALED = gl.constexpr(_UNPACK.value[:-1] + """{
+.reg .b32 nz;
+mov.b32 nz, 0x80008000;
+fma.rn.bf16x2 $0, $0, $28, nz;
+fma.rn.bf16x2 $1, $1, $36, nz;
+fma.rn.bf16x2 $2, $2, $28, nz;
+fma.rn.bf16x2 $3, $3, $36, nz;
+}
 }""")
 _RAW_ARGS = gl.constexpr("=r,=r,=r,=r" + ",r" * 8)  # 4 bf16x2 outputs, the word 8 times
 _ARGS = gl.constexpr("=r,=r,=r,=r" + ",r" * 24)  # and the two offsets 8 times each
