@@ -2,8 +2,11 @@
 packaged tile, at the Qwen3.6-27B shapes and 8-64 rows of x (8 lanes of decode, 8 lanes x 4 verified tokens),
 timed like bench/linear_kernels.py (CUDA graph over weight copies that do not fit in L2). Prints, per shape and
 M, the mma.sync time, the best wgmma tile and both as a share of the copy bandwidth; `--json` keeps every row.
+`--tiles` writes the wgmma entries (family int4_wgmma) where the best tile beats mma.sync by more than 3%, as
+HINFER_TILES reads them, and prints them as tuned.py lines: an entry is also where the kernel takes over.
 
-    python bench/int4_wgmma.py [--ms 8,16,32,64] [--shapes qkv,gdn_in,gate_up,o_proj,down] [--json out.json]
+    python bench/int4_wgmma.py [--ms 4,8,16,32] [--shapes qkv,gdn_in,gate_up,o_proj,down] [--json out.json]
+                               [--tiles tiles.json]
 """
 
 from __future__ import annotations
@@ -24,38 +27,41 @@ from bench.tile_sweep import time_tiles  # noqa: E402
 
 
 def candidates(m: int, n: int, k: int) -> list:
-    """wgmma tiles (SkinnyConfig: BLOCK_N, 128, BLOCK_M, split, warps, stages): 64 rows of W per warpgroup and
-    repeat, x's rows padded (or half that from 16 rows), K splits leaving >= 4 groups each, each MMA waited for
-    or one in flight (stages 1 / 2)."""
+    """wgmma tiles (SkinnyConfig: BLOCK_N, 128, BLOCK_M, split, warps, 1): 64 rows of W per warpgroup and
+    repeat, x's rows padded (or half that from 16 rows), K splits leaving >= 4 groups each."""
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
     from hinfer.ops.triton.tiles.linear import mma_block_m
 
     padded = mma_block_m(m)
     out = []
-    for block_m, (block_n, warps), split, stages in itertools.product(
-        dict.fromkeys((padded, max(8, padded // 2))), ((64, 4), (128, 4), (128, 8), (256, 8)), (1, 2, 4), (1, 2)
+    for block_m, (block_n, warps), split in itertools.product(
+        dict.fromkeys((padded, max(8, padded // 2))), ((64, 4), (128, 4), (128, 8), (256, 8)), (1, 2, 4)
     ):
         if n % block_n or k // 128 // split < 4:
             continue
         if split > 1 and (n // block_n) * split * -(-m // block_m) > 2 * 132:  # splits only to fill the SMs
             continue
-        out.append(SkinnyConfig(block_n, 128, block_m, split, warps, stages))
+        out.append(SkinnyConfig(block_n, 128, block_m, split, warps, 1))
     return out
 
 
 def main() -> None:
     from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
     from hinfer.ops.triton.linear_int4_wgmma import int4_wgmma_matmul
+    from hinfer.ops.triton.tiles.forms import INT4_WGMMA
     from hinfer.ops.triton.tiles.linear import mma_config
+    from hinfer.ops.triton.tiles.table import entry, m_bucket, source_line, write
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ms", default="8,16,32,64")
+    ap.add_argument("--ms", default="4,8,16,32")
     ap.add_argument("--shapes", default="qkv,gdn_in,gate_up,o_proj,down")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--tiles", type=Path, help="write the winning wgmma entries here (HINFER_TILES form)")
+    ap.add_argument("--margin", type=float, default=0.03, help="how much faster than mma.sync an entry must be")
     a = ap.parse_args()
     bw = copy_bandwidth()
     g = _gen(4)
-    rows = []
+    rows, wins = [], []
     for name, n, k in [s for s in SHAPES if s[0] in a.shapes.split(",")]:
         w, nbytes = make_weight("int4-mma", n, k, g)
         weights = _copies(w, nbytes)
@@ -82,10 +88,17 @@ def main() -> None:
             rows.append({"shape": name, "n": n, "k": k, "m": m, "mma_us": mma_t * 1e6, "mma_tile": asdict(mma_config(m, n, k)),
                          "wgmma_us": best_t * 1e6, "wgmma_tile": asdict(best), "bytes": nbytes, "copy_bw": bw,
                          "all": [(t * 1e6, asdict(c)) for t, c in timed]})  # fmt: skip
+            if best_t * (1 + a.margin) < mma_t:
+                wins.append((n, k, m_bucket(m), best))
             if a.json:  # as it goes: a run cut short keeps what it measured
                 a.json.write_text(json.dumps(rows, indent=1))
+            if a.tiles:
+                write(a.tiles, [entry(INT4_WGMMA, *e) for e in wins])
         del w, weights
         torch.cuda.empty_cache()
+    print("# the warpgroup-MMA kernel's wins (tuned.py lines):")
+    for e in wins:
+        print(source_line(INT4_WGMMA, *e))
 
 
 if __name__ == "__main__":

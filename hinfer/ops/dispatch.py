@@ -63,13 +63,13 @@ def warn_fallback(op: str, why: str) -> None:
 # the launch-saving fused paths and the most token rows each takes by default (None: any, 0: off until measured).
 # Measured on the H200 (bench/RESULTS.md): the experts' slot sum in the down launch and the int4 kernel's tail
 # rows help at one row and cost 1-3% at eight (their serial last-program work grows with the rows)
-FUSIONS: dict[str, int | None] = {"slot_sum": 1, "tail": 1, "gate": None, "router": 0}
+FUSIONS: dict[str, int | None] = {"slot_sum": 1, "tail": 1, "gate": None}
 
 
 def launch_fusions(name: str, rows: int) -> bool:
     """Whether an op at `rows` token rows takes a launch-saving fused path: `slot_sum` the slot sum in the int4
     experts' down launch, `tail` the int4 kernel's bf16 tail rows (the GDN in_proj's b / a), `gate` the attention
-    output gate in the decode kernels, `router` the MoE router's GEMV and route in one launch. HINFER_FUSE_LAUNCHES: 1 (default) each up to its rows in FUSIONS, 0 none
+    output gate in the decode kernels. HINFER_FUSE_LAUNCHES: 1 (default) each up to its rows in FUSIONS, 0 none
     (the separate kernels, to compare or to fall back), or a comma list of the names on at any rows. Read at
     every call, so a test or a bench can flip it."""
     if name not in FUSIONS:
@@ -80,11 +80,14 @@ def launch_fusions(name: str, rows: int) -> bool:
     return on != "0" and name in {v.strip() for v in on.split(",")}
 
 
-def int4_wgmma_rows() -> int:
-    """The fewest rows of x that the int4 warpgroup-MMA kernel takes from the mma.sync one (fragment-ordered
-    weights, up to 64 rows); 0: never (the default until a sweep on the GPU says where it wins).
-    HINFER_INT4_WGMMA=<rows>, read at every call."""
-    v = os.environ.get("HINFER_INT4_WGMMA", "0").strip()
+def int4_wgmma_rows() -> int | None:
+    """Where the int4 warpgroup-MMA kernel takes over from the mma.sync one (fragment-ordered weights, up to 64
+    rows of x): None (HINFER_INT4_WGMMA unset or `tuned`, the default) at the shapes and M buckets where its
+    sweep won (tiles/tuned.py); 0 never; a row count from that many rows of x at every shape. Read at every
+    call."""
+    v = os.environ.get("HINFER_INT4_WGMMA", "tuned").strip()
+    if v == "tuned":
+        return None
     if not v.isdigit():
-        raise ValueError(f"HINFER_INT4_WGMMA must be a row count (0: off), got {v!r}")
+        raise ValueError(f"HINFER_INT4_WGMMA must be `tuned` or a row count (0: off), got {v!r}")
     return int(v)

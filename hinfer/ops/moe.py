@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from hinfer.ops.dispatch import launch_fusions, use_triton, warn_fallback
+from hinfer.ops.dispatch import use_triton, warn_fallback
 from hinfer.ops.linear import linear
 from hinfer.ops.triton.moe_int4 import Int4Experts
 from hinfer.quant.experts import Fp8ExpertsWeight, Int4ExpertsWeight
@@ -72,15 +72,7 @@ def moe_route(router_logits: torch.Tensor, top_k: int, shared: bool = False) -> 
 
 def moe_router(x: torch.Tensor, router_weight: torch.Tensor, top_k: int, shared: bool = False
                ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """moe_route(linear(x, router_weight), top_k, shared): the router's logits and their top k; one launch at
-    decode sizes on the GPU when the `router` launch fusion is on (hinfer/ops/triton/moe_router.py: the logits
-    rounded as linear's are, their fp32 sum in another order)."""
-    if use_triton(x) and launch_fusions("router", x.shape[0]):
-        from hinfer.ops.triton.moe_router import moe_router as fused
-        from hinfer.ops.triton.moe_router import router_fits
-
-        if router_fits(x, router_weight):
-            return fused(x, router_weight, top_k, shared)
+    """moe_route(linear(x, router_weight), top_k, shared): the router's logits and their top k."""
     return moe_route(linear(x, router_weight), top_k, shared)
 
 

@@ -180,13 +180,24 @@ class Int4MmaWeight(nn.Module):
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.k)
         if x2.shape[0] <= MAX_M:
-            if 0 < int4_wgmma_rows() <= x2.shape[0] and self.scales.dtype == torch.bfloat16:
+            if self._wgmma_takes(x2.shape[0]):
                 from hinfer.ops.triton.linear_int4_wgmma import int4_wgmma_matmul
 
                 return int4_wgmma_matmul(x2, self, out=out).view(*lead, self.n)
             return int4_mma_matmul(x2, self, out=out).view(*lead, self.n)
         y = F.linear(x2, self.dequantize(x.dtype))
         return (y if out is None else out.copy_(y)).view(*lead, self.n)
+
+    def _wgmma_takes(self, m: int) -> bool:
+        """Whether the warpgroup-MMA kernel takes these m rows (int4_wgmma_rows says where)."""
+        if self.scales.dtype != torch.bfloat16:
+            return False
+        rows = int4_wgmma_rows()
+        if rows is None:
+            from hinfer.ops.triton.tiles.linear import wgmma_swept_faster
+
+            return wgmma_swept_faster(m, self.n, self.k)
+        return 0 < rows <= m
 
     def matmul_tail(self, x: torch.Tensor, tail: torch.Tensor, out: torch.Tensor) -> bool:
         """out [M, N + T] = [x @ self^T, x @ tail^T] in one launch (the tail rows on CUDA cores beside the int4

@@ -1,9 +1,11 @@
 """Kernel-path switches: HINFER_FUSE_LAUNCHES (each fusion up to its default rows, none, or a comma list of the
-named fusions at any rows; an unknown name is an error) and HINFER_INT4_WGMMA (a row count)."""
+named fusions at any rows; an unknown name is an error) and HINFER_INT4_WGMMA (the tuned table, or a row count),
+with the tile table's say on where the warpgroup-MMA kernel takes over."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from hinfer.ops.dispatch import FUSIONS, launch_fusions
 
@@ -24,9 +26,31 @@ def test_int4_wgmma_rows(monkeypatch):
     from hinfer.ops.dispatch import int4_wgmma_rows
 
     monkeypatch.delenv("HINFER_INT4_WGMMA", raising=False)
+    assert int4_wgmma_rows() is None
+    monkeypatch.setenv("HINFER_INT4_WGMMA", "tuned")
+    assert int4_wgmma_rows() is None
+    monkeypatch.setenv("HINFER_INT4_WGMMA", "0")
     assert int4_wgmma_rows() == 0
     monkeypatch.setenv("HINFER_INT4_WGMMA", "16")
     assert int4_wgmma_rows() == 16
     monkeypatch.setenv("HINFER_INT4_WGMMA", "on")
     with pytest.raises(ValueError, match="row count"):
         int4_wgmma_rows()
+
+
+def test_wgmma_takes_over_where_its_sweep_won(monkeypatch):
+    """By default the warpgroup-MMA kernel takes a shape at an M bucket only where tuned.py has its entry (the
+    sweep writes one only where it won); a row count overrides that at every shape; bf16 scales only."""
+    from hinfer.ops.triton.tiles import table
+    from hinfer.ops.triton.tiles.forms import INT4_WGMMA, SkinnyConfig
+    from hinfer.quant.int4_mma_layout import Int4MmaWeight
+
+    n, k = 192, 256
+    w = Int4MmaWeight(torch.zeros(n // 16, 2 * k, dtype=torch.int32), torch.ones(k // 128, n).bfloat16(), None, n, k)
+    monkeypatch.setitem(table.TABLE, (INT4_WGMMA, n, k, 8), SkinnyConfig(64, 128, 8, 1, 4, 1))
+    monkeypatch.delenv("HINFER_INT4_WGMMA", raising=False)
+    assert [m for m in range(1, 17) if w._wgmma_takes(m)] == [5, 6, 7, 8]
+    monkeypatch.setenv("HINFER_INT4_WGMMA", "12")
+    assert [m for m in range(1, 17) if w._wgmma_takes(m)] == [12, 13, 14, 15, 16]
+    monkeypatch.setenv("HINFER_INT4_WGMMA", "0")
+    assert not any(w._wgmma_takes(m) for m in range(1, 17))

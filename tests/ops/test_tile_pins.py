@@ -61,7 +61,7 @@ def _plain(v) -> object:
 
 
 def _linear(out: dict, c: ModelConfig, sms: int) -> None:
-    from hinfer.ops.triton.tiles.linear import mma_config, skinny_config
+    from hinfer.ops.triton.tiles.linear import mma_config, skinny_config, wgmma_config, wgmma_swept_faster
 
     for _, n, k in linear_shapes(c):
         at = f"{n}x{k} sms={sms}"
@@ -70,6 +70,8 @@ def _linear(out: dict, c: ModelConfig, sms: int) -> None:
         for fmt in ("fp8_row", "fp8_block"):
             out[f"{fmt}-a8 {at}"] = [_plain(skinny_config(fmt, m, n, k, a8=True, sms=sms)) for m in MS]
         out[f"int4_mma {at}"] = [_plain(mma_config(m, n, k, sms=sms)) for m in MS]
+        # the warpgroup-MMA tile, and whether it takes over from the mma.sync kernel there
+        out[f"int4_wgmma {at}"] = [[wgmma_swept_faster(m, n, k), _plain(wgmma_config(m, n, k, sms=sms))] for m in MS]
 
 
 def _moe(out: dict, c: ModelConfig, sms: int) -> None:

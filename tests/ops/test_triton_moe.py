@@ -131,17 +131,6 @@ def test_route_dispatch(tm, seed, monkeypatch, ops_backend):
     assert calls == [(2, False), (2, True)]
 
 
-def test_router_off_the_gpu_is_linear_then_route(seed, monkeypatch, ops_backend):
-    """hinfer.ops.moe.moe_router: its one-launch kernel (Gluon) runs on CUDA only; elsewhere, even with the router
-    fusion on, it is linear + moe_route, the same routes and weights."""
-    ops_backend("triton")
-    monkeypatch.setenv("HINFER_FUSE_LAUNCHES", "router")
-    x, w = torch.randint(-2, 3, (3, 32)).bfloat16(), torch.randint(-3, 4, (9, 32)).bfloat16()
-    got = ref.moe_router(x, w, 2, shared=True)
-    want = ref.moe_route(torch.nn.functional.linear(x, w), 2, shared=True)
-    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
-
-
 # -------------------------------------------------------------------------------------------- alignment
 
 

@@ -27,7 +27,6 @@ from hinfer.ops.triton.linear_int4_gemv import int4_gemv_kernel
 from hinfer.ops.triton.linear_int4_mma import int4_mma_variant
 from hinfer.ops.triton.linear_int4_wgmma import int4_wgmma_kernel, int4_wgmma_variant
 from hinfer.ops.triton.moe_int4_mma import experts_mma_variant
-from hinfer.ops.triton.moe_router import router_variant
 from hinfer.ops.triton.tiles.forms import BF16, FP8_BLOCK, FP8_ROW, INT4
 from hinfer.ops.triton.tiles.linear import gemm_config, heuristic_config
 
@@ -166,15 +165,11 @@ def variants(full: bool = False) -> Iterator[Variant]:
     # with bf16 tail rows in the same launch (the GDN in_proj's b / a), ring and register loops
     yield (*int4_mma_variant(128, 8, 4, 4, True, True, 2, ring=4, tail=True, pdl=True), 0)
     yield (*int4_mma_variant(128, 8, 4, 8, True, True, 2, tail=True, pdl=True), 0)
-    # the MoE router in one launch (GEMV, then the last program routes a token per warp)
-    for shared in (False, True):
-        yield (*router_variant(shared), 0)
-    yield (*router_variant(True, one_token=True), 0)
     # the warpgroup-MMA kernel: one or two warpgroups, 8 to 64 rows of x, K splits
     for block_n, block_m, split, warps, zero in ((64, 8, 1, 4, True), (64, 32, 2, 4, True), (128, 16, 1, 4, False),
-                                                 (128, 32, 4, 8, True), (256, 64, 1, 8, True)):  # fmt: skip
+                                                 (128, 8, 2, 8, True), (128, 8, 4, 8, True), (256, 8, 4, 8, True),
+                                                 (128, 32, 4, 8, True), (128, 32, 1, 8, False), (256, 64, 1, 8, True)):  # fmt: skip
         yield (*int4_wgmma_variant(block_n, block_m, split, warps, zero, pdl=True), 0)
-        yield (*int4_wgmma_variant(block_n, block_m, split, warps, zero, pdl=True, asynchronous=True), 0)
     yield (*experts_mma_variant(128, 8, 8, True, True, 8, False), 0)
     yield (*experts_mma_variant(64, 8, 4, True, False, 1, True, glu=True, pdl=True), 0)
     # the tuned experts tiles: few warps over 32-64 rows, the register look-ahead 3 groups deep

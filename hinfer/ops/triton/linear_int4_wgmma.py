@@ -22,7 +22,6 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     warpgroup_mma,
-    warpgroup_mma_wait,
 )
 
 from hinfer.ops.triton.common import GROUP as GROUP_K
@@ -39,6 +38,7 @@ from hinfer.ops.triton.linear_int4_mma import (
 )
 from hinfer.ops.triton.linear_splitk import split_scratch
 from hinfer.ops.triton.tiles.forms import SkinnyConfig
+from hinfer.ops.triton.tiles.linear import wgmma_config
 
 # x [n, t, kt, k3, k0] (offset 32 t + 4 kt + 2 k3 + k0) -> [n, kt, k3, t, k0] (column 16 kt + 8 k3 + 2 t + k0):
 # int4_mma_layout.real_k's order within a group (tests/ops/test_int4_wgmma_order.py replays it)
@@ -74,13 +74,13 @@ def _k_ordered(xv, BLOCK_M: gl.constexpr):
 
 @gluon.jit
 def _k_loop(acc, w_ptrs, z_lo, s_lo, sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr,
-            BLOCK_M: gl.constexpr, DOT_A: gl.constexpr, ASYNC: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
+            BLOCK_M: gl.constexpr, DOT_A: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
     """acc + the groups g_lo .. g_hi - 1, one wgmma each: the weights a group ahead in registers, x through a
-    shared-memory slot (refilled once every warpgroup's MMA that read it is done). ASYNC: two slots and one MMA
-    left in flight while the next group unpacks (its A registers kept alive by the wait)."""
+    shared-memory slot (refilled once every warpgroup's MMA that read it is done). Each MMA is waited for: one
+    left in flight while the next group unpacks came out wrong on the H200 (a wait's deps keep the bf16
+    elements alive, not the packed registers the MMA reads); the overlap comes from programs sharing an SM."""
     XS: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
-    SLOTS: gl.constexpr = 2 if ASYNC else 1
-    x_smem = gl.allocate_shared_memory(gl.bfloat16, [SLOTS, BLOCK_M, GROUP], XS)
+    x_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, GROUP], XS)
     nw, no_lo, no_hi, ns_lo, ns_hi = _loads(w_ptrs, z_lo, s_lo, gl.minimum(g_lo, last), sg,
                                             (g_lo < g_hi).to(gl.int32), HAS_ZERO)  # fmt: skip
     _pdl_start(PDL)
@@ -90,18 +90,11 @@ def _k_loop(acc, w_ptrs, z_lo, s_lo, sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO: gl.
                                                 (g + 1 < g_hi).to(gl.int32), HAS_ZERO)  # fmt: skip
         xv = _k_ordered(gl.load(x_ptrs + g * GROUP), BLOCK_M)
         a = _a_operand(words, o_lo, o_hi, BLOCK_N, DOT_A, False, False, True, sc_lo, sc_hi)
-        slot = x_smem.index((g - g_lo) % SLOTS)
-        gl.thread_barrier()  # every warpgroup is done with the MMA that last read this slot
-        slot.store(xv)
+        gl.thread_barrier()  # every warpgroup is done with the MMA that last read the slot
+        x_smem.store(xv)
         fence_async_shared()
         gl.thread_barrier()  # the whole group of x is in shared memory
-        if ASYNC:
-            acc = warpgroup_mma(a, slot.permute((1, 0)), acc, is_async=True)
-            acc, a = warpgroup_mma_wait(1, deps=[acc, a])
-        else:
-            acc = warpgroup_mma(a, slot.permute((1, 0)), acc)
-    if ASYNC:
-        acc = warpgroup_mma_wait(0, deps=[acc])
+        acc = warpgroup_mma(a, x_smem.permute((1, 0)), acc)
     return acc
 
 
@@ -109,7 +102,7 @@ def _k_loop(acc, w_ptrs, z_lo, s_lo, sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO: gl.
 def int4_wgmma_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg, stride_sn,
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
-    ASYNC: gl.constexpr = False, PDL: gl.constexpr = False,
+    PDL: gl.constexpr = False,
 ):  # fmt: skip
     """y[:, :N] = x @ W^T: program (m block, N tile, K slice), rows of x along the fastest grid axis (the blocks
     of one weight tile run together, so all but the first read it from L2)."""
@@ -143,38 +136,28 @@ def int4_wgmma_kernel(
     x_ptrs = x_ptr + gl.minimum(pid_m * BLOCK_M + xm, M - 1) * stride_xm + kp
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
     acc = _k_loop(acc, w_ptrs, z_lo, s_lo, stride_sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO, BLOCK_N, BLOCK_M, DOT_A,
-                  ASYNC, PDL)  # fmt: skip
+                  PDL)  # fmt: skip
 
     rows = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
     _store_y(acc, rows, y_ptr, part_ptr, cnt_ptr, M, N, stride_ym, pid_m, pid_n, pid_k, BLOCK_N, BLOCK_M, SPLIT_K)
 
 
-def int4_wgmma_variant(block_n: int, block_m: int, split_k: int, warps: int, zero: bool, pdl: bool = False,
-                       asynchronous: bool = False):
+def int4_wgmma_variant(block_n: int, block_m: int, split_k: int, warps: int, zero: bool, pdl: bool = False):
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
            "y_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
            "stride_xm": "i32", "stride_ym": "i32", "stride_sg": "i32", "stride_sn": "i32"}  # fmt: skip
-    cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, ASYNC=asynchronous, PDL=pdl)
+    cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, PDL=pdl)
     name = (f"int4 wgmma{' asym' if zero else ''} BLOCK_N={block_n} BLOCK_M={block_m} split {split_k} w{warps}"
-            f"{' async' if asynchronous else ''}{' pdl' if pdl else ''}")  # fmt: skip
+            f"{' pdl' if pdl else ''}")  # fmt: skip
     return name, int4_wgmma_kernel, sig, cex, warps
-
-
-def default_wgmma_config(m: int, n: int, k: int) -> SkinnyConfig:
-    """A first tile until a sweep says otherwise: 64 rows of W per warpgroup, one warpgroup, x rows padded to
-    8 / 16 / 32 / 64, K split in two when few N tiles would leave SMs idle."""
-    block_m = max(8, 1 << (m - 1).bit_length())
-    tiles = n // 64
-    split = 2 if tiles < 132 and (k // GROUP_K) % 2 == 0 else 1
-    return SkinnyConfig(64, GROUP_K, block_m, split, 4, 1)
 
 
 def int4_wgmma_matmul(x: torch.Tensor, w, out: torch.Tensor | None = None, cfg: SkinnyConfig | None = None
                       ) -> torch.Tensor:  # fmt: skip
     """y [M, N] = x [M, K] @ W^T (bf16), 1 <= M <= 64, W an Int4MmaWeight (fragment order; scales / zeros [G, N],
     bf16 scales). `cfg`: BLOCK_N (a multiple of 16 x warps, warps a multiple of 4), block_m 8 / 16 / 32 / 64,
-    split_k, num_warps, num_stages 1 (each MMA waited for) or 2 (one in flight while the next group unpacks)."""
+    split_k, num_warps, num_stages 1 (each MMA waited for)."""
     m, k = x.shape
     n = w.shape[0]
     if (k != w.shape[1] or k % GROUP_K or not 0 < m <= MAX_M or x.dtype != torch.bfloat16
@@ -183,10 +166,10 @@ def int4_wgmma_matmul(x: torch.Tensor, w, out: torch.Tensor | None = None, cfg: 
                          f"{tuple(w.shape)} with bf16 scales, got {tuple(x.shape)} {x.dtype}")  # fmt: skip
     if x.stride(-1) != 1:
         x = x.contiguous()
-    cfg = cfg or default_wgmma_config(m, n, k)
+    cfg = cfg or wgmma_config(m, n, k)
     block_n, block_m, split, warps = cfg.block_n, cfg.block_m, cfg.split_k, cfg.num_warps
     if (n % block_n or warps % 4 or block_n % (16 * warps) or block_m not in (8, 16, 32, 64)
-            or cfg.num_stages not in (1, 2)):  # fmt: skip
+            or cfg.num_stages != 1):  # fmt: skip
         raise ValueError(f"int4 wgmma: bad tile for N={n}, M={m}: {cfg}")
     if out is None:
         out = torch.empty((m, n), dtype=x.dtype, device=x.device)
@@ -195,7 +178,7 @@ def int4_wgmma_matmul(x: torch.Tensor, w, out: torch.Tensor | None = None, cfg: 
     int4_wgmma_kernel[grid](
         x, w.words, w.scales, w.zeros if w.zeros is not None else w.scales, out, part, cnt, m, n, k,
         x.stride(0), out.stride(0), n, 1,
-        HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split, ASYNC=cfg.num_stages == 2,
+        HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split,
         num_warps=warps,
         **pdl_kwargs(x),
     )  # fmt: skip

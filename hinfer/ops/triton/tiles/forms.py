@@ -6,10 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Linear families: the skinny (decode) kernel per weight format, its W8A8 twins, the int4 tensor-core kernel
-# (linear_int4_mma: num_stages is its loop depth) and the prefill GEMMs (promote: a second accumulator live).
+# (linear_int4_mma: num_stages is its loop depth), its warpgroup-MMA twin (linear_int4_wgmma: an entry is also where
+# it takes over from the mma.sync kernel) and the prefill GEMMs (promote: a second accumulator live).
 BF16, FP8_ROW, FP8_BLOCK, INT4 = "bf16", "fp8_row", "fp8_block", "int4"
 FP8_ROW_A8, FP8_BLOCK_A8 = f"{FP8_ROW}-a8", f"{FP8_BLOCK}-a8"
-INT4_MMA = "int4_mma"
+INT4_MMA, INT4_WGMMA = "int4_mma", "int4_wgmma"
 GEMM, GEMM_PROMOTE = "gemm", "gemm_promote"
 # MoE families: the routed experts per weight format; int4 experts at decode sizes on tensor cores
 MOE_BF16, MOE_INT4, MOE_FP8 = "moe_bf16", "moe_int4", "moe_fp8"
@@ -92,7 +93,8 @@ class PrefillTile:
 
 
 FORMS: dict[str, type] = {
-    **dict.fromkeys((BF16, FP8_ROW, FP8_BLOCK, INT4, FP8_ROW_A8, FP8_BLOCK_A8, INT4_MMA), SkinnyConfig),
+    **dict.fromkeys((BF16, FP8_ROW, FP8_BLOCK, INT4, FP8_ROW_A8, FP8_BLOCK_A8, INT4_MMA, INT4_WGMMA),
+                    SkinnyConfig),
     GEMM: GemmConfig,
     GEMM_PROMOTE: GemmConfig,
     **dict.fromkeys((MOE_BF16, MOE_INT4, MOE_FP8), MoeConfig),

@@ -21,10 +21,11 @@ from hinfer.ops.triton.tiles.forms import (
     GEMM_PROMOTE,
     INT4,
     INT4_MMA,
+    INT4_WGMMA,
     GemmConfig,
     SkinnyConfig,
 )
-from hinfer.ops.triton.tiles.table import Family, lookup
+from hinfer.ops.triton.tiles.table import TABLE, Family, lookup, m_bucket
 
 QGROUP = GROUP  # int4 group and fp8 block edge along K: every grouped kernel iteration stays inside one group
 SKINNY_MAX_M = {BF16: 16, FP8_ROW: 64, FP8_BLOCK: 64, INT4: 64}  # above: cuBLAS / the prefill GEMMs
@@ -134,6 +135,31 @@ INT4_MMA_TILES: Family[SkinnyConfig] = Family(INT4_MMA, _mma_heuristic, _mma_fit
 def mma_config(m: int, n: int, k: int, sms: int | None = None) -> SkinnyConfig:
     """Tiles of one int4 tensor-core call (linear_int4_mma.int4_mma_matmul)."""
     return lookup(INT4_MMA_TILES, m, n, k, sms=sms)
+
+
+def _wgmma_heuristic(m: int, n: int, k: int, sms: int | None = None) -> SkinnyConfig:
+    """The shape of the 27B winners (bench/int4_wgmma.py): two warpgroups of 64 rows of W (BLOCK_N 128), x's rows
+    padded, K split until about two programs per SM while every split keeps >= 4 groups."""
+    sms = num_sms() if sms is None else sms
+    block_n = 128 if n % 128 == 0 else 64
+    tiles, groups, split = n // block_n, k // GROUP, 1
+    while tiles * split * 2 <= 2 * sms and groups // (split * 2) >= 4:
+        split *= 2
+    return SkinnyConfig(block_n, GROUP, mma_block_m(m), split, block_n // 16, 1)
+
+
+INT4_WGMMA_TILES: Family[SkinnyConfig] = Family(INT4_WGMMA, _wgmma_heuristic, _mma_fits)
+
+
+def wgmma_config(m: int, n: int, k: int, sms: int | None = None) -> SkinnyConfig:
+    """Tiles of one int4 warpgroup-MMA call (linear_int4_wgmma.int4_wgmma_matmul)."""
+    return lookup(INT4_WGMMA_TILES, m, n, k, sms=sms)
+
+
+def wgmma_swept_faster(m: int, n: int, k: int) -> bool:
+    """Whether a sweep found the warpgroup-MMA kernel faster than the mma.sync one at this shape and M bucket:
+    the sweep (bench/int4_wgmma.py) writes an entry only where it won."""
+    return (INT4_WGMMA, n, k, m_bucket(m)) in TABLE
 
 
 # Prefill GEMMs (int4 W4A16 / W4A8, fp8 W8A8): 128x128 tiles, 8 warps. Promoting each K-step's partial
