@@ -5,8 +5,8 @@ M, the mma.sync time, the best wgmma tile and both as a share of the copy bandwi
 `--tiles` writes the wgmma entries (family int4_wgmma) where the best tile beats mma.sync by more than 3%, as
 HINFER_TILES reads them, and prints them as tuned.py lines: an entry is also where the kernel takes over.
 
-    python bench/int4_wgmma.py [--ms 4,8,16,32] [--shapes qkv,gdn_in,gate_up,o_proj,down] [--json out.json]
-                               [--tiles tiles.json]
+    python bench/int4_wgmma.py [--ms 4,8,16,32] [--shapes qkv,gdn_in,gate_up,o_proj,down | --config NAME]
+                               [--json out.json] [--tiles tiles.json]
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.int4_mma_tiles import config_shapes  # noqa: E402
 from bench.linear_kernels import SHAPES, _copies, _gen, copy_bandwidth, graph_time, make_weight  # noqa: E402
 from bench.tile_sweep import time_tiles  # noqa: E402
 
@@ -55,6 +56,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ms", default="4,8,16,32")
     ap.add_argument("--shapes", default="qkv,gdn_in,gate_up,o_proj,down")
+    ap.add_argument("--config", help="a packaged config (e.g. qwen3.6-35b-a3b): its shapes instead of the 27B's")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--tiles", type=Path, help="write the winning wgmma entries here (HINFER_TILES form)")
     ap.add_argument("--margin", type=float, default=0.03, help="how much faster than mma.sync an entry must be")
@@ -62,7 +64,8 @@ def main() -> None:
     bw = copy_bandwidth()
     g = _gen(4)
     rows, wins = [], []
-    for name, n, k in [s for s in SHAPES if s[0] in a.shapes.split(",")]:
+    shapes = config_shapes(a.config) if a.config else [s for s in SHAPES if s[0] in a.shapes.split(",")]
+    for name, n, k in shapes:
         w, nbytes = make_weight("int4-mma", n, k, g)
         weights = _copies(w, nbytes)
         for m in (int(v) for v in a.ms.split(",")):

@@ -9,7 +9,7 @@ DecodeTile, ...) imports it from forms.py with it.
 
 from __future__ import annotations
 
-from hinfer.ops.triton.tiles.forms import INT4_MMA, MOE_INT4_MMA, SkinnyConfig
+from hinfer.ops.triton.tiles.forms import INT4_MMA, INT4_WGMMA, MOE_INT4_MMA, SkinnyConfig
 
 # Linear: the skinny kernel. Swept on the H200 (2026-11-30, `bench/linear_kernels.py --tune --formats bf16
 # --ms 1,8`); GDN in_proj fused (16480 rows) reuses the 16384-row winner.
@@ -72,6 +72,21 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     (INT4_MMA, 5120, 17408, 8): SkinnyConfig(128, 128, 8, 16, 4, 2, 4),
     (INT4_MMA, 5120, 17408, 16): SkinnyConfig(128, 128, 16, 8, 4, 2, 4),
     (INT4_MMA, 5120, 17408, 32): SkinnyConfig(128, 128, 16, 4, 4, 2, 4),
+    # int4 on warpgroup MMA, where it beat the mma.sync kernel by > 3% (an entry is where it takes over), swept
+    # 2026-12-02 (`bench/int4_wgmma.py --ms 4,8,16,32 --tiles`, asymmetric weights)
+    (INT4_WGMMA, 14336, 5120, 4): SkinnyConfig(256, 128, 8, 4, 8, 1),
+    (INT4_WGMMA, 14336, 5120, 8): SkinnyConfig(256, 128, 8, 4, 8, 1),
+    (INT4_WGMMA, 14336, 5120, 16): SkinnyConfig(256, 128, 16, 2, 8, 1),
+    (INT4_WGMMA, 14336, 5120, 32): SkinnyConfig(128, 128, 32, 2, 8, 1),
+    (INT4_WGMMA, 16384, 5120, 4): SkinnyConfig(256, 128, 8, 4, 8, 1),
+    (INT4_WGMMA, 16384, 5120, 8): SkinnyConfig(256, 128, 8, 4, 8, 1),
+    (INT4_WGMMA, 16384, 5120, 32): SkinnyConfig(128, 128, 32, 2, 8, 1),
+    (INT4_WGMMA, 34816, 5120, 16): SkinnyConfig(64, 128, 16, 1, 4, 1),
+    (INT4_WGMMA, 34816, 5120, 32): SkinnyConfig(128, 128, 32, 1, 8, 1),
+    (INT4_WGMMA, 5120, 6144, 8): SkinnyConfig(128, 128, 8, 4, 8, 1),
+    (INT4_WGMMA, 5120, 6144, 16): SkinnyConfig(128, 128, 16, 4, 8, 1),
+    (INT4_WGMMA, 5120, 6144, 32): SkinnyConfig(128, 128, 32, 4, 8, 1),
+    (INT4_WGMMA, 5120, 17408, 32): SkinnyConfig(128, 128, 32, 4, 8, 1),
     # 35B-A3B and 122B-A10B dense projections (`bench/int4_mma_tiles.py --config NAME --ms 1,8`)
     (INT4_MMA, 2048, 512, 1): SkinnyConfig(128, 128, 8, 1, 4, 4),
     (INT4_MMA, 2048, 512, 8): SkinnyConfig(128, 128, 8, 1, 4, 4),
