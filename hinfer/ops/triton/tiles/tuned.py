@@ -87,6 +87,34 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     (INT4_WGMMA, 5120, 6144, 16): SkinnyConfig(128, 128, 16, 4, 8, 1),
     (INT4_WGMMA, 5120, 6144, 32): SkinnyConfig(128, 128, 32, 4, 8, 1),
     (INT4_WGMMA, 5120, 17408, 32): SkinnyConfig(128, 128, 32, 4, 8, 1),
+    # ... and at the 35B-A3B and 122B-A10B dense shapes (`--config NAME`): from 16 rows the mma.sync kernel's
+    # untuned tiles took 2-9x as long
+    (INT4_WGMMA, 17408, 3072, 16): SkinnyConfig(64, 128, 16, 1, 4, 1),
+    (INT4_WGMMA, 17408, 3072, 32): SkinnyConfig(128, 128, 32, 1, 8, 1),
+    (INT4_WGMMA, 20480, 3072, 16): SkinnyConfig(64, 128, 16, 1, 4, 1),
+    (INT4_WGMMA, 20480, 3072, 32): SkinnyConfig(128, 128, 32, 1, 8, 1),
+    (INT4_WGMMA, 3072, 8192, 16): SkinnyConfig(64, 128, 16, 4, 4, 1),
+    (INT4_WGMMA, 3072, 8192, 32): SkinnyConfig(128, 128, 32, 4, 8, 1),
+    (INT4_WGMMA, 2048, 3072, 4): SkinnyConfig(64, 128, 8, 4, 4, 1),
+    (INT4_WGMMA, 2048, 3072, 8): SkinnyConfig(64, 128, 8, 4, 4, 1),
+    (INT4_WGMMA, 2048, 3072, 16): SkinnyConfig(64, 128, 16, 4, 4, 1),
+    (INT4_WGMMA, 2048, 3072, 32): SkinnyConfig(64, 128, 16, 4, 4, 1),
+    (INT4_WGMMA, 3072, 1024, 4): SkinnyConfig(64, 128, 8, 2, 4, 1),
+    (INT4_WGMMA, 3072, 1024, 8): SkinnyConfig(64, 128, 8, 2, 4, 1),
+    (INT4_WGMMA, 3072, 1024, 16): SkinnyConfig(64, 128, 16, 2, 4, 1),
+    (INT4_WGMMA, 3072, 1024, 32): SkinnyConfig(64, 128, 16, 2, 4, 1),
+    (INT4_WGMMA, 9216, 2048, 16): SkinnyConfig(128, 128, 16, 2, 8, 1),
+    (INT4_WGMMA, 9216, 2048, 32): SkinnyConfig(64, 128, 16, 1, 4, 1),
+    (INT4_WGMMA, 12288, 2048, 16): SkinnyConfig(128, 128, 16, 2, 8, 1),
+    (INT4_WGMMA, 12288, 2048, 32): SkinnyConfig(128, 128, 32, 1, 8, 1),
+    (INT4_WGMMA, 2048, 4096, 16): SkinnyConfig(64, 128, 16, 4, 4, 1),
+    (INT4_WGMMA, 2048, 4096, 32): SkinnyConfig(64, 128, 16, 4, 4, 1),
+    (INT4_WGMMA, 1024, 2048, 4): SkinnyConfig(64, 128, 8, 4, 4, 1),
+    (INT4_WGMMA, 1024, 2048, 8): SkinnyConfig(64, 128, 8, 4, 4, 1),
+    (INT4_WGMMA, 1024, 2048, 16): SkinnyConfig(64, 128, 8, 4, 4, 1),
+    (INT4_WGMMA, 1024, 2048, 32): SkinnyConfig(64, 128, 16, 4, 4, 1),
+    (INT4_WGMMA, 2048, 512, 16): SkinnyConfig(64, 128, 16, 1, 4, 1),
+    (INT4_WGMMA, 2048, 512, 32): SkinnyConfig(64, 128, 16, 1, 4, 1),
     # 35B-A3B and 122B-A10B dense projections (`bench/int4_mma_tiles.py --config NAME --ms 1,8`)
     (INT4_MMA, 2048, 512, 1): SkinnyConfig(128, 128, 8, 1, 4, 4),
     (INT4_MMA, 2048, 512, 8): SkinnyConfig(128, 128, 8, 1, 4, 4),
@@ -116,12 +144,12 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     # (K in 4 splits), down 9.0 -> 7.9
     (MOE_INT4_MMA, 1024, 2048, 16): SkinnyConfig(64, 128, 8, 4, 4, 4),
     (MOE_INT4_MMA, 2048, 512, 16): SkinnyConfig(256, 128, 8, 1, 8, 2),
-    (MOE_INT4_MMA, 1024, 2048, 64): SkinnyConfig(64, 128, 8, 1, 1, 4),
+    (MOE_INT4_MMA, 1024, 2048, 64): SkinnyConfig(32, 128, 8, 1, 2, 4),  # 35.6 -> 32.9 us (2026-12-02)
     (MOE_INT4_MMA, 2048, 512, 64): SkinnyConfig(128, 128, 8, 1, 2, 2),
     # 122B-A10B at one token re-swept with K splits 2026-12-02: gate_up 21.0 -> 18.7 us (2 splits), down 19.1 -> 14.1
     (MOE_INT4_MMA, 2048, 3072, 16): SkinnyConfig(128, 128, 8, 2, 4, 4),
     (MOE_INT4_MMA, 3072, 1024, 16): SkinnyConfig(256, 128, 8, 1, 8, 2),
-    (MOE_INT4_MMA, 2048, 3072, 64): SkinnyConfig(64, 128, 8, 1, 1, 4),
+    (MOE_INT4_MMA, 2048, 3072, 64): SkinnyConfig(32, 128, 8, 1, 2, 4),  # 89.0 -> 85.2 us (2026-12-02)
     (MOE_INT4_MMA, 3072, 1024, 64): SkinnyConfig(64, 128, 8, 1, 1, 2),
 }
 # The other MoE families (moe_bf16 / int4 / fp8), the prefill GEMMs (gemm*) and attention (attention_*): no per-shape entries yet, their
