@@ -6,7 +6,7 @@ attention the slot mapping, page table and lengths; Gated DeltaNet the state slo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -22,6 +22,9 @@ class SeqChunk:
     need_logits: bool = True  # logits of the last new token wanted (False for a non-final prefill chunk)
     # Speculative verify: the state after new token j is written to gdn_step_slots[j] (len == len(token_ids)).
     gdn_step_slots: list[int] | None = None
+    # (j, slot): the GDN state after the first j new tokens (0 < j < len) is also saved into `slot` (a prefix
+    # cache checkpoint inside a prompt chunk, so the chunk need not end there)
+    gdn_save: tuple[int, int] | None = None
     all_logits: bool = False  # logits for every new token (verification)
     # Images: rotary positions of token j are cached_len + j + rope_delta (images shift the text after them),
     # or, when the chunk holds image tokens, axis_positions [3][n] (t, h, w); image_rows (chunk-relative) are
@@ -48,6 +51,7 @@ class ForwardBatch:
     q_lens_cpu: list[int]
     cached_lens_cpu: list[int]
     gdn_step_slots: torch.Tensor | None = None  # [B, max_q_len] int64, or None
+    gdn_saves: list[tuple[int, int, int]] = field(default_factory=list)  # (sequence, j, slot): SeqChunk.gdn_save
     # images (None for text-only batches): [3, T] (t, h, w) rotary positions; rows of the batch whose
     # embeddings are replaced [K] int64, and what replaces them [K, H]
     axis_positions: torch.Tensor | None = None
@@ -96,6 +100,8 @@ def build_forward_batch(chunks: list[SeqChunk], page_size: int, device: torch.de
             p = c.cached_len + j
             pos.append(p + c.rope_delta)
             slots.append(c.page_ids[p // page_size] * page_size + p % page_size)
+        if c.gdn_save is not None and not (0 < c.gdn_save[0] < n and c.gdn_step_slots is None):
+            raise ValueError(f"gdn_save {c.gdn_save}: a state inside the chunk (0 < j < {n}), not with step slots")
         if c.all_logits:
             logit_rows.extend(range(row, row + n))
         elif c.need_logits:
@@ -133,6 +139,7 @@ def build_forward_batch(chunks: list[SeqChunk], page_size: int, device: torch.de
         q_lens_cpu=q_lens,
         cached_lens_cpu=[c.cached_len for c in chunks],
         gdn_step_slots=step_slots,
+        gdn_saves=[(b, *c.gdn_save) for b, c in enumerate(chunks) if c.gdn_save is not None],
         axis_positions=axis_pos,
         image_rows=image_rows,
         image_embeds=image_embeds,

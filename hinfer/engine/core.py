@@ -198,6 +198,8 @@ class EngineCore:
         chunks = self.scheduler.schedule()
         if not chunks:
             return events
+        if self.prefix is not None:
+            self.prefix.place_saves(chunks)
         self.prompt_tokens += sum(c.num_tokens for c in chunks if c.seq.in_prefill)
         now = time.monotonic()
         if self.spec is not None:

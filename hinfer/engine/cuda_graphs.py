@@ -121,8 +121,9 @@ class StepGraphs:
         return hidden, self.model.compute_logits(hidden[batch.logits_indices])
 
     def fits(self, chunks: list[SeqChunk]) -> bool:
-        """Whether this graph set can run these chunks: few enough lanes, tokens and pages."""
-        if len(chunks) > self.buckets[-1]:
+        """Whether this graph set can run these chunks: few enough lanes, tokens and pages, no GDN state saved
+        inside a chunk (eager only)."""
+        if len(chunks) > self.buckets[-1] or any(c.gdn_save is not None for c in chunks):
             return False
         ps = self.state.page_size
         return all(len(c.token_ids) <= self.t and (c.cached_len + self.t - 1) // ps < self.width for c in chunks)

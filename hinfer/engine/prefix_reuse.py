@@ -6,9 +6,11 @@
 - Before its first step (`restore`): the checkpoint is copied into the request's GDN slot (others are zeroed).
 - After every step (`after_step`): pages that just became full are named, and the GDN state is saved where a
   later request is likely to resume: the prompt's last page boundary (and the one before when the prompt ends
-  on a boundary) and the boundary where the prompt leaves an earlier prompt's cached pages (the scheduler cuts a
-  prefill chunk at these so the state there exists), and the latest page boundary of the generated text (one
-  moving checkpoint per request, so a finished answer leaves the state at its end).
+  on a boundary) and the boundary where the prompt leaves an earlier prompt's cached pages, and the latest page
+  boundary of the generated text (one moving checkpoint per request, so a finished answer leaves the state at
+  its end). A prompt boundary inside a prefill chunk is saved during the step instead (`place_saves` reserves
+  the slot before it, the GDN layers copy the state there mid-chunk): one step, not two, for a turn whose new
+  tokens cross the last page boundary.
 - With a host tier (`host`, host_tier.py): a checkpoint evicted from the device slots is spilled to host
   memory, and a hit whose checkpoint is only there restores it from host into the request's slot. With a host
   tier of KV pages (`host_pages`, host_tier.py) an evicted named page is spilled too, and a prompt's chain
@@ -18,11 +20,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from hinfer.engine.gdn_checkpoints import CheckpointPool
 from hinfer.engine.host_tier import HostTier
 from hinfer.engine.prefix_cache import ROOT, PagePool, chain_hashes
 from hinfer.engine.sequence import Sequence
+
+if TYPE_CHECKING:
+    from hinfer.engine.scheduler import ScheduledChunk
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,7 @@ class PrefixReuse:
             host_pages.on_evict = lambda name, _row: self._page_gone(name)
         self.requests = self.hit_requests = 0
         self.query_tokens = self.hit_tokens = 0
+        self._saving: list[bytes] = []  # checkpoints written during the current step, pinned until it ends
 
     # ---- admission -----------------------------------------------------------------------------------------
     def lookup(self, seq: Sequence) -> Hit:
@@ -142,12 +149,35 @@ class PrefixReuse:
             self.host_pages.unpin(name)
         seq.restore_pages = []
 
-    # ---- after each step -----------------------------------------------------------------------------------
+    # ---- each step -----------------------------------------------------------------------------------------
+    def place_saves(self, chunks: list[ScheduledChunk]) -> None:
+        """Before a step: a slot for each checkpoint the scheduler placed inside a chunk (`save_at`), reserved and
+        pinned for the step. A state saved already needs none; with every slot pinned the chunk ends there
+        instead, and after_step saves it (or spills it to the host tier) as at any chunk's end."""
+        for c in chunks:
+            if c.save_at is None:
+                continue
+            s = c.seq
+            name = s.page_hashes[(s.num_cached + c.save_at) // self.page_size - 1]
+            known = name in self.checkpoints
+            slot = self.checkpoints.reserve(name)
+            if slot is None:
+                if not known:
+                    c.num_tokens, c.samples = c.save_at, False
+                c.save_at = None
+                continue
+            self.checkpoints.pin(name)
+            self._saving.append(name)
+            c.save_slot = slot
+
     def after_step(self, seqs: list[Sequence], ahead: dict[int, list[int]] | None = None) -> None:
         """Name the pages that became full this step and save GDN checkpoints (one batched copy). `ahead`
         (speculative rounds): per id(seq), the round's tokens not yet in its output, the accepted drafts among
         them already cached (their KV is computed from those tokens, whatever the stop rules then keep)."""
         ps = self.page_size
+        for name in self._saving:  # written during the step
+            self.checkpoints.unpin(name)
+        self._saving = []
         src, dst, saving = [], [], []
         for s in seqs:
             self._name_pages(s, (ahead or {}).get(id(s), []))

@@ -12,7 +12,7 @@ import torch
 from hinfer.batch import SeqChunk, build_forward_batch
 from hinfer.engine.prompt_logprobs import record_prompt_logprobs, wants_prompt_logprobs
 from hinfer.engine.protocol import TopLogprob
-from hinfer.engine.scheduler import ScheduledChunk
+from hinfer.engine.scheduler import ScheduledChunk, gdn_save
 from hinfer.engine.sequence import Sequence
 from hinfer.model.prompt_logits import prompt_logits
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
@@ -75,7 +75,7 @@ class ModelRunner:
             s = c.seq
             toks = s.pending_tokens()[: c.num_tokens]
             seq_chunks.append(SeqChunk(toks, s.num_cached, s.pages, s.slot, need_logits=c.samples,
-                                       all_logits=wants_prompt_logprobs(s),
+                                       all_logits=wants_prompt_logprobs(s), gdn_save=gdn_save(c),
                                        **self._image_fields(s, c.num_tokens)))  # fmt: skip
         logits = self.forward_logits(seq_chunks)
         if any(sc.all_logits for sc in seq_chunks):

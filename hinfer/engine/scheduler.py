@@ -32,6 +32,15 @@ class ScheduledChunk:
     seq: Sequence
     num_tokens: int  # new tokens of this step for this sequence
     samples: bool  # this chunk ends at the sequence's last known token: a token is sampled after it
+    # a prefix-cache checkpoint inside the chunk: the GDN state after its first save_at tokens goes into
+    # save_slot (the prefix cache reserves it before the step, PrefixReuse.place_saves)
+    save_at: int | None = None
+    save_slot: int | None = None
+
+
+def gdn_save(c: ScheduledChunk) -> tuple[int, int] | None:
+    """The chunk's SeqChunk.gdn_save: (offset, slot) of a checkpoint placed inside it, or None."""
+    return None if c.save_slot is None else (c.save_at, c.save_slot)
 
 
 class Scheduler:
@@ -121,12 +130,13 @@ class Scheduler:
             n = min(len(s.prompt_ids) - s.num_cached, budget)
             if s.params.prompt_logprobs is not None:  # every position's logits: keep them bounded
                 n = min(n, PROMPT_LOGPROBS_CHUNK)
-            for t in s.ckpt_targets:  # end the chunk where the GDN state is checkpointed
-                if s.num_cached < t < s.num_cached + n:
-                    n = t - s.num_cached
-                    break
+            # GDN checkpoints inside the chunk: the first is saved during the step; a second ends the chunk
+            inside = [t - s.num_cached for t in s.ckpt_targets if s.num_cached < t < s.num_cached + n]
+            if len(inside) > 1:
+                n = inside[1]
             budget -= n
-            prefill.append(ScheduledChunk(s, n, s.num_cached + n == len(s.prompt_ids)))
+            prefill.append(ScheduledChunk(s, n, s.num_cached + n == len(s.prompt_ids),
+                                          save_at=inside[0] if inside else None))  # fmt: skip
         return decode + prefill
 
     def finish(self, seq: Sequence) -> None:

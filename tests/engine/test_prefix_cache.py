@@ -186,6 +186,26 @@ def test_same_prompt_again_backs_off_a_page(make_engine_core):
     assert_clean(on)
 
 
+def test_a_checkpoint_inside_a_chunk_costs_no_step(make_engine_core):
+    """The GDN state at a prompt's last page boundary is saved during the step that crosses it: a prompt that fits
+    one chunk runs in one step, and resending it resumes from that boundary with cache-off output."""
+    rng = random.Random(5)
+    on, off = make_engine_core(prefill_chunk=64), make_engine_core(prefix_cache=False)
+    prompt = toks(rng, 45)  # its last page boundary, 32, falls inside the one chunk
+    on.add(GenerationRequest("a", prompt, greedy(1)))
+    steps = 0
+    while on.has_work:
+        on.step()
+        steps += 1
+    assert steps == 1
+    lp_on, lp_off = {}, {}
+    again = run_all(on, [GenerationRequest("b", prompt, greedy(6))], lp_on)["b"]
+    ref = run_all(off, [GenerationRequest("c", prompt, greedy(6))], lp_off)["c"]
+    assert again[1] == 32 and again[0] == ref[0]
+    assert_same_logprobs({"x": lp_on["b"]}, {"x": lp_off["c"]})
+    assert_clean(on)
+
+
 def test_no_hit_without_an_identical_page_prefix(make_engine_core):
     rng = random.Random(3)
     on = make_engine_core()
