@@ -6,7 +6,7 @@ attention the slot mapping, page table and lengths; Gated DeltaNet the state slo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -51,7 +51,7 @@ class ForwardBatch:
     q_lens_cpu: list[int]
     cached_lens_cpu: list[int]
     gdn_step_slots: torch.Tensor | None = None  # [B, max_q_len] int64, or None
-    gdn_saves: list[tuple[int, int, int]] = field(default_factory=list)  # (sequence, j, slot): SeqChunk.gdn_save
+    gdn_split: GdnSplit | None = None  # chunks with SeqChunk.gdn_save: the two passes the GDN layers run
     # images (None for text-only batches): [3, T] (t, h, w) rotary positions; rows of the batch whose
     # embeddings are replaced [K] int64, and what replaces them [K, H]
     axis_positions: torch.Tensor | None = None
@@ -77,6 +77,21 @@ class ForwardBatch:
     @property
     def kv_lens_cpu(self) -> list[int]:
         return [c + q for c, q in zip(self.cached_lens_cpu, self.q_lens_cpu)]
+
+
+@dataclass
+class GdnSplit:
+    """A batch with GDN state saves as the GDN layers run it: `first` every sequence up to its save (whole where
+    it has none), then the saved states copied from `src` slots into `dst`, then `second` the saved sequences'
+    rest. The passes are views for the GDN ops (lengths, cached lengths, slots, step slots); `*_rows` pick their
+    rows of the batch (a slice where they are contiguous). Built on the host once per step."""
+
+    first: ForwardBatch
+    first_rows: slice | torch.Tensor
+    second: ForwardBatch
+    second_rows: slice | torch.Tensor
+    src: torch.Tensor  # [S] int64
+    dst: torch.Tensor  # [S] int64
 
 
 def build_forward_batch(chunks: list[SeqChunk], page_size: int, device: torch.device | str) -> ForwardBatch:
@@ -125,7 +140,7 @@ def build_forward_batch(chunks: list[SeqChunk], page_size: int, device: torch.de
         return torch.tensor(x, dtype=dtype, device=device)
 
     axis_pos, image_rows, image_embeds = _image_inputs(chunks, pos, device)
-    return ForwardBatch(
+    batch = ForwardBatch(
         input_ids=t(ids, torch.int64),
         positions=t(pos, torch.int64),
         q_lens=t(q_lens, torch.int32),
@@ -139,11 +154,54 @@ def build_forward_batch(chunks: list[SeqChunk], page_size: int, device: torch.de
         q_lens_cpu=q_lens,
         cached_lens_cpu=[c.cached_len for c in chunks],
         gdn_step_slots=step_slots,
-        gdn_saves=[(b, *c.gdn_save) for b, c in enumerate(chunks) if c.gdn_save is not None],
         axis_positions=axis_pos,
         image_rows=image_rows,
         image_embeds=image_embeds,
     )
+    if any(c.gdn_save is not None for c in chunks):
+        batch.gdn_split = _gdn_split(batch, chunks, device)
+    return batch
+
+
+def _gdn_split(batch: ForwardBatch, chunks: list[SeqChunk], device: torch.device | str) -> GdnSplit:
+    """The two passes of a batch whose chunks save a GDN state inside them (GdnSplit)."""
+    parts = ([], [])  # per pass: (first row, rows, cached length, slot, step slots) per sequence
+    start = 0
+    for c in chunks:
+        n = len(c.token_ids)
+        j = c.gdn_save[0] if c.gdn_save is not None else n
+        steps = c.gdn_step_slots or [c.gdn_slot] * n
+        for part, lo, hi in ((parts[0], 0, j), (parts[1], j, n)):
+            if hi > lo:
+                part.append((start + lo, hi - lo, c.cached_len + lo, c.gdn_slot, steps[lo:hi]))
+        start += n
+
+    def view(part: list) -> tuple[ForwardBatch, slice | torch.Tensor]:
+        lens = [n for _, n, _, _, _ in part]
+        cu = [0]
+        for n in lens:
+            cu.append(cu[-1] + n)
+        width = max(lens)
+        steps = None
+        if batch.gdn_step_slots is not None:
+            steps = torch.tensor([s + [s[-1]] * (width - len(s)) for *_, s in part], dtype=torch.int64, device=device)
+        rows = [r for first, n, *_ in part for r in range(first, first + n)]
+        contiguous = rows == list(range(rows[0], rows[0] + len(rows)))
+        return replace(
+            batch, q_lens=torch.tensor(lens, dtype=torch.int32, device=device),
+            cu_q_lens=torch.tensor(cu, dtype=torch.int32, device=device),
+            cached_lens=torch.tensor([c for _, _, c, _, _ in part], dtype=torch.int32, device=device),
+            gdn_slots=torch.tensor([s for _, _, _, s, _ in part], dtype=torch.int64, device=device),
+            q_lens_cpu=lens, cached_lens_cpu=[c for _, _, c, _, _ in part], gdn_step_slots=steps, gdn_split=None,
+        ), (slice(rows[0], rows[0] + len(rows)) if contiguous
+            else torch.tensor(rows, dtype=torch.int64, device=device))  # fmt: skip
+
+    first, first_rows = view(parts[0])
+    second, second_rows = view(parts[1])
+    saved = [c for c in chunks if c.gdn_save is not None]
+    return GdnSplit(first, first_rows, second, second_rows,
+                    torch.tensor([c.gdn_slot for c in saved], dtype=torch.int64, device=device),
+                    torch.tensor([c.gdn_save[1] for c in saved], dtype=torch.int64, device=device))  # fmt: skip
 
 
 def _image_inputs(

@@ -5,13 +5,11 @@ Per value head h (key head h // (HV/HK)), fp32 state S [K, V]:
 with q, k l2-normalised and q scaled by 1/sqrt(K). State lives in slots of ModelState; each sequence reads
 `gdn_slots[b]` and writes it back. With `gdn_step_slots` (speculative verify) the state after new token j is
 written to `gdn_step_slots[b, j]` instead, so a rejected draft leaves the current slot untouched.
-With `gdn_saves` (a prefix-cache checkpoint inside a prompt chunk) the state after token j of a sequence is
+With `gdn_split` (a prefix-cache checkpoint inside a prompt chunk) the state after token j of a sequence is
 also copied into a save slot.
 """
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -162,8 +160,8 @@ def gated_delta_net(
     """The Gated DeltaNet mixer between in_proj and out_proj: q, k, v = silu(causal_conv1d(qkv)); g, beta =
     gdn_gating(a, b); o = gated_delta_rule(q, k, v, g, beta); gated_rms_norm(o, z) [T, HV, V]. The Triton twin
     runs it as one kernel when every sequence is short (decode, speculative verify). A batch with state saves
-    (ForwardBatch.gdn_saves) runs in two passes, the states copied out between them."""
-    if batch.gdn_saves:
+    (ForwardBatch.gdn_split) runs in two passes, the states copied out between them."""
+    if batch.gdn_split is not None:
         return _gated_delta_net_saving(qkv, a, b, z, a_log, dt_bias, conv_weight, norm_weight, eps, conv_state,
                                        ssm_state, batch, heads)  # fmt: skip
     if use_triton(qkv):
@@ -180,64 +178,18 @@ def _gated_delta_net_saving(
     conv_weight: torch.Tensor, norm_weight: torch.Tensor, eps: float, conv_state: torch.Tensor,
     ssm_state: torch.Tensor, batch: ForwardBatch, heads: tuple[int, int, int, int],
 ) -> torch.Tensor:  # fmt: skip
-    """gated_delta_net with the state after token j of a sequence also copied into a save slot: a first pass
-    runs every sequence up to its save (whole where it has none), the conv and recurrent states of the saved
-    ones are copied into their save slots, and a second pass runs the rest of the saved sequences."""
-    first, rows_first, second, rows_second = _split_at_saves(batch)
-    slots = batch.gdn_slots.tolist()
-    dev = qkv.device
+    """gated_delta_net with the state after token j of a sequence also copied into a save slot (ForwardBatch's
+    GdnSplit): the first pass, the conv and recurrent states of the saved sequences copied into their save
+    slots, the second pass."""
+    split = batch.gdn_split
     out = None
-    for part, rows in ((first, rows_first), (second, rows_second)):
-        if part is second:
-            src = torch.tensor([slots[s] for s, _, _ in batch.gdn_saves], dtype=torch.long, device=dev)
-            dst = torch.tensor([slot for _, _, slot in batch.gdn_saves], dtype=torch.long, device=dev)
-            conv_state[dst] = conv_state[src]
-            ssm_state[dst] = ssm_state[src]
-        idx = torch.tensor(rows, dtype=torch.long, device=dev)
-        o = gated_delta_net(qkv[idx], a[idx], b[idx], z[idx], a_log, dt_bias, conv_weight, norm_weight, eps,
+    for part, rows in ((split.first, split.first_rows), (split.second, split.second_rows)):
+        if part is split.second:
+            conv_state[split.dst] = conv_state[split.src]
+            ssm_state[split.dst] = ssm_state[split.src]
+        o = gated_delta_net(qkv[rows], a[rows], b[rows], z[rows], a_log, dt_bias, conv_weight, norm_weight, eps,
                             conv_state, ssm_state, part, heads)  # fmt: skip
         if out is None:
             out = o.new_empty((qkv.shape[0], *o.shape[1:]))
-        out[idx] = o
+        out[rows] = o
     return out
-
-
-def _split_at_saves(batch: ForwardBatch) -> tuple[ForwardBatch, list[int], ForwardBatch, list[int]]:
-    """The two passes of a batch with saves, as views for the GDN ops (their lengths, cached lengths, slots and
-    step slots only; verify rows keep theirs): every sequence up to its save or whole, then the saved sequences
-    from there. -> (first, its rows, second, its rows)."""
-    at = {s: j for s, j, _ in batch.gdn_saves}
-    slots = batch.gdn_slots.tolist()
-    steps = batch.gdn_step_slots.tolist() if batch.gdn_step_slots is not None else None
-    parts: tuple[dict, dict] = ({"rows": [], "lens": [], "cached": [], "slots": [], "steps": []},
-                                {"rows": [], "lens": [], "cached": [], "slots": [], "steps": []})  # fmt: skip
-    start = 0
-    for s, n in enumerate(batch.q_lens_cpu):
-        j = at.get(s, n)
-        cached = batch.cached_lens_cpu[s]
-        for part, lo, hi in ((parts[0], 0, j), (parts[1], j, n)):
-            if hi > lo:
-                part["rows"] += range(start + lo, start + hi)
-                part["lens"].append(hi - lo)
-                part["cached"].append(cached + lo)
-                part["slots"].append(slots[s])
-                if steps is not None:
-                    part["steps"].append(steps[s][lo:hi])
-        start += n
-    views = []
-    for part in parts:
-        dev = batch.q_lens.device
-        cu = [0]
-        for n in part["lens"]:
-            cu.append(cu[-1] + n)
-        width = max(part["lens"])
-        step_slots = None if steps is None else torch.tensor(
-            [r + [r[-1]] * (width - len(r)) for r in part["steps"]], dtype=torch.int64, device=dev)  # fmt: skip
-        views.append(replace(
-            batch, q_lens=torch.tensor(part["lens"], dtype=torch.int32, device=dev),
-            cu_q_lens=torch.tensor(cu, dtype=torch.int32, device=dev),
-            cached_lens=torch.tensor(part["cached"], dtype=torch.int32, device=dev),
-            gdn_slots=torch.tensor(part["slots"], dtype=torch.int64, device=dev),
-            q_lens_cpu=part["lens"], cached_lens_cpu=part["cached"], gdn_step_slots=step_slots, gdn_saves=[],
-        ))  # fmt: skip
-    return views[0], parts[0]["rows"], views[1], parts[1]["rows"]
