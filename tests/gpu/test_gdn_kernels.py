@@ -195,3 +195,49 @@ def test_fused_step_matches_the_separate_kernels(tg, seed, monkeypatch, case):
     torch.cuda.synchronize()
     o_f, cs_f, ss_f = out[True][0]
     assert torch.equal(cs, cs_f) and torch.equal(o_g, o_f), f"seed {seed}: graph replay differs"
+
+
+def test_state_saved_inside_a_chunk(tg, seed):
+    """A prefix-cache checkpoint inside a prompt chunk (SeqChunk.gdn_save) at 27B shapes through the model's op:
+    output and final states as without the save (the chunked rule's chunks fall elsewhere: rounding), the saved
+    conv state bit for bit and the saved recurrent state as running the chunk's first j tokens alone (within the
+    chunked prefill's state threshold, 5e-3)."""
+    from hinfer.ops.gdn import gated_delta_net
+
+    lens, saves = [1, 700, 333], {1: 448, 2: 64}
+    pool = random.sample(range(1, N_SLOTS), 2 * len(lens))
+    slots, save_slots = pool[: len(lens)], pool[len(lens) :]
+    t = sum(lens)
+    proj = torch.randn(t, CONV + HV * VD + 2 * HV, device="cuda").bfloat16()
+    qkv, z = proj[:, :CONV], proj[:, CONV : CONV + HV * VD].view(t, HV, VD)
+    b, a = proj[:, CONV + HV * VD : CONV + HV * VD + HV] * 3, proj[:, CONV + HV * VD + HV :]
+    weights = ((torch.rand(HV, device="cuda") * 2.5).bfloat16(), torch.randn(HV, device="cuda").bfloat16(),
+               (torch.randn(CONV, 4, device="cuda") * 0.5).bfloat16(), (torch.rand(VD, device="cuda") + 0.5).bfloat16())  # fmt: skip
+    states = (torch.randn(N_SLOTS, CONV, 3, device="cuda").bfloat16(), torch.randn(N_SLOTS, HV, KD, VD, device="cuda") * 0.1)
+
+    def run(rows: slice, chunks: list[SeqChunk]):
+        cs, ss = states[0].clone(), states[1].clone()
+        batch = build_forward_batch(chunks, 1 << 20, "cuda")
+        o = gated_delta_net(qkv[rows], a[rows], b[rows], z[rows], *weights, 1e-6, cs, ss, batch, (HK, KD, HV, VD))
+        return o, cs, ss
+
+    def chunks(with_saves: bool) -> list[SeqChunk]:
+        return [SeqChunk(list(range(n)), 0, [0], slots[i],
+                         gdn_save=(saves[i], save_slots[i]) if with_saves and i in saves else None)
+                for i, n in enumerate(lens)]  # fmt: skip
+
+    o, cs, ss = run(slice(0, t), chunks(True))
+    o_ref, cs_ref, ss_ref = run(slice(0, t), chunks(False))
+    others = [s for s in range(N_SLOTS) if s not in save_slots]
+    e_o, e_s = _rel(o.float(), o_ref.float()), _rel(ss[others], ss_ref[others])
+    print(f"\ngdn save inside a chunk: o rel-L2 {e_o:.2e}  states rel-L2 {e_s:.2e}")
+    assert e_o <= 1e-2 and e_s <= 5e-3 and torch.equal(cs[others], cs_ref[others]), f"seed {seed}"
+    start = 0
+    for i, n in enumerate(lens):
+        if i in saves:
+            j = saves[i]
+            _, cs_j, ss_j = run(slice(start, start + j), [SeqChunk(list(range(j)), 0, [0], slots[i])])
+            assert torch.equal(cs[save_slots[i]], cs_j[slots[i]]), f"conv state saved at {j}, seed {seed}"
+            e = _rel(ss[save_slots[i]], ss_j[slots[i]])
+            assert e <= 5e-3, f"recurrent state saved at {j}: rel-L2 {e}, seed {seed}"
+        start += n
