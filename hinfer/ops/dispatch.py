@@ -91,3 +91,13 @@ def int4_wgmma_rows() -> int | None:
     if not v.isdigit():
         raise ValueError(f"HINFER_INT4_WGMMA must be `tuned` or a row count (0: off), got {v!r}")
     return int(v)
+
+
+def int4_l2_prefetch() -> int:
+    """How many groups of its weights each int4 tensor-core program (mma.sync and wgmma, fragment order)
+    prefetches into L2 before it waits for the previous kernel: HINFER_INT4_L2_PREFETCH, 0 (the default until
+    measured on the GPU) or a multiple of 4. Read at every launch."""
+    v = os.environ.get("HINFER_INT4_L2_PREFETCH", "0").strip()
+    if not v.isdigit() or int(v) % 4:
+        raise ValueError(f"HINFER_INT4_L2_PREFETCH must be a multiple of 4 groups (0: off), got {v!r}")
+    return int(v)

@@ -165,6 +165,10 @@ def variants(full: bool = False) -> Iterator[Variant]:
     # with bf16 tail rows in the same launch (the GDN in_proj's b / a), ring and register loops
     yield (*int4_mma_variant(128, 8, 4, 4, True, True, 2, ring=4, tail=True, pdl=True), 0)
     yield (*int4_mma_variant(128, 8, 4, 8, True, True, 2, tail=True, pdl=True), 0)
+    # weights prefetched into L2 before the PDL wait (HINFER_INT4_L2_PREFETCH)
+    yield (*int4_mma_variant(128, 8, 4, 4, True, True, 2, ring=4, pdl=True, prefetch=12), 0)
+    yield (*int4_mma_variant(128, 8, 16, 4, True, True, 2, pdl=True, prefetch=4), 0)
+    yield (*int4_wgmma_variant(256, 8, 4, 8, True, pdl=True, prefetch=12), 0)
     # the warpgroup-MMA kernel: one or two warpgroups, 8 to 64 rows of x, K splits
     for block_n, block_m, split, warps, zero in ((64, 8, 1, 4, True), (64, 32, 2, 4, True), (128, 16, 1, 4, False),
                                                  (128, 8, 2, 8, True), (128, 8, 4, 8, True), (256, 8, 4, 8, True),
