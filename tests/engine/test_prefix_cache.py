@@ -206,6 +206,24 @@ def test_a_checkpoint_inside_a_chunk_costs_no_step(make_engine_core):
     assert_clean(on)
 
 
+def test_a_save_without_a_free_slot_ends_the_chunk_there(make_engine_core):
+    """One checkpoint slot, two prompts crossing their last page boundary in the same step: the first saves during
+    the step (its slot pinned meanwhile), the second's chunk ends at its boundary and saves after the step, as
+    it did before saves inside chunks; the output is cache-off's, and the second's checkpoint is what remains."""
+    rng = random.Random(6)
+    on = make_engine_core(max_concurrency=2, prefix_cache_slots=1, prefill_chunk=128)
+    off = make_engine_core(max_concurrency=2, prefix_cache=False)
+    a, b = toks(rng, 45), toks(rng, 45)
+    reqs = [GenerationRequest("a", a, greedy(2)), GenerationRequest("b", b, greedy(2))]  # no decode checkpoint
+    lp_on, lp_off = {}, {}
+    got, want = run_all(on, reqs, lp_on), run_all(off, reqs, lp_off)
+    assert {k: t for k, (t, _) in got.items()} == {k: t for k, (t, _) in want.items()}
+    assert_same_logprobs(lp_on, lp_off)
+    assert run_all(on, [GenerationRequest("b2", b, greedy(2))])["b2"][1] == 32
+    assert run_all(on, [GenerationRequest("a2", a, greedy(2))])["a2"][1] == 0
+    assert_clean(on)
+
+
 def test_no_hit_without_an_identical_page_prefix(make_engine_core):
     rng = random.Random(3)
     on = make_engine_core()
