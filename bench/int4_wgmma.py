@@ -5,7 +5,7 @@ M, the mma.sync time, the best wgmma tile and both as a share of the copy bandwi
 `--tiles` writes the wgmma entries (family int4_wgmma) where the best tile beats mma.sync by more than 3%, as
 HINFER_TILES reads them, and prints them as tuned.py lines: an entry is also where the kernel takes over.
 
-    python bench/int4_wgmma.py [--ms 4,8,16,32] [--shapes qkv,gdn_in,gate_up,o_proj,down | --config NAME]
+    python bench/int4_wgmma.py [--ms 1,2,4,8,16,32] [--shapes qkv,gdn_in,gate_up,o_proj,down | --config NAME]
                                [--json out.json] [--tiles tiles.json]
 """
 
@@ -54,7 +54,7 @@ def main() -> None:
     from hinfer.ops.triton.tiles.table import entry, m_bucket, source_line, write
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ms", default="4,8,16,32")
+    ap.add_argument("--ms", default="1,2,4,8,16,32")
     ap.add_argument("--shapes", default="qkv,gdn_in,gate_up,o_proj,down")
     ap.add_argument("--config", help="a packaged config (e.g. qwen3.6-35b-a3b): its shapes instead of the 27B's")
     ap.add_argument("--json", type=Path)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call for the int4 warpgroup-MMA kernel (hinfer/ops/triton/linear_int4_wgmma.py): its GPU tests, then
-# its tiles against the mma.sync kernel at 4-32 rows of x at every 27B int4 shape, the wins written as tile
+# its tiles against the mma.sync kernel at 1-32 rows of x at every 27B int4 shape, the wins written as tile
 # entries (wgmma_tiles.json, HINFER_TILES form: an entry is where the kernel takes over), then the 27B int4
 # decode and MTP rounds (K = 3, 1 and 8 lanes) with those entries, and the round's profile at one lane.
 # Steps past their time guard are skipped. Everything lands in $OUT/gpu_int4_wgmma.tgz.
@@ -10,7 +10,7 @@ timeout 120 python -m pytest -q -s tests/gpu/test_int4_wgmma.py -m gpu --tb=shor
   > "$R/tests.txt" 2>&1
 echo "== wgmma tests rc=$? $(tail -1 "$R/tests.txt")"; grep -E "^(FAILED|E )" "$R/tests.txt" | head -12
 pack
-timeout 290 python bench/int4_wgmma.py --ms 4,8,16,32 --json "$R/int4_wgmma.json" --tiles "$R/wgmma_tiles.json" \
+timeout 290 python bench/int4_wgmma.py --ms 1,2,4,8,16,32 --json "$R/int4_wgmma.json" --tiles "$R/wgmma_tiles.json" \
   > "$R/int4_wgmma.txt" 2>&1
 echo "== wgmma vs mma.sync rc=$?"; grep -E "^[a-z_]+ +M=|^    \(" "$R/int4_wgmma.txt"
 pack
