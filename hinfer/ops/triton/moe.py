@@ -119,11 +119,12 @@ def _sum_slots(y: torch.Tensor, out: torch.Tensor, t: int, k: int, h: int, emu: 
 
 def mma_experts_fit(x: torch.Tensor, gu: Int4Experts, dn: Int4Experts, pairs: int) -> bool:
     """Decode sizes on a GPU (the Gluon kernel has no interpreter twin), shapes whole 64-row tiles and 128-groups,
-    unless HINFER_MOE_INT4=grouped keeps the grouped Triton kernels."""
+    unless HINFER_MOE_INT4=grouped keeps the grouped Triton kernels. Up to MAX_PAIRS (token, expert) pairs, or
+    HINFER_MOE_MMA_PAIRS (to compare the two paths at verification sizes)."""
     if os.environ.get("HINFER_MOE_INT4", "mma") == "grouped" or not x.is_cuda or interpreted(mg._gate_up_kernel):
         return False
     (_, n_gu, h), (_, n_dn, i) = gu.shape, dn.shape
-    return (pairs <= MAX_PAIRS and x.dtype == torch.bfloat16 and n_gu % 64 == 0 and n_dn % 64 == 0
+    return (pairs <= int(os.environ.get("HINFER_MOE_MMA_PAIRS", MAX_PAIRS)) and x.dtype == torch.bfloat16 and n_gu % 64 == 0 and n_dn % 64 == 0
             and h % GROUP_K == 0 and i % GROUP_K == 0)  # fmt: skip
 
 

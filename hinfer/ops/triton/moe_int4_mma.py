@@ -41,6 +41,7 @@ from hinfer.ops.triton.tiles.forms import SkinnyConfig
 from hinfer.ops.triton.tiles.moe import experts_mma_tile
 
 MAX_PAIRS = 72  # decode sizes: (tokens x top k) pairs, 8 x (8 + a folded shared expert); beyond: grouped kernels
+# (HINFER_MOE_MMA_PAIRS moves the limit: speculative verification of 8 lanes x 4 tokens is 288 pairs)
 SUM_COUNTERS = gl.constexpr(COUNTERS // 2)  # the slot sum's arrival counters (one per N tile) follow the split-K ones
 
 
