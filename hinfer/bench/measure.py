@@ -15,8 +15,7 @@ import torch
 from hinfer.engine.core import EngineCore
 from hinfer.engine.runner import ModelRunner
 from hinfer.engine.sampler import RowState
-from hinfer.engine.scheduler import ScheduledChunk
-from hinfer.engine.sequence import Sequence, Status
+from hinfer.engine.sequence import ScheduledChunk, Sequence, Status
 from hinfer.model.state import RESERVED_PAGES, RESERVED_SLOTS
 from hinfer.ops.kv_cache import kv_scales
 from hinfer.sampling_params import SamplingParams

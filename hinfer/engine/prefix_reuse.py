@@ -20,15 +20,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from hinfer.engine.gdn_checkpoints import CheckpointPool
 from hinfer.engine.host_tier import HostTier
 from hinfer.engine.prefix_cache import ROOT, PagePool, chain_hashes
-from hinfer.engine.sequence import Sequence
-
-if TYPE_CHECKING:
-    from hinfer.engine.scheduler import ScheduledChunk
+from hinfer.engine.sequence import ScheduledChunk, Sequence
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,7 @@ import torch
 from hinfer.batch import SeqChunk, build_forward_batch
 from hinfer.engine.prompt_logprobs import record_prompt_logprobs, wants_prompt_logprobs
 from hinfer.engine.protocol import TopLogprob
-from hinfer.engine.scheduler import ScheduledChunk, gdn_save
-from hinfer.engine.sequence import Sequence
+from hinfer.engine.sequence import ScheduledChunk, Sequence, gdn_save
 from hinfer.model.prompt_logits import prompt_logits
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.state import ModelState

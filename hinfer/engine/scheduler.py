@@ -6,41 +6,25 @@ of the queue waits (FIFO: no overtaking, no starvation). Each step runs one deco
 prompt plus at most `prefill_chunk` prompt tokens, so a long prompt delays the other lanes by one chunk at most.
 With speculative decoding a lane also holds `draft_slots` GDN slots (K+1) for rollback, taken and freed with it.
 With the prefix cache (`prefix`, prefix_reuse.py) admission first takes the longest cached prefix (its pages are
-shared, only the rest is reserved anew), and a prompt chunk stops at the positions where the GDN state is saved.
+shared, only the rest is reserved anew), and a prompt chunk marks the position inside it where the GDN state is
+saved (a second such position ends it).
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hinfer.engine.free_list import FreeList
 from hinfer.engine.prefix_cache import PagePool
 from hinfer.engine.prompt_logprobs import PROMPT_LOGPROBS_CHUNK
 from hinfer.engine.protocol import QueueFullError
-from hinfer.engine.sequence import Sequence, Status
+from hinfer.engine.sequence import ScheduledChunk, Sequence, Status
 from hinfer.model.state import RESERVED_PAGES, RESERVED_SLOTS
 
 if TYPE_CHECKING:
     from hinfer.engine.prefix_reuse import PrefixReuse
-
-
-@dataclass
-class ScheduledChunk:
-    seq: Sequence
-    num_tokens: int  # new tokens of this step for this sequence
-    samples: bool  # this chunk ends at the sequence's last known token: a token is sampled after it
-    # a prefix-cache checkpoint inside the chunk: the GDN state after its first save_at tokens goes into
-    # save_slot (the prefix cache reserves it before the step, PrefixReuse.place_saves)
-    save_at: int | None = None
-    save_slot: int | None = None
-
-
-def gdn_save(c: ScheduledChunk) -> tuple[int, int] | None:
-    """The chunk's SeqChunk.gdn_save: (offset, slot) of a checkpoint placed inside it, or None."""
-    return None if c.save_slot is None else (c.save_at, c.save_slot)
 
 
 class Scheduler:

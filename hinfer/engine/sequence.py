@@ -92,3 +92,19 @@ class Sequence:
     @property
     def max_total_tokens(self) -> int:
         return len(self.prompt_ids) + self.params.max_tokens
+
+
+@dataclass
+class ScheduledChunk:
+    seq: Sequence
+    num_tokens: int  # new tokens of this step for this sequence
+    samples: bool  # this chunk ends at the sequence's last known token: a token is sampled after it
+    # a prefix-cache checkpoint inside the chunk: the GDN state after its first save_at tokens goes into
+    # save_slot (the prefix cache reserves it before the step, PrefixReuse.place_saves)
+    save_at: int | None = None
+    save_slot: int | None = None
+
+
+def gdn_save(c: ScheduledChunk) -> tuple[int, int] | None:
+    """The chunk's SeqChunk.gdn_save: (offset, slot) of a checkpoint placed inside it, or None."""
+    return None if c.save_slot is None else (c.save_at, c.save_slot)

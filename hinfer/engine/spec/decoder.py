@@ -30,8 +30,7 @@ from hinfer.batch import SeqChunk, build_forward_batch
 from hinfer.engine.protocol import TopLogprob
 from hinfer.engine.runner import ModelRunner
 from hinfer.engine.sampler import take_rows, to_device, vocab_gamma
-from hinfer.engine.scheduler import ScheduledChunk, gdn_save
-from hinfer.engine.sequence import Sequence, Status
+from hinfer.engine.sequence import ScheduledChunk, Sequence, Status, gdn_save
 from hinfer.engine.spec.adaptive import AdaptivePolicy, LaneAcceptance
 from hinfer.engine.spec.dist import (
     ACCEPT,
