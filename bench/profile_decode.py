@@ -1,6 +1,7 @@
 """Where a decode step's time goes: CUDA-graph replays of the real runner under torch.profiler, kernels summed.
 With --spec-k K, a speculative round instead (MTP drafter at K, verification of K + 1 rows per lane): the round's
-wall time beside its GPU busy time shows what the host adds between graphs.
+wall time beside its GPU busy time shows what the host adds between graphs, and the idle gaps between device
+activities, by the kernels on either side, show where.
 
     python bench/profile_decode.py [--config qwen3.6-27b] [--lanes 1] [--depth 1024] [--layers 64] [--quant int4]
     python bench/profile_decode.py --quant int4 --spec-k 3 [--lanes 8]
@@ -59,6 +60,28 @@ def main() -> None:
         measure.decode(core.runner, a.lanes, a.depth, steps=seqs_steps, warmup=0)
         torch.cuda.synchronize()
     print_kernels(prof, seqs_steps, "step")
+    print_gaps(prof, seqs_steps, "step")
+
+
+def print_gaps(prof, n: int, unit: str, top: int = 10) -> None:
+    """Where the GPU waits for the host: the idle time between consecutive device activities (kernels, copies),
+    per unit, and the largest kinds of gap by the kernels on either side of it (the host work between them)."""
+    spans = sorted((ev.time_range.start, ev.time_range.end, ev.name[:40]) for ev in prof.events()
+                   if ev.device_type == torch.autograd.DeviceType.CUDA)  # fmt: skip
+    gaps: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0])
+    idle, end, before = 0.0, None, ""
+    for start, stop, name in spans:
+        if end is not None and start > end + 1.0:  # > 1 us without anything on the GPU
+            g = gaps[(before, name)]
+            g[0] += start - end
+            g[1] += 1
+            idle += start - end
+        if end is None or stop > end:
+            end, before = stop, name
+    print(f"GPU idle between activities per {unit} {idle / n / 1e3:.3f} ms (gaps > 1 us)")
+    print(f"{'after':40s} {'before':40s} {'us/' + unit:>9s} {'gaps/' + unit:>9s}")
+    for (a, b), (us, k) in sorted(gaps.items(), key=lambda kv: -kv[1][0])[:top]:
+        print(f"{a:40s} {b:40s} {us / n:9.1f} {k / n:9.1f}")
 
 
 def print_kernels(prof, n: int, unit: str) -> None:
@@ -86,6 +109,7 @@ def profile_spec(core, a) -> None:
         measure.spec_rounds(core, a.lanes, a.depth, rounds=rounds, warmup=0)
         torch.cuda.synchronize()
     print_kernels(prof, rounds, "round")
+    print_gaps(prof, rounds, "round")
 
 
 if __name__ == "__main__":
