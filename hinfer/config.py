@@ -350,6 +350,7 @@ class EngineConfig:
     draft_tokens: int = 3
     spec_adaptive: bool = True  # per-lane and per-step draft length from measured acceptance (0: plain steps)
     spec_draft_cost: float | None = None  # a round at K costs 1 + c*K plain steps; None: time steps on the host
+    spec_draft_vocab: int | None = None  # the drafter's logits over the first N token ids only; None: all
     cuda_graphs: bool = True
     device: str = "auto"  # auto | cpu | cuda
     gpu_memory: int | None = None  # bytes the plan may use; None: what the device reports free
@@ -380,6 +381,8 @@ class EngineConfig:
             raise ConfigError("--draft-tokens must be in 1..5")
         if self.spec_draft_cost is not None and not self.spec_draft_cost >= 0:
             raise ConfigError("--spec-draft-cost must be >= 0")
+        if self.spec_draft_vocab is not None and (self.spec_draft_vocab < 64 or self.spec_draft_vocab % 64):
+            raise ConfigError("--spec-draft-vocab must be a multiple of 64 (and >= 64)")
         if self.max_pending_requests < 0:
             raise ConfigError("--max-pending-requests must be >= 0")
         if self.page_size not in (16, 32, 64, 128):

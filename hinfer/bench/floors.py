@@ -148,6 +148,8 @@ def mtp_bytes_per_draft(model: Qwen35ForCausalLM, draft_head=None, lanes: int = 
                if n.startswith("mtp"))  # fmt: skip
     routed = expert_bytes(model, mtp=True)
     head += round(routed * expert_fraction(model.cfg, lanes)) - routed
+    if isinstance(draft_head, torch.Tensor):  # rows of the model's own lm_head (--spec-draft-vocab)
+        return head + tensor_bytes(draft_head)
     if draft_head is not None:
         return head + sum(tensor_bytes(b) for b in draft_head.buffers())
     return head + tensor_bytes(model.lm_head if model.lm_head is not None else model.embed_tokens)

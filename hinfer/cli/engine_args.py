@@ -71,6 +71,10 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--spec-draft-cost", type=float, default=None, metavar="C",
                    help="adaptive speculation's cost model: a round of K drafts costs 1 + C*K plain steps "
                         "(default: timed on the host, starting from C=0.3)")
+    g.add_argument("--spec-draft-vocab", type=int, default=None, metavar="N",
+                   help="with --spec mtp, draft only among the first N token ids (a multiple of 64): each draft step "
+                        "reads N rows of the lm_head instead of all (the tokenizer orders ids roughly by frequency); "
+                        "acceptance may drop, the output does not change (default: the whole vocabulary)")
     g.add_argument("--no-cuda-graphs", action="store_true", help="run decode eagerly (debugging)")
     g.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="where to run (default: cuda if available)")
@@ -112,6 +116,7 @@ def engine_config_from_args(a: argparse.Namespace) -> EngineConfig:
         draft_tokens=a.draft_tokens,
         spec_adaptive=a.spec_adaptive,
         spec_draft_cost=a.spec_draft_cost,
+        spec_draft_vocab=a.spec_draft_vocab,
         cuda_graphs=not a.no_cuda_graphs,
         device=a.device,
         gpu_memory=a.gpu_memory,

@@ -332,10 +332,11 @@ def plan_memory(cfg: ModelConfig, ecfg: EngineConfig, *, weights: str | Recipe, 
                     + (" + uint8 zeros" if recipe.int4_zero_point else " (symmetric)")}[recipe.fmt]
     mtp = "" if not cfg.mtp_num_hidden_layers else (", MTP head included" if with_mtp else ", MTP head not loaded")
     rows.append(PlanRow("weights", wb.total, f"{recipe.name}: {what}{kept}{mtp}"))
-    draft_head = draft_head_bytes(cfg, recipe, ab) if ecfg.spec else 0
+    draft_head = draft_head_bytes(cfg, recipe, ab, ecfg.spec_draft_vocab) if ecfg.spec else 0
     if draft_head:
         rows.append(PlanRow("draft lm_head", draft_head, f"--spec mtp: the drafter's lm_head copy in {recipe.fmt} "
-                                                    f"({cfg.vocab_size:,} x {cfg.hidden_size:,})"))
+                                                    f"({min(ecfg.spec_draft_vocab or cfg.vocab_size, cfg.vocab_size):,}"
+                                                    f" x {cfg.hidden_size:,})"))
 
     vision = vision_weight_bytes(cfg, ecfg, ab) + vision_activation_bytes(cfg, ecfg, ab)
     if vision:

@@ -80,13 +80,14 @@ def matrix_bytes(n: int, k: int, recipe: Recipe, dtype_bytes: int) -> int:
     return n * math.ceil(k / 2) + groups * per_group
 
 
-def draft_head_bytes(cfg: ModelConfig, weights: str | Recipe, dtype_bytes: int = 2) -> int:
+def draft_head_bytes(cfg: ModelConfig, weights: str | Recipe, dtype_bytes: int = 2, vocab: int | None = None) -> int:
     """The MTP drafter's own lm_head copy with --spec mtp: quantized like the model's weights (int4 | fp8 default
-    recipe of that format), none for bf16 weights (the drafter then shares the model's lm_head)."""
+    recipe of that format), its first `vocab` rows with --spec-draft-vocab; none for bf16 weights (the drafter
+    then shares the model's lm_head, or a view of its rows)."""
     fmt = get_recipe(weights).fmt
     if fmt == "bf16" or not cfg.mtp_num_hidden_layers:
         return 0
-    return matrix_bytes(cfg.vocab_size, cfg.hidden_size, get_recipe(fmt), dtype_bytes)
+    return matrix_bytes(min(vocab or cfg.vocab_size, cfg.vocab_size), cfg.hidden_size, get_recipe(fmt), dtype_bytes)
 
 
 @dataclass(frozen=True)

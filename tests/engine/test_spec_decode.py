@@ -613,6 +613,59 @@ def test_quantized_model_drafts_with_its_own_quantized_lm_head(tiny_model, token
     assert make_engine_core_plain_head(cfg, model, tokenizer) is None
 
 
+@pytest.mark.parametrize("quantized", [False, True], ids=["fp32", "int4"])
+def test_a_draft_vocabulary_drafts_only_its_ids_and_changes_no_output(tiny_model, tokenizer, quantized):
+    """--spec-draft-vocab N: the drafter's head holds the first N rows (a view of an unquantized model's, a
+    quantized copy of N rows otherwise, as many bytes as the plan counts), every draft is an id below N, and
+    greedy output still equals plain decoding."""
+    import copy
+
+    from hinfer.engine.weight_bytes import draft_head_bytes
+    from hinfer.quant import quantize_model
+
+    cfg, model = tiny_model
+    if quantized:
+        model = copy.deepcopy(model)
+        quantize_model(model, "int4")
+    vocab = 256
+
+    def core(**kw):
+        ecfg = resolve_engine_config(cfg, EngineConfig(device="cpu", max_context=512, page_size=16, **kw))
+        return make_core(cfg, model, tokenizer, ecfg, torch.device("cpu"))
+
+    rng = random.Random(7)
+    prompts = [[rng.randrange(1, 1024) for _ in range(n)] for n in (4, 19, 33)]
+    reqs = [GenerationRequest(f"r{i}", p, greedy_params(i)) for i, p in enumerate(prompts)]
+    base, _, _ = run_all(core(max_concurrency=3, prefill_chunk=16), reqs)
+    spec = core(max_concurrency=3, prefill_chunk=16, spec="mtp", draft_tokens=3, spec_adaptive=False,
+                spec_draft_vocab=vocab)  # fmt: skip
+    drafter = spec.spec.drafter
+    assert tuple(drafter.draft_head.shape) == (vocab, cfg.hidden_size)
+    held = 0 if not quantized else sum(b.numel() * b.element_size() for b in drafter.draft_head.buffers())
+    assert held == draft_head_bytes(cfg, "int4" if quantized else "bf16", 4, vocab)
+    drafted = []
+    draft = drafter.draft
+
+    def recording(jobs):
+        out = draft(jobs)
+        drafted.extend(t for p in out if p is not None for t in p.tokens)
+        return out
+
+    drafter.draft = recording
+    got, _, _ = run_all(spec, reqs)
+    assert got == base
+    assert drafted and max(drafted) < vocab
+
+
+def test_a_draft_vocabulary_is_a_multiple_of_64():
+    from hinfer.errors import ConfigError
+
+    EngineConfig(spec="mtp", spec_draft_vocab=32768).validate()
+    for bad in (0, 100, 32):
+        with pytest.raises(ConfigError, match="--spec-draft-vocab"):
+            EngineConfig(spec="mtp", spec_draft_vocab=bad).validate()
+
+
 def make_engine_core_plain_head(cfg, model, tokenizer):
     """A bf16/fp32 model's drafter shares the model's lm_head."""
     ecfg = resolve_engine_config(cfg, EngineConfig(device="cpu", max_context=512, page_size=16, spec="mtp"))

@@ -13,6 +13,7 @@ from hinfer.engine.spec.adaptive import AdaptivePolicy, StepCosts
 from hinfer.engine.spec.decoder import LaneOutput, SpecDecoder
 from hinfer.engine.spec.drafter import Drafter, DraftJob, Proposal
 from hinfer.engine.spec.mtp import MTPDrafter
+from hinfer.errors import ConfigError
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 
 log = logging.getLogger("hinfer.spec")
@@ -20,9 +21,10 @@ log = logging.getLogger("hinfer.spec")
 __all__ = ["AdaptivePolicy", "StepCosts", "Drafter", "DraftJob", "LaneOutput", "MTPDrafter", "Proposal", "SpecDecoder", "make_spec_decoder"]
 
 
-def draft_head(model: Qwen35ForCausalLM):
+def draft_head(model: Qwen35ForCausalLM, vocab: int | None = None):
     """The drafter's lm_head copy in the model's weight format (the default recipe of that format), or None for a
-    model whose projections are not quantized (it then shares the model's lm_head)."""
+    model whose projections are not quantized (it then shares the model's lm_head). `vocab`: only the first
+    `vocab` rows (token ids), a view of the model's own rows when they are not quantized."""
     from hinfer.quant import Fp8Weight, Int4Weight
     from hinfer.quant.apply import quantize_weight
     from hinfer.quant.int4_mma_layout import Int4MmaWeight, use_fragment_order
@@ -30,10 +32,15 @@ def draft_head(model: Qwen35ForCausalLM):
 
     kinds = {type(m) for m in model.modules()}
     fmt = "int4" if kinds & {Int4Weight, Int4MmaWeight} else "fp8" if Fp8Weight in kinds else None
-    if fmt is None or model.mtp is None:
+    if model.mtp is None or (fmt is None and vocab is None):
         return None
+    if vocab is not None and model.tp.size > 1:
+        raise ConfigError("--spec-draft-vocab with tensor parallelism: not supported (the lm_head is split by rank)")
     w = model.embed_tokens if model.lm_head is None else model.lm_head
-    head = use_fragment_order(quantize_weight(w.detach(), get_recipe(fmt)))
+    w = w.detach()[: vocab or w.shape[0]]
+    if fmt is None:
+        return w
+    head = use_fragment_order(quantize_weight(w, get_recipe(fmt)))
     log.info("MTP drafter: own %s lm_head copy (%.2f GB)", fmt, sum(b.numel() * b.element_size()
                                                                      for b in head.buffers()) / 1e9)
     return head
@@ -41,7 +48,10 @@ def draft_head(model: Qwen35ForCausalLM):
 
 def make_spec_decoder(runner: ModelRunner, ecfg: EngineConfig) -> SpecDecoder:
     """The decoder for `ecfg.spec` ("mtp": the checkpoint's MTP head drafts)."""
-    drafter = MTPDrafter(runner.model, runner.state, runner.sampler, draft_head(runner.model))
+    vocab = ecfg.spec_draft_vocab
+    if vocab is not None and vocab >= runner.model.cfg.vocab_size:
+        vocab = None  # the whole vocabulary anyway
+    drafter = MTPDrafter(runner.model, runner.state, runner.sampler, draft_head(runner.model, vocab))
     policy = None
     if ecfg.spec_adaptive:
         c = ecfg.spec_draft_cost

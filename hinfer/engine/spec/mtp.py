@@ -15,13 +15,17 @@ a pass over a long prompt chunk runs eagerly.
 
 Each draft step reads the whole lm_head (2.5 GB on the 27B in bf16, as much as a sixth of an int4 model's step):
 a quantized model's drafter gets its own lm_head copy in the model's format (`draft_head`, made by
-`make_spec_decoder`; the memory plan's "draft lm_head" row).
+`make_spec_decoder`; the memory plan's "draft lm_head" row). With --spec-draft-vocab N it holds only the first N
+rows (a view of the model's own when they are not quantized) and the other ids get -inf: never drafted, so the
+output cannot change, only acceptance (the tokenizer numbers tokens roughly by merge frequency).
 
 Drafts are drawn from the head's distribution after the request's own sampler processing (q), with the seeded
 DRAFT noise, so rejection sampling can judge them; greedy requests draft the argmax (q one-hot).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -54,7 +58,7 @@ class MTPDrafter:
         self.device = state.k_cache.device
         self._gamma = vocab_gamma(model.cfg.vocab_size, self.device)
         self.graphs: dict[int, list] = {}  # rows per lane (1, K + 1) -> MTP StepGraphs per page-table width
-        self.draft_head = draft_head  # a quantized lm_head copy for drafting (quantized models), else None
+        self.draft_head = draft_head  # the lm_head copy (or row view) drafts use, else None: the model's
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """Draft logits: through the drafter's own (quantized) lm_head copy when it has one. Rejection sampling
@@ -62,7 +66,11 @@ class MTPDrafter:
         output."""
         if self.draft_head is None:
             return self.model.compute_logits(h)
-        return linear(h, self.draft_head).float()
+        z = linear(h, self.draft_head).float()
+        vocab = self.model.cfg.vocab_size
+        if z.shape[1] < vocab:  # a draft vocabulary (--spec-draft-vocab): the other ids are never drafted
+            z = torch.nn.functional.pad(z, (0, vocab - z.shape[1]), value=-math.inf)
+        return z
 
     def use_graphs(self, max_lanes: int, k: int, max_context: int, capture: bool) -> None:
         from hinfer.engine.cuda_graphs import StepGraphs, build
