@@ -8,3 +8,12 @@ START=$SECONDS
 left() { [ $((SECONDS - START)) -lt "${1:-520}" ]; }
 pack() { tar czf "$OUT/$PACK.tgz" -C "$R" .; }
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv > "$R/env.txt" 2>&1
+# `decode_bench NAME MODEL [ARGS...]`: int4 decode at 1 and 8 lanes, depth 1K (env set before the call applies),
+# logged to $R/NAME.txt, its tok/s lines echoed, packed
+decode_bench() {
+  local name=$1 model=$2; shift 2
+  timeout 80 python -m hinfer bench "$model" --quant int4 --concurrency 1,8 --depths 1K --prefill "" --out "$R" "$@" \
+    > "$R/$name.txt" 2>&1
+  echo "== $name rc=$?"; grep -E "decode C=" "$R/$name.txt"
+  pack
+}

@@ -5,8 +5,5 @@ set -uo pipefail
 PACK=gpu_defaults_decode; source "$(dirname "$0")/device_common.sh"
 for m in qwen3.6-35b-a3b qwen3.5-122b-a10b qwen3.6-27b; do
   left "${BUDGET:-200}" || break
-  timeout 80 python -m hinfer bench $m --quant int4 --concurrency 1,8 --depths 1K --prefill "" --out "$R" \
-    > "$R/bench_$m.txt" 2>&1
-  echo "== $m int4 rc=$?"; grep -E "decode C=" "$R/bench_$m.txt"
-  pack
+  decode_bench "bench_$m" $m
 done

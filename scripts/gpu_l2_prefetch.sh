@@ -10,15 +10,9 @@ echo "== l2 prefetch tests rc=$? $(grep -E 'passed|failed' "$R/tests.txt" | tail
 pack
 for p in 0 4 8 16; do
   left 400 || break
-  HINFER_INT4_L2_PREFETCH=$p timeout 80 python -m hinfer bench qwen3.6-27b --quant int4 --concurrency 1,8 --depths 1K \
-    --prefill "" --out "$R" > "$R/bench_27b_prefetch$p.txt" 2>&1
-  echo "== 27B int4, L2 prefetch $p rc=$?"; grep -E "decode C=" "$R/bench_27b_prefetch$p.txt"
-  pack
+  HINFER_INT4_L2_PREFETCH=$p decode_bench "bench_27b_prefetch$p" qwen3.6-27b
 done
 for p in 0 8; do
   left 500 || break
-  HINFER_INT4_L2_PREFETCH=$p timeout 80 python -m hinfer bench qwen3.6-35b-a3b --quant int4 --concurrency 1,8 \
-    --depths 1K --prefill "" --out "$R" > "$R/bench_35b_prefetch$p.txt" 2>&1
-  echo "== 35B-A3B int4, L2 prefetch $p rc=$?"; grep -E "decode C=" "$R/bench_35b_prefetch$p.txt"
-  pack
+  HINFER_INT4_L2_PREFETCH=$p decode_bench "bench_35b_prefetch$p" qwen3.6-35b-a3b
 done

@@ -18,10 +18,7 @@ if left 150; then
 fi
 for p in 0 8; do
   left 330 || break
-  HINFER_INT4_L2_PREFETCH=$p timeout 80 python -m hinfer bench qwen3.6-27b --quant int4 --concurrency 1,8 --depths 1K \
-    --prefill "" --out "$R" > "$R/bench_27b_prefetch$p.txt" 2>&1
-  echo "== 27B int4, L2 prefetch $p rc=$?"; grep -E "decode C=" "$R/bench_27b_prefetch$p.txt"
-  pack
+  HINFER_INT4_L2_PREFETCH=$p decode_bench "bench_27b_prefetch$p" qwen3.6-27b
 done
 if left 400; then
   timeout 100 python bench/int4_wgmma.py --ms 1,2 --json "$R/int4_wgmma_m12.json" --tiles "$R/wgmma_tiles_m12.json" \
