@@ -6,6 +6,7 @@ attention the slot mapping, page table and lengths; Gated DeltaNet the state slo
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, replace
 
 import torch
@@ -163,45 +164,52 @@ def build_forward_batch(chunks: list[SeqChunk], page_size: int, device: torch.de
     return batch
 
 
+@dataclass
+class _Span:
+    """One sequence's rows in one pass of a GdnSplit."""
+
+    row: int  # its first row in the batch
+    n: int
+    cached: int
+    slot: int
+    steps: list[int]  # its step slots (its own slot repeated unless it verifies)
+
+
 def _gdn_split(batch: ForwardBatch, chunks: list[SeqChunk], device: torch.device | str) -> GdnSplit:
     """The two passes of a batch whose chunks save a GDN state inside them (GdnSplit)."""
-    parts = ([], [])  # per pass: (first row, rows, cached length, slot, step slots) per sequence
+    passes: tuple[list[_Span], list[_Span]] = ([], [])
     start = 0
     for c in chunks:
         n = len(c.token_ids)
         j = c.gdn_save[0] if c.gdn_save is not None else n
         steps = c.gdn_step_slots or [c.gdn_slot] * n
-        for part, lo, hi in ((parts[0], 0, j), (parts[1], j, n)):
+        for spans, lo, hi in ((passes[0], 0, j), (passes[1], j, n)):
             if hi > lo:
-                part.append((start + lo, hi - lo, c.cached_len + lo, c.gdn_slot, steps[lo:hi]))
+                spans.append(_Span(start + lo, hi - lo, c.cached_len + lo, c.gdn_slot, steps[lo:hi]))
         start += n
 
-    def view(part: list) -> tuple[ForwardBatch, slice | torch.Tensor]:
-        lens = [n for _, n, _, _, _ in part]
-        cu = [0]
-        for n in lens:
-            cu.append(cu[-1] + n)
+    def t(x: list[int], dtype: torch.dtype) -> torch.Tensor:
+        return torch.tensor(x, dtype=dtype, device=device)
+
+    def view(spans: list[_Span]) -> tuple[ForwardBatch, slice | torch.Tensor]:
+        lens = [s.n for s in spans]
+        cached = [s.cached for s in spans]
         width = max(lens)
         steps = None
         if batch.gdn_step_slots is not None:
-            steps = torch.tensor([s + [s[-1]] * (width - len(s)) for *_, s in part], dtype=torch.int64, device=device)
-        rows = [r for first, n, *_ in part for r in range(first, first + n)]
-        contiguous = rows == list(range(rows[0], rows[0] + len(rows)))
-        return replace(
-            batch, q_lens=torch.tensor(lens, dtype=torch.int32, device=device),
-            cu_q_lens=torch.tensor(cu, dtype=torch.int32, device=device),
-            cached_lens=torch.tensor([c for _, _, c, _, _ in part], dtype=torch.int32, device=device),
-            gdn_slots=torch.tensor([s for _, _, _, s, _ in part], dtype=torch.int64, device=device),
-            q_lens_cpu=lens, cached_lens_cpu=[c for _, _, c, _, _ in part], gdn_step_slots=steps, gdn_split=None,
-        ), (slice(rows[0], rows[0] + len(rows)) if contiguous
-            else torch.tensor(rows, dtype=torch.int64, device=device))  # fmt: skip
+            steps = t([s.steps + [s.steps[-1]] * (width - s.n) for s in spans], torch.int64)
+        part = replace(batch, q_lens=t(lens, torch.int32), cu_q_lens=t([0, *itertools.accumulate(lens)], torch.int32),
+                       cached_lens=t(cached, torch.int32), gdn_slots=t([s.slot for s in spans], torch.int64),
+                       q_lens_cpu=lens, cached_lens_cpu=cached, gdn_step_slots=steps, gdn_split=None)  # fmt: skip
+        if all(a.row + a.n == b.row for a, b in zip(spans, spans[1:])):
+            return part, slice(spans[0].row, spans[-1].row + spans[-1].n)
+        return part, t([r for s in spans for r in range(s.row, s.row + s.n)], torch.int64)
 
-    first, first_rows = view(parts[0])
-    second, second_rows = view(parts[1])
+    first, first_rows = view(passes[0])
+    second, second_rows = view(passes[1])
     saved = [c for c in chunks if c.gdn_save is not None]
-    return GdnSplit(first, first_rows, second, second_rows,
-                    torch.tensor([c.gdn_slot for c in saved], dtype=torch.int64, device=device),
-                    torch.tensor([c.gdn_save[1] for c in saved], dtype=torch.int64, device=device))  # fmt: skip
+    return GdnSplit(first, first_rows, second, second_rows, t([c.gdn_slot for c in saved], torch.int64),
+                    t([c.gdn_save[1] for c in saved], torch.int64))
 
 
 def _image_inputs(

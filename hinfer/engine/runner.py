@@ -12,7 +12,7 @@ import torch
 from hinfer.batch import SeqChunk, build_forward_batch
 from hinfer.engine.prompt_logprobs import record_prompt_logprobs, wants_prompt_logprobs
 from hinfer.engine.protocol import TopLogprob
-from hinfer.engine.sequence import ScheduledChunk, Sequence, gdn_save
+from hinfer.engine.sequence import ScheduledChunk, Sequence
 from hinfer.model.prompt_logits import prompt_logits
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.state import ModelState
@@ -74,7 +74,7 @@ class ModelRunner:
             s = c.seq
             toks = s.pending_tokens()[: c.num_tokens]
             seq_chunks.append(SeqChunk(toks, s.num_cached, s.pages, s.slot, need_logits=c.samples,
-                                       all_logits=wants_prompt_logprobs(s), gdn_save=gdn_save(c),
+                                       all_logits=wants_prompt_logprobs(s), gdn_save=c.gdn_save,
                                        **self._image_fields(s, c.num_tokens)))  # fmt: skip
         logits = self.forward_logits(seq_chunks)
         if any(sc.all_logits for sc in seq_chunks):

@@ -104,7 +104,7 @@ class ScheduledChunk:
     save_at: int | None = None
     save_slot: int | None = None
 
-
-def gdn_save(c: ScheduledChunk) -> tuple[int, int] | None:
-    """The chunk's SeqChunk.gdn_save: (offset, slot) of a checkpoint placed inside it, or None."""
-    return None if c.save_slot is None else (c.save_at, c.save_slot)
+    @property
+    def gdn_save(self) -> tuple[int, int] | None:
+        """SeqChunk.gdn_save: (offset, slot) of the checkpoint placed inside this chunk, or None."""
+        return None if self.save_slot is None else (self.save_at, self.save_slot)

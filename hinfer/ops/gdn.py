@@ -182,14 +182,16 @@ def _gated_delta_net_saving(
     GdnSplit): the first pass, the conv and recurrent states of the saved sequences copied into their save
     slots, the second pass."""
     split = batch.gdn_split
-    out = None
-    for part, rows in ((split.first, split.first_rows), (split.second, split.second_rows)):
-        if part is split.second:
-            conv_state[split.dst] = conv_state[split.src]
-            ssm_state[split.dst] = ssm_state[split.src]
-        o = gated_delta_net(qkv[rows], a[rows], b[rows], z[rows], a_log, dt_bias, conv_weight, norm_weight, eps,
-                            conv_state, ssm_state, part, heads)  # fmt: skip
-        if out is None:
-            out = o.new_empty((qkv.shape[0], *o.shape[1:]))
-        out[rows] = o
+
+    def run(part: ForwardBatch, rows: slice | torch.Tensor) -> torch.Tensor:
+        return gated_delta_net(qkv[rows], a[rows], b[rows], z[rows], a_log, dt_bias, conv_weight, norm_weight, eps,
+                               conv_state, ssm_state, part, heads)  # fmt: skip
+
+    o_first = run(split.first, split.first_rows)
+    conv_state[split.dst] = conv_state[split.src]
+    ssm_state[split.dst] = ssm_state[split.src]
+    o_second = run(split.second, split.second_rows)
+    out = o_first.new_empty((qkv.shape[0], *o_first.shape[1:]))
+    out[split.first_rows] = o_first
+    out[split.second_rows] = o_second
     return out

@@ -30,7 +30,7 @@ from hinfer.batch import SeqChunk, build_forward_batch
 from hinfer.engine.protocol import TopLogprob
 from hinfer.engine.runner import ModelRunner
 from hinfer.engine.sampler import take_rows, to_device, vocab_gamma
-from hinfer.engine.sequence import ScheduledChunk, Sequence, Status, gdn_save
+from hinfer.engine.sequence import ScheduledChunk, Sequence, Status
 from hinfer.engine.spec.adaptive import AdaptivePolicy, LaneAcceptance
 from hinfer.engine.spec.dist import (
     ACCEPT,
@@ -166,7 +166,7 @@ class SpecDecoder:
             if s.in_prefill:
                 toks = s.pending_tokens()[: c.num_tokens]
                 seq_chunks.append(SeqChunk(toks, s.num_cached, s.pages, s.slot, need_logits=c.samples,
-                                           gdn_save=gdn_save(c)))  # fmt: skip
+                                           gdn_save=c.gdn_save))  # fmt: skip
                 continue
             if plain:  # the GDN state advances in the lane's own slot, as in plain decoding
                 prop, s.drafts = s.drafts, None

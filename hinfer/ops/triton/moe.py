@@ -124,7 +124,8 @@ def mma_experts_fit(x: torch.Tensor, gu: Int4Experts, dn: Int4Experts, pairs: in
     if os.environ.get("HINFER_MOE_INT4", "mma") == "grouped" or not x.is_cuda or interpreted(mg._gate_up_kernel):
         return False
     (_, n_gu, h), (_, n_dn, i) = gu.shape, dn.shape
-    return (pairs <= int(os.environ.get("HINFER_MOE_MMA_PAIRS", MAX_PAIRS)) and x.dtype == torch.bfloat16 and n_gu % 64 == 0 and n_dn % 64 == 0
+    most = int(os.environ.get("HINFER_MOE_MMA_PAIRS", MAX_PAIRS))
+    return (pairs <= most and x.dtype == torch.bfloat16 and n_gu % 64 == 0 and n_dn % 64 == 0
             and h % GROUP_K == 0 and i % GROUP_K == 0)  # fmt: skip
 
 
