@@ -29,6 +29,7 @@ import torch
 
 from hinfer.batch import ForwardBatch, SeqChunk
 from hinfer.engine.host_memory import release_deferred
+from hinfer.engine.sampler import to_device
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.state import ModelState
 
@@ -175,7 +176,7 @@ class StepGraphs:
             if all(n == t for n in lens):
                 self.hidden_in[: m * t].copy_(hidden)
             else:  # each lane's rows at i * t; fillers keep whatever was there
-                rows = torch.tensor([i * t + j for i, n in enumerate(lens) for j in range(n)], device=self.device)
+                rows = to_device([i * t + j for i, n in enumerate(lens) for j in range(n)], torch.int64, self.device)
                 self.hidden_in.index_copy_(0, rows, hidden)
 
     @torch.inference_mode()
@@ -202,18 +203,24 @@ class StepGraphs:
         return next((b for b in self.buckets if b >= n), None)
 
     def run(self, chunks: list[SeqChunk], hidden: torch.Tensor | None = None,
-            ids: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:  # fmt: skip
+            ids: torch.Tensor | None = None, drafts: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:  # fmt: skip
         """Outputs for the padded batch: (hidden [B*t, H], logits [B*t, V]) for the target, (mtp hidden
         [B*t, H],) for the MTP head; lane i's rows start at i * t. `hidden`: the MTP head's input rows, the
         chunks' rows concatenated. `ids` (one token per lane): the lanes' input tokens as a device tensor, in
-        place of the chunks' token_ids, so a step can follow one whose tokens the host has not read. Replays
-        the captured graph, or runs the static batch eagerly if none."""
+        place of the chunks' token_ids, so a step can follow one whose tokens the host has not read; `drafts`
+        [lanes, w] likewise for rows 1..w of each lane (verification: a lane's drafts after its pending token;
+        past a lane's own drafts they land in filler rows, which nothing reads). Replays the captured graph,
+        or runs the static batch eagerly if none."""
         b = self.bucket(len(chunks))
         assert b is not None
         self._stage(chunks, b, hidden)
         if ids is not None:
             assert self.t == 1 and len(ids) == len(chunks)
             self._i64.dev["input_ids"][: len(ids)].copy_(ids)
+        if drafts is not None:
+            w = min(drafts.shape[1], self.t - 1)
+            assert len(drafts) == len(chunks)
+            self._i64.dev["input_ids"].view(-1, self.t)[: len(chunks), 1 : 1 + w].copy_(drafts[:, :w])
         if b not in self.graphs:
             return self._forward(b)
         self.graphs[b].replay()

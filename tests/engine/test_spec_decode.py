@@ -403,7 +403,7 @@ class PeekDrafter:
         for job, prop in asked:
             seq = job.seq
             hs, drafts = mtp_from_scratch(self.mtp, seq.prompt_ids + seq.output_ids, job.num_drafts)
-            assert prop.tokens == drafts
+            assert prop.settle() == drafts
             for step, h in enumerate(hs):  # forward `step` has a row per job still drafting, in order
                 r = [j for j, _ in asked if j.num_drafts > step].index(job)
                 assert torch.allclose(self.outs[step][r], h, atol=1e-4, rtol=1e-4), step
@@ -521,15 +521,17 @@ def test_sampling_distribution_unchanged_by_speculation(small_model, tokenizer, 
 def test_verify_and_draft_graph_batches_give_the_same_tokens(make_engine_core, monkeypatch):
     """The padded static batches of the CUDA-graph path (engine/cuda_graphs.py), run eagerly here: lanes with
     fewer drafts than K are padded to K + 1 tokens, fillers write only scratch page 0 / slot 0, and greedy
-    outputs equal plain decoding. Every verify and draft step of the decoding lanes goes through them."""
+    outputs equal plain decoding. Every verify and draft step of the decoding lanes goes through them, the
+    verify steps mostly with the drafts straight from the device."""
     from hinfer.engine import cuda_graphs
 
     calls: Counter = Counter()
     real_run = cuda_graphs.StepGraphs.run
 
-    def counting_run(self, chunks, hidden=None, ids=None):
+    def counting_run(self, chunks, hidden=None, ids=None, drafts=None):
         calls["verify" if self.verify else f"{self.head}{self.t}"] += 1
-        return real_run(self, chunks, hidden, ids)
+        calls["drafts on the device"] += drafts is not None
+        return real_run(self, chunks, hidden, ids, drafts)
 
     monkeypatch.setattr(cuda_graphs.StepGraphs, "run", counting_run)
     rng = random.Random(99)
@@ -545,6 +547,7 @@ def test_verify_and_draft_graph_batches_give_the_same_tokens(make_engine_core, m
         got, _, _ = run_all(core, [GenerationRequest(f"r{i}", p, params[i]) for i, p in enumerate(prompts)])
         assert got == base, (lanes, k)
         assert calls["verify"] > 0 and calls["mtp1"] > 0 and calls[f"mtp{k + 1}"] > 0, calls
+        assert calls["drafts on the device"] > 0, calls  # verify steps took the drafts the host had not read
         assert_all_free(core)
 
 
@@ -648,7 +651,7 @@ def test_a_draft_vocabulary_drafts_only_its_ids_and_changes_no_output(tiny_model
 
     def recording(jobs):
         out = draft(jobs)
-        drafted.extend(t for p in out if p is not None for t in p.tokens)
+        drafted.extend(t for p in out if p is not None for t in p.settle())
         return out
 
     drafter.draft = recording

@@ -127,10 +127,11 @@ def test_experts_crowded_expert(tm, weights, seed, monkeypatch):
 @pytest.mark.parametrize("t", [1, 3, 8, 32, 64, 2048])
 @pytest.mark.parametrize("zero_point", [True, False])
 def test_experts_int4_real_shapes(tm, weights, seed, t, zero_point, monkeypatch):
-    """W4A16 experts (hinfer.quant.int4 layout per expert) vs the fp32 dequantized reference; at decode sizes
-    (<= 64 pairs) both the tensor-core kernel on the row layout and the grouped Triton kernels; at 32 tokens
-    (verification of 8 lanes x 4) the tensor-core kernel too, its pair limit raised (HINFER_MOE_MMA_PAIRS)."""
+    """W4A16 experts (hinfer.quant.int4 layout per expert) vs the fp32 dequantized reference; at decode and
+    verification sizes (up to MAX_PAIRS pairs: 32 tokens is 8 lanes x 4) both the tensor-core kernel on the row
+    layout and the grouped Triton kernels."""
     from hinfer.ops.triton.moe_int4 import Int4Experts
+    from hinfer.ops.triton.moe_int4_mma import MAX_PAIRS
     from hinfer.quant.experts import quantize_experts_int4
 
     name, wgu, wd = weights
@@ -144,12 +145,7 @@ def test_experts_int4_real_shapes(tm, weights, seed, t, zero_point, monkeypatch)
     x = torch.randn(t, wgu.shape[2], device="cuda").bfloat16()
     top_w, top_i = ref.moe_route_ref(torch.randn(t, E, device="cuda").bfloat16(), K)
     outs = {"default": tm.moe_experts(x, qgu, qdn, top_w, top_i)}
-    if t == 32:
-        monkeypatch.setenv("HINFER_MOE_MMA_PAIRS", str(t * K))
-        assert tm.mma_experts_fit(x, qgu, qdn, t * K)
-        outs["mma"] = tm.moe_experts(x, qgu, qdn, top_w, top_i)
-        monkeypatch.delenv("HINFER_MOE_MMA_PAIRS")
-    if t * K <= 64:
+    if t * K <= MAX_PAIRS:
         assert tm.mma_experts_fit(x, qgu, qdn, t * K)
         monkeypatch.setenv("HINFER_MOE_INT4", "grouped")
         outs["grouped"] = tm.moe_experts(x, qgu, qdn, top_w, top_i)

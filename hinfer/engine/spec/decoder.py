@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from hinfer.batch import SeqChunk, build_forward_batch
+from hinfer.engine.cuda_graphs import pick
 from hinfer.engine.protocol import TopLogprob
 from hinfer.engine.runner import ModelRunner
 from hinfer.engine.sampler import take_rows, to_device, vocab_gamma
@@ -68,6 +69,27 @@ class _Fed:
     next_ids: list[int]
     hidden: torch.Tensor
     sampled: bool  # the chunk produced a token: the lane verifies next and wants drafts
+
+
+@dataclass
+class _Taken:
+    """A verifying lane's proposal as its step takes it: chunk index, the proposal, the k drafts it verifies
+    (their tokens maybe still on the device) and their draft distribution (None: deterministic)."""
+
+    index: int
+    prop: Proposal | None
+    k: int
+    probs: torch.Tensor | None
+
+    def pending(self) -> bool:
+        return self.prop is not None and self.prop.pending is not None and self.k > 0
+
+    def known(self) -> list[int]:
+        """The drafts as the host stages them: placeholders while pending (the graph takes the real ones)."""
+        return [0] * self.k if self.pending() else self.tokens()
+
+    def tokens(self) -> list[int]:
+        return self.prop.settle()[: self.k] if self.prop is not None and self.k else []
 
 
 @dataclass
@@ -159,8 +181,8 @@ class SpecDecoder:
         self.plain_steps += plain and decode_only
         self.verify_steps += not plain and decode_only
         seq_chunks: list[SeqChunk] = []
-        verifying: list[tuple[int, list[int], torch.Tensor | None]] = []  # (chunk index, drafts, their q)
-        shadows: dict[int, int] = {}  # chunk index -> the probe draft a plain step only compares
+        verifying: list[_Taken] = []
+        shadows: dict[int, Proposal] = {}  # chunk index -> the probe draft a plain step only compares
         for i, c in enumerate(chunks):
             s = c.seq
             if s.in_prefill:
@@ -170,24 +192,25 @@ class SpecDecoder:
                 continue
             if plain:  # the GDN state advances in the lane's own slot, as in plain decoding
                 prop, s.drafts = s.drafts, None
-                if isinstance(prop, Proposal) and prop.tokens:
-                    shadows[i] = prop.tokens[0]
+                if isinstance(prop, Proposal) and prop.count:
+                    shadows[i] = prop
                 seq_chunks.append(SeqChunk(s.pending_tokens(), s.num_cached, s.pages, s.slot, need_logits=True))
                 continue
-            drafts, probs = self._take_drafts(s)
-            toks = s.pending_tokens() + drafts
-            assert len(toks) == len(drafts) + 1, "a decoding lane has exactly one pending token"
+            taken = self._take_drafts(i, s)
+            toks = s.pending_tokens() + taken.known()
+            assert len(toks) == taken.k + 1, "a decoding lane has exactly one pending token"
             seq_chunks.append(SeqChunk(toks, s.num_cached, s.pages, s.slot,
                                        gdn_step_slots=s.draft_slots[: len(toks)], all_logits=True))  # fmt: skip
-            verifying.append((i, drafts, probs))
-        hidden, logits, rows = self._target_forward(seq_chunks, plain and decode_only)
+            verifying.append(taken)
+        fed = self._drafts_on_device(verifying, seq_chunks)
+        hidden, logits, rows = self._target_forward(seq_chunks, plain and decode_only, fed)
         firsts = [(c.seq, rows[i][1]) for i, c in enumerate(chunks) if c.samples and (c.seq.in_prefill or plain)]
-        lanes = [_Lane(chunks[i].seq, rows[i][1], d, q) for i, d, q in verifying]
+        lanes = [_Lane(chunks[v.index].seq, rows[v.index][1], v.tokens(), v.probs) for v in verifying]
         out = {id(o.seq): o for o in self._sample_firsts(firsts, logits) + self._verify(lanes, logits)}
-        for i, tok in shadows.items():  # a probe in a plain step: would the target have accepted it?
+        for i, prop in shadows.items():  # a probe in a plain step: would the target have accepted it?
             s = chunks[i].seq
             if self.policy is not None and isinstance(s.spec_lane, LaneAcceptance):
-                self.policy.observe(s.spec_lane, 1, int(out[id(s)].token_ids[0] == tok))
+                self.policy.observe(s.spec_lane, 1, int(out[id(s)].token_ids[0] == prop.settle()[0]))
 
         results: list[LaneOutput] = []
         for c, sc, (h0, _) in zip(chunks, seq_chunks, rows):
@@ -205,28 +228,45 @@ class SpecDecoder:
                 results.append(o)
         return results
 
-    def _take_drafts(self, seq: Sequence) -> tuple[list[int], torch.Tensor | None]:
-        """The lane's proposal, cut to its budget: (tokens, their draft distribution or None if deterministic)."""
+    def _take_drafts(self, index: int, seq: Sequence) -> _Taken:
+        """The lane's proposal, cut to its budget."""
         prop, seq.drafts = seq.drafts, None
         if not isinstance(prop, Proposal):
-            return [], None
-        k = min(len(prop.tokens), self.budget(seq))
-        return prop.tokens[:k], (prop.probs[:k] if k and prop.probs is not None else None)
+            return _Taken(index, None, 0, None)
+        k = min(prop.count, self.budget(seq))
+        return _Taken(index, prop, k, prop.probs[:k] if k and prop.probs is not None else None)
+
+    def _drafts_on_device(self, verifying: list[_Taken], seq_chunks: list[SeqChunk]) -> torch.Tensor | None:
+        """Drafts the host has not read yet go into the verify graph from the device ([lanes, width], lane i's
+        after its pending token) when every chunk is a verifying lane whose drafts are row i of one round's
+        drafts and a verify graph takes the step. Otherwise they are read here into their chunks (an eager step
+        builds its batch on the host)."""
+        pend = [v for v in verifying if v.pending()]
+        if not pend:
+            return None
+        d = pend[0].prop.pending[0]
+        if (len(verifying) == len(seq_chunks) and all(v.pending() and v.prop.pending[:2] == (d, v.index)
+                                                      for v in verifying)
+                and self.graphs and pick(self.graphs, seq_chunks) is not None):  # fmt: skip
+            return d.dev
+        for v in pend:
+            c = seq_chunks[v.index]
+            c.token_ids = c.token_ids[:1] + v.tokens()
+        return None
 
     def _target_forward(
-        self, seq_chunks: list[SeqChunk], plain: bool = False
+        self, seq_chunks: list[SeqChunk], plain: bool = False, drafts: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, list[tuple[int, int]]]:
         """-> (final-normed hidden, logits, per chunk its first (hidden row, logits row)). A verify graph when
-        every chunk is a verifying lane that fits one, the runner's decode graph for a plain step of decoding
-        lanes; else eager (rows packed)."""
+        every chunk is a verifying lane that fits one (`drafts`: their tokens still on the device), the runner's
+        decode graph for a plain step of decoding lanes; else eager (rows packed)."""
         graphs = self.runner.graphs if plain else self.graphs if all(c.all_logits for c in seq_chunks) else None
         if graphs:
-            from hinfer.engine.cuda_graphs import pick
-
             g = pick(graphs, seq_chunks)
             if g is not None:
-                hidden, logits = g.run(seq_chunks)
+                hidden, logits = g.run(seq_chunks, drafts=drafts)
                 return hidden, logits, [(i * g.t, i * g.t) for i in range(len(seq_chunks))]
+        assert drafts is None, "drafts on the device need the verify graph"
         batch = build_forward_batch(seq_chunks, self.state.page_size, self.device)
         hidden = self.model(batch, self.state)
         rows, h, r = [], 0, 0

@@ -28,12 +28,49 @@ class DraftJob:
     num_drafts: int  # tokens to propose for the next round (0: only observe)
 
 
+class DeviceDrafts:
+    """A round's drafts where the drafter left them: on the device, [lanes, width] int64 (row r: lane r's
+    tokens, then zeros), with a copy to pinned host memory queued behind them. Verification takes `dev` as its
+    input without the host waiting for the tokens; the host reads them afterwards, when the copy has long
+    arrived (one wait per round instead of one before the verify launch)."""
+
+    def __init__(self, dev: torch.Tensor) -> None:
+        self.dev = dev
+        self._done: torch.cuda.Event | None = None
+        self._host = dev
+        if dev.is_cuda:
+            self._host = torch.empty(dev.shape, dtype=dev.dtype, pin_memory=True)
+            self._host.copy_(dev, non_blocking=True)
+            self._done = torch.cuda.Event()
+            self._done.record()
+        self._rows: list[list[int]] | None = None
+
+    def row(self, r: int, n: int) -> list[int]:
+        if self._rows is None:
+            if self._done is not None:
+                self._done.synchronize()
+            self._rows = self._host.tolist()
+        return self._rows[r][:n]
+
+
 @dataclass
 class Proposal:
-    tokens: list[int]  # at most the job's num_drafts
+    tokens: list[int]  # at most the job's num_drafts; empty while `pending` holds them
     # [len(tokens), V] the distribution each token was drawn from (after the request's sampler processing);
     # None: deterministic drafts (q is one-hot at the token), the right thing for greedy requests
     probs: torch.Tensor | None = None
+    pending: tuple[DeviceDrafts, int, int] | None = None  # (the round's drafts, this lane's row, its count)
+
+    @property
+    def count(self) -> int:
+        return self.pending[2] if self.pending is not None else len(self.tokens)
+
+    def settle(self) -> list[int]:
+        """The tokens on the host (reading them from the device copy if they are still pending)."""
+        if self.pending is not None:
+            d, r, n = self.pending
+            self.tokens, self.pending = d.row(r, n), None
+        return self.tokens
 
 
 class Drafter(Protocol):

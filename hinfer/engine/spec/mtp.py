@@ -30,16 +30,17 @@ import math
 import torch
 
 from hinfer.batch import SeqChunk, build_forward_batch
-from hinfer.engine.sampler import RowState, Sampler, take_rows, vocab_gamma
+from hinfer.engine.sampler import RowState, Sampler, take_rows, to_device, vocab_gamma
 from hinfer.engine.spec.dist import (
     DRAFT,
     Position,
     draw,
+    position_row,
     processed_logits,
     race_noise,
     sampling_probs,
 )
-from hinfer.engine.spec.drafter import DraftJob, Proposal
+from hinfer.engine.spec.drafter import DeviceDrafts, DraftJob, Proposal
 from hinfer.errors import ConfigError
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.state import ModelState
@@ -111,7 +112,8 @@ class MTPDrafter:
         h = self.forward(chunks, torch.cat([j.hidden for j in jobs]))
         active = [i for i, j in enumerate(jobs) if j.num_drafts > 0]
         # lanes whose processed logits do not depend on their drafted prefix (no penalties, no thinking budget)
-        # keep the drafts on the device until the last step: one host read per round instead of one per draft
+        # keep the drafts on the device: the verify step takes them from there, and the host reads them once
+        # per round, after that step is queued (not once per draft, nor before the verify launch)
         on_device = all(prefix_free(jobs[i].seq.sampler_state) for i in active)
         toks: dict[int, list[int]] = {i: [] for i in active}
         probs: dict[int, list[torch.Tensor]] = {i: [] for i in active}
@@ -125,9 +127,13 @@ class MTPDrafter:
                                    SCRATCH_SLOT) for i in active]  # fmt: skip
                 h = self.forward(chunks, h, last)
             pos = [Position(jobs[i].seq.sampler_state, toks[i]) for i in active]
-            q = sampling_probs(processed_logits(self.sampler, self.logits(h), pos), pos)
-            draws = [None if p.row.params.greedy else (p.row.seed, p.row.num_generated + step) for p in pos]
-            t_dev = draw(q, race_noise(draws, DRAFT, self._gamma))
+            z = processed_logits(self.sampler, self.logits(h), pos)
+            if all(p.row.params.greedy and not position_row(p).force_think_end for p in pos):
+                t_dev = torch.argmax(z, dim=-1)  # q one-hot at the argmax: drawing from it is the argmax
+            else:
+                q = sampling_probs(z, pos)
+                draws = [None if p.row.params.greedy else (p.row.seed, p.row.num_generated + step) for p in pos]
+                t_dev = draw(q, race_noise(draws, DRAFT, self._gamma))
             if on_device:
                 drawn.append((list(active), t_dev))
             else:
@@ -141,16 +147,25 @@ class MTPDrafter:
             if len(keep) < len(active):
                 active, h, t_dev = [active[r] for r in keep], h[keep], t_dev[keep]
             last = t_dev if on_device else None
-        if drawn:  # the round's one host read
-            flat = torch.cat([t for _, t in drawn]).tolist()
-            off = 0
-            for lanes, _ in drawn:
-                for i, t in zip(lanes, flat[off : off + len(lanes)]):
-                    toks[i].append(t)
-                off += len(lanes)
+        pending = _device_drafts(drawn) if drawn else {}
         for i in toks:
-            out[i] = Proposal(toks[i], torch.stack(probs[i]) if probs[i] else None)
+            p = torch.stack(probs[i]) if probs[i] else None
+            out[i] = Proposal([], p, pending[i]) if i in pending else Proposal(toks[i], p)
         return out
+
+
+def _device_drafts(drawn: list[tuple[list[int], torch.Tensor]]) -> dict[int, tuple[DeviceDrafts, int, int]]:
+    """The round's drafts left on the device, one row per lane of the first step (lanes only drop out):
+    job index -> (the drafts, its row, its count). The host reads them once, after verification is queued."""
+    first = drawn[0][0]
+    cols = []
+    for lanes, t in drawn:
+        if len(lanes) < len(first):  # a lane done drafting: zeros in its row, never read
+            at = to_device([first.index(i) for i in lanes], torch.int64, t.device)
+            t = torch.zeros(len(first), dtype=t.dtype, device=t.device).index_copy_(0, at, t)
+        cols.append(t)
+    d = DeviceDrafts(torch.stack(cols, dim=1))
+    return {i: (d, r, sum(i in lanes for lanes, _ in drawn)) for r, i in enumerate(first)}
 
 
 def prefix_free(row: RowState) -> bool:

@@ -40,8 +40,10 @@ from hinfer.ops.triton.moe_int4 import Int4Experts
 from hinfer.ops.triton.tiles.forms import SkinnyConfig
 from hinfer.ops.triton.tiles.moe import experts_mma_tile
 
-MAX_PAIRS = 72  # decode sizes: (tokens x top k) pairs, 8 x (8 + a folded shared expert); beyond: grouped kernels
-# (HINFER_MOE_MMA_PAIRS moves the limit: speculative verification of 8 lanes x 4 tokens is 288 pairs)
+# Decode and speculative verification sizes: (tokens x top k) pairs up to 8 lanes x 4 tokens x (8 + a folded
+# shared expert); beyond, the grouped kernels. At 288 pairs this kernel made a 35B-A3B MTP round at 8 lanes
+# 18.2 -> 11.9 ms and a 122B-A10B one 44.4 -> 26.8 ms (bench/RESULTS.md). HINFER_MOE_MMA_PAIRS moves the limit.
+MAX_PAIRS = 288
 SUM_COUNTERS = gl.constexpr(COUNTERS // 2)  # the slot sum's arrival counters (one per N tile) follow the split-K ones
 
 

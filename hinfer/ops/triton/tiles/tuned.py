@@ -74,10 +74,14 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     (INT4_MMA, 5120, 17408, 32): SkinnyConfig(128, 128, 16, 4, 4, 2, 4),
     # int4 on warpgroup MMA, where it beat the mma.sync kernel by > 3% (an entry is where it takes over), swept
     # 2026-12-02 (`bench/int4_wgmma.py --ms 4,8,16,32 --tiles`, asymmetric weights)
+    (INT4_WGMMA, 14336, 5120, 1): SkinnyConfig(256, 128, 8, 4, 8, 1),  # `--ms 1,2`: 1.27x / 1.05x
+    (INT4_WGMMA, 14336, 5120, 2): SkinnyConfig(256, 128, 8, 4, 8, 1),
     (INT4_WGMMA, 14336, 5120, 4): SkinnyConfig(256, 128, 8, 4, 8, 1),
     (INT4_WGMMA, 14336, 5120, 8): SkinnyConfig(256, 128, 8, 4, 8, 1),
     (INT4_WGMMA, 14336, 5120, 16): SkinnyConfig(256, 128, 16, 2, 8, 1),
     (INT4_WGMMA, 14336, 5120, 32): SkinnyConfig(128, 128, 32, 2, 8, 1),
+    (INT4_WGMMA, 16384, 5120, 1): SkinnyConfig(256, 128, 8, 4, 8, 1),  # `--ms 1,2`: 1.24x / 1.04x
+    (INT4_WGMMA, 16384, 5120, 2): SkinnyConfig(256, 128, 8, 4, 8, 1),
     (INT4_WGMMA, 16384, 5120, 4): SkinnyConfig(256, 128, 8, 4, 8, 1),
     (INT4_WGMMA, 16384, 5120, 8): SkinnyConfig(256, 128, 8, 4, 8, 1),
     (INT4_WGMMA, 16384, 5120, 32): SkinnyConfig(128, 128, 32, 2, 8, 1),
