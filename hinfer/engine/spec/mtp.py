@@ -73,6 +73,14 @@ class MTPDrafter:
             z = torch.nn.functional.pad(z, (0, vocab - z.shape[1]), value=-math.inf)
         return z
 
+    def _argmax_drafts(self, h: torch.Tensor) -> torch.Tensor:
+        """Drafts of plain greedy lanes: the argmax over the real tokens of the raw draft logits. Their processed
+        logits differ from these only by the padding mask (and a draft vocabulary's -inf tail), and their q is
+        one-hot at that argmax: the probabilities, noise and draw would give the same token."""
+        z = self.model.compute_logits(h) if self.draft_head is None else linear(h, self.draft_head)
+        real = self.sampler.num_real_tokens
+        return torch.argmax(z if real is None else z[:, :real], dim=-1)
+
     def use_graphs(self, max_lanes: int, k: int, max_context: int, capture: bool) -> None:
         from hinfer.engine.cuda_graphs import StepGraphs, build
 
@@ -127,11 +135,10 @@ class MTPDrafter:
                                    SCRATCH_SLOT) for i in active]  # fmt: skip
                 h = self.forward(chunks, h, last)
             pos = [Position(jobs[i].seq.sampler_state, toks[i]) for i in active]
-            z = processed_logits(self.sampler, self.logits(h), pos)
-            if all(p.row.params.greedy and not position_row(p).force_think_end for p in pos):
-                t_dev = torch.argmax(z, dim=-1)  # q one-hot at the argmax: drawing from it is the argmax
+            if all(_plain_greedy(p) for p in pos):
+                t_dev = self._argmax_drafts(h)
             else:
-                q = sampling_probs(z, pos)
+                q = sampling_probs(processed_logits(self.sampler, self.logits(h), pos), pos)
                 draws = [None if p.row.params.greedy else (p.row.seed, p.row.num_generated + step) for p in pos]
                 t_dev = draw(q, race_noise(draws, DRAFT, self._gamma))
             if on_device:
@@ -166,6 +173,14 @@ def _device_drafts(drawn: list[tuple[list[int], torch.Tensor]]) -> dict[int, tup
         cols.append(t)
     d = DeviceDrafts(torch.stack(cols, dim=1))
     return {i: (d, r, sum(i in lanes for lanes, _ in drawn)) for r, i in enumerate(first)}
+
+
+def _plain_greedy(p: Position) -> bool:
+    """A greedy position whose processed logits are the raw ones but for the padding mask: no logit bias, no
+    penalties, no grammar, no forced `</think>`."""
+    r = p.row
+    return (r.params.greedy and not r.params.logit_bias and not r.has_penalties and r.grammar is None
+            and not position_row(p).force_think_end)  # fmt: skip
 
 
 def prefix_free(row: RowState) -> bool:
