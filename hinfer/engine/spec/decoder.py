@@ -37,9 +37,11 @@ from hinfer.engine.spec.dist import (
     ACCEPT,
     RESAMPLE,
     Position,
+    plain_greedy,
     position_row,
     processed_logits,
     race_noise,
+    real_argmax,
     sampling_probs,
     spec_keys,
     uniforms,
@@ -294,12 +296,14 @@ class SpecDecoder:
         positions = [
             Position(ln.seq.sampler_state, ln.drafts[:j]) for ln, js in zip(lanes, spans) for j in js
         ]
-        z = processed_logits(
-            self.sampler, take_rows(logits, [ln.row + j for ln, js in zip(lanes, spans) for j in js]), positions
-        )
-        if all(ln.seq.params.greedy for ln in lanes):
-            acc, last = self._accept_greedy(lanes, z, positions)
+        raw = take_rows(logits, [ln.row + j for ln, js in zip(lanes, spans) for j in js])
+        if all(plain_greedy(p) and p.row.params.logprobs is None for p in positions):  # the raw argmax decides
+            z, acc, last = None, *self._accept_greedy(lanes, real_argmax(raw, self.sampler.num_real_tokens), positions)
+        elif all(ln.seq.params.greedy for ln in lanes):
+            z = processed_logits(self.sampler, raw, positions)
+            acc, last = self._accept_greedy(lanes, torch.argmax(z, dim=-1), positions)
         else:
+            z = processed_logits(self.sampler, raw, positions)
             p, q, drafts = self._padded(lanes, sampling_probs(z, positions))
             width = drafts.shape[1]
             first = [
@@ -316,7 +320,8 @@ class SpecDecoder:
         outs, off = [], 0
         for ln, a, t in zip(lanes, acc, last):
             toks = ln.drafts[:a] + [t]
-            outs.append(LaneOutput(ln.seq, toks, *self._logprobs(ln.seq, z[off : off + a + 1], toks)))
+            zl = z[off : off + a + 1] if z is not None else None
+            outs.append(LaneOutput(ln.seq, toks, *self._logprobs(ln.seq, zl, toks)))
             ln.seq.spec_drafted += len(ln.drafts)
             ln.seq.spec_accepted += a
             if ln.drafts:
@@ -331,11 +336,11 @@ class SpecDecoder:
         return outs
 
     @staticmethod
-    def _accept_greedy(lanes: list[_Lane], z: torch.Tensor, positions: list[Position]) -> tuple[list, list]:
+    def _accept_greedy(lanes: list[_Lane], picks: torch.Tensor, positions: list[Position]) -> tuple[list, list]:
         """Every lane greedy: rejection sampling with one-hot p and q is argmax agreement, so neither the
-        distributions nor the noise are built; one argmax per row and the step's one host read. A forced
-        `</think>` row is its one-hot, as in sampling_probs."""
-        tok = torch.argmax(z, dim=-1).tolist()
+        distributions nor the noise are built; `picks` holds each row's argmax, read in the step's one host
+        read. A forced `</think>` row is its one-hot, as in sampling_probs."""
+        tok = picks.tolist()
         for i, p in enumerate(positions):
             r = position_row(p)
             if r.force_think_end:
@@ -371,10 +376,10 @@ class SpecDecoder:
         return p, q, drafts
 
     @staticmethod
-    def _logprobs(seq: Sequence, z: torch.Tensor, toks: list[int]) -> tuple[list, list]:
+    def _logprobs(seq: Sequence, z: torch.Tensor | None, toks: list[int]) -> tuple[list, list]:
         """Per token: its logprob under the processed logits, and the top-N (the sampler's convention)."""
         n = seq.params.logprobs
-        if n is None:
+        if n is None or z is None:
             return [None] * len(toks), [None] * len(toks)
         lse = torch.logsumexp(z, dim=-1, keepdim=True)
         lp = (z.gather(1, torch.tensor(toks, device=z.device)[:, None]) - lse)[:, 0].tolist()

@@ -87,6 +87,19 @@ def position_row(p: Position) -> RowState:
     return replace(p.row, num_generated=p.row.num_generated + len(p.prefix), think_ended=ended)
 
 
+def plain_greedy(p: Position) -> bool:
+    """A greedy position whose processed logits are the raw ones but for the padding mask (no logit bias, no
+    penalties, no grammar, no forced `</think>`): its token is the raw argmax over the real ids."""
+    r = p.row
+    return (r.params.greedy and not r.params.logit_bias and not r.has_penalties and r.grammar is None
+            and not position_row(p).force_think_end)  # fmt: skip
+
+
+def real_argmax(logits: torch.Tensor, real: int | None) -> torch.Tensor:
+    """[N] the argmax of each row over the first `real` ids (the tokenizer's; None: all): plain greedy tokens."""
+    return torch.argmax(logits if real is None else logits[:, :real], dim=-1)
+
+
 def processed_logits(sampler: Sampler, logits: torch.Tensor, positions: Sequence[Position]) -> torch.Tensor:
     """[N, V] logits after padding mask, bias and penalties, with each position's prefix counted."""
     rows = [position_row(p) for p in positions]

@@ -35,9 +35,10 @@ from hinfer.engine.spec.dist import (
     DRAFT,
     Position,
     draw,
-    position_row,
+    plain_greedy,
     processed_logits,
     race_noise,
+    real_argmax,
     sampling_probs,
 )
 from hinfer.engine.spec.drafter import DeviceDrafts, DraftJob, Proposal
@@ -78,8 +79,7 @@ class MTPDrafter:
         logits differ from these only by the padding mask (and a draft vocabulary's -inf tail), and their q is
         one-hot at that argmax: the probabilities, noise and draw would give the same token."""
         z = self.model.compute_logits(h) if self.draft_head is None else linear(h, self.draft_head)
-        real = self.sampler.num_real_tokens
-        return torch.argmax(z if real is None else z[:, :real], dim=-1)
+        return real_argmax(z, self.sampler.num_real_tokens)
 
     def use_graphs(self, max_lanes: int, k: int, max_context: int, capture: bool) -> None:
         from hinfer.engine.cuda_graphs import StepGraphs, build
@@ -135,7 +135,7 @@ class MTPDrafter:
                                    SCRATCH_SLOT) for i in active]  # fmt: skip
                 h = self.forward(chunks, h, last)
             pos = [Position(jobs[i].seq.sampler_state, toks[i]) for i in active]
-            if all(_plain_greedy(p) for p in pos):
+            if all(plain_greedy(p) for p in pos):
                 t_dev = self._argmax_drafts(h)
             else:
                 q = sampling_probs(processed_logits(self.sampler, self.logits(h), pos), pos)
@@ -173,14 +173,6 @@ def _device_drafts(drawn: list[tuple[list[int], torch.Tensor]]) -> dict[int, tup
         cols.append(t)
     d = DeviceDrafts(torch.stack(cols, dim=1))
     return {i: (d, r, sum(i in lanes for lanes, _ in drawn)) for r, i in enumerate(first)}
-
-
-def _plain_greedy(p: Position) -> bool:
-    """A greedy position whose processed logits are the raw ones but for the padding mask: no logit bias, no
-    penalties, no grammar, no forced `</think>`."""
-    r = p.row
-    return (r.params.greedy and not r.params.logit_bias and not r.has_penalties and r.grammar is None
-            and not position_row(p).force_think_end)  # fmt: skip
 
 
 def prefix_free(row: RowState) -> bool:
