@@ -13,6 +13,7 @@ predecessor, and the profiler counts the wait as the kernel's time (the step tim
 from __future__ import annotations
 
 import argparse
+import gzip
 import os
 from collections import defaultdict
 
@@ -37,6 +38,8 @@ def main() -> None:
     ap.add_argument("--spec-k", type=int, default=0, help="profile MTP speculative rounds at this K instead")
     ap.add_argument("--pdl", action="store_true", help="keep programmatic dependent launch on (kernel times then "
                     "include the waits for their predecessors)")
+    ap.add_argument("--trace", default=None, help="also write the profiled steps / rounds as a Chrome trace (.json or "
+                    ".json.gz) with the host's Python stacks, to read each GPU gap against the host work beside it")
     a = ap.parse_args()
     if not a.pdl:
         os.environ["HINFER_PDL"] = "0"
@@ -56,11 +59,34 @@ def main() -> None:
     bw = 4.2e12
     print(f"step {t.ms_per_step:.3f} ms, floor {b.total / bw * 1e3:.3f} ms (weights {wb / 1e9:.2f} GB)")
     seqs_steps = 5
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+    with _profiler(a.trace) as prof:
         measure.decode(core.runner, a.lanes, a.depth, steps=seqs_steps, warmup=0)
         torch.cuda.synchronize()
+    _export(prof, a.trace)
     print_kernels(prof, seqs_steps, "step")
     print_gaps(prof, seqs_steps, "step")
+
+
+def _profiler(trace: str | None):
+    """GPU activity only, or with --trace the host's too (its ops and Python stacks: slower, for the timeline)."""
+    acts = [torch.profiler.ProfilerActivity.CUDA]
+    if trace:
+        acts.append(torch.profiler.ProfilerActivity.CPU)
+    return torch.profiler.profile(activities=acts, with_stack=bool(trace))
+
+
+def _export(prof, trace: str | None) -> None:
+    if not trace:
+        return
+    if trace.endswith(".gz"):
+        raw = trace[: -len(".gz")]
+        prof.export_chrome_trace(raw)
+        with open(raw, "rb") as f, gzip.open(trace, "wb") as g:
+            g.write(f.read())
+        os.remove(raw)
+    else:
+        prof.export_chrome_trace(trace)
+    print(f"trace: {trace}")
 
 
 def print_gaps(prof, n: int, unit: str, top: int = 10) -> None:
@@ -105,9 +131,10 @@ def profile_spec(core, a) -> None:
     print(f"round {t.ms_per_round:.3f} ms at K={a.spec_k}, plain step {plain.ms_per_step:.3f} ms "
           f"({t.ms_per_round / plain.ms_per_step:.2f}x)")
     rounds = 5
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+    with _profiler(a.trace) as prof:
         measure.spec_rounds(core, a.lanes, a.depth, rounds=rounds, warmup=0)
         torch.cuda.synchronize()
+    _export(prof, a.trace)
     print_kernels(prof, rounds, "round")
     print_gaps(prof, rounds, "round")
 
