@@ -27,7 +27,7 @@ from bench.tile_sweep import time_tiles  # noqa: E402
 from hinfer.ops.triton.moe_align import align  # noqa: E402
 from hinfer.ops.triton.moe_int4_mma import experts_mma  # noqa: E402
 from hinfer.ops.triton.tiles.forms import MOE_INT4_MMA, SkinnyConfig  # noqa: E402
-from hinfer.ops.triton.tiles.moe import experts_mma_tile  # noqa: E402
+from hinfer.ops.triton.tiles.moe import MOE_INT4_MMA_TILES, experts_mma_tile  # noqa: E402
 from hinfer.ops.triton.tiles.table import entry, m_bucket, source_line, write  # noqa: E402
 
 BW = 4.2e12  # bytes/s the floors divide by (bench/moe_kernels.py's)
@@ -103,8 +103,8 @@ def sweep(name: str, t: int, gen: torch.Generator, splits: tuple[int, ...] = (1,
             print(f"      {us:6.2f} us  {cfg}")
         rows.append({"model": name, "proj": proj, "t": t, "pairs": pairs, "n": n, "k": kk, "blocks": blocks,
                      "default": asdict(default), "default_us": base, "best": asdict(best), "best_us": best_us,
-                     "floor_us": floor, "entry": entry(MOE_INT4_MMA, n, kk, m_bucket(pairs), best),
-                     "line": source_line(MOE_INT4_MMA, n, kk, m_bucket(pairs), best)})  # fmt: skip
+                     "floor_us": floor, "entry": entry(MOE_INT4_MMA, n, kk, m_bucket(pairs, MOE_INT4_MMA_TILES.max_m), best),
+                     "line": source_line(MOE_INT4_MMA, n, kk, m_bucket(pairs, MOE_INT4_MMA_TILES.max_m), best)})  # fmt: skip
     gu.clear(), dn.clear()
     torch.cuda.empty_cache()
     return rows

@@ -88,8 +88,9 @@ def _mma_experts_heuristic(m: int, n: int, k: int, blocks: int, sms: int | None 
     return SkinnyConfig(64, GROUP, 8, 1, 4, 2)
 
 
+# Buckets up to 512 pairs: decode (9 per token) and speculative verification (8 lanes x 4 tokens: 288 pairs)
 MOE_INT4_MMA_TILES: Family[SkinnyConfig] = Family(
-    MOE_INT4_MMA, _mma_experts_heuristic, lambda cfg, m, n, k: n % cfg.block_n == 0
+    MOE_INT4_MMA, _mma_experts_heuristic, lambda cfg, m, n, k: n % cfg.block_n == 0, max_m=512
 )
 
 

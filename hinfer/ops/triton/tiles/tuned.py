@@ -140,7 +140,8 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     (INT4_MMA, 20480, 3072, 8): SkinnyConfig(128, 128, 8, 4, 4, 2),
     (INT4_MMA, 17408, 3072, 1): SkinnyConfig(128, 128, 8, 4, 4, 2),
     (INT4_MMA, 17408, 3072, 8): SkinnyConfig(128, 128, 8, 4, 4, 2),
-    # int4 experts on tensor cores (M = token x expert pairs: 9 at one token with the shared expert folded, 72 at 8),
+    # int4 experts on tensor cores (M = token x expert pairs: 9 at one token with the shared expert folded, 72 at 8
+    # in bucket 128; until swept there, buckets 64, 256 and 512 borrow the 8-token winners, below),
     # swept 2026-12-02 (`bench/experts_mma_tiles.py --t 1 8`): 35B-A3B 13.9 -> 12.7 us (gate_up) and
     # 11.1 -> 9.5 (down) per layer at one token, 41.2 -> 31.8 and 35.6 -> 24.2 at 8; 122B-A10B 23.9 -> 20.3,
     # 19.9 -> 16.4, 95.6 -> 78.0, 94.4 -> 55.3
@@ -148,13 +149,19 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     # (K in 4 splits), down 9.0 -> 7.9
     (MOE_INT4_MMA, 1024, 2048, 16): SkinnyConfig(64, 128, 8, 4, 4, 4),
     (MOE_INT4_MMA, 2048, 512, 16): SkinnyConfig(256, 128, 8, 1, 8, 2),
-    (MOE_INT4_MMA, 1024, 2048, 64): SkinnyConfig(32, 128, 8, 1, 2, 4),  # 35.6 -> 32.9 us (2026-12-02)
-    (MOE_INT4_MMA, 2048, 512, 64): SkinnyConfig(128, 128, 8, 1, 2, 2),
+    (MOE_INT4_MMA, 1024, 2048, 128): SkinnyConfig(32, 128, 8, 1, 2, 4),  # 35.6 -> 32.9 us (2026-12-02)
+    (MOE_INT4_MMA, 2048, 512, 128): SkinnyConfig(128, 128, 8, 1, 2, 2),
     # 122B-A10B at one token re-swept with K splits 2026-12-02: gate_up 21.0 -> 18.7 us (2 splits), down 19.1 -> 14.1
     (MOE_INT4_MMA, 2048, 3072, 16): SkinnyConfig(128, 128, 8, 2, 4, 4),
     (MOE_INT4_MMA, 3072, 1024, 16): SkinnyConfig(256, 128, 8, 1, 8, 2),
-    (MOE_INT4_MMA, 2048, 3072, 64): SkinnyConfig(32, 128, 8, 1, 2, 4),  # 89.0 -> 85.2 us (2026-12-02)
-    (MOE_INT4_MMA, 3072, 1024, 64): SkinnyConfig(64, 128, 8, 1, 1, 2),
+    (MOE_INT4_MMA, 2048, 3072, 128): SkinnyConfig(32, 128, 8, 1, 2, 4),  # 89.0 -> 85.2 us (2026-12-02)
+    (MOE_INT4_MMA, 3072, 1024, 128): SkinnyConfig(64, 128, 8, 1, 1, 2),
 }
+# The int4 experts' 8-token winners also serve 33-64 pairs and, up to a verification of 8 lanes x 4 tokens (288
+# pairs), 129-512: buckets not swept yet (`bench/experts_mma_tiles.py --t 32` writes bucket 512).
+for (_fam, _n, _k, _m), _tile in list(TUNED.items()):
+    if _fam == MOE_INT4_MMA and _m == 128:
+        for _b in (64, 256, 512):
+            TUNED.setdefault((_fam, _n, _k, _b), _tile)
 # The other MoE families (moe_bf16 / int4 / fp8), the prefill GEMMs (gemm*) and attention (attention_*): no per-shape entries yet, their
 # heuristics cover every shape.
