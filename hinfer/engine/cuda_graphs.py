@@ -38,6 +38,7 @@ log = logging.getLogger("hinfer.graphs")
 BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
 WIDTH_CLASSES = (4096, 32768)  # context lengths (tokens) with their own narrower graphs, besides max_context
 SCRATCH_PAGE = SCRATCH_SLOT = 0  # reserved by the state pool: filler tokens write here, nothing reads it
+HOST_BUFFERS: int | None = None  # pinned staging buffers per field set (None: 2 on a GPU, 1 on a CPU; tests set 2)
 
 # One graph memory pool per engine (its ModelState): the decode, verify and MTP graphs of an engine run one at
 # a time, so they share one pool. A pool dies with its engine: capturing into a pool whose graphs were all
@@ -84,14 +85,15 @@ class StepGraphs:
         self._i64 = _Packed(i64, torch.int64, self.device)
         self._i32 = _Packed({"q_lens": n, "cu_q_lens": n + 1, "cached_lens": n, "page_table": n * self.width},
                             torch.int32, self.device)  # fmt: skip
-        self._i32.host["q_lens"][:] = self.t
-        self._i32.host["cu_q_lens"][:] = range(0, (n + 1) * self.t, self.t)
+        self._i32.fill("q_lens", self.t)
+        self._i32.fill("cu_q_lens", range(0, (n + 1) * self.t, self.t))
         self.logits_indices = torch.arange(nt, dtype=torch.int64, device=self.device)
         self.hidden_in = None
         if head == "mtp":
             self.hidden_in = torch.zeros((nt, model.cfg.hidden_size), dtype=model.embed_tokens.dtype,
                                          device=self.device)  # fmt: skip
-        self._rows: list[object] = [None] * n  # page list object staged in each page-table row
+        # per host buffer of the int32 fields: the page list object staged in each of its page-table rows
+        self._rows: list[list[object]] = [[None] * n for _ in range(self._i32.buffers)]
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.outputs: dict[int, tuple[torch.Tensor, ...]] = {}
 
@@ -131,9 +133,10 @@ class StepGraphs:
 
     def _stage(self, chunks: list[SeqChunk], b: int, hidden: torch.Tensor | None = None) -> None:
         """Write the real lanes' metadata into the static buffers, fillers as the module docstring says."""
-        self._i64.wait()
-        self._i32.wait()
+        self._i64.next()
+        self._i32.next()
         a, c, ps, t = self._i64.host, self._i32.host, self.state.page_size, self.t
+        staged = self._rows[self._i32.index]
         ids, pos, kv, steps = a["input_ids"], a["positions"], a["slot_mapping"], a.get("step_slots")
         for i, ch in enumerate(chunks):
             n, p0, r = len(ch.token_ids), ch.cached_len, i * t
@@ -159,15 +162,15 @@ class StepGraphs:
         c["cached_lens"][m:] = 0
         table = c["page_table"].reshape(-1, self.width)
         for i, ch in enumerate(chunks):
-            if self._rows[i] is not ch.page_ids:  # a lane's pages are fixed for its life: restage on change only
+            if staged[i] is not ch.page_ids:  # a lane's pages are fixed for its life: restage on change only
                 ids_ = ch.page_ids[: self.width]  # the caller picks a width that covers the pages in use
                 table[i, : len(ids_)] = ids_
                 table[i, len(ids_) :] = 0
-                self._rows[i] = ch.page_ids
+                staged[i] = ch.page_ids
         for i in range(m, b):
-            if self._rows[i] is not None:
+            if staged[i] is not None:
                 table[i] = 0
-                self._rows[i] = None
+                staged[i] = None
         self._i64.upload()
         self._i32.upload()
         if hidden is not None:
@@ -228,31 +231,57 @@ class StepGraphs:
 
 
 class _Packed:
-    """Named int fields packed in one pinned host tensor and one device tensor of the same layout."""
+    """Named int fields packed in pinned host tensors and one device tensor of the same layout. Two host buffers
+    taken in turn (one on a CPU, where the device tensor is the host one): the host stages step s + 1 in one
+    while step s's upload from the other may still be queued, so it can run a step ahead of the GPU through
+    chains of small steps (the drafter's) without waiting for the previous upload to leave."""
 
     def __init__(self, sizes: dict[str, int], dtype: torch.dtype, device: torch.device) -> None:
         total = sum(sizes.values())
-        pin = torch.cuda.is_available() and torch.device(device).type == "cuda"
-        self._host = torch.zeros(total, dtype=dtype, pin_memory=pin)
-        self._dev = self._host if torch.device(device).type == "cpu" else torch.zeros(total, dtype=dtype, device=device)
-        self._uploaded = torch.cuda.Event() if self._dev is not self._host else None
-        arr = self._host.numpy()
-        self.host, self.dev, off = {}, {}, 0
+        self._on_gpu = on_gpu = torch.device(device).type == "cuda"
+        self.buffers = HOST_BUFFERS or (2 if on_gpu else 1)
+        bufs = [torch.zeros(total, dtype=dtype, pin_memory=on_gpu) for _ in range(self.buffers)]
+        self._bufs = bufs
+        self._dev = bufs[0] if self.buffers == 1 and not on_gpu else torch.zeros(total, dtype=dtype, device=device)
+        self._uploaded: list[torch.cuda.Event | None] = [None] * self.buffers
+        self._views: list[dict] = []
+        self.dev, off = {}, 0
         for name, size in sizes.items():
-            self.host[name] = arr[off : off + size]
             self.dev[name] = self._dev[off : off + size]
             off += size
+        for buf in bufs:
+            arr, off, views = buf.numpy(), 0, {}
+            for name, size in sizes.items():
+                views[name] = arr[off : off + size]
+                off += size
+            self._views.append(views)
+        self.index = 0
+        self.host = self._views[0]
+
+    def fill(self, name: str, values) -> None:
+        """A field's constant value, in every host buffer."""
+        for views in self._views:
+            views[name][:] = values
+
+    def next(self) -> None:
+        """Before the host writes a step's fields: take the next host buffer, once its last upload has left it
+        (it may still be queued when the caller did not wait for the GPU since, as the drafter's steps do not).
+        Every field a step reads is rewritten each step, but for the page-table rows its owner tracks per
+        buffer (`index`)."""
+        self.index = (self.index + 1) % self.buffers
+        self.host = self._views[self.index]
+        ev = self._uploaded[self.index]
+        if ev is not None:
+            ev.synchronize()
 
     def upload(self) -> None:
-        if self._dev is not self._host:
-            self._dev.copy_(self._host, non_blocking=True)
-            self._uploaded.record()
-
-    def wait(self) -> None:
-        """Before the host rewrites the pinned fields: the last upload has left them (it may still be queued
-        when the caller did not wait for the GPU since, as the drafter's steps do not)."""
-        if self._dev is not self._host:
-            self._uploaded.synchronize()
+        if self._dev is self._bufs[0]:
+            return
+        self._dev.copy_(self._bufs[self.index], non_blocking=True)
+        if self._on_gpu:
+            ev = self._uploaded[self.index] or torch.cuda.Event()
+            ev.record()
+            self._uploaded[self.index] = ev
 
 
 def pick(graph_sets: list[StepGraphs] | None, chunks: list[SeqChunk]) -> StepGraphs | None:

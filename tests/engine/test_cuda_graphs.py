@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import random
 
+import pytest
 import torch
 
 from hinfer.batch import SeqChunk
+from hinfer.engine import cuda_graphs
 from hinfer.engine.cuda_graphs import SCRATCH_PAGE, SCRATCH_SLOT, StepGraphs, page_widths
 from hinfer.engine.protocol import GenerationRequest
 from hinfer.sampling_params import SamplingParams as SP
@@ -25,7 +27,11 @@ def _run(core, prompts, n):
     return out
 
 
-def test_decode_through_static_batches_equals_eager(make_engine_core):
+@pytest.mark.parametrize("host_buffers", [1, 2])
+def test_decode_through_static_batches_equals_eager(make_engine_core, monkeypatch, host_buffers):
+    """With two host buffers (the GPU's staging) the fields are staged in each in turn, page-table rows tracked per
+    buffer: lanes that come and go in a bucket must find their own rows in whichever buffer is staged."""
+    monkeypatch.setattr(cuda_graphs, "HOST_BUFFERS", host_buffers)
     rng = random.Random()
     # 3 lanes -> buckets 1, 2, 3; max_context 512 at page 16 -> one width (32 pages); lengths vary
     prompts = [[rng.randrange(1, 1024) for _ in range(n)] for n in (1, 9, 40, 75, 3)]

@@ -518,7 +518,8 @@ def test_sampling_distribution_unchanged_by_speculation(small_model, tokenizer, 
     assert stat < chi2_critical(df), (stat, df)
 
 
-def test_verify_and_draft_graph_batches_give_the_same_tokens(make_engine_core, monkeypatch):
+@pytest.mark.parametrize("host_buffers", [1, 2])
+def test_verify_and_draft_graph_batches_give_the_same_tokens(make_engine_core, monkeypatch, host_buffers):
     """The padded static batches of the CUDA-graph path (engine/cuda_graphs.py), run eagerly here: lanes with
     fewer drafts than K are padded to K + 1 tokens, fillers write only scratch page 0 / slot 0, and greedy
     outputs equal plain decoding. Every verify and draft step of the decoding lanes goes through them, the
@@ -534,6 +535,7 @@ def test_verify_and_draft_graph_batches_give_the_same_tokens(make_engine_core, m
         return real_run(self, chunks, hidden, ids, drafts)
 
     monkeypatch.setattr(cuda_graphs.StepGraphs, "run", counting_run)
+    monkeypatch.setattr(cuda_graphs, "HOST_BUFFERS", host_buffers)  # two: the GPU's staging, taken in turn
     rng = random.Random(99)
     prompts = [[rng.randrange(1, 1024) for _ in range(n)] for n in (1, 7, 16, 30, 45)]
     params = [greedy_params(i) for i in range(len(prompts))]
