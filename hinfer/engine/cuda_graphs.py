@@ -209,7 +209,7 @@ class StepGraphs:
             ids: torch.Tensor | None = None, drafts: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:  # fmt: skip
         """Outputs for the padded batch: (hidden [B*t, H], logits [B*t, V]) for the target, (mtp hidden
         [B*t, H],) for the MTP head; lane i's rows start at i * t. `hidden`: the MTP head's input rows, the
-        chunks' rows concatenated. `ids` (one token per lane): the lanes' input tokens as a device tensor, in
+        chunks' rows concatenated. `ids` (t tokens per lane): the lanes' input tokens as a device tensor, in
         place of the chunks' token_ids, so a step can follow one whose tokens the host has not read; `drafts`
         [lanes, w] likewise for rows 1..w of each lane (verification: a lane's drafts after its pending token;
         past a lane's own drafts they land in filler rows, which nothing reads). Replays the captured graph,
@@ -218,7 +218,7 @@ class StepGraphs:
         assert b is not None
         self._stage(chunks, b, hidden)
         if ids is not None:
-            assert self.t == 1 and len(ids) == len(chunks)
+            assert len(ids) == len(chunks) * self.t
             self._i64.dev["input_ids"][: len(ids)].copy_(ids)
         if drafts is not None:
             w = min(drafts.shape[1], self.t - 1)

@@ -553,6 +553,61 @@ def test_verify_and_draft_graph_batches_give_the_same_tokens(make_engine_core, m
         assert_all_free(core)
 
 
+def test_the_early_draft_pass_drafts_what_the_pass_after_acceptance_drafts(small_model, tokenizer, monkeypatch):
+    """Plain greedy lanes through the graph batches: the drafter's pass over a verified round is queued before
+    the acceptance is read, over all K + 1 rows with the target's argmax as the next tokens. Its drafts, and so
+    every token, equal those of the pass run after acceptance over the accepted rows only (12 tokens: drafts are
+    accepted often enough that rounds keep 0 to K of them)."""
+    from hinfer.engine.spec import mtp as mtp_mod
+
+    cfg, model = small_model
+    rng = random.Random(5)
+    prompts = [[rng.randrange(1, 12) for _ in range(n)] for n in (4, 19, 33)]
+    params = SP(temperature=0, max_tokens=40, ignore_eos=True)
+    real_draft, real_rows = mtp_mod.MTPDrafter.draft, mtp_mod.MTPDrafter._early_rows
+
+    def core_of(**kw):
+        ecfg = resolve_engine_config(cfg, EngineConfig(device="cpu", max_context=128, page_size=16, max_concurrency=3,
+                                                       prefill_chunk=16, **kw))  # fmt: skip
+        return make_core(cfg, model, tokenizer, ecfg, torch.device("cpu"))
+
+    def reqs():
+        return [GenerationRequest(f"r{i}", p, params) for i, p in enumerate(prompts)]
+
+    def run(early: bool) -> tuple[dict, list, int, list]:
+        drafts, used = [], []
+
+        def draft(self, jobs):
+            props = real_draft(self, jobs)
+            drafts.extend((j.seq.request_id, j.start, p.settle()) for j, p in zip(jobs, props) if p is not None)
+            return props
+
+        def rows(self, jobs):
+            h = real_rows(self, jobs)
+            used.append(h is not None)
+            return h
+
+        monkeypatch.setattr(mtp_mod.MTPDrafter, "draft", draft)
+        monkeypatch.setattr(mtp_mod.MTPDrafter, "_early_rows", rows)
+        if not early:
+            monkeypatch.setattr(mtp_mod.MTPDrafter, "prelaunch", lambda self, *a: False)
+        core = core_of(spec="mtp", draft_tokens=3, spec_adaptive=False)
+        core.runner.capture_graphs(3, core.ecfg.max_context, capture=False)
+        core.spec.use_graphs(3, capture=False)
+        got, _, _ = run_all(core, reqs())
+        assert_all_free(core)
+        monkeypatch.undo()
+        return got, drafts, sum(used), core.spec.accept_hist
+
+    plain, _, _ = run_all(core_of(), reqs())
+    with_early, drafts_early, used, hist = run(True)
+    without, drafts_late, unused, _ = run(False)
+    assert with_early == without == plain
+    assert drafts_early == drafts_late
+    assert used > 5 and unused == 0, (used, unused)
+    assert hist[0] > 0 and sum(hist[1:]) > 0, hist  # rounds that kept none of their drafts, and some that kept more
+
+
 @pytest.mark.parametrize("graphs", [False, True], ids=["eager", "static-batches"])
 def test_drafts_kept_on_the_device_equal_drafts_read_each_step(make_engine_core, monkeypatch, graphs):
     """Lanes without penalties or a thinking budget keep their drafts on the device between draft steps (one

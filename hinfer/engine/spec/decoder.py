@@ -46,7 +46,7 @@ from hinfer.engine.spec.dist import (
     spec_keys,
     uniforms,
 )
-from hinfer.engine.spec.drafter import Drafter, DraftJob, Proposal
+from hinfer.engine.spec.drafter import DeviceDrafts, Drafter, DraftJob, Proposal
 from hinfer.engine.spec.verify import accept
 
 log = logging.getLogger("hinfer.spec")
@@ -71,6 +71,14 @@ class _Fed:
     next_ids: list[int]
     hidden: torch.Tensor
     sampled: bool  # the chunk produced a token: the lane verifies next and wants drafts
+
+
+def _argmax_lane(seq: Sequence) -> bool:
+    """A lane whose every position takes the raw argmax whatever it drafted: greedy, no logit bias, penalties,
+    grammar, thinking budget or logprobs (dist.plain_greedy for all of its positions at once)."""
+    p = seq.params
+    return (p.greedy and not p.logit_bias and not seq.sampler_state.has_penalties and seq.grammar is None
+            and p.thinking_budget is None and p.logprobs is None)  # fmt: skip
 
 
 @dataclass
@@ -206,9 +214,10 @@ class SpecDecoder:
             verifying.append(taken)
         fed = self._drafts_on_device(verifying, seq_chunks)
         hidden, logits, rows = self._target_forward(seq_chunks, plain and decode_only, fed)
+        picks = self._early_draft_pass(chunks, seq_chunks, hidden, logits, rows) if not plain else None
         firsts = [(c.seq, rows[i][1]) for i, c in enumerate(chunks) if c.samples and (c.seq.in_prefill or plain)]
         lanes = [_Lane(chunks[v.index].seq, rows[v.index][1], v.tokens(), v.probs) for v in verifying]
-        out = {id(o.seq): o for o in self._sample_firsts(firsts, logits) + self._verify(lanes, logits)}
+        out = {id(o.seq): o for o in self._sample_firsts(firsts, logits) + self._verify(lanes, logits, picks)}
         for i, prop in shadows.items():  # a probe in a plain step: would the target have accepted it?
             s = chunks[i].seq
             if self.policy is not None and isinstance(s.spec_lane, LaneAcceptance):
@@ -287,8 +296,31 @@ class SpecDecoder:
         self.sampler.update(rows, ids)
         return [LaneOutput(s, [t], [lp], [top]) for (s, _), t, lp, top in zip(firsts, ids, lps, tops)]
 
-    def _verify(self, lanes: list[_Lane], logits: torch.Tensor) -> list[LaneOutput]:
-        """Acceptance for every verifying lane at once; records the tokens in the sampler and the counters."""
+    def _early_draft_pass(self, chunks: list[ScheduledChunk], seq_chunks: list[SeqChunk], hidden: torch.Tensor,
+                          logits: torch.Tensor, rows: list[tuple[int, int]]) -> DeviceDrafts | None:  # fmt: skip
+        """A step of verifying lanes that all take the raw argmax, each with K + 1 rows at i * (K + 1) and room
+        for K + 1 positions: the token after each verified position is the target's argmax there (the accepted
+        drafts, then the bonus token), so the drafter's pass over them is queued now, before the host reads the
+        acceptance; its rows past the acceptance are provisional, like the draft steps' KV rows, and overwritten
+        before anything reads them. -> the argmax of every row ([lanes * (K + 1)]), its copy to the host queued
+        ahead of the pass so that reading it does not wait for the pass; None when the step does not qualify
+        (the drafter then runs its pass after acceptance, as for sampled lanes)."""
+        prelaunch = getattr(self.drafter, "prelaunch", None)
+        t, m = self.k + 1, len(chunks)
+        if (prelaunch is None or not all(sc.all_logits for sc in seq_chunks) or logits.shape[0] < m * t
+                or rows != [(i * t, i * t) for i in range(m)]
+                or not all(_argmax_lane(c.seq) and self.budget(c.seq) == self.k for c in chunks)):  # fmt: skip
+            return None
+        picks = real_argmax(logits[: m * t], self.sampler.num_real_tokens)
+        read = DeviceDrafts(picks[None])
+        seqs = [c.seq for c in chunks]
+        if not prelaunch(seqs, [sc.cached_len for sc in seq_chunks], hidden[: m * t], picks, t):
+            return None
+        return read
+
+    def _verify(self, lanes: list[_Lane], logits: torch.Tensor, picks: DeviceDrafts | None = None) -> list[LaneOutput]:
+        """Acceptance for every verifying lane at once; records the tokens in the sampler and the counters.
+        `picks`: every logits row's raw argmax on its way to the host (the early draft pass's)."""
         if not lanes:
             return []
         dev = logits.device
@@ -296,14 +328,19 @@ class SpecDecoder:
         positions = [
             Position(ln.seq.sampler_state, ln.drafts[:j]) for ln, js in zip(lanes, spans) for j in js
         ]
-        raw = take_rows(logits, [ln.row + j for ln, js in zip(lanes, spans) for j in js])
+        at = [ln.row + j for ln, js in zip(lanes, spans) for j in js]
         if all(plain_greedy(p) and p.row.params.logprobs is None for p in positions):  # the raw argmax decides
-            z, acc, last = None, *self._accept_greedy(lanes, real_argmax(raw, self.sampler.num_real_tokens), positions)
+            if picks is not None:
+                every = picks.row(0, logits.shape[0])
+                tok = [every[r] for r in at]
+            else:
+                tok = real_argmax(take_rows(logits, at), self.sampler.num_real_tokens).tolist()
+            z, (acc, last) = None, self._accept_greedy(lanes, tok, positions)
         elif all(ln.seq.params.greedy for ln in lanes):
-            z = processed_logits(self.sampler, raw, positions)
-            acc, last = self._accept_greedy(lanes, torch.argmax(z, dim=-1), positions)
+            z = processed_logits(self.sampler, take_rows(logits, at), positions)
+            acc, last = self._accept_greedy(lanes, torch.argmax(z, dim=-1).tolist(), positions)
         else:
-            z = processed_logits(self.sampler, raw, positions)
+            z = processed_logits(self.sampler, take_rows(logits, at), positions)
             p, q, drafts = self._padded(lanes, sampling_probs(z, positions))
             width = drafts.shape[1]
             first = [
@@ -336,11 +373,10 @@ class SpecDecoder:
         return outs
 
     @staticmethod
-    def _accept_greedy(lanes: list[_Lane], picks: torch.Tensor, positions: list[Position]) -> tuple[list, list]:
+    def _accept_greedy(lanes: list[_Lane], tok: list[int], positions: list[Position]) -> tuple[list, list]:
         """Every lane greedy: rejection sampling with one-hot p and q is argmax agreement, so neither the
-        distributions nor the noise are built; `picks` holds each row's argmax, read in the step's one host
-        read. A forced `</think>` row is its one-hot, as in sampling_probs."""
-        tok = picks.tolist()
+        distributions nor the noise are built; `tok` holds each position's argmax (the step's one host read).
+        A forced `</think>` row is its one-hot, as in sampling_probs."""
         for i, p in enumerate(positions):
             r = position_row(p)
             if r.force_think_end:

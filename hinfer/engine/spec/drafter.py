@@ -32,7 +32,8 @@ class DeviceDrafts:
     """A round's drafts where the drafter left them: on the device, [lanes, width] int64 (row r: lane r's
     tokens, then zeros), with a copy to pinned host memory queued behind them. Verification takes `dev` as its
     input without the host waiting for the tokens; the host reads them afterwards, when the copy has long
-    arrived (one wait per round instead of one before the verify launch)."""
+    arrived (one wait per round instead of one before the verify launch). Any tokens the host reads while the
+    GPU goes on with later work travel the same way (the verify rows' argmax ahead of the early draft pass)."""
 
     def __init__(self, dev: torch.Tensor) -> None:
         self.dev = dev

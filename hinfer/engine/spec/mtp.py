@@ -61,6 +61,7 @@ class MTPDrafter:
         self._gamma = vocab_gamma(model.cfg.vocab_size, self.device)
         self.graphs: dict[int, list] = {}  # rows per lane (1, K + 1) -> MTP StepGraphs per page-table width
         self.draft_head = draft_head  # the lm_head copy (or row view) drafts use, else None: the model's
+        self._early: tuple | None = None  # a pass queued by `prelaunch`: (lane ids, starts, output, rows per lane)
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """Draft logits: through the drafter's own (quantized) lm_head copy when it has one. Rejection sampling
@@ -80,6 +81,33 @@ class MTPDrafter:
         one-hot at that argmax: the probabilities, noise and draw would give the same token."""
         z = self.model.compute_logits(h) if self.draft_head is None else linear(h, self.draft_head)
         return real_argmax(z, self.sampler.num_real_tokens)
+
+    def prelaunch(self, seqs: list, starts: list[int], hidden: torch.Tensor, ids: torch.Tensor, t: int) -> bool:
+        """Queue the pass over t positions per lane from `starts` (`hidden`, `ids`: their target hidden rows and
+        next tokens, [lanes * t], on the device) through the t-row graph, before the caller knows how many of
+        them will be kept; `draft` takes its rows when its jobs are these lanes at these starts. -> whether it
+        was queued (a graph took it)."""
+        from hinfer.engine.cuda_graphs import pick
+
+        chunks = [SeqChunk([0] * t, st, s.pages, SCRATCH_SLOT) for s, st in zip(seqs, starts)]
+        g = pick(self.graphs.get(t), chunks)
+        if g is None or g.t != t:
+            return False
+        (out,) = g.run(chunks, hidden, ids)
+        self._early = ([id(s) for s in seqs], list(starts), out, t)
+        return True
+
+    def _early_rows(self, jobs: list[DraftJob]) -> torch.Tensor | None:
+        """The queued pass's output rows for these jobs (each job's last fed position, drafting jobs only), if it
+        ran over exactly these lanes from these starts and covers their positions; consumed either way."""
+        early, self._early = self._early, None
+        if early is None:
+            return None
+        ids, starts, out, t = early
+        if len(jobs) != len(ids) or any(id(j.seq) != i or j.start != st or len(j.next_ids) > t
+                                        for j, i, st in zip(jobs, ids, starts)):  # fmt: skip
+            return None
+        return take_rows(out, [r * t + len(j.next_ids) - 1 for r, j in enumerate(jobs) if j.num_drafts > 0])
 
     def use_graphs(self, max_lanes: int, k: int, max_context: int, capture: bool) -> None:
         from hinfer.engine.cuda_graphs import StepGraphs, build
@@ -117,7 +145,9 @@ class MTPDrafter:
             SeqChunk(j.next_ids, j.start, j.seq.pages, SCRATCH_SLOT, need_logits=j.num_drafts > 0)
             for j in jobs
         ]
-        h = self.forward(chunks, torch.cat([j.hidden for j in jobs]))
+        h = self._early_rows(jobs)
+        if h is None:
+            h = self.forward(chunks, torch.cat([j.hidden for j in jobs]))
         active = [i for i, j in enumerate(jobs) if j.num_drafts > 0]
         # lanes whose processed logits do not depend on their drafted prefix (no penalties, no thinking budget)
         # keep the drafts on the device: the verify step takes them from there, and the host reads them once
