@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One device call: environment, GPU tests, kernel micro-benchmarks, and `hinfer bench`. Logs go to $OUT/r, packed.
-# Usage: bash scripts/gpu_check.sh [quick|tests|bench|full|quant|spec|specserve|moe|profile|cache|structured|vision]   (HINFER_COMMIT=<sha> names the commit)
+# Usage: bash scripts/gpu_check.sh [quick|tests|bench|full|quant|spec|specserve|moe|profile|cache|agent|structured|vision]   (HINFER_COMMIT=<sha> names the commit)
 #   quant: int4 + fp8 27B benches; spec: MTP rounds, int4 27B; moe: small bf16 GEMV tiles, then 35B-A3B / 122B int4;
 #   specserve: a plain and a --spec mtp server on a random 16-layer 27B checkpoint, tok/s at 1 and 8 clients;
-#   cache: prefix-cache TTFT and agent benches (27B); structured: decode with a JSON schema vs without (27B, 8 lanes);
+#   cache: prefix-cache TTFT and agent benches (27B); agent: the agent bench alone, with the whole call; structured: decode with a JSON schema vs without (27B, 8 lanes);
 #   vision: encoder ms per image (512, 1024, 2048) and TTFT of one 1024x1024 image + 100 text tokens vs text only (27B bf16, int4); profile: where a decode step's time goes (kernel table) for the int4 27B, 35B-A3B and 122B-A10B at 1 and 8 lanes
 # Packages the device image lacks travel as wheels in .whl (git-ignored; name it in the call's carry):
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -79,6 +79,9 @@ if [[ "$MODE" == cache ]]; then  # prefix cache: where turn 2's time goes, its T
   timeout 300 $PY -m hinfer bench qwen3.6-27b --prefix-ttft 32K --concurrency 1,4,8 --out "$OUT" 2>&1 \
     | tee "$OUT/bench_27b_prefix_ttft.log" | tail -20
   timeout 280 $PY -m hinfer bench qwen3.6-27b --agent --out "$OUT" 2>&1 | tee "$OUT/bench_27b_agent.log" | tail -20
+fi
+if [[ "$MODE" == agent ]]; then  # the agent bench alone: its cache-off pass recomputes about 2M prompt tokens
+  timeout 560 $PY -m hinfer bench qwen3.6-27b --agent --out "$OUT" 2>&1 | tee "$OUT/bench_27b_agent.log" | tail -24
 fi
 if [[ "$MODE" == structured ]]; then  # structured output: decode tok/s with every / half / no lane on a JSON schema, 27B
   # xgrammar is not on the device image: carry its wheels in .whl (xgrammar, apache-tvm-ffi; see the header)
