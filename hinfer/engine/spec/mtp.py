@@ -139,13 +139,13 @@ class MTPDrafter:
     @torch.inference_mode()
     def draft(self, jobs: list[DraftJob]) -> list[Proposal | None]:
         out: list[Proposal | None] = [None] * len(jobs)
+        h = self._early_rows(jobs)  # a pass queued this round is consumed here, used or not
         if not jobs:
             return out
         chunks = [
             SeqChunk(j.next_ids, j.start, j.seq.pages, SCRATCH_SLOT, need_logits=j.num_drafts > 0)
             for j in jobs
         ]
-        h = self._early_rows(jobs)
         if h is None:
             h = self.forward(chunks, torch.cat([j.hidden for j in jobs]))
         active = [i for i, j in enumerate(jobs) if j.num_drafts > 0]
