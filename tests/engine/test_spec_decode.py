@@ -608,6 +608,31 @@ def test_the_early_draft_pass_drafts_what_the_pass_after_acceptance_drafts(small
     assert hist[0] > 0 and sum(hist[1:]) > 0, hist  # rounds that kept none of their drafts, and some that kept more
 
 
+def test_a_lane_aborted_after_drafting_leaves_the_others_verifying_from_the_device(make_engine_core):
+    """The drafter drafted for three lanes, the last is aborted before the verify step: the other two still
+    take their drafts from the device (the round's rows past them are left out) and decode as plain decoding."""
+    rng = random.Random(8)
+    prompts = [[rng.randrange(1, 1024) for _ in range(n)] for n in (5, 12, 21)]
+    params = SP(temperature=0, max_tokens=16, ignore_eos=True)
+    plain, _, _ = run_all(make_engine_core(max_concurrency=3, prefill_chunk=32),
+                          [GenerationRequest(f"r{i}", p, params) for i, p in enumerate(prompts[:2])])  # fmt: skip
+    core = make_engine_core(max_concurrency=3, prefill_chunk=32, spec="mtp", draft_tokens=3, spec_adaptive=False)
+    core.runner.capture_graphs(3, core.ecfg.max_context, capture=False)
+    core.spec.use_graphs(3, capture=False)
+    for i, p in enumerate(prompts):
+        core.add(GenerationRequest(f"r{i}", p, params))
+    out: dict[str, list[int]] = {f"r{i}": [] for i in range(3)}
+    aborted = False
+    while core.has_work:
+        for ev in core.step():
+            out[ev.request_id] += ev.token_ids
+        if not aborted and all(out.values()):  # every lane decoding, the next round drafted for all three
+            core.abort("r2")
+            aborted = True
+    assert aborted and {k: out[k] for k in ("r0", "r1")} == plain
+    assert_all_free(core)
+
+
 @pytest.mark.parametrize("graphs", [False, True], ids=["eager", "static-batches"])
 def test_drafts_kept_on_the_device_equal_drafts_read_each_step(make_engine_core, monkeypatch, graphs):
     """Lanes without penalties or a thinking budget keep their drafts on the device between draft steps (one

@@ -259,7 +259,7 @@ class SpecDecoder:
         if (len(verifying) == len(seq_chunks) and all(v.pending() and v.prop.pending[:2] == (d, v.index)
                                                       for v in verifying)
                 and self.graphs and pick(self.graphs, seq_chunks) is not None):  # fmt: skip
-            return d.dev
+            return d.dev[: len(seq_chunks)]  # the round may have drafted for lanes since gone (rows past these)
         for v in pend:
             c = seq_chunks[v.index]
             c.token_ids = c.token_ids[:1] + v.tokens()
