@@ -74,11 +74,10 @@ class _Fed:
 
 
 def _argmax_lane(seq: Sequence) -> bool:
-    """A lane whose every position takes the raw argmax whatever it drafted: greedy, no logit bias, penalties,
-    grammar, thinking budget or logprobs (dist.plain_greedy for all of its positions at once)."""
-    p = seq.params
-    return (p.greedy and not p.logit_bias and not seq.sampler_state.has_penalties and seq.grammar is None
-            and p.thinking_budget is None and p.logprobs is None)  # fmt: skip
+    """A lane whose every position takes the raw argmax whatever it drafted and wants no logprobs: plain greedy
+    (dist.plain_greedy) with no thinking budget, the one thing a drafted prefix could change."""
+    r = seq.sampler_state
+    return r.params.thinking_budget is None and r.params.logprobs is None and plain_greedy(Position(r))
 
 
 @dataclass

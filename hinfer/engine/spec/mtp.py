@@ -67,20 +67,23 @@ class MTPDrafter:
         """Draft logits: through the drafter's own (quantized) lm_head copy when it has one. Rejection sampling
         judges drafts by the distribution they were drawn from, so a cheaper head changes acceptance, never the
         output."""
+        z = self._head(h)
         if self.draft_head is None:
-            return self.model.compute_logits(h)
-        z = linear(h, self.draft_head).float()
-        vocab = self.model.cfg.vocab_size
+            return z
+        z, vocab = z.float(), self.model.cfg.vocab_size
         if z.shape[1] < vocab:  # a draft vocabulary (--spec-draft-vocab): the other ids are never drafted
             z = torch.nn.functional.pad(z, (0, vocab - z.shape[1]), value=-math.inf)
         return z
+
+    def _head(self, h: torch.Tensor) -> torch.Tensor:
+        """The raw draft logits: the model's lm_head, or the drafter's copy (a draft vocabulary's rows only)."""
+        return self.model.compute_logits(h) if self.draft_head is None else linear(h, self.draft_head)
 
     def _argmax_drafts(self, h: torch.Tensor) -> torch.Tensor:
         """Drafts of plain greedy lanes: the argmax over the real tokens of the raw draft logits. Their processed
         logits differ from these only by the padding mask (and a draft vocabulary's -inf tail), and their q is
         one-hot at that argmax: the probabilities, noise and draw would give the same token."""
-        z = self.model.compute_logits(h) if self.draft_head is None else linear(h, self.draft_head)
-        return real_argmax(z, self.sampler.num_real_tokens)
+        return real_argmax(self._head(h), self.sampler.num_real_tokens)
 
     def prelaunch(self, seqs: list, starts: list[int], hidden: torch.Tensor, ids: torch.Tensor, t: int) -> bool:
         """Queue the pass over t positions per lane from `starts` (`hidden`, `ids`: their target hidden rows and
