@@ -156,12 +156,17 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     (MOE_INT4_MMA, 3072, 1024, 16): SkinnyConfig(256, 128, 8, 1, 8, 2),
     (MOE_INT4_MMA, 2048, 3072, 128): SkinnyConfig(32, 128, 8, 1, 2, 4),  # 89.0 -> 85.2 us (2026-12-02)
     (MOE_INT4_MMA, 3072, 1024, 128): SkinnyConfig(64, 128, 8, 1, 1, 2),
+    # a verification of 8 lanes x 4 tokens (288 pairs), swept 2026-12-02 (`--t 32`): the 8-token winners held
+    # within 1% everywhere but the 35B-A3B gate_up (83.5 -> 82.4 us at depth 2)
+    (MOE_INT4_MMA, 1024, 2048, 512): SkinnyConfig(32, 128, 8, 1, 2, 2),
+    (MOE_INT4_MMA, 2048, 512, 512): SkinnyConfig(128, 128, 8, 1, 2, 2),
+    (MOE_INT4_MMA, 2048, 3072, 512): SkinnyConfig(32, 128, 8, 1, 2, 4),
+    (MOE_INT4_MMA, 3072, 1024, 512): SkinnyConfig(64, 128, 8, 1, 1, 2),
 }
-# The int4 experts' 8-token winners also serve 33-64 pairs and, up to a verification of 8 lanes x 4 tokens (288
-# pairs), 129-512: buckets not swept yet (`bench/experts_mma_tiles.py --t 32` writes bucket 512).
+# The int4 experts' 8-token winners also serve 33-64 and 129-256 pairs (buckets not swept).
 for (_fam, _n, _k, _m), _tile in list(TUNED.items()):
     if _fam == MOE_INT4_MMA and _m == 128:
-        for _b in (64, 256, 512):
+        for _b in (64, 256):
             TUNED.setdefault((_fam, _n, _k, _b), _tile)
 # The other MoE families (moe_bf16 / int4 / fp8), the prefill GEMMs (gemm*) and attention (attention_*): no per-shape entries yet, their
 # heuristics cover every shape.
