@@ -352,6 +352,7 @@ class EngineConfig:
     spec_draft_cost: float | None = None  # a round at K costs 1 + c*K plain steps; None: time steps on the host
     spec_draft_vocab: int | None = None  # the drafter's logits over the first N token ids only; None: all
     cuda_graphs: bool = True
+    decode_ahead: bool = True  # queue each plain decode step before reading the previous one's tokens
     device: str = "auto"  # auto | cpu | cuda
     gpu_memory: int | None = None  # bytes the plan may use; None: what the device reports free
     seed: int = 0

@@ -76,6 +76,10 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                         "reads N rows of the lm_head instead of all (the tokenizer orders ids roughly by frequency); "
                         "acceptance may drop, the output does not change (default: the whole vocabulary)")
     g.add_argument("--no-cuda-graphs", action="store_true", help="run decode eagerly (debugging)")
+    g.add_argument("--decode-ahead", action=argparse.BooleanOptionalAction, default=d.decode_ahead,
+                   help="while every lane only decodes, queue each step (its input tokens taken on the device) "
+                        "before reading the previous step's tokens, so the GPU never waits for the host between "
+                        "steps (default on; needs CUDA graphs; --no-decode-ahead reads every step first)")
     g.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="where to run (default: cuda if available)")
     g.add_argument("--gpu-memory", type=parse_bytes, default=None, metavar="BYTES",
@@ -118,6 +122,7 @@ def engine_config_from_args(a: argparse.Namespace) -> EngineConfig:
         spec_draft_cost=a.spec_draft_cost,
         spec_draft_vocab=a.spec_draft_vocab,
         cuda_graphs=not a.no_cuda_graphs,
+        decode_ahead=a.decode_ahead,
         device=a.device,
         gpu_memory=a.gpu_memory,
         seed=a.seed,

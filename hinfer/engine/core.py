@@ -7,6 +7,10 @@ With `--spec mtp` the step goes through the SpecDecoder (engine/spec/): a lane m
 step, each passed through the same stop rules, and the drafter runs for the lanes that go on.
 With the prefix cache (on unless --no-prefix-cache) admission reuses cached prefixes and every step
 names the pages it filled and saves GDN checkpoints (prefix_reuse.py, docs/prefix-cache.md).
+Plain decode runs a step ahead (--decode-ahead, on by default with CUDA graphs): while every lane only decodes,
+`step()` queues the next decode step, its input tokens taken from the device, before it reads the tokens of the
+one in flight, so the GPU does not wait for the host between steps. Any other step (a prompt chunk, an admission,
+a lane with a grammar, penalties or logprobs) first reads the step in flight, then runs as usual.
 """
 
 from __future__ import annotations
@@ -29,10 +33,10 @@ from hinfer.engine.protocol import (
     TokenEvent,
     Usage,
 )
-from hinfer.engine.runner import ModelRunner, StepResult
+from hinfer.engine.runner import AheadStep, ModelRunner, StepResult
 from hinfer.engine.sampler import RowState
 from hinfer.engine.scheduler import Scheduler
-from hinfer.engine.sequence import Sequence
+from hinfer.engine.sequence import ScheduledChunk, Sequence, Status
 from hinfer.engine.stop import StopStringMatcher
 from hinfer.model.image_prompt import hash_ids, place_images
 
@@ -70,6 +74,8 @@ class EngineCore:
             self.prefix = PrefixReuse(self.scheduler.pages, ckpts, runner.state, st.page_size, host, host_kv)
             self.scheduler.prefix = self.prefix
         self._grammars = None  # GrammarBackend, made on the first constrained request
+        self._runs_ahead = ecfg.decode_ahead and runner.runs_ahead and self.spec is None
+        self._ahead: AheadStep | None = None  # the decode step in flight whose tokens are not read yet
         self._clear_requested = False
         self._seeds = random.Random(ecfg.seed)
         self._by_id: dict[str, Sequence] = {}
@@ -154,7 +160,8 @@ class EngineCore:
 
     @property
     def has_work(self) -> bool:
-        return bool(self.scheduler.running or self.scheduler.waiting or self._aborted or self._clear_requested)
+        return bool(self.scheduler.running or self.scheduler.waiting or self._aborted or self._clear_requested
+                    or self._ahead is not None)
 
     def clear_prefix_cache(self) -> None:
         """Drop every cached page and GDN checkpoint that no running request uses. Call from the stepping thread
@@ -186,6 +193,12 @@ class EngineCore:
         events += self._drop_aborted()
         for seq in self.scheduler.expire():
             events.append(self._final(seq, "timeout", ""))
+        if self._ahead is not None:
+            nxt = self._chain(self._ahead)
+            events += self._land(self._ahead)
+            self._ahead = nxt
+            if nxt is not None:
+                return events
         admitted = self.scheduler.admit()
         if self.prefix is not None:
             self.prefix.restore(admitted)  # a hit's checkpoint copied into its slot, zeros for the rest
@@ -210,6 +223,9 @@ class EngineCore:
                 events.append(self._accept_tokens(o.seq, o.token_ids, o.logprobs, o.top_logprobs, now))
             self.spec.after_step()  # drafts for the lanes that go on
             return events
+        if self._runs_ahead and self.runner.can_run_ahead(chunks):
+            self._ahead = self.runner.launch(chunks)  # its tokens come with the next step's events
+            return events
         result: StepResult = self.runner.step(chunks)
         if self.prefix is not None:  # before the stop rules: a finishing request still holds its pages and slot
             self.prefix.after_step([c.seq for c in chunks])
@@ -218,6 +234,37 @@ class EngineCore:
             events.append(self._accept_tokens(seq, [result.token_ids[i]], [result.logprobs[i]],
                                               [result.top_logprobs[i]], now))  # fmt: skip
         return events
+
+    def _chain(self, prev: AheadStep) -> AheadStep | None:
+        """The next decode step queued behind `prev` before its tokens are read, when every running lane only
+        decodes (can_run_ahead) and no queued request could take a free lane; else None. A lane whose token in
+        `prev` is its last by length sits it out (it finishes when that token is read)."""
+        sch = self.scheduler
+        if sch.waiting and len(sch.running) < sch.max_concurrency:
+            return None
+        inflight = {id(s) for s in prev.seqs}
+        chunks = []
+        for s in sch.running:
+            if id(s) not in inflight or s.in_prefill:
+                return None
+            if len(s.output_ids) + 1 >= s.params.max_tokens or s.num_tokens + 1 >= self.ecfg.max_context:
+                continue
+            chunks.append(ScheduledChunk(s, 1, True))
+        if not self.runner.can_run_ahead(chunks):
+            return None
+        return self.runner.launch(chunks, prev)
+
+    def _land(self, step: AheadStep) -> list[TokenEvent]:
+        """Read a step run ahead and take its tokens, as the end of a plain step would (a lane that finished or
+        was aborted meanwhile drops its token). A lane already in the next step has its cached length one past
+        its tokens: the prefix cache gets this token as the next step's input (`ahead`), as a speculative
+        round's accepted drafts."""
+        toks = step.tokens()
+        now = time.monotonic()
+        live = [(s, t) for s, t in zip(step.seqs, toks) if s.status is Status.RUNNING]
+        if self.prefix is not None:
+            self.prefix.after_step([s for s, _ in live], {id(s): [t] for s, t in live})
+        return [self._accept_tokens(s, [t], [None], [None], now) for s, t in live]
 
     def _accept_tokens(self, seq: Sequence, toks: list[int], lps: list, tops: list, now: float) -> TokenEvent:
         """Append tokens one at a time under the stop rules; the ones after a stop are dropped."""

@@ -1,6 +1,9 @@
 """ModelRunner: turn scheduled chunks into one ForwardBatch, run the model, sample the lanes that need a token.
 
 Owns the model, the ModelState and the sampler. The only host sync of a step is reading the sampled ids.
+A plain decode step can also run ahead (`launch`): its input tokens come from the previous step's sampled ids on
+the device, so the host queues step s + 1 before it reads step s's tokens and the GPU does not wait for the host
+between decode steps (`AheadStep`, EngineCore).
 """
 
 from __future__ import annotations
@@ -12,10 +15,28 @@ import torch
 from hinfer.batch import SeqChunk, build_forward_batch
 from hinfer.engine.prompt_logprobs import record_prompt_logprobs, wants_prompt_logprobs
 from hinfer.engine.protocol import TopLogprob
+from hinfer.engine.sampler import take_rows
 from hinfer.engine.sequence import ScheduledChunk, Sequence
 from hinfer.model.prompt_logits import prompt_logits
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.state import ModelState
+
+
+@dataclass
+class AheadStep:
+    """A decode step queued on the device whose sampled tokens the host has not read yet: one per lane of
+    `seqs`, in the device tensor `ids` and copied (queued) into `host`."""
+
+    seqs: list[Sequence]
+    ids: torch.Tensor
+    host: torch.Tensor
+    ready: torch.cuda.Event | None = None
+
+    def tokens(self) -> list[int]:
+        """Wait for this step's ids (not for anything queued after it) and read them."""
+        if self.ready is not None:
+            self.ready.synchronize()
+        return self.host.tolist()
 
 
 @dataclass
@@ -28,6 +49,8 @@ class StepResult:
 
 
 class ModelRunner:
+    runs_ahead = True  # a decode step may take its input ids from the previous step's device tensor
+
     def __init__(self, model: Qwen35ForCausalLM, state: ModelState, sampler) -> None:
         self.model = model
         self.state = state
@@ -88,6 +111,52 @@ class ModelRunner:
         ids, lps, tops = self.sampler.sample(logits, rows).to_host(rows)
         self.sampler.update(rows, ids)
         return StepResult(ids, lps, tops)
+
+    def can_run_ahead(self, chunks: list[ScheduledChunk]) -> bool:
+        """Whether `launch` takes these chunks: one decode token per lane through a graph set, and rows whose
+        sampling needs nothing from the host's copy of the previous token (no grammar, penalties, thinking
+        budget) and returns nothing but the token (no logprobs)."""
+        if not self.graphs or not chunks or len(chunks) > self.graphs[-1].buckets[-1]:
+            return False
+        for c in chunks:
+            s, r = c.seq, c.seq.sampler_state
+            if c.num_tokens != 1 or not c.samples or s.in_prefill or c.save_at is not None or r is None:
+                return False
+            p = r.params
+            if r.grammar is not None or r.has_penalties or p.thinking_budget is not None or p.logprobs is not None:
+                return False
+        return True
+
+    @torch.inference_mode()
+    def launch(self, chunks: list[ScheduledChunk], prev: AheadStep | None = None) -> AheadStep:
+        """Queue one decode step (can_run_ahead) and its sampling without reading anything back. With `prev`,
+        every lane's input token is its sampled id there (the host has not read it); without, the lane's last
+        token. The lanes' cached lengths and sampler steps advance now; the tokens join their outputs when the
+        caller reads them (AheadStep.tokens)."""
+        from hinfer.engine.cuda_graphs import pick
+
+        seqs = [c.seq for c in chunks]
+        ids = None
+        if prev is not None:
+            row = {id(s): i for i, s in enumerate(prev.seqs)}
+            ids = take_rows(prev.ids, [row[id(s)] for s in seqs])
+        seq_chunks = [SeqChunk([0] if ids is not None else s.pending_tokens(), s.num_cached, s.pages, s.slot,
+                               **self._image_fields(s, 1)) for s in seqs]  # fmt: skip
+        g = pick(self.graphs, seq_chunks)
+        assert g is not None, "can_run_ahead: decode lanes fit the widest graph set"
+        logits = g.run(seq_chunks, ids=ids)[1][: len(seqs)]
+        for s in seqs:
+            s.num_cached += 1
+        rows = [s.sampler_state for s in seqs]
+        out = self.sampler.sample(logits, rows).token_ids
+        self.sampler.advance(rows)
+        if out.device.type == "cpu":
+            return AheadStep(seqs, out, out)
+        host = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
+        host.copy_(out, non_blocking=True)
+        ready = torch.cuda.Event()
+        ready.record()
+        return AheadStep(seqs, out, host, ready)
 
     def _image_fields(self, s: Sequence, n: int) -> dict:
         """A prompt with images: its chunk's positions and embeddings, each image encoded once, by the first chunk

@@ -190,6 +190,12 @@ class Sampler:
             ids = to_device(list(row.prompt_ids), torch.int64, self.device)
             self.prompt_mask[row.slot].index_fill_(0, ids, True)
 
+    def advance(self, rows: Sequence[RowState]) -> None:
+        """Each row produced one token the host has not read (a decode step run ahead): the step number moves on;
+        what `update` does with the token itself, such rows do not need (Runner.can_run_ahead)."""
+        for r in rows:
+            r.num_generated += 1
+
     def update(self, rows: Sequence[RowState], token_ids: Sequence[int] | Sequence[Sequence[int]]) -> None:
         """Record what each row produced this step (one id, or a list with speculative decoding)."""
         slots: list[int] = []

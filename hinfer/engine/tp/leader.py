@@ -140,6 +140,8 @@ class LeaderState(ModelState):
 class LeaderRunner(ModelRunner):
     """Rank 0's ModelRunner: each forward is described to the followers (the same SeqChunks) before it runs."""
 
+    runs_ahead = False  # the followers are sent host token ids: every step's tokens are read first
+
     def __init__(self, model: Qwen35ForCausalLM, state: LeaderState, sampler, ranks: Ranks) -> None:
         super().__init__(model, state, sampler)
         self.ranks = ranks

@@ -1,0 +1,151 @@
+"""Plain decode run a step ahead (EngineCore, `--decode-ahead`; ModelRunner.launch): through the static graph
+batches run eagerly on the CPU, the engine gives the same tokens, texts and finish reasons as reading every step
+first, with lanes stopping on stop tokens, stop strings and length, aborted in flight, joining mid-stream, or
+needing the host every step (penalties, logprobs); the prefix cache's decode checkpoints saved ahead restore the
+right state; nothing leaks."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from hinfer.engine.protocol import GenerationRequest
+from hinfer.sampling_params import SamplingParams as SP
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)  # many tiny kernels: one thread is faster on a shared box
+    yield
+    torch.set_num_threads(old)
+
+
+def _core(make_engine_core, ahead: bool, **kw):
+    core = make_engine_core(decode_ahead=ahead, **kw)
+    core.runner.capture_graphs(core.ecfg.max_concurrency, core.ecfg.max_context, capture=False)
+    return core
+
+
+def _counting(core) -> list[int]:
+    """Lanes per step run ahead, recorded as the runner launches them."""
+    lanes: list[int] = []
+    launch = core.runner.launch
+
+    def counted(chunks, prev=None):
+        lanes.append(len(chunks))
+        return launch(chunks, prev)
+
+    core.runner.launch = counted
+    return lanes
+
+
+def _drive(core, reqs: list[tuple[int, GenerationRequest]], aborts: dict[int, str] | None = None) -> dict:
+    """Add each request at its step, abort at theirs; -> request id: (tokens, text, finish reason)."""
+    out: dict[str, list] = {r.request_id: [[], "", None] for _, r in reqs}
+    step = 0
+    pending = sorted(reqs, key=lambda x: x[0])
+    while pending or core.has_work:
+        while pending and pending[0][0] <= step:
+            core.add(pending.pop(0)[1])
+        if aborts and step in aborts:
+            core.abort(aborts[step])
+        for ev in core.step():
+            o = out[ev.request_id]
+            o[0] += ev.token_ids
+            o[1] += ev.text
+            o[2] = ev.finish_reason or o[2]
+        step += 1
+        assert step < 2000
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def _assert_clean(core) -> None:
+    assert not core.has_work and core._ahead is None
+    core.clear_prefix_cache()
+    st = core.stats()
+    assert (st.pages_free, st.slots_free, st.lanes_busy) == (st.pages_total, st.slots_total, 0)
+
+
+def _requests(rng: random.Random, stop_tok: int, stop_str: str) -> list[tuple[int, GenerationRequest]]:
+    def prompt(n):
+        return [rng.randrange(1, 1024) for _ in range(n)]
+
+    specs = [
+        (0, SP(temperature=0, max_tokens=30, ignore_eos=True)),
+        (0, SP(temperature=0.8, top_p=0.9, seed=7, max_tokens=25, ignore_eos=True)),
+        (0, SP(temperature=0, max_tokens=40, stop_token_ids=[stop_tok])),
+        (3, SP(temperature=0, max_tokens=1, ignore_eos=True)),
+        (5, SP(temperature=1.0, top_k=20, seed=3, max_tokens=18, ignore_eos=True)),
+        (9, SP(temperature=0, max_tokens=30, stop=[stop_str])),
+        (12, SP(temperature=0, max_tokens=12, repetition_penalty=1.3, ignore_eos=True)),
+        (20, SP(temperature=0, max_tokens=10, logprobs=2, ignore_eos=True)),
+        (26, SP(temperature=0.7, seed=11, max_tokens=22, ignore_eos=True)),
+    ]
+    return [(at, GenerationRequest(f"r{i}", prompt(rng.randint(1, 40)), p)) for i, (at, p) in enumerate(specs)]
+
+
+def test_ahead_equals_reading_every_step(make_engine_core, seed):
+    rng = random.Random(seed)
+    # a stop token and a stop string the greedy lanes will meet: taken from a plain run of the first prompt
+    probe = _core(make_engine_core, False, max_concurrency=4)
+    p0 = [rng.randrange(1, 1024) for _ in range(20)]
+    toks, text, _ = _drive(probe, [(0, GenerationRequest("p", p0, SP(temperature=0, max_tokens=40, ignore_eos=True)))])["p"]
+    stop_tok, stop_str = toks[7], text[len(text) // 3 : len(text) // 3 + 2] or "e"
+    reqs = _requests(random.Random(seed + 1), stop_tok, stop_str)
+    plain = _drive(_core(make_engine_core, False, max_concurrency=4, prefill_chunk=16), reqs)
+    core = _core(make_engine_core, True, max_concurrency=4, prefill_chunk=16)
+    lanes = _counting(core)
+    got = _drive(core, _requests(random.Random(seed + 1), stop_tok, stop_str))
+    assert got == plain
+    assert len(lanes) > 20 and max(lanes) >= 2  # most steps ran ahead, several lanes at once
+    _assert_clean(core)
+
+
+def test_abort_in_flight_and_soak_leak_nothing(make_engine_core, seed):
+    rng = random.Random(seed)
+    reqs = [(i // 2, GenerationRequest(f"a{i}", [rng.randrange(1, 1024) for _ in range(rng.randint(1, 30))],
+                                       SP(temperature=rng.choice([0, 0.9]), seed=i, max_tokens=rng.randint(1, 30),
+                                          ignore_eos=True)))
+            for i in range(12)]  # fmt: skip
+    aborts = {8: "a1", 15: "a4", 16: "a5", 30: "a9"}
+    plain = _drive(_core(make_engine_core, False, max_concurrency=3, prefill_chunk=16), reqs)
+    core = _core(make_engine_core, True, max_concurrency=3, prefill_chunk=16)
+    lanes = _counting(core)
+    got = _drive(core, reqs, aborts)
+    assert lanes
+    for rid, (t, text, fin) in got.items():
+        if fin == "abort":  # what it got before the abort: the start of its plain output
+            assert t == plain[rid][0][: len(t)]
+        else:
+            assert (t, text, fin) == plain[rid]
+    assert sum(f == "abort" for _, _, f in got.values()) >= 2
+    _assert_clean(core)
+
+
+def test_decode_checkpoints_saved_ahead_restore_the_right_state(make_engine_core, seed):
+    """Turn 1 decodes ahead past page boundaries (the prefix cache saves the GDN state there, queued behind the
+    step in flight); turn 2 resumes from the last one, its logprobs (which move by ~5e-3 with a wrong state) as a
+    cache-off engine's."""
+    rng = random.Random(seed)
+    on, off = _core(make_engine_core, True), make_engine_core(prefix_cache=False)
+    lanes = _counting(on)
+    prompt = [rng.randrange(1, 1024) for _ in range(21)]
+    answer = _drive(on, [(0, GenerationRequest("t1", prompt, SP(temperature=0, max_tokens=40, ignore_eos=True)))])
+    assert len(lanes) >= 30
+    turn2 = prompt + answer["t1"][0] + [rng.randrange(1, 1024) for _ in range(5)]
+    lp: dict[str, list] = {}
+    for name, core in (("on", on), ("off", off)):
+        core.add(GenerationRequest(name, turn2, SP(temperature=0, max_tokens=6, ignore_eos=True, logprobs=0)))
+        cached, lps = 0, []
+        while core.has_work:
+            for ev in core.step():
+                lps += ev.logprobs or []
+                if ev.usage is not None:
+                    cached = ev.usage.cached_tokens
+        lp[name] = (lps, cached)
+    assert lp["on"][1] == 48 and lp["off"][1] == 0  # 21 + 40 - 1 tokens run in turn 1: boundaries 16, 32, 48
+    assert max(abs(a - b) for a, b in zip(lp["on"][0], lp["off"][0])) < 1e-4
+    _assert_clean(on)
