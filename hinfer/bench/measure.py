@@ -70,11 +70,23 @@ def _lanes(runner: ModelRunner, lanes: int, depth: int, steps: int, greedy: bool
     return seqs
 
 
-def decode(runner: ModelRunner, lanes: int, depth: int, steps: int = 64, warmup: int = 4) -> Timing:
+def decode(runner: ModelRunner, lanes: int, depth: int, steps: int = 64, warmup: int = 4, ahead: bool = True) -> Timing:
+    """Plain decode steps as the engine runs them: a step ahead (each queued before the previous one's tokens are
+    read, EngineCore's --decode-ahead) where the runner can, else each step read before the next."""
     seqs = _lanes(runner, lanes, depth, steps + warmup, greedy=True)
+    chunks = [ScheduledChunk(s, 1, True) for s in seqs]
+    ahead = ahead and runner.runs_ahead and runner.can_run_ahead(chunks)
+    inflight = None
 
     def one_step() -> None:
-        chunks = [ScheduledChunk(s, 1, True) for s in seqs]
+        nonlocal inflight
+        if ahead:
+            nxt = runner.launch(chunks, inflight)
+            if inflight is not None:
+                for s, t in zip(seqs, inflight.tokens()):
+                    s.output_ids.append(t)
+            inflight = nxt
+            return
         res = runner.step(chunks)
         for s, t in zip(seqs, res.token_ids):
             s.output_ids.append(t)

@@ -153,13 +153,13 @@ def run_bench(spec: BenchSpec, ecfg: EngineConfig) -> list[dict]:
         "layers": cfg.num_hidden_layers, "weights": spec.weights, "kv_dtype": ecfg.kv_dtype,
         "copy_bw_tb_s": bw / 1e12, "gemm_tflop_s": flops / 1e12, "torch": torch.__version__,
         "python": platform.python_version(), "weight_bytes": wbytes, "expert_bytes": ebytes,
-        "page_size": ecfg.page_size, "switches": switches(),
+        "page_size": ecfg.page_size, "switches": switches(), "decode_ahead": ecfg.decode_ahead,
     }  # fmt: skip
     rows: list[dict] = []
     kv_item = floors.kv_element_bytes(runner.state.k_cache, runner.state.v_cache)
     for depth in spec.depths:
         for c in spec.concurrency:
-            t = measure.decode(runner, c, depth, steps=spec.steps)
+            t = measure.decode(runner, c, depth, steps=spec.steps, ahead=ecfg.decode_ahead)
             b = floors.decode_step_bytes(cfg, wbytes, c, depth, kv_item, dtype.itemsize, ebytes)
             floor_tok_s = c / (b.total / bw)
             rows.append(meta | {"kind": "decode", "concurrency": c, "depth": depth, "prefill_tokens": 0,
@@ -242,7 +242,7 @@ def spec_sweep(spec: BenchSpec, cfg: ModelConfig, ecfg: EngineConfig, model: Qwe
         kv_item = floors.kv_element_bytes(core.runner.state.k_cache, core.runner.state.v_cache)
         for depth in spec.depths:
             for c in spec.concurrency:
-                plain = measure.decode(core.runner, c, depth, steps=spec.steps)
+                plain = measure.decode(core.runner, c, depth, steps=spec.steps, ahead=ecfg.decode_ahead)
                 t = measure.spec_rounds(core, c, depth, rounds=spec_round_count(spec), warmup=SPEC_WARMUP)
                 draft_bytes = floors.mtp_bytes_per_draft(model, head, c)
                 b = floors.spec_round_bytes(cfg, wbytes, draft_bytes, c, depth, k, kv_item,
