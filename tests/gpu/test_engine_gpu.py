@@ -61,6 +61,33 @@ def test_graph_decode_equals_eager_for_64_steps():
     assert outs[0] == outs[1]
 
 
+def test_decode_ahead_equals_reading_every_step():
+    """Graph decode queued a step ahead (input ids from the device) gives the tokens of reading every step first,
+    greedy and seeded sampling, lanes finishing at different lengths while others go on."""
+    cfg = ModelConfig.from_dict(SMALL)
+    model = random_init(Qwen35ForCausalLM(cfg, torch.bfloat16, "cuda"), seed=5)
+    tok = Tokenizer.from_dir(tokenizer_dir())
+    g = torch.Generator().manual_seed(fixed_test_seed())
+    prompts = [torch.randint(1, 4096, (n,), generator=g).tolist() for n in (3, 40, 200, 1000)]
+    params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in (50, 20, 64, 33)]
+    params[1] = SamplingParams(temperature=0.8, top_p=0.9, seed=1, max_tokens=20, ignore_eos=True)
+    outs = []
+    for ahead in (True, False):
+        ecfg = resolve_engine_config(cfg, EngineConfig(device="cuda", dtype="bf16", max_context=2048,
+                                                       max_concurrency=4, decode_ahead=ahead))  # fmt: skip
+        core = make_core(cfg, model, tok, ecfg, torch.device("cuda"))
+        for i, (p, sp) in enumerate(zip(prompts, params)):
+            core.add(GenerationRequest(f"r{i}", p, sp))
+        out = {f"r{i}": [] for i in range(len(prompts))}
+        while core.has_work:
+            for ev in core.step():
+                out[ev.request_id] += ev.token_ids
+        assert core.stats().lanes_busy == 0
+        outs.append(out)
+    assert outs[0] == outs[1]
+    assert [len(v) for v in outs[0].values()] == [50, 20, 64, 33]
+
+
 def test_spec_graphs_greedy_equal_plain_decode():
     """MTP speculation with captured verify and draft graphs gives plain greedy decoding's tokens, at several lane
     counts and draft counts, with prefill chunking (the same check as the CPU test, on the Triton path)."""
