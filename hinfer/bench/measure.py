@@ -83,7 +83,7 @@ def decode(runner: ModelRunner, lanes: int, depth: int, steps: int = 64, warmup:
         if ahead:
             nxt = runner.launch(chunks, inflight)
             if inflight is not None:
-                for s, t in zip(seqs, inflight.tokens()):
+                for s, t in zip(seqs, inflight.read()[0]):
                     s.output_ids.append(t)
             inflight = nxt
             return

@@ -10,7 +10,7 @@ names the pages it filled and saves GDN checkpoints (prefix_reuse.py, docs/prefi
 Plain decode runs a step ahead (--decode-ahead, on by default with CUDA graphs): while every lane only decodes,
 `step()` queues the next decode step, its input tokens taken from the device, before it reads the tokens of the
 one in flight, so the GPU does not wait for the host between steps. Any other step (a prompt chunk, an admission,
-a lane with a grammar, penalties or logprobs) first reads the step in flight, then runs as usual.
+a lane with a grammar or a thinking budget) first reads the step in flight, then runs as usual.
 """
 
 from __future__ import annotations
@@ -259,12 +259,12 @@ class EngineCore:
         was aborted meanwhile drops its token). A lane already in the next step has its cached length one past
         its tokens: the prefix cache gets this token as the next step's input (`ahead`), as a speculative
         round's accepted drafts."""
-        toks = step.tokens()
+        ids, lps, tops = step.read()
         now = time.monotonic()
-        live = [(s, t) for s, t in zip(step.seqs, toks) if s.status is Status.RUNNING]
+        live = [i for i, s in enumerate(step.seqs) if s.status is Status.RUNNING]
         if self.prefix is not None:
-            self.prefix.after_step([s for s, _ in live], {id(s): [t] for s, t in live})
-        return [self._accept_tokens(s, [t], [None], [None], now) for s, t in live]
+            self.prefix.after_step([step.seqs[i] for i in live], {id(step.seqs[i]): [ids[i]] for i in live})
+        return [self._accept_tokens(step.seqs[i], [ids[i]], [lps[i]], [tops[i]], now) for i in live]
 
     def _accept_tokens(self, seq: Sequence, toks: list[int], lps: list, tops: list, now: float) -> TokenEvent:
         """Append tokens one at a time under the stop rules; the ones after a stop are dropped."""

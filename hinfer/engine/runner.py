@@ -15,7 +15,7 @@ import torch
 from hinfer.batch import SeqChunk, build_forward_batch
 from hinfer.engine.prompt_logprobs import record_prompt_logprobs, wants_prompt_logprobs
 from hinfer.engine.protocol import TopLogprob
-from hinfer.engine.sampler import take_rows
+from hinfer.engine.sampler import SampleOutput, take_rows
 from hinfer.engine.sequence import ScheduledChunk, Sequence
 from hinfer.model.prompt_logits import prompt_logits
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
@@ -24,19 +24,20 @@ from hinfer.model.state import ModelState
 
 @dataclass
 class AheadStep:
-    """A decode step queued on the device whose sampled tokens the host has not read yet: one per lane of
-    `seqs`, in the device tensor `ids` and copied (queued) into `host`."""
+    """A decode step queued on the device whose sampled tokens the host has not read yet: one row per lane of
+    `seqs`, on the device in `out` (the next step's input ids) and copied (queued) into `host`."""
 
     seqs: list[Sequence]
-    ids: torch.Tensor
-    host: torch.Tensor
+    out: SampleOutput
+    host: SampleOutput
     ready: torch.cuda.Event | None = None
 
-    def tokens(self) -> list[int]:
-        """Wait for this step's ids (not for anything queued after it) and read them."""
+    def read(self) -> tuple[list[int], list[float | None], list[list[TopLogprob] | None]]:
+        """Wait for this step's samples (not for anything queued after it): (ids, logprobs, top logprobs) as
+        SampleOutput.to_host gives them."""
         if self.ready is not None:
             self.ready.synchronize()
-        return self.host.tolist()
+        return self.host.to_host([s.sampler_state for s in self.seqs])
 
 
 @dataclass
@@ -114,16 +115,15 @@ class ModelRunner:
 
     def can_run_ahead(self, chunks: list[ScheduledChunk]) -> bool:
         """Whether `launch` takes these chunks: one decode token per lane through a graph set, and rows whose
-        sampling needs nothing from the host's copy of the previous token (no grammar, penalties, thinking
-        budget) and returns nothing but the token (no logprobs)."""
+        sampling needs nothing from the host's copy of the previous token (a grammar's mask does, and a thinking
+        budget's forced end; penalties count the tokens on the device)."""
         if not self.graphs or not chunks or len(chunks) > self.graphs[-1].buckets[-1]:
             return False
         for c in chunks:
             s, r = c.seq, c.seq.sampler_state
             if c.num_tokens != 1 or not c.samples or s.in_prefill or c.save_at is not None or r is None:
                 return False
-            p = r.params
-            if r.grammar is not None or r.has_penalties or p.thinking_budget is not None or p.logprobs is not None:
+            if r.grammar is not None or r.params.thinking_budget is not None:
                 return False
         return True
 
@@ -139,7 +139,7 @@ class ModelRunner:
         ids = None
         if prev is not None:
             row = {id(s): i for i, s in enumerate(prev.seqs)}
-            ids = take_rows(prev.ids, [row[id(s)] for s in seqs])
+            ids = take_rows(prev.out.token_ids, [row[id(s)] for s in seqs])
         seq_chunks = [SeqChunk([0] if ids is not None else s.pending_tokens(), s.num_cached, s.pages, s.slot,
                                **self._image_fields(s, 1)) for s in seqs]  # fmt: skip
         g = pick(self.graphs, seq_chunks)
@@ -148,12 +148,12 @@ class ModelRunner:
         for s in seqs:
             s.num_cached += 1
         rows = [s.sampler_state for s in seqs]
-        out = self.sampler.sample(logits, rows).token_ids
-        self.sampler.advance(rows)
-        if out.device.type == "cpu":
+        out = self.sampler.sample(logits, rows)
+        self.sampler.advance(rows, out.token_ids)
+        if out.token_ids.device.type == "cpu":
             return AheadStep(seqs, out, out)
-        host = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
-        host.copy_(out, non_blocking=True)
+        host = SampleOutput(*(None if t is None else _pinned(t) for t in
+                              (out.token_ids, out.logprobs, out.top_ids, out.top_logprobs)))  # fmt: skip
         ready = torch.cuda.Event()
         ready.record()
         return AheadStep(seqs, out, host, ready)
@@ -189,3 +189,10 @@ class ModelRunner:
                 rows.append(r + n - 1)
             r += n
         return logits[rows]
+
+
+def _pinned(t: torch.Tensor) -> torch.Tensor:
+    """A queued copy of a device tensor into pinned host memory (read once its step's event has passed)."""
+    h = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    h.copy_(t, non_blocking=True)
+    return h

@@ -190,11 +190,19 @@ class Sampler:
             ids = to_device(list(row.prompt_ids), torch.int64, self.device)
             self.prompt_mask[row.slot].index_fill_(0, ids, True)
 
-    def advance(self, rows: Sequence[RowState]) -> None:
-        """Each row produced one token the host has not read (a decode step run ahead): the step number moves on;
-        what `update` does with the token itself, such rows do not need (Runner.can_run_ahead)."""
-        for r in rows:
+    def advance(self, rows: Sequence[RowState], token_ids: torch.Tensor) -> None:
+        """`update` for a step whose tokens the host has not read (a decode step run ahead): each row's step
+        number moves on by one and the penalty counts take the tokens from the device. Rows with a grammar or a
+        thinking budget need the token on the host and never come here (ModelRunner.can_run_ahead)."""
+        pen = []
+        for i, r in enumerate(rows):
             r.num_generated += 1
+            if r.has_penalties:
+                pen.append(i)
+        if pen:
+            slots = to_device([rows[i].slot for i in pen], torch.int64, self.device)
+            ones = torch.ones(len(pen), dtype=torch.int32, device=self.device)
+            self.counts.index_put_((slots, take_rows(token_ids, pen)), ones, accumulate=True)
 
     def update(self, rows: Sequence[RowState], token_ids: Sequence[int] | Sequence[Sequence[int]]) -> None:
         """Record what each row produced this step (one id, or a list with speculative decoding)."""

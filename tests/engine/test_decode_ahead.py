@@ -80,7 +80,7 @@ def _requests(rng: random.Random, stop_tok: int, stop_str: str) -> list[tuple[in
         (3, SP(temperature=0, max_tokens=1, ignore_eos=True)),
         (5, SP(temperature=1.0, top_k=20, seed=3, max_tokens=18, ignore_eos=True)),
         (9, SP(temperature=0, max_tokens=30, stop=[stop_str])),
-        (12, SP(temperature=0, max_tokens=12, repetition_penalty=1.3, ignore_eos=True)),
+        (12, SP(temperature=0, max_tokens=30, frequency_penalty=2.0, presence_penalty=0.5, ignore_eos=True)),
         (20, SP(temperature=0, max_tokens=10, logprobs=2, ignore_eos=True)),
         (26, SP(temperature=0.7, seed=11, max_tokens=22, ignore_eos=True)),
     ]
@@ -149,3 +149,27 @@ def test_decode_checkpoints_saved_ahead_restore_the_right_state(make_engine_core
     assert lp["on"][1] == 48 and lp["off"][1] == 0  # 21 + 40 - 1 tokens run in turn 1: boundaries 16, 32, 48
     assert max(abs(a - b) for a, b in zip(lp["on"][0], lp["off"][0])) < 1e-4
     _assert_clean(on)
+
+
+def test_sampler_advance_counts_like_update(seed):
+    """A step run ahead records its tokens from the device (Sampler.advance) as update does from the host."""
+    from hinfer.engine.sampler import RowState, Sampler
+
+    g = torch.Generator().manual_seed(seed)
+    params = [SP(frequency_penalty=0.5), SP(), SP(repetition_penalty=1.2), SP(presence_penalty=1.0)]
+    counts = []
+    for how in ("update", "advance"):
+        sampler = Sampler(64, "cpu", max_rows=4)
+        rows = [RowState(p, seed=i, slot=3 - i, prompt_ids=[1, 2]) for i, p in enumerate(params)]
+        for r in rows:
+            sampler.add_row(r)
+        for _ in range(20):
+            ids = torch.randint(0, 8, (4,), generator=g)  # few ids: repeats
+            if how == "update":
+                sampler.update(rows, ids.tolist())
+            else:
+                sampler.advance(rows, ids)
+        counts.append((sampler.counts.clone(), [r.num_generated for r in rows]))
+        g.manual_seed(seed)
+    assert torch.equal(counts[0][0], counts[1][0]) and counts[0][1] == counts[1][1] == [20] * 4
+    assert counts[0][0].sum() == 60 and counts[0][0][2].sum() == 0  # the row without penalties counts nothing
