@@ -25,8 +25,8 @@ from hinfer.ops.attention import paged_attention, qk_norm_rope_write
 from hinfer.ops.dispatch import set_backend
 from hinfer.ops.gdn import gated_delta_net
 from hinfer.ops.linear import linear
-from hinfer.ops.moe import moe_experts, moe_router
-from hinfer.ops.norm import add_rms_norm, rms_norm
+from hinfer.ops.moe import moe_experts, moe_route
+from hinfer.ops.norm import add_rms_norm, add_rms_norm_linear, rms_norm
 from hinfer.ops.parallel import SINGLE, TensorParallel
 from hinfer.ops.rope import model_rope, mrope_freq_axes
 from hinfer.sharding import vocab_rows
@@ -143,12 +143,15 @@ class SparseMoE(nn.Module):
         self.shared_expert = MLP(h, cfg.shared_expert_intermediate_size, dtype, device)
         self.shared_expert_gate = _param(1, h, dtype=dtype, device=device)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, router_logits: torch.Tensor | None = None) -> torch.Tensor:
+        """`router_logits`: linear(x, router), when the caller has them already (out of the norm's launch)."""
+        if router_logits is None:
+            router_logits = linear(x, self.router)
         if self.shared_expert is None:  # folded: slot k is the shared expert, weighted by sigmoid(its gate)
-            top_w, top_i = moe_router(x, self.router, self.top_k, shared=True)
+            top_w, top_i = moe_route(router_logits, self.top_k, shared=True)
             return moe_experts(x, self.experts_gate_up, self.experts_down, top_w, top_i)
         shared = self.shared_expert(x) * torch.sigmoid(linear(x, self.shared_expert_gate))
-        top_w, top_i = moe_router(x, self.router, self.top_k)
+        top_w, top_i = moe_route(router_logits, self.top_k)
         return moe_experts(x, self.experts_gate_up, self.experts_down, top_w, top_i) + shared
 
 
@@ -180,6 +183,10 @@ class DecoderLayer(nn.Module):
             g = state.gdn_index[self.layer_idx]
             h = self.linear_attn(h, batch, state.conv_state[g], state.ssm_state[g])
         h = self.tp.all_reduce(h)  # split heads: each rank's output projection gave a partial sum
+        if isinstance(self.mlp, SparseMoE):  # the router's logits come with the norm (one launch at decode)
+            h, residual, logits = add_rms_norm_linear(h, residual, self.post_attention_layernorm, self.mlp.router,
+                                                      self.eps)  # fmt: skip
+            return self.tp.all_reduce(self.mlp(h, logits)), residual  # split intermediate rows: partial sums
         h, residual = add_rms_norm(h, residual, self.post_attention_layernorm, self.eps)
         return self.tp.all_reduce(self.mlp(h)), residual  # split intermediate rows: partial sums again
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from hinfer.ops.dispatch import use_triton
+from hinfer.ops.dispatch import launch_fusions, use_triton
+from hinfer.ops.linear import linear
 
 
 def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -53,3 +54,19 @@ def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: 
 
         return tn.gated_rms_norm(x, z, weight, eps)
     return gated_rms_norm_ref(x, z, weight, eps)
+
+
+def add_rms_norm_linear(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, lin_weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """add_rms_norm, then linear(normed, lin_weight): (normed, residual, linear). With the `norm_linear` launch
+    fusion on (HINFER_FUSE_LAUNCHES; off by default until measured), decode rows and a plain weight in x's dtype
+    (a MoE router) run all three in one launch."""
+    if (use_triton(x) and x.dim() == 2 and isinstance(lin_weight, torch.Tensor) and lin_weight.dtype == x.dtype
+            and lin_weight.is_contiguous() and x.stride(-1) == 1 and residual.stride(-1) == 1
+            and launch_fusions("norm_linear", x.shape[0])):  # fmt: skip
+        from hinfer.ops.triton import norm_linear as tnl
+
+        return tnl.add_rms_norm_linear(x, residual, weight, lin_weight, eps)
+    y, r = add_rms_norm(x, residual, weight, eps)
+    return y, r, linear(y, lin_weight)

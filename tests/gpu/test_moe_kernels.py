@@ -353,3 +353,33 @@ def test_cuda_graph_replay_and_determinism(tm, weights, seed, monkeypatch, t, pd
         g.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, layer()), f"{name} T={t}: graph replay != eager, seed {seed}"
+
+
+@pytest.mark.parametrize("h", [2048, 3072])
+@pytest.mark.parametrize("t", [1, 8])
+def test_router_in_the_norm_launch(seed, t, h):
+    """The residual add + norm with the router's logits in one launch (norm_linear) at the real shapes: residual
+    bit for bit and normed rows within one bf16 ulp of the norm kernel's, logits within one bf16 rounding of the
+    reference linear (fp32 accumulation in another order), the same experts chosen."""
+    from hinfer.ops import norm as ops_norm
+    from hinfer.ops.triton import norm as tn
+    from hinfer.ops.triton import norm_linear as tnl
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(t, h, device="cuda", generator=g).bfloat16()
+    res = (4 * torch.randn(t, h, device="cuda", generator=g)).bfloat16()
+    w = (0.1 * torch.randn(h, device="cuda", generator=g)).bfloat16()
+    router = (torch.randn(E + 1, h, device="cuda", generator=g) * h**-0.5).bfloat16()
+    y, r, logits = tnl.add_rms_norm_linear(x, res, w, router, 1e-6)
+    y_ref, r_ref = tn.add_rms_norm(x, res, w, 1e-6)
+    assert torch.equal(r, r_ref)  # the sum is rounded once, as the norm kernel's
+    torch.testing.assert_close(y.float(), y_ref.float(), atol=1e-6, rtol=2**-7)  # rstd's sum order: one ulp
+    want = y_ref.float() @ router.float().T
+    err = (logits.float() - want).abs().max().item()
+    print(f"\n  norm_linear T={t} H={h}: logits max |err| {err:.2e} (max |ref| {want.abs().max().item():.2f})")
+    assert err <= 2**-7 * want.abs().max().item()
+    sep = want[:, :E].topk(K + 1, dim=-1).values
+    clear = (sep[:, K - 1] - sep[:, K]) > 4 * 2**-7 * want.abs().max()  # rows whose k-th and next differ clearly
+    ids, ids_ref = ref.moe_route(logits, K, shared=True)[1], ref.moe_route(want.bfloat16(), K, shared=True)[1]
+    assert torch.equal(ids[clear].sort(-1).values, ids_ref[clear].sort(-1).values)
+    assert ops_norm.add_rms_norm_linear(x, res, w, router, 1e-6)[2].shape == (t, E + 1)

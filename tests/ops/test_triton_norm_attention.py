@@ -99,6 +99,50 @@ def test_add_rms_norm(dtype, seed):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,hidden,experts", [(1, 160, 33), (3, 96, 9), (8, 200, 17)])
+def test_add_rms_norm_linear(dtype, rows, hidden, experts, seed):
+    """The router in the norm's launch: normed rows and residual as the fused add + norm (a strided x like a fused
+    GEMM slice), logits as the reference linear of the normed rows (one bf16 ulp: the dot's summation order)."""
+    from hinfer.ops.triton import norm_linear as tnl
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, 2 * hidden, generator=g).to(dtype)[:, hidden:]
+    res = (3 * torch.randn(rows, hidden, generator=g)).to(dtype)
+    w = (0.1 * torch.randn(hidden, generator=g)).to(dtype)
+    lin = (torch.randn(experts, hidden, generator=g) / hidden**0.5).to(dtype)
+    with poisoned_empty():
+        y, r, logits = tnl.add_rms_norm_linear(x, res, w, lin, EPS)
+    y_ref, r_ref = ref_norm.add_rms_norm_ref(x, res, w, EPS)
+    _close(r, r_ref, 0.0, seed=seed)
+    _close(y, y_ref, *_tol(dtype), seed=seed)
+    want = (y_ref.float() @ lin.float().T).to(dtype)
+    _close(logits, want, *((1e-5, 1e-5) if dtype == torch.float32 else (1e-3, 2**-7)), seed=seed)
+
+
+def test_add_rms_norm_linear_switch(monkeypatch, seed):
+    """ops.norm.add_rms_norm_linear takes the fused launch only with the `norm_linear` fusion on, and gives the
+    separate ops' results either way."""
+    from hinfer.ops import dispatch
+    from hinfer.ops import norm as ops_norm
+    from hinfer.ops.triton import norm_linear as tnl
+
+    monkeypatch.setattr(dispatch, "_backend", "triton")
+    g = torch.Generator().manual_seed(seed)
+    x, res = torch.randn(2, 64, generator=g), torch.randn(2, 64, generator=g)
+    w, lin = 0.1 * torch.randn(64, generator=g), torch.randn(12, 64, generator=g) / 8
+    calls = []
+    real = tnl.add_rms_norm_linear
+    monkeypatch.setattr(tnl, "add_rms_norm_linear", lambda *a: calls.append(1) or real(*a))
+    outs = []
+    for on in ("1", "norm_linear"):
+        monkeypatch.setenv("HINFER_FUSE_LAUNCHES", on)
+        outs.append(ops_norm.add_rms_norm_linear(x, res, w, lin, EPS))
+    assert calls == [1]  # off by default, on when named
+    for a, b in zip(*outs):
+        _close(a, b, 1e-5, 1e-5, seed=seed)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_gated_rms_norm(dtype, seed):
     g = torch.Generator().manual_seed(seed)
     t, hv, v = 5, 6, 32
