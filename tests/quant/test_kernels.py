@@ -72,6 +72,26 @@ def test_skinny_kernel_matches_reference(fmt, zero_point, m):
             assert _rel(y, ref) < REL, (cfg, _rel(y, ref))
 
 
+@pytest.mark.parametrize("m", [1, 3, 16])
+def test_skinny_kernel_normalises_x_as_it_loads(m):
+    """NORM: the residual add + RMSNorm in the projection's launch (norm_skinny_bf16) gives add_rms_norm's
+    residual bit for bit and the linear of its normed rows, across tiles (GEMV, tensor cores, split K)."""
+    from hinfer.ops.norm import add_rms_norm_ref
+    from hinfer.ops.triton.linear import norm_skinny_bf16
+
+    g = _gen()
+    w = torch.randn(N, K, generator=g, device=DEV).bfloat16()
+    x = torch.randn(m, 2 * K, generator=g, device=DEV).bfloat16()[:, K:]  # a strided slice, like a fused GEMM's
+    res = (3 * torch.randn(m, K, generator=g, device=DEV)).bfloat16()
+    nw = (0.1 * torch.randn(K, generator=g, device=DEV)).bfloat16()
+    y_ref, r_ref = add_rms_norm_ref(x, res, nw, 1e-6)
+    want = (y_ref.float() @ w.float().t()).bfloat16()
+    for cfg in _cfgs(BF16, m):
+        r, y = norm_skinny_bf16(x, res, nw, w, 1e-6, cfg)
+        assert torch.equal(r, r_ref), cfg
+        assert _rel(y, want) < REL, cfg
+
+
 def test_skinny_kernel_writes_into_a_column_slice_and_strided_x():
     from hinfer.ops.triton.linear import skinny_matmul
 

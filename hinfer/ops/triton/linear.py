@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hinfer.ops.triton.common import pdl_kwargs, pdl_start
+from hinfer.ops.triton.common import cast, interpreted, pdl_kwargs, pdl_start
 from hinfer.ops.triton.linear_gemm import e4m3_rne
 from hinfer.ops.triton.linear_int4 import fast_int4_ok, int4_minus8
 from hinfer.ops.triton.linear_int4_gemv import fast_gemv_ok, int4_gemv_kernel, use_tma, words_descriptor
@@ -36,6 +36,25 @@ QGROUP_C = tl.constexpr(QGROUP)
 
 
 @triton.jit
+def _norm_rows(x_ptr, r_ptr, r_out_ptr, rm, m_ok, K, stride_xm, stride_rm, eps, WRITE: tl.constexpr,
+               EMU: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):  # fmt: skip
+    """The NORM prologue: rstd [BLOCK_M] of s = x + r (rounded to the model dtype, as add_rms_norm rounds it) over
+    the whole of K; with WRITE (one program per row block) s is stored as the new residual."""
+    ssq = tl.zeros([BLOCK_M], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        rk = k0 + tl.arange(0, BLOCK_K)
+        msk = m_ok[None, :] & (rk < K)[:, None]
+        xa = tl.load(x_ptr + rm[None, :] * stride_xm + rk[:, None], mask=msk, other=0.0).to(tl.float32)
+        ra = tl.load(r_ptr + rm[None, :] * stride_rm + rk[:, None], mask=msk, other=0.0).to(tl.float32)
+        s = cast(xa + ra, r_out_ptr.dtype.element_ty, EMU)
+        if WRITE:
+            tl.store(r_out_ptr + rm[None, :] * K + rk[:, None], s, mask=msk)
+        sf = s.to(tl.float32)
+        ssq += tl.sum(sf * sf, axis=0)
+    return tl.rsqrt(ssq / K + eps)
+
+
+@triton.jit
 def _skinny_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr,
     M, N, K,
@@ -43,6 +62,8 @@ def _skinny_kernel(
     FMT: tl.constexpr, HAS_ZERO: tl.constexpr, FAST_INT4: tl.constexpr, EVEN_N: tl.constexpr,
     EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr, A8: tl.constexpr = False, PDL: tl.constexpr = False,
+    r_ptr=None, nw_ptr=None, r_out_ptr=None, stride_rm=0, eps=0.0, NORM: tl.constexpr = False,
+    EMU: tl.constexpr = False,
 ):  # fmt: skip
     pdl_start(PDL)
     pid_n = tl.program_id(0)
@@ -52,6 +73,9 @@ def _skinny_kernel(
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     n_ok = rn < N
     m_ok = rm < M
+    if NORM:  # x is add_rms_norm(x, r, nw)'s input: rows normalised as they load (bf16 weights only)
+        rstd = _norm_rows(x_ptr, r_ptr, r_out_ptr, rm, m_ok, K, stride_xm, stride_rm, eps,
+                          (pid_n == 0) & (pid_k == 0), EMU, BLOCK_M, BLOCK_K)  # fmt: skip
     per_split = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
     k_lo = pid_k * per_split
     k_hi = tl.minimum(k_lo + per_split, K)
@@ -95,6 +119,11 @@ def _skinny_kernel(
                 x = tl.load(x_ptr + rk).to(tl.float32)
             else:
                 x = tl.load(x_ptr + rk, mask=rk < K, other=0.0).to(tl.float32)
+            if NORM:
+                ra = tl.load(r_ptr + rk, mask=rk < K, other=0.0).to(tl.float32)
+                nw = tl.load(nw_ptr + rk, mask=rk < K, other=0.0).to(tl.float32)
+                sx = cast(x + ra, r_out_ptr.dtype.element_ty, EMU).to(tl.float32)
+                x = cast(sx * tl.sum(rstd, axis=0) * (1.0 + nw), x_ptr.dtype.element_ty, EMU).to(tl.float32)
             wf = w.to(tl.float32)
             if FMT >= 2:
                 wf = wf * s[:, None]
@@ -105,6 +134,12 @@ def _skinny_kernel(
                 xt = tl.load(x_ptrs, mask=m_ok[None, :], other=0.0)
             else:
                 xt = tl.load(x_ptrs, mask=m_ok[None, :] & (rk < K)[:, None], other=0.0)
+            if NORM:
+                xm = m_ok[None, :] & (rk < K)[:, None]
+                ra = tl.load(r_ptr + rm[None, :] * stride_rm + rk[:, None], mask=xm, other=0.0).to(tl.float32)
+                nw = tl.load(nw_ptr + rk, mask=rk < K, other=0.0).to(tl.float32)
+                sx = cast(xt.to(tl.float32) + ra, r_out_ptr.dtype.element_ty, EMU).to(tl.float32)
+                xt = cast(sx * rstd[None, :] * (1.0 + nw[:, None]), x_ptr.dtype.element_ty, EMU)
             if A8:  # fp8 weights, W8A8: x to e4m3 per row and 128-group here; the weight tile feeds the MMA as loaded
                 xf = xt.to(tl.float32)
                 sx = tl.math.div_rn(tl.maximum(tl.max(tl.abs(xf), axis=0), 1e-12), 448.0)
@@ -191,6 +226,38 @@ def skinny_matmul(
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_kwargs(x),
     )  # fmt: skip
     return out
+
+
+def norm_skinny_bf16(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Tensor,
+                     eps: float, cfg: SkinnyConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """(residual + x, rms_norm(residual + x, norm_weight) @ weight^T) in one skinny launch: bf16 weight [N, K], x and
+    residual [M, K] with M <= SKINNY_MAX_M (decode rows). Each program normalises the rows again as it loads them
+    (their sum of squares from one pass over K first, from L2); the first program of a row block stores the new
+    residual. Roundings as add_rms_norm's, then the product as bf16_linear's."""
+    m, k = x.shape
+    n = weight.shape[0]
+    assert residual.shape == x.shape and weight.shape[1] == k and m <= SKINNY_MAX_M[BF16]
+    x, residual = (t if t.stride(-1) == 1 else t.contiguous() for t in (x, residual))
+    r_out = torch.empty((m, k), dtype=x.dtype, device=x.device)
+    out = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    if m == 0:
+        return r_out, out
+    cfg = cfg or skinny_config(BF16, m, n, k)
+    if cfg.block_m == 1 and m != 1:
+        raise ValueError("the GEMV path (block_m 1) takes exactly one row of x")
+    grid = (triton.cdiv(n, cfg.block_n), cfg.split_k, triton.cdiv(m, cfg.block_m))
+    part, cnt = split_scratch(cfg.split_k, m, n, grid[0] * grid[2], x, out)
+    _skinny_kernel[grid](
+        x, weight, weight, weight, out, part, cnt,
+        m, n, k,
+        x.stride(0), out.stride(0), weight.stride(0), 1,
+        FMT=_FMT_CODE[BF16], HAS_ZERO=False, FAST_INT4=False,
+        EVEN_N=n % cfg.block_n == 0, EVEN_K=k % cfg.block_k == 0,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=cfg.split_k,
+        r_ptr=residual, nw_ptr=norm_weight, r_out_ptr=r_out, stride_rm=residual.stride(0), eps=eps, NORM=True,
+        EMU=interpreted(_skinny_kernel), num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_kwargs(x),
+    )  # fmt: skip
+    return r_out, out
 
 
 def bf16_linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
