@@ -63,14 +63,14 @@ def warn_fallback(op: str, why: str) -> None:
 # the launch-saving fused paths and the most token rows each takes by default (None: any, 0: off until measured).
 # Measured on the H200 (bench/RESULTS.md): the experts' slot sum in the down launch and the int4 kernel's tail
 # rows help at one row and cost 1-3% at eight (their serial last-program work grows with the rows)
-FUSIONS: dict[str, int | None] = {"slot_sum": 1, "tail": 1, "gate": None, "norm_linear": 0}
+FUSIONS: dict[str, int | None] = {"slot_sum": 1, "tail": 1, "gate": None, "norm_linear": 0, "norm_project": 0}
 
 
 def launch_fusions(name: str, rows: int) -> bool:
     """Whether an op at `rows` token rows takes a launch-saving fused path: `slot_sum` the slot sum in the int4
     experts' down launch, `tail` the int4 kernel's bf16 tail rows (the GDN in_proj's b / a), `gate` the
     attention output gate in the decode kernels, `norm_linear` a MoE layer's router in its residual-add +
-    RMSNorm launch. HINFER_FUSE_LAUNCHES: 1 (default) each up to its rows in FUSIONS, 0 none (the separate
+    RMSNorm launch, `norm_project` that add + norm in a bf16 input projection's launch. HINFER_FUSE_LAUNCHES: 1 (default) each up to its rows in FUSIONS, 0 none (the separate
     kernels, to compare or to fall back), or a comma list of the names on at any rows. Read at every call, so
     a test or a bench can flip it.
     """

@@ -70,3 +70,23 @@ def add_rms_norm_linear(
         return tnl.add_rms_norm_linear(x, residual, weight, lin_weight, eps)
     y, r = add_rms_norm(x, residual, weight, eps)
     return y, r, linear(y, lin_weight)
+
+
+def add_rms_norm_project(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, lin_weight, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """add_rms_norm, then linear(normed, lin_weight), where nothing else reads the normed rows (a block's input
+    projection): (residual, projection). With the `norm_project` launch fusion on (HINFER_FUSE_LAUNCHES; off by
+    default until measured), bf16 decode rows against a bf16 weight run in one launch: the skinny kernel
+    normalises x as it loads it."""
+    from hinfer.ops.triton.tiles.forms import BF16
+    from hinfer.ops.triton.tiles.linear import SKINNY_MAX_M
+
+    if (use_triton(x) and x.dim() == 2 and 0 < x.shape[0] <= SKINNY_MAX_M[BF16] and x.dtype == torch.bfloat16
+            and isinstance(lin_weight, torch.Tensor) and lin_weight.dtype == x.dtype and lin_weight.stride(-1) == 1
+            and launch_fusions("norm_project", x.shape[0])):  # fmt: skip
+        from hinfer.ops.triton.linear import norm_skinny_bf16
+
+        return norm_skinny_bf16(x, residual, weight, lin_weight, eps)
+    y, r = add_rms_norm(x, residual, weight, eps)
+    return r, linear(y, lin_weight)

@@ -164,6 +164,19 @@ def test_triton_matches_reference_on_27b_layers():
     assert rel < 3e-2
 
 
+@pytest.mark.parametrize("name", ["qwen3.6-27b", "qwen3.6-35b-a3b"])
+def test_norms_in_their_consumers_launches_match_reference(name, monkeypatch):
+    """bf16 layers with each norm in its consumer's launch (norm_project: the mixer's and the dense MLP's input
+    projections; norm_linear: the MoE router), Triton vs reference, as test_triton_matches_reference_on_27b_layers."""
+    monkeypatch.setenv("HINFER_FUSE_LAUNCHES", "slot_sum,tail,gate,norm_linear,norm_project")
+    cfg = load_model_config(config_dir(name))
+    cfg = replace(cfg, num_hidden_layers=4, layer_types=cfg.layer_types[:4], mtp_num_hidden_layers=0)
+    model = random_init(Qwen35ForCausalLM(cfg, torch.bfloat16, "cuda", with_mtp=False), seed=1)
+    rel = _triton_vs_reference(cfg, model, n=300)
+    print(f"{name} 4 layers, norms fused: Triton vs reference logits rel-L2 {rel:.2e}")
+    assert rel < 3e-2
+
+
 @pytest.mark.parametrize("name,recipe", [("qwen3.6-27b", "int4"), ("qwen3.6-27b", "int4-rows"), ("qwen3.6-27b", "fp8"),
                                          ("qwen3.6-35b-a3b", "int4")])  # fmt: skip
 def test_triton_matches_reference_on_quantized_layers(name, recipe):
