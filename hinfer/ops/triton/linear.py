@@ -172,15 +172,20 @@ def skinny_matmul(
     out: torch.Tensor | None = None,
     cfg: SkinnyConfig | None = None,
     a8: bool = False,
+    norm: tuple[torch.Tensor, torch.Tensor, float, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """y [M, n] = x [M, K] @ W^T for one weight format, streaming W once. `out` may be a column slice of a
     wider row-major buffer (its row stride is honoured). `a8` (fp8 weights, M >= 2): W8A8, x quantized to e4m3
-    per row and 128-group inside the kernel (reference: hinfer.quant.fp8.Fp8Weight.matmul_ref_w8a8_decode)."""
+    per row and 128-group inside the kernel (reference: hinfer.quant.fp8.Fp8Weight.matmul_ref_w8a8_decode).
+    `norm` (residual, norm weight, eps, residual out; not the int4 GEMV): x is add_rms_norm's input, normalised
+    as it loads, and residual + x goes to the residual out (norm_skinny)."""
     m, k = x.shape
     if x.stride(-1) != 1:
         x = x.contiguous()
     cfg = cfg or skinny_config(fmt, m, n, k)
     gemv_int4 = fmt == INT4 and cfg.block_m == 1
+    if norm is not None and gemv_int4:
+        raise ValueError("the int4 GEMV takes no norm prologue")
     if cfg.block_m == 1 and m != 1:
         raise ValueError("the GEMV path (block_m 1) takes exactly one row of x")
     if a8 and (fmt not in (FP8_ROW, FP8_BLOCK) or cfg.block_m == 1 or cfg.block_k != QGROUP):
@@ -216,6 +221,12 @@ def skinny_matmul(
         )  # fmt: skip
         return out
     fast = fmt == INT4 and zero is None and x.is_cuda and fast_int4_ok(x.device.index or 0)
+    extra = {}
+    if norm is not None:
+        residual, norm_weight, eps, r_out = norm
+        assert residual.shape == x.shape and residual.stride(-1) == 1 and r_out.is_contiguous()
+        extra = dict(r_ptr=residual, nw_ptr=norm_weight, r_out_ptr=r_out, stride_rm=residual.stride(0), eps=eps,
+                     NORM=True, EMU=interpreted(_skinny_kernel))  # fmt: skip
     _skinny_kernel[grid](
         x, w, s, zero if zero is not None else s, out, part, cnt,
         m, n, k,
@@ -223,40 +234,21 @@ def skinny_matmul(
         FMT=_FMT_CODE[fmt], HAS_ZERO=zero is not None, FAST_INT4=fast,
         EVEN_N=n % cfg.block_n == 0, EVEN_K=k % cfg.block_k == 0,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=cfg.split_k, A8=a8,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_kwargs(x),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_kwargs(x), **extra,
     )  # fmt: skip
     return out
 
 
-def norm_skinny_bf16(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Tensor,
-                     eps: float, cfg: SkinnyConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """(residual + x, rms_norm(residual + x, norm_weight) @ weight^T) in one skinny launch: bf16 weight [N, K], x and
-    residual [M, K] with M <= SKINNY_MAX_M (decode rows). Each program normalises the rows again as it loads them
-    (their sum of squares from one pass over K first, from L2); the first program of a row block stores the new
-    residual. Roundings as add_rms_norm's, then the product as bf16_linear's."""
-    m, k = x.shape
-    n = weight.shape[0]
-    assert residual.shape == x.shape and weight.shape[1] == k and m <= SKINNY_MAX_M[BF16]
-    x, residual = (t if t.stride(-1) == 1 else t.contiguous() for t in (x, residual))
-    r_out = torch.empty((m, k), dtype=x.dtype, device=x.device)
-    out = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    if m == 0:
-        return r_out, out
-    cfg = cfg or skinny_config(BF16, m, n, k)
-    if cfg.block_m == 1 and m != 1:
-        raise ValueError("the GEMV path (block_m 1) takes exactly one row of x")
-    grid = (triton.cdiv(n, cfg.block_n), cfg.split_k, triton.cdiv(m, cfg.block_m))
-    part, cnt = split_scratch(cfg.split_k, m, n, grid[0] * grid[2], x, out)
-    _skinny_kernel[grid](
-        x, weight, weight, weight, out, part, cnt,
-        m, n, k,
-        x.stride(0), out.stride(0), weight.stride(0), 1,
-        FMT=_FMT_CODE[BF16], HAS_ZERO=False, FAST_INT4=False,
-        EVEN_N=n % cfg.block_n == 0, EVEN_K=k % cfg.block_k == 0,
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=cfg.split_k,
-        r_ptr=residual, nw_ptr=norm_weight, r_out_ptr=r_out, stride_rm=residual.stride(0), eps=eps, NORM=True,
-        EMU=interpreted(_skinny_kernel), num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_kwargs(x),
-    )  # fmt: skip
+def norm_skinny(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor, eps: float, fmt: str,
+                w: torch.Tensor, n: int, scale: torch.Tensor | None = None, cfg: SkinnyConfig | None = None,
+                a8: bool = False) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """(residual + x, rms_norm(residual + x, norm_weight) @ W^T) in one skinny launch (decode rows, any format
+    but the int4 GEMV): each program normalises the rows again as it loads them (their sum of squares from one
+    pass over K first, from L2); the first program of a row block stores the new residual. Roundings as
+    add_rms_norm's, then the product as skinny_matmul's."""
+    r_out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    out = skinny_matmul(x, fmt, w, n, scale, cfg=cfg, a8=a8, norm=(residual.contiguous() if residual.stride(-1) != 1
+                                                                    else residual, norm_weight, eps, r_out))  # fmt: skip
     return r_out, out
 
 
