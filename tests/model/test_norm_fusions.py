@@ -40,8 +40,8 @@ def test_fused_norms_give_the_unfused_logits(moe, monkeypatch, interpreter):
     model = random_init(Qwen35ForCausalLM(cfg, torch.bfloat16, "cpu", with_mtp=False), seed=0).eval()
     monkeypatch.setattr(dispatch, "_backend", "triton")
     calls: list[str] = []
-    project, router = triton_linear.norm_skinny_bf16, triton_norm_linear.add_rms_norm_linear
-    monkeypatch.setattr(triton_linear, "norm_skinny_bf16", lambda *a: calls.append("project") or project(*a))
+    project, router = triton_linear.norm_skinny, triton_norm_linear.add_rms_norm_linear
+    monkeypatch.setattr(triton_linear, "norm_skinny", lambda *a: calls.append("project") or project(*a))
     monkeypatch.setattr(triton_norm_linear, "add_rms_norm_linear", lambda *a: calls.append("router") or router(*a))
     out = {}
     for fuse in ("0", FUSED):
