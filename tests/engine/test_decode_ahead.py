@@ -8,19 +8,11 @@ from __future__ import annotations
 
 import random
 
-import pytest
 import torch
 
 from hinfer.engine.protocol import GenerationRequest
 from hinfer.sampling_params import SamplingParams as SP
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)  # many tiny kernels: one thread is faster on a shared box
-    yield
-    torch.set_num_threads(old)
+from tests.engine.test_prefix_cache import one_thread  # noqa: F401  (autouse: one torch thread here too)
 
 
 def _core(make_engine_core, ahead: bool, **kw):
