@@ -132,7 +132,7 @@ class ModelRunner:
         """Queue one decode step (can_run_ahead) and its sampling without reading anything back. With `prev`,
         every lane's input token is its sampled id there (the host has not read it); without, the lane's last
         token. The lanes' cached lengths and sampler steps advance now; the tokens join their outputs when the
-        caller reads them (AheadStep.tokens)."""
+        caller reads them (AheadStep.read)."""
         from hinfer.engine.cuda_graphs import pick
 
         seqs = [c.seq for c in chunks]

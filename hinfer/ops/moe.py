@@ -13,7 +13,6 @@ import torch
 import torch.nn.functional as F
 
 from hinfer.ops.dispatch import use_triton, warn_fallback
-from hinfer.ops.linear import linear
 from hinfer.ops.triton.moe_int4 import Int4Experts
 from hinfer.quant.experts import Fp8ExpertsWeight, Int4ExpertsWeight
 
@@ -68,12 +67,6 @@ def moe_route(router_logits: torch.Tensor, top_k: int, shared: bool = False) -> 
 
         return tm.moe_route(router_logits, top_k, shared)
     return moe_route_ref(router_logits, top_k, shared)
-
-
-def moe_router(x: torch.Tensor, router_weight: torch.Tensor, top_k: int, shared: bool = False
-               ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """moe_route(linear(x, router_weight), top_k, shared): the router's logits and their top k."""
-    return moe_route(linear(x, router_weight), top_k, shared)
 
 
 def _kernel_weight(w, x: torch.Tensor):

@@ -73,7 +73,7 @@ def _skinny_kernel(
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     n_ok = rn < N
     m_ok = rm < M
-    if NORM:  # x is add_rms_norm(x, r, nw)'s input: rows normalised as they load (bf16 weights only)
+    if NORM:  # x is add_rms_norm(x, r, nw)'s input: rows normalised as they load (norm_skinny)
         rstd = _norm_rows(x_ptr, r_ptr, r_out_ptr, rm, m_ok, K, stride_xm, stride_rm, eps,
                           (pid_n == 0) & (pid_k == 0), EMU, BLOCK_M, BLOCK_K)  # fmt: skip
     per_split = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
@@ -246,10 +246,10 @@ def norm_skinny(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tens
     but the int4 GEMV): each program normalises the rows again as it loads them (their sum of squares from one
     pass over K first, from L2); the first program of a row block stores the new residual. Roundings as
     add_rms_norm's, then the product as skinny_matmul's."""
+    if residual.stride(-1) != 1:
+        residual = residual.contiguous()
     r_out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    out = skinny_matmul(x, fmt, w, n, scale, cfg=cfg, a8=a8, norm=(residual.contiguous() if residual.stride(-1) != 1
-                                                                    else residual, norm_weight, eps, r_out))  # fmt: skip
-    return r_out, out
+    return r_out, skinny_matmul(x, fmt, w, n, scale, cfg=cfg, a8=a8, norm=(residual, norm_weight, eps, r_out))
 
 
 def bf16_linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
