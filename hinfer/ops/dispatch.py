@@ -96,11 +96,22 @@ def int4_wgmma_rows() -> int | None:
     return int(v)
 
 
+def experts_l2_prefetch() -> int:
+    """How many 128-groups of its weight rows each program of the int4 experts' down launch prefetches into L2
+    before it waits for the gate_up launch (its expert ids were written a kernel earlier, so they are known):
+    HINFER_MOE_L2_PREFETCH, 0 (the default until measured on the GPU) or a multiple of 4. Read at every launch."""
+    return _groups_env("HINFER_MOE_L2_PREFETCH")
+
+
+def _groups_env(name: str) -> int:
+    v = os.environ.get(name, "0").strip()
+    if not v.isdigit() or int(v) % 4:
+        raise ValueError(f"{name} must be a multiple of 4 groups (0: off), got {v!r}")
+    return int(v)
+
+
 def int4_l2_prefetch() -> int:
     """How many groups of its weights each int4 tensor-core program (mma.sync and wgmma, fragment order)
     prefetches into L2 before it waits for the previous kernel: HINFER_INT4_L2_PREFETCH, 0 (the default until
     measured on the GPU) or a multiple of 4. Read at every launch."""
-    v = os.environ.get("HINFER_INT4_L2_PREFETCH", "0").strip()
-    if not v.isdigit() or int(v) % 4:
-        raise ValueError(f"HINFER_INT4_L2_PREFETCH must be a multiple of 4 groups (0: off), got {v!r}")
-    return int(v)
+    return _groups_env("HINFER_INT4_L2_PREFETCH")

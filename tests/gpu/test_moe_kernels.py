@@ -263,6 +263,32 @@ def test_experts_int4_down_sums_the_slots(tm, weights, seed, t, monkeypatch):
     assert not counter_buffer(x.device).any(), "arrival counters left set"
 
 
+@pytest.mark.parametrize("t", [1, 3, 8])
+def test_experts_int4_l2_prefetch_changes_nothing(tm, weights, seed, t, monkeypatch):
+    """HINFER_MOE_L2_PREFETCH (the down launch's weights prefetched into L2 before its PDL wait, from expert ids
+    read before that wait) is a hint: the experts give the same bits with and without it, eagerly and in a CUDA
+    graph, with a look-ahead shorter than a row's groups and longer."""
+    from hinfer.ops.triton.moe_int4 import Int4Experts
+    from hinfer.quant.experts import quantize_experts_int4
+
+    name, wgu, wd = weights
+    gu, dn = (Int4Experts(q.qweight, q.scales, q.zeros, q.in_features)
+              for q in (quantize_experts_int4(w, zero_point=True) for w in (wgu, wd)))  # fmt: skip
+    x = torch.randn(t, wgu.shape[2], device="cuda").bfloat16()
+    top_w, top_i = ref.moe_route_ref(torch.randn(t, E, device="cuda").bfloat16(), K)
+    monkeypatch.setenv("HINFER_MOE_L2_PREFETCH", "0")
+    want = tm.moe_experts(x, gu, dn, top_w, top_i)
+    for groups in ("4", "32"):
+        monkeypatch.setenv("HINFER_MOE_L2_PREFETCH", groups)
+        assert torch.equal(tm.moe_experts(x, gu, dn, top_w, top_i), want), f"{name} T={t} {groups}, seed {seed}"
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out_g = tm.moe_experts(x, gu, dn, top_w, top_i)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out_g, want), f"{name} T={t} {groups}: graph replay differs, seed {seed}"
+
+
 @pytest.mark.parametrize("t", [1, 8, 64, 2048])
 @pytest.mark.parametrize("block", [False, True])
 def test_experts_fp8_real_shapes(tm, weights, seed, t, block):
