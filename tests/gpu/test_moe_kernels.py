@@ -409,3 +409,32 @@ def test_router_in_the_norm_launch(seed, t, h):
     ids, ids_ref = ref.moe_route(logits, K, shared=True)[1], ref.moe_route(want.bfloat16(), K, shared=True)[1]
     assert torch.equal(ids[clear].sort(-1).values, ids_ref[clear].sort(-1).values)
     assert ops_norm.add_rms_norm_linear(x, res, w, router, 1e-6)[2].shape == (t, E + 1)
+
+
+@pytest.mark.parametrize("h", [2048, 3072])
+@pytest.mark.parametrize("t", [1, 8])
+def test_route_in_the_norm_launch(seed, t, h):
+    """The route in the norm's launch (norm_route: the last of a token's programs routes it) at the real shapes:
+    every output bit for bit that of the norm + router launch and the route kernel after it, eagerly and through a
+    CUDA graph replayed twice, and the arrival counters left at zero."""
+    from hinfer.ops.triton import moe_route as tmr
+    from hinfer.ops.triton import norm_linear as tnl
+    from hinfer.ops.triton.linear_splitk import counter_buffer
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(t, h, device="cuda", generator=g).bfloat16()
+    res = (4 * torch.randn(t, h, device="cuda", generator=g)).bfloat16()
+    w = (0.1 * torch.randn(h, device="cuda", generator=g)).bfloat16()
+    router = (torch.randn(E + 1, h, device="cuda", generator=g) * h**-0.5).bfloat16()
+    y, r, logits = tnl.add_rms_norm_linear(x, res, w, router, 1e-6)
+    want = (y, r, *tmr.moe_route(logits, K, True))
+    got = tnl.add_rms_norm_route(x, res, w, router, 1e-6, K, True)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        in_graph = tnl.add_rms_norm_route(x, res, w, router, 1e-6, K, True)
+    for _ in range(2):
+        graph.replay()
+        torch.cuda.synchronize()
+        for name, a, b, c in zip(("normed", "residual", "top_w", "top_i"), got, in_graph, want, strict=True):
+            assert torch.equal(a, c) and torch.equal(b, c), f"T={t} H={h} {name}, seed {seed}"
+    assert not counter_buffer(x.device).any(), "arrival counters left set"
