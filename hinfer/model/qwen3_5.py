@@ -25,8 +25,8 @@ from hinfer.ops.attention import paged_attention, qk_norm_rope_write
 from hinfer.ops.dispatch import set_backend
 from hinfer.ops.gdn import gated_delta_net
 from hinfer.ops.linear import linear
-from hinfer.ops.moe import add_rms_norm_route, moe_experts, moe_route
-from hinfer.ops.norm import add_rms_norm, add_rms_norm_project, rms_norm
+from hinfer.ops.moe import moe_experts, moe_route
+from hinfer.ops.norm import add_rms_norm, add_rms_norm_linear, add_rms_norm_project, rms_norm
 from hinfer.ops.parallel import SINGLE, TensorParallel
 from hinfer.ops.rope import model_rope, mrope_freq_axes
 from hinfer.sharding import vocab_rows
@@ -156,20 +156,16 @@ class SparseMoE(nn.Module):
         self.shared_expert = MLP(h, cfg.shared_expert_intermediate_size, dtype, device)
         self.shared_expert_gate = _param(1, h, dtype=dtype, device=device)
 
-    def norm_route(self, x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor, eps: float):
-        """The layer's entry: (rms_norm(residual + x), residual + x, top_w, top_i), routed on the normed rows (one
-        launch at decode where the launch fusions take it). Folded, slot k is the shared expert, weighted by
-        sigmoid(its gate)."""
-        return add_rms_norm_route(x, residual, norm_weight, self.router, eps, self.top_k,
-                                  shared=self.shared_expert is None)  # fmt: skip
-
-    def forward(self, x: torch.Tensor, routed: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        """`routed`: (top_w, top_i) of x, when the caller has them already (norm_route)."""
-        top_w, top_i = routed or moe_route(linear(x, self.router), self.top_k, shared=self.shared_expert is None)
-        out = moe_experts(x, self.experts_gate_up, self.experts_down, top_w, top_i)
-        if self.shared_expert is None:
-            return out
-        return out + self.shared_expert(x) * torch.sigmoid(linear(x, self.shared_expert_gate))
+    def forward(self, x: torch.Tensor, router_logits: torch.Tensor | None = None) -> torch.Tensor:
+        """`router_logits`: linear(x, router), when the caller has them already (out of the norm's launch)."""
+        if router_logits is None:
+            router_logits = linear(x, self.router)
+        if self.shared_expert is None:  # folded: slot k is the shared expert, weighted by sigmoid(its gate)
+            top_w, top_i = moe_route(router_logits, self.top_k, shared=True)
+            return moe_experts(x, self.experts_gate_up, self.experts_down, top_w, top_i)
+        shared = self.shared_expert(x) * torch.sigmoid(linear(x, self.shared_expert_gate))
+        top_w, top_i = moe_route(router_logits, self.top_k)
+        return moe_experts(x, self.experts_gate_up, self.experts_down, top_w, top_i) + shared
 
 
 class DecoderLayer(nn.Module):
@@ -204,8 +200,9 @@ class DecoderLayer(nn.Module):
             h = self.linear_attn(p, batch, state.conv_state[g], state.ssm_state[g])
         h = self.tp.all_reduce(h)  # split heads: each rank's output projection gave a partial sum
         if isinstance(self.mlp, SparseMoE):
-            h, residual, *routed = self.mlp.norm_route(h, residual, self.post_attention_layernorm, self.eps)
-            return self.tp.all_reduce(self.mlp(h, routed)), residual  # split intermediate rows: partial sums
+            h, residual, logits = add_rms_norm_linear(h, residual, self.post_attention_layernorm, self.mlp.router,
+                                                      self.eps)  # fmt: skip
+            return self.tp.all_reduce(self.mlp(h, logits)), residual  # split intermediate rows: partial sums
         residual, p = add_rms_norm_project(h, residual, self.post_attention_layernorm, self.mlp.gate_up.weight,
                                            self.eps)  # fmt: skip
         return self.tp.all_reduce(self.mlp.after_gate_up(p)), residual  # split intermediate rows: partial sums

@@ -64,16 +64,14 @@ def warn_fallback(op: str, why: str) -> None:
 # Measured on the H200 (bench/RESULTS.md): the experts' slot sum in the down launch and the int4 kernel's tail
 # rows help at one row and cost 1-3% at eight (their serial last-program work grows with the rows); the router in
 # the norm's launch gains 8% / 3% at 1 / 8 lanes (35B-A3B); the norm in a skinny projection loses 16-19%
-FUSIONS: dict[str, int | None] = {"slot_sum": 1, "tail": 1, "gate": None, "norm_linear": 8, "norm_route": 0,
-                                      "norm_project": 0}
+FUSIONS: dict[str, int | None] = {"slot_sum": 1, "tail": 1, "gate": None, "norm_linear": 8, "norm_project": 0}
 
 
 def launch_fusions(name: str, rows: int) -> bool:
     """Whether an op at `rows` token rows takes a launch-saving fused path: `slot_sum` the slot sum in the int4
     experts' down launch, `tail` the int4 kernel's bf16 tail rows (the GDN in_proj's b / a), `gate` the
     attention output gate in the decode kernels, `norm_linear` a MoE layer's router in its residual-add +
-    RMSNorm launch, `norm_route` the route too (the launch's last program per token), `norm_project` that add +
-    norm in a bf16 or fp8 input projection's launch.
+    RMSNorm launch, `norm_project` that add + norm in a bf16 or fp8 input projection's launch.
     HINFER_FUSE_LAUNCHES: 1 (default) each up to its rows in FUSIONS, 0 none (the separate kernels, to compare or
     to fall back), or a comma list of the names on at any rows. Read at every call, so a test or a bench can
     flip it."""
@@ -98,22 +96,11 @@ def int4_wgmma_rows() -> int | None:
     return int(v)
 
 
-def experts_l2_prefetch() -> int:
-    """How many 128-groups of its weight rows each program of the int4 experts' down launch prefetches into L2
-    before it waits for the gate_up launch (its expert ids were written a kernel earlier, so they are known):
-    HINFER_MOE_L2_PREFETCH, 0 (the default until measured on the GPU) or a multiple of 4. Read at every launch."""
-    return _groups_env("HINFER_MOE_L2_PREFETCH")
-
-
-def _groups_env(name: str) -> int:
-    v = os.environ.get(name, "0").strip()
-    if not v.isdigit() or int(v) % 4:
-        raise ValueError(f"{name} must be a multiple of 4 groups (0: off), got {v!r}")
-    return int(v)
-
-
 def int4_l2_prefetch() -> int:
     """How many groups of its weights each int4 tensor-core program (mma.sync and wgmma, fragment order)
     prefetches into L2 before it waits for the previous kernel: HINFER_INT4_L2_PREFETCH, 0 (the default until
     measured on the GPU) or a multiple of 4. Read at every launch."""
-    return _groups_env("HINFER_INT4_L2_PREFETCH")
+    v = os.environ.get("HINFER_INT4_L2_PREFETCH", "0").strip()
+    if not v.isdigit() or int(v) % 4:
+        raise ValueError(f"HINFER_INT4_L2_PREFETCH must be a multiple of 4 groups (0: off), got {v!r}")
+    return int(v)

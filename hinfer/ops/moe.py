@@ -12,8 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from hinfer.ops.dispatch import launch_fusions, use_triton, warn_fallback
-from hinfer.ops.norm import add_rms_norm_linear, norm_linear_fits
+from hinfer.ops.dispatch import use_triton, warn_fallback
 from hinfer.ops.triton.moe_int4 import Int4Experts
 from hinfer.quant.experts import Fp8ExpertsWeight, Int4ExpertsWeight
 
@@ -68,22 +67,6 @@ def moe_route(router_logits: torch.Tensor, top_k: int, shared: bool = False) -> 
 
         return tm.moe_route(router_logits, top_k, shared)
     return moe_route_ref(router_logits, top_k, shared)
-
-
-def add_rms_norm_route(
-    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, router: torch.Tensor, eps: float, top_k: int,
-    shared: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A MoE layer's entry: residual add + RMSNorm, the router's logits and their route, (normed, residual, top_w,
-    top_i). With the `norm_route` launch fusion on (HINFER_FUSE_LAUNCHES), decode rows run all of it in the
-    norm's launch (its last program per token routes); else add_rms_norm_linear, then moe_route."""
-    if norm_linear_fits(x, residual, router) and launch_fusions("norm_route", x.shape[0]):
-        from hinfer.ops.triton import norm_linear as tnl
-
-        return tnl.add_rms_norm_route(x, residual, weight, router, eps, top_k, shared)
-    h, r, logits = add_rms_norm_linear(x, residual, weight, router, eps)
-    top_w, top_i = moe_route(logits, top_k, shared)
-    return h, r, top_w, top_i
 
 
 def _kernel_weight(w, x: torch.Tensor):

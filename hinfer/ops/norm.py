@@ -56,20 +56,15 @@ def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: 
     return gated_rms_norm_ref(x, z, weight, eps)
 
 
-def norm_linear_fits(x: torch.Tensor, residual: torch.Tensor, lin_weight) -> bool:
-    """Whether the norm's launch can take the linear (Triton runs, 2-D rows with a contiguous last dim, a plain
-    contiguous weight in x's dtype)."""
-    return (use_triton(x) and x.dim() == 2 and isinstance(lin_weight, torch.Tensor) and lin_weight.dtype == x.dtype
-            and lin_weight.is_contiguous() and x.stride(-1) == 1 and residual.stride(-1) == 1)  # fmt: skip
-
-
 def add_rms_norm_linear(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, lin_weight: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """add_rms_norm, then linear(normed, lin_weight): (normed, residual, linear). With the `norm_linear` launch
     fusion on (HINFER_FUSE_LAUNCHES; by default up to 8 rows), decode rows and a plain weight in x's dtype
     (a MoE router) run all three in one launch."""
-    if norm_linear_fits(x, residual, lin_weight) and launch_fusions("norm_linear", x.shape[0]):
+    if (use_triton(x) and x.dim() == 2 and isinstance(lin_weight, torch.Tensor) and lin_weight.dtype == x.dtype
+            and lin_weight.is_contiguous() and x.stride(-1) == 1 and residual.stride(-1) == 1
+            and launch_fusions("norm_linear", x.shape[0])):  # fmt: skip
         from hinfer.ops.triton import norm_linear as tnl
 
         return tnl.add_rms_norm_linear(x, residual, weight, lin_weight, eps)

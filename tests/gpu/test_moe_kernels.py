@@ -263,32 +263,6 @@ def test_experts_int4_down_sums_the_slots(tm, weights, seed, t, monkeypatch):
     assert not counter_buffer(x.device).any(), "arrival counters left set"
 
 
-@pytest.mark.parametrize("t", [1, 3, 8])
-def test_experts_int4_l2_prefetch_changes_nothing(tm, weights, seed, t, monkeypatch):
-    """HINFER_MOE_L2_PREFETCH (the down launch's weights prefetched into L2 before its PDL wait, from expert ids
-    read before that wait) is a hint: the experts give the same bits with and without it, eagerly and in a CUDA
-    graph, with a look-ahead shorter than a row's groups and longer."""
-    from hinfer.ops.triton.moe_int4 import Int4Experts
-    from hinfer.quant.experts import quantize_experts_int4
-
-    name, wgu, wd = weights
-    gu, dn = (Int4Experts(q.qweight, q.scales, q.zeros, q.in_features)
-              for q in (quantize_experts_int4(w, zero_point=True) for w in (wgu, wd)))  # fmt: skip
-    x = torch.randn(t, wgu.shape[2], device="cuda").bfloat16()
-    top_w, top_i = ref.moe_route_ref(torch.randn(t, E, device="cuda").bfloat16(), K)
-    monkeypatch.setenv("HINFER_MOE_L2_PREFETCH", "0")
-    want = tm.moe_experts(x, gu, dn, top_w, top_i)
-    for groups in ("4", "32"):
-        monkeypatch.setenv("HINFER_MOE_L2_PREFETCH", groups)
-        assert torch.equal(tm.moe_experts(x, gu, dn, top_w, top_i), want), f"{name} T={t} {groups}, seed {seed}"
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out_g = tm.moe_experts(x, gu, dn, top_w, top_i)
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(out_g, want), f"{name} T={t} {groups}: graph replay differs, seed {seed}"
-
-
 @pytest.mark.parametrize("t", [1, 8, 64, 2048])
 @pytest.mark.parametrize("block", [False, True])
 def test_experts_fp8_real_shapes(tm, weights, seed, t, block):
@@ -409,32 +383,3 @@ def test_router_in_the_norm_launch(seed, t, h):
     ids, ids_ref = ref.moe_route(logits, K, shared=True)[1], ref.moe_route(want.bfloat16(), K, shared=True)[1]
     assert torch.equal(ids[clear].sort(-1).values, ids_ref[clear].sort(-1).values)
     assert ops_norm.add_rms_norm_linear(x, res, w, router, 1e-6)[2].shape == (t, E + 1)
-
-
-@pytest.mark.parametrize("h", [2048, 3072])
-@pytest.mark.parametrize("t", [1, 8])
-def test_route_in_the_norm_launch(seed, t, h):
-    """The route in the norm's launch (norm_route: the last of a token's programs routes it) at the real shapes:
-    every output bit for bit that of the norm + router launch and the route kernel after it, eagerly and through a
-    CUDA graph replayed twice, and the arrival counters left at zero."""
-    from hinfer.ops.triton import moe_route as tmr
-    from hinfer.ops.triton import norm_linear as tnl
-    from hinfer.ops.triton.linear_splitk import counter_buffer
-
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    x = torch.randn(t, h, device="cuda", generator=g).bfloat16()
-    res = (4 * torch.randn(t, h, device="cuda", generator=g)).bfloat16()
-    w = (0.1 * torch.randn(h, device="cuda", generator=g)).bfloat16()
-    router = (torch.randn(E + 1, h, device="cuda", generator=g) * h**-0.5).bfloat16()
-    y, r, logits = tnl.add_rms_norm_linear(x, res, w, router, 1e-6)
-    want = (y, r, *tmr.moe_route(logits, K, True))
-    got = tnl.add_rms_norm_route(x, res, w, router, 1e-6, K, True)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        in_graph = tnl.add_rms_norm_route(x, res, w, router, 1e-6, K, True)
-    for _ in range(2):
-        graph.replay()
-        torch.cuda.synchronize()
-        for name, a, b, c in zip(("normed", "residual", "top_w", "top_i"), got, in_graph, want, strict=True):
-            assert torch.equal(a, c) and torch.equal(b, c), f"T={t} H={h} {name}, seed {seed}"
-    assert not counter_buffer(x.device).any(), "arrival counters left set"

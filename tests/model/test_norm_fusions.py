@@ -1,7 +1,6 @@
-"""Each norm in its consumer's launch (ops.norm.add_rms_norm_project / ops.moe.add_rms_norm_route, the
-`norm_project`, `norm_linear` and `norm_route` launch fusions): a tiny bf16 model, dense and MoE, through the
-Triton twins (interpreted here) gives the same decode logits with the fusions on as off, bit for bit, and the
-fused launches are the ones that ran."""
+"""Each norm in its consumer's launch (ops.norm.add_rms_norm_project / add_rms_norm_linear, the `norm_project` and
+`norm_linear` launch fusions): a tiny bf16 model, dense and MoE, through the Triton twins (interpreted here) gives
+the same decode logits with the fusions on as off, bit for bit, and the fused launches are the ones that ran."""
 
 from __future__ import annotations
 
@@ -18,7 +17,7 @@ from hinfer.ops.triton import linear as triton_linear
 from hinfer.ops.triton import norm_linear as triton_norm_linear
 from tests.model.test_shared_expert_fold import BASE
 
-FUSED = "slot_sum,tail,gate,norm_linear,norm_route,norm_project"
+FUSED = "slot_sum,tail,gate,norm_linear,norm_project"
 
 
 def _decode_logits(model, cfg, calls: list[str]) -> torch.Tensor:
@@ -41,9 +40,9 @@ def test_fused_norms_give_the_unfused_logits(moe, monkeypatch, interpreter):
     model = random_init(Qwen35ForCausalLM(cfg, torch.bfloat16, "cpu", with_mtp=False), seed=0).eval()
     monkeypatch.setattr(dispatch, "_backend", "triton")
     calls: list[str] = []
-    project, router = triton_linear.norm_skinny, triton_norm_linear.add_rms_norm_route
+    project, router = triton_linear.norm_skinny, triton_norm_linear.add_rms_norm_linear
     monkeypatch.setattr(triton_linear, "norm_skinny", lambda *a: calls.append("project") or project(*a))
-    monkeypatch.setattr(triton_norm_linear, "add_rms_norm_route", lambda *a: calls.append("router") or router(*a))
+    monkeypatch.setattr(triton_norm_linear, "add_rms_norm_linear", lambda *a: calls.append("router") or router(*a))
     out = {}
     for fuse in ("0", FUSED):
         monkeypatch.setenv("HINFER_FUSE_LAUNCHES", fuse)

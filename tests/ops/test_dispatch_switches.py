@@ -56,16 +56,14 @@ def test_wgmma_takes_over_where_its_sweep_won(monkeypatch):
     assert not any(w._wgmma_takes(m) for m in range(1, 17))
 
 
-@pytest.mark.parametrize("env", ["HINFER_INT4_L2_PREFETCH", "HINFER_MOE_L2_PREFETCH"])
-def test_l2_prefetch_groups(monkeypatch, env):
-    from hinfer.ops import dispatch
+def test_int4_l2_prefetch(monkeypatch):
+    from hinfer.ops.dispatch import int4_l2_prefetch
 
-    read = dispatch.int4_l2_prefetch if env == "HINFER_INT4_L2_PREFETCH" else dispatch.experts_l2_prefetch
-    monkeypatch.delenv(env, raising=False)
-    assert read() == 0
-    monkeypatch.setenv(env, "12")
-    assert read() == 12
+    monkeypatch.delenv("HINFER_INT4_L2_PREFETCH", raising=False)
+    assert int4_l2_prefetch() == 0
+    monkeypatch.setenv("HINFER_INT4_L2_PREFETCH", "12")
+    assert int4_l2_prefetch() == 12
     for bad in ("6", "on"):
-        monkeypatch.setenv(env, bad)
-        with pytest.raises(ValueError, match=f"{env} must be a multiple of 4"):
-            read()
+        monkeypatch.setenv("HINFER_INT4_L2_PREFETCH", bad)
+        with pytest.raises(ValueError, match="multiple of 4"):
+            int4_l2_prefetch()

@@ -119,57 +119,6 @@ def test_add_rms_norm_linear(dtype, rows, hidden, experts, seed):
     _close(logits, want, *((1e-5, 1e-5) if dtype == torch.float32 else (1e-3, 2**-7)), seed=seed)
 
 
-@pytest.mark.parametrize("rows,hidden,experts,top_k,shared", [(1, 160, 33, 4, True), (3, 96, 9, 2, False),
-                                                              (8, 200, 17, 8, True)])  # fmt: skip
-def test_add_rms_norm_route(rows, hidden, experts, top_k, shared, seed):
-    """The route in the norm's launch (its last program per token): normed rows, residual, weights and ids bit for
-    bit those of the norm + router launch followed by the route kernel, the arrival counters left at zero. The
-    router's rows split over several programs a token (BLOCK_E rows each), so the last one reads others' logits."""
-    from hinfer.ops.triton import moe_route as tmr
-    from hinfer.ops.triton import norm_linear as tnl
-    from hinfer.ops.triton.linear_splitk import counter_buffer
-
-    g = torch.Generator().manual_seed(seed)
-    dtype = torch.bfloat16
-    x = torch.randn(rows, 2 * hidden, generator=g).to(dtype)[:, hidden:]
-    res = (3 * torch.randn(rows, hidden, generator=g)).to(dtype)
-    w = (0.1 * torch.randn(hidden, generator=g)).to(dtype)
-    lin = (torch.randn(experts, hidden, generator=g) / hidden**0.5).to(dtype)
-    lin[1] = lin[0]  # two experts with equal logits: the tie goes to the lower id in both paths
-    with poisoned_empty():
-        y, r, logits = tnl.add_rms_norm_linear(x, res, w, lin, EPS)
-        want_w, want_i = tmr.moe_route(logits, top_k, shared)
-        got = tnl.add_rms_norm_route(x, res, w, lin, EPS, top_k, shared)
-    for name, a, b in zip(("normed", "residual", "top_w", "top_i"), got, (y, r, want_w, want_i), strict=True):
-        assert torch.equal(a, b), f"{name}, seed {seed}"
-    assert got[3].shape == (rows, top_k + shared) and not counter_buffer(x.device).any()
-    with pytest.raises(ValueError, match="top_k"):
-        tnl.add_rms_norm_route(x, res, w, lin, EPS, experts, True)
-
-
-def test_add_rms_norm_route_switch(monkeypatch, seed):
-    """ops.moe.add_rms_norm_route takes the one launch only with the `norm_route` fusion on, and gives the
-    separate ops' results either way."""
-    from hinfer.ops import dispatch
-    from hinfer.ops import moe as ops_moe
-    from hinfer.ops.triton import norm_linear as tnl
-
-    monkeypatch.setattr(dispatch, "_backend", "triton")
-    g = torch.Generator().manual_seed(seed)
-    x, res = torch.randn(2, 64, generator=g).bfloat16(), torch.randn(2, 64, generator=g).bfloat16()
-    w, lin = (0.1 * torch.randn(64, generator=g)).bfloat16(), (torch.randn(13, 64, generator=g) / 8).bfloat16()
-    calls = []
-    real = tnl.add_rms_norm_route
-    monkeypatch.setattr(tnl, "add_rms_norm_route", lambda *a: calls.append(1) or real(*a))
-    outs = []
-    for on in ("1", "norm_linear,norm_route"):
-        monkeypatch.setenv("HINFER_FUSE_LAUNCHES", on)
-        outs.append(ops_moe.add_rms_norm_route(x, res, w, lin, EPS, 4, True))
-    assert calls == [1]  # off by default, on when named
-    for a, b in zip(*outs, strict=True):
-        assert torch.equal(a, b), f"seed {seed}"
-
-
 def test_add_rms_norm_linear_switch(monkeypatch, seed):
     """ops.norm.add_rms_norm_linear takes the fused launch at decode rows by default (not with the fusions off),
     and gives the separate ops' results either way."""

@@ -188,9 +188,6 @@ def variants(full: bool = False) -> Iterator[Variant]:
               experts_mma_variant(64, 8, 2, True, False, 1, True, depth=4, glu=True, pdl=True, split=2, topk=9),
               experts_mma_variant(32, 8, 1, True, True, 1, True, depth=4, glu=True, pdl=True, topk=9),
               experts_mma_variant(128, 8, 2, True, False, 1, True, depth=2, glu=True, pdl=True, topk=9),
-              # the down launch's weights prefetched into L2 before its PDL wait (HINFER_MOE_L2_PREFETCH)
-              experts_mma_variant(256, 8, 8, True, True, 1, True, depth=2, glu=True, pdl=True, topk=9, prefetch=4),
-              experts_mma_variant(32, 8, 1, True, False, 1, True, depth=4, glu=True, pdl=True, split=2, prefetch=8),
               # the one-token tiles: gate_up in 4 (35B-A3B) or 2 (122B-A10B) K splits, down 256 wide over 8 warps
               experts_mma_variant(64, 8, 4, True, True, 9, False, depth=4, pdl=True, split=4),
               experts_mma_variant(128, 8, 4, True, True, 9, False, depth=4, pdl=True, split=2),

@@ -24,7 +24,6 @@ import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from hinfer.ops.dispatch import experts_l2_prefetch
 from hinfer.ops.triton.common import pdl_kwargs
 from hinfer.ops.triton.linear_int4_mma import (
     GROUP,
@@ -55,16 +54,13 @@ def int4_mma_experts_kernel(
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, DEPTH: gl.constexpr,
     DIRECT: gl.constexpr, XDIV: gl.constexpr, ROW_SCALE: gl.constexpr, GLU: gl.constexpr = False,
     PDL: gl.constexpr = False, SPLIT_K: gl.constexpr = 1, SUM: gl.constexpr = False, TOPK: gl.constexpr = 1,
-    TOPK_P: gl.constexpr = 1, PREFETCH: gl.constexpr = 0,
+    TOPK_P: gl.constexpr = 1,
 ):  # fmt: skip
     W: gl.constexpr = gl.num_warps()
     S: gl.constexpr = BLOCK_N // 16
     LW: gl.constexpr = _words_layout(W)
     MMA: gl.constexpr = _mma_layout(W)
     LX: gl.constexpr = _x_layout(W)
-    if PREFETCH > 0 and PDL:
-        _l2_prefetch_expert(w_ptr, s_ptr, ids_ptr, bexp_ptr, N, K, stride_we, stride_se, stride_sn, BLOCK_N, DIRECT,
-                            SPLIT_K, PREFETCH)  # fmt: skip
     _pdl_start(PDL)  # before the expert ids: the router that writes them may be the kernel just before
     pid_n = gl.program_id(0)
     blk = gl.program_id(1)
@@ -131,40 +127,6 @@ def int4_mma_experts_kernel(
                     gl.atomic_xchg(cnt, 0)
 
 
-@gluon.constexpr_function
-def _pow2(n):
-    return 1 << (n - 1).bit_length()
-
-
-@gluon.jit
-def _l2_prefetch_expert(w_ptr, s_ptr, ids_ptr, bexp_ptr, N, K, stride_we, stride_se, stride_sn,
-                        BLOCK_N: gl.constexpr, DIRECT: gl.constexpr, SPLIT_K: gl.constexpr, GROUPS: gl.constexpr):
-    """L2 prefetches of the first GROUPS 128-groups of this program's BLOCK_N weight rows (row layout: a row's
-    group is 64 contiguous bytes) and their scales, issued before the PDL wait so they stream while the kernel
-    before finishes. The expert id is read before that wait too, past L1: the down launch's ids were written two
-    kernels back, by a kernel that finished before the gate_up launch let this one start. It is only a hint (the
-    program reads its id again after the wait), so a stale id costs bandwidth, never a wrong result."""
-    if DIRECT:
-        e = gl.load(ids_ptr + gl.program_id(1), cache_modifier=".cg").to(gl.int32)
-    else:
-        e = gl.load(bexp_ptr + gl.program_id(1), cache_modifier=".cg")
-    if e >= 0:
-        LINES: gl.constexpr = GROUPS // 2 + 1  # a 128-byte line holds two groups; one more if they straddle lines
-        LP: gl.constexpr = _pow2(LINES)
-        L: gl.constexpr = gl.BlockedLayout([1, LP], [32, 1], [gl.num_warps(), 1], [1, 0])
-        rows = gl.program_id(0) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, L))
-        line = gl.arange(0, LP, layout=gl.SliceLayout(0, L))
-        g_lo = gl.program_id(2) * gl.cdiv(K // GROUP, SPLIT_K)
-        g_hi = gl.minimum(g_lo + gl.minimum(gl.cdiv(K // GROUP, SPLIT_K), GROUPS), K // GROUP)
-        words = gl.minimum(g_lo * 16 + line * 32, gl.maximum(g_hi * 16 - 1, 0))  # past the slice: its last line
-        w = w_ptr + e.to(gl.int64) * stride_we + rows.to(gl.int64)[:, None] * (K // 8) + words[None, :]
-        gl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [w], dtype=gl.int32,
-                                  is_pure=False, pack=1)  # fmt: skip
-        sc = s_ptr + e.to(gl.int64) * stride_se + rows.to(gl.int64) * stride_sn + g_lo
-        gl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [sc], dtype=gl.int32,
-                                  is_pure=False, pack=1)  # fmt: skip
-
-
 @gluon.jit
 def _sum_slots(y_ptr, out_ptr, col0, N, T, stride_ym, stride_om, TOPK: gl.constexpr, TOPK_P: gl.constexpr,
                BLOCK_N: gl.constexpr):  # fmt: skip
@@ -190,7 +152,7 @@ def _store_rows(y_ptrs, acc, tw_ptr, py, out_mask, ROW_SCALE: gl.constexpr):
 
 def experts_mma_variant(block_n: int, block_m: int, warps: int, zero: bool, direct: bool, xdiv: int,
                         row_scale: bool, depth: int = 2, glu: bool = False, pdl: bool = False,
-                        split: int = 1, topk: int = 0, prefetch: int = 0):  # fmt: skip
+                        split: int = 1, topk: int = 0):  # fmt: skip
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
            "y_ptr": "*bf16", "tw_ptr": "*fp32", "ids_ptr": "*i64", "sorted_ptr": "*i32", "bexp_ptr": "*i32",
@@ -199,9 +161,9 @@ def experts_mma_variant(block_n: int, block_m: int, warps: int, zero: bool, dire
            "stride_sn": "i32", "stride_om": "i32"}  # fmt: skip
     cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, DEPTH=depth, DIRECT=direct, XDIV=xdiv,
                ROW_SCALE=row_scale, GLU=glu, PDL=pdl, SPLIT_K=split, SUM=topk > 0, TOPK=max(topk, 1),
-               TOPK_P=1 << (max(topk, 1) - 1).bit_length(), PREFETCH=prefetch)  # fmt: skip
+               TOPK_P=1 << (max(topk, 1) - 1).bit_length())  # fmt: skip
     name = (f"int4 mma experts{' asym' if zero else ''}{' direct' if direct else ''} BLOCK_N={block_n} "
-            f"BLOCK_M={block_m} w{warps} xdiv {xdiv}{' scaled' if row_scale else ''}{' glu' if glu else ''}{' pdl' if pdl else ''}{f' split {split}' if split > 1 else ''}{f' sum {topk}' if topk else ''}{f' prefetch {prefetch}' if prefetch else ''}")  # fmt: skip
+            f"BLOCK_M={block_m} w{warps} xdiv {xdiv}{' scaled' if row_scale else ''}{' glu' if glu else ''}{' pdl' if pdl else ''}{f' split {split}' if split > 1 else ''}{f' sum {topk}' if topk else ''}")  # fmt: skip
     return name, int4_mma_experts_kernel, sig, cex, warps
 
 
@@ -241,7 +203,6 @@ def experts_mma(
         w.scales.stride(0), g, out.stride(0),
         HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, DEPTH=depth, DIRECT=direct, XDIV=xdiv,
         ROW_SCALE=tw is not None, GLU=glu, SPLIT_K=split, SUM=sum_out is not None, TOPK=topk,
-        TOPK_P=1 << (topk - 1).bit_length(), PREFETCH=experts_l2_prefetch() if glu else 0, num_warps=warps,
-        **pdl_kwargs(x),
+        TOPK_P=1 << (topk - 1).bit_length(), num_warps=warps, **pdl_kwargs(x),
     )  # fmt: skip
     return y

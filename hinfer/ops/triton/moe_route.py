@@ -28,23 +28,11 @@ def _route_kernel(
 ):  # fmt: skip
     pdl_start(PDL)
     rows = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    route_rows(logits_ptr, w_ptr, ids_ptr, rows, T, E, stride_t, TOPK, TOPK_P, BLOCK_T, BLOCK_E, EMU, SHARED)
-
-
-@triton.jit
-def route_rows(
-    logits_ptr, w_ptr, ids_ptr, rows, T, E, stride_t,
-    TOPK: tl.constexpr, TOPK_P: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr, EMU: tl.constexpr,
-    SHARED: tl.constexpr,
-):  # fmt: skip
-    """The route of the BLOCK_T token rows `rows` (those < T): their logits read past L1 (another program of the
-    same launch may have written them: the norm's launch routes in its last program)."""
     cols = tl.arange(0, BLOCK_E)
     row_ok = rows < T
     col_ok = cols < E
     ptrs = logits_ptr + rows.to(tl.int64)[:, None] * stride_t + cols[None, :]
-    x = tl.load(ptrs, mask=row_ok[:, None] & col_ok[None, :], other=float("-inf"), cache_modifier=".cg")
-    x = x.to(tl.float32)
+    x = tl.load(ptrs, mask=row_ok[:, None] & col_ok[None, :], other=float("-inf")).to(tl.float32)
     x = tl.where(row_ok[:, None] | ~col_ok[None, :], x, 0.0)  # rows past T: finite, no NaN from -inf - -inf
     # one int64 key per expert: the logit's bits made order-preserving as an int (an involution; -0 folded
     # into +0 first so that equal logits stay equal) above BLOCK_E - 1 - id, so one max picks the largest logit
@@ -75,8 +63,7 @@ def route_rows(
     tl.store(w_ptr + out_off, cast(top_w, w_ptr.dtype.element_ty, EMU), mask=out_mask)
     tl.store(ids_ptr + out_off, top_i.to(tl.int64), mask=out_mask)
     if SHARED:  # the gate of the shared expert, rounded to the logits' dtype first as the reference's is
-        g = tl.load(logits_ptr + rows.to(tl.int64) * stride_t + E, mask=row_ok, other=0.0, cache_modifier=".cg")
-        g = g.to(tl.float32)
+        g = tl.load(logits_ptr + rows.to(tl.int64) * stride_t + E, mask=row_ok, other=0.0).to(tl.float32)
         gw = 1.0 / (1.0 + tl.exp(-g))
         tl.store(w_ptr + rows.to(tl.int64) * OUT_K + TOPK, cast(gw, w_ptr.dtype.element_ty, EMU), mask=row_ok)
         tl.store(ids_ptr + rows.to(tl.int64) * OUT_K + TOPK, tl.zeros_like(rows).to(tl.int64) + E, mask=row_ok)

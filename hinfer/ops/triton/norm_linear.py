@@ -6,10 +6,6 @@ the previous kernel (programmatic dependent launch: the router's bytes arrive wh
 then redoes the row's add + norm (a few KB, the same bits in every program) and dots the tile with it. The first
 program of each row stores the normed row and the new residual. Roundings mirror the reference: the sum in the
 model dtype, the norm's output rounded before the dot, the dot's fp32 sum rounded to the output dtype.
-
-With ROUTE the linear is a MoE router and the launch routes too (add_rms_norm_route): each program counts itself in
-on its token's arrival counter once its logits are stored, and the last of the token's programs runs the route
-kernel's body (moe_route.route_rows) on them, so the layer's route costs no launch of its own.
 """
 
 from __future__ import annotations
@@ -19,18 +15,13 @@ import triton
 import triton.language as tl
 
 from hinfer.ops.triton.common import cast, interpreted, pdl_kwargs, pdl_start
-from hinfer.ops.triton.linear_splitk import counter_buffer
-from hinfer.ops.triton.moe_common import _empty
-from hinfer.ops.triton.moe_route import route_rows
 
 
 @triton.jit
 def _add_norm_linear_kernel(
-    x_ptr, r_ptr, nw_ptr, lw_ptr, y_ptr, r_out_ptr, out_ptr, tw_ptr, ids_ptr, cnt_ptr,
-    n_cols, n_out, n_tok, sx, sr, eps,
+    x_ptr, r_ptr, nw_ptr, lw_ptr, y_ptr, r_out_ptr, out_ptr,
+    n_cols, n_out, sx, sr, eps,
     EMU: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr, PDL: tl.constexpr = False,
-    ROUTE: tl.constexpr = False, TOPK: tl.constexpr = 1, TOPK_P: tl.constexpr = 1, SHARED: tl.constexpr = False,
-    BLOCK_R: tl.constexpr = 1,
 ):  # fmt: skip
     t = tl.program_id(0).to(tl.int64)
     pe = tl.program_id(1)
@@ -54,12 +45,6 @@ def _add_norm_linear_kernel(
         tl.store(y_ptr + t * n_cols + cols, y, mask=cm)
     acc = tl.sum(lw * y.to(tl.float32)[None, :], axis=1)
     tl.store(out_ptr + t * n_out + rows, cast(acc, out_ptr.dtype.element_ty, EMU), mask=rm)
-    if ROUTE:  # the token's last program to store its logits routes it (split-K's arrival counter pattern)
-        tl.debug_barrier()  # every thread's logits are stored before the release below
-        if tl.atomic_add(cnt_ptr + t, 1, sem="acq_rel") == tl.num_programs(1) - 1:
-            route_rows(out_ptr, tw_ptr, ids_ptr, t + tl.arange(0, 1), n_tok, n_out - SHARED, n_out, TOPK, TOPK_P,
-                       1, BLOCK_R, EMU, SHARED)  # fmt: skip
-            tl.atomic_xchg(cnt_ptr + t, 0)
 
 
 def add_rms_norm_linear(
@@ -67,23 +52,6 @@ def add_rms_norm_linear(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(rms_norm(residual + x), residual + x, rms_norm(...) @ lin_weight.T) for 2-D x [T, H] and residual (rows
     with a contiguous last dim), lin_weight [E, H] contiguous in x's dtype."""
-    y, r_out, out, _, _ = _launch(x, residual, weight, lin_weight, eps)
-    return y, r_out, out
-
-
-def add_rms_norm_route(
-    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, router: torch.Tensor, eps: float, top_k: int,
-    shared: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """add_rms_norm_linear with a MoE router, then moe_route(logits, top_k, shared), in one launch: (normed,
-    residual, top_w [T, k (+1)] in x's dtype, top_i [T, k (+1)] int64)."""
-    if top_k > router.shape[0] - shared:
-        raise ValueError(f"top_k={top_k} > {router.shape[0] - shared} experts")
-    y, r_out, _, top_w, top_i = _launch(x, residual, weight, router, eps, top_k, shared)
-    return y, r_out, top_w, top_i
-
-
-def _launch(x, residual, weight, lin_weight, eps, top_k: int = 0, shared: bool = False):
     t, n = x.shape
     e = lin_weight.shape[0]
     assert residual.shape == x.shape and lin_weight.shape[1] == n and lin_weight.is_contiguous()
@@ -92,17 +60,14 @@ def _launch(x, residual, weight, lin_weight, eps, top_k: int = 0, shared: bool =
     y = torch.empty((t, n), dtype=dtype, device=x.device)
     r_out = torch.empty((t, n), dtype=dtype, device=x.device)
     out = torch.empty((t, e), dtype=dtype, device=x.device)
-    top_w = _empty((t, top_k + shared), dtype, x.device) if top_k else out
-    top_i = _empty((t, top_k + shared), torch.int64, x.device) if top_k else out
     if t == 0:
-        return y, r_out, out, top_w, top_i
+        return y, r_out, out
     block_n = triton.next_power_of_2(n)
     block_e = max(1, min(triton.next_power_of_2(e), 8192 // block_n))  # ~32 fp32 weights per thread at 8 warps
     _add_norm_linear_kernel[(t, triton.cdiv(e, block_e))](
-        x, residual, weight, lin_weight, y, r_out, out, top_w, top_i, counter_buffer(x.device) if top_k else out,
-        n, e, t, x.stride(0), residual.stride(0), eps,
+        x, residual, weight, lin_weight, y, r_out, out,
+        n, e, x.stride(0), residual.stride(0), eps,
         EMU=interpreted(_add_norm_linear_kernel), BLOCK_N=block_n, BLOCK_E=block_e, num_warps=8,
-        ROUTE=top_k > 0, TOPK=max(top_k, 1), TOPK_P=triton.next_power_of_2(max(top_k, 1)), SHARED=shared,
-        BLOCK_R=triton.next_power_of_2(e - shared), **pdl_kwargs(x, t),
+        **pdl_kwargs(x, t),
     )  # fmt: skip
-    return y, r_out, out, top_w, top_i
+    return y, r_out, out
