@@ -63,7 +63,8 @@ def warn_fallback(op: str, why: str) -> None:
 # the launch-saving fused paths and the most token rows each takes by default (None: any, 0: off).
 # Measured on the H200 (bench/RESULTS.md): the experts' slot sum in the down launch and the int4 kernel's tail
 # rows help at one row and cost 1-3% at eight (their serial last-program work grows with the rows); the router in
-# the norm's launch gains 8% / 3% at 1 / 8 lanes (35B-A3B); the norm in a skinny projection loses 16-19%
+# the norm's launch gains 8% / 3% at 1 / 8 lanes (35B-A3B); the norm in a skinny projection lost 16-19% as a
+# prologue pass over K before the product (its one-pass form, rstd after the product, is not measured yet)
 FUSIONS: dict[str, int | None] = {"slot_sum": 1, "tail": 1, "gate": None, "norm_linear": 8, "norm_project": 0}
 
 

@@ -1,6 +1,8 @@
 """Each norm in its consumer's launch (ops.norm.add_rms_norm_project / add_rms_norm_linear, the `norm_project` and
 `norm_linear` launch fusions): a tiny bf16 model, dense and MoE, through the Triton twins (interpreted here) gives
-the same decode logits with the fusions on as off, bit for bit, and the fused launches are the ones that ran."""
+the decode logits of the unfused launches (to bf16 roundings of the normed rows: the fused projections scale by
+the rows' rstd after the product; the bound is the Triton-vs-reference models' of tests/gpu), and the fused
+launches are the ones that ran."""
 
 from __future__ import annotations
 
@@ -47,7 +49,10 @@ def test_fused_norms_give_the_unfused_logits(moe, monkeypatch, interpreter):
     for fuse in ("0", FUSED):
         monkeypatch.setenv("HINFER_FUSE_LAUNCHES", fuse)
         out[fuse] = _decode_logits(model, cfg, calls)
-    assert torch.isfinite(out["0"]).all() and torch.equal(out["0"], out[FUSED])
+    a, b = out["0"].float(), out[FUSED].float()
+    rel = ((a - b).norm() / a.norm()).item()
+    print(f"moe={moe}: fused vs unfused decode logits rel-L2 {rel:.2e}")
+    assert torch.isfinite(a).all() and rel <= 3e-2
     # per decode step: the mixers' input projections but layer 0's (no residual yet), the dense MLPs' input
     # projections or the MoE routers
     n = cfg.num_hidden_layers

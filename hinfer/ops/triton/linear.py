@@ -36,22 +36,15 @@ QGROUP_C = tl.constexpr(QGROUP)
 
 
 @triton.jit
-def _norm_rows(x_ptr, r_ptr, r_out_ptr, rm, m_ok, K, stride_xm, stride_rm, eps, WRITE: tl.constexpr,
-               EMU: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):  # fmt: skip
-    """The NORM prologue: rstd [BLOCK_M] of s = x + r (rounded to the model dtype, as add_rms_norm rounds it) over
-    the whole of K; with WRITE (one program per row block) s is stored as the new residual."""
-    ssq = tl.zeros([BLOCK_M], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        rk = k0 + tl.arange(0, BLOCK_K)
-        msk = m_ok[None, :] & (rk < K)[:, None]
-        xa = tl.load(x_ptr + rm[None, :] * stride_xm + rk[:, None], mask=msk, other=0.0).to(tl.float32)
-        ra = tl.load(r_ptr + rm[None, :] * stride_rm + rk[:, None], mask=msk, other=0.0).to(tl.float32)
-        s = cast(xa + ra, r_out_ptr.dtype.element_ty, EMU)
-        if WRITE:
-            tl.store(r_out_ptr + rm[None, :] * K + rk[:, None], s, mask=msk)
-        sf = s.to(tl.float32)
-        ssq += tl.sum(sf * sf, axis=0)
-    return tl.rsqrt(ssq / K + eps)
+def _norm_tile(xa, ra, nw, r_out_ptr, out_off, msk, WRITE: tl.constexpr, EMU: tl.constexpr):
+    """The NORM step on one K tile of x: s = x + r rounded to the model dtype (add_rms_norm's residual, stored
+    with WRITE), and (s * (1 + nw), s * s) in fp32: the rows' rstd, which needs all of K, scales the product once
+    at the end instead (the norm is one factor per row)."""
+    s = cast(xa + ra, r_out_ptr.dtype.element_ty, EMU)
+    if WRITE:
+        tl.store(r_out_ptr + out_off, s, mask=msk)
+    sf = s.to(tl.float32)
+    return sf * (1.0 + nw), sf * sf
 
 
 @triton.jit
@@ -62,7 +55,7 @@ def _skinny_kernel(
     FMT: tl.constexpr, HAS_ZERO: tl.constexpr, FAST_INT4: tl.constexpr, EVEN_N: tl.constexpr,
     EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr, A8: tl.constexpr = False, PDL: tl.constexpr = False,
-    r_ptr=None, nw_ptr=None, r_out_ptr=None, stride_rm=0, eps=0.0, NORM: tl.constexpr = False,
+    r_ptr=None, nw_ptr=None, r_out_ptr=None, ssq_ptr=None, stride_rm=0, eps=0.0, NORM: tl.constexpr = False,
     EMU: tl.constexpr = False,
 ):  # fmt: skip
     pdl_start(PDL)
@@ -73,9 +66,8 @@ def _skinny_kernel(
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     n_ok = rn < N
     m_ok = rm < M
-    if NORM:  # x is add_rms_norm(x, r, nw)'s input: rows normalised as they load (norm_skinny)
-        rstd = _norm_rows(x_ptr, r_ptr, r_out_ptr, rm, m_ok, K, stride_xm, stride_rm, eps,
-                          (pid_n == 0) & (pid_k == 0), EMU, BLOCK_M, BLOCK_K)  # fmt: skip
+    # NORM: x is add_rms_norm(x, r, nw)'s input; each row's sum of squares gathers over the K loop
+    ssq = tl.zeros([BLOCK_M], dtype=tl.float32)
     per_split = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
     k_lo = pid_k * per_split
     k_hi = tl.minimum(k_lo + per_split, K)
@@ -122,8 +114,8 @@ def _skinny_kernel(
             if NORM:
                 ra = tl.load(r_ptr + rk, mask=rk < K, other=0.0).to(tl.float32)
                 nw = tl.load(nw_ptr + rk, mask=rk < K, other=0.0).to(tl.float32)
-                sx = cast(x + ra, r_out_ptr.dtype.element_ty, EMU).to(tl.float32)
-                x = cast(sx * tl.sum(rstd, axis=0) * (1.0 + nw), x_ptr.dtype.element_ty, EMU).to(tl.float32)
+                x, sq = _norm_tile(x, ra, nw, r_out_ptr, rk, rk < K, pid_n == 0, EMU)
+                ssq += tl.sum(sq, axis=0)
             wf = w.to(tl.float32)
             if FMT >= 2:
                 wf = wf * s[:, None]
@@ -138,8 +130,10 @@ def _skinny_kernel(
                 xm = m_ok[None, :] & (rk < K)[:, None]
                 ra = tl.load(r_ptr + rm[None, :] * stride_rm + rk[:, None], mask=xm, other=0.0).to(tl.float32)
                 nw = tl.load(nw_ptr + rk, mask=rk < K, other=0.0).to(tl.float32)
-                sx = cast(xt.to(tl.float32) + ra, r_out_ptr.dtype.element_ty, EMU).to(tl.float32)
-                xt = cast(sx * rstd[None, :] * (1.0 + nw[:, None]), x_ptr.dtype.element_ty, EMU)
+                xn, sq = _norm_tile(xt.to(tl.float32), ra, nw[:, None], r_out_ptr, rm[None, :] * K + rk[:, None], xm,
+                                    pid_n == 0, EMU)  # fmt: skip
+                ssq += tl.sum(sq, axis=0)
+                xt = cast(xn, x_ptr.dtype.element_ty, EMU)
             if A8:  # fp8 weights, W8A8: x to e4m3 per row and 128-group here; the weight tile feeds the MMA as loaded
                 xf = xt.to(tl.float32)
                 sx = tl.math.div_rn(tl.maximum(tl.max(tl.abs(xf), axis=0), 1e-12), 448.0)
@@ -158,8 +152,12 @@ def _skinny_kernel(
     if FMT == 1:  # fp8 per output channel
         acc = acc * tl.load(s_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[:, None]
     tile = pid_m * tl.num_programs(0) + pid_n
-    store_tile(acc, rn, rm, n_ok, m_ok, y_ptr, stride_ym, part_ptr, cnt_ptr, M, N, pid_k, tile,
-               SPLIT_K, BLOCK_N, BLOCK_M)  # fmt: skip
+    if NORM:  # the rows' rstd: over this program's K slice, or every split's (store_tile gathers them)
+        store_tile(acc, rn, rm, n_ok, m_ok, y_ptr, stride_ym, part_ptr, cnt_ptr, M, N, pid_k, tile,
+                   SPLIT_K, BLOCK_N, BLOCK_M, ssq, ssq_ptr, K, eps, True)  # fmt: skip
+    else:
+        store_tile(acc, rn, rm, n_ok, m_ok, y_ptr, stride_ym, part_ptr, cnt_ptr, M, N, pid_k, tile,
+                   SPLIT_K, BLOCK_N, BLOCK_M)  # fmt: skip
 
 
 def skinny_matmul(
@@ -177,8 +175,8 @@ def skinny_matmul(
     """y [M, n] = x [M, K] @ W^T for one weight format, streaming W once. `out` may be a column slice of a
     wider row-major buffer (its row stride is honoured). `a8` (fp8 weights, M >= 2): W8A8, x quantized to e4m3
     per row and 128-group inside the kernel (reference: hinfer.quant.fp8.Fp8Weight.matmul_ref_w8a8_decode).
-    `norm` (residual, norm weight, eps, residual out; not the int4 GEMV): x is add_rms_norm's input, normalised
-    as it loads, and residual + x goes to the residual out (norm_skinny)."""
+    `norm` (residual, norm weight, eps, residual out; not the int4 GEMV): x is add_rms_norm's input, summed with
+    the residual as it loads (to the residual out) and normalised: its rows' rstd scales the product (norm_skinny)."""
     m, k = x.shape
     if x.stride(-1) != 1:
         x = x.contiguous()
@@ -225,8 +223,10 @@ def skinny_matmul(
     if norm is not None:
         residual, norm_weight, eps, r_out = norm
         assert residual.shape == x.shape and residual.stride(-1) == 1 and r_out.is_contiguous()
-        extra = dict(r_ptr=residual, nw_ptr=norm_weight, r_out_ptr=r_out, stride_rm=residual.stride(0), eps=eps,
-                     NORM=True, EMU=interpreted(_skinny_kernel))  # fmt: skip
+        # each split's sums of squares per row, gathered by the tile's last program (identical across N tiles)
+        ssq = torch.empty((cfg.split_k, m), dtype=torch.float32, device=x.device) if cfg.split_k > 1 else out
+        extra = dict(r_ptr=residual, nw_ptr=norm_weight, r_out_ptr=r_out, ssq_ptr=ssq, stride_rm=residual.stride(0),
+                     eps=eps, NORM=True, EMU=interpreted(_skinny_kernel))  # fmt: skip
     _skinny_kernel[grid](
         x, w, s, zero if zero is not None else s, out, part, cnt,
         m, n, k,
@@ -243,9 +243,11 @@ def norm_skinny(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tens
                 w: torch.Tensor, n: int, scale: torch.Tensor | None = None, cfg: SkinnyConfig | None = None,
                 a8: bool = False) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """(residual + x, rms_norm(residual + x, norm_weight) @ W^T) in one skinny launch (decode rows, any format
-    but the int4 GEMV): each program normalises the rows again as it loads them (their sum of squares from one
-    pass over K first, from L2); the first program of a row block stores the new residual. Roundings as
-    add_rms_norm's, then the product as skinny_matmul's."""
+    but the int4 GEMV), in the one pass over K the product makes: each program sums x and the residual as it loads
+    them (the first N tile's programs store that sum, the new residual), multiplies it by (1 + norm_weight) and
+    gathers the rows' sums of squares; their rstd scales the product at the end (split K: the tile's last
+    program gathers the splits' sums). Unlike add_rms_norm then the product, the normed rows are not rounded to
+    the model dtype first (the tensor-core path rounds x * (1 + w) instead): within the product's tolerance."""
     if residual.stride(-1) != 1:
         residual = residual.contiguous()
     r_out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
