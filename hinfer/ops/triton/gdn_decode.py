@@ -55,12 +55,33 @@ def _old(cs, X_DT: tl.constexpr, EMU: tl.constexpr):
 
 
 @triton.jit
-def _conv(w_ptrs, s0, s1, s2, x, W_DT: tl.constexpr, Y_DT: tl.constexpr, EMU: tl.constexpr):
-    """silu(sum_i w_i * in_i) over the inputs (s0, s1, s2, x) oldest first: the conv kernel's arithmetic."""
-    acc = tl.load(w_ptrs).to(tl.float32) * round_to(s0, W_DT, EMU)
-    acc += tl.load(w_ptrs + 1).to(tl.float32) * round_to(s1, W_DT, EMU)
-    acc += tl.load(w_ptrs + 2).to(tl.float32) * round_to(s2, W_DT, EMU)
-    acc += tl.load(w_ptrs + 3).to(tl.float32) * round_to(x, W_DT, EMU)
+def _taps(w_ptrs):
+    """The conv's four weights of the channels at w_ptrs, in fp32."""
+    return (tl.load(w_ptrs).to(tl.float32), tl.load(w_ptrs + 1).to(tl.float32), tl.load(w_ptrs + 2).to(tl.float32),
+            tl.load(w_ptrs + 3).to(tl.float32))  # fmt: skip
+
+
+@triton.jit
+def _token(xs, sx_t, j, n, cq, ck, cv, a_ptr, sa_t, b_ptr, sb_t, t, h):
+    """Token j's inputs (its q, k, v channels and gate inputs a, b), read only while j < n: loaded a token ahead,
+    so that they are not waiting behind the ticket."""
+    ok = j < n
+    xq = tl.load(xs + j * sx_t + cq, mask=ok, other=0.0).to(tl.float32)
+    xk = tl.load(xs + j * sx_t + ck, mask=ok, other=0.0).to(tl.float32)
+    xv = tl.load(xs + j * sx_t + cv, mask=ok, other=0.0).to(tl.float32)
+    ga = tl.load(a_ptr + t * sa_t + h, mask=ok, other=0.0).to(tl.float32)
+    gb = tl.load(b_ptr + t * sb_t + h, mask=ok, other=0.0).to(tl.float32)
+    return xq, xk, xv, ga, gb
+
+
+@triton.jit
+def _conv(w, s0, s1, s2, x, W_DT: tl.constexpr, Y_DT: tl.constexpr, EMU: tl.constexpr):
+    """silu(sum_i w_i * in_i) over the inputs (s0, s1, s2, x) oldest first: the conv kernel's arithmetic (w: the
+    four taps, _taps)."""
+    acc = w[0] * round_to(s0, W_DT, EMU)
+    acc += w[1] * round_to(s1, W_DT, EMU)
+    acc += w[2] * round_to(s2, W_DT, EMU)
+    acc += w[3] * round_to(x, W_DT, EMU)
     acc = round_to(acc, W_DT, EMU)  # F.conv1d returns the weight dtype
     return round_to(acc / (1.0 + tl.exp(-acc)), Y_DT, EMU)
 
@@ -137,37 +158,37 @@ def _fused_kernel(
     cv = 2 * HK * K + h * V + rv
     x_dt: tl.constexpr = x_ptr.dtype.element_ty
     w_dt: tl.constexpr = cw_ptr.dtype.element_ty
+    # the state block first: this program's alone, and the largest read (loads after the acquiring ticket below
+    # could not start before it returns)
+    s_off = h * ss_h + rk[:, None] * ss_k + rv[None, :]
+    state = tl.load(s_ptr + slot * ss_s + s_off)  # [K, BV] fp32
+    neg_a = -tl.exp(tl.load(alog_ptr + h).to(tl.float32))
+    dtb = tl.load(dtb_ptr + h).to(tl.float32)
     cs = cs_ptr + slot * scs_s
     q0, q1, q2 = _old(cs + cq * scs_c, x_dt, EMU)
     k0, k1, k2 = _old(cs + ck * scs_c, x_dt, EMU)
     v0, v1, v2 = _old(cs + cv * scs_c, x_dt, EMU)
+    wq, wk, wv = _taps(cw_ptr + cq * scw_c), _taps(cw_ptr + ck * scw_c), _taps(cw_ptr + cv * scw_c)
+    xs = x_ptr + start * sx_t
+    xq, xk, xv, ga, gb = _token(xs, sx_t, 0, n, cq, ck, cv, a_ptr, sa_t, b_ptr, sb_t, start, h)
     # the old q / k state is read: take a ticket (the last of the key head's programs writes the new one)
     tl.debug_barrier()  # every thread's reads are done before the ticket releases them
     arrived = tl.atomic_add(cnt_ptr + b * HK + hk, 1, sem="acq_rel")
     last = arrived == REP * (V // BV) - 1
-    neg_a = -tl.exp(tl.load(alog_ptr + h).to(tl.float32))
-    dtb = tl.load(dtb_ptr + h).to(tl.float32)
-    s_off = h * ss_h + rk[:, None] * ss_k + rv[None, :]
-    state = tl.load(s_ptr + slot * ss_s + s_off)  # [K, BV] fp32
-    xs = x_ptr + start * sx_t
     p0, p1, p2 = q0, q1, q2  # the three inputs before the current token, per channel group
     r0, r1, r2 = k0, k1, k2
     u0, u1, u2 = v0, v1, v2
     j = n - n
     while j < n:
         t = start + j
-        xq = tl.load(xs + j * sx_t + cq).to(tl.float32)
-        xk = tl.load(xs + j * sx_t + ck).to(tl.float32)
-        xv = tl.load(xs + j * sx_t + cv).to(tl.float32)
-        q = _conv(cw_ptr + cq * scw_c, p0, p1, p2, xq, w_dt, x_dt, EMU)
-        k = _conv(cw_ptr + ck * scw_c, r0, r1, r2, xk, w_dt, x_dt, EMU)
-        v = _conv(cw_ptr + cv * scw_c, u0, u1, u2, xv, w_dt, x_dt, EMU)
+        q = _conv(wq, p0, p1, p2, xq, w_dt, x_dt, EMU)
+        k = _conv(wk, r0, r1, r2, xk, w_dt, x_dt, EMU)
+        v = _conv(wv, u0, u1, u2, xv, w_dt, x_dt, EMU)
         p0, p1, p2 = p1, p2, xq
         r0, r1, r2 = r1, r2, xk
         u0, u1, u2 = u1, u2, xv
-        ga = tl.load(a_ptr + t * sa_t + h).to(tl.float32)
-        gb = tl.load(b_ptr + t * sb_t + h).to(tl.float32)
         g, beta = gates(ga, gb, neg_a, dtb, b_ptr.dtype.element_ty, EMU)
+        xq, xk, xv, ga, gb = _token(xs, sx_t, j + 1, n, cq, ck, cv, a_ptr, sa_t, b_ptr, sb_t, t + 1, h)
         state, o = delta_rule_step(state, q, k, v, g, beta, scale)
         store_token(o_ptr + t * so_t + h * so_h + rv, o, state, s_ptr, s_off, ss_s, step_ptr, step_stride, b, j, n,
                     HAS_STEP, EMU)  # fmt: skip
