@@ -77,8 +77,9 @@ def add_rms_norm_project(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """add_rms_norm, then linear(normed, lin_weight), where nothing else reads the normed rows (a block's input
     projection): (residual, projection). With the `norm_project` launch fusion on (HINFER_FUSE_LAUNCHES; off by
-    default until its one-pass form is measured), decode rows against a bf16 weight, or a quantized one whose `norm_matmul` takes
-    them (fp8), run in one launch: the skinny kernel normalises x as it loads it."""
+    default until its one-pass form is measured), decode rows against a bf16 weight, or a quantized one whose
+    `norm_matmul` takes them (fp8: the skinny kernel; int4 in fragment order, a RowSplitWeight's bf16 rows beside:
+    the tensor-core kernel), run in one launch: the kernel normalises x as it loads it."""
     if use_triton(x) and x.dim() == 2 and x.shape[0] > 0 and launch_fusions("norm_project", x.shape[0]):
         if isinstance(lin_weight, torch.Tensor):
             from hinfer.ops.triton.tiles.forms import BF16

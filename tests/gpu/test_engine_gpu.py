@@ -197,6 +197,24 @@ def test_triton_matches_reference_on_quantized_layers(name, recipe):
     assert rel < 3e-2
 
 
+@pytest.mark.parametrize("name", ["qwen3.6-27b", "qwen3.6-35b-a3b"])
+def test_norms_in_the_int4_projections_match_reference(name, monkeypatch):
+    """int4 layers (fragment order, as the engine places them) with each norm in its input projection's launch
+    (norm_project through Int4MmaWeight / RowSplitWeight.norm_matmul: the mixers', the 27B's dense MLP), Triton vs
+    reference, as test_triton_matches_reference_on_quantized_layers."""
+    from hinfer.model.random_init import random_quantized
+    from hinfer.quant.int4_mma_layout import use_fragment_order
+
+    monkeypatch.setenv("HINFER_FUSE_LAUNCHES", "slot_sum,tail,gate,norm_linear,norm_project")
+    cfg = load_model_config(config_dir(name))
+    cfg = replace(cfg, num_hidden_layers=4, layer_types=cfg.layer_types[:4], mtp_num_hidden_layers=0)
+    model = random_quantized(cfg, "int4", "cuda", seed=2)
+    use_fragment_order(model)
+    rel = _triton_vs_reference(cfg, model, n=300)
+    print(f"{name} 4 layers int4, norms fused: Triton vs reference logits rel-L2 {rel:.2e}")
+    assert rel < 3e-2
+
+
 def test_silu_mul_kernel_at_real_shapes():
     from hinfer.ops.activation import silu_mul_ref
     from hinfer.ops.triton.activation import silu_mul

@@ -274,3 +274,40 @@ def test_l2_prefetch_changes_nothing(prefetch, monkeypatch):
         want = fn(x, mw, cfg=cfg)
         monkeypatch.setenv("HINFER_INT4_L2_PREFETCH", str(prefetch))
         assert torch.equal(fn(x, mw, out=_poisoned(m, n), cfg=cfg), want), f"M={m} {cfg}"
+
+
+@pytest.mark.parametrize("tile", [None, (128, 8, 1, 4, 2), (128, 8, 3, 4, 4), (128, 8, 4, 4, 2, 4)])
+@pytest.mark.parametrize("name", ["qkv", "gdn_in_head", "down"])
+def test_norm_in_the_int4_launch(name, tile):
+    """int4_mma_matmul's `norm` (the residual add + RMSNorm in the projection's launch: x normed as it loads, the
+    rows' rstd applied after the product, split K gathering the splits' sums of squares) with the packaged tile,
+    register loops of depth 2 and 4 over uneven splits and the shared-memory ring, and the GDN in_proj's bf16
+    tail rows in the same launch: the residual bit for bit add_rms_norm's, the products within REL of the
+    reference products of add_rms_norm's normed rows, at 1, 3 and 8 rows."""
+    from hinfer.ops.norm import add_rms_norm_ref
+    from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
+    from hinfer.ops.triton.tiles.forms import SkinnyConfig
+
+    n, k = SHAPES[name]
+    g = _gen()
+    q, mw = _quantized(n, k, True, g)
+    tail = (torch.randn(96, k, generator=g, device="cuda") * k**-0.5).bfloat16() if name == "gdn_in_head" else None
+    cfg = None if tile is None else SkinnyConfig(tile[0], 128, tile[1], tile[2], tile[3], tile[4], *tile[5:])
+    nw = (0.1 * torch.randn(k, generator=g, device="cuda")).bfloat16()
+    for m in (1, 3, 8):
+        x = torch.randn(m, 2 * k, generator=g, device="cuda").bfloat16()[:, k:]  # strided, like a GEMM slice
+        res = (3 * torch.randn(m, k, generator=g, device="cuda")).bfloat16()
+        y_ref, r_ref = add_rms_norm_ref(x, res, nw, 1e-6)
+        r_out = _poisoned(m, k)
+        out = _poisoned(m, n + (0 if tail is None else tail.shape[0]))
+        int4_mma_matmul(x.contiguous(), mw, out=out, cfg=cfg, tail=tail, norm=(res, nw, 1e-6, r_out))
+        assert torch.equal(r_out, r_ref), f"{name} M={m} {cfg}: residual"
+        assert _rel(out[:, :n], q.matmul_ref(y_ref)) < REL, f"{name} M={m} {cfg}: rel {_rel(out[:, :n], q.matmul_ref(y_ref)):.2e}"
+        if tail is not None:
+            want = (y_ref.float() @ tail.float().T).bfloat16()
+            assert _rel(out[:, n:], want) < REL, f"{name} M={m} {cfg}: tail"
+    again = _poisoned(1, k), _poisoned(1, n + (0 if tail is None else tail.shape[0]))
+    x1, r1 = x[:1].contiguous(), res[:1]
+    int4_mma_matmul(x1, mw, out=again[1], cfg=cfg, tail=tail, norm=(r1, nw, 1e-6, again[0]))
+    int4_mma_matmul(x1, mw, out=out[:1], cfg=cfg, tail=tail, norm=(r1, nw, 1e-6, r_out[:1]))
+    assert torch.equal(again[1], out[:1]), f"{name} {cfg}: not deterministic (or counters left set)"
