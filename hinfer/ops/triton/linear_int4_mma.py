@@ -695,7 +695,8 @@ def int4_mma_matmul(
     if norm is not None:
         residual, norm_weight, eps, r_out = norm
         if (residual.shape != x.shape or residual.stride(-1) != 1 or tuple(r_out.shape) != (m, k)
-                or not r_out.is_contiguous() or norm_weight.shape != (k,) or not norm_weight.is_contiguous()):  # fmt: skip
+                or not r_out.is_contiguous() or norm_weight.shape != (k,)
+                or not norm_weight.is_contiguous()):  # fmt: skip
             raise ValueError("int4 mma: the norm takes a residual like x (unit stride), a contiguous [K] weight and "
                              "a contiguous [M, K] residual out")  # fmt: skip
         # each split's sums of squares per row of x, gathered by a tile's last program
