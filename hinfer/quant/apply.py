@@ -43,9 +43,7 @@ class RowSplitWeight(nn.Module):
         """(residual + x, add_rms_norm's normed rows @ [head; tail]^T) in the head's one launch where its kernel
         takes the norm and the tail rows (ops.norm.add_rms_norm_project); None otherwise."""
         fused = getattr(self.head, "norm_matmul", None)
-        if fused is None or self.tail.dtype != torch.bfloat16:
-            return None
-        return fused(x, residual, norm_weight, eps, tail=self.tail)
+        return None if fused is None else fused(x, residual, norm_weight, eps, tail=self.tail)
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         from hinfer.ops.dispatch import launch_fusions, use_triton

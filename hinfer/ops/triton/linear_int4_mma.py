@@ -238,11 +238,11 @@ def _b_operand(xt, BLOCK_M: gl.constexpr, DOT_B: gl.constexpr):
 
 
 @gluon.jit
-def _x_group(x_ptrs, g, GLU: gl.constexpr, glu_off, NORM: gl.constexpr = False, nrm=None):
+def _x_group(x_ptrs, g, GLU: gl.constexpr, glu_off, NORM: gl.constexpr = False, nrm=None, keep=1.0):
     """Group g of x and, with NORM, its rows' sums of squares [BLOCK_M] (else 0); with GLU x is silu(gate) * up
     of a [gate | up] row (up glu_off elements on), rounded as hinfer.ops.triton.activation.silu_mul rounds it.
     NORM: x is add_rms_norm's input; nrm = (residual pointers like x_ptrs, norm weight pointers, residual-out
-    pointers, whether this program stores the residual, keep: 1.0, or 0.0 for a re-read group): s = x + r
+    pointers, whether this program stores the residual); keep: 1.0, or 0.0 for a re-read group. s = x + r
     rounded to bf16 (the new residual, stored), x becomes s * (1 + w) rounded to bf16; the rows' rstd scales
     the product at the end (_store_y)."""
     xv = gl.load(x_ptrs + g * GROUP)
@@ -252,7 +252,7 @@ def _x_group(x_ptrs, g, GLU: gl.constexpr, glu_off, NORM: gl.constexpr = False, 
         act = (gate / (1.0 + gl.exp(-gate))).to(gl.bfloat16).to(gl.float32)
         xv = (act * up.to(gl.float32)).to(gl.bfloat16)
     if NORM:
-        r_ptrs, nw_ptrs, ro_ptrs, write, keep = nrm
+        r_ptrs, nw_ptrs, ro_ptrs, write = nrm
         sb = (xv.to(gl.float32) + gl.load(r_ptrs + g * GROUP).to(gl.float32)).to(gl.bfloat16)
         if write:
             gl.store(ro_ptrs + g * GROUP, sb)
@@ -267,10 +267,10 @@ def _x_group(x_ptrs, g, GLU: gl.constexpr, glu_off, NORM: gl.constexpr = False, 
 @gluon.jit
 def _group(acc, words, s, off_lo, off_hi, x_ptrs, g, zero, ones, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
            DOT_A: gl.constexpr, DOT_B: gl.constexpr, OFFSET_MMA: gl.constexpr, ROWS: gl.constexpr,
-           GLU: gl.constexpr = False, glu_off=0, NORM: gl.constexpr = False, nrm=None):  # fmt: skip
+           GLU: gl.constexpr = False, glu_off=0, NORM: gl.constexpr = False, nrm=None, keep=1.0):  # fmt: skip
     """(acc + group g's scaled partial, the group's sums of squares of x's rows with NORM, see _x_group). x is
     small and cache-resident: loaded here, not carried."""
-    xv, sq = _x_group(x_ptrs, g, GLU, glu_off, NORM, nrm)
+    xv, sq = _x_group(x_ptrs, g, GLU, glu_off, NORM, nrm, keep)
     xb = _b_operand(xv, BLOCK_M, DOT_B)
     part = mma_v2(_a_operand(words, off_lo, off_hi, BLOCK_N, DOT_A, OFFSET_MMA, ROWS), xb, zero)
     if OFFSET_MMA:  # (sum (128 + u) x - (128 + z) sum x) s, in fp32 (off_lo holds 128 + z)
@@ -310,14 +310,14 @@ def _k_loop(wp, sp, zl, zr, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK
             w1, s1, lo1, hi1 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 1, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
             acc, sq = _group(acc, w0, s0, lo0, hi0, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B,
-                             OFFSET_MMA, ROWS, GLU, glu_off, NORM, _keep(nrm, 1.0, NORM))  # fmt: skip
+                             OFFSET_MMA, ROWS, GLU, glu_off, NORM, nrm)  # fmt: skip
             ssq += sq
             w0, s0, lo0, hi0 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 2, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
             k1 = (g + 1 < g_hi).to(gl.float32)
             acc, sq = _group(acc, w1, s1 * k1, lo1, hi1, x_ptrs, gl.minimum(g + 1, last), zero, ones, BLOCK_N,
                              BLOCK_M, DOT_A, DOT_B, OFFSET_MMA, ROWS, GLU, glu_off, NORM,
-                             _keep(nrm, k1, NORM))  # fmt: skip
+                             nrm, k1)  # fmt: skip
             ssq += sq
     else:
         w1, s1, lo1, hi1 = _step_loads(wp, sp, zl, zr, gl.minimum(g_lo + 1, last), sg, HAS_ZERO,
@@ -329,41 +329,30 @@ def _k_loop(wp, sp, zl, zr, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK
             w3, s3, lo3, hi3 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 3, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
             acc, sq = _group(acc, w0, s0, lo0, hi0, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B,
-                             OFFSET_MMA, ROWS, GLU, glu_off, NORM, _keep(nrm, 1.0, NORM))  # fmt: skip
+                             OFFSET_MMA, ROWS, GLU, glu_off, NORM, nrm)  # fmt: skip
             ssq += sq
             w0, s0, lo0, hi0 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 4, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
             k1 = (g + 1 < g_hi).to(gl.float32)
             acc, sq = _group(acc, w1, s1 * k1, lo1, hi1, x_ptrs, gl.minimum(g + 1, last), zero, ones, BLOCK_N,
                              BLOCK_M, DOT_A, DOT_B, OFFSET_MMA, ROWS, GLU, glu_off, NORM,
-                             _keep(nrm, k1, NORM))  # fmt: skip
+                             nrm, k1)  # fmt: skip
             ssq += sq
             w1, s1, lo1, hi1 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 5, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
             k2 = (g + 2 < g_hi).to(gl.float32)
             acc, sq = _group(acc, w2, s2 * k2, lo2, hi2, x_ptrs, gl.minimum(g + 2, last), zero, ones, BLOCK_N,
                              BLOCK_M, DOT_A, DOT_B, OFFSET_MMA, ROWS, GLU, glu_off, NORM,
-                             _keep(nrm, k2, NORM))  # fmt: skip
+                             nrm, k2)  # fmt: skip
             ssq += sq
             w2, s2, lo2, hi2 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 6, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
             k3 = (g + 3 < g_hi).to(gl.float32)
             acc, sq = _group(acc, w3, s3 * k3, lo3, hi3, x_ptrs, gl.minimum(g + 3, last), zero, ones, BLOCK_N,
                              BLOCK_M, DOT_A, DOT_B, OFFSET_MMA, ROWS, GLU, glu_off, NORM,
-                             _keep(nrm, k3, NORM))  # fmt: skip
+                             nrm, k3)  # fmt: skip
             ssq += sq
     return acc, ssq
-
-
-@gluon.jit
-def _keep(nrm, keep, NORM: gl.constexpr):
-    """nrm with its keep weight set (a re-read group's squares count 0), or None without NORM."""
-    if NORM:
-        r_ptrs, nw_ptrs, ro_ptrs, write, _ = nrm
-        out = (r_ptrs, nw_ptrs, ro_ptrs, write, keep)
-    else:
-        out = nrm
-    return out
 
 
 @gluon.constexpr_function
@@ -488,6 +477,8 @@ def _tail_rows(x_ptr, t_ptr, y_ptr, row0, TAIL_N, M, m0, K, stride_xm, stride_ym
     CH: gl.constexpr = 1024
     r = row0 + gl.arange(0, W, layout=gl.SliceLayout(1, L))
     kk = gl.arange(0, CH, layout=gl.SliceLayout(0, L))
+    if NORM:
+        r_ptr, nw_ptr, _, _, stride_rm, eps = nrm_args
     _pdl_start(PDL)
     for mi in range(m0, gl.minimum(m0 + BLOCK_M, M)):
         acc = gl.zeros([W, CH], gl.float32, layout=L)
@@ -498,7 +489,6 @@ def _tail_rows(x_ptr, t_ptr, y_ptr, row0, TAIL_N, M, m0, K, stride_xm, stride_ym
                          mask=(r < TAIL_N)[:, None] & k_ok[None, :], other=0.0).to(gl.float32)  # fmt: skip
             xv = gl.load(x_ptr + mi * stride_xm + k0 + kk, mask=k_ok, other=0.0).to(gl.float32)
             if NORM:
-                r_ptr, nw_ptr, _, _, stride_rm, _ = nrm_args
                 rv = gl.load(r_ptr + mi * stride_rm + k0 + kk, mask=k_ok, other=0.0).to(gl.float32)
                 sf = (xv + rv).to(gl.bfloat16).to(gl.float32)
                 ssq += sf * sf
@@ -507,7 +497,6 @@ def _tail_rows(x_ptr, t_ptr, y_ptr, row0, TAIL_N, M, m0, K, stride_xm, stride_ym
             acc += wv * xv[None, :]
         dot = gl.sum(acc, axis=1)
         if NORM:
-            eps = nrm_args[5]
             dot = dot * gl.rsqrt(gl.sum(ssq, axis=0) / K + eps)
         gl.store(y_ptr + mi * stride_ym + r, dot.to(gl.bfloat16), mask=r < TAIL_N)
 
@@ -556,7 +545,7 @@ def _tile_program(
     if NORM:  # the residual and norm weight beside x; the first N tile's programs store the new residual
         r_ptr, nw_ptr, ro_ptr, _, stride_rm, _ = nrm_args
         nrm = (r_ptr + x_row * stride_rm + xt * 32 + xj, nw_ptr + xt * 32 + xj, ro_ptr + x_row * K + xt * 32 + xj,
-               pid_n == 0, 1.0)  # fmt: skip
+               pid_n == 0)  # fmt: skip
 
     if RING > 0:  # fragment order: a group's scales / zeros are BLOCK_N contiguous entries of row g
         acc, ssq = _k_loop_ring(w_ptrs, s_ptr + pid_n * BLOCK_N, z_ptr + pid_n * BLOCK_N, stride_sg, x_ptrs, g_lo,
