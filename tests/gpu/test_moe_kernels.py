@@ -187,6 +187,41 @@ def test_experts_int4_down_takes_silu_mul_as_it_loads(tm, weights, seed):
 
 
 @pytest.mark.parametrize("t", [1, 8])
+@pytest.mark.parametrize("tile", [None, (64, 1), (64, 4), (128, 2)])
+def test_experts_int4_gate_up_writes_silu_mul(tm, weights, seed, t, tile):
+    """The tensor-core gate_up writing silu(gate) * up itself (its stripes pair 8 gate rows with their 8 up rows)
+    equals silu_mul of its plain [gate | up] output bit for bit: the same MMAs per row, the same roundings; at the
+    packaged tile and at K splits."""
+    from hinfer.ops.triton.activation import silu_mul
+    from hinfer.ops.triton.moe_align import align
+    from hinfer.ops.triton.moe_int4 import Int4Experts
+    from hinfer.ops.triton.moe_int4_mma import experts_mma
+    from hinfer.ops.triton.tiles.forms import SkinnyConfig
+    from hinfer.quant.experts import quantize_experts_int4
+
+    name, wgu, _ = weights
+    q = quantize_experts_int4(wgu, zero_point=True)
+    gu = Int4Experts(q.qweight, q.scales, q.zeros, q.in_features)
+    h, i = wgu.shape[2], wgu.shape[1] // 2
+    x = torch.randn(t, h, device="cuda").bfloat16()
+    _, top_i = ref.moe_route_ref(torch.randn(t, E, device="cuda").bfloat16(), K)
+    ids = top_i.reshape(-1).contiguous()
+    if t == 1:
+        blocks, sorted_, bexp, brows, direct = K, ids, ids, ids, True
+    else:
+        al = align(top_i, E, 8)
+        blocks, sorted_, bexp, brows, direct = al.n_blocks, al.sorted, al.bexp, al.brows, False
+    cfg = None if tile is None else SkinnyConfig(tile[0], 128, 8, tile[1], 2, 4)
+    args = (blocks, 8, ids, sorted_, bexp, brows, direct)
+    hid = experts_mma(x, gu, torch.empty(t * K, 2 * i, device="cuda").bfloat16(), *args, xdiv=K, cfg=cfg)
+    act = experts_mma(x, gu, torch.full((t * K, i), float("nan"), device="cuda").bfloat16(), *args, xdiv=K,
+                      cfg=cfg, act=True)  # fmt: skip
+    want = silu_mul(hid)
+    assert torch.equal(act, want), (f"{name} T={t} tile {tile}: {(act.float() - want.float()).abs().max().item()} "
+                                    f"max diff, seed {seed}")  # fmt: skip
+
+
+@pytest.mark.parametrize("t", [1, 8])
 def test_experts_int4_split_k(tm, weights, seed, t):
     """The tensor-core experts with the 128-groups split over 2 / 4 programs per tile (fp32 partials summed by the
     last to arrive) equal the unsplit kernel up to the order of that sum (bf16 outputs: a rounding step at most

@@ -197,6 +197,12 @@ def variants(full: bool = False) -> Iterator[Variant]:
               experts_mma_variant(64, 8, 4, True, True, 9, False, depth=4, pdl=True, split=4),
               experts_mma_variant(128, 8, 4, True, True, 9, False, depth=4, pdl=True, split=2),
               experts_mma_variant(256, 8, 8, True, True, 1, True, depth=2, glu=True, pdl=True, topk=9),
+              # gate_up writing silu(gate) * up (its stripes pair gate and up rows), the down reading it as is
+              experts_mma_variant(64, 8, 4, True, True, 9, False, depth=4, pdl=True, split=4, act=True),
+              experts_mma_variant(128, 8, 4, True, True, 9, False, depth=4, pdl=True, split=2, act=True),
+              experts_mma_variant(32, 8, 2, True, False, 9, False, depth=4, pdl=True, act=True),
+              experts_mma_variant(256, 8, 8, True, True, 1, True, depth=2, pdl=True, topk=9),
+              experts_mma_variant(128, 8, 2, True, False, 1, True, depth=2, pdl=True, topk=9),
               *MEASURED_SPILLS):
         yield (*v, 0)
     sig = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "K": "i32", "stride_xm": "i32",

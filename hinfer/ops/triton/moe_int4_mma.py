@@ -54,7 +54,7 @@ def int4_mma_experts_kernel(
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, DEPTH: gl.constexpr,
     DIRECT: gl.constexpr, XDIV: gl.constexpr, ROW_SCALE: gl.constexpr, GLU: gl.constexpr = False,
     PDL: gl.constexpr = False, SPLIT_K: gl.constexpr = 1, SUM: gl.constexpr = False, TOPK: gl.constexpr = 1,
-    TOPK_P: gl.constexpr = 1,
+    TOPK_P: gl.constexpr = 1, ACT: gl.constexpr = False,
 ):  # fmt: skip
     W: gl.constexpr = gl.num_warps()
     S: gl.constexpr = BLOCK_N // 16
@@ -87,10 +87,17 @@ def int4_mma_experts_kernel(
 
         stripe = pid_n * S + _iota4(S, 0, LW)
         lane = _iota4(32, 2, LW)
-        w_rows = stripe * 16 + _iota4(2, 1, LW) * 8 + lane // 4
+        if ACT:  # a stripe's rows: 8 gate rows, then the same 8 columns' up rows (N // 2 further on)
+            w_rows = stripe * 8 + lane // 4 + _iota4(2, 1, LW) * (N // 2)
+        else:
+            w_rows = stripe * 16 + _iota4(2, 1, LW) * 8 + lane // 4
         w_base = w_ptr + e.to(gl.int64) * stride_we
         w_ptrs = w_base + w_rows.to(gl.int64) * (K // 8) + (lane % 4) * 4 + _iota4(4, 3, LW)
         rows = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
+        cols = rows  # y's column of each tile row
+        if ACT:
+            cols = pid_n * (BLOCK_N // 2) + (rows % BLOCK_N) // 16 * 8 + rows % 8
+            rows = cols + (rows // 8 % 2) * (N // 2)
         s_ptrs = s_ptr + e.to(gl.int64) * stride_se + rows * stride_sn
         z_rows = z_ptr + e.to(gl.int64) * stride_se + rows * stride_sn
         # this program's 1/SPLIT_K of the 128-groups
@@ -101,9 +108,9 @@ def int4_mma_experts_kernel(
         acc, _ = _k_loop(w_ptrs, s_ptrs, z_rows, z_rows, 1, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO,
                       True, DEPTH, True, GROUP // 8, False, GLU, K)  # fmt: skip
         out_mask = (ym < nrows)[None, :] & (rows < N)[:, None]
-        y_ptrs = y_ptr + py[None, :].to(gl.int64) * stride_ym + rows[:, None]
+        y_off = py[None, :].to(gl.int64) * stride_ym + cols[:, None]
         if SPLIT_K == 1:
-            _store_rows(y_ptrs, acc, tw_ptr, py, out_mask, ROW_SCALE)
+            _store_rows(y_ptr, y_off, acc, tw_ptr, py, out_mask, ROW_SCALE, ACT)
             wrote = True
         else:  # partials [SPLIT_K, P, N] fp32 by pair; the last split to arrive sums them in split order
             p_off = py[None, :].to(gl.int64) * N + rows[:, None]
@@ -115,7 +122,7 @@ def int4_mma_experts_kernel(
                 total = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
                 for i in gl.static_range(SPLIT_K):
                     total += gl.load(part_ptr + i * P * N + p_off, mask=out_mask, other=0.0, cache_modifier=".cg")
-                _store_rows(y_ptrs, total, tw_ptr, py, out_mask, ROW_SCALE)
+                _store_rows(y_ptr, y_off, total, tw_ptr, py, out_mask, ROW_SCALE, ACT)
                 gl.atomic_xchg(cnt, 0)
         if SUM:
             if wrote:  # this block's rows of the N tile are in y: count them in; the last sums the slots
@@ -143,16 +150,35 @@ def _sum_slots(y_ptr, out_ptr, col0, N, T, stride_ym, stride_om, TOPK: gl.conste
 
 
 @gluon.jit
-def _store_rows(y_ptrs, acc, tw_ptr, py, out_mask, ROW_SCALE: gl.constexpr):
-    """y rows of the block's pairs (times their routing weights with ROW_SCALE), in bf16."""
+def _store_rows(y_ptr, y_off, acc, tw_ptr, py, out_mask, ROW_SCALE: gl.constexpr, ACT: gl.constexpr):
+    """y rows of the block's pairs (times their routing weights with ROW_SCALE), in bf16; with ACT silu(gate) *
+    up of the tile's paired rows instead (half as many columns)."""
     if ROW_SCALE:
         acc = acc * gl.load(tw_ptr + py).to(gl.float32)[None, :]
-    gl.store(y_ptrs, acc.to(gl.bfloat16), mask=out_mask)
+    if ACT:
+        gate, up = _stripe_halves(acc)
+        gate = gate.to(gl.bfloat16).to(gl.float32)
+        act = (gate / (1.0 + gl.exp(-gate))).to(gl.bfloat16).to(gl.float32)  # activation.silu_mul's rounding
+        y = (act * up.to(gl.bfloat16).to(gl.float32)).to(gl.bfloat16)
+        y_off, _ = _stripe_halves(y_off)
+        ok, _ = _stripe_halves(out_mask.to(gl.int32))
+        gl.store(y_ptr + y_off, y, mask=ok != 0)
+    else:
+        gl.store(y_ptr + y_off, acc.to(gl.bfloat16), mask=out_mask)
+
+
+@gluon.jit
+def _stripe_halves(t):
+    """[BLOCK_N, BLOCK_M] in the MMA layout -> its rows 0-7 and 8-15 of every 16-row stripe, each [BLOCK_N // 16,
+    8, BLOCK_M]: a thread holds rows g and g + 8 of a stripe, so this only renames registers."""
+    n: gl.constexpr = t.shape[0]
+    m: gl.constexpr = t.shape[1]
+    return gl.split(gl.permute(gl.reshape(t, [n // 16, 2, 8, m]), [0, 2, 3, 1]))
 
 
 def experts_mma_variant(block_n: int, block_m: int, warps: int, zero: bool, direct: bool, xdiv: int,
                         row_scale: bool, depth: int = 2, glu: bool = False, pdl: bool = False,
-                        split: int = 1, topk: int = 0):  # fmt: skip
+                        split: int = 1, topk: int = 0, act: bool = False):  # fmt: skip
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
            "y_ptr": "*bf16", "tw_ptr": "*fp32", "ids_ptr": "*i64", "sorted_ptr": "*i32", "bexp_ptr": "*i32",
@@ -161,9 +187,9 @@ def experts_mma_variant(block_n: int, block_m: int, warps: int, zero: bool, dire
            "stride_sn": "i32", "stride_om": "i32"}  # fmt: skip
     cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, DEPTH=depth, DIRECT=direct, XDIV=xdiv,
                ROW_SCALE=row_scale, GLU=glu, PDL=pdl, SPLIT_K=split, SUM=topk > 0, TOPK=max(topk, 1),
-               TOPK_P=1 << (max(topk, 1) - 1).bit_length())  # fmt: skip
+               TOPK_P=1 << (max(topk, 1) - 1).bit_length(), ACT=act)  # fmt: skip
     name = (f"int4 mma experts{' asym' if zero else ''}{' direct' if direct else ''} BLOCK_N={block_n} "
-            f"BLOCK_M={block_m} w{warps} xdiv {xdiv}{' scaled' if row_scale else ''}{' glu' if glu else ''}{' pdl' if pdl else ''}{f' split {split}' if split > 1 else ''}{f' sum {topk}' if topk else ''}")  # fmt: skip
+            f"BLOCK_M={block_m} w{warps} xdiv {xdiv}{' scaled' if row_scale else ''}{' glu' if glu else ''}{' pdl' if pdl else ''}{f' split {split}' if split > 1 else ''}{f' sum {topk}' if topk else ''}{' act' if act else ''}")  # fmt: skip
     return name, int4_mma_experts_kernel, sig, cex, warps
 
 
@@ -171,16 +197,20 @@ def experts_mma(
     x: torch.Tensor, w: Int4Experts, y: torch.Tensor, blocks: int, block_m: int, ids: torch.Tensor,
     sorted_: torch.Tensor, bexp: torch.Tensor, brows: torch.Tensor, direct: bool, xdiv: int,
     tw: torch.Tensor | None = None, glu: bool = False, cfg: SkinnyConfig | None = None,
-    sum_out: torch.Tensor | None = None, topk: int = 1,
+    sum_out: torch.Tensor | None = None, topk: int = 1, act: bool = False,
 ) -> torch.Tensor:  # fmt: skip
     """y[pair] = x[pair // xdiv] @ w[expert]^T (times tw[pair] if given) for every pair the blocks name; with
     `glu` x's rows are [gate | up] (2K wide) and the product takes silu(gate) * up (as activation.silu_mul).
     With `sum_out` [T, N] the launch also sums each token's `topk` slots (pair = t * topk + s) into it: the last
-    program to finish an N tile does (moe_gemm._sum_slots_kernel's sum, one launch fewer). `cfg` overrides the
-    tile table (sweeps)."""
+    program to finish an N tile does (moe_gemm._sum_slots_kernel's sum, one launch fewer). With `act` w's rows
+    are [gate | up] (2 x N / 2) and y [P, N / 2] gets silu(gate) * up (as activation.silu_mul): each tile pairs 8
+    gate rows with their 8 up rows per 16-row stripe, so one thread holds both. `cfg` overrides the tile table
+    (sweeps)."""
     e, n, k = w.shape
     if k % GROUP_K or n % 64 or x.dtype != torch.bfloat16 or x.stride(-1) != 1:
         raise ValueError(f"int4 mma experts: K % {GROUP_K}, N % 64, bf16 x with unit stride; got {w.shape}")
+    if act and (glu or tw is not None or sum_out is not None or y.shape[-1] != n // 2):
+        raise ValueError(f"int4 mma experts: silu(gate) * up into {n // 2} columns, alone; got y {tuple(y.shape)}")
     if glu and x.shape[-1] != 2 * k:
         raise ValueError(f"int4 mma experts: gate_up rows of {2 * k} for the down projection, got {x.shape[-1]}")
     cfg = cfg or experts_mma_tile(ids.numel(), n, k, blocks)
@@ -203,6 +233,6 @@ def experts_mma(
         w.scales.stride(0), g, out.stride(0),
         HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, DEPTH=depth, DIRECT=direct, XDIV=xdiv,
         ROW_SCALE=tw is not None, GLU=glu, SPLIT_K=split, SUM=sum_out is not None, TOPK=topk,
-        TOPK_P=1 << (topk - 1).bit_length(), num_warps=warps, **pdl_kwargs(x),
+        TOPK_P=1 << (topk - 1).bit_length(), ACT=act, num_warps=warps, **pdl_kwargs(x),
     )  # fmt: skip
     return y
