@@ -201,6 +201,8 @@ def variants(full: bool = False) -> Iterator[Variant]:
               experts_mma_variant(64, 8, 4, True, True, 9, False, depth=4, pdl=True, split=4, act=True),
               experts_mma_variant(128, 8, 4, True, True, 9, False, depth=4, pdl=True, split=2, act=True),
               experts_mma_variant(32, 8, 2, True, False, 9, False, depth=4, pdl=True, act=True),
+              experts_mma_variant(128, 8, 4, True, True, 9, False, depth=4, pdl=True, split=4, act=True),
+              experts_mma_variant(32, 8, 2, True, True, 1, True, depth=2, pdl=True, topk=9),
               experts_mma_variant(256, 8, 8, True, True, 1, True, depth=2, pdl=True, topk=9),
               experts_mma_variant(128, 8, 2, True, False, 1, True, depth=2, pdl=True, topk=9),
               *MEASURED_SPILLS):
