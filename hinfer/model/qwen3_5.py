@@ -26,7 +26,7 @@ from hinfer.ops.dispatch import set_backend
 from hinfer.ops.gdn import gated_delta_net
 from hinfer.ops.linear import linear
 from hinfer.ops.moe import moe_experts, moe_route
-from hinfer.ops.norm import add_rms_norm, add_rms_norm_linear, add_rms_norm_project, rms_norm
+from hinfer.ops.norm import add_rms_norm, add_rms_norm_linear, rms_norm
 from hinfer.ops.parallel import SINGLE, TensorParallel
 from hinfer.ops.rope import model_rope, mrope_freq_axes
 from hinfer.sharding import vocab_rows
@@ -70,20 +70,15 @@ class Attention(nn.Module):
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.mrope_section = cfg.mrope_section
 
-    @property
-    def in_weight(self):
-        return self.qkv_proj.weight
-
-    def forward(self, qkv: torch.Tensor, batch: ForwardBatch, k_cache: torch.Tensor, v_cache: torch.Tensor):
-        """`qkv`: the normed input's projection, linear(x, in_weight) (DecoderLayer makes it with the norm)."""
-        t, d = qkv.shape[0], self.head_dim
-        q_gate, k, v = self.qkv_proj.split(qkv)
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, k_cache: torch.Tensor, v_cache: torch.Tensor):
+        t, d = x.shape[0], self.head_dim
+        q_gate, k, v = self.qkv_proj.split(linear(x, self.qkv_proj.weight))
         q, gate = q_gate.view(t, self.n_heads, 2 * d).chunk(2, dim=-1)
         k, v = k.view(t, self.n_kv, d), v.view(t, self.n_kv, d)
         positions, axes = batch.positions, None
         if batch.axis_positions is not None:  # image tokens: each frequency follows its (t, h, w) stream
             positions = batch.axis_positions
-            axes = mrope_freq_axes(self.inv_freq.shape[0], self.mrope_section).to(qkv.device)
+            axes = mrope_freq_axes(self.inv_freq.shape[0], self.mrope_section).to(x.device)
         q = qk_norm_rope_write(
             q, k, v, self.q_norm, self.k_norm, self.eps, positions, self.inv_freq,
             k_cache, v_cache, batch.slot_mapping, self.attn_factor, axes,
@@ -111,14 +106,9 @@ class GatedDeltaNet(nn.Module):
         self.norm = _param(self.dv, dtype=dtype, device=device)
         self.out_proj = _param(cfg.hidden_size, vd, dtype=dtype, device=device)
 
-    @property
-    def in_weight(self):
-        return self.in_proj.weight
-
-    def forward(self, proj: torch.Tensor, batch: ForwardBatch, conv_state: torch.Tensor, ssm_state: torch.Tensor):
-        """`proj`: the normed input's projection, linear(x, in_weight) (DecoderLayer makes it with the norm)."""
-        t = proj.shape[0]
-        qkv, z, b, a = self.in_proj.split(proj)
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, conv_state: torch.Tensor, ssm_state: torch.Tensor):
+        t = x.shape[0]
+        qkv, z, b, a = self.in_proj.split(linear(x, self.in_proj.weight))
         # q, k, v = silu(causal_conv1d(qkv)); g, beta = gating(a, b); o = gated delta rule;
         # o = gated_rms_norm(o, z) (ops/gdn.py: one op, one kernel at decode)
         o = gated_delta_net(qkv, a, b, z.view(t, self.hv, self.dv), self.A_log, self.dt_bias, self.conv_weight,
@@ -133,10 +123,7 @@ class MLP(nn.Module):
         self.down_proj = _param(hidden, inter, dtype=dtype, device=device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.after_gate_up(linear(x, self.gate_up.weight))
-
-    def after_gate_up(self, gate_up: torch.Tensor) -> torch.Tensor:
-        return linear(silu_mul(gate_up), self.down_proj)
+        return linear(silu_mul(linear(x, self.gate_up.weight)), self.down_proj)
 
 
 class SparseMoE(nn.Module):
@@ -185,27 +172,23 @@ class DecoderLayer(nn.Module):
     def forward(
         self, x: torch.Tensor, residual: torch.Tensor | None, batch: ForwardBatch, state: ModelState, kv_row: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """x is the previous block's output (the embedding for layer 0); returns (mlp output, residual). Each norm
-        comes with what reads it: the mixer's and the MLP's input projection, the MoE router (one launch at decode
-        where the launch fusions are on)."""
-        mixer = self.self_attn if self.kind == "full_attention" else self.linear_attn
+        """x is the previous block's output (the embedding for layer 0); returns (mlp output, residual)."""
         if residual is None:
-            residual, p = x, linear(rms_norm(x, self.input_layernorm, self.eps), mixer.in_weight)
+            h, residual = rms_norm(x, self.input_layernorm, self.eps), x
         else:
-            residual, p = add_rms_norm_project(x, residual, self.input_layernorm, mixer.in_weight, self.eps)
+            h, residual = add_rms_norm(x, residual, self.input_layernorm, self.eps)
         if self.kind == "full_attention":
-            h = self.self_attn(p, batch, state.k_cache[kv_row], state.v_cache[kv_row])
+            h = self.self_attn(h, batch, state.k_cache[kv_row], state.v_cache[kv_row])
         else:
             g = state.gdn_index[self.layer_idx]
-            h = self.linear_attn(p, batch, state.conv_state[g], state.ssm_state[g])
+            h = self.linear_attn(h, batch, state.conv_state[g], state.ssm_state[g])
         h = self.tp.all_reduce(h)  # split heads: each rank's output projection gave a partial sum
-        if isinstance(self.mlp, SparseMoE):
+        if isinstance(self.mlp, SparseMoE):  # the router's logits come with the norm (one launch at decode)
             h, residual, logits = add_rms_norm_linear(h, residual, self.post_attention_layernorm, self.mlp.router,
                                                       self.eps)  # fmt: skip
             return self.tp.all_reduce(self.mlp(h, logits)), residual  # split intermediate rows: partial sums
-        residual, p = add_rms_norm_project(h, residual, self.post_attention_layernorm, self.mlp.gate_up.weight,
-                                           self.eps)  # fmt: skip
-        return self.tp.all_reduce(self.mlp.after_gate_up(p)), residual  # split intermediate rows: partial sums
+        h, residual = add_rms_norm(h, residual, self.post_attention_layernorm, self.eps)
+        return self.tp.all_reduce(self.mlp(h)), residual  # split intermediate rows: partial sums again
 
 
 class MTPHead(nn.Module):

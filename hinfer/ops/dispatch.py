@@ -63,19 +63,18 @@ def warn_fallback(op: str, why: str) -> None:
 # the launch-saving fused paths and the most token rows each takes by default (None: any, 0: off).
 # Measured on the H200 (bench/RESULTS.md): the experts' slot sum in the down launch and the int4 kernel's tail
 # rows help at one row and cost 1-3% at eight (their serial last-program work grows with the rows); the router in
-# the norm's launch gains 8% / 3% at 1 / 8 lanes (35B-A3B); the norm in a skinny projection lost 16-19% as a
-# prologue pass over K before the product (its one-pass form, rstd after the product, is not measured yet)
-FUSIONS: dict[str, int | None] = {"slot_sum": 1, "tail": 1, "gate": None, "norm_linear": 8, "norm_project": 0}
+# the norm's launch gains 8% / 3% at 1 / 8 lanes (35B-A3B). The norm in an input projection's launch measured
+# slower in both its forms (a prologue pass over K; the rows' rstd after the product) and was removed
+FUSIONS: dict[str, int | None] = {"slot_sum": 1, "tail": 1, "gate": None, "norm_linear": 8}
 
 
 def launch_fusions(name: str, rows: int) -> bool:
     """Whether an op at `rows` token rows takes a launch-saving fused path: `slot_sum` the slot sum in the int4
     experts' down launch, `tail` the int4 kernel's bf16 tail rows (the GDN in_proj's b / a), `gate` the
     attention output gate in the decode kernels, `norm_linear` a MoE layer's router in its residual-add +
-    RMSNorm launch, `norm_project` that add + norm in a bf16 or fp8 input projection's launch.
-    HINFER_FUSE_LAUNCHES: 1 (default) each up to its rows in FUSIONS, 0 none (the separate kernels, to compare or
-    to fall back), or a comma list of the names on at any rows. Read at every call, so a test or a bench can
-    flip it."""
+    RMSNorm launch. HINFER_FUSE_LAUNCHES: 1 (default) each up to its rows in FUSIONS, 0 none (the separate
+    kernels, to compare or to fall back), or a comma list of the names on at any rows. Read at every call, so a
+    test or a bench can flip it."""
     if name not in FUSIONS:
         raise ValueError(f"unknown launch fusion {name!r}: one of {tuple(FUSIONS)}")
     on = os.environ.get("HINFER_FUSE_LAUNCHES", "1").strip()

@@ -71,28 +71,3 @@ def add_rms_norm_linear(
     y, r = add_rms_norm(x, residual, weight, eps)
     return y, r, linear(y, lin_weight)
 
-
-def add_rms_norm_project(
-    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, lin_weight, eps: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """add_rms_norm, then linear(normed, lin_weight), where nothing else reads the normed rows (a block's input
-    projection): (residual, projection). With the `norm_project` launch fusion on (HINFER_FUSE_LAUNCHES; off by
-    default until its one-pass form is measured), decode rows against a bf16 weight, or a quantized one whose
-    `norm_matmul` takes them (fp8: the skinny kernel; int4 in fragment order, a RowSplitWeight's bf16 rows beside:
-    the tensor-core kernel), run in one launch: the kernel normalises x as it loads it."""
-    if use_triton(x) and x.dim() == 2 and x.shape[0] > 0 and launch_fusions("norm_project", x.shape[0]):
-        if isinstance(lin_weight, torch.Tensor):
-            from hinfer.ops.triton.tiles.forms import BF16
-            from hinfer.ops.triton.tiles.linear import SKINNY_MAX_M
-
-            if (x.dtype == lin_weight.dtype == torch.bfloat16 and x.shape[0] <= SKINNY_MAX_M[BF16]
-                    and lin_weight.stride(-1) == 1):  # fmt: skip
-                from hinfer.ops.triton.linear import norm_skinny
-
-                return norm_skinny(x, residual, weight, eps, BF16, lin_weight, lin_weight.shape[0])
-        elif hasattr(lin_weight, "norm_matmul"):
-            fused = lin_weight.norm_matmul(x, residual, weight, eps)
-            if fused is not None:
-                return fused
-    y, r = add_rms_norm(x, residual, weight, eps)
-    return r, linear(y, lin_weight)

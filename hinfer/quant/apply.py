@@ -38,13 +38,6 @@ class RowSplitWeight(nn.Module):
     def shape(self) -> tuple[int, int]:
         return (self.head.shape[0] + self.tail.shape[0], self.tail.shape[1])
 
-    def norm_matmul(self, x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor,
-                    eps: float) -> tuple[torch.Tensor, torch.Tensor] | None:  # fmt: skip
-        """(residual + x, add_rms_norm's normed rows @ [head; tail]^T) in the head's one launch where its kernel
-        takes the norm and the tail rows (ops.norm.add_rms_norm_project); None otherwise."""
-        fused = getattr(self.head, "norm_matmul", None)
-        return None if fused is None else fused(x, residual, norm_weight, eps, tail=self.tail)
-
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         from hinfer.ops.dispatch import launch_fusions, use_triton
 

@@ -118,25 +118,6 @@ class Fp8Weight(nn.Module):
         lead, n = x.shape[:-1], self.shape[0]
         return _triton_matmul(self, x.reshape(-1, self.shape[1]), out).view(*lead, n)
 
-    def norm_matmul(self, x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor, eps: float,
-                    tail: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:  # fmt: skip
-        """(residual + x, add_rms_norm's normed rows @ W^T) in one skinny launch (ops.norm.add_rms_norm_project)
-        for 2-D bf16 decode rows, or None where the kernels do not take them (and for a RowSplitWeight's `tail`
-        rows, which the skinny kernel does not take)."""
-        from hinfer.ops.triton.tiles.forms import FP8_BLOCK, FP8_ROW
-        from hinfer.ops.triton.tiles.linear import SKINNY_MAX_M, skinny_config
-
-        fmt = FP8_ROW if self.block is None else FP8_BLOCK
-        if not (tail is None and use_triton(x) and x.dtype == torch.bfloat16 and self.block in (None, BLOCK)
-                and x.dim() == 2 and 0 < x.shape[0] <= SKINNY_MAX_M[fmt]):  # fmt: skip
-            return None
-        from hinfer.ops.triton import linear as tlin
-
-        n, k = self.shape
-        a8 = x.shape[0] > 1 and decode_mode() == "w8a8"
-        cfg = skinny_config(fmt, x.shape[0], n, k, a8=True) if a8 else None
-        return tlin.norm_skinny(x, residual, norm_weight, eps, fmt, self.weight, n, self.scale, cfg=cfg, a8=a8)
-
 
 @torch.no_grad()
 def quantize_fp8(w: torch.Tensor, scheme: str = "channel") -> Fp8Weight:

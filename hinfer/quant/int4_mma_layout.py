@@ -199,27 +199,6 @@ class Int4MmaWeight(nn.Module):
             return wgmma_swept_faster(m, self.n, self.k)
         return 0 < rows <= m
 
-    def norm_matmul(self, x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor, eps: float,
-                    tail: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:  # fmt: skip
-        """(residual + x, add_rms_norm's normed rows @ W^T (and @ tail^T beside, a RowSplitWeight's bf16 rows)) in
-        one launch of the mma.sync kernel (ops.norm.add_rms_norm_project), for bf16 decode rows up to 8 (one row
-        block: the kernel's registers hold more only by spilling) where the warpgroup kernel does not take them;
-        None otherwise."""
-        if not (_decode_rows_on_cuda(x) and x.dim() == 2 and x.shape[0] <= NORM_MAX_M
-                and not self._wgmma_takes(x.shape[0]) and norm_weight.dtype == torch.bfloat16
-                and (tail is None or (tail.dtype == torch.bfloat16 and tail.stride(-1) == 1))):  # fmt: skip
-            return None
-        from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
-
-        if residual.stride(-1) != 1:
-            residual = residual.contiguous()
-        m = x.shape[0]
-        r_out = torch.empty((m, self.k), dtype=x.dtype, device=x.device)
-        out = torch.empty((m, self.n + (0 if tail is None else tail.shape[0])), dtype=x.dtype, device=x.device)
-        int4_mma_matmul(x, self, out=out, tail=tail,
-                        norm=(residual, norm_weight.contiguous(), eps, r_out))  # fmt: skip
-        return r_out, out
-
     def matmul_tail(self, x: torch.Tensor, tail: torch.Tensor, out: torch.Tensor) -> bool:
         """out [M, N + T] = [x @ self^T, x @ tail^T] in one launch (the tail rows on CUDA cores beside the int4
         tiles) when the tensor-core kernel takes x and the tail is bf16; False (nothing written) otherwise."""
@@ -229,9 +208,6 @@ class Int4MmaWeight(nn.Module):
 
         int4_mma_matmul(x, self, out=out, tail=tail)
         return True
-
-
-NORM_MAX_M = 8  # norm_matmul's rows of x: one 8-row block (the kernel spills past it)
 
 
 def _decode_rows_on_cuda(x: torch.Tensor) -> bool:

@@ -207,29 +207,3 @@ def test_cuda_graph_capture_and_replay():
             for wt, y in zip(weights, outs):
                 ref = _ref(x, w) if isinstance(wt, torch.Tensor) else wt.matmul_ref(x)
                 assert _rel(y, ref) < REL
-
-
-@pytest.mark.parametrize("shape", ["qkv", "gate_up", "o_proj"])
-@pytest.mark.parametrize("m", [1, 8])
-def test_norm_in_the_projection_launch(shape, m):
-    """norm_skinny (the residual add + RMSNorm in a bf16 or fp8 projection's launch, one pass over K, the rows'
-    rstd applied after the product) at the real shapes with the packaged tiles: the residual bit for bit
-    add_rms_norm's, the product within REL of the fp32 product of add_rms_norm's normed rows."""
-    from hinfer.ops.norm import add_rms_norm_ref
-    from hinfer.ops.triton.linear import norm_skinny
-    from hinfer.ops.triton.tiles.forms import BF16, FP8_ROW
-    from hinfer.quant import quantize_fp8
-
-    n, k = SHAPES[shape]
-    g = _gen()
-    x = _x(m, 2 * k, g)[:, k:]  # a strided slice, like a fused GEMM's
-    res = (3 * torch.randn(m, k, generator=g, device="cuda")).bfloat16()
-    nw = (0.1 * torch.randn(k, generator=g, device="cuda")).bfloat16()
-    y_ref, r_ref = add_rms_norm_ref(x, res, nw, 1e-6)
-    w = _weight(n, k, g)
-    q = quantize_fp8(w)
-    for fmt, wt, scale, want in ((BF16, w, None, _ref(y_ref, w)),
-                                 (FP8_ROW, q.weight, q.scale, q.matmul_ref(y_ref))):  # fmt: skip
-        r, y = norm_skinny(x, res, nw, 1e-6, fmt, wt, n, scale)
-        assert torch.equal(r, r_ref), f"{fmt} M={m} {shape}: residual"
-        assert _rel(y, want) < REL, f"{fmt} M={m} {shape}: rel {_rel(y, want):.2e}"

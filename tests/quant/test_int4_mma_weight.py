@@ -84,27 +84,3 @@ def test_swapped_model_gives_the_same_logits():
     assert not any(fragment_order_fits(m) for m in model.modules())
     assert sum(isinstance(m, Int4MmaWeight) for m in model.modules()) == fitting
     assert torch.equal(prompt_logits(model, ids), before)
-
-
-def test_norm_in_the_projection_falls_back_off_the_gpu(monkeypatch):
-    """ops.norm.add_rms_norm_project with the `norm_project` fusion on: an Int4MmaWeight, a RowSplitWeight over one
-    (its bf16 tail rows beside) or over an fp8 head take the unfused path where their kernel cannot run (norm_matmul
-    says None on the CPU), giving add_rms_norm then the product exactly."""
-    from hinfer.ops.norm import add_rms_norm_project, add_rms_norm_ref
-    from hinfer.quant import quantize_fp8
-    from hinfer.quant.apply import RowSplitWeight
-
-    monkeypatch.setenv("HINFER_FUSE_LAUNCHES", "norm_project")
-    g = _gen()
-    k = 256
-    w = Int4MmaWeight.from_int4(quantize_int4(torch.randn(128, k, generator=g).bfloat16()))
-    tail = torch.randn(6, k, generator=g).bfloat16()
-    fp8_split = RowSplitWeight(quantize_fp8(torch.randn(128, k, generator=g).bfloat16()), tail)
-    x, res = torch.randn(2, k, generator=g).bfloat16(), torch.randn(2, k, generator=g).bfloat16()
-    nw = (0.1 * torch.randn(k, generator=g)).bfloat16()
-    y_ref, r_ref = add_rms_norm_ref(x, res, nw, 1e-6)
-    for lin in (w, RowSplitWeight(w, tail), fp8_split):
-        assert lin.norm_matmul(x, res, nw, 1e-6) is None
-        r, p = add_rms_norm_project(x, res, nw, lin, 1e-6)
-        assert torch.equal(r, r_ref) and torch.equal(p, lin.matmul(y_ref))
-    assert fp8_split.head.norm_matmul(x, res, nw, 1e-6, tail=tail) is None  # the skinny kernel takes no tail rows

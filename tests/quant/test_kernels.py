@@ -72,33 +72,6 @@ def test_skinny_kernel_matches_reference(fmt, zero_point, m):
             assert _rel(y, ref) < REL, (cfg, _rel(y, ref))
 
 
-@pytest.mark.parametrize("m", [1, 3, 16])
-@pytest.mark.parametrize("fmt", [BF16, FP8_ROW, FP8_BLOCK])
-def test_skinny_kernel_normalises_x_as_it_loads(fmt, m, monkeypatch):
-    """NORM: the residual add + RMSNorm in the projection's launch (norm_skinny) gives add_rms_norm's residual bit
-    for bit and the product of its normed rows, across tiles (GEMV, tensor cores, split K)."""
-    from hinfer.ops.norm import add_rms_norm_ref
-    from hinfer.ops.triton.linear import norm_skinny
-
-    g = _gen()
-    q, (w, scale, _), ref = _weights(fmt, g)
-    x = torch.randn(m, 2 * K, generator=g, device=DEV).bfloat16()[:, K:]  # a strided slice, like a fused GEMM's
-    res = (3 * torch.randn(m, K, generator=g, device=DEV)).bfloat16()
-    nw = (0.1 * torch.randn(K, generator=g, device=DEV)).bfloat16()
-    y_ref, r_ref = add_rms_norm_ref(x, res, nw, 1e-6)
-    want = ref(y_ref)
-    for cfg in _cfgs(fmt, m):
-        r, y = norm_skinny(x, res, nw, 1e-6, fmt, w, N, scale, cfg)
-        assert torch.equal(r, r_ref), cfg
-        assert _rel(y, want) < REL, cfg
-    if fmt != BF16:  # the weight object's entry (ops.norm.add_rms_norm_project takes it)
-        from hinfer.ops import dispatch
-
-        monkeypatch.setattr(dispatch, "_backend", "triton")
-        r, y = q.norm_matmul(x, res, nw, 1e-6)
-        assert torch.equal(r, r_ref) and _rel(y, want) < REL
-
-
 def test_skinny_kernel_writes_into_a_column_slice_and_strided_x():
     from hinfer.ops.triton.linear import skinny_matmul
 

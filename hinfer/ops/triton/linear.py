@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hinfer.ops.triton.common import cast, interpreted, pdl_kwargs, pdl_start
+from hinfer.ops.triton.common import pdl_kwargs, pdl_start
 from hinfer.ops.triton.linear_gemm import e4m3_rne
 from hinfer.ops.triton.linear_int4 import fast_int4_ok, int4_minus8
 from hinfer.ops.triton.linear_int4_gemv import fast_gemv_ok, int4_gemv_kernel, use_tma, words_descriptor
@@ -36,18 +36,6 @@ QGROUP_C = tl.constexpr(QGROUP)
 
 
 @triton.jit
-def _norm_tile(xa, ra, nw, r_out_ptr, out_off, msk, WRITE: tl.constexpr, EMU: tl.constexpr):
-    """The NORM step on one K tile of x: s = x + r rounded to the model dtype (add_rms_norm's residual, stored
-    with WRITE), and (s * (1 + nw), s * s) in fp32: the rows' rstd, which needs all of K, scales the product once
-    at the end instead (the norm is one factor per row)."""
-    s = cast(xa + ra, r_out_ptr.dtype.element_ty, EMU)
-    if WRITE:
-        tl.store(r_out_ptr + out_off, s, mask=msk)
-    sf = s.to(tl.float32)
-    return sf * (1.0 + nw), sf * sf
-
-
-@triton.jit
 def _skinny_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr,
     M, N, K,
@@ -55,8 +43,6 @@ def _skinny_kernel(
     FMT: tl.constexpr, HAS_ZERO: tl.constexpr, FAST_INT4: tl.constexpr, EVEN_N: tl.constexpr,
     EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr, A8: tl.constexpr = False, PDL: tl.constexpr = False,
-    r_ptr=None, nw_ptr=None, r_out_ptr=None, ssq_ptr=None, stride_rm=0, eps=0.0, NORM: tl.constexpr = False,
-    EMU: tl.constexpr = False,
 ):  # fmt: skip
     pdl_start(PDL)
     pid_n = tl.program_id(0)
@@ -66,8 +52,6 @@ def _skinny_kernel(
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     n_ok = rn < N
     m_ok = rm < M
-    # NORM: x is add_rms_norm(x, r, nw)'s input; each row's sum of squares gathers over the K loop
-    ssq = tl.zeros([BLOCK_M], dtype=tl.float32)
     per_split = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
     k_lo = pid_k * per_split
     k_hi = tl.minimum(k_lo + per_split, K)
@@ -111,11 +95,6 @@ def _skinny_kernel(
                 x = tl.load(x_ptr + rk).to(tl.float32)
             else:
                 x = tl.load(x_ptr + rk, mask=rk < K, other=0.0).to(tl.float32)
-            if NORM:
-                ra = tl.load(r_ptr + rk, mask=rk < K, other=0.0).to(tl.float32)
-                nw = tl.load(nw_ptr + rk, mask=rk < K, other=0.0).to(tl.float32)
-                x, sq = _norm_tile(x, ra, nw, r_out_ptr, rk, rk < K, pid_n == 0, EMU)
-                ssq += tl.sum(sq, axis=0)
             wf = w.to(tl.float32)
             if FMT >= 2:
                 wf = wf * s[:, None]
@@ -126,14 +105,6 @@ def _skinny_kernel(
                 xt = tl.load(x_ptrs, mask=m_ok[None, :], other=0.0)
             else:
                 xt = tl.load(x_ptrs, mask=m_ok[None, :] & (rk < K)[:, None], other=0.0)
-            if NORM:
-                xm = m_ok[None, :] & (rk < K)[:, None]
-                ra = tl.load(r_ptr + rm[None, :] * stride_rm + rk[:, None], mask=xm, other=0.0).to(tl.float32)
-                nw = tl.load(nw_ptr + rk, mask=rk < K, other=0.0).to(tl.float32)
-                xn, sq = _norm_tile(xt.to(tl.float32), ra, nw[:, None], r_out_ptr, rm[None, :] * K + rk[:, None], xm,
-                                    pid_n == 0, EMU)  # fmt: skip
-                ssq += tl.sum(sq, axis=0)
-                xt = cast(xn, x_ptr.dtype.element_ty, EMU)
             if A8:  # fp8 weights, W8A8: x to e4m3 per row and 128-group here; the weight tile feeds the MMA as loaded
                 xf = xt.to(tl.float32)
                 sx = tl.math.div_rn(tl.maximum(tl.max(tl.abs(xf), axis=0), 1e-12), 448.0)
@@ -152,12 +123,8 @@ def _skinny_kernel(
     if FMT == 1:  # fp8 per output channel
         acc = acc * tl.load(s_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[:, None]
     tile = pid_m * tl.num_programs(0) + pid_n
-    if NORM:  # the rows' rstd: over this program's K slice, or every split's (store_tile gathers them)
-        store_tile(acc, rn, rm, n_ok, m_ok, y_ptr, stride_ym, part_ptr, cnt_ptr, M, N, pid_k, tile,
-                   SPLIT_K, BLOCK_N, BLOCK_M, ssq, ssq_ptr, K, eps, True)  # fmt: skip
-    else:
-        store_tile(acc, rn, rm, n_ok, m_ok, y_ptr, stride_ym, part_ptr, cnt_ptr, M, N, pid_k, tile,
-                   SPLIT_K, BLOCK_N, BLOCK_M)  # fmt: skip
+    store_tile(acc, rn, rm, n_ok, m_ok, y_ptr, stride_ym, part_ptr, cnt_ptr, M, N, pid_k, tile,
+               SPLIT_K, BLOCK_N, BLOCK_M)  # fmt: skip
 
 
 def skinny_matmul(
@@ -170,20 +137,15 @@ def skinny_matmul(
     out: torch.Tensor | None = None,
     cfg: SkinnyConfig | None = None,
     a8: bool = False,
-    norm: tuple[torch.Tensor, torch.Tensor, float, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """y [M, n] = x [M, K] @ W^T for one weight format, streaming W once. `out` may be a column slice of a
     wider row-major buffer (its row stride is honoured). `a8` (fp8 weights, M >= 2): W8A8, x quantized to e4m3
-    per row and 128-group inside the kernel (reference: hinfer.quant.fp8.Fp8Weight.matmul_ref_w8a8_decode).
-    `norm` (residual, norm weight, eps, residual out; not the int4 GEMV): x is add_rms_norm's input, summed with
-    the residual as it loads (to the residual out) and normalised: its rows' rstd scales the product (norm_skinny)."""
+    per row and 128-group inside the kernel (reference: hinfer.quant.fp8.Fp8Weight.matmul_ref_w8a8_decode)."""
     m, k = x.shape
     if x.stride(-1) != 1:
         x = x.contiguous()
     cfg = cfg or skinny_config(fmt, m, n, k)
     gemv_int4 = fmt == INT4 and cfg.block_m == 1
-    if norm is not None and gemv_int4:
-        raise ValueError("the int4 GEMV takes no norm prologue")
     if cfg.block_m == 1 and m != 1:
         raise ValueError("the GEMV path (block_m 1) takes exactly one row of x")
     if a8 and (fmt not in (FP8_ROW, FP8_BLOCK) or cfg.block_m == 1 or cfg.block_k != QGROUP):
@@ -219,14 +181,6 @@ def skinny_matmul(
         )  # fmt: skip
         return out
     fast = fmt == INT4 and zero is None and x.is_cuda and fast_int4_ok(x.device.index or 0)
-    extra = {}
-    if norm is not None:
-        residual, norm_weight, eps, r_out = norm
-        assert residual.shape == x.shape and residual.stride(-1) == 1 and r_out.is_contiguous()
-        # each split's sums of squares per row, gathered by the tile's last program (identical across N tiles)
-        ssq = torch.empty((cfg.split_k, m), dtype=torch.float32, device=x.device) if cfg.split_k > 1 else out
-        extra = dict(r_ptr=residual, nw_ptr=norm_weight, r_out_ptr=r_out, ssq_ptr=ssq, stride_rm=residual.stride(0),
-                     eps=eps, NORM=True, EMU=interpreted(_skinny_kernel))  # fmt: skip
     _skinny_kernel[grid](
         x, w, s, zero if zero is not None else s, out, part, cnt,
         m, n, k,
@@ -234,24 +188,9 @@ def skinny_matmul(
         FMT=_FMT_CODE[fmt], HAS_ZERO=zero is not None, FAST_INT4=fast,
         EVEN_N=n % cfg.block_n == 0, EVEN_K=k % cfg.block_k == 0,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=cfg.split_k, A8=a8,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_kwargs(x), **extra,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_kwargs(x),
     )  # fmt: skip
     return out
-
-
-def norm_skinny(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor, eps: float, fmt: str,
-                w: torch.Tensor, n: int, scale: torch.Tensor | None = None, cfg: SkinnyConfig | None = None,
-                a8: bool = False) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """(residual + x, rms_norm(residual + x, norm_weight) @ W^T) in one skinny launch (decode rows, any format
-    but the int4 GEMV), in the one pass over K the product makes: each program sums x and the residual as it loads
-    them (the first N tile's programs store that sum, the new residual), multiplies it by (1 + norm_weight) and
-    gathers the rows' sums of squares; their rstd scales the product at the end (split K: the tile's last
-    program gathers the splits' sums). Unlike add_rms_norm then the product, the normed rows are not rounded to
-    the model dtype first (the tensor-core path rounds x * (1 + w) instead): within the product's tolerance."""
-    if residual.stride(-1) != 1:
-        residual = residual.contiguous()
-    r_out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    return r_out, skinny_matmul(x, fmt, w, n, scale, cfg=cfg, a8=a8, norm=(residual, norm_weight, eps, r_out))
 
 
 def bf16_linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -165,11 +165,6 @@ def variants(full: bool = False) -> Iterator[Variant]:
     # with bf16 tail rows in the same launch (the GDN in_proj's b / a), ring and register loops
     yield (*int4_mma_variant(128, 8, 4, 4, True, True, 2, ring=4, tail=True, pdl=True), 0)
     yield (*int4_mma_variant(128, 8, 4, 8, True, True, 2, tail=True, pdl=True), 0)
-    # the residual add + RMSNorm in the launch (norm_matmul): ring, register loops, the GDN in_proj's tail rows
-    yield (*int4_mma_variant(128, 8, 4, 4, True, True, 2, ring=4, pdl=True, norm=True), 0)
-    yield (*int4_mma_variant(128, 8, 1, 4, True, True, 2, pdl=True, norm=True), 0)
-    yield (*int4_mma_variant(128, 8, 4, 4, True, True, 4, pdl=True, norm=True), 0)
-    yield (*int4_mma_variant(128, 8, 4, 8, True, True, 2, tail=True, pdl=True, norm=True), 0)
     # weights prefetched into L2 before the PDL wait (HINFER_INT4_L2_PREFETCH)
     yield (*int4_mma_variant(128, 8, 4, 4, True, True, 2, ring=4, pdl=True, prefetch=12), 0)
     yield (*int4_mma_variant(128, 8, 16, 4, True, True, 2, pdl=True, prefetch=4), 0)

@@ -238,62 +238,43 @@ def _b_operand(xt, BLOCK_M: gl.constexpr, DOT_B: gl.constexpr):
 
 
 @gluon.jit
-def _x_group(x_ptrs, g, GLU: gl.constexpr, glu_off, NORM: gl.constexpr = False, nrm=None, keep=1.0):
-    """Group g of x and, with NORM, its rows' sums of squares [BLOCK_M] (else 0); with GLU x is silu(gate) * up
-    of a [gate | up] row (up glu_off elements on), rounded as hinfer.ops.triton.activation.silu_mul rounds it.
-    NORM: x is add_rms_norm's input; nrm = (residual pointers like x_ptrs, norm weight pointers, residual-out
-    pointers, whether this program stores the residual); keep: 1.0, or 0.0 for a re-read group. s = x + r
-    rounded to bf16 (the new residual, stored), x becomes s * (1 + w) rounded to bf16; the rows' rstd scales
-    the product at the end (_store_y)."""
+def _x_group(x_ptrs, g, GLU: gl.constexpr, glu_off):
+    """Group g of x; with GLU x is silu(gate) * up of a [gate | up] row (up glu_off elements on), rounded as
+    hinfer.ops.triton.activation.silu_mul rounds it."""
     xv = gl.load(x_ptrs + g * GROUP)
     if GLU:
         gate = xv.to(gl.float32)
         up = gl.load(x_ptrs + g * GROUP + glu_off)
         act = (gate / (1.0 + gl.exp(-gate))).to(gl.bfloat16).to(gl.float32)
         xv = (act * up.to(gl.float32)).to(gl.bfloat16)
-    if NORM:
-        r_ptrs, nw_ptrs, ro_ptrs, write = nrm
-        sb = (xv.to(gl.float32) + gl.load(r_ptrs + g * GROUP).to(gl.float32)).to(gl.bfloat16)
-        if write:
-            gl.store(ro_ptrs + g * GROUP, sb)
-        sf = sb.to(gl.float32)
-        sq = gl.sum(gl.sum(sf * sf, axis=2), axis=1) * keep
-        xv = (sf * (1.0 + gl.load(nw_ptrs + g * GROUP).to(gl.float32))).to(gl.bfloat16)
-    else:
-        sq = 0.0
-    return xv, sq
+    return xv
 
 
 @gluon.jit
 def _group(acc, words, s, off_lo, off_hi, x_ptrs, g, zero, ones, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
            DOT_A: gl.constexpr, DOT_B: gl.constexpr, OFFSET_MMA: gl.constexpr, ROWS: gl.constexpr,
-           GLU: gl.constexpr = False, glu_off=0, NORM: gl.constexpr = False, nrm=None, keep=1.0):  # fmt: skip
-    """(acc + group g's scaled partial, the group's sums of squares of x's rows with NORM, see _x_group). x is
-    small and cache-resident: loaded here, not carried."""
-    xv, sq = _x_group(x_ptrs, g, GLU, glu_off, NORM, nrm, keep)
-    xb = _b_operand(xv, BLOCK_M, DOT_B)
+           GLU: gl.constexpr = False, glu_off=0):  # fmt: skip
+    """acc + group g's scaled partial. x is small and cache-resident: loaded here, not carried."""
+    xb = _b_operand(_x_group(x_ptrs, g, GLU, glu_off), BLOCK_M, DOT_B)
     part = mma_v2(_a_operand(words, off_lo, off_hi, BLOCK_N, DOT_A, OFFSET_MMA, ROWS), xb, zero)
     if OFFSET_MMA:  # (sum (128 + u) x - (128 + z) sum x) s, in fp32 (off_lo holds 128 + z)
         acc += (part - off_lo[:, None] * mma_v2(ones, xb, zero)) * s[:, None]
     else:
         acc += part * s[:, None]
-    return acc, sq
+    return acc
 
 
 @gluon.jit
 def _k_loop(wp, sp, zl, zr, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
             HAS_ZERO: gl.constexpr, OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr,
-            GW: gl.constexpr, PDL: gl.constexpr, GLU: gl.constexpr = False, glu_off=0, NORM: gl.constexpr = False,
-            nrm=None):  # fmt: skip
-    """(acc [BLOCK_N, BLOCK_M] over groups g_lo .. g_hi - 1, x's rows' sums of squares [BLOCK_M] over them with
-    NORM): the stripes' words from wp (+ g * GW), scales sp and zero points zl / zr (+ g * sg), x from x_ptrs
-    (+ g * 128; GLU: silu(x) * x[glu_off:], NORM: x normed as it loads, see _x_group)."""
+            GW: gl.constexpr, PDL: gl.constexpr, GLU: gl.constexpr = False, glu_off=0):  # fmt: skip
+    """acc [BLOCK_N, BLOCK_M] over groups g_lo .. g_hi - 1: the stripes' words from wp (+ g * GW), scales sp and
+    zero points zl / zr (+ g * sg), x from x_ptrs (+ g * 128; GLU: silu(x) * x[glu_off:], see _x_group)."""
     W: gl.constexpr = gl.num_warps()
     MMA: gl.constexpr = _mma_layout(W)
     DOT_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
     DOT_B: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
-    ssq = gl.zeros([BLOCK_M], gl.float32, layout=gl.SliceLayout(1, gl.SliceLayout(2, _x_layout(W))))
     zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
     ones = zero  # placeholder unless OFFSET_MMA
     if OFFSET_MMA:  # every row of mma(ones, x) is the group's sum of x: identical MMAs, emitted once
@@ -309,16 +290,13 @@ def _k_loop(wp, sp, zl, zr, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK
         for g in range(g_lo, g_hi, 2):
             w1, s1, lo1, hi1 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 1, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
-            acc, sq = _group(acc, w0, s0, lo0, hi0, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B,
-                             OFFSET_MMA, ROWS, GLU, glu_off, NORM, nrm)  # fmt: skip
-            ssq += sq
+            acc = _group(acc, w0, s0, lo0, hi0, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B,
+                         OFFSET_MMA, ROWS, GLU, glu_off)  # fmt: skip
             w0, s0, lo0, hi0 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 2, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
-            k1 = (g + 1 < g_hi).to(gl.float32)
-            acc, sq = _group(acc, w1, s1 * k1, lo1, hi1, x_ptrs, gl.minimum(g + 1, last), zero, ones, BLOCK_N,
-                             BLOCK_M, DOT_A, DOT_B, OFFSET_MMA, ROWS, GLU, glu_off, NORM,
-                             nrm, k1)  # fmt: skip
-            ssq += sq
+            acc = _group(acc, w1, s1 * (g + 1 < g_hi).to(gl.float32), lo1, hi1, x_ptrs,
+                         gl.minimum(g + 1, last), zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA,
+                         ROWS, GLU, glu_off)  # fmt: skip
     else:
         w1, s1, lo1, hi1 = _step_loads(wp, sp, zl, zr, gl.minimum(g_lo + 1, last), sg, HAS_ZERO,
                                             OFFSET_MMA, GW)  # fmt: skip
@@ -328,31 +306,24 @@ def _k_loop(wp, sp, zl, zr, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK
         for g in range(g_lo, g_hi, 4):
             w3, s3, lo3, hi3 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 3, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
-            acc, sq = _group(acc, w0, s0, lo0, hi0, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B,
-                             OFFSET_MMA, ROWS, GLU, glu_off, NORM, nrm)  # fmt: skip
-            ssq += sq
+            acc = _group(acc, w0, s0, lo0, hi0, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B,
+                         OFFSET_MMA, ROWS, GLU, glu_off)  # fmt: skip
             w0, s0, lo0, hi0 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 4, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
-            k1 = (g + 1 < g_hi).to(gl.float32)
-            acc, sq = _group(acc, w1, s1 * k1, lo1, hi1, x_ptrs, gl.minimum(g + 1, last), zero, ones, BLOCK_N,
-                             BLOCK_M, DOT_A, DOT_B, OFFSET_MMA, ROWS, GLU, glu_off, NORM,
-                             nrm, k1)  # fmt: skip
-            ssq += sq
+            acc = _group(acc, w1, s1 * (g + 1 < g_hi).to(gl.float32), lo1, hi1, x_ptrs,
+                         gl.minimum(g + 1, last), zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA,
+                         ROWS, GLU, glu_off)  # fmt: skip
             w1, s1, lo1, hi1 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 5, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
-            k2 = (g + 2 < g_hi).to(gl.float32)
-            acc, sq = _group(acc, w2, s2 * k2, lo2, hi2, x_ptrs, gl.minimum(g + 2, last), zero, ones, BLOCK_N,
-                             BLOCK_M, DOT_A, DOT_B, OFFSET_MMA, ROWS, GLU, glu_off, NORM,
-                             nrm, k2)  # fmt: skip
-            ssq += sq
+            acc = _group(acc, w2, s2 * (g + 2 < g_hi).to(gl.float32), lo2, hi2, x_ptrs,
+                         gl.minimum(g + 2, last), zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA,
+                         ROWS, GLU, glu_off)  # fmt: skip
             w2, s2, lo2, hi2 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 6, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
-            k3 = (g + 3 < g_hi).to(gl.float32)
-            acc, sq = _group(acc, w3, s3 * k3, lo3, hi3, x_ptrs, gl.minimum(g + 3, last), zero, ones, BLOCK_N,
-                             BLOCK_M, DOT_A, DOT_B, OFFSET_MMA, ROWS, GLU, glu_off, NORM,
-                             nrm, k3)  # fmt: skip
-            ssq += sq
-    return acc, ssq
+            acc = _group(acc, w3, s3 * (g + 3 < g_hi).to(gl.float32), lo3, hi3, x_ptrs,
+                         gl.minimum(g + 3, last), zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA,
+                         ROWS, GLU, glu_off)  # fmt: skip
+    return acc
 
 
 @gluon.constexpr_function
@@ -379,8 +350,7 @@ def _ring_issue(w_smem, s_smem, z_smem, w_ptrs, s_ptrs, z_ptrs, g, sg, stage, HA
 
 @gluon.jit
 def _k_loop_ring(wp, s_base, z_base, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
-                 HAS_ZERO: gl.constexpr, RING: gl.constexpr, GW: gl.constexpr, PDL: gl.constexpr,
-                 NORM: gl.constexpr = False, nrm=None):  # fmt: skip
+                 HAS_ZERO: gl.constexpr, RING: gl.constexpr, GW: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
     """_k_loop with the weights streamed through a shared-memory ring of RING groups (cp.async): RING - 1 groups
     in flight per program without holding them in registers. Each thread copies, and later reads, its own 16
     bytes of words; the scales / zeros rows are copied by a few threads and read by all, hence one barrier per
@@ -403,7 +373,6 @@ def _k_loop_ring(wp, s_base, z_base, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constex
     s_ptrs = s_base + gl.arange(0, BLOCK_N, layout=LS)
     z_ptrs = z_base + gl.arange(0, BLOCK_N, layout=LZ)
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
-    ssq = gl.zeros([BLOCK_M], gl.float32, layout=gl.SliceLayout(1, gl.SliceLayout(2, _x_layout(W))))
     zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
     ones = gl.full([BLOCK_N, GROUP], 1.0, gl.bfloat16, layout=DOT_A)
     last = gl.maximum(g_hi - 1, 0)  # slots past the end re-read the last group (cache hits), never used
@@ -424,11 +393,9 @@ def _k_loop_ring(wp, s_base, z_base, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constex
         nxt = j + RING - 1
         _ring_issue(w_smem, s_smem, z_smem, wp, s_ptrs, z_ptrs, gl.minimum(g_lo + nxt, last), sg, nxt % RING,
                     HAS_ZERO, GW)  # fmt: skip
-        acc, sq = _group(acc, words, s, c, c, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, True, False,
-                         False, 0, NORM, nrm)  # fmt: skip
-        ssq += sq
+        acc = _group(acc, words, s, c, c, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, True, False)
     async_copy.wait_group(0)
-    return acc, ssq
+    return acc
 
 
 @gluon.jit
@@ -437,13 +404,10 @@ def int4_mma_kernel(
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
     OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, RING: gl.constexpr = 0,
     PDL: gl.constexpr = False, t_ptr=None, TAIL_N=0, stride_tn=0, TAIL: gl.constexpr = False,
-    PREFETCH: gl.constexpr = 0, r_ptr=None, nw_ptr=None, ro_ptr=None, ssq_ptr=None, stride_rm=0, eps=0.0,
-    NORM: gl.constexpr = False,
+    PREFETCH: gl.constexpr = 0,
 ):  # fmt: skip
     """y[:, :N] = x @ W^T (int4 tiles) and, with TAIL, y[:, N:N + TAIL_N] = x @ tail^T (bf16 rows) in one launch.
-    PREFETCH: groups of the program's weights prefetched into L2 before the PDL wait (fragment order). NORM: x is
-    add_rms_norm(x, r, nw)'s input, r + x goes to ro (int4_mma_matmul's `norm`)."""
-    nrm_args = (r_ptr, nw_ptr, ro_ptr, ssq_ptr, stride_rm, eps)
+    PREFETCH: groups of the program's weights prefetched into L2 before the PDL wait (fragment order)."""
     # rows of x in blocks of BLOCK_M along the fastest grid axis: the blocks of one weight tile run together,
     # so all but the first read it from L2
     pid_m = gl.program_id(0)
@@ -453,52 +417,39 @@ def int4_mma_kernel(
         if pid_n >= N // BLOCK_N:
             if pid_k == 0:
                 _tail_rows(x_ptr, t_ptr, y_ptr + N, (pid_n - N // BLOCK_N) * gl.num_warps(), TAIL_N, M, pid_m * BLOCK_M,
-                           K, stride_xm, stride_ym, stride_tn, BLOCK_M, PDL, NORM, nrm_args)  # fmt: skip
+                           K, stride_xm, stride_ym, stride_tn, BLOCK_M, PDL)  # fmt: skip
         else:
             _tile_program(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
                           stride_sg, stride_sn, pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K,
-                          OFFSET_MMA, DEPTH, ROWS, RING, PDL, PREFETCH, NORM, nrm_args)  # fmt: skip
+                          OFFSET_MMA, DEPTH, ROWS, RING, PDL, PREFETCH)  # fmt: skip
     else:
         _tile_program(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg,
                       stride_sn, pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K, OFFSET_MMA, DEPTH, ROWS,
-                      RING, PDL, PREFETCH, NORM, nrm_args)  # fmt: skip
+                      RING, PDL, PREFETCH)  # fmt: skip
 
 
 @gluon.jit
 def _tail_rows(x_ptr, t_ptr, y_ptr, row0, TAIL_N, M, m0, K, stride_xm, stride_ym, stride_tn,
-               BLOCK_M: gl.constexpr, PDL: gl.constexpr, NORM: gl.constexpr = False, nrm_args=None):  # fmt: skip
+               BLOCK_M: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
     """y[m, r] = x[m] . tail[r] for num_warps tail rows from row0 (one per warp) and the x rows m0 .. m0 + BLOCK_M,
     on CUDA cores in fp32 (64 bytes per thread and step: K in steps of 1024), rounded once to bf16: rows kept in
     the model dtype (the GDN in_proj's b / a, hinfer.quant.apply.RowSplitWeight) computed in the same launch as
-    the int4 rows. Each row is reduced inside its warp (shuffles; no shared memory, no barrier). NORM: x is
-    add_rms_norm's input, normed as it loads (s * (1 + w), the rows' rstd after the dot, as the int4 tiles do)."""
+    the int4 rows. Each row is reduced inside its warp (shuffles; no shared memory, no barrier)."""
     W: gl.constexpr = gl.num_warps()
     L: gl.constexpr = gl.BlockedLayout([1, 32], [1, 32], [W, 1], [1, 0])
     CH: gl.constexpr = 1024
     r = row0 + gl.arange(0, W, layout=gl.SliceLayout(1, L))
     kk = gl.arange(0, CH, layout=gl.SliceLayout(0, L))
-    if NORM:
-        r_ptr, nw_ptr, _, _, stride_rm, eps = nrm_args
     _pdl_start(PDL)
     for mi in range(m0, gl.minimum(m0 + BLOCK_M, M)):
         acc = gl.zeros([W, CH], gl.float32, layout=L)
-        ssq = gl.zeros([CH], gl.float32, layout=gl.SliceLayout(0, L))
         for k0 in range(0, K, CH):
             k_ok = (k0 + kk) < K
             wv = gl.load(t_ptr + r.to(gl.int64)[:, None] * stride_tn + (k0 + kk)[None, :],
                          mask=(r < TAIL_N)[:, None] & k_ok[None, :], other=0.0).to(gl.float32)  # fmt: skip
             xv = gl.load(x_ptr + mi * stride_xm + k0 + kk, mask=k_ok, other=0.0).to(gl.float32)
-            if NORM:
-                rv = gl.load(r_ptr + mi * stride_rm + k0 + kk, mask=k_ok, other=0.0).to(gl.float32)
-                sf = (xv + rv).to(gl.bfloat16).to(gl.float32)
-                ssq += sf * sf
-                nw = gl.load(nw_ptr + k0 + kk, mask=k_ok, other=0.0).to(gl.float32)
-                xv = (sf * (1.0 + nw)).to(gl.bfloat16).to(gl.float32)
             acc += wv * xv[None, :]
-        dot = gl.sum(acc, axis=1)
-        if NORM:
-            dot = dot * gl.rsqrt(gl.sum(ssq, axis=0) / K + eps)
-        gl.store(y_ptr + mi * stride_ym + r, dot.to(gl.bfloat16), mask=r < TAIL_N)
+        gl.store(y_ptr + mi * stride_ym + r, gl.sum(acc, axis=1).to(gl.bfloat16), mask=r < TAIL_N)
 
 
 @gluon.jit
@@ -506,7 +457,7 @@ def _tile_program(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg, stride_sn,
     pid_m, pid_n, pid_k, HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
     SPLIT_K: gl.constexpr, OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, RING: gl.constexpr,
-    PDL: gl.constexpr, PREFETCH: gl.constexpr = 0, NORM: gl.constexpr = False, nrm_args=None,
+    PDL: gl.constexpr, PREFETCH: gl.constexpr = 0,
 ):  # fmt: skip
     """One program of int4_mma_kernel: BLOCK_N rows of W, BLOCK_M rows of x, its 1/SPLIT_K of the groups."""
     W: gl.constexpr = gl.num_warps()
@@ -539,62 +490,39 @@ def _tile_program(
     xt = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, LX)))[None, :, None]
     xj = gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, LX)))[None, None, :]
     # rows of x past M re-read row M - 1 (their outputs are not stored): unmasked loads, no zero fill
-    x_row = gl.minimum(pid_m * BLOCK_M + xn, M - 1)
-    x_ptrs = x_ptr + x_row * stride_xm + xt * 32 + xj
-    nrm = None
-    if NORM:  # the residual and norm weight beside x; the first N tile's programs store the new residual
-        r_ptr, nw_ptr, ro_ptr, _, stride_rm, _ = nrm_args
-        nrm = (r_ptr + x_row * stride_rm + xt * 32 + xj, nw_ptr + xt * 32 + xj, ro_ptr + x_row * K + xt * 32 + xj,
-               pid_n == 0)  # fmt: skip
+    x_ptrs = x_ptr + gl.minimum(pid_m * BLOCK_M + xn, M - 1) * stride_xm + xt * 32 + xj
 
     if RING > 0:  # fragment order: a group's scales / zeros are BLOCK_N contiguous entries of row g
-        acc, ssq = _k_loop_ring(w_ptrs, s_ptr + pid_n * BLOCK_N, z_ptr + pid_n * BLOCK_N, stride_sg, x_ptrs, g_lo,
-                                g_hi, BLOCK_N, BLOCK_M, HAS_ZERO, RING, GW, PDL, NORM, nrm)  # fmt: skip
+        acc = _k_loop_ring(w_ptrs, s_ptr + pid_n * BLOCK_N, z_ptr + pid_n * BLOCK_N, stride_sg, x_ptrs, g_lo, g_hi,
+                           BLOCK_N, BLOCK_M, HAS_ZERO, RING, GW, PDL)  # fmt: skip
     else:
-        acc, ssq = _k_loop(w_ptrs, s_ptrs, z_lo, z_rows, stride_sg, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO,
-                           OFFSET_MMA, DEPTH, ROWS, GW, PDL, False, 0, NORM, nrm)  # fmt: skip
+        acc = _k_loop(w_ptrs, s_ptrs, z_lo, z_rows, stride_sg, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO,
+                      OFFSET_MMA, DEPTH, ROWS, GW, PDL)  # fmt: skip
 
-    _store_y(acc, rows, y_ptr, part_ptr, cnt_ptr, M, N, stride_ym, pid_m, pid_n, pid_k, BLOCK_N, BLOCK_M, SPLIT_K,
-             NORM, ssq, nrm_args, K)  # fmt: skip
+    _store_y(acc, rows, y_ptr, part_ptr, cnt_ptr, M, N, stride_ym, pid_m, pid_n, pid_k, BLOCK_N, BLOCK_M, SPLIT_K)
 
 
 @gluon.jit
 def _store_y(acc, rows, y_ptr, part_ptr, cnt_ptr, M, N, stride_ym, pid_m, pid_n, pid_k, BLOCK_N: gl.constexpr,
-             BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr, NORM: gl.constexpr = False, ssq=None, nrm_args=None,
-             K=1):  # fmt: skip
+             BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr):  # fmt: skip
     """The epilogue: y[m, n] = acc[n, m] (rows: acc's rows of W, in its layout's row slice); split-K partials
-    reduced by the last program to arrive, in split order (linear_splitk's counters). NORM: each row of x's rstd
-    from its sums of squares `ssq` (this program's groups; with split K, every split's, gathered through
-    ssq_ptr [SPLIT_K, M], which every N tile writes alike) scales its column."""
+    reduced by the last program to arrive, in split order (linear_splitk's counters)."""
     MMA: gl.constexpr = acc.type.layout
     ym = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
     out_mask = (ym < M)[None, :] & (rows < N)[:, None]
     y_ptrs = y_ptr + ym[None, :] * stride_ym + rows[:, None]
-    if NORM:
-        ssq = gl.convert_layout(ssq, gl.SliceLayout(0, MMA))
-        ssq_ptr = nrm_args[3]
-        eps = nrm_args[5]
     if SPLIT_K == 1:
-        if NORM:
-            acc = acc * gl.rsqrt(ssq / K + eps)[None, :]
         gl.store(y_ptrs, acc.to(gl.bfloat16), mask=out_mask)
     else:
         p_off = ym[None, :].to(gl.int64) * N + rows[:, None]
         gl.store(part_ptr + pid_k * M * N + p_off, acc, mask=out_mask)
-        if NORM:
-            gl.store(ssq_ptr + pid_k * M + ym, ssq, mask=ym < M)
         gl.thread_barrier()  # every thread's partial is written before the release below
         cnt_ptr += pid_m * gl.num_programs(1) + pid_n
         arrived = gl.atomic_add(cnt_ptr, 1, sem="acq_rel")
         if arrived == SPLIT_K - 1:
             total = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
-            sq = gl.zeros([BLOCK_M], gl.float32, layout=gl.SliceLayout(0, MMA))
             for i in gl.static_range(SPLIT_K):
                 total += gl.load(part_ptr + i * M * N + p_off, mask=out_mask, other=0.0, cache_modifier=".cg")
-                if NORM:
-                    sq += gl.load(ssq_ptr + i * M + ym, mask=ym < M, other=0.0, cache_modifier=".cg")
-            if NORM:
-                total = total * gl.rsqrt(sq / K + eps)[None, :]
             gl.store(y_ptrs, total.to(gl.bfloat16), mask=out_mask)
             gl.atomic_xchg(cnt_ptr, 0)
 
@@ -602,22 +530,17 @@ def _store_y(acc, rows, y_ptr, part_ptr, cnt_ptr, M, N, stride_ym, pid_m, pid_n,
 def int4_mma_variant(
     block_n: int, block_m: int, split_k: int, warps: int, zero: bool, offset_mma: bool = True, depth: int = 2,
     rows: bool = False, ring: int = 0, tail: bool = False, pdl: bool = False, prefetch: int = 0,
-    norm: bool = False,
 ):
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
            "y_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
            "stride_xm": "i32", "stride_ym": "i32", "stride_sg": "i32", "stride_sn": "i32", "t_ptr": "*bf16",
            "TAIL_N": "i32", "stride_tn": "i32"}  # fmt: skip
-    if norm:
-        sig |= {"r_ptr": "*bf16", "nw_ptr": "*bf16", "ro_ptr": "*bf16", "ssq_ptr": "*fp32", "stride_rm": "i32",
-                "eps": "fp32"}  # fmt: skip
     cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, OFFSET_MMA=offset_mma,
-               DEPTH=depth, ROWS=rows, RING=ring, TAIL=tail, PDL=pdl, PREFETCH=prefetch, NORM=norm)  # fmt: skip
+               DEPTH=depth, ROWS=rows, RING=ring, TAIL=tail, PDL=pdl, PREFETCH=prefetch)  # fmt: skip
     name = (f"int4 mma{' rows' if rows else ''}{' asym' if zero else ''}{'' if offset_mma else ' fma-offset'} BLOCK_N={block_n} "
             f"BLOCK_M={block_m} split {split_k} w{warps} {f'ring {ring}' if ring else f'depth {depth}'}"
-            f"{' tail' if tail else ''}{' pdl' if pdl else ''}{f' l2 prefetch {prefetch}' if prefetch else ''}"
-            f"{' norm' if norm else ''}")  # fmt: skip
+            f"{' tail' if tail else ''}{' pdl' if pdl else ''}{f' l2 prefetch {prefetch}' if prefetch else ''}")  # fmt: skip
     return name, int4_mma_kernel, sig, cex, warps
 
 
@@ -636,7 +559,6 @@ class Int4Tensors(Protocol):
 def int4_mma_matmul(
     x: torch.Tensor, w: Int4Tensors, out: torch.Tensor | None = None, cfg: SkinnyConfig | None = None,
     offset_mma: bool | None = None, tail: torch.Tensor | None = None,
-    norm: tuple[torch.Tensor, torch.Tensor, float, torch.Tensor] | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """y [M, N] = x [M, K] @ W^T (bf16), 1 <= M <= 64: W in fragment order (Int4MmaWeight) or in hinfer.quant.int4's
     row layout (Int4Weight, group 128: each thread then loads 16 bytes of two rows, g and g + 8, which hold the
@@ -644,11 +566,7 @@ def int4_mma_matmul(
     the tile's fma_offset): take (128 + z) sum x off each group's partial (sum x from a second MMA against ones);
     False (fragment order only): one bf16x2 fma per weight register subtracts 128 + z before the MMA.
     `tail` [T, K] bf16: rows computed in the same launch on CUDA cores into out[:, N:N + T] (`out` is then the
-    whole [M, N + T] output, given). `norm` (residual, norm weight, eps, residual out [M, K]): x is add_rms_norm's
-    input, summed with the residual as it loads (to the residual out: the first N tile's programs store it) and
-    normed: x * (1 + w) into the MMA, the rows' rstd scaling the product (split K gathers the splits' sums of
-    squares); the tail rows too. The normed rows are not rounded before the product as add_rms_norm rounds them:
-    within the product's tolerance."""
+    whole [M, N + T] output, given)."""
     m, k = x.shape
     rows = hasattr(w, "qweight")  # the row layout (Int4Weight); else fragment order (Int4MmaWeight)
     n = w.shape[0]
@@ -680,24 +598,12 @@ def int4_mma_matmul(
         words, sg, sn = w.qweight, 1, w.scales.shape[1]  # type: ignore[attr-defined]
     else:  # [G, N]
         words, sg, sn = w.words, n, 1  # type: ignore[attr-defined]
-    extra = {}
-    if norm is not None:
-        residual, norm_weight, eps, r_out = norm
-        if (residual.shape != x.shape or residual.stride(-1) != 1 or tuple(r_out.shape) != (m, k)
-                or not r_out.is_contiguous() or norm_weight.shape != (k,)
-                or not norm_weight.is_contiguous()):  # fmt: skip
-            raise ValueError("int4 mma: the norm takes a residual like x (unit stride), a contiguous [K] weight and "
-                             "a contiguous [M, K] residual out")  # fmt: skip
-        # each split's sums of squares per row of x, gathered by a tile's last program
-        ssq = torch.empty((split, m), dtype=torch.float32, device=x.device) if split > 1 else part
-        extra = dict(r_ptr=residual, nw_ptr=norm_weight, ro_ptr=r_out, ssq_ptr=ssq, stride_rm=residual.stride(0),
-                     eps=eps, NORM=True)  # fmt: skip
     int4_mma_kernel[grid](
         x, words, w.scales, w.zeros if w.zeros is not None else w.scales, out, part, cnt, m, n, k,
         x.stride(0), out.stride(0), sg, sn,
         HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split,
         OFFSET_MMA=offset_mma, DEPTH=cfg.num_stages, ROWS=rows, RING=cfg.ring, num_warps=warps,
         t_ptr=x if tail is None else tail, TAIL_N=tail_n, stride_tn=0 if tail is None else tail.stride(0),
-        TAIL=tail is not None, PREFETCH=0 if rows else int4_l2_prefetch(), **pdl_kwargs(x), **extra,
+        TAIL=tail is not None, PREFETCH=0 if rows else int4_l2_prefetch(), **pdl_kwargs(x),
     )  # fmt: skip
     return out

@@ -18,33 +18,21 @@ COUNTERS = 1 << 16
 def store_tile(
     acc, rn, rm, n_ok, m_ok, y_ptr, stride_ym, part_ptr, cnt_ptr, M, N, pid_k, tile,
     SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr,
-    ssq=None, ssq_ptr=None, K=1, eps=0.0, RMS: tl.constexpr = False,
 ):  # fmt: skip
-    """acc fp32 [BLOCK_N, BLOCK_M] -> y[rm, rn] (rows of y are the M rows of x), reduced over the K splits. RMS:
-    each column (a row of x) is scaled by rsqrt(sum of squares / K + eps), the sums `ssq` [BLOCK_M] of this
-    program's K slice gathered over the splits through ssq_ptr [SPLIT_K, M] (every N tile writes the same)."""
+    """acc fp32 [BLOCK_N, BLOCK_M] -> y[rm, rn] (rows of y are the M rows of x), reduced over the K splits."""
     out_mask = n_ok[:, None] & m_ok[None, :]
     y_ptrs = y_ptr + rm[None, :] * stride_ym + rn[:, None]
     if SPLIT_K == 1:
-        if RMS:
-            acc = acc * tl.rsqrt(ssq / K + eps)[None, :]
         tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=out_mask)
     else:
         p_off = rm[None, :].to(tl.int64) * N + rn[:, None]
         tl.store(part_ptr + pid_k * M * N + p_off, acc, mask=out_mask)
-        if RMS:
-            tl.store(ssq_ptr + pid_k * M + rm, ssq, mask=m_ok)
         tl.debug_barrier()  # every thread's partial is written before the release below
         arrived = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel")
         if arrived == SPLIT_K - 1:
             total = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-            sq = tl.zeros([BLOCK_M], dtype=tl.float32)
             for i in tl.static_range(SPLIT_K):  # fixed order: the sum does not depend on arrival order
                 total += tl.load(part_ptr + i * M * N + p_off, mask=out_mask, other=0.0, cache_modifier=".cg")
-                if RMS:
-                    sq += tl.load(ssq_ptr + i * M + rm, mask=m_ok, other=0.0, cache_modifier=".cg")
-            if RMS:
-                total = total * tl.rsqrt(sq / K + eps)[None, :]
             tl.store(y_ptrs, total.to(y_ptr.dtype.element_ty), mask=out_mask)
             tl.atomic_xchg(cnt_ptr + tile, 0)
 
