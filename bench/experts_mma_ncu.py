@@ -25,7 +25,6 @@ from bench.moe_kernels import MODELS, _random_int4  # noqa: E402
 
 
 def main() -> None:
-    from hinfer.ops.triton.moe import silu_in_gate_up
     from hinfer.ops.triton.moe_int4_mma import experts_mma
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
     from hinfer.ops.triton.tiles.moe import experts_mma_tile
@@ -43,10 +42,10 @@ def main() -> None:
     r = Routing(a.t, k, e, torch.Generator().manual_seed(a.seed))
     n, kk = (2 * i, h) if a.proj == "gate_up" else (h, i)
     w = _random_int4(e, n, kk, False)
-    act = silu_in_gate_up()  # the gate_up writes silu(gate) * up, the down reads it (else [gate | up] rows)
+    # the gate_up writes silu(gate) * up [pairs, I], the down reads it
     x = torch.randn(a.t, h, device="cuda").bfloat16() if a.proj == "gate_up" else \
-        torch.randn(a.t * k, i if act else 2 * i, device="cuda").bfloat16()  # fmt: skip
-    y = torch.empty(a.t * k, n // 2 if act and a.proj == "gate_up" else n, device="cuda", dtype=torch.bfloat16)
+        torch.randn(a.t * k, i, device="cuda").bfloat16()  # fmt: skip
+    y = torch.empty(a.t * k, n // 2 if a.proj == "gate_up" else n, device="cuda", dtype=torch.bfloat16)
     if a.tile:
         bn, split, warps, depth = (int(v) for v in a.tile.split(","))
         cfg = SkinnyConfig(bn, 128, BM, split, warps, depth)
@@ -56,10 +55,10 @@ def main() -> None:
     for _ in range(a.launches):
         if a.proj == "gate_up":
             experts_mma(x, w, y, r.blocks, BM, r.flat, r.sorted, r.bexp, r.brows, r.direct, xdiv=k, cfg=cfg,
-                        act=act)  # fmt: skip
+                        act=True)  # fmt: skip
         else:
             experts_mma(x, w, y, r.blocks, BM, r.flat, r.sorted, r.bexp, r.brows, r.direct, xdiv=1, tw=r.tw,
-                        glu=not act, cfg=cfg)  # fmt: skip
+                        cfg=cfg)  # fmt: skip
     torch.cuda.synchronize()
 
 

@@ -24,7 +24,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.moe_kernels import MAX_LAYER_BYTES, MODELS, _graph_us, _random_int4  # noqa: E402
 from bench.tile_sweep import time_tiles  # noqa: E402
-from hinfer.ops.triton.moe import silu_in_gate_up  # noqa: E402
 from hinfer.ops.triton.moe_align import align  # noqa: E402
 from hinfer.ops.triton.moe_int4_mma import experts_mma  # noqa: E402
 from hinfer.ops.triton.tiles.forms import MOE_INT4_MMA, SkinnyConfig  # noqa: E402
@@ -72,9 +71,8 @@ def sweep(name: str, t: int, gen: torch.Generator, splits: tuple[int, ...] = (1,
     routes = [Routing(t, k, e, gen) for _ in range(n_layers)]
     pairs = t * k
     x = torch.randn(t, h, device="cuda").bfloat16()
-    act = silu_in_gate_up()  # the gate_up writes silu(gate) * up, the down reads it (else [gate | up] rows)
-    hid = torch.randn(pairs, i if act else 2 * i, device="cuda").bfloat16()
-    y_gu = torch.empty(pairs, i if act else 2 * i, device="cuda", dtype=torch.bfloat16)
+    hid = torch.randn(pairs, i, device="cuda").bfloat16()  # the gate_up writes silu(gate) * up, the down reads it
+    y_gu = torch.empty(pairs, i, device="cuda", dtype=torch.bfloat16)
     y_dn = torch.empty(pairs, h, device="cuda", dtype=torch.bfloat16)
     rows = []
     for proj, (n, kk) in (("gate_up", (2 * i, h)), ("down", (h, i))):
@@ -83,10 +81,10 @@ def sweep(name: str, t: int, gen: torch.Generator, splits: tuple[int, ...] = (1,
                 r = routes[j]
                 if proj == "gate_up":
                     experts_mma(x, gu[j], y_gu, r.blocks, BM, r.flat, r.sorted, r.bexp, r.brows, r.direct, xdiv=k,
-                                cfg=cfg, act=act)  # fmt: skip
+                                cfg=cfg, act=True)  # fmt: skip
                 else:
                     experts_mma(hid, dn[j], y_dn, r.blocks, BM, r.flat, r.sorted, r.bexp, r.brows, r.direct, xdiv=1,
-                                tw=r.tw, glu=not act, cfg=cfg)  # fmt: skip
+                                tw=r.tw, cfg=cfg)  # fmt: skip
 
         blocks = routes[0].blocks
         default = experts_mma_tile(pairs, n, kk, blocks)

@@ -165,27 +165,6 @@ def test_experts_int4_real_shapes(tm, weights, seed, t, zero_point, monkeypatch)
         _check(ref.moe_experts_ref(x, wqgu, wqdn, top_w, top_i), want, seed, "int4 reference body")
 
 
-def test_experts_int4_down_takes_silu_mul_as_it_loads(tm, weights, seed):
-    """The tensor-core down projection on gate_up's [gate | up] rows (GLU) equals it on silu_mul's output, bit
-    for bit: the same rounding of silu(gate) and of the product, then the same MMAs."""
-    from hinfer.ops.triton.activation import silu_mul
-    from hinfer.ops.triton.moe_int4 import Int4Experts
-    from hinfer.ops.triton.moe_int4_mma import experts_mma
-    from hinfer.quant.experts import quantize_experts_int4
-
-    name, wgu, wd = weights
-    wq = quantize_experts_int4(wd, zero_point=True)
-    dn = Int4Experts(wq.qweight, wq.scales, wq.zeros, wq.in_features)
-    i = wd.shape[2]
-    hid = (torch.randn(K, 2 * i, device="cuda") * 2).bfloat16()  # one token's K pairs (direct blocks)
-    top_w, top_i = ref.moe_route_ref(torch.randn(1, E, device="cuda").bfloat16(), K)
-    ids, tw = top_i.reshape(-1).contiguous(), top_w.reshape(-1).float().contiguous()
-    a = experts_mma(hid, dn, torch.empty(K, wd.shape[1], device="cuda").bfloat16(), K, 8, ids, ids, ids, ids,
-                    True, xdiv=1, tw=tw, glu=True)  # fmt: skip
-    b = experts_mma(silu_mul(hid), dn, torch.empty_like(a), K, 8, ids, ids, ids, ids, True, xdiv=1, tw=tw)
-    assert torch.equal(a, b), f"seed {seed}: {name}"
-
-
 @pytest.mark.parametrize("t", [1, 8])
 @pytest.mark.parametrize("tile", [None, (64, 1), (64, 4), (128, 2)])
 def test_experts_int4_gate_up_writes_silu_mul(tm, weights, seed, t, tile):
@@ -238,7 +217,7 @@ def test_experts_int4_split_k(tm, weights, seed, t):
               for q in (quantize_experts_int4(w, zero_point=True) for w in (wgu, wd)))  # fmt: skip
     h, i = wgu.shape[2], wd.shape[2]
     x = torch.randn(t, h, device="cuda").bfloat16()
-    hid = (torch.randn(t * K, 2 * i, device="cuda") * 2).bfloat16()
+    hid = (torch.randn(t * K, i, device="cuda") * 2).bfloat16()  # silu(gate) * up, as the gate_up writes it
     top_w, top_i = ref.moe_route_ref(torch.randn(t, E, device="cuda").bfloat16(), K)
     ids, tw = top_i.reshape(-1).contiguous(), top_w.reshape(-1).float().contiguous()
     if t == 1:
@@ -249,10 +228,10 @@ def test_experts_int4_split_k(tm, weights, seed, t):
 
     def run(split: int) -> tuple[torch.Tensor, torch.Tensor]:
         cfg = SkinnyConfig(64, 128, 8, split, 2, 4)
-        a = experts_mma(x, gu, torch.empty(t * K, 2 * i, device="cuda").bfloat16(), blocks, 8, ids, sorted_, bexp,
-                        brows, direct, xdiv=K, cfg=cfg)  # fmt: skip
+        a = experts_mma(x, gu, torch.empty(t * K, i, device="cuda").bfloat16(), blocks, 8, ids, sorted_, bexp,
+                        brows, direct, xdiv=K, cfg=cfg, act=True)  # fmt: skip
         b = experts_mma(hid, dn, torch.empty(t * K, h, device="cuda").bfloat16(), blocks, 8, ids, sorted_, bexp,
-                        brows, direct, xdiv=1, tw=tw, glu=True, cfg=cfg)  # fmt: skip
+                        brows, direct, xdiv=1, tw=tw, cfg=cfg)  # fmt: skip
         return a, b
 
     base = run(1)

@@ -175,31 +175,25 @@ def variants(full: bool = False) -> Iterator[Variant]:
                                                  (128, 32, 4, 8, True), (128, 32, 1, 8, False), (256, 64, 1, 8, True)):  # fmt: skip
         yield (*int4_wgmma_variant(block_n, block_m, split, warps, zero, pdl=True), 0)
     yield (*experts_mma_variant(128, 8, 8, True, True, 8, False), 0)
-    yield (*experts_mma_variant(64, 8, 4, True, False, 1, True, glu=True, pdl=True), 0)
-    # the tuned experts tiles: few warps over 32-64 rows, the register look-ahead 3 groups deep
-    for v in (experts_mma_variant(32, 8, 2, True, True, 9, False, depth=4, pdl=True),
-              experts_mma_variant(32, 8, 1, True, True, 1, True, depth=4, glu=True, pdl=True),
-              experts_mma_variant(128, 8, 2, True, False, 1, True, depth=2, glu=True, pdl=True),
-              # K split over programs, partials summed by the last to arrive
-              experts_mma_variant(64, 8, 2, True, True, 9, False, depth=4, pdl=True, split=4),
-              experts_mma_variant(64, 8, 2, True, False, 1, True, depth=4, glu=True, pdl=True, split=2),
-              # the down launch summing each token's slots (direct at one token; aligned blocks at 8)
-              experts_mma_variant(128, 8, 2, True, True, 1, True, depth=2, glu=True, pdl=True, topk=9),
-              experts_mma_variant(64, 8, 2, True, False, 1, True, depth=4, glu=True, pdl=True, split=2, topk=9),
-              experts_mma_variant(32, 8, 1, True, True, 1, True, depth=4, glu=True, pdl=True, topk=9),
-              experts_mma_variant(128, 8, 2, True, False, 1, True, depth=2, glu=True, pdl=True, topk=9),
-              # the one-token tiles: gate_up in 4 (35B-A3B) or 2 (122B-A10B) K splits, down 256 wide over 8 warps
-              experts_mma_variant(64, 8, 4, True, True, 9, False, depth=4, pdl=True, split=4),
-              experts_mma_variant(128, 8, 4, True, True, 9, False, depth=4, pdl=True, split=2),
-              experts_mma_variant(256, 8, 8, True, True, 1, True, depth=2, glu=True, pdl=True, topk=9),
-              # gate_up writing silu(gate) * up (its stripes pair gate and up rows), the down reading it as is
-              experts_mma_variant(64, 8, 4, True, True, 9, False, depth=4, pdl=True, split=4, act=True),
-              experts_mma_variant(128, 8, 4, True, True, 9, False, depth=4, pdl=True, split=2, act=True),
+    yield (*experts_mma_variant(64, 8, 4, True, False, 1, True, pdl=True), 0)
+    # the tuned experts tiles: few warps over 32-64 rows, the register look-ahead 3 groups deep; the gate_up
+    # writes silu(gate) * up (act: its stripes pair gate and up rows), the down scales rows by the routing weights
+    for v in (experts_mma_variant(32, 8, 2, True, True, 9, False, depth=4, pdl=True, act=True),
               experts_mma_variant(32, 8, 2, True, False, 9, False, depth=4, pdl=True, act=True),
+              experts_mma_variant(32, 8, 1, True, True, 1, True, depth=4, pdl=True),
+              experts_mma_variant(128, 8, 2, True, False, 1, True, depth=2, pdl=True),
+              # K split over programs, partials summed by the last to arrive
+              experts_mma_variant(64, 8, 4, True, True, 9, False, depth=4, pdl=True, split=4, act=True),
               experts_mma_variant(128, 8, 4, True, True, 9, False, depth=4, pdl=True, split=4, act=True),
+              experts_mma_variant(128, 8, 4, True, True, 9, False, depth=4, pdl=True, split=2, act=True),
+              experts_mma_variant(64, 8, 2, True, False, 1, True, depth=4, pdl=True, split=2),
+              # the down launch summing each token's slots (direct at one token; aligned blocks at 8)
               experts_mma_variant(32, 8, 2, True, True, 1, True, depth=2, pdl=True, topk=9),
-              experts_mma_variant(256, 8, 8, True, True, 1, True, depth=2, pdl=True, topk=9),
+              experts_mma_variant(32, 8, 1, True, True, 1, True, depth=4, pdl=True, topk=9),
+              experts_mma_variant(128, 8, 2, True, True, 1, True, depth=2, pdl=True, topk=9),
               experts_mma_variant(128, 8, 2, True, False, 1, True, depth=2, pdl=True, topk=9),
+              experts_mma_variant(64, 8, 2, True, False, 1, True, depth=4, pdl=True, split=2, topk=9),
+              experts_mma_variant(256, 8, 8, True, True, 1, True, depth=2, pdl=True, topk=9),
               *MEASURED_SPILLS):
         yield (*v, 0)
     sig = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "K": "i32", "stride_xm": "i32",
@@ -218,9 +212,9 @@ SMEM_LOOPS = (int4_wgmma_kernel,)
 # (bench/experts_mma_tiles.py, 2026-12-02; the next best without spills: 0.7% slower at the 122B-A10B gate_up,
 # 10% at its down): reported, not failed
 MEASURED_SPILLS = (
-    experts_mma_variant(64, 8, 1, True, False, 9, False, depth=4, pdl=True),
-    experts_mma_variant(64, 8, 1, True, False, 1, True, depth=2, glu=True, pdl=True),
-    experts_mma_variant(128, 8, 2, True, True, 1, True, depth=4, glu=True, pdl=True),
+    experts_mma_variant(64, 8, 1, True, False, 9, False, depth=4, pdl=True, act=True),
+    experts_mma_variant(64, 8, 1, True, False, 1, True, depth=2, pdl=True),
+    experts_mma_variant(128, 8, 2, True, True, 1, True, depth=4, pdl=True),
 )
 
 

@@ -238,24 +238,10 @@ def _b_operand(xt, BLOCK_M: gl.constexpr, DOT_B: gl.constexpr):
 
 
 @gluon.jit
-def _x_group(x_ptrs, g, GLU: gl.constexpr, glu_off):
-    """Group g of x; with GLU x is silu(gate) * up of a [gate | up] row (up glu_off elements on), rounded as
-    hinfer.ops.triton.activation.silu_mul rounds it."""
-    xv = gl.load(x_ptrs + g * GROUP)
-    if GLU:
-        gate = xv.to(gl.float32)
-        up = gl.load(x_ptrs + g * GROUP + glu_off)
-        act = (gate / (1.0 + gl.exp(-gate))).to(gl.bfloat16).to(gl.float32)
-        xv = (act * up.to(gl.float32)).to(gl.bfloat16)
-    return xv
-
-
-@gluon.jit
 def _group(acc, words, s, off_lo, off_hi, x_ptrs, g, zero, ones, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
-           DOT_A: gl.constexpr, DOT_B: gl.constexpr, OFFSET_MMA: gl.constexpr, ROWS: gl.constexpr,
-           GLU: gl.constexpr = False, glu_off=0):  # fmt: skip
+           DOT_A: gl.constexpr, DOT_B: gl.constexpr, OFFSET_MMA: gl.constexpr, ROWS: gl.constexpr):  # fmt: skip
     """acc + group g's scaled partial. x is small and cache-resident: loaded here, not carried."""
-    xb = _b_operand(_x_group(x_ptrs, g, GLU, glu_off), BLOCK_M, DOT_B)
+    xb = _b_operand(gl.load(x_ptrs + g * GROUP), BLOCK_M, DOT_B)
     part = mma_v2(_a_operand(words, off_lo, off_hi, BLOCK_N, DOT_A, OFFSET_MMA, ROWS), xb, zero)
     if OFFSET_MMA:  # (sum (128 + u) x - (128 + z) sum x) s, in fp32 (off_lo holds 128 + z)
         acc += (part - off_lo[:, None] * mma_v2(ones, xb, zero)) * s[:, None]
@@ -267,9 +253,9 @@ def _group(acc, words, s, off_lo, off_hi, x_ptrs, g, zero, ones, BLOCK_N: gl.con
 @gluon.jit
 def _k_loop(wp, sp, zl, zr, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
             HAS_ZERO: gl.constexpr, OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr,
-            GW: gl.constexpr, PDL: gl.constexpr, GLU: gl.constexpr = False, glu_off=0):  # fmt: skip
+            GW: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
     """acc [BLOCK_N, BLOCK_M] over groups g_lo .. g_hi - 1: the stripes' words from wp (+ g * GW), scales sp and
-    zero points zl / zr (+ g * sg), x from x_ptrs (+ g * 128; GLU: silu(x) * x[glu_off:], see _x_group)."""
+    zero points zl / zr (+ g * sg), x from x_ptrs (+ g * 128)."""
     W: gl.constexpr = gl.num_warps()
     MMA: gl.constexpr = _mma_layout(W)
     DOT_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
@@ -291,12 +277,12 @@ def _k_loop(wp, sp, zl, zr, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK
             w1, s1, lo1, hi1 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 1, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
             acc = _group(acc, w0, s0, lo0, hi0, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B,
-                         OFFSET_MMA, ROWS, GLU, glu_off)  # fmt: skip
+                         OFFSET_MMA, ROWS)  # fmt: skip
             w0, s0, lo0, hi0 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 2, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
             acc = _group(acc, w1, s1 * (g + 1 < g_hi).to(gl.float32), lo1, hi1, x_ptrs,
                          gl.minimum(g + 1, last), zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA,
-                         ROWS, GLU, glu_off)  # fmt: skip
+                         ROWS)  # fmt: skip
     else:
         w1, s1, lo1, hi1 = _step_loads(wp, sp, zl, zr, gl.minimum(g_lo + 1, last), sg, HAS_ZERO,
                                             OFFSET_MMA, GW)  # fmt: skip
@@ -307,22 +293,22 @@ def _k_loop(wp, sp, zl, zr, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK
             w3, s3, lo3, hi3 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 3, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
             acc = _group(acc, w0, s0, lo0, hi0, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B,
-                         OFFSET_MMA, ROWS, GLU, glu_off)  # fmt: skip
+                         OFFSET_MMA, ROWS)  # fmt: skip
             w0, s0, lo0, hi0 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 4, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
             acc = _group(acc, w1, s1 * (g + 1 < g_hi).to(gl.float32), lo1, hi1, x_ptrs,
                          gl.minimum(g + 1, last), zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA,
-                         ROWS, GLU, glu_off)  # fmt: skip
+                         ROWS)  # fmt: skip
             w1, s1, lo1, hi1 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 5, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
             acc = _group(acc, w2, s2 * (g + 2 < g_hi).to(gl.float32), lo2, hi2, x_ptrs,
                          gl.minimum(g + 2, last), zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA,
-                         ROWS, GLU, glu_off)  # fmt: skip
+                         ROWS)  # fmt: skip
             w2, s2, lo2, hi2 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 6, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
             acc = _group(acc, w3, s3 * (g + 3 < g_hi).to(gl.float32), lo3, hi3, x_ptrs,
                          gl.minimum(g + 3, last), zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA,
-                         ROWS, GLU, glu_off)  # fmt: skip
+                         ROWS)  # fmt: skip
     return acc
 
 

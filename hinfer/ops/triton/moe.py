@@ -129,27 +129,20 @@ def mma_experts_fit(x: torch.Tensor, gu: Int4Experts, dn: Int4Experts, pairs: in
             and h % GROUP_K == 0 and i % GROUP_K == 0)  # fmt: skip
 
 
-def silu_in_gate_up() -> bool:
-    """Whether the int4 tensor-core gate_up writes SiLU-mul's output (default) or the down takes it as it loads
-    (HINFER_MOE_SILU=down, to compare)."""
-    return os.environ.get("HINFER_MOE_SILU", "gate_up") != "down"
-
-
 def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, out: torch.Tensor) -> torch.Tensor:
-    """gate_up and down through the tensor-core kernel (moe_int4_mma.py): gate_up writes SiLU-mul's output
-    (HINFER_MOE_SILU=down: the down takes it as it loads), the down sums the slots."""
+    """gate_up and down through the tensor-core kernel (moe_int4_mma.py): gate_up writes SiLU-mul's output, the
+    down sums the slots."""
     pairs, h, bm = t * k, x.shape[1], 8
     if t == 1:  # block b = pair b: the k experts are distinct
         blocks, sorted_, bexp, brows, direct = k, ids, ids, ids, True
     else:
         al = align(ids.view(t, k), gu.shape[0], bm)
         blocks, sorted_, bexp, brows, direct = al.n_blocks, al.sorted, al.bexp, al.brows, False
-    act = silu_in_gate_up()
-    hid = _empty((pairs, gu.shape[1] // 2 if act else gu.shape[1]), x.dtype, x.device)
-    experts_mma(x, gu, hid, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=k, act=act)
+    hid = _empty((pairs, gu.shape[1] // 2), x.dtype, x.device)
+    experts_mma(x, gu, hid, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=k, act=True)
     y = _empty((pairs, h), x.dtype, x.device)
     fused = launch_fusions("slot_sum", t)  # the down launch sums the slots too (else a separate sum kernel)
-    experts_mma(hid, dn, y, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=1, tw=tw, glu=not act,
+    experts_mma(hid, dn, y, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=1, tw=tw,
                 sum_out=out if fused else None, topk=k)  # fmt: skip
     return out if fused else _sum_slots(y, out, t, k, h, False, {"PDL": False})
 

@@ -7,7 +7,7 @@ moe_align's grouping (bexp[b] its expert, -1: nothing to do; sorted[b * BLOCK_M 
 brows[b] rows). Row r of a block reads x row pair // XDIV (XDIV = top k for gate_up: the pair's token; 1 for down:
 the pair's own activation row) and writes y row `pair`, times the pair's routing weight with ROW_SCALE.
 
-    gate_up: h [P, 2I] = x[tok] @ Wgu[e]^T -> down (GLU: silu(gate) * up as it loads h; ROW_SCALE): y [P, H]
+    gate_up (ACT): act [P, I] = silu_mul(x[tok] @ Wgu[e]^T) -> down (ROW_SCALE): y [P, H] = act @ Wd[e]^T
     -> sum of slots
 
 Every expert a block names is read once per block (each N tile of it by one program): at one token the 8 selected
@@ -52,7 +52,7 @@ def int4_mma_experts_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, tw_ptr, ids_ptr, sorted_ptr, bexp_ptr, brows_ptr, part_ptr, cnt_ptr,
     out_ptr, N, K, P, stride_xm, stride_ym, stride_we, stride_se, stride_sn, stride_om,
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, DEPTH: gl.constexpr,
-    DIRECT: gl.constexpr, XDIV: gl.constexpr, ROW_SCALE: gl.constexpr, GLU: gl.constexpr = False,
+    DIRECT: gl.constexpr, XDIV: gl.constexpr, ROW_SCALE: gl.constexpr,
     PDL: gl.constexpr = False, SPLIT_K: gl.constexpr = 1, SUM: gl.constexpr = False, TOPK: gl.constexpr = 1,
     TOPK_P: gl.constexpr = 1, ACT: gl.constexpr = False,
 ):  # fmt: skip
@@ -104,9 +104,8 @@ def int4_mma_experts_kernel(
         per_split = gl.cdiv(K // GROUP, SPLIT_K)
         g_lo = gl.program_id(2) * per_split
         g_hi = gl.minimum(g_lo + per_split, K // GROUP)
-        # GLU: x rows are gate_up's [gate | up] (K each): the down projection takes silu(gate) * up as it loads
         acc = _k_loop(w_ptrs, s_ptrs, z_rows, z_rows, 1, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO,
-                      True, DEPTH, True, GROUP // 8, False, GLU, K)  # fmt: skip
+                      True, DEPTH, True, GROUP // 8, False)  # fmt: skip
         out_mask = (ym < nrows)[None, :] & (rows < N)[:, None]
         y_off = py[None, :].to(gl.int64) * stride_ym + cols[:, None]
         if SPLIT_K == 1:
@@ -177,7 +176,7 @@ def _stripe_halves(t):
 
 
 def experts_mma_variant(block_n: int, block_m: int, warps: int, zero: bool, direct: bool, xdiv: int,
-                        row_scale: bool, depth: int = 2, glu: bool = False, pdl: bool = False,
+                        row_scale: bool, depth: int = 2, pdl: bool = False,
                         split: int = 1, topk: int = 0, act: bool = False):  # fmt: skip
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
@@ -186,21 +185,20 @@ def experts_mma_variant(block_n: int, block_m: int, warps: int, zero: bool, dire
            "P": "i32", "stride_xm": "i32", "stride_ym": "i32", "stride_we": "i32", "stride_se": "i32",
            "stride_sn": "i32", "stride_om": "i32"}  # fmt: skip
     cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, DEPTH=depth, DIRECT=direct, XDIV=xdiv,
-               ROW_SCALE=row_scale, GLU=glu, PDL=pdl, SPLIT_K=split, SUM=topk > 0, TOPK=max(topk, 1),
+               ROW_SCALE=row_scale, PDL=pdl, SPLIT_K=split, SUM=topk > 0, TOPK=max(topk, 1),
                TOPK_P=1 << (max(topk, 1) - 1).bit_length(), ACT=act)  # fmt: skip
     name = (f"int4 mma experts{' asym' if zero else ''}{' direct' if direct else ''} BLOCK_N={block_n} "
-            f"BLOCK_M={block_m} w{warps} xdiv {xdiv}{' scaled' if row_scale else ''}{' glu' if glu else ''}{' pdl' if pdl else ''}{f' split {split}' if split > 1 else ''}{f' sum {topk}' if topk else ''}{' act' if act else ''}")  # fmt: skip
+            f"BLOCK_M={block_m} w{warps} xdiv {xdiv}{' scaled' if row_scale else ''}{' pdl' if pdl else ''}{f' split {split}' if split > 1 else ''}{f' sum {topk}' if topk else ''}{' act' if act else ''}")  # fmt: skip
     return name, int4_mma_experts_kernel, sig, cex, warps
 
 
 def experts_mma(
     x: torch.Tensor, w: Int4Experts, y: torch.Tensor, blocks: int, block_m: int, ids: torch.Tensor,
     sorted_: torch.Tensor, bexp: torch.Tensor, brows: torch.Tensor, direct: bool, xdiv: int,
-    tw: torch.Tensor | None = None, glu: bool = False, cfg: SkinnyConfig | None = None,
+    tw: torch.Tensor | None = None, cfg: SkinnyConfig | None = None,
     sum_out: torch.Tensor | None = None, topk: int = 1, act: bool = False,
 ) -> torch.Tensor:  # fmt: skip
-    """y[pair] = x[pair // xdiv] @ w[expert]^T (times tw[pair] if given) for every pair the blocks name; with
-    `glu` x's rows are [gate | up] (2K wide) and the product takes silu(gate) * up (as activation.silu_mul).
+    """y[pair] = x[pair // xdiv] @ w[expert]^T (times tw[pair] if given) for every pair the blocks name.
     With `sum_out` [T, N] the launch also sums each token's `topk` slots (pair = t * topk + s) into it: the last
     program to finish an N tile does (moe_gemm._sum_slots_kernel's sum, one launch fewer). With `act` w's rows
     are [gate | up] (2 x N / 2) and y [P, N / 2] gets silu(gate) * up (as activation.silu_mul): each tile pairs 8
@@ -209,10 +207,8 @@ def experts_mma(
     e, n, k = w.shape
     if k % GROUP_K or n % 64 or x.dtype != torch.bfloat16 or x.stride(-1) != 1:
         raise ValueError(f"int4 mma experts: K % {GROUP_K}, N % 64, bf16 x with unit stride; got {w.shape}")
-    if act and (glu or tw is not None or sum_out is not None or y.shape[-1] != n // 2):
+    if act and (tw is not None or sum_out is not None or y.shape[-1] != n // 2):
         raise ValueError(f"int4 mma experts: silu(gate) * up into {n // 2} columns, alone; got y {tuple(y.shape)}")
-    if glu and x.shape[-1] != 2 * k:
-        raise ValueError(f"int4 mma experts: gate_up rows of {2 * k} for the down projection, got {x.shape[-1]}")
     cfg = cfg or experts_mma_tile(ids.numel(), n, k, blocks)
     if (n % cfg.block_n or cfg.block_n % (16 * cfg.num_warps) or cfg.num_stages not in (2, 4)
             or not 1 <= cfg.split_k <= k // GROUP_K):  # fmt: skip
@@ -232,7 +228,7 @@ def experts_mma(
         ids, sorted_, bexp, brows, part, cnt, out, n, k, pairs, x.stride(0), y.stride(0), w.qweight.stride(0),
         w.scales.stride(0), g, out.stride(0),
         HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, DEPTH=depth, DIRECT=direct, XDIV=xdiv,
-        ROW_SCALE=tw is not None, GLU=glu, SPLIT_K=split, SUM=sum_out is not None, TOPK=topk,
+        ROW_SCALE=tw is not None, SPLIT_K=split, SUM=sum_out is not None, TOPK=topk,
         TOPK_P=1 << (topk - 1).bit_length(), ACT=act, num_warps=warps, **pdl_kwargs(x),
     )  # fmt: skip
     return y
