@@ -96,6 +96,16 @@ def int4_wgmma_rows() -> int | None:
     return int(v)
 
 
+def int4_x_ahead() -> bool:
+    """Whether the int4 tensor-core kernels' register loops (dense and routed experts) load each group's x with
+    the look-ahead's weights instead of just before its MMA: HINFER_INT4_X_AHEAD=1 (off by default until measured
+    on the GPU). Read at every launch."""
+    v = os.environ.get("HINFER_INT4_X_AHEAD", "0").strip()
+    if v not in ("0", "1"):
+        raise ValueError(f"HINFER_INT4_X_AHEAD must be 0 or 1, got {v!r}")
+    return v == "1"
+
+
 def int4_l2_prefetch() -> int:
     """How many groups of its weights each int4 tensor-core program (mma.sync and wgmma, fragment order)
     prefetches into L2 before it waits for the previous kernel: HINFER_INT4_L2_PREFETCH, 0 (the default until

@@ -254,6 +254,24 @@ def test_int4_mma_bf16_tail_rows_in_the_same_launch(tile, monkeypatch):
     assert torch.equal(y_g, y), "graph replay"
 
 
+def test_x_ahead_changes_nothing(monkeypatch):
+    """HINFER_INT4_X_AHEAD (each group's x loaded with the register look-ahead's weights) moves loads only: the
+    same bits at depths 2 and 4, with splits, one and eight rows."""
+    from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
+    from hinfer.ops.triton.tiles.forms import SkinnyConfig
+
+    n, k = SHAPES["qkv"]
+    g = _gen()
+    _, mw = _quantized(n, k, True, g)
+    for m, cfg in ((1, SkinnyConfig(128, 128, 8, 4, 4, 2)), (1, SkinnyConfig(128, 128, 8, 1, 4, 4)),
+                   (8, SkinnyConfig(128, 128, 8, 16, 4, 2)), (8, SkinnyConfig(64, 128, 8, 2, 4, 4))):  # fmt: skip
+        x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
+        monkeypatch.setenv("HINFER_INT4_X_AHEAD", "0")
+        want = int4_mma_matmul(x, mw, cfg=cfg)
+        monkeypatch.setenv("HINFER_INT4_X_AHEAD", "1")
+        assert torch.equal(int4_mma_matmul(x, mw, out=_poisoned(m, n), cfg=cfg), want), f"M={m} {cfg}"
+
+
 @pytest.mark.parametrize("prefetch", [4, 12, 64])
 def test_l2_prefetch_changes_nothing(prefetch, monkeypatch):
     """HINFER_INT4_L2_PREFETCH (weights prefetched into L2 before the PDL wait) is a hint: both int4 tensor-core

@@ -201,6 +201,23 @@ def test_experts_int4_gate_up_writes_silu_mul(tm, weights, seed, t, tile):
 
 
 @pytest.mark.parametrize("t", [1, 8])
+def test_experts_int4_x_ahead_changes_nothing(tm, weights, seed, t, monkeypatch):
+    """HINFER_INT4_X_AHEAD (x loaded with the look-ahead's weights) gives the experts path the same bits."""
+    from hinfer.ops.triton.moe_int4 import Int4Experts
+    from hinfer.quant.experts import quantize_experts_int4
+
+    name, wgu, wd = weights
+    gu, dn = (Int4Experts(q.qweight, q.scales, q.zeros, q.in_features)
+              for q in (quantize_experts_int4(w, zero_point=True) for w in (wgu, wd)))  # fmt: skip
+    x = torch.randn(t, wgu.shape[2], device="cuda").bfloat16()
+    top_w, top_i = ref.moe_route_ref(torch.randn(t, E, device="cuda").bfloat16(), K)
+    monkeypatch.setenv("HINFER_INT4_X_AHEAD", "0")
+    want = tm.moe_experts(x, gu, dn, top_w, top_i)
+    monkeypatch.setenv("HINFER_INT4_X_AHEAD", "1")
+    assert torch.equal(tm.moe_experts(x, gu, dn, top_w, top_i), want), f"{name} T={t}, seed {seed}"
+
+
+@pytest.mark.parametrize("t", [1, 8])
 def test_experts_int4_split_k(tm, weights, seed, t):
     """The tensor-core experts with the 128-groups split over 2 / 4 programs per tile (fp32 partials summed by the
     last to arrive) equal the unsplit kernel up to the order of that sum (bf16 outputs: a rounding step at most

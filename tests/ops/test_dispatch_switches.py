@@ -68,3 +68,15 @@ def test_int4_l2_prefetch(monkeypatch):
         monkeypatch.setenv("HINFER_INT4_L2_PREFETCH", bad)
         with pytest.raises(ValueError, match="multiple of 4"):
             int4_l2_prefetch()
+
+
+def test_int4_x_ahead(monkeypatch):
+    from hinfer.ops.dispatch import int4_x_ahead
+
+    monkeypatch.delenv("HINFER_INT4_X_AHEAD", raising=False)
+    assert not int4_x_ahead()
+    monkeypatch.setenv("HINFER_INT4_X_AHEAD", "1")
+    assert int4_x_ahead()
+    monkeypatch.setenv("HINFER_INT4_X_AHEAD", "on")
+    with pytest.raises(ValueError, match="0 or 1"):
+        int4_x_ahead()

@@ -169,6 +169,9 @@ def variants(full: bool = False) -> Iterator[Variant]:
     yield (*int4_mma_variant(128, 8, 4, 4, True, True, 2, ring=4, pdl=True, prefetch=12), 0)
     yield (*int4_mma_variant(128, 8, 16, 4, True, True, 2, pdl=True, prefetch=4), 0)
     yield (*int4_wgmma_variant(256, 8, 4, 8, True, pdl=True, prefetch=12), 0)
+    # x loaded with the register look-ahead's weights (HINFER_INT4_X_AHEAD)
+    yield (*int4_mma_variant(128, 8, 2, 4, True, True, 2, pdl=True, xa=True), 0)
+    yield (*int4_mma_variant(128, 8, 1, 4, True, True, 4, pdl=True, xa=True), 0)
     # the warpgroup-MMA kernel: one or two warpgroups, 8 to 64 rows of x, K splits
     for block_n, block_m, split, warps, zero in ((64, 8, 1, 4, True), (64, 32, 2, 4, True), (128, 16, 1, 4, False),
                                                  (128, 8, 2, 8, True), (128, 8, 4, 8, True), (256, 8, 4, 8, True),
@@ -194,6 +197,9 @@ def variants(full: bool = False) -> Iterator[Variant]:
               experts_mma_variant(128, 8, 2, True, False, 1, True, depth=2, pdl=True, topk=9),
               experts_mma_variant(64, 8, 2, True, False, 1, True, depth=4, pdl=True, split=2, topk=9),
               experts_mma_variant(256, 8, 8, True, True, 1, True, depth=2, pdl=True, topk=9),
+              # x loaded with the look-ahead's weights (HINFER_INT4_X_AHEAD)
+              experts_mma_variant(128, 8, 4, True, True, 9, False, depth=4, pdl=True, split=4, act=True, xa=True),
+              experts_mma_variant(32, 8, 2, True, True, 1, True, depth=2, pdl=True, topk=9, xa=True),
               *MEASURED_SPILLS):
         yield (*v, 0)
     sig = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "K": "i32", "stride_xm": "i32",

@@ -30,7 +30,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
-from hinfer.ops.dispatch import int4_l2_prefetch
+from hinfer.ops.dispatch import int4_l2_prefetch, int4_x_ahead
 from hinfer.ops.triton.common import GROUP as GROUP_K  # quantization group along K
 from hinfer.ops.triton.common import pdl_kwargs
 from hinfer.ops.triton.linear_splitk import split_scratch
@@ -238,10 +238,32 @@ def _b_operand(xt, BLOCK_M: gl.constexpr, DOT_B: gl.constexpr):
 
 
 @gluon.jit
-def _group(acc, words, s, off_lo, off_hi, x_ptrs, g, zero, ones, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
-           DOT_A: gl.constexpr, DOT_B: gl.constexpr, OFFSET_MMA: gl.constexpr, ROWS: gl.constexpr):  # fmt: skip
-    """acc + group g's scaled partial. x is small and cache-resident: loaded here, not carried."""
-    xb = _b_operand(gl.load(x_ptrs + g * GROUP), BLOCK_M, DOT_B)
+def _x_at(x, g, XA: gl.constexpr):
+    """Group g of x: x's pointers loaded here, or (XA) the values loaded ahead."""
+    if XA:
+        v = x
+    else:
+        v = gl.load(x + g * GROUP)
+    return v
+
+
+@gluon.jit
+def _x_ahead(x_ptrs, g, XA: gl.constexpr):
+    """With XA group g of x loaded now (it travels with the look-ahead's weights), else the pointers."""
+    if XA:
+        v = gl.load(x_ptrs + g * GROUP)
+    else:
+        v = x_ptrs
+    return v
+
+
+@gluon.jit
+def _group(acc, words, s, off_lo, off_hi, x, g, zero, ones, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
+           DOT_A: gl.constexpr, DOT_B: gl.constexpr, OFFSET_MMA: gl.constexpr, ROWS: gl.constexpr,
+           XA: gl.constexpr = False):  # fmt: skip
+    """acc + group g's scaled partial. x: its pointers (small and cache-resident: loaded here, not carried), or
+    with XA the group's x itself, loaded ahead with the weights."""
+    xb = _b_operand(_x_at(x, g, XA), BLOCK_M, DOT_B)
     part = mma_v2(_a_operand(words, off_lo, off_hi, BLOCK_N, DOT_A, OFFSET_MMA, ROWS), xb, zero)
     if OFFSET_MMA:  # (sum (128 + u) x - (128 + z) sum x) s, in fp32 (off_lo holds 128 + z)
         acc += (part - off_lo[:, None] * mma_v2(ones, xb, zero)) * s[:, None]
@@ -253,9 +275,10 @@ def _group(acc, words, s, off_lo, off_hi, x_ptrs, g, zero, ones, BLOCK_N: gl.con
 @gluon.jit
 def _k_loop(wp, sp, zl, zr, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
             HAS_ZERO: gl.constexpr, OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr,
-            GW: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
+            GW: gl.constexpr, PDL: gl.constexpr, XA: gl.constexpr = False):  # fmt: skip
     """acc [BLOCK_N, BLOCK_M] over groups g_lo .. g_hi - 1: the stripes' words from wp (+ g * GW), scales sp and
-    zero points zl / zr (+ g * sg), x from x_ptrs (+ g * 128)."""
+    zero points zl / zr (+ g * sg), x from x_ptrs (+ g * 128; XA: loaded with the look-ahead's weights, so its
+    latency is off each group's path, at 16 more registers a group in flight)."""
     W: gl.constexpr = gl.num_warps()
     MMA: gl.constexpr = _mma_layout(W)
     DOT_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
@@ -271,44 +294,53 @@ def _k_loop(wp, sp, zl, zr, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK
     # branching, and a count that is not a multiple of DEPTH ends on such re-reads weighted 0
     w0, s0, lo0, hi0 = _step_loads(wp, sp, zl, zr, gl.minimum(g_lo, last), sg, HAS_ZERO,
                                         OFFSET_MMA, GW)  # fmt: skip
+    x0 = _x_ahead(x_ptrs, gl.minimum(g_lo, last), XA)
     if DEPTH == 2:
         _pdl_start(PDL)
         for g in range(g_lo, g_hi, 2):
             w1, s1, lo1, hi1 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 1, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
-            acc = _group(acc, w0, s0, lo0, hi0, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B,
-                         OFFSET_MMA, ROWS)  # fmt: skip
+            x1 = _x_ahead(x_ptrs, gl.minimum(g + 1, last), XA)
+            acc = _group(acc, w0, s0, lo0, hi0, x0, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B,
+                         OFFSET_MMA, ROWS, XA)  # fmt: skip
             w0, s0, lo0, hi0 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 2, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
-            acc = _group(acc, w1, s1 * (g + 1 < g_hi).to(gl.float32), lo1, hi1, x_ptrs,
+            x0 = _x_ahead(x_ptrs, gl.minimum(g + 2, last), XA)
+            acc = _group(acc, w1, s1 * (g + 1 < g_hi).to(gl.float32), lo1, hi1, x1,
                          gl.minimum(g + 1, last), zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA,
-                         ROWS)  # fmt: skip
+                         ROWS, XA)  # fmt: skip
     else:
         w1, s1, lo1, hi1 = _step_loads(wp, sp, zl, zr, gl.minimum(g_lo + 1, last), sg, HAS_ZERO,
                                             OFFSET_MMA, GW)  # fmt: skip
+        x1 = _x_ahead(x_ptrs, gl.minimum(g_lo + 1, last), XA)
         w2, s2, lo2, hi2 = _step_loads(wp, sp, zl, zr, gl.minimum(g_lo + 2, last), sg, HAS_ZERO,
                                             OFFSET_MMA, GW)  # fmt: skip
+        x2 = _x_ahead(x_ptrs, gl.minimum(g_lo + 2, last), XA)
         _pdl_start(PDL)
         for g in range(g_lo, g_hi, 4):
             w3, s3, lo3, hi3 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 3, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
-            acc = _group(acc, w0, s0, lo0, hi0, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B,
-                         OFFSET_MMA, ROWS)  # fmt: skip
+            x3 = _x_ahead(x_ptrs, gl.minimum(g + 3, last), XA)
+            acc = _group(acc, w0, s0, lo0, hi0, x0, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B,
+                         OFFSET_MMA, ROWS, XA)  # fmt: skip
             w0, s0, lo0, hi0 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 4, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
-            acc = _group(acc, w1, s1 * (g + 1 < g_hi).to(gl.float32), lo1, hi1, x_ptrs,
+            x0 = _x_ahead(x_ptrs, gl.minimum(g + 4, last), XA)
+            acc = _group(acc, w1, s1 * (g + 1 < g_hi).to(gl.float32), lo1, hi1, x1,
                          gl.minimum(g + 1, last), zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA,
-                         ROWS)  # fmt: skip
+                         ROWS, XA)  # fmt: skip
             w1, s1, lo1, hi1 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 5, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
-            acc = _group(acc, w2, s2 * (g + 2 < g_hi).to(gl.float32), lo2, hi2, x_ptrs,
+            x1 = _x_ahead(x_ptrs, gl.minimum(g + 5, last), XA)
+            acc = _group(acc, w2, s2 * (g + 2 < g_hi).to(gl.float32), lo2, hi2, x2,
                          gl.minimum(g + 2, last), zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA,
-                         ROWS)  # fmt: skip
+                         ROWS, XA)  # fmt: skip
             w2, s2, lo2, hi2 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 6, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
-            acc = _group(acc, w3, s3 * (g + 3 < g_hi).to(gl.float32), lo3, hi3, x_ptrs,
+            x2 = _x_ahead(x_ptrs, gl.minimum(g + 6, last), XA)
+            acc = _group(acc, w3, s3 * (g + 3 < g_hi).to(gl.float32), lo3, hi3, x3,
                          gl.minimum(g + 3, last), zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA,
-                         ROWS)  # fmt: skip
+                         ROWS, XA)  # fmt: skip
     return acc
 
 
@@ -390,10 +422,11 @@ def int4_mma_kernel(
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
     OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, RING: gl.constexpr = 0,
     PDL: gl.constexpr = False, t_ptr=None, TAIL_N=0, stride_tn=0, TAIL: gl.constexpr = False,
-    PREFETCH: gl.constexpr = 0,
+    PREFETCH: gl.constexpr = 0, XA: gl.constexpr = False,
 ):  # fmt: skip
     """y[:, :N] = x @ W^T (int4 tiles) and, with TAIL, y[:, N:N + TAIL_N] = x @ tail^T (bf16 rows) in one launch.
-    PREFETCH: groups of the program's weights prefetched into L2 before the PDL wait (fragment order)."""
+    PREFETCH: groups of the program's weights prefetched into L2 before the PDL wait (fragment order); XA: x
+    loaded with the register look-ahead (_k_loop)."""
     # rows of x in blocks of BLOCK_M along the fastest grid axis: the blocks of one weight tile run together,
     # so all but the first read it from L2
     pid_m = gl.program_id(0)
@@ -407,11 +440,11 @@ def int4_mma_kernel(
         else:
             _tile_program(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
                           stride_sg, stride_sn, pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K,
-                          OFFSET_MMA, DEPTH, ROWS, RING, PDL, PREFETCH)  # fmt: skip
+                          OFFSET_MMA, DEPTH, ROWS, RING, PDL, PREFETCH, XA)  # fmt: skip
     else:
         _tile_program(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg,
                       stride_sn, pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K, OFFSET_MMA, DEPTH, ROWS,
-                      RING, PDL, PREFETCH)  # fmt: skip
+                      RING, PDL, PREFETCH, XA)  # fmt: skip
 
 
 @gluon.jit
@@ -443,7 +476,7 @@ def _tile_program(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg, stride_sn,
     pid_m, pid_n, pid_k, HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
     SPLIT_K: gl.constexpr, OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, RING: gl.constexpr,
-    PDL: gl.constexpr, PREFETCH: gl.constexpr = 0,
+    PDL: gl.constexpr, PREFETCH: gl.constexpr = 0, XA: gl.constexpr = False,
 ):  # fmt: skip
     """One program of int4_mma_kernel: BLOCK_N rows of W, BLOCK_M rows of x, its 1/SPLIT_K of the groups."""
     W: gl.constexpr = gl.num_warps()
@@ -483,7 +516,7 @@ def _tile_program(
                            BLOCK_N, BLOCK_M, HAS_ZERO, RING, GW, PDL)  # fmt: skip
     else:
         acc = _k_loop(w_ptrs, s_ptrs, z_lo, z_rows, stride_sg, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO,
-                      OFFSET_MMA, DEPTH, ROWS, GW, PDL)  # fmt: skip
+                      OFFSET_MMA, DEPTH, ROWS, GW, PDL, XA)  # fmt: skip
 
     _store_y(acc, rows, y_ptr, part_ptr, cnt_ptr, M, N, stride_ym, pid_m, pid_n, pid_k, BLOCK_N, BLOCK_M, SPLIT_K)
 
@@ -515,7 +548,7 @@ def _store_y(acc, rows, y_ptr, part_ptr, cnt_ptr, M, N, stride_ym, pid_m, pid_n,
 
 def int4_mma_variant(
     block_n: int, block_m: int, split_k: int, warps: int, zero: bool, offset_mma: bool = True, depth: int = 2,
-    rows: bool = False, ring: int = 0, tail: bool = False, pdl: bool = False, prefetch: int = 0,
+    rows: bool = False, ring: int = 0, tail: bool = False, pdl: bool = False, prefetch: int = 0, xa: bool = False,
 ):
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
@@ -523,10 +556,10 @@ def int4_mma_variant(
            "stride_xm": "i32", "stride_ym": "i32", "stride_sg": "i32", "stride_sn": "i32", "t_ptr": "*bf16",
            "TAIL_N": "i32", "stride_tn": "i32"}  # fmt: skip
     cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, OFFSET_MMA=offset_mma,
-               DEPTH=depth, ROWS=rows, RING=ring, TAIL=tail, PDL=pdl, PREFETCH=prefetch)  # fmt: skip
+               DEPTH=depth, ROWS=rows, RING=ring, TAIL=tail, PDL=pdl, PREFETCH=prefetch, XA=xa)  # fmt: skip
     name = (f"int4 mma{' rows' if rows else ''}{' asym' if zero else ''}{'' if offset_mma else ' fma-offset'} BLOCK_N={block_n} "
             f"BLOCK_M={block_m} split {split_k} w{warps} {f'ring {ring}' if ring else f'depth {depth}'}"
-            f"{' tail' if tail else ''}{' pdl' if pdl else ''}{f' l2 prefetch {prefetch}' if prefetch else ''}")  # fmt: skip
+            f"{' tail' if tail else ''}{' pdl' if pdl else ''}{f' l2 prefetch {prefetch}' if prefetch else ''}{' x ahead' if xa else ''}")  # fmt: skip
     return name, int4_mma_kernel, sig, cex, warps
 
 
@@ -590,6 +623,6 @@ def int4_mma_matmul(
         HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split,
         OFFSET_MMA=offset_mma, DEPTH=cfg.num_stages, ROWS=rows, RING=cfg.ring, num_warps=warps,
         t_ptr=x if tail is None else tail, TAIL_N=tail_n, stride_tn=0 if tail is None else tail.stride(0),
-        TAIL=tail is not None, PREFETCH=0 if rows else int4_l2_prefetch(), **pdl_kwargs(x),
+        TAIL=tail is not None, PREFETCH=0 if rows else int4_l2_prefetch(), XA=int4_x_ahead(), **pdl_kwargs(x),
     )  # fmt: skip
     return out
