@@ -8,8 +8,8 @@ PACK=gpu_moe_act_check; source "$(dirname "$0")/device_common.sh"
 timeout 150 python -m pytest -q -s -m gpu --tb=short -p no:cacheprovider tests/gpu/test_moe_kernels.py \
   > "$R/test_moe_kernels.txt" 2>&1
 echo "== test_moe_kernels rc=$?"; grep -E "^(FAILED|E )" "$R/test_moe_kernels.txt" | head -8; pack
-timeout 120 python -m pytest -q -s -m gpu --tb=short -p no:cacheprovider tests/gpu/test_engine_gpu.py \
-  -k "quantized_layers or norms_in_their_consumers or spec_graphs" > "$R/test_engine_gpu.txt" 2>&1
+timeout 240 python -m pytest -q -s -m gpu --tb=short -p no:cacheprovider tests/gpu/test_engine_gpu.py \
+  -k "quantized_layers or router_in_the_norm_launch or spec_graphs" > "$R/test_engine_gpu.txt" 2>&1
 echo "== test_engine_gpu rc=$?"; grep -E "rel-L2|^(FAILED|E )" "$R/test_engine_gpu.txt" | head -12; pack
 left 330 && decode_bench 35b qwen3.6-35b-a3b
 left 380 && { timeout 100 python -m hinfer bench qwen3.6-35b-a3b --quant int4 --spec mtp --spec-k 3 \
