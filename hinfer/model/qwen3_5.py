@@ -25,7 +25,7 @@ from hinfer.ops.attention import paged_attention, qk_norm_rope_write
 from hinfer.ops.dispatch import set_backend
 from hinfer.ops.gdn import gated_delta_net
 from hinfer.ops.linear import linear
-from hinfer.ops.moe import moe_experts, moe_route
+from hinfer.ops.moe import moe_experts, moe_route, moe_route_experts
 from hinfer.ops.norm import add_rms_norm, add_rms_norm_linear, rms_norm
 from hinfer.ops.parallel import SINGLE, TensorParallel
 from hinfer.ops.rope import model_rope, mrope_freq_axes
@@ -148,8 +148,8 @@ class SparseMoE(nn.Module):
         if router_logits is None:
             router_logits = linear(x, self.router)
         if self.shared_expert is None:  # folded: slot k is the shared expert, weighted by sigmoid(its gate)
-            top_w, top_i = moe_route(router_logits, self.top_k, shared=True)
-            return moe_experts(x, self.experts_gate_up, self.experts_down, top_w, top_i)
+            return moe_route_experts(x, router_logits, self.experts_gate_up, self.experts_down, self.top_k,
+                                     shared=True)  # fmt: skip
         shared = self.shared_expert(x) * torch.sigmoid(linear(x, self.shared_expert_gate))
         top_w, top_i = moe_route(router_logits, self.top_k)
         return moe_experts(x, self.experts_gate_up, self.experts_down, top_w, top_i) + shared

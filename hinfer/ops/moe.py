@@ -104,5 +104,18 @@ def moe_experts(x: torch.Tensor, w_gate_up, w_down, top_w: torch.Tensor, top_i: 
     return moe_experts_ref(x, w_gate_up, w_down, top_w, top_i)
 
 
+def moe_route_experts(x: torch.Tensor, router_logits: torch.Tensor, w_gate_up, w_down, top_k: int,
+                      shared: bool = False) -> torch.Tensor:  # fmt: skip
+    """moe_experts over moe_route's choice, as one op: the Triton twin may route in the experts' first launch."""
+    if use_triton(x):
+        gu, dn = _kernel_weight(w_gate_up, x), _kernel_weight(w_down, x)
+        if gu is not None and dn is not None and _kind(gu) is _kind(dn):
+            from hinfer.ops.triton import moe as tm
+
+            return tm.moe_route_experts(x, router_logits, gu, dn, top_k, shared)
+    top_w, top_i = moe_route(router_logits, top_k, shared)
+    return moe_experts(x, w_gate_up, w_down, top_w, top_i)
+
+
 def _describe(w) -> str:
     return str(w.dtype) if isinstance(w, torch.Tensor) else w.extra_repr()

@@ -200,6 +200,47 @@ def test_experts_int4_gate_up_writes_silu_mul(tm, weights, seed, t, tile):
                                     f"max diff, seed {seed}")  # fmt: skip
 
 
+def test_experts_int4_gate_up_routes_one_token(tm, weights, seed, monkeypatch):
+    """One token, the gate_up launch routing it itself (`route` launch fusion): every program picks its slot's
+    expert as the route kernel does (the same ids, ties to the lowest id; weights within one bf16 rounding), so
+    the gate_up output is the one the route kernel's ids give, bit for bit, and the layer's output matches the
+    two-launch route within rounding. The last logit is the folded shared expert's gate."""
+    from hinfer.ops.triton.moe_int4 import Int4Experts
+    from hinfer.ops.triton.moe_int4_mma import experts_mma
+    from hinfer.quant.experts import quantize_experts_int4
+
+    name, wgu, wd = weights
+    gu, dn = (Int4Experts(q.qweight, q.scales, q.zeros, q.in_features)
+              for q in (quantize_experts_int4(w, zero_point=True) for w in (wgu, wd)))  # fmt: skip
+    h, i = wgu.shape[2], wd.shape[2]
+    x = torch.randn(1, h, device="cuda").bfloat16()
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    for trial in range(6):
+        logits = torch.randn(1, E, device="cuda", generator=gen) * 3
+        if trial % 2:  # coarse logits: ties at and around the k-th place
+            logits = logits.round()
+        logits = logits.bfloat16()
+        want_w, want_i = tm.moe_route(logits, K, shared=True)
+        ids = torch.full((K + 1,), -1, dtype=torch.int64, device="cuda")
+        tw = torch.full((K + 1,), float("nan"), dtype=torch.bfloat16, device="cuda")
+        hid = torch.empty(K + 1, i, device="cuda").bfloat16()
+        experts_mma(x, gu, hid, K + 1, 8, ids, ids, ids, ids, True, xdiv=K + 1, act=True, topk=K, route=logits,
+                    route_w=tw)  # fmt: skip
+        assert torch.equal(ids, want_i.view(-1)), f"{name} trial {trial}: {ids.tolist()} vs {want_i.tolist()}"
+        torch.testing.assert_close(tw.float(), want_w.view(-1).float(), rtol=2**-8, atol=0)
+        ref_ids = want_i.view(-1).contiguous()
+        want_hid = experts_mma(x, gu, torch.empty_like(hid), K + 1, 8, ref_ids, ref_ids, ref_ids, ref_ids, True,
+                               xdiv=K + 1, act=True)  # fmt: skip
+        assert torch.equal(hid, want_hid), f"{name} trial {trial}: gate_up differs, seed {seed}"
+        monkeypatch.setenv("HINFER_FUSE_LAUNCHES", "1")
+        two = tm.moe_route_experts(x, logits, gu, dn, K, shared=True)
+        monkeypatch.setenv("HINFER_FUSE_LAUNCHES", "slot_sum,tail,gate,norm_linear,route")
+        one = tm.moe_route_experts(x, logits, gu, dn, K, shared=True)
+        monkeypatch.delenv("HINFER_FUSE_LAUNCHES")
+        rel = ((one.float() - two.float()).norm() / two.float().norm()).item()
+        assert rel <= 1e-2, f"{name} trial {trial}: layer output rel-L2 {rel:.3g}, seed {seed}"
+
+
 @pytest.mark.parametrize("t", [1, 8])
 def test_experts_int4_x_ahead_changes_nothing(tm, weights, seed, t, monkeypatch):
     """HINFER_INT4_X_AHEAD (x loaded with the look-ahead's weights) gives the experts path the same bits."""

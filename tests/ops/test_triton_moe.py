@@ -131,6 +131,22 @@ def test_route_dispatch(tm, seed, monkeypatch, ops_backend):
     assert calls == [(2, False), (2, True)]
 
 
+def test_route_experts_is_route_then_experts(tm, seed, monkeypatch, ops_backend):
+    """hinfer.ops.moe.moe_route_experts is moe_route then moe_experts: off the GPU (and without the route
+    launch fusion) the Triton twin runs exactly those two ops; the reference backend the reference bodies."""
+    ops_backend("triton")
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(1, 16, generator=g)
+    wgu, wd = torch.randn(9, 8, 16, generator=g) * 0.2, torch.randn(9, 16, 4, generator=g) * 0.3
+    logits = torch.randn(1, 9, generator=g)
+    got = ref.moe_route_experts(x, logits, wgu, wd, 2, shared=True)
+    w, i = tm.moe_route(logits, 2, shared=True)
+    assert torch.equal(got, tm.moe_experts(x, wgu, wd, w, i)), f"seed {seed}"
+    ops_backend("reference")
+    want = ref.moe_experts_ref(x, wgu, wd, *ref.moe_route_ref(logits, 2, shared=True))
+    assert torch.equal(ref.moe_route_experts(x, logits, wgu, wd, 2, shared=True), want)
+
+
 # -------------------------------------------------------------------------------------------- alignment
 
 

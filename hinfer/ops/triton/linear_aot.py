@@ -197,6 +197,9 @@ def variants(full: bool = False) -> Iterator[Variant]:
               experts_mma_variant(128, 8, 2, True, False, 1, True, depth=2, pdl=True, topk=9),
               experts_mma_variant(64, 8, 2, True, False, 1, True, depth=4, pdl=True, split=2, topk=9),
               experts_mma_variant(256, 8, 8, True, True, 1, True, depth=2, pdl=True, topk=9),
+              # one token routed in the gate_up launch (the `route` launch fusion)
+              experts_mma_variant(128, 8, 4, True, True, 9, False, depth=4, pdl=True, split=4, act=True, route=8),
+              experts_mma_variant(128, 8, 4, True, True, 9, False, depth=4, pdl=True, split=2, act=True, route=8),
               # x loaded with the look-ahead's weights (HINFER_INT4_X_AHEAD)
               experts_mma_variant(128, 8, 4, True, True, 9, False, depth=4, pdl=True, split=4, act=True, xa=True),
               experts_mma_variant(32, 8, 2, True, True, 1, True, depth=2, pdl=True, topk=9, xa=True),

@@ -1,4 +1,5 @@
-"""Triton twins of hinfer.ops.moe: `moe_route` and `moe_experts` (same signatures and semantics).
+"""Triton twins of hinfer.ops.moe: `moe_route`, `moe_experts` and `moe_route_experts` (same signatures and
+semantics).
 
 moe_experts takes bf16 (or fp32) experts w_gate_up [E, 2I, H], w_down [E, H, I], or the same as Int4Experts
 (moe_int4.py) or Fp8Experts (below). Launches:
@@ -35,7 +36,7 @@ from hinfer.ops.triton.moe_route import moe_route
 from hinfer.ops.triton.tiles.forms import MoeConfig
 from hinfer.ops.triton.tiles.moe import BF16, FP8, INT4, clamp_to_shape, pick_config
 
-__all__ = ["Fp8Experts", "Int4Experts", "moe_experts", "moe_route"]
+__all__ = ["Fp8Experts", "Int4Experts", "moe_experts", "moe_route", "moe_route_experts"]
 
 
 class Fp8Experts(NamedTuple):
@@ -145,6 +146,37 @@ def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, o
     experts_mma(hid, dn, y, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=1, tw=tw,
                 sum_out=out if fused else None, topk=k)  # fmt: skip
     return out if fused else _sum_slots(y, out, t, k, h, False, {"PDL": False})
+
+
+def _experts_mma_routed(x, gu: Int4Experts, dn: Int4Experts, logits: torch.Tensor, k: int, out: torch.Tensor):
+    """_experts_mma for one token whose gate_up launch routes it too (the route kernel's launch saved): each
+    gate_up program picks its own slot's expert from the logits; slot k is the folded shared expert."""
+    slots, h = k + 1, x.shape[1]
+    ids = _empty((slots,), torch.int64, x.device)
+    tw = _empty((slots,), logits.dtype, x.device)
+    hid = _empty((slots, gu.shape[1] // 2), x.dtype, x.device)
+    experts_mma(x, gu, hid, slots, 8, ids, ids, ids, ids, True, xdiv=slots, act=True, topk=k, route=logits,
+                route_w=tw)  # fmt: skip
+    fused = launch_fusions("slot_sum", 1)
+    y = _empty((slots, h), x.dtype, x.device)
+    experts_mma(hid, dn, y, slots, 8, ids, ids, ids, ids, True, xdiv=1, tw=tw, sum_out=out if fused else None,
+                topk=slots)  # fmt: skip
+    return out if fused else _sum_slots(y, out, 1, slots, h, False, {"PDL": False})
+
+
+def moe_route_experts(
+    x: torch.Tensor, router_logits: torch.Tensor, w_gate_up: Experts, w_down: Experts, top_k: int,
+    shared: bool = False,
+) -> torch.Tensor:  # fmt: skip
+    """moe_route then moe_experts; at one token with int4 experts on tensor cores and a folded shared expert,
+    the `route` launch fusion (hinfer.ops.dispatch.FUSIONS) lets the gate_up launch route the token itself."""
+    t = x.shape[0]
+    if (shared and t == 1 and _fmt(w_gate_up) == INT4 and launch_fusions("route", t)
+            and router_logits.dtype == torch.bfloat16 and mma_experts_fit(x, w_gate_up, w_down, top_k + 1)):  # fmt: skip
+        out = _empty((t, x.shape[1]), x.dtype, x.device)
+        return _experts_mma_routed(_unit_last(x), w_gate_up, w_down, router_logits.contiguous(), top_k, out)
+    top_w, top_i = moe_route(router_logits, top_k, shared)
+    return moe_experts(x, w_gate_up, w_down, top_w, top_i)
 
 
 def moe_experts(

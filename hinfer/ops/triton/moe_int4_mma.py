@@ -21,6 +21,7 @@ Reference: hinfer.ops.triton.moe_int4.moe_experts_int4_ref.
 from __future__ import annotations
 
 import torch
+import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
@@ -55,7 +56,8 @@ def int4_mma_experts_kernel(
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, DEPTH: gl.constexpr,
     DIRECT: gl.constexpr, XDIV: gl.constexpr, ROW_SCALE: gl.constexpr,
     PDL: gl.constexpr = False, SPLIT_K: gl.constexpr = 1, SUM: gl.constexpr = False, TOPK: gl.constexpr = 1,
-    TOPK_P: gl.constexpr = 1, ACT: gl.constexpr = False, XA: gl.constexpr = False,
+    TOPK_P: gl.constexpr = 1, ACT: gl.constexpr = False, XA: gl.constexpr = False, logits_ptr=None, n_experts=0,
+    ROUTE: gl.constexpr = False, BLOCK_E: gl.constexpr = 256,
 ):  # fmt: skip
     W: gl.constexpr = gl.num_warps()
     S: gl.constexpr = BLOCK_N // 16
@@ -65,7 +67,13 @@ def int4_mma_experts_kernel(
     _pdl_start(PDL)  # before the expert ids: the router that writes them may be the kernel just before
     pid_n = gl.program_id(0)
     blk = gl.program_id(1)
-    if DIRECT:
+    if ROUTE:  # one token: this program routes it itself and takes slot blk's expert (the launch's route kernel)
+        e, w = _route_slot(logits_ptr, n_experts, blk, TOPK, BLOCK_E)
+        if (pid_n == 0) & (gl.program_id(2) == 0):  # the slot's id and weight, for the down launch
+            gl.store(ids_ptr + blk, e.to(gl.int64))
+            gl.store(tw_ptr + blk, w.to(tw_ptr.dtype.element_ty))
+        nrows = 1
+    elif DIRECT:
         e = gl.load(ids_ptr + blk).to(gl.int32)
         nrows = 1
     else:
@@ -135,6 +143,49 @@ def int4_mma_experts_kernel(
 
 
 @gluon.jit
+def _route_slot(logits_ptr, E, slot, TOPK: gl.constexpr, BLOCK_E: gl.constexpr):
+    """(expert, weight) of a token's `slot` as moe_route.moe_route(shared=True) picks them from its E + 1 bf16
+    logits: the slot-th largest of the first E (ties to the lowest id), weight p / sum of the TOPK chosen p (p:
+    softmax over the E), or for slot TOPK the shared expert E weighted sigmoid(logit E). Every warp routes the whole row
+    (a [warps, BLOCK_E] tensor, one row each), so the TOPK maxima are warp shuffles, no shared memory."""
+    W: gl.constexpr = gl.num_warps()
+    L: gl.constexpr = gl.BlockedLayout([1, BLOCK_E // 32], [1, 32], [W, 1], [1, 0])
+    LR: gl.constexpr = gl.SliceLayout(1, L)
+    cols = gl.arange(0, BLOCK_E, layout=gl.SliceLayout(0, L))[None, :] + gl.zeros([W, 1], gl.int32, layout=L)
+    ok = cols < E
+    x = gl.load(logits_ptr + cols, mask=ok, other=float("-inf")).to(gl.float32)
+    # one int32 key per expert, one max per slot: a bf16 logit's fp32 bits have 16 zero low bits, so its
+    # order-preserving bits (the route kernel's int64 key, upper half) fit the upper 16 and the tie-break
+    # BLOCK_E - 1 - id (the lowest id first) the lower; taken or padded experts hold the int32 minimum
+    bits = gl.where(x == 0.0, 0.0, x).to(gl.int32, bitcast=True)
+    key = ((bits ^ ((bits >> 31) & 0x7FFFFFFF)) & -65536) | (BLOCK_E - 1 - cols)
+    taken = gl.full([W, BLOCK_E], -2147483648, gl.int32, layout=L)
+    key = gl.where(ok, key, taken)
+    m = gl.max(x, axis=1)  # the largest logit, the softmax's shift
+    total = gl.sum(gl.where(ok, gl.exp(x - m[:, None]), 0.0), axis=1)
+    p_sum = gl.zeros([W], gl.float32, layout=LR)
+    p_sel = gl.zeros([W], gl.float32, layout=LR)
+    i_sel = gl.zeros([W], gl.int32, layout=LR)
+    for j in gl.static_range(TOPK):
+        best = gl.max(key, axis=1)
+        idx = BLOCK_E - 1 - (best & 0xFFFF)
+        hi = best & -65536
+        hi = hi | ((hi >> 31) & 0xFFFF)  # the order-preserving bits whole again (a negative logit's low ones set)
+        p = gl.exp((hi ^ ((hi >> 31) & 0x7FFFFFFF)).to(gl.float32, bitcast=True) - m) / total
+        p_sum += p
+        p_sel = gl.where(slot == j, p, p_sel)
+        i_sel = gl.where(slot == j, idx, i_sel)
+        key = gl.where(cols == idx[:, None], taken, key)
+    e = gl.max(i_sel, axis=0)
+    w = gl.max(p_sel / p_sum, axis=0)
+    if slot == TOPK:  # the shared expert: its gate rounded to the logits' dtype first, as the reference's is
+        g = gl.load(logits_ptr + E).to(gl.float32)
+        e = E
+        w = 1.0 / (1.0 + gl.exp(-g))
+    return e, w
+
+
+@gluon.jit
 def _sum_slots(y_ptr, out_ptr, col0, N, T, stride_ym, stride_om, TOPK: gl.constexpr, TOPK_P: gl.constexpr,
                BLOCK_N: gl.constexpr):  # fmt: skip
     """out[t, cols] = sum over the slots s of y[t * TOPK + s, cols] in fp32 (moe_gemm._sum_slots_kernel's sum)
@@ -178,18 +229,20 @@ def _stripe_halves(t):
 
 def experts_mma_variant(block_n: int, block_m: int, warps: int, zero: bool, direct: bool, xdiv: int,
                         row_scale: bool, depth: int = 2, pdl: bool = False,
-                        split: int = 1, topk: int = 0, act: bool = False, xa: bool = False):  # fmt: skip
-    """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
+                        split: int = 1, topk: int = 0, act: bool = False, xa: bool = False,
+                        route: int = 0):  # fmt: skip
+    """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot); `route`: the
+    top k of a gate_up that routes its token itself."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
            "y_ptr": "*bf16", "tw_ptr": "*fp32", "ids_ptr": "*i64", "sorted_ptr": "*i32", "bexp_ptr": "*i32",
            "brows_ptr": "*i32", "part_ptr": "*fp32", "cnt_ptr": "*i32", "out_ptr": "*bf16", "N": "i32", "K": "i32",
            "P": "i32", "stride_xm": "i32", "stride_ym": "i32", "stride_we": "i32", "stride_se": "i32",
-           "stride_sn": "i32", "stride_om": "i32"}  # fmt: skip
+           "stride_sn": "i32", "stride_om": "i32", "logits_ptr": "*bf16", "n_experts": "i32"}  # fmt: skip
     cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, DEPTH=depth, DIRECT=direct, XDIV=xdiv,
-               ROW_SCALE=row_scale, PDL=pdl, SPLIT_K=split, SUM=topk > 0, TOPK=max(topk, 1),
-               TOPK_P=1 << (max(topk, 1) - 1).bit_length(), ACT=act, XA=xa)  # fmt: skip
+               ROW_SCALE=row_scale, PDL=pdl, SPLIT_K=split, SUM=topk > 0, TOPK=max(topk, route, 1),
+               TOPK_P=1 << (max(topk, 1) - 1).bit_length(), ACT=act, XA=xa, ROUTE=route > 0, BLOCK_E=256)  # fmt: skip
     name = (f"int4 mma experts{' asym' if zero else ''}{' direct' if direct else ''} BLOCK_N={block_n} "
-            f"BLOCK_M={block_m} w{warps} xdiv {xdiv}{' scaled' if row_scale else ''}{' pdl' if pdl else ''}{f' split {split}' if split > 1 else ''}{f' sum {topk}' if topk else ''}{' act' if act else ''}{' x ahead' if xa else ''}")  # fmt: skip
+            f"BLOCK_M={block_m} w{warps} xdiv {xdiv}{' scaled' if row_scale else ''}{' pdl' if pdl else ''}{f' split {split}' if split > 1 else ''}{f' sum {topk}' if topk else ''}{' act' if act else ''}{' x ahead' if xa else ''}{f' route {route}' if route else ''}")  # fmt: skip
     return name, int4_mma_experts_kernel, sig, cex, warps
 
 
@@ -197,19 +250,25 @@ def experts_mma(
     x: torch.Tensor, w: Int4Experts, y: torch.Tensor, blocks: int, block_m: int, ids: torch.Tensor,
     sorted_: torch.Tensor, bexp: torch.Tensor, brows: torch.Tensor, direct: bool, xdiv: int,
     tw: torch.Tensor | None = None, cfg: SkinnyConfig | None = None,
-    sum_out: torch.Tensor | None = None, topk: int = 1, act: bool = False,
+    sum_out: torch.Tensor | None = None, topk: int = 1, act: bool = False, route: torch.Tensor | None = None,
+    route_w: torch.Tensor | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """y[pair] = x[pair // xdiv] @ w[expert]^T (times tw[pair] if given) for every pair the blocks name.
     With `sum_out` [T, N] the launch also sums each token's `topk` slots (pair = t * topk + s) into it: the last
     program to finish an N tile does (moe_gemm._sum_slots_kernel's sum, one launch fewer). With `act` w's rows
     are [gate | up] (2 x N / 2) and y [P, N / 2] gets silu(gate) * up (as activation.silu_mul): each tile pairs 8
-    gate rows with their 8 up rows per 16-row stripe, so one thread holds both. `cfg` overrides the tile table
-    (sweeps)."""
+    gate rows with their 8 up rows per 16-row stripe, so one thread holds both. With `route` (one token's router
+    logits [1, E + 1], the last the shared expert's gate; direct blocks, one per slot) the launch routes the token
+    as moe_route(..., topk, shared=True) does and writes each slot's expert into `ids` and its weight into
+    `route_w` (the route kernel's launch saved). `cfg` overrides the tile table (sweeps)."""
     e, n, k = w.shape
     if k % GROUP_K or n % 64 or x.dtype != torch.bfloat16 or x.stride(-1) != 1:
         raise ValueError(f"int4 mma experts: K % {GROUP_K}, N % 64, bf16 x with unit stride; got {w.shape}")
     if act and (tw is not None or sum_out is not None or y.shape[-1] != n // 2):
         raise ValueError(f"int4 mma experts: silu(gate) * up into {n // 2} columns, alone; got y {tuple(y.shape)}")
+    if route is not None and (not direct or blocks != topk + 1 or route_w is None or route.shape[0] != 1
+                              or route.dtype != torch.bfloat16 or route.shape[1] - 1 > 1024):  # fmt: skip
+        raise ValueError(f"int4 mma experts: routing one token into {topk} + 1 direct slots, got {blocks} blocks")
     cfg = cfg or experts_mma_tile(ids.numel(), n, k, blocks)
     if (n % cfg.block_n or cfg.block_n % (16 * cfg.num_warps) or cfg.num_stages not in (2, 4)
             or not 1 <= cfg.split_k <= k // GROUP_K):  # fmt: skip
@@ -225,11 +284,14 @@ def experts_mma(
         cnt = counter_buffer(x.device)
     out = sum_out if sum_out is not None else y
     int4_mma_experts_kernel[(n // block_n, blocks, split)](
-        x, w.qweight, w.scales, w.zeros if w.zeros is not None else w.scales, y, tw if tw is not None else x,
+        x, w.qweight, w.scales, w.zeros if w.zeros is not None else w.scales, y,
+        tw if tw is not None else route_w if route is not None else x,
         ids, sorted_, bexp, brows, part, cnt, out, n, k, pairs, x.stride(0), y.stride(0), w.qweight.stride(0),
         w.scales.stride(0), g, out.stride(0),
         HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, DEPTH=depth, DIRECT=direct, XDIV=xdiv,
         ROW_SCALE=tw is not None, SPLIT_K=split, SUM=sum_out is not None, TOPK=topk,
-        TOPK_P=1 << (topk - 1).bit_length(), ACT=act, XA=int4_x_ahead(), num_warps=warps, **pdl_kwargs(x),
+        TOPK_P=1 << (topk - 1).bit_length(), ACT=act, XA=int4_x_ahead(), num_warps=warps,
+        logits_ptr=route, n_experts=0 if route is None else route.shape[1] - 1, ROUTE=route is not None,
+        BLOCK_E=triton.next_power_of_2(route.shape[1] - 1) if route is not None else 256, **pdl_kwargs(x),
     )  # fmt: skip
     return y
