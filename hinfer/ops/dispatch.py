@@ -105,13 +105,3 @@ def int4_x_ahead() -> bool:
     if v not in ("0", "1"):
         raise ValueError(f"HINFER_INT4_X_AHEAD must be 0 or 1, got {v!r}")
     return v == "1"
-
-
-def int4_l2_prefetch() -> int:
-    """How many groups of its weights each int4 tensor-core program (mma.sync and wgmma, fragment order)
-    prefetches into L2 before it waits for the previous kernel: HINFER_INT4_L2_PREFETCH, 0 (the default until
-    measured on the GPU) or a multiple of 4. Read at every launch."""
-    v = os.environ.get("HINFER_INT4_L2_PREFETCH", "0").strip()
-    if not v.isdigit() or int(v) % 4:
-        raise ValueError(f"HINFER_INT4_L2_PREFETCH must be a multiple of 4 groups (0: off), got {v!r}")
-    return int(v)

@@ -270,25 +270,3 @@ def test_x_ahead_changes_nothing(monkeypatch):
         want = int4_mma_matmul(x, mw, cfg=cfg)
         monkeypatch.setenv("HINFER_INT4_X_AHEAD", "1")
         assert torch.equal(int4_mma_matmul(x, mw, out=_poisoned(m, n), cfg=cfg), want), f"M={m} {cfg}"
-
-
-@pytest.mark.parametrize("prefetch", [4, 12, 64])
-def test_l2_prefetch_changes_nothing(prefetch, monkeypatch):
-    """HINFER_INT4_L2_PREFETCH (weights prefetched into L2 before the PDL wait) is a hint: both int4 tensor-core
-    kernels give the same bits with and without it, through register loops and the shared-memory ring, with a
-    look-ahead shorter than a split, and longer than the whole K."""
-    from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
-    from hinfer.ops.triton.linear_int4_wgmma import int4_wgmma_matmul
-    from hinfer.ops.triton.tiles.forms import SkinnyConfig
-
-    n, k = SHAPES["qkv"]
-    g = _gen()
-    _, mw = _quantized(n, k, True, g)
-    for m, cfg, fn in ((1, SkinnyConfig(128, 128, 8, 4, 4, 2, 4), int4_mma_matmul),
-                       (8, SkinnyConfig(128, 128, 8, 16, 4, 2), int4_mma_matmul),
-                       (32, SkinnyConfig(128, 128, 32, 2, 8, 1), int4_wgmma_matmul)):  # fmt: skip
-        x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
-        monkeypatch.setenv("HINFER_INT4_L2_PREFETCH", "0")
-        want = fn(x, mw, cfg=cfg)
-        monkeypatch.setenv("HINFER_INT4_L2_PREFETCH", str(prefetch))
-        assert torch.equal(fn(x, mw, out=_poisoned(m, n), cfg=cfg), want), f"M={m} {cfg}"

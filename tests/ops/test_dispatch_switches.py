@@ -57,19 +57,6 @@ def test_wgmma_takes_over_where_its_sweep_won(monkeypatch):
     assert not any(w._wgmma_takes(m) for m in range(1, 17))
 
 
-def test_int4_l2_prefetch(monkeypatch):
-    from hinfer.ops.dispatch import int4_l2_prefetch
-
-    monkeypatch.delenv("HINFER_INT4_L2_PREFETCH", raising=False)
-    assert int4_l2_prefetch() == 0
-    monkeypatch.setenv("HINFER_INT4_L2_PREFETCH", "12")
-    assert int4_l2_prefetch() == 12
-    for bad in ("6", "on"):
-        monkeypatch.setenv("HINFER_INT4_L2_PREFETCH", bad)
-        with pytest.raises(ValueError, match="multiple of 4"):
-            int4_l2_prefetch()
-
-
 def test_int4_x_ahead(monkeypatch):
     from hinfer.ops.dispatch import int4_x_ahead
 

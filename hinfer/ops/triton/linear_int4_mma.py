@@ -30,7 +30,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
-from hinfer.ops.dispatch import int4_l2_prefetch, int4_x_ahead
+from hinfer.ops.dispatch import int4_x_ahead
 from hinfer.ops.triton.common import GROUP as GROUP_K  # quantization group along K
 from hinfer.ops.triton.common import pdl_kwargs
 from hinfer.ops.triton.linear_splitk import split_scratch
@@ -95,25 +95,6 @@ def _pdl_start(ON: gl.constexpr):
     outputs (the weights issued before this need no wait: nothing writes them), then let the next one launch."""
     if ON:
         gl.inline_asm_elementwise("griddepcontrol.wait; griddepcontrol.launch_dependents; // $0", "=r", [],
-                                  dtype=gl.int32, is_pure=False, pack=1)  # fmt: skip
-
-
-@gluon.jit
-def _l2_prefetch(w_ptr, stripe0, g_lo, g_hi, K, S: gl.constexpr, GROUPS: gl.constexpr):
-    """L2 prefetches of the first GROUPS groups of this program's S stripes (fragment order), issued before the
-    PDL wait: nothing writes weights, so they can stream while the previous kernel finishes (its tail leaves
-    SMs and bandwidth idle). A stripe's group is 1 KB, 8 lines of 128 bytes: lane l takes line l % 8 of group
-    d + l // 8, so a warp covers 4 groups of a stripe per instruction. Looks past the slice re-fetch its last
-    group (a hit)."""
-    W: gl.constexpr = gl.num_warps()
-    L: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [W, 1], [1, 0])
-    st = stripe0 + gl.arange(0, S, layout=gl.SliceLayout(1, L))[:, None]
-    lane = gl.arange(0, 32, layout=gl.SliceLayout(0, L))[None, :]
-    last = gl.maximum(g_hi - 1, 0)
-    base = w_ptr + st.to(gl.int64) * (2 * K) + (lane % 8) * 32
-    for d in gl.static_range(0, GROUPS, 4):
-        g = gl.minimum(g_lo + d + lane // 8, last)
-        gl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [base + g * (2 * GROUP)],
                                   dtype=gl.int32, is_pure=False, pack=1)  # fmt: skip
 
 
@@ -422,11 +403,10 @@ def int4_mma_kernel(
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
     OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, RING: gl.constexpr = 0,
     PDL: gl.constexpr = False, t_ptr=None, TAIL_N=0, stride_tn=0, TAIL: gl.constexpr = False,
-    PREFETCH: gl.constexpr = 0, XA: gl.constexpr = False,
+    XA: gl.constexpr = False,
 ):  # fmt: skip
     """y[:, :N] = x @ W^T (int4 tiles) and, with TAIL, y[:, N:N + TAIL_N] = x @ tail^T (bf16 rows) in one launch.
-    PREFETCH: groups of the program's weights prefetched into L2 before the PDL wait (fragment order); XA: x
-    loaded with the register look-ahead (_k_loop)."""
+    XA: x loaded with the register look-ahead (_k_loop)."""
     # rows of x in blocks of BLOCK_M along the fastest grid axis: the blocks of one weight tile run together,
     # so all but the first read it from L2
     pid_m = gl.program_id(0)
@@ -440,11 +420,11 @@ def int4_mma_kernel(
         else:
             _tile_program(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
                           stride_sg, stride_sn, pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K,
-                          OFFSET_MMA, DEPTH, ROWS, RING, PDL, PREFETCH, XA)  # fmt: skip
+                          OFFSET_MMA, DEPTH, ROWS, RING, PDL, XA)  # fmt: skip
     else:
         _tile_program(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg,
                       stride_sn, pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K, OFFSET_MMA, DEPTH, ROWS,
-                      RING, PDL, PREFETCH, XA)  # fmt: skip
+                      RING, PDL, XA)  # fmt: skip
 
 
 @gluon.jit
@@ -476,7 +456,7 @@ def _tile_program(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg, stride_sn,
     pid_m, pid_n, pid_k, HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
     SPLIT_K: gl.constexpr, OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, RING: gl.constexpr,
-    PDL: gl.constexpr, PREFETCH: gl.constexpr = 0, XA: gl.constexpr = False,
+    PDL: gl.constexpr, XA: gl.constexpr = False,
 ):  # fmt: skip
     """One program of int4_mma_kernel: BLOCK_N rows of W, BLOCK_M rows of x, its 1/SPLIT_K of the groups."""
     W: gl.constexpr = gl.num_warps()
@@ -487,8 +467,6 @@ def _tile_program(
     per_split = gl.cdiv(n_groups, SPLIT_K)
     g_lo = pid_k * per_split
     g_hi = gl.minimum(g_lo + per_split, n_groups)
-    if PREFETCH > 0 and not ROWS:
-        _l2_prefetch(w_ptr, pid_n * S, g_lo, g_hi, K, S, PREFETCH)
 
     stripe = pid_n * S + _iota4(S, 0, LW)
     lane = _iota4(32, 2, LW)
@@ -548,7 +526,7 @@ def _store_y(acc, rows, y_ptr, part_ptr, cnt_ptr, M, N, stride_ym, pid_m, pid_n,
 
 def int4_mma_variant(
     block_n: int, block_m: int, split_k: int, warps: int, zero: bool, offset_mma: bool = True, depth: int = 2,
-    rows: bool = False, ring: int = 0, tail: bool = False, pdl: bool = False, prefetch: int = 0, xa: bool = False,
+    rows: bool = False, ring: int = 0, tail: bool = False, pdl: bool = False, xa: bool = False,
 ):
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
@@ -556,10 +534,10 @@ def int4_mma_variant(
            "stride_xm": "i32", "stride_ym": "i32", "stride_sg": "i32", "stride_sn": "i32", "t_ptr": "*bf16",
            "TAIL_N": "i32", "stride_tn": "i32"}  # fmt: skip
     cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, OFFSET_MMA=offset_mma,
-               DEPTH=depth, ROWS=rows, RING=ring, TAIL=tail, PDL=pdl, PREFETCH=prefetch, XA=xa)  # fmt: skip
+               DEPTH=depth, ROWS=rows, RING=ring, TAIL=tail, PDL=pdl, XA=xa)  # fmt: skip
     name = (f"int4 mma{' rows' if rows else ''}{' asym' if zero else ''}{'' if offset_mma else ' fma-offset'} BLOCK_N={block_n} "
             f"BLOCK_M={block_m} split {split_k} w{warps} {f'ring {ring}' if ring else f'depth {depth}'}"
-            f"{' tail' if tail else ''}{' pdl' if pdl else ''}{f' l2 prefetch {prefetch}' if prefetch else ''}{' x ahead' if xa else ''}")  # fmt: skip
+            f"{' tail' if tail else ''}{' pdl' if pdl else ''}{' x ahead' if xa else ''}")  # fmt: skip
     return name, int4_mma_kernel, sig, cex, warps
 
 
@@ -623,6 +601,6 @@ def int4_mma_matmul(
         HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split,
         OFFSET_MMA=offset_mma, DEPTH=cfg.num_stages, ROWS=rows, RING=cfg.ring, num_warps=warps,
         t_ptr=x if tail is None else tail, TAIL_N=tail_n, stride_tn=0 if tail is None else tail.stride(0),
-        TAIL=tail is not None, PREFETCH=0 if rows else int4_l2_prefetch(), XA=int4_x_ahead(), **pdl_kwargs(x),
+        TAIL=tail is not None, XA=int4_x_ahead(), **pdl_kwargs(x),
     )  # fmt: skip
     return out

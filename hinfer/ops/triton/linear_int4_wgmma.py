@@ -24,7 +24,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
 )
 
-from hinfer.ops.dispatch import int4_l2_prefetch
 from hinfer.ops.triton.common import GROUP as GROUP_K
 from hinfer.ops.triton.common import pdl_kwargs
 from hinfer.ops.triton.linear_int4_mma import (
@@ -32,7 +31,6 @@ from hinfer.ops.triton.linear_int4_mma import (
     MAX_M,
     _a_operand,
     _iota4,
-    _l2_prefetch,
     _neg_offset,
     _pdl_start,
     _store_y,
@@ -104,7 +102,7 @@ def _k_loop(acc, w_ptrs, z_lo, s_lo, sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO: gl.
 def int4_wgmma_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg, stride_sn,
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
-    PDL: gl.constexpr = False, PREFETCH: gl.constexpr = 0,
+    PDL: gl.constexpr = False,
 ):  # fmt: skip
     """y[:, :N] = x @ W^T: program (m block, N tile, K slice), rows of x along the fastest grid axis (the blocks
     of one weight tile run together, so all but the first read it from L2)."""
@@ -124,8 +122,6 @@ def int4_wgmma_kernel(
     g_lo = pid_k * per_split
     g_hi = gl.minimum(g_lo + per_split, n_groups)
     last = gl.maximum(g_hi - 1, 0)
-    if PREFETCH > 0:  # the weights into L2 before the PDL wait (linear_int4_mma._l2_prefetch)
-        _l2_prefetch(w_ptr, pid_n * S, g_lo, g_hi, K, S, PREFETCH)
 
     # stripe (pid_n * S + s) starts at its row of [N/16, 2K]; a group is 256 contiguous words of it
     stripe = pid_n * S + _iota4(S, 0, LW)
@@ -146,15 +142,14 @@ def int4_wgmma_kernel(
     _store_y(acc, rows, y_ptr, part_ptr, cnt_ptr, M, N, stride_ym, pid_m, pid_n, pid_k, BLOCK_N, BLOCK_M, SPLIT_K)
 
 
-def int4_wgmma_variant(block_n: int, block_m: int, split_k: int, warps: int, zero: bool, pdl: bool = False,
-                       prefetch: int = 0):
+def int4_wgmma_variant(block_n: int, block_m: int, split_k: int, warps: int, zero: bool, pdl: bool = False):
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
            "y_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
            "stride_xm": "i32", "stride_ym": "i32", "stride_sg": "i32", "stride_sn": "i32"}  # fmt: skip
-    cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, PDL=pdl, PREFETCH=prefetch)
+    cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, PDL=pdl)
     name = (f"int4 wgmma{' asym' if zero else ''} BLOCK_N={block_n} BLOCK_M={block_m} split {split_k} w{warps}"
-            f"{' pdl' if pdl else ''}{f' l2 prefetch {prefetch}' if prefetch else ''}")  # fmt: skip
+            f"{' pdl' if pdl else ''}")  # fmt: skip
     return name, int4_wgmma_kernel, sig, cex, warps
 
 
@@ -183,7 +178,7 @@ def int4_wgmma_matmul(x: torch.Tensor, w, out: torch.Tensor | None = None, cfg: 
     int4_wgmma_kernel[grid](
         x, w.words, w.scales, w.zeros if w.zeros is not None else w.scales, out, part, cnt, m, n, k,
         x.stride(0), out.stride(0), n, 1,
-        HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split, PREFETCH=int4_l2_prefetch(),
+        HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split,
         num_warps=warps,
         **pdl_kwargs(x),
     )  # fmt: skip
