@@ -51,6 +51,23 @@ def poison_outputs(tm, monkeypatch):
         monkeypatch.setattr(sys.modules[f"hinfer.ops.triton.{name}"], "_empty", _poison)
 
 
+def _int4_experts(w: torch.Tensor):
+    """Asymmetric int4 experts as the tensor-core kernel takes them."""
+    from hinfer.ops.triton.moe_int4 import Int4Experts
+    from hinfer.quant.experts import quantize_experts_int4
+
+    q = quantize_experts_int4(w, zero_point=True)
+    return Int4Experts(q.qweight, q.scales, q.zeros, q.in_features)
+
+
+def _int4_layer(weights, t: int):
+    """(name, int4 gate_up, int4 down, x [t, H], routing weights, expert ids) of a model's random layer."""
+    name, wgu, wd = weights
+    x = torch.randn(t, wgu.shape[2], device="cuda").bfloat16()
+    top_w, top_i = ref.moe_route_ref(torch.randn(t, E, device="cuda").bfloat16(), K)
+    return name, _int4_experts(wgu), _int4_experts(wd), x, top_w, top_i
+
+
 @pytest.fixture(scope="module", params=sorted(SHAPES))
 def weights(request):
     h, i = SHAPES[request.param]
@@ -205,13 +222,10 @@ def test_experts_int4_gate_up_routes_one_token(tm, weights, seed, monkeypatch):
     expert as the route kernel does (the same ids, ties to the lowest id; weights within one bf16 rounding), so
     the gate_up output is the one the route kernel's ids give, bit for bit, and the layer's output matches the
     two-launch route within rounding. The last logit is the folded shared expert's gate."""
-    from hinfer.ops.triton.moe_int4 import Int4Experts
     from hinfer.ops.triton.moe_int4_mma import experts_mma
-    from hinfer.quant.experts import quantize_experts_int4
 
     name, wgu, wd = weights
-    gu, dn = (Int4Experts(q.qweight, q.scales, q.zeros, q.in_features)
-              for q in (quantize_experts_int4(w, zero_point=True) for w in (wgu, wd)))  # fmt: skip
+    gu, dn = _int4_experts(wgu), _int4_experts(wd)
     h, i = wgu.shape[2], wd.shape[2]
     x = torch.randn(1, h, device="cuda").bfloat16()
     gen = torch.Generator(device="cuda").manual_seed(seed)
@@ -244,14 +258,7 @@ def test_experts_int4_gate_up_routes_one_token(tm, weights, seed, monkeypatch):
 @pytest.mark.parametrize("t", [1, 8])
 def test_experts_int4_x_ahead_changes_nothing(tm, weights, seed, t, monkeypatch):
     """HINFER_INT4_X_AHEAD (x loaded with the look-ahead's weights) gives the experts path the same bits."""
-    from hinfer.ops.triton.moe_int4 import Int4Experts
-    from hinfer.quant.experts import quantize_experts_int4
-
-    name, wgu, wd = weights
-    gu, dn = (Int4Experts(q.qweight, q.scales, q.zeros, q.in_features)
-              for q in (quantize_experts_int4(w, zero_point=True) for w in (wgu, wd)))  # fmt: skip
-    x = torch.randn(t, wgu.shape[2], device="cuda").bfloat16()
-    top_w, top_i = ref.moe_route_ref(torch.randn(t, E, device="cuda").bfloat16(), K)
+    name, gu, dn, x, top_w, top_i = _int4_layer(weights, t)
     monkeypatch.setenv("HINFER_INT4_X_AHEAD", "0")
     want = tm.moe_experts(x, gu, dn, top_w, top_i)
     monkeypatch.setenv("HINFER_INT4_X_AHEAD", "1")
@@ -265,14 +272,11 @@ def test_experts_int4_split_k(tm, weights, seed, t):
     here and there), repeat bit for bit, and leave the arrival counters zeroed."""
     from hinfer.ops.triton.linear_splitk import counter_buffer
     from hinfer.ops.triton.moe_align import align
-    from hinfer.ops.triton.moe_int4 import Int4Experts
     from hinfer.ops.triton.moe_int4_mma import experts_mma
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
-    from hinfer.quant.experts import quantize_experts_int4
 
     name, wgu, wd = weights
-    gu, dn = (Int4Experts(q.qweight, q.scales, q.zeros, q.in_features)
-              for q in (quantize_experts_int4(w, zero_point=True) for w in (wgu, wd)))  # fmt: skip
+    gu, dn = _int4_experts(wgu), _int4_experts(wd)
     h, i = wgu.shape[2], wd.shape[2]
     x = torch.randn(t, h, device="cuda").bfloat16()
     hid = (torch.randn(t * K, i, device="cuda") * 2).bfloat16()  # silu(gate) * up, as the gate_up writes it
@@ -310,14 +314,8 @@ def test_experts_int4_down_sums_the_slots(tm, weights, seed, t, monkeypatch):
     equals the down launch + the separate sum kernel up to the order of the fp32 sum, repeats bit for bit, in a
     CUDA graph too, and leaves its arrival counters zeroed."""
     from hinfer.ops.triton.linear_splitk import counter_buffer
-    from hinfer.ops.triton.moe_int4 import Int4Experts
-    from hinfer.quant.experts import quantize_experts_int4
 
-    name, wgu, wd = weights
-    gu, dn = (Int4Experts(q.qweight, q.scales, q.zeros, q.in_features)
-              for q in (quantize_experts_int4(w, zero_point=True) for w in (wgu, wd)))  # fmt: skip
-    x = torch.randn(t, wgu.shape[2], device="cuda").bfloat16()
-    top_w, top_i = ref.moe_route_ref(torch.randn(t, E, device="cuda").bfloat16(), K)
+    name, gu, dn, x, top_w, top_i = _int4_layer(weights, t)
     monkeypatch.setenv("HINFER_FUSE_LAUNCHES", "0")
     want = tm.moe_experts(x, gu, dn, top_w, top_i)
     monkeypatch.setenv("HINFER_FUSE_LAUNCHES", "slot_sum")
