@@ -98,9 +98,9 @@ def int4_wgmma_rows() -> int | None:
 
 
 def int4_x_ahead() -> bool:
-    """Whether the int4 tensor-core kernels' register loops (dense and routed experts) load each group's x with
-    the look-ahead's weights instead of just before its MMA: HINFER_INT4_X_AHEAD=1 (off by default until measured
-    on the GPU). Read at every launch."""
+    """Whether the int4 mma.sync kernels (dense and routed experts) load each group's x ahead of its MMA (with the
+    register look-ahead's weights, or one group ahead beside the shared-memory ring) instead of just before it:
+    HINFER_INT4_X_AHEAD=1 (off by default until measured on the GPU). Read at every launch."""
     v = os.environ.get("HINFER_INT4_X_AHEAD", "0").strip()
     if v not in ("0", "1"):
         raise ValueError(f"HINFER_INT4_X_AHEAD must be 0 or 1, got {v!r}")

@@ -256,7 +256,7 @@ def test_int4_mma_bf16_tail_rows_in_the_same_launch(tile, monkeypatch):
 
 def test_x_ahead_changes_nothing(monkeypatch):
     """HINFER_INT4_X_AHEAD (each group's x loaded with the register look-ahead's weights) moves loads only: the
-    same bits at depths 2 and 4, with splits, one and eight rows."""
+    same bits at depths 2 and 4 and through the shared-memory ring, with splits, one, eight and sixteen rows."""
     from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
 
@@ -264,7 +264,8 @@ def test_x_ahead_changes_nothing(monkeypatch):
     g = _gen()
     _, mw = _quantized(n, k, True, g)
     for m, cfg in ((1, SkinnyConfig(128, 128, 8, 4, 4, 2)), (1, SkinnyConfig(128, 128, 8, 1, 4, 4)),
-                   (8, SkinnyConfig(128, 128, 8, 16, 4, 2)), (8, SkinnyConfig(64, 128, 8, 2, 4, 4))):  # fmt: skip
+                   (8, SkinnyConfig(128, 128, 8, 16, 4, 2)), (8, SkinnyConfig(64, 128, 8, 2, 4, 4)),
+                   (1, SkinnyConfig(128, 128, 8, 2, 4, 2, 4)), (16, SkinnyConfig(128, 128, 16, 1, 4, 2, 4))):  # fmt: skip
         x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
         monkeypatch.setenv("HINFER_INT4_X_AHEAD", "0")
         want = int4_mma_matmul(x, mw, cfg=cfg)

@@ -349,9 +349,10 @@ def _ring_issue(w_smem, s_smem, z_smem, w_ptrs, s_ptrs, z_ptrs, g, sg, stage, HA
 
 @gluon.jit
 def _k_loop_ring(wp, s_base, z_base, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
-                 HAS_ZERO: gl.constexpr, RING: gl.constexpr, GW: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
+                 HAS_ZERO: gl.constexpr, RING: gl.constexpr, GW: gl.constexpr, PDL: gl.constexpr,
+                 XA: gl.constexpr = False):  # fmt: skip
     """_k_loop with the weights streamed through a shared-memory ring of RING groups (cp.async): RING - 1 groups
-    in flight per program without holding them in registers. Each thread copies, and later reads, its own 16
+    in flight per program without holding them in registers (XA: x one group ahead, in registers). Each thread copies, and later reads, its own 16
     bytes of words; the scales / zeros rows are copied by a few threads and read by all, hence one barrier per
     group (which also keeps a slot from being refilled before every thread has read it). Fragment order, the
     offset taken off by the ones MMA."""
@@ -378,6 +379,7 @@ def _k_loop_ring(wp, s_base, z_base, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constex
     for i in gl.static_range(RING - 1):
         _ring_issue(w_smem, s_smem, z_smem, wp, s_ptrs, z_ptrs, gl.minimum(g_lo + i, last), sg, i, HAS_ZERO, GW)
     _pdl_start(PDL)
+    xc = _x_ahead(x_ptrs, gl.minimum(g_lo, last), XA)
     for g in range(g_lo, g_hi):
         j = g - g_lo
         async_copy.wait_group(RING - 2)  # this thread's copies of group g have landed
@@ -392,7 +394,11 @@ def _k_loop_ring(wp, s_base, z_base, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constex
         nxt = j + RING - 1
         _ring_issue(w_smem, s_smem, z_smem, wp, s_ptrs, z_ptrs, gl.minimum(g_lo + nxt, last), sg, nxt % RING,
                     HAS_ZERO, GW)  # fmt: skip
-        acc = _group(acc, words, s, c, c, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, True, False)
+        if XA:
+            xn = gl.load(x_ptrs + gl.minimum(g + 1, last) * GROUP)
+        acc = _group(acc, words, s, c, c, xc, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, True, False, XA)
+        if XA:
+            xc = xn
     async_copy.wait_group(0)
     return acc
 
@@ -406,7 +412,7 @@ def int4_mma_kernel(
     XA: gl.constexpr = False,
 ):  # fmt: skip
     """y[:, :N] = x @ W^T (int4 tiles) and, with TAIL, y[:, N:N + TAIL_N] = x @ tail^T (bf16 rows) in one launch.
-    XA: x loaded with the register look-ahead (_k_loop)."""
+    XA: each group's x loaded ahead of its MMA (_k_loop, _k_loop_ring)."""
     # rows of x in blocks of BLOCK_M along the fastest grid axis: the blocks of one weight tile run together,
     # so all but the first read it from L2
     pid_m = gl.program_id(0)
@@ -491,7 +497,7 @@ def _tile_program(
 
     if RING > 0:  # fragment order: a group's scales / zeros are BLOCK_N contiguous entries of row g
         acc = _k_loop_ring(w_ptrs, s_ptr + pid_n * BLOCK_N, z_ptr + pid_n * BLOCK_N, stride_sg, x_ptrs, g_lo, g_hi,
-                           BLOCK_N, BLOCK_M, HAS_ZERO, RING, GW, PDL)  # fmt: skip
+                           BLOCK_N, BLOCK_M, HAS_ZERO, RING, GW, PDL, XA)  # fmt: skip
     else:
         acc = _k_loop(w_ptrs, s_ptrs, z_lo, z_rows, stride_sg, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO,
                       OFFSET_MMA, DEPTH, ROWS, GW, PDL, XA)  # fmt: skip
