@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call, two tries at the one-token MoE path (both off by default until this call measures them):
-# - HINFER_INT4_X_AHEAD=1: the int4 tensor-core register loops load each group's x with the look-ahead's weights
-#   (Nsight Compute put the one-token experts gate_up at 7.3 of its cycles per instruction waiting on L1 for x);
+# - HINFER_INT4_X_AHEAD=1: the int4 mma.sync kernels load each group's x ahead of its MMA (with the register
+#   look-ahead's weights, or one group ahead beside the shared-memory ring; Nsight Compute put the one-token
+#   experts gate_up at 7.3 of its cycles per instruction waiting on L1 for x);
 # - the `route` launch fusion: the experts' gate_up launch routes the token itself (the route kernel's launch
 #   saved, every warp repeating the top-k).
 # GPU tests of both, then 35B-A3B / 122B-A10B (and 27B for x ahead) int4 decode at 1 and 8 lanes each way.
