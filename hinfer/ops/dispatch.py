@@ -73,9 +73,9 @@ def launch_fusions(name: str, rows: int) -> bool:
     """Whether an op at `rows` token rows takes a launch-saving fused path: `slot_sum` the slot sum in the int4
     experts' down launch, `tail` the int4 kernel's bf16 tail rows (the GDN in_proj's b / a), `gate` the
     attention output gate in the decode kernels, `norm_linear` a MoE layer's router in its residual-add +
-    RMSNorm launch, `route` a token's route in its int4 experts' gate_up launch. HINFER_FUSE_LAUNCHES: 1 (default) each up to its rows in FUSIONS, 0 none (the separate
-    kernels, to compare or to fall back), or a comma list of the names on at any rows. Read at every call, so a
-    test or a bench can flip it."""
+    RMSNorm launch, `route` a token's route in its int4 experts' gate_up launch. HINFER_FUSE_LAUNCHES: 1
+    (default) each up to its rows in FUSIONS, 0 none (the separate kernels, to compare or to fall back), or a
+    comma list of the names on at any rows. Read at every call, so a test or a bench can flip it."""
     if name not in FUSIONS:
         raise ValueError(f"unknown launch fusion {name!r}: one of {tuple(FUSIONS)}")
     on = os.environ.get("HINFER_FUSE_LAUNCHES", "1").strip()

@@ -275,9 +275,10 @@ def _k_loop(wp, sp, zl, zr, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK
     # branching, and a count that is not a multiple of DEPTH ends on such re-reads weighted 0
     w0, s0, lo0, hi0 = _step_loads(wp, sp, zl, zr, gl.minimum(g_lo, last), sg, HAS_ZERO,
                                         OFFSET_MMA, GW)  # fmt: skip
-    x0 = _x_ahead(x_ptrs, gl.minimum(g_lo, last), XA)
+    # the weights go ahead of the PDL wait (nothing writes them); x is the previous kernel's output: after it
     if DEPTH == 2:
         _pdl_start(PDL)
+        x0 = _x_ahead(x_ptrs, gl.minimum(g_lo, last), XA)
         for g in range(g_lo, g_hi, 2):
             w1, s1, lo1, hi1 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 1, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
@@ -293,11 +294,12 @@ def _k_loop(wp, sp, zl, zr, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK
     else:
         w1, s1, lo1, hi1 = _step_loads(wp, sp, zl, zr, gl.minimum(g_lo + 1, last), sg, HAS_ZERO,
                                             OFFSET_MMA, GW)  # fmt: skip
-        x1 = _x_ahead(x_ptrs, gl.minimum(g_lo + 1, last), XA)
         w2, s2, lo2, hi2 = _step_loads(wp, sp, zl, zr, gl.minimum(g_lo + 2, last), sg, HAS_ZERO,
                                             OFFSET_MMA, GW)  # fmt: skip
-        x2 = _x_ahead(x_ptrs, gl.minimum(g_lo + 2, last), XA)
         _pdl_start(PDL)
+        x0 = _x_ahead(x_ptrs, gl.minimum(g_lo, last), XA)
+        x1 = _x_ahead(x_ptrs, gl.minimum(g_lo + 1, last), XA)
+        x2 = _x_ahead(x_ptrs, gl.minimum(g_lo + 2, last), XA)
         for g in range(g_lo, g_hi, 4):
             w3, s3, lo3, hi3 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 3, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
@@ -352,10 +354,10 @@ def _k_loop_ring(wp, s_base, z_base, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constex
                  HAS_ZERO: gl.constexpr, RING: gl.constexpr, GW: gl.constexpr, PDL: gl.constexpr,
                  XA: gl.constexpr = False):  # fmt: skip
     """_k_loop with the weights streamed through a shared-memory ring of RING groups (cp.async): RING - 1 groups
-    in flight per program without holding them in registers (XA: x one group ahead, in registers). Each thread copies, and later reads, its own 16
-    bytes of words; the scales / zeros rows are copied by a few threads and read by all, hence one barrier per
-    group (which also keeps a slot from being refilled before every thread has read it). Fragment order, the
-    offset taken off by the ones MMA."""
+    in flight per program without holding them in registers (XA: x one group ahead, in registers). Each thread
+    copies, and later reads, its own 16 bytes of words; the scales / zeros rows are copied by a few threads and
+    read by all, hence one barrier per group (which also keeps a slot from being refilled before every thread
+    has read it). Fragment order, the offset taken off by the ones MMA."""
     W: gl.constexpr = gl.num_warps()
     MMA: gl.constexpr = _mma_layout(W)
     DOT_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)

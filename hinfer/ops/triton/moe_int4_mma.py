@@ -146,8 +146,9 @@ def int4_mma_experts_kernel(
 def _route_slot(logits_ptr, E, slot, TOPK: gl.constexpr, BLOCK_E: gl.constexpr):
     """(expert, weight) of a token's `slot` as moe_route.moe_route(shared=True) picks them from its E + 1 bf16
     logits: the slot-th largest of the first E (ties to the lowest id), weight p / sum of the TOPK chosen p (p:
-    softmax over the E), or for slot TOPK the shared expert E weighted sigmoid(logit E). Every warp routes the whole row
-    (a [warps, BLOCK_E] tensor, one row each), so the TOPK maxima are warp shuffles, no shared memory."""
+    softmax over the E), or for slot TOPK the shared expert E weighted sigmoid(logit E). Every warp routes the
+    whole row (a [warps, BLOCK_E] tensor, one row each), so the TOPK maxima are warp shuffles, no shared memory.
+    The route kernel (moe_route.py) is the Triton form of the same selection."""
     W: gl.constexpr = gl.num_warps()
     L: gl.constexpr = gl.BlockedLayout([1, BLOCK_E // 32], [1, 32], [W, 1], [1, 0])
     LR: gl.constexpr = gl.SliceLayout(1, L)
