@@ -130,38 +130,28 @@ def mma_experts_fit(x: torch.Tensor, gu: Int4Experts, dn: Int4Experts, pairs: in
             and h % GROUP_K == 0 and i % GROUP_K == 0)  # fmt: skip
 
 
-def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, out: torch.Tensor) -> torch.Tensor:
+def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, out: torch.Tensor,
+                 logits: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
     """gate_up and down through the tensor-core kernel (moe_int4_mma.py): gate_up writes SiLU-mul's output, the
-    down sums the slots."""
+    down sums the slots. With `logits` (one token; slot k - 1 the folded shared expert) the gate_up launch routes
+    the token itself and writes the ids and weights the down reads (`tw`, `ids` are then None)."""
     pairs, h, bm = t * k, x.shape[1], 8
+    route = {}
+    if logits is not None:
+        ids, tw = _empty((k,), torch.int64, x.device), _empty((k,), logits.dtype, x.device)
+        route = dict(topk=k - 1, route=logits, route_w=tw)
     if t == 1:  # block b = pair b: the k experts are distinct
         blocks, sorted_, bexp, brows, direct = k, ids, ids, ids, True
     else:
         al = align(ids.view(t, k), gu.shape[0], bm)
         blocks, sorted_, bexp, brows, direct = al.n_blocks, al.sorted, al.bexp, al.brows, False
     hid = _empty((pairs, gu.shape[1] // 2), x.dtype, x.device)
-    experts_mma(x, gu, hid, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=k, act=True)
+    experts_mma(x, gu, hid, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=k, act=True, **route)
     y = _empty((pairs, h), x.dtype, x.device)
     fused = launch_fusions("slot_sum", t)  # the down launch sums the slots too (else a separate sum kernel)
     experts_mma(hid, dn, y, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=1, tw=tw,
                 sum_out=out if fused else None, topk=k)  # fmt: skip
     return out if fused else _sum_slots(y, out, t, k, h, False, {"PDL": False})
-
-
-def _experts_mma_routed(x, gu: Int4Experts, dn: Int4Experts, logits: torch.Tensor, k: int, out: torch.Tensor):
-    """_experts_mma for one token whose gate_up launch routes it too (the route kernel's launch saved): each
-    gate_up program picks its own slot's expert from the logits; slot k is the folded shared expert."""
-    slots, h = k + 1, x.shape[1]
-    ids = _empty((slots,), torch.int64, x.device)
-    tw = _empty((slots,), logits.dtype, x.device)
-    hid = _empty((slots, gu.shape[1] // 2), x.dtype, x.device)
-    experts_mma(x, gu, hid, slots, 8, ids, ids, ids, ids, True, xdiv=slots, act=True, topk=k, route=logits,
-                route_w=tw)  # fmt: skip
-    fused = launch_fusions("slot_sum", 1)
-    y = _empty((slots, h), x.dtype, x.device)
-    experts_mma(hid, dn, y, slots, 8, ids, ids, ids, ids, True, xdiv=1, tw=tw, sum_out=out if fused else None,
-                topk=slots)  # fmt: skip
-    return out if fused else _sum_slots(y, out, 1, slots, h, False, {"PDL": False})
 
 
 def moe_route_experts(
@@ -174,7 +164,8 @@ def moe_route_experts(
     if (shared and t == 1 and _fmt(w_gate_up) == INT4 and launch_fusions("route", t)
             and router_logits.dtype == torch.bfloat16 and mma_experts_fit(x, w_gate_up, w_down, top_k + 1)):  # fmt: skip
         out = _empty((t, x.shape[1]), x.dtype, x.device)
-        return _experts_mma_routed(_unit_last(x), w_gate_up, w_down, router_logits.contiguous(), top_k, out)
+        return _experts_mma(_unit_last(x), w_gate_up, w_down, None, None, t, top_k + 1, out,
+                            logits=router_logits.contiguous())  # fmt: skip
     top_w, top_i = moe_route(router_logits, top_k, shared)
     return moe_experts(x, w_gate_up, w_down, top_w, top_i)
 
