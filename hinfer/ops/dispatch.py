@@ -64,9 +64,9 @@ def warn_fallback(op: str, why: str) -> None:
 # Measured on the H200 (bench/RESULTS.md): the experts' slot sum in the down launch and the int4 kernel's tail
 # rows help at one row and cost 1-3% at eight (their serial last-program work grows with the rows); the router in
 # the norm's launch gains 8% / 3% at 1 / 8 lanes (35B-A3B). The norm in an input projection's launch measured
-# slower in both its forms (a prologue pass over K; the rows' rstd after the product) and was removed. The route
-# in the int4 experts' gate_up launch (one token) is off until measured
-FUSIONS: dict[str, int | None] = {"slot_sum": 1, "tail": 1, "gate": None, "norm_linear": 8, "route": 0}
+# slower in both its forms (a prologue pass over K; the rows' rstd after the product) and was removed. A token's
+# route in its int4 experts' gate_up launch gains 4% / 3% at one lane (35B-A3B / 122B-A10B)
+FUSIONS: dict[str, int | None] = {"slot_sum": 1, "tail": 1, "gate": None, "norm_linear": 8, "route": 1}
 
 
 def launch_fusions(name: str, rows: int) -> bool:
@@ -98,10 +98,12 @@ def int4_wgmma_rows() -> int | None:
 
 
 def int4_x_ahead() -> bool:
-    """Whether the int4 mma.sync kernels (dense and routed experts) load each group's x ahead of its MMA (with the
-    register look-ahead's weights, or one group ahead beside the shared-memory ring) instead of just before it:
-    HINFER_INT4_X_AHEAD=1 (off by default until measured on the GPU). Read at every launch."""
-    v = os.environ.get("HINFER_INT4_X_AHEAD", "0").strip()
+    """Whether the dense int4 mma.sync kernel loads each group's x ahead of its MMA (with the register
+    look-ahead's weights, or one group ahead beside the shared-memory ring) instead of just before it:
+    HINFER_INT4_X_AHEAD=1 (default; 0 loads it just before). Measured on the H200 (bench/RESULTS.md): 27B int4
+    +2% / +4% at 1 / 8 lanes; in the routed experts' kernel it cost 5-8% (more registers, fewer resident
+    programs), so they load x just before. Read at every launch."""
+    v = os.environ.get("HINFER_INT4_X_AHEAD", "1").strip()
     if v not in ("0", "1"):
         raise ValueError(f"HINFER_INT4_X_AHEAD must be 0 or 1, got {v!r}")
     return v == "1"

@@ -256,16 +256,6 @@ def test_experts_int4_gate_up_routes_one_token(tm, weights, seed, monkeypatch):
 
 
 @pytest.mark.parametrize("t", [1, 8])
-def test_experts_int4_x_ahead_changes_nothing(tm, weights, seed, t, monkeypatch):
-    """HINFER_INT4_X_AHEAD (x loaded with the look-ahead's weights) gives the experts path the same bits."""
-    name, gu, dn, x, top_w, top_i = _int4_layer(weights, t)
-    monkeypatch.setenv("HINFER_INT4_X_AHEAD", "0")
-    want = tm.moe_experts(x, gu, dn, top_w, top_i)
-    monkeypatch.setenv("HINFER_INT4_X_AHEAD", "1")
-    assert torch.equal(tm.moe_experts(x, gu, dn, top_w, top_i), want), f"{name} T={t}, seed {seed}"
-
-
-@pytest.mark.parametrize("t", [1, 8])
 def test_experts_int4_split_k(tm, weights, seed, t):
     """The tensor-core experts with the 128-groups split over 2 / 4 programs per tile (fp32 partials summed by the
     last to arrive) equal the unsplit kernel up to the order of that sum (bf16 outputs: a rounding step at most

@@ -61,9 +61,9 @@ def test_int4_x_ahead(monkeypatch):
     from hinfer.ops.dispatch import int4_x_ahead
 
     monkeypatch.delenv("HINFER_INT4_X_AHEAD", raising=False)
-    assert not int4_x_ahead()
-    monkeypatch.setenv("HINFER_INT4_X_AHEAD", "1")
     assert int4_x_ahead()
+    monkeypatch.setenv("HINFER_INT4_X_AHEAD", "0")
+    assert not int4_x_ahead()
     monkeypatch.setenv("HINFER_INT4_X_AHEAD", "on")
     with pytest.raises(ValueError, match="0 or 1"):
         int4_x_ahead()

@@ -165,7 +165,7 @@ def variants(full: bool = False) -> Iterator[Variant]:
     # with bf16 tail rows in the same launch (the GDN in_proj's b / a), ring and register loops
     yield (*int4_mma_variant(128, 8, 4, 4, True, True, 2, ring=4, tail=True, pdl=True), 0)
     yield (*int4_mma_variant(128, 8, 4, 8, True, True, 2, tail=True, pdl=True), 0)
-    # each group's x loaded ahead of its MMA (HINFER_INT4_X_AHEAD): register loops and the ring
+    # each group's x loaded ahead of its MMA (the default; HINFER_INT4_X_AHEAD=0 loads it just before)
     yield (*int4_mma_variant(128, 8, 2, 4, True, True, 2, pdl=True, xa=True), 0)
     yield (*int4_mma_variant(128, 8, 1, 4, True, True, 4, pdl=True, xa=True), 0)
     yield (*int4_mma_variant(128, 8, 2, 4, True, True, 2, ring=4, pdl=True, xa=True), 0)
@@ -198,9 +198,6 @@ def variants(full: bool = False) -> Iterator[Variant]:
               # one token routed in the gate_up launch (the `route` launch fusion)
               experts_mma_variant(128, 8, 4, True, True, 9, False, depth=4, pdl=True, split=4, act=True, route=8),
               experts_mma_variant(128, 8, 4, True, True, 9, False, depth=4, pdl=True, split=2, act=True, route=8),
-              # x loaded with the look-ahead's weights (HINFER_INT4_X_AHEAD)
-              experts_mma_variant(128, 8, 4, True, True, 9, False, depth=4, pdl=True, split=4, act=True, xa=True),
-              experts_mma_variant(32, 8, 2, True, True, 1, True, depth=2, pdl=True, topk=9, xa=True),
               *MEASURED_SPILLS):
         yield (*v, 0)
     sig = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "K": "i32", "stride_xm": "i32",

@@ -25,7 +25,6 @@ import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from hinfer.ops.dispatch import int4_x_ahead
 from hinfer.ops.triton.common import pdl_kwargs
 from hinfer.ops.triton.linear_int4_mma import (
     GROUP,
@@ -56,7 +55,7 @@ def int4_mma_experts_kernel(
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, DEPTH: gl.constexpr,
     DIRECT: gl.constexpr, XDIV: gl.constexpr, ROW_SCALE: gl.constexpr,
     PDL: gl.constexpr = False, SPLIT_K: gl.constexpr = 1, SUM: gl.constexpr = False, TOPK: gl.constexpr = 1,
-    TOPK_P: gl.constexpr = 1, ACT: gl.constexpr = False, XA: gl.constexpr = False, logits_ptr=None, n_experts=0,
+    TOPK_P: gl.constexpr = 1, ACT: gl.constexpr = False, logits_ptr=None, n_experts=0,
     ROUTE: gl.constexpr = False, BLOCK_E: gl.constexpr = 256,
 ):  # fmt: skip
     W: gl.constexpr = gl.num_warps()
@@ -114,7 +113,7 @@ def int4_mma_experts_kernel(
         g_lo = gl.program_id(2) * per_split
         g_hi = gl.minimum(g_lo + per_split, K // GROUP)
         acc = _k_loop(w_ptrs, s_ptrs, z_rows, z_rows, 1, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO,
-                      True, DEPTH, True, GROUP // 8, False, XA)  # fmt: skip
+                      True, DEPTH, True, GROUP // 8, False)  # fmt: skip
         out_mask = (ym < nrows)[None, :] & (rows < N)[:, None]
         y_off = py[None, :].to(gl.int64) * stride_ym + cols[:, None]
         if SPLIT_K == 1:
@@ -230,7 +229,7 @@ def _stripe_halves(t):
 
 def experts_mma_variant(block_n: int, block_m: int, warps: int, zero: bool, direct: bool, xdiv: int,
                         row_scale: bool, depth: int = 2, pdl: bool = False,
-                        split: int = 1, topk: int = 0, act: bool = False, xa: bool = False,
+                        split: int = 1, topk: int = 0, act: bool = False,
                         route: int = 0):  # fmt: skip
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot); `route`: the
     top k of a gate_up that routes its token itself."""
@@ -241,9 +240,9 @@ def experts_mma_variant(block_n: int, block_m: int, warps: int, zero: bool, dire
            "stride_sn": "i32", "stride_om": "i32", "logits_ptr": "*bf16", "n_experts": "i32"}  # fmt: skip
     cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, DEPTH=depth, DIRECT=direct, XDIV=xdiv,
                ROW_SCALE=row_scale, PDL=pdl, SPLIT_K=split, SUM=topk > 0, TOPK=max(topk, route, 1),
-               TOPK_P=1 << (max(topk, 1) - 1).bit_length(), ACT=act, XA=xa, ROUTE=route > 0, BLOCK_E=256)  # fmt: skip
+               TOPK_P=1 << (max(topk, 1) - 1).bit_length(), ACT=act, ROUTE=route > 0, BLOCK_E=256)  # fmt: skip
     name = (f"int4 mma experts{' asym' if zero else ''}{' direct' if direct else ''} BLOCK_N={block_n} "
-            f"BLOCK_M={block_m} w{warps} xdiv {xdiv}{' scaled' if row_scale else ''}{' pdl' if pdl else ''}{f' split {split}' if split > 1 else ''}{f' sum {topk}' if topk else ''}{' act' if act else ''}{' x ahead' if xa else ''}{f' route {route}' if route else ''}")  # fmt: skip
+            f"BLOCK_M={block_m} w{warps} xdiv {xdiv}{' scaled' if row_scale else ''}{' pdl' if pdl else ''}{f' split {split}' if split > 1 else ''}{f' sum {topk}' if topk else ''}{' act' if act else ''}{f' route {route}' if route else ''}")  # fmt: skip
     return name, int4_mma_experts_kernel, sig, cex, warps
 
 
@@ -291,7 +290,7 @@ def experts_mma(
         w.scales.stride(0), g, out.stride(0),
         HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, DEPTH=depth, DIRECT=direct, XDIV=xdiv,
         ROW_SCALE=tw is not None, SPLIT_K=split, SUM=sum_out is not None, TOPK=topk,
-        TOPK_P=1 << (topk - 1).bit_length(), ACT=act, XA=int4_x_ahead(), num_warps=warps,
+        TOPK_P=1 << (topk - 1).bit_length(), ACT=act, num_warps=warps,
         logits_ptr=route, n_experts=0 if route is None else route.shape[1] - 1, ROUTE=route is not None,
         BLOCK_E=triton.next_power_of_2(route.shape[1] - 1) if route is not None else 256, **pdl_kwargs(x),
     )  # fmt: skip
