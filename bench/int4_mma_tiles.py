@@ -3,7 +3,8 @@ at the Qwen3.6-27B shapes, timed like bench/linear_kernels.py (CUDA graph over w
 L2), beside its default tile. It prints the winners as TUNED entries (hinfer/ops/triton/tiles/tuned.py);
 `--tuned-out` writes them in the form HINFER_TILES reads.
 
-    python bench/int4_mma_tiles.py --ms 1,8,16,32 [--sym] [--fma-offset] [--rings 0,4] [--json out.json] [--tuned-out t.json]
+    python bench/int4_mma_tiles.py --ms 1,8,16,32 [--sym] [--fma-offset] [--x-ahead] [--rings 0,4] [--json out.json] [--tuned-out t.json]
+    python bench/int4_mma_tiles.py --config qwen3.6-35b-a3b --ms 1,8 --packaged --x-ahead   # the packaged tile, each way
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def candidates(m: int, n: int, k: int, rings: tuple[int, ...] = (0,), fma: bool 
 
 
 def main() -> None:
-    from dataclasses import asdict
+    from dataclasses import asdict, replace
 
     from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
     from hinfer.ops.triton.tiles import table
@@ -77,6 +78,10 @@ def main() -> None:
     ap.add_argument("--sym", action="store_true", help="symmetric weights (default asymmetric)")
     ap.add_argument("--fma-offset", action="store_true",
                     help="also the per-weight offset variant of each register look-ahead tile (fma_offset)")
+    ap.add_argument("--x-ahead", action="store_true",
+                    help="also each candidate with x loaded ahead of its MMA (x_ahead)")
+    ap.add_argument("--packaged", action="store_true",
+                    help="only the packaged tile (and, with --x-ahead, its x_ahead twin): a quick check per shape")
     ap.add_argument("--rings", default="0", help="shared-memory ring sizes to try (0: register look-ahead)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--tuned-out", type=Path, help="the winners as HINFER_TILES entries (family int4_mma)")
@@ -97,7 +102,10 @@ def main() -> None:
             def measure(cfg, x=x, weights=weights):
                 return graph_time(lambda wt: int4_mma_matmul(x, wt, cfg=cfg), weights)
 
-            timed = time_tiles(default, candidates(m, n, k, rings, a.fma_offset), measure, f"{name} M={m}")
+            tiles = [default] if a.packaged else candidates(m, n, k, rings, a.fma_offset)
+            if a.x_ahead:
+                tiles += [replace(t, x_ahead=not t.x_ahead) for t in tiles]
+            timed = time_tiles(default, tiles, measure, f"{name} M={m}")
             if timed is None:
                 continue
             base = timed[0][0]

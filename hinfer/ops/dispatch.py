@@ -95,15 +95,3 @@ def int4_wgmma_rows() -> int | None:
     if not v.isdigit():
         raise ValueError(f"HINFER_INT4_WGMMA must be `tuned` or a row count (0: off), got {v!r}")
     return int(v)
-
-
-def int4_x_ahead() -> bool:
-    """Whether the dense int4 mma.sync kernel loads each group's x ahead of its MMA (with the register
-    look-ahead's weights, or one group ahead beside the shared-memory ring) instead of just before it:
-    HINFER_INT4_X_AHEAD=1 (default; 0 loads it just before). Measured on the H200 (bench/RESULTS.md): 27B int4
-    +2% / +4% at 1 / 8 lanes; in the routed experts' kernel it cost 5-8% (more registers, fewer resident
-    programs), so they load x just before. Read at every launch."""
-    v = os.environ.get("HINFER_INT4_X_AHEAD", "1").strip()
-    if v not in ("0", "1"):
-        raise ValueError(f"HINFER_INT4_X_AHEAD must be 0 or 1, got {v!r}")
-    return v == "1"

@@ -6,6 +6,8 @@ decode path of Int4MmaWeight) at the Qwen3.6-27B shapes against Int4Weight.matmu
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -254,8 +256,8 @@ def test_int4_mma_bf16_tail_rows_in_the_same_launch(tile, monkeypatch):
     assert torch.equal(y_g, y), "graph replay"
 
 
-def test_x_ahead_changes_nothing(monkeypatch):
-    """HINFER_INT4_X_AHEAD (each group's x loaded with the register look-ahead's weights) moves loads only: the
+def test_x_ahead_changes_nothing():
+    """A tile's x_ahead (each group's x loaded with the register look-ahead's weights) moves loads only: the
     same bits at depths 2 and 4 and through the shared-memory ring, with splits, one, eight and sixteen rows."""
     from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
@@ -267,7 +269,6 @@ def test_x_ahead_changes_nothing(monkeypatch):
                    (8, SkinnyConfig(128, 128, 8, 16, 4, 2)), (8, SkinnyConfig(64, 128, 8, 2, 4, 4)),
                    (1, SkinnyConfig(128, 128, 8, 2, 4, 2, 4)), (16, SkinnyConfig(128, 128, 16, 1, 4, 2, 4))):  # fmt: skip
         x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
-        monkeypatch.setenv("HINFER_INT4_X_AHEAD", "0")
         want = int4_mma_matmul(x, mw, cfg=cfg)
-        monkeypatch.setenv("HINFER_INT4_X_AHEAD", "1")
-        assert torch.equal(int4_mma_matmul(x, mw, out=_poisoned(m, n), cfg=cfg), want), f"M={m} {cfg}"
+        ahead = replace(cfg, x_ahead=True)
+        assert torch.equal(int4_mma_matmul(x, mw, out=_poisoned(m, n), cfg=ahead), want), f"M={m} {ahead}"

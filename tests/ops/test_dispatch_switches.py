@@ -55,15 +55,3 @@ def test_wgmma_takes_over_where_its_sweep_won(monkeypatch):
     assert [m for m in range(1, 17) if w._wgmma_takes(m)] == [12, 13, 14, 15, 16]
     monkeypatch.setenv("HINFER_INT4_WGMMA", "0")
     assert not any(w._wgmma_takes(m) for m in range(1, 17))
-
-
-def test_int4_x_ahead(monkeypatch):
-    from hinfer.ops.dispatch import int4_x_ahead
-
-    monkeypatch.delenv("HINFER_INT4_X_AHEAD", raising=False)
-    assert int4_x_ahead()
-    monkeypatch.setenv("HINFER_INT4_X_AHEAD", "0")
-    assert not int4_x_ahead()
-    monkeypatch.setenv("HINFER_INT4_X_AHEAD", "on")
-    with pytest.raises(ValueError, match="0 or 1"):
-        int4_x_ahead()

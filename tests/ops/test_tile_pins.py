@@ -22,7 +22,7 @@ PREFILL_TS = (128, 512, 2048, 8192)  # MoE token counts past decode (its tiles c
 QS = (*range(1, 9), 16, 32, 64)  # attention decode: query rows per sequence
 SMS = (132, 4)  # the H200 / H100; the CPU interpreter's stand-in
 LINEAR_FMTS = ("bf16", "fp8_row", "fp8_block", "int4")
-ADDED_LATER = ("ring", "fma_offset")  # SkinnyConfig's trailing fields
+ADDED_LATER = ("ring", "fma_offset", "x_ahead")  # SkinnyConfig's trailing fields
 
 
 def _cfg(name: str) -> ModelConfig:
@@ -50,7 +50,7 @@ def linear_shapes(c: ModelConfig) -> list[tuple[str, int, int]]:
 def _plain(v) -> object:
     """A tile as the list of its fields (nested tiles as lists too), the recorded form."""
     if is_dataclass(v):
-        # fields added later (the int4 ring, fma_offset) at their defaults leave the recorded form unchanged
+        # fields added later (the int4 ring, fma_offset, x_ahead) at their defaults leave the recorded form unchanged
         fs = list(fields(v))
         while fs and fs[-1].name in ADDED_LATER and getattr(v, fs[-1].name) == fs[-1].default:
             fs.pop()

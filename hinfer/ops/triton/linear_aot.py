@@ -165,7 +165,7 @@ def variants(full: bool = False) -> Iterator[Variant]:
     # with bf16 tail rows in the same launch (the GDN in_proj's b / a), ring and register loops
     yield (*int4_mma_variant(128, 8, 4, 4, True, True, 2, ring=4, tail=True, pdl=True), 0)
     yield (*int4_mma_variant(128, 8, 4, 8, True, True, 2, tail=True, pdl=True), 0)
-    # each group's x loaded ahead of its MMA (the default; HINFER_INT4_X_AHEAD=0 loads it just before)
+    # each group's x loaded ahead of its MMA (the tile's x_ahead)
     yield (*int4_mma_variant(128, 8, 2, 4, True, True, 2, pdl=True, xa=True), 0)
     yield (*int4_mma_variant(128, 8, 1, 4, True, True, 4, pdl=True, xa=True), 0)
     yield (*int4_mma_variant(128, 8, 2, 4, True, True, 2, ring=4, pdl=True, xa=True), 0)

@@ -30,7 +30,6 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
-from hinfer.ops.dispatch import int4_x_ahead
 from hinfer.ops.triton.common import GROUP as GROUP_K  # quantization group along K
 from hinfer.ops.triton.common import pdl_kwargs
 from hinfer.ops.triton.linear_splitk import split_scratch
@@ -609,6 +608,6 @@ def int4_mma_matmul(
         HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split,
         OFFSET_MMA=offset_mma, DEPTH=cfg.num_stages, ROWS=rows, RING=cfg.ring, num_warps=warps,
         t_ptr=x if tail is None else tail, TAIL_N=tail_n, stride_tn=0 if tail is None else tail.stride(0),
-        TAIL=tail is not None, XA=int4_x_ahead(), **pdl_kwargs(x),
+        TAIL=tail is not None, XA=cfg.x_ahead, **pdl_kwargs(x),
     )  # fmt: skip
     return out

@@ -35,6 +35,9 @@ class SkinnyConfig:
     # int4_mma: take 128 + z off each weight register (one bf16x2 fma) instead of a second MMA against ones,
     # which costs as many MMAs as one stripe's and grows with the rows of x
     fma_offset: bool = False
+    # int4_mma: each group's x loaded ahead of its MMA (with the register look-ahead's weights, or one group
+    # ahead beside the ring) instead of just before it: more registers, so it wins at some shapes, loses at others
+    x_ahead: bool = False
 
 
 @dataclass(frozen=True)
