@@ -41,7 +41,8 @@ def config_shapes(name: str) -> list[tuple[str, int, int]]:
 def candidates(m: int, n: int, k: int, rings: tuple[int, ...] = (0,), fma: bool = False):
     """Tiles (SkinnyConfig: BLOCK_N, 128, BLOCK_M, split, warps, depth, ring) that fit N, >= 4 groups per split; 8
     warps only from BLOCK_M 32 (4 warps spill there). BLOCK_M is x's rows padded, or half that from 16 rows (two
-    programs per weight tile, the second reading it from L2). Ring 0 tries the register look-ahead depths 2 and 4,
+    programs per weight tile, the second reading it from L2). BLOCK_N from 16 rows (one warp) to 256: the narrow
+    tiles give small matrices programs without splitting K. Ring 0 tries the register look-ahead depths 2 and 4,
     with `fma` each also with the per-weight offset (fma_offset); a ring of R > 0 groups streams through shared
     memory (depth unused)."""
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
@@ -50,9 +51,9 @@ def candidates(m: int, n: int, k: int, rings: tuple[int, ...] = (0,), fma: bool 
     padded = mma_block_m(m)
     out = []
     for block_m, block_n, warps, split, ring in itertools.product(
-        dict.fromkeys((padded, max(8, padded // 2))), (128, 256), (4, 8), (1, 2, 4, 8, 16), rings
+        dict.fromkeys((padded, max(8, padded // 2))), (16, 32, 64, 128, 256), (1, 2, 4, 8), (1, 2, 4, 8, 16), rings
     ):
-        if n % block_n or block_n % (16 * warps) or k // 128 // split < 4 or (block_m >= 32 and warps == 4):
+        if n % block_n or block_n % (16 * warps) or k // 128 // split < 4 or (block_m >= 32 and warps <= 4):
             continue
         if (n // block_n) * split * -(-m // block_m) > 8 * 132:  # far past covering the SMs: partials cost more
             continue
@@ -99,7 +100,13 @@ def main() -> None:
             default = mma_config(m, n, k)
             rings = tuple(int(r) for r in a.rings.split(","))
 
-            def measure(cfg, x=x, weights=weights):
+            want = w.matmul_ref(x).float() if hasattr(w, "matmul_ref") else int4_mma_matmul(x, w).float()
+
+            def measure(cfg, x=x, w=w, weights=weights, want=want):
+                got = int4_mma_matmul(x, w, cfg=cfg).float()  # a tile that computes wrong never wins
+                rel = ((got - want).norm() / want.norm()).item()
+                if not rel < 1e-2:
+                    raise ValueError(f"rel-L2 {rel:.3g} against the reference")
                 return graph_time(lambda wt: int4_mma_matmul(x, wt, cfg=cfg), weights)
 
             tiles = [default] if a.packaged else candidates(m, n, k, rings, a.fma_offset)

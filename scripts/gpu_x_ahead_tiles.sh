@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
 # One device call: x loaded ahead of its MMA is a tile attribute of the dense int4 kernel (x_ahead; it won 2-4%
 # on the 27B and lost 3% on the 35B-A3B as one switch). The packaged tile each way at every dense int4 shape of
-# the 27B, 35B-A3B and 122B-A10B (bench/int4_mma_tiles.py --packaged --x-ahead), the winners merged into one
-# HINFER_TILES file, then int4 decode at 1 and 8 lanes with it against the packaged tiles, then the kernel's GPU
-# tests. Lands in $OUT/gpu_x_ahead_tiles.tgz.
+# the 27B and 122B-A10B and the 35B-A3B's at 8 rows (bench/int4_mma_tiles.py --packaged --x-ahead); at one row
+# the 35B-A3B's small matrices get the whole sweep, narrow tiles (16-64 rows, 1-2 warps) and x ahead included.
+# The winners merged into one HINFER_TILES file, then int4 decode at 1 and 8 lanes with it against the packaged
+# tiles, then the kernel's GPU tests. Lands in $OUT/gpu_x_ahead_tiles.tgz.
 set -uo pipefail
 PACK=gpu_x_ahead_tiles; source "$(dirname "$0")/device_common.sh"
-sweep() {  # sweep NAME ARGS...
-  local name=$1; shift
-  timeout 150 python bench/int4_mma_tiles.py --packaged --x-ahead --json "$R/sweep_$name.json" \
+sweep() {  # sweep NAME SECONDS ARGS...
+  local name=$1 secs=$2; shift 2
+  timeout "$secs" python bench/int4_mma_tiles.py --x-ahead --json "$R/sweep_$name.json" \
     --tuned-out "$R/tuned_$name.json" "$@" > "$R/sweep_$name.txt" 2>&1
   echo "== sweep $name rc=$?"; grep -E " M=.*default" "$R/sweep_$name.txt"; pack
 }
-sweep 27b --ms 1,4,8,16,32
-sweep 35b --config qwen3.6-35b-a3b --ms 1,8
-sweep 122b --config qwen3.5-122b-a10b --ms 1,8
+sweep 27b 90 --packaged --ms 1,4,8,16,32
+sweep 35b_m1 200 --config qwen3.6-35b-a3b --ms 1
+sweep 35b_m8 40 --packaged --config qwen3.6-35b-a3b --ms 8
+sweep 122b 50 --packaged --config qwen3.5-122b-a10b --ms 1,8
 python - "$R" <<'PY'
 import json, pathlib, sys
 r = pathlib.Path(sys.argv[1])
