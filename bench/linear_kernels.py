@@ -141,8 +141,9 @@ def _torch_int4(w: torch.Tensor):
     return (packed, sz), packed.numel() * packed.element_size() + sz.numel() * 2
 
 
-def _copies(w, nbytes: int) -> list:
-    n = max(2, math.ceil(ROTATE_BYTES / nbytes))
+def _copies(w, nbytes: int, rotate: int = ROTATE_BYTES) -> list:
+    """w and clones of it, `rotate` bytes in all, so each call reads its weight from DRAM, not L2."""
+    n = max(2, math.ceil(rotate / nbytes))
     return [w] + [_clone(w) for _ in range(n - 1)]
 
 
