@@ -1,4 +1,4 @@
-"""One int4 tensor-core matmul at a 27B shape, launched a few times eagerly: the target for Nsight Compute, to
+"""One int4 tensor-core matmul at a 27B shape (or a packaged config's), launched a few times eagerly: the target for Nsight Compute, to
 see where the kernel stalls (bench/int4_mma_tiles.py times it; this only runs it).
 
     ncu --kernel-name int4_mma_kernel --launch-skip 2 --launch-count 1 --section SpeedOfLight \\
@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.int4_mma_tiles import config_shapes  # noqa: E402
 from bench.linear_kernels import SHAPES, _gen, make_weight  # noqa: E402
 
 
@@ -27,12 +28,16 @@ def main() -> None:
     from hinfer.ops.triton.tiles.linear import mma_config
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shape", default="gate_up", choices=[s[0] for s in SHAPES if s[0] != "lm_head"])
+    ap.add_argument("--shape", default="gate_up", help="a projection's name (qkv, gdn_in, gate_up, o_proj, down)")
+    ap.add_argument("--config", help="a packaged config (e.g. qwen3.6-35b-a3b): its shapes instead of the 27B's")
     ap.add_argument("--m", type=int, default=1)
     ap.add_argument("--tile", help="BLOCK_N,BLOCK_M,split,warps,depth[,ring[,fma_offset]]")
     ap.add_argument("--launches", type=int, default=4)
     a = ap.parse_args()
-    _, n, k = next(s for s in SHAPES if s[0] == a.shape)
+    shapes = config_shapes(a.config) if a.config else [s for s in SHAPES if s[0] != "lm_head"]
+    if a.shape not in [s[0] for s in shapes]:
+        ap.error(f"--shape: one of {', '.join(s[0] for s in shapes)}")
+    _, n, k = next(s for s in shapes if s[0] == a.shape)
     w, _ = make_weight("int4-mma", n, k, _gen(4))
     x = torch.randn(a.m, k, device="cuda").bfloat16()
     if a.tile:
