@@ -5,6 +5,7 @@ L2), beside its default tile. It prints the winners as TUNED entries (hinfer/ops
 
     python bench/int4_mma_tiles.py --ms 1,8,16,32 [--sym] [--fma-offset] [--x-ahead] [--rings 0,4] [--json out.json] [--tuned-out t.json]
     python bench/int4_mma_tiles.py --config qwen3.6-35b-a3b --ms 1,8 --packaged --x-ahead   # the packaged tile, each way
+    python bench/int4_mma_tiles.py --config qwen3.6-35b-a3b --ms 1 --shapes qkv,gdn_in,o_proj --splits 1,2,4
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def config_shapes(name: str) -> list[tuple[str, int, int]]:
             ("down", h, inter)]  # fmt: skip
 
 
-def candidates(m: int, n: int, k: int, rings: tuple[int, ...] = (0,), fma: bool = False):
+def candidates(m: int, n: int, k: int, rings: tuple[int, ...] = (0,), fma: bool = False,
+               splits: tuple[int, ...] = (1, 2, 4, 8, 16)):
     """Tiles (SkinnyConfig: BLOCK_N, 128, BLOCK_M, split, warps, depth, ring) that fit N, >= 4 groups per split; 8
     warps only from BLOCK_M 32 (4 warps spill there). BLOCK_M is x's rows padded, or half that from 16 rows (two
     programs per weight tile, the second reading it from L2). BLOCK_N from 16 rows (one warp) to 256: the narrow
@@ -51,7 +53,7 @@ def candidates(m: int, n: int, k: int, rings: tuple[int, ...] = (0,), fma: bool 
     padded = mma_block_m(m)
     out = []
     for block_m, block_n, warps, split, ring in itertools.product(
-        dict.fromkeys((padded, max(8, padded // 2))), (16, 32, 64, 128, 256), (1, 2, 4, 8), (1, 2, 4, 8, 16), rings
+        dict.fromkeys((padded, max(8, padded // 2))), (16, 32, 64, 128, 256), (1, 2, 4, 8), splits, rings
     ):
         if n % block_n or block_n % (16 * warps) or k // 128 // split < 4 or (block_m >= 32 and warps <= 4):
             continue
@@ -74,7 +76,9 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ms", default="1,8,16,32")
-    ap.add_argument("--shapes", default="qkv,gdn_in,gate_up,o_proj,down")
+    ap.add_argument("--shapes", help="projections to sweep (default: qkv,gdn_in,gate_up,o_proj,down of the 27B; all of "
+                    "a --config's, of which the MoE models run only qkv, gdn_in, o_proj and gdn_out densely)")
+    ap.add_argument("--splits", default="1,2,4,8,16", help="K splits to try")
     ap.add_argument("--config", help="a packaged config (e.g. qwen3.6-35b-a3b): its shapes instead of the 27B's")
     ap.add_argument("--sym", action="store_true", help="symmetric weights (default asymmetric)")
     ap.add_argument("--fma-offset", action="store_true",
@@ -91,7 +95,9 @@ def main() -> None:
     fmt = "int4-mma-sym" if a.sym else "int4-mma"
     g = _gen(4)
     rows, tuned, lines = [], [], []
-    shapes = config_shapes(a.config) if a.config else [s for s in SHAPES if s[0] in a.shapes.split(",")]
+    shapes = config_shapes(a.config) if a.config else [s for s in SHAPES if s[0] != "lm_head"]
+    if a.shapes:
+        shapes = [s for s in shapes if s[0] in a.shapes.split(",")]
     for name, n, k in {(n, k): (name, n, k) for name, n, k in reversed(shapes)}.values():  # one per (N, K)
         w, nbytes = make_weight(fmt, n, k, g)
         weights = _copies(w, nbytes, 128 << 20)  # 2.5x the L2: small shapes capture far fewer launches per tile
@@ -109,7 +115,8 @@ def main() -> None:
                     raise ValueError(f"rel-L2 {rel:.3g} against the reference")
                 return graph_time(lambda wt: int4_mma_matmul(x, wt, cfg=cfg), weights)
 
-            tiles = [default] if a.packaged else candidates(m, n, k, rings, a.fma_offset)
+            splits = tuple(int(v) for v in a.splits.split(","))
+            tiles = [default] if a.packaged else candidates(m, n, k, rings, a.fma_offset, splits)
             if a.x_ahead:
                 tiles += [replace(t, x_ahead=not t.x_ahead) for t in tiles]
             timed = time_tiles(default, tiles, measure, f"{name} M={m}")
