@@ -23,6 +23,7 @@ hinfer.quant.int4_mma_layout.emulate_kernel.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Protocol
 
 import torch
@@ -579,7 +580,10 @@ def int4_mma_matmul(
                          f"got {tuple(x.shape)} {x.dtype}")  # fmt: skip
     if x.stride(-1) != 1:
         x = x.contiguous()
-    cfg = cfg or mma_config(m, n, k)
+    if cfg is None:
+        cfg = mma_config(m, n, k)
+        if rows and cfg.ring:  # the ring streams fragment-ordered words: the row layout takes the register look-ahead
+            cfg = replace(cfg, ring=0)
     if offset_mma is None:
         offset_mma = rows or not cfg.fma_offset
     if rows and not offset_mma:
