@@ -7,7 +7,9 @@ activities, by the kernels on either side, show where.
     python bench/profile_decode.py --quant int4 --spec-k 3 [--lanes 8]
 
 Programmatic dependent launch is off here unless --pdl: with it a kernel starts early and waits for its
-predecessor, and the profiler counts the wait as the kernel's time (the step time stays right, the table not).
+predecessor, and the profiler counts the wait as the kernel's time (its busy column). The exposed column is the
+share of the step each kernel holds either way: how far its end moves the end of all GPU work before it (with PDL,
+its latency past its predecessor's end; a kernel hidden under others adds nothing).
 """
 
 from __future__ import annotations
@@ -110,18 +112,35 @@ def print_gaps(prof, n: int, unit: str, top: int = 10) -> None:
         print(f"{a:40s} {b:40s} {us / n:9.1f} {k / n:9.1f}")
 
 
+def exposed_times(spans: list[tuple[float, float, str]]) -> dict[str, list[float]]:
+    """[exposed us, count] per name over (start, end, name) spans: each span's end minus the later of its start and
+    the latest end before it (0 when it ends under earlier work). The sum is the GPU's busy wall time."""
+    out: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    end = None
+    for start, stop, name in sorted(spans):
+        lo = start if end is None else max(start, end)
+        out[name][0] += max(0.0, stop - lo)
+        out[name][1] += 1
+        end = stop if end is None else max(end, stop)
+    return out
+
+
 def print_kernels(prof, n: int, unit: str) -> None:
     agg: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    spans = []
     for ev in prof.events():
         if ev.device_type == torch.autograd.DeviceType.CUDA:
             k = ev.name[:70]
             agg[k][0] += ev.device_time_total if hasattr(ev, "device_time_total") else ev.cuda_time_total
             agg[k][1] += 1
+            spans.append((ev.time_range.start, ev.time_range.end, k))
+    exposed = exposed_times(spans)
     total = sum(v[0] for v in agg.values())
-    print(f"GPU busy per {unit} {total / n / 1e3:.3f} ms")
-    print(f"{'kernel':72s} {'us/' + unit:>9s} {'calls/' + unit:>10s}")
-    for k, (us, calls) in sorted(agg.items(), key=lambda kv: -kv[1][0])[:25]:
-        print(f"{k:72s} {us / n:9.1f} {calls / n:10.1f}")
+    wall = sum(v[0] for v in exposed.values())
+    print(f"GPU busy per {unit} {total / n / 1e3:.3f} ms (kernel times summed), {wall / n / 1e3:.3f} ms of wall")
+    print(f"{'kernel':72s} {'busy us/' + unit:>13s} {'exposed':>9s} {'calls/' + unit:>10s}")
+    for k, (us, calls) in sorted(agg.items(), key=lambda kv: -exposed[kv[0]][0])[:25]:
+        print(f"{k:72s} {us / n:13.1f} {exposed[k][0] / n:9.1f} {calls / n:10.1f}")
 
 
 def profile_spec(core, a) -> None:

@@ -241,3 +241,51 @@ def test_state_saved_inside_a_chunk(tg, seed):
             e = _rel(ss[save_slots[i]], ss_j[slots[i]])
             assert e <= 5e-3, f"recurrent state saved at {j}: rel-L2 {e}, seed {seed}"
         start += n
+
+
+def test_fused_step_reads_its_state_ahead_of_the_pdl_wait(tg, seed, monkeypatch):
+    """The fused step behind the projection that writes its inputs (a PDL launch, as in the model), in a CUDA graph:
+    reading the state and slots before the PDL wait (FUSED_EARLY) gives the outputs and states of reading them
+    after it, bit for bit, over three replays with fresh inputs each."""
+    from hinfer.ops.triton.linear import bf16_linear
+
+    batch = _batch([1] * 8)
+    hidden = 1024
+    w = (torch.randn(CONV + HV * VD + 2 * HV, hidden, device="cuda") * 0.05).bfloat16()
+    x = torch.empty(8, hidden, device="cuda", dtype=torch.bfloat16)
+    norm_w = (torch.rand(VD, device="cuda") + 0.5).bfloat16()
+    a_log = (torch.rand(HV, device="cuda") * 2.5).bfloat16()
+    dt_bias = torch.randn(HV, device="cuda").bfloat16()
+    conv_w = (torch.randn(CONV, 4, device="cuda") * 0.5).bfloat16()
+    conv_state = torch.randn(N_SLOTS, CONV, 3, device="cuda").bfloat16()
+    ssm_state = torch.randn(N_SLOTS, HV, KD, VD, device="cuda") * 0.1
+    xs = [torch.randn(8, hidden, device="cuda").bfloat16() for _ in range(3)]
+    runs = {}
+    for early in (False, True):
+        monkeypatch.setattr(tg, "FUSED_EARLY", early)
+        cs, ss = conv_state.clone(), ssm_state.clone()
+
+        def step(cs=cs, ss=ss):
+            proj = bf16_linear(x, w)
+            qkv, z = proj[:, :CONV], proj[:, CONV : CONV + HV * VD].view(8, HV, VD)
+            b, a = proj[:, CONV + HV * VD : CONV + HV * VD + HV], proj[:, CONV + HV * VD + HV :]
+            return tg.gated_delta_net(qkv, a, b, z, a_log, dt_bias, conv_w, norm_w, 1e-6, cs, ss, batch,
+                                      (HK, KD, HV, VD))  # fmt: skip
+
+        x.copy_(xs[0])
+        step()  # eager first: the arrival counters are allocated outside the capture
+        cs.copy_(conv_state)
+        ss.copy_(ssm_state)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            y = step()
+        outs = []
+        for xi in xs:
+            x.copy_(xi)
+            graph.replay()
+            outs.append(y.clone())
+        torch.cuda.synchronize()
+        runs[early] = (outs, cs, ss)
+    for (o0, o1) in zip(runs[False][0], runs[True][0]):
+        assert not o1.isnan().any() and torch.equal(o0, o1), f"seed {seed}: outputs differ"
+    assert torch.equal(runs[False][1], runs[True][1]) and torch.equal(runs[False][2], runs[True][2]), f"seed {seed}"

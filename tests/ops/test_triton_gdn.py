@@ -184,7 +184,8 @@ def _compile_all() -> None:
         (gdn_conv._gating_kernel, dict(BLOCK=1024, EMU=False), {"num_warps": 4}),
         *((gdn_recurrent._recurrent_kernel, dict(gqa, BV=bv, HAS_STEP=step, EMU=False), {"num_warps": w})
           for _, bv, w in m.DECODE_TILES for step in (False, True)),
-        *((gdn_decode._fused_kernel, dict(gqa, V=128, BV=bv, HAS_STEP=step, EMU=False, PDL=step, NORM=True),
+        *((gdn_decode._fused_kernel, dict(gqa, V=128, BV=bv, HAS_STEP=step, EMU=False, PDL=step, NORM=True,
+                                           EARLY=step),
            {"num_warps": w}) for _, bv, w in m.FUSED_TILES for step in (False, True)),
         (gdn_chunk._prep_kernel, dict(ch, SUB=16), {"num_warps": m.CHUNK["prep_warps"]}),
         (gdn_chunk._state_kernel, dict(ch, BV=m.CHUNK["state_BV"], HAS_STEP=True, INTERP=False),

@@ -50,6 +50,9 @@ CONV = {"small_q": 16, "BT": 16, "BC": 128, "num_warps": 4}
 # runs its tokens one after the other through the conv as well (1 x 4: 22 us vs ~18; 8 x 4: 74 vs ~54).
 FUSED_MAX_TOKENS = 1 if os.environ.get("HINFER_GDN_FUSED", "1") != "0" else 0  # new tokens per sequence, at most
 FUSED_TILES: tuple[tuple[int, int, int], ...] = ((2, 16, 1), (1 << 30, 32, 2))
+# HINFER_GDN_EARLY=1: the fused step reads its state block ahead of the PDL wait (gdn_decode.fused_decode_launch's
+# `early`); off until measured on a GPU
+FUSED_EARLY = os.environ.get("HINFER_GDN_EARLY", "0") == "1"
 
 
 def pick_tile(tiles: tuple[tuple[int, int, int], ...], seqs: int) -> tuple[int, int]:
@@ -150,6 +153,7 @@ def gated_delta_net(
             qkv, a, b, a_log.contiguous(), dt_bias.contiguous(), _unit_last(conv_weight), conv_state, ssm_state,
             o, batch.cu_q_lens, batch.gdn_slots, batch.gdn_step_slots, len(batch.q_lens_cpu), hk,
             *pick_tile(FUSED_TILES, len(batch.q_lens_cpu)), norm=(z, norm_weight.contiguous(), y, eps),
+            early=FUSED_EARLY,
         )  # fmt: skip
         return y
     qkv = causal_conv1d(qkv, conv_weight, conv_state, batch)

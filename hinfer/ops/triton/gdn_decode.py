@@ -142,8 +142,10 @@ def _fused_kernel(
     scale, eps,
     REP: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, HAS_STEP: tl.constexpr,
     EMU: tl.constexpr, NORM: tl.constexpr = False, ROUND_WY: tl.constexpr = True, PDL: tl.constexpr = False,
+    EARLY: tl.constexpr = False,
 ):  # fmt: skip
-    pdl_start(PDL)
+    if not EARLY:
+        pdl_start(PDL)
     b = tl.program_id(0)
     h = tl.program_id(1)
     vb = tl.program_id(2)
@@ -169,6 +171,8 @@ def _fused_kernel(
     k0, k1, k2 = _old(cs + ck * scs_c, x_dt, EMU)
     v0, v1, v2 = _old(cs + cv * scs_c, x_dt, EMU)
     wq, wk, wv = _taps(cw_ptr + cq * scw_c), _taps(cw_ptr + ck * scw_c), _taps(cw_ptr + cv * scw_c)
+    if EARLY:  # all read so far was written before the previous kernel began: only the inputs wait for it
+        pdl_start(PDL)
     xs = x_ptr + start * sx_t
     xq, xk, xv, ga, gb = _token(xs, sx_t, 0, n, cq, ck, cv, a_ptr, sa_t, b_ptr, sb_t, start, h)
     # the old q / k state is read: take a ticket (the last of the key head's programs writes the new one)
@@ -217,9 +221,14 @@ def fused_decode_launch(
     conv_weight: torch.Tensor, conv_state: torch.Tensor, ssm_state: torch.Tensor, o: torch.Tensor,
     cu_q_lens: torch.Tensor, gdn_slots: torch.Tensor, step_slots: torch.Tensor | None, num_seqs: int,
     hk: int, bv: int, num_warps: int, norm: tuple[torch.Tensor, torch.Tensor, torch.Tensor, float] | None = None,
+    early: bool = False,
 ) -> None:  # fmt: skip
     """o [T, HV, V] for a batch of short sequences; conv_state / ssm_state updated as the separate kernels do.
-    `norm` = (z [T, HV, V], weight [V], y [T, HV, V], eps): also y = the GDN output norm of o gated by silu(z)."""
+    `norm` = (z [T, HV, V], weight [V], y [T, HV, V], eps): also y = the GDN output norm of o gated by silu(z).
+    `early`: under programmatic dependent launch, read the slots, the state block, the gates' parameters and the
+    conv taps and old state before waiting for the previous kernel, which writes only the inputs (qkv, a, b, z):
+    the state, conv state and slots were written before it began (it launches this kernel once its own
+    wait is over, so everything before it has finished)."""
     hv, vd = o.shape[1], o.shape[2]
     kd = ssm_state.shape[-2]
     bv = min(bv, vd)
@@ -243,6 +252,6 @@ def fused_decode_launch(
         step.stride(0) if step_slots is not None else 0, z.stride(0), z.stride(1), hk,
         kd**-0.5, eps,
         REP=hv // hk, K=kd, V=vd, BV=bv, HAS_STEP=step_slots is not None, EMU=interpreted(_fused_kernel),
-        NORM=norm is not None, ROUND_WY=torch.promote_types(w.dtype, o.dtype) == o.dtype,
+        NORM=norm is not None, ROUND_WY=torch.promote_types(w.dtype, o.dtype) == o.dtype, EARLY=early,
         num_warps=num_warps, **pdl_kwargs(qkv),
     )  # fmt: skip
