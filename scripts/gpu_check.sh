@@ -13,7 +13,8 @@ set -uo pipefail
 MODE="${1:-full}"
 # logs under $OUT/r, packed into $OUT/gpu_check-MODE.tgz at exit (the device returns a few files only)
 TOP="${OUT:-/tmp/hinfer-out}"; OUT="$TOP/r"; mkdir -p "$OUT"
-trap 'tar czf "$TOP/gpu_check-$MODE.tgz" -C "$OUT" .' EXIT
+source "$(dirname "$0")/kcache.sh"  # compiled kernels carried between calls (carry `.kcache`)
+trap 'tar czf "$TOP/gpu_check-$MODE.tgz" -C "$OUT" .; kcache_pack "$TOP"' EXIT
 export PYTHONUNBUFFERED=1 HINFER_CACHE=/tmp/hinfer-cache
 PY=python3
 if [ -d .whl ]; then  # wheels carried for packages missing on the image
