@@ -3,6 +3,7 @@ conv channels 10240, bf16 activations, fp32 state) on one GPU.
 
     python bench/gdn_kernels.py            # decode C=1,8,64, verify C=8 x 4 tokens, prefill 8K
     python bench/gdn_kernels.py --sweep    # also sweep the tile settings of hinfer/ops/triton/gdn.py
+    python bench/gdn_kernels.py --sweep-decode    # only the decode tiles (recurrent kernel, fused step)
 
 Decode rows are medians of CUDA-graph replays that cycle through enough layers' buffers (>= 256 MB) that the
 state comes from HBM, not L2, as in the real model; each figure is per layer. Prefill rows use do_bench
@@ -184,20 +185,34 @@ def print_table(rows: list[tuple], title: str) -> None:
 
 
 def sweep(decode: bool = True) -> None:
-    base_c, base_v = dict(tg.CHUNK), dict(tg.CONV)
+    if decode:
+        sweep_decode()
+    sweep_prefill(decode)
+
+
+def sweep_decode() -> None:
     base_d, base_f = tg.DECODE_TILES, tg.FUSED_TILES
     print("\nsweep: recurrent kernel (DECODE_TILES) | fused step (FUSED_TILES, verify rows too), us per layer at"
           " C=1, C=8, verify 1x4, verify 8x4")
-    for bv in (8, 16, 32, 64) if decode else ():
-        for nw in (1, 2, 4):
+    for bv in (8, 16, 32, 64, 128):  # 128 = V: the fused step's norm without its ticket
+        for nw in (1, 2, 4) if bv < 128 else (8, 16):
             tg.DECODE_TILES, tg.FUSED_TILES = ((1 << 30, bv, nw),), ((1 << 30, bv, nw),)
             max_tokens, tg.FUSED_MAX_TOKENS = tg.FUSED_MAX_TOKENS, 16
-            rows = decode_rows(cs=(1, 8), verify=((1, 4), (8, 4)))
-            tg.FUSED_MAX_TOKENS = max_tokens
+            try:
+                rows = decode_rows(cs=(1, 8), verify=((1, 4), (8, 4)))
+            except Exception as e:  # a tile that does not fit is just skipped
+                print(f"  BV={bv:3d} warps={nw}: failed ({type(e).__name__}: {str(e)[:80]})")
+                continue
+            finally:
+                tg.FUSED_MAX_TOKENS = max_tokens
             rec = " ".join(f"{r[1]:7.2f}" for r in rows if r[0].startswith("gdn"))
             fused = " ".join(f"{r[1]:7.2f}" for r in rows if r[0].startswith("fused"))
             print(f"  BV={bv:3d} warps={nw}: {rec} | {fused}")
     tg.DECODE_TILES, tg.FUSED_TILES = base_d, base_f
+
+
+def sweep_prefill(state_tiles: bool = True) -> None:
+    base_c, base_v = dict(tg.CHUNK), dict(tg.CONV)
     lens = [8192]
     print("\nsweep: chunked kernels (CHUNK), us per 8K-token layer")
     trials = [{"prep_warps": w} for w in (4, 8)]
@@ -207,7 +222,7 @@ def sweep(decode: bool = True) -> None:
         for bv in (16, 32, 64)
         for w in (2, 4, 8)
         for st in (1, 2)
-    ] if decode else []
+    ] if state_tiles else []
     trials += [{"out_BV": bv, "out_warps": w, "prep_warps": 4} for bv in (32, 64, 128) for w in (4, 8)]
     trials += [{"BT": 32}]
     for trial in trials:
@@ -232,9 +247,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sweep", action="store_true", help="sweep tile settings too")
     ap.add_argument("--sweep-prefill", action="store_true", help="only sweep the prefill (chunk, conv) tiles")
+    ap.add_argument("--sweep-decode", action="store_true", help="only sweep the decode (recurrent, fused) tiles")
     args = ap.parse_args()
     if args.sweep_prefill:
         sweep(decode=False)
+        return
+    if args.sweep_decode:
+        sweep_decode()
         return
     random.seed(0)
     torch.manual_seed(0)

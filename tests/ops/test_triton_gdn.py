@@ -154,12 +154,13 @@ def test_dispatch_uses_triton(small_tiles, monkeypatch, seed, ops_backend):
 
 
 def test_kernels_compile_for_sm90(compiled_child):
-    """Every kernel at its default 27B-shape settings goes through Triton's whole sm_90 pipeline."""
+    """Every kernel at its default 27B-shape settings goes through Triton's whole sm_90 pipeline, and the fused step
+    with whole rows (BV = V, the tile the sweep tries)."""
     res = compiled_child.call(__file__, "_compile_all")
     assert res.returncode == 0, res.stderr[-4000:]
     from hinfer.ops.triton import gdn as m
 
-    tiles = len(m.DECODE_TILES) + len(m.FUSED_TILES)  # each without and with step slots
+    tiles = len(m.DECODE_TILES) + len(m.FUSED_TILES) + 1  # each without and with step slots; + whole rows (BV = V)
     assert res.stdout.count("compiled") == 6 + 2 * tiles, res.stdout
 
 
@@ -186,7 +187,7 @@ def _compile_all() -> None:
           for _, bv, w in m.DECODE_TILES for step in (False, True)),
         *((gdn_decode._fused_kernel, dict(gqa, V=128, BV=bv, HAS_STEP=step, EMU=False, PDL=step, NORM=True,
                                            EARLY=step),
-           {"num_warps": w}) for _, bv, w in m.FUSED_TILES for step in (False, True)),
+           {"num_warps": w}) for _, bv, w in (*m.FUSED_TILES, (0, 128, 8)) for step in (False, True)),
         (gdn_chunk._prep_kernel, dict(ch, SUB=16), {"num_warps": m.CHUNK["prep_warps"]}),
         (gdn_chunk._state_kernel, dict(ch, BV=m.CHUNK["state_BV"], HAS_STEP=True, INTERP=False),
          {"num_warps": m.CHUNK["state_warps"], "num_stages": m.CHUNK["state_stages"]}),

@@ -57,6 +57,18 @@ SCENARIOS = {
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_fused_step_matches_reference_and_separate_kernels(tg, seed, scenario, dtype, monkeypatch):
+    _check_fused(tg, seed, scenario, dtype, monkeypatch)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("scenario", ["short", "verify"])
+def test_fused_step_with_whole_rows_normalises_in_its_program(tg, seed, scenario, dtype, monkeypatch):
+    """BV = V: each program holds a head's whole row and normalises it without the second ticket."""
+    monkeypatch.setattr(tg, "FUSED_TILES", ((1 << 30, VD, 2),))
+    _check_fused(tg, seed, scenario, dtype, monkeypatch)
+
+
+def _check_fused(tg, seed, scenario, dtype, monkeypatch):
     lens, verify = SCENARIOS[scenario]
     batch = _batch(lens, verify)
     qkv, a, b, z, a_log, dt_bias, conv_w, norm_w, conv_state, ssm_state = _inputs(sum(lens), dtype)

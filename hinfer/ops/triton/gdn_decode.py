@@ -17,6 +17,7 @@ slots (speculative verify) the state after token j goes to step[j], a run of equ
 
 Output norm: it spans a head's V, split over V/BV programs; each takes a second ticket (per sequence and value
 head) after storing its o block, and the last reads the head's o rows back and writes the normalised, gated rows.
+With BV = V one program holds the whole row and normalises it as it goes: no ticket, no reading back.
 """
 
 from __future__ import annotations
@@ -115,22 +116,29 @@ def _save_conv(cs_ptr, c, xs_ptr, sx_t, s0, s1, s2, n, slot, step_ptr, step_stri
 
 
 @triton.jit
+def _gated_norm(x, z, w, eps, V: tl.constexpr, DT: tl.constexpr, ROUND_WY: tl.constexpr, EMU: tl.constexpr):
+    """The GDN output norm of one head's row (norm.py's gated mode, op for op), fp32 x [V] as stored (rounded to
+    DT), z and w: y = w * (x rstd) rounded, times silu(z)."""
+    rstd = tl.rsqrt(tl.sum(x * x, axis=0) / V + eps)
+    y = w * round_to(x * rstd, DT, EMU)
+    if ROUND_WY:  # weight * y is rounded when its promoted dtype is the model dtype
+        y = round_to(y, DT, EMU)
+    return y * (z / (1.0 + tl.exp(-z)))
+
+
+@triton.jit
 def _norm_rows(o_ptr, so_t, z_ptr, sz_t, w_ptr, y_ptr, n, eps, V: tl.constexpr, ROUND_WY: tl.constexpr,
                EMU: tl.constexpr):  # fmt: skip
-    """The GDN output norm of one head over n tokens (norm.py's gated mode, op for op): y = w * (o rstd) rounded,
-    times silu(z); o rows read back from global memory (the other programs' blocks)."""
+    """The GDN output norm of one head over n tokens, o rows read back from global memory (the other programs'
+    blocks)."""
     d = tl.arange(0, V)
     dt: tl.constexpr = y_ptr.dtype.element_ty
     w = tl.load(w_ptr + d).to(tl.float32)
     j = n - n
     while j < n:
         x = tl.load(o_ptr + j * so_t + d, cache_modifier=".cg").to(tl.float32)
-        rstd = tl.rsqrt(tl.sum(x * x, axis=0) / V + eps)
-        y = w * round_to(x * rstd, dt, EMU)
-        if ROUND_WY:  # weight * y is rounded when its promoted dtype is the model dtype
-            y = round_to(y, dt, EMU)
         z = tl.load(z_ptr + j * sz_t + d).to(tl.float32)
-        tl.store(y_ptr + j * so_t + d, cast(y * (z / (1.0 + tl.exp(-z))), dt, EMU))
+        tl.store(y_ptr + j * so_t + d, cast(_gated_norm(x, z, w, eps, V, dt, ROUND_WY, EMU), dt, EMU))
         j += 1
 
 
@@ -179,6 +187,8 @@ def _fused_kernel(
     tl.debug_barrier()  # every thread's reads are done before the ticket releases them
     arrived = tl.atomic_add(cnt_ptr + b * HK + hk, 1, sem="acq_rel")
     last = arrived == REP * (V // BV) - 1
+    if NORM and BV == V:
+        nw = tl.load(nw_ptr + rv).to(tl.float32)
     p0, p1, p2 = q0, q1, q2  # the three inputs before the current token, per channel group
     r0, r1, r2 = k0, k1, k2
     u0, u1, u2 = v0, v1, v2
@@ -196,6 +206,11 @@ def _fused_kernel(
         state, o = delta_rule_step(state, q, k, v, g, beta, scale)
         store_token(o_ptr + t * so_t + h * so_h + rv, o, state, s_ptr, s_off, ss_s, step_ptr, step_stride, b, j, n,
                     HAS_STEP, EMU)  # fmt: skip
+        if NORM and BV == V:  # the program holds the head's whole row: its norm needs no other program
+            zj = tl.load(z_ptr + t * sz_t + h * sz_h + rv).to(tl.float32)
+            x = round_to(o, o_ptr.dtype.element_ty, EMU)  # as the row the other path reads back
+            yj = _gated_norm(x, zj, nw, eps, V, y_ptr.dtype.element_ty, ROUND_WY, EMU)
+            tl.store(y_ptr + t * so_t + h * so_h + rv, cast(yj, y_ptr.dtype.element_ty, EMU))
         j += 1
     if not HAS_STEP:
         tl.store(s_ptr + slot * ss_s + s_off, state)
@@ -206,7 +221,7 @@ def _fused_kernel(
         _save_conv(cs_ptr, ck, xs, sx_t, k0, k1, k2, n, slot, step_ptr, step_stride, b, scs_s, scs_c, HAS_STEP,
                    EMU)  # fmt: skip
         tl.atomic_xchg(cnt_ptr + b * HK + hk, 0)
-    if NORM:  # the head's last program to finish normalises its whole rows (all V blocks written by then)
+    if NORM and BV < V:  # the head's last program to finish normalises its whole rows (all V blocks written by then)
         tl.debug_barrier()  # every thread's o stores are done before the ticket releases them
         # after the q / k counters: grid (sequences, value heads, V blocks)
         head_cnt = cnt_ptr + tl.num_programs(0) * HK + b * tl.num_programs(1) + h
