@@ -331,6 +331,9 @@ def _replace(cfg: ModelConfig, **kw: Any) -> ModelConfig:
     return replace(cfg, **kw)
 
 
+LM_HEAD_FORMATS = ("keep", "fp8", "int4")
+
+
 @dataclass
 class EngineConfig:
     """Serving settings, from `hinfer serve/generate/bench/plan` flags (names follow ninfer-serve's)."""
@@ -351,6 +354,7 @@ class EngineConfig:
     spec_adaptive: bool = True  # per-lane and per-step draft length from measured acceptance (0: plain steps)
     spec_draft_cost: float | None = None  # a round at K costs 1 + c*K plain steps; None: time steps on the host
     spec_draft_vocab: int | None = None  # the drafter's logits over the first N token ids only; None: all
+    lm_head: str = "keep"  # keep (the model dtype) | fp8 | int4: the logits projection's format (quant/apply.py)
     cuda_graphs: bool = True
     decode_ahead: bool = True  # queue each plain decode step before reading the previous one's tokens
     device: str = "auto"  # auto | cpu | cuda
@@ -384,6 +388,11 @@ class EngineConfig:
             raise ConfigError("--spec-draft-cost must be >= 0")
         if self.spec_draft_vocab is not None and (self.spec_draft_vocab < 64 or self.spec_draft_vocab % 64):
             raise ConfigError("--spec-draft-vocab must be a multiple of 64 (and >= 64)")
+        if self.lm_head not in LM_HEAD_FORMATS:
+            raise ConfigError(f"--lm-head {self.lm_head!r}: expected one of {', '.join(LM_HEAD_FORMATS)}")
+        if self.lm_head != "keep" and self.spec_draft_vocab is not None:
+            raise ConfigError("--spec-draft-vocab with a quantized --lm-head: not supported (the drafter shares the "
+                              "quantized head whole)")
         if self.max_pending_requests < 0:
             raise ConfigError("--max-pending-requests must be >= 0")
         if self.page_size not in (16, 32, 64, 128):
@@ -399,7 +408,8 @@ class EngineConfig:
         if self.tensor_parallel > 1:
             unsupported = [flag for flag, on in (("--spec", self.spec is not None),
                                                  ("--host-cache-gib", bool(self.host_cache_bytes)),
-                                                 ("--host-kv-gib", bool(self.host_kv_bytes))) if on]  # fmt: skip
+                                                 ("--host-kv-gib", bool(self.host_kv_bytes)),
+                                                 ("--lm-head", self.lm_head != "keep")) if on]  # fmt: skip
             if unsupported:
                 raise ConfigError(f"--tensor-parallel {self.tensor_parallel}: {', '.join(unsupported)} not available "
                                   "with more than one rank yet (docs/tensor-parallel.md)")

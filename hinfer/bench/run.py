@@ -23,6 +23,7 @@ from hinfer.engine.factory import make_core, resolve_engine_config
 from hinfer.fixtures import config_dir, tokenizer_dir
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.random_init import random_init, random_quantized
+from hinfer.quant.apply import quantize_head
 from hinfer.tokenizer import Tokenizer
 
 log = logging.getLogger("hinfer.bench")
@@ -144,6 +145,8 @@ def run_bench(spec: BenchSpec, ecfg: EngineConfig) -> list[dict]:
     flops = floors.matmul_flops(dev)
     log.info("measured: copy %.2f TB/s, bf16 GEMM %.0f TFLOP/s", bw / 1e12, flops / 1e12)
     model = build_model(path, is_ckpt, cfg, spec.weights, with_mtp=ecfg.spec == "mtp", dev=dev, dtype=dtype)
+    if ecfg.lm_head != "keep":  # before the floors: they count the head's bytes as it runs
+        quantize_head(model, ecfg.lm_head)
     wbytes, ebytes = floors.weight_bytes_per_step(model), floors.expert_bytes(model)
     core = make_core(cfg, model, Tokenizer.from_dir(tokenizer_dir()), replace(ecfg, spec=None), dev)
     runner = core.runner
@@ -154,6 +157,7 @@ def run_bench(spec: BenchSpec, ecfg: EngineConfig) -> list[dict]:
         "copy_bw_tb_s": bw / 1e12, "gemm_tflop_s": flops / 1e12, "torch": torch.__version__,
         "python": platform.python_version(), "weight_bytes": wbytes, "expert_bytes": ebytes,
         "page_size": ecfg.page_size, "switches": switches(), "decode_ahead": ecfg.decode_ahead,
+        "lm_head": ecfg.lm_head,
     }  # fmt: skip
     rows: list[dict] = []
     kv_item = floors.kv_element_bytes(runner.state.k_cache, runner.state.v_cache)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hinfer.config import EngineConfig, apply_rope_scaling, load_model_config
+from hinfer.config import LM_HEAD_FORMATS, EngineConfig, apply_rope_scaling, load_model_config
 from hinfer.errors import ConfigError
 from hinfer.kv_format import CLI_KV_DTYPES
 
@@ -60,6 +60,11 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                    help="activation dtype (default bf16 on GPU, fp32 on CPU)")
     g.add_argument("--weights", choices=["auto", "bf16", "fp8", "int4"], default="auto",
                    help="weight format to run; auto uses what the checkpoint stores")
+    g.add_argument("--lm-head", choices=list(LM_HEAD_FORMATS), default=d.lm_head,
+                   help="the logits projection's format: keep (default: the model dtype, as every other engine keeps "
+                        "it) or fp8 / int4 (that format's default recipe, whatever --weights says): the largest "
+                        "single weight a decode step reads, 1/2 or ~1/4 of its bf16 bytes; unlike --weights it "
+                        "changes every token's logits directly (docs/quantization.md, The logits projection)")
     g.add_argument("--spec", choices=["mtp"], default=None,
                    help="speculative decoding with the checkpoint's multi-token-prediction head")
     g.add_argument("--draft-tokens", type=int, default=d.draft_tokens,
@@ -121,6 +126,7 @@ def engine_config_from_args(a: argparse.Namespace) -> EngineConfig:
         spec_adaptive=a.spec_adaptive,
         spec_draft_cost=a.spec_draft_cost,
         spec_draft_vocab=a.spec_draft_vocab,
+        lm_head=a.lm_head,
         cuda_graphs=not a.no_cuda_graphs,
         decode_ahead=a.decode_ahead,
         device=a.device,

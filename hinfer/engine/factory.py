@@ -44,7 +44,7 @@ from hinfer.model.shared_expert_fold import fold_shared_experts
 from hinfer.model.state import RESERVED_PAGES, RESERVED_SLOTS, ModelState, StateShape
 from hinfer.model.vision import VisionEncoder
 from hinfer.model.vision_loader import load_vision_weights
-from hinfer.quant.apply import quantize_model
+from hinfer.quant.apply import quantize_head, quantize_model
 from hinfer.quant.int4_mma_layout import use_fragment_order
 from hinfer.sharding import check_tensor_parallel, rank_settings
 from hinfer.tokenizer import Tokenizer
@@ -247,6 +247,8 @@ def make_core(
     With `ranks` (tensor parallelism) the state is this rank's shard, and state and runner tell the other ranks."""
     if device.type == "cuda":  # fewer launches per MoE layer; the CPU keeps the model as loaded (tests share it)
         fold_shared_experts(model)
+    if ecfg.lm_head != "keep":
+        quantize_head(model, ecfg.lm_head)
     use_fragment_order(model)  # int4 weights in the order the CUDA decode kernels read (no-op elsewhere)
     shape = shape or state_shape(cfg, ecfg)
     sampler = Sampler(cfg.vocab_size, device, max_rows=ecfg.max_concurrency, num_real_tokens=tokenizer.vocab_size)

@@ -38,7 +38,14 @@ from dataclasses import dataclass, field, replace
 
 from hinfer.config import EngineConfig, ModelConfig
 from hinfer.engine.vision_bytes import vision_activation_bytes, vision_weight_bytes
-from hinfer.engine.weight_bytes import DTYPE_BYTES, Recipe, draft_head_bytes, get_recipe, weight_bytes
+from hinfer.engine.weight_bytes import (
+    DTYPE_BYTES,
+    Recipe,
+    draft_head_bytes,
+    get_recipe,
+    lm_head_delta,
+    weight_bytes,
+)
 from hinfer.errors import PlanError
 from hinfer.kv_format import KV_FORMATS
 from hinfer.sharding import rank_config, rank_settings
@@ -331,8 +338,11 @@ def plan_memory(cfg: ModelConfig, ecfg: EngineConfig, *, weights: str | Recipe, 
             "int4": f"int4 g{recipe.int4_group} + {act} scales"
                     + (" + uint8 zeros" if recipe.int4_zero_point else " (symmetric)")}[recipe.fmt]
     mtp = "" if not cfg.mtp_num_hidden_layers else (", MTP head included" if with_mtp else ", MTP head not loaded")
-    rows.append(PlanRow("weights", wb.total, f"{recipe.name}: {what}{kept}{mtp}"))
-    draft_head = draft_head_bytes(cfg, recipe, ab, ecfg.spec_draft_vocab) if ecfg.spec else 0
+    head = "" if ecfg.lm_head == "keep" else f"; lm_head {ecfg.lm_head}"
+    rows.append(PlanRow("weights", wb.total + lm_head_delta(cfg, ecfg.lm_head, ab), f"{recipe.name}: {what}{kept}{mtp}"
+                        f"{head}"))  # fmt: skip
+    shared = ecfg.lm_head != "keep"  # the drafter shares a quantized head
+    draft_head = draft_head_bytes(cfg, recipe, ab, ecfg.spec_draft_vocab) if ecfg.spec and not shared else 0
     if draft_head:
         rows.append(PlanRow("draft lm_head", draft_head, f"--spec mtp: the drafter's lm_head copy in {recipe.fmt} "
                                                     f"({min(ecfg.spec_draft_vocab or cfg.vocab_size, cfg.vocab_size):,}"

@@ -90,6 +90,15 @@ def draft_head_bytes(cfg: ModelConfig, weights: str | Recipe, dtype_bytes: int =
     return matrix_bytes(min(vocab or cfg.vocab_size, cfg.vocab_size), cfg.hidden_size, get_recipe(fmt), dtype_bytes)
 
 
+def lm_head_delta(cfg: ModelConfig, fmt: str, dtype_bytes: int = 2) -> int:
+    """Bytes --lm-head FMT adds to the weights (negative: saves): the head in that format's default recipe instead
+    of the model dtype, or, tied, a quantized copy beside the embedding table (hinfer.quant.apply.quantize_head)."""
+    if fmt == "keep":
+        return 0
+    q = matrix_bytes(cfg.vocab_size, cfg.hidden_size, get_recipe(fmt), dtype_bytes)
+    return q if cfg.tie_word_embeddings else q - cfg.vocab_size * cfg.hidden_size * dtype_bytes
+
+
 @dataclass(frozen=True)
 class WeightBytes:
     total: int

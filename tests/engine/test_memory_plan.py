@@ -106,6 +106,14 @@ def test_small_config_plan_rows_by_hand(monkeypatch):
     v, h = cfg.vocab_size, cfg.hidden_size  # int4 g128 asym: packed values, bf16 scale + uint8 zero per group
     assert {r.name: r.bytes for r in spec4.rows}["draft lm_head"] == v * h // 2 + v * -(-h // 128) * 3
 
+    # --lm-head int4: the head in int4 (v x h / 2 + a bf16 scale and uint8 zero per group) instead of bf16, and the
+    # drafter shares it (no copy of its own)
+    head4 = plan_memory(cfg, replace(ecfg, spec="mtp", draft_tokens=3, lm_head="int4"), weights="int4",
+                        device_bytes=10 * GIB, device_name="test", device="cuda")  # fmt: skip
+    hrows = {r.name: r.bytes for r in head4.rows}
+    assert hrows["weights"] == {r.name: r.bytes for r in spec4.rows}["weights"] - 2 * v * h + (v * h // 2 + v * -(-h // 128) * 3)
+    assert "draft lm_head" not in hrows
+
     monkeypatch.setattr(memory_plan, "MTP_LOADED_WITHOUT_SPEC", False)
     lean = plan_memory(cfg, ecfg, weights="bf16", device_bytes=10 * GIB, device_name="test", device="cuda")
     assert lean.rows[0].bytes == 2 * 2_751_992

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 
+import torch
+
 from hinfer.config import EngineConfig
 from hinfer.engine.runner import ModelRunner
 from hinfer.engine.spec.adaptive import AdaptivePolicy, StepCosts
@@ -37,6 +39,8 @@ def draft_head(model: Qwen35ForCausalLM, vocab: int | None = None):
     if vocab is not None and model.tp.size > 1:
         raise ConfigError("--spec-draft-vocab with tensor parallelism: not supported (the lm_head is split by rank)")
     w = model.embed_tokens if model.lm_head is None else model.lm_head
+    if not isinstance(w, torch.Tensor):  # the model's head is quantized already (--lm-head): drafts share it
+        return None
     w = w.detach()[: vocab or w.shape[0]]
     if fmt is None:
         return w
