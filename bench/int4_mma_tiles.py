@@ -26,7 +26,7 @@ from bench.tile_sweep import time_tiles  # noqa: E402
 
 def config_shapes(name: str) -> list[tuple[str, int, int]]:
     """The int4 dense projections (N, K) of a packaged config: attention qkv + gate, GDN in_proj (q, k, v, z; the
-    b / a rows stay bf16), o_proj, GDN out_proj, and the MLP or the MoE shared expert."""
+    b / a rows stay bf16), o_proj, GDN out_proj, the MLP or the MoE shared expert, and the lm_head (--lm-head)."""
     from hinfer.config import load_model_config
     from hinfer.fixtures import config_dir
 
@@ -36,7 +36,7 @@ def config_shapes(name: str) -> list[tuple[str, int, int]]:
     inter = c.shared_expert_intermediate_size if c.num_experts else c.intermediate_size
     return [("qkv", c.num_attention_heads * hd * 2 + 2 * c.num_key_value_heads * hd, h), ("gdn_in", 2 * kd + 2 * vd, h),
             ("o_proj", h, c.num_attention_heads * hd), ("gdn_out", h, vd), ("gate_up", 2 * inter, h),
-            ("down", h, inter)]  # fmt: skip
+            ("down", h, inter), ("lm_head", c.vocab_size, h)]  # fmt: skip
 
 
 def candidates(m: int, n: int, k: int, rings: tuple[int, ...] = (0,), fma: bool = False,
@@ -95,9 +95,9 @@ def main() -> None:
     fmt = "int4-mma-sym" if a.sym else "int4-mma"
     g = _gen(4)
     rows, tuned, lines = [], [], []
-    shapes = config_shapes(a.config) if a.config else [s for s in SHAPES if s[0] != "lm_head"]
-    if a.shapes:
-        shapes = [s for s in shapes if s[0] in a.shapes.split(",")]
+    shapes = config_shapes(a.config) if a.config else SHAPES
+    # the lm_head (int4 only with --lm-head int4) when named
+    shapes = [s for s in shapes if (s[0] in a.shapes.split(",") if a.shapes else s[0] != "lm_head")]
     for name, n, k in {(n, k): (name, n, k) for name, n, k in reversed(shapes)}.values():  # one per (N, K)
         w, nbytes = make_weight(fmt, n, k, g)
         weights = _copies(w, nbytes, 128 << 20)  # 2.5x the L2: small shapes capture far fewer launches per tile

@@ -111,7 +111,8 @@ def test_small_config_plan_rows_by_hand(monkeypatch):
     head4 = plan_memory(cfg, replace(ecfg, spec="mtp", draft_tokens=3, lm_head="int4"), weights="int4",
                         device_bytes=10 * GIB, device_name="test", device="cuda")  # fmt: skip
     hrows = {r.name: r.bytes for r in head4.rows}
-    assert hrows["weights"] == {r.name: r.bytes for r in spec4.rows}["weights"] - 2 * v * h + (v * h // 2 + v * -(-h // 128) * 3)
+    int4_head = v * h // 2 + v * -(-h // 128) * 3
+    assert hrows["weights"] == {r.name: r.bytes for r in spec4.rows}["weights"] - 2 * v * h + int4_head
     assert "draft lm_head" not in hrows
 
     monkeypatch.setattr(memory_plan, "MTP_LOADED_WITHOUT_SPEC", False)
