@@ -143,7 +143,7 @@ def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, o
     if t == 1:  # block b = pair b: the k experts are distinct
         blocks, sorted_, bexp, brows, direct = k, ids, ids, ids, True
     else:
-        al = align(ids.view(t, k), gu.shape[0], bm)
+        al = align(ids.view(t, k), gu.shape[0], bm, pdl=True)  # launched under the route kernel's tail
         blocks, sorted_, bexp, brows, direct = al.n_blocks, al.sorted, al.bexp, al.brows, False
     hid = _empty((pairs, gu.shape[1] // 2), x.dtype, x.device)
     experts_mma(x, gu, hid, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=k, act=True, **route)
