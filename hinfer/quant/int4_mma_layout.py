@@ -171,7 +171,10 @@ class Int4MmaWeight(nn.Module):
 
     def matmul(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """Up to MAX_M rows: the tensor-core kernel on the fragments; more (prefill): dequantize into a bf16
-        scratch and cuBLAS (the dequantization is a few percent of a prefill chunk's GEMM)."""
+        scratch and cuBLAS (the dequantization is a few percent of a prefill chunk's GEMM), or with
+        HINFER_INT4_PREFILL=w4a16 | w4a8 that mode's GEMM on a transient row-packed copy (`to_int4`: the GEMMs
+        read rows; the copy's torch ops move about ten times the packed bytes, against a chunk's GEMM of
+        milliseconds)."""
         if not (use_triton(x) and x.dtype == torch.bfloat16):
             y = self.matmul_ref(x)
             return y if out is None else out.copy_(y.reshape(out.shape))
@@ -185,6 +188,8 @@ class Int4MmaWeight(nn.Module):
 
                 return int4_wgmma_matmul(x2, self, out=out).view(*lead, self.n)
             return int4_mma_matmul(x2, self, out=out).view(*lead, self.n)
+        if prefill_mode() != "dequant":
+            return self.to_int4().matmul(x2, out=out).view(*lead, self.n)
         y = F.linear(x2, self.dequantize(x.dtype))
         return (y if out is None else out.copy_(y)).view(*lead, self.n)
 
@@ -229,12 +234,13 @@ def fragment_order_fits(w: nn.Module) -> bool:
 
 
 def fragment_order_wanted() -> bool:
-    """HINFER_INT4_LAYOUT=rows keeps the row-packed kernels (GEMV, skinny, and the w4a16 / w4a8 prefill GEMMs,
-    which read rows); the default `mma` decodes on tensor cores from fragment order and prefills by dequantizing."""
+    """HINFER_INT4_LAYOUT=rows keeps the row-packed kernels (GEMV, skinny); the default `mma` decodes on tensor
+    cores from fragment order and prefills as HINFER_INT4_PREFILL says (Int4MmaWeight.matmul)."""
     layout = os.environ.get("HINFER_INT4_LAYOUT", "mma")
     if layout not in ("mma", "rows"):
         raise ValueError(f"HINFER_INT4_LAYOUT={layout!r}; expected mma or rows")
-    return layout == "mma" and prefill_mode() == "dequant"
+    prefill_mode()  # a bad mode fails here, at load, not at the first prefill
+    return layout == "mma"
 
 
 def swap_to_fragment_order(model: nn.Module) -> int:

@@ -199,6 +199,28 @@ def test_int4_mma_weight_decode_and_prefill_paths(zero_point):
         assert _rel(wide[:, :n], q.matmul_ref(x)) < REL, m
 
 
+@pytest.mark.parametrize("mode", ["w4a16", "w4a8"])
+def test_int4_mma_weight_prefills_with_the_row_gemms(mode, monkeypatch):
+    """HINFER_INT4_PREFILL=w4a16 | w4a8 on the decode layout: the mode's GEMM on a transient row copy, as the row
+    weight computes it (bit for bit), into a strided output too."""
+    from hinfer.quant.int4_mma_layout import Int4MmaWeight, use_fragment_order
+
+    monkeypatch.setenv("HINFER_INT4_PREFILL", mode)
+    n, k = 1024, 5120
+    g = _gen()
+    q, _ = _quantized(n, k, True, g)
+    w = use_fragment_order(q)
+    assert isinstance(w, Int4MmaWeight)
+    x = torch.randn(300, k, generator=g, device="cuda").bfloat16()
+    want = q.matmul(x)
+    assert torch.equal(w.matmul(x), want)
+    ref = q.matmul_ref_w4a8(x) if mode == "w4a8" else q.matmul_ref(x)
+    assert _rel(want, ref) < REL
+    wide = torch.full((300, n + 64), float("nan"), dtype=torch.bfloat16, device="cuda")
+    w.matmul(x, out=wide[:, :n])
+    assert torch.equal(wide[:, :n], want)
+
+
 @pytest.mark.parametrize("zero_point", [True, False], ids=["asym", "sym"])
 @pytest.mark.parametrize("name", ["qkv", "down"])
 def test_int4_mma_reads_the_row_layout(name, zero_point):

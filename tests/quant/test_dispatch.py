@@ -64,6 +64,23 @@ def test_int4_matmul_paths(triton_on, monkeypatch, mode):
         assert _rel(linear(x.view(1, m, 256), q).view(m, -1), ref) < 6e-3
 
 
+@pytest.mark.parametrize("mode", ["w4a16", "w4a8"])
+def test_fragment_order_prefills_through_the_row_gemms(triton_on, monkeypatch, mode):
+    """Int4MmaWeight (the decode layout) past the decode rows runs HINFER_INT4_PREFILL's GEMM on a transient
+    row-packed copy: the row weight's result exactly, and the mode no longer forces the row layout."""
+    from hinfer.quant.int4_mma_layout import Int4MmaWeight, fragment_order_wanted
+
+    monkeypatch.setenv("HINFER_INT4_PREFILL", mode)
+    assert fragment_order_wanted()
+    g = torch.Generator(device=DEV).manual_seed(5)
+    q = quantize_int4(torch.randn(64, 256, generator=g, device=DEV).bfloat16())
+    mw = Int4MmaWeight.from_int4(q)
+    x = torch.randn(65, 256, generator=g, device=DEV).bfloat16()
+    assert torch.equal(mw.matmul(x), q.matmul(x))
+    ref = q.matmul_ref_w4a8(x) if mode == "w4a8" else q.matmul_ref(x)
+    assert _rel(mw.matmul(x), ref) < 6e-3
+
+
 def test_int4_prefill_mode_is_validated(triton_on, monkeypatch):
     monkeypatch.setenv("HINFER_INT4_PREFILL", "nope")
     q = quantize_int4(torch.randn(16, 128, device=DEV).bfloat16())
