@@ -132,7 +132,13 @@ class Int4MmaWeight(nn.Module):
 
     def to_int4(self) -> Int4Weight:
         zeros = None if self.zeros is None else self.zeros.t().contiguous()
-        return Int4Weight(unpermute_words(self.words, self.k), self.scales.t().contiguous(), zeros, self.k)
+        if self.words.is_cuda and use_triton(self.words):  # one pass of the packed bytes (int4_mma_dequant.py)
+            from hinfer.ops.triton.int4_mma_dequant import int4_mma_rows
+
+            qweight = int4_mma_rows(self.words, self.n, self.k)
+        else:
+            qweight = unpermute_words(self.words, self.k)
+        return Int4Weight(qweight, self.scales.t().contiguous(), zeros, self.k)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -173,8 +179,7 @@ class Int4MmaWeight(nn.Module):
         """Up to MAX_M rows: the tensor-core kernel on the fragments; more (prefill): dequantize into a bf16
         scratch and cuBLAS (the dequantization is a few percent of a prefill chunk's GEMM), or with
         HINFER_INT4_PREFILL=w4a16 | w4a8 that mode's GEMM on a transient row-packed copy (`to_int4`: the GEMMs
-        read rows; the copy's torch ops move about ten times the packed bytes, against a chunk's GEMM of
-        milliseconds)."""
+        read rows; the copy reads and writes the packed bytes once, against a chunk's GEMM of milliseconds)."""
         if not (use_triton(x) and x.dtype == torch.bfloat16):
             y = self.matmul_ref(x)
             return y if out is None else out.copy_(y.reshape(out.shape))

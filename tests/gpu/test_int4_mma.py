@@ -211,6 +211,7 @@ def test_int4_mma_weight_prefills_with_the_row_gemms(mode, monkeypatch):
     q, _ = _quantized(n, k, True, g)
     w = use_fragment_order(q)
     assert isinstance(w, Int4MmaWeight)
+    assert torch.equal(w.to_int4().qweight, q.qweight)  # the Triton repacking (int4_mma_rows)
     x = torch.randn(300, k, generator=g, device="cuda").bfloat16()
     want = q.matmul(x)
     assert torch.equal(w.matmul(x), want)

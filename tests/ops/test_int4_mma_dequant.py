@@ -1,6 +1,7 @@
-"""The Triton dequantization of fragment-ordered int4 weights (the prefill path of Int4MmaWeight) against
-Int4Weight.dequantize, in Triton's interpreter. Tolerance: one bf16 step (2^-8 relative), room for an
-interpreter that truncates fp32 -> bf16 where the GPU rounds to nearest; tests/gpu checks bit equality."""
+"""The Triton prefill paths of fragment-ordered int4 weights (Int4MmaWeight) in Triton's interpreter: the
+dequantization against Int4Weight.dequantize (tolerance one bf16 step, 2^-8 relative, room for an interpreter that
+truncates fp32 -> bf16 where the GPU rounds to nearest; tests/gpu checks bit equality) and the repacking into
+rows against the torch inverse of the layout, bit for bit."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import pytest
 import torch
 
 from hinfer.fixtures import fixed_test_seed
-from hinfer.ops.triton.int4_mma_dequant import int4_mma_dequantize
+from hinfer.ops.triton.int4_mma_dequant import int4_mma_dequantize, int4_mma_rows
 from hinfer.quant.int4 import quantize_int4
-from hinfer.quant.int4_mma_layout import Int4MmaWeight
+from hinfer.quant.int4_mma_layout import Int4MmaWeight, unpermute_words
 
 
 @pytest.mark.parametrize("zero_point", [True, False], ids=["asym", "sym"])
@@ -23,3 +24,13 @@ def test_dequantize_matches_int4weight(interpreter, n, k, zero_point):
     ref = q.dequantize(torch.float32)
     assert d.dtype == torch.bfloat16 and d.shape == (n, k)
     torch.testing.assert_close(d.float(), ref, rtol=2**-8, atol=0)
+
+
+@pytest.mark.parametrize("n,k", [(96, 256), (64, 384)])
+def test_rows_are_the_weight_it_came_from(interpreter, n, k):
+    g = torch.Generator().manual_seed(fixed_test_seed())
+    q = quantize_int4(torch.randn(n, k, generator=g).bfloat16())
+    w = Int4MmaWeight.from_int4(q)
+    rows = int4_mma_rows(w.words, n, k)
+    assert rows.dtype == torch.int32 and torch.equal(rows, q.qweight)
+    assert torch.equal(rows, unpermute_words(w.words, k))

@@ -1,6 +1,8 @@
-"""Dequantize fragment-ordered int4 weights (hinfer.quant.int4_mma_layout) into a bf16 [N, K] matrix: the prefill
-path of Int4MmaWeight (the scratch feeds cuBLAS). Each program writes STRIPES 16-row stripes of one 128-group;
-it reads that group's 1 KB of words per stripe (gathered: every word is read by 8 outputs, from cache).
+"""Fragment-ordered int4 weights (hinfer.quant.int4_mma_layout) back into the forms the prefill GEMMs read, the
+prefill paths of Int4MmaWeight: dequantized into a bf16 [N, K] matrix (the scratch feeds cuBLAS), or repacked
+into hinfer.quant.int4's rows (int32 [N, K/8], for the w4a16 / w4a8 GEMMs). Each program writes STRIPES 16-row
+stripes of one 128-group; it reads that group's 1 KB of words per stripe (gathered: every word is read by 8
+outputs, from cache).
 
 Inverse of the layout, for row r of a stripe and offset kk of group G: t = kk // 32, kt = kk % 32 // 4,
 k3 = kk % 4 // 2, k0 = kk % 2 (hinfer.quant.int4_mma_layout.real_k); k16 step 8 G + kt = 4 kc + j; lane
@@ -18,6 +20,32 @@ from hinfer.ops.triton.common import GROUP as GROUP_K  # quantization group alon
 
 
 @triton.jit
+def _nibbles(w_ptr, stripe, rs, kk, grp, K):
+    """The nibble u of row rs of `stripe` at offset kk of group grp (broadcast shapes), from the words."""
+    t, kt, k3, k0 = kk // 32, (kk % 32) // 4, (kk % 4) // 2, kk % 2
+    step = grp * 8 + kt
+    lane = 4 * (rs % 8) + t
+    e = k0 + 2 * (rs // 8) + 4 * k3
+    q = ((step // 4) * 32 + lane) * 4 + step % 4
+    word = tl.load(w_ptr + stripe.to(tl.int64) * (2 * K) + q)
+    return (word >> (4 * (e // 2 + 4 * (e % 2)))) & 0xF
+
+
+@triton.jit
+def _int4_mma_rows_kernel(w_ptr, out_ptr, K, STRIPES: tl.constexpr):
+    pid_s = tl.program_id(0)
+    grp = tl.program_id(1)
+    r = tl.arange(0, 16 * STRIPES)[:, None, None]  # row within the program's stripes
+    c = tl.arange(0, 16)[None, :, None]  # word of the group in the row layout
+    e = tl.arange(0, 8)[None, None, :]  # element of that word: K offset 8 c + e, at nibble POS[e]
+    stripe = pid_s * STRIPES + r // 16
+    u = _nibbles(w_ptr, stripe, r % 16, 8 * c + e, grp, K)
+    word = tl.sum(u << (4 * (e // 2 + 4 * (e % 2))), axis=2)  # disjoint bits: the sum is their OR
+    row = (pid_s * 16 * STRIPES + tl.arange(0, 16 * STRIPES)[:, None]).to(tl.int64)  # the same rows, 2-D
+    tl.store(out_ptr + row * (K // 8) + grp * 16 + tl.arange(0, 16)[None, :], word)
+
+
+@triton.jit
 def _int4_mma_dequant_kernel(w_ptr, s_ptr, z_ptr, out_ptr, N, K, HAS_ZERO: tl.constexpr, STRIPES: tl.constexpr):
     pid_s = tl.program_id(0)
     grp = tl.program_id(1)
@@ -25,13 +53,7 @@ def _int4_mma_dequant_kernel(w_ptr, s_ptr, z_ptr, out_ptr, N, K, HAS_ZERO: tl.co
     kk = tl.arange(0, 128)[None, :]
     stripe = pid_s * STRIPES + r // 16
     rs = r % 16
-    t, kt, k3, k0 = kk // 32, (kk % 32) // 4, (kk % 4) // 2, kk % 2
-    step = grp * 8 + kt
-    lane = 4 * (rs % 8) + t
-    e = k0 + 2 * (rs // 8) + 4 * k3
-    q = ((step // 4) * 32 + lane) * 4 + step % 4
-    word = tl.load(w_ptr + stripe.to(tl.int64) * (2 * K) + q)
-    u = ((word >> (4 * (e // 2 + 4 * (e % 2)))) & 0xF).to(tl.float32)
+    u = _nibbles(w_ptr, stripe, rs, kk, grp, K).to(tl.float32)
     row = stripe * 16 + rs
     s = tl.load(s_ptr + grp * N + row).to(tl.float32)
     if HAS_ZERO:
@@ -51,4 +73,13 @@ def int4_mma_dequantize(
     grid = (n // 16 // stripes, k // GROUP_K)
     _int4_mma_dequant_kernel[grid](words, scales, zeros if zeros is not None else scales, out, n, k,
                                    HAS_ZERO=zeros is not None, STRIPES=stripes, num_warps=4)  # fmt: skip
+    return out
+
+
+def int4_mma_rows(words: torch.Tensor, n: int, k: int, stripes: int = 4) -> torch.Tensor:
+    """words int32 [N/16, 2K] -> hinfer.quant.int4's packed rows int32 [N, K/8] (unpermute_words' result)."""
+    out = torch.empty((n, k // 8), dtype=torch.int32, device=words.device)
+    while (n // 16) % stripes:
+        stripes //= 2
+    _int4_mma_rows_kernel[(n // 16 // stripes, k // GROUP_K)](words, out, k, STRIPES=stripes, num_warps=4)
     return out
