@@ -380,8 +380,8 @@ class EngineConfig:
             parse_rope_scaling(self.rope_scaling)
         if self.dtype not in ("auto", "bf16", "fp32"):
             raise ConfigError(f"--dtype {self.dtype!r}: expected bf16 or fp32")
-        if self.spec not in (None, "mtp"):
-            raise ConfigError(f"--spec {self.spec!r}: expected mtp")
+        if self.spec not in (None, "mtp", "ngram"):
+            raise ConfigError(f"--spec {self.spec!r}: expected mtp or ngram")
         if not 1 <= self.draft_tokens <= 5:
             raise ConfigError("--draft-tokens must be in 1..5")
         if self.spec_draft_cost is not None and not self.spec_draft_cost >= 0:

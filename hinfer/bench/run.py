@@ -124,6 +124,9 @@ def run_bench(spec: BenchSpec, ecfg: EngineConfig) -> list[dict]:
     smoke test of the whole pipeline; its figures mean nothing)."""
     if ecfg.device != "cpu" and not torch.cuda.is_available():
         raise SystemExit("hinfer bench needs a CUDA GPU (or --device cpu for a smoke run of a tiny config)")
+    if ecfg.spec not in (None, "mtp"):  # random weights and tokens: nothing repeats, no draft to time
+        raise SystemExit(f"hinfer bench --spec {ecfg.spec}: the throughput sweep times MTP rounds only; "
+                         "prompt-lookup drafts depend on the text (serve the model and measure real requests)")
     dev = torch.device("cpu" if ecfg.device == "cpu" else "cuda")
     path, is_ckpt = resolve_model(spec.model)
     cfg = truncate_layers(apply_rope_scaling(load_model_config(path), ecfg.rope_scaling), spec.layers)

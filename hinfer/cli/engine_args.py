@@ -65,8 +65,10 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                         "it) or fp8 / int4 (that format's default recipe, whatever --weights says): the largest "
                         "single weight a decode step reads, 1/2 or ~1/4 of its bf16 bytes; unlike --weights it "
                         "changes every token's logits directly (docs/quantization.md, The logits projection)")
-    g.add_argument("--spec", choices=["mtp"], default=None,
-                   help="speculative decoding with the checkpoint's multi-token-prediction head")
+    g.add_argument("--spec", choices=["mtp", "ngram"], default=None,
+                   help="speculative decoding: mtp drafts with the checkpoint's multi-token-prediction head, ngram "
+                        "looks drafts up in the request's own prompt and output (no model runs; it pays where text "
+                        "repeats: edits, quotes, code) (docs/speculative.md)")
     g.add_argument("--draft-tokens", type=int, default=d.draft_tokens,
                    help=f"tokens drafted per round with --spec mtp, 1..5 (default {d.draft_tokens})")
     g.add_argument("--spec-adaptive", action=argparse.BooleanOptionalAction, default=d.spec_adaptive,

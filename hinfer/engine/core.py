@@ -112,7 +112,7 @@ class EngineCore:
         p = req.sampling
         seed = p.seed if p.seed is not None else self._seeds.getrandbits(63)
         if p.prompt_logprobs is not None and self.spec is not None:
-            raise ValueError("prompt logprobs are not available with --spec mtp")
+            raise ValueError("prompt logprobs are not available with --spec")
         seq = Sequence(req.request_id, list(req.prompt_token_ids), p, seed)
         if req.images:
             self._place_images(seq, req)
@@ -136,7 +136,7 @@ class EngineCore:
         if vision is None:
             raise ValueError("this model takes no images (no vision tower loaded, or --no-vision)")
         if self.spec is not None:
-            raise ValueError("images are not available with --spec mtp")
+            raise ValueError("images are not available with --spec")
         if seq.params.prompt_logprobs is not None:
             raise ValueError("prompt logprobs are not available for prompts with images")
         merge = vision.cfg.spatial_merge_size

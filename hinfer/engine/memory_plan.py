@@ -208,7 +208,7 @@ class MemoryPlan:
             f"settings: weights {self.weights}, activations {self.act_dtype}, kv {self.kv_dtype}, "
             f"max-context {e.max_context}, max-concurrency {e.max_concurrency}, "
             f"kv-capacity {_kv_cap_text(e)}, prefill-chunk {e.prefill_chunk}, page-size {e.page_size}, "
-            f"spec {f'mtp x{e.draft_tokens}' if e.spec else 'off'}, "
+            f"spec {f'{e.spec} x{e.draft_tokens}' if e.spec else 'off'}, "
             f"prefix-cache {f'{e.checkpoint_slots} slots' if e.checkpoint_slots else 'off'}"
             + (f", tensor-parallel {e.tensor_parallel} (per rank)" if e.tensor_parallel > 1 else ""),
             f"device: {self.device_name}",
@@ -271,8 +271,8 @@ def _largest(ok, lo: int, hi: int) -> int | None:
 
 
 def kv_page_bytes(cfg: ModelConfig, ecfg: EngineConfig, dtype: str) -> int:
-    """One page of K and V in every KV layer (attention layers + MTP layers with --spec)."""
-    layers = len(cfg.attn_layers) + (cfg.mtp_num_hidden_layers if ecfg.spec else 0)
+    """One page of K and V in every KV layer (attention layers + MTP layers with --spec mtp)."""
+    layers = len(cfg.attn_layers) + (cfg.mtp_num_hidden_layers if ecfg.spec == "mtp" else 0)
     return layers * KV_FORMATS[dtype].page_bytes(ecfg.page_size, cfg.num_key_value_heads, cfg.head_dim)
 
 
@@ -328,7 +328,7 @@ def plan_memory(cfg: ModelConfig, ecfg: EngineConfig, *, weights: str | Recipe, 
     rows: list[PlanRow] = []
     notes: list[str] = []
 
-    with_mtp = bool(cfg.mtp_num_hidden_layers) and (bool(ecfg.spec) or MTP_LOADED_WITHOUT_SPEC)
+    with_mtp = bool(cfg.mtp_num_hidden_layers) and (ecfg.spec == "mtp" or MTP_LOADED_WITHOUT_SPEC)
     wb = weight_bytes(cfg, recipe, ab, with_mtp)
     kept = "" if recipe.fmt == "bf16" else f"; {wb.kept_params:,} params kept {act}"
     if recipe.fmt != "bf16" and cfg.is_moe and not recipe.experts:
@@ -342,7 +342,8 @@ def plan_memory(cfg: ModelConfig, ecfg: EngineConfig, *, weights: str | Recipe, 
     rows.append(PlanRow("weights", wb.total + lm_head_delta(cfg, ecfg.lm_head, ab), f"{recipe.name}: {what}{kept}{mtp}"
                         f"{head}"))  # fmt: skip
     shared = ecfg.lm_head != "keep"  # the drafter shares a quantized head
-    draft_head = draft_head_bytes(cfg, recipe, ab, ecfg.spec_draft_vocab) if ecfg.spec and not shared else 0
+    mtp_drafts = ecfg.spec == "mtp" and not shared
+    draft_head = draft_head_bytes(cfg, recipe, ab, ecfg.spec_draft_vocab) if mtp_drafts else 0
     if draft_head:
         rows.append(PlanRow("draft lm_head", draft_head, f"--spec mtp: the drafter's lm_head copy in {recipe.fmt} "
                                                     f"({min(ecfg.spec_draft_vocab or cfg.vocab_size, cfg.vocab_size):,}"
@@ -361,7 +362,8 @@ def plan_memory(cfg: ModelConfig, ecfg: EngineConfig, *, weights: str | Recipe, 
     if device == "cuda" and ecfg.cuda_graphs:
         sizes = captured_batch_sizes(lanes)
         graphs = step_workspace_bytes(cfg, lanes * q_per_lane, lanes * q_per_lane, ab)
-        graphs += len(sizes) * GRAPH_FIXED_BYTES * (4 if ecfg.spec else 1)  # + verify, MTP 1-row and K+1-row
+        # + verify, and with MTP drafts its 1-row and K+1-row graphs
+        graphs += len(sizes) * GRAPH_FIXED_BYTES * {"mtp": 4, "ngram": 2}.get(ecfg.spec or "", 1)
     runtime = CUDA_RUNTIME_BYTES if device == "cuda" else 0
     headroom = max(HEADROOM_MIN, int(device_bytes * HEADROOM_FRACTION))
 
@@ -386,7 +388,7 @@ def plan_memory(cfg: ModelConfig, ecfg: EngineConfig, *, weights: str | Recipe, 
     if ecfg.kv_capacity != 0:
         n_ckpt = checkpoint_slots(ecfg, num_pages * page, slot)
     ckpt = n_ckpt * slot
-    kv_layers = len(cfg.attn_layers) + (cfg.mtp_num_hidden_layers if ecfg.spec else 0)
+    kv_layers = len(cfg.attn_layers) + (cfg.mtp_num_hidden_layers if ecfg.spec == "mtp" else 0)
     rows.append(PlanRow("kv cache", num_pages * page,
                         f"{kv_note}: {pages:,} pages of {ps} + 1 reserved, {kv_layers} layers, "
                         f"{page // ps:,} B/token ({KV_FORMATS[kvd].describe()})"))

@@ -48,6 +48,7 @@ class Sequence:
     drafts: object | None = None  # speculative: the drafter's proposal for the next round (spec.Proposal)
     spec_lane: object | None = None  # adaptive speculation: the lane's acceptance (spec.adaptive.LaneAcceptance)
     mtp_backlog: list = field(default_factory=list)  # positions not yet fed to the drafter (spec.DraftJob)
+    draft_index: object | None = None  # a drafter's own per-lane state (spec.ngram.NgramIndex)
     # prefix cache (prefix_reuse.py)
     cached_tokens: int = 0  # prompt tokens taken from the cache at admission (not computed)
     page_hashes: list[bytes] | None = None  # names of full pages: the prompt's, then the ones filled since

@@ -115,6 +115,13 @@ def test_small_config_plan_rows_by_hand(monkeypatch):
     assert hrows["weights"] == {r.name: r.bytes for r in spec4.rows}["weights"] - 2 * v * h + int4_head
     assert "draft lm_head" not in hrows
 
+    # --spec ngram: the verify rows and the draft slots of speculation, no MTP head (its KV, its lm_head copy)
+    ngram = plan_memory(cfg, replace(ecfg, spec="ngram", draft_tokens=3), weights="int4", device_bytes=10 * GIB,
+                        device_name="test", device="cuda")  # fmt: skip
+    nrows = {r.name: r.bytes for r in ngram.rows}
+    assert nrows["kv cache"] == 33 * 8192 and "draft lm_head" not in nrows
+    assert ngram.num_slots == spec.num_slots
+
     monkeypatch.setattr(memory_plan, "MTP_LOADED_WITHOUT_SPEC", False)
     lean = plan_memory(cfg, ecfg, weights="bf16", device_bytes=10 * GIB, device_name="test", device="cuda")
     assert lean.rows[0].bytes == 2 * 2_751_992

@@ -15,12 +15,14 @@ from hinfer.engine.spec.adaptive import AdaptivePolicy, StepCosts
 from hinfer.engine.spec.decoder import LaneOutput, SpecDecoder
 from hinfer.engine.spec.drafter import Drafter, DraftJob, Proposal
 from hinfer.engine.spec.mtp import MTPDrafter
+from hinfer.engine.spec.ngram import NgramDrafter
 from hinfer.errors import ConfigError
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 
 log = logging.getLogger("hinfer.spec")
 
-__all__ = ["AdaptivePolicy", "StepCosts", "Drafter", "DraftJob", "LaneOutput", "MTPDrafter", "Proposal", "SpecDecoder", "make_spec_decoder"]
+__all__ = ["AdaptivePolicy", "StepCosts", "Drafter", "DraftJob", "LaneOutput", "MTPDrafter", "NgramDrafter", "Proposal",
+           "SpecDecoder", "make_spec_decoder"]
 
 
 def draft_head(model: Qwen35ForCausalLM, vocab: int | None = None):
@@ -51,11 +53,15 @@ def draft_head(model: Qwen35ForCausalLM, vocab: int | None = None):
 
 
 def make_spec_decoder(runner: ModelRunner, ecfg: EngineConfig) -> SpecDecoder:
-    """The decoder for `ecfg.spec` ("mtp": the checkpoint's MTP head drafts)."""
+    """The decoder for `ecfg.spec` ("mtp": the checkpoint's MTP head drafts; "ngram": prompt lookup)."""
     vocab = ecfg.spec_draft_vocab
     if vocab is not None and vocab >= runner.model.cfg.vocab_size:
         vocab = None  # the whole vocabulary anyway
-    drafter = MTPDrafter(runner.model, runner.state, runner.sampler, draft_head(runner.model, vocab))
+    drafter: Drafter
+    if ecfg.spec == "ngram":
+        drafter = NgramDrafter()
+    else:
+        drafter = MTPDrafter(runner.model, runner.state, runner.sampler, draft_head(runner.model, vocab))
     policy = None
     if ecfg.spec_adaptive:
         c = ecfg.spec_draft_cost
