@@ -71,6 +71,18 @@ def _poison_steps(state: torch.Tensor, batch: ForwardBatch) -> None:
         state[tgt] = float("nan")
 
 
+def _layer_params() -> tuple[torch.Tensor, ...]:
+    """One GDN layer's parameters and states at the 27B shapes: norm weight, A_log, dt_bias, conv weight, conv
+    and SSM states of N_SLOTS slots."""
+    norm_w = (torch.rand(VD, device="cuda") + 0.5).bfloat16()
+    a_log = (torch.rand(HV, device="cuda") * 2.5).bfloat16()
+    dt_bias = torch.randn(HV, device="cuda").bfloat16()
+    conv_w = (torch.randn(CONV, 4, device="cuda") * 0.5).bfloat16()
+    conv_state = torch.randn(N_SLOTS, CONV, 3, device="cuda").bfloat16()
+    ssm_state = torch.randn(N_SLOTS, HV, KD, VD, device="cuda") * 0.1
+    return norm_w, a_log, dt_bias, conv_w, conv_state, ssm_state
+
+
 CASES = {
     "decode1": ([1], None),
     "decode8": ([1] * 8, None),
@@ -164,12 +176,7 @@ def test_fused_step_matches_the_separate_kernels(tg, seed, monkeypatch, case, ti
     proj = torch.randn(t, CONV + HV * VD + 2 * HV, device="cuda").bfloat16()
     qkv, z = proj[:, :CONV], proj[:, CONV : CONV + HV * VD].view(t, HV, VD)
     b, a = proj[:, CONV + HV * VD : CONV + HV * VD + HV] * 3, proj[:, CONV + HV * VD + HV :]
-    norm_w = (torch.rand(VD, device="cuda") + 0.5).bfloat16()
-    a_log = (torch.rand(HV, device="cuda") * 2.5).bfloat16()
-    dt_bias = torch.randn(HV, device="cuda").bfloat16()
-    conv_w = (torch.randn(CONV, 4, device="cuda") * 0.5).bfloat16()
-    conv_state = torch.randn(N_SLOTS, CONV, 3, device="cuda").bfloat16()
-    ssm_state = torch.randn(N_SLOTS, HV, KD, VD, device="cuda") * 0.1
+    norm_w, a_log, dt_bias, conv_w, conv_state, ssm_state = _layer_params()
     heads = (HK, KD, HV, VD)
     out = {}
     for fused in (False, True, True):
@@ -257,12 +264,7 @@ def test_fused_step_reads_its_state_ahead_of_the_pdl_wait(tg, seed, monkeypatch)
     hidden = 1024
     w = (torch.randn(CONV + HV * VD + 2 * HV, hidden, device="cuda") * 0.05).bfloat16()
     x = torch.empty(8, hidden, device="cuda", dtype=torch.bfloat16)
-    norm_w = (torch.rand(VD, device="cuda") + 0.5).bfloat16()
-    a_log = (torch.rand(HV, device="cuda") * 2.5).bfloat16()
-    dt_bias = torch.randn(HV, device="cuda").bfloat16()
-    conv_w = (torch.randn(CONV, 4, device="cuda") * 0.5).bfloat16()
-    conv_state = torch.randn(N_SLOTS, CONV, 3, device="cuda").bfloat16()
-    ssm_state = torch.randn(N_SLOTS, HV, KD, VD, device="cuda") * 0.1
+    norm_w, a_log, dt_bias, conv_w, conv_state, ssm_state = _layer_params()
     xs = [torch.randn(8, hidden, device="cuda").bfloat16() for _ in range(3)]
     runs = {}
     for early in (False, True):
