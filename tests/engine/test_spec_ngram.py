@@ -74,3 +74,23 @@ def test_greedy_token_identical_with_prompt_lookup(make_engine_core, lanes, k, a
     st = core.stats()
     assert st.extra["spec_drafted"] > 0 and 0 < st.extra["spec_accepted"] <= st.extra["spec_drafted"]
     assert_all_free(core)
+
+
+@pytest.mark.parametrize("window,want", [(100, [9, 5, 6]), (8, [])])
+def test_a_long_history_is_indexed_from_its_window(monkeypatch, window, want):
+    """A lane's first draft indexes only the last NGRAM_WINDOW tokens (an occurrence before them is not found);
+    the job's newest token comes from its next ids, the earlier ones from the sequence."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from hinfer.engine.spec import ngram
+    from hinfer.engine.spec.drafter import DraftJob
+
+    monkeypatch.setattr(ngram, "NGRAM_WINDOW", window)
+    toks = [1, 2, 3, 9, 5, 6, 7, 8, 1, 2, 3]
+    seq = SimpleNamespace(draft_index=None, tokens_between=lambda a, b: toks[a:b])
+    job = DraftJob(seq, start=9, next_ids=[toks[10]], hidden=torch.empty(0), num_drafts=3)
+    (prop,) = ngram.NgramDrafter().draft([job])
+    assert prop.tokens == want
+    assert seq.draft_index.base == max(0, 10 - window) and seq.draft_index.tokens == toks[seq.draft_index.base :]

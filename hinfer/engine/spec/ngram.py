@@ -20,13 +20,18 @@ from hinfer.engine.spec.drafter import DraftJob, Proposal
 
 NGRAM_MAX = 4  # the longest suffix looked up first: longer matches predict better
 NGRAM_MIN = 2  # shorter suffixes match everywhere and predict little
+# a lane's index starts this many tokens before its first draft: a long prompt is indexed in tens of
+# milliseconds on the engine's loop, not seconds (what repeats is mostly recent: the file just read, the last turn)
+NGRAM_WINDOW = 16384
 
 
 @dataclass
 class NgramIndex:
-    """One lane's lookup: `tokens` seen so far; `last[n][gram]` the position after gram's latest occurrence
-    among the n-grams ending before the newest token (the suffix itself is looked up, not indexed)."""
+    """One lane's lookup: `tokens` seen so far (from position `base`); `last[n][gram]` the index in `tokens` after
+    gram's latest occurrence among the n-grams ending before the newest token (the suffix itself is looked up,
+    not indexed)."""
 
+    base: int = 0
     tokens: list[int] = field(default_factory=list)
     last: dict[int, dict[tuple[int, ...], int]] = field(default_factory=dict)
     done: int = 0  # the n-grams ending at positions < done are in `last`
@@ -67,9 +72,9 @@ class NgramDrafter:
         seq = job.seq
         index = seq.draft_index
         newest = job.start + len(job.next_ids) + 1  # tokens known: positions 0 .. start + len(next_ids)
-        if not isinstance(index, NgramIndex) or len(index.tokens) > newest:
-            index = seq.draft_index = NgramIndex()
-        have = len(index.tokens)
+        if not isinstance(index, NgramIndex) or index.base + len(index.tokens) > newest:
+            index = seq.draft_index = NgramIndex(base=max(0, job.start + 1 - NGRAM_WINDOW))
+        have = index.base + len(index.tokens)  # the next position the index takes
         if have < job.start + 1:  # positions before the fed ones, from the sequence
             index.extend(seq.tokens_between(have, job.start + 1))
             have = job.start + 1
