@@ -122,10 +122,7 @@ def quantize_head(model: nn.Module, fmt: str) -> None:
     if not isinstance(w, torch.Tensor):
         return  # already converted
     q = quantize_weight(w.detach(), get_recipe(fmt))
-    if model.lm_head is not None:
-        del model._parameters["lm_head"]
-    else:
-        model._parameters.pop("lm_head", None)
+    model._parameters.pop("lm_head", None)  # the bf16 head (absent when tied) goes with the last reference
     del w
     model.lm_head = q
 

@@ -438,7 +438,8 @@ class SpecDecoder:
         self._fed = []
         if self.policy is not None:
             self._choose_k([j for j in jobs if j.num_drafts])
-            jobs = self._defer_observations(jobs)
+            if getattr(self.drafter, "reads_hidden", True):  # batching the feeds pays for a drafter that runs a model
+                jobs = self._defer_observations(jobs)
         for job, prop in zip(jobs, self.drafter.draft(jobs)):
             if job.num_drafts:
                 job.seq.drafts = prop

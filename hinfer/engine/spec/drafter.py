@@ -75,6 +75,10 @@ class Proposal:
 
 
 class Drafter(Protocol):
+    # whether it runs a model over the jobs' hidden rows (MTP): the decoder then gathers a lane's plain steps
+    # into one job (SpecDecoder._defer_observations); a drafter without the attribute counts as reading them
+    reads_hidden: bool
+
     def draft(self, jobs: list[DraftJob]) -> list[Proposal | None]:
         """One entry per job: a Proposal when num_drafts > 0 (it may hold fewer tokens), else None."""
         ...

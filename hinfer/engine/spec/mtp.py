@@ -51,6 +51,8 @@ SCRATCH_SLOT = 0  # the head has no GDN layer; its batches still name a slot: th
 
 
 class MTPDrafter:
+    reads_hidden = True  # the head runs over the target's hidden rows: its feeds are gathered (drafter.py)
+
     def __init__(self, model: Qwen35ForCausalLM, state: ModelState, sampler: Sampler, draft_head=None) -> None:
         if model.mtp is None:
             raise ConfigError("--spec mtp: this checkpoint has no MTP head (mtp_num_hidden_layers is 0)")

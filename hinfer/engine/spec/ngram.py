@@ -59,6 +59,8 @@ class NgramIndex:
 class NgramDrafter:
     """The drafter (drafter.Drafter) that looks its drafts up in the lane's own tokens."""
 
+    reads_hidden = False  # no model runs: the decoder hands it each step's positions as they come
+
     def draft(self, jobs: list[DraftJob]) -> list[Proposal | None]:
         out: list[Proposal | None] = []
         for job in jobs:
