@@ -203,6 +203,7 @@ def bench_decode(shapes, formats, ms, bw: float) -> list[Row]:
 def bench_prefill(shapes, m: int) -> list[Row]:
     from hinfer.quant import fp8 as qfp8
     from hinfer.quant import int4 as qint4
+    from hinfer.quant.int4_mma_layout import Int4MmaWeight
 
     rows = []
     g = _gen(1)
@@ -218,6 +219,9 @@ def bench_prefill(shapes, m: int) -> list[Row]:
             q, _ = make_weight(fmt, n, k, g)
             for mode in qint4.PREFILL_MODES:
                 cases.append((f"{fmt}:{mode}", functools.partial(qint4._triton_matmul, q, x, None, mode)))
+            mw = Int4MmaWeight.from_int4(q)  # the decode layout, the engine's: its own scratch writers
+            for mode in ("dequant", "fp8"):
+                cases.append((f"{fmt}-mma:{mode}", functools.partial(mw.prefill, x, None, mode)))
         qc, _ = make_weight("fp8", n, k, g)
         cases.append(("fp8:scaled_mm", functools.partial(qfp8._triton_matmul, qc, x, None)))
         qb, _ = make_weight("fp8-block", n, k, g)

@@ -37,7 +37,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from hinfer.ops.dispatch import int4_wgmma_rows, use_triton
-from hinfer.quant.int4 import GROUP, Int4Weight, pack_int4, prefill_mode, unpack_int4
+from hinfer.quant.int4 import (
+    GROUP,
+    Int4Weight,
+    fp8_row_scale,
+    fp8_rows_matmul,
+    matmul_ref_fp8,
+    pack_int4,
+    prefill_mode,
+    unpack_int4,
+)
 
 TILE_N = 16  # rows of a stripe (the MMA's M)
 CHUNK_K = 64  # K per 128-bit load: 4 k16 steps
@@ -175,10 +184,23 @@ class Int4MmaWeight(nn.Module):
     def matmul_ref(self, x: torch.Tensor) -> torch.Tensor:
         return (x.float() @ self.dequantize(torch.float32).t()).to(x.dtype)
 
+    def fp8_row_scale(self) -> torch.Tensor:
+        """hinfer.quant.int4.fp8_row_scale of this weight, kept while the scales are unchanged (prefill takes it
+        per GEMM; its few small kernels would cost a few percent of a chunk's)."""
+        key = (self.scales.data_ptr(), self.scales._version, None if self.zeros is None else self.zeros._version)
+        if getattr(self, "_fp8_key", None) != key:
+            zeros = None if self.zeros is None else self.zeros.t()
+            self._fp8_scale, self._fp8_key = fp8_row_scale(self.scales.t(), zeros), key
+        return self._fp8_scale
+
+    def matmul_ref_fp8(self, x: torch.Tensor) -> torch.Tensor:
+        """Reference of the fp8 prefill path (hinfer.quant.int4.matmul_ref_fp8)."""
+        return matmul_ref_fp8(x, self.dequantize(torch.float32), self.fp8_row_scale())
+
     def matmul(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """Up to MAX_M rows: the tensor-core kernel on the fragments; more (prefill): dequantize into a bf16
-        scratch and cuBLAS (the dequantization is a few percent of a prefill chunk's GEMM), or with
-        HINFER_INT4_PREFILL=w4a16 | w4a8 that mode's GEMM on a transient row-packed copy (`to_int4`: the GEMMs
+        scratch and cuBLAS (the dequantization is a few percent of a prefill chunk's GEMM); HINFER_INT4_PREFILL=fp8:
+        into an e4m3 scratch, cuBLAS fp8 rowwise; w4a16 | w4a8 that mode's GEMM on a transient row-packed copy (`to_int4`: the GEMMs
         read rows; the copy reads and writes the packed bytes once, against a chunk's GEMM of milliseconds)."""
         if not (use_triton(x) and x.dtype == torch.bfloat16):
             y = self.matmul_ref(x)
@@ -193,10 +215,21 @@ class Int4MmaWeight(nn.Module):
 
                 return int4_wgmma_matmul(x2, self, out=out).view(*lead, self.n)
             return int4_mma_matmul(x2, self, out=out).view(*lead, self.n)
-        if prefill_mode() != "dequant":
-            return self.to_int4().matmul(x2, out=out).view(*lead, self.n)
-        y = F.linear(x2, self.dequantize(x.dtype))
-        return (y if out is None else out.copy_(y)).view(*lead, self.n)
+        return self.prefill(x2, out, prefill_mode()).view(*lead, self.n)
+
+    def prefill(self, x: torch.Tensor, out: torch.Tensor | None, mode: str) -> torch.Tensor:
+        """x bf16 [M, K] on CUDA past the decode rows, through prefill mode `mode` (hinfer.quant.int4)."""
+        if mode == "fp8":
+            from hinfer.ops.triton.int4_mma_dequant import int4_mma_dequantize
+
+            rs = self.fp8_row_scale()
+            y = fp8_rows_matmul(x, int4_mma_dequantize(self.words, self.scales, self.zeros, self.n, self.k,
+                                                       row_scale=rs), rs)  # fmt: skip
+        elif mode == "dequant":
+            y = F.linear(x, self.dequantize(x.dtype))
+        else:
+            return self.to_int4().matmul(x, out=out)
+        return y if out is None else out.copy_(y)
 
     def _wgmma_takes(self, m: int) -> bool:
         """Whether the warpgroup-MMA kernel takes these m rows (int4_wgmma_rows says where)."""

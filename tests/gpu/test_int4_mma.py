@@ -223,6 +223,33 @@ def test_int4_mma_weight_prefills_with_the_row_gemms(mode, monkeypatch):
 
 
 @pytest.mark.parametrize("zero_point", [True, False], ids=["asym", "sym"])
+def test_int4_mma_weight_prefills_on_fp8(zero_point, monkeypatch):
+    """HINFER_INT4_PREFILL=fp8 on the decode layout: the e4m3 scratch written from fragment order (one scale per
+    row) and cuBLAS fp8 rowwise, against its reference body; the scratch against the rounding it stands for
+    (at most one e4m3 step apart where the fp32 quotient ties)."""
+    from hinfer.ops.triton.int4_mma_dequant import int4_mma_dequantize
+    from hinfer.quant.int4 import weight_to_fp8_rows
+    from hinfer.quant.int4_mma_layout import Int4MmaWeight, use_fragment_order
+
+    monkeypatch.setenv("HINFER_INT4_PREFILL", "fp8")
+    n, k = 1024, 5120
+    g = _gen()
+    q, _ = _quantized(n, k, zero_point, g)
+    w = use_fragment_order(q)
+    assert isinstance(w, Int4MmaWeight)
+    rs = w.fp8_row_scale()
+    w8 = int4_mma_dequantize(w.words, w.scales, w.zeros, n, k, row_scale=rs)
+    ref8 = weight_to_fp8_rows(q.dequantize(torch.float32), rs)
+    torch.testing.assert_close(w8.float(), ref8.float(), rtol=2**-3, atol=2**-9)
+    assert (w8.float() != ref8.float()).float().mean() < 1e-3
+    x = torch.randn(300, k, generator=g, device="cuda").bfloat16()
+    assert _rel(w.matmul(x), w.matmul_ref_fp8(x)) < REL
+    wide = torch.full((300, n + 64), float("nan"), dtype=torch.bfloat16, device="cuda")
+    w.matmul(x, out=wide[:, :n])
+    assert torch.equal(wide[:, :n], w.matmul(x))
+
+
+@pytest.mark.parametrize("zero_point", [True, False], ids=["asym", "sym"])
 @pytest.mark.parametrize("name", ["qkv", "down"])
 def test_int4_mma_reads_the_row_layout(name, zero_point):
     """The kernel's ROWS variant on Int4Weight itself (no re-layout): same results as on fragment order."""

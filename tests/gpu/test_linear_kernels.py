@@ -109,9 +109,10 @@ def test_int4(shape, zero_point, monkeypatch):
     for m in DECODE_M + PREFILL_M:
         x = _x(m, k, g)
         ref = (x.float() @ wd.t()).bfloat16()
-        for mode in ("dequant", "w4a16", "w4a8") if m > 64 else ("decode",):
+        for mode in ("dequant", "fp8", "w4a16", "w4a8") if m > 64 else ("decode",):
             monkeypatch.setenv("HINFER_INT4_PREFILL", "dequant" if mode == "decode" else mode)
-            want = q.matmul_ref_w4a8(x) if mode == "w4a8" else ref
+            refs = {"w4a8": q.matmul_ref_w4a8, "fp8": q.matmul_ref_fp8}
+            want = refs[mode](x) if mode in refs else ref
             assert _rel(q.matmul(x), want) < REL, (m, mode)
 
 

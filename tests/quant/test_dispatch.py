@@ -52,22 +52,28 @@ def test_bf16_linear_routes_small_m_to_triton(triton_on, monkeypatch):
     assert linear(x3, w).shape == (2, 3, 48)
 
 
-@pytest.mark.parametrize("mode", ["dequant", "w4a16", "w4a8"])
+def _int4_prefill_ref(q, x: torch.Tensor, mode: str) -> torch.Tensor:
+    """What HINFER_INT4_PREFILL=mode computes past the decode rows (its reference body)."""
+    return {"w4a8": q.matmul_ref_w4a8, "fp8": q.matmul_ref_fp8}.get(mode, q.matmul_ref)(x)
+
+
+@pytest.mark.parametrize("mode", ["dequant", "fp8", "w4a16", "w4a8"])
 def test_int4_matmul_paths(triton_on, monkeypatch, mode):
     monkeypatch.setenv("HINFER_INT4_PREFILL", mode)
     g = torch.Generator(device=DEV).manual_seed(2)
     q = quantize_int4(torch.randn(40, 256, generator=g, device=DEV).bfloat16())
     for m in (2, 65):
         x = torch.randn(m, 256, generator=g, device=DEV).bfloat16()
-        ref = q.matmul_ref_w4a8(x) if (m > 64 and mode == "w4a8") else q.matmul_ref(x)
+        ref = _int4_prefill_ref(q, x, mode) if m > 64 else q.matmul_ref(x)
         assert _rel(q.matmul(x), ref) < 6e-3
         assert _rel(linear(x.view(1, m, 256), q).view(m, -1), ref) < 6e-3
 
 
-@pytest.mark.parametrize("mode", ["w4a16", "w4a8"])
+@pytest.mark.parametrize("mode", ["fp8", "w4a16", "w4a8"])
 def test_fragment_order_prefills_through_the_row_gemms(triton_on, monkeypatch, mode):
     """Int4MmaWeight (the decode layout) past the decode rows runs HINFER_INT4_PREFILL's GEMM on a transient
-    row-packed copy: the row weight's result exactly, and the mode no longer forces the row layout."""
+    row-packed copy: the row weight's result exactly, and the mode no longer forces the row layout. fp8 writes
+    its own e4m3 scratch from fragment order (no row copy): the mode's reference, not the row weight's bits."""
     from hinfer.quant.int4_mma_layout import Int4MmaWeight, fragment_order_wanted
 
     monkeypatch.setenv("HINFER_INT4_PREFILL", mode)
@@ -76,8 +82,9 @@ def test_fragment_order_prefills_through_the_row_gemms(triton_on, monkeypatch, m
     q = quantize_int4(torch.randn(64, 256, generator=g, device=DEV).bfloat16())
     mw = Int4MmaWeight.from_int4(q)
     x = torch.randn(65, 256, generator=g, device=DEV).bfloat16()
-    assert torch.equal(mw.matmul(x), q.matmul(x))
-    ref = q.matmul_ref_w4a8(x) if mode == "w4a8" else q.matmul_ref(x)
+    if mode != "fp8":
+        assert torch.equal(mw.matmul(x), q.matmul(x))
+    ref = _int4_prefill_ref(q, x, mode)
     assert _rel(mw.matmul(x), ref) < 6e-3
 
 

@@ -1,5 +1,6 @@
 """Fragment-ordered int4 weights (hinfer.quant.int4_mma_layout) back into the forms the prefill GEMMs read, the
-prefill paths of Int4MmaWeight: dequantized into a bf16 [N, K] matrix (the scratch feeds cuBLAS), or repacked
+prefill paths of Int4MmaWeight: dequantized into a bf16 [N, K] matrix (the scratch feeds cuBLAS), or into e4m3
+with one scale per row (the scratch feeds cuBLAS fp8 rowwise), or repacked
 into hinfer.quant.int4's rows (int32 [N, K/8], for the w4a16 / w4a8 GEMMs). Each program writes STRIPES 16-row
 stripes of one 128-group; it reads that group's 1 KB of words per stripe (gathered: every word is read by 8
 outputs, from cache).
@@ -46,7 +47,9 @@ def _int4_mma_rows_kernel(w_ptr, out_ptr, K, STRIPES: tl.constexpr):
 
 
 @triton.jit
-def _int4_mma_dequant_kernel(w_ptr, s_ptr, z_ptr, out_ptr, N, K, HAS_ZERO: tl.constexpr, STRIPES: tl.constexpr):
+def _int4_mma_dequant_kernel(
+    w_ptr, s_ptr, z_ptr, rs_ptr, out_ptr, N, K, HAS_ZERO: tl.constexpr, ROW_SCALED: tl.constexpr, STRIPES: tl.constexpr
+):
     pid_s = tl.program_id(0)
     grp = tl.program_id(1)
     r = tl.arange(0, 16 * STRIPES)[:, None]  # row within the program's stripes
@@ -60,19 +63,32 @@ def _int4_mma_dequant_kernel(w_ptr, s_ptr, z_ptr, out_ptr, N, K, HAS_ZERO: tl.co
         z = tl.load(z_ptr + grp * N + row).to(tl.float32)
     else:
         z = 8.0
-    tl.store(out_ptr + row.to(tl.int64) * K + grp * 128 + kk, ((u - z) * s).to(out_ptr.dtype.element_ty))
+    w = (u - z) * s
+    if ROW_SCALED:  # e4m3 out: w / row scale (its reach is the row's largest |w|, 448)
+        w = tl.clamp(w / tl.load(rs_ptr + row), -448.0, 448.0)
+    tl.store(out_ptr + row.to(tl.int64) * K + grp * 128 + kk, w.to(out_ptr.dtype.element_ty))
 
 
 def int4_mma_dequantize(
-    words: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, n: int, k: int, stripes: int = 4
+    words: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor | None,
+    n: int,
+    k: int,
+    stripes: int = 4,
+    row_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """words int32 [N/16, 2K], scales [G, N], zeros [G, N] uint8 or None -> bf16 [N, K]."""
-    out = torch.empty((n, k), dtype=torch.bfloat16, device=words.device)
+    """words int32 [N/16, 2K], scales [G, N], zeros [G, N] uint8 or None -> bf16 [N, K]; with row_scale (fp32
+    [N]) -> e4m3 [N, K] of value / row_scale[n], rounded once (hinfer.quant.int4.fp8_row_scale)."""
+    dtype = torch.bfloat16 if row_scale is None else torch.float8_e4m3fn
+    out = torch.empty((n, k), dtype=dtype, device=words.device)
     while (n // 16) % stripes:
         stripes //= 2
     grid = (n // 16 // stripes, k // GROUP_K)
-    _int4_mma_dequant_kernel[grid](words, scales, zeros if zeros is not None else scales, out, n, k,
-                                   HAS_ZERO=zeros is not None, STRIPES=stripes, num_warps=4)  # fmt: skip
+    _int4_mma_dequant_kernel[grid](
+        words, scales, zeros if zeros is not None else scales, row_scale if row_scale is not None else scales,
+        out, n, k, HAS_ZERO=zeros is not None, ROW_SCALED=row_scale is not None, STRIPES=stripes, num_warps=4,
+    )  # fmt: skip
     return out
 
 

@@ -141,6 +141,10 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     (INT4_MMA, 20480, 3072, 8): SkinnyConfig(128, 128, 8, 4, 4, 2),
     (INT4_MMA, 17408, 3072, 1): SkinnyConfig(128, 128, 8, 4, 4, 2),
     (INT4_MMA, 17408, 3072, 8): SkinnyConfig(128, 128, 8, 4, 4, 2),
+    # the int4 lm_head (--lm-head int4), swept 2026-12-03 (`--shapes lm_head --ms 1,8 --splits 1,2`): 35B-A3B
+    # 95.1 -> 79.4 us at one row, 99.6 -> 87.1 at 8
+    (INT4_MMA, 248320, 2048, 1): SkinnyConfig(256, 128, 8, 1, 4, 4),
+    (INT4_MMA, 248320, 2048, 8): SkinnyConfig(256, 128, 8, 1, 4, 4),
     # int4 experts on tensor cores (M = token x expert pairs: 9 at one token with the shared expert folded, 72 at 8
     # in bucket 128; until swept there, buckets 64, 256 and 512 borrow the 8-token winners, below),
     # swept 2026-12-02 (`bench/experts_mma_tiles.py --t 1 8`): 35B-A3B 13.9 -> 12.7 us (gate_up) and
