@@ -141,10 +141,15 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     (INT4_MMA, 20480, 3072, 8): SkinnyConfig(128, 128, 8, 4, 4, 2),
     (INT4_MMA, 17408, 3072, 1): SkinnyConfig(128, 128, 8, 4, 4, 2),
     (INT4_MMA, 17408, 3072, 8): SkinnyConfig(128, 128, 8, 4, 4, 2),
-    # the int4 lm_head (--lm-head int4), swept 2026-12-03 (`--shapes lm_head --ms 1,8 --splits 1,2`): 35B-A3B
-    # 95.1 -> 79.4 us at one row, 99.6 -> 87.1 at 8
+    # the int4 lm_head (--lm-head int4), swept 2026-12-03 (`--config MODEL --shapes lm_head --ms 1,8 --splits 1,2`),
+    # one tile won on all three: 35B-A3B 95.1 -> 79.4 us at one row, 99.6 -> 87.1 at 8; 27B 218.0 -> 183.2,
+    # 238.3 -> 203.8; 122B-A10B 134.6 -> 114.2, 145.9 -> 124.7
     (INT4_MMA, 248320, 2048, 1): SkinnyConfig(256, 128, 8, 1, 4, 4),
     (INT4_MMA, 248320, 2048, 8): SkinnyConfig(256, 128, 8, 1, 4, 4),
+    (INT4_MMA, 248320, 5120, 1): SkinnyConfig(256, 128, 8, 1, 4, 4),
+    (INT4_MMA, 248320, 5120, 8): SkinnyConfig(256, 128, 8, 1, 4, 4),
+    (INT4_MMA, 248320, 3072, 1): SkinnyConfig(256, 128, 8, 1, 4, 4),
+    (INT4_MMA, 248320, 3072, 8): SkinnyConfig(256, 128, 8, 1, 4, 4),
     # int4 experts on tensor cores (M = token x expert pairs: 9 at one token with the shared expert folded, 72 at 8
     # in bucket 128; until swept there, buckets 64, 256 and 512 borrow the 8-token winners, below),
     # swept 2026-12-02 (`bench/experts_mma_tiles.py --t 1 8`): 35B-A3B 13.9 -> 12.7 us (gate_up) and
@@ -156,7 +161,9 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     # us, down 6.16 -> 5.30 (35B-A3B); 122B-A10B down 10.51 -> 9.73, its gate_up within 0.5% (kept)
     (MOE_INT4_MMA, 1024, 2048, 16): SkinnyConfig(128, 128, 8, 4, 4, 4),
     (MOE_INT4_MMA, 2048, 512, 16): SkinnyConfig(32, 128, 8, 1, 2, 2),
-    (MOE_INT4_MMA, 1024, 2048, 128): SkinnyConfig(32, 128, 8, 1, 2, 4),  # 35.6 -> 32.9 us (2026-12-02)
+    # 35B-A3B gate_up at 8 tokens re-swept 2026-12-03 (`--t 8 32 --splits 1,2`): 33.3 -> 32.6 us alone, decode
+    # at 8 lanes 1,857.1 -> 1,879.8 tok/s with it (its down's winner was the packaged tile)
+    (MOE_INT4_MMA, 1024, 2048, 128): SkinnyConfig(128, 128, 8, 1, 2, 4),
     (MOE_INT4_MMA, 2048, 512, 128): SkinnyConfig(128, 128, 8, 1, 2, 2),
     # 122B-A10B at one token re-swept with K splits 2026-12-02: gate_up 21.0 -> 18.7 us (2 splits), down 19.1 -> 14.1
     (MOE_INT4_MMA, 2048, 3072, 16): SkinnyConfig(128, 128, 8, 2, 4, 4),
