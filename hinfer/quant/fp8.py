@@ -156,6 +156,26 @@ def _scaled_mm_block_ok(device_index: int) -> bool:
         return False
 
 
+@functools.cache
+def scaled_mm_group_scales_ok(device_index: int) -> bool:
+    """Whether torch._scaled_mm takes 1x128 scales on both operands here (per row of x and per row of the weight,
+    each 128-group of K; cuBLAS >= 12.9 on sm90) and computes what they mean, at an odd row count: probed once on
+    random values against the fp32 sum of scaled group products."""
+    try:
+        dev = torch.device("cuda", device_index)
+        g = torch.Generator(device=dev).manual_seed(0)
+        a = torch.randn(65, 256, device=dev, generator=g).clamp(-8, 8).to(FP8_DTYPE)
+        b = torch.randint(-8, 8, (128, 256), device=dev, generator=g).float().to(FP8_DTYPE)
+        sa = torch.rand(65, 2, device=dev, generator=g) + 0.5
+        sb = torch.rand(2, 128, device=dev, generator=g) + 0.5  # [G, N], as int4 fragment order keeps scales
+        y = torch._scaled_mm(a, b.t(), scale_a=sa.t().contiguous().t(), scale_b=sb.t(), out_dtype=torch.float32)
+        af, bf = a.float().view(65, 2, 128), b.float().view(128, 2, 128)
+        ref = torch.einsum("mgk,ngk,mg,gn->mn", af, bf, sa, sb)
+        return bool(((y - ref).norm() / ref.norm()) < 1e-3)
+    except Exception:  # noqa: BLE001 - unsupported scaling in this build
+        return False
+
+
 DECODE_MODES = ("w8a16", "w8a8")
 
 

@@ -19,7 +19,9 @@ Paths of `matmul` (all with the fp32-accumulation reference body `matmul_ref`):
   cuBLAS fp8 rowwise (`torch._scaled_mm`, as --quant fp8 prefills; reference body: matmul_ref_fp8): the weight
   rounds a second time, to e4m3's 4 significant bits, for fp8 tensor cores' twice the FLOPs of bf16;
   w4a16: Triton GEMM dequantizing tile by tile; w4a8: activations to fp8 per token and 128-group, int4 -> fp8
-  exactly in the tile, fp8 tensor cores (reference body: matmul_ref_w4a8).
+  exactly (u - z), fp8 tensor cores (reference body: matmul_ref_w4a8): on fragment order cuBLAS with 1x128
+  scales on both operands where the installed one computes them (hinfer.quant.fp8.scaled_mm_group_scales_ok,
+  probed), else and on this row layout the Triton GEMM converting in the tile.
 """
 
 from __future__ import annotations

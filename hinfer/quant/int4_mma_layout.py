@@ -227,9 +227,31 @@ class Int4MmaWeight(nn.Module):
                                                        row_scale=rs), rs)  # fmt: skip
         elif mode == "dequant":
             y = F.linear(x, self.dequantize(x.dtype))
+        elif mode == "w4a8" and self._group_scaled_mm_ok(x):
+            y = self._w4a8_cublas(x)
         else:
             return self.to_int4().matmul(x, out=out)
         return y if out is None else out.copy_(y)
+
+    def _group_scaled_mm_ok(self, x: torch.Tensor) -> bool:
+        from hinfer.quant.fp8 import scaled_mm_group_scales_ok
+
+        return x.is_cuda and self.n % 16 == 0 and scaled_mm_group_scales_ok(x.device.index or 0)
+
+    def _w4a8_cublas(self, x: torch.Tensor) -> torch.Tensor:
+        """W4A8 (matmul_ref_w4a8's semantics) on cuBLAS fp8: the weight as u - z in e4m3 (exact), x per token and
+        128-group, both operands' 1x128 scales applied to each group's partial product."""
+        from hinfer.ops.triton import linear_gemm as tg
+        from hinfer.ops.triton.int4_mma_dequant import int4_mma_dequantize
+
+        w8 = int4_mma_dequantize(self.words, self.scales, self.zeros, self.n, self.k, unscaled=True)
+        q, s = tg.quantize_act_fp8(x, GROUP)
+        return torch._scaled_mm(q, w8.t(), scale_a=s.t().contiguous().t(), scale_b=self.scales.float().t(),
+                                out_dtype=x.dtype)  # fmt: skip
+
+    def matmul_ref_w4a8(self, x: torch.Tensor) -> torch.Tensor:
+        """Reference of the w4a8 prefill path (Int4Weight.matmul_ref_w4a8)."""
+        return self.to_int4().matmul_ref_w4a8(x)
 
     def _wgmma_takes(self, m: int) -> bool:
         """Whether the warpgroup-MMA kernel takes these m rows (int4_wgmma_rows says where)."""

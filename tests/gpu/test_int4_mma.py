@@ -202,7 +202,9 @@ def test_int4_mma_weight_decode_and_prefill_paths(zero_point):
 @pytest.mark.parametrize("mode", ["w4a16", "w4a8"])
 def test_int4_mma_weight_prefills_with_the_row_gemms(mode, monkeypatch):
     """HINFER_INT4_PREFILL=w4a16 | w4a8 on the decode layout: the mode's GEMM on a transient row copy, as the row
-    weight computes it (bit for bit), into a strided output too."""
+    weight computes it (bit for bit), into a strided output too; w4a8 on cuBLAS with 1x128 scales where the probe
+    finds them: the same reference, not the Triton GEMM's bits."""
+    from hinfer.quant.fp8 import scaled_mm_group_scales_ok
     from hinfer.quant.int4_mma_layout import Int4MmaWeight, use_fragment_order
 
     monkeypatch.setenv("HINFER_INT4_PREFILL", mode)
@@ -213,10 +215,13 @@ def test_int4_mma_weight_prefills_with_the_row_gemms(mode, monkeypatch):
     assert isinstance(w, Int4MmaWeight)
     assert torch.equal(w.to_int4().qweight, q.qweight)  # the Triton repacking (int4_mma_rows)
     x = torch.randn(300, k, generator=g, device="cuda").bfloat16()
-    want = q.matmul(x)
-    assert torch.equal(w.matmul(x), want)
     ref = q.matmul_ref_w4a8(x) if mode == "w4a8" else q.matmul_ref(x)
-    assert _rel(want, ref) < REL
+    assert _rel(q.matmul(x), ref) < REL
+    want = w.matmul(x)
+    if mode == "w4a8" and scaled_mm_group_scales_ok(0):
+        assert _rel(want, ref) < REL
+    else:
+        assert torch.equal(want, q.matmul(x))
     wide = torch.full((300, n + 64), float("nan"), dtype=torch.bfloat16, device="cuda")
     w.matmul(x, out=wide[:, :n])
     assert torch.equal(wide[:, :n], want)

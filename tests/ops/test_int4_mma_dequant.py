@@ -10,7 +10,7 @@ import torch
 
 from hinfer.fixtures import fixed_test_seed
 from hinfer.ops.triton.int4_mma_dequant import int4_mma_dequantize, int4_mma_rows
-from hinfer.quant.int4 import fp8_row_scale, quantize_int4, weight_to_fp8_rows
+from hinfer.quant.int4 import fp8_row_scale, quantize_int4, unpack_int4, weight_to_fp8_rows
 from hinfer.quant.int4_mma_layout import Int4MmaWeight, unpermute_words
 
 
@@ -53,3 +53,20 @@ def test_dequantize_to_fp8_rows(interpreter, zero_point):
     assert d.float().abs().max() <= 448
     torch.testing.assert_close(d.float(), ref.float(), rtol=2**-3, atol=2**-9)
     assert (d.float() != ref.float()).float().mean() < 0.01
+
+
+@pytest.mark.parametrize("zero_point", [True, False], ids=["asym", "sym"])
+def test_dequantize_unscaled_is_exact(interpreter, zero_point):
+    """The e4m3 scratch of the w4a8 prefill on cuBLAS: u - z itself (|u - z| <= 15, exact in e4m3); times the
+    group scales it is the weight."""
+    n, k = 64, 384
+    g = torch.Generator().manual_seed(fixed_test_seed())
+    q = quantize_int4(torch.randn(n, k, generator=g).bfloat16(), zero_point=zero_point)
+    w = Int4MmaWeight.from_int4(q)
+    d = int4_mma_dequantize(w.words, w.scales, w.zeros, n, k, unscaled=True)
+    assert d.dtype == torch.float8_e4m3fn
+    u = unpermute_words(w.words, k)
+    zero = torch.full((n, k // 128), 8) if q.zeros is None else q.zeros.long()
+    want = unpack_int4(u, k).float() - zero.repeat_interleave(128, 1).float()
+    assert torch.equal(d.float(), want)
+    torch.testing.assert_close(d.float() * q.scales.float().repeat_interleave(128, 1), q.dequantize(torch.float32))

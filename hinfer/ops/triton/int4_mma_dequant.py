@@ -1,6 +1,6 @@
 """Fragment-ordered int4 weights (hinfer.quant.int4_mma_layout) back into the forms the prefill GEMMs read, the
 prefill paths of Int4MmaWeight: dequantized into a bf16 [N, K] matrix (the scratch feeds cuBLAS), or into e4m3
-with one scale per row (the scratch feeds cuBLAS fp8 rowwise), or repacked
+with one scale per row (cuBLAS fp8 rowwise), or as u - z in e4m3 (cuBLAS fp8 with 1 x 128 scales), or repacked
 into hinfer.quant.int4's rows (int32 [N, K/8], for the w4a16 / w4a8 GEMMs). Each program writes STRIPES 16-row
 stripes of one 128-group; it reads that group's 1 KB of words per stripe (gathered: every word is read by 8
 outputs, from cache).
@@ -46,9 +46,15 @@ def _int4_mma_rows_kernel(w_ptr, out_ptr, K, STRIPES: tl.constexpr):
     tl.store(out_ptr + row * (K // 8) + grp * 16 + tl.arange(0, 16)[None, :], word)
 
 
+# what the dequantization writes: the value (u - z) s, rounded to the output (bf16); value / row scale in e4m3
+# (hinfer.quant.int4.fp8_row_scale); or u - z alone in e4m3 (exact: |u - z| <= 15), the group scales applied by
+# the GEMM that reads it
+SCALED, ROW_SCALED, UNSCALED = 0, 1, 2
+
+
 @triton.jit
 def _int4_mma_dequant_kernel(
-    w_ptr, s_ptr, z_ptr, rs_ptr, out_ptr, N, K, HAS_ZERO: tl.constexpr, ROW_SCALED: tl.constexpr, STRIPES: tl.constexpr
+    w_ptr, s_ptr, z_ptr, rs_ptr, out_ptr, N, K, HAS_ZERO: tl.constexpr, FORM: tl.constexpr, STRIPES: tl.constexpr
 ):
     pid_s = tl.program_id(0)
     grp = tl.program_id(1)
@@ -58,13 +64,14 @@ def _int4_mma_dequant_kernel(
     rs = r % 16
     u = _nibbles(w_ptr, stripe, rs, kk, grp, K).to(tl.float32)
     row = stripe * 16 + rs
-    s = tl.load(s_ptr + grp * N + row).to(tl.float32)
     if HAS_ZERO:
         z = tl.load(z_ptr + grp * N + row).to(tl.float32)
     else:
         z = 8.0
-    w = (u - z) * s
-    if ROW_SCALED:  # e4m3 out: w / row scale (its reach is the row's largest |w|, 448)
+    w = u - z
+    if FORM != 2:
+        w = w * tl.load(s_ptr + grp * N + row).to(tl.float32)
+    if FORM == 1:  # its reach is the row's largest |w|: 448
         w = tl.clamp(w / tl.load(rs_ptr + row), -448.0, 448.0)
     tl.store(out_ptr + row.to(tl.int64) * K + grp * 128 + kk, w.to(out_ptr.dtype.element_ty))
 
@@ -77,17 +84,19 @@ def int4_mma_dequantize(
     k: int,
     stripes: int = 4,
     row_scale: torch.Tensor | None = None,
+    unscaled: bool = False,
 ) -> torch.Tensor:
     """words int32 [N/16, 2K], scales [G, N], zeros [G, N] uint8 or None -> bf16 [N, K]; with row_scale (fp32
-    [N]) -> e4m3 [N, K] of value / row_scale[n], rounded once (hinfer.quant.int4.fp8_row_scale)."""
-    dtype = torch.bfloat16 if row_scale is None else torch.float8_e4m3fn
-    out = torch.empty((n, k), dtype=dtype, device=words.device)
+    [N]) -> e4m3 [N, K] of value / row_scale[n], rounded once (hinfer.quant.int4.fp8_row_scale); unscaled ->
+    e4m3 [N, K] of u - z, exact."""
+    form = UNSCALED if unscaled else ROW_SCALED if row_scale is not None else SCALED
+    out = torch.empty((n, k), dtype=torch.bfloat16 if form == SCALED else torch.float8_e4m3fn, device=words.device)
     while (n // 16) % stripes:
         stripes //= 2
     grid = (n // 16 // stripes, k // GROUP_K)
     _int4_mma_dequant_kernel[grid](
         words, scales, zeros if zeros is not None else scales, row_scale if row_scale is not None else scales,
-        out, n, k, HAS_ZERO=zeros is not None, ROW_SCALED=row_scale is not None, STRIPES=stripes, num_warps=4,
+        out, n, k, HAS_ZERO=zeros is not None, FORM=form, STRIPES=stripes, num_warps=4,
     )  # fmt: skip
     return out
 
