@@ -40,20 +40,21 @@ BASE = dict(
 MOE = dict(model_type="qwen3_5_moe_text", num_experts=32, num_experts_per_tok=4, moe_intermediate_size=256,
            shared_expert_intermediate_size=256)
 RECIPES = ("fp8-default", "fp8-block", "int4-default", "int4-sym")
-FP8_PREFILL = "+fp8-prefill"  # int4 recipes again, prompts through HINFER_INT4_PREFILL=fp8's reference body
+# the int4 recipes again, the prompt's int4 matmuls through a prefill mode's reference body (HINFER_INT4_PREFILL)
+PREFILL_REFS = {"+fp8-prefill": "matmul_ref_fp8", "+w4a8-prefill": "matmul_ref_w4a8"}
 PREFILL_ROWS = 64  # past this many rows an int4 matmul is a prefill GEMM (the decode kernels' MAX_M)
 
 
 @contextlib.contextmanager
-def int4_prefill_fp8():
-    """Int4Weight.matmul past PREFILL_ROWS computes what the GPU's fp8 prefill path does (matmul_ref_fp8): the
-    CPU runs reference bodies, and these prompts are prefills."""
+def int4_prefill(ref: str):
+    """Int4Weight.matmul past PREFILL_ROWS computes what the GPU's prefill mode does (its reference body `ref`):
+    the CPU runs reference bodies, and these prompts are prefills."""
     plain = Int4Weight.matmul
 
     def matmul(self, x, out=None):
         if x.numel() // x.shape[-1] <= PREFILL_ROWS:
             return plain(self, x, out)
-        y = self.matmul_ref_fp8(x)
+        y = getattr(self, ref)(x)
         return y if out is None else out.copy_(y.reshape(out.shape))
 
     Int4Weight.matmul = matmul
@@ -82,7 +83,7 @@ def run(models: int, prompts: int, length: int, seed: int) -> list[dict]:
     rows = []
     for kind, extra in (("dense", {}), ("moe", MOE)):
         cfg = ModelConfig.from_dict(BASE | extra)
-        names = [*RECIPES, *(r + FP8_PREFILL for r in RECIPES if r.startswith("int4"))]
+        names = [*RECIPES, *(r + v for r in RECIPES if r.startswith("int4") for v in PREFILL_REFS)]
         acc: dict[str, list[dict]] = {r: [] for r in names}
         entropy = []
         for m in range(models):
@@ -96,16 +97,16 @@ def run(models: int, prompts: int, length: int, seed: int) -> list[dict]:
                 q = copy.deepcopy(model)
                 quantize_model(q, recipe)
                 acc[recipe] += [compare(r, logits(q, x)) for r, x in zip(refs, ids)]
-                if recipe.startswith("int4"):
-                    with int4_prefill_fp8():
-                        acc[recipe + FP8_PREFILL] += [compare(r, logits(q, x)) for r, x in zip(refs, ids)]
+                for variant, ref in PREFILL_REFS.items() if recipe.startswith("int4") else ():
+                    with int4_prefill(ref):
+                        acc[recipe + variant] += [compare(r, logits(q, x)) for r, x in zip(refs, ids)]
         for recipe, vals in acc.items():
             row = {"model": kind, "recipe": recipe, "positions": len(vals) * length,
                    "bf16_entropy_nats": sum(entropy) / len(entropy)}  # fmt: skip
             for key in vals[0]:
                 row[key] = sum(v[key] for v in vals) / len(vals)
             rows.append(row)
-            print(f"{kind:5s} {recipe:25s} top1 {row['top1_agree']:.4f}  KL {row['mean_kl']:.5f}  "
+            print(f"{kind:5s} {recipe:26s} top1 {row['top1_agree']:.4f}  KL {row['mean_kl']:.5f}  "
                   f"rel {row['logits_rel_err']:.4f}", flush=True)  # fmt: skip
     return rows
 
