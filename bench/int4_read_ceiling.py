@@ -8,7 +8,8 @@ whole-tensor read (torch's sum over the words, contiguous). Each beside the copy
 
 If the probe reaches the whole-tensor read, the words' layout and the tile's split are not what holds the kernel
 back: its own latency chain is (loads in flight, unpack, MMA, split-K sum). If the probe is as slow as the
-kernel, the pattern is.
+kernel, the pattern is; the same probe on a tile-major placement of the words (each program's tile of a group
+in one run) says what re-laying them out would buy.
 
     python bench/int4_read_ceiling.py [--config qwen3.6-35b-a3b] [--json out.json]
 """
@@ -33,15 +34,22 @@ STRIPE_GROUP_WORDS = 256  # one stripe's words for one 128-group: 16 rows x 128 
 
 @triton.jit
 def _read_probe_kernel(w_ptr, out_ptr, row_words, groups, GROUPS_PER_SPLIT: tl.constexpr,
-                       STRIPES: tl.constexpr):  # fmt: skip
-    """xor of the words program (stripe block, K split) reads: STRIPES stripes x its groups x 256 words."""
+                       STRIPES: tl.constexpr, TILE_MAJOR: tl.constexpr):  # fmt: skip
+    """xor of the words program (stripe block, K split) reads: STRIPES stripes x its groups x 256 words. TILE_MAJOR
+    reads as many words from a layout that would keep each (stripe block, group) tile contiguous (STRIPES KB in
+    one run) instead of 1 KB runs a stripe's row apart: what such a re-layout would buy."""
     pid_n, pid_k = tl.program_id(0), tl.program_id(1)
-    stripe = (pid_n * STRIPES + tl.arange(0, STRIPES))[:, None].to(tl.int64)
-    offs = stripe * row_words + tl.arange(0, STRIPE_GROUP_WORDS)[None, :]
+    local = tl.arange(0, STRIPES)[:, None].to(tl.int64)
+    if TILE_MAJOR:
+        offs = (pid_n * groups * STRIPES + local) * STRIPE_GROUP_WORDS + tl.arange(0, STRIPE_GROUP_WORDS)[None, :]
+        step = STRIPES * STRIPE_GROUP_WORDS
+    else:
+        offs = (pid_n * STRIPES + local) * row_words + tl.arange(0, STRIPE_GROUP_WORDS)[None, :]
+        step = STRIPE_GROUP_WORDS
     acc = tl.zeros([STRIPES, STRIPE_GROUP_WORDS], tl.int32)
     g0 = pid_k * GROUPS_PER_SPLIT
     for g in range(g0, tl.minimum(g0 + GROUPS_PER_SPLIT, groups)):
-        acc ^= tl.load(w_ptr + offs + g * STRIPE_GROUP_WORDS)
+        acc ^= tl.load(w_ptr + offs + g * step)
     tl.store(out_ptr + pid_n * tl.num_programs(1) + pid_k, tl.reduce(acc, None, _xor))
 
 
@@ -50,16 +58,18 @@ def _xor(a, b):
     return a ^ b
 
 
-def read_probe(words: torch.Tensor, block_n: int, split_k: int, num_warps: int, num_stages: int) -> torch.Tensor:
-    """words int32 [N/16, 2K] -> int32 [N/block_n, split_k]: each program's xor of the words it walked."""
+def read_probe(words: torch.Tensor, block_n: int, split_k: int, num_warps: int, num_stages: int,
+               tile_major: bool = False) -> torch.Tensor:  # fmt: skip
+    """words int32 [N/16, 2K] -> int32 [N/block_n, split_k]: each program's xor of the words it walked (with
+    tile_major, of words at the places a tile-major layout would keep them)."""
     stripes_total, row_words = words.shape
     groups = row_words // STRIPE_GROUP_WORDS
     stripes = block_n // 16
     per_split = triton.cdiv(groups, split_k)
     out = torch.empty(stripes_total // stripes, split_k, dtype=torch.int32, device=words.device)
     _read_probe_kernel[(stripes_total // stripes, split_k)](
-        words, out, row_words, groups, GROUPS_PER_SPLIT=per_split, STRIPES=stripes, num_warps=num_warps,
-        num_stages=num_stages,
+        words, out, row_words, groups, GROUPS_PER_SPLIT=per_split, STRIPES=stripes, TILE_MAJOR=tile_major,
+        num_warps=num_warps, num_stages=num_stages,
     )  # fmt: skip
     return out
 
@@ -112,15 +122,20 @@ def main() -> None:
                                read_probe(wt.words, bn, sk, a, b), weights)  # fmt: skip
                 probes[f"w{warps}s{stages}"] = t
         best = min(probes, key=probes.get)
+        bw_, bs_ = int(best[1:best.index("s")]), int(best[best.index("s") + 1:])
+        t_tile = graph_time(lambda wt, bn=cfg.block_n, sk=cfg.split_k, a=bw_, b=bs_:
+                            read_probe(wt.words, bn, sk, a, b, True), weights)  # fmt: skip
         t_sum = graph_time(lambda wt: wt.words.sum(dtype=torch.int64), weights)
         row = {"shape": name, "n": n, "k": k, "tile": str(cfg), "bytes": nbytes, "word_bytes": words_bytes,
                "kernel_us": t_kernel * 1e6, "kernel_bw": nbytes / t_kernel / bw,
                "probe_us": probes[best] * 1e6, "probe_cfg": best, "probe_bw": words_bytes / probes[best] / bw,
+               "tile_major_us": t_tile * 1e6, "tile_major_bw": words_bytes / t_tile / bw,
                "sum_us": t_sum * 1e6, "sum_bw": words_bytes / t_sum / bw,
                "probes_us": {key: v * 1e6 for key, v in probes.items()}}  # fmt: skip
         rows.append(row)
         print(f"{name:8s} {n:6d}x{k:<6d} kernel {row['kernel_us']:7.1f} us {row['kernel_bw']:6.1%} | probe "
-              f"({best}) {row['probe_us']:7.1f} us {row['probe_bw']:6.1%} | sum {row['sum_us']:7.1f} us "
+              f"({best}) {row['probe_us']:7.1f} us {row['probe_bw']:6.1%} | tile-major {row['tile_major_bw']:6.1%} "
+              f"| sum {row['sum_us']:7.1f} us "
               f"{row['sum_bw']:6.1%}   tile {cfg}", flush=True)  # fmt: skip
         del w, weights
         torch.cuda.empty_cache()
