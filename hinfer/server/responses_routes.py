@@ -1,4 +1,5 @@
-"""OpenAI Responses routes: POST /v1/responses, GET and DELETE /v1/responses/{id}."""
+"""OpenAI Responses routes: POST /v1/responses, GET and DELETE /v1/responses/{id}, GET
+/v1/responses/{id}/input_items, POST /v1/responses/input_tokens."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.background import BackgroundTask
 
@@ -18,7 +19,7 @@ from hinfer.server.openapi_responses import OPENAI_ERRORS, STREAMED
 from hinfer.server.prompt import plan_max_tokens, render_prompt_off_loop
 from hinfer.server.responses_convert import chat_prompt, input_items, sampling_params
 from hinfer.server.responses_stream import ResponseBuilder
-from hinfer.server.schemas_responses import ResponsesRequest
+from hinfer.server.schemas_responses import InputTokensRequest, ResponsesRequest
 from hinfer.server.state import ServerState, get_state, new_id
 from hinfer.server.structured import constraint, responses_text_format
 
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 router = APIRouter(responses=OPENAI_ERRORS)
 
 
-def _conversation(st: ServerState, body: ResponsesRequest) -> list[dict[str, Any]]:
+def _conversation(st: ServerState, body: ResponsesRequest | InputTokensRequest) -> list[dict[str, Any]]:
     """The whole conversation as input items: the stored one `previous_response_id` continues, then `input`."""
     items = input_items(body.input)
     if body.previous_response_id is None:
@@ -98,6 +99,57 @@ async def _stream(st: ServerState, run: EngineRun, b: ResponseBuilder,
 def _not_found(response_id: str) -> APIError:
     return APIError(404, f"Response with id '{response_id}' not found (responses are kept in memory, for a "
                          "bounded number of them, and only with store: true)", param="response_id")
+
+
+@router.post("/v1/responses/input_tokens")
+async def count_input_tokens(body: InputTokensRequest, request: Request):
+    """The prompt a create request with these fields would render, counted: the conversation (a stored
+    `previous_response_id` included), instructions, tools, images."""
+    st = get_state(request)
+    if body.model is not None:
+        st.check_model(body.model)
+    prompt, _ = chat_prompt(body, _conversation(st, body), st.preserve_thinking_default)
+    ids = await render_prompt_off_loop(st.tokenizer, prompt, st.prompt_guard)
+    ids, _ = await with_images(st, prompt, ids, param="input")
+    return {"object": "response.input_tokens", "input_tokens": len(ids)}
+
+
+def listed_item(item: dict[str, Any], item_id: str) -> dict[str, Any]:
+    """An input item as the list shows it: an id (a stable one made up where the client sent none), a type, and
+    a message's text content as parts (the shorthand {"role", "content": "text"} spelled out)."""
+    out = {"id": item_id, **item} if "id" not in item else dict(item)
+    if "type" not in out and "role" in out:
+        out["type"] = "message"
+    if out.get("type") == "message" and isinstance(out.get("content"), str):
+        part = "output_text" if out.get("role") == "assistant" else "input_text"
+        out["content"] = [{"type": part, "text": out["content"]}]
+    return out
+
+
+@router.get("/v1/responses/{response_id}/input_items")
+async def list_input_items(
+    response_id: str,
+    request: Request,
+    after: str | None = None,
+    limit: int = Query(20, ge=1, le=100),
+    order: str = Query("desc", pattern="^(asc|desc)$"),
+):
+    """The input items the stored response answered (the whole conversation it continued), newest first unless
+    `order=asc`, `limit` per page, the page after item `after`."""
+    entry = get_state(request).responses.get(response_id)
+    if entry is None:
+        raise _not_found(response_id)
+    items = [listed_item(it, f"item_{response_id.removeprefix('resp_')}_{i}") for i, it in enumerate(entry.history)]
+    if order == "desc":
+        items.reverse()
+    if after is not None:
+        at = next((i for i, it in enumerate(items) if it["id"] == after), None)
+        if at is None:
+            raise bad_request(f"No input item with id '{after}' in response '{response_id}'", param="after")
+        items = items[at + 1:]
+    page = items[:limit]
+    return {"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit}
 
 
 @router.get("/v1/responses/{response_id}")

@@ -20,6 +20,20 @@ class ReasoningConfig(_Open):
     summary: str | None = None  # accepted; the raw reasoning is returned instead of a summary
 
 
+class InputTokensRequest(_Open, UnicodeChecked):
+    """POST /v1/responses/input_tokens: what a create request's prompt would be, counted (no model required)."""
+
+    model: str | None = None
+    input: str | list[Any] = ""
+    instructions: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    previous_response_id: str | None = None
+    reasoning: ReasoningConfig | None = None
+    text: dict[str, Any] | None = None
+
+
 class ResponsesRequest(_Open, UnicodeChecked):
     model: str
     input: str | list[Any] = ""  # items are checked one by one in responses_convert.py

@@ -299,3 +299,51 @@ def test_engine_failure_mid_stream_is_response_failed(base_url, engine):
     events = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
     assert events[-1]["type"] == "response.failed" and "late kaboom" in events[-1]["response"]["error"]["message"]
     assert "event: response.failed" in r.text
+
+
+def test_input_items_list_the_conversation(client, http):
+    """GET /v1/responses/{id}/input_items: the conversation the stored response answered, newest first by
+    default, each item with an id (made up, stable, where the client sent none) and its text as parts; pages by
+    `limit` and `after`; 404 for an unknown response, 400 for an unknown `after`."""
+    r1 = client.responses.create(model=MODEL, input="[[weather]]", tools=TOOLS)
+    call = r1.output[-1]
+    r2 = client.responses.create(model=MODEL, previous_response_id=r1.id, tools=TOOLS, input=[
+        {"type": "function_call_output", "call_id": call.call_id, "output": "18C [[after_tool]]"}])
+    page = http.get(f"/v1/responses/{r2.id}/input_items", params={"order": "asc"}).json()
+    assert page["object"] == "list" and page["has_more"] is False
+    types = [it["type"] for it in page["data"]]
+    assert types[0] == "message" and types[-1] == "function_call_output" and "function_call" in types
+    first = page["data"][0]
+    assert first["role"] == "user" and first["content"] == [{"type": "input_text", "text": "[[weather]]"}]
+    assert page["first_id"] == first["id"] and page["last_id"] == page["data"][-1]["id"]
+    again = http.get(f"/v1/responses/{r2.id}/input_items", params={"order": "asc"}).json()
+    assert [it["id"] for it in again["data"]] == [it["id"] for it in page["data"]]
+    newest = http.get(f"/v1/responses/{r2.id}/input_items", params={"limit": 1}).json()
+    assert newest["data"] == [page["data"][-1]] and newest["has_more"] is True
+    rest = http.get(f"/v1/responses/{r2.id}/input_items", params={"after": newest["last_id"]}).json()
+    assert [it["id"] for it in rest["data"]] == [it["id"] for it in reversed(page["data"][:-1])]
+    if hasattr(client.responses, "input_items"):  # the SDK's pager reads the same pages
+        assert [it.id for it in client.responses.input_items.list(r2.id, order="asc")] == \
+            [it["id"] for it in page["data"]]
+    assert http.get("/v1/responses/resp_nope/input_items").status_code == 404
+    bad = http.get(f"/v1/responses/{r2.id}/input_items", params={"after": "item_nope"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "after"
+    assert http.get(f"/v1/responses/{r2.id}/input_items", params={"limit": 0}).status_code in (400, 422)
+
+
+def test_input_tokens_counts_what_create_would_render(client, http, engine):
+    """POST /v1/responses/input_tokens: the prompt a create request with the same fields renders, counted (the
+    engine saw exactly that many tokens), a stored previous_response_id included; no engine request made."""
+    body = {"model": MODEL, "input": "[[greet]]", "instructions": "Be kind.", "tools": TOOLS}
+    seen = len(engine.requests)
+    counted = http.post("/v1/responses/input_tokens", json=body).json()
+    assert counted["object"] == "response.input_tokens" and len(engine.requests) == seen
+    r = client.responses.create(**body)
+    assert counted["input_tokens"] == len(engine.requests[-1].prompt_token_ids) == r.usage.input_tokens
+    follow = {"previous_response_id": r.id, "input": "[[greet]] more", "tools": TOOLS}
+    chained = http.post("/v1/responses/input_tokens", json=follow).json()["input_tokens"]
+    client.responses.create(model=MODEL, **follow)
+    assert chained == len(engine.requests[-1].prompt_token_ids) > counted["input_tokens"]
+    missing = http.post("/v1/responses/input_tokens", json={"previous_response_id": "resp_nope", "input": "x"})
+    assert missing.status_code == 400 and missing.json()["error"]["param"] == "previous_response_id"
+    assert http.post("/v1/responses/input_tokens", json={"model": "nope", "input": "x"}).status_code in (400, 404)

@@ -23,6 +23,8 @@ OPERATIONS = [
     "POST /v1/responses",
     "GET /v1/responses/{response_id}",
     "DELETE /v1/responses/{response_id}",
+    "GET /v1/responses/{response_id}/input_items",
+    "POST /v1/responses/input_tokens",
     "POST /v1/messages",
     "POST /v1/messages/count_tokens",
     "GET /health",
