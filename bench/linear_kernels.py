@@ -215,6 +215,7 @@ def bench_prefill(shapes, m: int) -> list[Row]:
         x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
         flop = 2 * m * n * k
         cases: list[tuple[str, Callable[[], object]]] = []
+        scratch_of = None
         wb, _ = make_weight("bf16", n, k, g)
         cases.append(("bf16-cublas", functools.partial(torch.nn.functional.linear, x, wb)))
         for fmt in ("int4", "int4-sym"):
@@ -222,6 +223,7 @@ def bench_prefill(shapes, m: int) -> list[Row]:
             for mode in qint4.PREFILL_MODES:
                 cases.append((f"{fmt}:{mode}", functools.partial(qint4._triton_matmul, q, x, None, mode)))
             mw = Int4MmaWeight.from_int4(q)  # the decode layout, the engine's: its own scratch writers
+            scratch_of = mw if fmt == "int4" else scratch_of
             for mode in ("dequant", "fp8", "w4a8"):  # w4a8: cuBLAS with 1x128 scales where probed to work
                 cases.append((f"{fmt}-mma:{mode}", functools.partial(mw.prefill, x, None, mode)))
         qc, _ = make_weight("fp8", n, k, g)
@@ -234,8 +236,28 @@ def bench_prefill(shapes, m: int) -> list[Row]:
             t = events_median(fn, reps=10)
             rows.append(Row("prefill", name, n, k, m, fmt, t * 1e6, tflops=flop / t / 1e12))
             print(f"  {name:8s} {fmt:22s} M={m} {t * 1e3:8.2f} ms {flop / t / 1e12:7.0f} TFLOP/s", flush=True)
+        rows += _scratch_writers(name, scratch_of, m)
         del cases
         torch.cuda.empty_cache()
+    return rows
+
+
+def _scratch_writers(name: str, mw, m: int) -> list[Row]:
+    """The int4 prefill scratch alone (fragment order -> bf16 / e4m3 [N, K]), each kernel that can write it: us
+    and GB/s moved (words read, scratch written), the prefill GEMMs' overhead over their fp8 / bf16 twins."""
+    from hinfer.ops.triton.int4_mma_dequant import int4_mma_dequantize
+
+    rows = []
+    forms = {"bf16": {}, "fp8-rows": {"row_scale": mw.fp8_row_scale()}, "fp8-unscaled": {"unscaled": True}}
+    for form, kw in forms.items():
+        moved = mw.words.numel() * 4 + mw.n * mw.k * (2 if form == "bf16" else 1)
+        for coalesced in (False, True):
+            fn = functools.partial(int4_mma_dequantize, mw.words, mw.scales, mw.zeros, mw.n, mw.k,
+                                   coalesced=coalesced, **kw)  # fmt: skip
+            t = events_median(fn, reps=10)
+            label = f"scratch:{form}:{'coalesced' if coalesced else 'gather'}"
+            rows.append(Row("prefill-scratch", name, mw.n, mw.k, m, label, t * 1e6, gbs=moved / t / 1e9))
+            print(f"  {name:8s} {label:30s} {t * 1e6:8.1f} us {moved / t / 1e9:7.0f} GB/s", flush=True)
     return rows
 
 

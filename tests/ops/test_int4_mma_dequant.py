@@ -70,3 +70,17 @@ def test_dequantize_unscaled_is_exact(interpreter, zero_point):
     want = unpack_int4(u, k).float() - zero.repeat_interleave(128, 1).float()
     assert torch.equal(d.float(), want)
     torch.testing.assert_close(d.float() * q.scales.float().repeat_interleave(128, 1), q.dequantize(torch.float32))
+
+
+@pytest.mark.parametrize("form", ["bf16", "fp8_rows", "unscaled"])
+@pytest.mark.parametrize("zero_point", [True, False], ids=["asym", "sym"])
+def test_coalesced_dequantize_matches_the_gathering_one(interpreter, zero_point, form):
+    """The kernel reading each word once writes what the gathering one writes, bit for bit, in every form."""
+    n, k = 96, 256
+    g = torch.Generator().manual_seed(fixed_test_seed())
+    q = quantize_int4(torch.randn(n, k, generator=g).bfloat16(), zero_point=zero_point)
+    w = Int4MmaWeight.from_int4(q)
+    kw = {"row_scale": w.fp8_row_scale()} if form == "fp8_rows" else {"unscaled": True} if form == "unscaled" else {}
+    gathered = int4_mma_dequantize(w.words, w.scales, w.zeros, n, k, coalesced=False, **kw)
+    coalesced = int4_mma_dequantize(w.words, w.scales, w.zeros, n, k, coalesced=True, **kw)
+    assert coalesced.dtype == gathered.dtype and torch.equal(coalesced.float(), gathered.float())

@@ -13,6 +13,8 @@ k3 = kk % 4 // 2, k0 = kk % 2 (hinfer.quant.int4_mma_layout.real_k); k16 step 8 
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -50,6 +52,9 @@ def _int4_mma_rows_kernel(w_ptr, out_ptr, K, STRIPES: tl.constexpr):
 # (hinfer.quant.int4.fp8_row_scale); or u - z alone in e4m3 (exact: |u - z| <= 15), the group scales applied by
 # the GEMM that reads it
 SCALED, ROW_SCALED, UNSCALED = 0, 1, 2
+# HINFER_INT4_DEQUANT=coalesced: the prefill scratch written by the kernel that reads each word once (not yet timed
+# on a GPU against the gathering one, the default)
+COALESCED = os.environ.get("HINFER_INT4_DEQUANT", "gather") == "coalesced"
 
 
 @triton.jit
@@ -76,6 +81,38 @@ def _int4_mma_dequant_kernel(
     tl.store(out_ptr + row.to(tl.int64) * K + grp * 128 + kk, w.to(out_ptr.dtype.element_ty))
 
 
+@triton.jit
+def _int4_mma_dequant_coalesced_kernel(
+    w_ptr, s_ptr, z_ptr, rs_ptr, out_ptr, N, K, HAS_ZERO: tl.constexpr, FORM: tl.constexpr, STRIPES: tl.constexpr
+):
+    """_int4_mma_dequant_kernel reading each word once: a stripe's 256 words of the group in one coalesced load as
+    [kc, g, t, j] (word (32 kc + 4 g + t) 4 + j), its 8 nibbles spread to [k3, r3, k0] (position r3 + 2 k3 + 4 k0),
+    then moved to (row 8 r3 + g, K offset 32 t + 16 kc + 4 j + 2 k3 + k0) by a permute in registers."""
+    pid_s = tl.program_id(0)
+    grp = tl.program_id(1)
+    stripe = (pid_s * STRIPES + tl.arange(0, STRIPES))[:, None].to(tl.int64)
+    words = tl.load(w_ptr + stripe * (2 * K) + grp * 256 + tl.arange(0, 256)[None, :])
+    words = tl.reshape(words, [STRIPES, 2, 8, 4, 4, 1, 1, 1])
+    k3 = tl.arange(0, 2)[:, None, None]
+    r3 = tl.arange(0, 2)[None, :, None]
+    k0 = tl.arange(0, 2)[None, None, :]
+    shift = tl.reshape(4 * (r3 + 2 * k3 + 4 * k0), [1, 1, 1, 1, 1, 2, 2, 2])
+    u = (words >> shift) & 0xF  # [S, kc, g, t, j, k3, r3, k0]
+    u = tl.permute(u, (0, 6, 2, 3, 1, 4, 5, 7))  # [S, r3, g, t, kc, j, k3, k0]
+    u = tl.reshape(u, [STRIPES * 16, 128]).to(tl.float32)
+    row = pid_s * STRIPES * 16 + tl.arange(0, STRIPES * 16)[:, None]
+    if HAS_ZERO:
+        z = tl.load(z_ptr + grp * N + row).to(tl.float32)
+    else:
+        z = 8.0
+    w = u - z
+    if FORM != 2:
+        w = w * tl.load(s_ptr + grp * N + row).to(tl.float32)
+    if FORM == 1:
+        w = tl.clamp(w / tl.load(rs_ptr + row), -448.0, 448.0)
+    tl.store(out_ptr + row.to(tl.int64) * K + grp * 128 + tl.arange(0, 128)[None, :], w.to(out_ptr.dtype.element_ty))
+
+
 def int4_mma_dequantize(
     words: torch.Tensor,
     scales: torch.Tensor,
@@ -85,16 +122,20 @@ def int4_mma_dequantize(
     stripes: int = 4,
     row_scale: torch.Tensor | None = None,
     unscaled: bool = False,
+    coalesced: bool | None = None,
 ) -> torch.Tensor:
     """words int32 [N/16, 2K], scales [G, N], zeros [G, N] uint8 or None -> bf16 [N, K]; with row_scale (fp32
     [N]) -> e4m3 [N, K] of value / row_scale[n], rounded once (hinfer.quant.int4.fp8_row_scale); unscaled ->
-    e4m3 [N, K] of u - z, exact."""
+    e4m3 [N, K] of u - z, exact. `coalesced` (default: COALESCED) reads each word once and moves nibbles in
+    registers, instead of each output gathering its word."""
     form = UNSCALED if unscaled else ROW_SCALED if row_scale is not None else SCALED
     out = torch.empty((n, k), dtype=torch.bfloat16 if form == SCALED else torch.float8_e4m3fn, device=words.device)
     while (n // 16) % stripes:
         stripes //= 2
     grid = (n // 16 // stripes, k // GROUP_K)
-    _int4_mma_dequant_kernel[grid](
+    kernel = _int4_mma_dequant_coalesced_kernel if (COALESCED if coalesced is None else coalesced) else \
+        _int4_mma_dequant_kernel
+    kernel[grid](
         words, scales, zeros if zeros is not None else scales, row_scale if row_scale is not None else scales,
         out, n, k, HAS_ZERO=zeros is not None, FORM=form, STRIPES=stripes, num_warps=4,
     )  # fmt: skip

@@ -21,7 +21,14 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from hinfer.ops.triton.int4_mma_dequant import _int4_mma_dequant_kernel, _int4_mma_rows_kernel
+from hinfer.ops.triton.int4_mma_dequant import (
+    ROW_SCALED,
+    SCALED,
+    UNSCALED,
+    _int4_mma_dequant_coalesced_kernel,
+    _int4_mma_dequant_kernel,
+    _int4_mma_rows_kernel,
+)
 from hinfer.ops.triton.linear import _FMT_CODE, _skinny_kernel
 from hinfer.ops.triton.linear_gemm import _act_quant_kernel, _gemm_kernel, _int4_dequant_kernel
 from hinfer.ops.triton.linear_int4_gemv import int4_gemv_kernel
@@ -209,8 +216,12 @@ def variants(full: bool = False) -> Iterator[Variant]:
     yield "int4_dequant", _int4_dequant_kernel, sig, dict(HAS_ZERO=False, FAST_INT4=True, BLOCK_N=64,
                                                           BLOCK_K=128), 4, 3  # fmt: skip
     # fragment order back to the prefill GEMMs' forms (Int4MmaWeight's prefill paths)
-    sig = {"w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8", "out_ptr": "*bf16", "N": "i32", "K": "i32"}
-    yield "int4_mma_dequant", _int4_mma_dequant_kernel, sig, dict(HAS_ZERO=True, STRIPES=4), 4, 3
+    for coalesced, kernel in ((False, _int4_mma_dequant_kernel), (True, _int4_mma_dequant_coalesced_kernel)):
+        for form, out in ((SCALED, "*bf16"), (ROW_SCALED, "*fp8e4nv"), (UNSCALED, "*fp8e4nv")):
+            sig = {"w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8", "rs_ptr": "*fp32", "out_ptr": out, "N": "i32",
+                   "K": "i32"}  # fmt: skip
+            yield (f"int4_mma_dequant{'_coalesced' if coalesced else ''}_form{form}", kernel, sig,
+                   dict(HAS_ZERO=True, FORM=form, STRIPES=4), 4, 3)  # fmt: skip
     yield "int4_mma_rows", _int4_mma_rows_kernel, {"w_ptr": "*i32", "out_ptr": "*i32", "K": "i32"}, \
         dict(STRIPES=4), 4, 3
 
