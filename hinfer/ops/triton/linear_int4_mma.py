@@ -23,6 +23,7 @@ hinfer.quant.int4_mma_layout.emulate_kernel.
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from typing import Protocol
 
@@ -96,6 +97,19 @@ def _pdl_start(ON: gl.constexpr):
     if ON:
         gl.inline_asm_elementwise("griddepcontrol.wait; griddepcontrol.launch_dependents; // $0", "=r", [],
                                   dtype=gl.int32, is_pure=False, pack=1)  # fmt: skip
+
+
+@gluon.jit
+def _prefetch_l2(w_ptr, stripe0, g_lo, g_hi, K, S: gl.constexpr):
+    """Ask L2 for this program's words of groups g_lo .. g_hi - 1 (one bulk prefetch per stripe: they are
+    contiguous, 1 KB a group), so that the loads after the PDL wait find them there: issued before the wait, the
+    fetch overlaps the previous kernel instead of following it."""
+    L1: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    stripe = stripe0 + gl.arange(0, S, layout=L1)
+    addr = (w_ptr + stripe.to(gl.int64) * (2 * K) + g_lo * (2 * GROUP)).to(gl.int64, bitcast=True)
+    nbytes = gl.full([S], 0, gl.int32, layout=L1) + gl.maximum(g_hi - g_lo, 0) * (8 * GROUP)
+    gl.inline_asm_elementwise("cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0;", "=r,l,r",
+                              [addr, nbytes], dtype=gl.int32, is_pure=False, pack=1)  # fmt: skip
 
 
 @gluon.constexpr_function
@@ -411,10 +425,11 @@ def int4_mma_kernel(
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
     OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, RING: gl.constexpr = 0,
     PDL: gl.constexpr = False, t_ptr=None, TAIL_N=0, stride_tn=0, TAIL: gl.constexpr = False,
-    XA: gl.constexpr = False,
+    XA: gl.constexpr = False, PF: gl.constexpr = False,
 ):  # fmt: skip
     """y[:, :N] = x @ W^T (int4 tiles) and, with TAIL, y[:, N:N + TAIL_N] = x @ tail^T (bf16 rows) in one launch.
-    XA: each group's x loaded ahead of its MMA (_k_loop, _k_loop_ring)."""
+    XA: each group's x loaded ahead of its MMA (_k_loop, _k_loop_ring). PF (fragment order, under PDL): each
+    program's words prefetched into L2 before the wait (_prefetch_l2)."""
     # rows of x in blocks of BLOCK_M along the fastest grid axis: the blocks of one weight tile run together,
     # so all but the first read it from L2
     pid_m = gl.program_id(0)
@@ -428,11 +443,11 @@ def int4_mma_kernel(
         else:
             _tile_program(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
                           stride_sg, stride_sn, pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K,
-                          OFFSET_MMA, DEPTH, ROWS, RING, PDL, XA)  # fmt: skip
+                          OFFSET_MMA, DEPTH, ROWS, RING, PDL, XA, PF)  # fmt: skip
     else:
         _tile_program(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg,
                       stride_sn, pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K, OFFSET_MMA, DEPTH, ROWS,
-                      RING, PDL, XA)  # fmt: skip
+                      RING, PDL, XA, PF)  # fmt: skip
 
 
 @gluon.jit
@@ -464,7 +479,7 @@ def _tile_program(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg, stride_sn,
     pid_m, pid_n, pid_k, HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
     SPLIT_K: gl.constexpr, OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, RING: gl.constexpr,
-    PDL: gl.constexpr, XA: gl.constexpr = False,
+    PDL: gl.constexpr, XA: gl.constexpr = False, PF: gl.constexpr = False,
 ):  # fmt: skip
     """One program of int4_mma_kernel: BLOCK_N rows of W, BLOCK_M rows of x, its 1/SPLIT_K of the groups."""
     W: gl.constexpr = gl.num_warps()
@@ -497,6 +512,8 @@ def _tile_program(
     # rows of x past M re-read row M - 1 (their outputs are not stored): unmasked loads, no zero fill
     x_ptrs = x_ptr + gl.minimum(pid_m * BLOCK_M + xn, M - 1) * stride_xm + xt * 32 + xj
 
+    if PF and PDL and not ROWS:
+        _prefetch_l2(w_ptr, pid_n * S, g_lo, g_hi, K, S)
     if RING > 0:  # fragment order: a group's scales / zeros are BLOCK_N contiguous entries of row g
         acc = _k_loop_ring(w_ptrs, s_ptr + pid_n * BLOCK_N, z_ptr + pid_n * BLOCK_N, stride_sg, x_ptrs, g_lo, g_hi,
                            BLOCK_N, BLOCK_M, HAS_ZERO, RING, GW, PDL, XA)  # fmt: skip
@@ -534,7 +551,7 @@ def _store_y(acc, rows, y_ptr, part_ptr, cnt_ptr, M, N, stride_ym, pid_m, pid_n,
 
 def int4_mma_variant(
     block_n: int, block_m: int, split_k: int, warps: int, zero: bool, offset_mma: bool = True, depth: int = 2,
-    rows: bool = False, ring: int = 0, tail: bool = False, pdl: bool = False, xa: bool = False,
+    rows: bool = False, ring: int = 0, tail: bool = False, pdl: bool = False, xa: bool = False, pf: bool = False,
 ):
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
@@ -542,10 +559,10 @@ def int4_mma_variant(
            "stride_xm": "i32", "stride_ym": "i32", "stride_sg": "i32", "stride_sn": "i32", "t_ptr": "*bf16",
            "TAIL_N": "i32", "stride_tn": "i32"}  # fmt: skip
     cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, OFFSET_MMA=offset_mma,
-               DEPTH=depth, ROWS=rows, RING=ring, TAIL=tail, PDL=pdl, XA=xa)  # fmt: skip
+               DEPTH=depth, ROWS=rows, RING=ring, TAIL=tail, PDL=pdl, XA=xa, PF=pf)  # fmt: skip
     name = (f"int4 mma{' rows' if rows else ''}{' asym' if zero else ''}{'' if offset_mma else ' fma-offset'} BLOCK_N={block_n} "
             f"BLOCK_M={block_m} split {split_k} w{warps} {f'ring {ring}' if ring else f'depth {depth}'}"
-            f"{' tail' if tail else ''}{' pdl' if pdl else ''}{' x ahead' if xa else ''}")  # fmt: skip
+            f"{' tail' if tail else ''}{' pdl' if pdl else ''}{' x ahead' if xa else ''}{' l2 prefetch' if pf else ''}")  # fmt: skip
     return name, int4_mma_kernel, sig, cex, warps
 
 
@@ -612,6 +629,13 @@ def int4_mma_matmul(
         HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split,
         OFFSET_MMA=offset_mma, DEPTH=cfg.num_stages, ROWS=rows, RING=cfg.ring, num_warps=warps,
         t_ptr=x if tail is None else tail, TAIL_N=tail_n, stride_tn=0 if tail is None else tail.stride(0),
-        TAIL=tail is not None, XA=cfg.x_ahead, **pdl_kwargs(x),
+        TAIL=tail is not None, XA=cfg.x_ahead, PF=not rows and n * k // 2 <= prefetch_bytes(), **pdl_kwargs(x),
     )  # fmt: skip
     return out
+
+
+def prefetch_bytes() -> int:
+    """Weights up to this many bytes are prefetched into L2 ahead of the PDL wait (HINFER_INT4_PREFETCH_MB, read at
+    every launch; 0, the default until measured: none). The H200's L2 holds 50 MB: a budget of a few MB per
+    weight keeps the prefetched next weight from evicting what the running kernel reads."""
+    return int(float(os.environ.get("HINFER_INT4_PREFETCH_MB", "0")) * 2**20)
