@@ -58,6 +58,22 @@ COALESCED = os.environ.get("HINFER_INT4_DEQUANT", "gather") == "coalesced"
 
 
 @triton.jit
+def _write(u, row, grp, s_ptr, z_ptr, rs_ptr, out_ptr, N, K, HAS_ZERO: tl.constexpr, FORM: tl.constexpr):
+    """Rows `row` [R, 1] of group grp of the scratch from their nibbles u [R, 128] (fp32), in the form FORM."""
+    if HAS_ZERO:
+        z = tl.load(z_ptr + grp * N + row).to(tl.float32)
+    else:
+        z = 8.0
+    w = u - z
+    if FORM != 2:
+        w = w * tl.load(s_ptr + grp * N + row).to(tl.float32)
+    if FORM == 1:  # its reach is the row's largest |w|: 448
+        w = tl.clamp(w / tl.load(rs_ptr + row), -448.0, 448.0)
+    kk = tl.arange(0, 128)[None, :]
+    tl.store(out_ptr + row.to(tl.int64) * K + grp * 128 + kk, w.to(out_ptr.dtype.element_ty))
+
+
+@triton.jit
 def _int4_mma_dequant_kernel(
     w_ptr, s_ptr, z_ptr, rs_ptr, out_ptr, N, K, HAS_ZERO: tl.constexpr, FORM: tl.constexpr, STRIPES: tl.constexpr
 ):
@@ -68,17 +84,7 @@ def _int4_mma_dequant_kernel(
     stripe = pid_s * STRIPES + r // 16
     rs = r % 16
     u = _nibbles(w_ptr, stripe, rs, kk, grp, K).to(tl.float32)
-    row = stripe * 16 + rs
-    if HAS_ZERO:
-        z = tl.load(z_ptr + grp * N + row).to(tl.float32)
-    else:
-        z = 8.0
-    w = u - z
-    if FORM != 2:
-        w = w * tl.load(s_ptr + grp * N + row).to(tl.float32)
-    if FORM == 1:  # its reach is the row's largest |w|: 448
-        w = tl.clamp(w / tl.load(rs_ptr + row), -448.0, 448.0)
-    tl.store(out_ptr + row.to(tl.int64) * K + grp * 128 + kk, w.to(out_ptr.dtype.element_ty))
+    _write(u, stripe * 16 + rs, grp, s_ptr, z_ptr, rs_ptr, out_ptr, N, K, HAS_ZERO, FORM)
 
 
 @triton.jit
@@ -101,16 +107,7 @@ def _int4_mma_dequant_coalesced_kernel(
     u = tl.permute(u, (0, 6, 2, 3, 1, 4, 5, 7))  # [S, r3, g, t, kc, j, k3, k0]
     u = tl.reshape(u, [STRIPES * 16, 128]).to(tl.float32)
     row = pid_s * STRIPES * 16 + tl.arange(0, STRIPES * 16)[:, None]
-    if HAS_ZERO:
-        z = tl.load(z_ptr + grp * N + row).to(tl.float32)
-    else:
-        z = 8.0
-    w = u - z
-    if FORM != 2:
-        w = w * tl.load(s_ptr + grp * N + row).to(tl.float32)
-    if FORM == 1:
-        w = tl.clamp(w / tl.load(rs_ptr + row), -448.0, 448.0)
-    tl.store(out_ptr + row.to(tl.int64) * K + grp * 128 + tl.arange(0, 128)[None, :], w.to(out_ptr.dtype.element_ty))
+    _write(u, row, grp, s_ptr, z_ptr, rs_ptr, out_ptr, N, K, HAS_ZERO, FORM)
 
 
 def int4_mma_dequantize(
