@@ -107,7 +107,7 @@ def _prefetch_l2(w_ptr, stripe0, g_lo, g_hi, K, S: gl.constexpr):
     L1: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
     stripe = stripe0 + gl.arange(0, S, layout=L1)
     addr = (w_ptr + stripe.to(gl.int64) * (2 * K) + g_lo * (2 * GROUP)).to(gl.int64, bitcast=True)
-    nbytes = gl.full([S], 0, gl.int32, layout=L1) + gl.maximum(g_hi - g_lo, 0) * (8 * GROUP)
+    nbytes = gl.full([S], 0, gl.int32, layout=L1) + (g_hi - g_lo) * (8 * GROUP)
     gl.inline_asm_elementwise("cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0;", "=r,l,r",
                               [addr, nbytes], dtype=gl.int32, is_pure=False, pack=1)  # fmt: skip
 
@@ -513,7 +513,8 @@ def _tile_program(
     x_ptrs = x_ptr + gl.minimum(pid_m * BLOCK_M + xn, M - 1) * stride_xm + xt * 32 + xj
 
     if PF and PDL and not ROWS:
-        _prefetch_l2(w_ptr, pid_n * S, g_lo, g_hi, K, S)
+        if g_hi > g_lo:  # an empty split asks for nothing (a bulk prefetch of 0 bytes is not defined)
+            _prefetch_l2(w_ptr, pid_n * S, g_lo, g_hi, K, S)
     if RING > 0:  # fragment order: a group's scales / zeros are BLOCK_N contiguous entries of row g
         acc = _k_loop_ring(w_ptrs, s_ptr + pid_n * BLOCK_N, z_ptr + pid_n * BLOCK_N, stride_sg, x_ptrs, g_lo, g_hi,
                            BLOCK_N, BLOCK_M, HAS_ZERO, RING, GW, PDL, XA)  # fmt: skip
