@@ -176,6 +176,16 @@ def scaled_mm_group_scales_ok(device_index: int) -> bool:
         return False
 
 
+def scaled_mm_rowwise(x: torch.Tensor, w8: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x bf16 [M, K] @ (w8 e4m3 [N, K] * scale [N])^T on cuBLAS fp8 (`torch._scaled_mm` rowwise), x quantized to
+    e4m3 per token on the fly: the prefill GEMM of per-channel fp8 weights, and of int4 ones with
+    HINFER_INT4_PREFILL=fp8."""
+    from hinfer.ops.triton import linear_gemm as tg
+
+    q, s = tg.quantize_act_fp8(x, None)
+    return torch._scaled_mm(q, w8.t(), scale_a=s, scale_b=scale.view(1, -1), out_dtype=x.dtype)
+
+
 DECODE_MODES = ("w8a16", "w8a8")
 
 
@@ -203,10 +213,10 @@ def _triton_matmul(
         cfg = skinny_config(fmt, x.shape[0], n, k, a8=True) if a8 else None
         return tlin.skinny_matmul(x, fmt, w.weight, n, w.scale, out=out, cfg=cfg, a8=a8)
     if fmt == FP8_ROW:
-        q, s = tg.quantize_act_fp8(x, None)
         if x.is_cuda and n % 16 == 0 and k % 16 == 0:
-            y = torch._scaled_mm(q, w.weight.t(), scale_a=s, scale_b=w.scale.view(1, n), out_dtype=x.dtype)
+            y = scaled_mm_rowwise(x, w.weight, w.scale)
         else:
+            q, s = tg.quantize_act_fp8(x, None)
             y = tg.gemm(q, s, FP8_ROW, w.weight, w.scale, n, out_dtype=x.dtype)
     else:
         q, s = tg.quantize_act_fp8(x, ACT_GROUP)

@@ -34,11 +34,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from hinfer.ops.dispatch import use_triton
+from hinfer.quant.fp8 import dequantize_act_fp8_ref, quantize_act_fp8_ref, scaled_mm_rowwise
+from hinfer.quant.fp8_block import FP8_MAX
 
 GROUP = 128
 _SCALE_FLOOR = 1e-8  # an all-zero group gets a tiny finite scale; its values still dequantize to exactly 0
 PREFILL_MODES = ("dequant", "fp8", "w4a16", "w4a8")
-_FP8_MAX = 448.0  # e4m3's largest finite value
 
 
 POS = (0, 4, 1, 5, 2, 6, 3, 7)  # nibble position of element e of a word
@@ -208,30 +209,20 @@ def fp8_row_scale(scales: torch.Tensor, zeros: torch.Tensor | None) -> torch.Ten
     """fp32 [N] scale of each row's e4m3 copy from scales / zeros [N, G]: the largest |(u - zero) * scale| the
     row can hold (u in [0, 15]; symmetric zero 8) over 448, so every value fits without clipping."""
     reach = 8.0 if zeros is None else torch.maximum(zeros.float(), 15.0 - zeros.float())
-    return (scales.float() * reach).amax(1).clamp(min=_SCALE_FLOOR) / _FP8_MAX
+    return (scales.float() * reach).amax(1).clamp(min=_SCALE_FLOOR) / FP8_MAX
 
 
 def weight_to_fp8_rows(w: torch.Tensor, row_scale: torch.Tensor) -> torch.Tensor:
     """fp32 [N, K] dequantized weight -> e4m3 [N, K] of w / row_scale, rounded once (as the GPU scratch)."""
-    return (w / row_scale[:, None]).clamp(-_FP8_MAX, _FP8_MAX).to(torch.float8_e4m3fn)
+    return (w / row_scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
 
 
 def matmul_ref_fp8(x: torch.Tensor, w: torch.Tensor, row_scale: torch.Tensor) -> torch.Tensor:
     """The fp8 prefill semantics on a dequantized fp32 weight [N, K]: x to e4m3 per token, the weight to e4m3 per
     row, fp32 products and accumulation, rounded to x.dtype."""
-    from hinfer.quant.fp8 import dequantize_act_fp8_ref, quantize_act_fp8_ref
-
     xd = dequantize_act_fp8_ref(*quantize_act_fp8_ref(x.reshape(-1, x.shape[-1]), None), None)
     wd = weight_to_fp8_rows(w, row_scale).float() * row_scale[:, None]
     return (xd @ wd.t()).to(x.dtype).view(*x.shape[:-1], -1)
-
-
-def fp8_rows_matmul(x: torch.Tensor, w8: torch.Tensor, row_scale: torch.Tensor) -> torch.Tensor:
-    """x bf16 [M, K] @ (w8 e4m3 [N, K] * row_scale [N])^T on cuBLAS fp8, x quantized per token on the fly."""
-    from hinfer.ops.triton import linear_gemm as tg
-
-    q, s = tg.quantize_act_fp8(x, None)
-    return torch._scaled_mm(q, w8.t(), scale_a=s, scale_b=row_scale.view(1, -1), out_dtype=x.dtype)
 
 
 def prefill_mode() -> str:
@@ -256,7 +247,7 @@ def _triton_matmul(w: Int4Weight, x: torch.Tensor, out: torch.Tensor | None, mod
     elif mode == "fp8":  # the row layout's scratch passes through fp32 (the fragment layout's kernel writes e4m3)
         rs = fp8_row_scale(w.scales, w.zeros)
         wd = tg.int4_dequantize(w.qweight, w.scales, w.zeros, w.in_features, torch.float32)
-        y = fp8_rows_matmul(x, weight_to_fp8_rows(wd, rs), rs)
+        y = scaled_mm_rowwise(x, weight_to_fp8_rows(wd, rs), rs)
     elif mode == "w4a16":
         y = tg.gemm(x, None, INT4, w.qweight, w.scales, n, w.zeros, out_dtype=x.dtype)
     else:

@@ -37,11 +37,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from hinfer.ops.dispatch import int4_wgmma_rows, use_triton
+from hinfer.quant.fp8 import scaled_mm_rowwise
 from hinfer.quant.int4 import (
     GROUP,
     Int4Weight,
     fp8_row_scale,
-    fp8_rows_matmul,
     matmul_ref_fp8,
     pack_int4,
     prefill_mode,
@@ -198,10 +198,8 @@ class Int4MmaWeight(nn.Module):
         return matmul_ref_fp8(x, self.dequantize(torch.float32), self.fp8_row_scale())
 
     def matmul(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        """Up to MAX_M rows: the tensor-core kernel on the fragments; more (prefill): dequantize into a bf16
-        scratch and cuBLAS (the dequantization is a few percent of a prefill chunk's GEMM); HINFER_INT4_PREFILL=fp8:
-        into an e4m3 scratch, cuBLAS fp8 rowwise; w4a16 | w4a8 that mode's GEMM on a transient row-packed copy (`to_int4`: the GEMMs
-        read rows; the copy reads and writes the packed bytes once, against a chunk's GEMM of milliseconds)."""
+        """Up to MAX_M rows: the tensor-core kernel on the fragments; more (prefill): as HINFER_INT4_PREFILL says
+        (`prefill`)."""
         if not (use_triton(x) and x.dtype == torch.bfloat16):
             y = self.matmul_ref(x)
             return y if out is None else out.copy_(y.reshape(out.shape))
@@ -218,13 +216,16 @@ class Int4MmaWeight(nn.Module):
         return self.prefill(x2, out, prefill_mode()).view(*lead, self.n)
 
     def prefill(self, x: torch.Tensor, out: torch.Tensor | None, mode: str) -> torch.Tensor:
-        """x bf16 [M, K] on CUDA past the decode rows, through prefill mode `mode` (hinfer.quant.int4)."""
+        """x bf16 [M, K] on CUDA past the decode rows, through prefill mode `mode` (hinfer.quant.int4): dequant
+        into a bf16 scratch and cuBLAS (a few percent of a chunk's GEMM); fp8 into an e4m3 scratch, cuBLAS fp8
+        rowwise; w4a8 on cuBLAS fp8 with 1x128 scales where probed to work; otherwise (w4a16, w4a8) the row
+        layout's GEMM on a transient row-packed copy (`to_int4`: one pass of the packed bytes)."""
         if mode == "fp8":
             from hinfer.ops.triton.int4_mma_dequant import int4_mma_dequantize
 
             rs = self.fp8_row_scale()
-            y = fp8_rows_matmul(x, int4_mma_dequantize(self.words, self.scales, self.zeros, self.n, self.k,
-                                                       row_scale=rs), rs)  # fmt: skip
+            y = scaled_mm_rowwise(x, int4_mma_dequantize(self.words, self.scales, self.zeros, self.n, self.k,
+                                                         row_scale=rs), rs)  # fmt: skip
         elif mode == "dequant":
             y = F.linear(x, self.dequantize(x.dtype))
         elif mode == "w4a8" and self._group_scaled_mm_ok(x):
