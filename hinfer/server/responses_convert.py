@@ -262,8 +262,6 @@ def convert_tool_choice(raw: str | dict[str, Any] | None, parallel: bool | None)
 
 def chat_prompt(body: Any, items: list[dict[str, Any]], preserve_default: bool) -> tuple[ChatPrompt, int | None]:
     """-> (prompt, thinking budget). `items`: the whole conversation (earlier turns included)."""
-    if getattr(body, "background", None):  # a create request's field (input_tokens has none)
-        raise bad_request("background responses are not supported", param="background")
     effort = body.reasoning.effort if body.reasoning is not None else None
     enable_thinking = effort != "none"
     budget = REASONING_EFFORT_BUDGET[effort] if effort not in (None, "none") else None

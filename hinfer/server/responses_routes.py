@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 router = APIRouter(responses=OPENAI_ERRORS)
 
 
-def _conversation(st: ServerState, body: ResponsesRequest | InputTokensRequest) -> list[dict[str, Any]]:
+def _conversation(st: ServerState, body: InputTokensRequest) -> list[dict[str, Any]]:
     """The whole conversation as input items: the stored one `previous_response_id` continues, then `input`."""
     items = input_items(body.input)
     if body.previous_response_id is None:
@@ -46,6 +46,8 @@ def _conversation(st: ServerState, body: ResponsesRequest | InputTokensRequest) 
 async def create_response(body: ResponsesRequest, request: Request):
     st = get_state(request)
     st.check_model(body.model)
+    if body.background:
+        raise bad_request("background responses are not supported", param="background")
     items = _conversation(st, body)
     prompt, budget = chat_prompt(body, items, st.preserve_thinking_default)
     schema = responses_text_format(body.text)

@@ -21,35 +21,27 @@ class ReasoningConfig(_Open):
 
 
 class InputTokensRequest(_Open, UnicodeChecked):
-    """POST /v1/responses/input_tokens: what a create request's prompt would be, counted (no model required)."""
+    """What renders a Responses prompt; alone, POST /v1/responses/input_tokens (no model required)."""
 
     model: str | None = None
-    input: str | list[Any] = ""
-    instructions: str | None = None
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
-    parallel_tool_calls: bool | None = None
-    previous_response_id: str | None = None
-    reasoning: ReasoningConfig | None = None
-    text: dict[str, Any] | None = None
-
-
-class ResponsesRequest(_Open, UnicodeChecked):
-    model: str
     input: str | list[Any] = ""  # items are checked one by one in responses_convert.py
     instructions: str | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
+    previous_response_id: str | None = None
+    reasoning: ReasoningConfig | None = None
+    text: dict[str, Any] | None = None
+
+
+class ResponsesRequest(InputTokensRequest):
+    model: str
     max_output_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
     stream: bool = False
     store: bool = True  # OpenAI's default
-    previous_response_id: str | None = None
-    reasoning: ReasoningConfig | None = None
     include: list[str] | None = None
-    text: dict[str, Any] | None = None
     background: bool | None = None
     metadata: dict[str, Any] | None = None
     user: str | None = None
