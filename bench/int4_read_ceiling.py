@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.linear_kernels import SHAPES, _copies, _gen, copy_bandwidth, graph_time, make_weight  # noqa: E402
 
 STRIPE_GROUP_WORDS = 256  # one stripe's words for one 128-group: 16 rows x 128 nibbles / 8 (int4_mma_layout)
+_WORDS = tl.constexpr(STRIPE_GROUP_WORDS)  # the kernel's copy: jit code reads only constexpr globals
 
 
 @triton.jit
@@ -41,12 +42,12 @@ def _read_probe_kernel(w_ptr, out_ptr, row_words, groups, GROUPS_PER_SPLIT: tl.c
     pid_n, pid_k = tl.program_id(0), tl.program_id(1)
     local = tl.arange(0, STRIPES)[:, None].to(tl.int64)
     if TILE_MAJOR:
-        offs = (pid_n * groups * STRIPES + local) * STRIPE_GROUP_WORDS + tl.arange(0, STRIPE_GROUP_WORDS)[None, :]
-        step = STRIPES * STRIPE_GROUP_WORDS
+        offs = (pid_n * groups * STRIPES + local) * _WORDS + tl.arange(0, _WORDS)[None, :]
+        step = STRIPES * _WORDS
     else:
-        offs = (pid_n * STRIPES + local) * row_words + tl.arange(0, STRIPE_GROUP_WORDS)[None, :]
-        step = STRIPE_GROUP_WORDS
-    acc = tl.zeros([STRIPES, STRIPE_GROUP_WORDS], tl.int32)
+        offs = (pid_n * STRIPES + local) * row_words + tl.arange(0, _WORDS)[None, :]
+        step = _WORDS
+    acc = tl.zeros([STRIPES, _WORDS], tl.int32)
     g0 = pid_k * GROUPS_PER_SPLIT
     for g in range(g0, tl.minimum(g0 + GROUPS_PER_SPLIT, groups)):
         acc ^= tl.load(w_ptr + offs + g * step)
