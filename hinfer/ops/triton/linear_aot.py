@@ -177,9 +177,6 @@ def variants(full: bool = False) -> Iterator[Variant]:
     yield (*int4_mma_variant(128, 8, 2, 4, True, True, 2, pdl=True, xa=True), 0)
     yield (*int4_mma_variant(128, 8, 1, 4, True, True, 4, pdl=True, xa=True), 0)
     yield (*int4_mma_variant(128, 8, 2, 4, True, True, 2, ring=4, pdl=True, xa=True), 0)
-    # the words prefetched into L2 ahead of the PDL wait (HINFER_INT4_PREFETCH_MB), both loops
-    yield (*int4_mma_variant(128, 8, 4, 4, True, True, 4, pdl=True, pf=True), 0)
-    yield (*int4_mma_variant(128, 8, 2, 4, True, True, 2, ring=4, pdl=True, xa=True, pf=True), 0)
     yield (*int4_mma_variant(128, 16, 1, 4, True, True, 2, ring=4, pdl=True, xa=True), 0)
     # the warpgroup-MMA kernel: one or two warpgroups, 8 to 64 rows of x, K splits
     for block_n, block_m, split, warps, zero in ((64, 8, 1, 4, True), (64, 32, 2, 4, True), (128, 16, 1, 4, False),

@@ -23,7 +23,6 @@ hinfer.quant.int4_mma_layout.emulate_kernel.
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from typing import Protocol
 
@@ -39,6 +38,7 @@ from hinfer.ops.triton.tiles.forms import SkinnyConfig
 from hinfer.ops.triton.tiles.linear import mma_config
 
 GROUP = gl.constexpr(GROUP_K)
+XW = gl.constexpr(GROUP_K // 2)  # a group of x in bf16 pairs (the kernels read x as int32 words)
 MAX_M = 64  # rows of x per call (the MMA's N, padded to 8, 16, 32 or 64)
 
 # One asm instance per word (pack=8: the word broadcast to its 8 fragment elements arrives as $4..$11, the
@@ -99,19 +99,6 @@ def _pdl_start(ON: gl.constexpr):
                                   dtype=gl.int32, is_pure=False, pack=1)  # fmt: skip
 
 
-@gluon.jit
-def _prefetch_l2(w_ptr, stripe0, g_lo, g_hi, K, S: gl.constexpr):
-    """Ask L2 for this program's words of groups g_lo .. g_hi - 1 (one bulk prefetch per stripe: they are
-    contiguous, 1 KB a group), so that the loads after the PDL wait find them there: issued before the wait, the
-    fetch overlaps the previous kernel instead of following it."""
-    L1: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
-    stripe = stripe0 + gl.arange(0, S, layout=L1)
-    addr = (w_ptr + stripe.to(gl.int64) * (2 * K) + g_lo * (2 * GROUP)).to(gl.int64, bitcast=True)
-    nbytes = gl.full([S], 0, gl.int32, layout=L1) + (g_hi - g_lo) * (8 * GROUP)
-    gl.inline_asm_elementwise("cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0;", "=r,l,r",
-                              [addr, nbytes], dtype=gl.int32, is_pure=False, pack=1)  # fmt: skip
-
-
 @gluon.constexpr_function
 def _unpacked_layout(num_warps):
     # [stripe, k64 chunk, lane, k16 step, fragment element]: the 8 elements of a word fastest, then 4 words
@@ -125,10 +112,17 @@ def _words_layout(num_warps):
 
 
 @gluon.constexpr_function
-def _x_layout(num_warps):
-    # [row of x, t, 32 K offsets]: lane 4 g + t holds rows g (and g + 8 in a register) and its 32 contiguous K
+def _x_pairs_layout(num_warps):
+    # [row of x, t, 16 pairs, 2]: lane 4 g + t holds rows g (and g + 8 in a register) and its 32 contiguous K
     # offsets of the group (int4_mma_layout.real_k); every warp holds all of x (the B operand is shared)
-    return gl.BlockedLayout([1, 1, 32], [8, 4, 1], [1, 1, num_warps], [2, 1, 0])
+    return gl.BlockedLayout([1, 1, 16, 2], [8, 4, 1, 1], [1, 1, num_warps, 1], [3, 2, 1, 0])
+
+
+@gluon.constexpr_function
+def _x_words_layout(num_warps):
+    # x read as int32 words (bf16 pairs), so that each register reaches the B operand whole (as bf16, LLVM splits
+    # x into halves and repacks them, a PRMT each)
+    return gl.SliceLayout(3, _x_pairs_layout(num_warps))
 
 
 @gluon.constexpr_function
@@ -223,13 +217,26 @@ def _a_operand(words, off_lo, off_hi, BLOCK_N: gl.constexpr, DOT_A: gl.constexpr
 
 
 @gluon.jit
-def _b_operand(xt, BLOCK_M: gl.constexpr, DOT_B: gl.constexpr):
-    """x [BLOCK_M, 4 (t), 32] of one group -> the B operand [128 (k'), BLOCK_M], registers renamed only:
-    offset 32 t + j with j = 4 kt + 2 k3 + k0 is the MMA's k' = 16 kt + 8 k3 + 2 t + k0."""
+def _b_operand(xw, BLOCK_M: gl.constexpr, DOT_B: gl.constexpr):
+    """x [BLOCK_M, 4 (t), 16] of one group, in bf16 pairs (int32) -> the B operand [128 (k'), BLOCK_M], registers
+    renamed only: offset 32 t + j with j = 4 kt + 2 k3 + k0 is the MMA's k' = 16 kt + 8 k3 + 2 t + k0."""
+    x2 = gl.expand_dims(xw, 3) + gl.zeros([BLOCK_M, 4, 16, 2], gl.int32, layout=_x_pairs_layout(gl.num_warps()))
+    xt = gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r,r", [x2], dtype=gl.bfloat16, is_pure=True, pack=2)
     b = gl.reshape(xt, [BLOCK_M, 4, 8, 2, 2])  # [n, t, kt, k3, k0]
     b = gl.permute(b, B_PERM.value)  # [kt, k3, t, k0, n]
     b = gl.reshape(b, [GROUP, BLOCK_M])
     return gl.convert_layout(b, DOT_B, assert_trivial=True)
+
+
+@gluon.jit
+def _x_word_ptrs(x_ptr, rows, stride_xm, BLOCK_M: gl.constexpr):
+    """Pointers to group 0 of x's rows `rows` ([BLOCK_M] int, in _x_words_layout's row slice; stride_xm even) as
+    bf16 pairs: [BLOCK_M, 4, 16] int32, thread (g, t) at row g's 32 K offsets 32 t .. 32 t + 31 (+ g * XW)."""
+    LX: gl.constexpr = _x_words_layout(gl.num_warps())
+    xt = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, LX)))[None, :, None]
+    xj = gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(1, LX)))[None, None, :]
+    base = x_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
+    return base + (rows.to(gl.int64) * (stride_xm // 2))[:, None, None] + xt * 16 + xj
 
 
 @gluon.jit
@@ -238,7 +245,7 @@ def _x_at(x, g, XA: gl.constexpr):
     if XA:
         v = x
     else:
-        v = gl.load(x + g * GROUP)
+        v = gl.load(x + g * XW)
     return v
 
 
@@ -246,7 +253,7 @@ def _x_at(x, g, XA: gl.constexpr):
 def _x_ahead(x_ptrs, g, XA: gl.constexpr):
     """With XA group g of x loaded now (it travels with the look-ahead's weights), else the pointers."""
     if XA:
-        v = gl.load(x_ptrs + g * GROUP)
+        v = gl.load(x_ptrs + g * XW)
     else:
         v = x_ptrs
     return v
@@ -364,20 +371,46 @@ def _ring_issue(w_smem, s_smem, z_smem, w_ptrs, s_ptrs, z_ptrs, g, sg, stage, HA
 
 
 @gluon.jit
+def _ring_group(acc, w_smem, s_smem, z_smem, wp, s_ptrs, z_ptrs, sg, x, g, g_lo, last, weight,
+                zero, ones, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HAS_ZERO: gl.constexpr, RING: gl.constexpr,
+                GW: gl.constexpr, XA: gl.constexpr):  # fmt: skip
+    """One group of _k_loop_ring: wait for its slot, refill the slot read one group ago with group g + RING - 1,
+    read this one, add its partial (scales times `weight`: 0 for a re-read past the end)."""
+    W: gl.constexpr = gl.num_warps()
+    MMA: gl.constexpr = _mma_layout(W)
+    DOT_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
+    DOT_B: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
+    SL: gl.constexpr = gl.SliceLayout(1, MMA)
+    j = g - g_lo
+    async_copy.wait_group(RING - 2)  # this thread's copies of group g have landed
+    gl.thread_barrier()  # and every thread's (scales), and slot (j - 1) % RING is read by all
+    nxt = j + RING - 1
+    _ring_issue(w_smem, s_smem, z_smem, wp, s_ptrs, z_ptrs, gl.minimum(g_lo + nxt, last), sg, nxt % RING,
+                HAS_ZERO, GW)  # fmt: skip
+    stage = j % RING
+    words = w_smem.index(stage).load(_words_layout(W))
+    s = s_smem.index(stage).load(SL).to(gl.float32) * weight
+    if HAS_ZERO:
+        c = z_smem.index(stage).load(SL).to(gl.float32) + 128.0
+    else:
+        c = gl.full([BLOCK_N], 136.0, gl.float32, layout=SL)
+    return _group(acc, words, s, c, c, x, gl.minimum(g, last), zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, True,
+                  False, XA)  # fmt: skip
+
+
+@gluon.jit
 def _k_loop_ring(wp, s_base, z_base, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                  HAS_ZERO: gl.constexpr, RING: gl.constexpr, GW: gl.constexpr, PDL: gl.constexpr,
                  XA: gl.constexpr = False):  # fmt: skip
     """_k_loop with the weights streamed through a shared-memory ring of RING groups (cp.async): RING - 1 groups
-    in flight per program without holding them in registers (XA: x one group ahead, in registers). Each thread
+    in flight per program without holding them in registers (XA: x one group ahead, in registers, the loop
+    unrolled by two). Each thread
     copies, and later reads, its own 16 bytes of words; the scales / zeros rows are copied by a few threads and
     read by all, hence one barrier per group (which also keeps a slot from being refilled before every thread
     has read it). Fragment order, the offset taken off by the ones MMA."""
     W: gl.constexpr = gl.num_warps()
     MMA: gl.constexpr = _mma_layout(W)
     DOT_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
-    DOT_B: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
-    LW: gl.constexpr = _words_layout(W)
-    SL: gl.constexpr = gl.SliceLayout(1, MMA)
     S: gl.constexpr = BLOCK_N // 16
     w_smem = gl.allocate_shared_memory(gl.int32, [RING, S, 2, 32, 4], _flat_smem(4))
     s_smem = gl.allocate_shared_memory(gl.bfloat16, [RING, BLOCK_N], _flat_smem(1))
@@ -396,25 +429,20 @@ def _k_loop_ring(wp, s_base, z_base, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constex
         _ring_issue(w_smem, s_smem, z_smem, wp, s_ptrs, z_ptrs, gl.minimum(g_lo + i, last), sg, i, HAS_ZERO, GW)
     _pdl_start(PDL)
     xc = _x_ahead(x_ptrs, gl.minimum(g_lo, last), XA)
-    for g in range(g_lo, g_hi):
-        j = g - g_lo
-        async_copy.wait_group(RING - 2)  # this thread's copies of group g have landed
-        gl.thread_barrier()  # and every thread's (scales), and slot (j - 1) % RING is read by all
-        stage = j % RING
-        words = w_smem.index(stage).load(LW)
-        s = s_smem.index(stage).load(SL).to(gl.float32)
-        if HAS_ZERO:
-            c = z_smem.index(stage).load(SL).to(gl.float32) + 128.0
-        else:
-            c = gl.full([BLOCK_N], 136.0, gl.float32, layout=SL)
-        nxt = j + RING - 1
-        _ring_issue(w_smem, s_smem, z_smem, wp, s_ptrs, z_ptrs, gl.minimum(g_lo + nxt, last), sg, nxt % RING,
-                    HAS_ZERO, GW)  # fmt: skip
-        if XA:
-            xn = gl.load(x_ptrs + gl.minimum(g + 1, last) * GROUP)
-        acc = _group(acc, words, s, c, c, xc, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, True, False, XA)
-        if XA:
-            xc = xn
+    if XA:  # unrolled by two: each group's x lands in registers that are free, no copies at the back edge
+        for g in range(g_lo, g_hi, 2):
+            xn = gl.load(x_ptrs + gl.minimum(g + 1, last) * XW)
+            acc = _ring_group(acc, w_smem, s_smem, z_smem, wp, s_ptrs, z_ptrs, sg, xc, g, g_lo, last, 1.0,
+                              zero, ones, BLOCK_N, BLOCK_M, HAS_ZERO, RING, GW, True)  # fmt: skip
+            xc = gl.load(x_ptrs + gl.minimum(g + 2, last) * XW)
+            # a count that is not even ends on a re-read of the last group, weighted 0
+            acc = _ring_group(acc, w_smem, s_smem, z_smem, wp, s_ptrs, z_ptrs, sg, xn, g + 1, g_lo, last,
+                              (g + 1 < g_hi).to(gl.float32), zero, ones, BLOCK_N, BLOCK_M, HAS_ZERO, RING, GW,
+                              True)  # fmt: skip
+    else:
+        for g in range(g_lo, g_hi):
+            acc = _ring_group(acc, w_smem, s_smem, z_smem, wp, s_ptrs, z_ptrs, sg, x_ptrs, g, g_lo, last, 1.0,
+                              zero, ones, BLOCK_N, BLOCK_M, HAS_ZERO, RING, GW, False)  # fmt: skip
     async_copy.wait_group(0)
     return acc
 
@@ -425,11 +453,10 @@ def int4_mma_kernel(
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
     OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, RING: gl.constexpr = 0,
     PDL: gl.constexpr = False, t_ptr=None, TAIL_N=0, stride_tn=0, TAIL: gl.constexpr = False,
-    XA: gl.constexpr = False, PF: gl.constexpr = False,
+    XA: gl.constexpr = False,
 ):  # fmt: skip
     """y[:, :N] = x @ W^T (int4 tiles) and, with TAIL, y[:, N:N + TAIL_N] = x @ tail^T (bf16 rows) in one launch.
-    XA: each group's x loaded ahead of its MMA (_k_loop, _k_loop_ring). PF (fragment order, under PDL): each
-    program's words prefetched into L2 before the wait (_prefetch_l2)."""
+    XA: each group's x loaded ahead of its MMA (_k_loop, _k_loop_ring)."""
     # rows of x in blocks of BLOCK_M along the fastest grid axis: the blocks of one weight tile run together,
     # so all but the first read it from L2
     pid_m = gl.program_id(0)
@@ -443,11 +470,11 @@ def int4_mma_kernel(
         else:
             _tile_program(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
                           stride_sg, stride_sn, pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K,
-                          OFFSET_MMA, DEPTH, ROWS, RING, PDL, XA, PF)  # fmt: skip
+                          OFFSET_MMA, DEPTH, ROWS, RING, PDL, XA)  # fmt: skip
     else:
         _tile_program(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg,
                       stride_sn, pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K, OFFSET_MMA, DEPTH, ROWS,
-                      RING, PDL, XA, PF)  # fmt: skip
+                      RING, PDL, XA)  # fmt: skip
 
 
 @gluon.jit
@@ -479,7 +506,7 @@ def _tile_program(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg, stride_sn,
     pid_m, pid_n, pid_k, HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
     SPLIT_K: gl.constexpr, OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, RING: gl.constexpr,
-    PDL: gl.constexpr, XA: gl.constexpr = False, PF: gl.constexpr = False,
+    PDL: gl.constexpr, XA: gl.constexpr = False,
 ):  # fmt: skip
     """One program of int4_mma_kernel: BLOCK_N rows of W, BLOCK_M rows of x, its 1/SPLIT_K of the groups."""
     W: gl.constexpr = gl.num_warps()
@@ -505,16 +532,10 @@ def _tile_program(
     rows = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
     s_ptrs = s_ptr + rows * stride_sn
     z_rows = z_ptr + rows * stride_sn
-    LX: gl.constexpr = _x_layout(W)
-    xn = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, gl.SliceLayout(2, LX)))[:, None, None]
-    xt = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, LX)))[None, :, None]
-    xj = gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, LX)))[None, None, :]
+    xn = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, gl.SliceLayout(2, _x_words_layout(W))))
     # rows of x past M re-read row M - 1 (their outputs are not stored): unmasked loads, no zero fill
-    x_ptrs = x_ptr + gl.minimum(pid_m * BLOCK_M + xn, M - 1) * stride_xm + xt * 32 + xj
+    x_ptrs = _x_word_ptrs(x_ptr, gl.minimum(pid_m * BLOCK_M + xn, M - 1), stride_xm, BLOCK_M)
 
-    if PF and PDL and not ROWS:
-        if g_hi > g_lo:  # an empty split asks for nothing (a bulk prefetch of 0 bytes is not defined)
-            _prefetch_l2(w_ptr, pid_n * S, g_lo, g_hi, K, S)
     if RING > 0:  # fragment order: a group's scales / zeros are BLOCK_N contiguous entries of row g
         acc = _k_loop_ring(w_ptrs, s_ptr + pid_n * BLOCK_N, z_ptr + pid_n * BLOCK_N, stride_sg, x_ptrs, g_lo, g_hi,
                            BLOCK_N, BLOCK_M, HAS_ZERO, RING, GW, PDL, XA)  # fmt: skip
@@ -552,7 +573,7 @@ def _store_y(acc, rows, y_ptr, part_ptr, cnt_ptr, M, N, stride_ym, pid_m, pid_n,
 
 def int4_mma_variant(
     block_n: int, block_m: int, split_k: int, warps: int, zero: bool, offset_mma: bool = True, depth: int = 2,
-    rows: bool = False, ring: int = 0, tail: bool = False, pdl: bool = False, xa: bool = False, pf: bool = False,
+    rows: bool = False, ring: int = 0, tail: bool = False, pdl: bool = False, xa: bool = False,
 ):
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
@@ -560,10 +581,10 @@ def int4_mma_variant(
            "stride_xm": "i32", "stride_ym": "i32", "stride_sg": "i32", "stride_sn": "i32", "t_ptr": "*bf16",
            "TAIL_N": "i32", "stride_tn": "i32"}  # fmt: skip
     cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, OFFSET_MMA=offset_mma,
-               DEPTH=depth, ROWS=rows, RING=ring, TAIL=tail, PDL=pdl, XA=xa, PF=pf)  # fmt: skip
+               DEPTH=depth, ROWS=rows, RING=ring, TAIL=tail, PDL=pdl, XA=xa)  # fmt: skip
     name = (f"int4 mma{' rows' if rows else ''}{' asym' if zero else ''}{'' if offset_mma else ' fma-offset'} BLOCK_N={block_n} "
             f"BLOCK_M={block_m} split {split_k} w{warps} {f'ring {ring}' if ring else f'depth {depth}'}"
-            f"{' tail' if tail else ''}{' pdl' if pdl else ''}{' x ahead' if xa else ''}{' l2 prefetch' if pf else ''}")  # fmt: skip
+            f"{' tail' if tail else ''}{' pdl' if pdl else ''}{' x ahead' if xa else ''}")  # fmt: skip
     return name, int4_mma_kernel, sig, cex, warps
 
 
@@ -630,13 +651,7 @@ def int4_mma_matmul(
         HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split,
         OFFSET_MMA=offset_mma, DEPTH=cfg.num_stages, ROWS=rows, RING=cfg.ring, num_warps=warps,
         t_ptr=x if tail is None else tail, TAIL_N=tail_n, stride_tn=0 if tail is None else tail.stride(0),
-        TAIL=tail is not None, XA=cfg.x_ahead, PF=not rows and n * k // 2 <= prefetch_bytes(), **pdl_kwargs(x),
+        TAIL=tail is not None, XA=cfg.x_ahead, **pdl_kwargs(x),
     )  # fmt: skip
     return out
 
-
-def prefetch_bytes() -> int:
-    """Weights up to this many bytes are prefetched into L2 ahead of the PDL wait (HINFER_INT4_PREFETCH_MB, read at
-    every launch; 0, the default until measured: none). The H200's L2 holds 50 MB: a budget of a few MB per
-    weight keeps the prefetched next weight from evicting what the running kernel reads."""
-    return int(float(os.environ.get("HINFER_INT4_PREFETCH_MB", "0")) * 2**20)

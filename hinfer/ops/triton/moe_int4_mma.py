@@ -34,7 +34,8 @@ from hinfer.ops.triton.linear_int4_mma import (
     _mma_layout,
     _pdl_start,
     _words_layout,
-    _x_layout,
+    _x_word_ptrs,
+    _x_words_layout,
 )
 from hinfer.ops.triton.linear_splitk import COUNTERS, counter_buffer, split_scratch
 from hinfer.ops.triton.moe_int4 import Int4Experts
@@ -62,7 +63,7 @@ def int4_mma_experts_kernel(
     S: gl.constexpr = BLOCK_N // 16
     LW: gl.constexpr = _words_layout(W)
     MMA: gl.constexpr = _mma_layout(W)
-    LX: gl.constexpr = _x_layout(W)
+    LX: gl.constexpr = _x_words_layout(W)
     _pdl_start(PDL)  # before the expert ids: the router that writes them may be the kernel just before
     pid_n = gl.program_id(0)
     blk = gl.program_id(1)
@@ -89,9 +90,7 @@ def int4_mma_experts_kernel(
         else:
             px = gl.load(sorted_ptr + blk * BLOCK_M + gl.minimum(xr, nrows - 1))
             py = gl.load(sorted_ptr + blk * BLOCK_M + gl.minimum(ym, nrows - 1))
-        xt = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, LX)))[None, :, None]
-        xj = gl.arange(0, 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, LX)))[None, None, :]
-        x_ptrs = x_ptr + ((px // XDIV).to(gl.int64) * stride_xm)[:, None, None] + xt * 32 + xj
+        x_ptrs = _x_word_ptrs(x_ptr, px // XDIV, stride_xm, BLOCK_M)
 
         stripe = pid_n * S + _iota4(S, 0, LW)
         lane = _iota4(32, 2, LW)
