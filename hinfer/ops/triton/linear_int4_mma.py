@@ -371,11 +371,11 @@ def _ring_issue(w_smem, s_smem, z_smem, w_ptrs, s_ptrs, z_ptrs, g, sg, stage, HA
 
 
 @gluon.jit
-def _ring_group(acc, w_smem, s_smem, z_smem, wp, s_ptrs, z_ptrs, sg, x, g, g_lo, last, weight,
-                zero, ones, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HAS_ZERO: gl.constexpr, RING: gl.constexpr,
+def _ring_group(acc, w_smem, s_smem, z_smem, wp, s_ptrs, z_ptrs, sg, x, g, g_lo, last, zero, ones,
+                BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HAS_ZERO: gl.constexpr, RING: gl.constexpr,
                 GW: gl.constexpr, XA: gl.constexpr):  # fmt: skip
     """One group of _k_loop_ring: wait for its slot, refill the slot read one group ago with group g + RING - 1,
-    read this one, add its partial (scales times `weight`: 0 for a re-read past the end)."""
+    read this one, add its partial."""
     W: gl.constexpr = gl.num_warps()
     MMA: gl.constexpr = _mma_layout(W)
     DOT_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
@@ -389,13 +389,12 @@ def _ring_group(acc, w_smem, s_smem, z_smem, wp, s_ptrs, z_ptrs, sg, x, g, g_lo,
                 HAS_ZERO, GW)  # fmt: skip
     stage = j % RING
     words = w_smem.index(stage).load(_words_layout(W))
-    s = s_smem.index(stage).load(SL).to(gl.float32) * weight
+    s = s_smem.index(stage).load(SL).to(gl.float32)
     if HAS_ZERO:
         c = z_smem.index(stage).load(SL).to(gl.float32) + 128.0
     else:
         c = gl.full([BLOCK_N], 136.0, gl.float32, layout=SL)
-    return _group(acc, words, s, c, c, x, gl.minimum(g, last), zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, True,
-                  False, XA)  # fmt: skip
+    return _group(acc, words, s, c, c, x, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, True, False, XA)  # fmt: skip
 
 
 @gluon.jit
@@ -430,19 +429,20 @@ def _k_loop_ring(wp, s_base, z_base, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constex
     _pdl_start(PDL)
     xc = _x_ahead(x_ptrs, gl.minimum(g_lo, last), XA)
     if XA:  # unrolled by two: each group's x lands in registers that are free, no copies at the back edge
-        for g in range(g_lo, g_hi, 2):
-            xn = gl.load(x_ptrs + gl.minimum(g + 1, last) * XW)
-            acc = _ring_group(acc, w_smem, s_smem, z_smem, wp, s_ptrs, z_ptrs, sg, xc, g, g_lo, last, 1.0,
-                              zero, ones, BLOCK_N, BLOCK_M, HAS_ZERO, RING, GW, True)  # fmt: skip
+        for g in range(g_lo, g_hi - 1, 2):
+            xn = gl.load(x_ptrs + (g + 1) * XW)
+            acc = _ring_group(acc, w_smem, s_smem, z_smem, wp, s_ptrs, z_ptrs, sg, xc, g, g_lo, last, zero, ones,
+                              BLOCK_N, BLOCK_M, HAS_ZERO, RING, GW, True)  # fmt: skip
             xc = gl.load(x_ptrs + gl.minimum(g + 2, last) * XW)
-            # a count that is not even ends on a re-read of the last group, weighted 0
-            acc = _ring_group(acc, w_smem, s_smem, z_smem, wp, s_ptrs, z_ptrs, sg, xn, g + 1, g_lo, last,
-                              (g + 1 < g_hi).to(gl.float32), zero, ones, BLOCK_N, BLOCK_M, HAS_ZERO, RING, GW,
-                              True)  # fmt: skip
+            acc = _ring_group(acc, w_smem, s_smem, z_smem, wp, s_ptrs, z_ptrs, sg, xn, g + 1, g_lo, last, zero,
+                              ones, BLOCK_N, BLOCK_M, HAS_ZERO, RING, GW, True)  # fmt: skip
+        if (g_hi - g_lo) % 2 == 1:  # an odd count's last group (xc holds its x)
+            acc = _ring_group(acc, w_smem, s_smem, z_smem, wp, s_ptrs, z_ptrs, sg, xc, g_hi - 1, g_lo, last, zero,
+                              ones, BLOCK_N, BLOCK_M, HAS_ZERO, RING, GW, True)  # fmt: skip
     else:
         for g in range(g_lo, g_hi):
-            acc = _ring_group(acc, w_smem, s_smem, z_smem, wp, s_ptrs, z_ptrs, sg, x_ptrs, g, g_lo, last, 1.0,
-                              zero, ones, BLOCK_N, BLOCK_M, HAS_ZERO, RING, GW, False)  # fmt: skip
+            acc = _ring_group(acc, w_smem, s_smem, z_smem, wp, s_ptrs, z_ptrs, sg, x_ptrs, g, g_lo, last, zero,
+                              ones, BLOCK_N, BLOCK_M, HAS_ZERO, RING, GW, False)  # fmt: skip
     async_copy.wait_group(0)
     return acc
 
