@@ -573,18 +573,19 @@ def _store_y(acc, rows, y_ptr, part_ptr, cnt_ptr, M, N, stride_ym, pid_m, pid_n,
 
 def int4_mma_variant(
     block_n: int, block_m: int, split_k: int, warps: int, zero: bool, offset_mma: bool = True, depth: int = 2,
-    rows: bool = False, ring: int = 0, tail: bool = False, pdl: bool = False, xa: bool = False,
+    rows: bool = False, ring: int = 0, tail: bool = False, pdl: bool = False, xa: bool = False, max_regs: int = 0,
 ):
-    """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
+    """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot; max_regs rides
+    with the constexprs as the launch option maxnreg, linear_aot.OPTIONS)."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
            "y_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
            "stride_xm": "i32", "stride_ym": "i32", "stride_sg": "i32", "stride_sn": "i32", "t_ptr": "*bf16",
            "TAIL_N": "i32", "stride_tn": "i32"}  # fmt: skip
     cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, OFFSET_MMA=offset_mma,
-               DEPTH=depth, ROWS=rows, RING=ring, TAIL=tail, PDL=pdl, XA=xa)  # fmt: skip
+               DEPTH=depth, ROWS=rows, RING=ring, TAIL=tail, PDL=pdl, XA=xa, maxnreg=max_regs)  # fmt: skip
     name = (f"int4 mma{' rows' if rows else ''}{' asym' if zero else ''}{'' if offset_mma else ' fma-offset'} BLOCK_N={block_n} "
             f"BLOCK_M={block_m} split {split_k} w{warps} {f'ring {ring}' if ring else f'depth {depth}'}"
-            f"{' tail' if tail else ''}{' pdl' if pdl else ''}{' x ahead' if xa else ''}")  # fmt: skip
+            f"{' tail' if tail else ''}{' pdl' if pdl else ''}{' x ahead' if xa else ''}{f' maxnreg {max_regs}' if max_regs else ''}")  # fmt: skip
     return name, int4_mma_kernel, sig, cex, warps
 
 
@@ -652,6 +653,7 @@ def int4_mma_matmul(
         OFFSET_MMA=offset_mma, DEPTH=cfg.num_stages, ROWS=rows, RING=cfg.ring, num_warps=warps,
         t_ptr=x if tail is None else tail, TAIL_N=tail_n, stride_tn=0 if tail is None else tail.stride(0),
         TAIL=tail is not None, XA=cfg.x_ahead, **pdl_kwargs(x),
+        **({"maxnreg": cfg.max_regs} if cfg.max_regs else {}),
     )  # fmt: skip
     return out
 
