@@ -292,5 +292,6 @@ def experts_mma(
         TOPK_P=1 << (topk - 1).bit_length(), ACT=act, num_warps=warps,
         logits_ptr=route, n_experts=0 if route is None else route.shape[1] - 1, ROUTE=route is not None,
         BLOCK_E=triton.next_power_of_2(route.shape[1] - 1) if route is not None else 256, **pdl_kwargs(x),
+        **({"maxnreg": cfg.max_regs} if cfg.max_regs else {}),
     )  # fmt: skip
     return y
