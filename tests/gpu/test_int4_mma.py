@@ -331,6 +331,31 @@ def test_x_ahead_changes_nothing():
         assert torch.equal(int4_mma_matmul(x, mw, out=_poisoned(m, n), cfg=ahead), want), f"M={m} {ahead}"
 
 
+def test_ring_pairs_change_nothing():
+    """Two groups to a ring slot (ring_pairs, each with buffers of its own) moves copies and barriers only: the
+    same bits as one group a slot, even and odd group counts, one and eight rows, with and without a register
+    cap, and with the bf16 tail rows in the same launch."""
+    from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
+    from hinfer.ops.triton.tiles.forms import SkinnyConfig
+
+    n, k = SHAPES["qkv"]
+    g = _gen()
+    _, mw = _quantized(n, k, True, g)
+    for m, cfg in ((1, SkinnyConfig(128, 128, 8, 4, 4, 2, 4, x_ahead=True)),
+                   (8, SkinnyConfig(128, 128, 8, 8, 4, 2, 3, x_ahead=True)),
+                   (1, SkinnyConfig(128, 128, 8, 3, 4, 2, 3, x_ahead=True, max_regs=96))):  # fmt: skip
+        x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
+        want = int4_mma_matmul(x, mw, cfg=cfg)
+        paired = replace(cfg, ring_pairs=True)
+        assert torch.equal(int4_mma_matmul(x, mw, out=_poisoned(m, n), cfg=paired), want), f"M={m} {paired}"
+    tail = torch.randn(96, k, generator=g, device="cuda").bfloat16()
+    x = torch.randn(1, k, generator=g, device="cuda").bfloat16()
+    cfg = SkinnyConfig(128, 128, 8, 4, 4, 2, 4, x_ahead=True)
+    want = int4_mma_matmul(x, mw, out=_poisoned(1, n + 96), cfg=cfg, tail=tail)
+    got = int4_mma_matmul(x, mw, out=_poisoned(1, n + 96), cfg=replace(cfg, ring_pairs=True), tail=tail)
+    assert torch.equal(got, want), "tail rows"
+
+
 def test_pdl_graph_matches_eager(monkeypatch):
     """Launches under PDL in a CUDA graph (each a programmatic dependent of the one before, its weights read
     ahead of the wait) give the eager launch's bits, through both loops and with splits."""

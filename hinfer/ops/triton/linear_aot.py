@@ -184,6 +184,9 @@ def variants(full: bool = False) -> Iterator[Variant]:
     yield (*int4_mma_variant(128, 8, 1, 4, True, True, 4, pdl=True, xa=True), 0)
     yield (*int4_mma_variant(128, 8, 2, 4, True, True, 2, ring=4, pdl=True, xa=True), 0)
     yield (*int4_mma_variant(128, 16, 1, 4, True, True, 2, ring=4, pdl=True, xa=True), 0)
+    # two groups to a ring slot (ring_pairs), alone and with tail rows
+    yield (*int4_mma_variant(128, 8, 4, 4, True, True, 2, ring=3, pdl=True, xa=True, pair=True), 0)
+    yield (*int4_mma_variant(128, 8, 4, 4, True, True, 2, ring=4, tail=True, pdl=True, xa=True, pair=True), 0)
     # the 27B's packaged ring tiles with x ahead, held to 96 registers (max_regs; with tail rows: MEASURED_SPILLS)
     for split in (2, 16):
         yield (*int4_mma_variant(128, 8, split, 4, True, True, 2, ring=4, pdl=True, xa=True, max_regs=96), 0)

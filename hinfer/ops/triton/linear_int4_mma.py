@@ -360,62 +360,80 @@ def _vec16_layout(elem_bytes, num_warps):
 
 
 @gluon.jit
-def _ring_issue(w_smem, s_smem, z_smem, w_ptrs, s_ptrs, z_ptrs, g, sg, stage, HAS_ZERO: gl.constexpr,
+def _ring_issue(bufs, w_ptrs, s_ptrs, z_ptrs, g, last, sg, turn, RING: gl.constexpr, HAS_ZERO: gl.constexpr,
                 GW: gl.constexpr):  # fmt: skip
-    """cp.async group g's words, scales (and zeros) into ring slot `stage`; one commit group."""
-    async_copy.async_copy_global_to_shared(w_smem.index(stage), w_ptrs + g * GW)
-    async_copy.async_copy_global_to_shared(s_smem.index(stage), s_ptrs + g * sg)
-    if HAS_ZERO:
-        async_copy.async_copy_global_to_shared(z_smem.index(stage), z_ptrs + g * sg)
+    """cp.async groups g, g + 1, .. (one per buffer set in `bufs`; clamped to `last`: re-reads, never used) into
+    slot turn % RING: words, scales (and zeros); one commit group."""
+    for h in gl.static_range(len(bufs)):
+        w_smem, s_smem, z_smem = bufs[h]
+        i = turn % RING
+        gh = gl.minimum(g + h, last)
+        async_copy.async_copy_global_to_shared(w_smem.index(i), w_ptrs + gh * GW)
+        async_copy.async_copy_global_to_shared(s_smem.index(i), s_ptrs + gh * sg)
+        if HAS_ZERO:
+            async_copy.async_copy_global_to_shared(z_smem.index(i), z_ptrs + gh * sg)
     async_copy.commit_group()
 
 
 @gluon.jit
-def _ring_group(acc, w_smem, s_smem, z_smem, wp, s_ptrs, z_ptrs, sg, x, g, g_lo, last, zero, ones,
-                BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HAS_ZERO: gl.constexpr, RING: gl.constexpr,
-                GW: gl.constexpr, XA: gl.constexpr):  # fmt: skip
-    """One group of _k_loop_ring: wait for its slot, refill the slot read one group ago with group g + RING - 1,
-    read this one, add its partial."""
+def _ring_turn(bufs, wp, s_ptrs, z_ptrs, sg, turn, g_lo, last, RING: gl.constexpr, HAS_ZERO: gl.constexpr,
+               GW: gl.constexpr):  # fmt: skip
+    """Wait for slot turn % RING, then refill the slot read one turn ago with turn + RING - 1's groups."""
+    async_copy.wait_group(RING - 2)  # this thread's copies of this turn's groups have landed
+    gl.thread_barrier()  # and every thread's (scales), and slot (turn - 1) % RING is read by all
+    nxt = turn + RING - 1
+    _ring_issue(bufs, wp, s_ptrs, z_ptrs, g_lo + nxt * len(bufs), last, sg, nxt, RING, HAS_ZERO, GW)
+
+
+@gluon.jit
+def _slot_group(acc, buf, i, x, g, zero, ones, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
+                HAS_ZERO: gl.constexpr, XA: gl.constexpr):  # fmt: skip
+    """acc + the partial of group g, read from slot i of the buffer set `buf` (words, scales, zeros)."""
     W: gl.constexpr = gl.num_warps()
     MMA: gl.constexpr = _mma_layout(W)
     DOT_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
     DOT_B: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
     SL: gl.constexpr = gl.SliceLayout(1, MMA)
-    j = g - g_lo
-    async_copy.wait_group(RING - 2)  # this thread's copies of group g have landed
-    gl.thread_barrier()  # and every thread's (scales), and slot (j - 1) % RING is read by all
-    nxt = j + RING - 1
-    _ring_issue(w_smem, s_smem, z_smem, wp, s_ptrs, z_ptrs, gl.minimum(g_lo + nxt, last), sg, nxt % RING,
-                HAS_ZERO, GW)  # fmt: skip
-    stage = j % RING
-    words = w_smem.index(stage).load(_words_layout(W))
-    s = s_smem.index(stage).load(SL).to(gl.float32)
+    w_smem, s_smem, z_smem = buf
+    words = w_smem.index(i).load(_words_layout(W))
+    s = s_smem.index(i).load(SL).to(gl.float32)
     if HAS_ZERO:
-        c = z_smem.index(stage).load(SL).to(gl.float32) + 128.0
+        c = z_smem.index(i).load(SL).to(gl.float32) + 128.0
     else:
         c = gl.full([BLOCK_N], 136.0, gl.float32, layout=SL)
-    return _group(acc, words, s, c, c, x, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, True, False, XA)  # fmt: skip
+    return _group(acc, words, s, c, c, x, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, True, False, XA)
+
+
+@gluon.jit
+def _ring_buffers(RING: gl.constexpr, BLOCK_N: gl.constexpr, HAS_ZERO: gl.constexpr):
+    """One ring's shared memory: words [RING, S, 2, 32, 4], scales and zeros [RING, BLOCK_N]."""
+    w_smem = gl.allocate_shared_memory(gl.int32, [RING, BLOCK_N // 16, 2, 32, 4], _flat_smem(4))
+    s_smem = gl.allocate_shared_memory(gl.bfloat16, [RING, BLOCK_N], _flat_smem(1))
+    z_smem = s_smem
+    if HAS_ZERO:
+        z_smem = gl.allocate_shared_memory(gl.uint8, [RING, BLOCK_N], _flat_smem(1))
+    return w_smem, s_smem, z_smem
 
 
 @gluon.jit
 def _k_loop_ring(wp, s_base, z_base, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                  HAS_ZERO: gl.constexpr, RING: gl.constexpr, GW: gl.constexpr, PDL: gl.constexpr,
-                 XA: gl.constexpr = False):  # fmt: skip
-    """_k_loop with the weights streamed through a shared-memory ring of RING groups (cp.async): RING - 1 groups
-    in flight per program without holding them in registers (XA: x one group ahead, in registers, the loop
-    unrolled by two). Each thread
-    copies, and later reads, its own 16 bytes of words; the scales / zeros rows are copied by a few threads and
-    read by all, hence one barrier per group (which also keeps a slot from being refilled before every thread
-    has read it). Fragment order, the offset taken off by the ones MMA."""
+                 XA: gl.constexpr = False, PAIR: gl.constexpr = 1):  # fmt: skip
+    """_k_loop with the weights streamed through a shared-memory ring of RING slots of PAIR groups (cp.async):
+    RING - 1 slots in flight per program without holding them in registers (XA: x one group ahead, in
+    registers, the loop unrolled by two; PAIR = 2 needs it). Each thread copies, and later reads, its own 16
+    bytes of words; the scales / zeros rows are copied by a few threads and read by all, hence one barrier a slot
+    (which also keeps a slot from being refilled before every thread has read it). With PAIR = 2 the slot's
+    second group has buffers of its own, so the compiler adds no barrier between the two groups' copies:
+    half the barriers. Fragment order, the offset taken off by the ones MMA."""
     W: gl.constexpr = gl.num_warps()
     MMA: gl.constexpr = _mma_layout(W)
     DOT_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
-    S: gl.constexpr = BLOCK_N // 16
-    w_smem = gl.allocate_shared_memory(gl.int32, [RING, S, 2, 32, 4], _flat_smem(4))
-    s_smem = gl.allocate_shared_memory(gl.bfloat16, [RING, BLOCK_N], _flat_smem(1))
-    z_smem = s_smem
-    if HAS_ZERO:
-        z_smem = gl.allocate_shared_memory(gl.uint8, [RING, BLOCK_N], _flat_smem(1))
+    b0 = _ring_buffers(RING, BLOCK_N, HAS_ZERO)
+    if PAIR == 2:
+        bufs = (b0, _ring_buffers(RING, BLOCK_N, HAS_ZERO))
+    else:
+        bufs = (b0,)
     LS: gl.constexpr = _vec16_layout(2, W)
     LZ: gl.constexpr = _vec16_layout(1, W)
     s_ptrs = s_base + gl.arange(0, BLOCK_N, layout=LS)
@@ -423,26 +441,32 @@ def _k_loop_ring(wp, s_base, z_base, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constex
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
     zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
     ones = gl.full([BLOCK_N, GROUP], 1.0, gl.bfloat16, layout=DOT_A)
-    last = gl.maximum(g_hi - 1, 0)  # slots past the end re-read the last group (cache hits), never used
+    last = gl.maximum(g_hi - 1, 0)
     for i in gl.static_range(RING - 1):
-        _ring_issue(w_smem, s_smem, z_smem, wp, s_ptrs, z_ptrs, gl.minimum(g_lo + i, last), sg, i, HAS_ZERO, GW)
+        _ring_issue(bufs, wp, s_ptrs, z_ptrs, g_lo + i * PAIR, last, sg, i, RING, HAS_ZERO, GW)
     _pdl_start(PDL)
     xc = _x_ahead(x_ptrs, gl.minimum(g_lo, last), XA)
     if XA:  # unrolled by two: each group's x lands in registers that are free, no copies at the back edge
         for g in range(g_lo, g_hi - 1, 2):
+            j = g - g_lo
             xn = gl.load(x_ptrs + (g + 1) * XW)
-            acc = _ring_group(acc, w_smem, s_smem, z_smem, wp, s_ptrs, z_ptrs, sg, xc, g, g_lo, last, zero, ones,
-                              BLOCK_N, BLOCK_M, HAS_ZERO, RING, GW, True)  # fmt: skip
+            _ring_turn(bufs, wp, s_ptrs, z_ptrs, sg, j // PAIR, g_lo, last, RING, HAS_ZERO, GW)
+            acc = _slot_group(acc, bufs[0], j // PAIR % RING, xc, g, zero, ones, BLOCK_N, BLOCK_M, HAS_ZERO, True)
             xc = gl.load(x_ptrs + gl.minimum(g + 2, last) * XW)
-            acc = _ring_group(acc, w_smem, s_smem, z_smem, wp, s_ptrs, z_ptrs, sg, xn, g + 1, g_lo, last, zero,
-                              ones, BLOCK_N, BLOCK_M, HAS_ZERO, RING, GW, True)  # fmt: skip
-        if (g_hi - g_lo) % 2 == 1:  # an odd count's last group (xc holds its x)
-            acc = _ring_group(acc, w_smem, s_smem, z_smem, wp, s_ptrs, z_ptrs, sg, xc, g_hi - 1, g_lo, last, zero,
-                              ones, BLOCK_N, BLOCK_M, HAS_ZERO, RING, GW, True)  # fmt: skip
+            if PAIR == 1:
+                _ring_turn(bufs, wp, s_ptrs, z_ptrs, sg, j + 1, g_lo, last, RING, HAS_ZERO, GW)
+            acc = _slot_group(acc, bufs[PAIR - 1], (j + 1) // PAIR % RING, xn, g + 1, zero, ones, BLOCK_N, BLOCK_M,
+                              HAS_ZERO, True)  # fmt: skip
+        if (g_hi - g_lo) % 2 == 1:  # an odd count's last group (xc holds its x), first of its slot
+            j = g_hi - 1 - g_lo
+            _ring_turn(bufs, wp, s_ptrs, z_ptrs, sg, j // PAIR, g_lo, last, RING, HAS_ZERO, GW)
+            acc = _slot_group(acc, bufs[0], j // PAIR % RING, xc, g_hi - 1, zero, ones, BLOCK_N, BLOCK_M, HAS_ZERO,
+                              True)  # fmt: skip
     else:
         for g in range(g_lo, g_hi):
-            acc = _ring_group(acc, w_smem, s_smem, z_smem, wp, s_ptrs, z_ptrs, sg, x_ptrs, g, g_lo, last, zero,
-                              ones, BLOCK_N, BLOCK_M, HAS_ZERO, RING, GW, False)  # fmt: skip
+            j = g - g_lo
+            _ring_turn(bufs, wp, s_ptrs, z_ptrs, sg, j, g_lo, last, RING, HAS_ZERO, GW)
+            acc = _slot_group(acc, bufs[0], j % RING, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, HAS_ZERO, False)
     async_copy.wait_group(0)
     return acc
 
@@ -453,10 +477,10 @@ def int4_mma_kernel(
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
     OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, RING: gl.constexpr = 0,
     PDL: gl.constexpr = False, t_ptr=None, TAIL_N=0, stride_tn=0, TAIL: gl.constexpr = False,
-    XA: gl.constexpr = False,
+    XA: gl.constexpr = False, PAIR: gl.constexpr = 1,
 ):  # fmt: skip
     """y[:, :N] = x @ W^T (int4 tiles) and, with TAIL, y[:, N:N + TAIL_N] = x @ tail^T (bf16 rows) in one launch.
-    XA: each group's x loaded ahead of its MMA (_k_loop, _k_loop_ring)."""
+    XA: each group's x loaded ahead of its MMA (_k_loop, _k_loop_ring); PAIR: groups to a ring slot."""
     # rows of x in blocks of BLOCK_M along the fastest grid axis: the blocks of one weight tile run together,
     # so all but the first read it from L2
     pid_m = gl.program_id(0)
@@ -470,11 +494,11 @@ def int4_mma_kernel(
         else:
             _tile_program(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
                           stride_sg, stride_sn, pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K,
-                          OFFSET_MMA, DEPTH, ROWS, RING, PDL, XA)  # fmt: skip
+                          OFFSET_MMA, DEPTH, ROWS, RING, PDL, XA, PAIR)  # fmt: skip
     else:
         _tile_program(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg,
                       stride_sn, pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K, OFFSET_MMA, DEPTH, ROWS,
-                      RING, PDL, XA)  # fmt: skip
+                      RING, PDL, XA, PAIR)  # fmt: skip
 
 
 @gluon.jit
@@ -506,7 +530,7 @@ def _tile_program(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg, stride_sn,
     pid_m, pid_n, pid_k, HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
     SPLIT_K: gl.constexpr, OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, RING: gl.constexpr,
-    PDL: gl.constexpr, XA: gl.constexpr = False,
+    PDL: gl.constexpr, XA: gl.constexpr = False, PAIR: gl.constexpr = 1,
 ):  # fmt: skip
     """One program of int4_mma_kernel: BLOCK_N rows of W, BLOCK_M rows of x, its 1/SPLIT_K of the groups."""
     W: gl.constexpr = gl.num_warps()
@@ -538,7 +562,7 @@ def _tile_program(
 
     if RING > 0:  # fragment order: a group's scales / zeros are BLOCK_N contiguous entries of row g
         acc = _k_loop_ring(w_ptrs, s_ptr + pid_n * BLOCK_N, z_ptr + pid_n * BLOCK_N, stride_sg, x_ptrs, g_lo, g_hi,
-                           BLOCK_N, BLOCK_M, HAS_ZERO, RING, GW, PDL, XA)  # fmt: skip
+                           BLOCK_N, BLOCK_M, HAS_ZERO, RING, GW, PDL, XA, PAIR)  # fmt: skip
     else:
         acc = _k_loop(w_ptrs, s_ptrs, z_lo, z_rows, stride_sg, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO,
                       OFFSET_MMA, DEPTH, ROWS, GW, PDL, XA)  # fmt: skip
@@ -574,6 +598,7 @@ def _store_y(acc, rows, y_ptr, part_ptr, cnt_ptr, M, N, stride_ym, pid_m, pid_n,
 def int4_mma_variant(
     block_n: int, block_m: int, split_k: int, warps: int, zero: bool, offset_mma: bool = True, depth: int = 2,
     rows: bool = False, ring: int = 0, tail: bool = False, pdl: bool = False, xa: bool = False, max_regs: int = 0,
+    pair: bool = False,
 ):
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot; max_regs rides
     with the constexprs as the launch option maxnreg, linear_aot.OPTIONS)."""
@@ -582,10 +607,10 @@ def int4_mma_variant(
            "stride_xm": "i32", "stride_ym": "i32", "stride_sg": "i32", "stride_sn": "i32", "t_ptr": "*bf16",
            "TAIL_N": "i32", "stride_tn": "i32"}  # fmt: skip
     cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, OFFSET_MMA=offset_mma,
-               DEPTH=depth, ROWS=rows, RING=ring, TAIL=tail, PDL=pdl, XA=xa, maxnreg=max_regs)  # fmt: skip
+               DEPTH=depth, ROWS=rows, RING=ring, TAIL=tail, PDL=pdl, XA=xa, PAIR=2 if pair else 1, maxnreg=max_regs)  # fmt: skip
     name = (f"int4 mma{' rows' if rows else ''}{' asym' if zero else ''}{'' if offset_mma else ' fma-offset'} BLOCK_N={block_n} "
             f"BLOCK_M={block_m} split {split_k} w{warps} {f'ring {ring}' if ring else f'depth {depth}'}"
-            f"{' tail' if tail else ''}{' pdl' if pdl else ''}{' x ahead' if xa else ''}{f' maxnreg {max_regs}' if max_regs else ''}")  # fmt: skip
+            f"{' tail' if tail else ''}{' pdl' if pdl else ''}{' x ahead' if xa else ''}{' pairs' if pair else ''}{f' maxnreg {max_regs}' if max_regs else ''}")  # fmt: skip
     return name, int4_mma_kernel, sig, cex, warps
 
 
@@ -623,14 +648,15 @@ def int4_mma_matmul(
     if cfg is None:
         cfg = mma_config(m, n, k)
         if rows and cfg.ring:  # the ring streams fragment-ordered words: the row layout takes the register look-ahead
-            cfg = replace(cfg, ring=0)
+            cfg = replace(cfg, ring=0, ring_pairs=False)
     if offset_mma is None:
         offset_mma = rows or not cfg.fma_offset
     if rows and not offset_mma:
         raise ValueError("int4 mma: the per-weight offset variant needs fragment order")
     block_n, block_m, split, warps = cfg.block_n, cfg.block_m, cfg.split_k, cfg.num_warps
     if (n % block_n or block_n % (16 * warps) or block_m not in (8, 16, 32, 64)
-            or cfg.num_stages not in (2, 4) or cfg.ring == 1 or (cfg.ring and (rows or not offset_mma))):  # fmt: skip
+            or cfg.num_stages not in (2, 4) or cfg.ring == 1 or (cfg.ring and (rows or not offset_mma))
+            or (cfg.ring_pairs and not (cfg.ring and cfg.x_ahead))):  # fmt: skip
         raise ValueError(f"int4 mma: bad tile for N={n}, M={m}: {cfg}")
     tail_n = 0 if tail is None else tail.shape[0]
     if tail is not None and (out is None or tuple(out.shape) != (m, n + tail_n) or out.stride(-1) != 1
@@ -652,7 +678,7 @@ def int4_mma_matmul(
         HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split,
         OFFSET_MMA=offset_mma, DEPTH=cfg.num_stages, ROWS=rows, RING=cfg.ring, num_warps=warps,
         t_ptr=x if tail is None else tail, TAIL_N=tail_n, stride_tn=0 if tail is None else tail.stride(0),
-        TAIL=tail is not None, XA=cfg.x_ahead, **pdl_kwargs(x),
+        TAIL=tail is not None, XA=cfg.x_ahead, PAIR=2 if cfg.ring_pairs else 1, **pdl_kwargs(x),
         **({"maxnreg": cfg.max_regs} if cfg.max_regs else {}),
     )  # fmt: skip
     return out

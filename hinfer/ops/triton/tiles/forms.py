@@ -41,6 +41,8 @@ class SkinnyConfig:
     # int4_mma, moe_int4_mma: registers per thread capped at this (ptxas maxnreg; 0: the compiler's count).
     # Registers go to warps in steps of 256, so a kernel a few over 96 at 4 warps fits 4 programs an SM, not 5
     max_regs: int = 0
+    # int4_mma with a ring and x_ahead: two groups to a slot (`ring` slots of two), one barrier per two groups
+    ring_pairs: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,90 @@
+"""The packaged int4 tiles of one model changed one way (a register cap, SkinnyConfig.max_regs; two groups to a
+ring slot, ring_pairs; ...), as HINFER_TILES files: one file per (family, variant), every packaged entry of that
+family at the model's shapes changed where the change applies, to time in the decode graph
+(scripts/gpu_tile_variants.sh) rather than alone: under PDL each launch shares the SMs with its neighbour, and
+there programs per SM count (the 27B's ring tiles at 96 registers: +4.8% at one lane; alone they ranked the
+other way, bench/RESULTS.md).
+
+    python bench/tile_variants.py --config qwen3.6-35b-a3b --variants max_regs=128 max_regs=96 --out-dir /tmp/v
+    python bench/tile_variants.py --config qwen3.6-27b --variants ring=3,ring_pairs=1 --out-dir /tmp/v
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.int4_mma_tiles import config_shapes  # noqa: E402
+
+
+def model_shapes(config: str) -> dict[str, set[tuple[int, int]]]:
+    """(N, K) per family: the dense int4 projections (int4_mma) and, for a MoE model, the routed experts' gate_up
+    (2 I x H) and down (H x I) (moe_int4_mma)."""
+    from hinfer.config import load_model_config
+    from hinfer.fixtures import config_dir
+    from hinfer.ops.triton.tiles.forms import INT4_MMA, MOE_INT4_MMA
+
+    out = {INT4_MMA: {(n, k) for _, n, k in config_shapes(config)}}
+    c = load_model_config(config_dir(config))
+    if c.num_experts:
+        h, i = c.hidden_size, c.moe_intermediate_size
+        out[MOE_INT4_MMA] = {(2 * i, h), (h, i)}
+    return out
+
+
+def parse_variant(text: str) -> dict[str, int]:
+    """"max_regs=96" or "ring=3,ring_pairs=1" -> the fields to set (integers; booleans as 0 / 1)."""
+    out = {}
+    for part in text.split(","):
+        key, _, value = part.partition("=")
+        out[key.strip()] = int(value)
+    return out
+
+
+def _applies(tile, change: dict[str, int]) -> bool:
+    if change.get("ring_pairs"):  # two groups a slot: only where a ring streams with x ahead
+        return bool(tile.ring and tile.x_ahead)
+    return True
+
+
+def changed_entries(config: str, family: str, change: dict[str, int]) -> list[dict]:
+    """The packaged entries of `family` at `config`'s shapes to which `change` applies, changed."""
+    from hinfer.ops.triton.tiles import table
+    from hinfer.ops.triton.tiles.tuned import TUNED
+
+    shapes = model_shapes(config).get(family, set())
+    out = []
+    for (f, n, k, m), t in TUNED.items():
+        if f == family and (n, k) in shapes and _applies(t, change):
+            fields = {key: type(getattr(t, key))(v) for key, v in change.items()}
+            out.append(table.entry(f, n, k, m, replace(t, **fields)))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    from hinfer.ops.triton.tiles import table
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", required=True, help="a packaged config, e.g. qwen3.6-35b-a3b")
+    ap.add_argument("--variants", nargs="+", default=["max_regs=128", "max_regs=96"],
+                    help="changes, each FIELD=INT[,FIELD=INT...]: one file per family and change")
+    ap.add_argument("--out-dir", type=Path, required=True)
+    a = ap.parse_args(argv)
+    a.out_dir.mkdir(parents=True, exist_ok=True)
+    for family in model_shapes(a.config):
+        for text in a.variants:
+            entries = changed_entries(a.config, family, parse_variant(text))
+            if entries:
+                tag = text.replace("=", "").replace(",", "-").replace("_", "")
+                path = a.out_dir / f"{a.config}-{family}-{tag}.json"
+                table.write(path, entries)
+                print(f"{path}: {len(entries)} entries")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

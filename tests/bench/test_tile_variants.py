@@ -1,0 +1,35 @@
+"""bench/tile_variants.py: the HINFER_TILES files hold the model's packaged entries changed where the change
+applies, and read back through the tile table's loader."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from bench.tile_variants import main, model_shapes
+from hinfer.ops.triton.tiles import table
+from hinfer.ops.triton.tiles.forms import INT4_MMA, MOE_INT4_MMA
+from hinfer.ops.triton.tiles.tuned import TUNED
+
+
+def test_caps_files_hold_the_packaged_entries_capped(tmp_path):
+    args = ["--config", "qwen3.6-35b-a3b", "--variants", "max_regs=128", "max_regs=96", "--out-dir", str(tmp_path)]
+    assert main(args) == 0
+    shapes = model_shapes("qwen3.6-35b-a3b")
+    assert (1024, 2048) in shapes[MOE_INT4_MMA] and (2048, 512) in shapes[MOE_INT4_MMA]
+    for family in (INT4_MMA, MOE_INT4_MMA):
+        for cap in (128, 96):
+            loaded = table.load(tmp_path / f"qwen3.6-35b-a3b-{family}-maxregs{cap}.json")
+            want = {key: t for key, t in TUNED.items() if key[0] == family and key[1:3] in shapes[family]}
+            assert loaded.keys() == want.keys() and want
+            for key, tile in loaded.items():
+                assert tile == replace(want[key], max_regs=cap)
+
+
+def test_ring_pairs_go_only_to_ring_tiles_with_x_ahead(tmp_path):
+    main(["--config", "qwen3.6-27b", "--variants", "ring=3,ring_pairs=1", "--out-dir", str(tmp_path)])
+    assert [p.name for p in tmp_path.iterdir()] == ["qwen3.6-27b-int4_mma-ring3-ringpairs1.json"]
+    loaded = table.load(tmp_path / "qwen3.6-27b-int4_mma-ring3-ringpairs1.json")
+    assert loaded and all(t.ring == 3 and t.ring_pairs is True and t.x_ahead for t in loaded.values())
+    shapes = model_shapes("qwen3.6-27b")[INT4_MMA]
+    want = [key for key, t in TUNED.items() if key[0] == INT4_MMA and key[1:3] in shapes and t.ring and t.x_ahead]
+    assert sorted(loaded) == sorted(want)
