@@ -643,7 +643,7 @@ def int4_mma_matmul(
     if k != w.shape[1] or k % GROUP_K or m > MAX_M or x.dtype != torch.bfloat16 or (rows and w.group != GROUP_K):
         raise ValueError(f"int4 mma: x [M <= {MAX_M}, K % {GROUP_K} == 0] bf16 matching W {tuple(w.shape)}, "
                          f"got {tuple(x.shape)} {x.dtype}")  # fmt: skip
-    if x.stride(-1) != 1:
+    if x.stride(-1) != 1 or x.stride(0) % 2:  # the kernel reads x's rows as bf16 pairs
         x = x.contiguous()
     if cfg is None:
         cfg = mma_config(m, n, k)

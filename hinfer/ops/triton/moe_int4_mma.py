@@ -263,6 +263,8 @@ def experts_mma(
     e, n, k = w.shape
     if k % GROUP_K or n % 64 or x.dtype != torch.bfloat16 or x.stride(-1) != 1:
         raise ValueError(f"int4 mma experts: K % {GROUP_K}, N % 64, bf16 x with unit stride; got {w.shape}")
+    if x.stride(0) % 2:  # the kernel reads x's rows as bf16 pairs
+        x = x.contiguous()
     if act and (tw is not None or sum_out is not None or y.shape[-1] != n // 2):
         raise ValueError(f"int4 mma experts: silu(gate) * up into {n // 2} columns, alone; got y {tuple(y.shape)}")
     if route is not None and (not direct or blocks != topk + 1 or route_w is None or route.shape[0] != 1
