@@ -190,11 +190,11 @@ def sweep(decode: bool = True) -> None:
     sweep_prefill(decode)
 
 
-def sweep_decode() -> None:
+def sweep_decode(bvs: tuple[int, ...] = (8, 16, 32, 64, 128)) -> None:
     base_d, base_f = tg.DECODE_TILES, tg.FUSED_TILES
     print("\nsweep: recurrent kernel (DECODE_TILES) | fused step (FUSED_TILES, verify rows too), us per layer at"
           " C=1, C=8, verify 1x4, verify 8x4")
-    for bv in (8, 16, 32, 64, 128):  # 128 = V: the fused step's norm without its ticket
+    for bv in bvs:  # 128 = V: the fused step's norm without its ticket
         for nw in (1, 2, 4) if bv < 128 else (8, 16):
             tg.DECODE_TILES, tg.FUSED_TILES = ((1 << 30, bv, nw),), ((1 << 30, bv, nw),)
             max_tokens, tg.FUSED_MAX_TOKENS = tg.FUSED_MAX_TOKENS, 16
@@ -248,12 +248,19 @@ def main() -> None:
     ap.add_argument("--sweep", action="store_true", help="sweep tile settings too")
     ap.add_argument("--sweep-prefill", action="store_true", help="only sweep the prefill (chunk, conv) tiles")
     ap.add_argument("--sweep-decode", action="store_true", help="only sweep the decode (recurrent, fused) tiles")
+    ap.add_argument("--bvs", default="8,16,32,64,128", help="--sweep-decode: the V block sizes to try")
+    ap.add_argument("--decode-only", action="store_true",
+                    help="only the decode rows at --cs lanes (a short run, e.g. under Nsight Compute)")
+    ap.add_argument("--cs", default="1,8,64", help="--decode-only: lane counts")
     args = ap.parse_args()
     if args.sweep_prefill:
         sweep(decode=False)
         return
     if args.sweep_decode:
-        sweep_decode()
+        sweep_decode(tuple(int(v) for v in args.bvs.split(",")))
+        return
+    if args.decode_only:
+        print_table(decode_rows(cs=tuple(int(c) for c in args.cs.split(",")), verify=()), "decode, per layer")
         return
     random.seed(0)
     torch.manual_seed(0)
