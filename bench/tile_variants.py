@@ -46,9 +46,12 @@ def parse_variant(text: str) -> dict[str, int]:
 
 
 def _applies(tile, change: dict[str, int]) -> bool:
-    if change.get("ring_pairs"):  # two groups a slot: only where a ring streams with x ahead
-        return bool(tile.ring and tile.x_ahead)
-    return True
+    """Whether the changed tile is one the kernel takes: two groups a slot only where a ring streams with x ahead;
+    a ring only with the offset taken off by the MMA against ones (not fma_offset)."""
+    t = replace(tile, **{key: type(getattr(tile, key))(v) for key, v in change.items()})
+    if t.ring_pairs and not (t.ring and t.x_ahead):
+        return False
+    return not (t.ring and t.fma_offset)
 
 
 def changed_entries(config: str, family: str, change: dict[str, int]) -> list[dict]:

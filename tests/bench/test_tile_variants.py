@@ -25,11 +25,21 @@ def test_caps_files_hold_the_packaged_entries_capped(tmp_path):
                 assert tile == replace(want[key], max_regs=cap)
 
 
-def test_ring_pairs_go_only_to_ring_tiles_with_x_ahead(tmp_path):
+def test_ring_pairs_go_only_to_tiles_with_x_ahead(tmp_path):
     main(["--config", "qwen3.6-27b", "--variants", "ring=3,ring_pairs=1", "--out-dir", str(tmp_path)])
     assert [p.name for p in tmp_path.iterdir()] == ["qwen3.6-27b-int4_mma-ring3-ringpairs1.json"]
     loaded = table.load(tmp_path / "qwen3.6-27b-int4_mma-ring3-ringpairs1.json")
     assert loaded and all(t.ring == 3 and t.ring_pairs is True and t.x_ahead for t in loaded.values())
     shapes = model_shapes("qwen3.6-27b")[INT4_MMA]
-    want = [key for key, t in TUNED.items() if key[0] == INT4_MMA and key[1:3] in shapes and t.ring and t.x_ahead]
+    want = [key for key, t in TUNED.items() if key[0] == INT4_MMA and key[1:3] in shapes and t.x_ahead
+            and not t.fma_offset]  # the change sets the ring: every tile with x ahead takes it
     assert sorted(loaded) == sorted(want)
+
+
+def test_a_ring_for_the_register_tiles_skips_fma_offset_ones(tmp_path):
+    """ring=4,x_ahead=1 over the 35B-A3B's dense tiles (the register look-ahead today): every one changed that
+    the kernel takes with a ring."""
+    main(["--config", "qwen3.6-35b-a3b", "--variants", "ring=4,x_ahead=1,max_regs=96", "--out-dir", str(tmp_path)])
+    loaded = table.load(tmp_path / "qwen3.6-35b-a3b-int4_mma-ring4-xahead1-maxregs96.json")
+    assert loaded and all(t.ring == 4 and t.x_ahead and t.max_regs == 96 and not t.fma_offset
+                          for t in loaded.values())
