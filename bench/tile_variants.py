@@ -75,10 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", required=True, help="a packaged config, e.g. qwen3.6-35b-a3b")
     ap.add_argument("--variants", nargs="+", default=["max_regs=128", "max_regs=96"],
                     help="changes, each FIELD=INT[,FIELD=INT...]: one file per family and change")
+    ap.add_argument("--families", help="only these families (comma-separated, e.g. int4_mma); default all")
     ap.add_argument("--out-dir", type=Path, required=True)
     a = ap.parse_args(argv)
     a.out_dir.mkdir(parents=True, exist_ok=True)
     for family in model_shapes(a.config):
+        if a.families and family not in a.families.split(","):
+            continue
         for text in a.variants:
             entries = changed_entries(a.config, family, parse_variant(text))
             if entries:

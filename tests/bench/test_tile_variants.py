@@ -39,7 +39,9 @@ def test_ring_pairs_go_only_to_tiles_with_x_ahead(tmp_path):
 def test_a_ring_for_the_register_tiles_skips_fma_offset_ones(tmp_path):
     """ring=4,x_ahead=1 over the 35B-A3B's dense tiles (the register look-ahead today): every one changed that
     the kernel takes with a ring."""
-    main(["--config", "qwen3.6-35b-a3b", "--variants", "ring=4,x_ahead=1,max_regs=96", "--out-dir", str(tmp_path)])
+    main(["--config", "qwen3.6-35b-a3b", "--variants", "ring=4,x_ahead=1,max_regs=96", "--families", "int4_mma",
+          "--out-dir", str(tmp_path)])
+    assert len(list(tmp_path.iterdir())) == 1
     loaded = table.load(tmp_path / "qwen3.6-35b-a3b-int4_mma-ring4-xahead1-maxregs96.json")
     assert loaded and all(t.ring == 4 and t.x_ahead and t.max_regs == 96 and not t.fma_offset
                           for t in loaded.values())
