@@ -40,19 +40,21 @@ BASE = dict(
 MOE = dict(model_type="qwen3_5_moe_text", num_experts=32, num_experts_per_tok=4, moe_intermediate_size=256,
            shared_expert_intermediate_size=256)
 RECIPES = ("fp8-default", "fp8-block", "int4-default", "int4-sym")
-# the int4 recipes again, the prompt's int4 matmuls through a prefill mode's reference body (HINFER_INT4_PREFILL)
-PREFILL_REFS = {"+fp8-prefill": "matmul_ref_fp8", "+w4a8-prefill": "matmul_ref_w4a8"}
 PREFILL_ROWS = 64  # past this many rows an int4 matmul is a prefill GEMM (the decode kernels' MAX_M)
+# the int4 recipes again, their int4 matmuls through another reference body: the prompt's (past PREFILL_ROWS) as
+# a prefill mode computes it (HINFER_INT4_PREFILL), or every one as an int4 x int8 decode would (x in int8 per
+# token and 128-group: what each position of a decode step would see)
+VARIANT_REFS = {"+fp8-prefill": ("matmul_ref_fp8", PREFILL_ROWS), "+w4a8-prefill": ("matmul_ref_w4a8", PREFILL_ROWS),
+                "+a8-int8": ("matmul_ref_a8", 0)}
 
 
 @contextlib.contextmanager
-def int4_prefill(ref: str):
-    """Int4Weight.matmul past PREFILL_ROWS computes what the GPU's prefill mode does (its reference body `ref`):
-    the CPU runs reference bodies, and these prompts are prefills."""
+def int4_variant(ref: str, rows: int):
+    """Int4Weight.matmul past `rows` rows computes reference body `ref` (the CPU runs reference bodies)."""
     plain = Int4Weight.matmul
 
     def matmul(self, x, out=None):
-        if x.numel() // x.shape[-1] <= PREFILL_ROWS:
+        if x.numel() // x.shape[-1] <= rows:
             return plain(self, x, out)
         y = getattr(self, ref)(x)
         return y if out is None else out.copy_(y.reshape(out.shape))
@@ -83,7 +85,7 @@ def run(models: int, prompts: int, length: int, seed: int) -> list[dict]:
     rows = []
     for kind, extra in (("dense", {}), ("moe", MOE)):
         cfg = ModelConfig.from_dict(BASE | extra)
-        names = [*RECIPES, *(r + v for r in RECIPES if r.startswith("int4") for v in PREFILL_REFS)]
+        names = [*RECIPES, *(r + v for r in RECIPES if r.startswith("int4") for v in VARIANT_REFS)]
         acc: dict[str, list[dict]] = {r: [] for r in names}
         entropy = []
         for m in range(models):
@@ -97,8 +99,8 @@ def run(models: int, prompts: int, length: int, seed: int) -> list[dict]:
                 q = copy.deepcopy(model)
                 quantize_model(q, recipe)
                 acc[recipe] += [compare(r, logits(q, x)) for r, x in zip(refs, ids)]
-                for variant, ref in PREFILL_REFS.items() if recipe.startswith("int4") else ():
-                    with int4_prefill(ref):
+                for variant, (ref, past) in VARIANT_REFS.items() if recipe.startswith("int4") else ():
+                    with int4_variant(ref, past):
                         acc[recipe + variant] += [compare(r, logits(q, x)) for r, x in zip(refs, ids)]
         for recipe, vals in acc.items():
             row = {"model": kind, "recipe": recipe, "positions": len(vals) * length,

@@ -174,6 +174,12 @@ class Int4Weight(nn.Module):
         xd = dequantize_act_fp8_ref(*quantize_act_fp8_ref(x.reshape(-1, x.shape[-1]), GROUP), GROUP)
         return (xd @ self.dequantize(torch.float32).t()).to(x.dtype).view(*x.shape[:-1], -1)
 
+    def matmul_ref_a8(self, x: torch.Tensor) -> torch.Tensor:
+        """x quantized to int8 per token and 128-group (quantize_act_int8_ref), then the int4 matmul: what an
+        int4 x int8 tensor-core decode computes (exact integer products and group sums, then the scales)."""
+        xd = dequantize_act_int8_ref(*quantize_act_int8_ref(x.reshape(-1, x.shape[-1]), GROUP), GROUP)
+        return (xd @ self.dequantize(torch.float32).t()).to(x.dtype).view(*x.shape[:-1], -1)
+
     def matmul_ref_fp8(self, x: torch.Tensor) -> torch.Tensor:
         """Reference of the fp8 prefill path: the weight rounded to e4m3 per row (fp8_row_scale), x per token."""
         return matmul_ref_fp8(x, self.dequantize(torch.float32), fp8_row_scale(self.scales, self.zeros))
@@ -203,6 +209,26 @@ class Int4Weight(nn.Module):
             zeros = _unpack_natural(weight_zero_point.t()).t()[:n].contiguous()  # packed along dim 0
         qweight = pack_int4(_unpack_natural(weight_packed.to(torch.int32))[:, :k])
         return cls(qweight, weight_scale, zeros, k, group)
+
+
+INT8_MAX = 127.0
+
+
+def quantize_act_int8_ref(x: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [M, K] (K % group == 0) -> (q int8 [M, K], scales fp32 [M, K / group]): symmetric per token and group,
+    scale = amax / 127 (a zero group keeps scale 1), q = x / scale rounded to nearest even."""
+    m, k = x.shape
+    xf = x.float().view(m, k // group, group)
+    amax = xf.abs().amax(-1)
+    s = torch.where(amax > 0, amax / INT8_MAX, torch.ones_like(amax))
+    q = torch.round(xf / s[..., None]).clamp(-INT8_MAX, INT8_MAX).to(torch.int8).view(m, k)
+    return q, s
+
+
+def dequantize_act_int8_ref(q: torch.Tensor, s: torch.Tensor, group: int) -> torch.Tensor:
+    """fp32 [M, K] values of quantize_act_int8_ref's output."""
+    m, k = q.shape
+    return (q.float().view(m, k // group, group) * s[..., None]).view(m, k)
 
 
 def fp8_row_scale(scales: torch.Tensor, zeros: torch.Tensor | None) -> torch.Tensor:

@@ -365,6 +365,23 @@ def fragments_to_matrix(words: torch.Tensor, zeros: torch.Tensor | None, n: int,
     return out - 128.0 - z  # the bf16x2 fma subtracting 128 + z is exact
 
 
+def s8_registers(words: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The int8 A-fragment registers a word gives with one shift and two lop3, bytes as int8 [..., 4] each:
+    lo = ((w << 4) ^ 0x80808080) & 0xf0f0f0f0 holds positions 0, 2, 4, 6 (row g: fragment columns 2t, 2t + 8,
+    2t + 1, 2t + 9), hi = (w ^ 0x80808080) & 0xf0f0f0f0 positions 1, 3, 5, 7 (row g + 8, the same columns), each
+    byte 16 (u - 8): the nibble's top bit flipped reads it as u - 8 in two's complement, in a byte's high half.
+    So the fragment order feeds an int8 x int8 MMA (m16n8k32: registers 0 / 1 = lo / hi of one word, 2 / 3 of
+    the next) with no other layout, x's int8 bytes taken in the same column order."""
+    w = words.to(torch.int64) & 0xFFFFFFFF
+    lo = (((w << 4) & 0xFFFFFFFF) ^ 0x80808080) & 0xF0F0F0F0
+    hi = (w ^ 0x80808080) & 0xF0F0F0F0
+
+    def as_bytes(r: torch.Tensor) -> torch.Tensor:
+        return r.to(torch.int32).contiguous().unsqueeze(-1).view(torch.int8)
+
+    return as_bytes(lo), as_bytes(hi)
+
+
 def emulate_kernel(
     words: torch.Tensor,
     scales: torch.Tensor,

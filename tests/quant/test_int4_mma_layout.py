@@ -14,6 +14,7 @@ from hinfer.quant.int4_mma_layout import (
     fragments_to_matrix,
     permute_words,
     real_k,
+    s8_registers,
     unpermute_words,
 )
 
@@ -140,3 +141,27 @@ def test_kernel_tile_algebra_meets_the_row_layout(block_n):
     kp = torch.arange(128)
     want = u[:, real_k(kp // 16, kp % 16).numpy()]  # A[row, k'] = W[row, K(k')]
     assert np.array_equal(t, want)
+
+
+def test_s8_registers_are_int8_fragments_of_the_same_layout():
+    """One shift and two lop3 per word give 16 (u - 8) for the eight weights of a word as two int8 x 4
+    registers: lo = row g, hi = row g + 8, byte b at fragment column (2t, 2t + 8, 2t + 1, 2t + 9)[b] of the word's
+    k16 step (the same words the bf16 unpack reads; no other layout for an int8 MMA)."""
+    n, k = 64, 256
+    w = _weight(n, k, zero_point=True, seed=3)
+    u = unpack_int4(w.qweight, k).to(torch.int32)  # [N, K] stored nibbles 0..15
+    words = permute_words(w.qweight, k).view(n // 16, k // 64, 32, 4)  # [stripe, kc, lane, j]
+    lo, hi = s8_registers(words)  # [stripe, kc, lane, j, 4] int8
+    assert lo.shape == (n // 16, k // 64, 32, 4, 4)
+    lane = torch.arange(32)
+    g, t = lane // 4, lane % 4
+    cols = torch.stack([2 * t, 2 * t + 8, 2 * t + 1, 2 * t + 9], dim=-1)  # [32, 4]
+    for stripe in range(n // 16):
+        for kc in range(k // 64):
+            for j in range(4):
+                kk = real_k(torch.full_like(cols, 4 * kc + j), cols)  # [32, 4] K index of each byte
+                rows = stripe * 16 + g[:, None].expand_as(cols)
+                want_lo = 16 * (u[rows, kk] - 8)
+                want_hi = 16 * (u[rows + 8, kk] - 8)
+                assert torch.equal(lo[stripe, kc, :, j].to(torch.int32), want_lo)
+                assert torch.equal(hi[stripe, kc, :, j].to(torch.int32), want_hi)
