@@ -382,6 +382,50 @@ def s8_registers(words: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return as_bytes(lo), as_bytes(hi)
 
 
+def s8_matrix(words: torch.Tensor, n: int, k: int) -> torch.Tensor:
+    """s8_registers' bytes placed at their (row, K index): int32 [N, K] of 16 (u - 8), decoded through the
+    register semantics, fragment_coords and real_k (byte b of a word at fragment column (2t, 2t + 8, 2t + 1,
+    2t + 9)[b], lo row g, hi row g + 8), not permute_words."""
+    _check(n, k)
+    stripes = n // TILE_N
+    lo, hi = s8_registers(words.view(stripes, k // CHUNK_K, 32, 4))  # [stripe, kc, lane, j, 4]
+    lane = torch.arange(32, device=words.device)
+    g, t = lane // 4, lane % 4
+    cols = torch.stack([2 * t, 2 * t + 8, 2 * t + 1, 2 * t + 9], dim=-1)  # [lane, byte]
+    kt = 4 * torch.arange(k // CHUNK_K, device=words.device)[:, None] + torch.arange(4, device=words.device)
+    kk = real_k(kt[:, None, :, None], cols[None, :, None, :])  # [kc, lane, j, byte]
+    out = torch.empty(n, k, dtype=torch.int32, device=words.device)
+    rows0 = (torch.arange(stripes, device=words.device) * TILE_N)[:, None, None, None, None]
+    for r3, v in ((0, lo), (8, hi)):
+        row = rows0 + (g + r3)[None, None, :, None, None]
+        row, col = torch.broadcast_tensors(row, kk[None])
+        out[row.reshape(-1), col.reshape(-1)] = v.to(torch.int32).reshape(-1)
+    return out
+
+
+def emulate_kernel_a8(words: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor | None, x: torch.Tensor,
+                      n: int) -> torch.Tensor:  # fmt: skip
+    """The int4 x int8 decode's arithmetic (designed, docs/quantization.md): x quantized per row and 128-group
+    (hinfer.quant.int4.quantize_act_int8_ref); per group the exact integer sum S = sum 16 (u - 8) xq (an int8
+    MMA's s32) and sum xq; the partial (S / 16 - (z - 8) sum xq) s_w s_x in fp32, summed over groups in fp32,
+    rounded once to x.dtype. scales / zeros are the [G, N] tensors."""
+    from hinfer.quant.int4 import quantize_act_int8_ref
+
+    m, k = x.shape
+    a = s8_matrix(words, n, k).to(torch.int64)  # [N, K]
+    xq, sx = quantize_act_int8_ref(x, GROUP)
+    xq = xq.to(torch.int64)
+    zg = torch.full_like(scales, 8, dtype=torch.float32) if zeros is None else zeros.float()  # [G, N]
+    acc = torch.zeros(m, n, dtype=torch.float32, device=x.device)
+    for gi in range(scales.shape[0]):
+        ks = slice(gi * GROUP, (gi + 1) * GROUP)
+        s32 = xq[:, ks] @ a[:, ks].t()  # [M, N] exact
+        sq = xq[:, ks].sum(1, keepdim=True).float()  # [M, 1]
+        part = s32.float() * 0.0625 - (zg[gi][None, :] - 8.0) * sq
+        acc += part * (scales[gi].float()[None, :] * sx[:, gi : gi + 1])
+    return acc.to(x.dtype)
+
+
 def emulate_kernel(
     words: torch.Tensor,
     scales: torch.Tensor,

@@ -10,10 +10,12 @@ from hinfer.quant.int4 import pack_int4, quantize_int4, unpack_int4
 from hinfer.quant.int4_mma_layout import (
     Int4MmaWeight,
     emulate_kernel,
+    emulate_kernel_a8,
     fragment_coords,
     fragments_to_matrix,
     permute_words,
     real_k,
+    s8_matrix,
     s8_registers,
     unpermute_words,
 )
@@ -165,3 +167,20 @@ def test_s8_registers_are_int8_fragments_of_the_same_layout():
                 want_hi = 16 * (u[rows + 8, kk] - 8)
                 assert torch.equal(lo[stripe, kc, :, j].to(torch.int32), want_lo)
                 assert torch.equal(hi[stripe, kc, :, j].to(torch.int32), want_hi)
+
+
+@pytest.mark.parametrize("zero_point", [True, False])
+def test_s8_matrix_and_the_int8_emulation_meet_the_reference(zero_point):
+    """s8_matrix is 16 (u - 8) of the stored nibbles at every (row, K); the int4 x int8 decode's arithmetic
+    (emulate_kernel_a8: exact integer group sums, then the scales) matches Int4Weight.matmul_ref_a8 (the same
+    quantized x, fp32 sums in another order: within bf16 output rounding)."""
+    n, k, m = 48, 384, 3
+    w = _weight(n, k, zero_point, seed=5)
+    mw = Int4MmaWeight.from_int4(w)
+    u = unpack_int4(w.qweight, k).to(torch.int32)
+    assert torch.equal(s8_matrix(mw.words, n, k), 16 * (u - 8))
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(m, k, generator=g).bfloat16()
+    got = emulate_kernel_a8(mw.words, mw.scales, mw.zeros, x, n).float()
+    want = w.matmul_ref_a8(x).float()
+    assert ((got - want).norm() / want.norm()).item() < REL
