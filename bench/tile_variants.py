@@ -45,13 +45,14 @@ def parse_variant(text: str) -> dict[str, int]:
     return out
 
 
-def _applies(tile, change: dict[str, int]) -> bool:
-    """Whether the changed tile is one the kernel takes: two groups a slot only where a ring streams with x ahead;
-    a ring only with the offset taken off by the MMA against ones (not fma_offset)."""
+def changed(tile, change: dict[str, int]):
+    """`tile` with `change`'s fields set (each in its field's type), or None where the kernel would not take it:
+    two groups a slot only where a ring streams with x ahead; a ring only with the offset taken off by the MMA
+    against ones (not fma_offset)."""
     t = replace(tile, **{key: type(getattr(tile, key))(v) for key, v in change.items()})
-    if t.ring_pairs and not (t.ring and t.x_ahead):
-        return False
-    return not (t.ring and t.fma_offset)
+    if (t.ring_pairs and not (t.ring and t.x_ahead)) or (t.ring and t.fma_offset):
+        return None
+    return t
 
 
 def changed_entries(config: str, family: str, change: dict[str, int]) -> list[dict]:
@@ -62,9 +63,9 @@ def changed_entries(config: str, family: str, change: dict[str, int]) -> list[di
     shapes = model_shapes(config).get(family, set())
     out = []
     for (f, n, k, m), t in TUNED.items():
-        if f == family and (n, k) in shapes and _applies(t, change):
-            fields = {key: type(getattr(t, key))(v) for key, v in change.items()}
-            out.append(table.entry(f, n, k, m, replace(t, **fields)))
+        new = changed(t, change) if f == family and (n, k) in shapes else None
+        if new is not None:
+            out.append(table.entry(f, n, k, m, new))
     return out
 
 

@@ -52,6 +52,7 @@ def _int4_mma_rows_kernel(w_ptr, out_ptr, K, STRIPES: tl.constexpr):
 # (hinfer.quant.int4.fp8_row_scale); or u - z alone in e4m3 (exact: |u - z| <= 15), the group scales applied by
 # the GEMM that reads it
 SCALED, ROW_SCALED, UNSCALED = 0, 1, 2
+_ROW_SCALED, _UNSCALED = tl.constexpr(ROW_SCALED), tl.constexpr(UNSCALED)  # the kernels' copies
 # HINFER_INT4_DEQUANT=coalesced: the prefill scratch written by the kernel that reads each word once (not yet timed
 # on a GPU against the gathering one, the default)
 COALESCED = os.environ.get("HINFER_INT4_DEQUANT", "gather") == "coalesced"
@@ -65,9 +66,9 @@ def _write(u, row, grp, s_ptr, z_ptr, rs_ptr, out_ptr, N, K, HAS_ZERO: tl.conste
     else:
         z = 8.0
     w = u - z
-    if FORM != 2:
+    if FORM != _UNSCALED:
         w = w * tl.load(s_ptr + grp * N + row).to(tl.float32)
-    if FORM == 1:  # its reach is the row's largest |w|: 448
+    if FORM == _ROW_SCALED:  # its reach is the row's largest |w|: 448
         w = tl.clamp(w / tl.load(rs_ptr + row), -448.0, 448.0)
     kk = tl.arange(0, 128)[None, :]
     tl.store(out_ptr + row.to(tl.int64) * K + grp * 128 + kk, w.to(out_ptr.dtype.element_ty))

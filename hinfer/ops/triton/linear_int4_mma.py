@@ -5,7 +5,8 @@ MMA's M (mma.sync m16n8k16, A = W), the rows of x its N (8, 16, 32 or 64, padded
 128-bit loads in a blocked layout whose registers are, word for word, A fragments: Marlin's bf16 trick (per word
 3 shifts and 4 lop3) yields the 4 bf16x2 registers of one fragment holding 128 + u, and the reshape / permute
 below only rename registers, which `convert_layout(..., assert_trivial=True)` proves at compile time. No shared
-memory, no barrier in the loop. x is read the same way as operand B (32 contiguous K offsets per lane and group,
+memory, no barrier in the loop (the ring tiles stream the words through shared memory instead: _k_loop_ring).
+x is read the same way as operand B, as int32 words of bf16 pairs (32 contiguous K offsets per lane and group,
 the K order of int4_mma_layout.real_k).
 
 The offset 128 + z comes off each group's fp32 partial: sum (128 + u) x - (128 + z) sum x, with sum x from a
@@ -15,8 +16,8 @@ OFFSET_MMA=False instead subtracts it per weight register with one exact bf16x2 
 One program owns BLOCK_N rows (BLOCK_N / 16 / num_warps stripes of 16 per warp), a 1/SPLIT_K slice of the
 128-groups and BLOCK_M rows of x (more rows take more programs, which re-read the tile from L2); the group's
 partial [BLOCK_N, BLOCK_M] is multiplied by the group's scales (as the Triton stream kernel does). Words, scales
-and zeros are loaded DEPTH - 1 groups ahead into registers (the loop unrolled by two); x (small, cache-resident)
-in the step. Split-K is reduced in the same launch by the last program to arrive (same scheme and counters as
+and zeros are loaded DEPTH - 1 groups ahead into registers (the loop unrolled by DEPTH); x (small,
+cache-resident) in the step. A tile's max_regs caps the registers (launch option maxnreg). Split-K is reduced in the same launch by the last program to arrive (same scheme and counters as
 hinfer.ops.triton.linear_splitk). Reference twin:
 hinfer.quant.int4_mma_layout.emulate_kernel.
 """
