@@ -6,6 +6,12 @@ L2), beside its default tile. It prints the winners as TUNED entries (hinfer/ops
     python bench/int4_mma_tiles.py --ms 1,8,16,32 [--sym] [--fma-offset] [--x-ahead] [--rings 0,4] [--json out.json] [--tuned-out t.json]
     python bench/int4_mma_tiles.py --config qwen3.6-35b-a3b --ms 1,8 --packaged --x-ahead   # the packaged tile, each way
     python bench/int4_mma_tiles.py --config qwen3.6-35b-a3b --ms 1 --shapes qkv,gdn_in,o_proj --splits 1,2,4
+    python bench/int4_mma_tiles.py --a8 --ms 1,4,8 --tuned-out a8.json   # the int4 x int8 kernel's tiles
+
+With --a8 the candidates run the int4 x int8 kernel (hinfer/ops/triton/linear_int4_a8.py: BLOCK_M 8, rings of
+2 or 4 slots, splits near the packaged tile's) against the bf16 kernel's packaged tile, and a winner is written
+(family int4_a8) only where it beat that by more than --a8-margin: HINFER_INT4_DECODE=tuned takes the int8
+kernel exactly there.
 """
 
 from __future__ import annotations
@@ -66,12 +72,31 @@ def candidates(m: int, n: int, k: int, rings: tuple[int, ...] = (0,), fma: bool 
     return out
 
 
+def a8_candidates(m: int, n: int, k: int, splits: tuple[int, ...], near: int = 0):
+    """Tiles of the int4 x int8 kernel: BLOCK_N 128 (4 or 8 warps) or 256 (8), rings of 2 or 4 slots, splits
+    keeping >= 4 groups and the grid under ~8 programs an SM; `near` (a split): only half, that and twice it."""
+    from hinfer.ops.triton.linear_int4_a8 import a8_takes
+    from hinfer.ops.triton.tiles.forms import SkinnyConfig
+
+    if near:
+        splits = tuple(s for s in splits if near // 2 <= s <= near * 2)
+    out = []
+    for (block_n, warps), split, ring in itertools.product(((128, 4), (128, 8), (256, 8)), splits, (2, 4)):
+        if n % block_n or k // 128 // split < 4 or (n // block_n) * split > 8 * 132:
+            continue
+        cfg = SkinnyConfig(block_n, 128, 8, split, warps, 2, ring)
+        if a8_takes(m, n, k, cfg, zero=True):
+            out.append(cfg)
+    return out
+
+
 def main() -> None:
     from dataclasses import asdict, replace
 
+    from hinfer.ops.triton.linear_int4_a8 import int4_a8_matmul
     from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
     from hinfer.ops.triton.tiles import table
-    from hinfer.ops.triton.tiles.forms import INT4_MMA
+    from hinfer.ops.triton.tiles.forms import INT4_A8, INT4_MMA
     from hinfer.ops.triton.tiles.linear import mma_config
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -88,6 +113,12 @@ def main() -> None:
     ap.add_argument("--packaged", action="store_true",
                     help="only the packaged tile (and, with --x-ahead, its x_ahead twin): a quick check per shape")
     ap.add_argument("--rings", default="0", help="shared-memory ring sizes to try (0: register look-ahead)")
+    ap.add_argument("--a8", action="store_true",
+                    help="sweep the int4 x int8 kernel against the bf16 kernel's packaged tile (family int4_a8)")
+    ap.add_argument("--a8-all", action="store_true",
+                    help="with --a8, every split (default: half, the same and twice the packaged tile's)")
+    ap.add_argument("--a8-margin", type=float, default=0.02,
+                    help="with --a8, write an entry only where the best tile is this much faster (default 2%%)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--tuned-out", type=Path, help="the winners as HINFER_TILES entries (family int4_mma)")
     a = ap.parse_args()
@@ -107,16 +138,25 @@ def main() -> None:
             rings = tuple(int(r) for r in a.rings.split(","))
 
             want = w.matmul_ref(x).float() if hasattr(w, "matmul_ref") else int4_mma_matmul(x, w).float()
+            # the int8 kernel's own reference (x rounded as it rounds it)
+            want_a8 = w.to_int4().matmul_ref_a8(x).float() if a.a8 else want
 
-            def measure(cfg, x=x, w=w, weights=weights, want=want):
-                got = int4_mma_matmul(x, w, cfg=cfg).float()  # a tile that computes wrong never wins
-                rel = ((got - want).norm() / want.norm()).item()
+            def measure(cfg, x=x, w=w, weights=weights, want=want, want_a8=want_a8):
+                a8 = isinstance(cfg, tuple)  # ("a8", tile): the int8 kernel's candidates
+                cfg = cfg[1] if a8 else cfg
+                run = int4_a8_matmul if a8 else int4_mma_matmul
+                got = run(x, w, cfg=cfg).float()  # a tile that computes wrong never wins
+                ref = want_a8 if a8 else want
+                rel = ((got - ref).norm() / ref.norm()).item()
                 if not rel < 1e-2:
                     raise ValueError(f"rel-L2 {rel:.3g} against the reference")
-                return graph_time(lambda wt: int4_mma_matmul(x, wt, cfg=cfg), weights)
+                return graph_time(lambda wt: run(x, wt, cfg=cfg), weights)
 
             splits = tuple(int(v) for v in a.splits.split(","))
-            tiles = [default] if a.packaged else candidates(m, n, k, rings, a.fma_offset, splits)
+            if a.a8:  # the default (bf16 kernel, packaged tile) is timed first as the bar
+                tiles = [("a8", t) for t in a8_candidates(m, n, k, splits, 0 if a.a8_all else default.split_k)]
+            else:
+                tiles = [default] if a.packaged else candidates(m, n, k, rings, a.fma_offset, splits)
             if a.x_ahead:
                 tiles += [replace(t, x_ahead=not t.x_ahead) for t in tiles]
             timed = time_tiles(default, tiles, measure, f"{name} M={m}")
@@ -124,12 +164,20 @@ def main() -> None:
                 continue
             base = timed[0][0]
             best_t, best = min(timed, key=lambda t: t[0])
+            if a.a8:
+                if len(timed) < 2:
+                    continue
+                best_t, best = min(timed[1:], key=lambda t: t[0])
+                best = best[1]
             print(f"{name:8s} M={m:<3d} default {default} {base * 1e6:7.1f} us {nbytes / base / bw:6.1%}   "
                   f"best {best} {best_t * 1e6:7.1f} us {nbytes / best_t / bw:6.1%}", flush=True)
             rows.append({"shape": name, "n": n, "k": k, "m": m, "default": asdict(default), "default_us": base * 1e6,
                          "best": asdict(best), "best_us": best_t * 1e6, "bytes": nbytes, "copy_bw": bw})  # fmt: skip
-            tuned.append(table.entry(INT4_MMA, n, k, table.m_bucket(m), best))
-            lines.append(table.source_line(INT4_MMA, n, k, table.m_bucket(m), best))
+            family = INT4_A8 if a.a8 else INT4_MMA
+            if a.a8 and not best_t < base * (1 - a.a8_margin):
+                continue  # the bf16 kernel stays here
+            tuned.append(table.entry(family, n, k, table.m_bucket(m), best))
+            lines.append(table.source_line(family, n, k, table.m_bucket(m), best))
             if a.tuned_out:  # as it goes: a sweep cut short keeps what it measured
                 table.write(a.tuned_out, tuned)
         del w, weights

@@ -7,6 +7,8 @@ other way, bench/RESULTS.md).
 
     python bench/tile_variants.py --config qwen3.6-35b-a3b --variants max_regs=128 max_regs=96 --out-dir /tmp/v
     python bench/tile_variants.py --config qwen3.6-27b --variants ring=3,ring_pairs=1 --out-dir /tmp/v
+    python bench/tile_variants.py --config qwen3.6-35b-a3b --variants max_regs=128 --max-m 16 --families moe_int4_mma \
+        --out-dir /tmp/v
 """
 
 from __future__ import annotations
@@ -55,15 +57,16 @@ def changed(tile, change: dict[str, int]):
     return t
 
 
-def changed_entries(config: str, family: str, change: dict[str, int]) -> list[dict]:
-    """The packaged entries of `family` at `config`'s shapes to which `change` applies, changed."""
+def changed_entries(config: str, family: str, change: dict[str, int], max_m: int = 0) -> list[dict]:
+    """The packaged entries of `family` at `config`'s shapes (and M buckets up to max_m, if given) to which
+    `change` applies, changed."""
     from hinfer.ops.triton.tiles import table
     from hinfer.ops.triton.tiles.tuned import TUNED
 
     shapes = model_shapes(config).get(family, set())
     out = []
     for (f, n, k, m), t in TUNED.items():
-        new = changed(t, change) if f == family and (n, k) in shapes else None
+        new = changed(t, change) if f == family and (n, k) in shapes and (not max_m or m <= max_m) else None
         if new is not None:
             out.append(table.entry(f, n, k, m, new))
     return out
@@ -77,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", nargs="+", default=["max_regs=128", "max_regs=96"],
                     help="changes, each FIELD=INT[,FIELD=INT...]: one file per family and change")
     ap.add_argument("--families", help="only these families (comma-separated, e.g. int4_mma); default all")
+    ap.add_argument("--max-m", type=int, default=0,
+                    help="change only the entries of M buckets up to this (e.g. 16: the experts at one lane)")
     ap.add_argument("--out-dir", type=Path, required=True)
     a = ap.parse_args(argv)
     a.out_dir.mkdir(parents=True, exist_ok=True)
@@ -84,9 +89,9 @@ def main(argv: list[str] | None = None) -> int:
         if a.families and family not in a.families.split(","):
             continue
         for text in a.variants:
-            entries = changed_entries(a.config, family, parse_variant(text))
+            entries = changed_entries(a.config, family, parse_variant(text), a.max_m)
             if entries:
-                tag = text.replace("=", "").replace(",", "-").replace("_", "")
+                tag = text.replace("=", "").replace(",", "-").replace("_", "") + (f"-m{a.max_m}" if a.max_m else "")
                 path = a.out_dir / f"{a.config}-{family}-{tag}.json"
                 table.write(path, entries)
                 print(f"{path}: {len(entries)} entries")

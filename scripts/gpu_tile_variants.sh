@@ -10,7 +10,7 @@ PACK=gpu_tile_variants; source "$(dirname "$0")/device_common.sh"
 for m in ${MODELS:-35b:qwen3.6-35b-a3b 122b:qwen3.5-122b-a10b}; do
   name=${m%%:*} model=${m#*:}
   python bench/tile_variants.py --config "$model" --variants ${VARIANTS:-max_regs=128 max_regs=96} \
-    ${FAMILIES:+--families "$FAMILIES"} --out-dir "$R/tiles" > /dev/null
+    ${FAMILIES:+--families "$FAMILIES"} ${MAX_M:+--max-m "$MAX_M"} --out-dir "$R/tiles" > /dev/null
   left 420 && decode_bench "${name}_packaged" "$model"
   for f in "$R"/tiles/"$model"-*.json; do
     left 420 && HINFER_TILES="$f" decode_bench "${name}_$(basename "$f" .json | sed "s/^$model-//")" "$model"

@@ -84,6 +84,18 @@ def launch_fusions(name: str, rows: int) -> bool:
     return on != "0" and name in {v.strip() for v in on.split(",")}
 
 
+def int4_decode_a8() -> str:
+    """How fragment-ordered int4 weights meet the decode rows (HINFER_INT4_DECODE, read at every call): `tuned`
+    (the default): x rounded to int8 per row and 128-group inside the kernel (hinfer/ops/triton/linear_int4_a8.py:
+    the int8 MMA, about 60% of the bf16 kernel's instructions a group; Int4Weight.matmul_ref_a8's numerics) at the
+    shapes and M buckets where its sweep beat the bf16 kernel (tiles/tuned.py), x as it is elsewhere; `a8` the
+    int8 kernel wherever it fits (up to 8 rows); `bf16` never."""
+    v = os.environ.get("HINFER_INT4_DECODE", "tuned").strip()
+    if v not in ("tuned", "a8", "bf16"):
+        raise ValueError(f"HINFER_INT4_DECODE must be `tuned`, `a8` or `bf16`, got {v!r}")
+    return v
+
+
 def int4_wgmma_rows() -> int | None:
     """Where the int4 warpgroup-MMA kernel takes over from the mma.sync one (fragment-ordered weights, up to 64
     rows of x): None (HINFER_INT4_WGMMA unset or `tuned`, the default) at the shapes and M buckets where its

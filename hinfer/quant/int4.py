@@ -216,12 +216,15 @@ INT8_MAX = 127.0
 
 def quantize_act_int8_ref(x: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
     """x [M, K] (K % group == 0) -> (q int8 [M, K], scales fp32 [M, K / group]): symmetric per token and group,
-    scale = amax / 127 (a zero group keeps scale 1), q = x / scale rounded to nearest even."""
+    scale = amax / 127 (a zero group keeps scale 1), q = x * (127 / amax) rounded to nearest even (a multiply by
+    the group's reciprocal, as the int4 x int8 kernel quantizes: one IEEE division a group, not an element)."""
     m, k = x.shape
     xf = x.float().view(m, k // group, group)
     amax = xf.abs().amax(-1)
-    s = torch.where(amax > 0, amax / INT8_MAX, torch.ones_like(amax))
-    q = torch.round(xf / s[..., None]).clamp(-INT8_MAX, INT8_MAX).to(torch.int8).view(m, k)
+    pos = amax > 0
+    s = torch.where(pos, amax / INT8_MAX, torch.ones_like(amax))
+    r = torch.where(pos, INT8_MAX / torch.where(pos, amax, torch.ones_like(amax)), torch.ones_like(amax))
+    q = torch.round(xf * r[..., None]).clamp(-INT8_MAX, INT8_MAX).to(torch.int8).view(m, k)
     return q, s
 
 

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hinfer.ops.dispatch import int4_wgmma_rows, use_triton
+from hinfer.ops.dispatch import int4_decode_a8, int4_wgmma_rows, use_triton
 from hinfer.quant.fp8 import scaled_mm_rowwise
 from hinfer.quant.int4 import (
     GROUP,
@@ -208,6 +208,10 @@ class Int4MmaWeight(nn.Module):
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.k)
         if x2.shape[0] <= MAX_M:
+            if self._a8_takes(x2):
+                from hinfer.ops.triton.linear_int4_a8 import int4_a8_matmul
+
+                return int4_a8_matmul(x2, self, out=out).view(*lead, self.n)
             if self._wgmma_takes(x2.shape[0]):
                 from hinfer.ops.triton.linear_int4_wgmma import int4_wgmma_matmul
 
@@ -254,6 +258,17 @@ class Int4MmaWeight(nn.Module):
         """Reference of the w4a8 prefill path (Int4Weight.matmul_ref_w4a8)."""
         return self.to_int4().matmul_ref_w4a8(x)
 
+    def _a8_takes(self, x: torch.Tensor) -> bool:
+        """Whether these rows go through the int4 x int8 kernel (int4_decode_a8 says where)."""
+        from hinfer.ops.triton.tiles.linear import a8_swept_faster
+
+        mode = int4_decode_a8()
+        if mode == "bf16" or (mode == "tuned" and not a8_swept_faster(x.shape[0], self.n, self.k)):
+            return False
+        from hinfer.ops.triton.linear_int4_a8 import a8_takes
+
+        return a8_takes(x.shape[0], self.n, self.k, zero=self.zeros is not None)
+
     def _wgmma_takes(self, m: int) -> bool:
         """Whether the warpgroup-MMA kernel takes these m rows (int4_wgmma_rows says where)."""
         if self.scales.dtype != torch.bfloat16:
@@ -270,6 +285,11 @@ class Int4MmaWeight(nn.Module):
         tiles) when the tensor-core kernel takes x and the tail is bf16; False (nothing written) otherwise."""
         if tail.dtype != torch.bfloat16 or tail.stride(-1) != 1 or not _decode_rows_on_cuda(x):
             return False
+        if self._a8_takes(x):
+            from hinfer.ops.triton.linear_int4_a8 import int4_a8_matmul
+
+            int4_a8_matmul(x, self, out=out, tail=tail)
+            return True
         from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
 
         int4_mma_matmul(x, self, out=out, tail=tail)

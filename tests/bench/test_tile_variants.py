@@ -45,3 +45,14 @@ def test_a_ring_for_the_register_tiles_skips_fma_offset_ones(tmp_path):
     loaded = table.load(tmp_path / "qwen3.6-35b-a3b-int4_mma-ring4-xahead1-maxregs96.json")
     assert loaded and all(t.ring == 4 and t.x_ahead and t.max_regs == 96 and not t.fma_offset
                           for t in loaded.values())
+
+
+def test_max_m_changes_only_the_small_buckets(tmp_path):
+    """--max-m 16: the experts' entries of one lane's bucket capped, the others left to the packaged tiles."""
+    main(["--config", "qwen3.6-35b-a3b", "--variants", "max_regs=128", "--families", "moe_int4_mma", "--max-m", "16",
+          "--out-dir", str(tmp_path)])  # fmt: skip
+    loaded = table.load(tmp_path / "qwen3.6-35b-a3b-moe_int4_mma-maxregs128-m16.json")
+    shapes = model_shapes("qwen3.6-35b-a3b")[MOE_INT4_MMA]
+    want = {key for key in TUNED if key[0] == MOE_INT4_MMA and key[1:3] in shapes and key[3] <= 16}
+    assert set(loaded) == want and want
+    assert all(t.max_regs == 128 for t in loaded.values())

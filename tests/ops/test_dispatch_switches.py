@@ -55,3 +55,38 @@ def test_wgmma_takes_over_where_its_sweep_won(monkeypatch):
     assert [m for m in range(1, 17) if w._wgmma_takes(m)] == [12, 13, 14, 15, 16]
     monkeypatch.setenv("HINFER_INT4_WGMMA", "0")
     assert not any(w._wgmma_takes(m) for m in range(1, 17))
+
+
+def test_int4_decode_a8(monkeypatch):
+    from hinfer.ops.dispatch import int4_decode_a8
+
+    monkeypatch.delenv("HINFER_INT4_DECODE", raising=False)
+    assert int4_decode_a8() == "tuned"
+    for v in ("tuned", "a8", "bf16"):
+        monkeypatch.setenv("HINFER_INT4_DECODE", v)
+        assert int4_decode_a8() == v
+    monkeypatch.setenv("HINFER_INT4_DECODE", "int8")
+    with pytest.raises(ValueError, match="HINFER_INT4_DECODE"):
+        int4_decode_a8()
+
+
+def test_a8_takes_over_where_its_sweep_won(monkeypatch):
+    """By default the int4 x int8 kernel takes a shape at an M bucket only where tuned.py has its entry (the sweep
+    writes one only where it beat the bf16 kernel); `a8` wherever it fits (up to 8 rows); `bf16` never."""
+    from hinfer.ops.triton.tiles import table
+    from hinfer.ops.triton.tiles.forms import INT4_A8, SkinnyConfig
+    from hinfer.quant.int4_mma_layout import Int4MmaWeight
+
+    n, k = 256, 512
+    w = Int4MmaWeight(torch.zeros(n // 16, 2 * k, dtype=torch.int32), torch.ones(k // 128, n).bfloat16(), None, n, k)
+    monkeypatch.setitem(table.TABLE, (INT4_A8, n, k, 1), SkinnyConfig(128, 128, 8, 1, 4, 2, 4))
+
+    def takes() -> list[int]:
+        return [m for m in range(1, 17) if w._a8_takes(torch.zeros(m, k))]
+
+    monkeypatch.delenv("HINFER_INT4_DECODE", raising=False)
+    assert takes() == [1]
+    monkeypatch.setenv("HINFER_INT4_DECODE", "a8")
+    assert takes() == list(range(1, 9))
+    monkeypatch.setenv("HINFER_INT4_DECODE", "bf16")
+    assert takes() == []

@@ -31,6 +31,7 @@ from hinfer.ops.triton.int4_mma_dequant import (
 )
 from hinfer.ops.triton.linear import _FMT_CODE, _skinny_kernel
 from hinfer.ops.triton.linear_gemm import _act_quant_kernel, _gemm_kernel, _int4_dequant_kernel
+from hinfer.ops.triton.linear_int4_a8 import int4_a8_variant
 from hinfer.ops.triton.linear_int4_gemv import int4_gemv_kernel
 from hinfer.ops.triton.linear_int4_mma import int4_mma_variant
 from hinfer.ops.triton.linear_int4_wgmma import int4_wgmma_kernel, int4_wgmma_variant
@@ -190,6 +191,11 @@ def variants(full: bool = False) -> Iterator[Variant]:
     # the 27B's packaged ring tiles with x ahead, held to 96 registers (max_regs; with tail rows: MEASURED_SPILLS)
     for split in (2, 16):
         yield (*int4_mma_variant(128, 8, split, 4, True, True, 2, ring=4, pdl=True, xa=True, max_regs=96), 0)
+    # the int4 x int8 decode (x quantized in the kernel): one row or eight, 4 / 8 warps, tail rows, a register cap
+    for split, warps, zero, xrows, tail, regs in ((4, 4, True, 1, False, 96), (4, 4, False, 8, False, 96),
+                                                  (1, 8, True, 1, True, 0), (16, 4, True, 8, True, 0)):  # fmt: skip
+        xg = 8 * (warps // min(warps, xrows)) * (2 if xrows == 1 else 1)
+        yield (*int4_a8_variant(128, split, warps, zero, 4, xrows, xg, tail=tail, pdl=True, max_regs=regs), 0)
     # the warpgroup-MMA kernel: one or two warpgroups, 8 to 64 rows of x, K splits
     for block_n, block_m, split, warps, zero in ((64, 8, 1, 4, True), (64, 32, 2, 4, True), (128, 16, 1, 4, False),
                                                  (128, 8, 2, 8, True), (128, 8, 4, 8, True), (256, 8, 4, 8, True),

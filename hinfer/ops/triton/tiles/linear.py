@@ -20,6 +20,7 @@ from hinfer.ops.triton.tiles.forms import (
     GEMM,
     GEMM_PROMOTE,
     INT4,
+    INT4_A8,
     INT4_MMA,
     INT4_WGMMA,
     GemmConfig,
@@ -160,6 +161,29 @@ def wgmma_swept_faster(m: int, n: int, k: int) -> bool:
     """Whether a sweep found the warpgroup-MMA kernel faster than the mma.sync one at this shape and M bucket:
     the sweep (bench/int4_wgmma.py) writes an entry only where it won."""
     return (INT4_WGMMA, n, k, m_bucket(m)) in TABLE
+
+
+def _a8_heuristic(m: int, n: int, k: int, sms: int | None = None) -> SkinnyConfig:
+    """The bf16 int4 kernel's tile (the int4 x int8 kernel streams it through its ring, at least 2 slots)."""
+    return mma_config(m, n, k, sms)
+
+
+def _a8_fits(cfg: SkinnyConfig, m: int, n: int, k: int) -> bool:
+    return cfg.block_m == 8 and m <= 8 and n % cfg.block_n == 0
+
+
+INT4_A8_TILES: Family[SkinnyConfig] = Family(INT4_A8, _a8_heuristic, _a8_fits)
+
+
+def a8_config(m: int, n: int, k: int, sms: int | None = None) -> SkinnyConfig:
+    """Tiles of one int4 x int8 call (linear_int4_a8.int4_a8_matmul)."""
+    return lookup(INT4_A8_TILES, m, n, k, sms=sms)
+
+
+def a8_swept_faster(m: int, n: int, k: int) -> bool:
+    """Whether a sweep found the int4 x int8 kernel faster than the bf16 int4 kernel's packaged tile at this shape
+    and M bucket (bench/int4_mma_tiles.py --a8 writes an entry only where it won)."""
+    return (INT4_A8, n, k, m_bucket(m)) in TABLE
 
 
 # Prefill GEMMs (int4 W4A16 / W4A8, fp8 W8A8): 128x128 tiles, 8 warps. Promoting each K-step's partial

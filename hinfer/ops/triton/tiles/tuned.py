@@ -9,7 +9,7 @@ DecodeTile, ...) imports it from forms.py with it.
 
 from __future__ import annotations
 
-from hinfer.ops.triton.tiles.forms import INT4_MMA, INT4_WGMMA, MOE_INT4_MMA, SkinnyConfig
+from hinfer.ops.triton.tiles.forms import INT4_A8, INT4_MMA, INT4_WGMMA, MOE_INT4_MMA, SkinnyConfig
 
 # Linear: the skinny kernel. Swept on the H200 (2026-11-30, `bench/linear_kernels.py --tune --formats bf16
 # --ms 1,8`); GDN in_proj fused (16480 rows) reuses the 16384-row winner.
@@ -74,6 +74,16 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     (INT4_MMA, 5120, 17408, 8): SkinnyConfig(128, 128, 8, 16, 4, 2, 4, False, True, 96),
     (INT4_MMA, 5120, 17408, 16): SkinnyConfig(128, 128, 16, 8, 4, 2, 4),
     (INT4_MMA, 5120, 17408, 32): SkinnyConfig(128, 128, 16, 4, 4, 2, 4),
+    # int4 x int8 decode (linear_int4_a8), where it beat the bf16 kernels in the 27B's decode graph (an entry is
+    # where it takes over): one row at every projection on the bf16 kernel's packaged tiles (157.0 -> 178.3 tok/s,
+    # H200 2026-12-03); eight rows at o_proj on its swept tile (`bench/int4_mma_tiles.py --a8 --ms 1,8`:
+    # 14.8 -> 10.0 us alone; alone its one-row winners lost to these in the graph)
+    (INT4_A8, 14336, 5120, 1): SkinnyConfig(128, 128, 8, 4, 4, 2, 4, False, False, 96),
+    (INT4_A8, 16384, 5120, 1): SkinnyConfig(128, 128, 8, 4, 4, 2, 4, False, False, 96),
+    (INT4_A8, 34816, 5120, 1): SkinnyConfig(128, 128, 8, 2, 4, 2, 4, False, False, 96),
+    (INT4_A8, 5120, 6144, 1): SkinnyConfig(128, 128, 8, 8, 4, 2, 4, False, False, 96),
+    (INT4_A8, 5120, 17408, 1): SkinnyConfig(128, 128, 8, 16, 4, 2, 4, False, False, 96),
+    (INT4_A8, 5120, 6144, 8): SkinnyConfig(128, 128, 8, 8, 8, 2, 4),
     # int4 on warpgroup MMA, where it beat the mma.sync kernel by > 3% (an entry is where it takes over), swept
     # 2026-12-02 (`bench/int4_wgmma.py --ms 4,8,16,32 --tiles`, asymmetric weights)
     (INT4_WGMMA, 14336, 5120, 1): SkinnyConfig(256, 128, 8, 4, 8, 1),  # `--ms 1,2`: 1.27x / 1.05x

@@ -1,0 +1,131 @@
+"""The Gluon int4 x int8 decode kernel (hinfer/ops/triton/linear_int4_a8.py; HINFER_INT4_DECODE=a8) against its
+twin, hinfer.quant.int4_mma_layout.emulate_kernel_a8 (on the CPU: exact integer sums), and at the Qwen3.6-27B
+shapes against Int4Weight.matmul_ref_a8; NaN-poisoned outputs.
+
+    pytest -m gpu tests/gpu/test_int4_a8.py -q
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+H = 5120
+SHAPES = {"qkv": (14336, H), "gdn_in_head": (16384, H), "gate_up": (34816, H), "o_proj": (H, 6144),
+          "down": (H, 17408)}  # fmt: skip
+# the kernel and matmul_ref_a8 quantize x alike (one rounding a value); what remains is fp32 summation order
+# and the bf16 output rounding (relative 2^-9 a value)
+REL = 4e-3
+
+
+def _gen(seed: int | None = None) -> torch.Generator:
+    from hinfer.fixtures import fixed_test_seed
+
+    return torch.Generator(device="cuda").manual_seed(fixed_test_seed() if seed is None else seed)
+
+
+def _rel(y: torch.Tensor, ref: torch.Tensor) -> float:
+    assert torch.isfinite(y).all(), "non-finite (or unwritten) output"
+    return ((y.float().cpu() - ref.float().cpu()).norm() / ref.float().cpu().norm()).item()
+
+
+def _quantized(n: int, k: int, zero_point: bool, g: torch.Generator):
+    from hinfer.quant import quantize_int4
+    from hinfer.quant.int4_mma_layout import Int4MmaWeight
+
+    q = quantize_int4((torch.randn(n, k, generator=g, device="cuda") * k**-0.5).bfloat16(), zero_point=zero_point)
+    return q, Int4MmaWeight.from_int4(q)
+
+
+def _poisoned(m: int, n: int) -> torch.Tensor:
+    return torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+
+
+@pytest.fixture(autouse=True)
+def _fp32_references():
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32 = old
+
+
+@pytest.mark.parametrize("tile", [(128, 1, 4, 4), (128, 4, 4, 4), (128, 3, 8, 2), (256, 2, 8, 3), (64, 5, 4, 6),
+                                  (128, 16, 4, 4), (128, 8, 8, 4)])  # fmt: skip
+@pytest.mark.parametrize("zero_point", [True, False], ids=["asym", "sym"])
+def test_int4_a8_matches_its_twin(tile, zero_point):
+    """Tiles (BLOCK_N, split-K, warps, ring) on 40 groups (uneven splits, splits of 2 and 3 groups, a ring longer
+    than a split), 1 to 8 rows of x (2, 4 or 8 of them quantized per program) with an all-zero group (scale 1),
+    against the twin's exact integer sums."""
+    from hinfer.ops.triton.linear_int4_a8 import int4_a8_matmul
+    from hinfer.ops.triton.tiles.forms import SkinnyConfig
+    from hinfer.quant.int4_mma_layout import emulate_kernel_a8
+
+    block_n, split, warps, ring = tile
+    cfg = SkinnyConfig(block_n, 128, 8, split, warps, 2, ring)
+    n, k = 512, 40 * 128
+    g = _gen()
+    _, mw = _quantized(n, k, zero_point, g)
+    cpu = (mw.words.cpu(), mw.scales.cpu(), None if mw.zeros is None else mw.zeros.cpu())
+    for m in (1, 2, 3, 5, 8):
+        x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
+        x[m - 1, 128:256] = 0
+        y = int4_a8_matmul(x, mw, out=_poisoned(m, n), cfg=cfg)
+        twin = emulate_kernel_a8(*cpu, x.cpu(), n)
+        assert _rel(y, twin) < REL, m
+        assert (y.float().cpu() - twin.float()).abs().max() <= 2 ** -6 * twin.float().abs().max(), m
+
+
+@pytest.mark.parametrize("zero_point", [True, False], ids=["asym", "sym"])
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_int4_a8_27b_shapes(name, zero_point):
+    """The packaged tiles (mma_config) at the 27B's projections, 1 .. 8 rows."""
+    from hinfer.ops.triton.linear_int4_a8 import a8_takes, int4_a8_matmul
+    from hinfer.ops.triton.tiles.linear import mma_config
+
+    n, k = SHAPES[name]
+    g = _gen()
+    q, mw = _quantized(n, k, zero_point, g)
+    for m in (1, 2, 3, 8):
+        if not a8_takes(m, n, k, zero=zero_point):
+            continue
+        x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
+        y = int4_a8_matmul(x, mw, out=_poisoned(m, n))
+        assert _rel(y, q.matmul_ref_a8(x)) < REL, (m, mma_config(m, n, k))
+
+
+def test_int4_a8_through_the_switch_with_a_tail_and_in_a_graph(monkeypatch):
+    """HINFER_INT4_DECODE=a8 routes Int4MmaWeight.matmul and matmul_tail (bf16 tail rows in the same launch) to
+    the kernel; a CUDA graph replays it (split-K counters reset) on new x."""
+    from hinfer.ops.triton.linear_int4_a8 import int4_a8_matmul
+    from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
+
+    monkeypatch.setenv("HINFER_INT4_DECODE", "bf16")
+    n, k = 1024, H
+    _, mw = _quantized(n, k, True, _gen(1))
+    x = torch.randn(1, k, generator=_gen(2), device="cuda").bfloat16()
+    assert torch.equal(mw.matmul(x), int4_mma_matmul(x, mw))
+    monkeypatch.setenv("HINFER_INT4_DECODE", "a8")
+    n, k, t = 1024, H, 20
+    g = _gen()
+    q, mw = _quantized(n, k, True, g)
+    tail = (torch.randn(t, k, generator=g, device="cuda") * k**-0.5).bfloat16()
+    for m in (1, 4):
+        x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
+        assert torch.equal(mw.matmul(x), int4_a8_matmul(x, mw))
+        out = _poisoned(m, n + t)
+        assert mw.matmul_tail(x, tail, out)
+        assert _rel(out[:, :n], q.matmul_ref_a8(x)) < REL
+        assert _rel(out[:, n:], x.float() @ tail.float().t()) < REL
+    x = torch.randn(1, k, generator=g, device="cuda").bfloat16()
+    y = mw.matmul(x)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y_g = mw.matmul(x)
+    for _ in range(3):
+        x.copy_(torch.randn(1, k, generator=g, device="cuda").bfloat16())
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(y_g, mw.matmul(x))
+    assert not torch.equal(y_g, y)

@@ -1,0 +1,42 @@
+"""What the int4 x int8 decode kernel's programs hold (hinfer/ops/triton/linear_int4_a8.py, A8Shape) and which
+calls it takes: pure arithmetic, no GPU (the kernel itself: tests/gpu/test_int4_a8.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hinfer.ops.triton.linear_int4_a8 import SMEM_LIMIT, A8Shape, a8_takes
+from hinfer.ops.triton.tiles.forms import SkinnyConfig
+from hinfer.ops.triton.tiles.linear import a8_config, a8_swept_faster, mma_config
+
+
+@pytest.mark.parametrize("m, xrows", [(1, 1), (2, 2), (3, 4), (4, 4), (5, 8), (8, 8)])
+def test_rows_of_x_quantized_per_program(m, xrows):
+    """M rounded up to a power of two; groups a prologue step takes: 8, or 8 per warp left over by the rows."""
+    cfg = SkinnyConfig(128, 128, 8, 4, 4, 2, 4)
+    shape = A8Shape.of(m, 5120, cfg)
+    assert shape.xrows == xrows
+    assert shape.xq == 8 * (4 // min(4, xrows))
+    assert shape.xg % shape.xq == 0 and shape.xg >= 10 > shape.xg - shape.xq  # 40 groups / split 4, rounded up
+    assert shape.ring == 4
+
+
+def test_shared_memory_and_what_it_takes():
+    """The ring (words 64 bytes a row, scales, zeros) and x's bytes and scales; more than 8 rows, another BLOCK_M or
+    too much shared memory go to the bf16 kernel."""
+    cfg = SkinnyConfig(128, 128, 8, 4, 4, 2, 3)
+    shape = A8Shape.of(8, 5120, cfg)
+    assert shape.smem_bytes(128, True) == 3 * 128 * 67 + shape.xg * (8 * 128 + 64)
+    assert a8_takes(8, 14336, 5120, cfg, zero=True)
+    assert not a8_takes(9, 14336, 5120, cfg)
+    assert not a8_takes(8, 14336, 5120, SkinnyConfig(128, 128, 16, 4, 4, 2, 3))
+    assert not a8_takes(1, 14336 + 64, 5120, cfg)  # N not a multiple of BLOCK_N
+    whole_k = SkinnyConfig(256, 128, 8, 1, 8, 2, 4)  # 8 rows of the 27B down_proj's 136 groups in one program
+    assert A8Shape.of(8, 17408, whole_k).smem_bytes(256, True) > SMEM_LIMIT
+    assert not a8_takes(8, 5120, 17408, whole_k, zero=True)
+
+
+def test_tiles_default_to_the_bf16_kernels_and_take_over_only_where_swept():
+    for m, n, k in ((1, 14336, 5120), (8, 5120, 17408), (4, 34816, 5120)):
+        assert a8_config(m, n, k, sms=132) == mma_config(m, n, k, sms=132)
+    assert not a8_swept_faster(1, 14336 + 16, 5120)
