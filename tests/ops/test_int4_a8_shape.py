@@ -37,6 +37,17 @@ def test_shared_memory_and_what_it_takes():
 
 
 def test_tiles_default_to_the_bf16_kernels_and_take_over_only_where_swept():
-    for m, n, k in ((1, 14336, 5120), (8, 5120, 17408), (4, 34816, 5120)):
+    for m, n, k in ((1, 9216, 2048), (8, 5120, 17408), (4, 34816, 5120)):
         assert a8_config(m, n, k, sms=132) == mma_config(m, n, k, sms=132)
     assert not a8_swept_faster(1, 14336 + 16, 5120)
+
+
+def test_packaged_entries_fit_the_kernel():
+    """Every int4_a8 entry in tuned.py is a tile the int4 x int8 kernel takes at its bucket's rows."""
+    from hinfer.ops.triton.tiles.forms import INT4_A8
+    from hinfer.ops.triton.tiles.tuned import TUNED
+
+    entries = [(key, t) for key, t in TUNED.items() if key[0] == INT4_A8]
+    assert entries
+    for (_, n, k, m), tile in entries:
+        assert a8_takes(m, n, k, tile, zero=True) and a8_swept_faster(m, n, k) and a8_config(m, n, k) == tile

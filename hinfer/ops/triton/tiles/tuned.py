@@ -74,16 +74,23 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     (INT4_MMA, 5120, 17408, 8): SkinnyConfig(128, 128, 8, 16, 4, 2, 4, False, True, 96),
     (INT4_MMA, 5120, 17408, 16): SkinnyConfig(128, 128, 16, 8, 4, 2, 4),
     (INT4_MMA, 5120, 17408, 32): SkinnyConfig(128, 128, 16, 4, 4, 2, 4),
-    # int4 x int8 decode (linear_int4_a8), where it beat the bf16 kernels in the 27B's decode graph (an entry is
-    # where it takes over): one row at every projection on the bf16 kernel's packaged tiles (157.0 -> 178.3 tok/s,
-    # H200 2026-12-03); eight rows at o_proj on its swept tile (`bench/int4_mma_tiles.py --a8 --ms 1,8`:
-    # 14.8 -> 10.0 us alone; alone its one-row winners lost to these in the graph)
+    # int4 x int8 decode (linear_int4_a8), where it beat the bf16 kernels in the decode graph (an entry is where it
+    # takes over). The 27B: one row at every projection on the bf16 kernel's packaged tiles, eight rows at o_proj
+    # on its swept tile (`bench/int4_mma_tiles.py --a8 --ms 1,8`: 14.8 -> 10.0 us alone; alone its one-row winners
+    # lost to these in the graph): 157.2 -> 176.5 tok/s at one lane, 941.2 -> 974.8 at eight (H200 2026-12-03)
     (INT4_A8, 14336, 5120, 1): SkinnyConfig(128, 128, 8, 4, 4, 2, 4, False, False, 96),
     (INT4_A8, 16384, 5120, 1): SkinnyConfig(128, 128, 8, 4, 4, 2, 4, False, False, 96),
     (INT4_A8, 34816, 5120, 1): SkinnyConfig(128, 128, 8, 2, 4, 2, 4, False, False, 96),
     (INT4_A8, 5120, 6144, 1): SkinnyConfig(128, 128, 8, 8, 4, 2, 4, False, False, 96),
     (INT4_A8, 5120, 17408, 1): SkinnyConfig(128, 128, 8, 16, 4, 2, 4, False, False, 96),
     (INT4_A8, 5120, 6144, 8): SkinnyConfig(128, 128, 8, 8, 8, 2, 4),
+    # the 122B-A10B's dense projections at one row on the bf16 kernel's tiles (rings of 2 slots): one lane 264.6 ->
+    # 272.4 tok/s (H200 2026-12-03, HINFER_INT4_DECODE=a8; at eight lanes a8 lost 1%, the 35B-A3B gained nothing)
+    (INT4_A8, 17408, 3072, 1): SkinnyConfig(128, 128, 8, 4, 4, 2, 2),  # qkv
+    (INT4_A8, 20480, 3072, 1): SkinnyConfig(128, 128, 8, 4, 4, 2, 2),  # GDN in_proj
+    (INT4_A8, 3072, 8192, 1): SkinnyConfig(128, 128, 8, 16, 4, 4, 2),  # o_proj, GDN out_proj
+    (INT4_A8, 2048, 3072, 1): SkinnyConfig(128, 128, 8, 4, 4, 4, 2),  # shared expert gate_up
+    (INT4_A8, 3072, 1024, 1): SkinnyConfig(128, 128, 8, 2, 4, 4, 2),  # shared expert down
     # int4 on warpgroup MMA, where it beat the mma.sync kernel by > 3% (an entry is where it takes over), swept
     # 2026-12-02 (`bench/int4_wgmma.py --ms 4,8,16,32 --tiles`, asymmetric weights)
     (INT4_WGMMA, 14336, 5120, 1): SkinnyConfig(256, 128, 8, 4, 8, 1),  # `--ms 1,2`: 1.27x / 1.05x
@@ -170,15 +177,18 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     # (K in 4 splits), down 9.0 -> 7.9
     # re-swept 2026-12-02 with the gate_up writing silu(gate) * up (the down reads it as is): gate_up 11.46 -> 9.80
     # us, down 6.16 -> 5.30 (35B-A3B); 122B-A10B down 10.51 -> 9.73, its gate_up within 0.5% (kept)
-    (MOE_INT4_MMA, 1024, 2048, 16): SkinnyConfig(128, 128, 8, 4, 4, 4),
-    (MOE_INT4_MMA, 2048, 512, 16): SkinnyConfig(32, 128, 8, 1, 2, 2),
+    # at one token held to 128 registers (max_regs) in the decode graph 2026-12-03 (`scripts/gpu_tile_variants.sh`:
+    # the cap on every bucket: one lane 469.8 -> 489.7 tok/s on the 35B-A3B, 264.4 -> 271.3 on the 122B-A10B;
+    # eight lanes lost 29% / 6%, so their buckets stay uncapped)
+    (MOE_INT4_MMA, 1024, 2048, 16): SkinnyConfig(128, 128, 8, 4, 4, 4, max_regs=128),
+    (MOE_INT4_MMA, 2048, 512, 16): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128),
     # 35B-A3B gate_up at 8 tokens re-swept 2026-12-03 (`--t 8 32 --splits 1,2`): 33.3 -> 32.6 us alone, decode
     # at 8 lanes 1,857.1 -> 1,879.8 tok/s with it (its down's winner was the packaged tile)
     (MOE_INT4_MMA, 1024, 2048, 128): SkinnyConfig(128, 128, 8, 1, 2, 4),
     (MOE_INT4_MMA, 2048, 512, 128): SkinnyConfig(128, 128, 8, 1, 2, 2),
     # 122B-A10B at one token re-swept with K splits 2026-12-02: gate_up 21.0 -> 18.7 us (2 splits), down 19.1 -> 14.1
-    (MOE_INT4_MMA, 2048, 3072, 16): SkinnyConfig(128, 128, 8, 2, 4, 4),
-    (MOE_INT4_MMA, 3072, 1024, 16): SkinnyConfig(32, 128, 8, 1, 2, 2),
+    (MOE_INT4_MMA, 2048, 3072, 16): SkinnyConfig(128, 128, 8, 2, 4, 4, max_regs=128),
+    (MOE_INT4_MMA, 3072, 1024, 16): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128),
     (MOE_INT4_MMA, 2048, 3072, 128): SkinnyConfig(32, 128, 8, 1, 2, 4),  # 89.0 -> 85.2 us (2026-12-02)
     (MOE_INT4_MMA, 3072, 1024, 128): SkinnyConfig(64, 128, 8, 1, 1, 2),
     # a verification of 8 lanes x 4 tokens (288 pairs), swept 2026-12-02 (`--t 32`): the 8-token winners held
