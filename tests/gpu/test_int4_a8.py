@@ -10,45 +10,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.gpu.test_int4_mma import SHAPES, _fp32_references, _gen, _poisoned, _quantized, _rel  # noqa: F401
+
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 H = 5120
-SHAPES = {"qkv": (14336, H), "gdn_in_head": (16384, H), "gate_up": (34816, H), "o_proj": (H, 6144),
-          "down": (H, 17408)}  # fmt: skip
 # the kernel and matmul_ref_a8 quantize x alike (one rounding a value); what remains is fp32 summation order
 # and the bf16 output rounding (relative 2^-9 a value)
 REL = 4e-3
-
-
-def _gen(seed: int | None = None) -> torch.Generator:
-    from hinfer.fixtures import fixed_test_seed
-
-    return torch.Generator(device="cuda").manual_seed(fixed_test_seed() if seed is None else seed)
-
-
-def _rel(y: torch.Tensor, ref: torch.Tensor) -> float:
-    assert torch.isfinite(y).all(), "non-finite (or unwritten) output"
-    return ((y.float().cpu() - ref.float().cpu()).norm() / ref.float().cpu().norm()).item()
-
-
-def _quantized(n: int, k: int, zero_point: bool, g: torch.Generator):
-    from hinfer.quant import quantize_int4
-    from hinfer.quant.int4_mma_layout import Int4MmaWeight
-
-    q = quantize_int4((torch.randn(n, k, generator=g, device="cuda") * k**-0.5).bfloat16(), zero_point=zero_point)
-    return q, Int4MmaWeight.from_int4(q)
-
-
-def _poisoned(m: int, n: int) -> torch.Tensor:
-    return torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
-
-
-@pytest.fixture(autouse=True)
-def _fp32_references():
-    old = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32 = old
 
 
 @pytest.mark.parametrize("tile", [(128, 1, 4, 4), (128, 4, 4, 4), (128, 3, 8, 2), (256, 2, 8, 3), (64, 5, 4, 6),
@@ -73,16 +42,17 @@ def test_int4_a8_matches_its_twin(tile, zero_point):
         x[m - 1, 128:256] = 0
         y = int4_a8_matmul(x, mw, out=_poisoned(m, n), cfg=cfg)
         twin = emulate_kernel_a8(*cpu, x.cpu(), n)
-        assert _rel(y, twin) < REL, m
+        assert _rel(y.cpu(), twin) < REL, m
         assert (y.float().cpu() - twin.float()).abs().max() <= 2 ** -6 * twin.float().abs().max(), m
 
 
 @pytest.mark.parametrize("zero_point", [True, False], ids=["asym", "sym"])
 @pytest.mark.parametrize("name", list(SHAPES))
 def test_int4_a8_27b_shapes(name, zero_point):
-    """The packaged tiles (mma_config) at the 27B's projections, 1 .. 8 rows."""
+    """The tiles a8_config gives (the packaged int4_a8 entries, else the bf16 kernel's) at the 27B's projections,
+    1 .. 8 rows."""
     from hinfer.ops.triton.linear_int4_a8 import a8_takes, int4_a8_matmul
-    from hinfer.ops.triton.tiles.linear import mma_config
+    from hinfer.ops.triton.tiles.linear import a8_config
 
     n, k = SHAPES[name]
     g = _gen()
@@ -92,7 +62,7 @@ def test_int4_a8_27b_shapes(name, zero_point):
             continue
         x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
         y = int4_a8_matmul(x, mw, out=_poisoned(m, n))
-        assert _rel(y, q.matmul_ref_a8(x)) < REL, (m, mma_config(m, n, k))
+        assert _rel(y, q.matmul_ref_a8(x)) < REL, (m, a8_config(m, n, k))
 
 
 def test_int4_a8_through_the_switch_with_a_tail_and_in_a_graph(monkeypatch):

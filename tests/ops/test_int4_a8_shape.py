@@ -51,3 +51,18 @@ def test_packaged_entries_fit_the_kernel():
     assert entries
     for (_, n, k, m), tile in entries:
         assert a8_takes(m, n, k, tile, zero=True) and a8_swept_faster(m, n, k) and a8_config(m, n, k) == tile
+
+
+def test_tail_rows_checked_before_any_launch():
+    """Both int4 kernels take bf16 tail rows only with the whole [M, N + T] output given (linear_int4_mma)."""
+    import torch
+
+    from hinfer.ops.triton.linear_int4_mma import tail_rows
+
+    tail = torch.zeros(20, 256, dtype=torch.bfloat16)
+    assert tail_rows(None, None, 3, 128, 256) == 0
+    assert tail_rows(tail, torch.empty(3, 148, dtype=torch.bfloat16), 3, 128, 256) == 20
+    for out, t in ((None, tail), (torch.empty(3, 128, dtype=torch.bfloat16), tail),
+                   (torch.empty(3, 148, dtype=torch.bfloat16), tail.float()), (torch.empty(3, 148), tail[:, :128])):
+        with pytest.raises(ValueError, match="tail"):
+            tail_rows(t, out, 3, 128, 256)

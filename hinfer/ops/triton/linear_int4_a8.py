@@ -41,7 +41,8 @@ from hinfer.ops.triton.linear_int4_mma import (
     _unpacked_layout,
     _vec16_layout,
     _words_layout,
-)  # fmt: skip
+    tail_rows,
+)
 from hinfer.ops.triton.linear_splitk import split_scratch
 from hinfer.ops.triton.tiles.forms import SkinnyConfig
 from hinfer.ops.triton.tiles.linear import a8_config
@@ -374,10 +375,7 @@ def int4_a8_matmul(
     if cfg.block_n % (16 * cfg.num_warps) or not a8_takes(m, n, k, cfg, zero):
         raise ValueError(f"int4 a8: takes up to 8 rows of x in tiles of BLOCK_M = 8 within {SMEM_LIMIT} bytes of "
                          f"shared memory; not M={m}, N={n}, K={k}, {cfg}")  # fmt: skip
-    tail_n = 0 if tail is None else tail.shape[0]
-    if tail is not None and (out is None or tuple(out.shape) != (m, n + tail_n) or out.stride(-1) != 1
-                             or tail.dtype != torch.bfloat16 or tail.shape[1] != k or tail.stride(-1) != 1):  # fmt: skip
-        raise ValueError(f"int4 a8: a bf16 tail [T, {k}] with unit stride and the whole [{m}, N + T] output")
+    tail_n = tail_rows(tail, out, m, n, k)
     if out is None:
         out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     a8 = A8Shape.of(m, k, cfg)

@@ -627,6 +627,18 @@ class Int4Tensors(Protocol):
     def shape(self) -> tuple[int, int]: ...
 
 
+def tail_rows(tail: torch.Tensor | None, out: torch.Tensor | None, m: int, n: int, k: int) -> int:
+    """The bf16 tail rows a launch computes beside the int4 tiles (0 without a tail), checked: a bf16 [T, k] tail
+    with unit stride and the whole [m, n + T] output given."""
+    if tail is None:
+        return 0
+    t = tail.shape[0]
+    if (out is None or tuple(out.shape) != (m, n + t) or out.stride(-1) != 1 or tail.dtype != torch.bfloat16
+            or tail.shape[1] != k or tail.stride(-1) != 1):  # fmt: skip
+        raise ValueError(f"int4: a bf16 tail [T, {k}] with unit stride and the whole [{m}, N + T] output")
+    return t
+
+
 def int4_mma_matmul(
     x: torch.Tensor, w: Int4Tensors, out: torch.Tensor | None = None, cfg: SkinnyConfig | None = None,
     offset_mma: bool | None = None, tail: torch.Tensor | None = None,
@@ -659,10 +671,7 @@ def int4_mma_matmul(
             or cfg.num_stages not in (2, 4) or cfg.ring == 1 or (cfg.ring and (rows or not offset_mma))
             or (cfg.ring_pairs and not (cfg.ring and cfg.x_ahead))):  # fmt: skip
         raise ValueError(f"int4 mma: bad tile for N={n}, M={m}: {cfg}")
-    tail_n = 0 if tail is None else tail.shape[0]
-    if tail is not None and (out is None or tuple(out.shape) != (m, n + tail_n) or out.stride(-1) != 1
-                             or tail.dtype != torch.bfloat16 or tail.shape[1] != k or tail.stride(-1) != 1):  # fmt: skip
-        raise ValueError(f"int4 mma: a bf16 tail [T, {k}] with unit stride and the whole [{m}, N + T] output")
+    tail_n = tail_rows(tail, out, m, n, k)
     if out is None:
         out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0:
