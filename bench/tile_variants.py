@@ -9,6 +9,11 @@ other way, bench/RESULTS.md).
     python bench/tile_variants.py --config qwen3.6-27b --variants ring=3,ring_pairs=1 --out-dir /tmp/v
     python bench/tile_variants.py --config qwen3.6-35b-a3b --variants max_regs=128 --max-m 16 --families moe_int4_mma \
         --out-dir /tmp/v
+    python bench/tile_variants.py --config qwen3.6-27b --a8-rows 2,4 --out-dir /tmp/v   # the int4 x int8 kernel there
+
+--a8-rows writes int4_a8 entries (where the int4 x int8 kernel takes over) at those rows of x for every dense
+projection of the model, each on the bf16 kernel's packaged tile (x_ahead off: that kernel has no such loop), the
+way its one-row entries won in the decode graph.
 """
 
 from __future__ import annotations
@@ -72,6 +77,22 @@ def changed_entries(config: str, family: str, change: dict[str, int], max_m: int
     return out
 
 
+def a8_entries(config: str, rows: list[int]) -> list[dict]:
+    """int4_a8 entries at `rows` rows of x for `config`'s dense int4 projections, on the bf16 kernel's tiles."""
+    from hinfer.ops.triton.linear_int4_a8 import a8_takes
+    from hinfer.ops.triton.tiles import table
+    from hinfer.ops.triton.tiles.forms import INT4_A8
+    from hinfer.ops.triton.tiles.linear import mma_config
+
+    out = []
+    for n, k in sorted({(n, k) for name, n, k in config_shapes(config) if name != "lm_head"}):  # the head: bf16
+        for m in rows:
+            tile = replace(mma_config(m, n, k, sms=132), x_ahead=False)
+            if a8_takes(m, n, k, tile, zero=True):
+                out.append(table.entry(INT4_A8, n, k, table.m_bucket(m), tile))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     from hinfer.ops.triton.tiles import table
 
@@ -82,9 +103,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--families", help="only these families (comma-separated, e.g. int4_mma); default all")
     ap.add_argument("--max-m", type=int, default=0,
                     help="change only the entries of M buckets up to this (e.g. 16: the experts at one lane)")
+    ap.add_argument("--a8-rows", help="instead: int4_a8 entries at these rows of x (e.g. 2,4), on the bf16 kernel's tiles")
     ap.add_argument("--out-dir", type=Path, required=True)
     a = ap.parse_args(argv)
     a.out_dir.mkdir(parents=True, exist_ok=True)
+    if a.a8_rows:
+        rows = [int(v) for v in a.a8_rows.split(",")]
+        path = a.out_dir / f"{a.config}-int4_a8-rows{'-'.join(map(str, rows))}.json"
+        table.write(path, a8_entries(a.config, rows))
+        print(f"{path}: {len(a8_entries(a.config, rows))} entries")
+        return 0
     for family in model_shapes(a.config):
         if a.families and family not in a.families.split(","):
             continue

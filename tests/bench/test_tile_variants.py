@@ -56,3 +56,18 @@ def test_max_m_changes_only_the_small_buckets(tmp_path):
     want = {key for key in TUNED if key[0] == MOE_INT4_MMA and key[1:3] in shapes and key[3] <= 16}
     assert set(loaded) == want and want
     assert all(t.max_regs == 128 for t in loaded.values())
+
+
+def test_a8_rows_files_hold_the_bf16_kernels_tiles(tmp_path):
+    """--a8-rows: int4_a8 entries at those rows for every dense projection (not the bf16 head), each the bf16
+    kernel's tile without x_ahead, one M bucket per row count."""
+    from bench.int4_mma_tiles import config_shapes
+    from hinfer.ops.triton.tiles.forms import INT4_A8
+    from hinfer.ops.triton.tiles.linear import mma_config
+
+    assert main(["--config", "qwen3.6-27b", "--a8-rows", "2,4", "--out-dir", str(tmp_path)]) == 0
+    loaded = table.load(tmp_path / "qwen3.6-27b-int4_a8-rows2-4.json")
+    shapes = {(n, k) for name, n, k in config_shapes("qwen3.6-27b") if name != "lm_head"}
+    assert {key[1:3] for key in loaded} == shapes and {key[3] for key in loaded} == {2, 4}
+    for (family, n, k, m), tile in loaded.items():
+        assert family == INT4_A8 and tile == replace(mma_config(m, n, k, sms=132), x_ahead=False)
