@@ -74,7 +74,10 @@ def candidates(m: int, n: int, k: int, rings: tuple[int, ...] = (0,), fma: bool 
 
 def a8_candidates(m: int, n: int, k: int, splits: tuple[int, ...], near: int = 0):
     """Tiles of the int4 x int8 kernel: BLOCK_N 128 (4 or 8 warps) or 256 (8), rings of 2 or 4 slots, splits
-    keeping >= 4 groups and the grid under ~8 programs an SM; `near` (a split): only half, that and twice it."""
+    keeping >= 4 groups and the grid under ~8 programs an SM; `near` (a split): only half, that and twice it; from
+    2 rows each also with x quantized ahead in its own launch (x_ahead)."""
+    from dataclasses import replace
+
     from hinfer.ops.triton.linear_int4_a8 import a8_takes
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
 
@@ -85,8 +88,9 @@ def a8_candidates(m: int, n: int, k: int, splits: tuple[int, ...], near: int = 0
         if n % block_n or k // 128 // split < 4 or (n // block_n) * split > 8 * 132:
             continue
         cfg = SkinnyConfig(block_n, 128, 8, split, warps, 2, ring)
-        if a8_takes(m, n, k, cfg, zero=True):
-            out.append(cfg)
+        for c in (cfg, replace(cfg, x_ahead=True)) if m > 1 else (cfg,):  # x quantized ahead: one launch more
+            if a8_takes(m, n, k, c, zero=True):
+                out.append(c)
     return out
 
 

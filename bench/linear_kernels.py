@@ -38,10 +38,11 @@ SHAPES = [("qkv", 14336, H), ("gdn_in", 16384, H), ("gate_up", 34816, H), ("o_pr
 SMALL_SHAPES = [("gdn_ab", 96, H), ("gdn_ab_35b", 64, 2048), ("router_35b", 257, 2048), ("gdn_ab_122b", 128, 3072),
                 ("router_122b", 257, 3072)]  # fmt: skip
 DECODE_FORMATS = ("bf16-cublas", "bf16", "int4", "int4-sym", "int4-torch", "int4-mma", "int4-mma-sym", "int4-rows-mma", "int4-a8",
-                  "int4-a8-sym", "fp8", "fp8-block")  # fmt: skip
+                  "int4-a8-sym", "int4-a8-ahead", "fp8", "fp8-block")  # fmt: skip
 # int4-mma*: the Gluon tensor-core kernel on fragment-ordered weights (hinfer/ops/triton/linear_int4_mma.py, the
 # CUDA decode path of int4); the re-layout is built once per weight and cloned for the other copies; int4-a8*: the
-# same weights with x rounded to int8 in the kernel (linear_int4_a8.py, HINFER_INT4_DECODE=a8; up to 8 rows)
+# same weights with x rounded to int8 in the kernel (linear_int4_a8.py, HINFER_INT4_DECODE=a8; up to 8 rows);
+# int4-a8-ahead: x rounded in its own launch first (act_int8.py, the tile's x_ahead), both timed
 ROTATE_BYTES = 512 << 20
 
 
@@ -115,7 +116,7 @@ def make_weight(fmt: str, n: int, k: int, g: torch.Generator):
     if fmt.startswith(("int4-mma", "int4-a8")):
         from hinfer.quant.int4_mma_layout import Int4MmaWeight
 
-        q = Int4MmaWeight.from_int4(quantize_int4(w, zero_point=fmt in ("int4-mma", "int4-a8")))
+        q = Int4MmaWeight.from_int4(quantize_int4(w, zero_point=fmt in ("int4-mma", "int4-a8", "int4-a8-ahead")))
         del w
         return q, q.nbytes()
     if fmt.startswith("int4"):
@@ -170,8 +171,13 @@ def decode_op(fmt: str, x: torch.Tensor) -> Callable[[object], torch.Tensor]:
 
         return lambda w: int4_mma_matmul(x, w)
     if fmt.startswith("int4-a8"):
-        from hinfer.ops.triton.linear_int4_a8 import int4_a8_matmul
+        from dataclasses import replace
 
+        from hinfer.ops.triton.linear_int4_a8 import int4_a8_matmul
+        from hinfer.ops.triton.tiles.linear import a8_config
+
+        if fmt.startswith("int4-a8-ahead"):  # x quantized in its own launch, timed with the matmul
+            return lambda w: int4_a8_matmul(x, w, cfg=replace(a8_config(x.shape[0], *w.shape), x_ahead=True))
         return lambda w: int4_a8_matmul(x, w)
     return lambda w: linear(x, w)
 

@@ -222,8 +222,10 @@ def quantize_act_int8_ref(x: torch.Tensor, group: int) -> tuple[torch.Tensor, to
     xf = x.float().view(m, k // group, group)
     amax = xf.abs().amax(-1)
     pos = amax > 0
-    s = torch.where(pos, amax / INT8_MAX, torch.ones_like(amax))
-    r = torch.where(pos, INT8_MAX / torch.where(pos, amax, torch.ones_like(amax)), torch.ones_like(amax))
+    safe, full = torch.where(pos, amax, 1.0), torch.full_like(amax, INT8_MAX)
+    # tensor / tensor: IEEE divisions as the kernels' div.rn (torch divides by a scalar via its reciprocal)
+    s = torch.where(pos, safe / full, 1.0)
+    r = torch.where(pos, full / safe, 1.0)
     q = torch.round(xf * r[..., None]).clamp(-INT8_MAX, INT8_MAX).to(torch.int8).view(m, k)
     return q, s
 

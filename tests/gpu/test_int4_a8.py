@@ -22,17 +22,18 @@ REL = 4e-3
 
 @pytest.mark.parametrize("tile", [(128, 1, 4, 4), (128, 4, 4, 4), (128, 3, 8, 2), (256, 2, 8, 3), (64, 5, 4, 6),
                                   (128, 16, 4, 4), (128, 8, 8, 4)])  # fmt: skip
+@pytest.mark.parametrize("ahead", [False, True], ids=["prologue", "x-ahead"])
 @pytest.mark.parametrize("zero_point", [True, False], ids=["asym", "sym"])
-def test_int4_a8_matches_its_twin(tile, zero_point):
+def test_int4_a8_matches_its_twin(tile, zero_point, ahead):
     """Tiles (BLOCK_N, split-K, warps, ring) on 40 groups (uneven splits, splits of 2 and 3 groups, a ring longer
-    than a split), 1 to 8 rows of x (2, 4 or 8 of them quantized per program) with an all-zero group (scale 1),
-    against the twin's exact integer sums."""
+    than a split), 1 to 8 rows of x (2, 4 or 8 of them quantized per program, or x quantized ahead in its own
+    launch: the tile's x_ahead) with an all-zero group (scale 1), against the twin's exact integer sums."""
     from hinfer.ops.triton.linear_int4_a8 import int4_a8_matmul
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
     from hinfer.quant.int4_mma_layout import emulate_kernel_a8
 
     block_n, split, warps, ring = tile
-    cfg = SkinnyConfig(block_n, 128, 8, split, warps, 2, ring)
+    cfg = SkinnyConfig(block_n, 128, 8, split, warps, 2, ring, x_ahead=ahead)
     n, k = 512, 40 * 128
     g = _gen()
     _, mw = _quantized(n, k, zero_point, g)
@@ -99,3 +100,15 @@ def test_int4_a8_through_the_switch_with_a_tail_and_in_a_graph(monkeypatch):
         torch.cuda.synchronize()
         assert torch.equal(y_g, mw.matmul(x))
     assert not torch.equal(y_g, y)
+
+
+def test_x_quantized_ahead_is_the_reference_bit_for_bit():
+    """act_int8.quantize_x_int8 compiled (no fma contraction) against its reference at the 27B's widths."""
+    from hinfer.ops.triton.act_int8 import quantize_x_int8, quantize_x_int8_ref
+
+    g = _gen()
+    for m, k in ((1, H), (8, 17408), (3, 6144)):
+        x = (torch.randn(m, k, generator=g, device="cuda") * 3).bfloat16()
+        got, want = quantize_x_int8(x), quantize_x_int8_ref(x)
+        assert torch.equal(got.words, want.words) and torch.equal(got.scales, want.scales)
+        assert torch.equal(got.sums, want.sums)

@@ -3,6 +3,8 @@ calls it takes: pure arithmetic, no GPU (the kernel itself: tests/gpu/test_int4_
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from hinfer.ops.triton.linear_int4_a8 import SMEM_LIMIT, A8Shape, a8_takes
@@ -21,6 +23,14 @@ def test_rows_of_x_quantized_per_program(m, xrows):
     assert shape.ring == 4
 
 
+def test_x_quantized_ahead_holds_no_x():
+    """The tile's x_ahead (x quantized in its own launch): the ring only, one compiled form for any M and split."""
+    cfg = SkinnyConfig(128, 128, 8, 4, 4, 2, 3, x_ahead=True)
+    a, b = A8Shape.of(8, 5120, cfg), A8Shape.of(1, 17408, replace(cfg, split_k=16))
+    assert a == b and a.pre
+    assert a.smem_bytes(128, True) == 3 * 128 * 67
+
+
 def test_shared_memory_and_what_it_takes():
     """The ring (words 64 bytes a row, scales, zeros) and x's bytes and scales; more than 8 rows, another BLOCK_M or
     too much shared memory go to the bf16 kernel."""
@@ -37,8 +47,9 @@ def test_shared_memory_and_what_it_takes():
 
 
 def test_tiles_default_to_the_bf16_kernels_and_take_over_only_where_swept():
+    """Without an int4_a8 entry the bf16 kernel's tile, x quantized in the programs (x_ahead off)."""
     for m, n, k in ((1, 9216, 2048), (8, 5120, 17408), (4, 34816, 5120)):
-        assert a8_config(m, n, k, sms=132) == mma_config(m, n, k, sms=132)
+        assert a8_config(m, n, k, sms=132) == replace(mma_config(m, n, k, sms=132), x_ahead=False)
     assert not a8_swept_faster(1, 14336 + 16, 5120)
 
 

@@ -46,10 +46,19 @@ _S = {BF16: "*bf16", FP8_ROW: "*fp32", FP8_BLOCK: "*fp32", INT4: "*bf16"}
 Variant = tuple[str, object, dict, dict, int, int]
 
 
+def _signature(fn, sig: dict, constexprs: dict) -> tuple[dict, dict]:
+    """The signature in the kernel's argument order and the 16-divisibility attributes the JIT would give its
+    pointers and sizes, keyed by argument position."""
+    full = dict(sig) | {k: "constexpr" for k in constexprs}
+    names = [n for n in fn.arg_names if n in full]
+    div = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in names
+           if full[n].startswith("*") or n in _DIV16}  # fmt: skip
+    return {n: full[n] for n in names}, div
+
+
 def compile_sm90(fn, sig: dict, constexprs: dict, num_warps: int, num_stages: int):
     """Compile like the JIT does for 16-divisible pointers/sizes (which enables cp.async pipelining)."""
-    sig = dict(sig) | {k: "constexpr" for k in constexprs}
-    div = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(sig) if sig[n].startswith("*") or n in _DIV16}
+    sig, div = _signature(fn, sig, constexprs)
     src = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=div)
     return triton.compile(src, target=TARGET, options={"num_warps": num_warps, "num_stages": num_stages})
 
@@ -64,8 +73,7 @@ def compile_gluon_sm90(fn, sig: dict, constexprs: dict, num_warps: int):
 
     options = {"num_warps": num_warps} | {k: v for k, v in constexprs.items() if k in OPTIONS and v}
     constexprs = {k: v for k, v in constexprs.items() if k not in OPTIONS}
-    sig = dict(sig) | {k: "constexpr" for k in constexprs}
-    div = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(sig) if sig[n].startswith("*") or n in _DIV16}
+    sig, div = _signature(fn, sig, constexprs)
     src = GluonASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=div)
     return triton.compile(src, target=TARGET, options=options)
 
@@ -188,14 +196,17 @@ def variants(full: bool = False) -> Iterator[Variant]:
     # two groups to a ring slot (ring_pairs), alone and with tail rows
     yield (*int4_mma_variant(128, 8, 4, 4, True, True, 2, ring=3, pdl=True, xa=True, pair=True), 0)
     yield (*int4_mma_variant(128, 8, 4, 4, True, True, 2, ring=4, tail=True, pdl=True, xa=True, pair=True), 0)
-    # the 27B's packaged ring tiles with x ahead, held to 96 registers (max_regs; with tail rows: MEASURED_SPILLS)
+    # the 27B's packaged ring tiles with x ahead, held to 96 registers (max_regs), one with the GDN in_proj's tail
     for split in (2, 16):
         yield (*int4_mma_variant(128, 8, split, 4, True, True, 2, ring=4, pdl=True, xa=True, max_regs=96), 0)
+    yield (*int4_mma_variant(128, 8, 4, 4, True, True, 2, ring=4, tail=True, pdl=True, xa=True, max_regs=96), 0)
     # the int4 x int8 decode (x quantized in the kernel): one row or eight, 4 / 8 warps, tail rows, a register cap
     for split, warps, zero, xrows, tail, regs in ((4, 4, True, 1, False, 96), (4, 4, False, 8, False, 96),
                                                   (1, 8, True, 1, True, 0), (16, 4, True, 8, True, 0)):  # fmt: skip
         xg = 8 * (warps // min(warps, xrows)) * (2 if xrows == 1 else 1)
         yield (*int4_a8_variant(128, split, warps, zero, 4, xrows, xg, tail=tail, pdl=True, max_regs=regs), 0)
+    for zero, tail in ((True, False), (False, True)):  # x quantized ahead (act_int8), read from global memory
+        yield (*int4_a8_variant(128, 4, 4, zero, 4, 1, 8, tail=tail, pdl=True, pre=True), 0)
     # the warpgroup-MMA kernel: one or two warpgroups, 8 to 64 rows of x, K splits
     for block_n, block_m, split, warps, zero in ((64, 8, 1, 4, True), (64, 32, 2, 4, True), (128, 16, 1, 4, False),
                                                  (128, 8, 2, 8, True), (128, 8, 4, 8, True), (256, 8, 4, 8, True),
@@ -254,9 +265,6 @@ MEASURED_SPILLS = (
     experts_mma_variant(64, 8, 1, True, False, 9, False, depth=4, pdl=True, act=True),
     experts_mma_variant(64, 8, 1, True, False, 1, True, depth=2, pdl=True),
     experts_mma_variant(128, 8, 2, True, True, 1, True, depth=4, pdl=True),
-    # the 27B's GDN in_proj (its bf16 b / a rows in the same launch) at 96 registers: 16 bytes of stack, in the
-    # decode that measured 4.8% faster at one lane than the compiler's 101 registers without the cap
-    int4_mma_variant(128, 8, 4, 4, True, True, 2, ring=4, tail=True, pdl=True, xa=True, max_regs=96),
 )
 
 

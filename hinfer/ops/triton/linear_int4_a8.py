@@ -18,13 +18,14 @@ Reference twin: hinfer.quant.int4_mma_layout.emulate_kernel_a8.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
+from hinfer.ops.triton.act_int8 import XInt8, quantize_x_int8
 from hinfer.ops.triton.common import GROUP as GROUP_K
 from hinfer.ops.triton.common import pdl_kwargs
 from hinfer.ops.triton.linear_int4_mma import (
@@ -210,27 +211,37 @@ def _x_rows(x_smem, BLOCK_M: gl.constexpr):
 
 
 @gluon.jit
-def _slot_group_a8(acc, buf, i, xq_smem, sx_smem, sq_smem, j, zero, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
-                   HAS_ZERO: gl.constexpr):  # fmt: skip
-    """acc + the partial of the program's j-th group: weights from ring slot i, x's bytes from xq_smem."""
+def _slot_group_a8(acc, buf, i, xw, sx, sq, zero, BLOCK_N: gl.constexpr, HAS_ZERO: gl.constexpr):
+    """acc + one group's partial: weights from ring slot i, x's words xw [BLOCK_M, 32] (_xq_words_layout), its
+    scales sx and scale * sum q sq per MMA column."""
     W: gl.constexpr = gl.num_warps()
     MMA: gl.constexpr = zero.type.layout
     DOT_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=4)
     DOT_B: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=4)
     SN: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
-    SM: gl.constexpr = gl.SliceLayout(0, acc.type.layout)
     w_smem, s_smem, z_smem = buf
     words = w_smem.index(i).load(_words_layout(W))
-    xw = _x_rows(xq_smem.index(j), BLOCK_M)
-    part = mma_v2(_a_operand_s8(words, BLOCK_N, DOT_A), _b_operand_s8(xw, BLOCK_M, DOT_B), zero)
+    part = mma_v2(_a_operand_s8(words, BLOCK_N, DOT_A), _b_operand_s8(xw, xw.shape[0], DOT_B), zero)
     sw = s_smem.index(i).load(SN).to(gl.float32)
-    sx = sx_smem.index(j).load(SM)
     acc += part.to(gl.float32) * (sw * 0.0625)[:, None] * sx[None, :]
     if HAS_ZERO:
         zc = z_smem.index(i).load(SN).to(gl.float32) - 8.0
-        sq = sq_smem.index(j).load(SM)
         acc -= (sw * zc)[:, None] * sq[None, :]
     return acc
+
+
+@gluon.jit
+def _x_stored(xq_smem, sx_smem, sq_smem, j, BLOCK_M: gl.constexpr, SM: gl.constexpr):
+    """The program's j-th group of x as its prologue stored it: words, scales, scale * sum q."""
+    return _x_rows(xq_smem.index(j), BLOCK_M), sx_smem.index(j).load(SM), sq_smem.index(j).load(SM)
+
+
+@gluon.jit
+def _x_pre(xw_rows, xs_rows, g):
+    """Group g of x quantized ahead (act_int8.XInt8 in global memory; xw_rows / xs_rows: its rows' words and
+    scale offsets): words [BLOCK_M, 32] (32 contiguous bytes a thread), scales, scale * sum q."""
+    xw = gl.load(xw_rows + g * 32)
+    return xw, gl.load(xs_rows[0] + g), gl.load(xs_rows[1] + g)
 
 
 @gluon.jit
@@ -238,7 +249,7 @@ def int4_a8_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg,
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
     RING: gl.constexpr, XROWS: gl.constexpr, XG: gl.constexpr, XQ: gl.constexpr, PDL: gl.constexpr = False, t_ptr=None, TAIL_N=0,
-    stride_tn=0, TAIL: gl.constexpr = False,
+    stride_tn=0, TAIL: gl.constexpr = False, xw_ptr=None, xs_ptr=None, xsum_ptr=None, XPRE: gl.constexpr = False,
 ):  # fmt: skip
     """y[:, :N] = x @ W^T (int4 fragment-ordered tiles, x in int8) and, with TAIL, y[:, N:N + TAIL_N] = x @
     tail^T (bf16 rows, linear_int4_mma._tail_rows). XROWS, XQ, XG: A8Shape's (rows of x quantized per program,
@@ -253,17 +264,18 @@ def int4_a8_kernel(
                            pid_m * BLOCK_M, K, stride_xm, stride_ym, stride_tn, BLOCK_M, PDL)  # fmt: skip
         else:
             _a8_program(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
-                        stride_sg, pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K, RING, XROWS, XG, XQ, PDL)  # fmt: skip
+                        stride_sg, pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K, RING, XROWS, XG, XQ, PDL, xw_ptr, xs_ptr, xsum_ptr, XPRE)  # fmt: skip
     else:
         _a8_program(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg,
-                    pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K, RING, XROWS, XG, XQ, PDL)  # fmt: skip
+                    pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K, RING, XROWS, XG, XQ, PDL, xw_ptr, xs_ptr, xsum_ptr, XPRE)  # fmt: skip
 
 
 @gluon.jit
 def _a8_program(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg, pid_m, pid_n,
     pid_k, HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
-    RING: gl.constexpr, XROWS: gl.constexpr, XG: gl.constexpr, XQ: gl.constexpr, PDL: gl.constexpr,
+    RING: gl.constexpr, XROWS: gl.constexpr, XG: gl.constexpr, XQ: gl.constexpr, PDL: gl.constexpr, xw_ptr, xs_ptr,
+    xsum_ptr, XPRE: gl.constexpr,
 ):  # fmt: skip
     W: gl.constexpr = gl.num_warps()
     S: gl.constexpr = BLOCK_N // 16
@@ -283,27 +295,39 @@ def _a8_program(
     s_ptrs = s_ptr + pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=_vec16_layout(2, W))
     z_ptrs = z_ptr + pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=_vec16_layout(1, W))
     bufs = (_ring_buffers(RING, BLOCK_N, HAS_ZERO),)
-    # written 8 groups at a time ([XG / 8, 8, ...]), read a group at a time ([XG, ...]): the same bytes
-    xq_smem = gl.allocate_shared_memory(gl.int32, [XG // XQ, XQ, XROWS, 32], _flat_smem(3))
-    sx_smem = gl.allocate_shared_memory(gl.float32, [XG // XQ, XQ, BLOCK_M], _flat_smem(2))
-    sq_smem = gl.allocate_shared_memory(gl.float32, [XG // XQ, XQ, BLOCK_M], _flat_smem(2))
-
+    SM: gl.constexpr = gl.SliceLayout(0, MMA)
     for i in gl.static_range(RING - 1):  # the weights ahead of the PDL wait (nothing writes them)
         _ring_issue(bufs, w_ptrs, s_ptrs, z_ptrs, g_lo + i, last, stride_sg, i, RING, HAS_ZERO, GW)
-    _pdl_start(PDL)
-    _quantize_x(x_ptr, xq_smem, sx_smem, sq_smem, pid_m * BLOCK_M, M, stride_xm, g_lo, n_local, XROWS, XQ)
-    gl.thread_barrier()  # x's bytes are written by other threads than read them
-    xq_smem = xq_smem._reinterpret(gl.int32, [XG, XROWS, 32], _flat_smem(2))
-    sx_smem = sx_smem._reinterpret(gl.float32, [XG, BLOCK_M], _flat_smem(1))
-    sq_smem = sq_smem._reinterpret(gl.float32, [XG, BLOCK_M], _flat_smem(1))
-
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
     zero = gl.zeros([BLOCK_N, BLOCK_M], gl.int32, layout=MMA)
-    for g in range(g_lo, g_hi):
-        j = g - g_lo
-        _ring_turn(bufs, w_ptrs, s_ptrs, z_ptrs, stride_sg, j, g_lo, last, RING, HAS_ZERO, GW)
-        acc = _slot_group_a8(acc, bufs[0], j % RING, xq_smem, sx_smem, sq_smem, j, zero, BLOCK_N, BLOCK_M,
-                             HAS_ZERO)  # fmt: skip
+    if XPRE:  # x quantized ahead, in global memory: each group's words read in the turn (L2-resident)
+        LX: gl.constexpr = _xq_words_layout(W)
+        xm = gl.minimum(pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LX)), M - 1)
+        xw_rows = (xw_ptr + (xm.to(gl.int64) * (K // GROUP) * 32)[:, None]  # rows 128-byte aligned: 16-byte loads
+                   + gl.arange(0, 32, layout=gl.SliceLayout(0, LX))[None, :])  # fmt: skip
+        sm = gl.minimum(pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=SM), M - 1).to(gl.int64) * (K // GROUP)
+        xs_rows = (xs_ptr + sm, xsum_ptr + sm)
+        _pdl_start(PDL)
+        for g in range(g_lo, g_hi):
+            xw, sx, sq = _x_pre(xw_rows, xs_rows, g)  # issued before the ring's wait: their latency under it
+            _ring_turn(bufs, w_ptrs, s_ptrs, z_ptrs, stride_sg, g - g_lo, g_lo, last, RING, HAS_ZERO, GW)
+            acc = _slot_group_a8(acc, bufs[0], (g - g_lo) % RING, xw, sx, sq, zero, BLOCK_N, HAS_ZERO)
+    else:
+        # written XQ groups at a time ([XG / XQ, XQ, ...]), read a group at a time ([XG, ...]): the same bytes
+        xq_smem = gl.allocate_shared_memory(gl.int32, [XG // XQ, XQ, XROWS, 32], _flat_smem(3))
+        sx_smem = gl.allocate_shared_memory(gl.float32, [XG // XQ, XQ, BLOCK_M], _flat_smem(2))
+        sq_smem = gl.allocate_shared_memory(gl.float32, [XG // XQ, XQ, BLOCK_M], _flat_smem(2))
+        _pdl_start(PDL)
+        _quantize_x(x_ptr, xq_smem, sx_smem, sq_smem, pid_m * BLOCK_M, M, stride_xm, g_lo, n_local, XROWS, XQ)
+        gl.thread_barrier()  # x's bytes are written by other threads than read them
+        xq_smem = xq_smem._reinterpret(gl.int32, [XG, XROWS, 32], _flat_smem(2))
+        sx_smem = sx_smem._reinterpret(gl.float32, [XG, BLOCK_M], _flat_smem(1))
+        sq_smem = sq_smem._reinterpret(gl.float32, [XG, BLOCK_M], _flat_smem(1))
+        for g in range(g_lo, g_hi):
+            j = g - g_lo
+            _ring_turn(bufs, w_ptrs, s_ptrs, z_ptrs, stride_sg, j, g_lo, last, RING, HAS_ZERO, GW)
+            xw, sx, sq = _x_stored(xq_smem, sx_smem, sq_smem, j, BLOCK_M, SM)
+            acc = _slot_group_a8(acc, bufs[0], j % RING, xw, sx, sq, zero, BLOCK_N, HAS_ZERO)
     async_copy.wait_group(0)
     rows = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
     _store_y(acc, rows, y_ptr, part_ptr, cnt_ptr, M, N, stride_ym, pid_m, pid_n, pid_k, BLOCK_N, BLOCK_M, SPLIT_K)
@@ -311,17 +335,22 @@ def _a8_program(
 
 @dataclass(frozen=True)
 class A8Shape:
-    """What a call's programs hold besides the tile: XROWS rows of x quantized per program (M rounded up to a
-    power of two: MMA column n reads stored row n % XROWS, and the columns past M are not stored), XG groups of x (its split's, rounded up to XQ, the groups a prologue
-    step quantizes: 8, or 8 per warp when one row leaves warps over) and the ring's slots (at least 2)."""
+    """What a call's programs hold besides the tile. With x quantized in each program's prologue: XROWS rows of
+    x (M rounded up to a power of two: MMA column n reads stored row n % XROWS, and the columns past M are not
+    stored), XG groups of x (its split's, rounded up to XQ, the groups a prologue step quantizes: 8, or 8 per
+    warp when one row leaves warps over). With x quantized ahead (the tile's x_ahead: act_int8, its own launch)
+    none. And the ring's slots (at least 2)."""
 
     xrows: int
     xq: int
     xg: int
     ring: int
+    pre: bool = False
 
     @classmethod
     def of(cls, m: int, k: int, cfg: SkinnyConfig) -> A8Shape:
+        if cfg.x_ahead:  # one compiled form whatever M and the split
+            return cls(1, 8, 8, max(cfg.ring, 2), True)
         xrows = 1 << (m - 1).bit_length()
         xq = 8 * (cfg.num_warps // min(cfg.num_warps, xrows))
         per_split = -(-(k // GROUP_K) // cfg.split_k)
@@ -329,7 +358,8 @@ class A8Shape:
 
     def smem_bytes(self, block_n: int, zero: bool) -> int:
         """The ring (words, scales, zeros) and x's bytes and scales."""
-        return self.ring * block_n * (64 + 2 + (1 if zero else 0)) + self.xg * (self.xrows * 128 + 8 * 8)
+        x = 0 if self.pre else self.xg * (self.xrows * 128 + 8 * 8)
+        return self.ring * block_n * (64 + 2 + (1 if zero else 0)) + x
 
 
 def a8_takes(m: int, n: int, k: int, cfg: SkinnyConfig | None = None, zero: bool = False) -> bool:
@@ -341,28 +371,31 @@ def a8_takes(m: int, n: int, k: int, cfg: SkinnyConfig | None = None, zero: bool
 
 
 def int4_a8_variant(block_n: int, split_k: int, warps: int, zero: bool, ring: int, xrows: int, xg: int,
-                    tail: bool = False, pdl: bool = False, max_regs: int = 0):  # fmt: skip
+                    tail: bool = False, pdl: bool = False, max_regs: int = 0, pre: bool = False):  # fmt: skip
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
            "y_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
            "stride_xm": "i32", "stride_ym": "i32", "stride_sg": "i32", "t_ptr": "*bf16", "TAIL_N": "i32",
-           "stride_tn": "i32"}  # fmt: skip
+           "stride_tn": "i32", "xw_ptr": "*i32", "xs_ptr": "*fp32", "xsum_ptr": "*fp32"}  # fmt: skip
     xq = 8 * (warps // min(warps, xrows))
     cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=8, SPLIT_K=split_k, RING=ring, XROWS=xrows, XG=xg, XQ=xq,
-               TAIL=tail, PDL=pdl, maxnreg=max_regs)  # fmt: skip
+               TAIL=tail, PDL=pdl, XPRE=pre, maxnreg=max_regs)  # fmt: skip
     name = (f"int4 a8{' asym' if zero else ''} BLOCK_N={block_n} split {split_k} w{warps} "
-            f"ring {ring} x rows {xrows} x groups {xg}{' tail' if tail else ''}{' pdl' if pdl else ''}"
+            f"ring {ring} {'x ahead' if pre else f'x rows {xrows} x groups {xg}'}{' tail' if tail else ''}"
+            f"{' pdl' if pdl else ''}"
             f"{f' maxnreg {max_regs}' if max_regs else ''}")  # fmt: skip
     return name, int4_a8_kernel, sig, cex, warps
 
 
 def int4_a8_matmul(
     x: torch.Tensor, w: Int4Tensors, out: torch.Tensor | None = None, cfg: SkinnyConfig | None = None,
-    tail: torch.Tensor | None = None,
+    tail: torch.Tensor | None = None, xq: XInt8 | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """y [M, N] = x [M, K] @ W^T (bf16 in and out, x rounded to int8 per row and 128-group inside), 1 <= M <= 8,
     W fragment-ordered (Int4MmaWeight). `cfg`: the tile (mma_config's; its ring, at least 2 slots, always
-    streams the weights; default a8_config's); `tail` as in linear_int4_mma.int4_mma_matmul."""
+    streams the weights; default a8_config's; its x_ahead: x quantized ahead in its own launch, act_int8, instead
+    of in each program's prologue); `tail` as in linear_int4_mma.int4_mma_matmul; `xq`: x already quantized
+    (act_int8.quantize_x_int8 of this x), read instead of x (a tail still reads x)."""
     m, k = x.shape
     n = w.shape[0]
     if k != w.shape[1] or k % GROUP_K or not 1 <= m <= 8 or x.dtype != torch.bfloat16 or hasattr(w, "qweight"):
@@ -378,7 +411,11 @@ def int4_a8_matmul(
     tail_n = tail_rows(tail, out, m, n, k)
     if out is None:
         out = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    a8 = A8Shape.of(m, k, cfg)
+    if xq is not None and xq.shape != (m, k):
+        raise ValueError(f"int4 a8: x quantized ahead {xq.shape} for x {tuple(x.shape)}")
+    if xq is None and cfg.x_ahead:
+        xq = quantize_x_int8(x)
+    a8 = A8Shape.of(m, k, replace(cfg, x_ahead=xq is not None))
     grid = (-(-m // cfg.block_m), n // cfg.block_n + -(-tail_n // cfg.num_warps), cfg.split_k)
     part, cnt = split_scratch(cfg.split_k, m, n, grid[0] * grid[1], x, out)
     int4_a8_kernel[grid](
@@ -388,6 +425,8 @@ def int4_a8_matmul(
         XG=a8.xg, XQ=a8.xq,
         num_warps=cfg.num_warps, t_ptr=x if tail is None else tail, TAIL_N=tail_n,
         stride_tn=0 if tail is None else tail.stride(0), TAIL=tail is not None, **pdl_kwargs(x),
+        xw_ptr=None if xq is None else xq.words, xs_ptr=None if xq is None else xq.scales,
+        xsum_ptr=None if xq is None else xq.sums, XPRE=xq is not None,
         **({"maxnreg": cfg.max_regs} if cfg.max_regs else {}),
     )  # fmt: skip
     return out

@@ -11,6 +11,7 @@ N out features, K in features, M bucket of x's rows). The shapes (N, K) of Qwen3
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 from hinfer.ops.triton.common import GROUP, num_sms
 from hinfer.ops.triton.tiles.forms import (
@@ -164,8 +165,9 @@ def wgmma_swept_faster(m: int, n: int, k: int) -> bool:
 
 
 def _a8_heuristic(m: int, n: int, k: int, sms: int | None = None) -> SkinnyConfig:
-    """The bf16 int4 kernel's tile (the int4 x int8 kernel streams it through its ring, at least 2 slots)."""
-    return mma_config(m, n, k, sms)
+    """The bf16 int4 kernel's tile (the int4 x int8 kernel streams it through its ring, at least 2 slots), x
+    quantized in each program (x_ahead, for this kernel x quantized ahead in its own launch, off)."""
+    return replace(mma_config(m, n, k, sms), x_ahead=False)
 
 
 def _a8_fits(cfg: SkinnyConfig, m: int, n: int, k: int) -> bool:
