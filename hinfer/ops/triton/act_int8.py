@@ -17,7 +17,7 @@ import triton.language as tl
 
 from hinfer.ops.triton.common import GROUP, pdl_kwargs, pdl_start
 
-_RNE = 12582912.0  # 1.5 * 2^23: (v + _RNE) - _RNE rounds |v| < 2^22 to nearest even in fp32
+_RNE = tl.constexpr(12582912.0)  # 1.5 * 2^23: (v + _RNE) - _RNE rounds |v| < 2^22 to nearest even in fp32
 
 
 @dataclass

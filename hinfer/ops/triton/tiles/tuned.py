@@ -84,6 +84,10 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     (INT4_A8, 5120, 6144, 1): SkinnyConfig(128, 128, 8, 8, 4, 2, 4, False, False, 96),
     (INT4_A8, 5120, 17408, 1): SkinnyConfig(128, 128, 8, 16, 4, 2, 4, False, False, 96),
     (INT4_A8, 5120, 6144, 8): SkinnyConfig(128, 128, 8, 8, 8, 2, 4),
+    # gate_up at eight rows with x quantized ahead in its own launch (x_ahead, act_int8) on the bf16 kernel's tile:
+    # 33.5 -> 31.4 us alone with the quantize launch (the per-program form: 41.3), decode at eight lanes 968.6 ->
+    # 991.5 tok/s (one pair, H200 2026-12-03)
+    (INT4_A8, 34816, 5120, 8): SkinnyConfig(128, 128, 8, 2, 4, 2, 4, False, True, 96),
     # the 122B-A10B's dense projections at one row on the bf16 kernel's tiles (rings of 2 slots): one lane 264.6 ->
     # 272.4 tok/s (H200 2026-12-03, HINFER_INT4_DECODE=a8; at eight lanes a8 lost 1%, the 35B-A3B gained nothing)
     (INT4_A8, 17408, 3072, 1): SkinnyConfig(128, 128, 8, 4, 4, 2, 2),  # qkv
