@@ -1,7 +1,7 @@
 """INT4 x INT8 skinny matmul on tensor cores from fragment-ordered weights (Gluon): the int4 decode with x in int8.
 
-y [M, N] = x [M, K] @ W^T for M = 1..64, W in hinfer.quant.int4_mma_layout order, x quantized per row and
-128-group to int8 inside the kernel (hinfer.quant.int4.quantize_act_int8_ref). Why: the bf16 kernel
+y [M, N] = x [M, K] @ W^T for M = 1..8, W in hinfer.quant.int4_mma_layout order, x quantized per row and
+128-group to int8 (hinfer.quant.int4.quantize_act_int8_ref). Why: the bf16 kernel
 (linear_int4_mma) is bound by its instruction issue, and most of its instructions unpack nibbles into bf16 (3
 shifts and 4 lop3 a word, then an MMA per k16 step). Here one shift and two lop3 turn a word into two int8 x 4
 registers holding 16 (u - 8) of rows g and g + 8 (int4_mma_layout.s8_registers: flipping a nibble's top bit
@@ -9,11 +9,13 @@ reads it as u - 8 in two's complement, shifted into the byte's high half), exact
 int8 MMA (m16n8k32, s32 accumulate) whose K order is the words' own; a k32 MMA takes two words.
 
 Each program first quantizes its share of x (its rows, its split's groups) into shared memory, after the PDL
-wait; the weights stream through the cp.async ring meanwhile (issued before the wait, nothing writes them). x's
-bytes are stored in the order the B fragment reads them: byte b of word w of a row is K offset 4 w + (0, 2, 1,
-3)[b] of the group, so a thread's B registers are 8 contiguous words of smem. Per group the partial is
-s_w s_x (S / 16 - (z - 8) sum xq) from the exact s32 sum S, with s_x and s_x sum xq kept beside the bytes.
-Reference twin: hinfer.quant.int4_mma_layout.emulate_kernel_a8.
+wait; the weights stream through the cp.async ring meanwhile (issued before the wait, nothing writes them). Or,
+with the tile's x_ahead, x is quantized once in its own launch (act_int8) and each group's bytes are read from
+global memory in the turn (no prologue, no x in shared memory: at 8 rows every program would otherwise quantize
+all of its K slice of 8 rows). x's bytes are laid out in the order the B fragment reads them: byte b of word w of
+a row is K offset 4 w + (0, 2, 1, 3)[b] of the group, so a thread's B registers are 8 contiguous words. Per
+group the partial is s_w s_x (S / 16 - (z - 8) sum xq) from the exact s32 sum S, with s_x and s_x sum xq kept
+beside the bytes. Reference twin: hinfer.quant.int4_mma_layout.emulate_kernel_a8.
 """
 
 from __future__ import annotations
