@@ -230,6 +230,18 @@ def quantize_act_int8_ref(x: torch.Tensor, group: int) -> tuple[torch.Tensor, to
     return q, s
 
 
+def quantize_x_int8_ref(x: torch.Tensor):
+    """quantize_act_int8_ref's values packed as hinfer.ops.triton.act_int8 packs them (XInt8: words with byte b
+    of word w at K offset 4 w + (0, 2, 1, 3)[b], scales, scale * sum q per group): that kernel's reference."""
+    from hinfer.ops.triton.act_int8 import XInt8
+
+    m, k = x.shape
+    q, s = quantize_act_int8_ref(x, GROUP)
+    words = q.view(m, k // 4, 4)[..., [0, 2, 1, 3]].contiguous().view(torch.int32).view(m, k // 4)
+    sums = q.to(torch.float32).view(m, k // GROUP, GROUP).sum(-1) * s
+    return XInt8(words, s, sums)
+
+
 def dequantize_act_int8_ref(q: torch.Tensor, s: torch.Tensor, group: int) -> torch.Tensor:
     """fp32 [M, K] values of quantize_act_int8_ref's output."""
     m, k = q.shape

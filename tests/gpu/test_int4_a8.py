@@ -104,7 +104,8 @@ def test_int4_a8_through_the_switch_with_a_tail_and_in_a_graph(monkeypatch):
 
 def test_x_quantized_ahead_is_the_reference_bit_for_bit():
     """act_int8.quantize_x_int8 compiled (no fma contraction) against its reference at the 27B's widths."""
-    from hinfer.ops.triton.act_int8 import quantize_x_int8, quantize_x_int8_ref
+    from hinfer.ops.triton.act_int8 import quantize_x_int8
+    from hinfer.quant.int4 import quantize_x_int8_ref
 
     g = _gen()
     for m, k in ((1, H), (8, 17408), (3, 6144)):

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from hinfer.fixtures import fixed_test_seed
-from hinfer.ops.triton.act_int8 import quantize_x_int8, quantize_x_int8_ref
-from hinfer.quant.int4 import quantize_act_int8_ref
+from hinfer.ops.triton.act_int8 import quantize_x_int8
+from hinfer.quant.int4 import quantize_act_int8_ref, quantize_x_int8_ref
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 

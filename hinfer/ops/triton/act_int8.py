@@ -1,10 +1,11 @@
 """x rounded to int8 per row and 128-group, laid out as the int4 x int8 decode kernel's B fragments read it.
 
 The same arithmetic as hinfer.quant.int4.quantize_act_int8_ref (scale amax / 127, a zero group scale 1, q =
-round(x * (127 / amax)) to nearest even), written once per x so that every program of the matmul reads it
-instead of quantizing its own share (linear_int4_a8: `xq`). Layout, per row: words [K / 4] int32 where byte b of
-word w holds K offset 4 w + (0, 2, 1, 3)[b] (the int8 MMA's column order for the fragment-ordered weights, so a
-thread's B registers are 8 contiguous words); scales [K / 128] fp32 and scale * sum q [K / 128] fp32.
+round(x * (127 / amax)) to nearest even; its packed reference: hinfer.quant.int4.quantize_x_int8_ref), written
+once per x so that every program of the matmul reads it instead of quantizing its own share (linear_int4_a8:
+`xq`). Layout, per row: words [K / 4] int32 where byte b of word w holds K offset 4 w + (0, 2, 1, 3)[b] (the int8
+MMA's column order for the fragment-ordered weights, so a thread's B registers are 8 contiguous words); scales
+[K / 128] fp32 and scale * sum q [K / 128] fp32.
 """
 
 from __future__ import annotations
@@ -78,14 +79,3 @@ def quantize_x_int8(x: torch.Tensor, out: XInt8 | None = None) -> XInt8:
         enable_fp_fusion=False,  # x * r rounded before the round-to-integer add, as the reference's torch ops
     )
     return out
-
-
-def quantize_x_int8_ref(x: torch.Tensor) -> XInt8:
-    """The reference: hinfer.quant.int4.quantize_act_int8_ref's values, packed as the kernel packs them."""
-    from hinfer.quant.int4 import quantize_act_int8_ref
-
-    m, k = x.shape
-    q, s = quantize_act_int8_ref(x, GROUP)
-    words = q.view(m, k // 4, 4)[..., [0, 2, 1, 3]].contiguous().view(torch.int32).view(m, k // 4)
-    sums = q.to(torch.float32).view(m, k // GROUP, GROUP).sum(-1) * s
-    return XInt8(words, s, sums)
