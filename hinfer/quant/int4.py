@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import os
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +37,9 @@ from torch import nn
 from hinfer.ops.dispatch import use_triton
 from hinfer.quant.fp8 import dequantize_act_fp8_ref, quantize_act_fp8_ref, scaled_mm_rowwise
 from hinfer.quant.fp8_block import FP8_MAX
+
+if TYPE_CHECKING:
+    from hinfer.ops.triton.act_int8 import XInt8
 
 GROUP = 128
 _SCALE_FLOOR = 1e-8  # an all-zero group gets a tiny finite scale; its values still dequantize to exactly 0
@@ -230,7 +234,7 @@ def quantize_act_int8_ref(x: torch.Tensor, group: int) -> tuple[torch.Tensor, to
     return q, s
 
 
-def quantize_x_int8_ref(x: torch.Tensor):
+def quantize_x_int8_ref(x: torch.Tensor) -> XInt8:
     """quantize_act_int8_ref's values packed as hinfer.ops.triton.act_int8 packs them (XInt8: words with byte b
     of word w at K offset 4 w + (0, 2, 1, 3)[b], scales, scale * sum q per group): that kernel's reference."""
     from hinfer.ops.triton.act_int8 import XInt8
