@@ -62,17 +62,16 @@ def _quantize_kernel(x_ptr, w_ptr, s_ptr, q_ptr, K, stride_xm, G_BLOCK: tl.const
     tl.store(q_ptr + m * (K // 128) + gi, tl.sum(tl.sum(q, axis=2), axis=1).to(tl.float32) * s, mask=gmask)
 
 
-def quantize_x_int8(x: torch.Tensor, out: XInt8 | None = None) -> XInt8:
-    """x bf16 [M, K] (K % 128 == 0) -> XInt8 (into `out` when given, e.g. a CUDA graph's buffers)."""
+def quantize_x_int8(x: torch.Tensor) -> XInt8:
+    """x bf16 [M, K] (K % 128 == 0) -> XInt8."""
     m, k = x.shape
     if k % GROUP:
         raise ValueError(f"quantize_x_int8: K % {GROUP} == 0, got {tuple(x.shape)}")
     if x.stride(-1) != 1:
         x = x.contiguous()
-    if out is None:
-        out = XInt8(torch.empty(m, k // 4, dtype=torch.int32, device=x.device),
-                    torch.empty(m, k // GROUP, dtype=torch.float32, device=x.device),
-                    torch.empty(m, k // GROUP, dtype=torch.float32, device=x.device))  # fmt: skip
+    out = XInt8(torch.empty(m, k // 4, dtype=torch.int32, device=x.device),
+                torch.empty(m, k // GROUP, dtype=torch.float32, device=x.device),
+                torch.empty(m, k // GROUP, dtype=torch.float32, device=x.device))  # fmt: skip
     g_block = 4
     _quantize_kernel[(m, triton.cdiv(k // GROUP, g_block))](
         x, out.words, out.scales, out.sums, k, x.stride(0), G_BLOCK=g_block, num_warps=4, **pdl_kwargs(x, m),

@@ -201,12 +201,11 @@ def variants(full: bool = False) -> Iterator[Variant]:
         yield (*int4_mma_variant(128, 8, split, 4, True, True, 2, ring=4, pdl=True, xa=True, max_regs=96), 0)
     yield (*int4_mma_variant(128, 8, 4, 4, True, True, 2, ring=4, tail=True, pdl=True, xa=True, max_regs=96), 0)
     # the int4 x int8 decode (x quantized in the kernel): one row or eight, 4 / 8 warps, tail rows, a register cap
-    for split, warps, zero, xrows, tail, regs in ((4, 4, True, 1, False, 96), (4, 4, False, 8, False, 96),
-                                                  (1, 8, True, 1, True, 0), (16, 4, True, 8, True, 0)):  # fmt: skip
-        xg = 8 * (warps // min(warps, xrows)) * (2 if xrows == 1 else 1)
-        yield (*int4_a8_variant(128, split, warps, zero, 4, xrows, xg, tail=tail, pdl=True, max_regs=regs), 0)
+    for split, warps, zero, m, k, tail, regs in ((4, 4, True, 1, 5120, False, 96), (4, 4, False, 8, 5120, False, 96),
+                                                  (1, 8, True, 1, 5120, True, 0), (16, 4, True, 8, 17408, True, 0)):  # fmt: skip
+        yield (*int4_a8_variant(128, split, warps, zero, 4, m, k, tail=tail, pdl=True, max_regs=regs), 0)
     for zero, tail in ((True, False), (False, True)):  # x quantized ahead (act_int8), read from global memory
-        yield (*int4_a8_variant(128, 4, 4, zero, 4, 1, 8, tail=tail, pdl=True, pre=True), 0)
+        yield (*int4_a8_variant(128, 4, 4, zero, 4, 8, 5120, tail=tail, pdl=True, pre=True), 0)
     # the warpgroup-MMA kernel: one or two warpgroups, 8 to 64 rows of x, K splits
     for block_n, block_m, split, warps, zero in ((64, 8, 1, 4, True), (64, 32, 2, 4, True), (128, 16, 1, 4, False),
                                                  (128, 8, 2, 8, True), (128, 8, 4, 8, True), (256, 8, 4, 8, True),

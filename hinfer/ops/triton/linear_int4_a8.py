@@ -250,8 +250,9 @@ def _x_pre(xw_rows, xs_rows, g):
 def int4_a8_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg,
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
-    RING: gl.constexpr, XROWS: gl.constexpr, XG: gl.constexpr, XQ: gl.constexpr, PDL: gl.constexpr = False, t_ptr=None, TAIL_N=0,
-    stride_tn=0, TAIL: gl.constexpr = False, xw_ptr=None, xs_ptr=None, xsum_ptr=None, XPRE: gl.constexpr = False,
+    RING: gl.constexpr, XROWS: gl.constexpr, XG: gl.constexpr, XQ: gl.constexpr, PDL: gl.constexpr = False,
+    t_ptr=None, TAIL_N=0, stride_tn=0, TAIL: gl.constexpr = False, xw_ptr=None, xs_ptr=None, xsum_ptr=None,
+    XPRE: gl.constexpr = False,
 ):  # fmt: skip
     """y[:, :N] = x @ W^T (int4 fragment-ordered tiles, x in int8) and, with TAIL, y[:, N:N + TAIL_N] = x @
     tail^T (bf16 rows, linear_int4_mma._tail_rows). XROWS, XQ, XG: A8Shape's (rows of x quantized per program,
@@ -266,10 +267,12 @@ def int4_a8_kernel(
                            pid_m * BLOCK_M, K, stride_xm, stride_ym, stride_tn, BLOCK_M, PDL)  # fmt: skip
         else:
             _a8_program(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
-                        stride_sg, pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K, RING, XROWS, XG, XQ, PDL, xw_ptr, xs_ptr, xsum_ptr, XPRE)  # fmt: skip
+                        stride_sg, pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K, RING, XROWS, XG, XQ,
+                        PDL, xw_ptr, xs_ptr, xsum_ptr, XPRE)  # fmt: skip
     else:
         _a8_program(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg,
-                    pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K, RING, XROWS, XG, XQ, PDL, xw_ptr, xs_ptr, xsum_ptr, XPRE)  # fmt: skip
+                    pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K, RING, XROWS, XG, XQ, PDL, xw_ptr,
+                    xs_ptr, xsum_ptr, XPRE)  # fmt: skip
 
 
 @gluon.jit
@@ -372,20 +375,22 @@ def a8_takes(m: int, n: int, k: int, cfg: SkinnyConfig | None = None, zero: bool
             and A8Shape.of(m, k, cfg).smem_bytes(cfg.block_n, zero) <= SMEM_LIMIT)  # fmt: skip
 
 
-def int4_a8_variant(block_n: int, split_k: int, warps: int, zero: bool, ring: int, xrows: int, xg: int,
+def int4_a8_variant(block_n: int, split_k: int, warps: int, zero: bool, ring: int, m: int, k: int,
                     tail: bool = False, pdl: bool = False, max_regs: int = 0, pre: bool = False):  # fmt: skip
-    """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
+    """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot): the tile
+    (block_n, split_k, warps, ring; pre: x quantized ahead) at m rows of x and K = k, shaped as a call is
+    (A8Shape)."""
+    cfg = SkinnyConfig(block_n, GROUP_K, 8, split_k, warps, 2, ring, x_ahead=pre, max_regs=max_regs)
+    a8 = A8Shape.of(m, k, cfg)
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
            "y_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
            "stride_xm": "i32", "stride_ym": "i32", "stride_sg": "i32", "t_ptr": "*bf16", "TAIL_N": "i32",
            "stride_tn": "i32", "xw_ptr": "*i32", "xs_ptr": "*fp32", "xsum_ptr": "*fp32"}  # fmt: skip
-    xq = 8 * (warps // min(warps, xrows))
-    cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=8, SPLIT_K=split_k, RING=ring, XROWS=xrows, XG=xg, XQ=xq,
-               TAIL=tail, PDL=pdl, XPRE=pre, maxnreg=max_regs)  # fmt: skip
-    name = (f"int4 a8{' asym' if zero else ''} BLOCK_N={block_n} split {split_k} w{warps} "
-            f"ring {ring} {'x ahead' if pre else f'x rows {xrows} x groups {xg}'}{' tail' if tail else ''}"
-            f"{' pdl' if pdl else ''}"
-            f"{f' maxnreg {max_regs}' if max_regs else ''}")  # fmt: skip
+    cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=8, SPLIT_K=split_k, RING=a8.ring, XROWS=a8.xrows, XG=a8.xg,
+               XQ=a8.xq, TAIL=tail, PDL=pdl, XPRE=pre, maxnreg=max_regs)  # fmt: skip
+    name = (f"int4 a8{' asym' if zero else ''} BLOCK_N={block_n} split {split_k} w{warps} ring {a8.ring} "
+            f"{'x ahead' if pre else f'x rows {a8.xrows} x groups {a8.xg}'}{' tail' if tail else ''}"
+            f"{' pdl' if pdl else ''}{f' maxnreg {max_regs}' if max_regs else ''}")  # fmt: skip
     return name, int4_a8_kernel, sig, cex, warps
 
 
