@@ -77,8 +77,9 @@ def changed_entries(config: str, family: str, change: dict[str, int], max_m: int
     return out
 
 
-def a8_entries(config: str, rows: list[int]) -> list[dict]:
-    """int4_a8 entries at `rows` rows of x for `config`'s dense int4 projections, on the bf16 kernel's tiles."""
+def a8_entries(config: str, rows: list[int], ahead: bool = False) -> list[dict]:
+    """int4_a8 entries at `rows` rows of x for `config`'s dense int4 projections, on the bf16 kernel's tiles
+    (ahead: x quantized in its own launch before the matmul, instead of in each program's prologue)."""
     from hinfer.ops.triton.linear_int4_a8 import a8_takes
     from hinfer.ops.triton.tiles import table
     from hinfer.ops.triton.tiles.forms import INT4_A8
@@ -87,7 +88,7 @@ def a8_entries(config: str, rows: list[int]) -> list[dict]:
     out = []
     for n, k in sorted({(n, k) for name, n, k in config_shapes(config) if name != "lm_head"}):  # the head: bf16
         for m in rows:
-            tile = replace(mma_config(m, n, k, sms=132), x_ahead=False)
+            tile = replace(mma_config(m, n, k, sms=132), x_ahead=ahead and m > 1)
             if a8_takes(m, n, k, tile, zero=True):
                 out.append(table.entry(INT4_A8, n, k, table.m_bucket(m), tile))
     return out
@@ -104,14 +105,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-m", type=int, default=0,
                     help="change only the entries of M buckets up to this (e.g. 16: the experts at one lane)")
     ap.add_argument("--a8-rows", help="instead: int4_a8 entries at these rows of x (e.g. 2,4), on the bf16 kernel's tiles")
+    ap.add_argument("--a8-ahead", action="store_true", help="with --a8-rows: x quantized ahead in its own launch")
     ap.add_argument("--out-dir", type=Path, required=True)
     a = ap.parse_args(argv)
     a.out_dir.mkdir(parents=True, exist_ok=True)
     if a.a8_rows:
         rows = [int(v) for v in a.a8_rows.split(",")]
-        path = a.out_dir / f"{a.config}-int4_a8-rows{'-'.join(map(str, rows))}.json"
-        table.write(path, a8_entries(a.config, rows))
-        print(f"{path}: {len(a8_entries(a.config, rows))} entries")
+        ahead = "-ahead" if a.a8_ahead else ""
+        path = a.out_dir / f"{a.config}-int4_a8-rows{'-'.join(map(str, rows))}{ahead}.json"
+        entries = a8_entries(a.config, rows, a.a8_ahead)
+        table.write(path, entries)
+        print(f"{path}: {len(entries)} entries")
         return 0
     for family in model_shapes(a.config):
         if a.families and family not in a.families.split(","):
