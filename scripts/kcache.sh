@@ -4,7 +4,7 @@
 # fixed folder, which Triton's cache then uses (its index files hold absolute paths); `kcache_pack DIR` writes
 # the binaries, launchers and their metadata to DIR/kcache.tgz (the sources and IRs are left out: a hit needs only
 # these), or only this call's new ones if the whole would pass 12 MiB. DIR is the top of $OUT (the device returns
-# a few files, the top ones first); copy the archive back to .kcache/triton.tgz after the call.
+# a few files, the top ones first); merge it into .kcache/triton.tgz after the call (scripts/kcache_merge.sh).
 # Kernels are looked up by a hash of their source and constants: a stale entry is never used, only carried.
 KCACHE_DIR=/tmp/hinfer-kcache
 export TRITON_CACHE_DIR="$KCACHE_DIR"
