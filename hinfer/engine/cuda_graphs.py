@@ -70,8 +70,9 @@ class StepGraphs:
         tokens_per_lane: int = 1,
         head: str = "target",  # "target" (model + logits) | "mtp" (MTP head hidden states)
         verify: bool = False,  # write the GDN state after each position to the chunk's gdn_step_slots
+        tail: Callable[[torch.Tensor], torch.Tensor] | None = None,  # "mtp": an op on its output, captured too
     ) -> None:
-        self.model, self.state, self.head, self.verify = model, state, head, verify
+        self.model, self.state, self.head, self.verify, self.tail = model, state, head, verify, tail
         self.device = state.k_cache.device
         self.t = tokens_per_lane
         self.buckets = [b for b in BUCKETS if b < max_lanes] + [max_lanes]
@@ -119,7 +120,8 @@ class StepGraphs:
         batch = self._batch(b)
         if self.head == "mtp":
             assert self.hidden_in is not None
-            return (self.model.mtp_forward(batch.input_ids, self.hidden_in[: b * self.t], batch, self.state),)
+            h = self.model.mtp_forward(batch.input_ids, self.hidden_in[: b * self.t], batch, self.state)
+            return (h,) if self.tail is None else (h, self.tail(h))
         hidden = self.model(batch, self.state)
         return hidden, self.model.compute_logits(hidden[batch.logits_indices])
 
@@ -198,8 +200,9 @@ class StepGraphs:
             self.graphs[b], self.outputs[b] = g, out
         torch.cuda.synchronize()
         release_deferred()
-        log.info("captured %d %s graphs (lanes %s, %d tokens/lane, %d pages) in %.1f s", len(self.graphs),
-                 "verify" if self.verify else self.head, self.buckets, self.t, self.width,
+        kind = "verify" if self.verify else self.head + (" + tail" if self.tail is not None else "")
+        log.info("captured %d %s graphs (lanes %s, %d tokens/lane, %d pages) in %.1f s", len(self.graphs), kind,
+                 self.buckets, self.t, self.width,
                  time.monotonic() - t0)  # fmt: skip
 
     def bucket(self, n: int) -> int | None:
@@ -208,7 +211,7 @@ class StepGraphs:
     def run(self, chunks: list[SeqChunk], hidden: torch.Tensor | None = None,
             ids: torch.Tensor | None = None, drafts: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:  # fmt: skip
         """Outputs for the padded batch: (hidden [B*t, H], logits [B*t, V]) for the target, (mtp hidden
-        [B*t, H],) for the MTP head; lane i's rows start at i * t. `hidden`: the MTP head's input rows, the
+        [B*t, H],) for the MTP head, and the tail's output after it if it has one; lane i's rows start at i * t. `hidden`: the MTP head's input rows, the
         chunks' rows concatenated. `ids` (t tokens per lane): the lanes' input tokens as a device tensor, in
         place of the chunks' token_ids, so a step can follow one whose tokens the host has not read; `drafts`
         [lanes, w] likewise for rows 1..w of each lane (verification: a lane's drafts after its pending token;

@@ -394,7 +394,12 @@ class PeekDrafter:
         self.checked = 0
         self.outs: list[torch.Tensor] = []
         forward = mtp.forward
-        mtp.forward = lambda chunks, hidden, ids=None: self.outs.append(forward(chunks, hidden, ids)) or self.outs[-1]
+        def peek(chunks, hidden, ids=None, argmax=False):
+            out = forward(chunks, hidden, ids, argmax)
+            self.outs.append(out[0])
+            return out
+
+        mtp.forward = peek
 
     def draft(self, jobs: list[DraftJob]) -> list[Proposal | None]:
         self.outs.clear()
@@ -523,7 +528,8 @@ def test_verify_and_draft_graph_batches_give_the_same_tokens(make_engine_core, m
     """The padded static batches of the CUDA-graph path (engine/cuda_graphs.py), run eagerly here: lanes with
     fewer drafts than K are padded to K + 1 tokens, fillers write only scratch page 0 / slot 0, and greedy
     outputs equal plain decoding. Every verify and draft step of the decoding lanes goes through them, the
-    verify steps mostly with the drafts straight from the device."""
+    verify steps mostly with the drafts straight from the device, the greedy draft steps with their head and
+    argmax in the same batch."""
     from hinfer.engine import cuda_graphs
 
     calls: Counter = Counter()
@@ -532,6 +538,7 @@ def test_verify_and_draft_graph_batches_give_the_same_tokens(make_engine_core, m
     def counting_run(self, chunks, hidden=None, ids=None, drafts=None):
         calls["verify" if self.verify else f"{self.head}{self.t}"] += 1
         calls["drafts on the device"] += drafts is not None
+        calls["argmax in the graph"] += self.tail is not None
         return real_run(self, chunks, hidden, ids, drafts)
 
     monkeypatch.setattr(cuda_graphs.StepGraphs, "run", counting_run)
@@ -550,6 +557,7 @@ def test_verify_and_draft_graph_batches_give_the_same_tokens(make_engine_core, m
         assert got == base, (lanes, k)
         assert calls["verify"] > 0 and calls["mtp1"] > 0 and calls[f"mtp{k + 1}"] > 0, calls
         assert calls["drafts on the device"] > 0, calls  # verify steps took the drafts the host had not read
+        assert calls["argmax in the graph"] > 0, calls  # greedy draft steps: head and argmax in the step's batch
         assert_all_free(core)
 
 

@@ -11,7 +11,9 @@ lane's length.
 
 CUDA graphs (use_graphs): the single-token steps replay a captured MTP step (one token per lane); the pass over
 a round's accepted positions replays one of K + 1 rows per lane (fewer rows are padded, engine/cuda_graphs.py);
-a pass over a long prompt chunk runs eagerly.
+a pass over a long prompt chunk runs eagerly. Each has a twin for lanes that all draft the raw argmax (plain
+greedy) with the head and the argmax captured after the layer: a draft step is then one replay, where the head
+launched eagerly left the GPU waiting on the host's dispatch of its kernel each step.
 
 Each draft step reads the whole lm_head (2.5 GB on the 27B in bf16, as much as a sixth of an int4 model's step):
 a quantized model's drafter gets its own lm_head copy in the model's format (`draft_head`, made by
@@ -30,7 +32,7 @@ import math
 import torch
 
 from hinfer.batch import SeqChunk, build_forward_batch
-from hinfer.engine.sampler import RowState, Sampler, take_rows, to_device, vocab_gamma
+from hinfer.engine.sampler import RowState, Sampler, to_device, vocab_gamma
 from hinfer.engine.spec.dist import (
     DRAFT,
     Position,
@@ -61,9 +63,11 @@ class MTPDrafter:
         self.model, self.state, self.sampler = model, state, sampler
         self.device = state.k_cache.device
         self._gamma = vocab_gamma(model.cfg.vocab_size, self.device)
-        self.graphs: dict[int, list] = {}  # rows per lane (1, K + 1) -> MTP StepGraphs per page-table width
+        # (rows per lane: 1 or K + 1, with the argmax tail) -> MTP StepGraphs per page-table width
+        self.graphs: dict[tuple[int, bool], list] = {}
         self.draft_head = draft_head  # the lm_head copy (or row view) drafts use, else None: the model's
-        self._early: tuple | None = None  # a pass queued by `prelaunch`: (lane ids, starts, output, rows per lane)
+        # a pass queued by `prelaunch`: (lane ids, starts, hidden output, its rows' argmax drafts, rows per lane)
+        self._early: tuple | None = None
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """Draft logits: through the drafter's own (quantized) lm_head copy when it has one. Rejection sampling
@@ -95,65 +99,74 @@ class MTPDrafter:
         from hinfer.engine.cuda_graphs import pick
 
         chunks = [SeqChunk([0] * t, st, s.pages, SCRATCH_SLOT) for s, st in zip(seqs, starts)]
-        g = pick(self.graphs.get(t), chunks)
+        g = pick(self.graphs.get((t, True)), chunks)
         if g is None or g.t != t:
             return False
-        (out,) = g.run(chunks, hidden, ids)
-        self._early = ([id(s) for s in seqs], list(starts), out, t)
+        out, drafts = g.run(chunks, hidden, ids)
+        self._early = ([id(s) for s in seqs], list(starts), out, drafts, t)
         return True
 
-    def _early_rows(self, jobs: list[DraftJob]) -> torch.Tensor | None:
-        """The queued pass's output rows for these jobs (each job's last fed position, drafting jobs only), if it
-        ran over exactly these lanes from these starts and covers their positions; consumed either way."""
+    def _early_rows(self, jobs: list[DraftJob]) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The queued pass's output rows and their argmax drafts for these jobs (each job's last fed position,
+        drafting jobs only), if it ran over exactly these lanes from these starts and covers their positions;
+        consumed either way."""
         early, self._early = self._early, None
         if early is None:
             return None
-        ids, starts, out, t = early
+        ids, starts, out, drafts, t = early
         if len(jobs) != len(ids) or any(id(j.seq) != i or j.start != st or len(j.next_ids) > t
                                         for j, i, st in zip(jobs, ids, starts)):  # fmt: skip
             return None
-        return take_rows(out, [r * t + len(j.next_ids) - 1 for r, j in enumerate(jobs) if j.num_drafts > 0])
+        return _rows(out, drafts, [r * t + len(j.next_ids) - 1 for r, j in enumerate(jobs) if j.num_drafts > 0])
 
     def use_graphs(self, max_lanes: int, k: int, max_context: int, capture: bool) -> None:
         from hinfer.engine.cuda_graphs import StepGraphs, build
 
         for t in sorted({1, k + 1}):
-            self.graphs[t] = build(lambda w, t=t: StepGraphs(self.model, self.state, max_lanes, w, t, head="mtp"),
-                                   max_context, self.state.page_size, capture)  # fmt: skip
+            for argmax in (False, True):
+                tail = self._argmax_drafts if argmax else None
+                self.graphs[t, argmax] = build(
+                    lambda w, t=t, tail=tail: StepGraphs(self.model, self.state, max_lanes, w, t, head="mtp", tail=tail),
+                    max_context, self.state.page_size, capture)  # fmt: skip
 
-    def forward(self, chunks: list[SeqChunk], hidden: torch.Tensor, ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, chunks: list[SeqChunk], hidden: torch.Tensor, ids: torch.Tensor | None = None,
+                argmax: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
         """The head over `chunks` (token_ids = the next tokens; `ids`: one token per chunk as a device tensor,
-        replacing them) -> its hidden states at the rows wanting logits."""
+        replacing them) -> (its hidden states at the rows wanting logits, their raw argmax drafts when `argmax`
+        and a graph took the step, else None)."""
         if self.graphs:
             from hinfer.engine.cuda_graphs import pick
 
             widest = max(len(c.token_ids) for c in chunks)
-            g = pick(next((sets for t, sets in sorted(self.graphs.items()) if t >= widest), None), chunks)
+            sets = next((g for (t, a), g in sorted(self.graphs.items()) if t >= widest and a == argmax), None)
+            g = pick(sets, chunks)
             if g is not None:
-                (out,) = g.run(chunks, hidden, ids)
+                out, drafts = (*g.run(chunks, hidden, ids), None)[:2]
                 if g.t == 1 and all(c.need_logits for c in chunks):  # the draft steps: no index tensor per step
-                    return out[: len(chunks)]
-                rows = [i * g.t + len(c.token_ids) - 1 for i, c in enumerate(chunks) if c.need_logits]
-                return take_rows(out, rows)
+                    return out[: len(chunks)], None if drafts is None else drafts[: len(chunks)]
+                return _rows(out, drafts, [i * g.t + len(c.token_ids) - 1 for i, c in enumerate(chunks)
+                                           if c.need_logits])  # fmt: skip
         batch = build_forward_batch(chunks, self.state.page_size, self.device)
         if ids is not None:
             batch.input_ids.copy_(ids)
         out = self.model.mtp_forward(batch.input_ids, hidden, batch, self.state)
-        return out[batch.logits_indices]
+        return out[batch.logits_indices], None
 
     @torch.inference_mode()
     def draft(self, jobs: list[DraftJob]) -> list[Proposal | None]:
         out: list[Proposal | None] = [None] * len(jobs)
-        h = self._early_rows(jobs)  # a pass queued this round is consumed here, used or not
+        early = self._early_rows(jobs)  # a pass queued this round is consumed here, used or not
         if not jobs:
             return out
         chunks = [
             SeqChunk(j.next_ids, j.start, j.seq.pages, SCRATCH_SLOT, need_logits=j.num_drafts > 0)
             for j in jobs
         ]
-        if h is None:
-            h = self.forward(chunks, torch.cat([j.hidden for j in jobs]))
         active = [i for i, j in enumerate(jobs) if j.num_drafts > 0]
+        pos = [Position(jobs[i].seq.sampler_state, []) for i in active]
+        greedy = all(plain_greedy(p) for p in pos)
+        h, argmax = early if early is not None else self.forward(chunks, torch.cat([j.hidden for j in jobs]),
+                                                                 argmax=greedy)  # fmt: skip
         # lanes whose processed logits do not depend on their drafted prefix (no penalties, no thinking budget)
         # keep the drafts on the device: the verify step takes them from there, and the host reads them once
         # per round, after that step is queued (not once per draft, nor before the verify launch)
@@ -168,10 +181,11 @@ class MTPDrafter:
                 chunks = [SeqChunk([toks[i][-1] if toks[i] else 0],
                                    jobs[i].start + len(jobs[i].next_ids) - 1 + step, jobs[i].seq.pages,
                                    SCRATCH_SLOT) for i in active]  # fmt: skip
-                h = self.forward(chunks, h, last)
-            pos = [Position(jobs[i].seq.sampler_state, toks[i]) for i in active]
-            if all(plain_greedy(p) for p in pos):
-                t_dev = self._argmax_drafts(h)
+                pos = [Position(jobs[i].seq.sampler_state, toks[i]) for i in active]
+                greedy = all(plain_greedy(p) for p in pos)
+                h, argmax = self.forward(chunks, h, last, argmax=greedy)
+            if greedy:
+                t_dev = argmax if argmax is not None else self._argmax_drafts(h)
             else:
                 q = sampling_probs(processed_logits(self.sampler, self.logits(h), pos), pos)
                 draws = [None if p.row.params.greedy else (p.row.seed, p.row.num_generated + step) for p in pos]
@@ -194,6 +208,14 @@ class MTPDrafter:
             p = torch.stack(probs[i]) if probs[i] else None
             out[i] = Proposal([], p, pending[i]) if i in pending else Proposal(toks[i], p)
         return out
+
+
+def _rows(out: torch.Tensor, drafts: torch.Tensor | None, idx: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """out[idx] and drafts[idx] (drafts may be None) with one index upload."""
+    if idx == list(range(out.shape[0])):
+        return out, drafts
+    at = to_device(idx, torch.int64, out.device)
+    return out.index_select(0, at), None if drafts is None else drafts.index_select(0, at)
 
 
 def _device_drafts(drawn: list[tuple[list[int], torch.Tensor]]) -> dict[int, tuple[DeviceDrafts, int, int]]:
