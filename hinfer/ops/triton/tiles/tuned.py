@@ -88,6 +88,20 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     # 33.5 -> 31.4 us alone with the quantize launch (the per-program form: 41.3), decode at eight lanes 968.6 ->
     # 991.5 tok/s (one pair, H200 2026-12-03)
     (INT4_A8, 34816, 5120, 8): SkinnyConfig(128, 128, 8, 2, 4, 2, 4, False, True, 96),
+    # two and four rows (speculative verification: one lane at K = 1 or 3) with x quantized ahead, on the bf16
+    # kernel's tiles (`bench/tile_variants.py --a8-rows 2,4 --a8-ahead`): the 27B's MTP round at one lane, K = 3,
+    # 9.46 -> 9.12 ms (means of 6 and 3 runs in three calls; the eight-lane round, 32 rows, unchanged; H200
+    # 2026-12-03). Alone at four rows: qkv 17.8 -> 16.0 us, GDN in_proj 18.5 -> 16.4, gate_up 38.3 -> 29.4.
+    (INT4_A8, 14336, 5120, 2): SkinnyConfig(128, 128, 8, 4, 8, 2, 0, False, True),
+    (INT4_A8, 14336, 5120, 4): SkinnyConfig(128, 128, 8, 4, 8, 2, 0, False, True),
+    (INT4_A8, 16384, 5120, 2): SkinnyConfig(128, 128, 8, 4, 8, 2, 0, False, True),
+    (INT4_A8, 16384, 5120, 4): SkinnyConfig(128, 128, 8, 4, 8, 2, 0, False, True),
+    (INT4_A8, 34816, 5120, 2): SkinnyConfig(128, 128, 8, 2, 4, 2, 4, False, True),
+    (INT4_A8, 34816, 5120, 4): SkinnyConfig(128, 128, 8, 2, 4, 2, 4, False, True),
+    (INT4_A8, 5120, 6144, 2): SkinnyConfig(128, 128, 8, 8, 8, 2, 0, False, True),
+    (INT4_A8, 5120, 6144, 4): SkinnyConfig(128, 128, 8, 8, 8, 2, 0, False, True),
+    (INT4_A8, 5120, 17408, 2): SkinnyConfig(128, 128, 8, 16, 4, 2, 4, False, True),
+    (INT4_A8, 5120, 17408, 4): SkinnyConfig(128, 128, 8, 16, 4, 2, 4, False, True),
     # the 122B-A10B's dense projections at one row on the bf16 kernel's tiles (rings of 2 slots): one lane 264.6 ->
     # 272.4 tok/s (H200 2026-12-03, HINFER_INT4_DECODE=a8; at eight lanes a8 lost 1%, the 35B-A3B gained nothing)
     (INT4_A8, 17408, 3072, 1): SkinnyConfig(128, 128, 8, 4, 4, 2, 2),  # qkv
