@@ -183,9 +183,10 @@ def _fused_kernel(
         pdl_start(PDL)
     xs = x_ptr + start * sx_t
     xq, xk, xv, ga, gb = _token(xs, sx_t, 0, n, cq, ck, cv, a_ptr, sa_t, b_ptr, sb_t, start, h)
-    # the old q / k state is read: take a ticket (the last of the key head's programs writes the new one)
+    # the old q / k state is read: take a ticket (the last of the key head's programs writes the new one). Release
+    # only: nothing after it waits for its answer but the last program's writes, which acquire first (below)
     tl.debug_barrier()  # every thread's reads are done before the ticket releases them
-    arrived = tl.atomic_add(cnt_ptr + b * HK + hk, 1, sem="acq_rel")
+    arrived = tl.atomic_add(cnt_ptr + b * HK + hk, 1, sem="release")
     last = arrived == REP * (V // BV) - 1
     if NORM and BV == V:
         nw = tl.load(nw_ptr + rv).to(tl.float32)
@@ -215,20 +216,20 @@ def _fused_kernel(
     if not HAS_STEP:
         tl.store(s_ptr + slot * ss_s + s_off, state)
     _save_conv(cs_ptr, cv, xs, sx_t, v0, v1, v2, n, slot, step_ptr, step_stride, b, scs_s, scs_c, HAS_STEP, EMU)
-    if last:
+    if last:  # every other program's reads of the old q / k state happened before its ticket: acquire them
+        tl.atomic_xchg(cnt_ptr + b * HK + hk, 0, sem="acquire")  # (and reset the counter for the next launch)
         _save_conv(cs_ptr, cq, xs, sx_t, q0, q1, q2, n, slot, step_ptr, step_stride, b, scs_s, scs_c, HAS_STEP,
                    EMU)  # fmt: skip
         _save_conv(cs_ptr, ck, xs, sx_t, k0, k1, k2, n, slot, step_ptr, step_stride, b, scs_s, scs_c, HAS_STEP,
                    EMU)  # fmt: skip
-        tl.atomic_xchg(cnt_ptr + b * HK + hk, 0)
     if NORM and BV < V:  # the head's last program to finish normalises its whole rows (all V blocks written by then)
         tl.debug_barrier()  # every thread's o stores are done before the ticket releases them
         # after the q / k counters: grid (sequences, value heads, V blocks)
         head_cnt = cnt_ptr + tl.num_programs(0) * HK + b * tl.num_programs(1) + h
-        if tl.atomic_add(head_cnt, 1, sem="acq_rel") == V // BV - 1:
+        if tl.atomic_add(head_cnt, 1, sem="release") == V // BV - 1:
+            tl.atomic_xchg(head_cnt, 0, sem="acquire")  # the other blocks' o rows, before reading them back
             _norm_rows(o_ptr + start * so_t + h * so_h, so_t, z_ptr + start * sz_t + h * sz_h, sz_t, nw_ptr,
                        y_ptr + start * so_t + h * so_h, n, eps, V, ROUND_WY, EMU)  # fmt: skip
-            tl.atomic_xchg(head_cnt, 0)
 
 
 def fused_decode_launch(
