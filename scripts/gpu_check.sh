@@ -9,6 +9,9 @@
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 \
 #     -d .whl xgrammar==0.2.9 apache-tvm-ffi==0.1.15.post2
+#   and for `hinfer serve` (specserve, and any server run there): fastapi==0.165.0 starlette==1.10.0 uvicorn==0.55.0
+#   pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 annotated-doc==0.0.7
+#   opentelemetry-api==1.45.2 typing_extensions==4.16.0 (add --platform manylinux_2_17_x86_64 for pydantic_core)
 set -uo pipefail
 MODE="${1:-full}"
 # logs under $OUT/r, packed into $OUT/gpu_check-MODE.tgz at exit (the device returns a few files only)
