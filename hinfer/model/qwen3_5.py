@@ -20,11 +20,10 @@ from hinfer.errors import ConfigError
 from hinfer.model.state import ModelState
 from hinfer.model.vision import VisionEncoder
 from hinfer.model.vision_grid import Grid
-from hinfer.ops.activation import silu_mul
 from hinfer.ops.attention import paged_attention, qk_norm_rope_write
 from hinfer.ops.dispatch import set_backend
 from hinfer.ops.gdn import gated_delta_net
-from hinfer.ops.linear import linear
+from hinfer.ops.linear import linear, silu_mul_linear
 from hinfer.ops.moe import moe_experts, moe_route, moe_route_experts
 from hinfer.ops.norm import add_rms_norm, add_rms_norm_linear, rms_norm
 from hinfer.ops.parallel import SINGLE, TensorParallel
@@ -123,7 +122,7 @@ class MLP(nn.Module):
         self.down_proj = _param(hidden, inter, dtype=dtype, device=device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return linear(silu_mul(linear(x, self.gate_up.weight)), self.down_proj)
+        return silu_mul_linear(linear(x, self.gate_up.weight), self.down_proj)
 
 
 class SparseMoE(nn.Module):

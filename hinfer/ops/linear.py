@@ -12,6 +12,7 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
+from hinfer.ops.activation import silu_mul
 from hinfer.ops.dispatch import use_triton
 from hinfer.ops.triton.tiles.forms import BF16
 from hinfer.ops.triton.tiles.linear import SKINNY_MAX_M
@@ -25,6 +26,15 @@ class QuantizedWeight(Protocol):
 
 def linear_ref(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return F.linear(x, weight)
+
+
+def silu_mul_linear(gate_up: torch.Tensor, weight: torch.Tensor | QuantizedWeight) -> torch.Tensor:
+    """linear(silu_mul(gate_up), weight): the MLP's second half. A quantized weight that prepares its x itself may
+    apply the activation there (`silu_mul_matmul`: int4's x quantized ahead), a launch fewer."""
+    fused = getattr(weight, "silu_mul_matmul", None)
+    if fused is not None:
+        return fused(gate_up)
+    return linear(silu_mul(gate_up), weight)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedWeight) -> torch.Tensor:

@@ -1,5 +1,6 @@
 """x in int8 for the int4 x int8 decode (hinfer/ops/triton/act_int8.py): the Triton kernel against its reference,
-bit for bit (the interpreter on the CPU, compiled on a GPU), and the reference against quantize_act_int8_ref."""
+bit for bit (the interpreter on the CPU, compiled on a GPU), the reference against quantize_act_int8_ref, and the
+SiLU-mul form against the SiLU-mul kernel followed by the plain form."""
 
 from __future__ import annotations
 
@@ -46,3 +47,50 @@ def test_reference_words_hold_the_int8_values_in_mma_column_order():
 def test_k_not_a_multiple_of_the_group_is_refused():
     with pytest.raises(ValueError, match="K % 128"):
         quantize_x_int8(torch.zeros(1, 200, dtype=torch.bfloat16, device=DEV))
+
+
+@pytest.mark.parametrize("m, k", [(1, 256), (4, 640)])
+def test_silu_mul_form_is_the_activation_kernel_then_the_plain_form(m, k):
+    """quantize_x_int8(gate_up, silu_mul=True) quantizes silu(gate) * up with the SiLU-mul kernel's roundings:
+    bit for bit what that kernel's output quantizes to (the same exp on either side)."""
+    from hinfer.ops.triton.activation import silu_mul
+
+    seed = fixed_test_seed()
+    for s in (seed, seed + 1):
+        gu = torch.cat([_x(m, k, s), _x(m, k, s + 100)], dim=1)
+        gu[0, 128:256] = 0  # a zero gate group: silu(0) = 0, scale 1
+        got, want = quantize_x_int8(gu, silu_mul=True), quantize_x_int8(silu_mul(gu))
+        assert torch.equal(got.words, want.words), s
+        assert torch.equal(got.scales, want.scales) and torch.equal(got.sums, want.sums), s
+        assert got.shape == (m, k)
+        assert torch.equal(got.scales[0, 1].cpu(), torch.tensor(1.0))
+
+
+def test_silu_mul_form_needs_gate_and_up_halves_of_whole_groups():
+    with pytest.raises(ValueError, match="gate \\| up"):
+        quantize_x_int8(torch.zeros(1, 384, dtype=torch.bfloat16, device=DEV), silu_mul=True)
+
+
+def test_kernel_compiles_for_sm90(compiled_child):
+    """Both forms through Triton's whole sm_90 pipeline, as the launcher specialises them (no fma contraction)."""
+    res = compiled_child.call(__file__, "_compile_both")
+    assert res.returncode == 0, res.stderr[-4000:]
+    assert res.stdout.count("compiled") == 2, res.stdout
+
+
+def _compile_both() -> None:
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, compile
+
+    from hinfer.ops.triton.act_int8 import _quantize_kernel
+
+    fn = _quantize_kernel
+    for act in (False, True):
+        consts = dict(G_BLOCK=4, PDL=True, ACT=act)
+        types = dict(x_ptr="*bf16", w_ptr="*i32", s_ptr="*fp32", q_ptr="*fp32")
+        sig = {a: "constexpr" if a in consts else types.get(a, "i32") for a in fn.arg_names}
+        div = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if sig[a][0] == "*"}
+        kernel = compile(ASTSource(fn, sig, constexprs=consts, attrs=div), target=GPUTarget("cuda", 90, 32),
+                         options={"num_warps": 4, "enable_fp_fusion": False})  # fmt: skip
+        assert kernel.asm.get("cubin")
+        print("compiled", fn.__name__, act)

@@ -39,6 +39,23 @@ def test_round_trip_and_values(zero_point):
     assert torch.equal(out, q.matmul_ref(x))
 
 
+def test_silu_mul_linear_is_the_activation_then_the_projection():
+    """ops.linear.silu_mul_linear (the MLP's down projection): a plain weight and an int4 one give exactly
+    linear(silu_mul(gate_up), W) (on a GPU the int4 weight may apply the activation while quantizing x; that
+    path is tests/gpu/test_int4_a8.py's)."""
+    from hinfer.ops.activation import silu_mul
+    from hinfer.ops.linear import linear, silu_mul_linear
+
+    g = _gen()
+    gu = torch.randn(3, 2, 1024, generator=g).bfloat16()
+    q = quantize_int4(torch.randn(192, 512, generator=g).bfloat16())
+    w = Int4MmaWeight.from_int4(q)
+    dense = torch.randn(192, 512, generator=g).bfloat16()
+    for weight in (w, dense):
+        got = silu_mul_linear(gu, weight)
+        assert got.shape == (3, 2, 192) and torch.equal(got, linear(silu_mul(gu), weight))
+
+
 def test_chunked_permutation_equals_one_pass():
     q = quantize_int4(torch.randn(96, 256, generator=_gen()).bfloat16())
     whole = permute_words(q.qweight, 256, chunk_rows=96)

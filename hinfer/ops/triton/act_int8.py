@@ -6,6 +6,10 @@ once per x so that every program of the matmul reads it instead of quantizing it
 `xq`). Layout, per row: words [K / 4] int32 where byte b of word w holds K offset 4 w + (0, 2, 1, 3)[b] (the int8
 MMA's column order for the fragment-ordered weights, so a thread's B registers are 8 contiguous words); scales
 [K / 128] fp32 and scale * sum q [K / 128] fp32.
+
+With `silu_mul`, x is the MLP's activation silu(gate) * up, computed here from the gate_up projection's rows
+[gate | up] with the SiLU-mul kernel's roundings (activation.py): the down projection's x is then quantized in
+the launch that would otherwise only apply the activation.
 """
 
 from __future__ import annotations
@@ -36,8 +40,10 @@ class XInt8:
 
 
 @triton.jit
-def _quantize_kernel(x_ptr, w_ptr, s_ptr, q_ptr, K, stride_xm, G_BLOCK: tl.constexpr, PDL: tl.constexpr):
-    """One row's G_BLOCK groups per program: [G_BLOCK, 32 words, 4 bytes] in registers."""
+def _quantize_kernel(x_ptr, w_ptr, s_ptr, q_ptr, K, stride_xm, G_BLOCK: tl.constexpr, PDL: tl.constexpr,
+                     ACT: tl.constexpr = False):  # fmt: skip
+    """One row's G_BLOCK groups per program: [G_BLOCK, 32 words, 4 bytes] in registers (ACT: x = silu(gate) * up
+    from a [gate | up] row of 2 K)."""
     m = tl.program_id(0).to(tl.int64)
     g0 = tl.program_id(1) * G_BLOCK
     gi = g0 + tl.arange(0, G_BLOCK)
@@ -47,6 +53,10 @@ def _quantize_kernel(x_ptr, w_ptr, s_ptr, q_ptr, K, stride_xm, G_BLOCK: tl.const
     offs = gi[:, None, None] * 128 + wi[None, :, None] * 4 + j[None, None, :]
     pdl_start(PDL)
     v = tl.load(x_ptr + m * stride_xm + offs, mask=ok, other=0.0).to(tl.float32)
+    if ACT:  # silu(gate) rounded to bf16, times up, rounded again: activation.silu_mul's arithmetic
+        u = tl.load(x_ptr + m * stride_xm + K + offs, mask=ok, other=0.0)
+        v = (v / (1.0 + tl.exp(-v))).to(u.dtype).to(tl.float32)
+        v = (v * u.to(tl.float32)).to(u.dtype).to(tl.float32)
     amax = tl.max(tl.max(tl.abs(v), axis=2), axis=1)  # [G_BLOCK]
     pos = amax > 0.0
     safe = tl.where(pos, amax, 1.0)
@@ -62,11 +72,13 @@ def _quantize_kernel(x_ptr, w_ptr, s_ptr, q_ptr, K, stride_xm, G_BLOCK: tl.const
     tl.store(q_ptr + m * (K // 128) + gi, tl.sum(tl.sum(q, axis=2), axis=1).to(tl.float32) * s, mask=gmask)
 
 
-def quantize_x_int8(x: torch.Tensor) -> XInt8:
-    """x bf16 [M, K] (K % 128 == 0) -> XInt8."""
+def quantize_x_int8(x: torch.Tensor, silu_mul: bool = False) -> XInt8:
+    """x bf16 [M, K] (K % 128 == 0) -> XInt8; with `silu_mul`, x is [M, 2 K] = [gate | up] and what is quantized
+    is silu(gate) * up [M, K]."""
     m, k = x.shape
-    if k % GROUP:
-        raise ValueError(f"quantize_x_int8: K % {GROUP} == 0, got {tuple(x.shape)}")
+    k //= 2 if silu_mul else 1
+    if k % GROUP or (silu_mul and x.shape[1] != 2 * k):
+        raise ValueError(f"quantize_x_int8: K % {GROUP} == 0, got {tuple(x.shape)}{' as [gate | up]' * silu_mul}")
     if x.stride(-1) != 1:
         x = x.contiguous()
     out = XInt8(torch.empty(m, k // 4, dtype=torch.int32, device=x.device),
@@ -74,7 +86,8 @@ def quantize_x_int8(x: torch.Tensor) -> XInt8:
                 torch.empty(m, k // GROUP, dtype=torch.float32, device=x.device))  # fmt: skip
     g_block = 4
     _quantize_kernel[(m, triton.cdiv(k // GROUP, g_block))](
-        x, out.words, out.scales, out.sums, k, x.stride(0), G_BLOCK=g_block, num_warps=4, **pdl_kwargs(x, m),
+        x, out.words, out.scales, out.sums, k, x.stride(0), G_BLOCK=g_block, ACT=silu_mul, num_warps=4,
+        **pdl_kwargs(x, m),
         enable_fp_fusion=False,  # x * r rounded before the round-to-integer add, as the reference's torch ops
     )
     return out
