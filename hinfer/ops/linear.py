@@ -30,11 +30,11 @@ def linear_ref(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 def silu_mul_linear(gate_up: torch.Tensor, weight: torch.Tensor | QuantizedWeight) -> torch.Tensor:
     """linear(silu_mul(gate_up), weight): the MLP's second half. A quantized weight that prepares its x itself may
-    apply the activation there (`silu_mul_matmul`: int4's x quantized ahead), a launch fewer."""
+    apply the activation there (`silu_mul_matmul`: int4's x quantized ahead, a launch fewer; None where it
+    does not)."""
     fused = getattr(weight, "silu_mul_matmul", None)
-    if fused is not None:
-        return fused(gate_up)
-    return linear(silu_mul(gate_up), weight)
+    y = fused(gate_up) if fused is not None else None
+    return y if y is not None else linear(silu_mul(gate_up), weight)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedWeight) -> torch.Tensor:

@@ -118,7 +118,7 @@ def test_x_quantized_ahead_is_the_reference_bit_for_bit():
 def test_silu_mul_in_the_x_quantization_equals_the_activation_then_the_projection():
     """Int4MmaWeight.silu_mul_matmul (the MLP's down): where the a8 tile quantizes x ahead (the 27B down's
     packaged two- and four-row entries) the SiLU-mul is applied in that launch: bit for bit the SiLU-mul kernel
-    followed by the same matmul; at one row (x quantized in the prologue) it is exactly that composition."""
+    followed by the same matmul; at one row (x quantized in the prologue) it declines."""
     from hinfer.ops.activation import silu_mul
     from hinfer.ops.triton.linear_int4_a8 import int4_a8_matmul
     from hinfer.ops.triton.tiles.linear import a8_config
@@ -129,5 +129,8 @@ def test_silu_mul_in_the_x_quantization_equals_the_activation_then_the_projectio
     for m, ahead in ((2, True), (4, True), (1, False)):
         gu = (torch.randn(m, 2 * k, generator=g, device="cuda") * 2).bfloat16()
         assert a8_config(m, n, k).x_ahead == ahead
-        want = int4_a8_matmul(silu_mul(gu), mw) if ahead else mw.matmul(silu_mul(gu))
-        assert torch.equal(mw.silu_mul_matmul(gu), want), m
+        got = mw.silu_mul_matmul(gu)
+        if ahead:
+            assert torch.equal(got, int4_a8_matmul(silu_mul(gu), mw)), m
+        else:
+            assert got is None  # silu_mul_linear then runs the activation kernel and matmul

@@ -54,6 +54,7 @@ def test_silu_mul_linear_is_the_activation_then_the_projection():
     for weight in (w, dense):
         got = silu_mul_linear(gu, weight)
         assert got.shape == (3, 2, 192) and torch.equal(got, linear(silu_mul(gu), weight))
+    assert w.silu_mul_matmul(gu) is None  # no fused form off the GPU: the composition above ran
 
 
 def test_chunked_permutation_equals_one_pass():
