@@ -18,3 +18,14 @@ decode_bench() {
   echo "== $name rc=$?"; grep -E "decode C=" "$R/$name.txt"
   pack
 }
+# `bench_as NAME PYPATH [ARGS...]`: `hinfer bench ARGS` importing hinfer from PYPATH (python -P: the working
+# directory does not come first), so one call can A/B an older tree's package (`git archive REV hinfer | tar -x -C
+# .kcache/ab`, PYPATH=.kcache/ab:$PWD) against this one ($PWD); logged to $R/NAME.txt, its decode and
+# speculative-round lines echoed, packed. BENCH_TIMEOUT (default 100 s) bounds it.
+bench_as() {
+  local name=$1 path=$2; shift 2
+  env PYTHONPATH="$path" timeout "${BENCH_TIMEOUT:-100}" python -P -m hinfer bench "$@" --out "$R" > "$R/$name.txt" 2>&1
+  echo "== $name rc=$? $((SECONDS - START)) s"
+  grep -E "decode C=|spec K=" "$R/$name.txt" | sed -E 's/^.*INFO hinfer.bench: //'
+  pack
+}

@@ -15,18 +15,12 @@ echo "== GPU test rc=$? $(tail -1 "$R/tests.txt")"; grep -E "^(FAILED|E )" "$R/t
 pack
 python bench/tile_variants.py --config qwen3.6-27b --a8-rows 2,4 --a8-ahead --out-dir "$R" > /dev/null
 AHEAD="$R/qwen3.6-27b-int4_a8-rows2-4-ahead.json"
-spec() {  # NAME PYTHONPATH [env...]: the 27B's MTP rounds at K = 3, one and eight lanes
-  local name=$1 path=$2; shift 2
-  env PYTHONPATH="$path" "$@" timeout 100 python -P -m hinfer bench qwen3.6-27b --quant int4 --spec mtp --spec-k 3 \
-    --concurrency 1,8 --depths 1K --prefill "" --steps 64 --out "$R" > "$R/$name.txt" 2>&1
-  echo "== $name rc=$? $((SECONDS - START)) s"; grep -E "decode C=|spec K=" "$R/$name.txt" | sed -E 's/^.*INFO hinfer.bench: //'
-  pack
-}
+SPEC=(qwen3.6-27b --quant int4 --spec mtp --spec-k 3 --concurrency 1,8 --depths 1K --prefill "" --steps 64)
 for i in 1 2; do
-  left 400 && spec "before_$i" "$AB_OLD:$PWD"
-  left 430 && spec "argmax_graph_$i" "$PWD"
+  left 400 && bench_as "before_$i" "$AB_OLD:$PWD" "${SPEC[@]}"
+  left 430 && bench_as "argmax_graph_$i" "$PWD" "${SPEC[@]}"
 done
-left 460 && spec argmax_graph_a8_ahead "$PWD" HINFER_TILES="$AHEAD"
+left 460 && HINFER_TILES="$AHEAD" bench_as argmax_graph_a8_ahead "$PWD" "${SPEC[@]}"
 if left 500; then
   timeout 80 python bench/profile_decode.py --quant int4 --spec-k 3 --lanes 1 --trace "$R/spec_c1_trace.json.gz" \
     > "$R/profile_spec_c1.txt" 2>&1

@@ -21,11 +21,6 @@ for i in 1 2; do
   left 170 && alone "alone_tickets_$i" "$PWD"
 done
 pack
-decode35() {  # NAME PYTHONPATH
-  env PYTHONPATH="$2" timeout 70 python -P -m hinfer bench qwen3.6-35b-a3b --quant int4 --concurrency 1,8 --depths 1K \
-    --prefill "" --out "$R" > "$R/$1.txt" 2>&1
-  echo "== $1 rc=$?"; grep -E "decode C=" "$R/$1.txt" | sed -E 's/^.*INFO hinfer.bench: //'
-  pack
-}
-left 190 && decode35 decode35_before "$AB_OLD:$PWD"
-left 240 && decode35 decode35_tickets "$PWD"
+D35=(qwen3.6-35b-a3b --quant int4 --concurrency 1,8 --depths 1K --prefill "")
+left 190 && BENCH_TIMEOUT=70 bench_as decode35_before "$AB_OLD:$PWD" "${D35[@]}"
+left 240 && BENCH_TIMEOUT=70 bench_as decode35_tickets "$PWD" "${D35[@]}"

@@ -11,13 +11,8 @@ timeout 400 python -m hinfer bench qwen3.6-27b --spec-serving --layers 16 --conc
   > "$R/spec_serving.txt" 2>&1
 echo "== spec serving rc=$? $((SECONDS - START)) s"; tail -14 "$R/spec_serving.txt"
 pack
-rows() {  # NAME PYTHONPATH
-  env PYTHONPATH="$2" timeout 90 python -P -m hinfer bench qwen3.6-27b --quant int4 --concurrency 1,2,4,8 --depths 1K \
-    --prefill "" --out "$R" > "$R/$1.txt" 2>&1
-  echo "== $1 rc=$? $((SECONDS - START)) s"; grep -E "decode C=" "$R/$1.txt" | sed -E 's/^.*INFO hinfer.bench: //'
-  pack
-}
+ROWS=(qwen3.6-27b --quant int4 --concurrency 1,2,4,8 --depths 1K --prefill "")
 for i in 1 2; do
-  left 450 && rows "before_$i" "$AB_OLD:$PWD"
-  left 480 && rows "rows24_$i" "$PWD"
+  left 450 && bench_as "before_$i" "$AB_OLD:$PWD" "${ROWS[@]}"
+  left 480 && bench_as "rows24_$i" "$PWD" "${ROWS[@]}"
 done
