@@ -202,8 +202,7 @@ class StepGraphs:
         release_deferred()
         kind = "verify" if self.verify else self.head + (" + tail" if self.tail is not None else "")
         log.info("captured %d %s graphs (lanes %s, %d tokens/lane, %d pages) in %.1f s", len(self.graphs), kind,
-                 self.buckets, self.t, self.width,
-                 time.monotonic() - t0)  # fmt: skip
+                 self.buckets, self.t, self.width, time.monotonic() - t0)  # fmt: skip
 
     def bucket(self, n: int) -> int | None:
         return next((b for b in self.buckets if b >= n), None)
@@ -211,12 +210,12 @@ class StepGraphs:
     def run(self, chunks: list[SeqChunk], hidden: torch.Tensor | None = None,
             ids: torch.Tensor | None = None, drafts: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:  # fmt: skip
         """Outputs for the padded batch: (hidden [B*t, H], logits [B*t, V]) for the target, (mtp hidden
-        [B*t, H],) for the MTP head, and the tail's output after it if it has one; lane i's rows start at i * t. `hidden`: the MTP head's input rows, the
-        chunks' rows concatenated. `ids` (t tokens per lane): the lanes' input tokens as a device tensor, in
-        place of the chunks' token_ids, so a step can follow one whose tokens the host has not read; `drafts`
-        [lanes, w] likewise for rows 1..w of each lane (verification: a lane's drafts after its pending token;
-        past a lane's own drafts they land in filler rows, which nothing reads). Replays the captured graph,
-        or runs the static batch eagerly if none."""
+        [B*t, H],) for the MTP head (and its tail's output after it, if it has one); lane i's rows start at i * t.
+        `hidden`: the MTP head's input rows, the chunks' rows concatenated. `ids` (t tokens per lane): the lanes'
+        input tokens as a device tensor, in place of the chunks' token_ids, so a step can follow one whose tokens
+        the host has not read; `drafts` [lanes, w] likewise for rows 1..w of each lane (verification: a lane's
+        drafts after its pending token; past a lane's own drafts they land in filler rows, which nothing reads).
+        Replays the captured graph, or runs the static batch eagerly if none."""
         b = self.bucket(len(chunks))
         assert b is not None
         self._stage(chunks, b, hidden)
