@@ -282,24 +282,17 @@ class Int4MmaWeight(nn.Module):
 
     def silu_mul_matmul(self, gate_up: torch.Tensor) -> torch.Tensor | None:
         """self.matmul(silu_mul(gate_up)) for gate_up [..., 2 K] (the MLP's down projection) where the int4 x int8
-        kernel takes these rows with x quantized ahead in its own launch (the tile's x_ahead): the SiLU-mul is done
-        in that launch (act_int8.quantize_x_int8's silu_mul), one launch fewer, the same numbers. None elsewhere:
+        kernel takes these rows: the SiLU-mul is done where x is quantized (in each program's prologue, or in the
+        launch that quantizes x ahead: the tile's x_ahead), one launch fewer, the same numbers. None elsewhere:
         the caller applies the activation and calls matmul (ops.linear.silu_mul_linear)."""
         g2 = gate_up.reshape(-1, gate_up.shape[-1])
-        if gate_up.shape[-1] != 2 * self.k or not _decode_rows_on_cuda(g2) or g2.shape[0] > 8:
+        if gate_up.shape[-1] != 2 * self.k or not _decode_rows_on_cuda(g2):
             return None
-        x = g2[:, : self.k]  # the kernel's x argument: shapes only (it reads the quantized rows)
-        if not self._a8_takes(x):
+        if not self._a8_takes(g2[:, : self.k]):  # shapes only
             return None
-        from hinfer.ops.triton.act_int8 import quantize_x_int8
         from hinfer.ops.triton.linear_int4_a8 import int4_a8_matmul
-        from hinfer.ops.triton.tiles.linear import a8_config
 
-        cfg = a8_config(x.shape[0], self.n, self.k)
-        if not cfg.x_ahead:
-            return None
-        y = int4_a8_matmul(x, self, cfg=cfg, xq=quantize_x_int8(g2, silu_mul=True))
-        return y.view(*gate_up.shape[:-1], self.n)
+        return int4_a8_matmul(g2, self, silu_mul=True).view(*gate_up.shape[:-1], self.n)
 
     def matmul_tail(self, x: torch.Tensor, tail: torch.Tensor, out: torch.Tensor) -> bool:
         """out [M, N + T] = [x @ self^T, x @ tail^T] in one launch (the tail rows on CUDA cores beside the int4

@@ -116,11 +116,12 @@ def test_x_quantized_ahead_is_the_reference_bit_for_bit():
 
 
 def test_silu_mul_in_the_x_quantization_equals_the_activation_then_the_projection():
-    """Int4MmaWeight.silu_mul_matmul (the MLP's down): where the a8 tile quantizes x ahead (the 27B down's
-    packaged two- and four-row entries) the SiLU-mul is applied in that launch: bit for bit the SiLU-mul kernel
-    followed by the same matmul; at one row (x quantized in the prologue) it declines."""
+    """Int4MmaWeight.silu_mul_matmul (the MLP's down): the SiLU-mul is applied where x is quantized, in the launch
+    ahead (the 27B down's packaged two- and four-row entries) or in each program's prologue (its one-row entry,
+    and prologue tiles at 2 to 8 rows): bit for bit the SiLU-mul kernel followed by the same matmul."""
     from hinfer.ops.activation import silu_mul
     from hinfer.ops.triton.linear_int4_a8 import int4_a8_matmul
+    from hinfer.ops.triton.tiles.forms import SkinnyConfig
     from hinfer.ops.triton.tiles.linear import a8_config
 
     n, k = SHAPES["down"]
@@ -130,7 +131,9 @@ def test_silu_mul_in_the_x_quantization_equals_the_activation_then_the_projectio
         gu = (torch.randn(m, 2 * k, generator=g, device="cuda") * 2).bfloat16()
         assert a8_config(m, n, k).x_ahead == ahead
         got = mw.silu_mul_matmul(gu)
-        if ahead:
-            assert torch.equal(got, int4_a8_matmul(silu_mul(gu), mw)), m
-        else:
-            assert got is None  # silu_mul_linear then runs the activation kernel and matmul
+        assert got is not None and torch.equal(got, int4_a8_matmul(silu_mul(gu), mw)), m
+    for m in (1, 2, 3, 8):  # the prologue's rows of x at other tiles
+        cfg = SkinnyConfig(128, 128, 8, 8, 4, 2, 4, x_ahead=False)
+        gu = (torch.randn(m, 2 * k, generator=g, device="cuda") * 2).bfloat16()
+        got = int4_a8_matmul(gu, mw, cfg=cfg, silu_mul=True)
+        assert torch.equal(got, int4_a8_matmul(silu_mul(gu), mw, cfg=cfg)), m

@@ -137,12 +137,14 @@ def _per_column(v, XQ: gl.constexpr, XROWS: gl.constexpr):
 
 
 @gluon.jit
-def _quantize_x(x_ptr, xq_smem, sx_smem, sq_smem, m0, M, stride_xm, g_lo, n_local, XROWS: gl.constexpr,
-                XQ: gl.constexpr):  # fmt: skip
+def _quantize_x(x_ptr, xq_smem, sx_smem, sq_smem, m0, M, K, stride_xm, g_lo, n_local, XROWS: gl.constexpr,
+                XQ: gl.constexpr, ACT: gl.constexpr):  # fmt: skip
     """x's rows m0 .. m0 + XROWS - 1 (clamped to M - 1), groups g_lo .. g_lo + n_local - 1, into int8 words in
     xq_smem [XG / XQ, XQ, XROWS, 32] (K offset 4 w + (0, 2, 1, 3)[b] of the group at byte b of word w), the
     scales amax / 127 in sx_smem and scale * sum q in sq_smem ([XG / XQ, XQ, 8]: per MMA column); q = round(x *
-    (127 / amax)), as hinfer.quant.int4.quantize_act_int8_ref (|x| * 127 / amax <= 127 + rounding: no clamp)."""
+    (127 / amax)), as hinfer.quant.int4.quantize_act_int8_ref (|x| * 127 / amax <= 127 + rounding: no clamp).
+    ACT: a row of x_ptr is [gate | up] (2 K) and x = silu(gate) * up, with act_int8's (the SiLU-mul kernel's)
+    roundings."""
     LQ: gl.constexpr = _quant_layout(XROWS, gl.num_warps())
     gi = _iota4(XQ, 0, LQ)
     row = gl.minimum(m0 + _iota4(XROWS, 1, LQ), M - 1)
@@ -151,6 +153,10 @@ def _quantize_x(x_ptr, xq_smem, sx_smem, sq_smem, m0, M, stride_xm, g_lo, n_loca
     for jb in range(0, n_local, XQ):
         ok = (jb + gi) < n_local
         v = gl.load(base + (g_lo + jb + gi) * GROUP, mask=ok & (col >= 0), other=0.0).to(gl.float32)
+        if ACT:
+            u = gl.load(base + K + (g_lo + jb + gi) * GROUP, mask=ok & (col >= 0), other=0.0)
+            v = (v / (1.0 + gl.exp(-v))).to(u.dtype).to(gl.float32)
+            v = (v * u.to(gl.float32)).to(u.dtype).to(gl.float32)
         amax = gl.max(gl.max(gl.abs(v), axis=3), axis=2)  # [XQ, XROWS]
         pos = amax > 0.0
         safe = gl.where(pos, amax, 1.0)
@@ -252,11 +258,12 @@ def int4_a8_kernel(
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
     RING: gl.constexpr, XROWS: gl.constexpr, XG: gl.constexpr, XQ: gl.constexpr, PDL: gl.constexpr = False,
     t_ptr=None, TAIL_N=0, stride_tn=0, TAIL: gl.constexpr = False, xw_ptr=None, xs_ptr=None, xsum_ptr=None,
-    XPRE: gl.constexpr = False,
+    XPRE: gl.constexpr = False, ACT: gl.constexpr = False,
 ):  # fmt: skip
     """y[:, :N] = x @ W^T (int4 fragment-ordered tiles, x in int8) and, with TAIL, y[:, N:N + TAIL_N] = x @
     tail^T (bf16 rows, linear_int4_mma._tail_rows). XROWS, XQ, XG: A8Shape's (rows of x quantized per program,
-    groups a prologue step quantizes, groups of x a program holds)."""
+    groups a prologue step quantizes, groups of x a program holds). ACT: x's rows are [gate | up] and the prologue
+    quantizes silu(gate) * up (the MLP's down projection)."""
     pid_m = gl.program_id(0)
     pid_n = gl.program_id(1)
     pid_k = gl.program_id(2)
@@ -268,11 +275,11 @@ def int4_a8_kernel(
         else:
             _a8_program(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
                         stride_sg, pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K, RING, XROWS, XG, XQ,
-                        PDL, xw_ptr, xs_ptr, xsum_ptr, XPRE)  # fmt: skip
+                        PDL, xw_ptr, xs_ptr, xsum_ptr, XPRE, ACT)  # fmt: skip
     else:
         _a8_program(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg,
                     pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K, RING, XROWS, XG, XQ, PDL, xw_ptr,
-                    xs_ptr, xsum_ptr, XPRE)  # fmt: skip
+                    xs_ptr, xsum_ptr, XPRE, ACT)  # fmt: skip
 
 
 @gluon.jit
@@ -280,7 +287,7 @@ def _a8_program(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg, pid_m, pid_n,
     pid_k, HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
     RING: gl.constexpr, XROWS: gl.constexpr, XG: gl.constexpr, XQ: gl.constexpr, PDL: gl.constexpr, xw_ptr, xs_ptr,
-    xsum_ptr, XPRE: gl.constexpr,
+    xsum_ptr, XPRE: gl.constexpr, ACT: gl.constexpr,
 ):  # fmt: skip
     W: gl.constexpr = gl.num_warps()
     S: gl.constexpr = BLOCK_N // 16
@@ -323,7 +330,8 @@ def _a8_program(
         sx_smem = gl.allocate_shared_memory(gl.float32, [XG // XQ, XQ, BLOCK_M], _flat_smem(2))
         sq_smem = gl.allocate_shared_memory(gl.float32, [XG // XQ, XQ, BLOCK_M], _flat_smem(2))
         _pdl_start(PDL)
-        _quantize_x(x_ptr, xq_smem, sx_smem, sq_smem, pid_m * BLOCK_M, M, stride_xm, g_lo, n_local, XROWS, XQ)
+        _quantize_x(x_ptr, xq_smem, sx_smem, sq_smem, pid_m * BLOCK_M, M, K, stride_xm, g_lo, n_local, XROWS, XQ,
+                    ACT)
         gl.thread_barrier()  # x's bytes are written by other threads than read them
         xq_smem = xq_smem._reinterpret(gl.int32, [XG, XROWS, 32], _flat_smem(2))
         sx_smem = sx_smem._reinterpret(gl.float32, [XG, BLOCK_M], _flat_smem(1))
@@ -376,7 +384,8 @@ def a8_takes(m: int, n: int, k: int, cfg: SkinnyConfig | None = None, zero: bool
 
 
 def int4_a8_variant(block_n: int, split_k: int, warps: int, zero: bool, ring: int, m: int, k: int,
-                    tail: bool = False, pdl: bool = False, max_regs: int = 0, pre: bool = False):  # fmt: skip
+                    tail: bool = False, pdl: bool = False, max_regs: int = 0, pre: bool = False,
+                    act: bool = False):  # fmt: skip
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot): the tile
     (block_n, split_k, warps, ring; pre: x quantized ahead) at m rows of x and K = k, shaped as a call is
     (A8Shape)."""
@@ -387,27 +396,31 @@ def int4_a8_variant(block_n: int, split_k: int, warps: int, zero: bool, ring: in
            "stride_xm": "i32", "stride_ym": "i32", "stride_sg": "i32", "t_ptr": "*bf16", "TAIL_N": "i32",
            "stride_tn": "i32", "xw_ptr": "*i32", "xs_ptr": "*fp32", "xsum_ptr": "*fp32"}  # fmt: skip
     cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=8, SPLIT_K=split_k, RING=a8.ring, XROWS=a8.xrows, XG=a8.xg,
-               XQ=a8.xq, TAIL=tail, PDL=pdl, XPRE=pre, maxnreg=max_regs)  # fmt: skip
+               XQ=a8.xq, TAIL=tail, PDL=pdl, XPRE=pre, ACT=act, maxnreg=max_regs)  # fmt: skip
     name = (f"int4 a8{' asym' if zero else ''} BLOCK_N={block_n} split {split_k} w{warps} ring {a8.ring} "
             f"{'x ahead' if pre else f'x rows {a8.xrows} x groups {a8.xg}'}{' tail' if tail else ''}"
-            f"{' pdl' if pdl else ''}{f' maxnreg {max_regs}' if max_regs else ''}")  # fmt: skip
+            f"{' pdl' if pdl else ''}{' silu_mul' if act else ''}{f' maxnreg {max_regs}' if max_regs else ''}")  # fmt: skip
     return name, int4_a8_kernel, sig, cex, warps
 
 
 def int4_a8_matmul(
     x: torch.Tensor, w: Int4Tensors, out: torch.Tensor | None = None, cfg: SkinnyConfig | None = None,
-    tail: torch.Tensor | None = None, xq: XInt8 | None = None,
+    tail: torch.Tensor | None = None, xq: XInt8 | None = None, silu_mul: bool = False,
 ) -> torch.Tensor:  # fmt: skip
     """y [M, N] = x [M, K] @ W^T (bf16 in and out, x rounded to int8 per row and 128-group inside), 1 <= M <= 8,
     W fragment-ordered (Int4MmaWeight). `cfg`: the tile (mma_config's; its ring, at least 2 slots, always
     streams the weights; default a8_config's; its x_ahead: x quantized ahead in its own launch, act_int8, instead
     of in each program's prologue); `tail` as in linear_int4_mma.int4_mma_matmul; `xq`: x already quantized
-    (act_int8.quantize_x_int8 of this x), read instead of x (a tail still reads x)."""
+    (act_int8.quantize_x_int8 of this x), read instead of x (a tail still reads x). `silu_mul`: x is [M, 2 K] =
+    [gate | up] and the product is silu(gate) * up @ W^T, the activation applied where x is quantized (in the
+    prologue, or in the launch ahead), with activation.silu_mul's roundings."""
     m, k = x.shape
+    k //= 2 if silu_mul else 1
     n = w.shape[0]
-    if k != w.shape[1] or k % GROUP_K or not 1 <= m <= 8 or x.dtype != torch.bfloat16 or hasattr(w, "qweight"):
+    if (k != w.shape[1] or k % GROUP_K or not 1 <= m <= 8 or x.dtype != torch.bfloat16 or hasattr(w, "qweight")
+            or (silu_mul and (x.shape[1] != 2 * k or tail is not None or xq is not None))):  # fmt: skip
         raise ValueError(f"int4 a8: x [1 <= M <= 8, K % {GROUP_K} == 0] bf16 matching fragment-ordered W "
-                         f"{tuple(w.shape)}, got {tuple(x.shape)} {x.dtype}")  # fmt: skip
+                         f"{tuple(w.shape)}{' as [gate | up], no tail' * silu_mul}, got {tuple(x.shape)} {x.dtype}")
     if x.stride(-1) != 1:
         x = x.contiguous()
     cfg = cfg or a8_config(m, n, k)
@@ -420,8 +433,9 @@ def int4_a8_matmul(
         out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if xq is not None and xq.shape != (m, k):
         raise ValueError(f"int4 a8: x quantized ahead {xq.shape} for x {tuple(x.shape)}")
+    act = silu_mul
     if xq is None and cfg.x_ahead:
-        xq = quantize_x_int8(x)
+        xq, act = quantize_x_int8(x, silu_mul=silu_mul), False
     a8 = A8Shape.of(m, k, replace(cfg, x_ahead=xq is not None))
     grid = (-(-m // cfg.block_m), n // cfg.block_n + -(-tail_n // cfg.num_warps), cfg.split_k)
     part, cnt = split_scratch(cfg.split_k, m, n, grid[0] * grid[1], x, out)
@@ -433,7 +447,7 @@ def int4_a8_matmul(
         num_warps=cfg.num_warps, t_ptr=x if tail is None else tail, TAIL_N=tail_n,
         stride_tn=0 if tail is None else tail.stride(0), TAIL=tail is not None, **pdl_kwargs(x),
         xw_ptr=None if xq is None else xq.words, xs_ptr=None if xq is None else xq.scales,
-        xsum_ptr=None if xq is None else xq.sums, XPRE=xq is not None,
+        xsum_ptr=None if xq is None else xq.sums, XPRE=xq is not None, ACT=act,
         **({"maxnreg": cfg.max_regs} if cfg.max_regs else {}),
     )  # fmt: skip
     return out

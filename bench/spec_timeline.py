@@ -1,0 +1,140 @@
+"""Where a speculative round's time goes, without a profiler: CUDA events recorded on the stream between its
+parts split the GPU's time (verification, the drafter's pass over the verified rows, its draft steps, and the gap
+until the next verification starts), and the host's clock splits its own (work before it waits for the
+acceptance, the wait, work after it until the next verification is launched).
+
+    python bench/spec_timeline.py [--config qwen3.6-27b] [--quant int4] [--spec-k 3] [--lanes 1] [--rounds 48]
+
+An event's time is when the GPU reaches it in stream order, so `gap` (last draft step's end to the next
+verification's start) is the time the GPU spent waiting for the host, uploads included. If the host's work after
+the wait is longer than the drafter's GPU work queued behind verification, the round is the host's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from hinfer.bench import measure
+from hinfer.bench.run import build_model, resolve_model, truncate_layers
+from hinfer.config import EngineConfig, load_model_config
+from hinfer.engine.factory import make_core, resolve_engine_config
+from hinfer.engine.spec import decoder as dec
+from hinfer.engine.spec import drafter as dr
+from hinfer.fixtures import tokenizer_dir
+from hinfer.tokenizer import Tokenizer
+
+
+class Timeline:
+    """Events and host clocks of the rounds, keyed by the point they mark."""
+
+    def __init__(self) -> None:
+        self.rounds: list[dict[str, object]] = []
+        self.cur: dict[str, object] = {}
+
+    def mark(self, name: str) -> None:
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record()
+        self.cur[name] = ev
+        self.cur["h_" + name] = time.perf_counter()
+
+    def host(self, name: str, dt: float) -> None:
+        self.cur[name] = float(self.cur.get(name, 0.0)) + dt
+
+    def next_round(self) -> None:
+        if self.cur:
+            self.rounds.append(self.cur)
+        self.cur = {}
+
+
+def instrument(tl: Timeline) -> None:
+    real_fwd, real_early = dec.SpecDecoder._target_forward, dec.SpecDecoder._early_draft_pass
+    real_after, real_row = dec.SpecDecoder.after_step, dr.DeviceDrafts.row
+    real_step = dec.SpecDecoder.step
+
+    def step(self, chunks):
+        tl.next_round()
+        tl.cur["h_start"] = time.perf_counter()
+        return real_step(self, chunks)
+
+    def fwd(self, *a, **k):
+        tl.mark("verify_launch")
+        out = real_fwd(self, *a, **k)
+        tl.mark("verify_end")
+        return out
+
+    def early(self, *a, **k):
+        out = real_early(self, *a, **k)
+        tl.mark("pass_end")
+        return out
+
+    def after(self):
+        tl.cur["h_after"] = time.perf_counter()
+        real_after(self)
+        tl.mark("drafts_end")
+
+    def row(self, r, n):
+        t0 = time.perf_counter()
+        out = real_row(self, r, n)
+        tl.host("wait", time.perf_counter() - t0)
+        tl.cur.setdefault("h_woke", time.perf_counter())
+        return out
+
+    dec.SpecDecoder._target_forward, dec.SpecDecoder._early_draft_pass = fwd, early
+    dec.SpecDecoder.after_step, dr.DeviceDrafts.row, dec.SpecDecoder.step = after, row, step
+
+
+def report(tl: Timeline) -> dict[str, float]:
+    rs = [r for r in tl.rounds if "drafts_end" in r and "pass_end" in r]
+    out: dict[str, list[float]] = {}
+
+    def add(k: str, v: float) -> None:
+        out.setdefault(k, []).append(v)
+
+    for a, b in zip(rs, rs[1:]):
+        add("gpu: verification", a["verify_launch"].elapsed_time(a["verify_end"]))
+        add("gpu: pass over the verified rows", a["verify_end"].elapsed_time(a["pass_end"]))
+        add("gpu: draft steps (and waits inside)", a["pass_end"].elapsed_time(a["drafts_end"]))
+        add("gpu: gap to next verification", a["drafts_end"].elapsed_time(b["verify_launch"]))
+        add("round (verification to verification)", a["verify_launch"].elapsed_time(b["verify_launch"]))
+        add("host: before the wait", 1e3 * (a.get("h_woke", a["h_after"]) - a["h_start"] - a.get("wait", 0.0)))
+        add("host: waiting for the acceptance", 1e3 * float(a.get("wait", 0.0)))
+        add("host: after the wait to next verification launch", 1e3 * (b["h_verify_launch"] - a.get("h_woke", a["h_after"])))
+        add("host: after_step (drafter)", 1e3 * (a["h_drafts_end"] - a["h_after"]))
+    return {k: statistics.median(v) for k, v in out.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", default="qwen3.6-27b")
+    ap.add_argument("--quant", default="int4")
+    ap.add_argument("--spec-k", type=int, default=3)
+    ap.add_argument("--lanes", type=int, default=1)
+    ap.add_argument("--depth", type=int, default=1024)
+    ap.add_argument("--layers", type=int, default=None)
+    ap.add_argument("--rounds", type=int, default=48)
+    a = ap.parse_args()
+    path, is_ckpt = resolve_model(a.config)
+    cfg = truncate_layers(load_model_config(path), a.layers)
+    ecfg = resolve_engine_config(cfg, EngineConfig(device="cuda", dtype="bf16", max_concurrency=a.lanes,
+                                                   max_context=a.depth + 256 + 64 * (a.spec_k + 1), spec="mtp",
+                                                   draft_tokens=a.spec_k, spec_adaptive=False))  # fmt: skip
+    model = build_model(path, is_ckpt, cfg, a.quant, with_mtp=True)
+    core = make_core(cfg, model, Tokenizer.from_dir(tokenizer_dir()), ecfg, torch.device("cuda"))
+    measure.fill_random(core.runner)
+    plain = measure.decode(core.runner, a.lanes, a.depth, steps=32)
+    t = measure.spec_rounds(core, a.lanes, a.depth, rounds=a.rounds)
+    tl = Timeline()
+    instrument(tl)
+    ti = measure.spec_rounds(core, a.lanes, a.depth, rounds=a.rounds)
+    print(f"{a.config} {a.quant} K={a.spec_k} lanes={a.lanes}: round {t.ms_per_round:.3f} ms ({ti.ms_per_round:.3f} "
+          f"instrumented), plain step {plain.ms_per_step:.3f} ms ({t.ms_per_round / plain.ms_per_step:.2f}x)")
+    for k, v in report(tl).items():
+        print(f"  {k:<52} {v:7.3f} ms")
+
+
+if __name__ == "__main__":
+    main()
