@@ -25,7 +25,7 @@ from hinfer.ops.dispatch import set_backend
 from hinfer.ops.gdn import gated_delta_net
 from hinfer.ops.linear import linear, silu_mul_linear
 from hinfer.ops.moe import moe_experts, moe_route, moe_route_experts
-from hinfer.ops.norm import add_rms_norm, add_rms_norm_linear, rms_norm
+from hinfer.ops.norm import add_rms_norm, add_rms_norm_into_linear, add_rms_norm_linear, rms_norm
 from hinfer.ops.parallel import SINGLE, TensorParallel
 from hinfer.ops.rope import model_rope, mrope_freq_axes
 from hinfer.sharding import vocab_rows
@@ -122,7 +122,10 @@ class MLP(nn.Module):
         self.down_proj = _param(hidden, inter, dtype=dtype, device=device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return silu_mul_linear(linear(x, self.gate_up.weight), self.down_proj)
+        return self.down(linear(x, self.gate_up.weight))
+
+    def down(self, gate_up: torch.Tensor) -> torch.Tensor:
+        return silu_mul_linear(gate_up, self.down_proj)
 
 
 class SparseMoE(nn.Module):
@@ -186,8 +189,10 @@ class DecoderLayer(nn.Module):
             h, residual, logits = add_rms_norm_linear(h, residual, self.post_attention_layernorm, self.mlp.router,
                                                       self.eps)  # fmt: skip
             return self.tp.all_reduce(self.mlp(h, logits)), residual  # split intermediate rows: partial sums
-        h, residual = add_rms_norm(h, residual, self.post_attention_layernorm, self.eps)
-        return self.tp.all_reduce(self.mlp(h)), residual  # split intermediate rows: partial sums again
+        # the gate_up projection may take the add + norm into its launch (normed rows not kept)
+        gate_up, residual = add_rms_norm_into_linear(h, residual, self.post_attention_layernorm,
+                                                     self.mlp.gate_up.weight, self.eps)  # fmt: skip
+        return self.tp.all_reduce(self.mlp.down(gate_up)), residual  # split intermediate rows: partial sums again
 
 
 class MTPHead(nn.Module):

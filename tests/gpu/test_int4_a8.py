@@ -137,3 +137,42 @@ def test_silu_mul_in_the_x_quantization_equals_the_activation_then_the_projectio
         gu = (torch.randn(m, 2 * k, generator=g, device="cuda") * 2).bfloat16()
         got = int4_a8_matmul(gu, mw, cfg=cfg, silu_mul=True)
         assert torch.equal(got, int4_a8_matmul(silu_mul(gu), mw, cfg=cfg)), m
+
+
+def test_add_norm_in_the_x_quantization_equals_add_rms_norm_then_the_projection():
+    """Int4MmaWeight.norm_matmul (the MLP's gate_up after its add + RMSNorm): the add and the norm are done where
+    x is quantized, in each program's prologue (the 27B gate_up's one-row entry, and prologue tiles at 1-8 rows)
+    or in the launch ahead (its 2-, 4- and 8-row entries). The new residual is add_rms_norm's bit for bit; the
+    product is the matmul of add_rms_norm's rows within REL (each program sums the row's squares in its own
+    order: rstd may differ in its last bit, and so a normed value by one bf16 step)."""
+    from hinfer.ops.triton.act_int8 import NormIn
+    from hinfer.ops.triton.linear_int4_a8 import int4_a8_matmul
+    from hinfer.ops.triton.norm import add_rms_norm
+    from hinfer.ops.triton.tiles.forms import SkinnyConfig
+    from hinfer.ops.triton.tiles.linear import a8_config
+
+    n, k = SHAPES["gate_up"]
+    g = _gen()
+    _, mw = _quantized(n, k, True, g)
+    w = (torch.randn(k, generator=g, device="cuda") * 0.1).bfloat16()
+
+    def rows(m: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return ((torch.randn(m, k, generator=g, device="cuda") * 2).bfloat16(),
+                (torch.randn(m, k, generator=g, device="cuda") * 3).bfloat16())  # fmt: skip
+
+    for m, ahead in ((1, False), (2, True), (4, True), (8, True)):
+        x, res = rows(m)
+        assert a8_config(m, n, k).x_ahead == ahead
+        got = mw.norm_matmul(x, res, w, 1e-6)
+        assert got is not None, m
+        y, r = add_rms_norm(x, res, w, 1e-6)
+        assert torch.equal(got[1], r), m
+        assert _rel(got[0], int4_a8_matmul(y, mw)) < REL, m
+    cfg = SkinnyConfig(128, 128, 8, 4, 4, 2, 4, x_ahead=False)
+    for m in (1, 2, 3, 8):  # the prologue's rows of x at another tile
+        x, res = rows(m)
+        r_out = torch.full_like(x, float("nan"))
+        got = int4_a8_matmul(x, mw, cfg=cfg, norm=NormIn(res, w, 1e-6, r_out))
+        y, r = add_rms_norm(x, res, w, 1e-6)
+        assert torch.equal(r_out, r), m
+        assert _rel(got, int4_a8_matmul(y, mw, cfg=cfg)) < REL, m

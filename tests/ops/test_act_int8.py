@@ -71,11 +71,40 @@ def test_silu_mul_form_needs_gate_and_up_halves_of_whole_groups():
         quantize_x_int8(torch.zeros(1, 384, dtype=torch.bfloat16, device=DEV), silu_mul=True)
 
 
+@pytest.mark.parametrize("m, k", [(1, 640), (4, 1024)])
+def test_norm_form_is_the_add_norm_kernel_then_the_plain_form(m, k):
+    """quantize_x_int8(x, norm=...) quantizes rms_norm(x + residual) with the add + RMSNorm kernel's roundings and
+    writes the new residual: bit for bit that kernel's outputs and the plain form of its normed rows."""
+    from hinfer.ops.triton.act_int8 import NormIn
+    from hinfer.ops.triton.norm import add_rms_norm
+
+    seed = fixed_test_seed()
+    for s in (seed, seed + 1):
+        x, res = _x(m, k, s), _x(m, k, s + 100)
+        w = (torch.randn(k, generator=torch.Generator().manual_seed(s)) * 0.1).bfloat16().to(DEV)
+        r_out = torch.empty_like(x)
+        got = quantize_x_int8(x, norm=NormIn(res, w, 1e-6, r_out))
+        y, r = add_rms_norm(x, res, w, 1e-6)
+        want = quantize_x_int8(y)
+        assert torch.equal(r_out, r), s
+        assert torch.equal(got.words, want.words), s
+        assert torch.equal(got.scales, want.scales) and torch.equal(got.sums, want.sums), s
+
+
+def test_norm_form_refuses_mismatched_rows():
+    from hinfer.ops.triton.act_int8 import NormIn
+
+    x = torch.zeros(2, 256, dtype=torch.bfloat16, device=DEV)
+    w = torch.zeros(256, dtype=torch.bfloat16, device=DEV)
+    with pytest.raises(ValueError, match="norm"):
+        quantize_x_int8(x, norm=NormIn(torch.zeros(1, 256, dtype=x.dtype, device=DEV), w, 1e-6, torch.empty_like(x)))
+
+
 def test_kernel_compiles_for_sm90(compiled_child):
-    """Both forms through Triton's whole sm_90 pipeline, as the launcher specialises them (no fma contraction)."""
+    """The three forms through Triton's whole sm_90 pipeline, as the launcher specialises them (no fma contraction)."""
     res = compiled_child.call(__file__, "_compile_both")
     assert res.returncode == 0, res.stderr[-4000:]
-    assert res.stdout.count("compiled") == 2, res.stdout
+    assert res.stdout.count("compiled") == 3, res.stdout
 
 
 def _compile_both() -> None:
@@ -85,12 +114,13 @@ def _compile_both() -> None:
     from hinfer.ops.triton.act_int8 import _quantize_kernel
 
     fn = _quantize_kernel
-    for act in (False, True):
-        consts = dict(G_BLOCK=4, PDL=True, ACT=act)
-        types = dict(x_ptr="*bf16", w_ptr="*i32", s_ptr="*fp32", q_ptr="*fp32")
+    for act, norm in ((False, False), (True, False), (False, True)):
+        consts = dict(G_BLOCK=4, PDL=True, ACT=act, NORM=norm, K_P=8192 if norm else 1, EMU=False)
+        types = dict(x_ptr="*bf16", w_ptr="*i32", s_ptr="*fp32", q_ptr="*fp32", r_ptr="*bf16", nw_ptr="*bf16",
+                     r_out_ptr="*bf16", eps="fp32")
         sig = {a: "constexpr" if a in consts else types.get(a, "i32") for a in fn.arg_names}
         div = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if sig[a][0] == "*"}
         kernel = compile(ASTSource(fn, sig, constexprs=consts, attrs=div), target=GPUTarget("cuda", 90, 32),
                          options={"num_warps": 4, "enable_fp_fusion": False})  # fmt: skip
         assert kernel.asm.get("cubin")
-        print("compiled", fn.__name__, act)
+        print("compiled", fn.__name__, act, norm)

@@ -57,6 +57,25 @@ def test_silu_mul_linear_is_the_activation_then_the_projection():
     assert w.silu_mul_matmul(gu) is None  # no fused form off the GPU: the composition above ran
 
 
+def test_add_rms_norm_into_linear_is_add_rms_norm_then_the_projection():
+    """ops.norm.add_rms_norm_into_linear (the MLP's gate_up after its norm): a plain weight and an int4 one give
+    exactly (linear(add_rms_norm(x, r)[0], W), add_rms_norm(x, r)[1]) (on a GPU the int4 weight may norm x while
+    quantizing it; that path is tests/gpu/test_int4_a8.py's)."""
+    from hinfer.ops.linear import linear
+    from hinfer.ops.norm import add_rms_norm, add_rms_norm_into_linear
+
+    g = _gen()
+    x, res = torch.randn(3, 512, generator=g).bfloat16(), torch.randn(3, 512, generator=g).bfloat16()
+    nw = (torch.randn(512, generator=g) * 0.1).bfloat16()
+    w = Int4MmaWeight.from_int4(quantize_int4(torch.randn(192, 512, generator=g).bfloat16()))
+    dense = torch.randn(192, 512, generator=g).bfloat16()
+    y, r = add_rms_norm(x, res, nw, 1e-6)
+    for weight in (w, dense):
+        got, got_r = add_rms_norm_into_linear(x, res, nw, weight, 1e-6)
+        assert torch.equal(got, linear(y, weight)) and torch.equal(got_r, r)
+    assert w.norm_matmul(x, res, nw, 1e-6) is None  # no fused form off the GPU
+
+
 def test_chunked_permutation_equals_one_pass():
     q = quantize_int4(torch.randn(96, 256, generator=_gen()).bfloat16())
     whole = permute_words(q.qweight, 256, chunk_rows=96)
