@@ -305,7 +305,8 @@ def int4_a8_kernel(
         if pid_n >= N // BLOCK_N:
             if pid_k == 0:
                 _tail_rows(x_ptr, t_ptr, y_ptr + N, (pid_n - N // BLOCK_N) * gl.num_warps(), TAIL_N, M,
-                           pid_m * BLOCK_M, K, stride_xm, stride_ym, stride_tn, BLOCK_M, PDL)  # fmt: skip
+                           pid_m * BLOCK_M, K, stride_xm, stride_ym, stride_tn, BLOCK_M, PDL,
+                           (r_ptr, nw_ptr, stride_rm, eps), NORM)  # fmt: skip
         else:
             _a8_program(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
                         stride_sg, pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K, RING, XROWS, XG, XQ,
@@ -456,14 +457,14 @@ def int4_a8_matmul(
     (act_int8.quantize_x_int8 of this x), read instead of x (a tail still reads x). `silu_mul`: x is [M, 2 K] =
     [gate | up] and the product is silu(gate) * up @ W^T, the activation applied where x is quantized (in the
     prologue, or in the launch ahead), with activation.silu_mul's roundings. `norm`: the product is rms_norm(x +
-    norm.residual) @ W^T, normed where x is quantized, and x + norm.residual is written to norm.residual_out (the
-    add + RMSNorm in front of the projection, in its launch)."""
+    norm.residual) @ W^T, normed where x is quantized (a tail's rows too), and x + norm.residual is written to
+    norm.residual_out (the add + RMSNorm in front of the projection, in its launch)."""
     m, k = x.shape
     k //= 2 if silu_mul else 1
     n = w.shape[0]
     if (k != w.shape[1] or k % GROUP_K or not 1 <= m <= 8 or x.dtype != torch.bfloat16 or hasattr(w, "qweight")
             or (silu_mul and (x.shape[1] != 2 * k or tail is not None or xq is not None))
-            or (norm is not None and (silu_mul or tail is not None or xq is not None))):  # fmt: skip
+            or (norm is not None and (silu_mul or xq is not None))):  # fmt: skip
         raise ValueError(f"int4 a8: x [1 <= M <= 8, K % {GROUP_K} == 0] bf16 matching fragment-ordered W "
                          f"{tuple(w.shape)}{' as [gate | up], no tail' * silu_mul}, got {tuple(x.shape)} {x.dtype}")
     if x.stride(-1) != 1:
@@ -480,7 +481,11 @@ def int4_a8_matmul(
         raise ValueError(f"int4 a8: x quantized ahead {xq.shape} for x {tuple(x.shape)}")
     act, nrm = silu_mul, norm
     if xq is None and cfg.x_ahead:
+        if norm is not None and tail is not None:  # the tail reads the normed rows the quantize launch writes
+            norm = replace(norm, normed_out=torch.empty_like(x))
         xq, act, nrm = quantize_x_int8(x, silu_mul=silu_mul, norm=norm), False, None
+        if norm is not None and tail is not None:
+            x = norm.normed_out
     if nrm is not None and (nrm.residual.shape != x.shape or nrm.residual.stride(-1) != 1
                             or nrm.residual_out.shape != x.shape or not nrm.residual_out.is_contiguous()):  # fmt: skip
         raise ValueError(f"int4 a8: a norm's residual {tuple(nrm.residual.shape)} and residual_out for x "
