@@ -297,9 +297,9 @@ class Int4MmaWeight(nn.Module):
     def norm_matmul(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
                     tail: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:  # fmt: skip
         """(self.matmul(rms_norm(x + residual)), x + residual) for rows [M, K] (a projection after its layer's add +
-        RMSNorm) where the int4 x int8 kernel takes these rows: the add and the norm are done where x is quantized
-        (each program's prologue, or the launch that quantizes x ahead), one launch fewer; the normed rows are not
-        kept. `tail` (bf16 rows [T, K]): the product has N + T columns, the tail's on the normed rows in the same
+        RMSNorm) where the int4 x int8 kernel takes these rows with x quantized ahead in its own launch (the tile's
+        x_ahead: 2-8 rows on the 27B): the add and the norm are done in that launch, which replaces the norm's;
+        the normed rows are not kept. `tail` (bf16 rows [T, K]): the product has N + T columns, the tail's on the normed rows in the same
         launch (the GDN in_proj's b / a, as matmul_tail). The numbers are add_rms_norm's but for its row sum's
         order (rstd may differ in its last bit). None elsewhere: the caller runs add_rms_norm and the matmul
         (ops.norm.add_rms_norm_into_linear)."""
@@ -309,6 +309,10 @@ class Int4MmaWeight(nn.Module):
             return None
         from hinfer.ops.triton.act_int8 import NormIn
         from hinfer.ops.triton.linear_int4_a8 import int4_a8_matmul
+        from hinfer.ops.triton.tiles.linear import a8_config
+
+        if not a8_config(x.shape[0], self.n, self.k).x_ahead:  # in each program's prologue it measured slower
+            return None
 
         r_out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
         out = None if tail is None else torch.empty((x.shape[0], self.n + tail.shape[0]), dtype=x.dtype,

@@ -206,10 +206,6 @@ def variants(full: bool = False) -> Iterator[Variant]:
         yield (*int4_a8_variant(128, split, warps, zero, 4, m, k, tail=tail, pdl=True, max_regs=regs), 0)
     # the MLP's down with the SiLU-mul in the prologue (x = silu(gate) * up quantized there), the 27B's one-row tile
     yield (*int4_a8_variant(128, 16, 4, True, 4, 1, 17408, pdl=True, max_regs=96, act=True), 0)
-    # the MLP's gate_up with the add + RMSNorm in the prologue, the 27B's one-row tile
-    yield (*int4_a8_variant(128, 2, 4, True, 4, 1, 5120, pdl=True, max_regs=96, norm=True), 0)
-    # the GDN in_proj with the norm in the prologue and its b / a tail rows normed too, the 27B's one-row tile
-    yield (*int4_a8_variant(128, 4, 4, True, 4, 1, 5120, tail=True, pdl=True, max_regs=96, norm=True), 0)
     for zero, tail in ((True, False), (False, True)):  # x quantized ahead (act_int8), read from global memory
         yield (*int4_a8_variant(128, 4, 4, zero, 4, 8, 5120, tail=tail, pdl=True, pre=True), 0)
     # the warpgroup-MMA kernel: one or two warpgroups, 8 to 64 rows of x, K splits

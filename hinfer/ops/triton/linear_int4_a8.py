@@ -138,14 +138,13 @@ def _per_column(v, XQ: gl.constexpr, XROWS: gl.constexpr):
 
 @gluon.jit
 def _quantize_x(x_ptr, xq_smem, sx_smem, sq_smem, m0, M, K, stride_xm, g_lo, n_local, XROWS: gl.constexpr,
-                XQ: gl.constexpr, ACT: gl.constexpr, norm, NORM: gl.constexpr, STORE_R):  # fmt: skip
+                XQ: gl.constexpr, ACT: gl.constexpr):  # fmt: skip
     """x's rows m0 .. m0 + XROWS - 1 (clamped to M - 1), groups g_lo .. g_lo + n_local - 1, into int8 words in
     xq_smem [XG / XQ, XQ, XROWS, 32] (K offset 4 w + (0, 2, 1, 3)[b] of the group at byte b of word w), the
     scales amax / 127 in sx_smem and scale * sum q in sq_smem ([XG / XQ, XQ, 8]: per MMA column); q = round(x *
     (127 / amax)), as hinfer.quant.int4.quantize_act_int8_ref (|x| * 127 / amax <= 127 + rounding: no clamp).
     ACT: a row of x_ptr is [gate | up] (2 K) and x = silu(gate) * up, with act_int8's (the SiLU-mul kernel's)
-    roundings. NORM: x = rms_norm(x + r) (norm: r_ptr, norm weight, r_out_ptr, stride_rm, the rows' rstd
-    [XROWS]), with the add + RMSNorm kernel's roundings; STORE_R: x + r is stored to r_out (its groups here)."""
+    roundings."""
     LQ: gl.constexpr = _quant_layout(XROWS, gl.num_warps())
     gi = _iota4(XQ, 0, LQ)
     row = gl.minimum(m0 + _iota4(XROWS, 1, LQ), M - 1)
@@ -154,16 +153,6 @@ def _quantize_x(x_ptr, xq_smem, sx_smem, sq_smem, m0, M, K, stride_xm, g_lo, n_l
     for jb in range(0, n_local, XQ):
         ok = (jb + gi) < n_local
         v = gl.load(base + (g_lo + jb + gi) * GROUP, mask=ok & (col >= 0), other=0.0).to(gl.float32)
-        if NORM:
-            r_ptr, nw_ptr, r_out_ptr, stride_rm, rstd = norm
-            goff = (g_lo + jb + gi) * GROUP + col
-            r = gl.load(r_ptr + row.to(gl.int64) * stride_rm + goff, mask=ok & (col >= 0), other=0.0)
-            v = (v + r.to(gl.float32)).to(r.dtype).to(gl.float32)
-            if STORE_R:
-                live = ok & (m0 + _iota4(XROWS, 1, LQ) < M) & (col >= 0)
-                gl.store(r_out_ptr + row.to(gl.int64) * K + goff, v.to(r.dtype), mask=live)
-            nw = gl.load(nw_ptr + goff, mask=ok & (col >= 0), other=0.0).to(gl.float32)
-            v = (v * rstd[None, :, None, None] * (1.0 + nw)).to(r.dtype).to(gl.float32)
         if ACT:
             u = gl.load(base + K + (g_lo + jb + gi) * GROUP, mask=ok & (col >= 0), other=0.0)
             v = (v / (1.0 + gl.exp(-v))).to(u.dtype).to(gl.float32)
@@ -181,26 +170,6 @@ def _quantize_x(x_ptr, xq_smem, sx_smem, sq_smem, m0, M, K, stride_xm, g_lo, n_l
         xq_smem.index(jb // XQ).store(gl.reshape(words, [XQ, XROWS, 32]))
         sx_smem.index(jb // XQ).store(_per_column(s, XQ, XROWS))
         sq_smem.index(jb // XQ).store(_per_column(sq, XQ, XROWS))
-
-
-@gluon.jit
-def _rows_rstd(x_ptr, r_ptr, m0, M, K, stride_xm, stride_rm, eps, XROWS: gl.constexpr, XQ: gl.constexpr):
-    """rsqrt(mean((x + r)^2) + eps) of x's rows m0 .. m0 + XROWS - 1 (clamped to M - 1) over all K, the sum
-    rounded to r's dtype first (the add + RMSNorm kernel's arithmetic; its summation order is its own): [XROWS]
-    in the prologue's row layout."""
-    LQ: gl.constexpr = _quant_layout(XROWS, gl.num_warps())
-    gi = _iota4(XQ, 0, LQ)
-    row = gl.minimum(m0 + _iota4(XROWS, 1, LQ), M - 1).to(gl.int64)
-    col = _iota4(4, 2, LQ) * 32 + _iota4(32, 3, LQ)
-    acc = gl.zeros([XQ, XROWS], gl.float32, layout=gl.SliceLayout(2, gl.SliceLayout(3, LQ)))
-    for jb in range(0, K // GROUP, XQ):
-        ok = ((jb + gi) < K // GROUP) & (col >= 0)
-        off = (jb + gi) * GROUP + col
-        r = gl.load(r_ptr + row * stride_rm + off, mask=ok, other=0.0)
-        v = gl.load(x_ptr + row * stride_xm + off, mask=ok, other=0.0).to(gl.float32) + r.to(gl.float32)
-        v = v.to(r.dtype).to(gl.float32)
-        acc += gl.sum(gl.sum(v * v, axis=3), axis=2)
-    return gl.rsqrt(gl.sum(acc, axis=0) / K + eps)
 
 
 @gluon.jit
@@ -289,15 +258,12 @@ def int4_a8_kernel(
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
     RING: gl.constexpr, XROWS: gl.constexpr, XG: gl.constexpr, XQ: gl.constexpr, PDL: gl.constexpr = False,
     t_ptr=None, TAIL_N=0, stride_tn=0, TAIL: gl.constexpr = False, xw_ptr=None, xs_ptr=None, xsum_ptr=None,
-    XPRE: gl.constexpr = False, ACT: gl.constexpr = False, r_ptr=None, nw_ptr=None, r_out_ptr=None, stride_rm=0,
-    eps=0.0, NORM: gl.constexpr = False,
+    XPRE: gl.constexpr = False, ACT: gl.constexpr = False,
 ):  # fmt: skip
     """y[:, :N] = x @ W^T (int4 fragment-ordered tiles, x in int8) and, with TAIL, y[:, N:N + TAIL_N] = x @
     tail^T (bf16 rows, linear_int4_mma._tail_rows). XROWS, XQ, XG: A8Shape's (rows of x quantized per program,
     groups a prologue step quantizes, groups of x a program holds). ACT: x's rows are [gate | up] and the prologue
-    quantizes silu(gate) * up (the MLP's down projection). NORM: the prologue quantizes rms_norm(x + r) (weight
-    nw, eps; each program sums its rows' squares over all K) and the programs of the first column block store x + r
-    to r_out (the projection after an add + RMSNorm, in the norm's place)."""
+    quantizes silu(gate) * up (the MLP's down projection)."""
     pid_m = gl.program_id(0)
     pid_n = gl.program_id(1)
     pid_k = gl.program_id(2)
@@ -305,17 +271,15 @@ def int4_a8_kernel(
         if pid_n >= N // BLOCK_N:
             if pid_k == 0:
                 _tail_rows(x_ptr, t_ptr, y_ptr + N, (pid_n - N // BLOCK_N) * gl.num_warps(), TAIL_N, M,
-                           pid_m * BLOCK_M, K, stride_xm, stride_ym, stride_tn, BLOCK_M, PDL,
-                           (r_ptr, nw_ptr, stride_rm, eps), NORM)  # fmt: skip
+                           pid_m * BLOCK_M, K, stride_xm, stride_ym, stride_tn, BLOCK_M, PDL)  # fmt: skip
         else:
             _a8_program(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
                         stride_sg, pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K, RING, XROWS, XG, XQ,
-                        PDL, xw_ptr, xs_ptr, xsum_ptr, XPRE, ACT, (r_ptr, nw_ptr, r_out_ptr, stride_rm, eps),
-                        NORM)  # fmt: skip
+                        PDL, xw_ptr, xs_ptr, xsum_ptr, XPRE, ACT)  # fmt: skip
     else:
         _a8_program(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg,
                     pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K, RING, XROWS, XG, XQ, PDL, xw_ptr,
-                    xs_ptr, xsum_ptr, XPRE, ACT, (r_ptr, nw_ptr, r_out_ptr, stride_rm, eps), NORM)  # fmt: skip
+                    xs_ptr, xsum_ptr, XPRE, ACT)  # fmt: skip
 
 
 @gluon.jit
@@ -323,7 +287,7 @@ def _a8_program(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg, pid_m, pid_n,
     pid_k, HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
     RING: gl.constexpr, XROWS: gl.constexpr, XG: gl.constexpr, XQ: gl.constexpr, PDL: gl.constexpr, xw_ptr, xs_ptr,
-    xsum_ptr, XPRE: gl.constexpr, ACT: gl.constexpr, norm_args, NORM: gl.constexpr,
+    xsum_ptr, XPRE: gl.constexpr, ACT: gl.constexpr,
 ):  # fmt: skip
     W: gl.constexpr = gl.num_warps()
     S: gl.constexpr = BLOCK_N // 16
@@ -366,13 +330,8 @@ def _a8_program(
         sx_smem = gl.allocate_shared_memory(gl.float32, [XG // XQ, XQ, BLOCK_M], _flat_smem(2))
         sq_smem = gl.allocate_shared_memory(gl.float32, [XG // XQ, XQ, BLOCK_M], _flat_smem(2))
         _pdl_start(PDL)
-        norm = norm_args
-        if NORM:
-            r_ptr, nw_ptr, r_out_ptr, stride_rm, eps = norm_args
-            rstd = _rows_rstd(x_ptr, r_ptr, pid_m * BLOCK_M, M, K, stride_xm, stride_rm, eps, XROWS, XQ)
-            norm = (r_ptr, nw_ptr, r_out_ptr, stride_rm, rstd)
         _quantize_x(x_ptr, xq_smem, sx_smem, sq_smem, pid_m * BLOCK_M, M, K, stride_xm, g_lo, n_local, XROWS, XQ,
-                    ACT, norm, NORM, pid_n == 0)
+                    ACT)
         gl.thread_barrier()  # x's bytes are written by other threads than read them
         xq_smem = xq_smem._reinterpret(gl.int32, [XG, XROWS, 32], _flat_smem(2))
         sx_smem = sx_smem._reinterpret(gl.float32, [XG, BLOCK_M], _flat_smem(1))
@@ -426,7 +385,7 @@ def a8_takes(m: int, n: int, k: int, cfg: SkinnyConfig | None = None, zero: bool
 
 def int4_a8_variant(block_n: int, split_k: int, warps: int, zero: bool, ring: int, m: int, k: int,
                     tail: bool = False, pdl: bool = False, max_regs: int = 0, pre: bool = False,
-                    act: bool = False, norm: bool = False):  # fmt: skip
+                    act: bool = False):  # fmt: skip
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot): the tile
     (block_n, split_k, warps, ring; pre: x quantized ahead) at m rows of x and K = k, shaped as a call is
     (A8Shape)."""
@@ -435,14 +394,12 @@ def int4_a8_variant(block_n: int, split_k: int, warps: int, zero: bool, ring: in
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
            "y_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
            "stride_xm": "i32", "stride_ym": "i32", "stride_sg": "i32", "t_ptr": "*bf16", "TAIL_N": "i32",
-           "stride_tn": "i32", "xw_ptr": "*i32", "xs_ptr": "*fp32", "xsum_ptr": "*fp32", "r_ptr": "*bf16",
-           "nw_ptr": "*bf16", "r_out_ptr": "*bf16", "stride_rm": "i32", "eps": "fp32"}  # fmt: skip
+           "stride_tn": "i32", "xw_ptr": "*i32", "xs_ptr": "*fp32", "xsum_ptr": "*fp32"}  # fmt: skip
     cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=8, SPLIT_K=split_k, RING=a8.ring, XROWS=a8.xrows, XG=a8.xg,
-               XQ=a8.xq, TAIL=tail, PDL=pdl, XPRE=pre, ACT=act, NORM=norm, maxnreg=max_regs)  # fmt: skip
+               XQ=a8.xq, TAIL=tail, PDL=pdl, XPRE=pre, ACT=act, maxnreg=max_regs)  # fmt: skip
     name = (f"int4 a8{' asym' if zero else ''} BLOCK_N={block_n} split {split_k} w{warps} ring {a8.ring} "
             f"{'x ahead' if pre else f'x rows {a8.xrows} x groups {a8.xg}'}{' tail' if tail else ''}"
-            f"{' pdl' if pdl else ''}{' silu_mul' if act else ''}{' norm' if norm else ''}"
-            f"{f' maxnreg {max_regs}' if max_regs else ''}")  # fmt: skip
+            f"{' pdl' if pdl else ''}{' silu_mul' if act else ''}{f' maxnreg {max_regs}' if max_regs else ''}")  # fmt: skip
     return name, int4_a8_kernel, sig, cex, warps
 
 
@@ -456,9 +413,11 @@ def int4_a8_matmul(
     of in each program's prologue); `tail` as in linear_int4_mma.int4_mma_matmul; `xq`: x already quantized
     (act_int8.quantize_x_int8 of this x), read instead of x (a tail still reads x). `silu_mul`: x is [M, 2 K] =
     [gate | up] and the product is silu(gate) * up @ W^T, the activation applied where x is quantized (in the
-    prologue, or in the launch ahead), with activation.silu_mul's roundings. `norm`: the product is rms_norm(x +
-    norm.residual) @ W^T, normed where x is quantized (a tail's rows too), and x + norm.residual is written to
-    norm.residual_out (the add + RMSNorm in front of the projection, in its launch)."""
+    prologue, or in the launch ahead), with activation.silu_mul's roundings. `norm` (tiles with x_ahead only): the
+    product is rms_norm(x + norm.residual) @ W^T, normed in the launch that quantizes x ahead (which writes the
+    normed rows for a tail too), and x + norm.residual goes to norm.residual_out: the add + RMSNorm in front of
+    the projection in that launch. (In each program's prologue it measured slower: every program would sum the
+    whole row's squares after the wait.)"""
     m, k = x.shape
     k //= 2 if silu_mul else 1
     n = w.shape[0]
@@ -479,17 +438,15 @@ def int4_a8_matmul(
         out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if xq is not None and xq.shape != (m, k):
         raise ValueError(f"int4 a8: x quantized ahead {xq.shape} for x {tuple(x.shape)}")
-    act, nrm = silu_mul, norm
+    if norm is not None and not cfg.x_ahead:
+        raise ValueError(f"int4 a8: a norm in front needs a tile that quantizes x ahead, not {cfg}")
+    act = silu_mul
     if xq is None and cfg.x_ahead:
         if norm is not None and tail is not None:  # the tail reads the normed rows the quantize launch writes
             norm = replace(norm, normed_out=torch.empty_like(x))
-        xq, act, nrm = quantize_x_int8(x, silu_mul=silu_mul, norm=norm), False, None
+        xq, act = quantize_x_int8(x, silu_mul=silu_mul, norm=norm), False
         if norm is not None and tail is not None:
             x = norm.normed_out
-    if nrm is not None and (nrm.residual.shape != x.shape or nrm.residual.stride(-1) != 1
-                            or nrm.residual_out.shape != x.shape or not nrm.residual_out.is_contiguous()):  # fmt: skip
-        raise ValueError(f"int4 a8: a norm's residual {tuple(nrm.residual.shape)} and residual_out for x "
-                         f"{tuple(x.shape)}")  # fmt: skip
     a8 = A8Shape.of(m, k, replace(cfg, x_ahead=xq is not None))
     grid = (-(-m // cfg.block_m), n // cfg.block_n + -(-tail_n // cfg.num_warps), cfg.split_k)
     part, cnt = split_scratch(cfg.split_k, m, n, grid[0] * grid[1], x, out)
@@ -502,8 +459,6 @@ def int4_a8_matmul(
         stride_tn=0 if tail is None else tail.stride(0), TAIL=tail is not None, **pdl_kwargs(x),
         xw_ptr=None if xq is None else xq.words, xs_ptr=None if xq is None else xq.scales,
         xsum_ptr=None if xq is None else xq.sums, XPRE=xq is not None, ACT=act,
-        **({} if nrm is None else dict(r_ptr=nrm.residual, nw_ptr=nrm.weight, r_out_ptr=nrm.residual_out,
-                                       stride_rm=nrm.residual.stride(0), eps=nrm.eps, NORM=True)),
         **({"maxnreg": cfg.max_regs} if cfg.max_regs else {}),
     )  # fmt: skip
     return out

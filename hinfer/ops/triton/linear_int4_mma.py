@@ -504,42 +504,24 @@ def int4_mma_kernel(
 
 @gluon.jit
 def _tail_rows(x_ptr, t_ptr, y_ptr, row0, TAIL_N, M, m0, K, stride_xm, stride_ym, stride_tn,
-               BLOCK_M: gl.constexpr, PDL: gl.constexpr, norm=None, NORM: gl.constexpr = False):  # fmt: skip
+               BLOCK_M: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
     """y[m, r] = x[m] . tail[r] for num_warps tail rows from row0 (one per warp) and the x rows m0 .. m0 + BLOCK_M,
-    on CUDA cores in fp32 (64 bytes per thread and step: K in steps of 1024, 512 with NORM), rounded once to bf16: rows kept in
+    on CUDA cores in fp32 (64 bytes per thread and step: K in steps of 1024), rounded once to bf16: rows kept in
     the model dtype (the GDN in_proj's b / a, hinfer.quant.apply.RowSplitWeight) computed in the same launch as
-    the int4 rows. Each row is reduced inside its warp (shuffles; no shared memory, no barrier). NORM: x is
-    rms_norm(x + r) (norm: r_ptr, the norm's weight, stride_rm, eps) with the add + RMSNorm kernel's roundings, the
-    row's squares summed here first."""
+    the int4 rows. Each row is reduced inside its warp (shuffles; no shared memory, no barrier)."""
     W: gl.constexpr = gl.num_warps()
-    CH: gl.constexpr = 512 if NORM else 1024  # the norm's residual and weight chunks too: registers for them
-    L: gl.constexpr = gl.BlockedLayout([1, CH // 32], [1, 32], [W, 1], [1, 0])
+    L: gl.constexpr = gl.BlockedLayout([1, 32], [1, 32], [W, 1], [1, 0])
+    CH: gl.constexpr = 1024
     r = row0 + gl.arange(0, W, layout=gl.SliceLayout(1, L))
     kk = gl.arange(0, CH, layout=gl.SliceLayout(0, L))
     _pdl_start(PDL)
     for mi in range(m0, gl.minimum(m0 + BLOCK_M, M)):
-        if NORM:
-            r_ptr, nw_ptr, stride_rm, eps = norm
-            ss = gl.zeros([CH], gl.float32, layout=gl.SliceLayout(0, L))
-            for k0 in range(0, K, CH):
-                k_ok = (k0 + kk) < K
-                rv = gl.load(r_ptr + mi * stride_rm + k0 + kk, mask=k_ok, other=0.0)
-                sv = gl.load(x_ptr + mi * stride_xm + k0 + kk, mask=k_ok, other=0.0).to(gl.float32)
-                sv = (sv + rv.to(gl.float32)).to(rv.dtype).to(gl.float32)
-                ss += sv * sv
-            rstd = gl.rsqrt(gl.sum(ss, axis=0) / K + eps)
         acc = gl.zeros([W, CH], gl.float32, layout=L)
         for k0 in range(0, K, CH):
             k_ok = (k0 + kk) < K
             wv = gl.load(t_ptr + r.to(gl.int64)[:, None] * stride_tn + (k0 + kk)[None, :],
                          mask=(r < TAIL_N)[:, None] & k_ok[None, :], other=0.0).to(gl.float32)  # fmt: skip
             xv = gl.load(x_ptr + mi * stride_xm + k0 + kk, mask=k_ok, other=0.0).to(gl.float32)
-            if NORM:
-                r_ptr, nw_ptr, stride_rm, eps = norm
-                rv = gl.load(r_ptr + mi * stride_rm + k0 + kk, mask=k_ok, other=0.0)
-                xv = (xv + rv.to(gl.float32)).to(rv.dtype).to(gl.float32)
-                nw = gl.load(nw_ptr + k0 + kk, mask=k_ok, other=0.0).to(gl.float32)
-                xv = (xv * rstd * (1.0 + nw)).to(rv.dtype).to(gl.float32)
             acc += wv * xv[None, :]
         gl.store(y_ptr + mi * stride_ym + r, gl.sum(acc, axis=1).to(gl.bfloat16), mask=r < TAIL_N)
 
