@@ -14,5 +14,9 @@ ROWS=(qwen3.6-27b --quant int4 --concurrency 1,2,4 --depths 1K --prefill "")
 ONE=(qwen3.6-27b --quant int4 --concurrency 1 --depths 1K --prefill "")
 BENCH_TIMEOUT=120 bench_as before "$AB_OLD:$PWD" "${ROWS[@]}"
 BENCH_TIMEOUT=120 bench_as norm "$PWD" "${ROWS[@]}"
-left 280 && HINFER_TILES=bench/results/tiles/20261203-2110-int4-a8-row1-ahead-27b.json bench_as row1_ahead "$PWD" "${ONE[@]}"
+if left 280; then
+  export HINFER_TILES=bench/results/tiles/20261203-2110-int4-a8-row1-ahead-27b.json
+  bench_as row1_ahead "$PWD" "${ONE[@]}"
+  unset HINFER_TILES
+fi
 left 330 && bench_as norm_c1 "$PWD" "${ONE[@]}"
