@@ -3,7 +3,8 @@
 # projections (attention qkv, GDN in_proj with its tail on the normed rows): its GPU tests; the 27B int4 decode at 1,
 # 2 and 4 lanes of this tree against the tree before any norm fusion (AB_OLD, under .kcache); and at one lane with
 # x quantized ahead at one row too (bench/results/tiles/...-row1-ahead: gate_up, qkv, GDN in_proj and down, so the
-# norms and the SiLU-mul go into those launches). Lands in $OUT/gpu_norm_ahead.tgz.
+# norms and the SiLU-mul go into those launches); the o_proj at 2 and 4 rows with x in its prologue. Lands in
+# $OUT/gpu_norm_ahead.tgz.
 set -uo pipefail
 PACK=gpu_norm_ahead; source "$(dirname "$0")/device_common.sh"
 AB_OLD=${AB_OLD:-.kcache/ab}
@@ -19,4 +20,9 @@ if left 280; then
   bench_as row1_ahead "$PWD" "${ONE[@]}"
   unset HINFER_TILES
 fi
-left 330 && bench_as norm_c1 "$PWD" "${ONE[@]}"
+if left 330; then  # the o_proj / GDN out_proj at 2 and 4 rows quantizing x in the prologue (no launch ahead)
+  export HINFER_TILES=bench/results/tiles/20261203-2115-int4-a8-oproj-prologue-rows2-4-27b.json
+  bench_as oproj_prologue "$PWD" qwen3.6-27b --quant int4 --concurrency 2,4 --depths 1K --prefill ""
+  unset HINFER_TILES
+fi
+left 380 && bench_as norm_c1 "$PWD" "${ONE[@]}"
