@@ -15,14 +15,14 @@ ROWS=(qwen3.6-27b --quant int4 --concurrency 1,2,4 --depths 1K --prefill "")
 ONE=(qwen3.6-27b --quant int4 --concurrency 1 --depths 1K --prefill "")
 BENCH_TIMEOUT=120 bench_as before "$AB_OLD:$PWD" "${ROWS[@]}"
 BENCH_TIMEOUT=120 bench_as norm "$PWD" "${ROWS[@]}"
-if left 280; then
+if left 200; then
   export HINFER_TILES=bench/results/tiles/20261203-2110-int4-a8-row1-ahead-27b.json
   bench_as row1_ahead "$PWD" "${ONE[@]}"
   unset HINFER_TILES
 fi
-if left 330; then  # the o_proj / GDN out_proj at 2 and 4 rows quantizing x in the prologue (no launch ahead)
+if left 225; then  # the o_proj / GDN out_proj at 2 and 4 rows quantizing x in the prologue (no launch ahead)
   export HINFER_TILES=bench/results/tiles/20261203-2115-int4-a8-oproj-prologue-rows2-4-27b.json
   bench_as oproj_prologue "$PWD" qwen3.6-27b --quant int4 --concurrency 2,4 --depths 1K --prefill ""
   unset HINFER_TILES
 fi
-left 380 && bench_as norm_c1 "$PWD" "${ONE[@]}"
+left 250 && bench_as norm_c1 "$PWD" "${ONE[@]}"
