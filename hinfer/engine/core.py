@@ -74,7 +74,7 @@ class EngineCore:
             self.prefix = PrefixReuse(self.scheduler.pages, ckpts, runner.state, st.page_size, host, host_kv)
             self.scheduler.prefix = self.prefix
         self._grammars = None  # GrammarBackend, made on the first constrained request
-        self._runs_ahead = ecfg.decode_ahead and runner.runs_ahead and self.spec is None
+        self._runs_ahead = ecfg.decode_ahead and runner.runs_ahead  # with --spec: its plain steps (runs_plain)
         self._ahead: AheadStep | None = None  # the decode step in flight whose tokens are not read yet
         self._clear_requested = False
         self._seeds = random.Random(ecfg.seed)
@@ -216,6 +216,9 @@ class EngineCore:
         self.prompt_tokens += sum(c.num_tokens for c in chunks if c.seq.in_prefill)
         now = time.monotonic()
         if self.spec is not None:
+            if self._runs_ahead and self.spec.runs_plain(chunks) and self.runner.can_run_ahead(chunks):
+                self._ahead = self.runner.launch(chunks, keep_hidden=True)  # a plain step, as without --spec
+                return events
             outs = self.spec.step(chunks)
             if self.prefix is not None:  # before the stop rules, as below; a round caches its accepted drafts
                 self.prefix.after_step([c.seq for c in chunks], {id(o.seq): o.token_ids for o in outs})
@@ -252,6 +255,8 @@ class EngineCore:
             chunks.append(ScheduledChunk(s, 1, True))
         if not self.runner.can_run_ahead(chunks):
             return None
+        if self.spec is not None:  # while adaptive speculation keeps to plain steps (decided one step back)
+            return self.runner.launch(chunks, prev, keep_hidden=True) if self.spec.runs_plain(chunks) else None
         return self.runner.launch(chunks, prev)
 
     def _land(self, step: AheadStep) -> list[TokenEvent]:
@@ -264,7 +269,10 @@ class EngineCore:
         live = [i for i, s in enumerate(step.seqs) if s.status is Status.RUNNING]
         if self.prefix is not None:
             self.prefix.after_step([step.seqs[i] for i in live], {id(step.seqs[i]): [ids[i]] for i in live})
-        return [self._accept_tokens(step.seqs[i], [ids[i]], [lps[i]], [tops[i]], now) for i in live]
+        events = [self._accept_tokens(step.seqs[i], [ids[i]], [lps[i]], [tops[i]], now) for i in live]
+        if self.spec is not None:  # the drafter is fed the step's positions, as after a plain step of its own
+            self.spec.landed(step.seqs, step.starts, ids, step.hidden)
+        return events
 
     def _accept_tokens(self, seq: Sequence, toks: list[int], lps: list, tops: list, now: float) -> TokenEvent:
         """Append tokens one at a time under the stop rules; the ones after a stop are dropped."""

@@ -25,12 +25,16 @@ from hinfer.model.state import ModelState
 @dataclass
 class AheadStep:
     """A decode step queued on the device whose sampled tokens the host has not read yet: one row per lane of
-    `seqs`, on the device in `out` (the next step's input ids) and copied (queued) into `host`."""
+    `seqs`, on the device in `out` (the next step's input ids) and copied (queued) into `host`. With `hidden`
+    (launch's keep_hidden) the lanes' final-normed hidden rows, copied out of the graph's output in stream order
+    before any later step overwrites it, and `starts`, each lane's position: what a speculative drafter is fed."""
 
     seqs: list[Sequence]
     out: SampleOutput
     host: SampleOutput
     ready: torch.cuda.Event | None = None
+    hidden: torch.Tensor | None = None
+    starts: list[int] | None = None
 
     def read(self) -> tuple[list[int], list[float | None], list[list[TopLogprob] | None]]:
         """Wait for this step's samples (not for anything queued after it): (ids, logprobs, top logprobs) as
@@ -128,11 +132,12 @@ class ModelRunner:
         return True
 
     @torch.inference_mode()
-    def launch(self, chunks: list[ScheduledChunk], prev: AheadStep | None = None) -> AheadStep:
+    def launch(self, chunks: list[ScheduledChunk], prev: AheadStep | None = None,
+               keep_hidden: bool = False) -> AheadStep:  # fmt: skip
         """Queue one decode step (can_run_ahead) and its sampling without reading anything back. With `prev`,
         every lane's input token is its sampled id there (the host has not read it); without, the lane's last
         token. The lanes' cached lengths and sampler steps advance now; the tokens join their outputs when the
-        caller reads them (AheadStep.read)."""
+        caller reads them (AheadStep.read). `keep_hidden`: the step also keeps the lanes' hidden rows (a copy)."""
         from hinfer.engine.cuda_graphs import pick
 
         seqs = [c.seq for c in chunks]
@@ -144,19 +149,22 @@ class ModelRunner:
                                **self._image_fields(s, 1)) for s in seqs]  # fmt: skip
         g = pick(self.graphs, seq_chunks)
         assert g is not None, "can_run_ahead: decode lanes fit the widest graph set"
-        logits = g.run(seq_chunks, ids=ids)[1][: len(seqs)]
+        hidden, logits = g.run(seq_chunks, ids=ids)
+        logits = logits[: len(seqs)]
+        kept = hidden[: len(seqs)].clone() if keep_hidden else None  # queued before any later replay
+        starts = [s.num_cached for s in seqs]
         for s in seqs:
             s.num_cached += 1
         rows = [s.sampler_state for s in seqs]
         out = self.sampler.sample(logits, rows)
         self.sampler.advance(rows, out.token_ids)
         if out.token_ids.device.type == "cpu":
-            return AheadStep(seqs, out, out)
+            return AheadStep(seqs, out, out, hidden=kept, starts=starts)
         host = SampleOutput(*(None if t is None else _pinned(t) for t in
                               (out.token_ids, out.logprobs, out.top_ids, out.top_logprobs)))  # fmt: skip
         ready = torch.cuda.Event()
         ready.record()
-        return AheadStep(seqs, out, host, ready)
+        return AheadStep(seqs, out, host, ready, kept, starts)
 
     def _image_fields(self, s: Sequence, n: int) -> dict:
         """A prompt with images: its chunk's positions and embeddings, each image encoded once, by the first chunk

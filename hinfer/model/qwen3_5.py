@@ -70,18 +70,14 @@ class Attention(nn.Module):
         self.mrope_section = cfg.mrope_section
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, k_cache: torch.Tensor, v_cache: torch.Tensor):
-        return self.attend(linear(x, self.qkv_proj.weight), batch, k_cache, v_cache)
-
-    def attend(self, qkv: torch.Tensor, batch: ForwardBatch, k_cache: torch.Tensor, v_cache: torch.Tensor):
-        """The block after its input projection (qkv: x @ qkv_proj^T)."""
-        t, d = qkv.shape[0], self.head_dim
-        q_gate, k, v = self.qkv_proj.split(qkv)
+        t, d = x.shape[0], self.head_dim
+        q_gate, k, v = self.qkv_proj.split(linear(x, self.qkv_proj.weight))
         q, gate = q_gate.view(t, self.n_heads, 2 * d).chunk(2, dim=-1)
         k, v = k.view(t, self.n_kv, d), v.view(t, self.n_kv, d)
         positions, axes = batch.positions, None
         if batch.axis_positions is not None:  # image tokens: each frequency follows its (t, h, w) stream
             positions = batch.axis_positions
-            axes = mrope_freq_axes(self.inv_freq.shape[0], self.mrope_section).to(qkv.device)
+            axes = mrope_freq_axes(self.inv_freq.shape[0], self.mrope_section).to(x.device)
         q = qk_norm_rope_write(
             q, k, v, self.q_norm, self.k_norm, self.eps, positions, self.inv_freq,
             k_cache, v_cache, batch.slot_mapping, self.attn_factor, axes,
@@ -110,12 +106,8 @@ class GatedDeltaNet(nn.Module):
         self.out_proj = _param(cfg.hidden_size, vd, dtype=dtype, device=device)
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, conv_state: torch.Tensor, ssm_state: torch.Tensor):
-        return self.mix(linear(x, self.in_proj.weight), batch, conv_state, ssm_state)
-
-    def mix(self, proj: torch.Tensor, batch: ForwardBatch, conv_state: torch.Tensor, ssm_state: torch.Tensor):
-        """The block after its input projection (proj: x @ in_proj^T)."""
-        t = proj.shape[0]
-        qkv, z, b, a = self.in_proj.split(proj)
+        t = x.shape[0]
+        qkv, z, b, a = self.in_proj.split(linear(x, self.in_proj.weight))
         # q, k, v = silu(causal_conv1d(qkv)); g, beta = gating(a, b); o = gated delta rule;
         # o = gated_rms_norm(o, z) (ops/gdn.py: one op, one kernel at decode)
         o = gated_delta_net(qkv, a, b, z.view(t, self.hv, self.dv), self.A_log, self.dt_bias, self.conv_weight,
@@ -183,17 +175,15 @@ class DecoderLayer(nn.Module):
         self, x: torch.Tensor, residual: torch.Tensor | None, batch: ForwardBatch, state: ModelState, kv_row: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """x is the previous block's output (the embedding for layer 0); returns (mlp output, residual)."""
-        mixer = self.self_attn if self.kind == "full_attention" else self.linear_attn
-        w_in = mixer.qkv_proj.weight if self.kind == "full_attention" else mixer.in_proj.weight
         if residual is None:
-            p, residual = linear(rms_norm(x, self.input_layernorm, self.eps), w_in), x
-        else:  # the input projection may take the add + norm into its launch (normed rows not kept)
-            p, residual = add_rms_norm_into_linear(x, residual, self.input_layernorm, w_in, self.eps)
+            h, residual = rms_norm(x, self.input_layernorm, self.eps), x
+        else:
+            h, residual = add_rms_norm(x, residual, self.input_layernorm, self.eps)
         if self.kind == "full_attention":
-            h = self.self_attn.attend(p, batch, state.k_cache[kv_row], state.v_cache[kv_row])
+            h = self.self_attn(h, batch, state.k_cache[kv_row], state.v_cache[kv_row])
         else:
             g = state.gdn_index[self.layer_idx]
-            h = self.linear_attn.mix(p, batch, state.conv_state[g], state.ssm_state[g])
+            h = self.linear_attn(h, batch, state.conv_state[g], state.ssm_state[g])
         h = self.tp.all_reduce(h)  # split heads: each rank's output projection gave a partial sum
         if isinstance(self.mlp, SparseMoE):  # the router's logits come with the norm (one launch at decode)
             h, residual, logits = add_rms_norm_linear(h, residual, self.post_attention_layernorm, self.mlp.router,

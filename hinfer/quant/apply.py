@@ -57,18 +57,6 @@ class RowSplitWeight(nn.Module):
         return out.view(*lead, -1)
 
 
-    def norm_matmul(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
-                    ) -> tuple[torch.Tensor, torch.Tensor] | None:  # fmt: skip
-        """(matmul(rms_norm(x + residual)), x + residual) in one launch where the head's kernel norms its x and
-        takes the tail rows too (Int4MmaWeight.norm_matmul); None elsewhere (ops.norm.add_rms_norm_into_linear)."""
-        from hinfer.ops.dispatch import launch_fusions
-
-        fused = getattr(self.head, "norm_matmul", None)
-        if fused is None or x.dim() != 2 or self.tail.dtype != x.dtype or not launch_fusions("tail", x.shape[0]):
-            return None
-        return fused(x, residual, weight, eps, tail=self.tail)
-
-
 def quantize_weight(w: torch.Tensor, recipe: QuantRecipe) -> nn.Module:
     """One [N, K] weight in the recipe's format."""
     if recipe.fmt == "int4":

@@ -137,6 +137,49 @@ def test_adaptive_with_the_mtp_head_and_graph_batches(make_engine_core, lanes, k
     assert st["spec_plain_steps"] > 0 and st["spec_drafted"] > 0 and 0 in ks
 
 
+def test_plain_steps_run_ahead_and_feed_the_drafter_every_position(make_engine_core):
+    """At K = 0 the engine queues each plain step before reading the previous one's tokens, as without --spec
+    (EngineCore._chain; SpecDecoder.landed takes the tokens): greedy output unchanged, most plain steps run
+    ahead, and the drafter is still fed every position of every lane once and in order (probe drafts
+    included), as with the ahead steps off."""
+    lanes, k = 3, 3
+    reqs = lambda: [GenerationRequest(f"r{i}", [5 + i, 9, 2, 11][: 1 + i], SP(temperature=0, max_tokens=50,  # noqa: E731
+                                                                           ignore_eos=True)) for i in range(lanes)]  # fmt: skip
+    base, _, _ = run_all(make_engine_core(max_concurrency=lanes), reqs())
+
+    def run(ahead: bool) -> tuple[dict, dict, int]:
+        core = adaptive_core(make_engine_core, lanes, k, decode_ahead=ahead)
+        core.runner.capture_graphs(lanes, core.ecfg.max_context, capture=False)
+        core.spec.use_graphs(lanes, capture=False)
+        inner, fed = ScriptedDrafter(base, 0.0), {}
+
+        class Recording:
+            def draft(self, jobs):
+                for j in jobs:
+                    fed.setdefault(j.seq.request_id, []).append((j.start, len(j.next_ids)))
+                return inner.draft(jobs)
+
+        core.spec.drafter = Recording()
+        landed, real = [0], core.spec.landed
+
+        def count(*a):
+            landed[0] += 1
+            return real(*a)
+
+        core.spec.landed = count
+        got, _, _ = run_all(core, reqs())
+        assert got == base, ahead
+        return fed, core.stats().extra, landed[0]
+
+    fed, st, landed = run(True)
+    fed_sync, st_sync, landed_sync = run(False)
+    assert landed_sync == 0 and landed > 0.6 * st["spec_plain_steps"], (landed, st)
+    for rid, spans in fed.items():  # each lane's positions, once and in order, from 0
+        assert spans[0][0] == 0 and all(a + n == b for (a, n), (b, _) in zip(spans, spans[1:])), (rid, spans)
+        end = spans[-1][0] + spans[-1][1]
+        assert end >= sum(n for _, n in fed_sync[rid]) - k - 1, (rid, spans, fed_sync[rid])
+
+
 def test_never_accepted_drafts_fall_back_to_plain_steps(make_engine_core):
     reqs = lambda: [GenerationRequest(f"r{i}", [5 + i, 9, 2], SP(temperature=0, max_tokens=80, ignore_eos=True))  # noqa: E731
                     for i in range(4)]  # fmt: skip

@@ -180,6 +180,26 @@ class SpecDecoder:
         return min(self.k, left - 1) > 0
 
     # ---- the step ------------------------------------------------------------------------------
+    def runs_plain(self, chunks: list[ScheduledChunk]) -> bool:
+        """Whether the next step is a plain decode step of decoding lanes (adaptive speculation at K = 0), which
+        the engine may then run ahead of reading the previous one's tokens, as without speculation; `landed`
+        takes its tokens."""
+        return self.batch_k == 0 and all(not c.seq.in_prefill for c in chunks)
+
+    @torch.inference_mode()
+    def landed(self, seqs: list[Sequence], starts: list[int], tokens: list[int], hidden: torch.Tensor) -> None:
+        """A plain decode step the engine ran ahead, its tokens read (and taken under the stop rules): what `step`
+        and `after_step` do after a plain step of their own. A lane's probe draft made after the step before
+        (its proposal) is compared with the token, the positions go to the drafter, the next K is chosen."""
+        self.plain_steps += 1
+        for i, s in enumerate(seqs):
+            prop, s.drafts = s.drafts, None
+            if (self.policy is not None and isinstance(prop, Proposal) and prop.count
+                    and isinstance(s.spec_lane, LaneAcceptance)):  # fmt: skip
+                self.policy.observe(s.spec_lane, 1, int(tokens[i] == prop.settle()[0]))
+            self._fed.append(_Fed(s, starts[i], [tokens[i]], hidden[i : i + 1], True))
+        self.after_step()
+
     @torch.inference_mode()
     def step(self, chunks: list[ScheduledChunk]) -> list[LaneOutput]:
         """Run one step; -> the tokens of every chunk that produces some, in order."""
