@@ -294,18 +294,16 @@ class Int4MmaWeight(nn.Module):
 
         return int4_a8_matmul(g2, self, silu_mul=True).view(*gate_up.shape[:-1], self.n)
 
-    def norm_matmul(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
-                    tail: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:  # fmt: skip
-        """(self.matmul(rms_norm(x + residual)), x + residual) for rows [M, K] (a projection after its layer's add +
+    def norm_matmul(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+                    ) -> tuple[torch.Tensor, torch.Tensor] | None:  # fmt: skip
+        """(self.matmul(rms_norm(x + residual)), x + residual) for rows [M, K] (the MLP's gate_up after its add +
         RMSNorm) where the int4 x int8 kernel takes these rows with x quantized ahead in its own launch (the tile's
         x_ahead: 2-8 rows on the 27B): the add and the norm are done in that launch, which replaces the norm's;
-        the normed rows are not kept. `tail` (bf16 rows [T, K]): the product has N + T columns, the tail's on the normed rows in the same
-        launch (the GDN in_proj's b / a, as matmul_tail). The numbers are add_rms_norm's but for its row sum's
-        order (rstd may differ in its last bit). None elsewhere: the caller runs add_rms_norm and the matmul
+        the normed rows are not kept. The numbers are add_rms_norm's but for its row sum's order (rstd may differ
+        in its last bit). None elsewhere: the caller runs add_rms_norm and matmul
         (ops.norm.add_rms_norm_into_linear)."""
         if (x.dim() != 2 or x.shape[-1] != self.k or residual.shape != x.shape or residual.dtype != x.dtype
-                or weight.dtype != x.dtype or not _decode_rows_on_cuda(x) or not self._a8_takes(x)
-                or (tail is not None and (tail.dtype != torch.bfloat16 or tail.stride(-1) != 1))):  # fmt: skip
+                or weight.dtype != x.dtype or not _decode_rows_on_cuda(x) or not self._a8_takes(x)):  # fmt: skip
             return None
         from hinfer.ops.triton.act_int8 import NormIn
         from hinfer.ops.triton.linear_int4_a8 import int4_a8_matmul
@@ -313,11 +311,8 @@ class Int4MmaWeight(nn.Module):
 
         if not a8_config(x.shape[0], self.n, self.k).x_ahead:  # in each program's prologue it measured slower
             return None
-
         r_out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-        out = None if tail is None else torch.empty((x.shape[0], self.n + tail.shape[0]), dtype=x.dtype,
-                                                    device=x.device)  # fmt: skip
-        y = int4_a8_matmul(x, self, out=out, tail=tail, norm=NormIn(residual.contiguous(), weight, eps, r_out))
+        y = int4_a8_matmul(x, self, norm=NormIn(residual.contiguous(), weight, eps, r_out))
         return y, r_out
 
     def matmul_tail(self, x: torch.Tensor, tail: torch.Tensor, out: torch.Tensor) -> bool:

@@ -169,33 +169,3 @@ def test_add_norm_in_the_x_quantization_equals_add_rms_norm_then_the_projection(
         assert got is not None and torch.equal(got[1], r), m
         assert _rel(got[0], int4_a8_matmul(y, mw)) < REL, m
 
-
-def test_add_norm_in_the_input_projections_with_the_gdn_tail():
-    """The layer's input projections after its add + RMSNorm (ops.norm.add_rms_norm_into_linear): the attention
-    qkv (Int4MmaWeight.norm_matmul) and the GDN in_proj with its bf16 b / a tail rows (RowSplitWeight.norm_matmul:
-    the tail's rows on the normed rows the quantize launch writes), at 2 and 4 rows (x ahead, as packaged): the
-    new residual bit for bit, the int4 columns and the tail columns within REL of add_rms_norm's rows through the
-    same weights."""
-    from hinfer.ops.norm import add_rms_norm_into_linear
-    from hinfer.ops.triton.norm import add_rms_norm
-    from hinfer.quant.apply import RowSplitWeight
-
-    g = _gen()
-    w = (torch.randn(H, generator=g, device="cuda") * 0.1).bfloat16()
-    _, qkv = _quantized(*SHAPES["qkv"], True, g)
-    _, head = _quantized(*SHAPES["gdn_in_head"], True, g)
-    tail = (torch.randn(96, H, generator=g, device="cuda") * H**-0.5).bfloat16()
-    gdn = RowSplitWeight(head, tail)
-    for m in (2, 4):
-        x = (torch.randn(m, H, generator=g, device="cuda") * 2).bfloat16()
-        res = (torch.randn(m, H, generator=g, device="cuda") * 3).bfloat16()
-        y, r = add_rms_norm(x, res, w, 1e-6)
-        for weight in (qkv, gdn):
-            assert weight.norm_matmul(x, res, w, 1e-6) is not None, m  # the fused path takes these rows
-            got, got_r = add_rms_norm_into_linear(x, res, w, weight, 1e-6)
-            want = weight.matmul(y)
-            assert torch.equal(got_r, r), m
-            n = weight.shape[0] - (96 if weight is gdn else 0)
-            assert _rel(got[:, :n], want[:, :n]) < REL, m
-            if weight is gdn:
-                assert _rel(got[:, n:], want[:, n:]) < REL, m

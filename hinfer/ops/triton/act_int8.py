@@ -44,11 +44,10 @@ class XInt8:
 @triton.jit
 def _quantize_kernel(x_ptr, w_ptr, s_ptr, q_ptr, K, stride_xm, G_BLOCK: tl.constexpr, PDL: tl.constexpr,
                      ACT: tl.constexpr = False, r_ptr=None, nw_ptr=None, r_out_ptr=None, stride_rm=0, eps=0.0,
-                     NORM: tl.constexpr = False, K_P: tl.constexpr = 1, EMU: tl.constexpr = False, y_ptr=None,
-                     NORMED: tl.constexpr = False):  # fmt: skip
+                     NORM: tl.constexpr = False, K_P: tl.constexpr = 1, EMU: tl.constexpr = False):  # fmt: skip
     """One row's G_BLOCK groups per program: [G_BLOCK, 32 words, 4 bytes] in registers (ACT: x = silu(gate) * up
     from a [gate | up] row of 2 K; NORM: x = rms_norm(x + r) with weight nw, the row's K_P >= K values summed by
-    every program, and the first program of a row storing x + r to r_out; NORMED: the normed values to y too)."""
+    every program, and the first program of a row storing x + r to r_out)."""
     m = tl.program_id(0).to(tl.int64)
     g0 = tl.program_id(1) * G_BLOCK
     gi = g0 + tl.arange(0, G_BLOCK)
@@ -72,10 +71,7 @@ def _quantize_kernel(x_ptr, w_ptr, s_ptr, q_ptr, K, stride_xm, G_BLOCK: tl.const
         rstd = tl.rsqrt(tl.sum(row * row, axis=0) / K + eps)
         r = tl.load(r_ptr + m * stride_rm + offs, mask=ok, other=0.0).to(tl.float32)
         v = cast(v + r, rd, EMU).to(tl.float32)
-        v = cast(v * rstd * (1.0 + nw), x_ptr.dtype.element_ty, EMU)
-        if NORMED:
-            tl.store(y_ptr + m * K + offs, v, mask=ok)
-        v = v.to(tl.float32)
+        v = cast(v * rstd * (1.0 + nw), x_ptr.dtype.element_ty, EMU).to(tl.float32)
     if ACT:  # silu(gate) rounded to bf16, times up, rounded again: activation.silu_mul's arithmetic
         u = tl.load(x_ptr + m * stride_xm + K + offs, mask=ok, other=0.0)
         v = (v / (1.0 + tl.exp(-v))).to(u.dtype).to(tl.float32)
@@ -104,7 +100,6 @@ class NormIn:
     weight: torch.Tensor
     eps: float
     residual_out: torch.Tensor
-    normed_out: torch.Tensor | None = None  # [M, K] contiguous: the normed rows in x's dtype too (a tail reads them)
 
 
 def quantize_x_int8(x: torch.Tensor, silu_mul: bool = False, norm: NormIn | None = None) -> XInt8:
@@ -119,10 +114,8 @@ def quantize_x_int8(x: torch.Tensor, silu_mul: bool = False, norm: NormIn | None
     if x.stride(-1) != 1:
         x = x.contiguous()
     r = norm.residual if norm is not None else x
-    y = norm.normed_out if norm is not None and norm.normed_out is not None else None
     if norm is not None and (r.shape != x.shape or r.stride(-1) != 1 or norm.weight.shape != (k,)
-                             or norm.residual_out.shape != x.shape or not norm.residual_out.is_contiguous()
-                             or (y is not None and (y.shape != x.shape or not y.is_contiguous()))):  # fmt: skip
+                             or norm.residual_out.shape != x.shape or not norm.residual_out.is_contiguous()):  # fmt: skip
         raise ValueError(f"quantize_x_int8: a norm's residual {tuple(r.shape)}, weight {tuple(norm.weight.shape)} "
                          f"and residual_out for x {tuple(x.shape)}")  # fmt: skip
     out = XInt8(torch.empty(m, k // 4, dtype=torch.int32, device=x.device),
@@ -134,7 +127,6 @@ def quantize_x_int8(x: torch.Tensor, silu_mul: bool = False, norm: NormIn | None
         r_ptr=r, nw_ptr=norm.weight if norm is not None else x, r_out_ptr=norm.residual_out if norm is not None else x,
         stride_rm=r.stride(0), eps=norm.eps if norm is not None else 0.0, NORM=norm is not None,
         K_P=triton.next_power_of_2(k) if norm is not None else 1, EMU=interpreted(_quantize_kernel),
-        y_ptr=y if y is not None else x, NORMED=y is not None,
         **pdl_kwargs(x, m),
         enable_fp_fusion=False,  # x * r rounded before the round-to-integer add, as the reference's torch ops
     )

@@ -414,16 +414,16 @@ def int4_a8_matmul(
     (act_int8.quantize_x_int8 of this x), read instead of x (a tail still reads x). `silu_mul`: x is [M, 2 K] =
     [gate | up] and the product is silu(gate) * up @ W^T, the activation applied where x is quantized (in the
     prologue, or in the launch ahead), with activation.silu_mul's roundings. `norm` (tiles with x_ahead only): the
-    product is rms_norm(x + norm.residual) @ W^T, normed in the launch that quantizes x ahead (which writes the
-    normed rows for a tail too), and x + norm.residual goes to norm.residual_out: the add + RMSNorm in front of
-    the projection in that launch. (In each program's prologue it measured slower: every program would sum the
+    product is rms_norm(x + norm.residual) @ W^T, normed in the launch that quantizes x ahead, and x +
+    norm.residual goes to norm.residual_out: the add + RMSNorm in front of the projection in that launch (no
+    tail: it would read x un-normed). (In each program's prologue it measured slower: every program would sum the
     whole row's squares after the wait.)"""
     m, k = x.shape
     k //= 2 if silu_mul else 1
     n = w.shape[0]
     if (k != w.shape[1] or k % GROUP_K or not 1 <= m <= 8 or x.dtype != torch.bfloat16 or hasattr(w, "qweight")
             or (silu_mul and (x.shape[1] != 2 * k or tail is not None or xq is not None))
-            or (norm is not None and (silu_mul or xq is not None))):  # fmt: skip
+            or (norm is not None and (silu_mul or xq is not None or tail is not None))):  # fmt: skip
         raise ValueError(f"int4 a8: x [1 <= M <= 8, K % {GROUP_K} == 0] bf16 matching fragment-ordered W "
                          f"{tuple(w.shape)}{' as [gate | up], no tail' * silu_mul}, got {tuple(x.shape)} {x.dtype}")
     if x.stride(-1) != 1:
@@ -442,11 +442,7 @@ def int4_a8_matmul(
         raise ValueError(f"int4 a8: a norm in front needs a tile that quantizes x ahead, not {cfg}")
     act = silu_mul
     if xq is None and cfg.x_ahead:
-        if norm is not None and tail is not None:  # the tail reads the normed rows the quantize launch writes
-            norm = replace(norm, normed_out=torch.empty_like(x))
         xq, act = quantize_x_int8(x, silu_mul=silu_mul, norm=norm), False
-        if norm is not None and tail is not None:
-            x = norm.normed_out
     a8 = A8Shape.of(m, k, replace(cfg, x_ahead=xq is not None))
     grid = (-(-m // cfg.block_m), n // cfg.block_n + -(-tail_n // cfg.num_warps), cfg.split_k)
     part, cnt = split_scratch(cfg.split_k, m, n, grid[0] * grid[1], x, out)
