@@ -124,6 +124,7 @@ class SpecDecoder:
         self.plain_steps = self.verify_steps = self.finished = 0
         self.choices = 0  # steps whose K the policy chose: every probe_every-th is a probe tick
         self._timing: tuple[float, int, int] | None = None  # (start, K, lanes) of a decode-only step
+        self._landed_at: tuple[float, int] | None = None  # (time, lanes) of the last plain step run ahead, read
         self.drafter = drafter
         self.max_context = max_context
         self._gamma = vocab_gamma(self.model.cfg.vocab_size, self.device)
@@ -190,8 +191,14 @@ class SpecDecoder:
     def landed(self, seqs: list[Sequence], starts: list[int], tokens: list[int], hidden: torch.Tensor) -> None:
         """A plain decode step the engine ran ahead, its tokens read (and taken under the stop rules): what `step`
         and `after_step` do after a plain step of their own. A lane's probe draft made after the step before
-        (its proposal) is compared with the token, the positions go to the drafter, the next K is chosen."""
+        (its proposal) is compared with the token, the positions go to the drafter, the next K is chosen. The time
+        between two such landings with as many lanes is a plain step's cost sample (the GPU's period while it runs
+        ahead of the host)."""
         self.plain_steps += 1
+        now, last = time.monotonic(), self._landed_at
+        if self.policy is not None and last is not None and last[1] == len(seqs):  # chained: a plain step's period
+            self.policy.costs.record(len(seqs), 0, now - last[0])
+        self._landed_at = (now, len(seqs))
         for i, s in enumerate(seqs):
             prop, s.drafts = s.drafts, None
             if (self.policy is not None and isinstance(prop, Proposal) and prop.count
@@ -204,6 +211,7 @@ class SpecDecoder:
     def step(self, chunks: list[ScheduledChunk]) -> list[LaneOutput]:
         """Run one step; -> the tokens of every chunk that produces some, in order."""
         self._fed = []
+        self._landed_at = None  # a step read at once ends a chain of steps run ahead
         plain = self.batch_k == 0  # a plain decode step: no lane verifies drafts
         decode_only = not any(c.seq.in_prefill for c in chunks)
         self._timing = (time.monotonic(), self.batch_k, len(chunks)) if decode_only else None
