@@ -72,7 +72,6 @@ def add_rms_norm_linear(
     return y, r, linear(y, lin_weight)
 
 
-
 def add_rms_norm_into_linear(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, lin_weight: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
