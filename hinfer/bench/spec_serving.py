@@ -7,8 +7,9 @@ output tok/s. The ratio spec / plain is the figure; on random weights the drafte
 speculation must fall back to plain decode steps and stay within a few percent (TARGET_RATIO).
 
 Before the load each server answers the same greedy completions: speculation must not change greedy output,
-so the two servers' texts are compared (on the GPU bf16 rounding of near-ties can part them; the first
-difference is reported). Both servers run without the prefix cache (speculation turns it off), so they do the
+so the two servers' answers are compared token by token; on the GPU bf16 rounding (a verify step's rows against
+a one-row step) can flip a near-tie, so where they part the speculative server's token must be the plain
+server's second choice within NEAR_TIE nats (the check fails otherwise). Both servers run without the prefix cache (speculation turns it off), so they do the
 same work.
 
 MODEL: a checkpoint folder is served as it is; "demo" serves the built-in demo model; a config (a packaged
@@ -38,6 +39,7 @@ from hinfer.fixtures import config_dir
 log = logging.getLogger("hinfer.bench")
 
 TARGET_RATIO = 0.95  # spec tok/s over plain tok/s, at every client count, when the drafter is never right
+NEAR_TIE = 0.5  # nats between the plain server's top two tokens where rounding may part the greedy answers
 MODEL_NAME = "bench"  # --served-model-name of both servers
 STARTUP_TIMEOUT_S = 900.0
 STALL_S = 120.0  # how long a warm-up or window waits past its time for the server to answer
@@ -129,14 +131,31 @@ def serve_flags(ecfg: EngineConfig, spec: SpecServingSpec, spec_on: bool) -> lis
 
 
 def greedy_texts(url: str, spec: SpecServingSpec) -> list[dict]:
-    """The same greedy completions on every server: text and usage (the spec server's drafted counts)."""
+    """The same greedy completions on every server: text, usage (the spec server's drafted counts), and per token
+    its text and the top two logprobs (where answers part, was it a near-tie?)."""
     out = []
     for prompt in PROMPTS[: spec.greedy_prompts]:
         body = {"model": MODEL_NAME, "prompt": prompt, "max_tokens": spec.request_tokens, "temperature": 0,
-                "ignore_eos": True}  # fmt: skip
+                "ignore_eos": True, "logprobs": 2}  # fmt: skip
         r = post_json(url + "/v1/completions", body)
-        out.append({"text": r["choices"][0]["text"], "usage": r["usage"]})
+        lp = r["choices"][0].get("logprobs") or {}
+        out.append({"text": r["choices"][0]["text"], "usage": r["usage"], "tokens": lp.get("tokens", []),
+                    "top": lp.get("top_logprobs", [])})  # fmt: skip
     return out
+
+
+def near_tie(plain: dict, spec: dict) -> dict | None:
+    """Where two greedy answers part, token-wise: None when equal; else the token index, and whether the
+    speculative server's token there was the plain server's second choice within NEAR_TIE nats of its first. On
+    random weights a verify step's K + 1 rows round differently from a one-row step, which flips such near-ties;
+    a logic error picks a token outside the top two (about 2 in the vocabulary's size by chance)."""
+    a, b = plain.get("tokens", []), spec.get("tokens", [])
+    if a == b:
+        return None
+    i = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    top = plain["top"][i] if i < len(plain.get("top", [])) and i < len(b) else None
+    gap = max(top.values()) - top[b[i]] if top and b[i] in top else None
+    return {"token": i, "gap": gap, "near_tie": gap is not None and gap <= NEAR_TIE}
 
 
 def wait_idle(url: str, timeout_s: float = 120.0) -> None:
@@ -222,15 +241,17 @@ def compare(plain: dict, spec_run: dict) -> dict:
         ratios.append({"clients": p["clients"], "plain_tok_s": p["tok_s"], "spec_tok_s": s["tok_s"],
                        "ratio": r, "meets_target": r >= TARGET_RATIO})  # fmt: skip
     diffs = [first_difference(a["text"], b["text"]) for a, b in zip(plain["greedy"], spec_run["greedy"])]
+    parts = [near_tie(a, b) for a, b in zip(plain["greedy"], spec_run["greedy"])]
     phases = plain["phases"] + spec_run["phases"]
     checks = {
         "no_client_errors": all(p["client_errors"] == 0 for p in phases),
         "every_window_made_tokens": all(p["tokens"] > 0 for p in phases),
-        "greedy_outputs_identical": all(d is None for d in diffs),
+        # identical, or parted first at a near-tie (the answers cannot be compared past it)
+        "greedy_outputs_identical_up_to_near_ties": all(d is None or d["near_tie"] for d in parts),
         "spec_server_drafted": any(g["usage"].get("spec_drafted_tokens", 0) > 0 for g in spec_run["greedy"]),
         "servers_stopped_cleanly": plain["exit_code"] == 0 and spec_run["exit_code"] == 0,
     }
-    return {"ratios": ratios, "greedy_first_difference": diffs, "checks": checks}
+    return {"ratios": ratios, "greedy_first_difference": diffs, "greedy_parting": parts, "checks": checks}
 
 
 def run_spec_serving(spec: SpecServingSpec, ecfg: EngineConfig) -> dict:

@@ -8,8 +8,10 @@ import json
 
 from hinfer.bench.spec_serving import (
     MODEL_NAME,
+    NEAR_TIE,
     SpecServingSpec,
     first_difference,
+    near_tie,
     run_spec_serving,
     serve_flags,
 )
@@ -38,6 +40,7 @@ def test_spec_serving_runs_on_cpu_with_the_demo_model(tmp_path, monkeypatch):
     # the correctness half: the same greedy answers, and the spec server really drafted while making them
     texts = [[g["text"] for g in s["greedy"]] for s in result["servers"]]
     assert texts[0] == texts[1] and all(texts[0]) and result["greedy_first_difference"] == [None, None]
+    assert result["greedy_parting"] == [None, None] and all(len(g["tokens"]) == 12 for g in spec_run["greedy"])
     assert all(g["usage"]["completion_tokens"] == 12 for s in result["servers"] for g in s["greedy"])
     assert all(result["checks"].values()), result["checks"]
     assert result["meta"]["kind"] == "spec_serving" and result["meta"]["target_ratio"] == 0.95
@@ -87,3 +90,15 @@ def test_cli_defaults_to_one_and_eight_clients():
     args = build_parser().parse_args(["bench", "qwen3.6-27b", "--spec-serving", "--concurrency", "2"])
     fill_defaults(args)
     assert args.concurrency == [2]
+
+
+def test_greedy_answers_may_part_only_at_a_near_tie():
+    """Where the answers part, the speculative server's token must be the plain server's second choice within
+    NEAR_TIE nats of its first (bf16 rounding of a verify step's rows); anything else is a failed check."""
+    plain = {"tokens": ["a", "b", "c"], "top": [{"a": -0.1, "x": -3.0}, {"b": -0.6, "d": -0.8}, {"c": -0.1}]}
+    assert near_tie(plain, dict(plain)) is None
+    close = near_tie(plain, {"tokens": ["a", "d", "e"]})
+    assert close["token"] == 1 and abs(close["gap"] - 0.2) < 1e-9 and close["near_tie"]
+    far = {"tokens": ["x", "b", "c"]}  # the second choice, but 2.9 nats below the first
+    assert near_tie(plain, far)["gap"] > NEAR_TIE and not near_tie(plain, far)["near_tie"]
+    assert near_tie(plain, {"tokens": ["a", "q"]}) == {"token": 1, "gap": None, "near_tie": False}  # not in the top 2
