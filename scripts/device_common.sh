@@ -29,3 +29,18 @@ bench_as() {
   grep -E "decode C=|spec K=" "$R/$name.txt" | sed -E 's/^.*INFO hinfer.bench: //'
   pack
 }
+# `server_wheels`: the server's packages (fastapi, uvicorn, pydantic, ...: the image lacks them), carried as wheels in
+# .whl (scripts/gpu_check.sh's header), installed into /tmp/site and put on PYTHONPATH
+server_wheels() {
+  [ -d .whl ] || return 0
+  python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH="/tmp/site:$PYTHONPATH"
+}
+# `spec_serving SECONDS`: the serving check of speculation (a plain and a --spec mtp server on a random 16-layer 27B
+# checkpoint, output tok/s at 1 and 8 streaming clients), logged to $R/spec_serving.txt, its table echoed, packed
+spec_serving() {
+  timeout "$1" python -m hinfer bench qwen3.6-27b --spec-serving --layers 16 --concurrency 1,8 --out "$R" \
+    > "$R/spec_serving.txt" 2>&1
+  echo "== spec serving rc=$? $((SECONDS - START)) s"; grep -vE "^(INFO|DEBUG)" "$R/spec_serving.txt" | tail -14
+  pack
+}

@@ -6,14 +6,8 @@
 # Lands in $OUT/gpu_spec_next.tgz.
 set -uo pipefail
 PACK=gpu_spec_next; source "$(dirname "$0")/device_common.sh"
-if [ -d .whl ]; then  # the server's packages, missing on the image
-  python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH="/tmp/site:$PYTHONPATH"
-fi
-timeout 330 python -m hinfer bench qwen3.6-27b --spec-serving --layers 16 --concurrency 1,8 --out "$R" \
-  > "$R/spec_serving.txt" 2>&1
-echo "== spec serving rc=$? $((SECONDS - START)) s"; grep -vE "^(INFO|DEBUG)" "$R/spec_serving.txt" | tail -12
-pack
+server_wheels
+spec_serving 330
 left 420 && timeout 120 python -m pytest -q -s tests/gpu/test_engine_gpu.py -m gpu -k "spec or ahead" \
   -p no:cacheprovider > "$R/test_engine_spec.txt" 2>&1
 echo "== engine spec tests rc=$? $((SECONDS - START)) s"; grep -E "^(FAILED|ERROR)|passed|failed" "$R/test_engine_spec.txt" | tail -4

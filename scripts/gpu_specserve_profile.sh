@@ -5,14 +5,8 @@
 # Lands in $OUT/gpu_specserve_profile.tgz.
 set -uo pipefail
 PACK=gpu_specserve_profile; source "$(dirname "$0")/device_common.sh"
-if [ -d .whl ]; then  # the server's packages, missing on the image
-  python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH="/tmp/site:$PYTHONPATH"
-fi
-timeout 430 python -m hinfer bench qwen3.6-27b --spec-serving --layers 16 --concurrency 1,8 --out "$R" \
-  > "$R/spec_serving.txt" 2>&1
-echo "== spec serving rc=$? $((SECONDS - START)) s"; grep -vE "^(INFO|DEBUG)" "$R/spec_serving.txt" | tail -16
-pack
+server_wheels
+spec_serving 430
 left 480 && timeout 100 python bench/profile_decode.py --quant int4 --spec-k 3 --lanes 1 --pdl > "$R/profile_round_c1.txt" 2>&1
 echo "== profile rc=$? $((SECONDS - START)) s"; grep -v Warn "$R/profile_round_c1.txt" | head -24
 pack
