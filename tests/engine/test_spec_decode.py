@@ -449,17 +449,33 @@ def test_mtp_head_sees_every_position_once_with_the_target_hidden_state(make_eng
     assert peek.checked >= 5 * 3
 
 
-def test_aborts_mid_speculation_leak_nothing(make_engine_core):
+@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "graph-batches"])
+def test_aborts_mid_speculation_leak_nothing(make_engine_core, graphs):
+    """Random requests, sampled and greedy, aborted at random mid-speculation; with the graph batches (run eagerly
+    here) adaptive speculation's plain steps also run ahead, so aborts land between a step's launch and its
+    read."""
     rng = random.Random(5)
     core = make_engine_core(max_concurrency=4, max_pending_requests=8, prefill_chunk=16, kv_capacity=512,
                             spec="mtp", draft_tokens=2, spec_draft_cost=0.3)  # fmt: skip
+    if graphs:
+        core.runner.capture_graphs(4, core.ecfg.max_context, capture=False)
+        core.spec.use_graphs(4, capture=False)
+    landed = [0]
+    real_landed = core.spec.landed
+
+    def count(*a):
+        landed[0] += 1
+        return real_landed(*a)
+
+    core.spec.landed = count
+    longest = 30 if graphs else 10  # long enough for lanes to fall back to plain steps
     live: set[str] = set()
     submitted = 0
     for _ in range(2000):
         if submitted < 80 and rng.random() < 0.5:
             rid = f"s{submitted}"
             submitted += 1
-            p = SP(temperature=rng.choice([0, 1]), top_p=rng.choice([1.0, 0.8]), max_tokens=rng.randint(1, 10),
+            p = SP(temperature=rng.choice([0, 1]), top_p=rng.choice([1.0, 0.8]), max_tokens=rng.randint(1, longest),
                    presence_penalty=rng.choice([0.0, 0.5]))  # fmt: skip
             try:
                 core.add(
@@ -480,6 +496,7 @@ def test_aborts_mid_speculation_leak_nothing(make_engine_core):
             live.discard(ev.request_id)
     assert submitted == 80 and not live
     assert core.stats().extra["spec_drafted"] > 0
+    assert (landed[0] > 0) == graphs, landed  # plain steps ran ahead only with the graph batches
     assert_all_free(core)
     assert all(s.drafts is None for s in core._by_id.values())
 
