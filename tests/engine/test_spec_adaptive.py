@@ -97,7 +97,7 @@ def test_policy_rates_and_choices():
 def test_step_costs_use_host_timings_once_both_are_timed():
     c = StepCosts(3, draft_cost=0.3)
     assert c.ratio(5, 2) == pytest.approx(1.6)
-    for _ in range(3):
+    for _ in range(4):  # a key's first sample is dropped
         c.record(5, 0, 0.010)
         c.record(6, 2, 0.025)  # lanes 5 and 6 share the bucket of 8
     assert c.ratio(7, 2) == pytest.approx(2.5) and c.ratio(1, 2) == pytest.approx(1.6)
@@ -105,6 +105,17 @@ def test_step_costs_use_host_timings_once_both_are_timed():
     fixed = StepCosts(3, draft_cost=0.5, measure=False)
     fixed.record(1, 0, 1.0)
     assert fixed.ratio(1, 2) == 2.0
+
+
+def test_step_costs_ignore_a_first_compile_and_later_stalls():
+    """A verify step that compiled its kernels (seconds) first, and a stall later, leave the ratio the steady one:
+    the key's first sample is dropped and the median of the window ignores the stall."""
+    c = StepCosts(3)
+    for t in (3.0, 0.010, 0.010, 0.011, 0.010):
+        c.record(1, 0, t)
+    for t in (2.5, 0.016, 0.015, 0.9, 0.016, 0.015):
+        c.record(1, 3, t)
+    assert c.ratio(1, 3) == pytest.approx(1.6, rel=0.1)
 
 
 # ---- the engine ------------------------------------------------------------------------------------------

@@ -17,6 +17,8 @@ acceptance for sampled ones). That is how a lane whose text became predictable s
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
 from dataclasses import dataclass, field
 
 from hinfer.engine.cuda_graphs import BUCKETS
@@ -44,17 +46,20 @@ def expected_tokens(rate: float, k: int) -> float:
 
 @dataclass
 class StepCosts:
-    """Cost of a decode step at batch K relative to a plain step with as many lanes: decayed host wall times of
-    decode-only steps per (lane bucket, K), or the default model 1 + c * K where a pair is not timed yet.
+    """Cost of a decode step at batch K relative to a plain step with as many lanes: the median of the last
+    `window` host wall times of decode-only steps per (lane bucket, K), or the default model 1 + c * K where a pair
+    is not timed yet. A key's first sample is dropped and the median ignores the rest's stalls: a step of a kind
+    not run before may compile its kernels (seconds on a GPU), and a decayed mean kept such a sample for hundreds
+    of steps, long enough for a policy that then never speculates to never time a speculative step again.
     `measure=False` keeps the default model (deterministic tests, or a cost the operator knows)."""
 
     k_max: int
     draft_cost: float = DEFAULT_DRAFT_COST
     measure: bool = True
-    decay: float = 0.9
+    window: int = 15
     min_samples: int = 3
-    _sec: dict[tuple[int, int], float] = field(default_factory=dict)
-    _n: dict[tuple[int, int], int] = field(default_factory=dict)
+    _sec: dict[tuple[int, int], deque[float]] = field(default_factory=dict)
+    _seen: dict[tuple[int, int], int] = field(default_factory=dict)
 
     @staticmethod
     def bucket(lanes: int) -> int:
@@ -64,22 +69,27 @@ class StepCosts:
         if not self.measure:
             return
         key = (self.bucket(lanes), k)
-        n = self._n.get(key, 0)
-        self._sec[key] = seconds if n == 0 else self.decay * self._sec[key] + (1 - self.decay) * seconds
-        self._n[key] = n + 1
+        self._seen[key] = self._seen.get(key, 0) + 1
+        if self._seen[key] > 1:
+            self._sec.setdefault(key, deque(maxlen=self.window)).append(seconds)
+
+    def _timed(self, key: tuple[int, int]) -> float | None:
+        times = self._sec.get(key)
+        return statistics.median(times) if times and len(times) >= self.min_samples else None
 
     def ratio(self, lanes: int, k: int) -> float:
         if k == 0:
             return 1.0
         b = self.bucket(lanes)
-        if min(self._n.get((b, k), 0), self._n.get((b, 0), 0)) >= self.min_samples:
-            return self._sec[(b, k)] / self._sec[(b, 0)]
+        tk, t0 = self._timed((b, k)), self._timed((b, 0))
+        if tk is not None and t0 is not None:
+            return tk / t0
         return 1.0 + self.draft_cost * k
 
     def table(self) -> dict[str, float]:
         """Measured ratios, for /metrics: spec_cost_b{lanes}_k{K}."""
         return {f"spec_cost_b{b}_k{k}": round(self.ratio(b, k), 4)
-                for (b, k) in sorted(self._sec) if k > 0 and (b, 0) in self._sec}  # fmt: skip
+                for (b, k) in sorted(self._sec) if k > 0 and self._timed((b, k)) and self._timed((b, 0))}  # fmt: skip
 
 
 @dataclass
