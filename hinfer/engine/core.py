@@ -215,19 +215,16 @@ class EngineCore:
             self.prefix.place_saves(chunks)
         self.prompt_tokens += sum(c.num_tokens for c in chunks if c.seq.in_prefill)
         now = time.monotonic()
+        if self._ahead_ok(chunks):
+            self._ahead = self.runner.launch(chunks, keep_hidden=self.spec is not None)  # tokens come next step
+            return events
         if self.spec is not None:
-            if self._runs_ahead and self.spec.runs_plain(chunks) and self.runner.can_run_ahead(chunks):
-                self._ahead = self.runner.launch(chunks, keep_hidden=True)  # a plain step, as without --spec
-                return events
             outs = self.spec.step(chunks)
             if self.prefix is not None:  # before the stop rules, as below; a round caches its accepted drafts
                 self.prefix.after_step([c.seq for c in chunks], {id(o.seq): o.token_ids for o in outs})
             for o in outs:
                 events.append(self._accept_tokens(o.seq, o.token_ids, o.logprobs, o.top_logprobs, now))
             self.spec.after_step()  # drafts for the lanes that go on
-            return events
-        if self._runs_ahead and self.runner.can_run_ahead(chunks):
-            self._ahead = self.runner.launch(chunks)  # its tokens come with the next step's events
             return events
         result: StepResult = self.runner.step(chunks)
         if self.prefix is not None:  # before the stop rules: a finishing request still holds its pages and slot
@@ -253,11 +250,16 @@ class EngineCore:
             if len(s.output_ids) + 1 >= s.params.max_tokens or s.num_tokens + 1 >= self.ecfg.max_context:
                 continue
             chunks.append(ScheduledChunk(s, 1, True))
-        if not self.runner.can_run_ahead(chunks):
+        if not self._ahead_ok(chunks):
             return None
-        if self.spec is not None:  # while adaptive speculation keeps to plain steps (decided one step back)
-            return self.runner.launch(chunks, prev, keep_hidden=True) if self.spec.runs_plain(chunks) else None
-        return self.runner.launch(chunks, prev)
+        return self.runner.launch(chunks, prev, keep_hidden=self.spec is not None)
+
+    def _ahead_ok(self, chunks: list[ScheduledChunk]) -> bool:
+        """Whether these chunks run as a decode step queued ahead of reading its tokens: decode ahead on, the runner
+        takes them (can_run_ahead), and with --spec only while adaptive speculation keeps to plain steps (decided
+        one step back; the step keeps its hidden rows for the drafter, SpecDecoder.landed)."""
+        return (self._runs_ahead and (self.spec is None or self.spec.runs_plain(chunks))
+                and self.runner.can_run_ahead(chunks))  # fmt: skip
 
     def _land(self, step: AheadStep) -> list[TokenEvent]:
         """Read a step run ahead and take its tokens, as the end of a plain step would (a lane that finished or

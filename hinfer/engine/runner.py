@@ -152,7 +152,7 @@ class ModelRunner:
         hidden, logits = g.run(seq_chunks, ids=ids)
         logits = logits[: len(seqs)]
         kept = hidden[: len(seqs)].clone() if keep_hidden else None  # queued before any later replay
-        starts = [s.num_cached for s in seqs]
+        starts = [s.num_cached for s in seqs] if keep_hidden else None
         for s in seqs:
             s.num_cached += 1
         rows = [s.sampler_state for s in seqs]

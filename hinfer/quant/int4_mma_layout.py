@@ -286,9 +286,7 @@ class Int4MmaWeight(nn.Module):
         launch that quantizes x ahead: the tile's x_ahead), one launch fewer, the same numbers. None elsewhere:
         the caller applies the activation and calls matmul (ops.linear.silu_mul_linear)."""
         g2 = gate_up.reshape(-1, gate_up.shape[-1])
-        if gate_up.shape[-1] != 2 * self.k or not _decode_rows_on_cuda(g2):
-            return None
-        if not self._a8_takes(g2[:, : self.k]):  # shapes only
+        if gate_up.shape[-1] != 2 * self.k or not _decode_rows_on_cuda(g2) or not self._a8_takes(g2[:, : self.k]):
             return None
         from hinfer.ops.triton.linear_int4_a8 import int4_a8_matmul
 

@@ -26,9 +26,9 @@ def _counting(core) -> list[int]:
     lanes: list[int] = []
     launch = core.runner.launch
 
-    def counted(chunks, prev=None):
+    def counted(chunks, prev=None, **kw):
         lanes.append(len(chunks))
-        return launch(chunks, prev)
+        return launch(chunks, prev, **kw)
 
     core.runner.launch = counted
     return lanes

@@ -58,8 +58,7 @@ class StepCosts:
     measure: bool = True
     window: int = 15
     min_samples: int = 3
-    _sec: dict[tuple[int, int], deque[float]] = field(default_factory=dict)
-    _seen: dict[tuple[int, int], int] = field(default_factory=dict)
+    _sec: dict[tuple[int, int], deque[float]] = field(default_factory=dict)  # a key's samples after its first
 
     @staticmethod
     def bucket(lanes: int) -> int:
@@ -69,9 +68,10 @@ class StepCosts:
         if not self.measure:
             return
         key = (self.bucket(lanes), k)
-        self._seen[key] = self._seen.get(key, 0) + 1
-        if self._seen[key] > 1:
-            self._sec.setdefault(key, deque(maxlen=self.window)).append(seconds)
+        if key in self._sec:
+            self._sec[key].append(seconds)
+        else:  # the first sample: dropped
+            self._sec[key] = deque(maxlen=self.window)
 
     def _timed(self, key: tuple[int, int]) -> float | None:
         times = self._sec.get(key)
