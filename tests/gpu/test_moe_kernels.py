@@ -255,6 +255,56 @@ def test_experts_int4_gate_up_routes_one_token(tm, weights, seed, monkeypatch):
         assert rel <= 1e-2, f"{name} trial {trial}: layer output rel-L2 {rel:.3g}, seed {seed}"
 
 
+def test_experts_int4_down_routes_in_a_pdl_graph(tm, weights, seed, monkeypatch):
+    """One token through a chain of MoE layers (residual add + norm + router in one launch, then the int4 experts
+    routed in their gate_up launch), captured in a CUDA graph with programmatic dependent launch: with the down
+    routing the token again (`down_route`: its weights ahead of its PDL wait, the logits two launches back) every
+    replay on new inputs equals, bit for bit, the eager chain whose down reads the gate_up's ids."""
+    from hinfer.ops.triton import norm_linear as tnl
+
+    monkeypatch.setenv("HINFER_PDL", "1")
+    name, wgu, wd = weights
+    gu, dn = _int4_experts(wgu), _int4_experts(wd)
+    h = wgu.shape[2]
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    layers = 3
+    norm_w = [(1 + 0.1 * torch.randn(h, device="cuda", generator=g)).bfloat16() for _ in range(layers)]
+    routers = [(3 * h**-0.5 * torch.randn(E, h, device="cuda", generator=g)).bfloat16() for _ in range(layers)]
+    x = torch.randn(1, h, device="cuda", generator=g).bfloat16()
+    res = torch.randn(1, h, device="cuda", generator=g).bfloat16()
+
+    def chain():
+        y, r = x, res
+        for layer in range(layers):
+            normed, r, logits = tnl.add_rms_norm_linear(y, r, norm_w[layer], routers[layer], 1e-6)
+            y = tm.moe_route_experts(normed, logits, gu, dn, K, shared=True)
+        return y
+
+    def without_down_route():
+        monkeypatch.setenv("HINFER_FUSE_LAUNCHES", "slot_sum,tail,gate,norm_linear,route")
+        want = chain()
+        monkeypatch.delenv("HINFER_FUSE_LAUNCHES")
+        return want
+
+    want = without_down_route()
+    assert not torch.isnan(want).any()
+    assert torch.equal(chain(), want), f"{name}: eager chain with down_route differs, seed {seed}"
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        chain()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = chain()
+    for trial in range(4):
+        x.copy_(torch.randn(1, h, device="cuda", generator=g))
+        res.copy_(torch.randn(1, h, device="cuda", generator=g))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, without_down_route()), f"{name} replay {trial}: differs, seed {seed}"
+
+
 @pytest.mark.parametrize("t", [1, 8])
 def test_experts_int4_split_k(tm, weights, seed, t):
     """The tensor-core experts with the 128-groups split over 2 / 4 programs per tile (fp32 partials summed by the

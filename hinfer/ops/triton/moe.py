@@ -134,7 +134,8 @@ def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, o
                  logits: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
     """gate_up and down through the tensor-core kernel (moe_int4_mma.py): gate_up writes SiLU-mul's output, the
     down sums the slots. With `logits` (one token; slot k - 1 the folded shared expert) the gate_up launch routes
-    the token itself and writes the ids and weights the down reads (`tw`, `ids` are then None)."""
+    the token itself and writes the ids and weights the down reads (`tw`, `ids` are then None); the down routes
+    it again (`down_route`) to read its weights before it waits for the gate_up."""
     pairs, h, bm = t * k, x.shape[1], 8
     route = {}
     if logits is not None:
@@ -149,8 +150,11 @@ def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, o
     experts_mma(x, gu, hid, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=k, act=True, **route)
     y = _empty((pairs, h), x.dtype, x.device)
     fused = launch_fusions("slot_sum", t)  # the down launch sums the slots too (else a separate sum kernel)
+    early = {}
+    if logits is not None and launch_fusions("down_route", t):  # the down routes again, its weights ahead of PDL
+        early = dict(route=logits, early=True)
     experts_mma(hid, dn, y, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=1, tw=tw,
-                sum_out=out if fused else None, topk=k)  # fmt: skip
+                sum_out=out if fused else None, topk=k, **early)  # fmt: skip
     return out if fused else _sum_slots(y, out, t, k, h, False, {"PDL": False})
 
 

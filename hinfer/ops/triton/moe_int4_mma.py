@@ -57,21 +57,23 @@ def int4_mma_experts_kernel(
     DIRECT: gl.constexpr, XDIV: gl.constexpr, ROW_SCALE: gl.constexpr,
     PDL: gl.constexpr = False, SPLIT_K: gl.constexpr = 1, SUM: gl.constexpr = False, TOPK: gl.constexpr = 1,
     TOPK_P: gl.constexpr = 1, ACT: gl.constexpr = False, logits_ptr=None, n_experts=0,
-    ROUTE: gl.constexpr = False, BLOCK_E: gl.constexpr = 256,
+    ROUTE: gl.constexpr = 0, BLOCK_E: gl.constexpr = 256, EARLY: gl.constexpr = False,
 ):  # fmt: skip
     W: gl.constexpr = gl.num_warps()
     S: gl.constexpr = BLOCK_N // 16
     LW: gl.constexpr = _words_layout(W)
     MMA: gl.constexpr = _mma_layout(W)
     LX: gl.constexpr = _x_words_layout(W)
-    _pdl_start(PDL)  # before the expert ids: the router that writes them may be the kernel just before
+    if not EARLY:  # before the expert ids: the router that writes them may be the kernel just before
+        _pdl_start(PDL)
     pid_n = gl.program_id(0)
     blk = gl.program_id(1)
-    if ROUTE:  # one token: this program routes it itself and takes slot blk's expert (the launch's route kernel)
-        e, w = _route_slot(logits_ptr, n_experts, blk, TOPK, BLOCK_E)
-        if (pid_n == 0) & (gl.program_id(2) == 0):  # the slot's id and weight, for the down launch
-            gl.store(ids_ptr + blk, e.to(gl.int64))
-            gl.store(tw_ptr + blk, w.to(tw_ptr.dtype.element_ty))
+    if ROUTE > 0:  # one token: this program routes it (top ROUTE) itself and takes slot blk's expert
+        e, w = _route_slot(logits_ptr, n_experts, blk, ROUTE, BLOCK_E)
+        if not EARLY:  # the gate_up launch: the slot's id and weight, for the down launch
+            if (pid_n == 0) & (gl.program_id(2) == 0):
+                gl.store(ids_ptr + blk, e.to(gl.int64))
+                gl.store(tw_ptr + blk, w.to(tw_ptr.dtype.element_ty))
         nrows = 1
     elif DIRECT:
         e = gl.load(ids_ptr + blk).to(gl.int32)
@@ -111,8 +113,9 @@ def int4_mma_experts_kernel(
         per_split = gl.cdiv(K // GROUP, SPLIT_K)
         g_lo = gl.program_id(2) * per_split
         g_hi = gl.minimum(g_lo + per_split, K // GROUP)
+        # EARLY: the loop waits (PDL) after issuing its first groups' weights
         acc = _k_loop(w_ptrs, s_ptrs, z_rows, z_rows, 1, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO,
-                      True, DEPTH, True, GROUP // 8, False)  # fmt: skip
+                      True, DEPTH, True, GROUP // 8, PDL and EARLY)  # fmt: skip
         out_mask = (ym < nrows)[None, :] & (rows < N)[:, None]
         y_off = py[None, :].to(gl.int64) * stride_ym + cols[:, None]
         if SPLIT_K == 1:
@@ -152,7 +155,8 @@ def _route_slot(logits_ptr, E, slot, TOPK: gl.constexpr, BLOCK_E: gl.constexpr):
     LR: gl.constexpr = gl.SliceLayout(1, L)
     cols = gl.arange(0, BLOCK_E, layout=gl.SliceLayout(0, L))[None, :] + gl.zeros([W, 1], gl.int32, layout=L)
     ok = cols < E
-    x = gl.load(logits_ptr + cols, mask=ok, other=float("-inf")).to(gl.float32)
+    # past L1: a launch that routes ahead of its PDL wait reads logits its SM may have cached from an earlier layer
+    x = gl.load(logits_ptr + cols, mask=ok, other=float("-inf"), cache_modifier=".cg").to(gl.float32)
     # one int32 key per expert, one max per slot: a bf16 logit's fp32 bits have 16 zero low bits, so its
     # order-preserving bits (the route kernel's int64 key, upper half) fit the upper 16 and the tie-break
     # BLOCK_E - 1 - id (the lowest id first) the lower; taken or padded experts hold the int32 minimum
@@ -178,7 +182,7 @@ def _route_slot(logits_ptr, E, slot, TOPK: gl.constexpr, BLOCK_E: gl.constexpr):
     e = gl.max(i_sel, axis=0)
     w = gl.max(p_sel / p_sum, axis=0)
     if slot == TOPK:  # the shared expert: its gate rounded to the logits' dtype first, as the reference's is
-        g = gl.load(logits_ptr + E).to(gl.float32)
+        g = gl.load(logits_ptr + E, cache_modifier=".cg").to(gl.float32)
         e = E
         w = 1.0 / (1.0 + gl.exp(-g))
     return e, w
@@ -229,9 +233,9 @@ def _stripe_halves(t):
 def experts_mma_variant(block_n: int, block_m: int, warps: int, zero: bool, direct: bool, xdiv: int,
                         row_scale: bool, depth: int = 2, pdl: bool = False,
                         split: int = 1, topk: int = 0, act: bool = False,
-                        route: int = 0):  # fmt: skip
+                        route: int = 0, early: bool = False):  # fmt: skip
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot); `route`: the
-    top k of a gate_up that routes its token itself."""
+    top k of a launch that routes its token itself; `early`: its weights ahead of the PDL wait."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
            "y_ptr": "*bf16", "tw_ptr": "*fp32", "ids_ptr": "*i64", "sorted_ptr": "*i32", "bexp_ptr": "*i32",
            "brows_ptr": "*i32", "part_ptr": "*fp32", "cnt_ptr": "*i32", "out_ptr": "*bf16", "N": "i32", "K": "i32",
@@ -239,9 +243,9 @@ def experts_mma_variant(block_n: int, block_m: int, warps: int, zero: bool, dire
            "stride_sn": "i32", "stride_om": "i32", "logits_ptr": "*bf16", "n_experts": "i32"}  # fmt: skip
     cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, DEPTH=depth, DIRECT=direct, XDIV=xdiv,
                ROW_SCALE=row_scale, PDL=pdl, SPLIT_K=split, SUM=topk > 0, TOPK=max(topk, route, 1),
-               TOPK_P=1 << (max(topk, 1) - 1).bit_length(), ACT=act, ROUTE=route > 0, BLOCK_E=256)  # fmt: skip
+               TOPK_P=1 << (max(topk, 1) - 1).bit_length(), ACT=act, ROUTE=route, BLOCK_E=256, EARLY=early)  # fmt: skip
     name = (f"int4 mma experts{' asym' if zero else ''}{' direct' if direct else ''} BLOCK_N={block_n} "
-            f"BLOCK_M={block_m} w{warps} xdiv {xdiv}{' scaled' if row_scale else ''}{' pdl' if pdl else ''}{f' split {split}' if split > 1 else ''}{f' sum {topk}' if topk else ''}{' act' if act else ''}{f' route {route}' if route else ''}")  # fmt: skip
+            f"BLOCK_M={block_m} w{warps} xdiv {xdiv}{' scaled' if row_scale else ''}{' pdl' if pdl else ''}{f' split {split}' if split > 1 else ''}{f' sum {topk}' if topk else ''}{' act' if act else ''}{f' route {route}' if route else ''}{' early' if early else ''}")  # fmt: skip
     return name, int4_mma_experts_kernel, sig, cex, warps
 
 
@@ -250,7 +254,7 @@ def experts_mma(
     sorted_: torch.Tensor, bexp: torch.Tensor, brows: torch.Tensor, direct: bool, xdiv: int,
     tw: torch.Tensor | None = None, cfg: SkinnyConfig | None = None,
     sum_out: torch.Tensor | None = None, topk: int = 1, act: bool = False, route: torch.Tensor | None = None,
-    route_w: torch.Tensor | None = None,
+    route_w: torch.Tensor | None = None, early: bool = False,
 ) -> torch.Tensor:  # fmt: skip
     """y[pair] = x[pair // xdiv] @ w[expert]^T (times tw[pair] if given) for every pair the blocks name.
     With `sum_out` [T, N] the launch also sums each token's `topk` slots (pair = t * topk + s) into it: the last
@@ -258,8 +262,12 @@ def experts_mma(
     are [gate | up] (2 x N / 2) and y [P, N / 2] gets silu(gate) * up (as activation.silu_mul): each tile pairs 8
     gate rows with their 8 up rows per 16-row stripe, so one thread holds both. With `route` (one token's router
     logits [1, E + 1], the last the shared expert's gate; direct blocks, one per slot) the launch routes the token
-    as moe_route(..., topk, shared=True) does and writes each slot's expert into `ids` and its weight into
-    `route_w` (the route kernel's launch saved). `cfg` overrides the tile table (sweeps)."""
+    as moe_route(..., blocks - 1, shared=True) does and writes each slot's expert into `ids` and its weight into
+    `route_w` (the route kernel's launch saved). With `route` and `early` (the down after such a gate_up) it routes
+    the token again, writes nothing of it, and issues its first groups of weights before its PDL wait: the
+    logits come from the kernel before the gate_up, so they are complete once the gate_up lets this launch start
+    (every gate_up program waits before it lets dependents launch), and the weights' DRAM trip overlaps the
+    gate_up's tail. `cfg` overrides the tile table (sweeps)."""
     e, n, k = w.shape
     if k % GROUP_K or n % 64 or x.dtype != torch.bfloat16 or x.stride(-1) != 1:
         raise ValueError(f"int4 mma experts: K % {GROUP_K}, N % 64, bf16 x with unit stride; got {w.shape}")
@@ -267,9 +275,12 @@ def experts_mma(
         x = x.contiguous()
     if act and (tw is not None or sum_out is not None or y.shape[-1] != n // 2):
         raise ValueError(f"int4 mma experts: silu(gate) * up into {n // 2} columns, alone; got y {tuple(y.shape)}")
-    if route is not None and (not direct or blocks != topk + 1 or route_w is None or route.shape[0] != 1
-                              or route.dtype != torch.bfloat16 or route.shape[1] - 1 > 1024):  # fmt: skip
+    if route is not None and (not direct or route.shape[0] != 1 or route.dtype != torch.bfloat16
+                              or route.shape[1] - 1 > 1024
+                              or not early and (blocks != topk + 1 or route_w is None)):  # fmt: skip
         raise ValueError(f"int4 mma experts: routing one token into {topk} + 1 direct slots, got {blocks} blocks")
+    if early and route is None:
+        raise ValueError("int4 mma experts: weights ahead of the PDL wait need the launch to route its token")
     cfg = cfg or experts_mma_tile(ids.numel(), n, k, blocks)
     if (n % cfg.block_n or cfg.block_n % (16 * cfg.num_warps) or cfg.num_stages not in (2, 4)
             or not 1 <= cfg.split_k <= k // GROUP_K):  # fmt: skip
@@ -292,7 +303,8 @@ def experts_mma(
         HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, DEPTH=depth, DIRECT=direct, XDIV=xdiv,
         ROW_SCALE=tw is not None, SPLIT_K=split, SUM=sum_out is not None, TOPK=topk,
         TOPK_P=1 << (topk - 1).bit_length(), ACT=act, num_warps=warps,
-        logits_ptr=route, n_experts=0 if route is None else route.shape[1] - 1, ROUTE=route is not None,
+        logits_ptr=route, n_experts=0 if route is None else route.shape[1] - 1,
+        ROUTE=blocks - 1 if route is not None else 0, EARLY=early,
         BLOCK_E=triton.next_power_of_2(route.shape[1] - 1) if route is not None else 256, **pdl_kwargs(x),
         **({"maxnreg": cfg.max_regs} if cfg.max_regs else {}),
     )  # fmt: skip
