@@ -20,3 +20,10 @@ left 450 && HINFER_TILES=$DEPTH4 one 35b_on_depth4 qwen3.6-35b-a3b
 left 450 && HINFER_FUSE_LAUNCHES=$OFF one 122b_off qwen3.5-122b-a10b
 left 480 && one 122b_on qwen3.5-122b-a10b
 left 480 && HINFER_TILES=$DEPTH4 one 122b_on_depth4 qwen3.5-122b-a10b
+# where a 35B-A3B step goes now, PDL on (each kernel's exposed time), at one and eight lanes
+for lanes in 1 8; do
+  left 520 || break
+  timeout 70 python bench/profile_decode.py --config qwen3.6-35b-a3b --quant int4 --lanes $lanes --pdl \
+    > "$R/profile_35b_c$lanes.txt" 2>&1
+  echo "== profile 35b lanes=$lanes rc=$? $((SECONDS - START)) s"; pack
+done
