@@ -130,6 +130,14 @@ def mma_experts_fit(x: torch.Tensor, gu: Int4Experts, dn: Int4Experts, pairs: in
             and h % GROUP_K == 0 and i % GROUP_K == 0)  # fmt: skip
 
 
+def direct_pairs() -> int:
+    """Up to how many (token, expert) pairs the tensor-core experts take one block per pair instead of grouping
+    the pairs by expert (moe_align's launch): HINFER_MOE_DIRECT_PAIRS, default 0 (one token only, whose k experts
+    are distinct). Direct blocks read an expert once per token that chose it, but leave no empty programs and no
+    alignment launch. Read at every call."""
+    return int(os.environ.get("HINFER_MOE_DIRECT_PAIRS", "0"))
+
+
 def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, out: torch.Tensor,
                  logits: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
     """gate_up and down through the tensor-core kernel (moe_int4_mma.py): gate_up writes SiLU-mul's output, the
@@ -141,8 +149,8 @@ def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, o
     if logits is not None:
         ids, tw = _empty((k,), torch.int64, x.device), _empty((k,), logits.dtype, x.device)
         route = dict(topk=k - 1, route=logits, route_w=tw)
-    if t == 1:  # block b = pair b: the k experts are distinct
-        blocks, sorted_, bexp, brows, direct = k, ids, ids, ids, True
+    if t == 1 or pairs <= direct_pairs():  # block b = pair b (an expert two tokens share is read twice)
+        blocks, sorted_, bexp, brows, direct = pairs, ids, ids, ids, True
     else:
         al = align(ids.view(t, k), gu.shape[0], bm, pdl=True)  # launched under the route kernel's tail
         blocks, sorted_, bexp, brows, direct = al.n_blocks, al.sorted, al.bexp, al.brows, False
