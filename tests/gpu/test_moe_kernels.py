@@ -164,6 +164,9 @@ def test_experts_int4_real_shapes(tm, weights, seed, t, zero_point, monkeypatch)
     outs = {"default": tm.moe_experts(x, qgu, qdn, top_w, top_i)}
     if t * K <= MAX_PAIRS:
         assert tm.mma_experts_fit(x, qgu, qdn, t * K)
+        monkeypatch.setenv("HINFER_MOE_DIRECT_PAIRS", str(MAX_PAIRS))  # a block per pair, no alignment
+        outs["direct"] = tm.moe_experts(x, qgu, qdn, top_w, top_i)
+        monkeypatch.delenv("HINFER_MOE_DIRECT_PAIRS")
         monkeypatch.setenv("HINFER_MOE_INT4", "grouped")
         outs["grouped"] = tm.moe_experts(x, qgu, qdn, top_w, top_i)
     old = torch.backends.cuda.matmul.allow_tf32
