@@ -812,6 +812,36 @@ def test_plain_rounds_feed_the_head_later_and_drafts_still_see_every_position(ma
     assert deferred[0] > 20 and flushed[0] > 5 and peek.checked >= 3  # probes checked against the head
 
 
+def test_a_pass_that_only_feeds_the_head_skips_its_lm_head(make_engine_core, monkeypatch):
+    """Plain-decoding lanes (drafts never accepted) feed their positions to the MTP head in batched passes that
+    draft nothing: those passes take the head's graphs without the lm_head and argmax tail (a whole lm_head read
+    per pass otherwise); the probes' passes, which draft, take the tail. Output equals plain decoding."""
+    from hinfer.engine import cuda_graphs
+
+    calls: Counter = Counter()
+    real_run = cuda_graphs.StepGraphs.run
+
+    def counting_run(self, chunks, hidden=None, ids=None, drafts=None):
+        if self.head == "mtp":
+            drafting = any(c.need_logits for c in chunks)
+            calls[("drafting" if drafting else "feeding", "tail" if self.tail is not None else "no tail")] += 1
+        return real_run(self, chunks, hidden, ids, drafts)
+
+    monkeypatch.setattr(cuda_graphs.StepGraphs, "run", counting_run)
+    rng = random.Random(5)
+    prompts = [[rng.randrange(1, 1024) for _ in range(n)] for n in (4, 19)]
+    params = SP(temperature=0, max_tokens=40, ignore_eos=True)
+    reqs = lambda: [GenerationRequest(f"r{i}", p, replace(params)) for i, p in enumerate(prompts)]  # noqa: E731
+    base = run_all(make_engine_core(max_concurrency=2, prefill_chunk=16), reqs())[0]
+    core = make_engine_core(max_concurrency=2, prefill_chunk=16, spec="mtp", draft_tokens=3, spec_draft_cost=0.3)
+    core.runner.capture_graphs(2, core.ecfg.max_context, capture=False)
+    core.spec.use_graphs(2, capture=False)  # the head's graphs, before the peeking wrapper hides them
+    core.spec.drafter = PeekDrafter(core.spec.drafter, base)
+    core.spec.drafter.oracle = OracleDrafter(base, wrong=True)
+    assert run_all(core, reqs())[0] == base
+    assert calls[("feeding", "no tail")] > 3 and calls[("feeding", "tail")] == 0, calls
+
+
 def test_prefix_free_lanes():
     """Penalties and a thinking budget make a position's distribution depend on the drafted prefix."""
     from hinfer.engine.spec.mtp import prefix_free

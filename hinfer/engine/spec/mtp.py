@@ -165,8 +165,10 @@ class MTPDrafter:
         active = [i for i, j in enumerate(jobs) if j.num_drafts > 0]
         pos = [Position(jobs[i].seq.sampler_state, []) for i in active]
         greedy = all(plain_greedy(p) for p in pos)
+        # a pass that only feeds positions (no job drafts: a plain-decoding lane's backlog) skips the head: its
+        # argmax graph would read the whole lm_head for nothing
         h, argmax = early if early is not None else self.forward(chunks, torch.cat([j.hidden for j in jobs]),
-                                                                 argmax=greedy)  # fmt: skip
+                                                                 argmax=greedy and bool(active))  # fmt: skip
         # lanes whose processed logits do not depend on their drafted prefix (no penalties, no thinking budget)
         # keep the drafts on the device: the verify step takes them from there, and the host reads them once
         # per round, after that step is queued (not once per draft, nor before the verify launch)
