@@ -32,8 +32,8 @@ def spec_serving_table(result: dict) -> str:
     same = sum(d is None for d in diffs)
     failed = [k for k, ok in result["checks"].items() if not ok]
     parts = [d for d in result.get("greedy_parting", []) if d is not None]
-    where = "; ".join(f"token {d['token']}: " + (f"the plain server's second choice, {d['gap']:.3f} nats below its "
-                                                 "first" if d["gap"] is not None else "not in its top two")
+    where = "; ".join(f"token {d['token']}: " + (f"among the plain server's top choices, {d['gap']:.3f} nats below its "
+                                                 "first" if d["gap"] is not None else "not in its top choices")
                       for d in parts)  # fmt: skip
     lines += ["", f"greedy answers identical on both servers: {same} of {len(diffs)}"
               + ("" if same == len(diffs) else f" (first differing characters: {diffs}; parting at {where})"),
