@@ -94,6 +94,27 @@ def test_policy_rates_and_choices():
     assert [pol.probe_due(st, False) for _ in range(8)] == [False] * 7 + [True]
 
 
+def test_failed_probes_come_ever_more_rarely_until_a_draft_is_accepted():
+    """Each probe doubles the lane's wait for the next (8, 16, 32, then 64 rounds at most); an accepted draft puts
+    it back to 8."""
+    pol = AdaptivePolicy(3, StepCosts(3, draft_cost=0.3, measure=False))
+    st = pol.new_lane()
+
+    def gaps(n: int) -> list[int]:
+        out, last = [], 0
+        for r in range(1, n + 1):
+            if pol.probe_due(st, False):
+                out.append(r - last)
+                last = r
+        return out
+
+    assert gaps(8 + 16 + 32 + 64 + 64) == [8, 16, 32, 64, 64]
+    pol.observe(st, 1, 0)  # a failed probe changes nothing
+    assert gaps(64) == [64]
+    pol.observe(st, 1, 1)
+    assert gaps(8 + 16) == [8, 16]
+
+
 def test_step_costs_use_host_timings_once_both_are_timed():
     c = StepCosts(3, draft_cost=0.3)
     assert c.ratio(5, 2) == pytest.approx(1.6)

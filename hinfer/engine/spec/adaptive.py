@@ -12,7 +12,10 @@ one token per lane at cost 1.
 A lane that does not draft still lets the MTP head see its positions, and every `probe_every` rounds it drafts
 one token anyway (a probe): in a speculative step the probe is verified as usual, in a plain step it is only
 compared with the token the target chose (a shadow check: exact for greedy requests, a lower bound of the
-acceptance for sampled ones). That is how a lane whose text became predictable starts speculating again.
+acceptance for sampled ones). That is how a lane whose text became predictable starts speculating again. Each
+probe doubles the lane's wait for the next, up to `probe_max` rounds, until a draft of the lane is accepted: a
+probe's draft reads the draft head (the whole lm_head of a bf16 model), which a lane whose drafts keep failing
+should not pay every few steps.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ class LaneAcceptance:
     accepted: float
     trials: float
     rounds_since_draft: int = 0
+    probe_gap: int = 0  # rounds between this lane's probes now (0: the policy's probe_every)
 
     @property
     def rate(self) -> float:
@@ -100,6 +104,7 @@ class AdaptivePolicy:
     prior_trials: float = 2.0
     decay: float = 0.8  # weight of the past per round: about the last five rounds count
     probe_every: int = 8
+    probe_max: int = 64  # the longest wait between a lane's probes (a multiple of probe_every: probes fall on ticks)
 
     def new_lane(self) -> LaneAcceptance:
         return LaneAcceptance(self.prior_rate * self.prior_trials, self.prior_trials)
@@ -108,6 +113,8 @@ class AdaptivePolicy:
         """A judged round (or a shadow probe) of `drafted` drafts with `accepted` of them kept."""
         if drafted <= 0:
             return
+        if accepted:  # the lane's drafts pay again: probes back to every probe_every rounds
+            st.probe_gap = 0
         st.accepted = self.decay * st.accepted + accepted
         st.trials = self.decay * st.trials + accepted + (1 if accepted < drafted else 0)
 
@@ -128,14 +135,17 @@ class AdaptivePolicy:
         return max(range(max(kl for _, kl in wants) + 1), key=lambda k: (score(k), -k))
 
     def probe_due(self, st: LaneAcceptance, drafting: bool, tick: bool = True) -> bool:
-        """Counts the lane's rounds without drafts; True once `probe_every` of them have passed, on a `tick` (the
+        """Counts the lane's rounds without drafts; True once its probe gap (`probe_every` at first, doubled by
+        each probe up to `probe_max`, back to `probe_every` when a draft is accepted) has passed, on a `tick` (the
         decoder ticks every `probe_every` steps, so lanes that fell back probe in the same step and share the
         draft's lm_head read), then the count restarts."""
         if drafting:
             st.rounds_since_draft = 0
             return False
         st.rounds_since_draft += 1
-        if st.rounds_since_draft >= self.probe_every and tick:
+        gap = st.probe_gap or self.probe_every
+        if st.rounds_since_draft >= gap and tick:
             st.rounds_since_draft = 0
+            st.probe_gap = min(2 * gap, self.probe_max)
             return True
         return False
