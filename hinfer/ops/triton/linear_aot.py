@@ -241,6 +241,7 @@ def variants(full: bool = False) -> Iterator[Variant]:
               experts_mma_variant(32, 8, 2, True, True, 1, True, depth=4, pdl=True, topk=9, route=8, early=True),
               *MEASURED_SPILLS):
         yield (*v, 0)
+    yield from packaged_experts_variants()
     sig = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "K": "i32", "stride_xm": "i32",
            "stride_qm": "i32", "stride_sm": "i32", "stride_sg": "i32", "GROUP": "i32"}  # fmt: skip
     yield "act_quant", _act_quant_kernel, sig, {"BLOCK": 128}, 4, 3
@@ -259,6 +260,34 @@ def variants(full: bool = False) -> Iterator[Variant]:
         dict(STRIPES=4), 4, 3
 
 
+def packaged_experts_variants() -> Iterator[Variant]:
+    """Every packaged int4 experts tile (tiles/tuned.py) built as the decode runs it (asymmetric weights): the one-
+    token bucket direct, its gate_up routing the token, its down routing it again with the slot sum (the launch
+    fusions on at one row); larger buckets on the alignment's blocks. A pair's down is the entry (H, I) beside
+    the gate_up (2I, H)."""
+    from hinfer.ops.triton.tiles.forms import MOE_INT4_MMA
+    from hinfer.ops.triton.tiles.tuned import TUNED
+
+    entries = {(n, k, m): c for (fam, n, k, m), c in TUNED.items() if fam == MOE_INT4_MMA}
+    seen = set()
+    for (n, k, m), c in sorted(entries.items()):
+        gate_up, one = (k, n // 2, m) in entries, m <= 16
+        if gate_up:
+            name, fn, sig, cex, warps = experts_mma_variant(c.block_n, 8, c.num_warps, True, one, 9, False,
+                                                            depth=c.num_stages, pdl=True, split=c.split_k,
+                                                            act=True, route=8 if one else 0)  # fmt: skip
+        else:
+            name, fn, sig, cex, warps = experts_mma_variant(c.block_n, 8, c.num_warps, True, one, 1, True,
+                                                            depth=c.num_stages, pdl=True, split=c.split_k,
+                                                            topk=9 if one else 0, route=8 if one else 0,
+                                                            early=one)  # fmt: skip
+        cap = {"maxnreg": c.max_regs} if c.max_regs else {}
+        name += f" maxnreg {c.max_regs}" if cap else ""
+        if name not in seen:  # buckets that share a tile (tuned.py fills some from others)
+            seen.add(name)
+            yield name, fn, sig, cex | cap, warps, 0
+
+
 # Gluon kernels whose main loop goes through shared memory by design: the warpgroup MMA reads x from there
 SMEM_LOOPS = (int4_wgmma_kernel,)
 
@@ -272,12 +301,23 @@ MEASURED_SPILLS = (
 )
 
 
+# packaged tiles (packaged_experts_variants) that spill and measured fastest in the decode graph or their sweep:
+# the one-token gate_ups routing the token, held to 128 registers (72 bytes of stack; +4.5% / +2.7% one-lane decode
+# on the 35B-A3B / 122B-A10B, 2026-12-03), the 35B-A3B's eight-token gate_up (88 bytes at 255 registers; the
+# sweep's winner alone, 2026-12-03; tiles without spills are in bench/results/tiles/moe-t8/)
+PACKAGED_SPILLS = (
+    "int4 mma experts asym direct BLOCK_N=128 BLOCK_M=8 w4 xdiv 9 pdl split 4 act route 8 maxnreg 128",
+    "int4 mma experts asym direct BLOCK_N=128 BLOCK_M=8 w4 xdiv 9 pdl split 2 act route 8 maxnreg 128",
+    "int4 mma experts asym BLOCK_N=128 BLOCK_M=8 w2 xdiv 9 pdl act",
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--check", action="store_true", help="fail on a compile error or a spill (default tiles)")
     a = ap.parse_args(argv)
     bad = 0
-    _MEASURED = {v[0] for v in MEASURED_SPILLS}
+    _MEASURED = {v[0] for v in MEASURED_SPILLS} | set(PACKAGED_SPILLS)
     for name, fn, sig, cex, warps, stages in variants(full=not a.check):
         try:
             gluon = getattr(fn, "is_gluon", lambda: False)()
