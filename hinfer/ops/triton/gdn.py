@@ -46,10 +46,11 @@ CHUNK = {
 CONV = {"small_q": 16, "BT": 16, "BC": 128, "num_warps": 4}
 # conv + gates + rule + norm in one kernel when every sequence has one new token (HINFER_GDN_FUSED=0: the four
 # kernels, to compare), tiles as DECODE_TILES: 9.2 us per layer at 1 lane against ~11 for the four kernels, 29.3 at
-# 8 lanes (about even, fewer launches). Several tokens per sequence (verify) take the four kernels: the fused one
-# runs its tokens one after the other through the conv as well (1 x 4: 22 us vs ~18; 8 x 4: 74 vs ~54).
-# HINFER_GDN_FUSED=N: up to N new tokens per sequence (4: a verify step at K = 3 too), 0: never
-FUSED_MAX_TOKENS = int(os.environ.get("HINFER_GDN_FUSED", "1"))  # new tokens per sequence, at most
+# 8 lanes (about even, fewer launches). Up to 4 tokens per sequence (a verify step at K = 3) too: since its tickets
+# were reworked it made the 27B int4 MTP round at one lane 8.79 / 8.65 -> 8.34 / 8.33 ms, at eight even (16.0 ms;
+# H200, 2026-12-03); before, the four kernels had won there (1 x 4: 22 us vs ~18; 8 x 4: 74 vs ~54).
+# HINFER_GDN_FUSED=N: up to N new tokens per sequence (1: decode only), 0: never
+FUSED_MAX_TOKENS = int(os.environ.get("HINFER_GDN_FUSED", "4"))  # new tokens per sequence, at most
 FUSED_TILES: tuple[tuple[int, int, int], ...] = ((2, 16, 1), (1 << 30, 32, 2))
 # The fused step reads its state block ahead of the PDL wait (gdn_decode.fused_decode_launch's `early`; 0: after
 # it): int4 decode at one lane +3.0% on the 35B-A3B, +2.7% on the 27B, even at 8 lanes (H200, 2026-12-03)
