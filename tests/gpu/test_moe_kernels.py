@@ -79,6 +79,19 @@ def weights(request):
     torch.cuda.empty_cache()
 
 
+def _captured(fn):
+    """(a CUDA graph of fn(), its output): warmed up once on a side stream, then captured."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    return graph, out
+
+
 def _reference_fp32(x, wgu, wd, top_w, top_i) -> torch.Tensor:
     """moe_experts_ref in fp32 on the selected experts only (ids remapped), TF32 off."""
     used = torch.unique(top_i)
@@ -292,14 +305,7 @@ def test_experts_int4_down_routes_in_a_pdl_graph(tm, weights, seed, monkeypatch)
     want = without_down_route()
     assert not torch.isnan(want).any()
     assert torch.equal(chain(), want), f"{name}: eager chain with down_route differs, seed {seed}"
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        chain()
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = chain()
+    graph, out = _captured(chain)
     for trial in range(4):
         x.copy_(torch.randn(1, h, device="cuda", generator=g))
         res.copy_(torch.randn(1, h, device="cuda", generator=g))
@@ -452,14 +458,7 @@ def test_cuda_graph_replay_and_determinism(tm, weights, seed, monkeypatch, t, pd
     assert torch.equal(first, layer()), "two eager runs differ"
     w, ids = tm.moe_route(logits, K)  # its own routing: with tied logits torch.topk may pick another expert
     _check(first, _reference_fp32(x, wgu, wd, w, ids), seed, f"{name} T={t} pdl={pdl}")
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        layer()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = layer()
+    g, out = _captured(layer)
     for _ in range(3):
         x.copy_(torch.randn(t, h, device="cuda"))
         logits.copy_(torch.randn(t, E, device="cuda"))
