@@ -7,9 +7,11 @@
 # SKIP_TESTS=1 skips them; BUDGET: seconds after which no run starts. Lands in $OUT/gpu_moe_t8_tiles.tgz.
 set -uo pipefail
 PACK=gpu_moe_t8_tiles; source "$(dirname "$0")/device_common.sh"
-[ -z "${SKIP_TESTS:-}" ] && HINFER_GDN_FUSED=4 timeout 60 python -m pytest -q -s tests/gpu/test_engine_gpu.py -m gpu -k "spec" -p no:cacheprovider \
-  > "$R/test_engine_spec_gdn4.txt" 2>&1
-echo "== engine spec tests, fused GDN at 4 rows rc=$? $((SECONDS - START)) s"; pack
+if [ -z "${SKIP_TESTS:-}" ]; then
+  HINFER_GDN_FUSED=4 timeout 60 python -m pytest -q -s tests/gpu/test_engine_gpu.py -m gpu -k "spec" -p no:cacheprovider \
+    > "$R/test_engine_spec_gdn4.txt" 2>&1
+  echo "== engine spec tests, fused GDN at 4 rows rc=$? $((SECONDS - START)) s"; pack
+fi
 one() { bench_as "$1" "$PWD" qwen3.6-35b-a3b --quant int4 --concurrency "$2" --depths 1K --prefill ""; }
 D=bench/results/tiles/moe-t8/20261203-35b
 for run in c8:packaged c8:gu-128-s1-w8 c1:packaged c1:t1-gu-128-s4-w8 c8:gu-64-s1-w4 c1:t1-gu-64-s4-w4 \
