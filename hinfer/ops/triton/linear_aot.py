@@ -236,9 +236,6 @@ def variants(full: bool = False) -> Iterator[Variant]:
               # one token routed in the gate_up launch (the `route` launch fusion)
               experts_mma_variant(128, 8, 4, True, True, 9, False, depth=4, pdl=True, split=4, act=True, route=8),
               experts_mma_variant(128, 8, 4, True, True, 9, False, depth=4, pdl=True, split=2, act=True, route=8),
-              # the down routing the token again, its weights ahead of the PDL wait (the `down_route` fusion)
-              experts_mma_variant(32, 8, 2, True, True, 1, True, depth=2, pdl=True, topk=9, route=8, early=True),
-              experts_mma_variant(32, 8, 2, True, True, 1, True, depth=4, pdl=True, topk=9, route=8, early=True),
               *MEASURED_SPILLS):
         yield (*v, 0)
     yield from packaged_experts_variants()
