@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call (about eight minutes): why the 35B-A3B's routed experts run at two fifths of copy bandwidth at
-# eight tokens (47% of its eight-lane step). First the experts' kernel on hinfer.quant.int4's rows against the
+# eight tokens (47% of its eight-lane step). With LAYOUTS=1 first the experts' kernel on hinfer.quant.int4's rows against the
 # same kernel on fragment order per expert (bench/experts_mma_layout.py: the dense projections measured 1.2-1.6x
 # faster from fragment order than from rows), then Nsight Compute on the experts' gate_up and down at eight tokens and at
 # one (stall reasons, occupancy, DRAM throughput), the engine's GPU speculation tests with the fused GDN step at
@@ -12,12 +12,14 @@ PACK=gpu_moe_t8_where; source "$(dirname "$0")/device_common.sh"
 SECTIONS="--launch-skip 2 --launch-count 1 --section SpeedOfLight --section SchedulerStats --section WarpStateStats \
   --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
   --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
-timeout 200 python bench/experts_mma_layout.py --model 35b 122b --t 1 8 32 --json "$R/experts_layout.json" \
-  > "$R/experts_layout.txt" 2>&1
-echo "== experts layouts rc=$? $((SECONDS - START)) s"; grep -v "^seed" "$R/experts_layout.txt" | tail -14; pack
+if [ -n "${LAYOUTS:-}" ]; then
+  timeout 200 python bench/experts_mma_layout.py --model 35b 122b --t 1 8 32 --json "$R/experts_layout.json" \
+    > "$R/experts_layout.txt" 2>&1
+  echo "== experts layouts rc=$? $((SECONDS - START)) s"; grep -v "^seed" "$R/experts_layout.txt" | tail -14; pack
+fi
 if command -v ncu > /dev/null; then
-  for spec in "gate_up 8" "gate_up 8 --frag" "down 8" "down 8 --frag"; do
-    set -- $spec
+  for spec in "gate_up 8" "down 8" "gate_up 1"; do
+    set -- $spec ""
     timeout 45 ncu --kernel-name int4_mma_experts_kernel $SECTIONS python bench/experts_mma_ncu.py --model 35b \
       --proj "$1" --t "$2" $3 > "$R/ncu_experts_35b_$1_t$2$3.txt" 2>&1
     echo "== ncu experts $spec rc=$? $((SECONDS - START)) s"
