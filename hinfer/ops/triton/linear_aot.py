@@ -272,12 +272,13 @@ def packaged_experts_variants() -> Iterator[Variant]:
         if gate_up:
             name, fn, sig, cex, warps = experts_mma_variant(c.block_n, 8, c.num_warps, True, one, 9, False,
                                                             depth=c.num_stages, pdl=True, split=c.split_k,
-                                                            act=True, route=8 if one else 0)  # fmt: skip
+                                                            act=True, route=8 if one else 0,
+                                                            x_ahead=c.x_ahead)  # fmt: skip
         else:
             name, fn, sig, cex, warps = experts_mma_variant(c.block_n, 8, c.num_warps, True, one, 1, True,
                                                             depth=c.num_stages, pdl=True, split=c.split_k,
                                                             topk=9 if one else 0, route=8 if one else 0,
-                                                            early=one)  # fmt: skip
+                                                            early=one, x_ahead=c.x_ahead)  # fmt: skip
         cap = {"maxnreg": c.max_regs} if c.max_regs else {}
         name += f" maxnreg {c.max_regs}" if cap else ""
         if name not in seen:  # buckets that share a tile (tuned.py fills some from others)
