@@ -27,22 +27,23 @@ from bench.linear_kernels import SHAPES, _copies, _gen, copy_bandwidth, graph_ti
 from bench.tile_sweep import time_tiles  # noqa: E402
 
 
-def candidates(m: int, n: int, k: int) -> list:
-    """wgmma tiles (SkinnyConfig: BLOCK_N, 128, BLOCK_M, split, warps, 1): 64 rows of W per warpgroup and
-    repeat, x's rows padded (or half that from 16 rows), K splits leaving >= 4 groups each."""
+def candidates(m: int, n: int, k: int, depths: tuple[int, ...] = (1,)) -> list:
+    """wgmma tiles (SkinnyConfig: BLOCK_N, 128, BLOCK_M, split, warps, depth): 64 rows of W per warpgroup and
+    repeat, x's rows padded (or half that from 16 rows), K splits leaving >= 4 groups each; depth 1 (the next
+    group's weights in flight) or 4 (three groups' weights and x)."""
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
     from hinfer.ops.triton.tiles.linear import mma_block_m
 
     padded = mma_block_m(m)
     out = []
-    for block_m, (block_n, warps), split in itertools.product(
-        dict.fromkeys((padded, max(8, padded // 2))), ((64, 4), (128, 4), (128, 8), (256, 8)), (1, 2, 4)
+    for block_m, (block_n, warps), split, depth in itertools.product(
+        dict.fromkeys((padded, max(8, padded // 2))), ((64, 4), (128, 4), (128, 8), (256, 8)), (1, 2, 4), depths
     ):
         if n % block_n or k // 128 // split < 4:
             continue
         if split > 1 and (n // block_n) * split * -(-m // block_m) > 2 * 132:  # splits only to fill the SMs
             continue
-        out.append(SkinnyConfig(block_n, 128, block_m, split, warps, 1))
+        out.append(SkinnyConfig(block_n, 128, block_m, split, warps, depth))
     return out
 
 
@@ -50,7 +51,7 @@ def main() -> None:
     from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
     from hinfer.ops.triton.linear_int4_wgmma import int4_wgmma_matmul
     from hinfer.ops.triton.tiles.forms import INT4_WGMMA
-    from hinfer.ops.triton.tiles.linear import mma_config
+    from hinfer.ops.triton.tiles.linear import mma_config, wgmma_config, wgmma_swept_faster
     from hinfer.ops.triton.tiles.table import entry, m_bucket, source_line, write
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -59,6 +60,7 @@ def main() -> None:
     ap.add_argument("--config", help="a packaged config (e.g. qwen3.6-35b-a3b): its shapes instead of the 27B's")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--tiles", type=Path, help="write the winning wgmma entries here (HINFER_TILES form)")
+    ap.add_argument("--depths", default="1", help="look-ahead depths to try: 1, 4 or 1,4")
     ap.add_argument("--margin", type=float, default=0.03, help="how much faster than mma.sync an entry must be")
     a = ap.parse_args()
     bw = copy_bandwidth()
@@ -75,7 +77,9 @@ def main() -> None:
             x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
             want = (x.float() @ w.dequantize(torch.bfloat16).float().t())
             mma_t = graph_time(lambda wt, x=x: int4_mma_matmul(x, wt), weights)
-            cands = candidates(m, n, k)
+            cands = candidates(m, n, k, tuple(int(v) for v in a.depths.split(",")))
+            if wgmma_swept_faster(m, n, k):  # the packaged tile first: the others are timed against it
+                cands = [wgmma_config(m, n, k), *(c for c in cands if c != wgmma_config(m, n, k))]
 
             def measure(cfg, x=x, want=want, w=w, weights=weights):
                 got = int4_wgmma_matmul(x, w, cfg=cfg).float()  # checked before it is timed
@@ -89,7 +93,8 @@ def main() -> None:
                 continue
             best_t, best = min(timed, key=lambda t: t[0])
             print(f"{name:8s} M={m:<3d} mma.sync {mma_config(m, n, k)} {mma_t * 1e6:7.1f} us {nbytes / mma_t / bw:6.1%}"
-                  f"   wgmma {best} {best_t * 1e6:7.1f} us {nbytes / best_t / bw:6.1%}  ({mma_t / best_t:.2f}x)",
+                  f"   wgmma {best} {best_t * 1e6:7.1f} us {nbytes / best_t / bw:6.1%}  ({mma_t / best_t:.2f}x; the first "
+                  f"tile tried {timed[0][0] * 1e6:.1f} us)",
                   flush=True)  # fmt: skip
             rows.append({"shape": name, "n": n, "k": k, "m": m, "mma_us": mma_t * 1e6, "mma_tile": asdict(mma_config(m, n, k)),
                          "wgmma_us": best_t * 1e6, "wgmma_tile": asdict(best), "bytes": nbytes, "copy_bw": bw,

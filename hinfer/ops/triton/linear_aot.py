@@ -213,6 +213,9 @@ def variants(full: bool = False) -> Iterator[Variant]:
                                                  (128, 8, 2, 8, True), (128, 8, 4, 8, True), (256, 8, 4, 8, True),
                                                  (128, 32, 4, 8, True), (128, 32, 1, 8, False), (256, 64, 1, 8, True)):  # fmt: skip
         yield (*int4_wgmma_variant(block_n, block_m, split, warps, zero, pdl=True), 0)
+    # three groups' weights and x in flight (depth 4)
+    for block_n, block_m, split, warps in ((128, 32, 1, 8), (64, 32, 1, 4), (128, 16, 2, 8), (256, 32, 1, 8)):
+        yield (*int4_wgmma_variant(block_n, block_m, split, warps, True, pdl=True, depth=4), 0)
     yield (*experts_mma_variant(128, 8, 8, True, True, 8, False), 0)
     yield (*experts_mma_variant(64, 8, 4, True, False, 1, True, pdl=True), 0)
     # the tuned experts tiles: few warps over 32-64 rows, the register look-ahead 3 groups deep; the gate_up
