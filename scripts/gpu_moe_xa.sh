@@ -13,12 +13,12 @@ sweep() {
     --tuned-out "$R/xa35-t$1.json" --json "$R/xa35-t$1-sweep.json" > "$R/sweep_xa35_t$1.txt" 2>&1
   echo "== sweep T=$1 rc=$? $((SECONDS - START)) s"; grep -E "default" "$R/sweep_xa35_t$1.txt" | head -4; pack
 }
-sweep 8 200
+sweep 8 "${XA_SWEEP_S:-200}"
 one() { bench_as "$1" "$PWD" qwen3.6-35b-a3b --quant int4 --concurrency 1,8 --depths 1K --prefill ""; }
 if [ -s "$R/xa35-t8.json" ]; then
   for run in packaged xa packaged xa; do
-    left 420 || break
+    left "${DECODE_UNTIL:-420}" || break
     if [ "$run" = packaged ]; then one "decode_$run"; else HINFER_TILES="$R/xa35-t8.json" one "decode_$run"; fi
   done
 fi
-left 400 && sweep 1 $((530 - (SECONDS - START)))
+[ "${T1:-1}" = 1 ] && left 400 && sweep 1 $((530 - (SECONDS - START)))
