@@ -25,11 +25,9 @@ from bench.moe_kernels import MODELS, _random_int4  # noqa: E402
 
 
 def main() -> None:
-    from hinfer.ops.triton.moe_int4 import Int4Experts
     from hinfer.ops.triton.moe_int4_mma import experts_mma
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
     from hinfer.ops.triton.tiles.moe import experts_mma_tile
-    from hinfer.quant.int4_mma_layout import permute_experts
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="35b", choices=sorted(MODELS))
@@ -38,15 +36,12 @@ def main() -> None:
     ap.add_argument("--tile", help="BLOCK_N,split,warps,depth")
     ap.add_argument("--launches", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--frag", action="store_true", help="the words in fragment order (int4_mma_layout.permute_experts)")
     a = ap.parse_args()
     m = MODELS[a.model]
     e, k, h, i = m["e"] + 1, m["k"] + 1, m["h"], m["i"]
     r = Routing(a.t, k, e, torch.Generator().manual_seed(a.seed))
     n, kk = (2 * i, h) if a.proj == "gate_up" else (h, i)
     w = _random_int4(e, n, kk, False)
-    if a.frag:
-        w = Int4Experts(permute_experts(w.qweight, kk, a.proj == "gate_up"), w.scales, w.zeros, kk, True)
     # the gate_up writes silu(gate) * up [pairs, I], the down reads it
     x = torch.randn(a.t, h, device="cuda").bfloat16() if a.proj == "gate_up" else \
         torch.randn(a.t * k, i, device="cuda").bfloat16()  # fmt: skip

@@ -27,23 +27,22 @@ from bench.linear_kernels import SHAPES, _copies, _gen, copy_bandwidth, graph_ti
 from bench.tile_sweep import time_tiles  # noqa: E402
 
 
-def candidates(m: int, n: int, k: int, depths: tuple[int, ...] = (1,)) -> list:
-    """wgmma tiles (SkinnyConfig: BLOCK_N, 128, BLOCK_M, split, warps, depth): 64 rows of W per warpgroup and
-    repeat, x's rows padded (or half that from 16 rows), K splits leaving >= 4 groups each; depth 1 (the next
-    group's weights in flight) or 4 (three groups' weights and x)."""
+def candidates(m: int, n: int, k: int) -> list:
+    """wgmma tiles (SkinnyConfig: BLOCK_N, 128, BLOCK_M, split, warps, 1): 64 rows of W per warpgroup and
+    repeat, x's rows padded (or half that from 16 rows), K splits leaving >= 4 groups each."""
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
     from hinfer.ops.triton.tiles.linear import mma_block_m
 
     padded = mma_block_m(m)
     out = []
-    for block_m, (block_n, warps), split, depth in itertools.product(
-        dict.fromkeys((padded, max(8, padded // 2))), ((64, 4), (128, 4), (128, 8), (256, 8)), (1, 2, 4), depths
+    for block_m, (block_n, warps), split in itertools.product(
+        dict.fromkeys((padded, max(8, padded // 2))), ((64, 4), (128, 4), (128, 8), (256, 8)), (1, 2, 4)
     ):
         if n % block_n or k // 128 // split < 4:
             continue
         if split > 1 and (n // block_n) * split * -(-m // block_m) > 2 * 132:  # splits only to fill the SMs
             continue
-        out.append(SkinnyConfig(block_n, 128, block_m, split, warps, depth))
+        out.append(SkinnyConfig(block_n, 128, block_m, split, warps, 1))
     return out
 
 
@@ -60,7 +59,6 @@ def main() -> None:
     ap.add_argument("--config", help="a packaged config (e.g. qwen3.6-35b-a3b): its shapes instead of the 27B's")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--tiles", type=Path, help="write the winning wgmma entries here (HINFER_TILES form)")
-    ap.add_argument("--depths", default="1", help="look-ahead depths to try: 1, 4 or 1,4")
     ap.add_argument("--margin", type=float, default=0.03, help="how much faster than mma.sync an entry must be")
     a = ap.parse_args()
     bw = copy_bandwidth()
@@ -77,7 +75,7 @@ def main() -> None:
             x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
             want = (x.float() @ w.dequantize(torch.bfloat16).float().t())
             mma_t = graph_time(lambda wt, x=x: int4_mma_matmul(x, wt), weights)
-            cands = candidates(m, n, k, tuple(int(v) for v in a.depths.split(",")))
+            cands = candidates(m, n, k)
             if wgmma_swept_faster(m, n, k):  # the packaged tile first: the others are timed against it
                 cands = [wgmma_config(m, n, k), *(c for c in cands if c != wgmma_config(m, n, k))]
 

@@ -1,8 +1,6 @@
 #!/usr/bin/env bash
 # One device call (about eight minutes): why the 35B-A3B's routed experts run at two fifths of copy bandwidth at
-# eight tokens (47% of its eight-lane step). With LAYOUTS=1 first the experts' kernel on hinfer.quant.int4's rows against the
-# same kernel on fragment order per expert (bench/experts_mma_layout.py: the dense projections measured 1.2-1.6x
-# faster from fragment order than from rows), then Nsight Compute on the experts' gate_up and down at eight tokens and at
+# eight tokens (47% of its eight-lane step). Nsight Compute on the experts' gate_up and down at eight tokens and at
 # one (stall reasons, occupancy, DRAM throughput), the engine's GPU speculation tests with the fused GDN step at
 # verification rows (the default since it measured faster), where a 27B int4 step goes now at one lane and where
 # its MTP round goes at eight, then the experts' tiles without spills as the budget allows
@@ -12,11 +10,6 @@ PACK=gpu_moe_t8_where; source "$(dirname "$0")/device_common.sh"
 SECTIONS="--launch-skip 2 --launch-count 1 --section SpeedOfLight --section SchedulerStats --section WarpStateStats \
   --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
   --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
-if [ -n "${LAYOUTS:-}" ]; then
-  timeout 200 python bench/experts_mma_layout.py --model 35b 122b --t 1 8 32 --json "$R/experts_layout.json" \
-    > "$R/experts_layout.txt" 2>&1
-  echo "== experts layouts rc=$? $((SECONDS - START)) s"; grep -v "^seed" "$R/experts_layout.txt" | tail -14; pack
-fi
 if command -v ncu > /dev/null; then
   for spec in "gate_up 8" "down 8" "gate_up 1"; do
     set -- $spec ""

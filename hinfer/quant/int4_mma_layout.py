@@ -117,44 +117,6 @@ def unpermute_words(words: torch.Tensor, k: int) -> torch.Tensor:
     return pack_int4(u.view(stripes * TILE_N, k))
 
 
-def pair_gate_up_rows(qweight: torch.Tensor) -> torch.Tensor:
-    """Fused experts' [E, 2I, ...] rows (gate rows, then up rows) -> each 16-row stripe 8 gate rows then the same 8
-    columns' up rows (row 16 s + 8 h + j <- row h I + 8 s + j), so that one MMA thread holds a gate and its up."""
-    e, n = qweight.shape[:2]
-    if n % 16:
-        raise ValueError(f"gate_up rows must pair in 16-row stripes, got {n} rows")
-    return qweight.view(e, 2, n // 16, 8, *qweight.shape[2:]).transpose(1, 2).reshape(qweight.shape)
-
-
-def unpair_gate_up_rows(qweight: torch.Tensor) -> torch.Tensor:
-    """Inverse of pair_gate_up_rows."""
-    e, n = qweight.shape[:2]
-    return qweight.view(e, n // 16, 2, 8, *qweight.shape[2:]).transpose(1, 2).reshape(qweight.shape)
-
-
-def permute_experts(qweight: torch.Tensor, k: int, gate_up: bool = False) -> torch.Tensor:
-    """Stacked experts int32 [E, N, K/8] (hinfer.quant.int4 rows) -> fragment order [E, N/16, 2K], each expert's
-    stripes as permute_words lays them out (`gate_up`: rows paired first, pair_gate_up_rows); one expert's words
-    stay one contiguous run of the same bytes, a few experts at a time."""
-    e, n = qweight.shape[:2]
-    _check(n, k)
-    out = torch.empty((e, n // TILE_N, 2 * k), dtype=torch.int32, device=qweight.device)
-    step = max(1, (1 << 24) // (n * k))  # ~32 MB of temporaries a chunk
-    for e0 in range(0, e, step):
-        q = qweight[e0 : e0 + step]
-        if gate_up:
-            q = pair_gate_up_rows(q)
-        out[e0 : e0 + step] = permute_words(q.reshape(-1, k // 8), k).view(-1, n // TILE_N, 2 * k)
-    return out
-
-
-def unpermute_experts(words: torch.Tensor, k: int, gate_up: bool = False) -> torch.Tensor:
-    """Inverse of permute_experts: [E, N/16, 2K] -> [E, N, K/8]."""
-    e, stripes = words.shape[:2]
-    q = unpermute_words(words.reshape(e * stripes, 2 * k), k).view(e, stripes * TILE_N, k // 8)
-    return unpair_gate_up_rows(q) if gate_up else q
-
-
 class Int4MmaWeight(nn.Module):
     """An Int4Weight in fragment order, the form CUDA decode reads (`use_fragment_order` swaps it in when the
     model is placed on the GPU): words [N/16, 2K], scales [G, N], zeros [G, N] uint8 or None. Same values and
@@ -179,9 +141,7 @@ class Int4MmaWeight(nn.Module):
 
     def to_int4(self) -> Int4Weight:
         zeros = None if self.zeros is None else self.zeros.t().contiguous()
-        if self.words.is_cuda and use_triton(
-            self.words
-        ):  # one pass of the packed bytes (int4_mma_dequant.py)
+        if self.words.is_cuda and use_triton(self.words):  # one pass of the packed bytes (int4_mma_dequant.py)
             from hinfer.ops.triton.int4_mma_dequant import int4_mma_rows
 
             qweight = int4_mma_rows(self.words, self.n, self.k)
@@ -206,9 +166,7 @@ class Int4MmaWeight(nn.Module):
         return f"{self.n}x{self.k}, int4 g{GROUP} {kind} fragment order, scales {self.scales.dtype}"
 
     def nbytes(self) -> int:
-        return sum(
-            t.numel() * t.element_size() for t in (self.words, self.scales, self.zeros) if t is not None
-        )
+        return sum(t.numel() * t.element_size() for t in (self.words, self.scales, self.zeros) if t is not None)
 
     def clone(self) -> Int4MmaWeight:
         z = None if self.zeros is None else self.zeros.clone()
@@ -229,11 +187,7 @@ class Int4MmaWeight(nn.Module):
     def fp8_row_scale(self) -> torch.Tensor:
         """hinfer.quant.int4.fp8_row_scale of this weight, kept while the scales are unchanged (prefill takes it
         per GEMM; its few small kernels would cost a few percent of a chunk's)."""
-        key = (
-            self.scales.data_ptr(),
-            self.scales._version,
-            None if self.zeros is None else self.zeros._version,
-        )
+        key = (self.scales.data_ptr(), self.scales._version, None if self.zeros is None else self.zeros._version)
         if getattr(self, "_fp8_key", None) != key:
             zeros = None if self.zeros is None else self.zeros.t()
             self._fp8_scale, self._fp8_key = fp8_row_scale(self.scales.t(), zeros), key
@@ -332,11 +286,7 @@ class Int4MmaWeight(nn.Module):
         launch that quantizes x ahead: the tile's x_ahead), one launch fewer, the same numbers. None elsewhere:
         the caller applies the activation and calls matmul (ops.linear.silu_mul_linear)."""
         g2 = gate_up.reshape(-1, gate_up.shape[-1])
-        if (
-            gate_up.shape[-1] != 2 * self.k
-            or not _decode_rows_on_cuda(g2)
-            or not self._a8_takes(g2[:, : self.k])
-        ):
+        if gate_up.shape[-1] != 2 * self.k or not _decode_rows_on_cuda(g2) or not self._a8_takes(g2[:, : self.k]):
             return None
         from hinfer.ops.triton.linear_int4_a8 import int4_a8_matmul
 
@@ -454,7 +404,7 @@ def fragments_to_matrix(words: torch.Tensor, zeros: torch.Tensor | None, n: int,
     lane = torch.arange(32, device=words.device)
     out = torch.empty(n, k, dtype=torch.float32, device=words.device)
     rows0 = (torch.arange(stripes, device=words.device) * TILE_N)[:, None, None, None]
-    kt = 4 * torch.arange(k // CHUNK_K, device=words.device)[:, None] + torch.arange(4, device=words.device)
+    kt = (4 * torch.arange(k // CHUNK_K, device=words.device)[:, None] + torch.arange(4, device=words.device))
     for reg in range(4):
         lo, hi = _bf16_pair_lop3(w, reg)
         for h, v in ((0, lo), (1, hi)):

@@ -213,9 +213,6 @@ def variants(full: bool = False) -> Iterator[Variant]:
                                                  (128, 8, 2, 8, True), (128, 8, 4, 8, True), (256, 8, 4, 8, True),
                                                  (128, 32, 4, 8, True), (128, 32, 1, 8, False), (256, 64, 1, 8, True)):  # fmt: skip
         yield (*int4_wgmma_variant(block_n, block_m, split, warps, zero, pdl=True), 0)
-    # three groups' weights and x in flight (depth 4)
-    for block_n, block_m, split, warps in ((128, 32, 1, 8), (64, 32, 1, 4), (128, 16, 2, 8), (256, 32, 1, 8)):
-        yield (*int4_wgmma_variant(block_n, block_m, split, warps, True, pdl=True, depth=4), 0)
     yield (*experts_mma_variant(128, 8, 8, True, True, 8, False), 0)
     yield (*experts_mma_variant(64, 8, 4, True, False, 1, True, pdl=True), 0)
     # the tuned experts tiles: few warps over 32-64 rows, the register look-ahead 3 groups deep; the gate_up
@@ -275,13 +272,12 @@ def packaged_experts_variants() -> Iterator[Variant]:
         if gate_up:
             name, fn, sig, cex, warps = experts_mma_variant(c.block_n, 8, c.num_warps, True, one, 9, False,
                                                             depth=c.num_stages, pdl=True, split=c.split_k,
-                                                            act=True, route=8 if one else 0,
-                                                            x_ahead=c.x_ahead)  # fmt: skip
+                                                            act=True, route=8 if one else 0)  # fmt: skip
         else:
             name, fn, sig, cex, warps = experts_mma_variant(c.block_n, 8, c.num_warps, True, one, 1, True,
                                                             depth=c.num_stages, pdl=True, split=c.split_k,
                                                             topk=9 if one else 0, route=8 if one else 0,
-                                                            early=one, x_ahead=c.x_ahead)  # fmt: skip
+                                                            early=one)  # fmt: skip
         cap = {"maxnreg": c.max_regs} if c.max_regs else {}
         name += f" maxnreg {c.max_regs}" if cap else ""
         if name not in seen:  # buckets that share a tile (tuned.py fills some from others)

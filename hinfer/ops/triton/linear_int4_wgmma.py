@@ -99,58 +99,10 @@ def _k_loop(acc, w_ptrs, z_lo, s_lo, sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO: gl.
 
 
 @gluon.jit
-def _group_mma(acc, ld, xv, x_smem, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, DOT_A: gl.constexpr):
-    """acc + one group: its loads `ld` (words, offsets, scales) into the A operand, x `xv` through the shared slot."""
-    words, o_lo, o_hi, sc_lo, sc_hi = ld
-    a = _a_operand(words, o_lo, o_hi, BLOCK_N, DOT_A, False, False, True, sc_lo, sc_hi)
-    gl.thread_barrier()  # every warpgroup is done with the MMA that last read the slot
-    x_smem.store(_k_ordered(xv, BLOCK_M))
-    fence_async_shared()
-    gl.thread_barrier()  # the whole group of x is in shared memory
-    return warpgroup_mma(a, x_smem.permute((1, 0)), acc)
-
-
-@gluon.jit
-def _ahead(w_ptrs, z_lo, s_lo, sg, x_ptrs, g, g_hi, last, HAS_ZERO: gl.constexpr):
-    """Group g's weights (scales zeroed past the slice's end) and x, issued now for a later MMA."""
-    gc = gl.minimum(g, last)
-    return _loads(w_ptrs, z_lo, s_lo, gc, sg, (g < g_hi).to(gl.int32), HAS_ZERO), gl.load(x_ptrs + gc * GROUP)
-
-
-@gluon.jit
-def _k_loop_deep(acc, w_ptrs, z_lo, s_lo, sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO: gl.constexpr,
-                 BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, DOT_A: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
-    """_k_loop with three groups' weights and x in flight instead of one group's weights: at one group ahead a
-    program of 32 rows waits on DRAM every group (its unpack and MMA take less than a load's round trip). Unrolled
-    by four so that each look-ahead lands in registers that are free; the groups past the slice's end add zero
-    (their scales are zeroed) and re-read the last group (a cache hit)."""
-    XS: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
-    x_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, GROUP], XS)
-    # the weights go ahead of the PDL wait (nothing writes them); x is the previous kernel's output: after it
-    l0 = _loads(w_ptrs, z_lo, s_lo, gl.minimum(g_lo, last), sg, (g_lo < g_hi).to(gl.int32), HAS_ZERO)
-    l1 = _loads(w_ptrs, z_lo, s_lo, gl.minimum(g_lo + 1, last), sg, (g_lo + 1 < g_hi).to(gl.int32), HAS_ZERO)
-    l2 = _loads(w_ptrs, z_lo, s_lo, gl.minimum(g_lo + 2, last), sg, (g_lo + 2 < g_hi).to(gl.int32), HAS_ZERO)
-    _pdl_start(PDL)
-    x0 = gl.load(x_ptrs + gl.minimum(g_lo, last) * GROUP)
-    x1 = gl.load(x_ptrs + gl.minimum(g_lo + 1, last) * GROUP)
-    x2 = gl.load(x_ptrs + gl.minimum(g_lo + 2, last) * GROUP)
-    for g in range(g_lo, g_hi, 4):
-        l3, x3 = _ahead(w_ptrs, z_lo, s_lo, sg, x_ptrs, g + 3, g_hi, last, HAS_ZERO)
-        acc = _group_mma(acc, l0, x0, x_smem, BLOCK_N, BLOCK_M, DOT_A)
-        l0, x0 = _ahead(w_ptrs, z_lo, s_lo, sg, x_ptrs, g + 4, g_hi, last, HAS_ZERO)
-        acc = _group_mma(acc, l1, x1, x_smem, BLOCK_N, BLOCK_M, DOT_A)
-        l1, x1 = _ahead(w_ptrs, z_lo, s_lo, sg, x_ptrs, g + 5, g_hi, last, HAS_ZERO)
-        acc = _group_mma(acc, l2, x2, x_smem, BLOCK_N, BLOCK_M, DOT_A)
-        l2, x2 = _ahead(w_ptrs, z_lo, s_lo, sg, x_ptrs, g + 6, g_hi, last, HAS_ZERO)
-        acc = _group_mma(acc, l3, x3, x_smem, BLOCK_N, BLOCK_M, DOT_A)
-    return acc
-
-
-@gluon.jit
 def int4_wgmma_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg, stride_sn,
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
-    PDL: gl.constexpr = False, DEPTH: gl.constexpr = 1,
+    PDL: gl.constexpr = False,
 ):  # fmt: skip
     """y[:, :N] = x @ W^T: program (m block, N tile, K slice), rows of x along the fastest grid axis (the blocks
     of one weight tile run together, so all but the first read it from L2)."""
@@ -183,26 +135,21 @@ def int4_wgmma_kernel(
     # rows of x past M re-read row M - 1 (their outputs are not stored): unmasked 16-byte loads in K order
     x_ptrs = x_ptr + gl.minimum(pid_m * BLOCK_M + xm, M - 1) * stride_xm + kp
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
-    if DEPTH == 4:
-        acc = _k_loop_deep(acc, w_ptrs, z_lo, s_lo, stride_sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO, BLOCK_N, BLOCK_M,
-                           DOT_A, PDL)  # fmt: skip
-    else:
-        acc = _k_loop(acc, w_ptrs, z_lo, s_lo, stride_sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO, BLOCK_N, BLOCK_M,
-                      DOT_A, PDL)  # fmt: skip
+    acc = _k_loop(acc, w_ptrs, z_lo, s_lo, stride_sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO, BLOCK_N, BLOCK_M, DOT_A,
+                  PDL)  # fmt: skip
 
     rows = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
     _store_y(acc, rows, y_ptr, part_ptr, cnt_ptr, M, N, stride_ym, pid_m, pid_n, pid_k, BLOCK_N, BLOCK_M, SPLIT_K)
 
 
-def int4_wgmma_variant(block_n: int, block_m: int, split_k: int, warps: int, zero: bool, pdl: bool = False,
-                       depth: int = 1):  # fmt: skip
+def int4_wgmma_variant(block_n: int, block_m: int, split_k: int, warps: int, zero: bool, pdl: bool = False):
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
            "y_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
            "stride_xm": "i32", "stride_ym": "i32", "stride_sg": "i32", "stride_sn": "i32"}  # fmt: skip
-    cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, PDL=pdl, DEPTH=depth)
+    cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, PDL=pdl)
     name = (f"int4 wgmma{' asym' if zero else ''} BLOCK_N={block_n} BLOCK_M={block_m} split {split_k} w{warps}"
-            f"{' pdl' if pdl else ''}{f' depth {depth}' if depth > 1 else ''}")  # fmt: skip
+            f"{' pdl' if pdl else ''}")  # fmt: skip
     return name, int4_wgmma_kernel, sig, cex, warps
 
 
@@ -210,8 +157,7 @@ def int4_wgmma_matmul(x: torch.Tensor, w, out: torch.Tensor | None = None, cfg: 
                       ) -> torch.Tensor:  # fmt: skip
     """y [M, N] = x [M, K] @ W^T (bf16), 1 <= M <= 64, W an Int4MmaWeight (fragment order; scales / zeros [G, N],
     bf16 scales). `cfg`: BLOCK_N (a multiple of 16 x warps, warps a multiple of 4), block_m 8 / 16 / 32 / 64,
-    split_k, num_warps, num_stages: 1 (the next group's weights in flight) or 4 (three groups' weights and x), each
-    MMA waited for."""
+    split_k, num_warps, num_stages 1 (each MMA waited for)."""
     m, k = x.shape
     n = w.shape[0]
     if (k != w.shape[1] or k % GROUP_K or not 0 < m <= MAX_M or x.dtype != torch.bfloat16
@@ -223,7 +169,7 @@ def int4_wgmma_matmul(x: torch.Tensor, w, out: torch.Tensor | None = None, cfg: 
     cfg = cfg or wgmma_config(m, n, k)
     block_n, block_m, split, warps = cfg.block_n, cfg.block_m, cfg.split_k, cfg.num_warps
     if (n % block_n or warps % 4 or block_n % (16 * warps) or block_m not in (8, 16, 32, 64)
-            or cfg.num_stages not in (1, 4)):  # fmt: skip
+            or cfg.num_stages != 1):  # fmt: skip
         raise ValueError(f"int4 wgmma: bad tile for N={n}, M={m}: {cfg}")
     if out is None:
         out = torch.empty((m, n), dtype=x.dtype, device=x.device)
@@ -232,8 +178,8 @@ def int4_wgmma_matmul(x: torch.Tensor, w, out: torch.Tensor | None = None, cfg: 
     int4_wgmma_kernel[grid](
         x, w.words, w.scales, w.zeros if w.zeros is not None else w.scales, out, part, cnt, m, n, k,
         x.stride(0), out.stride(0), n, 1,
-        HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split, DEPTH=cfg.num_stages,
-        num_warps=warps, **({"maxnreg": cfg.max_regs} if cfg.max_regs else {}),
+        HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split,
+        num_warps=warps,
         **pdl_kwargs(x),
     )  # fmt: skip
     return out

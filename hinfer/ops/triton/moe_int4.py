@@ -16,15 +16,11 @@ import torch
 
 
 class Int4Experts(NamedTuple):
-    qweight: torch.Tensor  # int32 [E, N, K/8], or with `frag` [E, N/16, 2K] (hinfer.quant.int4_mma_layout)
+    qweight: torch.Tensor  # int32 [E, N, K/8]
     scales: torch.Tensor  # [E, N, G]
     zeros: torch.Tensor | None  # uint8 [E, N, G]
     in_features: int  # K
-    # the words in mma fragment order per expert (int4_mma_layout.permute_experts; gate_up's rows paired 8 gate
-    # with their 8 up rows per 16-row stripe): the decode kernel's 16 bytes a thread are one 512-byte run a warp
-    frag: bool = False
 
     @property
     def shape(self) -> tuple[int, int, int]:
-        n = self.qweight.shape[1] * (16 if self.frag else 1)
-        return (self.qweight.shape[0], n, self.in_features)
+        return (self.qweight.shape[0], self.qweight.shape[1], self.in_features)

@@ -57,8 +57,7 @@ def int4_mma_experts_kernel(
     DIRECT: gl.constexpr, XDIV: gl.constexpr, ROW_SCALE: gl.constexpr,
     PDL: gl.constexpr = False, SPLIT_K: gl.constexpr = 1, SUM: gl.constexpr = False, TOPK: gl.constexpr = 1,
     TOPK_P: gl.constexpr = 1, ACT: gl.constexpr = False, logits_ptr=None, n_experts=0,
-    ROUTE: gl.constexpr = 0, BLOCK_E: gl.constexpr = 256, EARLY: gl.constexpr = False, FRAG: gl.constexpr = False,
-    XA: gl.constexpr = False,
+    ROUTE: gl.constexpr = 0, BLOCK_E: gl.constexpr = 256, EARLY: gl.constexpr = False,
 ):  # fmt: skip
     W: gl.constexpr = gl.num_warps()
     S: gl.constexpr = BLOCK_N // 16
@@ -97,18 +96,12 @@ def int4_mma_experts_kernel(
 
         stripe = pid_n * S + _iota4(S, 0, LW)
         lane = _iota4(32, 2, LW)
-        w_base = w_ptr + e.to(gl.int64) * stride_we
-        if FRAG:  # fragment order (int4_mma_layout.permute_experts): a group is 256 contiguous words of a stripe
-            GW: gl.constexpr = 2 * GROUP
-            inner = _iota4(2, 1, LW) * 128 + lane * 4 + _iota4(4, 3, LW)
-            w_ptrs = w_base + stripe.to(gl.int64) * (2 * K) + inner
+        if ACT:  # a stripe's rows: 8 gate rows, then the same 8 columns' up rows (N // 2 further on)
+            w_rows = stripe * 8 + lane // 4 + _iota4(2, 1, LW) * (N // 2)
         else:
-            GW: gl.constexpr = GROUP // 8
-            if ACT:  # a stripe's rows: 8 gate rows, then the same 8 columns' up rows (N // 2 further on)
-                w_rows = stripe * 8 + lane // 4 + _iota4(2, 1, LW) * (N // 2)
-            else:
-                w_rows = stripe * 16 + _iota4(2, 1, LW) * 8 + lane // 4
-            w_ptrs = w_base + w_rows.to(gl.int64) * (K // 8) + (lane % 4) * 4 + _iota4(4, 3, LW)
+            w_rows = stripe * 16 + _iota4(2, 1, LW) * 8 + lane // 4
+        w_base = w_ptr + e.to(gl.int64) * stride_we
+        w_ptrs = w_base + w_rows.to(gl.int64) * (K // 8) + (lane % 4) * 4 + _iota4(4, 3, LW)
         rows = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         cols = rows  # y's column of each tile row
         if ACT:
@@ -122,7 +115,7 @@ def int4_mma_experts_kernel(
         g_hi = gl.minimum(g_lo + per_split, K // GROUP)
         # EARLY: the loop waits (PDL) after issuing its first groups' weights
         acc = _k_loop(w_ptrs, s_ptrs, z_rows, z_rows, 1, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO,
-                      True, DEPTH, not FRAG, GW, PDL and EARLY, XA)  # fmt: skip
+                      True, DEPTH, True, GROUP // 8, PDL and EARLY)  # fmt: skip
         out_mask = (ym < nrows)[None, :] & (rows < N)[:, None]
         y_off = py[None, :].to(gl.int64) * stride_ym + cols[:, None]
         if SPLIT_K == 1:
@@ -240,7 +233,7 @@ def _stripe_halves(t):
 def experts_mma_variant(block_n: int, block_m: int, warps: int, zero: bool, direct: bool, xdiv: int,
                         row_scale: bool, depth: int = 2, pdl: bool = False,
                         split: int = 1, topk: int = 0, act: bool = False,
-                        route: int = 0, early: bool = False, frag: bool = False, x_ahead: bool = False):  # fmt: skip
+                        route: int = 0, early: bool = False):  # fmt: skip
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot); `route`: the
     top k of a launch that routes its token itself; `early`: its weights ahead of the PDL wait."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
@@ -250,10 +243,9 @@ def experts_mma_variant(block_n: int, block_m: int, warps: int, zero: bool, dire
            "stride_sn": "i32", "stride_om": "i32", "logits_ptr": "*bf16", "n_experts": "i32"}  # fmt: skip
     cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, DEPTH=depth, DIRECT=direct, XDIV=xdiv,
                ROW_SCALE=row_scale, PDL=pdl, SPLIT_K=split, SUM=topk > 0, TOPK=max(topk, route, 1),
-               TOPK_P=1 << (max(topk, 1) - 1).bit_length(), ACT=act, ROUTE=route, BLOCK_E=256, EARLY=early,
-               FRAG=frag, XA=x_ahead)  # fmt: skip
+               TOPK_P=1 << (max(topk, 1) - 1).bit_length(), ACT=act, ROUTE=route, BLOCK_E=256, EARLY=early)  # fmt: skip
     name = (f"int4 mma experts{' asym' if zero else ''}{' direct' if direct else ''} BLOCK_N={block_n} "
-            f"BLOCK_M={block_m} w{warps} xdiv {xdiv}{' scaled' if row_scale else ''}{' pdl' if pdl else ''}{f' split {split}' if split > 1 else ''}{f' sum {topk}' if topk else ''}{' act' if act else ''}{f' route {route}' if route else ''}{' early' if early else ''}{' frag' if frag else ''}{' xa' if x_ahead else ''}")  # fmt: skip
+            f"BLOCK_M={block_m} w{warps} xdiv {xdiv}{' scaled' if row_scale else ''}{' pdl' if pdl else ''}{f' split {split}' if split > 1 else ''}{f' sum {topk}' if topk else ''}{' act' if act else ''}{f' route {route}' if route else ''}{' early' if early else ''}")  # fmt: skip
     return name, int4_mma_experts_kernel, sig, cex, warps
 
 
@@ -312,7 +304,7 @@ def experts_mma(
         ROW_SCALE=tw is not None, SPLIT_K=split, SUM=sum_out is not None, TOPK=topk,
         TOPK_P=1 << (topk - 1).bit_length(), ACT=act, num_warps=warps,
         logits_ptr=route, n_experts=0 if route is None else route.shape[1] - 1,
-        ROUTE=blocks - 1 if route is not None else 0, EARLY=early, FRAG=w.frag, XA=cfg.x_ahead,
+        ROUTE=blocks - 1 if route is not None else 0, EARLY=early,
         BLOCK_E=triton.next_power_of_2(route.shape[1] - 1) if route is not None else 256, **pdl_kwargs(x),
         **({"maxnreg": cfg.max_regs} if cfg.max_regs else {}),
     )  # fmt: skip
