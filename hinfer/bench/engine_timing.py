@@ -83,10 +83,13 @@ class DecodeLanes:
 
     def _step(self) -> int:
         made = 0
-        for ev in self.core.step():
-            self._check(ev)
-            self.tokens[ev.request_id] += ev.token_ids
-            made += len(ev.token_ids)
+        for _ in range(2):  # a step that only queues the next one ahead (decode a step ahead) yields no tokens
+            for ev in self.core.step():
+                self._check(ev)
+                self.tokens[ev.request_id] += ev.token_ids
+                made += len(ev.token_ids)
+            if made:
+                break
         if made != len(self.ids):
             raise RuntimeError(f"{made} tokens from {len(self.ids)} decoding lanes in one step")
         return made

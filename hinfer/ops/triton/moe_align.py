@@ -84,6 +84,16 @@ def _align_small_kernel(
     BM: tl.constexpr, E_P: tl.constexpr, BP: tl.constexpr, BJ: tl.constexpr, BF: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
     pdl_start(PDL)
+    align_small(ids_ptr, cursor_ptr, sorted_ptr, bexp_ptr, brows_ptr, P, E, n_blocks, per_expert_blocks, BM, E_P,
+                BP, BJ, BF)  # fmt: skip
+
+
+@triton.jit
+def align_small(
+    ids_ptr, cursor_ptr, sorted_ptr, bexp_ptr, brows_ptr, P, E, n_blocks, per_expert_blocks,
+    BM: tl.constexpr, E_P: tl.constexpr, BP: tl.constexpr, BJ: tl.constexpr, BF: tl.constexpr,
+):  # fmt: skip
+    """The whole alignment of P pairs in one program (see the module docstring)."""
     counts = tl.zeros([E_P], dtype=tl.int32)
     for p0 in range(0, P, BP):
         p = p0 + tl.arange(0, BP)
@@ -121,6 +131,20 @@ def _scatter_kernel(ids_ptr, cursor_ptr, sorted_ptr, P, BP: tl.constexpr):
     _scatter_chunk(ids_ptr, cursor_ptr, sorted_ptr, tl.program_id(0) * BP, P, BP)
 
 
+def alignment_buffers(p: int, t: int, num_experts: int, block_m: int, dev) -> tuple[Alignment, torch.Tensor, dict]:
+    """The alignment's outputs for P = t * k pairs, its cursor scratch and the single-program kernel's block
+    sizes (constexprs)."""
+    e_p = triton.next_power_of_2(num_experts)
+    nblk = max_blocks(p, num_experts, block_m)
+    al = Alignment(_empty((nblk * block_m,), torch.int32, dev), _empty((nblk,), torch.int32, dev),
+                   _empty((nblk,), torch.int32, dev), block_m)  # fmt: skip
+    per_expert = triton.cdiv(t, block_m)  # an expert has <= T pairs
+    consts = dict(BM=block_m, E_P=e_p, BP=min(_BP, triton.next_power_of_2(max(p, 1))),
+                  BJ=min(triton.next_power_of_2(per_expert), max(1, 2048 // e_p)),
+                  BF=min(1024, triton.next_power_of_2(nblk)))  # fmt: skip
+    return al, _empty((e_p,), torch.int32, dev), consts
+
+
 def align(ids: torch.Tensor, num_experts: int, block_m: int, pdl: bool = False) -> Alignment:
     """ids [T, k] (int32/int64, each row distinct) -> Alignment for BM = block_m rows per block; `pdl`: launch
     the single-program kernel with programmatic dependent launch (unless HINFER_PDL=0 or the device lacks it)."""
@@ -130,28 +154,20 @@ def align(ids: torch.Tensor, num_experts: int, block_m: int, pdl: bool = False) 
     if not flat.is_contiguous():
         flat = flat.contiguous()
     dev = ids.device
-    e_p = triton.next_power_of_2(num_experts)
-    nblk = max_blocks(p, num_experts, block_m)
-    sorted_ = _empty((nblk * block_m,), torch.int32, dev)
-    bexp = _empty((nblk,), torch.int32, dev)
-    brows = _empty((nblk,), torch.int32, dev)
-    cursor = _empty((e_p,), torch.int32, dev)
-    per_expert = triton.cdiv(t, block_m)  # an expert has <= T pairs
-    bj = min(triton.next_power_of_2(per_expert), max(1, 2048 // e_p))
-    bf = min(1024, triton.next_power_of_2(nblk))
+    al, cursor, c = alignment_buffers(p, t, num_experts, block_m, dev)
+    nblk, per_expert = al.n_blocks, triton.cdiv(t, block_m)
     if p <= SMALL_MAX_PAIRS:
-        bp = min(_BP, triton.next_power_of_2(p))
         _align_small_kernel[(1,)](
-            flat, cursor, sorted_, bexp, brows, p, num_experts, nblk, per_expert,
-            BM=block_m, E_P=e_p, BP=bp, BJ=bj, BF=bf, num_warps=4, **(pdl_kwargs(ids) if pdl else {"PDL": False}),
+            flat, cursor, al.sorted, al.bexp, al.brows, p, num_experts, nblk, per_expert, **c, num_warps=4,
+            **(pdl_kwargs(ids) if pdl else {"PDL": False}),
         )  # fmt: skip
     else:
-        counts = torch.zeros((e_p,), dtype=torch.int32, device=dev)
+        counts = torch.zeros((c["E_P"],), dtype=torch.int32, device=dev)
         chunks = triton.cdiv(p, _BP)
-        _hist_kernel[(chunks,)](flat, counts, p, E_P=e_p, BP=_BP, num_warps=4)
+        _hist_kernel[(chunks,)](flat, counts, p, E_P=c["E_P"], BP=_BP, num_warps=4)
         _offsets_kernel[(1,)](
-            counts, cursor, bexp, brows, num_experts, nblk, per_expert,
-            BM=block_m, E_P=e_p, BJ=bj, BF=bf, num_warps=4,
+            counts, cursor, al.bexp, al.brows, num_experts, nblk, per_expert,
+            BM=block_m, E_P=c["E_P"], BJ=c["BJ"], BF=c["BF"], num_warps=4,
         )  # fmt: skip
-        _scatter_kernel[(chunks,)](flat, cursor, sorted_, p, BP=_BP, num_warps=4)
-    return Alignment(sorted_, bexp, brows, block_m)
+        _scatter_kernel[(chunks,)](flat, cursor, al.sorted, p, BP=_BP, num_warps=4)
+    return al

@@ -28,6 +28,16 @@ def _route_kernel(
 ):  # fmt: skip
     pdl_start(PDL)
     rows = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    route_rows(logits_ptr, w_ptr, ids_ptr, rows, T, E, stride_t, TOPK, TOPK_P, BLOCK_T, BLOCK_E, EMU, SHARED)
+
+
+@triton.jit
+def route_rows(
+    logits_ptr, w_ptr, ids_ptr, rows, T, E, stride_t,
+    TOPK: tl.constexpr, TOPK_P: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr, EMU: tl.constexpr,
+    SHARED: tl.constexpr,
+):  # fmt: skip
+    """Route the tokens `rows` ([BLOCK_T], those >= T skipped): their weights and ids stored at [row, slot]."""
     cols = tl.arange(0, BLOCK_E)
     row_ok = rows < T
     col_ok = cols < E
