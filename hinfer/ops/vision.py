@@ -37,9 +37,12 @@ def vision_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.
 def vision_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: list[int], scale: float
 ) -> torch.Tensor:
-    """q, k, v [N, heads, D]; every patch sees every patch of its own frame (segments cu_seqlens) -> [N, heads, D]."""
+    """q, k, v [N, heads, D]; every patch sees every patch of its own frame (segments cu_seqlens) -> [N, heads, D].
+    Each frame goes in as a batch of one, [1, heads, n, D]: SDPA's fused (flash, memory-efficient) kernels take
+    4-D inputs only, and a 3-D call falls back to the math kernel, which materialises the n x n scores per head
+    in fp32 (1 GB a layer at 4,096 patches)."""
     out = torch.empty_like(q)
     for start, end in zip(cu_seqlens[:-1], cu_seqlens[1:]):
-        qs, ks, vs = (t[start:end].transpose(0, 1) for t in (q, k, v))  # [heads, n, D]
-        out[start:end] = F.scaled_dot_product_attention(qs, ks, vs, scale=scale).transpose(0, 1)
+        qs, ks, vs = (t[start:end].transpose(0, 1)[None] for t in (q, k, v))  # [1, heads, n, D]
+        out[start:end] = F.scaled_dot_product_attention(qs, ks, vs, scale=scale)[0].transpose(0, 1)
     return out
