@@ -68,7 +68,7 @@ def warn_fallback(op: str, why: str) -> None:
 # route in its int4 experts' gate_up launch gains 4% / 3% at one lane (35B-A3B / 122B-A10B), and again in the
 # down launch (its weights then ahead of the PDL wait) 0.8% / 0.2%
 FUSIONS: dict[str, int | None] = {"slot_sum": 1, "tail": 1, "gate": None, "norm_linear": 8, "route": 1,
-                                  "down_route": 1}
+                                  "down_route": 1, "route_align": 0}
 
 
 def launch_fusions(name: str, rows: int) -> bool:
@@ -76,7 +76,8 @@ def launch_fusions(name: str, rows: int) -> bool:
     experts' down launch, `tail` the int4 kernel's bf16 tail rows (the GDN in_proj's b / a), `gate` the
     attention output gate in the decode kernels, `norm_linear` a MoE layer's router in its residual-add +
     RMSNorm launch, `route` a token's route in its int4 experts' gate_up launch, `down_route` that token's route
-    again in the down launch (with `route`), so that the down's weights go ahead of its PDL wait.
+    again in the down launch (with `route`), so that the down's weights go ahead of its PDL wait, `route_align`
+    the route and the alignment of a few tokens' pairs in one launch (off until measured on a GPU).
     HINFER_FUSE_LAUNCHES: 1 (default) each up to its rows in FUSIONS, 0 none (the separate kernels, to compare or to fall back), or a
     comma list of the names on at any rows. Read at every call, so a test or a bench can flip it."""
     if name not in FUSIONS:

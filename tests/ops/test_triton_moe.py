@@ -411,6 +411,9 @@ def _compile_all() -> None:
     cases.append(
         (mr._route_kernel, dict(TOPK=8, TOPK_P=8, BLOCK_T=4, BLOCK_E=256, EMU=False), {"w_ptr": bf}, None)
     )
+    ra = dict(TOPK=8, TOPK_P=8, BLOCK_T=4, BLOCK_E=256, EMU=False, SHARED=True, BM=8, E_P=512, BP=128, BJ=1,
+              BF=128)  # fmt: skip
+    cases.append((_mod("moe_route_align")._route_align_kernel, ra, {"w_ptr": bf}, None))
     t8 = mc.pick_config(8, 8, 256, 2048, 512).gate_up  # programmatic dependent launch on a decode kernel
     c = dict(flags, FMT=0, HAS_ZERO=False, TOPK=8, DIRECT=False, SWAP=True, EVEN_K=True, PDL=True)
     cases.append(

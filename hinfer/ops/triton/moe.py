@@ -28,15 +28,18 @@ import hinfer.ops.triton.moe_gemm as mg
 from hinfer.ops.dispatch import launch_fusions
 from hinfer.ops.triton.common import GROUP, interpreted, pdl_kwargs
 from hinfer.ops.triton.linear_int4 import fast_int4_ok
-from hinfer.ops.triton.moe_align import align
+from hinfer.ops.triton.moe_align import Alignment, align
 from hinfer.ops.triton.moe_common import _empty
 from hinfer.ops.triton.moe_int4 import Int4Experts
 from hinfer.ops.triton.moe_int4_mma import GROUP_K, MAX_PAIRS, experts_mma
 from hinfer.ops.triton.moe_route import moe_route
+from hinfer.ops.triton.moe_route_align import MAX_TOKENS as ROUTE_ALIGN_TOKENS
+from hinfer.ops.triton.moe_route_align import route_align
 from hinfer.ops.triton.tiles.forms import MoeConfig
 from hinfer.ops.triton.tiles.moe import BF16, FP8, INT4, clamp_to_shape, pick_config
 
 __all__ = ["Fp8Experts", "Int4Experts", "moe_experts", "moe_route", "moe_route_experts"]
+EXPERTS_BLOCK_M = 8  # rows of one expert per aligned block of the tensor-core experts (moe_int4_mma.py)
 
 
 class Fp8Experts(NamedTuple):
@@ -139,12 +142,13 @@ def direct_pairs() -> int:
 
 
 def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, out: torch.Tensor,
-                 logits: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+                 logits: torch.Tensor | None = None, al: Alignment | None = None) -> torch.Tensor:  # fmt: skip
     """gate_up and down through the tensor-core kernel (moe_int4_mma.py): gate_up writes SiLU-mul's output, the
     down sums the slots. With `logits` (one token; slot k - 1 the folded shared expert) the gate_up launch routes
     the token itself and writes the ids and weights the down reads (`tw`, `ids` are then None); the down routes
-    it again (`down_route`) to read its weights before it waits for the gate_up."""
-    pairs, h, bm = t * k, x.shape[1], 8
+    it again (`down_route`) to read its weights before it waits for the gate_up. `al`: the pairs' alignment,
+    made with the route (moe_route_align), else aligned here."""
+    pairs, h, bm = t * k, x.shape[1], EXPERTS_BLOCK_M
     route = {}
     if logits is not None:
         ids, tw = _empty((k,), torch.int64, x.device), _empty((k,), logits.dtype, x.device)
@@ -152,7 +156,8 @@ def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, o
     if t == 1 or pairs <= direct_pairs():  # block b = pair b (an expert two tokens share is read twice)
         blocks, sorted_, bexp, brows, direct = pairs, ids, ids, ids, True
     else:
-        al = align(ids.view(t, k), gu.shape[0], bm, pdl=True)  # launched under the route kernel's tail
+        if al is None:
+            al = align(ids.view(t, k), gu.shape[0], bm, pdl=True)  # launched under the route kernel's tail
         blocks, sorted_, bexp, brows, direct = al.n_blocks, al.sorted, al.bexp, al.brows, False
     hid = _empty((pairs, gu.shape[1] // 2), x.dtype, x.device)
     experts_mma(x, gu, hid, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=k, act=True, **route)
@@ -171,13 +176,21 @@ def moe_route_experts(
     shared: bool = False,
 ) -> torch.Tensor:  # fmt: skip
     """moe_route then moe_experts; at one token with int4 experts on tensor cores and a folded shared expert,
-    the `route` launch fusion (hinfer.ops.dispatch.FUSIONS) lets the gate_up launch route the token itself."""
+    the `route` launch fusion (hinfer.ops.dispatch.FUSIONS) lets the gate_up launch route the token itself; at
+    more (up to moe_route_align.MAX_TOKENS), `route_align` routes and aligns the pairs in one launch."""
     t = x.shape[0]
-    if (shared and t == 1 and _fmt(w_gate_up) == INT4 and launch_fusions("route", t)
-            and router_logits.dtype == torch.bfloat16 and mma_experts_fit(x, w_gate_up, w_down, top_k + 1)):  # fmt: skip
+    mma = (_fmt(w_gate_up) == INT4 and router_logits.dtype == torch.bfloat16
+           and mma_experts_fit(x, w_gate_up, w_down, t * (top_k + shared)))  # fmt: skip
+    if shared and t == 1 and mma and launch_fusions("route", t):
         out = _empty((t, x.shape[1]), x.dtype, x.device)
         return _experts_mma(_unit_last(x), w_gate_up, w_down, None, None, t, top_k + 1, out,
                             logits=router_logits.contiguous())  # fmt: skip
+    if (1 < t <= ROUTE_ALIGN_TOKENS and mma and t * (top_k + shared) > direct_pairs()
+            and launch_fusions("route_align", t)):  # fmt: skip
+        top_w, top_i, al = route_align(router_logits, top_k, shared, EXPERTS_BLOCK_M)
+        out = _empty((t, x.shape[1]), x.dtype, x.device)
+        return _experts_mma(_unit_last(x), w_gate_up, w_down, top_w.reshape(-1), top_i.reshape(-1), t,
+                            top_k + shared, out, al=al)  # fmt: skip
     top_w, top_i = moe_route(router_logits, top_k, shared)
     return moe_experts(x, w_gate_up, w_down, top_w, top_i)
 
