@@ -47,13 +47,16 @@ def first_token(core: EngineCore, request_id: str, prompt: list[int], images: li
 class DecodeLanes:
     """Requests decoding side by side on `core` (greedy unless `params` gives each lane its own): their prompts
     are prefilled on construction, then `window` times steps in which every lane makes one token. `max_tokens`
-    must outlast every window; `tokens` keeps what each lane made."""
+    must outlast every window; `tokens` keeps what each lane made, `made` what it made in the last window (its
+    untimed steps included): lanes through their prefill early decode while the others' goes on, so the totals
+    may differ by a few tokens, the windows' counts not."""
 
     def __init__(self, core: EngineCore, prompts: list[list[int]], max_tokens: int, tag: str,
                  params: list[SamplingParams] | None = None) -> None:  # fmt: skip
         self.core = core
         self.ids = [f"{tag}-{i}" for i in range(len(prompts))]
         self.tokens: dict[str, list[int]] = {rid: [] for rid in self.ids}
+        self.made: dict[str, int] = {}
         greedy = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
         for i, (rid, p) in enumerate(zip(self.ids, prompts)):
             core.add(GenerationRequest(rid, list(p), params[i] if params else greedy))
@@ -67,13 +70,16 @@ class DecodeLanes:
 
     def window(self, steps: int, warmup: int) -> float:
         """-> tok/s over `steps` steps, after `warmup` untimed ones."""
+        start = {rid: len(t) for rid, t in self.tokens.items()}
         for _ in range(warmup):
             self._step()
         measure.sync(self.core.runner.device)
         t0 = time.perf_counter()
         made = sum(self._step() for _ in range(steps))
         measure.sync(self.core.runner.device)
-        return made / (time.perf_counter() - t0)
+        seconds = time.perf_counter() - t0
+        self.made = {rid: len(t) - start[rid] for rid, t in self.tokens.items()}
+        return made / seconds
 
     def close(self) -> None:
         for rid in self.ids:

@@ -61,11 +61,13 @@ class StructuredSpec:
 
     @property
     def tokens_per_request(self) -> int:
-        return 1 + WARMUP + self.steps  # the prefill's token, then the window
+        return WARMUP + self.steps  # in each window: one a lane a step
 
     @property
     def max_tokens(self) -> int:
-        return self.tokens_per_request + 2  # never reached: no lane ends inside a window
+        # never reached: no lane ends inside a window. The prefill's token, the window's, and slack for the tokens
+        # a lane makes while the others finish their prefill (the step's token budget spreads it over a few steps)
+        return 1 + self.tokens_per_request + 64
 
 
 def constrained(mode: str, lanes: int) -> int:
@@ -88,7 +90,7 @@ def grammar_counters(core: EngineCore) -> dict[str, float]:
 class Window:
     tok_s: float
     grammar: dict[str, float]  # counter deltas over the window (its untimed steps included)
-    tokens: list[int]  # per request
+    tokens: list[int]  # per request, made in the window (its untimed steps included)
     sample: list[int]  # the first constrained lane's tokens (empty when none)
 
 
@@ -101,9 +103,10 @@ def window(core: EngineCore, spec: StructuredSpec, prompts: list[list[int]], mod
     tok_s = group.window(steps, WARMUP)
     after = grammar_counters(core)
     out = [group.tokens[rid] for rid in group.ids]
+    made = [group.made[rid] for rid in group.ids]
     group.close()
     delta = {k: after[k] - before[k] for k in GRAMMAR_KEYS}
-    return Window(tok_s, delta, [len(t) for t in out], out[0] if constrained(mode, lanes) else [])
+    return Window(tok_s, delta, made, out[0] if constrained(mode, lanes) else [])
 
 
 def summarize(mode: str, lanes: int, wins: list[Window], steps: int) -> dict:

@@ -15,9 +15,10 @@ def structured_table(result: dict) -> str:
     lines = ["JSON schema of the constrained lanes (minItems: the tokens a lane makes, so no answer completes "
              "inside a window):", json.dumps(result["schema"], indent=1), "",
              f"Decode with structured output: {w['prompt_tokens']}-token prompts, greedy, "
-             f"{meta['tokens_per_request']} tokens per request ({meta['warmup_steps']} untimed + {w['steps']} timed "
-             f"steps); medians of {w['repeats']} windows", "",
-             "| lanes | mode | constrained | tok/s | ms/step | vs unconstrained | tokens per request | grammar host "
+             f"{meta['tokens_per_request']} tokens per request in a window ({meta['warmup_steps']} untimed + "
+             f"{w['steps']} timed steps); medians of {w['repeats']} windows", "",
+             "| lanes | mode | constrained | tok/s | ms/step | vs unconstrained | tokens per request in a window | "
+             "grammar host "
              "ms/step (fill + apply + accept) | fill us per mask |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         g = r["grammar_host_ms_per_step"]
