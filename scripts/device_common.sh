@@ -44,3 +44,19 @@ spec_serving() {
   echo "== spec serving rc=$? $((SECONDS - START)) s"; grep -vE "^(INFO|DEBUG)" "$R/spec_serving.txt" | tail -14
   pack
 }
+# `ncu_run NAME KERNEL SECONDS ARGS...`: Nsight Compute on one launch of KERNEL in `python ARGS` (the sections of
+# NCU_SECTIONS: the third launch, speed of light, scheduler and warp-state statistics, occupancy, memory, the stall
+# reasons per issued instruction), the report in $R/NAME.txt, its headline figures and top stalls echoed, packed
+NCU_SECTIONS="${NCU_SECTIONS:---launch-skip 2 --launch-count 1 --section SpeedOfLight --section SchedulerStats \
+  --section WarpStateStats --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis \
+  --section MemoryWorkloadAnalysis_Tables --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio}"
+ncu_run() {
+  local name=$1 kernel=$2 seconds=$3; shift 3
+  if ! command -v ncu > /dev/null; then echo "no ncu on this machine"; return 1; fi
+  timeout "$seconds" ncu --kernel-name "$kernel" $NCU_SECTIONS python "$@" > "$R/$name.txt" 2>&1
+  echo "== ncu $name rc=$? $((SECONDS - START)) s"
+  grep -E "Duration|DRAM Throughput|Eligible Warps|Issued Warp|Achieved Occupancy|Registers Per|Theoretical Occ|Block Limit Reg" \
+    "$R/$name.txt" | head -10
+  grep -E "issue_stalled" "$R/$name.txt" | sort -k3 -n -r | head -6
+  pack
+}

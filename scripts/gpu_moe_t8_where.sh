@@ -7,23 +7,10 @@
 # (scripts/gpu_moe_t8_tiles.sh). Lands in $OUT/gpu_moe_t8_where.tgz.
 set -uo pipefail
 PACK=gpu_moe_t8_where; source "$(dirname "$0")/device_common.sh"
-SECTIONS="--launch-skip 2 --launch-count 1 --section SpeedOfLight --section SchedulerStats --section WarpStateStats \
-  --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
-  --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
-if command -v ncu > /dev/null; then
-  for spec in "gate_up 8" "down 8" "gate_up 1"; do
-    set -- $spec ""
-    timeout 45 ncu --kernel-name int4_mma_experts_kernel $SECTIONS python bench/experts_mma_ncu.py --model 35b \
-      --proj "$1" --t "$2" $3 > "$R/ncu_experts_35b_$1_t$2$3.txt" 2>&1
-    echo "== ncu experts $spec rc=$? $((SECONDS - START)) s"
-    grep -E "Duration|DRAM Throughput|Eligible Warps|Issued Warp|Achieved Occupancy|Registers Per|Theoretical Occ|Waves Per|Block Limit" \
-      "$R/ncu_experts_35b_$1_t$2$3.txt" | head -14
-    grep -E "issue_stalled" "$R/ncu_experts_35b_$1_t$2$3.txt" | sort -k3 -n -r | head -6
-    pack
-  done
-else
-  echo "no ncu on this machine"
-fi
+for spec in "gate_up 8" "down 8" "gate_up 1"; do
+  set -- $spec
+  ncu_run "ncu_experts_35b_$1_t$2" int4_mma_experts_kernel 45 bench/experts_mma_ncu.py --model 35b --proj "$1" --t "$2"
+done
 timeout 60 python -m pytest -q -s tests/gpu/test_engine_gpu.py -m gpu -k "spec" -p no:cacheprovider \
   > "$R/test_engine_spec_gdn4.txt" 2>&1
 echo "== engine spec tests rc=$? $((SECONDS - START)) s"; tail -3 "$R/test_engine_spec_gdn4.txt"; pack
