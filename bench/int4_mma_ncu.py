@@ -4,7 +4,8 @@ see where the kernel stalls (bench/int4_mma_tiles.py times it; this only runs it
     ncu --kernel-name int4_mma_kernel --launch-skip 2 --launch-count 1 --section SpeedOfLight \\
         --section SchedulerStats --section WarpStateStats --section LaunchStats --section Occupancy \\
         python bench/int4_mma_ncu.py --shape gate_up --m 1 --tile 128,8,2,4,2,4
-    (scripts/gpu_ncu_int4.sh runs it for the packaged tiles at M = 1 and 8)
+    (scripts/gpu_ncu_int4.sh runs it for the packaged tiles at M = 1 and 8; --wgmma: the warpgroup-MMA kernel,
+    whose kernel name is int4_wgmma_kernel)
 
 --tile: BLOCK_N, BLOCK_M, split-K, warps, depth[, ring[, fma_offset 0/1]]; default: the packaged tile.
 """
@@ -33,6 +34,8 @@ def main() -> None:
     ap.add_argument("--m", type=int, default=1)
     ap.add_argument("--tile", help="BLOCK_N,BLOCK_M,split,warps,depth[,ring[,fma_offset]]")
     ap.add_argument("--launches", type=int, default=4)
+    ap.add_argument("--wgmma", action="store_true", help="the warpgroup-MMA kernel (int4_wgmma_kernel) at its "
+                    "packaged tile instead (8-64 rows)")  # fmt: skip
     a = ap.parse_args()
     shapes = config_shapes(a.config) if a.config else [s for s in SHAPES if s[0] != "lm_head"]
     if a.shape not in [s[0] for s in shapes]:
@@ -45,9 +48,17 @@ def main() -> None:
         cfg = SkinnyConfig(v[0], 128, v[1], v[2], v[3], v[4], *(v[5:6] or [0]), *(bool(t) for t in v[6:7]))
     else:
         cfg = mma_config(a.m, n, k)
+    if a.wgmma:
+        from hinfer.ops.triton.linear_int4_wgmma import int4_wgmma_matmul
+        from hinfer.ops.triton.tiles.linear import wgmma_config
+
+        cfg = wgmma_config(a.m, n, k)
+        run = int4_wgmma_matmul
+    else:
+        run = int4_mma_matmul
     print(f"{a.shape} N={n} K={k} M={a.m} {cfg}", flush=True)
     for _ in range(a.launches):
-        int4_mma_matmul(x, w, cfg=cfg)
+        run(x, w, cfg=cfg)
     torch.cuda.synchronize()
 
 

@@ -3,7 +3,8 @@
 # route and alignment in one launch at 2-32 tokens (`route_align`, off until measured): its GPU test, then 35B-A3B
 # and 122B-A10B decode at eight lanes with it and without, alternated; the vision tower again now that its
 # attention takes SDPA's fused kernels (it ran on the math kernel); the structured-output bench (its window now
-# lets a step that only queues the next one pass). Lands in $OUT/gpu_route_align.tgz.
+# lets a step that only queues the next one pass); then Nsight Compute on the 32-row int4 warpgroup-MMA kernel (27B
+# gate_up: 9.3 ms of an eight-lane MTP round is this kernel). Lands in $OUT/gpu_route_align.tgz.
 set -uo pipefail
 PACK=gpu_route_align; source "$(dirname "$0")/device_common.sh"
 server_wheels
@@ -24,3 +25,4 @@ left 330 && { timeout 90 python -m hinfer bench qwen3.6-27b --vision --quant bf1
   echo "== vision rc=$? $((SECONDS - START)) s"; grep -E "^\| [0-9]|image costs|checks" "$R/vision_bf16.txt"; pack; }
 left 420 && { timeout 130 python -m hinfer bench qwen3.6-27b --structured --out "$R" > "$R/structured.txt" 2>&1
   echo "== structured rc=$? $((SECONDS - START)) s"; grep -vE "DEBUG|INFO" "$R/structured.txt" | tail -12; pack; }
+left 470 && ncu_run ncu_wgmma_27b_gate_up_m32 int4_wgmma_kernel 45 bench/int4_mma_ncu.py --shape gate_up --m 32 --wgmma
