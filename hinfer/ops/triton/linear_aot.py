@@ -186,8 +186,9 @@ def variants(full: bool = False) -> Iterator[Variant]:
     # the same kernel on hinfer.quant.int4's row layout, and the routed-experts kernel (direct gate_up, down)
     yield (*int4_mma_variant(128, 8, 4, 8, True, True, 2, rows=True), 0)
     # with bf16 tail rows in the same launch (the GDN in_proj's b / a), ring and register loops
-    yield (*int4_mma_variant(128, 8, 4, 4, True, True, 2, ring=4, tail=True, pdl=True), 0)
-    yield (*int4_mma_variant(128, 8, 4, 8, True, True, 2, tail=True, pdl=True), 0)
+    yield (*int4_mma_variant(128, 8, 4, 4, True, True, 2, ring=4, tail=1, pdl=True), 0)
+    yield (*int4_mma_variant(128, 8, 4, 4, True, True, 2, ring=4, tail=2, pdl=True), 0)  # the tail at 2-8 rows
+    yield (*int4_mma_variant(128, 8, 4, 8, True, True, 2, tail=1, pdl=True), 0)
     # each group's x loaded ahead of its MMA (the tile's x_ahead)
     yield (*int4_mma_variant(128, 8, 2, 4, True, True, 2, pdl=True, xa=True), 0)
     yield (*int4_mma_variant(128, 8, 1, 4, True, True, 4, pdl=True, xa=True), 0)
@@ -195,11 +196,11 @@ def variants(full: bool = False) -> Iterator[Variant]:
     yield (*int4_mma_variant(128, 16, 1, 4, True, True, 2, ring=4, pdl=True, xa=True), 0)
     # two groups to a ring slot (ring_pairs), alone and with tail rows
     yield (*int4_mma_variant(128, 8, 4, 4, True, True, 2, ring=3, pdl=True, xa=True, pair=True), 0)
-    yield (*int4_mma_variant(128, 8, 4, 4, True, True, 2, ring=4, tail=True, pdl=True, xa=True, pair=True), 0)
+    yield (*int4_mma_variant(128, 8, 4, 4, True, True, 2, ring=4, tail=1, pdl=True, xa=True, pair=True), 0)
     # the 27B's packaged ring tiles with x ahead, held to 96 registers (max_regs), one with the GDN in_proj's tail
     for split in (2, 16):
         yield (*int4_mma_variant(128, 8, split, 4, True, True, 2, ring=4, pdl=True, xa=True, max_regs=96), 0)
-    yield (*int4_mma_variant(128, 8, 4, 4, True, True, 2, ring=4, tail=True, pdl=True, xa=True, max_regs=96), 0)
+    yield (*int4_mma_variant(128, 8, 4, 4, True, True, 2, ring=4, tail=1, pdl=True, xa=True, max_regs=96), 0)
     # the int4 x int8 decode (x quantized in the kernel): one row or eight, 4 / 8 warps, tail rows, a register cap
     for split, warps, zero, m, k, tail, regs in ((4, 4, True, 1, 5120, False, 96), (4, 4, False, 8, 5120, False, 96),
                                                   (1, 8, True, 1, 5120, True, 0), (16, 4, True, 8, 17408, True, 0)):  # fmt: skip

@@ -477,21 +477,27 @@ def int4_mma_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg, stride_sn,
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
     OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, RING: gl.constexpr = 0,
-    PDL: gl.constexpr = False, t_ptr=None, TAIL_N=0, stride_tn=0, TAIL: gl.constexpr = False,
+    PDL: gl.constexpr = False, t_ptr=None, TAIL_N=0, stride_tn=0, TAIL: gl.constexpr = 0,
     XA: gl.constexpr = False, PAIR: gl.constexpr = 1,
 ):  # fmt: skip
-    """y[:, :N] = x @ W^T (int4 tiles) and, with TAIL, y[:, N:N + TAIL_N] = x @ tail^T (bf16 rows) in one launch.
+    """y[:, :N] = x @ W^T (int4 tiles) and, with TAIL, y[:, N:N + TAIL_N] = x @ tail^T (bf16 rows) in one launch
+    (TAIL 1: a row of x at a time, _tail_rows; 2: the block's rows of x together, _tail_block, from two rows up
+    to blocks of 8: its accumulator takes 4 registers a row).
     XA: each group's x loaded ahead of its MMA (_k_loop, _k_loop_ring); PAIR: groups to a ring slot."""
     # rows of x in blocks of BLOCK_M along the fastest grid axis: the blocks of one weight tile run together,
     # so all but the first read it from L2
     pid_m = gl.program_id(0)
     pid_n = gl.program_id(1)
     pid_k = gl.program_id(2)
-    if TAIL:  # programs past the N tiles compute the bf16 tail rows (output columns N .. N + TAIL_N)
+    if TAIL > 0:  # programs past the N tiles compute the bf16 tail rows (output columns N .. N + TAIL_N)
         if pid_n >= N // BLOCK_N:
             if pid_k == 0:
-                _tail_rows(x_ptr, t_ptr, y_ptr + N, (pid_n - N // BLOCK_N) * gl.num_warps(), TAIL_N, M, pid_m * BLOCK_M,
-                           K, stride_xm, stride_ym, stride_tn, BLOCK_M, PDL)  # fmt: skip
+                if TAIL == 1:
+                    _tail_rows(x_ptr, t_ptr, y_ptr + N, (pid_n - N // BLOCK_N) * gl.num_warps(), TAIL_N, M,
+                               pid_m * BLOCK_M, K, stride_xm, stride_ym, stride_tn, BLOCK_M, PDL)  # fmt: skip
+                else:
+                    _tail_block(x_ptr, t_ptr, y_ptr + N, (pid_n - N // BLOCK_N) * gl.num_warps(), TAIL_N, M,
+                                pid_m * BLOCK_M, K, stride_xm, stride_ym, stride_tn, BLOCK_M, PDL)  # fmt: skip
         else:
             _tile_program(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
                           stride_sg, stride_sn, pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K,
@@ -524,6 +530,37 @@ def _tail_rows(x_ptr, t_ptr, y_ptr, row0, TAIL_N, M, m0, K, stride_xm, stride_ym
             xv = gl.load(x_ptr + mi * stride_xm + k0 + kk, mask=k_ok, other=0.0).to(gl.float32)
             acc += wv * xv[None, :]
         gl.store(y_ptr + mi * stride_ym + r, gl.sum(acc, axis=1).to(gl.bfloat16), mask=r < TAIL_N)
+
+
+@gluon.jit
+def _tail_block(x_ptr, t_ptr, y_ptr, row0, TAIL_N, M, m0, K, stride_xm, stride_ym, stride_tn,
+                BLOCK_M: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
+    """_tail_rows for every row of x of the block at once: each chunk of the tail rows' weights is loaded once for
+    all BLOCK_M rows of x (row by row, a program reloads them for every row and its time grows with the rows),
+    the products summed per (row of x, tail row) in fp32 and rounded once, as _tail_rows sums them."""
+    W: gl.constexpr = gl.num_warps()
+    CH: gl.constexpr = 128  # K a step: 4 values a thread per row of x (the accumulator: 4 registers a row)
+    L3: gl.constexpr = gl.BlockedLayout([1, 1, 4], [1, 1, 32], [1, W, 1], [2, 1, 0])  # [x rows, tail rows, K]
+    LW: gl.constexpr = gl.SliceLayout(0, L3)
+    LX: gl.constexpr = gl.SliceLayout(1, L3)
+    LY: gl.constexpr = gl.SliceLayout(2, L3)
+    r = row0 + gl.arange(0, W, layout=gl.SliceLayout(1, LW))
+    kw = gl.arange(0, CH, layout=gl.SliceLayout(0, LW))
+    m = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LX))
+    kx = gl.arange(0, CH, layout=gl.SliceLayout(0, LX))
+    _pdl_start(PDL)
+    acc = gl.zeros([BLOCK_M, W, CH], gl.float32, layout=L3)
+    for k0 in range(0, K, CH):
+        wv = gl.load(t_ptr + r.to(gl.int64)[:, None] * stride_tn + (k0 + kw)[None, :],
+                     mask=(r < TAIL_N)[:, None] & ((k0 + kw) < K)[None, :], other=0.0).to(gl.float32)  # fmt: skip
+        xv = gl.load(x_ptr + m.to(gl.int64)[:, None] * stride_xm + (k0 + kx)[None, :],
+                     mask=(m < M)[:, None] & ((k0 + kx) < K)[None, :], other=0.0).to(gl.float32)  # fmt: skip
+        acc += gl.expand_dims(wv, 0) * gl.expand_dims(xv, 1)
+    y = gl.sum(acc, axis=2)
+    ym = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LY))
+    yr = row0 + gl.arange(0, W, layout=gl.SliceLayout(0, LY))
+    gl.store(y_ptr + ym.to(gl.int64)[:, None] * stride_ym + yr[None, :], y.to(gl.bfloat16),
+             mask=(ym < M)[:, None] & (yr < TAIL_N)[None, :])  # fmt: skip
 
 
 @gluon.jit
@@ -598,7 +635,7 @@ def _store_y(acc, rows, y_ptr, part_ptr, cnt_ptr, M, N, stride_ym, pid_m, pid_n,
 
 def int4_mma_variant(
     block_n: int, block_m: int, split_k: int, warps: int, zero: bool, offset_mma: bool = True, depth: int = 2,
-    rows: bool = False, ring: int = 0, tail: bool = False, pdl: bool = False, xa: bool = False, max_regs: int = 0,
+    rows: bool = False, ring: int = 0, tail: int = 0, pdl: bool = False, xa: bool = False, max_regs: int = 0,
     pair: bool = False,
 ):
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot; max_regs rides
@@ -611,7 +648,7 @@ def int4_mma_variant(
                DEPTH=depth, ROWS=rows, RING=ring, TAIL=tail, PDL=pdl, XA=xa, PAIR=2 if pair else 1, maxnreg=max_regs)  # fmt: skip
     name = (f"int4 mma{' rows' if rows else ''}{' asym' if zero else ''}{'' if offset_mma else ' fma-offset'} BLOCK_N={block_n} "
             f"BLOCK_M={block_m} split {split_k} w{warps} {f'ring {ring}' if ring else f'depth {depth}'}"
-            f"{' tail' if tail else ''}{' pdl' if pdl else ''}{' x ahead' if xa else ''}{' pairs' if pair else ''}{f' maxnreg {max_regs}' if max_regs else ''}")  # fmt: skip
+            f"{f' tail {tail}' if tail else ''}{' pdl' if pdl else ''}{' x ahead' if xa else ''}{' pairs' if pair else ''}{f' maxnreg {max_regs}' if max_regs else ''}")  # fmt: skip
     return name, int4_mma_kernel, sig, cex, warps
 
 
@@ -688,7 +725,7 @@ def int4_mma_matmul(
         HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split,
         OFFSET_MMA=offset_mma, DEPTH=cfg.num_stages, ROWS=rows, RING=cfg.ring, num_warps=warps,
         t_ptr=x if tail is None else tail, TAIL_N=tail_n, stride_tn=0 if tail is None else tail.stride(0),
-        TAIL=tail is not None, XA=cfg.x_ahead, PAIR=2 if cfg.ring_pairs else 1, **pdl_kwargs(x),
+        TAIL=0 if tail is None else 2 if 1 < m and block_m <= 8 else 1, XA=cfg.x_ahead, PAIR=2 if cfg.ring_pairs else 1, **pdl_kwargs(x),
         **({"maxnreg": cfg.max_regs} if cfg.max_regs else {}),
     )  # fmt: skip
     return out
