@@ -537,7 +537,7 @@ def _tail_block(x_ptr, t_ptr, y_ptr, row0, TAIL_N, M, m0, K, stride_xm, stride_y
                 BLOCK_M: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
     """_tail_rows for every row of x of the block at once: each chunk of the tail rows' weights is loaded once for
     all BLOCK_M rows of x (row by row, a program reloads them for every row and its time grows with the rows),
-    the products summed per (row of x, tail row) in fp32 and rounded once, as _tail_rows sums them."""
+    the products summed per (row of x, tail row) in fp32 (in another order than _tail_rows) and rounded once."""
     W: gl.constexpr = gl.num_warps()
     CH: gl.constexpr = 128  # K a step: 4 values a thread per row of x (the accumulator: 4 registers a row)
     L3: gl.constexpr = gl.BlockedLayout([1, 1, 4], [1, 1, 32], [1, W, 1], [2, 1, 0])  # [x rows, tail rows, K]
