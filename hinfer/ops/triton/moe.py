@@ -178,19 +178,18 @@ def moe_route_experts(
     """moe_route then moe_experts; at one token with int4 experts on tensor cores and a folded shared expert,
     the `route` launch fusion (hinfer.ops.dispatch.FUSIONS) lets the gate_up launch route the token itself; at
     more (up to moe_route_align.MAX_TOKENS), `route_align` routes and aligns the pairs in one launch."""
-    t = x.shape[0]
-    mma = (_fmt(w_gate_up) == INT4 and router_logits.dtype == torch.bfloat16
-           and mma_experts_fit(x, w_gate_up, w_down, t * (top_k + shared)))  # fmt: skip
-    if shared and t == 1 and mma and launch_fusions("route", t):
+    t, k = x.shape[0], top_k + shared
+    fuse_route = shared and t == 1 and launch_fusions("route", t)
+    fuse_align = 1 < t <= ROUTE_ALIGN_TOKENS and t * k > direct_pairs() and launch_fusions("route_align", t)
+    if ((fuse_route or fuse_align) and _fmt(w_gate_up) == INT4 and router_logits.dtype == torch.bfloat16
+            and mma_experts_fit(x, w_gate_up, w_down, t * k)):  # fmt: skip
         out = _empty((t, x.shape[1]), x.dtype, x.device)
-        return _experts_mma(_unit_last(x), w_gate_up, w_down, None, None, t, top_k + 1, out,
-                            logits=router_logits.contiguous())  # fmt: skip
-    if (1 < t <= ROUTE_ALIGN_TOKENS and mma and t * (top_k + shared) > direct_pairs()
-            and launch_fusions("route_align", t)):  # fmt: skip
+        if fuse_route:
+            return _experts_mma(_unit_last(x), w_gate_up, w_down, None, None, t, k, out,
+                                logits=router_logits.contiguous())  # fmt: skip
         top_w, top_i, al = route_align(router_logits, top_k, shared, EXPERTS_BLOCK_M)
-        out = _empty((t, x.shape[1]), x.dtype, x.device)
-        return _experts_mma(_unit_last(x), w_gate_up, w_down, top_w.reshape(-1), top_i.reshape(-1), t,
-                            top_k + shared, out, al=al)  # fmt: skip
+        return _experts_mma(_unit_last(x), w_gate_up, w_down, top_w.reshape(-1), top_i.reshape(-1), t, k, out,
+                            al=al)  # fmt: skip
     top_w, top_i = moe_route(router_logits, top_k, shared)
     return moe_experts(x, w_gate_up, w_down, top_w, top_i)
 
