@@ -65,16 +65,20 @@ def test_int4_wgmma_27b_shapes(name, zero_point):
 
 
 @pytest.mark.parametrize("tile", [(64, 8, 1, 4), (128, 16, 2, 4), (128, 32, 4, 8), (256, 32, 1, 8), (64, 64, 2, 4),
-                                  (128, 16, 1, 8), (256, 8, 4, 8), (128, 8, 2, 8), (128, 32, 2, 8)])  # fmt: skip
+                                  (128, 16, 1, 8), (256, 8, 4, 8), (128, 8, 2, 8), (128, 32, 2, 8),
+                                  # x copied 1-4 groups at a time (the qkv's 40 groups: slices of 40, 20, 10)
+                                  (128, 32, 1, 8, 4), (64, 8, 2, 4, 2), (128, 16, 4, 4, 1), (256, 64, 1, 8, 2),
+                                  (128, 32, 2, 8, 4)])  # fmt: skip
 def test_int4_wgmma_tiles(tile):
     """Given tiles: BLOCK_N (one or more warpgroups, repeated), rows of x in one or several blocks, K splits
-    reduced by the last program (the arrival counters left zeroed), in a CUDA graph too."""
+    reduced by the last program (the arrival counters left zeroed), x through registers or a cp.async ring,
+    in a CUDA graph too."""
     from hinfer.ops.triton.linear_int4_wgmma import int4_wgmma_matmul
     from hinfer.ops.triton.linear_splitk import counter_buffer
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
 
-    block_n, block_m, split, warps = tile
-    cfg = SkinnyConfig(block_n, 128, block_m, split, warps, 1)
+    block_n, block_m, split, warps, *ring = tile
+    cfg = SkinnyConfig(block_n, 128, block_m, split, warps, 1, *ring)
     n, k = SHAPES["qkv"]
     g = _gen()
     mw = _weight(n, k, True, g)
@@ -91,6 +95,24 @@ def test_int4_wgmma_tiles(tile):
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(y_g, want), "graph replay differs"
+
+
+@pytest.mark.parametrize("name", ["o_proj", "down"])
+def test_int4_wgmma_x_ring_at_other_slices(name):
+    """The cp.async ring of x where the slices' groups halve its chunks (o_proj's 48 groups in 4: 12 each,
+    chunks of 2; down's 136 in 4: 34, chunks of 1) or leave x in registers (down in 8: 17)."""
+    from hinfer.ops.triton.linear_int4_wgmma import int4_wgmma_matmul
+    from hinfer.ops.triton.tiles.forms import SkinnyConfig
+
+    n, k = SHAPES[name]
+    g = _gen()
+    mw = _weight(n, k, True, g)
+    for split in (1, 4, 8):
+        cfg = SkinnyConfig(128, 128, 32, split, 8, 1, 4)
+        for m in (5, 32):
+            x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
+            y = int4_wgmma_matmul(x, mw, out=_poisoned(m, n), cfg=cfg)
+            assert _rel(y, x, mw) < REL, f"{name} M={m} {cfg}"
 
 
 def test_int4_wgmma_bad_tiles_are_refused():

@@ -214,6 +214,10 @@ def variants(full: bool = False) -> Iterator[Variant]:
                                                  (128, 8, 2, 8, True), (128, 8, 4, 8, True), (256, 8, 4, 8, True),
                                                  (128, 32, 4, 8, True), (128, 32, 1, 8, False), (256, 64, 1, 8, True)):  # fmt: skip
         yield (*int4_wgmma_variant(block_n, block_m, split, warps, zero, pdl=True), 0)
+    # ... with x copied a few groups at a time (cp.async into two buffers, one barrier a chunk)
+    for block_n, block_m, split, warps, xg in ((128, 32, 1, 8, 4), (128, 32, 4, 8, 1), (64, 16, 1, 4, 2),
+                                               (256, 8, 4, 8, 2), (128, 64, 1, 8, 2)):  # fmt: skip
+        yield (*int4_wgmma_variant(block_n, block_m, split, warps, True, pdl=True, xg=xg), 0)
     yield (*experts_mma_variant(128, 8, 8, True, True, 8, False), 0)
     yield (*experts_mma_variant(64, 8, 4, True, False, 1, True, pdl=True), 0)
     # the tuned experts tiles: few warps over 32-64 rows, the register look-ahead 3 groups deep; the gate_up

@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     warpgroup_mma,
@@ -99,10 +100,90 @@ def _k_loop(acc, w_ptrs, z_lo, s_lo, sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO: gl.
 
 
 @gluon.jit
+def _x_chunk_ptrs(x_ptr, row0, M, stride_xm, BLOCK_M: gl.constexpr, XG: gl.constexpr, W: gl.constexpr):
+    """Pointers [XG x BLOCK_M, 128] to XG groups of x (row j BLOCK_M + m: group j, row m), each group's columns
+    in the A operand's K order (X_PERM inverted: column 16 kt + 8 k3 + 2 t + k0 reads offset
+    32 t + 4 kt + 2 k3 + k0), in pairs: 4-byte cp.async copies."""
+    LC: gl.constexpr = gl.BlockedLayout([1, 2], [1, 32], [W, 1], [1, 0])
+    r = gl.arange(0, XG * BLOCK_M, layout=gl.SliceLayout(1, LC))[:, None]
+    c = gl.arange(0, GROUP, layout=gl.SliceLayout(0, LC))[None, :]
+    off = 32 * ((c // 2) % 4) + 4 * (c // 16) + 2 * ((c // 8) % 2) + c % 2
+    off = gl.max_contiguous(gl.multiple_of(off, [1, 2]), [1, 2])
+    return x_ptr + gl.minimum(row0 + r % BLOCK_M, M - 1) * stride_xm + (r // BLOCK_M) * GROUP + off
+
+
+@gluon.jit
+def _x_copy(x_slots, x_ptrs, c, XG: gl.constexpr):
+    """cp.async of chunk c's XG groups of x into x_slots [XG x BLOCK_M, 128] (x_ptrs at the slice's first
+    group), one copy op: the compiler puts a barrier between two copies into one buffer."""
+    async_copy.async_copy_global_to_shared(x_slots, x_ptrs + c * XG * GROUP)
+    async_copy.commit_group()
+
+
+@gluon.jit
+def _x_landed():
+    """Wait for this thread's x copies and make them visible to the async proxy (the MMAs' reads); the barrier
+    after it publishes every thread's. One asm: a wait_group op would bring the compiler's own barrier along."""
+    gl.inline_asm_elementwise("cp.async.wait_all; fence.proxy.async.shared::cta; // $0", "=r", [],
+                              dtype=gl.int32, is_pure=False, pack=1)  # fmt: skip
+
+
+@gluon.jit
+def _x_chunk_mmas(acc, x_slots, g0, g_hi, last, w_ptrs, z_lo, s_lo, sg, nw, no_lo, no_hi, ns_lo, ns_hi,
+                  HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, DOT_A: gl.constexpr,
+                  XG: gl.constexpr):  # fmt: skip
+    """The MMAs of groups g0 .. g0 + XG - 1 (their x in x_slots), each group's weights loading the next's."""
+    for j in gl.static_range(XG):
+        g = g0 + j
+        words, o_lo, o_hi, sc_lo, sc_hi = nw, no_lo, no_hi, ns_lo, ns_hi
+        nw, no_lo, no_hi, ns_lo, ns_hi = _loads(w_ptrs, z_lo, s_lo, gl.minimum(g + 1, last), sg,
+                                                (g + 1 < g_hi).to(gl.int32), HAS_ZERO)  # fmt: skip
+        a = _a_operand(words, o_lo, o_hi, BLOCK_N, DOT_A, False, False, True, sc_lo, sc_hi)
+        acc = warpgroup_mma(a, x_slots.slice(j * BLOCK_M, BLOCK_M).permute((1, 0)), acc)
+    return acc, nw, no_lo, no_hi, ns_lo, ns_hi
+
+
+@gluon.jit
+def _k_loop_ring(acc, w_ptrs, z_lo, s_lo, sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO: gl.constexpr,
+                 BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, DOT_A: gl.constexpr, PDL: gl.constexpr,
+                 XG: gl.constexpr):  # fmt: skip
+    """_k_loop with x copied XG groups at a time (cp.async) into two buffers, a chunk ahead of its MMAs: one
+    barrier per chunk instead of two per group, x never in registers. Two separate buffers, the loop over
+    pairs of chunks: the compiler sees the copy into one and the MMAs on the other touch different memory
+    (one buffer indexed by chunk would bring a barrier between them). The slice's groups are a multiple of
+    2 XG (the host picks XG)."""
+    XS: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+    x_a = gl.allocate_shared_memory(gl.bfloat16, [XG * BLOCK_M, GROUP], XS)
+    x_b = gl.allocate_shared_memory(gl.bfloat16, [XG * BLOCK_M, GROUP], XS)
+    nw, no_lo, no_hi, ns_lo, ns_hi = _loads(w_ptrs, z_lo, s_lo, gl.minimum(g_lo, last), sg,
+                                            (g_lo < g_hi).to(gl.int32), HAS_ZERO)  # fmt: skip
+    _pdl_start(PDL)
+    x_ptrs = x_ptrs + g_lo * GROUP
+    pairs = (g_hi - g_lo) // (2 * XG)
+    if pairs > 0:
+        _x_copy(x_a, x_ptrs, 0, XG)
+    for p in range(pairs):
+        _x_landed()
+        gl.thread_barrier()  # chunk 2p is in; every warpgroup is done with chunk 2p - 1's MMAs (x_b is free)
+        _x_copy(x_b, x_ptrs, 2 * p + 1, XG)
+        acc, nw, no_lo, no_hi, ns_lo, ns_hi = _x_chunk_mmas(
+            acc, x_a, g_lo + 2 * p * XG, g_hi, last, w_ptrs, z_lo, s_lo, sg, nw, no_lo, no_hi, ns_lo, ns_hi,
+            HAS_ZERO, BLOCK_N, BLOCK_M, DOT_A, XG)  # fmt: skip
+        _x_landed()
+        gl.thread_barrier()  # chunk 2p + 1 is in; x_a is free
+        if p + 1 < pairs:
+            _x_copy(x_a, x_ptrs, 2 * p + 2, XG)
+        acc, nw, no_lo, no_hi, ns_lo, ns_hi = _x_chunk_mmas(
+            acc, x_b, g_lo + (2 * p + 1) * XG, g_hi, last, w_ptrs, z_lo, s_lo, sg, nw, no_lo, no_hi, ns_lo,
+            ns_hi, HAS_ZERO, BLOCK_N, BLOCK_M, DOT_A, XG)  # fmt: skip
+    return acc
+
+
+@gluon.jit
 def int4_wgmma_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg, stride_sn,
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
-    PDL: gl.constexpr = False,
+    PDL: gl.constexpr = False, XG: gl.constexpr = 0,
 ):  # fmt: skip
     """y[:, :N] = x @ W^T: program (m block, N tile, K slice), rows of x along the fastest grid axis (the blocks
     of one weight tile run together, so all but the first read it from L2)."""
@@ -135,29 +216,47 @@ def int4_wgmma_kernel(
     # rows of x past M re-read row M - 1 (their outputs are not stored): unmasked 16-byte loads in K order
     x_ptrs = x_ptr + gl.minimum(pid_m * BLOCK_M + xm, M - 1) * stride_xm + kp
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
-    acc = _k_loop(acc, w_ptrs, z_lo, s_lo, stride_sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO, BLOCK_N, BLOCK_M, DOT_A,
-                  PDL)  # fmt: skip
+    if XG:
+        x_ring = _x_chunk_ptrs(x_ptr, pid_m * BLOCK_M, M, stride_xm, BLOCK_M, XG, W)
+        acc = _k_loop_ring(acc, w_ptrs, z_lo, s_lo, stride_sg, x_ring, g_lo, g_hi, last, HAS_ZERO, BLOCK_N,
+                           BLOCK_M, DOT_A, PDL, XG)  # fmt: skip
+    else:
+        acc = _k_loop(acc, w_ptrs, z_lo, s_lo, stride_sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO, BLOCK_N, BLOCK_M,
+                      DOT_A, PDL)  # fmt: skip
 
     rows = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
     _store_y(acc, rows, y_ptr, part_ptr, cnt_ptr, M, N, stride_ym, pid_m, pid_n, pid_k, BLOCK_N, BLOCK_M, SPLIT_K)
 
 
-def int4_wgmma_variant(block_n: int, block_m: int, split_k: int, warps: int, zero: bool, pdl: bool = False):
+def int4_wgmma_variant(block_n: int, block_m: int, split_k: int, warps: int, zero: bool, pdl: bool = False,
+                       xg: int = 0):  # fmt: skip
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
            "y_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
            "stride_xm": "i32", "stride_ym": "i32", "stride_sg": "i32", "stride_sn": "i32"}  # fmt: skip
-    cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, PDL=pdl)
+    cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, PDL=pdl, XG=xg)
     name = (f"int4 wgmma{' asym' if zero else ''} BLOCK_N={block_n} BLOCK_M={block_m} split {split_k} w{warps}"
-            f"{' pdl' if pdl else ''}")  # fmt: skip
+            f"{' pdl' if pdl else ''}{f' x ring {xg}' if xg else ''}")  # fmt: skip
     return name, int4_wgmma_kernel, sig, cex, warps
+
+
+def x_ring_groups(ring: int, groups: int, split: int) -> int:
+    """x's groups per cp.async chunk: the tile's `ring` halved until two chunks divide every K slice's groups
+    (the kernel runs pairs of whole chunks); 0 (x through registers) where not even two single groups do."""
+    per_split = -(-groups // split)
+    last = groups - (split - 1) * per_split
+    xg = ring
+    while xg and (per_split % (2 * xg) or last % (2 * xg)):
+        xg //= 2
+    return xg
 
 
 def int4_wgmma_matmul(x: torch.Tensor, w, out: torch.Tensor | None = None, cfg: SkinnyConfig | None = None
                       ) -> torch.Tensor:  # fmt: skip
     """y [M, N] = x [M, K] @ W^T (bf16), 1 <= M <= 64, W an Int4MmaWeight (fragment order; scales / zeros [G, N],
     bf16 scales). `cfg`: BLOCK_N (a multiple of 16 x warps, warps a multiple of 4), block_m 8 / 16 / 32 / 64,
-    split_k, num_warps, num_stages 1 (each MMA waited for)."""
+    split_k, num_warps, num_stages 1 (each MMA waited for), ring: x's groups per cp.async chunk (0: through
+    registers, two barriers a group)."""
     m, k = x.shape
     n = w.shape[0]
     if (k != w.shape[1] or k % GROUP_K or not 0 < m <= MAX_M or x.dtype != torch.bfloat16
@@ -175,10 +274,11 @@ def int4_wgmma_matmul(x: torch.Tensor, w, out: torch.Tensor | None = None, cfg: 
         out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     grid = (-(-m // block_m), n // block_n, split)
     part, cnt = split_scratch(split, m, n, grid[0] * grid[1], x, out)
+    xg = x_ring_groups(cfg.ring, k // GROUP_K, split)
     int4_wgmma_kernel[grid](
         x, w.words, w.scales, w.zeros if w.zeros is not None else w.scales, out, part, cnt, m, n, k,
         x.stride(0), out.stride(0), n, 1,
-        HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split,
+        HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split, XG=xg,
         num_warps=warps,
         **pdl_kwargs(x),
     )  # fmt: skip
