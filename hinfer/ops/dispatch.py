@@ -61,14 +61,17 @@ def warn_fallback(op: str, why: str) -> None:
 
 
 # the launch-saving fused paths and the most token rows each takes by default (None: any, 0: off).
-# Measured on the H200 (bench/RESULTS.md): the experts' slot sum in the down launch and the int4 kernel's tail
-# rows help at one row and cost 1-3% at eight (their serial last-program work grows with the rows); the router in
-# the norm's launch gains 8% / 3% at 1 / 8 lanes (35B-A3B). The norm in an input projection's launch measured
-# slower in both its forms (a prologue pass over K; the rows' rstd after the product) and was removed. A token's
-# route in its int4 experts' gate_up launch gains 4% / 3% at one lane (35B-A3B / 122B-A10B), and again in the
-# down launch (its weights then ahead of the PDL wait) 0.8% / 0.2%
-FUSIONS: dict[str, int | None] = {"slot_sum": 1, "tail": 1, "gate": None, "norm_linear": 8, "route": 1,
-                                  "down_route": 1, "route_align": 0}
+# Measured on the H200 (bench/RESULTS.md): the experts' slot sum in the down launch helps at one row and costs
+# 1-3% at eight (its serial last-program work grows with the rows); the int4 kernel's tail rows, now a block of
+# rows at once, gain 2.5% at eight lanes (35B-A3B, 1,896 -> 1,943 tok/s), so on up to 8 rows; the router in the
+# norm's launch gains 8% / 3% at 1 / 8 lanes (35B-A3B). The norm in an input projection's launch measured slower
+# in both its forms (a prologue pass over K; the rows' rstd after the product) and was removed. A token's route
+# in its int4 experts' gate_up launch gains 4% / 3% at one lane (35B-A3B / 122B-A10B), and again in the down
+# launch (its weights then ahead of the PDL wait) 0.8% / 0.2%. The route and the alignment of a few tokens' pairs
+# in one single-program launch measured slower (35B-A3B eight lanes 1,896 -> 1,756 tok/s, 122B-A10B with the
+# tail rows 792 -> 780) and was removed.
+FUSIONS: dict[str, int | None] = {"slot_sum": 1, "tail": 8, "gate": None, "norm_linear": 8, "route": 1,
+                                  "down_route": 1}
 
 
 def launch_fusions(name: str, rows: int) -> bool:
@@ -76,8 +79,7 @@ def launch_fusions(name: str, rows: int) -> bool:
     experts' down launch, `tail` the int4 kernel's bf16 tail rows (the GDN in_proj's b / a), `gate` the
     attention output gate in the decode kernels, `norm_linear` a MoE layer's router in its residual-add +
     RMSNorm launch, `route` a token's route in its int4 experts' gate_up launch, `down_route` that token's route
-    again in the down launch (with `route`), so that the down's weights go ahead of its PDL wait, `route_align`
-    the route and the alignment of a few tokens' pairs in one launch (off until measured on a GPU).
+    again in the down launch (with `route`), so that the down's weights go ahead of its PDL wait.
     HINFER_FUSE_LAUNCHES: 1 (default) each up to its rows in FUSIONS, 0 none (the separate kernels, to compare or to fall back), or a
     comma list of the names on at any rows. Read at every call, so a test or a bench can flip it."""
     if name not in FUSIONS:

@@ -298,7 +298,7 @@ def test_int4_mma_bf16_tail_rows_in_the_same_launch(tile, monkeypatch):
         assert torch.equal(out[:, :n], head), f"int4 columns, M={m}"
         assert _rel(out[:, n:], x.float() @ tail.float().T) < REL, f"tail columns, M={m}"
     x = torch.randn(4, k, generator=g, device="cuda").bfloat16()
-    monkeypatch.setenv("HINFER_FUSE_LAUNCHES", "tail")  # the fused path at 4 rows too (by default: one row)
+    monkeypatch.setenv("HINFER_FUSE_LAUNCHES", "tail")  # the fused path at any rows (by default: up to 8)
     split_w = RowSplitWeight(mw, tail)
     want = torch.cat([mw.matmul(x), torch.nn.functional.linear(x, tail)], dim=-1)
     y = split_w.matmul(x)

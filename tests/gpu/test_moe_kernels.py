@@ -271,30 +271,6 @@ def test_experts_int4_gate_up_routes_one_token(tm, weights, seed, monkeypatch):
         assert rel <= 1e-2, f"{name} trial {trial}: layer output rel-L2 {rel:.3g}, seed {seed}"
 
 
-@pytest.mark.parametrize("t", [2, 8, 32])
-def test_experts_int4_route_and_align_in_one_launch(tm, weights, seed, monkeypatch, t):
-    """A few tokens routed and their pairs aligned in one launch (`route_align`): the layer's output equals the
-    route kernel + alignment launches' bit for bit (the same ids and weights; an expert's pairs in another order
-    inside its block change no row), in a CUDA graph too."""
-    name, wgu, wd = weights
-    gu, dn = _int4_experts(wgu), _int4_experts(wd)
-    x = torch.randn(t, wgu.shape[2], device="cuda").bfloat16()
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    logits = (torch.randn(t, E, device="cuda", generator=gen) * 3).bfloat16()
-    monkeypatch.setenv("HINFER_FUSE_LAUNCHES", "gate,norm_linear")
-    want = tm.moe_route_experts(x, logits, gu, dn, K, shared=True)
-    monkeypatch.setenv("HINFER_FUSE_LAUNCHES", "gate,norm_linear,route_align")
-    got = tm.moe_route_experts(x, logits, gu, dn, K, shared=True)
-    assert torch.equal(got, want), f"{name} T={t}: {(got.float() - want.float()).abs().max().item()}, seed {seed}"
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        in_graph = tm.moe_route_experts(x, logits, gu, dn, K, shared=True)
-    graph.replay()
-    torch.cuda.synchronize()
-    monkeypatch.delenv("HINFER_FUSE_LAUNCHES")
-    assert torch.equal(in_graph, want), f"{name} T={t}: the graph's output differs, seed {seed}"
-
-
 def test_experts_int4_down_routes_in_a_pdl_graph(tm, weights, seed, monkeypatch):
     """One token through a chain of MoE layers (residual add + norm + router in one launch, then the int4 experts
     routed in their gate_up launch), captured in a CUDA graph with programmatic dependent launch: with the down

@@ -42,7 +42,7 @@ def _poison(shape, dtype, device):
 def tm(interpreter, monkeypatch):
     """The Triton MoE module, interpreted, with the outputs and scratch it allocates poisoned."""
     assert interpreted(_mod("moe_gemm")._gate_up_kernel)
-    for name in ("moe", "moe_route", "moe_align", "moe_route_align"):
+    for name in ("moe", "moe_route", "moe_align"):
         monkeypatch.setattr(_mod(name), "_empty", _poison)
     return _mod("moe")
 
@@ -174,35 +174,6 @@ def test_align_groups_every_pair_once(tm, seed, monkeypatch, large, t, bm):
     assert sorted(seen) == list(range(t * k)), f"seed {seed}"
     used = [b for b in range(al.n_blocks) if al.bexp[b] >= 0]
     assert used == list(range(len(used))), "used blocks come first"
-
-
-@pytest.mark.parametrize("shared", [False, True])
-@pytest.mark.parametrize(("t", "e", "k", "bm"), [(1, 8, 2, 8), (3, 8, 3, 8), (8, 64, 8, 8), (17, 16, 4, 16)])
-def test_route_align_is_route_then_align(tm, seed, shared, t, e, k, bm):
-    """One launch routing the tokens and grouping their pairs: the route kernel's weights and ids exactly, and
-    the alignment's blocks (expert, rows) exactly, each block's pairs the same set as align's."""
-    ra, al_mod = _mod("moe_route_align"), _mod("moe_align")
-    logits = _distinct_logits(t, e, torch.bfloat16)
-    if shared:  # the folded shared expert's gate, one more column
-        logits = torch.cat([logits, torch.randn(t, 1).bfloat16()], dim=1)
-    w, ids, al = ra.route_align(logits, k, shared, bm)
-    w_ref, ids_ref = tm.moe_route(logits, k, shared)
-    assert torch.equal(ids, ids_ref) and torch.equal(w, w_ref), f"seed {seed}"
-    want = al_mod.align(ids_ref, e + shared, bm)
-    assert torch.equal(al.bexp, want.bexp) and al.n_blocks == want.n_blocks, f"seed {seed}"
-    for b in range(al.n_blocks):
-        if al.bexp[b] < 0:
-            continue
-        rows = al.brows[b].item()
-        assert rows == want.brows[b].item(), f"seed {seed}"
-        got_pairs = sorted(al.sorted[b * bm : b * bm + rows].tolist())
-        assert got_pairs == sorted(want.sorted[b * bm : b * bm + rows].tolist()), f"seed {seed}"
-
-
-def test_route_align_refuses_large_batches(tm):
-    ra = _mod("moe_route_align")
-    with pytest.raises(ValueError, match="tokens"):
-        ra.route_align(torch.randn(ra.MAX_TOKENS + 1, 8).bfloat16(), 2, False, 8)
 
 
 # ---------------------------------------------------------------------------------------------- experts
@@ -411,9 +382,6 @@ def _compile_all() -> None:
     cases.append(
         (mr._route_kernel, dict(TOPK=8, TOPK_P=8, BLOCK_T=4, BLOCK_E=256, EMU=False), {"w_ptr": bf}, None)
     )
-    ra = dict(TOPK=8, TOPK_P=8, BLOCK_T=4, BLOCK_E=256, EMU=False, SHARED=True, BM=8, E_P=512, BP=128, BJ=1,
-              BF=128)  # fmt: skip
-    cases.append((_mod("moe_route_align")._route_align_kernel, ra, {"w_ptr": bf}, None))
     t8 = mc.pick_config(8, 8, 256, 2048, 512).gate_up  # programmatic dependent launch on a decode kernel
     c = dict(flags, FMT=0, HAS_ZERO=False, TOPK=8, DIRECT=False, SWAP=True, EVEN_K=True, PDL=True)
     cases.append(

@@ -28,13 +28,11 @@ import hinfer.ops.triton.moe_gemm as mg
 from hinfer.ops.dispatch import launch_fusions
 from hinfer.ops.triton.common import GROUP, interpreted, pdl_kwargs
 from hinfer.ops.triton.linear_int4 import fast_int4_ok
-from hinfer.ops.triton.moe_align import Alignment, align
+from hinfer.ops.triton.moe_align import align
 from hinfer.ops.triton.moe_common import _empty
 from hinfer.ops.triton.moe_int4 import Int4Experts
 from hinfer.ops.triton.moe_int4_mma import GROUP_K, MAX_PAIRS, experts_mma
 from hinfer.ops.triton.moe_route import moe_route
-from hinfer.ops.triton.moe_route_align import MAX_TOKENS as ROUTE_ALIGN_TOKENS
-from hinfer.ops.triton.moe_route_align import route_align
 from hinfer.ops.triton.tiles.forms import MoeConfig
 from hinfer.ops.triton.tiles.moe import BF16, FP8, INT4, clamp_to_shape, pick_config
 
@@ -142,12 +140,11 @@ def direct_pairs() -> int:
 
 
 def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, out: torch.Tensor,
-                 logits: torch.Tensor | None = None, al: Alignment | None = None) -> torch.Tensor:  # fmt: skip
+                 logits: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
     """gate_up and down through the tensor-core kernel (moe_int4_mma.py): gate_up writes SiLU-mul's output, the
     down sums the slots. With `logits` (one token; slot k - 1 the folded shared expert) the gate_up launch routes
     the token itself and writes the ids and weights the down reads (`tw`, `ids` are then None); the down routes
-    it again (`down_route`) to read its weights before it waits for the gate_up. `al`: the pairs' alignment,
-    made with the route (moe_route_align), else aligned here."""
+    it again (`down_route`) to read its weights before it waits for the gate_up."""
     pairs, h, bm = t * k, x.shape[1], EXPERTS_BLOCK_M
     route = {}
     if logits is not None:
@@ -156,8 +153,7 @@ def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, o
     if t == 1 or pairs <= direct_pairs():  # block b = pair b (an expert two tokens share is read twice)
         blocks, sorted_, bexp, brows, direct = pairs, ids, ids, ids, True
     else:
-        if al is None:
-            al = align(ids.view(t, k), gu.shape[0], bm, pdl=True)  # launched under the route kernel's tail
+        al = align(ids.view(t, k), gu.shape[0], bm, pdl=True)  # launched under the route kernel's tail
         blocks, sorted_, bexp, brows, direct = al.n_blocks, al.sorted, al.bexp, al.brows, False
     hid = _empty((pairs, gu.shape[1] // 2), x.dtype, x.device)
     experts_mma(x, gu, hid, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=k, act=True, **route)
@@ -176,20 +172,13 @@ def moe_route_experts(
     shared: bool = False,
 ) -> torch.Tensor:  # fmt: skip
     """moe_route then moe_experts; at one token with int4 experts on tensor cores and a folded shared expert,
-    the `route` launch fusion (hinfer.ops.dispatch.FUSIONS) lets the gate_up launch route the token itself; at
-    more (up to moe_route_align.MAX_TOKENS), `route_align` routes and aligns the pairs in one launch."""
+    the `route` launch fusion (hinfer.ops.dispatch.FUSIONS) lets the gate_up launch route the token itself."""
     t, k = x.shape[0], top_k + shared
-    fuse_route = shared and t == 1 and launch_fusions("route", t)
-    fuse_align = 1 < t <= ROUTE_ALIGN_TOKENS and t * k > direct_pairs() and launch_fusions("route_align", t)
-    if ((fuse_route or fuse_align) and _fmt(w_gate_up) == INT4 and router_logits.dtype == torch.bfloat16
-            and mma_experts_fit(x, w_gate_up, w_down, t * k)):  # fmt: skip
+    if (shared and t == 1 and launch_fusions("route", t) and _fmt(w_gate_up) == INT4
+            and router_logits.dtype == torch.bfloat16 and mma_experts_fit(x, w_gate_up, w_down, k)):  # fmt: skip
         out = _empty((t, x.shape[1]), x.dtype, x.device)
-        if fuse_route:
-            return _experts_mma(_unit_last(x), w_gate_up, w_down, None, None, t, k, out,
-                                logits=router_logits.contiguous())  # fmt: skip
-        top_w, top_i, al = route_align(router_logits, top_k, shared, EXPERTS_BLOCK_M)
-        return _experts_mma(_unit_last(x), w_gate_up, w_down, top_w.reshape(-1), top_i.reshape(-1), t, k, out,
-                            al=al)  # fmt: skip
+        return _experts_mma(_unit_last(x), w_gate_up, w_down, None, None, t, k, out,
+                            logits=router_logits.contiguous())  # fmt: skip
     top_w, top_i = moe_route(router_logits, top_k, shared)
     return moe_experts(x, w_gate_up, w_down, top_w, top_i)
 
