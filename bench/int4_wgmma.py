@@ -6,7 +6,7 @@ M, the mma.sync time, the best wgmma tile and both as a share of the copy bandwi
 HINFER_TILES reads them, and prints them as tuned.py lines: an entry is also where the kernel takes over.
 
     python bench/int4_wgmma.py [--ms 1,2,4,8,16,32] [--shapes qkv,gdn_in,gate_up,o_proj,down | --config NAME]
-                               [--rings 0,1,2,4] [--json out.json] [--tiles tiles.json]
+                               [--rings 0,1,2,4] [--regs 0,80] [--json out.json] [--tiles tiles.json]
 """
 
 from __future__ import annotations
@@ -27,24 +27,25 @@ from bench.linear_kernels import SHAPES, _copies, _gen, copy_bandwidth, graph_ti
 from bench.tile_sweep import time_tiles  # noqa: E402
 
 
-def candidates(m: int, n: int, k: int, rings: tuple[int, ...] = (0,)) -> list:
+def candidates(m: int, n: int, k: int, rings: tuple[int, ...] = (0,), regs: tuple[int, ...] = (0,)) -> list:
     """wgmma tiles (SkinnyConfig: BLOCK_N, 128, BLOCK_M, split, warps, 1, ring): 64 rows of W per warpgroup and
     repeat, x's rows padded (or half that from 16 rows), K splits leaving >= 4 groups each; x through registers
-    (ring 0) or copied `ring` groups at a time (cp.async), where that many fit the slices."""
+    (ring 0) or copied `ring` groups at a time (cp.async), where that many fit the slices; registers capped at
+    each of `regs` (0: the compiler's count)."""
     from hinfer.ops.triton.linear_int4_wgmma import x_ring_groups
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
     from hinfer.ops.triton.tiles.linear import mma_block_m
 
     padded = mma_block_m(m)
     out = []
-    for block_m, (block_n, warps), split, ring in itertools.product(
-        dict.fromkeys((padded, max(8, padded // 2))), ((64, 4), (128, 4), (128, 8), (256, 8)), (1, 2, 4), rings
+    for block_m, (block_n, warps), split, ring, max_regs in itertools.product(
+        dict.fromkeys((padded, max(8, padded // 2))), ((64, 4), (128, 4), (128, 8), (256, 8)), (1, 2, 4), rings, regs
     ):
         if n % block_n or k // 128 // split < 4 or x_ring_groups(ring, k // 128, split) != ring:
             continue
         if split > 1 and (n // block_n) * split * -(-m // block_m) > 2 * 132:  # splits only to fill the SMs
             continue
-        out.append(SkinnyConfig(block_n, 128, block_m, split, warps, 1, ring))
+        out.append(SkinnyConfig(block_n, 128, block_m, split, warps, 1, ring, max_regs=max_regs))
     return out
 
 
@@ -63,6 +64,7 @@ def main() -> None:
     ap.add_argument("--tiles", type=Path, help="write the winning wgmma entries here (HINFER_TILES form)")
     ap.add_argument("--margin", type=float, default=0.03, help="how much faster than mma.sync an entry must be")
     ap.add_argument("--rings", default="0", help="x's groups per cp.async chunk to try (0: x through registers)")
+    ap.add_argument("--regs", default="0", help="register caps to try (maxnreg; 0: the compiler's count)")
     a = ap.parse_args()
     bw = copy_bandwidth()
     g = _gen(4)
@@ -78,7 +80,7 @@ def main() -> None:
             x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
             want = (x.float() @ w.dequantize(torch.bfloat16).float().t())
             mma_t = graph_time(lambda wt, x=x: int4_mma_matmul(x, wt), weights)
-            cands = candidates(m, n, k, tuple(int(v) for v in a.rings.split(",")))
+            cands = candidates(m, n, k, tuple(int(v) for v in a.rings.split(",")), tuple(int(v) for v in a.regs.split(",")))
             if wgmma_swept_faster(m, n, k):  # the packaged tile first: the others are timed against it
                 cands = [wgmma_config(m, n, k), *(c for c in cands if c != wgmma_config(m, n, k))]
 

@@ -68,7 +68,9 @@ def test_int4_wgmma_27b_shapes(name, zero_point):
                                   (128, 16, 1, 8), (256, 8, 4, 8), (128, 8, 2, 8), (128, 32, 2, 8),
                                   # x copied 1-4 groups at a time (the qkv's 40 groups: slices of 40, 20, 10)
                                   (128, 32, 1, 8, 4), (64, 8, 2, 4, 2), (128, 16, 4, 4, 1), (256, 64, 1, 8, 2),
-                                  (128, 32, 2, 8, 4)])  # fmt: skip
+                                  (128, 32, 2, 8, 4),
+                                  # registers capped (maxnreg)
+                                  (128, 32, 2, 8, 1, 80), (64, 32, 1, 4, 0, 96)])  # fmt: skip
 def test_int4_wgmma_tiles(tile):
     """Given tiles: BLOCK_N (one or more warpgroups, repeated), rows of x in one or several blocks, K splits
     reduced by the last program (the arrival counters left zeroed), x through registers or a cp.async ring,
@@ -77,8 +79,8 @@ def test_int4_wgmma_tiles(tile):
     from hinfer.ops.triton.linear_splitk import counter_buffer
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
 
-    block_n, block_m, split, warps, *ring = tile
-    cfg = SkinnyConfig(block_n, 128, block_m, split, warps, 1, *ring)
+    block_n, block_m, split, warps, ring, regs = (*tile, 0, 0)[:6]
+    cfg = SkinnyConfig(block_n, 128, block_m, split, warps, 1, ring, max_regs=regs)
     n, k = SHAPES["qkv"]
     g = _gen()
     mw = _weight(n, k, True, g)

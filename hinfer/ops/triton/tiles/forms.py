@@ -40,7 +40,7 @@ class SkinnyConfig:
     # int4_mma: each group's x loaded ahead of its MMA (with the register look-ahead's weights, or one group
     # ahead beside the ring) instead of just before it: more registers, so it wins at some shapes, loses at others
     x_ahead: bool = False
-    # int4_mma, moe_int4_mma: registers per thread capped at this (ptxas maxnreg; 0: the compiler's count).
+    # int4_mma, int4_wgmma, moe_int4_mma: registers per thread capped at this (ptxas maxnreg; 0: the compiler's count).
     # Registers go to warps in steps of 256, so a kernel a few over 96 at 4 warps fits 4 programs an SM, not 5
     max_regs: int = 0
     # int4_mma with a ring and x_ahead: two groups to a slot (`ring` slots of two), one barrier per two groups
