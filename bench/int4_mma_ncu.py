@@ -34,8 +34,8 @@ def main() -> None:
     ap.add_argument("--m", type=int, default=1)
     ap.add_argument("--tile", help="BLOCK_N,BLOCK_M,split,warps,depth[,ring[,fma_offset]]")
     ap.add_argument("--launches", type=int, default=4)
-    ap.add_argument("--wgmma", action="store_true", help="the warpgroup-MMA kernel (int4_wgmma_kernel) at its "
-                    "packaged tile instead (8-64 rows)")  # fmt: skip
+    ap.add_argument("--wgmma", action="store_true", help="the warpgroup-MMA kernel (int4_wgmma_kernel) instead, at "
+                    "its packaged tile or --tile (8-64 rows)")  # fmt: skip
     a = ap.parse_args()
     shapes = config_shapes(a.config) if a.config else [s for s in SHAPES if s[0] != "lm_head"]
     if a.shape not in [s[0] for s in shapes]:
@@ -52,7 +52,7 @@ def main() -> None:
         from hinfer.ops.triton.linear_int4_wgmma import int4_wgmma_matmul
         from hinfer.ops.triton.tiles.linear import wgmma_config
 
-        cfg = wgmma_config(a.m, n, k)
+        cfg = cfg if a.tile else wgmma_config(a.m, n, k)  # its tiles: depth 1, ring = x's groups per chunk
         run = int4_wgmma_matmul
     else:
         run = int4_mma_matmul
