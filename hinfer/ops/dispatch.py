@@ -64,8 +64,7 @@ def warn_fallback(op: str, why: str) -> None:
 # Measured on the H200 (bench/RESULTS.md): the experts' slot sum in the down launch helps at one row and costs
 # 1-3% at eight (its serial last-program work grows with the rows); the int4 kernel's tail rows, now a block of
 # rows at once, gain 2.5% / 3.7% at eight lanes (35B-A3B / 122B-A10B) and cost a 27B MTP round's 4 verified rows
-# about 1%, so on up to 8 rows; the router in the
-# norm's launch gains 8% / 3% at 1 / 8 lanes (35B-A3B). The norm in an input projection's launch measured slower
+# about 1%, so on up to 8 rows; the router in the norm's launch gains 8% / 3% at 1 / 8 lanes (35B-A3B). The norm in an input projection's launch measured slower
 # in both its forms (a prologue pass over K; the rows' rstd after the product) and was removed. A token's route
 # in its int4 experts' gate_up launch gains 4% / 3% at one lane (35B-A3B / 122B-A10B), and again in the down
 # launch (its weights then ahead of the PDL wait) 0.8% / 0.2%. The route and the alignment of a few tokens' pairs
