@@ -6,9 +6,11 @@ its bytes, sets the time. Here the scale goes into the A operand instead: each w
 round((u - z) * s) in bf16 (two exact-then-rounded bf16x2 fmas after Marlin's unpack: the value
 Int4MmaWeight.dequantize gives), so the groups chain into one accumulator through `wgmma` (m64nBLOCK_Mk16, A from
 registers: the fragments the unpack yields are wgmma's register-A layout, which convert_layout(...,
-assert_trivial=True) proves) with no per-group fp32 work and no ones MMA. x goes through shared memory, one
-128-wide group at a time (B, K-major), its columns in the fragments' K order. Weights are loaded a group ahead into registers; split-K is reduced in
-the same launch by the last program to arrive, as the mma.sync kernel does.
+assert_trivial=True) proves) with no per-group fp32 work and no ones MMA. x goes through shared memory (B, K-major),
+its columns in the fragments' K order: a 128-wide group at a time through registers (two barriers a group), or,
+with the tile's `ring`, copied by cp.async a few groups at a time into two buffers a chunk ahead (one barrier a
+chunk, no registers for x). Weights are loaded a group ahead into registers; split-K is reduced in the same launch
+by the last program to arrive, as the mma.sync kernel does.
 
 One program owns BLOCK_N rows of W (64 per warpgroup and repeat), BLOCK_M rows of x and a 1/SPLIT_K slice of
 the groups. Reference: x @ Int4MmaWeight.dequantize(bf16)^T in fp32 (the same products, summed in another order).
