@@ -5,6 +5,7 @@
     python bench/attention_kernels.py --only prefill --sweep prefill  # tile sweep, 8K and 2K-over-30K
     python bench/attention_kernels.py --only decode --json bench/results/attn.json
     python bench/attention_kernels.py --only decode,prefill --kv-dtype int8   # KV caches in that format
+    python bench/attention_kernels.py --only decode --decode-case 8,131072,1  # one decode case (Nsight Compute)
 
 Times are medians of triton.testing.do_bench (L2 flushed before every call). Floors: memory-bound kernels
 bytes / 4.2e12 B/s (the measured device copy bandwidth), attention prefill FLOPs / 750e12 (cuBLAS bf16
@@ -146,8 +147,8 @@ DECODE_CASES = [(1, 1024, 1), (1, 32768, 1), (1, 131072, 1), (8, 1024, 1), (8, 3
 DECODE_SWEEP_CASES = [(1, 131072, 1), (8, 32768, 1), (8, 131072, 1), (64, 1024, 1), (8, 32768, 4)]
 
 
-def bench_decode(sweep: bool) -> None:
-    for b, ctx, ql in DECODE_SWEEP_CASES if sweep else DECODE_CASES:
+def bench_decode(sweep: bool, cases: list[tuple[int, int, int]] | None = None) -> None:
+    for b, ctx, ql in cases or (DECODE_SWEEP_CASES if sweep else DECODE_CASES):
         _decode_case(b, ctx, ql, sweep)
         torch.cuda.empty_cache()
 
@@ -254,11 +255,18 @@ def best(kind: str) -> None:
         print(f"  {'':28s} TUNED entry: {source_line(*key, tile).strip()}")
 
 
+def _case(text: str) -> tuple[int, int, int]:
+    b, ctx, q = (int(v) for v in text.split(","))
+    return b, ctx, q
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", choices=["norm", "rope", "decode", "prefill"], action="append")
     ap.add_argument("--sweep", choices=["decode", "prefill"], action="append", default=[])
     ap.add_argument("--json", type=Path, help="write the rows here")
+    ap.add_argument("--decode-case", type=_case, action="append",
+                    help="B,CTX,Q: this decode case instead of the list (repeatable; e.g. 8,131072,1 for Nsight Compute)")
     ap.add_argument("--kv-dtype", choices=CLI_KV_DTYPES, default="bf16",
                     help="KV-cache format of the decode and prefill cases (default bf16)")
     a = ap.parse_args()
@@ -272,7 +280,7 @@ def main() -> None:
     if "rope" in only:
         bench_rope()
     if "decode" in only:
-        bench_decode("decode" in a.sweep)
+        bench_decode("decode" in a.sweep, a.decode_case)
     if "prefill" in only:
         bench_prefill("prefill" in a.sweep)
     for kind in a.sweep:
