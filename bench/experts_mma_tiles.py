@@ -6,7 +6,8 @@ distinct experts per token, the folded shared expert's slot included) that the s
 Tiles: rows per program, warps, look-ahead depth and K splits. The winners print as TUNED entries (family moe_int4_mma; hinfer/ops/triton/tiles/tuned.py) and `--tuned-out`
 writes them for HINFER_TILES.
 
-    python bench/experts_mma_tiles.py [--model 35b 122b] [--t 1 8] [--json out.json] [--tuned-out t.json]
+    python bench/experts_mma_tiles.py [--model 35b 122b] [--t 1 8] [--splits 1,2,4] [--rings 0,3,4]
+                                      [--json out.json] [--tuned-out t.json]
 """
 
 from __future__ import annotations
@@ -34,14 +35,16 @@ BW = 4.2e12  # bytes/s the floors divide by (bench/moe_kernels.py's)
 BM = 8  # rows per aligned block (hinfer.ops.triton.moe._experts_mma)
 
 
-def candidates(n: int, k: int, splits: tuple[int, ...] = (1,)) -> list[SkinnyConfig]:
+def candidates(n: int, k: int, splits: tuple[int, ...] = (1,), rings: tuple[int, ...] = (0,)) -> list[SkinnyConfig]:
     """BLOCK_N x warps (16-row stripes split over the warps) x register look-ahead depth x K splits (at least two
-    128-groups each; split programs look 3 groups ahead)."""
+    128-groups each; split programs look 3 groups ahead), or instead of the look-ahead the words through a
+    cp.async ring of `ring` slots (rings > 0)."""
     out = []
     for block_n, warps, depth, split in itertools.product((32, 64, 128, 256), (1, 2, 4, 8), (2, 4), splits):
         if (n % block_n == 0 and block_n % (16 * warps) == 0 and block_n // (16 * warps) <= 4
                 and k // 128 >= 2 * split and (split == 1 or depth == 4)):  # fmt: skip
-            out.append(SkinnyConfig(block_n, 128, BM, split, warps, depth))
+            out += [SkinnyConfig(block_n, 128, BM, split, warps, depth, ring) for ring in rings
+                    if ring == 0 or depth == 4]  # fmt: skip
     return out
 
 
@@ -61,7 +64,8 @@ class Routing:
         self.flat, self.distinct = flat, torch.unique(flat).numel()
 
 
-def sweep(name: str, t: int, gen: torch.Generator, splits: tuple[int, ...] = (1,)) -> list[dict]:
+def sweep(name: str, t: int, gen: torch.Generator, splits: tuple[int, ...] = (1,),
+          rings: tuple[int, ...] = (0,)) -> list[dict]:  # fmt: skip
     m = MODELS[name]
     e, k, h, i = m["e"] + 1, m["k"] + 1, m["h"], m["i"]  # the shared expert folded in: expert E, slot k
     per_layer = e * 3 * h * i * 0.55
@@ -90,7 +94,7 @@ def sweep(name: str, t: int, gen: torch.Generator, splits: tuple[int, ...] = (1,
         default = experts_mma_tile(pairs, n, kk, blocks)
         distinct = sum(r.distinct for r in routes) / n_layers
         nbytes = distinct * n * kk * (0.5 + 3 / 128)  # words, bf16 scales and uint8 zeros per 128
-        timed = time_tiles(default, candidates(n, kk, splits),
+        timed = time_tiles(default, candidates(n, kk, splits, rings),
                            lambda cfg, run=run: _graph_us(lambda: run(cfg), n_layers), f"{name} {proj} T={t}")
         if timed is None:
             continue
@@ -115,6 +119,7 @@ def main() -> None:
     ap.add_argument("--model", choices=sorted(MODELS), nargs="*", default=["35b", "122b"])
     ap.add_argument("--t", type=int, nargs="*", default=[1, 8], help="tokens (pairs = tokens x (top k + 1))")
     ap.add_argument("--splits", default="1,2,4", help="K splits to try (1: none)")
+    ap.add_argument("--rings", default="0", help="cp.async ring slots for the words to try (0: the register look-ahead)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--tuned-out", type=Path, help="the winners as HINFER_TILES entries (family moe_int4_mma)")
@@ -124,7 +129,8 @@ def main() -> None:
     rows: list[dict] = []
     for name in a.model:
         for t in a.t:
-            rows += sweep(name, t, gen, tuple(int(v) for v in a.splits.split(",")))
+            rows += sweep(name, t, gen, tuple(int(v) for v in a.splits.split(",")),
+                          tuple(int(v) for v in a.rings.split(",")))  # fmt: skip
             if a.tuned_out:  # as it goes: a sweep cut short keeps what it measured
                 write(a.tuned_out, [r["entry"] for r in rows])
     print("\nTUNED entries (paste into hinfer/ops/triton/tiles/tuned.py):\n" + "\n".join(r["line"] for r in rows))

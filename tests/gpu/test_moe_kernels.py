@@ -357,6 +357,50 @@ def test_experts_int4_split_k(tm, weights, seed, t):
     assert not counter_buffer(x.device).any(), "arrival counters left set"
 
 
+@pytest.mark.parametrize("t", [1, 8, 32])
+def test_experts_int4_words_ring(tm, weights, seed, t):
+    """The tensor-core experts with the words streamed through a cp.async ring (the tile's `ring`) equal the
+    register look-ahead bit for bit at the same tile: the same groups in the same order through the same MMAs,
+    only where the words wait differs; with K splits too, repeatable, the arrival counters left zeroed."""
+    from hinfer.ops.triton.linear_splitk import counter_buffer
+    from hinfer.ops.triton.moe_align import align
+    from hinfer.ops.triton.moe_int4_mma import experts_mma
+    from hinfer.ops.triton.tiles.forms import SkinnyConfig
+
+    name, wgu, wd = weights
+    gu, dn = _int4_experts(wgu), _int4_experts(wd)
+    h, i = wgu.shape[2], wd.shape[2]
+    x = torch.randn(t, h, device="cuda").bfloat16()
+    hid = (torch.randn(t * K, i, device="cuda") * 2).bfloat16()
+    top_w, top_i = ref.moe_route_ref(torch.randn(t, E, device="cuda").bfloat16(), K)
+    ids, tw = top_i.reshape(-1).contiguous(), top_w.reshape(-1).float().contiguous()
+    if t == 1:
+        blocks, sorted_, bexp, brows, direct = K, ids, ids, ids, True
+    else:
+        al = align(top_i, E, 8)
+        blocks, sorted_, bexp, brows, direct = al.n_blocks, al.sorted, al.bexp, al.brows, False
+    args = (blocks, 8, ids, sorted_, bexp, brows, direct)
+    for block_n, warps, split, ring in ((128, 4, 1, 4), (64, 2, 1, 3), (128, 4, 2, 4), (64, 1, 4, 2)):
+        look = SkinnyConfig(block_n, 128, 8, split, warps, 4)
+        ringed = SkinnyConfig(block_n, 128, 8, split, warps, 4, ring)
+        outs = {}
+        for label, cfg in (("look-ahead", look), ("ring", ringed), ("ring again", ringed)):
+            a = experts_mma(x, gu, torch.full((t * K, i), float("nan"), device="cuda").bfloat16(), *args, xdiv=K,
+                            cfg=cfg, act=True)  # fmt: skip
+            b = experts_mma(hid, dn, torch.full((t * K, h), float("nan"), device="cuda").bfloat16(), *args, xdiv=1,
+                            tw=tw, cfg=cfg)  # fmt: skip
+            outs[label] = (a, b)
+        for what, j in (("gate_up", 0), ("down", 1)):
+            want = outs["look-ahead"][j]
+            assert torch.isfinite(want).all(), f"{name} {what} T={t}: unwritten rows, seed {seed}"
+            for label in ("ring", "ring again"):
+                got = outs[label][j]
+                assert torch.equal(got, want), (f"{name} {what} T={t} {ringed}: {label} differs by "
+                                                f"{(got.float() - want.float()).abs().max().item()}, seed {seed}")  # fmt: skip
+    torch.cuda.synchronize()
+    assert not counter_buffer(x.device).any(), "arrival counters left set"
+
+
 @pytest.mark.parametrize("t", [1, 3, 8])
 def test_experts_int4_down_sums_the_slots(tm, weights, seed, t, monkeypatch):
     """The tensor-core down launch that also sums each token's slots (the last program of an N tile to finish does)

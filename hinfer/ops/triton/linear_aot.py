@@ -40,7 +40,8 @@ from hinfer.ops.triton.tiles.forms import BF16, FP8_BLOCK, FP8_ROW, INT4
 from hinfer.ops.triton.tiles.linear import gemm_config, heuristic_config
 
 TARGET = GPUTarget("cuda", 90, 64)
-_DIV16 = {"N", "K", "stride_xm", "stride_ym", "stride_wn", "stride_am", "stride_cm", "stride_qm", "stride_sg"}
+_DIV16 = {"N", "K", "stride_xm", "stride_ym", "stride_wn", "stride_am", "stride_cm", "stride_qm", "stride_sg",
+          "stride_we", "stride_se"}
 _W = {BF16: "*bf16", FP8_ROW: "*fp8e4nv", FP8_BLOCK: "*fp8e4nv", INT4: "*i32"}
 _S = {BF16: "*bf16", FP8_ROW: "*fp32", FP8_BLOCK: "*fp32", INT4: "*bf16"}
 Variant = tuple[str, object, dict, dict, int, int]
@@ -238,6 +239,11 @@ def variants(full: bool = False) -> Iterator[Variant]:
               experts_mma_variant(128, 8, 2, True, False, 1, True, depth=2, pdl=True, topk=9),
               experts_mma_variant(64, 8, 2, True, False, 1, True, depth=4, pdl=True, split=2, topk=9),
               experts_mma_variant(256, 8, 8, True, True, 1, True, depth=2, pdl=True, topk=9),
+              # the words through a cp.async ring instead of the register look-ahead (eight tokens; one routed)
+              experts_mma_variant(128, 8, 4, True, False, 9, False, depth=4, pdl=True, act=True, ring=4),
+              experts_mma_variant(64, 8, 2, True, False, 1, True, depth=4, pdl=True, ring=3),
+              experts_mma_variant(128, 8, 4, True, True, 9, False, depth=4, pdl=True, split=4, act=True, route=8,
+                                  ring=4),
               # one token routed in the gate_up launch (the `route` launch fusion)
               experts_mma_variant(128, 8, 4, True, True, 9, False, depth=4, pdl=True, split=4, act=True, route=8),
               experts_mma_variant(128, 8, 4, True, True, 9, False, depth=4, pdl=True, split=2, act=True, route=8),

@@ -24,11 +24,14 @@ import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
 from hinfer.ops.triton.common import pdl_kwargs
 from hinfer.ops.triton.linear_int4_mma import (
     GROUP,
     GROUP_K,
+    _flat_smem,
+    _group,
     _iota4,
     _k_loop,
     _mma_layout,
@@ -50,6 +53,55 @@ SUM_COUNTERS = gl.constexpr(COUNTERS // 2)  # the slot sum's arrival counters (o
 
 
 @gluon.jit
+def _row_scales(s_ptrs, z_rows, g, HAS_ZERO: gl.constexpr):
+    """Group g's scales (fp32) and offsets 128 + z of the tile's rows (the row layout: scales [N, G])."""
+    s = gl.load(s_ptrs + g).to(gl.float32)
+    if HAS_ZERO:
+        c = gl.load(z_rows + g).to(gl.float32) + 128.0
+    else:
+        c = gl.full(s.shape, 136.0, gl.float32, layout=s.type.layout)
+    return s, c
+
+
+@gluon.jit
+def _k_loop_words_ring(w_ptrs, s_ptrs, z_rows, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
+                       HAS_ZERO: gl.constexpr, RING: gl.constexpr, GW: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
+    """linear_int4_mma._k_loop (row layout, the ones MMA for the offset) with the words streamed through a
+    cp.async ring of RING slots: RING - 1 groups in flight without holding them in registers (the register
+    look-ahead's 255 registers kept about seven warps on an SM at eight tokens). Each thread copies and later
+    reads back its own 16 bytes a stripe; the barrier a group keeps a slot from being refilled before every
+    thread has read it. The scales and zero points stay a group ahead in registers: in the row layout a
+    group's are 2-byte values a row apart, too small for cp.async."""
+    W: gl.constexpr = gl.num_warps()
+    MMA: gl.constexpr = _mma_layout(W)
+    DOT_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
+    DOT_B: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
+    acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
+    zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
+    ones = gl.full([BLOCK_N, GROUP], 1.0, gl.bfloat16, layout=DOT_A)
+    last = gl.maximum(g_hi - 1, 0)  # clamped copies re-read the last group (never used) instead of branching
+    w_smem = gl.allocate_shared_memory(gl.int32, [RING, BLOCK_N // 16, 2, 32, 4], _flat_smem(4))
+    for i in gl.static_range(RING - 1):  # the weights go ahead of the PDL wait (nothing writes them)
+        async_copy.async_copy_global_to_shared(w_smem.index(i), w_ptrs + gl.minimum(g_lo + i, last) * GW)
+        async_copy.commit_group()
+    s0, c0 = _row_scales(s_ptrs, z_rows, gl.minimum(g_lo, last), HAS_ZERO)
+    _pdl_start(PDL)
+    for g in range(g_lo, g_hi):
+        j = g - g_lo
+        async_copy.wait_group(RING - 2)  # this thread's copy of group g has landed
+        gl.thread_barrier()  # and every thread has read the slot refilled next (group g - 1's)
+        nxt = j + RING - 1
+        async_copy.async_copy_global_to_shared(w_smem.index(nxt % RING), w_ptrs + gl.minimum(g_lo + nxt, last) * GW)
+        async_copy.commit_group()
+        words = w_smem.index(j % RING).load(_words_layout(W))
+        s1, c1 = _row_scales(s_ptrs, z_rows, gl.minimum(g + 1, last), HAS_ZERO)
+        acc = _group(acc, words, s0, c0, c0, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, True, True)
+        s0, c0 = s1, c1
+    async_copy.wait_group(0)
+    return acc
+
+
+@gluon.jit
 def int4_mma_experts_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, tw_ptr, ids_ptr, sorted_ptr, bexp_ptr, brows_ptr, part_ptr, cnt_ptr,
     out_ptr, N, K, P, stride_xm, stride_ym, stride_we, stride_se, stride_sn, stride_om,
@@ -57,7 +109,7 @@ def int4_mma_experts_kernel(
     DIRECT: gl.constexpr, XDIV: gl.constexpr, ROW_SCALE: gl.constexpr,
     PDL: gl.constexpr = False, SPLIT_K: gl.constexpr = 1, SUM: gl.constexpr = False, TOPK: gl.constexpr = 1,
     TOPK_P: gl.constexpr = 1, ACT: gl.constexpr = False, logits_ptr=None, n_experts=0,
-    ROUTE: gl.constexpr = 0, BLOCK_E: gl.constexpr = 256, EARLY: gl.constexpr = False,
+    ROUTE: gl.constexpr = 0, BLOCK_E: gl.constexpr = 256, EARLY: gl.constexpr = False, RING: gl.constexpr = 0,
 ):  # fmt: skip
     W: gl.constexpr = gl.num_warps()
     S: gl.constexpr = BLOCK_N // 16
@@ -101,7 +153,9 @@ def int4_mma_experts_kernel(
         else:
             w_rows = stripe * 16 + _iota4(2, 1, LW) * 8 + lane // 4
         w_base = w_ptr + e.to(gl.int64) * stride_we
-        w_ptrs = w_base + w_rows.to(gl.int64) * (K // 8) + (lane % 4) * 4 + _iota4(4, 3, LW)
+        # a row's K // 8 words written as (K // 32) * 4 so that each thread's 4 words are known 16-byte aligned
+        # (K % 128 == 0): one 16-byte load or copy, not two of 8
+        w_ptrs = w_base + w_rows.to(gl.int64) * (K // 32 * 4) + (lane % 4) * 4 + _iota4(4, 3, LW)
         rows = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         cols = rows  # y's column of each tile row
         if ACT:
@@ -114,8 +168,12 @@ def int4_mma_experts_kernel(
         g_lo = gl.program_id(2) * per_split
         g_hi = gl.minimum(g_lo + per_split, K // GROUP)
         # EARLY: the loop waits (PDL) after issuing its first groups' weights
-        acc = _k_loop(w_ptrs, s_ptrs, z_rows, z_rows, 1, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO,
-                      True, DEPTH, True, GROUP // 8, PDL and EARLY)  # fmt: skip
+        if RING:
+            acc = _k_loop_words_ring(w_ptrs, s_ptrs, z_rows, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO, RING,
+                                     GROUP // 8, PDL and EARLY)  # fmt: skip
+        else:
+            acc = _k_loop(w_ptrs, s_ptrs, z_rows, z_rows, 1, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO,
+                          True, DEPTH, True, GROUP // 8, PDL and EARLY)  # fmt: skip
         out_mask = (ym < nrows)[None, :] & (rows < N)[:, None]
         y_off = py[None, :].to(gl.int64) * stride_ym + cols[:, None]
         if SPLIT_K == 1:
@@ -233,7 +291,7 @@ def _stripe_halves(t):
 def experts_mma_variant(block_n: int, block_m: int, warps: int, zero: bool, direct: bool, xdiv: int,
                         row_scale: bool, depth: int = 2, pdl: bool = False,
                         split: int = 1, topk: int = 0, act: bool = False,
-                        route: int = 0, early: bool = False):  # fmt: skip
+                        route: int = 0, early: bool = False, ring: int = 0):  # fmt: skip
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot); `route`: the
     top k of a launch that routes its token itself; `early`: its weights ahead of the PDL wait."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
@@ -243,9 +301,10 @@ def experts_mma_variant(block_n: int, block_m: int, warps: int, zero: bool, dire
            "stride_sn": "i32", "stride_om": "i32", "logits_ptr": "*bf16", "n_experts": "i32"}  # fmt: skip
     cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, DEPTH=depth, DIRECT=direct, XDIV=xdiv,
                ROW_SCALE=row_scale, PDL=pdl, SPLIT_K=split, SUM=topk > 0, TOPK=max(topk, route, 1),
-               TOPK_P=1 << (max(topk, 1) - 1).bit_length(), ACT=act, ROUTE=route, BLOCK_E=256, EARLY=early)  # fmt: skip
+               TOPK_P=1 << (max(topk, 1) - 1).bit_length(), ACT=act, ROUTE=route, BLOCK_E=256, EARLY=early,
+               RING=ring)  # fmt: skip
     name = (f"int4 mma experts{' asym' if zero else ''}{' direct' if direct else ''} BLOCK_N={block_n} "
-            f"BLOCK_M={block_m} w{warps} xdiv {xdiv}{' scaled' if row_scale else ''}{' pdl' if pdl else ''}{f' split {split}' if split > 1 else ''}{f' sum {topk}' if topk else ''}{' act' if act else ''}{f' route {route}' if route else ''}{' early' if early else ''}")  # fmt: skip
+            f"BLOCK_M={block_m} w{warps} xdiv {xdiv}{' scaled' if row_scale else ''}{' pdl' if pdl else ''}{f' split {split}' if split > 1 else ''}{f' sum {topk}' if topk else ''}{' act' if act else ''}{f' route {route}' if route else ''}{' early' if early else ''}{f' ring {ring}' if ring else ''}")  # fmt: skip
     return name, int4_mma_experts_kernel, sig, cex, warps
 
 
@@ -283,9 +342,9 @@ def experts_mma(
         raise ValueError("int4 mma experts: weights ahead of the PDL wait need the launch to route its token")
     cfg = cfg or experts_mma_tile(ids.numel(), n, k, blocks)
     if (n % cfg.block_n or cfg.block_n % (16 * cfg.num_warps) or cfg.num_stages not in (2, 4)
-            or not 1 <= cfg.split_k <= k // GROUP_K):  # fmt: skip
+            or not 1 <= cfg.split_k <= k // GROUP_K or cfg.ring == 1):  # fmt: skip
         raise ValueError(f"int4 mma experts: tile {cfg} does not fit N = {n}, K = {k} (16-row stripes per warp, "
-                         "depth 2 or 4, at least one 128-group per split)")  # fmt: skip
+                         "depth 2 or 4, at least one 128-group per split, a ring of 0 or >= 2 slots)")  # fmt: skip
     block_n, warps, depth, split = cfg.block_n, cfg.num_warps, cfg.num_stages, cfg.split_k
     g = w.scales.shape[-1]
     pairs = y.shape[0]
@@ -304,7 +363,7 @@ def experts_mma(
         ROW_SCALE=tw is not None, SPLIT_K=split, SUM=sum_out is not None, TOPK=topk,
         TOPK_P=1 << (topk - 1).bit_length(), ACT=act, num_warps=warps,
         logits_ptr=route, n_experts=0 if route is None else route.shape[1] - 1,
-        ROUTE=blocks - 1 if route is not None else 0, EARLY=early,
+        ROUTE=blocks - 1 if route is not None else 0, EARLY=early, RING=cfg.ring,
         BLOCK_E=triton.next_power_of_2(route.shape[1] - 1) if route is not None else 256, **pdl_kwargs(x),
         **({"maxnreg": cfg.max_regs} if cfg.max_regs else {}),
     )  # fmt: skip

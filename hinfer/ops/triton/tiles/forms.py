@@ -33,7 +33,8 @@ class SkinnyConfig:
     num_warps: int
     num_stages: int
     ring: int = 0  # int4_mma: groups in a cp.async shared-memory ring (0: num_stages' register look-ahead);
-    # int4_wgmma: x's groups per cp.async chunk, two chunks in shared memory (0: x through registers)
+    # int4_wgmma: x's groups per cp.async chunk, two chunks in shared memory (0: x through registers);
+    # moe_int4_mma: the words' cp.async ring slots (0: num_stages' register look-ahead; the scales stay in registers)
     # int4_mma: take 128 + z off each weight register (one bf16x2 fma) instead of a second MMA against ones,
     # which costs as many MMAs as one stripe's and grows with the rows of x
     fma_offset: bool = False
