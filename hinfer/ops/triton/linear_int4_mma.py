@@ -276,6 +276,21 @@ def _group(acc, words, s, off_lo, off_hi, x, g, zero, ones, BLOCK_N: gl.constexp
 
 
 @gluon.jit
+def _loop_terms(BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, OFFSET_MMA: gl.constexpr):
+    """A k-loop's starting terms: the zeroed accumulator, the zero addend of each group's MMA and, with
+    OFFSET_MMA, the ones A operand (every row of mma(ones, x) is the group's sum of x: identical MMAs, emitted
+    once; a placeholder otherwise)."""
+    MMA: gl.constexpr = _mma_layout(gl.num_warps())
+    DOT_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
+    acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
+    zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
+    ones = zero
+    if OFFSET_MMA:
+        ones = gl.full([BLOCK_N, GROUP], 1.0, gl.bfloat16, layout=DOT_A)
+    return acc, zero, ones
+
+
+@gluon.jit
 def _k_loop(wp, sp, zl, zr, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
             HAS_ZERO: gl.constexpr, OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr,
             GW: gl.constexpr, PDL: gl.constexpr, XA: gl.constexpr = False):  # fmt: skip
@@ -286,11 +301,7 @@ def _k_loop(wp, sp, zl, zr, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK
     MMA: gl.constexpr = _mma_layout(W)
     DOT_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
     DOT_B: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
-    acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
-    zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
-    ones = zero  # placeholder unless OFFSET_MMA
-    if OFFSET_MMA:  # every row of mma(ones, x) is the group's sum of x: identical MMAs, emitted once
-        ones = gl.full([BLOCK_N, GROUP], 1.0, gl.bfloat16, layout=DOT_A)
+    acc, zero, ones = _loop_terms(BLOCK_N, BLOCK_M, OFFSET_MMA)
     last = gl.maximum(g_hi - 1, 0)  # loads stay in bounds even for an empty split
     # unrolled by DEPTH so that each look-ahead load lands in registers that are free (no copies at the back
     # edge): DEPTH - 1 groups in flight; a clamped look-ahead re-reads the last group (a cache hit) instead of
@@ -428,8 +439,6 @@ def _k_loop_ring(wp, s_base, z_base, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constex
     second group has buffers of its own, so the compiler adds no barrier between the two groups' copies:
     half the barriers. Fragment order, the offset taken off by the ones MMA."""
     W: gl.constexpr = gl.num_warps()
-    MMA: gl.constexpr = _mma_layout(W)
-    DOT_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
     b0 = _ring_buffers(RING, BLOCK_N, HAS_ZERO)
     if PAIR == 2:
         bufs = (b0, _ring_buffers(RING, BLOCK_N, HAS_ZERO))
@@ -439,9 +448,7 @@ def _k_loop_ring(wp, s_base, z_base, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constex
     LZ: gl.constexpr = _vec16_layout(1, W)
     s_ptrs = s_base + gl.arange(0, BLOCK_N, layout=LS)
     z_ptrs = z_base + gl.arange(0, BLOCK_N, layout=LZ)
-    acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
-    zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
-    ones = gl.full([BLOCK_N, GROUP], 1.0, gl.bfloat16, layout=DOT_A)
+    acc, zero, ones = _loop_terms(BLOCK_N, BLOCK_M, True)
     last = gl.maximum(g_hi - 1, 0)
     for i in gl.static_range(RING - 1):
         _ring_issue(bufs, wp, s_ptrs, z_ptrs, g_lo + i * PAIR, last, sg, i, RING, HAS_ZERO, GW)

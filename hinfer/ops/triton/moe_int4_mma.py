@@ -34,6 +34,7 @@ from hinfer.ops.triton.linear_int4_mma import (
     _group,
     _iota4,
     _k_loop,
+    _loop_terms,
     _mma_layout,
     _pdl_start,
     _words_layout,
@@ -76,9 +77,7 @@ def _k_loop_words_ring(w_ptrs, s_ptrs, z_rows, x_ptrs, g_lo, g_hi, BLOCK_N: gl.c
     MMA: gl.constexpr = _mma_layout(W)
     DOT_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
     DOT_B: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
-    acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
-    zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
-    ones = gl.full([BLOCK_N, GROUP], 1.0, gl.bfloat16, layout=DOT_A)
+    acc, zero, ones = _loop_terms(BLOCK_N, BLOCK_M, True)
     last = gl.maximum(g_hi - 1, 0)  # clamped copies re-read the last group (never used) instead of branching
     w_smem = gl.allocate_shared_memory(gl.int32, [RING, BLOCK_N // 16, 2, 32, 4], _flat_smem(4))
     for i in gl.static_range(RING - 1):  # the weights go ahead of the PDL wait (nothing writes them)
