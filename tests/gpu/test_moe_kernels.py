@@ -60,6 +60,18 @@ def _int4_experts(w: torch.Tensor):
     return Int4Experts(q.qweight, q.scales, q.zeros, q.in_features)
 
 
+def _block_args(top_i: torch.Tensor) -> tuple:
+    """experts_mma's block arguments (blocks, rows a block, ids, sorted, bexp, brows, direct) for T tokens' top k
+    expert ids [T, K]: one direct block per pair at one token, else moe_align's blocks of 8."""
+    from hinfer.ops.triton.moe_align import align
+
+    ids = top_i.reshape(-1).contiguous()
+    if top_i.shape[0] == 1:
+        return K, 8, ids, ids, ids, ids, True
+    al = align(top_i, E, 8)
+    return al.n_blocks, 8, ids, al.sorted, al.bexp, al.brows, False
+
+
 def _int4_layer(weights, t: int):
     """(name, int4 gate_up, int4 down, x [t, H], routing weights, expert ids) of a model's random layer."""
     name, wgu, wd = weights
@@ -205,7 +217,6 @@ def test_experts_int4_gate_up_writes_silu_mul(tm, weights, seed, t, tile):
     equals silu_mul of its plain [gate | up] output bit for bit: the same MMAs per row, the same roundings; at the
     packaged tile and at K splits."""
     from hinfer.ops.triton.activation import silu_mul
-    from hinfer.ops.triton.moe_align import align
     from hinfer.ops.triton.moe_int4 import Int4Experts
     from hinfer.ops.triton.moe_int4_mma import experts_mma
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
@@ -217,14 +228,8 @@ def test_experts_int4_gate_up_writes_silu_mul(tm, weights, seed, t, tile):
     h, i = wgu.shape[2], wgu.shape[1] // 2
     x = torch.randn(t, h, device="cuda").bfloat16()
     _, top_i = ref.moe_route_ref(torch.randn(t, E, device="cuda").bfloat16(), K)
-    ids = top_i.reshape(-1).contiguous()
-    if t == 1:
-        blocks, sorted_, bexp, brows, direct = K, ids, ids, ids, True
-    else:
-        al = align(top_i, E, 8)
-        blocks, sorted_, bexp, brows, direct = al.n_blocks, al.sorted, al.bexp, al.brows, False
     cfg = None if tile is None else SkinnyConfig(tile[0], 128, 8, tile[1], 2, 4)
-    args = (blocks, 8, ids, sorted_, bexp, brows, direct)
+    args = _block_args(top_i)
     hid = experts_mma(x, gu, torch.empty(t * K, 2 * i, device="cuda").bfloat16(), *args, xdiv=K, cfg=cfg)
     act = experts_mma(x, gu, torch.full((t * K, i), float("nan"), device="cuda").bfloat16(), *args, xdiv=K,
                       cfg=cfg, act=True)  # fmt: skip
@@ -320,7 +325,6 @@ def test_experts_int4_split_k(tm, weights, seed, t):
     last to arrive) equal the unsplit kernel up to the order of that sum (bf16 outputs: a rounding step at most
     here and there), repeat bit for bit, and leave the arrival counters zeroed."""
     from hinfer.ops.triton.linear_splitk import counter_buffer
-    from hinfer.ops.triton.moe_align import align
     from hinfer.ops.triton.moe_int4_mma import experts_mma
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
 
@@ -330,19 +334,13 @@ def test_experts_int4_split_k(tm, weights, seed, t):
     x = torch.randn(t, h, device="cuda").bfloat16()
     hid = (torch.randn(t * K, i, device="cuda") * 2).bfloat16()  # silu(gate) * up, as the gate_up writes it
     top_w, top_i = ref.moe_route_ref(torch.randn(t, E, device="cuda").bfloat16(), K)
-    ids, tw = top_i.reshape(-1).contiguous(), top_w.reshape(-1).float().contiguous()
-    if t == 1:
-        blocks, sorted_, bexp, brows, direct = K, ids, ids, ids, True
-    else:
-        al = align(top_i, E, 8)
-        blocks, sorted_, bexp, brows, direct = al.n_blocks, al.sorted, al.bexp, al.brows, False
+    tw = top_w.reshape(-1).float().contiguous()
+    args = _block_args(top_i)
 
     def run(split: int) -> tuple[torch.Tensor, torch.Tensor]:
         cfg = SkinnyConfig(64, 128, 8, split, 2, 4)
-        a = experts_mma(x, gu, torch.empty(t * K, i, device="cuda").bfloat16(), blocks, 8, ids, sorted_, bexp,
-                        brows, direct, xdiv=K, cfg=cfg, act=True)  # fmt: skip
-        b = experts_mma(hid, dn, torch.empty(t * K, h, device="cuda").bfloat16(), blocks, 8, ids, sorted_, bexp,
-                        brows, direct, xdiv=1, tw=tw, cfg=cfg)  # fmt: skip
+        a = experts_mma(x, gu, torch.empty(t * K, i, device="cuda").bfloat16(), *args, xdiv=K, cfg=cfg, act=True)
+        b = experts_mma(hid, dn, torch.empty(t * K, h, device="cuda").bfloat16(), *args, xdiv=1, tw=tw, cfg=cfg)
         return a, b
 
     base = run(1)
@@ -363,7 +361,6 @@ def test_experts_int4_words_ring(tm, weights, seed, t):
     register look-ahead bit for bit at the same tile: the same groups in the same order through the same MMAs,
     only where the words wait differs; with K splits too, repeatable, the arrival counters left zeroed."""
     from hinfer.ops.triton.linear_splitk import counter_buffer
-    from hinfer.ops.triton.moe_align import align
     from hinfer.ops.triton.moe_int4_mma import experts_mma
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
 
@@ -373,13 +370,8 @@ def test_experts_int4_words_ring(tm, weights, seed, t):
     x = torch.randn(t, h, device="cuda").bfloat16()
     hid = (torch.randn(t * K, i, device="cuda") * 2).bfloat16()
     top_w, top_i = ref.moe_route_ref(torch.randn(t, E, device="cuda").bfloat16(), K)
-    ids, tw = top_i.reshape(-1).contiguous(), top_w.reshape(-1).float().contiguous()
-    if t == 1:
-        blocks, sorted_, bexp, brows, direct = K, ids, ids, ids, True
-    else:
-        al = align(top_i, E, 8)
-        blocks, sorted_, bexp, brows, direct = al.n_blocks, al.sorted, al.bexp, al.brows, False
-    args = (blocks, 8, ids, sorted_, bexp, brows, direct)
+    tw = top_w.reshape(-1).float().contiguous()
+    args = _block_args(top_i)
     for block_n, warps, split, ring in ((128, 4, 1, 4), (64, 2, 1, 3), (128, 4, 2, 4), (64, 1, 4, 2)):
         look = SkinnyConfig(block_n, 128, 8, split, warps, 4)
         ringed = SkinnyConfig(block_n, 128, 8, split, warps, 4, ring)
