@@ -9,6 +9,13 @@ left() { [ $((SECONDS - START)) -lt "${1:-520}" ]; }
 source "$(dirname "${BASH_SOURCE[0]}")/kcache.sh"
 pack() { tar czf "$OUT/$PACK.tgz" -C "$R" .; kcache_pack "$OUT" > /dev/null; }
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv > "$R/env.txt" 2>&1
+# `gpu_tests NAME SECONDS PYTEST_ARGS...`: GPU tests (-m gpu) logged to $R/NAME.txt, their last lines echoed, packed;
+# returns pytest's status (a script stops on it: `gpu_tests ... || exit 0`)
+gpu_tests() {
+  local name=$1 seconds=$2; shift 2
+  timeout "$seconds" python -m pytest -q -m gpu -p no:cacheprovider "$@" > "$R/$name.txt" 2>&1
+  local rc=$?; echo "== $name rc=$rc $((SECONDS - START)) s"; tail -3 "$R/$name.txt"; pack; return $rc
+}
 # `decode_bench NAME MODEL [ARGS...]`: int4 decode at 1 and 8 lanes, depth 1K (env set before the call applies),
 # logged to $R/NAME.txt, its tok/s lines echoed, packed
 decode_bench() {

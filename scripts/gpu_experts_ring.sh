@@ -8,10 +8,7 @@
 # Lands in $OUT/gpu_experts_ring.tgz.
 set -uo pipefail
 PACK=gpu_experts_ring; source "$(dirname "$0")/device_common.sh"
-timeout 150 python -m pytest -q tests/gpu/test_moe_kernels.py -m gpu -k "words_ring or int4_real_shapes or split_k" \
-  -p no:cacheprovider > "$R/test_experts.txt" 2>&1
-rc=$?; echo "== experts GPU tests rc=$rc $((SECONDS - START)) s"; tail -3 "$R/test_experts.txt"; pack
-[ $rc -eq 0 ] || exit 0
+gpu_tests test_experts 150 tests/gpu/test_moe_kernels.py -k "words_ring or int4_real_shapes or split_k" || exit 0
 decode_bench decode_35b qwen3.6-35b-a3b
 decode_bench decode_122b qwen3.5-122b-a10b
 left 300 && { timeout 170 python bench/experts_mma_tiles.py --model 35b --t 8 32 --splits 1,2 --rings 0,4 \

@@ -6,10 +6,7 @@
 # beside it). Lands in $OUT/gpu_kv_depth.tgz.
 set -uo pipefail
 PACK=gpu_kv_depth; source "$(dirname "$0")/device_common.sh"
-timeout 120 python -m pytest -q tests/gpu/test_norm_attention_kernels.py -m gpu -k "kv_formats or quantized" \
-  -p no:cacheprovider > "$R/test_kv_formats.txt" 2>&1
-rc=$?; echo "== KV format GPU tests rc=$rc $((SECONDS - START)) s"; tail -3 "$R/test_kv_formats.txt"; pack
-[ $rc -eq 0 ] || exit 0
+gpu_tests test_kv_formats 120 tests/gpu/test_norm_attention_kernels.py -k "kv_formats or quantized" || exit 0
 for kv in fp8 k8v4 int4 int8; do
   left 330 || break
   BENCH_TIMEOUT=80 bench_as "kv_$kv" "$PWD" qwen3.6-27b --quant int4 --kv-dtype $kv --depths 1K,128K,256K \

@@ -7,10 +7,7 @@
 # gate_up's ring): 27B int4 and 35B-A3B int4 decode at 1 and 8 lanes. Lands in $OUT/gpu_wgmma_regs.tgz.
 set -uo pipefail
 PACK=gpu_wgmma_regs; source "$(dirname "$0")/device_common.sh"
-timeout 100 python -m pytest -q tests/gpu/test_int4_wgmma.py -m gpu -k "tiles or slices" -p no:cacheprovider \
-  > "$R/test_int4_wgmma.txt" 2>&1
-rc=$?; echo "== wgmma GPU tests rc=$rc $((SECONDS - START)) s"; tail -3 "$R/test_int4_wgmma.txt"; pack
-[ $rc -eq 0 ] || exit 0
+gpu_tests test_int4_wgmma 100 tests/gpu/test_int4_wgmma.py -k "tiles or slices" || exit 0
 sweep() {  # NAME MS RINGS REGS SECONDS
   timeout "$5" python bench/int4_wgmma.py --ms "$2" --rings "$3" --regs "$4" --json "$R/$1.json" \
     --tiles "$R/$1_tiles.json" > "$R/$1.txt" 2>&1

@@ -6,9 +6,7 @@
 # (HINFER_TILES) against the packaged tiles, then the sweep at 8 and 16 rows. Lands in $OUT/gpu_wgmma_xring.tgz.
 set -uo pipefail
 PACK=gpu_wgmma_xring; source "$(dirname "$0")/device_common.sh"
-timeout 150 python -m pytest -q tests/gpu/test_int4_wgmma.py -m gpu -p no:cacheprovider > "$R/test_int4_wgmma.txt" 2>&1
-rc=$?; echo "== wgmma GPU tests rc=$rc $((SECONDS - START)) s"; tail -3 "$R/test_int4_wgmma.txt"; pack
-[ $rc -eq 0 ] || exit 0
+gpu_tests test_int4_wgmma 150 tests/gpu/test_int4_wgmma.py || exit 0
 sweep() {  # NAME MS RINGS SECONDS
   timeout "$4" python bench/int4_wgmma.py --ms "$2" --rings "$3" --json "$R/$1.json" --tiles "$R/$1_tiles.json" \
     > "$R/$1.txt" 2>&1
