@@ -6,6 +6,8 @@
     python bench/attention_kernels.py --only decode --json bench/results/attn.json
     python bench/attention_kernels.py --only decode,prefill --kv-dtype int8   # KV caches in that format
     python bench/attention_kernels.py --only decode --decode-case 8,131072,1  # one decode case (Nsight Compute)
+    python bench/attention_kernels.py --only decode --sweep decode --kv-dtype fp8 --splits 13,33 \
+        --tuned-out tiles.json     # the default tile also at these split counts; each key's winner (HINFER_TILES)
 
 Times are medians of triton.testing.do_bench (L2 flushed before every call). Floors: memory-bound kernels
 bytes / 4.2e12 B/s (the measured device copy bandwidth), attention prefill FLOPs / 750e12 (cuBLAS bf16
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import random
 import sys
 from pathlib import Path
@@ -38,7 +41,7 @@ from hinfer.ops.triton import attention_prefill as pre  # noqa: E402
 from hinfer.ops.triton import norm as tn  # noqa: E402
 from hinfer.ops.triton.tiles.attention import DECODE, PREFILL, decode_config, prefill_config  # noqa: E402
 from hinfer.ops.triton.tiles.forms import DecodeTile, PrefillTile  # noqa: E402
-from hinfer.ops.triton.tiles.table import m_bucket, source_line  # noqa: E402
+from hinfer.ops.triton.tiles.table import entry, m_bucket, source_line, write  # noqa: E402
 
 BW, FLOPS = 4.2e12, 750e12
 HIDDEN, H, HKV, D, R, PAGE, HV, VD = 5120, 24, 4, 256, 64, 64, 48, 128
@@ -147,33 +150,40 @@ DECODE_CASES = [(1, 1024, 1), (1, 32768, 1), (1, 131072, 1), (8, 1024, 1), (8, 3
 DECODE_SWEEP_CASES = [(1, 131072, 1), (8, 32768, 1), (8, 131072, 1), (64, 1024, 1), (8, 32768, 4)]
 
 
-def bench_decode(sweep: bool, cases: list[tuple[int, int, int]] | None = None) -> None:
+def bench_decode(
+    sweep: bool, cases: list[tuple[int, int, int]] | None = None, splits: tuple[int, ...] = ()
+) -> None:
     for b, ctx, ql in cases or (DECODE_SWEEP_CASES if sweep else DECODE_CASES):
-        _decode_case(b, ctx, ql, sweep)
+        _decode_case(b, ctx, ql, sweep, splits)
         torch.cuda.empty_cache()
 
 
-def _decode_case(b: int, ctx: int, ql: int, sweep: bool) -> None:
+def _decode_case(b: int, ctx: int, ql: int, sweep: bool, fixed_splits: tuple[int, ...] = ()) -> None:
     batch, q, kc, vc = make_batch([ctx - ql] * b, [ql] * b)
     nbytes = b * ctx * KV.token_bytes(HKV, D) + 2 * q.numel() * 2
     case = f"B={b} ctx={ctx // 1024}K q={ql} {KV.name}"
     out = torch.empty_like(q)
     lens = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens)
-    base = decode_config(ql, H // HKV, D)
-    configs = [base]
+    family = DECODE[KV.name]
+    base = decode_config(ql, H // HKV, D, KV.name)
+    configs: list[tuple[DecodeTile, int | None]] = [(base, None)]
     if sweep:
         configs += [
-            DecodeTile(block_n=bn, num_warps=base.num_warps, num_stages=s, ctas_per_sm=c)
-            for bn, s, c in itertools.product((16, 32, 64), (3, 4, 5), (2, 4, 8))
+            (DecodeTile(block_n=bn, num_warps=base.num_warps, num_stages=s, ctas_per_sm=c), None)
+            for bn, s, c in itertools.product((32, 64), (3, 4, 5), (2, 3, 4, 8))
+            if DecodeTile(bn, base.num_warps, s, c) != base
         ]
-    for cfg in configs:
+        configs += [(base, n) for n in fixed_splits]  # the default tile at split counts of the caller's
+    for i, (cfg, fixed) in enumerate(configs):
         kw = {"block_n": cfg.block_n, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
         kw["ctas_per_sm"] = cfg.ctas_per_sm
         width = batch.page_table.shape[1] * PAGE
-        splits = dec.decode_splits(b, HKV, width, cfg.block_n, q.device, cfg.ctas_per_sm)
+        splits = fixed or dec.decode_splits(b, HKV, width, cfg.block_n, q.device, cfg.ctas_per_sm)
+        if fixed:
+            kw["num_splits"] = fixed
         name = f"bn{cfg.block_n} w{cfg.num_warps} s{cfg.num_stages} cps{cfg.ctas_per_sm} sp{splits}"
-        name += " *" if cfg is base else ""
-        TILES[("decode", case, name)] = ((DECODE.name, H // HKV, D, m_bucket(ql, DECODE.max_m)), cfg)
+        name += " fixed" if fixed else " *" if i == 0 else ""
+        TILES[("decode", case, name)] = ((family.name, H // HKV, D, m_bucket(ql, family.max_m)), cfg)
         try:
             ms = bench(
                 lambda kw=kw: dec.paged_decode(q, kc, vc, out, *lens, D**-0.5, b, q.shape[0], ql, **kw)
@@ -255,6 +265,38 @@ def best(kind: str) -> None:
         print(f"  {'':28s} TUNED entry: {source_line(*key, tile).strip()}")
 
 
+def key_winners(kind: str) -> list[dict]:
+    """Per table key, the tile of the lowest geometric mean over that key's cases of its time / the case's
+    fastest (tiles timed in every case of the key; fixed split counts left out): one tile serves them all."""
+    timed: dict[tuple, dict[object, dict[str, float]]] = {}
+    for r in ROWS:
+        hit = TILES.get((r["kind"], r["case"], r["config"]))
+        if r["kind"] != kind or hit is None or r["config"].endswith("fixed"):
+            continue
+        timed.setdefault(hit[0], {}).setdefault(hit[1], {})[r["case"]] = r["us"]
+    out = []
+    print(f"\n{kind} tile per key (geometric mean of time / the case's fastest):")
+    for key, per_tile in timed.items():
+        cases = set().union(*per_tile.values())
+        fastest = {c: min(t[c] for t in per_tile.values() if c in t) for c in cases}
+        score = {
+            tile: math.exp(sum(math.log(t[c] / fastest[c]) for c in cases) / len(cases))
+            for tile, t in per_tile.items()
+            if t.keys() == cases
+        }
+        win = min(score, key=score.get)
+        print(f"  {source_line(*key, win).strip()}  {score[win]:.3f} ({len(cases)} cases)")
+        out.append(entry(*key, win))
+    return out
+
+
+def write_tiles(path: Path, entries: list[dict]) -> None:
+    """Add these entries to the file's (same keys replaced), so sweeps of several formats make one file."""
+    old = json.loads(path.read_text()) if path.exists() else []
+    keys = {(e["family"], e["n"], e["k"], e["m"]) for e in entries}
+    write(path, [e for e in old if (e["family"], e["n"], e["k"], e["m"]) not in keys] + entries)
+
+
 def _case(text: str) -> tuple[int, int, int]:
     b, ctx, q = (int(v) for v in text.split(","))
     return b, ctx, q
@@ -267,6 +309,10 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="write the rows here")
     ap.add_argument("--decode-case", type=_case, action="append",
                     help="B,CTX,Q: this decode case instead of the list (repeatable; e.g. 8,131072,1 for Nsight Compute)")
+    ap.add_argument("--splits", type=lambda v: tuple(int(x) for x in v.split(",")), default=(),
+                    help="with --sweep decode: the default tile also at these split counts (e.g. 13,33)")
+    ap.add_argument("--tuned-out", type=Path,
+                    help="with --sweep: each table key's winner over its cases, added to this HINFER_TILES file")
     ap.add_argument("--kv-dtype", choices=CLI_KV_DTYPES, default="bf16",
                     help="KV-cache format of the decode and prefill cases (default bf16)")
     a = ap.parse_args()
@@ -280,11 +326,13 @@ def main() -> None:
     if "rope" in only:
         bench_rope()
     if "decode" in only:
-        bench_decode("decode" in a.sweep, a.decode_case)
+        bench_decode("decode" in a.sweep, a.decode_case, a.splits)
     if "prefill" in only:
         bench_prefill("prefill" in a.sweep)
     for kind in a.sweep:
         best(kind)
+        if a.tuned_out:
+            write_tiles(a.tuned_out, key_winners(kind))
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
         a.json.write_text(json.dumps(ROWS, indent=1))

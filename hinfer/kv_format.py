@@ -125,6 +125,11 @@ KV_FORMATS: dict[str, KVFormat] = {
 CLI_KV_DTYPES = ("bf16", "fp8", "int8", "k8v4", "int4")
 
 
+def kv_format_name(k: CacheFormat, v: CacheFormat) -> str:
+    """The --kv-dtype name of K and V caches stored as k and v (storages no format pairs, fp16: k's name)."""
+    return next((f.name for f in KV_FORMATS.values() if (f.k, f.v) == (k, v)), k.name)
+
+
 def cache_format_of(torch_dtype_name: str) -> CacheFormat:
     """The storage format whose element type is `torch_dtype_name` (e.g. 'int8', or str(dtype))."""
     name = torch_dtype_name.removeprefix("torch.")

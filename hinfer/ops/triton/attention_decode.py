@@ -18,6 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
+from hinfer.kv_format import kv_format_name
 from hinfer.ops.kv_cache import cache_format
 from hinfer.ops.triton.attention_common import attend_block, cache_args
 from hinfer.ops.triton.common import cast, interpreted, num_sms, pdl_kwargs, pdl_start
@@ -147,13 +148,27 @@ def decode_cache_args(k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple[tup
     return cache_args(k_cache, int8_in_tile=cache_format(v_cache).pack == 1), cache_args(v_cache)
 
 
+WAVE_FILL = 0.95  # the share of its last wave a split decode launch fills
+
+
 def decode_splits(
     n_seqs: int, n_kv: int, max_kv_tokens: int, block_n: int, device: torch.device, ctas_per_sm: int = 4
 ) -> int:
-    """Splits so that n_seqs * n_kv * splits fills the SMs; a function of static shapes only."""
+    """The fewest splits of the KV range whose n_seqs * n_kv * splits programs fill their last wave of
+    ctas_per_sm programs an SM to WAVE_FILL; a function of static shapes only. A launch one wave and a few
+    programs long waits on that tail: eight lanes x 4 KV heads at 3 an SM took 13 splits (416 programs on 396
+    places) and ran 25-45% slower per format than at 33 splits (bench/RESULTS.md, 2026-12-04). A launch that
+    fills a wave without splitting keeps one split (the sequences' own lengths vary more than a wave's tail)."""
     sms = num_sms(device.index or 0) if device.type == "cuda" else 132
-    want = triton.cdiv(ctas_per_sm * sms, max(1, n_seqs * n_kv))
-    return max(1, min(want, triton.cdiv(max_kv_tokens, block_n), 256))
+    wave, work = ctas_per_sm * sms, max(1, n_seqs * n_kv)
+    most = max(1, min(triton.cdiv(max_kv_tokens, block_n), 256))
+    if work >= wave:
+        return 1
+    for splits in range(1, most + 1):
+        programs = work * splits
+        if programs >= WAVE_FILL * triton.cdiv(programs, wave) * wave:
+            return splits
+    return most
 
 
 def paged_decode(
@@ -184,7 +199,7 @@ def paged_decode(
     page, n_kv = k_cache.shape[1], k_cache.shape[2]
     g = n_heads // n_kv
     m_pad = decode_rows(q_max, g)
-    cfg = decode_config(q_max, g, d)
+    cfg = decode_config(q_max, g, d, kv_format_name(cache_format(k_cache), cache_format(v_cache)))
     emu = interpreted(_decode_kernel)
     block_n = block_n or (min(16, page) if emu else cfg.block_n)
     if num_splits is None:

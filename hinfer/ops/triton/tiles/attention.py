@@ -1,10 +1,17 @@
 """Attention kernel families and their heuristics (sweeps: bench/attention_kernels.py --sweep decode|prefill).
-Key: N = query heads per KV head (G), K = head_dim, M = the largest q_len of the sequences in the launch.
+Key: N = query heads per KV head (G), K = head_dim, M = the largest q_len of the sequences in the launch; the
+decode family is one per KV format (forms.attention_decode_family).
 """
 
 from __future__ import annotations
 
-from hinfer.ops.triton.tiles.forms import ATTENTION_DECODE, ATTENTION_PREFILL, DecodeTile, PrefillTile
+from hinfer.ops.triton.tiles.forms import (
+    ATTENTION_PREFILL,
+    DECODE_KV_FORMATS,
+    DecodeTile,
+    PrefillTile,
+    attention_decode_family,
+)
 from hinfer.ops.triton.tiles.table import Family, lookup
 
 
@@ -16,7 +23,8 @@ def decode_rows(q_max: int, group: int) -> int:
 def _decode_heuristic(m: int, n: int, k: int) -> DecodeTile:
     """The K/V loads wait on a page-table load, so Triton's pipeliner keeps num_stages - 3 tile buffers:
     stages 5 gives two 32-token K+V buffers (75 KB shared, ~150 registers at D=256: 3 programs per SM, sm_90
-    ptxas); ctas_per_sm sizes the split count to keep that many programs resident."""
+    ptxas); ctas_per_sm is the programs an SM holds at once, the wave the split count fills
+    (attention_decode.decode_splits)."""
     if decode_rows(m, n) * k >= 64 * 256:  # verify with many rows: wgmma, 8 warps, 131 KB shared
         return DecodeTile(block_n=32, num_warps=8, num_stages=5, ctas_per_sm=1)
     return DecodeTile(block_n=32, num_warps=4, num_stages=5, ctas_per_sm=3)
@@ -30,12 +38,15 @@ def _prefill_heuristic(m: int, n: int, k: int) -> PrefillTile:
     return PrefillTile(block_m=128, block_n=64, num_warps=8, num_stages=3)
 
 
-DECODE: Family[DecodeTile] = Family(ATTENTION_DECODE, _decode_heuristic)
+DECODE: dict[str, Family[DecodeTile]] = {
+    kv: Family(attention_decode_family(kv), _decode_heuristic) for kv in DECODE_KV_FORMATS
+}
 PREFILL: Family[PrefillTile] = Family(ATTENTION_PREFILL, _prefill_heuristic, max_m=1 << 16)
 
 
-def decode_config(q_max: int, group: int, head_dim: int) -> DecodeTile:
-    return lookup(DECODE, q_max, group, head_dim)
+def decode_config(q_max: int, group: int, head_dim: int, kv: str = "bf16") -> DecodeTile:
+    """kv: the KV format's --kv-dtype name (formats without tiles of their own, fp16 / fp32, take bf16's)."""
+    return lookup(DECODE.get(kv, DECODE["bf16"]), q_max, group, head_dim)
 
 
 def prefill_config(q_max: int, group: int, head_dim: int) -> PrefillTile:

@@ -16,8 +16,16 @@ GEMM, GEMM_PROMOTE = "gemm", "gemm_promote"
 # MoE families: the routed experts per weight format; int4 experts at decode sizes on tensor cores
 MOE_BF16, MOE_INT4, MOE_FP8 = "moe_bf16", "moe_int4", "moe_fp8"
 MOE_INT4_MMA = "moe_int4_mma"
-# Attention: the split-KV decode / verify kernel and the flash-style prefill kernel
+# Attention: the split-KV decode / verify kernel and the flash-style prefill kernel. The decode kernel's tiles are
+# keyed by the KV format too (their conversions change what the kernel is bound by): bf16 KV under the plain name
 ATTENTION_DECODE, ATTENTION_PREFILL = "attention_decode", "attention_prefill"
+DECODE_KV_FORMATS = ("bf16", "fp8", "int8", "k8v4", "int4")
+
+
+def attention_decode_family(kv: str) -> str:
+    """The decode family of a KV format (its --kv-dtype name)."""
+    return ATTENTION_DECODE if kv == "bf16" else f"{ATTENTION_DECODE}-{kv}"
+
 
 GEMV = 1  # block_m of the CUDA-core GEMV paths (M == 1)
 
@@ -111,6 +119,6 @@ FORMS: dict[str, type] = {
     GEMM_PROMOTE: GemmConfig,
     **dict.fromkeys((MOE_BF16, MOE_INT4, MOE_FP8), MoeConfig),
     MOE_INT4_MMA: SkinnyConfig,  # the dense int4 kernel's form: block_k 128, block_m 8, split_k 1
-    ATTENTION_DECODE: DecodeTile,
+    **dict.fromkeys(map(attention_decode_family, DECODE_KV_FORMATS), DecodeTile),
     ATTENTION_PREFILL: PrefillTile,
 }
