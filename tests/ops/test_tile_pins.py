@@ -95,6 +95,7 @@ def _moe(out: dict, c: ModelConfig, sms: int) -> None:
 def current() -> dict[str, list]:
     """The tiles from the code as it is: per (family, shape, SM count), one per M (or T, or q rows)."""
     from hinfer.ops.triton.tiles.attention import decode_config, prefill_config
+    from hinfer.ops.triton.tiles.forms import DECODE_KV_FORMATS
     from hinfer.ops.triton.tiles.linear import gemm_config
 
     out: dict[str, list] = {}
@@ -107,7 +108,8 @@ def current() -> dict[str, list]:
     for name in CONFIGS:
         c = _cfg(name)
         g, d = c.num_attention_heads // c.num_key_value_heads, c.head_dim
-        out[f"attention_decode g={g} d={d}"] = [_plain(decode_config(q, g, d)) for q in QS]
+        for kv in DECODE_KV_FORMATS:
+            out[f"attention_decode {kv} g={g} d={d}"] = [_plain(decode_config(q, g, d, kv)) for q in QS]
         out[f"attention_prefill d={d}"] = [_plain(prefill_config(2048, g, d))]  # by head_dim only
     out["gemm"] = [_plain(gemm_config(m, 5120, 5120, False)) for m in PREFILL_TS]
     out["gemm_promote"] = [_plain(gemm_config(m, 5120, 5120, True)) for m in PREFILL_TS]

@@ -55,6 +55,14 @@ def test_moe_and_attention_take_entries_too():
         assert decode_config(2, 6, 256) == tile
 
 
+def test_decode_tiles_are_keyed_by_kv_format():
+    tile = DecodeTile(64, 4, 3, 2)
+    with mock.patch.dict(table.TABLE, {(forms.attention_decode_family("k8v4"), 6, 256, 2): tile}):
+        assert decode_config(2, 6, 256, "k8v4") == tile
+        assert decode_config(2, 6, 256, "int8") != tile and decode_config(2, 6, 256) != tile
+    assert decode_config(2, 6, 256, "fp32") == decode_config(2, 6, 256, "bf16")  # no tiles of its own
+
+
 def test_entries_round_trip_through_json_and_source(tmp_path):
     entries = [table.entry("int4", 5120, 17408, 1, SKINNY), table.entry("moe_int4", 512, 2048, 8, MOE),
                table.entry("attention_decode", 6, 256, 1, DecodeTile(32, 4, 5, 3))]  # fmt: skip

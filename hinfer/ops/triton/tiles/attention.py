@@ -27,6 +27,8 @@ def _decode_heuristic(m: int, n: int, k: int) -> DecodeTile:
     (attention_decode.decode_splits)."""
     if decode_rows(m, n) * k >= 64 * 256:  # verify with many rows: wgmma, 8 warps, 131 KB shared
         return DecodeTile(block_n=32, num_warps=8, num_stages=5, ctas_per_sm=1)
+    if decode_rows(m, n) > 16:  # 32 rows: 2 programs an SM fill the wave (swept at 4 tokens x 6 heads, every format)
+        return DecodeTile(block_n=32, num_warps=4, num_stages=5, ctas_per_sm=2)
     return DecodeTile(block_n=32, num_warps=4, num_stages=5, ctas_per_sm=3)
 
 

@@ -9,7 +9,15 @@ DecodeTile, ...) imports it from forms.py with it.
 
 from __future__ import annotations
 
-from hinfer.ops.triton.tiles.forms import INT4_A8, INT4_MMA, INT4_WGMMA, MOE_INT4_MMA, SkinnyConfig
+from hinfer.ops.triton.tiles.forms import (
+    INT4_A8,
+    INT4_MMA,
+    INT4_WGMMA,
+    MOE_INT4_MMA,
+    DecodeTile,
+    SkinnyConfig,
+    attention_decode_family,
+)
 
 # Linear: the skinny kernel. Swept on the H200 (2026-11-30, `bench/linear_kernels.py --tune --formats bf16
 # --ms 1,8`); GDN in_proj fused (16480 rows) reuses the 16384-row winner.
@@ -206,7 +214,10 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     (MOE_INT4_MMA, 2048, 512, 16): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128),
     # 35B-A3B gate_up at 8 tokens re-swept 2026-12-03 (`--t 8 32 --splits 1,2`): 33.3 -> 32.6 us alone, decode
     # at 8 lanes 1,857.1 -> 1,879.8 tok/s with it (its down's winner was the packaged tile)
-    (MOE_INT4_MMA, 1024, 2048, 128): SkinnyConfig(128, 128, 8, 1, 2, 4),
+    # re-swept 2026-12-04 with the words loaded 16 bytes a thread (`--t 8 32 --splits 1,2 --rings 0,4`): 34.9 ->
+    # 31.5 us alone; decode at 8 lanes 1,907.6 -> 1,950.6 tok/s in the same call (the ring lost; the down's winner
+    # was within 0.1% of its packaged tile)
+    (MOE_INT4_MMA, 1024, 2048, 128): SkinnyConfig(32, 128, 8, 1, 2, 4),
     (MOE_INT4_MMA, 2048, 512, 128): SkinnyConfig(128, 128, 8, 1, 2, 2),
     # 122B-A10B at one token re-swept with K splits 2026-12-02: gate_up 21.0 -> 18.7 us (2 splits), down 19.1 -> 14.1
     (MOE_INT4_MMA, 2048, 3072, 16): SkinnyConfig(128, 128, 8, 2, 4, 4, max_regs=128),
@@ -220,10 +231,27 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     (MOE_INT4_MMA, 2048, 3072, 512): SkinnyConfig(32, 128, 8, 1, 2, 4),
     (MOE_INT4_MMA, 3072, 1024, 512): SkinnyConfig(64, 128, 8, 1, 1, 2),
 }
+# The decode attention kernel at 27B shapes (6 query heads a KV head, head_dim 256) per KV format, swept 2026-12-04
+# with the split count filling whole waves (`bench/attention_kernels.py --only decode --sweep decode --kv-dtype FMT`:
+# one lane x 128K, eight x 128K and 32K, 64 x 1K; a verification of eight lanes x 4 tokens at 32K). One token a
+# lane, against the default tile (fp8 and int8 keep it, within 1.5%): bf16 142 / 952 us at one / eight lanes x 128K
+# (was 153 / 962), k8v4 173 / 1,208 (186 / 1,305; 27B int4 decode at eight lanes x 128K 279.9 -> 293.5 tok/s),
+# int4 173 / 1,185 (174 / 1,219). Four tokens a lane (bf16 takes the heuristic's 2 programs an SM: 343 -> 260 us):
+# fp8 349 -> 294, int8 457 -> 338, k8v4 462 -> 372, int4 418 -> 402.
+_DECODE = {
+    ("bf16", 1): DecodeTile(64, 4, 4, 2),
+    ("k8v4", 1): DecodeTile(64, 4, 5, 2),
+    ("int4", 1): DecodeTile(64, 4, 4, 2),
+    ("fp8", 4): DecodeTile(64, 4, 5, 2),
+    ("int8", 4): DecodeTile(64, 4, 5, 2),
+    ("k8v4", 4): DecodeTile(64, 4, 4, 2),
+    ("int4", 4): DecodeTile(64, 4, 3, 2),
+}
+TUNED.update({(attention_decode_family(kv), 6, 256, m): tile for (kv, m), tile in _DECODE.items()})
 # The int4 experts' 8-token winners also serve 33-64 and 129-256 pairs (buckets not swept).
 for (_fam, _n, _k, _m), _tile in list(TUNED.items()):
     if _fam == MOE_INT4_MMA and _m == 128:
         for _b in (64, 256):
             TUNED.setdefault((_fam, _n, _k, _b), _tile)
-# The other MoE families (moe_bf16 / int4 / fp8), the prefill GEMMs (gemm*) and attention (attention_*): no per-shape entries yet, their
-# heuristics cover every shape.
+# The other MoE families (moe_bf16 / int4 / fp8), the prefill GEMMs (gemm*) and attention prefill: no per-shape
+# entries yet, their heuristics cover every shape.
