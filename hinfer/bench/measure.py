@@ -147,10 +147,12 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def prefill(runner: ModelRunner, tokens: int, chunk: int, repeats: int = 2) -> Timing:
-    """One sequence of `tokens` random ids, in chunks of `chunk` as the scheduler would run it alone."""
+def prefill(runner: ModelRunner, tokens: int, chunk: int, repeats: int = 2, warmup: bool = True) -> Timing:
+    """One sequence of `tokens` random ids, in chunks of `chunk` as the scheduler would run it alone; the best of
+    `repeats` timed runs, after one untimed run when `warmup` (Triton compile, allocator)."""
     best = None
-    for r in range(repeats + 1):  # the first run warms up (Triton compile, allocator)
+    first = 0 if warmup else 1
+    for r in range(first, repeats + 1):
         s = _lanes(runner, 1, 0, tokens, greedy=True)[0]
         s.prompt_ids = torch.randint(1, runner.model.cfg.vocab_size, (tokens,)).tolist()
         s.output_ids, s.num_cached = [], 0

@@ -31,6 +31,18 @@ def test_decode_steps(make_engine_core):
     assert t.tok_s > 0 and t.steps == 3
 
 
+def test_prefill_runs_warmup_then_repeats(make_engine_core, monkeypatch):
+    core = make_engine_core(max_concurrency=1)
+    runs = []
+    step = core.runner.step
+    monkeypatch.setattr(core.runner, "step", lambda chunks: (runs.append(chunks[0].num_tokens), step(chunks))[1])
+    t = measure.prefill(core.runner, 40, 16, repeats=2)
+    assert t.tok_s > 0 and runs == [16, 16, 8] * 3  # one untimed run, two timed
+    runs.clear()
+    measure.prefill(core.runner, 40, 16, repeats=1, warmup=False)
+    assert runs == [16, 16, 8]
+
+
 def test_spec_round_floor_counts_drafts(tiny_model):
     cfg, model = tiny_model
     w, d = floors.weight_bytes_per_step(model), floors.mtp_bytes_per_draft(model)

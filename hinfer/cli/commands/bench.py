@@ -43,6 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="lane counts, e.g. 1,2,4,8 (default 1,2,4,8; with --structured 8)")
     p.add_argument("--depths", type=_ints, default=[1024, 32768, 131072], help="decode context depths, e.g. 1K,32K,128K")
     p.add_argument("--prefill", type=_ints, default=[1024, 8192, 32768], help="prefill lengths (empty: skip)")
+    p.add_argument("--prefill-repeats", type=int, default=2,
+                   help="timed runs of each prefill length, the best counts (default 2), after an untimed "
+                        "warm-up run for each new chunk size")
     p.add_argument("--steps", type=int, default=None,
                    help="timed decode steps per point or window (default 64; with --structured 256)")
     p.add_argument("--layers", type=int, default=None, help="keep only the first N layers (quick checks)")
@@ -165,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
 
     spec = BenchSpec(
         model=args.model, weights=args.bench_weights, concurrency=args.concurrency, depths=args.depths,
-        prefill=args.prefill, steps=args.steps, layers=args.layers, vs_hf=args.vs_hf, out_dir=args.out,
+        prefill=args.prefill, prefill_repeats=args.prefill_repeats, steps=args.steps, layers=args.layers, vs_hf=args.vs_hf, out_dir=args.out,
         draft_tokens=args.spec_k, acceptance=args.acceptance, forced_acceptance=args.forced_acceptance,
     )  # fmt: skip
     rows = run_bench(spec, engine_config_from_args(args))
