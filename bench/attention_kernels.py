@@ -6,8 +6,9 @@
     python bench/attention_kernels.py --only decode --json bench/results/attn.json
     python bench/attention_kernels.py --only decode,prefill --kv-dtype int8   # KV caches in that format
     python bench/attention_kernels.py --only decode --decode-case 8,131072,1  # one decode case (Nsight Compute)
-    python bench/attention_kernels.py --only decode --sweep decode --kv-dtype fp8 --splits 13,33 \
-        --tuned-out tiles.json     # the default tile also at these split counts; each key's winner (HINFER_TILES)
+    python bench/attention_kernels.py --only decode --sweep decode --kv-dtype fp8 --splits 13,33 --f16 \
+        --tuned-out tiles.json     # the default tile also at these split counts, every tile also in fp16 form;
+                                   # each key's winner into an HINFER_TILES file
 
 Times are medians of triton.testing.do_bench (L2 flushed before every call). Floors: memory-bound kernels
 bytes / 4.2e12 B/s (the measured device copy bandwidth), attention prefill FLOPs / 750e12 (cuBLAS bf16
@@ -18,6 +19,7 @@ on the same prefill shapes with contiguous K/V.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import math
@@ -151,14 +153,16 @@ DECODE_SWEEP_CASES = [(1, 131072, 1), (8, 32768, 1), (8, 131072, 1), (64, 1024, 
 
 
 def bench_decode(
-    sweep: bool, cases: list[tuple[int, int, int]] | None = None, splits: tuple[int, ...] = ()
+    sweep: bool, cases: list[tuple[int, int, int]] | None = None, splits: tuple[int, ...] = (), f16: bool = False
 ) -> None:
     for b, ctx, ql in cases or (DECODE_SWEEP_CASES if sweep else DECODE_CASES):
-        _decode_case(b, ctx, ql, sweep, splits)
+        _decode_case(b, ctx, ql, sweep, splits, f16)
         torch.cuda.empty_cache()
 
 
-def _decode_case(b: int, ctx: int, ql: int, sweep: bool, fixed_splits: tuple[int, ...] = ()) -> None:
+def _decode_case(
+    b: int, ctx: int, ql: int, sweep: bool, fixed_splits: tuple[int, ...] = (), f16: bool = False
+) -> None:
     batch, q, kc, vc = make_batch([ctx - ql] * b, [ql] * b)
     nbytes = b * ctx * KV.token_bytes(HKV, D) + 2 * q.numel() * 2
     case = f"B={b} ctx={ctx // 1024}K q={ql} {KV.name}"
@@ -174,14 +178,18 @@ def _decode_case(b: int, ctx: int, ql: int, sweep: bool, fixed_splits: tuple[int
             if DecodeTile(bn, base.num_warps, s, c) != base
         ]
         configs += [(base, n) for n in fixed_splits]  # the default tile at split counts of the caller's
+    if f16 and KV.k.elem_bytes == 1:  # every tile also in its fp16 form (1-byte formats)
+        configs += [(dataclasses.replace(c, f16=True), n) for c, n in configs if not c.f16]
     for i, (cfg, fixed) in enumerate(configs):
         kw = {"block_n": cfg.block_n, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
         kw["ctas_per_sm"] = cfg.ctas_per_sm
+        kw["f16"] = cfg.f16
         width = batch.page_table.shape[1] * PAGE
         splits = fixed or dec.decode_splits(b, HKV, width, cfg.block_n, q.device, cfg.ctas_per_sm)
         if fixed:
             kw["num_splits"] = fixed
         name = f"bn{cfg.block_n} w{cfg.num_warps} s{cfg.num_stages} cps{cfg.ctas_per_sm} sp{splits}"
+        name += " f16" if cfg.f16 else ""
         name += " fixed" if fixed else " *" if i == 0 else ""
         TILES[("decode", case, name)] = ((family.name, H // HKV, D, m_bucket(ql, family.max_m)), cfg)
         try:
@@ -311,6 +319,8 @@ def main() -> None:
                     help="B,CTX,Q: this decode case instead of the list (repeatable; e.g. 8,131072,1 for Nsight Compute)")
     ap.add_argument("--splits", type=lambda v: tuple(int(x) for x in v.split(",")), default=(),
                     help="with --sweep decode: the default tile also at these split counts (e.g. 13,33)")
+    ap.add_argument("--f16", action="store_true",
+                    help="with --sweep decode and a 1-byte KV format: every tile also with its f16 form")
     ap.add_argument("--tuned-out", type=Path,
                     help="with --sweep: each table key's winner over its cases, added to this HINFER_TILES file")
     ap.add_argument("--kv-dtype", choices=CLI_KV_DTYPES, default="bf16",
@@ -326,7 +336,7 @@ def main() -> None:
     if "rope" in only:
         bench_rope()
     if "decode" in only:
-        bench_decode("decode" in a.sweep, a.decode_case, a.splits)
+        bench_decode("decode" in a.sweep, a.decode_case, a.splits, a.f16)
     if "prefill" in only:
         bench_prefill("prefill" in a.sweep)
     for kind in a.sweep:

@@ -314,6 +314,23 @@ def test_attention_kv_formats(tk, seed, fmt, cached, q_lens):
     _check(out, want, 1e-2, f"{fmt} cached={cached[0]} q={q_lens[0]} seed={seed}")
 
 
+@pytest.mark.parametrize("fmt", list(FORMATS))
+@pytest.mark.parametrize("cached,q_lens", [([32767] * 8, [1] * 8), ([20000] * 8, [4] * 8), ([131071], [1])])
+def test_decode_f16_tiles(tk, seed, fmt, cached, q_lens):
+    """The decode kernel's f16 form (dots in fp16, int8 / int4 codes turned to fp16 by their bits, fp8 converted
+    to fp16) on the packaged tiles otherwise, against the reference reading the same caches: rel <= 1e-2."""
+    batch, (q, _, _) = _batch(cached, q_lens)
+    pages = batch.page_table.max().item() + 1
+    kc, vc = (_format_cache(pages, dt) for dt in FORMATS[fmt])
+    out = torch.full_like(q, float("nan"))
+    args = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens, D**-0.5)
+    with poisoned_empty():
+        tk["attention_decode"].paged_decode(q, kc, vc, out, *args, batch.num_seqs, batch.num_tokens,
+                                            batch.max_q_len, f16=True)  # fmt: skip
+    want = ref_attn.paged_attention_ref(q.float(), kc, vc, batch, D**-0.5)
+    _check(out, want, 1e-2, f"{fmt} f16 cached={cached[0]} q={q_lens[0]} seed={seed}")
+
+
 def _dequantized(cache: torch.Tensor) -> torch.Tensor:
     """Every token row of a scaled cache, codes times scales: [tokens, n_kv, D] fp32."""
     return read_kv(cache, torch.arange(cache.shape[0], device="cuda"), cache.shape[0] * PAGE, torch.float32)

@@ -79,14 +79,19 @@ def _compile_all() -> None:
                      g_ptr="*bf16", **scales)  # fmt: skip
         for q_max in (1, 8):  # decode; verify rows (wgmma config)
             m_pad = decode_rows(q_max, H // HKV)
-            cfg = decode_config(q_max, H // HKV, D)
+            cfg = decode_config(q_max, H // HKV, D, name)
             consts = dict(G=H // HKV, Q_MAX=q_max, M_PAD=m_pad, D=D, PAGE=PAGE, BLOCK_N=cfg.block_n,
-                          DIRECT=False, EMU=False, PDL=q_max == 1, **codes["dec"])  # fmt: skip
+                          DIRECT=False, EMU=False, PDL=q_max == 1, F16=False, **codes["dec"])  # fmt: skip
             r = _compile(dec._decode_kernel, types, ints, consts, opts(cfg))
             assert r["stack"] == 0, (name, q_max, r)
             print("compiled decode", name, q_max, r)
+        if k[1] != "bfloat16":  # the f16 form of the 1-byte formats (dots in fp16, codes by their bits)
+            cfg = decode_config(1, H // HKV, D, name)
+            f16 = dict(consts, Q_MAX=1, M_PAD=decode_rows(1, H // HKV), BLOCK_N=cfg.block_n, PDL=True, F16=True)
+            r = _compile(dec._decode_kernel, types, ints, f16, opts(cfg))
+            assert r["stack"] == 0, (name, "f16", r)
         # one split writing the gated output itself (the model's sigmoid gate in the same launch)
-        cfg = decode_config(1, H // HKV, D)
+        cfg = decode_config(1, H // HKV, D, name)
         consts = dict(consts, Q_MAX=1, M_PAD=decode_rows(1, H // HKV), BLOCK_N=cfg.block_n, DIRECT=True, GATE=True)
         r = _compile(dec._decode_kernel, types, ints, consts, opts(cfg))
         assert r["stack"] == 0, (name, "gated", r)

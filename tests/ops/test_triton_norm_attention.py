@@ -450,6 +450,30 @@ def test_attention_kernels_kv_formats(name, k_dtype, v_dtype, d, dtype, seed):
         _close(out, want, **tol, seed=seed)
 
 
+@pytest.mark.parametrize("name,k_dtype,v_dtype,d", KV_FORMATS)
+def test_decode_kernel_f16_tiles(name, k_dtype, v_dtype, d, seed):
+    """The decode kernel with the tile's f16 (dots in fp16; int8 / int4 codes turned to fp16 by their bits under
+    1024's exponent, fp8 converted to fp16) against the reference reading the same caches, within the bf16
+    attention tolerance; the same launch without it agrees as closely."""
+    g = torch.Generator().manual_seed(seed + 2)
+    cached, q_lens = [0, 5, 37, 30, 100, 1], [1, 2, 4, 4, 3, 1]
+    batch = _batch(cached, q_lens, 16, torch.bfloat16, seed=seed)[0]
+    q = (2 * torch.randn(batch.num_tokens, H, d, generator=g)).to(torch.bfloat16)
+    n_pages = batch.page_table.max().item() + 1
+    kc, vc = _format_cache(n_pages, 16, k_dtype, d, g), _format_cache(n_pages, 16, v_dtype, d, g)
+    want = ref_attn.paged_attention_ref(q.float(), kc, vc, batch, d**-0.5).to(torch.bfloat16)
+    args = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens, d**-0.5)
+    outs = []
+    for f16 in (True, False):
+        out = torch.full_like(q, float("nan"))
+        with poisoned_empty():
+            dec.paged_decode(q, kc, vc, out, *args, batch.num_seqs, batch.num_tokens, batch.max_q_len,
+                             num_splits=2, block_n=16, f16=f16)  # fmt: skip
+        _close(out, want, **_attn_tol(torch.bfloat16), seed=seed)
+        outs.append(out)
+    _close(outs[0], outs[1], **_attn_tol(torch.bfloat16), seed=seed)
+
+
 # ------------------------------------------------------------------------------------ inside the model
 
 

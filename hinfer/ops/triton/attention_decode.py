@@ -34,7 +34,7 @@ def _decode_kernel(
     G: tl.constexpr, Q_MAX: tl.constexpr, M_PAD: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_N: tl.constexpr, DIRECT: tl.constexpr, EMU: tl.constexpr,
     K_FMT: tl.constexpr, V_FMT: tl.constexpr, PDL: tl.constexpr = False,
-    g_ptr=None, sgt=0, sgh=0, GATE: tl.constexpr = False,
+    g_ptr=None, sgt=0, sgh=0, GATE: tl.constexpr = False, F16: tl.constexpr = False,
 ):  # fmt: skip
     pdl_start(PDL)
     b = tl.program_id(0)
@@ -44,7 +44,7 @@ def _decode_kernel(
     qlen = tl.load(qlens_ptr + b)
     q0 = tl.load(cu_ptr + b)
     kv_len = cached + qlen
-    dt = q_ptr.dtype.element_ty
+    dt: tl.constexpr = tl.float16 if F16 else q_ptr.dtype.element_ty  # F16: the tile's f16 (1-byte KV formats)
 
     m = tl.arange(0, M_PAD)
     j = m // G
@@ -57,6 +57,8 @@ def _decode_kernel(
     )
     if EMU:
         q = q.to(tl.float32)
+    else:
+        q = q.to(dt)
     qpos = cached + j
 
     n_blocks = tl.cdiv(kv_len, BLOCK_N)
@@ -189,6 +191,7 @@ def paged_decode(
     num_warps: int | None = None,
     num_stages: int | None = None,
     ctas_per_sm: int | None = None,
+    f16: bool | None = None,
     gate: torch.Tensor | None = None,  # [T, H, D], last dim contiguous: out = attention * sigmoid(gate)
 ) -> None:
     n_heads, d = q.shape[1], q.shape[2]
@@ -199,7 +202,9 @@ def paged_decode(
     page, n_kv = k_cache.shape[1], k_cache.shape[2]
     g = n_heads // n_kv
     m_pad = decode_rows(q_max, g)
-    cfg = decode_config(q_max, g, d, kv_format_name(cache_format(k_cache), cache_format(v_cache)))
+    k_store, v_store = cache_format(k_cache), cache_format(v_cache)
+    cfg = decode_config(q_max, g, d, kv_format_name(k_store, v_store))
+    one_byte = k_store.elem_bytes == 1 and v_store.elem_bytes == 1
     emu = interpreted(_decode_kernel)
     block_n = block_n or (min(16, page) if emu else cfg.block_n)
     if num_splits is None:
@@ -219,7 +224,7 @@ def paged_decode(
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1), page_table.stride(0),
         scale * 1.4426950408889634, ks, ksp, kst, ksh, vs, vsp, vst, vsh,
         G=g, Q_MAX=q_max, M_PAD=m_pad, D=d, PAGE=page, BLOCK_N=block_n, DIRECT=num_splits == 1, EMU=emu,
-        K_FMT=k_fmt, V_FMT=v_fmt,
+        K_FMT=k_fmt, V_FMT=v_fmt, F16=(cfg.f16 if f16 is None else f16) and one_byte,
         num_warps=num_warps or cfg.num_warps, num_stages=num_stages or cfg.num_stages, **pdl_kwargs(q),
         **(gate_args if num_splits == 1 else {}),
     )  # fmt: skip

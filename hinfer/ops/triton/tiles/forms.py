@@ -101,6 +101,9 @@ class DecodeTile:
     num_warps: int
     num_stages: int
     ctas_per_sm: int  # programs kept resident per SM: sizes the split count
+    # 1-byte KV formats (fp8, int8, int4 codes): dots in fp16, the codes turned to fp16 by bit tricks instead of
+    # the quarter-rate int / fp8 -> bf16 conversions (attention_common._load_tile_f16); bf16 caches ignore it
+    f16: bool = False
 
 
 @dataclass(frozen=True)
