@@ -6,6 +6,7 @@
     python bench/attention_kernels.py --only decode --json bench/results/attn.json
     python bench/attention_kernels.py --only decode,prefill --kv-dtype int8   # KV caches in that format
     python bench/attention_kernels.py --only decode --decode-case 8,131072,1  # one decode case (Nsight Compute)
+    python bench/attention_kernels.py --only decode --sweep decode --heads 16,2   # the 35B-A3B's heads
     python bench/attention_kernels.py --only decode --sweep decode --kv-dtype fp8 --splits 13,33 --f16 \
         --tuned-out tiles.json     # the default tile also at these split counts, every tile also in fp16 form;
                                    # each key's winner into an HINFER_TILES file
@@ -323,11 +324,14 @@ def main() -> None:
                     help="with --sweep decode and a 1-byte KV format: every tile also with its f16 form")
     ap.add_argument("--tuned-out", type=Path,
                     help="with --sweep: each table key's winner over its cases, added to this HINFER_TILES file")
+    ap.add_argument("--heads", type=lambda v: tuple(int(x) for x in v.split(",")), default=(H, HKV),
+                    help="query heads,KV heads of the attention cases (default 24,4: the 27B; 16,2 the 35B-A3B)")
     ap.add_argument("--kv-dtype", choices=CLI_KV_DTYPES, default="bf16",
                     help="KV-cache format of the decode and prefill cases (default bf16)")
     a = ap.parse_args()
-    global KV
+    global KV, H, HKV
     KV = KV_FORMATS[a.kv_dtype]
+    H, HKV = a.heads
     only = set(a.only or ["norm", "rope", "decode", "prefill"]) | set(a.sweep)
     print(torch.cuda.get_device_name(), f"torch {torch.__version__} triton {triton.__version__}")
     print(f"{'kind':9s} {'case':28s} {'config':34s} {'us':>10s} {'floor us':>10s} {'ratio':>6s} rate")
