@@ -64,6 +64,22 @@ def record(kind: str, case: str, cfg: str, ms: float, floor_s: float, unit: str,
     print(f"{kind:9s} {case:28s} {cfg:34s} {us:10.1f} {floor_s * 1e6:10.1f} {row['ratio']:6.2f} {shown}")
 
 
+def warm_gpu(seconds: float = 1.0) -> None:
+    """Busy the GPU before the first case: a call's first case once read 50% slow on every tile (clocks still
+    ramping from idle; bench/RESULTS.md, 2026-12-04)."""
+    a = torch.randn(4096, 4096, device="cuda", dtype=BF16)
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    while True:
+        for _ in range(20):
+            a @ a
+        end.record()
+        end.synchronize()
+        if start.elapsed_time(end) > seconds * 1e3:
+            return
+
+
 def bench(fn) -> float:
     return do_bench(fn, warmup=10, rep=50, return_mode="median")
 
@@ -334,6 +350,7 @@ def main() -> None:
     H, HKV = a.heads
     only = set(a.only or ["norm", "rope", "decode", "prefill"]) | set(a.sweep)
     print(torch.cuda.get_device_name(), f"torch {torch.__version__} triton {triton.__version__}")
+    warm_gpu()
     print(f"{'kind':9s} {'case':28s} {'config':34s} {'us':>10s} {'floor us':>10s} {'ratio':>6s} rate")
     if "norm" in only:
         bench_norms()
