@@ -168,7 +168,8 @@ def run(args: argparse.Namespace) -> int:
 
     spec = BenchSpec(
         model=args.model, weights=args.bench_weights, concurrency=args.concurrency, depths=args.depths,
-        prefill=args.prefill, prefill_repeats=args.prefill_repeats, steps=args.steps, layers=args.layers, vs_hf=args.vs_hf, out_dir=args.out,
+        prefill=args.prefill, prefill_repeats=args.prefill_repeats, steps=args.steps, layers=args.layers,
+        vs_hf=args.vs_hf, out_dir=args.out,
         draft_tokens=args.spec_k, acceptance=args.acceptance, forced_acceptance=args.forced_acceptance,
     )  # fmt: skip
     rows = run_bench(spec, engine_config_from_args(args))

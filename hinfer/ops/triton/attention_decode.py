@@ -14,6 +14,8 @@ the combine kernel's power-of-two bucket are compile-time.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -153,6 +155,7 @@ def decode_cache_args(k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple[tup
 WAVE_FILL = 0.95  # the share of its last wave a split decode launch fills
 
 
+@functools.lru_cache(maxsize=1024)  # a few shapes a run; the search stays off the launch path
 def decode_splits(
     n_seqs: int, n_kv: int, max_kv_tokens: int, block_n: int, device: torch.device, ctas_per_sm: int = 4
 ) -> int:
