@@ -48,6 +48,7 @@ from hinfer.ops.triton.tiles.table import entry, m_bucket, source_line, write  #
 
 BW, FLOPS = 4.2e12, 750e12
 HIDDEN, H, HKV, D, R, PAGE, HV, VD = 5120, 24, 4, 256, 64, 64, 48, 128
+HEADS_27B = (H, HKV)
 BF16 = torch.bfloat16
 ROWS: list[dict] = []
 TILES: dict[tuple[str, str, str], tuple[tuple, object]] = {}  # (kind, case, config) -> (table key, tile)
@@ -340,7 +341,7 @@ def main() -> None:
                     help="with --sweep decode and a 1-byte KV format: every tile also with its f16 form")
     ap.add_argument("--tuned-out", type=Path,
                     help="with --sweep: each table key's winner over its cases, added to this HINFER_TILES file")
-    ap.add_argument("--heads", type=lambda v: tuple(int(x) for x in v.split(",")), default=(H, HKV),
+    ap.add_argument("--heads", type=lambda v: tuple(int(x) for x in v.split(",")), default=HEADS_27B,
                     help="query heads,KV heads of the attention cases (default 24,4: the 27B; 16,2 the 35B-A3B)")
     ap.add_argument("--kv-dtype", choices=CLI_KV_DTYPES, default="bf16",
                     help="KV-cache format of the decode and prefill cases (default bf16)")

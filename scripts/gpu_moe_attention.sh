@@ -7,9 +7,9 @@
 set -uo pipefail
 PACK=gpu_moe_attention; source "$(dirname "$0")/device_common.sh"
 for heads in 16,2 32,2; do
-  for kv in fp8 bf16; do
+  for kv in ${KVS:-fp8 bf16}; do
     left 200 || break
-    timeout 60 python bench/attention_kernels.py --only decode --sweep decode --kv-dtype $kv --heads $heads \
+    timeout 60 python bench/attention_kernels.py --only decode --sweep decode --kv-dtype $kv --heads $heads ${F16:+--f16} \
       --json "$R/attn_moe_${heads/,/x}_$kv.json" --tuned-out "$R/moe_attn_tiles.json" \
       > "$R/attn_moe_${heads/,/x}_$kv.txt" 2>&1
     echo "== sweep heads $heads $kv rc=$? $((SECONDS - START)) s"; grep -A3 "tile per key" "$R/attn_moe_${heads/,/x}_$kv.txt"
@@ -22,7 +22,7 @@ depth() {  # depth NAME MODEL [TILES]: int4 decode at 128K with fp8 KV, one and 
       --prefill "" )
 }
 for model in qwen3.6-35b-a3b qwen3.5-122b-a10b; do
-  left 420 && depth "depth_${model}" $model
+  [ -z "${SKIP_PLAIN:-}" ] && left 420 && depth "depth_${model}" $model
   left 480 && [ -s "$R/moe_attn_tiles.json" ] && depth "depth_${model}_swept" $model "$R/moe_attn_tiles.json"
 done
 pack
