@@ -331,6 +331,19 @@ def test_decode_f16_tiles(tk, seed, fmt, cached, q_lens):
     _check(out, want, 1e-2, f"{fmt} f16 cached={cached[0]} q={q_lens[0]} seed={seed}")
 
 
+@pytest.mark.parametrize("f16", [True, False])
+def test_int4_words_unpack(tk, seed, f16):
+    """The int4 tile read a word at a time into fp16 or bf16 (the decode and prefill kernels' path on the GPU)
+    equals code - 8 of every nibble in element order, exactly."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    b = torch.randint(0, 256, (64, D // 2), dtype=torch.uint8, device="cuda", generator=g)
+    dt = torch.float16 if f16 else torch.bfloat16
+    out = torch.full((64, D), float("nan"), dtype=dt, device="cuda")
+    tk["attention_common"]._int4_words_check_kernel[(1,)](b, out, D=D, BLOCK_N=64, F16=f16)
+    want = torch.stack(((b & 15).long() - 8, (b >> 4).long() - 8), dim=-1).reshape(64, D).to(dt)
+    assert torch.equal(out, want), f"seed={seed} max diff {(out.float() - want.float()).abs().max().item()}"
+
+
 def _dequantized(cache: torch.Tensor) -> torch.Tensor:
     """Every token row of a scaled cache, codes times scales: [tokens, n_kv, D] fp32."""
     return read_kv(cache, torch.arange(cache.shape[0], device="cuda"), cache.shape[0] * PAGE, torch.float32)

@@ -474,6 +474,22 @@ def test_decode_kernel_f16_tiles(name, k_dtype, v_dtype, d, seed):
     _close(outs[0], outs[1], **_attn_tol(torch.bfloat16), seed=seed)
 
 
+@pytest.mark.parametrize("f16", [True])  # bf16's form on the GPU (tests/gpu): the interpreter has no bf16 constants
+def test_int4_words_unpack(f16, seed):
+    """The int4 tile read a word at a time (codes ORed under the exponent where fp16 / bf16 count in ones, two
+    values an op, joined back into element order) equals code - 8 of every nibble, element 2j from byte j's low
+    nibble, 2j + 1 from its high, exactly."""
+    from hinfer.ops.triton.attention_common import _int4_words_check_kernel
+
+    g = torch.Generator().manual_seed(seed)
+    b = torch.randint(0, 256, (16, 32), dtype=torch.uint8, generator=g)
+    dt = torch.float16 if f16 else torch.bfloat16
+    out = torch.full((16, 64), float("nan"), dtype=dt)
+    _int4_words_check_kernel[(1,)](b, out, D=64, BLOCK_N=16, F16=f16)
+    want = torch.stack(((b & 15).long() - 8, (b >> 4).long() - 8), dim=-1).reshape(16, 64).to(dt)
+    assert torch.equal(out, want), (out - want).abs().max()
+
+
 # ------------------------------------------------------------------------------------ inside the model
 
 

@@ -70,12 +70,16 @@ def load_tile(
     if dt == tl.float16 and FMT != 0:  # integer codes to fp16 without an int -> float conversion
         x, scale = _load_tile_f16(ptr, base, mask, s_ptr, page * s_p + row * s_t + kvh * s_h, D, BLOCK_N, FMT)
     elif FMT == 2:
-        j = tl.arange(0, D // 2)
-        b = tl.load(ptr + base[:, None] + j[None, :], mask=mask[:, None], other=0).to(tl.int32)
-        x = tl.reshape(tl.join((b & 15) - 8, (b >> 4) - 8), [BLOCK_N, D]).to(tl.float32)  # element 2j, 2j + 1
         g = tl.arange(0, D // GROUP4)
         s_off = page * s_p + row * s_t + kvh * s_h
         s = tl.load(s_ptr + s_off[:, None] + g[None, :], mask=mask[:, None], other=0.0)
+        if dt == tl.bfloat16 and not EMU:  # codes by their bits, scaled in packed bf16 pairs
+            x = _int4_words(ptr, base, mask, D, BLOCK_N, tl.bfloat16)
+            s = s.to(tl.bfloat16)
+        else:
+            j = tl.arange(0, D // 2)
+            b = tl.load(ptr + base[:, None] + j[None, :], mask=mask[:, None], other=0).to(tl.int32)
+            x = tl.reshape(tl.join((b & 15) - 8, (b >> 4) - 8), [BLOCK_N, D]).to(tl.float32)  # element 2j, 2j + 1
         x = tl.reshape(tl.reshape(x, [BLOCK_N, D // GROUP4, GROUP4]) * s[:, :, None], [BLOCK_N, D])
         scale = 1.0
     else:
@@ -95,16 +99,49 @@ def load_tile(
 
 
 @triton.jit
+def _nibble_pair(w, SHIFT: tl.constexpr, dt: tl.constexpr):
+    """Nibbles at bits SHIFT and SHIFT + 16 of each word as two `dt` values, 1024 + code in fp16 (128 + code in
+    bf16): the code ORed under the exponent where the format counts in ones, two values per 32-bit op."""
+    magic: tl.constexpr = 0x64006400 if dt == tl.float16 else 0x43004300
+    t = ((w >> SHIFT) & 0x000F000F) | magic
+    return t.to(tl.int16).to(dt, bitcast=True), (t >> 16).to(tl.int16).to(dt, bitcast=True)
+
+
+@triton.jit
+def _int4_words(ptr, base, mask, D: tl.constexpr, BLOCK_N: tl.constexpr, dt: tl.constexpr):
+    """An int4 tile [BLOCK_N, D] (byte j: element 2j in its low nibble, 2j + 1 in its high) as code - 8 in `dt`
+    (fp16 or bf16, exact in both), read a 32-bit word (8 values) at a time: no int -> float conversion, each
+    mask-and-OR makes two values. Rows start 4-byte aligned (D / 2 bytes a row, D % 8 == 0)."""
+    tl.static_assert(D % 8 == 0)
+    j = tl.arange(0, D // 8)
+    w = tl.load(ptr.to(tl.pointer_type(tl.int32)) + (base // 4)[:, None] + j[None, :], mask=mask[:, None], other=0)
+    e0, e4 = _nibble_pair(w, 0, dt)
+    e1, e5 = _nibble_pair(w, 4, dt)
+    e2, e6 = _nibble_pair(w, 8, dt)
+    e3, e7 = _nibble_pair(w, 12, dt)
+    # join makes the new dim the fastest: [..., a, b, c] = element 4a + 2b + c
+    lo = tl.join(tl.join(e0, e4), tl.join(e2, e6))
+    hi = tl.join(tl.join(e1, e5), tl.join(e3, e7))
+    offset: tl.constexpr = 1032.0 if dt == tl.float16 else 136.0
+    return tl.reshape(tl.join(lo, hi), [BLOCK_N, D]) - offset
+
+
+@triton.jit
+def _int4_words_check_kernel(ptr, out_ptr, D: tl.constexpr, BLOCK_N: tl.constexpr, F16: tl.constexpr):
+    """Unpacks rows of int4 bytes [BLOCK_N, D / 2] with `_int4_words` into out [BLOCK_N, D] (tests)."""
+    n = tl.arange(0, BLOCK_N)
+    dt: tl.constexpr = tl.float16 if F16 else tl.bfloat16
+    x = _int4_words(ptr, n * (D // 2), n < BLOCK_N, D, BLOCK_N, dt)
+    tl.store(out_ptr + n[:, None] * D + tl.arange(0, D)[None, :], x)
+
+
+@triton.jit
 def _load_tile_f16(ptr, base, mask, s_ptr, s_off, D: tl.constexpr, BLOCK_N: tl.constexpr, FMT: tl.constexpr):
     """load_tile's fp16 form on the GPU: integer codes become fp16 without an int -> float conversion (a
     quarter-rate instruction on sm_90): the code's bits ORed under the exponent of 1024, where fp16 counts in
     ones, then the offset taken off in fp16, exact (int8: 1024 + 128 + c; int4: 1024 + c + 8)."""
     if FMT == 2:
-        j = tl.arange(0, D // 2)
-        b = tl.load(ptr + base[:, None] + j[None, :], mask=mask[:, None], other=0).to(tl.int16)
-        lo = ((b & 15) | 0x6400).to(tl.float16, bitcast=True)
-        hi = ((b >> 4) | 0x6400).to(tl.float16, bitcast=True)
-        x = tl.reshape(tl.join(lo, hi), [BLOCK_N, D]) - 1032.0  # element 2j, 2j + 1
+        x = _int4_words(ptr, base, mask, D, BLOCK_N, tl.float16)
         g = tl.arange(0, D // GROUP4)
         s = tl.load(s_ptr + s_off[:, None] + g[None, :], mask=mask[:, None], other=0.0).to(tl.float16)
         x = tl.reshape(tl.reshape(x, [BLOCK_N, D // GROUP4, GROUP4]) * s[:, :, None], [BLOCK_N, D])
