@@ -61,11 +61,14 @@ def kv_page_rows(pt_row_ptr, n0, n, mask, PAGE: tl.constexpr, BLOCK_N: tl.conste
 def load_tile(
     ptr, page, row, stride_p, stride_t, head_off, mask, s_ptr, s_p, s_t, s_h, kvh,
     dt: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr, EMU: tl.constexpr, FMT: tl.constexpr,
+    PAIRS: tl.constexpr = False,
 ):  # fmt: skip
     """One [BLOCK_N, D] tile of a kv head in the compute dtype `dt` (fp32 under the interpreter, whose dot
     cannot take bf16, and whose int8 -> bf16 conversion is wrong), and the per-token scales the caller applies
     after the dot (INT8; a placeholder otherwise). INT8_TILE and INT4 tiles are scaled here, in registers
-    (INT4 unpacked and scaled per group)."""
+    (INT4 unpacked and scaled per group; PAIRS: a bf16 int4 tile read by words and scaled by its scales rounded
+    to bf16, which the values' weighted sum absorbs; keys keep the exact fp32 product, their errors pass through
+    the softmax)."""
     base = page * stride_p + row * stride_t + head_off
     if dt == tl.float16 and FMT != 0:  # integer codes to fp16 without an int -> float conversion
         x, scale = _load_tile_f16(ptr, base, mask, s_ptr, page * s_p + row * s_t + kvh * s_h, D, BLOCK_N, FMT)
@@ -73,7 +76,7 @@ def load_tile(
         g = tl.arange(0, D // GROUP4)
         s_off = page * s_p + row * s_t + kvh * s_h
         s = tl.load(s_ptr + s_off[:, None] + g[None, :], mask=mask[:, None], other=0.0)
-        if dt == tl.bfloat16 and not EMU:  # codes by their bits, scaled in packed bf16 pairs
+        if dt == tl.bfloat16 and not EMU and PAIRS:  # codes by their bits, scaled in packed bf16 pairs
             x = _int4_words(ptr, base, mask, D, BLOCK_N, tl.bfloat16)
             s = s.to(tl.bfloat16)
         else:
@@ -210,7 +213,7 @@ def attend_block(
     k, k_scale = load_tile(k_ptr, page, row, skp, skt, k_head, kv_ok, ks_ptr, ksp, kst, ksh, kvh,
                            dt, D, BLOCK_N, EMU, K_FMT)  # fmt: skip
     v, v_scale = load_tile(v_ptr, page, row, svp, svt, v_head, kv_ok, vs_ptr, vsp, vst, vsh, kvh,
-                           dt, D, BLOCK_N, EMU, V_FMT)  # fmt: skip
+                           dt, D, BLOCK_N, EMU, V_FMT, True)  # fmt: skip
     valid = (n[None, :] <= qpos[:, None]) & kv_ok[None, :]
     return softmax_step(q, k, v, m_i, l_i, acc, valid, qk_scale, k_scale, v_scale, dt, EMU, MASKED, SAFE,
                         K_FMT == 1, V_FMT == 1)  # fmt: skip
