@@ -344,6 +344,22 @@ def test_int4_words_unpack(tk, seed, f16):
     assert torch.equal(out, want), f"seed={seed} max diff {(out.float() - want.float()).abs().max().item()}"
 
 
+@pytest.mark.parametrize("fp8", [True, False])
+def test_byte_words_to_f16(tk, seed, fp8):
+    """fp8 values and int8 codes read a word at a time and turned to fp16 by inline PTX (the f16 form's tiles)
+    equal torch's conversion of every byte in element order, exactly (fp8: every finite e4m3 value is an
+    fp16; int8: every code)."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    b = torch.randint(0, 256, (64, D), dtype=torch.uint8, device="cuda", generator=g)
+    if fp8:
+        b[b.view(torch.float8_e4m3fn).float().isnan()] = 0  # e4m3's two NaN codes
+    x = b.view(torch.float8_e4m3fn if fp8 else torch.int8)
+    out = torch.full((64, D), float("nan"), dtype=torch.float16, device="cuda")
+    tk["attention_common"]._byte_words_check_kernel[(1,)](x, out, D=D, BLOCK_N=64, FP8=fp8)
+    want = x.to(torch.float16)
+    assert torch.equal(out, want), f"seed={seed} max diff {(out.float() - want.float()).abs().max().item()}"
+
+
 def _dequantized(cache: torch.Tensor) -> torch.Tensor:
     """Every token row of a scaled cache, codes times scales: [tokens, n_kv, D] fp32."""
     return read_kv(cache, torch.arange(cache.shape[0], device="cuda"), cache.shape[0] * PAGE, torch.float32)

@@ -66,12 +66,18 @@ def load_tile(
     """One [BLOCK_N, D] tile of a kv head in the compute dtype `dt` (fp32 under the interpreter, whose dot
     cannot take bf16, and whose int8 -> bf16 conversion is wrong), and the per-token scales the caller applies
     after the dot (INT8; a placeholder otherwise). INT8_TILE and INT4 tiles are scaled here, in registers
-    (INT4 unpacked and scaled per group; PAIRS: a bf16 int4 tile read by words and scaled by its scales rounded
-    to bf16, which the values' weighted sum absorbs; keys keep the exact fp32 product, their errors pass through
-    the softmax)."""
+    (INT4 unpacked and scaled per group). On the GPU integer tiles are read a 32-bit word at a time and turned
+    two values an instruction. PAIRS (the values' tile): bf16 int4 values scaled by their scales rounded to bf16,
+    which the values' weighted sum absorbs (keys keep the exact fp32 product: their errors pass through the
+    softmax); fp8 values in the f16 form converted by words too, in the tile's row layout, whence the dot reads
+    them by ldmatrix (read in the dot's layout, a value tile is gathered from shared memory byte by byte: its
+    dot runs along the keys, across rows; fp8 keys convert best in the dot's layout, sm_90 SASS)."""
     base = page * stride_p + row * stride_t + head_off
     if dt == tl.float16 and FMT != 0:  # integer codes to fp16 without an int -> float conversion
-        x, scale = _load_tile_f16(ptr, base, mask, s_ptr, page * s_p + row * s_t + kvh * s_h, D, BLOCK_N, FMT)
+        x, scale = _load_tile_f16(ptr, base, mask, s_ptr, page * s_p + row * s_t + kvh * s_h, D, BLOCK_N, FMT,
+                                  not EMU)  # fmt: skip
+    elif dt == tl.float16 and PAIRS and not EMU and ptr.dtype.element_ty == tl.float8e4nv:
+        x, scale = _byte_words_f16(ptr, base, mask, D, BLOCK_N, True), 1.0
     elif FMT == 2:
         g = tl.arange(0, D // GROUP4)
         s_off = page * s_p + row * s_t + kvh * s_h
@@ -129,6 +135,56 @@ def _int4_words(ptr, base, mask, D: tl.constexpr, BLOCK_N: tl.constexpr, dt: tl.
     return tl.reshape(tl.join(lo, hi), [BLOCK_N, D]) - offset
 
 
+# A word of four fp8 (e4m3) values to four fp16: two packed conversions (byte 0 -> element 0, ...)
+_FP8_WORD_ASM = tl.constexpr("""{
+.reg .b16 l, h;
+.reg .b32 a, b;
+mov.b32 {l, h}, $4;
+cvt.rn.f16x2.e4m3x2 a, l;
+cvt.rn.f16x2.e4m3x2 b, h;
+mov.b32 {$0, $1}, a;
+mov.b32 {$2, $3}, b;
+}""")
+# A word of four int8 codes to four fp16 (c): each byte, sign bit flipped (c + 128), put under 0x64 (1024 + 128 +
+# c, exact), then 1152 taken off two at a time
+_INT8_WORD_ASM = tl.constexpr("""{
+.reg .b32 t, a, b, k;
+xor.b32 t, $4, 0x80808080;
+prmt.b32 a, t, 0x64646464, 0x4140;
+prmt.b32 b, t, 0x64646464, 0x4342;
+mov.b32 k, 0x64806480;
+sub.rn.f16x2 a, a, k;
+sub.rn.f16x2 b, b, k;
+mov.b32 {$0, $1}, a;
+mov.b32 {$2, $3}, b;
+}""")
+
+
+@triton.jit
+def _byte_words_f16(ptr, base, mask, D: tl.constexpr, BLOCK_N: tl.constexpr, FP8: tl.constexpr):
+    """A 1-byte tile [BLOCK_N, D] (fp8 e4m3 values, or int8 codes) as fp16, read a 32-bit word at a time and
+    converted two values an instruction (GPU only: inline PTX). Rows start 4-byte aligned (D % 4 == 0)."""
+    tl.static_assert(D % 4 == 0)
+    j = tl.arange(0, D // 4)
+    w = tl.load(ptr.to(tl.pointer_type(tl.int32)) + (base // 4)[:, None] + j[None, :], mask=mask[:, None], other=0)
+    if FP8:
+        e0, e1, e2, e3 = tl.inline_asm_elementwise(_FP8_WORD_ASM, "=h,=h,=h,=h,r", [w], dtype=(tl.float16,) * 4,
+                                                   is_pure=True, pack=1)  # fmt: skip
+    else:
+        e0, e1, e2, e3 = tl.inline_asm_elementwise(_INT8_WORD_ASM, "=h,=h,=h,=h,r", [w], dtype=(tl.float16,) * 4,
+                                                   is_pure=True, pack=1)  # fmt: skip
+    # join makes the new dim the fastest: [..., a, b] = element 2a + b
+    return tl.reshape(tl.join(tl.join(e0, e2), tl.join(e1, e3)), [BLOCK_N, D])
+
+
+@triton.jit
+def _byte_words_check_kernel(ptr, out_ptr, D: tl.constexpr, BLOCK_N: tl.constexpr, FP8: tl.constexpr):
+    """Converts rows of fp8 / int8 [BLOCK_N, D] with `_byte_words_f16` into fp16 out [BLOCK_N, D] (GPU tests)."""
+    n = tl.arange(0, BLOCK_N)
+    x = _byte_words_f16(ptr, n * D, n < BLOCK_N, D, BLOCK_N, FP8)
+    tl.store(out_ptr + n[:, None] * D + tl.arange(0, D)[None, :], x)
+
+
 @triton.jit
 def _int4_words_check_kernel(ptr, out_ptr, D: tl.constexpr, BLOCK_N: tl.constexpr, F16: tl.constexpr):
     """Unpacks rows of int4 bytes [BLOCK_N, D / 2] with `_int4_words` into out [BLOCK_N, D] (tests)."""
@@ -139,7 +195,9 @@ def _int4_words_check_kernel(ptr, out_ptr, D: tl.constexpr, BLOCK_N: tl.constexp
 
 
 @triton.jit
-def _load_tile_f16(ptr, base, mask, s_ptr, s_off, D: tl.constexpr, BLOCK_N: tl.constexpr, FMT: tl.constexpr):
+def _load_tile_f16(
+    ptr, base, mask, s_ptr, s_off, D: tl.constexpr, BLOCK_N: tl.constexpr, FMT: tl.constexpr, WORDS: tl.constexpr,
+):  # fmt: skip
     """load_tile's fp16 form on the GPU: integer codes become fp16 without an int -> float conversion (a
     quarter-rate instruction on sm_90): the code's bits ORed under the exponent of 1024, where fp16 counts in
     ones, then the offset taken off in fp16, exact (int8: 1024 + 128 + c; int4: 1024 + c + 8)."""
@@ -150,9 +208,12 @@ def _load_tile_f16(ptr, base, mask, s_ptr, s_off, D: tl.constexpr, BLOCK_N: tl.c
         x = tl.reshape(tl.reshape(x, [BLOCK_N, D // GROUP4, GROUP4]) * s[:, :, None], [BLOCK_N, D])
         scale = 1.0
     else:
-        d = tl.arange(0, D)
-        x = tl.load(ptr + base[:, None] + d[None, :], mask=mask[:, None], other=0)
-        x = ((x.to(tl.int16) + 0x6480).to(tl.float16, bitcast=True)) - 1152.0
+        if WORDS:  # four codes a word (inline PTX: GPU only)
+            x = _byte_words_f16(ptr, base, mask, D, BLOCK_N, False)
+        else:
+            d = tl.arange(0, D)
+            x = tl.load(ptr + base[:, None] + d[None, :], mask=mask[:, None], other=0)
+            x = ((x.to(tl.int16) + 0x6480).to(tl.float16, bitcast=True)) - 1152.0
         scale = tl.load(s_ptr + s_off, mask=mask, other=0.0)
         if FMT == 3:
             x = x * scale.to(tl.float16)[:, None]
