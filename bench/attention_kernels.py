@@ -224,13 +224,13 @@ PREFILL_CASES = [(0, 8192), (0, 2048), (30720, 2048), (126976, 2048), (0, 32768)
 PREFILL_SWEEP_CASES = [(0, 8192), (30720, 2048)]
 
 
-def bench_prefill(sweep: bool) -> None:
+def bench_prefill(sweep: bool, lazy: bool = False) -> None:
     for cached, ql in PREFILL_SWEEP_CASES if sweep else PREFILL_CASES:
-        _prefill_case(cached, ql, sweep)
+        _prefill_case(cached, ql, sweep, lazy)
         torch.cuda.empty_cache()
 
 
-def _prefill_case(cached: int, ql: int, sweep: bool) -> None:
+def _prefill_case(cached: int, ql: int, sweep: bool, lazy: bool = False) -> None:
     batch, q, kc, vc = make_batch([cached], [ql])
     flops = 4 * H * D * (ql * cached + ql * (ql + 1) // 2)  # QK^T and PV over the causal pairs
     case = f"cached={cached // 1024}K q={ql // 1024}K {KV.name}"
@@ -243,10 +243,13 @@ def _prefill_case(cached: int, ql: int, sweep: bool) -> None:
             PrefillTile(block_m=m, block_n=n, num_warps=w, num_stages=s)
             for m, n, w, s in itertools.product((64, 128), (32, 64, 128), (4, 8), (2, 3))
         ]
+    if lazy:  # every tile also with the lazy rescale
+        configs += [dataclasses.replace(c, lazy=True) for c in configs if not c.lazy]
     for cfg in configs:
         kw = {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_warps": cfg.num_warps}
         kw["num_stages"] = cfg.num_stages
-        name = f"bm{cfg.block_m} bn{cfg.block_n} w{cfg.num_warps} s{cfg.num_stages}"
+        kw["lazy"] = cfg.lazy
+        name = f"bm{cfg.block_m} bn{cfg.block_n} w{cfg.num_warps} s{cfg.num_stages}" + (" lazy" if cfg.lazy else "")
         name += " *" if cfg is base else ""
         TILES[("prefill", case, name)] = ((PREFILL.name, H // HKV, D, m_bucket(ql, PREFILL.max_m)), cfg)
         try:
@@ -337,6 +340,8 @@ def main() -> None:
                     help="B,CTX,Q: this decode case instead of the list (repeatable; e.g. 8,131072,1 for Nsight Compute)")
     ap.add_argument("--splits", type=lambda v: tuple(int(x) for x in v.split(",")), default=(),
                     help="with --sweep decode: the default tile also at these split counts (e.g. 13,33)")
+    ap.add_argument("--lazy", action="store_true",
+                    help="prefill: every tile also with the lazy rescale (PrefillTile.lazy)")
     ap.add_argument("--f16", action="store_true",
                     help="with --sweep decode and a 1-byte KV format: every tile also with its f16 form")
     ap.add_argument("--tuned-out", type=Path,
@@ -360,7 +365,7 @@ def main() -> None:
     if "decode" in only:
         bench_decode("decode" in a.sweep, a.decode_case, a.splits, a.f16)
     if "prefill" in only:
-        bench_prefill("prefill" in a.sweep)
+        bench_prefill("prefill" in a.sweep, a.lazy)
     for kind in a.sweep:
         best(kind)
         if a.tuned_out:

@@ -221,17 +221,26 @@ def _load_tile_f16(
     return x, scale
 
 
+# LAZY: the running max moves (and the accumulator is rescaled) only once a block's scores pass it by more than
+# LAZY_TAU (base 2): probabilities then stay <= 2^LAZY_TAU, far inside bf16 / fp32, and the rows' sums and outputs
+# are the same quotients, relative to a stale max
+LAZY_TAU: tl.constexpr = tl.constexpr(8.0)
+
+
 @triton.jit
 def softmax_step(
     q, k, v, m_i, l_i, acc, valid, qk_scale, k_scale, v_scale,
     dt: tl.constexpr, EMU: tl.constexpr, MASKED: tl.constexpr, SAFE: tl.constexpr,
-    K_SCALED: tl.constexpr, V_SCALED: tl.constexpr,
+    K_SCALED: tl.constexpr, V_SCALED: tl.constexpr, LAZY: tl.constexpr = False,
 ):  # fmt: skip
     """One online-softmax update (base 2) of rows q [M, D] with keys k and values v [N, D].
 
     `valid` [M, N] masks keys when MASKED. SAFE guards rows that have seen no key yet (m == -inf), which
     only happens in split-KV decode where a split can lie past a row's causal limit. K_SCALED / V_SCALED:
-    k / v are int8 codes and k_scale / v_scale [N] their per-token scales.
+    k / v are int8 codes and k_scale / v_scale [N] their per-token scales. LAZY: the max and the accumulator
+    move only when some row's scores pass its max by more than LAZY_TAU (one test for the whole block: the
+    rescale is most of the update's instructions on wide accumulators, and after the first blocks it is rarely
+    needed).
     """
     # fp32 models get true fp32 dots (Triton would use TF32); bf16/fp16 use the tensor cores as they are
     prec: tl.constexpr = "ieee" if dt == tl.float32 else "tf32"
@@ -241,21 +250,36 @@ def softmax_step(
         s = tl.dot(q, tl.trans(k), input_precision=prec) * qk_scale
     if MASKED:
         s = tl.where(valid, s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, axis=1))
-    if SAFE:
-        m_new_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    m_blk = tl.max(s, axis=1)
+    if LAZY:
+        m_new = m_i
+        if tl.max(tl.where(m_blk > m_i + LAZY_TAU, 1, 0), axis=0) > 0:
+            m_new = tl.maximum(m_i, m_blk)
+            alpha = tl.exp2(m_i - _finite_max(m_new, SAFE))
+            acc = acc * alpha[:, None]
+            l_i = l_i * alpha
     else:
-        m_new_use = m_new
-    alpha = tl.exp2(m_i - m_new_use)
-    p = tl.exp2(s - m_new_use[:, None])
-    l_i = l_i * alpha + tl.sum(p, axis=1)
+        m_new = tl.maximum(m_i, m_blk)
+        alpha = tl.exp2(m_i - _finite_max(m_new, SAFE))
+        acc = acc * alpha[:, None]
+        l_i = l_i * alpha
+    p = tl.exp2(s - _finite_max(m_new, SAFE)[:, None])
+    l_i = l_i + tl.sum(p, axis=1)
     if V_SCALED:
         p = p * v_scale[None, :]
     p_in = cast(p, dt, EMU)
     if EMU:
         p_in = p_in.to(tl.float32)
-    acc = tl.dot(p_in, v, acc * alpha[:, None], input_precision=prec)
+    acc = tl.dot(p_in, v, acc, input_precision=prec)
     return m_new, l_i, acc
+
+
+@triton.jit
+def _finite_max(m, SAFE: tl.constexpr):
+    """The max the scores are taken off: 0 where a row has seen no key yet (SAFE), so that exp2 gives 0, not NaN."""
+    if SAFE:
+        return tl.where(m == float("-inf"), 0.0, m)
+    return m
 
 
 @triton.jit
@@ -264,10 +288,11 @@ def attend_block(
     k_ptr, v_ptr, skp, skt, k_head, svp, svt, v_head, qk_scale,
     ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh, kvh,
     dt: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr, EMU: tl.constexpr,
-    MASKED: tl.constexpr, SAFE: tl.constexpr, K_FMT: tl.constexpr, V_FMT: tl.constexpr,
+    MASKED: tl.constexpr, SAFE: tl.constexpr, K_FMT: tl.constexpr, V_FMT: tl.constexpr, LAZY: tl.constexpr = False,
 ):  # fmt: skip
     """Keys n0 .. n0 + BLOCK_N of one sequence (those < kv_end; causal against qpos when MASKED). Scaled
-    formats: kv head kvh's scales of a token are at ks_ptr + page * ksp + row * kst + kvh * ksh (V alike)."""
+    formats: kv head kvh's scales of a token are at ks_ptr + page * ksp + row * kst + kvh * ksh (V alike).
+    LAZY: softmax_step's lazy rescale."""
     n = n0 + tl.arange(0, BLOCK_N)
     kv_ok = n < kv_end
     page, row = kv_page_rows(pt_row, n0, n, kv_ok, PAGE, BLOCK_N)
@@ -277,4 +302,4 @@ def attend_block(
                            dt, D, BLOCK_N, EMU, V_FMT, True)  # fmt: skip
     valid = (n[None, :] <= qpos[:, None]) & kv_ok[None, :]
     return softmax_step(q, k, v, m_i, l_i, acc, valid, qk_scale, k_scale, v_scale, dt, EMU, MASKED, SAFE,
-                        K_FMT == 1, V_FMT == 1)  # fmt: skip
+                        K_FMT == 1, V_FMT == 1, LAZY)  # fmt: skip

@@ -31,6 +31,7 @@ def _prefill_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EMU: tl.constexpr,
     K_FMT: tl.constexpr, V_FMT: tl.constexpr,
     op_ptr=None, lse_ptr=None, n_heads=1, n_splits=1, tok0=0, DIRECT: tl.constexpr = True,
+    LAZY: tl.constexpr = False,
 ):  # fmt: skip
     h = tl.program_id(0)
     b = seq0 + tl.program_id(2) // n_splits
@@ -69,7 +70,7 @@ def _prefill_kernel(
             m_i, l_i, acc = attend_block(
                 n0, q, qpos, m_i, l_i, acc, pt_row, kv_hi, k_ptr, v_ptr, skp, skt, kvh * skh,
                 svp, svt, kvh * svh, qk_scale, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh, kvh,
-                dt, D, PAGE, BLOCK_N, EMU, n0 >= full_hi, not DIRECT, K_FMT, V_FMT,
+                dt, D, PAGE, BLOCK_N, EMU, n0 >= full_hi, not DIRECT, K_FMT, V_FMT, LAZY,
             )  # fmt: skip
             n0 += BLOCK_N
     else:
@@ -77,13 +78,13 @@ def _prefill_kernel(
             m_i, l_i, acc = attend_block(
                 n0, q, qpos, m_i, l_i, acc, pt_row, kv_hi, k_ptr, v_ptr, skp, skt, kvh * skh,
                 svp, svt, kvh * svh, qk_scale, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh, kvh,
-                dt, D, PAGE, BLOCK_N, EMU, False, False, K_FMT, V_FMT,
+                dt, D, PAGE, BLOCK_N, EMU, False, False, K_FMT, V_FMT, LAZY,
             )  # fmt: skip
         for n0 in range(tl.maximum(lo, full_hi), hi, BLOCK_N):
             m_i, l_i, acc = attend_block(
                 n0, q, qpos, m_i, l_i, acc, pt_row, kv_hi, k_ptr, v_ptr, skp, skt, kvh * skh,
                 svp, svt, kvh * svh, qk_scale, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh, kvh,
-                dt, D, PAGE, BLOCK_N, EMU, True, not DIRECT, K_FMT, V_FMT,
+                dt, D, PAGE, BLOCK_N, EMU, True, not DIRECT, K_FMT, V_FMT, LAZY,
             )  # fmt: skip
 
     if DIRECT:
@@ -126,6 +127,8 @@ def paged_prefill(
     tok0: int = 0,  # their first token's row, and how many rows they have (for the split partials)
     n_tok: int | None = None,
     num_splits: int | None = None,
+    lazy: bool | None = None,  # the lazy rescale (softmax_step; one-pass launches only: the split partials'
+    # epilogue beside it spills on sm_90); None: the tile's
 ) -> None:
     n_heads, d = q.shape[1], q.shape[2]
     page, n_kv = k_cache.shape[1], k_cache.shape[2]
@@ -151,7 +154,8 @@ def paged_prefill(
         scale * 1.4426950408889634, ks, ksp, kst, ksh, vs, vsp, vst, vsh,
         G=n_heads // n_kv, D=d, PAGE=page, BLOCK_M=block_m, BLOCK_N=block_n, EMU=emu,
         K_FMT=k_fmt, V_FMT=v_fmt, op_ptr=part, lse_ptr=lse, n_heads=n_heads, n_splits=splits, tok0=tok0,
-        DIRECT=splits == 1, num_warps=num_warps or cfg.num_warps, num_stages=num_stages or cfg.num_stages,
+        DIRECT=splits == 1, LAZY=(cfg.lazy if lazy is None else lazy) and splits == 1,
+        num_warps=num_warps or cfg.num_warps, num_stages=num_stages or cfg.num_stages,
     )  # fmt: skip
     if splits > 1:
         o = out[tok0 : tok0 + n_tok]

@@ -112,6 +112,9 @@ class PrefillTile:
     block_n: int  # KV tokens per step
     num_warps: int
     num_stages: int
+    # the running max and the accumulator move only when a block's scores pass the max by more than 8 (base 2;
+    # attention_common.softmax_step's LAZY): most key blocks then skip the rescale of the [BLOCK_M, D] accumulator
+    lazy: bool = False
 
 
 FORMS: dict[str, type] = {
