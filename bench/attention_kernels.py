@@ -224,13 +224,13 @@ PREFILL_CASES = [(0, 8192), (0, 2048), (30720, 2048), (126976, 2048), (0, 32768)
 PREFILL_SWEEP_CASES = [(0, 8192), (30720, 2048)]
 
 
-def bench_prefill(sweep: bool, lazy: bool = False) -> None:
+def bench_prefill(sweep: bool, lazy: bool = False, f16: bool = False) -> None:
     for cached, ql in PREFILL_SWEEP_CASES if sweep else PREFILL_CASES:
-        _prefill_case(cached, ql, sweep, lazy)
+        _prefill_case(cached, ql, sweep, lazy, f16)
         torch.cuda.empty_cache()
 
 
-def _prefill_case(cached: int, ql: int, sweep: bool, lazy: bool = False) -> None:
+def _prefill_case(cached: int, ql: int, sweep: bool, lazy: bool = False, f16: bool = False) -> None:
     batch, q, kc, vc = make_batch([cached], [ql])
     flops = 4 * H * D * (ql * cached + ql * (ql + 1) // 2)  # QK^T and PV over the causal pairs
     case = f"cached={cached // 1024}K q={ql // 1024}K {KV.name}"
@@ -245,11 +245,14 @@ def _prefill_case(cached: int, ql: int, sweep: bool, lazy: bool = False) -> None
         ]
     if lazy:  # every tile also with the lazy rescale
         configs += [dataclasses.replace(c, lazy=True) for c in configs if not c.lazy]
+    if f16 and KV.k.elem_bytes == 1:  # and in its fp16 form (1-byte formats)
+        configs += [dataclasses.replace(c, f16=True) for c in configs if not c.f16]
     for cfg in configs:
         kw = {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_warps": cfg.num_warps}
         kw["num_stages"] = cfg.num_stages
-        kw["lazy"] = cfg.lazy
+        kw["lazy"], kw["f16"] = cfg.lazy, cfg.f16
         name = f"bm{cfg.block_m} bn{cfg.block_n} w{cfg.num_warps} s{cfg.num_stages}" + (" lazy" if cfg.lazy else "")
+        name += " f16" if cfg.f16 else ""
         name += " *" if cfg is base else ""
         TILES[("prefill", case, name)] = ((PREFILL.name, H // HKV, D, m_bucket(ql, PREFILL.max_m)), cfg)
         try:
@@ -343,7 +346,8 @@ def main() -> None:
     ap.add_argument("--lazy", action="store_true",
                     help="prefill: every tile also with the lazy rescale (PrefillTile.lazy)")
     ap.add_argument("--f16", action="store_true",
-                    help="with --sweep decode and a 1-byte KV format: every tile also with its f16 form")
+                    help="a 1-byte KV format: every decode tile swept (--sweep decode) and every prefill tile also in "
+                         "its f16 form")
     ap.add_argument("--tuned-out", type=Path,
                     help="with --sweep: each table key's winner over its cases, added to this HINFER_TILES file")
     ap.add_argument("--heads", type=lambda v: tuple(int(x) for x in v.split(",")), default=HEADS_27B,
@@ -365,7 +369,7 @@ def main() -> None:
     if "decode" in only:
         bench_decode("decode" in a.sweep, a.decode_case, a.splits, a.f16)
     if "prefill" in only:
-        bench_prefill("prefill" in a.sweep, a.lazy)
+        bench_prefill("prefill" in a.sweep, a.lazy, a.f16)
     for kind in a.sweep:
         best(kind)
         if a.tuned_out:

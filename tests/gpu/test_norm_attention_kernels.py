@@ -235,10 +235,12 @@ def test_prefill(tk, seed, cached, q_len):
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp8", "int4"])
+@pytest.mark.parametrize("lazy,f16", [(True, False), (False, True), (True, True)])
 @pytest.mark.parametrize("cached,q_len", [(0, 8192), (30720, 2048)])
-def test_prefill_lazy_rescale(tk, seed, fmt, cached, q_len):
-    """Prefill with the lazy rescale (the running max moves only past 8, base 2) against the reference reading the
-    same cache, rel <= 1e-2 as the eager kernel (the queries' 4 x randn make peaky scores)."""
+def test_prefill_tile_forms(tk, seed, fmt, lazy, f16, cached, q_len):
+    """Prefill with the lazy rescale (the running max moves only past 8, base 2) and / or the f16 form (dots in
+    fp16, 1-byte caches only) against the reference reading the same cache, rel <= 1e-2 as the eager bf16 kernel
+    (the queries' 4 x randn make peaky scores)."""
     batch, (q, kc, vc) = _batch([cached], [q_len])
     if fmt != "bf16":
         pages = batch.page_table.max().item() + 1
@@ -246,10 +248,10 @@ def test_prefill_lazy_rescale(tk, seed, fmt, cached, q_len):
     out = torch.full_like(q, float("nan"))
     args = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens, D**-0.5)
     with poisoned_empty():
-        tk["attention_prefill"].paged_prefill(q, kc, vc, out, *args, 0, 1, q_len, lazy=True)
+        tk["attention_prefill"].paged_prefill(q, kc, vc, out, *args, 0, 1, q_len, lazy=lazy, f16=f16)
     want = ref_attn.paged_attention_ref(q.float(), kc.float() if fmt == "bf16" else kc,
                                         vc.float() if fmt == "bf16" else vc, batch, D**-0.5)  # fmt: skip
-    _check(out, want, 1e-2, f"prefill lazy {fmt} cached={cached} q={q_len} seed={seed}")
+    _check(out, want, 1e-2, f"prefill lazy={lazy} f16={f16} {fmt} cached={cached} q={q_len} seed={seed}")
 
 
 @pytest.mark.parametrize("b,q_len,ctx", [(1, 1, 1024), (8, 1, 32768), (8, 4, 1024), (1, 1, 40)])

@@ -20,6 +20,10 @@ F32 = "*fp32"
 # prefill's lazy rescale at the default tile (255 registers): bf16, fp8 and int4 without spills; int8 and k8v4 keys
 # (scaled after the dot) a few bytes of stack beside it (the sweep weighs them)
 LAZY_STACK = {"bf16": 0, "fp8": 0, "int8": 8, "k8v4": 24, "int4": 0}
+# prefill's f16 form where its loop gains (sm_90 SASS per 32-key loop: fp8 553 -> 462 instructions, int4 714 ->
+# 623): the stack holds values kept across the loop (int4 with the lazy rescale reloads five of them in it; int8
+# and k8v4 spill inside the loop at every setting: left out)
+F16_STACK = {"fp8": 40, "int4": 104}
 
 
 def test_attention_kernels_compile_for_sm90(compiled_child):
@@ -101,7 +105,7 @@ def _compile_all() -> None:
         cfg = prefill_config(8192, H // HKV, D)
         for direct in (True, False):  # one pass, or split-KV partials (a short chunk over a long prefix)
             consts = dict(G=H // HKV, D=D, PAGE=PAGE, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, EMU=False,
-                          DIRECT=direct, LAZY=False, **codes["pre"])  # fmt: skip
+                          DIRECT=direct, LAZY=False, F16=False, **codes["pre"])  # fmt: skip
             r = _compile(pre._prefill_kernel, types, ints, consts, opts(cfg))
             # the split partials' epilogue costs the int4 format 8 bytes of stack at 255 registers: a short
             # chunk's path, where it is noise
@@ -110,6 +114,10 @@ def _compile_all() -> None:
                 r = _compile(pre._prefill_kernel, types, ints, dict(consts, LAZY=True), opts(cfg))
                 print("compiled prefill lazy", name, r)
                 assert r["stack"] <= LAZY_STACK[name], (name, "lazy", r)
+            if direct and name in F16_STACK:  # the f16 form, eager and lazy
+                for lazy in (False, True):
+                    r = _compile(pre._prefill_kernel, types, ints, dict(consts, LAZY=lazy, F16=True), opts(cfg))
+                    assert r["stack"] <= F16_STACK[name], (name, "f16", lazy, r)
         print("compiled prefill", name, r)
         rt = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", qo_ptr="*bf16", qw_ptr="*bf16", kw_ptr="*bf16",
                   pos_ptr="*i64", freq_ptr=F32, kc_ptr=k[0], vc_ptr=v[0], slot_ptr="*i64", eps="fp32",

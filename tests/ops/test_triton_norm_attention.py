@@ -506,6 +506,27 @@ def test_int4_words_unpack(f16, seed):
     assert torch.equal(out, want), (out - want).abs().max()
 
 
+@pytest.mark.parametrize("name,k_dtype,v_dtype,d", KV_FORMATS)
+def test_prefill_kernel_f16_tiles(name, k_dtype, v_dtype, d, seed):
+    """The prefill kernel's f16 form (queries, tiles and probabilities in fp16; the 1-byte codes converted as the
+    decode kernel's f16 form does), eager and lazy, against the reference reading the same caches, within the bf16
+    attention tolerance."""
+    g = torch.Generator().manual_seed(seed + 3)
+    cached, q_lens = [0, 40, 16, 7], [20, 1, 17, 33]
+    batch = _batch(cached, q_lens, 16, torch.bfloat16, seed=seed)[0]
+    q = (2 * torch.randn(batch.num_tokens, H, d, generator=g)).to(torch.bfloat16)
+    n_pages = batch.page_table.max().item() + 1
+    kc, vc = _format_cache(n_pages, 16, k_dtype, d, g), _format_cache(n_pages, 16, v_dtype, d, g)
+    want = ref_attn.paged_attention_ref(q.float(), kc, vc, batch, d**-0.5).to(torch.bfloat16)
+    args = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens, d**-0.5)
+    for lazy in (False, True):
+        out = torch.full_like(q, float("nan"))
+        with poisoned_empty():
+            pre.paged_prefill(q, kc, vc, out, *args, 0, batch.num_seqs, batch.max_q_len, block_m=16, block_n=16,
+                              f16=True, lazy=lazy)  # fmt: skip
+        _close(out, want, **_attn_tol(torch.bfloat16), seed=seed)
+
+
 # ------------------------------------------------------------------------------------ inside the model
 
 

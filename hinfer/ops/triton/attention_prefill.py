@@ -15,6 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
+from hinfer.ops.kv_cache import cache_format
 from hinfer.ops.triton.attention_common import attend_block, cache_args
 from hinfer.ops.triton.attention_decode import _combine_kernel
 from hinfer.ops.triton.common import cast, interpreted, num_sms
@@ -31,7 +32,7 @@ def _prefill_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EMU: tl.constexpr,
     K_FMT: tl.constexpr, V_FMT: tl.constexpr,
     op_ptr=None, lse_ptr=None, n_heads=1, n_splits=1, tok0=0, DIRECT: tl.constexpr = True,
-    LAZY: tl.constexpr = False,
+    LAZY: tl.constexpr = False, F16: tl.constexpr = False,
 ):  # fmt: skip
     h = tl.program_id(0)
     b = seq0 + tl.program_id(2) // n_splits
@@ -44,7 +45,7 @@ def _prefill_kernel(
     cached = tl.load(cached_ptr + b)
     q0 = tl.load(cu_ptr + b)
     kvh = h // G
-    dt = q_ptr.dtype.element_ty
+    dt: tl.constexpr = tl.float16 if F16 else q_ptr.dtype.element_ty  # F16: the tile's f16 (1-byte KV formats)
 
     i = mb * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = i < qlen
@@ -54,6 +55,8 @@ def _prefill_kernel(
     q = tl.load(q_ptr + tok[:, None] * sqt + h * sqh + d[None, :], mask=row_ok[:, None], other=0.0)
     if EMU:
         q = q.to(tl.float32)
+    else:
+        q = q.to(dt)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -129,10 +132,12 @@ def paged_prefill(
     num_splits: int | None = None,
     lazy: bool | None = None,  # the lazy rescale (softmax_step; one-pass launches only: the split partials'
     # epilogue beside it spills on sm_90); None: the tile's
+    f16: bool | None = None,  # dots in fp16 where both caches hold 1-byte formats; None: the tile's
 ) -> None:
     n_heads, d = q.shape[1], q.shape[2]
     page, n_kv = k_cache.shape[1], k_cache.shape[2]
     cfg = prefill_config(q_max, n_heads // n_kv, d)
+    one_byte = cache_format(k_cache).elem_bytes == 1 and cache_format(v_cache).elem_bytes == 1
     emu = interpreted(_prefill_kernel)
     block_m = block_m or (16 if emu else cfg.block_m)
     block_n = block_n or (16 if emu else cfg.block_n)
@@ -155,6 +160,7 @@ def paged_prefill(
         G=n_heads // n_kv, D=d, PAGE=page, BLOCK_M=block_m, BLOCK_N=block_n, EMU=emu,
         K_FMT=k_fmt, V_FMT=v_fmt, op_ptr=part, lse_ptr=lse, n_heads=n_heads, n_splits=splits, tok0=tok0,
         DIRECT=splits == 1, LAZY=(cfg.lazy if lazy is None else lazy) and splits == 1,
+        F16=(cfg.f16 if f16 is None else f16) and one_byte,
         num_warps=num_warps or cfg.num_warps, num_stages=num_stages or cfg.num_stages,
     )  # fmt: skip
     if splits > 1:

@@ -115,6 +115,8 @@ class PrefillTile:
     # the running max and the accumulator move only when a block's scores pass the max by more than 8 (base 2;
     # attention_common.softmax_step's LAZY): most key blocks then skip the rescale of the [BLOCK_M, D] accumulator
     lazy: bool = False
+    # 1-byte KV formats: dots in fp16, the tiles converted as the decode tile's f16 form does (bf16 caches ignore it)
+    f16: bool = False
 
 
 FORMS: dict[str, type] = {
