@@ -12,12 +12,15 @@
 # (before, tok/s: fp8 146.0 / 441.6, int8 132.6 / 346.5, k8v4 124.4 / 295.3, int4 127.8 / 315.4). The tiles'
 # winners may move with the registers freed (fp8 203 -> 180, int8 255 -> 196): `SWEEP_S=160 bash
 # scripts/gpu_kv_f16.sh` re-sweeps them. Lands in $OUT/gpu_kv_words.tgz.
+# The inline-PTX forms are behind HINFER_KV_WORDS=all (the default `int4` reads only int4 tiles by words): every
+# run below sets it, so int4 / k8v4 measure the default and fp8 / int8 the PTX forms; flip the default if they win.
 set -uo pipefail
 PACK=gpu_kv_words; source "$(dirname "$0")/device_common.sh"
-gpu_tests test_words 130 tests/gpu/test_norm_attention_kernels.py \
+export HINFER_KV_WORDS=all
+gpu_tests test_words 150 tests/gpu/test_norm_attention_kernels.py \
   -k "int4_words or byte_words or kv_formats or f16_tiles" || exit 0
 for kv in fp8 int8 k8v4 int4; do
-  left 260 || break
+  left 270 || break
   timeout 40 python bench/attention_kernels.py --only decode --kv-dtype $kv --decode-case 1,131072,1 \
     --decode-case 8,131072,1 --decode-case 8,32768,4 --json "$R/attn_words_$kv.json" > "$R/attn_words_$kv.txt" 2>&1
   echo "== kernel $kv rc=$? $((SECONDS - START)) s"; grep -E "^decode" "$R/attn_words_$kv.txt"; pack

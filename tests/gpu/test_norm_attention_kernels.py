@@ -336,9 +336,11 @@ def test_attention_kv_formats(tk, seed, fmt, cached, q_lens):
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
 @pytest.mark.parametrize("cached,q_lens", [([32767] * 8, [1] * 8), ([20000] * 8, [4] * 8), ([131071], [1])])
-def test_decode_f16_tiles(tk, seed, fmt, cached, q_lens):
+@pytest.mark.parametrize("byte_words", [False, True])
+def test_decode_f16_tiles(tk, seed, fmt, cached, q_lens, byte_words):
     """The decode kernel's f16 form (dots in fp16, int8 / int4 codes turned to fp16 by their bits, fp8 converted
-    to fp16) on the packaged tiles otherwise, against the reference reading the same caches: rel <= 1e-2."""
+    to fp16; with byte_words int8 tiles and fp8 values read by words through inline PTX) on the packaged tiles
+    otherwise, against the reference reading the same caches: rel <= 1e-2."""
     batch, (q, _, _) = _batch(cached, q_lens)
     pages = batch.page_table.max().item() + 1
     kc, vc = (_format_cache(pages, dt) for dt in FORMATS[fmt])
@@ -346,9 +348,9 @@ def test_decode_f16_tiles(tk, seed, fmt, cached, q_lens):
     args = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens, D**-0.5)
     with poisoned_empty():
         tk["attention_decode"].paged_decode(q, kc, vc, out, *args, batch.num_seqs, batch.num_tokens,
-                                            batch.max_q_len, f16=True)  # fmt: skip
+                                            batch.max_q_len, f16=True, byte_words=byte_words)  # fmt: skip
     want = ref_attn.paged_attention_ref(q.float(), kc, vc, batch, D**-0.5)
-    _check(out, want, 1e-2, f"{fmt} f16 cached={cached[0]} q={q_lens[0]} seed={seed}")
+    _check(out, want, 1e-2, f"{fmt} f16 words={byte_words} cached={cached[0]} q={q_lens[0]} seed={seed}")
 
 
 @pytest.mark.parametrize("f16", [True, False])

@@ -88,15 +88,17 @@ def _compile_all() -> None:
             m_pad = decode_rows(q_max, H // HKV)
             cfg = decode_config(q_max, H // HKV, D, name)
             consts = dict(G=H // HKV, Q_MAX=q_max, M_PAD=m_pad, D=D, PAGE=PAGE, BLOCK_N=cfg.block_n,
-                          DIRECT=False, EMU=False, PDL=q_max == 1, F16=False, **codes["dec"])  # fmt: skip
+                          DIRECT=False, EMU=False, PDL=q_max == 1, F16=False, BYTE_WORDS=False,
+                          **codes["dec"])  # fmt: skip
             r = _compile(dec._decode_kernel, types, ints, consts, opts(cfg))
             assert r["stack"] == 0, (name, q_max, r)
             print("compiled decode", name, q_max, r)
         if k[1] != "bfloat16":  # the f16 form of the 1-byte formats (dots in fp16, codes by their bits)
             cfg = decode_config(1, H // HKV, D, name)
             f16 = dict(consts, Q_MAX=1, M_PAD=decode_rows(1, H // HKV), BLOCK_N=cfg.block_n, PDL=True, F16=True)
-            r = _compile(dec._decode_kernel, types, ints, f16, opts(cfg))
-            assert r["stack"] == 0, (name, "f16", r)
+            for words in (False, True):  # and its int8 / fp8 reads by words (inline PTX)
+                r = _compile(dec._decode_kernel, types, ints, dict(f16, BYTE_WORDS=words), opts(cfg))
+                assert r["stack"] == 0, (name, "f16", words, r)
         # one split writing the gated output itself (the model's sigmoid gate in the same launch)
         cfg = decode_config(1, H // HKV, D, name)
         consts = dict(consts, Q_MAX=1, M_PAD=decode_rows(1, H // HKV), BLOCK_N=cfg.block_n, DIRECT=True, GATE=True)
@@ -105,7 +107,7 @@ def _compile_all() -> None:
         cfg = prefill_config(8192, H // HKV, D)
         for direct in (True, False):  # one pass, or split-KV partials (a short chunk over a long prefix)
             consts = dict(G=H // HKV, D=D, PAGE=PAGE, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, EMU=False,
-                          DIRECT=direct, LAZY=False, F16=False, **codes["pre"])  # fmt: skip
+                          DIRECT=direct, LAZY=False, F16=False, BYTE_WORDS=False, **codes["pre"])  # fmt: skip
             r = _compile(pre._prefill_kernel, types, ints, consts, opts(cfg))
             # the split partials' epilogue costs the int4 format 8 bytes of stack at 255 registers: a short
             # chunk's path, where it is noise

@@ -22,7 +22,7 @@ import triton.language as tl
 
 from hinfer.kv_format import kv_format_name
 from hinfer.ops.kv_cache import cache_format
-from hinfer.ops.triton.attention_common import attend_block, cache_args
+from hinfer.ops.triton.attention_common import BYTE_WORDS, attend_block, cache_args
 from hinfer.ops.triton.common import cast, interpreted, num_sms, pdl_kwargs, pdl_start
 from hinfer.ops.triton.tiles.attention import decode_config, decode_rows
 
@@ -37,6 +37,7 @@ def _decode_kernel(
     BLOCK_N: tl.constexpr, DIRECT: tl.constexpr, EMU: tl.constexpr,
     K_FMT: tl.constexpr, V_FMT: tl.constexpr, PDL: tl.constexpr = False,
     g_ptr=None, sgt=0, sgh=0, GATE: tl.constexpr = False, F16: tl.constexpr = False,
+    BYTE_WORDS: tl.constexpr = False,
 ):  # fmt: skip
     pdl_start(PDL)
     b = tl.program_id(0)
@@ -77,7 +78,7 @@ def _decode_kernel(
             m_i, l_i, acc = attend_block(
                 blk * BLOCK_N, q, qpos, m_i, l_i, acc, pt_row, kv_len, k_ptr, v_ptr, skp, skt, kvh * skh,
                 svp, svt, kvh * svh, qk_scale, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh, kvh,
-                dt, D, PAGE, BLOCK_N, EMU, True, True, K_FMT, V_FMT,
+                dt, D, PAGE, BLOCK_N, EMU, True, True, K_FMT, V_FMT, False, BYTE_WORDS,
             )  # fmt: skip
             blk += 1
     else:
@@ -85,7 +86,7 @@ def _decode_kernel(
             m_i, l_i, acc = attend_block(
                 blk * BLOCK_N, q, qpos, m_i, l_i, acc, pt_row, kv_len, k_ptr, v_ptr, skp, skt, kvh * skh,
                 svp, svt, kvh * svh, qk_scale, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh, kvh,
-                dt, D, PAGE, BLOCK_N, EMU, True, True, K_FMT, V_FMT,
+                dt, D, PAGE, BLOCK_N, EMU, True, True, K_FMT, V_FMT, False, BYTE_WORDS,
             )  # fmt: skip
 
     has = l_i > 0.0
@@ -196,6 +197,7 @@ def paged_decode(
     ctas_per_sm: int | None = None,
     f16: bool | None = None,
     gate: torch.Tensor | None = None,  # [T, H, D], last dim contiguous: out = attention * sigmoid(gate)
+    byte_words: bool | None = None,  # load_tile's BYTE_WORDS; None: HINFER_KV_WORDS
 ) -> None:
     n_heads, d = q.shape[1], q.shape[2]
     gate_args = dict(g_ptr=q, sgt=0, sgh=0, GATE=False)
@@ -227,7 +229,7 @@ def paged_decode(
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1), page_table.stride(0),
         scale * 1.4426950408889634, ks, ksp, kst, ksh, vs, vsp, vst, vsh,
         G=g, Q_MAX=q_max, M_PAD=m_pad, D=d, PAGE=page, BLOCK_N=block_n, DIRECT=num_splits == 1, EMU=emu,
-        K_FMT=k_fmt, V_FMT=v_fmt, F16=(cfg.f16 if f16 is None else f16) and one_byte,
+        K_FMT=k_fmt, V_FMT=v_fmt, F16=(cfg.f16 if f16 is None else f16) and one_byte, BYTE_WORDS=BYTE_WORDS if byte_words is None else byte_words,
         num_warps=num_warps or cfg.num_warps, num_stages=num_stages or cfg.num_stages, **pdl_kwargs(q),
         **(gate_args if num_splits == 1 else {}),
     )  # fmt: skip

@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from hinfer.ops.kv_cache import cache_format
-from hinfer.ops.triton.attention_common import attend_block, cache_args
+from hinfer.ops.triton.attention_common import BYTE_WORDS, attend_block, cache_args
 from hinfer.ops.triton.attention_decode import _combine_kernel
 from hinfer.ops.triton.common import cast, interpreted, num_sms
 from hinfer.ops.triton.tiles.attention import prefill_config
@@ -32,7 +32,7 @@ def _prefill_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EMU: tl.constexpr,
     K_FMT: tl.constexpr, V_FMT: tl.constexpr,
     op_ptr=None, lse_ptr=None, n_heads=1, n_splits=1, tok0=0, DIRECT: tl.constexpr = True,
-    LAZY: tl.constexpr = False, F16: tl.constexpr = False,
+    LAZY: tl.constexpr = False, F16: tl.constexpr = False, BYTE_WORDS: tl.constexpr = False,
 ):  # fmt: skip
     h = tl.program_id(0)
     b = seq0 + tl.program_id(2) // n_splits
@@ -73,7 +73,7 @@ def _prefill_kernel(
             m_i, l_i, acc = attend_block(
                 n0, q, qpos, m_i, l_i, acc, pt_row, kv_hi, k_ptr, v_ptr, skp, skt, kvh * skh,
                 svp, svt, kvh * svh, qk_scale, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh, kvh,
-                dt, D, PAGE, BLOCK_N, EMU, n0 >= full_hi, not DIRECT, K_FMT, V_FMT, LAZY,
+                dt, D, PAGE, BLOCK_N, EMU, n0 >= full_hi, not DIRECT, K_FMT, V_FMT, LAZY, BYTE_WORDS,
             )  # fmt: skip
             n0 += BLOCK_N
     else:
@@ -81,13 +81,13 @@ def _prefill_kernel(
             m_i, l_i, acc = attend_block(
                 n0, q, qpos, m_i, l_i, acc, pt_row, kv_hi, k_ptr, v_ptr, skp, skt, kvh * skh,
                 svp, svt, kvh * svh, qk_scale, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh, kvh,
-                dt, D, PAGE, BLOCK_N, EMU, False, False, K_FMT, V_FMT, LAZY,
+                dt, D, PAGE, BLOCK_N, EMU, False, False, K_FMT, V_FMT, LAZY, BYTE_WORDS,
             )  # fmt: skip
         for n0 in range(tl.maximum(lo, full_hi), hi, BLOCK_N):
             m_i, l_i, acc = attend_block(
                 n0, q, qpos, m_i, l_i, acc, pt_row, kv_hi, k_ptr, v_ptr, skp, skt, kvh * skh,
                 svp, svt, kvh * svh, qk_scale, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh, kvh,
-                dt, D, PAGE, BLOCK_N, EMU, True, not DIRECT, K_FMT, V_FMT, LAZY,
+                dt, D, PAGE, BLOCK_N, EMU, True, not DIRECT, K_FMT, V_FMT, LAZY, BYTE_WORDS,
             )  # fmt: skip
 
     if DIRECT:
@@ -133,6 +133,7 @@ def paged_prefill(
     lazy: bool | None = None,  # the lazy rescale (softmax_step; one-pass launches only: the split partials'
     # epilogue beside it spills on sm_90); None: the tile's
     f16: bool | None = None,  # dots in fp16 where both caches hold 1-byte formats; None: the tile's
+    byte_words: bool | None = None,  # load_tile's BYTE_WORDS; None: HINFER_KV_WORDS
 ) -> None:
     n_heads, d = q.shape[1], q.shape[2]
     page, n_kv = k_cache.shape[1], k_cache.shape[2]
@@ -160,7 +161,7 @@ def paged_prefill(
         G=n_heads // n_kv, D=d, PAGE=page, BLOCK_M=block_m, BLOCK_N=block_n, EMU=emu,
         K_FMT=k_fmt, V_FMT=v_fmt, op_ptr=part, lse_ptr=lse, n_heads=n_heads, n_splits=splits, tok0=tok0,
         DIRECT=splits == 1, LAZY=(cfg.lazy if lazy is None else lazy) and splits == 1,
-        F16=(cfg.f16 if f16 is None else f16) and one_byte,
+        F16=(cfg.f16 if f16 is None else f16) and one_byte, BYTE_WORDS=BYTE_WORDS if byte_words is None else byte_words,
         num_warps=num_warps or cfg.num_warps, num_stages=num_stages or cfg.num_stages,
     )  # fmt: skip
     if splits > 1:
