@@ -466,18 +466,23 @@ def test_attention_kernels_kv_formats(name, k_dtype, v_dtype, d, dtype, seed):
         _close(out, want, **tol, seed=seed)
 
 
-@pytest.mark.parametrize("name,k_dtype,v_dtype,d", KV_FORMATS)
-def test_decode_kernel_f16_tiles(name, k_dtype, v_dtype, d, seed):
-    """The decode kernel with the tile's f16 (dots in fp16; int8 / int4 codes turned to fp16 by their bits under
-    1024's exponent, fp8 converted to fp16) against the reference reading the same caches, within the bf16
-    attention tolerance; the same launch without it agrees as closely."""
-    g = torch.Generator().manual_seed(seed + 2)
-    cached, q_lens = [0, 5, 37, 30, 100, 1], [1, 2, 4, 4, 3, 1]
+def _format_case(cached: list[int], q_lens: list[int], k_dtype, v_dtype, d: int, seed: int):
+    """(batch, bf16 queries, K and V caches in their formats, the reference reading those caches in bf16)."""
+    g = torch.Generator().manual_seed(seed)
     batch = _batch(cached, q_lens, 16, torch.bfloat16, seed=seed)[0]
     q = (2 * torch.randn(batch.num_tokens, H, d, generator=g)).to(torch.bfloat16)
     n_pages = batch.page_table.max().item() + 1
     kc, vc = _format_cache(n_pages, 16, k_dtype, d, g), _format_cache(n_pages, 16, v_dtype, d, g)
     want = ref_attn.paged_attention_ref(q.float(), kc, vc, batch, d**-0.5).to(torch.bfloat16)
+    return batch, q, kc, vc, want
+
+
+@pytest.mark.parametrize("name,k_dtype,v_dtype,d", KV_FORMATS)
+def test_decode_kernel_f16_tiles(name, k_dtype, v_dtype, d, seed):
+    """The decode kernel with the tile's f16 (dots in fp16; int8 / int4 codes turned to fp16 by their bits under
+    1024's exponent, fp8 converted to fp16) against the reference reading the same caches, within the bf16
+    attention tolerance; the same launch without it agrees as closely."""
+    batch, q, kc, vc, want = _format_case([0, 5, 37, 30, 100, 1], [1, 2, 4, 4, 3, 1], k_dtype, v_dtype, d, seed + 2)
     args = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens, d**-0.5)
     outs = []
     for f16 in (True, False):
@@ -511,13 +516,7 @@ def test_prefill_kernel_f16_tiles(name, k_dtype, v_dtype, d, seed):
     """The prefill kernel's f16 form (queries, tiles and probabilities in fp16; the 1-byte codes converted as the
     decode kernel's f16 form does), eager and lazy, against the reference reading the same caches, within the bf16
     attention tolerance."""
-    g = torch.Generator().manual_seed(seed + 3)
-    cached, q_lens = [0, 40, 16, 7], [20, 1, 17, 33]
-    batch = _batch(cached, q_lens, 16, torch.bfloat16, seed=seed)[0]
-    q = (2 * torch.randn(batch.num_tokens, H, d, generator=g)).to(torch.bfloat16)
-    n_pages = batch.page_table.max().item() + 1
-    kc, vc = _format_cache(n_pages, 16, k_dtype, d, g), _format_cache(n_pages, 16, v_dtype, d, g)
-    want = ref_attn.paged_attention_ref(q.float(), kc, vc, batch, d**-0.5).to(torch.bfloat16)
+    batch, q, kc, vc, want = _format_case([0, 40, 16, 7], [20, 1, 17, 33], k_dtype, v_dtype, d, seed + 3)
     args = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens, d**-0.5)
     for lazy in (False, True):
         out = torch.full_like(q, float("nan"))
