@@ -231,6 +231,9 @@ def _load_tile_f16(
 # LAZY_TAU (base 2): probabilities then stay <= 2^LAZY_TAU, far inside bf16 / fp32, and the rows' sums and outputs
 # are the same quotients, relative to a stale max
 LAZY_TAU: tl.constexpr = tl.constexpr(8.0)
+# int8 values scaled after the dot in fp16: p x scale x 2^8 stays normal down to |v| ~ 3e-4 (fp16 overflows only
+# past |v| ~ 32,000)
+F16_P_SHIFT: tl.constexpr = tl.constexpr(256.0)
 
 
 @triton.jit
@@ -270,9 +273,16 @@ def softmax_step(
         acc = acc * alpha[:, None]
         l_i = l_i * alpha
     p = tl.exp2(s - _finite_max(m_new, SAFE)[:, None])
-    l_i = l_i + tl.sum(p, axis=1)
-    if V_SCALED:
-        p = p * v_scale[None, :]
+    if V_SCALED and dt == tl.float16:
+        # p times a small row's scale sinks into fp16's subnormals (|v| ~ 1e-3: scales ~ 1e-5): p and the row
+        # sums carry F16_P_SHIFT, exact, which the output's division takes off (and split partials' log-sum-exp
+        # all gain log2 of it, which their combine cancels)
+        l_i = l_i + tl.sum(p, axis=1) * F16_P_SHIFT
+        p = p * (v_scale * F16_P_SHIFT)[None, :]
+    else:
+        l_i = l_i + tl.sum(p, axis=1)
+        if V_SCALED:
+            p = p * v_scale[None, :]
     p_in = cast(p, dt, EMU)
     if EMU:
         p_in = p_in.to(tl.float32)
