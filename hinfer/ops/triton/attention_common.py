@@ -261,13 +261,11 @@ def softmax_step(
         s = tl.where(valid, s, float("-inf"))
     m_blk = tl.max(s, axis=1)
     if LAZY:
-        m_new = m_i
-        if tl.max(tl.where(m_blk > m_i + LAZY_TAU, 1, 0), axis=0) > 0:
-            m_new = tl.maximum(m_i, m_blk)
-            alpha = tl.exp2(m_i - _finite_max(m_new, SAFE))
-            acc = acc * alpha[:, None]
-            l_i = l_i * alpha
+        move = tl.max(tl.where(m_blk > m_i + LAZY_TAU, 1, 0), axis=0) > 0
     else:
+        move = True
+    m_new = m_i
+    if move:
         m_new = tl.maximum(m_i, m_blk)
         alpha = tl.exp2(m_i - _finite_max(m_new, SAFE))
         acc = acc * alpha[:, None]

@@ -229,7 +229,8 @@ def paged_decode(
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1), page_table.stride(0),
         scale * 1.4426950408889634, ks, ksp, kst, ksh, vs, vsp, vst, vsh,
         G=g, Q_MAX=q_max, M_PAD=m_pad, D=d, PAGE=page, BLOCK_N=block_n, DIRECT=num_splits == 1, EMU=emu,
-        K_FMT=k_fmt, V_FMT=v_fmt, F16=(cfg.f16 if f16 is None else f16) and one_byte, BYTE_WORDS=BYTE_WORDS if byte_words is None else byte_words,
+        K_FMT=k_fmt, V_FMT=v_fmt, F16=(cfg.f16 if f16 is None else f16) and one_byte,
+        BYTE_WORDS=BYTE_WORDS if byte_words is None else byte_words,
         num_warps=num_warps or cfg.num_warps, num_stages=num_stages or cfg.num_stages, **pdl_kwargs(q),
         **(gate_args if num_splits == 1 else {}),
     )  # fmt: skip

@@ -161,7 +161,8 @@ def paged_prefill(
         G=n_heads // n_kv, D=d, PAGE=page, BLOCK_M=block_m, BLOCK_N=block_n, EMU=emu,
         K_FMT=k_fmt, V_FMT=v_fmt, op_ptr=part, lse_ptr=lse, n_heads=n_heads, n_splits=splits, tok0=tok0,
         DIRECT=splits == 1, LAZY=(cfg.lazy if lazy is None else lazy) and splits == 1,
-        F16=(cfg.f16 if f16 is None else f16) and one_byte, BYTE_WORDS=BYTE_WORDS if byte_words is None else byte_words,
+        F16=(cfg.f16 if f16 is None else f16) and one_byte,
+        BYTE_WORDS=BYTE_WORDS if byte_words is None else byte_words,
         num_warps=num_warps or cfg.num_warps, num_stages=num_stages or cfg.num_stages,
     )  # fmt: skip
     if splits > 1:

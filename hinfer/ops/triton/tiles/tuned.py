@@ -240,24 +240,21 @@ TUNED: dict[tuple[str, int, int, int], object] = {
 # 140 / 861 / 292 -> 102 / 622 / 224 us (one lane x 128K / eight x 128K / eight x 4 tokens), 27B int4 decode at one
 # / eight lanes x 128K 135.9 / 369.9 -> 146.0 / 441.6 tok/s; int4 171 / 1,176 / 399 -> 156 / 1,087 / 394, 125.0 /
 # 299.0 -> 127.8 / 315.4 tok/s; int8 178 / 964 / 334 -> 142 / 952 / 319 us; k8v4 lost with it (kept off).
-_DECODE = {
-    ("bf16", 1): DecodeTile(64, 4, 4, 2),
-    ("fp8", 1): DecodeTile(64, 4, 5, 2, f16=True),
-    ("int8", 1): DecodeTile(64, 4, 5, 2, f16=True),
-    ("k8v4", 1): DecodeTile(64, 4, 5, 2),
-    ("int4", 1): DecodeTile(64, 4, 5, 2, f16=True),
-    ("fp8", 4): DecodeTile(64, 4, 5, 2, f16=True),
-    ("int8", 4): DecodeTile(64, 4, 5, 4, f16=True),
-    ("k8v4", 4): DecodeTile(64, 4, 4, 2),
-    ("int4", 4): DecodeTile(64, 4, 5, 2, f16=True),
-}
-TUNED.update({(attention_decode_family(kv), 6, 256, m): tile for (kv, m), tile in _DECODE.items()})
 # The MoE models (35B-A3B: 8 query heads a KV head, 122B-A10B: 16), bf16 and fp8 KV. bf16, one lane x 128K: 123 /
 # 148 -> 89 / 90 us; eight x 4 tokens at 32K (16 a KV head): 208 -> 171. fp8 with its f16 form, one / eight lanes x
 # 128K and eight x 4 tokens: 8 a KV head 109 / 443 / 185 -> 67 / 321 / 123 us, 16: 81 / 453 / 290 -> 69 / 334 /
 # 212; int4 decode at one / eight lanes x 128K, 35B-A3B 372.1 / 954.7 -> 403.5 / 1,124.8 tok/s, 122B-A10B 231.0 /
-# 538.4 -> 244.5 / 596.0.
-_DECODE_MOE = {
+# 538.4 -> 244.5 / 596.0. Keys (KV format, query heads a KV head, q_len bucket).
+_DECODE = {
+    ("bf16", 6, 1): DecodeTile(64, 4, 4, 2),
+    ("fp8", 6, 1): DecodeTile(64, 4, 5, 2, f16=True),
+    ("int8", 6, 1): DecodeTile(64, 4, 5, 2, f16=True),
+    ("k8v4", 6, 1): DecodeTile(64, 4, 5, 2),
+    ("int4", 6, 1): DecodeTile(64, 4, 5, 2, f16=True),
+    ("fp8", 6, 4): DecodeTile(64, 4, 5, 2, f16=True),
+    ("int8", 6, 4): DecodeTile(64, 4, 5, 4, f16=True),
+    ("k8v4", 6, 4): DecodeTile(64, 4, 4, 2),
+    ("int4", 6, 4): DecodeTile(64, 4, 5, 2, f16=True),
     ("bf16", 8, 1): DecodeTile(64, 4, 3, 2),
     ("bf16", 8, 4): DecodeTile(32, 4, 5, 2),
     ("bf16", 16, 1): DecodeTile(64, 4, 3, 2),
@@ -267,7 +264,7 @@ _DECODE_MOE = {
     ("fp8", 16, 1): DecodeTile(64, 4, 5, 2, f16=True),
     ("fp8", 16, 4): DecodeTile(64, 8, 5, 2, f16=True),
 }
-TUNED.update({(attention_decode_family(kv), g, 256, m): tile for (kv, g, m), tile in _DECODE_MOE.items()})
+TUNED.update({(attention_decode_family(kv), g, 256, m): tile for (kv, g, m), tile in _DECODE.items()})
 # The int4 experts' 8-token winners also serve 33-64 and 129-256 pairs (buckets not swept).
 for (_fam, _n, _k, _m), _tile in list(TUNED.items()):
     if _fam == MOE_INT4_MMA and _m == 128:
