@@ -171,15 +171,17 @@ DECODE_SWEEP_CASES = [(1, 131072, 1), (8, 32768, 1), (8, 131072, 1), (64, 1024, 
 
 
 def bench_decode(
-    sweep: bool, cases: list[tuple[int, int, int]] | None = None, splits: tuple[int, ...] = (), f16: bool = False
+    sweep: bool, cases: list[tuple[int, int, int]] | None = None, splits: tuple[int, ...] = (), f16: bool = False,
+    words: bool = False,
 ) -> None:
     for b, ctx, ql in cases or (DECODE_SWEEP_CASES if sweep else DECODE_CASES):
-        _decode_case(b, ctx, ql, sweep, splits, f16)
+        _decode_case(b, ctx, ql, sweep, splits, f16, words)
         torch.cuda.empty_cache()
 
 
 def _decode_case(
-    b: int, ctx: int, ql: int, sweep: bool, fixed_splits: tuple[int, ...] = (), f16: bool = False
+    b: int, ctx: int, ql: int, sweep: bool, fixed_splits: tuple[int, ...] = (), f16: bool = False,
+    words: bool = False,
 ) -> None:
     batch, q, kc, vc = make_batch([ctx - ql] * b, [ql] * b)
     nbytes = b * ctx * KV.token_bytes(HKV, D) + 2 * q.numel() * 2
@@ -198,16 +200,18 @@ def _decode_case(
         configs += [(base, n) for n in fixed_splits]  # the default tile at split counts of the caller's
     if f16 and KV.k.elem_bytes == 1:  # every tile also in its fp16 form (1-byte formats)
         configs += [(dataclasses.replace(c, f16=True), n) for c, n in configs if not c.f16]
+    if words and KV.k.elem_bytes == 1:  # every tile also with its word reads toggled (A/B in one process)
+        configs += [(dataclasses.replace(c, words=not c.words), n) for c, n in configs]
     for i, (cfg, fixed) in enumerate(configs):
         kw = {"block_n": cfg.block_n, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
         kw["ctas_per_sm"] = cfg.ctas_per_sm
-        kw["f16"] = cfg.f16
+        kw["f16"], kw["words"] = cfg.f16, cfg.words
         width = batch.page_table.shape[1] * PAGE
         splits = fixed or dec.decode_splits(b, HKV, width, cfg.block_n, q.device, cfg.ctas_per_sm)
         if fixed:
             kw["num_splits"] = fixed
         name = f"bn{cfg.block_n} w{cfg.num_warps} s{cfg.num_stages} cps{cfg.ctas_per_sm} sp{splits}"
-        name += " f16" if cfg.f16 else ""
+        name += (" f16" if cfg.f16 else "") + (" words" if cfg.words else "")
         name += " fixed" if fixed else " *" if i == 0 else ""
         TILES[("decode", case, name)] = ((family.name, H // HKV, D, m_bucket(ql, family.max_m)), cfg)
         try:
@@ -224,19 +228,21 @@ PREFILL_CASES = [(0, 8192), (0, 2048), (30720, 2048), (126976, 2048), (0, 32768)
 PREFILL_SWEEP_CASES = [(0, 8192), (30720, 2048)]
 
 
-def bench_prefill(sweep: bool, lazy: bool = False, f16: bool = False) -> None:
+def bench_prefill(sweep: bool, lazy: bool = False, f16: bool = False, words: bool = False) -> None:
     for cached, ql in PREFILL_SWEEP_CASES if sweep else PREFILL_CASES:
-        _prefill_case(cached, ql, sweep, lazy, f16)
+        _prefill_case(cached, ql, sweep, lazy, f16, words)
         torch.cuda.empty_cache()
 
 
-def _prefill_case(cached: int, ql: int, sweep: bool, lazy: bool = False, f16: bool = False) -> None:
+def _prefill_case(
+    cached: int, ql: int, sweep: bool, lazy: bool = False, f16: bool = False, words: bool = False
+) -> None:
     batch, q, kc, vc = make_batch([cached], [ql])
     flops = 4 * H * D * (ql * cached + ql * (ql + 1) // 2)  # QK^T and PV over the causal pairs
     case = f"cached={cached // 1024}K q={ql // 1024}K {KV.name}"
     out = torch.empty_like(q)
     lens = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens)
-    base = prefill_config(ql, H // HKV, D)
+    base = prefill_config(ql, H // HKV, D, KV.name)
     configs = [base]
     if sweep:
         configs += [
@@ -247,14 +253,17 @@ def _prefill_case(cached: int, ql: int, sweep: bool, lazy: bool = False, f16: bo
         configs += [dataclasses.replace(c, lazy=True) for c in configs if not c.lazy]
     if f16 and KV.k.elem_bytes == 1:  # and in its fp16 form (1-byte formats)
         configs += [dataclasses.replace(c, f16=True) for c in configs if not c.f16]
+    if words and KV.k.elem_bytes == 1:
+        configs += [dataclasses.replace(c, words=not c.words) for c in configs]
     for cfg in configs:
         kw = {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_warps": cfg.num_warps}
         kw["num_stages"] = cfg.num_stages
-        kw["lazy"], kw["f16"] = cfg.lazy, cfg.f16
+        kw["lazy"], kw["f16"], kw["words"] = cfg.lazy, cfg.f16, cfg.words
         name = f"bm{cfg.block_m} bn{cfg.block_n} w{cfg.num_warps} s{cfg.num_stages}" + (" lazy" if cfg.lazy else "")
-        name += " f16" if cfg.f16 else ""
+        name += (" f16" if cfg.f16 else "") + (" words" if cfg.words else "")
         name += " *" if cfg is base else ""
-        TILES[("prefill", case, name)] = ((PREFILL.name, H // HKV, D, m_bucket(ql, PREFILL.max_m)), cfg)
+        family = PREFILL[KV.name]
+        TILES[("prefill", case, name)] = ((family.name, H // HKV, D, m_bucket(ql, family.max_m)), cfg)
         try:
             ms = bench(lambda kw=kw: pre.paged_prefill(q, kc, vc, out, *lens, D**-0.5, 0, 1, ql, **kw))
         except Exception as e:
@@ -348,6 +357,9 @@ def main() -> None:
     ap.add_argument("--f16", action="store_true",
                     help="a 1-byte KV format: every decode tile swept (--sweep decode) and every prefill tile also in "
                          "its f16 form")
+    ap.add_argument("--words", action="store_true",
+                    help="a 1-byte KV format: every decode / prefill tile also with its 32-bit word reads toggled "
+                         "(DecodeTile.words)")
     ap.add_argument("--tuned-out", type=Path,
                     help="with --sweep: each table key's winner over its cases, added to this HINFER_TILES file")
     ap.add_argument("--heads", type=lambda v: tuple(int(x) for x in v.split(",")), default=HEADS_27B,
@@ -367,9 +379,9 @@ def main() -> None:
     if "rope" in only:
         bench_rope()
     if "decode" in only:
-        bench_decode("decode" in a.sweep, a.decode_case, a.splits, a.f16)
+        bench_decode("decode" in a.sweep, a.decode_case, a.splits, a.f16, a.words)
     if "prefill" in only:
-        bench_prefill("prefill" in a.sweep, a.lazy, a.f16)
+        bench_prefill("prefill" in a.sweep, a.lazy, a.f16, a.words)
     for kind in a.sweep:
         best(kind)
         if a.tuned_out:

@@ -235,12 +235,13 @@ def test_prefill(tk, seed, cached, q_len):
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp8", "int4"])
-@pytest.mark.parametrize("lazy,f16", [(True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("lazy,f16,words", [(True, False, False), (False, True, False), (True, True, False),
+                                            (False, False, True), (False, True, True)])  # fmt: skip
 @pytest.mark.parametrize("cached,q_len", [(0, 8192), (30720, 2048)])
-def test_prefill_tile_forms(tk, seed, fmt, lazy, f16, cached, q_len):
-    """Prefill with the lazy rescale (the running max moves only past 8, base 2) and / or the f16 form (dots in
-    fp16, 1-byte caches only) against the reference reading the same cache, rel <= 1e-2 as the eager bf16 kernel
-    (the queries' 4 x randn make peaky scores)."""
+def test_prefill_tile_forms(tk, seed, fmt, lazy, f16, words, cached, q_len):
+    """Prefill with the lazy rescale (the running max moves only past 8, base 2), the f16 form (dots in fp16,
+    1-byte caches only) and / or tiles read by words against the reference reading the same cache, rel <= 1e-2
+    as the eager bf16 kernel (the queries' 4 x randn make peaky scores)."""
     batch, (q, kc, vc) = _batch([cached], [q_len])
     if fmt != "bf16":
         pages = batch.page_table.max().item() + 1
@@ -248,10 +249,11 @@ def test_prefill_tile_forms(tk, seed, fmt, lazy, f16, cached, q_len):
     out = torch.full_like(q, float("nan"))
     args = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens, D**-0.5)
     with poisoned_empty():
-        tk["attention_prefill"].paged_prefill(q, kc, vc, out, *args, 0, 1, q_len, lazy=lazy, f16=f16)
+        tk["attention_prefill"].paged_prefill(q, kc, vc, out, *args, 0, 1, q_len, lazy=lazy, f16=f16,
+                                              words=words)  # fmt: skip
     want = ref_attn.paged_attention_ref(q.float(), kc.float() if fmt == "bf16" else kc,
                                         vc.float() if fmt == "bf16" else vc, batch, D**-0.5)  # fmt: skip
-    _check(out, want, 1e-2, f"prefill lazy={lazy} f16={f16} {fmt} cached={cached} q={q_len} seed={seed}")
+    _check(out, want, 1e-2, f"prefill lazy={lazy} f16={f16} words={words} {fmt} cached={cached} q={q_len} seed={seed}")
 
 
 @pytest.mark.parametrize("b,q_len,ctx", [(1, 1, 1024), (8, 1, 32768), (8, 4, 1024), (1, 1, 40)])
@@ -336,11 +338,13 @@ def test_attention_kv_formats(tk, seed, fmt, cached, q_lens):
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
 @pytest.mark.parametrize("cached,q_lens", [([32767] * 8, [1] * 8), ([20000] * 8, [4] * 8), ([131071], [1])])
-@pytest.mark.parametrize("byte_words", [False, True])
-def test_decode_f16_tiles(tk, seed, fmt, cached, q_lens, byte_words):
-    """The decode kernel's f16 form (dots in fp16, int8 / int4 codes turned to fp16 by their bits, fp8 converted
-    to fp16; with byte_words int8 tiles and fp8 values read by words through inline PTX) on the packaged tiles
-    otherwise, against the reference reading the same caches: rel <= 1e-2."""
+@pytest.mark.parametrize("f16,words", [(True, False), (True, True), (False, True), (False, False)])
+def test_decode_tile_forms(tk, seed, fmt, cached, q_lens, f16, words):
+    """The decode kernel's forms on the packaged tiles otherwise: the f16 form (dots in fp16, int8 / int4 codes
+    turned to fp16 by their bits, fp8 converted to fp16) and / or tiles read by words (int4 by their bits; in the
+    f16 form int8 tiles and fp8 values through inline PTX), against the reference reading the same caches: rel
+    <= 1e-2; 1.5e-2 for bf16 dots over 128K keys (their bf16 probabilities: int8 / int4 1.01-1.03e-2 on the
+    H200, words or not; random values average out of the output faster than the roundings do)."""
     batch, (q, _, _) = _batch(cached, q_lens)
     pages = batch.page_table.max().item() + 1
     kc, vc = (_format_cache(pages, dt) for dt in FORMATS[fmt])
@@ -348,9 +352,10 @@ def test_decode_f16_tiles(tk, seed, fmt, cached, q_lens, byte_words):
     args = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens, D**-0.5)
     with poisoned_empty():
         tk["attention_decode"].paged_decode(q, kc, vc, out, *args, batch.num_seqs, batch.num_tokens,
-                                            batch.max_q_len, f16=True, byte_words=byte_words)  # fmt: skip
+                                            batch.max_q_len, f16=f16, words=words)  # fmt: skip
     want = ref_attn.paged_attention_ref(q.float(), kc, vc, batch, D**-0.5)
-    _check(out, want, 1e-2, f"{fmt} f16 words={byte_words} cached={cached[0]} q={q_lens[0]} seed={seed}")
+    bound = 1e-2 if f16 or cached[0] < 100_000 else 1.5e-2
+    _check(out, want, bound, f"{fmt} f16={f16} words={words} cached={cached[0]} q={q_lens[0]} seed={seed}")
 
 
 @pytest.mark.parametrize("f16", [True, False])

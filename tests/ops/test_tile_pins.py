@@ -110,7 +110,8 @@ def current() -> dict[str, list]:
         g, d = c.num_attention_heads // c.num_key_value_heads, c.head_dim
         for kv in DECODE_KV_FORMATS:
             out[f"attention_decode {kv} g={g} d={d}"] = [_plain(decode_config(q, g, d, kv)) for q in QS]
-        out[f"attention_prefill d={d}"] = [_plain(prefill_config(2048, g, d))]  # by head_dim only
+        for kv in DECODE_KV_FORMATS:  # by head_dim only
+            out[f"attention_prefill {kv} d={d}"] = [_plain(prefill_config(2048, g, d, kv))]
     out["gemm"] = [_plain(gemm_config(m, 5120, 5120, False)) for m in PREFILL_TS]
     out["gemm_promote"] = [_plain(gemm_config(m, 5120, 5120, True)) for m in PREFILL_TS]
     return out

@@ -18,8 +18,6 @@ Neither writes a dequantized copy to memory.
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
@@ -33,9 +31,6 @@ from hinfer.ops.triton.common import cast
 # along D)
 PLAIN, INT8, INT4, INT8_TILE = 0, 1, 2, 3
 GROUP4: tl.constexpr = tl.constexpr(INT4_GROUP)  # values per int4 scale
-# HINFER_KV_WORDS=all: the f16 form's int8 tiles and fp8 values read by words through inline PTX
-# (_byte_words_f16); default `int4`: only int4 tiles by words (plain Triton), until the PTX forms pass on a GPU
-BYTE_WORDS = os.environ.get("HINFER_KV_WORDS", "int4") == "all"
 
 
 def cache_args(cache: torch.Tensor, int8_in_tile: bool = False) -> tuple[torch.Tensor, int, int, int, int]:
@@ -66,29 +61,30 @@ def kv_page_rows(pt_row_ptr, n0, n, mask, PAGE: tl.constexpr, BLOCK_N: tl.conste
 def load_tile(
     ptr, page, row, stride_p, stride_t, head_off, mask, s_ptr, s_p, s_t, s_h, kvh,
     dt: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr, EMU: tl.constexpr, FMT: tl.constexpr,
-    PAIRS: tl.constexpr = False, BYTE_WORDS: tl.constexpr = False,
+    PAIRS: tl.constexpr = False, WORDS: tl.constexpr = False,
 ):  # fmt: skip
     """One [BLOCK_N, D] tile of a kv head in the compute dtype `dt` (fp32 under the interpreter, whose dot
     cannot take bf16, and whose int8 -> bf16 conversion is wrong), and the per-token scales the caller applies
     after the dot (INT8; a placeholder otherwise). INT8_TILE and INT4 tiles are scaled here, in registers
-    (INT4 unpacked and scaled per group). On the GPU integer tiles are read a 32-bit word at a time and turned
-    two values an instruction. PAIRS (the values' tile): bf16 int4 values scaled by their scales rounded to bf16,
-    which the values' weighted sum absorbs (keys keep the exact fp32 product: their errors pass through the
-    softmax). BYTE_WORDS (the f16 form, inline PTX): int8 tiles and fp8 values by words too, values in the
-    tile's row layout, whence the dot reads them by ldmatrix (read in the dot's layout, a value tile is gathered
-    from shared memory byte by byte: its dot runs along the keys, across rows; fp8 keys convert best in the dot's
-    layout, sm_90 SASS)."""
+    (INT4 unpacked and scaled per group). WORDS (a tile option, GPU only): tiles read a 32-bit word at a time and
+    turned two values an instruction: int4 codes by their bits (plain Triton), and in the f16 form int8 tiles and
+    fp8 values through inline PTX, values in the tile's row layout, whence the dot reads them by ldmatrix (read
+    in the dot's layout, a value tile is gathered from shared memory byte by byte: its dot runs along the keys,
+    across rows; fp8 keys convert best in the dot's layout, sm_90 SASS). Fewer instructions, but the unpacked
+    tile reaches the dot through another pass of shared memory: measured per format (tiles.forms.DecodeTile).
+    PAIRS (the values' tile) with WORDS: bf16 int4 values scaled by their scales rounded to bf16, which the
+    values' weighted sum absorbs (keys keep the exact fp32 product: their errors pass through the softmax)."""
     base = page * stride_p + row * stride_t + head_off
     if dt == tl.float16 and FMT != 0:  # integer codes to fp16 without an int -> float conversion
         x, scale = _load_tile_f16(ptr, base, mask, s_ptr, page * s_p + row * s_t + kvh * s_h, D, BLOCK_N, FMT,
-                                  BYTE_WORDS and not EMU)  # fmt: skip
-    elif dt == tl.float16 and PAIRS and BYTE_WORDS and not EMU and ptr.dtype.element_ty == tl.float8e4nv:
+                                  WORDS and not EMU)  # fmt: skip
+    elif dt == tl.float16 and PAIRS and WORDS and not EMU and ptr.dtype.element_ty == tl.float8e4nv:
         x, scale = _byte_words_f16(ptr, base, mask, D, BLOCK_N, True), 1.0
     elif FMT == 2:
         g = tl.arange(0, D // GROUP4)
         s_off = page * s_p + row * s_t + kvh * s_h
         s = tl.load(s_ptr + s_off[:, None] + g[None, :], mask=mask[:, None], other=0.0)
-        if dt == tl.bfloat16 and not EMU and PAIRS:  # codes by their bits, scaled in packed bf16 pairs
+        if dt == tl.bfloat16 and not EMU and PAIRS and WORDS:  # codes by their bits, scaled in packed bf16 pairs
             x = _int4_words(ptr, base, mask, D, BLOCK_N, tl.bfloat16)
             s = s.to(tl.bfloat16)
         else:
@@ -208,7 +204,14 @@ def _load_tile_f16(
     quarter-rate instruction on sm_90): the code's bits ORed under the exponent of 1024, where fp16 counts in
     ones, then the offset taken off in fp16, exact (int8: 1024 + 128 + c; int4: 1024 + c + 8)."""
     if FMT == 2:
-        x = _int4_words(ptr, base, mask, D, BLOCK_N, tl.float16)
+        if WORDS:
+            x = _int4_words(ptr, base, mask, D, BLOCK_N, tl.float16)
+        else:  # a byte at a time: two nibbles under the exponent of 1024
+            j = tl.arange(0, D // 2)
+            b = tl.load(ptr + base[:, None] + j[None, :], mask=mask[:, None], other=0).to(tl.int16)
+            lo = ((b & 15) | 0x6400).to(tl.float16, bitcast=True)
+            hi = ((b >> 4) | 0x6400).to(tl.float16, bitcast=True)
+            x = tl.reshape(tl.join(lo, hi), [BLOCK_N, D]) - 1032.0  # element 2j, 2j + 1
         g = tl.arange(0, D // GROUP4)
         s = tl.load(s_ptr + s_off[:, None] + g[None, :], mask=mask[:, None], other=0.0).to(tl.float16)
         x = tl.reshape(tl.reshape(x, [BLOCK_N, D // GROUP4, GROUP4]) * s[:, :, None], [BLOCK_N, D])
@@ -303,18 +306,18 @@ def attend_block(
     ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh, kvh,
     dt: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr, EMU: tl.constexpr,
     MASKED: tl.constexpr, SAFE: tl.constexpr, K_FMT: tl.constexpr, V_FMT: tl.constexpr, LAZY: tl.constexpr = False,
-    BYTE_WORDS: tl.constexpr = False,
+    WORDS: tl.constexpr = False,
 ):  # fmt: skip
     """Keys n0 .. n0 + BLOCK_N of one sequence (those < kv_end; causal against qpos when MASKED). Scaled
     formats: kv head kvh's scales of a token are at ks_ptr + page * ksp + row * kst + kvh * ksh (V alike).
-    LAZY: softmax_step's lazy rescale; BYTE_WORDS: load_tile's."""
+    LAZY: softmax_step's lazy rescale; WORDS: load_tile's."""
     n = n0 + tl.arange(0, BLOCK_N)
     kv_ok = n < kv_end
     page, row = kv_page_rows(pt_row, n0, n, kv_ok, PAGE, BLOCK_N)
     k, k_scale = load_tile(k_ptr, page, row, skp, skt, k_head, kv_ok, ks_ptr, ksp, kst, ksh, kvh,
-                           dt, D, BLOCK_N, EMU, K_FMT, False, BYTE_WORDS)  # fmt: skip
+                           dt, D, BLOCK_N, EMU, K_FMT, False, WORDS)  # fmt: skip
     v, v_scale = load_tile(v_ptr, page, row, svp, svt, v_head, kv_ok, vs_ptr, vsp, vst, vsh, kvh,
-                           dt, D, BLOCK_N, EMU, V_FMT, True, BYTE_WORDS)  # fmt: skip
+                           dt, D, BLOCK_N, EMU, V_FMT, True, WORDS)  # fmt: skip
     valid = (n[None, :] <= qpos[:, None]) & kv_ok[None, :]
     return softmax_step(q, k, v, m_i, l_i, acc, valid, qk_scale, k_scale, v_scale, dt, EMU, MASKED, SAFE,
                         K_FMT == 1, V_FMT == 1, LAZY)  # fmt: skip

@@ -22,7 +22,7 @@ import triton.language as tl
 
 from hinfer.kv_format import kv_format_name
 from hinfer.ops.kv_cache import cache_format
-from hinfer.ops.triton.attention_common import BYTE_WORDS, attend_block, cache_args
+from hinfer.ops.triton.attention_common import attend_block, cache_args
 from hinfer.ops.triton.common import cast, interpreted, num_sms, pdl_kwargs, pdl_start
 from hinfer.ops.triton.tiles.attention import decode_config, decode_rows
 
@@ -37,7 +37,7 @@ def _decode_kernel(
     BLOCK_N: tl.constexpr, DIRECT: tl.constexpr, EMU: tl.constexpr,
     K_FMT: tl.constexpr, V_FMT: tl.constexpr, PDL: tl.constexpr = False,
     g_ptr=None, sgt=0, sgh=0, GATE: tl.constexpr = False, F16: tl.constexpr = False,
-    BYTE_WORDS: tl.constexpr = False,
+    WORDS: tl.constexpr = False,
 ):  # fmt: skip
     pdl_start(PDL)
     b = tl.program_id(0)
@@ -78,7 +78,7 @@ def _decode_kernel(
             m_i, l_i, acc = attend_block(
                 blk * BLOCK_N, q, qpos, m_i, l_i, acc, pt_row, kv_len, k_ptr, v_ptr, skp, skt, kvh * skh,
                 svp, svt, kvh * svh, qk_scale, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh, kvh,
-                dt, D, PAGE, BLOCK_N, EMU, True, True, K_FMT, V_FMT, False, BYTE_WORDS,
+                dt, D, PAGE, BLOCK_N, EMU, True, True, K_FMT, V_FMT, False, WORDS,
             )  # fmt: skip
             blk += 1
     else:
@@ -86,7 +86,7 @@ def _decode_kernel(
             m_i, l_i, acc = attend_block(
                 blk * BLOCK_N, q, qpos, m_i, l_i, acc, pt_row, kv_len, k_ptr, v_ptr, skp, skt, kvh * skh,
                 svp, svt, kvh * svh, qk_scale, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh, kvh,
-                dt, D, PAGE, BLOCK_N, EMU, True, True, K_FMT, V_FMT, False, BYTE_WORDS,
+                dt, D, PAGE, BLOCK_N, EMU, True, True, K_FMT, V_FMT, False, WORDS,
             )  # fmt: skip
 
     has = l_i > 0.0
@@ -197,7 +197,7 @@ def paged_decode(
     ctas_per_sm: int | None = None,
     f16: bool | None = None,
     gate: torch.Tensor | None = None,  # [T, H, D], last dim contiguous: out = attention * sigmoid(gate)
-    byte_words: bool | None = None,  # load_tile's BYTE_WORDS; None: HINFER_KV_WORDS
+    words: bool | None = None,  # tiles read by 32-bit words (load_tile's WORDS); None: the tile's
 ) -> None:
     n_heads, d = q.shape[1], q.shape[2]
     gate_args = dict(g_ptr=q, sgt=0, sgh=0, GATE=False)
@@ -209,7 +209,8 @@ def paged_decode(
     m_pad = decode_rows(q_max, g)
     k_store, v_store = cache_format(k_cache), cache_format(v_cache)
     cfg = decode_config(q_max, g, d, kv_format_name(k_store, v_store))
-    one_byte = k_store.elem_bytes == 1 and v_store.elem_bytes == 1
+    # the f16 form: 1-byte caches under a 16-bit model (an fp32 model keeps fp32 dots)
+    one_byte = k_store.elem_bytes == 1 and v_store.elem_bytes == 1 and q.element_size() == 2
     emu = interpreted(_decode_kernel)
     block_n = block_n or (min(16, page) if emu else cfg.block_n)
     if num_splits is None:
@@ -230,7 +231,7 @@ def paged_decode(
         scale * 1.4426950408889634, ks, ksp, kst, ksh, vs, vsp, vst, vsh,
         G=g, Q_MAX=q_max, M_PAD=m_pad, D=d, PAGE=page, BLOCK_N=block_n, DIRECT=num_splits == 1, EMU=emu,
         K_FMT=k_fmt, V_FMT=v_fmt, F16=(cfg.f16 if f16 is None else f16) and one_byte,
-        BYTE_WORDS=BYTE_WORDS if byte_words is None else byte_words,
+        WORDS=cfg.words if words is None else words,
         num_warps=num_warps or cfg.num_warps, num_stages=num_stages or cfg.num_stages, **pdl_kwargs(q),
         **(gate_args if num_splits == 1 else {}),
     )  # fmt: skip

@@ -15,8 +15,9 @@ import torch
 import triton
 import triton.language as tl
 
+from hinfer.kv_format import kv_format_name
 from hinfer.ops.kv_cache import cache_format
-from hinfer.ops.triton.attention_common import BYTE_WORDS, attend_block, cache_args
+from hinfer.ops.triton.attention_common import attend_block, cache_args
 from hinfer.ops.triton.attention_decode import _combine_kernel
 from hinfer.ops.triton.common import cast, interpreted, num_sms
 from hinfer.ops.triton.tiles.attention import prefill_config
@@ -32,7 +33,7 @@ def _prefill_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EMU: tl.constexpr,
     K_FMT: tl.constexpr, V_FMT: tl.constexpr,
     op_ptr=None, lse_ptr=None, n_heads=1, n_splits=1, tok0=0, DIRECT: tl.constexpr = True,
-    LAZY: tl.constexpr = False, F16: tl.constexpr = False, BYTE_WORDS: tl.constexpr = False,
+    LAZY: tl.constexpr = False, F16: tl.constexpr = False, WORDS: tl.constexpr = False,
 ):  # fmt: skip
     h = tl.program_id(0)
     b = seq0 + tl.program_id(2) // n_splits
@@ -73,7 +74,7 @@ def _prefill_kernel(
             m_i, l_i, acc = attend_block(
                 n0, q, qpos, m_i, l_i, acc, pt_row, kv_hi, k_ptr, v_ptr, skp, skt, kvh * skh,
                 svp, svt, kvh * svh, qk_scale, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh, kvh,
-                dt, D, PAGE, BLOCK_N, EMU, n0 >= full_hi, not DIRECT, K_FMT, V_FMT, LAZY, BYTE_WORDS,
+                dt, D, PAGE, BLOCK_N, EMU, n0 >= full_hi, not DIRECT, K_FMT, V_FMT, LAZY, WORDS,
             )  # fmt: skip
             n0 += BLOCK_N
     else:
@@ -81,13 +82,13 @@ def _prefill_kernel(
             m_i, l_i, acc = attend_block(
                 n0, q, qpos, m_i, l_i, acc, pt_row, kv_hi, k_ptr, v_ptr, skp, skt, kvh * skh,
                 svp, svt, kvh * svh, qk_scale, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh, kvh,
-                dt, D, PAGE, BLOCK_N, EMU, False, False, K_FMT, V_FMT, LAZY, BYTE_WORDS,
+                dt, D, PAGE, BLOCK_N, EMU, False, False, K_FMT, V_FMT, LAZY, WORDS,
             )  # fmt: skip
         for n0 in range(tl.maximum(lo, full_hi), hi, BLOCK_N):
             m_i, l_i, acc = attend_block(
                 n0, q, qpos, m_i, l_i, acc, pt_row, kv_hi, k_ptr, v_ptr, skp, skt, kvh * skh,
                 svp, svt, kvh * svh, qk_scale, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh, kvh,
-                dt, D, PAGE, BLOCK_N, EMU, True, not DIRECT, K_FMT, V_FMT, LAZY, BYTE_WORDS,
+                dt, D, PAGE, BLOCK_N, EMU, True, not DIRECT, K_FMT, V_FMT, LAZY, WORDS,
             )  # fmt: skip
 
     if DIRECT:
@@ -132,13 +133,16 @@ def paged_prefill(
     num_splits: int | None = None,
     lazy: bool | None = None,  # the lazy rescale (softmax_step; one-pass launches only: the split partials'
     # epilogue beside it spills on sm_90); None: the tile's
-    f16: bool | None = None,  # dots in fp16 where both caches hold 1-byte formats; None: the tile's
-    byte_words: bool | None = None,  # load_tile's BYTE_WORDS; None: HINFER_KV_WORDS
+    f16: bool | None = None,  # dots in fp16 where both caches hold 1-byte formats (one-pass launches only, as
+    # lazy: beside the split partials' epilogue fp8's spills 136 bytes); None: the tile's
+    words: bool | None = None,  # tiles read by 32-bit words (load_tile's WORDS); None: the tile's
 ) -> None:
     n_heads, d = q.shape[1], q.shape[2]
     page, n_kv = k_cache.shape[1], k_cache.shape[2]
-    cfg = prefill_config(q_max, n_heads // n_kv, d)
-    one_byte = cache_format(k_cache).elem_bytes == 1 and cache_format(v_cache).elem_bytes == 1
+    k_store, v_store = cache_format(k_cache), cache_format(v_cache)
+    cfg = prefill_config(q_max, n_heads // n_kv, d, kv_format_name(k_store, v_store))
+    # the f16 form: 1-byte caches under a 16-bit model (an fp32 model keeps fp32 dots)
+    one_byte = k_store.elem_bytes == 1 and v_store.elem_bytes == 1 and q.element_size() == 2
     emu = interpreted(_prefill_kernel)
     block_m = block_m or (16 if emu else cfg.block_m)
     block_n = block_n or (16 if emu else cfg.block_n)
@@ -161,8 +165,8 @@ def paged_prefill(
         G=n_heads // n_kv, D=d, PAGE=page, BLOCK_M=block_m, BLOCK_N=block_n, EMU=emu,
         K_FMT=k_fmt, V_FMT=v_fmt, op_ptr=part, lse_ptr=lse, n_heads=n_heads, n_splits=splits, tok0=tok0,
         DIRECT=splits == 1, LAZY=(cfg.lazy if lazy is None else lazy) and splits == 1,
-        F16=(cfg.f16 if f16 is None else f16) and one_byte,
-        BYTE_WORDS=BYTE_WORDS if byte_words is None else byte_words,
+        F16=(cfg.f16 if f16 is None else f16) and one_byte and splits == 1,
+        WORDS=cfg.words if words is None else words,
         num_warps=num_warps or cfg.num_warps, num_stages=num_stages or cfg.num_stages,
     )  # fmt: skip
     if splits > 1:

@@ -27,6 +27,11 @@ def attention_decode_family(kv: str) -> str:
     return ATTENTION_DECODE if kv == "bf16" else f"{ATTENTION_DECODE}-{kv}"
 
 
+def attention_prefill_family(kv: str) -> str:
+    """The prefill family of a KV format (its --kv-dtype name)."""
+    return ATTENTION_PREFILL if kv == "bf16" else f"{ATTENTION_PREFILL}-{kv}"
+
+
 GEMV = 1  # block_m of the CUDA-core GEMV paths (M == 1)
 
 
@@ -104,6 +109,9 @@ class DecodeTile:
     # 1-byte KV formats (fp8, int8, int4 codes): dots in fp16, the codes turned to fp16 by bit tricks instead of
     # the quarter-rate int / fp8 -> bf16 conversions (attention_common._load_tile_f16); bf16 caches ignore it
     f16: bool = False
+    # integer tiles (and the f16 form's fp8 values) read a 32-bit word at a time and turned two values an
+    # instruction (attention_common.load_tile's WORDS): fewer instructions, one more pass of shared memory
+    words: bool = False
 
 
 @dataclass(frozen=True)
@@ -117,6 +125,7 @@ class PrefillTile:
     lazy: bool = False
     # 1-byte KV formats: dots in fp16, the tiles converted as the decode tile's f16 form does (bf16 caches ignore it)
     f16: bool = False
+    words: bool = False  # as the decode tile's
 
 
 FORMS: dict[str, type] = {
@@ -128,5 +137,5 @@ FORMS: dict[str, type] = {
     **dict.fromkeys((MOE_BF16, MOE_INT4, MOE_FP8), MoeConfig),
     MOE_INT4_MMA: SkinnyConfig,  # the dense int4 kernel's form: block_k 128, block_m 8, split_k 1
     **dict.fromkeys(map(attention_decode_family, DECODE_KV_FORMATS), DecodeTile),
-    ATTENTION_PREFILL: PrefillTile,
+    **dict.fromkeys(map(attention_prefill_family, DECODE_KV_FORMATS), PrefillTile),
 }

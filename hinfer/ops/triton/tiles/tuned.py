@@ -244,16 +244,19 @@ TUNED: dict[tuple[str, int, int, int], object] = {
 # 148 -> 89 / 90 us; eight x 4 tokens at 32K (16 a KV head): 208 -> 171. fp8 with its f16 form, one / eight lanes x
 # 128K and eight x 4 tokens: 8 a KV head 109 / 443 / 185 -> 67 / 321 / 123 us, 16: 81 / 453 / 290 -> 69 / 334 /
 # 212; int4 decode at one / eight lanes x 128K, 35B-A3B 372.1 / 954.7 -> 403.5 / 1,124.8 tok/s, 122B-A10B 231.0 /
-# 538.4 -> 244.5 / 596.0. Keys (KV format, query heads a KV head, q_len bucket).
+# 538.4 -> 244.5 / 596.0. Tiles read by 32-bit words (DecodeTile.words), A/B in one process: k8v4 171 / 1,187 / 374
+# -> 148 / 1,019 / 347 us; in the f16 form they lose (fp8 103 / 624 / 220 -> 113 / 737 / 351, int4 162 / 1,136 /
+# 393 -> 191 / 1,364 / 602, int8 190 / 959 / 323 -> 267 / 953 / 425: their tile reaches the dot through one more
+# pass of shared memory, 30 KB more of it). Keys (KV format, query heads a KV head, q_len bucket).
 _DECODE = {
     ("bf16", 6, 1): DecodeTile(64, 4, 4, 2),
     ("fp8", 6, 1): DecodeTile(64, 4, 5, 2, f16=True),
     ("int8", 6, 1): DecodeTile(64, 4, 5, 2, f16=True),
-    ("k8v4", 6, 1): DecodeTile(64, 4, 5, 2),
+    ("k8v4", 6, 1): DecodeTile(64, 4, 5, 2, words=True),
     ("int4", 6, 1): DecodeTile(64, 4, 5, 2, f16=True),
     ("fp8", 6, 4): DecodeTile(64, 4, 5, 2, f16=True),
     ("int8", 6, 4): DecodeTile(64, 4, 5, 4, f16=True),
-    ("k8v4", 6, 4): DecodeTile(64, 4, 4, 2),
+    ("k8v4", 6, 4): DecodeTile(64, 4, 4, 2, words=True),
     ("int4", 6, 4): DecodeTile(64, 4, 5, 2, f16=True),
     ("bf16", 8, 1): DecodeTile(64, 4, 3, 2),
     ("bf16", 8, 4): DecodeTile(32, 4, 5, 2),
