@@ -24,6 +24,8 @@ def test_kv_quality_smoke():
     mod = kq["model_rows"](1, 64, 0)
     assert {r["format"] for r in mod} == {"fp32", "fp8", "int8", "k8v4", "int4"}
     assert {r["prompt"] for r in mod} == {"random", "text"}
-    assert all(r["mean_kl"] < 1e-2 and r["top1"] > 0.9 for r in mod), mod
+    # top-1 over the toy prompt's 16 last-quarter positions flips on near-ties as the CPU kernels' summation order
+    # moves with memory layout (0.875-1.0 seen for int4 at KL ~2e-5): the bound leaves four of them
+    assert all(r["mean_kl"] < 1e-2 and r["top1"] >= 0.75 for r in mod), mod
     table = kq["tables"](att, mod)
     assert "| 1,024 | focused |" in table and "| text | int4 | last quarter |" in table

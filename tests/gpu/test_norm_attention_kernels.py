@@ -181,11 +181,14 @@ def test_qk_norm_rope_write_multi_axis(tk, seed):
 # ------------------------------------------------------------------------------------ paged attention
 
 
-def _batch(cached: list[int], q_lens: list[int], extra_pages: int = 0) -> tuple[ForwardBatch, tuple]:
-    """Pages handed out shuffled from a pool (page 0 scratch); random bf16 caches and queries."""
+def _batch(cached: list[int], q_lens: list[int], extra_pages: int = 0, consecutive: bool = False
+           ) -> tuple[ForwardBatch, tuple]:  # fmt: skip
+    """Pages handed out shuffled from a pool (page 0 scratch; `consecutive`: in order, as a quiet server's pool
+    hands them out); random bf16 caches and queries."""
     need = [(c + n + PAGE - 1) // PAGE for c, n in zip(cached, q_lens)]
     pool = list(range(1, sum(need) + 1))
-    random.shuffle(pool)
+    if not consecutive:
+        random.shuffle(pool)
     chunks, i = [], 0
     for c, n, p in zip(cached, q_lens, need):
         chunks.append(SeqChunk(token_ids=[1] * n, cached_len=c, page_ids=pool[i : i + p], gdn_slot=1))
@@ -232,6 +235,22 @@ def test_verify(tk, seed, ctx):
 def test_prefill(tk, seed, cached, q_len):
     batch, (q, kc, vc) = _batch([cached], [q_len])
     _attn_check(tk, batch, q, kc, vc, f"prefill cached={cached} q={q_len} seed={seed}")
+
+
+@pytest.mark.parametrize("cached,q_lens", [([0], [8192]), ([30720], [2048]), ([32768], [200]),
+                                           ([100, 5000, 0], [1, 3000, 700])])  # fmt: skip
+@pytest.mark.parametrize("consecutive", [True, False])
+def test_prefill_flash_on_consecutive_pages(tk, seed, cached, q_lens, consecutive, monkeypatch):
+    """HINFER_PREFILL_FLASH=1: prefill sequences whose pages are consecutive run on torch's FlashAttention-2
+    (bottom-right causal, grouped heads, the cache's rows as a view), the others (and a decode lane in front) on
+    the Triton kernels: the same reference and bound as the Triton prefill."""
+    monkeypatch.setenv("HINFER_PREFILL_FLASH", "1")
+    batch, (q, kc, vc) = _batch(cached, q_lens, consecutive=consecutive)
+    n_dec = sum(1 for n in q_lens if n <= tk["attention"].DECODE_MAX_Q)
+    took = tk["attention"]._flash_prefills(q, kc, vc, torch.empty_like(q), batch, n_dec, D**-0.5)
+    assert took == consecutive
+    _attn_check(tk, batch, q, kc, vc, f"prefill flash consecutive={consecutive} cached={cached} q={q_lens} "
+                                      f"seed={seed}")  # fmt: skip
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp8", "int4"])

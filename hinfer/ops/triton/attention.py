@@ -14,6 +14,7 @@ from hinfer.batch import ForwardBatch
 from hinfer.ops.dispatch import launch_fusions
 from hinfer.ops.triton.activation import sigmoid_gate
 from hinfer.ops.triton.attention_decode import paged_decode
+from hinfer.ops.triton.attention_flash import cache_rows, contiguous_run, flash_prefill, flash_prefill_enabled
 from hinfer.ops.triton.attention_prefill import paged_prefill
 from hinfer.ops.triton.attention_rope import qk_norm_rope_write
 
@@ -50,10 +51,36 @@ def paged_attention(
         n_tok = t if n_dec == len(q_lens) else sum(q_lens[:n_dec])
         paged_decode(q, k_cache, v_cache, out, *common, n_dec, n_tok, max(q_lens[:n_dec]),
                      gate=gate if fused_gate else None)  # fmt: skip
-    if n_dec < len(q_lens):
+    if n_dec < len(q_lens) and not _flash_prefills(q, k_cache, v_cache, out, batch, n_dec, scale):
         rest = q_lens[n_dec:]
         tok0 = sum(q_lens[:n_dec])
         kv_max = max(c + n for c, n in zip(batch.cached_lens_cpu[n_dec:], rest))
         paged_prefill(q, k_cache, v_cache, out, *common, n_dec, len(rest), max(rest), kv_max=kv_max, tok0=tok0,
                       n_tok=t - tok0)  # fmt: skip
     return out if gate is None or fused_gate else sigmoid_gate(out, gate)
+
+
+def _flash_prefills(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor, batch: ForwardBatch,
+    n_dec: int, scale: float,
+) -> bool:  # fmt: skip
+    """Sequences n_dec.. (prefill chunks) by FlashAttention-2 when HINFER_PREFILL_FLASH=1, the caches are plain
+    bf16 / fp16 and each of those sequences' pages are consecutive (attention_flash); -> whether it ran them."""
+    if not flash_prefill_enabled() or not q.is_cuda or batch.page_ids_cpu is None:
+        return False
+    if k_cache.dtype not in (torch.bfloat16, torch.float16) or v_cache.dtype != k_cache.dtype:
+        return False
+    page = k_cache.shape[1]
+    tok0 = sum(batch.q_lens_cpu[:n_dec])
+    runs = []
+    for i in range(n_dec, batch.num_seqs):
+        kv = batch.cached_lens_cpu[i] + batch.q_lens_cpu[i]
+        first = contiguous_run(batch.page_ids_cpu[i], -(-kv // page))
+        if first < 0:
+            return False
+        runs.append((first, kv))
+    for (first, kv), n in zip(runs, batch.q_lens_cpu[n_dec:]):
+        rows = slice(tok0, tok0 + n)
+        flash_prefill(q[rows], cache_rows(k_cache, first, kv), cache_rows(v_cache, first, kv), out[rows], scale)
+        tok0 += n
+    return True
