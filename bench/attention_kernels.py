@@ -174,16 +174,16 @@ DECODE_SWEEP_CASES = [(1, 131072, 1), (8, 32768, 1), (8, 131072, 1), (64, 1024, 
 
 def bench_decode(
     sweep: bool, cases: list[tuple[int, int, int]] | None = None, splits: tuple[int, ...] = (), f16: bool = False,
-    words: bool = False,
+    words: bool = False, q8: bool = False,
 ) -> None:
     for b, ctx, ql in cases or (DECODE_SWEEP_CASES if sweep else DECODE_CASES):
-        _decode_case(b, ctx, ql, sweep, splits, f16, words)
+        _decode_case(b, ctx, ql, sweep, splits, f16, words, q8)
         torch.cuda.empty_cache()
 
 
 def _decode_case(
     b: int, ctx: int, ql: int, sweep: bool, fixed_splits: tuple[int, ...] = (), f16: bool = False,
-    words: bool = False,
+    words: bool = False, q8: bool = False,
 ) -> None:
     batch, q, kc, vc = make_batch([ctx - ql] * b, [ql] * b)
     nbytes = b * ctx * KV.token_bytes(HKV, D) + 2 * q.numel() * 2
@@ -204,16 +204,18 @@ def _decode_case(
         configs += [(dataclasses.replace(c, f16=True), n) for c, n in configs if not c.f16]
     if words and KV.k.elem_bytes == 1:  # every tile also with its word reads toggled (A/B in one process)
         configs += [(dataclasses.replace(c, words=not c.words), n) for c, n in configs]
+    if q8 and KV.k.elem_bytes == 1 and KV.k.scaled and KV.k.pack == 1:  # int8 keys: q8 toggled too
+        configs += [(dataclasses.replace(c, q8=not c.q8), n) for c, n in configs]
     for i, (cfg, fixed) in enumerate(configs):
         kw = {"block_n": cfg.block_n, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
         kw["ctas_per_sm"] = cfg.ctas_per_sm
-        kw["f16"], kw["words"] = cfg.f16, cfg.words
+        kw["f16"], kw["words"], kw["q8"] = cfg.f16, cfg.words, cfg.q8
         width = batch.page_table.shape[1] * PAGE
         splits = fixed or dec.decode_splits(b, HKV, width, cfg.block_n, q.device, cfg.ctas_per_sm)
         if fixed:
             kw["num_splits"] = fixed
         name = f"bn{cfg.block_n} w{cfg.num_warps} s{cfg.num_stages} cps{cfg.ctas_per_sm} sp{splits}"
-        name += (" f16" if cfg.f16 else "") + (" words" if cfg.words else "")
+        name += (" f16" if cfg.f16 else "") + (" words" if cfg.words else "") + (" q8" if cfg.q8 else "")
         name += " fixed" if fixed else " *" if i == 0 else ""
         TILES[("decode", case, name)] = ((family.name, H // HKV, D, m_bucket(ql, family.max_m)), cfg)
         try:
@@ -372,6 +374,8 @@ def main() -> None:
     ap.add_argument("--words", action="store_true",
                     help="a 1-byte KV format: every decode / prefill tile also with its 32-bit word reads toggled "
                          "(DecodeTile.words)")
+    ap.add_argument("--q8", action="store_true",
+                    help="int8 keys (int8, k8v4): every decode tile also with its q8 form toggled (DecodeTile.q8)")
     ap.add_argument("--tuned-out", type=Path,
                     help="with --sweep: each table key's winner over its cases, added to this HINFER_TILES file")
     ap.add_argument("--heads", type=lambda v: tuple(int(x) for x in v.split(",")), default=HEADS_27B,
@@ -391,7 +395,7 @@ def main() -> None:
     if "rope" in only:
         bench_rope()
     if "decode" in only:
-        bench_decode("decode" in a.sweep, a.decode_case, a.splits, a.f16, a.words)
+        bench_decode("decode" in a.sweep, a.decode_case, a.splits, a.f16, a.words, a.q8)
     if "prefill" in only:
         bench_prefill("prefill" in a.sweep, a.lazy, a.f16, a.words)
     for kind in a.sweep:

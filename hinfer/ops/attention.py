@@ -46,6 +46,16 @@ def qk_norm_rope_write_ref(
     return q
 
 
+def queries_int8_ref(q: torch.Tensor) -> torch.Tensor:
+    """Queries [..., D] rounded to int8 per row (scale max |q| / 127, 1 for a zero row; halves away from zero),
+    in fp32: what the decode kernel's q8 form scores int8 keys with (attention_common.quantize_rows_int8)."""
+    qf = q.float()
+    s = qf.abs().amax(-1, keepdim=True) / 127
+    s = torch.where(s > 0, s, torch.ones_like(s))
+    y = qf / s
+    return torch.where(y >= 0, torch.floor(y + 0.5), -torch.floor(0.5 - y)) * s
+
+
 def paged_attention_ref(
     q: torch.Tensor,  # [T, H, D] (already normed and rotated)
     k_cache: torch.Tensor,  # [P, page, Hkv, D]

@@ -357,11 +357,13 @@ def test_attention_kv_formats(tk, seed, fmt, cached, q_lens):
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
 @pytest.mark.parametrize("cached,q_lens", [([32767] * 8, [1] * 8), ([20000] * 8, [4] * 8), ([131071], [1])])
-@pytest.mark.parametrize("f16,words", [(True, False), (True, True), (False, True), (False, False)])
-def test_decode_tile_forms(tk, seed, fmt, cached, q_lens, f16, words):
+@pytest.mark.parametrize("f16,words,q8", [(True, False, False), (True, True, False), (False, True, False),
+                                         (False, False, False), (False, False, True), (True, False, True)])  # fmt: skip
+def test_decode_tile_forms(tk, seed, fmt, cached, q_lens, f16, words, q8):
     """The decode kernel's forms on the packaged tiles otherwise: the f16 form (dots in fp16, int8 / int4 codes
     turned to fp16 by their bits, fp8 converted to fp16) and / or tiles read by words (int4 by their bits; in the
-    f16 form int8 tiles and fp8 values through inline PTX), against the reference reading the same caches: rel
+    f16 form int8 tiles and fp8 values through inline PTX) and / or, for int8 keys, the q8 form (queries rounded
+    to int8, scores on int8 tensor cores), against the reference reading the same caches: rel
     <= 1e-2; 1.5e-2 for bf16 dots over 128K keys (their bf16 probabilities: int8 / int4 1.01-1.03e-2 on the
     H200, words or not; random values average out of the output faster than the roundings do)."""
     batch, (q, _, _) = _batch(cached, q_lens)
@@ -371,10 +373,13 @@ def test_decode_tile_forms(tk, seed, fmt, cached, q_lens, f16, words):
     args = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens, D**-0.5)
     with poisoned_empty():
         tk["attention_decode"].paged_decode(q, kc, vc, out, *args, batch.num_seqs, batch.num_tokens,
-                                            batch.max_q_len, f16=f16, words=words)  # fmt: skip
-    want = ref_attn.paged_attention_ref(q.float(), kc, vc, batch, D**-0.5)
+                                            batch.max_q_len, f16=f16, words=words, q8=q8)  # fmt: skip
+    # the q8 form against the reference scoring with the same int8-rounded queries (its own error against exact
+    # queries is a quality question: docs/quantization.md)
+    q_ref = ref_attn.queries_int8_ref(q) if q8 and FORMATS[fmt][0] == torch.int8 else q.float()
+    want = ref_attn.paged_attention_ref(q_ref, kc, vc, batch, D**-0.5)
     bound = 1e-2 if f16 or cached[0] < 100_000 else 1.5e-2
-    _check(out, want, bound, f"{fmt} f16={f16} words={words} cached={cached[0]} q={q_lens[0]} seed={seed}")
+    _check(out, want, bound, f"{fmt} f16={f16} words={words} q8={q8} cached={cached[0]} q={q_lens[0]} seed={seed}")
 
 
 @pytest.mark.parametrize("f16", [True, False])

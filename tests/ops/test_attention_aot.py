@@ -15,6 +15,9 @@ LAZY_STACK = {"bf16": 0, "fp8": 0, "int8": 8, "k8v4": 24, "int4": 0}
 # 623): the stack holds values kept across the loop (int4 with the lazy rescale reloads five of them in it; int8
 # and k8v4 spill inside the loop at every setting: left out)
 F16_STACK = {"fp8": 40, "int4": 104}
+# decode's q8 form (int8 keys as stored, int8 queries): k8v4 without spills; int8 at 255 registers keeps a few
+# bytes of stack in either dot form (the sweep weighs them)
+Q8_STACK = {"int8": 24, "k8v4": 0}
 
 
 def test_attention_kernels_compile_for_sm90(compiled_child):
@@ -37,6 +40,10 @@ def _compile_all() -> None:
             for f16, words in ((True, False), (True, True), (False, True)):
                 r = resources(aot.decode_kernel(name, 1, f16, words))
                 assert r["stack"] == 0, (name, "f16", f16, "words", words, r)
+        if name in Q8_STACK:  # int8 keys' q8 form, with bf16 and fp16 dots
+            for f16 in (False, True):
+                r = resources(aot.decode_kernel(name, 1, f16, q8=True))
+                assert r["stack"] <= Q8_STACK[name], (name, "q8", f16, r)
         # one split writing the gated output itself (the model's sigmoid gate in the same launch)
         r = resources(aot.decode_kernel(name, 1, f16=False, words=False, direct=True, gate=True))
         assert r["stack"] == 0, (name, "gated", r)

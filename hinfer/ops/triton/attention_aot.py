@@ -5,6 +5,7 @@ pipeline: registers, stack and shared memory, and the opcodes of the key loop's 
 quote per form come from here). `tests/ops/test_attention_aot.py` compiles the packaged tiles with it.
 
     python -m hinfer.ops.triton.attention_aot --kernel decode --kv-dtype int4 --f16 [--words]
+    python -m hinfer.ops.triton.attention_aot --kernel decode --kv-dtype int8,k8v4 --q8
     python -m hinfer.ops.triton.attention_aot --kernel prefill --kv-dtype fp8 --f16 [--lazy] [--split]
 """
 
@@ -77,18 +78,22 @@ def read_codes(name: str) -> dict[str, dict]:
 
 
 def decode_kernel(name: str, q_max: int = 1, f16: bool | None = None, words: bool | None = None,
-                  direct: bool = False, tile: tuple[int, int, int] | None = None, gate: bool = False):  # fmt: skip
+                  direct: bool = False, tile: tuple[int, int, int] | None = None, gate: bool = False,
+                  q8: bool | None = None):  # fmt: skip
     """The decode kernel over `name`'s caches at the packaged tile (or `tile` = (block_n, warps, stages)), in the
-    tile's forms unless f16 / words are given; `direct` one split writing the output (gated by sigmoid(gate)
-    with `gate`)."""
+    tile's forms unless f16 / words / q8 are given; `direct` one split writing the output (gated by
+    sigmoid(gate) with `gate`)."""
     cfg = decode_config(q_max, H // HKV, D, name)
     bn, nw, ns = tile or (cfg.block_n, cfg.num_warps, cfg.num_stages)
     types, ints = kernel_types(name)
     one_byte = CACHES[name][0][0] != "*bf16"
+    codes = read_codes(name)["dec"]
+    q8 = (cfg.q8 if q8 is None else q8) and CACHES[name][0] == INT8
+    if q8:  # as the wrapper: the key codes' scales after the int8 dot
+        codes = dict(codes, K_FMT=dec.INT8)
     consts = dict(G=H // HKV, Q_MAX=q_max, M_PAD=decode_rows(q_max, H // HKV), D=D, PAGE=PAGE, BLOCK_N=bn,
                   DIRECT=direct, EMU=False, PDL=q_max == 1, F16=(cfg.f16 if f16 is None else f16) and one_byte,
-                  WORDS=cfg.words if words is None else words, GATE=gate and direct,
-                  **read_codes(name)["dec"])  # fmt: skip
+                  WORDS=cfg.words if words is None else words, GATE=gate and direct, Q8=q8, **codes)  # fmt: skip
     return compile_sm90(dec._decode_kernel, types, ints, consts, {"num_warps": nw, "num_stages": ns})
 
 
@@ -120,6 +125,8 @@ def main() -> None:
                     help="the f16 form on / off (default: the packaged tile's)")
     ap.add_argument("--words", action=argparse.BooleanOptionalAction, default=None,
                     help="tiles read by 32-bit words on / off (default: the packaged tile's)")
+    ap.add_argument("--q8", action=argparse.BooleanOptionalAction, default=None,
+                    help="decode, int8 keys: int8 queries and int8 scores on / off (default: the packaged tile's)")
     ap.add_argument("--lazy", action=argparse.BooleanOptionalAction, default=None,
                     help="prefill: the lazy rescale on / off (default: the packaged tile's)")
     ap.add_argument("--split", action="store_true", help="prefill: split-KV partials instead of one pass")
@@ -131,7 +138,7 @@ def main() -> None:
     a = ap.parse_args()
     for name in a.kv_dtype.split(","):
         if a.kernel == "decode":
-            kern = decode_kernel(name, a.q_max, a.f16, a.words, a.direct, a.tile)
+            kern = decode_kernel(name, a.q_max, a.f16, a.words, a.direct, a.tile, q8=a.q8)
         else:
             kern = prefill_kernel(name, not a.split, a.lazy, a.f16, a.words, a.tile)
         print(name, a.kernel, resources(kern))

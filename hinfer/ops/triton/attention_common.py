@@ -240,10 +240,24 @@ F16_P_SHIFT: tl.constexpr = tl.constexpr(256.0)
 
 
 @triton.jit
+def quantize_rows_int8(x, EMU: tl.constexpr):
+    """Rows of x [M, D] (fp32) as int8 codes round(x / scale), scale = max |x| / 127 per row (1 for a zero row),
+    and the scales [M]: the queries of int8-key scores (halves round away from zero, as the reference)."""
+    scale = tl.max(tl.abs(x), axis=1) / 127.0
+    scale = tl.where(scale > 0.0, scale, 1.0)
+    y = x / scale[:, None]
+    c = tl.where(y >= 0.0, tl.floor(y + 0.5), -tl.floor(0.5 - y))
+    if EMU:
+        return c, scale
+    return c.to(tl.int8), scale
+
+
+@triton.jit
 def softmax_step(
     q, k, v, m_i, l_i, acc, valid, qk_scale, k_scale, v_scale,
     dt: tl.constexpr, EMU: tl.constexpr, MASKED: tl.constexpr, SAFE: tl.constexpr,
-    K_SCALED: tl.constexpr, V_SCALED: tl.constexpr, LAZY: tl.constexpr = False,
+    K_SCALED: tl.constexpr, V_SCALED: tl.constexpr, LAZY: tl.constexpr = False, Q8: tl.constexpr = False,
+    q_scale=1.0,
 ):  # fmt: skip
     """One online-softmax update (base 2) of rows q [M, D] with keys k and values v [N, D].
 
@@ -256,7 +270,13 @@ def softmax_step(
     """
     # fp32 models get true fp32 dots (Triton would use TF32); bf16/fp16 use the tensor cores as they are
     prec: tl.constexpr = "ieee" if dt == tl.float32 else "tf32"
-    if K_SCALED:
+    if Q8:  # int8 queries (q_scale [M]) on int8 key codes: int8 tensor cores, exact int32 sums
+        if EMU:
+            s = tl.dot(q, tl.trans(k.to(tl.float32)), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k), out_dtype=tl.int32).to(tl.float32)
+        s = s * q_scale[:, None] * (k_scale * qk_scale)[None, :]
+    elif K_SCALED:
         s = tl.dot(q, tl.trans(k), input_precision=prec) * (k_scale * qk_scale)[None, :]
     else:
         s = tl.dot(q, tl.trans(k), input_precision=prec) * qk_scale
@@ -306,7 +326,7 @@ def attend_block(
     ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh, kvh,
     dt: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr, EMU: tl.constexpr,
     MASKED: tl.constexpr, SAFE: tl.constexpr, K_FMT: tl.constexpr, V_FMT: tl.constexpr, LAZY: tl.constexpr = False,
-    WORDS: tl.constexpr = False,
+    WORDS: tl.constexpr = False, Q8: tl.constexpr = False, q_scale=1.0,
 ):  # fmt: skip
     """Keys n0 .. n0 + BLOCK_N of one sequence (those < kv_end; causal against qpos when MASKED). Scaled
     formats: kv head kvh's scales of a token are at ks_ptr + page * ksp + row * kst + kvh * ksh (V alike).
@@ -314,10 +334,15 @@ def attend_block(
     n = n0 + tl.arange(0, BLOCK_N)
     kv_ok = n < kv_end
     page, row = kv_page_rows(pt_row, n0, n, kv_ok, PAGE, BLOCK_N)
-    k, k_scale = load_tile(k_ptr, page, row, skp, skt, k_head, kv_ok, ks_ptr, ksp, kst, ksh, kvh,
-                           dt, D, BLOCK_N, EMU, K_FMT, False, WORDS)  # fmt: skip
+    if Q8:  # int8 key codes as stored, their per-token scales after the dot
+        d = tl.arange(0, D)
+        k = tl.load(k_ptr + (page * skp + row * skt + k_head)[:, None] + d[None, :], mask=kv_ok[:, None], other=0)
+        k_scale = tl.load(ks_ptr + page * ksp + row * kst + kvh * ksh, mask=kv_ok, other=0.0)
+    else:
+        k, k_scale = load_tile(k_ptr, page, row, skp, skt, k_head, kv_ok, ks_ptr, ksp, kst, ksh, kvh,
+                               dt, D, BLOCK_N, EMU, K_FMT, False, WORDS)  # fmt: skip
     v, v_scale = load_tile(v_ptr, page, row, svp, svt, v_head, kv_ok, vs_ptr, vsp, vst, vsh, kvh,
                            dt, D, BLOCK_N, EMU, V_FMT, True, WORDS)  # fmt: skip
     valid = (n[None, :] <= qpos[:, None]) & kv_ok[None, :]
     return softmax_step(q, k, v, m_i, l_i, acc, valid, qk_scale, k_scale, v_scale, dt, EMU, MASKED, SAFE,
-                        K_FMT == 1, V_FMT == 1, LAZY)  # fmt: skip
+                        K_FMT == 1, V_FMT == 1, LAZY, Q8, q_scale)  # fmt: skip

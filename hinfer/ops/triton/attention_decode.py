@@ -22,7 +22,7 @@ import triton.language as tl
 
 from hinfer.kv_format import kv_format_name
 from hinfer.ops.kv_cache import cache_format
-from hinfer.ops.triton.attention_common import attend_block, cache_args
+from hinfer.ops.triton.attention_common import INT8, attend_block, cache_args, quantize_rows_int8
 from hinfer.ops.triton.common import cast, interpreted, num_sms, pdl_kwargs, pdl_start
 from hinfer.ops.triton.tiles.attention import decode_config, decode_rows
 
@@ -37,7 +37,7 @@ def _decode_kernel(
     BLOCK_N: tl.constexpr, DIRECT: tl.constexpr, EMU: tl.constexpr,
     K_FMT: tl.constexpr, V_FMT: tl.constexpr, PDL: tl.constexpr = False,
     g_ptr=None, sgt=0, sgh=0, GATE: tl.constexpr = False, F16: tl.constexpr = False,
-    WORDS: tl.constexpr = False,
+    WORDS: tl.constexpr = False, Q8: tl.constexpr = False,
 ):  # fmt: skip
     pdl_start(PDL)
     b = tl.program_id(0)
@@ -58,7 +58,10 @@ def _decode_kernel(
     q = tl.load(
         q_ptr + tok[:, None] * sqt + head[:, None] * sqh + d[None, :], mask=row_ok[:, None], other=0.0
     )
-    if EMU:
+    q_scale = 1.0
+    if Q8:  # int8 keys: the queries rounded to int8 per row, the scores on int8 tensor cores
+        q, q_scale = quantize_rows_int8(q.to(tl.float32), EMU)
+    elif EMU:
         q = q.to(tl.float32)
     else:
         q = q.to(dt)
@@ -78,7 +81,7 @@ def _decode_kernel(
             m_i, l_i, acc = attend_block(
                 blk * BLOCK_N, q, qpos, m_i, l_i, acc, pt_row, kv_len, k_ptr, v_ptr, skp, skt, kvh * skh,
                 svp, svt, kvh * svh, qk_scale, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh, kvh,
-                dt, D, PAGE, BLOCK_N, EMU, True, True, K_FMT, V_FMT, False, WORDS,
+                dt, D, PAGE, BLOCK_N, EMU, True, True, K_FMT, V_FMT, False, WORDS, Q8, q_scale,
             )  # fmt: skip
             blk += 1
     else:
@@ -86,7 +89,7 @@ def _decode_kernel(
             m_i, l_i, acc = attend_block(
                 blk * BLOCK_N, q, qpos, m_i, l_i, acc, pt_row, kv_len, k_ptr, v_ptr, skp, skt, kvh * skh,
                 svp, svt, kvh * svh, qk_scale, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh, kvh,
-                dt, D, PAGE, BLOCK_N, EMU, True, True, K_FMT, V_FMT, False, WORDS,
+                dt, D, PAGE, BLOCK_N, EMU, True, True, K_FMT, V_FMT, False, WORDS, Q8, q_scale,
             )  # fmt: skip
 
     has = l_i > 0.0
@@ -198,6 +201,7 @@ def paged_decode(
     f16: bool | None = None,
     gate: torch.Tensor | None = None,  # [T, H, D], last dim contiguous: out = attention * sigmoid(gate)
     words: bool | None = None,  # tiles read by 32-bit words (load_tile's WORDS); None: the tile's
+    q8: bool | None = None,  # int8 keys: scores on int8-rounded queries (DecodeTile.q8); None: the tile's
 ) -> None:
     n_heads, d = q.shape[1], q.shape[2]
     gate_args = dict(g_ptr=q, sgt=0, sgh=0, GATE=False)
@@ -223,6 +227,9 @@ def paged_decode(
     else:
         part = lse = out  # unused
     (ks, ksp, kst, ksh, k_fmt), (vs, vsp, vst, vsh, v_fmt) = decode_cache_args(k_cache, v_cache)
+    q8 = (cfg.q8 if q8 is None else q8) and k_store.elem_bytes == 1 and k_store.scaled and k_store.pack == 1
+    if q8:
+        k_fmt = INT8  # the key codes' scales apply after the int8 dot
     _decode_kernel[(n_seqs, n_kv, num_splits)](
         q, k_cache, v_cache, out, part, lse,
         page_table, cached_lens, q_lens, cu_q_lens, n_heads, num_splits,
@@ -231,7 +238,7 @@ def paged_decode(
         scale * 1.4426950408889634, ks, ksp, kst, ksh, vs, vsp, vst, vsh,
         G=g, Q_MAX=q_max, M_PAD=m_pad, D=d, PAGE=page, BLOCK_N=block_n, DIRECT=num_splits == 1, EMU=emu,
         K_FMT=k_fmt, V_FMT=v_fmt, F16=(cfg.f16 if f16 is None else f16) and one_byte,
-        WORDS=cfg.words if words is None else words,
+        WORDS=cfg.words if words is None else words, Q8=q8,
         num_warps=num_warps or cfg.num_warps, num_stages=num_stages or cfg.num_stages, **pdl_kwargs(q),
         **(gate_args if num_splits == 1 else {}),
     )  # fmt: skip

@@ -112,6 +112,9 @@ class DecodeTile:
     # integer tiles (and the f16 form's fp8 values) read a 32-bit word at a time and turned two values an
     # instruction (attention_common.load_tile's WORDS): fewer instructions, one more pass of shared memory
     words: bool = False
+    # int8 keys (int8, k8v4): the queries rounded to int8 per row, the scores on int8 tensor cores from the key
+    # codes as stored (no key conversion; attention_common.quantize_rows_int8)
+    q8: bool = False
 
 
 @dataclass(frozen=True)
