@@ -232,14 +232,14 @@ PREFILL_CASES = [(0, 8192), (0, 2048), (30720, 2048), (126976, 2048), (0, 32768)
 PREFILL_SWEEP_CASES = [(0, 8192), (30720, 2048)]
 
 
-def bench_prefill(sweep: bool, lazy: bool = False, f16: bool = False, words: bool = False) -> None:
+def bench_prefill(sweep: bool, lazy: bool = False, f16: bool = False, words: bool = False, q8: bool = False) -> None:
     for cached, ql in PREFILL_SWEEP_CASES if sweep else PREFILL_CASES:
-        _prefill_case(cached, ql, sweep, lazy, f16, words)
+        _prefill_case(cached, ql, sweep, lazy, f16, words, q8)
         torch.cuda.empty_cache()
 
 
 def _prefill_case(
-    cached: int, ql: int, sweep: bool, lazy: bool = False, f16: bool = False, words: bool = False
+    cached: int, ql: int, sweep: bool, lazy: bool = False, f16: bool = False, words: bool = False, q8: bool = False
 ) -> None:
     batch, q, kc, vc = make_batch([cached], [ql])
     flops = 4 * H * D * (ql * cached + ql * (ql + 1) // 2)  # QK^T and PV over the causal pairs
@@ -259,12 +259,14 @@ def _prefill_case(
         configs += [dataclasses.replace(c, f16=True) for c in configs if not c.f16]
     if words and KV.k.elem_bytes == 1:
         configs += [dataclasses.replace(c, words=not c.words) for c in configs]
+    if q8 and KV.k.elem_bytes == 1 and KV.k.scaled and KV.k.pack == 1:
+        configs += [dataclasses.replace(c, q8=not c.q8) for c in configs]
     for cfg in configs:
         kw = {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_warps": cfg.num_warps}
         kw["num_stages"] = cfg.num_stages
-        kw["lazy"], kw["f16"], kw["words"] = cfg.lazy, cfg.f16, cfg.words
+        kw["lazy"], kw["f16"], kw["words"], kw["q8"] = cfg.lazy, cfg.f16, cfg.words, cfg.q8
         name = f"bm{cfg.block_m} bn{cfg.block_n} w{cfg.num_warps} s{cfg.num_stages}" + (" lazy" if cfg.lazy else "")
-        name += (" f16" if cfg.f16 else "") + (" words" if cfg.words else "")
+        name += (" f16" if cfg.f16 else "") + (" words" if cfg.words else "") + (" q8" if cfg.q8 else "")
         name += " *" if cfg is base else ""
         family = PREFILL[KV.name]
         TILES[("prefill", case, name)] = ((family.name, H // HKV, D, m_bucket(ql, family.max_m)), cfg)
@@ -375,7 +377,7 @@ def main() -> None:
                     help="a 1-byte KV format: every decode / prefill tile also with its 32-bit word reads toggled "
                          "(DecodeTile.words)")
     ap.add_argument("--q8", action="store_true",
-                    help="int8 keys (int8, k8v4): every decode tile also with its q8 form toggled (DecodeTile.q8)")
+                    help="int8 keys (int8, k8v4): every decode / prefill tile also with its q8 form toggled (DecodeTile.q8)")
     ap.add_argument("--tuned-out", type=Path,
                     help="with --sweep: each table key's winner over its cases, added to this HINFER_TILES file")
     ap.add_argument("--heads", type=lambda v: tuple(int(x) for x in v.split(",")), default=HEADS_27B,
@@ -397,7 +399,7 @@ def main() -> None:
     if "decode" in only:
         bench_decode("decode" in a.sweep, a.decode_case, a.splits, a.f16, a.words, a.q8)
     if "prefill" in only:
-        bench_prefill("prefill" in a.sweep, a.lazy, a.f16, a.words)
+        bench_prefill("prefill" in a.sweep, a.lazy, a.f16, a.words, a.q8)
     for kind in a.sweep:
         best(kind)
         if a.tuned_out:

@@ -382,6 +382,22 @@ def test_decode_tile_forms(tk, seed, fmt, cached, q_lens, f16, words, q8):
     _check(out, want, bound, f"{fmt} f16={f16} words={words} q8={q8} cached={cached[0]} q={q_lens[0]} seed={seed}")
 
 
+@pytest.mark.parametrize("fmt", ["int8", "k8v4"])
+@pytest.mark.parametrize("cached,q_len", [(0, 8192), (30720, 2048)])
+def test_prefill_q8(tk, seed, fmt, cached, q_len):
+    """The prefill kernel's q8 form (int8 keys scored on int8 warpgroup MMA against int8-rounded queries) against
+    the reference scoring with the same rounded queries: rel <= 1e-2."""
+    batch, (q, _, _) = _batch([cached], [q_len])
+    pages = batch.page_table.max().item() + 1
+    kc, vc = (_format_cache(pages, dt) for dt in FORMATS[fmt])
+    out = torch.full_like(q, float("nan"))
+    args = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens, D**-0.5)
+    with poisoned_empty():
+        tk["attention_prefill"].paged_prefill(q, kc, vc, out, *args, 0, 1, q_len, q8=True)
+    want = ref_attn.paged_attention_ref(ref_attn.queries_int8_ref(q), kc, vc, batch, D**-0.5)
+    _check(out, want, 1e-2, f"prefill q8 {fmt} cached={cached} q={q_len} seed={seed}")
+
+
 @pytest.mark.parametrize("f16", [True, False])
 def test_int4_words_unpack(tk, seed, f16):
     """The int4 tile read a word at a time into fp16 or bf16 (the decode and prefill kernels' path on the GPU)

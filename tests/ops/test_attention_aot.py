@@ -58,6 +58,9 @@ def _compile_all() -> None:
                 r = resources(aot.prefill_kernel(name, lazy=True, f16=False))
                 print("compiled prefill lazy", name, r)
                 assert r["stack"] <= LAZY_STACK[name], (name, "lazy", r)
+            if direct and name in Q8_STACK:  # int8 keys' q8 form
+                r = resources(aot.prefill_kernel(name, q8=True))
+                assert r["stack"] == 0, (name, "prefill q8", r)
             if direct and name in F16_STACK:  # the f16 form, eager and lazy
                 for lazy in (False, True):
                     r = resources(aot.prefill_kernel(name, lazy=lazy, f16=True))

@@ -98,17 +98,22 @@ def decode_kernel(name: str, q_max: int = 1, f16: bool | None = None, words: boo
 
 
 def prefill_kernel(name: str, direct: bool = True, lazy: bool | None = None, f16: bool | None = None,
-                   words: bool | None = None, tile: tuple[int, int, int, int] | None = None):  # fmt: skip
+                   words: bool | None = None, tile: tuple[int, int, int, int] | None = None,
+                   q8: bool | None = None):  # fmt: skip
     """The prefill kernel over `name`'s caches at the packaged 8K tile (or `tile` = (block_m, block_n, warps,
     stages)); the tile's forms unless given (f16 and lazy on one-pass launches only, as the wrapper)."""
     cfg = prefill_config(8192, H // HKV, D, name)
     bm, bn, nw, ns = tile or (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages)
     types, ints = kernel_types(name)
     one_byte = CACHES[name][0][0] != "*bf16"
+    codes = read_codes(name)["pre"]
+    q8 = (cfg.q8 if q8 is None else q8) and CACHES[name][0] == INT8
+    if q8:  # as the wrapper: the key codes' scales after the int8 dot
+        codes = dict(codes, K_FMT=dec.INT8)
     consts = dict(G=H // HKV, D=D, PAGE=PAGE, BLOCK_M=bm, BLOCK_N=bn, EMU=False, DIRECT=direct,
                   LAZY=(cfg.lazy if lazy is None else lazy) and direct,
                   F16=(cfg.f16 if f16 is None else f16) and one_byte and direct,
-                  WORDS=cfg.words if words is None else words, **read_codes(name)["pre"])  # fmt: skip
+                  WORDS=cfg.words if words is None else words, Q8=q8, **codes)  # fmt: skip
     return compile_sm90(pre._prefill_kernel, types, ints, consts, {"num_warps": nw, "num_stages": ns})
 
 
@@ -126,7 +131,7 @@ def main() -> None:
     ap.add_argument("--words", action=argparse.BooleanOptionalAction, default=None,
                     help="tiles read by 32-bit words on / off (default: the packaged tile's)")
     ap.add_argument("--q8", action=argparse.BooleanOptionalAction, default=None,
-                    help="decode, int8 keys: int8 queries and int8 scores on / off (default: the packaged tile's)")
+                    help="int8 keys: int8 queries and int8 scores on / off (default: the packaged tile's)")
     ap.add_argument("--lazy", action=argparse.BooleanOptionalAction, default=None,
                     help="prefill: the lazy rescale on / off (default: the packaged tile's)")
     ap.add_argument("--split", action="store_true", help="prefill: split-KV partials instead of one pass")
@@ -140,7 +145,7 @@ def main() -> None:
         if a.kernel == "decode":
             kern = decode_kernel(name, a.q_max, a.f16, a.words, a.direct, a.tile, q8=a.q8)
         else:
-            kern = prefill_kernel(name, not a.split, a.lazy, a.f16, a.words, a.tile)
+            kern = prefill_kernel(name, not a.split, a.lazy, a.f16, a.words, a.tile, q8=a.q8)
         print(name, a.kernel, resources(kern))
         for c in sass_loops(sass_of(kern)):
             if sum(c.values()) > 100:  # the key loop (and the partials' epilogue loops are short)

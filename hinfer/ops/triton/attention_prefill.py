@@ -17,7 +17,7 @@ import triton.language as tl
 
 from hinfer.kv_format import kv_format_name
 from hinfer.ops.kv_cache import cache_format
-from hinfer.ops.triton.attention_common import attend_block, cache_args
+from hinfer.ops.triton.attention_common import INT8, attend_block, cache_args, quantize_rows_int8
 from hinfer.ops.triton.attention_decode import _combine_kernel
 from hinfer.ops.triton.common import cast, interpreted, num_sms
 from hinfer.ops.triton.tiles.attention import prefill_config
@@ -33,7 +33,7 @@ def _prefill_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EMU: tl.constexpr,
     K_FMT: tl.constexpr, V_FMT: tl.constexpr,
     op_ptr=None, lse_ptr=None, n_heads=1, n_splits=1, tok0=0, DIRECT: tl.constexpr = True,
-    LAZY: tl.constexpr = False, F16: tl.constexpr = False, WORDS: tl.constexpr = False,
+    LAZY: tl.constexpr = False, F16: tl.constexpr = False, WORDS: tl.constexpr = False, Q8: tl.constexpr = False,
 ):  # fmt: skip
     h = tl.program_id(0)
     b = seq0 + tl.program_id(2) // n_splits
@@ -54,7 +54,10 @@ def _prefill_kernel(
     tok = (q0 + i).to(tl.int64)
     d = tl.arange(0, D)
     q = tl.load(q_ptr + tok[:, None] * sqt + h * sqh + d[None, :], mask=row_ok[:, None], other=0.0)
-    if EMU:
+    q_scale = 1.0
+    if Q8:  # int8 keys: the queries rounded to int8 per row, the scores on int8 tensor cores
+        q, q_scale = quantize_rows_int8(q.to(tl.float32), EMU)
+    elif EMU:
         q = q.to(tl.float32)
     else:
         q = q.to(dt)
@@ -74,7 +77,7 @@ def _prefill_kernel(
             m_i, l_i, acc = attend_block(
                 n0, q, qpos, m_i, l_i, acc, pt_row, kv_hi, k_ptr, v_ptr, skp, skt, kvh * skh,
                 svp, svt, kvh * svh, qk_scale, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh, kvh,
-                dt, D, PAGE, BLOCK_N, EMU, n0 >= full_hi, not DIRECT, K_FMT, V_FMT, LAZY, WORDS,
+                dt, D, PAGE, BLOCK_N, EMU, n0 >= full_hi, not DIRECT, K_FMT, V_FMT, LAZY, WORDS, Q8, q_scale,
             )  # fmt: skip
             n0 += BLOCK_N
     else:
@@ -82,13 +85,13 @@ def _prefill_kernel(
             m_i, l_i, acc = attend_block(
                 n0, q, qpos, m_i, l_i, acc, pt_row, kv_hi, k_ptr, v_ptr, skp, skt, kvh * skh,
                 svp, svt, kvh * svh, qk_scale, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh, kvh,
-                dt, D, PAGE, BLOCK_N, EMU, False, False, K_FMT, V_FMT, LAZY, WORDS,
+                dt, D, PAGE, BLOCK_N, EMU, False, False, K_FMT, V_FMT, LAZY, WORDS, Q8, q_scale,
             )  # fmt: skip
         for n0 in range(tl.maximum(lo, full_hi), hi, BLOCK_N):
             m_i, l_i, acc = attend_block(
                 n0, q, qpos, m_i, l_i, acc, pt_row, kv_hi, k_ptr, v_ptr, skp, skt, kvh * skh,
                 svp, svt, kvh * svh, qk_scale, ks_ptr, ksp, kst, ksh, vs_ptr, vsp, vst, vsh, kvh,
-                dt, D, PAGE, BLOCK_N, EMU, True, not DIRECT, K_FMT, V_FMT, LAZY, WORDS,
+                dt, D, PAGE, BLOCK_N, EMU, True, not DIRECT, K_FMT, V_FMT, LAZY, WORDS, Q8, q_scale,
             )  # fmt: skip
 
     if DIRECT:
@@ -136,6 +139,7 @@ def paged_prefill(
     f16: bool | None = None,  # dots in fp16 where both caches hold 1-byte formats (one-pass launches only, as
     # lazy: beside the split partials' epilogue fp8's spills 136 bytes); None: the tile's
     words: bool | None = None,  # tiles read by 32-bit words (load_tile's WORDS); None: the tile's
+    q8: bool | None = None,  # int8 keys: scores on int8-rounded queries (PrefillTile.q8); None: the tile's
 ) -> None:
     n_heads, d = q.shape[1], q.shape[2]
     page, n_kv = k_cache.shape[1], k_cache.shape[2]
@@ -156,6 +160,9 @@ def paged_prefill(
     else:
         part = lse = out  # unused
     (ks, ksp, kst, ksh, k_fmt), (vs, vsp, vst, vsh, v_fmt) = prefill_cache_args(k_cache, v_cache)
+    q8 = (cfg.q8 if q8 is None else q8) and k_store.elem_bytes == 1 and k_store.scaled and k_store.pack == 1
+    if q8:
+        k_fmt = INT8  # the key codes' scales apply after the int8 dot
     _prefill_kernel[grid](
         q, k_cache, v_cache, out,
         page_table, cached_lens, q_lens, cu_q_lens, seq_start,
@@ -166,7 +173,7 @@ def paged_prefill(
         K_FMT=k_fmt, V_FMT=v_fmt, op_ptr=part, lse_ptr=lse, n_heads=n_heads, n_splits=splits, tok0=tok0,
         DIRECT=splits == 1, LAZY=(cfg.lazy if lazy is None else lazy) and splits == 1,
         F16=(cfg.f16 if f16 is None else f16) and one_byte and splits == 1,
-        WORDS=cfg.words if words is None else words,
+        WORDS=cfg.words if words is None else words, Q8=q8,
         num_warps=num_warps or cfg.num_warps, num_stages=num_stages or cfg.num_stages,
     )  # fmt: skip
     if splits > 1:

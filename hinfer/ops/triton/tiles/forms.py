@@ -129,6 +129,7 @@ class PrefillTile:
     # 1-byte KV formats: dots in fp16, the tiles converted as the decode tile's f16 form does (bf16 caches ignore it)
     f16: bool = False
     words: bool = False  # as the decode tile's
+    q8: bool = False  # as the decode tile's (the scores on int8 warpgroup MMA)
 
 
 FORMS: dict[str, type] = {
