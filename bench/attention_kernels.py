@@ -43,6 +43,7 @@ from hinfer.ops.triton import attention as ta  # noqa: E402
 from hinfer.ops.triton import attention_decode as dec  # noqa: E402
 from hinfer.ops.triton import attention_prefill as pre  # noqa: E402
 from hinfer.ops.triton import norm as tn  # noqa: E402
+from hinfer.ops.triton.attention_common import int8_codes  # noqa: E402
 from hinfer.ops.triton.attention_flash import flash_prefill  # noqa: E402
 from hinfer.ops.triton.tiles.attention import DECODE, PREFILL, decode_config, prefill_config  # noqa: E402
 from hinfer.ops.triton.tiles.forms import DecodeTile, PrefillTile  # noqa: E402
@@ -204,7 +205,7 @@ def _decode_case(
         configs += [(dataclasses.replace(c, f16=True), n) for c, n in configs if not c.f16]
     if words and KV.k.elem_bytes == 1:  # every tile also with its word reads toggled (A/B in one process)
         configs += [(dataclasses.replace(c, words=not c.words), n) for c, n in configs]
-    if q8 and KV.k.elem_bytes == 1 and KV.k.scaled and KV.k.pack == 1:  # int8 keys: q8 toggled too
+    if q8 and int8_codes(KV.k):  # int8 keys: q8 toggled too
         configs += [(dataclasses.replace(c, q8=not c.q8), n) for c, n in configs]
     for i, (cfg, fixed) in enumerate(configs):
         kw = {"block_n": cfg.block_n, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
@@ -259,7 +260,7 @@ def _prefill_case(
         configs += [dataclasses.replace(c, f16=True) for c in configs if not c.f16]
     if words and KV.k.elem_bytes == 1:
         configs += [dataclasses.replace(c, words=not c.words) for c in configs]
-    if q8 and KV.k.elem_bytes == 1 and KV.k.scaled and KV.k.pack == 1:
+    if q8 and int8_codes(KV.k):
         configs += [dataclasses.replace(c, q8=not c.q8) for c in configs]
     for cfg in configs:
         kw = {"block_m": cfg.block_m, "block_n": cfg.block_n, "num_warps": cfg.num_warps}

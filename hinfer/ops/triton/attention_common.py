@@ -13,7 +13,8 @@ to the compute dtype (bf16 / fp8 / int8 codes: exact in bf16), per storage forma
 - int4 (INT4: k8v4's V, int4's K and V) has a scale per 64 values of a row, which varies along D, so the tile
   is unpacked and scaled in registers before the dot. int4 keys are stored Hadamard-rotated and the queries
   arrive rotated alike (attention_rope), so they read like any other K.
-Neither writes a dequantized copy to memory.
+Neither writes a dequantized copy to memory. Int8 keys have a q8 form (a tile option): the queries rounded to
+int8 per row (`quantize_rows_int8`), the scores on int8 tensor cores from the codes as loaded, no conversion.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hinfer.kv_format import INT4_GROUP
+from hinfer.kv_format import INT4_GROUP, CacheFormat
 from hinfer.ops.kv_cache import cache_format, kv_scales
 from hinfer.ops.triton.common import cast
 
@@ -31,6 +32,11 @@ from hinfer.ops.triton.common import cast
 # along D)
 PLAIN, INT8, INT4, INT8_TILE = 0, 1, 2, 3
 GROUP4: tl.constexpr = tl.constexpr(INT4_GROUP)  # values per int4 scale
+
+
+def int8_codes(fmt: CacheFormat) -> bool:
+    """Whether a cache format stores int8 codes with a scale per token and head (the q8 form's keys)."""
+    return fmt.elem_bytes == 1 and fmt.scaled and fmt.pack == 1
 
 
 def cache_args(cache: torch.Tensor, int8_in_tile: bool = False) -> tuple[torch.Tensor, int, int, int, int]:
@@ -263,7 +269,8 @@ def softmax_step(
 
     `valid` [M, N] masks keys when MASKED. SAFE guards rows that have seen no key yet (m == -inf), which
     only happens in split-KV decode where a split can lie past a row's causal limit. K_SCALED / V_SCALED:
-    k / v are int8 codes and k_scale / v_scale [N] their per-token scales. LAZY: the max and the accumulator
+    k / v are int8 codes and k_scale / v_scale [N] their per-token scales; Q8: q holds int8 codes too, q_scale
+    [M] their per-row scales (int8 tensor cores for the scores). LAZY: the max and the accumulator
     move only when some row's scores pass its max by more than LAZY_TAU (one test for the whole block: the
     rescale is most of the update's instructions on wide accumulators, and after the first blocks it is rarely
     needed).

@@ -17,7 +17,7 @@ import triton.language as tl
 
 from hinfer.kv_format import kv_format_name
 from hinfer.ops.kv_cache import cache_format
-from hinfer.ops.triton.attention_common import INT8, attend_block, cache_args, quantize_rows_int8
+from hinfer.ops.triton.attention_common import INT8, attend_block, cache_args, int8_codes, quantize_rows_int8
 from hinfer.ops.triton.attention_decode import _combine_kernel
 from hinfer.ops.triton.common import cast, interpreted, num_sms
 from hinfer.ops.triton.tiles.attention import prefill_config
@@ -160,7 +160,7 @@ def paged_prefill(
     else:
         part = lse = out  # unused
     (ks, ksp, kst, ksh, k_fmt), (vs, vsp, vst, vsh, v_fmt) = prefill_cache_args(k_cache, v_cache)
-    q8 = (cfg.q8 if q8 is None else q8) and k_store.elem_bytes == 1 and k_store.scaled and k_store.pack == 1
+    q8 = (cfg.q8 if q8 is None else q8) and int8_codes(k_store)
     if q8:
         k_fmt = INT8  # the key codes' scales apply after the int8 dot
     _prefill_kernel[grid](
