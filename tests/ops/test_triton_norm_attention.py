@@ -518,14 +518,16 @@ def test_decode_f16_small_int8_values(seed):
 
 @pytest.mark.parametrize("name,k_dtype,v_dtype,d", [f for f in KV_FORMATS if f[0] in ("int8", "k8v4")])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_decode_q8_scores(name, k_dtype, v_dtype, d, dtype, seed):
+@pytest.mark.parametrize("kernel", ["decode", "prefill"])
+def test_q8_scores(name, k_dtype, v_dtype, d, dtype, kernel, seed):
     """int8 keys in the q8 form (queries rounded to int8 per row, the scores from the key codes as stored, their
-    scales after the dot): decode and verification rows against the reference over the same caches with the
-    queries rounded the same way (fp32 within 1e-4: the same sums; bf16 within its attention tolerance), and
-    within 3e-2 relative L2 of the exact queries' reference (at most 1.4e-2 over 16 seeds: 2 x randn queries
-    rounded over only 32 / 64 dimensions)."""
+    scales after the dot), decode and verification rows or prefill chunks, against the reference over the same
+    caches with the queries rounded the same way (fp32 within 1e-4: the same sums; bf16 within its attention
+    tolerance), and within 3e-2 relative L2 of the exact queries' reference (at most 1.4e-2 over 16 seeds: 2 x
+    randn queries rounded over only 32 / 64 dimensions)."""
     g = torch.Generator().manual_seed(seed + 5)
-    cached, q_lens = [0, 5, 37, 30, 100, 1], [1, 2, 4, 4, 3, 1]
+    cached, q_lens = ([0, 5, 37, 30, 100, 1], [1, 2, 4, 4, 3, 1]) if kernel == "decode" else \
+        ([0, 40, 16, 7], [20, 1, 17, 33])  # fmt: skip
     batch = _batch(cached, q_lens, 16, dtype, seed=seed)[0]
     q = (2 * torch.randn(batch.num_tokens, H, d, generator=g)).to(dtype)
     n_pages = batch.page_table.max().item() + 1
@@ -533,37 +535,18 @@ def test_decode_q8_scores(name, k_dtype, v_dtype, d, dtype, seed):
     out = torch.full_like(q, float("nan"))
     args = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens, d**-0.5)
     with poisoned_empty():
-        dec.paged_decode(q, kc, vc, out, *args, batch.num_seqs, batch.num_tokens, batch.max_q_len, num_splits=2,
-                         block_n=16, q8=True)  # fmt: skip
+        if kernel == "decode":
+            dec.paged_decode(q, kc, vc, out, *args, batch.num_seqs, batch.num_tokens, batch.max_q_len,
+                             num_splits=2, block_n=16, q8=True)  # fmt: skip
+        else:
+            pre.paged_prefill(q, kc, vc, out, *args, 0, batch.num_seqs, batch.max_q_len, block_m=16, block_n=16,
+                              q8=True)  # fmt: skip
     same = ref_attn.paged_attention_ref(ref_attn.queries_int8_ref(q), kc, vc, batch, d**-0.5)
     exact = ref_attn.paged_attention_ref(q.float(), kc, vc, batch, d**-0.5)
     tol = {"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else _attn_tol(dtype)
     _close(out, same.to(dtype), **tol, seed=seed)
     rel = ((out.float() - exact).norm() / exact.norm()).item()
-    assert rel <= 3e-2, f"q8 against exact queries: rel {rel:.2e} (seed {seed})"
-
-
-@pytest.mark.parametrize("name,k_dtype,v_dtype,d", [f for f in KV_FORMATS if f[0] in ("int8", "k8v4")])
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_prefill_q8_scores(name, k_dtype, v_dtype, d, dtype, seed):
-    """The prefill kernel's q8 form (as decode's) against the reference scoring with the same rounded queries
-    (fp32 within 1e-4, bf16 within its attention tolerance) and within 3e-2 relative L2 of the exact queries'
-    (at most 1.0e-2 over 16 seeds)."""
-    g = torch.Generator().manual_seed(seed + 6)
-    batch = _batch([0, 40, 16, 7], [20, 1, 17, 33], 16, dtype, seed=seed)[0]
-    q = (2 * torch.randn(batch.num_tokens, H, d, generator=g)).to(dtype)
-    n_pages = batch.page_table.max().item() + 1
-    kc, vc = _format_cache(n_pages, 16, k_dtype, d, g), _format_cache(n_pages, 16, v_dtype, d, g)
-    out = torch.full_like(q, float("nan"))
-    args = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens, d**-0.5)
-    with poisoned_empty():
-        pre.paged_prefill(q, kc, vc, out, *args, 0, batch.num_seqs, batch.max_q_len, block_m=16, block_n=16, q8=True)
-    same = ref_attn.paged_attention_ref(ref_attn.queries_int8_ref(q), kc, vc, batch, d**-0.5)
-    exact = ref_attn.paged_attention_ref(q.float(), kc, vc, batch, d**-0.5)
-    tol = {"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else _attn_tol(dtype)
-    _close(out, same.to(dtype), **tol, seed=seed)
-    rel = ((out.float() - exact).norm() / exact.norm()).item()
-    assert rel <= 3e-2, f"q8 prefill against exact queries: rel {rel:.2e} (seed {seed})"
+    assert rel <= 3e-2, f"q8 {kernel} against exact queries: rel {rel:.2e} (seed {seed})"
 
 
 @pytest.mark.parametrize("f16", [True])  # bf16's form on the GPU (tests/gpu): the interpreter has no bf16 constants

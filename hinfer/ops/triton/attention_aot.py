@@ -77,6 +77,14 @@ def read_codes(name: str) -> dict[str, dict]:
             "rope": dict(K_FMT=cache_args(kc)[-1], V_FMT=cache_args(vc)[-1])}  # fmt: skip
 
 
+def _q8_codes(name: str, kernel: str, q8: bool) -> tuple[bool, dict]:
+    """(whether the q8 form applies, the read codes) as the wrappers decide: int8 keys only, their scales after
+    the int8 dot."""
+    q8 = q8 and CACHES[name][0] == INT8
+    codes = read_codes(name)[kernel]
+    return q8, dict(codes, K_FMT=dec.INT8) if q8 else codes
+
+
 def decode_kernel(name: str, q_max: int = 1, f16: bool | None = None, words: bool | None = None,
                   direct: bool = False, tile: tuple[int, int, int] | None = None, gate: bool = False,
                   q8: bool | None = None):  # fmt: skip
@@ -87,10 +95,7 @@ def decode_kernel(name: str, q_max: int = 1, f16: bool | None = None, words: boo
     bn, nw, ns = tile or (cfg.block_n, cfg.num_warps, cfg.num_stages)
     types, ints = kernel_types(name)
     one_byte = CACHES[name][0][0] != "*bf16"
-    codes = read_codes(name)["dec"]
-    q8 = (cfg.q8 if q8 is None else q8) and CACHES[name][0] == INT8
-    if q8:  # as the wrapper: the key codes' scales after the int8 dot
-        codes = dict(codes, K_FMT=dec.INT8)
+    q8, codes = _q8_codes(name, "dec", cfg.q8 if q8 is None else q8)
     consts = dict(G=H // HKV, Q_MAX=q_max, M_PAD=decode_rows(q_max, H // HKV), D=D, PAGE=PAGE, BLOCK_N=bn,
                   DIRECT=direct, EMU=False, PDL=q_max == 1, F16=(cfg.f16 if f16 is None else f16) and one_byte,
                   WORDS=cfg.words if words is None else words, GATE=gate and direct, Q8=q8, **codes)  # fmt: skip
@@ -106,10 +111,7 @@ def prefill_kernel(name: str, direct: bool = True, lazy: bool | None = None, f16
     bm, bn, nw, ns = tile or (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages)
     types, ints = kernel_types(name)
     one_byte = CACHES[name][0][0] != "*bf16"
-    codes = read_codes(name)["pre"]
-    q8 = (cfg.q8 if q8 is None else q8) and CACHES[name][0] == INT8
-    if q8:  # as the wrapper: the key codes' scales after the int8 dot
-        codes = dict(codes, K_FMT=dec.INT8)
+    q8, codes = _q8_codes(name, "pre", cfg.q8 if q8 is None else q8)
     consts = dict(G=H // HKV, D=D, PAGE=PAGE, BLOCK_M=bm, BLOCK_N=bn, EMU=False, DIRECT=direct,
                   LAZY=(cfg.lazy if lazy is None else lazy) and direct,
                   F16=(cfg.f16 if f16 is None else f16) and one_byte and direct,
