@@ -11,9 +11,13 @@ layout and KV format, and the reference twin is the same `hinfer.ops.attention.p
 
 from __future__ import annotations
 
+import logging
 import os
 
 import torch
+
+log = logging.getLogger(__name__)
+_announced = False
 
 
 def flash_prefill_enabled() -> bool:
@@ -40,6 +44,10 @@ def flash_prefill(
 ) -> None:
     """out = softmax(q k^T * scale) v, causal bottom-right, by torch's FlashAttention-2 varlen kernel (one
     sequence: cumulative lengths [0, n] and [0, cached + n])."""
+    global _announced
+    if not _announced:  # once a process: the bench's A/B then shows which path its prefill took
+        log.info("prefill attention: FlashAttention-2 on consecutive KV pages (HINFER_PREFILL_FLASH)")
+        _announced = True
     n, kv = q.shape[0], k.shape[0]
     lens = torch.tensor([0, n, 0, kv], dtype=torch.int32).to(q.device, non_blocking=True)
     o = torch.ops.aten._flash_attention_forward(q, k, v, lens[:2], lens[2:], n, kv, 0.0, True, False, scale=scale)[0]
