@@ -3,6 +3,7 @@ logit KL / top-1 agreement of small random models on long random and real-text p
 
     python bench/kv_quality.py                   # the tables for docs/quantization.md; writes bench/results/
     python bench/kv_quality.py --contexts 4096 --length 1024 --models 1   # a quick run
+    python bench/kv_quality.py --q8              # also int8 and k8v4 keys scored with int8-rounded queries
 
 Attention (27B head shapes: 24 query heads over 4 kv heads of 256): keys and values are Gaussian with
 per-channel scales drawn log-normally (sigma 0.75 for K, 0.5 for V: outlier channels, as trained models' keys
@@ -30,6 +31,7 @@ does with them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import sys
@@ -45,10 +47,12 @@ from hinfer.kv_format import KV_FORMATS, cache_format_of, rotated_keys  # noqa: 
 from hinfer.model.prompt_logits import prompt_logits  # noqa: E402
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM  # noqa: E402
 from hinfer.model.random_init import random_init  # noqa: E402
+from hinfer.ops import attention as attn_ops  # noqa: E402
 from hinfer.ops.kv_cache import allocate_kv, hadamard, read_kv, write_kv  # noqa: E402
 from hinfer.tokenizer import Tokenizer, fixture_tokenizer_dir  # noqa: E402
 
 FORMATS = ("fp8", "int8", "k8v4", "int4")
+Q8_FORMATS = ("int8", "k8v4")  # int8 keys: the attention kernels' q8 form (queries rounded to int8 per row)
 ROOT = Path(__file__).resolve().parents[1]
 HKV, G, D, PAGE = 4, 6, 256, 64
 MODEL = dict(
@@ -97,7 +101,24 @@ def synthetic(n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor,
     return k, v, {"spread": spread, "focused": focused}
 
 
-def attention_rows(contexts: list[int], draws: int, seed: int) -> list[dict]:
+@contextlib.contextmanager
+def q8_queries():
+    """The reference attention scoring int8 key caches with int8-rounded queries, as the kernels' q8 form does."""
+    ref = attn_ops.paged_attention_ref
+
+    def q8_ref(q, k_cache, v_cache, batch, scale):
+        if k_cache.dtype == torch.int8:
+            q = attn_ops.queries_int8_ref(q).to(q.dtype)
+        return ref(q, k_cache, v_cache, batch, scale)
+
+    attn_ops.paged_attention_ref = q8_ref
+    try:
+        yield
+    finally:
+        attn_ops.paged_attention_ref = ref
+
+
+def attention_rows(contexts: list[int], draws: int, seed: int, q8: bool = False) -> list[dict]:
     rows = []
     for n in contexts:
         worst: dict[tuple[str, str], float] = {}
@@ -111,9 +132,12 @@ def attention_rows(contexts: list[int], draws: int, seed: int) -> list[dict]:
                 for f, (kq, vq) in deq.items():
                     err = ((attend(q, kq, vq) - ref).norm() / ref.norm()).item()
                     worst[(kind, f)] = max(worst.get((kind, f), 0.0), err)
+                    if q8 and f in Q8_FORMATS:
+                        err = ((attend(attn_ops.queries_int8_ref(q), kq, vq) - ref).norm() / ref.norm()).item()
+                        worst[(kind, f"{f} q8")] = max(worst.get((kind, f"{f} q8"), 0.0), err)
         for (kind, f), err in worst.items():
             rows.append({"context": n, "queries": kind, "format": f, "rel_err": err})
-            print(f"attention ctx {n:7d} {kind:8s} {f:5s} rel {err:.2e}", flush=True)
+            print(f"attention ctx {n:7d} {kind:8s} {f:8s} rel {err:.2e}", flush=True)
     return rows
 
 
@@ -144,7 +168,7 @@ def text_ids(length: int, models: int, m: int, vocab: int) -> list[int]:
 
 
 def model_rows(
-    models: int, length: int, seed: int, prompts: tuple[str, ...] = ("random", "text")
+    models: int, length: int, seed: int, prompts: tuple[str, ...] = ("random", "text"), q8: bool = False
 ) -> list[dict]:
     cfg = ModelConfig.from_dict(MODEL)
     acc: dict[tuple[str, str, str], list[dict]] = {}
@@ -162,6 +186,11 @@ def model_rows(
                 out = prompt_logits(model, ids, PAGE, k_dt, v_dt if v_dt != k_dt else None)
                 for span, sl in (("all", slice(None)), ("last quarter", slice(-(length // 4), None))):
                     acc.setdefault((prompt, f, span), []).append(compare(ref[sl], out[sl]))
+                if q8 and f in Q8_FORMATS:
+                    with q8_queries():
+                        out = prompt_logits(model, ids, PAGE, k_dt, v_dt if v_dt != k_dt else None)
+                    for span, sl in (("all", slice(None)), ("last quarter", slice(-(length // 4), None))):
+                        acc.setdefault((prompt, f"{f} q8", span), []).append(compare(ref[sl], out[sl]))
             print(f"model {m} {prompt} done", flush=True)
     rows = []
     for (prompt, f, span), vals in acc.items():
@@ -170,22 +199,22 @@ def model_rows(
                 for key in vals[0]}  # fmt: skip
         rows.append(row)
         print(
-            f"model {prompt:6s} {f:5s} {span:12s} KL {row['mean_kl']:.2e} (max {row['max_kl']:.2e}) "
+            f"model {prompt:6s} {f:8s} {span:12s} KL {row['mean_kl']:.2e} (max {row['max_kl']:.2e}) "
             f"top-1 {row['top1']:.4f}"
         )
     return rows
 
 
 def tables(att: list[dict], mod: list[dict]) -> str:
-    bytes_row = {
-        f: KV_FORMATS[f].token_bytes(HKV, D) / KV_FORMATS["bf16"].token_bytes(HKV, D) for f in FORMATS
-    }
-    lines = ["| context | queries | " + " | ".join(FORMATS) + " |", "|---|---|" + "---:|" * len(FORMATS)]
+    cols = [*FORMATS, *sorted({r["format"] for r in att} - set(FORMATS))]  # then the q8 forms, if run
+    bf16 = KV_FORMATS["bf16"].token_bytes(HKV, D)
+    bytes_row = {f: KV_FORMATS[f.split()[0]].token_bytes(HKV, D) / bf16 for f in cols}
+    lines = ["| context | queries | " + " | ".join(cols) + " |", "|---|---|" + "---:|" * len(cols)]
     for n in sorted({r["context"] for r in att}):
         for kind in ("spread", "focused"):
             errs = {r["format"]: r["rel_err"] for r in att if r["context"] == n and r["queries"] == kind}
-            lines.append(f"| {n:,} | {kind} | " + " | ".join(f"{errs[f]:.2e}" for f in FORMATS) + " |")
-    lines.append("| bytes vs bf16 | | " + " | ".join(f"{bytes_row[f]:.3f}" for f in FORMATS) + " |")
+            lines.append(f"| {n:,} | {kind} | " + " | ".join(f"{errs[f]:.2e}" for f in cols) + " |")
+    lines.append("| bytes vs bf16 | | " + " | ".join(f"{bytes_row[f]:.3f}" for f in cols) + " |")
     lines += [
         "",
         "| prompt | KV format | positions | mean KL (nats) | max KL | top-1 agreement |",
@@ -210,11 +239,13 @@ def main() -> None:
     ap.add_argument("--models", type=int, default=2, help="random models (default 2)")
     ap.add_argument("--length", type=int, default=4096, help="prompt tokens per model (default 4096)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--q8", action="store_true",
+                    help="also int8 and k8v4 with the kernels' q8 form (queries rounded to int8 per row)")
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
     a = ap.parse_args()
     t0 = time.monotonic()
-    att = attention_rows([int(c) for c in a.contexts.split(",")], a.draws, a.seed)
-    mod = model_rows(a.models, a.length, a.seed) if a.models else []
+    att = attention_rows([int(c) for c in a.contexts.split(",")], a.draws, a.seed, a.q8)
+    mod = model_rows(a.models, a.length, a.seed, q8=a.q8) if a.models else []
     print(tables(att, mod))
     a.out.mkdir(parents=True, exist_ok=True)
     out = a.out / f"{time.strftime('%Y%m%d-%H%M%S')}-kv-quality-cpu.json"
