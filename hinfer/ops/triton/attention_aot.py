@@ -67,22 +67,20 @@ def kernel_types(name: str) -> tuple[dict, dict]:
     return types, strides(k, v)
 
 
-def read_codes(name: str) -> dict[str, dict]:
+def read_codes(name: str, q8: bool = False) -> dict[str, dict]:
     """The K_FMT / V_FMT read codes each kernel's wrapper picks for the `name` format's caches (decode, prefill,
     and the rope kernel that writes them)."""
     k, v = CACHES[name]
     kc, vc = (allocate_kv(1, 1, PAGE, HKV, D, getattr(torch, t[1]), "meta")[1][0] for t in (k, v))
-    d, p = dec.decode_cache_args(kc, vc), pre.prefill_cache_args(kc, vc)
+    d, p = dec.decode_cache_args(kc, vc, q8), pre.prefill_cache_args(kc, vc)
     return {"dec": dict(K_FMT=d[0][-1], V_FMT=d[1][-1]), "pre": dict(K_FMT=p[0][-1], V_FMT=p[1][-1]),
             "rope": dict(K_FMT=cache_args(kc)[-1], V_FMT=cache_args(vc)[-1])}  # fmt: skip
 
 
 def _q8_codes(name: str, kernel: str, q8: bool) -> tuple[bool, dict]:
-    """(whether the q8 form applies, the read codes) as the wrappers decide: int8 keys only, their scales after
-    the int8 dot."""
+    """(whether the q8 form applies: int8 keys only, the read codes) as the wrappers decide."""
     q8 = q8 and CACHES[name][0] == INT8
-    codes = read_codes(name)[kernel]
-    return q8, dict(codes, K_FMT=dec.INT8) if q8 else codes
+    return q8, read_codes(name, q8)[kernel]
 
 
 def decode_kernel(name: str, q_max: int = 1, f16: bool | None = None, words: bool | None = None,

@@ -278,8 +278,8 @@ def softmax_step(
     # fp32 models get true fp32 dots (Triton would use TF32); bf16/fp16 use the tensor cores as they are
     prec: tl.constexpr = "ieee" if dt == tl.float32 else "tf32"
     if Q8:  # int8 queries (q_scale [M]) on int8 key codes: int8 tensor cores, exact int32 sums
-        if EMU:
-            s = tl.dot(q, tl.trans(k.to(tl.float32)), input_precision="ieee")
+        if EMU:  # k arrives in fp32 (load_tile)
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
         else:
             s = tl.dot(q, tl.trans(k), out_dtype=tl.int32).to(tl.float32)
         s = s * q_scale[:, None] * (k_scale * qk_scale)[None, :]
@@ -341,13 +341,9 @@ def attend_block(
     n = n0 + tl.arange(0, BLOCK_N)
     kv_ok = n < kv_end
     page, row = kv_page_rows(pt_row, n0, n, kv_ok, PAGE, BLOCK_N)
-    if Q8:  # int8 key codes as stored, their per-token scales after the dot
-        d = tl.arange(0, D)
-        k = tl.load(k_ptr + (page * skp + row * skt + k_head)[:, None] + d[None, :], mask=kv_ok[:, None], other=0)
-        k_scale = tl.load(ks_ptr + page * ksp + row * kst + kvh * ksh, mask=kv_ok, other=0.0)
-    else:
-        k, k_scale = load_tile(k_ptr, page, row, skp, skt, k_head, kv_ok, ks_ptr, ksp, kst, ksh, kvh,
-                               dt, D, BLOCK_N, EMU, K_FMT, False, WORDS)  # fmt: skip
+    # Q8: the int8 key codes as stored (the tile's type int8), their per-token scales after the dot
+    k, k_scale = load_tile(k_ptr, page, row, skp, skt, k_head, kv_ok, ks_ptr, ksp, kst, ksh, kvh,
+                           tl.int8 if Q8 else dt, D, BLOCK_N, EMU, K_FMT, False, WORDS)  # fmt: skip
     v, v_scale = load_tile(v_ptr, page, row, svp, svt, v_head, kv_ok, vs_ptr, vsp, vst, vsh, kvh,
                            dt, D, BLOCK_N, EMU, V_FMT, True, WORDS)  # fmt: skip
     valid = (n[None, :] <= qpos[:, None]) & kv_ok[None, :]

@@ -22,7 +22,7 @@ import triton.language as tl
 
 from hinfer.kv_format import kv_format_name
 from hinfer.ops.kv_cache import cache_format
-from hinfer.ops.triton.attention_common import INT8, attend_block, cache_args, int8_codes, quantize_rows_int8
+from hinfer.ops.triton.attention_common import attend_block, cache_args, int8_codes, quantize_rows_int8
 from hinfer.ops.triton.common import cast, interpreted, num_sms, pdl_kwargs, pdl_start
 from hinfer.ops.triton.tiles.attention import decode_config, decode_rows
 
@@ -149,11 +149,13 @@ def _combine_kernel(
     tl.store(o_ptr + t * sot + h * soh + d, y)
 
 
-def decode_cache_args(k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple[tuple, tuple]:
+def decode_cache_args(k_cache: torch.Tensor, v_cache: torch.Tensor, q8: bool = False) -> tuple[tuple, tuple]:
     """attention_common.cache_args of K and V. sm_90 registers at the default tiles: int8 K and V 168 with K
     scaled in the tile (198 after the dot); k8v4 168 with K scaled after the dot (182 in the tile); int8 V
-    after the dot (the rows are few here). int4 K and V (both in the tile) 138."""
-    return cache_args(k_cache, int8_in_tile=cache_format(v_cache).pack == 1), cache_args(v_cache)
+    after the dot (the rows are few here). int4 K and V (both in the tile) 138. q8 (int8 keys scored on int8
+    tensor cores): the key scales after the dot."""
+    k_in_tile = cache_format(v_cache).pack == 1 and not q8
+    return cache_args(k_cache, int8_in_tile=k_in_tile), cache_args(v_cache)
 
 
 WAVE_FILL = 0.95  # the share of its last wave a split decode launch fills
@@ -226,10 +228,8 @@ def paged_decode(
         lse = torch.empty((n_tokens, n_heads, num_splits), dtype=torch.float32, device=q.device)
     else:
         part = lse = out  # unused
-    (ks, ksp, kst, ksh, k_fmt), (vs, vsp, vst, vsh, v_fmt) = decode_cache_args(k_cache, v_cache)
     q8 = (cfg.q8 if q8 is None else q8) and int8_codes(k_store)
-    if q8:
-        k_fmt = INT8  # the key codes' scales apply after the int8 dot
+    (ks, ksp, kst, ksh, k_fmt), (vs, vsp, vst, vsh, v_fmt) = decode_cache_args(k_cache, v_cache, q8)
     _decode_kernel[(n_seqs, n_kv, num_splits)](
         q, k_cache, v_cache, out, part, lse,
         page_table, cached_lens, q_lens, cu_q_lens, n_heads, num_splits,

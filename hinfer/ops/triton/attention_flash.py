@@ -49,7 +49,7 @@ def flash_prefill(
         log.info("prefill attention: FlashAttention-2 on consecutive KV pages (HINFER_PREFILL_FLASH)")
         _announced = True
     n, kv = q.shape[0], k.shape[0]
-    lens = torch.tensor([0, n, 0, kv], dtype=torch.int32).to(q.device, non_blocking=True)
+    lens = torch.tensor([0, n, 0, kv], dtype=torch.int32, device=q.device)
     o = torch.ops.aten._flash_attention_forward(q, k, v, lens[:2], lens[2:], n, kv, 0.0, True, False, scale=scale)[0]
     out.copy_(o)
 

@@ -17,7 +17,7 @@ import triton.language as tl
 
 from hinfer.kv_format import kv_format_name
 from hinfer.ops.kv_cache import cache_format
-from hinfer.ops.triton.attention_common import INT8, attend_block, cache_args, int8_codes, quantize_rows_int8
+from hinfer.ops.triton.attention_common import attend_block, cache_args, int8_codes, quantize_rows_int8
 from hinfer.ops.triton.attention_decode import _combine_kernel
 from hinfer.ops.triton.common import cast, interpreted, num_sms
 from hinfer.ops.triton.tiles.attention import prefill_config
@@ -109,7 +109,7 @@ def _prefill_kernel(
 
 def prefill_cache_args(k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple[tuple, tuple]:
     """attention_common.cache_args of K and V. sm_90 at the default tiles: int8 V scaled in the tile keeps 255
-    registers without spills (after the dot: 32 B of stack); int8 K after the dot."""
+    registers without spills (after the dot: 32 B of stack); int8 K after the dot (as the q8 form needs)."""
     return cache_args(k_cache), cache_args(v_cache, int8_in_tile=True)
 
 
@@ -161,8 +161,6 @@ def paged_prefill(
         part = lse = out  # unused
     (ks, ksp, kst, ksh, k_fmt), (vs, vsp, vst, vsh, v_fmt) = prefill_cache_args(k_cache, v_cache)
     q8 = (cfg.q8 if q8 is None else q8) and int8_codes(k_store)
-    if q8:
-        k_fmt = INT8  # the key codes' scales apply after the int8 dot
     _prefill_kernel[grid](
         q, k_cache, v_cache, out,
         page_table, cached_lens, q_lens, cu_q_lens, seq_start,
