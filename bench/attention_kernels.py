@@ -15,7 +15,7 @@ Times are medians of triton.testing.do_bench (L2 flushed before every call). Flo
 bytes / 4.2e12 B/s (the measured device copy bandwidth), attention prefill FLOPs / 750e12 (cuBLAS bf16
 GEMM); `ratio` = floor / measured (1.0 = at the ceiling). Peers in the same run: torch SDPA (causal, GQA)
 on the same prefill shapes with contiguous K/V (an explicit mask past a cached prefix), and the engine's
-contiguous-pages path (FlashAttention-2 varlen, `HINFER_PREFILL_FLASH`).
+cuDNN path on the same paged cache (`HINFER_PREFILL_CUDNN`: the cache read back in blocks, parts merged).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from hinfer.ops.triton import attention_decode as dec  # noqa: E402
 from hinfer.ops.triton import attention_prefill as pre  # noqa: E402
 from hinfer.ops.triton import norm as tn  # noqa: E402
 from hinfer.ops.triton.attention_common import int8_codes  # noqa: E402
-from hinfer.ops.triton.attention_flash import flash_prefill  # noqa: E402
+from hinfer.ops.triton.attention_cudnn import cudnn_prefill  # noqa: E402
 from hinfer.ops.triton.tiles.attention import DECODE, PREFILL, decode_config, prefill_config  # noqa: E402
 from hinfer.ops.triton.tiles.forms import DecodeTile, PrefillTile  # noqa: E402
 from hinfer.ops.triton.tiles.table import entry, m_bucket, source_line, write  # noqa: E402
@@ -277,6 +277,12 @@ def _prefill_case(
             print(f"prefill   {case:28s} {name:34s} failed: {type(e).__name__}")
             continue
         record("prefill", case, name, ms, flops / FLOPS, "flop_s", flops)
+    try:  # the engine's cuDNN path (HINFER_PREFILL_CUDNN) on the same paged cache, any KV format
+        ms = bench(lambda: cudnn_prefill(q, kc, vc, batch.page_table[0], cached, out, D**-0.5))
+    except Exception as e:
+        print(f"prefill   {case:28s} cuDNN failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+    else:
+        record("prefill", case, "cuDNN parts (paged, read back)", ms, flops / FLOPS, "flop_s", flops)
     if cached + ql <= 32768:
         _sdpa_peer(case, cached, ql, flops)
 
@@ -295,15 +301,6 @@ def _sdpa_peer(case: str, cached: int, ql: int, flops: int) -> None:
         print(f"prefill   {case:28s} SDPA failed: {type(e).__name__}: {e}")
     else:
         record("prefill", case, "torch SDPA (contiguous)", ms, flops / FLOPS, "flop_s", flops)
-    # the engine's contiguous-pages path (HINFER_PREFILL_FLASH): FlashAttention-2 varlen, bottom-right causal
-    kf, vf = k[0].transpose(0, 1).contiguous(), v[0].transpose(0, 1).contiguous()  # [kv_len, HKV, D]
-    qf, out = q[0].transpose(0, 1).contiguous(), torch.empty(ql, H, D, device="cuda", dtype=BF16)
-    try:
-        ms = bench(lambda: flash_prefill(qf, kf, vf, out, D**-0.5))
-    except Exception as e:
-        print(f"prefill   {case:28s} flash failed: {type(e).__name__}: {e}")
-        return
-    record("prefill", case, "flash-2 varlen (contiguous pages)", ms, flops / FLOPS, "flop_s", flops)
 
 
 def best(kind: str) -> None:
@@ -315,7 +312,7 @@ def best(kind: str) -> None:
     print(f"\nfastest {kind} config per case:")
     for c in cases:
         rows = [r for r in ROWS if r["kind"] == kind and r["case"] == c and "SDPA" not in r["config"]
-                and "flash" not in r["config"]]
+                and "cuDNN" not in r["config"]]
         top = min(rows, key=lambda r: r["us"])
         dflt = next((r for r in rows if r["config"].endswith("*")), top)
         print(f"  {c:28s} best {top['config']:34s} {top['us']:9.1f} us   default {dflt['us']:9.1f} us")

@@ -51,7 +51,6 @@ class ForwardBatch:
     # host-side mirrors: the reference ops loop over sequences with these (no device sync)
     q_lens_cpu: list[int]
     cached_lens_cpu: list[int]
-    page_ids_cpu: list[list[int]] | None = None  # each sequence's pages (prefill's contiguous-pages test)
     gdn_step_slots: torch.Tensor | None = None  # [B, max_q_len] int64, or None
     gdn_split: GdnSplit | None = None  # chunks with SeqChunk.gdn_save: the two passes the GDN layers run
     # images (None for text-only batches): [3, T] (t, h, w) rotary positions; rows of the batch whose
@@ -155,7 +154,6 @@ def build_forward_batch(chunks: list[SeqChunk], page_size: int, device: torch.de
         page_size=page_size,
         q_lens_cpu=q_lens,
         cached_lens_cpu=[c.cached_len for c in chunks],
-        page_ids_cpu=[c.page_ids for c in chunks],
         gdn_step_slots=step_slots,
         axis_positions=axis_pos,
         image_rows=image_rows,

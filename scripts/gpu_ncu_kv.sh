@@ -11,8 +11,3 @@ for kv in int4 k8v4 fp8; do
   ncu_run "ncu_dec_$kv" _decode_kernel 90 bench/attention_kernels.py --only decode --kv-dtype $kv \
     --decode-case 8,131072,1 || exit 0
 done
-for kv in int4 fp8; do
-  left 480 || break
-  HINFER_TILES=bench/results/tiles/decode-words-$kv-27b.json ncu_run "ncu_dec_words_$kv" _decode_kernel 90 \
-    bench/attention_kernels.py --only decode --kv-dtype $kv --decode-case 8,131072,1
-done

@@ -228,7 +228,7 @@ PUBLISHED_ACCEPTANCE = ("3.2-3.3 tokens per round at 3 drafts: SemiAnalysis, Qwe
 # the environment switches that select kernel paths (docs/ARCHITECTURE.md, "Switches for comparison")
 SWITCHES = ("HINFER_PDL", "HINFER_GDN_FUSED", "HINFER_GDN_EARLY", "HINFER_FUSE_LAUNCHES", "HINFER_MOE_INT4",
             "HINFER_INT4_LAYOUT", "HINFER_INT4_PREFILL", "HINFER_INT4_DEQUANT",
-            "HINFER_INT4_WGMMA", "HINFER_MOE_MMA_PAIRS", "HINFER_MOE_DIRECT_PAIRS", "HINFER_PREFILL_FLASH",
+            "HINFER_INT4_WGMMA", "HINFER_MOE_MMA_PAIRS", "HINFER_MOE_DIRECT_PAIRS", "HINFER_PREFILL_CUDNN",
             "HINFER_TILES")  # fmt: skip
 
 

@@ -237,20 +237,32 @@ def test_prefill(tk, seed, cached, q_len):
     _attn_check(tk, batch, q, kc, vc, f"prefill cached={cached} q={q_len} seed={seed}")
 
 
-@pytest.mark.parametrize("cached,q_lens", [([0], [8192]), ([30720], [2048]), ([32768], [200]),
-                                           ([100, 5000, 0], [1, 3000, 700])])  # fmt: skip
-@pytest.mark.parametrize("consecutive", [True, False])
-def test_prefill_flash_on_consecutive_pages(tk, seed, cached, q_lens, consecutive, monkeypatch):
-    """HINFER_PREFILL_FLASH=1: prefill sequences whose pages are consecutive run on torch's FlashAttention-2
-    (bottom-right causal, grouped heads, the cache's rows as a view), the others (and a decode lane in front) on
-    the Triton kernels: the same reference and bound as the Triton prefill."""
-    monkeypatch.setenv("HINFER_PREFILL_FLASH", "1")
-    batch, (q, kc, vc) = _batch(cached, q_lens, consecutive=consecutive)
+@pytest.mark.parametrize("cached,q_lens", [([0], [8192]), ([30720], [2048]), ([70000], [1500]),
+                                           ([100, 5000, 0], [1, 3000, 1100]), ([5000, 0], [3000, 200])])  # fmt: skip
+def test_prefill_cudnn(tk, seed, cached, q_lens, monkeypatch):
+    """HINFER_PREFILL_CUDNN=1: prefill chunks of >= MIN_Q tokens on cuDNN by parts (70,000 cached: three blocks
+    of the prefix and the chunk), a decode lane in front on the Triton kernel; a batch with a short chunk stays
+    on Triton. The same reference and bound as the Triton prefill."""
+    monkeypatch.setenv("HINFER_PREFILL_CUDNN", "1")
+    batch, (q, kc, vc) = _batch(cached, q_lens)
     n_dec = sum(1 for n in q_lens if n <= tk["attention"].DECODE_MAX_Q)
-    took = tk["attention"]._flash_prefills(q, kc, vc, torch.empty_like(q), batch, n_dec, D**-0.5)
-    assert took == consecutive
-    _attn_check(tk, batch, q, kc, vc, f"prefill flash consecutive={consecutive} cached={cached} q={q_lens} "
-                                      f"seed={seed}")  # fmt: skip
+    took = tk["attention"]._cudnn_prefills(q, kc, vc, torch.empty_like(q), batch, n_dec, D**-0.5)
+    assert took == (min(q_lens[n_dec:]) >= 1024)
+    _attn_check(tk, batch, q, kc, vc, f"prefill cudnn cached={cached} q={q_lens} seed={seed}")
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "int8", "k8v4", "int4"])
+def test_prefill_cudnn_kv_formats(tk, seed, fmt, monkeypatch):
+    """The cuDNN path reading 1-byte and 4-bit caches back in bf16, against the reference reading the same cache,
+    rel <= 1e-2 as the Triton prefill."""
+    monkeypatch.setenv("HINFER_PREFILL_CUDNN", "1")
+    batch, (q, _, _) = _batch([40000], [2048])
+    pages = batch.page_table.max().item() + 1
+    kc, vc = (_format_cache(pages, dt) for dt in FORMATS[fmt])
+    out = torch.full_like(q, float("nan"))
+    assert tk["attention"]._cudnn_prefills(q, kc, vc, out, batch, 0, D**-0.5)
+    want = ref_attn.paged_attention_ref(q.float(), kc, vc, batch, D**-0.5)
+    _check(out, want, 1e-2, f"prefill cudnn {fmt} seed={seed}")
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp8", "int4"])

@@ -13,8 +13,8 @@ import torch
 from hinfer.batch import ForwardBatch
 from hinfer.ops.dispatch import launch_fusions
 from hinfer.ops.triton.activation import sigmoid_gate
+from hinfer.ops.triton.attention_cudnn import MIN_Q, cudnn_prefill, cudnn_prefill_enabled
 from hinfer.ops.triton.attention_decode import paged_decode
-from hinfer.ops.triton.attention_flash import cache_rows, contiguous_run, flash_prefill, flash_prefill_enabled
 from hinfer.ops.triton.attention_prefill import paged_prefill
 from hinfer.ops.triton.attention_rope import qk_norm_rope_write
 
@@ -51,7 +51,7 @@ def paged_attention(
         n_tok = t if n_dec == len(q_lens) else sum(q_lens[:n_dec])
         paged_decode(q, k_cache, v_cache, out, *common, n_dec, n_tok, max(q_lens[:n_dec]),
                      gate=gate if fused_gate else None)  # fmt: skip
-    if n_dec < len(q_lens) and not _flash_prefills(q, k_cache, v_cache, out, batch, n_dec, scale):
+    if n_dec < len(q_lens) and not _cudnn_prefills(q, k_cache, v_cache, out, batch, n_dec, scale):
         rest = q_lens[n_dec:]
         tok0 = sum(q_lens[:n_dec])
         kv_max = max(c + n for c, n in zip(batch.cached_lens_cpu[n_dec:], rest))
@@ -60,27 +60,18 @@ def paged_attention(
     return out if gate is None or fused_gate else sigmoid_gate(out, gate)
 
 
-def _flash_prefills(
+def _cudnn_prefills(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor, batch: ForwardBatch,
     n_dec: int, scale: float,
 ) -> bool:  # fmt: skip
-    """Sequences n_dec.. (prefill chunks) by FlashAttention-2 when HINFER_PREFILL_FLASH=1, the caches are plain
-    bf16 / fp16 and each of those sequences' pages are consecutive (attention_flash); -> whether it ran them."""
-    if not flash_prefill_enabled() or not q.is_cuda or batch.page_ids_cpu is None:
+    """Sequences n_dec.. (prefill chunks) on cuDNN when HINFER_PREFILL_CUDNN=1 and each of them has at least MIN_Q
+    new tokens (attention_cudnn); -> whether it ran them."""
+    if not cudnn_prefill_enabled(q.device) or min(batch.q_lens_cpu[n_dec:]) < MIN_Q:
         return False
-    if k_cache.dtype not in (torch.bfloat16, torch.float16) or v_cache.dtype != k_cache.dtype:
-        return False
-    page = k_cache.shape[1]
     tok0 = sum(batch.q_lens_cpu[:n_dec])
-    runs = []
     for i in range(n_dec, batch.num_seqs):
-        kv = batch.cached_lens_cpu[i] + batch.q_lens_cpu[i]
-        first = contiguous_run(batch.page_ids_cpu[i], -(-kv // page))
-        if first < 0:
-            return False
-        runs.append((first, kv))
-    for (first, kv), n in zip(runs, batch.q_lens_cpu[n_dec:]):
+        n = batch.q_lens_cpu[i]
         rows = slice(tok0, tok0 + n)
-        flash_prefill(q[rows], cache_rows(k_cache, first, kv), cache_rows(v_cache, first, kv), out[rows], scale)
+        cudnn_prefill(q[rows], k_cache, v_cache, batch.page_table[i], batch.cached_lens_cpu[i], out[rows], scale)
         tok0 += n
     return True

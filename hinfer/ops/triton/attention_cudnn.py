@@ -1,0 +1,120 @@
+"""Prefill attention on cuDNN's fused attention (through torch) over the cache read back in blocks.
+
+The Triton prefill kernel runs its two MMAs and the softmax one after the other (about 320 TFLOP/s at 27B heads
+on the H200); cuDNN's Hopper kernel runs the same causal attention near 660. It wants contiguous keys and values,
+so a prefill chunk of n tokens after `cached` ones is split where the mask allows it:
+
+    out = merge( attention(q, K[0:B]), attention(q, K[B:2B]), ...,   # the cached prefix: no mask at all
+                 causal(q, K[cached:cached + n]) )                    # the chunk itself: causal, square
+
+each part computed by cuDNN with its log-sum-exp and merged exactly (the split-KV rule the decode combine uses).
+The keys and values of each part are read from the paged cache in the model dtype (`read_kv`: any KV format,
+codes times scales, any page order) in blocks of at most `BLOCK` tokens, so the extra memory stays bounded at
+any depth. The reference twin is the same `hinfer.ops.attention.paged_attention_ref`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+
+import torch
+
+from hinfer.ops.kv_cache import read_kv
+
+log = logging.getLogger(__name__)
+
+BLOCK = 32768  # cached tokens per part: 128 MiB of bf16 keys + values at 4 KV heads x 256
+MIN_Q = 1024  # shorter chunks stay on the Triton kernel (cuDNN's win grows with the query tile count)
+
+# (q [1, H, n, D], k [1, Hkv, S, D], v, causal, scale) -> (out [1, H, n, D], lse [H, n] fp32, natural log)
+Part = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool, float], tuple[torch.Tensor, torch.Tensor]]
+
+_grouped: bool | None = None  # whether this torch's cuDNN path takes fewer KV heads than query heads
+
+
+def cudnn_prefill_enabled(device: torch.device) -> bool:
+    """HINFER_PREFILL_CUDNN=1 (default 0 until measured): prefill chunks of >= MIN_Q tokens on cuDNN, where this
+    torch has it."""
+    on = os.environ.get("HINFER_PREFILL_CUDNN", "0").strip() == "1"
+    return (on and device.type == "cuda" and torch.backends.cudnn.is_available()
+            and hasattr(torch.ops.aten, "_scaled_dot_product_cudnn_attention"))  # fmt: skip
+
+
+def cudnn_part(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float):
+    """One part by cuDNN: grouped heads passed as they are where this torch accepts them, else repeated."""
+    global _grouped
+    op = torch.ops.aten._scaled_dot_product_cudnn_attention
+    if _grouped is not False:
+        try:
+            o, lse = op(q, k, v, None, True, 0.0, causal, False, scale=scale)[:2]
+        except RuntimeError as e:
+            if _grouped:
+                raise
+            log.info("prefill attention on cuDNN: KV heads repeated per query head (%s)", str(e).split("\n")[0])
+            _grouped = False
+        else:
+            if _grouped is None:
+                log.info("prefill attention on cuDNN: grouped KV heads as stored")
+                _grouped = True
+            return o, lse.reshape(q.shape[1], q.shape[2]).float()
+    g = q.shape[1] // k.shape[1]
+    k, v = (x.repeat_interleave(g, dim=1).contiguous() for x in (k, v))
+    o, lse = op(q.contiguous(), k, v, None, True, 0.0, causal, False, scale=scale)[:2]
+    return o, lse.reshape(q.shape[1], q.shape[2]).float()
+
+
+def part_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float):
+    """The torch body of a part (fp32 math): the CPU tests' stand-in for cuDNN."""
+    g = q.shape[1] // k.shape[1]
+    s = torch.einsum("bhqd,bhkd->bhqk", q.float(), k.float().repeat_interleave(g, 1)) * scale
+    if causal:
+        s = s.masked_fill(torch.ones_like(s, dtype=torch.bool).triu(1), float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    o = torch.einsum("bhqk,bhkd->bhqd", torch.exp(s - lse[..., None]), v.float().repeat_interleave(g, 1))
+    return o.to(q.dtype), lse[0]
+
+
+def _heads_first(x: torch.Tensor) -> torch.Tensor:
+    return x.transpose(0, 1).unsqueeze(0)  # [S, H, D] rows -> [1, H, S, D] (a view)
+
+
+def _read(cache: torch.Tensor, pages: torch.Tensor, start: int, stop: int, dtype: torch.dtype) -> torch.Tensor:
+    """Tokens [start, stop) of a sequence whose pages are `pages`, [stop - start, Hkv, D] in dtype."""
+    page = cache.shape[1]
+    p0 = start // page
+    rows = read_kv(cache, pages[p0 : -(-stop // page)], stop - p0 * page, dtype)
+    return rows[start - p0 * page :]
+
+
+def cudnn_prefill(
+    q: torch.Tensor,  # [n, H, D]: one sequence's new tokens (normed, rotated as the cache stores keys)
+    k_cache: torch.Tensor,  # [P, page, Hkv, D / pack]
+    v_cache: torch.Tensor,
+    pages: torch.Tensor,  # [>= pages the sequence uses] its page ids
+    cached: int,
+    out: torch.Tensor,  # [n, H, D]
+    scale: float,
+    part: Part = cudnn_part,
+    block: int = BLOCK,
+) -> None:
+    """out = softmax(q K^T * scale) V over the cached prefix and the chunk (causal bottom-right), by parts."""
+    n = q.shape[0]
+    qh = _heads_first(q)
+    o_acc = lse_acc = None
+    bounds = [(s, min(s + block, cached), False) for s in range(0, cached, block)] + [(cached, cached + n, True)]
+    for start, stop, causal in bounds:
+        k = _heads_first(_read(k_cache, pages, start, stop, q.dtype))
+        v = _heads_first(_read(v_cache, pages, start, stop, q.dtype))
+        o, lse = part(qh, k, v, causal, scale)
+        o = o[0]
+        if o_acc is None:
+            o_acc, lse_acc = o.float(), lse
+            continue
+        m = torch.maximum(lse_acc, lse)
+        a, b = torch.exp(lse_acc - m), torch.exp(lse - m)
+        s = a + b
+        o_acc.mul_((a / s)[..., None]).add_(o * (b / s)[..., None])
+        lse_acc = m + torch.log(s)
+    out.copy_(o_acc.transpose(0, 1))
