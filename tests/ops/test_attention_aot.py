@@ -33,19 +33,19 @@ def _compile_all() -> None:
 
     for name, (k, v) in aot.CACHES.items():
         for q_max in (1, 8):  # decode; verify rows (wgmma config)
-            r = resources(aot.decode_kernel(name, q_max, f16=False, words=False))
+            r = resources(aot.decode_kernel(name, q_max, f16=False, words=False, q8=False))
             assert r["stack"] == 0, (name, q_max, r)
             print("compiled decode", name, q_max, r)
         if k[1] != "bfloat16":  # the 1-byte formats' f16 form (dots in fp16, codes by their bits), words
             for f16, words in ((True, False), (True, True), (False, True)):
-                r = resources(aot.decode_kernel(name, 1, f16, words))
+                r = resources(aot.decode_kernel(name, 1, f16, words, q8=False))
                 assert r["stack"] == 0, (name, "f16", f16, "words", words, r)
         if name in Q8_STACK:  # int8 keys' q8 form, with bf16 and fp16 dots
             for f16 in (False, True):
                 r = resources(aot.decode_kernel(name, 1, f16, q8=True))
                 assert r["stack"] <= Q8_STACK[name], (name, "q8", f16, r)
         # one split writing the gated output itself (the model's sigmoid gate in the same launch)
-        r = resources(aot.decode_kernel(name, 1, f16=False, words=False, direct=True, gate=True))
+        r = resources(aot.decode_kernel(name, 1, f16=False, words=False, direct=True, gate=True, q8=False))
         assert r["stack"] == 0, (name, "gated", r)
         f16_packaged = aot.prefill_config(8192, aot.H // aot.HKV, aot.D, name).f16
         for direct in (True, False):  # one pass, or split-KV partials (a short chunk over a long prefix)

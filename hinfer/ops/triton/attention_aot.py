@@ -104,12 +104,13 @@ def prefill_kernel(name: str, direct: bool = True, lazy: bool | None = None, f16
                    words: bool | None = None, tile: tuple[int, int, int, int] | None = None,
                    q8: bool | None = None):  # fmt: skip
     """The prefill kernel over `name`'s caches at the packaged 8K tile (or `tile` = (block_m, block_n, warps,
-    stages)); the tile's forms unless given (f16 and lazy on one-pass launches only, as the wrapper)."""
+    stages)); the tile's forms unless given (f16, lazy and the tile's q8 on one-pass launches only, as the
+    wrapper)."""
     cfg = prefill_config(8192, H // HKV, D, name)
     bm, bn, nw, ns = tile or (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages)
     types, ints = kernel_types(name)
     one_byte = CACHES[name][0][0] != "*bf16"
-    q8, codes = _q8_codes(name, "pre", cfg.q8 if q8 is None else q8)
+    q8, codes = _q8_codes(name, "pre", cfg.q8 and direct if q8 is None else q8)
     consts = dict(G=H // HKV, D=D, PAGE=PAGE, BLOCK_M=bm, BLOCK_N=bn, EMU=False, DIRECT=direct,
                   LAZY=(cfg.lazy if lazy is None else lazy) and direct,
                   F16=(cfg.f16 if f16 is None else f16) and one_byte and direct,

@@ -139,7 +139,8 @@ def paged_prefill(
     f16: bool | None = None,  # dots in fp16 where both caches hold 1-byte formats (one-pass launches only, as
     # lazy: beside the split partials' epilogue fp8's spills 136 bytes); None: the tile's
     words: bool | None = None,  # tiles read by 32-bit words (load_tile's WORDS); None: the tile's
-    q8: bool | None = None,  # int8 keys: scores on int8-rounded queries (PrefillTile.q8); None: the tile's
+    q8: bool | None = None,  # int8 keys: scores on int8-rounded queries (PrefillTile.q8); None: the tile's, on
+    # one-pass launches (beside the split partials' epilogue int8's spills 128 bytes)
 ) -> None:
     n_heads, d = q.shape[1], q.shape[2]
     page, n_kv = k_cache.shape[1], k_cache.shape[2]
@@ -160,7 +161,7 @@ def paged_prefill(
     else:
         part = lse = out  # unused
     (ks, ksp, kst, ksh, k_fmt), (vs, vsp, vst, vsh, v_fmt) = prefill_cache_args(k_cache, v_cache)
-    q8 = (cfg.q8 if q8 is None else q8) and int8_codes(k_store)
+    q8 = (cfg.q8 and splits == 1 if q8 is None else q8) and int8_codes(k_store)
     _prefill_kernel[grid](
         q, k_cache, v_cache, out,
         page_table, cached_lens, q_lens, cu_q_lens, seq_start,

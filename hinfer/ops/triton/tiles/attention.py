@@ -40,11 +40,12 @@ def _prefill_heuristic(m: int, n: int, k: int, kv: str = "bf16") -> PrefillTile:
     fp8 caches take the f16 form (dots in fp16; H200, the 27B's heads, kernel alone 8-12% faster from 2K to 128K
     keys, the 128K prompt 4,822 -> 5,088 tok/s); int4's f16 form lost 5-10% (its codes' conversion on the
     critical path), int8's and k8v4's spill. The lazy rescale lost 10-13% on every format; words moved fp8
-    and int4 by under 1.5% either way (bench/RESULTS.md, 2026-12-04 18:2x UTC)."""
-    f16 = kv == "fp8"
+    and int4 by under 1.5% either way (bench/RESULTS.md, 2026-12-04 18:2x UTC). int8 and k8v4 caches score on
+    int8 warpgroup MMA from int8-rounded queries (the q8 form): 8-14% faster from 2K to 128K keys (20:3x UTC)."""
+    f16, q8 = kv == "fp8", kv in ("int8", "k8v4")
     if k >= 256:
-        return PrefillTile(block_m=128, block_n=32, num_warps=8, num_stages=3, f16=f16)
-    return PrefillTile(block_m=128, block_n=64, num_warps=8, num_stages=3, f16=f16)
+        return PrefillTile(block_m=128, block_n=32, num_warps=8, num_stages=3, f16=f16, q8=q8)
+    return PrefillTile(block_m=128, block_n=64, num_warps=8, num_stages=3, f16=f16, q8=q8)
 
 
 DECODE: dict[str, Family[DecodeTile]] = {

@@ -247,16 +247,21 @@ TUNED: dict[tuple[str, int, int, int], object] = {
 # 538.4 -> 244.5 / 596.0. Tiles read by 32-bit words (DecodeTile.words), A/B in one process: k8v4 171 / 1,187 / 374
 # -> 148 / 1,019 / 347 us; in the f16 form they lose (fp8 103 / 624 / 220 -> 113 / 737 / 351, int4 162 / 1,136 /
 # 393 -> 191 / 1,364 / 602, int8 190 / 959 / 323 -> 267 / 953 / 425: their tile reaches the dot through one more
-# pass of shared memory, 30 KB more of it). Keys (KV format, query heads a KV head, q_len bucket).
+# pass of shared memory, 30 KB more of it). int8 keys scored on int8 tensor cores from int8-rounded queries
+# (DecodeTile.q8): int8 173 / 959 / 323 -> 165 / 882 / 252 us, 27B int4 decode at one / eight lanes x 128K 133.3 /
+# 345.2 -> 135.0 / 365.6 tok/s; k8v4 1,019 -> 953 and 346 -> 339 us at eight lanes, 131.0 / 332.3 -> 133.1 / 347.4
+# tok/s (its one-lane kernel alone read 182 -> 244 us in that run, against a 1.6% gain end to end). Keys (KV format, query heads a KV head, q_len bucket).
 _DECODE = {
     ("bf16", 6, 1): DecodeTile(64, 4, 4, 2),
     ("fp8", 6, 1): DecodeTile(64, 4, 5, 2, f16=True),
-    ("int8", 6, 1): DecodeTile(64, 4, 5, 2, f16=True),
-    ("k8v4", 6, 1): DecodeTile(64, 4, 5, 2, words=True),
+    ("int8", 6, 1): DecodeTile(64, 4, 5, 2, f16=True, q8=True),
+    ("k8v4", 6, 1): DecodeTile(64, 4, 5, 2, words=True, q8=True),
     ("int4", 6, 1): DecodeTile(64, 4, 5, 2, f16=True),
     ("fp8", 6, 4): DecodeTile(64, 4, 5, 2, f16=True),
-    ("int8", 6, 4): DecodeTile(64, 4, 5, 4, f16=True),
-    ("k8v4", 6, 4): DecodeTile(64, 4, 4, 2, words=True),
+    ("int8", 6, 2): DecodeTile(32, 4, 5, 3, q8=True),
+    ("k8v4", 6, 2): DecodeTile(32, 4, 5, 3, q8=True),
+    ("int8", 6, 4): DecodeTile(64, 4, 5, 4, f16=True, q8=True),
+    ("k8v4", 6, 4): DecodeTile(64, 4, 4, 2, words=True, q8=True),
     ("int4", 6, 4): DecodeTile(64, 4, 5, 2, f16=True),
     ("bf16", 8, 1): DecodeTile(64, 4, 3, 2),
     ("bf16", 8, 4): DecodeTile(32, 4, 5, 2),
