@@ -52,6 +52,7 @@ from hinfer.sharding import rank_config, rank_settings
 
 GIB = 2**30
 RESERVED_PAGES = 1  # same as model/state.py (page 0 is CUDA-graph scratch; this module stays torch-free)
+CUDNN_BLOCK, CUDNN_MIN_Q = 32768, 1024  # same as ops/triton/attention_cudnn.py (BLOCK, MIN_Q)
 RESERVED_SLOTS = 1
 CUDA_RUNTIME_BYTES = 1 * GIB  # context + cuBLAS workspace + Triton/fla kernel images
 HEADROOM_FRACTION = 0.02
@@ -93,15 +94,27 @@ def captured_batch_sizes(lanes: int) -> list[int]:
     return [*sizes, lanes]
 
 
-def step_workspace_bytes(cfg: ModelConfig, tokens: int, logit_rows: int, act: int) -> int:
+def cudnn_prefill_bytes(cfg: ModelConfig, tokens: int, act: int) -> int:
+    """The cuDNN prefill attention's scratch for a chunk of `tokens` (0 below its MIN_Q): one block of keys and
+    values read back in the model dtype with a dequantization's three fp32 temporaries beside it, the fp32
+    merged output and merge term, the part's output."""
+    q, kv = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
+    if tokens < CUDNN_MIN_Q:
+        return 0
+    return CUDNN_BLOCK * kv * (2 * act + 3 * 4) + tokens * q * (2 * 4 + act)
+
+
+def step_workspace_bytes(cfg: ModelConfig, tokens: int, logit_rows: int, act: int, cudnn: bool = False) -> int:
     """Peak live activations of one forward step of `tokens` tokens (estimate; formula in docs/memory-plan.md).
 
     The residual stream and its normed copy live across the layer; the mixer's and the MLP's intermediates
-    do not overlap, so the peak is base + the largest of the three; logits come after the last layer."""
+    do not overlap, so the peak is base + the largest of the three; logits come after the last layer. `cudnn`:
+    prefill attention on cuDNN (the GPU's), its scratch in the attention term."""
     t, h = tokens, cfg.hidden_size
     base = 3 * t * h * act
     q, kv = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
     attn = t * (2 * q + 2 * kv + 3 * q) * act  # q+gate, k, v, roped q, attention out, gated out
+    attn += cudnn_prefill_bytes(cfg, t, act) if cudnn else 0
     hv, kd, vd = cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim
     conv = cfg.gdn_conv_dim
     gdn = t * (2 * conv + 3 * cfg.gdn_value_dim + 2 * hv + 2 * cfg.gdn_key_dim) * act  # projections, conv, o
@@ -357,7 +370,7 @@ def plan_memory(cfg: ModelConfig, ecfg: EngineConfig, *, weights: str | Recipe, 
     gdn = n_slots * gdn_slot_bytes(cfg, act)
     sampler = lanes * cfg.vocab_size * 5
     t_step = ecfg.prefill_chunk + lanes * q_per_lane
-    work = step_workspace_bytes(cfg, t_step, lanes * q_per_lane, ab)
+    work = step_workspace_bytes(cfg, t_step, lanes * q_per_lane, ab, cudnn=device == "cuda")
     graphs = 0
     if device == "cuda" and ecfg.cuda_graphs:
         sizes = captured_batch_sizes(lanes)

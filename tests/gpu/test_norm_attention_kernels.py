@@ -232,7 +232,8 @@ def test_verify(tk, seed, ctx):
 
 
 @pytest.mark.parametrize("cached,q_len", [(0, 8192), (30720, 2048), (32768, 200)])  # the last: split-KV
-def test_prefill(tk, seed, cached, q_len):
+def test_prefill(tk, seed, cached, q_len, monkeypatch):
+    monkeypatch.setenv("HINFER_PREFILL_CUDNN", "0")  # the Triton kernel (test_prefill_cudnn: the cuDNN path)
     batch, (q, kc, vc) = _batch([cached], [q_len])
     _attn_check(tk, batch, q, kc, vc, f"prefill cached={cached} q={q_len} seed={seed}")
 
@@ -355,9 +356,11 @@ def _format_cache(pages: int, kv_dtype: torch.dtype) -> torch.Tensor:
 @pytest.mark.parametrize("fmt", list(FORMATS))
 @pytest.mark.parametrize("cached,q_lens", [([32767] * 8, [1] * 8), ([20000] * 8, [4] * 8), ([30720], [2048]),
                                            ([5000, 70, 0, 1000], [1, 4, 700, 333])])
-def test_attention_kv_formats(tk, seed, fmt, cached, q_lens):
-    """Decode, verify, prefill and mixed batches reading fp8 / int8 / k8v4 / int4 caches in place, against the
-    reference reading the same caches (codes times scales) in fp32: rel <= 1e-2, as for bf16 caches."""
+def test_attention_kv_formats(tk, seed, fmt, cached, q_lens, monkeypatch):
+    """Decode, verify, prefill and mixed batches reading fp8 / int8 / k8v4 / int4 caches in place (the Triton
+    kernels; test_prefill_cudnn_kv_formats: the cuDNN path), against the reference reading the same caches (codes
+    times scales) in fp32: rel <= 1e-2, as for bf16 caches."""
+    monkeypatch.setenv("HINFER_PREFILL_CUDNN", "0")
     batch, (q, _, _) = _batch(cached, q_lens)
     pages = batch.page_table.max().item() + 1
     kc, vc = (_format_cache(pages, dt) for dt in FORMATS[fmt])

@@ -10,10 +10,13 @@ import pytest
 import torch
 
 from hinfer.batch import SeqChunk, build_forward_batch
+from hinfer.engine.memory_plan import CUDNN_BLOCK, CUDNN_MIN_Q
 from hinfer.ops.attention import paged_attention_ref
 from hinfer.ops.kv_cache import allocate_kv, write_kv
+from hinfer.ops.triton import attention as ta
+from hinfer.ops.triton import attention_cudnn as ac
 from hinfer.ops.triton.attention import _cudnn_prefills
-from hinfer.ops.triton.attention_cudnn import cudnn_prefill, cudnn_prefill_enabled, part_ref
+from hinfer.ops.triton.attention_cudnn import BLOCK, MIN_Q, cudnn_prefill, cudnn_prefill_enabled, part_ref
 
 PAGE, H, HKV, D = 16, 4, 2, 64
 FORMATS = {"bf16": (torch.bfloat16,) * 2, "fp8": (torch.float8_e4m3fn,) * 2, "int8": (torch.int8,) * 2,
@@ -54,8 +57,31 @@ def test_switch_and_short_chunks_stay_on_triton(monkeypatch):
     assert not cudnn_prefill_enabled(torch.device("cpu"))  # off the GPU: the Triton kernel (interpreted)
     monkeypatch.setenv("HINFER_PREFILL_CUDNN", "0")
     assert not cudnn_prefill_enabled(torch.device("cuda"))
+    monkeypatch.delenv("HINFER_PREFILL_CUDNN")
     chunks = [SeqChunk(token_ids=[1] * 5, cached_len=3, page_ids=[4, 5], gdn_slot=1)]
     batch = build_forward_batch(chunks, 4, "cpu")
     q = torch.zeros(5, 2, 8, dtype=torch.bfloat16)
     kc = torch.zeros(8, 4, 1, 8, dtype=torch.bfloat16)
     assert not _cudnn_prefills(q, kc, kc, torch.empty_like(q), batch, 0, 0.1)
+
+
+def test_a_refused_shape_leaves_prefill_to_triton(monkeypatch):
+    """cuDNN raising on a chunk: the call reports it did not run (the Triton kernel writes every row) and the path
+    stays off for the process."""
+    monkeypatch.setattr(ac, "_failed", False)
+    monkeypatch.setattr(ta, "cudnn_prefill_enabled", lambda device: not ac._failed)
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("cuDNN Frontend error: no valid engine configs")
+
+    monkeypatch.setattr(ta, "cudnn_prefill", refuse)
+    batch = build_forward_batch([SeqChunk(token_ids=[1] * MIN_Q, cached_len=0, page_ids=[1, 2], gdn_slot=1)],
+                                MIN_Q, "cpu")  # fmt: skip
+    q = torch.zeros(MIN_Q, 2, 8, dtype=torch.bfloat16)
+    kc = torch.zeros(3, MIN_Q, 1, 8, dtype=torch.bfloat16)
+    assert not _cudnn_prefills(q, kc, kc, torch.empty_like(q), batch, 0, 0.1)
+    assert ac._failed and not ta.cudnn_prefill_enabled(torch.device("cuda"))
+
+
+def test_the_plan_counts_the_same_block():
+    assert (CUDNN_BLOCK, CUDNN_MIN_Q) == (BLOCK, MIN_Q)  # memory_plan stays torch-free: a copy of the constants

@@ -13,7 +13,12 @@ import torch
 from hinfer.batch import ForwardBatch
 from hinfer.ops.dispatch import launch_fusions
 from hinfer.ops.triton.activation import sigmoid_gate
-from hinfer.ops.triton.attention_cudnn import MIN_Q, cudnn_prefill, cudnn_prefill_enabled
+from hinfer.ops.triton.attention_cudnn import (
+    MIN_Q,
+    cudnn_prefill,
+    cudnn_prefill_enabled,
+    cudnn_prefill_failed,
+)
 from hinfer.ops.triton.attention_decode import paged_decode
 from hinfer.ops.triton.attention_prefill import paged_prefill
 from hinfer.ops.triton.attention_rope import qk_norm_rope_write
@@ -64,14 +69,18 @@ def _cudnn_prefills(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor, batch: ForwardBatch,
     n_dec: int, scale: float,
 ) -> bool:  # fmt: skip
-    """Sequences n_dec.. (prefill chunks) on cuDNN when HINFER_PREFILL_CUDNN=1 and each of them has at least MIN_Q
-    new tokens (attention_cudnn); -> whether it ran them."""
+    """Sequences n_dec.. (prefill chunks) on cuDNN (HINFER_PREFILL_CUDNN, on by default) when each of them has at
+    least MIN_Q new tokens (attention_cudnn); -> whether it ran them."""
     if not cudnn_prefill_enabled(q.device) or min(batch.q_lens_cpu[n_dec:]) < MIN_Q:
         return False
     tok0 = sum(batch.q_lens_cpu[:n_dec])
-    for i in range(n_dec, batch.num_seqs):
-        n = batch.q_lens_cpu[i]
-        rows = slice(tok0, tok0 + n)
-        cudnn_prefill(q[rows], k_cache, v_cache, batch.page_table[i], batch.cached_lens_cpu[i], out[rows], scale)
-        tok0 += n
+    try:
+        for i in range(n_dec, batch.num_seqs):
+            n = batch.q_lens_cpu[i]
+            rows = slice(tok0, tok0 + n)
+            cudnn_prefill(q[rows], k_cache, v_cache, batch.page_table[i], batch.cached_lens_cpu[i], out[rows], scale)
+            tok0 += n
+    except RuntimeError as e:  # a shape or build this cuDNN refuses: the Triton kernel writes every row again
+        cudnn_prefill_failed(e)
+        return False
     return True

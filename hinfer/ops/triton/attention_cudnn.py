@@ -34,12 +34,23 @@ Part = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool, float], tuple[t
 _grouped: bool | None = None  # whether this torch's cuDNN path takes fewer KV heads than query heads
 
 
+_failed = False  # cuDNN refused a shape once: the Triton kernel from then on, for the process
+
+
 def cudnn_prefill_enabled(device: torch.device) -> bool:
-    """HINFER_PREFILL_CUDNN=1 (default 0 until measured): prefill chunks of >= MIN_Q tokens on cuDNN, where this
-    torch has it."""
-    on = os.environ.get("HINFER_PREFILL_CUDNN", "0").strip() == "1"
-    return (on and device.type == "cuda" and torch.backends.cudnn.is_available()
+    """Prefill chunks of >= MIN_Q tokens on cuDNN (HINFER_PREFILL_CUDNN, default 1; 0: the Triton kernel), on a
+    GPU whose torch has it, until it refuses a shape (`cudnn_prefill_failed`)."""
+    on = os.environ.get("HINFER_PREFILL_CUDNN", "1").strip() != "0"
+    return (on and not _failed and device.type == "cuda" and torch.backends.cudnn.is_available()
             and hasattr(torch.ops.aten, "_scaled_dot_product_cudnn_attention"))  # fmt: skip
+
+
+def cudnn_prefill_failed(err: Exception) -> None:
+    """cuDNN failed on a chunk: log it once and leave prefill attention to the Triton kernel."""
+    global _failed
+    _failed = True
+    log.warning("prefill attention on cuDNN failed (%s: %s); the Triton kernel from now on",
+                type(err).__name__, str(err).split("\n")[0][:300])  # fmt: skip
 
 
 def cudnn_part(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float):
