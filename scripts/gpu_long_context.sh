@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# One device call (about eight minutes, carry .kcache): long context at 27B shapes, int4 weights. One lane's prefill
-# of 128K and 256K prompts with fp8 KV (chunked prefill over the cached prefix, beside the FLOP floor; one timed run
-# a length: 128K took 27 s, and three runs of 256K did not fit a step of 220 s), then one lane decoding 1,020K deep
-# with YaRN (factor 4: 1,048,576 positions) and k8v4 KV (random KV at that depth; 39.1 tok/s on 2026-12-04 before
-# k8v4's decode tile), then the same prefills with k8v4 KV as time allows. Lands in $OUT/gpu_long_context.tgz.
+# One device call (about eight minutes, carry .kcache): the long-context table at 27B shapes, int4 weights, per KV
+# format (FORMATS, default "fp8 k8v4 int8 int4"): decode at one and eight lanes x 1K / 128K / 256K (random KV at
+# depth), then one lane's prefill of 8K (warms the chunk's kernels), 128K and 256K prompts, one timed run each, long
+# chunks' attention on cuDNN (the 128K prompt took 17 s on 2026-12-04, the 256K about 45 s expected). About two
+# minutes a format; each format's run is skipped once too little of the call is left. Lands in
+# $OUT/gpu_long_context.tgz.
 set -uo pipefail
 PACK=gpu_long_context; source "$(dirname "$0")/device_common.sh"
-BENCH_TIMEOUT=220 bench_as prefill_fp8 "$PWD" qwen3.6-27b --quant int4 --kv-dtype fp8 --concurrency 1 --depths "" \
-  --prefill 128K,256K --prefill-repeats 1
-grep -E "prefill" "$R/prefill_fp8.txt" | tail -3
-left 300 && BENCH_TIMEOUT=120 bench_as decode_1m_yarn "$PWD" qwen3.6-27b --quant int4 --kv-dtype k8v4 \
-  --rope-scaling yarn:4 --concurrency 1 --depths 1020K --prefill ""
-left 330 && { BENCH_TIMEOUT=$((540 - (SECONDS - START))) bench_as prefill_k8v4 "$PWD" qwen3.6-27b --quant int4 \
-  --kv-dtype k8v4 --concurrency 1 --depths "" --prefill 128K,256K --prefill-repeats 1; grep -E "prefill" "$R/prefill_k8v4.txt" | tail -3; }
+for kv in ${FORMATS:-fp8 k8v4 int8 int4}; do
+  left 400 || break
+  BENCH_TIMEOUT=$((560 - (SECONDS - START))) bench_as "long_$kv" "$PWD" qwen3.6-27b --quant int4 --kv-dtype "$kv" \
+    --depths 1K,128K,256K --concurrency 1,8 --prefill 8K,128K,256K --prefill-repeats 1
+  grep -E "prefill [0-9]" "$R/long_$kv.txt" | sed -E 's/^.*INFO hinfer.bench: //'
+done

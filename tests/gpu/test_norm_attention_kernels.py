@@ -253,6 +253,23 @@ def test_prefill_cudnn(tk, seed, cached, q_lens, monkeypatch):
 
 
 @pytest.mark.parametrize("fmt", ["fp8", "int8", "k8v4", "int4"])
+def test_read_kv_heads_bit_for_bit(seed, fmt):
+    """The cuDNN path's read-back kernel equals the torch body (codes times scales in fp32, rounded once) at 27B
+    heads on shuffled pages, a span starting and ending mid-page."""
+    from hinfer.ops.kv_cache import read_kv
+    from hinfer.ops.triton.kv_read import read_kv_heads
+
+    batch, _ = _batch([5000], [1000])
+    pages = batch.page_table[0]
+    n_pages = pages.max().item() + 1
+    for dt in FORMATS[fmt]:
+        cache = _format_cache(n_pages, dt)
+        got = read_kv_heads(cache, pages, 1234, 5999, torch.bfloat16, D)
+        want = read_kv(cache, pages.long(), 5999, torch.bfloat16)[1234:].transpose(0, 1)
+        assert torch.equal(got, want), f"{fmt} {dt} seed={seed}"
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "int8", "k8v4", "int4"])
 def test_prefill_cudnn_kv_formats(tk, seed, fmt, monkeypatch):
     """The cuDNN path reading 1-byte and 4-bit caches back in bf16, against the reference reading the same cache,
     rel <= 1e-2 as the Triton prefill."""

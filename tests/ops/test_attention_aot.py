@@ -66,6 +66,9 @@ def _compile_all() -> None:
                     r = resources(aot.prefill_kernel(name, lazy=lazy, f16=True))
                     assert r["stack"] <= F16_STACK[name], (name, "f16", lazy, r)
         print("compiled prefill", name, r)
+        for tensor in (0, 1):  # the cuDNN path's read-back of K and V
+            r = resources(aot.read_kernel(name, tensor))
+            assert r["stack"] == 0, (name, "read", tensor, r)
         types, ints = aot.kernel_types(name)
         rt = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", qo_ptr="*bf16", qw_ptr="*bf16", kw_ptr="*bf16",
                   pos_ptr="*i64", freq_ptr=aot.F32, kc_ptr=k[0], vc_ptr=v[0], slot_ptr="*i64", eps="fp32",

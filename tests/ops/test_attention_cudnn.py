@@ -12,15 +12,22 @@ import torch
 from hinfer.batch import SeqChunk, build_forward_batch
 from hinfer.engine.memory_plan import CUDNN_BLOCK, CUDNN_MIN_Q
 from hinfer.ops.attention import paged_attention_ref
-from hinfer.ops.kv_cache import allocate_kv, write_kv
+from hinfer.ops.kv_cache import allocate_kv, read_kv, write_kv
 from hinfer.ops.triton import attention as ta
 from hinfer.ops.triton import attention_cudnn as ac
 from hinfer.ops.triton.attention import _cudnn_prefills
 from hinfer.ops.triton.attention_cudnn import BLOCK, MIN_Q, cudnn_prefill, cudnn_prefill_enabled, part_ref
+from hinfer.ops.triton.kv_read import read_kv_heads
 
 PAGE, H, HKV, D = 16, 4, 2, 64
 FORMATS = {"bf16": (torch.bfloat16,) * 2, "fp8": (torch.float8_e4m3fn,) * 2, "int8": (torch.int8,) * 2,
            "k8v4": (torch.int8, torch.uint8), "int4": (torch.uint8,) * 2}  # fmt: skip
+
+
+def _read(cache: torch.Tensor, pages: torch.Tensor, start: int, stop: int, dtype: torch.dtype) -> torch.Tensor:
+    """Tokens [start, stop) of a sequence on `pages` by the torch body, [stop - start, Hkv, D]."""
+    p0 = start // PAGE
+    return read_kv(cache, pages[p0 : -(-stop // PAGE)], stop - p0 * PAGE, dtype)[start - p0 * PAGE :]
 
 
 def _cache(pages: int, dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
@@ -85,3 +92,18 @@ def test_a_refused_shape_leaves_prefill_to_triton(monkeypatch):
 
 def test_the_plan_counts_the_same_block():
     assert (CUDNN_BLOCK, CUDNN_MIN_Q) == (BLOCK, MIN_Q)  # memory_plan stays torch-free: a copy of the constants
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+@pytest.mark.parametrize("start,stop", [(0, 70), (37, 130), (16, 16)])
+def test_kernel_reads_back_as_the_torch_body_bit_for_bit(fmt, start, stop):
+    """read_kv_heads (one pass through load_tile) equals read_kv (codes times scales in fp32, rounded once) on
+    shuffled pages, every format, spans starting mid-page."""
+    g = torch.Generator().manual_seed(99)
+    pages = torch.randperm(10, generator=g)[:9].to(torch.int32) + 1
+    for dt in FORMATS[fmt]:
+        cache = _cache(11, dt, g)
+        got = read_kv_heads(cache, pages, start, stop, torch.bfloat16, D)
+        want = _read(cache, pages.long(), start, stop, torch.bfloat16).transpose(0, 1)
+        assert got.shape == (HKV, stop - start, D) and got.is_contiguous()
+        assert torch.equal(got, want), f"{fmt} {dt} [{start}, {stop})"

@@ -71,7 +71,9 @@ def _cudnn_prefills(
 ) -> bool:  # fmt: skip
     """Sequences n_dec.. (prefill chunks) on cuDNN (HINFER_PREFILL_CUDNN, on by default) when each of them has at
     least MIN_Q new tokens (attention_cudnn); -> whether it ran them."""
-    if not cudnn_prefill_enabled(q.device) or min(batch.q_lens_cpu[n_dec:]) < MIN_Q:
+    if not cudnn_prefill_enabled(q.device) or q.dtype not in (torch.bfloat16, torch.float16):
+        return False  # cuDNN's fused attention is 16-bit only: an fp32 model stays on the Triton kernel
+    if min(batch.q_lens_cpu[n_dec:]) < MIN_Q:
         return False
     tok0 = sum(batch.q_lens_cpu[:n_dec])
     try:

@@ -20,6 +20,7 @@ from triton.compiler import ASTSource, compile
 from hinfer.ops.kv_cache import allocate_kv
 from hinfer.ops.triton import attention_decode as dec
 from hinfer.ops.triton import attention_prefill as pre
+from hinfer.ops.triton import kv_read
 from hinfer.ops.triton.attention_common import cache_args
 from hinfer.ops.triton.linear_aot import resources, sass_loops, sass_of
 from hinfer.ops.triton.tiles.attention import decode_config, decode_rows, prefill_config
@@ -98,6 +99,17 @@ def decode_kernel(name: str, q_max: int = 1, f16: bool | None = None, words: boo
                   DIRECT=direct, EMU=False, PDL=q_max == 1, F16=(cfg.f16 if f16 is None else f16) and one_byte,
                   WORDS=cfg.words if words is None else words, GATE=gate and direct, Q8=q8, **codes)  # fmt: skip
     return compile_sm90(dec._decode_kernel, types, ints, consts, {"num_warps": nw, "num_stages": ns})
+
+
+def read_kernel(name: str, tensor: int = 0):
+    """The cuDNN path's read-back kernel over `name`'s K (tensor 0) or V (1) cache, writing bf16."""
+    ptr, dtype, rows, elems, groups = CACHES[name][tensor]
+    kc = allocate_kv(1, 1, PAGE, HKV, D, getattr(torch, dtype), "meta")[1][0]
+    types = dict(c_ptr=ptr, s_ptr=F32 if groups else ptr, pages_ptr="*i32", out_ptr="*bf16")
+    ints = dict(stride_p=rows * HKV * elems, stride_t=HKV * elems, stride_h=elems, s_p=rows * HKV * elems // 4,
+                s_t=HKV * groups, s_h=groups)  # fmt: skip
+    consts = dict(D=D, PAGE=PAGE, BLOCK_N=kv_read.BLOCK_N, FMT=cache_args(kc)[-1], EMU=False)
+    return compile_sm90(kv_read._read_kv_kernel, types, ints, consts, {"num_warps": 4, "num_stages": 2})
 
 
 def prefill_kernel(name: str, direct: bool = True, lazy: bool | None = None, f16: bool | None = None,

@@ -8,9 +8,9 @@ so a prefill chunk of n tokens after `cached` ones is split where the mask allow
                  causal(q, K[cached:cached + n]) )                    # the chunk itself: causal, square
 
 each part computed by cuDNN with its log-sum-exp and merged exactly (the split-KV rule the decode combine uses).
-The keys and values of each part are read from the paged cache in the model dtype (`read_kv`: any KV format,
-codes times scales, any page order) in blocks of at most `BLOCK` tokens, so the extra memory stays bounded at
-any depth. The reference twin is the same `hinfer.ops.attention.paged_attention_ref`.
+The keys and values of each part are read from the paged cache in the model dtype (`kv_read.read_kv_heads`:
+any KV format, codes times scales, any page order, one pass) in blocks of at most `BLOCK` tokens, so the extra
+memory stays bounded at any depth. The reference twin is the same `hinfer.ops.attention.paged_attention_ref`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import torch
 
-from hinfer.ops.kv_cache import read_kv
+from hinfer.ops.triton.kv_read import read_kv_heads
 
 log = logging.getLogger(__name__)
 
@@ -87,18 +87,6 @@ def part_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sc
     return o.to(q.dtype), lse[0]
 
 
-def _heads_first(x: torch.Tensor) -> torch.Tensor:
-    return x.transpose(0, 1).unsqueeze(0)  # [S, H, D] rows -> [1, H, S, D] (a view)
-
-
-def _read(cache: torch.Tensor, pages: torch.Tensor, start: int, stop: int, dtype: torch.dtype) -> torch.Tensor:
-    """Tokens [start, stop) of a sequence whose pages are `pages`, [stop - start, Hkv, D] in dtype."""
-    page = cache.shape[1]
-    p0 = start // page
-    rows = read_kv(cache, pages[p0 : -(-stop // page)], stop - p0 * page, dtype)
-    return rows[start - p0 * page :]
-
-
 def cudnn_prefill(
     q: torch.Tensor,  # [n, H, D]: one sequence's new tokens (normed, rotated as the cache stores keys)
     k_cache: torch.Tensor,  # [P, page, Hkv, D / pack]
@@ -112,12 +100,12 @@ def cudnn_prefill(
 ) -> None:
     """out = softmax(q K^T * scale) V over the cached prefix and the chunk (causal bottom-right), by parts."""
     n = q.shape[0]
-    qh = _heads_first(q)
+    qh = q.transpose(0, 1).unsqueeze(0)  # [n, H, D] rows -> [1, H, n, D] (a view)
     o_acc = lse_acc = None
     bounds = [(s, min(s + block, cached), False) for s in range(0, cached, block)] + [(cached, cached + n, True)]
     for start, stop, causal in bounds:
-        k = _heads_first(_read(k_cache, pages, start, stop, q.dtype))
-        v = _heads_first(_read(v_cache, pages, start, stop, q.dtype))
+        k = read_kv_heads(k_cache, pages, start, stop, q.dtype, q.shape[2]).unsqueeze(0)
+        v = read_kv_heads(v_cache, pages, start, stop, q.dtype, q.shape[2]).unsqueeze(0)
         o, lse = part(qh, k, v, causal, scale)
         o = o[0]
         if o_acc is None:
