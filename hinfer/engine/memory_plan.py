@@ -96,12 +96,11 @@ def captured_batch_sizes(lanes: int) -> list[int]:
 
 def cudnn_prefill_bytes(cfg: ModelConfig, tokens: int, act: int) -> int:
     """The cuDNN prefill attention's scratch for a chunk of `tokens` (0 below its MIN_Q): one block of keys and
-    values read back in the model dtype with a dequantization's three fp32 temporaries beside it, the fp32
-    merged output and merge term, the part's output."""
+    values read back in the model dtype, the fp32 merged output and merge term, the part's output."""
     q, kv = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
     if tokens < CUDNN_MIN_Q:
         return 0
-    return CUDNN_BLOCK * kv * (2 * act + 3 * 4) + tokens * q * (2 * 4 + act)
+    return CUDNN_BLOCK * kv * 2 * act + tokens * q * (2 * 4 + act)
 
 
 def step_workspace_bytes(cfg: ModelConfig, tokens: int, logit_rows: int, act: int, cudnn: bool = False) -> int:

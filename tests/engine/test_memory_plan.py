@@ -340,15 +340,14 @@ def test_cli_exit_codes(capsys):
     cap = capsys.readouterr()
     assert "DOES NOT FIT" in cap.out and "error: the memory plan does not fit" in cap.err
     assert _cli("qwen3.5-122b-a10b", "--gpu-memory", "141GB", "--weights", "int4") == 0  # int4 routed experts
-    # fp8 routed experts: 123.95 GB of weights (no MTP head without --spec); 8 x 64K does not fit 131.32 GiB,
-    # 8 lanes fit up to 55,488 tokens (pages of 64: 55,552 is the next context that needs another page) without
-    # the prefix cache's GDN checkpoints; with them (8 slots, 1.14 GiB) 50,816 (text only: no vision tower; the
-    # activations count the cuDNN prefill attention's scratch)
+    # fp8 routed experts: 123.95 GB of weights (no MTP head without --spec); 8 x 64K needs 133.07 GiB > 131.32 GiB,
+    # 8 lanes fit up to 55,936 tokens (pages of 64: 56,000 is the next context that needs another page) without
+    # the prefix cache's GDN checkpoints; with them (7 slots, 1 GiB) 51,264 (text only: no vision tower)
     fp8 = ("qwen3.5-122b-a10b", "--gpu-memory", "141GB", "--weights", "fp8", "--no-vision")
     assert _cli(*fp8) == 1
-    assert _cli(*fp8, "--no-prefix-cache", "--max-context", "55488") == 0
-    assert _cli(*fp8, "--no-prefix-cache", "--max-context", "55552") == 1
-    assert _cli(*fp8, "--max-context", "55488") == 1 and _cli(*fp8, "--max-context", "50816") == 0
+    assert _cli(*fp8, "--no-prefix-cache", "--max-context", "55936") == 0
+    assert _cli(*fp8, "--no-prefix-cache", "--max-context", "56000") == 1
+    assert _cli(*fp8, "--max-context", "55936") == 1 and _cli(*fp8, "--max-context", "51264") == 0
     assert _cli("qwen3.6-35b-a3b", "--gpu-memory", "80GB", "--weights", "fp8") == 0  # 46.89 GiB (bf16 experts: 76.77)
     assert _cli("qwen3.6-35b-a3b", "--gpu-memory", "80GB", "--weights", "bf16") == 1
     assert _cli("qwen3.6-27b", "--gpu-memory", "80GB", "--weights", "fp8") == 0
@@ -403,3 +402,15 @@ def test_plan_per_tensor_parallel_rank(capsys):
     capsys.readouterr()
     with pytest.raises(ConfigError, match="num_attention_heads 24"):
         _cli("qwen3.6-27b", "--tensor-parallel", "16")
+
+
+def test_gpu_plans_count_the_cudnn_prefill_scratch():
+    """Chunks of >= 1,024 tokens on the GPU add one block of keys and values (model dtype) and the fp32 merge
+    buffers to the attention term; shorter chunks and CPU plans nothing."""
+    cfg = load_model_config(F27B)
+    q, kv = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
+    assert memory_plan.cudnn_prefill_bytes(cfg, 1023, 2) == 0
+    assert memory_plan.cudnn_prefill_bytes(cfg, 2048, 2) == 32768 * kv * 2 * 2 + 2048 * q * 10
+    gpu = memory_plan.step_workspace_bytes(cfg, 8192, 1, 2, cudnn=True)
+    attn = 8192 * (7 * q + 2 * kv) * 2 + memory_plan.cudnn_prefill_bytes(cfg, 8192, 2)
+    assert gpu >= 3 * 8192 * cfg.hidden_size * 2 + attn  # base + at least the attention term
