@@ -6,6 +6,8 @@
     python bench/attention_kernels.py --only decode --json bench/results/attn.json
     python bench/attention_kernels.py --only decode,prefill --kv-dtype int8   # KV caches in that format
     python bench/attention_kernels.py --only decode --decode-case 8,131072,1  # one decode case (Nsight Compute)
+    python bench/attention_kernels.py --only decode --kv-dtype int4 --warps 8 --tuned-out tiles.json
+                                   # the packaged tile at 8 warps (stages, programs an SM swept): the winners
     python bench/attention_kernels.py --only decode --sweep decode --heads 16,2   # the 35B-A3B's heads
     python bench/attention_kernels.py --only decode --sweep decode --kv-dtype fp8 --splits 13,33 --f16 \
         --tuned-out tiles.json     # the default tile also at these split counts, every tile also in fp16 form;
@@ -175,16 +177,16 @@ DECODE_SWEEP_CASES = [(1, 131072, 1), (8, 32768, 1), (8, 131072, 1), (64, 1024, 
 
 def bench_decode(
     sweep: bool, cases: list[tuple[int, int, int]] | None = None, splits: tuple[int, ...] = (), f16: bool = False,
-    words: bool = False, q8: bool = False,
+    words: bool = False, q8: bool = False, warps: tuple[int, ...] = (),
 ) -> None:
     for b, ctx, ql in cases or (DECODE_SWEEP_CASES if sweep else DECODE_CASES):
-        _decode_case(b, ctx, ql, sweep, splits, f16, words, q8)
+        _decode_case(b, ctx, ql, sweep, splits, f16, words, q8, warps)
         torch.cuda.empty_cache()
 
 
 def _decode_case(
     b: int, ctx: int, ql: int, sweep: bool, fixed_splits: tuple[int, ...] = (), f16: bool = False,
-    words: bool = False, q8: bool = False,
+    words: bool = False, q8: bool = False, warps: tuple[int, ...] = (),
 ) -> None:
     batch, q, kc, vc = make_batch([ctx - ql] * b, [ql] * b)
     nbytes = b * ctx * KV.token_bytes(HKV, D) + 2 * q.numel() * 2
@@ -201,6 +203,12 @@ def _decode_case(
             if DecodeTile(bn, base.num_warps, s, c) != base
         ]
         configs += [(base, n) for n in fixed_splits]  # the default tile at split counts of the caller's
+    if warps:  # the default tile's forms at other warp counts, stages and programs an SM
+        configs += [
+            (dataclasses.replace(base, num_warps=w, num_stages=s, ctas_per_sm=c), None)
+            for w, s, c in itertools.product(warps, (3, 4, 5), (1, 2, 3, 4))
+            if (w, s, c) != (base.num_warps, base.num_stages, base.ctas_per_sm)
+        ]
     if f16 and KV.k.elem_bytes == 1:  # every tile also in its fp16 form (1-byte formats)
         configs += [(dataclasses.replace(c, f16=True), n) for c, n in configs if not c.f16]
     if words and KV.k.elem_bytes == 1:  # every tile also with its word reads toggled (A/B in one process)
@@ -376,6 +384,9 @@ def main() -> None:
                          "(DecodeTile.words)")
     ap.add_argument("--q8", action="store_true",
                     help="int8 keys (int8, k8v4): every decode / prefill tile also with its q8 form toggled (DecodeTile.q8)")
+    ap.add_argument("--warps", type=lambda v: tuple(int(x) for x in v.split(",")), default=(),
+                    help="decode: the default tile (its forms kept) also at these warp counts, stages 3-5 and 1-4 "
+                         "programs an SM; with --tuned-out each key's winner is written as with --sweep")
     ap.add_argument("--tuned-out", type=Path,
                     help="with --sweep: each table key's winner over its cases, added to this HINFER_TILES file")
     ap.add_argument("--heads", type=lambda v: tuple(int(x) for x in v.split(",")), default=HEADS_27B,
@@ -395,10 +406,10 @@ def main() -> None:
     if "rope" in only:
         bench_rope()
     if "decode" in only:
-        bench_decode("decode" in a.sweep, a.decode_case, a.splits, a.f16, a.words, a.q8)
+        bench_decode("decode" in a.sweep, a.decode_case, a.splits, a.f16, a.words, a.q8, a.warps)
     if "prefill" in only:
         bench_prefill("prefill" in a.sweep, a.lazy, a.f16, a.words, a.q8)
-    for kind in a.sweep:
+    for kind in a.sweep + (["decode"] if a.warps and "decode" not in a.sweep else []):
         best(kind)
         if a.tuned_out:
             write_tiles(a.tuned_out, key_winners(kind))

@@ -414,6 +414,30 @@ def test_decode_tile_forms(tk, seed, fmt, cached, q_lens, f16, words, q8):
     _check(out, want, bound, f"{fmt} f16={f16} words={words} q8={q8} cached={cached[0]} q={q_lens[0]} seed={seed}")
 
 
+@pytest.mark.parametrize("fmt", ["bf16", *FORMATS])
+@pytest.mark.parametrize("cached,q_lens", [([32767] * 8, [1] * 8), ([20000] * 8, [4] * 8)])
+@pytest.mark.parametrize("stages", [3, 5])
+def test_decode_eight_warps(tk, seed, fmt, cached, q_lens, stages):
+    """The packaged decode tile's forms on 8 warps (the quantized formats' latency-bound loop: twice the warps an
+    SM where registers allow), against the reference reading the same cache, rel <= 1e-2."""
+    batch, (q, kc, vc) = _batch(cached, q_lens)
+    if fmt != "bf16":
+        pages = batch.page_table.max().item() + 1
+        kc, vc = (_format_cache(pages, dt) for dt in FORMATS[fmt])
+    out = torch.full_like(q, float("nan"))
+    args = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens, D**-0.5)
+    with poisoned_empty():
+        tk["attention_decode"].paged_decode(q, kc, vc, out, *args, batch.num_seqs, batch.num_tokens,
+                                            batch.max_q_len, num_warps=8, num_stages=stages)  # fmt: skip
+    dec = tk["attention_decode"]
+    cfg = dec.decode_config(q_lens[0], H // HKV, D, fmt)
+    q8 = cfg.q8 and fmt in ("int8", "k8v4")
+    q_ref = ref_attn.queries_int8_ref(q) if q8 else q.float()
+    want = ref_attn.paged_attention_ref(q_ref, kc.float() if fmt == "bf16" else kc,
+                                        vc.float() if fmt == "bf16" else vc, batch, D**-0.5)  # fmt: skip
+    _check(out, want, 1e-2, f"{fmt} w8 s{stages} cached={cached[0]} q={q_lens[0]} seed={seed}")
+
+
 @pytest.mark.parametrize("fmt", ["int8", "k8v4"])
 @pytest.mark.parametrize("cached,q_len", [(0, 8192), (30720, 2048)])
 def test_prefill_q8(tk, seed, fmt, cached, q_len):
