@@ -239,16 +239,16 @@ def test_prefill(tk, seed, cached, q_len, monkeypatch):
 
 
 @pytest.mark.parametrize("cached,q_lens", [([0], [8192]), ([30720], [2048]), ([70000], [1500]),
-                                           ([100, 5000, 0], [1, 3000, 1100]), ([5000, 0], [3000, 200])])  # fmt: skip
+                                           ([100, 5000, 0], [1, 3000, 1100]), ([5000, 0, 300], [3000, 200, 1500])])  # fmt: skip
 def test_prefill_cudnn(tk, seed, cached, q_lens, monkeypatch):
     """HINFER_PREFILL_CUDNN=1: prefill chunks of >= MIN_Q tokens on cuDNN by parts (70,000 cached: three blocks
-    of the prefix and the chunk), a decode lane in front on the Triton kernel; a batch with a short chunk stays
-    on Triton. The same reference and bound as the Triton prefill."""
+    of the prefix and the chunk), a decode lane in front and chunks shorter than MIN_Q on the Triton kernels.
+    The same reference and bound as the Triton prefill."""
     monkeypatch.setenv("HINFER_PREFILL_CUDNN", "1")
     batch, (q, kc, vc) = _batch(cached, q_lens)
     n_dec = sum(1 for n in q_lens if n <= tk["attention"].DECODE_MAX_Q)
     took = tk["attention"]._cudnn_prefills(q, kc, vc, torch.empty_like(q), batch, n_dec, D**-0.5)
-    assert took == (min(q_lens[n_dec:]) >= 1024)
+    assert took == {i for i in range(n_dec, len(q_lens)) if q_lens[i] >= 1024}
     _attn_check(tk, batch, q, kc, vc, f"prefill cudnn cached={cached} q={q_lens} seed={seed}")
 
 
@@ -359,6 +359,31 @@ FORMATS = {"fp8": (torch.float8_e4m3fn,) * 2, "int8": (torch.int8,) * 2, "k8v4":
            "int4": (torch.uint8,) * 2}
 
 
+def _queries_as_launched(tk, q: torch.Tensor, batch: ForwardBatch, fmt: str) -> torch.Tensor:
+    """The fp32 queries each row is scored with through paged_attention's packaged tiles (cuDNN off): int8 keys
+    (int8, k8v4) take int8-rounded rows (queries_int8_ref) where the tile has the q8 form, in decode and in
+    one-pass prefill launches (as the wrappers decide), exact rows elsewhere."""
+    from triton import cdiv
+
+    from hinfer.ops.triton.tiles.attention import decode_config, prefill_config
+
+    q_ref, q_lens = q.float(), batch.q_lens_cpu
+    if fmt not in ("int8", "k8v4"):
+        return q_ref
+    n_dec = sum(1 for n in q_lens if n <= tk["attention"].DECODE_MAX_Q)
+    t_dec = sum(q_lens[:n_dec])
+    if n_dec and decode_config(max(q_lens[:n_dec]), H // HKV, D, fmt).q8:
+        q_ref[:t_dec] = ref_attn.queries_int8_ref(q[:t_dec])
+    if n_dec < len(q_lens):
+        rest = q_lens[n_dec:]
+        cfg = prefill_config(max(rest), H // HKV, D, fmt)
+        kv_max = max(c + n for c, n in zip(batch.cached_lens_cpu[n_dec:], rest))
+        programs = H * cdiv(max(rest), cfg.block_m) * len(rest)
+        if cfg.q8 and tk["attention_prefill"].prefill_splits(programs, kv_max, cfg.block_n, q.device) == 1:
+            q_ref[t_dec:] = ref_attn.queries_int8_ref(q[t_dec:])
+    return q_ref
+
+
 def _format_cache(pages: int, kv_dtype: torch.dtype) -> torch.Tensor:
     """Token rows in `kv_dtype` (int8 / int4: scales after each page's rows) holding random rows of varied
     magnitude, written through the reference quantizer."""
@@ -376,14 +401,14 @@ def _format_cache(pages: int, kv_dtype: torch.dtype) -> torch.Tensor:
 def test_attention_kv_formats(tk, seed, fmt, cached, q_lens, monkeypatch):
     """Decode, verify, prefill and mixed batches reading fp8 / int8 / k8v4 / int4 caches in place (the Triton
     kernels; test_prefill_cudnn_kv_formats: the cuDNN path), against the reference reading the same caches (codes
-    times scales) in fp32: rel <= 1e-2, as for bf16 caches."""
+    times scales) in fp32 with the queries as the packaged tiles score them: rel <= 1e-2, as for bf16 caches."""
     monkeypatch.setenv("HINFER_PREFILL_CUDNN", "0")
     batch, (q, _, _) = _batch(cached, q_lens)
     pages = batch.page_table.max().item() + 1
     kc, vc = (_format_cache(pages, dt) for dt in FORMATS[fmt])
     with poisoned_empty():
         out = tk["attention"].paged_attention(q, kc, vc, batch, D**-0.5)
-    want = ref_attn.paged_attention_ref(q.float(), kc, vc, batch, D**-0.5)
+    want = ref_attn.paged_attention_ref(_queries_as_launched(tk, q, batch, fmt), kc, vc, batch, D**-0.5)
     _check(out, want, 1e-2, f"{fmt} cached={cached[0]} q={q_lens[0]} seed={seed}")
 
 
@@ -551,5 +576,5 @@ def test_decode_cuda_graph_replay_quantized(tk, seed, fmt):
     batch.cached_lens_cpu = new
     graph.replay()
     torch.cuda.synchronize()
-    want = ref_attn.paged_attention_ref(q.float(), kc, vc, batch, D**-0.5)
+    want = ref_attn.paged_attention_ref(_queries_as_launched(tk, q, batch, fmt), kc, vc, batch, D**-0.5)
     _check(out, want, 1e-2, f"{fmt} graph replay seed={seed}")

@@ -459,10 +459,10 @@ def test_attention_kernels_kv_formats(name, k_dtype, v_dtype, d, dtype, seed):
         with poisoned_empty():
             if decode:
                 dec.paged_decode(q, kc, vc, out, *args, batch.num_seqs, batch.num_tokens, batch.max_q_len,
-                                 num_splits=2, block_n=16)  # fmt: skip
+                                 num_splits=2, block_n=16, q8=False)  # fmt: skip  (exact queries)
             else:
                 pre.paged_prefill(q, kc, vc, out, *args, 0, batch.num_seqs, batch.max_q_len,
-                                  block_m=16, block_n=16)  # fmt: skip
+                                  block_m=16, block_n=16, q8=False)  # fmt: skip
         _close(out, want, **tol, seed=seed)
 
 
@@ -489,7 +489,7 @@ def test_decode_kernel_f16_tiles(name, k_dtype, v_dtype, d, seed):
         out = torch.full_like(q, float("nan"))
         with poisoned_empty():
             dec.paged_decode(q, kc, vc, out, *args, batch.num_seqs, batch.num_tokens, batch.max_q_len,
-                             num_splits=2, block_n=16, f16=f16)  # fmt: skip
+                             num_splits=2, block_n=16, f16=f16, q8=False)  # fmt: skip
         _close(out, want, **_attn_tol(torch.bfloat16), seed=seed)
         outs.append(out)
     _close(outs[0], outs[1], **_attn_tol(torch.bfloat16), seed=seed)
@@ -576,7 +576,7 @@ def test_prefill_kernel_f16_tiles(name, k_dtype, v_dtype, d, seed):
         out = torch.full_like(q, float("nan"))
         with poisoned_empty():
             pre.paged_prefill(q, kc, vc, out, *args, 0, batch.num_seqs, batch.max_q_len, block_m=16, block_n=16,
-                              f16=True, lazy=lazy)  # fmt: skip
+                              f16=True, lazy=lazy, q8=False)  # fmt: skip  (exact queries: test_q8_scores)
         _close(out, want, **_attn_tol(torch.bfloat16), seed=seed)
 
 

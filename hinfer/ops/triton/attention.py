@@ -56,33 +56,42 @@ def paged_attention(
         n_tok = t if n_dec == len(q_lens) else sum(q_lens[:n_dec])
         paged_decode(q, k_cache, v_cache, out, *common, n_dec, n_tok, max(q_lens[:n_dec]),
                      gate=gate if fused_gate else None)  # fmt: skip
-    if n_dec < len(q_lens) and not _cudnn_prefills(q, k_cache, v_cache, out, batch, n_dec, scale):
-        rest = q_lens[n_dec:]
-        tok0 = sum(q_lens[:n_dec])
-        kv_max = max(c + n for c, n in zip(batch.cached_lens_cpu[n_dec:], rest))
-        paged_prefill(q, k_cache, v_cache, out, *common, n_dec, len(rest), max(rest), kv_max=kv_max, tok0=tok0,
-                      n_tok=t - tok0)  # fmt: skip
+    if n_dec < len(q_lens):
+        on_cudnn = _cudnn_prefills(q, k_cache, v_cache, out, batch, n_dec, scale)
+        for a, b in _runs([i for i in range(n_dec, len(q_lens)) if i not in on_cudnn]):  # the rest on Triton
+            tok0 = sum(q_lens[:a])
+            kv_max = max(c + n for c, n in zip(batch.cached_lens_cpu[a:b], q_lens[a:b]))
+            paged_prefill(q, k_cache, v_cache, out, *common, a, b - a, max(q_lens[a:b]), kv_max=kv_max, tok0=tok0,
+                          n_tok=sum(q_lens[a:b]))  # fmt: skip
     return out if gate is None or fused_gate else sigmoid_gate(out, gate)
+
+
+def _runs(seqs: list[int]) -> list[tuple[int, int]]:
+    """Ascending sequence indices as maximal runs of consecutive ones, [start, stop) each."""
+    runs: list[tuple[int, int]] = []
+    for i in seqs:
+        if runs and runs[-1][1] == i:
+            runs[-1] = (runs[-1][0], i + 1)
+        else:
+            runs.append((i, i + 1))
+    return runs
 
 
 def _cudnn_prefills(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor, batch: ForwardBatch,
     n_dec: int, scale: float,
-) -> bool:  # fmt: skip
-    """Sequences n_dec.. (prefill chunks) on cuDNN (HINFER_PREFILL_CUDNN, on by default) when each of them has at
-    least MIN_Q new tokens (attention_cudnn); -> whether it ran them."""
+) -> set[int]:  # fmt: skip
+    """The prefill chunks (sequences n_dec..) of at least MIN_Q new tokens on cuDNN (HINFER_PREFILL_CUDNN, on by
+    default; attention_cudnn); -> the sequences it ran (the Triton kernel takes the others)."""
     if not cudnn_prefill_enabled(q.device) or q.dtype not in (torch.bfloat16, torch.float16):
-        return False  # cuDNN's fused attention is 16-bit only: an fp32 model stays on the Triton kernel
-    if min(batch.q_lens_cpu[n_dec:]) < MIN_Q:
-        return False
-    tok0 = sum(batch.q_lens_cpu[:n_dec])
+        return set()  # cuDNN's fused attention is 16-bit only: an fp32 model stays on the Triton kernel
+    q_lens = batch.q_lens_cpu
+    long = [i for i in range(n_dec, batch.num_seqs) if q_lens[i] >= MIN_Q]
     try:
-        for i in range(n_dec, batch.num_seqs):
-            n = batch.q_lens_cpu[i]
-            rows = slice(tok0, tok0 + n)
+        for i in long:
+            rows = slice(sum(q_lens[:i]), sum(q_lens[: i + 1]))
             cudnn_prefill(q[rows], k_cache, v_cache, batch.page_table[i], batch.cached_lens_cpu[i], out[rows], scale)
-            tok0 += n
-    except RuntimeError as e:  # a shape or build this cuDNN refuses: the Triton kernel writes every row again
+    except RuntimeError as e:  # a shape or build this cuDNN refuses: the Triton kernel writes those rows again
         cudnn_prefill_failed(e)
-        return False
-    return True
+        return set()
+    return set(long)
