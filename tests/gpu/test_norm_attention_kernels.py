@@ -200,6 +200,21 @@ def _batch(cached: list[int], q_lens: list[int], extra_pages: int = 0, consecuti
     return batch, (q, kc, vc)
 
 
+def _format_batch(cached: list[int], q_lens: list[int], fmt: str) -> tuple[ForwardBatch, tuple]:
+    """_batch's pages and queries with the caches in `fmt` (bf16: _batch's own)."""
+    batch, (q, kc, vc) = _batch(cached, q_lens)
+    if fmt != "bf16":
+        pages = batch.page_table.max().item() + 1
+        kc, vc = (_format_cache(pages, dt) for dt in FORMATS[fmt])
+    return batch, (q, kc, vc)
+
+
+def _ref_format(q_ref: torch.Tensor, kc, vc, batch: ForwardBatch, fmt: str) -> torch.Tensor:
+    """The reference reading the caches as stored (bf16 ones in fp32)."""
+    kc, vc = (kc.float(), vc.float()) if fmt == "bf16" else (kc, vc)
+    return ref_attn.paged_attention_ref(q_ref, kc, vc, batch, D**-0.5)
+
+
 def _ref32(q, kc, vc, batch) -> torch.Tensor:
     return ref_attn.paged_attention_ref(q.float(), kc.float(), vc.float(), batch, D**-0.5)
 
@@ -291,17 +306,13 @@ def test_prefill_tile_forms(tk, seed, fmt, lazy, f16, words, cached, q_len):
     """Prefill with the lazy rescale (the running max moves only past 8, base 2), the f16 form (dots in fp16,
     1-byte caches only) and / or tiles read by words against the reference reading the same cache, rel <= 1e-2
     as the eager bf16 kernel (the queries' 4 x randn make peaky scores)."""
-    batch, (q, kc, vc) = _batch([cached], [q_len])
-    if fmt != "bf16":
-        pages = batch.page_table.max().item() + 1
-        kc, vc = (_format_cache(pages, dt) for dt in FORMATS[fmt])
+    batch, (q, kc, vc) = _format_batch([cached], [q_len], fmt)
     out = torch.full_like(q, float("nan"))
     args = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens, D**-0.5)
     with poisoned_empty():
         tk["attention_prefill"].paged_prefill(q, kc, vc, out, *args, 0, 1, q_len, lazy=lazy, f16=f16,
                                               words=words)  # fmt: skip
-    want = ref_attn.paged_attention_ref(q.float(), kc.float() if fmt == "bf16" else kc,
-                                        vc.float() if fmt == "bf16" else vc, batch, D**-0.5)  # fmt: skip
+    want = _ref_format(q.float(), kc, vc, batch, fmt)
     _check(out, want, 1e-2, f"prefill lazy={lazy} f16={f16} words={words} {fmt} cached={cached} q={q_len} seed={seed}")
 
 
@@ -445,21 +456,13 @@ def test_decode_tile_forms(tk, seed, fmt, cached, q_lens, f16, words, q8):
 def test_decode_eight_warps(tk, seed, fmt, cached, q_lens, stages):
     """The packaged decode tile's forms on 8 warps (the quantized formats' latency-bound loop: twice the warps an
     SM where registers allow), against the reference reading the same cache, rel <= 1e-2."""
-    batch, (q, kc, vc) = _batch(cached, q_lens)
-    if fmt != "bf16":
-        pages = batch.page_table.max().item() + 1
-        kc, vc = (_format_cache(pages, dt) for dt in FORMATS[fmt])
+    batch, (q, kc, vc) = _format_batch(cached, q_lens, fmt)
     out = torch.full_like(q, float("nan"))
     args = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens, D**-0.5)
     with poisoned_empty():
         tk["attention_decode"].paged_decode(q, kc, vc, out, *args, batch.num_seqs, batch.num_tokens,
                                             batch.max_q_len, num_warps=8, num_stages=stages)  # fmt: skip
-    dec = tk["attention_decode"]
-    cfg = dec.decode_config(q_lens[0], H // HKV, D, fmt)
-    q8 = cfg.q8 and fmt in ("int8", "k8v4")
-    q_ref = ref_attn.queries_int8_ref(q) if q8 else q.float()
-    want = ref_attn.paged_attention_ref(q_ref, kc.float() if fmt == "bf16" else kc,
-                                        vc.float() if fmt == "bf16" else vc, batch, D**-0.5)  # fmt: skip
+    want = _ref_format(_queries_as_launched(tk, q, batch, fmt), kc, vc, batch, fmt)
     _check(out, want, 1e-2, f"{fmt} w8 s{stages} cached={cached[0]} q={q_lens[0]} seed={seed}")
 
 
