@@ -32,8 +32,6 @@ MIN_Q = 1024  # shorter chunks stay on the Triton kernel (cuDNN's win grows with
 Part = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool, float], tuple[torch.Tensor, torch.Tensor]]
 
 _grouped: bool | None = None  # whether this torch's cuDNN path takes fewer KV heads than query heads
-
-
 _failed = False  # cuDNN refused a shape once: the Triton kernel from then on, for the process
 
 
