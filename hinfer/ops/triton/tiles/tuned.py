@@ -250,7 +250,8 @@ TUNED: dict[tuple[str, int, int, int], object] = {
 # pass of shared memory, 30 KB more of it). int8 keys scored on int8 tensor cores from int8-rounded queries
 # (DecodeTile.q8): int8 173 / 959 / 323 -> 165 / 882 / 252 us, 27B int4 decode at one / eight lanes x 128K 133.3 /
 # 345.2 -> 135.0 / 365.6 tok/s; k8v4 1,019 -> 953 and 346 -> 339 us at eight lanes, 131.0 / 332.3 -> 133.1 / 347.4
-# tok/s (its one-lane kernel alone read 182 -> 244 us in that run, against a 1.6% gain end to end). Keys (KV format, query heads a KV head, q_len bucket).
+# tok/s (its one-lane kernel alone read 182 -> 244 us in that run, against a 1.6% gain end to end).
+# Keys (KV format, query heads a KV head, q_len bucket).
 _DECODE = {
     ("bf16", 6, 1): DecodeTile(64, 4, 4, 2),
     ("fp8", 6, 1): DecodeTile(64, 4, 5, 2, f16=True),
