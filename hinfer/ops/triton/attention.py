@@ -85,7 +85,7 @@ def _cudnn_prefills(
     default; attention_cudnn); -> the sequences it ran (the Triton kernel takes the others)."""
     if not cudnn_prefill_enabled(q.device) or q.dtype not in (torch.bfloat16, torch.float16):
         return set()  # cuDNN's fused attention is 16-bit only: an fp32 model stays on the Triton kernel
-    if torch.cuda.is_current_stream_capturing():
+    if q.is_cuda and torch.cuda.is_current_stream_capturing():
         return set()  # its parts follow host-side lengths: a captured graph keeps the Triton kernel
     q_lens = batch.q_lens_cpu
     long = [i for i in range(n_dec, batch.num_seqs) if q_lens[i] >= MIN_Q]
