@@ -7,6 +7,7 @@ kernels read lengths from device tensors). Prefill runs the real chunked forward
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 
@@ -19,6 +20,9 @@ from hinfer.engine.sequence import ScheduledChunk, Sequence, Status
 from hinfer.model.state import RESERVED_PAGES, RESERVED_SLOTS
 from hinfer.ops.kv_cache import kv_scales
 from hinfer.sampling_params import SamplingParams
+
+log = logging.getLogger("hinfer.bench")
+PROGRESS_S = 30.0  # seconds between progress lines of a long prefill
 
 
 @dataclass
@@ -149,7 +153,9 @@ def sync(device: torch.device) -> None:
 
 def prefill(runner: ModelRunner, tokens: int, chunk: int, repeats: int = 2, warmup: bool = True) -> Timing:
     """One sequence of `tokens` random ids, in chunks of `chunk` as the scheduler would run it alone; the best of
-    `repeats` timed runs, after one untimed run when `warmup` (Triton compile, allocator)."""
+    `repeats` timed runs, after one untimed run when `warmup` (Triton compile, allocator). A run longer than
+    PROGRESS_S logs its progress every PROGRESS_S seconds (host time, no sync: the host runs at most a few
+    chunks ahead of the GPU)."""
     best = None
     first = 0 if warmup else 1
     for r in range(first, repeats + 1):
@@ -159,9 +165,13 @@ def prefill(runner: ModelRunner, tokens: int, chunk: int, repeats: int = 2, warm
         runner.state.reset_slots([s.slot])
         sync(runner.device)
         t0 = time.perf_counter()
+        shown = t0
         while s.num_cached < tokens:
             n = min(chunk, tokens - s.num_cached)
             runner.step([ScheduledChunk(s, n, s.num_cached + n == tokens)])
+            if time.perf_counter() - shown >= PROGRESS_S and s.num_cached < tokens:
+                shown = time.perf_counter()
+                log.info("prefill %d: %d tokens in %.0f s", tokens, s.num_cached, shown - t0)
         sync(runner.device)
         dt = time.perf_counter() - t0
         if r > 0:

@@ -43,6 +43,15 @@ def test_prefill_runs_warmup_then_repeats(make_engine_core, monkeypatch):
     assert runs == [16, 16, 8]
 
 
+def test_long_prefill_logs_its_progress(make_engine_core, monkeypatch, caplog):
+    core = make_engine_core(max_concurrency=1)
+    monkeypatch.setattr(measure, "PROGRESS_S", 0.0)  # every chunk but the last
+    with caplog.at_level("INFO", logger="hinfer.bench"):
+        measure.prefill(core.runner, 40, 16, repeats=1, warmup=False)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("prefill 40:")]
+    assert [line.split(" in ")[0] for line in lines] == ["prefill 40: 16 tokens", "prefill 40: 32 tokens"]
+
+
 def test_spec_round_floor_counts_drafts(tiny_model):
     cfg, model = tiny_model
     w, d = floors.weight_bytes_per_step(model), floors.mtp_bytes_per_draft(model)
