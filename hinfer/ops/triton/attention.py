@@ -81,8 +81,8 @@ def _cudnn_prefills(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor, batch: ForwardBatch,
     n_dec: int, scale: float,
 ) -> set[int]:  # fmt: skip
-    """The prefill chunks (sequences n_dec..) of at least MIN_Q new tokens on cuDNN (HINFER_PREFILL_CUDNN, on by
-    default; attention_cudnn); -> the sequences it ran (the Triton kernel takes the others)."""
+    """The prefill chunks (sequences n_dec..) of at least MIN_Q new tokens on cuDNN (HINFER_PREFILL_CUDNN=1;
+    attention_cudnn); -> the sequences it ran (the Triton kernel takes the others)."""
     if not cudnn_prefill_enabled(q.device) or q.dtype not in (torch.bfloat16, torch.float16):
         return set()  # cuDNN's fused attention is 16-bit only: an fp32 model stays on the Triton kernel
     if q.is_cuda and torch.cuda.is_current_stream_capturing():

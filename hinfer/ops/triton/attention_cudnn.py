@@ -36,9 +36,11 @@ _failed = False  # cuDNN refused a shape once: the Triton kernel from then on, f
 
 
 def cudnn_prefill_enabled(device: torch.device) -> bool:
-    """Prefill chunks of >= MIN_Q tokens on cuDNN (HINFER_PREFILL_CUDNN, default 1; 0: the Triton kernel), on a
-    GPU whose torch has it, until it refuses a shape (`cudnn_prefill_failed`)."""
-    on = os.environ.get("HINFER_PREFILL_CUDNN", "1").strip() != "0"
+    """Prefill chunks of >= MIN_Q tokens on cuDNN (HINFER_PREFILL_CUDNN=1; default 0: the Triton kernel), on a GPU
+    whose torch has it, until it refuses a shape (`cudnn_prefill_failed`). Off by default: cuDNN builds an
+    execution plan for every new (queries, keys) shape, reported at 55-400 ms each, and a server's prompts bring
+    new chunk and prefix lengths all the time; a long prompt alone repeats its shapes after a few chunks."""
+    on = os.environ.get("HINFER_PREFILL_CUDNN", "0").strip() == "1"
     return (on and not _failed and device.type == "cuda" and torch.backends.cudnn.is_available()
             and hasattr(torch.ops.aten, "_scaled_dot_product_cudnn_attention"))  # fmt: skip
 
