@@ -52,7 +52,7 @@ from hinfer.sharding import rank_config, rank_settings
 
 GIB = 2**30
 RESERVED_PAGES = 1  # same as model/state.py (page 0 is CUDA-graph scratch; this module stays torch-free)
-CUDNN_BLOCK, CUDNN_MIN_Q = 32768, 1024  # same as ops/triton/attention_cudnn.py (BLOCK, MIN_Q)
+CUDNN_BLOCK, CUDNN_MIN_Q, CUDNN_QUANTUM = 32768, 1024, 256  # ops/triton/attention_cudnn.py's BLOCK, MIN_Q, QUANTUM
 RESERVED_SLOTS = 1
 CUDA_RUNTIME_BYTES = 1 * GIB  # context + cuBLAS workspace + Triton/fla kernel images
 HEADROOM_FRACTION = 0.02
@@ -96,11 +96,12 @@ def captured_batch_sizes(lanes: int) -> list[int]:
 
 def cudnn_prefill_bytes(cfg: ModelConfig, tokens: int, act: int) -> int:
     """The cuDNN prefill attention's scratch for a chunk of `tokens` (0 below its MIN_Q): one block of keys and
-    values read back in the model dtype, the fp32 merged output and merge term, the part's output."""
+    values read back in the model dtype; over the chunk's rows padded by up to two quanta, the fp32 merged
+    output, a part's output and the two padded copies of the queries."""
     q, kv = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
     if tokens < CUDNN_MIN_Q:
         return 0
-    return CUDNN_BLOCK * kv * 2 * act + tokens * q * (2 * 4 + act)
+    return CUDNN_BLOCK * kv * 2 * act + (tokens + 2 * CUDNN_QUANTUM) * q * (4 + 3 * act)
 
 
 def step_workspace_bytes(cfg: ModelConfig, tokens: int, logit_rows: int, act: int, cudnn: bool = False) -> int:

@@ -410,7 +410,7 @@ def test_gpu_plans_count_the_cudnn_prefill_scratch():
     cfg = load_model_config(F27B)
     q, kv = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
     assert memory_plan.cudnn_prefill_bytes(cfg, 1023, 2) == 0
-    assert memory_plan.cudnn_prefill_bytes(cfg, 2048, 2) == 32768 * kv * 2 * 2 + 2048 * q * 10
+    assert memory_plan.cudnn_prefill_bytes(cfg, 2048, 2) == 32768 * kv * 2 * 2 + (2048 + 512) * q * 10
     gpu = memory_plan.step_workspace_bytes(cfg, 8192, 1, 2, cudnn=True)
     attn = 8192 * (7 * q + 2 * kv) * 2 + memory_plan.cudnn_prefill_bytes(cfg, 8192, 2)
     assert gpu >= 3 * 8192 * cfg.hidden_size * 2 + attn  # base + at least the attention term

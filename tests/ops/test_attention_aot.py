@@ -78,3 +78,5 @@ def _compile_all() -> None:
         # the rope kernel keeps a small stack at bf16 too (40 B before the KV formats): not checked
         r = resources(aot.compile_sm90(rope._qk_norm_rope_write_kernel, rt, ints, consts, {"num_warps": 8}))
         print("compiled rope", name, r)
+    r = resources(aot.merge_kernel())  # the cuDNN path's merge of parts
+    assert r["stack"] == 0, ("merge", r)

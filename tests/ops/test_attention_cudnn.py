@@ -10,14 +10,25 @@ import pytest
 import torch
 
 from hinfer.batch import SeqChunk, build_forward_batch
-from hinfer.engine.memory_plan import CUDNN_BLOCK, CUDNN_MIN_Q
+from hinfer.engine.memory_plan import CUDNN_BLOCK, CUDNN_MIN_Q, CUDNN_QUANTUM
 from hinfer.ops.attention import paged_attention_ref
 from hinfer.ops.kv_cache import allocate_kv, read_kv, write_kv
 from hinfer.ops.triton import attention as ta
 from hinfer.ops.triton import attention_cudnn as ac
 from hinfer.ops.triton.attention import _cudnn_prefills
-from hinfer.ops.triton.attention_cudnn import BLOCK, MIN_Q, cudnn_prefill, cudnn_prefill_enabled, part_ref
+from hinfer.ops.triton.attention_cudnn import (
+    BLOCK,
+    MIN_Q,
+    QUANTUM,
+    PartSpan,
+    cudnn_prefill,
+    cudnn_prefill_enabled,
+    merge_part_ref,
+    part_plan,
+    part_ref,
+)
 from hinfer.ops.triton.kv_read import read_kv_heads
+from hinfer.ops.triton.parts_merge import merge_part
 
 PAGE, H, HKV, D = 16, 4, 2, 64
 FORMATS = {"bf16": (torch.bfloat16,) * 2, "fp8": (torch.float8_e4m3fn,) * 2, "int8": (torch.int8,) * 2,
@@ -39,7 +50,7 @@ def _cache(pages: int, dtype: torch.dtype, g: torch.Generator) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
-@pytest.mark.parametrize("cached,n,block", [(0, 40, 64), (100, 37, 64), (130, 50, 32), (64, 16, 64)])
+@pytest.mark.parametrize("cached,n,block", [(0, 40, 64), (100, 37, 64), (130, 50, 32), (64, 16, 64), (247, 21, 64)])
 def test_parts_merge_to_the_paged_reference(fmt, cached, n, block):
     seed = 1234
     g = torch.Generator().manual_seed(seed)
@@ -52,7 +63,7 @@ def test_parts_merge_to_the_paged_reference(fmt, cached, n, block):
     kc, vc = (_cache(need + 1, dt, g) for dt in FORMATS[fmt])
     q = (2 * torch.randn(n, H, D, generator=g)).to(torch.bfloat16)
     out = torch.full_like(q, float("nan"))
-    cudnn_prefill(q, kc, vc, batch.page_table[0], cached, out, D**-0.5, part=part_ref, block=block)
+    cudnn_prefill(q, kc, vc, batch.page_table[0], cached, out, D**-0.5, part=part_ref, block=block, quantum=8)
     want = paged_attention_ref(q.float(), kc, vc, batch, D**-0.5)  # keys / values read in the model dtype
     err = ((out.float() - want).norm() / want.norm()).item()
     # bf16 parts (each rounded once) merged in fp32: measured <= 5.8e-3 over these cases
@@ -91,7 +102,7 @@ def test_a_refused_shape_leaves_prefill_to_triton(monkeypatch):
 
 
 def test_the_plan_counts_the_same_block():
-    assert (CUDNN_BLOCK, CUDNN_MIN_Q) == (BLOCK, MIN_Q)  # memory_plan stays torch-free: a copy of the constants
+    assert (CUDNN_BLOCK, CUDNN_MIN_Q, CUDNN_QUANTUM) == (BLOCK, MIN_Q, QUANTUM)  # memory_plan stays torch-free: a copy of the constants
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
@@ -137,3 +148,39 @@ def test_long_chunks_on_cudnn_the_rest_on_triton(monkeypatch):
         err = ((out[rows].float() - want[rows]).norm() / want[rows].norm()).item()
         assert err < 1e-2, f"sequence {b} seed={seed} rel {err:.2e}"  # bf16 rounding: measured <= 2.3e-3
         start += n
+
+
+def test_part_plan_covers_the_keys_once_in_bounded_shapes():
+    """Every key before the chunk's end in exactly one part, the causal one last; over every page-aligned prefix
+    up to 200K and the server's 2K chunks (or a last chunk of any length), the (queries, keys) shapes cuDNN sees
+    stay a small set: its plans are built once each."""
+    assert part_plan(0, 2048) == [PartSpan(0, 2048, True)]
+    assert part_plan(70000, 2048) == [PartSpan(0, 32768, False), PartSpan(32768, 65536, False),
+                                      PartSpan(65536, 69632, False), PartSpan(69632, 69888, False),
+                                      PartSpan(69888, 72048, True, 112)]  # fmt: skip
+    shapes = set()
+    for cached in range(0, 200_000, 64):
+        for n in (2048, 1024 + cached % 1024):
+            spans = part_plan(cached, n)
+            assert [s.causal for s in spans] == [False] * (len(spans) - 1) + [True]
+            assert all(a.stop == b.start for a, b in zip(spans, spans[1:])) and spans[0].start == 0
+            assert spans[-1].stop == cached + n and spans[-1].lead < QUANTUM
+            rows = -(-(spans[-1].lead + n) // QUANTUM) * QUANTUM
+            shapes |= {(rows if s.causal else -(-n // QUANTUM) * QUANTUM, rows if s.causal else s.stop - s.start)
+                       for s in spans}  # fmt: skip
+    assert len(shapes) <= 60, len(shapes)
+
+
+def test_merge_kernel_matches_the_torch_body():
+    """One pass (interpreted here) against merge_part_ref's four, a part whose rows are a strided slice (the
+    padded query rows dropped), log-sum-exps far apart in both directions: fp32 within 2e-6 relative."""
+    g = torch.Generator().manual_seed(5)
+    acc = torch.randn(3, 37, 64, generator=g)
+    lacc = torch.randn(3, 37, generator=g) * 20
+    part = torch.randn(3, 48, 64, generator=g).to(torch.bfloat16)[:, 5:42]
+    lse = torch.randn(3, 48, generator=g)[:, 5:42] * 20
+    want_acc, want_l = acc.clone(), lacc.clone()
+    merge_part_ref(want_acc, want_l, part, lse)
+    merge_part(acc, lacc, part, lse)
+    torch.testing.assert_close(acc, want_acc, rtol=2e-6, atol=2e-6)
+    torch.testing.assert_close(lacc, want_l, rtol=2e-6, atol=2e-6)

@@ -20,7 +20,7 @@ from triton.compiler import ASTSource, compile
 from hinfer.ops.kv_cache import allocate_kv
 from hinfer.ops.triton import attention_decode as dec
 from hinfer.ops.triton import attention_prefill as pre
-from hinfer.ops.triton import kv_read
+from hinfer.ops.triton import kv_read, parts_merge
 from hinfer.ops.triton.attention_common import cache_args
 from hinfer.ops.triton.linear_aot import resources, sass_loops, sass_of
 from hinfer.ops.triton.tiles.attention import decode_config, decode_rows, prefill_config
@@ -110,6 +110,13 @@ def read_kernel(name: str, tensor: int = 0):
                 s_t=HKV * groups, s_h=groups)  # fmt: skip
     consts = dict(D=D, PAGE=PAGE, BLOCK_N=kv_read.BLOCK_N, FMT=cache_args(kc)[-1], EMU=False)
     return compile_sm90(kv_read._read_kv_kernel, types, ints, consts, {"num_warps": 4, "num_stages": 2})
+
+
+def merge_kernel():
+    """The cuDNN path's merge of a part into the running sum (bf16 part, fp32 sums), head_dim 256."""
+    types = dict(acc_ptr=F32, lacc_ptr=F32, o_ptr="*bf16", lse_ptr=F32)
+    consts = dict(D=D, BLOCK_R=parts_merge.BLOCK_R)
+    return compile_sm90(parts_merge._merge_kernel, types, {"s_ar": D, "s_or": D}, consts, {"num_warps": 4})
 
 
 def prefill_kernel(name: str, direct: bool = True, lazy: bool | None = None, f16: bool | None = None,

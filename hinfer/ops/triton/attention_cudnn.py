@@ -11,22 +11,31 @@ each part computed by cuDNN with its log-sum-exp and merged exactly (the split-K
 The keys and values of each part are read from the paged cache in the model dtype (`kv_read.read_kv_heads`:
 any KV format, codes times scales, any page order, one pass) in blocks of at most `BLOCK` tokens, so the extra
 memory stays bounded at any depth. The reference twin is the same `hinfer.ops.attention.paged_attention_ref`.
-"""
 
+cuDNN builds an execution plan per new (queries, keys) shape, so the parts come in a bounded set of shapes
+(`part_plan`): queries padded to a multiple of QUANTUM rows (extra rows are computed and dropped), the
+prefix's last partial block split into powers of two of at least QUANTUM keys, and the under-QUANTUM rest of
+the prefix folded into the causal part by as many dummy query rows in front (top-left causal over keys
+[cached - lead, cached + n) then gives each real row exactly its keys), that part's keys padded with zero rows
+to its padded length (no real row reaches them).
+"""
 from __future__ import annotations
 
 import logging
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from hinfer.ops.triton.kv_read import read_kv_heads
+from hinfer.ops.triton.parts_merge import merge_part
 
 log = logging.getLogger(__name__)
 
 BLOCK = 32768  # cached tokens per part: 128 MiB of bf16 keys + values at 4 KV heads x 256
 MIN_Q = 1024  # shorter chunks stay on the Triton kernel (cuDNN's win grows with the query tile count)
+QUANTUM = 256  # query rows and key pieces come in multiples of it: a bounded set of cuDNN plan shapes
 
 # (q [1, H, n, D], k [1, Hkv, S, D], v, causal, scale) -> (out [1, H, n, D], lse [H, n] fp32, natural log)
 Part = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool, float], tuple[torch.Tensor, torch.Tensor]]
@@ -87,6 +96,35 @@ def part_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sc
     return o.to(q.dtype), lse[0]
 
 
+@dataclass(frozen=True)
+class PartSpan:
+    """Keys [start, stop) of one part; `lead` dummy query rows before the real ones (the causal part only)."""
+
+    start: int
+    stop: int
+    causal: bool
+    lead: int = 0
+
+
+def part_plan(cached: int, n: int, block: int = BLOCK, quantum: int = QUANTUM) -> list[PartSpan]:
+    """The parts of a chunk of n tokens after `cached`: whole blocks, the rest of the prefix in powers of two of
+    at least `quantum` keys (largest first), then the causal part over the under-`quantum` remainder and the
+    chunk."""
+    spans = [PartSpan(s, s + block, False) for s in range(0, cached - block + 1, block)]
+    at = len(spans) * block
+    lead = (cached - at) % quantum
+    rest = cached - at - lead
+    for bit in reversed(range(rest.bit_length())):
+        if rest >> bit & 1:
+            spans.append(PartSpan(at, at + (1 << bit), False))
+            at += 1 << bit
+    return [*spans, PartSpan(cached - lead, cached + n, True, lead)]
+
+
+def _padded(x: int, quantum: int) -> int:
+    return -(-x // quantum) * quantum
+
+
 def cudnn_prefill(
     q: torch.Tensor,  # [n, H, D]: one sequence's new tokens (normed, rotated as the cache stores keys)
     k_cache: torch.Tensor,  # [P, page, Hkv, D / pack]
@@ -97,24 +135,37 @@ def cudnn_prefill(
     scale: float,
     part: Part | None = None,  # None: cuDNN (the CPU tests pass part_ref)
     block: int = BLOCK,
+    quantum: int = QUANTUM,
 ) -> None:
-    """out = softmax(q K^T * scale) V over the cached prefix and the chunk (causal bottom-right), by parts."""
+    """out = softmax(q K^T * scale) V over the cached prefix and the chunk (causal bottom-right), by parts of
+    bounded shapes (part_plan)."""
     part = part or cudnn_part
-    n = q.shape[0]
-    qh = q.transpose(0, 1).unsqueeze(0)  # [n, H, D] rows -> [1, H, n, D] (a view)
+    n, n_heads, d = q.shape
     o_acc = lse_acc = None
-    bounds = [(s, min(s + block, cached), False) for s in range(0, cached, block)] + [(cached, cached + n, True)]
-    for start, stop, causal in bounds:
-        k = read_kv_heads(k_cache, pages, start, stop, q.dtype, q.shape[2]).unsqueeze(0)
-        v = read_kv_heads(v_cache, pages, start, stop, q.dtype, q.shape[2]).unsqueeze(0)
-        o, lse = part(qh, k, v, causal, scale)
-        o = o[0]
+    queries: dict[int, torch.Tensor] = {}  # by lead: the padded query rows, built once
+    for span in part_plan(cached, n, block, quantum):
+        rows = _padded(span.lead + n, quantum)  # the part's query rows (and, causal, its key rows)
+        if span.lead not in queries:
+            queries[span.lead] = q.new_zeros((1, n_heads, rows, d))
+            queries[span.lead][0, :, span.lead : span.lead + n] = q.transpose(0, 1)
+        qh = queries[span.lead]
+        keys = rows if span.causal else span.stop - span.start
+        k = read_kv_heads(k_cache, pages, span.start, span.stop, q.dtype, d, keys).unsqueeze(0)
+        v = read_kv_heads(v_cache, pages, span.start, span.stop, q.dtype, d, keys).unsqueeze(0)
+        o, lse = part(qh, k, v, span.causal, scale)
+        o, lse = o[0, :, span.lead : span.lead + n], lse[:, span.lead : span.lead + n]
         if o_acc is None:
-            o_acc, lse_acc = o.float(), lse
-            continue
-        m = torch.maximum(lse_acc, lse)
-        a, b = torch.exp(lse_acc - m), torch.exp(lse - m)
-        s = a + b
-        o_acc.mul_((a / s)[..., None]).add_(o * (b / s)[..., None])
-        lse_acc = m + torch.log(s)
+            o_acc, lse_acc = o.float(), lse.contiguous()
+        else:
+            merge_part(o_acc, lse_acc, o, lse)
     out.copy_(o_acc.transpose(0, 1))
+
+
+def merge_part_ref(o_acc: torch.Tensor, lse_acc: torch.Tensor, o: torch.Tensor, lse: torch.Tensor) -> None:
+    """o_acc [H, n, D] fp32 and lse_acc [H, n] (the parts so far) merged in place with part (o, lse): the weights
+    exp(lse - max) of each side over their sum, the log-sum-exp of both."""
+    m = torch.maximum(lse_acc, lse)
+    a, b = torch.exp(lse_acc - m), torch.exp(lse - m)
+    s = a + b
+    o_acc.mul_((a / s)[..., None]).add_(o * (b / s)[..., None])
+    lse_acc.copy_(m + torch.log(s))

@@ -21,7 +21,7 @@ BLOCK_N = 32
 
 @triton.jit
 def _read_kv_kernel(
-    c_ptr, s_ptr, pages_ptr, out_ptr, start, n,
+    c_ptr, s_ptr, pages_ptr, out_ptr, start, n, rows,
     stride_p, stride_t, stride_h, s_p, s_t, s_h,
     D: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr, FMT: tl.constexpr, EMU: tl.constexpr,
 ):  # fmt: skip
@@ -35,7 +35,7 @@ def _read_kv_kernel(
     if FMT == 1:  # INT8: the per-token scale comes back beside the tile
         x = x * scale[:, None]
     d = tl.arange(0, D)
-    dst = out_ptr + kvh.to(tl.int64) * n * D + i[:, None].to(tl.int64) * D + d[None, :]
+    dst = out_ptr + kvh.to(tl.int64) * rows * D + i[:, None].to(tl.int64) * D + d[None, :]
     tl.store(dst, cast(x, out_ptr.dtype.element_ty, EMU), mask=mask[:, None])
 
 
@@ -46,16 +46,20 @@ def read_kv_heads(
     stop: int,
     dtype: torch.dtype,
     head_dim: int,
+    rows: int | None = None,
 ) -> torch.Tensor:
-    """Tokens [start, stop) of the sequence, [Hkv, stop - start, head_dim] contiguous in `dtype`."""
+    """Tokens [start, stop) of the sequence, [Hkv, rows, head_dim] contiguous in `dtype`: `rows` (default
+    stop - start) may be more, the extra rows zero."""
     n, n_kv = stop - start, cache.shape[2]
-    out = torch.empty((n_kv, n, head_dim), dtype=dtype, device=cache.device)
+    rows = n if rows is None else rows
+    alloc = torch.empty if rows == n else torch.zeros
+    out = alloc((n_kv, rows, head_dim), dtype=dtype, device=cache.device)
     if n == 0:
         return out
     s, s_p, s_t, s_h, fmt = cache_args(cache)
     grid = (triton.cdiv(n, BLOCK_N), n_kv)
     _read_kv_kernel[grid](
-        cache, s, pages, out, start, n, cache.stride(0), cache.stride(1), cache.stride(2), s_p, s_t, s_h,
+        cache, s, pages, out, start, n, rows, cache.stride(0), cache.stride(1), cache.stride(2), s_p, s_t, s_h,
         D=head_dim, PAGE=cache.shape[1], BLOCK_N=BLOCK_N, FMT=fmt, EMU=interpreted(_read_kv_kernel),
     )  # fmt: skip
     return out
