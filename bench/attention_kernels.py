@@ -29,6 +29,7 @@ import json
 import math
 import random
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -286,6 +287,12 @@ def _prefill_case(
             continue
         record("prefill", case, name, ms, flops / FLOPS, "flop_s", flops)
     try:  # the engine's cuDNN path (HINFER_PREFILL_CUDNN) on the same paged cache, any KV format
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()  # the first call builds cuDNN's plans for this case's new shapes
+        cudnn_prefill(q, kc, vc, batch.page_table[0], cached, out, D**-0.5)
+        torch.cuda.synchronize()
+        record("prefill", case, "cuDNN parts, first call (plans)", (time.perf_counter() - t0) * 1e3, flops / FLOPS,
+               "flop_s", flops)  # fmt: skip
         ms = bench(lambda: cudnn_prefill(q, kc, vc, batch.page_table[0], cached, out, D**-0.5))
     except Exception as e:
         print(f"prefill   {case:28s} cuDNN failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
