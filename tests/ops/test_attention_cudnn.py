@@ -23,12 +23,11 @@ from hinfer.ops.triton.attention_cudnn import (
     PartSpan,
     cudnn_prefill,
     cudnn_prefill_enabled,
-    merge_part_ref,
     part_plan,
     part_ref,
 )
 from hinfer.ops.triton.kv_read import read_kv_heads
-from hinfer.ops.triton.parts_merge import merge_part
+from hinfer.ops.triton.parts_merge import merge_part, merge_part_ref
 
 PAGE, H, HKV, D = 16, 4, 2, 64
 FORMATS = {"bf16": (torch.bfloat16,) * 2, "fp8": (torch.float8_e4m3fn,) * 2, "int8": (torch.int8,) * 2,

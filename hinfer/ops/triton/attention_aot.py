@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 
 import torch
-from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, compile
 
 from hinfer.ops.kv_cache import allocate_kv
@@ -22,7 +21,7 @@ from hinfer.ops.triton import attention_decode as dec
 from hinfer.ops.triton import attention_prefill as pre
 from hinfer.ops.triton import kv_read, parts_merge
 from hinfer.ops.triton.attention_common import cache_args
-from hinfer.ops.triton.linear_aot import resources, sass_loops, sass_of
+from hinfer.ops.triton.linear_aot import TARGET, resources, sass_loops, sass_of
 from hinfer.ops.triton.tiles.attention import decode_config, decode_rows, prefill_config
 
 # 27B: 24 query heads, 4 kv heads of 256, pages of 64. Per format and tensor: (pointer type, torch dtype, rows per
@@ -34,7 +33,6 @@ INT8, INT4 = ("*i8", "int8", PAGE + 1, D, 1), ("*u8", "uint8", PAGE + 8, D // 2,
 CACHES = {"bf16": (BF16, BF16), "fp8": (FP8, FP8), "int8": (INT8, INT8), "k8v4": (INT8, INT4),
           "int4": (INT4, INT4)}  # fmt: skip
 F32 = "*fp32"
-TARGET = GPUTarget("cuda", 90, 64)
 
 
 def strides(k: tuple, v: tuple) -> dict[str, int]:
@@ -103,11 +101,13 @@ def decode_kernel(name: str, q_max: int = 1, f16: bool | None = None, words: boo
 
 def read_kernel(name: str, tensor: int = 0):
     """The cuDNN path's read-back kernel over `name`'s K (tensor 0) or V (1) cache, writing bf16."""
-    ptr, dtype, rows, elems, groups = CACHES[name][tensor]
+    cache = CACHES[name][tensor]
+    ptr, dtype, groups = cache[0], cache[1], cache[4]
     kc = allocate_kv(1, 1, PAGE, HKV, D, getattr(torch, dtype), "meta")[1][0]
     types = dict(c_ptr=ptr, s_ptr=F32 if groups else ptr, pages_ptr="*i32", out_ptr="*bf16")
-    ints = dict(stride_p=rows * HKV * elems, stride_t=HKV * elems, stride_h=elems, s_p=rows * HKV * elems // 4,
-                s_t=HKV * groups, s_h=groups)  # fmt: skip
+    st = strides(cache, cache)  # its K names
+    ints = dict(stride_p=st["skp"], stride_t=st["skt"], stride_h=st["skh"], s_p=st["ksp"], s_t=st["kst"],
+                s_h=st["ksh"])  # fmt: skip
     consts = dict(D=D, PAGE=PAGE, BLOCK_N=kv_read.BLOCK_N, FMT=cache_args(kc)[-1], EMU=False)
     return compile_sm90(kv_read._read_kv_kernel, types, ints, consts, {"num_warps": 4, "num_stages": 2})
 

@@ -40,7 +40,6 @@ QUANTUM = 256  # query rows and key pieces come in multiples of it: a bounded se
 # (q [1, H, n, D], k [1, Hkv, S, D], v, causal, scale) -> (out [1, H, n, D], lse [H, n] fp32, natural log)
 Part = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool, float], tuple[torch.Tensor, torch.Tensor]]
 
-_grouped: bool | None = None  # whether this torch's cuDNN path takes fewer KV heads than query heads
 _failed = False  # cuDNN refused a shape once: the Triton kernel from then on, for the process
 
 
@@ -63,25 +62,10 @@ def cudnn_prefill_failed(err: Exception) -> None:
 
 
 def cudnn_part(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float):
-    """One part by cuDNN: grouped heads passed as they are where this torch accepts them, else repeated."""
-    global _grouped
-    op = torch.ops.aten._scaled_dot_product_cudnn_attention
-    if _grouped is not False:
-        try:
-            o, lse = op(q, k, v, None, True, 0.0, causal, False, scale=scale)[:2]
-        except RuntimeError as e:
-            if _grouped:
-                raise
-            log.info("prefill attention on cuDNN: KV heads repeated per query head (%s)", str(e).split("\n")[0])
-            _grouped = False
-        else:
-            if _grouped is None:
-                log.info("prefill attention on cuDNN: grouped KV heads as stored")
-                _grouped = True
-            return o, lse.reshape(q.shape[1], q.shape[2]).float()
-    g = q.shape[1] // k.shape[1]
-    k, v = (x.repeat_interleave(g, dim=1).contiguous() for x in (k, v))
-    o, lse = op(q.contiguous(), k, v, None, True, 0.0, causal, False, scale=scale)[:2]
+    """One part by cuDNN, grouped KV heads passed as stored (torch 2.11 takes them: H200, 2026-12-04); a shape it
+    refuses raises, and the caller leaves prefill to the Triton kernel."""
+    o, lse = torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, causal, False,
+                                                               scale=scale)[:2]  # fmt: skip
     return o, lse.reshape(q.shape[1], q.shape[2]).float()
 
 
@@ -159,13 +143,3 @@ def cudnn_prefill(
         else:
             merge_part(o_acc, lse_acc, o, lse)
     out.copy_(o_acc.transpose(0, 1))
-
-
-def merge_part_ref(o_acc: torch.Tensor, lse_acc: torch.Tensor, o: torch.Tensor, lse: torch.Tensor) -> None:
-    """o_acc [H, n, D] fp32 and lse_acc [H, n] (the parts so far) merged in place with part (o, lse): the weights
-    exp(lse - max) of each side over their sum, the log-sum-exp of both."""
-    m = torch.maximum(lse_acc, lse)
-    a, b = torch.exp(lse_acc - m), torch.exp(lse - m)
-    s = a + b
-    o_acc.mul_((a / s)[..., None]).add_(o * (b / s)[..., None])
-    lse_acc.copy_(m + torch.log(s))

@@ -52,8 +52,8 @@ def read_kv_heads(
     stop - start) may be more, the extra rows zero."""
     n, n_kv = stop - start, cache.shape[2]
     rows = n if rows is None else rows
-    alloc = torch.empty if rows == n else torch.zeros
-    out = alloc((n_kv, rows, head_dim), dtype=dtype, device=cache.device)
+    out = torch.empty((n_kv, rows, head_dim), dtype=dtype, device=cache.device)
+    out[:, n:].zero_()  # the kernel writes the first n rows
     if n == 0:
         return out
     s, s_p, s_t, s_h, fmt = cache_args(cache)

@@ -1,5 +1,5 @@
 """One pass merging an attention part into the running sum of the parts before it (the cuDNN prefill's parts):
-the Triton twin of `attention_cudnn.merge_part_ref`, where torch takes four passes over the [H, n, D] rows.
+`merge_part`, the Triton twin of `merge_part_ref`, where torch takes four passes over the [H, n, D] rows.
 """
 
 from __future__ import annotations
@@ -42,3 +42,13 @@ def merge_part(o_acc: torch.Tensor, lse_acc: torch.Tensor, o: torch.Tensor, lse:
         o_acc, lse_acc, o, lse, n, o_acc.stride(0), o_acc.stride(1), lse_acc.stride(0), o.stride(0), o.stride(1),
         lse.stride(0), D=d, BLOCK_R=BLOCK_R, num_warps=4,
     )  # fmt: skip
+
+
+def merge_part_ref(o_acc: torch.Tensor, lse_acc: torch.Tensor, o: torch.Tensor, lse: torch.Tensor) -> None:
+    """o_acc [H, n, D] fp32 and lse_acc [H, n] (the parts so far) merged in place with part (o, lse): the weights
+    exp(lse - max) of each side over their sum, the log-sum-exp of both."""
+    m = torch.maximum(lse_acc, lse)
+    a, b = torch.exp(lse_acc - m), torch.exp(lse - m)
+    s = a + b
+    o_acc.mul_((a / s)[..., None]).add_(o * (b / s)[..., None])
+    lse_acc.copy_(m + torch.log(s))
