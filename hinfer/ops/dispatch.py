@@ -102,6 +102,18 @@ def int4_decode_a8() -> str:
     return v
 
 
+def fp8_decode_mma() -> str:
+    """Where fp8 weights meet 1..64 rows of x on the tensor-core kernel that reads their row-major bytes
+    (hinfer/ops/triton/linear_fp8_mma.py; the exact W8A16 product, as the kernels it replaces)
+    (HINFER_FP8_MMA, read at every call): `tuned` (the default) at the shapes and M buckets where its sweep beat
+    the CUDA-core GEMV / Triton skinny kernel (an `fp8_mma` entry in tiles/tuned.py), `1` wherever it fits, `0`
+    never."""
+    v = os.environ.get("HINFER_FP8_MMA", "tuned").strip()
+    if v not in ("tuned", "1", "0"):
+        raise ValueError(f"HINFER_FP8_MMA must be `tuned`, `1` or `0`, got {v!r}")
+    return v
+
+
 def int4_wgmma_rows() -> int | None:
     """Where the int4 warpgroup-MMA kernel takes over from the mma.sync one (fragment-ordered weights, up to 64
     rows of x): None (HINFER_INT4_WGMMA unset or `tuned`, the default) at the shapes and M buckets where its

@@ -198,6 +198,23 @@ def decode_mode() -> str:
     return mode
 
 
+def _mma_takes(w: Fp8Weight, x: torch.Tensor) -> bool:
+    """Whether these rows go through the fp8 tensor-core kernel (HINFER_FP8_MMA says where; CUDA only: its
+    inline PTX has no interpreter)."""
+    from hinfer.ops.dispatch import fp8_decode_mma
+
+    mode = fp8_decode_mma()
+    if not x.is_cuda or mode == "0" or not w.weight.is_contiguous():
+        return False
+    from hinfer.ops.triton.linear_fp8_mma import fp8_mma_fits
+    from hinfer.ops.triton.tiles.linear import fp8_mma_config, fp8_mma_swept_faster
+
+    m, (n, k) = x.shape[0], w.shape
+    if mode == "tuned" and not fp8_mma_swept_faster(m, n, k):
+        return False
+    return fp8_mma_fits(fp8_mma_config(m, n, k), m, n, k) and (w.block is None or n % 128 == 0)
+
+
 def _triton_matmul(
     w: Fp8Weight, x: torch.Tensor, out: torch.Tensor | None, block_mode: str | None = None
 ) -> torch.Tensor:
@@ -210,6 +227,10 @@ def _triton_matmul(
     n, k = w.shape
     if x.shape[0] <= SKINNY_MAX_M[fmt]:
         a8 = x.shape[0] > 1 and decode_mode() == "w8a8"
+        if not a8 and _mma_takes(w, x):
+            from hinfer.ops.triton.linear_fp8_mma import fp8_mma_matmul
+
+            return fp8_mma_matmul(x, w.weight, w.scale, w.block is not None, out=out)
         cfg = skinny_config(fmt, x.shape[0], n, k, a8=True) if a8 else None
         return tlin.skinny_matmul(x, fmt, w.weight, n, w.scale, out=out, cfg=cfg, a8=a8)
     if fmt == FP8_ROW:

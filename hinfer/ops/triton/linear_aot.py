@@ -9,6 +9,7 @@ prints registers / stack / shared memory of every variant.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import re
 import subprocess
@@ -16,6 +17,7 @@ import sys
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import astuple
 
 import triton
 from triton.backends.compiler import GPUTarget
@@ -30,6 +32,7 @@ from hinfer.ops.triton.int4_mma_dequant import (
     _int4_mma_rows_kernel,
 )
 from hinfer.ops.triton.linear import _FMT_CODE, _skinny_kernel
+from hinfer.ops.triton.linear_fp8_mma import fp8_mma_variant
 from hinfer.ops.triton.linear_gemm import _act_quant_kernel, _gemm_kernel, _int4_dequant_kernel
 from hinfer.ops.triton.linear_int4_a8 import int4_a8_variant
 from hinfer.ops.triton.linear_int4_gemv import int4_gemv_kernel
@@ -37,7 +40,7 @@ from hinfer.ops.triton.linear_int4_mma import int4_mma_variant
 from hinfer.ops.triton.linear_int4_wgmma import int4_wgmma_kernel, int4_wgmma_variant
 from hinfer.ops.triton.moe_int4_mma import experts_mma_variant
 from hinfer.ops.triton.tiles.forms import BF16, FP8_BLOCK, FP8_ROW, INT4
-from hinfer.ops.triton.tiles.linear import gemm_config, heuristic_config
+from hinfer.ops.triton.tiles.linear import fp8_mma_config, gemm_config, heuristic_config
 
 TARGET = GPUTarget("cuda", 90, 64)
 _DIV16 = {"N", "K", "stride_xm", "stride_ym", "stride_wn", "stride_am", "stride_cm", "stride_qm", "stride_sg",
@@ -202,6 +205,14 @@ def variants(full: bool = False) -> Iterator[Variant]:
     for split in (2, 16):
         yield (*int4_mma_variant(128, 8, split, 4, True, True, 2, ring=4, pdl=True, xa=True, max_regs=96), 0)
     yield (*int4_mma_variant(128, 8, 4, 4, True, True, 2, ring=4, tail=1, pdl=True, xa=True, max_regs=96), 0)
+    # fp8 weights on tensor cores from their row-major bytes: the heuristic tiles of the 27B's down and gate_up
+    # at 1 / 8 / 32 rows, per-row and block scales, and the loop four groups deep
+    fp8 = {(*astuple(fp8_mma_config(m, n, k, 132))[:6], blocked)
+           for (n, k), m, blocked in itertools.product(((5120, 17408), (34816, 5120)), (1, 8, 32), (False, True))}
+    for block_n, _, block_m, split, warps, depth, blocked in sorted(fp8):
+        yield (*fp8_mma_variant(block_n, block_m, split, warps, blocked, depth, pdl=True), 0)
+    yield (*fp8_mma_variant(128, 8, 4, 8, False, 4, pdl=True), 0)
+    yield (*fp8_mma_variant(128, 16, 2, 8, True, 4, pdl=True), 0)
     # the int4 x int8 decode (x quantized in the kernel): one row or eight, 4 / 8 warps, tail rows, a register cap
     for split, warps, zero, m, k, tail, regs in ((4, 4, True, 1, 5120, False, 96), (4, 4, False, 8, 5120, False, 96),
                                                   (1, 8, True, 1, 5120, True, 0), (16, 4, True, 8, 17408, True, 0)):  # fmt: skip

@@ -12,6 +12,7 @@ BF16, FP8_ROW, FP8_BLOCK, INT4 = "bf16", "fp8_row", "fp8_block", "int4"
 FP8_ROW_A8, FP8_BLOCK_A8 = f"{FP8_ROW}-a8", f"{FP8_BLOCK}-a8"
 INT4_MMA, INT4_WGMMA = "int4_mma", "int4_wgmma"
 INT4_A8 = "int4_a8"  # the int4 x int8 decode (linear_int4_a8): int4_mma's form, entries only where it won
+FP8_MMA = "fp8_mma"  # fp8 weights on tensor cores from the row-major bytes (linear_fp8_mma): int4_mma's form
 GEMM, GEMM_PROMOTE = "gemm", "gemm_promote"
 # MoE families: the routed experts per weight format; int4 experts at decode sizes on tensor cores
 MOE_BF16, MOE_INT4, MOE_FP8 = "moe_bf16", "moe_int4", "moe_fp8"
@@ -134,7 +135,7 @@ class PrefillTile:
 
 FORMS: dict[str, type] = {
     **dict.fromkeys((BF16, FP8_ROW, FP8_BLOCK, INT4, FP8_ROW_A8, FP8_BLOCK_A8, INT4_MMA, INT4_WGMMA,
-                     INT4_A8),
+                     INT4_A8, FP8_MMA),
                     SkinnyConfig),
     GEMM: GemmConfig,
     GEMM_PROMOTE: GemmConfig,

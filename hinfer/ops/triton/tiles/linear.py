@@ -17,6 +17,7 @@ from hinfer.ops.triton.common import GROUP, num_sms
 from hinfer.ops.triton.tiles.forms import (
     BF16,
     FP8_BLOCK,
+    FP8_MMA,
     FP8_ROW,
     GEMM,
     GEMM_PROMOTE,
@@ -137,6 +138,38 @@ INT4_MMA_TILES: Family[SkinnyConfig] = Family(INT4_MMA, _mma_heuristic, _mma_fit
 def mma_config(m: int, n: int, k: int, sms: int | None = None) -> SkinnyConfig:
     """Tiles of one int4 tensor-core call (linear_int4_mma.int4_mma_matmul)."""
     return lookup(INT4_MMA_TILES, m, n, k, sms=sms)
+
+
+def _fp8_mma_heuristic(m: int, n: int, k: int, sms: int | None = None) -> SkinnyConfig:
+    """Not yet swept: BLOCK_N 128 (64 where N needs it), one 16-row stripe per warp (two stripes a warp spilled on
+    4 warps at sm_90), split-K towards ~5 programs per SM as the int4 kernel's heuristic does (every split keeps
+    >= 4 groups, the fp32 partials under ~20% of the weight bytes), loop depth 2."""
+    block_m = mma_block_m(m)
+    sms = num_sms() if sms is None else sms
+    block_n = 128 if n % 128 == 0 else 64 if n % 64 == 0 else 16
+    tiles, groups = n // block_n, k // GROUP
+    split = 1
+    while tiles * split * 2 <= 5 * sms and groups // (split * 2) >= 4 and 8 * split * 2 * m <= 0.2 * k:
+        split *= 2
+    return SkinnyConfig(block_n, GROUP, block_m, split, min(8, block_n // 16), 2)
+
+
+def _fp8_mma_fits(cfg: SkinnyConfig, m: int, n: int, k: int) -> bool:
+    return cfg.block_m <= mma_block_m(m) and n % cfg.block_n == 0 and cfg.ring == 0
+
+
+FP8_MMA_TILES: Family[SkinnyConfig] = Family(FP8_MMA, _fp8_mma_heuristic, _fp8_mma_fits, fill_up=True)
+
+
+def fp8_mma_config(m: int, n: int, k: int, sms: int | None = None) -> SkinnyConfig:
+    """Tiles of one fp8 tensor-core call (linear_fp8_mma.fp8_mma_matmul)."""
+    return lookup(FP8_MMA_TILES, m, n, k, sms=sms)
+
+
+def fp8_mma_swept_faster(m: int, n: int, k: int) -> bool:
+    """Whether a sweep found the fp8 tensor-core kernel faster than the fp8 skinny paths at this shape and M bucket
+    (bench/fp8_mma.py --tiles writes an entry only where it won)."""
+    return (FP8_MMA, n, k, m_bucket(m)) in TABLE
 
 
 def _wgmma_heuristic(m: int, n: int, k: int, sms: int | None = None) -> SkinnyConfig:

@@ -1,0 +1,123 @@
+"""The fp8 tensor-core kernel on row-major e4m3 weights (hinfer/ops/triton/linear_fp8_mma.py) against the fp8 paths
+it would replace (the CUDA-core W8A16 GEMV at one row, the Triton skinny kernel above: HINFER_FP8_MMA=0), at the
+Qwen3.6-27B shapes (or a packaged config's), timed like bench/linear_kernels.py (CUDA graph over weight copies
+that do not fit in L2). Prints, per shape and M, both times and their share of the copy bandwidth, the best tile
+of a sweep; `--json` keeps every row. `--tiles` writes the fp8_mma entries where the best tile beats the current
+path by more than --margin (HINFER_TILES form; HINFER_FP8_MMA=tuned takes the kernel exactly there) and prints
+them as tuned.py lines.
+
+    python bench/fp8_mma.py [--ms 1,2,4,8,16,32] [--shapes qkv,gdn_in,gate_up,o_proj,down | --config NAME]
+                            [--scheme channel|block] [--depths 2,4] [--json out.json] [--tiles tiles.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.int4_mma_tiles import config_shapes  # noqa: E402
+from bench.linear_kernels import SHAPES, _copies, _gen, copy_bandwidth, graph_time  # noqa: E402
+from bench.tile_sweep import time_tiles  # noqa: E402
+
+
+def candidates(m: int, n: int, k: int, depths: tuple[int, ...] = (2, 4), sms: int = 132) -> list:
+    """Tiles (SkinnyConfig: BLOCK_N, 128, BLOCK_M, split, warps, depth): one or two 16-row stripes a warp, x's
+    rows padded (or half that from 16 rows), K splits leaving >= 4 groups each while the grid stays under ~8
+    programs an SM."""
+    from hinfer.ops.triton.tiles.forms import SkinnyConfig
+    from hinfer.ops.triton.tiles.linear import mma_block_m
+
+    padded = mma_block_m(m)
+    out = []
+    for block_m, (block_n, warps), split, depth in itertools.product(
+        dict.fromkeys((padded, max(8, padded // 2))), ((64, 4), (128, 4), (128, 8), (256, 8)), (1, 2, 4, 8, 16),
+        depths,
+    ):  # fmt: skip
+        if n % block_n or k // 128 // split < 4:
+            continue
+        if split > 1 and (n // block_n) * split * -(-m // block_m) > 8 * sms:
+            continue
+        out.append(SkinnyConfig(block_n, 128, block_m, split, warps, depth))
+    return out
+
+
+def main() -> None:
+    from hinfer.ops.triton.linear_fp8_mma import fp8_mma_matmul
+    from hinfer.ops.triton.tiles.forms import FP8_MMA
+    from hinfer.ops.triton.tiles.linear import fp8_mma_config
+    from hinfer.ops.triton.tiles.table import entry, m_bucket, source_line, write
+    from hinfer.quant.fp8 import quantize_fp8
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ms", default="1,2,4,8,16,32")
+    ap.add_argument("--shapes", default="qkv,gdn_in,gate_up,o_proj,down")
+    ap.add_argument("--config", help="a packaged config (e.g. qwen3.6-35b-a3b): its shapes instead of the 27B's")
+    ap.add_argument("--scheme", default="channel", choices=("channel", "block"))
+    ap.add_argument("--depths", default="2,4", help="register look-ahead depths to try")
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--tiles", type=Path, help="write the winning fp8_mma entries here (HINFER_TILES form)")
+    ap.add_argument("--margin", type=float, default=0.02, help="how much faster than the current path an entry must be")
+    a = ap.parse_args()
+    os.environ["HINFER_FP8_MMA"] = "0"  # Fp8Weight.matmul: the current fp8 paths, the figure to beat
+    bw = copy_bandwidth()
+    g = _gen(4)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    rows, wins = [], []
+    if a.config:
+        shapes = [s for s in config_shapes(a.config) if s[0] != "lm_head"]
+    else:
+        shapes = [s for s in SHAPES if s[0] in a.shapes.split(",")]
+    for name, n, k in shapes:
+        w = quantize_fp8((torch.randn(n, k, generator=g, device="cuda") * k**-0.5).bfloat16(), a.scheme)
+        nbytes = w.nbytes()
+        weights = _copies(w, nbytes)
+        blocked = w.block is not None
+        for m in (int(v) for v in a.ms.split(",")):
+            x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
+            want = x.float() @ w.dequantize(torch.float32).t()
+            cur_t = graph_time(lambda wt, x=x: wt.matmul(x), weights)
+            default = fp8_mma_config(m, n, k, sms)
+            cands = candidates(m, n, k, tuple(int(v) for v in a.depths.split(",")), sms)
+
+            def measure(cfg, x=x, want=want, w=w, weights=weights):
+                got = fp8_mma_matmul(x, w.weight, w.scale, blocked, cfg=cfg).float()  # checked before timing
+                rel = ((got - want).norm() / want.norm()).item()
+                if not rel < 4e-3:
+                    raise ValueError(f"wrong result: rel L2 {rel:.3g}")
+                return graph_time(lambda wt: fp8_mma_matmul(x, wt.weight, wt.scale, blocked, cfg=cfg), weights)
+
+            timed = time_tiles(default, cands, measure, f"{name} M={m}")
+            if timed is None:
+                continue
+            best_t, best = min(timed, key=lambda t: t[0])
+            print(f"{name:8s} M={m:<3d} current {cur_t * 1e6:7.1f} us {nbytes / cur_t / bw:6.1%}   mma default "
+                  f"{timed[0][0] * 1e6:7.1f} us   best {best} {best_t * 1e6:7.1f} us {nbytes / best_t / bw:6.1%}  "
+                  f"({cur_t / best_t:.2f}x)", flush=True)  # fmt: skip
+            rows.append({"shape": name, "n": n, "k": k, "m": m, "scheme": a.scheme, "current_us": cur_t * 1e6,
+                         "mma_default_us": timed[0][0] * 1e6, "mma_default_tile": asdict(default),
+                         "mma_us": best_t * 1e6, "mma_tile": asdict(best), "bytes": nbytes, "copy_bw": bw,
+                         "all": [(t * 1e6, asdict(c)) for t, c in timed]})  # fmt: skip
+            if best_t * (1 + a.margin) < cur_t:
+                wins.append((n, k, m_bucket(m), best))
+            if a.json:  # as it goes: a run cut short keeps what it measured
+                a.json.write_text(json.dumps(rows, indent=1))
+            if a.tiles:
+                write(a.tiles, [entry(FP8_MMA, *e) for e in wins])
+        del w, weights
+        torch.cuda.empty_cache()
+    print("# the fp8 tensor-core kernel's wins (tuned.py lines):")
+    for e in wins:
+        print(source_line(FP8_MMA, *e))
+
+
+if __name__ == "__main__":
+    main()
