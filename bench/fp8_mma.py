@@ -72,6 +72,7 @@ def main() -> None:
     g = _gen(4)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rows, wins = [], []
+    blocked = a.scheme == "block"
     if a.config:
         shapes = [s for s in config_shapes(a.config) if s[0] != "lm_head"]
     else:
@@ -80,7 +81,6 @@ def main() -> None:
         w = quantize_fp8((torch.randn(n, k, generator=g, device="cuda") * k**-0.5).bfloat16(), a.scheme)
         nbytes = w.nbytes()
         weights = _copies(w, nbytes)
-        blocked = w.block is not None
         for m in (int(v) for v in a.ms.split(",")):
             x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
             want = x.float() @ w.dequantize(torch.float32).t()

@@ -282,7 +282,7 @@ def fp8_mma_variant(block_n: int, block_m: int, split_k: int, warps: int, blocke
 
 def fp8_mma_fits(cfg: SkinnyConfig, m: int, n: int, k: int) -> bool:
     """Whether the kernel takes this tile at this shape."""
-    return (0 < m <= MAX_M and k % GROUP_K == 0 and n % cfg.block_n == 0 and cfg.block_n % (16 * cfg.num_warps) == 0
+    return (m <= MAX_M and k % GROUP_K == 0 and n % cfg.block_n == 0 and cfg.block_n % (16 * cfg.num_warps) == 0
             and cfg.block_m in (8, 16, 32, 64) and cfg.num_stages in (2, 4))  # fmt: skip
 
 
@@ -298,18 +298,20 @@ def fp8_mma_matmul(
     m, k = x.shape
     n = weight.shape[0]
     if cfg is None:
-        cfg = fp8_mma_config(m, n, k)
+        cfg = fp8_mma_config(max(m, 1), n, k)
     if (weight.shape[1] != k or x.dtype != torch.bfloat16 or weight.dtype != torch.float8_e4m3fn
             or not weight.is_contiguous() or not fp8_mma_fits(cfg, m, n, k)
             or (blocked and n % 128)):  # fmt: skip
         raise ValueError(f"fp8 mma: x [M <= {MAX_M}, K % {GROUP_K} == 0] bf16 and a contiguous e4m3 W [N, K] "
                          f"(N a multiple of the tile's {cfg.block_n}), got x {tuple(x.shape)} {x.dtype}, W "
                          f"{tuple(weight.shape)} {weight.dtype}")  # fmt: skip
-    if x.stride(-1) != 1 or x.stride(0) % 2 or x.data_ptr() % 4:  # the kernel reads x's rows as bf16 pairs
-        x = x.contiguous()
+    if x.stride(-1) != 1 or x.stride(0) % 2 or x.data_ptr() % 4:  # x's rows are read as bf16 pairs (int32)
+        x = x.clone(memory_format=torch.contiguous_format)
     if out is None:
         out = torch.empty((m, n), dtype=x.dtype, device=x.device)
     assert out.shape == (m, n) and out.stride(-1) == 1
+    if m == 0:
+        return out
     grid = (-(-m // cfg.block_m), n // cfg.block_n, cfg.split_k)
     part, cnt = split_scratch(cfg.split_k, m, n, grid[0] * grid[1], x, out)
     fp8_mma_kernel[grid](
