@@ -118,6 +118,18 @@ class Fp8Weight(nn.Module):
         lead, n = x.shape[:-1], self.shape[0]
         return _triton_matmul(self, x.reshape(-1, self.shape[1]), out).view(*lead, n)
 
+    def matmul_tail(self, x: torch.Tensor, tail: torch.Tensor, out: torch.Tensor) -> bool:
+        """out [M, N + T] = [x @ self^T, x @ tail^T] in one launch (the tail rows on CUDA cores beside the tensor-core
+        tiles: hinfer.quant.apply.RowSplitWeight's bf16 rows) where the fp8 tensor-core kernel takes x; False
+        (nothing written) otherwise."""
+        if (x.dim() != 2 or x.dtype != torch.bfloat16 or tail.dtype != torch.bfloat16 or tail.stride(-1) != 1
+                or self.block not in (None, BLOCK) or not use_triton(x) or not _mma_takes(self, x)):  # fmt: skip
+            return False
+        from hinfer.ops.triton.linear_fp8_mma import fp8_mma_matmul
+
+        fp8_mma_matmul(x, self.weight, self.scale, self.block is not None, out=out, tail=tail)
+        return True
+
 
 @torch.no_grad()
 def quantize_fp8(w: torch.Tensor, scheme: str = "channel") -> Fp8Weight:

@@ -126,3 +126,45 @@ def test_fp8_weight_matmul_takes_the_kernel(monkeypatch):
         y = w.matmul(x)
         assert len(calls) == want_calls
         _check(y, x.float() @ w.dequantize(torch.float32).t())
+
+
+@pytest.mark.parametrize("m", [1, 4, 8, 17])
+def test_tail_rows_in_the_same_launch(m):
+    """96 bf16 rows beside the fp8 tiles (the GDN in_proj's b / a): the tail's programs write out[:, N:], one row
+    at a time or (2-8 rows) the block's rows together."""
+    from hinfer.ops.triton.linear_fp8_mma import fp8_mma_matmul
+    from hinfer.quant.fp8 import quantize_fp8
+
+    g = _gen()
+    n, t, k = 1024, 96, 2048
+    head = quantize_fp8((torch.randn(n, k, generator=g, device="cuda") * k**-0.5).bfloat16())
+    tail = (torch.randn(t, k, generator=g, device="cuda") * k**-0.5).bfloat16()
+    x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
+    out = _poisoned(m, n + t)
+    fp8_mma_matmul(x, head.weight, head.scale, False, out=out, tail=tail)
+    _check(out[:, :n], x.float() @ head.dequantize(torch.float32).t())
+    _check(out[:, n:], x.float() @ tail.float().t())
+
+
+@pytest.mark.parametrize("m", [1, 8, 17])
+def test_row_split_weight_takes_one_launch(m, monkeypatch):
+    """RowSplitWeight with an fp8 head: one launch up to the tail fusion's 8 rows (HINFER_FUSE_LAUNCHES), the head
+    and the tail apart above; the same numbers either way."""
+    from hinfer.ops.triton import linear_fp8_mma
+    from hinfer.quant.apply import RowSplitWeight
+    from hinfer.quant.fp8 import quantize_fp8
+
+    g = _gen()
+    n, t, k = 1024, 96, 2048
+    head = quantize_fp8((torch.randn(n, k, generator=g, device="cuda") * k**-0.5).bfloat16())
+    tail = (torch.randn(t, k, generator=g, device="cuda") * k**-0.5).bfloat16()
+    calls = []
+    real = linear_fp8_mma.fp8_mma_matmul
+    monkeypatch.setattr(linear_fp8_mma, "fp8_mma_matmul",
+                        lambda *a, **kw: calls.append(kw.get("tail") is not None) or real(*a, **kw))  # fmt: skip
+    monkeypatch.setenv("HINFER_FP8_MMA", "1")
+    x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
+    y = RowSplitWeight(head, tail).matmul(x)
+    assert calls == [m <= 8]
+    _check(y[:, :n], x.float() @ head.dequantize(torch.float32).t())
+    _check(y[:, n:], x.float() @ tail.float().t())

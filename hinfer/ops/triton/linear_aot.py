@@ -213,6 +213,8 @@ def variants(full: bool = False) -> Iterator[Variant]:
         yield (*fp8_mma_variant(block_n, block_m, split, warps, blocked, depth, pdl=True), 0)
     yield (*fp8_mma_variant(128, 8, 4, 8, False, 4, pdl=True), 0)
     yield (*fp8_mma_variant(128, 16, 2, 8, True, 4, pdl=True), 0)
+    for tail in (1, 2):  # with the GDN in_proj's bf16 rows in the same launch (a row at a time; rows together)
+        yield (*fp8_mma_variant(128, 8, 4, 8, False, 2, pdl=True, tail=tail), 0)
     # the int4 x int8 decode (x quantized in the kernel): one row or eight, 4 / 8 warps, tail rows, a register cap
     for split, warps, zero, m, k, tail, regs in ((4, 4, True, 1, 5120, False, 96), (4, 4, False, 8, 5120, False, 96),
                                                   (1, 8, True, 1, 5120, True, 0), (16, 4, True, 8, 17408, True, 0)):  # fmt: skip

@@ -31,7 +31,14 @@ from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
 from hinfer.ops.triton.common import GROUP as GROUP_K
 from hinfer.ops.triton.common import pdl_kwargs
-from hinfer.ops.triton.linear_int4_mma import _mma_layout, _pdl_start, _store_y
+from hinfer.ops.triton.linear_int4_mma import (
+    _mma_layout,
+    _pdl_start,
+    _store_y,
+    _tail_block,
+    _tail_rows,
+    tail_rows,
+)
 from hinfer.ops.triton.linear_splitk import split_scratch
 from hinfer.ops.triton.tiles.forms import SkinnyConfig
 
@@ -227,13 +234,37 @@ def _tail_group(acc, words, x_ptrs, s_ptrs, g, g_hi, last, s, zero, BLOCK_N: gl.
 def fp8_mma_kernel(
     x_ptr, w_ptr, s_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
     BLOCKED: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
-    DEPTH: gl.constexpr, PDL: gl.constexpr = False,
+    DEPTH: gl.constexpr, PDL: gl.constexpr = False, t_ptr=None, TAIL_N=0, stride_tn=0, TAIL: gl.constexpr = 0,
 ):  # fmt: skip
-    """y[:, :N] = x @ (W * scale)^T for the program's BLOCK_N rows of W, BLOCK_M rows of x and 1/SPLIT_K of K.
-    w_ptr: W's bytes as int32 words [N, K / 4]; s_ptr: fp32 [N] or (BLOCKED) [N / 128, K / 128]."""
+    """y[:, :N] = x @ (W * scale)^T and, with TAIL, y[:, N:N + TAIL_N] = x @ tail^T (bf16 rows on CUDA cores, the
+    int4 kernel's _tail_rows (1) / _tail_block (2)) in one launch. w_ptr: W's bytes as int32 words [N, K / 4];
+    s_ptr: fp32 [N] or (BLOCKED) [N / 128, K / 128]."""
     pid_m = gl.program_id(0)
     pid_n = gl.program_id(1)
     pid_k = gl.program_id(2)
+    if TAIL > 0:  # programs past the N tiles compute the tail rows (a row per warp)
+        if pid_n >= N // BLOCK_N:
+            if pid_k == 0:
+                row0 = (pid_n - N // BLOCK_N) * gl.num_warps()
+                if TAIL == 1:
+                    _tail_rows(x_ptr, t_ptr, y_ptr + N, row0, TAIL_N, M, pid_m * BLOCK_M, K, stride_xm, stride_ym,
+                               stride_tn, BLOCK_M, PDL)  # fmt: skip
+                else:
+                    _tail_block(x_ptr, t_ptr, y_ptr + N, row0, TAIL_N, M, pid_m * BLOCK_M, K, stride_xm, stride_ym,
+                                stride_tn, BLOCK_M, PDL)  # fmt: skip
+        else:
+            _tile_program(x_ptr, w_ptr, s_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, pid_m, pid_n,
+                          pid_k, BLOCKED, BLOCK_N, BLOCK_M, SPLIT_K, DEPTH, PDL)  # fmt: skip
+    else:
+        _tile_program(x_ptr, w_ptr, s_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, pid_m, pid_n,
+                      pid_k, BLOCKED, BLOCK_N, BLOCK_M, SPLIT_K, DEPTH, PDL)  # fmt: skip
+
+
+@gluon.jit
+def _tile_program(x_ptr, w_ptr, s_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, pid_m, pid_n, pid_k,
+                  BLOCKED: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
+                  DEPTH: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
+    """One program of fp8_mma_kernel: BLOCK_N rows of W, BLOCK_M rows of x, its 1/SPLIT_K of the groups."""
     W: gl.constexpr = gl.num_warps()
     S: gl.constexpr = BLOCK_N // 16
     LW: gl.constexpr = _words_layout(W)
@@ -270,13 +301,14 @@ def fp8_mma_kernel(
 
 
 def fp8_mma_variant(block_n: int, block_m: int, split_k: int, warps: int, blocked: bool, depth: int = 2,
-                    pdl: bool = False):  # fmt: skip
+                    pdl: bool = False, tail: int = 0):  # fmt: skip
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*fp32", "y_ptr": "*bf16", "part_ptr": "*fp32",
-           "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_ym": "i32"}  # fmt: skip
-    cex = dict(BLOCKED=blocked, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, DEPTH=depth, PDL=pdl)
+           "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_ym": "i32",
+           "t_ptr": "*bf16", "TAIL_N": "i32", "stride_tn": "i32"}  # fmt: skip
+    cex = dict(BLOCKED=blocked, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, DEPTH=depth, PDL=pdl, TAIL=tail)
     name = (f"fp8 mma{' block' if blocked else ''} BLOCK_N={block_n} BLOCK_M={block_m} split {split_k} w{warps} "
-            f"depth {depth}{' pdl' if pdl else ''}")  # fmt: skip
+            f"depth {depth}{' pdl' if pdl else ''}{f' tail {tail}' if tail else ''}")  # fmt: skip
     return name, fp8_mma_kernel, sig, cex, warps
 
 
@@ -288,11 +320,13 @@ def fp8_mma_fits(cfg: SkinnyConfig, m: int, n: int, k: int) -> bool:
 
 def fp8_mma_matmul(
     x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, blocked: bool, out: torch.Tensor | None = None,
-    cfg: SkinnyConfig | None = None,
+    cfg: SkinnyConfig | None = None, tail: torch.Tensor | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """y [M, N] = x [M, K] @ (weight * scale)^T in bf16 for 1 <= M <= 64: weight e4m3 [N, K] row-major, scale fp32
     [N] or (blocked) [N / 128, K / 128]. `out` may be a column slice of a wider buffer (its row stride is
-    honoured). `cfg`: the tile (hinfer.ops.triton.tiles.linear.fp8_mma_config's form)."""
+    honoured). `cfg`: the tile (hinfer.ops.triton.tiles.linear.fp8_mma_config's form). `tail` [T, K] bf16: rows
+    computed in the same launch on CUDA cores into out[:, N:N + T] (`out` is then the whole [M, N + T] output,
+    given)."""
     from hinfer.ops.triton.tiles.linear import fp8_mma_config
 
     m, k = x.shape
@@ -305,18 +339,21 @@ def fp8_mma_matmul(
         raise ValueError(f"fp8 mma: x [M <= {MAX_M}, K % {GROUP_K} == 0] bf16 and a contiguous e4m3 W [N, K] "
                          f"(N a multiple of the tile's {cfg.block_n}), got x {tuple(x.shape)} {x.dtype}, W "
                          f"{tuple(weight.shape)} {weight.dtype}")  # fmt: skip
+    tail_n = tail_rows(tail, out, m, n, k)
     if x.stride(-1) != 1 or x.stride(0) % 2 or x.data_ptr() % 4:  # x's rows are read as bf16 pairs (int32)
         x = x.clone(memory_format=torch.contiguous_format)
     if out is None:
         out = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    assert out.shape == (m, n) and out.stride(-1) == 1
+    assert out.shape == (m, n + tail_n) and out.stride(-1) == 1
     if m == 0:
         return out
-    grid = (-(-m // cfg.block_m), n // cfg.block_n, cfg.split_k)
+    grid = (-(-m // cfg.block_m), n // cfg.block_n + -(-tail_n // cfg.num_warps), cfg.split_k)
     part, cnt = split_scratch(cfg.split_k, m, n, grid[0] * grid[1], x, out)
     fp8_mma_kernel[grid](
         x, weight.view(torch.int32), scale, out, part, cnt, m, n, k, x.stride(0), out.stride(0),
         BLOCKED=blocked, BLOCK_N=cfg.block_n, BLOCK_M=cfg.block_m, SPLIT_K=cfg.split_k, DEPTH=cfg.num_stages,
+        t_ptr=x if tail is None else tail, TAIL_N=tail_n, stride_tn=0 if tail is None else tail.stride(0),
+        TAIL=0 if tail is None else 2 if 1 < m and cfg.block_m <= 8 else 1,
         num_warps=cfg.num_warps, **pdl_kwargs(x, m),
     )  # fmt: skip
     return out
