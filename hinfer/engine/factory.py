@@ -234,6 +234,24 @@ def build_core(loaded: Loaded) -> EngineCore:
     return make_core(loaded.cfg, loaded.model, loaded.tokenizer, loaded.ecfg, loaded.device, shape, loaded.ranks)
 
 
+def warm_cudnn_prefill(model: Qwen35ForCausalLM, ecfg: EngineConfig, device: torch.device) -> None:
+    """With prefill attention on cuDNN (HINFER_PREFILL_CUDNN=1), build its execution plans for every part shape the
+    server's chunks can bring (attention_cudnn.plan_shapes) now, not on the first request of each shape; a shape
+    cuDNN refuses leaves prefill to the Triton kernel, as at run time."""
+    from hinfer.ops.triton.attention_cudnn import cudnn_prefill_enabled, cudnn_prefill_failed, warm_plans
+
+    if not cudnn_prefill_enabled(device) or model.dtype not in (torch.bfloat16, torch.float16):
+        return
+    cfg = model.cfg
+    try:
+        n, secs = warm_plans(cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, model.dtype, device,
+                             ecfg.prefill_chunk, ecfg.max_context, cfg.head_dim**-0.5)  # fmt: skip
+    except RuntimeError as e:
+        cudnn_prefill_failed(e)
+        return
+    log.info("prefill attention on cuDNN: %d part shapes planned in %.1f s", n, secs)
+
+
 def make_core(
     cfg: ModelConfig,
     model: Qwen35ForCausalLM,
@@ -258,6 +276,8 @@ def make_core(
         runner = LeaderRunner(model, LeaderState(model.cfg, shape, device, ranks), sampler, ranks)
     if device.type == "cuda" and ecfg.cuda_graphs:
         runner.capture_graphs(ecfg.max_concurrency, ecfg.max_context)
+    if ranks is None:
+        warm_cudnn_prefill(model, ecfg, device)
     eos = sorted(set(cfg.eos_token_ids) | set(tokenizer.eos_token_ids))
     return EngineCore(runner, tokenizer, ecfg, eos)
 

@@ -25,6 +25,8 @@ from hinfer.ops.triton.attention_cudnn import (
     cudnn_prefill_enabled,
     part_plan,
     part_ref,
+    plan_shapes,
+    warm_plans,
 )
 from hinfer.ops.triton.kv_read import read_kv_heads
 from hinfer.ops.triton.parts_merge import merge_part, merge_part_ref
@@ -168,6 +170,40 @@ def test_part_plan_covers_the_keys_once_in_bounded_shapes():
             shapes |= {(rows if s.causal else -(-n // QUANTUM) * QUANTUM, rows if s.causal else s.stop - s.start)
                        for s in spans}  # fmt: skip
     assert len(shapes) <= 60, len(shapes)
+
+
+@pytest.mark.parametrize("chunk,max_context", [(2048, 200_000), (1024, 40_000), (1536, 5000)])
+def test_plan_shapes_hold_every_shape_the_parts_bring(chunk, max_context):
+    """plan_shapes(n) covers every (queries, keys, causal) shape cudnn_prefill gives cuDNN for a chunk of n tokens
+    at any prefix below max_context, and names each once; over chunks of MIN_Q..chunk tokens they stay a bounded
+    set (the server warms the full chunk's at startup)."""
+    seen, named = set(), set()
+    for n in sorted({chunk, MIN_Q, MIN_Q + 300, chunk - 1}):
+        want = plan_shapes(n, max_context)
+        assert len(set(want)) == len(want)
+        got = set()
+        for cached in range(0, max_context - n, 37):  # any length (a previous turn's answer is cached too)
+            for s in part_plan(cached, n):
+                rows = -(-(s.lead + n) // QUANTUM) * QUANTUM
+                got.add((rows, rows if s.causal else s.stop - s.start, s.causal))
+        assert got == set(want), sorted(got ^ set(want))
+        seen |= got
+        named |= set(want)
+    assert len(plan_shapes(chunk, max_context)) <= 12
+    assert len({s for n in range(MIN_Q, chunk + 1) for s in plan_shapes(n, max_context)}) <= 60
+
+
+def test_warm_plans_runs_each_shape_as_laid_out_at_run_time(monkeypatch):
+    calls = []
+    monkeypatch.setattr(ac, "cudnn_part", lambda q, k, v, causal, scale: calls.append(
+        (q.shape, k.shape, q.is_contiguous() and k.is_contiguous() and v is k, causal, scale)))  # fmt: skip
+    n, _ = warm_plans(H, HKV, D, torch.bfloat16, torch.device("cpu"), 1024, 3000, 0.125)
+    shapes = plan_shapes(1024, 3000)
+    assert n == len(shapes) == len(calls)
+    assert [(c[0][2], c[1][2], c[3]) for c in calls] == shapes
+    assert all(c[0][:2] == (1, H) and c[1][:2] == (1, HKV) and c[0][3] == c[1][3] == D for c in calls)
+    assert all(c[2] and c[4] == 0.125 for c in calls)
+    assert warm_plans(H, HKV, D, torch.bfloat16, torch.device("cpu"), MIN_Q - 1, 3000, 0.125)[0] == 0
 
 
 def test_merge_kernel_matches_the_torch_body():

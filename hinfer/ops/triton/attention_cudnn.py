@@ -109,6 +109,38 @@ def _padded(x: int, quantum: int) -> int:
     return -(-x // quantum) * quantum
 
 
+def plan_shapes(n: int, max_context: int, block: int = BLOCK, quantum: int = QUANTUM) -> list[tuple[int, int, bool]]:
+    """Every (query rows, key rows, causal) part shape `cudnn_prefill` gives cuDNN for a chunk of n tokens after any
+    prefix that leaves it within max_context: the prefix's parts (queries padded, keys a whole block or a power of two of
+    at least `quantum`), the causal part (square, its rows padded after 0..quantum - 1 leading dummy rows)."""
+    rows, longest = _padded(n, quantum), max_context - n  # the longest prefix a chunk of n can follow
+    pieces = [1 << b for b in range(quantum.bit_length() - 1, block.bit_length() - 1) if 1 << b <= longest]
+    pieces += [block] if block <= longest else []
+    causal = sorted({_padded(lead + n, quantum) for lead in range(quantum)})
+    return [(rows, k, False) for k in pieces] + [(r, r, True) for r in causal]
+
+
+def warm_plans(n_heads: int, n_kv: int, head_dim: int, dtype: torch.dtype, device: torch.device, chunk: int,
+               max_context: int, scale: float) -> tuple[int, float]:  # fmt: skip
+    """Run cuDNN once on zeros of every shape a full chunk brings (`plan_shapes(chunk, ...)`), so that its execution
+    plans are built at startup rather than on the first request that reaches each: (shapes, seconds). A prompt's
+    shorter last chunk may bring a new padded length, planned when it first comes (the parts' shapes stay a
+    bounded set). The tensors are laid out as `cudnn_prefill` passes them (contiguous queries, keys and values per
+    part); a refusal raises."""
+    import time
+
+    t0 = time.perf_counter()
+    shapes = plan_shapes(chunk, max_context) if chunk >= MIN_Q else []
+    for rows, keys, causal in shapes:
+        q = torch.zeros((1, n_heads, rows, head_dim), dtype=dtype, device=device)
+        kv = torch.zeros((1, n_kv, keys, head_dim), dtype=dtype, device=device)
+        cudnn_part(q, kv, kv, causal, scale)
+        del q, kv
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return len(shapes), time.perf_counter() - t0
+
+
 def cudnn_prefill(
     q: torch.Tensor,  # [n, H, D]: one sequence's new tokens (normed, rotated as the cache stores keys)
     k_cache: torch.Tensor,  # [P, page, Hkv, D / pack]
