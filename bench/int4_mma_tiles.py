@@ -9,9 +9,12 @@ L2), beside its default tile. It prints the winners as TUNED entries (hinfer/ops
     python bench/int4_mma_tiles.py --a8 --ms 1,4,8 --tuned-out a8.json   # the int4 x int8 kernel's tiles
 
 With --a8 the candidates run the int4 x int8 kernel (hinfer/ops/triton/linear_int4_a8.py: BLOCK_M 8, rings of
-2 or 4 slots, splits near the packaged tile's) against the bf16 kernel's packaged tile, and a winner is written
-(family int4_a8) only where it beat that by more than --a8-margin: HINFER_INT4_DECODE=tuned takes the int8
-kernel exactly there.
+2 or 4 slots, splits near the packaged tile's; past 8 rows x quantized ahead, BLOCK_M 8, 16 or 32) against the
+packaged bf16 path (Int4MmaWeight.matmul with HINFER_INT4_DECODE=bf16: the warpgroup kernel where its entry is,
+else the mma.sync kernel's tile), and a winner is written (family int4_a8) only where it beat that by more than
+--a8-margin: HINFER_INT4_DECODE=tuned takes the int8 kernel exactly there.
+
+    python bench/int4_mma_tiles.py --a8 --ms 16,32 --a8-all --tuned-out a8-rows.json   # verification's rows
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -75,23 +79,33 @@ def candidates(m: int, n: int, k: int, rings: tuple[int, ...] = (0,), fma: bool 
 def a8_candidates(m: int, n: int, k: int, splits: tuple[int, ...], near: int = 0):
     """Tiles of the int4 x int8 kernel: BLOCK_N 128 (4 or 8 warps) or 256 (8), rings of 2 or 4 slots, splits
     keeping >= 4 groups and the grid under ~8 programs an SM; `near` (a split): only half, that and twice it; from
-    2 rows each also with x quantized ahead in its own launch (x_ahead)."""
+    2 rows each also with x quantized ahead in its own launch (x_ahead); past 8 rows only that, in MMA column
+    blocks of 8, 16 or 32 rows of x a program."""
     from dataclasses import replace
 
     from hinfer.ops.triton.linear_int4_a8 import a8_takes
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
+    from hinfer.ops.triton.tiles.linear import mma_block_m
 
     if near:
         splits = tuple(s for s in splits if near // 2 <= s <= near * 2)
+    block_ms = [b for b in (8, 16, 32) if b <= mma_block_m(m)] if m > 8 else [8]
     out = []
-    for (block_n, warps), split, ring in itertools.product(((128, 4), (128, 8), (256, 8)), splits, (2, 4)):
-        if n % block_n or k // 128 // split < 4 or (n // block_n) * split > 8 * 132:
+    for (block_n, warps), split, ring, block_m in itertools.product(((128, 4), (128, 8), (256, 8)), splits, (2, 4),
+                                                                     block_ms):  # fmt: skip
+        if n % block_n or k // 128 // split < 4 or (n // block_n) * split * -(-m // block_m) > 8 * 132:
             continue
-        cfg = SkinnyConfig(block_n, 128, 8, split, warps, 2, ring)
-        for c in (cfg, replace(cfg, x_ahead=True)) if m > 1 else (cfg,):  # x quantized ahead: one launch more
+        cfg = SkinnyConfig(block_n, 128, block_m, split, warps, 2, ring, x_ahead=m > 8)
+        for c in (cfg, replace(cfg, x_ahead=True)) if 1 < m <= 8 else (cfg,):  # x quantized ahead: one launch more
             if a8_takes(m, n, k, c, zero=True):
                 out.append(c)
     return out
+
+
+def _packaged_bf16(x, w, cfg=None):
+    """Int4MmaWeight.matmul with x as it is (HINFER_INT4_DECODE=bf16, set for --a8 runs): the path the int8 kernel's
+    entries would replace."""
+    return w.matmul(x)
 
 
 def main() -> None:
@@ -118,7 +132,8 @@ def main() -> None:
                     help="only the packaged tile (and, with --x-ahead, its x_ahead twin): a quick check per shape")
     ap.add_argument("--rings", default="0", help="shared-memory ring sizes to try (0: register look-ahead)")
     ap.add_argument("--a8", action="store_true",
-                    help="sweep the int4 x int8 kernel against the bf16 kernel's packaged tile (family int4_a8)")
+                    help="sweep the int4 x int8 kernel against the packaged bf16 path (family int4_a8; past 8 rows x "
+                    "quantized ahead, blocks of 8-32 rows of x a program)")
     ap.add_argument("--a8-all", action="store_true",
                     help="with --a8, every split (default: half, the same and twice the packaged tile's)")
     ap.add_argument("--a8-margin", type=float, default=0.02,
@@ -126,6 +141,8 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--tuned-out", type=Path, help="the winners as HINFER_TILES entries (family int4_mma)")
     a = ap.parse_args()
+    if a.a8:
+        os.environ["HINFER_INT4_DECODE"] = "bf16"  # the bar (_packaged_bf16) without the int8 kernel's entries
     bw = copy_bandwidth()
     fmt = "int4-mma-sym" if a.sym else "int4-mma"
     g = _gen(4)
@@ -149,6 +166,8 @@ def main() -> None:
                 a8 = isinstance(cfg, tuple)  # ("a8", tile): the int8 kernel's candidates
                 cfg = cfg[1] if a8 else cfg
                 run = int4_a8_matmul if a8 else int4_mma_matmul
+                if a.a8 and not a8:  # the bar: what the packaged tables run without the int8 kernel (the warpgroup
+                    run = _packaged_bf16  # kernel where its entry is, else the mma.sync kernel's tile)
                 got = run(x, w, cfg=cfg).float()  # a tile that computes wrong never wins
                 ref = want_a8 if a8 else want
                 rel = ((got - ref).norm() / ref.norm()).item()

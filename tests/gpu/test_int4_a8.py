@@ -169,3 +169,27 @@ def test_add_norm_in_the_x_quantization_equals_add_rms_norm_then_the_projection(
         assert got is not None and torch.equal(got[1], r), m
         assert _rel(got[0], int4_a8_matmul(y, mw)) < REL, m
 
+
+
+@pytest.mark.parametrize("block_m", [8, 16, 32])
+@pytest.mark.parametrize("tile", [(128, 4, 4, 4), (128, 3, 8, 2), (256, 2, 8, 4)])
+def test_int4_a8_many_rows_with_x_ahead(tile, block_m):
+    """Verification's rows (9-64: lanes x (K + 1)) on the int8 kernel with x quantized ahead, in MMA column blocks
+    of 8, 16 or 32 rows of x a program, against the twin's exact integer sums; NaN-poisoned outputs."""
+    from hinfer.ops.triton.linear_int4_a8 import int4_a8_matmul
+    from hinfer.ops.triton.tiles.forms import SkinnyConfig
+    from hinfer.quant.int4_mma_layout import emulate_kernel_a8
+
+    block_n, split, warps, ring = tile
+    cfg = SkinnyConfig(block_n, 128, block_m, split, warps, 2, ring, x_ahead=True)
+    n, k = 512, 40 * 128
+    g = _gen()
+    _, mw = _quantized(n, k, True, g)
+    cpu = (mw.words.cpu(), mw.scales.cpu(), mw.zeros.cpu())
+    for m in (9, 16, 24, 32, 45, 64):
+        x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
+        x[m - 1, 128:256] = 0
+        y = int4_a8_matmul(x, mw, out=_poisoned(m, n), cfg=cfg)
+        twin = emulate_kernel_a8(*cpu, x.cpu(), n)
+        assert _rel(y.cpu(), twin) < REL, m
+        assert (y.float().cpu() - twin.float()).abs().max() <= 2 ** -6 * twin.float().abs().max(), m

@@ -38,12 +38,33 @@ def test_shared_memory_and_what_it_takes():
     shape = A8Shape.of(8, 5120, cfg)
     assert shape.smem_bytes(128, True) == 3 * 128 * 67 + shape.xg * (8 * 128 + 64)
     assert a8_takes(8, 14336, 5120, cfg, zero=True)
-    assert not a8_takes(9, 14336, 5120, cfg)
+    assert not a8_takes(9, 14336, 5120, cfg)  # x quantized in the programs: 8 rows at most
     assert not a8_takes(8, 14336, 5120, SkinnyConfig(128, 128, 16, 4, 4, 2, 3))
     assert not a8_takes(1, 14336 + 64, 5120, cfg)  # N not a multiple of BLOCK_N
     whole_k = SkinnyConfig(256, 128, 8, 1, 8, 2, 4)  # 8 rows of the 27B down_proj's 136 groups in one program
     assert A8Shape.of(8, 17408, whole_k).smem_bytes(256, True) > SMEM_LIMIT
     assert not a8_takes(8, 5120, 17408, whole_k, zero=True)
+
+
+def test_many_rows_only_with_x_quantized_ahead():
+    """Past 8 rows (speculative verification: lanes x (K + 1)) the kernel takes x quantized ahead only, in MMA column
+    blocks of 8, 16 or 32 rows of x a program, up to MAX_M rows a call; a tile quantizing x in its programs stays at
+    8 rows and BLOCK_M 8."""
+    from hinfer.ops.triton.linear_int4_a8 import MAX_M, a8_rows_fit
+
+    ahead = SkinnyConfig(128, 128, 32, 4, 4, 2, 4, x_ahead=True)
+    for m in (1, 9, 24, 32, 33, MAX_M):
+        assert a8_rows_fit(m, ahead) and a8_takes(m, 14336, 5120, ahead, zero=True), m
+    assert not a8_rows_fit(MAX_M + 1, ahead)
+    assert not a8_rows_fit(32, replace(ahead, block_m=64))
+    assert a8_rows_fit(32, replace(ahead, block_m=8)) and a8_rows_fit(16, replace(ahead, block_m=16))
+    assert not a8_rows_fit(16, replace(ahead, x_ahead=False)) and not a8_rows_fit(8, replace(ahead, x_ahead=False))
+    assert a8_rows_fit(8, replace(ahead, x_ahead=False, block_m=8))
+    assert A8Shape.of(32, 5120, ahead).smem_bytes(128, True) == 4 * 128 * 67  # the ring only, at any rows
+    from hinfer.ops.triton.tiles.linear import _a8_fits
+
+    assert _a8_fits(ahead, 32, 14336, 5120) and _a8_fits(ahead, 17, 14336, 5120)
+    assert not _a8_fits(ahead, 16, 14336, 5120)  # 32 rows a program for a bucket of 16: never asked of a table
 
 
 def test_tiles_default_to_the_bf16_kernels_and_take_over_only_where_swept():

@@ -223,6 +223,9 @@ def variants(full: bool = False) -> Iterator[Variant]:
     yield (*int4_a8_variant(128, 16, 4, True, 4, 1, 17408, pdl=True, max_regs=96, act=True), 0)
     for zero, tail in ((True, False), (False, True)):  # x quantized ahead (act_int8), read from global memory
         yield (*int4_a8_variant(128, 4, 4, zero, 4, 8, 5120, tail=tail, pdl=True, pre=True), 0)
+    # ... at verification's rows: MMA column blocks of 16 and 32 rows of x a program
+    for block_n, split, warps, block_m in ((128, 4, 4, 32), (128, 2, 8, 32), (128, 4, 4, 16), (256, 2, 8, 32)):
+        yield (*int4_a8_variant(block_n, split, warps, True, 4, 32, 5120, pdl=True, pre=True, block_m=block_m), 0)
     # the warpgroup-MMA kernel: one or two warpgroups, 8 to 64 rows of x, K splits
     for block_n, block_m, split, warps, zero in ((64, 8, 1, 4, True), (64, 32, 2, 4, True), (128, 16, 1, 4, False),
                                                  (128, 8, 2, 8, True), (128, 8, 4, 8, True), (256, 8, 4, 8, True),

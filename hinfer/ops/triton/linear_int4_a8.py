@@ -375,29 +375,42 @@ class A8Shape:
         return self.ring * block_n * (64 + 2 + (1 if zero else 0)) + x
 
 
+MAX_M = 64  # rows of x per call, with x quantized ahead (in each program's prologue: 8)
+
+
+def a8_rows_fit(m: int, cfg: SkinnyConfig) -> bool:
+    """Whether a tile takes m rows of x: with x quantized in each program's prologue up to 8 in one MMA column
+    block of 8 (more would hold too many of x's values per thread there); with x quantized ahead (the tile's
+    x_ahead: each group's bytes read from global memory) up to MAX_M, in column blocks of 8, 16 or 32."""
+    if cfg.x_ahead:
+        return 1 <= m <= MAX_M and cfg.block_m in (8, 16, 32)
+    return 1 <= m <= cfg.block_m == 8
+
+
 def a8_takes(m: int, n: int, k: int, cfg: SkinnyConfig | None = None, zero: bool = False) -> bool:
-    """Whether the int4 x int8 kernel takes this call: up to 8 rows of x (one MMA column block: more would hold
-    too many of x's values per thread in the prologue), its shared memory under SMEM_LIMIT."""
+    """Whether the int4 x int8 kernel takes this call: its rows of x (a8_rows_fit), its shared memory under
+    SMEM_LIMIT."""
     cfg = cfg or a8_config(m, n, k)
-    return (1 <= m <= cfg.block_m == 8 and k % GROUP_K == 0 and n % cfg.block_n == 0
+    return (a8_rows_fit(m, cfg) and k % GROUP_K == 0 and n % cfg.block_n == 0
             and A8Shape.of(m, k, cfg).smem_bytes(cfg.block_n, zero) <= SMEM_LIMIT)  # fmt: skip
 
 
 def int4_a8_variant(block_n: int, split_k: int, warps: int, zero: bool, ring: int, m: int, k: int,
                     tail: bool = False, pdl: bool = False, max_regs: int = 0, pre: bool = False,
-                    act: bool = False):  # fmt: skip
+                    act: bool = False, block_m: int = 8):  # fmt: skip
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot): the tile
-    (block_n, split_k, warps, ring; pre: x quantized ahead) at m rows of x and K = k, shaped as a call is
-    (A8Shape)."""
-    cfg = SkinnyConfig(block_n, GROUP_K, 8, split_k, warps, 2, ring, x_ahead=pre, max_regs=max_regs)
+    (block_n, split_k, warps, ring; pre: x quantized ahead; block_m: x's rows an MMA column block takes, 16 or
+    32 only with pre) at m rows of x and K = k, shaped as a call is (A8Shape)."""
+    cfg = SkinnyConfig(block_n, GROUP_K, block_m, split_k, warps, 2, ring, x_ahead=pre, max_regs=max_regs)
     a8 = A8Shape.of(m, k, cfg)
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
            "y_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
            "stride_xm": "i32", "stride_ym": "i32", "stride_sg": "i32", "t_ptr": "*bf16", "TAIL_N": "i32",
            "stride_tn": "i32", "xw_ptr": "*i32", "xs_ptr": "*fp32", "xsum_ptr": "*fp32"}  # fmt: skip
-    cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=8, SPLIT_K=split_k, RING=a8.ring, XROWS=a8.xrows, XG=a8.xg,
-               XQ=a8.xq, TAIL=tail, PDL=pdl, XPRE=pre, ACT=act, maxnreg=max_regs)  # fmt: skip
-    name = (f"int4 a8{' asym' if zero else ''} BLOCK_N={block_n} split {split_k} w{warps} ring {a8.ring} "
+    cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, RING=a8.ring, XROWS=a8.xrows,
+               XG=a8.xg, XQ=a8.xq, TAIL=tail, PDL=pdl, XPRE=pre, ACT=act, maxnreg=max_regs)  # fmt: skip
+    name = (f"int4 a8{' asym' if zero else ''} BLOCK_N={block_n}{f' BLOCK_M={block_m}' if block_m != 8 else ''} "
+            f"split {split_k} w{warps} ring {a8.ring} "
             f"{'x ahead' if pre else f'x rows {a8.xrows} x groups {a8.xg}'}{' tail' if tail else ''}"
             f"{' pdl' if pdl else ''}{' silu_mul' if act else ''}{f' maxnreg {max_regs}' if max_regs else ''}")  # fmt: skip
     return name, int4_a8_kernel, sig, cex, warps
@@ -407,8 +420,8 @@ def int4_a8_matmul(
     x: torch.Tensor, w: Int4Tensors, out: torch.Tensor | None = None, cfg: SkinnyConfig | None = None,
     tail: torch.Tensor | None = None, xq: XInt8 | None = None, silu_mul: bool = False, norm: NormIn | None = None,
 ) -> torch.Tensor:  # fmt: skip
-    """y [M, N] = x [M, K] @ W^T (bf16 in and out, x rounded to int8 per row and 128-group inside), 1 <= M <= 8,
-    W fragment-ordered (Int4MmaWeight). `cfg`: the tile (mma_config's; its ring, at least 2 slots, always
+    """y [M, N] = x [M, K] @ W^T (bf16 in and out, x rounded to int8 per row and 128-group inside), 1 <= M <= 8
+    (up to MAX_M with x quantized ahead: a tile's x_ahead, or `xq`), W fragment-ordered (Int4MmaWeight). `cfg`: the tile (mma_config's; its ring, at least 2 slots, always
     streams the weights; default a8_config's; its x_ahead: x quantized ahead in its own launch, act_int8, instead
     of in each program's prologue); `tail` as in linear_int4_mma.int4_mma_matmul; `xq`: x already quantized
     (act_int8.quantize_x_int8 of this x), read instead of x (a tail still reads x). `silu_mul`: x is [M, 2 K] =
@@ -421,18 +434,21 @@ def int4_a8_matmul(
     m, k = x.shape
     k //= 2 if silu_mul else 1
     n = w.shape[0]
-    if (k != w.shape[1] or k % GROUP_K or not 1 <= m <= 8 or x.dtype != torch.bfloat16 or hasattr(w, "qweight")
+    if (k != w.shape[1] or k % GROUP_K or not 1 <= m <= MAX_M or x.dtype != torch.bfloat16 or hasattr(w, "qweight")
             or (silu_mul and (x.shape[1] != 2 * k or tail is not None or xq is not None))
             or (norm is not None and (silu_mul or xq is not None or tail is not None))):  # fmt: skip
-        raise ValueError(f"int4 a8: x [1 <= M <= 8, K % {GROUP_K} == 0] bf16 matching fragment-ordered W "
+        raise ValueError(f"int4 a8: x [1 <= M <= {MAX_M}, K % {GROUP_K} == 0] bf16 matching fragment-ordered W "
                          f"{tuple(w.shape)}{' as [gate | up], no tail' * silu_mul}, got {tuple(x.shape)} {x.dtype}")
     if x.stride(-1) != 1:
         x = x.contiguous()
     cfg = cfg or a8_config(m, n, k)
     zero = w.zeros is not None
+    if xq is not None:  # x quantized by the caller: the tile reads it as a tile with x_ahead does
+        cfg = replace(cfg, x_ahead=True)
     if cfg.block_n % (16 * cfg.num_warps) or not a8_takes(m, n, k, cfg, zero):
-        raise ValueError(f"int4 a8: takes up to 8 rows of x in tiles of BLOCK_M = 8 within {SMEM_LIMIT} bytes of "
-                         f"shared memory; not M={m}, N={n}, K={k}, {cfg}")  # fmt: skip
+        raise ValueError(f"int4 a8: takes up to 8 rows of x in tiles of BLOCK_M = 8 (up to {MAX_M} in BLOCK_M 8, 16 "
+                         f"or 32 with x quantized ahead) within {SMEM_LIMIT} bytes of shared memory; not M={m}, "
+                         f"N={n}, K={k}, {cfg}")  # fmt: skip
     tail_n = tail_rows(tail, out, m, n, k)
     if out is None:
         out = torch.empty((m, n), dtype=x.dtype, device=x.device)

@@ -204,6 +204,10 @@ def _a8_heuristic(m: int, n: int, k: int, sms: int | None = None) -> SkinnyConfi
 
 
 def _a8_fits(cfg: SkinnyConfig, m: int, n: int, k: int) -> bool:
+    """8 rows of x a tile with x quantized in each program (up to 8 rows); with x quantized ahead, 8-32 rows a
+    program (linear_int4_a8.a8_rows_fit)."""
+    if cfg.x_ahead:
+        return cfg.block_m in (8, 16, 32) and cfg.block_m <= mma_block_m(m) and n % cfg.block_n == 0
     return cfg.block_m == 8 and m <= 8 and n % cfg.block_n == 0
 
 
