@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import os
 import sys
 from dataclasses import asdict
@@ -24,9 +23,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.int4_mma_tiles import config_shapes  # noqa: E402
-from bench.linear_kernels import SHAPES, _copies, _gen, copy_bandwidth, graph_time  # noqa: E402
-from bench.tile_sweep import time_tiles  # noqa: E402
+from bench.linear_kernels import _copies, _gen, copy_bandwidth, graph_time  # noqa: E402
+from bench.tile_sweep import Winners, add_shape_args, chosen_shapes, time_tiles  # noqa: E402
 
 
 def candidates(m: int, n: int, k: int, depths: tuple[int, ...] = (2, 4), sms: int = 132) -> list:
@@ -54,16 +52,12 @@ def main() -> None:
     from hinfer.ops.triton.linear_fp8_mma import fp8_mma_matmul
     from hinfer.ops.triton.tiles.forms import FP8_MMA
     from hinfer.ops.triton.tiles.linear import fp8_mma_config
-    from hinfer.ops.triton.tiles.table import entry, m_bucket, source_line, write
     from hinfer.quant.fp8 import quantize_fp8
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ms", default="1,2,4,8,16,32")
-    ap.add_argument("--shapes", default="qkv,gdn_in,gate_up,o_proj,down")
-    ap.add_argument("--config", help="a packaged config (e.g. qwen3.6-35b-a3b): its shapes instead of the 27B's")
+    add_shape_args(ap)
     ap.add_argument("--scheme", default="channel", choices=("channel", "block"))
     ap.add_argument("--depths", default="2,4", help="register look-ahead depths to try")
-    ap.add_argument("--json", type=Path)
     ap.add_argument("--tiles", type=Path, help="write the winning fp8_mma entries here (HINFER_TILES form)")
     ap.add_argument("--margin", type=float, default=0.02, help="how much faster than the current path an entry must be")
     a = ap.parse_args()
@@ -71,13 +65,9 @@ def main() -> None:
     bw = copy_bandwidth()
     g = _gen(4)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    rows, wins = [], []
+    found = Winners(FP8_MMA, a.margin, a.json, a.tiles)
     blocked = a.scheme == "block"
-    if a.config:
-        shapes = [s for s in config_shapes(a.config) if s[0] != "lm_head"]
-    else:
-        shapes = [s for s in SHAPES if s[0] in a.shapes.split(",")]
-    for name, n, k in shapes:
+    for name, n, k in chosen_shapes(a):
         w = quantize_fp8((torch.randn(n, k, generator=g, device="cuda") * k**-0.5).bfloat16(), a.scheme)
         nbytes = w.nbytes()
         weights = _copies(w, nbytes)
@@ -102,22 +92,13 @@ def main() -> None:
             print(f"{name:8s} M={m:<3d} current {cur_t * 1e6:7.1f} us {nbytes / cur_t / bw:6.1%}   mma default "
                   f"{timed[0][0] * 1e6:7.1f} us   best {best} {best_t * 1e6:7.1f} us {nbytes / best_t / bw:6.1%}  "
                   f"({cur_t / best_t:.2f}x)", flush=True)  # fmt: skip
-            rows.append({"shape": name, "n": n, "k": k, "m": m, "scheme": a.scheme, "current_us": cur_t * 1e6,
-                         "mma_default_us": timed[0][0] * 1e6, "mma_default_tile": asdict(default),
-                         "mma_us": best_t * 1e6, "mma_tile": asdict(best), "bytes": nbytes, "copy_bw": bw,
-                         "all": [(t * 1e6, asdict(c)) for t, c in timed]})  # fmt: skip
-            if best_t * (1 + a.margin) < cur_t:
-                wins.append((n, k, m_bucket(m), best))
-            if a.json:  # as it goes: a run cut short keeps what it measured
-                a.json.write_text(json.dumps(rows, indent=1))
-            if a.tiles:
-                write(a.tiles, [entry(FP8_MMA, *e) for e in wins])
+            found.add({"shape": name, "n": n, "k": k, "m": m, "scheme": a.scheme, "current_us": cur_t * 1e6,
+                       "mma_default_us": timed[0][0] * 1e6, "mma_default_tile": asdict(default),
+                       "mma_us": best_t * 1e6, "mma_tile": asdict(best), "bytes": nbytes, "copy_bw": bw,
+                       "all": [(t * 1e6, asdict(c)) for t, c in timed]}, n, k, m, cur_t, best_t, best)  # fmt: skip
         del w, weights
         torch.cuda.empty_cache()
-    print("# the fp8 tensor-core kernel's wins (tuned.py lines):")
-    for e in wins:
-        print(source_line(FP8_MMA, *e))
-
+    found.print_lines("the fp8 tensor-core kernel's wins")
 
 if __name__ == "__main__":
     main()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -22,9 +21,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.int4_mma_tiles import config_shapes  # noqa: E402
-from bench.linear_kernels import SHAPES, _copies, _gen, copy_bandwidth, graph_time, make_weight  # noqa: E402
-from bench.tile_sweep import time_tiles  # noqa: E402
+from bench.linear_kernels import _copies, _gen, copy_bandwidth, graph_time, make_weight  # noqa: E402
+from bench.tile_sweep import Winners, add_shape_args, chosen_shapes, time_tiles  # noqa: E402
 
 
 def candidates(m: int, n: int, k: int, rings: tuple[int, ...] = (0,), regs: tuple[int, ...] = (0,)) -> list:
@@ -54,13 +52,9 @@ def main() -> None:
     from hinfer.ops.triton.linear_int4_wgmma import int4_wgmma_matmul
     from hinfer.ops.triton.tiles.forms import INT4_WGMMA
     from hinfer.ops.triton.tiles.linear import mma_config, wgmma_config, wgmma_swept_faster
-    from hinfer.ops.triton.tiles.table import entry, m_bucket, source_line, write
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ms", default="1,2,4,8,16,32")
-    ap.add_argument("--shapes", default="qkv,gdn_in,gate_up,o_proj,down")
-    ap.add_argument("--config", help="a packaged config (e.g. qwen3.6-35b-a3b): its shapes instead of the 27B's")
-    ap.add_argument("--json", type=Path)
+    add_shape_args(ap)
     ap.add_argument("--tiles", type=Path, help="write the winning wgmma entries here (HINFER_TILES form)")
     ap.add_argument("--margin", type=float, default=0.03, help="how much faster than mma.sync an entry must be")
     ap.add_argument("--rings", default="0", help="x's groups per cp.async chunk to try (0: x through registers)")
@@ -68,12 +62,8 @@ def main() -> None:
     a = ap.parse_args()
     bw = copy_bandwidth()
     g = _gen(4)
-    rows, wins = [], []
-    if a.config:
-        shapes = [s for s in config_shapes(a.config) if s[0] != "lm_head"]
-    else:
-        shapes = [s for s in SHAPES if s[0] in a.shapes.split(",")]
-    for name, n, k in shapes:
+    found = Winners(INT4_WGMMA, a.margin, a.json, a.tiles)
+    for name, n, k in chosen_shapes(a):
         w, nbytes = make_weight("int4-mma", n, k, g)
         weights = _copies(w, nbytes)
         for m in (int(v) for v in a.ms.split(",")):
@@ -99,21 +89,13 @@ def main() -> None:
                   f"   wgmma {best} {best_t * 1e6:7.1f} us {nbytes / best_t / bw:6.1%}  ({mma_t / best_t:.2f}x; the first "
                   f"tile tried {timed[0][0] * 1e6:.1f} us)",
                   flush=True)  # fmt: skip
-            rows.append({"shape": name, "n": n, "k": k, "m": m, "mma_us": mma_t * 1e6, "mma_tile": asdict(mma_config(m, n, k)),
-                         "wgmma_us": best_t * 1e6, "wgmma_tile": asdict(best), "bytes": nbytes, "copy_bw": bw,
-                         "all": [(t * 1e6, asdict(c)) for t, c in timed]})  # fmt: skip
-            if best_t * (1 + a.margin) < mma_t:
-                wins.append((n, k, m_bucket(m), best))
-            if a.json:  # as it goes: a run cut short keeps what it measured
-                a.json.write_text(json.dumps(rows, indent=1))
-            if a.tiles:
-                write(a.tiles, [entry(INT4_WGMMA, *e) for e in wins])
+            found.add({"shape": name, "n": n, "k": k, "m": m, "mma_us": mma_t * 1e6,
+                       "mma_tile": asdict(mma_config(m, n, k)), "wgmma_us": best_t * 1e6, "wgmma_tile": asdict(best),
+                       "bytes": nbytes, "copy_bw": bw, "all": [(t * 1e6, asdict(c)) for t, c in timed]},
+                      n, k, m, mma_t, best_t, best)  # fmt: skip
         del w, weights
         torch.cuda.empty_cache()
-    print("# the warpgroup-MMA kernel's wins (tuned.py lines):")
-    for e in wins:
-        print(source_line(INT4_WGMMA, *e))
-
+    found.print_lines("the warpgroup-MMA kernel's wins")
 
 if __name__ == "__main__":
     main()

@@ -1,9 +1,12 @@
 """What the tile sweeps share: time the default tile, then every candidate, skipping (and reporting) the ones
-that do not compile or fit."""
+that do not compile or fit; keep the rows and the winning entries (Winners)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -20,3 +23,54 @@ def time_tiles(default: Any, candidates: Iterable[Any], measure: Callable[[Any],
         print(f"{label}: the default tile {default} failed", flush=True)
         return None
     return timed
+
+
+@dataclass
+class Winners:
+    """A sweep's rows and its winning entries of one tile family: each best tile that beat the bar (the path it
+    would replace) by more than `margin` becomes an entry; rows and entries are written as they come (a run cut
+    short keeps what it measured)."""
+
+    family: str
+    margin: float
+    json_path: Path | None = None
+    tiles_path: Path | None = None
+    rows: list[dict] = field(default_factory=list)
+    wins: list[tuple] = field(default_factory=list)
+
+    def add(self, row: dict, n: int, k: int, m: int, bar_s: float, best_s: float, best: Any) -> None:
+        from hinfer.ops.triton.tiles.table import entry, m_bucket, write
+
+        self.rows.append(row)
+        if best_s * (1 + self.margin) < bar_s:
+            self.wins.append((n, k, m_bucket(m), best))
+        if self.json_path:
+            self.json_path.write_text(json.dumps(self.rows, indent=1))
+        if self.tiles_path:
+            write(self.tiles_path, [entry(self.family, *e) for e in self.wins])
+
+    def print_lines(self, what: str) -> None:
+        from hinfer.ops.triton.tiles.table import source_line
+
+        print(f"# {what} (tuned.py lines):")
+        for e in self.wins:
+            print(source_line(self.family, *e))
+
+
+def add_shape_args(ap) -> None:
+    """The sweeps' common options: rows of x, the 27B's projections by name or a packaged config's, a JSON of rows."""
+    ap.add_argument("--ms", default="1,2,4,8,16,32")
+    ap.add_argument("--shapes", default="qkv,gdn_in,gate_up,o_proj,down")
+    ap.add_argument("--config", help="a packaged config (e.g. qwen3.6-35b-a3b): its shapes instead of the 27B's")
+    ap.add_argument("--json", type=Path)
+
+
+def chosen_shapes(a) -> list[tuple[str, int, int]]:
+    """(name, N, K) of the projections add_shape_args' options name: a config's dense ones (no lm_head), or the
+    27B's by --shapes."""
+    from bench.int4_mma_tiles import config_shapes
+    from bench.linear_kernels import SHAPES
+
+    if a.config:
+        return [s for s in config_shapes(a.config) if s[0] != "lm_head"]
+    return [s for s in SHAPES if s[0] in a.shapes.split(",")]

@@ -25,6 +25,15 @@ decode_bench() {
   echo "== $name rc=$?"; grep -E "decode C=" "$R/$name.txt"
   pack
 }
+# `mtp_rounds NAME SECONDS [ENV=VALUE...]`: the 27B int4's MTP rounds at K = 3, one and eight lanes (depth 1K, 64
+# steps), logged to $R/NAME.txt, its decode and round lines echoed, packed
+mtp_rounds() {
+  local name=$1 seconds=$2; shift 2
+  env "$@" timeout "$seconds" python -m hinfer bench qwen3.6-27b --quant int4 --spec mtp --spec-k 3 --concurrency 1,8 \
+    --depths 1K --prefill "" --steps 64 --out "$R" > "$R/$name.txt" 2>&1
+  echo "== $name rc=$? $((SECONDS - START)) s"; grep -E "decode C=|spec K=|round" "$R/$name.txt" | head -8
+  pack
+}
 # `bench_as NAME PYPATH [ARGS...]`: `hinfer bench ARGS` importing hinfer from PYPATH (python -P: the working
 # directory does not come first), so one call can A/B an older tree's package (`git archive REV hinfer | tar -x -C
 # .kcache/ab`, PYPATH=.kcache/ab:$PWD) against this one ($PWD); logged to $R/NAME.txt, its decode and

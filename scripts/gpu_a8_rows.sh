@@ -12,13 +12,6 @@ gpu_tests test_a8_rows 150 tests/gpu/test_int4_a8.py -k "many_rows" || exit 0
 left 200 && { timeout 200 python bench/int4_mma_tiles.py --a8 --ms 16,32 --json "$R/a8_rows.json" \
   --tuned-out "$R/tiles-a8-rows.json" > "$R/a8_rows.txt" 2>&1; echo "== sweep rc=$? $((SECONDS - START)) s"
   grep -E "M=|int4_a8" "$R/a8_rows.txt" | head -30; pack; }
-spec() {  # NAME [env...]: the 27B's MTP rounds at K = 3, one and eight lanes
-  local name=$1; shift
-  env "$@" timeout 80 python -m hinfer bench qwen3.6-27b --quant int4 --spec mtp --spec-k 3 --concurrency 1,8 \
-    --depths 1K --prefill "" --steps 64 --out "$R" > "$R/$name.txt" 2>&1
-  echo "== $name rc=$? $((SECONDS - START)) s"; grep -E "decode C=|spec K=|round" "$R/$name.txt" | head -8
-  pack
-}
 [ -s "$R/tiles-a8-rows.json" ] || exit 0
-left 420 && spec packaged_1
-left 490 && spec a8_rows_1 HINFER_TILES="$R/tiles-a8-rows.json"
+left 420 && mtp_rounds packaged_1 80
+left 490 && mtp_rounds a8_rows_1 80 HINFER_TILES="$R/tiles-a8-rows.json"

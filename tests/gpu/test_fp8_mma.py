@@ -10,21 +10,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.gpu.test_int4_mma import _fp32_references, _gen, _poisoned  # noqa: F401
+
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 H = 5120
 SHAPES = {"qkv": (14336, H), "gdn_in": (16384, H), "gate_up": (34816, H), "o_proj": (H, 6144), "down": (H, 17408)}
 MS = (1, 2, 4, 8, 16, 24, 32, 64)
-
-
-def _gen() -> torch.Generator:
-    from hinfer.fixtures import fixed_test_seed
-
-    return torch.Generator(device="cuda").manual_seed(fixed_test_seed())
-
-
-def _poisoned(m: int, n: int) -> torch.Tensor:
-    return torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
 
 
 def _check(y: torch.Tensor, want: torch.Tensor) -> None:
@@ -35,14 +27,6 @@ def _check(y: torch.Tensor, want: torch.Tensor) -> None:
     bound = want.abs() * 2.0**-8 + 1e-5 * want.abs().max()
     assert (err <= bound).all(), f"max error {err.max().item():.3g} over bound at {(err - bound).argmax().item()}"
     assert (y == want.bfloat16()).float().mean() > 0.99
-
-
-@pytest.fixture(autouse=True)
-def _fp32_references():
-    old = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32 = old
 
 
 @pytest.mark.parametrize("scheme", ["channel", "block"])

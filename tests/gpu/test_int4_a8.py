@@ -28,17 +28,23 @@ def test_int4_a8_matches_its_twin(tile, zero_point, ahead):
     """Tiles (BLOCK_N, split-K, warps, ring) on 40 groups (uneven splits, splits of 2 and 3 groups, a ring longer
     than a split), 1 to 8 rows of x (2, 4 or 8 of them quantized per program, or x quantized ahead in its own
     launch: the tile's x_ahead) with an all-zero group (scale 1), against the twin's exact integer sums."""
-    from hinfer.ops.triton.linear_int4_a8 import int4_a8_matmul
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
-    from hinfer.quant.int4_mma_layout import emulate_kernel_a8
 
     block_n, split, warps, ring = tile
-    cfg = SkinnyConfig(block_n, 128, 8, split, warps, 2, ring, x_ahead=ahead)
+    _against_the_twin(SkinnyConfig(block_n, 128, 8, split, warps, 2, ring, x_ahead=ahead), zero_point, (1, 2, 3, 5, 8))
+
+
+def _against_the_twin(cfg, zero_point: bool, ms: tuple[int, ...]) -> None:
+    """The kernel at tile `cfg` on 40 groups, each of `ms` rows of x with an all-zero group, against
+    emulate_kernel_a8's exact integer sums; NaN-poisoned outputs."""
+    from hinfer.ops.triton.linear_int4_a8 import int4_a8_matmul
+    from hinfer.quant.int4_mma_layout import emulate_kernel_a8
+
     n, k = 512, 40 * 128
     g = _gen()
     _, mw = _quantized(n, k, zero_point, g)
     cpu = (mw.words.cpu(), mw.scales.cpu(), None if mw.zeros is None else mw.zeros.cpu())
-    for m in (1, 2, 3, 5, 8):
+    for m in ms:
         x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
         x[m - 1, 128:256] = 0
         y = int4_a8_matmul(x, mw, out=_poisoned(m, n), cfg=cfg)
@@ -175,21 +181,9 @@ def test_add_norm_in_the_x_quantization_equals_add_rms_norm_then_the_projection(
 @pytest.mark.parametrize("tile", [(128, 4, 4, 4), (128, 3, 8, 2), (256, 2, 8, 4)])
 def test_int4_a8_many_rows_with_x_ahead(tile, block_m):
     """Verification's rows (9-64: lanes x (K + 1)) on the int8 kernel with x quantized ahead, in MMA column blocks
-    of 8, 16 or 32 rows of x a program, against the twin's exact integer sums; NaN-poisoned outputs."""
-    from hinfer.ops.triton.linear_int4_a8 import int4_a8_matmul
+    of 8, 16 or 32 rows of x a program."""
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
-    from hinfer.quant.int4_mma_layout import emulate_kernel_a8
 
     block_n, split, warps, ring = tile
-    cfg = SkinnyConfig(block_n, 128, block_m, split, warps, 2, ring, x_ahead=True)
-    n, k = 512, 40 * 128
-    g = _gen()
-    _, mw = _quantized(n, k, True, g)
-    cpu = (mw.words.cpu(), mw.scales.cpu(), mw.zeros.cpu())
-    for m in (9, 16, 24, 32, 45, 64):
-        x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
-        x[m - 1, 128:256] = 0
-        y = int4_a8_matmul(x, mw, out=_poisoned(m, n), cfg=cfg)
-        twin = emulate_kernel_a8(*cpu, x.cpu(), n)
-        assert _rel(y.cpu(), twin) < REL, m
-        assert (y.float().cpu() - twin.float()).abs().max() <= 2 ** -6 * twin.float().abs().max(), m
+    _against_the_twin(SkinnyConfig(block_n, 128, block_m, split, warps, 2, ring, x_ahead=True), True,
+                      (9, 16, 24, 32, 45, 64))  # fmt: skip

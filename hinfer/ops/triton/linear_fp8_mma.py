@@ -37,6 +37,7 @@ from hinfer.ops.triton.linear_int4_mma import (
     _store_y,
     _tail_block,
     _tail_rows,
+    split_groups,
     tail_rows,
 )
 from hinfer.ops.triton.linear_splitk import split_scratch
@@ -270,9 +271,7 @@ def _tile_program(x_ptr, w_ptr, s_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride
     LW: gl.constexpr = _words_layout(W)
     MMA: gl.constexpr = _mma_layout(W)
     n_groups = K // GROUP
-    per_split = gl.cdiv(n_groups, SPLIT_K)
-    g_lo = pid_k * per_split
-    g_hi = gl.minimum(g_lo + per_split, n_groups)
+    g_lo, g_hi = split_groups(K, SPLIT_K, pid_k)
 
     # [S, r3, lane, h, w]: row 16 stripe + 8 r3 + g, words 16 h + 4 t + w of the row's group (16 bytes a load)
     lane = _iota5(32, 2, LW)

@@ -44,6 +44,7 @@ from hinfer.ops.triton.linear_int4_mma import (
     _unpacked_layout,
     _vec16_layout,
     _words_layout,
+    split_groups,
     tail_rows,
 )
 from hinfer.ops.triton.linear_splitk import split_scratch
@@ -294,10 +295,7 @@ def _a8_program(
     LW: gl.constexpr = _words_layout(W)
     MMA: gl.constexpr = _mma_layout(W)
     GW: gl.constexpr = 2 * GROUP
-    n_groups = K // GROUP
-    per_split = gl.cdiv(n_groups, SPLIT_K)
-    g_lo = pid_k * per_split
-    g_hi = gl.minimum(g_lo + per_split, n_groups)
+    g_lo, g_hi = split_groups(K, SPLIT_K, pid_k)
     n_local = gl.maximum(g_hi - g_lo, 0)
     last = gl.maximum(g_hi - 1, 0)
 

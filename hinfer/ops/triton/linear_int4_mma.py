@@ -571,6 +571,15 @@ def _tail_block(x_ptr, t_ptr, y_ptr, row0, TAIL_N, M, m0, K, stride_xm, stride_y
 
 
 @gluon.jit
+def split_groups(K, SPLIT_K: gl.constexpr, pid_k):
+    """The 128-groups [g_lo, g_hi) of K that split pid_k of SPLIT_K takes (the last may take fewer, or none)."""
+    n_groups = K // GROUP
+    per_split = gl.cdiv(n_groups, SPLIT_K)
+    g_lo = pid_k * per_split
+    return g_lo, gl.minimum(g_lo + per_split, n_groups)
+
+
+@gluon.jit
 def _tile_program(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg, stride_sn,
     pid_m, pid_n, pid_k, HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
@@ -582,7 +591,7 @@ def _tile_program(
     S: gl.constexpr = BLOCK_N // 16
     LW: gl.constexpr = _words_layout(W)
     MMA: gl.constexpr = _mma_layout(W)
-    n_groups = K // GROUP
+    n_groups = K // GROUP  # split_groups' arithmetic inline: through it a packaged ring tile spilled 16 bytes
     per_split = gl.cdiv(n_groups, SPLIT_K)
     g_lo = pid_k * per_split
     g_hi = gl.minimum(g_lo + per_split, n_groups)
