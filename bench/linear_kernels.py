@@ -38,11 +38,14 @@ SHAPES = [("qkv", 14336, H), ("gdn_in", 16384, H), ("gate_up", 34816, H), ("o_pr
 SMALL_SHAPES = [("gdn_ab", 96, H), ("gdn_ab_35b", 64, 2048), ("router_35b", 257, 2048), ("gdn_ab_122b", 128, 3072),
                 ("router_122b", 257, 3072)]  # fmt: skip
 DECODE_FORMATS = ("bf16-cublas", "bf16", "int4", "int4-sym", "int4-torch", "int4-mma", "int4-mma-sym", "int4-rows-mma", "int4-a8",
-                  "int4-a8-sym", "int4-a8-ahead", "fp8", "fp8-block")  # fmt: skip
+                  "int4-a8-sym", "int4-a8-ahead", "fp8", "fp8-block", "fp8-mma",
+                  "fp8-block-mma", "fp8-cublas")  # fmt: skip
 # int4-mma*: the Gluon tensor-core kernel on fragment-ordered weights (hinfer/ops/triton/linear_int4_mma.py, the
 # CUDA decode path of int4); the re-layout is built once per weight and cloned for the other copies; int4-a8*: the
 # same weights with x rounded to int8 in the kernel (linear_int4_a8.py, HINFER_INT4_DECODE=a8; up to 8 rows);
-# int4-a8-ahead: x rounded in its own launch first (act_int8.py, the tile's x_ahead), both timed
+# int4-a8-ahead: x rounded in its own launch first (act_int8.py, the tile's x_ahead), both timed; fp8*-mma: the fp8
+# tensor-core kernel on the same row-major weights (linear_fp8_mma.py; fp8 / fp8-block: Fp8Weight.matmul's path);
+# fp8-cublas: cuBLAS's fp8 GEMM on them, x quantized per token (W8A8), the library figure beside ours
 ROTATE_BYTES = 512 << 20
 
 
@@ -122,7 +125,7 @@ def make_weight(fmt: str, n: int, k: int, g: torch.Generator):
     if fmt.startswith("int4"):
         q = quantize_int4(w, zero_point=fmt == "int4")
     else:
-        q = quantize_fp8(w, "block" if fmt == "fp8-block" else "channel")
+        q = quantize_fp8(w, "block" if fmt.startswith("fp8-block") else "channel")
     del w
     return q, q.nbytes()
 
@@ -170,6 +173,14 @@ def decode_op(fmt: str, x: torch.Tensor) -> Callable[[object], torch.Tensor]:
         from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
 
         return lambda w: int4_mma_matmul(x, w)
+    if fmt == "fp8-cublas":  # the library figure: x to e4m3 per token, cuBLAS fp8 rowwise (torch._scaled_mm)
+        from hinfer.quant.fp8 import scaled_mm_rowwise
+
+        return lambda w: scaled_mm_rowwise(x, w.weight, w.scale)
+    if fmt.startswith("fp8") and fmt.endswith("-mma"):  # the fp8 tensor-core kernel at its heuristic / tuned tile
+        from hinfer.ops.triton.linear_fp8_mma import fp8_mma_matmul
+
+        return lambda w: fp8_mma_matmul(x, w.weight, w.scale, w.block is not None)
     if fmt.startswith("int4-a8"):
         from dataclasses import replace
 
