@@ -89,7 +89,7 @@ def test_tail_rows_checked_before_any_launch():
     """Both int4 kernels take bf16 tail rows only with the whole [M, N + T] output given (linear_int4_mma)."""
     import torch
 
-    from hinfer.ops.triton.linear_int4_mma import tail_rows
+    from hinfer.ops.triton.mma_common import tail_rows
 
     tail = torch.zeros(20, 256, dtype=torch.bfloat16)
     assert tail_rows(None, None, 3, 128, 256) == 0

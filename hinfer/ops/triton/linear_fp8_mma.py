@@ -31,16 +31,16 @@ from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
 from hinfer.ops.triton.common import GROUP as GROUP_K
 from hinfer.ops.triton.common import pdl_kwargs
-from hinfer.ops.triton.linear_int4_mma import (
-    _mma_layout,
-    _pdl_start,
-    _store_y,
-    _tail_block,
-    _tail_rows,
+from hinfer.ops.triton.linear_splitk import split_scratch
+from hinfer.ops.triton.mma_common import (
+    mma_layout,
+    pdl_start,
     split_groups,
+    store_y,
+    tail_by_block,
+    tail_by_row,
     tail_rows,
 )
-from hinfer.ops.triton.linear_splitk import split_scratch
 from hinfer.ops.triton.tiles.forms import SkinnyConfig
 
 GROUP = gl.constexpr(GROUP_K)
@@ -181,7 +181,7 @@ def _k_loop(w_ptrs, s_ptrs, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK_M: 
     unrolled by DEPTH so that every look-ahead lands in free registers; a clamped look-ahead re-reads the last
     group, weighted 0)."""
     W: gl.constexpr = gl.num_warps()
-    MMA: gl.constexpr = _mma_layout(W)
+    MMA: gl.constexpr = mma_layout(W)
     DOT_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
     DOT_B: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
@@ -189,7 +189,7 @@ def _k_loop(w_ptrs, s_ptrs, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK_M: 
     last = gl.maximum(g_hi - 1, 0)
     w0, s0 = _loads(w_ptrs, s_ptrs, gl.minimum(g_lo, last), BLOCKED)
     if DEPTH == 2:
-        _pdl_start(PDL)  # the weights go ahead of the wait (nothing writes them); x is the previous kernel's output
+        pdl_start(PDL)  # the weights go ahead of the wait (nothing writes them); x is the previous kernel's output
         for g in range(g_lo, g_hi, 2):
             w1, s1 = _loads(w_ptrs, s_ptrs, gl.minimum(g + 1, last), BLOCKED)
             acc = _group(acc, w0, x_ptrs, s_ptrs, g, s0, zero, BLOCK_N, BLOCK_M, BLOCKED, DOT_A, DOT_B)
@@ -203,7 +203,7 @@ def _k_loop(w_ptrs, s_ptrs, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK_M: 
     else:
         w1, s1 = _loads(w_ptrs, s_ptrs, gl.minimum(g_lo + 1, last), BLOCKED)
         w2, s2 = _loads(w_ptrs, s_ptrs, gl.minimum(g_lo + 2, last), BLOCKED)
-        _pdl_start(PDL)
+        pdl_start(PDL)
         for g in range(g_lo, g_hi, 4):
             w3, s3 = _loads(w_ptrs, s_ptrs, gl.minimum(g + 3, last), BLOCKED)
             acc = _group(acc, w0, x_ptrs, s_ptrs, g, s0, zero, BLOCK_N, BLOCK_M, BLOCKED, DOT_A, DOT_B)
@@ -238,7 +238,7 @@ def fp8_mma_kernel(
     DEPTH: gl.constexpr, PDL: gl.constexpr = False, t_ptr=None, TAIL_N=0, stride_tn=0, TAIL: gl.constexpr = 0,
 ):  # fmt: skip
     """y[:, :N] = x @ (W * scale)^T and, with TAIL, y[:, N:N + TAIL_N] = x @ tail^T (bf16 rows on CUDA cores, the
-    int4 kernel's _tail_rows (1) / _tail_block (2)) in one launch. w_ptr: W's bytes as int32 words [N, K / 4];
+    int4 kernel's tail_by_row (1) / tail_by_block (2)) in one launch. w_ptr: W's bytes as int32 words [N, K / 4];
     s_ptr: fp32 [N] or (BLOCKED) [N / 128, K / 128]."""
     pid_m = gl.program_id(0)
     pid_n = gl.program_id(1)
@@ -248,10 +248,10 @@ def fp8_mma_kernel(
             if pid_k == 0:
                 row0 = (pid_n - N // BLOCK_N) * gl.num_warps()
                 if TAIL == 1:
-                    _tail_rows(x_ptr, t_ptr, y_ptr + N, row0, TAIL_N, M, pid_m * BLOCK_M, K, stride_xm, stride_ym,
+                    tail_by_row(x_ptr, t_ptr, y_ptr + N, row0, TAIL_N, M, pid_m * BLOCK_M, K, stride_xm, stride_ym,
                                stride_tn, BLOCK_M, PDL)  # fmt: skip
                 else:
-                    _tail_block(x_ptr, t_ptr, y_ptr + N, row0, TAIL_N, M, pid_m * BLOCK_M, K, stride_xm, stride_ym,
+                    tail_by_block(x_ptr, t_ptr, y_ptr + N, row0, TAIL_N, M, pid_m * BLOCK_M, K, stride_xm, stride_ym,
                                 stride_tn, BLOCK_M, PDL)  # fmt: skip
         else:
             _tile_program(x_ptr, w_ptr, s_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, pid_m, pid_n,
@@ -269,7 +269,7 @@ def _tile_program(x_ptr, w_ptr, s_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride
     W: gl.constexpr = gl.num_warps()
     S: gl.constexpr = BLOCK_N // 16
     LW: gl.constexpr = _words_layout(W)
-    MMA: gl.constexpr = _mma_layout(W)
+    MMA: gl.constexpr = mma_layout(W)
     n_groups = K // GROUP
     g_lo, g_hi = split_groups(K, SPLIT_K, pid_k)
 
@@ -296,7 +296,7 @@ def _tile_program(x_ptr, w_ptr, s_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride
     acc = _k_loop(w_ptrs, s_ptrs, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, BLOCKED, DEPTH, PDL)
     if not BLOCKED:
         acc = acc * gl.load(s_ptrs)[:, None]
-    _store_y(acc, rows, y_ptr, part_ptr, cnt_ptr, M, N, stride_ym, pid_m, pid_n, pid_k, BLOCK_N, BLOCK_M, SPLIT_K)
+    store_y(acc, rows, y_ptr, part_ptr, cnt_ptr, M, N, stride_ym, pid_m, pid_n, pid_k, BLOCK_N, BLOCK_M, SPLIT_K)
 
 
 def fp8_mma_variant(block_n: int, block_m: int, split_k: int, warps: int, blocked: bool, depth: int = 2,

@@ -32,22 +32,24 @@ from hinfer.ops.triton.common import GROUP as GROUP_K
 from hinfer.ops.triton.common import pdl_kwargs
 from hinfer.ops.triton.linear_int4_mma import (
     Int4Tensors,
-    _flat_smem,
-    _iota4,
-    _mma_layout,
-    _pdl_start,
     _ring_buffers,
     _ring_issue,
     _ring_turn,
-    _store_y,
-    _tail_rows,
     _unpacked_layout,
-    _vec16_layout,
     _words_layout,
-    split_groups,
-    tail_rows,
 )
 from hinfer.ops.triton.linear_splitk import split_scratch
+from hinfer.ops.triton.mma_common import (
+    flat_smem,
+    iota4,
+    mma_layout,
+    pdl_start,
+    split_groups,
+    store_y,
+    tail_by_row,
+    tail_rows,
+    vec16_layout,
+)
 from hinfer.ops.triton.tiles.forms import SkinnyConfig
 from hinfer.ops.triton.tiles.linear import a8_config
 
@@ -147,9 +149,9 @@ def _quantize_x(x_ptr, xq_smem, sx_smem, sq_smem, m0, M, K, stride_xm, g_lo, n_l
     ACT: a row of x_ptr is [gate | up] (2 K) and x = silu(gate) * up, with act_int8's (the SiLU-mul kernel's)
     roundings."""
     LQ: gl.constexpr = _quant_layout(XROWS, gl.num_warps())
-    gi = _iota4(XQ, 0, LQ)
-    row = gl.minimum(m0 + _iota4(XROWS, 1, LQ), M - 1)
-    col = _iota4(4, 2, LQ) * 32 + _iota4(32, 3, LQ)
+    gi = iota4(XQ, 0, LQ)
+    row = gl.minimum(m0 + iota4(XROWS, 1, LQ), M - 1)
+    col = iota4(4, 2, LQ) * 32 + iota4(32, 3, LQ)
     base = x_ptr + row.to(gl.int64) * stride_xm + col
     for jb in range(0, n_local, XQ):
         ok = (jb + gi) < n_local
@@ -271,7 +273,7 @@ def int4_a8_kernel(
     if TAIL:
         if pid_n >= N // BLOCK_N:
             if pid_k == 0:
-                _tail_rows(x_ptr, t_ptr, y_ptr + N, (pid_n - N // BLOCK_N) * gl.num_warps(), TAIL_N, M,
+                tail_by_row(x_ptr, t_ptr, y_ptr + N, (pid_n - N // BLOCK_N) * gl.num_warps(), TAIL_N, M,
                            pid_m * BLOCK_M, K, stride_xm, stride_ym, stride_tn, BLOCK_M, PDL)  # fmt: skip
         else:
             _a8_program(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
@@ -293,17 +295,17 @@ def _a8_program(
     W: gl.constexpr = gl.num_warps()
     S: gl.constexpr = BLOCK_N // 16
     LW: gl.constexpr = _words_layout(W)
-    MMA: gl.constexpr = _mma_layout(W)
+    MMA: gl.constexpr = mma_layout(W)
     GW: gl.constexpr = 2 * GROUP
     g_lo, g_hi = split_groups(K, SPLIT_K, pid_k)
     n_local = gl.maximum(g_hi - g_lo, 0)
     last = gl.maximum(g_hi - 1, 0)
 
-    stripe = pid_n * S + _iota4(S, 0, LW)
-    inner = _iota4(2, 1, LW) * 128 + _iota4(32, 2, LW) * 4 + _iota4(4, 3, LW)
+    stripe = pid_n * S + iota4(S, 0, LW)
+    inner = iota4(2, 1, LW) * 128 + iota4(32, 2, LW) * 4 + iota4(4, 3, LW)
     w_ptrs = w_ptr + stripe.to(gl.int64) * (2 * K) + inner
-    s_ptrs = s_ptr + pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=_vec16_layout(2, W))
-    z_ptrs = z_ptr + pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=_vec16_layout(1, W))
+    s_ptrs = s_ptr + pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=vec16_layout(2, W))
+    z_ptrs = z_ptr + pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=vec16_layout(1, W))
     bufs = (_ring_buffers(RING, BLOCK_N, HAS_ZERO),)
     SM: gl.constexpr = gl.SliceLayout(0, MMA)
     for i in gl.static_range(RING - 1):  # the weights ahead of the PDL wait (nothing writes them)
@@ -317,23 +319,23 @@ def _a8_program(
                    + gl.arange(0, 32, layout=gl.SliceLayout(0, LX))[None, :])  # fmt: skip
         sm = gl.minimum(pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=SM), M - 1).to(gl.int64) * (K // GROUP)
         xs_rows = (xs_ptr + sm, xsum_ptr + sm)
-        _pdl_start(PDL)
+        pdl_start(PDL)
         for g in range(g_lo, g_hi):
             xw, sx, sq = _x_pre(xw_rows, xs_rows, g)  # issued before the ring's wait: their latency under it
             _ring_turn(bufs, w_ptrs, s_ptrs, z_ptrs, stride_sg, g - g_lo, g_lo, last, RING, HAS_ZERO, GW)
             acc = _slot_group_a8(acc, bufs[0], (g - g_lo) % RING, xw, sx, sq, zero, BLOCK_N, HAS_ZERO)
     else:
         # written XQ groups at a time ([XG / XQ, XQ, ...]), read a group at a time ([XG, ...]): the same bytes
-        xq_smem = gl.allocate_shared_memory(gl.int32, [XG // XQ, XQ, XROWS, 32], _flat_smem(3))
-        sx_smem = gl.allocate_shared_memory(gl.float32, [XG // XQ, XQ, BLOCK_M], _flat_smem(2))
-        sq_smem = gl.allocate_shared_memory(gl.float32, [XG // XQ, XQ, BLOCK_M], _flat_smem(2))
-        _pdl_start(PDL)
+        xq_smem = gl.allocate_shared_memory(gl.int32, [XG // XQ, XQ, XROWS, 32], flat_smem(3))
+        sx_smem = gl.allocate_shared_memory(gl.float32, [XG // XQ, XQ, BLOCK_M], flat_smem(2))
+        sq_smem = gl.allocate_shared_memory(gl.float32, [XG // XQ, XQ, BLOCK_M], flat_smem(2))
+        pdl_start(PDL)
         _quantize_x(x_ptr, xq_smem, sx_smem, sq_smem, pid_m * BLOCK_M, M, K, stride_xm, g_lo, n_local, XROWS, XQ,
                     ACT)
         gl.thread_barrier()  # x's bytes are written by other threads than read them
-        xq_smem = xq_smem._reinterpret(gl.int32, [XG, XROWS, 32], _flat_smem(2))
-        sx_smem = sx_smem._reinterpret(gl.float32, [XG, BLOCK_M], _flat_smem(1))
-        sq_smem = sq_smem._reinterpret(gl.float32, [XG, BLOCK_M], _flat_smem(1))
+        xq_smem = xq_smem._reinterpret(gl.int32, [XG, XROWS, 32], flat_smem(2))
+        sx_smem = sx_smem._reinterpret(gl.float32, [XG, BLOCK_M], flat_smem(1))
+        sq_smem = sq_smem._reinterpret(gl.float32, [XG, BLOCK_M], flat_smem(1))
         for g in range(g_lo, g_hi):
             j = g - g_lo
             _ring_turn(bufs, w_ptrs, s_ptrs, z_ptrs, stride_sg, j, g_lo, last, RING, HAS_ZERO, GW)
@@ -341,7 +343,7 @@ def _a8_program(
             acc = _slot_group_a8(acc, bufs[0], j % RING, xw, sx, sq, zero, BLOCK_N, HAS_ZERO)
     async_copy.wait_group(0)
     rows = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
-    _store_y(acc, rows, y_ptr, part_ptr, cnt_ptr, M, N, stride_ym, pid_m, pid_n, pid_k, BLOCK_N, BLOCK_M, SPLIT_K)
+    store_y(acc, rows, y_ptr, part_ptr, cnt_ptr, M, N, stride_ym, pid_m, pid_n, pid_k, BLOCK_N, BLOCK_M, SPLIT_K)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,17 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 from hinfer.ops.triton.common import GROUP as GROUP_K  # quantization group along K
 from hinfer.ops.triton.common import pdl_kwargs
 from hinfer.ops.triton.linear_splitk import split_scratch
+from hinfer.ops.triton.mma_common import (
+    flat_smem,
+    iota4,
+    mma_layout,
+    pdl_start,
+    store_y,
+    tail_by_block,
+    tail_by_row,
+    tail_rows,
+    vec16_layout,
+)
 from hinfer.ops.triton.tiles.forms import SkinnyConfig
 from hinfer.ops.triton.tiles.linear import mma_config
 
@@ -91,15 +102,6 @@ _SCALED_ARGS = gl.constexpr("=r,=r,=r,=r" + ",r" * 40)  # and the two scales 8 t
 _SYM_OFFSET = gl.constexpr(-0x3CF73CF8)  # bf16x2 (-136, -136) = 0xc308c308 as int32
 
 
-@gluon.jit
-def _pdl_start(ON: gl.constexpr):
-    """hinfer.ops.triton.common.pdl_start in Gluon: wait for the previous kernel before touching activations or
-    outputs (the weights issued before this need no wait: nothing writes them), then let the next one launch."""
-    if ON:
-        gl.inline_asm_elementwise("griddepcontrol.wait; griddepcontrol.launch_dependents; // $0", "=r", [],
-                                  dtype=gl.int32, is_pure=False, pack=1)  # fmt: skip
-
-
 @gluon.constexpr_function
 def _unpacked_layout(num_warps):
     # [stripe, k64 chunk, lane, k16 step, fragment element]: the 8 elements of a word fastest, then 4 words
@@ -124,29 +126,6 @@ def _x_words_layout(num_warps):
     # x read as int32 words (bf16 pairs), so that each register reaches the B operand whole (as bf16, LLVM splits
     # x into halves and repacks them, a PRMT each)
     return gl.SliceLayout(3, _x_pairs_layout(num_warps))
-
-
-@gluon.constexpr_function
-def _mma_layout(num_warps):
-    return gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, 8])
-
-
-@gluon.jit
-def _iota4(SIZE: gl.constexpr, DIM: gl.constexpr, L: gl.constexpr):
-    """arange(0, SIZE) along dim DIM of a rank-4 layout L (size 1 elsewhere)."""
-    if DIM == 0:
-        i = gl.arange(0, SIZE, layout=gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, L))))
-        r = i[:, None, None, None]
-    elif DIM == 1:
-        i = gl.arange(0, SIZE, layout=gl.SliceLayout(0, gl.SliceLayout(2, gl.SliceLayout(3, L))))
-        r = i[None, :, None, None]
-    elif DIM == 2:
-        i = gl.arange(0, SIZE, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(3, L))))
-        r = i[None, None, :, None]
-    else:
-        i = gl.arange(0, SIZE, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, L))))
-        r = i[None, None, None, :]
-    return r
 
 
 @gluon.jit
@@ -280,7 +259,7 @@ def _loop_terms(BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, OFFSET_MMA: gl.con
     """A k-loop's starting terms: the zeroed accumulator, the zero addend of each group's MMA and, with
     OFFSET_MMA, the ones A operand (every row of mma(ones, x) is the group's sum of x: identical MMAs, emitted
     once; a placeholder otherwise)."""
-    MMA: gl.constexpr = _mma_layout(gl.num_warps())
+    MMA: gl.constexpr = mma_layout(gl.num_warps())
     DOT_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
     zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
@@ -298,7 +277,7 @@ def _k_loop(wp, sp, zl, zr, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK
     zero points zl / zr (+ g * sg), x from x_ptrs (+ g * 128; XA: loaded with the look-ahead's weights, so its
     latency is off each group's path, at 16 more registers a group in flight)."""
     W: gl.constexpr = gl.num_warps()
-    MMA: gl.constexpr = _mma_layout(W)
+    MMA: gl.constexpr = mma_layout(W)
     DOT_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
     DOT_B: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
     acc, zero, ones = _loop_terms(BLOCK_N, BLOCK_M, OFFSET_MMA)
@@ -310,7 +289,7 @@ def _k_loop(wp, sp, zl, zr, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK
                                         OFFSET_MMA, GW)  # fmt: skip
     # the weights go ahead of the PDL wait (nothing writes them); x is the previous kernel's output: after it
     if DEPTH == 2:
-        _pdl_start(PDL)
+        pdl_start(PDL)
         x0 = _x_ahead(x_ptrs, gl.minimum(g_lo, last), XA)
         for g in range(g_lo, g_hi, 2):
             w1, s1, lo1, hi1 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 1, last), sg, HAS_ZERO,
@@ -329,7 +308,7 @@ def _k_loop(wp, sp, zl, zr, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK
                                             OFFSET_MMA, GW)  # fmt: skip
         w2, s2, lo2, hi2 = _step_loads(wp, sp, zl, zr, gl.minimum(g_lo + 2, last), sg, HAS_ZERO,
                                             OFFSET_MMA, GW)  # fmt: skip
-        _pdl_start(PDL)
+        pdl_start(PDL)
         x0 = _x_ahead(x_ptrs, gl.minimum(g_lo, last), XA)
         x1 = _x_ahead(x_ptrs, gl.minimum(g_lo + 1, last), XA)
         x2 = _x_ahead(x_ptrs, gl.minimum(g_lo + 2, last), XA)
@@ -358,17 +337,6 @@ def _k_loop(wp, sp, zl, zr, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK
                          gl.minimum(g + 3, last), zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA,
                          ROWS, XA)  # fmt: skip
     return acc
-
-
-@gluon.constexpr_function
-def _flat_smem(rank):
-    return gl.SwizzledSharedLayout(1, 1, 1, list(range(rank - 1, -1, -1)))
-
-
-@gluon.constexpr_function
-def _vec16_layout(elem_bytes, num_warps):
-    # 16 contiguous bytes per thread: the scales / zeros row of a group is copied in 16-byte pieces
-    return gl.BlockedLayout([16 // elem_bytes], [32], [num_warps], [0])
 
 
 @gluon.jit
@@ -402,7 +370,7 @@ def _slot_group(acc, buf, i, x, g, zero, ones, BLOCK_N: gl.constexpr, BLOCK_M: g
                 HAS_ZERO: gl.constexpr, XA: gl.constexpr):  # fmt: skip
     """acc + the partial of group g, read from slot i of the buffer set `buf` (words, scales, zeros)."""
     W: gl.constexpr = gl.num_warps()
-    MMA: gl.constexpr = _mma_layout(W)
+    MMA: gl.constexpr = mma_layout(W)
     DOT_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
     DOT_B: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
     SL: gl.constexpr = gl.SliceLayout(1, MMA)
@@ -419,11 +387,11 @@ def _slot_group(acc, buf, i, x, g, zero, ones, BLOCK_N: gl.constexpr, BLOCK_M: g
 @gluon.jit
 def _ring_buffers(RING: gl.constexpr, BLOCK_N: gl.constexpr, HAS_ZERO: gl.constexpr):
     """One ring's shared memory: words [RING, S, 2, 32, 4], scales and zeros [RING, BLOCK_N]."""
-    w_smem = gl.allocate_shared_memory(gl.int32, [RING, BLOCK_N // 16, 2, 32, 4], _flat_smem(4))
-    s_smem = gl.allocate_shared_memory(gl.bfloat16, [RING, BLOCK_N], _flat_smem(1))
+    w_smem = gl.allocate_shared_memory(gl.int32, [RING, BLOCK_N // 16, 2, 32, 4], flat_smem(4))
+    s_smem = gl.allocate_shared_memory(gl.bfloat16, [RING, BLOCK_N], flat_smem(1))
     z_smem = s_smem
     if HAS_ZERO:
-        z_smem = gl.allocate_shared_memory(gl.uint8, [RING, BLOCK_N], _flat_smem(1))
+        z_smem = gl.allocate_shared_memory(gl.uint8, [RING, BLOCK_N], flat_smem(1))
     return w_smem, s_smem, z_smem
 
 
@@ -444,15 +412,15 @@ def _k_loop_ring(wp, s_base, z_base, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constex
         bufs = (b0, _ring_buffers(RING, BLOCK_N, HAS_ZERO))
     else:
         bufs = (b0,)
-    LS: gl.constexpr = _vec16_layout(2, W)
-    LZ: gl.constexpr = _vec16_layout(1, W)
+    LS: gl.constexpr = vec16_layout(2, W)
+    LZ: gl.constexpr = vec16_layout(1, W)
     s_ptrs = s_base + gl.arange(0, BLOCK_N, layout=LS)
     z_ptrs = z_base + gl.arange(0, BLOCK_N, layout=LZ)
     acc, zero, ones = _loop_terms(BLOCK_N, BLOCK_M, True)
     last = gl.maximum(g_hi - 1, 0)
     for i in gl.static_range(RING - 1):
         _ring_issue(bufs, wp, s_ptrs, z_ptrs, g_lo + i * PAIR, last, sg, i, RING, HAS_ZERO, GW)
-    _pdl_start(PDL)
+    pdl_start(PDL)
     xc = _x_ahead(x_ptrs, gl.minimum(g_lo, last), XA)
     if XA:  # unrolled by two: each group's x lands in registers that are free, no copies at the back edge
         for g in range(g_lo, g_hi - 1, 2):
@@ -488,7 +456,7 @@ def int4_mma_kernel(
     XA: gl.constexpr = False, PAIR: gl.constexpr = 1,
 ):  # fmt: skip
     """y[:, :N] = x @ W^T (int4 tiles) and, with TAIL, y[:, N:N + TAIL_N] = x @ tail^T (bf16 rows) in one launch
-    (TAIL 1: a row of x at a time, _tail_rows; 2: the block's rows of x together, _tail_block, from two rows up
+    (TAIL 1: a row of x at a time, tail_by_row; 2: the block's rows of x together, tail_by_block, from two rows up
     to blocks of 8: its accumulator takes 4 registers a row).
     XA: each group's x loaded ahead of its MMA (_k_loop, _k_loop_ring); PAIR: groups to a ring slot."""
     # rows of x in blocks of BLOCK_M along the fastest grid axis: the blocks of one weight tile run together,
@@ -500,10 +468,10 @@ def int4_mma_kernel(
         if pid_n >= N // BLOCK_N:
             if pid_k == 0:
                 if TAIL == 1:
-                    _tail_rows(x_ptr, t_ptr, y_ptr + N, (pid_n - N // BLOCK_N) * gl.num_warps(), TAIL_N, M,
+                    tail_by_row(x_ptr, t_ptr, y_ptr + N, (pid_n - N // BLOCK_N) * gl.num_warps(), TAIL_N, M,
                                pid_m * BLOCK_M, K, stride_xm, stride_ym, stride_tn, BLOCK_M, PDL)  # fmt: skip
                 else:
-                    _tail_block(x_ptr, t_ptr, y_ptr + N, (pid_n - N // BLOCK_N) * gl.num_warps(), TAIL_N, M,
+                    tail_by_block(x_ptr, t_ptr, y_ptr + N, (pid_n - N // BLOCK_N) * gl.num_warps(), TAIL_N, M,
                                 pid_m * BLOCK_M, K, stride_xm, stride_ym, stride_tn, BLOCK_M, PDL)  # fmt: skip
         else:
             _tile_program(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
@@ -513,70 +481,6 @@ def int4_mma_kernel(
         _tile_program(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg,
                       stride_sn, pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K, OFFSET_MMA, DEPTH, ROWS,
                       RING, PDL, XA, PAIR)  # fmt: skip
-
-
-@gluon.jit
-def _tail_rows(x_ptr, t_ptr, y_ptr, row0, TAIL_N, M, m0, K, stride_xm, stride_ym, stride_tn,
-               BLOCK_M: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
-    """y[m, r] = x[m] . tail[r] for num_warps tail rows from row0 (one per warp) and the x rows m0 .. m0 + BLOCK_M,
-    on CUDA cores in fp32 (64 bytes per thread and step: K in steps of 1024), rounded once to bf16: rows kept in
-    the model dtype (the GDN in_proj's b / a, hinfer.quant.apply.RowSplitWeight) computed in the same launch as
-    the int4 rows. Each row is reduced inside its warp (shuffles; no shared memory, no barrier)."""
-    W: gl.constexpr = gl.num_warps()
-    L: gl.constexpr = gl.BlockedLayout([1, 32], [1, 32], [W, 1], [1, 0])
-    CH: gl.constexpr = 1024
-    r = row0 + gl.arange(0, W, layout=gl.SliceLayout(1, L))
-    kk = gl.arange(0, CH, layout=gl.SliceLayout(0, L))
-    _pdl_start(PDL)
-    for mi in range(m0, gl.minimum(m0 + BLOCK_M, M)):
-        acc = gl.zeros([W, CH], gl.float32, layout=L)
-        for k0 in range(0, K, CH):
-            k_ok = (k0 + kk) < K
-            wv = gl.load(t_ptr + r.to(gl.int64)[:, None] * stride_tn + (k0 + kk)[None, :],
-                         mask=(r < TAIL_N)[:, None] & k_ok[None, :], other=0.0).to(gl.float32)  # fmt: skip
-            xv = gl.load(x_ptr + mi * stride_xm + k0 + kk, mask=k_ok, other=0.0).to(gl.float32)
-            acc += wv * xv[None, :]
-        gl.store(y_ptr + mi * stride_ym + r, gl.sum(acc, axis=1).to(gl.bfloat16), mask=r < TAIL_N)
-
-
-@gluon.jit
-def _tail_block(x_ptr, t_ptr, y_ptr, row0, TAIL_N, M, m0, K, stride_xm, stride_ym, stride_tn,
-                BLOCK_M: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
-    """_tail_rows for every row of x of the block at once: each chunk of the tail rows' weights is loaded once for
-    all BLOCK_M rows of x (row by row, a program reloads them for every row and its time grows with the rows),
-    the products summed per (row of x, tail row) in fp32 (in another order than _tail_rows) and rounded once."""
-    W: gl.constexpr = gl.num_warps()
-    CH: gl.constexpr = 128  # K a step: 4 values a thread per row of x (the accumulator: 4 registers a row)
-    L3: gl.constexpr = gl.BlockedLayout([1, 1, 4], [1, 1, 32], [1, W, 1], [2, 1, 0])  # [x rows, tail rows, K]
-    LW: gl.constexpr = gl.SliceLayout(0, L3)
-    LX: gl.constexpr = gl.SliceLayout(1, L3)
-    LY: gl.constexpr = gl.SliceLayout(2, L3)
-    r = row0 + gl.arange(0, W, layout=gl.SliceLayout(1, LW))
-    kw = gl.arange(0, CH, layout=gl.SliceLayout(0, LW))
-    m = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LX))
-    kx = gl.arange(0, CH, layout=gl.SliceLayout(0, LX))
-    _pdl_start(PDL)
-    acc = gl.zeros([BLOCK_M, W, CH], gl.float32, layout=L3)
-    for k0 in range(0, K, CH):
-        wv = gl.load(t_ptr + r.to(gl.int64)[:, None] * stride_tn + (k0 + kw)[None, :],
-                     mask=(r < TAIL_N)[:, None] & ((k0 + kw) < K)[None, :], other=0.0).to(gl.float32)  # fmt: skip
-        xv = gl.load(x_ptr + m.to(gl.int64)[:, None] * stride_xm + (k0 + kx)[None, :],
-                     mask=(m < M)[:, None] & ((k0 + kx) < K)[None, :], other=0.0).to(gl.float32)  # fmt: skip
-        acc += gl.expand_dims(wv, 0) * gl.expand_dims(xv, 1)
-    y = gl.sum(acc, axis=2)
-    ym = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, LY))
-    yr = row0 + gl.arange(0, W, layout=gl.SliceLayout(0, LY))
-    gl.store(y_ptr + ym.to(gl.int64)[:, None] * stride_ym + yr[None, :], y.to(gl.bfloat16),
-             mask=(ym < M)[:, None] & (yr < TAIL_N)[None, :])  # fmt: skip
-
-
-@gluon.jit
-def split_groups(K, SPLIT_K: gl.constexpr, pid_k):
-    """The 128-groups [g_lo, g_hi) of K that split pid_k of SPLIT_K takes (the last may take fewer, or none)."""
-    n_groups = K // GROUP
-    per_split = gl.cdiv(n_groups, SPLIT_K)
-    g_lo = pid_k * per_split
-    return g_lo, gl.minimum(g_lo + per_split, n_groups)
 
 
 @gluon.jit
@@ -590,21 +494,21 @@ def _tile_program(
     W: gl.constexpr = gl.num_warps()
     S: gl.constexpr = BLOCK_N // 16
     LW: gl.constexpr = _words_layout(W)
-    MMA: gl.constexpr = _mma_layout(W)
+    MMA: gl.constexpr = mma_layout(W)
     n_groups = K // GROUP  # split_groups' arithmetic inline: through it a packaged ring tile spilled 16 bytes
     per_split = gl.cdiv(n_groups, SPLIT_K)
     g_lo = pid_k * per_split
     g_hi = gl.minimum(g_lo + per_split, n_groups)
 
-    stripe = pid_n * S + _iota4(S, 0, LW)
-    lane = _iota4(32, 2, LW)
+    stripe = pid_n * S + iota4(S, 0, LW)
+    lane = iota4(32, 2, LW)
     if ROWS:  # [S, r3, lane, w]: row 16 stripe + 8 r3 + g, words 4 t + w of the group's 16 (16 bytes per thread)
         GW: gl.constexpr = GROUP // 8
-        w_rows = stripe * 16 + _iota4(2, 1, LW) * 8 + lane // 4
-        w_ptrs = w_ptr + w_rows.to(gl.int64) * (K // 8) + (lane % 4) * 4 + _iota4(4, 3, LW)
+        w_rows = stripe * 16 + iota4(2, 1, LW) * 8 + lane // 4
+        w_ptrs = w_ptr + w_rows.to(gl.int64) * (K // 8) + (lane % 4) * 4 + iota4(4, 3, LW)
     else:  # stripe (pid_n * S + s) starts at its row of [N/16, 2K]; a group is 256 contiguous words of it
         GW: gl.constexpr = 2 * GROUP
-        inner = _iota4(2, 1, LW) * 128 + lane * 4 + _iota4(4, 3, LW)
+        inner = iota4(2, 1, LW) * 128 + lane * 4 + iota4(4, 3, LW)
         w_ptrs = w_ptr + stripe.to(gl.int64) * (2 * K) + inner
     z_lo = z_ptr + (stripe * 16 + lane // 4) * stride_sn  # row 16 stripe + g; row + 8 at +8 (fragment order)
     rows = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
@@ -621,32 +525,7 @@ def _tile_program(
         acc = _k_loop(w_ptrs, s_ptrs, z_lo, z_rows, stride_sg, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO,
                       OFFSET_MMA, DEPTH, ROWS, GW, PDL, XA)  # fmt: skip
 
-    _store_y(acc, rows, y_ptr, part_ptr, cnt_ptr, M, N, stride_ym, pid_m, pid_n, pid_k, BLOCK_N, BLOCK_M, SPLIT_K)
-
-
-@gluon.jit
-def _store_y(acc, rows, y_ptr, part_ptr, cnt_ptr, M, N, stride_ym, pid_m, pid_n, pid_k, BLOCK_N: gl.constexpr,
-             BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr):  # fmt: skip
-    """The epilogue: y[m, n] = acc[n, m] (rows: acc's rows of W, in its layout's row slice); split-K partials
-    reduced by the last program to arrive, in split order (linear_splitk's counters)."""
-    MMA: gl.constexpr = acc.type.layout
-    ym = pid_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
-    out_mask = (ym < M)[None, :] & (rows < N)[:, None]
-    y_ptrs = y_ptr + ym[None, :] * stride_ym + rows[:, None]
-    if SPLIT_K == 1:
-        gl.store(y_ptrs, acc.to(gl.bfloat16), mask=out_mask)
-    else:
-        p_off = ym[None, :].to(gl.int64) * N + rows[:, None]
-        gl.store(part_ptr + pid_k * M * N + p_off, acc, mask=out_mask)
-        gl.thread_barrier()  # every thread's partial is written before the release below
-        cnt_ptr += pid_m * gl.num_programs(1) + pid_n
-        arrived = gl.atomic_add(cnt_ptr, 1, sem="acq_rel")
-        if arrived == SPLIT_K - 1:
-            total = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
-            for i in gl.static_range(SPLIT_K):
-                total += gl.load(part_ptr + i * M * N + p_off, mask=out_mask, other=0.0, cache_modifier=".cg")
-            gl.store(y_ptrs, total.to(gl.bfloat16), mask=out_mask)
-            gl.atomic_xchg(cnt_ptr, 0)
+    store_y(acc, rows, y_ptr, part_ptr, cnt_ptr, M, N, stride_ym, pid_m, pid_n, pid_k, BLOCK_N, BLOCK_M, SPLIT_K)
 
 
 def int4_mma_variant(
@@ -678,18 +557,6 @@ class Int4Tensors(Protocol):
 
     @property
     def shape(self) -> tuple[int, int]: ...
-
-
-def tail_rows(tail: torch.Tensor | None, out: torch.Tensor | None, m: int, n: int, k: int) -> int:
-    """The bf16 tail rows a launch computes beside the int4 tiles (0 without a tail), checked: a bf16 [T, k] tail
-    with unit stride and the whole [m, n + T] output given."""
-    if tail is None:
-        return 0
-    t = tail.shape[0]
-    if (out is None or tuple(out.shape) != (m, n + t) or out.stride(-1) != 1 or tail.dtype != torch.bfloat16
-            or tail.shape[1] != k or tail.stride(-1) != 1):  # fmt: skip
-        raise ValueError(f"int4: a bf16 tail [T, {k}] with unit stride and the whole [{m}, N + T] output")
-    return t
 
 
 def int4_mma_matmul(

@@ -29,17 +29,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from hinfer.ops.triton.common import GROUP as GROUP_K
 from hinfer.ops.triton.common import pdl_kwargs
-from hinfer.ops.triton.linear_int4_mma import (
-    GROUP,
-    MAX_M,
-    _a_operand,
-    _iota4,
-    _neg_offset,
-    _pdl_start,
-    _store_y,
-    _words_layout,
-)
+from hinfer.ops.triton.linear_int4_mma import GROUP, MAX_M, _a_operand, _neg_offset, _words_layout
 from hinfer.ops.triton.linear_splitk import split_scratch
+from hinfer.ops.triton.mma_common import iota4, pdl_start, store_y
 from hinfer.ops.triton.tiles.forms import SkinnyConfig
 from hinfer.ops.triton.tiles.linear import wgmma_config
 
@@ -86,7 +78,7 @@ def _k_loop(acc, w_ptrs, z_lo, s_lo, sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO: gl.
     x_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, GROUP], XS)
     nw, no_lo, no_hi, ns_lo, ns_hi = _loads(w_ptrs, z_lo, s_lo, gl.minimum(g_lo, last), sg,
                                             (g_lo < g_hi).to(gl.int32), HAS_ZERO)  # fmt: skip
-    _pdl_start(PDL)
+    pdl_start(PDL)
     for g in range(g_lo, g_hi):
         words, o_lo, o_hi, sc_lo, sc_hi = nw, no_lo, no_hi, ns_lo, ns_hi
         nw, no_lo, no_hi, ns_lo, ns_hi = _loads(w_ptrs, z_lo, s_lo, gl.minimum(g + 1, last), sg,
@@ -159,7 +151,7 @@ def _k_loop_ring(acc, w_ptrs, z_lo, s_lo, sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO
     x_b = gl.allocate_shared_memory(gl.bfloat16, [XG * BLOCK_M, GROUP], XS)
     nw, no_lo, no_hi, ns_lo, ns_hi = _loads(w_ptrs, z_lo, s_lo, gl.minimum(g_lo, last), sg,
                                             (g_lo < g_hi).to(gl.int32), HAS_ZERO)  # fmt: skip
-    _pdl_start(PDL)
+    pdl_start(PDL)
     x_ptrs = x_ptrs + g_lo * GROUP
     pairs = (g_hi - g_lo) // (2 * XG)
     if pairs > 0:
@@ -207,9 +199,9 @@ def int4_wgmma_kernel(
     last = gl.maximum(g_hi - 1, 0)
 
     # stripe (pid_n * S + s) starts at its row of [N/16, 2K]; a group is 256 contiguous words of it
-    stripe = pid_n * S + _iota4(S, 0, LW)
-    lane = _iota4(32, 2, LW)
-    w_ptrs = w_ptr + stripe.to(gl.int64) * (2 * K) + _iota4(2, 1, LW) * 128 + lane * 4 + _iota4(4, 3, LW)
+    stripe = pid_n * S + iota4(S, 0, LW)
+    lane = iota4(32, 2, LW)
+    w_ptrs = w_ptr + stripe.to(gl.int64) * (2 * K) + iota4(2, 1, LW) * 128 + lane * 4 + iota4(4, 3, LW)
     row_g = (stripe * 16 + lane // 4) * stride_sn  # row 16 stripe + g of the scales / zeros [G, N]; + 8 below
     z_lo = z_ptr + row_g
     s_lo = s_ptr + row_g
@@ -227,7 +219,7 @@ def int4_wgmma_kernel(
                       DOT_A, PDL)  # fmt: skip
 
     rows = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
-    _store_y(acc, rows, y_ptr, part_ptr, cnt_ptr, M, N, stride_ym, pid_m, pid_n, pid_k, BLOCK_N, BLOCK_M, SPLIT_K)
+    store_y(acc, rows, y_ptr, part_ptr, cnt_ptr, M, N, stride_ym, pid_m, pid_n, pid_k, BLOCK_N, BLOCK_M, SPLIT_K)
 
 
 def int4_wgmma_variant(block_n: int, block_m: int, split_k: int, warps: int, zero: bool, pdl: bool = False,

@@ -30,18 +30,15 @@ from hinfer.ops.triton.common import pdl_kwargs
 from hinfer.ops.triton.linear_int4_mma import (
     GROUP,
     GROUP_K,
-    _flat_smem,
     _group,
-    _iota4,
     _k_loop,
     _loop_terms,
-    _mma_layout,
-    _pdl_start,
     _words_layout,
     _x_word_ptrs,
     _x_words_layout,
 )
 from hinfer.ops.triton.linear_splitk import COUNTERS, counter_buffer, split_scratch
+from hinfer.ops.triton.mma_common import flat_smem, iota4, mma_layout, pdl_start
 from hinfer.ops.triton.moe_int4 import Int4Experts
 from hinfer.ops.triton.tiles.forms import SkinnyConfig
 from hinfer.ops.triton.tiles.moe import experts_mma_tile
@@ -74,17 +71,17 @@ def _k_loop_words_ring(w_ptrs, s_ptrs, z_rows, x_ptrs, g_lo, g_hi, BLOCK_N: gl.c
     thread has read it. The scales and zero points stay a group ahead in registers: in the row layout a
     group's are 2-byte values a row apart, too small for cp.async."""
     W: gl.constexpr = gl.num_warps()
-    MMA: gl.constexpr = _mma_layout(W)
+    MMA: gl.constexpr = mma_layout(W)
     DOT_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
     DOT_B: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
     acc, zero, ones = _loop_terms(BLOCK_N, BLOCK_M, True)
     last = gl.maximum(g_hi - 1, 0)  # clamped copies re-read the last group (never used) instead of branching
-    w_smem = gl.allocate_shared_memory(gl.int32, [RING, BLOCK_N // 16, 2, 32, 4], _flat_smem(4))
+    w_smem = gl.allocate_shared_memory(gl.int32, [RING, BLOCK_N // 16, 2, 32, 4], flat_smem(4))
     for i in gl.static_range(RING - 1):  # the weights go ahead of the PDL wait (nothing writes them)
         async_copy.async_copy_global_to_shared(w_smem.index(i), w_ptrs + gl.minimum(g_lo + i, last) * GW)
         async_copy.commit_group()
     s0, c0 = _row_scales(s_ptrs, z_rows, gl.minimum(g_lo, last), HAS_ZERO)
-    _pdl_start(PDL)
+    pdl_start(PDL)
     for g in range(g_lo, g_hi):
         j = g - g_lo
         async_copy.wait_group(RING - 2)  # this thread's copy of group g has landed
@@ -113,10 +110,10 @@ def int4_mma_experts_kernel(
     W: gl.constexpr = gl.num_warps()
     S: gl.constexpr = BLOCK_N // 16
     LW: gl.constexpr = _words_layout(W)
-    MMA: gl.constexpr = _mma_layout(W)
+    MMA: gl.constexpr = mma_layout(W)
     LX: gl.constexpr = _x_words_layout(W)
     if not EARLY:  # before the expert ids: the router that writes them may be the kernel just before
-        _pdl_start(PDL)
+        pdl_start(PDL)
     pid_n = gl.program_id(0)
     blk = gl.program_id(1)
     if ROUTE > 0:  # one token: this program routes it (top ROUTE) itself and takes slot blk's expert
@@ -145,16 +142,16 @@ def int4_mma_experts_kernel(
             py = gl.load(sorted_ptr + blk * BLOCK_M + gl.minimum(ym, nrows - 1))
         x_ptrs = _x_word_ptrs(x_ptr, px // XDIV, stride_xm, BLOCK_M)
 
-        stripe = pid_n * S + _iota4(S, 0, LW)
-        lane = _iota4(32, 2, LW)
+        stripe = pid_n * S + iota4(S, 0, LW)
+        lane = iota4(32, 2, LW)
         if ACT:  # a stripe's rows: 8 gate rows, then the same 8 columns' up rows (N // 2 further on)
-            w_rows = stripe * 8 + lane // 4 + _iota4(2, 1, LW) * (N // 2)
+            w_rows = stripe * 8 + lane // 4 + iota4(2, 1, LW) * (N // 2)
         else:
-            w_rows = stripe * 16 + _iota4(2, 1, LW) * 8 + lane // 4
+            w_rows = stripe * 16 + iota4(2, 1, LW) * 8 + lane // 4
         w_base = w_ptr + e.to(gl.int64) * stride_we
         # a row's K // 8 words written as (K // 32) * 4 so that each thread's 4 words are known 16-byte aligned
         # (K % 128 == 0): one 16-byte load or copy, not two of 8
-        w_ptrs = w_base + w_rows.to(gl.int64) * (K // 32 * 4) + (lane % 4) * 4 + _iota4(4, 3, LW)
+        w_ptrs = w_base + w_rows.to(gl.int64) * (K // 32 * 4) + (lane % 4) * 4 + iota4(4, 3, LW)
         rows = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         cols = rows  # y's column of each tile row
         if ACT:
