@@ -30,7 +30,7 @@ from bench.tile_sweep import Winners, add_shape_args, chosen_shapes, time_tiles 
 def candidates(m: int, n: int, k: int, depths: tuple[int, ...] = (2, 4), sms: int = 132) -> list:
     """Tiles (SkinnyConfig: BLOCK_N, 128, BLOCK_M, split, warps, depth): one or two 16-row stripes a warp, x's
     rows padded (or half that from 16 rows), K splits leaving >= 4 groups each while the grid stays under ~8
-    programs an SM."""
+    programs an SM; loops deeper than 2 groups only at 8 rows of x a program (registers)."""
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
     from hinfer.ops.triton.tiles.linear import mma_block_m
 
@@ -40,7 +40,7 @@ def candidates(m: int, n: int, k: int, depths: tuple[int, ...] = (2, 4), sms: in
         dict.fromkeys((padded, max(8, padded // 2))), ((64, 4), (128, 4), (128, 8), (256, 8)), (1, 2, 4, 8, 16),
         depths,
     ):  # fmt: skip
-        if n % block_n or k // 128 // split < 4:
+        if n % block_n or k // 128 // split < 4 or (depth > 2 and block_m > 8):  # deep loops only at 8 rows a block
             continue
         if split > 1 and (n // block_n) * split * -(-m // block_m) > 8 * sms:
             continue

@@ -10,7 +10,7 @@
 set -uo pipefail
 PACK=gpu_fp8_mma; source "$(dirname "$0")/device_common.sh"
 gpu_tests test_fp8_mma 120 tests/gpu/test_fp8_mma.py  # on: the sweep checks each tile before timing it
-left 240 && { timeout 240 python bench/fp8_mma.py --ms 1,4,8,16,32 --depths 2 --json "$R/fp8_mma.json" \
+left 240 && { timeout 240 python bench/fp8_mma.py --ms 1,4,8,16,32 --json "$R/fp8_mma.json" \
   --tiles "$R/tiles-fp8.json" > "$R/fp8_mma.txt" 2>&1; echo "== sweep rc=$? $((SECONDS - START)) s"
   grep -E "M=|tuned" "$R/fp8_mma.txt" | head -40; pack; }
 left 400 && BENCH_TIMEOUT=75 HINFER_FP8_MMA=0 bench_as fp8_before "$PWD" qwen3.6-27b --quant fp8 --concurrency 1,8 \
