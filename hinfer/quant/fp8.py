@@ -216,8 +216,8 @@ def _mma_takes(w: Fp8Weight, x: torch.Tensor) -> bool:
     from hinfer.ops.dispatch import fp8_decode_mma
 
     mode = fp8_decode_mma()
-    if not x.is_cuda or mode == "0" or not w.weight.is_contiguous():
-        return False
+    if not x.is_cuda or mode == "0" or not w.weight.is_contiguous() or w.weight.data_ptr() % 4:
+        return False  # the kernel reads the weight's bytes as int32 words
     from hinfer.ops.triton.linear_fp8_mma import fp8_mma_fits
     from hinfer.ops.triton.tiles.linear import fp8_mma_config, fp8_mma_swept_faster
 
