@@ -32,11 +32,11 @@ from hinfer.ops.triton.common import GROUP as GROUP_K
 from hinfer.ops.triton.common import pdl_kwargs
 from hinfer.ops.triton.linear_int4_mma import (
     Int4Tensors,
-    _ring_buffers,
-    _ring_issue,
-    _ring_turn,
-    _unpacked_layout,
-    _words_layout,
+    ring_buffers,
+    ring_issue,
+    ring_turn,
+    unpacked_layout,
+    words_layout,
 )
 from hinfer.ops.triton.linear_splitk import split_scratch
 from hinfer.ops.triton.mma_common import (
@@ -178,7 +178,7 @@ def _quantize_x(x_ptr, xq_smem, sx_smem, sq_smem, m0, M, K, stride_xm, g_lo, n_l
 @gluon.jit
 def _a_operand_s8(words, BLOCK_N: gl.constexpr, DOT_A: gl.constexpr):
     """words int32 [S, 2, 32, 4] -> the int8 A operand [BLOCK_N, 128] of 16 (u - 8), registers renamed only."""
-    L5: gl.constexpr = _unpacked_layout(gl.num_warps())
+    L5: gl.constexpr = unpacked_layout(gl.num_warps())
     w8 = gl.expand_dims(words, 4) + gl.zeros([BLOCK_N // 16, 2, 32, 4, 8], gl.int32, layout=L5)
     t = gl.inline_asm_elementwise(_S8_LOHI, _S8_ARGS, [w8], dtype=gl.int8, is_pure=True, pack=8)
     # t: [S, kc, lane, kq, e]: e = 4 r3 + b (lo bytes, then hi), lane = 4 g + t, kq = 2 p + h
@@ -231,7 +231,7 @@ def _slot_group_a8(acc, buf, i, xw, sx, sq, zero, BLOCK_N: gl.constexpr, HAS_ZER
     DOT_B: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=4)
     SN: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
     w_smem, s_smem, z_smem = buf
-    words = w_smem.index(i).load(_words_layout(W))
+    words = w_smem.index(i).load(words_layout(W))
     part = mma_v2(_a_operand_s8(words, BLOCK_N, DOT_A), _b_operand_s8(xw, xw.shape[0], DOT_B), zero)
     sw = s_smem.index(i).load(SN).to(gl.float32)
     acc += part.to(gl.float32) * (sw * 0.0625)[:, None] * sx[None, :]
@@ -294,7 +294,7 @@ def _a8_program(
 ):  # fmt: skip
     W: gl.constexpr = gl.num_warps()
     S: gl.constexpr = BLOCK_N // 16
-    LW: gl.constexpr = _words_layout(W)
+    LW: gl.constexpr = words_layout(W)
     MMA: gl.constexpr = mma_layout(W)
     GW: gl.constexpr = 2 * GROUP
     g_lo, g_hi = split_groups(K, SPLIT_K, pid_k)
@@ -306,10 +306,10 @@ def _a8_program(
     w_ptrs = w_ptr + stripe.to(gl.int64) * (2 * K) + inner
     s_ptrs = s_ptr + pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=vec16_layout(2, W))
     z_ptrs = z_ptr + pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=vec16_layout(1, W))
-    bufs = (_ring_buffers(RING, BLOCK_N, HAS_ZERO),)
+    bufs = (ring_buffers(RING, BLOCK_N, HAS_ZERO),)
     SM: gl.constexpr = gl.SliceLayout(0, MMA)
     for i in gl.static_range(RING - 1):  # the weights ahead of the PDL wait (nothing writes them)
-        _ring_issue(bufs, w_ptrs, s_ptrs, z_ptrs, g_lo + i, last, stride_sg, i, RING, HAS_ZERO, GW)
+        ring_issue(bufs, w_ptrs, s_ptrs, z_ptrs, g_lo + i, last, stride_sg, i, RING, HAS_ZERO, GW)
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
     zero = gl.zeros([BLOCK_N, BLOCK_M], gl.int32, layout=MMA)
     if XPRE:  # x quantized ahead, in global memory: each group's words read in the turn (L2-resident)
@@ -322,7 +322,7 @@ def _a8_program(
         pdl_start(PDL)
         for g in range(g_lo, g_hi):
             xw, sx, sq = _x_pre(xw_rows, xs_rows, g)  # issued before the ring's wait: their latency under it
-            _ring_turn(bufs, w_ptrs, s_ptrs, z_ptrs, stride_sg, g - g_lo, g_lo, last, RING, HAS_ZERO, GW)
+            ring_turn(bufs, w_ptrs, s_ptrs, z_ptrs, stride_sg, g - g_lo, g_lo, last, RING, HAS_ZERO, GW)
             acc = _slot_group_a8(acc, bufs[0], (g - g_lo) % RING, xw, sx, sq, zero, BLOCK_N, HAS_ZERO)
     else:
         # written XQ groups at a time ([XG / XQ, XQ, ...]), read a group at a time ([XG, ...]): the same bytes
@@ -338,7 +338,7 @@ def _a8_program(
         sq_smem = sq_smem._reinterpret(gl.float32, [XG, BLOCK_M], flat_smem(1))
         for g in range(g_lo, g_hi):
             j = g - g_lo
-            _ring_turn(bufs, w_ptrs, s_ptrs, z_ptrs, stride_sg, j, g_lo, last, RING, HAS_ZERO, GW)
+            ring_turn(bufs, w_ptrs, s_ptrs, z_ptrs, stride_sg, j, g_lo, last, RING, HAS_ZERO, GW)
             xw, sx, sq = _x_stored(xq_smem, sx_smem, sq_smem, j, BLOCK_M, SM)
             acc = _slot_group_a8(acc, bufs[0], j % RING, xw, sx, sq, zero, BLOCK_N, HAS_ZERO)
     async_copy.wait_group(0)

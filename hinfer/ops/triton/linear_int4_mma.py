@@ -103,15 +103,15 @@ _SYM_OFFSET = gl.constexpr(-0x3CF73CF8)  # bf16x2 (-136, -136) = 0xc308c308 as i
 
 
 @gluon.constexpr_function
-def _unpacked_layout(num_warps):
+def unpacked_layout(num_warps):
     # [stripe, k64 chunk, lane, k16 step, fragment element]: the 8 elements of a word fastest, then 4 words
     return gl.BlockedLayout([1, 1, 1, 4, 8], [1, 1, 32, 1, 1], [num_warps, 1, 1, 1, 1], [4, 3, 2, 1, 0])
 
 
 @gluon.constexpr_function
-def _words_layout(num_warps):
+def words_layout(num_warps):
     # [stripe, k64 chunk, lane, k16 step]: 4 consecutive words per thread (16 bytes), lane = 4 g + t
-    return gl.SliceLayout(4, _unpacked_layout(num_warps))
+    return gl.SliceLayout(4, unpacked_layout(num_warps))
 
 
 @gluon.constexpr_function
@@ -122,14 +122,14 @@ def _x_pairs_layout(num_warps):
 
 
 @gluon.constexpr_function
-def _x_words_layout(num_warps):
+def x_words_layout(num_warps):
     # x read as int32 words (bf16 pairs), so that each register reaches the B operand whole (as bf16, LLVM splits
     # x into halves and repacks them, a PRMT each)
     return gl.SliceLayout(3, _x_pairs_layout(num_warps))
 
 
 @gluon.jit
-def _neg_offset(z_ptrs, HAS_ZERO: gl.constexpr):
+def neg_offset(z_ptrs, HAS_ZERO: gl.constexpr):
     """bf16x2 bits of -(128 + z), both halves (int32); z = 8 when symmetric."""
     if HAS_ZERO:
         v = gl.load(z_ptrs).to(gl.int32) | 0xC300
@@ -154,19 +154,19 @@ def _step_loads(w_ptrs, s_ptrs, z_lo, z_rows, g, sg, HAS_ZERO: gl.constexpr, OFF
             c = gl.full(s.shape, 136.0, gl.float32, layout=s.type.layout)
         return words, s, c, c
     else:
-        off_lo = _neg_offset(z_lo + g * sg, HAS_ZERO)
-        off_hi = _neg_offset(z_lo + g * sg + 8, HAS_ZERO)  # fragment order only: scales are [G, N] there
+        off_lo = neg_offset(z_lo + g * sg, HAS_ZERO)
+        off_hi = neg_offset(z_lo + g * sg + 8, HAS_ZERO)  # fragment order only: scales are [G, N] there
         return words, s, off_lo, off_hi
 
 
 @gluon.jit
-def _a_operand(words, off_lo, off_hi, BLOCK_N: gl.constexpr, DOT_A: gl.constexpr, OFFSET_MMA: gl.constexpr,
+def a_operand(words, off_lo, off_hi, BLOCK_N: gl.constexpr, DOT_A: gl.constexpr, OFFSET_MMA: gl.constexpr,
                ROWS: gl.constexpr, SCALED: gl.constexpr = False, sc_lo=0, sc_hi=0):  # fmt: skip
     """words int32 [S, 2, 32, 4] -> the bf16 A operand [BLOCK_N, 128] (u - z, or 128 + u with OFFSET_MMA, or
     round((u - z) s) with SCALED: sc_lo / sc_hi the bf16x2 scales of rows g / g + 8), registers renamed only."""
     # the unpacked layout holds a word's 8 fragment elements in consecutive registers: pack=8 hands them to one
     # asm instance (and LLVM keeps the bf16x2 registers whole, no 16-bit split and repack)
-    L5: gl.constexpr = _unpacked_layout(gl.num_warps())
+    L5: gl.constexpr = unpacked_layout(gl.num_warps())
     w8 = gl.expand_dims(words, 4) + gl.zeros([BLOCK_N // 16, 2, 32, 4, 8], gl.int32, layout=L5)
     if OFFSET_MMA:
         t = gl.inline_asm_elementwise(_UNPACK_RAW, _RAW_ARGS, [w8], dtype=gl.bfloat16, is_pure=True, pack=8)
@@ -209,10 +209,10 @@ def _b_operand(xw, BLOCK_M: gl.constexpr, DOT_B: gl.constexpr):
 
 
 @gluon.jit
-def _x_word_ptrs(x_ptr, rows, stride_xm, BLOCK_M: gl.constexpr):
-    """Pointers to group 0 of x's rows `rows` ([BLOCK_M] int, in _x_words_layout's row slice; stride_xm even) as
+def x_word_ptrs(x_ptr, rows, stride_xm, BLOCK_M: gl.constexpr):
+    """Pointers to group 0 of x's rows `rows` ([BLOCK_M] int, in x_words_layout's row slice; stride_xm even) as
     bf16 pairs: [BLOCK_M, 4, 16] int32, thread (g, t) at row g's 32 K offsets 32 t .. 32 t + 31 (+ g * XW)."""
-    LX: gl.constexpr = _x_words_layout(gl.num_warps())
+    LX: gl.constexpr = x_words_layout(gl.num_warps())
     xt = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, LX)))[None, :, None]
     xj = gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(1, LX)))[None, None, :]
     base = x_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
@@ -240,13 +240,13 @@ def _x_ahead(x_ptrs, g, XA: gl.constexpr):
 
 
 @gluon.jit
-def _group(acc, words, s, off_lo, off_hi, x, g, zero, ones, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
+def group_partial(acc, words, s, off_lo, off_hi, x, g, zero, ones, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
            DOT_A: gl.constexpr, DOT_B: gl.constexpr, OFFSET_MMA: gl.constexpr, ROWS: gl.constexpr,
            XA: gl.constexpr = False):  # fmt: skip
     """acc + group g's scaled partial. x: its pointers (small and cache-resident: loaded here, not carried), or
     with XA the group's x itself, loaded ahead with the weights."""
     xb = _b_operand(_x_at(x, g, XA), BLOCK_M, DOT_B)
-    part = mma_v2(_a_operand(words, off_lo, off_hi, BLOCK_N, DOT_A, OFFSET_MMA, ROWS), xb, zero)
+    part = mma_v2(a_operand(words, off_lo, off_hi, BLOCK_N, DOT_A, OFFSET_MMA, ROWS), xb, zero)
     if OFFSET_MMA:  # (sum (128 + u) x - (128 + z) sum x) s, in fp32 (off_lo holds 128 + z)
         acc += (part - off_lo[:, None] * mma_v2(ones, xb, zero)) * s[:, None]
     else:
@@ -255,7 +255,7 @@ def _group(acc, words, s, off_lo, off_hi, x, g, zero, ones, BLOCK_N: gl.constexp
 
 
 @gluon.jit
-def _loop_terms(BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, OFFSET_MMA: gl.constexpr):
+def loop_terms(BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, OFFSET_MMA: gl.constexpr):
     """A k-loop's starting terms: the zeroed accumulator, the zero addend of each group's MMA and, with
     OFFSET_MMA, the ones A operand (every row of mma(ones, x) is the group's sum of x: identical MMAs, emitted
     once; a placeholder otherwise)."""
@@ -270,7 +270,7 @@ def _loop_terms(BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, OFFSET_MMA: gl.con
 
 
 @gluon.jit
-def _k_loop(wp, sp, zl, zr, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
+def k_loop(wp, sp, zl, zr, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
             HAS_ZERO: gl.constexpr, OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr,
             GW: gl.constexpr, PDL: gl.constexpr, XA: gl.constexpr = False):  # fmt: skip
     """acc [BLOCK_N, BLOCK_M] over groups g_lo .. g_hi - 1: the stripes' words from wp (+ g * GW), scales sp and
@@ -280,7 +280,7 @@ def _k_loop(wp, sp, zl, zr, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK
     MMA: gl.constexpr = mma_layout(W)
     DOT_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
     DOT_B: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
-    acc, zero, ones = _loop_terms(BLOCK_N, BLOCK_M, OFFSET_MMA)
+    acc, zero, ones = loop_terms(BLOCK_N, BLOCK_M, OFFSET_MMA)
     last = gl.maximum(g_hi - 1, 0)  # loads stay in bounds even for an empty split
     # unrolled by DEPTH so that each look-ahead load lands in registers that are free (no copies at the back
     # edge): DEPTH - 1 groups in flight; a clamped look-ahead re-reads the last group (a cache hit) instead of
@@ -295,12 +295,12 @@ def _k_loop(wp, sp, zl, zr, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK
             w1, s1, lo1, hi1 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 1, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
             x1 = _x_ahead(x_ptrs, gl.minimum(g + 1, last), XA)
-            acc = _group(acc, w0, s0, lo0, hi0, x0, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B,
+            acc = group_partial(acc, w0, s0, lo0, hi0, x0, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B,
                          OFFSET_MMA, ROWS, XA)  # fmt: skip
             w0, s0, lo0, hi0 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 2, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
             x0 = _x_ahead(x_ptrs, gl.minimum(g + 2, last), XA)
-            acc = _group(acc, w1, s1 * (g + 1 < g_hi).to(gl.float32), lo1, hi1, x1,
+            acc = group_partial(acc, w1, s1 * (g + 1 < g_hi).to(gl.float32), lo1, hi1, x1,
                          gl.minimum(g + 1, last), zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA,
                          ROWS, XA)  # fmt: skip
     else:
@@ -316,31 +316,31 @@ def _k_loop(wp, sp, zl, zr, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK
             w3, s3, lo3, hi3 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 3, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
             x3 = _x_ahead(x_ptrs, gl.minimum(g + 3, last), XA)
-            acc = _group(acc, w0, s0, lo0, hi0, x0, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B,
+            acc = group_partial(acc, w0, s0, lo0, hi0, x0, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B,
                          OFFSET_MMA, ROWS, XA)  # fmt: skip
             w0, s0, lo0, hi0 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 4, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
             x0 = _x_ahead(x_ptrs, gl.minimum(g + 4, last), XA)
-            acc = _group(acc, w1, s1 * (g + 1 < g_hi).to(gl.float32), lo1, hi1, x1,
+            acc = group_partial(acc, w1, s1 * (g + 1 < g_hi).to(gl.float32), lo1, hi1, x1,
                          gl.minimum(g + 1, last), zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA,
                          ROWS, XA)  # fmt: skip
             w1, s1, lo1, hi1 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 5, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
             x1 = _x_ahead(x_ptrs, gl.minimum(g + 5, last), XA)
-            acc = _group(acc, w2, s2 * (g + 2 < g_hi).to(gl.float32), lo2, hi2, x2,
+            acc = group_partial(acc, w2, s2 * (g + 2 < g_hi).to(gl.float32), lo2, hi2, x2,
                          gl.minimum(g + 2, last), zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA,
                          ROWS, XA)  # fmt: skip
             w2, s2, lo2, hi2 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 6, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
             x2 = _x_ahead(x_ptrs, gl.minimum(g + 6, last), XA)
-            acc = _group(acc, w3, s3 * (g + 3 < g_hi).to(gl.float32), lo3, hi3, x3,
+            acc = group_partial(acc, w3, s3 * (g + 3 < g_hi).to(gl.float32), lo3, hi3, x3,
                          gl.minimum(g + 3, last), zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA,
                          ROWS, XA)  # fmt: skip
     return acc
 
 
 @gluon.jit
-def _ring_issue(bufs, w_ptrs, s_ptrs, z_ptrs, g, last, sg, turn, RING: gl.constexpr, HAS_ZERO: gl.constexpr,
+def ring_issue(bufs, w_ptrs, s_ptrs, z_ptrs, g, last, sg, turn, RING: gl.constexpr, HAS_ZERO: gl.constexpr,
                 GW: gl.constexpr):  # fmt: skip
     """cp.async groups g, g + 1, .. (one per buffer set in `bufs`; clamped to `last`: re-reads, never used) into
     slot turn % RING: words, scales (and zeros); one commit group."""
@@ -356,13 +356,13 @@ def _ring_issue(bufs, w_ptrs, s_ptrs, z_ptrs, g, last, sg, turn, RING: gl.conste
 
 
 @gluon.jit
-def _ring_turn(bufs, wp, s_ptrs, z_ptrs, sg, turn, g_lo, last, RING: gl.constexpr, HAS_ZERO: gl.constexpr,
+def ring_turn(bufs, wp, s_ptrs, z_ptrs, sg, turn, g_lo, last, RING: gl.constexpr, HAS_ZERO: gl.constexpr,
                GW: gl.constexpr):  # fmt: skip
     """Wait for slot turn % RING, then refill the slot read one turn ago with turn + RING - 1's groups."""
     async_copy.wait_group(RING - 2)  # this thread's copies of this turn's groups have landed
     gl.thread_barrier()  # and every thread's (scales), and slot (turn - 1) % RING is read by all
     nxt = turn + RING - 1
-    _ring_issue(bufs, wp, s_ptrs, z_ptrs, g_lo + nxt * len(bufs), last, sg, nxt, RING, HAS_ZERO, GW)
+    ring_issue(bufs, wp, s_ptrs, z_ptrs, g_lo + nxt * len(bufs), last, sg, nxt, RING, HAS_ZERO, GW)
 
 
 @gluon.jit
@@ -375,17 +375,17 @@ def _slot_group(acc, buf, i, x, g, zero, ones, BLOCK_N: gl.constexpr, BLOCK_M: g
     DOT_B: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
     SL: gl.constexpr = gl.SliceLayout(1, MMA)
     w_smem, s_smem, z_smem = buf
-    words = w_smem.index(i).load(_words_layout(W))
+    words = w_smem.index(i).load(words_layout(W))
     s = s_smem.index(i).load(SL).to(gl.float32)
     if HAS_ZERO:
         c = z_smem.index(i).load(SL).to(gl.float32) + 128.0
     else:
         c = gl.full([BLOCK_N], 136.0, gl.float32, layout=SL)
-    return _group(acc, words, s, c, c, x, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, True, False, XA)
+    return group_partial(acc, words, s, c, c, x, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, True, False, XA)
 
 
 @gluon.jit
-def _ring_buffers(RING: gl.constexpr, BLOCK_N: gl.constexpr, HAS_ZERO: gl.constexpr):
+def ring_buffers(RING: gl.constexpr, BLOCK_N: gl.constexpr, HAS_ZERO: gl.constexpr):
     """One ring's shared memory: words [RING, S, 2, 32, 4], scales and zeros [RING, BLOCK_N]."""
     w_smem = gl.allocate_shared_memory(gl.int32, [RING, BLOCK_N // 16, 2, 32, 4], flat_smem(4))
     s_smem = gl.allocate_shared_memory(gl.bfloat16, [RING, BLOCK_N], flat_smem(1))
@@ -399,7 +399,7 @@ def _ring_buffers(RING: gl.constexpr, BLOCK_N: gl.constexpr, HAS_ZERO: gl.conste
 def _k_loop_ring(wp, s_base, z_base, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                  HAS_ZERO: gl.constexpr, RING: gl.constexpr, GW: gl.constexpr, PDL: gl.constexpr,
                  XA: gl.constexpr = False, PAIR: gl.constexpr = 1):  # fmt: skip
-    """_k_loop with the weights streamed through a shared-memory ring of RING slots of PAIR groups (cp.async):
+    """k_loop with the weights streamed through a shared-memory ring of RING slots of PAIR groups (cp.async):
     RING - 1 slots in flight per program without holding them in registers (XA: x one group ahead, in
     registers, the loop unrolled by two; PAIR = 2 needs it). Each thread copies, and later reads, its own 16
     bytes of words; the scales / zeros rows are copied by a few threads and read by all, hence one barrier a slot
@@ -407,41 +407,41 @@ def _k_loop_ring(wp, s_base, z_base, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constex
     second group has buffers of its own, so the compiler adds no barrier between the two groups' copies:
     half the barriers. Fragment order, the offset taken off by the ones MMA."""
     W: gl.constexpr = gl.num_warps()
-    b0 = _ring_buffers(RING, BLOCK_N, HAS_ZERO)
+    b0 = ring_buffers(RING, BLOCK_N, HAS_ZERO)
     if PAIR == 2:
-        bufs = (b0, _ring_buffers(RING, BLOCK_N, HAS_ZERO))
+        bufs = (b0, ring_buffers(RING, BLOCK_N, HAS_ZERO))
     else:
         bufs = (b0,)
     LS: gl.constexpr = vec16_layout(2, W)
     LZ: gl.constexpr = vec16_layout(1, W)
     s_ptrs = s_base + gl.arange(0, BLOCK_N, layout=LS)
     z_ptrs = z_base + gl.arange(0, BLOCK_N, layout=LZ)
-    acc, zero, ones = _loop_terms(BLOCK_N, BLOCK_M, True)
+    acc, zero, ones = loop_terms(BLOCK_N, BLOCK_M, True)
     last = gl.maximum(g_hi - 1, 0)
     for i in gl.static_range(RING - 1):
-        _ring_issue(bufs, wp, s_ptrs, z_ptrs, g_lo + i * PAIR, last, sg, i, RING, HAS_ZERO, GW)
+        ring_issue(bufs, wp, s_ptrs, z_ptrs, g_lo + i * PAIR, last, sg, i, RING, HAS_ZERO, GW)
     pdl_start(PDL)
     xc = _x_ahead(x_ptrs, gl.minimum(g_lo, last), XA)
     if XA:  # unrolled by two: each group's x lands in registers that are free, no copies at the back edge
         for g in range(g_lo, g_hi - 1, 2):
             j = g - g_lo
             xn = gl.load(x_ptrs + (g + 1) * XW)
-            _ring_turn(bufs, wp, s_ptrs, z_ptrs, sg, j // PAIR, g_lo, last, RING, HAS_ZERO, GW)
+            ring_turn(bufs, wp, s_ptrs, z_ptrs, sg, j // PAIR, g_lo, last, RING, HAS_ZERO, GW)
             acc = _slot_group(acc, bufs[0], j // PAIR % RING, xc, g, zero, ones, BLOCK_N, BLOCK_M, HAS_ZERO, True)
             xc = gl.load(x_ptrs + gl.minimum(g + 2, last) * XW)
             if PAIR == 1:
-                _ring_turn(bufs, wp, s_ptrs, z_ptrs, sg, j + 1, g_lo, last, RING, HAS_ZERO, GW)
+                ring_turn(bufs, wp, s_ptrs, z_ptrs, sg, j + 1, g_lo, last, RING, HAS_ZERO, GW)
             acc = _slot_group(acc, bufs[PAIR - 1], (j + 1) // PAIR % RING, xn, g + 1, zero, ones, BLOCK_N, BLOCK_M,
                               HAS_ZERO, True)  # fmt: skip
         if (g_hi - g_lo) % 2 == 1:  # an odd count's last group (xc holds its x), first of its slot
             j = g_hi - 1 - g_lo
-            _ring_turn(bufs, wp, s_ptrs, z_ptrs, sg, j // PAIR, g_lo, last, RING, HAS_ZERO, GW)
+            ring_turn(bufs, wp, s_ptrs, z_ptrs, sg, j // PAIR, g_lo, last, RING, HAS_ZERO, GW)
             acc = _slot_group(acc, bufs[0], j // PAIR % RING, xc, g_hi - 1, zero, ones, BLOCK_N, BLOCK_M, HAS_ZERO,
                               True)  # fmt: skip
     else:
         for g in range(g_lo, g_hi):
             j = g - g_lo
-            _ring_turn(bufs, wp, s_ptrs, z_ptrs, sg, j, g_lo, last, RING, HAS_ZERO, GW)
+            ring_turn(bufs, wp, s_ptrs, z_ptrs, sg, j, g_lo, last, RING, HAS_ZERO, GW)
             acc = _slot_group(acc, bufs[0], j % RING, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, HAS_ZERO, False)
     async_copy.wait_group(0)
     return acc
@@ -458,7 +458,7 @@ def int4_mma_kernel(
     """y[:, :N] = x @ W^T (int4 tiles) and, with TAIL, y[:, N:N + TAIL_N] = x @ tail^T (bf16 rows) in one launch
     (TAIL 1: a row of x at a time, tail_by_row; 2: the block's rows of x together, tail_by_block, from two rows up
     to blocks of 8: its accumulator takes 4 registers a row).
-    XA: each group's x loaded ahead of its MMA (_k_loop, _k_loop_ring); PAIR: groups to a ring slot."""
+    XA: each group's x loaded ahead of its MMA (k_loop, _k_loop_ring); PAIR: groups to a ring slot."""
     # rows of x in blocks of BLOCK_M along the fastest grid axis: the blocks of one weight tile run together,
     # so all but the first read it from L2
     pid_m = gl.program_id(0)
@@ -493,7 +493,7 @@ def _tile_program(
     """One program of int4_mma_kernel: BLOCK_N rows of W, BLOCK_M rows of x, its 1/SPLIT_K of the groups."""
     W: gl.constexpr = gl.num_warps()
     S: gl.constexpr = BLOCK_N // 16
-    LW: gl.constexpr = _words_layout(W)
+    LW: gl.constexpr = words_layout(W)
     MMA: gl.constexpr = mma_layout(W)
     n_groups = K // GROUP  # split_groups' arithmetic inline: through it a packaged ring tile spilled 16 bytes
     per_split = gl.cdiv(n_groups, SPLIT_K)
@@ -514,15 +514,15 @@ def _tile_program(
     rows = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
     s_ptrs = s_ptr + rows * stride_sn
     z_rows = z_ptr + rows * stride_sn
-    xn = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, gl.SliceLayout(2, _x_words_layout(W))))
+    xn = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, gl.SliceLayout(2, x_words_layout(W))))
     # rows of x past M re-read row M - 1 (their outputs are not stored): unmasked loads, no zero fill
-    x_ptrs = _x_word_ptrs(x_ptr, gl.minimum(pid_m * BLOCK_M + xn, M - 1), stride_xm, BLOCK_M)
+    x_ptrs = x_word_ptrs(x_ptr, gl.minimum(pid_m * BLOCK_M + xn, M - 1), stride_xm, BLOCK_M)
 
     if RING > 0:  # fragment order: a group's scales / zeros are BLOCK_N contiguous entries of row g
         acc = _k_loop_ring(w_ptrs, s_ptr + pid_n * BLOCK_N, z_ptr + pid_n * BLOCK_N, stride_sg, x_ptrs, g_lo, g_hi,
                            BLOCK_N, BLOCK_M, HAS_ZERO, RING, GW, PDL, XA, PAIR)  # fmt: skip
     else:
-        acc = _k_loop(w_ptrs, s_ptrs, z_lo, z_rows, stride_sg, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO,
+        acc = k_loop(w_ptrs, s_ptrs, z_lo, z_rows, stride_sg, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO,
                       OFFSET_MMA, DEPTH, ROWS, GW, PDL, XA)  # fmt: skip
 
     store_y(acc, rows, y_ptr, part_ptr, cnt_ptr, M, N, stride_ym, pid_m, pid_n, pid_k, BLOCK_N, BLOCK_M, SPLIT_K)

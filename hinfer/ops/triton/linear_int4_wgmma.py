@@ -29,7 +29,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from hinfer.ops.triton.common import GROUP as GROUP_K
 from hinfer.ops.triton.common import pdl_kwargs
-from hinfer.ops.triton.linear_int4_mma import GROUP, MAX_M, _a_operand, _neg_offset, _words_layout
+from hinfer.ops.triton.linear_int4_mma import GROUP, MAX_M, a_operand, neg_offset, words_layout
 from hinfer.ops.triton.linear_splitk import split_scratch
 from hinfer.ops.triton.mma_common import iota4, pdl_start, store_y
 from hinfer.ops.triton.tiles.forms import SkinnyConfig
@@ -52,8 +52,8 @@ def _loads(w_ptrs, z_lo, s_lo, g, sg, live, HAS_ZERO: gl.constexpr):
     """Group g's words, negated offsets -(128 + z) and scales (rows g and g + 8 of each stripe, bf16x2 in the
     words' layout); `live` 0 zeroes the scales (a look-ahead past the slice's end adds nothing)."""
     words = gl.load(w_ptrs + g * 2 * GROUP)
-    off_lo = _neg_offset(z_lo + g * sg, HAS_ZERO)
-    off_hi = _neg_offset(z_lo + g * sg + 8, HAS_ZERO)
+    off_lo = neg_offset(z_lo + g * sg, HAS_ZERO)
+    off_hi = neg_offset(z_lo + g * sg + 8, HAS_ZERO)
     sc_lo = _scale2(s_lo + g * sg) * live
     sc_hi = _scale2(s_lo + g * sg + 8) * live
     return words, off_lo, off_hi, sc_lo, sc_hi
@@ -84,7 +84,7 @@ def _k_loop(acc, w_ptrs, z_lo, s_lo, sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO: gl.
         nw, no_lo, no_hi, ns_lo, ns_hi = _loads(w_ptrs, z_lo, s_lo, gl.minimum(g + 1, last), sg,
                                                 (g + 1 < g_hi).to(gl.int32), HAS_ZERO)  # fmt: skip
         xv = _k_ordered(gl.load(x_ptrs + g * GROUP), BLOCK_M)
-        a = _a_operand(words, o_lo, o_hi, BLOCK_N, DOT_A, False, False, True, sc_lo, sc_hi)
+        a = a_operand(words, o_lo, o_hi, BLOCK_N, DOT_A, False, False, True, sc_lo, sc_hi)
         gl.thread_barrier()  # every warpgroup is done with the MMA that last read the slot
         x_smem.store(xv)
         fence_async_shared()
@@ -132,7 +132,7 @@ def _x_chunk_mmas(acc, x_slots, g0, g_hi, last, w_ptrs, z_lo, s_lo, sg, nw, no_l
         words, o_lo, o_hi, sc_lo, sc_hi = nw, no_lo, no_hi, ns_lo, ns_hi
         nw, no_lo, no_hi, ns_lo, ns_hi = _loads(w_ptrs, z_lo, s_lo, gl.minimum(g + 1, last), sg,
                                                 (g + 1 < g_hi).to(gl.int32), HAS_ZERO)  # fmt: skip
-        a = _a_operand(words, o_lo, o_hi, BLOCK_N, DOT_A, False, False, True, sc_lo, sc_hi)
+        a = a_operand(words, o_lo, o_hi, BLOCK_N, DOT_A, False, False, True, sc_lo, sc_hi)
         acc = warpgroup_mma(a, x_slots.slice(j * BLOCK_M, BLOCK_M).permute((1, 0)), acc)
     return acc, nw, no_lo, no_hi, ns_lo, ns_hi
 
@@ -186,7 +186,7 @@ def int4_wgmma_kernel(
     pid_k = gl.program_id(2)
     W: gl.constexpr = gl.num_warps()
     S: gl.constexpr = BLOCK_N // 16
-    LW: gl.constexpr = _words_layout(W)
+    LW: gl.constexpr = words_layout(W)
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[W, 1],
                                                    instr_shape=[16, BLOCK_M, 16])  # fmt: skip
     DOT_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)

@@ -30,12 +30,12 @@ from hinfer.ops.triton.common import pdl_kwargs
 from hinfer.ops.triton.linear_int4_mma import (
     GROUP,
     GROUP_K,
-    _group,
-    _k_loop,
-    _loop_terms,
-    _words_layout,
-    _x_word_ptrs,
-    _x_words_layout,
+    group_partial,
+    k_loop,
+    loop_terms,
+    words_layout,
+    x_word_ptrs,
+    x_words_layout,
 )
 from hinfer.ops.triton.linear_splitk import COUNTERS, counter_buffer, split_scratch
 from hinfer.ops.triton.mma_common import flat_smem, iota4, mma_layout, pdl_start
@@ -74,7 +74,7 @@ def _k_loop_words_ring(w_ptrs, s_ptrs, z_rows, x_ptrs, g_lo, g_hi, BLOCK_N: gl.c
     MMA: gl.constexpr = mma_layout(W)
     DOT_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
     DOT_B: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
-    acc, zero, ones = _loop_terms(BLOCK_N, BLOCK_M, True)
+    acc, zero, ones = loop_terms(BLOCK_N, BLOCK_M, True)
     last = gl.maximum(g_hi - 1, 0)  # clamped copies re-read the last group (never used) instead of branching
     w_smem = gl.allocate_shared_memory(gl.int32, [RING, BLOCK_N // 16, 2, 32, 4], flat_smem(4))
     for i in gl.static_range(RING - 1):  # the weights go ahead of the PDL wait (nothing writes them)
@@ -89,9 +89,9 @@ def _k_loop_words_ring(w_ptrs, s_ptrs, z_rows, x_ptrs, g_lo, g_hi, BLOCK_N: gl.c
         nxt = j + RING - 1
         async_copy.async_copy_global_to_shared(w_smem.index(nxt % RING), w_ptrs + gl.minimum(g_lo + nxt, last) * GW)
         async_copy.commit_group()
-        words = w_smem.index(j % RING).load(_words_layout(W))
+        words = w_smem.index(j % RING).load(words_layout(W))
         s1, c1 = _row_scales(s_ptrs, z_rows, gl.minimum(g + 1, last), HAS_ZERO)
-        acc = _group(acc, words, s0, c0, c0, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, True, True)
+        acc = group_partial(acc, words, s0, c0, c0, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, True, True)
         s0, c0 = s1, c1
     async_copy.wait_group(0)
     return acc
@@ -109,9 +109,9 @@ def int4_mma_experts_kernel(
 ):  # fmt: skip
     W: gl.constexpr = gl.num_warps()
     S: gl.constexpr = BLOCK_N // 16
-    LW: gl.constexpr = _words_layout(W)
+    LW: gl.constexpr = words_layout(W)
     MMA: gl.constexpr = mma_layout(W)
-    LX: gl.constexpr = _x_words_layout(W)
+    LX: gl.constexpr = x_words_layout(W)
     if not EARLY:  # before the expert ids: the router that writes them may be the kernel just before
         pdl_start(PDL)
     pid_n = gl.program_id(0)
@@ -140,7 +140,7 @@ def int4_mma_experts_kernel(
         else:
             px = gl.load(sorted_ptr + blk * BLOCK_M + gl.minimum(xr, nrows - 1))
             py = gl.load(sorted_ptr + blk * BLOCK_M + gl.minimum(ym, nrows - 1))
-        x_ptrs = _x_word_ptrs(x_ptr, px // XDIV, stride_xm, BLOCK_M)
+        x_ptrs = x_word_ptrs(x_ptr, px // XDIV, stride_xm, BLOCK_M)
 
         stripe = pid_n * S + iota4(S, 0, LW)
         lane = iota4(32, 2, LW)
@@ -168,7 +168,7 @@ def int4_mma_experts_kernel(
             acc = _k_loop_words_ring(w_ptrs, s_ptrs, z_rows, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO, RING,
                                      GROUP // 8, PDL and EARLY)  # fmt: skip
         else:
-            acc = _k_loop(w_ptrs, s_ptrs, z_rows, z_rows, 1, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO,
+            acc = k_loop(w_ptrs, s_ptrs, z_rows, z_rows, 1, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO,
                           True, DEPTH, True, GROUP // 8, PDL and EARLY)  # fmt: skip
         out_mask = (ym < nrows)[None, :] & (rows < N)[:, None]
         y_off = py[None, :].to(gl.int64) * stride_ym + cols[:, None]
