@@ -1,9 +1,14 @@
 """OpenAI Responses requests -> ChatPrompt and SamplingParams (the per-field decisions of docs/api.md).
 
 `input` items become the chat messages the Qwen3.5 template reads: an assistant turn gathers the reasoning,
-message and function_call items that follow each other; function_call_output items become tool messages;
+message and function_call / custom_tool_call items that follow each other; their outputs become tool messages;
 system/developer items before the first turn join `instructions`, later ones stay in place (late_system.py).
 User messages' `input_image` parts (data URLs) become the template's image items, their images decoded in order.
+
+Custom (freeform) tools, such as Codex CLI's `apply_patch` in its grammar form, take plain text rather than JSON
+arguments: the model sees each as a function of one string parameter, CUSTOM_INPUT, whose description carries the
+tool's grammar (Qwen3.5's tool calls write parameter values as raw text, so a patch goes through unescaped), and a
+call comes back as a `custom_tool_call` item with that text as its `input` (responses_stream.py).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ _MEDIA_PARTS = {"input_image", "input_file", "input_audio", "image_url", "image"
 _TEXT_PARTS = {"input_text", "output_text", "text", "summary_text", "reasoning_text"}
 _ENCRYPTED_PREFIX = "hinfer-reasoning:"  # our opaque reasoning: base64 of the text, readable only by us
 _warned_tool_types: set[str] = set()
+CUSTOM_INPUT = "input"  # the one parameter a custom tool is shown with
 
 
 def encrypt_reasoning(text: str) -> str:
@@ -203,7 +209,14 @@ def convert_items(items: list[Any], instructions: str | None, images: list[Any] 
                     "function": {"name": _str_field(item, "name", p),
                                  "arguments": _arguments(item.get("arguments"), f"{p}.arguments")}}
             t.assistant().setdefault("tool_calls", []).append(call)
-        elif typ == "function_call_output":
+        elif typ == "custom_tool_call":
+            text = item.get("input")
+            if not isinstance(text, str):
+                raise bad_request("a custom_tool_call's input must be a string", param=f"{p}.input")
+            call = {"id": item.get("call_id"), "type": "function",
+                    "function": {"name": _str_field(item, "name", p), "arguments": {CUSTOM_INPUT: text}}}
+            t.assistant().setdefault("tool_calls", []).append(call)
+        elif typ in ("function_call_output", "custom_tool_call_output"):
             t.add({"role": "tool", "tool_call_id": item.get("call_id"),
                    "content": _content_text(item.get("output"), f"{p}.output", media_placeholder=True)})
         elif typ == "item_reference":
@@ -211,18 +224,59 @@ def convert_items(items: list[Any], instructions: str | None, images: list[Any] 
                               "previous_response_id", param=f"{p}.type")
         else:
             raise bad_request(f"unsupported input item type {typ!r}; supported: message, reasoning, function_call, "
-                              "function_call_output", param=f"{p}.type")
+                              "function_call_output, custom_tool_call, custom_tool_call_output", param=f"{p}.type")
     return t.messages
 
 
+def custom_tool_names(tools: list[Any] | None) -> frozenset[str]:
+    """The names of a request's custom (freeform) tools."""
+    return frozenset(t["name"] for t in tools or [] if isinstance(t, dict) and t.get("type") == "custom"
+                     and isinstance(t.get("name"), str))  # fmt: skip
+
+
+def custom_input(arguments: str) -> str:
+    """A custom tool call's text from the arguments the tool parser wrote ({CUSTOM_INPUT: text} as JSON); a call
+    that came out otherwise keeps its raw arguments."""
+    try:
+        args = json.loads(arguments)
+    except ValueError:
+        return arguments
+    if isinstance(args, dict) and isinstance(args.get(CUSTOM_INPUT), str):
+        return args[CUSTOM_INPUT]
+    return arguments
+
+
+def _custom_tool(tool: dict[str, Any], param: str) -> dict[str, Any]:
+    """A custom tool as the chat tool the model sees: one string parameter, the grammar (if any) in its text."""
+    name = _str_field(tool, "name", param)
+    fmt = tool.get("format") or {"type": "text"}
+    if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "grammar"):
+        raise bad_request("a custom tool's format must be {'type': 'text'} or {'type': 'grammar', 'syntax', "
+                          "'definition'}", param=f"{param}.format")  # fmt: skip
+    about = "The tool's whole input, as plain text (not JSON)."
+    if fmt["type"] == "grammar":
+        if not isinstance(fmt.get("definition"), str):
+            raise bad_request("a grammar format needs its definition as a string", param=f"{param}.format.definition")
+        about += f" It must follow this {fmt.get('syntax') or 'lark'} grammar:\n{fmt['definition']}"
+    fn: dict[str, Any] = {"name": name, "parameters": {
+        "type": "object", "properties": {CUSTOM_INPUT: {"type": "string", "description": about}},
+        "required": [CUSTOM_INPUT]}}  # fmt: skip
+    if isinstance(tool.get("description"), str):
+        fn["description"] = tool["description"]
+    return {"type": "function", "function": fn}
+
+
 def convert_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    """Flat Responses function tools -> chat tools. Other tool types (web_search, file_search, custom, mcp, ...)
-    run at OpenAI, not here: they are left out, with a warning logged once per type."""
+    """Flat Responses function tools and custom (freeform) tools -> chat tools. Other tool types (web_search,
+    file_search, mcp, ...) run at OpenAI, not here: they are left out, with a warning logged once per type."""
     out = []
     for i, tool in enumerate(tools or []):
         if not isinstance(tool, dict):
             raise bad_request("every tool must be an object", param=f"tools.{i}")
         typ = tool.get("type")
+        if typ == "custom":
+            out.append(_custom_tool(tool, f"tools.{i}"))
+            continue
         if typ != "function":
             if typ not in _warned_tool_types and len(_warned_tool_types) < 64:  # bounded: types come from clients
                 _warned_tool_types.add(str(typ))
@@ -246,16 +300,16 @@ def convert_tool_choice(raw: str | dict[str, Any] | None, parallel: bool | None)
         choice = ToolChoice("auto")
     elif raw in ("none", "required"):
         choice = ToolChoice(str(raw))
-    elif isinstance(raw, dict) and raw.get("type") == "function":
+    elif isinstance(raw, dict) and raw.get("type") in ("function", "custom"):
         if not isinstance(raw.get("name"), str):
-            raise bad_request("tool_choice of type 'function' needs a name", param="tool_choice.name")
+            raise bad_request(f"tool_choice of type {raw['type']!r} needs a name", param="tool_choice.name")
         choice = ToolChoice("named", raw["name"])
     elif isinstance(raw, dict) and isinstance(raw.get("type"), str):
         log.warning("tool_choice of type %r is not supported; using auto", raw["type"])
         choice = ToolChoice("auto")
     else:
-        raise bad_request("tool_choice must be 'auto', 'none', 'required' or {'type': 'function', 'name': ...}",
-                          param="tool_choice")
+        raise bad_request("tool_choice must be 'auto', 'none', 'required' or {'type': 'function' | 'custom', "
+                          "'name': ...}", param="tool_choice")
     choice.parallel = parallel is not False
     return choice
 

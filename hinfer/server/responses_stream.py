@@ -1,6 +1,7 @@
 """Engine events -> OpenAI Responses stream events, and the final Response object they add up to.
 
-Output items open and close as the generated pieces change kind (reasoning -> message -> function_call ...),
+Output items open and close as the generated pieces change kind (reasoning -> message -> function_call or
+custom_tool_call ...),
 with `output_index` counting up from 0 and one item open at a time, in the order OpenAI streams them:
 `response.output_item.added`, its content part and deltas, the `.done` events, `response.output_item.done`.
 The non-streaming answer is the same builder's final object, so both modes agree.
@@ -16,7 +17,7 @@ from hinfer.server.errors import APIError
 from hinfer.server.generation import EngineRun
 from hinfer.server.output import OutputParser, Piece, ReasoningPiece
 from hinfer.server.prompt import ChatPrompt
-from hinfer.server.responses_convert import encrypt_reasoning
+from hinfer.server.responses_convert import custom_input, custom_tool_names, encrypt_reasoning
 from hinfer.server.schemas_responses import ResponsesRequest
 from hinfer.server.state import new_id
 from hinfer.server.structured import calls_under_grammar
@@ -33,6 +34,7 @@ class ResponseBuilder:
         self.created_at = int(time.time())
         self.parallel = prompt.tool_choice.parallel
         self.encrypted = "reasoning.encrypted_content" in (body.include or [])
+        self.custom = custom_tool_names(body.tools)  # their calls are custom_tool_call items, input as plain text
         self.parser = OutputParser(reasoning=prompt.enable_thinking, tools=prompt.parse_tools(),
                                    new_id=lambda: new_id("call_"), max_calls=prompt.max_calls,
                                    trim_strings=calls_under_grammar(run.sampling.structured))
@@ -95,11 +97,16 @@ class ResponseBuilder:
                                             logprobs=[]))
             elif isinstance(p, ToolCallStart):
                 self._close(out)
-                self._add(out, {"id": new_id("fc_"), "type": "function_call", "status": "in_progress",
-                                "call_id": p.id, "name": p.name, "arguments": ""}, None)
+                if p.name in self.custom:
+                    self._add(out, {"id": new_id("ctc_"), "type": "custom_tool_call", "status": "in_progress",
+                                    "call_id": p.id, "name": p.name, "input": ""}, None)
+                else:
+                    self._add(out, {"id": new_id("fc_"), "type": "function_call", "status": "in_progress",
+                                    "call_id": p.id, "name": p.name, "arguments": ""}, None)
             elif isinstance(p, ToolCallArgs):
                 self._text += p.delta
-                out.append(self._item_event("response.function_call_arguments.delta", delta=p.delta))
+                if self._kind() == "function_call":  # a custom call's text is sent whole when it ends
+                    out.append(self._item_event("response.function_call_arguments.delta", delta=p.delta))
             else:  # ToolCallEnd
                 self._close(out)
         return out
@@ -136,6 +143,10 @@ class ResponseBuilder:
             out.append(self._item_event("response.output_text.done", content_index=0, text=text, logprobs=[]))
             out.append(self._item_event("response.content_part.done", content_index=0, part=part))
             item["content"] = [part]
+        elif item["type"] == "custom_tool_call":
+            item["input"] = custom_input(text)
+            out.append(self._item_event("response.custom_tool_call_input.delta", delta=item["input"]))
+            out.append(self._item_event("response.custom_tool_call_input.done", input=item["input"]))
         else:
             item["arguments"] = text  # the deltas add up to the arguments' JSON object
             out.append(self._item_event("response.function_call_arguments.done", name=item["name"],

@@ -37,6 +37,14 @@ UNKNOWN_TOOL = (
 )
 MALFORMED_CALL = "Hmm.\n</think>\n\nSure: <tool_call>\nthis is not a call\n</tool_call> done"
 
+# a freeform (custom) tool's call: Codex CLI's apply_patch, its text raw inside the one parameter
+PATCH = ('*** Begin Patch\n*** Update File: app.py\n@@ def main():\n-    print("hi")\n+    print("hi & <bye>", {"a": 1})\n'
+         "*** End Patch")
+PATCH_CALL = (
+    "I edit the file.\n</think>\n\n<tool_call>\n<function=apply_patch>\n<parameter=input>\n" + PATCH
+    + "\n</parameter>\n</function>\n</tool_call>"
+)
+
 AFTER_TOOL = "The tool answered 18 degrees.\n</think>\n\nIt is 18 °C in Paris right now."
 STOPPY = "Counting.\n</think>\n\none two three STOP four five"
 LONG_THINK = "step " * 60 + "\n</think>\n\nDone."
@@ -52,6 +60,7 @@ SCRIPTS = {
     "[[unknown_tool]]": UNKNOWN_TOOL,
     "[[malformed]]": MALFORMED_CALL,
     "[[after_tool]]": AFTER_TOOL,
+    "[[patch]]": PATCH_CALL,
     "[[stop]]": STOPPY,
     "[[long_think]]": LONG_THINK,
     "[[unicode]]": UNICODE,

@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 from server_live import MODEL
-from server_scripts import AFTER_TOOL, GREETING, TIME_TOOL, WEATHER_ARGS, WEATHER_TOOL
+from server_scripts import AFTER_TOOL, GREETING, PATCH, TIME_TOOL, WEATHER_ARGS, WEATHER_TOOL
 
 TOOLS = [{"type": "function", **t["function"]} for t in (WEATHER_TOOL, TIME_TOOL)]  # the flat Responses shape
 ANSWER = GREETING.split("\n\n", 1)[1]
@@ -119,6 +119,53 @@ def test_function_call_stream_events(client):
     assert json.loads(events[-1].response.output[-1].arguments) == WEATHER_ARGS
 
 
+# Codex CLI's apply_patch in its freeform form: a custom tool with a lark grammar
+PATCH_TOOL = {"type": "custom", "name": "apply_patch", "description": "Edit files with a patch.",
+              "format": {"type": "grammar", "syntax": "lark", "definition": 'start: "*** Begin Patch" LF hunk+'}}
+
+
+def test_custom_tool_call_round_trip(client, engine):
+    """A custom tool is shown as a function of one string parameter carrying its grammar; its call comes back as a
+    custom_tool_call item whose input is the raw text; the history with the call and its output renders the call
+    as the model wrote it."""
+    r = client.responses.create(model=MODEL, input="[[patch]]", tools=[*TOOLS, PATCH_TOOL], store=False)
+    assert [i.type for i in r.output] == ["reasoning", "custom_tool_call"]
+    call = r.output[1]
+    assert call.name == "apply_patch" and call.input == PATCH and call.call_id.startswith("call_")
+    assert call.id.startswith("ctc_")
+    p = prompt_of(engine)
+    assert '"name": "apply_patch"' in p and "must follow this lark grammar" in p and "hunk+" in p
+    history = [{"role": "user", "content": "[[patch]]"}, *[i.model_dump(exclude_none=True) for i in r.output],
+               {"type": "custom_tool_call_output", "call_id": call.call_id, "output": "Done [[after_tool]]"}]
+    r2 = client.responses.create(model=MODEL, input=history, tools=[PATCH_TOOL], store=False)
+    assert r2.output_text == AFTER_TOOL.split("\n\n", 1)[1]
+    p = prompt_of(engine)
+    assert f"<function=apply_patch>\n<parameter=input>\n{PATCH}\n</parameter>" in p
+    assert "<tool_response>\nDone [[after_tool]]\n</tool_response>" in p
+
+
+def test_custom_tool_call_stream_events(client):
+    events = list(client.responses.create(model=MODEL, input="[[patch]]", tools=[PATCH_TOOL], stream=True))
+    types = squeeze([e.type for e in events])
+    i = types.index("response.custom_tool_call_input.delta")
+    assert types[i - 1] == "response.output_item.added" and types[i + 1:] == [
+        "response.custom_tool_call_input.done", "response.output_item.done", "response.completed"]
+    added = next(e for e in events if e.type == "response.output_item.added" and e.item.type == "custom_tool_call")
+    assert added.item.input == "" and added.item.name == "apply_patch"
+    text = "".join(e.delta for e in events if e.type == "response.custom_tool_call_input.delta")
+    done = next(e for e in events if e.type == "response.custom_tool_call_input.done")
+    assert text == done.input == PATCH and done.item_id == added.item.id
+    assert events[-1].response.output[-1].input == PATCH
+    assert not any(e.type.startswith("response.function_call") for e in events)
+
+
+def test_custom_tool_choice_names_it(client, engine):
+    r = client.responses.create(model=MODEL, input="[[patch]]", tools=[*TOOLS, PATCH_TOOL],
+                                tool_choice={"type": "custom", "name": "apply_patch"}, store=False)
+    assert r.output[-1].type == "custom_tool_call" and r.output[-1].input == PATCH
+    assert engine.requests[-1].sampling.structured is not None  # the named choice is grammar-enforced
+
+
 def test_previous_response_id_chaining(client, engine):
     r1 = client.responses.create(model=MODEL, input="[[weather]]", tools=TOOLS, instructions="Be terse.")
     call = r1.output[-1]
@@ -218,11 +265,11 @@ def test_max_output_tokens_makes_it_incomplete(client):
 
 
 def test_tool_choice_parallel_and_ignored_tool_types(client, engine):
-    tools = [{"type": "web_search"}, {"type": "custom", "name": "apply_patch"}, *TOOLS]
+    tools = [{"type": "web_search"}, {"type": "local_shell"}, *TOOLS]
     r = client.responses.create(model=MODEL, input="[[parallel]]", tools=tools, parallel_tool_calls=False)
     assert [i.name for i in r.output if i.type == "function_call"] == ["get_weather"]
     assert r.parallel_tool_calls is False and "Call at most one function" in prompt_of(engine)
-    assert "apply_patch" not in prompt_of(engine)
+    assert "web_search" not in prompt_of(engine) and "local_shell" not in prompt_of(engine)
     r = client.responses.create(model=MODEL, input="[[parallel]]", tools=TOOLS)
     assert [i.name for i in r.output if i.type == "function_call"] == ["get_weather", "get_time"]
     client.responses.create(model=MODEL, input="[[weather]]", tools=TOOLS,
