@@ -22,6 +22,9 @@ class StructuredOutput:
     # With tools: free text in which every `<tool_call>` must go on as a valid call (tool_choice auto, when the
     # server constrains tool calls) instead of an answer of calls only.
     tools_optional: bool = False
+    # With tools: {tool name: {"parameter", "syntax" ("lark" | "regex"), "definition"}}: that tool's call is its one
+    # string parameter written in this grammar (the Responses API's custom tools) instead of checked by its schema.
+    tool_grammars: dict[str, dict[str, str]] | None = None
     # The prompt ends inside an open `<think>`: the reasoning runs free up to `</think>`, then the constraint.
     after_reasoning: bool = False
     # Longest run of whitespace between JSON tokens (tool arguments included): ample for pretty-printing, and a

@@ -46,6 +46,8 @@ class ChatPrompt:
     images: list[Any] = field(default_factory=list)  # decoded images of the user messages, in prompt order
     add_generation_prompt: bool = True  # False only for POST /tokenize, which may count a conversation as is
     continuation: str = ""  # an assistant prefill: the answer goes on from this text, after the generation prompt
+    # tools whose one string parameter follows a grammar (the Responses API's custom tools): StructuredOutput's
+    tool_grammars: dict[str, dict[str, str]] | None = None
 
     def starts_in_reasoning(self) -> bool:
         """Whether the generated text opens inside the thinking block: thinking on and no continuation past it

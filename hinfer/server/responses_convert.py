@@ -234,6 +234,16 @@ def custom_tool_names(tools: list[Any] | None) -> frozenset[str]:
                      and isinstance(t.get("name"), str))  # fmt: skip
 
 
+def custom_tool_grammars(tools: list[Any] | None) -> dict[str, dict[str, str]] | None:
+    """{name: {"parameter", "syntax", "definition"}} of the custom tools with a grammar format, for the tool-call
+    grammar (StructuredOutput.tool_grammars); None without any."""
+    out = {t["name"]: {"parameter": CUSTOM_INPUT, "syntax": t["format"].get("syntax") or "lark",
+                       "definition": t["format"]["definition"]}
+           for t in tools or [] if isinstance(t, dict) and t.get("type") == "custom"
+           and isinstance(t.get("format"), dict) and t["format"].get("type") == "grammar"}  # fmt: skip
+    return out or None
+
+
 def custom_input(arguments: str) -> str:
     """A custom tool call's text from the arguments the tool parser wrote ({CUSTOM_INPUT: text} as JSON); a call
     that came out otherwise keeps its raw arguments."""
@@ -257,6 +267,8 @@ def _custom_tool(tool: dict[str, Any], param: str) -> dict[str, Any]:
     if fmt["type"] == "grammar":
         if not isinstance(fmt.get("definition"), str):
             raise bad_request("a grammar format needs its definition as a string", param=f"{param}.format.definition")
+        if fmt.get("syntax", "lark") not in ("lark", "regex"):
+            raise bad_request("a grammar format's syntax must be 'lark' or 'regex'", param=f"{param}.format.syntax")
         about += f" It must follow this {fmt.get('syntax') or 'lark'} grammar:\n{fmt['definition']}"
     fn: dict[str, Any] = {"name": name, "parameters": {
         "type": "object", "properties": {CUSTOM_INPUT: {"type": "string", "description": about}},
@@ -323,7 +335,7 @@ def chat_prompt(body: Any, items: list[dict[str, Any]], preserve_default: bool) 
     prompt = ChatPrompt(messages=convert_items(items, body.instructions, images), tools=convert_tools(body.tools),
                         tool_choice=convert_tool_choice(body.tool_choice, body.parallel_tool_calls),
                         enable_thinking=enable_thinking, preserve_thinking=preserve_default, late_system=True,
-                        images=images)  # fmt: skip
+                        images=images, tool_grammars=custom_tool_grammars(body.tools))  # fmt: skip
     check_tool_choice(prompt, "tool_choice")
     return prompt, budget
 

@@ -97,7 +97,7 @@ def forced_tools(prompt: ChatPrompt) -> StructuredOutput | None:
     if prompt.tool_choice.mode not in ("required", "named") or not prompt.tools:
         return None
     return StructuredOutput(tools=prompt.template_tools(), tool_name=prompt.tool_choice.name,
-                            parallel_tool_calls=prompt.tool_choice.parallel)
+                            parallel_tool_calls=prompt.tool_choice.parallel, tool_grammars=prompt.tool_grammars)
 
 
 def checked_tools(prompt: ChatPrompt) -> StructuredOutput | None:
@@ -106,7 +106,7 @@ def checked_tools(prompt: ChatPrompt) -> StructuredOutput | None:
     if prompt.tool_choice.mode != "auto" or not prompt.template_tools():
         return None
     return StructuredOutput(tools=prompt.template_tools(), parallel_tool_calls=prompt.tool_choice.parallel,
-                            tools_optional=True)
+                            tools_optional=True, tool_grammars=prompt.tool_grammars)
 
 
 def calls_under_grammar(so: StructuredOutput | None) -> bool:

@@ -143,6 +143,42 @@ def test_auto_tool_calls_are_held_to_valid_calls(llm):
     assert started >= 3, [o.text[:80] for o in outs]
 
 
+# a small lark grammar in the shape of Codex CLI's apply_patch, bounded so that random weights reach its end
+PATCH_LARK = """start: begin hunk hunk? end
+begin: "*** Begin Patch" LF
+end: "*** End Patch"
+hunk: "*** Update File: " NAME LF line line?
+line: ("+" | "-") /[a-z ]{1,12}/ LF
+NAME: /[a-z]{1,8}\\.py/
+%import common.LF
+"""
+
+
+@pytest.mark.parametrize("syntax, definition, check", [
+    ("lark", PATCH_LARK, re.compile(r"\*\*\* Begin Patch\n(\*\*\* Update File: [a-z]{1,8}\.py\n([+-][a-z ]{1,12}\n){1,2})"
+                                    r"{1,2}\*\*\* End Patch")),
+    ("regex", r"(ab|cd){2,4}", re.compile(r"(ab|cd){2,4}")),
+])  # fmt: skip
+def test_forced_custom_tool_call_follows_its_grammar(llm, syntax, definition, check):
+    """A tool with a grammar (the Responses API's custom tools): the forced call's one string parameter is raw text
+    in that grammar, which the output parser reads back whole."""
+    from hinfer.server.tool_parser import ToolCallParser, tool_schemas
+
+    params = {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}
+    tools = [{"type": "function", "function": {"name": "apply_patch", "parameters": params}}]
+    grammars = {"apply_patch": {"parameter": "input", "syntax": syntax, "definition": definition}}
+    so = StructuredOutput(tools=tools, tool_name="apply_patch", parallel_tool_calls=False, tool_grammars=grammars)
+    outs = llm.generate(["Patch?"] * 2, [SamplingParams(max_tokens=300, seed=s, structured=so) for s in range(2)])
+    for out in outs:
+        assert out.finish_reason == "stop", out.text
+        parser = ToolCallParser(tool_schemas(tools), new_id=lambda: "call_1", trim_strings=True)
+        parser.feed(out.text)
+        parser.flush()
+        assert len(parser.calls) == 1 and parser.calls[0].name == "apply_patch", out.text
+        text = json.loads(parser.calls[0].arguments_json)["input"]
+        assert check.fullmatch(text), text
+
+
 def test_regex(llm):
     so = StructuredOutput(regex=r"(yes|no)-[0-9]{2}")
     outs = llm.generate(["?"] * 3, [SamplingParams(max_tokens=20, seed=i, structured=so) for i in range(3)])

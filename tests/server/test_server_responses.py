@@ -163,7 +163,10 @@ def test_custom_tool_choice_names_it(client, engine):
     r = client.responses.create(model=MODEL, input="[[patch]]", tools=[*TOOLS, PATCH_TOOL],
                                 tool_choice={"type": "custom", "name": "apply_patch"}, store=False)
     assert r.output[-1].type == "custom_tool_call" and r.output[-1].input == PATCH
-    assert engine.requests[-1].sampling.structured is not None  # the named choice is grammar-enforced
+    so = engine.requests[-1].sampling.structured  # the named choice is grammar-enforced, in the tool's grammar
+    assert so is not None and so.tool_name == "apply_patch"
+    assert so.tool_grammars == {"apply_patch": {"parameter": "input", "syntax": "lark",
+                                                "definition": PATCH_TOOL["format"]["definition"]}}
 
 
 def test_previous_response_id_chaining(client, engine):

@@ -11,6 +11,7 @@ from hinfer.server.responses_convert import (
     convert_tool_choice,
     convert_tools,
     custom_input,
+    custom_tool_grammars,
     custom_tool_names,
     decrypt_reasoning,
     encrypt_reasoning,
@@ -105,6 +106,9 @@ def test_custom_tools_are_one_string_parameter_and_come_back_as_text():
     assert about["type"] == "string" and about["description"].endswith("lark grammar:\nstart: LINE+")
     assert "description" not in out[1]["function"]
     assert custom_tool_names(tools) == {"apply_patch", "note"}
+    assert custom_tool_grammars(tools) == {"apply_patch": {"parameter": CUSTOM_INPUT, "syntax": "lark",
+                                                           "definition": "start: LINE+"}}
+    assert custom_tool_grammars(tools[1:]) is None
     assert custom_input('{"input": "a\\nb \\"c\\""}') == 'a\nb "c"'
     assert custom_input("not json") == "not json" and custom_input('{"other": 1}') == '{"other": 1}'
     choice = convert_tool_choice({"type": "custom", "name": "apply_patch"}, None)
@@ -127,6 +131,8 @@ def test_custom_tool_call_items_join_the_turn():
     ({"type": "custom"}, "tools.0.name"),
     ({"type": "custom", "name": "x", "format": {"type": "regex"}}, "tools.0.format"),
     ({"type": "custom", "name": "x", "format": {"type": "grammar", "syntax": "lark"}}, "tools.0.format.definition"),
+    ({"type": "custom", "name": "x", "format": {"type": "grammar", "syntax": "peg", "definition": "a"}},
+     "tools.0.format.syntax"),
 ])  # fmt: skip
 def test_bad_custom_tools_are_400(tool, param):
     with pytest.raises(APIError) as e:

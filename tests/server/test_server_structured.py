@@ -5,6 +5,7 @@ the grammar ends every answer well within max_tokens."""
 from __future__ import annotations
 
 import json
+import re
 
 import anthropic
 import jsonschema
@@ -108,6 +109,25 @@ def test_responses_forced_tool(oai):
     calls = [o for o in r.output if o.type == "function_call"]
     assert len(calls) == 1 and calls[0].name == "get_weather"
     jsonschema.validate(json.loads(calls[0].arguments), WEATHER)
+
+
+def test_responses_forced_custom_tool_in_its_grammar(oai):
+    """A custom tool with a lark grammar (Codex CLI's apply_patch form), named in tool_choice: the call's input is
+    raw text in that grammar (bounded, so that random weights reach its end)."""
+    lark = ('start: "*** Begin Patch" LF hunk "*** End Patch"\n'
+            'hunk: "*** Update File: " /[a-z]{1,6}/ ".py" LF ("+" | "-") /[a-z ]{1,10}/ LF\n'
+            "%import common.LF\n")
+    tool = {"type": "custom", "name": "apply_patch", "format": {"type": "grammar", "syntax": "lark", "definition": lark}}
+    r = oai.responses.create(model="demo", input="Patch it", max_output_tokens=256, reasoning={"effort": "none"},
+                             tools=[tool], tool_choice={"type": "custom", "name": "apply_patch"})
+    calls = [o for o in r.output if o.type == "custom_tool_call"]
+    assert len(calls) == 1 and calls[0].name == "apply_patch", r.output
+    assert re.fullmatch(r"\*\*\* Begin Patch\n\*\*\* Update File: [a-z]{1,6}\.py\n[+-][a-z ]{1,10}\n\*\*\* End Patch",
+                        calls[0].input), calls[0].input
+    with pytest.raises(openai.BadRequestError):  # a grammar that does not parse
+        oai.responses.create(model="demo", input="x", max_output_tokens=8, reasoning={"effort": "none"},
+                             tools=[{**tool, "format": {**tool["format"], "definition": "start: (("}}],
+                             tool_choice={"type": "custom", "name": "apply_patch"})
 
 
 def test_anthropic_output_config_after_thinking(ant):

@@ -3,8 +3,9 @@
 - JSON / regex: the value itself; after reasoning: free text up to `</think>`, then "\\n\\n", then the value
   (the Qwen3.5 template's layout of a thinking answer).
 - Tools: Qwen3.5 tool calls (`<tool_call>\\n<function=NAME>\\n<parameter=P>\\n...`), the format the chat template
-  shows and hinfer/server/tool_parser.py reads, arguments checked against each tool's parameters schema: an
-  answer of calls only (forced), or free text whose calls are checked (`tools_optional`).
+  shows and hinfer/server/tool_parser.py reads, arguments checked against each tool's parameters schema (or, for
+  a tool with a grammar, its one parameter's raw text in that grammar): an answer of calls only (forced), or free
+  text whose calls are checked (`tools_optional`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,19 @@ THINK_EXCLUDES = ["<think>", "</think>"]
 TRIGGER = "<tool_call>"
 CALL_BEGIN = TRIGGER + "\n<function={name}>\n"
 CALL_END = "\n</function>\n</tool_call>"
+PARAM_BEGIN = "<parameter={name}>\n"
+PARAM_END = "\n</parameter>"
+
+
+def _grammar(g: dict[str, str]) -> dict[str, Any]:
+    """A tool grammar as structural-tag content: lark converted to xgrammar's EBNF, regex as a pattern."""
+    if g["syntax"] == "regex":
+        return {"type": "regex", "pattern": g["definition"]}
+    if g["syntax"] != "lark":
+        raise ValueError(f"tool grammar syntax {g['syntax']!r}: lark or regex")
+    import xgrammar
+
+    return {"type": "grammar", "grammar": str(xgrammar.Grammar.from_lark(g["definition"]))}
 
 
 def _tool_calls(so: StructuredOutput) -> dict[str, Any]:
@@ -27,9 +41,15 @@ def _tool_calls(so: StructuredOutput) -> dict[str, Any]:
     the answer ends after the last call. Arguments are `<parameter=NAME>` blocks (xgrammar's "qwen_xml" style:
     strings as raw text, other types as JSON) checked against the tool's parameters schema."""
     tags = []
+    grammars = so.tool_grammars or {}
     for t in so.tools or []:
         fn = t["function"]
         if so.tool_name is not None and fn["name"] != so.tool_name:
+            continue
+        if fn["name"] in grammars:  # one string parameter, raw text in its grammar
+            g = grammars[fn["name"]]
+            tags.append({"type": "tag", "begin": CALL_BEGIN.format(name=fn["name"]) + PARAM_BEGIN.format(name=g["parameter"]),
+                         "end": PARAM_END + CALL_END, "content": _grammar(g)})  # fmt: skip
             continue
         params = fn.get("parameters")
         tags.append({"type": "tag", "begin": CALL_BEGIN.format(name=fn["name"]), "end": CALL_END,
