@@ -4,11 +4,7 @@
 message and function_call / custom_tool_call items that follow each other; their outputs become tool messages;
 system/developer items before the first turn join `instructions`, later ones stay in place (late_system.py).
 User messages' `input_image` parts (data URLs) become the template's image items, their images decoded in order.
-
-Custom (freeform) tools, such as Codex CLI's `apply_patch` in its grammar form, take plain text rather than JSON
-arguments: the model sees each as a function of one string parameter, CUSTOM_INPUT, whose description carries the
-tool's grammar (Qwen3.5's tool calls write parameter values as raw text, so a patch goes through unescaped), and a
-call comes back as a `custom_tool_call` item with that text as its `input` (responses_stream.py).
+Tools (function, custom, namespace groups) and tool_choice: responses_tools.py.
 """
 
 from __future__ import annotations
@@ -16,22 +12,24 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import logging
 from typing import Any
 
 from hinfer.sampling_params import SamplingParams
 from hinfer.server.errors import bad_request
 from hinfer.server.images import image_from_url
 from hinfer.server.openai_convert import REASONING_EFFORT_BUDGET
-from hinfer.server.prompt import ChatPrompt, ToolChoice, check_tool_choice
-
-log = logging.getLogger(__name__)
+from hinfer.server.prompt import ChatPrompt, check_tool_choice
+from hinfer.server.responses_tools import (
+    CUSTOM_INPUT,
+    convert_tool_choice,
+    convert_tools,
+    shown_name,
+    tool_names,
+)
 
 _MEDIA_PARTS = {"input_image", "input_file", "input_audio", "image_url", "image", "file"}
 _TEXT_PARTS = {"input_text", "output_text", "text", "summary_text", "reasoning_text"}
 _ENCRYPTED_PREFIX = "hinfer-reasoning:"  # our opaque reasoning: base64 of the text, readable only by us
-_warned_tool_types: set[str] = set()
-CUSTOM_INPUT = "input"  # the one parameter a custom tool is shown with
 
 
 def encrypt_reasoning(text: str) -> str:
@@ -135,13 +133,6 @@ def _arguments(raw: Any, param: str) -> dict[str, Any]:
     return raw
 
 
-def _str_field(item: dict[str, Any], key: str, param: str) -> str:
-    v = item.get(key)
-    if not isinstance(v, str) or not v:
-        raise bad_request(f"{key} must be a non-empty string", param=f"{param}.{key}")
-    return v
-
-
 class _Turns:
     """Accumulates chat messages; `assistant()` is the open assistant turn, started on demand."""
 
@@ -206,7 +197,7 @@ def convert_items(items: list[Any], instructions: str | None, images: list[Any] 
                                              if turn.get("reasoning_content") else text)
         elif typ == "function_call":
             call = {"id": item.get("call_id"), "type": "function",
-                    "function": {"name": _str_field(item, "name", p),
+                    "function": {"name": shown_name(item, p),
                                  "arguments": _arguments(item.get("arguments"), f"{p}.arguments")}}
             t.assistant().setdefault("tool_calls", []).append(call)
         elif typ == "custom_tool_call":
@@ -214,7 +205,7 @@ def convert_items(items: list[Any], instructions: str | None, images: list[Any] 
             if not isinstance(text, str):
                 raise bad_request("a custom_tool_call's input must be a string", param=f"{p}.input")
             call = {"id": item.get("call_id"), "type": "function",
-                    "function": {"name": _str_field(item, "name", p), "arguments": {CUSTOM_INPUT: text}}}
+                    "function": {"name": shown_name(item, p), "arguments": {CUSTOM_INPUT: text}}}
             t.assistant().setdefault("tool_calls", []).append(call)
         elif typ in ("function_call_output", "custom_tool_call_output"):
             t.add({"role": "tool", "tool_call_id": item.get("call_id"),
@@ -228,104 +219,6 @@ def convert_items(items: list[Any], instructions: str | None, images: list[Any] 
     return t.messages
 
 
-def custom_tool_names(tools: list[Any] | None) -> frozenset[str]:
-    """The names of a request's custom (freeform) tools."""
-    return frozenset(t["name"] for t in tools or [] if isinstance(t, dict) and t.get("type") == "custom"
-                     and isinstance(t.get("name"), str))  # fmt: skip
-
-
-def custom_tool_grammars(tools: list[Any] | None) -> dict[str, dict[str, str]] | None:
-    """{name: {"parameter", "syntax", "definition"}} of the custom tools with a grammar format, for the tool-call
-    grammar (StructuredOutput.tool_grammars); None without any."""
-    out = {t["name"]: {"parameter": CUSTOM_INPUT, "syntax": t["format"].get("syntax") or "lark",
-                       "definition": t["format"]["definition"]}
-           for t in tools or [] if isinstance(t, dict) and t.get("type") == "custom"
-           and isinstance(t.get("format"), dict) and t["format"].get("type") == "grammar"}  # fmt: skip
-    return out or None
-
-
-def custom_input(arguments: str) -> str:
-    """A custom tool call's text from the arguments the tool parser wrote ({CUSTOM_INPUT: text} as JSON); a call
-    that came out otherwise keeps its raw arguments."""
-    try:
-        args = json.loads(arguments)
-    except ValueError:
-        return arguments
-    if isinstance(args, dict) and isinstance(args.get(CUSTOM_INPUT), str):
-        return args[CUSTOM_INPUT]
-    return arguments
-
-
-def _custom_tool(tool: dict[str, Any], param: str) -> dict[str, Any]:
-    """A custom tool as the chat tool the model sees: one string parameter, the grammar (if any) in its text."""
-    name = _str_field(tool, "name", param)
-    fmt = tool.get("format") or {"type": "text"}
-    if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "grammar"):
-        raise bad_request("a custom tool's format must be {'type': 'text'} or {'type': 'grammar', 'syntax', "
-                          "'definition'}", param=f"{param}.format")  # fmt: skip
-    about = "The tool's whole input, as plain text (not JSON)."
-    if fmt["type"] == "grammar":
-        if not isinstance(fmt.get("definition"), str):
-            raise bad_request("a grammar format needs its definition as a string", param=f"{param}.format.definition")
-        if fmt.get("syntax", "lark") not in ("lark", "regex"):
-            raise bad_request("a grammar format's syntax must be 'lark' or 'regex'", param=f"{param}.format.syntax")
-        about += f" It must follow this {fmt.get('syntax') or 'lark'} grammar:\n{fmt['definition']}"
-    fn: dict[str, Any] = {"name": name, "parameters": {
-        "type": "object", "properties": {CUSTOM_INPUT: {"type": "string", "description": about}},
-        "required": [CUSTOM_INPUT]}}  # fmt: skip
-    if isinstance(tool.get("description"), str):
-        fn["description"] = tool["description"]
-    return {"type": "function", "function": fn}
-
-
-def convert_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    """Flat Responses function tools and custom (freeform) tools -> chat tools. Other tool types (web_search,
-    file_search, mcp, ...) run at OpenAI, not here: they are left out, with a warning logged once per type."""
-    out = []
-    for i, tool in enumerate(tools or []):
-        if not isinstance(tool, dict):
-            raise bad_request("every tool must be an object", param=f"tools.{i}")
-        typ = tool.get("type")
-        if typ == "custom":
-            out.append(_custom_tool(tool, f"tools.{i}"))
-            continue
-        if typ != "function":
-            if typ not in _warned_tool_types and len(_warned_tool_types) < 64:  # bounded: types come from clients
-                _warned_tool_types.add(str(typ))
-                log.warning("ignoring Responses tools of type %r: only function tools are supported", typ)
-            continue
-        name = _str_field(tool, "name", f"tools.{i}")
-        params = tool.get("parameters")
-        if params is None:
-            params = {"type": "object", "properties": {}}
-        if not isinstance(params, dict):
-            raise bad_request("parameters must be a JSON schema object", param=f"tools.{i}.parameters")
-        fn: dict[str, Any] = {"name": name, "parameters": params}
-        if isinstance(tool.get("description"), str):
-            fn["description"] = tool["description"]
-        out.append({"type": "function", "function": fn})
-    return out
-
-
-def convert_tool_choice(raw: str | dict[str, Any] | None, parallel: bool | None) -> ToolChoice:
-    if raw is None or raw == "auto":
-        choice = ToolChoice("auto")
-    elif raw in ("none", "required"):
-        choice = ToolChoice(str(raw))
-    elif isinstance(raw, dict) and raw.get("type") in ("function", "custom"):
-        if not isinstance(raw.get("name"), str):
-            raise bad_request(f"tool_choice of type {raw['type']!r} needs a name", param="tool_choice.name")
-        choice = ToolChoice("named", raw["name"])
-    elif isinstance(raw, dict) and isinstance(raw.get("type"), str):
-        log.warning("tool_choice of type %r is not supported; using auto", raw["type"])
-        choice = ToolChoice("auto")
-    else:
-        raise bad_request("tool_choice must be 'auto', 'none', 'required' or {'type': 'function' | 'custom', "
-                          "'name': ...}", param="tool_choice")
-    choice.parallel = parallel is not False
-    return choice
-
-
 def chat_prompt(body: Any, items: list[dict[str, Any]], preserve_default: bool) -> tuple[ChatPrompt, int | None]:
     """-> (prompt, thinking budget). `items`: the whole conversation (earlier turns included)."""
     effort = body.reasoning.effort if body.reasoning is not None else None
@@ -335,7 +228,7 @@ def chat_prompt(body: Any, items: list[dict[str, Any]], preserve_default: bool) 
     prompt = ChatPrompt(messages=convert_items(items, body.instructions, images), tools=convert_tools(body.tools),
                         tool_choice=convert_tool_choice(body.tool_choice, body.parallel_tool_calls),
                         enable_thinking=enable_thinking, preserve_thinking=preserve_default, late_system=True,
-                        images=images, tool_grammars=custom_tool_grammars(body.tools))  # fmt: skip
+                        images=images, tool_grammars=tool_names(body.tools).grammars)  # fmt: skip
     check_tool_choice(prompt, "tool_choice")
     return prompt, budget
 

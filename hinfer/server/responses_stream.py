@@ -17,7 +17,8 @@ from hinfer.server.errors import APIError
 from hinfer.server.generation import EngineRun
 from hinfer.server.output import OutputParser, Piece, ReasoningPiece
 from hinfer.server.prompt import ChatPrompt
-from hinfer.server.responses_convert import custom_input, custom_tool_names, encrypt_reasoning
+from hinfer.server.responses_convert import encrypt_reasoning
+from hinfer.server.responses_tools import custom_input, tool_names
 from hinfer.server.schemas_responses import ResponsesRequest
 from hinfer.server.state import new_id
 from hinfer.server.structured import calls_under_grammar
@@ -34,7 +35,7 @@ class ResponseBuilder:
         self.created_at = int(time.time())
         self.parallel = prompt.tool_choice.parallel
         self.encrypted = "reasoning.encrypted_content" in (body.include or [])
-        self.custom = custom_tool_names(body.tools)  # their calls are custom_tool_call items, input as plain text
+        self.tools = tool_names(body.tools)  # custom tools' calls and namespace members' go back in their shapes
         self.parser = OutputParser(reasoning=prompt.enable_thinking, tools=prompt.parse_tools(),
                                    new_id=lambda: new_id("call_"), max_calls=prompt.max_calls,
                                    trim_strings=calls_under_grammar(run.sampling.structured))
@@ -97,12 +98,16 @@ class ResponseBuilder:
                                             logprobs=[]))
             elif isinstance(p, ToolCallStart):
                 self._close(out)
-                if p.name in self.custom:
-                    self._add(out, {"id": new_id("ctc_"), "type": "custom_tool_call", "status": "in_progress",
-                                    "call_id": p.id, "name": p.name, "input": ""}, None)
+                ns, name = self.tools.namespaced.get(p.name, (None, p.name))
+                if p.name in self.tools.custom:
+                    item = {"id": new_id("ctc_"), "type": "custom_tool_call", "status": "in_progress",
+                            "call_id": p.id, "name": name, "input": ""}
                 else:
-                    self._add(out, {"id": new_id("fc_"), "type": "function_call", "status": "in_progress",
-                                    "call_id": p.id, "name": p.name, "arguments": ""}, None)
+                    item = {"id": new_id("fc_"), "type": "function_call", "status": "in_progress", "call_id": p.id,
+                            "name": name, "arguments": ""}
+                if ns is not None:  # a namespace member: its name and namespace apart (Codex CLI routes by both)
+                    item["namespace"] = ns
+                self._add(out, item, None)
             elif isinstance(p, ToolCallArgs):
                 self._text += p.delta
                 if self._kind() == "function_call":  # a custom call's text is sent whole when it ends

@@ -45,6 +45,10 @@ PATCH_CALL = (
     + "\n</parameter>\n</function>\n</tool_call>"
 )
 
+# a namespaced (MCP) tool's call, by the flattened name the model is shown
+MCP_CALL = ("I read the file.\n</think>\n\n<tool_call>\n<function=mcp__files__read>\n<parameter=path>\nREADME.md\n"
+            "</parameter>\n</function>\n</tool_call>")
+
 AFTER_TOOL = "The tool answered 18 degrees.\n</think>\n\nIt is 18 °C in Paris right now."
 STOPPY = "Counting.\n</think>\n\none two three STOP four five"
 LONG_THINK = "step " * 60 + "\n</think>\n\nDone."
@@ -61,6 +65,7 @@ SCRIPTS = {
     "[[malformed]]": MALFORMED_CALL,
     "[[after_tool]]": AFTER_TOOL,
     "[[patch]]": PATCH_CALL,
+    "[[mcp]]": MCP_CALL,
     "[[stop]]": STOPPY,
     "[[long_think]]": LONG_THINK,
     "[[unicode]]": UNICODE,

@@ -169,6 +169,30 @@ def test_custom_tool_choice_names_it(client, engine):
                                                 "definition": PATCH_TOOL["format"]["definition"]}}
 
 
+# Codex CLI's MCP tools: one namespace per server
+MCP_TOOLS = [{"type": "namespace", "name": "mcp__files", "description": "Files on disk.", "tools": [
+    {"type": "function", "name": "read", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}]}]
+
+
+def test_namespace_tool_calls_name_both(client, engine):
+    """A namespace member is shown as namespace__name; its call comes back with name and namespace apart (as Codex
+    CLI routes it), streamed alike, and a history carrying them renders the name the model called."""
+    r = client.responses.create(model=MODEL, input="[[mcp]]", tools=MCP_TOOLS, store=False)
+    call = r.output[-1]
+    assert call.type == "function_call" and (call.name, call.namespace) == ("read", "mcp__files")
+    assert json.loads(call.arguments) == {"path": "README.md"}
+    assert '"name": "mcp__files__read"' in prompt_of(engine) and "(mcp__files) Files on disk." in prompt_of(engine)
+    events = list(client.responses.create(model=MODEL, input="[[mcp]]", tools=MCP_TOOLS, stream=True))
+    added = next(e for e in events if e.type == "response.output_item.added" and e.item.type == "function_call")
+    assert (added.item.name, added.item.namespace) == ("read", "mcp__files")
+    assert events[-1].response.output[-1].namespace == "mcp__files"
+    history = [{"role": "user", "content": "[[mcp]]"}, *[i.model_dump(exclude_none=True) for i in r.output],
+               {"type": "function_call_output", "call_id": call.call_id, "output": "# Title [[after_tool]]"}]
+    r2 = client.responses.create(model=MODEL, input=history, tools=MCP_TOOLS, store=False)
+    assert r2.output_text == AFTER_TOOL.split("\n\n", 1)[1]
+    assert "<function=mcp__files__read>\n<parameter=path>\nREADME.md\n</parameter>" in prompt_of(engine)
+
+
 def test_previous_response_id_chaining(client, engine):
     r1 = client.responses.create(model=MODEL, input="[[weather]]", tools=TOOLS, instructions="Be terse.")
     call = r1.output[-1]

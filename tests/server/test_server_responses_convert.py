@@ -5,18 +5,8 @@ from __future__ import annotations
 import pytest
 
 from hinfer.server.errors import APIError
-from hinfer.server.responses_convert import (
-    CUSTOM_INPUT,
-    convert_items,
-    convert_tool_choice,
-    convert_tools,
-    custom_input,
-    custom_tool_grammars,
-    custom_tool_names,
-    decrypt_reasoning,
-    encrypt_reasoning,
-    input_items,
-)
+from hinfer.server.responses_convert import convert_items, decrypt_reasoning, encrypt_reasoning, input_items
+from hinfer.server.responses_tools import CUSTOM_INPUT
 
 
 def test_an_assistant_turn_gathers_reasoning_message_and_calls():
@@ -93,28 +83,6 @@ def test_user_images_become_template_items_in_order():
     assert msgs[1]["content"] == "plain" and [im.size for im in images] == [(40, 30), (40, 30)]
 
 
-def test_custom_tools_are_one_string_parameter_and_come_back_as_text():
-    tools = [{"type": "custom", "name": "apply_patch", "description": "Patch.",
-              "format": {"type": "grammar", "syntax": "lark", "definition": "start: LINE+"}},
-             {"type": "custom", "name": "note"}, {"type": "web_search"},
-             {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}}]
-    out = convert_tools(tools)
-    assert [t["function"]["name"] for t in out] == ["apply_patch", "note", "f"]
-    fn = out[0]["function"]
-    assert fn["description"] == "Patch." and fn["parameters"]["required"] == [CUSTOM_INPUT]
-    about = fn["parameters"]["properties"][CUSTOM_INPUT]
-    assert about["type"] == "string" and about["description"].endswith("lark grammar:\nstart: LINE+")
-    assert "description" not in out[1]["function"]
-    assert custom_tool_names(tools) == {"apply_patch", "note"}
-    assert custom_tool_grammars(tools) == {"apply_patch": {"parameter": CUSTOM_INPUT, "syntax": "lark",
-                                                           "definition": "start: LINE+"}}
-    assert custom_tool_grammars(tools[1:]) is None
-    assert custom_input('{"input": "a\\nb \\"c\\""}') == 'a\nb "c"'
-    assert custom_input("not json") == "not json" and custom_input('{"other": 1}') == '{"other": 1}'
-    choice = convert_tool_choice({"type": "custom", "name": "apply_patch"}, None)
-    assert (choice.mode, choice.name) == ("named", "apply_patch")
-
-
 def test_custom_tool_call_items_join_the_turn():
     items = [{"role": "user", "content": "go"},
              {"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch", "input": "*** Begin Patch"},
@@ -125,19 +93,3 @@ def test_custom_tool_call_items_join_the_turn():
     assert (call["id"], call["function"]["name"], call["function"]["arguments"]) == (
         "c1", "apply_patch", {CUSTOM_INPUT: "*** Begin Patch"})
     assert msgs[2]["content"] == "ok"
-
-
-@pytest.mark.parametrize("tool, param", [
-    ({"type": "custom"}, "tools.0.name"),
-    ({"type": "custom", "name": "x", "format": {"type": "regex"}}, "tools.0.format"),
-    ({"type": "custom", "name": "x", "format": {"type": "grammar", "syntax": "lark"}}, "tools.0.format.definition"),
-    ({"type": "custom", "name": "x", "format": {"type": "grammar", "syntax": "peg", "definition": "a"}},
-     "tools.0.format.syntax"),
-])  # fmt: skip
-def test_bad_custom_tools_are_400(tool, param):
-    with pytest.raises(APIError) as e:
-        convert_tools([tool])
-    assert e.value.status == 400 and e.value.param == param
-    with pytest.raises(APIError) as e:
-        convert_items([{"type": "custom_tool_call", "call_id": "c", "name": "x", "input": 3}], None)
-    assert e.value.param == "input.0.input"

@@ -1,0 +1,183 @@
+"""Responses API tools -> the chat tools the Qwen3.5 template shows, and the model's calls back to the items the
+client expects.
+
+- `function` tools as they are (the flat Responses shape).
+- `custom` (freeform) tools, such as Codex CLI's `apply_patch` in its grammar form, take plain text rather than
+  JSON arguments: the model sees each as a function of one string parameter, CUSTOM_INPUT, whose description
+  carries the tool's grammar (Qwen3.5's tool calls write parameter values as raw text, so a patch goes through
+  unescaped); a call comes back as a `custom_tool_call` item with that text as its `input`, and the grammar is
+  held while sampling where tool calls run under a grammar (`ToolNames.grammars`).
+- `namespace` groups (Codex CLI puts each MCP server's tools, and some of its own, in one) are flattened: member
+  `name` of namespace `ns` is shown as `flat_name(ns, name)`, and its calls come back with `name` and `namespace`
+  apart, as Codex routes them.
+- Every other type (web_search, file_search, mcp, ...) runs at OpenAI, not here: left out, with a warning logged
+  once per type.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from hinfer.server.errors import bad_request
+from hinfer.server.prompt import ToolChoice
+
+log = logging.getLogger(__name__)
+
+CUSTOM_INPUT = "input"  # the one parameter a custom tool is shown with
+_warned_tool_types: set[str] = set()
+
+
+def flat_name(namespace: str, name: str) -> str:
+    """A namespace member's name as the model sees it (`mcp__files` + `read` -> `mcp__files__read`, the form
+    Codex CLI gave MCP tools before it grouped them)."""
+    return f"{namespace.rstrip('_')}__{name}"
+
+
+def _str_field(item: dict[str, Any], key: str, param: str) -> str:
+    v = item.get(key)
+    if not isinstance(v, str) or not v:
+        raise bad_request(f"{key} must be a non-empty string", param=f"{param}.{key}")
+    return v
+
+
+def _members(tools: list[Any] | None) -> Iterator[tuple[str, dict[str, Any], str | None]]:
+    """(param path, tool, its namespace or None) for every function and custom tool, namespace members included;
+    other types are logged once and left out."""
+    for i, tool in enumerate(tools or []):
+        if not isinstance(tool, dict):
+            raise bad_request("every tool must be an object", param=f"tools.{i}")
+        typ = tool.get("type")
+        if typ in ("function", "custom"):
+            yield f"tools.{i}", tool, None
+        elif typ == "namespace":
+            ns = _str_field(tool, "name", f"tools.{i}")
+            members = tool.get("tools")
+            if not isinstance(members, list):
+                raise bad_request("a namespace's tools must be a list", param=f"tools.{i}.tools")
+            for j, member in enumerate(members):
+                if not isinstance(member, dict) or member.get("type") not in ("function", "custom"):
+                    raise bad_request("a namespace holds function and custom tools", param=f"tools.{i}.tools.{j}")
+                yield f"tools.{i}.tools.{j}", member, ns
+        elif typ not in _warned_tool_types and len(_warned_tool_types) < 64:  # bounded: types come from clients
+            _warned_tool_types.add(str(typ))
+            log.warning("ignoring Responses tools of type %r: only function, custom and namespace tools are "
+                        "supported", typ)  # fmt: skip
+
+
+def _custom_parameters(tool: dict[str, Any], param: str) -> dict[str, Any]:
+    """A custom tool's one string parameter, its grammar (if any) in the description."""
+    fmt = tool.get("format") or {"type": "text"}
+    if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "grammar"):
+        raise bad_request("a custom tool's format must be {'type': 'text'} or {'type': 'grammar', 'syntax', "
+                          "'definition'}", param=f"{param}.format")  # fmt: skip
+    about = "The tool's whole input, as plain text (not JSON)."
+    if fmt["type"] == "grammar":
+        if not isinstance(fmt.get("definition"), str):
+            raise bad_request("a grammar format needs its definition as a string", param=f"{param}.format.definition")
+        if fmt.get("syntax", "lark") not in ("lark", "regex"):
+            raise bad_request("a grammar format's syntax must be 'lark' or 'regex'", param=f"{param}.format.syntax")
+        about += f" It must follow this {fmt.get('syntax') or 'lark'} grammar:\n{fmt['definition']}"
+    return {"type": "object", "properties": {CUSTOM_INPUT: {"type": "string", "description": about}},
+            "required": [CUSTOM_INPUT]}  # fmt: skip
+
+
+def convert_tools(tools: list[Any] | None, namespaces: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """-> chat tools ({"type": "function", "function": {name, parameters, description}}); `namespaces` (name ->
+    description) collects the namespaces' descriptions, shown before each member's."""
+    out = []
+    for param, tool, ns in _members(tools):
+        name = _str_field(tool, "name", param)
+        if tool["type"] == "custom":
+            params = _custom_parameters(tool, param)
+        else:
+            params = tool.get("parameters")
+            if params is None:
+                params = {"type": "object", "properties": {}}
+            if not isinstance(params, dict):
+                raise bad_request("parameters must be a JSON schema object", param=f"{param}.parameters")
+        fn: dict[str, Any] = {"name": name if ns is None else flat_name(ns, name), "parameters": params}
+        about = [d for d in (_namespace_about(tools, ns), tool.get("description")) if isinstance(d, str) and d]
+        if about:
+            fn["description"] = "\n\n".join(about)
+        out.append({"type": "function", "function": fn})
+    return out
+
+
+def _namespace_about(tools: list[Any] | None, ns: str | None) -> str | None:
+    if ns is None:
+        return None
+    for t in tools or []:
+        if isinstance(t, dict) and t.get("type") == "namespace" and t.get("name") == ns:
+            d = t.get("description")
+            return f"({ns}) {d}" if isinstance(d, str) and d else f"({ns})"
+    return None
+
+
+@dataclass(frozen=True)
+class ToolNames:
+    """How a request's tool calls go back: namespace members by the name the model calls them (flat_name) ->
+    (namespace, name); the custom tools by that name; their grammars (StructuredOutput.tool_grammars)."""
+
+    namespaced: dict[str, tuple[str, str]]
+    custom: frozenset[str]
+    grammars: dict[str, dict[str, str]] | None
+
+
+def tool_names(tools: list[Any] | None) -> ToolNames:
+    namespaced, custom, grammars = {}, set(), {}
+    for _, tool, ns in _members(tools):
+        name = tool.get("name")
+        if not isinstance(name, str):
+            continue  # convert_tools reports it
+        shown = name if ns is None else flat_name(ns, name)
+        if ns is not None:
+            namespaced[shown] = (ns, name)
+        if tool["type"] == "custom":
+            custom.add(shown)
+            fmt = tool.get("format")
+            if isinstance(fmt, dict) and fmt.get("type") == "grammar" and isinstance(fmt.get("definition"), str):
+                grammars[shown] = {"parameter": CUSTOM_INPUT, "syntax": fmt.get("syntax") or "lark",
+                                   "definition": fmt["definition"]}  # fmt: skip
+    return ToolNames(namespaced, frozenset(custom), grammars or None)
+
+
+def shown_name(item: dict[str, Any], param: str) -> str:
+    """The name the model sees for a function_call / custom_tool_call item (its namespace, if any, joined in)."""
+    name = _str_field(item, "name", param)
+    ns = item.get("namespace")
+    return flat_name(ns, name) if isinstance(ns, str) and ns else name
+
+
+def custom_input(arguments: str) -> str:
+    """A custom tool call's text from the arguments the tool parser wrote ({CUSTOM_INPUT: text} as JSON); a call
+    that came out otherwise keeps its raw arguments."""
+    try:
+        args = json.loads(arguments)
+    except ValueError:
+        return arguments
+    if isinstance(args, dict) and isinstance(args.get(CUSTOM_INPUT), str):
+        return args[CUSTOM_INPUT]
+    return arguments
+
+
+def convert_tool_choice(raw: str | dict[str, Any] | None, parallel: bool | None) -> ToolChoice:
+    if raw is None or raw == "auto":
+        choice = ToolChoice("auto")
+    elif raw in ("none", "required"):
+        choice = ToolChoice(str(raw))
+    elif isinstance(raw, dict) and raw.get("type") in ("function", "custom"):
+        if not isinstance(raw.get("name"), str):
+            raise bad_request(f"tool_choice of type {raw['type']!r} needs a name", param="tool_choice.name")
+        choice = ToolChoice("named", shown_name(raw, "tool_choice"))
+    elif isinstance(raw, dict) and isinstance(raw.get("type"), str):
+        log.warning("tool_choice of type %r is not supported; using auto", raw["type"])
+        choice = ToolChoice("auto")
+    else:
+        raise bad_request("tool_choice must be 'auto', 'none', 'required' or {'type': 'function' | 'custom', "
+                          "'name': ...}", param="tool_choice")
+    choice.parallel = parallel is not False
+    return choice
