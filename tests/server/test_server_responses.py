@@ -105,17 +105,24 @@ def test_function_call_round_trip(client, engine):
             "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>") in p
 
 
+def call_stream(events, item_type: str, stem: str):
+    """The one tool-call item of a stream: output_item.added, its `stem` deltas, .done, output_item.done, then
+    response.completed; -> (the added event, the deltas joined, the .done event)."""
+    types = squeeze([e.type for e in events])
+    i = types.index(f"response.{stem}.delta")
+    assert types[i - 1] == "response.output_item.added" and types[i + 1:] == [
+        f"response.{stem}.done", "response.output_item.done", "response.completed"]
+    added = next(e for e in events if e.type == "response.output_item.added" and e.item.type == item_type)
+    done = next(e for e in events if e.type == f"response.{stem}.done")
+    assert done.item_id == added.item.id
+    return added, "".join(e.delta for e in events if e.type == f"response.{stem}.delta"), done
+
+
 def test_function_call_stream_events(client):
     events = list(client.responses.create(model=MODEL, input="[[weather]]", tools=TOOLS, stream=True))
-    types = squeeze([e.type for e in events])
-    i = types.index("response.function_call_arguments.delta")
-    assert types[i - 1] == "response.output_item.added" and types[i + 1:] == [
-        "response.function_call_arguments.done", "response.output_item.done", "response.completed"]
-    added = next(e for e in events if e.type == "response.output_item.added" and e.item.type == "function_call")
+    added, args, done = call_stream(events, "function_call", "function_call_arguments")
     assert added.item.arguments == "" and added.item.name == "get_weather"
-    args = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
-    done = next(e for e in events if e.type == "response.function_call_arguments.done")
-    assert json.loads(args) == json.loads(done.arguments) == WEATHER_ARGS and done.item_id == added.item.id
+    assert json.loads(args) == json.loads(done.arguments) == WEATHER_ARGS
     assert json.loads(events[-1].response.output[-1].arguments) == WEATHER_ARGS
 
 
@@ -146,15 +153,9 @@ def test_custom_tool_call_round_trip(client, engine):
 
 def test_custom_tool_call_stream_events(client):
     events = list(client.responses.create(model=MODEL, input="[[patch]]", tools=[PATCH_TOOL], stream=True))
-    types = squeeze([e.type for e in events])
-    i = types.index("response.custom_tool_call_input.delta")
-    assert types[i - 1] == "response.output_item.added" and types[i + 1:] == [
-        "response.custom_tool_call_input.done", "response.output_item.done", "response.completed"]
-    added = next(e for e in events if e.type == "response.output_item.added" and e.item.type == "custom_tool_call")
+    added, text, done = call_stream(events, "custom_tool_call", "custom_tool_call_input")
     assert added.item.input == "" and added.item.name == "apply_patch"
-    text = "".join(e.delta for e in events if e.type == "response.custom_tool_call_input.delta")
-    done = next(e for e in events if e.type == "response.custom_tool_call_input.done")
-    assert text == done.input == PATCH and done.item_id == added.item.id
+    assert text == done.input == PATCH
     assert events[-1].response.output[-1].input == PATCH
     assert not any(e.type.startswith("response.function_call") for e in events)
 
