@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from pydantic import ValidationError
@@ -19,6 +20,8 @@ from hinfer.server.schemas_anthropic import (
     ToolUseBlock,
     _MessagesBase,
 )
+
+log = logging.getLogger(__name__)
 
 _MEDIA_BLOCKS = {"document", "audio", "video", "file", "container_upload"}
 
@@ -141,11 +144,27 @@ def convert_messages(body: _MessagesBase, images: list[Any]) -> list[dict[str, A
     return out
 
 
+# Anthropic's tool search tools (tool_search_tool_regex_..., _bm25_...): Claude Code sends one, with its MCP tools
+# marked defer_loading, through a custom base URL too. Every tool in `tools` is shown to the model here (a deferred
+# one as well: defer_loading is not read), so there is nothing to search for: the search tool is left out.
+TOOL_SEARCH_PREFIX = "tool_search_tool_"
+_skipped_search_types: set[str] = set()
+
+
+def _skip_tool_search(typ: str) -> None:
+    if typ not in _skipped_search_types and len(_skipped_search_types) < 16:  # bounded: types come from clients
+        _skipped_search_types.add(typ)
+        log.info("tool search tool %r left out: every tool given is shown to the model, deferred ones too", typ)
+
+
 def chat_prompt(body: _MessagesBase, preserve_default: bool) -> tuple[ChatPrompt, int | None]:
     """-> (prompt, thinking budget). No `thinking` (or disabled) renders the prompt with thinking off, the
     way Anthropic models answer by default; enabled sets the budget, adaptive thinks without one."""
     tools = []
     for i, t in enumerate(body.tools or []):
+        if t.type is not None and t.type.startswith(TOOL_SEARCH_PREFIX):
+            _skip_tool_search(t.type)
+            continue
         if t.type not in (None, "custom") or t.input_schema is None:
             raise bad_request(f"tool {t.name!r}: only custom tools with an input_schema are supported "
                               "(server tools run at Anthropic, not here)", param=f"tools.{i}")

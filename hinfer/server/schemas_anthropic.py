@@ -24,7 +24,8 @@ class Tool(_Open):
     name: str = Field(min_length=1)
     description: str | None = None
     input_schema: dict[str, Any] | None = None
-    type: str | None = None  # "custom" or absent; Anthropic server tools (web_search_..., bash_...) are refused
+    type: str | None = None  # "custom" or absent; server tools (web_search_..., bash_...) are refused, tool search
+    # tools (tool_search_tool_...) left out (anthropic_convert.TOOL_SEARCH_PREFIX)
 
 
 class ToolChoice(_Open):

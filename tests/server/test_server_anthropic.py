@@ -165,6 +165,20 @@ def test_tool_choice(client, engine):
     assert '"get_weather"' not in prompt_of(engine)
 
 
+def test_tool_search_tools_are_left_out_and_deferred_tools_shown(client, engine):
+    """Claude Code through a custom base URL: a tool search tool beside its MCP tools marked defer_loading. The
+    search tool is left out (not a 400), every tool given is shown, deferred or not, and can be called."""
+    tools = [{"type": "tool_search_tool_regex_20251119", "name": "tool_search_tool_regex"},
+             {**TOOLS[0], "defer_loading": True}, TOOLS[1]]
+    m = client.messages.create(model=MODEL, max_tokens=200, messages=user("[[weather]]"), tools=tools, thinking=THINK)
+    use = [b for b in m.content if b.type == "tool_use"]
+    assert m.stop_reason == "tool_use" and use[0].name == "get_weather" and use[0].input == WEATHER_ARGS
+    p = prompt_of(engine)
+    assert '"name": "get_weather"' in p and '"name": "get_time"' in p and "tool_search" not in p
+    kw = dict(model=MODEL, messages=user("[[weather]]"), tools=tools)
+    assert client.messages.count_tokens(**kw).input_tokens > 0
+
+
 def test_count_tokens(client, engine):
     kw = dict(model=MODEL, messages=user("[[nothink]] count me"), system="sys", tools=TOOLS)
     n = client.messages.count_tokens(**kw).input_tokens
