@@ -58,14 +58,20 @@ def _block(raw: dict[str, Any], param: str) -> Any:
         raise bad_request(f"{param}: {msg}", param=f"{param}.{sub}" if sub else param) from None
 
 
-def _texts(content: str | list[dict[str, Any]] | None, param: str) -> str:
-    """System prompt or tool_result content -> text. Blocks are joined by blank lines."""
+def _texts(content: str | list[dict[str, Any]] | None, param: str, tool_result: bool = False) -> str:
+    """System prompt or tool_result content -> text. Blocks are joined by blank lines. In a tool result an image,
+    document or other non-text block becomes a one-line placeholder instead of a 400: a tool's output is not the
+    client's to change (Claude Code's Read returns a screenshot as an image block), and the turn must go on."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     out = []
     for i, raw in enumerate(content):
+        typ = raw.get("type") if isinstance(raw, dict) else None
+        if tool_result and isinstance(typ, str) and typ != "text":
+            out.append(f"[{typ} omitted: this server reads images in user messages only, and no documents]")
+            continue
         b = _block(raw, f"{param}.{i}")
         if isinstance(b, dict):
             raise bad_request("images are taken in user message content only", param=f"{param}.{i}")
@@ -108,7 +114,7 @@ def convert_messages(body: _MessagesBase, images: list[Any]) -> list[dict[str, A
                     continue
                 if isinstance(b, ToolResultBlock):
                     # The template has no error flag for tool results; say it in words.
-                    text = _texts(b.content, f"{p}.{j}.content")
+                    text = _texts(b.content, f"{p}.{j}.content", tool_result=True)
                     out.append({"role": "tool", "tool_call_id": b.tool_use_id,
                                 "content": f"Error: {text}" if b.is_error else text})
                 elif isinstance(b, TextBlock):

@@ -125,6 +125,24 @@ def test_tool_result_history(client, engine):
     assert "Be terse." in p
 
 
+def test_tool_result_with_an_image_keeps_the_turn(client, engine):
+    """Claude Code's Read of a screenshot answers with an image block in the tool result: a placeholder line
+    takes its place (the tool's output is not the client's to change), beside the result's text."""
+    png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+    messages = [
+        {"role": "user", "content": "Look at shot.png"},
+        {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [
+            {"type": "text", "text": "shot.png [[after_tool]]"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}}]}]},
+    ]  # fmt: skip
+    m = client.messages.create(model=MODEL, max_tokens=300, messages=messages, tools=TOOLS, thinking=THINK)
+    assert m.content[-1].text == AFTER_TOOL.split("\n\n", 1)[1]
+    assert ("<tool_response>\nshot.png [[after_tool]]\n\n[image omitted: this server reads images in user messages "
+            "only, and no documents]\n</tool_response>") in prompt_of(engine)
+
+
 def test_tool_result_error_flag(client, engine):
     messages = [
         {"role": "user", "content": "go"},
