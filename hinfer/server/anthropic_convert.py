@@ -81,9 +81,30 @@ def _texts(content: str | list[dict[str, Any]] | None, param: str, tool_result: 
     return "\n\n".join(out)
 
 
-def convert_messages(body: _MessagesBase, images: list[Any]) -> list[dict[str, Any]]:
+def _tool_result(b: ToolResultBlock, param: str, images: list[Any] | None) -> str | list[dict[str, Any]]:
+    """A tool result's content for the template: its text, or with `images` (a model that reads them) its text and
+    image items in order, the images decoded into `images` as the template will render them; without, an image
+    is a placeholder line (_texts). The template has no error flag for tool results: `is_error` says it in words."""
+    prefix = "Error: " if b.is_error else ""
+    raw = b.content
+    if images is None or not isinstance(raw, list) or not any(isinstance(r, dict) and r.get("type") == "image"
+                                                              for r in raw):  # fmt: skip
+        return prefix + _texts(raw, param, tool_result=True)
+    items: list[dict[str, Any]] = [{"type": "text", "text": prefix}] if prefix else []
+    for i, r in enumerate(raw):
+        if isinstance(r, dict) and r.get("type") == "image":
+            images.append(_image(r, f"{param}.{i}"))
+            items.append({"type": "image"})
+        else:
+            items.append({"type": "text", "text": _texts([r], param, tool_result=True)})
+    return items
+
+
+def convert_messages(body: _MessagesBase, images: list[Any], tool_images: bool = False) -> list[dict[str, Any]]:
     """System messages inside `messages` before the first turn join the top-level `system`; later ones stay
-    where they are (rendered as system turns there, see late_system.py)."""
+    where they are (rendered as system turns there, see late_system.py). Images are decoded into `images` in the
+    order the template renders them: a message's tool results come before its text (and its own images).
+    `tool_images`: the model reads images, so those inside tool results are passed on rather than replaced."""
     out: list[dict[str, Any]] = []
     system = _texts(body.system, "system")
     if system:
@@ -104,23 +125,23 @@ def convert_messages(body: _MessagesBase, images: list[Any]) -> list[dict[str, A
         if m.role == "user":
             texts: list[str] = []
             items: list[dict[str, Any]] = []  # with images: the template's text and image items, in order
+            own: list[Any] = []  # the message's images: rendered after its tool results
             for j, b in enumerate(blocks):
                 if isinstance(b, dict):  # an image block
-                    images.append(_image(b, f"{p}.{j}"))
+                    own.append(_image(b, f"{p}.{j}"))
                     if texts:
                         items.append({"type": "text", "text": "\n\n".join(texts)})
                         texts = []
                     items.append({"type": "image"})
                     continue
                 if isinstance(b, ToolResultBlock):
-                    # The template has no error flag for tool results; say it in words.
-                    text = _texts(b.content, f"{p}.{j}.content", tool_result=True)
                     out.append({"role": "tool", "tool_call_id": b.tool_use_id,
-                                "content": f"Error: {text}" if b.is_error else text})
+                                "content": _tool_result(b, f"{p}.{j}.content", images if tool_images else None)})
                 elif isinstance(b, TextBlock):
                     texts.append(b.text)
                 else:
                     raise bad_request(f"a user message cannot hold {b.type!r} blocks", param=f"{p}.{j}")
+            images.extend(own)
             if items:
                 if texts:
                     items.append({"type": "text", "text": "\n\n".join(texts)})
@@ -163,9 +184,11 @@ def _skip_tool_search(typ: str) -> None:
         log.info("tool search tool %r left out: every tool given is shown to the model, deferred ones too", typ)
 
 
-def chat_prompt(body: _MessagesBase, preserve_default: bool) -> tuple[ChatPrompt, int | None]:
+def chat_prompt(body: _MessagesBase, preserve_default: bool, tool_images: bool = False
+                ) -> tuple[ChatPrompt, int | None]:  # fmt: skip
     """-> (prompt, thinking budget). No `thinking` (or disabled) renders the prompt with thinking off, the
-    way Anthropic models answer by default; enabled sets the budget, adaptive thinks without one."""
+    way Anthropic models answer by default; enabled sets the budget, adaptive thinks without one.
+    `tool_images`: the model reads images (convert_messages)."""
     tools = []
     for i, t in enumerate(body.tools or []):
         if t.type is not None and t.type.startswith(TOOL_SEARCH_PREFIX):
@@ -199,7 +222,7 @@ def chat_prompt(body: _MessagesBase, preserve_default: bool) -> tuple[ChatPrompt
             raise bad_request("thinking.budget_tokens must be a positive integer", param="thinking.budget_tokens")
         budget = thinking.budget_tokens
     images: list[Any] = []
-    messages = convert_messages(body, images)
+    messages = convert_messages(body, images, tool_images)
     prefill = _prefill(messages, enabled)
     prompt = ChatPrompt(messages=messages, tools=tools, tool_choice=choice, enable_thinking=enabled,
                         preserve_thinking=preserve_default, late_system=True, images=images, continuation=prefill)

@@ -14,7 +14,7 @@ from hinfer.server.anthropic_convert import chat_prompt, sampling_params
 from hinfer.server.anthropic_responses import MessageBuilder, fold
 from hinfer.server.errors import anthropic_body
 from hinfer.server.generation import EngineRun, engine_error, log_failure, run_to_end
-from hinfer.server.images import with_images
+from hinfer.server.images import reads_images, with_images
 from hinfer.server.openapi_responses import ANTHROPIC_ERRORS, STREAMED
 from hinfer.server.prompt import plan_max_tokens, render_prompt_off_loop
 from hinfer.server.schemas_anthropic import CountTokensRequest, MessagesRequest
@@ -29,7 +29,7 @@ router = APIRouter(responses=ANTHROPIC_ERRORS)
 async def messages(body: MessagesRequest, request: Request):
     st = get_state(request)
     st.check_model(body.model)
-    prompt, budget = chat_prompt(body, st.preserve_thinking_default)
+    prompt, budget = chat_prompt(body, st.preserve_thinking_default, reads_images(st))
     schema = anthropic_output_format(body.output_config)
     ids = await render_prompt_off_loop(st.tokenizer, prompt, st.prompt_guard)
     ids, images = await with_images(st, prompt, ids)  # each image's tokens counted in the prompt's usage
@@ -74,7 +74,7 @@ async def _stream(run: EngineRun, b: MessageBuilder) -> AsyncIterator[bytes]:
 async def count_tokens(body: CountTokensRequest, request: Request):
     st = get_state(request)
     st.check_model(body.model)
-    prompt, _ = chat_prompt(body, st.preserve_thinking_default)
+    prompt, _ = chat_prompt(body, st.preserve_thinking_default, reads_images(st))
     ids = await render_prompt_off_loop(st.tokenizer, prompt, st.prompt_guard)
     ids, _ = await with_images(st, prompt, ids)
     return {"input_tokens": len(ids)}

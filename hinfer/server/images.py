@@ -80,6 +80,11 @@ def image_inputs(
     return ids, inputs
 
 
+def reads_images(st: Any) -> bool:
+    """Whether the served model takes images (a vision tower loaded)."""
+    return getattr(st.engine, "vision", None) is not None
+
+
 async def with_images(st: Any, prompt: Any, ids: list[int], param: str = "messages"
                       ) -> tuple[list[int], list[ImageInput]]:  # fmt: skip
     """The rendered prompt's image pads expanded and its images preprocessed, off the event loop."""

@@ -91,3 +91,49 @@ def test_text_only_model_refuses_images(base_url: str) -> None:
         and a.json()["type"] == "error"
         and "takes no images" in a.json()["error"]["message"]
     )
+
+
+def _tool_turn(result_content, own_image: bool = False) -> dict:
+    """A Claude Code shaped turn: a tool call, then its result (`result_content`) and, with `own_image`, the
+    user's own image after it."""
+    user = [{"type": "tool_result", "tool_use_id": "toolu_1", "content": result_content}]
+    if own_image:
+        user += [{"type": "text", "text": "and mine"},
+                 {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": _png()}}]
+    return {"model": MODEL, "max_tokens": 3, "messages": [
+        {"role": "user", "content": "Read shot.png"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "read", "input": {}}]},
+        {"role": "user", "content": user}], "tools": [{"name": "read", "input_schema": {"type": "object"}}]}  # fmt: skip
+
+
+def test_anthropic_tool_result_images_reach_a_vision_model(url: str) -> None:
+    """Claude Code's Read of an image answers with an image block in the tool result: a model with a vision tower
+    sees it (its tokens counted alike in usage and count_tokens), where a text-only model gets a placeholder."""
+    shot = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": _png(300, 90)}}
+    body = _tool_turn([{"type": "text", "text": "shot.png"}, shot], own_image=True)
+    r = httpx.post(f"{url}/v1/messages", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    n = httpx.post(f"{url}/v1/messages/count_tokens", json={k: body[k] for k in ("model", "messages", "tools")})
+    assert n.json()["input_tokens"] == r.json()["usage"]["input_tokens"]
+    text_only = _tool_turn([{"type": "text", "text": "shot.png"}], own_image=True)
+    m = httpx.post(f"{url}/v1/messages/count_tokens", json={k: text_only[k] for k in ("model", "messages", "tools")})
+    t, h, w = image_grid(90, 300, ImageSettings())
+    assert n.json()["input_tokens"] - m.json()["input_tokens"] == t * h * w // 4 + 2
+
+
+def test_anthropic_tool_result_images_follow_render_order() -> None:
+    """Images are decoded in the order the template renders them: a message's tool results before its own
+    images, so each image pad gets its own picture."""
+    from hinfer.server.anthropic_convert import convert_messages
+    from hinfer.server.schemas_anthropic import MessagesRequest
+
+    shot = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": _png(300, 90)}}
+    body = MessagesRequest.model_validate(_tool_turn([shot], own_image=True))
+    images: list = []
+    msgs = convert_messages(body, images, tool_images=True)
+    assert [m["role"] for m in msgs] == ["user", "assistant", "tool", "user"]
+    assert msgs[2]["content"] == [{"type": "image"}] and msgs[3]["content"][-1] == {"type": "image"}
+    assert [i.size for i in images] == [(300, 90), (80, 60)]
+    images = []
+    msgs = convert_messages(body, images)  # a text-only model: a placeholder in the tool result
+    assert msgs[2]["content"].startswith("[image omitted") and [i.size for i in images] == [(80, 60)]
