@@ -44,9 +44,9 @@ def _str_field(item: dict[str, Any], key: str, param: str) -> str:
     return v
 
 
-def _members(tools: list[Any] | None) -> Iterator[tuple[str, dict[str, Any], str | None]]:
-    """(param path, tool, its namespace or None) for every function and custom tool, namespace members included;
-    other types are logged once and left out."""
+def _members(tools: list[Any] | None) -> Iterator[tuple[str, dict[str, Any], dict[str, Any] | None]]:
+    """(param path, tool, its namespace tool or None) for every function and custom tool, namespace members
+    included; other types are logged once and left out."""
     for i, tool in enumerate(tools or []):
         if not isinstance(tool, dict):
             raise bad_request("every tool must be an object", param=f"tools.{i}")
@@ -54,14 +54,14 @@ def _members(tools: list[Any] | None) -> Iterator[tuple[str, dict[str, Any], str
         if typ in ("function", "custom"):
             yield f"tools.{i}", tool, None
         elif typ == "namespace":
-            ns = _str_field(tool, "name", f"tools.{i}")
+            _str_field(tool, "name", f"tools.{i}")
             members = tool.get("tools")
             if not isinstance(members, list):
                 raise bad_request("a namespace's tools must be a list", param=f"tools.{i}.tools")
             for j, member in enumerate(members):
                 if not isinstance(member, dict) or member.get("type") not in ("function", "custom"):
                     raise bad_request("a namespace holds function and custom tools", param=f"tools.{i}.tools.{j}")
-                yield f"tools.{i}.tools.{j}", member, ns
+                yield f"tools.{i}.tools.{j}", member, tool
         elif typ not in _warned_tool_types and len(_warned_tool_types) < 64:  # bounded: types come from clients
             _warned_tool_types.add(str(typ))
             log.warning("ignoring Responses tools of type %r: only function, custom and namespace tools are "
@@ -85,12 +85,17 @@ def _custom_parameters(tool: dict[str, Any], param: str) -> dict[str, Any]:
             "required": [CUSTOM_INPUT]}  # fmt: skip
 
 
-def convert_tools(tools: list[Any] | None, namespaces: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """-> chat tools ({"type": "function", "function": {name, parameters, description}}); `namespaces` (name ->
-    description) collects the namespaces' descriptions, shown before each member's."""
+def _shown(tool: dict[str, Any], ns: dict[str, Any] | None) -> str:
+    """The name the model sees for a tool (a namespace member's joined with its namespace's)."""
+    return tool["name"] if ns is None else flat_name(ns["name"], tool["name"])
+
+
+def convert_tools(tools: list[Any] | None) -> list[dict[str, Any]]:
+    """-> chat tools ({"type": "function", "function": {name, parameters, description}}); a namespace member's
+    description after its namespace's."""
     out = []
     for param, tool, ns in _members(tools):
-        name = _str_field(tool, "name", param)
+        _str_field(tool, "name", param)
         if tool["type"] == "custom":
             params = _custom_parameters(tool, param)
         else:
@@ -99,22 +104,19 @@ def convert_tools(tools: list[Any] | None, namespaces: dict[str, str] | None = N
                 params = {"type": "object", "properties": {}}
             if not isinstance(params, dict):
                 raise bad_request("parameters must be a JSON schema object", param=f"{param}.parameters")
-        fn: dict[str, Any] = {"name": name if ns is None else flat_name(ns, name), "parameters": params}
-        about = [d for d in (_namespace_about(tools, ns), tool.get("description")) if isinstance(d, str) and d]
+        fn: dict[str, Any] = {"name": _shown(tool, ns), "parameters": params}
+        about = [d for d in (_namespace_about(ns), tool.get("description")) if isinstance(d, str) and d]
         if about:
             fn["description"] = "\n\n".join(about)
         out.append({"type": "function", "function": fn})
     return out
 
 
-def _namespace_about(tools: list[Any] | None, ns: str | None) -> str | None:
+def _namespace_about(ns: dict[str, Any] | None) -> str | None:
     if ns is None:
         return None
-    for t in tools or []:
-        if isinstance(t, dict) and t.get("type") == "namespace" and t.get("name") == ns:
-            d = t.get("description")
-            return f"({ns}) {d}" if isinstance(d, str) and d else f"({ns})"
-    return None
+    d = ns.get("description")
+    return f"({ns['name']}) {d}" if isinstance(d, str) and d else f"({ns['name']})"
 
 
 @dataclass(frozen=True)
@@ -130,12 +132,11 @@ class ToolNames:
 def tool_names(tools: list[Any] | None) -> ToolNames:
     namespaced, custom, grammars = {}, set(), {}
     for _, tool, ns in _members(tools):
-        name = tool.get("name")
-        if not isinstance(name, str):
+        if not isinstance(tool.get("name"), str):
             continue  # convert_tools reports it
-        shown = name if ns is None else flat_name(ns, name)
+        shown = _shown(tool, ns)
         if ns is not None:
-            namespaced[shown] = (ns, name)
+            namespaced[shown] = (ns["name"], tool["name"])
         if tool["type"] == "custom":
             custom.add(shown)
             fmt = tool.get("format")
