@@ -58,45 +58,53 @@ def _block(raw: dict[str, Any], param: str) -> Any:
         raise bad_request(f"{param}: {msg}", param=f"{param}.{sub}" if sub else param) from None
 
 
+def _block_text(raw: Any, param: str, tool_result: bool) -> str:
+    """One block of a system prompt or tool result as text. In a tool result an image, document or other non-text
+    block becomes a one-line placeholder instead of a 400: a tool's output is not the client's to change (Claude
+    Code's Read returns a screenshot as an image block), and the turn must go on."""
+    typ = raw.get("type") if isinstance(raw, dict) else None
+    if tool_result and isinstance(typ, str) and typ != "text":
+        return f"[{typ} omitted: this server reads images in user messages only, and no documents]"
+    b = _block(raw, param)
+    if isinstance(b, dict):
+        raise bad_request("images are taken in user message content only", param=param)
+    if not isinstance(b, TextBlock):
+        raise bad_request(f"expected text blocks here, got {b.type!r}", param=param)
+    return b.text
+
+
 def _texts(content: str | list[dict[str, Any]] | None, param: str, tool_result: bool = False) -> str:
-    """System prompt or tool_result content -> text. Blocks are joined by blank lines. In a tool result an image,
-    document or other non-text block becomes a one-line placeholder instead of a 400: a tool's output is not the
-    client's to change (Claude Code's Read returns a screenshot as an image block), and the turn must go on."""
+    """System prompt or tool_result content -> text (_block_text). Blocks are joined by blank lines."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
-    out = []
-    for i, raw in enumerate(content):
-        typ = raw.get("type") if isinstance(raw, dict) else None
-        if tool_result and isinstance(typ, str) and typ != "text":
-            out.append(f"[{typ} omitted: this server reads images in user messages only, and no documents]")
-            continue
-        b = _block(raw, f"{param}.{i}")
-        if isinstance(b, dict):
-            raise bad_request("images are taken in user message content only", param=f"{param}.{i}")
-        if not isinstance(b, TextBlock):
-            raise bad_request(f"expected text blocks here, got {b.type!r}", param=f"{param}.{i}")
-        out.append(b.text)
-    return "\n\n".join(out)
+    return "\n\n".join(_block_text(raw, f"{param}.{i}", tool_result) for i, raw in enumerate(content))
 
 
 def _tool_result(b: ToolResultBlock, param: str, images: list[Any] | None) -> str | list[dict[str, Any]]:
     """A tool result's content for the template: its text, or with `images` (a model that reads them) its text and
     image items in order, the images decoded into `images` as the template will render them; without, an image
-    is a placeholder line (_texts). The template has no error flag for tool results: `is_error` says it in words."""
+    is a placeholder line (_block_text). Texts between images are joined by blank lines, as without images. The
+    template has no error flag for tool results: `is_error` says it in words."""
     prefix = "Error: " if b.is_error else ""
     raw = b.content
     if images is None or not isinstance(raw, list) or not any(isinstance(r, dict) and r.get("type") == "image"
                                                               for r in raw):  # fmt: skip
         return prefix + _texts(raw, param, tool_result=True)
-    items: list[dict[str, Any]] = [{"type": "text", "text": prefix}] if prefix else []
+    items: list[dict[str, Any]] = []
+    texts: list[str] = []
     for i, r in enumerate(raw):
         if isinstance(r, dict) and r.get("type") == "image":
             images.append(_image(r, f"{param}.{i}"))
+            if texts or prefix:
+                items.append({"type": "text", "text": prefix + "\n\n".join(texts)})
+                texts, prefix = [], ""
             items.append({"type": "image"})
         else:
-            items.append({"type": "text", "text": _texts([r], param, tool_result=True)})
+            texts.append(_block_text(r, f"{param}.{i}", tool_result=True))
+    if texts:
+        items.append({"type": "text", "text": prefix + "\n\n".join(texts)})
     return items
 
 
