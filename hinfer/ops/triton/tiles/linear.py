@@ -113,18 +113,21 @@ def mma_block_m(m: int) -> int:
 
 def _mma_heuristic(m: int, n: int, k: int, sms: int | None = None) -> SkinnyConfig:
     """The shape of the 27B winners: BLOCK_N 128 (256 from 32 rows of x), 8 warps (one 16-row stripe each) at
-    one row and from 32 rows, 4 between; split-K towards ~5 programs per SM while every split keeps >= 4
-    groups and the fp32 partials (8 * split * M * N bytes, written and read) stay under ~20% of the weight
-    bytes; loop depth 2 (deeper rarely paid)."""
+    one row and from 32 rows, 4 between; split-K as _mma_split says; loop depth 2 (deeper rarely paid)."""
     block_m = mma_block_m(m)
     sms = num_sms() if sms is None else sms
     block_n = 256 if block_m >= 32 and n % 256 == 0 else 128 if n % 128 == 0 else 64
     warps = min(block_n // 16, 8 if m == 1 or block_m >= 32 else 4)
-    tiles, groups = n // block_n, k // GROUP
-    split = 1
-    while tiles * split * 2 <= 5 * sms and groups // (split * 2) >= 4 and 16 * split * 2 * m <= 0.2 * k:
+    return SkinnyConfig(block_n, GROUP, block_m, _mma_split(n // block_n, m, k, sms, 0.5), warps, 2)
+
+
+def _mma_split(tiles: int, m: int, k: int, sms: int, weight_bytes: float) -> int:
+    """Split-K towards ~5 programs per SM while every split keeps >= 4 groups and the fp32 partials (8 * split * M
+    * N bytes, written and read) stay under ~20% of the weight bytes (weight_bytes per weight)."""
+    groups, split = k // GROUP, 1
+    while tiles * split * 2 <= 5 * sms and groups // (split * 2) >= 4 and 8 * split * 2 * m <= 0.2 * k * weight_bytes:
         split *= 2
-    return SkinnyConfig(block_n, GROUP, block_m, split, warps, 2)
+    return split
 
 
 def _mma_fits(cfg: SkinnyConfig, m: int, n: int, k: int) -> bool:
@@ -142,16 +145,11 @@ def mma_config(m: int, n: int, k: int, sms: int | None = None) -> SkinnyConfig:
 
 def _fp8_mma_heuristic(m: int, n: int, k: int, sms: int | None = None) -> SkinnyConfig:
     """Not yet swept: BLOCK_N 128 (64 where N needs it), one 16-row stripe per warp (two stripes a warp spilled on
-    4 warps at sm_90), split-K towards ~5 programs per SM as the int4 kernel's heuristic does (every split keeps
-    >= 4 groups, the fp32 partials under ~20% of the weight bytes), loop depth 2."""
+    4 warps at sm_90), split-K as _mma_split says, loop depth 2."""
     block_m = mma_block_m(m)
     sms = num_sms() if sms is None else sms
     block_n = 128 if n % 128 == 0 else 64 if n % 64 == 0 else 16
-    tiles, groups = n // block_n, k // GROUP
-    split = 1
-    while tiles * split * 2 <= 5 * sms and groups // (split * 2) >= 4 and 8 * split * 2 * m <= 0.2 * k:
-        split *= 2
-    return SkinnyConfig(block_n, GROUP, block_m, split, min(8, block_n // 16), 2)
+    return SkinnyConfig(block_n, GROUP, block_m, _mma_split(n // block_n, m, k, sms, 1.0), min(8, block_n // 16), 2)
 
 
 def _fp8_mma_fits(cfg: SkinnyConfig, m: int, n: int, k: int) -> bool:
