@@ -48,6 +48,9 @@ class ChatPrompt:
     continuation: str = ""  # an assistant prefill: the answer goes on from this text, after the generation prompt
     # tools whose one string parameter follows a grammar (the Responses API's custom tools): StructuredOutput's
     tool_grammars: dict[str, dict[str, str]] | None = None
+    # tools made callable mid-conversation (the Responses API's tool search results): listed where they were
+    # found, in the messages, rather than in the system prompt; callable like `tools`
+    loaded_tools: list[dict[str, Any]] = field(default_factory=list)
 
     def starts_in_reasoning(self) -> bool:
         """Whether the generated text opens inside the thinking block: thinking on and no continuation past it
@@ -59,17 +62,26 @@ class ChatPrompt:
         return None if self.tool_choice.parallel else 1
 
     def template_tools(self) -> list[dict[str, Any]] | None:
-        """Tools shown to the model. tool_choice none hides them (the model then answers in text);
-        a named choice shows only that tool."""
-        if not self.tools or self.tool_choice.mode == "none":
+        """Tools shown to the model in the system prompt. tool_choice none hides them (the model then answers in
+        text); a named choice shows only that tool (a loaded one too)."""
+        if self.tool_choice.mode == "none":
             return None
         if self.tool_choice.mode == "named":
-            return [t for t in self.tools if _tool_name(t) == self.tool_choice.name]
-        return self.tools
+            return self.callable_tools()[:1] or None
+        return self.tools or None
+
+    def callable_tools(self) -> list[dict[str, Any]]:
+        """The tools a call may name: those shown and those loaded; only the named one for a named choice."""
+        if self.tool_choice.mode == "none":
+            return []
+        tools = [*self.tools, *self.loaded_tools]
+        if self.tool_choice.mode == "named":
+            return [t for t in tools if _tool_name(t) == self.tool_choice.name][:1]
+        return tools
 
     def parse_tools(self) -> dict[str, dict[str, Any]] | None:
         """{name: parameters schema} the output parser accepts, or None to leave tool-call text alone."""
-        tools = self.template_tools()
+        tools = self.callable_tools()
         return tool_schemas(tools) if tools else None
 
 
@@ -79,10 +91,11 @@ def _tool_name(tool: dict[str, Any]) -> str | None:
 
 
 def check_tool_choice(prompt: ChatPrompt, param: str) -> None:
-    if prompt.tool_choice.mode in ("required", "named") and not prompt.tools:
+    tools = [*prompt.tools, *prompt.loaded_tools]
+    if prompt.tool_choice.mode in ("required", "named") and not tools:
         raise bad_request("tool_choice requires tools", param=param)
     if prompt.tool_choice.mode == "named":
-        names = [_tool_name(t) for t in prompt.tools]
+        names = [_tool_name(t) for t in tools]
         if prompt.tool_choice.name not in names:
             raise bad_request(f"tool_choice names {prompt.tool_choice.name!r}, which is not in tools", param=param)
 
@@ -118,7 +131,7 @@ def render_prompt(tokenizer: Any, prompt: ChatPrompt, guard: PromptGuard | None 
     guard: client strings are rendered through it, so special-token text in them stays text (prompt_guard.py);
     None renders them as they are (--allow-special-tokens-in-content)."""
     messages = prompt.messages
-    instruction = _tool_choice_instruction(prompt.tool_choice) if prompt.template_tools() else None
+    instruction = _tool_choice_instruction(prompt.tool_choice) if prompt.callable_tools() else None
     if instruction:
         messages = _with_instruction(messages, instruction)
     tools = prompt.template_tools()

@@ -4,7 +4,10 @@
 message and function_call / custom_tool_call items that follow each other; their outputs become tool messages;
 system/developer items before the first turn join `instructions`, later ones stay in place (late_system.py).
 User messages' `input_image` parts (data URLs) become the template's image items, their images decoded in order.
-Tools (function, custom, namespace groups) and tool_choice: responses_tools.py.
+A `tool_search_call` is the assistant's call of TOOL_SEARCH, its `tool_search_output` a tool message listing the
+tools found; an `additional_tools` item a system message listing its tools; both kinds of tools are callable from
+there on (ChatPrompt.loaded_tools). Tools (function, custom, namespace groups, tool search) and tool_choice:
+responses_tools.py.
 """
 
 from __future__ import annotations
@@ -21,8 +24,12 @@ from hinfer.server.openai_convert import REASONING_EFFORT_BUDGET
 from hinfer.server.prompt import ChatPrompt, check_tool_choice
 from hinfer.server.responses_tools import (
     CUSTOM_INPUT,
+    TOOL_SEARCH,
+    ToolNames,
     convert_tool_choice,
     convert_tools,
+    loaded_text,
+    loaded_tools,
     shown_name,
     tool_names,
 )
@@ -160,10 +167,12 @@ class _Turns:
             self.messages.append({"role": "system", "content": text})
 
 
-def convert_items(items: list[Any], instructions: str | None, images: list[Any] | None = None
-                  ) -> list[dict[str, Any]]:  # fmt: skip
-    """-> the template's messages; user messages' images (decoded, in order) are appended to `images`."""
+def convert_items(items: list[Any], instructions: str | None, images: list[Any] | None = None,
+                  loaded: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """-> the template's messages; user messages' images (decoded, in order) are appended to `images`, the chat
+    tools that tool_search_output and additional_tools items make callable to `loaded`."""
     images = [] if images is None else images
+    loaded = [] if loaded is None else loaded
     t = _Turns()
     if instructions:
         t.system(instructions)
@@ -207,30 +216,50 @@ def convert_items(items: list[Any], instructions: str | None, images: list[Any] 
             call = {"id": item.get("call_id"), "type": "function",
                     "function": {"name": shown_name(item, p), "arguments": {CUSTOM_INPUT: text}}}
             t.assistant().setdefault("tool_calls", []).append(call)
+        elif typ == "tool_search_call":
+            call = {"id": item.get("call_id"), "type": "function",
+                    "function": {"name": TOOL_SEARCH, "arguments": _arguments(item.get("arguments"),
+                                                                              f"{p}.arguments")}}  # fmt: skip
+            t.assistant().setdefault("tool_calls", []).append(call)
         elif typ in ("function_call_output", "custom_tool_call_output"):
             t.add({"role": "tool", "tool_call_id": item.get("call_id"),
                    "content": _content_text(item.get("output"), f"{p}.output", media_placeholder=True)})
+        elif typ in ("tool_search_output", "additional_tools"):
+            if not isinstance(item.get("tools"), list):
+                raise bad_request(f"a {typ} item's tools must be a list", param=f"{p}.tools")
+            found = convert_tools(item["tools"], where=f"{p}.tools")
+            loaded.extend(found)
+            if typ == "tool_search_output":
+                t.add({"role": "tool", "tool_call_id": item.get("call_id"), "content": loaded_text(found)})
+            else:
+                t.system(loaded_text(found))
         elif typ == "item_reference":
             raise bad_request("item_reference input items are not supported: send the item itself, or use "
                               "previous_response_id", param=f"{p}.type")
         else:
             raise bad_request(f"unsupported input item type {typ!r}; supported: message, reasoning, function_call, "
-                              "function_call_output, custom_tool_call, custom_tool_call_output", param=f"{p}.type")
+                              "function_call_output, custom_tool_call, custom_tool_call_output, tool_search_call, "
+                              "tool_search_output, additional_tools", param=f"{p}.type")  # fmt: skip
     return t.messages
 
 
-def chat_prompt(body: Any, items: list[dict[str, Any]], preserve_default: bool) -> tuple[ChatPrompt, int | None]:
-    """-> (prompt, thinking budget). `items`: the whole conversation (earlier turns included)."""
+def chat_prompt(body: Any, items: list[dict[str, Any]], preserve_default: bool
+                ) -> tuple[ChatPrompt, int | None, ToolNames]:  # fmt: skip
+    """-> (prompt, thinking budget, how its tool calls go back). `items`: the whole conversation (earlier turns
+    included)."""
     effort = body.reasoning.effort if body.reasoning is not None else None
     enable_thinking = effort != "none"
     budget = REASONING_EFFORT_BUDGET[effort] if effort not in (None, "none") else None
     images: list[Any] = []
-    prompt = ChatPrompt(messages=convert_items(items, body.instructions, images), tools=convert_tools(body.tools),
+    loaded: list[dict[str, Any]] = []
+    messages = convert_items(items, body.instructions, images, loaded)
+    names = tool_names([*(body.tools or []), *loaded_tools(items)])
+    prompt = ChatPrompt(messages=messages, tools=convert_tools(body.tools), loaded_tools=loaded,
                         tool_choice=convert_tool_choice(body.tool_choice, body.parallel_tool_calls),
                         enable_thinking=enable_thinking, preserve_thinking=preserve_default, late_system=True,
-                        images=images, tool_grammars=tool_names(body.tools).grammars)  # fmt: skip
+                        images=images, tool_grammars=names.grammars)  # fmt: skip
     check_tool_choice(prompt, "tool_choice")
-    return prompt, budget
+    return prompt, budget, names
 
 
 def sampling_params(body: Any, max_tokens: int) -> SamplingParams:

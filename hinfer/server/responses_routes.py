@@ -49,7 +49,7 @@ async def create_response(body: ResponsesRequest, request: Request):
     if body.background:
         raise bad_request("background responses are not supported", param="background")
     items = _conversation(st, body)
-    prompt, budget = chat_prompt(body, items, st.preserve_thinking_default)
+    prompt, budget, names = chat_prompt(body, items, st.preserve_thinking_default)
     schema = responses_text_format(body.text)
     ids = await render_prompt_off_loop(st.tokenizer, prompt, st.prompt_guard)
     ids, images = await with_images(st, prompt, ids, param="input")  # each image's tokens counted in usage
@@ -63,7 +63,7 @@ async def create_response(body: ResponsesRequest, request: Request):
 
     response_id = new_id("resp_")
     run = EngineRun(st, response_id, ids, sp, request, images)
-    b = ResponseBuilder(run, body, prompt, response_id=response_id)
+    b = ResponseBuilder(run, body, prompt, names, response_id=response_id)
     await run.start()
     if body.stream:
         run.unwatch()
@@ -110,7 +110,7 @@ async def count_input_tokens(body: InputTokensRequest, request: Request):
     st = get_state(request)
     if body.model is not None:
         st.check_model(body.model)
-    prompt, _ = chat_prompt(body, _conversation(st, body), st.preserve_thinking_default)
+    prompt, _, _ = chat_prompt(body, _conversation(st, body), st.preserve_thinking_default)
     ids = await render_prompt_off_loop(st.tokenizer, prompt, st.prompt_guard)
     ids, _ = await with_images(st, prompt, ids, param="input")
     return {"object": "response.input_tokens", "input_tokens": len(ids)}

@@ -1,8 +1,8 @@
 """Engine events -> OpenAI Responses stream events, and the final Response object they add up to.
 
-Output items open and close as the generated pieces change kind (reasoning -> message -> function_call or
-custom_tool_call ...),
-with `output_index` counting up from 0 and one item open at a time, in the order OpenAI streams them:
+Output items open and close as the generated pieces change kind (reasoning -> message -> function_call,
+custom_tool_call or tool_search_call ...), with `output_index` counting up from 0 and one item open at a time, in
+the order OpenAI streams them:
 `response.output_item.added`, its content part and deltas, the `.done` events, `response.output_item.done`.
 The non-streaming answer is the same builder's final object, so both modes agree.
 """
@@ -18,7 +18,7 @@ from hinfer.server.generation import EngineRun
 from hinfer.server.output import OutputParser, Piece, ReasoningPiece
 from hinfer.server.prompt import ChatPrompt
 from hinfer.server.responses_convert import encrypt_reasoning
-from hinfer.server.responses_tools import custom_input, tool_names
+from hinfer.server.responses_tools import TOOL_SEARCH, ToolNames, custom_input, search_arguments
 from hinfer.server.schemas_responses import ResponsesRequest
 from hinfer.server.state import new_id
 from hinfer.server.structured import calls_under_grammar
@@ -28,14 +28,15 @@ Event = dict[str, Any]
 
 
 class ResponseBuilder:
-    def __init__(self, run: EngineRun, body: ResponsesRequest, prompt: ChatPrompt, *, response_id: str):
+    def __init__(self, run: EngineRun, body: ResponsesRequest, prompt: ChatPrompt, tools: ToolNames, *,
+                 response_id: str):
         self.run = run
         self.body = body
         self.id = response_id
         self.created_at = int(time.time())
         self.parallel = prompt.tool_choice.parallel
         self.encrypted = "reasoning.encrypted_content" in (body.include or [])
-        self.tools = tool_names(body.tools)  # custom tools' calls and namespace members' go back in their shapes
+        self.tools = tools  # custom tools' calls, namespace members' and the tool search's go back in their shapes
         self.parser = OutputParser(reasoning=prompt.enable_thinking, tools=prompt.parse_tools(),
                                    new_id=lambda: new_id("call_"), max_calls=prompt.max_calls,
                                    trim_strings=calls_under_grammar(run.sampling.structured))
@@ -102,6 +103,9 @@ class ResponseBuilder:
                 if p.name in self.tools.custom:
                     item = {"id": new_id("ctc_"), "type": "custom_tool_call", "status": "in_progress",
                             "call_id": p.id, "name": name, "input": ""}
+                elif p.name == TOOL_SEARCH and self.tools.search:
+                    item = {"id": new_id("tsc_"), "type": "tool_search_call", "status": "in_progress",
+                            "call_id": p.id, "execution": "client", "arguments": {}}
                 else:
                     item = {"id": new_id("fc_"), "type": "function_call", "status": "in_progress", "call_id": p.id,
                             "name": name, "arguments": ""}
@@ -110,7 +114,8 @@ class ResponseBuilder:
                 self._add(out, item, None)
             elif isinstance(p, ToolCallArgs):
                 self._text += p.delta
-                if self._kind() == "function_call":  # a custom call's text is sent whole when it ends
+                if self._kind() == "function_call":  # a custom call's text is sent whole when it ends, a search's
+                    # arguments with its item
                     out.append(self._item_event("response.function_call_arguments.delta", delta=p.delta))
             else:  # ToolCallEnd
                 self._close(out)
@@ -148,6 +153,8 @@ class ResponseBuilder:
             out.append(self._item_event("response.output_text.done", content_index=0, text=text, logprobs=[]))
             out.append(self._item_event("response.content_part.done", content_index=0, part=part))
             item["content"] = [part]
+        elif item["type"] == "tool_search_call":  # no argument events: the item carries them when done
+            item["arguments"] = search_arguments(text)
         elif item["type"] == "custom_tool_call":
             item["input"] = custom_input(text)
             out.append(self._item_event("response.custom_tool_call_input.delta", delta=item["input"]))

@@ -10,6 +10,11 @@ client expects.
 - `namespace` groups (Codex CLI puts each MCP server's tools, and some of its own, in one) are flattened: member
   `name` of namespace `ns` is shown as `flat_name(ns, name)`, and its calls come back with `name` and `namespace`
   apart, as Codex routes them.
+- A client-executed `tool_search` (`execution: "client"`: Codex CLI finds its apps' and MCP servers' tools this
+  way) is shown as a function TOOL_SEARCH with the tool's own parameters; its call comes back as a
+  `tool_search_call` item, and the client answers with a `tool_search_output` item listing the tools found, which
+  are callable from there on (`loaded_tools`), as are those of an `additional_tools` item. A server-executed one
+  is left out: every tool given is shown to the model (`defer_loading` is not read), so there is nothing to find.
 - Every other type (web_search, file_search, mcp, ...) runs at OpenAI, not here: left out, with a warning logged
   once per type.
 """
@@ -28,6 +33,11 @@ from hinfer.server.prompt import ToolChoice
 log = logging.getLogger(__name__)
 
 CUSTOM_INPUT = "input"  # the one parameter a custom tool is shown with
+TOOL_SEARCH = "tool_search"  # the name a client-executed tool search is shown under
+_SEARCH_ABOUT = ("Searches for more tools by what they do. The tools found are listed in the result and can be "
+                 "called from then on.")
+_SEARCH_PARAMETERS = {"type": "object", "properties": {"query": {"type": "string", "description": "What the tool "
+                      "should do, in a few words."}}, "required": ["query"]}  # fmt: skip
 _warned_tool_types: set[str] = set()
 
 
@@ -44,28 +54,34 @@ def _str_field(item: dict[str, Any], key: str, param: str) -> str:
     return v
 
 
-def _members(tools: list[Any] | None) -> Iterator[tuple[str, dict[str, Any], dict[str, Any] | None]]:
+def _members(tools: list[Any] | None, where: str = "tools"
+             ) -> Iterator[tuple[str, dict[str, Any], dict[str, Any] | None]]:  # fmt: skip
     """(param path, tool, its namespace tool or None) for every function and custom tool, namespace members
-    included; other types are logged once and left out."""
+    included, and a client-executed tool search; other types are logged once and left out."""
     for i, tool in enumerate(tools or []):
         if not isinstance(tool, dict):
-            raise bad_request("every tool must be an object", param=f"tools.{i}")
+            raise bad_request("every tool must be an object", param=f"{where}.{i}")
         typ = tool.get("type")
-        if typ in ("function", "custom"):
-            yield f"tools.{i}", tool, None
+        if typ in ("function", "custom") or (typ == "tool_search" and tool.get("execution") == "client"):
+            yield f"{where}.{i}", tool, None
         elif typ == "namespace":
-            _str_field(tool, "name", f"tools.{i}")
+            _str_field(tool, "name", f"{where}.{i}")
             members = tool.get("tools")
             if not isinstance(members, list):
-                raise bad_request("a namespace's tools must be a list", param=f"tools.{i}.tools")
+                raise bad_request("a namespace's tools must be a list", param=f"{where}.{i}.tools")
             for j, member in enumerate(members):
                 if not isinstance(member, dict) or member.get("type") not in ("function", "custom"):
-                    raise bad_request("a namespace holds function and custom tools", param=f"tools.{i}.tools.{j}")
-                yield f"tools.{i}.tools.{j}", member, tool
+                    raise bad_request("a namespace holds function and custom tools",
+                                      param=f"{where}.{i}.tools.{j}")
+                yield f"{where}.{i}.tools.{j}", member, tool
         elif typ not in _warned_tool_types and len(_warned_tool_types) < 64:  # bounded: types come from clients
             _warned_tool_types.add(str(typ))
-            log.warning("ignoring Responses tools of type %r: only function, custom and namespace tools are "
-                        "supported", typ)  # fmt: skip
+            if typ == "tool_search":
+                log.info("a server-executed tool_search is left out: every tool given is shown to the model, "
+                         "deferred ones too, so there is nothing to search for")  # fmt: skip
+            else:
+                log.warning("ignoring Responses tools of type %r: only function, custom, namespace and "
+                            "client-executed tool_search tools are supported", typ)  # fmt: skip
 
 
 def _custom_parameters(tool: dict[str, Any], param: str) -> dict[str, Any]:
@@ -87,17 +103,25 @@ def _custom_parameters(tool: dict[str, Any], param: str) -> dict[str, Any]:
 
 def _shown(tool: dict[str, Any], ns: dict[str, Any] | None) -> str:
     """The name the model sees for a tool (a namespace member's joined with its namespace's)."""
+    if tool["type"] == "tool_search":
+        return TOOL_SEARCH
     return tool["name"] if ns is None else flat_name(ns["name"], tool["name"])
 
 
-def convert_tools(tools: list[Any] | None) -> list[dict[str, Any]]:
+def convert_tools(tools: list[Any] | None, where: str = "tools") -> list[dict[str, Any]]:
     """-> chat tools ({"type": "function", "function": {name, parameters, description}}); a namespace member's
     description after its namespace's."""
     out = []
-    for param, tool, ns in _members(tools):
-        _str_field(tool, "name", param)
+    for param, tool, ns in _members(tools, where):
+        if tool["type"] != "tool_search":
+            _str_field(tool, "name", param)
         if tool["type"] == "custom":
             params = _custom_parameters(tool, param)
+        elif tool["type"] == "tool_search":
+            params = tool.get("parameters") or _SEARCH_PARAMETERS
+            if not isinstance(params, dict):
+                raise bad_request("parameters must be a JSON schema object", param=f"{param}.parameters")
+            tool = {**tool, "description": tool.get("description") or _SEARCH_ABOUT}
         else:
             params = tool.get("parameters")
             if params is None:
@@ -122,16 +146,21 @@ def _namespace_about(ns: dict[str, Any] | None) -> str | None:
 @dataclass(frozen=True)
 class ToolNames:
     """How a request's tool calls go back: namespace members by the name the model calls them (flat_name) ->
-    (namespace, name); the custom tools by that name; their grammars (StructuredOutput.tool_grammars)."""
+    (namespace, name); the custom tools by that name; their grammars (StructuredOutput.tool_grammars); whether
+    TOOL_SEARCH is the client's tool search."""
 
     namespaced: dict[str, tuple[str, str]]
     custom: frozenset[str]
     grammars: dict[str, dict[str, str]] | None
+    search: bool = False
 
 
 def tool_names(tools: list[Any] | None) -> ToolNames:
-    namespaced, custom, grammars = {}, set(), {}
+    namespaced, custom, grammars, search = {}, set(), {}, False
     for _, tool, ns in _members(tools):
+        if tool["type"] == "tool_search":
+            search = True
+            continue
         if not isinstance(tool.get("name"), str):
             continue  # convert_tools reports it
         shown = _shown(tool, ns)
@@ -143,7 +172,25 @@ def tool_names(tools: list[Any] | None) -> ToolNames:
             if isinstance(fmt, dict) and fmt.get("type") == "grammar" and isinstance(fmt.get("definition"), str):
                 grammars[shown] = {"parameter": CUSTOM_INPUT, "syntax": fmt.get("syntax") or "lark",
                                    "definition": fmt["definition"]}  # fmt: skip
-    return ToolNames(namespaced, frozenset(custom), grammars or None)
+    return ToolNames(namespaced, frozenset(custom), grammars or None, search)
+
+
+def loaded_tools(items: list[Any]) -> list[Any]:
+    """The tools a conversation's `tool_search_output` and `additional_tools` items made callable, in order (after
+    convert_items, which checks them)."""
+    out: list[Any] = []
+    for item in items:
+        if isinstance(item, dict) and item.get("type") in ("tool_search_output", "additional_tools"):
+            out.extend(item["tools"])  # a list: convert_items checked it
+    return out
+
+
+def loaded_text(tools: list[dict[str, Any]]) -> str:
+    """How tools made callable mid-conversation read to the model: listed as the system prompt lists its own."""
+    if not tools:
+        return "No tools were found."
+    listed = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
+    return f"These functions can be called from now on:\n<tools>\n{listed}\n</tools>"
 
 
 def shown_name(item: dict[str, Any], param: str) -> str:
@@ -163,6 +210,15 @@ def custom_input(arguments: str) -> str:
     if isinstance(args, dict) and isinstance(args.get(CUSTOM_INPUT), str):
         return args[CUSTOM_INPUT]
     return arguments
+
+
+def search_arguments(arguments: str) -> Any:
+    """A tool search call's arguments as the object the item carries (the tool parser writes JSON); a call that
+    came out otherwise keeps its raw text."""
+    try:
+        return json.loads(arguments)
+    except ValueError:
+        return arguments
 
 
 def convert_tool_choice(raw: str | dict[str, Any] | None, parallel: bool | None) -> ToolChoice:

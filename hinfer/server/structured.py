@@ -93,19 +93,19 @@ def vllm_extras(extra: dict[str, Any]) -> StructuredOutput | None:
 
 
 def forced_tools(prompt: ChatPrompt) -> StructuredOutput | None:
-    """tool_choice required / named: the answer must be calls to the tools shown (the named one)."""
-    if prompt.tool_choice.mode not in ("required", "named") or not prompt.tools:
+    """tool_choice required / named: the answer must be calls to the tools given or loaded (the named one)."""
+    if prompt.tool_choice.mode not in ("required", "named") or not prompt.callable_tools():
         return None
-    return StructuredOutput(tools=prompt.template_tools(), tool_name=prompt.tool_choice.name,
+    return StructuredOutput(tools=prompt.callable_tools(), tool_name=prompt.tool_choice.name,
                             parallel_tool_calls=prompt.tool_choice.parallel, tool_grammars=prompt.tool_grammars)
 
 
 def checked_tools(prompt: ChatPrompt) -> StructuredOutput | None:
-    """tool_choice auto with tools shown (`hinfer serve --tool-call-grammar`): free text, but every call the
-    model starts must be a valid call to one of them."""
-    if prompt.tool_choice.mode != "auto" or not prompt.template_tools():
+    """tool_choice auto with tools (`hinfer serve --tool-call-grammar`): free text, but every call the model
+    starts must be a valid call to one of those given or loaded."""
+    if prompt.tool_choice.mode != "auto" or not prompt.callable_tools():
         return None
-    return StructuredOutput(tools=prompt.template_tools(), parallel_tool_calls=prompt.tool_choice.parallel,
+    return StructuredOutput(tools=prompt.callable_tools(), parallel_tool_calls=prompt.tool_choice.parallel,
                             tools_optional=True, tool_grammars=prompt.tool_grammars)
 
 

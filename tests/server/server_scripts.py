@@ -49,6 +49,13 @@ PATCH_CALL = (
 MCP_CALL = ("I read the file.\n</think>\n\n<tool_call>\n<function=mcp__files__read>\n<parameter=path>\nREADME.md\n"
             "</parameter>\n</function>\n</tool_call>")
 
+# a client-executed tool search (Codex CLI's), then a call of a tool it found, by its flattened name
+SEARCH_CALL = ("I need a calendar tool.\n</think>\n\n<tool_call>\n<function=tool_search>\n<parameter=query>\n"
+               "calendar events\n</parameter>\n<parameter=limit>\n5\n</parameter>\n</function>\n</tool_call>")
+FOUND_CALL = ("Now I can add it.\n</think>\n\n<tool_call>\n<function=mcp__calendar__create_event>\n"
+              "<parameter=title>\nStand-up\n</parameter>\n<parameter=minutes>\n15\n</parameter>\n</function>\n"
+              "</tool_call>")
+
 AFTER_TOOL = "The tool answered 18 degrees.\n</think>\n\nIt is 18 °C in Paris right now."
 STOPPY = "Counting.\n</think>\n\none two three STOP four five"
 LONG_THINK = "step " * 60 + "\n</think>\n\nDone."
@@ -66,6 +73,8 @@ SCRIPTS = {
     "[[after_tool]]": AFTER_TOOL,
     "[[patch]]": PATCH_CALL,
     "[[mcp]]": MCP_CALL,
+    "[[search]]": SEARCH_CALL,
+    "[[calendar]]": FOUND_CALL,
     "[[stop]]": STOPPY,
     "[[long_think]]": LONG_THINK,
     "[[unicode]]": UNICODE,

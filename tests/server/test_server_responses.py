@@ -194,6 +194,75 @@ def test_namespace_tool_calls_name_both(client, engine):
     assert "<function=mcp__files__read>\n<parameter=path>\nREADME.md\n</parameter>" in prompt_of(engine)
 
 
+# Codex CLI's client-executed tool search, and what it finds: one namespace of deferred tools
+SEARCH_TOOL = {"type": "tool_search", "execution": "client", "description": "Find the apps' tools.",
+               "parameters": {"type": "object", "properties": {"query": {"type": "string"},
+                                                               "limit": {"type": "integer"}}, "required": ["query"]}}
+FOUND = [{"type": "namespace", "name": "mcp__calendar", "description": "Plan events.", "tools": [
+    {"type": "function", "name": "create_event", "description": "Create an event. [[calendar]]", "defer_loading": True,
+     "parameters": {"type": "object", "properties": {"title": {"type": "string"}, "minutes": {"type": "integer"}}}}]}]
+
+
+def test_client_tool_search_round_trip(client, engine):
+    """The search is shown as a function with the client's parameters; its call comes back as a tool_search_call
+    item (execution client, arguments as an object typed by them); the client's tool_search_output lists the tools
+    found in a tool response, and a call of one comes back with its namespace, as Codex CLI routes it."""
+    tools = [TOOLS[0], SEARCH_TOOL]
+    r = client.responses.create(model=MODEL, input="[[search]]", tools=tools, store=False)
+    call = r.output[-1]
+    assert call.type == "tool_search_call" and call.execution == "client" and call.status == "completed"
+    assert call.arguments == {"query": "calendar events", "limit": 5} and call.call_id.startswith("call_")
+    assert call.id.startswith("tsc_")
+    p = prompt_of(engine)
+    assert '"name": "tool_search"' in p and "Find the apps' tools." in p and "create_event" not in p
+    history = [{"role": "user", "content": "[[search]]"}, *[i.model_dump(exclude_none=True) for i in r.output],
+               {"type": "tool_search_output", "call_id": call.call_id, "execution": "client", "status": "completed",
+                "tools": FOUND}]
+    r2 = client.responses.create(model=MODEL, input=history, tools=tools, store=False)
+    found = r2.output[-1]
+    assert found.type == "function_call" and (found.name, found.namespace) == ("create_event", "mcp__calendar")
+    assert json.loads(found.arguments) == {"title": "Stand-up", "minutes": 15}  # typed by the loaded schema
+    p = prompt_of(engine)
+    assert ("<function=tool_search>\n<parameter=query>\ncalendar events\n</parameter>\n<parameter=limit>\n5\n"
+            "</parameter>") in p
+    head, tail = p.split("<tool_response>\nThese functions can be called from now on:\n<tools>\n", 1)
+    assert "mcp__calendar__create_event" not in head  # listed where it was found, not in the system prompt
+    assert tail.startswith('{"type": "function", "function": {"name": "mcp__calendar__create_event"')
+    # and named by a forced choice, grammar-enforced like any tool given
+    r3 = client.responses.create(model=MODEL, input=history, tools=tools, store=False,
+                                 tool_choice={"type": "function", "name": "create_event", "namespace": "mcp__calendar"})
+    so = engine.requests[-1].sampling.structured
+    assert so.tool_name == "mcp__calendar__create_event" and [t["function"]["name"] for t in so.tools] == [
+        "mcp__calendar__create_event"]
+    assert r3.output[-1].namespace == "mcp__calendar"
+
+
+def test_client_tool_search_stream_events(client):
+    """A tool_search_call streams as its item only (added with empty arguments, done with them): no argument
+    deltas, as OpenAI streams it."""
+    events = list(client.responses.create(model=MODEL, input="[[search]]", tools=[SEARCH_TOOL], stream=True))
+    added = next(e for e in events if e.type == "response.output_item.added" and e.item.type == "tool_search_call")
+    done = next(e for e in events if e.type == "response.output_item.done" and e.item.type == "tool_search_call")
+    assert added.item.arguments == {} and added.item.status == "in_progress"
+    assert done.item.arguments == {"query": "calendar events", "limit": 5} and done.item.status == "completed"
+    assert added.output_index == done.output_index and added.item.id == done.item.id
+    assert not any(e.type.startswith("response.function_call") for e in events)
+
+
+def test_server_tool_search_and_additional_tools(client, engine):
+    """A server-executed tool search is left out (every tool given is shown: nothing to search for), and its call
+    is text like any call of a tool not given; an additional_tools item lists its tools where it stands and makes them
+    callable."""
+    r = client.responses.create(model=MODEL, input="[[search]]", store=False,
+                                tools=[TOOLS[0], {"type": "tool_search"}])
+    assert '"name": "tool_search"' not in prompt_of(engine).split("</tools>", 1)[0]
+    assert r.output[-1].type == "message" and "<function=tool_search>" in r.output[-1].content[0].text
+    items = [{"type": "additional_tools", "role": "developer", "tools": FOUND}, {"role": "user", "content": "go"}]
+    r2 = client.responses.create(model=MODEL, input=items, store=False, tools=[TOOLS[0]])
+    assert r2.output[-1].type == "function_call" and r2.output[-1].namespace == "mcp__calendar"
+    assert "These functions can be called from now on:\n<tools>\n" in prompt_of(engine)
+
+
 def test_previous_response_id_chaining(client, engine):
     r1 = client.responses.create(model=MODEL, input="[[weather]]", tools=TOOLS, instructions="Be terse.")
     call = r1.output[-1]

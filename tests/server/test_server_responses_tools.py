@@ -1,5 +1,6 @@
 """Responses tools -> chat tools and back, without a server: custom (freeform) tools as one string parameter,
-namespace groups flattened, tool_choice, and the 400s of malformed tools."""
+namespace groups flattened, the client's tool search and the tools it finds, tool_choice, and the 400s of
+malformed tools."""
 
 from __future__ import annotations
 
@@ -9,10 +10,14 @@ from hinfer.server.errors import APIError
 from hinfer.server.responses_convert import convert_items
 from hinfer.server.responses_tools import (
     CUSTOM_INPUT,
+    TOOL_SEARCH,
     convert_tool_choice,
     convert_tools,
     custom_input,
     flat_name,
+    loaded_text,
+    loaded_tools,
+    search_arguments,
     tool_names,
 )
 
@@ -90,4 +95,45 @@ def test_bad_custom_tools_are_400(tool, param):
 def test_bad_namespaces_are_400(tool, param):
     with pytest.raises(APIError) as e:
         convert_tools([tool])
+    assert e.value.status == 400 and e.value.param == param
+
+
+def test_client_tool_search_is_a_function_and_server_search_is_left_out():
+    out = convert_tools([{"type": "tool_search", "execution": "client"}, {"type": "tool_search"},
+                         {"type": "tool_search", "execution": "server"}])
+    assert [t["function"]["name"] for t in out] == [TOOL_SEARCH]
+    fn = out[0]["function"]  # the defaults where the client gives no description or parameters
+    assert fn["parameters"]["required"] == ["query"] and fn["description"].startswith("Searches for more tools")
+    assert tool_names([{"type": "tool_search", "execution": "client"}]).search
+    assert not tool_names([{"type": "tool_search"}]).search
+    assert search_arguments('{"query": "x"}') == {"query": "x"} and search_arguments("oops") == "oops"
+
+
+def test_found_tools_are_listed_where_found_and_callable():
+    """A tool_search_output renders as a tool response listing the tools found (in the system prompt's form); an
+    additional_tools item as a system message; both are gathered for the parser."""
+    found = [{"type": "function", "name": "lookup", "parameters": {"type": "object"}, "defer_loading": True}]
+    items = [{"role": "user", "content": "go"},
+             {"type": "tool_search_call", "call_id": "s1", "execution": "client", "arguments": {"query": "q"}},
+             {"type": "tool_search_output", "call_id": "s1", "execution": "client", "tools": found},
+             {"type": "additional_tools", "role": "developer", "tools": []}]
+    loaded: list = []
+    msgs = convert_items(items, None, loaded=loaded)
+    assert msgs[1]["tool_calls"][0]["function"] == {"name": TOOL_SEARCH, "arguments": {"query": "q"}}
+    assert msgs[2] == {"role": "tool", "tool_call_id": "s1", "content": loaded_text(loaded)}
+    assert loaded == convert_tools(found) and loaded_tools(items) == found
+    assert loaded_text(loaded) == ('These functions can be called from now on:\n<tools>\n{"type": "function", '
+                                   '"function": {"name": "lookup", "parameters": {"type": "object"}}}\n</tools>')
+    assert msgs[3] == {"role": "system", "content": "No tools were found."}
+
+
+@pytest.mark.parametrize("item, param", [
+    ({"type": "tool_search_output", "call_id": "s", "tools": {}}, "input.0.tools"),
+    ({"type": "tool_search_output", "call_id": "s", "tools": [{"type": "function"}]}, "input.0.tools.0.name"),
+    ({"type": "additional_tools", "tools": [{"type": "namespace", "name": "n", "tools": [3]}]}, "input.0.tools.0.tools.0"),
+    ({"type": "tool_search_call", "call_id": "s", "arguments": "[1]"}, "input.0.arguments"),
+])  # fmt: skip
+def test_bad_search_items_are_400(item, param):
+    with pytest.raises(APIError) as e:
+        convert_items([item], None)
     assert e.value.status == 400 and e.value.param == param
