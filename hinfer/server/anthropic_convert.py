@@ -14,11 +14,13 @@ from hinfer.server.prompt import ChatPrompt, ToolChoice, check_tool_choice, stop
 from hinfer.server.schemas_anthropic import (
     BLOCK_TYPES,
     MessagesRequest,
+    ServerToolBlock,
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
     _MessagesBase,
+    is_server_tool_block,
 )
 
 log = logging.getLogger(__name__)
@@ -48,7 +50,7 @@ def _block(raw: dict[str, Any], param: str) -> Any:
                           param=param)
     if typ == "image":
         return raw  # user messages take them (convert_messages); anywhere else they are refused there
-    cls = BLOCK_TYPES.get(typ)
+    cls = ServerToolBlock if is_server_tool_block(typ) else BLOCK_TYPES.get(typ)
     if cls is None:
         raise bad_request(f"unsupported content block type {typ!r}", param=f"{param}.type")
     try:
@@ -169,6 +171,8 @@ def convert_messages(body: _MessagesBase, images: list[Any], tool_images: bool =
                     raise bad_request("tool_result blocks belong in user messages", param=f"{p}.{j}")
                 elif isinstance(b, dict):
                     raise bad_request("images are taken in user messages only", param=f"{p}.{j}")
+                elif isinstance(b, ServerToolBlock):
+                    _skip_server_tool(b.type)
                 # redacted_thinking: opaque to us, dropped
             msg: dict[str, Any] = {"role": "assistant", "content": "\n\n".join(texts)}
             if thinking:
@@ -184,6 +188,18 @@ def convert_messages(body: _MessagesBase, images: list[Any], tool_images: bool =
 # one as well: defer_loading is not read), so there is nothing to search for: the search tool is left out.
 TOOL_SEARCH_PREFIX = "tool_search_tool_"
 _skipped_search_types: set[str] = set()
+
+
+def _skip_server_tool(typ: str) -> None:
+    """A server tool's call or result in the history (a conversation begun at Anthropic): that tool ran there and
+    its results are Anthropic's (encrypted, or nothing this server can render faithfully); the text Claude wrote
+    from them stays. Left out of the prompt, logged once per type."""
+    if typ not in _skipped_server_blocks and len(_skipped_server_blocks) < 16:  # bounded: types come from clients
+        _skipped_server_blocks.add(typ)
+        log.info("%r blocks left out of the prompt: server tools run at Anthropic, not here", typ)
+
+
+_skipped_server_blocks: set[str] = set()
 
 
 def _skip_tool_search(typ: str) -> None:

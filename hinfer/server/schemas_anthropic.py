@@ -96,6 +96,19 @@ class RedactedThinkingBlock(_Open):
     data: str | None = None
 
 
+class ServerToolBlock(_Open):
+    """A call of a tool that ran at Anthropic (`server_tool_use`, `mcp_tool_use`) or its result
+    (`web_search_tool_result`, `tool_search_tool_result`, `mcp_tool_result`, ...): in an assistant message of a
+    conversation begun there."""
+
+    type: str
+
+
+def is_server_tool_block(typ: str) -> bool:
+    return typ in ("server_tool_use", "mcp_tool_use", "mcp_tool_result") or (
+        typ.endswith("_tool_result") and typ != "tool_result")
+
+
 BLOCK_TYPES: dict[str, type[_Open]] = {
     "text": TextBlock,
     "tool_use": ToolUseBlock,

@@ -197,6 +197,31 @@ def test_tool_search_tools_are_left_out_and_deferred_tools_shown(client, engine)
     assert client.messages.count_tokens(**kw).input_tokens > 0
 
 
+def test_server_tool_blocks_in_history_are_left_out(client, engine):
+    """A conversation begun at Anthropic carries server tool calls and results in its assistant turns (a tool
+    search's, a web search's): accepted, left out of the prompt (they ran there), the text around them kept. In a
+    user message they stay a 400."""
+    assistant = [{"type": "text", "text": "Searching."},
+                 {"type": "server_tool_use", "id": "srvtoolu_1", "name": "tool_search_tool_regex",
+                  "input": {"query": "weather"}},
+                 {"type": "tool_search_tool_result", "tool_use_id": "srvtoolu_1", "content": {
+                     "type": "tool_search_tool_search_result",
+                     "tool_references": [{"type": "tool_reference", "tool_name": "get_weather"}]}},
+                 {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_2", "content": [
+                     {"type": "web_search_result", "url": "https://e.com", "title": "E", "encrypted_content": "x"}]},
+                 {"type": "text", "text": "Found it."}]  # fmt: skip
+    msgs = [*user("hi"), {"role": "assistant", "content": assistant}, *user("[[nothink]] go on")]
+    m = client.messages.create(model=MODEL, max_tokens=50, messages=msgs, tools=TOOLS)
+    assert m.stop_reason == "end_turn"
+    p = prompt_of(engine)
+    assert "<|im_start|>assistant\nSearching.\n\nFound it.<|im_end|>" in p
+    assert "srvtoolu" not in p and "e.com" not in p
+    bad = [{"role": "user", "content": [{"type": "web_search_tool_result", "tool_use_id": "s", "content": []}]}]
+    with pytest.raises(anthropic.BadRequestError) as e:
+        client.messages.create(model=MODEL, max_tokens=50, messages=bad)
+    assert "web_search_tool_result" in str(e.value)
+
+
 def test_count_tokens(client, engine):
     kw = dict(model=MODEL, messages=user("[[nothink]] count me"), system="sys", tools=TOOLS)
     n = client.messages.count_tokens(**kw).input_tokens
