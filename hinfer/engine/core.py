@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from collections import deque
 
@@ -74,6 +75,7 @@ class EngineCore:
             self.prefix = PrefixReuse(self.scheduler.pages, ckpts, runner.state, st.page_size, host, host_kv)
             self.scheduler.prefix = self.prefix
         self._grammars = None  # GrammarBackend, made on the first constrained request
+        self._grammars_lock = threading.Lock()
         self._runs_ahead = ecfg.decode_ahead and runner.runs_ahead  # with --spec: its plain steps (runs_plain)
         self._ahead: AheadStep | None = None  # the decode step in flight whose tokens are not read yet
         self._clear_requested = False
@@ -116,15 +118,9 @@ class EngineCore:
         seq = Sequence(req.request_id, list(req.prompt_token_ids), p, seed)
         if req.images:
             self._place_images(seq, req)
-        if p.structured is not None:
-            try:  # compiled here: a bad schema fails the request
-                seq.grammar = self.grammars.matcher(p.structured)
-            except ValueError:
-                if not p.structured.tools_optional:
-                    raise
-                # checked tool calls are the server's choice, not the client's: a tool schema the grammar
-                # cannot take leaves the calls unchecked rather than failing the request
-                log.warning("tool calls left unchecked for request %s: no grammar for its tools", req.request_id)
+        if p.structured is not None:  # compiled ahead by the server, else here: a bad schema fails the request
+            prepared = req.grammar or self.grammars.prepare(p.structured, req.request_id)
+            seq.grammar = self.grammars.matcher(prepared)
         seq.detok = self.tokenizer.detokenizer(skip_special_tokens=p.skip_special_tokens)
         seq.stop_matcher = StopStringMatcher(p.stop)
         self.scheduler.add(seq)
@@ -151,12 +147,14 @@ class EngineCore:
 
     @property
     def grammars(self):
-        """The structured-output compiler (engine/structured/grammar.py), made on first use."""
-        if self._grammars is None:
-            from hinfer.engine.structured.grammar import GrammarBackend
+        """The structured-output compiler (engine/structured/grammar.py), made on first use (by the engine thread
+        or the server's, hence the lock)."""
+        with self._grammars_lock:
+            if self._grammars is None:
+                from hinfer.engine.structured.grammar import GrammarBackend
 
-            self._grammars = GrammarBackend(self.tokenizer, self.runner.sampler.vocab_size, sorted(self.eos))
-        return self._grammars
+                self._grammars = GrammarBackend(self.tokenizer, self.runner.sampler.vocab_size, sorted(self.eos))
+            return self._grammars
 
     @property
     def has_work(self) -> bool:

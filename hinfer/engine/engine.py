@@ -65,8 +65,13 @@ class Engine:
 
     # ---- requests ------------------------------------------------------------------------------
     async def generate(self, request: GenerationRequest) -> AsyncIterator[TokenEvent]:
-        """Errors (QueueFullError, RequestTooLargeError, ValueError) surface from the first __anext__."""
+        """Errors (QueueFullError, RequestTooLargeError, ValueError) surface from the first __anext__. A
+        structured-output grammar is compiled here, in a worker thread, so that the engine thread only makes its
+        matcher: a compile of many tools or a large schema (up to hundreds of ms) holds up this request alone."""
         await self.start()
+        if request.sampling.structured is not None and request.grammar is None:
+            request.grammar = await asyncio.to_thread(self.core.grammars.prepare, request.sampling.structured,
+                                                      request.request_id)  # fmt: skip
         stream = _Stream(asyncio.get_running_loop())
         self._inbox.append((request, stream))
         self._wake.set()

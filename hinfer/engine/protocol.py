@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from hinfer.model.image_prompt import ImageInput
 from hinfer.sampling_params import SamplingParams
@@ -36,6 +36,8 @@ class GenerationRequest:
     prompt_token_ids: list[int]
     sampling: SamplingParams
     images: list[ImageInput] = field(default_factory=list)  # in prompt order, one placeholder run each
+    grammar: Any = None  # `sampling.structured` compiled ahead (a PreparedGrammar, off the engine thread); None:
+    # compiled at admission
 
 
 @dataclass

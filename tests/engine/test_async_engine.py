@@ -46,3 +46,51 @@ def test_stream_abort_and_errors(make_engine_core):
             await eng.stop()
 
     asyncio.run(main())
+
+
+def test_grammars_compile_off_the_engine_thread(make_engine_core):
+    """A structured request's grammar is compiled in a worker thread: while its compile is held, another lane
+    runs to the end (a compile on the engine thread would stall it, and this test would time out); the engine
+    thread only makes the matcher. A grammar that cannot be built is a ValueError from the first __anext__."""
+    import threading
+
+    from hinfer.sampling_params import StructuredOutput
+
+    async def main():
+        core = make_engine_core(max_concurrency=2)
+        eng = Engine(core, "tiny")
+        await eng.start()
+        grammars = core.grammars
+        real, release, threads = grammars.compile, threading.Event(), []
+
+        def held_compile(so):
+            threads.append(threading.current_thread().name)
+            assert release.wait(30)
+            return real(so)
+
+        grammars.compile = held_compile
+        try:
+            so = StructuredOutput(regex=r"[0-9]{3}")
+            held = asyncio.create_task(_collect(eng.generate(
+                GenerationRequest("held", [3, 4], SamplingParams(temperature=0, max_tokens=10, structured=so)))))
+            free = await asyncio.wait_for(_collect(eng.generate(
+                GenerationRequest("free", [3], SamplingParams(max_tokens=8, ignore_eos=True)))), 30)
+            assert free[-1].finish_reason == "length" and not held.done()
+            release.set()
+            evs = await asyncio.wait_for(held, 30)
+            assert core.tokenizer.decode([t for e in evs for t in e.token_ids]).isdigit()
+            assert threads and "hinfer-engine" not in threads
+            with pytest.raises(ValueError):
+                await eng.generate(GenerationRequest("bad", [3], SamplingParams(
+                    max_tokens=2, structured=StructuredOutput(regex="(")))).__anext__()
+            st = eng.stats()
+            assert st.lanes_busy == 0 and st.pages_free == st.pages_total
+        finally:
+            release.set()
+            await eng.stop()
+
+    asyncio.run(main())
+
+
+async def _collect(gen):
+    return [e async for e in gen]

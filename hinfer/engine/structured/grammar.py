@@ -3,6 +3,8 @@
 xgrammar is imported on the first constrained request (it pulls in transformers: about 2 s), and the tokenizer
 view is built then (about 0.5 s for Qwen3.5's 248K vocabulary). Compiling a request's grammar takes
 milliseconds to a few hundred (large schemas, many tools); xgrammar caches compiled grammars by their text.
+The server compiles off the engine thread (Engine.generate -> `prepare`), so a slow compile never holds up the
+other lanes' steps; the offline paths compile at admission.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +22,15 @@ from hinfer.engine.structured.tags import structural_tag
 from hinfer.sampling_params import StructuredOutput
 
 log = logging.getLogger("hinfer.structured")
+SLOW_COMPILE_MS = 50.0  # compiles at least this long are logged with their time
+
+
+@dataclass(frozen=True)
+class PreparedGrammar:
+    """A request's grammar, compiled ahead (GrammarBackend.prepare); `compiled` None: the request runs without
+    one (checked tool calls whose tools no grammar can take)."""
+
+    compiled: Any  # xgrammar.CompiledGrammar | None
 
 
 @dataclass
@@ -96,10 +108,31 @@ class GrammarBackend:
         except (RuntimeError, ValueError, TypeError) as e:  # xgrammar reports bad input as these
             raise ValueError(f"cannot build a grammar for this structured output: {_first_line(e)}") from e
 
-    def matcher(self, so: StructuredOutput) -> GrammarState:
+    def prepare(self, so: StructuredOutput, request_id: str) -> PreparedGrammar:
+        """Compile a request's grammar (thread-safe: the server calls it off the engine thread, so that a slow
+        compile holds up only its own request). Raises ValueError for a grammar the client asked for that
+        cannot be built; checked tool calls are the server's choice, not the client's: a tool schema the grammar
+        cannot take leaves the calls unchecked rather than failing the request."""
+        t0 = time.perf_counter()
+        try:
+            compiled = self.compile(so)
+        except ValueError:
+            if not so.tools_optional:
+                raise
+            log.warning("tool calls left unchecked for request %s: no grammar for its tools", request_id)
+            compiled = None
+        ms = (time.perf_counter() - t0) * 1e3
+        if ms >= SLOW_COMPILE_MS:
+            log.info("grammar for request %s compiled in %.0f ms", request_id, ms)
+        return PreparedGrammar(compiled)
+
+    def matcher(self, prepared: PreparedGrammar) -> GrammarState | None:
+        """A fresh matcher over a prepared grammar; None where the request runs without one."""
+        if prepared.compiled is None:
+            return None
         import xgrammar as xgr
 
-        return GrammarState(xgr.GrammarMatcher(self.compile(so)))
+        return GrammarState(xgr.GrammarMatcher(prepared.compiled))
 
 
 def _first_line(e: BaseException) -> str:
