@@ -19,8 +19,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.int4_mma_tiles import config_shapes  # noqa: E402
-from bench.linear_kernels import SHAPES, _gen, make_weight  # noqa: E402
+from bench.linear_kernels import (  # noqa: E402
+    SHAPES,
+    _gen,
+    config_shapes,  # noqa: E402
+    make_weight,
+)
 
 
 def main() -> None:

@@ -30,23 +30,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.linear_kernels import SHAPES, _copies, _gen, copy_bandwidth, graph_time, make_weight  # noqa: E402
+from bench.linear_kernels import (  # noqa: E402
+    SHAPES,
+    _copies,
+    _gen,
+    config_shapes,
+    copy_bandwidth,
+    graph_time,
+    make_weight,
+)
 from bench.tile_sweep import time_tiles  # noqa: E402
-
-
-def config_shapes(name: str) -> list[tuple[str, int, int]]:
-    """The int4 dense projections (N, K) of a packaged config: attention qkv + gate, GDN in_proj (q, k, v, z; the
-    b / a rows stay bf16), o_proj, GDN out_proj, the MLP or the MoE shared expert, and the lm_head (--lm-head)."""
-    from hinfer.config import load_model_config
-    from hinfer.fixtures import config_dir
-
-    c = load_model_config(config_dir(name))
-    h, hd = c.hidden_size, c.head_dim
-    kd, vd = c.linear_num_key_heads * c.linear_key_head_dim, c.linear_num_value_heads * c.linear_value_head_dim
-    inter = c.shared_expert_intermediate_size if c.num_experts else c.intermediate_size
-    return [("qkv", c.num_attention_heads * hd * 2 + 2 * c.num_key_value_heads * hd, h), ("gdn_in", 2 * kd + 2 * vd, h),
-            ("o_proj", h, c.num_attention_heads * hd), ("gdn_out", h, vd), ("gate_up", 2 * inter, h),
-            ("down", h, inter), ("lm_head", c.vocab_size, h)]  # fmt: skip
 
 
 def candidates(m: int, n: int, k: int, rings: tuple[int, ...] = (0,), fma: bool = False,

@@ -94,7 +94,7 @@ def probe_reference(words: torch.Tensor, block_n: int, split_k: int) -> torch.Te
 
 
 def main() -> None:
-    from bench.int4_mma_tiles import config_shapes
+    from bench.linear_kernels import config_shapes
     from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
     from hinfer.ops.triton.tiles.linear import mma_config
 

@@ -68,8 +68,7 @@ def add_shape_args(ap) -> None:
 def chosen_shapes(a) -> list[tuple[str, int, int]]:
     """(name, N, K) of the projections add_shape_args' options name: a config's dense ones (no lm_head), or the
     27B's by --shapes."""
-    from bench.int4_mma_tiles import config_shapes
-    from bench.linear_kernels import SHAPES
+    from bench.linear_kernels import SHAPES, config_shapes
 
     if a.config:
         return [s for s in config_shapes(a.config) if s[0] != "lm_head"]

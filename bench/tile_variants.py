@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.int4_mma_tiles import config_shapes  # noqa: E402
+from bench.linear_kernels import config_shapes  # noqa: E402
 
 
 def model_shapes(config: str) -> dict[str, set[tuple[int, int]]]:

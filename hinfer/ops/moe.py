@@ -1,7 +1,8 @@
 """Mixture of experts: softmax router with renormalised top-k, SwiGLU experts stored fused [E, 2I, H] / [E, H, I].
 
 The experts are plain tensors or quantized expert objects (hinfer.quant.experts.Int4ExpertsWeight /
-Fp8ExpertsWeight: logical `.shape` [E, N, K], `.expert(e)` one expert as an Int4Weight / Fp8Weight). Quantized
+Fp8ExpertsWeight: logical `.shape` [E, N, K], `.expert(e)` one expert as an Int4Weight / Fp8Weight,
+`.kernel_experts()` the grouped kernels' view of them or None). Quantized
 experts run the grouped Triton kernels when Triton runs (bf16 activations; int4 groups of 128, fp8 per-channel
 or 128x128 block scales), else the reference body, which dequantizes one expert at a time (never the whole
 [E, N, K] tensor) and computes in fp32, rounded once: the kernels' semantics.
@@ -13,8 +14,6 @@ import torch
 import torch.nn.functional as F
 
 from hinfer.ops.dispatch import use_triton, warn_fallback
-from hinfer.ops.triton.moe_int4 import Int4Experts
-from hinfer.quant.experts import Fp8ExpertsWeight, Int4ExpertsWeight
 
 
 def moe_route_ref(router_logits: torch.Tensor, top_k: int, shared: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
@@ -74,17 +73,7 @@ def _kernel_weight(w, x: torch.Tensor):
     experts), or None when only the reference body can run it."""
     if isinstance(w, torch.Tensor):
         return w
-    from hinfer.ops.triton.common import GROUP  # imports triton: only when Triton runs
-
-    if x.dtype != torch.bfloat16:
-        return None
-    if isinstance(w, Int4ExpertsWeight) and w.group == GROUP:
-        return Int4Experts(w.qweight, w.scales, w.zeros, w.in_features)
-    if isinstance(w, Fp8ExpertsWeight) and w.block in (None, (GROUP, GROUP)):
-        from hinfer.ops.triton.moe import Fp8Experts
-
-        return Fp8Experts(w.weight, w.scale, w.block is not None)
-    return None
+    return w.kernel_experts() if x.dtype == torch.bfloat16 else None
 
 
 def _kind(w) -> type:

@@ -68,6 +68,15 @@ class Int4ExpertsWeight(nn.Module):
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.qweight, self.scales, self.zeros) if t is not None)
 
+    def kernel_experts(self):
+        """The grouped kernels' view of these experts (hinfer.ops.triton.moe_int4.Int4Experts), or None for groups
+        they do not take (the reference body runs those)."""
+        if self.group != GROUP:
+            return None
+        from hinfer.ops.triton.moe_int4 import Int4Experts
+
+        return Int4Experts(self.qweight, self.scales, self.zeros, self.in_features)
+
     def expert(self, e: int) -> Int4Weight:
         """Expert e's [N, K] weight (views of this object's buffers)."""
         z = None if self.zeros is None else self.zeros[e]
@@ -130,6 +139,15 @@ class Fp8ExpertsWeight(nn.Module):
 
     def nbytes(self) -> int:
         return self.weight.numel() * self.weight.element_size() + self.scale.numel() * self.scale.element_size()
+
+    def kernel_experts(self):
+        """The grouped kernels' view of these experts (hinfer.ops.triton.moe.Fp8Experts), or None for blocks they
+        do not take (the reference body runs those)."""
+        if self.block not in (None, BLOCK):
+            return None
+        from hinfer.ops.triton.moe import Fp8Experts
+
+        return Fp8Experts(self.weight, self.scale, self.block is not None)
 
     def expert(self, e: int) -> Fp8Weight:
         """Expert e's [N, K] weight (views of this object's buffers)."""

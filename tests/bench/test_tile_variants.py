@@ -61,7 +61,7 @@ def test_max_m_changes_only_the_small_buckets(tmp_path):
 def test_a8_rows_files_hold_the_bf16_kernels_tiles(tmp_path):
     """--a8-rows: int4_a8 entries at those rows for every dense projection (not the bf16 head), each the bf16
     kernel's tile without x_ahead, one M bucket per row count."""
-    from bench.int4_mma_tiles import config_shapes
+    from bench.linear_kernels import config_shapes
     from hinfer.ops.triton.tiles.forms import INT4_A8
     from hinfer.ops.triton.tiles.linear import mma_config
 
