@@ -62,7 +62,7 @@ def _members(tools: list[Any] | None, where: str = "tools"
         if not isinstance(tool, dict):
             raise bad_request("every tool must be an object", param=f"{where}.{i}")
         typ = tool.get("type")
-        if typ in ("function", "custom") or (typ == "tool_search" and tool.get("execution") == "client"):
+        if typ in ("function", "custom") or (typ == "tool_search" and _client_search(tool)):
             yield f"{where}.{i}", tool, None
         elif typ == "namespace":
             _str_field(tool, "name", f"{where}.{i}")
@@ -82,6 +82,14 @@ def _members(tools: list[Any] | None, where: str = "tools"
             else:
                 log.warning("ignoring Responses tools of type %r: only function, custom, namespace and "
                             "client-executed tool_search tools are supported", typ)  # fmt: skip
+
+
+def _client_search(tool: dict[str, Any]) -> bool:
+    """Whether a tool_search is the client's: `execution: "client"`, or no `execution` but the `parameters` or
+    `description` only a client-executed search carries (some clients leave the field out)."""
+    execution = tool.get("execution")
+    return execution == "client" or (execution is None and (tool.get("parameters") is not None
+                                                            or tool.get("description") is not None))
 
 
 def _custom_parameters(tool: dict[str, Any], param: str) -> dict[str, Any]:

@@ -106,6 +106,9 @@ def test_client_tool_search_is_a_function_and_server_search_is_left_out():
     assert fn["parameters"]["required"] == ["query"] and fn["description"].startswith("Searches for more tools")
     assert tool_names([{"type": "tool_search", "execution": "client"}]).search
     assert not tool_names([{"type": "tool_search"}]).search
+    # no `execution`, but the parameters only a client's search carries: the client's
+    assert tool_names([{"type": "tool_search", "parameters": {"type": "object"}}]).search
+    assert not tool_names([{"type": "tool_search", "execution": "server", "description": "d"}]).search
     assert search_arguments('{"query": "x"}') == {"query": "x"} and search_arguments("oops") == "oops"
 
 
