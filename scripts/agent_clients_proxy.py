@@ -4,7 +4,7 @@ Forwards every request to the hinfer server unchanged (streams included) and app
 to LOG: method, path, status, model, stream, and how many tools the body offered. The server's own log
 (`--log-requests`) has each route and status; this adds what is inside the bodies.
 
-    python scripts/agent_clients_proxy.py LISTEN_PORT UPSTREAM_PORT LOG [--short-responses]
+    python scripts/agent_clients_proxy.py LISTEN_PORT UPSTREAM_PORT LOG [--short-responses [--tool-round-trip]]
 
 --short-responses: a /v1/responses or /v1/messages request (tool_choice auto, no format of its own) gets a
 JSON-schema format that only allows `{}` (grammar-constrained by the server; Responses also `reasoning.effort:
@@ -12,6 +12,13 @@ none` when it names no effort), so the demo model's random answer ends at once a
 it the random words do not stop: Codex CLI sends no `max_output_tokens`, so they run to the end of the 64K
 context (many minutes on a CPU), and a capped answer (`incomplete`, `max_tokens`) is an error to both clients.
 Recorded as `injected`.
+
+--tool-round-trip (with --short-responses): a request that offers the client's harmless listing tool (Claude
+Code's `Glob`, Codex CLI's `exec_command`) and carries no tool result yet is asked for a call of it instead
+(`tool_choice` naming it, grammar-enforced), its schema narrowed for this request to one fixed argument (`Glob`
+pattern `*`, `exec_command` cmd `ls`) so that the demo model's call is short and valid; the client runs it and
+sends the result back, and that request gets the `{}` answer above. So each client's turn is a whole tool round
+trip: the call in the shape the client parses, its execution, the history with the call and its result.
 """
 
 from __future__ import annotations
@@ -29,7 +36,40 @@ _EMPTY_OBJECT = {"type": "json_schema", "name": "smoke", "strict": True,
                  "schema": {"type": "object", "properties": {}, "additionalProperties": False}}
 
 
-def _shorten(path: str, body: bytes) -> tuple[bytes, str]:
+# the listing tool each client offers, and the one argument the round trip's call is held to
+_LISTING = {"/v1/messages": ("Glob", "pattern", "*"), "/v1/responses": ("exec_command", "cmd", "ls")}
+
+
+def _tool_results(route: str, data: dict) -> int:
+    """How many tool results the conversation carries (Anthropic tool_result blocks, Responses outputs)."""
+    if route == "/v1/messages":
+        return sum(1 for m in data.get("messages") or [] if isinstance(m, dict) and isinstance(m.get("content"), list)
+                   for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result")
+    items = data.get("input")
+    return sum(1 for i in items if isinstance(i, dict) and str(i.get("type", "")).endswith("_output")) if isinstance(
+        items, list) else 0
+
+
+def _ask_for_call(route: str, data: dict) -> str:
+    """Name the listing tool in tool_choice, its schema narrowed to one fixed argument; "" where it is not offered."""
+    name, arg, value = _LISTING[route]
+    for tool in data.get("tools") or []:
+        if isinstance(tool, dict) and tool.get("name") == name:
+            schema = {"type": "object", "properties": {arg: {"type": "string", "enum": [value]}}, "required": [arg],
+                      "additionalProperties": False}
+            if route == "/v1/messages":
+                tool["input_schema"] = schema
+                data["tool_choice"] = {"type": "tool", "name": name}
+                data["thinking"] = {"type": "disabled"}
+            else:
+                tool["parameters"] = schema
+                data["tool_choice"] = {"type": "function", "name": name}
+                data["reasoning"] = {**(data.get("reasoning") or {}), "effort": "none"}
+            return f"tool_choice {name}({arg}={value!r})"
+    return ""
+
+
+def _shorten(path: str, body: bytes, round_trip: bool = False) -> tuple[bytes, str]:
     route = path.split("?")[0]
     if route not in ("/v1/responses", "/v1/messages") or not body:
         return body, ""
@@ -39,6 +79,8 @@ def _shorten(path: str, body: bytes) -> tuple[bytes, str]:
         return body, ""
     if not isinstance(data, dict) or data.get("tool_choice") not in (None, "auto", {"type": "auto"}):
         return body, ""
+    if round_trip and not _tool_results(route, data) and (done := _ask_for_call(route, data)):
+        return json.dumps(data).encode(), done
     if route == "/v1/responses":
         if (data.get("text") or {}).get("format"):
             return body, ""
@@ -66,7 +108,8 @@ def _summary(body: bytes) -> dict:
     if not isinstance(data, dict):
         return {}
     tools = data.get("tools")
-    return {"model": data.get("model"), "stream": bool(data.get("stream")),
+    route = "/v1/messages" if "messages" in data else "/v1/responses"
+    return {"model": data.get("model"), "stream": bool(data.get("stream")), "tool_results": _tool_results(route, data),
             "tools": len(tools) if isinstance(tools, list) else 0,
             "tool_names": [t.get("name") or (t.get("function") or {}).get("name") or t.get("type")
                            for t in tools if isinstance(t, dict)][:8] if isinstance(tools, list) else []}
@@ -77,6 +120,7 @@ class Handler(BaseHTTPRequestHandler):
     upstream_port = 0
     log_path = ""
     short_responses = False
+    round_trip = False
 
     def log_message(self, format: str, *args: object) -> None:  # quiet: the JSON lines are the log
         pass
@@ -98,7 +142,7 @@ class Handler(BaseHTTPRequestHandler):
         body = self._body()
         record = {"method": self.command, "path": self.path, **(_summary(body) if body else {})}
         if self.short_responses and self.command == "POST":
-            body, injected = _shorten(self.path, body)
+            body, injected = _shorten(self.path, body, self.round_trip)
             if injected:
                 record["injected"] = injected
         conn = http.client.HTTPConnection("127.0.0.1", self.upstream_port, timeout=900)
@@ -142,6 +186,7 @@ def main() -> None:
     Handler.upstream_port = upstream
     Handler.log_path = log_path
     Handler.short_responses = "--short-responses" in sys.argv[4:]
+    Handler.round_trip = "--tool-round-trip" in sys.argv[4:]
     ThreadingHTTPServer(("127.0.0.1", listen), Handler).serve_forever()
 
 

@@ -10,10 +10,12 @@
 #
 # The clients talk to a recording pass-through proxy (scripts/agent_clients_proxy.py) in front of the server, so
 # the report can say which requests offered tools; routes and statuses come from the server's own log
-# (`--log-requests`). The demo model writes random words at a few dozen tokens a second on a CPU and almost never
-# stops by itself, so answers are kept short: Claude Code with CLAUDE_CODE_MAX_OUTPUT_TOKENS=256 MAX_THINKING_TOKENS=0, Codex CLI (which
+# (`--log-requests`). Each client's turn is a tool round trip: the proxy asks for a call of the client's listing tool
+# (Claude Code's Glob, Codex CLI's exec_command, held to one fixed argument), the client runs it and sends its
+# result back (--tool-round-trip in agent_clients_proxy.py). The demo model writes random words at a few dozen
+# tokens a second on a CPU and almost never stops by itself, so answers are kept short: Claude Code with CLAUDE_CODE_MAX_OUTPUT_TOKENS=256 MAX_THINKING_TOKENS=0, Codex CLI (which
 # sends no max_output_tokens) by the proxy's --short-responses (see agent_clients_proxy.py). A turn counts as complete when the client exited 0, sent at least one generation request
-# with tools, and every generation request got a 200. The demo model's words are random: the answer is not checked.
+# with tools, made the tool round trip, and every generation request got a 200. The demo model's words are random: the answer is not checked.
 set -uo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,7 +23,7 @@ PREFIX="${PREFIX:-/tmp/agent-clients}"
 PORT="${PORT:-18431}"
 PROXY_PORT="${PROXY_PORT:-$((PORT + 1))}"
 CLIENT_TIMEOUT="${CLIENT_TIMEOUT:-300}"
-CLAUDE_CODE_VERSION="${CLAUDE_CODE_VERSION:-2.1.197}"
+CLAUDE_CODE_VERSION="${CLAUDE_CODE_VERSION:-2.1.332}"
 CODEX_VERSION="${CODEX_VERSION:-0.171.0}"
 MODEL=demo
 PYTHON="${PYTHON:-python}"
@@ -57,7 +59,8 @@ say "starting hinfer serve on 127.0.0.1:$PORT (demo model), proxy on $PROXY_PORT
 HINFER_CACHE="${HINFER_CACHE:-/tmp/hc-clients}" PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" \
     "$PYTHON" -m hinfer serve --port "$PORT" --log-requests >"$SERVER_LOG" 2>&1 &
 SERVER_PID=$!
-"$PYTHON" "$REPO/scripts/agent_clients_proxy.py" "$PROXY_PORT" "$PORT" "$PROXY_LOG" --short-responses >"$WORK/proxy.err" 2>&1 &
+"$PYTHON" "$REPO/scripts/agent_clients_proxy.py" "$PROXY_PORT" "$PORT" "$PROXY_LOG" --short-responses --tool-round-trip \
+    >"$WORK/proxy.err" 2>&1 &
 PROXY_PID=$!
 for _ in $(seq 600); do
     curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break
@@ -89,7 +92,8 @@ for p in proxied:
     extra = f" model={p.get('model')} stream={p.get('stream')} tools={p.get('tools')}" if "model" in p else ""
     names = f" {p['tool_names']}" if p.get("tool_names") else ""
     names += f" (proxy set {p['injected']})" if p.get("injected") else ""
-    print(f"  {p['method']} {p['path']} -> {p.get('status', p.get('error'))}{extra}{names}")
+    results = f" tool_results={p['tool_results']}" if p.get("tool_results") else ""
+    print(f"  {p['method']} {p['path']} -> {p.get('status', p.get('error'))}{extra}{results}{names}")
     if p.get("response"):
         print(f"    response: {p['response'][:600]}")
 gen = ("/v1/messages", "/v1/responses", "/v1/chat/completions")
@@ -104,8 +108,14 @@ if not with_tools:
     reasons.append("no generation request offered tools" if generation else "no generation request reached the server")
 if bad or server_bad:
     reasons.append(f"{len(bad) or len(server_bad)} generation request(s) not answered 200")
+asked = [p for p in generation if str(p.get("injected", "")).startswith("tool_choice")]
+answered = [p for p in generation if p.get("tool_results")]
+if not asked or not answered:
+    reasons.append("no tool round trip (" + ("the listing tool was not offered" if not asked else
+                                             "no request carried the tool's result back") + ")")
 ok = not reasons
-why = f"exit 0, {len(with_tools)}/{len(generation)} generation requests with tools, all 200" if ok else "; ".join(reasons)
+why = (f"exit 0, {len(with_tools)}/{len(generation)} generation requests with tools, a tool round trip, all 200"
+       if ok else "; ".join(reasons))
 print(f"RESULT {name}: {'PASS' if ok else 'FAIL'} ({why})")
 EOF
 )
