@@ -18,7 +18,10 @@ Code's `Glob`, Codex CLI's `exec_command`) and carries no tool result yet is ask
 (`tool_choice` naming it, grammar-enforced), its schema narrowed for this request to one fixed argument (`Glob`
 pattern `*`, `exec_command` cmd `ls`) so that the demo model's call is short and valid; the client runs it and
 sends the result back, and that request gets the `{}` answer above. So each client's turn is a whole tool round
-trip: the call in the shape the client parses, its execution, the history with the call and its result.
+trip: the call in the shape the client parses, its execution, the history with the call and its result. Where a
+Responses request declares a client tool search (Codex CLI with MCP servers, for a model it knows to search), the
+round trip goes through it: first a `tool_search` call (query `echo text`), then, once the client's
+`tool_search_output` is in the input, a call of the first tool it found (its schema narrowed to `text` = `hi`).
 """
 
 from __future__ import annotations
@@ -50,21 +53,51 @@ def _tool_results(route: str, data: dict) -> int:
         items, list) else 0
 
 
+def _narrow(arg: str, value: str) -> dict:
+    return {"type": "object", "properties": {arg: {"type": "string", "enum": [value]}}, "required": [arg],
+            "additionalProperties": False}
+
+
+def _force(route: str, data: dict, choice: dict) -> None:
+    data["tool_choice"] = choice
+    if route == "/v1/messages":
+        data["thinking"] = {"type": "disabled"}
+    else:
+        data["reasoning"] = {**(data.get("reasoning") or {}), "effort": "none"}
+
+
+def _ask_for_search(data: dict) -> str:
+    """The Responses round trip through a client tool search: the search while nothing was found, then the first
+    tool it found; "" where no search is declared or its tool was called already."""
+    items = [i for i in data.get("input") or [] if isinstance(i, dict)]
+    found = [i for i in items if i.get("type") == "tool_search_output"]
+    search = [t for t in data.get("tools") or [] if isinstance(t, dict) and t.get("type") == "tool_search"]
+    if search and not found:
+        search[0]["parameters"] = _narrow("query", "echo text")
+        _force("/v1/responses", data, {"type": "function", "name": "tool_search"})
+        return "tool_choice tool_search(query='echo text')"
+    if not found or any(i.get("type") == "function_call_output" for i in items[items.index(found[-1]):]):
+        return ""
+    for tool in found[-1].get("tools") or []:
+        ns = tool["name"] if tool.get("type") == "namespace" else None
+        for member in tool.get("tools") or [] if ns else [tool]:
+            member["parameters"] = _narrow("text", "hi")
+            _force("/v1/responses", data, {"type": "function", "name": member["name"], **({"namespace": ns} if ns else {})})
+            return f"tool_choice {ns + '/' if ns else ''}{member['name']}(text='hi')"
+    return ""
+
+
 def _ask_for_call(route: str, data: dict) -> str:
     """Name the listing tool in tool_choice, its schema narrowed to one fixed argument; "" where it is not offered."""
     name, arg, value = _LISTING[route]
     for tool in data.get("tools") or []:
         if isinstance(tool, dict) and tool.get("name") == name:
-            schema = {"type": "object", "properties": {arg: {"type": "string", "enum": [value]}}, "required": [arg],
-                      "additionalProperties": False}
             if route == "/v1/messages":
-                tool["input_schema"] = schema
-                data["tool_choice"] = {"type": "tool", "name": name}
-                data["thinking"] = {"type": "disabled"}
+                tool["input_schema"] = _narrow(arg, value)
+                _force(route, data, {"type": "tool", "name": name})
             else:
-                tool["parameters"] = schema
-                data["tool_choice"] = {"type": "function", "name": name}
-                data["reasoning"] = {**(data.get("reasoning") or {}), "effort": "none"}
+                tool["parameters"] = _narrow(arg, value)
+                _force(route, data, {"type": "function", "name": name})
             return f"tool_choice {name}({arg}={value!r})"
     return ""
 
@@ -79,6 +112,8 @@ def _shorten(path: str, body: bytes, round_trip: bool = False) -> tuple[bytes, s
         return body, ""
     if not isinstance(data, dict) or data.get("tool_choice") not in (None, "auto", {"type": "auto"}):
         return body, ""
+    if round_trip and route == "/v1/responses" and (done := _ask_for_search(data)):
+        return json.dumps(data).encode(), done
     if round_trip and not _tool_results(route, data) and (done := _ask_for_call(route, data)):
         return json.dumps(data).encode(), done
     if route == "/v1/responses":

@@ -10,7 +10,9 @@
 #
 # The clients talk to a recording pass-through proxy (scripts/agent_clients_proxy.py) in front of the server, so
 # the report can say which requests offered tools; routes and statuses come from the server's own log
-# (`--log-requests`). Each client's turn is a tool round trip: the proxy asks for a call of the client's listing tool
+# (`--log-requests`). Codex CLI runs twice: as the demo model, and under an alias it knows to search tools for
+# (SEARCH_MODEL) with an MCP server (scripts/mcp_echo_server.py), whose tools it then leaves behind a client
+# tool_search. Each client's turn is a tool round trip: the proxy asks for a call of the client's listing tool
 # (Claude Code's Glob, Codex CLI's exec_command, held to one fixed argument), the client runs it and sends its
 # result back (--tool-round-trip in agent_clients_proxy.py). The demo model writes random words at a few dozen
 # tokens a second on a CPU and almost never stops by itself, so answers are kept short: Claude Code with CLAUDE_CODE_MAX_OUTPUT_TOKENS=256 MAX_THINKING_TOKENS=0, Codex CLI (which
@@ -26,6 +28,7 @@ CLIENT_TIMEOUT="${CLIENT_TIMEOUT:-300}"
 CLAUDE_CODE_VERSION="${CLAUDE_CODE_VERSION:-2.1.332}"
 CODEX_VERSION="${CODEX_VERSION:-0.171.0}"
 MODEL=demo
+SEARCH_MODEL=gpt-5.5  # an alias Codex CLI knows to search its MCP tools for (its model catalog's supports_search_tool)
 PYTHON="${PYTHON:-python}"
 WORK="$(mktemp -d /tmp/agent-clients-smoke.XXXXXX)"
 SERVER_LOG="$WORK/server.log"
@@ -57,7 +60,7 @@ echo "codex:  $("$CODEX" --version 2>&1 | head -1)"
 # 2. the server (demo model) and the recording proxy
 say "starting hinfer serve on 127.0.0.1:$PORT (demo model), proxy on $PROXY_PORT"
 HINFER_CACHE="${HINFER_CACHE:-/tmp/hc-clients}" PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" \
-    "$PYTHON" -m hinfer serve --port "$PORT" --log-requests >"$SERVER_LOG" 2>&1 &
+    "$PYTHON" -m hinfer serve --port "$PORT" --log-requests --served-model-name "$MODEL,$SEARCH_MODEL" >"$SERVER_LOG" 2>&1 &
 SERVER_PID=$!
 "$PYTHON" "$REPO/scripts/agent_clients_proxy.py" "$PROXY_PORT" "$PORT" "$PROXY_LOG" --short-responses --tool-round-trip \
     >"$WORK/proxy.err" 2>&1 &
@@ -73,11 +76,12 @@ URL="http://127.0.0.1:$PROXY_PORT"
 
 # Report one client: its exit status, the server's log lines (route -> status) and the proxy's view of the bodies.
 RESULTS=()
-report() {  # name rc server_log_line_offset proxy_log_line_offset
+report() {  # name rc server_log_line_offset proxy_log_line_offset [a call the round trip must have been asked for]
     local name=$1 rc=$2 out
-    out=$("$PYTHON" - "$name" "$rc" "$SERVER_LOG" "$3" "$PROXY_LOG" "$4" <<'EOF'
+    out=$("$PYTHON" - "$name" "$rc" "$SERVER_LOG" "$3" "$PROXY_LOG" "$4" "${5:-}" <<'EOF'
 import json, re, sys
 name, rc, slog, soff, plog, poff = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5], int(sys.argv[6])
+need = sys.argv[7]
 lines = open(slog, errors="replace").read().splitlines()[soff:]
 reqs = [m.groups() for l in lines if (m := re.search(r"\b(GET|POST|DELETE|PUT|HEAD|OPTIONS) (\S+) -> (\d{3})", l))]
 try:
@@ -113,6 +117,8 @@ answered = [p for p in generation if p.get("tool_results")]
 if not asked or not answered:
     reasons.append("no tool round trip (" + ("the listing tool was not offered" if not asked else
                                              "no request carried the tool's result back") + ")")
+if need and not any(str(p.get("injected", "")).startswith(f"tool_choice {need}") for p in generation):
+    reasons.append(f"no {need} call asked for")
 ok = not reasons
 why = (f"exit 0, {len(with_tools)}/{len(generation)} generation requests with tools, a tool round trip, all 200"
        if ok else "; ".join(reasons))
@@ -174,6 +180,22 @@ echo "exit status: $CX_RC"
 echo "stdout (head): $(head -c 600 "$WORK/codex.out")"
 [ -s "$WORK/codex.err" ] && echo "stderr (tail): $(tail -c 1200 "$WORK/codex.err")"
 report "Codex CLI $CODEX_VERSION" "$CX_RC" "$S0" "$P0"
+
+# 3c. Codex CLI with an MCP server, as a model it knows to search tools for: its MCP tools are left out of `tools`
+# behind a client tool_search; the round trip is the search, then a call of a tool found (scripts/mcp_echo_server.py)
+say "Codex CLI as $SEARCH_MODEL with an MCP server: tool search, then a tool it found"
+CS_DIR="$WORK/codex-search-run"; CS_HOME="$WORK/codex-search-home"; mkdir -p "$CS_DIR" "$CS_HOME"
+sed "s/^model = \"$MODEL\"/model = \"$SEARCH_MODEL\"/" "$CX_HOME/config.toml" >"$CS_HOME/config.toml"
+printf '\n[mcp_servers.echo]\ncommand = "%s"\nargs = ["%s"]\n' "$(command -v "$PYTHON")" "$REPO/scripts/mcp_echo_server.py" \
+    >>"$CS_HOME/config.toml"
+S0=$(lines "$SERVER_LOG"); P0=$(lines "$PROXY_LOG")
+(cd "$CS_DIR" && env CODEX_HOME="$CS_HOME" HINFER_API_KEY=dummy RUST_LOG=error \
+    timeout "$CLIENT_TIMEOUT" "$CODEX" exec --skip-git-repo-check "echo hi with the echo tool" \
+    </dev/null >"$WORK/codex-search.out" 2>"$WORK/codex-search.err")
+CS_RC=$?
+echo "exit status: $CS_RC"
+[ -s "$WORK/codex-search.err" ] && echo "stderr (tail): $(tail -c 600 "$WORK/codex-search.err")"
+report "Codex CLI $CODEX_VERSION as $SEARCH_MODEL, MCP tools behind tool_search" "$CS_RC" "$S0" "$P0" tool_search
 
 # 4. summary
 say "summary ($(date -u +%Y-%m-%d))"
