@@ -22,6 +22,8 @@ trip: the call in the shape the client parses, its execution, the history with t
 Responses request declares a client tool search (Codex CLI with MCP servers, for a model it knows to search), the
 round trip goes through it: first a `tool_search` call (query `echo text`), then, once the client's
 `tool_search_output` is in the input, a call of the first tool it found (its schema narrowed to `text` = `hi`).
+Likewise for Claude Code's own `ToolSearch` where the MCP echo server's tools are deferred: `ToolSearch` selecting
+`mcp__echo__echo`, then, once a tool_result's `tool_reference` loaded it, a call of it.
 """
 
 from __future__ import annotations
@@ -64,6 +66,32 @@ def _force(route: str, data: dict, choice: dict) -> None:
         data["thinking"] = {"type": "disabled"}
     else:
         data["reasoning"] = {**(data.get("reasoning") or {}), "effort": "none"}
+
+
+def _references(data: dict) -> list[str]:
+    """The tool names of a Messages conversation's tool_reference blocks (Claude Code's ToolSearch results)."""
+    return [r.get("tool_name") for m in data.get("messages") or [] if isinstance(m, dict)
+            and isinstance(m.get("content"), list) for b in m["content"] if isinstance(b, dict)
+            and b.get("type") == "tool_result" and isinstance(b.get("content"), list)
+            for r in b["content"] if isinstance(r, dict) and r.get("type") == "tool_reference"]  # fmt: skip
+
+
+def _ask_for_tool_search(data: dict) -> str:
+    """The Messages round trip through Claude Code's ToolSearch: the search (selecting the MCP echo tool) while
+    nothing was loaded, then the tool it loaded; "" where there is no ToolSearch or the tool was called already."""
+    tools = {t.get("name"): t for t in data.get("tools") or [] if isinstance(t, dict)}
+    loaded = _references(data)
+    if "ToolSearch" in tools and not loaded:
+        if "mcp__echo__echo" not in json.dumps(data.get("messages")):  # Claude Code names its deferred tools there
+            return ""  # no MCP server behind it: the listing tool's round trip instead
+        tools["ToolSearch"]["input_schema"] = _narrow("query", "select:mcp__echo__echo")
+        _force("/v1/messages", data, {"type": "tool", "name": "ToolSearch"})
+        return "tool_choice ToolSearch(query='select:mcp__echo__echo')"
+    if loaded and loaded[0] in tools and _tool_results("/v1/messages", data) < 2:
+        tools[loaded[0]]["input_schema"] = _narrow("text", "hi")
+        _force("/v1/messages", data, {"type": "tool", "name": loaded[0]})
+        return f"tool_choice {loaded[0]}(text='hi')"
+    return ""
 
 
 def _ask_for_search(data: dict) -> str:
@@ -112,7 +140,7 @@ def _shorten(path: str, body: bytes, round_trip: bool = False) -> tuple[bytes, s
         return body, ""
     if not isinstance(data, dict) or data.get("tool_choice") not in (None, "auto", {"type": "auto"}):
         return body, ""
-    if round_trip and route == "/v1/responses" and (done := _ask_for_search(data)):
+    if round_trip and (done := (_ask_for_search if route == "/v1/responses" else _ask_for_tool_search)(data)):
         return json.dumps(data).encode(), done
     if round_trip and not _tool_results(route, data) and (done := _ask_for_call(route, data)):
         return json.dumps(data).encode(), done

@@ -10,9 +10,9 @@
 #
 # The clients talk to a recording pass-through proxy (scripts/agent_clients_proxy.py) in front of the server, so
 # the report can say which requests offered tools; routes and statuses come from the server's own log
-# (`--log-requests`). Codex CLI runs twice: as the demo model, and under an alias it knows to search tools for
-# (SEARCH_MODEL) with an MCP server (scripts/mcp_echo_server.py), whose tools it then leaves behind a client
-# tool_search. Each client's turn is a tool round trip: the proxy asks for a call of the client's listing tool
+# (`--log-requests`). Each client runs twice: as the demo model, and under an alias of a model it knows to defer tools
+# for (CLAUDE_ALIAS, SEARCH_MODEL) with an MCP server (scripts/mcp_echo_server.py), whose tools it then leaves behind
+# its tool search (Claude Code's own ToolSearch, Codex CLI's client tool_search). Each client's turn is a tool round trip: the proxy asks for a call of the client's listing tool
 # (Claude Code's Glob, Codex CLI's exec_command, held to one fixed argument), the client runs it and sends its
 # result back (--tool-round-trip in agent_clients_proxy.py). The demo model writes random words at a few dozen
 # tokens a second on a CPU and almost never stops by itself, so answers are kept short: Claude Code with CLAUDE_CODE_MAX_OUTPUT_TOKENS=256 MAX_THINKING_TOKENS=0, Codex CLI (which
@@ -29,6 +29,7 @@ CLAUDE_CODE_VERSION="${CLAUDE_CODE_VERSION:-2.1.332}"
 CODEX_VERSION="${CODEX_VERSION:-0.171.0}"
 MODEL=demo
 SEARCH_MODEL=gpt-5.5  # an alias Codex CLI knows to search its MCP tools for (its model catalog's supports_search_tool)
+CLAUDE_ALIAS=claude-sonnet-4-5  # an alias Claude Code defers its MCP tools for, behind its own ToolSearch
 PYTHON="${PYTHON:-python}"
 WORK="$(mktemp -d /tmp/agent-clients-smoke.XXXXXX)"
 SERVER_LOG="$WORK/server.log"
@@ -60,7 +61,7 @@ echo "codex:  $("$CODEX" --version 2>&1 | head -1)"
 # 2. the server (demo model) and the recording proxy
 say "starting hinfer serve on 127.0.0.1:$PORT (demo model), proxy on $PROXY_PORT"
 HINFER_CACHE="${HINFER_CACHE:-/tmp/hc-clients}" PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" \
-    "$PYTHON" -m hinfer serve --port "$PORT" --log-requests --served-model-name "$MODEL,$SEARCH_MODEL" >"$SERVER_LOG" 2>&1 &
+    "$PYTHON" -m hinfer serve --port "$PORT" --log-requests --served-model-name "$MODEL,$SEARCH_MODEL,$CLAUDE_ALIAS" >"$SERVER_LOG" 2>&1 &
 SERVER_PID=$!
 "$PYTHON" "$REPO/scripts/agent_clients_proxy.py" "$PROXY_PORT" "$PORT" "$PROXY_LOG" --short-responses --tool-round-trip \
     >"$WORK/proxy.err" 2>&1 &
@@ -148,6 +149,26 @@ echo "exit status: $CC_RC"
 echo "stdout (head): $(head -c 600 "$WORK/claude.out")"
 [ -s "$WORK/claude.err" ] && echo "stderr (tail): $(tail -c 600 "$WORK/claude.err")"
 report "Claude Code $CLAUDE_CODE_VERSION" "$CC_RC" "$S0" "$P0"
+
+# 3a'. Claude Code as a Claude model (an alias) with an MCP server: it defers the MCP tools behind its own ToolSearch;
+# the round trip is ToolSearch, its tool_reference result, then a call of the tool it loaded
+say "Claude Code as $CLAUDE_ALIAS with an MCP server: ToolSearch, then the tool it loaded"
+CM_DIR="$WORK/claude-mcp-run"; mkdir -p "$CM_DIR" "$WORK/claude-mcp-config"
+MCP_CONFIG=$(printf '{"mcpServers": {"echo": {"command": "%s", "args": ["%s"]}}}' "$(command -v "$PYTHON")" \
+    "$REPO/scripts/mcp_echo_server.py")
+S0=$(lines "$SERVER_LOG"); P0=$(lines "$PROXY_LOG")
+(cd "$CM_DIR" && env ANTHROPIC_BASE_URL="$URL" ANTHROPIC_API_KEY=sk-ant-dummy ANTHROPIC_AUTH_TOKEN= \
+    ANTHROPIC_MODEL=$CLAUDE_ALIAS ANTHROPIC_SMALL_FAST_MODEL=$CLAUDE_ALIAS ANTHROPIC_DEFAULT_SONNET_MODEL=$CLAUDE_ALIAS \
+    ANTHROPIC_DEFAULT_HAIKU_MODEL=$CLAUDE_ALIAS ANTHROPIC_DEFAULT_OPUS_MODEL=$CLAUDE_ALIAS CLAUDE_CODE_MAX_OUTPUT_TOKENS=256 \
+    MAX_THINKING_TOKENS=0 CLAUDE_CONFIG_DIR="$WORK/claude-mcp-config" DISABLE_TELEMETRY=1 DISABLE_ERROR_REPORTING=1 \
+    DISABLE_AUTOUPDATER=1 DISABLE_BUG_COMMAND=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 CLAUDE_CODE_DISABLE_TERMINAL_TITLE=1 \
+    timeout "$CLIENT_TIMEOUT" "$CLAUDE" -p "echo hi with the echo tool" --model $CLAUDE_ALIAS --mcp-config "$MCP_CONFIG" \
+        --allowedTools "ToolSearch" "mcp__echo__echo" --max-turns 4 --output-format json \
+    </dev/null >"$WORK/claude-mcp.out" 2>"$WORK/claude-mcp.err")
+CM_RC=$?
+echo "exit status: $CM_RC"
+[ -s "$WORK/claude-mcp.err" ] && echo "stderr (tail): $(tail -c 600 "$WORK/claude-mcp.err")"
+report "Claude Code $CLAUDE_CODE_VERSION as $CLAUDE_ALIAS, MCP tools behind ToolSearch" "$CM_RC" "$S0" "$P0" ToolSearch
 
 # 3b. Codex CLI: OpenAI Responses
 say "Codex CLI: codex exec in an empty folder"

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from hinfer.sampling_params import SamplingParams
 from hinfer.server.errors import bad_request, describe_validation_errors
 from hinfer.server.images import image_from_base64
-from hinfer.server.prompt import ChatPrompt, ToolChoice, check_tool_choice, stop_list
+from hinfer.server.prompt import ChatPrompt, ToolChoice, check_tool_choice, loaded_text, stop_list
 from hinfer.server.schemas_anthropic import (
     BLOCK_TYPES,
     MessagesRequest,
@@ -84,13 +84,41 @@ def _texts(content: str | list[dict[str, Any]] | None, param: str, tool_result: 
     return "\n\n".join(_block_text(raw, f"{param}.{i}", tool_result) for i, raw in enumerate(content))
 
 
-def _tool_result(b: ToolResultBlock, param: str, images: list[Any] | None) -> str | list[dict[str, Any]]:
+def _with_references(raw: Any, defs: dict[str, dict[str, Any]]) -> Any:
+    """A tool result's `tool_reference` blocks (a client's tool search loading deferred tools: Claude Code's
+    ToolSearch answers with them) -> one text block at the first one's place, listing the tools they name as the
+    system prompt lists its own (loaded_text), as Anthropic expands them into the tools' definitions."""
+    if not isinstance(raw, list) or not any(isinstance(r, dict) and r.get("type") == "tool_reference" for r in raw):
+        return raw
+    out: list[Any] = []
+    named: list[dict[str, Any]] = []
+    missing: list[str] = []
+    at = 0
+    for r in raw:
+        if not (isinstance(r, dict) and r.get("type") == "tool_reference"):
+            out.append(r)
+            continue
+        if not named and not missing:
+            at = len(out)
+            out.append(None)  # where the first reference stood: filled below
+        name = r.get("tool_name")
+        if isinstance(name, str) and name in defs:
+            named.append(defs[name])
+        else:  # a tool's output is not the client's to change: said in words, not a 400
+            missing.append(f"[tool_reference to {name!r}: no tool of that name in this request]")
+    out[at] = {"type": "text", "text": "\n".join(([loaded_text(named)] if named else []) + missing)}
+    return out
+
+
+def _tool_result(b: ToolResultBlock, param: str, images: list[Any] | None,
+                 defs: dict[str, dict[str, Any]]) -> str | list[dict[str, Any]]:  # fmt: skip
     """A tool result's content for the template: its text, or with `images` (a model that reads them) its text and
     image items in order, the images decoded into `images` as the template will render them; without, an image
     is a placeholder line (_block_text). Texts between images are joined by blank lines, as without images. The
-    template has no error flag for tool results: `is_error` says it in words."""
+    template has no error flag for tool results: `is_error` says it in words. `tool_reference` blocks list the
+    tools they load (`defs`: every tool of the request by name, as the template shows tools)."""
     prefix = "Error: " if b.is_error else ""
-    raw = b.content
+    raw = _with_references(b.content, defs)
     if images is None or not isinstance(raw, list) or not any(isinstance(r, dict) and r.get("type") == "image"
                                                               for r in raw):  # fmt: skip
         return prefix + _texts(raw, param, tool_result=True)
@@ -110,11 +138,14 @@ def _tool_result(b: ToolResultBlock, param: str, images: list[Any] | None) -> st
     return items
 
 
-def convert_messages(body: _MessagesBase, images: list[Any], tool_images: bool = False) -> list[dict[str, Any]]:
+def convert_messages(body: _MessagesBase, images: list[Any], tool_images: bool = False,
+                     defs: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:  # fmt: skip
     """System messages inside `messages` before the first turn join the top-level `system`; later ones stay
     where they are (rendered as system turns there, see late_system.py). Images are decoded into `images` in the
     order the template renders them: a message's tool results come before its text (and its own images).
-    `tool_images`: the model reads images, so those inside tool results are passed on rather than replaced."""
+    `tool_images`: the model reads images, so those inside tool results are passed on rather than replaced.
+    `defs`: the request's tools by name, for the tool_reference blocks of tool results."""
+    defs = {} if defs is None else defs
     out: list[dict[str, Any]] = []
     system = _texts(body.system, "system")
     if system:
@@ -146,7 +177,8 @@ def convert_messages(body: _MessagesBase, images: list[Any], tool_images: bool =
                     continue
                 if isinstance(b, ToolResultBlock):
                     out.append({"role": "tool", "tool_call_id": b.tool_use_id,
-                                "content": _tool_result(b, f"{p}.{j}.content", images if tool_images else None)})
+                                "content": _tool_result(b, f"{p}.{j}.content", images if tool_images else None,
+                                                        defs)})
                 elif isinstance(b, TextBlock):
                     texts.append(b.text)
                 else:
@@ -183,9 +215,12 @@ def convert_messages(body: _MessagesBase, images: list[Any], tool_images: bool =
     return out
 
 
-# Anthropic's tool search tools (tool_search_tool_regex_..., _bm25_...): Claude Code sends one, with its MCP tools
-# marked defer_loading, through a custom base URL too. Every tool in `tools` is shown to the model here (a deferred
-# one as well: defer_loading is not read), so there is nothing to search for: the search tool is left out.
+# Deferred tools (`defer_loading: true`) are callable but not shown in the system prompt: the client loads them by a
+# search of its own whose result carries `tool_reference` blocks (Claude Code's ToolSearch, through a custom base
+# URL), listed where they stand (_with_references), so the system prompt, and with it the prefix cache, stays as it
+# was when tools load mid-conversation. Anthropic's server-side tool search tools (tool_search_tool_regex_...,
+# _bm25_...) have no counterpart here: with one in the request the deferred tools are shown like the others, so
+# there is nothing left to search for, and the search tool is left out.
 TOOL_SEARCH_PREFIX = "tool_search_tool_"
 _skipped_search_types: set[str] = set()
 
@@ -213,7 +248,8 @@ def chat_prompt(body: _MessagesBase, preserve_default: bool, tool_images: bool =
     """-> (prompt, thinking budget). No `thinking` (or disabled) renders the prompt with thinking off, the
     way Anthropic models answer by default; enabled sets the budget, adaptive thinks without one.
     `tool_images`: the model reads images (convert_messages)."""
-    tools = []
+    tools, deferred, defs = [], [], {}
+    server_search = any(t.type is not None and t.type.startswith(TOOL_SEARCH_PREFIX) for t in body.tools or [])
     for i, t in enumerate(body.tools or []):
         if t.type is not None and t.type.startswith(TOOL_SEARCH_PREFIX):
             _skip_tool_search(t.type)
@@ -224,7 +260,8 @@ def chat_prompt(body: _MessagesBase, preserve_default: bool, tool_images: bool =
         fn: dict[str, Any] = {"name": t.name, "parameters": t.input_schema}
         if t.description is not None:
             fn["description"] = t.description
-        tools.append({"type": "function", "function": fn})
+        defs[t.name] = {"type": "function", "function": fn}
+        (deferred if t.defer_loading and not server_search else tools).append(defs[t.name])
     tc = body.tool_choice
     if tc is None or tc.type == "auto":
         choice = ToolChoice("auto")
@@ -246,10 +283,11 @@ def chat_prompt(body: _MessagesBase, preserve_default: bool, tool_images: bool =
             raise bad_request("thinking.budget_tokens must be a positive integer", param="thinking.budget_tokens")
         budget = thinking.budget_tokens
     images: list[Any] = []
-    messages = convert_messages(body, images, tool_images)
+    messages = convert_messages(body, images, tool_images, defs)
     prefill = _prefill(messages, enabled)
-    prompt = ChatPrompt(messages=messages, tools=tools, tool_choice=choice, enable_thinking=enabled,
-                        preserve_thinking=preserve_default, late_system=True, images=images, continuation=prefill)
+    prompt = ChatPrompt(messages=messages, tools=tools, loaded_tools=deferred, tool_choice=choice,
+                        enable_thinking=enabled, preserve_thinking=preserve_default, late_system=True, images=images,
+                        continuation=prefill)
     check_tool_choice(prompt, "tool_choice")
     return prompt, budget
 

@@ -7,6 +7,7 @@ reads: role, content string, reasoning_content, tool_calls with dict arguments) 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,6 +84,14 @@ class ChatPrompt:
         """{name: parameters schema} the output parser accepts, or None to leave tool-call text alone."""
         tools = self.callable_tools()
         return tool_schemas(tools) if tools else None
+
+
+def loaded_text(tools: list[dict[str, Any]]) -> str:
+    """How tools made callable mid-conversation read to the model: listed as the system prompt lists its own."""
+    if not tools:
+        return "No tools were found."
+    listed = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
+    return f"These functions can be called from now on:\n<tools>\n{listed}\n</tools>"
 
 
 def _tool_name(tool: dict[str, Any]) -> str | None:

@@ -21,14 +21,13 @@ from hinfer.sampling_params import SamplingParams
 from hinfer.server.errors import bad_request
 from hinfer.server.images import image_from_url
 from hinfer.server.openai_convert import REASONING_EFFORT_BUDGET
-from hinfer.server.prompt import ChatPrompt, check_tool_choice
+from hinfer.server.prompt import ChatPrompt, check_tool_choice, loaded_text
 from hinfer.server.responses_tools import (
     CUSTOM_INPUT,
     TOOL_SEARCH,
     ToolNames,
     convert_tool_choice,
     convert_tools,
-    loaded_text,
     loaded_tools,
     shown_name,
     tool_names,

@@ -193,14 +193,6 @@ def loaded_tools(items: list[Any]) -> list[Any]:
     return out
 
 
-def loaded_text(tools: list[dict[str, Any]]) -> str:
-    """How tools made callable mid-conversation read to the model: listed as the system prompt lists its own."""
-    if not tools:
-        return "No tools were found."
-    listed = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
-    return f"These functions can be called from now on:\n<tools>\n{listed}\n</tools>"
-
-
 def shown_name(item: dict[str, Any], param: str) -> str:
     """The name the model sees for a function_call / custom_tool_call item (its namespace, if any, joined in)."""
     name = _str_field(item, "name", param)

@@ -26,6 +26,7 @@ class Tool(_Open):
     input_schema: dict[str, Any] | None = None
     type: str | None = None  # "custom" or absent; server tools (web_search_..., bash_...) are refused, tool search
     # tools (tool_search_tool_...) left out (anthropic_convert.TOOL_SEARCH_PREFIX)
+    defer_loading: bool | None = None  # true: callable, but shown only where a tool_reference loads it
 
 
 class ToolChoice(_Open):

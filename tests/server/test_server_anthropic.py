@@ -197,6 +197,35 @@ def test_tool_search_tools_are_left_out_and_deferred_tools_shown(client, engine)
     assert client.messages.count_tokens(**kw).input_tokens > 0
 
 
+def test_deferred_tools_load_where_a_tool_reference_names_them(client, engine):
+    """Claude Code's own ToolSearch (no server search tool): a deferred tool is callable but not in the system
+    prompt; a tool_result's tool_reference blocks list the tools they name there, in the system prompt's form, so
+    the system prompt (and the prefix cache) stays the same as tools load. An unknown name is said in words."""
+    deferred = {**TOOLS[0], "defer_loading": True}
+    m = client.messages.create(model=MODEL, max_tokens=200, messages=user("[[weather]]"), tools=[deferred, TOOLS[1]],
+                               thinking=THINK)
+    use = [b for b in m.content if b.type == "tool_use"]
+    assert use and use[0].name == "get_weather" and use[0].input == WEATHER_ARGS  # callable, though not shown
+    first = prompt_of(engine)
+    assert '"name": "get_weather"' not in first and '"name": "get_time"' in first
+    history = [*user("find the weather tool"),
+               {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_time",
+                                                  "input": {"zone": "select:get_weather"}}]},
+               {"role": "user", "content": [
+                   {"type": "tool_result", "tool_use_id": "toolu_1", "content": [
+                       {"type": "tool_reference", "tool_name": "get_weather"},
+                       {"type": "tool_reference", "tool_name": "nope"}]},
+                   {"type": "text", "text": "Tool loaded. [[nothink]]"}]}]  # fmt: skip
+    client.messages.create(model=MODEL, max_tokens=50, messages=history, tools=[deferred, TOOLS[1]])
+    p = prompt_of(engine)
+    system, rest = p.split("<|im_end|>", 1)
+    assert system == first.split("<|im_end|>", 1)[0]  # the same system prompt: nothing of get_weather in it
+    listed = rest.split("<tool_response>\n", 1)[1].split("\n</tool_response>", 1)[0]
+    assert listed.startswith("These functions can be called from now on:\n<tools>\n"
+                             '{"type": "function", "function": {"name": "get_weather"')
+    assert listed.endswith("</tools>\n[tool_reference to 'nope': no tool of that name in this request]")
+
+
 def test_server_tool_blocks_in_history_are_left_out(client, engine):
     """A conversation begun at Anthropic carries server tool calls and results in its assistant turns (a tool
     search's, a web search's): accepted, left out of the prompt (they ran there), the text around them kept. In a

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from hinfer.server.errors import APIError
+from hinfer.server.prompt import loaded_text
 from hinfer.server.responses_convert import convert_items
 from hinfer.server.responses_tools import (
     CUSTOM_INPUT,
@@ -15,7 +16,6 @@ from hinfer.server.responses_tools import (
     convert_tools,
     custom_input,
     flat_name,
-    loaded_text,
     loaded_tools,
     search_arguments,
     tool_names,
