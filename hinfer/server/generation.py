@@ -237,10 +237,11 @@ class EngineRun:
                     log.debug("closing the engine iterator failed", exc_info=True)
         if not self._started:
             return
-        log.info("%s (x-request-id %s): prompt %d, completion %d tokens, finish %s, %.3f s",
-                 self.request_id, self.http.scope.get("state", {}).get("request_id"), len(self.prompt_ids),
-                 self.completion_tokens, self.final.finish_reason if self.final else "client-gone",
-                 time.monotonic() - self.t0)
+        ttft = f"first token {self.t_first - self.t0:.3f} s, " if self.t_first is not None else ""
+        log.info("%s (x-request-id %s): prompt %d (%d from the prefix cache), completion %d tokens, finish %s, "
+                 "%s%.3f s", self.request_id, self.http.scope.get("state", {}).get("request_id"),
+                 len(self.prompt_ids), self.cached_tokens, self.completion_tokens,
+                 self.final.finish_reason if self.final else "client-gone", ttft, time.monotonic() - self.t0)
         queue_s = self.final.timings.queue_s if self.final is not None and self.final.timings else None
         self.st.metrics.generation_done(
             prompt_tokens=len(self.prompt_ids), completion_tokens=self.completion_tokens,
