@@ -238,9 +238,11 @@ class EngineRun:
         if not self._started:
             return
         ttft = f"first token {self.t_first - self.t0:.3f} s, " if self.t_first is not None else ""
-        log.info("%s (x-request-id %s): prompt %d (%d from the prefix cache), completion %d tokens, finish %s, "
+        t = self.final.timings if self.final is not None else None
+        spec = f", {t.spec_drafted} drafted, {t.spec_accepted} accepted" if t is not None and t.spec_drafted else ""
+        log.info("%s (x-request-id %s): prompt %d (%d from the prefix cache), completion %d tokens%s, finish %s, "
                  "%s%.3f s", self.request_id, self.http.scope.get("state", {}).get("request_id"),
-                 len(self.prompt_ids), self.cached_tokens, self.completion_tokens,
+                 len(self.prompt_ids), self.cached_tokens, self.completion_tokens, spec,
                  self.final.finish_reason if self.final else "client-gone", ttft, time.monotonic() - self.t0)
         queue_s = self.final.timings.queue_s if self.final is not None and self.final.timings else None
         self.st.metrics.generation_done(
