@@ -10,6 +10,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 
 from hinfer.engine.core import EngineCore
 from hinfer.engine.protocol import (
@@ -21,6 +22,7 @@ from hinfer.engine.protocol import (
 )
 
 log = logging.getLogger("hinfer.engine")
+GRAMMAR_THREADS = 2  # structured-output compiles at once (each may use xgrammar's own threads too)
 
 
 class _Stream:
@@ -44,6 +46,9 @@ class Engine:
         self._wake = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
+        # grammar compiles run here, apart from the default executor (prompt rendering): a slow one queues behind
+        # other compiles only
+        self._grammar_pool = ThreadPoolExecutor(GRAMMAR_THREADS, thread_name_prefix="hinfer-grammar")
 
     # ---- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -61,6 +66,7 @@ class Engine:
 
     def close(self) -> None:
         """After stop: the core lets go of its processes (tensor parallelism's other ranks)."""
+        self._grammar_pool.shutdown(wait=False, cancel_futures=True)
         self.core.close()
 
     # ---- requests ------------------------------------------------------------------------------
@@ -70,8 +76,8 @@ class Engine:
         matcher: a compile of many tools or a large schema (up to hundreds of ms) holds up this request alone."""
         await self.start()
         if request.sampling.structured is not None and request.grammar is None:
-            request.grammar = await asyncio.to_thread(self.core.grammars.prepare, request.sampling.structured,
-                                                      request.request_id)  # fmt: skip
+            request.grammar = await asyncio.get_running_loop().run_in_executor(
+                self._grammar_pool, self.core.grammars.prepare, request.sampling.structured, request.request_id)
         stream = _Stream(asyncio.get_running_loop())
         self._inbox.append((request, stream))
         self._wake.set()

@@ -155,3 +155,24 @@ def test_bad_schema_is_400(oai):
     with pytest.raises(openai.BadRequestError):
         oai.chat.completions.create(model="demo", messages=MSGS, max_tokens=8,
                                     extra_body={"structured_outputs": {"regex": "(unclosed"}})
+
+
+def test_schema_nested_too_deep_is_400(oai):
+    """A schema whose grammar would take seconds to compile (nesting past MAX_SCHEMA_NESTING) is refused at once;
+    one just inside the bound is taken."""
+    from hinfer.sampling_params import MAX_SCHEMA_NESTING
+
+    def chain(levels):  # each object level is two levels of the document: the schema and its properties
+        s = {"type": "string"}
+        for _ in range(levels):
+            s = {"type": "object", "properties": {"a": s}, "required": ["a"]}
+        return s
+
+    fmt = lambda s: {"type": "json_schema", "json_schema": {"name": "deep", "schema": s}}  # noqa: E731
+    with pytest.raises(openai.BadRequestError) as e:
+        oai.chat.completions.create(model="demo", messages=MSGS, max_tokens=8,
+                                    response_format=fmt(chain(MAX_SCHEMA_NESTING // 2 + 1)))
+    assert "nests" in str(e.value)
+    r = oai.chat.completions.create(model="demo", messages=MSGS, max_tokens=4,
+                                    response_format=fmt(chain(MAX_SCHEMA_NESTING // 2 - 1)))
+    assert r.choices[0].finish_reason in ("length", "stop")
