@@ -132,47 +132,53 @@ EOF
 
 lines() { if [ -f "$1" ]; then wc -l <"$1"; else echo 0; fi; }
 
+# One client turn: TAG names its folder ($WORK/TAG-run) and its output ($WORK/TAG.out, .err); reported as NAME, its
+# round trip required to have asked for NEED (a tool name) when given.
+claude_turn() {  # claude_turn TAG MODEL PROMPT [claude args...]
+    local tag=$1 model=$2 prompt=$3; shift 3
+    mkdir -p "$WORK/$tag-run" "$WORK/$tag-config"
+    (cd "$WORK/$tag-run" && env ANTHROPIC_BASE_URL="$URL" ANTHROPIC_API_KEY=sk-ant-dummy ANTHROPIC_AUTH_TOKEN= \
+        ANTHROPIC_MODEL="$model" ANTHROPIC_SMALL_FAST_MODEL="$model" ANTHROPIC_DEFAULT_SONNET_MODEL="$model" \
+        ANTHROPIC_DEFAULT_HAIKU_MODEL="$model" ANTHROPIC_DEFAULT_OPUS_MODEL="$model" CLAUDE_CODE_MAX_OUTPUT_TOKENS=256 \
+        MAX_THINKING_TOKENS=0 CLAUDE_CONFIG_DIR="$WORK/$tag-config" DISABLE_TELEMETRY=1 DISABLE_ERROR_REPORTING=1 \
+        DISABLE_AUTOUPDATER=1 DISABLE_BUG_COMMAND=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 \
+        CLAUDE_CODE_DISABLE_TERMINAL_TITLE=1 \
+        timeout "$CLIENT_TIMEOUT" "$CLAUDE" -p "$prompt" --model "$model" "$@" --output-format json \
+        </dev/null >"$WORK/$tag.out" 2>"$WORK/$tag.err")
+}
+codex_turn() {  # codex_turn TAG CODEX_HOME PROMPT
+    mkdir -p "$WORK/$1-run"
+    (cd "$WORK/$1-run" && env CODEX_HOME="$2" HINFER_API_KEY=dummy RUST_LOG=error \
+        timeout "$CLIENT_TIMEOUT" "$CODEX" exec --skip-git-repo-check "$3" </dev/null >"$WORK/$1.out" 2>"$WORK/$1.err")
+}
+turn() {  # turn NAME NEED TAG RUNNER ARGS...: run one turn and report it
+    local name=$1 need=$2 tag=$3 s0 p0 rc; shift 3
+    s0=$(lines "$SERVER_LOG"); p0=$(lines "$PROXY_LOG")
+    "$@"
+    rc=$?
+    echo "exit status: $rc"
+    echo "stdout (head): $(head -c 600 "$WORK/$tag.out")"
+    [ -s "$WORK/$tag.err" ] && echo "stderr (tail): $(tail -c 600 "$WORK/$tag.err")"
+    report "$name" "$rc" "$s0" "$p0" "$need"
+}
+
 # 3a. Claude Code: Anthropic Messages
 say "Claude Code: claude -p (tools allowed) in an empty folder"
-CC_DIR="$WORK/claude-run"; mkdir -p "$CC_DIR" "$WORK/claude-config"
-S0=$(lines "$SERVER_LOG"); P0=$(lines "$PROXY_LOG")
-(cd "$CC_DIR" && env ANTHROPIC_BASE_URL="$URL" ANTHROPIC_API_KEY=sk-ant-dummy ANTHROPIC_AUTH_TOKEN= \
-    ANTHROPIC_MODEL=$MODEL ANTHROPIC_SMALL_FAST_MODEL=$MODEL ANTHROPIC_DEFAULT_SONNET_MODEL=$MODEL \
-    ANTHROPIC_DEFAULT_HAIKU_MODEL=$MODEL ANTHROPIC_DEFAULT_OPUS_MODEL=$MODEL CLAUDE_CODE_MAX_OUTPUT_TOKENS=256 MAX_THINKING_TOKENS=0 \
-    CLAUDE_CONFIG_DIR="$WORK/claude-config" DISABLE_TELEMETRY=1 DISABLE_ERROR_REPORTING=1 DISABLE_AUTOUPDATER=1 \
-    DISABLE_BUG_COMMAND=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 CLAUDE_CODE_DISABLE_TERMINAL_TITLE=1 \
-    timeout "$CLIENT_TIMEOUT" "$CLAUDE" -p "list the files in this directory" --model $MODEL \
-        --allowedTools "Bash(ls:*)" "Glob" "Read" "LS" --max-turns 3 --output-format json \
-    </dev/null >"$WORK/claude.out" 2>"$WORK/claude.err")
-CC_RC=$?
-echo "exit status: $CC_RC"
-echo "stdout (head): $(head -c 600 "$WORK/claude.out")"
-[ -s "$WORK/claude.err" ] && echo "stderr (tail): $(tail -c 600 "$WORK/claude.err")"
-report "Claude Code $CLAUDE_CODE_VERSION" "$CC_RC" "$S0" "$P0"
+turn "Claude Code $CLAUDE_CODE_VERSION" "" claude claude_turn claude "$MODEL" "list the files in this directory" \
+    --allowedTools "Bash(ls:*)" "Glob" "Read" "LS" --max-turns 3
 
 # 3a'. Claude Code as a Claude model (an alias) with an MCP server: it defers the MCP tools behind its own ToolSearch;
 # the round trip is ToolSearch, its tool_reference result, then a call of the tool it loaded
 say "Claude Code as $CLAUDE_ALIAS with an MCP server: ToolSearch, then the tool it loaded"
-CM_DIR="$WORK/claude-mcp-run"; mkdir -p "$CM_DIR" "$WORK/claude-mcp-config"
 MCP_CONFIG=$(printf '{"mcpServers": {"echo": {"command": "%s", "args": ["%s"]}}}' "$(command -v "$PYTHON")" \
     "$REPO/scripts/mcp_echo_server.py")
-S0=$(lines "$SERVER_LOG"); P0=$(lines "$PROXY_LOG")
-(cd "$CM_DIR" && env ANTHROPIC_BASE_URL="$URL" ANTHROPIC_API_KEY=sk-ant-dummy ANTHROPIC_AUTH_TOKEN= \
-    ANTHROPIC_MODEL=$CLAUDE_ALIAS ANTHROPIC_SMALL_FAST_MODEL=$CLAUDE_ALIAS ANTHROPIC_DEFAULT_SONNET_MODEL=$CLAUDE_ALIAS \
-    ANTHROPIC_DEFAULT_HAIKU_MODEL=$CLAUDE_ALIAS ANTHROPIC_DEFAULT_OPUS_MODEL=$CLAUDE_ALIAS CLAUDE_CODE_MAX_OUTPUT_TOKENS=256 \
-    MAX_THINKING_TOKENS=0 CLAUDE_CONFIG_DIR="$WORK/claude-mcp-config" DISABLE_TELEMETRY=1 DISABLE_ERROR_REPORTING=1 \
-    DISABLE_AUTOUPDATER=1 DISABLE_BUG_COMMAND=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 CLAUDE_CODE_DISABLE_TERMINAL_TITLE=1 \
-    timeout "$CLIENT_TIMEOUT" "$CLAUDE" -p "echo hi with the echo tool" --model $CLAUDE_ALIAS --mcp-config "$MCP_CONFIG" \
-        --allowedTools "ToolSearch" "mcp__echo__echo" --max-turns 4 --output-format json \
-    </dev/null >"$WORK/claude-mcp.out" 2>"$WORK/claude-mcp.err")
-CM_RC=$?
-echo "exit status: $CM_RC"
-[ -s "$WORK/claude-mcp.err" ] && echo "stderr (tail): $(tail -c 600 "$WORK/claude-mcp.err")"
-report "Claude Code $CLAUDE_CODE_VERSION as $CLAUDE_ALIAS, MCP tools behind ToolSearch" "$CM_RC" "$S0" "$P0" ToolSearch
+turn "Claude Code $CLAUDE_CODE_VERSION as $CLAUDE_ALIAS, MCP tools behind ToolSearch" ToolSearch claude-mcp \
+    claude_turn claude-mcp "$CLAUDE_ALIAS" "echo hi with the echo tool" --mcp-config "$MCP_CONFIG" \
+    --allowedTools "ToolSearch" "mcp__echo__echo" --max-turns 4
 
 # 3b. Codex CLI: OpenAI Responses
 say "Codex CLI: codex exec in an empty folder"
-CX_DIR="$WORK/codex-run"; CX_HOME="$WORK/codex-home"; mkdir -p "$CX_DIR" "$CX_HOME"
+CX_HOME="$WORK/codex-home"; mkdir -p "$CX_HOME"
 cat >"$CX_HOME/config.toml" <<EOF
 model = "$MODEL"
 model_provider = "hinfer"
@@ -192,31 +198,17 @@ stream_max_retries = 0
 [analytics]
 enabled = false
 EOF
-S0=$(lines "$SERVER_LOG"); P0=$(lines "$PROXY_LOG")
-(cd "$CX_DIR" && env CODEX_HOME="$CX_HOME" HINFER_API_KEY=dummy RUST_LOG=error \
-    timeout "$CLIENT_TIMEOUT" "$CODEX" exec --skip-git-repo-check "list the files" \
-    </dev/null >"$WORK/codex.out" 2>"$WORK/codex.err")
-CX_RC=$?
-echo "exit status: $CX_RC"
-echo "stdout (head): $(head -c 600 "$WORK/codex.out")"
-[ -s "$WORK/codex.err" ] && echo "stderr (tail): $(tail -c 1200 "$WORK/codex.err")"
-report "Codex CLI $CODEX_VERSION" "$CX_RC" "$S0" "$P0"
+turn "Codex CLI $CODEX_VERSION" "" codex codex_turn codex "$CX_HOME" "list the files"
 
 # 3c. Codex CLI with an MCP server, as a model it knows to search tools for: its MCP tools are left out of `tools`
 # behind a client tool_search; the round trip is the search, then a call of a tool found (scripts/mcp_echo_server.py)
 say "Codex CLI as $SEARCH_MODEL with an MCP server: tool search, then a tool it found"
-CS_DIR="$WORK/codex-search-run"; CS_HOME="$WORK/codex-search-home"; mkdir -p "$CS_DIR" "$CS_HOME"
+CS_HOME="$WORK/codex-search-home"; mkdir -p "$CS_HOME"
 sed "s/^model = \"$MODEL\"/model = \"$SEARCH_MODEL\"/" "$CX_HOME/config.toml" >"$CS_HOME/config.toml"
 printf '\n[mcp_servers.echo]\ncommand = "%s"\nargs = ["%s"]\n' "$(command -v "$PYTHON")" "$REPO/scripts/mcp_echo_server.py" \
     >>"$CS_HOME/config.toml"
-S0=$(lines "$SERVER_LOG"); P0=$(lines "$PROXY_LOG")
-(cd "$CS_DIR" && env CODEX_HOME="$CS_HOME" HINFER_API_KEY=dummy RUST_LOG=error \
-    timeout "$CLIENT_TIMEOUT" "$CODEX" exec --skip-git-repo-check "echo hi with the echo tool" \
-    </dev/null >"$WORK/codex-search.out" 2>"$WORK/codex-search.err")
-CS_RC=$?
-echo "exit status: $CS_RC"
-[ -s "$WORK/codex-search.err" ] && echo "stderr (tail): $(tail -c 600 "$WORK/codex-search.err")"
-report "Codex CLI $CODEX_VERSION as $SEARCH_MODEL, MCP tools behind tool_search" "$CS_RC" "$S0" "$P0" tool_search
+turn "Codex CLI $CODEX_VERSION as $SEARCH_MODEL, MCP tools behind tool_search" tool_search codex-search \
+    codex_turn codex-search "$CS_HOME" "echo hi with the echo tool"
 
 # 4. summary
 say "summary ($(date -u +%Y-%m-%d))"
