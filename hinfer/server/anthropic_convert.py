@@ -25,7 +25,7 @@ from hinfer.server.schemas_anthropic import (
 
 log = logging.getLogger(__name__)
 
-_MEDIA_BLOCKS = {"document", "audio", "video", "file", "container_upload"}
+_MEDIA_BLOCKS = {"audio", "video", "file", "container_upload"}
 
 
 def _image(raw: dict[str, Any], param: str) -> Any:
@@ -41,10 +41,31 @@ def _image(raw: dict[str, Any], param: str) -> Any:
     return image_from_base64(src.get("data"), src.get("media_type"), f"{param}.source")
 
 
+def _document_text(raw: dict[str, Any], param: str) -> str:
+    """A text document (`source` of type `text`, or `content`: a string or text blocks) as the text the model reads:
+    its title, its context, then the text, a blank line apart. PDFs and other files are not read here."""
+    src = raw.get("source")
+    typ = src.get("type") if isinstance(src, dict) else None
+    if typ == "text" and isinstance(src.get("data"), str):
+        text = src["data"]
+    elif typ == "content" and isinstance(src.get("content"), str):
+        text = src["content"]
+    elif typ == "content" and isinstance(src.get("content"), list):
+        text = "\n\n".join(_block_text(b, f"{param}.source.content.{i}", False) for i, b in enumerate(src["content"]))
+    else:
+        raise bad_request("only text documents are read (source {'type': 'text', 'data'} or {'type': 'content', "
+                          "'content'}); PDFs, URLs and files are not", param=f"{param}.source")  # fmt: skip
+    head = [f"Document: {raw['title']}" if isinstance(raw.get("title"), str) and raw["title"] else "",
+            raw["context"] if isinstance(raw.get("context"), str) else ""]  # fmt: skip
+    return "\n\n".join(p for p in (*head, text) if p)
+
+
 def _block(raw: dict[str, Any], param: str) -> Any:
     typ = raw.get("type")
     if not isinstance(typ, str):
         raise bad_request("every content block needs a string 'type'", param=f"{param}.type")
+    if typ == "document":
+        return TextBlock(type="text", text=_document_text(raw, param))
     if typ in _MEDIA_BLOCKS:
         raise bad_request(f"{typ} blocks are not supported (images: 'image' blocks with a base64 source)",
                           param=param)
@@ -61,12 +82,15 @@ def _block(raw: dict[str, Any], param: str) -> Any:
 
 
 def _block_text(raw: Any, param: str, tool_result: bool) -> str:
-    """One block of a system prompt or tool result as text. In a tool result an image, document or other non-text
-    block becomes a one-line placeholder instead of a 400: a tool's output is not the client's to change (Claude
+    """One block of a system prompt or tool result as text (a text document's text too). In a tool result an image,
+    a PDF or other non-text block becomes a one-line placeholder instead of a 400: a tool's output is not the client's to change (Claude
     Code's Read returns a screenshot as an image block), and the turn must go on."""
     typ = raw.get("type") if isinstance(raw, dict) else None
+    if tool_result and typ == "document" and isinstance(raw.get("source"), dict) and raw["source"].get("type") in (
+            "text", "content"):  # fmt: skip
+        return _document_text(raw, param)
     if tool_result and isinstance(typ, str) and typ != "text":
-        return f"[{typ} omitted: this server reads images in user messages only, and no documents]"
+        return f"[{typ} omitted: this server reads images in user messages only, and no PDF or file documents]"
     b = _block(raw, param)
     if isinstance(b, dict):
         raise bad_request("images are taken in user message content only", param=param)

@@ -140,7 +140,26 @@ def test_tool_result_with_an_image_keeps_the_turn(client, engine):
     m = client.messages.create(model=MODEL, max_tokens=300, messages=messages, tools=TOOLS, thinking=THINK)
     assert m.content[-1].text == AFTER_TOOL.split("\n\n", 1)[1]
     assert ("<tool_response>\nshot.png [[after_tool]]\n\n[image omitted: this server reads images in user messages "
-            "only, and no documents]\n</tool_response>") in prompt_of(engine)
+            "only, and no PDF or file documents]\n</tool_response>") in prompt_of(engine)
+
+
+def test_text_documents_are_read(client, engine):
+    """A text document (source text, or content blocks) reads as its title, context and text, in a user message and
+    in a tool result alike; a PDF in a tool result is a placeholder line."""
+    doc = {"type": "document", "title": "Notes", "context": "From the wiki.",
+           "source": {"type": "text", "media_type": "text/plain", "data": "Paris is in France."}}
+    blocks = {"type": "document", "source": {"type": "content", "content": [{"type": "text", "text": "one"},
+                                                                             {"type": "text", "text": "two"}]}}
+    pdf = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0="}}
+    messages = [{"role": "user", "content": [doc, {"type": "text", "text": "Where is Paris?"}]},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "get_time", "input": {}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [blocks, pdf]},
+                                             {"type": "text", "text": "[[nothink]]"}]}]  # fmt: skip
+    client.messages.create(model=MODEL, max_tokens=50, messages=messages, tools=TOOLS)
+    p = prompt_of(engine)
+    assert "<|im_start|>user\nDocument: Notes\n\nFrom the wiki.\n\nParis is in France.\n\nWhere is Paris?" in p
+    assert ("<tool_response>\none\n\ntwo\n\n[document omitted: this server reads images in user messages only, and "
+            "no PDF or file documents]\n</tool_response>") in p
 
 
 def test_tool_result_error_flag(client, engine):

@@ -178,7 +178,10 @@ ANTHROPIC_BAD = [
      "not valid base64"),
     (msgs(messages=[{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "http://x"}}]}]),
      "not fetched"),
-    (msgs(messages=[{"role": "user", "content": [{"type": "document", "source": {}}]}]), "not supported"),
+    (msgs(messages=[{"role": "user", "content": [{"type": "document", "source": {}}]}]), "only text documents"),
+    (msgs(messages=[{"role": "user", "content": [{"type": "document", "source": {
+        "type": "base64", "media_type": "application/pdf", "data": "JVBERi0="}}]}]), "PDFs"),
+    (msgs(messages=[{"role": "user", "content": [{"type": "audio"}]}]), "not supported"),
     (msgs(messages=[{"role": "user", "content": [{"type": "hologram"}]}]), "unsupported content block"),
     (msgs(messages=[{"role": "user", "content": [{"type": "text"}]}]), "text"),
     (msgs(messages=[{"role": "user", "content": [{"type": "tool_use", "id": "1", "name": "f", "input": {}}]}]),
