@@ -17,6 +17,7 @@ from hinfer.server.prompt import (
     stop_list,
 )
 from hinfer.server.schemas_openai import (
+    AllowedToolsChoice,
     ChatCompletionRequest,
     ChatMessage,
     CompletionRequest,
@@ -132,6 +133,8 @@ def chat_prompt(body: ChatCompletionRequest, preserve_default: bool) -> tuple[Ch
         choice = ToolChoice("auto")
     elif isinstance(tc, str):
         choice = ToolChoice(tc)
+    elif isinstance(tc, AllowedToolsChoice):
+        choice = ToolChoice(tc.allowed_tools.mode, allowed=_allowed_names(tc.allowed_tools.tools))
     else:
         choice = ToolChoice("named", tc.function.name)
     choice.parallel = body.parallel_tool_calls is not False
@@ -142,6 +145,20 @@ def chat_prompt(body: ChatCompletionRequest, preserve_default: bool) -> tuple[Ch
                         preserve_thinking=preserve, template_kwargs=kwargs, images=images, continuation=continuation)
     check_tool_choice(prompt, "tool_choice")
     return prompt, (budget if prompt.starts_in_reasoning() else None)
+
+
+def _allowed_names(tools: list[dict[str, Any]]) -> tuple[str, ...]:
+    """allowed_tools' tools ({"type": "function", "function": {"name"}}) -> their names."""
+    names = []
+    for i, t in enumerate(tools):
+        fn = t.get("function") if t.get("type") == "function" else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise bad_request("allowed_tools lists function tools: {'type': 'function', 'function': {'name': ...}}",
+                              param=f"tool_choice.allowed_tools.tools.{i}")
+        names.append(fn["name"])
+    if not names:
+        raise bad_request("allowed_tools needs at least one tool", param="tool_choice.allowed_tools.tools")
+    return tuple(names)
 
 
 def _continuation(body: ChatCompletionRequest, messages: list[dict[str, Any]], thinking: bool) -> str:

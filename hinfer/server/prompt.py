@@ -33,6 +33,9 @@ class ToolChoice:
     name: str | None = None
     parallel: bool = True  # False: at most one call per answer (OpenAI parallel_tool_calls, Anthropic
     # disable_parallel_tool_use); asked for in the prompt, and calls after the first are dropped from the output
+    # OpenAI's allowed_tools: calls only to these names (mode auto or required); every tool is still shown, the rest
+    # are neither parsed nor allowed by the grammar
+    allowed: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -78,6 +81,8 @@ class ChatPrompt:
         tools = [*self.tools, *self.loaded_tools]
         if self.tool_choice.mode == "named":
             return [t for t in tools if _tool_name(t) == self.tool_choice.name][:1]
+        if self.tool_choice.allowed is not None:
+            return [t for t in tools if _tool_name(t) in self.tool_choice.allowed]
         return tools
 
     def parse_tools(self) -> dict[str, dict[str, Any]] | None:
@@ -107,14 +112,20 @@ def check_tool_choice(prompt: ChatPrompt, param: str) -> None:
         names = [_tool_name(t) for t in tools]
         if prompt.tool_choice.name not in names:
             raise bad_request(f"tool_choice names {prompt.tool_choice.name!r}, which is not in tools", param=param)
+    for name in prompt.tool_choice.allowed or ():
+        if name not in {_tool_name(t) for t in tools}:
+            raise bad_request(f"tool_choice allows {name!r}, which is not in tools", param=param)
 
 
 def _tool_choice_instruction(choice: ToolChoice) -> str | None:
     # Without constrained decoding a call cannot be forced; a plain instruction is the honest best effort.
     parts = []
+    if choice.allowed is not None:
+        parts.append(f"Of the functions above, you may call only these: {', '.join(choice.allowed)}.")
     if choice.mode == "required":
-        parts.append("You must answer by calling one or more of the functions above."
-                     if choice.parallel else "You must answer by calling one of the functions above.")
+        which = "them" if choice.allowed is not None else "the functions above"
+        parts.append(f"You must answer by calling one or more of {which}."
+                     if choice.parallel else f"You must answer by calling one of {which}.")
     elif choice.mode == "named":
         parts.append(f"You must answer by calling the function {choice.name}.")
     if not choice.parallel:

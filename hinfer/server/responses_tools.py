@@ -221,6 +221,18 @@ def search_arguments(arguments: str) -> Any:
         return arguments
 
 
+def _allowed_names(tools: Any) -> tuple[str, ...]:
+    """allowed_tools' tools -> the names the model calls them by: function and custom tools by `name` (and
+    `namespace`); other types (mcp, image_generation, ...) run at OpenAI and are left out."""
+    if not isinstance(tools, list) or not tools:
+        raise bad_request("allowed_tools needs a non-empty list of tools", param="tool_choice.tools")
+    names = tuple(shown_name(t, f"tool_choice.tools.{i}") for i, t in enumerate(tools)
+                  if isinstance(t, dict) and t.get("type") in ("function", "custom"))  # fmt: skip
+    if not names:
+        raise bad_request("allowed_tools lists no function or custom tool", param="tool_choice.tools")
+    return names
+
+
 def convert_tool_choice(raw: str | dict[str, Any] | None, parallel: bool | None) -> ToolChoice:
     if raw is None or raw == "auto":
         choice = ToolChoice("auto")
@@ -230,11 +242,15 @@ def convert_tool_choice(raw: str | dict[str, Any] | None, parallel: bool | None)
         if not isinstance(raw.get("name"), str):
             raise bad_request(f"tool_choice of type {raw['type']!r} needs a name", param="tool_choice.name")
         choice = ToolChoice("named", shown_name(raw, "tool_choice"))
+    elif isinstance(raw, dict) and raw.get("type") == "allowed_tools":
+        if raw.get("mode") not in ("auto", "required"):
+            raise bad_request("allowed_tools' mode must be 'auto' or 'required'", param="tool_choice.mode")
+        choice = ToolChoice(raw["mode"], allowed=_allowed_names(raw.get("tools")))
     elif isinstance(raw, dict) and isinstance(raw.get("type"), str):
         log.warning("tool_choice of type %r is not supported; using auto", raw["type"])
         choice = ToolChoice("auto")
     else:
-        raise bad_request("tool_choice must be 'auto', 'none', 'required' or {'type': 'function' | 'custom', "
-                          "'name': ...}", param="tool_choice")
+        raise bad_request("tool_choice must be 'auto', 'none', 'required', {'type': 'function' | 'custom', "
+                          "'name': ...} or {'type': 'allowed_tools', 'mode', 'tools'}", param="tool_choice")
     choice.parallel = parallel is not False
     return choice

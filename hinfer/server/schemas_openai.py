@@ -58,6 +58,16 @@ class NamedToolChoice(_Open):
     function: NamedFunction
 
 
+class AllowedTools(_Open):
+    mode: Literal["auto", "required"]
+    tools: list[dict[str, Any]]  # {"type": "function", "function": {"name"}}: checked in openai_convert.py
+
+
+class AllowedToolsChoice(_Open):
+    type: Literal["allowed_tools"]
+    allowed_tools: AllowedTools
+
+
 class StreamOptions(_Open):
     include_usage: bool = False
 
@@ -90,7 +100,7 @@ class ChatCompletionRequest(_SamplingFields):
     top_logprobs: int | None = None
     response_format: dict[str, Any] | None = None
     tools: list[Tool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | AllowedToolsChoice | None = None
     parallel_tool_calls: bool | None = None
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
     chat_template_kwargs: dict[str, Any] | None = None  # extension: enable_thinking, preserve_thinking, ...

@@ -199,6 +199,32 @@ def test_tool_choice_required_and_named(client, engine):
     assert '"get_time"' not in prompt and "calling the function get_weather" in prompt
 
 
+def test_tool_choice_allowed_tools(client, engine):
+    """allowed_tools: every tool stays shown (the prompt's tool list unchanged), calls only to the allowed ones: a
+    call of another stays text under auto; required is grammar-held to the allowed set. Names not among the tools,
+    or none, are a 400."""
+    tools = [WEATHER_TOOL, TIME_TOOL]
+
+    def allowed(mode, *names):
+        return {"type": "allowed_tools", "allowed_tools": {"mode": mode, "tools": [
+            {"type": "function", "function": {"name": n}} for n in names]}}
+
+    r = client.chat.completions.create(model=MODEL, messages=user("[[weather]]"), tools=tools,
+                                       tool_choice=allowed("auto", "get_time"))
+    assert r.choices[0].finish_reason == "stop" and not r.choices[0].message.tool_calls
+    assert "<function=get_weather>" in r.choices[0].message.content
+    prompt = engine.tokenizer.decode(engine.requests[-1].prompt_token_ids, skip_special_tokens=False)
+    assert '"get_weather"' in prompt and "you may call only these: get_time." in prompt
+    r = client.chat.completions.create(model=MODEL, messages=user("[[weather]]"), tools=tools,
+                                       tool_choice=allowed("required", "get_weather"))
+    assert r.choices[0].message.tool_calls[0].function.name == "get_weather"
+    so = engine.requests[-1].sampling.structured
+    assert [t["function"]["name"] for t in so.tools] == ["get_weather"] and so.tool_name is None
+    for bad in (allowed("auto", "launch_rockets"), allowed("auto")):
+        with pytest.raises(openai.BadRequestError):
+            client.chat.completions.create(model=MODEL, messages=user("[[weather]]"), tools=tools, tool_choice=bad)
+
+
 def test_tool_results_in_history(client, engine):
     messages = [
         {"role": "system", "content": "You are terse."},

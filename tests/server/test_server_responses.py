@@ -263,6 +263,18 @@ def test_server_tool_search_and_additional_tools(client, engine):
     assert "These functions can be called from now on:\n<tools>\n" in prompt_of(engine)
 
 
+def test_allowed_tools_choice(client, engine):
+    """allowed_tools in the Responses shape: a call of a tool not allowed stays text; required holds the grammar to
+    the allowed ones."""
+    r = client.responses.create(model=MODEL, input="[[weather]]", tools=TOOLS, store=False, tool_choice={
+        "type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "get_time"}]})
+    assert r.output[-1].type == "message" and "<function=get_weather>" in r.output_text
+    r = client.responses.create(model=MODEL, input="[[weather]]", tools=TOOLS, store=False, tool_choice={
+        "type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "get_weather"}]})
+    assert r.output[-1].type == "function_call" and r.output[-1].name == "get_weather"
+    assert [t["function"]["name"] for t in engine.requests[-1].sampling.structured.tools] == ["get_weather"]
+
+
 def test_previous_response_id_chaining(client, engine):
     r1 = client.responses.create(model=MODEL, input="[[weather]]", tools=TOOLS, instructions="Be terse.")
     call = r1.output[-1]

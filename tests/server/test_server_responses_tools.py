@@ -140,3 +140,16 @@ def test_bad_search_items_are_400(item, param):
     with pytest.raises(APIError) as e:
         convert_items([item], None)
     assert e.value.status == 400 and e.value.param == param
+
+
+def test_allowed_tools_choice():
+    choice = convert_tool_choice({"type": "allowed_tools", "mode": "required", "tools": [
+        {"type": "function", "name": "read", "namespace": "mcp__files"}, {"type": "custom", "name": "apply_patch"},
+        {"type": "mcp", "server_label": "x"}]}, None)  # fmt: skip
+    assert (choice.mode, choice.allowed) == ("required", ("mcp__files__read", "apply_patch"))
+    for bad, param in (({"type": "allowed_tools", "mode": "maybe", "tools": []}, "tool_choice.mode"),
+                       ({"type": "allowed_tools", "mode": "auto", "tools": []}, "tool_choice.tools"),
+                       ({"type": "allowed_tools", "mode": "auto", "tools": [{"type": "mcp"}]}, "tool_choice.tools")):
+        with pytest.raises(APIError) as e:
+            convert_tool_choice(bad, None)
+        assert e.value.param == param
