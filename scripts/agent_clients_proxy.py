@@ -6,15 +6,15 @@ to LOG: method, path, status, model, stream, and how many tools the body offered
 
     python scripts/agent_clients_proxy.py LISTEN_PORT UPSTREAM_PORT LOG [--short-responses [--tool-round-trip]]
 
---short-responses: a /v1/responses or /v1/messages request (tool_choice auto, no format of its own) gets a
-JSON-schema format that only allows `{}` (grammar-constrained by the server; Responses also `reasoning.effort:
-none` when it names no effort), so the demo model's random answer ends at once as a normal finished turn. Without
+--short-responses: a /v1/responses, /v1/messages or /v1/chat/completions request (tool_choice auto, no format of its
+own) gets a JSON-schema format that only allows `{}` (grammar-constrained by the server; Responses also
+`reasoning.effort: none` when it names no effort, chat completions thinking off), so the demo model's random answer ends at once as a normal finished turn. Without
 it the random words do not stop: Codex CLI sends no `max_output_tokens`, so they run to the end of the 64K
 context (many minutes on a CPU), and a capped answer (`incomplete`, `max_tokens`) is an error to both clients.
 Recorded as `injected`.
 
 --tool-round-trip (with --short-responses): a request that offers the client's harmless listing tool (Claude
-Code's `Glob`, Codex CLI's `exec_command`) and carries no tool result yet is asked for a call of it instead
+Code's `Glob`, Codex CLI's `exec_command`, Qwen Code's `glob`) and carries no tool result yet is asked for a call of it instead
 (`tool_choice` naming it, grammar-enforced), its schema narrowed for this request to one fixed argument (`Glob`
 pattern `*`, `exec_command` cmd `ls`) so that the demo model's call is short and valid; the client runs it and
 sends the result back, and that request gets the `{}` answer above. So each client's turn is a whole tool round
@@ -42,11 +42,15 @@ _EMPTY_OBJECT = {"type": "json_schema", "name": "smoke", "strict": True,
 
 
 # the listing tool each client offers, and the one argument the round trip's call is held to
-_LISTING = {"/v1/messages": ("Glob", "pattern", "*"), "/v1/responses": ("exec_command", "cmd", "ls")}
+_LISTING = {"/v1/messages": ("Glob", "pattern", "*"), "/v1/responses": ("exec_command", "cmd", "ls"),
+            "/v1/chat/completions": ("glob", "pattern", "*")}  # Qwen Code's
 
 
 def _tool_results(route: str, data: dict) -> int:
-    """How many tool results the conversation carries (Anthropic tool_result blocks, Responses outputs)."""
+    """How many tool results the conversation carries (Anthropic tool_result blocks, Responses outputs, chat
+    messages of role tool)."""
+    if route == "/v1/chat/completions":
+        return sum(1 for m in data.get("messages") or [] if isinstance(m, dict) and m.get("role") == "tool")
     if route == "/v1/messages":
         return sum(1 for m in data.get("messages") or [] if isinstance(m, dict) and isinstance(m.get("content"), list)
                    for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result")
@@ -62,7 +66,9 @@ def _narrow(arg: str, value: str) -> dict:
 
 def _force(route: str, data: dict, choice: dict) -> None:
     data["tool_choice"] = choice
-    if route == "/v1/messages":
+    if route == "/v1/chat/completions":
+        data["chat_template_kwargs"] = {**(data.get("chat_template_kwargs") or {}), "enable_thinking": False}
+    elif route == "/v1/messages":
         data["thinking"] = {"type": "disabled"}
     else:
         data["reasoning"] = {**(data.get("reasoning") or {}), "effort": "none"}
@@ -119,6 +125,11 @@ def _ask_for_call(route: str, data: dict) -> str:
     """Name the listing tool in tool_choice, its schema narrowed to one fixed argument; "" where it is not offered."""
     name, arg, value = _LISTING[route]
     for tool in data.get("tools") or []:
+        if route == "/v1/chat/completions" and isinstance(tool, dict) and (tool.get("function") or {}).get(
+                "name") == name:  # fmt: skip
+            tool["function"]["parameters"] = _narrow(arg, value)
+            _force(route, data, {"type": "function", "function": {"name": name}})
+            return f"tool_choice {name}({arg}={value!r})"
         if isinstance(tool, dict) and tool.get("name") == name:
             if route == "/v1/messages":
                 tool["input_schema"] = _narrow(arg, value)
@@ -132,7 +143,7 @@ def _ask_for_call(route: str, data: dict) -> str:
 
 def _shorten(path: str, body: bytes, round_trip: bool = False) -> tuple[bytes, str]:
     route = path.split("?")[0]
-    if route not in ("/v1/responses", "/v1/messages") or not body:
+    if route not in _LISTING or not body:
         return body, ""
     try:
         data = json.loads(body)
@@ -140,11 +151,18 @@ def _shorten(path: str, body: bytes, round_trip: bool = False) -> tuple[bytes, s
         return body, ""
     if not isinstance(data, dict) or data.get("tool_choice") not in (None, "auto", {"type": "auto"}):
         return body, ""
-    if round_trip and (done := (_ask_for_search if route == "/v1/responses" else _ask_for_tool_search)(data)):
+    search = {"/v1/responses": _ask_for_search, "/v1/messages": _ask_for_tool_search}.get(route)
+    if round_trip and search is not None and (done := search(data)):
         return json.dumps(data).encode(), done
     if round_trip and not _tool_results(route, data) and (done := _ask_for_call(route, data)):
         return json.dumps(data).encode(), done
-    if route == "/v1/responses":
+    if route == "/v1/chat/completions":
+        if data.get("response_format"):
+            return body, ""
+        data["response_format"] = {"type": "json_schema", "json_schema": _EMPTY_OBJECT}
+        data["chat_template_kwargs"] = {**(data.get("chat_template_kwargs") or {}), "enable_thinking": False}
+        done = "response_format {}, thinking off"
+    elif route == "/v1/responses":
         if (data.get("text") or {}).get("format"):
             return body, ""
         data["text"] = {**(data.get("text") or {}), "format": _EMPTY_OBJECT}
@@ -163,7 +181,7 @@ def _shorten(path: str, body: bytes, round_trip: bool = False) -> tuple[bytes, s
     return json.dumps(data).encode(), done
 
 
-def _summary(body: bytes) -> dict:
+def _summary(path: str, body: bytes) -> dict:
     try:
         data = json.loads(body)
     except ValueError:
@@ -171,7 +189,7 @@ def _summary(body: bytes) -> dict:
     if not isinstance(data, dict):
         return {}
     tools = data.get("tools")
-    route = "/v1/messages" if "messages" in data else "/v1/responses"
+    route = path.split("?")[0]
     return {"model": data.get("model"), "stream": bool(data.get("stream")), "tool_results": _tool_results(route, data),
             "tools": len(tools) if isinstance(tools, list) else 0,
             "tool_names": [t.get("name") or (t.get("function") or {}).get("name") or t.get("type")
@@ -203,7 +221,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _forward(self) -> None:
         body = self._body()
-        record = {"method": self.command, "path": self.path, **(_summary(body) if body else {})}
+        record = {"method": self.command, "path": self.path, **(_summary(self.path, body) if body else {})}
         if self.short_responses and self.command == "POST":
             body, injected = _shorten(self.path, body, self.round_trip)
             if injected:

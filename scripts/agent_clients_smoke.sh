@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Smoke test of real agent clients against `hinfer serve` (the demo model): Claude Code (Anthropic Messages) and
-# Codex CLI (OpenAI Responses) each run one non-interactive turn with their tools offered.
+# Smoke test of real agent clients against `hinfer serve` (the demo model): Claude Code (Anthropic Messages), Codex
+# CLI (OpenAI Responses) and Qwen Code (OpenAI Chat Completions) each run one non-interactive turn with their tools
+# offered.
 #
-#   scripts/agent_clients_smoke.sh            # PASS/FAIL per client; exit status 0 when both pass
+#   scripts/agent_clients_smoke.sh            # PASS/FAIL per client; exit status 0 when every run passes
 #
 # Environment: PREFIX (npm prefix for the clients, default /tmp/agent-clients), PORT (server, default 18431),
 # PROXY_PORT (default PORT+1), CLIENT_TIMEOUT (seconds per client, default 300), HINFER_CACHE (demo model cache),
-# CLAUDE_CODE_VERSION / CODEX_VERSION (the pinned client versions), KEEP=1 keeps the work folder.
+# CLAUDE_CODE_VERSION / CODEX_VERSION / QWEN_CODE_VERSION (the pinned client versions), KEEP=1 keeps the work folder.
 #
 # The clients talk to a recording pass-through proxy (scripts/agent_clients_proxy.py) in front of the server, so
 # the report can say which requests offered tools; routes and statuses come from the server's own log
@@ -27,6 +28,7 @@ PROXY_PORT="${PROXY_PORT:-$((PORT + 1))}"
 CLIENT_TIMEOUT="${CLIENT_TIMEOUT:-300}"
 CLAUDE_CODE_VERSION="${CLAUDE_CODE_VERSION:-2.1.332}"
 CODEX_VERSION="${CODEX_VERSION:-0.171.0}"
+QWEN_CODE_VERSION="${QWEN_CODE_VERSION:-0.24.4}"
 MODEL=demo
 SEARCH_MODEL=gpt-5.5  # an alias Codex CLI knows to search its MCP tools for (its model catalog's supports_search_tool)
 CLAUDE_ALIAS=claude-sonnet-4-5  # an alias Claude Code defers its MCP tools for, behind its own ToolSearch
@@ -47,16 +49,19 @@ trap cleanup EXIT
 say() { printf '\n== %s\n' "$*"; }
 
 # 1. the clients, pinned
-say "installing @anthropic-ai/claude-code@$CLAUDE_CODE_VERSION and @openai/codex@$CODEX_VERSION into $PREFIX"
+say "installing @anthropic-ai/claude-code@$CLAUDE_CODE_VERSION, @openai/codex@$CODEX_VERSION and @qwen-code/qwen-code@$QWEN_CODE_VERSION into $PREFIX"
 installed() { node -p "require('$PREFIX/node_modules/$1/package.json').version" 2>/dev/null; }
-if [ "$(installed @anthropic-ai/claude-code)" != "$CLAUDE_CODE_VERSION" ] || [ "$(installed @openai/codex)" != "$CODEX_VERSION" ]; then
-    npm install --prefix "$PREFIX" --no-audit --no-fund --loglevel=error \
-        "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" "@openai/codex@$CODEX_VERSION" || { echo "npm install failed"; exit 2; }
+if [ "$(installed @anthropic-ai/claude-code)" != "$CLAUDE_CODE_VERSION" ] || [ "$(installed @openai/codex)" != "$CODEX_VERSION" ] \
+        || [ "$(installed @qwen-code/qwen-code)" != "$QWEN_CODE_VERSION" ]; then
+    npm install --prefix "$PREFIX" --no-audit --no-fund --loglevel=error "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" \
+        "@openai/codex@$CODEX_VERSION" "@qwen-code/qwen-code@$QWEN_CODE_VERSION" || { echo "npm install failed"; exit 2; }
 fi
 CLAUDE="$PREFIX/node_modules/.bin/claude"
 CODEX="$PREFIX/node_modules/.bin/codex"
+QWEN="$PREFIX/node_modules/.bin/qwen"
 echo "claude: $("$CLAUDE" --version 2>&1 | head -1)"
 echo "codex:  $("$CODEX" --version 2>&1 | head -1)"
+echo "qwen:   $("$QWEN" --version 2>&1 | head -1)"
 
 # 2. the server (demo model) and the recording proxy
 say "starting hinfer serve on 127.0.0.1:$PORT (demo model), proxy on $PROXY_PORT"
@@ -151,6 +156,12 @@ codex_turn() {  # codex_turn TAG CODEX_HOME PROMPT
     (cd "$WORK/$1-run" && env CODEX_HOME="$2" HINFER_API_KEY=dummy RUST_LOG=error \
         timeout "$CLIENT_TIMEOUT" "$CODEX" exec --skip-git-repo-check "$3" </dev/null >"$WORK/$1.out" 2>"$WORK/$1.err")
 }
+qwen_turn() {  # qwen_turn TAG PROMPT: Qwen Code on OpenAI Chat Completions, its settings in a home of its own
+    mkdir -p "$WORK/$1-run" "$WORK/$1-home"
+    (cd "$WORK/$1-run" && env HOME="$WORK/$1-home" QWEN_CODE_SUPPRESS_YOLO_WARNING=1 \
+        timeout "$CLIENT_TIMEOUT" "$QWEN" "$2" --auth-type openai -m "$MODEL" --openai-base-url "$URL/v1" \
+        --openai-api-key dummy --output-format json --max-session-turns 3 --yolo </dev/null >"$WORK/$1.out" 2>"$WORK/$1.err")
+}
 turn() {  # turn NAME NEED TAG RUNNER ARGS...: run one turn and report it
     local name=$1 need=$2 tag=$3 s0 p0 rc; shift 3
     s0=$(lines "$SERVER_LOG"); p0=$(lines "$PROXY_LOG")
@@ -209,6 +220,10 @@ printf '\n[mcp_servers.echo]\ncommand = "%s"\nargs = ["%s"]\n' "$(command -v "$P
     >>"$CS_HOME/config.toml"
 turn "Codex CLI $CODEX_VERSION as $SEARCH_MODEL, MCP tools behind tool_search" tool_search codex-search \
     codex_turn codex-search "$CS_HOME" "echo hi with the echo tool"
+
+# 3d. Qwen Code: OpenAI Chat Completions
+say "Qwen Code: qwen (yolo) in an empty folder"
+turn "Qwen Code $QWEN_CODE_VERSION" "" qwen qwen_turn qwen "list the files"
 
 # 4. summary
 say "summary ($(date -u +%Y-%m-%d))"
