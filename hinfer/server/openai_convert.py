@@ -16,6 +16,7 @@ from hinfer.server.prompt import (
     normalize_seed,
     stop_list,
 )
+from hinfer.server.responses_tools import CUSTOM_INPUT, convert_tools, tool_names
 from hinfer.server.schemas_openai import (
     AllowedToolsChoice,
     ChatCompletionRequest,
@@ -76,6 +77,13 @@ def content_text(content: str | list[dict[str, Any]] | None, param: str) -> str:
 
 
 def _tool_call_dict(tc: Any, param: str) -> dict[str, Any]:
+    if tc.type == "custom":  # a freeform tool's call: rendered as the call the model wrote (its one parameter)
+        if tc.custom is None:
+            raise bad_request("a custom tool call needs its 'custom': {'name', 'input'}", param=param)
+        return {"id": tc.id, "type": "function", "function": {"name": tc.custom.name,
+                                                              "arguments": {CUSTOM_INPUT: tc.custom.input}}}
+    if tc.function is None:
+        raise bad_request("a function tool call needs its 'function': {'name', 'arguments'}", param=param)
     args = tc.function.arguments
     if isinstance(args, str):
         try:
@@ -106,8 +114,7 @@ def convert_messages(messages: list[ChatMessage], images: list[Any] | None = Non
             if reasoning is not None:
                 msg["reasoning_content"] = reasoning
             if m.tool_calls:
-                msg["tool_calls"] = [_tool_call_dict(tc, f"{p}.tool_calls.{j}.function.arguments")
-                                     for j, tc in enumerate(m.tool_calls)]
+                msg["tool_calls"] = [_tool_call_dict(tc, f"{p}.tool_calls.{j}") for j, tc in enumerate(m.tool_calls)]
         if role == "tool" and m.tool_call_id is not None:
             msg["tool_call_id"] = m.tool_call_id
         out.append(msg)
@@ -127,7 +134,7 @@ def chat_prompt(body: ChatCompletionRequest, preserve_default: bool) -> tuple[Ch
         enable_thinking = False
     elif body.reasoning_effort is not None:
         budget = REASONING_EFFORT_BUDGET[body.reasoning_effort]
-    tools = [t.model_dump(exclude_none=True) for t in body.tools or []]
+    tools, custom = _chat_tools(body.tools or [])
     tc = body.tool_choice
     if tc is None:
         choice = ToolChoice("auto")
@@ -136,25 +143,53 @@ def chat_prompt(body: ChatCompletionRequest, preserve_default: bool) -> tuple[Ch
     elif isinstance(tc, AllowedToolsChoice):
         choice = ToolChoice(tc.allowed_tools.mode, allowed=_allowed_names(tc.allowed_tools.tools))
     else:
-        choice = ToolChoice("named", tc.function.name)
+        named = tc.custom if tc.type == "custom" else tc.function
+        if named is None:
+            raise bad_request(f"tool_choice of type {tc.type!r} needs its {tc.type!r}: {{'name': ...}}",
+                              param=f"tool_choice.{tc.type}")
+        choice = ToolChoice("named", named.name)
     choice.parallel = body.parallel_tool_calls is not False
     images: list[Any] = []
     messages = convert_messages(body.messages, images)
     continuation = _continuation(body, messages, enable_thinking)
+    names = tool_names(custom)
     prompt = ChatPrompt(messages=messages, tools=tools, tool_choice=choice, enable_thinking=enable_thinking,
-                        preserve_thinking=preserve, template_kwargs=kwargs, images=images, continuation=continuation)
+                        preserve_thinking=preserve, template_kwargs=kwargs, images=images, continuation=continuation,
+                        tool_grammars=names.grammars, custom_tools=names.custom)
     check_tool_choice(prompt, "tool_choice")
     return prompt, (budget if prompt.starts_in_reasoning() else None)
 
 
+def _chat_tools(tools: list[Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """-> (the chat tools the template shows, the custom ones in the Responses shape). A custom (freeform) tool is
+    shown as a function of one string parameter, as the Responses API's (responses_tools.py); its grammar format
+    `{"type": "grammar", "grammar": {"syntax", "definition"}}` is the Responses one nested."""
+    out, custom = [], []
+    for i, t in enumerate(tools):
+        if t.type == "function":
+            if t.function is None:
+                raise bad_request("a function tool needs its 'function': {'name', 'parameters'}", param=f"tools.{i}")
+            out.append({"type": "function", "function": t.function.model_dump(exclude_none=True)})
+            continue
+        if t.custom is None:
+            raise bad_request("a custom tool needs its 'custom': {'name', 'format'}", param=f"tools.{i}")
+        fmt = t.custom.format
+        if isinstance(fmt, dict) and fmt.get("type") == "grammar" and isinstance(fmt.get("grammar"), dict):
+            fmt = {"type": "grammar", **fmt["grammar"]}
+        shaped = {"type": "custom", "name": t.custom.name, "description": t.custom.description, "format": fmt}
+        custom.append({k: v for k, v in shaped.items() if v is not None})
+        out.extend(convert_tools([custom[-1]], where=f"tools.{i}.custom"))
+    return out, custom
+
+
 def _allowed_names(tools: list[dict[str, Any]]) -> tuple[str, ...]:
-    """allowed_tools' tools ({"type": "function", "function": {"name"}}) -> their names."""
+    """allowed_tools' tools ({"type": "function", "function": {"name"}}, or custom alike) -> their names."""
     names = []
     for i, t in enumerate(tools):
-        fn = t.get("function") if t.get("type") == "function" else None
+        fn = t.get(t["type"]) if t.get("type") in ("function", "custom") else None
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-            raise bad_request("allowed_tools lists function tools: {'type': 'function', 'function': {'name': ...}}",
-                              param=f"tool_choice.allowed_tools.tools.{i}")
+            raise bad_request("allowed_tools lists function or custom tools: {'type': 'function', 'function': "
+                              "{'name': ...}}", param=f"tool_choice.allowed_tools.tools.{i}")  # fmt: skip
         names.append(fn["name"])
     if not names:
         raise bad_request("allowed_tools needs at least one tool", param="tool_choice.allowed_tools.tools")

@@ -9,9 +9,10 @@ from hinfer.engine.protocol import TokenEvent
 from hinfer.server.finite import wire_logprob
 from hinfer.server.generation import EngineRun
 from hinfer.server.output import OutputParser, Piece, ReasoningPiece
+from hinfer.server.responses_tools import custom_input
 from hinfer.server.spec_usage import spec_usage
 from hinfer.server.state import ServerState, new_id
-from hinfer.server.tool_parser import TextPiece, ToolCallArgs, ToolCallStart
+from hinfer.server.tool_parser import TextPiece, ToolCallArgs, ToolCallEnd, ToolCallStart
 
 
 def _finish_reason(run: EngineRun, has_tool_calls: bool) -> str:
@@ -21,20 +22,32 @@ def _finish_reason(run: EngineRun, has_tool_calls: bool) -> str:
     return "tool_calls" if has_tool_calls else "stop"  # "abort" only reaches a client that has left
 
 
-def pieces_to_delta(pieces: list[Piece]) -> dict[str, Any]:
+def pieces_to_delta(pieces: list[Piece], custom: frozenset[str] = frozenset(),
+                    texts: dict[int, str] | None = None) -> dict[str, Any]:  # fmt: skip
+    """A chunk's delta. A custom (freeform) tool's call (its name in `custom`) opens with an empty `input` and sends
+    its text whole when it ends (gathered in `texts` meanwhile, by call index), as the Responses API streams it."""
     delta: dict[str, Any] = {}
     calls: dict[int, dict[str, Any]] = {}
+    texts = {} if texts is None else texts
     for p in pieces:
         if isinstance(p, ReasoningPiece):
             delta["reasoning_content"] = delta.get("reasoning_content", "") + p.text
         elif isinstance(p, TextPiece):
             delta["content"] = delta.get("content", "") + p.text
+        elif isinstance(p, ToolCallStart) and p.name in custom:
+            texts[p.index] = ""
+            calls[p.index] = {"index": p.index, "id": p.id, "type": "custom", "custom": {"name": p.name, "input": ""}}
         elif isinstance(p, ToolCallStart):
             calls[p.index] = {"index": p.index, "id": p.id, "type": "function",
                               "function": {"name": p.name, "arguments": ""}}
+        elif isinstance(p, ToolCallArgs) and p.index in texts:
+            texts[p.index] += p.delta
         elif isinstance(p, ToolCallArgs):
             entry = calls.setdefault(p.index, {"index": p.index, "function": {"arguments": ""}})
             entry["function"]["arguments"] += p.delta
+        elif isinstance(p, ToolCallEnd) and p.index in texts:
+            entry = calls.setdefault(p.index, {"index": p.index, "custom": {}})
+            entry["custom"]["input"] = custom_input(texts.pop(p.index))
     if calls:
         delta["tool_calls"] = [calls[i] for i in sorted(calls)]
     return delta
@@ -43,7 +56,8 @@ def pieces_to_delta(pieces: list[Piece]) -> dict[str, Any]:
 class ChatBuilder:
     def __init__(self, st: ServerState, run: EngineRun, *, model: str, reasoning: bool,
                  tools: dict[str, dict[str, Any]] | None, logprobs: bool, max_calls: int | None = None,
-                 trim_strings: bool = False, response_id: str | None = None, index: int = 0):
+                 trim_strings: bool = False, response_id: str | None = None, index: int = 0,
+                 custom: frozenset[str] = frozenset()):
         self.st = st
         self.run = run
         self.id = response_id or run.request_id
@@ -53,6 +67,8 @@ class ChatBuilder:
         self.parser = OutputParser(reasoning=reasoning, tools=tools, new_id=lambda: new_id("call_"),
                                    max_calls=max_calls, trim_strings=trim_strings)
         self.want_logprobs = logprobs
+        self.custom = custom  # custom tools' names: their calls are text (`custom.input`), not JSON arguments
+        self._texts: dict[int, str] = {}  # the open custom calls' arguments so far
         self.reasoning_tokens = 0
         self.content: list[str] = []
         self.reasoning: list[str] = []
@@ -78,7 +94,7 @@ class ChatBuilder:
                 self.reasoning.append(p.text)
             elif isinstance(p, TextPiece):
                 self.content.append(p.text)
-        return pieces_to_delta(pieces)
+        return pieces_to_delta(pieces, self.custom, self._texts)
 
     def _logprobs(self, ev: TokenEvent) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -131,8 +147,10 @@ class ChatBuilder:
         return chat_response([self])
 
     def choice(self) -> dict[str, Any]:
-        calls = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_json}}
-                 for c in self.parser.calls]
+        calls = [{"id": c.id, "type": "custom", "custom": {"name": c.name, "input": custom_input(c.arguments_json)}}
+                 if c.name in self.custom else
+                 {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_json}}
+                 for c in self.parser.calls]  # fmt: skip
         content = "".join(self.content)
         message: dict[str, Any] = {"role": "assistant", "content": content if content or not calls else None}
         if self.reasoning:

@@ -69,7 +69,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         builders.append(ChatBuilder(st, run, model=body.model, reasoning=prompt.starts_in_reasoning(),
                                     tools=prompt.parse_tools(), logprobs=sp.logprobs is not None,
                                     max_calls=prompt.max_calls, trim_strings=calls_under_grammar(sp.structured),
-                                    response_id=chat_id, index=k))  # fmt: skip
+                                    response_id=chat_id, index=k, custom=prompt.custom_tools))  # fmt: skip
     await start_all(runs)
     if body.stream:
         for r in runs:

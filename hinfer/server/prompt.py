@@ -52,6 +52,8 @@ class ChatPrompt:
     continuation: str = ""  # an assistant prefill: the answer goes on from this text, after the generation prompt
     # tools whose one string parameter follows a grammar (the Responses API's custom tools): StructuredOutput's
     tool_grammars: dict[str, dict[str, str]] | None = None
+    # the custom (freeform) tools by the name the model calls them: their calls come back as text, not JSON arguments
+    custom_tools: frozenset[str] = frozenset()
     # tools made callable mid-conversation (the Responses API's tool search results): listed where they were
     # found, in the messages, rather than in the system prompt; callable like `tools`
     loaded_tools: list[dict[str, Any]] = field(default_factory=list)

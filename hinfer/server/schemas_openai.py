@@ -21,10 +21,16 @@ class FunctionCall(_Open):
     arguments: str | dict[str, Any] = "{}"  # a JSON object as text (OpenAI); a dict is accepted too
 
 
+class CustomCall(_Open):
+    name: str
+    input: str
+
+
 class ToolCall(_Open):
     id: str | None = None
-    type: Literal["function"] = "function"
-    function: FunctionCall
+    type: Literal["function", "custom"] = "function"
+    function: FunctionCall | None = None  # type function
+    custom: CustomCall | None = None  # type custom: a freeform tool's call, its input the text
 
 
 class ChatMessage(_Open):
@@ -44,9 +50,16 @@ class FunctionDef(_Open):
     strict: bool | None = None
 
 
+class CustomDef(_Open):
+    name: str = Field(min_length=1)
+    description: str | None = None
+    format: dict[str, Any] | None = None  # {"type": "text"} or {"type": "grammar", "grammar": {"syntax", "definition"}}
+
+
 class Tool(_Open):
-    type: Literal["function"] = "function"
-    function: FunctionDef
+    type: Literal["function", "custom"] = "function"
+    function: FunctionDef | None = None  # type function
+    custom: CustomDef | None = None  # type custom: a freeform tool (openai_convert.py)
 
 
 class NamedFunction(_Open):
@@ -54,8 +67,9 @@ class NamedFunction(_Open):
 
 
 class NamedToolChoice(_Open):
-    type: Literal["function"] = "function"
-    function: NamedFunction
+    type: Literal["function", "custom"] = "function"
+    function: NamedFunction | None = None
+    custom: NamedFunction | None = None
 
 
 class AllowedTools(_Open):

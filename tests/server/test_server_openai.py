@@ -10,6 +10,7 @@ import pytest
 from server_live import MODEL
 from server_scripts import (
     AFTER_TOOL,
+    PATCH,
     TIME_TOOL,
     WEATHER_ARGS,
     WEATHER_TOOL,
@@ -223,6 +224,40 @@ def test_tool_choice_allowed_tools(client, engine):
     for bad in (allowed("auto", "launch_rockets"), allowed("auto")):
         with pytest.raises(openai.BadRequestError):
             client.chat.completions.create(model=MODEL, messages=user("[[weather]]"), tools=tools, tool_choice=bad)
+
+
+# a freeform (custom) tool in the chat shape: OpenAI's GPT-5 custom tools, as Responses' apply_patch
+CHAT_PATCH_TOOL = {"type": "custom", "custom": {"name": "apply_patch", "description": "Edit files with a patch.",
+                   "format": {"type": "grammar", "grammar": {"syntax": "lark",
+                                                             "definition": 'start: "*** Begin Patch" LF hunk+'}}}}
+
+
+def test_custom_tools(client, engine):
+    """A custom tool is shown as a function of one string parameter carrying its grammar (as in the Responses API);
+    its call comes back as a `custom` tool call whose input is the raw text, streamed as one delta when the call
+    ends; a history carrying it renders the call as written; a named custom choice is held to its grammar."""
+    r = client.chat.completions.create(model=MODEL, messages=user("[[patch]]"), tools=[WEATHER_TOOL, CHAT_PATCH_TOOL])
+    call = r.choices[0].message.tool_calls[0]
+    assert r.choices[0].finish_reason == "tool_calls" and call.type == "custom"
+    assert call.custom.name == "apply_patch" and call.custom.input == PATCH
+    prompt = engine.tokenizer.decode(engine.requests[-1].prompt_token_ids, skip_special_tokens=False)
+    assert "must follow this lark grammar" in prompt and "hunk+" in prompt
+    deltas = [c.choices[0].delta.model_dump(exclude_none=True) for c in client.chat.completions.create(
+        model=MODEL, messages=user("[[patch]]"), tools=[CHAT_PATCH_TOOL], stream=True) if c.choices]
+    calls = [tc for d in deltas for tc in d.get("tool_calls") or []]
+    assert calls[0]["type"] == "custom" and calls[0]["custom"] == {"name": "apply_patch", "input": ""}
+    assert "".join(tc.get("custom", {}).get("input", "") for tc in calls) == PATCH
+    history = [*user("[[patch]]"), {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+               {"role": "tool", "tool_call_id": call.id, "content": "Done [[after_tool]]"}]
+    r = client.chat.completions.create(model=MODEL, messages=history, tools=[CHAT_PATCH_TOOL])
+    assert r.choices[0].message.content == AFTER_TOOL.split("\n\n", 1)[1]
+    prompt = engine.tokenizer.decode(engine.requests[-1].prompt_token_ids, skip_special_tokens=False)
+    assert f"<function=apply_patch>\n<parameter=input>\n{PATCH}\n</parameter>" in prompt
+    r = client.chat.completions.create(model=MODEL, messages=user("[[patch]]"), tools=[WEATHER_TOOL, CHAT_PATCH_TOOL],
+                                       tool_choice={"type": "custom", "custom": {"name": "apply_patch"}})
+    assert r.choices[0].message.tool_calls[0].custom.input == PATCH
+    so = engine.requests[-1].sampling.structured
+    assert so.tool_name == "apply_patch" and so.tool_grammars["apply_patch"]["definition"].startswith('start: "***')
 
 
 def test_tool_results_in_history(client, engine):
