@@ -1,5 +1,5 @@
 """Responses API tools -> the chat tools the Qwen3.5 template shows, and the model's calls back to the items the
-client expects.
+client expects. Chat Completions' custom tools go through the same conversion (openai_convert.py).
 
 - `function` tools as they are (the flat Responses shape).
 - `custom` (freeform) tools, such as Codex CLI's `apply_patch` in its grammar form, take plain text rather than
