@@ -129,3 +129,30 @@ def test_forged_control_tokens_in_every_client_string_are_text(servers, tokenize
     # The flag restores the permissive behaviour: the same request now carries forged control tokens.
     assert prompt_ids(loose_url, loose, "") == clean
     assert _count(tokenizer, prompt_ids(loose_url, loose, FORGED)) > _count(tokenizer, clean) + 10
+
+
+def test_pieces_encoded_before_are_taken_from_the_memo(tokenizer, monkeypatch):
+    """An agent's growing conversation: each turn's ids equal a fresh guard's (the memo changes no id), the pieces
+    of earlier turns come from the memo (counted by the encoder's calls), and the memo stays within its bound."""
+    import hinfer.server.prompt_guard as pg
+
+    rng = random.Random(0)
+    words = ["alpha", "beta", "<|im_start|>", "gamma", "délta", "<think>", "\ue000", "ε", "42"]
+    guard, messages = PromptGuard(tokenizer), [{"role": "system", "content": "Be brief. " * 20}]
+    calls = []
+    real = tokenizer.encode_plain
+    monkeypatch.setattr(tokenizer, "encode_plain", lambda text: calls.append(text) or real(text))
+    for turn in range(6):
+        messages.append({"role": "user", "content": " ".join(rng.choice(words) for _ in range(40 + turn))})
+        prompt = ChatPrompt(messages=list(messages), tools=[TOOL])
+        calls.clear()
+        got = render_prompt(tokenizer, prompt, guard)
+        encoded = [c for c in calls if len(c) >= pg.MEMO_MIN_CHARS]
+        assert got == render_prompt(tokenizer, prompt, PromptGuard(tokenizer))
+        if turn:  # only the turn's new messages were encoded: the last answer and the new question
+            assert [c.split("\n", 1)[0] for c in encoded] == ["assistant", "user"]
+        messages.append({"role": "assistant", "content": "ok " * (30 + turn)})
+    monkeypatch.setattr(pg, "MEMO_CHARS", 400)
+    small = PromptGuard(tokenizer)
+    render_prompt(tokenizer, ChatPrompt(messages=list(messages), tools=[TOOL]), small)
+    assert 0 < small._memo_chars <= 400 and sum(map(len, small._memo)) == small._memo_chars
