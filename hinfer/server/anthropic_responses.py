@@ -12,9 +12,9 @@ from typing import Any
 
 from hinfer.engine.protocol import TokenEvent
 from hinfer.server.generation import EngineRun
+from hinfer.server.ids import new_id
 from hinfer.server.output import OutputParser, Piece, ReasoningPiece
 from hinfer.server.spec_usage import spec_usage
-from hinfer.server.state import new_id
 from hinfer.server.tool_parser import TextPiece, ToolCallArgs, ToolCallStart
 
 # Thinking blocks carry a signature that Anthropic checks when they come back; ours is not checked.

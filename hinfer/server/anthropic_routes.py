@@ -14,11 +14,12 @@ from hinfer.server.anthropic_convert import chat_prompt, sampling_params
 from hinfer.server.anthropic_responses import MessageBuilder, fold
 from hinfer.server.errors import anthropic_body
 from hinfer.server.generation import EngineRun, engine_error, log_failure, run_to_end
+from hinfer.server.ids import new_id
 from hinfer.server.images import reads_images, with_images
 from hinfer.server.openapi_responses import ANTHROPIC_ERRORS, STREAMED
 from hinfer.server.prompt import plan_max_tokens, render_prompt_off_loop
 from hinfer.server.schemas_anthropic import CountTokensRequest, MessagesRequest
-from hinfer.server.state import get_state, new_id
+from hinfer.server.state import get_state
 from hinfer.server.structured import anthropic_output_format, calls_under_grammar, constraint
 
 log = logging.getLogger(__name__)

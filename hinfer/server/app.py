@@ -16,6 +16,7 @@ from starlette.routing import Match
 
 from hinfer.server import (
     anthropic_routes,
+    conversations_routes,
     misc_routes,
     openai_routes,
     responses_routes,
@@ -80,6 +81,7 @@ def create_app(
     app.state.hinfer = state
     app.include_router(openai_routes.router)
     app.include_router(responses_routes.router)
+    app.include_router(conversations_routes.router)
     app.include_router(anthropic_routes.router)
     app.include_router(misc_routes.router)
     app.include_router(tokenize_routes.router)

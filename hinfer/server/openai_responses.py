@@ -8,10 +8,11 @@ from typing import Any
 from hinfer.engine.protocol import TokenEvent
 from hinfer.server.finite import wire_logprob
 from hinfer.server.generation import EngineRun
+from hinfer.server.ids import new_id
 from hinfer.server.output import OutputParser, Piece, ReasoningPiece
 from hinfer.server.responses_tools import custom_input
 from hinfer.server.spec_usage import spec_usage
-from hinfer.server.state import ServerState, new_id
+from hinfer.server.state import ServerState
 from hinfer.server.tool_parser import TextPiece, ToolCallArgs, ToolCallEnd, ToolCallStart
 
 

@@ -22,6 +22,7 @@ from hinfer.server.choices import (
 )
 from hinfer.server.errors import bad_request, openai_body
 from hinfer.server.generation import EngineRun, engine_error, log_failure
+from hinfer.server.ids import new_id
 from hinfer.server.images import with_images
 from hinfer.server.openai_convert import chat_logprobs, chat_prompt, completion_prompts, sampling_params
 from hinfer.server.openai_responses import (
@@ -35,7 +36,7 @@ from hinfer.server.openai_responses import (
 from hinfer.server.openapi_responses import OPENAI_ERRORS, STREAMED
 from hinfer.server.prompt import plan_max_tokens, render_prompt_off_loop
 from hinfer.server.schemas_openai import ChatCompletionRequest, CompletionRequest
-from hinfer.server.state import get_state, new_id
+from hinfer.server.state import get_state
 from hinfer.server.structured import calls_under_grammar, constraint, openai_response_format, vllm_extras
 
 router = APIRouter(responses=OPENAI_ERRORS)

@@ -12,24 +12,46 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.background import BackgroundTask
 
 from hinfer.server import sse
+from hinfer.server.conversations_store import item_page, listed_item
 from hinfer.server.errors import APIError, bad_request
 from hinfer.server.generation import EngineRun, engine_error, log_failure, run_to_end
+from hinfer.server.ids import new_id
 from hinfer.server.images import with_images
 from hinfer.server.openapi_responses import OPENAI_ERRORS, STREAMED
 from hinfer.server.prompt import plan_max_tokens, render_prompt_off_loop
 from hinfer.server.responses_convert import chat_prompt, input_items, sampling_params
 from hinfer.server.responses_stream import ResponseBuilder
 from hinfer.server.schemas_responses import InputTokensRequest, ResponsesRequest
-from hinfer.server.state import ServerState, get_state, new_id
+from hinfer.server.state import ServerState, get_state
 from hinfer.server.structured import constraint, responses_text_format
 
 log = logging.getLogger(__name__)
 router = APIRouter(responses=OPENAI_ERRORS)
 
 
-def _conversation(st: ServerState, body: InputTokensRequest) -> list[dict[str, Any]]:
-    """The whole conversation as input items: the stored one `previous_response_id` continues, then `input`."""
+def conversation_id(body: InputTokensRequest) -> str | None:
+    """The Conversations API id a request continues (`conversation`: the id, or {"id": ...}), or None."""
+    conv = body.conversation
+    if conv is None:
+        return None
+    conv = conv.get("id") if isinstance(conv, dict) else conv
+    if not isinstance(conv, str) or not conv:
+        raise bad_request("conversation must be a conversation id or {'id': ...}", param="conversation")
+    if body.previous_response_id is not None:
+        raise bad_request("conversation and previous_response_id cannot both be given", param="conversation")
+    return conv
+
+
+def _history(st: ServerState, body: InputTokensRequest) -> list[dict[str, Any]]:
+    """The whole conversation as input items: the stored one `previous_response_id` continues, or the
+    conversation's items, then `input`."""
     items = input_items(body.input)
+    if (conv_id := conversation_id(body)) is not None:
+        conv = st.conversations.get(conv_id)
+        if conv is None:
+            raise APIError(404, f"Conversation with id '{conv_id}' not found (conversations are kept in memory, "
+                                "for a bounded number of them)", param="conversation")  # fmt: skip
+        return [*conv.items, *items]
     if body.previous_response_id is None:
         if not items:
             raise bad_request("input is empty", param="input")
@@ -48,7 +70,7 @@ async def create_response(body: ResponsesRequest, request: Request):
     st.check_model(body.model)
     if body.background:
         raise bad_request("background responses are not supported", param="background")
-    items = _conversation(st, body)
+    items = _history(st, body)
     prompt, budget, names = chat_prompt(body, items, st.preserve_thinking_default)
     schema = responses_text_format(body.text)
     ids = await render_prompt_off_loop(st.tokenizer, prompt, st.prompt_guard)
@@ -72,9 +94,16 @@ async def create_response(body: ResponsesRequest, request: Request):
     await run_to_end(run, b.feed)
     b.finish_events()
     resp = b.response()
+    _remember(st, body, items, resp)
+    return JSONResponse(resp)
+
+
+def _remember(st: ServerState, body: ResponsesRequest, items: list[dict[str, Any]], resp: dict[str, Any]) -> None:
+    """A finished response: stored (`store`), and its input and output added to its conversation, if any."""
     if body.store:
         st.responses.put(resp, items)
-    return JSONResponse(resp)
+    if (conv_id := conversation_id(body)) is not None:
+        st.conversations.add_items(conv_id, [*input_items(body.input), *resp["output"]])
 
 
 async def _stream(st: ServerState, run: EngineRun, b: ResponseBuilder,
@@ -86,8 +115,7 @@ async def _stream(st: ServerState, run: EngineRun, b: ResponseBuilder,
             for e in b.feed(ev):
                 yield sse.event(e["type"], e)
         events = b.finish_events()
-        if b.body.store:
-            st.responses.put(b.response(), items)  # before the last event: a client may chain at once
+        _remember(st, b.body, items, b.response())  # before the last event: a client may chain at once
         for e in events:
             yield sse.event(e["type"], e)
     except Exception as exc:
@@ -110,22 +138,10 @@ async def count_input_tokens(body: InputTokensRequest, request: Request):
     st = get_state(request)
     if body.model is not None:
         st.check_model(body.model)
-    prompt, _, _ = chat_prompt(body, _conversation(st, body), st.preserve_thinking_default)
+    prompt, _, _ = chat_prompt(body, _history(st, body), st.preserve_thinking_default)
     ids = await render_prompt_off_loop(st.tokenizer, prompt, st.prompt_guard)
     ids, _ = await with_images(st, prompt, ids, param="input")
     return {"object": "response.input_tokens", "input_tokens": len(ids)}
-
-
-def listed_item(item: dict[str, Any], item_id: str) -> dict[str, Any]:
-    """An input item as the list shows it: an id (a stable one made up where the client sent none), a type, and
-    a message's text content as parts (the shorthand {"role", "content": "text"} spelled out)."""
-    out = {"id": item_id, **item} if "id" not in item else dict(item)
-    if "type" not in out and "role" in out:
-        out["type"] = "message"
-    if out.get("type") == "message" and isinstance(out.get("content"), str):
-        part = "output_text" if out.get("role") == "assistant" else "input_text"
-        out["content"] = [{"type": part, "text": out["content"]}]
-    return out
 
 
 @router.get("/v1/responses/{response_id}/input_items")
@@ -142,16 +158,7 @@ async def list_input_items(
     if entry is None:
         raise _not_found(response_id)
     items = [listed_item(it, f"item_{response_id.removeprefix('resp_')}_{i}") for i, it in enumerate(entry.history)]
-    if order == "desc":
-        items.reverse()
-    if after is not None:
-        at = next((i for i, it in enumerate(items) if it["id"] == after), None)
-        if at is None:
-            raise bad_request(f"No input item with id '{after}' in response '{response_id}'", param="after")
-        items = items[at + 1:]
-    page = items[:limit]
-    return {"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
-            "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit}
+    return item_page(items, after, limit, order, f"response '{response_id}'")
 
 
 @router.get("/v1/responses/{response_id}")

@@ -20,13 +20,14 @@ class StoredResponse:
     chars: int  # rough size, for the store's budget
 
 
-def _size(obj: Any) -> int:
+def size_of(obj: Any) -> int:
+    """A JSON-like value's rough size in characters (the stores' budgets)."""
     if isinstance(obj, str):
         return len(obj)
     if isinstance(obj, dict):
-        return sum(_size(v) for v in obj.values()) + 8 * len(obj)
+        return sum(size_of(v) for v in obj.values()) + 8 * len(obj)
     if isinstance(obj, list):
-        return sum(_size(v) for v in obj) + 8
+        return sum(size_of(v) for v in obj) + 8
     return 8
 
 
@@ -39,7 +40,7 @@ class ResponseStore:
         self._lock = threading.Lock()  # routes run on one loop; the lock keeps it safe if that ever changes
 
     def put(self, response: dict[str, Any], history: list[dict[str, Any]]) -> None:
-        entry = StoredResponse(response, history, _size(response) + _size(history))
+        entry = StoredResponse(response, history, size_of(response) + size_of(history))
         with self._lock:
             self._drop(response["id"])
             self._items[response["id"]] = entry

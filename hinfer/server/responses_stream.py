@@ -15,12 +15,12 @@ from typing import Any
 from hinfer.engine.protocol import TokenEvent
 from hinfer.server.errors import APIError
 from hinfer.server.generation import EngineRun
+from hinfer.server.ids import new_id
 from hinfer.server.output import OutputParser, Piece, ReasoningPiece
 from hinfer.server.prompt import ChatPrompt
 from hinfer.server.responses_convert import encrypt_reasoning
 from hinfer.server.responses_tools import TOOL_SEARCH, ToolNames, custom_input, search_arguments
 from hinfer.server.schemas_responses import ResponsesRequest
-from hinfer.server.state import new_id
 from hinfer.server.structured import calls_under_grammar
 from hinfer.server.tool_parser import TextPiece, ToolCallArgs, ToolCallStart
 
@@ -189,6 +189,8 @@ class ResponseBuilder:
             "store": b.store, "temperature": self.run.sampling.temperature, "top_p": self.run.sampling.top_p,
             "text": {"format": {"type": "text"}}, "tool_choice": b.tool_choice or "auto", "tools": b.tools or [],
             "truncation": "disabled", "user": b.user, "metadata": b.metadata or {},
+            "conversation": {"id": b.conversation.get("id") if isinstance(b.conversation, dict) else b.conversation}
+            if b.conversation else None,
             "usage": self.usage() if done else None,
             **({"timings": self.run.timings()} if done else {}),
         }

@@ -30,6 +30,7 @@ class InputTokensRequest(_Open, UnicodeChecked):
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     previous_response_id: str | None = None
+    conversation: str | dict[str, Any] | None = None  # a Conversations API id, or {"id": ...}
     reasoning: ReasoningConfig | None = None
     text: dict[str, Any] | None = None
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import secrets
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from fastapi import Request
 
+from hinfer.server.conversations_store import ConversationStore
 from hinfer.server.drain import Drain
 from hinfer.server.errors import bad_request
 from hinfer.server.metrics import Metrics
@@ -20,10 +20,6 @@ if TYPE_CHECKING:
     from hinfer.tokenizer import Tokenizer
 
 
-def new_id(prefix: str) -> str:
-    return f"{prefix}{secrets.token_hex(12)}"
-
-
 @dataclass
 class ServerState:
     engine: AsyncEngine
@@ -33,6 +29,7 @@ class ServerState:
     preserve_thinking_default: bool = False
     metrics: Metrics = field(default_factory=Metrics)
     responses: ResponseStore = field(default_factory=ResponseStore)  # stored Responses API answers
+    conversations: ConversationStore = field(default_factory=ConversationStore)  # the Conversations API's
     created: int = field(default_factory=lambda: int(time.time()))
     drain: Drain = field(default_factory=Drain)  # graceful shutdown (drain.py)
     # True: special-token text inside client strings becomes control tokens (--allow-special-tokens-in-content)

@@ -1,0 +1,124 @@
+"""OpenAI Conversations API: POST /v1/conversations, GET / POST (metadata) / DELETE /v1/conversations/{id}, and
+its items: GET / POST /v1/conversations/{id}/items, GET / DELETE /v1/conversations/{id}/items/{item_id}. A
+Responses request with `conversation` continues one (responses_routes.py); the store is conversations_store.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel, ConfigDict
+
+from hinfer.server.conversations_store import Conversation, item_page
+from hinfer.server.errors import APIError, bad_request
+from hinfer.server.openapi_responses import OPENAI_ERRORS
+from hinfer.server.responses_convert import convert_items
+from hinfer.server.state import get_state
+
+router = APIRouter(responses=OPENAI_ERRORS)
+MAX_ITEMS_A_CALL = 20  # OpenAI's bound on the items one create call adds
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False, strict=True)
+
+
+class ConversationCreate(_Open):
+    items: list[Any] | None = None
+    metadata: dict[str, str] | None = None
+
+
+class ConversationUpdate(_Open):
+    metadata: dict[str, str]
+
+
+class ItemsCreate(_Open):
+    items: list[Any]
+
+
+def checked_items(items: list[Any]) -> list[dict[str, Any]]:
+    """Items as a Responses `input` takes them, checked now (a 400 naming `items.N`) so that a conversation never
+    holds one a later response would refuse."""
+    if len(items) > MAX_ITEMS_A_CALL:
+        raise bad_request(f"at most {MAX_ITEMS_A_CALL} items can be added at a time", param="items")
+    try:
+        convert_items(items, None, [])
+    except APIError as e:
+        if e.param is not None and e.param.startswith("input"):
+            e.param = "items" + e.param[len("input"):]
+        raise
+    return items
+
+
+def _conversation(request: Request, conv_id: str) -> Conversation:
+    conv = get_state(request).conversations.get(conv_id)
+    if conv is None:
+        raise APIError(404, f"Conversation with id '{conv_id}' not found (conversations are kept in memory, for a "
+                            "bounded number of them)", param="conversation_id")  # fmt: skip
+    return conv
+
+
+@router.post("/v1/conversations")
+async def create_conversation(body: ConversationCreate, request: Request):
+    conv = get_state(request).conversations.create(checked_items(body.items or []), body.metadata)
+    return conv.public()
+
+
+@router.get("/v1/conversations/{conv_id}")
+async def get_conversation(conv_id: str, request: Request):
+    return _conversation(request, conv_id).public()
+
+
+@router.post("/v1/conversations/{conv_id}")
+async def update_conversation(conv_id: str, body: ConversationUpdate, request: Request):
+    conv = _conversation(request, conv_id)
+    conv.metadata = dict(body.metadata)
+    return conv.public()
+
+
+@router.delete("/v1/conversations/{conv_id}")
+async def delete_conversation(conv_id: str, request: Request):
+    _conversation(request, conv_id)
+    get_state(request).conversations.delete(conv_id)
+    return {"id": conv_id, "object": "conversation.deleted", "deleted": True}
+
+
+@router.post("/v1/conversations/{conv_id}/items")
+async def add_items(conv_id: str, body: ItemsCreate, request: Request):
+    _conversation(request, conv_id)
+    added = get_state(request).conversations.add_items(conv_id, checked_items(body.items)) or []
+    return {"object": "list", "data": added, "first_id": added[0]["id"] if added else None,
+            "last_id": added[-1]["id"] if added else None, "has_more": False}
+
+
+@router.get("/v1/conversations/{conv_id}/items")
+async def list_items(
+    conv_id: str,
+    request: Request,
+    after: str | None = None,
+    limit: int = Query(20, ge=1, le=100),
+    order: str = Query("desc", pattern="^(asc|desc)$"),
+):
+    """The conversation's items, newest first unless `order=asc`, `limit` per page, the page after item `after`;
+    `include` is accepted and ignored."""
+    return item_page(_conversation(request, conv_id).items, after, limit, order, f"conversation '{conv_id}'")
+
+
+def _item_not_found(conv_id: str, item_id: str) -> APIError:
+    return APIError(404, f"Item with id '{item_id}' not found in conversation '{conv_id}'", param="item_id")
+
+
+@router.get("/v1/conversations/{conv_id}/items/{item_id}")
+async def get_item(conv_id: str, item_id: str, request: Request):
+    item = next((it for it in _conversation(request, conv_id).items if it["id"] == item_id), None)
+    if item is None:
+        raise _item_not_found(conv_id, item_id)
+    return item
+
+
+@router.delete("/v1/conversations/{conv_id}/items/{item_id}")
+async def delete_item(conv_id: str, item_id: str, request: Request):
+    conv = _conversation(request, conv_id)
+    if not get_state(request).conversations.delete_item(conv_id, item_id):
+        raise _item_not_found(conv_id, item_id)
+    return conv.public()
