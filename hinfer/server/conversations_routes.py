@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict
 
-from hinfer.server.conversations_store import Conversation, item_page
+from hinfer.server.conversations_store import Conversation
 from hinfer.server.errors import APIError, bad_request
+from hinfer.server.item_pages import PageQuery, list_page
 from hinfer.server.openapi_responses import OPENAI_ERRORS
 from hinfer.server.responses_convert import convert_items
 from hinfer.server.state import get_state
@@ -86,22 +87,14 @@ async def delete_conversation(conv_id: str, request: Request):
 @router.post("/v1/conversations/{conv_id}/items")
 async def add_items(conv_id: str, body: ItemsCreate, request: Request):
     _conversation(request, conv_id)
-    added = get_state(request).conversations.add_items(conv_id, checked_items(body.items)) or []
-    return {"object": "list", "data": added, "first_id": added[0]["id"] if added else None,
-            "last_id": added[-1]["id"] if added else None, "has_more": False}
+    return list_page(get_state(request).conversations.add_items(conv_id, checked_items(body.items)) or [])
 
 
 @router.get("/v1/conversations/{conv_id}/items")
-async def list_items(
-    conv_id: str,
-    request: Request,
-    after: str | None = None,
-    limit: int = Query(20, ge=1, le=100),
-    order: str = Query("desc", pattern="^(asc|desc)$"),
-):
+async def list_items(conv_id: str, request: Request, query: PageQuery = Depends()):
     """The conversation's items, newest first unless `order=asc`, `limit` per page, the page after item `after`;
     `include` is accepted and ignored."""
-    return item_page(_conversation(request, conv_id).items, after, limit, order, f"conversation '{conv_id}'")
+    return query.page(_conversation(request, conv_id).items, f"conversation '{conv_id}'")
 
 
 def _item_not_found(conv_id: str, item_id: str) -> APIError:

@@ -2,8 +2,8 @@
 Responses request with `conversation` continues and then extends with its input and output.
 
 In memory and bounded like the stored responses (least recently used goes first; responses_store.py): a restart
-forgets them. Every item holds an `id` (the client's, or one made up by its type) and a message's text shorthand
-is spelled out as content parts, as OpenAI lists items.
+forgets them. Every item is kept as OpenAI lists it (item_pages.listed_item): with an `id`, a message's text
+shorthand spelled out as content parts.
 """
 
 from __future__ import annotations
@@ -14,39 +14,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from hinfer.server.errors import bad_request
 from hinfer.server.ids import new_id
+from hinfer.server.item_pages import listed_item
 from hinfer.server.responses_store import size_of
-
-_ID_PREFIX = {"message": "msg_", "function_call": "fc_", "function_call_output": "fco_", "reasoning": "rs_",
-              "custom_tool_call": "ctc_", "custom_tool_call_output": "ctco_", "tool_search_call": "tsc_",
-              "tool_search_output": "tso_"}  # fmt: skip
-
-
-def listed_item(item: dict[str, Any], item_id: str | None = None) -> dict[str, Any]:
-    """An input item as OpenAI lists it: with an id (its own; else `item_id`, else one made up by its type), a type,
-    and a message's text content as parts (the shorthand {"role", "content": "text"} spelled out)."""
-    out = {k: v for k, v in item.items() if k != "id"}
-    if "type" not in out and "role" in out:
-        out["type"] = "message"
-    if out.get("type") == "message" and isinstance(out.get("content"), str):
-        part = "output_text" if out.get("role") == "assistant" else "input_text"
-        out["content"] = [{"type": part, "text": out["content"]}]
-    return {"id": item.get("id") or item_id or new_id(_ID_PREFIX.get(out.get("type"), "item_")), **out}
-
-
-def item_page(items: list[dict[str, Any]], after: str | None, limit: int, order: str, owner: str) -> dict[str, Any]:
-    """A page of listed items: newest first unless `order` is asc, `limit` of them, those after item `after` (a 400
-    when `owner` holds no such item)."""
-    items = list(reversed(items)) if order == "desc" else list(items)
-    if after is not None:
-        at = next((i for i, it in enumerate(items) if it["id"] == after), None)
-        if at is None:
-            raise bad_request(f"No item with id '{after}' in {owner}", param="after")
-        items = items[at + 1:]
-    page = items[:limit]
-    return {"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
-            "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit}
 
 
 @dataclass

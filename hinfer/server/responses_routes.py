@@ -7,16 +7,16 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.background import BackgroundTask
 
 from hinfer.server import sse
-from hinfer.server.conversations_store import item_page, listed_item
 from hinfer.server.errors import APIError, bad_request
 from hinfer.server.generation import EngineRun, engine_error, log_failure, run_to_end
 from hinfer.server.ids import new_id
 from hinfer.server.images import with_images
+from hinfer.server.item_pages import PageQuery, listed_item
 from hinfer.server.openapi_responses import OPENAI_ERRORS, STREAMED
 from hinfer.server.prompt import plan_max_tokens, render_prompt_off_loop
 from hinfer.server.responses_convert import chat_prompt, input_items, sampling_params
@@ -145,20 +145,14 @@ async def count_input_tokens(body: InputTokensRequest, request: Request):
 
 
 @router.get("/v1/responses/{response_id}/input_items")
-async def list_input_items(
-    response_id: str,
-    request: Request,
-    after: str | None = None,
-    limit: int = Query(20, ge=1, le=100),
-    order: str = Query("desc", pattern="^(asc|desc)$"),
-):
+async def list_input_items(response_id: str, request: Request, query: PageQuery = Depends()):
     """The input items the stored response answered (the whole conversation it continued), newest first unless
     `order=asc`, `limit` per page, the page after item `after`."""
     entry = get_state(request).responses.get(response_id)
     if entry is None:
         raise _not_found(response_id)
     items = [listed_item(it, f"item_{response_id.removeprefix('resp_')}_{i}") for i, it in enumerate(entry.history)]
-    return item_page(items, after, limit, order, f"response '{response_id}'")
+    return query.page(items, f"response '{response_id}'")
 
 
 @router.get("/v1/responses/{response_id}")
