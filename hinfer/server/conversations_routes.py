@@ -14,6 +14,7 @@ from hinfer.server.errors import APIError, bad_request
 from hinfer.server.item_pages import PageQuery, list_page
 from hinfer.server.openapi_responses import OPENAI_ERRORS
 from hinfer.server.responses_convert import convert_items
+from hinfer.server.responses_store import size_of
 from hinfer.server.state import get_state
 
 router = APIRouter(responses=OPENAI_ERRORS)
@@ -35,6 +36,16 @@ class ConversationUpdate(_Open):
 
 class ItemsCreate(_Open):
     items: list[Any]
+
+
+def check_room(request: Request, conv_id: str, adding: int = 0, param: str = "items") -> None:
+    """A conversation takes no more items once it holds its share of the store (a 400, nothing added): memory stays
+    bounded however long a client keeps adding."""
+    store = get_state(request).conversations
+    held = store.chars(conv_id)
+    if held + adding > store.max_conversation_chars:
+        raise bad_request(f"conversation '{conv_id}' is full: it holds {held} characters of items and takes at most "
+                          f"{store.max_conversation_chars}; start a new conversation", param=param)  # fmt: skip
 
 
 def checked_items(items: list[Any]) -> list[dict[str, Any]]:
@@ -87,6 +98,7 @@ async def delete_conversation(conv_id: str, request: Request):
 @router.post("/v1/conversations/{conv_id}/items")
 async def add_items(conv_id: str, body: ItemsCreate, request: Request):
     _conversation(request, conv_id)
+    check_room(request, conv_id, size_of(body.items))
     return list_page(get_state(request).conversations.add_items(conv_id, checked_items(body.items)) or [])
 
 

@@ -34,6 +34,7 @@ class ConversationStore:
     def __init__(self, max_entries: int = 256, max_chars: int = 64 * 2**20):
         self.max_entries = max_entries
         self.max_chars = max_chars
+        self.max_conversation_chars = max_chars // 4  # one conversation's share: past it, no more items go in
         self._convs: OrderedDict[str, Conversation] = OrderedDict()
         self._chars: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -52,6 +53,11 @@ class ConversationStore:
             if conv is not None:
                 self._convs.move_to_end(conv_id)
             return conv
+
+    def chars(self, conv_id: str) -> int:
+        """How many characters a conversation's items hold (its budget: max_conversation_chars)."""
+        with self._lock:
+            return self._chars.get(conv_id, 0)
 
     def add_items(self, conv_id: str, items: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
         """Append items (ids made up where missing); -> the items as stored, or None for an unknown id."""

@@ -51,6 +51,8 @@ def _history(st: ServerState, body: InputTokensRequest) -> list[dict[str, Any]]:
         if conv is None:
             raise APIError(404, f"Conversation with id '{conv_id}' not found (conversations are kept in memory, "
                                 "for a bounded number of them)", param="conversation")  # fmt: skip
+        if st.conversations.chars(conv_id) > st.conversations.max_conversation_chars:  # its answer could not go in
+            raise bad_request(f"conversation '{conv_id}' is full; start a new conversation", param="conversation")
         return [*conv.items, *items]
     if body.previous_response_id is None:
         if not items:

@@ -84,3 +84,23 @@ def test_bad_items_are_400_and_change_nothing(client, base_url):
                                              "previous_response_id": "resp_1"})
         assert r.status_code == 400 and r.json()["error"]["param"] == "conversation"
     assert len(client.conversations.items.list(conv.id).data) == 1  # nothing added by the refused calls
+
+
+def test_a_full_conversation_takes_no_more(engine, tokenizer):
+    """Past its share of the store a conversation takes no more items (a 400, nothing added), and a response
+    continuing it is refused before it runs: memory stays bounded however long a client keeps adding."""
+    from server_live import live_server
+
+    from hinfer.server import create_app
+
+    app = create_app(engine, tokenizer, model_name=MODEL)
+    app.state.hinfer.conversations.max_conversation_chars = 400
+    with live_server(app) as url, httpx.Client(base_url=url, timeout=30) as http:
+        conv = http.post("/v1/conversations", json={"items": [{"role": "user", "content": "x" * 200}]}).json()
+        r = http.post(f"/v1/conversations/{conv['id']}/items", json={"items": [{"role": "user", "content": "y" * 300}]})
+        assert r.status_code == 400 and "is full" in r.json()["error"]["message"]
+        assert len(http.get(f"/v1/conversations/{conv['id']}/items").json()["data"]) == 1
+        assert http.post("/v1/responses", json={"model": MODEL, "input": "[[greet]]", "conversation": conv["id"],
+                                                "max_output_tokens": 200}).status_code == 200  # fits: it runs
+        r = http.post("/v1/responses", json={"model": MODEL, "input": "[[greet]]", "conversation": conv["id"]})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "conversation"  # the answer made it full
