@@ -17,6 +17,7 @@ from hinfer.engine.protocol import (
     EngineError,
     EngineStats,
     GenerationRequest,
+    QueueFullError,
     QueueTimeoutError,
     TokenEvent,
 )
@@ -49,6 +50,7 @@ class Engine:
         # grammar compiles run here, apart from the default executor (prompt rendering): a slow one queues behind
         # other compiles only
         self._grammar_pool = ThreadPoolExecutor(GRAMMAR_THREADS, thread_name_prefix="hinfer-grammar")
+        self._compiling = 0  # requests waiting for their grammar (counted on the event loop)
 
     # ---- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -76,8 +78,16 @@ class Engine:
         matcher: a compile of many tools or a large schema (up to hundreds of ms) holds up this request alone."""
         await self.start()
         if request.sampling.structured is not None and request.grammar is None:
-            request.grammar = await asyncio.get_running_loop().run_in_executor(
-                self._grammar_pool, self.core.grammars.prepare, request.sampling.structured, request.request_id)
+            limit = self.core.ecfg.max_concurrency + self.core.ecfg.max_pending_requests
+            if self._compiling >= limit:  # as many as lanes and queue hold: the queue's 429, before any compile
+                raise QueueFullError(f"server busy: {self._compiling} structured-output grammars compiling "
+                                     f"(--max-concurrency + --max-pending-requests = {limit})")  # fmt: skip
+            self._compiling += 1
+            try:
+                request.grammar = await asyncio.get_running_loop().run_in_executor(
+                    self._grammar_pool, self.core.grammars.prepare, request.sampling.structured, request.request_id)
+            finally:
+                self._compiling -= 1
         stream = _Stream(asyncio.get_running_loop())
         self._inbox.append((request, stream))
         self._wake.set()

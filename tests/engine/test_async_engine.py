@@ -94,3 +94,37 @@ def test_grammars_compile_off_the_engine_thread(make_engine_core):
 
 async def _collect(gen):
     return [e async for e in gen]
+
+
+def test_grammar_compiles_are_bounded_like_the_queue(make_engine_core):
+    """Requests waiting for their grammar count against lanes + queue: past them the next is refused at once
+    (QueueFullError, the server's 429) instead of piling up compiles; a finished compile frees its place."""
+    import threading
+
+    from hinfer.sampling_params import StructuredOutput
+
+    async def main():
+        core = make_engine_core(max_concurrency=1, max_pending_requests=1)
+        eng = Engine(core, "tiny")
+        await eng.start()
+        real, release = core.grammars.compile, threading.Event()
+        core.grammars.compile = lambda so: release.wait(30) and real(so)
+
+        def req(i):
+            so = StructuredOutput(regex=r"[0-9]{2}")
+            return GenerationRequest(f"g{i}", [3, 4], SamplingParams(temperature=0, max_tokens=4, structured=so))
+
+        try:
+            held = [asyncio.create_task(_collect(eng.generate(req(i)))) for i in range(2)]
+            await asyncio.sleep(0.2)
+            with pytest.raises(QueueFullError, match="grammars compiling"):
+                await eng.generate(req(2)).__anext__()
+            release.set()
+            for t in held:
+                assert (await asyncio.wait_for(t, 30))[-1].finish_reason is not None
+            assert (await asyncio.wait_for(_collect(eng.generate(req(3))), 30))[-1].finish_reason is not None
+        finally:
+            release.set()
+            await eng.stop()
+
+    asyncio.run(main())
