@@ -52,6 +52,25 @@ def test_generate_on_a_checkpoint(tiny_ckpt):
     assert "3 tokens" in r.stderr
 
 
+def test_batch_on_a_checkpoint(tiny_ckpt, tmp_path):
+    """`hinfer batch`: two requests through the server's routes in process, answered in order; a line that is no
+    request makes the exit status 1."""
+    lines = [{"custom_id": "a", "method": "POST", "url": "/v1/chat/completions",
+              "body": {"model": tiny_ckpt.name, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3}},
+             {"custom_id": "b", "method": "POST", "url": "/v1/completions",
+              "body": {"model": tiny_ckpt.name, "prompt": "Hello", "max_tokens": 2}}]  # fmt: skip
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    r = run_cli("batch", str(src), str(out), "--model", str(tiny_ckpt), "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    got = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [g["custom_id"] for g in got] == ["a", "b"] and all(g["response"]["status_code"] == 200 for g in got)
+    assert got[0]["response"]["body"]["usage"]["completion_tokens"] == 3 and "2 requests in" in r.stderr
+    src.write_text(json.dumps(lines[0]) + "\n{oops\n")
+    r = run_cli("batch", str(src), str(out), "--model", str(tiny_ckpt), "--device", "cpu")
+    assert r.returncode == 1 and "1 answered 200, 1 not" in r.stderr
+
+
 def _broken(tmp_path: Path, src: Path, how: str) -> Path:
     d = tmp_path / how
     shutil.copytree(src, d)

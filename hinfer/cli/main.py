@@ -12,7 +12,7 @@ import sys
 from hinfer.errors import HinferError
 
 # Order of appearance in --help; modules found but not listed come after.
-ORDER = ["serve", "generate", "chat", "bench", "plan", "convert", "inspect", "synth"]
+ORDER = ["serve", "generate", "chat", "batch", "bench", "plan", "convert", "inspect", "synth"]
 
 
 def build_parser() -> argparse.ArgumentParser:
