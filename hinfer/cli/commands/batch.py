@@ -42,7 +42,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from hinfer.engine.factory import create_engine
     from hinfer.server import create_app
-    from hinfer.server.batch_file import run_batch
 
     check_max_context(args, args.model)
     if args.concurrency is not None and args.concurrency < 1:
@@ -60,8 +59,7 @@ def run(args: argparse.Namespace) -> int:
             log.info("batch: %d of %d answered", done, total)
 
     try:
-        summary = asyncio.run(_run(app, engine, lines, out, args.concurrency or ecfg.max_concurrency, progress,
-                                   run_batch))
+        summary = asyncio.run(_run(app, engine, lines, out, args.concurrency or ecfg.max_concurrency, progress))
     finally:
         if out is not sys.stdout:
             out.close()
@@ -71,7 +69,10 @@ def run(args: argparse.Namespace) -> int:
     return 0 if summary.failed == 0 else 1
 
 
-async def _run(app, engine, lines, out, concurrency, progress, run_batch):
+async def _run(app, engine, lines, out, concurrency, progress):
+    """The batch, then the engine's thread stopped (in the same event loop)."""
+    from hinfer.server.batch_file import run_batch
+
     try:
         return await run_batch(app, lines, out.write, concurrency, progress)
     finally:
