@@ -10,6 +10,7 @@ DecodeTile, ...) imports it from forms.py with it.
 from __future__ import annotations
 
 from hinfer.ops.triton.tiles.forms import (
+    FP8_MMA,
     INT4_A8,
     INT4_MMA,
     INT4_WGMMA,
@@ -111,6 +112,12 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     (INT4_A8, 5120, 6144, 4): SkinnyConfig(128, 128, 8, 8, 8, 2, 0, False, True),
     (INT4_A8, 5120, 17408, 2): SkinnyConfig(128, 128, 8, 16, 4, 2, 4, False, True),
     (INT4_A8, 5120, 17408, 4): SkinnyConfig(128, 128, 8, 16, 4, 2, 4, False, True),
+    # sixteen rows (four lanes verifying K = 3 drafts) with x quantized ahead, MMA column blocks of 8 or 16 rows
+    # (`bench/int4_mma_tiles.py --a8 --ms 16,32`, H200 2026-12-05): qkv 24.1 -> 19.7 us, GDN in_proj 26.6 -> 20.9,
+    # down 36.6 -> 26.4 against the packaged bf16 path; gate_up and o_proj kept it, and at 32 rows nothing won
+    (INT4_A8, 14336, 5120, 16): SkinnyConfig(128, 128, 16, 4, 4, 2, 2, False, True),
+    (INT4_A8, 16384, 5120, 16): SkinnyConfig(128, 128, 8, 4, 4, 2, 2, False, True),
+    (INT4_A8, 5120, 17408, 16): SkinnyConfig(128, 128, 16, 8, 4, 2, 2, False, True),
     # the 122B-A10B's dense projections at one row on the bf16 kernel's tiles (rings of 2 slots): one lane 264.6 ->
     # 272.4 tok/s (H200 2026-12-03, HINFER_INT4_DECODE=a8; at eight lanes a8 lost 1%, the 35B-A3B gained nothing)
     (INT4_A8, 17408, 3072, 1): SkinnyConfig(128, 128, 8, 4, 4, 2, 2),  # qkv
@@ -198,6 +205,27 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     (INT4_MMA, 248320, 5120, 8): SkinnyConfig(256, 128, 8, 1, 4, 4),
     (INT4_MMA, 248320, 3072, 1): SkinnyConfig(256, 128, 8, 1, 4, 4),
     (INT4_MMA, 248320, 3072, 8): SkinnyConfig(256, 128, 8, 1, 4, 4),
+    # fp8 weights on tensor cores from their row-major bytes (linear_fp8_mma), where they beat the current fp8 path
+    # by > 2% (an entry is where the kernel takes over), swept on the H200 2026-12-05 (`bench/fp8_mma.py --ms
+    # 1,4,8,16,32 --tiles`, per-row scales; bench/results/20261205-0333-fp8-mma-sweep.json). The winning 128-column,
+    # 8-row, 4-warp tiles spill 8 bytes on sm_90, so the next fastest without spills stand in: gate_up at 4 rows 68.8
+    # us (the spilling winner 63.7, the current path 104.3), down at 4 / 8 rows 34.9 / 36.4 (33.4 / 36.0; 49.3 /
+    # 40.9). gate_up at 8 rows and down at one row are left out: no spill-free tile beat the current path by 2%
+    (FP8_MMA, 14336, 5120, 4): SkinnyConfig(128, 128, 8, 4, 8, 2),
+    (FP8_MMA, 14336, 5120, 8): SkinnyConfig(64, 128, 8, 4, 4, 2),
+    (FP8_MMA, 14336, 5120, 16): SkinnyConfig(64, 128, 8, 2, 4, 2),
+    (FP8_MMA, 16384, 5120, 4): SkinnyConfig(64, 128, 8, 4, 4, 2),
+    (FP8_MMA, 16384, 5120, 8): SkinnyConfig(64, 128, 8, 4, 4, 2),
+    (FP8_MMA, 16384, 5120, 16): SkinnyConfig(64, 128, 8, 2, 4, 2),
+    (FP8_MMA, 34816, 5120, 4): SkinnyConfig(64, 128, 8, 1, 4, 4),
+    (FP8_MMA, 34816, 5120, 16): SkinnyConfig(128, 128, 16, 1, 4, 2),
+    (FP8_MMA, 5120, 6144, 4): SkinnyConfig(64, 128, 8, 8, 4, 2),
+    (FP8_MMA, 5120, 6144, 8): SkinnyConfig(128, 128, 8, 8, 8, 2),
+    (FP8_MMA, 5120, 6144, 16): SkinnyConfig(64, 128, 16, 8, 4, 2),
+    (FP8_MMA, 5120, 6144, 32): SkinnyConfig(64, 128, 16, 4, 4, 2),
+    (FP8_MMA, 5120, 17408, 4): SkinnyConfig(64, 128, 8, 8, 4, 2),
+    (FP8_MMA, 5120, 17408, 8): SkinnyConfig(64, 128, 8, 8, 4, 2),
+    (FP8_MMA, 5120, 17408, 16): SkinnyConfig(128, 128, 16, 8, 4, 2),
     # int4 experts on tensor cores (M = token x expert pairs: 9 at one token with the shared expert folded, 72 at 8
     # in bucket 128; until swept there, buckets 64, 256 and 512 borrow the 8-token winners, below),
     # swept 2026-12-02 (`bench/experts_mma_tiles.py --t 1 8`): 35B-A3B 13.9 -> 12.7 us (gate_up) and
