@@ -235,9 +235,9 @@ def build_core(loaded: Loaded) -> EngineCore:
 
 
 def warm_cudnn_prefill(model: Qwen35ForCausalLM, ecfg: EngineConfig, device: torch.device) -> None:
-    """With prefill attention on cuDNN (HINFER_PREFILL_CUDNN=1), build its execution plans for every part shape the
-    server's chunks can bring (attention_cudnn.plan_shapes) now, not on the first request of each shape; a shape
-    cuDNN refuses leaves prefill to the Triton kernel, as at run time."""
+    """With prefill attention on cuDNN (HINFER_PREFILL_CUDNN not `0`), build its execution plans for every part shape
+    a full chunk can bring (attention_cudnn.plan_shapes) now, not on the first request of each shape (by default
+    only those shapes run on cuDNN); a shape cuDNN refuses leaves prefill to the Triton kernel, as at run time."""
     from hinfer.ops.triton.attention_cudnn import cudnn_prefill_enabled, cudnn_prefill_failed, warm_plans
 
     if not cudnn_prefill_enabled(device) or model.dtype not in (torch.bfloat16, torch.float16):

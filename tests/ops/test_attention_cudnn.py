@@ -89,6 +89,7 @@ def test_a_refused_shape_leaves_prefill_to_triton(monkeypatch):
     stays off for the process."""
     monkeypatch.setattr(ac, "_failed", False)
     monkeypatch.setattr(ta, "cudnn_prefill_enabled", lambda device: not ac._failed)
+    monkeypatch.setenv("HINFER_PREFILL_CUDNN", "1")
 
     def refuse(*args, **kwargs):
         raise RuntimeError("cuDNN Frontend error: no valid engine configs")
@@ -127,6 +128,7 @@ def test_long_chunks_on_cudnn_the_rest_on_triton(monkeypatch):
     paged reference."""
     monkeypatch.setattr(ta, "cudnn_prefill_enabled", lambda device: True)
     monkeypatch.setattr(ac, "cudnn_part", part_ref)
+    monkeypatch.setenv("HINFER_PREFILL_CUDNN", "1")  # every long chunk, whatever its shapes
     seed = 4321
     g = torch.Generator().manual_seed(seed)
     cached, q_lens = [50, 100, 20, 0], [1, MIN_Q + 6, 37, MIN_Q + 76]
@@ -194,6 +196,7 @@ def test_plan_shapes_hold_every_shape_the_parts_bring(chunk, max_context):
 
 
 def test_warm_plans_runs_each_shape_as_laid_out_at_run_time(monkeypatch):
+    monkeypatch.setattr(ac, "_planned", set())
     calls = []
     monkeypatch.setattr(ac, "cudnn_part", lambda q, k, v, causal, scale: calls.append(
         (q.shape, k.shape, q.is_contiguous() and k.is_contiguous() and v is k, causal, scale)))  # fmt: skip
@@ -204,6 +207,30 @@ def test_warm_plans_runs_each_shape_as_laid_out_at_run_time(monkeypatch):
     assert all(c[0][:2] == (1, H) and c[1][:2] == (1, HKV) and c[0][3] == c[1][3] == D for c in calls)
     assert all(c[2] and c[4] == 0.125 for c in calls)
     assert warm_plans(H, HKV, D, torch.bfloat16, torch.device("cpu"), MIN_Q - 1, 3000, 0.125)[0] == 0
+    assert ac._planned == set(shapes)
+
+
+def test_by_default_only_planned_shapes_go_to_cudnn(monkeypatch):
+    """The default mode: after startup planned a full chunk's shapes, a full chunk after any prefix goes to cuDNN;
+    a shorter last chunk of a length not planned stays on the Triton kernel (no request waits for a plan); `1`
+    takes it, `0` and short chunks take nothing; a bad value is refused."""
+    monkeypatch.setattr(ac, "_planned", set())
+    monkeypatch.setattr(ac, "cudnn_part", lambda q, k, v, causal, scale: None)
+    monkeypatch.delenv("HINFER_PREFILL_CUDNN", raising=False)
+    chunk, max_context = 2048, 200_000
+    assert ac.cudnn_mode() == "planned" and not ac.cudnn_takes(0, chunk)
+    warm_plans(H, HKV, D, torch.bfloat16, torch.device("cpu"), chunk, max_context, 0.125)
+    for cached in (0, 16, 255, 256, 4096, 70000, 131072 + 48, max_context - chunk):
+        assert ac.cudnn_takes(cached, chunk), cached
+        assert set(ac.part_shapes(cached, chunk)) <= set(plan_shapes(chunk, max_context))
+    assert not ac.cudnn_takes(4096, 1500) and not ac.cudnn_takes(0, MIN_Q - 1)
+    monkeypatch.setenv("HINFER_PREFILL_CUDNN", "1")
+    assert ac.cudnn_takes(4096, 1500) and not ac.cudnn_takes(0, MIN_Q - 1)
+    monkeypatch.setenv("HINFER_PREFILL_CUDNN", "0")
+    assert not cudnn_prefill_enabled(torch.device("cuda"))
+    monkeypatch.setenv("HINFER_PREFILL_CUDNN", "yes")
+    with pytest.raises(ValueError, match="HINFER_PREFILL_CUDNN"):
+        ac.cudnn_mode()
 
 
 def test_merge_kernel_matches_the_torch_body():

@@ -14,10 +14,10 @@ from hinfer.batch import ForwardBatch
 from hinfer.ops.dispatch import launch_fusions
 from hinfer.ops.triton.activation import sigmoid_gate
 from hinfer.ops.triton.attention_cudnn import (
-    MIN_Q,
     cudnn_prefill,
     cudnn_prefill_enabled,
     cudnn_prefill_failed,
+    cudnn_takes,
 )
 from hinfer.ops.triton.attention_decode import paged_decode
 from hinfer.ops.triton.attention_prefill import paged_prefill
@@ -81,14 +81,15 @@ def _cudnn_prefills(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, out: torch.Tensor, batch: ForwardBatch,
     n_dec: int, scale: float,
 ) -> set[int]:  # fmt: skip
-    """The prefill chunks (sequences n_dec..) of at least MIN_Q new tokens on cuDNN (HINFER_PREFILL_CUDNN=1;
-    attention_cudnn); -> the sequences it ran (the Triton kernel takes the others)."""
+    """The prefill chunks (sequences n_dec..) cuDNN takes (attention_cudnn.cudnn_takes: at least MIN_Q new tokens,
+    by default in shapes planned at startup) on cuDNN; -> the sequences it ran (the Triton kernel takes the
+    others)."""
     if not cudnn_prefill_enabled(q.device) or q.dtype not in (torch.bfloat16, torch.float16):
         return set()  # cuDNN's fused attention is 16-bit only: an fp32 model stays on the Triton kernel
     if q.is_cuda and torch.cuda.is_current_stream_capturing():
         return set()  # its parts follow host-side lengths: a captured graph keeps the Triton kernel
     q_lens = batch.q_lens_cpu
-    long = [i for i in range(n_dec, batch.num_seqs) if q_lens[i] >= MIN_Q]
+    long = [i for i in range(n_dec, batch.num_seqs) if cudnn_takes(batch.cached_lens_cpu[i], q_lens[i])]
     try:
         for i in long:
             rows = slice(sum(q_lens[:i]), sum(q_lens[: i + 1]))

@@ -41,16 +41,33 @@ QUANTUM = 256  # query rows and key pieces come in multiples of it: a bounded se
 Part = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool, float], tuple[torch.Tensor, torch.Tensor]]
 
 _failed = False  # cuDNN refused a shape once: the Triton kernel from then on, for the process
+_planned: set[tuple[int, int, bool]] = set()  # (query rows, key rows, causal) shapes warm_plans ran
+
+
+def cudnn_mode() -> str:
+    """HINFER_PREFILL_CUDNN: `planned` (the default) runs on cuDNN the chunks whose part shapes were all planned at
+    startup (`warm_plans`: a full chunk's, after any prefix), the rest on the Triton kernel, so no request waits
+    for a plan; `1` every chunk of >= MIN_Q tokens, a new shape planned when it first comes (40-210 ms each on the
+    H200); `0` the Triton kernel only."""
+    v = os.environ.get("HINFER_PREFILL_CUDNN", "planned").strip()
+    if v not in ("planned", "1", "0"):
+        raise ValueError(f"HINFER_PREFILL_CUDNN must be `planned`, `1` or `0`, got {v!r}")
+    return v
 
 
 def cudnn_prefill_enabled(device: torch.device) -> bool:
-    """Prefill chunks of >= MIN_Q tokens on cuDNN (HINFER_PREFILL_CUDNN=1; default 0: the Triton kernel), on a GPU
-    whose torch has it, until it refuses a shape (`cudnn_prefill_failed`). Off by default: cuDNN builds an
-    execution plan for every new (queries, keys) shape, reported at 55-400 ms each, and a server's prompts bring
-    new chunk and prefix lengths all the time; a long prompt alone repeats its shapes after a few chunks."""
-    on = os.environ.get("HINFER_PREFILL_CUDNN", "0").strip() == "1"
-    return (on and not _failed and device.type == "cuda" and torch.backends.cudnn.is_available()
+    """Prefill chunks of >= MIN_Q tokens may go to cuDNN (`cudnn_mode` not `0`), on a GPU whose torch has it,
+    until it refuses a shape (`cudnn_prefill_failed`)."""
+    return (cudnn_mode() != "0" and not _failed and device.type == "cuda" and torch.backends.cudnn.is_available()
             and hasattr(torch.ops.aten, "_scaled_dot_product_cudnn_attention"))  # fmt: skip
+
+
+def cudnn_takes(cached: int, n: int) -> bool:
+    """Whether a chunk of n tokens after `cached` goes to cuDNN (given `cudnn_prefill_enabled`): long enough, and
+    in `planned` mode every part shape it brings planned at startup."""
+    if n < MIN_Q:
+        return False
+    return cudnn_mode() == "1" or set(part_shapes(cached, n)) <= _planned
 
 
 def cudnn_prefill_failed(err: Exception) -> None:
@@ -109,6 +126,15 @@ def _padded(x: int, quantum: int) -> int:
     return -(-x // quantum) * quantum
 
 
+def part_shapes(cached: int, n: int, block: int = BLOCK, quantum: int = QUANTUM) -> list[tuple[int, int, bool]]:
+    """The (query rows, key rows, causal) shape of each part `cudnn_prefill` gives cuDNN for this chunk."""
+    shapes = []
+    for span in part_plan(cached, n, block, quantum):
+        rows = _padded(span.lead + n, quantum)
+        shapes.append((rows, rows if span.causal else span.stop - span.start, span.causal))
+    return shapes
+
+
 def plan_shapes(n: int, max_context: int, block: int = BLOCK, quantum: int = QUANTUM) -> list[tuple[int, int, bool]]:
     """Every (query rows, key rows, causal) part shape `cudnn_prefill` gives cuDNN for a chunk of n tokens after any
     prefix that leaves it within max_context: the prefix's parts (queries padded, keys a whole block or a power of two of
@@ -135,6 +161,7 @@ def warm_plans(n_heads: int, n_kv: int, head_dim: int, dtype: torch.dtype, devic
         q = torch.zeros((1, n_heads, rows, head_dim), dtype=dtype, device=device)
         kv = torch.zeros((1, n_kv, keys, head_dim), dtype=dtype, device=device)
         cudnn_part(q, kv, kv, causal, scale)
+        _planned.add((rows, keys, causal))
         del q, kv
     if device.type == "cuda":
         torch.cuda.synchronize(device)
