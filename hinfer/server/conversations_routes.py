@@ -7,41 +7,37 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
-from pydantic import BaseModel, ConfigDict
 
-from hinfer.server.conversations_store import Conversation
+from hinfer.server.conversations_store import Conversation, ConversationStore
 from hinfer.server.errors import APIError, bad_request
 from hinfer.server.item_pages import PageQuery, list_page
 from hinfer.server.openapi_responses import OPENAI_ERRORS
 from hinfer.server.responses_convert import convert_items
 from hinfer.server.responses_store import size_of
+from hinfer.server.schema_base import OpenModel
 from hinfer.server.state import get_state
 
 router = APIRouter(responses=OPENAI_ERRORS)
 MAX_ITEMS_A_CALL = 20  # OpenAI's bound on the items one create call adds
 
 
-class _Open(BaseModel):
-    model_config = ConfigDict(extra="allow", allow_inf_nan=False, strict=True)
-
-
-class ConversationCreate(_Open):
+class ConversationCreate(OpenModel):
     items: list[Any] | None = None
     metadata: dict[str, str] | None = None
 
 
-class ConversationUpdate(_Open):
+class ConversationUpdate(OpenModel):
     metadata: dict[str, str]
 
 
-class ItemsCreate(_Open):
+class ItemsCreate(OpenModel):
     items: list[Any]
 
 
-def check_room(request: Request, conv_id: str, adding: int = 0, param: str = "items") -> None:
+def check_room(store: ConversationStore, conv_id: str, adding: int = 0, param: str = "items") -> None:
     """A conversation takes no more items once it holds its share of the store (a 400, nothing added): memory stays
-    bounded however long a client keeps adding."""
-    store = get_state(request).conversations
+    bounded however long a client keeps adding (a response continuing a full one is refused alike: its answer could
+    not go in)."""
     held = store.chars(conv_id)
     if held + adding > store.max_conversation_chars:
         raise bad_request(f"conversation '{conv_id}' is full: it holds {held} characters of items and takes at most "
@@ -62,12 +58,16 @@ def checked_items(items: list[Any]) -> list[dict[str, Any]]:
     return items
 
 
-def _conversation(request: Request, conv_id: str) -> Conversation:
-    conv = get_state(request).conversations.get(conv_id)
+def conversation_or_404(store: ConversationStore, conv_id: str, param: str = "conversation_id") -> Conversation:
+    conv = store.get(conv_id)
     if conv is None:
         raise APIError(404, f"Conversation with id '{conv_id}' not found (conversations are kept in memory, for a "
-                            "bounded number of them)", param="conversation_id")  # fmt: skip
+                            "bounded number of them)", param=param)  # fmt: skip
     return conv
+
+
+def _conversation(request: Request, conv_id: str) -> Conversation:
+    return conversation_or_404(get_state(request).conversations, conv_id)
 
 
 @router.post("/v1/conversations")
@@ -98,7 +98,7 @@ async def delete_conversation(conv_id: str, request: Request):
 @router.post("/v1/conversations/{conv_id}/items")
 async def add_items(conv_id: str, body: ItemsCreate, request: Request):
     _conversation(request, conv_id)
-    check_room(request, conv_id, size_of(body.items))
+    check_room(get_state(request).conversations, conv_id, size_of(body.items))
     return list_page(get_state(request).conversations.add_items(conv_id, checked_items(body.items)) or [])
 
 

@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.background import BackgroundTask
 
 from hinfer.server import sse
+from hinfer.server.conversations_routes import check_room, conversation_or_404
 from hinfer.server.errors import APIError, bad_request
 from hinfer.server.generation import EngineRun, engine_error, log_failure, run_to_end
 from hinfer.server.ids import new_id
@@ -47,12 +48,8 @@ def _history(st: ServerState, body: InputTokensRequest) -> list[dict[str, Any]]:
     conversation's items, then `input`."""
     items = input_items(body.input)
     if (conv_id := conversation_id(body)) is not None:
-        conv = st.conversations.get(conv_id)
-        if conv is None:
-            raise APIError(404, f"Conversation with id '{conv_id}' not found (conversations are kept in memory, "
-                                "for a bounded number of them)", param="conversation")  # fmt: skip
-        if st.conversations.chars(conv_id) > st.conversations.max_conversation_chars:  # its answer could not go in
-            raise bad_request(f"conversation '{conv_id}' is full; start a new conversation", param="conversation")
+        conv = conversation_or_404(st.conversations, conv_id, param="conversation")
+        check_room(st.conversations, conv_id, param="conversation")
         return [*conv.items, *items]
     if body.previous_response_id is None:
         if not items:

@@ -5,22 +5,18 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from hinfer.server.schema_base import OpenModel
 from hinfer.server.unicode_check import UnicodeChecked
 
 
-class _Open(BaseModel):
-    # strict: "5" is not an integer nor "yes" a boolean, as both APIs answer (400) too.
-    model_config = ConfigDict(extra="allow", allow_inf_nan=False, strict=True)
-
-
-class Message(_Open):
+class Message(OpenModel):
     role: Literal["user", "assistant", "system"]  # system: Anthropic's mid-conversation system messages
     content: str | list[dict[str, Any]]
 
 
-class Tool(_Open):
+class Tool(OpenModel):
     name: str = Field(min_length=1)
     description: str | None = None
     input_schema: dict[str, Any] | None = None
@@ -29,18 +25,18 @@ class Tool(_Open):
     defer_loading: bool | None = None  # true: callable, but shown only where a tool_reference loads it
 
 
-class ToolChoice(_Open):
+class ToolChoice(OpenModel):
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
     disable_parallel_tool_use: bool | None = None
 
 
-class Thinking(_Open):
+class Thinking(OpenModel):
     type: Literal["enabled", "disabled", "adaptive"]
     budget_tokens: int | None = None
 
 
-class _MessagesBase(_Open, UnicodeChecked):
+class _MessagesBase(OpenModel, UnicodeChecked):
     model: str
     messages: list[Message] = Field(min_length=1)
     system: str | list[dict[str, Any]] | None = None
@@ -67,37 +63,37 @@ class CountTokensRequest(_MessagesBase):
 # Content blocks (validated individually).
 
 
-class TextBlock(_Open):
+class TextBlock(OpenModel):
     type: Literal["text"]
     text: str
 
 
-class ToolUseBlock(_Open):
+class ToolUseBlock(OpenModel):
     type: Literal["tool_use"]
     id: str
     name: str
     input: dict[str, Any] = Field(default_factory=dict)
 
 
-class ToolResultBlock(_Open):
+class ToolResultBlock(OpenModel):
     type: Literal["tool_result"]
     tool_use_id: str
     content: str | list[dict[str, Any]] | None = None
     is_error: bool | None = None
 
 
-class ThinkingBlock(_Open):
+class ThinkingBlock(OpenModel):
     type: Literal["thinking"]
     thinking: str
     signature: str | None = None
 
 
-class RedactedThinkingBlock(_Open):
+class RedactedThinkingBlock(OpenModel):
     type: Literal["redacted_thinking"]
     data: str | None = None
 
 
-class ServerToolBlock(_Open):
+class ServerToolBlock(OpenModel):
     """A call of a tool that ran at Anthropic (`server_tool_use`, `mcp_tool_use`) or its result
     (`web_search_tool_result`, `tool_search_tool_result`, `mcp_tool_result`, ...): in an assistant message of a
     conversation begun there."""
@@ -110,7 +106,7 @@ def is_server_tool_block(typ: str) -> bool:
         typ.endswith("_tool_result") and typ != "tool_result")
 
 
-BLOCK_TYPES: dict[str, type[_Open]] = {
+BLOCK_TYPES: dict[str, type[OpenModel]] = {
     "text": TextBlock,
     "tool_use": ToolUseBlock,
     "tool_result": ToolResultBlock,

@@ -5,35 +5,30 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from hinfer.server.schema_base import OpenModel
 from hinfer.server.unicode_check import UnicodeChecked
 
 
-class _Open(BaseModel):
-    # NaN/Infinity are valid to Python's json module but never valid sampling settings.
-    # strict: "5" is not an integer nor "yes" a boolean, as both APIs answer (400) too.
-    model_config = ConfigDict(extra="allow", allow_inf_nan=False, strict=True)
-
-
-class FunctionCall(_Open):
+class FunctionCall(OpenModel):
     name: str
     arguments: str | dict[str, Any] = "{}"  # a JSON object as text (OpenAI); a dict is accepted too
 
 
-class CustomCall(_Open):
+class CustomCall(OpenModel):
     name: str
     input: str
 
 
-class ToolCall(_Open):
+class ToolCall(OpenModel):
     id: str | None = None
     type: Literal["function", "custom"] = "function"
     function: FunctionCall | None = None  # type function
     custom: CustomCall | None = None  # type custom: a freeform tool's call, its input the text
 
 
-class ChatMessage(_Open):
+class ChatMessage(OpenModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[dict[str, Any]] | None = None
     name: str | None = None
@@ -43,50 +38,50 @@ class ChatMessage(_Open):
     tool_call_id: str | None = None
 
 
-class FunctionDef(_Open):
+class FunctionDef(OpenModel):
     name: str = Field(min_length=1)
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
 
 
-class CustomDef(_Open):
+class CustomDef(OpenModel):
     name: str = Field(min_length=1)
     description: str | None = None
     format: dict[str, Any] | None = None  # {"type": "text"} or {"type": "grammar", "grammar": {"syntax", "definition"}}
 
 
-class Tool(_Open):
+class Tool(OpenModel):
     type: Literal["function", "custom"] = "function"
     function: FunctionDef | None = None  # type function
     custom: CustomDef | None = None  # type custom: a freeform tool (openai_convert.py)
 
 
-class NamedFunction(_Open):
+class NamedFunction(OpenModel):
     name: str
 
 
-class NamedToolChoice(_Open):
+class NamedToolChoice(OpenModel):
     type: Literal["function", "custom"] = "function"
     function: NamedFunction | None = None
     custom: NamedFunction | None = None
 
 
-class AllowedTools(_Open):
+class AllowedTools(OpenModel):
     mode: Literal["auto", "required"]
     tools: list[dict[str, Any]]  # {"type": "function", "function": {"name"}}: checked in openai_convert.py
 
 
-class AllowedToolsChoice(_Open):
+class AllowedToolsChoice(OpenModel):
     type: Literal["allowed_tools"]
     allowed_tools: AllowedTools
 
 
-class StreamOptions(_Open):
+class StreamOptions(OpenModel):
     include_usage: bool = False
 
 
-class _SamplingFields(_Open, UnicodeChecked):
+class _SamplingFields(OpenModel, UnicodeChecked):
     model: str
     stream: bool = False
     stream_options: StreamOptions | None = None

@@ -5,22 +5,16 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
-
+from hinfer.server.schema_base import OpenModel
 from hinfer.server.unicode_check import UnicodeChecked
 
 
-class _Open(BaseModel):
-    # strict: "5" is not an integer nor "yes" a boolean, as both APIs answer (400) too.
-    model_config = ConfigDict(extra="allow", allow_inf_nan=False, strict=True)
-
-
-class ReasoningConfig(_Open):
+class ReasoningConfig(OpenModel):
     effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
     summary: str | None = None  # accepted; the raw reasoning is returned instead of a summary
 
 
-class InputTokensRequest(_Open, UnicodeChecked):
+class InputTokensRequest(OpenModel, UnicodeChecked):
     """What renders a Responses prompt; alone, POST /v1/responses/input_tokens (no model required)."""
 
     model: str | None = None

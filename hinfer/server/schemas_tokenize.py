@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from hinfer.server.schemas_openai import ChatMessage, Tool, _Open
+from hinfer.server.schema_base import OpenModel
+from hinfer.server.schemas_openai import ChatMessage, Tool
 from hinfer.server.unicode_check import UnicodeChecked
 
 
-class TokenizeRequest(_Open, UnicodeChecked):
+class TokenizeRequest(OpenModel, UnicodeChecked):
     model: str | None = None
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
@@ -23,6 +24,6 @@ class TokenizeRequest(_Open, UnicodeChecked):
     tools: list[Tool] | None = None
 
 
-class DetokenizeRequest(_Open, UnicodeChecked):
+class DetokenizeRequest(OpenModel, UnicodeChecked):
     model: str | None = None
     tokens: list[int]
