@@ -244,7 +244,8 @@ def convert_messages(body: _MessagesBase, images: list[Any], tool_images: bool =
 # URL), listed where they stand (_with_references), so the system prompt, and with it the prefix cache, stays as it
 # was when tools load mid-conversation. Anthropic's server-side tool search tools (tool_search_tool_regex_...,
 # _bm25_...) have no counterpart here: with one in the request the deferred tools are shown like the others, so
-# there is nothing left to search for, and the search tool is left out.
+# there is nothing left to search for, and the search tool is left out. With every tool deferred they are all shown
+# too: the call format comes with the system prompt's tool list, and with none shown nothing would teach it.
 TOOL_SEARCH_PREFIX = "tool_search_tool_"
 _skipped_search_types: set[str] = set()
 
@@ -286,6 +287,8 @@ def chat_prompt(body: _MessagesBase, preserve_default: bool, tool_images: bool =
             fn["description"] = t.description
         defs[t.name] = {"type": "function", "function": fn}
         (deferred if t.defer_loading and not server_search else tools).append(defs[t.name])
+    if deferred and not tools:
+        tools, deferred = deferred, []
     tc = body.tool_choice
     if tc is None or tc.type == "auto":
         choice = ToolChoice("auto")

@@ -245,6 +245,17 @@ def test_deferred_tools_load_where_a_tool_reference_names_them(client, engine):
     assert listed.endswith("</tools>\n[tool_reference to 'nope': no tool of that name in this request]")
 
 
+def test_every_tool_deferred_shows_them_all(client, engine):
+    """With every tool deferred none would be in the system prompt, and with the tool list the call format goes
+    missing too: they are all shown, and called as usual."""
+    tools = [{**t, "defer_loading": True} for t in TOOLS]
+    m = client.messages.create(model=MODEL, max_tokens=200, messages=user("[[weather]]"), tools=tools, thinking=THINK)
+    use = [b for b in m.content if b.type == "tool_use"]
+    assert use and use[0].name == "get_weather" and use[0].input == WEATHER_ARGS
+    system = prompt_of(engine).split("<|im_end|>", 1)[0]
+    assert '"name": "get_weather"' in system and '"name": "get_time"' in system and "<tool_call>" in system
+
+
 def test_server_tool_blocks_in_history_are_left_out(client, engine):
     """A conversation begun at Anthropic carries server tool calls and results in its assistant turns (a tool
     search's, a web search's): accepted, left out of the prompt (they ran there), the text around them kept. In a
