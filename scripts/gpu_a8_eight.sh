@@ -20,3 +20,8 @@ line packaged_27b qwen3.6-27b
 [ -s "$R/tiles-a8-eight.json" ] && line packaged_27b_2 qwen3.6-27b
 line int4_35b qwen3.6-35b-a3b
 line int4_122b qwen3.5-122b-a10b
+# the quantized-weights issue's kernel table (each 27B shape, int4 and fp8, 1 / 8 / 32 rows, torch's int4 and cuBLAS
+# fp8 beside ours)
+left 420 && { timeout 170 python bench/linear_kernels.py --formats fp8,fp8-mma,fp8-cublas,int4-a8,int4-mma,int4-torch \
+  --ms 1,8,32 --prefill-m 0 --json "$R/kernel_table.json" > "$R/kernel_table.txt" 2>&1
+  echo "== kernel table rc=$? $((SECONDS - START)) s"; tail -40 "$R/kernel_table.txt" | cut -c1-150; pack; }
