@@ -17,7 +17,6 @@ line() {  # line NAME MODEL [ENV=VALUE...]
 }
 line packaged_27b qwen3.6-27b
 [ -s "$R/tiles-a8-eight.json" ] && line a8_eight_27b qwen3.6-27b HINFER_TILES="$R/tiles-a8-eight.json"
-[ -s "$R/tiles-a8-eight.json" ] && line packaged_27b_2 qwen3.6-27b
 line int4_35b qwen3.6-35b-a3b
 line int4_122b qwen3.5-122b-a10b
 # the quantized-weights issue's kernel table (each 27B shape, int4 and fp8, 1 / 8 / 32 rows, torch's int4 and cuBLAS
