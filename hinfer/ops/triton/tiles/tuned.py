@@ -93,10 +93,13 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     (INT4_A8, 5120, 6144, 1): SkinnyConfig(128, 128, 8, 8, 4, 2, 4, False, False, 96),
     (INT4_A8, 5120, 17408, 1): SkinnyConfig(128, 128, 8, 16, 4, 2, 4, False, False, 96),
     (INT4_A8, 5120, 6144, 8): SkinnyConfig(128, 128, 8, 8, 8, 2, 4),
-    # gate_up at eight rows with x quantized ahead in its own launch (x_ahead, act_int8) on the bf16 kernel's tile:
-    # 33.5 -> 31.4 us alone with the quantize launch (the per-program form: 41.3), decode at eight lanes 968.6 ->
-    # 991.5 tok/s (one pair, H200 2026-12-03)
-    (INT4_A8, 34816, 5120, 8): SkinnyConfig(128, 128, 8, 2, 4, 2, 4, False, True, 96),
+    # gate_up at eight rows with x quantized ahead in its own launch (x_ahead, act_int8), on 8 warps: 35.5 -> 32.8 us
+    # against the 4-warp tile that held it (33.5 -> 31.4 against the bf16 kernel, 2026-12-03); qkv at eight rows on
+    # the int8 kernel, x quantized in the programs: 18.0 -> 16.9 us against the warpgroup kernel (`bench/
+    # int4_mma_tiles.py --a8 --a8-all --ms 8`); with both, the 27B int4 at eight lanes 982.4 / 982.5 / 982.6 ->
+    # 988.8 / 987.9 / 989.2 tok/s (three pairs, H200 2026-12-05)
+    (INT4_A8, 34816, 5120, 8): SkinnyConfig(128, 128, 8, 2, 8, 2, 2, False, True),
+    (INT4_A8, 14336, 5120, 8): SkinnyConfig(256, 128, 8, 4, 8, 2, 4),
     # two and four rows (speculative verification: one lane at K = 1 or 3) with x quantized ahead, on the bf16
     # kernel's tiles (`bench/tile_variants.py --a8-rows 2,4 --a8-ahead`): the 27B's MTP round at one lane, K = 3,
     # 9.46 -> 9.12 ms (means of 6 and 3 runs in three calls; the eight-lane round, 32 rows, unchanged); plain
