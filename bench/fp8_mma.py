@@ -4,7 +4,8 @@ Qwen3.6-27B shapes (or a packaged config's), timed like bench/linear_kernels.py 
 that do not fit in L2). Prints, per shape and M, both times and their share of the copy bandwidth, the best tile
 of a sweep; `--json` keeps every row. `--tiles` writes the fp8_mma entries where the best tile beats the current
 path by more than --margin (HINFER_TILES form; HINFER_FP8_MMA=tuned takes the kernel exactly there) and prints
-them as tuned.py lines.
+them as tuned.py lines. Tiles that spill on sm_90 are left out before timing (tile_sweep.spill_free; `--spills`
+times them too): they are never packaged.
 
     python bench/fp8_mma.py [--ms 1,2,4,8,16,32] [--shapes qkv,gdn_in,gate_up,o_proj,down | --config NAME]
                             [--scheme channel|block] [--depths 2,4] [--json out.json] [--tiles tiles.json]
@@ -24,7 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.linear_kernels import _copies, _gen, copy_bandwidth, graph_time  # noqa: E402
-from bench.tile_sweep import Winners, add_shape_args, chosen_shapes, time_tiles  # noqa: E402
+from bench.tile_sweep import Winners, add_shape_args, chosen_shapes, spill_free, time_tiles  # noqa: E402
 
 
 def candidates(m: int, n: int, k: int, depths: tuple[int, ...] = (2, 4), sms: int = 132) -> list:
@@ -49,7 +50,7 @@ def candidates(m: int, n: int, k: int, depths: tuple[int, ...] = (2, 4), sms: in
 
 
 def main() -> None:
-    from hinfer.ops.triton.linear_fp8_mma import fp8_mma_matmul
+    from hinfer.ops.triton.linear_fp8_mma import fp8_mma_matmul, fp8_mma_variant
     from hinfer.ops.triton.tiles.forms import FP8_MMA
     from hinfer.ops.triton.tiles.linear import fp8_mma_config
     from hinfer.quant.fp8 import quantize_fp8
@@ -60,6 +61,8 @@ def main() -> None:
     ap.add_argument("--depths", default="2,4", help="register look-ahead depths to try")
     ap.add_argument("--tiles", type=Path, help="write the winning fp8_mma entries here (HINFER_TILES form)")
     ap.add_argument("--margin", type=float, default=0.02, help="how much faster than the current path an entry must be")
+    ap.add_argument("--spills", action="store_true",
+                    help="also time tiles that spill on sm_90 (by default left out: they are never packaged)")
     a = ap.parse_args()
     os.environ["HINFER_FP8_MMA"] = "0"  # Fp8Weight.matmul: the current fp8 paths, the figure to beat
     bw = copy_bandwidth()
@@ -77,6 +80,9 @@ def main() -> None:
             cur_t = graph_time(lambda wt, x=x: wt.matmul(x), weights)
             default = fp8_mma_config(m, n, k, sms)
             cands = candidates(m, n, k, tuple(int(v) for v in a.depths.split(",")), sms)
+            if not a.spills:  # the per-M variant: one build per tile whatever the shape (N, K are arguments)
+                cands = spill_free(cands, lambda c: fp8_mma_variant(c.block_n, c.block_m, c.split_k, c.num_warps,
+                                                                    blocked, c.num_stages, pdl=True), f"{name} M={m}")
 
             def measure(cfg, x=x, want=want, w=w, weights=weights):
                 got = fp8_mma_matmul(x, w.weight, w.scale, blocked, cfg=cfg).float()  # checked before timing
