@@ -155,6 +155,28 @@ def _triton_vs_reference(cfg, model, n: int = 700, ps: int = 64) -> float:
     return ((a - r).norm() / r.norm()).item()
 
 
+def test_long_prompts_prefill_on_cudnn_by_default(monkeypatch):
+    """The default prefill path of a long prompt: its full 1,024-token chunks (shapes planned at startup) on cuDNN
+    by parts, the shorter last chunk on the Triton kernel, then greedy decode whose every token is the top of a
+    one-chunk prefill's logits up to rounding (_assert_greedy_up_to_rounding)."""
+    import hinfer.ops.triton.attention as ta
+
+    monkeypatch.delenv("HINFER_PREFILL_CUDNN", raising=False)
+    calls = []
+    real = ta.cudnn_prefill
+    monkeypatch.setattr(ta, "cudnn_prefill", lambda q, *a, **k: (calls.append(q.shape[0]), real(q, *a, **k))[1])
+    cfg = ModelConfig.from_dict(SMALL)
+    model = random_init(Qwen35ForCausalLM(cfg, torch.bfloat16, "cuda"), seed=5)
+    tok = Tokenizer.from_dir(tokenizer_dir())
+    g = torch.Generator().manual_seed(fixed_test_seed())
+    prompts = [torch.randint(1, 4096, (3 * 1024 + 300,), generator=g).tolist()]
+    ecfg = resolve_engine_config(cfg, EngineConfig(device="cuda", dtype="bf16", max_context=8192, max_concurrency=2,
+                                                   prefill_chunk=1024))  # fmt: skip
+    out = _run(make_core(cfg, model, tok, ecfg, torch.device("cuda")), prompts, 16)
+    assert calls == [1024, 1024, 1024], calls  # one attention layer; the 300-token chunk stayed on Triton
+    _assert_greedy_up_to_rounding(model, prompts, out, "cudnn prefill")
+
+
 def test_triton_matches_reference_on_27b_layers():
     cfg = load_model_config(config_dir("qwen3.6-27b"))
     cfg = replace(cfg, num_hidden_layers=4, layer_types=cfg.layer_types[:4], mtp_num_hidden_layers=0)
