@@ -28,22 +28,22 @@ def time_tiles(default: Any, candidates: Iterable[Any], measure: Callable[[Any],
 def spill_free(candidates: Iterable[Any], variant: Callable[[Any], tuple], label: str) -> list[Any]:
     """The candidates whose sm_90 build (linear_aot, `variant(tile)` -> its (name, kernel, signature, constexprs,
     warps)) keeps every register in registers: a spilling tile is never packaged (tests/quant/test_sm90_compile.py
-    refuses it), so it is not timed either. Builds are cached by tile."""
+    refuses it), so it is not timed either. Builds are cached by the variant's name (it names every constant)."""
     from hinfer.ops.triton.linear_aot import compile_gluon_sm90, resources
 
     out = []
     for cfg in candidates:
-        if cfg not in _stacks:
-            _, fn, sig, cex, warps = variant(cfg)
-            _stacks[cfg] = resources(compile_gluon_sm90(fn, sig, cex, warps))["stack"]
-        if _stacks[cfg]:
-            print(f"  {label}: {cfg} spills {_stacks[cfg]} bytes on sm_90, left out", flush=True)
+        name, fn, sig, cex, warps = variant(cfg)
+        if name not in _stacks:
+            _stacks[name] = resources(compile_gluon_sm90(fn, sig, cex, warps))["stack"]
+        if _stacks[name]:
+            print(f"  {label}: {cfg} spills {_stacks[name]} bytes on sm_90, left out", flush=True)
         else:
             out.append(cfg)
     return out
 
 
-_stacks: dict[Any, int] = {}
+_stacks: dict[str, int] = {}
 
 
 @dataclass
