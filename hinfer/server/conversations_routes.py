@@ -8,6 +8,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 
+from hinfer.server.body_check import CheckedBody
 from hinfer.server.conversations_store import Conversation, ConversationStore
 from hinfer.server.errors import APIError, bad_request
 from hinfer.server.item_pages import PageQuery, list_page
@@ -21,16 +22,16 @@ router = APIRouter(responses=OPENAI_ERRORS)
 MAX_ITEMS_A_CALL = 20  # OpenAI's bound on the items one create call adds
 
 
-class ConversationCreate(OpenModel):
+class ConversationCreate(OpenModel, CheckedBody):
     items: list[Any] | None = None
     metadata: dict[str, str] | None = None
 
 
-class ConversationUpdate(OpenModel):
+class ConversationUpdate(OpenModel, CheckedBody):
     metadata: dict[str, str]
 
 
-class ItemsCreate(OpenModel):
+class ItemsCreate(OpenModel, CheckedBody):
     items: list[Any]
 
 

@@ -32,6 +32,7 @@ from hinfer.server.responses_tools import (
     shown_name,
     tool_names,
 )
+from hinfer.server.schema_base import type_of
 
 _MEDIA_PARTS = {"input_image", "input_file", "input_audio", "image_url", "image", "file"}
 _TEXT_PARTS = {"input_text", "output_text", "text", "summary_text", "reasoning_text"}
@@ -62,7 +63,7 @@ def input_items(raw: str | list[Any]) -> list[Any]:
 def _part_text(part: Any, param: str, media_placeholder: bool) -> str:
     if not isinstance(part, dict):
         raise bad_request("a content part must be an object", param=param)
-    typ = part.get("type")
+    typ = type_of(part, param)
     if typ in _MEDIA_PARTS:
         if media_placeholder:  # a tool's output is not the client's to change: keep the turn, say what is missing
             return f"[{typ} omitted: this server reads images in user messages only, and no files or audio]"
@@ -106,7 +107,7 @@ def _user_content(content: Any, param: str, images: list[Any]) -> str | list[dic
     if not isinstance(content, list) or not any(isinstance(p, dict) and p.get("type") == "input_image"
                                                 for p in content):  # fmt: skip
         return _content_text(content, param)
-    return [_image_part(p, f"{param}.{i}", images) if p.get("type") == "input_image"
+    return [_image_part(p, f"{param}.{i}", images) if isinstance(p, dict) and p.get("type") == "input_image"
             else {"type": "text", "text": _part_text(p, f"{param}.{i}", False)} for i, p in enumerate(content)]
 
 
@@ -179,7 +180,7 @@ def convert_items(items: list[Any], instructions: str | None, images: list[Any] 
         p = f"input.{i}"
         if not isinstance(item, dict):
             raise bad_request("every input item must be an object", param=p)
-        typ = item.get("type") or ("message" if "role" in item else None)
+        typ = type_of(item, p) or ("message" if "role" in item else None)
         if typ == "message":
             role = item.get("role")
             if role == "user":

@@ -29,6 +29,7 @@ from typing import Any
 
 from hinfer.server.errors import bad_request
 from hinfer.server.prompt import ToolChoice
+from hinfer.server.schema_base import type_of
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ _SEARCH_ABOUT = ("Searches for more tools by what they do. The tools found are l
                  "called from then on.")
 _SEARCH_PARAMETERS = {"type": "object", "properties": {"query": {"type": "string", "description": "What the tool "
                       "should do, in a few words."}}, "required": ["query"]}  # fmt: skip
-_warned_tool_types: set[str] = set()
+_warned_tool_types: set[str | None] = set()
 
 
 def flat_name(namespace: str, name: str) -> str:
@@ -61,7 +62,7 @@ def _members(tools: list[Any] | None, where: str = "tools"
     for i, tool in enumerate(tools or []):
         if not isinstance(tool, dict):
             raise bad_request("every tool must be an object", param=f"{where}.{i}")
-        typ = tool.get("type")
+        typ = type_of(tool, f"{where}.{i}")
         if typ in ("function", "custom") or (typ == "tool_search" and _client_search(tool)):
             yield f"{where}.{i}", tool, None
         elif typ == "namespace":
@@ -75,7 +76,7 @@ def _members(tools: list[Any] | None, where: str = "tools"
                                       param=f"{where}.{i}.tools.{j}")
                 yield f"{where}.{i}.tools.{j}", member, tool
         elif typ not in _warned_tool_types and len(_warned_tool_types) < 64:  # bounded: types come from clients
-            _warned_tool_types.add(str(typ))
+            _warned_tool_types.add(typ)
             if typ == "tool_search":
                 log.info("a server-executed tool_search is left out: every tool given is shown to the model, "
                          "deferred ones too, so there is nothing to search for")  # fmt: skip

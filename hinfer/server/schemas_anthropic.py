@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from hinfer.server.body_check import CheckedBody
 from hinfer.server.schema_base import OpenModel
-from hinfer.server.unicode_check import UnicodeChecked
 
 
 class Message(OpenModel):
@@ -36,7 +36,7 @@ class Thinking(OpenModel):
     budget_tokens: int | None = None
 
 
-class _MessagesBase(OpenModel, UnicodeChecked):
+class _MessagesBase(OpenModel, CheckedBody):
     model: str
     messages: list[Message] = Field(min_length=1)
     system: str | list[dict[str, Any]] | None = None

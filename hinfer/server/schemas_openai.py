@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from hinfer.server.body_check import CheckedBody
 from hinfer.server.schema_base import OpenModel
-from hinfer.server.unicode_check import UnicodeChecked
 
 
 class FunctionCall(OpenModel):
@@ -81,7 +81,7 @@ class StreamOptions(OpenModel):
     include_usage: bool = False
 
 
-class _SamplingFields(OpenModel, UnicodeChecked):
+class _SamplingFields(OpenModel, CheckedBody):
     model: str
     stream: bool = False
     stream_options: StreamOptions | None = None

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from hinfer.server.body_check import CheckedBody
 from hinfer.server.schema_base import OpenModel
-from hinfer.server.unicode_check import UnicodeChecked
 
 
 class ReasoningConfig(OpenModel):
@@ -14,7 +14,7 @@ class ReasoningConfig(OpenModel):
     summary: str | None = None  # accepted; the raw reasoning is returned instead of a summary
 
 
-class InputTokensRequest(OpenModel, UnicodeChecked):
+class InputTokensRequest(OpenModel, CheckedBody):
     """What renders a Responses prompt; alone, POST /v1/responses/input_tokens (no model required)."""
 
     model: str | None = None

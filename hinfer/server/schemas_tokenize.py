@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from hinfer.server.body_check import CheckedBody
 from hinfer.server.schema_base import OpenModel
 from hinfer.server.schemas_openai import ChatMessage, Tool
-from hinfer.server.unicode_check import UnicodeChecked
 
 
-class TokenizeRequest(OpenModel, UnicodeChecked):
+class TokenizeRequest(OpenModel, CheckedBody):
     model: str | None = None
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
@@ -24,6 +24,6 @@ class TokenizeRequest(OpenModel, UnicodeChecked):
     tools: list[Tool] | None = None
 
 
-class DetokenizeRequest(OpenModel, UnicodeChecked):
+class DetokenizeRequest(OpenModel, CheckedBody):
     model: str | None = None
     tokens: list[int]

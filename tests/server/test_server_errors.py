@@ -360,17 +360,66 @@ SURROGATE_BODIES = [
     ("/v1/responses", '{"model": "%s", "input": [{"role": "user", "content": "\\udbff"}]}', "input.0.content"),
     ("/tokenize", '{"model": "%s", "prompt": "a\\udc00"}', "prompt"),
     ("/tokenize", '{"model": "%s", "messages": [{"role": "user", "content": "\\ud800"}]}', "messages.0.content"),
+    ("/v1/conversations", '{"items": [{"role": "user", "content": "\\ud800"}]}', "items.0.content"),
+    ("/v1/conversations", '{"metadata": {"k": "\\udc00"}}', "metadata.k"),
 ]
 
 
 @pytest.mark.parametrize("path,body,param", SURROGATE_BODIES, ids=[str(i) for i in range(len(SURROGATE_BODIES))])
 def test_lone_surrogates_are_400_in_the_dialect_shape(http, path, body, param):
-    r = http.post(path, content=(body % MODEL).encode(), headers={"content-type": "application/json"})
+    r = http.post(path, content=body.replace("%s", MODEL).encode(), headers={"content-type": "application/json"})
     if path.startswith(MSGS):
         assert_anthropic_error(r, needle="invalid Unicode in " + param)
     else:
         err = assert_openai_error(r, needle="lone surrogate")
         assert err["param"] == param
+
+
+# NaN and Infinity: Python's json module reads them, no response could echo them (JSON has no such numbers)
+NON_FINITE_BODIES = [
+    (CHAT, '{"model": "%s", "messages": [{"role": "user", "content": "x"}], "temperature": NaN}', "temperature"),
+    (CHAT, '{"model": "%s", "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", '
+           '"function": {"name": "f", "parameters": {"type": "object", "maximum": Infinity}}}]}',
+     "tools.0.function.parameters.maximum"),
+    (MSGS, '{"model": "%s", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "metadata": '
+           '{"n": -Infinity}}', "metadata.n"),
+    ("/v1/responses", '{"model": "%s", "input": "ok", "metadata": {"k": Infinity}}', "metadata.k"),
+    ("/v1/responses", '{"model": "%s", "input": "ok", "stream": true, "text": {"format": {"type": "json_schema", '
+                      '"name": "x", "schema": {"type": "number", "minimum": NaN}}}}', "text.format.schema.minimum"),
+    ("/tokenize", '{"model": "%s", "prompt": "x", "extra": [1, NaN]}', "extra.1"),
+    ("/v1/conversations", '{"items": [{"role": "user", "content": "x", "n": Infinity}]}', "items.0.n"),
+]
+
+
+@pytest.mark.parametrize("path,body,param", NON_FINITE_BODIES, ids=[str(i) for i in range(len(NON_FINITE_BODIES))])
+def test_nan_and_infinity_are_400_in_the_dialect_shape(http, path, body, param):
+    r = http.post(path, content=body.replace("%s", MODEL).encode(), headers={"content-type": "application/json"})
+    if path.startswith(MSGS):
+        assert_anthropic_error(r, needle="invalid number in " + param)
+    else:
+        err = assert_openai_error(r, needle="is not a JSON number")
+        assert err["param"] == param
+
+
+# untyped items, parts and tools (kept as raw JSON by the schemas) whose `type` is not a string
+BAD_TYPE_BODIES = [
+    {"input": [{"type": ["message"], "role": "user", "content": "x"}], "param": "input.0.type"},
+    {"input": [{"role": "user", "content": [{"type": {"a": 1}, "text": "x"}]}], "param": "input.0.content.0.type"},
+    {"input": [{"type": "function_call_output", "call_id": "c", "output": [{"type": [1]}]}],
+     "param": "input.0.output.0.type"},
+    {"input": "x", "tools": [{"type": {"x": 1}}], "param": "tools.0.type"},
+    {"input": [{"role": "user", "content": ["text", {"type": "input_image", "image_url": "x"}]}],
+     "param": "input.0.content.0"},
+]
+
+
+@pytest.mark.parametrize("case", BAD_TYPE_BODIES, ids=[str(i) for i in range(len(BAD_TYPE_BODIES))])
+def test_responses_items_with_a_type_that_is_no_string_are_400s(http, case):
+    case = dict(case)
+    param = case.pop("param")
+    err = assert_openai_error(http.post("/v1/responses", json={"model": MODEL, **case}))
+    assert err["param"] == param
+    assert http.post("/v1/responses", json={"model": MODEL, "input": "[[greet]]"}).status_code == 200
 
 
 def test_a_valid_surrogate_pair_is_text(http):
