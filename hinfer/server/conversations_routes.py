@@ -59,11 +59,15 @@ def checked_items(items: list[Any]) -> list[dict[str, Any]]:
     return items
 
 
+def _not_found(conv_id: str, param: str) -> APIError:
+    return APIError(404, f"Conversation with id '{conv_id}' not found (conversations are kept in memory, for a "
+                         "bounded number of them)", param=param)  # fmt: skip
+
+
 def conversation_or_404(store: ConversationStore, conv_id: str, param: str = "conversation_id") -> Conversation:
     conv = store.get(conv_id)
     if conv is None:
-        raise APIError(404, f"Conversation with id '{conv_id}' not found (conversations are kept in memory, for a "
-                            "bounded number of them)", param=param)  # fmt: skip
+        raise _not_found(conv_id, param)
     return conv
 
 
@@ -91,8 +95,8 @@ async def update_conversation(conv_id: str, body: ConversationUpdate, request: R
 
 @router.delete("/v1/conversations/{conv_id}")
 async def delete_conversation(conv_id: str, request: Request):
-    _conversation(request, conv_id)
-    get_state(request).conversations.delete(conv_id)
+    if not get_state(request).conversations.delete(conv_id):
+        raise _not_found(conv_id, "conversation_id")
     return {"id": conv_id, "object": "conversation.deleted", "deleted": True}
 
 

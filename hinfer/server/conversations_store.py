@@ -37,6 +37,7 @@ class ConversationStore:
         self.max_conversation_chars = max_chars // 4  # one conversation's share: past it, no more items go in
         self._convs: OrderedDict[str, Conversation] = OrderedDict()
         self._chars: dict[str, int] = {}
+        self._total = 0  # sum of _chars
         self._lock = threading.Lock()
 
     def create(self, items: list[dict[str, Any]], metadata: dict[str, Any] | None) -> Conversation:
@@ -71,12 +72,14 @@ class ConversationStore:
             at = next((i for i, it in enumerate(conv.items) if it["id"] == item_id), None) if conv else None
             if at is None:
                 return False
-            self._chars[conv_id] -= size_of(conv.items.pop(at))
+            gone = size_of(conv.items.pop(at))
+            self._chars[conv_id] -= gone
+            self._total -= gone
             return True
 
     def delete(self, conv_id: str) -> bool:
         with self._lock:
-            self._chars.pop(conv_id, None)
+            self._total -= self._chars.pop(conv_id, 0)
             return self._convs.pop(conv_id, None) is not None
 
     def __len__(self) -> int:
@@ -85,10 +88,12 @@ class ConversationStore:
     def _add(self, conv: Conversation, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         added = [listed_item(it) for it in items]
         conv.items.extend(added)
-        self._chars[conv.id] += sum(size_of(it) for it in added)
+        size = sum(size_of(it) for it in added)
+        self._chars[conv.id] += size
+        self._total += size
         self._convs.move_to_end(conv.id)
         while len(self._convs) > 1 and (len(self._convs) > self.max_entries
-                                        or sum(self._chars.values()) > self.max_chars):  # the one written stays
+                                        or self._total > self.max_chars):  # the one written stays
             oldest, _ = self._convs.popitem(last=False)
-            self._chars.pop(oldest)
+            self._total -= self._chars.pop(oldest)
         return added

@@ -10,6 +10,10 @@ import pytest
 from server_live import MODEL
 from server_scripts import AFTER_TOOL, GREETING, WEATHER_TOOL
 
+from hinfer.server.conversations_store import ConversationStore
+from hinfer.server.item_pages import listed_item
+from hinfer.server.responses_store import size_of
+
 ANSWER = GREETING.split("\n\n", 1)[1]
 TOOLS = [{"type": "function", **WEATHER_TOOL["function"]}]
 
@@ -104,3 +108,22 @@ def test_a_full_conversation_takes_no_more(engine, tokenizer):
                                                 "max_output_tokens": 200}).status_code == 200  # fits: it runs
         r = http.post("/v1/responses", json={"model": MODEL, "input": "[[greet]]", "conversation": conv["id"]})
         assert r.status_code == 400 and r.json()["error"]["param"] == "conversation"  # the answer made it full
+
+
+def test_the_store_keeps_its_character_bound_through_adds_and_deletes():
+    store = ConversationStore(max_entries=10, max_chars=3 * size_of([listed_item(_text_item(0))]) + 50)
+    convs = [store.create([_text_item(i)], None) for i in range(3)]
+    one = store.chars(convs[0].id)
+    assert one > 0 and len(store) == 3
+    assert store.delete_item(convs[1].id, convs[1].items[0]["id"]) and store.chars(convs[1].id) == 0
+    assert store.delete(convs[2].id) and not store.delete(convs[2].id)
+    # two freed items' room: two more fit beside the first (made the most recent by a get)
+    more = [store.create([_text_item(10 + i)], None) for i in range(2)]
+    assert len(store) == 4 and store.get(convs[0].id) is not None  # the get makes it the most recent
+    store.create([_text_item(20)], None)  # over by one item: the emptied conversation goes, then the next oldest
+    assert store.get(convs[1].id) is None and store.get(more[0].id) is None and len(store) == 3
+    assert store.get(convs[0].id) is not None and store.get(more[1].id) is not None
+
+
+def _text_item(i: int) -> dict:
+    return {"type": "message", "role": "user", "content": f"item number {i:04d} " + "x" * 40}
