@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -176,3 +178,102 @@ def test_fuzz_messages_and_count_tokens(http, body, path):
 def test_fuzz_any_json(http, body):
     for path in ("/v1/chat/completions", "/v1/messages"):
         check(http.post(path, json=body), anthropic=path == "/v1/messages")
+
+
+# -- Responses and Conversations: items, parts and tools stay raw JSON past the schema, so their `type` (and any
+# field) may be any JSON value at all
+def any_or(values: list):
+    return maybe(st.sampled_from(values))
+
+
+responses_part = st.fixed_dictionaries({"type": any_or(["input_text", "output_text", "input_image", "refusal",
+                                                        "summary_text", "input_file", "x"])},
+                                       optional={"text": maybe(st.text(max_size=10)),
+                                                 "image_url": maybe(st.just("data:image/png;base64,AAAA")),
+                                                 "refusal": maybe(st.text(max_size=4))})  # fmt: skip
+responses_tool = st.fixed_dictionaries({"type": any_or(["function", "custom", "namespace", "tool_search",
+                                                        "web_search", "x"])},
+                                       optional={"name": maybe(st.sampled_from(["get_weather", "ns", ""])),
+                                                 "parameters": maybe(st.just({"type": "object"})),
+                                                 "format": maybe(st.just({"type": "grammar", "syntax": "lark",
+                                                                          "definition": "start: /.+/"})),
+                                                 "execution": any_or(["client", "server"]),
+                                                 "tools": maybe(st.just([{"type": "function", "name": "f"}]))})  # fmt: skip
+responses_item = st.fixed_dictionaries({"type": any_or([
+    "message", "reasoning", "function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output",
+    "tool_search_call", "tool_search_output", "additional_tools", "item_reference", "x"])}, optional={
+    "role": any_or(["user", "assistant", "system", "developer", "tool"]),
+    "content": maybe(st.text(max_size=10) | st.lists(responses_part, max_size=2)),
+    "call_id": maybe(st.text(max_size=4)), "name": maybe(st.sampled_from(["get_weather", "f"])),
+    "arguments": maybe(st.sampled_from(['{"city": "x"}', "{", ""])), "input": maybe(st.text(max_size=6)),
+    "output": maybe(st.text(max_size=6) | st.lists(responses_part, max_size=2)),
+    "tools": maybe(st.lists(responses_tool, max_size=2)), "namespace": maybe(st.just("ns")),
+    "summary": maybe(st.lists(responses_part, max_size=1)), "encrypted_content": maybe(st.text(max_size=6)),
+})  # fmt: skip
+responses_body = st.fixed_dictionaries({"model": st.just(MODEL),
+                                        "input": st.text(max_size=10) | st.lists(responses_item, max_size=4).map(
+                                            lambda items: items + [{"role": "user", "content": "hi"}])}, optional={
+    "instructions": top(st.text(max_size=6)),
+    "stream": top(st.booleans()),
+    "store": top(st.booleans()),
+    "max_output_tokens": top(st.integers(1, 64) | st.integers(-5, 10**6)),
+    "tools": top(st.lists(responses_tool, max_size=3)),
+    "tool_choice": top(st.sampled_from(["auto", "none", "required"]) | st.fixed_dictionaries(
+        {"type": any_or(["function", "custom", "allowed_tools", "x"])}, optional={"name": maybe(st.just("f"))})),
+    "text": top(st.fixed_dictionaries({"format": maybe(st.fixed_dictionaries(
+        {"type": any_or(["text", "json_schema", "json_object"])},
+        optional={"schema": maybe(st.just({"type": "object"})), "name": maybe(st.just("x"))}))})),
+    "reasoning": top(st.fixed_dictionaries({"effort": maybe(st.sampled_from(["low", "none", "max"]))})),
+    "include": top(st.lists(st.sampled_from(["reasoning.encrypted_content", "x"]), max_size=2)),
+    "metadata": top(st.dictionaries(st.text(max_size=4), json_values, max_size=2)),
+    "previous_response_id": top(st.text(max_size=6)),
+    "conversation": top(st.text(max_size=6)),
+    "parallel_tool_calls": top(st.booleans()),
+})  # fmt: skip
+
+
+@FUZZ
+@given(body=perturbed(responses_body), path=st.sampled_from(["/v1/responses", "/v1/responses/input_tokens"]))
+def test_fuzz_responses(http, body, path):
+    check(http.post(path, json=body), anthropic=False)
+
+
+@settings(FUZZ, max_examples=100)
+@given(items=maybe(st.lists(responses_item, max_size=3)), more=maybe(st.lists(responses_item, max_size=3)),
+       metadata=maybe(st.dictionaries(st.text(max_size=4), st.text(max_size=4), max_size=2)),
+       query=st.dictionaries(st.sampled_from(["limit", "order", "after", "include"]), st.text(max_size=4), max_size=3))
+def test_fuzz_conversations(http, items, more, metadata, query):
+    r = http.post("/v1/conversations", json={"items": items, "metadata": metadata})
+    check(r, anthropic=False)
+    if r.status_code != 200:
+        return
+    conv = r.json()["id"]
+    check(http.post(f"/v1/conversations/{conv}/items", json={"items": more}), anthropic=False)
+    check(http.get(f"/v1/conversations/{conv}/items", params=query), anthropic=False)
+    check(http.post("/v1/responses", json={"model": MODEL, "input": "hi", "conversation": conv}), anthropic=False)
+    assert http.delete(f"/v1/conversations/{conv}").status_code == 200
+
+
+# NaN and Infinity anywhere: Python's json module reads them, nothing may echo them
+non_finite = st.recursive(st.sampled_from([float("nan"), float("inf"), float("-inf"), 1.5, "x"]),
+                          lambda c: st.lists(c, min_size=1, max_size=2) | st.dictionaries(st.text(max_size=3), c,
+                                                                                          min_size=1, max_size=2),
+                          max_leaves=3)  # fmt: skip
+BODIES = {"/v1/chat/completions": {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True},
+          "/v1/completions": {"model": MODEL, "prompt": "hi"},
+          "/v1/messages": {"model": MODEL, "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}],
+                           "stream": True},
+          "/v1/responses": {"model": MODEL, "input": "hi", "stream": True},
+          "/v1/conversations": {"items": []},
+          "/tokenize": {"model": MODEL, "prompt": "hi"}}  # fmt: skip
+
+
+@settings(FUZZ, max_examples=60)
+@given(path=st.sampled_from(sorted(BODIES)), key=st.sampled_from(["metadata", "tools", "temperature", "extra"]),
+       value=non_finite)
+def test_fuzz_nan_and_infinity(http, path, key, value):
+    body = json.dumps({**BODIES[path], key: value}, allow_nan=True)
+    r = http.post(path, content=body.encode(), headers={"content-type": "application/json"})
+    check(r, anthropic=path == "/v1/messages")
+    if "NaN" in body or "Infinity" in body:
+        assert r.status_code == 400, r.text
