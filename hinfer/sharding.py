@@ -12,6 +12,7 @@ Megatron-style splits (docs/tensor-parallel.md):
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 
 from hinfer.config import EngineConfig, ModelConfig
@@ -96,8 +97,9 @@ def vocab_span(vocab: int, n: int, rank: int) -> Span:
 
 def rank_settings(ecfg: EngineConfig) -> EngineConfig:
     """What an engine split over ranks runs: text only and no host-RAM tiers (each needs its own per-rank
-    plumbing, not written yet), eager steps (CUDA graphs holding the collectives are not verified on GPUs yet:
-    docs/tensor-parallel.md); one process is unchanged."""
+    plumbing, not written yet), eager steps unless HINFER_TP_GRAPHS=1 (CUDA graphs holding the collectives are not
+    verified on GPUs yet: docs/tensor-parallel.md); one process is unchanged."""
     if ecfg.tensor_parallel == 1:
         return ecfg
-    return replace(ecfg, vision=False, host_cache_bytes=0, host_kv_bytes=0, cuda_graphs=False)
+    graphs = ecfg.cuda_graphs and os.environ.get("HINFER_TP_GRAPHS", "0") == "1"
+    return replace(ecfg, vision=False, host_cache_bytes=0, host_kv_bytes=0, cuda_graphs=graphs)

@@ -18,7 +18,6 @@ from hinfer.engine.runner import ModelRunner
 from hinfer.engine.sampler import RowState
 from hinfer.engine.sequence import ScheduledChunk, Sequence, Status
 from hinfer.model.state import RESERVED_PAGES, RESERVED_SLOTS
-from hinfer.ops.kv_cache import kv_scales
 from hinfer.sampling_params import SamplingParams
 
 log = logging.getLogger("hinfer.bench")
@@ -30,23 +29,6 @@ class Timing:
     tok_s: float
     ms_per_step: float
     steps: int
-
-
-def fill_random(runner: ModelRunner) -> None:
-    """Random KV and GDN state (never time on zeros), one layer at a time to bound temporaries."""
-    st = runner.state
-    for t in (st.k_cache, st.v_cache, st.conv_state, st.ssm_state):
-        for layer in t:
-            if layer.dtype == torch.int8:  # int8 KV: random codes, scales of a unit-range row
-                layer.copy_(torch.randint(-127, 128, layer.shape, device=layer.device, dtype=torch.int8))
-                kv_scales(layer).fill_(1.0 / 127)
-            elif layer.dtype == torch.uint8:  # int4 KV: random nibble pairs, unit-range group scales
-                layer.copy_(torch.randint(0, 256, layer.shape, device=layer.device, dtype=torch.uint8))
-                kv_scales(layer).fill_(1.0 / 7)
-            elif layer.element_size() == 1:  # fp8: no in-place normal_
-                layer.copy_(torch.randn(layer.shape, device=layer.device, dtype=torch.bfloat16).to(layer.dtype))
-            else:
-                layer.normal_(0, 0.05 if t is st.ssm_state else 1.0)
 
 
 def _lanes(runner: ModelRunner, lanes: int, depth: int, steps: int, greedy: bool, draft_slots: int = 0) -> list[Sequence]:

@@ -20,6 +20,8 @@ import torch
 from hinfer.bench import floors, measure
 from hinfer.config import EngineConfig, ModelConfig, apply_rope_scaling, find_config_file, load_model_config
 from hinfer.engine.factory import make_core, resolve_engine_config
+from hinfer.engine.tp.leader import Ranks
+from hinfer.engine.tp.load import load_rank_model
 from hinfer.fixtures import config_dir, tokenizer_dir
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.random_init import random_init, random_quantized
@@ -97,6 +99,54 @@ def build_model(
     return model
 
 
+def build_rank_models(path: Path | None, cfg: ModelConfig, ecfg: EngineConfig, weights: str,
+                      dev: torch.device) -> tuple[Qwen35ForCausalLM, Ranks]:  # fmt: skip
+    """Tensor parallelism: the other ranks started and each given its shard (of the checkpoint at `path`, or random
+    at its shapes with no path), then rank 0's own. -> (rank 0's shard, the group)."""
+    t0 = time.monotonic()
+    ranks = Ranks(ecfg.tensor_parallel, path, cfg, ecfg, weights)
+    model, error = None, None
+    try:
+        model = load_rank_model(path, cfg, ecfg, weights, ranks.tp, ranks.device)
+    except Exception as e:  # every rank reports before any raises: no rank is left waiting
+        error = e
+    ranks.ready(error)
+    assert model is not None
+    measure.sync(ranks.device)
+    log.info("model ready over %d ranks (%s weights) in %.1f s", ranks.tp.size, weights, time.monotonic() - t0)
+    return model, ranks
+
+
+# a step's all-reduces: the attention / GDN block's and the MLP's in every layer, the embedding's (vocabulary split)
+def step_all_reduces(cfg: ModelConfig) -> int:
+    return 2 * cfg.num_hidden_layers + 1
+
+
+def all_reduce_rows(ranks: Ranks, cfg: ModelConfig, lanes: list[int], dtype: torch.dtype, meta: dict,
+                    repeats: int = 5) -> list[dict]:  # fmt: skip
+    """The collectives of a decode step alone, at each lane count: the step's all-reduces of [lanes, hidden]
+    back to back (best of `repeats`), beside their floor at the group's bus bandwidth, measured here on a 64 MiB
+    all-reduce (bus bytes: 2 (n - 1) / n of the buffer, as nccl-tests count them)."""
+    n, item = ranks.tp.size, dtype.itemsize
+    big = 32 * 2**20 // item * 2
+    t_big = min(ranks.time_all_reduce(big, dtype, 4) / 4 for _ in range(2))
+    bus = 2 * (n - 1) / n
+    bus_bw = bus * big * item / t_big
+    count = step_all_reduces(cfg)
+    rows = []
+    for c in lanes:
+        t = min(ranks.time_all_reduce(c * cfg.hidden_size, dtype, count) for _ in range(repeats))
+        floor = count * bus * c * cfg.hidden_size * item / bus_bw
+        rows.append(meta | {"kind": "all_reduce", "concurrency": c, "depth": 0, "prefill_tokens": 0,
+                            "all_reduces_per_step": count, "ms_per_step": t * 1e3, "floor_ms_per_step": floor * 1e3,
+                            "us_each": t / count * 1e6, "bus_bw_gb_s": bus_bw / 1e9, "tok_s": None,
+                            "floor_tok_s": None, "ratio": floor / t})  # fmt: skip
+        log.info("all-reduces of a decode step, C=%d: %d x [%d, %d] in %.3f ms (%.1f us each; floor %.3f ms at the "
+                 "bus bandwidth %.0f GB/s)", c, count, c, cfg.hidden_size, t * 1e3, t / count * 1e6, floor * 1e3,
+                 bus_bw / 1e9)  # fmt: skip
+    return rows
+
+
 def active_params(model: Qwen35ForCausalLM) -> int:
     """Parameters one token multiplies through (experts scaled by top_k / E; no embedding, lm_head or MTP).
     Quantized weights are modules: count their logical [out, in] once, not their buffers or inner parts."""
@@ -148,27 +198,34 @@ def run_bench(spec: BenchSpec, ecfg: EngineConfig) -> list[dict]:
     bw = floors.copy_bandwidth(dev)
     flops = floors.matmul_flops(dev)
     log.info("measured: copy %.2f TB/s, bf16 GEMM %.0f TFLOP/s", bw / 1e12, flops / 1e12)
-    model = build_model(path, is_ckpt, cfg, spec.weights, with_mtp=ecfg.spec == "mtp", dev=dev, dtype=dtype)
+    ranks = None
+    if ecfg.tensor_parallel > 1:  # this process is rank 0; every figure below is one rank's (its bytes, its FLOPs)
+        if spec.vs_hf:
+            raise SystemExit("hinfer bench --vs-hf runs one process: leave out --tensor-parallel")
+        model, ranks = build_rank_models(path if is_ckpt else None, cfg, ecfg, spec.weights, dev)
+        dev = ranks.device
+    else:
+        model = build_model(path, is_ckpt, cfg, spec.weights, with_mtp=ecfg.spec == "mtp", dev=dev, dtype=dtype)
     if ecfg.lm_head != "keep":  # before the floors: they count the head's bytes as it runs
         quantize_head(model, ecfg.lm_head)
     wbytes, ebytes = floors.weight_bytes_per_step(model), floors.expert_bytes(model)
-    core = make_core(cfg, model, Tokenizer.from_dir(tokenizer_dir()), replace(ecfg, spec=None), dev)
+    core = make_core(cfg, model, Tokenizer.from_dir(tokenizer_dir()), replace(ecfg, spec=None), dev, ranks=ranks)
     runner = core.runner
-    measure.fill_random(runner)
+    runner.state.fill_random()
     meta = {
         "gpu": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu", "commit": git_commit(), "model": str(spec.model),
         "layers": cfg.num_hidden_layers, "weights": spec.weights, "kv_dtype": ecfg.kv_dtype,
         "copy_bw_tb_s": bw / 1e12, "gemm_tflop_s": flops / 1e12, "torch": torch.__version__,
         "python": platform.python_version(), "weight_bytes": wbytes, "expert_bytes": ebytes,
         "page_size": ecfg.page_size, "switches": switches(), "decode_ahead": ecfg.decode_ahead,
-        "lm_head": ecfg.lm_head,
+        "lm_head": ecfg.lm_head, "tensor_parallel": ecfg.tensor_parallel,
     }  # fmt: skip
     rows: list[dict] = []
     kv_item = floors.kv_element_bytes(runner.state.k_cache, runner.state.v_cache)
     for depth in spec.depths:
         for c in spec.concurrency:
             t = measure.decode(runner, c, depth, steps=spec.steps, ahead=ecfg.decode_ahead)
-            b = floors.decode_step_bytes(cfg, wbytes, c, depth, kv_item, dtype.itemsize, ebytes)
+            b = floors.decode_step_bytes(model.cfg, wbytes, c, depth, kv_item, dtype.itemsize, ebytes)
             floor_tok_s = c / (b.total / bw)
             rows.append(meta | {"kind": "decode", "concurrency": c, "depth": depth, "prefill_tokens": 0,
                                 "tok_s": t.tok_s, "ms_per_step": t.ms_per_step, "bytes_per_step": b.total,
@@ -181,13 +238,17 @@ def run_bench(spec: BenchSpec, ecfg: EngineConfig) -> list[dict]:
         chunk = min(n, ecfg.prefill_chunk)
         t = measure.prefill(runner, n, chunk, spec.prefill_repeats, warmup=chunk not in warm)
         warm.add(chunk)
-        floor_tok_s = n / (floors.prefill_flops(cfg, act, n) / flops)
+        floor_tok_s = n / (floors.prefill_flops(model.cfg, act, n) / flops)
         rows.append(meta | {"kind": "prefill", "concurrency": 1, "depth": 0, "prefill_tokens": n, "chunk": chunk,
                             "tok_s": t.tok_s, "ms_per_step": t.ms_per_step, "floor_tok_s": floor_tok_s,
                             "ratio": t.tok_s / floor_tok_s})  # fmt: skip
         log.info("prefill %d (chunk %d): %.0f tok/s (floor %.0f, %.0f%%)", n, chunk, t.tok_s, floor_tok_s,
                  100 * t.tok_s / floor_tok_s)  # fmt: skip
+    if ranks is not None:
+        rows += all_reduce_rows(ranks, model.cfg, spec.concurrency, dtype, meta)
     del core, runner
+    if ranks is not None:
+        ranks.close()
     if ecfg.spec == "mtp":
         rows += spec_sweep(spec, cfg, ecfg, model, meta, bw)
         if spec.forced_acceptance:
@@ -229,7 +290,7 @@ PUBLISHED_ACCEPTANCE = ("3.2-3.3 tokens per round at 3 drafts: SemiAnalysis, Qwe
 SWITCHES = ("HINFER_PDL", "HINFER_GDN_FUSED", "HINFER_GDN_EARLY", "HINFER_FUSE_LAUNCHES", "HINFER_MOE_INT4",
             "HINFER_INT4_LAYOUT", "HINFER_INT4_PREFILL", "HINFER_INT4_DEQUANT",
             "HINFER_INT4_WGMMA", "HINFER_MOE_MMA_PAIRS", "HINFER_MOE_DIRECT_PAIRS", "HINFER_PREFILL_CUDNN",
-            "HINFER_TILES")  # fmt: skip
+            "HINFER_TILES", "HINFER_TP_GRAPHS")  # fmt: skip
 
 
 def switches() -> dict[str, str]:
@@ -249,7 +310,7 @@ def spec_sweep(spec: BenchSpec, cfg: ModelConfig, ecfg: EngineConfig, model: Qwe
         kcfg = resolve_engine_config(cfg, replace(ecfg, draft_tokens=k, spec_adaptive=False))  # every round at K
         core = make_core(cfg, model, tok, kcfg, core_device := torch.device(kcfg.device))
         head = getattr(core.spec.drafter, "draft_head", None)
-        measure.fill_random(core.runner)
+        core.runner.state.fill_random()
         kv_item = floors.kv_element_bytes(core.runner.state.k_cache, core.runner.state.v_cache)
         for depth in spec.depths:
             for c in spec.concurrency:
@@ -284,8 +345,9 @@ def table(rows: list[dict]) -> str:
     from hinfer.bench.forced import forced_table
 
     spec = [r for r in rows if r["kind"] == "spec_round"]
+    reduces = [r for r in rows if r["kind"] == "all_reduce"]
     forced = forced_table(rows)
-    rows = [r for r in rows if r["kind"] not in ("spec_round", "spec_forced")]
+    rows = [r for r in rows if r["kind"] not in ("spec_round", "spec_forced", "all_reduce")]
     for r in rows:
         ratio = f"{r['ratio']:.0%}" if r.get("ratio") else "-"
         floor = f"{r['floor_tok_s']:.1f}" if r.get("floor_tok_s") else "-"
@@ -299,4 +361,8 @@ def table(rows: list[dict]) -> str:
             lines.append(f"| {r['draft_tokens']} | {r['concurrency']} | {r['depth']} | {r['ms_per_round']:.2f} | "
                          f"{r['floor_ms_per_round']:.2f} | {r['ratio']:.0%} | {r['round_vs_plain']:.2f}x | {proj} |")
         lines.append(f"\nprojected = C x acceptance length / round time; acceptance {PUBLISHED_ACCEPTANCE}")
+    if reduces:
+        lines += ["", "| C | all-reduces a step | ms a step | us each | floor ms | bus GB/s |", "|---|---|---|---|---|---|"]
+        lines += [f"| {r['concurrency']} | {r['all_reduces_per_step']} | {r['ms_per_step']:.3f} | {r['us_each']:.1f} | "
+                  f"{r['floor_ms_per_step']:.4f} | {r['bus_bw_gb_s']:.0f} |" for r in reduces]
     return "\n".join(lines + forced)

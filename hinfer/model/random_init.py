@@ -18,6 +18,7 @@ from torch import nn
 from hinfer.config import ModelConfig
 from hinfer.model.qwen3_5 import DecoderLayer, MTPHead, Qwen35ForCausalLM
 from hinfer.model.vision import VisionEncoder
+from hinfer.ops.parallel import SINGLE, TensorParallel
 
 
 @torch.no_grad()
@@ -64,28 +65,29 @@ def _fill_vision(visual: VisionEncoder, gen: torch.Generator, dev) -> None:
 @torch.no_grad()
 def random_quantized(
     cfg: ModelConfig, recipe, device: torch.device | str, with_mtp: bool = False, seed: int = 0,
-    dtype: torch.dtype = torch.bfloat16,
+    dtype: torch.dtype = torch.bfloat16, tp: TensorParallel = SINGLE,
 ) -> Qwen35ForCausalLM:
     """A random model already in `recipe`'s format, built one decoder layer at a time: peak memory is the quantized
     model plus one bf16 layer (the 122B-A10B's bf16 weights exceed any single GPU). Same value rules as random_init
-    (not the same draws)."""
+    (not the same draws). With `tp`, `cfg` is the rank config (sharding.rank_config) and the model this rank's
+    shard, its values this rank's own draws."""
     from hinfer.quant.apply import quantize_layer, quantize_weight
     from hinfer.quant.recipes import get_recipe
 
     r, dev = get_recipe(recipe), torch.device(device)
     gen = torch.Generator(device=dev).manual_seed(seed)
-    model = Qwen35ForCausalLM(cfg, dtype, "meta", with_mtp=with_mtp)
+    model = Qwen35ForCausalLM(cfg, dtype, "meta", with_mtp=with_mtp, tp=tp)
     n = cfg.num_hidden_layers
     for name, p in list(model.named_parameters(recurse=False)):
         setattr(model, name, nn.Parameter(torch.empty(p.shape, dtype=p.dtype, device=dev), requires_grad=False))
     _fill(model.named_parameters(recurse=False), n, gen, dev)
     for i, kind in enumerate(cfg.layer_types):
-        layer = DecoderLayer(cfg, i, kind, cfg.layer_is_moe(i), dtype, dev)
+        layer = DecoderLayer(cfg, i, kind, cfg.layer_is_moe(i), dtype, dev, tp)
         _fill(layer.named_parameters(prefix=f"layers.{i}"), n, gen, dev)
         quantize_layer(layer, r)
         model.layers[i] = layer
     if model.mtp is not None:
-        mtp = MTPHead(cfg, dtype, dev)
+        mtp = MTPHead(cfg, dtype, dev, tp)
         _fill(mtp.named_parameters(prefix="mtp"), n, gen, dev)
         if r.convert_mtp:
             for layer in mtp.layers:

@@ -18,7 +18,7 @@ import torch
 
 from hinfer.config import ModelConfig
 from hinfer.kv_format import cache_format_of
-from hinfer.ops.kv_cache import allocate_kv
+from hinfer.ops.kv_cache import allocate_kv, kv_scales
 
 RESERVED_PAGES = 1
 RESERVED_SLOTS = 1
@@ -103,6 +103,22 @@ class ModelState:
             idx = torch.tensor(slots, dtype=torch.int64, device=self.conv_state.device)
             self.conv_state.index_fill_(1, idx, 0)
             self.ssm_state.index_fill_(1, idx, 0)
+
+    def fill_random(self) -> None:
+        """Random KV and GDN state in every page and slot (benchmarks time a step at depth without prefilling it,
+        and never on zeros), one layer at a time to bound temporaries."""
+        for t in (self.k_cache, self.v_cache, self.conv_state, self.ssm_state):
+            for layer in t:
+                if layer.dtype == torch.int8:  # int8 KV: random codes, scales of a unit-range row
+                    layer.copy_(torch.randint(-127, 128, layer.shape, device=layer.device, dtype=torch.int8))
+                    kv_scales(layer).fill_(1.0 / 127)
+                elif layer.dtype == torch.uint8:  # int4 KV: random nibble pairs, unit-range group scales
+                    layer.copy_(torch.randint(0, 256, layer.shape, device=layer.device, dtype=torch.uint8))
+                    kv_scales(layer).fill_(1.0 / 7)
+                elif layer.element_size() == 1:  # fp8: no in-place normal_
+                    layer.copy_(torch.randn(layer.shape, device=layer.device, dtype=torch.bfloat16).to(layer.dtype))
+                else:
+                    layer.normal_(0, 0.05 if t is self.ssm_state else 1.0)
 
     def copy_slots(self, src: list[int], dst: list[int]) -> None:
         """GDN state (conv + recurrent, every GDN layer) of slot src[i] into dst[i], one gather + scatter per

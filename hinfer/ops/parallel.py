@@ -7,6 +7,7 @@ ranks and the torch.distributed process group the collectives run on (NCCL on GP
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,24 @@ class TensorParallel:
         parts = [torch.empty_like(x) for _ in range(self.size)]
         dist.all_gather(parts, x, group=self.group)
         return torch.cat(parts, dim=-1)
+
+    def time_all_reduce(self, numel: int, dtype: torch.dtype, count: int, device: torch.device) -> float:
+        """Seconds for `count` back-to-back all-reduces of `numel` values, after one untimed (the first sets the
+        communicator's channels up). Every rank must make the same call (`hinfer bench` times a step's
+        collectives and the group's bandwidth this way)."""
+        x = torch.zeros(numel, dtype=dtype, device=device)
+        self.all_reduce(x)
+        _sync(device)
+        t0 = time.perf_counter()
+        for _ in range(count):
+            self.all_reduce(x)
+        _sync(device)
+        return time.perf_counter() - t0
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 SINGLE = TensorParallel()

@@ -17,7 +17,7 @@ def test_spec_rounds_draft_k_every_round(make_engine_core, graphs):
     if graphs:  # the padded static batches of the graph path, run eagerly
         core.runner.capture_graphs(lanes, core.ecfg.max_context, capture=False)
         core.spec.use_graphs(lanes, capture=False)
-    measure.fill_random(core.runner)
+    core.runner.state.fill_random()
     t = measure.spec_rounds(core, lanes, depth, rounds=4, warmup=2)
     assert t.ms_per_round > 0 and t.rounds == 4
     assert t.drafted_per_round == k  # every lane drafted K tokens in every timed round
@@ -26,7 +26,7 @@ def test_spec_rounds_draft_k_every_round(make_engine_core, graphs):
 
 def test_decode_steps(make_engine_core):
     core = make_engine_core(max_concurrency=2)
-    measure.fill_random(core.runner)
+    core.runner.state.fill_random()
     t = measure.decode(core.runner, 2, 30, steps=3, warmup=1)
     assert t.tok_s > 0 and t.steps == 3
 

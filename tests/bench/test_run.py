@@ -43,3 +43,30 @@ def test_bench_runs_end_to_end_on_cpu(tmp_path, weights, monkeypatch):
     out = list((tmp_path / "out").glob("*.json"))
     assert len(out) == 1 and len(json.loads(out[0].read_text())["rows"]) == len(rows)
     assert "projected" in table(rows)
+
+
+def test_bench_splits_over_two_ranks_on_cpu(tmp_path):
+    """--tensor-parallel 2: rank 1 started and given its random shard, decode and prefill through the leader's
+    runner, each rank's bytes in the floors (about half the weights), the step's all-reduces timed; the group is
+    closed at the end."""
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(TINY_MOE))
+    runs = {}
+    for n in (1, 2):
+        spec = BenchSpec(model=str(tmp_path / "m"), weights="int4", concurrency=[1, 2], depths=[40], prefill=[48],
+                         steps=4, out_dir=tmp_path / f"out{n}")  # fmt: skip
+        runs[n] = run_bench(spec, EngineConfig(device="cpu", page_size=16, prefill_chunk=32, tensor_parallel=n))
+    kinds = [r["kind"] for r in runs[2]]
+    assert kinds == ["decode", "decode", "prefill", "all_reduce", "all_reduce"]
+    assert "all_reduce" not in [r["kind"] for r in runs[1]]
+    one, two = runs[1][0], runs[2][0]
+    assert two["tensor_parallel"] == 2 and one["tensor_parallel"] == 1
+    # the embedding and lm_head split by vocabulary, heads and intermediate rows by rank: well under the whole
+    assert 0.4 * one["weight_bytes"] < two["weight_bytes"] < 0.7 * one["weight_bytes"]
+    for r in runs[2]:
+        if r["kind"] == "all_reduce":
+            assert r["all_reduces_per_step"] == 2 * TINY_MOE["num_hidden_layers"] + 1
+            assert r["ms_per_step"] > 0 and 0 < r["floor_ms_per_step"] and r["bus_bw_gb_s"] > 0
+        else:
+            assert r["tok_s"] > 0 and r["floor_tok_s"] > 0
+    assert "all-reduces a step" in table(runs[2])

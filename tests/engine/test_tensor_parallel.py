@@ -93,6 +93,28 @@ def test_dense_two_ranks_spawned(ckpt, seed):
     _check(one, two)
 
 
+def test_two_ranks_decode_through_the_same_graph_sets(ckpt, seed, monkeypatch):
+    """The decode graph sets' padded static batches (on the CPU uncaptured: the staging a captured graph replays):
+    rank 0 has every rank build the same sets, and each decode step's chunks pick the same set and bucket on every
+    rank (a rank running another shape would meet the others in an all-reduce of another size). Tokens, logprobs
+    and logits as one process's."""
+    from hinfer.engine.cuda_graphs import StepGraphs
+
+    replays = []
+    run = StepGraphs.run
+    monkeypatch.setattr(StepGraphs, "run", lambda self, *a, **k: replays.append(self) or run(self, *a, **k))
+    path, prompts = ckpt("dense"), _prompts(seed)
+    llm = LLM(str(path), **ENGINE)
+    llm.core.runner.capture_graphs(ENGINE["max_concurrency"], ENGINE["max_context"], capture=False)
+    one = _run(llm, prompts)
+    with LLM(str(path), tensor_parallel=2, **ENGINE) as llm:
+        llm.core.runner.capture_graphs(ENGINE["max_concurrency"], ENGINE["max_context"], capture=False)
+        before = len(replays)
+        two = _run(llm, prompts)
+        assert len(replays) - before >= 7  # the decode steps after each prompt's first token went through them
+    _check(one, two)
+
+
 def test_moe_two_ranks_under_a_launcher(ckpt, seed, monkeypatch):
     path, prompts = ckpt("moe"), _prompts(seed)
     one = _run(LLM(str(path), **ENGINE), prompts)

@@ -151,9 +151,10 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("--agent, --prefix-ttft, --structured, --spec-serving and --vision are separate benchmarks: "
                          "pick one")
     fill_defaults(args)
-    if args.tensor_parallel > 1:
-        raise SystemExit("hinfer bench runs one process: --tensor-parallel is for serve, generate, chat and plan "
-                         "(docs/tensor-parallel.md)")
+    if args.tensor_parallel > 1 and any((args.spec_serving, args.agent, args.prefix_ttft, args.structured,
+                                         args.vision)):  # fmt: skip
+        raise SystemExit("--tensor-parallel: the throughput sweep only (decode, prefill and the step's all-reduces); "
+                         "the other benchmarks run one process (docs/tensor-parallel.md)")
     if args.spec_serving:
         return run_spec_serving(args)
     if args.agent:

@@ -35,8 +35,10 @@ def main() -> None:
     sys.exit(follow(*args))
 
 
-def follow(rank: int, n: int, init_method: str, path: Path, cfg: ModelConfig, ecfg: EngineConfig, recipe) -> int:
-    """A follower's whole life: join, load, report, serve, leave. -> exit status (0: rank 0 said stop)."""
+def follow(rank: int, n: int, init_method: str, path: Path | None, cfg: ModelConfig, ecfg: EngineConfig,
+           recipe) -> int:
+    """A follower's whole life: join, load (its shard of the checkpoint at `path`, or random weights with no path),
+    report, serve, leave. -> exit status (0: rank 0 said stop)."""
     # Ctrl-C reaches every process of the terminal's group: rank 0 drains its requests, then tells this one to stop
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     device = rank_device(ecfg.device, rank)
@@ -69,6 +71,9 @@ def serve_steps(model: Qwen35ForCausalLM, channel: Channel, device: torch.device
         command, *args = channel.receive()
         if command == "stop":
             return
+        if command == "time_all_reduce":  # `hinfer bench`: the collectives alone, in step with rank 0
+            model.tp.time_all_reduce(*args, device)
+            continue
         if command == "state":  # the pool rank 0 allocated, in this rank's shapes
             runner = ModelRunner(model, ModelState(model.cfg, args[0], device), sampler=None)
             continue
@@ -81,5 +86,9 @@ def serve_steps(model: Qwen35ForCausalLM, channel: Channel, device: torch.device
             runner.state.reset_slots(*args)
         elif command == "copy_slots":
             runner.state.copy_slots(*args)
+        elif command == "capture_graphs":
+            runner.capture_graphs(*args)
+        elif command == "fill_random":
+            runner.state.fill_random()
         else:
             raise ValueError(f"unknown command {command!r} from rank 0")

@@ -40,8 +40,9 @@ class TensorParallelError(HinferError):
 class Ranks:
     """Rank 0's handle on the group: its TensorParallel, the command channel, the processes it spawned."""
 
-    def __init__(self, n: int, path: Path, cfg: ModelConfig, ecfg: EngineConfig, recipe) -> None:
-        """Spawn ranks 1..n-1 (unless a launcher started them) and join them; each starts loading its shard."""
+    def __init__(self, n: int, path: Path | None, cfg: ModelConfig, ecfg: EngineConfig, recipe) -> None:
+        """Spawn ranks 1..n-1 (unless a launcher started them) and join them; each starts loading its shard (of
+        the checkpoint at `path`, or random with no path)."""
         self.procs: list[subprocess.Popen] = []
         init = "env://"
         if launcher_rank(n) is None:
@@ -74,6 +75,11 @@ class Ranks:
         except BaseException as e:
             self.broken = f"{command[0]}: {e}"
             raise
+
+    def time_all_reduce(self, numel: int, dtype: torch.dtype, count: int) -> float:
+        """Seconds rank 0 takes for `count` all-reduces of `numel` values, every rank taking part."""
+        self.send("time_all_reduce", numel, dtype, count)
+        return self.tp.time_all_reduce(numel, dtype, count, self.device)
 
     def ready(self, error: BaseException | None) -> None:
         """After loading: every rank's outcome; raises rank 0's own error, or the first other rank's."""
@@ -136,6 +142,10 @@ class LeaderState(ModelState):
             self.ranks.send("copy_slots", src, dst)
         super().copy_slots(src, dst)
 
+    def fill_random(self) -> None:
+        self.ranks.send("fill_random")
+        super().fill_random()
+
 
 class LeaderRunner(ModelRunner):
     """Rank 0's ModelRunner: each forward is described to the followers (the same SeqChunks) before it runs."""
@@ -145,6 +155,12 @@ class LeaderRunner(ModelRunner):
     def __init__(self, model: Qwen35ForCausalLM, state: LeaderState, sampler, ranks: Ranks) -> None:
         super().__init__(model, state, sampler)
         self.ranks = ranks
+
+    def capture_graphs(self, max_lanes: int, max_context: int, capture: bool = True) -> None:
+        """Every rank builds the same graph sets in the same order (their warm-up runs are collectives too, and
+        set the communicator up before any capture); a step's chunks then pick the same graph on every rank."""
+        with self.ranks.step("capture_graphs", max_lanes, max_context, capture):
+            super().capture_graphs(max_lanes, max_context, capture)
 
     def forward_logits(self, seq_chunks: list[SeqChunk]) -> torch.Tensor:
         with self.ranks.step("forward", seq_chunks):

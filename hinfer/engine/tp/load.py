@@ -1,4 +1,4 @@
-"""One rank's shard of the model, built from its rank config and read from slices of the checkpoint."""
+"""One rank's shard of the model, built from its rank config: read from slices of the checkpoint, or random."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import torch
 from hinfer.config import EngineConfig, ModelConfig
 from hinfer.model.loader import load_weights
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
+from hinfer.model.random_init import random_init, random_quantized
 from hinfer.ops.parallel import TensorParallel
 from hinfer.quant.apply import quantize_model
 from hinfer.sharding import rank_config
@@ -16,14 +17,20 @@ from hinfer.weights.hf_reader import HFCheckpoint
 from hinfer.weights.shard_layout import tensor_slice
 
 
-def load_rank_model(path: Path, cfg: ModelConfig, ecfg: EngineConfig, recipe, tp: TensorParallel,
+def load_rank_model(path: Path | None, cfg: ModelConfig, ecfg: EngineConfig, recipe, tp: TensorParallel,
                     device: torch.device) -> Qwen35ForCausalLM:  # fmt: skip
     """`cfg` is the whole model's config, `ecfg` resolved. Plain tensors are read slice by slice (this rank's bytes
     only); quantized checkpoints are read whole and dequantized before the cut, then every rank quantizes its
-    shard with `recipe` (as `--weights fp8|int4` does on one GPU)."""
+    shard with `recipe` (as `--weights fp8|int4` does on one GPU). With no `path` the shard is random at its shapes
+    (`hinfer bench` on a packaged config: each rank draws its own values, already in `recipe`'s format)."""
     dtype = torch.bfloat16 if ecfg.dtype == "bf16" else torch.float32
+    shard = rank_config(cfg, tp.size)
+    if path is None:
+        if recipe == "bf16":
+            return random_init(Qwen35ForCausalLM(shard, dtype, device, with_mtp=False, tp=tp), seed=tp.rank)
+        return random_quantized(shard, recipe, device, seed=tp.rank, dtype=dtype, tp=tp)
     ckpt = HFCheckpoint(path)
-    net = Qwen35ForCausalLM(rank_config(cfg, tp.size), dtype=dtype, device=device, with_mtp=False, tp=tp)
+    net = Qwen35ForCausalLM(shard, dtype=dtype, device=device, with_mtp=False, tp=tp)
     parts = ckpt.iter_slices(lambda name: tensor_slice(name, cfg, tp.size, tp.rank), dtype,
                              skip=lambda name: name.startswith("mtp."))  # no MTP head: --spec is one-rank only
     load_weights(net, ((n, t.to(device)) for n, t in parts), str(path))
