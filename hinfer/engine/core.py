@@ -26,6 +26,7 @@ from hinfer.engine.gdn_checkpoints import CheckpointPool
 from hinfer.engine.host_tier import host_checkpoints, host_pages
 from hinfer.engine.prefix_reuse import PrefixReuse
 from hinfer.engine.protocol import (
+    EngineBrokenError,
     EngineError,
     EngineStats,
     GenerationRequest,
@@ -103,7 +104,10 @@ class EngineCore:
             )
 
     def add(self, req: GenerationRequest) -> None:
-        """Validate and queue; raises RequestTooLargeError / QueueFullError / ValueError (bad params)."""
+        """Validate and queue; raises RequestTooLargeError / QueueFullError / ValueError (bad params), and
+        EngineBrokenError once no step can run."""
+        if self.runner.broken:
+            raise EngineBrokenError(f"the engine cannot run steps any more: {self.runner.broken}; restart the server")
         req.sampling.validate()
         self.validate(req)
         if req.request_id in self._by_id:
@@ -373,6 +377,7 @@ class EngineCore:
             requests_finished=self.finished_count,
             tokens_generated=self.tokens_generated,
             prompt_tokens=self.prompt_tokens,
+            broken=self.runner.broken,
             extra=(self.spec.counters() if self.spec is not None else {})
             | (self.prefix.counters() if self.prefix is not None else {})
             | self.runner.sampler.grammar_counters.as_dict(),

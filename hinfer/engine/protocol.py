@@ -30,6 +30,11 @@ class RequestTooLargeError(EngineError):
     """Prompt (+ max_tokens) can never fit --max-context or the KV capacity (HTTP 400)."""
 
 
+class EngineBrokenError(EngineError):
+    """The engine can run no step any more (a tensor-parallel rank gone, the ranks out of step): HTTP 503, and
+    /health answers 503 too, so whatever supervises the server restarts it."""
+
+
 @dataclass
 class GenerationRequest:
     request_id: str
@@ -100,6 +105,7 @@ class EngineStats:
     tokens_generated: int = 0
     prompt_tokens: int = 0
     extra: dict[str, float] = field(default_factory=dict)
+    broken: str | None = None  # why the engine can run no step any more (EngineBrokenError); None while it can
 
 
 class AsyncEngine(Protocol):

@@ -91,6 +91,11 @@ class ModelRunner:
         shape = self.state.shape
         return prompt_logits(self.model, ids, page_size, shape.kv_dtype, shape.v_dtype)
 
+    @property
+    def broken(self) -> str | None:
+        """Why no step can run any more (a tensor-parallel runner whose ranks are out of step); None here."""
+        return None
+
     def close(self) -> None:
         """Let go of what the runner started (a tensor-parallel runner's other ranks; nothing here)."""
 

@@ -19,6 +19,7 @@ import anyio
 from fastapi import Request
 
 from hinfer.engine.protocol import (
+    EngineBrokenError,
     GenerationRequest,
     QueueFullError,
     QueueTimeoutError,
@@ -42,6 +43,8 @@ def engine_error(e: BaseException) -> APIError:
     if isinstance(e, ServerShuttingDown):
         return APIError(503, "the server is shutting down and stopped this request before it finished "
                              "(--shutdown-timeout); retry it", code="server_shutting_down", retry_after=5)
+    if isinstance(e, EngineBrokenError):
+        return APIError(503, str(e), code="engine_unavailable", retry_after=30)
     if isinstance(e, QueueFullError):
         return APIError(429, f"the server is busy: all lanes are running and the queue is full ({e}); "
                              "retry later", code="queue_full")

@@ -30,6 +30,8 @@ async def health(request: Request):
     except Exception as e:
         log.exception("engine.stats() failed")
         return JSONResponse({"status": "error", "message": f"{type(e).__name__}: {e}"}, status_code=503)
+    if s.broken:  # no request can be served any more: a supervisor should restart the server
+        return JSONResponse({"status": "error", "model": st.model_name, "message": s.broken}, status_code=503)
     return {"status": "ok", "model": st.model_name, "lanes_total": s.lanes_total, "lanes_busy": s.lanes_busy,
             "queue_depth": s.queue_depth, "max_context": st.engine.max_context}
 

@@ -21,6 +21,8 @@ import pytest
 import torch
 
 import hinfer
+from hinfer.engine.protocol import EngineBrokenError
+from hinfer.engine.tp.leader import TensorParallelError
 from hinfer.errors import CheckpointError
 from hinfer.llm import LLM
 from hinfer.sampling_params import SamplingParams
@@ -134,6 +136,23 @@ def test_moe_two_ranks_under_a_launcher(ckpt, seed, monkeypatch):
             rank1.kill()
     _check(one, two)
 
+
+
+def test_a_rank_gone_leaves_the_engine_broken_not_hanging(ckpt):
+    """Rank 1 killed while serving: the next step fails at once (its connection is closed), and from then on the
+    engine says it can run no step (stats().broken, EngineBrokenError on every new request: the server's 503 and
+    /health) instead of failing each request its own way."""
+    with LLM(str(ckpt("dense")), tensor_parallel=2, **ENGINE) as llm:
+        params = SamplingParams(temperature=0, max_tokens=4)
+        assert len(llm.generate([[1, 2, 3]], params)[0].token_ids) == 4
+        rank1 = llm.core.runner.ranks.procs[0]
+        rank1.kill()
+        rank1.wait(timeout=30)
+        with pytest.raises((RuntimeError, TensorParallelError)):  # gloo's own error, or ours from the channel
+            llm.generate([[1, 2, 3]], params)
+        assert llm.core.stats().broken
+        with pytest.raises(EngineBrokenError, match="restart the server"):
+            llm.generate([[4, 5]], params)
 
 def test_a_rank_that_cannot_load_stops_them_all(ckpt, tmp_path):
     """A config the checkpoint does not match: every rank refuses its slices, rank 0 raises its own error and

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from hinfer.engine.protocol import (
+    EngineBrokenError,
     EngineStats,
     GenerationRequest,
     QueueFullError,
@@ -50,6 +51,7 @@ class ScriptedEngine:
         self.max_context = max_context
         self.model_name = model_name
         self.fail_next: tuple[int, BaseException] | None = None  # (after k tokens, error) for the next request
+        self.broken: str | None = None  # set: every request refused as an engine that can run no step (stats too)
         self.busy = 0
         self._queue: deque[_Waiter] = deque()
         self._aborts: set[str] = set()
@@ -74,7 +76,7 @@ class ScriptedEngine:
     def stats(self) -> EngineStats:
         return EngineStats(lanes_total=self.lanes, lanes_busy=self.busy, queue_depth=len(self._queue),
                            requests_finished=self.finished, tokens_generated=self.tokens,
-                           extra={"aborted": float(len(self.aborted))})
+                           extra={"aborted": float(len(self.aborted))}, broken=self.broken)
 
     def abort(self, request_id: str) -> None:
         self._aborts.add(request_id)
@@ -84,6 +86,8 @@ class ScriptedEngine:
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[TokenEvent]:
         self.requests.append(request)
+        if self.broken:
+            raise EngineBrokenError(f"the engine cannot run steps any more: {self.broken}; restart the server")
         if len(request.prompt_token_ids) + 1 > self.max_context:
             raise RequestTooLargeError(f"prompt of {len(request.prompt_token_ids)} tokens > {self.max_context}")
         t0 = time.monotonic()

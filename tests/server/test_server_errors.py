@@ -346,6 +346,22 @@ def test_engine_errors(tight):
     assert eng.busy == 0
 
 
+
+def test_an_engine_that_can_run_no_step_is_503_and_unhealthy(http, engine):
+    """A tensor-parallel rank gone: /health says so (a supervisor restarts the server), requests get a 503 in the
+    dialect's shape instead of failing one by one; healthy again once the engine is (a restarted one)."""
+    engine.broken = "forward: rank 1 closed its connection"
+    try:
+        r = http.get("/health")
+        assert r.status_code == 503 and r.json()["status"] == "error" and "rank 1" in r.json()["message"]
+        err = assert_openai_error(http.post(CHAT, json=chat()), status=503, code="engine_unavailable")
+        assert "restart" in err["message"]
+        assert_anthropic_error(http.post(MSGS, json=msgs()), status=503, typ="overloaded_error", needle="rank 1")
+    finally:
+        engine.broken = None
+    assert http.get("/health").json()["status"] == "ok"
+    assert http.post(CHAT, json=chat(max_tokens=3)).status_code == 200
+
 # -- unusable JSON: invalid Unicode, NaN / Infinity ---------------------------------------------------------
 
 # Python's json module reads what JSON text cannot carry on: lone surrogates (no character, not UTF-8) and NaN /

@@ -63,7 +63,12 @@ class Ranks:
     def send(self, *command) -> None:
         if self.broken:
             raise TensorParallelError(f"the ranks are out of step since a step failed ({self.broken}); restart")
-        self.channel.send(*command)
+        try:
+            self.channel.send(*command)
+        except Exception as e:  # a rank is gone (its connection closed): nothing can run across the ranks now
+            self.broken = f"{command[0]}: {e}"
+            raise TensorParallelError(f"a tensor-parallel rank did not take the {command[0]!r} command ({e}); "
+                                      "restart") from e  # fmt: skip
 
     @contextmanager
     def step(self, *command) -> Iterator[None]:
@@ -169,6 +174,10 @@ class LeaderRunner(ModelRunner):
     def prompt_logits(self, ids: list[int], page_size: int) -> torch.Tensor:
         with self.ranks.step("prompt_logits", ids, page_size):
             return super().prompt_logits(ids, page_size)
+
+    @property
+    def broken(self) -> str | None:
+        return self.ranks.broken
 
     def close(self) -> None:
         self.ranks.close()
