@@ -115,11 +115,14 @@ class Metrics:
                 "prompt_tokens": "Prompt tokens the engine processed.",
             }
             for f in fields(EngineStats):
-                if f.name == "extra":
+                if f.name in ("extra", "broken"):
                     continue
                 kind = "counter" if f.name in ("requests_finished", "tokens_generated", "prompt_tokens") else "gauge"
                 name = f"hinfer_engine_{f.name}" + ("_total" if kind == "counter" else "")
                 metric(name, kind, help_.get(f.name, f.name), [f"{name}{{{m}}} {getattr(stats, f.name)}"])
+            name = "hinfer_engine_broken"  # alert on it: no request can be served until the server restarts
+            metric(name, "gauge", "1 once the engine can run no step any more (a tensor-parallel rank gone).",
+                   [f"{name}{{{m}}} {int(stats.broken is not None)}"])
             for k, v in sorted(stats.extra.items()):
                 key = "".join(c if c.isalnum() else "_" for c in k)
                 name = f"hinfer_engine_{key}"
