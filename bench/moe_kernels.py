@@ -248,14 +248,16 @@ def profile(m: dict, t: int, layers: Layers) -> None:
 
     run()
     torch.cuda.synchronize()
+    runs = 20
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(20):
+        for _ in range(runs):
             run()
         torch.cuda.synchronize()
-    print(f"\n  per kernel, T={t} (us per call, L2 warm):")
-    for ev in prof.key_averages():
-        if ev.device_type == torch.autograd.DeviceType.CUDA:
-            print(f"    {ev.key[:56]:56s} {ev.device_time_total / ev.count:9.2f}")
+    events = [ev for ev in prof.key_averages() if ev.device_type == torch.autograd.DeviceType.CUDA]
+    print(f"\n  per kernel, T={t} (us per call, L2 warm; calls per layer; "
+          f"{sum(ev.count for ev in events) / runs:.0f} launches per layer):")
+    for ev in events:
+        print(f"    {ev.key[:56]:56s} {ev.device_time_total / ev.count:9.2f} {ev.count / runs:5.1f}")
 
 
 def copy_bandwidth() -> float:
