@@ -19,9 +19,8 @@ import torch
 
 from hinfer.bench import floors, measure
 from hinfer.config import EngineConfig, ModelConfig, apply_rope_scaling, find_config_file, load_model_config
-from hinfer.engine.factory import make_core, resolve_engine_config
+from hinfer.engine.factory import make_core, resolve_engine_config, start_ranks
 from hinfer.engine.tp.leader import Ranks
-from hinfer.engine.tp.load import load_rank_model
 from hinfer.fixtures import config_dir, tokenizer_dir
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.random_init import random_init, random_quantized
@@ -101,17 +100,9 @@ def build_model(
 
 def build_rank_models(path: Path | None, cfg: ModelConfig, ecfg: EngineConfig, weights: str,
                       dev: torch.device) -> tuple[Qwen35ForCausalLM, Ranks]:  # fmt: skip
-    """Tensor parallelism: the other ranks started and each given its shard (of the checkpoint at `path`, or random
-    at its shapes with no path), then rank 0's own. -> (rank 0's shard, the group)."""
+    """Tensor parallelism (factory.start_ranks), timed and logged. -> (rank 0's shard, the group)."""
     t0 = time.monotonic()
-    ranks = Ranks(ecfg.tensor_parallel, path, cfg, ecfg, weights)
-    model, error = None, None
-    try:
-        model = load_rank_model(path, cfg, ecfg, weights, ranks.tp, ranks.device)
-    except Exception as e:  # every rank reports before any raises: no rank is left waiting
-        error = e
-    ranks.ready(error)
-    assert model is not None
+    model, ranks = start_ranks(path, cfg, ecfg, weights)
     measure.sync(ranks.device)
     log.info("model ready over %d ranks (%s weights) in %.1f s", ranks.tp.size, weights, time.monotonic() - t0)
     return model, ranks

@@ -181,16 +181,26 @@ def _load_sharded(path: Path, ecfg: EngineConfig) -> Loaded:
     log.info("memory plan per rank (%s):\n%s", plan.device_name, plan.table())
     tok = Tokenizer.from_dir(path)
     t0 = time.monotonic()
-    ranks = Ranks(n, path, cfg, ecfg, recipe)
-    net, error = None, None
-    try:
-        net = load_rank_model(path, cfg, ecfg, recipe, ranks.tp, ranks.device)
-    except Exception as e:  # every rank reports before any raises: no rank is left waiting
-        error = e
-    ranks.ready(error)
+    net, ranks = start_ranks(path, cfg, ecfg, recipe)
     log.info("loaded %s over %d ranks (%s, %s, %s on %s) in %.1f s", path, n, cfg.model_type,
              getattr(recipe, "name", recipe), ecfg.dtype, ranks.device, time.monotonic() - t0)
     return Loaded(path, cfg, ecfg, net, tok, ranks.device, plan, ranks)
+
+
+def start_ranks(path: Path | None, cfg: ModelConfig, ecfg: EngineConfig, recipe
+                ) -> tuple[Qwen35ForCausalLM, Ranks]:  # fmt: skip
+    """This process as rank 0 of `ecfg.tensor_parallel`: the other ranks started (or joined, under a launcher), each
+    loading its shard of the checkpoint at `path` (random at its shapes with no path), then rank 0's own. Every
+    rank reports before any raises, so none is left waiting. -> (rank 0's shard, the group)."""
+    ranks = Ranks(ecfg.tensor_parallel, path, cfg, ecfg, recipe)
+    net, error = None, None
+    try:
+        net = load_rank_model(path, cfg, ecfg, recipe, ranks.tp, ranks.device)
+    except Exception as e:
+        error = e
+    ranks.ready(error)
+    assert net is not None
+    return net, ranks
 
 
 def _load_vision(net: Qwen35ForCausalLM, ckpt: HFCheckpoint, ecfg: EngineConfig, dtype, device) -> None:
