@@ -56,7 +56,7 @@ def test_rank_settings(monkeypatch):
     assert rank_settings(one) is one
     monkeypatch.delenv("HINFER_TP_GRAPHS", raising=False)
     two = rank_settings(EngineConfig(tensor_parallel=2))
-    assert (two.vision, two.host_cache_bytes, two.host_kv_bytes, two.cuda_graphs) == (False, 0, 0, False)
+    assert (two.vision, two.host_cache_bytes, two.host_kv_bytes, two.cuda_graphs) == (True, 0, 0, False)
     monkeypatch.setenv("HINFER_TP_GRAPHS", "1")  # the switch that captures them (to be verified on GPUs)
     assert rank_settings(EngineConfig(tensor_parallel=2)).cuda_graphs
     assert not rank_settings(EngineConfig(tensor_parallel=2, cuda_graphs=False)).cuda_graphs

@@ -182,6 +182,7 @@ def _load_sharded(path: Path, ecfg: EngineConfig) -> Loaded:
     tok = Tokenizer.from_dir(path)
     t0 = time.monotonic()
     net, ranks = start_ranks(path, cfg, ecfg, recipe)
+    _load_vision(net, HFCheckpoint(path), ecfg, DTYPES[ecfg.dtype], ranks.device)  # rank 0 encodes every image
     log.info("loaded %s over %d ranks (%s, %s, %s on %s) in %.1f s", path, n, cfg.model_type,
              getattr(recipe, "name", recipe), ecfg.dtype, ranks.device, time.monotonic() - t0)
     return Loaded(path, cfg, ecfg, net, tok, ranks.device, plan, ranks)

@@ -90,3 +90,19 @@ def test_no_vision_loads_text_only(checkpoint) -> None:
 def test_take_images_keeps_text_messages() -> None:
     msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": [{"type": "text", "text": "t"}]}]
     assert take_images(msgs) == (msgs, [])
+
+
+def test_images_over_two_ranks(checkpoint) -> None:
+    """--tensor-parallel 2: rank 0 holds the vision tower and encodes the image, its embeddings go to rank 1 with
+    the chunks (on the CPU, each rank takes them to its device); the answer is one process's, token for token,
+    its logprobs within 1e-4 (fp32)."""
+    _, path = checkpoint
+    greedy = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True, logprobs=0)
+    kw = dict(device="cpu", max_context=512, max_concurrency=2, prefill_chunk=64)  # the image spans chunks
+    one = LLM(str(path), **kw).generate([_messages(_image())], greedy, enable_thinking=False)[0]
+    with LLM(str(path), tensor_parallel=2, **kw) as llm:
+        assert llm.model.visual is not None
+        two = llm.generate([_messages(_image())], greedy, enable_thinking=False)[0]
+    assert two.prompt_token_ids == one.prompt_token_ids and IMAGE_PAD in one.prompt_token_ids
+    assert two.token_ids == one.token_ids
+    torch.testing.assert_close(torch.tensor(two.logprobs), torch.tensor(one.logprobs), rtol=0, atol=1e-4)

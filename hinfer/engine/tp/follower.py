@@ -18,7 +18,7 @@ import torch
 
 from hinfer.config import EngineConfig, ModelConfig
 from hinfer.engine.runner import ModelRunner
-from hinfer.engine.tp.group import Channel, connect, disconnect, rank_device
+from hinfer.engine.tp.group import Channel, chunks_to, connect, disconnect, rank_device
 from hinfer.engine.tp.load import load_rank_model
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.shared_expert_fold import fold_shared_experts
@@ -78,8 +78,8 @@ def serve_steps(model: Qwen35ForCausalLM, channel: Channel, device: torch.device
             runner = ModelRunner(model, ModelState(model.cfg, args[0], device), sampler=None)
             continue
         assert runner is not None, f"{command!r} before the state"
-        if command == "forward":
-            runner.forward_logits(args[0])
+        if command == "forward":  # image embeddings (rank 0 encodes the images) come on the CPU
+            runner.forward_logits(chunks_to(args[0], device))
         elif command == "prompt_logits":
             runner.prompt_logits(*args)
         elif command == "reset_slots":

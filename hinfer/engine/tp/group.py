@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 import socket
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from hinfer.batch import SeqChunk
 from hinfer.errors import ConfigError
 from hinfer.ops.parallel import TensorParallel
 
@@ -47,6 +49,13 @@ def rank_device(device: str, rank: int) -> torch.device:
     local = int(os.environ.get("LOCAL_RANK", rank))
     torch.cuda.set_device(local)
     return torch.device("cuda", local)
+
+
+def chunks_to(chunks: list[SeqChunk], device: torch.device) -> list[SeqChunk]:
+    """The chunks with their image embeddings on `device`: rank 0 sends them on the CPU (a pickled CUDA tensor
+    would come back on rank 0's device index), each rank takes them to its own."""
+    return [c if c.image_embeds is None or c.image_embeds.device == device
+            else replace(c, image_embeds=c.image_embeds.to(device)) for c in chunks]  # fmt: skip
 
 
 class Channel:

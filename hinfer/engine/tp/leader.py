@@ -25,7 +25,7 @@ import torch
 from hinfer.batch import SeqChunk
 from hinfer.config import EngineConfig, ModelConfig
 from hinfer.engine.runner import ModelRunner
-from hinfer.engine.tp.group import connect, disconnect, launcher_rank, local_port, rank_device
+from hinfer.engine.tp.group import chunks_to, connect, disconnect, launcher_rank, local_port, rank_device
 from hinfer.errors import HinferError
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.state import ModelState, StateShape
@@ -168,7 +168,7 @@ class LeaderRunner(ModelRunner):
             super().capture_graphs(max_lanes, max_context, capture)
 
     def forward_logits(self, seq_chunks: list[SeqChunk]) -> torch.Tensor:
-        with self.ranks.step("forward", seq_chunks):
+        with self.ranks.step("forward", chunks_to(seq_chunks, torch.device("cpu"))):
             return super().forward_logits(seq_chunks)
 
     def prompt_logits(self, ids: list[int], page_size: int) -> torch.Tensor:
