@@ -407,8 +407,6 @@ class EngineConfig:
             raise ConfigError("--tensor-parallel must be in 1..64")
         if self.tensor_parallel > 1:
             unsupported = [flag for flag, on in (("--spec", self.spec is not None),
-                                                 ("--host-cache-gib", bool(self.host_cache_bytes)),
-                                                 ("--host-kv-gib", bool(self.host_kv_bytes)),
                                                  ("--lm-head", self.lm_head != "keep")) if on]  # fmt: skip
             if unsupported:
                 raise ConfigError(f"--tensor-parallel {self.tensor_parallel}: {', '.join(unsupported)} not available "

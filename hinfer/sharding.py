@@ -96,10 +96,10 @@ def vocab_span(vocab: int, n: int, rank: int) -> Span:
 
 
 def rank_settings(ecfg: EngineConfig) -> EngineConfig:
-    """What an engine split over ranks runs: no host-RAM tiers (they need their own per-rank plumbing, not written
-    yet), eager steps unless HINFER_TP_GRAPHS=1 (CUDA graphs holding the collectives are not verified on GPUs yet:
-    docs/tensor-parallel.md); one process is unchanged. The vision tower, when on, is rank 0's alone."""
+    """What an engine split over ranks runs: eager steps unless HINFER_TP_GRAPHS=1 (CUDA graphs holding the
+    collectives are not verified on GPUs yet: docs/tensor-parallel.md); one process is unchanged. The vision tower,
+    when on, is rank 0's alone; the host-RAM tiers hold each rank's shard (--host-cache-gib, --host-kv-gib per rank)."""
     if ecfg.tensor_parallel == 1:
         return ecfg
     graphs = ecfg.cuda_graphs and os.environ.get("HINFER_TP_GRAPHS", "0") == "1"
-    return replace(ecfg, host_cache_bytes=0, host_kv_bytes=0, cuda_graphs=graphs)
+    return replace(ecfg, cuda_graphs=graphs)

@@ -55,11 +55,11 @@ def test_rank_settings(monkeypatch):
     one = EngineConfig()
     assert rank_settings(one) is one
     monkeypatch.delenv("HINFER_TP_GRAPHS", raising=False)
-    two = rank_settings(EngineConfig(tensor_parallel=2))
-    assert (two.vision, two.host_cache_bytes, two.host_kv_bytes, two.cuda_graphs) == (True, 0, 0, False)
+    two = rank_settings(EngineConfig(tensor_parallel=2, host_cache_bytes=1 << 30))
+    assert (two.vision, two.host_cache_bytes, two.cuda_graphs) == (True, 1 << 30, False)  # host rows per rank
     monkeypatch.setenv("HINFER_TP_GRAPHS", "1")  # the switch that captures them (to be verified on GPUs)
     assert rank_settings(EngineConfig(tensor_parallel=2)).cuda_graphs
     assert not rank_settings(EngineConfig(tensor_parallel=2, cuda_graphs=False)).cuda_graphs
-    for bad in (dict(spec="mtp"), dict(host_kv_bytes=1 << 30), dict(host_cache_bytes=1 << 30)):
+    for bad in (dict(spec="mtp"), dict(lm_head="int4")):
         with pytest.raises(ConfigError, match="--tensor-parallel 2"):
             EngineConfig(tensor_parallel=2, **bad).validate()

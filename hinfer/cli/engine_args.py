@@ -100,9 +100,10 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                         "0 turns the cache off)")
     g.add_argument("--host-cache-gib", type=float, default=None, metavar="GIB",
                    help="host RAM for GDN checkpoints evicted from the device, restored on a hit (default 4 on "
-                        "CUDA, pinned; 0 on the CPU; 0 turns the spill off)")
+                        "CUDA, pinned; 0 on the CPU; 0 turns the spill off; per rank with --tensor-parallel)")
     g.add_argument("--host-kv-gib", type=float, default=0, metavar="GIB",
-                   help="host RAM for KV pages evicted from the device, restored on a hit (default 0: none)")
+                   help="host RAM for KV pages evicted from the device, restored on a hit (default 0: none; per "
+                        "rank with --tensor-parallel)")
     g.add_argument("--tensor-parallel", type=int, default=d.tensor_parallel, metavar="N",
                    help="split the model over N ranks, one process and GPU each (default 1); the engine starts "
                         "the other processes itself, or runs under torchrun. Text only, no --spec; "

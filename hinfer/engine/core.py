@@ -23,7 +23,6 @@ from collections import deque
 
 from hinfer.config import EngineConfig
 from hinfer.engine.gdn_checkpoints import CheckpointPool
-from hinfer.engine.host_tier import host_checkpoints, host_pages
 from hinfer.engine.prefix_reuse import PrefixReuse
 from hinfer.engine.protocol import (
     EngineBrokenError,
@@ -71,8 +70,8 @@ class EngineCore:
         self.prefix: PrefixReuse | None = None
         if st.checkpoint_slots:
             ckpts = CheckpointPool(st.checkpoint_slot_ids)
-            host = host_checkpoints(runner.state, st.host_checkpoints) if st.host_checkpoints else None
-            host_kv = host_pages(runner.state, st.host_kv_pages) if st.host_kv_pages else None
+            host = runner.host_tier("checkpoints", st.host_checkpoints) if st.host_checkpoints else None
+            host_kv = runner.host_tier("pages", st.host_kv_pages) if st.host_kv_pages else None
             self.prefix = PrefixReuse(self.scheduler.pages, ckpts, runner.state, st.page_size, host, host_kv)
             self.scheduler.prefix = self.prefix
         self._grammars = None  # GrammarBackend, made on the first constrained request

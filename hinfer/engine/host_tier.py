@@ -67,17 +67,24 @@ class HostTier:
         row = self.index.reserve(name)
         if row is None:  # already on the host (saved, restored and saved again), or every row pinned
             return
-        self.ha[row].copy_(self.a[:, i], non_blocking=self.pinned)
-        self.hb[row].copy_(self.b[:, i], non_blocking=self.pinned)
+        self.copy_out(row, i)
         self.spills += 1
 
     def restore(self, names: list[bytes], targets: list[int]) -> None:
         """Copy the host rows of `names` (pinned by the caller) into device indices `targets`."""
-        for name, i in zip(names, targets):
-            row = self.index.slot_of(name)
+        self.copy_in([self.index.slot_of(name) for name in names], targets)
+        self.restores += len(names)
+
+    def copy_out(self, row: int, i: int) -> None:
+        """Device index `i` into host row `row` (the copies alone: the names are the caller's)."""
+        self.ha[row].copy_(self.a[:, i], non_blocking=self.pinned)
+        self.hb[row].copy_(self.b[:, i], non_blocking=self.pinned)
+
+    def copy_in(self, rows: list[int], targets: list[int]) -> None:
+        """Host rows `rows` into device indices `targets`."""
+        for row, i in zip(rows, targets):
             self.a[:, i].copy_(self.ha[row], non_blocking=self.pinned)
             self.b[:, i].copy_(self.hb[row], non_blocking=self.pinned)
-            self.restores += 1
 
     def match(self, names: list[bytes]) -> int:
         """How many leading `names` have a row."""
@@ -102,11 +109,21 @@ class HostTier:
         self.index.check()
 
 
+def tier_tensors(state: ModelState, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two device tensors a tier of `kind` copies rows of: `checkpoints`, GDN conv + recurrent state by slot;
+    `pages`, K and V by page (whole pages: int8 / int4 scales travel with their rows)."""
+    if kind == "checkpoints":
+        return state.conv_state, state.ssm_state
+    if kind == "pages":
+        return state.k_pages, state.v_pages
+    raise ValueError(f"no host tier of kind {kind!r}")
+
+
 def host_checkpoints(state: ModelState, rows: int) -> HostTier:
     """GDN checkpoints: conv + recurrent state by slot."""
-    return HostTier(state.conv_state, state.ssm_state, rows)
+    return HostTier(*tier_tensors(state, "checkpoints"), rows)
 
 
 def host_pages(state: ModelState, rows: int) -> HostTier:
     """KV pages: K and V by page."""
-    return HostTier(state.k_pages, state.v_pages, rows)  # whole pages: int8 scales travel with their rows
+    return HostTier(*tier_tensors(state, "pages"), rows)

@@ -14,7 +14,8 @@ Computed before any weight is read, so `hinfer serve` fails within seconds when 
   (--prefix-cache-slots; default 2 per lane, at most a tenth of the KV bytes; 0 with --no-prefix-cache or
   --spec). Cached KV pages need no row: they live in the KV pool's free pages.
 - host checkpoints (host RAM, outside the device total): rows for checkpoints spilled from the device slots
-  (--host-cache-gib; default 4 GiB on CUDA, at most a quarter of MemAvailable; 0 on the CPU).
+  (--host-cache-gib, per rank of a split model; default 4 GiB on CUDA, at most a quarter of MemAvailable over
+  all ranks; 0 on the CPU).
 - host kv pages (host RAM, outside the device total): rows for named KV pages spilled from the KV pool
   (--host-kv-gib; default 0).
 - sampler state: per-lane [V] int32 token counts + [V] bool prompt mask (penalties).
@@ -308,13 +309,14 @@ def checkpoint_slots(ecfg: EngineConfig, kv_bytes: int, slot_bytes: int) -> int:
 
 def host_checkpoint_rows(ecfg: EngineConfig, device_slots: int, slot_bytes: int, device: str) -> int:
     """Host-RAM rows for spilled GDN checkpoints: --host-cache-gib, else 4 GiB on CUDA (at most a quarter of
-    MemAvailable: it is pinned) and none on the CPU, where the device slots are host memory already. None
-    without device checkpoint slots (the prefix cache is off)."""
+    MemAvailable: it is pinned; shared by the ranks of a split model, each of which holds rows of its shard) and
+    none on the CPU, where the device slots are host memory already. None without device checkpoint slots (the
+    prefix cache is off)."""
     if not device_slots or not slot_bytes:
         return 0
     n = ecfg.host_cache_bytes
     if n is None:
-        n = min(HOST_CACHE_DEFAULT, _mem_available() // 4) if device == "cuda" else 0
+        n = min(HOST_CACHE_DEFAULT, _mem_available() // (4 * ecfg.tensor_parallel)) if device == "cuda" else 0
     return n // slot_bytes
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from hinfer.batch import SeqChunk, build_forward_batch
+from hinfer.engine.host_tier import HostTier, tier_tensors
 from hinfer.engine.prompt_logprobs import record_prompt_logprobs, wants_prompt_logprobs
 from hinfer.engine.protocol import TopLogprob
 from hinfer.engine.sampler import SampleOutput, take_rows
@@ -90,6 +91,11 @@ class ModelRunner:
         """fp32 logits [len(ids), V] of one prompt on a private state (parity checks; LLM.logits)."""
         shape = self.state.shape
         return prompt_logits(self.model, ids, page_size, shape.kv_dtype, shape.v_dtype)
+
+    def host_tier(self, kind: str, rows: int) -> HostTier:
+        """A host-RAM tier of the prefix cache over this runner's state (host_tier.tier_tensors: `checkpoints` or
+        `pages`), `rows` rows."""
+        return HostTier(*tier_tensors(self.state, kind), rows)
 
     @property
     def broken(self) -> str | None:

@@ -117,6 +117,30 @@ def test_two_ranks_decode_through_the_same_graph_sets(ckpt, seed, monkeypatch):
     _check(one, two)
 
 
+
+def test_host_tiers_over_two_ranks(ckpt, seed):
+    """The prefix cache's host-RAM tiers across ranks: one device checkpoint slot and a small KV pool, so resumed
+    turns find their GDN checkpoints and KV pages spilled to host rows; rank 0 picks the rows and every rank copies
+    its own shard's (a rank that restored nothing would answer differently). Three turns of six conversations give
+    one process's tokens and logprobs without any cache."""
+    path = ckpt("dense")
+    tiers = dict(prefix_cache_slots=1, host_cache_bytes=1 << 20, host_kv_bytes=1 << 20, kv_capacity=320)
+    plain = LLM(str(path), prefix_cache=False, **ENGINE)
+    g = torch.Generator().manual_seed(seed)
+    convs = [torch.randint(1, 1001, (int(n),), generator=g).tolist() for n in torch.randint(20, 50, (6,), generator=g)]
+    params = SamplingParams(temperature=0, max_tokens=6, logprobs=0, ignore_eos=True)
+    with LLM(str(path), tensor_parallel=2, **tiers, **ENGINE) as llm:
+        for _ in range(3):
+            prompts = [c + torch.randint(1, 1001, (5,), generator=g).tolist() for c in convs]
+            two, one = llm.generate(prompts, params), plain.generate(prompts, params)
+            assert [o.token_ids for o in two] == [o.token_ids for o in one]
+            torch.testing.assert_close(torch.tensor([o.logprobs for o in two]),
+                                       torch.tensor([o.logprobs for o in one]), rtol=0, atol=1e-4)  # fmt: skip
+            convs = [p + o.token_ids for p, o in zip(prompts, one)]
+        extra = llm.core.stats().extra
+    assert extra["prefix_host_restores"] > 0 and extra["prefix_host_spills"] > 0
+    assert extra["prefix_host_kv_spills"] > 0 and extra["prefix_host_kv_restores"] > 0
+
 def test_moe_two_ranks_under_a_launcher(ckpt, seed, monkeypatch):
     path, prompts = ckpt("moe"), _prompts(seed)
     one = _run(LLM(str(path), **ENGINE), prompts)

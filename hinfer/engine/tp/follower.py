@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from hinfer.config import EngineConfig, ModelConfig
+from hinfer.engine.host_tier import HostTier
 from hinfer.engine.runner import ModelRunner
 from hinfer.engine.tp.group import Channel, chunks_to, connect, disconnect, rank_device
 from hinfer.engine.tp.load import load_rank_model
@@ -67,6 +68,7 @@ def serve_steps(model: Qwen35ForCausalLM, channel: Channel, device: torch.device
         fold_shared_experts(model)
     use_fragment_order(model)
     runner: ModelRunner | None = None
+    tiers: dict[str, HostTier] = {}  # the prefix cache's host-RAM tiers: rows of this rank's shard
     while True:
         command, *args = channel.receive()
         if command == "stop":
@@ -86,6 +88,12 @@ def serve_steps(model: Qwen35ForCausalLM, channel: Channel, device: torch.device
             runner.state.reset_slots(*args)
         elif command == "copy_slots":
             runner.state.copy_slots(*args)
+        elif command == "host_tier":
+            tiers[args[0]] = runner.host_tier(*args)
+        elif command == "host_copy_out":
+            tiers[args[0]].copy_out(*args[1:])
+        elif command == "host_copy_in":
+            tiers[args[0]].copy_in(*args[1:])
         elif command == "capture_graphs":
             runner.capture_graphs(*args)
         elif command == "fill_random":

@@ -24,6 +24,7 @@ import torch
 
 from hinfer.batch import SeqChunk
 from hinfer.config import EngineConfig, ModelConfig
+from hinfer.engine.host_tier import HostTier, tier_tensors
 from hinfer.engine.runner import ModelRunner
 from hinfer.engine.tp.group import chunks_to, connect, disconnect, launcher_rank, local_port, rank_device
 from hinfer.errors import HinferError
@@ -152,6 +153,23 @@ class LeaderState(ModelState):
         super().fill_random()
 
 
+class LeaderHostTier(HostTier):
+    """Rank 0's host-RAM tier of the prefix cache: names, rows and evictions are decided here; every copy is sent
+    to the other ranks first, whose tier of the same kind copies the same rows of their own shard."""
+
+    def __init__(self, kind: str, state: ModelState, rows: int, ranks: Ranks) -> None:
+        super().__init__(*tier_tensors(state, kind), rows)
+        self.kind, self.ranks = kind, ranks
+
+    def copy_out(self, row: int, i: int) -> None:
+        self.ranks.send("host_copy_out", self.kind, row, i)
+        super().copy_out(row, i)
+
+    def copy_in(self, rows: list[int], targets: list[int]) -> None:
+        self.ranks.send("host_copy_in", self.kind, rows, targets)
+        super().copy_in(rows, targets)
+
+
 class LeaderRunner(ModelRunner):
     """Rank 0's ModelRunner: each forward is described to the followers (the same SeqChunks) before it runs."""
 
@@ -160,6 +178,10 @@ class LeaderRunner(ModelRunner):
     def __init__(self, model: Qwen35ForCausalLM, state: LeaderState, sampler, ranks: Ranks) -> None:
         super().__init__(model, state, sampler)
         self.ranks = ranks
+
+    def host_tier(self, kind: str, rows: int) -> HostTier:
+        self.ranks.send("host_tier", kind, rows)
+        return LeaderHostTier(kind, self.state, rows, self.ranks)
 
     def capture_graphs(self, max_lanes: int, max_context: int, capture: bool = True) -> None:
         """Every rank builds the same graph sets in the same order (their warm-up runs are collectives too, and
