@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from hinfer.engine.core import EngineCore
 from hinfer.engine.protocol import (
+    EngineBrokenError,
     EngineError,
     EngineStats,
     GenerationRequest,
@@ -131,7 +132,9 @@ class Engine:
                 events = self.core.step()
             except Exception as e:  # a bug or device error: fail what is in flight, keep serving
                 log.exception("engine step failed")
-                self._fail_all(EngineError(f"internal engine error: {e}"))
+                broken = self.core.runner.broken  # no later step can run either (a tensor-parallel rank gone)
+                self._fail_all(EngineBrokenError(f"the engine cannot run steps any more: {broken}; restart the "
+                                                 "server") if broken else EngineError(f"internal engine error: {e}"))
                 continue
             for ev in events:
                 self._deliver(ev)
