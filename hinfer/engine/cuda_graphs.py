@@ -189,13 +189,16 @@ class StepGraphs:
         t0 = time.monotonic()
         gc.collect()  # finalizers of dead engines (host unpinning) must not run inside the capture
         pool = pool if pool is not None else shared_pool(self.state)
+        # split over ranks, the graphs hold NCCL collectives, whose watchdog thread queries the events of earlier
+        # collectives while this thread captures: only this thread's calls may end the capture
+        mode = "thread_local" if self.model.tp.size > 1 else "global"
         for b in sorted(self.buckets, reverse=True):
             self._stage([], b)
             for _ in range(2):  # warm up: Triton autotune/compile outside the capture
                 self._forward(b)
             torch.cuda.synchronize()
             g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g, pool=pool):
+            with torch.cuda.graph(g, pool=pool, capture_error_mode=mode):
                 out = self._forward(b)
             self.graphs[b], self.outputs[b] = g, out
         torch.cuda.synchronize()
