@@ -30,7 +30,7 @@ from hinfer.errors import CheckpointError
 from hinfer.quant.fp8_block import DEFAULT_BLOCK, FP8_DTYPE, Fp8BlockTensor, dequantize_fp8_block, scale_shape
 from hinfer.weights import compressed_tensors as ct
 from hinfer.weights.hf_layout import module_name, not_converted, strip_prefix
-from hinfer.weights.shard_layout import TensorSlice, pad, take
+from hinfer.weights.shard_layout import TensorSlice, coarse_slice, pad, take
 
 log = logging.getLogger(__name__)
 
@@ -344,31 +344,72 @@ class HFCheckpoint:
         self, slice_of: Callable[[str], TensorSlice | None], dtype: torch.dtype, skip: Callable[[str], bool],
     ) -> Iterator[tuple[str, torch.Tensor]]:
         """(stripped name, part) for a tensor-parallel rank: `slice_of(name)` (weights/shard_layout.py) names the
-        part, and a plain tensor's part is all that is read (safetensors slice reads); FP8 and packed int4 weights
-        are read whole, dequantized to `dtype`, then cut. Names with skip(name) are not read at all."""
+        part, and only its bytes are read (safetensors slice reads). FP8 and packed int4 weights read the rows or
+        columns of their stored tensors (weights, scales, zero points) that the part covers, then dequantize to
+        `dtype`; a part off their blocks, words or groups reads the whole tensor and cuts it. Names with
+        skip(name) are not read at all."""
         with ExitStack() as stack:
             handles: dict[Path, Any] = {}
+
+            def read(raw: str, s: TensorSlice | None) -> torch.Tensor:
+                t = self._text[raw]
+                if t.file not in handles:
+                    handles[t.file] = stack.enter_context(safe_open(str(t.file), framework="pt"))
+                if s is None:
+                    return handles[t.file].get_tensor(raw)
+                view = handles[t.file].get_slice(raw)
+                lead = (slice(None),) * s.dim
+                return torch.cat([view[(*lead, slice(p.start, p.stop))] for p in s.spans], dim=s.dim)
+
             for name, (raw, kind) in self._logical.items():
                 if skip(name):
                     continue
                 s = slice_of(name)
                 if kind != "plain":
-                    parts = dict(self.read_tensors([name], dtype))
-                    yield name, take(parts[name], s, name, str(self.path))
+                    x = None if s is None else self._quantized_part(name, raw, kind, s, read, dtype)
+                    if x is None:
+                        x = take(dict(self.read_tensors([name], dtype))[name], s, name, str(self.path))
+                    yield name, x
                     continue
-                t = self._text[raw]
-                if t.file not in handles:
-                    handles[t.file] = stack.enter_context(safe_open(str(t.file), framework="pt"))
-                if s is None:
-                    x = handles[t.file].get_tensor(raw)
-                else:
-                    view = handles[t.file].get_slice(raw)
-                    s.check(name, t.shape, str(t.file))
-                    lead = (slice(None),) * s.dim
-                    x = pad(torch.cat([view[(*lead, slice(p.start, p.stop))] for p in s.spans], dim=s.dim), s)
+                if s is not None:
+                    s.check(name, self._text[raw].shape, str(self._text[raw].file))
+                x = read(raw, s) if s is None else pad(read(raw, s), s)
                 if x.is_floating_point() and x.dtype != dtype:
                     x = x.to(dtype)
                 yield name, x
+
+    def _quantized_part(self, name: str, raw: str, kind: str, s: TensorSlice,
+                        read: Callable[[str, TensorSlice | None], torch.Tensor],
+                        dtype: torch.dtype) -> torch.Tensor | None:  # fmt: skip
+        """A rank's part of an FP8 or packed int4 weight from the stored rows / columns it covers, dequantized
+        (None when the part is off the format's boundaries)."""
+        if kind == "fp8":
+            t = self._text[raw]
+            s.check(name, t.shape, str(t.file))
+            lead = len(t.shape) - 2  # fused experts: blocks tile the last two dims
+            scale = coarse_slice(s, s.dim, self.fp8_block[s.dim - lead]) if s.dim >= lead else s
+            if scale is None:
+                return None
+            w = dequantize_fp8_block(read(raw, s), read(raw + SCALE_SUFFIX, scale), self.fp8_block, dtype)
+            return pad(w, s)
+        comps = self._packed[raw]
+        if ct.G_IDX in comps:  # columns permuted into groups: read whole
+            return None
+        n, k = (int(v) for v in read(comps[ct.SHAPE], None).tolist())
+        s.check(name, (n, k), str(self.path))
+        group = self.compressed.group_size  # type: ignore[union-attr]
+        zero_rows = self._text[comps[ct.ZERO]].shape[0] if ct.ZERO in comps else n
+        if s.dim == 0:  # rows: words and scales by row, packed zero points by 8 rows
+            cuts = {ct.PACKED: s, ct.SCALE: s, ct.ZERO: s if zero_rows == n else coarse_slice(s, 0, 8)}
+        else:  # columns: words by 8 columns, scales and zero points by group
+            cuts = {ct.PACKED: coarse_slice(s, 1, 8), ct.SCALE: coarse_slice(s, 1, group),
+                    ct.ZERO: coarse_slice(s, 1, group)}  # fmt: skip
+        if any(cuts[c] is None for c in comps if c in cuts):
+            return None
+        parts = {c: read(r, cuts[c]) for c, r in comps.items() if c in cuts}
+        rows = sum(p.size for p in s.spans)
+        parts[ct.SHAPE] = torch.tensor([rows, k] if s.dim == 0 else [n, rows])
+        return pad(_packed_tensor(name, parts, group).dequantize(dtype), s)
 
     def read_tensors(self, names: list[str], dtype: torch.dtype = torch.bfloat16) -> Iterator[tuple[str, torch.Tensor]]:
         """Just these tensors (stripped names), cast to `dtype`, FP8 and int4 weights dequantized; by positioned

@@ -100,6 +100,18 @@ def _mlp_slice(leaf: str, cfg: ModelConfig, n: int, rank: int) -> TensorSlice | 
     return None
 
 
+def coarse_slice(s: TensorSlice, dim: int, div: int) -> TensorSlice | None:
+    """The same part of a stored tensor whose index i along `dim` holds logical indices [i * div, (i + 1) * div)
+    (int4 words, quantization groups, fp8 blocks); None unless every span starts on such a boundary and ends on one
+    or at the logical end (then the whole tensor is read and cut)."""
+    spans = []
+    for p in s.spans:
+        if p.start % div or (p.stop % div and p.stop != s.whole):
+            return None
+        spans.append(Span(p.start // div, -(-p.stop // div)))
+    return TensorSlice(dim, tuple(spans), -(-s.whole // div))
+
+
 def take(t: torch.Tensor, s: TensorSlice | None, name: str = "", source: str = "checkpoint") -> torch.Tensor:
     """The slice of a whole tensor (a copy), zero-padded to s.pad_to."""
     if s is None:

@@ -74,3 +74,37 @@ def test_slice_reads_equal_cut_tensors(moe_ckpt, fused):
             cut = torch.cat([whole[name].narrow(s.dim, p.start, p.size) for p in s.spans], dim=s.dim)
             assert torch.equal(part.narrow(s.dim, 0, cut.shape[s.dim]), cut), name
             assert not part.narrow(s.dim, cut.shape[s.dim], part.shape[s.dim] - cut.shape[s.dim]).any()  # padding
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "int4-sym", "int4-asym"])
+def test_quantized_slice_reads_equal_cut_dequantized_tensors(tmp_path, fmt, monkeypatch):
+    """Official block FP8 and compressed-tensors int4 checkpoints: a rank's part read from the stored rows / columns
+    it covers (weights, scales, zero points) dequantizes to the cut of the whole dequantized tensor, bit for bit;
+    parts on the format's boundaries (the MLP's 128-row halves) never read the whole tensor, parts off them (a
+    64-row KV head against 128-row fp8 blocks) do."""
+    from test_quantized_checkpoints import _synth, write_ct
+
+    if fmt == "fp8":
+        path = _synth(tmp_path / "fp8", False, fp8=True)
+    else:
+        path, _ = write_ct(_synth(tmp_path / "bf16", False), tmp_path / "ct", symmetric=fmt == "int4-sym",
+                           ignore=["lm_head"])  # fmt: skip
+    ck = HFCheckpoint(path)
+    cfg = ck.config
+    whole = dict(ck.iter_tensors(torch.float32, progress=False))
+    read_whole: list[str] = []
+    real = HFCheckpoint.read_tensors
+    monkeypatch.setattr(HFCheckpoint, "read_tensors",
+                        lambda self, names, dtype=torch.bfloat16: read_whole.extend(names) or real(self, names, dtype))
+    for rank in range(2):
+        parts = dict(ck.iter_slices(lambda name, r=rank: tensor_slice(name, cfg, 2, r), torch.float32,
+                                    skip=lambda name: name.startswith("mtp.")))  # fmt: skip
+        for name, part in parts.items():
+            s = tensor_slice(name, cfg, 2, rank)
+            cut = whole[name] if s is None else torch.cat([whole[name].narrow(s.dim, p.start, p.size)
+                                                            for p in s.spans], dim=s.dim)  # fmt: skip
+            assert torch.equal(part.narrow(s.dim, 0, cut.shape[s.dim]) if s else part, cut), name
+    mlp = [n for n in whole if ".mlp." in n and n.endswith("proj.weight")]
+    assert mlp and not set(mlp) & set(read_whole)
+    if fmt == "fp8":
+        assert any(n.endswith("k_proj.weight") for n in read_whole)
