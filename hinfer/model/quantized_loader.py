@@ -34,6 +34,7 @@ from torch import nn
 from hinfer.errors import CheckpointError
 from hinfer.model.loader import Target, check_complete, checkpoint_targets, expert_target, place_tensor
 from hinfer.model.qwen3_5 import DecoderLayer, MTPHead, Qwen35ForCausalLM
+from hinfer.ops.parallel import SINGLE, TensorParallel
 from hinfer.quant.apply import RowSplitWeight
 from hinfer.quant.apply import expert_targets as recipe_expert_targets
 from hinfer.quant.apply import weight_targets as recipe_targets
@@ -111,17 +112,18 @@ def _install(layer: nn.Module, prefix: str, recipe: QuantRecipe, dtype: torch.dt
 
 
 def build_skeleton(cfg, recipe: QuantRecipe, dtype: torch.dtype, device: torch.device | str,
-                   with_mtp: bool = True) -> tuple[Qwen35ForCausalLM, dict[str, _Slot]]:
-    """The model with uninitialised storage, structured as quantize_model(model, recipe) leaves it."""
-    net = Qwen35ForCausalLM(cfg, dtype, "meta", with_mtp=with_mtp)
+                   with_mtp: bool = True, tp: TensorParallel = SINGLE) -> tuple[Qwen35ForCausalLM, dict[str, _Slot]]:
+    """The model with uninitialised storage, structured as quantize_model(model, recipe) leaves it (with `tp`,
+    one rank's shard of it: `cfg` is then the rank config)."""
+    net = Qwen35ForCausalLM(cfg, dtype, "meta", with_mtp=with_mtp, tp=tp)
     for pname, p in list(net.named_parameters(recurse=False)):
         setattr(net, pname, nn.Parameter(torch.empty(p.shape, dtype=p.dtype, device=device), requires_grad=False))
     slots: dict[str, _Slot] = {}
     for i, kind in enumerate(cfg.layer_types):
-        net.layers[i] = DecoderLayer(cfg, i, kind, cfg.layer_is_moe(i), dtype, device)
+        net.layers[i] = DecoderLayer(cfg, i, kind, cfg.layer_is_moe(i), dtype, device, tp)
         _install(net.layers[i], f"layers.{i}", recipe, dtype, device, slots)
     if net.mtp is not None:
-        net.mtp = MTPHead(cfg, dtype, device)
+        net.mtp = MTPHead(cfg, dtype, device, tp)
         if recipe.convert_mtp:
             for j, layer in enumerate(net.mtp.layers):
                 _install(layer, f"mtp.layers.{j}", recipe, dtype, device, slots)
@@ -264,7 +266,7 @@ def load_stored_weights(net: Qwen35ForCausalLM, slots: dict[str, _Slot], items: 
 def _skeleton_targets(net: Qwen35ForCausalLM, slots: dict[str, _Slot]) -> dict[str, Target]:
     """Checkpoint name -> target as for the unquantized model (same names, rows), with real parameters for the
     plain ones; a quantized one's target names its slot (`Target.name`)."""
-    ref = Qwen35ForCausalLM(net.cfg, net.dtype, "meta", with_mtp=net.mtp is not None)
+    ref = Qwen35ForCausalLM(net.cfg, net.dtype, "meta", with_mtp=net.mtp is not None, tp=net.tp)
     out: dict[str, Target] = {}
     for name, t in checkpoint_targets(ref).items():
         param = None if t.name in slots else net.get_parameter(t.name)

@@ -342,12 +342,14 @@ class HFCheckpoint:
 
     def iter_slices(
         self, slice_of: Callable[[str], TensorSlice | None], dtype: torch.dtype, skip: Callable[[str], bool],
-    ) -> Iterator[tuple[str, torch.Tensor]]:
+        keep_int4: bool = False,
+    ) -> Iterator[tuple[str, torch.Tensor | ct.PackedInt4Tensor]]:
         """(stripped name, part) for a tensor-parallel rank: `slice_of(name)` (weights/shard_layout.py) names the
         part, and only its bytes are read (safetensors slice reads). FP8 and packed int4 weights read the rows or
         columns of their stored tensors (weights, scales, zero points) that the part covers, then dequantize to
-        `dtype`; a part off their blocks, words or groups reads the whole tensor and cuts it. Names with
-        skip(name) are not read at all."""
+        `dtype`; a part off their blocks, words or groups reads the whole tensor and cuts it. With `keep_int4` an
+        int4 part on those boundaries stays packed (a `PackedInt4Tensor` of the part's rows / columns: its codes
+        exactly as stored). Names with skip(name) are not read at all."""
         with ExitStack() as stack:
             handles: dict[Path, Any] = {}
 
@@ -366,10 +368,13 @@ class HFCheckpoint:
                     continue
                 s = slice_of(name)
                 if kind != "plain":
-                    x = None if s is None else self._quantized_part(name, raw, kind, s, read, dtype)
-                    if x is None:
-                        x = take(dict(self.read_tensors([name], dtype))[name], s, name, str(self.path))
-                    yield name, x
+                    part = None if s is None else self._stored_part(name, raw, kind, s, read)
+                    if part is None:
+                        yield name, take(dict(self.read_tensors([name], dtype))[name], s, name, str(self.path))
+                    elif keep_int4 and isinstance(part, ct.PackedInt4Tensor) and not s.pad_to:
+                        yield name, part
+                    else:
+                        yield name, pad(part.dequantize(dtype), s)
                     continue
                 if s is not None:
                     s.check(name, self._text[raw].shape, str(self._text[raw].file))
@@ -378,11 +383,11 @@ class HFCheckpoint:
                     x = x.to(dtype)
                 yield name, x
 
-    def _quantized_part(self, name: str, raw: str, kind: str, s: TensorSlice,
-                        read: Callable[[str, TensorSlice | None], torch.Tensor],
-                        dtype: torch.dtype) -> torch.Tensor | None:  # fmt: skip
-        """A rank's part of an FP8 or packed int4 weight from the stored rows / columns it covers, dequantized
-        (None when the part is off the format's boundaries)."""
+    def _stored_part(self, name: str, raw: str, kind: str, s: TensorSlice,
+                     read: Callable[[str, TensorSlice | None], torch.Tensor]
+                     ) -> Fp8BlockTensor | ct.PackedInt4Tensor | None:  # fmt: skip
+        """A rank's part of an FP8 or packed int4 weight, as stored, from the rows / columns it covers (None when
+        the part is off the format's boundaries); unpadded."""
         if kind == "fp8":
             t = self._text[raw]
             s.check(name, t.shape, str(t.file))
@@ -390,8 +395,7 @@ class HFCheckpoint:
             scale = coarse_slice(s, s.dim, self.fp8_block[s.dim - lead]) if s.dim >= lead else s
             if scale is None:
                 return None
-            w = dequantize_fp8_block(read(raw, s), read(raw + SCALE_SUFFIX, scale), self.fp8_block, dtype)
-            return pad(w, s)
+            return Fp8BlockTensor(read(raw, s), read(raw + SCALE_SUFFIX, scale), self.fp8_block)
         comps = self._packed[raw]
         if ct.G_IDX in comps:  # columns permuted into groups: read whole
             return None
@@ -409,7 +413,7 @@ class HFCheckpoint:
         parts = {c: read(r, cuts[c]) for c, r in comps.items() if c in cuts}
         rows = sum(p.size for p in s.spans)
         parts[ct.SHAPE] = torch.tensor([rows, k] if s.dim == 0 else [n, rows])
-        return pad(_packed_tensor(name, parts, group).dequantize(dtype), s)
+        return _packed_tensor(name, parts, group)
 
     def read_tensors(self, names: list[str], dtype: torch.dtype = torch.bfloat16) -> Iterator[tuple[str, torch.Tensor]]:
         """Just these tensors (stripped names), cast to `dtype`, FP8 and int4 weights dequantized; by positioned

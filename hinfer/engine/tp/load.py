@@ -8,11 +8,14 @@ import torch
 
 from hinfer.config import EngineConfig, ModelConfig
 from hinfer.model.loader import load_weights
+from hinfer.model.quantized_loader import build_skeleton, load_stored_weights
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.random_init import random_init, random_quantized
 from hinfer.ops.parallel import TensorParallel
 from hinfer.quant.apply import quantize_model
+from hinfer.quant.recipes import get_recipe
 from hinfer.sharding import rank_config
+from hinfer.weights.compressed_tensors import stored_recipe
 from hinfer.weights.hf_reader import HFCheckpoint
 from hinfer.weights.shard_layout import tensor_slice
 
@@ -30,10 +33,21 @@ def load_rank_model(path: Path | None, cfg: ModelConfig, ecfg: EngineConfig, rec
             return random_init(Qwen35ForCausalLM(shard, dtype, device, with_mtp=False, tp=tp), seed=tp.rank)
         return random_quantized(shard, recipe, device, seed=tp.rank, dtype=dtype, tp=tp)
     ckpt = HFCheckpoint(path)
-    net = Qwen35ForCausalLM(shard, dtype=dtype, device=device, with_mtp=False, tp=tp)
+    exact = _int4_as_stored(cfg, recipe)
     parts = ckpt.iter_slices(lambda name: tensor_slice(name, cfg, tp.size, tp.rank), dtype,
-                             skip=lambda name: name.startswith("mtp."))  # no MTP head: --spec is one-rank only
+                             skip=lambda name: name.startswith("mtp."), keep_int4=exact)  # no MTP head: one rank only
+    if exact:  # the stored codes and scales as they are: requantizing them would add error of their own size
+        net, slots = build_skeleton(shard, get_recipe(recipe), dtype, device, with_mtp=False, tp=tp)
+        load_stored_weights(net, slots, parts, str(path))
+        return net
+    net = Qwen35ForCausalLM(shard, dtype=dtype, device=device, with_mtp=False, tp=tp)
     load_weights(net, ((n, t.to(device)) for n, t in parts), str(path))
     if recipe != "bf16":
         quantize_model(net, recipe)
     return net
+
+
+def _int4_as_stored(cfg: ModelConfig, recipe) -> bool:
+    """A compressed-tensors int4 checkpoint loading in its own recipe: each rank's parts stay packed."""
+    stored, _ = stored_recipe(cfg)
+    return stored is not None and stored.fmt == "int4" and get_recipe(recipe) == stored
