@@ -2,9 +2,10 @@
 before making it to rank 0's own shard.
 
 The scheduler, prefix cache and sampler run here only. What touches the model's per-rank memory goes through
-LeaderState (a new sequence's zeroed GDN slot, a prefix-cache checkpoint copied in or out) and LeaderRunner (a
-forward step over the scheduled SeqChunks, one prompt's logits); each sends the command first, so every rank
-applies the same changes in the same order and meets the others in the model's collectives. Sampling reads
+LeaderState (a new sequence's zeroed GDN slot, a prefix-cache checkpoint copied in or out), LeaderRunner (a
+forward step over the scheduled SeqChunks, one prompt's logits, the decode graphs' capture) and LeaderHostTier
+(a host-RAM row written or read back); each sends the command first, so every rank applies the same changes in the
+same order and meets the others in the model's collectives. Sampling reads
 the gathered full-vocabulary logits on rank 0.
 """
 
