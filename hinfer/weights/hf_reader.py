@@ -342,14 +342,14 @@ class HFCheckpoint:
 
     def iter_slices(
         self, slice_of: Callable[[str], TensorSlice | None], dtype: torch.dtype, skip: Callable[[str], bool],
-        keep_int4: bool = False,
-    ) -> Iterator[tuple[str, torch.Tensor | ct.PackedInt4Tensor]]:
+        keep_stored: bool = False,
+    ) -> Iterator[tuple[str, torch.Tensor | Fp8BlockTensor | ct.PackedInt4Tensor]]:
         """(stripped name, part) for a tensor-parallel rank: `slice_of(name)` (weights/shard_layout.py) names the
         part, and only its bytes are read (safetensors slice reads). FP8 and packed int4 weights read the rows or
         columns of their stored tensors (weights, scales, zero points) that the part covers, then dequantize to
-        `dtype`; a part off their blocks, words or groups reads the whole tensor and cuts it. With `keep_int4` an
-        int4 part on those boundaries stays packed (a `PackedInt4Tensor` of the part's rows / columns: its codes
-        exactly as stored). Names with skip(name) are not read at all."""
+        `dtype`; a part off their blocks, words or groups reads the whole tensor and cuts it. With `keep_stored` a part
+        on those boundaries stays as stored (an `Fp8BlockTensor` or `PackedInt4Tensor` of its rows / columns, for
+        quantized_loader.load_stored_weights). Names with skip(name) are not read at all."""
         with ExitStack() as stack:
             handles: dict[Path, Any] = {}
 
@@ -371,7 +371,7 @@ class HFCheckpoint:
                     part = None if s is None else self._stored_part(name, raw, kind, s, read)
                     if part is None:
                         yield name, take(dict(self.read_tensors([name], dtype))[name], s, name, str(self.path))
-                    elif keep_int4 and isinstance(part, ct.PackedInt4Tensor) and not s.pad_to:
+                    elif keep_stored and not s.pad_to:
                         yield name, part
                     else:
                         yield name, pad(part.dequantize(dtype), s)

@@ -389,33 +389,48 @@ def test_compressed_tensors_asymmetric(tmp_path, moe):
 
 
 
-@pytest.mark.parametrize(("moe", "symmetric"), [(False, True), (True, False)])
-def test_compressed_tensors_over_two_ranks_as_stored(tmp_path, moe, symmetric):
-    """--tensor-parallel 2 on a compressed-tensors int4 checkpoint: each rank reads its rows / columns of the packed
-    words, scales and zero points and keeps them as stored (dequantizing and requantizing the parts would add an
-    error as large as the format's own: ~8% of the weights' norm for a symmetric scheme), so the two ranks answer
-    as one process loading the same checkpoint as stored, up to fp32 reduction order. Every split dim falls on
-    128-column groups and 8-row zero-point words here."""
+TP_ALIGNED = {"head_dim": 128, "linear_key_head_dim": 128, "linear_value_head_dim": 64, "vocab_size": 1000}
+
+
+def _two_ranks_answer_as_one(ck: Path, monkeypatch, want: type) -> None:
+    """Greedy tokens and logprobs of two ranks against one process, both loading `ck` as stored; rank 0 never
+    quantizes anything itself (its parts stay as stored: a `want` weight)."""
+    import hinfer.engine.tp.load as tp_load
     from hinfer.llm import LLM
     from hinfer.sampling_params import SamplingParams
 
-    over = {"head_dim": 128, "linear_key_head_dim": 64, "linear_value_head_dim": 64, "vocab_size": 1000}
-    if moe:
-        over |= {"moe_intermediate_size": 256, "shared_expert_intermediate_size": 256}
-    ck, _ = write_ct(_synth(tmp_path / "bf16", moe, over, dtype=torch.float32), tmp_path / "ct", symmetric,
-                     ["lm_head", "re:.*mlp.gate$", "re:.*shared_expert_gate$", "re:^mtp.*"])  # fmt: skip
     engine = dict(device="cpu", max_concurrency=2, max_context=128, prefill_chunk=16)
     g = torch.Generator().manual_seed(5)
     prompts = [torch.randint(1, 1000, (n,), generator=g).tolist() for n in (7, 30)]
     params = SamplingParams(temperature=0, max_tokens=6, logprobs=0, ignore_eos=True)
     one = LLM(str(ck), **engine).generate(prompts, params)
+    monkeypatch.setattr(tp_load, "quantize_model", lambda *a, **k: pytest.fail("a rank requantized its shard"))
     with LLM(str(ck), tensor_parallel=2, **engine) as llm:
-        assert isinstance(llm.model.layers[0].mlp.down_proj if not moe else llm.model.layers[0].mlp.experts_down,
-                          (Int4Weight, Int4ExpertsWeight))  # fmt: skip
+        assert any(isinstance(m, want) for m in _quantized(llm.model).values())
         two = llm.generate(prompts, params)
     assert [o.token_ids for o in two] == [o.token_ids for o in one]
     torch.testing.assert_close(torch.tensor([o.logprobs for o in two]), torch.tensor([o.logprobs for o in one]),
                                rtol=0, atol=1e-4)  # fmt: skip
+
+
+def test_official_fp8_over_two_ranks_as_stored(tmp_path, monkeypatch):
+    """--tensor-parallel 2 on an official block-fp8 checkpoint whose parts fall on 128-row blocks at the rank's
+    shapes: each rank reads its weights' rows / columns and their block scales and loads them as stored (the model
+    built quantized layer by layer, never a bf16 shard first), answering as one process loading it as stored."""
+    _two_ranks_answer_as_one(_synth(tmp_path / "fp8", False, TP_ALIGNED, fp8=True), monkeypatch, Fp8Weight)
+
+
+@pytest.mark.parametrize(("moe", "symmetric"), [(False, True), (True, False)])
+def test_compressed_tensors_over_two_ranks_as_stored(tmp_path, moe, symmetric, monkeypatch):
+    """--tensor-parallel 2 on a compressed-tensors int4 checkpoint: each rank reads its rows / columns of the packed
+    words, scales and zero points and keeps them as stored (dequantizing and requantizing the parts would add an
+    error as large as the format's own: ~8% of the weights' norm for a symmetric scheme), so the two ranks answer
+    as one process loading the same checkpoint as stored, up to fp32 reduction order. Every split dim falls on
+    128-column groups and 8-row zero-point words here."""
+    over = TP_ALIGNED | ({"moe_intermediate_size": 256, "shared_expert_intermediate_size": 256} if moe else {})
+    ck, _ = write_ct(_synth(tmp_path / "bf16", moe, over, dtype=torch.float32), tmp_path / "ct", symmetric,
+                     ["lm_head", "re:.*mlp.gate$", "re:.*shared_expert_gate$", "re:^mtp.*"])  # fmt: skip
+    _two_ranks_answer_as_one(ck, monkeypatch, Int4ExpertsWeight if moe else Int4Weight)
 
 def test_compressed_tensors_pack_matches_the_documented_bit_layout():
     """The test packer against hand-written words (so (b) does not rest on a packer that agrees with itself)."""

@@ -33,10 +33,10 @@ def load_rank_model(path: Path | None, cfg: ModelConfig, ecfg: EngineConfig, rec
             return random_init(Qwen35ForCausalLM(shard, dtype, device, with_mtp=False, tp=tp), seed=tp.rank)
         return random_quantized(shard, recipe, device, seed=tp.rank, dtype=dtype, tp=tp)
     ckpt = HFCheckpoint(path)
-    exact = _int4_as_stored(cfg, recipe)
+    exact = _as_stored(shard, recipe)
     parts = ckpt.iter_slices(lambda name: tensor_slice(name, cfg, tp.size, tp.rank), dtype,
-                             skip=lambda name: name.startswith("mtp."), keep_int4=exact)  # no MTP head: one rank only
-    if exact:  # the stored codes and scales as they are: requantizing them would add error of their own size
+                             skip=lambda name: name.startswith("mtp."), keep_stored=exact)  # no MTP head: one rank only
+    if exact:  # codes and scales as stored, and the model built quantized layer by layer (no bf16 shard first)
         net, slots = build_skeleton(shard, get_recipe(recipe), dtype, device, with_mtp=False, tp=tp)
         load_stored_weights(net, slots, parts, str(path))
         return net
@@ -47,7 +47,10 @@ def load_rank_model(path: Path | None, cfg: ModelConfig, ecfg: EngineConfig, rec
     return net
 
 
-def _int4_as_stored(cfg: ModelConfig, recipe) -> bool:
-    """A compressed-tensors int4 checkpoint loading in its own recipe: each rank's parts stay packed."""
-    stored, _ = stored_recipe(cfg)
-    return stored is not None and stored.fmt == "int4" and get_recipe(recipe) == stored
+def _as_stored(shard: ModelConfig, recipe) -> bool:
+    """A pre-quantized checkpoint (official block fp8, compressed-tensors int4) loading in its own recipe, as it
+    would at the rank's shapes (`shard`: fp8 parts must still fuse on 128-row blocks there): each rank's parts stay
+    as stored. Requantizing them would add an error of the format's own size (int4), or of the blocks' (fp8 parts
+    whose block does not reach the largest code)."""
+    stored, _ = stored_recipe(shard)
+    return stored is not None and get_recipe(recipe) == stored
