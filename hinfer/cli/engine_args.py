@@ -106,7 +106,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                         "rank with --tensor-parallel)")
     g.add_argument("--tensor-parallel", type=int, default=d.tensor_parallel, metavar="N",
                    help="split the model over N ranks, one process and GPU each (default 1); the engine starts "
-                        "the other processes itself, or runs under torchrun. Text only, no --spec; "
+                        "the other processes itself, or runs under torchrun. Images are encoded on rank 0; no --spec; "
                         "docs/tensor-parallel.md")
     g.add_argument("--no-vision", action="store_true",
                    help="skip the checkpoint's vision tower: text only, its memory left free (default: load it)")

@@ -106,7 +106,7 @@ class EngineCore:
         """Validate and queue; raises RequestTooLargeError / QueueFullError / ValueError (bad params), and
         EngineBrokenError once no step can run."""
         if self.runner.broken:
-            raise EngineBrokenError(f"the engine cannot run steps any more: {self.runner.broken}; restart the server")
+            raise EngineBrokenError(self.runner.broken)
         req.sampling.validate()
         self.validate(req)
         if req.request_id in self._by_id:

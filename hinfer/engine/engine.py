@@ -133,8 +133,7 @@ class Engine:
             except Exception as e:  # a bug or device error: fail what is in flight, keep serving
                 log.exception("engine step failed")
                 broken = self.core.runner.broken  # no later step can run either (a tensor-parallel rank gone)
-                self._fail_all(EngineBrokenError(f"the engine cannot run steps any more: {broken}; restart the "
-                                                 "server") if broken else EngineError(f"internal engine error: {e}"))
+                self._fail_all(EngineBrokenError(broken) if broken else EngineError(f"internal engine error: {e}"))
                 continue
             for ev in events:
                 self._deliver(ev)

@@ -117,13 +117,3 @@ def tier_tensors(state: ModelState, kind: str) -> tuple[torch.Tensor, torch.Tens
     if kind == "pages":
         return state.k_pages, state.v_pages
     raise ValueError(f"no host tier of kind {kind!r}")
-
-
-def host_checkpoints(state: ModelState, rows: int) -> HostTier:
-    """GDN checkpoints: conv + recurrent state by slot."""
-    return HostTier(*tier_tensors(state, "checkpoints"), rows)
-
-
-def host_pages(state: ModelState, rows: int) -> HostTier:
-    """KV pages: K and V by page."""
-    return HostTier(*tier_tensors(state, "pages"), rows)

@@ -436,8 +436,8 @@ def plan_memory(cfg: ModelConfig, ecfg: EngineConfig, *, weights: str | Recipe, 
                                  f"({n_host_kv * ps:,} tokens) (--host-kv-gib)"))
     if ecfg.tensor_parallel > 1:
         notes.append(f"--tensor-parallel {ecfg.tensor_parallel}: bytes of one rank's device (rank 0's: it alone holds "
-                     "the sampler state and the vision tower); weights, KV heads and GDN state split as docs/tensor-parallel.md "
-                     "says")
+                     "the sampler state and the vision tower); weights, KV heads and GDN state split as "
+                     "docs/tensor-parallel.md says")
     if ecfg.kv_capacity and ecfg.kv_capacity < ecfg.max_context:
         notes.append(f"--kv-capacity {ecfg.kv_capacity} is below --max-context {ecfg.max_context}: "
                      "longer requests are refused")

@@ -34,6 +34,9 @@ class EngineBrokenError(EngineError):
     """The engine can run no step any more (a tensor-parallel rank gone, the ranks out of step): HTTP 503, and
     /health answers 503 too, so whatever supervises the server restarts it."""
 
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"the engine cannot run steps any more: {reason}; restart the server")
+
 
 @dataclass
 class GenerationRequest:

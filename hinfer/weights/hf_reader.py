@@ -376,9 +376,11 @@ class HFCheckpoint:
                     else:
                         yield name, pad(part.dequantize(dtype), s)
                     continue
-                if s is not None:
+                if s is None:
+                    x = read(raw, None)
+                else:
                     s.check(name, self._text[raw].shape, str(self._text[raw].file))
-                x = read(raw, s) if s is None else pad(read(raw, s), s)
+                    x = pad(read(raw, s), s)
                 if x.is_floating_point() and x.dtype != dtype:
                     x = x.to(dtype)
                 yield name, x

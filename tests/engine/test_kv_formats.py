@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from hinfer.config import EngineConfig, ModelConfig
-from hinfer.engine.host_tier import host_pages
+from hinfer.engine.host_tier import HostTier, tier_tensors
 from hinfer.engine.memory_plan import kv_page_bytes
 from hinfer.errors import ConfigError
 from hinfer.kv_format import INT4, INT8, KV_FORMATS, cache_format_of, rotated_keys
@@ -151,7 +151,7 @@ def test_host_tier_moves_scales_with_pages(kv_dtype, seed):
     for c in (st.k_cache, st.v_cache):
         write_kv(c[0], torch.arange(16, 32), torch.randn(16, 2, 64, generator=g))  # page 1 of layer 0
     want = [(c[:, 1].clone(), kv_scales(c)[:, 1].clone()) for c in (st.k_cache, st.v_cache)]
-    tier = host_pages(st, 2)
+    tier = HostTier(*tier_tensors(st, "pages"), 2)
     tier.spill(b"page", 1)
     st.k_pages.zero_()
     st.v_pages.zero_()

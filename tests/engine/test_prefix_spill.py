@@ -11,7 +11,7 @@ import pytest
 import torch
 from test_prefix_cache import PS, assert_clean, greedy, run_all, toks  # the same engine helpers
 
-from hinfer.engine.host_tier import host_checkpoints
+from hinfer.engine.host_tier import HostTier, tier_tensors
 from hinfer.engine.memory_plan import gdn_slot_bytes
 from hinfer.engine.protocol import GenerationRequest, QueueFullError
 from hinfer.model.state import ModelState, StateShape
@@ -70,7 +70,7 @@ def test_spill_and_restore_round_trip(tiny_model):
     st = ModelState(cfg, shape, "cpu")
     st.conv_state.normal_()
     st.ssm_state.normal_()
-    host = host_checkpoints(st, 2)
+    host = HostTier(*tier_tensors(st, "checkpoints"), 2)
     assert not host.pinned and host.nbytes == 2 * gdn_slot_bytes(cfg, "fp32")
     want = [(st.conv_state[:, s].clone(), st.ssm_state[:, s].clone()) for s in (3, 4)]
     host.spill(b"a", 3)

@@ -87,7 +87,7 @@ class ScriptedEngine:
     async def generate(self, request: GenerationRequest) -> AsyncIterator[TokenEvent]:
         self.requests.append(request)
         if self.broken:
-            raise EngineBrokenError(f"the engine cannot run steps any more: {self.broken}; restart the server")
+            raise EngineBrokenError(self.broken)
         if len(request.prompt_token_ids) + 1 > self.max_context:
             raise RequestTooLargeError(f"prompt of {len(request.prompt_token_ids)} tokens > {self.max_context}")
         t0 = time.monotonic()

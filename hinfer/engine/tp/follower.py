@@ -2,8 +2,9 @@
 
 A follower holds no scheduler and no sampler: each command names what rank 0 is about to do to its own shard
 (zero or copy GDN slots, one forward step over the same SeqChunks, one prompt's logits, capture the same decode
-graphs, copy a host-RAM tier's row), and the follower does it to its shard, meeting rank 0 in every all-reduce and gather of the model. Entered through main() in a process
-rank 0 started, or from load_model in a process a launcher (torchrun) started.
+graphs, copy a host-RAM tier's row), and the follower does it to its shard, meeting rank 0 in every all-reduce and
+gather of the model. Entered through main() in a process rank 0 started, or from load_model in a process a
+launcher (torchrun) started.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ The scheduler, prefix cache and sampler run here only. What touches the model's 
 LeaderState (a new sequence's zeroed GDN slot, a prefix-cache checkpoint copied in or out), LeaderRunner (a
 forward step over the scheduled SeqChunks, one prompt's logits, the decode graphs' capture) and LeaderHostTier
 (a host-RAM row written or read back); each sends the command first, so every rank applies the same changes in the
-same order and meets the others in the model's collectives. Sampling reads
-the gathered full-vocabulary logits on rank 0.
+same order and meets the others in the model's collectives. Sampling reads the gathered full-vocabulary logits on
+rank 0.
 """
 
 from __future__ import annotations

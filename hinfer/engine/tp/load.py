@@ -22,10 +22,11 @@ from hinfer.weights.shard_layout import tensor_slice
 
 def load_rank_model(path: Path | None, cfg: ModelConfig, ecfg: EngineConfig, recipe, tp: TensorParallel,
                     device: torch.device) -> Qwen35ForCausalLM:  # fmt: skip
-    """`cfg` is the whole model's config, `ecfg` resolved. Plain tensors are read slice by slice (this rank's bytes
-    only); quantized checkpoints are read whole and dequantized before the cut, then every rank quantizes its
-    shard with `recipe` (as `--weights fp8|int4` does on one GPU). With no `path` the shard is random at its shapes
-    (`hinfer bench` on a packaged config: each rank draws its own values, already in `recipe`'s format)."""
+    """`cfg` is the whole model's config, `ecfg` resolved. Only this rank's bytes are read (HFCheckpoint.iter_slices).
+    A pre-quantized checkpoint in its own recipe loads as stored (_as_stored); otherwise the shard is built in the
+    model dtype and quantized with `recipe` (as `--weights fp8|int4` does on one GPU). With no `path` the shard is
+    random at its shapes (`hinfer bench` on a packaged config: each rank draws its own values, already in
+    `recipe`'s format)."""
     dtype = torch.bfloat16 if ecfg.dtype == "bf16" else torch.float32
     shard = rank_config(cfg, tp.size)
     if path is None:
