@@ -134,8 +134,6 @@ class EngineCore:
         vision = self.runner.model.visual
         if vision is None:
             raise ValueError("this model takes no images (no vision tower loaded, or --no-vision)")
-        if self.spec is not None:
-            raise ValueError("images are not available with --spec")
         if seq.params.prompt_logprobs is not None:
             raise ValueError("prompt logprobs are not available for prompts with images")
         merge = vision.cfg.spatial_merge_size

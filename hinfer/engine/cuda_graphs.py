@@ -127,8 +127,9 @@ class StepGraphs:
 
     def fits(self, chunks: list[SeqChunk]) -> bool:
         """Whether this graph set can run these chunks: few enough lanes, tokens and pages, no GDN state saved
-        inside a chunk (eager only)."""
-        if len(chunks) > self.buckets[-1] or any(c.gdn_save is not None for c in chunks):
+        inside a chunk, no image rows or per-axis positions (eager only)."""
+        if len(chunks) > self.buckets[-1] or any(c.gdn_save is not None or c.axis_positions is not None
+                                                 or c.image_rows for c in chunks):  # fmt: skip
             return False
         ps = self.state.page_size
         return all(len(c.token_ids) <= self.t and (c.cached_len + self.t - 1) // ps < self.width for c in chunks)

@@ -114,7 +114,7 @@ class ModelRunner:
             toks = s.pending_tokens()[: c.num_tokens]
             seq_chunks.append(SeqChunk(toks, s.num_cached, s.pages, s.slot, need_logits=c.samples,
                                        all_logits=wants_prompt_logprobs(s), gdn_save=c.gdn_save,
-                                       **self._image_fields(s, c.num_tokens)))  # fmt: skip
+                                       **self.image_fields(s, c.num_tokens)))  # fmt: skip
         logits = self.forward_logits(seq_chunks)
         if any(sc.all_logits for sc in seq_chunks):
             logits = self._take_prompt_logprobs(chunks, seq_chunks, logits)
@@ -157,7 +157,7 @@ class ModelRunner:
             row = {id(s): i for i, s in enumerate(prev.seqs)}
             ids = take_rows(prev.out.token_ids, [row[id(s)] for s in seqs])
         seq_chunks = [SeqChunk([0] if ids is not None else s.pending_tokens(), s.num_cached, s.pages, s.slot,
-                               **self._image_fields(s, 1)) for s in seqs]  # fmt: skip
+                               **self.image_fields(s, 1)) for s in seqs]  # fmt: skip
         g = pick(self.graphs, seq_chunks)
         assert g is not None, "can_run_ahead: decode lanes fit the widest graph set"
         hidden, logits = g.run(seq_chunks, ids=ids)
@@ -177,7 +177,7 @@ class ModelRunner:
         ready.record()
         return AheadStep(seqs, out, host, ready, kept, starts)
 
-    def _image_fields(self, s: Sequence, n: int) -> dict:
+    def image_fields(self, s: Sequence, n: int) -> dict:
         """A prompt with images: its chunk's positions and embeddings, each image encoded once, by the first chunk
         that reaches it (one image's activations at a time); past the prompt, the text shift."""
         images = s.images

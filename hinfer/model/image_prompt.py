@@ -85,6 +85,19 @@ class PromptImages:
         fields["image_embeds"] = self.embeds[lo:hi]
         return fields
 
+    def position_fields(self, start: int, end: int) -> dict:
+        """SeqChunk position fields of rows [start, end) (prompt or not) without the images' embeddings: for a
+        model that reads other inputs at those rows (the MTP head: the next token's embedding) but must place them
+        where the target placed its own."""
+        n = len(self.positions[0])
+        if start >= n:
+            return {"rope_delta": self.rope_delta}
+        lo, hi = bisect.bisect_left(self.rows, start), bisect.bisect_left(self.rows, min(end, n))
+        if hi == lo and end <= n:
+            return {"rope_delta": self.positions[0][start] - start}
+        gen = [i + self.rope_delta for i in range(n, end)]
+        return {"rope_delta": self.rope_delta, "axis_positions": [a[start:end] + gen for a in self.positions]}
+
 
 def place_images(token_ids: list[int], image_token_id: int, grids: list[Grid], merge: int) -> PromptImages:
     """Positions for a prompt whose image placeholders (runs of image_token_id, one run of

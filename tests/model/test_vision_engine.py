@@ -4,6 +4,7 @@ cannot serve get a clear error."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import hf_helpers as H
@@ -11,13 +12,17 @@ import pytest
 import torch
 import vision_helpers as V
 
+from hinfer.batch import SeqChunk, build_forward_batch
 from hinfer.config import EngineConfig, load_model_config
 from hinfer.engine.factory import make_core, resolve_engine_config
 from hinfer.engine.protocol import GenerationRequest
+from hinfer.engine.spec import DraftJob, MTPDrafter, Proposal
 from hinfer.fixtures import fixed_test_seed
-from hinfer.model.image_prompt import ImageInput
+from hinfer.model.image_prompt import ImageInput, place_images
 from hinfer.model.loader import load_weights
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
+from hinfer.model.random_init import random_init
+from hinfer.model.state import ModelState, StateShape
 from hinfer.model.vision_grid import merged_tokens
 from hinfer.sampling_params import SamplingParams
 from hinfer.weights.hf_reader import HFCheckpoint
@@ -58,7 +63,8 @@ def _images(seed: int) -> list[ImageInput]:
     return [ImageInput(V.random_pixels([g], 96, seed=seed + i), g) for i, g in enumerate(GRIDS)]
 
 
-def _run(core, reqs: list[GenerationRequest]) -> dict[str, list[int]]:
+def _run(core, reqs: list[GenerationRequest], logprobs: dict[str, list[float]] | None = None) -> dict[str, list[int]]:
+    """Every request to the end: -> its tokens (and each token's logprob into `logprobs`, when given)."""
     for r in reqs:
         core.add(r)
     out: dict[str, list[int]] = {r.request_id: [] for r in reqs}
@@ -66,6 +72,8 @@ def _run(core, reqs: list[GenerationRequest]) -> dict[str, list[int]]:
     while len(done) < len(reqs):
         for ev in core.step():
             out[ev.request_id] += ev.token_ids
+            if logprobs is not None:
+                logprobs.setdefault(ev.request_id, []).extend(ev.logprobs or [])
             if ev.finish_reason:
                 done.add(ev.request_id)
     return out
@@ -128,3 +136,140 @@ def test_requests_the_engine_cannot_serve(model, tiny_model, tokenizer) -> None:
     core = make_core(cfg, text_only, tokenizer, ecfg, torch.device("cpu"))
     with pytest.raises(ValueError, match="takes no images"):
         core.add(GenerationRequest("t", [1, 2, 3], SamplingParams(max_tokens=1), images=_images(1)[:1]))
+
+
+def _with_mtp(ours: Qwen35ForCausalLM) -> Qwen35ForCausalLM:
+    """The same model with a random MTP head (the checkpoint transformers writes has none)."""
+    spec = Qwen35ForCausalLM(replace(ours.cfg, mtp_num_hidden_layers=1), dtype=torch.float32, with_vision=True)
+    random_init(spec, seed=fixed_test_seed())
+    missing, unexpected = spec.load_state_dict(ours.state_dict(), strict=False)
+    assert not unexpected and missing and all(k.startswith("mtp.") for k in missing)
+    return spec
+
+
+class _Known:
+    """Drafts each request's known continuation: every draft accepted, so each round's K + 1 verified rows decide
+    the output (their positions shifted by the images as the prompt's are)."""
+
+    def __init__(self, expected: dict[str, list[int]]) -> None:
+        self.expected = expected
+
+    def draft(self, jobs: list[DraftJob]) -> list[Proposal | None]:
+        out: list[Proposal | None] = []
+        for j in jobs:
+            n = len(j.seq.output_ids)
+            out.append(Proposal(self.expected[j.seq.request_id][n : n + j.num_drafts]) if j.num_drafts else None)
+        return out
+
+
+@pytest.mark.parametrize("spec", ["mtp", "ngram", "known"])
+def test_speculation_answers_image_prompts_as_plain_decoding(model, tokenizer, spec: str) -> None:
+    """--spec with image prompts (two lanes, chunks cut through the images): greedy output token for token as
+    without speculation, whether the drafts are the MTP head's (random: mostly rejected), prompt lookups, or all
+    right (every verified row at its shifted position)."""
+    _, ours = model
+    with_mtp = _with_mtp(ours)
+    greedy = SamplingParams(temperature=0, max_tokens=9, ignore_eos=True, logprobs=0)
+
+    def reqs() -> list[GenerationRequest]:
+        return [GenerationRequest("a", _prompt(1), greedy, images=_images(10)),
+                GenerationRequest("b", _prompt(7), greedy, images=_images(20))]  # fmt: skip
+
+    with H.one_thread():
+        lp_want: dict[str, list[float]] = {}
+        want = _run(_core(with_mtp, tokenizer, max_concurrency=2, prefill_chunk=16), reqs(), lp_want)
+        core = _core(with_mtp, tokenizer, max_concurrency=2, prefill_chunk=16, spec="ngram" if spec == "ngram"
+                     else "mtp", draft_tokens=3, spec_adaptive=False)  # fmt: skip
+        if spec == "known":
+            core.spec.drafter = _Known(want)
+        lp_got: dict[str, list[float]] = {}
+        got = _run(core, reqs(), lp_got)
+    assert got == want
+    for r in want:  # the logprobs too: a row at another position would move them long before the argmax
+        torch.testing.assert_close(torch.tensor(lp_got[r]), torch.tensor(lp_want[r]), rtol=0, atol=1e-4)
+    extra = core.stats().extra
+    assert extra["spec_drafted"] > 0 or spec == "ngram"  # the random prompts repeat no n-gram
+    if spec == "known":
+        assert extra["spec_accepted"] == extra["spec_drafted"]
+
+
+def test_position_fields_place_rows_as_the_target_does() -> None:
+    """The MTP head's rows take the target's rotary positions: per axis inside images, the text's shift after
+    them, generated rows at index + rope_delta (also for rows that run past the prompt)."""
+    ids = [5, 6] + [V.IMAGE] * merged_tokens((1, 4, 6), 2) + [7, 8, 9]
+    p = place_images(ids, V.IMAGE, [(1, 4, 6)], 2)
+    n = len(ids)
+    for start, end in [(0, 2), (0, n), (1, 5), (n - 3, n), (n - 2, n + 3), (n, n + 4)]:
+        f = p.position_fields(start, end)
+        want = [[p.positions[a][i] if i < n else i + p.rope_delta for i in range(start, end)] for a in range(3)]
+        if "axis_positions" in f:
+            assert f["axis_positions"] == want
+        else:  # one run on every axis: the offset says it
+            assert all(w == [i + f["rope_delta"] for i in range(start, end)] for w in want)
+
+
+class _Checked:
+    """Runs the MTP drafter and checks its first draft of each round against the head recomputed from scratch over
+    the whole sequence (the target with its images, the head at the target's positions); then proposes the known
+    continuation, so rounds accept several drafts and the head is fed several positions at once."""
+
+    def __init__(self, mtp: MTPDrafter, expected: dict[str, list[int]]) -> None:
+        self.mtp, self.known, self.checked = mtp, _Known(expected), 0
+        self.outs: list[torch.Tensor] = []
+        forward = mtp.forward
+
+        def peek(chunks, hidden, ids=None, argmax=False):
+            out = forward(chunks, hidden, ids, argmax)
+            self.outs.append(out[0])
+            return out
+
+        mtp.forward = peek
+
+    def draft(self, jobs: list[DraftJob]) -> list[Proposal | None]:
+        self.outs.clear()
+        props = self.mtp.draft(jobs)
+        asked = [job for job, prop in zip(jobs, props) if prop is not None]
+        for r, job in enumerate(asked):
+            h, first = _head_from_scratch(self.mtp, job.seq)
+            assert props[jobs.index(job)].settle()[0] == first
+            torch.testing.assert_close(self.outs[0][r], h, atol=1e-4, rtol=1e-4)
+            self.checked += 1
+        return self.known.draft(jobs)
+
+
+@torch.inference_mode()
+def _head_from_scratch(mtp: MTPDrafter, seq) -> tuple[torch.Tensor, int]:
+    """The head's hidden state at the last target position of `seq` and its greedy draft, on a private state: the
+    target over the prompt (images in) and the tokens so far, then the head over the same rows and positions."""
+    model, ps, images = mtp.model, 16, seq.images
+    tokens = seq.prompt_ids + seq.output_ids
+    n, length = len(tokens) - 1, len(seq.prompt_ids)
+    pages = list(range(1, 2 + len(tokens) // ps))
+    state = ModelState(model.cfg, StateShape(len(pages) + 1, ps, 2, torch.float32, torch.float32, mtp_layers=1), "cpu")
+    axes = [a + [i + images.rope_delta for i in range(length, n)] for a in images.positions]
+    chunk = SeqChunk(tokens[:n], 0, pages, 1, all_logits=True, axis_positions=axes, image_rows=images.rows,
+                     image_embeds=images.embeds)  # fmt: skip
+    batch = build_forward_batch([chunk], ps, "cpu")
+    h = model.mtp_forward(torch.tensor(tokens[1:]), model(batch, state), batch, state)[-1]
+    return h, int(model.compute_logits(h[None]).argmax())
+
+
+def test_mtp_head_places_image_prompts_as_the_target(model, tokenizer) -> None:
+    """With images the head's rows sit at the target's rotary positions (per axis inside the images, shifted
+    after them, in the prompt chunks and in every round): its hidden state and draft equal the head recomputed
+    from scratch over the whole sequence."""
+    _, ours = model
+    with_mtp = _with_mtp(ours)
+    greedy = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+
+    def reqs() -> list[GenerationRequest]:
+        return [GenerationRequest("a", _prompt(1), greedy, images=_images(10)),
+                GenerationRequest("b", _prompt(7), greedy, images=_images(20))]  # fmt: skip
+
+    with H.one_thread():
+        want = _run(_core(with_mtp, tokenizer, max_concurrency=2, prefill_chunk=16), reqs())
+        core = _core(with_mtp, tokenizer, max_concurrency=2, prefill_chunk=16, spec="mtp", draft_tokens=3,
+                     spec_adaptive=False)  # fmt: skip
+        checked = core.spec.drafter = _Checked(core.spec.drafter, want)
+        assert _run(core, reqs()) == want
+    assert checked.checked >= 2 * 2

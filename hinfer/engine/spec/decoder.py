@@ -225,19 +225,20 @@ class SpecDecoder:
             if s.in_prefill:
                 toks = s.pending_tokens()[: c.num_tokens]
                 seq_chunks.append(SeqChunk(toks, s.num_cached, s.pages, s.slot, need_logits=c.samples,
-                                           gdn_save=c.gdn_save))  # fmt: skip
+                                           gdn_save=c.gdn_save, **self.runner.image_fields(s, len(toks))))  # fmt: skip
                 continue
             if plain:  # the GDN state advances in the lane's own slot, as in plain decoding
                 prop, s.drafts = s.drafts, None
                 if isinstance(prop, Proposal) and prop.count:
                     shadows[i] = prop
-                seq_chunks.append(SeqChunk(s.pending_tokens(), s.num_cached, s.pages, s.slot, need_logits=True))
+                seq_chunks.append(SeqChunk(s.pending_tokens(), s.num_cached, s.pages, s.slot, need_logits=True,
+                                           **self.runner.image_fields(s, 1)))  # fmt: skip
                 continue
             taken = self._take_drafts(i, s)
             toks = s.pending_tokens() + taken.known()
             assert len(toks) == taken.k + 1, "a decoding lane has exactly one pending token"
-            seq_chunks.append(SeqChunk(toks, s.num_cached, s.pages, s.slot,
-                                       gdn_step_slots=s.draft_slots[: len(toks)], all_logits=True))  # fmt: skip
+            seq_chunks.append(SeqChunk(toks, s.num_cached, s.pages, s.slot, gdn_step_slots=s.draft_slots[: len(toks)],
+                                       all_logits=True, **self.runner.image_fields(s, len(toks))))  # fmt: skip
             verifying.append(taken)
         fed = self._drafts_on_device(verifying, seq_chunks)
         hidden, logits, rows = self._target_forward(seq_chunks, plain and decode_only, fed)

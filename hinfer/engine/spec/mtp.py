@@ -98,7 +98,7 @@ class MTPDrafter:
         was queued (a graph took it)."""
         from hinfer.engine.cuda_graphs import pick
 
-        chunks = [SeqChunk([0] * t, st, s.pages, SCRATCH_SLOT) for s, st in zip(seqs, starts)]
+        chunks = [SeqChunk([0] * t, st, s.pages, SCRATCH_SLOT, **placed(s, st, t)) for s, st in zip(seqs, starts)]
         g = pick(self.graphs.get((t, True)), chunks)
         if g is None or g.t != t:
             return False
@@ -159,7 +159,8 @@ class MTPDrafter:
         if not jobs:
             return out
         chunks = [
-            SeqChunk(j.next_ids, j.start, j.seq.pages, SCRATCH_SLOT, need_logits=j.num_drafts > 0)
+            SeqChunk(j.next_ids, j.start, j.seq.pages, SCRATCH_SLOT, need_logits=j.num_drafts > 0,
+                     **placed(j.seq, j.start, len(j.next_ids)))
             for j in jobs
         ]
         active = [i for i, j in enumerate(jobs) if j.num_drafts > 0]
@@ -180,9 +181,9 @@ class MTPDrafter:
         while active:
             if step > 0:  # position of the draft just made: (last fed position) + step
                 # (on the device path the token is `last`; 0 stands in for it in the chunk)
-                chunks = [SeqChunk([toks[i][-1] if toks[i] else 0],
-                                   jobs[i].start + len(jobs[i].next_ids) - 1 + step, jobs[i].seq.pages,
-                                   SCRATCH_SLOT) for i in active]  # fmt: skip
+                at = [jobs[i].start + len(jobs[i].next_ids) - 1 + step for i in active]
+                chunks = [SeqChunk([toks[i][-1] if toks[i] else 0], p, jobs[i].seq.pages, SCRATCH_SLOT,
+                                   **placed(jobs[i].seq, p, 1)) for i, p in zip(active, at)]  # fmt: skip
                 pos = [Position(jobs[i].seq.sampler_state, toks[i]) for i in active]
                 greedy = all(plain_greedy(p) for p in pos)
                 h, argmax = self.forward(chunks, h, last, argmax=greedy)
@@ -210,6 +211,12 @@ class MTPDrafter:
             p = torch.stack(probs[i]) if probs[i] else None
             out[i] = Proposal([], p, pending[i]) if i in pending else Proposal(toks[i], p)
         return out
+
+
+def placed(seq, start: int, n: int) -> dict:
+    """The rotary positions of a lane's rows [start, start + n) where its prompt holds images (the target's own:
+    images shift the text after them); the head reads the next token's embedding there, image placeholder or not."""
+    return {} if seq.images is None else seq.images.position_fields(start, start + n)
 
 
 def _rows(out: torch.Tensor, drafts: torch.Tensor | None, idx: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
