@@ -116,8 +116,6 @@ class EngineCore:
             raise EngineError(f"request {req.request_id!r} was aborted")
         p = req.sampling
         seed = p.seed if p.seed is not None else self._seeds.getrandbits(63)
-        if p.prompt_logprobs is not None and self.spec is not None:
-            raise ValueError("prompt logprobs are not available with --spec")
         seq = Sequence(req.request_id, list(req.prompt_token_ids), p, seed)
         if req.images:
             self._place_images(seq, req)

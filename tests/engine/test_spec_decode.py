@@ -294,6 +294,49 @@ def test_greedy_logprobs_match_plain_decoding(make_engine_core):
     assert len(evs_spec) < len(evs_plain)  # several tokens per event
 
 
+@pytest.mark.parametrize("right", [False, True], ids=["mtp", "always-right"])
+def test_prompt_logprobs_with_speculation(make_engine_core, right):
+    """Requests that want their prompt logprobs beside speculating lanes (prompts in several chunks, lanes already
+    decoding): prompt logprobs (top ones too), tokens and their logprobs are plain decoding's."""
+    rng = random.Random(11)
+    prompts = [[rng.randrange(1, 1024) for _ in range(n)] for n in (5, 37, 70)]
+    wants = (None, 2, 0)
+
+    def run(core) -> dict[str, tuple]:
+        for i, p in enumerate(prompts):
+            core.add(GenerationRequest(f"r{i}", p, SP(temperature=0, max_tokens=10, ignore_eos=True, logprobs=0,
+                                                      prompt_logprobs=wants[i])))  # fmt: skip
+        out = {f"r{i}": ([], [], None, None) for i in range(len(prompts))}
+        done: set[str] = set()
+        while len(done) < len(prompts):
+            for ev in core.step():
+                toks, lps, plp, tops = out[ev.request_id]
+                toks += ev.token_ids
+                lps += ev.logprobs or []
+                if ev.prompt_logprobs is not None:
+                    tops = [None if t is None else [x.token_id for x in t] for t in ev.prompt_top_logprobs]
+                    out[ev.request_id] = (toks, lps, ev.prompt_logprobs, tops)
+                if ev.finish_reason:
+                    done.add(ev.request_id)
+        return out
+
+    base = run(make_engine_core(max_concurrency=3, prefill_chunk=16))
+    core = make_engine_core(max_concurrency=3, prefill_chunk=16, spec="mtp", draft_tokens=3, spec_adaptive=False)
+    if right:
+        core.spec.drafter = OracleDrafter({r: v[0] for r, v in base.items()})
+    got = run(core)
+    for i, r in enumerate(base):
+        (t0, lp0, p0, top0), (t1, lp1, p1, top1) = base[r], got[r]
+        assert t1 == t0 and lp1 == pytest.approx(lp0, abs=1e-4)
+        if wants[i] is None:
+            assert p0 is None and p1 is None
+            continue
+        assert len(p1) == len(prompts[i]) and p1[0] is None and top1 == top0
+        assert p1[1:] == pytest.approx(p0[1:], abs=1e-4)
+    assert core.stats().extra["spec_drafted"] > 0
+    assert_all_free(core)
+
+
 class OracleDrafter:
     """Proposes each request's known continuation (everything accepted), or a wrong token at every position."""
 

@@ -28,6 +28,7 @@ import torch
 
 from hinfer.batch import SeqChunk, build_forward_batch
 from hinfer.engine.cuda_graphs import pick
+from hinfer.engine.prompt_logprobs import record_prompt_logprobs, wants_prompt_logprobs
 from hinfer.engine.protocol import TopLogprob
 from hinfer.engine.runner import ModelRunner
 from hinfer.engine.sampler import take_rows, to_device, vocab_gamma
@@ -60,6 +61,12 @@ class LaneOutput:
     token_ids: list[int]
     logprobs: list[float | None]
     top_logprobs: list[list[TopLogprob] | None]
+
+
+def verifies(chunk: SeqChunk) -> bool:
+    """A decoding lane's round (its pending token and drafts, the GDN state after each), not a prompt chunk
+    (which may want every row's logits too: prompt logprobs)."""
+    return chunk.gdn_step_slots is not None
 
 
 @dataclass
@@ -225,7 +232,8 @@ class SpecDecoder:
             if s.in_prefill:
                 toks = s.pending_tokens()[: c.num_tokens]
                 seq_chunks.append(SeqChunk(toks, s.num_cached, s.pages, s.slot, need_logits=c.samples,
-                                           gdn_save=c.gdn_save, **self.runner.image_fields(s, len(toks))))  # fmt: skip
+                                           all_logits=wants_prompt_logprobs(s), gdn_save=c.gdn_save,
+                                           **self.runner.image_fields(s, len(toks))))  # fmt: skip
                 continue
             if plain:  # the GDN state advances in the lane's own slot, as in plain decoding
                 prop, s.drafts = s.drafts, None
@@ -243,7 +251,12 @@ class SpecDecoder:
         fed = self._drafts_on_device(verifying, seq_chunks)
         hidden, logits, rows = self._target_forward(seq_chunks, plain and decode_only, fed)
         picks = self._early_draft_pass(chunks, seq_chunks, hidden, logits, rows) if not plain else None
-        firsts = [(c.seq, rows[i][1]) for i, c in enumerate(chunks) if c.samples and (c.seq.in_prefill or plain)]
+        for c, sc, (_, r) in zip(chunks, seq_chunks, rows):
+            if sc.all_logits and not verifies(sc):  # a prompt chunk whose request wants its prompt logprobs
+                record_prompt_logprobs(c.seq, sc.cached_len, logits[r : r + len(sc.token_ids)])
+        firsts = [(c.seq, rows[i][1] + (len(sc.token_ids) - 1 if sc.all_logits else 0))
+                  for i, (c, sc) in enumerate(zip(chunks, seq_chunks))
+                  if c.samples and (c.seq.in_prefill or plain)]  # fmt: skip
         lanes = [_Lane(chunks[v.index].seq, rows[v.index][1], v.tokens(), v.probs) for v in verifying]
         out = {id(o.seq): o for o in self._sample_firsts(firsts, logits) + self._verify(lanes, logits, picks)}
         for i, prop in shadows.items():  # a probe in a plain step: would the target have accepted it?
@@ -254,7 +267,7 @@ class SpecDecoder:
         results: list[LaneOutput] = []
         for c, sc, (h0, _) in zip(chunks, seq_chunks, rows):
             s, n, o = c.seq, len(sc.token_ids), out.get(id(c.seq))
-            if sc.all_logits:  # a verified round: the state after the last accepted token becomes current
+            if verifies(sc):  # a verified round: the state after the last accepted token becomes current
                 a = len(o.token_ids) - 1
                 s.slot, s.draft_slots[a] = s.draft_slots[a], s.slot
                 s.num_cached += a + 1  # the rejected positions' KV rows lie past the length: never read
@@ -299,7 +312,7 @@ class SpecDecoder:
         """-> (final-normed hidden, logits, per chunk its first (hidden row, logits row)). A verify graph when
         every chunk is a verifying lane that fits one (`drafts`: their tokens still on the device), the runner's
         decode graph for a plain step of decoding lanes; else eager (rows packed)."""
-        graphs = self.runner.graphs if plain else self.graphs if all(c.all_logits for c in seq_chunks) else None
+        graphs = self.runner.graphs if plain else self.graphs if all(map(verifies, seq_chunks)) else None
         if graphs:
             g = pick(graphs, seq_chunks)
             if g is not None:
@@ -335,7 +348,7 @@ class SpecDecoder:
         (the drafter then runs its pass after acceptance, as for sampled lanes)."""
         prelaunch = getattr(self.drafter, "prelaunch", None)
         t, m = self.k + 1, len(chunks)
-        if (prelaunch is None or not all(sc.all_logits for sc in seq_chunks) or logits.shape[0] < m * t
+        if (prelaunch is None or not all(map(verifies, seq_chunks)) or logits.shape[0] < m * t
                 or rows != [(i * t, i * t) for i in range(m)]
                 or not all(_argmax_lane(c.seq) and self.budget(c.seq) == self.k for c in chunks)):  # fmt: skip
             return None
