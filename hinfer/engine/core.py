@@ -132,8 +132,6 @@ class EngineCore:
         vision = self.runner.model.visual
         if vision is None:
             raise ValueError("this model takes no images (no vision tower loaded, or --no-vision)")
-        if seq.params.prompt_logprobs is not None:
-            raise ValueError("prompt logprobs are not available for prompts with images")
         merge = vision.cfg.spatial_merge_size
         grids = [img.grid for img in req.images]
         seq.images = place_images(seq.prompt_ids, vision.cfg.image_token_id, grids, merge)

@@ -105,6 +105,32 @@ def test_greedy_matches_transformers_chunked_and_batched(model, tokenizer) -> No
     assert got == want
 
 
+def test_prompt_logprobs_of_an_image_prompt_are_transformers(model, tokenizer) -> None:
+    """Prompt logprobs of a prompt with images (chunks cut through the images, beside another lane): each prompt
+    token's log-probability under transformers' multimodal forward, within 1e-4 (fp32)."""
+    hf, ours = model
+    ids = _prompt(5)
+    with H.one_thread():
+        core = _core(ours, tokenizer, max_concurrency=2, prefill_chunk=16)
+        core.add(GenerationRequest("lp", ids, SamplingParams(temperature=0, max_tokens=2, ignore_eos=True,
+                                                              prompt_logprobs=0), images=_images(50)))  # fmt: skip
+        core.add(GenerationRequest("other", _prompt(8), SamplingParams(max_tokens=3), images=_images(60)))
+        got = None
+        while core.has_work:
+            for ev in core.step():
+                if ev.request_id == "lp" and ev.prompt_logprobs is not None:
+                    got = ev.prompt_logprobs
+        images = _images(50)
+        t = torch.tensor([ids])
+        with torch.no_grad():
+            logits = hf(input_ids=t, pixel_values=torch.cat([i.pixels for i in images]),
+                        image_grid_thw=torch.tensor([i.grid for i in images]),
+                        mm_token_type_ids=(t == V.IMAGE).int()).logits[0].float()  # fmt: skip
+    want = torch.log_softmax(logits[:-1], -1).gather(1, t[0, 1:, None])[:, 0]
+    assert got is not None and len(got) == len(ids) and got[0] is None
+    torch.testing.assert_close(torch.tensor(got[1:]), want, rtol=0, atol=1e-4)
+
+
 def test_prefix_cache_tells_images_apart(model, tokenizer) -> None:
     """The same text with other pixels must not reuse the first request's image pages; the same pixels do."""
     _, ours = model
@@ -127,10 +153,6 @@ def test_requests_the_engine_cannot_serve(model, tiny_model, tokenizer) -> None:
     core = _core(ours, tokenizer)
     with pytest.raises(ValueError, match="placeholder"):
         core.add(GenerationRequest("few", ids, SamplingParams(max_tokens=1), images=_images(1)[:1]))
-    with pytest.raises(ValueError, match="prompt logprobs"):
-        core.add(
-            GenerationRequest("lp", ids, SamplingParams(max_tokens=1, prompt_logprobs=1), images=_images(1))
-        )
     cfg, text_only = tiny_model
     ecfg = resolve_engine_config(cfg, EngineConfig(device="cpu", max_context=256, page_size=16))
     core = make_core(cfg, text_only, tokenizer, ecfg, torch.device("cpu"))
