@@ -346,6 +346,8 @@ class EngineConfig:
     prefill_chunk: int = 2048  # tokens of one prompt per step
     kv_dtype: str = "bf16"  # bf16 | fp8 | int8 | k8v4 | int4 (hinfer.kv_format)
     rope_scaling: str | None = None  # yarn:FACTOR | none; None: as the checkpoint's config says
+    # sampling defaults for what a request leaves out: auto (the checkpoint's generation_config.json) | none | PATH
+    generation_config: str = "auto"
     page_size: int = 64  # tokens per KV page
     dtype: str = "auto"  # activation / unquantized weight dtype: auto (bf16 on GPU, fp32 on CPU) | bf16 | fp32
     weights: str = "auto"  # auto (as stored) | bf16 | fp8 | int4

@@ -75,6 +75,11 @@ class LLM:
         self.core = build_core(self._loaded)
         self._next_id = 0
 
+    def default_sampling(self, **fields) -> SamplingParams:
+        """SamplingParams with the model's sampling defaults (its generation_config.json, as
+        EngineConfig.generation_config picks them), then `fields`: what generate uses when given none."""
+        return self.core.sampling_defaults.params(**fields)
+
     def encode_prompt(self, prompt: Prompt, **template_kwargs) -> list[int]:
         """A string is used as is; a list of ints is token ids; a list of messages gets the chat template (user
         content items {"type": "image", "image": a PIL image, bytes or a file path} become the image's tokens)."""
@@ -105,7 +110,7 @@ class LLM:
     ) -> list[RequestOutput]:
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], dict | int)):
             prompts = [prompts]  # type: ignore[list-item]
-        params = sampling if isinstance(sampling, list) else [sampling or SamplingParams()] * len(prompts)
+        params = sampling if isinstance(sampling, list) else [sampling or self.default_sampling()] * len(prompts)
         outs: dict[str, RequestOutput] = {}
         queue: deque[GenerationRequest] = deque()
         for prompt, p in zip(prompts, params):

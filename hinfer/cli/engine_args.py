@@ -55,6 +55,12 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                    help="RoPE context extension: yarn:4 runs the model to 4x its original window (1,048,576 "
                         "positions on the 262,144-position Qwen3.5 models); none turns off a yarn block in "
                         "the checkpoint's config (default: as the config says). docs/usage.md, Long context")
+    g.add_argument("--generation-config", default="auto", metavar="auto|none|PATH",
+                   help="sampling defaults for the fields a request leaves out (temperature, top_p, top_k, min_p, "
+                        "repetition_penalty): auto takes the checkpoint's generation_config.json (Qwen3.5: "
+                        "temperature 1, top_k 20, top_p 0.95), none hinfer's neutral ones (temperature 1, no "
+                        "filter), PATH another generation_config.json. A request's own values always win "
+                        "(default auto; docs/api.md, Sampling defaults)")
     g.add_argument("--page-size", type=int, default=d.page_size, help="KV page size in tokens (default 64)")
     g.add_argument("--dtype", choices=["bf16", "fp32"], default=None,
                    help="activation dtype (default bf16 on GPU, fp32 on CPU)")
@@ -122,6 +128,7 @@ def engine_config_from_args(a: argparse.Namespace) -> EngineConfig:
         prefill_chunk=a.prefill_chunk,
         kv_dtype=a.kv_dtype,
         rope_scaling=a.rope_scaling,
+        generation_config=a.generation_config,
         page_size=a.page_size,
         dtype=a.dtype or "auto",
         weights=a.weights,

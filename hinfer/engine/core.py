@@ -40,6 +40,7 @@ from hinfer.engine.scheduler import Scheduler
 from hinfer.engine.sequence import ScheduledChunk, Sequence, Status
 from hinfer.engine.stop import StopStringMatcher
 from hinfer.model.image_prompt import hash_ids, place_images
+from hinfer.sampling_defaults import NEUTRAL
 
 log = logging.getLogger("hinfer.engine")
 
@@ -62,6 +63,7 @@ class EngineCore:
             max_context=ecfg.max_context,
             draft_slots=ecfg.draft_slots,
         )
+        self.sampling_defaults = NEUTRAL  # what a request's omitted sampling fields take (--generation-config)
         self.spec = None  # SpecDecoder with --spec; its `drafter` may be swapped (tests)
         if ecfg.spec:
             from hinfer.engine.spec import make_spec_decoder

@@ -43,6 +43,7 @@ class Engine:
         self.max_context = core.ecfg.max_context
         visual = core.runner.model.visual
         self.vision = visual.cfg if visual is not None else None  # VisionConfig when images can be taken
+        self.sampling_defaults = core.sampling_defaults  # for the sampling fields a request leaves out
         self._inbox: deque[tuple[GenerationRequest, _Stream]] = deque()
         self._streams: dict[str, _Stream] = {}
         self._wake = threading.Event()

@@ -46,6 +46,7 @@ from hinfer.model.vision import VisionEncoder
 from hinfer.model.vision_loader import load_vision_weights
 from hinfer.quant.apply import quantize_head, quantize_model
 from hinfer.quant.int4_mma_layout import use_fragment_order
+from hinfer.sampling_defaults import NEUTRAL, SamplingDefaults, load_sampling_defaults
 from hinfer.sharding import check_tensor_parallel, rank_settings
 from hinfer.tokenizer import Tokenizer
 from hinfer.weights.artifact import engine_weights, is_artifact_path, open_artifact
@@ -70,6 +71,7 @@ class Loaded:
     device: torch.device
     plan: MemoryPlan | None = None
     ranks: Ranks | None = None  # tensor parallelism: rank 0's handle on the other ranks
+    sampling: SamplingDefaults = NEUTRAL  # for the fields a request leaves out (--generation-config)
 
 
 def resolve_engine_config(cfg: ModelConfig, ecfg: EngineConfig) -> EngineConfig:
@@ -161,7 +163,14 @@ def load_model(model: str | None, ecfg: EngineConfig) -> Loaded:
     name = getattr(recipe, "name", recipe)
     log.info("loaded %s (%s, %s, %s on %s) in %.1f s", path, cfg.model_type, name, ecfg.dtype, device,
              time.monotonic() - t0)
-    return Loaded(path, cfg, ecfg, net, tok, device, plan)
+    return Loaded(path, cfg, ecfg, net, tok, device, plan, sampling=sampling_defaults(ecfg, path))
+
+
+def sampling_defaults(ecfg: EngineConfig, path: Path, artifact_config: dict | None = None) -> SamplingDefaults:
+    """The sampling defaults --generation-config names, logged once."""
+    d = load_sampling_defaults(ecfg.generation_config, path, artifact_config)
+    log.info("sampling defaults for fields a request leaves out: %s (%s)", d.describe(), d.source)
+    return d
 
 
 def _load_sharded(path: Path, ecfg: EngineConfig) -> Loaded:
@@ -185,7 +194,7 @@ def _load_sharded(path: Path, ecfg: EngineConfig) -> Loaded:
     _load_vision(net, HFCheckpoint(path), ecfg, DTYPES[ecfg.dtype], ranks.device)  # rank 0 encodes every image
     log.info("loaded %s over %d ranks (%s, %s, %s on %s) in %.1f s", path, n, cfg.model_type,
              getattr(recipe, "name", recipe), ecfg.dtype, ranks.device, time.monotonic() - t0)
-    return Loaded(path, cfg, ecfg, net, tok, ranks.device, plan, ranks)
+    return Loaded(path, cfg, ecfg, net, tok, ranks.device, plan, ranks, sampling_defaults(ecfg, path))
 
 
 def start_ranks(path: Path | None, cfg: ModelConfig, ecfg: EngineConfig, recipe
@@ -237,12 +246,15 @@ def _load_artifact(path: Path, ecfg: EngineConfig) -> Loaded:
         quantize_model(net, requantize)
     log.info("loaded %s (v%d, %s, %s on %s) in %.1f s", path, art.version, plan_recipe, ecfg.dtype, device,
              time.monotonic() - t0)
-    return Loaded(path, cfg, ecfg, net, tok, device, plan)
+    return Loaded(path, cfg, ecfg, net, tok, device, plan,
+                  sampling=sampling_defaults(ecfg, path, art.generation_config()))
 
 
 def build_core(loaded: Loaded) -> EngineCore:
     shape = state_shape(loaded.cfg, loaded.ecfg, loaded.plan)
-    return make_core(loaded.cfg, loaded.model, loaded.tokenizer, loaded.ecfg, loaded.device, shape, loaded.ranks)
+    core = make_core(loaded.cfg, loaded.model, loaded.tokenizer, loaded.ecfg, loaded.device, shape, loaded.ranks)
+    core.sampling_defaults = loaded.sampling
+    return core
 
 
 def warm_cudnn_prefill(model: Qwen35ForCausalLM, ecfg: EngineConfig, device: torch.device) -> None:

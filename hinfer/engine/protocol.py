@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hinfer.model.image_prompt import ImageInput
+from hinfer.sampling_defaults import SamplingDefaults
 from hinfer.sampling_params import SamplingParams
 
 
@@ -118,6 +119,7 @@ class AsyncEngine(Protocol):
 
     model_name: str
     max_context: int
+    sampling_defaults: SamplingDefaults  # what a request's omitted sampling fields take
 
     def generate(self, request: GenerationRequest) -> AsyncIterator[TokenEvent]: ...
 

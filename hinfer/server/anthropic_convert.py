@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from hinfer.sampling_defaults import NEUTRAL, SamplingDefaults
 from hinfer.sampling_params import SamplingParams
 from hinfer.server.errors import bad_request, describe_validation_errors
 from hinfer.server.images import image_from_base64
@@ -339,8 +340,10 @@ def _prefill(messages: list[dict[str, Any]], thinking: bool) -> str:
     return text
 
 
-def sampling_params(body: MessagesRequest, max_tokens: int, vocab_size: int) -> SamplingParams:
-    sp = SamplingParams(max_tokens=max_tokens, stop=stop_list(body.stop_sequences, "stop_sequences"))
+def sampling_params(body: MessagesRequest, max_tokens: int, vocab_size: int,
+                    defaults: SamplingDefaults = NEUTRAL) -> SamplingParams:
+    """The request's sampling fields over `defaults` (the served model's, for the fields it leaves out)."""
+    sp = defaults.params(max_tokens=max_tokens, stop=stop_list(body.stop_sequences, "stop_sequences"))
     if body.temperature is not None:
         sp.temperature = body.temperature
     if body.top_p is not None:

@@ -35,7 +35,7 @@ async def messages(body: MessagesRequest, request: Request):
     ids = await render_prompt_off_loop(st.tokenizer, prompt, st.prompt_guard)
     ids, images = await with_images(st, prompt, ids)  # each image's tokens counted in the prompt's usage
     max_tokens = plan_max_tokens(len(ids), body.max_tokens, st.engine.max_context)
-    sp = sampling_params(body, max_tokens, st.tokenizer.vocab_size)
+    sp = sampling_params(body, max_tokens, st.tokenizer.vocab_size, st.engine.sampling_defaults)
     if budget is not None and st.tokenizer.think_end_id is not None:
         sp.thinking_budget = budget
         sp.think_end_token_id = st.tokenizer.think_end_id

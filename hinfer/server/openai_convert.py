@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from hinfer.sampling_defaults import NEUTRAL, SamplingDefaults
 from hinfer.sampling_params import SamplingParams
 from hinfer.server.errors import bad_request
 from hinfer.server.images import image_from_url
@@ -230,7 +231,8 @@ def _continuation(body: ChatCompletionRequest, messages: list[dict[str, Any]], t
 
 
 def sampling_params(body: _SamplingFields, *, max_tokens: int, vocab_size: int, logprobs: int | None,
-                    skip_special_tokens: bool) -> SamplingParams:
+                    skip_special_tokens: bool, defaults: SamplingDefaults = NEUTRAL) -> SamplingParams:
+    """The request's sampling fields over `defaults` (the served model's, for the fields it leaves out)."""
     bias: dict[int, float] = {}
     for k, v in (body.logit_bias or {}).items():
         try:
@@ -242,7 +244,7 @@ def sampling_params(body: _SamplingFields, *, max_tokens: int, vocab_size: int, 
         bias[tid] = v
     check_token_ids(list(bias), vocab_size, "logit_bias")
     check_token_ids(body.stop_token_ids or [], vocab_size, "stop_token_ids")
-    sp = SamplingParams(
+    sp = defaults.params(
         max_tokens=max_tokens,
         stop=stop_list(body.stop),
         stop_token_ids=list(body.stop_token_ids or []),

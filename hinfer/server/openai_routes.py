@@ -54,7 +54,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
     max_tokens = plan_max_tokens(len(ids), requested, st.engine.max_context, param)
     sp = sampling_params(body, max_tokens=max_tokens, vocab_size=st.tokenizer.vocab_size,
-                         logprobs=chat_logprobs(body), skip_special_tokens=body.skip_special_tokens)
+                         logprobs=chat_logprobs(body), skip_special_tokens=body.skip_special_tokens,
+                         defaults=st.engine.sampling_defaults)
     if budget is not None and st.tokenizer.think_end_id is not None:
         sp.thinking_budget = budget
         sp.think_end_token_id = st.tokenizer.think_end_id
@@ -135,7 +136,8 @@ async def completions(body: CompletionRequest, request: Request):
         for j in range(n):
             sp = sampling_params(body, max_tokens=max_tokens, vocab_size=st.tokenizer.vocab_size,
                                  logprobs=None if score_only else body.logprobs,
-                                 skip_special_tokens=body.skip_special_tokens)  # fmt: skip
+                                 skip_special_tokens=body.skip_special_tokens,
+                                 defaults=st.engine.sampling_defaults)  # fmt: skip
             sp.seed = choice_seed(sp.seed, j)
             sp.structured = vllm_extras(body.model_extra or {})
             if body.echo and body.logprobs is not None:

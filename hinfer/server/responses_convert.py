@@ -17,6 +17,7 @@ import binascii
 import json
 from typing import Any
 
+from hinfer.sampling_defaults import NEUTRAL, SamplingDefaults
 from hinfer.sampling_params import SamplingParams
 from hinfer.server.errors import bad_request
 from hinfer.server.images import image_from_url
@@ -262,8 +263,9 @@ def chat_prompt(body: Any, items: list[dict[str, Any]], preserve_default: bool
     return prompt, budget, names
 
 
-def sampling_params(body: Any, max_tokens: int) -> SamplingParams:
-    sp = SamplingParams(max_tokens=max_tokens)
+def sampling_params(body: Any, max_tokens: int, defaults: SamplingDefaults = NEUTRAL) -> SamplingParams:
+    """The request's sampling fields over `defaults` (the served model's, for the fields it leaves out)."""
+    sp = defaults.params(max_tokens=max_tokens)
     if body.temperature is not None:
         sp.temperature = body.temperature
     if body.top_p is not None:

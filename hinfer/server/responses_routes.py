@@ -76,7 +76,7 @@ async def create_response(body: ResponsesRequest, request: Request):
     ids, images = await with_images(st, prompt, ids, param="input")  # each image's tokens counted in usage
     max_tokens = plan_max_tokens(len(ids), body.max_output_tokens, st.engine.max_context, "max_output_tokens",
                                  prompt_param="input")
-    sp = sampling_params(body, max_tokens)
+    sp = sampling_params(body, max_tokens, st.engine.sampling_defaults)
     if budget is not None and prompt.enable_thinking and st.tokenizer.think_end_id is not None:
         sp.thinking_budget = budget
         sp.think_end_token_id = st.tokenizer.think_end_id

@@ -222,6 +222,16 @@ class Artifact:
         except (TypeError, ValueError) as e:
             raise ArtifactError(f"{self.path}: damaged recipe metadata ({e})") from None
 
+    def generation_config(self) -> dict | None:
+        """The carried generation_config.json, parsed (None when the file had none)."""
+        text = self.meta.get("generation_config")
+        if not text:
+            return None
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ArtifactError(f"{self.path}: damaged generation_config metadata ({e})") from None
+
     def write_aux(self, folder: Path) -> None:
         """The carried files (config.json, tokenizer.json, ...) into `folder`, as in a checkpoint folder."""
         for key, fname in AUX_FILES.items():

@@ -27,6 +27,7 @@ from hinfer.engine.protocol import (
     TopLogprob,
     Usage,
 )
+from hinfer.sampling_defaults import NEUTRAL
 
 Script = str | Callable[[GenerationRequest, str], str]
 
@@ -49,6 +50,7 @@ class ScriptedEngine:
         self.pending_timeout_s = pending_timeout_s
         self.step_s = step_s
         self.max_context = max_context
+        self.sampling_defaults = NEUTRAL  # tests set the served model's defaults here
         self.model_name = model_name
         self.fail_next: tuple[int, BaseException] | None = None  # (after k tokens, error) for the next request
         self.broken: str | None = None  # set: every request refused as an engine that can run no step (stats too)
