@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -31,7 +31,19 @@ class Timing:
     steps: int
 
 
-def _lanes(runner: ModelRunner, lanes: int, depth: int, steps: int, greedy: bool, draft_slots: int = 0) -> list[Sequence]:
+# `hinfer bench --sampling`: the sampler's paths (engine/sampler.py). qwen: the Qwen3.5 / 3.6 checkpoints'
+# generation_config (the server's default for fields a request leaves out): 20 candidates; top-p: the whole
+# vocabulary sorted; full: the race over the whole vocabulary, no filter
+SAMPLING = {
+    "greedy": SamplingParams(temperature=0.0),
+    "qwen": SamplingParams(temperature=1.0, top_k=20, top_p=0.95),
+    "top-p": SamplingParams(temperature=0.7, top_p=0.95),
+    "full": SamplingParams(temperature=1.0),
+}
+
+
+def _lanes(runner: ModelRunner, lanes: int, depth: int, steps: int, draft_slots: int = 0,
+           sampling: str = "greedy") -> list[Sequence]:  # fmt: skip
     ps = runner.state.page_size
     per = -(-(depth + steps + 1) // ps)
     if RESERVED_SLOTS + lanes * (1 + draft_slots) > runner.state.shape.num_slots:
@@ -40,7 +52,7 @@ def _lanes(runner: ModelRunner, lanes: int, depth: int, steps: int, greedy: bool
         raise ValueError(f"KV pool too small for {lanes} lanes at depth {depth}")
     seqs = []
     for i in range(lanes):
-        params = SamplingParams(temperature=0.0 if greedy else 0.7, top_p=0.95, max_tokens=steps + 1, ignore_eos=True)
+        params = replace(SAMPLING[sampling], max_tokens=steps + 1, ignore_eos=True)
         s = Sequence(f"bench{i}", [1] * depth, params, seed=i)
         s.num_cached = depth
         s.output_ids = [100 + i]
@@ -56,10 +68,12 @@ def _lanes(runner: ModelRunner, lanes: int, depth: int, steps: int, greedy: bool
     return seqs
 
 
-def decode(runner: ModelRunner, lanes: int, depth: int, steps: int = 64, warmup: int = 4, ahead: bool = True) -> Timing:
+def decode(runner: ModelRunner, lanes: int, depth: int, steps: int = 64, warmup: int = 4, ahead: bool = True,
+           sampling: str = "greedy") -> Timing:  # fmt: skip
     """Plain decode steps as the engine runs them: a step ahead (each queued before the previous one's tokens are
-    read, EngineCore's --decode-ahead) where the runner can, else each step read before the next."""
-    seqs = _lanes(runner, lanes, depth, steps + warmup, greedy=True)
+    read, EngineCore's --decode-ahead) where the runner can, else each step read before the next; every lane
+    sampling as SAMPLING[sampling] says."""
+    seqs = _lanes(runner, lanes, depth, steps + warmup, sampling=sampling)
     chunks = [ScheduledChunk(s, 1, True) for s in seqs]
     ahead = ahead and runner.runs_ahead and runner.can_run_ahead(chunks)
     inflight = None
@@ -105,7 +119,7 @@ def spec_rounds(core: EngineCore, lanes: int, depth: int, rounds: int = 32, warm
     assert spec is not None, "the core was built without --spec"
     assert spec.policy is None, "rounds at a fixed K: build the core with spec_adaptive=False"
     k = spec.k
-    seqs = _lanes(core.runner, lanes, depth, (rounds + warmup + 1) * (k + 1), greedy=True, draft_slots=k + 1)
+    seqs = _lanes(core.runner, lanes, depth, (rounds + warmup + 1) * (k + 1), draft_slots=k + 1)
 
     def one_round() -> int:
         chunks = [ScheduledChunk(s, 1, True) for s in seqs]
@@ -141,7 +155,7 @@ def prefill(runner: ModelRunner, tokens: int, chunk: int, repeats: int = 2, warm
     best = None
     first = 0 if warmup else 1
     for r in range(first, repeats + 1):
-        s = _lanes(runner, 1, 0, tokens, greedy=True)[0]
+        s = _lanes(runner, 1, 0, tokens)[0]
         s.prompt_ids = torch.randint(1, runner.model.cfg.vocab_size, (tokens,)).tolist()
         s.output_ids, s.num_cached = [], 0
         runner.state.reset_slots([s.slot])

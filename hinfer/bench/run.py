@@ -45,6 +45,7 @@ class BenchSpec:
     draft_tokens: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])  # with --spec mtp: K per sweep point
     acceptance: list[float] = field(default_factory=lambda: [3.2])  # tokens per round for the projected tok/s
     forced_acceptance: list[float] = field(default_factory=list)  # with --spec mtp: end-to-end runs at these p
+    sampling: list[str] = field(default_factory=lambda: ["greedy"])  # decode rows per sampler path (measure.SAMPLING)
 
 
 def git_commit() -> str:
@@ -213,16 +214,19 @@ def run_bench(spec: BenchSpec, ecfg: EngineConfig) -> list[dict]:
     }  # fmt: skip
     rows: list[dict] = []
     kv_item = floors.kv_element_bytes(runner.state.k_cache, runner.state.v_cache)
-    for depth in spec.depths:
-        for c in spec.concurrency:
-            t = measure.decode(runner, c, depth, steps=spec.steps, ahead=ecfg.decode_ahead)
-            b = floors.decode_step_bytes(model.cfg, wbytes, c, depth, kv_item, dtype.itemsize, ebytes)
-            floor_tok_s = c / (b.total / bw)
-            rows.append(meta | {"kind": "decode", "concurrency": c, "depth": depth, "prefill_tokens": 0,
-                                "tok_s": t.tok_s, "ms_per_step": t.ms_per_step, "bytes_per_step": b.total,
-                                "floor_tok_s": floor_tok_s, "ratio": t.tok_s / floor_tok_s})  # fmt: skip
-            log.info("decode C=%d depth=%d: %.1f tok/s (floor %.1f, %.0f%%)", c, depth, t.tok_s, floor_tok_s,
-                     100 * t.tok_s / floor_tok_s)  # fmt: skip
+    for sampling in spec.sampling:
+        for depth in spec.depths:
+            for c in spec.concurrency:
+                t = measure.decode(runner, c, depth, steps=spec.steps, ahead=ecfg.decode_ahead, sampling=sampling)
+                b = floors.decode_step_bytes(model.cfg, wbytes, c, depth, kv_item, dtype.itemsize, ebytes)
+                floor_tok_s = c / (b.total / bw)
+                rows.append(meta | {"kind": "decode", "concurrency": c, "depth": depth, "prefill_tokens": 0,
+                                    "tok_s": t.tok_s, "ms_per_step": t.ms_per_step, "bytes_per_step": b.total,
+                                    "floor_tok_s": floor_tok_s, "ratio": t.tok_s / floor_tok_s,
+                                    "sampling": sampling})  # fmt: skip
+                log.info("decode C=%d depth=%d%s: %.1f tok/s (floor %.1f, %.0f%%)", c, depth,
+                         "" if sampling == "greedy" else f" sampling {sampling}", t.tok_s, floor_tok_s,
+                         100 * t.tok_s / floor_tok_s)  # fmt: skip
     act = active_params(model)
     warm: set[int] = set()  # chunk sizes already run: a longer prompt in them launches the same kernels
     for n in spec.prefill:
@@ -342,7 +346,8 @@ def table(rows: list[dict]) -> str:
     for r in rows:
         ratio = f"{r['ratio']:.0%}" if r.get("ratio") else "-"
         floor = f"{r['floor_tok_s']:.1f}" if r.get("floor_tok_s") else "-"
-        lines.append(f"| {r['kind']} | {r['concurrency']} | {r['depth']} | {r['prefill_tokens']} | "
+        kind = r["kind"] if r.get("sampling", "greedy") == "greedy" else f"{r['kind']} ({r['sampling']})"
+        lines.append(f"| {kind} | {r['concurrency']} | {r['depth']} | {r['prefill_tokens']} | "
                      f"{r['tok_s']:.1f} | {floor} | {ratio} |")  # fmt: skip
     if spec:
         lines += ["", "| K | C | depth | round ms | floor ms | ratio | round / plain step | projected tok/s |",

@@ -45,6 +45,25 @@ def test_bench_runs_end_to_end_on_cpu(tmp_path, weights, monkeypatch):
     assert "projected" in table(rows)
 
 
+def test_decode_rows_per_sampling_mode(tmp_path, monkeypatch):
+    """--sampling greedy,qwen,top-p: a decode row per mode, depth and lane count, each run with every lane
+    sampling that way (the sampler's candidates and whole-vocabulary paths), labelled in the JSON and the table."""
+    from hinfer.bench import measure
+
+    made = []
+    lanes = measure._lanes
+    monkeypatch.setattr(measure, "_lanes", lambda *a, **k: made.append(lanes(*a, **k)) or made[-1])
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(TINY_MOE))
+    spec = BenchSpec(model=str(tmp_path / "m"), weights="int4", concurrency=[2], depths=[40], prefill=[], steps=4,
+                     out_dir=tmp_path / "out", sampling=["greedy", "qwen", "top-p"])  # fmt: skip
+    rows = run_bench(spec, EngineConfig(device="cpu", page_size=16, prefill_chunk=32))
+    assert [r["sampling"] for r in rows] == ["greedy", "qwen", "top-p"] and all(r["tok_s"] > 0 for r in rows)
+    got = [(s[0].params.temperature, s[0].params.top_k, s[0].params.top_p) for s in made]
+    assert got == [(0.0, 0, 1.0), (1.0, 20, 0.95), (0.7, 0, 0.95)]
+    assert "decode (qwen)" in table(rows) and "decode (top-p)" in table(rows)
+
+
 def test_bench_splits_over_two_ranks_on_cpu(tmp_path):
     """--tensor-parallel 2: rank 1 started and given its random shard, decode and prefill through the leader's
     runner, each rank's bytes in the floors (about half the weights), the step's all-reduces timed; the group is

@@ -11,6 +11,16 @@ from hinfer.errors import ConfigError
 from hinfer.quant.recipes import RECIPES
 
 
+def _sampling_modes(text: str) -> list[str]:
+    from hinfer.bench.measure import SAMPLING
+
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    bad = [m for m in modes if m not in SAMPLING]
+    if bad or not modes:
+        raise argparse.ArgumentTypeError(f"sampling modes are {', '.join(SAMPLING)}; got {text!r}")
+    return modes
+
+
 def _ints(text: str) -> list[int]:
     out = []
     for part in text.split(","):
@@ -56,6 +66,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --spec mtp: acceptance lengths (tokens per round, bonus included) to project tok/s "
                         "from; default 3.2, the published figure for these models at K=3 (random weights' own "
                         "acceptance is meaningless)")
+    p.add_argument("--sampling", type=_sampling_modes, default=["greedy"], metavar="MODE[,MODE...]",
+                   help="decode rows with every lane sampling this way (default greedy): greedy; qwen (temperature "
+                        "1, top_k 20, top_p 0.95: the Qwen3.5 / 3.6 generation_config, what the server applies to "
+                        "fields a request leaves out); top-p (temperature 0.7, top_p 0.95: the whole vocabulary "
+                        "sorted); full (temperature 1, no filter). Each mode is a row per depth and lane count")
     p.add_argument("--forced-acceptance", type=lambda t: [float(x) for x in t.split(",") if x.strip()], default=[],
                    metavar="P[,P...]",
                    help="with --spec mtp: also run the engine end to end on greedy requests whose drafts are the "
@@ -172,6 +187,7 @@ def run(args: argparse.Namespace) -> int:
         prefill=args.prefill, prefill_repeats=args.prefill_repeats, steps=args.steps, layers=args.layers,
         vs_hf=args.vs_hf, out_dir=args.out,
         draft_tokens=args.spec_k, acceptance=args.acceptance, forced_acceptance=args.forced_acceptance,
+        sampling=args.sampling,
     )  # fmt: skip
     rows = run_bench(spec, engine_config_from_args(args))
     print(table(rows))
