@@ -52,6 +52,7 @@ Stop tokens, stop strings and max_tokens are the engine's.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -347,6 +348,11 @@ class Sampler:
         """Rows with 0 < top_k <= CANDIDATES: everything happens on their CANDIDATES largest logits (a fixed
         width, so top_p's sums do not depend on other rows), noise only at those ids."""
         vals, ids = torch.topk(zt, min(CANDIDATES, zt.shape[1]), dim=-1)  # sorted descending
+        if zt.is_cuda and os.environ.get("HINFER_SAMPLER_KERNEL", "0") == "1":  # the rest in one launch
+            from hinfer.ops.triton.sample_candidates import sample_candidates
+
+            return sample_candidates(vals, ids, keys, top_k, top_p, log_min_p, any(x.top_p < 1.0 for x in p),
+                                     any(x.min_p > 0 for x in p))  # fmt: skip
         kth = vals.gather(1, (top_k.clamp(max=vals.shape[1]) - 1)[:, None])
         vals = torch.where(vals >= kth, vals, -math.inf)
         vals = _top_p_min_p(vals, top_p, log_min_p, p)
