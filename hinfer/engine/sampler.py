@@ -38,8 +38,8 @@ the row's path, so it is the same in every batch.
 Cost (H200, V = 248,320, measured): the GPU work is 0.1-0.2 ms at 8 lanes (4 ms at 64 lanes with top_p and no
 top_k: the full sort and cumsum); the host spends 0.1 ms (greedy) to about 1 ms (top_k + top_p; up to 2 ms
 with penalties and logprobs) launching up to ~60 small kernels, which overlaps a CUDA-graph model step because
-nothing here waits for the GPU (host data goes through pinned copies). A fused kernel for the noise + race
-would remove about half of those launches.
+nothing here waits for the GPU (host data goes through pinned copies). HINFER_SAMPLER_KERNEL=1 runs the candidate
+path after its top-k (filters, noise, race) in one Triton launch (ops/triton/sample_candidates.py), same tokens.
 
 Penalty state: the sampler owns a [max_rows, V] int32 table of output-token counts and a [max_rows, V] bool
 prompt mask, indexed by `RowState.slot` (the engine's lane id). `add_row` resets a slot when a request starts,
