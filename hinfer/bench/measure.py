@@ -110,7 +110,8 @@ class SpecTiming:
     drafted_per_round: float
 
 
-def spec_rounds(core: EngineCore, lanes: int, depth: int, rounds: int = 32, warmup: int = 4) -> SpecTiming:
+def spec_rounds(core: EngineCore, lanes: int, depth: int, rounds: int = 32, warmup: int = 4,
+                sampling: str = "greedy") -> SpecTiming:  # fmt: skip
     """Speculative rounds at `lanes` lanes and context `depth` on the engine's path (SpecDecoder: verify graph,
     acceptance, then the MTP drafter's graphs), every lane drafting K tokens each round. The round's cost does
     not depend on how many drafts are accepted (verify always runs K + 1 rows, the drafter's first pass is padded
@@ -119,7 +120,8 @@ def spec_rounds(core: EngineCore, lanes: int, depth: int, rounds: int = 32, warm
     assert spec is not None, "the core was built without --spec"
     assert spec.policy is None, "rounds at a fixed K: build the core with spec_adaptive=False"
     k = spec.k
-    seqs = _lanes(core.runner, lanes, depth, (rounds + warmup + 1) * (k + 1), draft_slots=k + 1)
+    seqs = _lanes(core.runner, lanes, depth, (rounds + warmup + 1) * (k + 1), draft_slots=k + 1,
+                  sampling=sampling)
 
     def one_round() -> int:
         chunks = [ScheduledChunk(s, 1, True) for s in seqs]

@@ -6,6 +6,7 @@ With a config (e.g. hinfer/configs/qwen3.6-27b) the weights are random at the ex
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -297,7 +298,9 @@ def spec_sweep(spec: BenchSpec, cfg: ModelConfig, ecfg: EngineConfig, model: Qwe
                bw: float) -> list[dict]:  # fmt: skip
     """MTP speculation: round time for each K at each lane count and depth, beside a plain decode step of the same
     engine and the round's byte floor; tok/s projected from given acceptance lengths (random weights' own
-    acceptance is meaningless and reported only as a check that drafts ran)."""
+    acceptance is meaningless and reported only as a check that drafts ran). Per sampling mode (--sampling): a
+    sampled lane drafts from the head's processed distribution and is judged by rejection sampling over full
+    rows of the vocabulary, where a greedy one compares argmaxes."""
     rows: list[dict] = []
     tok = Tokenizer.from_dir(tokenizer_dir())
     wbytes, ebytes = floors.weight_bytes_per_step(model), floors.expert_bytes(model)
@@ -307,28 +310,30 @@ def spec_sweep(spec: BenchSpec, cfg: ModelConfig, ecfg: EngineConfig, model: Qwe
         head = getattr(core.spec.drafter, "draft_head", None)
         core.runner.state.fill_random()
         kv_item = floors.kv_element_bytes(core.runner.state.k_cache, core.runner.state.v_cache)
-        for depth in spec.depths:
-            for c in spec.concurrency:
-                plain = measure.decode(core.runner, c, depth, steps=spec.steps, ahead=ecfg.decode_ahead)
-                t = measure.spec_rounds(core, c, depth, rounds=spec_round_count(spec), warmup=SPEC_WARMUP)
-                draft_bytes = floors.mtp_bytes_per_draft(model, head, c)
-                b = floors.spec_round_bytes(cfg, wbytes, draft_bytes, c, depth, k, kv_item,
-                                            model.embed_tokens.element_size(), ebytes)
-                floor_ms = b.total / bw * 1e3
-                row = meta | {"kind": "spec_round", "concurrency": c, "depth": depth, "prefill_tokens": 0,
-                              "draft_tokens": k, "ms_per_round": t.ms_per_round, "floor_ms_per_round": floor_ms,
-                              "ratio": floor_ms / t.ms_per_round, "plain_ms_per_step": plain.ms_per_step,
-                              "round_vs_plain": t.ms_per_round / plain.ms_per_step,
-                              "measured_tokens_per_round_random_weights": t.tokens_per_round,
-                              "drafted_per_round": t.drafted_per_round, "tok_s": None, "floor_tok_s": None,
-                              "projected": {str(a): c * a / (t.ms_per_round / 1e3) for a in spec.acceptance
-                                            if a <= k + 1},
-                              "acceptance_source": PUBLISHED_ACCEPTANCE}  # fmt: skip
-                rows.append(row)
-                proj = ", ".join(f"{v:.0f} tok/s at {a}" for a, v in row["projected"].items())
-                log.info("spec K=%d C=%d depth=%d: round %.2f ms (floor %.2f, %.0f%%; %.2fx a plain step of %.2f ms)"
-                         "%s", k, c, depth, t.ms_per_round, floor_ms, 100 * row["ratio"], row["round_vs_plain"],
-                         plain.ms_per_step, f"; projected {proj}" if proj else "")  # fmt: skip
+        for sampling, depth, c in itertools.product(spec.sampling, spec.depths, spec.concurrency):
+            plain = measure.decode(core.runner, c, depth, steps=spec.steps, ahead=ecfg.decode_ahead,
+                                   sampling=sampling)  # fmt: skip
+            t = measure.spec_rounds(core, c, depth, rounds=spec_round_count(spec), warmup=SPEC_WARMUP,
+                                    sampling=sampling)  # fmt: skip
+            draft_bytes = floors.mtp_bytes_per_draft(model, head, c)
+            b = floors.spec_round_bytes(cfg, wbytes, draft_bytes, c, depth, k, kv_item,
+                                        model.embed_tokens.element_size(), ebytes)
+            floor_ms = b.total / bw * 1e3
+            row = meta | {"kind": "spec_round", "concurrency": c, "depth": depth, "prefill_tokens": 0,
+                          "draft_tokens": k, "ms_per_round": t.ms_per_round, "floor_ms_per_round": floor_ms,
+                          "ratio": floor_ms / t.ms_per_round, "plain_ms_per_step": plain.ms_per_step,
+                          "round_vs_plain": t.ms_per_round / plain.ms_per_step,
+                          "measured_tokens_per_round_random_weights": t.tokens_per_round,
+                          "drafted_per_round": t.drafted_per_round, "tok_s": None, "floor_tok_s": None,
+                          "projected": {str(a): c * a / (t.ms_per_round / 1e3) for a in spec.acceptance
+                                        if a <= k + 1},
+                          "acceptance_source": PUBLISHED_ACCEPTANCE, "sampling": sampling}  # fmt: skip
+            rows.append(row)
+            proj = ", ".join(f"{v:.0f} tok/s at {a}" for a, v in row["projected"].items())
+            log.info("spec K=%d C=%d depth=%d%s: round %.2f ms (floor %.2f, %.0f%%; %.2fx a plain step of "
+                     "%.2f ms)%s", k, c, depth, "" if sampling == "greedy" else f" sampling {sampling}",
+                     t.ms_per_round, floor_ms, 100 * row["ratio"], row["round_vs_plain"],
+                     plain.ms_per_step, f"; projected {proj}" if proj else "")  # fmt: skip
         del core
         if core_device.type == "cuda":
             torch.cuda.empty_cache()
@@ -354,7 +359,8 @@ def table(rows: list[dict]) -> str:
                   "|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for r in spec:
             proj = ", ".join(f"{v:.0f} @ {a}" for a, v in r["projected"].items()) or "-"
-            lines.append(f"| {r['draft_tokens']} | {r['concurrency']} | {r['depth']} | {r['ms_per_round']:.2f} | "
+            k = r["draft_tokens"] if r.get("sampling", "greedy") == "greedy" else f"{r['draft_tokens']} ({r['sampling']})"
+            lines.append(f"| {k} | {r['concurrency']} | {r['depth']} | {r['ms_per_round']:.2f} | "
                          f"{r['floor_ms_per_round']:.2f} | {r['ratio']:.0%} | {r['round_vs_plain']:.2f}x | {proj} |")
         lines.append(f"\nprojected = C x acceptance length / round time; acceptance {PUBLISHED_ACCEPTANCE}")
     if reduces:

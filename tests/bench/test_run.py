@@ -64,6 +64,20 @@ def test_decode_rows_per_sampling_mode(tmp_path, monkeypatch):
     assert "decode (qwen)" in table(rows) and "decode (top-p)" in table(rows)
 
 
+def test_spec_rounds_per_sampling_mode(tmp_path):
+    """--spec mtp --sampling greedy,qwen: a round row per mode (sampled lanes draft from the head's distribution
+    and go through rejection sampling), every round drafting K for every lane."""
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(TINY_MOE))
+    spec = BenchSpec(model=str(tmp_path / "m"), weights="int4", concurrency=[2], depths=[40], prefill=[], steps=4,
+                     out_dir=tmp_path / "out", draft_tokens=[2], sampling=["greedy", "qwen"])  # fmt: skip
+    rows = run_bench(spec, EngineConfig(device="cpu", spec="mtp", page_size=16, prefill_chunk=32))
+    rounds = [r for r in rows if r["kind"] == "spec_round"]
+    assert [r["sampling"] for r in rounds] == ["greedy", "qwen"]
+    assert all(r["drafted_per_round"] == 2 and r["ms_per_round"] > 0 for r in rounds)
+    assert "| 2 (qwen) |" in table(rows)
+
+
 def test_bench_splits_over_two_ranks_on_cpu(tmp_path):
     """--tensor-parallel 2: rank 1 started and given its random shard, decode and prefill through the leader's
     runner, each rank's bytes in the floors (about half the weights), the step's all-reduces timed; the group is
