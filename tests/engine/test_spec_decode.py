@@ -199,6 +199,21 @@ def test_sampling_probs_is_what_the_sampler_draws_from(params):
     assert stat < chi2_critical(max(df, 1)), (stat, df, probs)
 
 
+def test_candidate_rows_take_the_whole_vocabulary_forms_probabilities():
+    """Rows with 0 < top_k <= 256 get their probabilities from their 256 largest logits (a top-k, not a sort of
+    the vocabulary): the whole-vocabulary form's up to rounding, alone and beside rows without a small top_k."""
+    from hinfer.engine.spec.dist import _filtered_softmax, _vocab_softmax
+
+    params = [SP(temperature=1.0, top_k=20, top_p=0.95), SP(temperature=0.6, top_k=256, top_p=0.5, min_p=0.02),
+              SP(temperature=1.2, top_k=3), SP(temperature=0.9, top_p=0.9), SP(temperature=1.0, top_k=400, min_p=0.1)]  # fmt: skip
+    z = torch.randn(len(params), 3000, generator=torch.Generator().manual_seed(5)) * 3
+    got = _filtered_softmax(z, params)
+    want = torch.cat([_vocab_softmax(z[i : i + 1] / p.temperature, [p]) for i, p in enumerate(params)])
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-7)
+    assert torch.equal((got > 0).sum(1), (want > 0).sum(1))  # the same tokens kept
+    torch.testing.assert_close(_filtered_softmax(z[:2], params[:2]), want[:2], rtol=1e-5, atol=1e-7)
+
+
 def test_prefix_counts_like_generated_tokens_and_leaves_the_sampler_as_found():
     v = 12
     p = SP(temperature=0.0, presence_penalty=0.7, frequency_penalty=0.4, repetition_penalty=1.2,

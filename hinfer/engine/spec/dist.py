@@ -22,10 +22,12 @@ from dataclasses import dataclass, replace
 import torch
 
 from hinfer.engine.sampler import (
+    CANDIDATES,
     MASK64,
     RowState,
     Sampler,
     _s64,
+    _top_p_min_p,
     _top_p_threshold,
     gumbel_noise,
     mix64,
@@ -148,9 +150,40 @@ def sampling_probs(z: torch.Tensor, positions: Sequence[Position]) -> torch.Tens
 
 
 def _filtered_softmax(z: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
-    """Temperature, then top_k (ties kept), top_p (on the top_k renormalized mass), min_p; softmax of the rest."""
-    dev, v = z.device, z.shape[1]
+    """Temperature, then top_k (ties kept), top_p (on the top_k renormalized mass), min_p; softmax of the rest.
+    Rows with 0 < top_k <= CANDIDATES over their CANDIDATES largest logits, as the sampler draws them (a top-k
+    of each row, where the whole-vocabulary form sorts it: the Qwen checkpoints' default top_k 20 with top_p 0.95
+    would sort every verify and draft row of 248K logits); the others over the whole vocabulary."""
+    dev = z.device
     zt = z / to_device([[x.temperature] for x in params], torch.float32, dev)
+    cand = [i for i, x in enumerate(params) if 0 < x.top_k <= CANDIDATES]
+    if len(cand) == len(params):
+        return _candidate_softmax(zt, params)
+    if not cand:
+        return _vocab_softmax(zt, params)
+    rest = [i for i in range(len(params)) if i not in set(cand)]
+    out = torch.empty_like(zt)
+    put_rows(out, cand, _candidate_softmax(take_rows(zt, cand), [params[i] for i in cand]))
+    put_rows(out, rest, _vocab_softmax(take_rows(zt, rest), [params[i] for i in rest]))
+    return out
+
+
+def _candidate_softmax(zt: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
+    """Sampler._sample_candidates' filters on each row's CANDIDATES largest logits, their softmax scattered into
+    whole-vocabulary rows (zero elsewhere)."""
+    dev = zt.device
+    vals, ids = torch.topk(zt, min(CANDIDATES, zt.shape[1]), dim=-1)  # sorted descending
+    k = to_device([x.top_k for x in params], torch.int64, dev)
+    vals = torch.where(vals >= vals.gather(1, (k.clamp(max=vals.shape[1]) - 1)[:, None]), vals, -math.inf)
+    top_p = to_device([[x.top_p] for x in params], torch.float32, dev)
+    log_min_p = to_device([[math.log(x.min_p) if x.min_p > 0 else -math.inf] for x in params], torch.float32, dev)
+    vals = _top_p_min_p(vals, top_p, log_min_p, params)
+    return torch.zeros_like(zt).scatter_(1, ids, torch.softmax(vals, dim=-1))
+
+
+def _vocab_softmax(zt: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
+    """The filters over the whole vocabulary (rows without a small top_k), then the softmax."""
+    dev, v = zt.device, zt.shape[1]
     if any(x.top_k > 0 for x in params):
         ks = [min(max(x.top_k, 0), v) for x in params]
         k = to_device(ks, torch.int64, dev)
