@@ -214,6 +214,24 @@ def test_candidate_rows_take_the_whole_vocabulary_forms_probabilities():
     torch.testing.assert_close(_filtered_softmax(z[:2], params[:2]), want[:2], rtol=1e-5, atol=1e-7)
 
 
+def test_the_race_among_candidates_draws_the_whole_races_tokens():
+    """Rows with few nonzero probabilities (top_k <= 256, greedy one-hot) race among their 256 largest only, the
+    noise hashed at those ids: the token of the race over every id, for every key."""
+    from hinfer.engine.sampler import vocab_gamma
+    from hinfer.engine.spec.dist import DRAFT, _filtered_softmax, draw, draw_among_candidates, race_noise
+
+    v = 3000
+    params = [SP(temperature=1.0, top_k=20, top_p=0.95), SP(temperature=1.0, top_k=256), SP(temperature=0.8, top_k=2)]
+    gamma = vocab_gamma(v, "cpu")
+    g = torch.Generator().manual_seed(9)
+    for step in range(30):
+        probs = _filtered_softmax(torch.randn(3, v, generator=g) * 2, params)
+        probs = torch.cat([probs, torch.nn.functional.one_hot(torch.tensor([17]), v).float()])  # a greedy row
+        draws = [(7, step), (8, step), (9, step), None]
+        want = draw(probs, race_noise(draws, DRAFT, gamma))
+        assert torch.equal(draw_among_candidates(probs, draws, DRAFT, gamma), want), step
+
+
 def test_prefix_counts_like_generated_tokens_and_leaves_the_sampler_as_found():
     v = 12
     p = SP(temperature=0.0, presence_penalty=0.7, frequency_penalty=0.4, repetition_penalty=1.2,

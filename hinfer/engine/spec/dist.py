@@ -82,6 +82,27 @@ def draw(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
     return torch.argmax(torch.log(probs) + noise, dim=-1)
 
 
+def draw_among_candidates(probs: torch.Tensor, draws: Sequence[tuple[int, int] | None], domain: int,
+                          gamma: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    """draw(probs, race_noise(draws, domain, gamma)) for rows with at most CANDIDATES nonzero probabilities
+    (candidate rows, one-hot rows): the race among each row's CANDIDATES largest probabilities, the noise hashed at
+    those ids only (the same values: noise is a function of the id), where the whole race hashes every id."""
+    vals, ids = torch.topk(probs, min(CANDIDATES, probs.shape[1]), dim=-1)
+    noise = torch.zeros_like(vals)
+    rand = [i for i, d in enumerate(draws) if d is not None]
+    if rand:
+        keys = spec_keys([draws[i] for i in rand], domain, probs.device)
+        put_rows(noise, rand, gumbel_noise(keys, gamma[take_rows(ids, rand)]))
+    return ids.gather(1, torch.argmax(torch.log(vals) + noise, dim=-1, keepdim=True))[:, 0]
+
+
+def few_nonzero(p: Position) -> bool:
+    """Whether the position's distribution has at most CANDIDATES nonzero probabilities (sampling_probs): greedy,
+    a forced `</think>`, or 0 < top_k <= CANDIDATES."""
+    x = p.row.params
+    return x.greedy or 0 < x.top_k <= CANDIDATES or position_row(p).force_think_end
+
+
 def position_row(p: Position) -> RowState:
     """The row's sampler state as if its prefix had been generated (step number, `</think>` seen)."""
     end = p.row.params.think_end_token_id
