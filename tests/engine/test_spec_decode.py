@@ -21,7 +21,7 @@ from hinfer.engine.factory import make_core, resolve_engine_config
 from hinfer.engine.protocol import GenerationRequest, QueueFullError
 from hinfer.engine.sampler import RowState, Sampler
 from hinfer.engine.spec import DraftJob, MTPDrafter, Proposal
-from hinfer.engine.spec.dist import Position, processed_logits, sampling_probs
+from hinfer.engine.spec.dist import Position, draw, processed_logits, sampling_probs
 from hinfer.engine.spec.verify import accept
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.random_init import random_init
@@ -135,7 +135,7 @@ def test_accept_keeps_the_target_distribution_of_a_markov_chain():
         q = q_mat[ctx[:, :k]]
         u = torch.rand((lanes, k), generator=g, dtype=torch.float64)
         noise = -torch.log(-torch.log(torch.rand((lanes, v), generator=g)))
-        a, t = accept(p, q, d, num, u, noise)
+        a, t = accept(p, q, d, num, u, lambda r, noise=noise: draw(r, noise))
         assert bool((a <= num).all())
         for j in range(k + 1):  # emitted: d[:a] then t
             tok = torch.where(j < a, d[:, min(j, k - 1)], t)
@@ -161,9 +161,9 @@ def test_accept_greedy_is_argmax_agreement():
     q = torch.nn.functional.one_hot(d, v).float()
     u = torch.full((3, 3), 0.999999, dtype=torch.float64)
     noise = torch.randn(3, v)
-    a, t = accept(p, q, d, torch.tensor([3, 3, 3]), u, noise)
+    a, t = accept(p, q, d, torch.tensor([3, 3, 3]), u, lambda r: draw(r, noise))
     assert a.tolist() == [2, 3, 0] and t.tolist() == [4, 2, 5]
-    a, t = accept(p, q, d, torch.tensor([1, 0, 3]), u, noise)  # fewer drafts than the width
+    a, t = accept(p, q, d, torch.tensor([1, 0, 3]), u, lambda r: draw(r, noise))  # fewer drafts than the width
     assert a.tolist() == [1, 0, 0] and t.tolist() == [1, 2, 5]
 
 

@@ -10,6 +10,8 @@ padded to the round's widest K and judged in one batch of tensor ops; the only h
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 
@@ -19,9 +21,9 @@ def accept(
     drafts: torch.Tensor,  # [L, K] int64 (padding anything in range)
     num_drafts: torch.Tensor,  # [L] int64, k of each lane (<= K)
     u: torch.Tensor,  # [L, K] float64 uniforms in (0, 1), one per judged draft
-    noise: torch.Tensor,  # [L, V] Gumbel noise for the lane's last token
+    race: Callable[[torch.Tensor], torch.Tensor],  # [L, V] unnormalized probabilities -> a token per lane (seeded)
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """-> (accepted drafts a [L], the token after them [L])."""
+    """-> (accepted drafts a [L], the token after them [L], drawn by `race` from the residual)."""
     n_lanes, width = drafts.shape
     lane = torch.arange(n_lanes, device=p.device)
     if width:
@@ -38,4 +40,4 @@ def accept(
     residual = (pa - qa).clamp(min=0.0)
     # p == q leaves no residual mass, but then the draft was accepted surely; guard the division anyway
     residual = torch.where(residual.sum(dim=-1, keepdim=True) > 0, residual, pa)
-    return a, torch.argmax(torch.log(residual) + noise, dim=-1)
+    return a, race(residual)
