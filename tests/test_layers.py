@@ -24,8 +24,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("weights", ("hinfer.weights", "hinfer.demo")),
     ("quant", ("hinfer.quant",)),  # weight formats; their .matmul picks a kernel
     ("kernels", ("hinfer.ops.triton", "hinfer.ops.dispatch", "hinfer.ops.kv_cache")),  # kv_cache: page views
-    ("base", ("hinfer.batch", "hinfer.config", "hinfer.kv_format", "hinfer.errors", "hinfer.sampling_params", "hinfer.tokenizer",
-              "hinfer.chat_template", "hinfer.fixtures", "hinfer.vision_config", "hinfer.sharding")),
+    ("base", ("hinfer.batch", "hinfer.config", "hinfer.kv_format", "hinfer.errors", "hinfer.sampling_params",
+              "hinfer.sampling_defaults", "hinfer.tokenizer", "hinfer.chat_template", "hinfer.fixtures",
+              "hinfer.vision_config", "hinfer.sharding")),
 )  # fmt: skip
 
 # Known wrong edges, each to go with its fix (a test fails once one is gone, so this list only shrinks).
