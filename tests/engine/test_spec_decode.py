@@ -14,6 +14,7 @@ from statistics import NormalDist
 
 import pytest
 import torch
+from mtp_peek import PeekDrafter
 
 from hinfer.batch import SeqChunk, build_forward_batch
 from hinfer.config import EngineConfig, ModelConfig
@@ -459,37 +460,10 @@ def test_stop_string_inside_an_accepted_run(make_engine_core):
     assert evs["spec"] == evs["plain"] and evs["plain"][2] == "stop"
 
 
-class PeekDrafter:
-    """Runs the MTP drafter (so its KV sees exactly what the engine feeds it) and checks it against the head
-    recomputed from scratch over the whole sequence: the hidden state after the fed rows (which attends to every
-    earlier position's KV) and the greedy drafts. Then proposes the known continuation, so rounds accept several
-    drafts and the head is fed several positions at once."""
-
-    def __init__(self, mtp: MTPDrafter, expected: dict[str, list[int]]) -> None:
-        self.mtp, self.oracle = mtp, OracleDrafter(expected)
-        self.checked = 0
-        self.outs: list[torch.Tensor] = []
-        forward = mtp.forward
-        def peek(chunks, hidden, ids=None, argmax=False):
-            out = forward(chunks, hidden, ids, argmax)
-            self.outs.append(out[0])
-            return out
-
-        mtp.forward = peek
-
-    def draft(self, jobs: list[DraftJob]) -> list[Proposal | None]:
-        self.outs.clear()
-        props = self.mtp.draft(jobs)
-        asked = [(job, prop) for job, prop in zip(jobs, props) if prop is not None]
-        for job, prop in asked:
-            seq = job.seq
-            hs, drafts = mtp_from_scratch(self.mtp, seq.prompt_ids + seq.output_ids, job.num_drafts)
-            assert prop.settle() == drafts
-            for step, h in enumerate(hs):  # forward `step` has a row per job still drafting, in order
-                r = [j for j, _ in asked if j.num_drafts > step].index(job)
-                assert torch.allclose(self.outs[step][r], h, atol=1e-4, rtol=1e-4), step
-            self.checked += 1
-        return self.oracle.draft(jobs)
+def peek_drafter(mtp: MTPDrafter, expected: dict[str, list[int]]) -> PeekDrafter:
+    """The MTP drafter checked against the head from scratch at every draft, the known continuation proposed."""
+    return PeekDrafter(mtp, OracleDrafter(expected),
+                       lambda m, seq, k: mtp_from_scratch(m, seq.prompt_ids + seq.output_ids, k))
 
 
 @torch.inference_mode()
@@ -520,7 +494,7 @@ def test_mtp_head_sees_every_position_once_with_the_target_hidden_state(make_eng
     reqs = lambda: [GenerationRequest(f"r{i}", p, replace(params)) for i, p in enumerate(prompts)]  # noqa: E731
     base = run_all(make_engine_core(max_concurrency=3, prefill_chunk=16), reqs())[0]
     core = make_engine_core(max_concurrency=3, prefill_chunk=16, spec="mtp", draft_tokens=3, spec_adaptive=False)
-    peek = core.spec.drafter = PeekDrafter(core.spec.drafter, base)
+    peek = core.spec.drafter = peek_drafter(core.spec.drafter, base)
     assert run_all(core, reqs())[0] == base
     assert peek.checked >= 5 * 3
 
@@ -869,7 +843,7 @@ def test_plain_rounds_feed_the_head_later_and_drafts_still_see_every_position(ma
     reqs = lambda: [GenerationRequest(f"r{i}", p, replace(params)) for i, p in enumerate(prompts)]  # noqa: E731
     base = run_all(make_engine_core(max_concurrency=3, prefill_chunk=16), reqs())[0]
     core = make_engine_core(max_concurrency=3, prefill_chunk=16, spec="mtp", draft_tokens=3, spec_draft_cost=0.3)
-    peek = core.spec.drafter = PeekDrafter(core.spec.drafter, base)
+    peek = core.spec.drafter = peek_drafter(core.spec.drafter, base)
     peek.oracle = OracleDrafter(base, wrong=True)
     deferred, flushed = [0], [0]
     defer = SpecDecoder._defer_observations
@@ -912,7 +886,7 @@ def test_a_pass_that_only_feeds_the_head_skips_its_lm_head(make_engine_core, mon
     core = make_engine_core(max_concurrency=2, prefill_chunk=16, spec="mtp", draft_tokens=3, spec_draft_cost=0.3)
     core.runner.capture_graphs(2, core.ecfg.max_context, capture=False)
     core.spec.use_graphs(2, capture=False)  # the head's graphs, before the peeking wrapper hides them
-    core.spec.drafter = PeekDrafter(core.spec.drafter, base)
+    core.spec.drafter = peek_drafter(core.spec.drafter, base)
     core.spec.drafter.oracle = OracleDrafter(base, wrong=True)
     assert run_all(core, reqs())[0] == base
     assert calls[("feeding", "no tail")] > 3 and calls[("feeding", "tail")] == 0, calls

@@ -11,6 +11,7 @@ import hf_helpers as H
 import pytest
 import torch
 import vision_helpers as V
+from mtp_peek import PeekDrafter
 
 from hinfer.batch import SeqChunk, build_forward_batch
 from hinfer.config import EngineConfig, load_model_config
@@ -230,56 +231,34 @@ def test_position_fields_place_rows_as_the_target_does() -> None:
             assert all(w == [i + f["rope_delta"] for i in range(start, end)] for w in want)
 
 
-class _Checked:
-    """Runs the MTP drafter and checks its first draft of each round against the head recomputed from scratch over
-    the whole sequence (the target with its images, the head at the target's positions); then proposes the known
-    continuation, so rounds accept several drafts and the head is fed several positions at once."""
-
-    def __init__(self, mtp: MTPDrafter, expected: dict[str, list[int]]) -> None:
-        self.mtp, self.known, self.checked = mtp, _Known(expected), 0
-        self.outs: list[torch.Tensor] = []
-        forward = mtp.forward
-
-        def peek(chunks, hidden, ids=None, argmax=False):
-            out = forward(chunks, hidden, ids, argmax)
-            self.outs.append(out[0])
-            return out
-
-        mtp.forward = peek
-
-    def draft(self, jobs: list[DraftJob]) -> list[Proposal | None]:
-        self.outs.clear()
-        props = self.mtp.draft(jobs)
-        asked = [job for job, prop in zip(jobs, props) if prop is not None]
-        for r, job in enumerate(asked):
-            h, first = _head_from_scratch(self.mtp, job.seq)
-            assert props[jobs.index(job)].settle()[0] == first
-            torch.testing.assert_close(self.outs[0][r], h, atol=1e-4, rtol=1e-4)
-            self.checked += 1
-        return self.known.draft(jobs)
-
-
 @torch.inference_mode()
-def _head_from_scratch(mtp: MTPDrafter, seq) -> tuple[torch.Tensor, int]:
-    """The head's hidden state at the last target position of `seq` and its greedy draft, on a private state: the
-    target over the prompt (images in) and the tokens so far, then the head over the same rows and positions."""
+def _head_from_scratch(mtp: MTPDrafter, seq, k: int) -> tuple[list[torch.Tensor], list[int]]:
+    """The head's hidden states (at the last target position, then along the chain of its own drafts) and its k
+    greedy drafts, on a private state: the target over the prompt (images in) and the tokens so far, then the head
+    over the same rows at the same positions, its chain at generated positions (index + the prompt's shift)."""
     model, ps, images = mtp.model, 16, seq.images
     tokens = seq.prompt_ids + seq.output_ids
     n, length = len(tokens) - 1, len(seq.prompt_ids)
-    pages = list(range(1, 2 + len(tokens) // ps))
+    pages = list(range(1, 2 + (len(tokens) + k) // ps))
     state = ModelState(model.cfg, StateShape(len(pages) + 1, ps, 2, torch.float32, torch.float32, mtp_layers=1), "cpu")
     axes = [a + [i + images.rope_delta for i in range(length, n)] for a in images.positions]
     chunk = SeqChunk(tokens[:n], 0, pages, 1, all_logits=True, axis_positions=axes, image_rows=images.rows,
                      image_embeds=images.embeds)  # fmt: skip
     batch = build_forward_batch([chunk], ps, "cpu")
-    h = model.mtp_forward(torch.tensor(tokens[1:]), model(batch, state), batch, state)[-1]
-    return h, int(model.compute_logits(h[None]).argmax())
+    hs = [model.mtp_forward(torch.tensor(tokens[1:]), model(batch, state), batch, state)[-1:]]
+    out: list[int] = []
+    for j in range(k):
+        out.append(int(model.compute_logits(hs[-1]).argmax()))
+        if j + 1 < k:  # the chain: the head's own hidden state stands in for the target's
+            b = build_forward_batch([SeqChunk([out[-1]], n + j, pages, 1, rope_delta=images.rope_delta)], ps, "cpu")
+            hs.append(model.mtp_forward(torch.tensor([out[-1]]), hs[-1], b, state))
+    return [h[0] for h in hs], out
 
 
 def test_mtp_head_places_image_prompts_as_the_target(model, tokenizer) -> None:
     """With images the head's rows sit at the target's rotary positions (per axis inside the images, shifted
-    after them, in the prompt chunks and in every round): its hidden state and draft equal the head recomputed
-    from scratch over the whole sequence."""
+    after them, in the prompt chunks, in every round and along its chain of drafts): its hidden states and drafts
+    equal the head recomputed from scratch over the whole sequence."""
     _, ours = model
     with_mtp = _with_mtp(ours)
     greedy = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
@@ -292,6 +271,6 @@ def test_mtp_head_places_image_prompts_as_the_target(model, tokenizer) -> None:
         want = _run(_core(with_mtp, tokenizer, max_concurrency=2, prefill_chunk=16), reqs())
         core = _core(with_mtp, tokenizer, max_concurrency=2, prefill_chunk=16, spec="mtp", draft_tokens=3,
                      spec_adaptive=False)  # fmt: skip
-        checked = core.spec.drafter = _Checked(core.spec.drafter, want)
+        checked = core.spec.drafter = PeekDrafter(core.spec.drafter, _Known(want), _head_from_scratch)
         assert _run(core, reqs()) == want
     assert checked.checked >= 2 * 2
