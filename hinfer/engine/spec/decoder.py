@@ -38,13 +38,11 @@ from hinfer.engine.spec.dist import (
     ACCEPT,
     RESAMPLE,
     Position,
-    draw,
-    draw_among_candidates,
     few_nonzero,
     plain_greedy,
     position_row,
     processed_logits,
-    race_noise,
+    racer,
     real_argmax,
     sampling_probs,
     spec_keys,
@@ -393,10 +391,8 @@ class SpecDecoder:
             u = uniforms(spec_keys([(s, n + j) for s, n in first for j in range(width)], ACCEPT, dev))
             draws = [None if ln.seq.params.greedy else f for ln, f in zip(lanes, first)]
             num = to_device([len(ln.drafts) for ln in lanes], torch.int64, dev)
-            if all(map(few_nonzero, positions)):  # the residuals' support lies among each row's candidates
-                race = lambda r: draw_among_candidates(r, draws, RESAMPLE, self._gamma)  # noqa: E731
-            else:
-                race = lambda r: draw(r, race_noise(draws, RESAMPLE, self._gamma))  # noqa: E731
+            # a residual's support lies among its row's candidates where every position has few nonzero probabilities
+            race = racer(draws, RESAMPLE, self._gamma, all(map(few_nonzero, positions)))
             a_t, last_t = accept(p, q, drafts, num, u.view(len(lanes), width), race)
             acc, last = a_t.tolist(), last_t.tolist()  # the step's one host sync
 

@@ -16,7 +16,7 @@ other and from the sampler's.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -94,6 +94,15 @@ def draw_among_candidates(probs: torch.Tensor, draws: Sequence[tuple[int, int] |
         keys = spec_keys([draws[i] for i in rand], domain, probs.device)
         put_rows(noise, rand, gumbel_noise(keys, gamma[take_rows(ids, rand)]))
     return ids.gather(1, torch.argmax(torch.log(vals) + noise, dim=-1, keepdim=True))[:, 0]
+
+
+def racer(draws: Sequence[tuple[int, int] | None], domain: int, gamma: torch.Tensor,
+          few: bool) -> Callable[[torch.Tensor], torch.Tensor]:  # fmt: skip
+    """The seeded race that draws one token per row of (unnormalized) probabilities [N, V]: among each row's
+    candidates when every row has few nonzero probabilities (`few`, few_nonzero), else over every id."""
+    if few:
+        return lambda probs: draw_among_candidates(probs, draws, domain, gamma)
+    return lambda probs: draw(probs, race_noise(draws, domain, gamma))
 
 
 def few_nonzero(p: Position) -> bool:

@@ -36,12 +36,10 @@ from hinfer.engine.sampler import RowState, Sampler, to_device, vocab_gamma
 from hinfer.engine.spec.dist import (
     DRAFT,
     Position,
-    draw,
-    draw_among_candidates,
     few_nonzero,
     plain_greedy,
     processed_logits,
-    race_noise,
+    racer,
     real_argmax,
     sampling_probs,
 )
@@ -194,8 +192,7 @@ class MTPDrafter:
             else:
                 q = sampling_probs(processed_logits(self.sampler, self.logits(h), pos), pos)
                 draws = [None if p.row.params.greedy else (p.row.seed, p.row.num_generated + step) for p in pos]
-                t_dev = (draw_among_candidates(q, draws, DRAFT, self._gamma) if all(map(few_nonzero, pos))
-                         else draw(q, race_noise(draws, DRAFT, self._gamma)))  # fmt: skip
+                t_dev = racer(draws, DRAFT, self._gamma, all(map(few_nonzero, pos)))(q)
             if on_device:
                 drawn.append((list(active), t_dev))
             else:
