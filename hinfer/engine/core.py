@@ -281,15 +281,18 @@ class EngineCore:
         seq.last_token = now
         p = seq.params
         finish, stop_reason, text, n = None, None, "", 0
-        for tok in toks:
+        for i, tok in enumerate(toks):
             seq.output_ids.append(tok)
             self.tokens_generated += 1
             n += 1
             if (tok in self.eos and not p.ignore_eos) or tok in p.stop_token_ids:
                 finish, stop_reason = "stop", tok
             delta = "" if finish else seq.detok.add([tok])
-            if finish is None and seq.grammar is not None and seq.grammar.must_stop(self.runner.sampler.vocab_size):
-                finish = "stop"  # the grammar is complete: only a stop token could follow
+            # the grammar is complete: only a stop token could follow. Its matcher has taken all of `toks` (a
+            # speculative round is cut where its grammar completes): only the last token can complete it
+            if (finish is None and i == len(toks) - 1 and seq.grammar is not None
+                    and seq.grammar.must_stop(self.runner.sampler.vocab_size)):  # fmt: skip
+                finish = "stop"
             full = len(seq.output_ids) >= p.max_tokens or seq.num_tokens >= self.ecfg.max_context
             if finish is None and full:
                 finish = "length"

@@ -203,30 +203,65 @@ def test_unbuildable_tool_grammar_fails_forced_calls_only(llm):
     assert len(out[0].token_ids) == 4
 
 
-def test_constrained_lanes_run_without_drafts_under_spec(make_engine_core, tokenizer):
-    """--spec mtp: a constrained lane verifies its one token per step (no drafts) beside lanes that speculate;
-    its answer is the same as without speculation."""
+class _Drafts:
+    """Proposes each request's known continuation (everything right), or a wrong token at every position."""
+
+    def __init__(self, expected: dict[str, list[int]], wrong: bool) -> None:
+        self.expected, self.wrong = expected, wrong
+
+    def draft(self, jobs):
+        from hinfer.engine.spec import Proposal
+
+        out = []
+        for j in jobs:
+            n = len(j.seq.output_ids)
+            toks = self.expected[j.seq.request_id][n : n + j.num_drafts]
+            out.append(Proposal([(t + 1) % 1024 for t in toks] if self.wrong else toks) if j.num_drafts else None)
+        return out
+
+
+@pytest.mark.parametrize("drafter", ["mtp", "known", "wrong"])
+def test_constrained_lanes_speculate_and_answer_as_without(make_engine_core, tokenizer, drafter):
+    """--spec mtp: constrained lanes (a regex, a JSON schema) draft and verify like the others, each verified
+    position masked by its grammar after the drafts before it; the answers are plain decoding's token for token,
+    whether the drafts are the MTP head's, all right (a round then runs into the grammar's end and stops there,
+    as plain decoding does), or all wrong (tokens the grammar refuses)."""
     from hinfer.engine.protocol import GenerationRequest
 
-    so = StructuredOutput(regex=r"[0-9]{3}-(ab|cd)")
+    regex = StructuredOutput(regex=r"[0-9]{3}-(ab|cd)")
+    longer = StructuredOutput(regex=r"[0-9]{6}-(ab|cd)")  # ends inside a round: cut there, as plain decoding stops
+    schema = StructuredOutput(json_schema={"type": "object", "properties": {"n": {"type": "integer"}},
+                                           "required": ["n"], "additionalProperties": False})  # fmt: skip
     prompt = [5, 6, 7, 8]  # the tiny model has 1024 ids
 
     def reqs():
-        return [GenerationRequest("c", prompt, SamplingParams(temperature=0, max_tokens=20, structured=so)),
-                GenerationRequest("u", prompt, SamplingParams(temperature=0, max_tokens=12, ignore_eos=True))]
+        return [GenerationRequest("c", prompt, SamplingParams(temperature=0, max_tokens=20, structured=regex)),
+                GenerationRequest("j", prompt, SamplingParams(temperature=0, max_tokens=24, structured=schema)),
+                GenerationRequest("d", prompt, SamplingParams(temperature=0, max_tokens=20, structured=longer)),
+                GenerationRequest("u", prompt, SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)),
+                GenerationRequest("s", prompt, SamplingParams(temperature=1.0, seed=3, max_tokens=20, structured=regex))]
 
     outs = {}
-    for name, core in (("plain", make_engine_core(max_concurrency=2)),
-                       ("spec", make_engine_core(max_concurrency=2, spec="mtp", draft_tokens=3))):
+    for name in ("plain", "spec"):
+        core = make_engine_core(max_concurrency=5, **({"spec": "mtp", "draft_tokens": 3, "spec_adaptive": False}
+                                                      if name == "spec" else {}))  # fmt: skip
+        if name == "spec" and drafter != "mtp":
+            core.spec.drafter = _Drafts(outs["plain"], wrong=drafter == "wrong")
         for r in reqs():
             core.add(r)
-        toks, seqs = {"c": [], "u": []}, {s.request_id: s for s in core.scheduler.waiting}
+        toks, seqs = {"c": [], "d": [], "j": [], "u": [], "s": []}, {s.request_id: s for s in core.scheduler.waiting}
         while core.has_work:
             for ev in core.step():
                 toks[ev.request_id] += ev.token_ids
         outs[name] = toks
-        text = tokenizer.decode(toks["c"])
-        assert re.fullmatch(r"[0-9]{3}-(ab|cd)", text), text
+        for r in "cs":  # a sampled constrained lane (rejection sampling over masked rows) keeps its grammar too
+            assert re.fullmatch(r"[0-9]{3}-(ab|cd)", tokenizer.decode(toks[r])), (name, r, toks[r])
+        assert re.fullmatch(r"[0-9]{6}-(ab|cd)", tokenizer.decode(toks["d"])), toks["d"]
+        assert isinstance(json.loads(tokenizer.decode(toks["j"]))["n"], int), tokenizer.decode(toks["j"])
         if name == "spec":
-            assert seqs["c"].spec_drafted == 0 and seqs["u"].spec_drafted > 0
+            assert seqs["c"].spec_drafted > 0 and seqs["j"].spec_drafted > 0
+            if drafter == "known":
+                assert seqs["j"].spec_accepted > 0
+    for o in outs.values():
+        del o["s"]  # sampled: the same distribution, not the same tokens
     assert outs["plain"] == outs["spec"]

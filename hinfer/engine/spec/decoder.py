@@ -38,6 +38,7 @@ from hinfer.engine.spec.dist import (
     ACCEPT,
     RESAMPLE,
     Position,
+    cut_at_grammar_end,
     few_nonzero,
     plain_greedy,
     position_row,
@@ -176,15 +177,11 @@ class SpecDecoder:
 
     def budget(self, seq: Sequence) -> int:
         """Drafts the lane's next round may carry: the round's k + 1 tokens must fit max_tokens and max_context."""
-        if seq.grammar is not None:  # constrained lanes run without drafts (docs/structured-output.md)
-            return 0
         left = min(seq.params.max_tokens - len(seq.output_ids), self.max_context - seq.num_tokens)
         return max(0, min(self.k, left - 1))
 
     def _will_draft(self, seq: Sequence) -> bool:
         """A lane still in its prompt speculates later iff the round after its first token may carry a draft."""
-        if seq.grammar is not None:
-            return False
         left = min(seq.params.max_tokens, self.max_context - len(seq.prompt_ids)) - 1  # after the first token
         return min(self.k, left - 1) > 0
 
@@ -398,7 +395,7 @@ class SpecDecoder:
 
         outs, off = [], 0
         for ln, a, t in zip(lanes, acc, last):
-            toks = ln.drafts[:a] + [t]
+            toks = cut_at_grammar_end(ln.seq.sampler_state, ln.drafts[:a] + [t], self.sampler.vocab_size)
             zl = z[off : off + a + 1] if z is not None else None
             outs.append(LaneOutput(ln.seq, toks, *self._logprobs(ln.seq, zl, toks)))
             ln.seq.spec_drafted += len(ln.drafts)

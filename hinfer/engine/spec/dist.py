@@ -133,11 +133,14 @@ def real_argmax(logits: torch.Tensor, real: int | None) -> torch.Tensor:
 
 
 def processed_logits(sampler: Sampler, logits: torch.Tensor, positions: Sequence[Position]) -> torch.Tensor:
-    """[N, V] logits after padding mask, bias and penalties, with each position's prefix counted."""
-    rows = [position_row(p) for p in positions]
+    """[N, V] logits after padding mask, bias, penalties and grammar, with each position's prefix counted (a
+    grammar's mask is the one after the prefix: grammar_masks)."""
+    rows = [replace(position_row(p), grammar=None) for p in positions]
     counted = [i for i, p in enumerate(positions) if p.row.has_penalties and len(p.prefix)]
     if not counted:
-        return sampler.processed_logits(logits, rows)
+        z = sampler.processed_logits(logits, rows)
+        grammar_masks(z, positions)
+        return z
     z = torch.empty_like(logits, dtype=torch.float32)
     skip = set(counted)
     plain = [i for i in range(len(positions)) if i not in skip]
@@ -159,7 +162,60 @@ def processed_logits(sampler: Sampler, logits: torch.Tensor, positions: Sequence
             put_rows(z, idx, sampler.processed_logits(take_rows(logits, idx), [rows[i] for i in idx]))
         finally:  # the counts belong to the sampler: leave them as found
             sampler.counts.index_put_((where[0], where[1]), -ones, accumulate=True)
+    grammar_masks(z, positions)
     return z
+
+
+def grammar_masks(z: torch.Tensor, positions: Sequence[Position]) -> None:
+    """In place: each constrained position's row masked as its grammar allows after the position's drafted
+    prefix. A lane's positions have nested prefixes (a round's drafts[:j], a draft step's drafts so far): its
+    matcher takes the drafts in order, fills each position's mask, and rolls back to where it was. A draft the
+    grammar refuses ends the walk; the positions after it (never reached: that draft is rejected) get the mask
+    at the refusal."""
+    live = [i for i, p in enumerate(positions) if p.row.grammar is not None and p.row.grammar.active]
+    if not live:
+        return
+    from hinfer.engine.structured.bitmask import apply_token_bitmask
+
+    bitmask = torch.full((len(live), -(-z.shape[1] // 32)), -1, dtype=torch.int32)
+    lanes: dict[int, list[tuple[int, int]]] = {}  # grammar -> (bitmask row, position), shortest prefix first
+    for j, i in enumerate(live):
+        lanes.setdefault(id(positions[i].row.grammar), []).append((j, i))
+    for group in lanes.values():
+        group.sort(key=lambda e: len(positions[e[1]].prefix))
+        matcher, taken, ok = positions[group[0][1]].row.grammar.matcher, 0, True
+        longest = list(positions[group[-1][1]].prefix)
+        for j, i in group:
+            prefix = positions[i].prefix
+            assert list(prefix) == longest[: len(prefix)], "a lane's positions have nested prefixes"
+            while ok and taken < len(prefix):
+                ok = matcher.accept_token(int(prefix[taken]))
+                taken += ok
+            matcher.fill_next_token_bitmask(bitmask, j)
+        if taken:
+            matcher.rollback(taken)
+    if z.device.type != "cpu":
+        bitmask = bitmask.pin_memory()
+    apply_token_bitmask(z, live, bitmask)
+
+
+def cut_at_grammar_end(row: RowState, tokens: list[int], vocab_size: int) -> list[int]:
+    """A round's tokens up to the one that completes the lane's grammar (plain decoding stops there: nothing but
+    a stop token could follow), its matcher left where it was."""
+    g = row.grammar
+    if g is None or not g.active:
+        return tokens
+    taken, end = 0, len(tokens)
+    for n, t in enumerate(tokens):
+        if not g.matcher.accept_token(int(t)):
+            break
+        taken += 1
+        if g.must_stop(vocab_size):
+            end = n + 1
+            break
+    if taken:
+        g.matcher.rollback(taken)
+    return tokens[:end]
 
 
 def sampling_probs(z: torch.Tensor, positions: Sequence[Position]) -> torch.Tensor:

@@ -242,6 +242,6 @@ def _device_drafts(drawn: list[tuple[list[int], torch.Tensor]]) -> dict[int, tup
 
 
 def prefix_free(row: RowState) -> bool:
-    """Whether a lane's processed logits ignore the tokens it drafted before (they count only through penalties
-    and a thinking budget's step count, dist.position_row)."""
-    return not row.has_penalties and row.params.thinking_budget is None
+    """Whether a lane's processed logits ignore the tokens it drafted before (they count only through penalties,
+    a thinking budget's step count, dist.position_row, and a grammar's mask, dist.grammar_masks)."""
+    return not row.has_penalties and row.params.thinking_budget is None and row.grammar is None
