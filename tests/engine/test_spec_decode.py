@@ -844,7 +844,7 @@ def test_plain_rounds_feed_the_head_later_and_drafts_still_see_every_position(ma
     base = run_all(make_engine_core(max_concurrency=3, prefill_chunk=16), reqs())[0]
     core = make_engine_core(max_concurrency=3, prefill_chunk=16, spec="mtp", draft_tokens=3, spec_draft_cost=0.3)
     peek = core.spec.drafter = peek_drafter(core.spec.drafter, base)
-    peek.oracle = OracleDrafter(base, wrong=True)
+    peek.then = OracleDrafter(base, wrong=True)
     deferred, flushed = [0], [0]
     defer = SpecDecoder._defer_observations
 
