@@ -887,7 +887,7 @@ def test_a_pass_that_only_feeds_the_head_skips_its_lm_head(make_engine_core, mon
     core.runner.capture_graphs(2, core.ecfg.max_context, capture=False)
     core.spec.use_graphs(2, capture=False)  # the head's graphs, before the peeking wrapper hides them
     core.spec.drafter = peek_drafter(core.spec.drafter, base)
-    core.spec.drafter.oracle = OracleDrafter(base, wrong=True)
+    core.spec.drafter.then = OracleDrafter(base, wrong=True)
     assert run_all(core, reqs())[0] == base
     assert calls[("feeding", "no tail")] > 3 and calls[("feeding", "tail")] == 0, calls
 
