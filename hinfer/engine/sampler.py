@@ -38,8 +38,9 @@ the row's path, so it is the same in every batch.
 Cost (H200, V = 248,320, measured): the GPU work is 0.1-0.2 ms at 8 lanes (4 ms at 64 lanes with top_p and no
 top_k: the full sort and cumsum); the host spends 0.1 ms (greedy) to about 1 ms (top_k + top_p; up to 2 ms
 with penalties and logprobs) launching up to ~60 small kernels, which overlaps a CUDA-graph model step because
-nothing here waits for the GPU (host data goes through pinned copies). HINFER_SAMPLER_KERNEL=1 runs the candidate
-path after its top-k (filters, noise, race) in one Triton launch (ops/triton/sample_candidates.py), same tokens.
+nothing here waits for the GPU (host data goes through pinned copies). On the GPU the candidate path after its top-k
+(filters, noise, race) is one Triton launch (ops/triton/sample_candidates.py, same tokens; HINFER_SAMPLER_KERNEL=0
+runs the torch body): sampled decode with the Qwen defaults +5.4% on the 35B-A3B at one lane (bench/RESULTS.md).
 
 Penalty state: the sampler owns a [max_rows, V] int32 table of output-token counts and a [max_rows, V] bool
 prompt mask, indexed by `RowState.slot` (the engine's lane id). `add_row` resets a slot when a request starts,
@@ -348,7 +349,7 @@ class Sampler:
         """Rows with 0 < top_k <= CANDIDATES: everything happens on their CANDIDATES largest logits (a fixed
         width, so top_p's sums do not depend on other rows), noise only at those ids."""
         vals, ids = torch.topk(zt, min(CANDIDATES, zt.shape[1]), dim=-1)  # sorted descending
-        if zt.is_cuda and os.environ.get("HINFER_SAMPLER_KERNEL", "0") == "1":  # the rest in one launch
+        if zt.is_cuda and os.environ.get("HINFER_SAMPLER_KERNEL", "1") != "0":  # the rest in one launch
             from hinfer.ops.triton.sample_candidates import sample_candidates
 
             return sample_candidates(vals, ids, keys, top_k, top_p, log_min_p, any(x.top_p < 1.0 for x in p),
