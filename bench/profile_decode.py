@@ -40,6 +40,10 @@ def main() -> None:
     ap.add_argument("--spec-k", type=int, default=0, help="profile MTP speculative rounds at this K instead")
     ap.add_argument("--pdl", action="store_true", help="keep programmatic dependent launch on (kernel times then "
                     "include the waits for their predecessors)")
+    ap.add_argument("--sampling", default="greedy", help="every lane sampling this way (hinfer.bench.measure.SAMPLING: "
+                    "greedy, qwen, top-p, full)")
+    ap.add_argument("--host", action="store_true", help="with --spec-k: also the host's Python time per round by "
+                    "function (cProfile, cumulative), to tell host work from GPU work")
     ap.add_argument("--trace", default=None, help="also write the profiled steps / rounds as a Chrome trace (.json or "
                     ".json.gz) with the host's Python stacks, to read each GPU gap against the host work beside it")
     a = ap.parse_args()
@@ -55,7 +59,7 @@ def main() -> None:
     measure.fill_random(core.runner)
     if a.spec_k:
         return profile_spec(core, a)
-    t = measure.decode(core.runner, a.lanes, a.depth, steps=a.steps)
+    t = measure.decode(core.runner, a.lanes, a.depth, steps=a.steps, sampling=a.sampling)
     wb = floors.weight_bytes_per_step(model)
     b = floors.decode_step_bytes(cfg, wb, a.lanes, a.depth, 2, 2)
     bw = 4.2e12
@@ -145,13 +149,22 @@ def print_kernels(prof, n: int, unit: str) -> None:
 
 def profile_spec(core, a) -> None:
     """Rounds at a fixed K (random weights: acceptance is meaningless, the round's cost is not)."""
-    plain = measure.decode(core.runner, a.lanes, a.depth, steps=a.steps)
-    t = measure.spec_rounds(core, a.lanes, a.depth, rounds=16)
+    plain = measure.decode(core.runner, a.lanes, a.depth, steps=a.steps, sampling=a.sampling)
+    t = measure.spec_rounds(core, a.lanes, a.depth, rounds=16, sampling=a.sampling)
     print(f"round {t.ms_per_round:.3f} ms at K={a.spec_k}, plain step {plain.ms_per_step:.3f} ms "
-          f"({t.ms_per_round / plain.ms_per_step:.2f}x)")
+          f"({t.ms_per_round / plain.ms_per_step:.2f}x), sampling {a.sampling}")
     rounds = 5
+    if a.host:
+        import cProfile
+        import pstats
+
+        with cProfile.Profile() as host:
+            measure.spec_rounds(core, a.lanes, a.depth, rounds=rounds * 4, warmup=0, sampling=a.sampling)
+            torch.cuda.synchronize()
+        print(f"host time per round by function (cumulative ms over {rounds * 4} rounds, then per round):")
+        pstats.Stats(host).sort_stats("cumulative").print_stats(40)
     with _profiler(a.trace) as prof:
-        measure.spec_rounds(core, a.lanes, a.depth, rounds=rounds, warmup=0)
+        measure.spec_rounds(core, a.lanes, a.depth, rounds=rounds, warmup=0, sampling=a.sampling)
         torch.cuda.synchronize()
     _export(prof, a.trace)
     print_kernels(prof, rounds, "round")
