@@ -356,6 +356,7 @@ class EngineConfig:
     spec_adaptive: bool = True  # per-lane and per-step draft length from measured acceptance (0: plain steps)
     spec_draft_cost: float | None = None  # a round at K costs 1 + c*K plain steps; None: time steps on the host
     spec_draft_vocab: int | None = None  # the drafter's logits over the first N token ids only; None: all
+    spec_draft: str = "sample"  # how sampled lanes draft: sample (the head's processed distribution) | argmax
     lm_head: str = "keep"  # keep (the model dtype) | fp8 | int4: the logits projection's format (quant/apply.py)
     cuda_graphs: bool = True
     decode_ahead: bool = True  # queue each plain decode step before reading the previous one's tokens
@@ -388,6 +389,8 @@ class EngineConfig:
             raise ConfigError("--draft-tokens must be in 1..5")
         if self.spec_draft_cost is not None and not self.spec_draft_cost >= 0:
             raise ConfigError("--spec-draft-cost must be >= 0")
+        if self.spec_draft not in ("sample", "argmax"):
+            raise ConfigError(f"--spec-draft {self.spec_draft!r}: expected sample or argmax")
         if self.spec_draft_vocab is not None and (self.spec_draft_vocab < 64 or self.spec_draft_vocab % 64):
             raise ConfigError("--spec-draft-vocab must be a multiple of 64 (and >= 64)")
         if self.lm_head not in LM_HEAD_FORMATS:

@@ -88,6 +88,12 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                    help="with --spec mtp, draft only among the first N token ids (a multiple of 64): each draft step "
                         "reads N rows of the lm_head instead of all (the tokenizer orders ids roughly by frequency); "
                         "acceptance may drop, the output does not change (default: the whole vocabulary)")
+    g.add_argument("--spec-draft", choices=["sample", "argmax"], default=d.spec_draft,
+                   help="with --spec mtp, how sampled requests draft: sample from the head's distribution after the "
+                        "request's own sampler settings (default), or take the head's argmax (as vLLM does), which "
+                        "runs the draft steps as greedy ones do (on the device, in their CUDA graphs) and lowers "
+                        "acceptance where the distribution is flat. The output distribution is the same either way "
+                        "(rejection sampling with the argmax as a one-point draft distribution)")
     g.add_argument("--no-cuda-graphs", action="store_true", help="run decode eagerly (debugging)")
     g.add_argument("--decode-ahead", action=argparse.BooleanOptionalAction, default=d.decode_ahead,
                    help="while every lane only decodes, queue each step (its input tokens taken on the device) "
@@ -137,6 +143,7 @@ def engine_config_from_args(a: argparse.Namespace) -> EngineConfig:
         spec_adaptive=a.spec_adaptive,
         spec_draft_cost=a.spec_draft_cost,
         spec_draft_vocab=a.spec_draft_vocab,
+        spec_draft=a.spec_draft,
         lm_head=a.lm_head,
         cuda_graphs=not a.no_cuda_graphs,
         decode_ahead=a.decode_ahead,

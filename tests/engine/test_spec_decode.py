@@ -563,13 +563,17 @@ def small_model(tiny_model):
     return cfg, random_init(Qwen35ForCausalLM(cfg, torch.float32), seed=11)
 
 
-@pytest.mark.parametrize(
-    "params",
-    [SP(temperature=1.0), SP(temperature=0.9, top_k=6, top_p=0.85, presence_penalty=0.8)],
-    ids=["t1", "topk_topp_penalty"],
-)
-@pytest.mark.parametrize("adaptive", [False, True], ids=["fixed", "adaptive"])
-def test_sampling_distribution_unchanged_by_speculation(small_model, tokenizer, params, adaptive):
+SAMPLED = [SP(temperature=1.0), SP(temperature=0.9, top_k=6, top_p=0.85, presence_penalty=0.8)]
+
+
+@pytest.mark.parametrize("params, adaptive, draft", [
+    (SAMPLED[0], False, "sample"), (SAMPLED[0], True, "sample"), (SAMPLED[1], False, "sample"),
+    (SAMPLED[1], True, "sample"), (SP(temperature=0.9, top_k=6, top_p=0.85), False, "argmax"),
+], ids=["t1-fixed", "t1-adaptive", "topk_topp_penalty-fixed", "topk_topp_penalty-adaptive", "topk_topp-argmax-drafts"])  # fmt: skip
+def test_sampling_distribution_unchanged_by_speculation(small_model, tokenizer, params, adaptive, draft):
+    """Sampled requests, with and without speculation: the first three tokens' distribution is the same
+    (two-sample chi-square), whether the drafts are drawn from the head's distribution or are its argmax
+    (--spec-draft argmax: a one-point draft distribution)."""
     cfg, model = small_model
     n, n_tok, prompt = 2500, 3, [3, 1, 4]
 
@@ -583,7 +587,7 @@ def test_sampling_distribution_unchanged_by_speculation(small_model, tokenizer, 
         return Counter(tuple(t) for t in out.values()), core
 
     plain, _ = draws()
-    spec, core = draws(spec="mtp", draft_tokens=2, spec_adaptive=adaptive, spec_draft_cost=0.3)
+    spec, core = draws(spec="mtp", draft_tokens=2, spec_adaptive=adaptive, spec_draft_cost=0.3, spec_draft=draft)
     st = core.stats().extra
     assert 0 < st["spec_accepted"] < st["spec_drafted"]  # both accepts and rejections happen
     stat, df = chi2_two_sample(plain, spec)

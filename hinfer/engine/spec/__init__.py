@@ -61,7 +61,8 @@ def make_spec_decoder(runner: ModelRunner, ecfg: EngineConfig) -> SpecDecoder:
     if ecfg.spec == "ngram":
         drafter = NgramDrafter()
     else:
-        drafter = MTPDrafter(runner.model, runner.state, runner.sampler, draft_head(runner.model, vocab))
+        drafter = MTPDrafter(runner.model, runner.state, runner.sampler, draft_head(runner.model, vocab),
+                             argmax_sampled=ecfg.spec_draft == "argmax")  # fmt: skip
     policy = None
     if ecfg.spec_adaptive:
         c = ecfg.spec_draft_cost

@@ -38,6 +38,7 @@ from hinfer.engine.spec.dist import (
     Position,
     few_nonzero,
     plain_greedy,
+    position_row,
     processed_logits,
     racer,
     real_argmax,
@@ -55,7 +56,8 @@ SCRATCH_SLOT = 0  # the head has no GDN layer; its batches still name a slot: th
 class MTPDrafter:
     reads_hidden = True  # the head runs over the target's hidden rows: its feeds are gathered (drafter.py)
 
-    def __init__(self, model: Qwen35ForCausalLM, state: ModelState, sampler: Sampler, draft_head=None) -> None:
+    def __init__(self, model: Qwen35ForCausalLM, state: ModelState, sampler: Sampler, draft_head=None,
+                 argmax_sampled: bool = False) -> None:  # fmt: skip
         if model.mtp is None:
             raise ConfigError("--spec mtp: this checkpoint has no MTP head (mtp_num_hidden_layers is 0)")
         if state.shape.mtp_layers < len(model.mtp.layers):
@@ -66,6 +68,7 @@ class MTPDrafter:
         # (rows per lane: 1 or K + 1, with the argmax tail) -> MTP StepGraphs per page-table width
         self.graphs: dict[tuple[int, bool], list] = {}
         self.draft_head = draft_head  # the lm_head copy (or row view) drafts use, else None: the model's
+        self.argmax_sampled = argmax_sampled  # sampled lanes draft the argmax too (--spec-draft argmax)
         # a pass queued by `prelaunch`: (lane ids, starts, hidden output, its rows' argmax drafts, rows per lane)
         self._early: tuple | None = None
 
@@ -84,6 +87,17 @@ class MTPDrafter:
     def _head(self, h: torch.Tensor) -> torch.Tensor:
         """The raw draft logits: the model's lm_head, or the drafter's copy (a draft vocabulary's rows only)."""
         return self.model.compute_logits(h) if self.draft_head is None else linear(h, self.draft_head)
+
+    def drafts_argmax(self, p: Position) -> bool:
+        """Whether the position drafts the raw argmax of the draft logits: plain greedy, or (--spec-draft argmax) a
+        sampled lane whose processed logits keep the raw argmax on top (no bias, penalties, grammar or forced
+        `</think>`; temperature and the filters keep the largest logit). Such a draft is deterministic: its q is
+        one-hot, so rejection sampling still yields the target's distribution."""
+        if plain_greedy(p):
+            return True
+        r = p.row
+        return (self.argmax_sampled and not r.params.logit_bias and not r.has_penalties and r.grammar is None
+                and not position_row(p).force_think_end)  # fmt: skip
 
     def _argmax_drafts(self, h: torch.Tensor) -> torch.Tensor:
         """Drafts of plain greedy lanes: the argmax over the real tokens of the raw draft logits. Their processed
@@ -165,7 +179,9 @@ class MTPDrafter:
         ]
         active = [i for i, j in enumerate(jobs) if j.num_drafts > 0]
         pos = [Position(jobs[i].seq.sampler_state, []) for i in active]
-        greedy = all(plain_greedy(p) for p in pos)
+        # the round's lanes all draft the argmax (fixed for its steps: a lane's drafts are all argmax or all drawn)
+        by_argmax = all(map(self.drafts_argmax, pos))
+        greedy = by_argmax
         # a pass that only feeds positions (no job drafts: a plain-decoding lane's backlog) skips the head: its
         # argmax graph would read the whole lm_head for nothing
         h, argmax = early if early is not None else self.forward(chunks, torch.cat([j.hidden for j in jobs]),
@@ -185,7 +201,7 @@ class MTPDrafter:
                 chunks = [SeqChunk([toks[i][-1] if toks[i] else 0], p, jobs[i].seq.pages, SCRATCH_SLOT,
                                    **placed(jobs[i].seq, p, 1)) for i, p in zip(active, at)]  # fmt: skip
                 pos = [Position(jobs[i].seq.sampler_state, toks[i]) for i in active]
-                greedy = all(plain_greedy(p) for p in pos)
+                greedy = by_argmax and all(map(self.drafts_argmax, pos))
                 h, argmax = self.forward(chunks, h, last, argmax=greedy)
             if greedy:
                 t_dev = argmax if argmax is not None else self._argmax_drafts(h)
@@ -199,7 +215,7 @@ class MTPDrafter:
                 for i, t in zip(active, t_dev.tolist()):
                     toks[i].append(t)
             for r, i in enumerate(active):
-                if not jobs[i].seq.params.greedy:
+                if not greedy and not jobs[i].seq.params.greedy:  # drawn from q: rejection sampling needs it
                     probs[i].append(q[r])
             step += 1
             keep = [r for r, i in enumerate(active) if jobs[i].num_drafts > step]
