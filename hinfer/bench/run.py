@@ -211,7 +211,7 @@ def run_bench(spec: BenchSpec, ecfg: EngineConfig) -> list[dict]:
         "copy_bw_tb_s": bw / 1e12, "gemm_tflop_s": flops / 1e12, "torch": torch.__version__,
         "python": platform.python_version(), "weight_bytes": wbytes, "expert_bytes": ebytes,
         "page_size": ecfg.page_size, "switches": switches(), "decode_ahead": ecfg.decode_ahead,
-        "lm_head": ecfg.lm_head, "tensor_parallel": ecfg.tensor_parallel,
+        "lm_head": ecfg.lm_head, "tensor_parallel": ecfg.tensor_parallel, "spec_draft": ecfg.spec_draft,
     }  # fmt: skip
     rows: list[dict] = []
     kv_item = floors.kv_element_bytes(runner.state.k_cache, runner.state.v_cache)
