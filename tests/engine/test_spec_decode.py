@@ -594,6 +594,31 @@ def test_sampling_distribution_unchanged_by_speculation(small_model, tokenizer, 
     assert stat < chi2_critical(df), (stat, df)
 
 
+@pytest.mark.parametrize("drawing", [True, False], ids=["with-a-drawing-lane", "argmax-and-greedy-only"])
+def test_argmax_drafts_beside_lanes_that_draw_or_force(make_engine_core, drawing):
+    """--spec-draft argmax in a mixed batch: sampled lanes drafting the argmax beside a sampled lane with penalties
+    (drawing from q), greedy lanes whose thinking budget forces `</think>` mid-round (a draft step on the q path
+    for every lane) and plain greedy ones: every request completes, the greedy ones as plain decoding, nothing
+    leaks."""
+    rng = random.Random(4)
+    prompts = [[rng.randrange(1, 1024) for _ in range(n)] for n in (5, 18, 33, 9, 26)]
+    params = [SP(temperature=0.9, top_k=20, top_p=0.95, seed=1, max_tokens=16, ignore_eos=True),
+              SP(temperature=1.0, top_k=8, seed=2, max_tokens=16, ignore_eos=True),
+              SP(temperature=0.8, presence_penalty=0.5, seed=3, max_tokens=16, ignore_eos=True),
+              SP(temperature=0, max_tokens=16, ignore_eos=True, thinking_budget=3, think_end_token_id=23),
+              SP(temperature=0, max_tokens=16, ignore_eos=True)]  # fmt: skip
+    keep = [i for i in range(5) if drawing or i != 2]
+    reqs = lambda: [GenerationRequest(f"r{i}", prompts[i], replace(params[i])) for i in keep]  # noqa: E731
+    base = run_all(make_engine_core(max_concurrency=5, prefill_chunk=16), reqs())[0]
+    core = make_engine_core(max_concurrency=5, prefill_chunk=16, spec="mtp", draft_tokens=3, spec_adaptive=False,
+                            spec_draft="argmax")  # fmt: skip
+    got = run_all(core, reqs())[0]
+    assert all(len(got[f"r{i}"]) == 16 for i in keep)
+    assert got["r3"] == base["r3"] and got["r4"] == base["r4"]
+    assert core.stats().extra["spec_drafted"] > 0
+    assert_all_free(core)
+
+
 @pytest.mark.parametrize("host_buffers", [1, 2])
 def test_verify_and_draft_graph_batches_give_the_same_tokens(make_engine_core, monkeypatch, host_buffers):
     """The padded static batches of the CUDA-graph path (engine/cuda_graphs.py), run eagerly here: lanes with

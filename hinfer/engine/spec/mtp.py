@@ -38,7 +38,6 @@ from hinfer.engine.spec.dist import (
     Position,
     few_nonzero,
     plain_greedy,
-    position_row,
     processed_logits,
     racer,
     real_argmax,
@@ -90,14 +89,15 @@ class MTPDrafter:
 
     def drafts_argmax(self, p: Position) -> bool:
         """Whether the position drafts the raw argmax of the draft logits: plain greedy, or (--spec-draft argmax) a
-        sampled lane whose processed logits keep the raw argmax on top (no bias, penalties, grammar or forced
-        `</think>`; temperature and the filters keep the largest logit). Such a draft is deterministic: its q is
-        one-hot, so rejection sampling still yields the target's distribution."""
+        sampled lane whose processed logits keep the raw argmax on top (no bias, penalties or grammar;
+        temperature and the filters keep the largest logit) and stay so for the whole round (no thinking budget,
+        whose forced `</think>` could come mid-round: a lane's drafts are all argmax or all drawn from q). Such a
+        draft is deterministic: its q is one-hot, so rejection sampling still yields the target's distribution."""
         if plain_greedy(p):
             return True
-        r = p.row
-        return (self.argmax_sampled and not r.params.logit_bias and not r.has_penalties and r.grammar is None
-                and not position_row(p).force_think_end)  # fmt: skip
+        x, r = p.row.params, p.row
+        return (self.argmax_sampled and not x.logit_bias and not r.has_penalties and r.grammar is None
+                and x.thinking_budget is None)  # fmt: skip
 
     def _argmax_drafts(self, h: torch.Tensor) -> torch.Tensor:
         """Drafts of plain greedy lanes: the argmax over the real tokens of the raw draft logits. Their processed
@@ -179,9 +179,10 @@ class MTPDrafter:
         ]
         active = [i for i, j in enumerate(jobs) if j.num_drafts > 0]
         pos = [Position(jobs[i].seq.sampler_state, []) for i in active]
-        # the round's lanes all draft the argmax (fixed for its steps: a lane's drafts are all argmax or all drawn)
-        by_argmax = all(map(self.drafts_argmax, pos))
-        greedy = by_argmax
+        # the lanes drafting the argmax, fixed for the round (a lane's drafts are all argmax or all drawn from q);
+        # a step of such lanes only takes the raw argmax (`greedy`), in its graph where one takes it
+        by_argmax = {i: self.drafts_argmax(p) for i, p in zip(active, pos)}
+        greedy = all(by_argmax.values())
         # a pass that only feeds positions (no job drafts: a plain-decoding lane's backlog) skips the head: its
         # argmax graph would read the whole lm_head for nothing
         h, argmax = early if early is not None else self.forward(chunks, torch.cat([j.hidden for j in jobs]),
@@ -201,13 +202,15 @@ class MTPDrafter:
                 chunks = [SeqChunk([toks[i][-1] if toks[i] else 0], p, jobs[i].seq.pages, SCRATCH_SLOT,
                                    **placed(jobs[i].seq, p, 1)) for i, p in zip(active, at)]  # fmt: skip
                 pos = [Position(jobs[i].seq.sampler_state, toks[i]) for i in active]
-                greedy = by_argmax and all(map(self.drafts_argmax, pos))
+                greedy = all(by_argmax[i] and self.drafts_argmax(p) for i, p in zip(active, pos))
                 h, argmax = self.forward(chunks, h, last, argmax=greedy)
             if greedy:
                 t_dev = argmax if argmax is not None else self._argmax_drafts(h)
             else:
                 q = sampling_probs(processed_logits(self.sampler, self.logits(h), pos), pos)
-                draws = [None if p.row.params.greedy else (p.row.seed, p.row.num_generated + step) for p in pos]
+                # argmax lanes take their q's top (the raw argmax: a filter keeps the largest logit), without noise
+                draws = [None if p.row.params.greedy or by_argmax[i] else (p.row.seed, p.row.num_generated + step)
+                         for i, p in zip(active, pos)]  # fmt: skip
                 t_dev = racer(draws, DRAFT, self._gamma, all(map(few_nonzero, pos)))(q)
             if on_device:
                 drawn.append((list(active), t_dev))
@@ -215,7 +218,7 @@ class MTPDrafter:
                 for i, t in zip(active, t_dev.tolist()):
                     toks[i].append(t)
             for r, i in enumerate(active):
-                if not greedy and not jobs[i].seq.params.greedy:  # drawn from q: rejection sampling needs it
+                if not (greedy or by_argmax[i] or jobs[i].seq.params.greedy):  # drawn from q: rejection needs it
                     probs[i].append(q[r])
             step += 1
             keep = [r for r, i in enumerate(active) if jobs[i].num_drafts > step]
