@@ -10,7 +10,7 @@ A request's own values always win; `hinfer serve --generation-config none` keeps
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +34,8 @@ class SamplingDefaults:
 
     def params(self, **kw: Any) -> SamplingParams:
         """SamplingParams with these defaults, then `kw` (the request's own fields) over them."""
-        mine = {f.name: getattr(self, f.name) for f in fields(self) if f.name in KEYS}
-        return SamplingParams(**{k: v for k, v in mine.items() if v is not None} | kw)
+        mine = {k: getattr(self, k) for k in KEYS if getattr(self, k) is not None}
+        return SamplingParams(**mine | kw)
 
     def describe(self) -> str:
         set_ = [f"{k} {getattr(self, k):g}" for k in KEYS if getattr(self, k) is not None]

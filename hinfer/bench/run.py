@@ -340,6 +340,12 @@ def spec_sweep(spec: BenchSpec, cfg: ModelConfig, ecfg: EngineConfig, model: Qwe
     return rows
 
 
+def _mode(label, row: dict) -> str:
+    """A table cell naming the row's sampling mode beside `label` unless it is greedy."""
+    mode = row.get("sampling", "greedy")
+    return str(label) if mode == "greedy" else f"{label} ({mode})"
+
+
 def table(rows: list[dict]) -> str:
     lines = ["| kind | C | depth | prefill | tok/s | floor tok/s | ratio |", "|---|---|---|---|---|---|---|"]
     from hinfer.bench.forced import forced_table
@@ -351,16 +357,14 @@ def table(rows: list[dict]) -> str:
     for r in rows:
         ratio = f"{r['ratio']:.0%}" if r.get("ratio") else "-"
         floor = f"{r['floor_tok_s']:.1f}" if r.get("floor_tok_s") else "-"
-        kind = r["kind"] if r.get("sampling", "greedy") == "greedy" else f"{r['kind']} ({r['sampling']})"
-        lines.append(f"| {kind} | {r['concurrency']} | {r['depth']} | {r['prefill_tokens']} | "
+        lines.append(f"| {_mode(r['kind'], r)} | {r['concurrency']} | {r['depth']} | {r['prefill_tokens']} | "
                      f"{r['tok_s']:.1f} | {floor} | {ratio} |")  # fmt: skip
     if spec:
         lines += ["", "| K | C | depth | round ms | floor ms | ratio | round / plain step | projected tok/s |",
                   "|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for r in spec:
             proj = ", ".join(f"{v:.0f} @ {a}" for a, v in r["projected"].items()) or "-"
-            k = r["draft_tokens"] if r.get("sampling", "greedy") == "greedy" else f"{r['draft_tokens']} ({r['sampling']})"
-            lines.append(f"| {k} | {r['concurrency']} | {r['depth']} | {r['ms_per_round']:.2f} | "
+            lines.append(f"| {_mode(r['draft_tokens'], r)} | {r['concurrency']} | {r['depth']} | {r['ms_per_round']:.2f} | "
                          f"{r['floor_ms_per_round']:.2f} | {r['ratio']:.0%} | {r['round_vs_plain']:.2f}x | {proj} |")
         lines.append(f"\nprojected = C x acceptance length / round time; acceptance {PUBLISHED_ACCEPTANCE}")
     if reduces:

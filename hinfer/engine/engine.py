@@ -22,6 +22,7 @@ from hinfer.engine.protocol import (
     QueueTimeoutError,
     TokenEvent,
 )
+from hinfer.sampling_defaults import SamplingDefaults
 
 log = logging.getLogger("hinfer.engine")
 GRAMMAR_THREADS = 2  # structured-output compiles at once (each may use xgrammar's own threads too)
@@ -43,7 +44,6 @@ class Engine:
         self.max_context = core.ecfg.max_context
         visual = core.runner.model.visual
         self.vision = visual.cfg if visual is not None else None  # VisionConfig when images can be taken
-        self.sampling_defaults = core.sampling_defaults  # for the sampling fields a request leaves out
         self._inbox: deque[tuple[GenerationRequest, _Stream]] = deque()
         self._streams: dict[str, _Stream] = {}
         self._wake = threading.Event()
@@ -53,6 +53,11 @@ class Engine:
         # other compiles only
         self._grammar_pool = ThreadPoolExecutor(GRAMMAR_THREADS, thread_name_prefix="hinfer-grammar")
         self._compiling = 0  # requests waiting for their grammar (counted on the event loop)
+
+    @property
+    def sampling_defaults(self) -> SamplingDefaults:
+        """What the sampling fields a request leaves out take (the core's, from --generation-config)."""
+        return self.core.sampling_defaults
 
     # ---- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:

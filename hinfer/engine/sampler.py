@@ -354,9 +354,7 @@ class Sampler:
 
             return sample_candidates(vals, ids, keys, top_k, top_p, log_min_p, any(x.top_p < 1.0 for x in p),
                                      any(x.min_p > 0 for x in p))  # fmt: skip
-        kth = vals.gather(1, (top_k.clamp(max=vals.shape[1]) - 1)[:, None])
-        vals = torch.where(vals >= kth, vals, -math.inf)
-        vals = _top_p_min_p(vals, top_p, log_min_p, p)
+        vals = candidate_filters(vals, top_k, top_p, log_min_p, p)
         choice = torch.argmax(vals + gumbel_noise(keys, self._gamma[ids]), dim=-1, keepdim=True)
         return ids.gather(1, choice)[:, 0]
 
@@ -406,6 +404,14 @@ def _top_p_threshold(srt: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     n_keep = (before < top_p).sum(dim=-1, keepdim=True).clamp(min=1)
     last = srt.gather(1, n_keep - 1)
     return torch.where(top_p < 1.0, last, -math.inf)
+
+
+def candidate_filters(vals: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, log_min_p: torch.Tensor,
+                      p: list[SamplingParams]) -> torch.Tensor:  # fmt: skip
+    """top_k (ties kept), top_p, min_p on each row's candidates (its largest logits, sorted descending; top_k [B]
+    int64 >= 1, top_p and log_min_p [B, 1]): the rest -inf."""
+    kth = vals.gather(1, (top_k.clamp(max=vals.shape[1]) - 1)[:, None])
+    return _top_p_min_p(torch.where(vals >= kth, vals, -math.inf), top_p, log_min_p, p)
 
 
 def _top_p_min_p(vals: torch.Tensor, top_p: torch.Tensor, log_min_p: torch.Tensor,

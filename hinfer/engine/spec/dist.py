@@ -27,8 +27,8 @@ from hinfer.engine.sampler import (
     RowState,
     Sampler,
     _s64,
-    _top_p_min_p,
     _top_p_threshold,
+    candidate_filters,
     gumbel_noise,
     mix64,
     put_rows,
@@ -247,7 +247,7 @@ def _filtered_softmax(z: torch.Tensor, params: list[SamplingParams]) -> torch.Te
         return _candidate_softmax(zt, params)
     if not cand:
         return _vocab_softmax(zt, params)
-    rest = [i for i in range(len(params)) if i not in set(cand)]
+    rest = sorted(set(range(len(params))) - set(cand))
     out = torch.empty_like(zt)
     put_rows(out, cand, _candidate_softmax(take_rows(zt, cand), [params[i] for i in cand]))
     put_rows(out, rest, _vocab_softmax(take_rows(zt, rest), [params[i] for i in rest]))
@@ -259,11 +259,10 @@ def _candidate_softmax(zt: torch.Tensor, params: list[SamplingParams]) -> torch.
     whole-vocabulary rows (zero elsewhere)."""
     dev = zt.device
     vals, ids = torch.topk(zt, min(CANDIDATES, zt.shape[1]), dim=-1)  # sorted descending
-    k = to_device([x.top_k for x in params], torch.int64, dev)
-    vals = torch.where(vals >= vals.gather(1, (k.clamp(max=vals.shape[1]) - 1)[:, None]), vals, -math.inf)
+    top_k = to_device([x.top_k for x in params], torch.int64, dev)
     top_p = to_device([[x.top_p] for x in params], torch.float32, dev)
     log_min_p = to_device([[math.log(x.min_p) if x.min_p > 0 else -math.inf] for x in params], torch.float32, dev)
-    vals = _top_p_min_p(vals, top_p, log_min_p, params)
+    vals = candidate_filters(vals, top_k, top_p, log_min_p, params)
     return torch.zeros_like(zt).scatter_(1, ids, torch.softmax(vals, dim=-1))
 
 
