@@ -330,7 +330,7 @@ def tune(shapes, formats, ms, tuned_out: Path | None = None) -> None:
             for m in ms:
                 x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
                 base = heuristic_config(kind, m, n, k, num_sms())
-                best = None
+                best, by_form = None, {}
                 for cfg in [base, *skinny_candidates(kind, m, n, k)]:
                     try:
                         t = graph_time(functools.partial(_run_skinny, kind, n, x, cfg), weights)
@@ -339,7 +339,13 @@ def tune(shapes, formats, ms, tuned_out: Path | None = None) -> None:
                         continue
                     if best is None or t < best[0]:
                         best = (t, cfg)
+                    if cfg.words not in by_form or t < by_form[cfg.words][0]:
+                        by_form[cfg.words] = (t, cfg)
                 assert best is not None
+                if len(by_form) > 1:  # the fp8 GEMV's two forms side by side
+                    for words, (t, cfg) in sorted(by_form.items()):
+                        print(f"  {name:8s} {fmt:10s} M={m:<3d} {'words' if words else 'codes'} {t * 1e6:7.1f} us "
+                              f"{nbytes / t / 1e9:6.0f} GB/s {cfg}", flush=True)  # fmt: skip
                 t, cfg = best
                 gbs = nbytes / t / 1e9
                 print(f"  {name:8s} {fmt:10s} M={m:<3d} best {t * 1e6:7.1f} us {gbs:6.0f} GB/s {cfg}", flush=True)

@@ -56,7 +56,7 @@ def main() -> None:
                                                    max_context=a.depth + 256 + 48 * (a.spec_k + 1), **spec))  # fmt: skip
     model = build_model(path, is_ckpt, cfg, a.quant, with_mtp=bool(a.spec_k))
     core = make_core(cfg, model, Tokenizer.from_dir(tokenizer_dir()), ecfg, torch.device("cuda"))
-    measure.fill_random(core.runner)
+    core.runner.state.fill_random()
     if a.spec_k:
         return profile_spec(core, a)
     t = measure.decode(core.runner, a.lanes, a.depth, steps=a.steps, sampling=a.sampling)

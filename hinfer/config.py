@@ -356,7 +356,7 @@ class EngineConfig:
     spec_adaptive: bool = True  # per-lane and per-step draft length from measured acceptance (0: plain steps)
     spec_draft_cost: float | None = None  # a round at K costs 1 + c*K plain steps; None: time steps on the host
     spec_draft_vocab: int | None = None  # the drafter's logits over the first N token ids only; None: all
-    spec_draft: str = "sample"  # how sampled lanes draft: sample (the head's processed distribution) | argmax
+    spec_draft: str = "argmax"  # how sampled lanes draft: argmax (of the head's logits) | sample (its processed distribution)
     lm_head: str = "keep"  # keep (the model dtype) | fp8 | int4: the logits projection's format (quant/apply.py)
     cuda_graphs: bool = True
     decode_ahead: bool = True  # queue each plain decode step before reading the previous one's tokens

@@ -35,6 +35,50 @@ _FMT_CODE = {BF16: 0, FP8_ROW: 1, FP8_BLOCK: 2, INT4: 3}
 QGROUP_C = tl.constexpr(QGROUP)
 
 
+# The words path's codes come out as fp32 at 2^-120 of their value (the e4m3 exponent's bias 7 read under fp32's 127)
+# and x is taken at 2^64, so that products stay normal fp32 numbers down to |w x| = 2^-62 (exact scalings: the
+# products and sums are the conversion path's, in another order); the row's sum is scaled back by 2^56.
+_WORDS_X = tl.constexpr(2.0**64)
+_WORDS_UNSCALE = tl.constexpr(2.0**56)
+
+
+@triton.jit
+def _fp8_words_dot(w_rows, x_ptr, k0, K, n_ok, EVEN: tl.constexpr, BLOCK_K: tl.constexpr):
+    """[BLOCK_N, BLOCK_K / 4] fp32 partial products of BLOCK_K e4m3 codes a row (32-bit words of four codes, byte i
+    of word j at K index 4j + i) with x: each code's sign and 7 exponent-mantissa bits moved into a bf16's place
+    (sign, 4 low exponent bits, 3 high mantissa bits), two codes a 32-bit word, then widened to fp32 by a shift. An
+    e4m3 subnormal lands on an fp32 subnormal of the same scaled value, so every code, zero included, is exact."""
+    rj = k0 // 4 + tl.arange(0, BLOCK_K // 4)
+    if EVEN:
+        words = tl.load(w_rows + rj[None, :])
+    else:
+        words = tl.load(w_rows + rj[None, :], mask=n_ok[:, None] & (rj < K // 4)[None, :], other=0)
+    u = words.to(tl.uint32, bitcast=True)
+    even = ((u << 8) & 0x80008000) | ((u << 4) & 0x07F007F0)  # codes 0 and 2 of each word as two bf16s
+    odd = (u & 0x80008000) | ((u >> 4) & 0x07F007F0)  # codes 1 and 3
+    w0 = (even << 16).to(tl.float32, bitcast=True)
+    w1 = (odd << 16).to(tl.float32, bitcast=True)
+    w2 = (even & 0xFFFF0000).to(tl.float32, bitcast=True)
+    w3 = (odd & 0xFFFF0000).to(tl.float32, bitcast=True)
+    rk = k0 + 4 * tl.arange(0, BLOCK_K // 4)
+    xs = x_ptr + rk
+    if EVEN:
+        x0 = tl.load(xs).to(tl.float32)
+        x1 = tl.load(xs + 1).to(tl.float32)
+        x2 = tl.load(xs + 2).to(tl.float32)
+        x3 = tl.load(xs + 3).to(tl.float32)
+    else:
+        x0 = tl.load(xs, mask=rk < K, other=0.0).to(tl.float32)
+        x1 = tl.load(xs + 1, mask=rk < K, other=0.0).to(tl.float32)
+        x2 = tl.load(xs + 2, mask=rk < K, other=0.0).to(tl.float32)
+        x3 = tl.load(xs + 3, mask=rk < K, other=0.0).to(tl.float32)
+    part = w0 * (x0 * _WORDS_X)[None, :]
+    part += w1 * (x1 * _WORDS_X)[None, :]
+    part += w2 * (x2 * _WORDS_X)[None, :]
+    part += w3 * (x3 * _WORDS_X)[None, :]
+    return part
+
+
 @triton.jit
 def _skinny_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr,
@@ -42,7 +86,7 @@ def _skinny_kernel(
     stride_xm, stride_ym, stride_wn, stride_sn,
     FMT: tl.constexpr, HAS_ZERO: tl.constexpr, FAST_INT4: tl.constexpr, EVEN_N: tl.constexpr,
     EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    SPLIT_K: tl.constexpr, A8: tl.constexpr = False, PDL: tl.constexpr = False,
+    SPLIT_K: tl.constexpr, A8: tl.constexpr = False, PDL: tl.constexpr = False, WORDS: tl.constexpr = False,
 ):  # fmt: skip
     pdl_start(PDL)
     pid_n = tl.program_id(0)
@@ -65,61 +109,68 @@ def _skinny_kernel(
         s_next = tl.load(s_rows + tl.minimum(k_lo // QGROUP_C, last_group), mask=n_ok, other=0.0)
         if HAS_ZERO:
             z_next = tl.load(z_ptr + rn * stride_sn + tl.minimum(k_lo // QGROUP_C, last_group), mask=n_ok, other=8)
-    if BLOCK_M == 1:
+    if WORDS:
+        acc2 = tl.zeros([BLOCK_N, BLOCK_K // 4], dtype=tl.float32)
+    elif BLOCK_M == 1:
         acc2 = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     else:
         acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
     for k0 in range(k_lo, k_hi, BLOCK_K):
-        rk = k0 + tl.arange(0, BLOCK_K)
-        if FMT == 3:
-            rw = k0 // 8 + tl.arange(0, BLOCK_K // 8)
-            if EVEN_N and EVEN_K:
-                words = tl.load(w_rows + rw[None, :])
-            else:
-                words = tl.load(w_rows + rw[None, :], mask=n_ok[:, None] & (rw < K // 8)[None, :], other=0)
-            w = int4_minus8(words, BLOCK_N, BLOCK_K, FAST_INT4)
+        if WORDS:  # fp8 per channel, one row of x (w_ptr: the codes as int32 words, stride_wn in words)
+            acc2 += _fp8_words_dot(w_rows, x_ptr, k0, K, n_ok, EVEN_N and EVEN_K, BLOCK_K)
         else:
-            if EVEN_N and EVEN_K:
-                w = tl.load(w_rows + rk[None, :])
+            rk = k0 + tl.arange(0, BLOCK_K)
+            if FMT == 3:
+                rw = k0 // 8 + tl.arange(0, BLOCK_K // 8)
+                if EVEN_N and EVEN_K:
+                    words = tl.load(w_rows + rw[None, :])
+                else:
+                    words = tl.load(w_rows + rw[None, :], mask=n_ok[:, None] & (rw < K // 8)[None, :], other=0)
+                w = int4_minus8(words, BLOCK_N, BLOCK_K, FAST_INT4)
             else:
-                w = tl.load(w_rows + rk[None, :], mask=n_ok[:, None] & (rk < K)[None, :], other=0.0)
-        if FMT >= 2:  # grouped: this K-step lies inside one 128-group
-            s = s_next.to(tl.float32)
-            g_next = tl.minimum((k0 + BLOCK_K) // QGROUP_C, last_group)
-            s_next = tl.load(s_rows + g_next, mask=n_ok, other=0.0)
-            if HAS_ZERO:
-                z = z_next.to(tl.float32)
-                z_next = tl.load(z_ptr + rn * stride_sn + g_next, mask=n_ok, other=8)
-        if BLOCK_M == 1:
-            if EVEN_K:
-                x = tl.load(x_ptr + rk).to(tl.float32)
+                if EVEN_N and EVEN_K:
+                    w = tl.load(w_rows + rk[None, :])
+                else:
+                    w = tl.load(w_rows + rk[None, :], mask=n_ok[:, None] & (rk < K)[None, :], other=0.0)
+            if FMT >= 2:  # grouped: this K-step lies inside one 128-group
+                s = s_next.to(tl.float32)
+                g_next = tl.minimum((k0 + BLOCK_K) // QGROUP_C, last_group)
+                s_next = tl.load(s_rows + g_next, mask=n_ok, other=0.0)
+                if HAS_ZERO:
+                    z = z_next.to(tl.float32)
+                    z_next = tl.load(z_ptr + rn * stride_sn + g_next, mask=n_ok, other=8)
+            if BLOCK_M == 1:
+                if EVEN_K:
+                    x = tl.load(x_ptr + rk).to(tl.float32)
+                else:
+                    x = tl.load(x_ptr + rk, mask=rk < K, other=0.0).to(tl.float32)
+                wf = w.to(tl.float32)
+                if FMT >= 2:
+                    wf = wf * s[:, None]
+                acc2 += wf * x[None, :]
             else:
-                x = tl.load(x_ptr + rk, mask=rk < K, other=0.0).to(tl.float32)
-            wf = w.to(tl.float32)
-            if FMT >= 2:
-                wf = wf * s[:, None]
-            acc2 += wf * x[None, :]
-        else:
-            x_ptrs = x_ptr + rm[None, :] * stride_xm + rk[:, None]
-            if EVEN_K:
-                xt = tl.load(x_ptrs, mask=m_ok[None, :], other=0.0)
-            else:
-                xt = tl.load(x_ptrs, mask=m_ok[None, :] & (rk < K)[:, None], other=0.0)
-            if A8:  # fp8 weights, W8A8: x to e4m3 per row and 128-group here; the weight tile feeds the MMA as loaded
-                xf = xt.to(tl.float32)
-                sx = tl.math.div_rn(tl.maximum(tl.max(tl.abs(xf), axis=0), 1e-12), 448.0)
-                xq = e4m3_rne(tl.clamp(tl.math.div_rn(xf, sx[None, :]), -448.0, 448.0)).to(tl.float8e4nv)
-                part = tl.dot(w, xq) * sx[None, :]
-            else:
-                part = tl.dot(w.to(tl.bfloat16), xt.to(tl.bfloat16))
-            if HAS_ZERO:  # (u - z) x = (u - 8) x + (8 - z) x
-                xsum = tl.sum(xt.to(tl.bfloat16).to(tl.float32), axis=0)
-                part += (8.0 - z)[:, None] * xsum[None, :]
-            if FMT >= 2:
-                part = part * s[:, None]
-            acc += part
+                x_ptrs = x_ptr + rm[None, :] * stride_xm + rk[:, None]
+                if EVEN_K:
+                    xt = tl.load(x_ptrs, mask=m_ok[None, :], other=0.0)
+                else:
+                    xt = tl.load(x_ptrs, mask=m_ok[None, :] & (rk < K)[:, None], other=0.0)
+                if A8:  # fp8 weights, W8A8: x to e4m3 per row and 128-group here; the weight tile feeds the MMA as loaded
+                    xf = xt.to(tl.float32)
+                    sx = tl.math.div_rn(tl.maximum(tl.max(tl.abs(xf), axis=0), 1e-12), 448.0)
+                    xq = e4m3_rne(tl.clamp(tl.math.div_rn(xf, sx[None, :]), -448.0, 448.0)).to(tl.float8e4nv)
+                    part = tl.dot(w, xq) * sx[None, :]
+                else:
+                    part = tl.dot(w.to(tl.bfloat16), xt.to(tl.bfloat16))
+                if HAS_ZERO:  # (u - z) x = (u - 8) x + (8 - z) x
+                    xsum = tl.sum(xt.to(tl.bfloat16).to(tl.float32), axis=0)
+                    part += (8.0 - z)[:, None] * xsum[None, :]
+                if FMT >= 2:
+                    part = part * s[:, None]
+                acc += part
     if BLOCK_M == 1:
         acc = tl.sum(acc2, axis=1)[:, None]
+    if WORDS:
+        acc = acc * _WORDS_UNSCALE
     if FMT == 1:  # fp8 per output channel
         acc = acc * tl.load(s_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[:, None]
     tile = pid_m * tl.num_programs(0) + pid_n
@@ -181,13 +232,17 @@ def skinny_matmul(
         )  # fmt: skip
         return out
     fast = fmt == INT4 and zero is None and x.is_cuda and fast_int4_ok(x.device.index or 0)
+    words = cfg.words
+    if words and (fmt != FP8_ROW or cfg.block_m != 1 or k % 4 or w.stride(0) % 4 or cfg.block_k % 4):
+        raise ValueError("the words path takes fp8 per-channel weights at one row, K and the row stride in words")
+    w_arg, stride_wn = (w.view(torch.int32), w.stride(0) // 4) if words else (w, w.stride(0))
     _skinny_kernel[grid](
-        x, w, s, zero if zero is not None else s, out, part, cnt,
+        x, w_arg, s, zero if zero is not None else s, out, part, cnt,
         m, n, k,
-        x.stride(0), out.stride(0), w.stride(0), s.stride(0) if s.dim() > 1 else 1,
+        x.stride(0), out.stride(0), stride_wn, s.stride(0) if s.dim() > 1 else 1,
         FMT=_FMT_CODE[fmt], HAS_ZERO=zero is not None, FAST_INT4=fast,
         EVEN_N=n % cfg.block_n == 0, EVEN_K=k % cfg.block_k == 0,
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=cfg.split_k, A8=a8,
+        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, SPLIT_K=cfg.split_k, A8=a8, WORDS=words,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_kwargs(x),
     )  # fmt: skip
     return out

@@ -3,7 +3,7 @@ GEMMs', around the heuristics of tiles/linear.py."""
 
 from __future__ import annotations
 
-from hinfer.ops.triton.tiles.forms import FP8_BLOCK, INT4, GemmConfig, SkinnyConfig
+from hinfer.ops.triton.tiles.forms import FP8_BLOCK, FP8_ROW, INT4, GemmConfig, SkinnyConfig
 from hinfer.ops.triton.tiles.linear import QGROUP, split_for
 
 
@@ -27,6 +27,13 @@ def skinny_candidates(fmt: str, m: int, n: int, k: int, sms: int = 132) -> list[
                 for split in sorted({s0, 2 * s0}):
                     for warps in (4, 8):
                         out.append(SkinnyConfig(bn, bk, 1, split, warps, 3))
+        if fmt == FP8_ROW:  # the codes read as 32-bit words and turned by their bits
+            for bn in (16, 32, 64):
+                for bk in (256, 512):
+                    s0 = split_for(n, m, k, bn, 1, bk, sms)
+                    for split in sorted({s0, 2 * s0}):
+                        for warps, stages in ((4, 3), (8, 3)):
+                            out.append(SkinnyConfig(bn, bk, 1, split, warps, stages, words=True))
     bm = max(16, 1 << (m - 1).bit_length())
     for bn in (32, 64, 128, 256):
         for bk in (64, QGROUP):
