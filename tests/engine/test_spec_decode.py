@@ -712,6 +712,60 @@ def test_the_early_draft_pass_drafts_what_the_pass_after_acceptance_drafts(small
     assert hist[0] > 0 and sum(hist[1:]) > 0, hist  # rounds that kept none of their drafts, and some that kept more
 
 
+def test_sampled_lanes_judged_on_the_device_give_the_tokens_judged_after_the_read(small_model, tokenizer, monkeypatch):
+    """Sampled lanes drafting the argmax (--spec-draft argmax) beside a greedy one, through the graph batches: each
+    verified row's next token and acceptance are computed on the device (picks.py) and the drafter's pass is
+    queued before the host reads them. Every token equals the one the host-side rejection sampling
+    (verify.accept, the same seeded uniforms and noise) gives when the early pass is off; rounds accept and
+    reject; a lane drawing from q (penalties) keeps the step off the early pass."""
+    from hinfer.engine.spec import mtp as mtp_mod
+    from hinfer.engine.spec import picks as picks_mod
+
+    cfg, model = small_model
+    rng = random.Random(6)
+    prompts = [[rng.randrange(1, 12) for _ in range(n)] for n in (4, 19, 33)]
+    params = [SP(temperature=0.9, top_k=8, top_p=0.9, seed=1, max_tokens=40, ignore_eos=True),
+              SP(temperature=1.0, top_k=20, seed=2, max_tokens=40, ignore_eos=True),
+              SP(temperature=0, max_tokens=40, ignore_eos=True)]  # fmt: skip
+    real_rows, real_picks = mtp_mod.MTPDrafter._early_rows, picks_mod.sampled_picks
+
+    def run(early: bool, penalty: bool = False) -> tuple[dict, int, int, list]:
+        used, judged = [], []
+
+        def rows(self, jobs):
+            h = real_rows(self, jobs)
+            used.append(h is not None)
+            return h
+
+        def counted(*a, **kw):
+            judged.append(1)
+            return real_picks(*a, **kw)
+
+        monkeypatch.setattr(mtp_mod.MTPDrafter, "_early_rows", rows)
+        monkeypatch.setattr("hinfer.engine.spec.decoder.sampled_picks", counted)
+        if not early:
+            monkeypatch.setattr(mtp_mod.MTPDrafter, "prelaunch", lambda self, *a: False)
+        ecfg = resolve_engine_config(cfg, EngineConfig(device="cpu", max_context=128, page_size=16, max_concurrency=3,
+                                                       prefill_chunk=16, spec="mtp", draft_tokens=3,
+                                                       spec_adaptive=False, spec_draft="argmax"))  # fmt: skip
+        core = make_core(cfg, model, tokenizer, ecfg, torch.device("cpu"))
+        core.runner.capture_graphs(3, core.ecfg.max_context, capture=False)
+        core.spec.use_graphs(3, capture=False)
+        ps = [replace(params[0], presence_penalty=0.5), params[2]] if penalty else params  # with the greedy lane
+        got, _, _ = run_all(core, [GenerationRequest(f"r{i}", p, x) for i, (p, x) in enumerate(zip(prompts, ps))])
+        assert_all_free(core)
+        monkeypatch.undo()
+        return got, sum(used), len(judged), core.spec.accept_hist
+
+    with_early, used, judged, hist = run(True)
+    without, unused, _, _ = run(False)
+    assert with_early == without
+    assert used > 5 and judged > 5 and unused == 0, (used, judged, unused)
+    assert hist[0] > 0 and sum(hist[1:]) > 0, hist  # rounds that kept none of their drafts, and some that kept more
+    _, used, judged, _ = run(True, penalty=True)
+    assert judged == 0  # a lane with penalties draws its drafts from q: no step with it qualified
+
+
 def test_a_lane_aborted_after_drafting_leaves_the_others_verifying_from_the_device(make_engine_core):
     """The drafter drafted for three lanes, the last is aborted before the verify step: the other two still
     take their drafts from the device (the round's rows past them are left out) and decode as plain decoding."""

@@ -31,7 +31,7 @@ from hinfer.engine.cuda_graphs import pick
 from hinfer.engine.prompt_logprobs import record_prompt_logprobs, wants_prompt_logprobs
 from hinfer.engine.protocol import TopLogprob
 from hinfer.engine.runner import ModelRunner
-from hinfer.engine.sampler import take_rows, to_device, vocab_gamma
+from hinfer.engine.sampler import put_rows, take_rows, to_device, vocab_gamma
 from hinfer.engine.sequence import ScheduledChunk, Sequence, Status
 from hinfer.engine.spec.adaptive import AdaptivePolicy, LaneAcceptance
 from hinfer.engine.spec.dist import (
@@ -50,6 +50,7 @@ from hinfer.engine.spec.dist import (
     uniforms,
 )
 from hinfer.engine.spec.drafter import DeviceDrafts, Drafter, DraftJob, Proposal
+from hinfer.engine.spec.picks import draws_among_candidates, sampled_picks
 from hinfer.engine.spec.verify import accept
 
 log = logging.getLogger("hinfer.spec")
@@ -248,7 +249,7 @@ class SpecDecoder:
             verifying.append(taken)
         fed = self._drafts_on_device(verifying, seq_chunks)
         hidden, logits, rows = self._target_forward(seq_chunks, plain and decode_only, fed)
-        picks = self._early_draft_pass(chunks, seq_chunks, hidden, logits, rows) if not plain else None
+        picks = None if plain else self._early_draft_pass(chunks, seq_chunks, verifying, fed, hidden, logits, rows)
         for c, sc, (_, r) in zip(chunks, seq_chunks, rows):
             if sc.all_logits and not verifies(sc):  # a prompt chunk whose request wants its prompt logprobs
                 record_prompt_logprobs(c.seq, sc.cached_len, logits[r : r + len(sc.token_ids)])
@@ -335,27 +336,53 @@ class SpecDecoder:
         self.sampler.update(rows, ids)
         return [LaneOutput(s, [t], [lp], [top]) for (s, _), t, lp, top in zip(firsts, ids, lps, tops)]
 
-    def _early_draft_pass(self, chunks: list[ScheduledChunk], seq_chunks: list[SeqChunk], hidden: torch.Tensor,
-                          logits: torch.Tensor, rows: list[tuple[int, int]]) -> DeviceDrafts | None:  # fmt: skip
-        """A step of verifying lanes that all take the raw argmax, each with K + 1 rows at i * (K + 1) and room
-        for K + 1 positions: the token after each verified position is the target's argmax there (the accepted
-        drafts, then the bonus token), so the drafter's pass over them is queued now, before the host reads the
-        acceptance; its rows past the acceptance are provisional, like the draft steps' KV rows, and overwritten
-        before anything reads them. -> the argmax of every row ([lanes * (K + 1)]), its copy to the host queued
-        ahead of the pass so that reading it does not wait for the pass; None when the step does not qualify
-        (the drafter then runs its pass after acceptance, as for sampled lanes)."""
+    def _early_draft_pass(self, chunks: list[ScheduledChunk], seq_chunks: list[SeqChunk], verifying: list[_Taken],
+                          fed: torch.Tensor | None, hidden: torch.Tensor, logits: torch.Tensor,
+                          rows: list[tuple[int, int]]) -> DeviceDrafts | None:  # fmt: skip
+        """A step of verifying lanes, each with K + 1 rows at i * (K + 1) and room for K + 1 positions, that all take
+        the raw argmax or draw among their candidates with deterministic drafts (picks.py): the token after each
+        verified position is known on the device (the target's argmax there; for a sampled lane the draft where
+        it is accepted, else the residual's draw), so the drafter's pass over them is queued now, before the host
+        reads the acceptance; its rows past the acceptance are provisional, like the draft steps' KV rows, and
+        overwritten before anything reads them. -> every row's next token ([lanes * (K + 1)]; with sampled lanes
+        a second row: whether its draft was accepted), its copy to the host queued ahead of the pass so that
+        reading it does not wait for the pass; None when the step does not qualify (the drafter then runs its
+        pass after acceptance)."""
         prelaunch = getattr(self.drafter, "prelaunch", None)
         t, m = self.k + 1, len(chunks)
         if (prelaunch is None or not all(map(verifies, seq_chunks)) or logits.shape[0] < m * t
                 or rows != [(i * t, i * t) for i in range(m)]
-                or not all(_argmax_lane(c.seq) and self.budget(c.seq) == self.k for c in chunks)):  # fmt: skip
+                or not all(self.budget(c.seq) == self.k and (_argmax_lane(c.seq) or (
+                    v.probs is None and draws_among_candidates(Position(c.seq.sampler_state))))
+                           for c, v in zip(chunks, verifying))):  # fmt: skip
             return None
         picks = real_argmax(logits[: m * t], self.sampler.num_real_tokens)
-        read = DeviceDrafts(picks[None])
+        sampled = [i for i, c in enumerate(chunks) if not c.seq.params.greedy]
+        if sampled:
+            at = [i * t + j for i in sampled for j in range(t)]
+            drafts = self._round_drafts(verifying, fed, t).view(-1)[to_device(at, torch.int64, logits.device)]
+            lanes = [Position(chunks[i].seq.sampler_state) for i in sampled]
+            drawn, accepted = sampled_picks(self.sampler, take_rows(logits, at), lanes, drafts, t, self._gamma)
+            flags = torch.zeros_like(picks)
+            put_rows(picks, at, drawn)
+            put_rows(flags, at, accepted.long())
+            picks = torch.stack([picks, flags])
+        read = DeviceDrafts(picks.view(-1, m * t))
         seqs = [c.seq for c in chunks]
-        if not prelaunch(seqs, [sc.cached_len for sc in seq_chunks], hidden[: m * t], picks, t):
+        if not prelaunch(seqs, [sc.cached_len for sc in seq_chunks], hidden[: m * t], picks[0] if sampled else picks, t):
             return None
         return read
+
+    def _round_drafts(self, verifying: list[_Taken], fed: torch.Tensor | None, t: int) -> torch.Tensor:
+        """[lanes, t] int64 on the device: each lane's drafts (taken from the device where the verify step took
+        them from there), -1 from its bonus row on."""
+        if fed is None:
+            return to_device([v.tokens() + [-1] * (t - v.k) for v in verifying], torch.int64, self.device)
+        n, w = len(verifying), min(fed.shape[1], t - 1)
+        d = torch.full((n, t), -1, dtype=torch.int64, device=fed.device)
+        d[:, :w] = fed[:n, :w]
+        ks = to_device([v.k for v in verifying], torch.int64, fed.device)[:, None]
+        return torch.where(torch.arange(t, device=fed.device)[None, :] < ks, d, -1)
 
     def _verify(self, lanes: list[_Lane], logits: torch.Tensor, picks: DeviceDrafts | None = None) -> list[LaneOutput]:
         """Acceptance for every verifying lane at once; records the tokens in the sampler and the counters.
@@ -368,12 +395,13 @@ class SpecDecoder:
             Position(ln.seq.sampler_state, ln.drafts[:j]) for ln, js in zip(lanes, spans) for j in js
         ]
         at = [ln.row + j for ln, js in zip(lanes, spans) for j in js]
-        if all(plain_greedy(p) and p.row.params.logprobs is None for p in positions):  # the raw argmax decides
-            if picks is not None:
-                every = picks.row(0, logits.shape[0])
-                tok = [every[r] for r in at]
-            else:
-                tok = real_argmax(take_rows(logits, at), self.sampler.num_real_tokens).tolist()
+        if picks is not None:  # the early pass's: each row's next token (and sampled rows' acceptance), read once
+            every = picks.row(0, logits.shape[0])
+            flags = picks.row(1, logits.shape[0]) if picks.dev.shape[0] > 1 else None
+            ok = [bool(flags[r]) for r in at] if flags is not None else None
+            z, (acc, last) = None, self._accept_greedy(lanes, [every[r] for r in at], positions, ok)
+        elif all(plain_greedy(p) and p.row.params.logprobs is None for p in positions):  # the raw argmax decides
+            tok = real_argmax(take_rows(logits, at), self.sampler.num_real_tokens).tolist()
             z, (acc, last) = None, self._accept_greedy(lanes, tok, positions)
         elif all(ln.seq.params.greedy for ln in lanes):
             z = processed_logits(self.sampler, take_rows(logits, at), positions)
@@ -412,18 +440,20 @@ class SpecDecoder:
         return outs
 
     @staticmethod
-    def _accept_greedy(lanes: list[_Lane], tok: list[int], positions: list[Position]) -> tuple[list, list]:
+    def _accept_greedy(lanes: list[_Lane], tok: list[int], positions: list[Position],
+                       ok: list[bool] | None = None) -> tuple[list, list]:  # fmt: skip
         """Every lane greedy: rejection sampling with one-hot p and q is argmax agreement, so neither the
         distributions nor the noise are built; `tok` holds each position's argmax (the step's one host read).
-        A forced `</think>` row is its one-hot, as in sampling_probs."""
+        A forced `</think>` row is its one-hot, as in sampling_probs. Sampled lanes judged on the device
+        (picks.py) come with `ok`, each row's acceptance, and their rows' next tokens in `tok`."""
         for i, p in enumerate(positions):
             r = position_row(p)
             if r.force_think_end:
                 tok[i] = int(r.params.think_end_token_id)
         acc, last, off = [], [], 0
         for ln in lanes:
-            a = 0
-            while a < len(ln.drafts) and ln.drafts[a] == tok[off + a]:
+            a, judged = 0, ok is not None and not ln.seq.params.greedy
+            while a < len(ln.drafts) and (ok[off + a] if judged else ln.drafts[a] == tok[off + a]):
                 a += 1
             acc.append(a)
             last.append(tok[off + a])
