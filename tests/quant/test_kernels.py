@@ -72,36 +72,47 @@ def test_skinny_kernel_matches_reference(fmt, zero_point, m):
             assert _rel(y, ref) < REL, (cfg, _rel(y, ref))
 
 
-def _fp8_every_code(n: int, k: int, g: torch.Generator):
-    """fp8 per-channel weights whose rows run through every finite e4m3 code (subnormals, both zeros) at shifted
-    offsets, so each code sits at each byte of a 32-bit word; positive scales."""
+def _fp8_every_code(n: int, k: int, g: torch.Generator, fmt: str = FP8_ROW):
+    """fp8 weights whose rows run through every finite e4m3 code (subnormals, both zeros) at shifted offsets, so
+    each code sits at each byte of a 32-bit word; positive scales per row (FP8_ROW) or per 128x128 block, and the
+    scale of each weight ([n, k])."""
     finite = torch.tensor([c for c in range(256) if c & 0x7F != 0x7F], dtype=torch.int64)
     idx = (torch.arange(k)[None, :] + 37 * torch.arange(n)[:, None]) % finite.numel()
     codes = finite[idx].to(torch.uint8).view(torch.float8_e4m3fn).to(DEV)
-    scale = (torch.rand(n, generator=g, device=DEV) + 0.5) / 448
-    return codes, scale
+    if fmt == FP8_ROW:
+        scale = (torch.rand(n, generator=g, device=DEV) + 0.5) / 448
+        return codes, scale, scale[:, None].expand(n, k)
+    scale = (torch.rand(-(-n // 128), -(-k // 128), generator=g, device=DEV) + 0.5) / 448
+    return codes, scale, scale.repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :k]
 
 
-@pytest.mark.parametrize("cfg", [SkinnyConfig(16, 64, 1, 1, 4, 2, words=True), SkinnyConfig(32, 128, 1, 3, 4, 2, words=True),
-                                 SkinnyConfig(16, 256, 1, 2, 4, 3, words=True)], ids=["even", "ragged-split", "wide"])  # fmt: skip
-def test_fp8_words_gemv_turns_every_code_exactly(cfg):
+WORDS_CFGS = {FP8_ROW: [SkinnyConfig(16, 64, 1, 1, 4, 2, words=True), SkinnyConfig(32, 128, 1, 3, 4, 2, words=True),
+                        SkinnyConfig(16, 256, 1, 2, 4, 3, words=True)],
+              FP8_BLOCK: [SkinnyConfig(16, 64, 1, 1, 4, 2, words=True), SkinnyConfig(32, 128, 1, 3, 4, 2, words=True),
+                          SkinnyConfig(64, 128, 1, 1, 8, 3, words=True)]}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", [0, 1, 2], ids=["even", "ragged-split", "wide"])
+@pytest.mark.parametrize("fmt", [FP8_ROW, FP8_BLOCK])
+def test_fp8_words_gemv_turns_every_code_exactly(fmt, case):
     """The fp8 GEMV reading 32-bit words and turning codes into fp32 by their bits: against one-hot rows of x each
-    output is one code times its row's scale, so it equals the code's value exactly (every finite code, at every
-    byte of a word); on random x it matches the reference and the conversion path."""
+    output is one code times its scale, so it equals the code's value exactly (every finite code, at every byte
+    of a word); on random x it matches the reference and the conversion path."""
     from hinfer.ops.triton.linear import skinny_matmul
 
+    cfg = WORDS_CFGS[fmt][case]
     g = _gen()
-    w, scale = _fp8_every_code(N, K, g)
+    w, scale, each = _fp8_every_code(N, K, g, fmt)
     for j in (0, 1, 2, 3, 5, 130, K - 1):
         x = torch.zeros(1, K, device=DEV, dtype=torch.bfloat16)
         x[0, j] = 1.0
-        want = (w[:, j].float() * scale).bfloat16()[None, :]
-        got = skinny_matmul(x, FP8_ROW, w, N, scale, cfg=cfg)
+        want = (w[:, j].float() * each[:, j]).bfloat16()[None, :]
+        got = skinny_matmul(x, fmt, w, N, scale, cfg=cfg)
         assert torch.equal(got, want), (j, cfg)
     x = torch.randn(1, K, generator=g, device=DEV).bfloat16()
-    ref = ((x.double() @ w.double().t()) * scale.double()).bfloat16()
-    plain = skinny_matmul(x, FP8_ROW, w, N, scale, cfg=SkinnyConfig(cfg.block_n, cfg.block_k, 1, cfg.split_k, 4, 2))
-    got = skinny_matmul(x, FP8_ROW, w, N, scale, cfg=cfg)
+    ref = (x.double() @ (w.double() * each.double()).t()).bfloat16()
+    plain = skinny_matmul(x, fmt, w, N, scale, cfg=SkinnyConfig(cfg.block_n, cfg.block_k, 1, cfg.split_k, 4, 2))
+    got = skinny_matmul(x, fmt, w, N, scale, cfg=cfg)
     assert _rel(got, ref) < REL and _rel(got, plain) < REL
 
 
@@ -109,7 +120,7 @@ def test_fp8_words_gemv_refuses_what_it_cannot_read():
     from hinfer.ops.triton.linear import skinny_matmul
 
     g = _gen()
-    w, scale = _fp8_every_code(N, K, g)
+    w, scale, _ = _fp8_every_code(N, K, g)
     with pytest.raises(ValueError, match="words"):
         skinny_matmul(torch.ones(2, K, device=DEV).bfloat16(), FP8_ROW, w, N, scale,
                       cfg=SkinnyConfig(16, 64, 16, 1, 4, 2, words=True))  # fmt: skip

@@ -116,8 +116,12 @@ def _skinny_kernel(
     else:
         acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
     for k0 in range(k_lo, k_hi, BLOCK_K):
-        if WORDS:  # fp8 per channel, one row of x (w_ptr: the codes as int32 words, stride_wn in words)
-            acc2 += _fp8_words_dot(w_rows, x_ptr, k0, K, n_ok, EVEN_N and EVEN_K, BLOCK_K)
+        if WORDS:  # fp8, one row of x (w_ptr: the codes as int32 words, stride_wn in words)
+            part = _fp8_words_dot(w_rows, x_ptr, k0, K, n_ok, EVEN_N and EVEN_K, BLOCK_K)
+            if FMT == 2:  # 128x128 blocks: one scale a row for the whole K-step, on the step's partial products
+                part = part * s_next.to(tl.float32)[:, None]
+                s_next = tl.load(s_rows + tl.minimum((k0 + BLOCK_K) // QGROUP_C, last_group), mask=n_ok, other=0.0)
+            acc2 += part
         else:
             rk = k0 + tl.arange(0, BLOCK_K)
             if FMT == 3:
@@ -233,8 +237,8 @@ def skinny_matmul(
         return out
     fast = fmt == INT4 and zero is None and x.is_cuda and fast_int4_ok(x.device.index or 0)
     words = cfg.words
-    if words and (fmt != FP8_ROW or cfg.block_m != 1 or k % 4 or w.stride(0) % 4 or cfg.block_k % 4):
-        raise ValueError("the words path takes fp8 per-channel weights at one row, K and the row stride in words")
+    if words and (fmt not in (FP8_ROW, FP8_BLOCK) or cfg.block_m != 1 or k % 4 or w.stride(0) % 4 or cfg.block_k % 4):
+        raise ValueError("the words path takes fp8 weights at one row, K and the row stride in words")
     w_arg, stride_wn = (w.view(torch.int32), w.stride(0) // 4) if words else (w, w.stride(0))
     _skinny_kernel[grid](
         x, w_arg, s, zero if zero is not None else s, out, part, cnt,

@@ -27,9 +27,9 @@ def skinny_candidates(fmt: str, m: int, n: int, k: int, sms: int = 132) -> list[
                 for split in sorted({s0, 2 * s0}):
                     for warps in (4, 8):
                         out.append(SkinnyConfig(bn, bk, 1, split, warps, 3))
-        if fmt == FP8_ROW:  # the codes read as 32-bit words and turned by their bits
+        if fmt in (FP8_ROW, FP8_BLOCK):  # the codes read as 32-bit words and turned by their bits
             for bn in (16, 32, 64):
-                for bk in (256, 512):
+                for bk in (128,) if grouped else (256, 512):
                     s0 = split_for(n, m, k, bn, 1, bk, sms)
                     for split in sorted({s0, 2 * s0}):
                         for warps, stages in ((4, 3), (8, 3)):

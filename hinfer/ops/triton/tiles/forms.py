@@ -60,8 +60,8 @@ class SkinnyConfig:
     max_regs: int = 0
     # int4_mma with a ring and x_ahead: two groups to a slot (`ring` slots of two), one barrier per two groups
     ring_pairs: bool = False
-    # skinny fp8 per-channel GEMV (block_m 1): the weights read as 32-bit words of four codes and turned into fp32 by
-    # their bits (shifts and masks on the integer pipe) instead of the conversion instructions
+    # skinny fp8 GEMV (block_m 1): the weights read as 32-bit words of four codes and turned into fp32 by their bits
+    # (shifts and masks on the integer pipe) instead of the conversion instructions
     words: bool = False
 
 
