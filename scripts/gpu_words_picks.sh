@@ -22,3 +22,4 @@ if [ -s "$R/tiles-fp8-m1.json" ]; then
   done
 fi
 left 300 && spec qwen3.6-27b
+left 320 && gpu_tests test_picks 60 tests/gpu/test_engine_gpu.py -k "sampled_lanes_judged"

@@ -117,6 +117,41 @@ def test_spec_graphs_greedy_equal_plain_decode():
         assert st["spec_plain_steps"] > st["spec_verify_steps"], st
 
 
+def test_spec_graphs_sampled_lanes_judged_on_the_device(monkeypatch):
+    """Sampled lanes (the Qwen defaults) drafting the argmax through captured graphs: their rows are judged on the
+    device and the drafter's pass is queued behind verification (spec/picks.py, the early pass); every request
+    completes with its tokens in range and every lane and page is given back. (Token identity with host-side
+    acceptance is the CPU test's: here the two paths' draft passes run GEMMs of other shapes.)"""
+    from hinfer.engine.spec import decoder as decoder_mod
+    from hinfer.engine.spec import mtp as mtp_mod
+
+    cfg = ModelConfig.from_dict(SMALL | {"mtp_num_hidden_layers": 1})
+    model = random_init(Qwen35ForCausalLM(cfg, torch.bfloat16, "cuda"), seed=5)
+    tok = Tokenizer.from_dir(tokenizer_dir())
+    g = torch.Generator().manual_seed(fixed_test_seed())
+    prompts = [torch.randint(1, 4096, (n,), generator=g).tolist() for n in (1, 17, 200, 64)]
+    judged, early = [], []
+    real_picks, real_rows = decoder_mod.sampled_picks, mtp_mod.MTPDrafter._early_rows
+    monkeypatch.setattr(decoder_mod, "sampled_picks", lambda *a, **kw: judged.append(1) or real_picks(*a, **kw))
+    monkeypatch.setattr(mtp_mod.MTPDrafter, "_early_rows",
+                        lambda self, jobs: (lambda h: early.append(h is not None) or h)(real_rows(self, jobs)))  # fmt: skip
+    ecfg = EngineConfig(device="cuda", dtype="bf16", max_context=2048, prefill_chunk=128, max_concurrency=4,
+                        spec="mtp", draft_tokens=3, spec_adaptive=False)  # fmt: skip
+    core = make_core(cfg, model, tok, resolve_engine_config(cfg, ecfg), torch.device("cuda"))
+    for i, p in enumerate(prompts):
+        sp = SamplingParams(temperature=1.0, top_k=20, top_p=0.95, seed=i, max_tokens=40, ignore_eos=True)
+        core.add(GenerationRequest(f"r{i}", p, sp))
+    out = {f"r{i}": [] for i in range(len(prompts))}
+    while core.has_work:
+        for ev in core.step():
+            out[ev.request_id] += ev.token_ids
+    assert all(len(t) == 40 and all(0 <= x < cfg.vocab_size for x in t) for t in out.values()), out
+    assert len(judged) > 5 and sum(early) > 5, (len(judged), sum(early))
+    assert core.stats().extra["spec_drafted"] > 0
+    st = core.stats()
+    assert (st.pages_free, st.slots_free, st.lanes_busy) == (st.pages_total, st.slots_total, 0)
+
+
 def _assert_greedy_up_to_rounding(model, prompts: list[list[int]], out: dict[str, list[int]], tag,
                                   tol: float = 0.1) -> None:  # fmt: skip
     """Every generated token's logit is within `tol` standard deviations of its row's maximum, in one prefill of
