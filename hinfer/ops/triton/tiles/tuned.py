@@ -40,6 +40,16 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     ("int4", 34816, 5120, 1): SkinnyConfig(128, 128, 1, 2, 4, 3),
     ("int4", 5120, 6144, 1): SkinnyConfig(128, 128, 1, 8, 4, 3),
     ("int4", 5120, 17408, 1): SkinnyConfig(128, 128, 1, 8, 4, 5),
+    # fp8 (per channel) GEMV at one row, swept on an H100 2026-12-05 (`--tune --formats fp8 --ms 1`, the
+    # conversion form and the words form side by side: bench/results/tiles/20261205-1238-fp8-m1.json): 8 warps
+    # of 16-32 rows everywhere, the words form where it won (o_proj / GDN out_proj, down); the 27B fp8 at one
+    # lane 81.5 -> 89.4 tok/s on that H100 against the heuristic's tiles (32 rows, 4 warps)
+    ("fp8_row", 14336, 5120, 1): SkinnyConfig(16, 128, 1, 1, 8, 3),
+    ("fp8_row", 16384, 5120, 1): SkinnyConfig(16, 128, 1, 1, 8, 3),
+    ("fp8_row", 16480, 5120, 1): SkinnyConfig(16, 128, 1, 1, 8, 3),
+    ("fp8_row", 34816, 5120, 1): SkinnyConfig(16, 256, 1, 1, 8, 3),
+    ("fp8_row", 5120, 6144, 1): SkinnyConfig(32, 256, 1, 4, 8, 3, words=True),
+    ("fp8_row", 5120, 17408, 1): SkinnyConfig(32, 256, 1, 4, 8, 3, words=True),
     # fp8 (per channel) and int4 at M = 8 (tensor cores), swept 2026-12-01
     # (`--tune --formats fp8,int4 --ms 8`)
     ("fp8_row", 14336, 5120, 8): SkinnyConfig(64, 128, 16, 4, 4, 3),
