@@ -38,3 +38,37 @@ def test_one_launch_samples_as_the_torch_body(interpreter) -> None:
         for r in rows:
             r.num_generated += 1
     assert not differ, differ
+
+
+def test_one_launch_judges_verified_rows_as_the_torch_body(interpreter) -> None:
+    """The speculative form (judge_candidates): each verified row's draft accepted where u < p(draft), else the
+    race without it, the bonus rows (no draft) a plain race: the torch body's picks and acceptance in every row.
+    Drafts are the row's top candidate, its second, a token outside its candidates or none; u spans (0, 1)."""
+    from hinfer.engine.sampler import vocab_gamma
+    from hinfer.engine.spec.picks import judge_candidates_ref
+    from hinfer.ops.triton.sample_candidates import judge_candidates
+
+    seed = fixed_test_seed()
+    g = torch.Generator().manual_seed(seed)
+    vocab, n = 700, len(PARAMS)
+    sampler = Sampler(vocab, torch.device("cpu"), max_rows=n)
+    rows = [RowState(p, seed=17 * i + seed, slot=i) for i, p in enumerate(PARAMS)]
+    gamma = vocab_gamma(vocab, torch.device("cpu"))
+    differ, kept = [], 0
+    for step in range(40):
+        z = torch.randn(n, vocab, generator=g) * 3
+        fpar, ipar = sampler._params(rows, z.device)
+        vals, ids = torch.topk(z / fpar[:, 0:1], min(CANDIDATES, vocab), dim=-1)
+        kind = torch.randint(0, 4, (n,), generator=g)
+        drafts = torch.stack([ids[:, 0], ids[:, 1], ids[:, -1] * 0 + vocab - 1 - step, torch.full((n,), -1)])
+        drafts = drafts.gather(0, kind[None, :])[0]
+        u = torch.rand(n, generator=g, dtype=torch.float64)
+        want = judge_candidates_ref(vals, ids, ipar[:, 0], ipar[:, 1], fpar[:, 1:2], fpar[:, 2:3], PARAMS, drafts, u,
+                                    gamma)  # fmt: skip
+        got = judge_candidates(vals, ids, ipar[:, 0], ipar[:, 1], fpar[:, 1:2], fpar[:, 2:3], True, True, drafts, u)
+        differ += [(step, i) for i in ((got[0] != want[0]) | (got[1] != want[1])).nonzero().flatten().tolist()]
+        kept += int(want[1].sum())
+        for r in rows:
+            r.num_generated += 1
+    assert not differ, differ
+    assert 0 < kept < 40 * n  # both outcomes

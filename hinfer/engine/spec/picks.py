@@ -15,6 +15,7 @@ the same float32 probabilities), so the tokens do not depend on which path judge
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 
 import torch
@@ -48,13 +49,26 @@ def sampled_picks(
     top_k = to_device([x.top_k for x in params], torch.int64, dev)
     top_p = to_device([[x.top_p] for x in params], torch.float32, dev)
     log_min_p = to_device([[math.log(x.min_p) if x.min_p > 0 else -math.inf] for x in params], torch.float32, dev)
+    firsts = [(p.row.seed, p.row.num_generated) for p in lanes]
+    u = uniforms(spec_keys([(s, n + j) for s, n in firsts for j in range(t)], ACCEPT, dev))
+    race_keys = spec_keys([f for f in firsts for _ in range(t)], RESAMPLE, dev)
+    if zt.is_cuda and os.environ.get("HINFER_SPEC_PICKS_KERNEL", "0") == "1":  # the rest in one launch
+        from hinfer.ops.triton.sample_candidates import judge_candidates
+
+        return judge_candidates(vals, ids, race_keys, top_k, top_p, log_min_p, any(x.top_p < 1.0 for x in params),
+                                any(x.min_p > 0 for x in params), drafts, u)  # fmt: skip
+    return judge_candidates_ref(vals, ids, race_keys, top_k, top_p, log_min_p, params, drafts, u, gamma)
+
+
+def judge_candidates_ref(vals: torch.Tensor, ids: torch.Tensor, race_keys: torch.Tensor, top_k: torch.Tensor,
+                         top_p: torch.Tensor, log_min_p: torch.Tensor, params: list, drafts: torch.Tensor,
+                         u: torch.Tensor, gamma: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """Rows' candidates (vals [R, W] descending, ids) -> (pick, accepted): the sampler's filters and softmax, the
+    draft accepted where u < p(draft), else the race over the residual (the draft's probability removed)."""
     probs = torch.softmax(candidate_filters(vals, top_k, top_p, log_min_p, params), dim=-1)
     is_draft = ids == drafts[:, None]
     p_draft = torch.where(is_draft, probs, 0.0).sum(dim=-1)
-    firsts = [(p.row.seed, p.row.num_generated) for p in lanes]
-    u = uniforms(spec_keys([(s, n + j) for s, n in firsts for j in range(t)], ACCEPT, dev))
     accepted = (u < p_draft.double()) & (drafts >= 0)  # q(d) = 1: accept with probability p(d)
-    race_keys = spec_keys([f for f in firsts for _ in range(t)], RESAMPLE, dev)
     residual = torch.where(is_draft, -math.inf, torch.log(probs))  # max(0, p - q) with q one-point at d
     drawn = ids.gather(1, torch.argmax(residual + gumbel_noise(race_keys, gamma[ids]), dim=-1, keepdim=True))[:, 0]
     return torch.where(accepted, drafts, drawn), accepted

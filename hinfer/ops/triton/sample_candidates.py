@@ -32,7 +32,8 @@ def _mix64(x):
 
 @triton.jit
 def _candidates_kernel(vals_ptr, ids_ptr, keys_ptr, topk_ptr, topp_ptr, minp_ptr, out_ptr, W,
-                       BLOCK: tl.constexpr, TOP_P: tl.constexpr, MIN_P: tl.constexpr):  # fmt: skip
+                       BLOCK: tl.constexpr, TOP_P: tl.constexpr, MIN_P: tl.constexpr, draft_ptr=None, u_ptr=None,
+                       acc_ptr=None, SPEC: tl.constexpr = False):  # fmt: skip
     b = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     ok = cols < W
@@ -53,12 +54,23 @@ def _candidates_kernel(vals_ptr, ids_ptr, keys_ptr, topk_ptr, topp_ptr, minp_ptr
         v = tl.where(v >= thr, v, float("-inf"))
     if MIN_P:
         v = tl.where(v - tl.max(v, axis=0) >= tl.load(minp_ptr + b), v, float("-inf"))
+    if SPEC:  # a verified row (engine/spec/picks.py): its draft accepted with probability p(draft), else the residual
+        d = tl.load(draft_ptr + b)
+        e = tl.exp(v - tl.max(v, axis=0))
+        p_draft = tl.sum(tl.where(ok & (ids == d), e, 0.0), axis=0) / tl.sum(e, axis=0)
+        accepted = (tl.load(u_ptr + b) < p_draft.to(tl.float64)) & (d >= 0)
+        v = tl.where(ids == d, float("-inf"), v)  # max(0, p - q) with q one-point at the draft
     key = tl.load(keys_ptr + b).to(tl.uint64, bitcast=True)
     x = _mix64(key + (ids + 1).to(tl.uint64, bitcast=True) * GAMMA)
     u = ((x >> 11).to(tl.float64) + 0.5) * 1.1102230246251565e-16  # the top 53 bits: exact, in (0, 1)
     noise = (-tl.log(-tl.log(u))).to(tl.float32)
     choice = tl.argmax(tl.where(ok, v + noise, float("-inf")), axis=0)
-    tl.store(out_ptr + b, tl.sum(tl.where(cols == choice, ids, 0), axis=0))
+    drawn = tl.sum(tl.where(cols == choice, ids, 0), axis=0)
+    if SPEC:
+        tl.store(out_ptr + b, tl.where(accepted, d, drawn))
+        tl.store(acc_ptr + b, accepted.to(tl.int8))
+    else:
+        tl.store(out_ptr + b, drawn)
 
 
 def sample_candidates(vals: torch.Tensor, ids: torch.Tensor, keys: torch.Tensor, top_k: torch.Tensor,
@@ -73,3 +85,20 @@ def sample_candidates(vals: torch.Tensor, ids: torch.Tensor, keys: torch.Tensor,
     _candidates_kernel[(b,)](vals.contiguous(), ids.contiguous(), *flat, out, w, BLOCK=triton.next_power_of_2(w),
                              TOP_P=any_top_p, MIN_P=any_min_p, num_warps=4)  # fmt: skip
     return out
+
+
+def judge_candidates(vals: torch.Tensor, ids: torch.Tensor, keys: torch.Tensor, top_k: torch.Tensor,
+                     top_p: torch.Tensor, log_min_p: torch.Tensor, any_top_p: bool, any_min_p: bool,
+                     drafts: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """engine/spec/picks.py's rows in one launch: as sample_candidates, with drafts [B] int64 (-1: none) and u [B]
+    float64 (the acceptance uniforms) -> (each row's draft where accepted, else the race without it [B] int64;
+    accepted [B] bool). The race is over the filtered logits (the torch body races over their log-softmax: the
+    same argmax up to rounding)."""
+    b, w = vals.shape
+    out = torch.empty(b, dtype=torch.int64, device=vals.device)
+    acc = torch.empty(b, dtype=torch.int8, device=vals.device)
+    flat = [t.reshape(-1).contiguous() for t in (keys, top_k, top_p, log_min_p)]
+    _candidates_kernel[(b,)](vals.contiguous(), ids.contiguous(), *flat, out, w, BLOCK=triton.next_power_of_2(w),
+                             TOP_P=any_top_p, MIN_P=any_min_p, draft_ptr=drafts.contiguous(), u_ptr=u.contiguous(),
+                             acc_ptr=acc, SPEC=True, num_warps=4)  # fmt: skip
+    return out, acc.bool()
