@@ -10,13 +10,17 @@ PACK=gpu_fp8_words; source "$(dirname "$0")/device_common.sh"
 timeout 120 python -m pytest -q -p no:cacheprovider tests/quant/test_kernels.py -k "words or skinny" \
   > "$R/test_words.txt" 2>&1
 echo "== test_words rc=$? $((SECONDS - START)) s"; tail -3 "$R/test_words.txt"; pack
-timeout 240 python bench/linear_kernels.py --tune --formats fp8 --ms 1 --shapes qkv,gdn_in,gate_up,o_proj,down \
+timeout 200 python bench/linear_kernels.py --tune --formats fp8 --ms 1 --shapes qkv,gdn_in,gate_up,o_proj,down \
   --tuned-out "$R/tiles-fp8-m1.json" > "$R/tune_fp8_m1.txt" 2>&1
 echo "== tune rc=$? $((SECONDS - START)) s"; grep -E "words|codes|best" "$R/tune_fp8_m1.txt"; pack
 [ -s "$R/tiles-fp8-m1.json" ] || exit 0
 for arm in packaged words packaged words; do
-  left 400 || break
+  left 330 || break
   tiles=""; [ $arm = words ] && tiles="$R/tiles-fp8-m1.json"
   HINFER_TILES=$tiles BENCH_TIMEOUT=70 bench_as "bench_${arm}_$((SECONDS - START))" "$PWD" qwen3.6-27b --quant fp8 \
     --concurrency 1 --depths 1K --prefill ""
 done
+# the official FP8 checkpoints' layout (128x128 block scales): its one-row sweep, both forms
+left 420 && timeout 120 python bench/linear_kernels.py --tune --formats fp8-block --ms 1 \
+  --shapes qkv,gdn_in,gate_up,o_proj,down --tuned-out "$R/tiles-fp8-block-m1.json" > "$R/tune_fp8_block_m1.txt" 2>&1
+echo "== tune block $((SECONDS - START)) s"; grep -E "words|codes" "$R/tune_fp8_block_m1.txt"; pack
