@@ -30,7 +30,7 @@ def test_rows_judged_one_by_one_give_rejection_samplings_tokens():
     that row's pick, exactly as verify.accept decides on the whole-vocabulary rows. Drafts are the row's argmax,
     its second choice or a token outside its candidates, so rounds end at every position."""
     t = 4
-    sampler = Sampler(V, "cpu", max_rows=len(PARAMS))
+    sampler = Sampler(V, "cpu", max_rows=len(PARAMS), num_real_tokens=V - 40)  # padding ids past the real ones
     gamma = vocab_gamma(V, torch.device("cpu"))
     g = torch.Generator().manual_seed(3)
     lengths = []

@@ -42,17 +42,19 @@ def sampled_picks(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """-> (pick [R] int64, accepted [R] bool): per row, the draft if accepted there, else the residual's draw."""
     dev = logits.device
-    rows = [p.row for p in lanes for _ in range(t)]  # nothing in their processing depends on a drafted prefix
-    params = [r.params for r in rows]
-    zt = sampler.processed_logits(logits, rows) / to_device([[x.temperature] for x in params], torch.float32, dev)
-    vals, ids = torch.topk(zt, min(CANDIDATES, zt.shape[1]), dim=-1)
+    params = [p.row.params for p in lanes for _ in range(t)]
+    # their processed logits are the raw ones but for the padding ids, and temperature keeps the order: the top-k of
+    # the real ids' raw logits, then the division on the candidates alone (the same values as dividing every logit)
+    real = logits[:, : sampler.num_real_tokens] if sampler.num_real_tokens is not None else logits
+    vals, ids = torch.topk(real, min(CANDIDATES, real.shape[1]), dim=-1)
+    vals = vals.float() / to_device([[x.temperature] for x in params], torch.float32, dev)
     top_k = to_device([x.top_k for x in params], torch.int64, dev)
     top_p = to_device([[x.top_p] for x in params], torch.float32, dev)
     log_min_p = to_device([[math.log(x.min_p) if x.min_p > 0 else -math.inf] for x in params], torch.float32, dev)
     firsts = [(p.row.seed, p.row.num_generated) for p in lanes]
     u = uniforms(spec_keys([(s, n + j) for s, n in firsts for j in range(t)], ACCEPT, dev))
     race_keys = spec_keys([f for f in firsts for _ in range(t)], RESAMPLE, dev)
-    if zt.is_cuda and os.environ.get("HINFER_SPEC_PICKS_KERNEL", "0") == "1":  # the rest in one launch
+    if vals.is_cuda and os.environ.get("HINFER_SPEC_PICKS_KERNEL", "0") == "1":  # the rest in one launch
         from hinfer.ops.triton.sample_candidates import judge_candidates
 
         return judge_candidates(vals, ids, race_keys, top_k, top_p, log_min_p, any(x.top_p < 1.0 for x in params),
