@@ -286,7 +286,7 @@ PUBLISHED_ACCEPTANCE = ("3.2-3.3 tokens per round at 3 drafts: SemiAnalysis, Qwe
 SWITCHES = ("HINFER_PDL", "HINFER_GDN_FUSED", "HINFER_GDN_EARLY", "HINFER_FUSE_LAUNCHES", "HINFER_MOE_INT4",
             "HINFER_INT4_LAYOUT", "HINFER_INT4_PREFILL", "HINFER_INT4_DEQUANT",
             "HINFER_INT4_WGMMA", "HINFER_MOE_MMA_PAIRS", "HINFER_MOE_DIRECT_PAIRS", "HINFER_PREFILL_CUDNN",
-            "HINFER_TILES", "HINFER_TP_GRAPHS", "HINFER_SAMPLER_KERNEL")  # fmt: skip
+            "HINFER_TILES", "HINFER_TP_GRAPHS", "HINFER_SAMPLER_KERNEL", "HINFER_SPEC_PICKS_KERNEL")  # fmt: skip
 
 
 def switches() -> dict[str, str]:
@@ -299,8 +299,9 @@ def spec_sweep(spec: BenchSpec, cfg: ModelConfig, ecfg: EngineConfig, model: Qwe
     """MTP speculation: round time for each K at each lane count and depth, beside a plain decode step of the same
     engine and the round's byte floor; tok/s projected from given acceptance lengths (random weights' own
     acceptance is meaningless and reported only as a check that drafts ran). Per sampling mode (--sampling): a
-    sampled lane drafts from the head's processed distribution and is judged by rejection sampling over full
-    rows of the vocabulary, where a greedy one compares argmaxes."""
+    sampled lane drafts as --spec-draft says and is judged by rejection sampling (on the device, row by row, where
+    its drafts are the head's argmax and its distribution lies among its candidates: engine/spec/picks.py), where a
+    greedy one compares argmaxes."""
     rows: list[dict] = []
     tok = Tokenizer.from_dir(tokenizer_dir())
     wbytes, ebytes = floors.weight_bytes_per_step(model), floors.expert_bytes(model)

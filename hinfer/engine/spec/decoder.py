@@ -31,7 +31,7 @@ from hinfer.engine.cuda_graphs import pick
 from hinfer.engine.prompt_logprobs import record_prompt_logprobs, wants_prompt_logprobs
 from hinfer.engine.protocol import TopLogprob
 from hinfer.engine.runner import ModelRunner
-from hinfer.engine.sampler import put_rows, take_rows, to_device, vocab_gamma
+from hinfer.engine.sampler import take_rows, to_device, vocab_gamma
 from hinfer.engine.sequence import ScheduledChunk, Sequence, Status
 from hinfer.engine.spec.adaptive import AdaptivePolicy, LaneAcceptance
 from hinfer.engine.spec.dist import (
@@ -358,18 +358,17 @@ class SpecDecoder:
             return None
         picks = real_argmax(logits[: m * t], self.sampler.num_real_tokens)
         sampled = [i for i, c in enumerate(chunks) if not c.seq.params.greedy]
-        if sampled:
-            at = [i * t + j for i in sampled for j in range(t)]
-            drafts = self._round_drafts(verifying, fed, t).view(-1)[to_device(at, torch.int64, logits.device)]
+        if sampled:  # their rows' picks and acceptance flags replace the argmax (the flags ride in a second row)
+            at = to_device([i * t + j for i in sampled for j in range(t)], torch.int64, logits.device)
             lanes = [Position(chunks[i].seq.sampler_state) for i in sampled]
-            drawn, accepted = sampled_picks(self.sampler, take_rows(logits, at), lanes, drafts, t, self._gamma)
-            flags = torch.zeros_like(picks)
-            put_rows(picks, at, drawn)
-            put_rows(flags, at, accepted.long())
-            picks = torch.stack([picks, flags])
-        read = DeviceDrafts(picks.view(-1, m * t))
+            drafts = self._round_drafts(verifying, fed, t).view(-1).index_select(0, at)
+            drawn, accepted = sampled_picks(self.sampler, logits.index_select(0, at), lanes, drafts, t, self._gamma)
+            picks.index_copy_(0, at, drawn)
+            read = DeviceDrafts(torch.stack([picks, torch.zeros_like(picks).index_copy_(0, at, accepted.long())]))
+        else:
+            read = DeviceDrafts(picks[None])
         seqs = [c.seq for c in chunks]
-        if not prelaunch(seqs, [sc.cached_len for sc in seq_chunks], hidden[: m * t], picks[0] if sampled else picks, t):
+        if not prelaunch(seqs, [sc.cached_len for sc in seq_chunks], hidden[: m * t], picks, t):
             return None
         return read
 

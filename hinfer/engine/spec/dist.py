@@ -257,13 +257,16 @@ def _filtered_softmax(z: torch.Tensor, params: list[SamplingParams]) -> torch.Te
 def _candidate_softmax(zt: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
     """Sampler._sample_candidates' filters on each row's CANDIDATES largest logits, their softmax scattered into
     whole-vocabulary rows (zero elsewhere)."""
-    dev = zt.device
     vals, ids = torch.topk(zt, min(CANDIDATES, zt.shape[1]), dim=-1)  # sorted descending
-    top_k = to_device([x.top_k for x in params], torch.int64, dev)
-    top_p = to_device([[x.top_p] for x in params], torch.float32, dev)
-    log_min_p = to_device([[math.log(x.min_p) if x.min_p > 0 else -math.inf] for x in params], torch.float32, dev)
-    vals = candidate_filters(vals, top_k, top_p, log_min_p, params)
+    vals = candidate_filters(vals, *filter_params(params, zt.device), params)
     return torch.zeros_like(zt).scatter_(1, ids, torch.softmax(vals, dim=-1))
+
+
+def filter_params(params: Sequence[SamplingParams], dev: torch.device) -> tuple[torch.Tensor, ...]:
+    """The rows' top_k [N] int64, top_p and log(min_p) [N, 1] float32, as sampler.candidate_filters takes them."""
+    return (to_device([x.top_k for x in params], torch.int64, dev),
+            to_device([[x.top_p] for x in params], torch.float32, dev),
+            to_device([[math.log(x.min_p) if x.min_p > 0 else -math.inf] for x in params], torch.float32, dev))  # fmt: skip
 
 
 def _vocab_softmax(zt: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:

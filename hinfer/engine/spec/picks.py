@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import torch
 
 from hinfer.engine.sampler import CANDIDATES, Sampler, candidate_filters, gumbel_noise, to_device
-from hinfer.engine.spec.dist import ACCEPT, RESAMPLE, Position, spec_keys, uniforms
+from hinfer.engine.spec.dist import ACCEPT, RESAMPLE, Position, filter_params, spec_keys, uniforms
 
 
 def draws_among_candidates(p: Position) -> bool:
@@ -48,9 +48,7 @@ def sampled_picks(
     real = logits[:, : sampler.num_real_tokens] if sampler.num_real_tokens is not None else logits
     vals, ids = torch.topk(real, min(CANDIDATES, real.shape[1]), dim=-1)
     vals = vals.float() / to_device([[x.temperature] for x in params], torch.float32, dev)
-    top_k = to_device([x.top_k for x in params], torch.int64, dev)
-    top_p = to_device([[x.top_p] for x in params], torch.float32, dev)
-    log_min_p = to_device([[math.log(x.min_p) if x.min_p > 0 else -math.inf] for x in params], torch.float32, dev)
+    top_k, top_p, log_min_p = filter_params(params, dev)
     firsts = [(p.row.seed, p.row.num_generated) for p in lanes]
     u = uniforms(spec_keys([(s, n + j) for s, n in firsts for j in range(t)], ACCEPT, dev))
     race_keys = spec_keys([f for f in firsts for _ in range(t)], RESAMPLE, dev)
