@@ -28,7 +28,7 @@ class PeekDrafter:
 
         def peek(chunks, hidden, ids=None, argmax=False):
             out = forward(chunks, hidden, ids, argmax)
-            self.outs.append(out[0])
+            self.outs.append(out[0].clone())  # a graph output is overwritten by its next replay
             return out
 
         mtp.forward = peek
@@ -39,7 +39,7 @@ class PeekDrafter:
         asked = [(job, prop) for job, prop in zip(jobs, props) if prop is not None]
         for job, prop in asked:
             hs, drafts = self.from_scratch(self.mtp, job.seq, job.num_drafts)
-            assert prop.settle() == drafts
+            assert prop.settle() == drafts, (prop.settle(), drafts)
             for step, h in enumerate(hs):  # forward `step` has a row per job still drafting, in order
                 r = [j for j, _ in asked if j.num_drafts > step].index(job)
                 assert torch.allclose(self.outs[step][r], h, atol=1e-4, rtol=1e-4), step

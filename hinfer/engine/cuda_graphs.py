@@ -13,8 +13,9 @@ the reserved scratch page 0 and whose GDN states go to the reserved scratch slot
 Kernels read lengths from device tensors, so one capture serves every context length. All graphs share one
 memory pool: replays never overlap, and each graph's outputs stay referenced, so none overwrites another's.
 
-Without CUDA (or with capture=False) `run` executes the same padded static batch eagerly: the CPU tests check
-the staging and padding against the unpadded path that way.
+Without CUDA (or with capture=False) `run` executes the same padded static batch eagerly, its outputs copied into
+static buffers as a replay leaves them: the CPU tests check the staging and padding against the unpadded path that
+way, and that no caller keeps an output past the next replay of its graph.
 """
 
 from __future__ import annotations
@@ -211,18 +212,22 @@ class StepGraphs:
     def bucket(self, n: int) -> int | None:
         return next((b for b in self.buckets if b >= n), None)
 
-    def run(self, chunks: list[SeqChunk], hidden: torch.Tensor | None = None,
-            ids: torch.Tensor | None = None, drafts: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:  # fmt: skip
+    def run(self, chunks: list[SeqChunk], hidden: torch.Tensor | None = None, ids: torch.Tensor | None = None,
+            drafts: torch.Tensor | None = None, shift: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:  # fmt: skip
         """Outputs for the padded batch: (hidden [B*t, H], logits [B*t, V]) for the target, (mtp hidden
         [B*t, H],) for the MTP head (and its tail's output after it, if it has one); lane i's rows start at i * t.
         `hidden`: the MTP head's input rows, the chunks' rows concatenated. `ids` (t tokens per lane): the lanes'
         input tokens as a device tensor, in place of the chunks' token_ids, so a step can follow one whose tokens
         the host has not read; `drafts` [lanes, w] likewise for rows 1..w of each lane (verification: a lane's
         drafts after its pending token; past a lane's own drafts they land in filler rows, which nothing reads).
+        `shift` [lanes] (one token per lane): each lane's row moves that many positions on, a count the host has not
+        read (the chunks are staged as if it were 0; their pages must cover the shifted rows).
         Replays the captured graph, or runs the static batch eagerly if none."""
         b = self.bucket(len(chunks))
         assert b is not None
         self._stage(chunks, b, hidden)
+        if shift is not None:
+            self._shift(len(chunks), shift)
         if ids is not None:
             assert len(ids) == len(chunks) * self.t
             self._i64.dev["input_ids"][: len(ids)].copy_(ids)
@@ -230,10 +235,28 @@ class StepGraphs:
             w = min(drafts.shape[1], self.t - 1)
             assert len(drafts) == len(chunks)
             self._i64.dev["input_ids"].view(-1, self.t)[: len(chunks), 1 : 1 + w].copy_(drafts[:, :w])
-        if b not in self.graphs:
-            return self._forward(b)
+        if b not in self.graphs:  # eager, into static outputs as a replay's: what a caller keeps, it must copy
+            out = self._forward(b)
+            if b not in self.outputs:
+                self.outputs[b] = tuple(torch.empty_like(o) for o in out)
+            for o, x in zip(self.outputs[b], out):
+                o.copy_(x)
+            return self.outputs[b]
         self.graphs[b].replay()
         return self.outputs[b]
+
+
+    def _shift(self, m: int, shift: torch.Tensor) -> None:
+        """Move the m real lanes' rows (t = 1) `shift` positions on, on the device after the upload: the position,
+        the cached length and the KV slot (looked up in the lane's page-table row) follow."""
+        assert self.t == 1 and len(shift) == m
+        a, c, ps = self._i64.dev, self._i32.dev, self.state.page_size
+        a["positions"][:m].add_(shift)
+        lens = c["cached_lens"][:m]
+        lens.add_(shift.to(lens.dtype))
+        p = lens.long()
+        page = c["page_table"].view(-1, self.width)[:m].gather(1, (p // ps)[:, None])[:, 0]
+        a["slot_mapping"][:m].copy_(page.long() * ps + p % ps)
 
 
 class _Packed:

@@ -499,6 +499,23 @@ def test_mtp_head_sees_every_position_once_with_the_target_hidden_state(make_eng
     assert peek.checked >= 5 * 3
 
 
+def test_graph_drafts_equal_the_head_from_scratch(make_engine_core):
+    """Through the head's graph batches (run eagerly into static outputs, as replays leave them) every round's K
+    drafts, left on the device, equal the head recomputed from scratch: a step's drafts are kept before the next
+    replay of the same graph overwrites its outputs (the third draft once overwrote the second)."""
+    rng = random.Random(5)
+    prompts = [[rng.randrange(1, 1024) for _ in range(n)] for n in (4, 19)]
+    params = SP(temperature=0, max_tokens=40, ignore_eos=True)
+    reqs = lambda: [GenerationRequest(f"r{i}", p, replace(params)) for i, p in enumerate(prompts)]  # noqa: E731
+    base = run_all(make_engine_core(max_concurrency=2, prefill_chunk=16), reqs())[0]
+    core = make_engine_core(max_concurrency=2, prefill_chunk=16, spec="mtp", draft_tokens=3, spec_adaptive=False)
+    core.runner.capture_graphs(2, core.ecfg.max_context, capture=False)
+    core.spec.use_graphs(2, capture=False)
+    peek = core.spec.drafter = peek_drafter(core.spec.drafter, base)
+    assert run_all(core, reqs())[0] == base
+    assert peek.checked >= 10
+
+
 @pytest.mark.parametrize("graphs", [False, True], ids=["eager", "graph-batches"])
 def test_aborts_mid_speculation_leak_nothing(make_engine_core, graphs):
     """Random requests, sampled and greedy, aborted at random mid-speculation; with the graph batches (run eagerly
@@ -631,11 +648,12 @@ def test_verify_and_draft_graph_batches_give_the_same_tokens(make_engine_core, m
     calls: Counter = Counter()
     real_run = cuda_graphs.StepGraphs.run
 
-    def counting_run(self, chunks, hidden=None, ids=None, drafts=None):
+    def counting_run(self, chunks, hidden=None, ids=None, drafts=None, shift=None):
         calls["verify" if self.verify else f"{self.head}{self.t}"] += 1
         calls["drafts on the device"] += drafts is not None
         calls["argmax in the graph"] += self.tail is not None
-        return real_run(self, chunks, hidden, ids, drafts)
+        calls["moved on the device"] += shift is not None
+        return real_run(self, chunks, hidden, ids, drafts, shift)
 
     monkeypatch.setattr(cuda_graphs.StepGraphs, "run", counting_run)
     monkeypatch.setattr(cuda_graphs, "HOST_BUFFERS", host_buffers)  # two: the GPU's staging, taken in turn
@@ -654,6 +672,7 @@ def test_verify_and_draft_graph_batches_give_the_same_tokens(make_engine_core, m
         assert calls["verify"] > 0 and calls["mtp1"] > 0 and calls[f"mtp{k + 1}"] > 0, calls
         assert calls["drafts on the device"] > 0, calls  # verify steps took the drafts the host had not read
         assert calls["argmax in the graph"] > 0, calls  # greedy draft steps: head and argmax in the step's batch
+        assert (calls["moved on the device"] > 0) == (k > 1), calls  # steps queued before the acceptance read
         assert_all_free(core)
 
 
@@ -954,11 +973,11 @@ def test_a_pass_that_only_feeds_the_head_skips_its_lm_head(make_engine_core, mon
     calls: Counter = Counter()
     real_run = cuda_graphs.StepGraphs.run
 
-    def counting_run(self, chunks, hidden=None, ids=None, drafts=None):
+    def counting_run(self, chunks, hidden=None, ids=None, drafts=None, shift=None):
         if self.head == "mtp":
             drafting = any(c.need_logits for c in chunks)
             calls[("drafting" if drafting else "feeding", "tail" if self.tail is not None else "no tail")] += 1
-        return real_run(self, chunks, hidden, ids, drafts)
+        return real_run(self, chunks, hidden, ids, drafts, shift)
 
     monkeypatch.setattr(cuda_graphs.StepGraphs, "run", counting_run)
     rng = random.Random(5)

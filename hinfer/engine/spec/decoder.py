@@ -347,7 +347,9 @@ class SpecDecoder:
         overwritten before anything reads them. -> every row's next token ([lanes * (K + 1)]; with sampled lanes
         a second row: whether its draft was accepted), its copy to the host queued ahead of the pass so that
         reading it does not wait for the pass; None when the step does not qualify (the drafter then runs its
-        pass after acceptance)."""
+        pass after acceptance). Where every lane drafted K and will draft K next round whatever it accepts, the
+        drafter also gets each lane's accepted count on the device and queues the next round's K drafts behind the
+        pass (MTPDrafter._chain): the GPU drafts while the host reads and applies the acceptance."""
         prelaunch = getattr(self.drafter, "prelaunch", None)
         t, m = self.k + 1, len(chunks)
         if (prelaunch is None or not all(map(verifies, seq_chunks)) or logits.shape[0] < m * t
@@ -358,19 +360,32 @@ class SpecDecoder:
             return None
         picks = real_argmax(logits[: m * t], self.sampler.num_real_tokens)
         sampled = [i for i, c in enumerate(chunks) if not c.seq.params.greedy]
+        chain = all(v.k == self.k and self._chains(c.seq) for c, v in zip(chunks, verifying))
+        drafts = self._round_drafts(verifying, fed, t) if sampled or chain else None
         if sampled:  # their rows' picks and acceptance flags replace the argmax (the flags ride in a second row)
             at = to_device([i * t + j for i in sampled for j in range(t)], torch.int64, logits.device)
             lanes = [Position(chunks[i].seq.sampler_state) for i in sampled]
-            drafts = self._round_drafts(verifying, fed, t).view(-1).index_select(0, at)
-            drawn, accepted = sampled_picks(self.sampler, logits.index_select(0, at), lanes, drafts, t, self._gamma)
+            drawn, accepted = sampled_picks(self.sampler, logits.index_select(0, at), lanes,
+                                            drafts.view(-1).index_select(0, at), t, self._gamma)  # fmt: skip
             picks.index_copy_(0, at, drawn)
             read = DeviceDrafts(torch.stack([picks, torch.zeros_like(picks).index_copy_(0, at, accepted.long())]))
         else:
             read = DeviceDrafts(picks[None])
+        kept = None
+        if chain:  # each lane's accepted count as the host will count it (_accept_greedy): a row accepts its draft
+            # where its next token is the draft (a judged row's pick is its draft iff accepted: a rejected draft's
+            # residual excludes it)
+            kept = (picks.view(m, t) == drafts)[:, : self.k].long().cumprod(1).sum(1)
         seqs = [c.seq for c in chunks]
-        if not prelaunch(seqs, [sc.cached_len for sc in seq_chunks], hidden[: m * t], picks, t):
+        if not prelaunch(seqs, [sc.cached_len for sc in seq_chunks], hidden[: m * t], picks, t, kept):
             return None
         return read
+
+    def _chains(self, seq: Sequence) -> bool:
+        """Whether the lane's next round drafts a full K whatever this one accepts (its budget after a round of
+        K + 1 tokens), so that the drafter may draft it before the host reads the acceptance."""
+        left = min(seq.params.max_tokens - len(seq.output_ids), self.max_context - seq.num_tokens)
+        return left >= 2 * self.k + 2
 
     def _round_drafts(self, verifying: list[_Taken], fed: torch.Tensor | None, t: int) -> torch.Tensor:
         """[lanes, t] int64 on the device: each lane's drafts (taken from the device where the verify step took

@@ -7,7 +7,9 @@ prompt position needs the first sampled token) and each round's accepted positio
 also yields the first draft; K-1 single-token steps follow, each feeding the head its own output hidden state
 in place of the target's (which does not exist yet). Their KV rows are provisional: the next round's accepted
 positions are re-run with the target's hidden states and overwrite them, and attention never reads past a
-lane's length.
+lane's length. After a round whose acceptance is counted on the device (the decoder's early pass), the pass over
+its positions and the next round's single-token steps are all queued before the host reads that count: each
+lane's steps start at the row its count names, their rows moved there on the device (`_chain`).
 
 CUDA graphs (use_graphs): the single-token steps replay a captured MTP step (one token per lane); the pass over
 a round's accepted positions replays one of K + 1 rows per lane (fewer rows are padded, engine/cuda_graphs.py);
@@ -105,11 +107,13 @@ class MTPDrafter:
         one-hot at that argmax: the probabilities, noise and draw would give the same token."""
         return real_argmax(self._head(h), self.sampler.num_real_tokens)
 
-    def prelaunch(self, seqs: list, starts: list[int], hidden: torch.Tensor, ids: torch.Tensor, t: int) -> bool:
+    def prelaunch(self, seqs: list, starts: list[int], hidden: torch.Tensor, ids: torch.Tensor, t: int,
+                  kept: torch.Tensor | None = None) -> bool:  # fmt: skip
         """Queue the pass over t positions per lane from `starts` (`hidden`, `ids`: their target hidden rows and
         next tokens, [lanes * t], on the device) through the t-row graph, before the caller knows how many of
-        them will be kept; `draft` takes its rows when its jobs are these lanes at these starts. -> whether it
-        was queued (a graph took it)."""
+        them will be kept; `draft` takes its rows when its jobs are these lanes at these starts. With `kept`
+        ([lanes] on the device: how many drafts each lane's round accepted, the host's count to come) the round's
+        next t - 1 drafts are queued too (`_chain`). -> whether the pass was queued (a graph took it)."""
         from hinfer.engine.cuda_graphs import pick
 
         chunks = [SeqChunk([0] * t, st, s.pages, SCRATCH_SLOT, **placed(s, st, t)) for s, st in zip(seqs, starts)]
@@ -117,20 +121,55 @@ class MTPDrafter:
         if g is None or g.t != t:
             return False
         out, drafts = g.run(chunks, hidden, ids)
-        self._early = ([id(s) for s in seqs], list(starts), out, drafts, t)
+        chain = self._chain(seqs, starts, out, drafts, t, kept) if kept is not None else None
+        self._early = ([id(s) for s in seqs], list(starts), out, drafts, t, chain)
         return True
 
-    def _early_rows(self, jobs: list[DraftJob]) -> tuple[torch.Tensor, torch.Tensor] | None:
+    def _chain(self, seqs: list, starts: list[int], out: torch.Tensor, drafts: torch.Tensor, t: int,
+               kept: torch.Tensor) -> tuple[DeviceDrafts, DeviceDrafts] | None:  # fmt: skip
+        """The next round's t - 1 argmax drafts of every lane, queued behind the pass before the host reads the
+        acceptance: lane i's first draft is the pass's row kept[i] (its last accepted position), each later one a
+        single-token step at that position + step, the rows moved there on the device (StepGraphs.run's shift).
+        Its rows past the lane's length are provisional, as every draft step's. -> (kept, on its way to the host
+        ahead of the steps; the drafts), or None where the single-token graphs cannot take every lane that far."""
+        from hinfer.engine.cuda_graphs import pick
+
+        k, m = t - 1, len(seqs)
+        if k < 2 or any(s.images is not None for s in seqs):
+            return None
+        far = [SeqChunk([0], st + 2 * k - 1, s.pages, SCRATCH_SLOT) for s, st in zip(seqs, starts)]
+        g = pick(self.graphs.get((1, True)), far)  # the farthest row the shifted steps may reach
+        if g is None:
+            return None
+        read = DeviceDrafts(kept[None])  # queued before the steps: reading it waits for the pass alone
+        at = torch.arange(m, device=kept.device) * t + kept
+        h, d = out.index_select(0, at), drafts.index_select(0, at)
+        cols = _DraftColumns([k] * m, self.device)
+        lanes = list(range(m))
+        cols.put(0, lanes, d)
+        for step in range(1, k):
+            chunks = [SeqChunk([0], st + step, s.pages, SCRATCH_SLOT) for s, st in zip(seqs, starts)]
+            h, d = (o[:m] for o in g.run(chunks, h, d, shift=kept))
+            cols.put(step, lanes, d)
+        return read, DeviceDrafts(cols.dev)  # their copy to the host queued behind the steps
+
+    def _early_rows(self, jobs: list[DraftJob]) -> tuple[torch.Tensor, torch.Tensor] | list[Proposal | None] | None:
         """The queued pass's output rows and their argmax drafts for these jobs (each job's last fed position,
-        drafting jobs only), if it ran over exactly these lanes from these starts and covers their positions;
-        consumed either way."""
+        drafting jobs only), if it ran over exactly these lanes from these starts and covers their positions; or
+        the jobs' proposals outright where its chain drafted for the positions they keep (each at most its count
+        of the chain's drafts). Consumed either way."""
         early, self._early = self._early, None
         if early is None:
             return None
-        ids, starts, out, drafts, t = early
+        ids, starts, out, drafts, t, chain = early
         if len(jobs) != len(ids) or any(id(j.seq) != i or j.start != st or len(j.next_ids) > t
                                         for j, i, st in zip(jobs, ids, starts)):  # fmt: skip
             return None
+        if chain is not None:
+            kept, d = chain
+            if all(len(j.next_ids) - 1 == a for j, a in zip(jobs, kept.row(0, len(jobs)))):
+                return [Proposal([], None, (d, r, min(j.num_drafts, t - 1))) if j.num_drafts > 0 else None
+                        for r, j in enumerate(jobs)]  # fmt: skip
         return _rows(out, drafts, [r * t + len(j.next_ids) - 1 for r, j in enumerate(jobs) if j.num_drafts > 0])
 
     def use_graphs(self, max_lanes: int, k: int, max_context: int, capture: bool) -> None:
@@ -170,6 +209,8 @@ class MTPDrafter:
     def draft(self, jobs: list[DraftJob]) -> list[Proposal | None]:
         out: list[Proposal | None] = [None] * len(jobs)
         early = self._early_rows(jobs)  # a pass queued this round is consumed here, used or not
+        if isinstance(early, list):  # its chain drafted already
+            return early
         if not jobs:
             return out
         chunks = [
@@ -193,7 +234,9 @@ class MTPDrafter:
         on_device = all(prefix_free(jobs[i].seq.sampler_state) for i in active)
         toks: dict[int, list[int]] = {i: [] for i in active}
         probs: dict[int, list[torch.Tensor]] = {i: [] for i in active}
-        drawn: list[tuple[list[int], torch.Tensor]] = []  # (lanes, their tokens) per step, on the device path
+        # the device path's drafts, [first step's lanes, steps]: each step's tokens are copied in at once, since
+        # a graph's outputs are its static buffers and the next replay of the same graph overwrites them
+        drawn = _DraftColumns([jobs[i].num_drafts for i in active], self.device) if on_device and active else None
         step, last = 0, None
         while active:
             if step > 0:  # position of the draft just made: (last fed position) + step
@@ -212,8 +255,8 @@ class MTPDrafter:
                 draws = [None if p.row.params.greedy or by_argmax[i] else (p.row.seed, p.row.num_generated + step)
                          for i, p in zip(active, pos)]  # fmt: skip
                 t_dev = racer(draws, DRAFT, self._gamma, all(map(few_nonzero, pos)))(q)
-            if on_device:
-                drawn.append((list(active), t_dev))
+            if drawn is not None:
+                drawn.put(step, active, t_dev)
             else:
                 for i, t in zip(active, t_dev.tolist()):
                     toks[i].append(t)
@@ -225,7 +268,7 @@ class MTPDrafter:
             if len(keep) < len(active):
                 active, h, t_dev = [active[r] for r in keep], h[keep], t_dev[keep]
             last = t_dev if on_device else None
-        pending = _device_drafts(drawn) if drawn else {}
+        pending = drawn.pending() if drawn is not None else {}
         for i in toks:
             p = torch.stack(probs[i]) if probs[i] else None
             out[i] = Proposal([], p, pending[i]) if i in pending else Proposal(toks[i], p)
@@ -246,18 +289,30 @@ def _rows(out: torch.Tensor, drafts: torch.Tensor | None, idx: list[int]) -> tup
     return out.index_select(0, at), None if drafts is None else drafts.index_select(0, at)
 
 
-def _device_drafts(drawn: list[tuple[list[int], torch.Tensor]]) -> dict[int, tuple[DeviceDrafts, int, int]]:
-    """The round's drafts left on the device, one row per lane of the first step (lanes only drop out):
-    job index -> (the drafts, its row, its count). The host reads them once, after verification is queued."""
-    first = drawn[0][0]
-    cols = []
-    for lanes, t in drawn:
-        if len(lanes) < len(first):  # a lane done drafting: zeros in its row, never read
-            at = to_device([first.index(i) for i in lanes], torch.int64, t.device)
-            t = torch.zeros(len(first), dtype=t.dtype, device=t.device).index_copy_(0, at, t)
-        cols.append(t)
-    d = DeviceDrafts(torch.stack(cols, dim=1))
-    return {i: (d, r, sum(i in lanes for lanes, _ in drawn)) for r, i in enumerate(first)}
+class _DraftColumns:
+    """A round's drafts left on the device: [lanes of the first step, steps] int64, row r lane r's tokens (zeros
+    past its count, never read). Lanes only drop out of later steps. The host reads them once, after
+    verification is queued."""
+
+    def __init__(self, counts: list[int], device: torch.device) -> None:
+        self.counts = counts
+        self.first: list[int] | None = None
+        self.dev = torch.zeros((len(counts), max(counts)), dtype=torch.int64, device=device)
+
+    def put(self, step: int, lanes: list[int], tokens: torch.Tensor) -> None:
+        """Step `step`'s tokens of `lanes` (job indices), copied now: `tokens` may be a graph's output buffer."""
+        if self.first is None:
+            self.first = list(lanes)
+        if len(lanes) == len(self.first):
+            self.dev[:, step].copy_(tokens)
+        else:
+            at = to_device([self.first.index(i) for i in lanes], torch.int64, tokens.device)
+            self.dev[:, step].index_copy_(0, at, tokens)
+
+    def pending(self) -> dict[int, tuple[DeviceDrafts, int, int]]:
+        """job index -> (the drafts, its row, its count), the copy to the host queued behind them."""
+        d = DeviceDrafts(self.dev)
+        return {i: (d, r, n) for r, (i, n) in enumerate(zip(self.first or [], self.counts))}
 
 
 def prefix_free(row: RowState) -> bool:
