@@ -72,6 +72,8 @@ class ForcedDrafter:
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
+        if hasattr(self.inner, "prelaunch"):  # the inner drafter's pass (and chain) queued before the acceptance
+            self.prelaunch = self.inner.prelaunch  # read, as in a real run: the timing is the real path's
 
     def draft(self, jobs: list[DraftJob]) -> list[Proposal | None]:
         self.inner.draft(jobs)  # the MTP head's forward and draft steps: their cost is part of the figure

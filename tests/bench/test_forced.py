@@ -48,3 +48,21 @@ def test_sharpened_logits_scale_then_restore_exactly():
     with sharpened_logits(Model(), 8.0):
         assert torch.equal(w, before * 8)
     assert torch.equal(w, before)
+
+
+def test_forced_drafter_keeps_the_inner_drafters_early_pass():
+    """The decoder queues the drafter's pass over a verified round (and the next round's drafts) before reading the
+    acceptance only where the drafter has `prelaunch`: the forced drafter passes the MTP drafter's on, so its
+    timing is the real path's."""
+    from hinfer.bench.forced import ForcedDrafter
+
+    class Inner:
+        def prelaunch(self, *a):
+            return True
+
+        def draft(self, jobs):
+            return [None] * len(jobs)
+
+    inner = Inner()
+    assert ForcedDrafter(inner, {}, 0.5, 10).prelaunch.__self__ is inner
+    assert getattr(ForcedDrafter(object(), {}, 0.5, 10), "prelaunch", None) is None
