@@ -11,7 +11,7 @@ set -uo pipefail
 PACK=gpu_spec_chain; source "$(dirname "$0")/device_common.sh"
 AB_OLD=${AB_OLD:-.kcache/ab}
 [ -e "$AB_OLD/hinfer/assets" ] || ln -s "$PWD/hinfer/assets" "$AB_OLD/hinfer/assets"  # carried without its 10 MB
-gpu_tests test_spec 150 tests/gpu/test_engine_gpu.py -k "spec_graphs"
+gpu_tests test_spec 150 tests/gpu/test_row_shift_gpu.py tests/gpu/test_engine_gpu.py -k "spec_graphs or shift_rows"
 spec() { BENCH_TIMEOUT=80 bench_as "$1" "$2" "$3" --quant int4 --spec mtp --spec-k 3 --concurrency 1,8 --depths 1K \
   --prefill "" --steps 64 --sampling greedy,qwen; }
 left 200 && spec chain_35b "$PWD" qwen3.6-35b-a3b

@@ -33,6 +33,7 @@ from hinfer.engine.host_memory import release_deferred
 from hinfer.engine.sampler import to_device
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
 from hinfer.model.state import ModelState
+from hinfer.ops.row_shift import shift_rows
 
 log = logging.getLogger("hinfer.graphs")
 
@@ -250,13 +251,9 @@ class StepGraphs:
         """Move the m real lanes' rows (t = 1) `shift` positions on, on the device after the upload: the position,
         the cached length and the KV slot (looked up in the lane's page-table row) follow."""
         assert self.t == 1 and len(shift) == m
-        a, c, ps = self._i64.dev, self._i32.dev, self.state.page_size
-        a["positions"][:m].add_(shift)
-        lens = c["cached_lens"][:m]
-        lens.add_(shift.to(lens.dtype))
-        p = lens.long()
-        page = c["page_table"].view(-1, self.width)[:m].gather(1, (p // ps)[:, None])[:, 0]
-        a["slot_mapping"][:m].copy_(page.long() * ps + p % ps)
+        a, c = self._i64.dev, self._i32.dev
+        shift_rows(a["positions"], c["cached_lens"], a["slot_mapping"], c["page_table"].view(-1, self.width), shift,
+                   self.state.page_size)  # fmt: skip
 
 
 class _Packed:
