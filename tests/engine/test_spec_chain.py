@@ -3,8 +3,7 @@ graph batches (run eagerly into static outputs, as replays leave them), every ch
 recomputed from scratch at the positions the host kept, the output equals plain decoding, and rounds of every
 accepted length were chained.
 
-The model's lm_head keeps two opposite rows (every other id scores 0) and its head mostly repeats the target's last
-token: rounds accept 0..K drafts."""
+The model's head mostly repeats the target's last token (tests/drafting_models.py): rounds accept 0..K drafts."""
 
 from __future__ import annotations
 
@@ -15,6 +14,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from drafting_models import alternating, repeat_head
 
 from hinfer.config import EngineConfig, ModelConfig
 from hinfer.engine.factory import make_core, resolve_engine_config
@@ -29,17 +29,7 @@ SEED = 11
 
 @pytest.fixture(scope="module")
 def two_token_model(tiny_model) -> tuple[ModelConfig, Qwen35ForCausalLM]:
-    cfg, model = tiny_model[0], copy.deepcopy(tiny_model[1])
-    h, w = cfg.hidden_size, torch.randn(cfg.hidden_size, generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        model.lm_head.zero_()
-        model.lm_head[3], model.lm_head[4] = w, -w
-        # the head's fc passes the target's hidden state through (its layer still adds attention over its KV):
-        # it mostly drafts the token the target just chose, so a round accepts as many drafts as the text repeats
-        model.mtp.fc.zero_()
-        model.mtp.fc[:, h:] = torch.eye(h)
-        model.mtp.pre_fc_norm_hidden.zero_()  # (1 + weight) norms: the identity scale
-    return cfg, model
+    return tiny_model[0], repeat_head(copy.deepcopy(tiny_model[1]))
 
 
 def _core(model_pair, tokenizer, **kw):
@@ -114,3 +104,20 @@ def test_sampled_lanes_chain_on_their_judged_acceptance(two_token_model, tokeniz
     plain = _spec_core(two_token_model, tokenizer, k)
     unchained = _checked(plain)
     assert run_all(plain, _requests(k, params))[0] == out and not unchained
+
+
+def test_graph_batches_accept_every_draft_of_an_alternating_model(tiny_model, tokenizer):
+    """A target that alternates two tokens and a head that drafts the alternation (tests/drafting_models.py): every
+    draft is right and a round's drafts differ from step to step, so through the graph batches (static outputs)
+    rounds keep all K, as eager steps do; a step's draft lost to a later one would cost most second drafts."""
+    pair = (tiny_model[0], alternating(copy.deepcopy(tiny_model[1])))
+    params = SP(temperature=0, max_tokens=60, ignore_eos=True)
+    rate = {}
+    for graphs in (True, False):
+        core = _spec_core(pair, tokenizer, 3) if graphs else _core(pair, tokenizer, max_concurrency=4, spec="mtp",
+                                                                     draft_tokens=3, spec_adaptive=False)  # fmt: skip
+        out = run_all(core, _requests(3, params))[0]
+        assert all(t[i] != t[i + 1] and t[i] in (3, 4) for t in out.values() for i in range(len(t) - 1))
+        st = core.stats().extra
+        rate[graphs] = st["spec_accepted"] / st["spec_rounds"]
+    assert rate[True] == rate[False] >= 2.5, rate

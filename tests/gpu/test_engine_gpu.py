@@ -117,6 +117,32 @@ def test_spec_graphs_greedy_equal_plain_decode():
         assert st["spec_plain_steps"] > st["spec_verify_steps"], st
 
 
+def test_spec_graphs_accept_what_eager_drafts_accept():
+    """Drafts through the captured graphs (device drafts, the early pass, the next round's chain) are the drafts
+    of eager steps: on a model whose target alternates two tokens and whose head drafts the alternation
+    (tests/drafting_models.py), every draft is right, so rounds keep all K, and a round's drafts differ from step
+    to step (a draft step's graph output kept past its next replay once cost most second drafts)."""
+    from drafting_models import alternating
+
+    cfg = ModelConfig.from_dict(SMALL | {"mtp_num_hidden_layers": 1})
+    model = alternating(random_init(Qwen35ForCausalLM(cfg, torch.bfloat16, "cuda"), seed=5))
+    tok = Tokenizer.from_dir(tokenizer_dir())
+    g = torch.Generator().manual_seed(fixed_test_seed())
+    prompts = [torch.randint(1, 4096, (n,), generator=g).tolist() for n in (1, 17, 200, 64)]
+    rate = {}
+    for graphs in (True, False):
+        ecfg = EngineConfig(device="cuda", dtype="bf16", max_context=2048, max_concurrency=4, cuda_graphs=graphs,
+                            spec="mtp", draft_tokens=3, spec_adaptive=False)  # fmt: skip
+        core = make_core(cfg, model, tok, resolve_engine_config(cfg, ecfg), torch.device("cuda"))
+        assert bool(core.spec.graphs) == graphs
+        _run(core, prompts, 96)
+        st = core.stats().extra
+        rate[graphs] = st["spec_accepted"] / st["spec_rounds"]
+    print(f"accepted drafts a round: graphs {rate[True]:.2f}, eager {rate[False]:.2f}")
+    assert rate[False] >= 2.5, rate  # the model's drafts are right (the last rounds draft fewer)
+    assert rate[True] >= 0.95 * rate[False], rate
+
+
 def test_spec_graphs_sampled_lanes_judged_on_the_device(monkeypatch):
     """Sampled lanes (the Qwen defaults) drafting the argmax through captured graphs: their rows are judged on the
     device and the drafter's pass is queued behind verification (spec/picks.py, the early pass); every request
