@@ -108,6 +108,7 @@ class SpecTiming:
     rounds: int
     tokens_per_round: float  # measured; with random weights the drafts are almost never accepted
     drafted_per_round: float
+    chained: float  # share of rounds drafted before the acceptance read (MTPDrafter._chain)
 
 
 def spec_rounds(core: EngineCore, lanes: int, depth: int, rounds: int = 32, warmup: int = 4,
@@ -134,14 +135,15 @@ def spec_rounds(core: EngineCore, lanes: int, depth: int, rounds: int = 32, warm
 
     for _ in range(warmup):
         one_round()
-    drafted0 = spec.drafted
+    drafted0, chained0 = spec.drafted, getattr(spec.drafter, "chained", 0)
     sync(core.runner.device)
     t0 = time.perf_counter()
     made = sum(one_round() for _ in range(rounds))
     sync(core.runner.device)
     dt = time.perf_counter() - t0
     n = rounds * lanes
-    return SpecTiming(dt / rounds * 1e3, rounds, made / n, (spec.drafted - drafted0) / n)
+    chained = (getattr(spec.drafter, "chained", 0) - chained0) / rounds
+    return SpecTiming(dt / rounds * 1e3, rounds, made / n, (spec.drafted - drafted0) / n, chained)
 
 
 def sync(device: torch.device) -> None:

@@ -325,16 +325,18 @@ def spec_sweep(spec: BenchSpec, cfg: ModelConfig, ecfg: EngineConfig, model: Qwe
                           "ratio": floor_ms / t.ms_per_round, "plain_ms_per_step": plain.ms_per_step,
                           "round_vs_plain": t.ms_per_round / plain.ms_per_step,
                           "measured_tokens_per_round_random_weights": t.tokens_per_round,
-                          "drafted_per_round": t.drafted_per_round, "tok_s": None, "floor_tok_s": None,
+                          "drafted_per_round": t.drafted_per_round, "chained_rounds": t.chained,
+                          "tok_s": None, "floor_tok_s": None,
                           "projected": {str(a): c * a / (t.ms_per_round / 1e3) for a in spec.acceptance
                                         if a <= k + 1},
                           "acceptance_source": PUBLISHED_ACCEPTANCE, "sampling": sampling}  # fmt: skip
             rows.append(row)
             proj = ", ".join(f"{v:.0f} tok/s at {a}" for a, v in row["projected"].items())
             log.info("spec K=%d C=%d depth=%d%s: round %.2f ms (floor %.2f, %.0f%%; %.2fx a plain step of "
-                     "%.2f ms)%s", k, c, depth, "" if sampling == "greedy" else f" sampling {sampling}",
-                     t.ms_per_round, floor_ms, 100 * row["ratio"], row["round_vs_plain"],
-                     plain.ms_per_step, f"; projected {proj}" if proj else "")  # fmt: skip
+                     "%.2f ms; %.0f%% drafted ahead of the read)%s", k, c, depth,
+                     "" if sampling == "greedy" else f" sampling {sampling}", t.ms_per_round, floor_ms,
+                     100 * row["ratio"], row["round_vs_plain"], plain.ms_per_step, 100 * t.chained,
+                     f"; projected {proj}" if proj else "")  # fmt: skip
         del core
         if core_device.type == "cuda":
             torch.cuda.empty_cache()

@@ -22,6 +22,7 @@ def test_spec_rounds_draft_k_every_round(make_engine_core, graphs):
     assert t.ms_per_round > 0 and t.rounds == 4
     assert t.drafted_per_round == k  # every lane drafted K tokens in every timed round
     assert 1 <= t.tokens_per_round <= k + 1
+    assert t.chained == (1.0 if graphs else 0.0)  # the graph path drafts each next round ahead of the read
 
 
 def test_decode_steps(make_engine_core):

@@ -160,7 +160,7 @@ class SpecDecoder:
     def counters(self) -> dict[str, float]:
         out = {"spec_rounds": self.rounds, "spec_drafted": self.drafted, "spec_accepted": self.accepted,
                "spec_plain_steps": self.plain_steps, "spec_verify_steps": self.verify_steps,
-               "spec_batch_k": self.batch_k}  # fmt: skip
+               "spec_batch_k": self.batch_k, "spec_chained": getattr(self.drafter, "chained", 0)}  # fmt: skip
         out |= {f"spec_accept_len_{a}": n for a, n in enumerate(self.accept_hist)}
         if self.policy is not None:
             out |= self.policy.costs.table()

@@ -70,8 +70,10 @@ class MTPDrafter:
         self.graphs: dict[tuple[int, bool], list] = {}
         self.draft_head = draft_head  # the lm_head copy (or row view) drafts use, else None: the model's
         self.argmax_sampled = argmax_sampled  # sampled lanes draft the argmax too (--spec-draft argmax)
-        # a pass queued by `prelaunch`: (lane ids, starts, hidden output, its rows' argmax drafts, rows per lane)
+        # a pass queued by `prelaunch`: (lane ids, starts, hidden output, its rows' argmax drafts, rows per lane,
+        # the next round's drafts chained behind it or None)
         self._early: tuple | None = None
+        self.chained = 0  # rounds whose proposals came from a chain (`_chain`), for the counters
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         """Draft logits: through the drafter's own (quantized) lm_head copy when it has one. Rejection sampling
@@ -168,6 +170,7 @@ class MTPDrafter:
         if chain is not None:
             kept, d = chain
             if all(len(j.next_ids) - 1 == a for j, a in zip(jobs, kept.row(0, len(jobs)))):
+                self.chained += 1
                 return [Proposal([], None, (d, r, min(j.num_drafts, t - 1))) if j.num_drafts > 0 else None
                         for r, j in enumerate(jobs)]  # fmt: skip
         return _rows(out, drafts, [r * t + len(j.next_ids) - 1 for r, j in enumerate(jobs) if j.num_drafts > 0])
