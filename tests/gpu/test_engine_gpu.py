@@ -117,15 +117,21 @@ def test_spec_graphs_greedy_equal_plain_decode():
         assert st["spec_plain_steps"] > st["spec_verify_steps"], st
 
 
-def test_spec_graphs_accept_what_eager_drafts_accept():
+@pytest.mark.parametrize("quant", ["bf16", "int4"])
+def test_spec_graphs_accept_what_eager_drafts_accept(quant):
     """Drafts through the captured graphs (device drafts, the early pass, the next round's chain) are the drafts
     of eager steps: on a model whose target alternates two tokens and whose head drafts the alternation
     (tests/drafting_models.py), every draft is right, so rounds keep all K, and a round's drafts differ from step
-    to step (a draft step's graph output kept past its next replay once cost most second drafts)."""
+    to step (a draft step's graph output kept past its next replay once cost most second drafts). With int4
+    weights the drafter reads its own int4 lm_head copy and verification the int4 kernels at 4 rows."""
     from drafting_models import alternating
+
+    from hinfer.quant.apply import quantize_model
 
     cfg = ModelConfig.from_dict(SMALL | {"mtp_num_hidden_layers": 1})
     model = alternating(random_init(Qwen35ForCausalLM(cfg, torch.bfloat16, "cuda"), seed=5))
+    if quant != "bf16":
+        quantize_model(model, quant)
     tok = Tokenizer.from_dir(tokenizer_dir())
     g = torch.Generator().manual_seed(fixed_test_seed())
     prompts = [torch.randint(1, 4096, (n,), generator=g).tolist() for n in (1, 17, 200, 64)]
