@@ -18,8 +18,11 @@ left 200 && spec chain_35b "$PWD" qwen3.6-35b-a3b
 left 280 && spec before_35b "$AB_OLD:$PWD" qwen3.6-35b-a3b
 left 360 && spec chain_27b "$PWD" qwen3.6-27b
 left 440 && spec before_27b "$AB_OLD:$PWD" qwen3.6-27b
-if left 480; then
+if left 480; then  # the round's remaining GPU idle, each gap named by the Python frames the GPU waited for
   timeout 60 python bench/profile_decode.py --config qwen3.6-35b-a3b --quant int4 --spec-k 3 --lanes 1 \
-    > "$R/profile_spec_35b_c1.txt" 2>&1
-  echo "== spec round profile rc=$?"; grep -E "^round|GPU busy|GPU idle" "$R/profile_spec_35b_c1.txt"; pack
+    --trace "$R/spec_35b_c1_trace.json.gz" > "$R/profile_spec_35b_c1.txt" 2>&1
+  echo "== spec round profile rc=$?"; grep -E "^round|GPU busy|GPU idle" "$R/profile_spec_35b_c1.txt"
+  python bench/trace_gaps.py "$R/spec_35b_c1_trace.json.gz" --units 5 --list 12 > "$R/trace_gaps_35b_c1.txt" 2>&1
+  head -14 "$R/trace_gaps_35b_c1.txt" | cut -c1-200
+  rm -f "$R/spec_35b_c1_trace.json.gz"; pack
 fi
