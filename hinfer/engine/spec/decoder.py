@@ -40,8 +40,8 @@ from hinfer.engine.spec.dist import (
     Position,
     cut_at_grammar_end,
     few_nonzero,
+    forces_think_end,
     plain_greedy,
-    position_row,
     processed_logits,
     racer,
     real_argmax,
@@ -461,9 +461,8 @@ class SpecDecoder:
         A forced `</think>` row is its one-hot, as in sampling_probs. Sampled lanes judged on the device
         (picks.py) come with `ok`, each row's acceptance, and their rows' next tokens in `tok`."""
         for i, p in enumerate(positions):
-            r = position_row(p)
-            if r.force_think_end:
-                tok[i] = int(r.params.think_end_token_id)
+            if forces_think_end(p):
+                tok[i] = int(p.row.params.think_end_token_id)
         acc, last, off = [], [], 0
         for ln in lanes:
             a, judged = 0, ok is not None and not ln.seq.params.greedy

@@ -109,7 +109,7 @@ def few_nonzero(p: Position) -> bool:
     """Whether the position's distribution has at most CANDIDATES nonzero probabilities (sampling_probs): greedy,
     a forced `</think>`, or 0 < top_k <= CANDIDATES."""
     x = p.row.params
-    return x.greedy or 0 < x.top_k <= CANDIDATES or position_row(p).force_think_end
+    return x.greedy or 0 < x.top_k <= CANDIDATES or forces_think_end(p)
 
 
 def position_row(p: Position) -> RowState:
@@ -119,12 +119,18 @@ def position_row(p: Position) -> RowState:
     return replace(p.row, num_generated=p.row.num_generated + len(p.prefix), think_ended=ended)
 
 
+def forces_think_end(p: Position) -> bool:
+    """position_row(p).force_think_end without building the row: only a thinking budget forces `</think>` (this
+    runs for every verified row on the host's path between a round's read and the next launch)."""
+    return p.row.params.thinking_budget is not None and position_row(p).force_think_end
+
+
 def plain_greedy(p: Position) -> bool:
     """A greedy position whose processed logits are the raw ones but for the padding mask (no logit bias, no
     penalties, no grammar, no forced `</think>`): its token is the raw argmax over the real ids."""
     r = p.row
     return (r.params.greedy and not r.params.logit_bias and not r.has_penalties and r.grammar is None
-            and not position_row(p).force_think_end)  # fmt: skip
+            and not forces_think_end(p))  # fmt: skip
 
 
 def real_argmax(logits: torch.Tensor, real: int | None) -> torch.Tensor:
