@@ -122,18 +122,19 @@ class MTPDrafter:
         g = pick(self.graphs.get((t, True)), chunks)
         if g is None or g.t != t:
             return False
+        read = DeviceDrafts(kept[None]) if kept is not None else None  # on its way to the host ahead of the pass
         out, drafts = g.run(chunks, hidden, ids)
-        chain = self._chain(seqs, starts, out, drafts, t, kept) if kept is not None else None
+        chain = self._chain(seqs, starts, out, drafts, t, kept, read) if read is not None else None
         self._early = ([id(s) for s in seqs], list(starts), out, drafts, t, chain)
         return True
 
     def _chain(self, seqs: list, starts: list[int], out: torch.Tensor, drafts: torch.Tensor, t: int,
-               kept: torch.Tensor) -> tuple[DeviceDrafts, DeviceDrafts] | None:  # fmt: skip
+               kept: torch.Tensor, read: DeviceDrafts) -> tuple[DeviceDrafts, DeviceDrafts] | None:  # fmt: skip
         """The next round's t - 1 argmax drafts of every lane, queued behind the pass before the host reads the
         acceptance: lane i's first draft is the pass's row kept[i] (its last accepted position), each later one a
         single-token step at that position + step, the rows moved there on the device (StepGraphs.run's shift).
-        Its rows past the lane's length are provisional, as every draft step's. -> (kept, on its way to the host
-        ahead of the steps; the drafts), or None where the single-token graphs cannot take every lane that far."""
+        Its rows past the lane's length are provisional, as every draft step's. -> (`read`: kept on its way to
+        the host; the drafts), or None where the single-token graphs cannot take every lane that far."""
         from hinfer.engine.cuda_graphs import pick
 
         k, m = t - 1, len(seqs)
@@ -143,7 +144,6 @@ class MTPDrafter:
         g = pick(self.graphs.get((1, True)), far)  # the farthest row the shifted steps may reach
         if g is None:
             return None
-        read = DeviceDrafts(kept[None])  # queued before the steps: reading it waits for the pass alone
         at = torch.arange(m, device=kept.device) * t + kept
         h, d = out.index_select(0, at), drafts.index_select(0, at)
         cols = _DraftColumns([k] * m, self.device)
