@@ -246,7 +246,6 @@ class StepGraphs:
         self.graphs[b].replay()
         return self.outputs[b]
 
-
     def _shift(self, m: int, shift: torch.Tensor) -> None:
         """Move the m real lanes' rows (t = 1) `shift` positions on, on the device after the upload: the position,
         the cached length and the KV slot (looked up in the lane's page-table row) follow."""

@@ -176,10 +176,13 @@ class SpecDecoder:
                      100 * self.accepted / max(1, self.drafted), (self.accepted + self.rounds) / max(1, self.rounds),
                      self.verify_steps, self.plain_steps, self.accept_hist)  # fmt: skip
 
+    def _left(self, seq: Sequence) -> int:
+        """Tokens the lane may still produce under max_tokens and max_context."""
+        return min(seq.params.max_tokens - len(seq.output_ids), self.max_context - seq.num_tokens)
+
     def budget(self, seq: Sequence) -> int:
         """Drafts the lane's next round may carry: the round's k + 1 tokens must fit max_tokens and max_context."""
-        left = min(seq.params.max_tokens - len(seq.output_ids), self.max_context - seq.num_tokens)
-        return max(0, min(self.k, left - 1))
+        return max(0, min(self.k, self._left(seq) - 1))
 
     def _will_draft(self, seq: Sequence) -> bool:
         """A lane still in its prompt speculates later iff the round after its first token may carry a draft."""
@@ -344,10 +347,10 @@ class SpecDecoder:
         verified position is known on the device (the target's argmax there; for a sampled lane the draft where
         it is accepted, else the residual's draw), so the drafter's pass over them is queued now, before the host
         reads the acceptance; its rows past the acceptance are provisional, like the draft steps' KV rows, and
-        overwritten before anything reads them. -> every row's next token ([lanes * (K + 1)]; with sampled lanes
-        a second row: whether its draft was accepted), its copy to the host queued ahead of the pass so that
-        reading it does not wait for the pass; None when the step does not qualify (the drafter then runs its
-        pass after acceptance). Where every lane drafted K and will draft K next round whatever it accepts, the
+        overwritten before anything reads them. -> every row's next token ([lanes * (K + 1)]: a row accepts its
+        draft where that is the draft, for a judged sampled row too, whose residual excludes the draft), its copy to
+        the host queued ahead of the pass so that reading it does not wait for the pass; None when the step does
+        not qualify (the drafter then runs its pass after acceptance). Where every lane drafted K and will draft K next round whatever it accepts, the
         drafter also gets each lane's accepted count on the device and queues the next round's K drafts behind the
         pass (MTPDrafter._chain): the GPU drafts while the host reads and applies the acceptance."""
         prelaunch = getattr(self.drafter, "prelaunch", None)
@@ -362,20 +365,15 @@ class SpecDecoder:
         sampled = [i for i, c in enumerate(chunks) if not c.seq.params.greedy]
         chain = all(v.k == self.k and self._chains(c.seq) for c, v in zip(chunks, verifying))
         drafts = self._round_drafts(verifying, fed, t) if sampled or chain else None
-        if sampled:  # their rows' picks and acceptance flags replace the argmax (the flags ride in a second row)
+        if sampled:  # their rows' picks replace the argmax
             at = to_device([i * t + j for i in sampled for j in range(t)], torch.int64, logits.device)
             lanes = [Position(chunks[i].seq.sampler_state) for i in sampled]
-            drawn, accepted = sampled_picks(self.sampler, logits.index_select(0, at), lanes,
-                                            drafts.view(-1).index_select(0, at), t, self._gamma)  # fmt: skip
+            drawn, _ = sampled_picks(self.sampler, logits.index_select(0, at), lanes,
+                                     drafts.view(-1).index_select(0, at), t, self._gamma)  # fmt: skip
             picks.index_copy_(0, at, drawn)
-            read = DeviceDrafts(torch.stack([picks, torch.zeros_like(picks).index_copy_(0, at, accepted.long())]))
-        else:
-            read = DeviceDrafts(picks[None])
-        kept = None
-        if chain:  # each lane's accepted count as the host will count it (_accept_greedy): a row accepts its draft
-            # where its next token is the draft (a judged row's pick is its draft iff accepted: a rejected draft's
-            # residual excludes it)
-            kept = (picks.view(m, t) == drafts)[:, : self.k].long().cumprod(1).sum(1)
+        read = DeviceDrafts(picks[None])
+        # each lane's accepted count as the host will count it (_accept_greedy): the drafts' leading agreeing run
+        kept = (picks.view(m, t) == drafts)[:, : self.k].long().cumprod(1).sum(1) if chain else None
         seqs = [c.seq for c in chunks]
         if not prelaunch(seqs, [sc.cached_len for sc in seq_chunks], hidden[: m * t], picks, t, kept):
             return None
@@ -384,8 +382,7 @@ class SpecDecoder:
     def _chains(self, seq: Sequence) -> bool:
         """Whether the lane's next round drafts a full K whatever this one accepts (its budget after a round of
         K + 1 tokens), so that the drafter may draft it before the host reads the acceptance."""
-        left = min(seq.params.max_tokens - len(seq.output_ids), self.max_context - seq.num_tokens)
-        return left >= 2 * self.k + 2
+        return self._left(seq) >= 2 * self.k + 2
 
     def _round_drafts(self, verifying: list[_Taken], fed: torch.Tensor | None, t: int) -> torch.Tensor:
         """[lanes, t] int64 on the device: each lane's drafts (taken from the device where the verify step took
@@ -409,11 +406,9 @@ class SpecDecoder:
             Position(ln.seq.sampler_state, ln.drafts[:j]) for ln, js in zip(lanes, spans) for j in js
         ]
         at = [ln.row + j for ln, js in zip(lanes, spans) for j in js]
-        if picks is not None:  # the early pass's: each row's next token (and sampled rows' acceptance), read once
+        if picks is not None:  # the early pass's: each row's next token, read once
             every = picks.row(0, logits.shape[0])
-            flags = picks.row(1, logits.shape[0]) if picks.dev.shape[0] > 1 else None
-            ok = [bool(flags[r]) for r in at] if flags is not None else None
-            z, (acc, last) = None, self._accept_greedy(lanes, [every[r] for r in at], positions, ok)
+            z, (acc, last) = None, self._accept_greedy(lanes, [every[r] for r in at], positions)
         elif all(plain_greedy(p) and p.row.params.logprobs is None for p in positions):  # the raw argmax decides
             tok = real_argmax(take_rows(logits, at), self.sampler.num_real_tokens).tolist()
             z, (acc, last) = None, self._accept_greedy(lanes, tok, positions)
@@ -454,19 +449,18 @@ class SpecDecoder:
         return outs
 
     @staticmethod
-    def _accept_greedy(lanes: list[_Lane], tok: list[int], positions: list[Position],
-                       ok: list[bool] | None = None) -> tuple[list, list]:  # fmt: skip
+    def _accept_greedy(lanes: list[_Lane], tok: list[int], positions: list[Position]) -> tuple[list, list]:
         """Every lane greedy: rejection sampling with one-hot p and q is argmax agreement, so neither the
         distributions nor the noise are built; `tok` holds each position's argmax (the step's one host read).
         A forced `</think>` row is its one-hot, as in sampling_probs. Sampled lanes judged on the device
-        (picks.py) come with `ok`, each row's acceptance, and their rows' next tokens in `tok`."""
+        (picks.py) come with each row's pick in `tok`: the draft exactly where it was accepted."""
         for i, p in enumerate(positions):
             if forces_think_end(p):
                 tok[i] = int(p.row.params.think_end_token_id)
         acc, last, off = [], [], 0
         for ln in lanes:
-            a, judged = 0, ok is not None and not ln.seq.params.greedy
-            while a < len(ln.drafts) and (ok[off + a] if judged else ln.drafts[a] == tok[off + a]):
+            a = 0
+            while a < len(ln.drafts) and ln.drafts[a] == tok[off + a]:
                 a += 1
             acc.append(a)
             last.append(tok[off + a])
