@@ -26,7 +26,7 @@ def test_forced_acceptance_rows(tiny_model, tokenizer):
         else:
             assert r["measured_acceptance"] == 0.0 and r["plain_steps"] > 3 * r["verify_steps"]
     text = "\n".join(forced_table(rows))
-    assert "| 3 | 2 | 1.0 | 1.00 |" in text and "adaptive K on" in text
+    assert "| 3 | 2 | 1.0 | 1.00 |" in text and "adaptive K on" in text and "prefill out" in text
 
 
 def test_bench_cli_takes_forced_acceptance():
@@ -66,3 +66,38 @@ def test_forced_drafter_keeps_the_inner_drafters_early_pass():
     inner = Inner()
     assert ForcedDrafter(inner, {}, 0.5, 10).prelaunch.__self__ is inner
     assert getattr(ForcedDrafter(object(), {}, 0.5, 10), "prelaunch", None) is None
+
+
+def test_timed_run_times_decode_from_the_last_lanes_first_token():
+    """The decode window opens after the step in which every request has its first token (prefill out) and counts
+    only the tokens after it."""
+    from types import SimpleNamespace
+
+    from hinfer.bench.forced import requests, timed_run
+    from hinfer.engine.protocol import TokenEvent
+
+    reqs = requests(2, 4, 100)
+    a, b = reqs[0].request_id, reqs[1].request_id
+    script = [[TokenEvent(a, [1], "")], [TokenEvent(a, [2, 3], ""), TokenEvent(b, [7], "")],
+              [TokenEvent(a, [4], ""), TokenEvent(b, [8, 9], "")], [TokenEvent(b, [10], "")]]  # fmt: skip
+
+    class Core:
+        runner = SimpleNamespace(device=torch.device("cpu"))
+
+        def __init__(self):
+            self.steps: list = []
+
+        def add(self, req):
+            if not self.steps:
+                self.steps = list(script)
+
+        @property
+        def has_work(self):
+            return bool(self.steps)
+
+        def step(self):
+            return self.steps.pop(0)
+
+    t = timed_run(Core(), reqs, runs=2)
+    assert t.outputs == {a: [1, 2, 3, 4], b: [7, 8, 9, 10]}
+    assert t.decode_tokens == 4 and 0 < t.decode_seconds <= t.seconds and t.decode_tok_s > 0
