@@ -330,18 +330,23 @@ def tune(shapes, formats, ms, tuned_out: Path | None = None) -> None:
             for m in ms:
                 x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
                 base = heuristic_config(kind, m, n, k, num_sms())
-                best, by_form = None, {}
+                best, by_form, base_t = None, {}, None
                 for cfg in [base, *skinny_candidates(kind, m, n, k)]:
                     try:
                         t = graph_time(functools.partial(_run_skinny, kind, n, x, cfg), weights)
                     except Exception as e:  # noqa: BLE001 - out of shared memory / registers: skip
                         print(f"    skip {cfg}: {type(e).__name__}", flush=True)
                         continue
+                    if cfg is base and base_t is None:
+                        base_t = t
                     if best is None or t < best[0]:
                         best = (t, cfg)
                     if cfg.words not in by_form or t < by_form[cfg.words][0]:
                         by_form[cfg.words] = (t, cfg)
                 assert best is not None
+                if base_t is not None:
+                    print(f"  {name:8s} {fmt:10s} M={m:<3d} heuristic {base_t * 1e6:7.1f} us "
+                          f"{nbytes / base_t / 1e9:6.0f} GB/s {base}", flush=True)  # fmt: skip
                 if len(by_form) > 1:  # the fp8 GEMV's two forms side by side
                     for words, (t, cfg) in sorted(by_form.items()):
                         print(f"  {name:8s} {fmt:10s} M={m:<3d} {'words' if words else 'codes'} {t * 1e6:7.1f} us "

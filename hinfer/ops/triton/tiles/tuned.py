@@ -50,6 +50,16 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     ("fp8_row", 34816, 5120, 1): SkinnyConfig(16, 256, 1, 1, 8, 3),
     ("fp8_row", 5120, 6144, 1): SkinnyConfig(32, 256, 1, 4, 8, 3, words=True),
     ("fp8_row", 5120, 17408, 1): SkinnyConfig(32, 256, 1, 4, 8, 3, words=True),
+    # fp8 with 128x128 block scales (the official FP8 checkpoints' layout) at one row, swept on an H100 2026-12-05
+    # (`--tune --formats fp8-block --ms 1`, both forms, the heuristic's tile among the candidates:
+    # bench/results/tiles/20261205-1705-fp8-block-m1-h100.json): 2,078-2,521 GB/s; the words form on gate_up,
+    # o_proj / GDN out_proj and down, the conversion form on qkv and GDN in_proj (fused rows reuse 16384's)
+    ("fp8_block", 14336, 5120, 1): SkinnyConfig(32, 128, 1, 2, 4, 3),
+    ("fp8_block", 16384, 5120, 1): SkinnyConfig(64, 128, 1, 2, 4, 3),
+    ("fp8_block", 16480, 5120, 1): SkinnyConfig(64, 128, 1, 2, 4, 3),
+    ("fp8_block", 34816, 5120, 1): SkinnyConfig(64, 128, 1, 1, 8, 3, words=True),
+    ("fp8_block", 5120, 6144, 1): SkinnyConfig(64, 128, 1, 8, 8, 3, words=True),
+    ("fp8_block", 5120, 17408, 1): SkinnyConfig(64, 128, 1, 8, 8, 3, words=True),
     # fp8 (per channel) and int4 at M = 8 (tensor cores), swept 2026-12-01
     # (`--tune --formats fp8,int4 --ms 8`)
     ("fp8_row", 14336, 5120, 8): SkinnyConfig(64, 128, 16, 4, 4, 3),
