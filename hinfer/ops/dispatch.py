@@ -81,13 +81,27 @@ def launch_fusions(name: str, rows: int) -> bool:
     RMSNorm launch, `route` a token's route in its int4 experts' gate_up launch, `down_route` that token's route
     again in the down launch (with `route`), so that the down's weights go ahead of its PDL wait.
     HINFER_FUSE_LAUNCHES: 1 (default) each up to its rows in FUSIONS, 0 none (the separate kernels, to compare or to fall back), or a
-    comma list of the names on at any rows. Read at every call, so a test or a bench can flip it."""
+    comma list of the names on at any rows. HINFER_FUSION_ROWS (`name=rows,...`) moves FUSIONS' row limits (with
+    the default 1; to sweep where a fusion pays). Read at every call, so a test or a bench can flip them."""
     if name not in FUSIONS:
         raise ValueError(f"unknown launch fusion {name!r}: one of {tuple(FUSIONS)}")
     on = os.environ.get("HINFER_FUSE_LAUNCHES", "1").strip()
     if on == "1":
-        return FUSIONS[name] is None or rows <= FUSIONS[name]
+        most = fusion_rows().get(name, FUSIONS[name])
+        return most is None or rows <= most
     return on != "0" and name in {v.strip() for v in on.split(",")}
+
+
+def fusion_rows() -> dict[str, int]:
+    """HINFER_FUSION_ROWS as {fusion: most rows}; a name FUSIONS lacks or a value that is not a count is an error."""
+    out: dict[str, int] = {}
+    for item in filter(None, (v.strip() for v in os.environ.get("HINFER_FUSION_ROWS", "").split(","))):
+        name, _, rows = item.partition("=")
+        name = name.strip()
+        if name not in FUSIONS or not rows.strip().isdigit():
+            raise ValueError(f"HINFER_FUSION_ROWS: `name=rows` with a name among {tuple(FUSIONS)}, got {item!r}")
+        out[name] = int(rows)
+    return out
 
 
 def int4_decode_a8() -> str:

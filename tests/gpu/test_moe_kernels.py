@@ -238,52 +238,60 @@ def test_experts_int4_gate_up_writes_silu_mul(tm, weights, seed, t, tile):
                                     f"max diff, seed {seed}")  # fmt: skip
 
 
-def test_experts_int4_gate_up_routes_one_token(tm, weights, seed, monkeypatch):
-    """One token, the gate_up launch routing it itself (`route` launch fusion): every program picks its slot's
-    expert as the route kernel does (the same ids, ties to the lowest id; weights within one bf16 rounding), so
-    the gate_up output is the one the route kernel's ids give, bit for bit, and the layer's output matches the
-    two-launch route within rounding. The last logit is the folded shared expert's gate."""
+@pytest.mark.parametrize("t", [1, 2, 4])
+def test_experts_int4_gate_up_routes_its_tokens(tm, weights, seed, monkeypatch, t):
+    """T tokens, the gate_up launch routing them itself (`route` launch fusion, a block per pair): every program
+    picks its pair's expert as the route kernel does (the same ids, ties to the lowest id; weights within one bf16
+    rounding), so the gate_up output is the one the route kernel's ids give, bit for bit, and the layer's output
+    matches the two-launch route within rounding (at T > 1 against the grouped blocks, with the slot sum in the
+    down launch or apart). The last logit of a row is the folded shared expert's gate."""
     from hinfer.ops.triton.moe_int4_mma import experts_mma
 
     name, wgu, wd = weights
     gu, dn = _int4_experts(wgu), _int4_experts(wd)
-    h, i = wgu.shape[2], wd.shape[2]
-    x = torch.randn(1, h, device="cuda").bfloat16()
+    h, i, p = wgu.shape[2], wd.shape[2], t * (K + 1)
+    x = torch.randn(t, h, device="cuda").bfloat16()
     gen = torch.Generator(device="cuda").manual_seed(seed)
     for trial in range(6):
-        logits = torch.randn(1, E, device="cuda", generator=gen) * 3
+        logits = torch.randn(t, E, device="cuda", generator=gen) * 3
         if trial % 2:  # coarse logits: ties at and around the k-th place
             logits = logits.round()
         logits = logits.bfloat16()
         want_w, want_i = tm.moe_route(logits, K, shared=True)
-        ids = torch.full((K + 1,), -1, dtype=torch.int64, device="cuda")
-        tw = torch.full((K + 1,), float("nan"), dtype=torch.bfloat16, device="cuda")
-        hid = torch.empty(K + 1, i, device="cuda").bfloat16()
-        experts_mma(x, gu, hid, K + 1, 8, ids, ids, ids, ids, True, xdiv=K + 1, act=True, topk=K, route=logits,
+        ids = torch.full((p,), -1, dtype=torch.int64, device="cuda")
+        tw = torch.full((p,), float("nan"), dtype=torch.bfloat16, device="cuda")
+        hid = torch.empty(p, i, device="cuda").bfloat16()
+        experts_mma(x, gu, hid, p, 8, ids, ids, ids, ids, True, xdiv=K + 1, act=True, topk=K, route=logits,
                     route_w=tw)  # fmt: skip
-        assert torch.equal(ids, want_i.view(-1)), f"{name} trial {trial}: {ids.tolist()} vs {want_i.tolist()}"
+        assert torch.equal(ids, want_i.view(-1)), f"{name} T={t} trial {trial}: {ids.tolist()} vs {want_i.tolist()}"
         torch.testing.assert_close(tw.float(), want_w.view(-1).float(), rtol=2**-8, atol=0)
         ref_ids = want_i.view(-1).contiguous()
-        want_hid = experts_mma(x, gu, torch.empty_like(hid), K + 1, 8, ref_ids, ref_ids, ref_ids, ref_ids, True,
+        want_hid = experts_mma(x, gu, torch.empty_like(hid), p, 8, ref_ids, ref_ids, ref_ids, ref_ids, True,
                                xdiv=K + 1, act=True)  # fmt: skip
-        assert torch.equal(hid, want_hid), f"{name} trial {trial}: gate_up differs, seed {seed}"
-        monkeypatch.setenv("HINFER_FUSE_LAUNCHES", "1")
+        assert torch.equal(hid, want_hid), f"{name} T={t} trial {trial}: gate_up differs, seed {seed}"
+        monkeypatch.delenv("HINFER_FUSION_ROWS", raising=False)
+        monkeypatch.setenv("HINFER_FUSE_LAUNCHES", "0" if t > 1 else "1")  # the route kernel (and alignment)
         two = tm.moe_route_experts(x, logits, gu, dn, K, shared=True)
-        monkeypatch.setenv("HINFER_FUSE_LAUNCHES", "slot_sum,tail,gate,norm_linear,route")
-        one = tm.moe_route_experts(x, logits, gu, dn, K, shared=True)
+        monkeypatch.setenv("HINFER_FUSE_LAUNCHES", "1")
+        for rows in (f"route={t}", f"route={t},down_route={t},slot_sum={t}"):
+            monkeypatch.setenv("HINFER_FUSION_ROWS", rows)
+            one = tm.moe_route_experts(x, logits, gu, dn, K, shared=True)
+            rel = ((one.float() - two.float()).norm() / two.float().norm()).item()
+            assert rel <= 1e-2, f"{name} T={t} {rows} trial {trial}: layer output rel-L2 {rel:.3g}, seed {seed}"
         monkeypatch.delenv("HINFER_FUSE_LAUNCHES")
-        rel = ((one.float() - two.float()).norm() / two.float().norm()).item()
-        assert rel <= 1e-2, f"{name} trial {trial}: layer output rel-L2 {rel:.3g}, seed {seed}"
+        monkeypatch.delenv("HINFER_FUSION_ROWS")
 
 
-def test_experts_int4_down_routes_in_a_pdl_graph(tm, weights, seed, monkeypatch):
-    """One token through a chain of MoE layers (residual add + norm + router in one launch, then the int4 experts
+@pytest.mark.parametrize("t", [1, 4])
+def test_experts_int4_down_routes_in_a_pdl_graph(tm, weights, seed, monkeypatch, t):
+    """T tokens through a chain of MoE layers (residual add + norm + router in one launch, then the int4 experts
     routed in their gate_up launch), captured in a CUDA graph with programmatic dependent launch: with the down
-    routing the token again (`down_route`: its weights ahead of its PDL wait, the logits two launches back) every
+    routing the tokens again (`down_route`: its weights ahead of its PDL wait, the logits two launches back) every
     replay on new inputs equals, bit for bit, the eager chain whose down reads the gate_up's ids."""
     from hinfer.ops.triton import norm_linear as tnl
 
     monkeypatch.setenv("HINFER_PDL", "1")
+    monkeypatch.setenv("HINFER_FUSION_ROWS", f"route={t},down_route={t},slot_sum={t}")
     name, wgu, wd = weights
     gu, dn = _int4_experts(wgu), _int4_experts(wd)
     h = wgu.shape[2]
@@ -291,8 +299,8 @@ def test_experts_int4_down_routes_in_a_pdl_graph(tm, weights, seed, monkeypatch)
     layers = 3
     norm_w = [(1 + 0.1 * torch.randn(h, device="cuda", generator=g)).bfloat16() for _ in range(layers)]
     routers = [(3 * h**-0.5 * torch.randn(E, h, device="cuda", generator=g)).bfloat16() for _ in range(layers)]
-    x = torch.randn(1, h, device="cuda", generator=g).bfloat16()
-    res = torch.randn(1, h, device="cuda", generator=g).bfloat16()
+    x = torch.randn(t, h, device="cuda", generator=g).bfloat16()
+    res = torch.randn(t, h, device="cuda", generator=g).bfloat16()
 
     def chain():
         y, r = x, res
@@ -309,14 +317,14 @@ def test_experts_int4_down_routes_in_a_pdl_graph(tm, weights, seed, monkeypatch)
 
     want = without_down_route()
     assert not torch.isnan(want).any()
-    assert torch.equal(chain(), want), f"{name}: eager chain with down_route differs, seed {seed}"
+    assert torch.equal(chain(), want), f"{name} T={t}: eager chain with down_route differs, seed {seed}"
     graph, out = _captured(chain)
     for trial in range(4):
-        x.copy_(torch.randn(1, h, device="cuda", generator=g))
-        res.copy_(torch.randn(1, h, device="cuda", generator=g))
+        x.copy_(torch.randn(t, h, device="cuda", generator=g))
+        res.copy_(torch.randn(t, h, device="cuda", generator=g))
         graph.replay()
         torch.cuda.synchronize()
-        assert torch.equal(out, without_down_route()), f"{name} replay {trial}: differs, seed {seed}"
+        assert torch.equal(out, without_down_route()), f"{name} T={t} replay {trial}: differs, seed {seed}"
 
 
 @pytest.mark.parametrize("t", [1, 8])

@@ -1,5 +1,5 @@
 """Kernel-path switches: HINFER_FUSE_LAUNCHES (each fusion up to its default rows, none, or a comma list of the
-named fusions at any rows; an unknown name is an error) and HINFER_INT4_WGMMA (the tuned table, or a row count),
+named fusions at any rows; an unknown name is an error), HINFER_FUSION_ROWS (the default rows moved) and HINFER_INT4_WGMMA (the tuned table, or a row count),
 with the tile table's say on where the warpgroup-MMA kernel takes over."""
 
 from __future__ import annotations
@@ -21,6 +21,21 @@ def test_default_rows_none_or_a_list(monkeypatch):
     assert [n for n in FUSIONS if launch_fusions(n, 8)] == ["slot_sum", "gate"]
     with pytest.raises(ValueError, match="unknown launch fusion"):
         launch_fusions("routr", 1)
+
+
+def test_fusion_rows_move_the_limits(monkeypatch):
+    """HINFER_FUSION_ROWS moves a fusion's row limit under the default switch and leaves the others alone."""
+    monkeypatch.delenv("HINFER_FUSE_LAUNCHES", raising=False)
+    monkeypatch.setenv("HINFER_FUSION_ROWS", "route=4, down_route=4,slot_sum=0")
+    assert launch_fusions("route", 4) and not launch_fusions("route", 5) and launch_fusions("down_route", 3)
+    assert not launch_fusions("slot_sum", 1) and launch_fusions("tail", FUSIONS["tail"])
+    assert launch_fusions("gate", 64)  # no limit: untouched
+    monkeypatch.setenv("HINFER_FUSION_ROWS", "rout=4")
+    with pytest.raises(ValueError, match="HINFER_FUSION_ROWS"):
+        launch_fusions("route", 1)
+    monkeypatch.setenv("HINFER_FUSION_ROWS", "route=four")
+    with pytest.raises(ValueError, match="HINFER_FUSION_ROWS"):
+        launch_fusions("route", 1)
 
 
 def test_int4_wgmma_rows(monkeypatch):

@@ -142,15 +142,17 @@ def direct_pairs() -> int:
 def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, out: torch.Tensor,
                  logits: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
     """gate_up and down through the tensor-core kernel (moe_int4_mma.py): gate_up writes SiLU-mul's output, the
-    down sums the slots. With `logits` (one token; slot k - 1 the folded shared expert) the gate_up launch routes
-    the token itself and writes the ids and weights the down reads (`tw`, `ids` are then None); the down routes
-    it again (`down_route`) to read its weights before it waits for the gate_up."""
+    down sums the slots. With `logits` (a few tokens; slot k - 1 of each the folded shared expert) the gate_up
+    launch routes the tokens itself, a block per pair, and writes the ids and weights the down reads (`tw`, `ids`
+    are then None); the down routes them again (`down_route`) to read its weights before it waits for the
+    gate_up."""
     pairs, h, bm = t * k, x.shape[1], EXPERTS_BLOCK_M
     route = {}
     if logits is not None:
-        ids, tw = _empty((k,), torch.int64, x.device), _empty((k,), logits.dtype, x.device)
+        ids, tw = _empty((pairs,), torch.int64, x.device), _empty((pairs,), logits.dtype, x.device)
         route = dict(topk=k - 1, route=logits, route_w=tw)
-    if t == 1 or pairs <= direct_pairs():  # block b = pair b (an expert two tokens share is read twice)
+    if t == 1 or logits is not None or pairs <= direct_pairs():  # block b = pair b (an expert two tokens share is
+        # read twice)
         blocks, sorted_, bexp, brows, direct = pairs, ids, ids, ids, True
     else:
         al = align(ids.view(t, k), gu.shape[0], bm, pdl=True)  # launched under the route kernel's tail
@@ -171,11 +173,11 @@ def moe_route_experts(
     x: torch.Tensor, router_logits: torch.Tensor, w_gate_up: Experts, w_down: Experts, top_k: int,
     shared: bool = False,
 ) -> torch.Tensor:  # fmt: skip
-    """moe_route then moe_experts; at one token with int4 experts on tensor cores and a folded shared expert,
-    the `route` launch fusion (hinfer.ops.dispatch.FUSIONS) lets the gate_up launch route the token itself."""
+    """moe_route then moe_experts; at a few tokens (the `route` launch fusion's rows, hinfer.ops.dispatch.FUSIONS)
+    with int4 experts on tensor cores and a folded shared expert, the gate_up launch routes the tokens itself."""
     t, k = x.shape[0], top_k + shared
-    if (shared and t == 1 and launch_fusions("route", t) and _fmt(w_gate_up) == INT4
-            and router_logits.dtype == torch.bfloat16 and mma_experts_fit(x, w_gate_up, w_down, k)):  # fmt: skip
+    if (shared and launch_fusions("route", t) and _fmt(w_gate_up) == INT4
+            and router_logits.dtype == torch.bfloat16 and mma_experts_fit(x, w_gate_up, w_down, t * k)):  # fmt: skip
         out = _empty((t, x.shape[1]), x.dtype, x.device)
         return _experts_mma(_unit_last(x), w_gate_up, w_down, None, None, t, k, out,
                             logits=router_logits.contiguous())  # fmt: skip

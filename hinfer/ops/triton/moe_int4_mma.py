@@ -2,7 +2,8 @@
 
 The dense kernel's loop (linear_int4_mma._k_loop, ROWS: each thread loads 16 bytes of rows g and g + 8 of a
 16-row stripe, which unpack straight into mma.sync A fragments) over one expert's weight per block of rows:
-block b is pair b when the batch has one token (`DIRECT`: ids[b] is its expert), else the b-th block of
+block b is pair b when the batch has one token or the launch routes its few tokens itself (`DIRECT`: ids[b] is
+its expert), else the b-th block of
 moe_align's grouping (bexp[b] its expert, -1: nothing to do; sorted[b * BLOCK_M + r] the pairs of its
 brows[b] rows). Row r of a block reads x row pair // XDIV (XDIV = top k for gate_up: the pair's token; 1 for down:
 the pair's own activation row) and writes y row `pair`, times the pair's routing weight with ROW_SCALE.
@@ -116,8 +117,10 @@ def int4_mma_experts_kernel(
         pdl_start(PDL)
     pid_n = gl.program_id(0)
     blk = gl.program_id(1)
-    if ROUTE > 0:  # one token: this program routes it (top ROUTE) itself and takes slot blk's expert
-        e, w = _route_slot(logits_ptr, n_experts, blk, ROUTE, BLOCK_E)
+    if ROUTE > 0:  # a few tokens, a block per pair: this program routes the pair's token (top ROUTE) itself and
+        # takes its slot's expert (pair = token x (ROUTE + 1) + slot; the logits' rows are E + 1 long)
+        e, w = _route_slot(logits_ptr + (blk // (ROUTE + 1)) * (n_experts + 1), n_experts, blk % (ROUTE + 1), ROUTE,
+                           BLOCK_E)  # fmt: skip
         if not EARLY:  # the gate_up launch: the slot's id and weight, for the down launch
             if (pid_n == 0) & (gl.program_id(2) == 0):
                 gl.store(ids_ptr + blk, e.to(gl.int64))
@@ -315,10 +318,10 @@ def experts_mma(
     With `sum_out` [T, N] the launch also sums each token's `topk` slots (pair = t * topk + s) into it: the last
     program to finish an N tile does (moe_gemm._sum_slots_kernel's sum, one launch fewer). With `act` w's rows
     are [gate | up] (2 x N / 2) and y [P, N / 2] gets silu(gate) * up (as activation.silu_mul): each tile pairs 8
-    gate rows with their 8 up rows per 16-row stripe, so one thread holds both. With `route` (one token's router
-    logits [1, E + 1], the last the shared expert's gate; direct blocks, one per slot) the launch routes the token
-    as moe_route(..., blocks - 1, shared=True) does and writes each slot's expert into `ids` and its weight into
-    `route_w` (the route kernel's launch saved). With `route` and `early` (the down after such a gate_up) it routes
+    gate rows with their 8 up rows per 16-row stripe, so one thread holds both. With `route` (T tokens' router
+    logits [T, E + 1], the last of a row the shared expert's gate; direct blocks, one per pair: pair = token x
+    (topk + 1) + slot) the launch routes each token as moe_route(..., topk, shared=True) does and writes each
+    pair's expert into `ids` and its weight into `route_w` (the route kernel's launch saved). With `route` and `early` (the down after such a gate_up) it routes
     the token again, writes nothing of it, and issues its first groups of weights before its PDL wait: the
     logits come from the kernel before the gate_up, so they are complete once the gate_up lets this launch start
     (every gate_up program waits before it lets dependents launch), and the weights' DRAM trip overlaps the
@@ -330,10 +333,12 @@ def experts_mma(
         x = x.contiguous()
     if act and (tw is not None or sum_out is not None or y.shape[-1] != n // 2):
         raise ValueError(f"int4 mma experts: silu(gate) * up into {n // 2} columns, alone; got y {tuple(y.shape)}")
-    if route is not None and (not direct or route.shape[0] != 1 or route.dtype != torch.bfloat16
-                              or route.shape[1] - 1 > 1024
-                              or not early and (blocks != topk + 1 or route_w is None)):  # fmt: skip
-        raise ValueError(f"int4 mma experts: routing one token into {topk} + 1 direct slots, got {blocks} blocks")
+    slots = blocks // route.shape[0] if route is not None else 1  # a routed token's slots: its top k + shared
+    if route is not None and (not direct or blocks != route.shape[0] * slots or route.dtype != torch.bfloat16
+                              or not route.is_contiguous() or route.shape[1] - 1 > 1024
+                              or not early and (slots != topk + 1 or route_w is None)):  # fmt: skip
+        raise ValueError(f"int4 mma experts: routing {route.shape[0]} tokens into {topk} + 1 direct slots each, "
+                         f"got {blocks} blocks")  # fmt: skip
     if early and route is None:
         raise ValueError("int4 mma experts: weights ahead of the PDL wait need the launch to route its token")
     cfg = cfg or experts_mma_tile(ids.numel(), n, k, blocks)
@@ -359,7 +364,7 @@ def experts_mma(
         ROW_SCALE=tw is not None, SPLIT_K=split, SUM=sum_out is not None, TOPK=topk,
         TOPK_P=1 << (topk - 1).bit_length(), ACT=act, num_warps=warps,
         logits_ptr=route, n_experts=0 if route is None else route.shape[1] - 1,
-        ROUTE=blocks - 1 if route is not None else 0, EARLY=early, RING=cfg.ring,
+        ROUTE=slots - 1 if route is not None else 0, EARLY=early, RING=cfg.ring,
         BLOCK_E=triton.next_power_of_2(route.shape[1] - 1) if route is not None else 256, **pdl_kwargs(x),
         **({"maxnreg": cfg.max_regs} if cfg.max_regs else {}),
     )  # fmt: skip
