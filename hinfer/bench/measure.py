@@ -7,8 +7,12 @@ kernels read lengths from device tensors). Prefill runs the real chunked forward
 
 from __future__ import annotations
 
+import gc
 import logging
+import statistics
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import torch
@@ -68,6 +72,20 @@ def _lanes(runner: ModelRunner, lanes: int, depth: int, steps: int, draft_slots:
     return seqs
 
 
+@contextmanager
+def no_gc() -> Iterator[None]:
+    """Python's cyclic collector held off over a timed window (it runs after it): a collection of the engine's
+    heap inside a short window is a pause the steady state does not have, and one of the causes of spread
+    between runs."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def decode(runner: ModelRunner, lanes: int, depth: int, steps: int = 64, warmup: int = 4, ahead: bool = True,
            sampling: str = "greedy") -> Timing:  # fmt: skip
     """Plain decode steps as the engine runs them: a step ahead (each queued before the previous one's tokens are
@@ -94,21 +112,25 @@ def decode(runner: ModelRunner, lanes: int, depth: int, steps: int = 64, warmup:
     for _ in range(warmup):
         one_step()
     sync(runner.device)
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        one_step()
-    sync(runner.device)
-    dt = time.perf_counter() - t0
+    with no_gc():
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            one_step()
+        sync(runner.device)
+        dt = time.perf_counter() - t0
     return Timing(lanes * steps / dt, dt / steps * 1e3, steps)
 
 
 @dataclass
 class SpecTiming:
-    ms_per_round: float
+    ms_per_round: float  # the median round (start to start; the last one to the final sync)
     rounds: int
     tokens_per_round: float  # measured; with random weights the drafts are almost never accepted
     drafted_per_round: float
     chained: float  # share of rounds drafted before the acceptance read (MTPDrafter._chain)
+    ms_mean: float = 0.0  # the window's mean round
+    ms_p10: float = 0.0  # the 10th and 90th percentile rounds: the spread inside the window
+    ms_p90: float = 0.0
 
 
 def spec_rounds(core: EngineCore, lanes: int, depth: int, rounds: int = 32, warmup: int = 4,
@@ -116,7 +138,10 @@ def spec_rounds(core: EngineCore, lanes: int, depth: int, rounds: int = 32, warm
     """Speculative rounds at `lanes` lanes and context `depth` on the engine's path (SpecDecoder: verify graph,
     acceptance, then the MTP drafter's graphs), every lane drafting K tokens each round. The round's cost does
     not depend on how many drafts are accepted (verify always runs K + 1 rows, the drafter's first pass is padded
-    to K + 1 rows), so random weights time it truthfully; only their acceptance is meaningless."""
+    to K + 1 rows), so random weights time it truthfully; only their acceptance is meaningless. Each round is
+    timed from its start to the next one's (a round's acceptance read waits for its verification, so the rounds
+    of the window are the engine's steady period); the figure is their median, with the mean and the 10th / 90th
+    percentiles beside it."""
     spec = core.spec
     assert spec is not None, "the core was built without --spec"
     assert spec.policy is None, "rounds at a fixed K: build the core with spec_adaptive=False"
@@ -137,13 +162,19 @@ def spec_rounds(core: EngineCore, lanes: int, depth: int, rounds: int = 32, warm
         one_round()
     drafted0, chained0 = spec.drafted, getattr(spec.drafter, "chained", 0)
     sync(core.runner.device)
-    t0 = time.perf_counter()
-    made = sum(one_round() for _ in range(rounds))
-    sync(core.runner.device)
-    dt = time.perf_counter() - t0
+    made, marks = 0, []
+    with no_gc():
+        for _ in range(rounds):
+            marks.append(time.perf_counter())
+            made += one_round()
+        sync(core.runner.device)
+        marks.append(time.perf_counter())
+    ms = sorted((b - a) * 1e3 for a, b in zip(marks, marks[1:]))
     n = rounds * lanes
     chained = (getattr(spec.drafter, "chained", 0) - chained0) / rounds
-    return SpecTiming(dt / rounds * 1e3, rounds, made / n, (spec.drafted - drafted0) / n, chained)
+    return SpecTiming(statistics.median(ms), rounds, made / n, (spec.drafted - drafted0) / n, chained,
+                      ms_mean=(marks[-1] - marks[0]) * 1e3 / rounds, ms_p10=ms[len(ms) // 10],
+                      ms_p90=ms[min(len(ms) - 1, len(ms) * 9 // 10)])  # fmt: skip
 
 
 def sync(device: torch.device) -> None:

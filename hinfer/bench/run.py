@@ -286,7 +286,8 @@ PUBLISHED_ACCEPTANCE = ("3.2-3.3 tokens per round at 3 drafts: SemiAnalysis, Qwe
 SWITCHES = ("HINFER_PDL", "HINFER_GDN_FUSED", "HINFER_GDN_EARLY", "HINFER_FUSE_LAUNCHES", "HINFER_MOE_INT4",
             "HINFER_INT4_LAYOUT", "HINFER_INT4_PREFILL", "HINFER_INT4_DEQUANT",
             "HINFER_INT4_WGMMA", "HINFER_MOE_MMA_PAIRS", "HINFER_MOE_DIRECT_PAIRS", "HINFER_PREFILL_CUDNN",
-            "HINFER_TILES", "HINFER_TP_GRAPHS", "HINFER_SAMPLER_KERNEL", "HINFER_SPEC_PICKS_KERNEL")  # fmt: skip
+            "HINFER_TILES", "HINFER_TP_GRAPHS", "HINFER_SAMPLER_KERNEL", "HINFER_SPEC_PICKS_KERNEL",
+            "HINFER_FUSION_ROWS")  # fmt: skip
 
 
 def switches() -> dict[str, str]:
@@ -321,7 +322,8 @@ def spec_sweep(spec: BenchSpec, cfg: ModelConfig, ecfg: EngineConfig, model: Qwe
                                         model.embed_tokens.element_size(), ebytes)
             floor_ms = b.total / bw * 1e3
             row = meta | {"kind": "spec_round", "concurrency": c, "depth": depth, "prefill_tokens": 0,
-                          "draft_tokens": k, "ms_per_round": t.ms_per_round, "floor_ms_per_round": floor_ms,
+                          "draft_tokens": k, "ms_per_round": t.ms_per_round, "ms_per_round_mean": t.ms_mean,
+                          "ms_per_round_p10": t.ms_p10, "ms_per_round_p90": t.ms_p90, "floor_ms_per_round": floor_ms,
                           "ratio": floor_ms / t.ms_per_round, "plain_ms_per_step": plain.ms_per_step,
                           "round_vs_plain": t.ms_per_round / plain.ms_per_step,
                           "measured_tokens_per_round_random_weights": t.tokens_per_round,
@@ -332,9 +334,10 @@ def spec_sweep(spec: BenchSpec, cfg: ModelConfig, ecfg: EngineConfig, model: Qwe
                           "acceptance_source": PUBLISHED_ACCEPTANCE, "sampling": sampling}  # fmt: skip
             rows.append(row)
             proj = ", ".join(f"{v:.0f} tok/s at {a}" for a, v in row["projected"].items())
-            log.info("spec K=%d C=%d depth=%d%s: round %.2f ms (floor %.2f, %.0f%%; %.2fx a plain step of "
-                     "%.2f ms; %.0f%% drafted ahead of the read)%s", k, c, depth,
-                     "" if sampling == "greedy" else f" sampling {sampling}", t.ms_per_round, floor_ms,
+            log.info("spec K=%d C=%d depth=%d%s: round %.2f ms (p10-p90 %.2f-%.2f; floor %.2f, %.0f%%; %.2fx a "
+                     "plain step of %.2f ms; %.0f%% drafted ahead of the read)%s", k, c, depth,
+                     "" if sampling == "greedy" else f" sampling {sampling}", t.ms_per_round, t.ms_p10, t.ms_p90,
+                     floor_ms,
                      100 * row["ratio"], row["round_vs_plain"], plain.ms_per_step, 100 * t.chained,
                      f"; projected {proj}" if proj else "")  # fmt: skip
         del core

@@ -20,6 +20,7 @@ def test_spec_rounds_draft_k_every_round(make_engine_core, graphs):
     core.runner.state.fill_random()
     t = measure.spec_rounds(core, lanes, depth, rounds=4, warmup=2)
     assert t.ms_per_round > 0 and t.rounds == 4
+    assert 0 < t.ms_p10 <= t.ms_per_round <= t.ms_p90 and t.ms_mean > 0  # the median inside the window's spread
     assert t.drafted_per_round == k  # every lane drafted K tokens in every timed round
     assert 1 <= t.tokens_per_round <= k + 1
     assert t.chained == (1.0 if graphs else 0.0)  # the graph path drafts each next round ahead of the read
@@ -91,3 +92,19 @@ def test_moe_floor_counts_only_the_experts_tokens_select():
     assert floors.spec_round_bytes(cfg, w, 0, 1, 0, 3, 2, 2, e).weights == w - e + round(e * (1 - (14 / 16) ** 4))
     d1, d8 = floors.mtp_bytes_per_draft(model, None, 1), floors.mtp_bytes_per_draft(model, None, 8)
     assert d8 - d1 == round(mtp_layer * (1 - (14 / 16) ** 8)) - round(mtp_layer * 2 / 16)
+
+
+def test_no_gc_holds_the_collector_off_and_restores_it():
+    import gc
+
+    assert gc.isenabled()
+    with measure.no_gc():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with measure.no_gc():
+            pass
+        assert not gc.isenabled()  # left as it was found
+    finally:
+        gc.enable()
