@@ -99,8 +99,9 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--decode-ahead", action=argparse.BooleanOptionalAction, default=d.decode_ahead,
                    help="while every lane only decodes, queue each step (its input tokens taken on the device) "
                         "before reading the previous step's tokens, so the GPU never waits for the host between "
-                        "steps (default on, and with --spec for its plain steps; needs CUDA graphs; "
-                        "--no-decode-ahead reads every step first)")
+                        "steps (default on; with --spec its plain steps, and each round is launched before the "
+                        "last one's text and events where no lane can stop in it; needs CUDA graphs; "
+                        "--no-decode-ahead reads and accounts for every step first)")
     g.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="where to run (default: cuda if available)")
     g.add_argument("--gpu-memory", type=parse_bytes, default=None, metavar="BYTES",

@@ -20,6 +20,7 @@ import random
 import threading
 import time
 from collections import deque
+from typing import TYPE_CHECKING
 
 from hinfer.config import EngineConfig
 from hinfer.engine.gdn_checkpoints import CheckpointPool
@@ -41,6 +42,9 @@ from hinfer.engine.sequence import ScheduledChunk, Sequence, Status
 from hinfer.engine.stop import StopStringMatcher
 from hinfer.model.image_prompt import hash_ids, place_images
 from hinfer.sampling_defaults import NEUTRAL
+
+if TYPE_CHECKING:
+    from hinfer.engine.spec.decoder import LaneOutput, Launched
 
 log = logging.getLogger("hinfer.engine")
 
@@ -80,6 +84,7 @@ class EngineCore:
         self._grammars_lock = threading.Lock()
         self._runs_ahead = ecfg.decode_ahead and runner.runs_ahead  # with --spec: its plain steps (runs_plain)
         self._ahead: AheadStep | None = None  # the decode step in flight whose tokens are not read yet
+        self._round: Launched | None = None  # a speculative round launched before the last one's bookkeeping
         self._clear_requested = False
         self._seeds = random.Random(ecfg.seed)
         self._by_id: dict[str, Sequence] = {}
@@ -158,7 +163,7 @@ class EngineCore:
     @property
     def has_work(self) -> bool:
         return bool(self.scheduler.running or self.scheduler.waiting or self._aborted or self._clear_requested
-                    or self._ahead is not None)
+                    or self._ahead is not None or self._round is not None)
 
     def clear_prefix_cache(self) -> None:
         """Drop every cached page and GDN checkpoint that no running request uses. Call from the stepping thread
@@ -196,6 +201,9 @@ class EngineCore:
             self._ahead = nxt
             if nxt is not None:
                 return events
+        if self._round is not None:  # launched at the end of the last step: read it (and maybe launch the next)
+            launched, self._round = self._round, None
+            return events + self._spec_landed(launched)
         admitted = self.scheduler.admit()
         if self.prefix is not None:
             self.prefix.restore(admitted)  # a hit's checkpoint copied into its slot, zeros for the rest
@@ -216,13 +224,7 @@ class EngineCore:
             self._ahead = self.runner.launch(chunks, keep_hidden=self.spec is not None)  # tokens come next step
             return events
         if self.spec is not None:
-            outs = self.spec.step(chunks)
-            if self.prefix is not None:  # before the stop rules, as below; a round caches its accepted drafts
-                self.prefix.after_step([c.seq for c in chunks], {id(o.seq): o.token_ids for o in outs})
-            for o in outs:
-                events.append(self._accept_tokens(o.seq, o.token_ids, o.logprobs, o.top_logprobs, now))
-            self.spec.after_step()  # drafts for the lanes that go on
-            return events
+            return events + self._spec_landed(self.spec.launch(chunks))
         result: StepResult = self.runner.step(chunks)
         if self.prefix is not None:  # before the stop rules: a finishing request still holds its pages and slot
             self.prefix.after_step([c.seq for c in chunks])
@@ -231,6 +233,60 @@ class EngineCore:
             events.append(self._accept_tokens(seq, [result.token_ids[i]], [result.logprobs[i]],
                                               [result.top_logprobs[i]], now))  # fmt: skip
         return events
+
+    def _spec_landed(self, launched: Launched) -> list[TokenEvent]:
+        """Read a speculative step and account for it. Where the next round may go first (`_round_first`), its
+        tokens are counted, the drafter hands out the next drafts and the next round is launched before the
+        prefix cache's page naming, the text and the events of this one, which then overlap the GPU's work; else
+        in the usual order, the stop rules before the drafter."""
+        assert self.spec is not None
+        outs = self.spec.land(launched)
+        now = time.monotonic()
+        seqs = [c.seq for c in launched.chunks if c.seq.status is Status.RUNNING]
+        if self._round_first(launched, outs):
+            for o in outs:
+                self._count_tokens(o.seq, o.token_ids, now)
+            self.spec.after_step()
+            chunks = [ScheduledChunk(s, 1, True) for s in self.scheduler.running]
+            if not self.spec.runs_plain(chunks):  # a plain step next: the usual path takes it (run ahead)
+                self._round = self.spec.launch(chunks)
+            if self.prefix is not None:  # the lanes' tokens are counted: nothing is ahead of their lengths
+                self.prefix.after_step(seqs)
+            return [self._accept_tokens(o.seq, o.token_ids, o.logprobs, o.top_logprobs, now, counted=True)
+                    for o in outs]  # fmt: skip
+        if self.prefix is not None:  # before the stop rules, as below; a round caches its accepted drafts
+            self.prefix.after_step(seqs, {id(o.seq): o.token_ids for o in outs})
+        events = [self._accept_tokens(o.seq, o.token_ids, o.logprobs, o.top_logprobs, now) for o in outs]
+        self.spec.after_step()  # drafts for the lanes that go on
+        return events
+
+    def _round_first(self, launched: Launched, outs: list[LaneOutput]) -> bool:
+        """Whether the next round may be launched before this one's bookkeeping: decode ahead on, a verify round
+        of every running lane, no request that could take a free lane, no abort or cache clearing pending, and
+        no lane that this round could finish or whose stop needs its text (stop strings, a grammar): then the
+        stop rules cannot end a lane, and the lanes of the next round are this round's."""
+        sch = self.scheduler
+        if (not self._runs_ahead or launched.plain or self._aborted or self._clear_requested
+                or (sch.waiting and len(sch.running) < sch.max_concurrency) or len(outs) != len(sch.running)):  # fmt: skip
+            return False
+        for o in outs:
+            seq, p = o.seq, o.seq.params
+            if seq.in_prefill or seq.status is not Status.RUNNING or seq.grammar is not None or p.stop:
+                return False
+            if any((t in self.eos and not p.ignore_eos) or t in p.stop_token_ids for t in o.token_ids):
+                return False
+            n = len(o.token_ids)
+            if len(seq.output_ids) + n >= p.max_tokens or seq.num_tokens + n >= self.ecfg.max_context:
+                return False
+        return True
+
+    def _count_tokens(self, seq: Sequence, toks: list[int], now: float) -> None:
+        """A round's tokens into the output ahead of their text (`_accept_tokens(..., counted=True)` follows)."""
+        if not seq.output_ids:
+            seq.first_token = now
+        seq.last_token = now
+        seq.output_ids += toks
+        self.tokens_generated += len(toks)
 
     def _chain(self, prev: AheadStep) -> AheadStep | None:
         """The next decode step queued behind `prev` before its tokens are read, when every running lane only
@@ -273,17 +329,20 @@ class EngineCore:
             self.spec.landed(step.seqs, step.starts, ids, step.hidden)
         return events
 
-    def _accept_tokens(self, seq: Sequence, toks: list[int], lps: list, tops: list, now: float) -> TokenEvent:
-        """Append tokens one at a time under the stop rules; the ones after a stop are dropped."""
-        first = not seq.output_ids
-        if first:
+    def _accept_tokens(self, seq: Sequence, toks: list[int], lps: list, tops: list, now: float,
+                       counted: bool = False) -> TokenEvent:  # fmt: skip
+        """Append tokens one at a time under the stop rules; the ones after a stop are dropped. `counted`: the
+        tokens are in the output already (`_count_tokens`) and none of them can stop it: their text and event."""
+        first = len(seq.output_ids) == len(toks) if counted else not seq.output_ids
+        if first and not counted:
             seq.first_token = now
         seq.last_token = now
         p = seq.params
         finish, stop_reason, text, n = None, None, "", 0
         for i, tok in enumerate(toks):
-            seq.output_ids.append(tok)
-            self.tokens_generated += 1
+            if not counted:
+                seq.output_ids.append(tok)
+                self.tokens_generated += 1
             n += 1
             if (tok in self.eos and not p.ignore_eos) or tok in p.stop_token_ids:
                 finish, stop_reason = "stop", tok

@@ -121,6 +121,21 @@ class _Lane:
     probs: torch.Tensor | None
 
 
+@dataclass
+class Launched:
+    """A step whose GPU work is queued and not read yet (SpecDecoder.launch -> land)."""
+
+    chunks: list[ScheduledChunk]
+    seq_chunks: list[SeqChunk]
+    verifying: list[_Taken]
+    shadows: dict[int, Proposal]  # chunk index -> the probe draft a plain step only compares
+    hidden: torch.Tensor
+    logits: torch.Tensor
+    rows: list[tuple[int, int]]
+    picks: DeviceDrafts | None  # every row's next token on its way to the host (the early draft pass's)
+    plain: bool  # a plain decode step (K = 0)
+
+
 class SpecDecoder:
     def __init__(self, runner: ModelRunner, draft_tokens: int, drafter: Drafter, max_context: int,
                  policy: AdaptivePolicy | None = None) -> None:
@@ -219,6 +234,14 @@ class SpecDecoder:
     @torch.inference_mode()
     def step(self, chunks: list[ScheduledChunk]) -> list[LaneOutput]:
         """Run one step; -> the tokens of every chunk that produces some, in order."""
+        return self.land(self.launch(chunks))
+
+    @torch.inference_mode()
+    def launch(self, chunks: list[ScheduledChunk]) -> Launched:
+        """The step's GPU work queued (the target forward; for a round of verifying lanes the drafter's pass and
+        chain behind it), nothing read yet: `land` reads and applies it. The engine may do a round's host
+        bookkeeping between the two (EngineCore: the next round launched before the last one's stop rules and
+        text)."""
         self._fed = []
         self._landed_at = None  # a step read at once ends a chain of steps run ahead
         plain = self.batch_k == 0  # a plain decode step: no lane verifies drafts
@@ -253,21 +276,34 @@ class SpecDecoder:
         fed = self._drafts_on_device(verifying, seq_chunks)
         hidden, logits, rows = self._target_forward(seq_chunks, plain and decode_only, fed)
         picks = None if plain else self._early_draft_pass(chunks, seq_chunks, verifying, fed, hidden, logits, rows)
-        for c, sc, (_, r) in zip(chunks, seq_chunks, rows):
-            if sc.all_logits and not verifies(sc):  # a prompt chunk whose request wants its prompt logprobs
+        return Launched(chunks, seq_chunks, verifying, shadows, hidden, logits, rows, picks, plain)
+
+    @torch.inference_mode()
+    def land(self, step: Launched) -> list[LaneOutput]:
+        """Read a launched step and apply it: acceptance, the lanes' lengths and GDN slots, the drafter's feed;
+        -> the tokens of every chunk that produces some, in order. A lane that finished since the launch (an
+        abort) is passed over: its rows are dropped, its resources are already back with the scheduler (the GPU
+        reaches any later use of them after this step's kernels)."""
+        chunks, seq_chunks, rows, logits, hidden = step.chunks, step.seq_chunks, step.rows, step.logits, step.hidden
+        live = [c.seq.status is Status.RUNNING for c in chunks]
+        for c, sc, (_, r), ok in zip(chunks, seq_chunks, rows, live):
+            if ok and sc.all_logits and not verifies(sc):  # a prompt chunk whose request wants its prompt logprobs
                 record_prompt_logprobs(c.seq, sc.cached_len, logits[r : r + len(sc.token_ids)])
         firsts = [(c.seq, rows[i][1] + (len(sc.token_ids) - 1 if sc.all_logits else 0))
                   for i, (c, sc) in enumerate(zip(chunks, seq_chunks))
-                  if c.samples and (c.seq.in_prefill or plain)]  # fmt: skip
-        lanes = [_Lane(chunks[v.index].seq, rows[v.index][1], v.tokens(), v.probs) for v in verifying]
-        out = {id(o.seq): o for o in self._sample_firsts(firsts, logits) + self._verify(lanes, logits, picks)}
-        for i, prop in shadows.items():  # a probe in a plain step: would the target have accepted it?
+                  if live[i] and c.samples and (c.seq.in_prefill or step.plain)]  # fmt: skip
+        lanes = [_Lane(chunks[v.index].seq, rows[v.index][1], v.tokens(), v.probs) for v in step.verifying
+                 if live[v.index]]  # fmt: skip
+        out = {id(o.seq): o for o in self._sample_firsts(firsts, logits) + self._verify(lanes, logits, step.picks)}
+        for i, prop in step.shadows.items():  # a probe in a plain step: would the target have accepted it?
             s = chunks[i].seq
-            if self.policy is not None and isinstance(s.spec_lane, LaneAcceptance):
+            if live[i] and self.policy is not None and isinstance(s.spec_lane, LaneAcceptance):
                 self.policy.observe(s.spec_lane, 1, int(out[id(s)].token_ids[0] == prop.settle()[0]))
 
         results: list[LaneOutput] = []
-        for c, sc, (h0, _) in zip(chunks, seq_chunks, rows):
+        for c, sc, (h0, _), ok in zip(chunks, seq_chunks, rows, live):
+            if not ok:
+                continue
             s, n, o = c.seq, len(sc.token_ids), out.get(id(c.seq))
             if verifies(sc):  # a verified round: the state after the last accepted token becomes current
                 a = len(o.token_ids) - 1
