@@ -231,7 +231,6 @@ class SpecDecoder:
             self._fed.append(_Fed(s, starts[i], [tokens[i]], hidden[i : i + 1], True))
         self.after_step()
 
-    @torch.inference_mode()
     def step(self, chunks: list[ScheduledChunk]) -> list[LaneOutput]:
         """Run one step; -> the tokens of every chunk that produces some, in order."""
         return self.land(self.launch(chunks))
