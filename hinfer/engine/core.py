@@ -266,7 +266,7 @@ class EngineCore:
         no lane that this round could finish or whose stop needs its text (stop strings, a grammar): then the
         stop rules cannot end a lane, and the lanes of the next round are this round's."""
         sch = self.scheduler
-        if (not self._runs_ahead or launched.plain or self._aborted or self._clear_requested
+        if (not self._runs_ahead or launched.plain or self._aborted or self._clear_requested or not outs
                 or (sch.waiting and len(sch.running) < sch.max_concurrency) or len(outs) != len(sch.running)):  # fmt: skip
             return False
         for o in outs:

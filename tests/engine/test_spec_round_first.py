@@ -140,3 +140,27 @@ def test_checkpoint_saved_behind_an_early_round_restores_the_right_state(make_en
     assert lp["on"][1] >= 48 and lp["off"][1] == 0, (lp["on"][1], lp["off"][1])
     assert max(abs(a - b) for a, b in zip(lp["on"][0], lp["off"][0])) < 1e-4
     _assert_clean(on)
+
+
+def test_every_lane_aborted_in_flight(make_engine_core, seed):
+    """Every lane of a round in flight aborted: the round lands empty, no next round is launched, nothing leaks, and
+    the engine serves the next request as a fresh one."""
+    rng = random.Random(seed)
+    core = _spec_core(make_engine_core, True, max_concurrency=2)
+    for i in range(2):
+        core.add(GenerationRequest(f"x{i}", [rng.randrange(1, 1024) for _ in range(9)],
+                                   SP(temperature=0, max_tokens=60, ignore_eos=True)))
+    steps = 0
+    while core._round is None:
+        core.step()
+        steps += 1
+        assert steps < 100, "no round went first"
+    core.abort("x0")
+    core.abort("x1")
+    finished = {ev.request_id: ev.finish_reason for ev in core.step() if ev.finish_reason}
+    assert finished == {"x0": "abort", "x1": "abort"} and core._round is None and not core.has_work
+    _assert_clean(core)
+    fresh = _drive(core, [(0, GenerationRequest("y", [5, 6, 7], SP(temperature=0, max_tokens=12, ignore_eos=True)))])
+    alone = _drive(_spec_core(make_engine_core, True, max_concurrency=2),
+                   [(0, GenerationRequest("y", [5, 6, 7], SP(temperature=0, max_tokens=12, ignore_eos=True)))])
+    assert fresh == alone
