@@ -61,6 +61,21 @@ def _assert_clean(core) -> None:
     assert (st.pages_free, st.slots_free, st.lanes_busy) == (st.pages_total, st.slots_total, 0)
 
 
+def second_turn(cores: dict, prompt: list[int]) -> dict[str, tuple[list, int]]:
+    """Each core's greedy answer of 6 tokens to `prompt`: name -> (its logprobs, the prompt tokens it had cached)."""
+    out = {}
+    for name, core in cores.items():
+        core.add(GenerationRequest(name, prompt, SP(temperature=0, max_tokens=6, ignore_eos=True, logprobs=0)))
+        cached, lps = 0, []
+        while core.has_work:
+            for ev in core.step():
+                lps += ev.logprobs or []
+                if ev.usage is not None:
+                    cached = ev.usage.cached_tokens
+        out[name] = (lps, cached)
+    return out
+
+
 def _requests(rng: random.Random, stop_tok: int, stop_str: str) -> list[tuple[int, GenerationRequest]]:
     def prompt(n):
         return [rng.randrange(1, 1024) for _ in range(n)]
@@ -79,41 +94,56 @@ def _requests(rng: random.Random, stop_tok: int, stop_str: str) -> list[tuple[in
     return [(at, GenerationRequest(f"r{i}", prompt(rng.randint(1, 40)), p)) for i, (at, p) in enumerate(specs)]
 
 
-def test_ahead_equals_reading_every_step(make_engine_core, seed):
+def ahead_against_in_turn(make, count, seed: int) -> tuple[dict, dict, list[int], object]:
+    """The mixed requests (stop tokens, stop strings, length, sampling, penalties, logprobs, joining mid-stream)
+    through `make(True)` (its launches counted by `count`) and `make(False)`; -> (outputs ahead, outputs in
+    turn, the counted lanes, the ahead core)."""
     rng = random.Random(seed)
     # a stop token and a stop string the greedy lanes will meet: taken from a plain run of the first prompt
-    probe = _core(make_engine_core, False, max_concurrency=4)
     p0 = [rng.randrange(1, 1024) for _ in range(20)]
+    probe = make(False, max_concurrency=4)
     toks, text, _ = _drive(probe, [(0, GenerationRequest("p", p0, SP(temperature=0, max_tokens=40, ignore_eos=True)))])["p"]
     stop_tok, stop_str = toks[7], text[len(text) // 3 : len(text) // 3 + 2] or "e"
-    reqs = _requests(random.Random(seed + 1), stop_tok, stop_str)
-    plain = _drive(_core(make_engine_core, False, max_concurrency=4, prefill_chunk=16), reqs)
-    core = _core(make_engine_core, True, max_concurrency=4, prefill_chunk=16)
-    lanes = _counting(core)
-    got = _drive(core, _requests(random.Random(seed + 1), stop_tok, stop_str))
+    in_turn = _drive(make(False, max_concurrency=4, prefill_chunk=16), _requests(random.Random(seed + 1), stop_tok, stop_str))
+    core = make(True, max_concurrency=4, prefill_chunk=16)
+    lanes = count(core)
+    return _drive(core, _requests(random.Random(seed + 1), stop_tok, stop_str)), in_turn, lanes, core
+
+
+def test_ahead_equals_reading_every_step(make_engine_core, seed):
+    got, plain, lanes, core = ahead_against_in_turn(lambda ahead, **kw: _core(make_engine_core, ahead, **kw),
+                                                    _counting, seed)  # fmt: skip
     assert got == plain
     assert len(lanes) > 20 and max(lanes) >= 2  # most steps ran ahead, several lanes at once
     _assert_clean(core)
 
 
+def abort_requests(rng: random.Random, n: int, per_step: int, tokens: tuple[int, int]) -> list:
+    """n requests, `per_step` joining a step, greedy or sampled, max_tokens drawn from `tokens`."""
+    return [(i // per_step, GenerationRequest(f"a{i}", [rng.randrange(1, 1024) for _ in range(rng.randint(1, 30))],
+                                              SP(temperature=rng.choice([0, 0.9]), seed=i,
+                                                 max_tokens=rng.randint(*tokens), ignore_eos=True)))
+            for i in range(n)]  # fmt: skip
+
+
+def assert_aborts_cut_short(got: dict, in_turn: dict) -> None:
+    """An aborted request got the start of its output read in turn; every other one the whole of it."""
+    for rid, (t, text, fin) in got.items():
+        if fin == "abort":
+            assert t == in_turn[rid][0][: len(t)]
+        else:
+            assert (t, text, fin) == in_turn[rid]
+    assert sum(f == "abort" for _, _, f in got.values()) >= 2
+
+
 def test_abort_in_flight_and_soak_leak_nothing(make_engine_core, seed):
-    rng = random.Random(seed)
-    reqs = [(i // 2, GenerationRequest(f"a{i}", [rng.randrange(1, 1024) for _ in range(rng.randint(1, 30))],
-                                       SP(temperature=rng.choice([0, 0.9]), seed=i, max_tokens=rng.randint(1, 30),
-                                          ignore_eos=True)))
-            for i in range(12)]  # fmt: skip
-    aborts = {8: "a1", 15: "a4", 16: "a5", 30: "a9"}
+    reqs = abort_requests(random.Random(seed), 12, 2, (1, 30))
     plain = _drive(_core(make_engine_core, False, max_concurrency=3, prefill_chunk=16), reqs)
     core = _core(make_engine_core, True, max_concurrency=3, prefill_chunk=16)
     lanes = _counting(core)
-    got = _drive(core, reqs, aborts)
+    got = _drive(core, reqs, {8: "a1", 15: "a4", 16: "a5", 30: "a9"})
     assert lanes
-    for rid, (t, text, fin) in got.items():
-        if fin == "abort":  # what it got before the abort: the start of its plain output
-            assert t == plain[rid][0][: len(t)]
-        else:
-            assert (t, text, fin) == plain[rid]
-    assert sum(f == "abort" for _, _, f in got.values()) >= 2
+    assert_aborts_cut_short(got, plain)
     _assert_clean(core)
 
 
@@ -128,16 +158,7 @@ def test_decode_checkpoints_saved_ahead_restore_the_right_state(make_engine_core
     answer = _drive(on, [(0, GenerationRequest("t1", prompt, SP(temperature=0, max_tokens=40, ignore_eos=True)))])
     assert len(lanes) >= 30
     turn2 = prompt + answer["t1"][0] + [rng.randrange(1, 1024) for _ in range(5)]
-    lp: dict[str, list] = {}
-    for name, core in (("on", on), ("off", off)):
-        core.add(GenerationRequest(name, turn2, SP(temperature=0, max_tokens=6, ignore_eos=True, logprobs=0)))
-        cached, lps = 0, []
-        while core.has_work:
-            for ev in core.step():
-                lps += ev.logprobs or []
-                if ev.usage is not None:
-                    cached = ev.usage.cached_tokens
-        lp[name] = (lps, cached)
+    lp = second_turn({"on": on, "off": off}, turn2)
     assert lp["on"][1] == 48 and lp["off"][1] == 0  # 21 + 40 - 1 tokens run in turn 1: boundaries 16, 32, 48
     assert max(abs(a - b) for a, b in zip(lp["on"][0], lp["off"][0])) < 1e-4
     _assert_clean(on)

@@ -17,7 +17,14 @@ from hinfer.config import EngineConfig
 from hinfer.engine.factory import make_core, resolve_engine_config
 from hinfer.engine.protocol import GenerationRequest
 from hinfer.sampling_params import SamplingParams as SP
-from tests.engine.test_decode_ahead import _assert_clean, _drive, _requests
+from tests.engine.test_decode_ahead import (
+    _assert_clean,
+    _drive,
+    abort_requests,
+    ahead_against_in_turn,
+    assert_aborts_cut_short,
+    second_turn,
+)
 from tests.engine.test_prefix_cache import one_thread  # noqa: F401  (autouse: one torch thread here too)
 
 
@@ -47,16 +54,8 @@ def _early(core) -> list[int]:
 
 
 def test_rounds_first_equal_rounds_accounted_in_turn(make_engine_core, seed):
-    rng = random.Random(seed)
-    probe = _spec_core(make_engine_core, False, max_concurrency=4)
-    p0 = [rng.randrange(1, 1024) for _ in range(20)]
-    toks, text, _ = _drive(probe, [(0, GenerationRequest("p", p0, SP(temperature=0, max_tokens=40, ignore_eos=True)))])["p"]
-    stop_tok, stop_str = toks[7], text[len(text) // 3 : len(text) // 3 + 2] or "e"
-    reqs = _requests(random.Random(seed + 1), stop_tok, stop_str)
-    in_turn = _drive(_spec_core(make_engine_core, False, max_concurrency=4, prefill_chunk=16), reqs)
-    core = _spec_core(make_engine_core, True, max_concurrency=4, prefill_chunk=16)
-    lanes = _early(core)
-    got = _drive(core, _requests(random.Random(seed + 1), stop_tok, stop_str))
+    got, in_turn, lanes, core = ahead_against_in_turn(lambda first, **kw: _spec_core(make_engine_core, first, **kw),
+                                                      _early, seed)  # fmt: skip
     assert got == in_turn
     assert len(lanes) >= 5 and max(lanes) >= 2, lanes  # rounds went first, several lanes at once
     _assert_clean(core)
@@ -64,12 +63,7 @@ def test_rounds_first_equal_rounds_accounted_in_turn(make_engine_core, seed):
 
 
 def test_abort_in_flight_leaks_nothing(make_engine_core, seed):
-    rng = random.Random(seed)
-    reqs = [(i // 3, GenerationRequest(f"a{i}", [rng.randrange(1, 1024) for _ in range(rng.randint(1, 30))],
-                                       SP(temperature=rng.choice([0, 0.9]), seed=i, max_tokens=rng.randint(8, 40),
-                                          ignore_eos=True)))
-            for i in range(9)]  # fmt: skip
-    aborts = {6: "a0", 11: "a2", 12: "a3", 20: "a6"}
+    reqs = abort_requests(random.Random(seed), 9, 3, (8, 40))
     in_turn = _drive(_spec_core(make_engine_core, False, max_concurrency=3, prefill_chunk=16), reqs)
     core = _spec_core(make_engine_core, True, max_concurrency=3, prefill_chunk=16)
     lanes = _early(core)
@@ -82,14 +76,9 @@ def test_abort_in_flight_leaks_nothing(make_engine_core, seed):
         return real_drop()
 
     core._drop_aborted = drop
-    got = _drive(core, reqs, aborts)
+    got = _drive(core, reqs, {6: "a0", 11: "a2", 12: "a3", 20: "a6"})
     assert lanes and aborted_in_flight, (lanes, aborted_in_flight)
-    for rid, (t, text, fin) in got.items():
-        if fin == "abort":  # what it got before the abort: the start of its output read in turn
-            assert t == in_turn[rid][0][: len(t)]
-        else:
-            assert (t, text, fin) == in_turn[rid]
-    assert sum(f == "abort" for _, _, f in got.values()) >= 2
+    assert_aborts_cut_short(got, in_turn)
     _assert_clean(core)
 
 
@@ -126,17 +115,7 @@ def test_checkpoint_saved_behind_an_early_round_restores_the_right_state(make_en
     prompt = [rng.randrange(1, 1024) for _ in range(21)]
     answer = _drive(on, [(0, GenerationRequest("t1", prompt, SP(temperature=0, max_tokens=40, ignore_eos=True)))])
     assert len(lanes) >= 10
-    turn2 = prompt + answer["t1"][0] + [rng.randrange(1, 1024) for _ in range(5)]
-    lp: dict[str, list] = {}
-    for name, core in (("on", on), ("off", off)):
-        core.add(GenerationRequest(name, turn2, SP(temperature=0, max_tokens=6, ignore_eos=True, logprobs=0)))
-        cached, lps = 0, []
-        while core.has_work:
-            for ev in core.step():
-                lps += ev.logprobs or []
-                if ev.usage is not None:
-                    cached = ev.usage.cached_tokens
-        lp[name] = (lps, cached)
+    lp = second_turn({"on": on, "off": off}, prompt + answer["t1"][0] + [rng.randrange(1, 1024) for _ in range(5)])
     assert lp["on"][1] >= 48 and lp["off"][1] == 0, (lp["on"][1], lp["off"][1])
     assert max(abs(a - b) for a, b in zip(lp["on"][0], lp["off"][0])) < 1e-4
     _assert_clean(on)
