@@ -121,3 +121,15 @@ def test_graph_batches_accept_every_draft_of_an_alternating_model(tiny_model, to
         st = core.stats().extra
         rate[graphs] = st["spec_accepted"] / st["spec_rounds"]
     assert rate[True] == rate[False] >= 2.5, rate
+
+
+def test_chain_switch_off_drafts_after_the_read(two_token_model, tokenizer, monkeypatch):
+    """HINFER_SPEC_CHAIN=0: no round is chained, and the output is the chained engine's."""
+    params = SP(temperature=0, max_tokens=40, ignore_eos=True)
+    outs, chained = {}, {}
+    for on in ("1", "0"):
+        monkeypatch.setenv("HINFER_SPEC_CHAIN", on)
+        core = _spec_core(two_token_model, tokenizer, 3)
+        outs[on] = run_all(core, _requests(3, params))[0]
+        chained[on] = core.stats().extra["spec_chained"]
+    assert outs["1"] == outs["0"] and chained["1"] > 0 and chained["0"] == 0, chained

@@ -21,6 +21,7 @@ sampler; the MTP head is still fed the positions, and probe drafts are only comp
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
 
@@ -81,6 +82,12 @@ class _Fed:
     next_ids: list[int]
     hidden: torch.Tensor
     sampled: bool  # the chunk produced a token: the lane verifies next and wants drafts
+
+
+def chain_on() -> bool:
+    """HINFER_SPEC_CHAIN (read every round; default 1): `0` leaves the next round's drafts to after the acceptance
+    read (MTPDrafter._chain off), to compare the two in one process."""
+    return os.environ.get("HINFER_SPEC_CHAIN", "1") != "0"
 
 
 def _argmax_lane(seq: Sequence) -> bool:
@@ -398,7 +405,7 @@ class SpecDecoder:
             return None
         picks = real_argmax(logits[: m * t], self.sampler.num_real_tokens)
         sampled = [i for i, c in enumerate(chunks) if not c.seq.params.greedy]
-        chain = all(v.k == self.k and self._chains(c.seq) for c, v in zip(chunks, verifying))
+        chain = chain_on() and all(v.k == self.k and self._chains(c.seq) for c, v in zip(chunks, verifying))
         drafts = self._round_drafts(verifying, fed, t) if sampled or chain else None
         if sampled:  # their rows' picks replace the argmax
             at = to_device([i * t + j for i in sampled for j in range(t)], torch.int64, logits.device)
