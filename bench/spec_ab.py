@@ -19,7 +19,7 @@ import statistics
 import torch
 
 from hinfer.bench import measure
-from hinfer.bench.run import build_model, resolve_model, truncate_layers
+from hinfer.bench.run import build_model, resolve_model
 from hinfer.config import EngineConfig, load_model_config
 from hinfer.engine.factory import make_core, resolve_engine_config
 from hinfer.fixtures import tokenizer_dir
@@ -62,7 +62,6 @@ def main() -> None:
     lanes = [int(x) for x in a.lanes.split(",")]
     path, is_ckpt = resolve_model(a.config)
     cfg = load_model_config(path)
-    cfg = truncate_layers(cfg, None)
     steps = (a.rounds + 3) * (a.spec_k + 1) * a.reps * len(values) + 64
     ecfg = resolve_engine_config(cfg, EngineConfig(device="cuda", dtype="bf16", max_concurrency=max(lanes),
                                                    max_context=a.depth + steps + 256, spec="mtp",
