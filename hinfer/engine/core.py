@@ -249,7 +249,7 @@ class EngineCore:
             self.spec.after_step()
             chunks = [ScheduledChunk(s, 1, True) for s in self.scheduler.running]
             if not self.spec.runs_plain(chunks):  # a plain step next: the usual path takes it (run ahead)
-                self._round = self.spec.launch(chunks)
+                self._round = self.spec.launch(chunks, first=True)
             if self.prefix is not None:  # the lanes' tokens are counted: nothing is ahead of their lengths
                 self.prefix.after_step(seqs)
             return [self._accept_tokens(o.seq, o.token_ids, o.logprobs, o.top_logprobs, now, counted=True)

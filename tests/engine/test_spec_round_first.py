@@ -58,6 +58,7 @@ def test_rounds_first_equal_rounds_accounted_in_turn(make_engine_core, seed):
                                                       _early, seed)  # fmt: skip
     assert got == in_turn
     assert len(lanes) >= 5 and max(lanes) >= 2, lanes  # rounds went first, several lanes at once
+    assert core.stats().extra["spec_rounds_first"] > 0  # the /metrics figure
     _assert_clean(core)
     assert core._round is None
 

@@ -154,6 +154,7 @@ class SpecDecoder:
         self.batch_k = draft_tokens  # the next step's K (0: a plain decode step), set by after_step
         self.accept_hist = [0] * (draft_tokens + 1)  # lane-rounds with drafts, by drafts accepted
         self.plain_steps = self.verify_steps = self.finished = 0
+        self.rounds_first = 0  # steps launched before the last one's bookkeeping (EngineCore._round_first)
         self.choices = 0  # steps whose K the policy chose: every probe_every-th is a probe tick
         self._timing: tuple[float, int, int] | None = None  # (start, K, lanes) of a decode-only step
         self._landed_at: tuple[float, int] | None = None  # (time, lanes) of the last plain step run ahead, read
@@ -182,7 +183,8 @@ class SpecDecoder:
     def counters(self) -> dict[str, float]:
         out = {"spec_rounds": self.rounds, "spec_drafted": self.drafted, "spec_accepted": self.accepted,
                "spec_plain_steps": self.plain_steps, "spec_verify_steps": self.verify_steps,
-               "spec_batch_k": self.batch_k, "spec_chained": getattr(self.drafter, "chained", 0)}  # fmt: skip
+               "spec_batch_k": self.batch_k, "spec_chained": getattr(self.drafter, "chained", 0),
+               "spec_rounds_first": self.rounds_first}  # fmt: skip
         out |= {f"spec_accept_len_{a}": n for a, n in enumerate(self.accept_hist)}
         if self.policy is not None:
             out |= self.policy.costs.table()
@@ -243,11 +245,12 @@ class SpecDecoder:
         return self.land(self.launch(chunks))
 
     @torch.inference_mode()
-    def launch(self, chunks: list[ScheduledChunk]) -> Launched:
+    def launch(self, chunks: list[ScheduledChunk], first: bool = False) -> Launched:
         """The step's GPU work queued (the target forward; for a round of verifying lanes the drafter's pass and
         chain behind it), nothing read yet: `land` reads and applies it. The engine may do a round's host
         bookkeeping between the two (EngineCore: the next round launched before the last one's stop rules and
-        text)."""
+        text; `first` counts those launches)."""
+        self.rounds_first += first
         self._fed = []
         self._landed_at = None  # a step read at once ends a chain of steps run ahead
         plain = self.batch_k == 0  # a plain decode step: no lane verifies drafts
