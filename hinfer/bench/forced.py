@@ -113,27 +113,28 @@ class Timed:
 
 def timed_run(core, reqs: list[GenerationRequest], runs: int = 2) -> Timed:
     """Run the requests to completion `runs` times (all but the last warm up) and time the last."""
-    timed = None
-    for _ in range(runs):
-        out: dict[str, list[int]] = {r.request_id: [] for r in reqs}
-        for r in reqs:
-            core.add(replace(r, sampling=replace(r.sampling)))
-        if core.runner.device.type == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        t_decode, started = None, 0
-        while core.has_work:
-            for ev in core.step():
-                if ev.token_ids and not out[ev.request_id]:
-                    started += 1
-                out[ev.request_id] += ev.token_ids
-            if t_decode is None and started == len(reqs):
-                t_decode, before = time.perf_counter(), sum(map(len, out.values()))
-        end = time.perf_counter()
-        decoded = sum(map(len, out.values())) - before if t_decode is not None else 0
-        timed = Timed(out, end - t0, end - t_decode if t_decode is not None else 0.0, decoded)
-    assert timed is not None
-    return timed
+    for _ in range(runs - 1):
+        _one_run(core, reqs)
+    return _one_run(core, reqs)
+
+
+def _one_run(core, reqs: list[GenerationRequest]) -> Timed:
+    out: dict[str, list[int]] = {r.request_id: [] for r in reqs}
+    for r in reqs:
+        core.add(replace(r, sampling=replace(r.sampling)))
+    if core.runner.device.type == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    t_decode, before = None, 0
+    while core.has_work:
+        for ev in core.step():
+            out[ev.request_id] += ev.token_ids
+        if t_decode is None and all(out.values()):  # every request has its first token: decode from here
+            t_decode, before = time.perf_counter(), sum(map(len, out.values()))
+    end = time.perf_counter()
+    if t_decode is None:
+        return Timed(out, end - t0, 0.0, 0)
+    return Timed(out, end - t0, end - t_decode, sum(map(len, out.values())) - before)
 
 
 def forced_sweep(acceptance: list[float], draft_tokens: list[int], concurrency: list[int], tokens: int,

@@ -271,7 +271,7 @@ class EngineCore:
             return False
         for o in outs:
             seq, p = o.seq, o.seq.params
-            if seq.in_prefill or seq.status is not Status.RUNNING or seq.grammar is not None or p.stop:
+            if seq.in_prefill or seq.grammar is not None or p.stop:  # (land left out lanes finished meanwhile)
                 return False
             if any((t in self.eos and not p.ignore_eos) or t in p.stop_token_ids for t in o.token_ids):
                 return False

@@ -395,9 +395,10 @@ class SpecDecoder:
         overwritten before anything reads them. -> every row's next token ([lanes * (K + 1)]: a row accepts its
         draft where that is the draft, for a judged sampled row too, whose residual excludes the draft), its copy to
         the host queued ahead of the pass so that reading it does not wait for the pass; None when the step does
-        not qualify (the drafter then runs its pass after acceptance). Where every lane drafted K and will draft K next round whatever it accepts, the
-        drafter also gets each lane's accepted count on the device and queues the next round's K drafts behind the
-        pass (MTPDrafter._chain): the GPU drafts while the host reads and applies the acceptance."""
+        not qualify (the drafter then runs its pass after acceptance). Where every lane drafted K and will draft K
+        next round whatever it accepts, the drafter also gets each lane's accepted count on the device and queues
+        the next round's K drafts behind the pass (MTPDrafter._chain): the GPU drafts while the host reads and
+        applies the acceptance."""
         prelaunch = getattr(self.drafter, "prelaunch", None)
         t, m = self.k + 1, len(chunks)
         if (prelaunch is None or not all(map(verifies, seq_chunks)) or logits.shape[0] < m * t

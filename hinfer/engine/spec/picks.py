@@ -8,8 +8,9 @@ max(0, p_j - q_j)); the bonus row's token is the race over p_k. So each row's "n
 accepted, the residual's draw where not) is known on the device at once, as a greedy lane's argmax is, and the
 drafter's pass over the round can be queued behind verification for sampled lanes too (decoder.py's early pass).
 A row's pick is its draft exactly where the draft was accepted (the residual excludes it), so the host reads the
-picks alone, as for greedy lanes; a lane keeps its leading accepted drafts and the pick after them, which is exactly what verify.accept gives with the same uniforms and noise (same keys, same candidates,
-the same float32 probabilities), so the tokens do not depend on which path judged the round.
+picks alone, as for greedy lanes; a lane keeps its leading accepted drafts and the pick after them, which is
+exactly what verify.accept gives with the same uniforms and noise (same keys, same candidates, the same float32
+probabilities), so the tokens do not depend on which path judged the round.
 """
 
 from __future__ import annotations
