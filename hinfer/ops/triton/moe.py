@@ -32,6 +32,7 @@ from hinfer.ops.triton.moe_align import align
 from hinfer.ops.triton.moe_common import _empty
 from hinfer.ops.triton.moe_int4 import Int4Experts
 from hinfer.ops.triton.moe_int4_mma import GROUP_K, MAX_PAIRS, experts_mma
+from hinfer.ops.triton.moe_int4_one import experts_one_launch, one_launch_fits
 from hinfer.ops.triton.moe_route import moe_route
 from hinfer.ops.triton.tiles.forms import MoeConfig
 from hinfer.ops.triton.tiles.moe import BF16, FP8, INT4, clamp_to_shape, pick_config
@@ -179,8 +180,10 @@ def moe_route_experts(
     if (shared and launch_fusions("route", t) and _fmt(w_gate_up) == INT4
             and router_logits.dtype == torch.bfloat16 and mma_experts_fit(x, w_gate_up, w_down, t * k)):  # fmt: skip
         out = _empty((t, x.shape[1]), x.dtype, x.device)
-        return _experts_mma(_unit_last(x), w_gate_up, w_down, None, None, t, k, out,
-                            logits=router_logits.contiguous())  # fmt: skip
+        x, logits = _unit_last(x), router_logits.contiguous()
+        if launch_fusions("one_launch", t) and one_launch_fits(x, w_gate_up, w_down, k):
+            return experts_one_launch(x, logits, w_gate_up, w_down, top_k, out)
+        return _experts_mma(x, w_gate_up, w_down, None, None, t, k, out, logits=logits)
     top_w, top_i = moe_route(router_logits, top_k, shared)
     return moe_experts(x, w_gate_up, w_down, top_w, top_i)
 

@@ -202,11 +202,18 @@ def int4_mma_experts_kernel(
 
 @gluon.jit
 def _route_slot(logits_ptr, E, slot, TOPK: gl.constexpr, BLOCK_E: gl.constexpr):
-    """(expert, weight) of a token's `slot` as moe_route.moe_route(shared=True) picks them from its E + 1 bf16
-    logits: the slot-th largest of the first E (ties to the lowest id), weight p / sum of the TOPK chosen p (p:
-    softmax over the E), or for slot TOPK the shared expert E weighted sigmoid(logit E). Every warp routes the
-    whole row (a [warps, BLOCK_E] tensor, one row each), so the TOPK maxima are warp shuffles, no shared memory.
-    The route kernel (moe_route.py) is the Triton form of the same selection."""
+    """(expert, weight) of a token's `slot`: route_slots for one slot."""
+    e, w, _, _ = route_slots(logits_ptr, E, slot, slot, TOPK, BLOCK_E)
+    return e, w
+
+
+@gluon.jit
+def route_slots(logits_ptr, E, slot, slot2, TOPK: gl.constexpr, BLOCK_E: gl.constexpr):
+    """(expert, weight) of a token's `slot` and of its `slot2` as moe_route.moe_route(shared=True) picks them from
+    its E + 1 bf16 logits: the slot-th largest of the first E (ties to the lowest id), weight p / sum of the TOPK
+    chosen p (p: softmax over the E), or for slot TOPK the shared expert E weighted sigmoid(logit E). Every warp
+    routes the whole row (a [warps, BLOCK_E] tensor, one row each), so the TOPK maxima are warp shuffles, no shared
+    memory. The route kernel (moe_route.py) is the Triton form of the same selection."""
     W: gl.constexpr = gl.num_warps()
     L: gl.constexpr = gl.BlockedLayout([1, BLOCK_E // 32], [1, 32], [W, 1], [1, 0])
     LR: gl.constexpr = gl.SliceLayout(1, L)
@@ -226,6 +233,8 @@ def _route_slot(logits_ptr, E, slot, TOPK: gl.constexpr, BLOCK_E: gl.constexpr):
     p_sum = gl.zeros([W], gl.float32, layout=LR)
     p_sel = gl.zeros([W], gl.float32, layout=LR)
     i_sel = gl.zeros([W], gl.int32, layout=LR)
+    p_sel2 = gl.zeros([W], gl.float32, layout=LR)
+    i_sel2 = gl.zeros([W], gl.int32, layout=LR)
     for j in gl.static_range(TOPK):
         best = gl.max(key, axis=1)
         idx = BLOCK_E - 1 - (best & 0xFFFF)
@@ -235,14 +244,17 @@ def _route_slot(logits_ptr, E, slot, TOPK: gl.constexpr, BLOCK_E: gl.constexpr):
         p_sum += p
         p_sel = gl.where(slot == j, p, p_sel)
         i_sel = gl.where(slot == j, idx, i_sel)
+        p_sel2 = gl.where(slot2 == j, p, p_sel2)
+        i_sel2 = gl.where(slot2 == j, idx, i_sel2)
         key = gl.where(cols == idx[:, None], taken, key)
-    e = gl.max(i_sel, axis=0)
-    w = gl.max(p_sel / p_sum, axis=0)
-    if slot == TOPK:  # the shared expert: its gate rounded to the logits' dtype first, as the reference's is
-        g = gl.load(logits_ptr + E, cache_modifier=".cg").to(gl.float32)
-        e = E
-        w = 1.0 / (1.0 + gl.exp(-g))
-    return e, w
+    # the shared expert (slot TOPK): its gate rounded to the logits' dtype first, as the reference's is
+    g = gl.load(logits_ptr + E, cache_modifier=".cg").to(gl.float32)
+    shared_w = 1.0 / (1.0 + gl.exp(-g))
+    e = gl.where(slot == TOPK, E, gl.max(i_sel, axis=0))
+    w = gl.where(slot == TOPK, shared_w, gl.max(p_sel / p_sum, axis=0))
+    e2 = gl.where(slot2 == TOPK, E, gl.max(i_sel2, axis=0))
+    w2 = gl.where(slot2 == TOPK, shared_w, gl.max(p_sel2 / p_sum, axis=0))
+    return e, w, e2, w2
 
 
 @gluon.jit

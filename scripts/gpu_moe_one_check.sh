@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# One short device call (about two minutes, carry .kcache): the one-launch int4 experts' GPU test on its packaged
+# tile, then one pair of 35B-A3B one-lane decodes (two launches, one). Lands in $OUT/gpu_moe_one_check.tgz.
+set -uo pipefail
+PACK=gpu_moe_one_check; source "$(dirname "$0")/device_common.sh"
+gpu_tests test_one_launch 70 tests/gpu/test_moe_kernels.py -k "one_launch and 35b" || exit 0
+arm() { HINFER_FUSION_ROWS="$2" BENCH_TIMEOUT=30 bench_as "$1" "$PWD" qwen3.6-35b-a3b --quant int4 \
+  --concurrency 1 --depths 1K --prefill "" --steps 128; }
+left 100 && arm two_a ""
+left 130 && arm one_a "one_launch=1"

@@ -1,0 +1,33 @@
+"""The one-launch int4 experts kernel (hinfer/ops/triton/moe_int4_one.py) goes through Triton's whole sm_90 pipeline
+at the 35B-A3B shape, and its down jobs really wait for their pair's act rows: the poll of the arrival counter
+survives compilation as volatile loads (one before the loop, one in it), followed by the acquire fence (an atomic
+whose result goes unused is dropped by the compiler, so the fence is explicit). In a child process (the
+`compiled_child` fixture)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("triton")
+
+
+def test_one_launch_kernel_compiles_and_waits(compiled_child):
+    res = compiled_child.call(__file__, "_compile", timeout=900)
+    assert res.returncode == 0, res.stderr[-4000:]
+    line = next(v for v in res.stdout.splitlines() if v.startswith("compiled"))
+    fields = dict(item.split("=") for item in line.split()[1:])
+    assert int(fields["volatile"]) >= 2, line
+    assert int(fields["fence"]) == 1, line
+    assert int(fields["regs"]) <= 128, line
+
+
+def _compile() -> None:
+    from hinfer.ops.triton.linear_aot import compile_gluon_sm90, resources
+    from hinfer.ops.triton.moe_int4_one import one_launch_variant
+
+    _, fn, sig, cex, warps = one_launch_variant(2048, 512, 8, zero=True, pdl=True)
+    k = compile_gluon_sm90(fn, sig, cex, warps)
+    ptx = k.asm["ptx"]
+    res = resources(k)
+    print(f"compiled regs={res['regs']} stack={res['stack']} volatile={ptx.count('ld.volatile.global')} "
+          f"fence={ptx.count('fence.acq_rel.gpu')}")  # fmt: skip
