@@ -5,7 +5,8 @@ Each arm is a CUDA graph of `moe_route_experts` over enough layers of random int
 folded shared expert; each layer its own router logits) that the selected experts come from HBM, with programmatic
 dependent launch as the decode graph has it; us per layer, the median of do_bench_cudagraph, the arms alternated
 `--rounds` times in one process. Parts: `one, no wait` (the down jobs do not wait for their pair's act rows: wrong
-outputs, the wait's cost), `two, gate_up only` (the gate_up launch alone). Byte floor: the 9 experts' int4 bytes over 4.2 TB/s.
+outputs, the wait's cost), `two, gate_up only` (the gate_up launch alone), `gate_up, ids given` (that launch reading
+its experts' ids instead of routing the token: the route's cost inside it). Byte floor: the 9 experts' int4 bytes over 4.2 TB/s.
 
     python bench/moe_one_launch.py [--model 35b 122b] [--layers 24] [--rounds 3] [--json out.json]
     python bench/moe_one_launch.py --sweep      # the one launch's tiles (gate_up tile, down rows) against the two
@@ -88,8 +89,14 @@ def arms(m: dict, layers: list[tuple], x: torch.Tensor, sweep: bool = False) -> 
             experts_mma(x, gu, hid, slots, 8, ids, ids, ids, ids, True, xdiv=slots, act=True, topk=k, route=logits,
                         route_w=tw)  # fmt: skip
 
+    routed = [tm.moe_route(logits, k, shared=True)[1].view(-1).contiguous() for _, _, logits in layers]
+
+    def gate_up_given_ids():  # the same launch reading its pairs' experts instead of routing the token
+        for (gu, _, _), r in zip(layers, routed):
+            experts_mma(x, gu, hid, slots, 8, r, r, r, r, True, xdiv=slots, act=True)
+
     return {"two": route_experts(""), "one": route_experts("one_launch=1"), "two, gate_up only": two_gate_up,
-            "one, no wait": one(WAIT=False)}  # fmt: skip
+            "gate_up, ids given": gate_up_given_ids, "one, no wait": one(WAIT=False)}  # fmt: skip
 
 
 def main() -> None:

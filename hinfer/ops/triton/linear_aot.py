@@ -44,7 +44,7 @@ from hinfer.ops.triton.tiles.linear import fp8_mma_config, gemm_config, heuristi
 
 TARGET = GPUTarget("cuda", 90, 64)
 _DIV16 = {"N", "K", "stride_xm", "stride_ym", "stride_wn", "stride_am", "stride_cm", "stride_qm", "stride_sg",
-          "stride_we", "stride_se"}
+          "stride_we", "stride_se", "hid_n", "inter", "stride_gw", "stride_dw"}
 _W = {BF16: "*bf16", FP8_ROW: "*fp8e4nv", FP8_BLOCK: "*fp8e4nv", INT4: "*i32"}
 _S = {BF16: "*bf16", FP8_ROW: "*fp32", FP8_BLOCK: "*fp32", INT4: "*bf16"}
 Variant = tuple[str, object, dict, dict, int, int]

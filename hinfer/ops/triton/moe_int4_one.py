@@ -15,9 +15,11 @@ down launch's sum); the last to finish at all clears the pairs' counters for the
 
 A program waits on others of its own grid, so the whole grid must be resident at once: `one_launch_fits` checks
 the compiled kernel's registers and shared memory against the SMs before the first launch, and the caller keeps
-the two launches where it does not fit. The arithmetic is the two-launch path's (same tiles' sums in the same
-order, act and each slot's row rounded to bf16, the routing weight rounded to the logits' dtype): the output is
-the same bit for bit. Reference: hinfer.ops.triton.moe_int4.moe_experts_int4_ref.
+the two launches where it does not fit. The arithmetic is the two-launch path's (act and each slot's row rounded
+to bf16, the routing weight rounded to the logits' dtype): on the same gate_up tile (its K splits set the fp32
+sum order) the output is the same bit for bit. Measured on an H100: +2.2% one-lane 35B-A3B decode, the down's
+dependent chain costing about what the second launch did; off by default (`one_launch` in
+hinfer.ops.dispatch.FUSIONS, docs/moe.md). Reference: hinfer.ops.triton.moe_int4.moe_experts_int4_ref.
 """
 
 from __future__ import annotations
@@ -59,9 +61,11 @@ REGS_PER_SM = 65536
 
 
 @gluon.jit
-def _words_ptrs(w_ptr, e, tile, K, BLOCK_N: gl.constexpr, ACT: gl.constexpr, N):
-    """Each thread's 16 bytes of group 0 of expert e's rows in N tile `tile` (the row layout, K // 8 words a row):
-    [stripe, 2, lane, 4] int32 in words_layout. ACT: a stripe's 8 gate rows then the same columns' 8 up rows."""
+def _words_ptrs(w_ptr, e, stride_e, tile, K, BLOCK_N: gl.constexpr, ACT: gl.constexpr, N):
+    """Each thread's 16 bytes of group 0 of expert e's rows in N tile `tile` (the row layout, K // 8 words a row;
+    stride_e words an expert, an argument so that the compiler knows it a multiple of 16 and copies 16 bytes at
+    once): [stripe, 2, lane, 4] int32 in words_layout. ACT: a stripe's 8 gate rows then the same columns' 8 up
+    rows."""
     LW: gl.constexpr = words_layout(gl.num_warps())
     stripe = tile * (BLOCK_N // 16) + iota4(BLOCK_N // 16, 0, LW)
     lane = iota4(32, 2, LW)
@@ -69,13 +73,13 @@ def _words_ptrs(w_ptr, e, tile, K, BLOCK_N: gl.constexpr, ACT: gl.constexpr, N):
         rows = stripe * 8 + lane // 4 + iota4(2, 1, LW) * (N // 2)
     else:
         rows = stripe * 16 + iota4(2, 1, LW) * 8 + lane // 4
-    return w_ptr + e.to(gl.int64) * (N * (K // 8)) + rows.to(gl.int64) * (K // 32 * 4) + (lane % 4) * 4 + iota4(4, 3, LW)
+    return w_ptr + e.to(gl.int64) * stride_e + rows.to(gl.int64) * (K // 32 * 4) + (lane % 4) * 4 + iota4(4, 3, LW)
 
 
 @gluon.jit
 def int4_experts_one_launch_kernel(
     x_ptr, logits_ptr, gw_ptr, gs_ptr, gz_ptr, dw_ptr, ds_ptr, dz_ptr, hid_ptr, y_ptr, out_ptr, part_ptr, cnt_ptr,
-    n_experts, hid_n, inter,
+    n_experts, hid_n, inter, stride_gw, stride_dw,
     HAS_ZERO: gl.constexpr, TOPK: gl.constexpr, TOPK_P: gl.constexpr, BLOCK_E: gl.constexpr,
     BN1: gl.constexpr, SPLIT1: gl.constexpr, DEPTH1: gl.constexpr, BN2: gl.constexpr, G2: gl.constexpr,
     PDL: gl.constexpr = False, WAIT: gl.constexpr = True,
@@ -110,13 +114,13 @@ def int4_experts_one_launch_kernel(
     # the down job's weights, every group, into shared memory while the gate_up job runs
     w2_smem = gl.allocate_shared_memory(gl.int32, [G2, BN2 // 16, 2, 32, 4], flat_smem(4))
     if pid < jobs2:
-        w2_ptrs = _words_ptrs(dw_ptr, eb, b_tile, inter, BN2, False, hid_n)
+        w2_ptrs = _words_ptrs(dw_ptr, eb, stride_dw, b_tile, inter, BN2, False, hid_n)
         for g in gl.static_range(G2):
             async_copy.async_copy_global_to_shared(w2_smem.index(g), w2_ptrs + g * (GROUP // 8))
         async_copy.commit_group()
 
     if pid < jobs1:  # gate_up: act rows of pair a_pair, N tile a_tile, 1/SPLIT1 of the groups
-        w_ptrs = _words_ptrs(gw_ptr, ea, a_tile, hid_n, BN1, True, n1)
+        w_ptrs = _words_ptrs(gw_ptr, ea, stride_gw, a_tile, hid_n, BN1, True, n1)
         rows = a_tile * BN1 + gl.arange(0, BN1, layout=gl.SliceLayout(1, MMA))
         cols = a_tile * (BN1 // 2) + (rows % BN1) // 16 * 8 + rows % 8
         rows = cols + (rows // 8 % 2) * inter
@@ -212,7 +216,7 @@ def one_launch_variant(h: int, i: int, topk: int, zero: bool = True, pdl: bool =
     sig = {"x_ptr": "*bf16", "logits_ptr": "*bf16", "gw_ptr": "*i32", "gs_ptr": "*bf16",
            "gz_ptr": "*u8" if zero else "*bf16", "dw_ptr": "*i32", "ds_ptr": "*bf16", "dz_ptr": "*u8" if zero else "*bf16",
            "hid_ptr": "*bf16", "y_ptr": "*bf16", "out_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32",
-           "n_experts": "i32", "hid_n": "i32", "inter": "i32"}  # fmt: skip
+           "n_experts": "i32", "hid_n": "i32", "inter": "i32", "stride_gw": "i32", "stride_dw": "i32"}  # fmt: skip
     cex = _constexprs(cfg, bn2, i, topk, zero, n_experts) | {"PDL": pdl, "WAIT": True, "maxnreg": cfg.max_regs}
     name = f"int4 experts one launch H={h} I={i} top {topk}{' asym' if zero else ''}{' pdl' if pdl else ''}"
     return name, int4_experts_one_launch_kernel, sig, cex, cfg.num_warps
@@ -253,7 +257,8 @@ def _args_like(h: int, i: int, topk: int, zero: bool, n_experts: int, dev: torch
     bf = torch.empty(64, dtype=torch.bfloat16, device=dev)
     i32 = torch.empty(64, dtype=torch.int32, device=dev)
     return [bf, bf, i32, bf, torch.empty(64, dtype=z, device=dev), i32, bf, torch.empty(64, dtype=z, device=dev),
-            bf, bf, bf, torch.empty(64, dtype=torch.float32, device=dev), i32, n_experts, h, i]  # fmt: skip
+            bf, bf, bf, torch.empty(64, dtype=torch.float32, device=dev), i32, n_experts, h, i, 2 * i * h // 8,
+            h * i // 8]  # fmt: skip
 
 
 def one_launch_fits(x: torch.Tensor, gu: Int4Experts, dn: Int4Experts, slots: int,
@@ -293,7 +298,7 @@ def experts_one_launch(x: torch.Tensor, logits: torch.Tensor, gu: Int4Experts, d
     int4_experts_one_launch_kernel[(programs(h, i, slots, (cfg, bn2)),)](
         x, logits, gu.qweight, gu.scales, gu.zeros if gu.zeros is not None else gu.scales,
         dn.qweight, dn.scales, dn.zeros if dn.zeros is not None else dn.scales, hid, y, out, part, cnt,
-        e - 1, h, i, **_constexprs(cfg, bn2, i, topk, gu.zeros is not None, e - 1), **pdl, **parts,
+        e - 1, h, i, gu.qweight.stride(0), dn.qweight.stride(0), **_constexprs(cfg, bn2, i, topk, gu.zeros is not None, e - 1), **pdl, **parts,
         num_warps=cfg.num_warps, **({"maxnreg": cfg.max_regs} if cfg.max_regs else {}),
     )  # fmt: skip
     return out
