@@ -104,6 +104,25 @@ def _captured(fn):
     return graph, out
 
 
+def _moe_chain(tm, gu, dn, x: torch.Tensor, res: torch.Tensor, g: torch.Generator, layers: int = 3):
+    """A chain of MoE layers on x and res (read at each call): residual add + norm + router in one launch, then the
+    int4 experts with a folded shared expert; random norm weights and routers from g."""
+    from hinfer.ops.triton import norm_linear as tnl
+
+    h = x.shape[1]
+    norm_w = [(1 + 0.1 * torch.randn(h, device="cuda", generator=g)).bfloat16() for _ in range(layers)]
+    routers = [(3 * h**-0.5 * torch.randn(E, h, device="cuda", generator=g)).bfloat16() for _ in range(layers)]
+
+    def chain():
+        y, r = x, res
+        for layer in range(layers):
+            normed, r, logits = tnl.add_rms_norm_linear(y, r, norm_w[layer], routers[layer], 1e-6)
+            y = tm.moe_route_experts(normed, logits, gu, dn, K, shared=True)
+        return y
+
+    return chain
+
+
 def _reference_fp32(x, wgu, wd, top_w, top_i) -> torch.Tensor:
     """moe_experts_ref in fp32 on the selected experts only (ids remapped), TF32 off."""
     used = torch.unique(top_i)
@@ -288,7 +307,6 @@ def test_experts_int4_down_routes_in_a_pdl_graph(tm, weights, seed, monkeypatch,
     routed in their gate_up launch), captured in a CUDA graph with programmatic dependent launch: with the down
     routing the tokens again (`down_route`: its weights ahead of its PDL wait, the logits two launches back) every
     replay on new inputs equals, bit for bit, the eager chain whose down reads the gate_up's ids."""
-    from hinfer.ops.triton import norm_linear as tnl
 
     monkeypatch.setenv("HINFER_PDL", "1")
     monkeypatch.setenv("HINFER_FUSION_ROWS", f"route={t},down_route={t},slot_sum={t}")
@@ -296,18 +314,9 @@ def test_experts_int4_down_routes_in_a_pdl_graph(tm, weights, seed, monkeypatch,
     gu, dn = _int4_experts(wgu), _int4_experts(wd)
     h = wgu.shape[2]
     g = torch.Generator(device="cuda").manual_seed(seed)
-    layers = 3
-    norm_w = [(1 + 0.1 * torch.randn(h, device="cuda", generator=g)).bfloat16() for _ in range(layers)]
-    routers = [(3 * h**-0.5 * torch.randn(E, h, device="cuda", generator=g)).bfloat16() for _ in range(layers)]
     x = torch.randn(t, h, device="cuda", generator=g).bfloat16()
     res = torch.randn(t, h, device="cuda", generator=g).bfloat16()
-
-    def chain():
-        y, r = x, res
-        for layer in range(layers):
-            normed, r, logits = tnl.add_rms_norm_linear(y, r, norm_w[layer], routers[layer], 1e-6)
-            y = tm.moe_route_experts(normed, logits, gu, dn, K, shared=True)
-        return y
+    chain = _moe_chain(tm, gu, dn, x, res, g)
 
     def without_down_route():
         monkeypatch.setenv("HINFER_FUSE_LAUNCHES", "slot_sum,tail,gate,norm_linear,route")
@@ -548,7 +557,6 @@ def test_experts_int4_one_launch(tm, weights, seed, monkeypatch, pdl):
     gate_up tile (its K splits set the fp32 sum order), and the default two launches within rounding; on fresh and
     on tied logits, eagerly, in a chain of MoE layers captured in a CUDA graph and over many replays in a row (the
     arrival counters cleared by each call for the next)."""
-    from hinfer.ops.triton import norm_linear as tnl
     from hinfer.ops.triton.moe_int4_mma import experts_mma
     from hinfer.ops.triton.moe_int4_one import one_launch_fits, one_launch_tiles
 
@@ -589,18 +597,8 @@ def test_experts_int4_one_launch(tm, weights, seed, monkeypatch, pdl):
         rel = ((one.float() - two.float()).norm() / two.float().norm()).item()
         assert rel <= 1e-2, f"{name} trial {trial}: rel-L2 {rel:.3g} against the default two launches, seed {seed}"
 
-    layers = 3
-    norm_w = [(1 + 0.1 * torch.randn(h, device="cuda", generator=g)).bfloat16() for _ in range(layers)]
-    routers = [(3 * h**-0.5 * torch.randn(E, h, device="cuda", generator=g)).bfloat16() for _ in range(layers)]
     res = torch.randn(1, h, device="cuda", generator=g).bfloat16()
-
-    def chain():
-        y, r = x, res
-        for layer in range(layers):
-            normed, r, logits = tnl.add_rms_norm_linear(y, r, norm_w[layer], routers[layer], 1e-6)
-            y = tm.moe_route_experts(normed, logits, gu, dn, K, shared=True)
-        return y
-
+    chain = _moe_chain(tm, gu, dn, x, res, g)
     monkeypatch.setenv("HINFER_FUSION_ROWS", "one_launch=1")
     graph, out = _captured(chain)
     for trial in range(4):

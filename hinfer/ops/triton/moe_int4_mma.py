@@ -175,21 +175,10 @@ def int4_mma_experts_kernel(
                           True, DEPTH, True, GROUP // 8, PDL and EARLY)  # fmt: skip
         out_mask = (ym < nrows)[None, :] & (rows < N)[:, None]
         y_off = py[None, :].to(gl.int64) * stride_ym + cols[:, None]
-        if SPLIT_K == 1:
-            _store_rows(y_ptr, y_off, acc, tw_ptr, py, out_mask, ROW_SCALE, ACT)
-            wrote = True
-        else:  # partials [SPLIT_K, P, N] fp32 by pair; the last split to arrive sums them in split order
-            p_off = py[None, :].to(gl.int64) * N + rows[:, None]
-            gl.store(part_ptr + gl.program_id(2) * P * N + p_off, acc, mask=out_mask)
-            gl.thread_barrier()  # every thread's partial is written before the release below
-            cnt = cnt_ptr + blk * gl.num_programs(0) + pid_n
-            wrote = gl.atomic_add(cnt, 1, sem="acq_rel") == SPLIT_K - 1
-            if wrote:
-                total = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, layout=MMA)
-                for i in gl.static_range(SPLIT_K):
-                    total += gl.load(part_ptr + i * P * N + p_off, mask=out_mask, other=0.0, cache_modifier=".cg")
-                _store_rows(y_ptr, y_off, total, tw_ptr, py, out_mask, ROW_SCALE, ACT)
-                gl.atomic_xchg(cnt, 0)
+        # partials [SPLIT_K, P, N] fp32 by pair
+        wrote = store_split(acc, y_ptr, y_off, tw_ptr, py, out_mask, part_ptr, py[None, :].to(gl.int64) * N + rows[:, None],
+                            gl.program_id(2), P * N, cnt_ptr + blk * gl.num_programs(0) + pid_n, SPLIT_K, ROW_SCALE,
+                            ACT)  # fmt: skip
         if SUM:
             if wrote:  # this block's rows of the N tile are in y: count them in; the last sums the slots
                 gl.thread_barrier()  # every thread's rows are written before the release below
@@ -201,19 +190,42 @@ def int4_mma_experts_kernel(
 
 
 @gluon.jit
+def store_split(acc, y_ptr, y_off, tw_ptr, py, out_mask, part_ptr, p_off, split, split_stride, cnt,
+                SPLIT_K: gl.constexpr, ROW_SCALE: gl.constexpr, ACT: gl.constexpr):  # fmt: skip
+    """The block's y rows (_store_rows) from its fp32 accumulator; with K splits each split stores its partial at
+    part_ptr + split * split_stride + p_off and the last to arrive (counter `cnt`, cleared after) sums them in
+    split order and stores. -> whether this program stored the rows."""
+    if SPLIT_K == 1:
+        _store_rows(y_ptr, y_off, acc, tw_ptr, py, out_mask, ROW_SCALE, ACT)
+        wrote = True
+    else:
+        gl.store(part_ptr + split * split_stride + p_off, acc, mask=out_mask)
+        gl.thread_barrier()  # every thread's partial is written before the release below
+        wrote = gl.atomic_add(cnt, 1, sem="acq_rel") == SPLIT_K - 1
+        if wrote:
+            total = gl.zeros_like(acc)
+            for i in gl.static_range(SPLIT_K):
+                total += gl.load(part_ptr + i * split_stride + p_off, mask=out_mask, other=0.0, cache_modifier=".cg")
+            _store_rows(y_ptr, y_off, total, tw_ptr, py, out_mask, ROW_SCALE, ACT)
+            gl.atomic_xchg(cnt, 0)
+    return wrote
+
+
+@gluon.jit
 def _route_slot(logits_ptr, E, slot, TOPK: gl.constexpr, BLOCK_E: gl.constexpr):
     """(expert, weight) of a token's `slot`: route_slots for one slot."""
-    e, w, _, _ = route_slots(logits_ptr, E, slot, slot, TOPK, BLOCK_E)
+    e, w, _, _ = route_slots(logits_ptr, E, slot, slot, TOPK, BLOCK_E, False)
     return e, w
 
 
 @gluon.jit
-def route_slots(logits_ptr, E, slot, slot2, TOPK: gl.constexpr, BLOCK_E: gl.constexpr):
-    """(expert, weight) of a token's `slot` and of its `slot2` as moe_route.moe_route(shared=True) picks them from
-    its E + 1 bf16 logits: the slot-th largest of the first E (ties to the lowest id), weight p / sum of the TOPK
-    chosen p (p: softmax over the E), or for slot TOPK the shared expert E weighted sigmoid(logit E). Every warp
-    routes the whole row (a [warps, BLOCK_E] tensor, one row each), so the TOPK maxima are warp shuffles, no shared
-    memory. The route kernel (moe_route.py) is the Triton form of the same selection."""
+def route_slots(logits_ptr, E, slot, slot2, TOPK: gl.constexpr, BLOCK_E: gl.constexpr, TWO: gl.constexpr = True):
+    """(expert, weight) of a token's `slot` and (TWO) of its `slot2` as moe_route.moe_route(shared=True) picks them
+    from its E + 1 bf16 logits: the slot-th largest of the first E (ties to the lowest id), weight p / sum of the
+    TOPK chosen p (p: softmax over the E), or for slot TOPK the shared expert E weighted sigmoid(logit E). Every
+    warp routes the whole row (a [warps, BLOCK_E] tensor, one row each), so the TOPK maxima are warp shuffles, no
+    shared memory. The route kernel (moe_route.py) is the Triton form of the same selection. Without TWO the
+    second pair is the first's."""
     W: gl.constexpr = gl.num_warps()
     L: gl.constexpr = gl.BlockedLayout([1, BLOCK_E // 32], [1, 32], [W, 1], [1, 0])
     LR: gl.constexpr = gl.SliceLayout(1, L)
@@ -244,16 +256,25 @@ def route_slots(logits_ptr, E, slot, slot2, TOPK: gl.constexpr, BLOCK_E: gl.cons
         p_sum += p
         p_sel = gl.where(slot == j, p, p_sel)
         i_sel = gl.where(slot == j, idx, i_sel)
-        p_sel2 = gl.where(slot2 == j, p, p_sel2)
-        i_sel2 = gl.where(slot2 == j, idx, i_sel2)
+        if TWO:
+            p_sel2 = gl.where(slot2 == j, p, p_sel2)
+            i_sel2 = gl.where(slot2 == j, idx, i_sel2)
         key = gl.where(cols == idx[:, None], taken, key)
-    # the shared expert (slot TOPK): its gate rounded to the logits' dtype first, as the reference's is
-    g = gl.load(logits_ptr + E, cache_modifier=".cg").to(gl.float32)
-    shared_w = 1.0 / (1.0 + gl.exp(-g))
-    e = gl.where(slot == TOPK, E, gl.max(i_sel, axis=0))
-    w = gl.where(slot == TOPK, shared_w, gl.max(p_sel / p_sum, axis=0))
-    e2 = gl.where(slot2 == TOPK, E, gl.max(i_sel2, axis=0))
-    w2 = gl.where(slot2 == TOPK, shared_w, gl.max(p_sel2 / p_sum, axis=0))
+    e = gl.max(i_sel, axis=0)
+    w = gl.max(p_sel / p_sum, axis=0)
+    if slot == TOPK:  # the shared expert: its gate rounded to the logits' dtype first, as the reference's is
+        g = gl.load(logits_ptr + E, cache_modifier=".cg").to(gl.float32)
+        e = E
+        w = 1.0 / (1.0 + gl.exp(-g))
+    e2 = e
+    w2 = w
+    if TWO:
+        e2 = gl.max(i_sel2, axis=0)
+        w2 = gl.max(p_sel2 / p_sum, axis=0)
+        if slot2 == TOPK:
+            g2 = gl.load(logits_ptr + E, cache_modifier=".cg").to(gl.float32)
+            e2 = E
+            w2 = 1.0 / (1.0 + gl.exp(-g2))
     return e, w, e2, w2
 
 

@@ -47,7 +47,7 @@ from hinfer.ops.triton.linear_int4_mma import (
 from hinfer.ops.triton.linear_splitk import COUNTERS, counter_buffer
 from hinfer.ops.triton.mma_common import flat_smem, iota4, mma_layout, pdl_start
 from hinfer.ops.triton.moe_int4 import Int4Experts
-from hinfer.ops.triton.moe_int4_mma import SUM_COUNTERS, _row_scales, _store_rows, _sum_slots, route_slots
+from hinfer.ops.triton.moe_int4_mma import SUM_COUNTERS, _row_scales, _sum_slots, route_slots, store_split
 from hinfer.ops.triton.tiles.forms import SkinnyConfig
 from hinfer.ops.triton.tiles.moe import experts_mma_tile
 
@@ -135,21 +135,10 @@ def int4_experts_one_launch_kernel(
         py = ym * 0 + a_pair
         out_mask = (ym < 1)[None, :] & (rows < n1)[:, None]
         y_off = py[None, :].to(gl.int64) * inter + cols[:, None]
-        if SPLIT1 == 1:
-            _store_rows(hid_ptr, y_off, acc, hid_ptr, py, out_mask, False, True)
-            wrote = True
-        else:  # partials [SPLIT1, SLOTS, n1] fp32; the last split to arrive sums them in split order
-            p_off = py[None, :].to(gl.int64) * n1 + rows[:, None]
-            gl.store(part_ptr + a_split * SLOTS * n1 + p_off, acc, mask=out_mask)
-            gl.thread_barrier()
-            cnt = cnt_ptr + a_pair * tiles1 + a_tile
-            wrote = gl.atomic_add(cnt, 1, sem="acq_rel") == SPLIT1 - 1
-            if wrote:
-                total = gl.zeros([BN1, BLOCK_M], gl.float32, layout=MMA)
-                for i in gl.static_range(SPLIT1):
-                    total += gl.load(part_ptr + i * SLOTS * n1 + p_off, mask=out_mask, other=0.0, cache_modifier=".cg")
-                _store_rows(hid_ptr, y_off, total, hid_ptr, py, out_mask, False, True)
-                gl.atomic_xchg(cnt, 0)
+        # partials [SPLIT1, SLOTS, n1] fp32, the split counters the two-launch gate_up's
+        wrote = store_split(acc, hid_ptr, y_off, hid_ptr, py, out_mask, part_ptr, py[None, :].to(gl.int64) * n1
+                            + rows[:, None], a_split, SLOTS * n1, cnt_ptr + a_pair * tiles1 + a_tile, SPLIT1, False,
+                            True)  # fmt: skip
         if wrote:  # this tile's act columns of the pair are written: count them in
             gl.thread_barrier()
             gl.atomic_add(cnt_ptr + READY + a_pair, 1, sem="release")
