@@ -1,7 +1,8 @@
 """The one-launch int4 experts kernel (hinfer/ops/triton/moe_int4_one.py) goes through Triton's whole sm_90 pipeline
 at the 35B-A3B shape, and its down jobs really wait for their pair's act rows: the poll of the arrival counter
 survives compilation as volatile loads (one before the loop, one in it), followed by the acquire fence (an atomic
-whose result goes unused is dropped by the compiler, so the fence is explicit). The down weights go to shared
+whose result goes unused is dropped by the compiler, so the fence is explicit), and a poll that runs too long
+traps (a kernel error, not a hung GPU). The down weights go to shared
 memory in 16-byte copies (with an expert's offset the compiler cannot prove a multiple of 16 words it copies 4
 bytes at a time). In a child process (the `compiled_child` fixture)."""
 
@@ -18,7 +19,7 @@ def test_one_launch_kernel_compiles_and_waits(compiled_child):
     line = next(v for v in res.stdout.splitlines() if v.startswith("compiled"))
     fields = dict(item.split("=") for item in line.split()[1:])
     assert int(fields["volatile"]) >= 2, line
-    assert int(fields["fence"]) == 1, line
+    assert int(fields["fence"]) == 1 and int(fields["trap"]) == 1, line
     assert int(fields["regs"]) <= 128, line
     assert int(fields["copies16"]) > 0 and int(fields["copies4"]) == 0, line
 
@@ -36,4 +37,4 @@ def _compile() -> None:
     copies = {n: len(re.findall(rf"cp\.async\.\w+\.shared\.global \[[^]]*\], \[[^]]*\], {n}\b", ptx))
               for n in ("0x4", "0x10")}  # fmt: skip
     print(f"compiled regs={res['regs']} stack={res['stack']} volatile={ptx.count('ld.volatile.global')} "
-          f"fence={ptx.count('fence.acq_rel.gpu')} copies4={copies['0x4']} copies16={copies['0x10']}")  # fmt: skip
+          f"fence={ptx.count('fence.acq_rel.gpu')} trap={ptx.count('trap;')} copies4={copies['0x4']} copies16={copies['0x10']}")  # fmt: skip

@@ -56,6 +56,7 @@ BLOCK_M = gl.constexpr(8)  # one token: the MMA's N, padded
 # the slot sums' at COUNTERS // 2)
 READY = gl.constexpr(COUNTERS - 64)
 DONE = gl.constexpr(COUNTERS - 1)
+MAX_SPINS = gl.constexpr(1 << 24)  # polls of a down job's wait (seconds) before it traps
 SMEM_PER_SM = 228 * 1024  # sm_90, with 1 KiB reserved per resident program
 REGS_PER_SM = 65536
 
@@ -150,8 +151,12 @@ def int4_experts_one_launch_kernel(
         ready = cnt_ptr + READY + b_pair
         if WAIT:
             seen = gl.load(ready, volatile=True)
+            spins = 0
             while seen < tiles1:
                 seen = gl.load(ready, volatile=True)
+                spins += 1
+                if spins > MAX_SPINS:  # a grid that is not resident at once: fail the launch, not hang the GPU
+                    gl.inline_asm_elementwise("trap; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
         gl.inline_asm_elementwise("fence.acq_rel.gpu; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
         rows2 = b_tile * BN2 + gl.arange(0, BN2, layout=gl.SliceLayout(1, MMA))
         s2_ptrs = ds_ptr + eb.to(gl.int64) * (hid_n * G2) + rows2 * G2
