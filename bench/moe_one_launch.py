@@ -39,12 +39,11 @@ SWEEP = [((64, 1, 4, 4), 64), ((64, 1, 4, 2), 64), ((64, 1, 4, 4), 128), ((32, 1
 
 
 def _layers(m: dict, n: int, gen: torch.Generator) -> list[tuple]:
-    e, h, i, k = m["e"] + 1, m["h"], m["i"], m["k"]
+    e, h, i = m["e"] + 1, m["h"], m["i"]
     out = []
     for _ in range(n):
         logits = (torch.randn(1, e, generator=gen) * 3).bfloat16().cuda()
         out.append((_random_int4(e, 2 * i, h, False), _random_int4(e, h, i, False), logits))
-    del k
     return out
 
 

@@ -99,6 +99,23 @@ def _k_loop_words_ring(w_ptrs, s_ptrs, z_rows, x_ptrs, g_lo, g_hi, BLOCK_N: gl.c
 
 
 @gluon.jit
+def expert_words(w_ptr, e, stride_e, tile, K, BLOCK_N: gl.constexpr, ACT: gl.constexpr, N):
+    """Each thread's 16 bytes of group 0 of expert e's rows in N tile `tile` (the row layout; stride_e words an
+    expert, an argument so that the compiler knows it a multiple of 16): [stripe, 2, lane, 4] int32 in
+    words_layout. ACT: a stripe's 8 gate rows, then the same 8 columns' up rows (N // 2 further on)."""
+    LW: gl.constexpr = words_layout(gl.num_warps())
+    stripe = tile * (BLOCK_N // 16) + iota4(BLOCK_N // 16, 0, LW)
+    lane = iota4(32, 2, LW)
+    if ACT:
+        w_rows = stripe * 8 + lane // 4 + iota4(2, 1, LW) * (N // 2)
+    else:
+        w_rows = stripe * 16 + iota4(2, 1, LW) * 8 + lane // 4
+    # a row's K // 8 words written as (K // 32) * 4 so that each thread's 4 words are known 16-byte aligned
+    # (K % 128 == 0): one 16-byte load or copy, not two of 8
+    return w_ptr + e.to(gl.int64) * stride_e + w_rows.to(gl.int64) * (K // 32 * 4) + (lane % 4) * 4 + iota4(4, 3, LW)
+
+
+@gluon.jit
 def int4_mma_experts_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, tw_ptr, ids_ptr, sorted_ptr, bexp_ptr, brows_ptr, part_ptr, cnt_ptr,
     out_ptr, N, K, P, stride_xm, stride_ym, stride_we, stride_se, stride_sn, stride_om,
@@ -109,8 +126,6 @@ def int4_mma_experts_kernel(
     ROUTE: gl.constexpr = 0, BLOCK_E: gl.constexpr = 256, EARLY: gl.constexpr = False, RING: gl.constexpr = 0,
 ):  # fmt: skip
     W: gl.constexpr = gl.num_warps()
-    S: gl.constexpr = BLOCK_N // 16
-    LW: gl.constexpr = words_layout(W)
     MMA: gl.constexpr = mma_layout(W)
     LX: gl.constexpr = x_words_layout(W)
     if not EARLY:  # before the expert ids: the router that writes them may be the kernel just before
@@ -145,16 +160,7 @@ def int4_mma_experts_kernel(
             py = gl.load(sorted_ptr + blk * BLOCK_M + gl.minimum(ym, nrows - 1))
         x_ptrs = x_word_ptrs(x_ptr, px // XDIV, stride_xm, BLOCK_M)
 
-        stripe = pid_n * S + iota4(S, 0, LW)
-        lane = iota4(32, 2, LW)
-        if ACT:  # a stripe's rows: 8 gate rows, then the same 8 columns' up rows (N // 2 further on)
-            w_rows = stripe * 8 + lane // 4 + iota4(2, 1, LW) * (N // 2)
-        else:
-            w_rows = stripe * 16 + iota4(2, 1, LW) * 8 + lane // 4
-        w_base = w_ptr + e.to(gl.int64) * stride_we
-        # a row's K // 8 words written as (K // 32) * 4 so that each thread's 4 words are known 16-byte aligned
-        # (K % 128 == 0): one 16-byte load or copy, not two of 8
-        w_ptrs = w_base + w_rows.to(gl.int64) * (K // 32 * 4) + (lane % 4) * 4 + iota4(4, 3, LW)
+        w_ptrs = expert_words(w_ptr, e, stride_we, pid_n, K, BLOCK_N, ACT, N)
         rows = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         cols = rows  # y's column of each tile row
         if ACT:

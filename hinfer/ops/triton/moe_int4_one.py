@@ -45,9 +45,16 @@ from hinfer.ops.triton.linear_int4_mma import (
     x_words_layout,
 )
 from hinfer.ops.triton.linear_splitk import COUNTERS, counter_buffer
-from hinfer.ops.triton.mma_common import flat_smem, iota4, mma_layout, pdl_start
+from hinfer.ops.triton.mma_common import flat_smem, mma_layout, pdl_start
 from hinfer.ops.triton.moe_int4 import Int4Experts
-from hinfer.ops.triton.moe_int4_mma import SUM_COUNTERS, _row_scales, _sum_slots, route_slots, store_split
+from hinfer.ops.triton.moe_int4_mma import (
+    SUM_COUNTERS,
+    _row_scales,
+    _sum_slots,
+    expert_words,
+    route_slots,
+    store_split,
+)
 from hinfer.ops.triton.tiles.forms import SkinnyConfig
 from hinfer.ops.triton.tiles.moe import experts_mma_tile
 
@@ -59,22 +66,6 @@ DONE = gl.constexpr(COUNTERS - 1)
 MAX_SPINS = gl.constexpr(1 << 24)  # polls of a down job's wait (seconds) before it traps
 SMEM_PER_SM = 228 * 1024  # sm_90, with 1 KiB reserved per resident program
 REGS_PER_SM = 65536
-
-
-@gluon.jit
-def _words_ptrs(w_ptr, e, stride_e, tile, K, BLOCK_N: gl.constexpr, ACT: gl.constexpr, N):
-    """Each thread's 16 bytes of group 0 of expert e's rows in N tile `tile` (the row layout, K // 8 words a row;
-    stride_e words an expert, an argument so that the compiler knows it a multiple of 16 and copies 16 bytes at
-    once): [stripe, 2, lane, 4] int32 in words_layout. ACT: a stripe's 8 gate rows then the same columns' 8 up
-    rows."""
-    LW: gl.constexpr = words_layout(gl.num_warps())
-    stripe = tile * (BLOCK_N // 16) + iota4(BLOCK_N // 16, 0, LW)
-    lane = iota4(32, 2, LW)
-    if ACT:
-        rows = stripe * 8 + lane // 4 + iota4(2, 1, LW) * (N // 2)
-    else:
-        rows = stripe * 16 + iota4(2, 1, LW) * 8 + lane // 4
-    return w_ptr + e.to(gl.int64) * stride_e + rows.to(gl.int64) * (K // 32 * 4) + (lane % 4) * 4 + iota4(4, 3, LW)
 
 
 @gluon.jit
@@ -115,13 +106,13 @@ def int4_experts_one_launch_kernel(
     # the down job's weights, every group, into shared memory while the gate_up job runs
     w2_smem = gl.allocate_shared_memory(gl.int32, [G2, BN2 // 16, 2, 32, 4], flat_smem(4))
     if pid < jobs2:
-        w2_ptrs = _words_ptrs(dw_ptr, eb, stride_dw, b_tile, inter, BN2, False, hid_n)
+        w2_ptrs = expert_words(dw_ptr, eb, stride_dw, b_tile, inter, BN2, False, hid_n)
         for g in gl.static_range(G2):
             async_copy.async_copy_global_to_shared(w2_smem.index(g), w2_ptrs + g * (GROUP // 8))
         async_copy.commit_group()
 
     if pid < jobs1:  # gate_up: act rows of pair a_pair, N tile a_tile, 1/SPLIT1 of the groups
-        w_ptrs = _words_ptrs(gw_ptr, ea, stride_gw, a_tile, hid_n, BN1, True, n1)
+        w_ptrs = expert_words(gw_ptr, ea, stride_gw, a_tile, hid_n, BN1, True, n1)
         rows = a_tile * BN1 + gl.arange(0, BN1, layout=gl.SliceLayout(1, MMA))
         cols = a_tile * (BN1 // 2) + (rows % BN1) // 16 * 8 + rows % 8
         rows = cols + (rows // 8 % 2) * inter
