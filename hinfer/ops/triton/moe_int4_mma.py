@@ -224,63 +224,75 @@ def _route_slot(logits_ptr, E, slot, TOPK: gl.constexpr, BLOCK_E: gl.constexpr):
     return e, w
 
 
+@gluon.constexpr_function
+def route_layout(block_e, warps):
+    """A router row of block_e logits, whole in every warp (the warps' bases zero: replicas, so reductions stay
+    in the warp), a thread's experts 32 apart: a warp's load instruction reads 64 contiguous bytes. With 8 adjacent
+    experts a thread every instruction touched all the row's sectors, 8x the row from L2, where every program of
+    the launch reads the same row at once."""
+    regs = [[32 << i] for i in range((block_e // 32).bit_length() - 1)]
+    return gl.DistributedLinearLayout(regs, [[1 << i] for i in range(5)], [[0]] * (warps.bit_length() - 1), [],
+                                      [block_e])  # fmt: skip
+
+
 @gluon.jit
 def route_slots(logits_ptr, E, slot, slot2, TOPK: gl.constexpr, BLOCK_E: gl.constexpr, TWO: gl.constexpr = True):
     """(expert, weight) of a token's `slot` and (TWO) of its `slot2` as moe_route.moe_route(shared=True) picks them
     from its E + 1 bf16 logits: the slot-th largest of the first E (ties to the lowest id), weight p / sum of the
-    TOPK chosen p (p: softmax over the E), or for slot TOPK the shared expert E weighted sigmoid(logit E). Every
-    warp routes the whole row (a [warps, BLOCK_E] tensor, one row each), so the TOPK maxima are warp shuffles, no
-    shared memory. The route kernel (moe_route.py) is the Triton form of the same selection. Without TWO the
-    second pair is the first's."""
+    TOPK chosen p (p: softmax over the E), or for slot TOPK the shared expert E weighted sigmoid(logit E). The
+    route kernel (moe_route.py) is the Triton form of the same selection. Without TWO the second pair is the
+    first's.
+
+    It heads every program of the launch, before its first weight load, so it is written for latency: each warp
+    holds the whole row (a 1-D layout its warps replicate: every reduction stays in the warp, no shared memory or
+    barrier), each of the TOPK maxima is one integer warp reduction over a 32-bit key, and the softmax's row sum
+    cancels out of p / sum p (the weight is exp(l - l_max) over the chosen exp(l_j - l_max), the reference's
+    quotient within a few fp32 ulps), so no float reduction runs at all."""
     W: gl.constexpr = gl.num_warps()
-    L: gl.constexpr = gl.BlockedLayout([1, BLOCK_E // 32], [1, 32], [W, 1], [1, 0])
-    LR: gl.constexpr = gl.SliceLayout(1, L)
-    cols = gl.arange(0, BLOCK_E, layout=gl.SliceLayout(0, L))[None, :] + gl.zeros([W, 1], gl.int32, layout=L)
+    L: gl.constexpr = route_layout(BLOCK_E, W)
+    cols = gl.arange(0, BLOCK_E, layout=L)
     ok = cols < E
     # past L1: a launch that routes ahead of its PDL wait reads logits its SM may have cached from an earlier layer
-    x = gl.load(logits_ptr + cols, mask=ok, other=float("-inf"), cache_modifier=".cg").to(gl.float32)
-    # one int32 key per expert, one max per slot: a bf16 logit's fp32 bits have 16 zero low bits, so its
-    # order-preserving bits (the route kernel's int64 key, upper half) fit the upper 16 and the tie-break
-    # BLOCK_E - 1 - id (the lowest id first) the lower; taken or padded experts hold the int32 minimum
+    # unmasked (padding columns read logit E - 1, then drop out of the keys): masked loads with a fill value went
+    # out two at a time, each pair after the last had arrived
+    x = gl.load(logits_ptr + gl.minimum(cols, E - 1), cache_modifier=".cg").to(gl.float32)
+    g = gl.load(logits_ptr + E, cache_modifier=".cg").to(gl.float32)  # the shared expert's gate, issued alongside
+    # one int32 key per expert: a bf16 logit's fp32 bits have 16 zero low bits, so its order-preserving bits (the
+    # route kernel's int64 key, upper half) fit the upper 16 and the tie-break BLOCK_E - 1 - id (the lowest id
+    # first) the lower; taken or padded experts hold the int32 minimum
     bits = gl.where(x == 0.0, 0.0, x).to(gl.int32, bitcast=True)
     key = ((bits ^ ((bits >> 31) & 0x7FFFFFFF)) & -65536) | (BLOCK_E - 1 - cols)
-    taken = gl.full([W, BLOCK_E], -2147483648, gl.int32, layout=L)
-    key = gl.where(ok, key, taken)
-    m = gl.max(x, axis=1)  # the largest logit, the softmax's shift
-    total = gl.sum(gl.where(ok, gl.exp(x - m[:, None]), 0.0), axis=1)
-    p_sum = gl.zeros([W], gl.float32, layout=LR)
-    p_sel = gl.zeros([W], gl.float32, layout=LR)
-    i_sel = gl.zeros([W], gl.int32, layout=LR)
-    p_sel2 = gl.zeros([W], gl.float32, layout=LR)
-    i_sel2 = gl.zeros([W], gl.int32, layout=LR)
+    key = gl.where(ok, key, -2147483648)
+    m = 0.0
+    p_sum = 0.0
+    p_sel = 0.0
+    i_sel = 0
+    p_sel2 = 0.0
+    i_sel2 = 0
     for j in gl.static_range(TOPK):
-        best = gl.max(key, axis=1)
+        best = gl.max(key, axis=0)
+        key = gl.where(key == best, -2147483648, key)  # the chain: one reduction and one select a maximum
         idx = BLOCK_E - 1 - (best & 0xFFFF)
         hi = best & -65536
         hi = hi | ((hi >> 31) & 0xFFFF)  # the order-preserving bits whole again (a negative logit's low ones set)
-        p = gl.exp((hi ^ ((hi >> 31) & 0x7FFFFFFF)).to(gl.float32, bitcast=True) - m) / total
+        v = (hi ^ ((hi >> 31) & 0x7FFFFFFF)).to(gl.float32, bitcast=True)
+        if j == 0:
+            m = v  # the largest logit, the softmax's shift
+        p = gl.exp(v - m)
         p_sum += p
         p_sel = gl.where(slot == j, p, p_sel)
         i_sel = gl.where(slot == j, idx, i_sel)
         if TWO:
             p_sel2 = gl.where(slot2 == j, p, p_sel2)
             i_sel2 = gl.where(slot2 == j, idx, i_sel2)
-        key = gl.where(cols == idx[:, None], taken, key)
-    e = gl.max(i_sel, axis=0)
-    w = gl.max(p_sel / p_sum, axis=0)
-    if slot == TOPK:  # the shared expert: its gate rounded to the logits' dtype first, as the reference's is
-        g = gl.load(logits_ptr + E, cache_modifier=".cg").to(gl.float32)
-        e = E
-        w = 1.0 / (1.0 + gl.exp(-g))
+    shared_w = 1.0 / (1.0 + gl.exp(-g))  # the shared expert: its gate rounded to the logits' dtype first, as the reference's is
+    e = gl.where(slot == TOPK, E, i_sel)
+    w = gl.where(slot == TOPK, shared_w, p_sel / p_sum)
     e2 = e
     w2 = w
     if TWO:
-        e2 = gl.max(i_sel2, axis=0)
-        w2 = gl.max(p_sel2 / p_sum, axis=0)
-        if slot2 == TOPK:
-            g2 = gl.load(logits_ptr + E, cache_modifier=".cg").to(gl.float32)
-            e2 = E
-            w2 = 1.0 / (1.0 + gl.exp(-g2))
+        e2 = gl.where(slot2 == TOPK, E, i_sel2)
+        w2 = gl.where(slot2 == TOPK, shared_w, p_sel2 / p_sum)
     return e, w, e2, w2
 
 
