@@ -44,12 +44,20 @@ def route_rows(
     ptrs = logits_ptr + rows.to(tl.int64)[:, None] * stride_t + cols[None, :]
     x = tl.load(ptrs, mask=row_ok[:, None] & col_ok[None, :], other=float("-inf")).to(tl.float32)
     x = tl.where(row_ok[:, None] | ~col_ok[None, :], x, 0.0)  # rows past T: finite, no NaN from -inf - -inf
-    # one int64 key per expert: the logit's bits made order-preserving as an int (an involution; -0 folded
-    # into +0 first so that equal logits stay equal) above BLOCK_E - 1 - id, so one max picks the largest logit
-    # and, among equal ones, the lowest id; taken or padded experts hold the int64 minimum (below every key)
+    # one key per expert: the logit's bits made order-preserving as an int (an involution; -0 folded into +0
+    # first so that equal logits stay equal) above BLOCK_E - 1 - id, so one max picks the largest logit and, among
+    # equal ones, the lowest id; taken or padded experts hold the key type's minimum (below every key). bf16
+    # logits (fp32 bits with 16 zero low ones) fit an int32 key, the logit's bits in its upper half: a warp takes
+    # its max in one reduction instruction, where an int64 max is two shuffle chains
+    KEY32: tl.constexpr = logits_ptr.dtype.element_ty == tl.bfloat16 and BLOCK_E <= 65536
     bits = tl.where(x == 0.0, 0.0, x).to(tl.int32, bitcast=True)
-    key = ((bits ^ ((bits >> 31) & 0x7FFFFFFF)).to(tl.int64) << 32) | (BLOCK_E - 1 - cols).to(tl.int64)[None, :]
-    taken = tl.full([BLOCK_T, BLOCK_E], -9223372036854775807 - 1, tl.int64)
+    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+    if KEY32:
+        key = (ordered & -65536) | (BLOCK_E - 1 - cols)[None, :]
+        taken = tl.full([BLOCK_T, BLOCK_E], -2147483648, tl.int32)
+    else:
+        key = (ordered.to(tl.int64) << 32) | (BLOCK_E - 1 - cols).to(tl.int64)[None, :]
+        taken = tl.full([BLOCK_T, BLOCK_E], -9223372036854775807 - 1, tl.int64)
     key = tl.where(col_ok[None, :] & (rows >= 0)[:, None], key, taken)
 
     slots = tl.arange(0, TOPK_P)
@@ -57,10 +65,16 @@ def route_rows(
     top_i = tl.zeros([BLOCK_T, TOPK_P], dtype=tl.int32)
     for j in tl.static_range(TOPK):
         best = tl.max(key, axis=1)
-        idx = BLOCK_E - 1 - (best & 0xFFFFFFFF).to(tl.int32)
-        top_k32 = tl.where(slots[None, :] == j, (best >> 32).to(tl.int32)[:, None], top_k32)
+        if KEY32:
+            idx = BLOCK_E - 1 - (best & 0xFFFF)
+            hi = best & -65536
+            hi = hi | ((hi >> 31) & 0xFFFF)  # the order-preserving bits whole again (a negative logit's low ones set)
+        else:
+            idx = BLOCK_E - 1 - (best & 0xFFFFFFFF).to(tl.int32)
+            hi = (best >> 32).to(tl.int32)
+        top_k32 = tl.where(slots[None, :] == j, hi[:, None], top_k32)
         top_i = tl.where(slots[None, :] == j, idx[:, None], top_i)
-        key = tl.where(cols[None, :] == idx[:, None], taken, key)
+        key = tl.where(key == best[:, None], taken, key)  # keys are distinct within a row (the id in them)
     top_x = (top_k32 ^ ((top_k32 >> 31) & 0x7FFFFFFF)).to(tl.float32, bitcast=True)  # the chosen logits
     m = tl.sum(tl.where(slots[None, :] == 0, top_x, 0.0), axis=1)  # slot 0's: the row's largest logit
     ex = tl.where(col_ok[None, :], tl.exp(x - m[:, None]), 0.0)
