@@ -21,6 +21,8 @@ Reference: hinfer.ops.triton.moe_int4.moe_experts_int4_ref.
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 from triton.experimental import gluon
@@ -124,6 +126,7 @@ def int4_mma_experts_kernel(
     PDL: gl.constexpr = False, SPLIT_K: gl.constexpr = 1, SUM: gl.constexpr = False, TOPK: gl.constexpr = 1,
     TOPK_P: gl.constexpr = 1, ACT: gl.constexpr = False, logits_ptr=None, n_experts=0,
     ROUTE: gl.constexpr = 0, BLOCK_E: gl.constexpr = 256, EARLY: gl.constexpr = False, RING: gl.constexpr = 0,
+    ROUTE_ONCE: gl.constexpr = False,
 ):  # fmt: skip
     W: gl.constexpr = gl.num_warps()
     MMA: gl.constexpr = mma_layout(W)
@@ -135,7 +138,7 @@ def int4_mma_experts_kernel(
     if ROUTE > 0:  # a few tokens, a block per pair: this program routes the pair's token (top ROUTE) itself and
         # takes its slot's expert (pair = token x (ROUTE + 1) + slot; the logits' rows are E + 1 long)
         e, w = _route_slot(logits_ptr + (blk // (ROUTE + 1)) * (n_experts + 1), n_experts, blk % (ROUTE + 1), ROUTE,
-                           BLOCK_E)  # fmt: skip
+                           BLOCK_E, ROUTE_ONCE)  # fmt: skip
         if not EARLY:  # the gate_up launch: the slot's id and weight, for the down launch
             if (pid_n == 0) & (gl.program_id(2) == 0):
                 gl.store(ids_ptr + blk, e.to(gl.int64))
@@ -218,9 +221,9 @@ def store_split(acc, y_ptr, y_off, tw_ptr, py, out_mask, part_ptr, p_off, split,
 
 
 @gluon.jit
-def _route_slot(logits_ptr, E, slot, TOPK: gl.constexpr, BLOCK_E: gl.constexpr):
+def _route_slot(logits_ptr, E, slot, TOPK: gl.constexpr, BLOCK_E: gl.constexpr, ONCE: gl.constexpr):
     """(expert, weight) of a token's `slot`: route_slots for one slot."""
-    e, w, _, _ = route_slots(logits_ptr, E, slot, slot, TOPK, BLOCK_E, False)
+    e, w, _, _ = route_slots(logits_ptr, E, slot, slot, TOPK, BLOCK_E, False, ONCE)
     return e, w
 
 
@@ -236,7 +239,8 @@ def route_layout(block_e, warps):
 
 
 @gluon.jit
-def route_slots(logits_ptr, E, slot, slot2, TOPK: gl.constexpr, BLOCK_E: gl.constexpr, TWO: gl.constexpr = True):
+def route_slots(logits_ptr, E, slot, slot2, TOPK: gl.constexpr, BLOCK_E: gl.constexpr, TWO: gl.constexpr = True,
+                ONCE: gl.constexpr = False):  # fmt: skip
     """(expert, weight) of a token's `slot` and (TWO) of its `slot2` as moe_route.moe_route(shared=True) picks them
     from its E + 1 bf16 logits: the slot-th largest of the first E (ties to the lowest id), weight p / sum of the
     TOPK chosen p (p: softmax over the E), or for slot TOPK the shared expert E weighted sigmoid(logit E). The
@@ -255,7 +259,12 @@ def route_slots(logits_ptr, E, slot, slot2, TOPK: gl.constexpr, BLOCK_E: gl.cons
     # past L1: a launch that routes ahead of its PDL wait reads logits its SM may have cached from an earlier layer
     # unmasked (padding columns read logit E - 1, then drop out of the keys): masked loads with a fill value went
     # out two at a time, each pair after the last had arrived
-    x = gl.load(logits_ptr + gl.minimum(cols, E - 1), cache_modifier=".cg").to(gl.float32)
+    if ONCE:  # the program reads the row once (its warps a quarter each), then every warp gets it through shared memory
+        LW: gl.constexpr = gl.BlockedLayout([1], [32], [W], [0])
+        c1 = gl.arange(0, BLOCK_E, layout=LW)
+        x = gl.convert_layout(gl.load(logits_ptr + gl.minimum(c1, E - 1), cache_modifier=".cg"), L).to(gl.float32)
+    else:
+        x = gl.load(logits_ptr + gl.minimum(cols, E - 1), cache_modifier=".cg").to(gl.float32)
     g = gl.load(logits_ptr + E, cache_modifier=".cg").to(gl.float32)  # the shared expert's gate, issued alongside
     # one int32 key per expert: a bf16 logit's fp32 bits have 16 zero low bits, so its order-preserving bits (the
     # route kernel's int64 key, upper half) fit the upper 16 and the tie-break BLOCK_E - 1 - id (the lowest id
@@ -338,6 +347,16 @@ def _stripe_halves(t):
     return gl.split(gl.permute(gl.reshape(t, [n // 16, 2, 8, m]), [0, 2, 3, 1]))
 
 
+def route_read_once() -> bool:
+    """How a launch that routes its token reads the router row (HINFER_ROUTE_READ, read at every call): `warps`
+    (the default) every warp reads the whole row, `once` the program reads it once and its warps share it through
+    shared memory (a quarter of the L2 requests on the one row every program reads at once, for a barrier)."""
+    v = os.environ.get("HINFER_ROUTE_READ", "warps").strip()
+    if v not in ("warps", "once"):
+        raise ValueError(f"HINFER_ROUTE_READ must be `warps` or `once`, got {v!r}")
+    return v == "once"
+
+
 def experts_mma_variant(block_n: int, block_m: int, warps: int, zero: bool, direct: bool, xdiv: int,
                         row_scale: bool, depth: int = 2, pdl: bool = False,
                         split: int = 1, topk: int = 0, act: bool = False,
@@ -415,7 +434,7 @@ def experts_mma(
         ROW_SCALE=tw is not None, SPLIT_K=split, SUM=sum_out is not None, TOPK=topk,
         TOPK_P=1 << (topk - 1).bit_length(), ACT=act, num_warps=warps,
         logits_ptr=route, n_experts=0 if route is None else route.shape[1] - 1,
-        ROUTE=slots - 1 if route is not None else 0, EARLY=early, RING=cfg.ring,
+        ROUTE=slots - 1 if route is not None else 0, EARLY=early, RING=cfg.ring, ROUTE_ONCE=route_read_once(),
         BLOCK_E=triton.next_power_of_2(route.shape[1] - 1) if route is not None else 256, **pdl_kwargs(x),
         **({"maxnreg": cfg.max_regs} if cfg.max_regs else {}),
     )  # fmt: skip
