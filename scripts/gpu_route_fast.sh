@@ -5,7 +5,7 @@
 # logits read coalesced and unmasked) and the route kernel on int32 keys, against the forms before them. The routed
 # GPU tests (ids as the route kernel's, gate_up bit for bit, PDL graph chains, the one launch, the route kernel
 # against the reference), a layer's parts (the gate_up routing against given its ids: the route's cost), then the
-# 35B-A3B one- and eight-lane decode and MTP rounds on the older tree and this one, alternated, this one with up to
+# 35B-A3B one- and eight-lane decode and MTP rounds on the older tree and this one, alternated, this one with
 # the router row read once a program (HINFER_ROUTE_READ=once), and the 122B-A10B's one-lane decode on both trees if
 # time is left. Lands in $OUT/gpu_route_fast.tgz.
 set -uo pipefail
