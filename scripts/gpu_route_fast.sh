@@ -11,17 +11,17 @@
 set -uo pipefail
 PACK=gpu_route_fast; source "$(dirname "$0")/device_common.sh"
 gpu_tests test_route 150 tests/gpu/test_moe_kernels.py -k "routes or one_launch or route_real" || exit 0
-HINFER_ROUTE_READ=once gpu_tests test_route_once 80 tests/gpu/test_moe_kernels.py -k "gate_up_routes or down_routes"
-left 200 && timeout 70 python bench/moe_one_launch.py --rounds 3 > "$R/parts.txt" 2>&1; grep -E "^  " "$R/parts.txt"; pack
+left 150 && timeout 70 python bench/moe_one_launch.py --rounds 3 > "$R/parts.txt" 2>&1; grep -E "^  " "$R/parts.txt"; pack
 arm() { HINFER_ROUTE_READ="$3" BENCH_TIMEOUT=60 bench_as "$1" "$2" qwen3.6-35b-a3b --quant int4 --spec mtp \
   --spec-k 3 --concurrency 1,8 --depths 1K --prefill "" --steps 64; }
 OLD="$PWD/.kcache/ab:$PWD"
-left 280 && arm old_a "$OLD" warps
-left 320 && arm new_a "$PWD" warps
-left 360 && arm once_a "$PWD" once
-left 400 && arm old_b "$OLD" warps
-left 440 && arm new_b "$PWD" warps
-left 480 && arm once_b "$PWD" once
+left 230 && arm old_a "$OLD" warps
+left 270 && arm new_a "$PWD" warps
+left 310 && arm once_a "$PWD" once
+left 350 && arm old_b "$OLD" warps
+left 390 && arm new_b "$PWD" warps
+left 430 && arm once_b "$PWD" once
+left 470 && HINFER_ROUTE_READ=once gpu_tests test_route_once 60 tests/gpu/test_moe_kernels.py -k "gate_up_routes or down_routes"
 arm122() { BENCH_TIMEOUT=80 bench_as "$1" "$2" qwen3.5-122b-a10b --quant int4 --concurrency 1 --depths 1K --prefill "" \
   --steps 128; }
 left 420 && arm122 old_122b "$OLD"
