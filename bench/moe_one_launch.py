@@ -6,8 +6,8 @@ folded shared expert; each layer its own router logits) that the selected expert
 dependent launch as the decode graph has it; us per layer, the median of do_bench_cudagraph, the arms alternated
 `--rounds` times in one process. Parts: `one, no wait` (the down jobs do not wait for their pair's act rows: wrong
 outputs, the wait's cost), `two, gate_up only` (the gate_up launch alone), `gate_up, ids given` (that launch reading
-its experts' ids instead of routing the token: the route's cost inside it), `gate_up, row read once` (routing, the
-router row read once a program: HINFER_ROUTE_READ=once). Byte floor: the 9 experts' int4 bytes over 4.2 TB/s.
+its experts' ids instead of routing the token: the route's cost inside it), `gate_up, warps read the row` (routing,
+every warp reading the router row itself: HINFER_ROUTE_READ=warps). Byte floor: the 9 experts' int4 bytes over 4.2 TB/s.
 
     python bench/moe_one_launch.py [--model 35b 122b] [--layers 24] [--rounds 3] [--json out.json]
     python bench/moe_one_launch.py --sweep      # the one launch's tiles (gate_up tile, down rows) against the two
@@ -89,8 +89,8 @@ def arms(m: dict, layers: list[tuple], x: torch.Tensor, sweep: bool = False) -> 
             experts_mma(x, gu, hid, slots, 8, ids, ids, ids, ids, True, xdiv=slots, act=True, topk=k, route=logits,
                         route_w=tw)  # fmt: skip
 
-    def gate_up_read_once():  # the same, the router row read once a program and shared through shared memory
-        os.environ["HINFER_ROUTE_READ"] = "once"
+    def gate_up_warps_read():  # the same, every warp reading the router row itself
+        os.environ["HINFER_ROUTE_READ"] = "warps"
         two_gate_up()
         os.environ.pop("HINFER_ROUTE_READ")
 
@@ -101,7 +101,7 @@ def arms(m: dict, layers: list[tuple], x: torch.Tensor, sweep: bool = False) -> 
             experts_mma(x, gu, hid, slots, 8, r, r, r, r, True, xdiv=slots, act=True)
 
     return {"two": route_experts(""), "one": route_experts("one_launch=1"), "two, gate_up only": two_gate_up,
-            "gate_up, ids given": gate_up_given_ids, "gate_up, row read once": gate_up_read_once,
+            "gate_up, ids given": gate_up_given_ids, "gate_up, warps read the row": gate_up_warps_read,
             "one, no wait": one(WAIT=False)}  # fmt: skip
 
 

@@ -257,15 +257,18 @@ def test_experts_int4_gate_up_writes_silu_mul(tm, weights, seed, t, tile):
                                     f"max diff, seed {seed}")  # fmt: skip
 
 
+@pytest.mark.parametrize("read", ["once", "warps"])
 @pytest.mark.parametrize("t", [1, 2, 4])
-def test_experts_int4_gate_up_routes_its_tokens(tm, weights, seed, monkeypatch, t):
+def test_experts_int4_gate_up_routes_its_tokens(tm, weights, seed, monkeypatch, t, read):
     """T tokens, the gate_up launch routing them itself (`route` launch fusion, a block per pair): every program
     picks its pair's expert as the route kernel does (the same ids, ties to the lowest id; weights within one bf16
     rounding), so the gate_up output is the one the route kernel's ids give, bit for bit, and the layer's output
     matches the two-launch route within rounding (at T > 1 against the grouped blocks, with the slot sum in the
-    down launch or apart). The last logit of a row is the folded shared expert's gate."""
+    down launch or apart). The last logit of a row is the folded shared expert's gate. Both ways of reading the
+    router row (HINFER_ROUTE_READ: once a program, or by every warp)."""
     from hinfer.ops.triton.moe_int4_mma import experts_mma
 
+    monkeypatch.setenv("HINFER_ROUTE_READ", read)
     name, wgu, wd = weights
     gu, dn = _int4_experts(wgu), _int4_experts(wd)
     h, i, p = wgu.shape[2], wd.shape[2], t * (K + 1)
