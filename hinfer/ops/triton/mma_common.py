@@ -156,3 +156,28 @@ def tail_rows(tail: torch.Tensor | None, out: torch.Tensor | None, m: int, n: in
             or tail.shape[1] != k or tail.stride(-1) != 1):  # fmt: skip
         raise ValueError(f"int4: a bf16 tail [T, {k}] with unit stride and the whole [{m}, N + T] output")
     return t
+
+
+# a kernel's timeline probes (a PROBE constexpr): per program PROBE_POINTS int64 stamps, %clock64 at points 0 ..
+# PROBE_LAST and the global nanosecond timer at points 0 and PROBE_LAST in the two after (to align programs and
+# turn cycles into time)
+PROBE_POINTS = gl.constexpr(8)
+PROBE_LAST = gl.constexpr(5)
+
+
+@gluon.jit
+def probe_stamp(probe_ptr, point: gl.constexpr, after):
+    """%clock64 once the int32 scalar `after` is computed (its producer's latency ends before the stamp), stored as
+    this program's stamp `point`; at points 0 and PROBE_LAST %globaltimer too."""
+    pid = (gl.program_id(2) * gl.num_programs(1) + gl.program_id(1)) * gl.num_programs(0) + gl.program_id(0)
+    base = probe_ptr + pid * PROBE_POINTS
+    t = gl.inline_asm_elementwise("mov.u64 $0, %clock64; // $1", "=l,r", [after], dtype=gl.int64, is_pure=False,
+                                  pack=1)  # fmt: skip
+    gl.store(base + point, t)
+    if point == 0 or point == PROBE_LAST:
+        g = gl.inline_asm_elementwise("mov.u64 $0, %globaltimer; // $1", "=l,r", [after], dtype=gl.int64,
+                                      is_pure=False, pack=1)  # fmt: skip
+        if point == 0:
+            gl.store(base + PROBE_LAST + 1, g)
+        else:
+            gl.store(base + PROBE_LAST + 2, g)

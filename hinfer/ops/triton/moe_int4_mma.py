@@ -41,7 +41,7 @@ from hinfer.ops.triton.linear_int4_mma import (
     x_words_layout,
 )
 from hinfer.ops.triton.linear_splitk import COUNTERS, counter_buffer, split_scratch
-from hinfer.ops.triton.mma_common import flat_smem, iota4, mma_layout, pdl_start
+from hinfer.ops.triton.mma_common import PROBE_LAST, flat_smem, iota4, mma_layout, pdl_start, probe_stamp
 from hinfer.ops.triton.moe_int4 import Int4Experts
 from hinfer.ops.triton.tiles.forms import SkinnyConfig
 from hinfer.ops.triton.tiles.moe import experts_mma_tile
@@ -126,15 +126,19 @@ def int4_mma_experts_kernel(
     PDL: gl.constexpr = False, SPLIT_K: gl.constexpr = 1, SUM: gl.constexpr = False, TOPK: gl.constexpr = 1,
     TOPK_P: gl.constexpr = 1, ACT: gl.constexpr = False, logits_ptr=None, n_experts=0,
     ROUTE: gl.constexpr = 0, BLOCK_E: gl.constexpr = 256, EARLY: gl.constexpr = False, RING: gl.constexpr = 0,
-    ROUTE_ONCE: gl.constexpr = True,
+    ROUTE_ONCE: gl.constexpr = True, probe_ptr=None, PROBE: gl.constexpr = False,
 ):  # fmt: skip
     W: gl.constexpr = gl.num_warps()
     MMA: gl.constexpr = mma_layout(W)
     LX: gl.constexpr = x_words_layout(W)
-    if not EARLY:  # before the expert ids: the router that writes them may be the kernel just before
-        pdl_start(PDL)
     pid_n = gl.program_id(0)
     blk = gl.program_id(1)
+    if PROBE:  # the timeline (bench/moe_chain_probe.py): entry, waited, expert known, k loop, epilogue, end
+        probe_stamp(probe_ptr, 0, pid_n)
+    if not EARLY:  # before the expert ids: the router that writes them may be the kernel just before
+        pdl_start(PDL)
+    if PROBE:
+        probe_stamp(probe_ptr, 1, blk)
     if ROUTE > 0:  # a few tokens, a block per pair: this program routes the pair's token (top ROUTE) itself and
         # takes its slot's expert (pair = token x (ROUTE + 1) + slot; the logits' rows are E + 1 long)
         e, w = _route_slot(logits_ptr + (blk // (ROUTE + 1)) * (n_experts + 1), n_experts, blk % (ROUTE + 1), ROUTE,
@@ -150,6 +154,8 @@ def int4_mma_experts_kernel(
     else:
         e = gl.load(bexp_ptr + blk)
         nrows = gl.load(brows_ptr + blk)
+    if PROBE:
+        probe_stamp(probe_ptr, 2, e)
     if e >= 0:
         # the block's pairs: for x (its layout) and for y (the accumulator's columns); padding rows repeat the
         # last valid pair (their outputs are not stored)
@@ -182,12 +188,16 @@ def int4_mma_experts_kernel(
         else:
             acc = k_loop(w_ptrs, s_ptrs, z_rows, z_rows, 1, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO,
                           True, DEPTH, True, GROUP // 8, PDL and EARLY)  # fmt: skip
+        if PROBE:
+            probe_stamp(probe_ptr, 3, gl.max(gl.max(acc, axis=1), axis=0).to(gl.int32, bitcast=True))
         out_mask = (ym < nrows)[None, :] & (rows < N)[:, None]
         y_off = py[None, :].to(gl.int64) * stride_ym + cols[:, None]
         # partials [SPLIT_K, P, N] fp32 by pair
         wrote = store_split(acc, y_ptr, y_off, tw_ptr, py, out_mask, part_ptr, py[None, :].to(gl.int64) * N + rows[:, None],
                             gl.program_id(2), P * N, cnt_ptr + blk * gl.num_programs(0) + pid_n, SPLIT_K, ROW_SCALE,
                             ACT)  # fmt: skip
+        if PROBE:
+            probe_stamp(probe_ptr, 4, wrote.to(gl.int32))
         if SUM:
             if wrote:  # this block's rows of the N tile are in y: count them in; the last sums the slots
                 gl.thread_barrier()  # every thread's rows are written before the release below
@@ -196,6 +206,8 @@ def int4_mma_experts_kernel(
                     _sum_slots(y_ptr, out_ptr, pid_n * BLOCK_N, N, P // TOPK, stride_ym, stride_om, TOPK, TOPK_P,
                                BLOCK_N)  # fmt: skip
                     gl.atomic_xchg(cnt, 0)
+        if PROBE:
+            probe_stamp(probe_ptr, PROBE_LAST, wrote.to(gl.int32))
 
 
 @gluon.jit
@@ -388,7 +400,7 @@ def experts_mma(
     sorted_: torch.Tensor, bexp: torch.Tensor, brows: torch.Tensor, direct: bool, xdiv: int,
     tw: torch.Tensor | None = None, cfg: SkinnyConfig | None = None,
     sum_out: torch.Tensor | None = None, topk: int = 1, act: bool = False, route: torch.Tensor | None = None,
-    route_w: torch.Tensor | None = None, early: bool = False,
+    route_w: torch.Tensor | None = None, early: bool = False, probe: torch.Tensor | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """y[pair] = x[pair // xdiv] @ w[expert]^T (times tw[pair] if given) for every pair the blocks name.
     With `sum_out` [T, N] the launch also sums each token's `topk` slots (pair = t * topk + s) into it: the last
@@ -401,7 +413,8 @@ def experts_mma(
     the token again, writes nothing of it, and issues its first groups of weights before its PDL wait: the
     logits come from the kernel before the gate_up, so they are complete once the gate_up lets this launch start
     (every gate_up program waits before it lets dependents launch), and the weights' DRAM trip overlaps the
-    gate_up's tail. `cfg` overrides the tile table (sweeps)."""
+    gate_up's tail. `cfg` overrides the tile table (sweeps). `probe` (int64 [programs, PROBE_POINTS]) takes each
+    program's timeline (mma_common.probe_stamp; bench/moe_chain_probe.py)."""
     e, n, k = w.shape
     if k % GROUP_K or n % 64 or x.dtype != torch.bfloat16 or x.stride(-1) != 1:
         raise ValueError(f"int4 mma experts: K % {GROUP_K}, N % 64, bf16 x with unit stride; got {w.shape}")
@@ -441,6 +454,7 @@ def experts_mma(
         TOPK_P=1 << (topk - 1).bit_length(), ACT=act, num_warps=warps,
         logits_ptr=route, n_experts=0 if route is None else route.shape[1] - 1,
         ROUTE=slots - 1 if route is not None else 0, EARLY=early, RING=cfg.ring, ROUTE_ONCE=route_read_once(),
+        probe_ptr=probe, PROBE=probe is not None,
         BLOCK_E=triton.next_power_of_2(route.shape[1] - 1) if route is not None else 256, **pdl_kwargs(x),
         **({"maxnreg": cfg.max_regs} if cfg.max_regs else {}),
     )  # fmt: skip

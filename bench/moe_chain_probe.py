@@ -1,0 +1,125 @@
+"""Where a one-token int4 experts gate_up launch spends its time: each program stamps its SM clock at six points
+(entry, PDL wait done, expert known, k loop done, K-split epilogue done, end; hinfer.ops.triton.mma_common.probe_stamp)
+and the global timer at entry and end, in a CUDA graph of `--layers` gate_up launches chained with programmatic
+dependent launch as the decode graph has them (each layer its own random experts and router logits, so the weights
+come from HBM). Per arm (`routing`: the launch routes the token; `ids given`: it reads its experts' ids) and per
+point: the median over layers of the median / 90th percentile / latest program, in us from the layer's first
+program entry (the points between entry and end converted from cycles by each program's own clock rate), and the
+gap from the previous layer's last program end to this layer's first wait done (what PDL leaves between them).
+
+    python bench/moe_chain_probe.py [--model 35b] [--layers 24] [--replays 5] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.moe_kernels import MODELS  # noqa: E402
+from bench.moe_one_launch import _layers  # noqa: E402
+from hinfer.ops.triton import moe as tm  # noqa: E402
+from hinfer.ops.triton.mma_common import PROBE_LAST, PROBE_POINTS  # noqa: E402
+from hinfer.ops.triton.moe_int4_mma import experts_mma  # noqa: E402
+
+LAST, STAMPS = int(PROBE_LAST.value), int(PROBE_POINTS.value)
+POINTS = ("entry", "waited", "expert known", "k loop done", "epilogue done", "end")
+
+
+def timeline(probe: torch.Tensor) -> dict[str, list[float]]:
+    """One launch's stamps [programs, STAMPS] -> point -> each working program's time in ns from the
+    launch's first entry (programs without an expert, all stamps past 2 zero, left out)."""
+    p = probe.cpu().double()
+    p = p[p[:, LAST] != 0]
+    g0, g1 = p[:, LAST + 1], p[:, LAST + 2]
+    c0, c1 = p[:, 0], p[:, LAST]
+    ns_per_cycle = ((g1 - g0) / (c1 - c0).clamp(min=1)).median()  # one rate for all: the timer's ticks are coarse
+    start = g0.min()
+    out = {}
+    for i, name in enumerate(POINTS):
+        out[name] = ((g0 - start) + (p[:, i] - c0) * ns_per_cycle).tolist()
+    out["end (timer)"] = (g1 - start).tolist()
+    out["_abs_start"], out["_abs_end"] = [float(start)], [float(g1.max())]
+    return out
+
+
+def stats(v: list[float]) -> tuple[float, float, float]:
+    s = sorted(v)
+    return s[len(s) // 2] / 1e3, s[int(len(s) * 0.9)] / 1e3, s[-1] / 1e3
+
+
+def run_arm(m: dict, layers: list, x: torch.Tensor, given_ids: bool, replays: int) -> dict:
+    k, i = m["k"], m["i"]
+    slots = k + 1
+    hid = torch.empty(slots, i, dtype=torch.bfloat16, device="cuda")
+    ids = torch.empty(slots, dtype=torch.int64, device="cuda")
+    tw = torch.empty(slots, dtype=torch.bfloat16, device="cuda")
+    routed = [tm.moe_route(lg, k, shared=True)[1].view(-1).contiguous() for _, _, lg in layers]
+    probes = []
+
+    def chain():
+        for j, (gu, _, logits) in enumerate(layers):
+            if given_ids:
+                r = routed[j]
+                experts_mma(x, gu, hid, slots, 8, r, r, r, r, True, xdiv=slots, act=True, probe=probes[j])
+            else:
+                experts_mma(x, gu, hid, slots, 8, ids, ids, ids, ids, True, xdiv=slots, act=True, topk=k,
+                            route=logits, route_w=tw, probe=probes[j])  # fmt: skip
+
+    grid_programs = 4096  # more than any one-token tile's grid; unused rows stay zero
+    probes.extend(torch.zeros(grid_programs, STAMPS, dtype=torch.int64, device="cuda") for _ in layers)
+    chain()  # compile outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        chain()
+    for _ in range(replays):
+        for p in probes:
+            p.zero_()
+        graph.replay()
+    torch.cuda.synchronize()
+    lines = [timeline(p) for p in probes]
+    rows = {}
+    for name in (*POINTS, "end (timer)"):
+        per_layer = [stats(t[name]) for t in lines[2:]]  # the first layers wait on the zeroing kernels
+        rows[name] = tuple(statistics.median(s[c] for s in per_layer) for c in range(3))
+    gaps = [(lines[j]["_abs_start"][0] + min(lines[j]["waited"]) - lines[j - 1]["_abs_end"][0]) / 1e3
+            for j in range(3, len(lines))]  # fmt: skip
+    spans = [(t["_abs_end"][0] - t["_abs_start"][0]) / 1e3 for t in lines[2:]]
+    return {"points": rows, "gap_us": statistics.median(gaps), "span_us": statistics.median(spans),
+            "programs": len(lines[-1]["entry"])}  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", choices=sorted(MODELS), default="35b")
+    ap.add_argument("--layers", type=int, default=24, help="layers of weights chained (their experts from HBM)")
+    ap.add_argument("--replays", type=int, default=5, help="graph replays before the stamps are read")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    gen = torch.Generator().manual_seed(0)
+    print(f"seed 0, {torch.cuda.get_device_name()}, {args.model}, {args.layers} layers")
+    m = MODELS[args.model]
+    layers = _layers(m, args.layers, gen)
+    x = torch.randn(1, m["h"], generator=gen).bfloat16().cuda()
+    out = {}
+    for arm, given in (("routing", False), ("ids given", True)):
+        r = run_arm(m, layers, x, given, args.replays)
+        out[arm] = r
+        print(f"\n{arm}: {r['programs']} programs; a layer's span {r['span_us']:.2f} us (first entry to last end), "
+              f"previous layer's last end to this one's first wait done {r['gap_us']:.2f} us")  # fmt: skip
+        print(f"  {'us from the first entry':<24} {'median':>7} {'p90':>7} {'last':>7}")
+        for name, (med, p90, last) in r["points"].items():
+            print(f"  {name:<24} {med:7.2f} {p90:7.2f} {last:7.2f}")
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
