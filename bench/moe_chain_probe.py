@@ -1,11 +1,13 @@
-"""Where a one-token int4 experts gate_up launch spends its time: each program stamps its SM clock at six points
-(entry, PDL wait done, expert known, k loop done, K-split epilogue done, end; hinfer.ops.triton.mma_common.probe_stamp)
-and the global timer at entry and end, in a CUDA graph of `--layers` gate_up launches chained with programmatic
-dependent launch as the decode graph has them (each layer its own random experts and router logits, so the weights
-come from HBM). Per arm (`routing`: the launch routes the token; `ids given`: it reads its experts' ids) and per
-point: the median over layers of the median / 90th percentile / latest program, in us from the layer's first
-program entry (the points between entry and end converted from cycles by each program's own clock rate), and the
-gap from the previous layer's last program end to this layer's first wait done (what PDL leaves between them).
+"""Where a one-token int4 launch spends its time: each program stamps its SM clock at six points (entry, PDL wait
+done, expert known, k loop done, K-split epilogue done, end; hinfer.ops.triton.mma_common.probe_stamp) and the global
+timer at entry and end, in a CUDA graph of `--layers` launches chained with programmatic dependent launch as the
+decode graph has them (each layer its own random weights, so they come from HBM). Arms: the MoE layer's experts
+gate_up launch `routing` the token or given its experts' `ids`; `dense`, the GDN layer's int4 input and output
+projections at one row (hinfer/ops/triton/linear_int4_mma.py, the packaged tiles; its wait is inside the loop,
+after the first weights: its first three points are the entry). Per arm and point: the median over layers of the
+median / 90th percentile / latest program, in us from the launch's first program entry (cycles turned into time
+at the clock rate the global timer gives), and the gap from the previous launch's last program end to this one's
+first wait done (entry for `dense`): what PDL leaves between them.
 
     python bench/moe_chain_probe.py [--model 35b] [--layers 24] [--replays 5] [--json out.json]
 """
@@ -54,26 +56,52 @@ def stats(v: list[float]) -> tuple[float, float, float]:
     return s[len(s) // 2] / 1e3, s[int(len(s) * 0.9)] / 1e3, s[-1] / 1e3
 
 
-def run_arm(m: dict, layers: list, x: torch.Tensor, given_ids: bool, replays: int) -> dict:
+def experts_chain(m: dict, layers: list, x: torch.Tensor, given_ids: bool):
+    """launch(j, probe): layer j's experts gate_up at one token, routing or given its ids; and the launch count."""
     k, i = m["k"], m["i"]
     slots = k + 1
     hid = torch.empty(slots, i, dtype=torch.bfloat16, device="cuda")
     ids = torch.empty(slots, dtype=torch.int64, device="cuda")
     tw = torch.empty(slots, dtype=torch.bfloat16, device="cuda")
     routed = [tm.moe_route(lg, k, shared=True)[1].view(-1).contiguous() for _, _, lg in layers]
-    probes = []
+
+    def launch(j: int, probe: torch.Tensor) -> None:
+        gu, _, logits = layers[j]
+        if given_ids:
+            r = routed[j]
+            experts_mma(x, gu, hid, slots, 8, r, r, r, r, True, xdiv=slots, act=True, probe=probe)
+        else:
+            experts_mma(x, gu, hid, slots, 8, ids, ids, ids, ids, True, xdiv=slots, act=True, topk=k, route=logits,
+                        route_w=tw, probe=probe)  # fmt: skip
+
+    return launch, len(layers)
+
+
+def dense_chain(config: str, layers: int, gen: torch.Generator):
+    """launch(j, probe): the GDN input projection (even j) or output projection (odd j) of layer j // 2 at one row,
+    each layer its own random int4 weights."""
+    from bench.linear_kernels import config_shapes, make_weight
+    from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
+
+    shapes = {name: (n, k) for name, n, k in config_shapes(config)}
+    pair = [shapes["gdn_in"], shapes["gdn_out"]]
+    weights = [make_weight("int4-mma", n, k, gen)[0] for _ in range(layers // 2) for n, k in pair]
+    xs = [torch.randn(1, k, device="cuda").bfloat16() for _, k in pair]
+
+    def launch(j: int, probe: torch.Tensor) -> None:
+        int4_mma_matmul(xs[j % 2], weights[j], probe=probe)
+
+    return launch, len(weights)
+
+
+def run_arm(launch, n: int, replays: int) -> dict:
+    grid_programs = 4096  # more than any one-token tile's grid; unused rows stay zero
+    probes = [torch.zeros(grid_programs, STAMPS, dtype=torch.int64, device="cuda") for _ in range(n)]
 
     def chain():
-        for j, (gu, _, logits) in enumerate(layers):
-            if given_ids:
-                r = routed[j]
-                experts_mma(x, gu, hid, slots, 8, r, r, r, r, True, xdiv=slots, act=True, probe=probes[j])
-            else:
-                experts_mma(x, gu, hid, slots, 8, ids, ids, ids, ids, True, xdiv=slots, act=True, topk=k,
-                            route=logits, route_w=tw, probe=probes[j])  # fmt: skip
+        for j in range(n):
+            launch(j, probes[j])
 
-    grid_programs = 4096  # more than any one-token tile's grid; unused rows stay zero
-    probes.extend(torch.zeros(grid_programs, STAMPS, dtype=torch.int64, device="cuda") for _ in layers)
     chain()  # compile outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -108,9 +136,12 @@ def main() -> None:
     m = MODELS[args.model]
     layers = _layers(m, args.layers, gen)
     x = torch.randn(1, m["h"], generator=gen).bfloat16().cuda()
+    config = {"35b": "qwen3.6-35b-a3b", "122b": "qwen3.5-122b-a10b"}[args.model]
+    arms = {"routing": experts_chain(m, layers, x, False), "ids given": experts_chain(m, layers, x, True),
+            "dense": dense_chain(config, args.layers, torch.Generator(device="cuda").manual_seed(0))}  # fmt: skip
     out = {}
-    for arm, given in (("routing", False), ("ids given", True)):
-        r = run_arm(m, layers, x, given, args.replays)
+    for arm, (launch, n) in arms.items():
+        r = run_arm(launch, n, args.replays)
         out[arm] = r
         print(f"\n{arm}: {r['programs']} programs; a layer's span {r['span_us']:.2f} us (first entry to last end), "
               f"previous layer's last end to this one's first wait done {r['gap_us']:.2f} us")  # fmt: skip

@@ -36,10 +36,12 @@ from hinfer.ops.triton.common import GROUP as GROUP_K  # quantization group alon
 from hinfer.ops.triton.common import pdl_kwargs
 from hinfer.ops.triton.linear_splitk import split_scratch
 from hinfer.ops.triton.mma_common import (
+    PROBE_LAST,
     flat_smem,
     iota4,
     mma_layout,
     pdl_start,
+    probe_stamp,
     store_y,
     tail_by_block,
     tail_by_row,
@@ -453,12 +455,13 @@ def int4_mma_kernel(
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
     OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, RING: gl.constexpr = 0,
     PDL: gl.constexpr = False, t_ptr=None, TAIL_N=0, stride_tn=0, TAIL: gl.constexpr = 0,
-    XA: gl.constexpr = False, PAIR: gl.constexpr = 1,
+    XA: gl.constexpr = False, PAIR: gl.constexpr = 1, probe_ptr=None, PROBE: gl.constexpr = False,
 ):  # fmt: skip
     """y[:, :N] = x @ W^T (int4 tiles) and, with TAIL, y[:, N:N + TAIL_N] = x @ tail^T (bf16 rows) in one launch
     (TAIL 1: a row of x at a time, tail_by_row; 2: the block's rows of x together, tail_by_block, from two rows up
     to blocks of 8: its accumulator takes 4 registers a row).
-    XA: each group's x loaded ahead of its MMA (k_loop, _k_loop_ring); PAIR: groups to a ring slot."""
+    XA: each group's x loaded ahead of its MMA (k_loop, _k_loop_ring); PAIR: groups to a ring slot. PROBE: each
+    program's timeline into probe_ptr (mma_common.probe_stamp: entry as points 0-2, k loop done 3, end 4-5)."""
     # rows of x in blocks of BLOCK_M along the fastest grid axis: the blocks of one weight tile run together,
     # so all but the first read it from L2
     pid_m = gl.program_id(0)
@@ -476,11 +479,11 @@ def int4_mma_kernel(
         else:
             _tile_program(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
                           stride_sg, stride_sn, pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K,
-                          OFFSET_MMA, DEPTH, ROWS, RING, PDL, XA, PAIR)  # fmt: skip
+                          OFFSET_MMA, DEPTH, ROWS, RING, PDL, XA, PAIR, probe_ptr, PROBE)  # fmt: skip
     else:
         _tile_program(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg,
                       stride_sn, pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K, OFFSET_MMA, DEPTH, ROWS,
-                      RING, PDL, XA, PAIR)  # fmt: skip
+                      RING, PDL, XA, PAIR, probe_ptr, PROBE)  # fmt: skip
 
 
 @gluon.jit
@@ -488,9 +491,13 @@ def _tile_program(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg, stride_sn,
     pid_m, pid_n, pid_k, HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
     SPLIT_K: gl.constexpr, OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, RING: gl.constexpr,
-    PDL: gl.constexpr, XA: gl.constexpr = False, PAIR: gl.constexpr = 1,
+    PDL: gl.constexpr, XA: gl.constexpr = False, PAIR: gl.constexpr = 1, probe_ptr=None, PROBE: gl.constexpr = False,
 ):  # fmt: skip
     """One program of int4_mma_kernel: BLOCK_N rows of W, BLOCK_M rows of x, its 1/SPLIT_K of the groups."""
+    if PROBE:  # the wait is inside the loop (the weights go ahead of it): entry stands for the first three points
+        probe_stamp(probe_ptr, 0, pid_n)
+        probe_stamp(probe_ptr, 1, pid_n)
+        probe_stamp(probe_ptr, 2, pid_n)
     W: gl.constexpr = gl.num_warps()
     S: gl.constexpr = BLOCK_N // 16
     LW: gl.constexpr = words_layout(W)
@@ -524,8 +531,13 @@ def _tile_program(
     else:
         acc = k_loop(w_ptrs, s_ptrs, z_lo, z_rows, stride_sg, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO,
                       OFFSET_MMA, DEPTH, ROWS, GW, PDL, XA)  # fmt: skip
+    if PROBE:
+        probe_stamp(probe_ptr, 3, gl.max(gl.max(acc, axis=1), axis=0).to(gl.int32, bitcast=True))
 
     store_y(acc, rows, y_ptr, part_ptr, cnt_ptr, M, N, stride_ym, pid_m, pid_n, pid_k, BLOCK_N, BLOCK_M, SPLIT_K)
+    if PROBE:
+        probe_stamp(probe_ptr, 4, pid_n)
+        probe_stamp(probe_ptr, PROBE_LAST, pid_n)
 
 
 def int4_mma_variant(
@@ -561,7 +573,7 @@ class Int4Tensors(Protocol):
 
 def int4_mma_matmul(
     x: torch.Tensor, w: Int4Tensors, out: torch.Tensor | None = None, cfg: SkinnyConfig | None = None,
-    offset_mma: bool | None = None, tail: torch.Tensor | None = None,
+    offset_mma: bool | None = None, tail: torch.Tensor | None = None, probe: torch.Tensor | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """y [M, N] = x [M, K] @ W^T (bf16), 1 <= M <= 64: W in fragment order (Int4MmaWeight) or in hinfer.quant.int4's
     row layout (Int4Weight, group 128: each thread then loads 16 bytes of two rows, g and g + 8, which hold the
@@ -569,7 +581,8 @@ def int4_mma_matmul(
     the tile's fma_offset): take (128 + z) sum x off each group's partial (sum x from a second MMA against ones);
     False (fragment order only): one bf16x2 fma per weight register subtracts 128 + z before the MMA.
     `tail` [T, K] bf16: rows computed in the same launch on CUDA cores into out[:, N:N + T] (`out` is then the
-    whole [M, N + T] output, given)."""
+    whole [M, N + T] output, given). `probe` (int64 [programs, PROBE_POINTS]) takes each program's timeline
+    (bench/moe_chain_probe.py)."""
     m, k = x.shape
     rows = hasattr(w, "qweight")  # the row layout (Int4Weight); else fragment order (Int4MmaWeight)
     n = w.shape[0]
@@ -609,7 +622,7 @@ def int4_mma_matmul(
         OFFSET_MMA=offset_mma, DEPTH=cfg.num_stages, ROWS=rows, RING=cfg.ring, num_warps=warps,
         t_ptr=x if tail is None else tail, TAIL_N=tail_n, stride_tn=0 if tail is None else tail.stride(0),
         TAIL=0 if tail is None else 2 if 1 < m and block_m <= 8 else 1, XA=cfg.x_ahead, PAIR=2 if cfg.ring_pairs else 1, **pdl_kwargs(x),
-        **({"maxnreg": cfg.max_regs} if cfg.max_regs else {}),
+        probe_ptr=probe, PROBE=probe is not None, **({"maxnreg": cfg.max_regs} if cfg.max_regs else {}),
     )  # fmt: skip
     return out
 
