@@ -131,12 +131,12 @@ def int4_mma_experts_kernel(
     W: gl.constexpr = gl.num_warps()
     MMA: gl.constexpr = mma_layout(W)
     LX: gl.constexpr = x_words_layout(W)
-    pid_n = gl.program_id(0)
-    blk = gl.program_id(1)
     if PROBE:  # the timeline (bench/moe_chain_probe.py): entry, waited, expert known, k loop, epilogue, end
-        probe_stamp(probe_ptr, 0, pid_n)
+        probe_stamp(probe_ptr, 0, gl.program_id(0))
     if not EARLY:  # before the expert ids: the router that writes them may be the kernel just before
         pdl_start(PDL)
+    pid_n = gl.program_id(0)
+    blk = gl.program_id(1)
     if PROBE:
         probe_stamp(probe_ptr, 1, blk)
     if ROUTE > 0:  # a few tokens, a block per pair: this program routes the pair's token (top ROUTE) itself and
