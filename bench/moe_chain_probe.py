@@ -4,10 +4,11 @@ timer at entry and end, in a CUDA graph of `--layers` launches chained with prog
 decode graph has them (each layer its own random weights, so they come from HBM). Arms: the MoE layer's experts
 gate_up launch `routing` the token or given its experts' `ids`; `dense`, the GDN layer's int4 input and output
 projections at one row (hinfer/ops/triton/linear_int4_mma.py, the packaged tiles; its wait is inside the loop,
-after the first weights: its first three points are the entry). Per arm and point: the median over layers of the
-median / 90th percentile / latest program, in us from the launch's first program entry (cycles turned into time
-at the clock rate the global timer gives), and the gap from the previous launch's last program end to this one's
-first wait done (entry for `dense`): what PDL leaves between them.
+after the first weights: its first three points are the entry); `x ahead`, the same tiles loading each group's x
+with its weights (without, each group's x comes from L2 after the group before it has been multiplied). Per arm
+and point: the median over layers of the median / 90th percentile / latest program, in us from the launch's first
+program entry (cycles turned into time at the clock rate the global timer gives), and the gap from the previous
+launch's last program end to this one's first wait done (entry for `dense`): what PDL leaves between them.
 
     python bench/moe_chain_probe.py [--model 35b] [--layers 24] [--replays 5] [--json out.json]
 """
@@ -18,6 +19,7 @@ import argparse
 import json
 import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -29,6 +31,7 @@ from bench.moe_one_launch import _layers  # noqa: E402
 from hinfer.ops.triton import moe as tm  # noqa: E402
 from hinfer.ops.triton.mma_common import PROBE_LAST, PROBE_POINTS  # noqa: E402
 from hinfer.ops.triton.moe_int4_mma import experts_mma  # noqa: E402
+from hinfer.ops.triton.tiles.moe import experts_mma_tile  # noqa: E402
 
 LAST, STAMPS = int(PROBE_LAST.value), int(PROBE_POINTS.value)
 POINTS = ("entry", "waited", "expert known", "k loop done", "epilogue done", "end")
@@ -56,40 +59,48 @@ def stats(v: list[float]) -> tuple[float, float, float]:
     return s[len(s) // 2] / 1e3, s[int(len(s) * 0.9)] / 1e3, s[-1] / 1e3
 
 
-def experts_chain(m: dict, layers: list, x: torch.Tensor, given_ids: bool):
-    """launch(j, probe): layer j's experts gate_up at one token, routing or given its ids; and the launch count."""
+def experts_chain(m: dict, layers: list, x: torch.Tensor, given_ids: bool, x_ahead: bool = False):
+    """launch(j, probe): layer j's experts gate_up at one token, routing or given its ids, on the packaged tile or
+    (x_ahead) that tile loading each group's x with its weights, registers uncapped; and the launch count."""
     k, i = m["k"], m["i"]
     slots = k + 1
     hid = torch.empty(slots, i, dtype=torch.bfloat16, device="cuda")
     ids = torch.empty(slots, dtype=torch.int64, device="cuda")
     tw = torch.empty(slots, dtype=torch.bfloat16, device="cuda")
     routed = [tm.moe_route(lg, k, shared=True)[1].view(-1).contiguous() for _, _, lg in layers]
+    gu0 = layers[0][0]
+    cfg = experts_mma_tile(slots, gu0.shape[1], gu0.shape[2], slots)
+    cfg = replace(cfg, x_ahead=True, max_regs=0) if x_ahead else cfg
 
     def launch(j: int, probe: torch.Tensor) -> None:
         gu, _, logits = layers[j]
         if given_ids:
             r = routed[j]
-            experts_mma(x, gu, hid, slots, 8, r, r, r, r, True, xdiv=slots, act=True, probe=probe)
+            experts_mma(x, gu, hid, slots, 8, r, r, r, r, True, xdiv=slots, act=True, cfg=cfg, probe=probe)
         else:
             experts_mma(x, gu, hid, slots, 8, ids, ids, ids, ids, True, xdiv=slots, act=True, topk=k, route=logits,
-                        route_w=tw, probe=probe)  # fmt: skip
+                        route_w=tw, cfg=cfg, probe=probe)  # fmt: skip
 
     return launch, len(layers)
 
 
-def dense_chain(config: str, layers: int, gen: torch.Generator):
+def dense_chain(config: str, layers: int, gen: torch.Generator, x_ahead: bool = False):
     """launch(j, probe): the GDN input projection (even j) or output projection (odd j) of layer j // 2 at one row,
-    each layer its own random int4 weights."""
+    each layer its own random int4 weights, on the packaged tile or (x_ahead) that tile loading each group's x with
+    its weights."""
     from bench.linear_kernels import config_shapes, make_weight
     from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
+    from hinfer.ops.triton.tiles.linear import mma_config
 
     shapes = {name: (n, k) for name, n, k in config_shapes(config)}
     pair = [shapes["gdn_in"], shapes["gdn_out"]]
     weights = [make_weight("int4-mma", n, k, gen)[0] for _ in range(layers // 2) for n, k in pair]
     xs = [torch.randn(1, k, device="cuda").bfloat16() for _, k in pair]
+    cfgs = [mma_config(1, n, k) for n, k in pair]
+    cfgs = [replace(c, x_ahead=True) for c in cfgs] if x_ahead else cfgs
 
     def launch(j: int, probe: torch.Tensor) -> None:
-        int4_mma_matmul(xs[j % 2], weights[j], probe=probe)
+        int4_mma_matmul(xs[j % 2], weights[j], cfg=cfgs[j % 2], probe=probe)
 
     return launch, len(weights)
 
@@ -137,8 +148,11 @@ def main() -> None:
     layers = _layers(m, args.layers, gen)
     x = torch.randn(1, m["h"], generator=gen).bfloat16().cuda()
     config = {"35b": "qwen3.6-35b-a3b", "122b": "qwen3.5-122b-a10b"}[args.model]
+    dense_gen = torch.Generator(device="cuda").manual_seed(0)
     arms = {"routing": experts_chain(m, layers, x, False), "ids given": experts_chain(m, layers, x, True),
-            "dense": dense_chain(config, args.layers, torch.Generator(device="cuda").manual_seed(0))}  # fmt: skip
+            "routing, x ahead": experts_chain(m, layers, x, False, x_ahead=True),
+            "dense": dense_chain(config, args.layers, dense_gen),
+            "dense, x ahead": dense_chain(config, args.layers, dense_gen, x_ahead=True)}  # fmt: skip
     out = {}
     for arm, (launch, n) in arms.items():
         r = run_arm(launch, n, args.replays)

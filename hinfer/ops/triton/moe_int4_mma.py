@@ -126,7 +126,7 @@ def int4_mma_experts_kernel(
     PDL: gl.constexpr = False, SPLIT_K: gl.constexpr = 1, SUM: gl.constexpr = False, TOPK: gl.constexpr = 1,
     TOPK_P: gl.constexpr = 1, ACT: gl.constexpr = False, logits_ptr=None, n_experts=0,
     ROUTE: gl.constexpr = 0, BLOCK_E: gl.constexpr = 256, EARLY: gl.constexpr = False, RING: gl.constexpr = 0,
-    ROUTE_ONCE: gl.constexpr = True, probe_ptr=None, PROBE: gl.constexpr = False,
+    ROUTE_ONCE: gl.constexpr = True, probe_ptr=None, PROBE: gl.constexpr = False, XA: gl.constexpr = False,
 ):  # fmt: skip
     W: gl.constexpr = gl.num_warps()
     MMA: gl.constexpr = mma_layout(W)
@@ -187,7 +187,7 @@ def int4_mma_experts_kernel(
                                      GROUP // 8, PDL and EARLY)  # fmt: skip
         else:
             acc = k_loop(w_ptrs, s_ptrs, z_rows, z_rows, 1, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO,
-                          True, DEPTH, True, GROUP // 8, PDL and EARLY)  # fmt: skip
+                          True, DEPTH, True, GROUP // 8, PDL and EARLY, XA)  # fmt: skip
         if PROBE:
             probe_stamp(probe_ptr, 3, gl.max(gl.max(acc, axis=1), axis=0).to(gl.int32, bitcast=True))
         out_mask = (ym < nrows)[None, :] & (rows < N)[:, None]
@@ -454,7 +454,7 @@ def experts_mma(
         TOPK_P=1 << (topk - 1).bit_length(), ACT=act, num_warps=warps,
         logits_ptr=route, n_experts=0 if route is None else route.shape[1] - 1,
         ROUTE=slots - 1 if route is not None else 0, EARLY=early, RING=cfg.ring, ROUTE_ONCE=route_read_once(),
-        probe_ptr=probe, PROBE=probe is not None,
+        probe_ptr=probe, PROBE=probe is not None, XA=cfg.x_ahead and not cfg.ring,
         BLOCK_E=triton.next_power_of_2(route.shape[1] - 1) if route is not None else 256, **pdl_kwargs(x),
         **({"maxnreg": cfg.max_regs} if cfg.max_regs else {}),
     )  # fmt: skip
