@@ -37,20 +37,19 @@ LAST, STAMPS = int(PROBE_LAST.value), int(PROBE_POINTS.value)
 POINTS = ("entry", "waited", "expert known", "k loop done", "epilogue done", "end")
 
 
-def timeline(probe: torch.Tensor) -> dict[str, list[float]]:
-    """One launch's stamps [programs, STAMPS] -> point -> each working program's time in ns from the
-    launch's first entry (programs without an expert, all stamps past 2 zero, left out)."""
-    p = probe.cpu().double()
+def timeline(probe: torch.Tensor) -> dict:
+    """One launch's stamps [programs, STAMPS] -> point -> each working program's time in ns from the launch's
+    first entry (programs that never reached the last stamp left out), and the launch's first entry and last end
+    on the global timer (ints: its nanoseconds since the epoch pass what a double holds exactly)."""
+    p = probe.cpu()
     p = p[p[:, LAST] != 0]
-    g0, g1 = p[:, LAST + 1], p[:, LAST + 2]
-    c0, c1 = p[:, 0], p[:, LAST]
-    ns_per_cycle = ((g1 - g0) / (c1 - c0).clamp(min=1)).median()  # one rate for all: the timer's ticks are coarse
-    start = g0.min()
-    out = {}
-    for i, name in enumerate(POINTS):
-        out[name] = ((g0 - start) + (p[:, i] - c0) * ns_per_cycle).tolist()
-    out["end (timer)"] = (g1 - start).tolist()
-    out["_abs_start"], out["_abs_end"] = [float(start)], [float(g1.max())]
+    start = int(p[:, LAST + 1].min())
+    g0, g1 = (p[:, LAST + 1] - start).double(), (p[:, LAST + 2] - start).double()
+    c = (p[:, : LAST + 1] - p[:, :1]).double()  # each program's cycles since its own entry
+    ns_per_cycle = ((g1 - g0) / c[:, LAST].clamp(min=1)).median()  # one rate for all: the timer's ticks are coarse
+    out: dict = {name: (g0 + c[:, i] * ns_per_cycle).tolist() for i, name in enumerate(POINTS)}
+    out["end (timer)"] = g1.tolist()
+    out["_start"], out["_end"] = start, start + int(g1.max())
     return out
 
 
@@ -128,9 +127,9 @@ def run_arm(launch, n: int, replays: int) -> dict:
     for name in (*POINTS, "end (timer)"):
         per_layer = [stats(t[name]) for t in lines[2:]]  # the first layers wait on the zeroing kernels
         rows[name] = tuple(statistics.median(s[c] for s in per_layer) for c in range(3))
-    gaps = [(lines[j]["_abs_start"][0] + min(lines[j]["waited"]) - lines[j - 1]["_abs_end"][0]) / 1e3
+    gaps = [((lines[j]["_start"] - lines[j - 1]["_end"]) + min(lines[j]["waited"])) / 1e3
             for j in range(3, len(lines))]  # fmt: skip
-    spans = [(t["_abs_end"][0] - t["_abs_start"][0]) / 1e3 for t in lines[2:]]
+    spans = [(t["_end"] - t["_start"]) / 1e3 for t in lines[2:]]
     return {"points": rows, "gap_us": statistics.median(gaps), "span_us": statistics.median(spans),
             "programs": len(lines[-1]["entry"])}  # fmt: skip
 
