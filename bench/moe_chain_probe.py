@@ -5,8 +5,10 @@ decode graph has them (each layer its own random weights, so they come from HBM)
 gate_up launch `routing` the token or given its experts' `ids`; `dense`, the GDN layer's int4 input and output
 projections at one row (hinfer/ops/triton/linear_int4_mma.py, the packaged tiles; its wait is inside the loop,
 after the first weights: its first three points are the entry); `x ahead`, the same tiles loading each group's x
-with its weights (without, each group's x comes from L2 after the group before it has been multiplied). Per arm
-and point: the median over layers of the median / 90th percentile / latest program, in us from the launch's first
+with its weights (without, each group's x comes from L2 after the group before it has been multiplied); `x
+staged`, the same tiles reading the program's groups of x once into shared memory (x_staged). Per arm, the chain's
+time a launch (CUDA events around a replay, the stamps kept), and per
+point: the median over layers of the median / 90th percentile / latest program, in us from the launch's first
 program entry (cycles turned into time at the clock rate the global timer gives), and the gap from the previous
 launch's last program end to this one's first wait done (entry for `dense`): what PDL leaves between them.
 
@@ -31,6 +33,7 @@ from bench.moe_one_launch import _layers  # noqa: E402
 from hinfer.ops.triton import moe as tm  # noqa: E402
 from hinfer.ops.triton.mma_common import PROBE_LAST, PROBE_POINTS  # noqa: E402
 from hinfer.ops.triton.moe_int4_mma import experts_mma  # noqa: E402
+from hinfer.ops.triton.tiles.forms import SkinnyConfig  # noqa: E402
 from hinfer.ops.triton.tiles.moe import experts_mma_tile  # noqa: E402
 
 LAST, STAMPS = int(PROBE_LAST.value), int(PROBE_POINTS.value)
@@ -58,9 +61,19 @@ def stats(v: list[float]) -> tuple[float, float, float]:
     return s[len(s) // 2] / 1e3, s[int(len(s) * 0.9)] / 1e3, s[-1] / 1e3
 
 
-def experts_chain(m: dict, layers: list, x: torch.Tensor, given_ids: bool, x_ahead: bool = False):
-    """launch(j, probe): layer j's experts gate_up at one token, routing or given its ids, on the packaged tile or
-    (x_ahead) that tile loading each group's x with its weights, registers uncapped; and the launch count."""
+def with_x(cfg: SkinnyConfig, x: str) -> SkinnyConfig:
+    """The tile as the arm reads x: `tile` as packaged, `ahead` each group's x loaded with its weights (registers
+    uncapped), `staged` the program's groups of x read once into shared memory."""
+    if x == "ahead":
+        return replace(cfg, x_ahead=True, x_staged=False, max_regs=0)
+    if x == "staged":
+        return replace(cfg, x_staged=True, x_ahead=False, ring_pairs=False)
+    return cfg
+
+
+def experts_chain(m: dict, layers: list, x: torch.Tensor, given_ids: bool, x_mode: str = "tile"):
+    """launch(j, probe): layer j's experts gate_up at one token, routing or given its ids, on the packaged tile
+    reading x as `x_mode` says (with_x); and the launch count."""
     k, i = m["k"], m["i"]
     slots = k + 1
     hid = torch.empty(slots, i, dtype=torch.bfloat16, device="cuda")
@@ -69,7 +82,7 @@ def experts_chain(m: dict, layers: list, x: torch.Tensor, given_ids: bool, x_ahe
     routed = [tm.moe_route(lg, k, shared=True)[1].view(-1).contiguous() for _, _, lg in layers]
     gu0 = layers[0][0]
     cfg = experts_mma_tile(slots, gu0.shape[1], gu0.shape[2], slots)
-    cfg = replace(cfg, x_ahead=True, max_regs=0) if x_ahead else cfg
+    cfg = with_x(cfg, x_mode)
 
     def launch(j: int, probe: torch.Tensor) -> None:
         gu, _, logits = layers[j]
@@ -83,10 +96,9 @@ def experts_chain(m: dict, layers: list, x: torch.Tensor, given_ids: bool, x_ahe
     return launch, len(layers)
 
 
-def dense_chain(config: str, layers: int, gen: torch.Generator, x_ahead: bool = False):
+def dense_chain(config: str, layers: int, gen: torch.Generator, x_mode: str = "tile"):
     """launch(j, probe): the GDN input projection (even j) or output projection (odd j) of layer j // 2 at one row,
-    each layer its own random int4 weights, on the packaged tile or (x_ahead) that tile loading each group's x with
-    its weights."""
+    each layer its own random int4 weights, on the packaged tile reading x as `x_mode` says (with_x)."""
     from bench.linear_kernels import config_shapes, make_weight
     from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
     from hinfer.ops.triton.tiles.linear import mma_config
@@ -96,7 +108,7 @@ def dense_chain(config: str, layers: int, gen: torch.Generator, x_ahead: bool = 
     weights = [make_weight("int4-mma", n, k, gen)[0] for _ in range(layers // 2) for n, k in pair]
     xs = [torch.randn(1, k, device="cuda").bfloat16() for _, k in pair]
     cfgs = [mma_config(1, n, k) for n, k in pair]
-    cfgs = [replace(c, x_ahead=True) for c in cfgs] if x_ahead else cfgs
+    cfgs = [with_x(c, x_mode) for c in cfgs]
 
     def launch(j: int, probe: torch.Tensor) -> None:
         int4_mma_matmul(xs[j % 2], weights[j], cfg=cfgs[j % 2], probe=probe)
@@ -123,6 +135,13 @@ def run_arm(launch, n: int, replays: int) -> dict:
         graph.replay()
     torch.cuda.synchronize()
     lines = [timeline(p) for p in probes]
+    start, end, per_launch = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True), []
+    for _ in range(replays * 4):  # the whole chain's time a launch (CUDA events around a replay; stamps kept)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        per_launch.append(start.elapsed_time(end) * 1e3 / n)
     rows = {}
     for name in (*POINTS, "end (timer)"):
         per_layer = [stats(t[name]) for t in lines[2:]]  # the first layers wait on the zeroing kernels
@@ -131,7 +150,7 @@ def run_arm(launch, n: int, replays: int) -> dict:
             for j in range(3, len(lines))]  # fmt: skip
     spans = [(t["_end"] - t["_start"]) / 1e3 for t in lines[2:]]
     return {"points": rows, "gap_us": statistics.median(gaps), "span_us": statistics.median(spans),
-            "programs": len(lines[-1]["entry"])}  # fmt: skip
+            "programs": len(lines[-1]["entry"]), "per_launch_us": statistics.median(per_launch)}  # fmt: skip
 
 
 def main() -> None:
@@ -149,14 +168,16 @@ def main() -> None:
     config = {"35b": "qwen3.6-35b-a3b", "122b": "qwen3.5-122b-a10b"}[args.model]
     dense_gen = torch.Generator(device="cuda").manual_seed(0)
     arms = {"routing": experts_chain(m, layers, x, False), "ids given": experts_chain(m, layers, x, True),
-            "routing, x ahead": experts_chain(m, layers, x, False, x_ahead=True),
+            "routing, x ahead": experts_chain(m, layers, x, False, "ahead"),
+            "routing, x staged": experts_chain(m, layers, x, False, "staged"),
             "dense": dense_chain(config, args.layers, dense_gen),
-            "dense, x ahead": dense_chain(config, args.layers, dense_gen, x_ahead=True)}  # fmt: skip
+            "dense, x ahead": dense_chain(config, args.layers, dense_gen, "ahead"),
+            "dense, x staged": dense_chain(config, args.layers, dense_gen, "staged")}  # fmt: skip
     out = {}
     for arm, (launch, n) in arms.items():
         r = run_arm(launch, n, args.replays)
         out[arm] = r
-        print(f"\n{arm}: {r['programs']} programs; a layer's span {r['span_us']:.2f} us (first entry to last end), "
+        print(f"\n{arm}: {r['programs']} programs, a launch every {r['per_launch_us']:.2f} us in the chain; a layer's span {r['span_us']:.2f} us (first entry to last end), "
               f"previous layer's last end to this one's first wait done {r['gap_us']:.2f} us")  # fmt: skip
         print(f"  {'us from the first entry':<24} {'median':>7} {'p90':>7} {'last':>7}")
         for name, (med, p90, last) in r["points"].items():

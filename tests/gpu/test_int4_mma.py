@@ -331,6 +331,34 @@ def test_x_ahead_changes_nothing():
         assert torch.equal(int4_mma_matmul(x, mw, out=_poisoned(m, n), cfg=ahead), want), f"M={m} {ahead}"
 
 
+def test_x_staged_changes_nothing(monkeypatch):
+    """A tile's x_staged (a program's groups of x read once into shared memory, each group's x read from there)
+    moves loads only: the same bits at depths 2 and 4 and through the ring, with splits (odd group counts: the
+    staged groups rounded up to a power of two, the rest clamped re-reads), one row (staged once for the
+    padding rows) and eight and sixteen (staged per row). HINFER_X_STAGED=one / all stage the table's tiles."""
+    from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
+    from hinfer.ops.triton.tiles.forms import SkinnyConfig
+
+    n, k = SHAPES["qkv"]
+    g = _gen()
+    _, mw = _quantized(n, k, True, g)
+    for m, cfg in ((1, SkinnyConfig(128, 128, 8, 4, 4, 2)), (1, SkinnyConfig(128, 128, 8, 3, 4, 4)),
+                   (8, SkinnyConfig(128, 128, 8, 16, 4, 2)), (8, SkinnyConfig(64, 128, 8, 6, 4, 4)),
+                   (1, SkinnyConfig(128, 128, 8, 2, 4, 2, 4)), (16, SkinnyConfig(128, 128, 16, 8, 4, 2, 4)),
+                   (1, SkinnyConfig(128, 128, 8, 8, 4, 2, 4)), (8, SkinnyConfig(128, 128, 8, 3, 4, 2, 4))):  # fmt: skip
+        x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
+        want = int4_mma_matmul(x, mw, cfg=cfg)
+        staged = replace(cfg, x_staged=True)
+        assert torch.equal(int4_mma_matmul(x, mw, out=_poisoned(m, n), cfg=staged), want), f"M={m} {staged}"
+    for m in (1, 8):
+        x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
+        monkeypatch.setenv("HINFER_X_STAGED", "off")
+        want = int4_mma_matmul(x, mw)
+        for mode in ("one", "all"):
+            monkeypatch.setenv("HINFER_X_STAGED", mode)
+            assert _rel(int4_mma_matmul(x, mw, out=_poisoned(m, n)), want) < REL, f"M={m} {mode}"
+
+
 def test_ring_pairs_change_nothing():
     """Two groups to a ring slot (ring_pairs, each with buffers of its own) moves copies and barriers only: the
     same bits as one group a slot, even and odd group counts, one and eight rows, with and without a register

@@ -413,6 +413,47 @@ def test_experts_int4_words_ring(tm, weights, seed, t):
     assert not counter_buffer(x.device).any(), "arrival counters left set"
 
 
+@pytest.mark.parametrize("t", [1, 8, 32])
+def test_experts_int4_x_staged(tm, weights, seed, t):
+    """A program's x staged in shared memory once (the tile's x_staged) moves loads only: the same bits as x read
+    per group, through the register look-ahead and the words ring, with K splits, for one-row (direct) blocks
+    and blocks of 8 rows (x's rows staged per block), gate_up and down, the arrival counters left zeroed."""
+    from dataclasses import replace
+
+    from hinfer.ops.triton.linear_splitk import counter_buffer
+    from hinfer.ops.triton.moe_int4_mma import experts_mma
+    from hinfer.ops.triton.tiles.forms import SkinnyConfig
+
+    name, wgu, wd = weights
+    gu, dn = _int4_experts(wgu), _int4_experts(wd)
+    h, i = wgu.shape[2], wd.shape[2]
+    x = torch.randn(t, h, device="cuda").bfloat16()
+    hid = (torch.randn(t * K, i, device="cuda") * 2).bfloat16()
+    top_w, top_i = ref.moe_route_ref(torch.randn(t, E, device="cuda").bfloat16(), K)
+    tw = top_w.reshape(-1).float().contiguous()
+    ids = top_i.reshape(-1).contiguous()
+    block_sets = [("blocks", _block_args(top_i))]
+    if t > 1:  # one block a pair, as the decode launches route them
+        block_sets.append(("direct", (t * K, 8, ids, ids, ids, ids, True)))
+    for label, args in block_sets:
+        for cfg in (SkinnyConfig(128, 128, 8, 4, 4, 4), SkinnyConfig(64, 128, 8, 2, 2, 2),
+                    SkinnyConfig(128, 128, 8, 3, 4, 4), SkinnyConfig(128, 128, 8, 2, 4, 4, 4)):  # fmt: skip
+            outs = []
+            for c in (cfg, replace(cfg, x_staged=True)):
+                a = experts_mma(x, gu, torch.full((t * K, i), float("nan"), device="cuda").bfloat16(), *args, xdiv=K,
+                                cfg=c, act=True)  # fmt: skip
+                b = experts_mma(hid, dn, torch.full((t * K, h), float("nan"), device="cuda").bfloat16(), *args,
+                                xdiv=1, tw=tw, cfg=c)  # fmt: skip
+                outs.append((a, b))
+            for what, j in (("gate_up", 0), ("down", 1)):
+                want, got = outs[0][j], outs[1][j]
+                assert torch.isfinite(want).all(), f"{name} {what} T={t} {label}: unwritten rows, seed {seed}"
+                assert torch.equal(got, want), (f"{name} {what} T={t} {label} {cfg}: x staged differs by "
+                                                f"{(got.float() - want.float()).abs().max().item()}, seed {seed}")  # fmt: skip
+    torch.cuda.synchronize()
+    assert not counter_buffer(x.device).any(), "arrival counters left set"
+
+
 @pytest.mark.parametrize("t", [1, 3, 8])
 def test_experts_int4_down_sums_the_slots(tm, weights, seed, t, monkeypatch):
     """The tensor-core down launch that also sums each token's slots (the last program of an N tile to finish does)

@@ -24,10 +24,12 @@ hinfer.quant.int4_mma_layout.emulate_kernel.
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from typing import Protocol
 
 import torch
+import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
@@ -221,10 +223,52 @@ def x_word_ptrs(x_ptr, rows, stride_xm, BLOCK_M: gl.constexpr):
     return base + (rows.to(gl.int64) * (stride_xm // 2))[:, None, None] + xt * 16 + xj
 
 
+@gluon.constexpr_function
+def x_stage_layout(num_warps):
+    # [group, row, t, 16 words]: 16 bytes a thread, a group's row of x (256 bytes) on 16 lanes
+    return gl.BlockedLayout([1, 1, 1, 4], [2, 1, 4, 4], [num_warps, 1, 1, 1], [3, 2, 1, 0])
+
+
 @gluon.jit
-def _x_at(x, g, XA: gl.constexpr):
-    """Group g of x: x's pointers loaded here, or (XA) the values loaded ahead."""
-    if XA:
+def x_stage_rows(XR: gl.constexpr):
+    """arange(0, XR) in x_stage_layout's row slice: the rows of x a program stages, to be mapped to x's rows."""
+    L: gl.constexpr = x_stage_layout(gl.num_warps())
+    return gl.arange(0, XR, layout=gl.SliceLayout(0, gl.SliceLayout(2, gl.SliceLayout(3, L))))
+
+
+@gluon.jit
+def x_stage_ptrs(x_ptr, rows, stride_xm, g_lo, last, XG: gl.constexpr):
+    """Pointers [XG, XR, 4, 16] (int32 words of bf16 pairs, x_stage_layout) to groups g_lo .. g_lo + XG - 1 of x's
+    rows `rows` ([XR], x_stage_rows' layout; stride_xm even), groups past `last` clamped to it (re-reads)."""
+    L: gl.constexpr = x_stage_layout(gl.num_warps())
+    groups = gl.minimum(g_lo + iota4(XG, 0, L), last)
+    base = x_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
+    r = (rows.to(gl.int64) * (stride_xm // 2))[None, :, None, None]
+    return base + r + groups * XW + iota4(4, 2, L) * 16 + iota4(16, 3, L)
+
+
+@gluon.jit
+def x_stage(ptrs, g_lo):
+    """A program's groups of x read once, into shared memory ([XG, XR, 4, 16] int32 from x_stage_ptrs), after the
+    PDL wait: every group's x is then a shared-memory read beside its MMA instead of a round trip to L2 after the
+    previous group's MMA. Returns (the buffer, g_lo), the x that group_partial takes with XS."""
+    v = gl.load(ptrs)
+    smem = gl.allocate_shared_memory(gl.int32, v.shape, flat_smem(4), v)
+    smem = smem._reinterpret(gl.int32, v.shape, flat_smem(3))  # row-major either way: indexed by group
+    gl.thread_barrier()  # each group's x is read by every warp
+    return smem, g_lo
+
+
+@gluon.jit
+def _x_at(x, g, XA: gl.constexpr, XS: gl.constexpr = False, BLOCK_M: gl.constexpr = 8):
+    """Group g of x: x's pointers loaded here, (XA) the values loaded ahead, or (XS) read from x_stage's buffer:
+    its staged rows, or its one row standing for all BLOCK_M (a one-row launch, whose padding rows repeat it)."""
+    if XS:
+        smem, g_lo = x
+        v = smem.index(g - g_lo).load(x_words_layout(gl.num_warps()))
+        if v.shape[0] != BLOCK_M:  # the one staged row: a broadcast, the same registers
+            v = v + gl.zeros([BLOCK_M, 4, 16], gl.int32, layout=x_words_layout(gl.num_warps()))
+    elif XA:
         v = x
     else:
         v = gl.load(x + g * XW)
@@ -244,10 +288,10 @@ def _x_ahead(x_ptrs, g, XA: gl.constexpr):
 @gluon.jit
 def group_partial(acc, words, s, off_lo, off_hi, x, g, zero, ones, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
            DOT_A: gl.constexpr, DOT_B: gl.constexpr, OFFSET_MMA: gl.constexpr, ROWS: gl.constexpr,
-           XA: gl.constexpr = False):  # fmt: skip
-    """acc + group g's scaled partial. x: its pointers (small and cache-resident: loaded here, not carried), or
-    with XA the group's x itself, loaded ahead with the weights."""
-    xb = _b_operand(_x_at(x, g, XA), BLOCK_M, DOT_B)
+           XA: gl.constexpr = False, XS: gl.constexpr = False):  # fmt: skip
+    """acc + group g's scaled partial. x: its pointers (small and cache-resident: loaded here, not carried), with
+    XA the group's x itself, loaded ahead with the weights, or with XS x_stage's (buffer, g_lo)."""
+    xb = _b_operand(_x_at(x, g, XA, XS, BLOCK_M), BLOCK_M, DOT_B)
     part = mma_v2(a_operand(words, off_lo, off_hi, BLOCK_N, DOT_A, OFFSET_MMA, ROWS), xb, zero)
     if OFFSET_MMA:  # (sum (128 + u) x - (128 + z) sum x) s, in fp32 (off_lo holds 128 + z)
         acc += (part - off_lo[:, None] * mma_v2(ones, xb, zero)) * s[:, None]
@@ -274,10 +318,11 @@ def loop_terms(BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, OFFSET_MMA: gl.cons
 @gluon.jit
 def k_loop(wp, sp, zl, zr, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
             HAS_ZERO: gl.constexpr, OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr,
-            GW: gl.constexpr, PDL: gl.constexpr, XA: gl.constexpr = False):  # fmt: skip
+            GW: gl.constexpr, PDL: gl.constexpr, XA: gl.constexpr = False, XS: gl.constexpr = False):  # fmt: skip
     """acc [BLOCK_N, BLOCK_M] over groups g_lo .. g_hi - 1: the stripes' words from wp (+ g * GW), scales sp and
     zero points zl / zr (+ g * sg), x from x_ptrs (+ g * 128; XA: loaded with the look-ahead's weights, so its
-    latency is off each group's path, at 16 more registers a group in flight)."""
+    latency is off each group's path, at 16 more registers a group in flight; XS: x_ptrs are x_stage_ptrs', the
+    program's groups of x read once into shared memory after the PDL wait)."""
     W: gl.constexpr = gl.num_warps()
     MMA: gl.constexpr = mma_layout(W)
     DOT_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
@@ -292,25 +337,29 @@ def k_loop(wp, sp, zl, zr, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK_
     # the weights go ahead of the PDL wait (nothing writes them); x is the previous kernel's output: after it
     if DEPTH == 2:
         pdl_start(PDL)
+        if XS:
+            x_ptrs = x_stage(x_ptrs, g_lo)
         x0 = _x_ahead(x_ptrs, gl.minimum(g_lo, last), XA)
         for g in range(g_lo, g_hi, 2):
             w1, s1, lo1, hi1 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 1, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
             x1 = _x_ahead(x_ptrs, gl.minimum(g + 1, last), XA)
             acc = group_partial(acc, w0, s0, lo0, hi0, x0, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B,
-                         OFFSET_MMA, ROWS, XA)  # fmt: skip
+                         OFFSET_MMA, ROWS, XA, XS)  # fmt: skip
             w0, s0, lo0, hi0 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 2, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
             x0 = _x_ahead(x_ptrs, gl.minimum(g + 2, last), XA)
             acc = group_partial(acc, w1, s1 * (g + 1 < g_hi).to(gl.float32), lo1, hi1, x1,
                          gl.minimum(g + 1, last), zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA,
-                         ROWS, XA)  # fmt: skip
+                         ROWS, XA, XS)  # fmt: skip
     else:
         w1, s1, lo1, hi1 = _step_loads(wp, sp, zl, zr, gl.minimum(g_lo + 1, last), sg, HAS_ZERO,
                                             OFFSET_MMA, GW)  # fmt: skip
         w2, s2, lo2, hi2 = _step_loads(wp, sp, zl, zr, gl.minimum(g_lo + 2, last), sg, HAS_ZERO,
                                             OFFSET_MMA, GW)  # fmt: skip
         pdl_start(PDL)
+        if XS:
+            x_ptrs = x_stage(x_ptrs, g_lo)
         x0 = _x_ahead(x_ptrs, gl.minimum(g_lo, last), XA)
         x1 = _x_ahead(x_ptrs, gl.minimum(g_lo + 1, last), XA)
         x2 = _x_ahead(x_ptrs, gl.minimum(g_lo + 2, last), XA)
@@ -319,25 +368,25 @@ def k_loop(wp, sp, zl, zr, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK_
                                                 OFFSET_MMA, GW)  # fmt: skip
             x3 = _x_ahead(x_ptrs, gl.minimum(g + 3, last), XA)
             acc = group_partial(acc, w0, s0, lo0, hi0, x0, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B,
-                         OFFSET_MMA, ROWS, XA)  # fmt: skip
+                         OFFSET_MMA, ROWS, XA, XS)  # fmt: skip
             w0, s0, lo0, hi0 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 4, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
             x0 = _x_ahead(x_ptrs, gl.minimum(g + 4, last), XA)
             acc = group_partial(acc, w1, s1 * (g + 1 < g_hi).to(gl.float32), lo1, hi1, x1,
                          gl.minimum(g + 1, last), zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA,
-                         ROWS, XA)  # fmt: skip
+                         ROWS, XA, XS)  # fmt: skip
             w1, s1, lo1, hi1 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 5, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
             x1 = _x_ahead(x_ptrs, gl.minimum(g + 5, last), XA)
             acc = group_partial(acc, w2, s2 * (g + 2 < g_hi).to(gl.float32), lo2, hi2, x2,
                          gl.minimum(g + 2, last), zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA,
-                         ROWS, XA)  # fmt: skip
+                         ROWS, XA, XS)  # fmt: skip
             w2, s2, lo2, hi2 = _step_loads(wp, sp, zl, zr, gl.minimum(g + 6, last), sg, HAS_ZERO,
                                                 OFFSET_MMA, GW)  # fmt: skip
             x2 = _x_ahead(x_ptrs, gl.minimum(g + 6, last), XA)
             acc = group_partial(acc, w3, s3 * (g + 3 < g_hi).to(gl.float32), lo3, hi3, x3,
                          gl.minimum(g + 3, last), zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, OFFSET_MMA,
-                         ROWS, XA)  # fmt: skip
+                         ROWS, XA, XS)  # fmt: skip
     return acc
 
 
@@ -369,7 +418,7 @@ def ring_turn(bufs, wp, s_ptrs, z_ptrs, sg, turn, g_lo, last, RING: gl.constexpr
 
 @gluon.jit
 def _slot_group(acc, buf, i, x, g, zero, ones, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
-                HAS_ZERO: gl.constexpr, XA: gl.constexpr):  # fmt: skip
+                HAS_ZERO: gl.constexpr, XA: gl.constexpr, XS: gl.constexpr = False):  # fmt: skip
     """acc + the partial of group g, read from slot i of the buffer set `buf` (words, scales, zeros)."""
     W: gl.constexpr = gl.num_warps()
     MMA: gl.constexpr = mma_layout(W)
@@ -383,7 +432,7 @@ def _slot_group(acc, buf, i, x, g, zero, ones, BLOCK_N: gl.constexpr, BLOCK_M: g
         c = z_smem.index(i).load(SL).to(gl.float32) + 128.0
     else:
         c = gl.full([BLOCK_N], 136.0, gl.float32, layout=SL)
-    return group_partial(acc, words, s, c, c, x, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, True, False, XA)
+    return group_partial(acc, words, s, c, c, x, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, True, False, XA, XS)
 
 
 @gluon.jit
@@ -400,7 +449,7 @@ def ring_buffers(RING: gl.constexpr, BLOCK_N: gl.constexpr, HAS_ZERO: gl.constex
 @gluon.jit
 def _k_loop_ring(wp, s_base, z_base, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                  HAS_ZERO: gl.constexpr, RING: gl.constexpr, GW: gl.constexpr, PDL: gl.constexpr,
-                 XA: gl.constexpr = False, PAIR: gl.constexpr = 1):  # fmt: skip
+                 XA: gl.constexpr = False, PAIR: gl.constexpr = 1, XS: gl.constexpr = False):  # fmt: skip
     """k_loop with the weights streamed through a shared-memory ring of RING slots of PAIR groups (cp.async):
     RING - 1 slots in flight per program without holding them in registers (XA: x one group ahead, in
     registers, the loop unrolled by two; PAIR = 2 needs it). Each thread copies, and later reads, its own 16
@@ -423,6 +472,8 @@ def _k_loop_ring(wp, s_base, z_base, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constex
     for i in gl.static_range(RING - 1):
         ring_issue(bufs, wp, s_ptrs, z_ptrs, g_lo + i * PAIR, last, sg, i, RING, HAS_ZERO, GW)
     pdl_start(PDL)
+    if XS:  # x_ptrs are x_stage_ptrs': every group's x in shared memory (k_loop's XS)
+        x_ptrs = x_stage(x_ptrs, g_lo)
     xc = _x_ahead(x_ptrs, gl.minimum(g_lo, last), XA)
     if XA:  # unrolled by two: each group's x lands in registers that are free, no copies at the back edge
         for g in range(g_lo, g_hi - 1, 2):
@@ -444,7 +495,7 @@ def _k_loop_ring(wp, s_base, z_base, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constex
         for g in range(g_lo, g_hi):
             j = g - g_lo
             ring_turn(bufs, wp, s_ptrs, z_ptrs, sg, j, g_lo, last, RING, HAS_ZERO, GW)
-            acc = _slot_group(acc, bufs[0], j % RING, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, HAS_ZERO, False)
+            acc = _slot_group(acc, bufs[0], j % RING, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, HAS_ZERO, False, XS)
     async_copy.wait_group(0)
     return acc
 
@@ -456,11 +507,14 @@ def int4_mma_kernel(
     OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, RING: gl.constexpr = 0,
     PDL: gl.constexpr = False, t_ptr=None, TAIL_N=0, stride_tn=0, TAIL: gl.constexpr = 0,
     XA: gl.constexpr = False, PAIR: gl.constexpr = 1, probe_ptr=None, PROBE: gl.constexpr = False,
+    XG: gl.constexpr = 0, XR: gl.constexpr = 1,
 ):  # fmt: skip
     """y[:, :N] = x @ W^T (int4 tiles) and, with TAIL, y[:, N:N + TAIL_N] = x @ tail^T (bf16 rows) in one launch
     (TAIL 1: a row of x at a time, tail_by_row; 2: the block's rows of x together, tail_by_block, from two rows up
     to blocks of 8: its accumulator takes 4 registers a row).
-    XA: each group's x loaded ahead of its MMA (k_loop, _k_loop_ring); PAIR: groups to a ring slot. PROBE: each
+    XA: each group's x loaded ahead of its MMA (k_loop, _k_loop_ring); PAIR: groups to a ring slot. XG > 0: a
+    program's XG (>= its groups) groups of x staged in shared memory after the PDL wait (x_stage), XR rows of
+    them (1 when M is 1: the padding rows repeat it; else BLOCK_M). PROBE: each
     program's timeline into probe_ptr (mma_common.probe_stamp: entry as points 0-2, k loop done 3, end 4-5)."""
     # rows of x in blocks of BLOCK_M along the fastest grid axis: the blocks of one weight tile run together,
     # so all but the first read it from L2
@@ -479,11 +533,11 @@ def int4_mma_kernel(
         else:
             _tile_program(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym,
                           stride_sg, stride_sn, pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K,
-                          OFFSET_MMA, DEPTH, ROWS, RING, PDL, XA, PAIR, probe_ptr, PROBE)  # fmt: skip
+                          OFFSET_MMA, DEPTH, ROWS, RING, PDL, XA, PAIR, probe_ptr, PROBE, XG, XR)  # fmt: skip
     else:
         _tile_program(x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg,
                       stride_sn, pid_m, pid_n, pid_k, HAS_ZERO, BLOCK_N, BLOCK_M, SPLIT_K, OFFSET_MMA, DEPTH, ROWS,
-                      RING, PDL, XA, PAIR, probe_ptr, PROBE)  # fmt: skip
+                      RING, PDL, XA, PAIR, probe_ptr, PROBE, XG, XR)  # fmt: skip
 
 
 @gluon.jit
@@ -492,6 +546,7 @@ def _tile_program(
     pid_m, pid_n, pid_k, HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
     SPLIT_K: gl.constexpr, OFFSET_MMA: gl.constexpr, DEPTH: gl.constexpr, ROWS: gl.constexpr, RING: gl.constexpr,
     PDL: gl.constexpr, XA: gl.constexpr = False, PAIR: gl.constexpr = 1, probe_ptr=None, PROBE: gl.constexpr = False,
+    XG: gl.constexpr = 0, XR: gl.constexpr = 1,
 ):  # fmt: skip
     """One program of int4_mma_kernel: BLOCK_N rows of W, BLOCK_M rows of x, its 1/SPLIT_K of the groups."""
     if PROBE:  # the wait is inside the loop (the weights go ahead of it): entry stands for the first three points
@@ -524,13 +579,16 @@ def _tile_program(
     xn = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, gl.SliceLayout(2, x_words_layout(W))))
     # rows of x past M re-read row M - 1 (their outputs are not stored): unmasked loads, no zero fill
     x_ptrs = x_word_ptrs(x_ptr, gl.minimum(pid_m * BLOCK_M + xn, M - 1), stride_xm, BLOCK_M)
+    if XG > 0:  # the loop stages x itself (after its PDL wait): its pointers in the staging layout
+        x_ptrs = x_stage_ptrs(x_ptr, gl.minimum(pid_m * BLOCK_M + x_stage_rows(XR), M - 1), stride_xm, g_lo,
+                              gl.maximum(g_hi - 1, 0), XG)  # fmt: skip
 
     if RING > 0:  # fragment order: a group's scales / zeros are BLOCK_N contiguous entries of row g
         acc = _k_loop_ring(w_ptrs, s_ptr + pid_n * BLOCK_N, z_ptr + pid_n * BLOCK_N, stride_sg, x_ptrs, g_lo, g_hi,
-                           BLOCK_N, BLOCK_M, HAS_ZERO, RING, GW, PDL, XA, PAIR)  # fmt: skip
+                           BLOCK_N, BLOCK_M, HAS_ZERO, RING, GW, PDL, XA, PAIR, XG > 0)  # fmt: skip
     else:
         acc = k_loop(w_ptrs, s_ptrs, z_lo, z_rows, stride_sg, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO,
-                      OFFSET_MMA, DEPTH, ROWS, GW, PDL, XA)  # fmt: skip
+                      OFFSET_MMA, DEPTH, ROWS, GW, PDL, XA, XG > 0)  # fmt: skip
     if PROBE:
         probe_stamp(probe_ptr, 3, gl.max(gl.max(acc, axis=1), axis=0).to(gl.int32, bitcast=True))
 
@@ -543,20 +601,60 @@ def _tile_program(
 def int4_mma_variant(
     block_n: int, block_m: int, split_k: int, warps: int, zero: bool, offset_mma: bool = True, depth: int = 2,
     rows: bool = False, ring: int = 0, tail: int = 0, pdl: bool = False, xa: bool = False, max_regs: int = 0,
-    pair: bool = False,
+    pair: bool = False, xg: int = 0, xr: int = 1,
 ):
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot; max_regs rides
-    with the constexprs as the launch option maxnreg, linear_aot.OPTIONS)."""
+    with the constexprs as the launch option maxnreg, linear_aot.OPTIONS); xg > 0: x staged, xg groups of xr rows."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
            "y_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
            "stride_xm": "i32", "stride_ym": "i32", "stride_sg": "i32", "stride_sn": "i32", "t_ptr": "*bf16",
            "TAIL_N": "i32", "stride_tn": "i32"}  # fmt: skip
     cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, OFFSET_MMA=offset_mma,
-               DEPTH=depth, ROWS=rows, RING=ring, TAIL=tail, PDL=pdl, XA=xa, PAIR=2 if pair else 1, maxnreg=max_regs)  # fmt: skip
+               DEPTH=depth, ROWS=rows, RING=ring, TAIL=tail, PDL=pdl, XA=xa, PAIR=2 if pair else 1, maxnreg=max_regs,
+               XG=xg, XR=xr)  # fmt: skip
     name = (f"int4 mma{' rows' if rows else ''}{' asym' if zero else ''}{'' if offset_mma else ' fma-offset'} BLOCK_N={block_n} "
             f"BLOCK_M={block_m} split {split_k} w{warps} {f'ring {ring}' if ring else f'depth {depth}'}"
-            f"{f' tail {tail}' if tail else ''}{' pdl' if pdl else ''}{' x ahead' if xa else ''}{' pairs' if pair else ''}{f' maxnreg {max_regs}' if max_regs else ''}")  # fmt: skip
+            f"{f' tail {tail}' if tail else ''}{' pdl' if pdl else ''}{' x ahead' if xa else ''}{' pairs' if pair else ''}{f' x staged {xg}x{xr}' if xg else ''}{f' maxnreg {max_regs}' if max_regs else ''}")  # fmt: skip
     return name, int4_mma_kernel, sig, cex, warps
+
+
+X_STAGE_BYTES = 32 * 1024  # a program's staged x at most (shared memory beside the ring's and other programs')
+
+
+def x_stage_shape(cfg: SkinnyConfig, k: int, one_row: bool) -> tuple[int, int]:
+    """(XG, XR) of a tile that stages x (x_stage; (0, 1) otherwise): its split's groups rounded up to a power of
+    two, and one row where a program reads one (the padding rows repeat it), else the tile's BLOCK_M; checked to
+    fit X_STAGE_BYTES."""
+    if not cfg.x_staged:
+        return 0, 1
+    xg = triton.next_power_of_2(-(-(k // GROUP_K) // cfg.split_k))
+    xr = 1 if one_row else cfg.block_m
+    if xg * xr * GROUP_K * 2 > X_STAGE_BYTES:
+        raise ValueError(f"int4 mma: x staged for {xr} rows of K = {k} at split {cfg.split_k} takes "
+                         f"{xg * xr * GROUP_K * 2} bytes of shared memory a program, over {X_STAGE_BYTES}")  # fmt: skip
+    return xg, xr
+
+
+X_STAGED_MODES = ("tile", "off", "one", "all")
+
+
+def x_staged_choice(cfg: SkinnyConfig, k: int, one_row: bool) -> SkinnyConfig:
+    """A table tile as HINFER_X_STAGED says (read at every call, to set both ways side by side in one process):
+    `tile` (the default) as the table has it, `off` x staged nowhere, `one` x staged (and not loaded ahead)
+    wherever a program reads one row of x, `all` wherever the staged groups fit X_STAGE_BYTES."""
+    mode = os.environ.get("HINFER_X_STAGED", "tile").strip()
+    if mode not in X_STAGED_MODES:
+        raise ValueError(f"HINFER_X_STAGED must be one of {', '.join(X_STAGED_MODES)}, got {mode!r}")
+    if mode == "off":
+        return replace(cfg, x_staged=False)
+    staged = replace(cfg, x_staged=True, x_ahead=False, ring_pairs=False)
+    if mode == "tile" or (mode == "one" and not one_row):
+        return cfg
+    try:
+        x_stage_shape(staged, k, one_row)
+    except ValueError:
+        return cfg
+    return staged
 
 
 class Int4Tensors(Protocol):
@@ -595,6 +693,7 @@ def int4_mma_matmul(
         cfg = mma_config(m, n, k)
         if rows and cfg.ring:  # the ring streams fragment-ordered words: the row layout takes the register look-ahead
             cfg = replace(cfg, ring=0, ring_pairs=False)
+        cfg = x_staged_choice(cfg, k, m == 1)
     if offset_mma is None:
         offset_mma = rows or not cfg.fma_offset
     if rows and not offset_mma:
@@ -602,8 +701,9 @@ def int4_mma_matmul(
     block_n, block_m, split, warps = cfg.block_n, cfg.block_m, cfg.split_k, cfg.num_warps
     if (n % block_n or block_n % (16 * warps) or block_m not in (8, 16, 32, 64)
             or cfg.num_stages not in (2, 4) or cfg.ring == 1 or (cfg.ring and (rows or not offset_mma))
-            or (cfg.ring_pairs and not (cfg.ring and cfg.x_ahead))):  # fmt: skip
+            or (cfg.ring_pairs and not (cfg.ring and cfg.x_ahead)) or (cfg.x_staged and cfg.x_ahead)):  # fmt: skip
         raise ValueError(f"int4 mma: bad tile for N={n}, M={m}: {cfg}")
+    xg, xr = x_stage_shape(cfg, k, m == 1)
     tail_n = tail_rows(tail, out, m, n, k)
     if out is None:
         out = torch.empty((m, n), dtype=x.dtype, device=x.device)
@@ -621,7 +721,7 @@ def int4_mma_matmul(
         HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split,
         OFFSET_MMA=offset_mma, DEPTH=cfg.num_stages, ROWS=rows, RING=cfg.ring, num_warps=warps,
         t_ptr=x if tail is None else tail, TAIL_N=tail_n, stride_tn=0 if tail is None else tail.stride(0),
-        TAIL=0 if tail is None else 2 if 1 < m and block_m <= 8 else 1, XA=cfg.x_ahead, PAIR=2 if cfg.ring_pairs else 1, **pdl_kwargs(x),
+        TAIL=0 if tail is None else 2 if 1 < m and block_m <= 8 else 1, XA=cfg.x_ahead, PAIR=2 if cfg.ring_pairs else 1, XG=xg, XR=xr, **pdl_kwargs(x),
         probe_ptr=probe, PROBE=probe is not None, **({"maxnreg": cfg.max_regs} if cfg.max_regs else {}),
     )  # fmt: skip
     return out

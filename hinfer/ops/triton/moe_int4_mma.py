@@ -37,6 +37,11 @@ from hinfer.ops.triton.linear_int4_mma import (
     k_loop,
     loop_terms,
     words_layout,
+    x_stage,
+    x_stage_ptrs,
+    x_stage_rows,
+    x_stage_shape,
+    x_staged_choice,
     x_word_ptrs,
     x_words_layout,
 )
@@ -66,7 +71,8 @@ def _row_scales(s_ptrs, z_rows, g, HAS_ZERO: gl.constexpr):
 
 @gluon.jit
 def _k_loop_words_ring(w_ptrs, s_ptrs, z_rows, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
-                       HAS_ZERO: gl.constexpr, RING: gl.constexpr, GW: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
+                       HAS_ZERO: gl.constexpr, RING: gl.constexpr, GW: gl.constexpr, PDL: gl.constexpr,
+                       XS: gl.constexpr = False):  # fmt: skip
     """linear_int4_mma._k_loop (row layout, the ones MMA for the offset) with the words streamed through a
     cp.async ring of RING slots: RING - 1 groups in flight without holding them in registers (the register
     look-ahead's 255 registers kept about seven warps on an SM at eight tokens). Each thread copies and later
@@ -85,6 +91,8 @@ def _k_loop_words_ring(w_ptrs, s_ptrs, z_rows, x_ptrs, g_lo, g_hi, BLOCK_N: gl.c
         async_copy.commit_group()
     s0, c0 = _row_scales(s_ptrs, z_rows, gl.minimum(g_lo, last), HAS_ZERO)
     pdl_start(PDL)
+    if XS:  # x_ptrs are x_stage_ptrs': every group's x in shared memory (k_loop's XS)
+        x_ptrs = x_stage(x_ptrs, g_lo)
     for g in range(g_lo, g_hi):
         j = g - g_lo
         async_copy.wait_group(RING - 2)  # this thread's copy of group g has landed
@@ -94,7 +102,8 @@ def _k_loop_words_ring(w_ptrs, s_ptrs, z_rows, x_ptrs, g_lo, g_hi, BLOCK_N: gl.c
         async_copy.commit_group()
         words = w_smem.index(j % RING).load(words_layout(W))
         s1, c1 = _row_scales(s_ptrs, z_rows, gl.minimum(g + 1, last), HAS_ZERO)
-        acc = group_partial(acc, words, s0, c0, c0, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, True, True)
+        acc = group_partial(acc, words, s0, c0, c0, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, True, True,
+                            False, XS)  # fmt: skip
         s0, c0 = s1, c1
     async_copy.wait_group(0)
     return acc
@@ -127,6 +136,7 @@ def int4_mma_experts_kernel(
     TOPK_P: gl.constexpr = 1, ACT: gl.constexpr = False, logits_ptr=None, n_experts=0,
     ROUTE: gl.constexpr = 0, BLOCK_E: gl.constexpr = 256, EARLY: gl.constexpr = False, RING: gl.constexpr = 0,
     ROUTE_ONCE: gl.constexpr = True, probe_ptr=None, PROBE: gl.constexpr = False, XA: gl.constexpr = False,
+    XG: gl.constexpr = 0, XR: gl.constexpr = 1,
 ):  # fmt: skip
     W: gl.constexpr = gl.num_warps()
     MMA: gl.constexpr = mma_layout(W)
@@ -168,6 +178,16 @@ def int4_mma_experts_kernel(
             px = gl.load(sorted_ptr + blk * BLOCK_M + gl.minimum(xr, nrows - 1))
             py = gl.load(sorted_ptr + blk * BLOCK_M + gl.minimum(ym, nrows - 1))
         x_ptrs = x_word_ptrs(x_ptr, px // XDIV, stride_xm, BLOCK_M)
+        per_split = gl.cdiv(K // GROUP, SPLIT_K)  # this program's 1/SPLIT_K of the 128-groups
+        g_lo = gl.program_id(2) * per_split
+        g_hi = gl.minimum(g_lo + per_split, K // GROUP)
+        if XG > 0:  # x staged in shared memory by the loop (linear_int4_mma.x_stage): XR rows, one when DIRECT
+            sr = x_stage_rows(XR)
+            if DIRECT:
+                sx = sr * 0 + blk
+            else:
+                sx = gl.load(sorted_ptr + blk * BLOCK_M + gl.minimum(sr, nrows - 1))
+            x_ptrs = x_stage_ptrs(x_ptr, sx // XDIV, stride_xm, g_lo, gl.maximum(g_hi - 1, 0), XG)
 
         w_ptrs = expert_words(w_ptr, e, stride_we, pid_n, K, BLOCK_N, ACT, N)
         rows = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
@@ -177,17 +197,13 @@ def int4_mma_experts_kernel(
             rows = cols + (rows // 8 % 2) * (N // 2)
         s_ptrs = s_ptr + e.to(gl.int64) * stride_se + rows * stride_sn
         z_rows = z_ptr + e.to(gl.int64) * stride_se + rows * stride_sn
-        # this program's 1/SPLIT_K of the 128-groups
-        per_split = gl.cdiv(K // GROUP, SPLIT_K)
-        g_lo = gl.program_id(2) * per_split
-        g_hi = gl.minimum(g_lo + per_split, K // GROUP)
         # EARLY: the loop waits (PDL) after issuing its first groups' weights
         if RING:
             acc = _k_loop_words_ring(w_ptrs, s_ptrs, z_rows, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO, RING,
-                                     GROUP // 8, PDL and EARLY)  # fmt: skip
+                                     GROUP // 8, PDL and EARLY, XG > 0)  # fmt: skip
         else:
             acc = k_loop(w_ptrs, s_ptrs, z_rows, z_rows, 1, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO,
-                          True, DEPTH, True, GROUP // 8, PDL and EARLY, XA)  # fmt: skip
+                          True, DEPTH, True, GROUP // 8, PDL and EARLY, XA, XG > 0)  # fmt: skip
         if PROBE:
             probe_stamp(probe_ptr, 3, gl.max(gl.max(acc, axis=1), axis=0).to(gl.int32, bitcast=True))
         out_mask = (ym < nrows)[None, :] & (rows < N)[:, None]
@@ -378,7 +394,7 @@ def route_read_once() -> bool:
 def experts_mma_variant(block_n: int, block_m: int, warps: int, zero: bool, direct: bool, xdiv: int,
                         row_scale: bool, depth: int = 2, pdl: bool = False,
                         split: int = 1, topk: int = 0, act: bool = False,
-                        route: int = 0, early: bool = False, ring: int = 0):  # fmt: skip
+                        route: int = 0, early: bool = False, ring: int = 0, xg: int = 0, xr: int = 1):  # fmt: skip
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot); `route`: the
     top k of a launch that routes its token itself; `early`: its weights ahead of the PDL wait."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
@@ -389,9 +405,9 @@ def experts_mma_variant(block_n: int, block_m: int, warps: int, zero: bool, dire
     cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, DEPTH=depth, DIRECT=direct, XDIV=xdiv,
                ROW_SCALE=row_scale, PDL=pdl, SPLIT_K=split, SUM=topk > 0, TOPK=max(topk, route, 1),
                TOPK_P=1 << (max(topk, 1) - 1).bit_length(), ACT=act, ROUTE=route, BLOCK_E=256, EARLY=early,
-               RING=ring)  # fmt: skip
+               RING=ring, XG=xg, XR=xr)  # fmt: skip
     name = (f"int4 mma experts{' asym' if zero else ''}{' direct' if direct else ''} BLOCK_N={block_n} "
-            f"BLOCK_M={block_m} w{warps} xdiv {xdiv}{' scaled' if row_scale else ''}{' pdl' if pdl else ''}{f' split {split}' if split > 1 else ''}{f' sum {topk}' if topk else ''}{' act' if act else ''}{f' route {route}' if route else ''}{' early' if early else ''}{f' ring {ring}' if ring else ''}")  # fmt: skip
+            f"BLOCK_M={block_m} w{warps} xdiv {xdiv}{' scaled' if row_scale else ''}{' pdl' if pdl else ''}{f' split {split}' if split > 1 else ''}{f' sum {topk}' if topk else ''}{' act' if act else ''}{f' route {route}' if route else ''}{' early' if early else ''}{f' ring {ring}' if ring else ''}{f' x staged {xg}x{xr}' if xg else ''}")  # fmt: skip
     return name, int4_mma_experts_kernel, sig, cex, warps
 
 
@@ -430,12 +446,13 @@ def experts_mma(
                          f"got {blocks} blocks")  # fmt: skip
     if early and route is None:
         raise ValueError("int4 mma experts: weights ahead of the PDL wait need the launch to route its token")
-    cfg = cfg or experts_mma_tile(ids.numel(), n, k, blocks)
+    cfg = cfg or x_staged_choice(experts_mma_tile(ids.numel(), n, k, blocks), k, direct)
     if (n % cfg.block_n or cfg.block_n % (16 * cfg.num_warps) or cfg.num_stages not in (2, 4)
-            or not 1 <= cfg.split_k <= k // GROUP_K or cfg.ring == 1):  # fmt: skip
+            or not 1 <= cfg.split_k <= k // GROUP_K or cfg.ring == 1 or (cfg.x_staged and cfg.x_ahead)):  # fmt: skip
         raise ValueError(f"int4 mma experts: tile {cfg} does not fit N = {n}, K = {k} (16-row stripes per warp, "
                          "depth 2 or 4, at least one 128-group per split, a ring of 0 or >= 2 slots)")  # fmt: skip
     block_n, warps, depth, split = cfg.block_n, cfg.num_warps, cfg.num_stages, cfg.split_k
+    xg, xr = x_stage_shape(cfg, k, direct)
     g = w.scales.shape[-1]
     pairs = y.shape[0]
     if blocks * (n // block_n) > COUNTERS // 2 or (sum_out is not None and pairs % topk):
@@ -454,7 +471,7 @@ def experts_mma(
         TOPK_P=1 << (topk - 1).bit_length(), ACT=act, num_warps=warps,
         logits_ptr=route, n_experts=0 if route is None else route.shape[1] - 1,
         ROUTE=slots - 1 if route is not None else 0, EARLY=early, RING=cfg.ring, ROUTE_ONCE=route_read_once(),
-        probe_ptr=probe, PROBE=probe is not None, XA=cfg.x_ahead and not cfg.ring,
+        probe_ptr=probe, PROBE=probe is not None, XA=cfg.x_ahead and not cfg.ring, XG=xg, XR=xr,
         BLOCK_E=triton.next_power_of_2(route.shape[1] - 1) if route is not None else 256, **pdl_kwargs(x),
         **({"maxnreg": cfg.max_regs} if cfg.max_regs else {}),
     )  # fmt: skip
