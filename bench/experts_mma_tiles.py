@@ -3,7 +3,8 @@
 Each projection (gate_up: x -> [gate | up]; down: taking SiLU-mul as it loads, routing weights applied) is timed
 alone, as a CUDA graph cycling through enough layers of random int4 experts (each with its own routing: top k + 1
 distinct experts per token, the folded shared expert's slot included) that the selected experts come from HBM.
-Tiles: rows per program, warps, look-ahead depth and K splits. The winners print as TUNED entries (family moe_int4_mma; hinfer/ops/triton/tiles/tuned.py) and `--tuned-out`
+Tiles: rows per program, warps, look-ahead depth and K splits, each as the decode runs it (x staged in shared
+memory where a block is one pair, HINFER_X_STAGED). The winners print as TUNED entries (family moe_int4_mma; hinfer/ops/triton/tiles/tuned.py) and `--tuned-out`
 writes them for HINFER_TILES.
 
     python bench/experts_mma_tiles.py [--model 35b 122b] [--t 1 8] [--splits 1,2,4] [--rings 0,3,4]
@@ -16,7 +17,7 @@ import argparse
 import itertools
 import json
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -25,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.moe_kernels import MAX_LAYER_BYTES, MODELS, _graph_us, _random_int4  # noqa: E402
 from bench.tile_sweep import time_tiles  # noqa: E402
+from hinfer.ops.triton.linear_int4_mma import x_staged_choice  # noqa: E402
 from hinfer.ops.triton.moe_align import align  # noqa: E402
 from hinfer.ops.triton.moe_int4_mma import experts_mma  # noqa: E402
 from hinfer.ops.triton.tiles.forms import MOE_INT4_MMA, SkinnyConfig  # noqa: E402
@@ -90,16 +92,19 @@ def sweep(name: str, t: int, gen: torch.Generator, splits: tuple[int, ...] = (1,
                     experts_mma(hid, dn[j], y_dn, r.blocks, BM, r.flat, r.sorted, r.bexp, r.brows, r.direct, xdiv=1,
                                 tw=r.tw, cfg=cfg)  # fmt: skip
 
-        blocks = routes[0].blocks
-        default = experts_mma_tile(pairs, n, kk, blocks)
+        blocks, direct = routes[0].blocks, routes[0].direct
+        # every tile as the decode runs it: x staged where a block is one pair (HINFER_X_STAGED, default `one`)
+        default = x_staged_choice(experts_mma_tile(pairs, n, kk, blocks), kk, direct)
+        cands = [x_staged_choice(c, kk, direct) for c in candidates(n, kk, splits, rings)]
         distinct = sum(r.distinct for r in routes) / n_layers
         nbytes = distinct * n * kk * (0.5 + 3 / 128)  # words, bf16 scales and uint8 zeros per 128
-        timed = time_tiles(default, candidates(n, kk, splits, rings),
+        timed = time_tiles(default, cands,
                            lambda cfg, run=run: _graph_us(lambda: run(cfg), n_layers), f"{name} {proj} T={t}")
         if timed is None:
             continue
         base = timed[0][0]
         best_us, best = min(timed, key=lambda v: v[0])
+        best = replace(best, x_staged=False)  # the table's form: staging follows HINFER_X_STAGED, not the entry
         floor = nbytes / BW * 1e6
         print(f"{name:5s} {proj:7s} T={t} pairs={pairs:<3d} default {base:6.2f} us ({floor / base:5.1%})  best "
               f"{best_us:6.2f} us ({floor / best_us:5.1%})  {best}", flush=True)

@@ -5,7 +5,8 @@
 # the dense one-row projections' 8.9 (loading it with the weights, x ahead, won the k loop back but its registers
 # cost the gate_up a second wave). The GPU tests (the same bits, dense and experts, look-ahead and ring), the probe
 # chains with an `x staged` arm, then one- and eight-lane decode with HINFER_X_STAGED off / one (where a program
-# reads one row) / all (wherever it fits), alternated: 35B-A3B, then 122B-A10B and 27B off / one. Lands in
+# reads one row) / all (wherever it fits), alternated: 35B-A3B, then 122B-A10B off / one and 27B off / all (its one-row
+# projections take the int8 kernel, linear_int4_a8, which this leaves alone). Lands in
 # $OUT/gpu_x_staged.tgz.
 set -uo pipefail
 PACK=gpu_x_staged; source "$(dirname "$0")/device_common.sh"
@@ -21,4 +22,4 @@ for round in a b; do
   for mode in off one all; do left 470 && arm "35b_${mode}_$round" qwen3.6-35b-a3b $mode; done
 done
 for mode in off one; do left 520 && arm "122b_${mode}" qwen3.5-122b-a10b $mode 1; done
-for mode in off one; do left 545 && arm "27b_${mode}" qwen3.6-27b $mode; done
+for mode in off all; do left 545 && arm "27b_${mode}" qwen3.6-27b $mode; done

@@ -32,12 +32,13 @@ def test_stage_shape():
 
 def test_staged_choice(monkeypatch):
     ahead = replace(TILE, x_ahead=True, ring=4, ring_pairs=True)
-    monkeypatch.delenv("HINFER_X_STAGED", raising=False)
+    monkeypatch.setenv("HINFER_X_STAGED", "tile")
     assert x_staged_choice(ahead, 2048, True) == ahead  # the table's tile
-    monkeypatch.setenv("HINFER_X_STAGED", "one")
+    monkeypatch.delenv("HINFER_X_STAGED")  # the default: one-row programs stage x
     got = x_staged_choice(ahead, 2048, True)
     assert got.x_staged and not got.x_ahead and not got.ring_pairs and got.ring == 4
     assert x_staged_choice(ahead, 2048, False) == ahead  # eight rows: only `all` stages them
+    assert x_staged_choice(replace(TILE, split_k=1), 5120 * 4, True) == replace(TILE, split_k=1)  # 160 groups
     monkeypatch.setenv("HINFER_X_STAGED", "all")
     assert x_staged_choice(ahead, 2048, False).x_staged
     big = replace(TILE, split_k=1, block_m=16)

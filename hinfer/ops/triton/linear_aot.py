@@ -36,7 +36,7 @@ from hinfer.ops.triton.linear_fp8_mma import fp8_mma_variant
 from hinfer.ops.triton.linear_gemm import _act_quant_kernel, _gemm_kernel, _int4_dequant_kernel
 from hinfer.ops.triton.linear_int4_a8 import int4_a8_variant
 from hinfer.ops.triton.linear_int4_gemv import int4_gemv_kernel
-from hinfer.ops.triton.linear_int4_mma import int4_mma_variant
+from hinfer.ops.triton.linear_int4_mma import int4_mma_variant, x_stage_shape, x_staged_choice
 from hinfer.ops.triton.linear_int4_wgmma import int4_wgmma_kernel, int4_wgmma_variant
 from hinfer.ops.triton.moe_int4_mma import experts_mma_variant
 from hinfer.ops.triton.tiles.forms import BF16, FP8_BLOCK, FP8_ROW, INT4
@@ -198,6 +198,9 @@ def variants(full: bool = False) -> Iterator[Variant]:
     yield (*int4_mma_variant(128, 8, 1, 4, True, True, 4, pdl=True, xa=True), 0)
     yield (*int4_mma_variant(128, 8, 2, 4, True, True, 2, ring=4, pdl=True, xa=True), 0)
     yield (*int4_mma_variant(128, 16, 1, 4, True, True, 2, ring=4, pdl=True, xa=True), 0)
+    # a program's groups of x staged in shared memory (the one-row default: the 35B-A3B GDN in_proj tile, a ring)
+    yield (*int4_mma_variant(128, 8, 4, 4, True, True, 4, pdl=True, xg=4), 0)
+    yield (*int4_mma_variant(128, 8, 4, 4, True, True, 2, ring=4, pdl=True, max_regs=96, xg=16), 0)
     # two groups to a ring slot (ring_pairs), alone and with tail rows
     yield (*int4_mma_variant(128, 8, 4, 4, True, True, 2, ring=3, pdl=True, xa=True, pair=True), 0)
     yield (*int4_mma_variant(128, 8, 4, 4, True, True, 2, ring=4, tail=1, pdl=True, xa=True, pair=True), 0)
@@ -296,15 +299,17 @@ def packaged_experts_variants() -> Iterator[Variant]:
     seen = set()
     for (n, k, m), c in sorted(entries.items()):
         gate_up, one = (k, n // 2, m) in entries, m <= 16
+        xg, xr = x_stage_shape(x_staged_choice(c, k, one), k, one)  # one-pair blocks stage x (HINFER_X_STAGED)
         if gate_up:
             name, fn, sig, cex, warps = experts_mma_variant(c.block_n, 8, c.num_warps, True, one, 9, False,
                                                             depth=c.num_stages, pdl=True, split=c.split_k,
-                                                            act=True, route=8 if one else 0)  # fmt: skip
+                                                            act=True, route=8 if one else 0, xg=xg,
+                                                            xr=xr)  # fmt: skip
         else:
             name, fn, sig, cex, warps = experts_mma_variant(c.block_n, 8, c.num_warps, True, one, 1, True,
                                                             depth=c.num_stages, pdl=True, split=c.split_k,
                                                             topk=9 if one else 0, route=8 if one else 0,
-                                                            early=one)  # fmt: skip
+                                                            early=one, xg=xg, xr=xr)  # fmt: skip
         cap = {"maxnreg": c.max_regs} if c.max_regs else {}
         name += f" maxnreg {c.max_regs}" if cap else ""
         if name not in seen:  # buckets that share a tile (tuned.py fills some from others)
@@ -327,12 +332,12 @@ MEASURED_SPILLS = (
 
 # packaged tiles (packaged_experts_variants) that spill and measured fastest in the decode graph or their sweep:
 # the one-token gate_ups routing the token, held to 128 registers (72 bytes of stack; +4.5% / +2.7% one-lane decode
-# on the 35B-A3B / 122B-A10B, 2026-12-03), the 35B-A3B's eight-token gate_up (88 bytes at 255 registers; the
-# sweep's winner alone, 2026-12-03). Tiles without spills lost to both in the decode graph by 2-4% (2026-12-04,
-# bench/RESULTS.md; bench/results/tiles/moe-t8/)
+# on the 35B-A3B / 122B-A10B, 2026-12-03; 56 bytes with x staged), the 35B-A3B's eight-token gate_up (88 bytes at
+# 255 registers; the sweep's winner alone, 2026-12-03). Tiles without spills lost to both in the decode graph by
+# 2-4% (2026-12-04, bench/RESULTS.md; bench/results/tiles/moe-t8/)
 PACKAGED_SPILLS = (
-    "int4 mma experts asym direct BLOCK_N=128 BLOCK_M=8 w4 xdiv 9 pdl split 4 act route 8 maxnreg 128",
-    "int4 mma experts asym direct BLOCK_N=128 BLOCK_M=8 w4 xdiv 9 pdl split 2 act route 8 maxnreg 128",
+    "int4 mma experts asym direct BLOCK_N=128 BLOCK_M=8 w4 xdiv 9 pdl split 4 act route 8 x staged 4x1 maxnreg 128",
+    "int4 mma experts asym direct BLOCK_N=128 BLOCK_M=8 w4 xdiv 9 pdl split 2 act route 8 x staged 16x1 maxnreg 128",
     "int4 mma experts asym BLOCK_N=128 BLOCK_M=8 w2 xdiv 9 pdl act",
 )
 
@@ -349,9 +354,9 @@ def main(argv: list[str] | None = None) -> int:
             k = compile_gluon_sm90(fn, sig, cex, warps) if gluon else compile_sm90(fn, sig, cex, warps, stages)
             r = resources(k)
             spill = r["stack"] > 0 and not (name in _MEASURED and r["stack"] <= 128)
-            # the Gluon kernels promise a main loop without shared memory traffic or barriers
-            # (the ring's, and the kernels that stage through shared memory by design, SMEM_LOOPS, excepted)
-            shuffle = (gluon and not cex.get("RING") and fn not in SMEM_LOOPS
+            # the Gluon kernels promise a main loop without shared memory traffic or barriers (the ring's, x
+            # staged, and the kernels that stage through shared memory by design, SMEM_LOOPS, excepted)
+            shuffle = (gluon and not cex.get("RING") and not cex.get("XG") and fn not in SMEM_LOOPS
                        and any(c[op] for c in sass_loops(sass_of(k)) for op in ("LDS", "LDSM", "STS", "BAR")))
             bad += spill or shuffle
             tag = "SPILL" if spill else "SMEM" if shuffle else "ok*" if r["stack"] else "ok"
