@@ -20,7 +20,7 @@ import torch
 
 from hinfer.bench import floors, measure
 from hinfer.config import EngineConfig, ModelConfig, apply_rope_scaling, find_config_file, load_model_config
-from hinfer.engine.factory import make_core, resolve_engine_config, start_ranks
+from hinfer.engine.factory import make_core, plan_for_serve, resolve_engine_config, start_ranks
 from hinfer.engine.tp.leader import Ranks
 from hinfer.fixtures import config_dir, tokenizer_dir
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
@@ -198,7 +198,15 @@ def run_bench(spec: BenchSpec, ecfg: EngineConfig) -> list[dict]:
         model, ranks = build_rank_models(path if is_ckpt else None, cfg, ecfg, spec.weights, dev)
         dev = ranks.device
     else:
+        # the plan serve runs, before any weight is built: one that does not fit fails with its figures (on the
+        # device's free memory, the floors' buffers handed back first)
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+        plan = plan_for_serve(cfg, ecfg, spec.weights)
+        log.info("memory plan (%s):\n%s", plan.device_name, plan.table())
         model = build_model(path, is_ckpt, cfg, spec.weights, with_mtp=ecfg.spec == "mtp", dev=dev, dtype=dtype)
+        if dev.type == "cuda":  # the layer-by-layer build's freed bf16 blocks (16 GB at the 122B-A10B) go back
+            torch.cuda.empty_cache()
     if ecfg.lm_head != "keep":  # before the floors: they count the head's bytes as it runs
         quantize_head(model, ecfg.lm_head)
     wbytes, ebytes = floors.weight_bytes_per_step(model), floors.expert_bytes(model)

@@ -45,6 +45,23 @@ def test_bench_runs_end_to_end_on_cpu(tmp_path, weights, monkeypatch):
     assert "projected" in table(rows)
 
 
+def test_bench_refuses_a_plan_that_does_not_fit(tmp_path, monkeypatch):
+    """The bench runs serve's memory plan before it builds any weight: a device too small fails at once with the
+    plan's figures (a PlanError, which the CLI prints), not with an allocator error halfway through."""
+    from hinfer.bench import run
+    from hinfer.errors import PlanError
+
+    built = []
+    monkeypatch.setattr(run, "build_model", lambda *a, **k: built.append(1))
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(TINY_MOE))
+    spec = BenchSpec(model=str(tmp_path / "m"), weights="int4", concurrency=[8], depths=[40], prefill=[], steps=4,
+                     out_dir=tmp_path / "out")  # fmt: skip
+    with pytest.raises(PlanError, match="does not fit"):
+        run_bench(spec, EngineConfig(device="cpu", page_size=16, prefill_chunk=32, gpu_memory=1 << 20))
+    assert not built and not (tmp_path / "out").exists()
+
+
 def test_decode_rows_per_sampling_mode(tmp_path, monkeypatch):
     """--sampling greedy,qwen,top-p: a decode row per mode, depth and lane count, each run with every lane
     sampling that way (the sampler's candidates and whole-vocabulary paths), labelled in the JSON and the table."""
