@@ -17,7 +17,8 @@ One program owns BLOCK_N rows (BLOCK_N / 16 / num_warps stripes of 16 per warp),
 128-groups and BLOCK_M rows of x (more rows take more programs, which re-read the tile from L2); the group's
 partial [BLOCK_N, BLOCK_M] is multiplied by the group's scales (as the Triton stream kernel does). Words, scales
 and zeros are loaded DEPTH - 1 groups ahead into registers (the loop unrolled by DEPTH); x (small,
-cache-resident) in the step. A tile's max_regs caps the registers (launch option maxnreg). Split-K is reduced in the same launch by the last program to arrive (same scheme and counters as
+cache-resident) in the step, or, staged (x_stage: the default where a program reads one row of x), all of the
+program's groups of x read into shared memory once after the PDL wait, each group's then read from there. A tile's max_regs caps the registers (launch option maxnreg). Split-K is reduced in the same launch by the last program to arrive (same scheme and counters as
 hinfer.ops.triton.linear_splitk). Reference twin:
 hinfer.quant.int4_mma_layout.emulate_kernel.
 """
@@ -677,7 +678,8 @@ def int4_mma_matmul(
 ) -> torch.Tensor:  # fmt: skip
     """y [M, N] = x [M, K] @ W^T (bf16), 1 <= M <= 64: W in fragment order (Int4MmaWeight) or in hinfer.quant.int4's
     row layout (Int4Weight, group 128: each thread then loads 16 bytes of two rows, g and g + 8, which hold the
-    same K offsets as a fragment-ordered word). `cfg`: the tile (mma_config's form); `offset_mma` (default: not
+    same K offsets as a fragment-ordered word). `cfg`: the tile (mma_config's form; the table's stages x in shared
+    memory as HINFER_X_STAGED says, x_staged_choice); `offset_mma` (default: not
     the tile's fma_offset): take (128 + z) sum x off each group's partial (sum x from a second MMA against ones);
     False (fragment order only): one bf16x2 fma per weight register subtracts 128 + z before the MMA.
     `tail` [T, K] bf16: rows computed in the same launch on CUDA cores into out[:, N:N + T] (`out` is then the

@@ -429,8 +429,9 @@ def experts_mma(
     the token again, writes nothing of it, and issues its first groups of weights before its PDL wait: the
     logits come from the kernel before the gate_up, so they are complete once the gate_up lets this launch start
     (every gate_up program waits before it lets dependents launch), and the weights' DRAM trip overlaps the
-    gate_up's tail. `cfg` overrides the tile table (sweeps). `probe` (int64 [programs, PROBE_POINTS]) takes each
-    program's timeline (mma_common.probe_stamp; bench/moe_chain_probe.py)."""
+    gate_up's tail. `cfg` overrides the tile table (sweeps; the table's tile stages x in shared memory as
+    HINFER_X_STAGED says: by default where a block is one pair, linear_int4_mma.x_staged_choice). `probe` (int64
+    [programs, PROBE_POINTS]) takes each program's timeline (mma_common.probe_stamp; bench/moe_chain_probe.py)."""
     e, n, k = w.shape
     if k % GROUP_K or n % 64 or x.dtype != torch.bfloat16 or x.stride(-1) != 1:
         raise ValueError(f"int4 mma experts: K % {GROUP_K}, N % 64, bf16 x with unit stride; got {w.shape}")
