@@ -4,8 +4,8 @@ y [M, N] = x [M, K] @ W^T for M = 1..64, W in hinfer.quant.int4_mma_layout order
 MMA's M (mma.sync m16n8k16, A = W), the rows of x its N (8, 16, 32 or 64, padded). Each thread loads its words with
 128-bit loads in a blocked layout whose registers are, word for word, A fragments: Marlin's bf16 trick (per word
 3 shifts and 4 lop3) yields the 4 bf16x2 registers of one fragment holding 128 + u, and the reshape / permute
-below only rename registers, which `convert_layout(..., assert_trivial=True)` proves at compile time. No shared
-memory, no barrier in the loop (the ring tiles stream the words through shared memory instead: _k_loop_ring).
+below only rename registers, which `convert_layout(..., assert_trivial=True)` proves at compile time. No barrier
+in the loop, the weights in registers (the ring tiles stream the words through shared memory instead: _k_loop_ring).
 x is read the same way as operand B, as int32 words of bf16 pairs (32 contiguous K offsets per lane and group,
 the K order of int4_mma_layout.real_k).
 
