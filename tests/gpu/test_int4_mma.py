@@ -314,21 +314,30 @@ def test_int4_mma_bf16_tail_rows_in_the_same_launch(tile, monkeypatch):
 def test_x_ahead_changes_nothing():
     """A tile's x_ahead (each group's x loaded with the register look-ahead's weights) moves loads only: the
     same bits at depths 2 and 4 and through the shared-memory ring, with splits, one, eight and sixteen rows."""
-    from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
+
+    _same_bits_with("x_ahead", (
+        (1, SkinnyConfig(128, 128, 8, 4, 4, 2)), (1, SkinnyConfig(128, 128, 8, 1, 4, 4)),
+        (8, SkinnyConfig(128, 128, 8, 16, 4, 2)), (8, SkinnyConfig(64, 128, 8, 2, 4, 4)),
+        (1, SkinnyConfig(128, 128, 8, 2, 4, 2, 4)), (16, SkinnyConfig(128, 128, 16, 1, 4, 2, 4)),
+        # the ring's x-ahead loop runs two groups a turn: odd group counts (5; 14, 14, 12)
+        (1, SkinnyConfig(128, 128, 8, 8, 4, 2, 4)), (8, SkinnyConfig(128, 128, 8, 3, 4, 2, 4))))  # fmt: skip
+
+
+def _same_bits_with(field: str, tiles: tuple) -> tuple:
+    """Each (rows, tile) at the 27B qkv shape gives the same bits with the tile's boolean `field` on as off (a
+    poisoned output: every element written); returns the generator and the weight for more checks."""
+    from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
 
     n, k = SHAPES["qkv"]
     g = _gen()
     _, mw = _quantized(n, k, True, g)
-    for m, cfg in ((1, SkinnyConfig(128, 128, 8, 4, 4, 2)), (1, SkinnyConfig(128, 128, 8, 1, 4, 4)),
-                   (8, SkinnyConfig(128, 128, 8, 16, 4, 2)), (8, SkinnyConfig(64, 128, 8, 2, 4, 4)),
-                   (1, SkinnyConfig(128, 128, 8, 2, 4, 2, 4)), (16, SkinnyConfig(128, 128, 16, 1, 4, 2, 4)),
-                   # the ring's x-ahead loop runs two groups a turn: odd group counts (5; 14, 14, 12)
-                   (1, SkinnyConfig(128, 128, 8, 8, 4, 2, 4)), (8, SkinnyConfig(128, 128, 8, 3, 4, 2, 4))):  # fmt: skip
+    for m, cfg in tiles:
         x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
         want = int4_mma_matmul(x, mw, cfg=cfg)
-        ahead = replace(cfg, x_ahead=True)
-        assert torch.equal(int4_mma_matmul(x, mw, out=_poisoned(m, n), cfg=ahead), want), f"M={m} {ahead}"
+        on = replace(cfg, **{field: True})
+        assert torch.equal(int4_mma_matmul(x, mw, out=_poisoned(m, n), cfg=on), want), f"M={m} {on}"
+    return g, mw
 
 
 def test_x_staged_changes_nothing(monkeypatch):
@@ -339,17 +348,12 @@ def test_x_staged_changes_nothing(monkeypatch):
     from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
 
+    g, mw = _same_bits_with("x_staged", (
+        (1, SkinnyConfig(128, 128, 8, 4, 4, 2)), (1, SkinnyConfig(128, 128, 8, 3, 4, 4)),
+        (8, SkinnyConfig(128, 128, 8, 16, 4, 2)), (8, SkinnyConfig(64, 128, 8, 6, 4, 4)),
+        (1, SkinnyConfig(128, 128, 8, 2, 4, 2, 4)), (16, SkinnyConfig(128, 128, 16, 8, 4, 2, 4)),
+        (1, SkinnyConfig(128, 128, 8, 8, 4, 2, 4)), (8, SkinnyConfig(128, 128, 8, 3, 4, 2, 4))))  # fmt: skip
     n, k = SHAPES["qkv"]
-    g = _gen()
-    _, mw = _quantized(n, k, True, g)
-    for m, cfg in ((1, SkinnyConfig(128, 128, 8, 4, 4, 2)), (1, SkinnyConfig(128, 128, 8, 3, 4, 4)),
-                   (8, SkinnyConfig(128, 128, 8, 16, 4, 2)), (8, SkinnyConfig(64, 128, 8, 6, 4, 4)),
-                   (1, SkinnyConfig(128, 128, 8, 2, 4, 2, 4)), (16, SkinnyConfig(128, 128, 16, 8, 4, 2, 4)),
-                   (1, SkinnyConfig(128, 128, 8, 8, 4, 2, 4)), (8, SkinnyConfig(128, 128, 8, 3, 4, 2, 4))):  # fmt: skip
-        x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
-        want = int4_mma_matmul(x, mw, cfg=cfg)
-        staged = replace(cfg, x_staged=True)
-        assert torch.equal(int4_mma_matmul(x, mw, out=_poisoned(m, n), cfg=staged), want), f"M={m} {staged}"
     for m in (1, 8):
         x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
         monkeypatch.setenv("HINFER_X_STAGED", "off")

@@ -424,12 +424,9 @@ def test_experts_int4_x_staged(tm, weights, seed, t):
     from hinfer.ops.triton.moe_int4_mma import experts_mma
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
 
-    name, wgu, wd = weights
-    gu, dn = _int4_experts(wgu), _int4_experts(wd)
-    h, i = wgu.shape[2], wd.shape[2]
-    x = torch.randn(t, h, device="cuda").bfloat16()
-    hid = (torch.randn(t * K, i, device="cuda") * 2).bfloat16()
-    top_w, top_i = ref.moe_route_ref(torch.randn(t, E, device="cuda").bfloat16(), K)
+    name, gu, dn, x, top_w, top_i = _int4_layer(weights, t)
+    h, i = x.shape[1], dn.shape[2]
+    hid = (torch.randn(t * K, i, device="cuda") * 2).bfloat16()  # silu(gate) * up, as the gate_up writes it
     tw = top_w.reshape(-1).float().contiguous()
     ids = top_i.reshape(-1).contiguous()
     block_sets = [("blocks", _block_args(top_i))]
