@@ -4,11 +4,12 @@ Each projection (gate_up: x -> [gate | up]; down: taking SiLU-mul as it loads, r
 alone, as a CUDA graph cycling through enough layers of random int4 experts (each with its own routing: top k + 1
 distinct experts per token, the folded shared expert's slot included) that the selected experts come from HBM.
 Tiles: rows per program, warps, look-ahead depth and K splits, each as the decode runs it (x staged in shared
-memory where a block is one pair, HINFER_X_STAGED). The winners print as TUNED entries (family moe_int4_mma; hinfer/ops/triton/tiles/tuned.py) and `--tuned-out`
+memory where a block is one pair, HINFER_X_STAGED; `--x staged` everywhere it fits, `--x per-group` nowhere). The
+winners print as TUNED entries (family moe_int4_mma; hinfer/ops/triton/tiles/tuned.py) and `--tuned-out`
 writes them for HINFER_TILES.
 
     python bench/experts_mma_tiles.py [--model 35b 122b] [--t 1 8] [--splits 1,2,4] [--rings 0,3,4]
-                                      [--json out.json] [--tuned-out t.json]
+                                      [--x decode|staged|per-group] [--json out.json] [--tuned-out t.json]
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.moe_kernels import MAX_LAYER_BYTES, MODELS, _graph_us, _random_int4  # noqa: E402
 from bench.tile_sweep import time_tiles  # noqa: E402
-from hinfer.ops.triton.linear_int4_mma import x_staged_choice  # noqa: E402
+from hinfer.ops.triton.linear_int4_mma import x_stage_shape, x_staged_choice  # noqa: E402
 from hinfer.ops.triton.moe_align import align  # noqa: E402
 from hinfer.ops.triton.moe_int4_mma import experts_mma  # noqa: E402
 from hinfer.ops.triton.tiles.forms import MOE_INT4_MMA, SkinnyConfig  # noqa: E402
@@ -66,8 +67,23 @@ class Routing:
         self.flat, self.distinct = flat, torch.unique(flat).numel()
 
 
+def read_x(cfg: SkinnyConfig, k: int, direct: bool, x: str) -> SkinnyConfig:
+    """The tile reading x as --x says: `decode` as the decode runs it (HINFER_X_STAGED), `staged` in shared
+    memory wherever it fits (linear_int4_mma.X_STAGE_BYTES), `per-group` from L2 a group at a time."""
+    if x == "per-group":
+        return replace(cfg, x_staged=False)
+    if x == "staged":
+        on = replace(cfg, x_staged=True, x_ahead=False)
+        try:
+            x_stage_shape(on, k, direct)
+        except ValueError:
+            return cfg
+        return on
+    return x_staged_choice(cfg, k, direct)
+
+
 def sweep(name: str, t: int, gen: torch.Generator, splits: tuple[int, ...] = (1,),
-          rings: tuple[int, ...] = (0,)) -> list[dict]:  # fmt: skip
+          rings: tuple[int, ...] = (0,), x: str = "decode") -> list[dict]:  # fmt: skip
     m = MODELS[name]
     e, k, h, i = m["e"] + 1, m["k"] + 1, m["h"], m["i"]  # the shared expert folded in: expert E, slot k
     per_layer = e * 3 * h * i * 0.55
@@ -93,9 +109,9 @@ def sweep(name: str, t: int, gen: torch.Generator, splits: tuple[int, ...] = (1,
                                 tw=r.tw, cfg=cfg)  # fmt: skip
 
         blocks, direct = routes[0].blocks, routes[0].direct
-        # every tile as the decode runs it: x staged where a block is one pair (HINFER_X_STAGED, default `one`)
-        default = x_staged_choice(experts_mma_tile(pairs, n, kk, blocks), kk, direct)
-        cands = [x_staged_choice(c, kk, direct) for c in candidates(n, kk, splits, rings)]
+        # every tile reading x as --x says (by default as the decode does: staged where a block is one pair)
+        default = read_x(experts_mma_tile(pairs, n, kk, blocks), kk, direct, x)
+        cands = [read_x(c, kk, direct, x) for c in candidates(n, kk, splits, rings)]
         distinct = sum(r.distinct for r in routes) / n_layers
         nbytes = distinct * n * kk * (0.5 + 3 / 128)  # words, bf16 scales and uint8 zeros per 128
         timed = time_tiles(default, cands,
@@ -125,6 +141,9 @@ def main() -> None:
     ap.add_argument("--t", type=int, nargs="*", default=[1, 8], help="tokens (pairs = tokens x (top k + 1))")
     ap.add_argument("--splits", default="1,2,4", help="K splits to try (1: none)")
     ap.add_argument("--rings", default="0", help="cp.async ring slots for the words to try (0: the register look-ahead)")
+    ap.add_argument("--x", choices=["decode", "staged", "per-group"], default="decode",
+                    help="how every tile reads x: as the decode does (HINFER_X_STAGED), staged in shared memory "
+                         "wherever it fits, or from L2 a group at a time")  # fmt: skip
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--tuned-out", type=Path, help="the winners as HINFER_TILES entries (family moe_int4_mma)")
@@ -135,7 +154,7 @@ def main() -> None:
     for name in a.model:
         for t in a.t:
             rows += sweep(name, t, gen, tuple(int(v) for v in a.splits.split(",")),
-                          tuple(int(v) for v in a.rings.split(",")))  # fmt: skip
+                          tuple(int(v) for v in a.rings.split(",")), a.x)  # fmt: skip
             if a.tuned_out:  # as it goes: a sweep cut short keeps what it measured
                 write(a.tuned_out, [r["entry"] for r in rows])
     print("\nTUNED entries (paste into hinfer/ops/triton/tiles/tuned.py):\n" + "\n".join(r["line"] for r in rows))
