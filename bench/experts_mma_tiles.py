@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.moe_kernels import MAX_LAYER_BYTES, MODELS, _graph_us, _random_int4  # noqa: E402
 from bench.tile_sweep import time_tiles  # noqa: E402
-from hinfer.ops.triton.linear_int4_mma import x_stage_shape, x_staged_choice  # noqa: E402
+from hinfer.ops.triton.linear_int4_mma import staged_where_fits, x_staged_choice  # noqa: E402
 from hinfer.ops.triton.moe_align import align  # noqa: E402
 from hinfer.ops.triton.moe_int4_mma import experts_mma  # noqa: E402
 from hinfer.ops.triton.tiles.forms import MOE_INT4_MMA, SkinnyConfig  # noqa: E402
@@ -73,12 +73,7 @@ def read_x(cfg: SkinnyConfig, k: int, direct: bool, x: str) -> SkinnyConfig:
     if x == "per-group":
         return replace(cfg, x_staged=False)
     if x == "staged":
-        on = replace(cfg, x_staged=True, x_ahead=False)
-        try:
-            x_stage_shape(on, k, direct)
-        except ValueError:
-            return cfg
-        return on
+        return staged_where_fits(cfg, k, direct)
     return x_staged_choice(cfg, k, direct)
 
 

@@ -577,12 +577,13 @@ def _tile_program(
     rows = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
     s_ptrs = s_ptr + rows * stride_sn
     z_rows = z_ptr + rows * stride_sn
-    xn = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, gl.SliceLayout(2, x_words_layout(W))))
     # rows of x past M re-read row M - 1 (their outputs are not stored): unmasked loads, no zero fill
-    x_ptrs = x_word_ptrs(x_ptr, gl.minimum(pid_m * BLOCK_M + xn, M - 1), stride_xm, BLOCK_M)
     if XG > 0:  # the loop stages x itself (after its PDL wait): its pointers in the staging layout
         x_ptrs = x_stage_ptrs(x_ptr, gl.minimum(pid_m * BLOCK_M + x_stage_rows(XR), M - 1), stride_xm, g_lo,
                               gl.maximum(g_hi - 1, 0), XG)  # fmt: skip
+    else:
+        xn = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, gl.SliceLayout(2, x_words_layout(W))))
+        x_ptrs = x_word_ptrs(x_ptr, gl.minimum(pid_m * BLOCK_M + xn, M - 1), stride_xm, BLOCK_M)
 
     if RING > 0:  # fragment order: a group's scales / zeros are BLOCK_N contiguous entries of row g
         acc = _k_loop_ring(w_ptrs, s_ptr + pid_n * BLOCK_N, z_ptr + pid_n * BLOCK_N, stride_sg, x_ptrs, g_lo, g_hi,
@@ -650,9 +651,14 @@ def x_staged_choice(cfg: SkinnyConfig, k: int, one_row: bool) -> SkinnyConfig:
         raise ValueError(f"HINFER_X_STAGED must be one of {', '.join(X_STAGED_MODES)}, got {mode!r}")
     if mode == "off":
         return replace(cfg, x_staged=False)
-    staged = replace(cfg, x_staged=True, x_ahead=False, ring_pairs=False)
     if mode == "tile" or (mode == "one" and not one_row):
         return cfg
+    return staged_where_fits(cfg, k, one_row)
+
+
+def staged_where_fits(cfg: SkinnyConfig, k: int, one_row: bool) -> SkinnyConfig:
+    """The tile with x staged (and so not loaded ahead) where its staged groups fit X_STAGE_BYTES, else as it is."""
+    staged = replace(cfg, x_staged=True, x_ahead=False, ring_pairs=False)
     try:
         x_stage_shape(staged, k, one_row)
     except ValueError:

@@ -169,7 +169,10 @@ def int4_mma_experts_kernel(
     if e >= 0:
         # the block's pairs: for x (its layout) and for y (the accumulator's columns); padding rows repeat the
         # last valid pair (their outputs are not stored)
-        xr = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, gl.SliceLayout(2, LX)))
+        if XG > 0:  # x staged in shared memory by the loop (linear_int4_mma.x_stage): XR rows, one when DIRECT
+            xr = x_stage_rows(XR)
+        else:
+            xr = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, gl.SliceLayout(2, LX)))
         ym = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
         if DIRECT:
             px = xr * 0 + blk
@@ -177,17 +180,13 @@ def int4_mma_experts_kernel(
         else:
             px = gl.load(sorted_ptr + blk * BLOCK_M + gl.minimum(xr, nrows - 1))
             py = gl.load(sorted_ptr + blk * BLOCK_M + gl.minimum(ym, nrows - 1))
-        x_ptrs = x_word_ptrs(x_ptr, px // XDIV, stride_xm, BLOCK_M)
         per_split = gl.cdiv(K // GROUP, SPLIT_K)  # this program's 1/SPLIT_K of the 128-groups
         g_lo = gl.program_id(2) * per_split
         g_hi = gl.minimum(g_lo + per_split, K // GROUP)
-        if XG > 0:  # x staged in shared memory by the loop (linear_int4_mma.x_stage): XR rows, one when DIRECT
-            sr = x_stage_rows(XR)
-            if DIRECT:
-                sx = sr * 0 + blk
-            else:
-                sx = gl.load(sorted_ptr + blk * BLOCK_M + gl.minimum(sr, nrows - 1))
-            x_ptrs = x_stage_ptrs(x_ptr, sx // XDIV, stride_xm, g_lo, gl.maximum(g_hi - 1, 0), XG)
+        if XG > 0:
+            x_ptrs = x_stage_ptrs(x_ptr, px // XDIV, stride_xm, g_lo, gl.maximum(g_hi - 1, 0), XG)
+        else:
+            x_ptrs = x_word_ptrs(x_ptr, px // XDIV, stride_xm, BLOCK_M)
 
         w_ptrs = expert_words(w_ptr, e, stride_we, pid_n, K, BLOCK_N, ACT, N)
         rows = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
