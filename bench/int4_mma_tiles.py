@@ -15,6 +15,12 @@ else the mma.sync kernel's tile), and a winner is written (family int4_a8) only 
 --a8-margin: HINFER_INT4_DECODE=tuned takes the int8 kernel exactly there.
 
     python bench/int4_mma_tiles.py --a8 --ms 16,32 --a8-all --tuned-out a8-rows.json   # verification's rows
+
+The bf16 kernel's candidates and its default read x as the decode does (`--x decode`: staged in shared memory at
+one row, HINFER_X_STAGED), or `--x staged` / `--x per-group` at every M; `--max-regs 0,128` tries each tile
+also under a register cap (in the PDL-chained decode graph a cap has won where a launch alone showed nothing).
+
+    python bench/int4_mma_tiles.py --config qwen3.6-35b-a3b --ms 1 --splits 1,2,4,8 --max-regs 0,128
 """
 
 from __future__ import annotations
@@ -95,6 +101,18 @@ def a8_candidates(m: int, n: int, k: int, splits: tuple[int, ...], near: int = 0
     return out
 
 
+def as_read(cfg, k: int, m: int, x: str):
+    """The tile reading x as `--x` says: `decode` as the tables' tiles are run (x_staged_choice: staged at one row
+    by default), `staged` wherever its groups fit, `per-group` never staged."""
+    from dataclasses import replace
+
+    from hinfer.ops.triton.linear_int4_mma import staged_where_fits, x_staged_choice
+
+    if x == "per-group":
+        return replace(cfg, x_staged=False)
+    return staged_where_fits(cfg, k, m == 1) if x == "staged" else x_staged_choice(cfg, k, m == 1)
+
+
 def _packaged_bf16(x, w, cfg=None):
     """Int4MmaWeight.matmul with x as it is (HINFER_INT4_DECODE=bf16, set for --a8 runs): the path the int8 kernel's
     entries would replace."""
@@ -131,6 +149,10 @@ def main() -> None:
                     help="with --a8, every split (default: half, the same and twice the packaged tile's)")
     ap.add_argument("--a8-margin", type=float, default=0.02,
                     help="with --a8, write an entry only where the best tile is this much faster (default 2%%)")
+    ap.add_argument("--x", choices=["decode", "staged", "per-group"], default="decode",
+                    help="how the bf16 kernel's tiles read x: as the decode does (staged at one row), staged "
+                         "wherever it fits, or each group's from L2")
+    ap.add_argument("--max-regs", default="0", help="register caps to try each tile under (0: none)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--tuned-out", type=Path, help="the winners as HINFER_TILES entries (family int4_mma)")
     a = ap.parse_args()
@@ -148,7 +170,7 @@ def main() -> None:
         weights = _copies(w, nbytes, 128 << 20)  # 2.5x the L2: small shapes capture far fewer launches per tile
         for m in (int(v) for v in a.ms.split(",")):
             x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
-            default = mma_config(m, n, k)
+            default = as_read(mma_config(m, n, k), k, m, a.x)
             rings = tuple(int(r) for r in a.rings.split(","))
 
             want = w.matmul_ref(x).float() if hasattr(w, "matmul_ref") else int4_mma_matmul(x, w).float()
@@ -175,6 +197,10 @@ def main() -> None:
                 tiles = [default] if a.packaged else candidates(m, n, k, rings, a.fma_offset, splits)
             if a.x_ahead:
                 tiles += [replace(t, x_ahead=not t.x_ahead) for t in tiles]
+            if not a.a8:
+                caps = [int(v) for v in a.max_regs.split(",")]
+                tiles = list(dict.fromkeys(as_read(replace(t, max_regs=c) if c else t, k, m, a.x)
+                                           for t in tiles for c in caps))  # fmt: skip
             timed = time_tiles(default, tiles, measure, f"{name} M={m}")
             if timed is None:
                 continue

@@ -1,26 +1,26 @@
 #!/usr/bin/env bash
-# One device call (about six minutes, carry .kcache with .kcache/tiles/): the staged sweep's one-token experts
-# gate_up tiles in the PDL chain (bench/moe_chain_probe.py under HINFER_TILES: the launch period the decode sees,
-# where the sweep timed each launch alone) for the 35B-A3B (64 columns of 4 warps, 32 of 2) and the 122B-A10B, then
-# the 122B-A10B's one-lane decode on its tile against the packaged one, alternated twice. Lands in
-# $OUT/gpu_staged_tiles_check.tgz.
+# One device call (about nine minutes, carry .kcache with .kcache/tiles/): the staged sweep's one-token experts
+# gate_up tiles in the decode graph (HINFER_TILES), with and without the 128-register cap the packaged one-token
+# tiles carry (the cap won 4% in the decode on 2026-12-03 where the isolated sweep saw none), against the packaged
+# tiles, alternated: the 35B-A3B at one and eight lanes (64 columns of 4 warps, split 4) twice; the 35B-A3B's
+# dense one-row projections swept with x staged (GDN in and out: 60 of its 80 dense launches a step); the
+# 122B-A10B at one lane (64 of 4, split 2). Lands in $OUT/gpu_staged_tiles_check.tgz.
 set -uo pipefail
 PACK=gpu_staged_tiles_check; source "$(dirname "$0")/device_common.sh"
 cat "$R/env.txt"
 T=$PWD/.kcache/tiles
-probe() {  # probe NAME MODEL [TILES]
-  HINFER_TILES=${3:-} timeout 100 python bench/moe_chain_probe.py --model "$2" --json "$R/probe_$1.json" \
-    > "$R/probe_$1.txt" 2>&1
-  echo "== probe $1 rc=$? $((SECONDS - START)) s"; grep -iE "period|per launch|arm|programs" "$R/probe_$1.txt" | head -12; pack
+arm() {  # arm NAME TILES MODEL ARGS...
+  local name=$1 tiles=$2; shift 2
+  HINFER_TILES=$tiles BENCH_TIMEOUT=60 bench_as "$name" "$PWD" "$@" --quant int4 --depths 1K --prefill ""
 }
-probe 35b_packaged 35b
-probe 35b_64 35b "$T/moe35_t1_staged.json"
-probe 35b_32 35b "$T/moe35_t1_staged_32.json"
-probe 122b_packaged 122b
-probe 122b_64 122b "$T/moe122_t1_staged.json"
 for round in a b; do
-  left 420 && BENCH_TIMEOUT=60 bench_as "122b_packaged_$round" "$PWD" qwen3.5-122b-a10b --quant int4 --concurrency 1 \
-    --depths 1K --prefill ""
-  left 450 && HINFER_TILES=$T/moe122_t1_staged.json BENCH_TIMEOUT=60 bench_as "122b_tuned_$round" "$PWD" \
-    qwen3.5-122b-a10b --quant int4 --concurrency 1 --depths 1K --prefill ""
+  arm "35b_packaged_$round" "" qwen3.6-35b-a3b --concurrency 1,8
+  arm "35b_64_cap_$round" "$T/moe35_64_cap.json" qwen3.6-35b-a3b --concurrency 1,8
+  arm "35b_64_$round" "$T/moe35_t1_staged.json" qwen3.6-35b-a3b --concurrency 1,8
 done
+timeout 200 python bench/int4_mma_tiles.py --config qwen3.6-35b-a3b --ms 1 --shapes gdn_in,gdn_out --splits 2,4,8 \
+  --json "$R/dense_35b.json" --tuned-out "$R/dense_35b_tuned.json" > "$R/dense_35b.txt" 2>&1
+echo "== dense sweep rc=$? $((SECONDS - START)) s"; grep -E "M=1 +default" "$R/dense_35b.txt"; pack
+left 440 && arm 122b_packaged "" qwen3.5-122b-a10b --concurrency 1
+left 480 && arm 122b_64_cap "$T/moe122_64_cap.json" qwen3.5-122b-a10b --concurrency 1
+left 520 && arm 122b_64 "$T/moe122_t1_staged.json" qwen3.5-122b-a10b --concurrency 1
