@@ -331,13 +331,11 @@ MEASURED_SPILLS = (
 
 
 # packaged tiles (packaged_experts_variants) that spill and measured fastest in the decode graph or their sweep:
-# the one-token gate_ups routing the token, held to 128 registers (72 bytes of stack; +4.5% / +2.7% one-lane decode
-# on the 35B-A3B / 122B-A10B, 2026-12-03; 56 bytes with x staged), the 35B-A3B's eight-token gate_up (88 bytes at
-# 255 registers; the sweep's winner alone, 2026-12-03). Tiles without spills lost to both in the decode graph by
-# 2-4% (2026-12-04, bench/RESULTS.md; bench/results/tiles/moe-t8/)
+# the 35B-A3B's eight-token gate_up (88 bytes at 255 registers; the sweep's winner alone, 2026-12-03). Tiles without
+# spills lost to it in the decode graph by 2-4% (2026-12-04, bench/RESULTS.md; bench/results/tiles/moe-t8/). The
+# one-token gate_ups routing the token, held to 128 registers, spilled 56-96 bytes on 128 columns until 64 columns
+# won with x staged (2026-12-06): none now
 PACKAGED_SPILLS = (
-    "int4 mma experts asym direct BLOCK_N=128 BLOCK_M=8 w4 xdiv 9 pdl split 4 act route 8 x staged 4x1 maxnreg 128",
-    "int4 mma experts asym direct BLOCK_N=128 BLOCK_M=8 w4 xdiv 9 pdl split 2 act route 8 x staged 16x1 maxnreg 128",
     "int4 mma experts asym BLOCK_N=128 BLOCK_M=8 w2 xdiv 9 pdl act",
 )
 

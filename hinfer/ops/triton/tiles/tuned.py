@@ -261,7 +261,9 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     # at one token held to 128 registers (max_regs) in the decode graph 2026-12-03 (`scripts/gpu_tile_variants.sh`:
     # the cap on every bucket: one lane 469.8 -> 489.7 tok/s on the 35B-A3B, 264.4 -> 271.3 on the 122B-A10B;
     # eight lanes lost 29% / 6%, so their buckets stay uncapped)
-    (MOE_INT4_MMA, 1024, 2048, 16): SkinnyConfig(128, 128, 8, 4, 4, 4, max_regs=128),
+    # re-swept 2026-12-06 with x staged (`--t 1 --splits 1,2,4,8`, H100): gate_up 11.23 -> 8.88 us alone on 64
+    # columns; in the decode graph only under the cap: one lane 477.7 -> 487.5 tok/s (uncapped 479.3)
+    (MOE_INT4_MMA, 1024, 2048, 16): SkinnyConfig(64, 128, 8, 4, 4, 4, max_regs=128),
     (MOE_INT4_MMA, 2048, 512, 16): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128),
     # 35B-A3B gate_up at 8 tokens re-swept 2026-12-03 (`--t 8 32 --splits 1,2`): 33.3 -> 32.6 us alone, decode
     # at 8 lanes 1,857.1 -> 1,879.8 tok/s with it (its down's winner was the packaged tile)
@@ -271,7 +273,9 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     (MOE_INT4_MMA, 1024, 2048, 128): SkinnyConfig(32, 128, 8, 1, 2, 4),
     (MOE_INT4_MMA, 2048, 512, 128): SkinnyConfig(128, 128, 8, 1, 2, 2),
     # 122B-A10B at one token re-swept with K splits 2026-12-02: gate_up 21.0 -> 18.7 us (2 splits), down 19.1 -> 14.1
-    (MOE_INT4_MMA, 2048, 3072, 16): SkinnyConfig(128, 128, 8, 2, 4, 4, max_regs=128),
+    # re-swept 2026-12-06 with x staged (H100): gate_up 21.91 -> 16.80 us alone on 64 columns; one-lane decode
+    # 259.9 -> 266.2 tok/s with the cap (uncapped 260.4)
+    (MOE_INT4_MMA, 2048, 3072, 16): SkinnyConfig(64, 128, 8, 2, 4, 4, max_regs=128),
     (MOE_INT4_MMA, 3072, 1024, 16): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128),
     (MOE_INT4_MMA, 2048, 3072, 128): SkinnyConfig(32, 128, 8, 1, 2, 4),  # 89.0 -> 85.2 us (2026-12-02)
     (MOE_INT4_MMA, 3072, 1024, 128): SkinnyConfig(64, 128, 8, 1, 1, 2),
