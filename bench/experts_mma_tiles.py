@@ -9,7 +9,8 @@ winners print as TUNED entries (family moe_int4_mma; hinfer/ops/triton/tiles/tun
 writes them for HINFER_TILES.
 
     python bench/experts_mma_tiles.py [--model 35b 122b] [--t 1 8] [--splits 1,2,4] [--rings 0,3,4]
-                                      [--x decode|staged|per-group] [--json out.json] [--tuned-out t.json]
+                                      [--x decode|staged|per-group] [--max-regs 0,128] [--json out.json]
+                                      [--tuned-out t.json]
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def read_x(cfg: SkinnyConfig, k: int, direct: bool, x: str) -> SkinnyConfig:
 
 
 def sweep(name: str, t: int, gen: torch.Generator, splits: tuple[int, ...] = (1,),
-          rings: tuple[int, ...] = (0,), x: str = "decode") -> list[dict]:  # fmt: skip
+          rings: tuple[int, ...] = (0,), x: str = "decode", caps: tuple[int, ...] = (0,)) -> list[dict]:  # fmt: skip
     m = MODELS[name]
     e, k, h, i = m["e"] + 1, m["k"] + 1, m["h"], m["i"]  # the shared expert folded in: expert E, slot k
     per_layer = e * 3 * h * i * 0.55
@@ -106,7 +107,8 @@ def sweep(name: str, t: int, gen: torch.Generator, splits: tuple[int, ...] = (1,
         blocks, direct = routes[0].blocks, routes[0].direct
         # every tile reading x as --x says (by default as the decode does: staged where a block is one pair)
         default = read_x(experts_mma_tile(pairs, n, kk, blocks), kk, direct, x)
-        cands = [read_x(c, kk, direct, x) for c in candidates(n, kk, splits, rings)]
+        cands = [read_x(replace(c, max_regs=cap) if cap else c, kk, direct, x)
+                 for c in candidates(n, kk, splits, rings) for cap in caps]  # fmt: skip
         distinct = sum(r.distinct for r in routes) / n_layers
         nbytes = distinct * n * kk * (0.5 + 3 / 128)  # words, bf16 scales and uint8 zeros per 128
         timed = time_tiles(default, cands,
@@ -139,6 +141,8 @@ def main() -> None:
     ap.add_argument("--x", choices=["decode", "staged", "per-group"], default="decode",
                     help="how every tile reads x: as the decode does (HINFER_X_STAGED), staged in shared memory "
                          "wherever it fits, or from L2 a group at a time")  # fmt: skip
+    ap.add_argument("--max-regs", default="0", help="register caps to try each tile under (0: none); in the "
+                    "decode graph the one-token tiles won under 128 where alone the cap changed nothing")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--tuned-out", type=Path, help="the winners as HINFER_TILES entries (family moe_int4_mma)")
@@ -149,7 +153,8 @@ def main() -> None:
     for name in a.model:
         for t in a.t:
             rows += sweep(name, t, gen, tuple(int(v) for v in a.splits.split(",")),
-                          tuple(int(v) for v in a.rings.split(",")), a.x)  # fmt: skip
+                          tuple(int(v) for v in a.rings.split(",")), a.x,
+                          tuple(int(v) for v in a.max_regs.split(",")))  # fmt: skip
             if a.tuned_out:  # as it goes: a sweep cut short keeps what it measured
                 write(a.tuned_out, [r["entry"] for r in rows])
     print("\nTUNED entries (paste into hinfer/ops/triton/tiles/tuned.py):\n" + "\n".join(r["line"] for r in rows))
