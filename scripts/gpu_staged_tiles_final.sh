@@ -17,4 +17,4 @@ for round in a b; do
   arm "35b_dense_cap_$round" "$T/dense35_cap.json" qwen3.6-35b-a3b --concurrency 1,8
 done
 left 200 && arm 122b_line "" qwen3.5-122b-a10b --concurrency 1,8
-left 260 && gpu_tests test_experts $((400 - (SECONDS - START))) tests/gpu/test_moe_kernels.py -k "int4"
+left 250 && gpu_tests test_experts $((370 - (SECONDS - START))) tests/gpu/test_moe_kernels.py -k "int4"
