@@ -14,7 +14,7 @@ arm() {  # arm NAME TILES MODEL ARGS...
 }
 arm 35b_line_a "" qwen3.6-35b-a3b --concurrency 1,8
 arm 35b_dense_cap_a "$T/dense35_cap.json" qwen3.6-35b-a3b --concurrency 1,8
-gpu_tests test_experts 150 tests/gpu/test_moe_kernels.py -k "int4"
+gpu_tests test_experts 120 tests/gpu/test_moe_kernels.py -k "int4"
 left 220 && arm 35b_line_b "" qwen3.6-35b-a3b --concurrency 1,8
 left 240 && arm 35b_dense_cap_b "$T/dense35_cap.json" qwen3.6-35b-a3b --concurrency 1,8
 left 260 && arm 122b_line "" qwen3.5-122b-a10b --concurrency 1,8
