@@ -1,8 +1,9 @@
-"""OpenAI Responses routes: POST /v1/responses, GET and DELETE /v1/responses/{id}, GET
-/v1/responses/{id}/input_items, POST /v1/responses/input_tokens."""
+"""OpenAI Responses routes: POST /v1/responses, GET and DELETE /v1/responses/{id}, POST
+/v1/responses/{id}/cancel, GET /v1/responses/{id}/input_items, POST /v1/responses/input_tokens."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -60,6 +61,9 @@ def _history(st: ServerState, body: InputTokensRequest) -> list[dict[str, Any]]:
         raise bad_request(f"Previous response with id '{body.previous_response_id}' not found (responses are "
                           "kept in memory, for a bounded number of them, and only with store: true)",
                           param="previous_response_id", code="previous_response_not_found")
+    if prev.response["status"] == "in_progress":  # a background response still generating has no output yet
+        raise bad_request(f"Previous response with id '{body.previous_response_id}' is still in progress; wait "
+                          "for it (GET /v1/responses/{id}) or cancel it", param="previous_response_id")
     return [*prev.history, *prev.response["output"], *items]
 
 
@@ -67,8 +71,12 @@ def _history(st: ServerState, body: InputTokensRequest) -> list[dict[str, Any]]:
 async def create_response(body: ResponsesRequest, request: Request):
     st = get_state(request)
     st.check_model(body.model)
-    if body.background:
-        raise bad_request("background responses are not supported", param="background")
+    if body.background and not body.store:
+        raise bad_request("background responses are kept to be read later: they need store: true",
+                          param="background")
+    if body.background and body.stream:
+        raise bad_request("background responses are not streamed: poll GET /v1/responses/{id} instead",
+                          param="stream")
     items = _history(st, body)
     prompt, budget, names = chat_prompt(body, items, st.preserve_thinking_default)
     schema = responses_text_format(body.text)
@@ -86,6 +94,12 @@ async def create_response(body: ResponsesRequest, request: Request):
     run = EngineRun(st, response_id, ids, sp, request, images)
     b = ResponseBuilder(run, body, prompt, names, response_id=response_id)
     await run.start()
+    if body.background:  # from here on without the client: the response is read with GET, or cancelled
+        run.unwatch()
+        resp = b.response()
+        st.responses.put(resp, items)
+        st.background.start(response_id, _in_background(st, run, b, items))
+        return JSONResponse(resp)
     if body.stream:
         run.unwatch()
         return StreamingResponse(_stream(st, run, b, items), media_type="text/event-stream",
@@ -125,6 +139,23 @@ async def _stream(st: ServerState, run: EngineRun, b: ResponseBuilder,
         await run.close()
 
 
+async def _in_background(st: ServerState, run: EngineRun, b: ResponseBuilder, items: list[dict[str, Any]]) -> None:
+    """Drive a background run to its end and store what it ended as (completed, incomplete, failed with its
+    error, or cancelled); the run is closed on every path (run_to_end's), so its lane is freed."""
+    try:
+        await run_to_end(run, b.feed)
+        b.finish_events()
+        _remember(st, b.body, items, b.response())
+    except asyncio.CancelledError:
+        await run.close()
+        b.status = "cancelled"
+        st.responses.put(b.response(), items)
+        log.info("%s cancelled after %d tokens", run.request_id, run.completion_tokens)
+        raise
+    except APIError as e:
+        st.responses.put(b.failed_event(e)["response"], items)
+
+
 def _not_found(response_id: str) -> APIError:
     return APIError(404, f"Response with id '{response_id}' not found (responses are kept in memory, for a "
                          "bounded number of them, and only with store: true)", param="response_id")
@@ -162,8 +193,27 @@ async def get_response(response_id: str, request: Request):
     return entry.response
 
 
+@router.post("/v1/responses/{response_id}/cancel")
+async def cancel_response(response_id: str, request: Request):
+    """Stop a background response: its generation ends and it is stored `cancelled`. One that already ended is
+    returned as it is; a response made without `background` is not cancellable (400)."""
+    st = get_state(request)
+    entry = st.responses.get(response_id)
+    if entry is None and not st.background.running(response_id):
+        raise _not_found(response_id)
+    if entry is not None and not entry.response.get("background"):
+        raise bad_request("only responses created with background: true can be cancelled", param="response_id")
+    await st.background.cancel(response_id)
+    entry = st.responses.get(response_id)
+    if entry is None:  # dropped from the store between the cancel and now (the store is bounded)
+        raise _not_found(response_id)
+    return entry.response
+
+
 @router.delete("/v1/responses/{response_id}")
 async def delete_response(response_id: str, request: Request):
-    if not get_state(request).responses.delete(response_id):
+    st = get_state(request)
+    await st.background.cancel(response_id)  # a running background response stops first (else it would come back)
+    if not st.responses.delete(response_id):
         raise _not_found(response_id)
     return {"id": response_id, "object": "response", "deleted": True}

@@ -180,7 +180,7 @@ class ResponseBuilder:
         done = self.status in ("completed", "incomplete")
         return {
             "id": self.id, "object": "response", "created_at": self.created_at, "status": self.status,
-            "background": False, "error": None,
+            "background": bool(b.background), "error": None,
             "incomplete_details": {"reason": "max_output_tokens"} if self.status == "incomplete" else None,
             "instructions": b.instructions, "max_output_tokens": b.max_output_tokens, "model": b.model,
             "output": [dict(i) for i in self.output] if done else [],

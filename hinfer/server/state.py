@@ -13,6 +13,7 @@ from hinfer.server.drain import Drain
 from hinfer.server.errors import bad_request
 from hinfer.server.metrics import Metrics
 from hinfer.server.prompt_guard import PromptGuard
+from hinfer.server.responses_background import BackgroundResponses
 from hinfer.server.responses_store import ResponseStore
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ class ServerState:
     preserve_thinking_default: bool = False
     metrics: Metrics = field(default_factory=Metrics)
     responses: ResponseStore = field(default_factory=ResponseStore)  # stored Responses API answers
+    background: BackgroundResponses = field(default_factory=BackgroundResponses)  # their running generations
     conversations: ConversationStore = field(default_factory=ConversationStore)  # the Conversations API's
     created: int = field(default_factory=lambda: int(time.time()))
     drain: Drain = field(default_factory=Drain)  # graceful shutdown (drain.py)

@@ -415,7 +415,8 @@ BAD = [
     ({"max_output_tokens": 0}, "max_output_tokens"),
     ({"temperature": -1}, None),
     ({"reasoning": {"effort": "extreme"}}, "reasoning.effort"),
-    ({"background": True}, "background"),
+    ({"background": True, "store": False}, "background"),
+    ({"background": True, "stream": True}, "stream"),
     ({"input": "word " * 5000}, "input"),
 ]
 

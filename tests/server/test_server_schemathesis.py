@@ -23,6 +23,7 @@ OPERATIONS = [
     "POST /v1/responses",
     "GET /v1/responses/{response_id}",
     "DELETE /v1/responses/{response_id}",
+    "POST /v1/responses/{response_id}/cancel",
     "GET /v1/responses/{response_id}/input_items",
     "POST /v1/responses/input_tokens",
     "POST /v1/conversations",

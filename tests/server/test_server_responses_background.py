@@ -1,0 +1,128 @@
+"""Background responses (`background: true`) end to end: a live server over a scripted engine that makes a token
+every 20 ms, so a long answer is still running while the test reads it, cancels it or deletes it; every path
+ends with the engine's lanes free."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+from server_live import MODEL, live_server
+
+LONG = "Thinking.\n</think>\n\n" + "word " * 400  # about 8 s at 20 ms a token
+SHORT = "Fine.\n</think>\n\nShort answer."
+
+
+@pytest.fixture(scope="module")
+def slow_engine(tokenizer):
+    from scripted_engine import ScriptedEngine
+
+    return ScriptedEngine(tokenizer, {"[[long]]": LONG, "[[short]]": SHORT}, default=SHORT, lanes=2, max_pending=4,
+                          step_s=0.02, max_context=4096, model_name=MODEL)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def http(slow_engine, tokenizer):
+    from hinfer.server import create_app
+
+    with live_server(create_app(slow_engine, tokenizer, model_name=MODEL)) as url:
+        with httpx.Client(base_url=url, timeout=30) as c:
+            yield c
+
+
+def _create(http, text: str, **extra) -> dict:
+    r = http.post("/v1/responses", json={"model": MODEL, "input": text, "background": True, **extra})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _wait_status(http, rid: str, want: set[str], seconds: float = 20) -> dict:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        resp = http.get(f"/v1/responses/{rid}").json()
+        if resp["status"] in want:
+            return resp
+        time.sleep(0.05)
+    raise AssertionError(f"{rid} did not reach {want}: {resp['status']}")
+
+
+def _lanes_free(engine, seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while engine.busy and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert engine.busy == 0
+
+
+def test_background_answers_at_once_and_completes(http, slow_engine):
+    resp = _create(http, "[[short]]")
+    assert resp["status"] == "in_progress" and resp["background"] is True and resp["output"] == []
+    done = _wait_status(http, resp["id"], {"completed"})
+    assert done["background"] is True and done["output"][-1]["content"][0]["text"] == "Short answer."
+    assert done["usage"]["output_tokens"] > 0
+    _lanes_free(slow_engine)
+
+
+def test_cancel_stops_the_generation_and_frees_the_lane(http, slow_engine):
+    resp = _create(http, "[[long]]")
+    rid = resp["id"]
+    assert http.get(f"/v1/responses/{rid}").json()["status"] == "in_progress"
+    r = http.post(f"/v1/responses/{rid}/cancel")
+    assert r.status_code == 200, r.text
+    assert r.json()["status"] == "cancelled" and r.json()["id"] == rid
+    assert http.get(f"/v1/responses/{rid}").json()["status"] == "cancelled"
+    assert rid in slow_engine.aborted
+    _lanes_free(slow_engine)
+    again = http.post(f"/v1/responses/{rid}/cancel")  # an ended response comes back as it is
+    assert again.status_code == 200 and again.json()["status"] == "cancelled"
+
+
+def test_a_finished_background_response_is_returned_by_cancel(http, slow_engine):
+    rid = _create(http, "[[short]]")["id"]
+    _wait_status(http, rid, {"completed"})
+    r = http.post(f"/v1/responses/{rid}/cancel")
+    assert r.status_code == 200 and r.json()["status"] == "completed"
+
+
+def test_delete_stops_a_running_background_response(http, slow_engine):
+    rid = _create(http, "[[long]]")["id"]
+    r = http.delete(f"/v1/responses/{rid}")
+    assert r.status_code == 200 and r.json()["deleted"] is True
+    _lanes_free(slow_engine)
+    time.sleep(0.1)
+    assert http.get(f"/v1/responses/{rid}").status_code == 404  # the stopped run did not store itself again
+
+
+def test_a_background_failure_is_stored_as_failed(http, slow_engine):
+    slow_engine.fail_next = (2, RuntimeError("boom"))
+    rid = _create(http, "[[long]]")["id"]
+    failed = _wait_status(http, rid, {"failed"})
+    assert failed["error"]["code"] and "boom" in failed["error"]["message"]
+    _lanes_free(slow_engine)
+
+
+def test_chaining_on_a_running_response_is_a_400(http, slow_engine):
+    rid = _create(http, "[[long]]")["id"]
+    r = http.post("/v1/responses", json={"model": MODEL, "input": "next", "previous_response_id": rid})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "previous_response_id"
+    http.post(f"/v1/responses/{rid}/cancel")
+    _lanes_free(slow_engine)
+
+
+def test_cancel_refusals(http):
+    assert http.post("/v1/responses/resp_nope/cancel").status_code == 404
+    plain = http.post("/v1/responses", json={"model": MODEL, "input": "[[short]]"}).json()
+    r = http.post(f"/v1/responses/{plain['id']}/cancel")
+    assert r.status_code == 400 and r.json()["error"]["param"] == "response_id"
+
+
+def test_the_openai_sdk_runs_and_cancels_in_background(http, slow_engine):
+    import openai
+
+    client = openai.OpenAI(base_url=str(http.base_url).rstrip("/") + "/v1", api_key="dummy", max_retries=0, timeout=30)
+    r = client.responses.create(model=MODEL, input="[[long]]", background=True)
+    assert r.status == "in_progress" and r.background
+    assert client.responses.retrieve(r.id).status == "in_progress"
+    c = client.responses.cancel(r.id)
+    assert c.status == "cancelled" and c.id == r.id
+    _lanes_free(slow_engine)
