@@ -45,6 +45,12 @@ bench_as() {
   grep -E "decode C=|spec K=" "$R/$name.txt" | sed -E 's/^.*INFO hinfer.bench: //'
   pack
 }
+# `tiles_arm NAME TILES MODEL [ARGS...]`: int4 decode at depth 1K of MODEL (`hinfer bench MODEL ARGS`, as bench_as logs
+# it, 60 s at most) with HINFER_TILES=TILES (empty: the packaged tiles): one arm of a tile A/B in the decode graph
+tiles_arm() {
+  local name=$1 tiles=$2; shift 2
+  HINFER_TILES=$tiles BENCH_TIMEOUT=60 bench_as "$name" "$PWD" "$@" --quant int4 --depths 1K --prefill ""
+}
 # `server_wheels`: the server's packages (fastapi, uvicorn, pydantic, ...: the image lacks them), carried as wheels in
 # .whl (scripts/gpu_check.sh's header), installed into /tmp/site and put on PYTHONPATH
 server_wheels() {

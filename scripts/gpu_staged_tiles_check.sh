@@ -9,18 +9,14 @@ set -uo pipefail
 PACK=gpu_staged_tiles_check; source "$(dirname "$0")/device_common.sh"
 cat "$R/env.txt"
 T=$PWD/.kcache/tiles
-arm() {  # arm NAME TILES MODEL ARGS...
-  local name=$1 tiles=$2; shift 2
-  HINFER_TILES=$tiles BENCH_TIMEOUT=60 bench_as "$name" "$PWD" "$@" --quant int4 --depths 1K --prefill ""
-}
 for round in a b; do
-  arm "35b_packaged_$round" "" qwen3.6-35b-a3b --concurrency 1,8
-  arm "35b_64_cap_$round" "$T/moe35_64_cap.json" qwen3.6-35b-a3b --concurrency 1,8
-  arm "35b_64_$round" "$T/moe35_t1_staged.json" qwen3.6-35b-a3b --concurrency 1,8
+  tiles_arm "35b_packaged_$round" "" qwen3.6-35b-a3b --concurrency 1,8
+  tiles_arm "35b_64_cap_$round" "$T/moe35_64_cap.json" qwen3.6-35b-a3b --concurrency 1,8
+  tiles_arm "35b_64_$round" "$T/moe35_t1_staged.json" qwen3.6-35b-a3b --concurrency 1,8
 done
 timeout 200 python bench/int4_mma_tiles.py --config qwen3.6-35b-a3b --ms 1 --shapes gdn_in,gdn_out --splits 2,4,8 \
   --json "$R/dense_35b.json" --tuned-out "$R/dense_35b_tuned.json" > "$R/dense_35b.txt" 2>&1
 echo "== dense sweep rc=$? $((SECONDS - START)) s"; grep -E "M=1 +default" "$R/dense_35b.txt"; pack
-left 440 && arm 122b_packaged "" qwen3.5-122b-a10b --concurrency 1
-left 480 && arm 122b_64_cap "$T/moe122_64_cap.json" qwen3.5-122b-a10b --concurrency 1
-left 520 && arm 122b_64 "$T/moe122_t1_staged.json" qwen3.5-122b-a10b --concurrency 1
+left 440 && tiles_arm 122b_packaged "" qwen3.5-122b-a10b --concurrency 1
+left 480 && tiles_arm 122b_64_cap "$T/moe122_64_cap.json" qwen3.5-122b-a10b --concurrency 1
+left 520 && tiles_arm 122b_64 "$T/moe122_t1_staged.json" qwen3.5-122b-a10b --concurrency 1

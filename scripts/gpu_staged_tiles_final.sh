@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call (about five minutes, carry .kcache with .kcache/tiles/dense35_cap.json): the one-token experts
+# One device call (about five minutes, carry .kcache): the one-token experts
 # gate_up tiles now packaged (64 columns of 4 warps under the 128-register cap, x staged): the int4 experts' GPU
 # tests, the 35B-A3B's line at one and eight lanes alternated with its dense one-row projections under the same cap
 # (HINFER_TILES; the packaged dense tiles won the staged sweep alone, uncapped), then the 122B-A10B's line. Lands in
@@ -7,14 +7,12 @@
 set -uo pipefail
 PACK=gpu_staged_tiles_final; source "$(dirname "$0")/device_common.sh"
 cat "$R/env.txt"
-T=$PWD/.kcache/tiles
-arm() {  # arm NAME TILES MODEL ARGS...
-  local name=$1 tiles=$2; shift 2
-  HINFER_TILES=$tiles BENCH_TIMEOUT=60 bench_as "$name" "$PWD" "$@" --quant int4 --depths 1K --prefill ""
-}
-arm 35b_line_a "" qwen3.6-35b-a3b --concurrency 1,8
-arm 35b_dense_cap_a "$T/dense35_cap.json" qwen3.6-35b-a3b --concurrency 1,8
+python bench/tile_variants.py --config qwen3.6-35b-a3b --variants max_regs=128 --max-m 1 --families int4_mma \
+  --out-dir "$R/tiles" > /dev/null
+CAP=$R/tiles/qwen3.6-35b-a3b-int4_mma-maxregs128-m1.json
+tiles_arm 35b_line_a "" qwen3.6-35b-a3b --concurrency 1,8
+tiles_arm 35b_dense_cap_a "$CAP" qwen3.6-35b-a3b --concurrency 1,8
 gpu_tests test_experts 120 tests/gpu/test_moe_kernels.py -k "int4"
-left 220 && arm 35b_line_b "" qwen3.6-35b-a3b --concurrency 1,8
-left 240 && arm 35b_dense_cap_b "$T/dense35_cap.json" qwen3.6-35b-a3b --concurrency 1,8
-left 260 && arm 122b_line "" qwen3.5-122b-a10b --concurrency 1,8
+left 220 && tiles_arm 35b_line_b "" qwen3.6-35b-a3b --concurrency 1,8
+left 240 && tiles_arm 35b_dense_cap_b "$CAP" qwen3.6-35b-a3b --concurrency 1,8
+left 260 && tiles_arm 122b_line "" qwen3.5-122b-a10b --concurrency 1,8
