@@ -230,11 +230,11 @@ def test_experts_int4_real_shapes(tm, weights, seed, t, zero_point, monkeypatch)
 
 
 @pytest.mark.parametrize("t", [1, 8])
-@pytest.mark.parametrize("tile", [None, (64, 1), (64, 4), (128, 2)])
+@pytest.mark.parametrize("tile", [None, (64, 1), (64, 4), (128, 2), (64, 4, 4, 128)])
 def test_experts_int4_gate_up_writes_silu_mul(tm, weights, seed, t, tile):
     """The tensor-core gate_up writing silu(gate) * up itself (its stripes pair 8 gate rows with their 8 up rows)
     equals silu_mul of its plain [gate | up] output bit for bit: the same MMAs per row, the same roundings; at the
-    packaged tile and at K splits."""
+    packaged tile and at K splits (tile: columns, split, warps (2), register cap (none))."""
     from hinfer.ops.triton.activation import silu_mul
     from hinfer.ops.triton.moe_int4 import Int4Experts
     from hinfer.ops.triton.moe_int4_mma import experts_mma
@@ -247,7 +247,8 @@ def test_experts_int4_gate_up_writes_silu_mul(tm, weights, seed, t, tile):
     h, i = wgu.shape[2], wgu.shape[1] // 2
     x = torch.randn(t, h, device="cuda").bfloat16()
     _, top_i = ref.moe_route_ref(torch.randn(t, E, device="cuda").bfloat16(), K)
-    cfg = None if tile is None else SkinnyConfig(tile[0], 128, 8, tile[1], 2, 4)
+    cfg = None if tile is None else SkinnyConfig(tile[0], 128, 8, tile[1], *(tile[2:3] or (2,)), 4,
+                                                 max_regs=tile[3] if len(tile) > 3 else 0)
     args = _block_args(top_i)
     hid = experts_mma(x, gu, torch.empty(t * K, 2 * i, device="cuda").bfloat16(), *args, xdiv=K, cfg=cfg)
     act = experts_mma(x, gu, torch.full((t * K, i), float("nan"), device="cuda").bfloat16(), *args, xdiv=K,
