@@ -21,6 +21,7 @@ from hinfer.server.images import with_images
 from hinfer.server.item_pages import PageQuery, listed_item
 from hinfer.server.openapi_responses import OPENAI_ERRORS, STREAMED
 from hinfer.server.prompt import plan_max_tokens, render_prompt_off_loop
+from hinfer.server.responses_background import EventLog
 from hinfer.server.responses_convert import chat_prompt, input_items, sampling_params
 from hinfer.server.responses_stream import ResponseBuilder
 from hinfer.server.schemas_responses import InputTokensRequest, ResponsesRequest
@@ -74,9 +75,6 @@ async def create_response(body: ResponsesRequest, request: Request):
     if body.background and not body.store:
         raise bad_request("background responses are kept to be read later: they need store: true",
                           param="background")
-    if body.background and body.stream:
-        raise bad_request("background responses are not streamed: poll GET /v1/responses/{id} instead",
-                          param="stream")
     items = _history(st, body)
     prompt, budget, names = chat_prompt(body, items, st.preserve_thinking_default)
     schema = responses_text_format(body.text)
@@ -98,8 +96,11 @@ async def create_response(body: ResponsesRequest, request: Request):
         run.unwatch()
         resp = b.response()
         st.responses.put(resp, items)
-        st.background.start(response_id, _in_background(st, run, b, items))
-        return JSONResponse(resp)
+        events = EventLog() if body.stream else None
+        st.background.start(response_id, _in_background(st, run, b, items, events), events)
+        if events is None:
+            return JSONResponse(resp)
+        return StreamingResponse(_follow(events, -1), media_type="text/event-stream", headers=sse.STREAM_HEADERS)
     if body.stream:
         run.unwatch()
         return StreamingResponse(_stream(st, run, b, items), media_type="text/event-stream",
@@ -139,13 +140,18 @@ async def _stream(st: ServerState, run: EngineRun, b: ResponseBuilder,
         await run.close()
 
 
-async def _in_background(st: ServerState, run: EngineRun, b: ResponseBuilder, items: list[dict[str, Any]]) -> None:
+async def _in_background(st: ServerState, run: EngineRun, b: ResponseBuilder, items: list[dict[str, Any]],
+                         events: EventLog | None) -> None:  # fmt: skip
     """Drive a background run to its end and store what it ended as (completed, incomplete, failed with its
-    error, or cancelled); the run is closed on every path (run_to_end's), so its lane is freed."""
+    error, or cancelled), its stream events written to `events` if it streams; the run is closed on every path
+    (run_to_end's), so its lane is freed."""
+    record = events.add if events is not None else lambda _: None
     try:
-        await run_to_end(run, b.feed)
-        b.finish_events()
-        _remember(st, b.body, items, b.response())
+        record(b.start_events())
+        await run_to_end(run, lambda ev: record(b.feed(ev)))
+        final = b.finish_events()
+        _remember(st, b.body, items, b.response())  # before the last event: a client may chain at once
+        record(final)
     except asyncio.CancelledError:
         await run.close()
         b.status = "cancelled"
@@ -153,7 +159,15 @@ async def _in_background(st: ServerState, run: EngineRun, b: ResponseBuilder, it
         log.info("%s cancelled after %d tokens", run.request_id, run.completion_tokens)
         raise
     except APIError as e:
-        st.responses.put(b.failed_event(e)["response"], items)
+        failed = b.failed_event(e)
+        st.responses.put(failed["response"], items)
+        record([failed])
+
+
+async def _follow(events: EventLog, after: int) -> AsyncIterator[bytes]:
+    """A background response's events after sequence number `after`, as they come (leaving stops only this)."""
+    async for e in events.follow(after):
+        yield sse.event(e["type"], e)
 
 
 def _not_found(response_id: str) -> APIError:
@@ -185,12 +199,22 @@ async def list_input_items(response_id: str, request: Request, query: PageQuery 
     return query.page(items, f"response '{response_id}'")
 
 
-@router.get("/v1/responses/{response_id}")
-async def get_response(response_id: str, request: Request):
-    entry = get_state(request).responses.get(response_id)
+@router.get("/v1/responses/{response_id}", responses=STREAMED)
+async def get_response(response_id: str, request: Request, stream: bool = False, starting_after: int | None = None):
+    """The stored response; with `stream`, a background response created streaming streamed again from the
+    event after `starting_after` (from its first without), as it goes on."""
+    st = get_state(request)
+    entry = st.responses.get(response_id)
     if entry is None:
         raise _not_found(response_id)
-    return entry.response
+    if not stream:
+        return entry.response
+    events = st.background.events(response_id)
+    if events is None:
+        raise bad_request("only a background response created with stream: true can be streamed again (and only "
+                          "the last ones that ended)", param="stream")
+    start = -1 if starting_after is None else starting_after
+    return StreamingResponse(_follow(events, start), media_type="text/event-stream", headers=sse.STREAM_HEADERS)
 
 
 @router.post("/v1/responses/{response_id}/cancel")
@@ -214,6 +238,7 @@ async def cancel_response(response_id: str, request: Request):
 async def delete_response(response_id: str, request: Request):
     st = get_state(request)
     await st.background.cancel(response_id)  # a running background response stops first (else it would come back)
+    st.background.forget(response_id)
     if not st.responses.delete(response_id):
         raise _not_found(response_id)
     return {"id": response_id, "object": "response", "deleted": True}

@@ -416,7 +416,6 @@ BAD = [
     ({"temperature": -1}, None),
     ({"reasoning": {"effort": "extreme"}}, "reasoning.effort"),
     ({"background": True, "store": False}, "background"),
-    ({"background": True, "stream": True}, "stream"),
     ({"input": "word " * 5000}, "input"),
 ]
 

@@ -126,3 +126,60 @@ def test_the_openai_sdk_runs_and_cancels_in_background(http, slow_engine):
     c = client.responses.cancel(r.id)
     assert c.status == "cancelled" and c.id == r.id
     _lanes_free(slow_engine)
+
+
+def _events(lines) -> list[dict]:
+    import json
+
+    return [json.loads(line[6:]) for line in lines if line.startswith("data: ")]
+
+
+def test_a_streamed_background_response_goes_on_when_the_client_leaves(http, slow_engine):
+    body = {"model": MODEL, "input": "[[long]]", "background": True, "stream": True}
+    with http.stream("POST", "/v1/responses", json=body) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        seen = []
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                seen.append(line)
+            if len(seen) >= 6:
+                break  # the client leaves mid-answer
+    first = _events(seen)
+    assert [e["type"] for e in first[:2]] == ["response.created", "response.in_progress"]
+    assert [e["sequence_number"] for e in first] == list(range(len(first)))
+    rid = first[0]["response"]["id"]
+    assert first[0]["response"]["background"] is True
+    time.sleep(0.3)
+    assert http.get(f"/v1/responses/{rid}").json()["status"] == "in_progress"  # leaving did not stop it
+    # picked up again after the last event seen, to the end
+    with http.stream("GET", f"/v1/responses/{rid}", params={"stream": "true", "starting_after": 5}) as r:
+        rest = _events(r.iter_lines())
+    assert rest[0]["sequence_number"] == 6 and rest[-1]["type"] == "response.completed"
+    assert [e["sequence_number"] for e in rest] == list(range(6, 6 + len(rest)))
+    text = "".join(e["delta"] for e in first + rest if e["type"] == "response.output_text.delta")
+    assert text == LONG.split("\n\n", 1)[1] and rest[-1]["response"]["output"][-1]["content"][0]["text"] == text
+    assert http.get(f"/v1/responses/{rid}").json()["status"] == "completed"
+    with http.stream("GET", f"/v1/responses/{rid}", params={"stream": "true"}) as r:  # an ended one, from the start
+        again = _events(r.iter_lines())
+    assert again == first + rest
+    _lanes_free(slow_engine)
+
+
+def test_cancel_ends_a_streamed_background_response(http, slow_engine):
+    body = {"model": MODEL, "input": "[[long]]", "background": True, "stream": True}
+    with http.stream("POST", "/v1/responses", json=body) as r:
+        lines = r.iter_lines()
+        created = _events([next(line for line in lines if line.startswith("data: "))])[0]
+        rid = created["response"]["id"]
+        assert http.post(f"/v1/responses/{rid}/cancel").json()["status"] == "cancelled"
+        tail = _events(lines)  # the stream ends once the generation is stopped
+    assert all(e["type"] != "response.completed" for e in tail)
+    _lanes_free(slow_engine)
+
+
+def test_only_streamed_background_responses_stream_again(http, slow_engine):
+    rid = _create(http, "[[short]]")["id"]
+    _wait_status(http, rid, {"completed"})
+    r = http.get(f"/v1/responses/{rid}", params={"stream": "true"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "stream"
+    assert http.get("/v1/responses/resp_nope", params={"stream": "true"}).status_code == 404
