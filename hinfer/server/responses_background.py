@@ -9,7 +9,8 @@ the run to its end and stores what it ended as: `completed`, `incomplete`, `fail
 With `stream: true` as well, the task also writes the response's stream events to an EventLog: the POST streams
 it, and GET /v1/responses/{id}?stream=true&starting_after=N streams it again from event N + 1 (a client that lost
 its connection picks up where it was); leaving a stream never stops the generation. The logs of the last
-KEPT_LOGS ended responses are kept for those reads.
+KEPT_LOGS ended responses are kept for those reads, fewer where they pass KEPT_EVENTS events together (a long
+answer is an event a token).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 KEPT_LOGS = 64  # ended responses whose events stay readable
+KEPT_EVENTS = 1 << 18  # and their events together at most (a few hundred bytes each)
 
 
 class EventLog:
@@ -96,14 +98,21 @@ class BackgroundResponses:
         """Drop an ended response's event log (its response was deleted)."""
         self._logs.pop(response_id, None)
 
+    def _trim(self) -> None:
+        """Drop the oldest ended logs past KEPT_LOGS of them or KEPT_EVENTS events (the running ones stay)."""
+        ended = [rid for rid in self._logs if rid not in self._tasks]
+        kept = sum(len(self._logs[rid].events) for rid in ended)
+        for i, rid in enumerate(ended):
+            if len(ended) - i <= KEPT_LOGS and kept <= KEPT_EVENTS:
+                break
+            kept -= len(self._logs.pop(rid).events)
+
     def _done(self, response_id: str, task: asyncio.Task) -> None:
         self._tasks.pop(response_id, None)
         events = self._logs.get(response_id)
         if events is not None:
             events.close()
             self._logs.move_to_end(response_id)
-            ended = [rid for rid in self._logs if rid not in self._tasks]
-            for rid in ended[: max(0, len(ended) - KEPT_LOGS)]:
-                del self._logs[rid]
+            self._trim()
         if not task.cancelled() and task.exception() is not None:  # the work stores its own failures
             log.error("background response %s failed", response_id, exc_info=task.exception())
