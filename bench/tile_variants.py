@@ -9,6 +9,8 @@ other way, bench/RESULTS.md).
     python bench/tile_variants.py --config qwen3.6-27b --variants ring=3,ring_pairs=1 --out-dir /tmp/v
     python bench/tile_variants.py --config qwen3.6-35b-a3b --variants max_regs=128 --max-m 16 --families moe_int4_mma \
         --out-dir /tmp/v
+    python bench/tile_variants.py --config qwen3.6-35b-a3b --variants max_regs=168 --min-m 32 --families moe_int4_mma \
+        --out-dir /tmp/v   # the experts past one lane only
     python bench/tile_variants.py --config qwen3.6-27b --a8-rows 2,4 --out-dir /tmp/v   # the int4 x int8 kernel there
 
 --a8-rows writes int4_a8 entries (where the int4 x int8 kernel takes over) at those rows of x for every dense
@@ -62,16 +64,18 @@ def changed(tile, change: dict[str, int]):
     return t
 
 
-def changed_entries(config: str, family: str, change: dict[str, int], max_m: int = 0) -> list[dict]:
-    """The packaged entries of `family` at `config`'s shapes (and M buckets up to max_m, if given) to which
-    `change` applies, changed."""
+def changed_entries(config: str, family: str, change: dict[str, int], max_m: int = 0,
+                    min_m: int = 0) -> list[dict]:  # fmt: skip
+    """The packaged entries of `family` at `config`'s shapes (and M buckets from min_m up to max_m, where given)
+    to which `change` applies, changed."""
     from hinfer.ops.triton.tiles import table
     from hinfer.ops.triton.tiles.tuned import TUNED
 
     shapes = model_shapes(config).get(family, set())
     out = []
     for (f, n, k, m), t in TUNED.items():
-        new = changed(t, change) if f == family and (n, k) in shapes and (not max_m or m <= max_m) else None
+        fits = f == family and (n, k) in shapes and (not max_m or m <= max_m) and m >= min_m
+        new = changed(t, change) if fits else None
         if new is not None:
             out.append(table.entry(f, n, k, m, new))
     return out
@@ -104,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--families", help="only these families (comma-separated, e.g. int4_mma); default all")
     ap.add_argument("--max-m", type=int, default=0,
                     help="change only the entries of M buckets up to this (e.g. 16: the experts at one lane)")
+    ap.add_argument("--min-m", type=int, default=0,
+                    help="change only the entries of M buckets from this (e.g. 32: the experts past one lane)")
     ap.add_argument("--a8-rows", help="instead: int4_a8 entries at these rows of x (e.g. 2,4), on the bf16 kernel's tiles")
     ap.add_argument("--a8-ahead", action="store_true", help="with --a8-rows: x quantized ahead in its own launch")
     ap.add_argument("--out-dir", type=Path, required=True)
@@ -121,9 +127,10 @@ def main(argv: list[str] | None = None) -> int:
         if a.families and family not in a.families.split(","):
             continue
         for text in a.variants:
-            entries = changed_entries(a.config, family, parse_variant(text), a.max_m)
+            entries = changed_entries(a.config, family, parse_variant(text), a.max_m, a.min_m)
             if entries:
-                tag = text.replace("=", "").replace(",", "-").replace("_", "") + (f"-m{a.max_m}" if a.max_m else "")
+                tag = (text.replace("=", "").replace(",", "-").replace("_", "") + (f"-m{a.max_m}" if a.max_m else "")
+                       + (f"-from-m{a.min_m}" if a.min_m else ""))
                 path = a.out_dir / f"{a.config}-{family}-{tag}.json"
                 table.write(path, entries)
                 print(f"{path}: {len(entries)} entries")

@@ -71,3 +71,14 @@ def test_a8_rows_files_hold_the_bf16_kernels_tiles(tmp_path):
     assert {key[1:3] for key in loaded} == shapes and {key[3] for key in loaded} == {2, 4}
     for (family, n, k, m), tile in loaded.items():
         assert family == INT4_A8 and tile == replace(mma_config(m, n, k, sms=132), x_ahead=False)
+
+
+def test_min_m_leaves_the_one_lane_bucket(tmp_path):
+    """--min-m 32: the experts' buckets past one lane changed, one lane's (16) left packaged."""
+    main(["--config", "qwen3.6-35b-a3b", "--variants", "max_regs=168", "--families", "moe_int4_mma", "--min-m", "32",
+          "--out-dir", str(tmp_path)])  # fmt: skip
+    loaded = table.load(tmp_path / "qwen3.6-35b-a3b-moe_int4_mma-maxregs168-from-m32.json")
+    shapes = model_shapes("qwen3.6-35b-a3b")[MOE_INT4_MMA]
+    want = {key for key in TUNED if key[0] == MOE_INT4_MMA and key[1:3] in shapes and key[3] >= 32}
+    assert set(loaded) == want and want and all(key[3] > 16 for key in loaded)
+    assert all(t.max_regs == 168 for t in loaded.values())
