@@ -27,8 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.moe_kernels import MAX_LAYER_BYTES, MODELS, _graph_us, _random_int4  # noqa: E402
-from bench.tile_sweep import time_tiles  # noqa: E402
-from hinfer.ops.triton.linear_int4_mma import staged_where_fits, x_staged_choice  # noqa: E402
+from bench.tile_sweep import read_x, time_tiles  # noqa: E402
 from hinfer.ops.triton.moe_align import align  # noqa: E402
 from hinfer.ops.triton.moe_int4_mma import experts_mma  # noqa: E402
 from hinfer.ops.triton.tiles.forms import MOE_INT4_MMA, SkinnyConfig  # noqa: E402
@@ -66,16 +65,6 @@ class Routing:
             self.blocks, self.sorted, self.bexp, self.brows = al.n_blocks, al.sorted, al.bexp, al.brows
             self.direct = False
         self.flat, self.distinct = flat, torch.unique(flat).numel()
-
-
-def read_x(cfg: SkinnyConfig, k: int, direct: bool, x: str) -> SkinnyConfig:
-    """The tile reading x as --x says: `decode` as the decode runs it (HINFER_X_STAGED), `staged` in shared
-    memory wherever it fits (linear_int4_mma.X_STAGE_BYTES), `per-group` from L2 a group at a time."""
-    if x == "per-group":
-        return replace(cfg, x_staged=False)
-    if x == "staged":
-        return staged_where_fits(cfg, k, direct)
-    return x_staged_choice(cfg, k, direct)
 
 
 def sweep(name: str, t: int, gen: torch.Generator, splits: tuple[int, ...] = (1,),

@@ -45,7 +45,7 @@ from bench.linear_kernels import (  # noqa: E402
     graph_time,
     make_weight,
 )
-from bench.tile_sweep import time_tiles  # noqa: E402
+from bench.tile_sweep import read_x, time_tiles  # noqa: E402
 
 
 def candidates(m: int, n: int, k: int, rings: tuple[int, ...] = (0,), fma: bool = False,
@@ -99,18 +99,6 @@ def a8_candidates(m: int, n: int, k: int, splits: tuple[int, ...], near: int = 0
             if a8_takes(m, n, k, c, zero=True):
                 out.append(c)
     return out
-
-
-def as_read(cfg, k: int, m: int, x: str):
-    """The tile reading x as `--x` says: `decode` as the tables' tiles are run (x_staged_choice: staged at one row
-    by default), `staged` wherever its groups fit, `per-group` never staged."""
-    from dataclasses import replace
-
-    from hinfer.ops.triton.linear_int4_mma import staged_where_fits, x_staged_choice
-
-    if x == "per-group":
-        return replace(cfg, x_staged=False)
-    return staged_where_fits(cfg, k, m == 1) if x == "staged" else x_staged_choice(cfg, k, m == 1)
 
 
 def _packaged_bf16(x, w, cfg=None):
@@ -170,7 +158,7 @@ def main() -> None:
         weights = _copies(w, nbytes, 128 << 20)  # 2.5x the L2: small shapes capture far fewer launches per tile
         for m in (int(v) for v in a.ms.split(",")):
             x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
-            default = as_read(mma_config(m, n, k), k, m, a.x)
+            default = read_x(mma_config(m, n, k), k, m == 1, a.x)
             rings = tuple(int(r) for r in a.rings.split(","))
 
             want = w.matmul_ref(x).float() if hasattr(w, "matmul_ref") else int4_mma_matmul(x, w).float()
@@ -199,7 +187,7 @@ def main() -> None:
                 tiles += [replace(t, x_ahead=not t.x_ahead) for t in tiles]
             if not a.a8:
                 caps = [int(v) for v in a.max_regs.split(",")]
-                tiles = list(dict.fromkeys(as_read(replace(t, max_regs=c) if c else t, k, m, a.x)
+                tiles = list(dict.fromkeys(read_x(replace(t, max_regs=c) if c else t, k, m == 1, a.x)
                                            for t in tiles for c in caps))  # fmt: skip
             timed = time_tiles(default, tiles, measure, f"{name} M={m}")
             if timed is None:
