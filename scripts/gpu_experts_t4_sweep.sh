@@ -7,6 +7,7 @@
 set -uo pipefail
 PACK=gpu_experts_t4_sweep; source "$(dirname "$0")/device_common.sh"
 cat "$R/env.txt"
+gpu_tests test_one_launch 60 -rf tests/gpu/test_moe_kernels.py -k "int4 and one_launch"
 timeout 200 python bench/experts_mma_tiles.py --model 35b --t 4 --splits 1,2 --max-regs 0,128 --json "$R/sweep_35b_t4.json" \
   --tuned-out "$R/tuned_35b_t4.json" > "$R/sweep_35b_t4.txt" 2>&1
 echo "== sweep t4 rc=$? $((SECONDS - START)) s"; grep -E "^35b" "$R/sweep_35b_t4.txt"; pack

@@ -180,12 +180,13 @@ def int4_experts_one_launch_kernel(
 
 
 # (H, I) -> (the gate_up tile, the down job's rows) where the two-launch gate_up tile does not serve the one launch.
-# The 122B-A10B's two-launch tile went to 64 columns (2026-12-06): 576 jobs, more than stay resident on an H100's 132
-# SMs at four a SM, and the one launch's down jobs wait in the same grid; so it keeps the 128-column tile it was
-# tested and measured on (288 jobs). On an H100 (2026-12-05) the 35B-A3B's 64-row tile without K splits took 20.7 us
+# The two-launch one-token tiles went to 64 columns (2026-12-06): 576 jobs, more than stay resident on an H100's 132
+# SMs at four a SM, and the one launch's down jobs wait in the same grid; so it keeps the 128-column tiles it was
+# tested and measured on (432 and 288 jobs). On an H100 (2026-12-05) the 35B-A3B's 64-row tile without K splits took 20.7 us
 # a layer alone against 22.8 on the two-launch tile, but neither its GPU test nor a decode ran on it
 # (bench/RESULTS.md)
 TILES: dict[tuple[int, int], tuple[SkinnyConfig, int]] = {
+    (2048, 512): (SkinnyConfig(128, 128, 8, 4, 4, 4, max_regs=128), 64),
     (3072, 1024): (SkinnyConfig(128, 128, 8, 2, 4, 4, max_regs=128), 64),
 }
 
