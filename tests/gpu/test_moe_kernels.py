@@ -185,7 +185,7 @@ def test_experts_crowded_expert(tm, weights, seed, monkeypatch):
     _check(tm.moe_experts(x, wgu, wd, top_w, top_i), want, seed, f"{name} crowded, single-program align")
 
 
-@pytest.mark.parametrize("t", [1, 3, 8, 32, 64, 2048])
+@pytest.mark.parametrize("t", [1, 3, 4, 8, 32, 64, 2048])
 @pytest.mark.parametrize("zero_point", [True, False])
 def test_experts_int4_real_shapes(tm, weights, seed, t, zero_point, monkeypatch):
     """W4A16 experts (hinfer.quant.int4 layout per expert) vs the fp32 dequantized reference; at decode and

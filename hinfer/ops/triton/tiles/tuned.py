@@ -265,6 +265,12 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     # columns; in the decode graph only under the cap: one lane 477.7 -> 487.5 tok/s (uncapped 479.3)
     (MOE_INT4_MMA, 1024, 2048, 16): SkinnyConfig(64, 128, 8, 4, 4, 4, max_regs=128),
     (MOE_INT4_MMA, 2048, 512, 16): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128),
+    # four tokens (36 pairs: a one-lane MTP verification at K = 3, four lanes of plain decode), swept 2026-12-06
+    # (`--t 4 --splits 1,2 --max-regs 0,128`, x as the decode reads it, H100): gate_up 24.18 -> 22.18 us, down 13.74 ->
+    # 11.82 alone (the eight-token tiles before); in the decode graph four lanes 1,247 -> 1,257 tok/s, the one-lane
+    # round 4.18 -> 4.15 ms (two alternated rounds each)
+    (MOE_INT4_MMA, 1024, 2048, 64): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128),
+    (MOE_INT4_MMA, 2048, 512, 64): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128),
     # 35B-A3B gate_up at 8 tokens re-swept 2026-12-03 (`--t 8 32 --splits 1,2`): 33.3 -> 32.6 us alone, decode
     # at 8 lanes 1,857.1 -> 1,879.8 tok/s with it (its down's winner was the packaged tile)
     # re-swept 2026-12-04 with the words loaded 16 bytes a thread (`--t 8 32 --splits 1,2 --rings 0,4`): 34.9 ->
@@ -277,6 +283,10 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     # 259.9 -> 266.2 tok/s with the cap (uncapped 260.4)
     (MOE_INT4_MMA, 2048, 3072, 16): SkinnyConfig(64, 128, 8, 2, 4, 4, max_regs=128),
     (MOE_INT4_MMA, 3072, 1024, 16): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128),
+    # four tokens, swept 2026-12-06 (`--t 4 --splits 1,2 --max-regs 128`, H100): gate_up 58.22 -> 53.96 us, down
+    # 37.14 -> 26.81 alone; four lanes of decode 565.9 / 564.1 -> 590.7 / 591.4 tok/s (two alternated rounds)
+    (MOE_INT4_MMA, 2048, 3072, 64): SkinnyConfig(32, 128, 8, 1, 2, 4, max_regs=128),
+    (MOE_INT4_MMA, 3072, 1024, 64): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128),
     (MOE_INT4_MMA, 2048, 3072, 128): SkinnyConfig(32, 128, 8, 1, 2, 4),  # 89.0 -> 85.2 us (2026-12-02)
     (MOE_INT4_MMA, 3072, 1024, 128): SkinnyConfig(64, 128, 8, 1, 1, 2),
     # a verification of 8 lanes x 4 tokens (288 pairs), swept 2026-12-02 (`--t 32`): the 8-token winners held
