@@ -4,7 +4,8 @@
 
 Each request is a valid body of one route (chat completions with tools, images, JSON schemas, logprobs, n; text
 completions; Responses with every input item kind, tools of every type, streaming; Anthropic messages with
-thinking, tools, images, documents, late system turns; count_tokens; tokenize; Conversations), mutated one to
+thinking, tools, images, documents, late system turns; count_tokens; tokenize; Conversations; background Responses,
+each followed by a read, a resumed stream, a cancel, a delete or nothing), mutated one to
 three times (a field dropped, set to any JSON value among NaN, Infinity, lone surrogates, huge numbers, nested
 junk, or a common field added), or sent whole, or cut short, or not JSON at all; a third of the streams are left
 by the client after a few chunks. Token budgets are capped (8) so the run ends on a CPU too. Afterwards the
@@ -22,6 +23,7 @@ import asyncio
 import copy
 import json
 import random
+import re
 import sys
 
 import httpx
@@ -75,6 +77,8 @@ BODIES = [
         {"type": "custom_tool_call", "call_id": "c2", "name": "apply_patch", "input": "*** Begin Patch"},
         {"type": "custom_tool_call_output", "call_id": "c2", "output": "ok"},
         {"type": "message", "role": "user", "content": "go"}]}),
+    ("/v1/responses", {"input": "hi", "max_output_tokens": 8, "background": True, "store": True}),
+    ("/v1/responses", {"input": "hi", "max_output_tokens": 8, "background": True, "store": True, "stream": True}),
     ("/v1/messages", {"max_tokens": 8, "system": [{"type": "text", "text": "sys", "cache_control": {"type": "ephemeral"}}],
                       "messages": [{"role": "user", "content": "hi"}]}),
     ("/v1/messages", {"max_tokens": 8, "stream": True, "tools": [ATOOL], "thinking": {"type": "enabled",
@@ -96,6 +100,11 @@ ODD = [None, -1, 0, 1, 2**31, 2**63, 10**40, 1e308, float("nan"), float("inf"), 
 ADDED = ["extra", "stream", "n", "max_tokens", "stop", "logit_bias", "top_k", "min_p", "tool_choice",
          "parallel_tool_calls", "previous_response_id", "prompt_cache_key", "metadata"]
 BUDGETS = ("max_tokens", "max_output_tokens", "max_completion_tokens")
+# what follows a background response's POST: (method, path after /v1/responses/{id}); None: nothing (it runs on)
+FOLLOW = [None, ("GET", ""), ("GET", "?stream=true"), ("GET", "?stream=true&starting_after=2"),
+          ("GET", "?stream=true&starting_after=-5"), ("GET", "?stream=true&starting_after=99999"),
+          ("GET", "?stream=yes&starting_after=x"), ("POST", "/cancel"), ("DELETE", ""), ("POST", "/cancel/x")]
+RESPONSE_ID = re.compile(rb'"id":\s*"(resp_[A-Za-z0-9_-]+)"')
 IDLE = {"hinfer_requests_in_flight": 0, "hinfer_engine_lanes_busy": 0, "hinfer_engine_queue_depth": 0}
 
 
@@ -107,8 +116,11 @@ def _paths(o, pre=()):
 
 
 def _cap(o) -> None:
-    """Token budgets and `n` small, so a mutated request ends soon on a CPU."""
+    """Token budgets and `n` small, so a mutated request ends soon on a CPU; a background response always has one
+    (it runs on after its client leaves, which a POST still waiting for its first token may do unseen)."""
     if isinstance(o, dict):
+        if o.get("background") is True:
+            o["max_output_tokens"] = 8
         for k, v in o.items():
             if k in BUDGETS and type(v) is int and v > 16:
                 o[k] = 8
@@ -155,18 +167,34 @@ def request(rng: random.Random, model: str) -> tuple[str, bytes]:
     return path, text.encode("utf-8", "surrogatepass")
 
 
-async def _one(client: httpx.AsyncClient, base: str, path: str, data: bytes, cut: int | None, bad: list) -> None:
+async def _send(client: httpx.AsyncClient, method: str, url: str, data: bytes | None, cut: int | None,
+                bad: list, what: str) -> bytes:  # fmt: skip
+    """The answer's first 4 KB (a 5xx or a transport error noted in `bad`); the client leaves after `cut` chunks."""
+    head = b""
     try:
-        async with client.stream("POST", base + path, content=data, headers={"content-type": "application/json"}) as r:
+        async with client.stream(method, url, content=data, headers={"content-type": "application/json"}) as r:
             n = 0
-            async for _ in r.aiter_bytes():
-                n += 1
+            async for chunk in r.aiter_bytes():
+                head, n = (head + chunk)[:4096], n + 1
                 if cut is not None and n >= cut:
                     break
             if r.status_code >= 500:
-                bad.append(f"{r.status_code} {path} {data[:400]!r}")
+                bad.append(f"{r.status_code} {what}")
     except httpx.HTTPError as e:
-        bad.append(f"{type(e).__name__} {path} {data[:400]!r}")
+        bad.append(f"{type(e).__name__} {what}")
+    return head
+
+
+async def _one(client: httpx.AsyncClient, base: str, path: str, data: bytes, cut: int | None, follow, bad: list,
+               started: list) -> None:  # fmt: skip
+    head = await _send(client, "POST", base + path, data, cut, bad, f"{path} {data[:400]!r}")
+    found = RESPONSE_ID.search(head) if b'"background"' in data else None
+    if found:  # a background response: read it, stream it again, cancel or delete it while it may still run
+        started.append(found.group(1).decode())
+        if follow:
+            method, tail = follow
+            url = f"{base}/v1/responses/{started[-1]}{tail}"
+            await _send(client, method, url, None, cut, bad, f"{method} {url} after {data[:200]!r}")
 
 
 def metrics(text: str) -> dict[str, float]:
@@ -196,17 +224,20 @@ async def fuzz(base: str, requests: int, seed: int, concurrency: int, timeout: f
         jobs = []
         for _ in range(requests):
             path, data = request(rng, model)
-            jobs.append((path, data, rng.randint(1, 3) if rng.random() < 0.3 else None))
+            jobs.append((path, data, rng.randint(1, 3) if rng.random() < 0.3 else None, rng.choice(FOLLOW)))
         gate = asyncio.Semaphore(concurrency)
 
         async def run(job) -> None:
             async with gate:
                 try:
-                    await asyncio.wait_for(_one(client, base, *job, bad), timeout)
+                    await asyncio.wait_for(_one(client, base, *job, bad, started), timeout)
                 except TimeoutError:
                     pass  # a long answer: the client leaves, which is a case too
 
+        started: list[str] = []
         await asyncio.gather(*(run(j) for j in jobs))
+        for rid in started:  # background runs whose budget a mutation dropped go on past the fuzz: stop them
+            await _send(client, "POST", f"{base}/v1/responses/{rid}/cancel", None, None, bad, f"cancel {rid}")
         for _ in range(60):  # aborted requests free their lanes at the engine's next steps
             m = metrics((await client.get(base + "/metrics")).text)
             if not leaks(m):
