@@ -4,6 +4,7 @@ ends with the engine's lanes free."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import httpx
@@ -183,3 +184,49 @@ def test_only_streamed_background_responses_stream_again(http, slow_engine):
     r = http.get(f"/v1/responses/{rid}", params={"stream": "true"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "stream"
     assert http.get("/v1/responses/resp_nope", params={"stream": "true"}).status_code == 404
+
+
+PLAUSIBLE = {"background": [True, False], "store": [True, False], "stream": [True, False],
+             "max_output_tokens": [1, 8, 32], "input": ["[[long]]", "hi"], "metadata": [{"k": "v"}]}
+ODD = [None, True, False, 0, 1, -1, 2**40, 0.5, "x", "", [], {}, {"a": 1}, [None]]
+FOLLOW = [("GET", "", {}), ("GET", "", {"stream": "true"}), ("GET", "", {"stream": "true", "starting_after": "3"}),
+          ("GET", "", {"stream": "true", "starting_after": "-7"}), ("GET", "", {"stream": "1", "starting_after": "x"}),
+          ("GET", "", {"stream": "true", "starting_after": str(2**70)}), ("POST", "/cancel", {}),
+          ("DELETE", "", {}), ("POST", "/cancel", {"x": "y"}), ("GET", "/input_items", {"limit": "0"})]  # fmt: skip
+
+
+def test_background_fuzz(http, slow_engine):
+    """Background bodies with other values (seeded draws: `background`, `store`, `stream`, the budget, the input),
+    each followed by a read, a resumed stream, a cancel, a delete or a page of its input: never a 5xx, 400s in the
+    error shape, and every lane free once the runs are stopped."""
+    import random
+
+    rng = random.Random(0)
+    print("seed 0")
+    started = []
+    for _ in range(60):
+        body = {"model": MODEL, "input": rng.choice(["[[short]]", "[[long]]", "hi"]), "background": True,
+                "store": True, "max_output_tokens": rng.choice([4, 16, 64])}  # fmt: skip
+        for key in rng.sample(sorted(PLAUSIBLE), rng.choice([0, 1, 1, 2, 3])):
+            body[key] = rng.choice(ODD if rng.random() < 0.3 else PLAUSIBLE[key])
+        with http.stream("POST", "/v1/responses", json=body) as r:
+            head = r.read()[:4096] if rng.random() < 0.7 else next(r.iter_bytes(), b"")
+            status = r.status_code
+        assert status < 500, head
+        if status >= 400:
+            assert r.headers["content-type"].startswith("application/json") and b'"message"' in head, head
+            continue
+        found = re.search(rb'"id":\s*"(resp_[A-Za-z0-9]+)"', head)
+        if found is None or body.get("background") is not True:
+            continue
+        rid = found.group(1).decode()
+        started.append(rid)
+        method, tail, params = rng.choice(FOLLOW)
+        with http.stream(method, f"/v1/responses/{rid}{tail}", params=params) as f:
+            f.read()
+            assert f.status_code < 500, f.text
+    for rid in started:  # what still runs stops; an ended or deleted one answers as it is, or 404
+        assert http.post(f"/v1/responses/{rid}/cancel").status_code in (200, 404)
+    print(f"{len(started)} background responses started")
+    assert len(started) >= 20
+    _lanes_free(slow_engine)
