@@ -372,6 +372,7 @@ class EngineCore:
         )  # fmt: skip
         if first and seq.prompt_logprobs is not None:
             ev.prompt_logprobs, ev.prompt_top_logprobs = seq.prompt_logprobs, seq.prompt_top_logprobs
+            ev.prompt_ranks = seq.prompt_ranks
         if finish is not None:
             self._finish(seq, finish, stop_reason, ev)
         return ev

@@ -26,14 +26,16 @@ def record_prompt_logprobs(seq: Sequence, start: int, logits: torch.Tensor) -> N
     """`logits` [n, V]: the rows of prompt positions start..start+n-1; row j scores the token at start+j+1."""
     prompt = seq.prompt_ids
     if seq.prompt_logprobs is None:
-        seq.prompt_logprobs, seq.prompt_top_logprobs = [None], [None]
+        seq.prompt_logprobs, seq.prompt_top_logprobs, seq.prompt_ranks = [None], [None], [None]
     targets = prompt[start + 1 : start + 1 + logits.shape[0]]
     if not targets:
         return
     z = logits[: len(targets)].float()
     lse = torch.logsumexp(z, dim=-1, keepdim=True)
     ids = torch.tensor(targets, dtype=torch.int64, device=z.device)
-    seq.prompt_logprobs += (z.gather(1, ids[:, None]) - lse)[:, 0].tolist()
+    picked = z.gather(1, ids[:, None])
+    seq.prompt_logprobs += (picked - lse)[:, 0].tolist()
+    seq.prompt_ranks += ((z > picked).sum(dim=-1) + 1).tolist()  # 1: the model's most likely token
     n = seq.params.prompt_logprobs or 0
     if n:
         top_v, top_i = torch.topk(z, n, dim=-1)

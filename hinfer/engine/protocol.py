@@ -92,6 +92,7 @@ class TokenEvent:
     # With SamplingParams.prompt_logprobs, on the request's first event: one per prompt token (the first None)
     prompt_logprobs: list[float | None] | None = None
     prompt_top_logprobs: list[list[TopLogprob] | None] | None = None
+    prompt_ranks: list[int | None] | None = None  # each prompt token's rank (1: the likeliest; the first None)
     usage: Usage | None = None  # set on the final event
     timings: Timings | None = None  # set on the final event
 

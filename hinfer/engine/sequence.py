@@ -45,6 +45,7 @@ class Sequence:
     grammar: object | None = None  # structured output: GrammarState (engine/structured/), also the sampler row's
     prompt_logprobs: list[float | None] | None = None  # with params.prompt_logprobs: filled by the prefill
     prompt_top_logprobs: list[list | None] | None = None
+    prompt_ranks: list[int | None] | None = None  # each prompt token's rank among the vocabulary (1: the likeliest)
     drafts: object | None = None  # speculative: the drafter's proposal for the next round (spec.Proposal)
     spec_lane: object | None = None  # adaptive speculation: the lane's acceptance (spec.adaptive.LaneAcceptance)
     mtp_backlog: list = field(default_factory=list)  # positions not yet fed to the drafter (spec.DraftJob)

@@ -277,6 +277,19 @@ def chat_logprobs(body: ChatCompletionRequest) -> int | None:
     return n
 
 
+def chat_prompt_logprobs(body: ChatCompletionRequest) -> int | None:
+    """vLLM's extension: every prompt token's logprob given the tokens before it (the engine then computes each
+    prompt position's logits and takes no cached prefix); the answer's `prompt_logprobs`, not streamed."""
+    n = body.prompt_logprobs
+    if n is None:
+        return None
+    if not 0 <= n <= 20:
+        raise bad_request("prompt_logprobs must be in [0, 20]", param="prompt_logprobs")
+    if body.stream:
+        raise bad_request("prompt_logprobs are not available with stream: true", param="prompt_logprobs")
+    return n
+
+
 FIM_TOKENS = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")
 
 

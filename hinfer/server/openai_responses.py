@@ -74,12 +74,15 @@ class ChatBuilder:
         self.content: list[str] = []
         self.reasoning: list[str] = []
         self.logprobs: list[dict[str, Any]] = []
+        self.prompt_logprobs: list[dict[str, Any] | None] | None = None  # with the request's prompt_logprobs
 
     # -- shared by both modes -------------------------------------------------------------------------
 
     def feed(self, ev: TokenEvent) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
         if self.parser.in_reasoning:
             self.reasoning_tokens += len(ev.token_ids)
+        if ev.prompt_logprobs is not None and self.prompt_logprobs is None:
+            self.prompt_logprobs = prompt_logprobs_wire(self.st, self.run.prompt_ids, ev)
         delta = self._collect(self.parser.feed(ev.text))
         lp = self._logprobs(ev) if self.want_logprobs else None
         if lp:
@@ -175,9 +178,28 @@ def chat_usage(builders: list[ChatBuilder]) -> dict[str, Any]:
 
 def chat_response(builders: list[ChatBuilder]) -> dict[str, Any]:
     b = builders[0]
-    return {"id": b.id, "object": "chat.completion", "created": b.created, "model": b.model,
-            "system_fingerprint": None, "choices": [x.choice() for x in builders], "usage": chat_usage(builders),
-            "timings": b.run.timings()}
+    out = {"id": b.id, "object": "chat.completion", "created": b.created, "model": b.model,
+           "system_fingerprint": None, "choices": [x.choice() for x in builders], "usage": chat_usage(builders),
+           "timings": b.run.timings()}
+    if b.run.sampling.prompt_logprobs is not None:
+        out["prompt_logprobs"] = b.prompt_logprobs
+    return out
+
+
+def prompt_logprobs_wire(st: ServerState, prompt_ids: list[int], ev: TokenEvent) -> list[dict[str, Any] | None]:
+    """vLLM's shape: None for the first prompt token, then for each one a dict by token id (as a string) of
+    {logprob, rank, decoded_token}: the prompt's own token first, then the most likely ones (ranks 1..n)."""
+    n = len(ev.prompt_logprobs or [])
+    tops = ev.prompt_top_logprobs or [None] * n
+    ranks = ev.prompt_ranks or [None] * n
+    out: list[dict[str, Any] | None] = [None]
+    for tid, lp, top, rank in list(zip(prompt_ids, ev.prompt_logprobs or [], tops, ranks))[1:]:
+        entry = {str(tid): {"logprob": wire_logprob(lp), "rank": rank, "decoded_token": st.token_text(tid)}}
+        for r, t in enumerate(top or [], start=1):
+            entry.setdefault(str(t.token_id), {"logprob": wire_logprob(t.logprob), "rank": r,
+                                               "decoded_token": st.token_text(t.token_id)})
+        out.append(entry)
+    return out
 
 
 class CompletionBuilder:

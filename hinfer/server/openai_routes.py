@@ -24,7 +24,13 @@ from hinfer.server.errors import bad_request, openai_body
 from hinfer.server.generation import EngineRun, engine_error, log_failure
 from hinfer.server.ids import new_id
 from hinfer.server.images import with_images
-from hinfer.server.openai_convert import chat_logprobs, chat_prompt, completion_prompts, sampling_params
+from hinfer.server.openai_convert import (
+    chat_logprobs,
+    chat_prompt,
+    chat_prompt_logprobs,
+    completion_prompts,
+    sampling_params,
+)
 from hinfer.server.openai_responses import (
     ChatBuilder,
     CompletionBuilder,
@@ -60,13 +66,15 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         sp.thinking_budget = budget
         sp.think_end_token_id = st.tokenizer.think_end_id
     sp.structured = constraint(prompt, schema, vllm_extras(body.model_extra or {}), tool_grammar=st.tool_call_grammar)
+    sp.prompt_logprobs = chat_prompt_logprobs(body)  # the first choice's run scores the prompt, which all share
 
     n = check_choices(body.n)
     chat_id = new_id("chatcmpl-")
     runs, builders = [], []
     for k in range(n):
         run = EngineRun(st, chat_id if k == 0 else f"{chat_id}-{k}", ids,
-                        sp if k == 0 else replace(sp, seed=choice_seed(sp.seed, k)), request, images)  # fmt: skip
+                        sp if k == 0 else replace(sp, seed=choice_seed(sp.seed, k), prompt_logprobs=None), request,
+                        images)  # fmt: skip
         runs.append(run)
         builders.append(ChatBuilder(st, run, model=body.model, reasoning=prompt.starts_in_reasoning(),
                                     tools=prompt.parse_tools(), logprobs=sp.logprobs is not None,

@@ -3,6 +3,7 @@ prompts and n > 1; chat n > 1. On the demo model through the real engine."""
 
 from __future__ import annotations
 
+import httpx
 import openai
 import pytest
 import torch
@@ -74,3 +75,36 @@ def test_chat_n(oai):
             texts[c.index] += c.delta.content or ""
     assert texts == [c.message.content for c in r.choices]
     assert usage.completion_tokens == r.usage.completion_tokens
+
+
+def test_chat_prompt_logprobs(oai, demo_llm, demo_url):
+    """vLLM's `prompt_logprobs` on a chat: the rendered prompt's tokens scored as LLM.logits scores them, each
+    with its rank and the n likeliest tokens; refused when streaming
+    or out of [0, 20]."""
+    messages = [{"role": "user", "content": "Name a colour."}]
+    r = oai.chat.completions.create(model="demo", messages=messages, max_tokens=2, temperature=0, n=2,
+                                    extra_body={"prompt_logprobs": 2})  # fmt: skip
+    plp = r.model_extra["prompt_logprobs"]
+    ids = httpx.post(f"{demo_url}/tokenize", json={"model": "demo", "messages": messages}).json()["tokens"]
+    assert plp[0] is None and len(plp) == len(ids) == r.usage.prompt_tokens
+    assert [int(next(iter(e))) for e in plp[1:]] == ids[1:]
+    for entry in plp[1:]:
+        own = next(iter(entry.values()))  # the prompt's own token first
+        assert own["logprob"] <= 0 and isinstance(own["decoded_token"], str)
+        ranks = sorted((v["rank"], v["logprob"]) for v in entry.values())
+        assert [r for r, _ in ranks] == ([1, 2] if own["rank"] <= 2 else [1, 2, own["rank"]])
+        assert all(a[1] >= b[1] for a, b in zip(ranks, ranks[1:]))  # likelier first
+    want = torch.log_softmax(demo_llm.logits(ids).float(), dim=-1)
+    got = [next(iter(e.values())) for e in plp[1:]]
+    assert [g["logprob"] for g in got] == pytest.approx([want[i - 1, ids[i]].item() for i in range(1, len(ids))],
+                                                        abs=ATOL)  # fmt: skip
+    for i, g in enumerate(got, start=1):  # the rank among the reference's logprobs, up to near ties
+        row, lp = want[i - 1], want[i - 1, ids[i]].item()
+        assert int((row > lp + ATOL).sum()) + 1 <= g["rank"] <= int((row > lp - ATOL).sum()) + 1
+    plain = oai.chat.completions.create(model="demo", messages=messages, max_tokens=2, temperature=0)
+    assert "prompt_logprobs" not in (plain.model_extra or {})
+    for extra, stream in (({"prompt_logprobs": 21}, False), ({"prompt_logprobs": -1}, False),
+                          ({"prompt_logprobs": 1}, True)):  # fmt: skip
+        with pytest.raises(openai.BadRequestError) as e:
+            oai.chat.completions.create(model="demo", messages=messages, max_tokens=2, stream=stream, extra_body=extra)
+        assert e.value.body["param"] == "prompt_logprobs"
