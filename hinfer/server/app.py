@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from hinfer.server import (
+    anthropic_batch_routes,
     anthropic_routes,
     conversations_routes,
     misc_routes,
@@ -74,6 +75,7 @@ def create_app(
         try:
             yield
         finally:
+            await state.message_batches.stop()  # running batches end, what they had not answered canceled
             await engine.stop()
 
     app = FastAPI(title="hinfer", version="0.1.0", lifespan=lifespan,
@@ -83,6 +85,7 @@ def create_app(
     app.include_router(responses_routes.router)
     app.include_router(conversations_routes.router)
     app.include_router(anthropic_routes.router)
+    app.include_router(anthropic_batch_routes.router)
     app.include_router(misc_routes.router)
     app.include_router(tokenize_routes.router)
     if webui:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from fastapi import Request
 
+from hinfer.server.anthropic_batches import MessageBatches
 from hinfer.server.conversations_store import ConversationStore
 from hinfer.server.drain import Drain
 from hinfer.server.errors import bad_request
@@ -31,6 +32,7 @@ class ServerState:
     metrics: Metrics = field(default_factory=Metrics)
     responses: ResponseStore = field(default_factory=ResponseStore)  # stored Responses API answers
     background: BackgroundResponses = field(default_factory=BackgroundResponses)  # their running generations
+    message_batches: MessageBatches = field(default_factory=MessageBatches)  # Anthropic Message Batches
     conversations: ConversationStore = field(default_factory=ConversationStore)  # the Conversations API's
     created: int = field(default_factory=lambda: int(time.time()))
     drain: Drain = field(default_factory=Drain)  # graceful shutdown (drain.py)
