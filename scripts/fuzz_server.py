@@ -4,7 +4,8 @@
 
 Each request is a valid body of one route (chat completions with tools, images, JSON schemas, logprobs, n; text
 completions; Responses with every input item kind, tools of every type, streaming; Anthropic messages with
-thinking, tools, images, documents, late system turns; count_tokens; tokenize; Conversations; background Responses,
+thinking, tools, images, documents, late system turns; count_tokens; Message Batches; tokenize; Conversations;
+background Responses,
 each followed by a read, a resumed stream, a cancel, a delete or nothing), mutated one to
 three times (a field dropped, set to any JSON value among NaN, Infinity, lone surrogates, huge numbers, nested
 junk, or a common field added), or sent whole, or cut short, or not JSON at all; a third of the streams are left
@@ -91,6 +92,9 @@ BODIES = [
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "a b"}]},
         {"role": "system", "content": "late"}, {"role": "user", "content": "again"}]}),
     ("/v1/messages/count_tokens", {"messages": [{"role": "user", "content": "hi"}]}),
+    ("/v1/messages/batches", {"requests": [
+        {"custom_id": "a", "params": {"max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}},
+        {"custom_id": "b", "params": {"max_tokens": 8, "stream": True, "messages": [{"role": "user", "content": "x"}]}}]}),
     ("/tokenize", {"prompt": "hi there"}),
     ("/detokenize", {"tokens": [1, 2, 3]}),
     ("/v1/conversations", {"items": [{"type": "message", "role": "user", "content": "hi"}], "metadata": {"a": "b"}}),
@@ -156,7 +160,10 @@ def mutated(rng: random.Random, body: dict) -> dict:
 
 def request(rng: random.Random, model: str) -> tuple[str, bytes]:
     path, body = rng.choice(BODIES)
-    body = {"model": model, **body} if not path.startswith("/v1/conversations") else body
+    if path == "/v1/messages/batches":  # the model goes in each request's params
+        body = {"requests": [{**r, "params": {"model": model, **r["params"]}} for r in body["requests"]]}
+    elif not path.startswith("/v1/conversations"):
+        body = {"model": model, **body}
     kind = rng.random()
     if kind < 0.15:
         text = json.dumps(body)

@@ -9,6 +9,7 @@ from hinfer.server.anthropic_batches import FORWARDED, MessageBatch, parse_reque
 from hinfer.server.drain import shutting_down_error
 from hinfer.server.errors import APIError, bad_request
 from hinfer.server.openapi_responses import ANTHROPIC_ERRORS
+from hinfer.server.schemas_anthropic import MessageBatchCreateRequest
 from hinfer.server.state import ServerState, get_state
 
 router = APIRouter(responses=ANTHROPIC_ERRORS)
@@ -23,17 +24,13 @@ def _batch(st: ServerState, batch_id: str) -> MessageBatch:
 
 
 @router.post("/v1/messages/batches")
-async def create_batch(request: Request):
+async def create_batch(body: MessageBatchCreateRequest, request: Request):
     """Start a batch of Messages requests ({"requests": [{"custom_id", "params"}, ...]}); it runs without the
     client and is read with the other routes."""
     st = get_state(request)
     if st.drain.draining:
         raise shutting_down_error()
-    try:
-        body = await request.json()
-    except ValueError:
-        raise bad_request("the body is not JSON") from None
-    requests = parse_requests(body)
+    requests = parse_requests([(r.custom_id, r.params) for r in body.requests])
     headers = {k: v for k, v in request.headers.items() if k.lower() in FORWARDED}
     batch = st.message_batches.create(requests, str(request.base_url), request.app, headers,
                                       st.engine.stats().lanes_total)  # fmt: skip
@@ -84,7 +81,8 @@ async def delete_batch(batch_id: str, request: Request):
     return {"id": batch_id, "type": "message_batch_deleted"}
 
 
-@router.get("/v1/messages/batches/{batch_id}/results")
+@router.get("/v1/messages/batches/{batch_id}/results", response_class=Response,
+            responses={200: {"content": {"application/x-jsonl": {}}, "description": "one JSON line a request"}})
 async def batch_results(batch_id: str, request: Request):
     """The ended batch's results, one JSON line a request in the batch's order: {custom_id, result}."""
     batch = _batch(get_state(request), batch_id)

@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 KEPT_BATCHES = 64  # batches kept in memory, running or ended
 MAX_REQUESTS = 10_000  # requests in one batch
-CUSTOM_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+CUSTOM_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 RETRY_S = 0.5  # the wait before a request the engine refused for load tries again
 FORWARDED = ("authorization", "x-api-key", "anthropic-version", "anthropic-beta")
 
@@ -75,24 +75,19 @@ class MessageBatch:
                 for cid, _ in self.requests if cid in self.results]  # fmt: skip
 
 
-def parse_requests(body: Any) -> list[tuple[str, dict[str, Any]]]:
-    """The create body's `requests`: 1..MAX_REQUESTS of {custom_id, params}, custom ids distinct; else a 400."""
-    reqs = body.get("requests") if isinstance(body, dict) else None
-    if not isinstance(reqs, list) or not 1 <= len(reqs) <= MAX_REQUESTS:
+def parse_requests(requests: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    """The create body's (custom_id, params): 1..MAX_REQUESTS of them, custom ids well formed and distinct; else a
+    400."""
+    if not 1 <= len(requests) <= MAX_REQUESTS:
         raise bad_request(f"requests: a list of 1 to {MAX_REQUESTS} requests", param="requests")
-    out, seen = [], set()
-    for i, r in enumerate(reqs):
-        cid = r.get("custom_id") if isinstance(r, dict) else None
-        params = r.get("params") if isinstance(r, dict) else None
-        if not isinstance(cid, str) or not CUSTOM_ID.match(cid):
+    seen = set()
+    for i, (cid, _) in enumerate(requests):
+        if not CUSTOM_ID.fullmatch(cid):
             raise bad_request(f"requests.{i}.custom_id: 1 to 64 letters, digits, '_' or '-'", param="requests")
         if cid in seen:
             raise bad_request(f"requests.{i}.custom_id: '{cid}' is used twice", param="requests")
-        if not isinstance(params, dict):
-            raise bad_request(f"requests.{i}.params: the Messages API's request body", param="requests")
         seen.add(cid)
-        out.append((cid, params))
-    return out
+    return requests
 
 
 class MessageBatches:

@@ -113,3 +113,12 @@ BLOCK_TYPES: dict[str, type[OpenModel]] = {
     "thinking": ThinkingBlock,
     "redacted_thinking": RedactedThinkingBlock,
 }
+
+
+class MessageBatchRequest(OpenModel):
+    custom_id: str  # 1-64 letters, digits, '_' or '-', distinct in the batch (anthropic_batches.parse_requests)
+    params: dict[str, Any]  # a /v1/messages body, checked when the request runs (its errors are its result)
+
+
+class MessageBatchCreateRequest(OpenModel, CheckedBody):
+    requests: list[MessageBatchRequest]

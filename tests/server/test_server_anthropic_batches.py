@@ -104,6 +104,8 @@ def test_cancel_stops_a_running_batch(client, slow_engine, url):
     {},
     {"requests": [{"custom_id": "a", "params": {}}, {"custom_id": "a", "params": {}}]},
     {"requests": [{"custom_id": "bad id!", "params": {}}]},
+    {"requests": [{"custom_id": "a\n", "params": {}}]},
+    {"requests": [{"custom_id": "a" * 65, "params": {}}]},
     {"requests": [{"custom_id": "a", "params": "x"}]},
     {"requests": [{"params": {}}]},
 ])  # fmt: skip
