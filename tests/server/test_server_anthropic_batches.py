@@ -159,3 +159,26 @@ def test_a_request_refused_for_load_tries_again(monkeypatch):
 
     monkeypatch.setattr("hinfer.server.anthropic_batches.RETRY_S", 0.01)
     assert asyncio.run(go()) == {"type": "succeeded", "message": {"type": "message", "content": []}}
+
+
+def test_shutdown_ends_a_running_batch(tokenizer):
+    """A server stopped while a batch runs: its running requests stop, what they had not answered is canceled,
+    the batch is `ended`, the lanes are free and the shutdown does not wait for the batch's long answers."""
+    from scripted_engine import ScriptedEngine
+
+    from hinfer.server import create_app
+
+    engine = ScriptedEngine(tokenizer, {"[[long]]": LONG}, default=SHORT, lanes=2, max_pending=4, step_s=0.02,
+                            max_context=4096, model_name=MODEL)  # fmt: skip
+    app = create_app(engine, tokenizer, model_name=MODEL)
+    with live_server(app) as u:
+        c = anthropic.Anthropic(base_url=u, api_key="x", max_retries=0, timeout=30)
+        bid = c.messages.batches.create(requests=[_request(f"r{i}", "[[long]]", max_tokens=2000)
+                                                  for i in range(4)]).id  # fmt: skip
+        time.sleep(0.3)
+        assert c.messages.batches.retrieve(bid).request_counts.processing == 4
+        t0 = time.monotonic()
+    batch = app.state.hinfer.message_batches.get(bid)
+    assert batch.status == "ended" and time.monotonic() - t0 < 6  # 8 s answers were not waited for
+    assert {r["type"] for r in batch.results.values()} <= {"canceled", "errored"} and len(batch.results) == 4
+    _lanes_free(engine)
