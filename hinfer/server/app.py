@@ -19,6 +19,7 @@ from hinfer.server import (
     anthropic_routes,
     conversations_routes,
     misc_routes,
+    openai_batch_routes,
     openai_routes,
     responses_routes,
     tokenize_routes,
@@ -76,6 +77,7 @@ def create_app(
             yield
         finally:
             await state.message_batches.stop()  # running batches end, what they had not answered canceled
+            await state.batches.stop()
             await engine.stop()
 
     app = FastAPI(title="hinfer", version="0.1.0", lifespan=lifespan,
@@ -86,6 +88,7 @@ def create_app(
     app.include_router(conversations_routes.router)
     app.include_router(anthropic_routes.router)
     app.include_router(anthropic_batch_routes.router)
+    app.include_router(openai_batch_routes.router)
     app.include_router(misc_routes.router)
     app.include_router(tokenize_routes.router)
     if webui:

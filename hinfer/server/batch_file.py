@@ -39,7 +39,7 @@ def _line_error(custom_id: Any, code: str, message: str) -> dict[str, Any]:
             "error": {"code": code, "message": message}}
 
 
-async def _answer(client: httpx.AsyncClient, line: str, n: int) -> dict[str, Any]:
+async def answer_line(client: httpx.AsyncClient, line: str, n: int) -> dict[str, Any]:
     """One input line -> its output line."""
     try:
         req = json.loads(line)
@@ -76,7 +76,7 @@ async def run_batch(app: Any, lines: Iterable[str], write: Callable[[str], None]
 
         async def one(n: int, line: str) -> dict[str, Any]:
             async with gate:
-                return await _answer(client, line, n)
+                return await answer_line(client, line, n)
 
         tasks = [asyncio.create_task(one(n, line)) for n, line in todo]
         for done, task in enumerate(tasks, 1):  # in order: a finished later line waits for the ones before it

@@ -127,3 +127,10 @@ class CompletionRequest(_SamplingFields):
     best_of: int | None = None
     suffix: str | None = None
     skip_special_tokens: bool = True
+
+
+class BatchCreateRequest(OpenModel, CheckedBody):
+    input_file_id: str
+    endpoint: str  # /v1/chat/completions, /v1/completions or /v1/responses (openai_batches.ENDPOINTS)
+    completion_window: str = "24h"
+    metadata: dict[str, str] | None = None

@@ -12,7 +12,9 @@ from hinfer.server.anthropic_batches import MessageBatches
 from hinfer.server.conversations_store import ConversationStore
 from hinfer.server.drain import Drain
 from hinfer.server.errors import bad_request
+from hinfer.server.files_store import FileStore
 from hinfer.server.metrics import Metrics
+from hinfer.server.openai_batches import Batches
 from hinfer.server.prompt_guard import PromptGuard
 from hinfer.server.responses_background import BackgroundResponses
 from hinfer.server.responses_store import ResponseStore
@@ -33,6 +35,8 @@ class ServerState:
     responses: ResponseStore = field(default_factory=ResponseStore)  # stored Responses API answers
     background: BackgroundResponses = field(default_factory=BackgroundResponses)  # their running generations
     message_batches: MessageBatches = field(default_factory=MessageBatches)  # Anthropic Message Batches
+    files: FileStore = field(default_factory=FileStore)  # OpenAI Files: batches' inputs and outputs
+    batches: Batches = field(default_factory=Batches)  # OpenAI Batches
     conversations: ConversationStore = field(default_factory=ConversationStore)  # the Conversations API's
     created: int = field(default_factory=lambda: int(time.time()))
     drain: Drain = field(default_factory=Drain)  # graceful shutdown (drain.py)
