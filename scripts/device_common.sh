@@ -82,3 +82,16 @@ ncu_run() {
   grep -E "issue_stalled" "$R/$name.txt" | sort -k3 -n -r | head -6
   pack
 }
+# `tuned_ab SUFFIX NAME:MODEL...`: two alternated rounds of the caller's `arm NAME TILES MODEL` for each model whose
+# sweep wrote $R/tuned_NAME_SUFFIX.json: its packaged tiles, then the sweep's (each while time is left)
+tuned_ab() {
+  local suffix=$1 round m name model; shift
+  for round in a b; do
+    for m in "$@"; do
+      name=${m%%:*} model=${m#*:}
+      [ -f "$R/tuned_${name}_${suffix}.json" ] || continue
+      left 480 && arm "${name}_packaged_$round" "" "$model"
+      left 510 && arm "${name}_${suffix}_$round" "$R/tuned_${name}_${suffix}.json" "$model"
+    done
+  done
+}

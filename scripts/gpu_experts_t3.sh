@@ -16,11 +16,4 @@ done
 arm() {  # arm NAME TILES MODEL
   tiles_arm "$1" "$2" "$3" --concurrency 2,3
 }
-for round in a b; do
-  for m in 35b:qwen3.6-35b-a3b 122b:qwen3.5-122b-a10b; do
-    name=${m%%:*} model=${m#*:}
-    [ -f "$R/tuned_${name}_t3.json" ] || continue
-    left 500 && arm "${name}_packaged_$round" "" "$model"
-    left 520 && arm "${name}_t3_$round" "$R/tuned_${name}_t3.json" "$model"
-  done
-done
+tuned_ab t3 35b:qwen3.6-35b-a3b 122b:qwen3.5-122b-a10b

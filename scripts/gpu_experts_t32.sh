@@ -16,11 +16,4 @@ arm() {  # arm NAME TILES MODEL
   HINFER_TILES=$2 BENCH_TIMEOUT=80 bench_as "$1" "$PWD" "$3" --quant int4 --spec mtp --spec-k 3 --concurrency 8 \
     --depths 1K --prefill "" --steps 32
 }
-for round in a b; do
-  for m in 122b:qwen3.5-122b-a10b 35b:qwen3.6-35b-a3b; do
-    name=${m%%:*} model=${m#*:}
-    [ -f "$R/tuned_${name}_t32.json" ] || continue
-    left 480 && arm "${name}_packaged_$round" "" "$model"
-    left 500 && arm "${name}_t32_$round" "$R/tuned_${name}_t32.json" "$model"
-  done
-done
+tuned_ab t32 122b:qwen3.5-122b-a10b 35b:qwen3.6-35b-a3b

@@ -15,15 +15,15 @@ import asyncio
 import json
 import logging
 import re
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 
-from hinfer.server.errors import APIError, bad_request
+from hinfer.server.errors import bad_request
 from hinfer.server.ids import new_id
+from hinfer.server.kept_jobs import KeptJobs, in_process_client
 
 log = logging.getLogger(__name__)
 
@@ -90,59 +90,36 @@ def parse_requests(requests: list[tuple[str, dict[str, Any]]]) -> list[tuple[str
     return requests
 
 
-class MessageBatches:
-    """The kept batches by id (oldest first) and their running tasks."""
-
+class MessageBatches(KeptJobs[MessageBatch]):
     def __init__(self) -> None:
-        self._batches: OrderedDict[str, MessageBatch] = OrderedDict()
+        super().__init__(KEPT_BATCHES, "message batches")
 
     def create(self, requests: list[tuple[str, dict[str, Any]]], base_url: str, app: Any, headers: dict[str, str],
                lanes: int) -> MessageBatch:  # fmt: skip
-        """Keep a new batch and start running it (a 429 when KEPT_BATCHES are all still running)."""
-        if len(self._batches) >= KEPT_BATCHES:
-            ended = [bid for bid, b in self._batches.items() if b.ended_at is not None]
-            if not ended:
-                raise APIError(429, f"{KEPT_BATCHES} message batches are running: wait for one to end or cancel one")
-            del self._batches[ended[0]]
+        """Keep a new batch and start running it."""
         bid = new_id("msgbatch_")
         batch = MessageBatch(bid, requests, f"{base_url.rstrip('/')}/v1/messages/batches/{bid}/results")
-        self._batches[bid] = batch
+        self.add(batch)
         batch.task = asyncio.create_task(_run(batch, app, headers, max(1, lanes)), name=f"message batch {bid}")
         return batch
-
-    def get(self, batch_id: str) -> MessageBatch | None:
-        return self._batches.get(batch_id)
-
-    def newest_first(self) -> list[MessageBatch]:
-        return list(reversed(self._batches.values()))
 
     def cancel(self, batch: MessageBatch) -> None:
         """Stop a running batch: its requests still waiting or running end `canceled` (running ones are stopped)."""
         if batch.ended_at is None and batch.cancel_initiated_at is None:
             batch.cancel_initiated_at = datetime.now(UTC)
-            if batch.task is not None:
-                batch.task.cancel()
+            super().cancel(batch)
 
     def delete(self, batch: MessageBatch) -> None:
         if batch.ended_at is None:
             raise bad_request(f"Message batch '{batch.id}' is still {batch.status}: cancel it first, then delete it",
                               param="message_batch_id")  # fmt: skip
-        self._batches.pop(batch.id, None)
-
-    async def stop(self) -> None:
-        """Cancel every running batch (the server is shutting down)."""
-        running = [b for b in self._batches.values() if b.ended_at is None]
-        for b in running:
-            self.cancel(b)
-        await asyncio.gather(*(b.task for b in running if b.task is not None), return_exceptions=True)
+        self.pop(batch.id)
 
 
 async def _run(batch: MessageBatch, app: Any, headers: dict[str, str], lanes: int) -> None:
     gate = asyncio.Semaphore(lanes)
-    transport = httpx.ASGITransport(app=app)
     try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://batch", timeout=None,
-                                     headers=headers) as client:  # fmt: skip
+        async with in_process_client(app, headers) as client:
 
             async def one(cid: str, params: dict[str, Any]) -> None:
                 async with gate:

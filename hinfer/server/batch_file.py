@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 
 from hinfer.server.ids import new_id
+from hinfer.server.kept_jobs import in_process_client
 
 log = logging.getLogger(__name__)
 URLS = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages")
@@ -71,8 +72,7 @@ async def run_batch(app: Any, lines: Iterable[str], write: Callable[[str], None]
     todo = [(n, line) for n, line in enumerate(lines, 1) if line.strip()]
     summary.lines = len(todo)
     gate = asyncio.Semaphore(concurrency)
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://batch", timeout=None) as client:
+    async with in_process_client(app) as client:
 
         async def one(n: int, line: str) -> dict[str, Any]:
             async with gate:

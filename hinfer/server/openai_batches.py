@@ -16,16 +16,14 @@ import asyncio
 import json
 import logging
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
-
-import httpx
 
 from hinfer.server.batch_file import answer_line
 from hinfer.server.errors import APIError, bad_request
 from hinfer.server.files_store import FileStore
 from hinfer.server.ids import new_id
+from hinfer.server.kept_jobs import KeptJobs, in_process_client
 
 log = logging.getLogger(__name__)
 
@@ -100,9 +98,9 @@ def input_lines(data: bytes, endpoint: str) -> list[str]:
     return lines
 
 
-class Batches:
+class Batches(KeptJobs[Batch]):
     def __init__(self) -> None:
-        self._batches: OrderedDict[str, Batch] = OrderedDict()
+        super().__init__(KEPT_BATCHES, "batches")
 
     def create(self, files: FileStore, input_file_id: str, endpoint: str, window: str, metadata: dict | None,
                app: Any, headers: dict[str, str], lanes: int) -> Batch:  # fmt: skip
@@ -114,42 +112,22 @@ class Batches:
         if f.purpose != "batch":
             raise bad_request("the input file's purpose must be 'batch'", param="input_file_id")
         lines = input_lines(f.data, endpoint)
-        if len(self._batches) >= KEPT_BATCHES:
-            ended = [bid for bid, b in self._batches.items() if b.ended_at is not None]
-            if not ended:
-                raise APIError(429, f"{KEPT_BATCHES} batches are running: wait for one to end or cancel one")
-            del self._batches[ended[0]]
         batch = Batch(new_id("batch_"), endpoint, input_file_id, lines, window, metadata)
         batch.in_progress_at = batch.created_at
-        self._batches[batch.id] = batch
+        self.add(batch)
         batch.task = asyncio.create_task(_run(batch, files, app, headers, max(1, lanes)), name=f"batch {batch.id}")
         return batch
-
-    def get(self, batch_id: str) -> Batch | None:
-        return self._batches.get(batch_id)
-
-    def newest_first(self) -> list[Batch]:
-        return list(reversed(self._batches.values()))
 
     def cancel(self, batch: Batch) -> None:
         if batch.ended_at is None and batch.cancelling_at is None:
             batch.status, batch.cancelling_at = "cancelling", int(time.time())
-            if batch.task is not None:
-                batch.task.cancel()
-
-    async def stop(self) -> None:
-        running = [b for b in self._batches.values() if b.ended_at is None]
-        for b in running:
-            self.cancel(b)
-        await asyncio.gather(*(b.task for b in running if b.task is not None), return_exceptions=True)
+            super().cancel(batch)
 
 
 async def _run(batch: Batch, files: FileStore, app: Any, headers: dict[str, str], lanes: int) -> None:
     gate = asyncio.Semaphore(lanes)
-    transport = httpx.ASGITransport(app=app)
     try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://batch", timeout=None,
-                                     headers=headers) as client:  # fmt: skip
+        async with in_process_client(app, headers) as client:
 
             async def one(i: int, line: str) -> None:
                 async with gate:

@@ -61,3 +61,22 @@ def demo_llm():
 def demo_cache(tmp_path_factory):
     """HINFER_CACHE for `hinfer serve` subprocesses (server_proc.py): the demo model is written there once."""
     return tmp_path_factory.mktemp("hinfer-cache")
+
+
+@pytest.fixture(scope="module")
+def slow_keyed(tokenizer):
+    """(engine, url): a live server with an API key (slow_scripts.KEY) on the slow scripted engine, one a module."""
+    from slow_scripts import KEY, slow_server
+
+    with slow_server(tokenizer, KEY) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def slow_engine(slow_keyed):
+    return slow_keyed[0]
+
+
+@pytest.fixture(scope="module")
+def slow_url(slow_keyed):
+    return slow_keyed[1]

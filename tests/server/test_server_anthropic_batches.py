@@ -1,6 +1,6 @@
-"""Anthropic Message Batches end to end: the official `anthropic` SDK against a live server over a scripted engine
-that makes a token every 20 ms (so a long answer is still running while a test cancels its batch); every path ends
-with the engine's lanes free."""
+"""Anthropic Message Batches end to end: the `anthropic` SDK against a live server with a key (conftest's
+slow_keyed: a token every 20 ms, so a long answer still runs while a test cancels its batch); every path ends with
+the engine's lanes free."""
 
 from __future__ import annotations
 
@@ -11,31 +11,13 @@ import anthropic
 import httpx
 import pytest
 from server_live import MODEL, live_server
-
-LONG = "Thinking.\n</think>\n\n" + "word " * 400  # about 8 s at 20 ms a token
-SHORT = "Fine.\n</think>\n\nShort answer."
-KEY = "batch-key"
+from slow_scripts import KEY, lanes_free
+from slow_scripts import slow_engine as make_slow_engine
 
 
 @pytest.fixture(scope="module")
-def slow_engine(tokenizer):
-    from scripted_engine import ScriptedEngine
-
-    return ScriptedEngine(tokenizer, {"[[long]]": LONG, "[[short]]": SHORT}, default=SHORT, lanes=2, max_pending=4,
-                          step_s=0.02, max_context=4096, model_name=MODEL)  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def url(slow_engine, tokenizer):
-    from hinfer.server import create_app
-
-    with live_server(create_app(slow_engine, tokenizer, model_name=MODEL, api_key=KEY)) as u:
-        yield u
-
-
-@pytest.fixture(scope="module")
-def client(url):
-    return anthropic.Anthropic(base_url=url, api_key=KEY, max_retries=0, timeout=30)
+def client(slow_url):
+    return anthropic.Anthropic(base_url=slow_url, api_key=KEY, max_retries=0, timeout=30)
 
 
 def _request(cid: str, text: str, **params) -> dict:
@@ -52,12 +34,6 @@ def _ended(client, batch_id: str, seconds: float = 20):
         time.sleep(0.05)
     raise AssertionError(f"{batch_id} did not end: {batch.processing_status}")
 
-
-def _lanes_free(engine, seconds: float = 10) -> None:
-    deadline = time.monotonic() + seconds
-    while engine.busy and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert engine.busy == 0
 
 
 def test_batch_runs_and_its_results_read_back(client, slow_engine):
@@ -80,12 +56,12 @@ def test_batch_runs_and_its_results_read_back(client, slow_engine):
     assert deleted.id == batch.id and deleted.type == "message_batch_deleted"
     with pytest.raises(anthropic.NotFoundError):
         client.messages.batches.retrieve(batch.id)
-    _lanes_free(slow_engine)
+    lanes_free(slow_engine)
 
 
-def test_cancel_stops_a_running_batch(client, slow_engine, url):
+def test_cancel_stops_a_running_batch(client, slow_engine, slow_url):
     batch = client.messages.batches.create(requests=[_request(f"r{i}", "[[long]]", max_tokens=2000) for i in range(6)])
-    r = httpx.get(f"{url}/v1/messages/batches/{batch.id}/results", headers={"x-api-key": KEY})
+    r = httpx.get(f"{slow_url}/v1/messages/batches/{batch.id}/results", headers={"x-api-key": KEY})
     assert r.status_code == 400  # its results come once it has ended
     time.sleep(0.3)  # two requests (the engine's lanes) are running
     with pytest.raises(anthropic.BadRequestError):  # and a running batch is not deleted
@@ -95,7 +71,7 @@ def test_cancel_stops_a_running_batch(client, slow_engine, url):
     assert done.request_counts.canceled == 6 and done.cancel_initiated_at is not None
     assert {r.result.type for r in client.messages.batches.results(batch.id)} == {"canceled"}
     assert client.messages.batches.cancel(batch.id).processing_status == "ended"  # an ended one as it is
-    _lanes_free(slow_engine)
+    lanes_free(slow_engine)
 
 
 @pytest.mark.parametrize("body", [
@@ -109,21 +85,21 @@ def test_cancel_stops_a_running_batch(client, slow_engine, url):
     {"requests": [{"custom_id": "a", "params": "x"}]},
     {"requests": [{"params": {}}]},
 ])  # fmt: skip
-def test_bad_batches_are_400s_in_the_anthropic_shape(url, body):
-    r = httpx.post(f"{url}/v1/messages/batches", json=body, headers={"x-api-key": KEY})
+def test_bad_batches_are_400s_in_the_anthropic_shape(slow_url, body):
+    r = httpx.post(f"{slow_url}/v1/messages/batches", json=body, headers={"x-api-key": KEY})
     assert r.status_code == 400 and r.json()["type"] == "error"
     assert r.json()["error"]["type"] == "invalid_request_error" and r.json()["error"]["message"]
 
 
-def test_unknown_batches_and_the_key(url, client):
+def test_unknown_batches_and_the_key(slow_url, client):
     for method, path in (("GET", ""), ("POST", "/cancel"), ("DELETE", ""), ("GET", "/results")):
-        r = httpx.request(method, f"{url}/v1/messages/batches/msgbatch_nope{path}", headers={"x-api-key": KEY})
+        r = httpx.request(method, f"{slow_url}/v1/messages/batches/msgbatch_nope{path}", headers={"x-api-key": KEY})
         assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
-    r = httpx.post(f"{url}/v1/messages/batches", json={"requests": [_request("a", "hi")]})
+    r = httpx.post(f"{slow_url}/v1/messages/batches", json={"requests": [_request("a", "hi")]})
     assert r.status_code == 401  # no key: no batch
 
 
-def test_list_pages_newest_first(client, slow_engine, url):
+def test_list_pages_newest_first(client, slow_engine, slow_url):
     ids = [client.messages.batches.create(requests=[_request("a", "[[short]]")]).id for _ in range(3)]
     for bid in ids:
         _ended(client, bid)
@@ -133,12 +109,12 @@ def test_list_pages_newest_first(client, slow_engine, url):
     assert rest.data[0].id == ids[0]
     before = client.messages.batches.list(limit=1, before_id=ids[0])
     assert [b.id for b in before.data] == [ids[1]]
-    r = httpx.get(f"{url}/v1/messages/batches", params={"after_id": "msgbatch_nope"},
+    r = httpx.get(f"{slow_url}/v1/messages/batches", params={"after_id": "msgbatch_nope"},
                   headers={"x-api-key": KEY})  # fmt: skip
     assert r.status_code == 400
     for bid in ids:
         client.messages.batches.delete(bid)
-    _lanes_free(slow_engine)
+    lanes_free(slow_engine)
 
 
 def test_a_request_refused_for_load_tries_again(monkeypatch):
@@ -164,12 +140,9 @@ def test_a_request_refused_for_load_tries_again(monkeypatch):
 def test_shutdown_ends_a_running_batch(tokenizer):
     """A server stopped while a batch runs: its running requests stop, what they had not answered is canceled,
     the batch is `ended`, the lanes are free and the shutdown does not wait for the batch's long answers."""
-    from scripted_engine import ScriptedEngine
-
     from hinfer.server import create_app
 
-    engine = ScriptedEngine(tokenizer, {"[[long]]": LONG}, default=SHORT, lanes=2, max_pending=4, step_s=0.02,
-                            max_context=4096, model_name=MODEL)  # fmt: skip
+    engine = make_slow_engine(tokenizer)
     app = create_app(engine, tokenizer, model_name=MODEL)
     with live_server(app) as u:
         c = anthropic.Anthropic(base_url=u, api_key="x", max_retries=0, timeout=30)
@@ -181,4 +154,4 @@ def test_shutdown_ends_a_running_batch(tokenizer):
     batch = app.state.hinfer.message_batches.get(bid)
     assert batch.status == "ended" and time.monotonic() - t0 < 6  # 8 s answers were not waited for
     assert {r["type"] for r in batch.results.values()} <= {"canceled", "errored"} and len(batch.results) == 4
-    _lanes_free(engine)
+    lanes_free(engine)

@@ -1,6 +1,5 @@
-"""OpenAI Files and Batches end to end: the official `openai` SDK against a live server over a scripted engine that
-makes a token every 20 ms (so a long answer is still running while a test cancels its batch); every path ends
-with the engine's lanes free."""
+"""OpenAI Files and Batches through the `openai` SDK: uploads, batches run line by line, their output and error
+files, cancels, bad inputs; on conftest's slow_keyed server, whose lanes every path leaves free."""
 
 from __future__ import annotations
 
@@ -10,32 +9,13 @@ import time
 import httpx
 import openai
 import pytest
-from server_live import MODEL, live_server
-
-LONG = "Thinking.\n</think>\n\n" + "word " * 400  # about 8 s at 20 ms a token
-SHORT = "Fine.\n</think>\n\nShort answer."
-KEY = "batch-key"
+from server_live import MODEL
+from slow_scripts import KEY, lanes_free
 
 
 @pytest.fixture(scope="module")
-def slow_engine(tokenizer):
-    from scripted_engine import ScriptedEngine
-
-    return ScriptedEngine(tokenizer, {"[[long]]": LONG, "[[short]]": SHORT}, default=SHORT, lanes=2, max_pending=4,
-                          step_s=0.02, max_context=4096, model_name=MODEL)  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def url(slow_engine, tokenizer):
-    from hinfer.server import create_app
-
-    with live_server(create_app(slow_engine, tokenizer, model_name=MODEL, api_key=KEY)) as u:
-        yield u
-
-
-@pytest.fixture(scope="module")
-def client(url):
-    return openai.OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0, timeout=30)
+def client(slow_url):
+    return openai.OpenAI(base_url=slow_url + "/v1", api_key=KEY, max_retries=0, timeout=30)
 
 
 def _line(cid: str, text: str, url: str = "/v1/chat/completions", **body) -> str:
@@ -56,12 +36,6 @@ def _ended(client, batch_id: str, seconds: float = 20):
         time.sleep(0.05)
     raise AssertionError(f"{batch_id} did not end: {b.status}")
 
-
-def _lanes_free(engine, seconds: float = 10) -> None:
-    deadline = time.monotonic() + seconds
-    while engine.busy and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert engine.busy == 0
 
 
 def test_batch_runs_and_its_files_read_back(client, slow_engine):
@@ -85,7 +59,7 @@ def test_batch_runs_and_its_files_read_back(client, slow_engine):
         assert client.files.delete(fid).deleted
     with pytest.raises(openai.NotFoundError):
         client.files.retrieve(f.id)
-    _lanes_free(slow_engine)
+    lanes_free(slow_engine)
 
 
 def test_cancel_stops_a_running_batch(client, slow_engine):
@@ -97,7 +71,7 @@ def test_cancel_stops_a_running_batch(client, slow_engine):
     assert done.status == "cancelled" and done.cancelled_at is not None and done.output_file_id is None
     assert client.batches.cancel(batch.id).status == "cancelled"  # an ended one as it is
     client.files.delete(f.id)
-    _lanes_free(slow_engine)
+    lanes_free(slow_engine)
 
 
 def test_completions_and_responses_batches(client, slow_engine):
@@ -111,7 +85,7 @@ def test_completions_and_responses_batches(client, slow_engine):
                                                 completion_window="24h").id)  # fmt: skip
     out = json.loads(client.files.content(done.output_file_id).text)
     assert out["response"]["body"]["object"] == "response" and out["response"]["body"]["status"] == "completed"
-    _lanes_free(slow_engine)
+    lanes_free(slow_engine)
 
 
 @pytest.mark.parametrize("lines, endpoint", [
@@ -128,17 +102,17 @@ def test_bad_inputs_are_400s(client, lines, endpoint):
     client.files.delete(f.id)
 
 
-def test_bad_uploads_and_unknown_ids(url, client):
+def test_bad_uploads_and_unknown_ids(slow_url, client):
     h = {"authorization": f"Bearer {KEY}"}
-    assert httpx.post(f"{url}/v1/files", json={"purpose": "batch"}, headers=h).status_code == 400  # not multipart
-    r = httpx.post(f"{url}/v1/files", files={"file": ("x.jsonl", b"{}")}, data={"purpose": "fine-tune"}, headers=h)
+    assert httpx.post(f"{slow_url}/v1/files", json={"purpose": "batch"}, headers=h).status_code == 400  # not multipart
+    r = httpx.post(f"{slow_url}/v1/files", files={"file": ("x.jsonl", b"{}")}, data={"purpose": "fine-tune"}, headers=h)
     assert r.status_code == 400 and r.json()["error"]["param"] == "purpose"
-    r = httpx.post(f"{url}/v1/files", data={"purpose": "batch"}, files={"other": ("x", b"1")}, headers=h)
+    r = httpx.post(f"{slow_url}/v1/files", data={"purpose": "batch"}, files={"other": ("x", b"1")}, headers=h)
     assert r.status_code == 400 and r.json()["error"]["param"] == "file"
     for method, path in (("GET", "/v1/files/file-nope"), ("GET", "/v1/files/file-nope/content"),
                          ("DELETE", "/v1/files/file-nope"), ("GET", "/v1/batches/batch_nope"),
                          ("POST", "/v1/batches/batch_nope/cancel")):  # fmt: skip
-        assert httpx.request(method, url + path, headers=h).status_code == 404
+        assert httpx.request(method, slow_url + path, headers=h).status_code == 404
     with pytest.raises(openai.NotFoundError):
         client.batches.create(input_file_id="file-nope", endpoint="/v1/chat/completions", completion_window="24h")
-    assert httpx.get(f"{url}/v1/files").status_code == 401  # the key, as everywhere
+    assert httpx.get(f"{slow_url}/v1/files").status_code == 401  # the key, as everywhere

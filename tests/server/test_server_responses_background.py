@@ -10,17 +10,13 @@ import time
 import httpx
 import pytest
 from server_live import MODEL, live_server
-
-LONG = "Thinking.\n</think>\n\n" + "word " * 400  # about 8 s at 20 ms a token
-SHORT = "Fine.\n</think>\n\nShort answer."
+from slow_scripts import LONG, lanes_free
+from slow_scripts import slow_engine as make_slow_engine
 
 
 @pytest.fixture(scope="module")
 def slow_engine(tokenizer):
-    from scripted_engine import ScriptedEngine
-
-    return ScriptedEngine(tokenizer, {"[[long]]": LONG, "[[short]]": SHORT}, default=SHORT, lanes=2, max_pending=4,
-                          step_s=0.02, max_context=4096, model_name=MODEL)  # fmt: skip
+    return make_slow_engine(tokenizer)
 
 
 @pytest.fixture(scope="module")
@@ -48,12 +44,6 @@ def _wait_status(http, rid: str, want: set[str], seconds: float = 20) -> dict:
     raise AssertionError(f"{rid} did not reach {want}: {resp['status']}")
 
 
-def _lanes_free(engine, seconds: float = 10) -> None:
-    deadline = time.monotonic() + seconds
-    while engine.busy and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert engine.busy == 0
-
 
 def test_background_answers_at_once_and_completes(http, slow_engine):
     resp = _create(http, "[[short]]")
@@ -61,7 +51,7 @@ def test_background_answers_at_once_and_completes(http, slow_engine):
     done = _wait_status(http, resp["id"], {"completed"})
     assert done["background"] is True and done["output"][-1]["content"][0]["text"] == "Short answer."
     assert done["usage"]["output_tokens"] > 0
-    _lanes_free(slow_engine)
+    lanes_free(slow_engine)
 
 
 def test_cancel_stops_the_generation_and_frees_the_lane(http, slow_engine):
@@ -73,7 +63,7 @@ def test_cancel_stops_the_generation_and_frees_the_lane(http, slow_engine):
     assert r.json()["status"] == "cancelled" and r.json()["id"] == rid
     assert http.get(f"/v1/responses/{rid}").json()["status"] == "cancelled"
     assert rid in slow_engine.aborted
-    _lanes_free(slow_engine)
+    lanes_free(slow_engine)
     again = http.post(f"/v1/responses/{rid}/cancel")  # an ended response comes back as it is
     assert again.status_code == 200 and again.json()["status"] == "cancelled"
 
@@ -89,7 +79,7 @@ def test_delete_stops_a_running_background_response(http, slow_engine):
     rid = _create(http, "[[long]]")["id"]
     r = http.delete(f"/v1/responses/{rid}")
     assert r.status_code == 200 and r.json()["deleted"] is True
-    _lanes_free(slow_engine)
+    lanes_free(slow_engine)
     time.sleep(0.1)
     assert http.get(f"/v1/responses/{rid}").status_code == 404  # the stopped run did not store itself again
 
@@ -99,7 +89,7 @@ def test_a_background_failure_is_stored_as_failed(http, slow_engine):
     rid = _create(http, "[[long]]")["id"]
     failed = _wait_status(http, rid, {"failed"})
     assert failed["error"]["code"] and "boom" in failed["error"]["message"]
-    _lanes_free(slow_engine)
+    lanes_free(slow_engine)
 
 
 def test_chaining_on_a_running_response_is_a_400(http, slow_engine):
@@ -107,7 +97,7 @@ def test_chaining_on_a_running_response_is_a_400(http, slow_engine):
     r = http.post("/v1/responses", json={"model": MODEL, "input": "next", "previous_response_id": rid})
     assert r.status_code == 400 and r.json()["error"]["param"] == "previous_response_id"
     http.post(f"/v1/responses/{rid}/cancel")
-    _lanes_free(slow_engine)
+    lanes_free(slow_engine)
 
 
 def test_cancel_refusals(http):
@@ -126,7 +116,7 @@ def test_the_openai_sdk_runs_and_cancels_in_background(http, slow_engine):
     assert client.responses.retrieve(r.id).status == "in_progress"
     c = client.responses.cancel(r.id)
     assert c.status == "cancelled" and c.id == r.id
-    _lanes_free(slow_engine)
+    lanes_free(slow_engine)
 
 
 def _events(lines) -> list[dict]:
@@ -163,7 +153,7 @@ def test_a_streamed_background_response_goes_on_when_the_client_leaves(http, slo
     with http.stream("GET", f"/v1/responses/{rid}", params={"stream": "true"}) as r:  # an ended one, from the start
         again = _events(r.iter_lines())
     assert again == first + rest
-    _lanes_free(slow_engine)
+    lanes_free(slow_engine)
 
 
 def test_cancel_ends_a_streamed_background_response(http, slow_engine):
@@ -175,7 +165,7 @@ def test_cancel_ends_a_streamed_background_response(http, slow_engine):
         assert http.post(f"/v1/responses/{rid}/cancel").json()["status"] == "cancelled"
         tail = _events(lines)  # the stream ends once the generation is stopped
     assert all(e["type"] != "response.completed" for e in tail)
-    _lanes_free(slow_engine)
+    lanes_free(slow_engine)
 
 
 def test_only_streamed_background_responses_stream_again(http, slow_engine):
@@ -229,4 +219,4 @@ def test_background_fuzz(http, slow_engine):
         assert http.post(f"/v1/responses/{rid}/cancel").status_code in (200, 404)
     print(f"{len(started)} background responses started")
     assert len(started) >= 20
-    _lanes_free(slow_engine)
+    lanes_free(slow_engine)

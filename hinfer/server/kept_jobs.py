@@ -1,0 +1,63 @@
+"""What the batch APIs share: jobs kept in memory by id, oldest first, each with the task that runs it; the newest
+ones only (an ended job makes room first), and a shutdown cancels the running ones."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from typing import Any, Generic, Protocol, TypeVar
+
+import httpx
+
+from hinfer.server.errors import APIError
+
+
+class Job(Protocol):
+    id: str
+    ended_at: Any
+    task: asyncio.Task | None
+
+
+J = TypeVar("J", bound=Job)
+
+
+class KeptJobs(Generic[J]):
+    def __init__(self, kept: int, what: str) -> None:
+        self._jobs: OrderedDict[str, J] = OrderedDict()
+        self.kept, self.what = kept, what
+
+    def add(self, job: J) -> None:
+        """Keep a new job, dropping the oldest ended one when `kept` are kept (a 429 when all of them run)."""
+        if len(self._jobs) >= self.kept:
+            ended = next((jid for jid, j in self._jobs.items() if j.ended_at is not None), None)
+            if ended is None:
+                raise APIError(429, f"{self.kept} {self.what} are running: wait for one to end or cancel one")
+            del self._jobs[ended]
+        self._jobs[job.id] = job
+
+    def get(self, job_id: str) -> J | None:
+        return self._jobs.get(job_id)
+
+    def pop(self, job_id: str) -> None:
+        self._jobs.pop(job_id, None)
+
+    def newest_first(self) -> list[J]:
+        return list(reversed(self._jobs.values()))
+
+    def cancel(self, job: J) -> None:  # each store marks the job as cancelling first
+        if job.task is not None:
+            job.task.cancel()
+
+    async def stop(self) -> None:
+        """Cancel every running job (the server is shutting down) and wait for them to end."""
+        running = [j for j in self._jobs.values() if j.ended_at is None]
+        for j in running:
+            self.cancel(j)
+        await asyncio.gather(*(j.task for j in running if j.task is not None), return_exceptions=True)
+
+
+def in_process_client(app: Any, headers: dict[str, str] | None = None) -> httpx.AsyncClient:
+    """An HTTP client on `app` itself (ASGI, no socket): a batch's requests go through the server's own routes,
+    middleware (the key) included."""
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://batch", timeout=None,
+                             headers=headers)  # fmt: skip
