@@ -4,7 +4,8 @@
 
 Each request is a valid body of one route (chat completions with tools, images, JSON schemas, logprobs, n; text
 completions; Responses with every input item kind, tools of every type, streaming; Anthropic messages with
-thinking, tools, images, documents, late system turns; count_tokens; Message Batches; tokenize; Conversations;
+thinking, tools, images, documents, late system turns; count_tokens; Message Batches; OpenAI Batches of an uploaded
+file; tokenize; Conversations;
 background Responses,
 each followed by a read, a resumed stream, a cancel, a delete or nothing), mutated one to
 three times (a field dropped, set to any JSON value among NaN, Infinity, lone surrogates, huge numbers, nested
@@ -95,6 +96,8 @@ BODIES = [
     ("/v1/messages/batches", {"requests": [
         {"custom_id": "a", "params": {"max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}},
         {"custom_id": "b", "params": {"max_tokens": 8, "stream": True, "messages": [{"role": "user", "content": "x"}]}}]}),
+    ("/v1/batches", {"input_file_id": "", "endpoint": "/v1/chat/completions", "completion_window": "24h",
+                     "metadata": {"k": "v"}}),
     ("/tokenize", {"prompt": "hi there"}),
     ("/detokenize", {"tokens": [1, 2, 3]}),
     ("/v1/conversations", {"items": [{"type": "message", "role": "user", "content": "hi"}], "metadata": {"a": "b"}}),
@@ -158,9 +161,18 @@ def mutated(rng: random.Random, body: dict) -> dict:
     return b
 
 
-def request(rng: random.Random, model: str) -> tuple[str, bytes]:
+def batch_input(model: str) -> bytes:
+    """A batch input file of two short chat requests (uploaded once; the /v1/batches bodies name it)."""
+    return "".join(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions", "body": {
+        "model": model, "max_tokens": 8, "messages": [{"role": "user", "content": f"hi {i}"}]}}) + "\n"
+                   for i in range(2)).encode()  # fmt: skip
+
+
+def request(rng: random.Random, model: str, file_id: str = "") -> tuple[str, bytes]:
     path, body = rng.choice(BODIES)
-    if path == "/v1/messages/batches":  # the model goes in each request's params
+    if path == "/v1/batches":
+        body = {**body, "input_file_id": file_id}
+    elif path == "/v1/messages/batches":  # the model goes in each request's params
         body = {"requests": [{**r, "params": {"model": model, **r["params"]}} for r in body["requests"]]}
     elif not path.startswith("/v1/conversations"):
         body = {"model": model, **body}
@@ -228,9 +240,12 @@ async def fuzz(base: str, requests: int, seed: int, concurrency: int, timeout: f
     bad: list[str] = []
     async with httpx.AsyncClient(timeout=timeout) as client:
         model = (await client.get(base + "/v1/models")).json()["data"][0]["id"]
+        upload = await client.post(base + "/v1/files", files={"file": ("in.jsonl", batch_input(model))},
+                                   data={"purpose": "batch"})  # fmt: skip
+        file_id = upload.json().get("id", "") if upload.status_code == 200 else ""
         jobs = []
         for _ in range(requests):
-            path, data = request(rng, model)
+            path, data = request(rng, model, file_id)
             jobs.append((path, data, rng.randint(1, 3) if rng.random() < 0.3 else None, rng.choice(FOLLOW)))
         gate = asyncio.Semaphore(concurrency)
 
