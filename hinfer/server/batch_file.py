@@ -5,7 +5,7 @@ Input line: {"custom_id": "...", "method": "POST", "url": "/v1/chat/completions"
 URLS. Output line, in the input's order: {"id": "batch_req_...", "custom_id": ..., "response": {"status_code",
 "request_id", "body"}, "error": null}, or for a line that is no request at all {"response": null, "error":
 {"code", "message"}}. A request's own 4xx stays its response (status and error body), as the Batch API keeps it.
-`stream` is turned off: a batch answer is one JSON body.
+`stream` is turned off (and a Responses request's `background`): a batch answer is one finished JSON body.
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ async def answer_line(client: httpx.AsyncClient, line: str, n: int) -> dict[str,
         return _line_error(custom_id, "invalid_url", f"line {n}: method POST and url one of {', '.join(URLS)}")
     if not isinstance(body, dict):
         return _line_error(custom_id, "invalid_request", f"line {n}: body must be a JSON object")
-    r = await client.post(url, json={**body, "stream": False})
+    off = {"stream": False, "background": False} if url == "/v1/responses" else {"stream": False}
+    r = await client.post(url, json={**body, **off})  # a batch's answer is the whole body, now
     try:
         answer = r.json()
     except ValueError:

@@ -80,7 +80,8 @@ def test_completions_and_responses_batches(client, slow_engine):
     done = _ended(client, client.batches.create(input_file_id=_upload(client, lines).id, endpoint="/v1/completions",
                                                 completion_window="24h").id)  # fmt: skip
     assert done.request_counts.completed == 1
-    lines = [json.dumps({"custom_id": "r", "url": "/v1/responses", "body": {"model": MODEL, "input": "[[short]]"}})]
+    lines = [json.dumps({"custom_id": "r", "url": "/v1/responses", "body": {"model": MODEL, "input": "[[short]]",
+                                                                           "background": True, "store": True}})]
     done = _ended(client, client.batches.create(input_file_id=_upload(client, lines).id, endpoint="/v1/responses",
                                                 completion_window="24h").id)  # fmt: skip
     out = json.loads(client.files.content(done.output_file_id).text)
