@@ -58,6 +58,6 @@ class KeptJobs(Generic[J]):
 
 def in_process_client(app: Any, headers: dict[str, str] | None = None) -> httpx.AsyncClient:
     """An HTTP client on `app` itself (ASGI, no socket): a batch's requests go through the server's own routes,
-    middleware (the key) included."""
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://batch", timeout=None,
-                             headers=headers)  # fmt: skip
+    middleware (the key) included; a route's unexpected failure comes back as its 500 answer, as over a socket."""
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    return httpx.AsyncClient(transport=transport, base_url="http://batch", timeout=None, headers=headers)
