@@ -6,8 +6,8 @@ creator's key forwarded), at most as many at once as the engine has lanes; a req
 (429) waits and goes again. The batch is `in_progress` until every line has an answer, then `completed` with
 `output_file_id` (the lines answered 200, in the input's order) and `error_file_id` (the others: a request's 4xx,
 a line that is no request, a line for another endpoint); `cancelling` and `cancelled` after a cancel (the lines
-answered by then are still written). An input that is no JSONL of requests for the batch's endpoint `failed` at
-once with `errors`. Batches live in memory: the newest KEPT_BATCHES (an ended one dropped first).
+answered by then are still written). An input that is no JSONL of requests for the batch's endpoint is refused
+when the batch is created (400). Batches live in memory: the newest KEPT_BATCHES (an ended one dropped first).
 """
 
 from __future__ import annotations
