@@ -112,7 +112,8 @@ FOLLOW = [None, ("GET", ""), ("GET", "?stream=true"), ("GET", "?stream=true&star
           ("GET", "?stream=true&starting_after=-5"), ("GET", "?stream=true&starting_after=99999"),
           ("GET", "?stream=yes&starting_after=x"), ("POST", "/cancel"), ("DELETE", ""), ("POST", "/cancel/x")]
 RESPONSE_ID = re.compile(rb'"id":\s*"(resp_[A-Za-z0-9_-]+)"')
-IDLE = {"hinfer_requests_in_flight": 0, "hinfer_engine_lanes_busy": 0, "hinfer_engine_queue_depth": 0}
+IDLE = {"hinfer_requests_in_flight": 0, "hinfer_engine_lanes_busy": 0, "hinfer_engine_queue_depth": 0,
+        "hinfer_batches_running": 0}
 
 
 def _paths(o, pre=()):
@@ -223,6 +224,8 @@ def metrics(text: str) -> dict[str, float]:
             name, value = line.split("{", 1)[0], line.rsplit(" ", 1)[-1]
             if name.startswith(("hinfer_engine_", "hinfer_requests_in_flight")):
                 out[name] = float(value)
+            elif name == "hinfer_batches_running":  # one sample per batch API
+                out[name] = out.get(name, 0.0) + float(value)
     return out
 
 

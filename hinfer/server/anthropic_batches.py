@@ -50,6 +50,10 @@ class MessageBatch:
     task: asyncio.Task | None = None
 
     @property
+    def waiting(self) -> int:
+        return len(self.requests) - len(self.results)
+
+    @property
     def status(self) -> str:
         if self.ended_at is not None:
             return "ended"

@@ -17,6 +17,9 @@ class Job(Protocol):
     ended_at: Any
     task: asyncio.Task | None
 
+    @property
+    def waiting(self) -> int: ...  # its requests not answered yet
+
 
 J = TypeVar("J", bound=Job)
 
@@ -43,6 +46,11 @@ class KeptJobs(Generic[J]):
 
     def newest_first(self) -> list[J]:
         return list(reversed(self._jobs.values()))
+
+    def load(self) -> tuple[int, int]:
+        """(jobs running, their requests not answered yet): the /metrics gauges."""
+        running = [j for j in self._jobs.values() if j.ended_at is None]
+        return len(running), sum(j.waiting for j in running)
 
     def cancel(self, job: J) -> None:  # each store marks the job as cancelling first
         if job.task is not None:

@@ -74,7 +74,8 @@ class Metrics:
                 self.queue.observe(queue_s)
             self.aborted += int(aborted)
 
-    def render(self, stats: EngineStats | None, model: str) -> str:
+    def render(self, stats: EngineStats | None, model: str, batches: dict[str, tuple[int, int]] | None = None) -> str:
+        """The Prometheus text; `batches`: per batch API, (batches running, their requests not answered yet)."""
         m = f'model="{_escape(model)}"'
         lines: list[str] = []
 
@@ -101,6 +102,11 @@ class Metrics:
                    self.e2e.lines("hinfer_request_latency_seconds", m))
             metric("hinfer_queue_time_seconds", "histogram", "Time waiting for a lane (engine timings).",
                    self.queue.lines("hinfer_queue_time_seconds", m))
+        if batches:
+            metric("hinfer_batches_running", "gauge", "Batches running, by API (OpenAI Batches, Anthropic Message Batches).",
+                   [f'hinfer_batches_running{{{m},api="{a}"}} {n}' for a, (n, _) in sorted(batches.items())])
+            metric("hinfer_batch_requests_waiting", "gauge", "Requests of running batches not answered yet, by API.",
+                   [f'hinfer_batch_requests_waiting{{{m},api="{a}"}} {w}' for a, (_, w) in sorted(batches.items())])
         if stats is not None:
             help_ = {
                 "lanes_total": "Decode lanes (--max-concurrency).",

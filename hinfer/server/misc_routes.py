@@ -44,7 +44,8 @@ async def metrics(request: Request):
     except Exception:
         log.exception("engine.stats() failed")
         stats = None
-    return PlainTextResponse(st.metrics.render(stats, st.model_name), media_type="text/plain; version=0.0.4")
+    batches = {"openai": st.batches.load(), "anthropic": st.message_batches.load()}
+    return PlainTextResponse(st.metrics.render(stats, st.model_name, batches), media_type="text/plain; version=0.0.4")
 
 
 def _openai_model(st: ServerState, name: str) -> dict:

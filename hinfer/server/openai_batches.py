@@ -52,6 +52,10 @@ class Batch:
     error_file_id: str | None = None
     task: asyncio.Task | None = None
 
+    @property
+    def waiting(self) -> int:
+        return len(self.lines) - len(self.answers)
+
     def body(self) -> dict[str, Any]:
         failed = sum(1 for a in self.answers.values() if not _ok(a))
         ended = {"completed": "completed_at", "cancelled": "cancelled_at", "failed": "failed_at"}.get(self.status)

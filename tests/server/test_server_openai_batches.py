@@ -4,6 +4,7 @@ files, cancels, bad inputs; on conftest's slow_keyed server, whose lanes every p
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import httpx
@@ -62,12 +63,22 @@ def test_batch_runs_and_its_files_read_back(client, slow_engine):
     lanes_free(slow_engine)
 
 
-def test_cancel_stops_a_running_batch(client, slow_engine):
+def _gauges(url: str) -> dict[str, tuple[float, float]]:
+    """/metrics' (batches running, their requests waiting) by API."""
+    text = httpx.get(f"{url}/metrics", headers={"x-api-key": KEY}).text
+    found = {(n, a): float(v) for n, a, v in re.findall(r'^(hinfer_batch\w+)\{.*api="(\w+)"\} (\S+)$', text, re.M)}
+    return {a: (found[("hinfer_batches_running", a)], found[("hinfer_batch_requests_waiting", a)])
+            for a in ("openai", "anthropic")}
+
+
+def test_cancel_stops_a_running_batch(client, slow_engine, slow_url):
     f = _upload(client, [_line(f"r{i}", "[[long]]", max_tokens=2000) for i in range(6)])
     batch = client.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
     time.sleep(0.3)  # two requests (the engine's lanes) are running
+    assert _gauges(slow_url) == {"openai": (1.0, 6.0), "anthropic": (0.0, 0.0)}
     assert client.batches.cancel(batch.id).status in ("cancelling", "cancelled")
     done = _ended(client, batch.id)
+    assert _gauges(slow_url)["openai"] == (0.0, 0.0)
     assert done.status == "cancelled" and done.cancelled_at is not None and done.output_file_id is None
     assert client.batches.cancel(batch.id).status == "cancelled"  # an ended one as it is
     client.files.delete(f.id)
