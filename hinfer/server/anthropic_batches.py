@@ -23,14 +23,13 @@ import httpx
 
 from hinfer.server.errors import bad_request
 from hinfer.server.ids import new_id
-from hinfer.server.kept_jobs import KeptJobs, in_process_client
+from hinfer.server.kept_jobs import KeptJobs, in_process_client, post_until_taken
 
 log = logging.getLogger(__name__)
 
 KEPT_BATCHES = 64  # batches kept in memory, running or ended
 MAX_REQUESTS = 10_000  # requests in one batch
 CUSTOM_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
-RETRY_S = 0.5  # the wait before a request the engine refused for load tries again
 FORWARDED = ("authorization", "x-api-key", "anthropic-version", "anthropic-beta")
 
 
@@ -103,9 +102,7 @@ class MessageBatches(KeptJobs[MessageBatch]):
         """Keep a new batch and start running it."""
         bid = new_id("msgbatch_")
         batch = MessageBatch(bid, requests, f"{base_url.rstrip('/')}/v1/messages/batches/{bid}/results")
-        self.add(batch)
-        batch.task = asyncio.create_task(_run(batch, app, headers, max(1, lanes)), name=f"message batch {bid}")
-        return batch
+        return self.start(batch, _run(batch, app, headers, max(1, lanes)))
 
     def cancel(self, batch: MessageBatch) -> None:
         """Stop a running batch: its requests still waiting or running end `canceled` (running ones are stopped)."""
@@ -147,11 +144,7 @@ async def _run(batch: MessageBatch, app: Any, headers: dict[str, str], lanes: in
 
 async def _answer(client: httpx.AsyncClient, params: dict[str, Any]) -> dict[str, Any]:
     """One request through /v1/messages (not streamed), tried again while the engine refuses it for load."""
-    while True:
-        r = await client.post("/v1/messages", json={**params, "stream": False})
-        if r.status_code != 429:
-            break
-        await asyncio.sleep(RETRY_S)
+    r = await post_until_taken(client, "/v1/messages", {**params, "stream": False})
     try:
         body = r.json()
     except ValueError:

@@ -4,7 +4,8 @@ socket), their answers written to a JSONL file in the Batch API's output format 
 Input line: {"custom_id": "...", "method": "POST", "url": "/v1/chat/completions", "body": {...}}; `url` one of
 URLS. Output line, in the input's order: {"id": "batch_req_...", "custom_id": ..., "response": {"status_code",
 "request_id", "body"}, "error": null}, or for a line that is no request at all {"response": null, "error":
-{"code", "message"}}. A request's own 4xx stays its response (status and error body), as the Batch API keeps it.
+{"code", "message"}}. A request's own 4xx stays its response (status and error body), as the Batch API keeps it;
+one the engine refuses for load (429) waits and goes again.
 `stream` is turned off (and a Responses request's `background`): a batch answer is one finished JSON body.
 """
 
@@ -21,7 +22,7 @@ from typing import Any
 import httpx
 
 from hinfer.server.ids import new_id
-from hinfer.server.kept_jobs import in_process_client
+from hinfer.server.kept_jobs import in_process_client, post_until_taken
 
 log = logging.getLogger(__name__)
 URLS = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages")
@@ -55,7 +56,7 @@ async def answer_line(client: httpx.AsyncClient, line: str, n: int) -> dict[str,
     if not isinstance(body, dict):
         return _line_error(custom_id, "invalid_request", f"line {n}: body must be a JSON object")
     off = {"stream": False, "background": False} if url == "/v1/responses" else {"stream": False}
-    r = await client.post(url, json={**body, **off})  # a batch's answer is the whole body, now
+    r = await post_until_taken(client, url, {**body, **off})  # a batch's answer is the whole body, now
     try:
         answer = r.json()
     except ValueError:

@@ -16,7 +16,7 @@ from hinfer.server.ids import new_id
 
 KEPT_BYTES = 512 << 20  # file contents kept together
 KEPT_FILES = 1024
-PURPOSES = ("batch", "batch_output", "user_data")  # what a client may upload ("batch_output": the batches' own)
+UPLOAD_PURPOSES = ("batch", "user_data")  # what a client uploads (a batch's own files are "batch_output")
 
 
 @dataclass
@@ -79,7 +79,7 @@ def parse_upload(content_type: str, body: bytes) -> tuple[str, str, bytes]:
     if "file" not in fields:
         raise bad_request("the upload has no `file` part", param="file")
     purpose = fields.get("purpose", (None, b""))[1].decode("utf-8", "replace").strip()
-    if purpose not in PURPOSES[:1] + PURPOSES[2:]:
+    if purpose not in UPLOAD_PURPOSES:
         raise bad_request(f"purpose: one of 'batch', 'user_data' (got {purpose[:40]!r})", param="purpose")
     filename, data = fields["file"]
     return (filename or "upload.jsonl")[:255], purpose, data

@@ -35,13 +35,18 @@ class PageQuery:
 
     def page(self, items: list[dict[str, Any]], owner: str) -> dict[str, Any]:
         """The page of `items` asked for (a 400 when `owner` holds no item `after`)."""
-        items = list(reversed(items)) if self.order == "desc" else list(items)
-        if self.after is not None:
-            at = next((i for i, it in enumerate(items) if it["id"] == self.after), None)
-            if at is None:
-                raise bad_request(f"No item with id '{self.after}' in {owner}", param="after")
-            items = items[at + 1:]
-        return list_page(items[: self.limit], len(items) > self.limit)
+        return page_after(list(reversed(items)) if self.order == "desc" else items, self.after, self.limit, owner)
+
+
+def page_after(items: list[dict[str, Any]], after: str | None, limit: int, owner: str) -> dict[str, Any]:
+    """The `limit` items that follow the one with id `after` (from the first without; a 400 when `owner` holds no
+    such item), as a list page."""
+    if after is not None:
+        at = next((i for i, it in enumerate(items) if it["id"] == after), None)
+        if at is None:
+            raise bad_request(f"No item with id '{after}' in {owner}", param="after")
+        items = items[at + 1:]
+    return list_page(items[:limit], len(items) > limit)
 
 
 def list_page(data: list[dict[str, Any]], has_more: bool = False) -> dict[str, Any]:

@@ -3,15 +3,13 @@ output."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from hinfer.server.drain import shutting_down_error
 from hinfer.server.errors import APIError, bad_request
 from hinfer.server.files_store import StoredFile, parse_upload
-from hinfer.server.item_pages import list_page
+from hinfer.server.item_pages import page_after
 from hinfer.server.openai_batches import FORWARDED, Batch
 from hinfer.server.openapi_responses import OPENAI_ERRORS
 from hinfer.server.schemas_openai import BatchCreateRequest
@@ -39,15 +37,6 @@ def _batch(st: ServerState, batch_id: str) -> Batch:
     return b
 
 
-def _page(items: list[Any], after: str | None, limit: int) -> dict[str, Any]:
-    ids = [it.id for it in items]
-    if after is not None:
-        if after not in ids:
-            raise bad_request(f"No item with id '{after}'", param="after")
-        items = items[ids.index(after) + 1 :]
-    return list_page([it.body() for it in items[:limit]], len(items) > limit)
-
-
 @router.post("/v1/files", openapi_extra=UPLOAD)
 async def upload_file(request: Request):
     """A file (multipart/form-data: `file`, `purpose` batch or user_data), kept in memory."""
@@ -59,8 +48,8 @@ async def upload_file(request: Request):
 @router.get("/v1/files")
 async def list_files(request: Request, after: str | None = None, limit: int = Query(10_000, ge=1, le=10_000),
                      purpose: str | None = None):  # fmt: skip
-    files = [f for f in get_state(request).files.newest_first() if purpose is None or f.purpose == purpose]
-    return _page(files, after, limit)
+    files = [f.body() for f in get_state(request).files.newest_first() if purpose is None or f.purpose == purpose]
+    return page_after(files, after, limit, "the files")
 
 
 @router.get("/v1/files/{file_id}")
@@ -99,7 +88,7 @@ async def create_batch(body: BatchCreateRequest, request: Request):
 
 @router.get("/v1/batches")
 async def list_batches(request: Request, after: str | None = None, limit: int = Query(20, ge=1, le=100)):
-    return _page(get_state(request).batches.newest_first(), after, limit)
+    return page_after([b.body() for b in get_state(request).batches.newest_first()], after, limit, "the batches")
 
 
 @router.get("/v1/batches/{batch_id}")

@@ -30,7 +30,6 @@ log = logging.getLogger(__name__)
 KEPT_BATCHES = 64
 MAX_LINES = 50_000  # requests in one batch (OpenAI's limit)
 ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
-RETRY_S = 0.5  # the wait before a line the engine refused for load goes again
 FORWARDED = ("authorization", "x-api-key")
 
 
@@ -118,9 +117,7 @@ class Batches(KeptJobs[Batch]):
         lines = input_lines(f.data, endpoint)
         batch = Batch(new_id("batch_"), endpoint, input_file_id, lines, window, metadata)
         batch.in_progress_at = batch.created_at
-        self.add(batch)
-        batch.task = asyncio.create_task(_run(batch, files, app, headers, max(1, lanes)), name=f"batch {batch.id}")
-        return batch
+        return self.start(batch, _run(batch, files, app, headers, max(1, lanes)))
 
     def cancel(self, batch: Batch) -> None:
         if batch.ended_at is None and batch.cancelling_at is None:
@@ -135,12 +132,7 @@ async def _run(batch: Batch, files: FileStore, app: Any, headers: dict[str, str]
 
             async def one(i: int, line: str) -> None:
                 async with gate:
-                    while True:
-                        out = await answer_line(client, line, i + 1)
-                        if out["response"] is None or out["response"]["status_code"] != 429:
-                            break
-                        await asyncio.sleep(RETRY_S)
-                    batch.answers[i] = out
+                    batch.answers[i] = await answer_line(client, line, i + 1)
 
             await asyncio.gather(*(one(i, line) for i, line in enumerate(batch.lines)))
         batch.status = "completed"

@@ -133,7 +133,7 @@ def test_a_request_refused_for_load_tries_again(monkeypatch):
         async with httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://x") as c:
             return await _answer(c, {"model": MODEL})
 
-    monkeypatch.setattr("hinfer.server.anthropic_batches.RETRY_S", 0.01)
+    monkeypatch.setattr("hinfer.server.kept_jobs.RETRY_S", 0.01)
     assert asyncio.run(go()) == {"type": "succeeded", "message": {"type": "message", "content": []}}
 
 
