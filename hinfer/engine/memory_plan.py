@@ -91,7 +91,7 @@ def kv_dtype(ecfg: EngineConfig, device: str) -> str:
 
 def captured_batch_sizes(lanes: int) -> list[int]:
     """Decode batch sizes with a CUDA graph, as engine/cuda_graphs.py BUCKETS (not imported: it imports torch)."""
-    sizes = [s for s in (1, 2, 4, 8, 12, 16, 24, 32, 48, 64) if s < lanes]
+    sizes = [s for s in (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64) if s < lanes]
     return [*sizes, lanes]
 
 

@@ -341,13 +341,13 @@ def test_cli_exit_codes(capsys):
     assert "DOES NOT FIT" in cap.out and "error: the memory plan does not fit" in cap.err
     assert _cli("qwen3.5-122b-a10b", "--gpu-memory", "141GB", "--weights", "int4") == 0  # int4 routed experts
     # fp8 routed experts: 123.95 GB of weights (no MTP head without --spec); 8 x 64K needs 133.07 GiB > 131.32 GiB,
-    # 8 lanes fit up to 55,936 tokens (pages of 64: 56,000 is the next context that needs another page) without
-    # the prefix cache's GDN checkpoints; with them (7 slots, 1 GiB) 51,264 (text only: no vision tower)
+    # 8 lanes fit up to 55,872 tokens (pages of 64: 55,936 is the next context that needs another page) without
+    # the prefix cache's GDN checkpoints; with them (7 slots, 1 GiB) 51,200 (text only: no vision tower)
     fp8 = ("qwen3.5-122b-a10b", "--gpu-memory", "141GB", "--weights", "fp8", "--no-vision")
     assert _cli(*fp8) == 1
-    assert _cli(*fp8, "--no-prefix-cache", "--max-context", "55936") == 0
-    assert _cli(*fp8, "--no-prefix-cache", "--max-context", "56000") == 1
-    assert _cli(*fp8, "--max-context", "55936") == 1 and _cli(*fp8, "--max-context", "51264") == 0
+    assert _cli(*fp8, "--no-prefix-cache", "--max-context", "55872") == 0
+    assert _cli(*fp8, "--no-prefix-cache", "--max-context", "55936") == 1
+    assert _cli(*fp8, "--max-context", "55872") == 1 and _cli(*fp8, "--max-context", "51200") == 0
     assert _cli("qwen3.6-35b-a3b", "--gpu-memory", "80GB", "--weights", "fp8") == 0  # 46.89 GiB (bf16 experts: 76.77)
     assert _cli("qwen3.6-35b-a3b", "--gpu-memory", "80GB", "--weights", "bf16") == 1
     assert _cli("qwen3.6-27b", "--gpu-memory", "80GB", "--weights", "fp8") == 0

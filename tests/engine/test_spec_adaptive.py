@@ -119,10 +119,10 @@ def test_step_costs_use_host_timings_once_both_are_timed():
     c = StepCosts(3, draft_cost=0.3)
     assert c.ratio(5, 2) == pytest.approx(1.6)
     for _ in range(4):  # a key's first sample is dropped
-        c.record(5, 0, 0.010)
-        c.record(6, 2, 0.025)  # lanes 5 and 6 share the bucket of 8
-    assert c.ratio(7, 2) == pytest.approx(2.5) and c.ratio(1, 2) == pytest.approx(1.6)
-    assert c.table() == {"spec_cost_b8_k2": 2.5}
+        c.record(9, 0, 0.010)
+        c.record(10, 2, 0.025)  # lanes 9 and 10 share the graph bucket of 12
+    assert c.ratio(11, 2) == pytest.approx(2.5) and c.ratio(1, 2) == pytest.approx(1.6)
+    assert c.table() == {"spec_cost_b12_k2": 2.5}
     fixed = StepCosts(3, draft_cost=0.5, measure=False)
     fixed.record(1, 0, 1.0)
     assert fixed.ratio(1, 2) == 2.0

@@ -265,6 +265,11 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     # columns; in the decode graph only under the cap: one lane 477.7 -> 487.5 tok/s (uncapped 479.3)
     (MOE_INT4_MMA, 1024, 2048, 16): SkinnyConfig(64, 128, 8, 4, 4, 4, max_regs=128),
     (MOE_INT4_MMA, 2048, 512, 16): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128),
+    # two and three tokens (18 and 27 pairs: two and three lanes of plain decode), swept 2026-12-06 (`--t 3 --splits
+    # 1,2 --max-regs 128`, H100): gate_up 20.23 -> 15.66 us, down 11.30 -> 9.53 alone (the four-token tiles before);
+    # in the decode graph two lanes 722.6 -> 770.2 tok/s, three 972.7 -> 1,049.0 (two alternated rounds each)
+    (MOE_INT4_MMA, 1024, 2048, 32): SkinnyConfig(64, 128, 8, 1, 4, 2, max_regs=128),
+    (MOE_INT4_MMA, 2048, 512, 32): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128),
     # four tokens (36 pairs: a one-lane MTP verification at K = 3, four lanes of plain decode), swept 2026-12-06
     # (`--t 4 --splits 1,2 --max-regs 0,128`, x as the decode reads it, H100): gate_up 24.18 -> 22.18 us, down 13.74 ->
     # 11.82 alone (the eight-token tiles before); in the decode graph four lanes 1,247 -> 1,257 tok/s, the one-lane
@@ -283,16 +288,25 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     # 259.9 -> 266.2 tok/s with the cap (uncapped 260.4)
     (MOE_INT4_MMA, 2048, 3072, 16): SkinnyConfig(64, 128, 8, 2, 4, 4, max_regs=128),
     (MOE_INT4_MMA, 3072, 1024, 16): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128),
+    # two and three tokens, swept 2026-12-06 (`--t 3 --splits 1,2 --max-regs 128`, H100): gate_up 59.58 -> 40.46 us,
+    # down 23.03 -> 21.37 alone; two lanes of decode 374.4 -> 389.8 tok/s, three 456.7 -> 501.3 (two alternated rounds)
+    (MOE_INT4_MMA, 2048, 3072, 32): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128),
+    (MOE_INT4_MMA, 3072, 1024, 32): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128),
     # four tokens, swept 2026-12-06 (`--t 4 --splits 1,2 --max-regs 128`, H100): gate_up 58.22 -> 53.96 us, down
     # 37.14 -> 26.81 alone; four lanes of decode 565.9 / 564.1 -> 590.7 / 591.4 tok/s (two alternated rounds)
     (MOE_INT4_MMA, 2048, 3072, 64): SkinnyConfig(32, 128, 8, 1, 2, 4, max_regs=128),
     (MOE_INT4_MMA, 3072, 1024, 64): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128),
-    (MOE_INT4_MMA, 2048, 3072, 128): SkinnyConfig(32, 128, 8, 1, 2, 4),  # 89.0 -> 85.2 us (2026-12-02)
-    (MOE_INT4_MMA, 3072, 1024, 128): SkinnyConfig(64, 128, 8, 1, 1, 2),
+    # eight tokens re-swept 2026-12-06 (`--t 8 --splits 1,2 --max-regs 0,128`, H100): gate_up 93.52 -> 89.77 us, down
+    # 58.12 -> 45.34 on two warps (one before) alone; eight lanes of decode 729.4 / 730.9 -> 773.7 / 774.3 tok/s
+    (MOE_INT4_MMA, 2048, 3072, 128): SkinnyConfig(32, 128, 8, 1, 2, 4, max_regs=128),
+    (MOE_INT4_MMA, 3072, 1024, 128): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128),
     # a verification of 8 lanes x 4 tokens (288 pairs), swept 2026-12-02 (`--t 32`): the 8-token winners held
     # within 1% everywhere but the 35B-A3B gate_up (83.5 -> 82.4 us at depth 2)
-    (MOE_INT4_MMA, 1024, 2048, 512): SkinnyConfig(32, 128, 8, 1, 2, 2),
-    (MOE_INT4_MMA, 2048, 512, 512): SkinnyConfig(128, 128, 8, 1, 2, 2),
+    # the 35B-A3B re-swept 2026-12-06 (`--t 32 --splits 1 --max-regs 0,128`, H100): gate_up 95.46 -> 81.14 us, down
+    # 45.04 -> 40.09 alone; the eight-lane MTP round at K = 3 11.08 / 10.98 -> 10.40 / 10.47 ms (the 122B-A10B's
+    # winners wait for a GPU its eight-lane verification fits: bench/results/tiles/moe-t32/)
+    (MOE_INT4_MMA, 1024, 2048, 512): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128),
+    (MOE_INT4_MMA, 2048, 512, 512): SkinnyConfig(128, 128, 8, 1, 4, 2, max_regs=128),
     (MOE_INT4_MMA, 2048, 3072, 512): SkinnyConfig(32, 128, 8, 1, 2, 4),
     (MOE_INT4_MMA, 3072, 1024, 512): SkinnyConfig(64, 128, 8, 1, 1, 2),
 }
