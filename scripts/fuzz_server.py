@@ -79,6 +79,11 @@ BODIES = [
         {"type": "custom_tool_call", "call_id": "c2", "name": "apply_patch", "input": "*** Begin Patch"},
         {"type": "custom_tool_call_output", "call_id": "c2", "output": "ok"},
         {"type": "message", "role": "user", "content": "go"}]}),
+    ("/v1/responses", {"max_output_tokens": 8, "stream": True, "store": False, "tools": [RTOOL], "input": [
+        {"type": "message", "role": "user", "content": "hi"},
+        {"type": "compaction", "encrypted_content": "gAAAA-elsewhere"}, {"type": "compaction_trigger"}]}),
+    ("/v1/responses/compact", {"max_output_tokens": 8, "instructions": "brief", "input": [
+        {"type": "message", "role": "user", "content": "hi"}, {"type": "message", "role": "assistant", "content": "ok"}]}),
     ("/v1/responses", {"input": "hi", "max_output_tokens": 8, "background": True, "store": True}),
     ("/v1/responses", {"input": "hi", "max_output_tokens": 8, "background": True, "store": True, "stream": True}),
     ("/v1/messages", {"max_tokens": 8, "system": [{"type": "text", "text": "sys", "cache_control": {"type": "ephemeral"}}],

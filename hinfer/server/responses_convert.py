@@ -12,15 +12,15 @@ responses_tools.py.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from typing import Any
 
 from hinfer.sampling_defaults import NEUTRAL, SamplingDefaults
 from hinfer.sampling_params import SamplingParams
+from hinfer.server import compaction
 from hinfer.server.errors import bad_request
 from hinfer.server.images import image_from_url
+from hinfer.server.opaque import Opaque
 from hinfer.server.openai_convert import REASONING_EFFORT_BUDGET
 from hinfer.server.prompt import ChatPrompt, check_tool_choice, loaded_text
 from hinfer.server.responses_tools import (
@@ -37,21 +37,7 @@ from hinfer.server.schema_base import type_of
 
 _MEDIA_PARTS = {"input_image", "input_file", "input_audio", "image_url", "image", "file"}
 _TEXT_PARTS = {"input_text", "output_text", "text", "summary_text", "reasoning_text"}
-_ENCRYPTED_PREFIX = "hinfer-reasoning:"  # our opaque reasoning: base64 of the text, readable only by us
-
-
-def encrypt_reasoning(text: str) -> str:
-    return _ENCRYPTED_PREFIX + base64.b64encode(text.encode()).decode()
-
-
-def decrypt_reasoning(blob: Any) -> str | None:
-    """Our own `encrypted_content` -> the reasoning text; anything else (another server's) -> None."""
-    if not isinstance(blob, str) or not blob.startswith(_ENCRYPTED_PREFIX):
-        return None
-    try:
-        return base64.b64decode(blob[len(_ENCRYPTED_PREFIX):], validate=True).decode()
-    except (binascii.Error, UnicodeDecodeError):
-        return None
+REASONING = Opaque("hinfer-reasoning:")  # a reasoning item's encrypted_content
 
 
 def input_items(raw: str | list[Any]) -> list[Any]:
@@ -119,7 +105,7 @@ def reasoning_text(item: dict[str, Any]) -> str:
         texts = [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)]
         if texts:
             return "\n\n".join(texts)
-    text = decrypt_reasoning(item.get("encrypted_content"))
+    text = REASONING.decode(item.get("encrypted_content"))
     if text is not None:
         return text
     summary = item.get("summary")
@@ -234,29 +220,39 @@ def convert_items(items: list[Any], instructions: str | None, images: list[Any] 
                 t.add({"role": "tool", "tool_call_id": item.get("call_id"), "content": loaded_text(found)})
             else:
                 t.system(loaded_text(found))
+        elif typ in compaction.ITEM_TYPES:
+            t.add({"role": "user", "content": compaction.replayed_text(item)})
+        elif typ == compaction.TRIGGER:
+            raise bad_request("a 'compaction_trigger' item is taken only as the last item of a request's input",
+                              param=f"{p}.type")
         elif typ == "item_reference":
             raise bad_request("item_reference input items are not supported: send the item itself, or use "
                               "previous_response_id", param=f"{p}.type")
         else:
             raise bad_request(f"unsupported input item type {typ!r}; supported: message, reasoning, function_call, "
                               "function_call_output, custom_tool_call, custom_tool_call_output, tool_search_call, "
-                              "tool_search_output, additional_tools", param=f"{p}.type")  # fmt: skip
+                              "tool_search_output, additional_tools, compaction, compaction_trigger (last)",
+                              param=f"{p}.type")  # fmt: skip
     return t.messages
 
 
-def chat_prompt(body: Any, items: list[dict[str, Any]], preserve_default: bool
+def chat_prompt(body: Any, items: list[dict[str, Any]], preserve_default: bool, compacting: bool = False
                 ) -> tuple[ChatPrompt, int | None, ToolNames]:  # fmt: skip
     """-> (prompt, thinking budget, how its tool calls go back). `items`: the whole conversation (earlier turns
-    included)."""
+    included). `compacting`: the prompt asks for the conversation's summary, without thinking or tools."""
     effort = body.reasoning.effort if body.reasoning is not None else None
+    if compacting:
+        items, effort = compaction.request_items(items), "none"
     enable_thinking = effort != "none"
     budget = REASONING_EFFORT_BUDGET[effort] if effort not in (None, "none") else None
     images: list[Any] = []
     loaded: list[dict[str, Any]] = []
     messages = convert_items(items, body.instructions, images, loaded)
     names = tool_names([*(body.tools or []), *loaded_tools(items)])
-    prompt = ChatPrompt(messages=messages, tools=convert_tools(body.tools), loaded_tools=loaded,
-                        tool_choice=convert_tool_choice(body.tool_choice, body.parallel_tool_calls),
+    tools = convert_tools(body.tools)  # checked either way
+    prompt = ChatPrompt(messages=messages, tools=[] if compacting else tools, loaded_tools=loaded,
+                        tool_choice=convert_tool_choice("none" if compacting else body.tool_choice,
+                                                        body.parallel_tool_calls),
                         enable_thinking=enable_thinking, preserve_thinking=preserve_default, late_system=True,
                         images=images, tool_grammars=names.grammars)  # fmt: skip
     check_tool_choice(prompt, "tool_choice")

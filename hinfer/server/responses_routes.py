@@ -1,5 +1,6 @@
 """OpenAI Responses routes: POST /v1/responses, GET and DELETE /v1/responses/{id}, POST
-/v1/responses/{id}/cancel, GET /v1/responses/{id}/input_items, POST /v1/responses/input_tokens."""
+/v1/responses/{id}/cancel, GET /v1/responses/{id}/input_items, POST /v1/responses/input_tokens, POST
+/v1/responses/compact."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.background import BackgroundTask
 
-from hinfer.server import sse
+from hinfer.server import compaction, sse
 from hinfer.server.conversations_routes import check_room, conversation_or_404
 from hinfer.server.errors import APIError, bad_request
 from hinfer.server.generation import EngineRun, engine_error, log_failure, run_to_end
@@ -23,8 +24,8 @@ from hinfer.server.openapi_responses import OPENAI_ERRORS, STREAMED
 from hinfer.server.prompt import plan_max_tokens, render_prompt_off_loop
 from hinfer.server.responses_background import EventLog
 from hinfer.server.responses_convert import chat_prompt, input_items, sampling_params
-from hinfer.server.responses_stream import ResponseBuilder
-from hinfer.server.schemas_responses import InputTokensRequest, ResponsesRequest
+from hinfer.server.responses_stream import CompactionBuilder, ResponseBuilder
+from hinfer.server.schemas_responses import CompactRequest, InputTokensRequest, ResponsesRequest
 from hinfer.server.state import ServerState, get_state
 from hinfer.server.structured import constraint, responses_text_format
 
@@ -75,29 +76,14 @@ async def create_response(body: ResponsesRequest, request: Request):
     if body.background and not body.store:
         raise bad_request("background responses are kept to be read later: they need store: true",
                           param="background")
-    items = _history(st, body)
-    prompt, budget, names = chat_prompt(body, items, st.preserve_thinking_default)
-    schema = responses_text_format(body.text)
-    ids = await render_prompt_off_loop(st.tokenizer, prompt, st.prompt_guard)
-    ids, images = await with_images(st, prompt, ids, param="input")  # each image's tokens counted in usage
-    max_tokens = plan_max_tokens(len(ids), body.max_output_tokens, st.engine.max_context, "max_output_tokens",
-                                 prompt_param="input")
-    sp = sampling_params(body, max_tokens, st.engine.sampling_defaults)
-    if budget is not None and prompt.enable_thinking and st.tokenizer.think_end_id is not None:
-        sp.thinking_budget = budget
-        sp.think_end_token_id = st.tokenizer.think_end_id
-    sp.structured = constraint(prompt, schema, param="text.format", tool_grammar=st.tool_call_grammar)
-
-    response_id = new_id("resp_")
-    run = EngineRun(st, response_id, ids, sp, request, images)
-    b = ResponseBuilder(run, body, prompt, names, response_id=response_id)
-    await run.start()
+    items, compacting = compaction.split_trigger(_history(st, body))
+    run, b = await _started_run(st, body, items, request, compacting)
     if body.background:  # from here on without the client: the response is read with GET, or cancelled
         run.unwatch()
         resp = b.response()
         st.responses.put(resp, items)
         events = EventLog() if body.stream else None
-        st.background.start(response_id, _in_background(st, run, b, items, events), events)
+        st.background.start(b.id, _in_background(st, run, b, items, events), events)
         if events is None:
             return JSONResponse(resp)
         return StreamingResponse(_follow(events, -1), media_type="text/event-stream", headers=sse.STREAM_HEADERS)
@@ -112,12 +98,55 @@ async def create_response(body: ResponsesRequest, request: Request):
     return JSONResponse(resp)
 
 
+async def _started_run(st: ServerState, body: ResponsesRequest, items: list[dict[str, Any]], request: Request,
+                       compacting: bool) -> tuple[EngineRun, ResponseBuilder]:  # fmt: skip
+    """The request's prompt rendered and its generation started; `compacting`: the conversation's summary,
+    answered as one compaction item (compaction.py)."""
+    prompt, budget, names = chat_prompt(body, items, st.preserve_thinking_default, compacting)
+    schema = None if compacting else responses_text_format(body.text)
+    ids = await render_prompt_off_loop(st.tokenizer, prompt, st.prompt_guard)
+    ids, images = await with_images(st, prompt, ids, param="input")  # each image's tokens counted in usage
+    max_tokens = plan_max_tokens(len(ids), body.max_output_tokens, st.engine.max_context, "max_output_tokens",
+                                 prompt_param="input")
+    if compacting and body.max_output_tokens is None:
+        max_tokens = min(max_tokens, compaction.MAX_TOKENS)
+    sp = sampling_params(body, max_tokens, st.engine.sampling_defaults)
+    if budget is not None and prompt.enable_thinking and st.tokenizer.think_end_id is not None:
+        sp.thinking_budget = budget
+        sp.think_end_token_id = st.tokenizer.think_end_id
+    sp.structured = constraint(prompt, schema, param="text.format", tool_grammar=st.tool_call_grammar)
+
+    response_id = new_id("resp_")
+    run = EngineRun(st, response_id, ids, sp, request, images)
+    b = (CompactionBuilder if compacting else ResponseBuilder)(run, body, prompt, names, response_id=response_id)
+    await run.start()
+    return run, b
+
+
+@router.post("/v1/responses/compact")
+async def compact_conversation(body: CompactRequest, request: Request):
+    """OpenAI's compaction endpoint: the conversation's user messages, then one compaction item carrying the
+    model's summary of it (compaction.py), to send as the next request's input instead of the conversation."""
+    st = get_state(request)
+    st.check_model(body.model)
+    for field in ("stream", "background"):
+        if getattr(body, field):
+            raise bad_request(f"{field} is not taken by /v1/responses/compact: it answers when the summary is done",
+                              param=field)
+    items, _ = compaction.split_trigger(_history(st, body))
+    run, b = await _started_run(st, body, items, request, compacting=True)
+    await run_to_end(run, b.feed)
+    b.finish_events()
+    return {"id": b.id, "object": "response.compaction", "created_at": b.created_at,
+            "output": [*compaction.kept_user_messages(items), *b.output], "usage": b.usage()}
+
+
 def _remember(st: ServerState, body: ResponsesRequest, items: list[dict[str, Any]], resp: dict[str, Any]) -> None:
     """A finished response: stored (`store`), and its input and output added to its conversation, if any."""
     if body.store:
         st.responses.put(resp, items)
     if (conv_id := conversation_id(body)) is not None:
-        st.conversations.add_items(conv_id, [*input_items(body.input), *resp["output"]])
+        st.conversations.add_items(conv_id, [*compaction.without_trigger(input_items(body.input)), *resp["output"]])
 
 
 async def _stream(st: ServerState, run: EngineRun, b: ResponseBuilder,
@@ -182,7 +211,8 @@ async def count_input_tokens(body: InputTokensRequest, request: Request):
     st = get_state(request)
     if body.model is not None:
         st.check_model(body.model)
-    prompt, _, _ = chat_prompt(body, _history(st, body), st.preserve_thinking_default)
+    items, compacting = compaction.split_trigger(_history(st, body))
+    prompt, _, _ = chat_prompt(body, items, st.preserve_thinking_default, compacting)
     ids = await render_prompt_off_loop(st.tokenizer, prompt, st.prompt_guard)
     ids, _ = await with_images(st, prompt, ids, param="input")
     return {"object": "response.input_tokens", "input_tokens": len(ids)}

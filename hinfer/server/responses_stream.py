@@ -4,7 +4,8 @@ Output items open and close as the generated pieces change kind (reasoning -> me
 custom_tool_call or tool_search_call ...), with `output_index` counting up from 0 and one item open at a time, in
 the order OpenAI streams them:
 `response.output_item.added`, its content part and deltas, the `.done` events, `response.output_item.done`.
-The non-streaming answer is the same builder's final object, so both modes agree.
+The non-streaming answer is the same builder's final object, so both modes agree. A compaction run
+(compaction.py) answers with one `compaction` item instead (CompactionBuilder).
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ import time
 from typing import Any
 
 from hinfer.engine.protocol import TokenEvent
+from hinfer.server import compaction
 from hinfer.server.errors import APIError
 from hinfer.server.generation import EngineRun
 from hinfer.server.ids import new_id
 from hinfer.server.output import OutputParser, Piece, ReasoningPiece
 from hinfer.server.prompt import ChatPrompt
-from hinfer.server.responses_convert import encrypt_reasoning
+from hinfer.server.responses_convert import REASONING
 from hinfer.server.responses_tools import TOOL_SEARCH, ToolNames, custom_input, search_arguments
 from hinfer.server.schemas_responses import ResponsesRequest
 from hinfer.server.structured import calls_under_grammar
@@ -147,7 +149,7 @@ class ResponseBuilder:
             out.append(self._item_event("response.content_part.done", content_index=0, part=part))
             item["content"] = [part]
             if self.encrypted:
-                item["encrypted_content"] = encrypt_reasoning(text)
+                item["encrypted_content"] = REASONING.encode(text)
         elif item["type"] == "message":
             part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
             out.append(self._item_event("response.output_text.done", content_index=0, text=text, logprobs=[]))
@@ -194,3 +196,25 @@ class ResponseBuilder:
             "usage": self.usage() if done else None,
             **({"timings": self.run.timings()} if done else {}),
         }
+
+
+class CompactionBuilder(ResponseBuilder):
+    """A compaction run's events and Response: the summary is not streamed as text; when it ends, one
+    `compaction` item carries it (Codex CLI's remote compaction takes exactly one such item, nothing else)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.summary = ""
+
+    def feed(self, ev: TokenEvent) -> list[Event]:
+        self.summary += ev.text  # thinking and tools are off: the text is the summary
+        return []
+
+    def finish_events(self) -> list[Event]:
+        final = self.run.final
+        self.status = "incomplete" if final is not None and final.finish_reason == "length" else "completed"
+        it = compaction.item(self.summary.strip())
+        self.output.append(it)
+        return [self._event("response.output_item.added", output_index=0, item=dict(it)),
+                self._event("response.output_item.done", output_index=0, item=dict(it)),
+                self._event(f"response.{self.status}", response=self.response())]

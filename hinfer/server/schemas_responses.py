@@ -40,3 +40,9 @@ class ResponsesRequest(InputTokensRequest):
     background: bool | None = None
     metadata: dict[str, Any] | None = None
     user: str | None = None
+
+
+class CompactRequest(ResponsesRequest):
+    """POST /v1/responses/compact: the conversation (`input`, `previous_response_id` or `conversation`) and
+    `instructions` to summarize; the Responses fields Codex CLI sends along are taken as a create request takes
+    them (tools are checked but not shown: the summary calls none); `stream` and `background` are a 400."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hinfer.server.errors import APIError
-from hinfer.server.responses_convert import convert_items, decrypt_reasoning, encrypt_reasoning, input_items
+from hinfer.server.responses_convert import REASONING, convert_items, input_items
 from hinfer.server.responses_tools import CUSTOM_INPUT
 
 
@@ -34,8 +34,9 @@ def test_an_assistant_turn_gathers_reasoning_message_and_calls():
 
 
 def test_reasoning_is_read_from_content_then_our_blob_then_summary():
-    blob = encrypt_reasoning("secret thoughts é")
-    assert decrypt_reasoning(blob) == "secret thoughts é" and decrypt_reasoning("gAAAA-openai-blob") is None
+    blob = REASONING.encode("secret thoughts é")
+    assert REASONING.decode(blob) == "secret thoughts é" and REASONING.decode("gAAAA-openai-blob") is None
+    assert REASONING.decode("hinfer-reasoning:not base64!") is None
     for item, want in [
         ({"type": "reasoning", "summary": [], "encrypted_content": blob}, "secret thoughts é"),
         ({"type": "reasoning", "summary": [{"type": "summary_text", "text": "s1"},

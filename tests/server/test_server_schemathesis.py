@@ -26,6 +26,7 @@ OPERATIONS = [
     "POST /v1/responses/{response_id}/cancel",
     "GET /v1/responses/{response_id}/input_items",
     "POST /v1/responses/input_tokens",
+    "POST /v1/responses/compact",
     "POST /v1/conversations",
     "GET /v1/conversations/{conv_id}",
     "POST /v1/conversations/{conv_id}",

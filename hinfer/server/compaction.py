@@ -1,0 +1,97 @@
+"""Compaction of a Responses conversation: Codex CLI's remote compaction (a `compaction_trigger` item ending the
+input of `POST /v1/responses`) and OpenAI's `POST /v1/responses/compact`.
+
+The model writes a summary of the conversation so far; it travels in one `compaction` item whose
+`encrypted_content` only this server reads back (base64 of the text: not a secret, the client holds the
+conversation anyway). Replayed in a later request's input, the item becomes a user message carrying the
+summary; another server's encrypted compaction cannot be read, and a note in its place says so.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from hinfer.server.errors import bad_request
+from hinfer.server.ids import new_id
+from hinfer.server.opaque import Opaque
+
+log = logging.getLogger(__name__)
+
+TRIGGER = "compaction_trigger"
+ITEM_TYPES = ("compaction", "compaction_summary")
+MAX_TOKENS = 4096  # a summary's budget when the request sets no max_output_tokens (the rest of the context otherwise)
+SUMMARY = Opaque("hinfer-compaction:")  # a compaction item's encrypted_content
+
+PROMPT = (
+    "Your context is about to be compacted: everything above will be replaced by what you write now. Write a "
+    "summary that lets you, or another assistant, continue the task without the conversation. Include the "
+    "user's goal and every requirement or constraint they gave; what has been done so far (files read or "
+    "changed, commands run and what they showed, decisions taken and why); the current state of the work; "
+    "open questions and errors not yet solved; and the exact next steps. Quote names, paths, identifiers and "
+    "values exactly. Write only the summary, with no tool calls."
+)
+SUMMARY_HEAD = "An earlier part of this conversation was compacted. Its summary:\n\n"
+UNREADABLE = ("[An earlier part of this conversation was compacted by another server; its summary is encrypted "
+              "for that server and cannot be read here.]")
+
+
+def item(summary: str) -> dict[str, Any]:
+    """The output item a compaction answers with."""
+    return {"id": new_id("cmp_"), "type": "compaction", "encrypted_content": SUMMARY.encode(summary)}
+
+
+_warned_foreign = False
+
+
+def replayed_text(it: dict[str, Any]) -> str:
+    """The user message a `compaction` (or `compaction_summary`) input item stands for."""
+    global _warned_foreign
+    summary = SUMMARY.decode(it.get("encrypted_content"))
+    if summary is None and isinstance(it.get("summary"), str):  # a plain-text summary some clients send
+        summary = it["summary"]
+    if summary is not None:
+        return SUMMARY_HEAD + summary
+    if not _warned_foreign:
+        _warned_foreign = True
+        log.warning("a compaction item from another server cannot be read: its place in the prompt says so")
+    return UNREADABLE
+
+
+def split_trigger(items: list[Any]) -> tuple[list[Any], bool]:
+    """-> (the conversation without a final `compaction_trigger`, whether it ended in one). A trigger anywhere
+    else is a 400: it asks for the compaction of everything before it."""
+    found = [i for i, it in enumerate(items) if isinstance(it, dict) and it.get("type") == TRIGGER]
+    if not found:
+        return items, False
+    if found != [len(items) - 1]:
+        early = next(i for i in found if i != len(items) - 1)
+        raise bad_request("a 'compaction_trigger' item must be the last input item, and only one",
+                          param=f"input.{early}")
+    if len(items) == 1:
+        raise bad_request("nothing to compact: the input has only the 'compaction_trigger' item", param="input")
+    return items[:-1], True
+
+
+def without_trigger(items: list[Any]) -> list[Any]:
+    """A request's own input items as a conversation keeps them: the trigger was a request, not a turn."""
+    return [it for it in items if not (isinstance(it, dict) and it.get("type") == TRIGGER)]
+
+
+def request_items(items: list[Any]) -> list[Any]:
+    """The conversation to compact, then the request for its summary."""
+    return [*items, {"type": "message", "role": "user", "content": PROMPT}]
+
+
+def kept_user_messages(items: list[Any]) -> list[dict[str, Any]]:
+    """The user messages of a conversation as `POST /v1/responses/compact` answers them (before its compaction
+    item, as OpenAI does): message items with `input_text` (and `input_image`) parts."""
+    out = []
+    for it in items:
+        if not isinstance(it, dict) or it.get("role") != "user" or it.get("type", "message") != "message":
+            continue
+        content = it.get("content")
+        parts = [{"type": "input_text", "text": content}] if isinstance(content, str) else list(content or [])
+        out.append({"id": new_id("msg_"), "type": "message", "status": "completed", "role": "user",
+                    "content": parts})
+    return out
