@@ -97,6 +97,15 @@ BODIES = [
                                           {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "ls"}}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "a b"}]},
         {"role": "system", "content": "late"}, {"role": "user", "content": "again"}]}),
+    ("/v1/messages", {"max_tokens": 8, "tools": [ATOOL], "context_management": {"edits": [
+        {"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 1}},
+        {"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens", "value": 10},
+         "keep": {"type": "tool_uses", "value": 0}, "clear_tool_inputs": True},
+        {"type": "compact_20260112"}]}, "messages": [
+        {"role": "user", "content": "run ls"},
+        {"role": "assistant", "content": [{"type": "compaction", "content": "earlier: ran pwd"},
+                                          {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "ls"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "a b"}]}]}),
     ("/v1/messages/count_tokens", {"messages": [{"role": "user", "content": "hi"}]}),
     ("/v1/messages/batches", {"requests": [
         {"custom_id": "a", "params": {"max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}},

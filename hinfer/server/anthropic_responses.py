@@ -30,6 +30,7 @@ class MessageBuilder:
         self.parser = OutputParser(reasoning=reasoning, tools=tools, new_id=lambda: new_id("toolu_"),
                                    max_calls=max_calls, trim_strings=trim_strings)
         self.stop_sequences = stop_sequences
+        self.context_management: dict[str, Any] | None = None  # {"applied_edits": ...} when the request asked
         self._open: str | None = None  # type of the open block
         self._index = -1
 
@@ -44,8 +45,11 @@ class MessageBuilder:
         out = self._events(self.parser.flush())
         self._close(out)
         stop_reason, stop_sequence = self.stop_reason()
-        out.append({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
-                    "usage": self.final_usage(), "timings": self.run.timings()})
+        delta = {"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
+                 "usage": self.final_usage(), "timings": self.run.timings()}
+        if self.context_management is not None:
+            delta["context_management"] = self.context_management
+        out.append(delta)
         out.append({"type": "message_stop"})
         return out
 
@@ -137,6 +141,8 @@ def fold(builder: MessageBuilder, events: list[dict[str, Any]]) -> dict[str, Any
             msg.update(e["delta"])
             msg["usage"] = dict(e["usage"])
             msg["timings"] = e["timings"]
+            if "context_management" in e:
+                msg["context_management"] = e["context_management"]
     for i, text in json_text.items():
         blocks[i]["input"] = json.loads(text)  # our own fragments: always a complete object
     msg["content"] = blocks

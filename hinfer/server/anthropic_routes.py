@@ -1,4 +1,5 @@
-"""Anthropic routes: POST /v1/messages, POST /v1/messages/count_tokens."""
+"""Anthropic routes: POST /v1/messages, POST /v1/messages/count_tokens (both after context management:
+anthropic_context.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.background import BackgroundTask
 
 from hinfer.server import sse
+from hinfer.server.anthropic_context import Managed, manage
 from hinfer.server.anthropic_convert import chat_prompt, sampling_params
 from hinfer.server.anthropic_responses import MessageBuilder, fold
 from hinfer.server.errors import anthropic_body
@@ -17,9 +19,9 @@ from hinfer.server.generation import EngineRun, engine_error, log_failure, run_t
 from hinfer.server.ids import new_id
 from hinfer.server.images import reads_images, with_images
 from hinfer.server.openapi_responses import ANTHROPIC_ERRORS, STREAMED
-from hinfer.server.prompt import plan_max_tokens, render_prompt_off_loop
-from hinfer.server.schemas_anthropic import CountTokensRequest, MessagesRequest
-from hinfer.server.state import get_state
+from hinfer.server.prompt import ChatPrompt, plan_max_tokens, render_prompt_off_loop
+from hinfer.server.schemas_anthropic import CountTokensRequest, Message, MessagesRequest
+from hinfer.server.state import ServerState, get_state
 from hinfer.server.structured import anthropic_output_format, calls_under_grammar, constraint
 
 log = logging.getLogger(__name__)
@@ -30,9 +32,8 @@ router = APIRouter(responses=ANTHROPIC_ERRORS)
 async def messages(body: MessagesRequest, request: Request):
     st = get_state(request)
     st.check_model(body.model)
-    prompt, budget = chat_prompt(body, st.preserve_thinking_default, reads_images(st))
+    prompt, budget, ids, managed = await _managed_prompt(st, body)
     schema = anthropic_output_format(body.output_config)
-    ids = await render_prompt_off_loop(st.tokenizer, prompt, st.prompt_guard)
     ids, images = await with_images(st, prompt, ids)  # each image's tokens counted in the prompt's usage
     max_tokens = plan_max_tokens(len(ids), body.max_tokens, st.engine.max_context)
     sp = sampling_params(body, max_tokens, st.tokenizer.vocab_size, st.engine.sampling_defaults)
@@ -44,6 +45,8 @@ async def messages(body: MessagesRequest, request: Request):
     run = EngineRun(st, new_id("msgreq-"), ids, sp, request, images)
     b = MessageBuilder(run, model=body.model, reasoning=prompt.starts_in_reasoning(), tools=prompt.parse_tools(),
                        stop_sequences=sp.stop, max_calls=prompt.max_calls, trim_strings=calls_under_grammar(sp.structured))
+    if managed.applied is not None:
+        b.context_management = {"applied_edits": managed.applied}
     await run.start()
     if body.stream:
         run.unwatch()
@@ -75,7 +78,25 @@ async def _stream(run: EngineRun, b: MessageBuilder) -> AsyncIterator[bytes]:
 async def count_tokens(body: CountTokensRequest, request: Request):
     st = get_state(request)
     st.check_model(body.model)
-    prompt, _ = chat_prompt(body, st.preserve_thinking_default, reads_images(st))
-    ids = await render_prompt_off_loop(st.tokenizer, prompt, st.prompt_guard)
+    prompt, _, ids, managed = await _managed_prompt(st, body)
     ids, _ = await with_images(st, prompt, ids)
-    return {"input_tokens": len(ids)}
+    if managed.original_tokens is None:
+        return {"input_tokens": len(ids)}
+    return {"input_tokens": len(ids), "context_management": {"original_input_tokens": managed.original_tokens}}
+
+
+async def _managed_prompt(st: ServerState, body: CountTokensRequest | MessagesRequest
+                          ) -> tuple[ChatPrompt, int | None, list[int], Managed]:  # fmt: skip
+    """The request's prompt after context management (anthropic_context.py): (prompt, thinking budget, its
+    token ids before images, what was managed)."""
+    tool_images = reads_images(st)
+
+    async def count(messages: list[Message]) -> int:
+        p, _ = chat_prompt(body.model_copy(update={"messages": messages}), st.preserve_thinking_default, tool_images)
+        return len(await render_prompt_off_loop(st.tokenizer, p, st.prompt_guard))
+
+    managed = await manage(body.messages, body.context_management, count)
+    prompt, budget = chat_prompt(body.model_copy(update={"messages": managed.messages}),
+                                 st.preserve_thinking_default, tool_images)
+    ids = await render_prompt_off_loop(st.tokenizer, prompt, st.prompt_guard)
+    return prompt, budget, ids, managed

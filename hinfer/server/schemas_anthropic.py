@@ -43,6 +43,7 @@ class _MessagesBase(OpenModel, CheckedBody):
     tools: list[Tool] | None = None
     tool_choice: ToolChoice | None = None
     thinking: Thinking | None = None
+    context_management: dict[str, Any] | None = None  # edits applied before rendering (anthropic_context.py)
 
 
 class MessagesRequest(_MessagesBase):

@@ -1,0 +1,171 @@
+"""Anthropic context management against a live server over the scripted engine, through the `anthropic` SDK's
+beta Messages: tool-result and thinking clearing (`context_management.edits`, reported as `applied_edits`),
+compaction blocks replayed, token counts before and after."""
+
+from __future__ import annotations
+
+import anthropic
+import httpx
+import pytest
+from server_live import MODEL
+from server_scripts import NO_THINK
+
+from hinfer.server import anthropic_context as ac
+from hinfer.server.compaction import SUMMARY_HEAD
+from hinfer.server.schemas_anthropic import Message
+
+BETA = ["context-management-2025-06-27"]
+TOOL = {"name": "read", "description": "Read a file", "input_schema": {"type": "object",
+                                                                        "properties": {"path": {"type": "string"}}}}
+GREP = {"name": "grep", "description": "Search", "input_schema": {"type": "object",
+                                                                   "properties": {"q": {"type": "string"}}}}
+
+
+def tool_turns(n: int, name: str = "read") -> list[dict]:
+    """A user request, then n tool round trips (each result a distinct long text), then the next request."""
+    out: list[dict] = [{"role": "user", "content": "look at the files"}]
+    for i in range(n):
+        tool = name if i % 2 == 0 else "grep"
+        out.append({"role": "assistant", "content": [
+            {"type": "text", "text": f"step {i}"},
+            {"type": "tool_use", "id": f"toolu_{i}", "name": tool, "input": {"path": f"f{i}.py"}}]})
+        out.append({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": f"contents of file {i}: " + "x y " * 40}]})
+    out.append({"role": "user", "content": "now summarize [[nothink]]"})
+    return out
+
+
+@pytest.fixture(scope="module")
+def client(base_url):
+    return anthropic.Anthropic(base_url=base_url, api_key="dummy", max_retries=0, timeout=30)
+
+
+@pytest.fixture(scope="module")
+def http(base_url):
+    with httpx.Client(base_url=base_url, timeout=30) as c:
+        yield c
+
+
+def prompt_of(engine):
+    return engine.tokenizer.decode(engine.requests[-1].prompt_token_ids, skip_special_tokens=False)
+
+
+def create(client, messages, edits, **kw):
+    return client.beta.messages.create(model=MODEL, max_tokens=64, messages=messages, tools=[TOOL, GREP],
+                                       context_management={"edits": edits}, betas=BETA, **kw)
+
+
+def test_clear_tool_uses_past_the_trigger(client, engine):
+    edit = {"type": ac.CLEAR_TOOL_USES, "trigger": {"type": "input_tokens", "value": 100},
+            "keep": {"type": "tool_uses", "value": 1}}
+    r = create(client, tool_turns(4), [edit])
+    assert r.content[0].text == NO_THINK
+    (applied,) = r.context_management.applied_edits
+    assert applied.type == ac.CLEAR_TOOL_USES and applied.cleared_tool_uses == 3 and applied.cleared_input_tokens > 100
+    prompt = prompt_of(engine)
+    assert prompt.count(ac.CLEARED_RESULT) == 3 and "contents of file 3" in prompt
+    assert all(f"contents of file {i}" not in prompt for i in range(3))
+    assert '\nf0.py\n' in prompt  # the calls stay; only their results went
+    assert r.usage.input_tokens == len(engine.requests[-1].prompt_token_ids)
+
+
+def test_clear_tool_uses_under_the_trigger_changes_nothing(client, engine):
+    r = create(client, tool_turns(4), [{"type": ac.CLEAR_TOOL_USES}])  # default trigger: 100,000 tokens
+    assert r.context_management.applied_edits == []
+    assert ac.CLEARED_RESULT not in prompt_of(engine) and "contents of file 0" in prompt_of(engine)
+
+
+def test_clear_tool_uses_by_tool_count_with_exclusions_and_inputs(client, engine):
+    edit = {"type": ac.CLEAR_TOOL_USES, "trigger": {"type": "tool_uses", "value": 3}, "keep": {"type": "tool_uses",
+            "value": 1}, "exclude_tools": ["grep"], "clear_tool_inputs": True}  # fmt: skip
+    r = create(client, tool_turns(5), [edit])
+    (applied,) = r.context_management.applied_edits
+    assert applied.cleared_tool_uses == 2  # uses 0 and 2 (read); 1 and 3 are grep's, 4 is kept
+    prompt = prompt_of(engine)
+    assert "contents of file 1" in prompt and "contents of file 3" in prompt and "contents of file 4" in prompt
+    assert '\nf0.py\n' not in prompt and '\nf2.py\n' not in prompt and '\nf1.py\n' in prompt
+
+
+def test_clear_at_least_holds_a_small_clearing_back(client, engine):
+    edit = {"type": ac.CLEAR_TOOL_USES, "trigger": {"type": "input_tokens", "value": 100},
+            "clear_at_least": {"type": "input_tokens", "value": 100_000}}
+    r = create(client, tool_turns(4), [edit])
+    assert r.context_management.applied_edits == [] and ac.CLEARED_RESULT not in prompt_of(engine)
+
+
+def test_streamed_message_delta_carries_the_applied_edits(client):
+    edit = {"type": ac.CLEAR_TOOL_USES, "trigger": {"type": "input_tokens", "value": 100}}
+    with client.beta.messages.stream(model=MODEL, max_tokens=64, messages=tool_turns(4), tools=[TOOL, GREP],
+                                     context_management={"edits": [edit]}, betas=BETA) as s:
+        final = s.get_final_message()
+    assert [(a.type, a.cleared_tool_uses) for a in final.context_management.applied_edits] == [
+        (ac.CLEAR_TOOL_USES, 1)]
+
+
+def test_count_tokens_reports_the_count_before(client):
+    edit = {"type": ac.CLEAR_TOOL_USES, "trigger": {"type": "input_tokens", "value": 100}}
+    r = client.beta.messages.count_tokens(model=MODEL, messages=tool_turns(4), tools=[TOOL, GREP],
+                                          context_management={"edits": [edit]}, betas=BETA)
+    plain = client.messages.count_tokens(model=MODEL, messages=tool_turns(4), tools=[TOOL, GREP])
+    assert r.context_management.original_input_tokens == plain.input_tokens > r.input_tokens
+
+
+def test_compaction_block_replayed(client, engine):
+    messages = [
+        {"role": "user", "content": "an old request"},
+        {"role": "assistant", "content": "an old answer"},
+        {"role": "user", "content": "more"},
+        {"role": "assistant", "content": [{"type": "compaction", "content": "THE SUMMARY"},
+                                          {"type": "text", "text": "after it"}]},
+        {"role": "user", "content": "next [[nothink]]"},
+    ]
+    r = client.beta.messages.create(model=MODEL, max_tokens=32, messages=messages, betas=["compact-2026-01-12"])
+    assert r.content[0].text == NO_THINK and r.context_management is None
+    prompt = prompt_of(engine)
+    assert "an old" not in prompt and "more" not in prompt
+    assert f"<|im_start|>user\n{SUMMARY_HEAD}THE SUMMARY<|im_end|>\n<|im_start|>assistant\n" in prompt
+    assert "after it" in prompt and prompt.index("THE SUMMARY") < prompt.index("after it") < prompt.index("next")
+
+
+def test_failed_compaction_block_is_a_no_op(client, engine):
+    messages = [{"role": "user", "content": "keep me"},
+                {"role": "assistant", "content": [{"type": "compaction", "content": None},
+                                                  {"type": "text", "text": "answer"}]},
+                {"role": "user", "content": "go [[nothink]]"}]
+    client.beta.messages.create(model=MODEL, max_tokens=32, messages=messages)
+    assert "keep me" in prompt_of(engine) and SUMMARY_HEAD not in prompt_of(engine)
+
+
+def test_compact_edit_is_accepted_not_applied(client, engine):
+    r = create(client, tool_turns(2), [{"type": ac.COMPACT, "trigger": {"type": "input_tokens", "value": 50_000}}])
+    assert r.context_management.applied_edits == [] and r.content[0].text == NO_THINK
+
+
+@pytest.mark.parametrize("cm, param", [
+    ({"edits": [{"type": "clear_everything"}]}, "context_management.edits.0.type"),
+    ({"edits": "x"}, "context_management"),
+    ({"edits": [{"type": ac.CLEAR_TOOL_USES, "keep": {"type": "tool_uses", "value": -1}}]},
+     "context_management.edits.0.keep"),
+    ({"edits": [{"type": ac.CLEAR_TOOL_USES, "exclude_tools": "read"}]}, "context_management.edits.0.exclude_tools"),
+    ({"edits": [{"type": ac.CLEAR_THINKING, "keep": {"type": "turns", "value": 1}}]},
+     "context_management.edits.0.keep"),
+])
+def test_bad_context_management_is_a_400(http, engine, cm, param):
+    n = len(engine.requests)
+    r = http.post("/v1/messages", json={"model": MODEL, "max_tokens": 8, "context_management": cm,
+                                        "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error", r.text
+    assert param in r.json()["error"]["message"] or r.json()["error"].get("param") == param
+    assert len(engine.requests) == n
+
+
+def test_clear_thinking_keeps_the_last_turns():
+    msgs = [Message(role="user", content="q")]
+    for i in range(3):
+        msgs.append(Message(role="assistant", content=[{"type": "thinking", "thinking": f"t{i}", "signature": "s"},
+                                                       {"type": "text", "text": f"a{i}"}]))
+        msgs.append(Message(role="user", content="q"))
+    out, n = ac.clear_thinking(msgs, 1)
+    assert n == 2 and [b["type"] for b in out[1].content] == ["text"] and out[5].content[0]["thinking"] == "t2"
+    assert ac.clear_thinking(msgs, None) == (msgs, 0)
+    assert ac.clear_thinking(msgs, 0)[1] == 3
