@@ -46,6 +46,14 @@ _LISTING = {"/v1/messages": ("Glob", "pattern", "*"), "/v1/responses": ("exec_co
             "/v1/chat/completions": ("glob", "pattern", "*")}  # Qwen Code's
 
 
+def _compaction(data: dict) -> bool:
+    """A Responses request asking for the conversation's compaction (Codex CLI's remote compaction): its input ends
+    in a compaction_trigger item. Left as it is: the server's --compaction-max-tokens keeps its summary short."""
+    items = data.get("input")
+    return isinstance(items, list) and bool(items) and isinstance(items[-1], dict) and items[-1].get(
+        "type") == "compaction_trigger"
+
+
 def _tool_results(route: str, data: dict) -> int:
     """How many tool results the conversation carries (Anthropic tool_result blocks, Responses outputs, chat
     messages of role tool)."""
@@ -149,7 +157,8 @@ def _shorten(path: str, body: bytes, round_trip: bool = False) -> tuple[bytes, s
         data = json.loads(body)
     except ValueError:
         return body, ""
-    if not isinstance(data, dict) or data.get("tool_choice") not in (None, "auto", {"type": "auto"}):
+    if not isinstance(data, dict) or data.get("tool_choice") not in (None, "auto", {"type": "auto"}) \
+            or _compaction(data):
         return body, ""
     search = {"/v1/responses": _ask_for_search, "/v1/messages": _ask_for_tool_search}.get(route)
     if round_trip and search is not None and (done := search(data)):
@@ -191,6 +200,7 @@ def _summary(path: str, body: bytes) -> dict:
     tools = data.get("tools")
     route = path.split("?")[0]
     return {"model": data.get("model"), "stream": bool(data.get("stream")), "tool_results": _tool_results(route, data),
+            "compaction": _compaction(data),
             "tools": len(tools) if isinstance(tools, list) else 0,
             "tool_names": [t.get("name") or (t.get("function") or {}).get("name") or t.get("type")
                            for t in tools if isinstance(t, dict)][:8] if isinstance(tools, list) else []}

@@ -66,7 +66,8 @@ echo "qwen:   $("$QWEN" --version 2>&1 | head -1)"
 # 2. the server (demo model) and the recording proxy
 say "starting hinfer serve on 127.0.0.1:$PORT (demo model), proxy on $PROXY_PORT"
 HINFER_CACHE="${HINFER_CACHE:-/tmp/hc-clients}" PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" \
-    "$PYTHON" -m hinfer serve --port "$PORT" --log-requests --served-model-name "$MODEL,$SEARCH_MODEL,$CLAUDE_ALIAS" >"$SERVER_LOG" 2>&1 &
+    "$PYTHON" -m hinfer serve --port "$PORT" --log-requests --served-model-name "$MODEL,$SEARCH_MODEL,$CLAUDE_ALIAS" \
+    --compaction-max-tokens 32 >"$SERVER_LOG" 2>&1 &
 SERVER_PID=$!
 "$PYTHON" "$REPO/scripts/agent_clients_proxy.py" "$PROXY_PORT" "$PORT" "$PROXY_LOG" --short-responses --tool-round-trip \
     >"$WORK/proxy.err" 2>&1 &
@@ -103,6 +104,7 @@ for p in proxied:
     names = f" {p['tool_names']}" if p.get("tool_names") else ""
     names += f" (proxy set {p['injected']})" if p.get("injected") else ""
     results = f" tool_results={p['tool_results']}" if p.get("tool_results") else ""
+    results += " compaction" if p.get("compaction") else ""
     print(f"  {p['method']} {p['path']} -> {p.get('status', p.get('error'))}{extra}{results}{names}")
     if p.get("response"):
         print(f"    response: {p['response'][:600]}")
@@ -123,7 +125,10 @@ answered = [p for p in generation if p.get("tool_results")]
 if not asked or not answered:
     reasons.append("no tool round trip (" + ("the listing tool was not offered" if not asked else
                                              "no request carried the tool's result back") + ")")
-if need and not any(str(p.get("injected", "")).startswith(f"tool_choice {need}") for p in generation):
+if need == "compaction":
+    if not any(p.get("compaction") and p.get("status") == 200 for p in generation):
+        reasons.append("no compaction request answered 200")
+elif need and not any(str(p.get("injected", "")).startswith(f"tool_choice {need}") for p in generation):
     reasons.append(f"no {need} call asked for")
 ok = not reasons
 why = (f"exit 0, {len(with_tools)}/{len(generation)} generation requests with tools, a tool round trip, all 200"
@@ -153,7 +158,7 @@ claude_turn() {  # claude_turn TAG MODEL PROMPT [claude args...]
 }
 codex_turn() {  # codex_turn TAG CODEX_HOME PROMPT
     mkdir -p "$WORK/$1-run"
-    (cd "$WORK/$1-run" && env CODEX_HOME="$2" HINFER_API_KEY=dummy RUST_LOG=error \
+    (cd "$WORK/$1-run" && env CODEX_HOME="$2" HINFER_API_KEY=dummy OPENAI_API_KEY=dummy RUST_LOG=error \
         timeout "$CLIENT_TIMEOUT" "$CODEX" exec --skip-git-repo-check "$3" </dev/null >"$WORK/$1.out" 2>"$WORK/$1.err")
 }
 qwen_turn() {  # qwen_turn TAG PROMPT: Qwen Code on OpenAI Chat Completions, its settings in a home of its own
@@ -220,6 +225,27 @@ printf '\n[mcp_servers.echo]\ncommand = "%s"\nargs = ["%s"]\n' "$(command -v "$P
     >>"$CS_HOME/config.toml"
 turn "Codex CLI $CODEX_VERSION as $SEARCH_MODEL, MCP tools behind tool_search" tool_search codex-search \
     codex_turn codex-search "$CS_HOME" "echo hi with the echo tool"
+
+# 3c'. Codex CLI on its built-in OpenAI provider pointed here (openai_base_url), as people set it with OPENAI_BASE_URL:
+# it compacts remotely (a compaction_trigger ending the input of /v1/responses; the server's --compaction-max-tokens
+# keeps the demo model's summary short), forced here by an auto-compaction limit of 2,000 tokens. It tries the
+# Responses WebSocket first and falls back to HTTPS after five refusals (405).
+say "Codex CLI on its OpenAI provider (openai_base_url): the turn, then a remote compaction"
+CO_HOME="$WORK/codex-openai-home"; mkdir -p "$CO_HOME"
+cat >"$CO_HOME/config.toml" <<EOF
+model = "$MODEL"
+openai_base_url = "$URL/v1"
+model_context_window = 65536
+model_auto_compact_token_limit = 2000
+approval_policy = "never"
+sandbox_mode = "workspace-write"
+check_for_update_on_startup = false
+
+[analytics]
+enabled = false
+EOF
+turn "Codex CLI $CODEX_VERSION on its OpenAI provider, remote compaction" compaction codex-openai \
+    codex_turn codex-openai "$CO_HOME" "list the files"
 
 # 3d. Qwen Code: OpenAI Chat Completions
 say "Qwen Code: qwen (yolo) in an empty folder"

@@ -9,13 +9,12 @@
   uses), replaces the results of all but the last `keep` tool uses (default 3; `exclude_tools` never) with a
   placeholder, and their inputs too with `clear_tool_inputs`, unless that frees fewer than `clear_at_least` tokens.
   Each edit that cleared something is reported (`applied_edits`, with the input tokens it freed: the prompt
-  rendered before and after). `compact_20260112` is accepted and not applied here (logged once): the request runs
-  on its whole conversation.
+  rendered before and after). `compact_20260112`: once the prompt passes its trigger (default 150,000 input
+  tokens) the request is compacted first (anthropic_compact.py); it is not an applied edit in Anthropic's report.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,8 +23,6 @@ from hinfer.server.compaction import SUMMARY_HEAD
 from hinfer.server.errors import APIError, bad_request
 from hinfer.server.schemas_anthropic import Message
 
-log = logging.getLogger(__name__)
-
 CLEAR_TOOL_USES = "clear_tool_uses_20250919"
 CLEAR_THINKING = "clear_thinking_20251015"
 COMPACT = "compact_20260112"
@@ -33,6 +30,7 @@ CLEARED_RESULT = "[This tool result was cleared to save context.]"
 DEFAULT_TRIGGER_TOKENS = 100_000
 DEFAULT_KEEP_TOOL_USES = 3
 DEFAULT_KEEP_THINKING_TURNS = 1
+DEFAULT_COMPACT_TOKENS = 150_000
 
 Blocks = list[dict[str, Any]]
 
@@ -104,6 +102,12 @@ def parse_edits(raw: Any) -> list[dict[str, Any]]:
                 raise _bad(f"{p}.clear_tool_inputs", "expected a boolean or a list of tool names")
         elif e["type"] == CLEAR_THINKING:
             _thinking_keep(e.get("keep"), f"{p}.keep")
+        else:
+            _amount(e.get("trigger"), ("input_tokens",), DEFAULT_COMPACT_TOKENS, f"{p}.trigger")
+            if not isinstance(e.get("pause_after_compaction", False), bool):
+                raise _bad(f"{p}.pause_after_compaction", "expected a boolean")
+            if e.get("instructions") is not None and not isinstance(e["instructions"], str):
+                raise _bad(f"{p}.instructions", "expected a string")
     return edits
 
 
@@ -169,6 +173,7 @@ class Managed:
     messages: list[Message]
     original_tokens: int | None = None
     applied: list[dict[str, Any]] | None = field(default=None)
+    compact: dict[str, Any] | None = None  # the compaction edit the prompt triggered: summarize first
 
 
 async def manage(messages: list[Message], raw: Any, count: Callable[[list[Message]], Awaitable[int]]) -> Managed:
@@ -181,7 +186,9 @@ async def manage(messages: list[Message], raw: Any, count: Callable[[list[Messag
     managed = Managed(messages, tokens, [])
     for e in parse_edits(raw):
         if e["type"] == COMPACT:
-            _compaction_not_applied()
+            _, limit = _amount(e.get("trigger"), ("input_tokens",), DEFAULT_COMPACT_TOKENS, "")
+            if tokens > limit and managed.compact is None:
+                managed.compact = e
             continue
         if e["type"] == CLEAR_THINKING:
             new, n = clear_thinking(messages, _thinking_keep(e.get("keep"), ""))
@@ -204,15 +211,3 @@ async def manage(messages: list[Message], raw: Any, count: Callable[[list[Messag
         messages, tokens = new, after
     managed.messages = messages
     return managed
-
-
-_warned_compact = False
-
-
-def _compaction_not_applied() -> None:
-    global _warned_compact
-    if not _warned_compact:
-        _warned_compact = True
-        log.warning("context_management edit %r is accepted but not applied: requests run on their whole "
-                    "conversation (a prompt past the context is refused as too long, and the client compacts)",
-                    COMPACT)

@@ -31,12 +31,15 @@ class MessageBuilder:
                                    max_calls=max_calls, trim_strings=trim_strings)
         self.stop_sequences = stop_sequences
         self.context_management: dict[str, Any] | None = None  # {"applied_edits": ...} when the request asked
+        self.lead: list[dict[str, Any]] = []  # events of blocks before the generated ones (a compaction block)
+        self.iterations: list[dict[str, Any]] | None = None  # usage of the iterations before this one (compaction)
         self._open: str | None = None  # type of the open block
         self._index = -1
 
     def start_events(self) -> list[dict[str, Any]]:
+        self._index = sum(e["type"] == "content_block_start" for e in self.lead) - 1
         return [{"type": "message_start", "message": self._message([], None, None, output_tokens=0)},
-                {"type": "ping"}]
+                {"type": "ping"}, *self.lead]
 
     def feed(self, ev: TokenEvent) -> list[dict[str, Any]]:
         return self._events(self.parser.feed(ev.text))
@@ -53,11 +56,17 @@ class MessageBuilder:
         out.append({"type": "message_stop"})
         return out
 
-    def final_usage(self) -> dict[str, int]:
+    def final_usage(self) -> dict[str, Any]:
         """Anthropic counts cache reads apart: input_tokens is the part of the prompt that was computed."""
         cached = self.run.cached_tokens
-        return {"input_tokens": self.run.prompt_tokens - cached, "output_tokens": self.run.output_tokens,
-                "cache_read_input_tokens": cached} | spec_usage([self.run])
+        usage = {"input_tokens": self.run.prompt_tokens - cached, "output_tokens": self.run.output_tokens,
+                 "cache_read_input_tokens": cached} | spec_usage([self.run])
+        if self.iterations is not None:
+            usage["iterations"] = [*self.iterations, {"type": "message", "input_tokens": usage["input_tokens"],
+                                                      "output_tokens": usage["output_tokens"],
+                                                      "cache_read_input_tokens": cached,
+                                                      "cache_creation_input_tokens": 0}]
+        return usage
 
     def stop_reason(self) -> tuple[str, str | None]:
         final = self.run.final
@@ -116,7 +125,7 @@ class MessageBuilder:
                 "usage": {"input_tokens": self.run.prompt_tokens, "output_tokens": output_tokens}}
 
 
-def fold(builder: MessageBuilder, events: list[dict[str, Any]]) -> dict[str, Any]:
+def fold(events: list[dict[str, Any]]) -> dict[str, Any]:
     """Stream events -> the non-streaming Message."""
     blocks: list[dict[str, Any]] = []
     json_text: dict[int, str] = {}
@@ -133,6 +142,8 @@ def fold(builder: MessageBuilder, events: list[dict[str, Any]]) -> dict[str, Any
                 b["text"] += d["text"]
             elif d["type"] == "thinking_delta":
                 b["thinking"] += d["thinking"]
+            elif d["type"] == "compaction_delta":
+                b["content"] = d["content"]
             elif d["type"] == "signature_delta":
                 b["signature"] = d["signature"]
             elif d["type"] == "input_json_delta":

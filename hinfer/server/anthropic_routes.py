@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.background import BackgroundTask
 
 from hinfer.server import sse
+from hinfer.server.anthropic_compact import block_events, paused_events, summarize
 from hinfer.server.anthropic_context import Managed, manage
 from hinfer.server.anthropic_convert import chat_prompt, sampling_params
 from hinfer.server.anthropic_responses import MessageBuilder, fold
@@ -33,6 +35,17 @@ async def messages(body: MessagesRequest, request: Request):
     st = get_state(request)
     st.check_model(body.model)
     prompt, budget, ids, managed = await _managed_prompt(st, body)
+    compacted = None
+    if managed.compact is not None:  # summarize first, then answer from the summary (anthropic_compact.py)
+        compacted = await summarize(st, body, managed.messages, managed.compact, request)
+        if managed.compact.get("pause_after_compaction"):
+            events = paused_events(compacted, body.model, {"applied_edits": managed.applied})
+            if body.stream:
+                return StreamingResponse(_replay(events), media_type="text/event-stream", headers=sse.STREAM_HEADERS)
+            return JSONResponse(fold(events))
+        prompt, budget = chat_prompt(body.model_copy(update={"messages": compacted.messages()}),
+                                     st.preserve_thinking_default, reads_images(st))
+        ids = await render_prompt_off_loop(st.tokenizer, prompt, st.prompt_guard)
     schema = anthropic_output_format(body.output_config)
     ids, images = await with_images(st, prompt, ids)  # each image's tokens counted in the prompt's usage
     max_tokens = plan_max_tokens(len(ids), body.max_tokens, st.engine.max_context)
@@ -47,6 +60,8 @@ async def messages(body: MessagesRequest, request: Request):
                        stop_sequences=sp.stop, max_calls=prompt.max_calls, trim_strings=calls_under_grammar(sp.structured))
     if managed.applied is not None:
         b.context_management = {"applied_edits": managed.applied}
+    if compacted is not None:
+        b.lead, b.iterations = block_events(compacted, 0), [compacted.usage]
     await run.start()
     if body.stream:
         run.unwatch()
@@ -55,7 +70,12 @@ async def messages(body: MessagesRequest, request: Request):
     events = b.start_events()
     await run_to_end(run, lambda ev: events.extend(b.feed(ev)))
     events.extend(b.finish_events())
-    return JSONResponse(fold(b, events))
+    return JSONResponse(fold(events))
+
+
+async def _replay(events: list[dict[str, Any]]) -> AsyncIterator[bytes]:
+    for e in events:
+        yield sse.event(e["type"], e)
 
 
 async def _stream(run: EngineRun, b: MessageBuilder) -> AsyncIterator[bytes]:

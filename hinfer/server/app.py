@@ -52,6 +52,7 @@ def create_app(
     model_aliases: tuple[str, ...] | list[str] = (),
     allow_special_tokens: bool = False,
     tool_call_grammar: bool = False,
+    compaction_max_tokens: int = 4096,
     max_body_bytes: int | None = None,
     log_requests: bool = False,
     webui: bool = True,
@@ -61,6 +62,7 @@ def create_app(
     model_aliases: further names requests may use for the model (e.g. what an agent is configured to ask for).
     allow_special_tokens: special-token text in client strings becomes control tokens (see prompt_guard.py).
     tool_call_grammar: with tool_choice auto, every tool call the model starts is held to a valid call.
+    compaction_max_tokens: the budget of a compaction summary when the request sets none (compaction.py).
     max_body_bytes: larger request bodies are answered 413 (None: no limit).
     log_requests: log one line per request with its status (errors are always logged).
     webui: serve the web chat at / (docs/webui.md); its files need no key.
@@ -68,7 +70,8 @@ def create_app(
     state = ServerState(engine=engine, tokenizer=tokenizer, model_name=model_name,
                         model_aliases=tuple(a for a in model_aliases if a != model_name),
                         preserve_thinking_default=preserve_thinking_default, metrics=Metrics(),
-                        allow_special_tokens=allow_special_tokens, tool_call_grammar=tool_call_grammar)
+                        allow_special_tokens=allow_special_tokens, tool_call_grammar=tool_call_grammar,
+                        compaction_max_tokens=compaction_max_tokens)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

@@ -20,7 +20,6 @@ log = logging.getLogger(__name__)
 
 TRIGGER = "compaction_trigger"
 ITEM_TYPES = ("compaction", "compaction_summary")
-MAX_TOKENS = 4096  # a summary's budget when the request sets no max_output_tokens (the rest of the context otherwise)
 SUMMARY = Opaque("hinfer-compaction:")  # a compaction item's encrypted_content
 
 PROMPT = (
@@ -34,6 +33,13 @@ PROMPT = (
 SUMMARY_HEAD = "An earlier part of this conversation was compacted. Its summary:\n\n"
 UNREADABLE = ("[An earlier part of this conversation was compacted by another server; its summary is encrypted "
               "for that server and cannot be read here.]")
+
+
+def cut_note(summary: str, tokens: int) -> str:
+    """A summary the budget cut: still a compaction (a client treats a cut one as a failure and goes on with the
+    whole conversation), saying it was cut."""
+    log.warning("a compaction summary reached its budget of %d tokens (--compaction-max-tokens) and was cut", tokens)
+    return f"{summary}\n\n[This summary was cut at {tokens} tokens.]"
 
 
 def item(summary: str) -> dict[str, Any]:

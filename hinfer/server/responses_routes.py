@@ -109,7 +109,7 @@ async def _started_run(st: ServerState, body: ResponsesRequest, items: list[dict
     max_tokens = plan_max_tokens(len(ids), body.max_output_tokens, st.engine.max_context, "max_output_tokens",
                                  prompt_param="input")
     if compacting and body.max_output_tokens is None:
-        max_tokens = min(max_tokens, compaction.MAX_TOKENS)
+        max_tokens = min(max_tokens, st.compaction_max_tokens)
     sp = sampling_params(body, max_tokens, st.engine.sampling_defaults)
     if budget is not None and prompt.enable_thinking and st.tokenizer.think_end_id is not None:
         sp.thinking_budget = budget

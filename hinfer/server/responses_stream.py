@@ -211,9 +211,11 @@ class CompactionBuilder(ResponseBuilder):
         return []
 
     def finish_events(self) -> list[Event]:
-        final = self.run.final
-        self.status = "incomplete" if final is not None and final.finish_reason == "length" else "completed"
-        it = compaction.item(self.summary.strip())
+        final, summary = self.run.final, self.summary.strip()
+        if final is not None and final.finish_reason == "length":  # cut, but a compaction all the same
+            summary = compaction.cut_note(summary, self.run.output_tokens)
+        self.status = "completed"
+        it = compaction.item(summary)
         self.output.append(it)
         return [self._event("response.output_item.added", output_index=0, item=dict(it)),
                 self._event("response.output_item.done", output_index=0, item=dict(it)),

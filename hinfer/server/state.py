@@ -44,6 +44,7 @@ class ServerState:
     allow_special_tokens: bool = False
     # True: tool_choice auto answers are held to valid tool calls by a grammar (--tool-call-grammar)
     tool_call_grammar: bool = False
+    compaction_max_tokens: int = 4096  # a compaction summary's budget when the request sets none
     _token_text: dict[int, str] = field(default_factory=dict)
     _guard: PromptGuard | None = None
 

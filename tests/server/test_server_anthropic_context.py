@@ -4,6 +4,8 @@ compaction blocks replayed, token counts before and after."""
 
 from __future__ import annotations
 
+import json
+
 import anthropic
 import httpx
 import pytest
@@ -11,6 +13,7 @@ from server_live import MODEL
 from server_scripts import NO_THINK
 
 from hinfer.server import anthropic_context as ac
+from hinfer.server import compaction
 from hinfer.server.compaction import SUMMARY_HEAD
 from hinfer.server.schemas_anthropic import Message
 
@@ -136,9 +139,64 @@ def test_failed_compaction_block_is_a_no_op(client, engine):
     assert "keep me" in prompt_of(engine) and SUMMARY_HEAD not in prompt_of(engine)
 
 
-def test_compact_edit_is_accepted_not_applied(client, engine):
-    r = create(client, tool_turns(2), [{"type": ac.COMPACT, "trigger": {"type": "input_tokens", "value": 50_000}}])
+def test_compact_edit_under_its_trigger_changes_nothing(client, engine):
+    n = len(engine.requests)
+    r = create(client, tool_turns(2), [{"type": ac.COMPACT}])  # default trigger: 150,000 tokens
     assert r.context_management.applied_edits == [] and r.content[0].text == NO_THINK
+    assert len(engine.requests) == n + 1 and r.usage.iterations is None
+
+
+COMPACT = {"type": ac.COMPACT, "trigger": {"type": "input_tokens", "value": 100}, "instructions": "[[nothink]]"}
+
+
+def test_compaction_summarizes_then_answers_from_the_summary(client, engine):
+    n = len(engine.requests)
+    r = create(client, tool_turns(3), [COMPACT])
+    assert len(engine.requests) == n + 2  # the summary, then the answer
+    summary_prompt = engine.tokenizer.decode(engine.requests[-2].prompt_token_ids, skip_special_tokens=False)
+    assert "contents of file 2" in summary_prompt and "<tools>" not in summary_prompt
+    assert summary_prompt.endswith(compaction.PROMPT + "\n\n[[nothink]]<|im_end|>\n<|im_start|>assistant\n"
+                                   "<think>\n\n</think>\n\n")
+    assert r.content[0].type == "compaction" and r.content[0].content == NO_THINK
+    assert [b.type for b in r.content[1:]] and all(b.type != "compaction" for b in r.content[1:])
+    answer_prompt = prompt_of(engine)
+    assert f"<|im_start|>user\n{SUMMARY_HEAD}{NO_THINK}<|im_end|>" in answer_prompt
+    assert "contents of file" not in answer_prompt and "<tools>" in answer_prompt  # the tools are back
+    comp, msg = r.usage.iterations
+    assert comp.type == "compaction" and msg.type == "message" and comp.output_tokens > 0
+    assert r.usage.input_tokens + r.usage.cache_read_input_tokens == len(engine.requests[-1].prompt_token_ids)
+    # the next request replays the block: the same context as the answer had, then the new turn
+    nxt = [*tool_turns(3), {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in r.content]},
+           {"role": "user", "content": "and then? [[nothink]]"}]
+    client.beta.messages.create(model=MODEL, max_tokens=16, messages=nxt, tools=[TOOL, GREP], betas=BETA)
+    assert prompt_of(engine).startswith(answer_prompt.removesuffix("<|im_start|>assistant\n<think>\n\n</think>\n\n"))
+
+
+def test_compaction_streamed(client, engine):
+    with client.beta.messages.stream(model=MODEL, max_tokens=64, messages=tool_turns(3), tools=[TOOL, GREP],
+                                     context_management={"edits": [COMPACT]}, betas=BETA) as s:
+        final = s.get_final_message()
+    assert final.content[0].type == "compaction" and final.content[0].content == NO_THINK
+    assert len(final.content) > 1 and final.usage.iterations[0].type == "compaction"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_compaction_paused(http, engine, stream):
+    n = len(engine.requests)
+    body = {"model": MODEL, "max_tokens": 64, "messages": tool_turns(3), "tools": [TOOL, GREP], "stream": stream,
+            "context_management": {"edits": [{**COMPACT, "pause_after_compaction": True}]}}
+    r = http.post("/v1/messages", json=body)
+    assert r.status_code == 200 and len(engine.requests) == n + 1  # the summary only
+    if stream:
+        events = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
+        assert [e["type"] for e in events] == ["message_start", "content_block_start", "content_block_delta",
+                                               "content_block_stop", "message_delta", "message_stop"]
+        assert events[2]["delta"] == {"type": "compaction_delta", "content": NO_THINK}
+        assert events[4]["delta"]["stop_reason"] == "compaction"
+    else:
+        m = r.json()
+        assert m["content"] == [{"type": "compaction", "content": NO_THINK}] and m["stop_reason"] == "compaction"
+        assert m["usage"]["iterations"][0]["type"] == "compaction" and m["context_management"] == {"applied_edits": []}
 
 
 @pytest.mark.parametrize("cm, param", [
@@ -149,6 +207,10 @@ def test_compact_edit_is_accepted_not_applied(client, engine):
     ({"edits": [{"type": ac.CLEAR_TOOL_USES, "exclude_tools": "read"}]}, "context_management.edits.0.exclude_tools"),
     ({"edits": [{"type": ac.CLEAR_THINKING, "keep": {"type": "turns", "value": 1}}]},
      "context_management.edits.0.keep"),
+    ({"edits": [{"type": ac.COMPACT, "pause_after_compaction": "yes"}]},
+     "context_management.edits.0.pause_after_compaction"),
+    ({"edits": [{"type": ac.COMPACT, "trigger": {"type": "tool_uses", "value": 3}}]},
+     "context_management.edits.0.trigger"),
 ])
 def test_bad_context_management_is_a_400(http, engine, cm, param):
     n = len(engine.requests)

@@ -64,7 +64,7 @@ def test_trigger_streams_exactly_one_compaction_item(http, engine):
     prompt = prompt_of(engine)
     assert "18 C, light rain" in prompt and "<tools>" not in prompt
     assert prompt.endswith(compaction.PROMPT + "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")
-    assert engine.requests[-1].sampling.max_tokens <= compaction.MAX_TOKENS
+    assert engine.requests[-1].sampling.max_tokens <= 4096  # --compaction-max-tokens' default
     assert final["usage"]["input_tokens"] == len(engine.requests[-1].prompt_token_ids)
     assert final["usage"]["output_tokens"] > 0
 
@@ -155,3 +155,10 @@ def test_trigger_in_a_conversation_keeps_the_compaction_not_the_trigger(client, 
     assert [i.type for i in items][-2:] == ["message", "compaction"] and len(items) == len(HISTORY) + 1
     after = client.responses.create(model=MODEL, conversation=conv.id, input="go on [[nothink]]")
     assert after.status == "completed" and compaction.SUMMARY_HEAD + NO_THINK in prompt_of(engine)
+
+
+def test_a_cut_summary_is_still_a_completed_compaction(client, engine):
+    r = client.responses.create(model=MODEL, input=[*HISTORY, TRIGGER], max_output_tokens=3, store=False)
+    assert r.status == "completed" and [i.type for i in r.output] == ["compaction"]
+    summary = compaction.SUMMARY.decode(r.output[0].encrypted_content)
+    assert summary.endswith("[This summary was cut at 3 tokens.]") and engine.requests[-1].sampling.max_tokens == 3

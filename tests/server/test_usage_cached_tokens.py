@@ -32,7 +32,7 @@ def test_anthropic_usage_reports_cache_reads():
     events = b.start_events() + b.finish_events()
     delta = next(e for e in events if e["type"] == "message_delta")
     assert delta["usage"] == {"input_tokens": 36, "output_tokens": 5, "cache_read_input_tokens": 64}
-    assert fold(b, events)["usage"] == delta["usage"]
+    assert fold(events)["usage"] == delta["usage"]
 
 
 def test_admin_route_clears_the_prefix_cache(tokenizer):

@@ -75,6 +75,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="keep the reasoning of earlier assistant turns in the prompt (the template's "
                         "preserve_thinking); by default only the current turn's reasoning is kept. A request "
                         "can override it with chat_template_kwargs.preserve_thinking")
+    p.add_argument("--compaction-max-tokens", type=int, default=4096, metavar="N",
+                   help="tokens a compaction summary may take when the request sets no limit (Codex CLI's remote "
+                        "compaction, /v1/responses/compact, Anthropic's compact edit; docs/api.md#compaction)")
     p.add_argument("--allow-special-tokens-in-content", action="store_true",
                    help="let special-token text in client strings (message content, system prompts, tool results, "
                         "tool names and arguments) become control tokens such as <|im_start|>, as plain template "
@@ -155,7 +158,7 @@ def _serve(args: argparse.Namespace, sock: socket.socket) -> int:
     app = create_app(engine, tokenizer, model_name=model_name, model_aliases=names[1:], api_key=api_key,
                      cors=_split(args.cors) or None, preserve_thinking_default=args.preserve_thinking,
                      allow_special_tokens=args.allow_special_tokens_in_content, max_body_bytes=args.max_body_bytes,
-                     tool_call_grammar=args.tool_call_grammar,
+                     tool_call_grammar=args.tool_call_grammar, compaction_max_tokens=args.compaction_max_tokens,
                      log_requests=args.log_requests, webui=not args.no_webui)
     port = sock.getsockname()[1]
 
