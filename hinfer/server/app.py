@@ -22,6 +22,7 @@ from hinfer.server import (
     openai_batch_routes,
     openai_routes,
     responses_routes,
+    responses_socket,
     tokenize_routes,
     webui_routes,
 )
@@ -88,6 +89,7 @@ def create_app(
     app.state.hinfer = state
     app.include_router(openai_routes.router)
     app.include_router(responses_routes.router)
+    app.include_router(responses_socket.router)
     app.include_router(conversations_routes.router)
     app.include_router(anthropic_routes.router)
     app.include_router(anthropic_batch_routes.router)

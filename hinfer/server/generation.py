@@ -17,6 +17,7 @@ from typing import Any
 
 import anyio
 from fastapi import Request
+from starlette.requests import HTTPConnection
 
 from hinfer.engine.protocol import (
     EngineBrokenError,
@@ -61,7 +62,7 @@ def engine_error(e: BaseException) -> APIError:
 
 class EngineRun:
     def __init__(self, st: ServerState, request_id: str, prompt_ids: list[int], sampling: SamplingParams,
-                 http: Request, images: list | None = None):
+                 http: HTTPConnection, images: list | None = None):
         self.st = st
         self.images = images or []  # ImageInputs, one per image pad run in prompt_ids
         self.request_id = request_id
@@ -125,7 +126,7 @@ class EngineRun:
             log.debug("engine.abort failed", exc_info=True)
 
     def watch(self) -> None:
-        if self._watcher is None:
+        if self._watcher is None and isinstance(self.http, Request):  # a WebSocket: a failed send says it closed
             self._watcher = asyncio.create_task(self._watch_disconnect())
 
     def unwatch(self) -> None:

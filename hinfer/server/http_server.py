@@ -61,6 +61,7 @@ class _DeadlineH11Protocol(H11Protocol):
         self._deadline: asyncio.TimerHandle | None = None
         self._phase: str | None = None
         self._reading = True  # a fresh connection owes us a request; an idle keep-alive one does not (yet)
+        self._upgraded = False
         super().connection_made(transport)
         if self.max_connections is not None and len(self.connections) > self.max_connections:
             self.app = _over_capacity  # (uvicorn's own limit_concurrency answers in plain text)
@@ -83,12 +84,21 @@ class _DeadlineH11Protocol(H11Protocol):
         self._cancel()
         super().connection_lost(exc)
 
+    def handle_websocket_upgrade(self, event: Any) -> None:
+        """The connection becomes a WebSocket's (its own protocol object from here on): no read deadline any more
+        (a socket waits for its client's next message as long as it likes)."""
+        self._upgraded = True
+        self._cancel()
+        super().handle_websocket_upgrade(event)
+
     def _cancel(self) -> None:
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
 
     def _rearm(self) -> None:
+        if self._upgraded:
+            return
         cycle = self.cycle
         if cycle is None or cycle.response_complete:
             phase: str | None = "headers" if self._reading else None

@@ -71,7 +71,7 @@ class RequestContextMiddleware:
         self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
@@ -79,6 +79,9 @@ class RequestContextMiddleware:
         rid = given if given and _GOOD_ID.match(given) else f"req-{uuid.uuid4().hex}"
         state = scope.setdefault("state", {})
         state["request_id"] = rid
+        if scope["type"] == "websocket":
+            await self._socket(scope, receive, send, headers, rid)
+            return
         path: str = scope.get("path", "")
         method: str = scope.get("method", "")
         endpoint = next((p for p in _COUNTED if path == p or path.startswith(p + "/")), "other")
@@ -130,6 +133,29 @@ class RequestContextMiddleware:
             err = APIError(500, "internal server error (logged on the server with this request's x-request-id "
                                 f"{rid})", code="internal_error")
             await _answer(err, scope, receive, send_with_id)
+
+
+    async def _socket(self, scope: Scope, receive: Receive, send: Send, headers: Headers, rid: str) -> None:
+        """A WebSocket handshake: the key and the drain checked as for a request (a refusal closes the handshake,
+        which the client sees as a 403), then the route."""
+        path = scope.get("path", "")
+        refusal = None
+        if self.api_key and path not in self.open_paths and not authorized(headers, self.api_key):
+            refusal = "invalid or missing API key"
+        elif self.drain is not None and self.drain.draining:
+            refusal = "the server is shutting down"
+        if refusal is not None:
+            log.info("WEBSOCKET %s refused (x-request-id %s): %s", path, rid, refusal)
+            await send({"type": "websocket.close", "code": 1008, "reason": refusal})
+            return
+        if self.log_requests:
+            log.info("WEBSOCKET %s opened (x-request-id %s)", path, rid)
+        try:
+            await self.app(scope, receive, send)
+        except Exception:
+            log.exception("WEBSOCKET %s failed (x-request-id %s)", path, rid)
+        if self.log_requests:
+            log.info("WEBSOCKET %s closed (x-request-id %s)", path, rid)
 
 
 async def _answer(err: APIError, scope: Scope, receive: Receive, send: Send) -> None:

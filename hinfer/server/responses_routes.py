@@ -24,6 +24,7 @@ from hinfer.server.openapi_responses import OPENAI_ERRORS, STREAMED
 from hinfer.server.prompt import plan_max_tokens, render_prompt_off_loop
 from hinfer.server.responses_background import EventLog
 from hinfer.server.responses_convert import chat_prompt, input_items, sampling_params
+from hinfer.server.responses_store import StoredResponse
 from hinfer.server.responses_stream import CompactionBuilder, ResponseBuilder
 from hinfer.server.schemas_responses import CompactRequest, InputTokensRequest, ResponsesRequest
 from hinfer.server.state import ServerState, get_state
@@ -46,9 +47,10 @@ def conversation_id(body: InputTokensRequest) -> str | None:
     return conv
 
 
-def _history(st: ServerState, body: InputTokensRequest) -> list[dict[str, Any]]:
-    """The whole conversation as input items: the stored one `previous_response_id` continues, or the
-    conversation's items, then `input`."""
+def history(st: ServerState, body: InputTokensRequest, local: StoredResponse | None = None) -> list[dict[str, Any]]:
+    """The whole conversation as input items: the stored one `previous_response_id` continues (`local`: a
+    WebSocket's last response, kept on its connection whatever its `store`), or the conversation's items, then
+    `input`."""
     items = input_items(body.input)
     if (conv_id := conversation_id(body)) is not None:
         conv = conversation_or_404(st.conversations, conv_id, param="conversation")
@@ -58,7 +60,8 @@ def _history(st: ServerState, body: InputTokensRequest) -> list[dict[str, Any]]:
         if not items:
             raise bad_request("input is empty", param="input")
         return items
-    prev = st.responses.get(body.previous_response_id)
+    prev = local if local is not None and local.response["id"] == body.previous_response_id else \
+        st.responses.get(body.previous_response_id)
     if prev is None:
         raise bad_request(f"Previous response with id '{body.previous_response_id}' not found (responses are "
                           "kept in memory, for a bounded number of them, and only with store: true)",
@@ -76,8 +79,8 @@ async def create_response(body: ResponsesRequest, request: Request):
     if body.background and not body.store:
         raise bad_request("background responses are kept to be read later: they need store: true",
                           param="background")
-    items, compacting = compaction.split_trigger(_history(st, body))
-    run, b = await _started_run(st, body, items, request, compacting)
+    items, compacting = compaction.split_trigger(history(st, body))
+    run, b = await started_run(st, body, items, request, compacting)
     if body.background:  # from here on without the client: the response is read with GET, or cancelled
         run.unwatch()
         resp = b.response()
@@ -94,11 +97,11 @@ async def create_response(body: ResponsesRequest, request: Request):
     await run_to_end(run, b.feed)
     b.finish_events()
     resp = b.response()
-    _remember(st, body, items, resp)
+    remember(st, body, items, resp)
     return JSONResponse(resp)
 
 
-async def _started_run(st: ServerState, body: ResponsesRequest, items: list[dict[str, Any]], request: Request,
+async def started_run(st: ServerState, body: ResponsesRequest, items: list[dict[str, Any]], request: Request,
                        compacting: bool) -> tuple[EngineRun, ResponseBuilder]:  # fmt: skip
     """The request's prompt rendered and its generation started; `compacting`: the conversation's summary,
     answered as one compaction item (compaction.py)."""
@@ -133,15 +136,15 @@ async def compact_conversation(body: CompactRequest, request: Request):
         if getattr(body, field):
             raise bad_request(f"{field} is not taken by /v1/responses/compact: it answers when the summary is done",
                               param=field)
-    items, _ = compaction.split_trigger(_history(st, body))
-    run, b = await _started_run(st, body, items, request, compacting=True)
+    items, _ = compaction.split_trigger(history(st, body))
+    run, b = await started_run(st, body, items, request, compacting=True)
     await run_to_end(run, b.feed)
     b.finish_events()
     return {"id": b.id, "object": "response.compaction", "created_at": b.created_at,
             "output": [*compaction.kept_user_messages(items), *b.output], "usage": b.usage()}
 
 
-def _remember(st: ServerState, body: ResponsesRequest, items: list[dict[str, Any]], resp: dict[str, Any]) -> None:
+def remember(st: ServerState, body: ResponsesRequest, items: list[dict[str, Any]], resp: dict[str, Any]) -> None:
     """A finished response: stored (`store`), and its input and output added to its conversation, if any."""
     if body.store:
         st.responses.put(resp, items)
@@ -158,7 +161,7 @@ async def _stream(st: ServerState, run: EngineRun, b: ResponseBuilder,
             for e in b.feed(ev):
                 yield sse.event(e["type"], e)
         events = b.finish_events()
-        _remember(st, b.body, items, b.response())  # before the last event: a client may chain at once
+        remember(st, b.body, items, b.response())  # before the last event: a client may chain at once
         for e in events:
             yield sse.event(e["type"], e)
     except Exception as exc:
@@ -179,7 +182,7 @@ async def _in_background(st: ServerState, run: EngineRun, b: ResponseBuilder, it
         record(b.start_events())
         await run_to_end(run, lambda ev: record(b.feed(ev)))
         final = b.finish_events()
-        _remember(st, b.body, items, b.response())  # before the last event: a client may chain at once
+        remember(st, b.body, items, b.response())  # before the last event: a client may chain at once
         record(final)
     except asyncio.CancelledError:
         await run.close()
@@ -211,7 +214,7 @@ async def count_input_tokens(body: InputTokensRequest, request: Request):
     st = get_state(request)
     if body.model is not None:
         st.check_model(body.model)
-    items, compacting = compaction.split_trigger(_history(st, body))
+    items, compacting = compaction.split_trigger(history(st, body))
     prompt, _, _ = chat_prompt(body, items, st.preserve_thinking_default, compacting)
     ids = await render_prompt_off_loop(st.tokenizer, prompt, st.prompt_guard)
     ids, _ = await with_images(st, prompt, ids, param="input")

@@ -4,6 +4,7 @@ startup errors found before the model loads; slow headers and bodies are cut off
 from __future__ import annotations
 
 import http.client
+import json
 import shutil
 import socket
 import subprocess
@@ -15,6 +16,7 @@ from urllib.parse import urlparse
 import httpx
 import pytest
 from server_proc import serve_process
+from websockets.sync.client import connect as ws_connect
 
 from hinfer.fixtures import config_dir
 from hinfer.tokenizer import fixture_tokenizer_dir
@@ -103,6 +105,11 @@ def test_slow_headers_and_bodies_are_cut_off_and_connections_are_capped(demo_cac
             assert conn.getresponse().status == 200 and conn.sock is sock
         finally:
             conn.close()
+        # A WebSocket is not a slow request either: an upgraded connection has no read deadline.
+        with ws_connect(sp.url.replace("http://", "ws://") + "/v1/responses") as ws:
+            time.sleep(2.5)
+            ws.send(json.dumps({"type": "response.create", "model": "demo", "generate": False, "input": "hi"}))
+            assert json.loads(ws.recv(timeout=30))["type"] == "response.created"
         # Three idle connections reach the cap of 3: a fourth gets a JSON 503 in its dialect, with Retry-After.
         idle = [socket.create_connection(addr) for _ in range(3)]
         try:
