@@ -54,6 +54,13 @@ def _compaction(data: dict) -> bool:
         "type") == "compaction_trigger"
 
 
+def _compacted(data: dict) -> bool:
+    """A conversation compacted already (a compaction item in its input): its tool round trip is behind it, so it
+    gets the short answer, not another call (each call would grow it past the client's compaction limit again)."""
+    items = data.get("input")
+    return isinstance(items, list) and any(isinstance(i, dict) and i.get("type") == "compaction" for i in items)
+
+
 def _tool_results(route: str, data: dict) -> int:
     """How many tool results the conversation carries (Anthropic tool_result blocks, Responses outputs, chat
     messages of role tool)."""
@@ -163,7 +170,8 @@ def _shorten(path: str, body: bytes, round_trip: bool = False) -> tuple[bytes, s
     search = {"/v1/responses": _ask_for_search, "/v1/messages": _ask_for_tool_search}.get(route)
     if round_trip and search is not None and (done := search(data)):
         return json.dumps(data).encode(), done
-    if round_trip and not _tool_results(route, data) and (done := _ask_for_call(route, data)):
+    if round_trip and not _tool_results(route, data) and not _compacted(data) and (
+            done := _ask_for_call(route, data)):
         return json.dumps(data).encode(), done
     if route == "/v1/chat/completions":
         if data.get("response_format"):

@@ -232,18 +232,8 @@ turn "Codex CLI $CODEX_VERSION as $SEARCH_MODEL, MCP tools behind tool_search" t
 # Responses WebSocket first and falls back to HTTPS after five refusals (405).
 say "Codex CLI on its OpenAI provider (openai_base_url): the turn, then a remote compaction"
 CO_HOME="$WORK/codex-openai-home"; mkdir -p "$CO_HOME"
-cat >"$CO_HOME/config.toml" <<EOF
-model = "$MODEL"
-openai_base_url = "$URL/v1"
-model_context_window = 65536
-model_auto_compact_token_limit = 2000
-approval_policy = "never"
-sandbox_mode = "workspace-write"
-check_for_update_on_startup = false
-
-[analytics]
-enabled = false
-EOF
+sed -e "s|^model_provider = \"hinfer\"|openai_base_url = \"$URL/v1\"\nmodel_auto_compact_token_limit = 2000|" \
+    -e '/^\[model_providers.hinfer\]/,/^$/d' "$CX_HOME/config.toml" >"$CO_HOME/config.toml"
 turn "Codex CLI $CODEX_VERSION on its OpenAI provider, remote compaction" compaction codex-openai \
     codex_turn codex-openai "$CO_HOME" "list the files"
 

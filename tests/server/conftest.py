@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from server_live import MODEL, live_server
 
@@ -80,3 +81,10 @@ def slow_engine(slow_keyed):
 @pytest.fixture(scope="module")
 def slow_url(slow_keyed):
     return slow_keyed[1]
+
+
+@pytest.fixture(scope="module")
+def http(base_url) -> Iterator[httpx.Client]:
+    """An HTTP client of the live scripted server, one a module."""
+    with httpx.Client(base_url=base_url, timeout=30) as c:
+        yield c

@@ -39,3 +39,8 @@ def live_server(app) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+def prompt_of(engine) -> str:
+    """The last request's prompt as the scripted engine got it, special tokens spelled out."""
+    return engine.tokenizer.decode(engine.requests[-1].prompt_token_ids, skip_special_tokens=False)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from server_live import MODEL
+from server_live import MODEL, prompt_of
 from server_scripts import AFTER_TOOL, WEATHER_ARGS, WEATHER_TOOL
 
 langchain_anthropic = pytest.importorskip("langchain_anthropic", reason="langchain-anthropic is not installed")
@@ -20,10 +20,6 @@ THINK = {"type": "enabled", "budget_tokens": 2048}
 def chat(url: str, **kw) -> langchain_anthropic.ChatAnthropic:
     return langchain_anthropic.ChatAnthropic(model=kw.pop("model", MODEL), base_url=url, api_key="dummy",
                                              max_retries=0, timeout=60, max_tokens=kw.pop("max_tokens", 300), **kw)
-
-
-def prompt_of(engine) -> str:
-    return engine.tokenizer.decode(engine.requests[-1].prompt_token_ids, skip_special_tokens=False)
 
 
 def fold(chunks):

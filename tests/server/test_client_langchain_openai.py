@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from server_live import MODEL
+from server_live import MODEL, prompt_of
 from server_scripts import AFTER_TOOL, WEATHER_ARGS, WEATHER_TOOL
 
 langchain_openai = pytest.importorskip("langchain_openai", reason="langchain-openai is not installed")
@@ -22,10 +22,6 @@ AFTER = AFTER_TOOL.split("\n\n", 1)[1]
 def chat(url: str, **kw) -> langchain_openai.ChatOpenAI:
     return langchain_openai.ChatOpenAI(model=kw.pop("model", MODEL), base_url=url + "/v1", api_key="dummy",
                                        max_retries=0, timeout=60, **kw)
-
-
-def prompt_of(engine) -> str:
-    return engine.tokenizer.decode(engine.requests[-1].prompt_token_ids, skip_special_tokens=False)
 
 
 def fold(chunks):

@@ -8,7 +8,7 @@ import json
 import os
 
 import pytest
-from server_live import MODEL
+from server_live import MODEL, prompt_of
 from server_scripts import AFTER_TOOL, WEATHER_ARGS, WEATHER_TOOL
 from structured_models import ChoiceWeather
 
@@ -34,10 +34,6 @@ def route(request, base_url) -> dict:
 
 def user(text: str) -> list[dict]:
     return [{"role": "user", "content": text}]
-
-
-def prompt_of(engine) -> str:
-    return engine.tokenizer.decode(engine.requests[-1].prompt_token_ids, skip_special_tokens=False)
 
 
 def test_completion_and_stream_keep_reasoning(route):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anthropic
 import httpx
 import pytest
-from server_live import MODEL
+from server_live import MODEL, prompt_of
 from server_scripts import AFTER_TOOL, TIME_TOOL, WEATHER_ARGS, WEATHER_TOOL, anthropic_tool
 
 TOOLS = [anthropic_tool(WEATHER_TOOL), anthropic_tool(TIME_TOOL)]
@@ -19,10 +19,6 @@ def client(base_url):
 
 def user(text):
     return [{"role": "user", "content": text}]
-
-
-def prompt_of(engine):
-    return engine.tokenizer.decode(engine.requests[-1].prompt_token_ids, skip_special_tokens=False)
 
 
 def test_text_without_thinking(client, engine):

@@ -7,9 +7,8 @@ from __future__ import annotations
 import json
 
 import anthropic
-import httpx
 import pytest
-from server_live import MODEL
+from server_live import MODEL, prompt_of
 from server_scripts import NO_THINK
 
 from hinfer.server import anthropic_context as ac
@@ -41,16 +40,6 @@ def tool_turns(n: int, name: str = "read") -> list[dict]:
 @pytest.fixture(scope="module")
 def client(base_url):
     return anthropic.Anthropic(base_url=base_url, api_key="dummy", max_retries=0, timeout=30)
-
-
-@pytest.fixture(scope="module")
-def http(base_url):
-    with httpx.Client(base_url=base_url, timeout=30) as c:
-        yield c
-
-
-def prompt_of(engine):
-    return engine.tokenizer.decode(engine.requests[-1].prompt_token_ids, skip_special_tokens=False)
 
 
 def create(client, messages, edits, **kw):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 import openai
 import pytest
-from server_live import MODEL
+from server_live import MODEL, prompt_of
 from server_scripts import AFTER_TOOL, GREETING, WEATHER_TOOL
 
 from hinfer.server.conversations_store import ConversationStore
@@ -21,10 +21,6 @@ TOOLS = [{"type": "function", **WEATHER_TOOL["function"]}]
 @pytest.fixture(scope="module")
 def client(base_url):
     return openai.OpenAI(base_url=base_url + "/v1", api_key="dummy", max_retries=0, timeout=30)
-
-
-def prompt_of(engine):
-    return engine.tokenizer.decode(engine.requests[-1].prompt_token_ids, skip_special_tokens=False)
 
 
 def test_responses_continue_a_conversation(client, engine):

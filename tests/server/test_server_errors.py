@@ -55,12 +55,6 @@ def assert_anthropic_error(r, status=400, typ="invalid_request_error", needle=No
         assert needle in body["error"]["message"]
 
 
-@pytest.fixture(scope="module")
-def http(base_url):
-    with httpx.Client(base_url=base_url, timeout=30) as c:
-        yield c
-
-
 OPENAI_BAD = [
     ({"model": MODEL}, "messages"),
     (chat(messages="hello"), "messages"),
@@ -344,7 +338,6 @@ def test_engine_errors(tight):
     # Still serving, and the lane was given back each time.
     assert c.post(CHAT, json=chat(max_tokens=3)).status_code == 200
     assert eng.busy == 0
-
 
 
 def test_an_engine_that_can_run_no_step_is_503_and_unhealthy(http, engine):

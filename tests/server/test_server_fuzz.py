@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import httpx
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from server_live import MODEL
@@ -135,12 +134,6 @@ anthropic_body = st.fixed_dictionaries({"model": st.just(MODEL),
 
 FUZZ = settings(max_examples=150, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-
-
-@pytest.fixture(scope="module")
-def http(base_url):
-    with httpx.Client(base_url=base_url, timeout=30) as c:
-        yield c
 
 
 def check(r: httpx.Response, anthropic: bool) -> None:

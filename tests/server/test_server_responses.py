@@ -8,7 +8,7 @@ import json
 import httpx
 import openai
 import pytest
-from server_live import MODEL
+from server_live import MODEL, prompt_of
 from server_scripts import AFTER_TOOL, GREETING, PATCH, TIME_TOOL, WEATHER_ARGS, WEATHER_TOOL
 
 TOOLS = [{"type": "function", **t["function"]} for t in (WEATHER_TOOL, TIME_TOOL)]  # the flat Responses shape
@@ -19,16 +19,6 @@ THOUGHT = GREETING.split("\n</think>", 1)[0]
 @pytest.fixture(scope="module")
 def client(base_url):
     return openai.OpenAI(base_url=base_url + "/v1", api_key="dummy", max_retries=0, timeout=30)
-
-
-@pytest.fixture(scope="module")
-def http(base_url):
-    with httpx.Client(base_url=base_url, timeout=30) as c:
-        yield c
-
-
-def prompt_of(engine):
-    return engine.tokenizer.decode(engine.requests[-1].prompt_token_ids, skip_special_tokens=False)
 
 
 def squeeze(types):

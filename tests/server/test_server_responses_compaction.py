@@ -10,7 +10,7 @@ import json
 import httpx
 import openai
 import pytest
-from server_live import MODEL
+from server_live import MODEL, prompt_of
 from server_scripts import NO_THINK, WEATHER_TOOL
 
 from hinfer.server import compaction
@@ -30,16 +30,6 @@ HISTORY = [
 @pytest.fixture(scope="module")
 def client(base_url):
     return openai.OpenAI(base_url=base_url + "/v1", api_key="dummy", max_retries=0, timeout=30)
-
-
-@pytest.fixture(scope="module")
-def http(base_url):
-    with httpx.Client(base_url=base_url, timeout=30) as c:
-        yield c
-
-
-def prompt_of(engine):
-    return engine.tokenizer.decode(engine.requests[-1].prompt_token_ids, skip_special_tokens=False)
 
 
 def sse_events(r: httpx.Response) -> list[dict]:

@@ -7,7 +7,7 @@ import json
 
 import openai
 import pytest
-from server_live import MODEL
+from server_live import MODEL, prompt_of
 from server_scripts import GREETING, NO_THINK
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
@@ -24,10 +24,6 @@ def client(base_url):
 
 def ws_url(base_url: str) -> str:
     return base_url.replace("http://", "ws://") + "/v1/responses"
-
-
-def prompt_of(engine):
-    return engine.tokenizer.decode(engine.requests[-1].prompt_token_ids, skip_special_tokens=False)
 
 
 def until_done(conn) -> list:

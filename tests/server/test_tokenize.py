@@ -13,12 +13,6 @@ from hinfer.server import create_app
 USER = [{"role": "user", "content": "[[greet]]"}]
 
 
-@pytest.fixture(scope="module")
-def http(base_url):
-    with httpx.Client(base_url=base_url, timeout=30) as c:
-        yield c
-
-
 def tokenize(http: httpx.Client, **body) -> dict:
     r = http.post("/tokenize", json=body)
     assert r.status_code == 200, r.text
