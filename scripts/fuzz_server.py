@@ -10,7 +10,9 @@ background Responses,
 each followed by a read, a resumed stream, a cancel, a delete or nothing), mutated one to
 three times (a field dropped, set to any JSON value among NaN, Infinity, lone surrogates, huge numbers, nested
 junk, or a common field added), or sent whole, or cut short, or not JSON at all; a third of the streams are left
-by the client after a few chunks. Token budgets are capped (8) so the run ends on a CPU too. Afterwards the
+by the client after a few chunks. Then a few WebSockets send mutated Responses bodies as response.create messages
+(each answer must end in a terminal or error event, no 5xx, no failed response; a fifth are left mid-answer).
+Token budgets are capped (8) so the run ends on a CPU too. Afterwards the
 server's /metrics must show no request in flight, no lane busy, an empty queue and every page and GDN slot free
 (cached prefix pages count as free). Exit status 1 on any 5xx, transport error or leak; each is printed with the
 body that caused it. The CPU suite fuzzes the same routes against a scripted engine
@@ -231,6 +233,41 @@ async def _one(client: httpx.AsyncClient, base: str, path: str, data: bytes, cut
             await _send(client, method, url, None, cut, bad, f"{method} {url} after {data[:200]!r}")
 
 
+TERMINAL = ("response.completed", "response.incomplete", "response.failed", "error")
+
+
+async def _socket(base: str, model: str, seed: int, messages: int, timeout: float, bad: list) -> None:
+    """`messages` Responses bodies, mutated, as response.create messages over one WebSocket: each must end in a
+    terminal event or an error event (5xx ones and failed responses are problems), the socket never closed by the
+    server; sometimes the client leaves mid-answer (the server must stop that generation)."""
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import WebSocketException
+
+    rng = random.Random(seed)
+    bodies = [b for p, b in BODIES if p == "/v1/responses"]
+    sent = b""
+    try:
+        async with connect(base.replace("http", "ws", 1) + "/v1/responses", max_size=None) as ws:
+            for _ in range(messages):
+                body = {k: v for k, v in rng.choice(bodies).items() if k not in ("stream", "background")}
+                msg = {"type": "response.create", "model": model, **body}
+                sent = json.dumps(mutated(rng, msg) if rng.random() < 0.7 else msg).encode("utf-8", "surrogatepass")
+                await ws.send(sent.decode("utf-8", "replace"))
+                leave = rng.random() < 0.2
+                while True:
+                    e = json.loads(await asyncio.wait_for(ws.recv(), timeout))
+                    if e.get("type") == "response.failed" or (e.get("type") == "error" and e.get("status", 0) >= 500):
+                        bad.append(f"socket {e.get('type')} {json.dumps(e)[:300]} after {sent[:300]!r}")
+                    if leave:
+                        return  # mid-answer: the socket closes behind us
+                    if e.get("type") in TERMINAL:
+                        break
+    except TimeoutError:
+        pass  # a long answer: leaving is a case too
+    except WebSocketException as e:
+        bad.append(f"socket {type(e).__name__}: {e} after {sent[:300]!r}")
+
+
 def metrics(text: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for line in text.splitlines():
@@ -275,6 +312,8 @@ async def fuzz(base: str, requests: int, seed: int, concurrency: int, timeout: f
 
         started: list[str] = []
         await asyncio.gather(*(run(j) for j in jobs))
+        await asyncio.gather(*(_socket(base, model, seed * 1000 + i, 6, timeout, bad)
+                               for i in range(max(2, requests // 100))))  # fmt: skip
         for rid in started:  # background runs whose budget a mutation dropped go on past the fuzz: stop them
             await _send(client, "POST", f"{base}/v1/responses/{rid}/cancel", None, None, bad, f"cancel {rid}")
         for _ in range(60):  # aborted requests free their lanes at the engine's next steps
