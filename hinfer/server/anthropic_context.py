@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from hinfer.server.compaction import SUMMARY_HEAD
 from hinfer.server.errors import APIError, bad_request
@@ -33,6 +33,7 @@ DEFAULT_KEEP_THINKING_TURNS = 1
 DEFAULT_COMPACT_TOKENS = 150_000
 
 Blocks = list[dict[str, Any]]
+R = TypeVar("R")  # what a count renders, handed back with the messages it counted
 
 
 def _bad(param: str, message: str) -> APIError:
@@ -166,24 +167,27 @@ def clear_tool_uses(messages: list[Message], keep: int, exclude: list[str], clea
 
 
 @dataclass
-class Managed:
+class Managed(Generic[R]):
     """A request's messages after context management; with `context_management` asked for, the prompt's length
-    before it and the edits applied."""
+    before it, the edits applied and the messages' rendering that was counted."""
 
     messages: list[Message]
     original_tokens: int | None = None
     applied: list[dict[str, Any]] | None = field(default=None)
     compact: dict[str, Any] | None = None  # the compaction edit the prompt triggered: summarize first
+    rendered: R | None = None  # what `count` rendered for `messages` (None: they were not counted)
 
 
-async def manage(messages: list[Message], raw: Any, count: Callable[[list[Message]], Awaitable[int]]) -> Managed:
+async def manage(messages: list[Message], raw: Any,
+                 count: Callable[[list[Message]], Awaitable[tuple[int, R]]]) -> Managed[R]:  # fmt: skip
     """Compaction blocks replayed, then `raw`'s edits (`context_management`) applied in order; `count` renders
-    a message list and counts its prompt tokens."""
+    a message list and hands back its prompt tokens and the rendering, which the result keeps for its messages
+    so that they are not rendered again."""
     messages = replay_compaction(messages)
     if raw is None:
         return Managed(messages)
-    tokens = await count(messages)
-    managed = Managed(messages, tokens, [])
+    tokens, rendered = await count(messages)
+    managed: Managed[R] = Managed(messages, tokens, [])
     for e in parse_edits(raw):
         if e["type"] == COMPACT:
             _, limit = _amount(e.get("trigger"), ("input_tokens",), DEFAULT_COMPACT_TOKENS, "")
@@ -203,11 +207,11 @@ async def manage(messages: list[Message], raw: Any, count: Callable[[list[Messag
             report = {"type": CLEAR_TOOL_USES, "cleared_tool_uses": n}
         if n == 0:
             continue
-        after = await count(new)
+        after, rendered_after = await count(new)
         least = _amount(e.get("clear_at_least"), ("input_tokens",), None, "")
         if least is not None and tokens - after < least[1]:
             continue
         managed.applied.append({**report, "cleared_input_tokens": tokens - after})
-        messages, tokens = new, after
-    managed.messages = messages
+        messages, tokens, rendered = new, after, rendered_after
+    managed.messages, managed.rendered = messages, rendered
     return managed

@@ -105,18 +105,24 @@ async def count_tokens(body: CountTokensRequest, request: Request):
     return {"input_tokens": len(ids), "context_management": {"original_input_tokens": managed.original_tokens}}
 
 
+Rendered = tuple[ChatPrompt, int | None, list[int]]  # (prompt, thinking budget, its token ids before images)
+
+
 async def _managed_prompt(st: ServerState, body: CountTokensRequest | MessagesRequest
-                          ) -> tuple[ChatPrompt, int | None, list[int], Managed]:  # fmt: skip
+                          ) -> tuple[ChatPrompt, int | None, list[int], Managed[Rendered]]:  # fmt: skip
     """The request's prompt after context management (anthropic_context.py): (prompt, thinking budget, its
-    token ids before images, what was managed)."""
+    token ids before images, what was managed); rendered once, by the count when context management counted."""
     tool_images = reads_images(st)
 
-    async def count(messages: list[Message]) -> int:
-        p, _ = chat_prompt(body.model_copy(update={"messages": messages}), st.preserve_thinking_default, tool_images)
-        return len(await render_prompt_off_loop(st.tokenizer, p, st.prompt_guard))
+    async def render(messages: list[Message]) -> Rendered:
+        p, budget = chat_prompt(body.model_copy(update={"messages": messages}), st.preserve_thinking_default,
+                                tool_images)
+        return p, budget, await render_prompt_off_loop(st.tokenizer, p, st.prompt_guard)
+
+    async def count(messages: list[Message]) -> tuple[int, Rendered]:
+        r = await render(messages)
+        return len(r[2]), r
 
     managed = await manage(body.messages, body.context_management, count)
-    prompt, budget = chat_prompt(body.model_copy(update={"messages": managed.messages}),
-                                 st.preserve_thinking_default, tool_images)
-    ids = await render_prompt_off_loop(st.tokenizer, prompt, st.prompt_guard)
+    prompt, budget, ids = managed.rendered if managed.rendered is not None else await render(managed.messages)
     return prompt, budget, ids, managed

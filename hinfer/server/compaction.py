@@ -1,10 +1,12 @@
 """Compaction of a Responses conversation: Codex CLI's remote compaction (a `compaction_trigger` item ending the
-input of `POST /v1/responses`) and OpenAI's `POST /v1/responses/compact`.
+input of `POST /v1/responses`), OpenAI's `POST /v1/responses/compact`, and the server-side compaction a create
+request's `context_management` asks for (responses_compact.py).
 
 The model writes a summary of the conversation so far; it travels in one `compaction` item whose
 `encrypted_content` only this server reads back (base64 of the text: not a secret, the client holds the
 conversation anyway). Replayed in a later request's input, the item becomes a user message carrying the
-summary; another server's encrypted compaction cannot be read, and a note in its place says so.
+summary; another server's encrypted compaction cannot be read, and a note in its place says so. A server-side
+compaction's item stands for everything before it (its own prefix says so): the items before it are dropped.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ log = logging.getLogger(__name__)
 TRIGGER = "compaction_trigger"
 ITEM_TYPES = ("compaction", "compaction_summary")
 SUMMARY = Opaque("hinfer-compaction:")  # a compaction item's encrypted_content
+CONTEXT = Opaque("hinfer-compacted-context:")  # a server-side compaction's: it replaces the items before it
 
 PROMPT = (
     "Your context is about to be compacted: everything above will be replaced by what you write now. Write a "
@@ -42,9 +45,28 @@ def cut_note(summary: str, tokens: int) -> str:
     return f"{summary}\n\n[This summary was cut at {tokens} tokens.]"
 
 
-def item(summary: str) -> dict[str, Any]:
-    """The output item a compaction answers with."""
-    return {"id": new_id("cmp_"), "type": "compaction", "encrypted_content": SUMMARY.encode(summary)}
+def item(summary: str, replaces: bool = False) -> dict[str, Any]:
+    """The output item a compaction answers with; `replaces`: a server-side compaction's, which stands for every
+    item before it when it comes back."""
+    return {"id": new_id("cmp_"), "type": "compaction",
+            "encrypted_content": (CONTEXT if replaces else SUMMARY).encode(summary)}
+
+
+def _summary_of(it: dict[str, Any]) -> str | None:
+    """The summary our own compaction item carries (None: another server's, or damaged)."""
+    blob = it.get("encrypted_content")
+    text = SUMMARY.decode(blob)
+    return text if text is not None else CONTEXT.decode(blob)
+
+
+def context_start(items: list[Any]) -> int:
+    """Where the conversation the model sees starts: at the last server-side compaction item (0: none)."""
+    for i in range(len(items) - 1, -1, -1):
+        it = items[i]
+        if isinstance(it, dict) and it.get("type") in ITEM_TYPES:
+            if CONTEXT.decode(it.get("encrypted_content")) is not None:
+                return i
+    return 0
 
 
 _warned_foreign = False
@@ -53,7 +75,7 @@ _warned_foreign = False
 def replayed_text(it: dict[str, Any]) -> str:
     """The user message a `compaction` (or `compaction_summary`) input item stands for."""
     global _warned_foreign
-    summary = SUMMARY.decode(it.get("encrypted_content"))
+    summary = _summary_of(it)
     if summary is None and isinstance(it.get("summary"), str):  # a plain-text summary some clients send
         summary = it["summary"]
     if summary is not None:
@@ -91,9 +113,10 @@ def request_items(items: list[Any]) -> list[Any]:
 
 def kept_user_messages(items: list[Any]) -> list[dict[str, Any]]:
     """The user messages of a conversation as `POST /v1/responses/compact` answers them (before its compaction
-    item, as OpenAI does): message items with `input_text` (and `input_image`) parts."""
+    item, as OpenAI does): message items with `input_text` (and `input_image`) parts; those before a server-side
+    compaction are left out, its summary standing for them."""
     out = []
-    for it in items:
+    for it in items[context_start(items):]:
         if not isinstance(it, dict) or it.get("role") != "user" or it.get("type", "message") != "message":
             continue
         content = it.get("content")

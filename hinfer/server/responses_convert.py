@@ -157,13 +157,17 @@ class _Turns:
 def convert_items(items: list[Any], instructions: str | None, images: list[Any] | None = None,
                   loaded: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:  # fmt: skip
     """-> the template's messages; user messages' images (decoded, in order) are appended to `images`, the chat
-    tools that tool_search_output and additional_tools items make callable to `loaded`."""
+    tools that tool_search_output and additional_tools items make callable to `loaded`. The items before a
+    server-side compaction item are left out: its summary stands for them (compaction.context_start)."""
     images = [] if images is None else images
     loaded = [] if loaded is None else loaded
     t = _Turns()
     if instructions:
         t.system(instructions)
+    start = compaction.context_start(items)
     for i, item in enumerate(items):
+        if i < start:
+            continue
         p = f"input.{i}"
         if not isinstance(item, dict):
             raise bad_request("every input item must be an object", param=p)

@@ -12,23 +12,24 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.background import BackgroundTask
+from starlette.requests import HTTPConnection
 
 from hinfer.server import compaction, sse
 from hinfer.server.conversations_routes import check_room, conversation_or_404
 from hinfer.server.errors import APIError, bad_request
 from hinfer.server.generation import EngineRun, engine_error, log_failure, run_to_end
-from hinfer.server.ids import new_id
 from hinfer.server.images import with_images
 from hinfer.server.item_pages import PageQuery, listed_item
 from hinfer.server.openapi_responses import OPENAI_ERRORS, STREAMED
-from hinfer.server.prompt import plan_max_tokens, render_prompt_off_loop
+from hinfer.server.prompt import render_prompt_off_loop
 from hinfer.server.responses_background import EventLog
-from hinfer.server.responses_convert import chat_prompt, input_items, sampling_params
+from hinfer.server.responses_compact import prepared
+from hinfer.server.responses_convert import chat_prompt, input_items
+from hinfer.server.responses_run import start
 from hinfer.server.responses_store import StoredResponse
-from hinfer.server.responses_stream import CompactionBuilder, ResponseBuilder
+from hinfer.server.responses_stream import ResponseBuilder
 from hinfer.server.schemas_responses import CompactRequest, InputTokensRequest, ResponsesRequest
 from hinfer.server.state import ServerState, get_state
-from hinfer.server.structured import constraint, responses_text_format
 
 log = logging.getLogger(__name__)
 router = APIRouter(responses=OPENAI_ERRORS)
@@ -101,28 +102,16 @@ async def create_response(body: ResponsesRequest, request: Request):
     return JSONResponse(resp)
 
 
-async def started_run(st: ServerState, body: ResponsesRequest, items: list[dict[str, Any]], request: Request,
-                       compacting: bool) -> tuple[EngineRun, ResponseBuilder]:  # fmt: skip
-    """The request's prompt rendered and its generation started; `compacting`: the conversation's summary,
-    answered as one compaction item (compaction.py)."""
-    prompt, budget, names = chat_prompt(body, items, st.preserve_thinking_default, compacting)
-    schema = None if compacting else responses_text_format(body.text)
-    ids = await render_prompt_off_loop(st.tokenizer, prompt, st.prompt_guard)
-    ids, images = await with_images(st, prompt, ids, param="input")  # each image's tokens counted in usage
-    max_tokens = plan_max_tokens(len(ids), body.max_output_tokens, st.engine.max_context, "max_output_tokens",
-                                 prompt_param="input")
-    if compacting and body.max_output_tokens is None:
-        max_tokens = min(max_tokens, st.compaction_max_tokens)
-    sp = sampling_params(body, max_tokens, st.engine.sampling_defaults)
-    if budget is not None and prompt.enable_thinking and st.tokenizer.think_end_id is not None:
-        sp.thinking_budget = budget
-        sp.think_end_token_id = st.tokenizer.think_end_id
-    sp.structured = constraint(prompt, schema, param="text.format", tool_grammar=st.tool_call_grammar)
-
-    response_id = new_id("resp_")
-    run = EngineRun(st, response_id, ids, sp, request, images)
-    b = (CompactionBuilder if compacting else ResponseBuilder)(run, body, prompt, names, response_id=response_id)
-    await run.start()
+async def started_run(st: ServerState, body: ResponsesRequest, items: list[dict[str, Any]],
+                      http: HTTPConnection, compacting: bool) -> tuple[EngineRun, ResponseBuilder]:  # fmt: skip
+    """The request's generation started over the conversation `items`, or, past its `context_management`
+    threshold, over the summary a compaction run wrote first, whose item then leads the output
+    (responses_compact.py); `compacting`: the conversation's summary, answered as one compaction item
+    (compaction.py)."""
+    p, compacted = await prepared(st, body, items, http, compacting)
+    run, b = await start(st, body, p, http)
+    if compacted is not None:
+        b.lead_with(compacted.item, compacted.usage)
     return run, b
 
 

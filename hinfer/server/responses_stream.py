@@ -5,7 +5,8 @@ custom_tool_call or tool_search_call ...), with `output_index` counting up from 
 the order OpenAI streams them:
 `response.output_item.added`, its content part and deltas, the `.done` events, `response.output_item.done`.
 The non-streaming answer is the same builder's final object, so both modes agree. A compaction run
-(compaction.py) answers with one `compaction` item instead (CompactionBuilder).
+(compaction.py) answers with one `compaction` item instead (CompactionBuilder); after a server-side compaction
+(responses_compact.py) its item leads the output, streamed first, and its run's usage joins the answer's.
 """
 
 from __future__ import annotations
@@ -48,12 +49,22 @@ class ResponseBuilder:
         self._open: dict[str, Any] | None = None  # the item being generated (also the last of self.output)
         self._text = ""  # the open item's text or arguments so far
         self.status = "in_progress"
+        self.compaction_usage: dict[str, Any] | None = None  # a server-side compaction's run (lead_with)
 
     # -- events ---------------------------------------------------------------------------------------------
 
+    def lead_with(self, item: dict[str, Any], usage: dict[str, Any]) -> None:
+        """A server-side compaction's item before the generated ones (responses_compact.py), its run's `usage`."""
+        self.output.append(item)
+        self.compaction_usage = usage
+
     def start_events(self) -> list[Event]:
-        return [self._event("response.created", response=self.response()),
-                self._event("response.in_progress", response=self.response())]
+        out = [self._event("response.created", response=self.response()),
+               self._event("response.in_progress", response=self.response())]
+        for i, it in enumerate(self.output):  # the items leading the generated ones, done already
+            out.append(self._event("response.output_item.added", output_index=i, item=dict(it)))
+            out.append(self._event("response.output_item.done", output_index=i, item=dict(it)))
+        return out
 
     def feed(self, ev: TokenEvent) -> list[Event]:
         if self.parser.in_reasoning:
@@ -173,9 +184,13 @@ class ResponseBuilder:
     # -- the Response object --------------------------------------------------------------------------------
 
     def usage(self) -> dict[str, Any]:
+        """This run's tokens; after a server-side compaction, both runs' summed and the compaction's apart too."""
         p, c = self.run.prompt_tokens, self.run.output_tokens
-        return {"input_tokens": p, "input_tokens_details": {"cached_tokens": self.run.cached_tokens}, "output_tokens": c,
-                "output_tokens_details": {"reasoning_tokens": self.reasoning_tokens}, "total_tokens": p + c}
+        u = {"input_tokens": p, "input_tokens_details": {"cached_tokens": self.run.cached_tokens}, "output_tokens": c,
+             "output_tokens_details": {"reasoning_tokens": self.reasoning_tokens}, "total_tokens": p + c}
+        if self.compaction_usage is None:
+            return u
+        return _summed(u, self.compaction_usage) | {"compaction": self.compaction_usage}
 
     def response(self) -> dict[str, Any]:
         b = self.body
@@ -205,6 +220,7 @@ class CompactionBuilder(ResponseBuilder):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.summary = ""
+        self.replaces = False  # a server-side compaction's item: it stands for every item before it
 
     def feed(self, ev: TokenEvent) -> list[Event]:
         self.summary += ev.text  # thinking and tools are off: the text is the summary
@@ -215,8 +231,13 @@ class CompactionBuilder(ResponseBuilder):
         if final is not None and final.finish_reason == "length":  # cut, but a compaction all the same
             summary = compaction.cut_note(summary, self.run.output_tokens)
         self.status = "completed"
-        it = compaction.item(summary)
+        it = compaction.item(summary, self.replaces)
         self.output.append(it)
         return [self._event("response.output_item.added", output_index=0, item=dict(it)),
                 self._event("response.output_item.done", output_index=0, item=dict(it)),
                 self._event(f"response.{self.status}", response=self.response())]
+
+
+def _summed(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Two usage objects of one shape added up, field by field."""
+    return {k: _summed(v, b[k]) if isinstance(v, dict) else v + b[k] for k, v in a.items()}

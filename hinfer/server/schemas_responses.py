@@ -40,6 +40,7 @@ class ResponsesRequest(InputTokensRequest):
     background: bool | None = None
     metadata: dict[str, Any] | None = None
     user: str | None = None
+    context_management: list[dict[str, Any]] | None = None  # entries checked in responses_compact.py
 
 
 class CompactRequest(ResponsesRequest):
