@@ -514,6 +514,50 @@ def test_experts_fp8_real_shapes(tm, weights, seed, t, block):
         assert torch.equal(got, out), "moe_experts on Fp8ExpertsWeight != the kernels on its buffers"
 
 
+@pytest.mark.parametrize("t", [1, 3, 8, 32])
+@pytest.mark.parametrize("block", [False, True])
+def test_experts_fp8_mma(tm, weights, seed, t, block, monkeypatch):
+    """The fp8 experts on tensor cores (moe_fp8_mma.py, HINFER_MOE_FP8=mma: a block per pair at one token, moe_align's
+    blocks beyond; gate_up writing SiLU-mul, the down summing the slots) vs the fp32 reference on the dequantized
+    experts, same thresholds; both of its launches taken, the arrival counters left clear."""
+    from hinfer.ops.triton import moe_fp8_mma
+    from hinfer.ops.triton.linear_splitk import counter_buffer
+    from hinfer.quant.experts import quantize_experts_fp8
+
+    name, wgu, wd = weights
+    key = (name, "fp8", block)
+    if key not in _INT4_CACHE:
+        _INT4_CACHE.clear()
+        scheme = "block" if block else "channel"
+        _INT4_CACHE[key] = quantize_experts_fp8(wgu, scheme), quantize_experts_fp8(wd, scheme)
+    qgu, qdn = _INT4_CACHE[key]
+    kgu, kdn = tm.Fp8Experts(qgu.weight, qgu.scale, block), tm.Fp8Experts(qdn.weight, qdn.scale, block)
+    x = torch.randn(t, wgu.shape[2], device="cuda").bfloat16()
+    top_w, top_i = ref.moe_route_ref(torch.randn(t, E, device="cuda").bfloat16(), K)
+    calls = []
+    launch = moe_fp8_mma.fp8_experts_mma
+    monkeypatch.setattr(tm, "fp8_experts_mma", lambda *a, **kw: calls.append(1) or launch(*a, **kw))
+    monkeypatch.setenv("HINFER_MOE_FP8", "mma")
+    out = tm.moe_experts(x, kgu, kdn, top_w, top_i)
+    assert len(calls) == 2, f"the fp8 tensor-core path was not taken ({len(calls)} launches)"
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        used = torch.unique(top_i)
+        remap = torch.searchsorted(used, top_i)
+        gu = torch.stack([qgu.expert(e).dequantize(torch.float32) for e in used.tolist()])
+        dn = torch.stack([qdn.expert(e).dequantize(torch.float32) for e in used.tolist()])
+        want = ref.moe_experts_ref(x.float(), gu, dn, top_w.float(), remap)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+    _check(out, want, seed, f"{name} fp8 mma {'block' if block else 'channel'} T={t}")
+    torch.cuda.synchronize()
+    assert not counter_buffer(x.device).any(), "arrival counters left set"
+    monkeypatch.setenv("HINFER_MOE_FP8", "grouped")
+    grouped = tm.moe_experts(x, kgu, kdn, top_w, top_i)
+    _check(out, grouped.float(), seed, f"{name} fp8 mma vs grouped T={t}")
+
+
 @pytest.mark.parametrize("t", [1, 8, 64, 2048])
 def test_route_real_shapes(tm, seed, t):
     rows = torch.stack([torch.randperm(E, device="cuda") for _ in range(t)]).float() - E / 2

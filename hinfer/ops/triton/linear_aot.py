@@ -38,6 +38,7 @@ from hinfer.ops.triton.linear_int4_a8 import int4_a8_variant
 from hinfer.ops.triton.linear_int4_gemv import int4_gemv_kernel
 from hinfer.ops.triton.linear_int4_mma import int4_mma_variant, x_stage_shape, x_staged_choice
 from hinfer.ops.triton.linear_int4_wgmma import int4_wgmma_kernel, int4_wgmma_variant
+from hinfer.ops.triton.moe_fp8_mma import fp8_experts_variant
 from hinfer.ops.triton.moe_int4_mma import experts_mma_variant
 from hinfer.ops.triton.tiles.forms import BF16, FP8_BLOCK, FP8_ROW, INT4
 from hinfer.ops.triton.tiles.linear import fp8_mma_config, gemm_config, heuristic_config
@@ -269,6 +270,13 @@ def variants(full: bool = False) -> Iterator[Variant]:
               *MEASURED_SPILLS):
         yield (*v, 0)
     yield from packaged_experts_variants()
+    # fp8 experts (moe_fp8_mma.py): the heuristic tile at one token (direct, K split) and beyond (aligned blocks),
+    # per-row and 128 x 128 block scales, the gate_up writing SiLU-mul, the down summing the slots
+    for blocked in (False, True):
+        for direct, split in ((True, 4), (False, 1)):
+            yield (*fp8_experts_variant(64, 4, blocked, direct, 9, False, pdl=True, split=split, act=True), 0)
+            yield (*fp8_experts_variant(64, 4, blocked, direct, 1, True, pdl=True, split=max(split // 2, 1), topk=9),
+                   0)  # fmt: skip
     sig = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "K": "i32", "stride_xm": "i32",
            "stride_qm": "i32", "stride_sm": "i32", "stride_sg": "i32", "GROUP": "i32"}  # fmt: skip
     yield "act_quant", _act_quant_kernel, sig, {"BLOCK": 128}, 4, 3

@@ -30,6 +30,7 @@ from hinfer.ops.triton.common import GROUP, interpreted, pdl_kwargs
 from hinfer.ops.triton.linear_int4 import fast_int4_ok
 from hinfer.ops.triton.moe_align import align
 from hinfer.ops.triton.moe_common import _empty
+from hinfer.ops.triton.moe_fp8_mma import fp8_experts_mma, fp8_mma_experts_fit
 from hinfer.ops.triton.moe_int4 import Int4Experts
 from hinfer.ops.triton.moe_int4_mma import GROUP_K, MAX_PAIRS, experts_mma
 from hinfer.ops.triton.moe_int4_one import experts_one_launch, one_launch_fits
@@ -170,6 +171,25 @@ def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, o
     return out if fused else _sum_slots(y, out, t, k, h, False, {"PDL": False})
 
 
+def _experts_mma_fp8(x, gu: Fp8Experts, dn: Fp8Experts, tw, ids, t: int, k: int, out: torch.Tensor) -> torch.Tensor:
+    """gate_up and down through the fp8 tensor-core kernel (moe_fp8_mma.py): gate_up writes SiLU-mul's output,
+    the down scales each pair by its routing weight and sums the slots into `out`. One token: a block per pair
+    (its k experts are distinct); more: the pairs grouped by expert (moe_align)."""
+    pairs, h, bm = t * k, x.shape[1], EXPERTS_BLOCK_M
+    if t == 1 or pairs <= direct_pairs():
+        blocks, sorted_, bexp, brows, direct = pairs, ids, ids, ids, True
+    else:
+        al = align(ids.view(t, k), gu.shape[0], bm, pdl=True)
+        blocks, sorted_, bexp, brows, direct = al.n_blocks, al.sorted, al.bexp, al.brows, False
+    hid = _empty((pairs, gu.shape[1] // 2), x.dtype, x.device)
+    fp8_experts_mma(x, gu.weight, gu.scale, gu.block, hid, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=k,
+                    act=True)  # fmt: skip
+    y = _empty((pairs, h), x.dtype, x.device)
+    fp8_experts_mma(hid, dn.weight, dn.scale, dn.block, y, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=1,
+                    tw=tw, sum_out=out, topk=k)  # fmt: skip
+    return out
+
+
 def moe_route_experts(
     x: torch.Tensor, router_logits: torch.Tensor, w_gate_up: Experts, w_down: Experts, top_k: int,
     shared: bool = False,
@@ -211,6 +231,8 @@ def moe_experts(
     tw = top_w.reshape(-1).contiguous()
     if fmt == INT4 and config is None and mma_experts_fit(x, w_gate_up, w_down, t * k):
         return _experts_mma(x, w_gate_up, w_down, tw, ids, t, k, out)
+    if fmt == FP8 and config is None and fp8_mma_experts_fit(x, i2, h, h, i, t * k):
+        return _experts_mma_fp8(x, w_gate_up, w_down, tw, ids, t, k, out)
     cfg = config or pick_config(t, k, e, h, i, fmt)
     if (cfg.direct or cfg.gemv) and t != 1:
         raise ValueError("the direct / GEMV expert paths need T == 1")

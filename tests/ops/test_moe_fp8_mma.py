@@ -1,0 +1,49 @@
+"""The fp8 experts on tensor cores (hinfer/ops/triton/moe_fp8_mma.py) on the CPU: when the dispatcher takes them
+(opt-in, a GPU, decode sizes), the heuristic tile's K split, and the checks a call makes before launching. The
+kernel itself runs on the GPU only (tests/gpu/test_moe_kernels.py -k fp8_mma); linear_aot --check compiles it for
+sm_90 in CI."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hinfer.ops.triton.moe_fp8_mma import MAX_PAIRS, fp8_experts_mma, fp8_experts_tile, fp8_mma_experts_fit
+
+
+@pytest.mark.parametrize(
+    "blocks, n, k, split",
+    [
+        (9, 1024, 2048, 4),  # 35B-A3B gate_up at one token (8 experts + the shared one): 144 tiles -> 576 programs
+        (9, 2048, 512, 2),  # its down: four groups, at least two a split
+        (9, 2048, 3072, 2),  # 122B-A10B gate_up
+        (60, 1024, 2048, 1),  # eight tokens' aligned blocks fill the GPU without a split
+    ],
+)
+def test_tile_splits_k_until_the_launch_fills_the_gpu(blocks, n, k, split):
+    cfg = fp8_experts_tile(blocks, n, k)
+    assert cfg.split_k == split
+    assert n % cfg.block_n == 0 and cfg.block_n % (16 * cfg.num_warps) == 0 and cfg.num_stages == 4
+    assert (k // 128) // cfg.split_k >= 2 or cfg.split_k == 1
+
+
+def test_fit_is_opt_in_and_gpu_only(monkeypatch):
+    x = torch.zeros(1, 2048, dtype=torch.bfloat16)
+    monkeypatch.delenv("HINFER_MOE_FP8", raising=False)
+    assert not fp8_mma_experts_fit(x, 1024, 2048, 2048, 512, 9)
+    monkeypatch.setenv("HINFER_MOE_FP8", "mma")
+    assert not fp8_mma_experts_fit(x, 1024, 2048, 2048, 512, 9), "a CPU tensor never takes the Gluon kernel"
+    assert MAX_PAIRS >= 8 * 4 * 9  # eight lanes' verification at K = 3, shared expert folded
+
+
+def test_call_checks_shapes_before_launching():
+    x = torch.zeros(1, 256, dtype=torch.bfloat16)
+    w = torch.zeros(2, 64, 256).to(torch.float8_e4m3fn)
+    ids = torch.zeros(1, dtype=torch.int64)
+    y = torch.empty(1, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="scales"):
+        fp8_experts_mma(x, w, torch.ones(2, 32), False, y, 1, 8, ids, ids, ids, ids, True, 1)
+    with pytest.raises(ValueError, match="silu"):
+        fp8_experts_mma(x, w, torch.ones(2, 64), False, y, 1, 8, ids, ids, ids, ids, True, 1, act=True)
+    with pytest.raises(ValueError, match="K %"):
+        fp8_experts_mma(x[:, :200], w[..., :200], torch.ones(2, 64), False, y, 1, 8, ids, ids, ids, ids, True, 1)
