@@ -1,16 +1,19 @@
-"""Tile sweep of the int4 tensor-core experts kernel (hinfer/ops/triton/moe_int4_mma.py) at the Qwen3.5 MoE shapes.
+"""Tile sweep of the tensor-core experts kernels (int4: hinfer/ops/triton/moe_int4_mma.py; fp8 with `--fmt fp8`:
+moe_fp8_mma.py) at the Qwen3.5 MoE shapes.
 
 Each projection (gate_up: x -> [gate | up]; down: taking SiLU-mul as it loads, routing weights applied) is timed
 alone, as a CUDA graph cycling through enough layers of random int4 experts (each with its own routing: top k + 1
 distinct experts per token, the folded shared expert's slot included) that the selected experts come from HBM.
 Tiles: rows per program, warps, look-ahead depth and K splits, each as the decode runs it (x staged in shared
 memory where a block is one pair, HINFER_X_STAGED; `--x staged` everywhere it fits, `--x per-group` nowhere). The
-winners print as TUNED entries (family moe_int4_mma; hinfer/ops/triton/tiles/tuned.py) and `--tuned-out`
-writes them for HINFER_TILES.
+winners print as TUNED entries (family moe_int4_mma, or moe_fp8_mma; hinfer/ops/triton/tiles/tuned.py) and
+`--tuned-out` writes them for HINFER_TILES. fp8 experts (random e4m3 values, per-row scales as `--quant fp8` makes
+them, or 128 x 128 blocks as the official FP8 checkpoints with `--scales block`) read x from L2 a group at a time
+(no staging, no ring): their tiles are rows, warps, depth, K splits and register caps.
 
     python bench/experts_mma_tiles.py [--model 35b 122b] [--t 1 8] [--splits 1,2,4] [--rings 0,3,4]
                                       [--x decode|staged|per-group] [--max-regs 0,128] [--json out.json]
-                                      [--tuned-out t.json]
+                                      [--tuned-out t.json] [--fmt int4|fp8] [--scales channel|block]
 """
 
 from __future__ import annotations
@@ -28,10 +31,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.moe_kernels import MAX_LAYER_BYTES, MODELS, _graph_us, _random_int4  # noqa: E402
 from bench.tile_sweep import read_x, time_tiles  # noqa: E402
+from hinfer.ops.triton.moe import Fp8Experts  # noqa: E402
 from hinfer.ops.triton.moe_align import align  # noqa: E402
+from hinfer.ops.triton.moe_fp8_mma import fp8_experts_mma  # noqa: E402
 from hinfer.ops.triton.moe_int4_mma import experts_mma  # noqa: E402
-from hinfer.ops.triton.tiles.forms import MOE_INT4_MMA, SkinnyConfig  # noqa: E402
-from hinfer.ops.triton.tiles.moe import MOE_INT4_MMA_TILES, experts_mma_tile  # noqa: E402
+from hinfer.ops.triton.tiles.forms import MOE_FP8_MMA, MOE_INT4_MMA, SkinnyConfig  # noqa: E402
+from hinfer.ops.triton.tiles.moe import (  # noqa: E402
+    MOE_INT4_MMA_TILES,
+    experts_mma_tile,
+    fp8_experts_mma_tile,
+)
 from hinfer.ops.triton.tiles.table import entry, m_bucket, source_line, write  # noqa: E402
 
 BW = 4.2e12  # bytes/s the floors divide by (bench/moe_kernels.py's)
@@ -67,14 +76,36 @@ class Routing:
         self.flat, self.distinct = flat, torch.unique(flat).numel()
 
 
+def _random_fp8(e: int, n: int, k: int, block: bool) -> Fp8Experts:
+    """e4m3 values with per-row or 128 x 128 block scales, outputs ~1."""
+    w = torch.randn(e, n, k, device="cuda").to(torch.float8_e4m3fn)
+    shape = (e, -(-n // 128), k // 128) if block else (e, n)
+    return Fp8Experts(w, torch.full(shape, k**-0.5, device="cuda"), block)
+
+
+def _launch(fmt: str, x, w, y, r: Routing, xdiv: int, cfg: SkinnyConfig, **kw) -> None:
+    """One projection's launch through the format's kernel, as the decode runs it."""
+    if fmt == "fp8":
+        fp8_experts_mma(x, w.weight, w.scale, w.block, y, r.blocks, BM, r.flat, r.sorted, r.bexp, r.brows, r.direct,
+                        xdiv=xdiv, cfg=cfg, **kw)  # fmt: skip
+    else:
+        experts_mma(x, w, y, r.blocks, BM, r.flat, r.sorted, r.bexp, r.brows, r.direct, xdiv=xdiv, cfg=cfg, **kw)
+
+
 def sweep(name: str, t: int, gen: torch.Generator, splits: tuple[int, ...] = (1,),
-          rings: tuple[int, ...] = (0,), x: str = "decode", caps: tuple[int, ...] = (0,)) -> list[dict]:  # fmt: skip
+          rings: tuple[int, ...] = (0,), x: str = "decode", caps: tuple[int, ...] = (0,), fmt: str = "int4",
+          block: bool = False) -> list[dict]:  # fmt: skip
     m = MODELS[name]
     e, k, h, i = m["e"] + 1, m["k"] + 1, m["h"], m["i"]  # the shared expert folded in: expert E, slot k
-    per_layer = e * 3 * h * i * 0.55
+    per_layer = e * 3 * h * i * (1.05 if fmt == "fp8" else 0.55)
     n_layers = max(2, min(16, int(MAX_LAYER_BYTES // per_layer)))
-    gu = [_random_int4(e, 2 * i, h, False) for _ in range(n_layers)]
-    dn = [_random_int4(e, h, i, False) for _ in range(n_layers)]
+    if fmt == "fp8":
+        gu = [_random_fp8(e, 2 * i, h, block) for _ in range(n_layers)]
+        dn = [_random_fp8(e, h, i, block) for _ in range(n_layers)]
+        rings = (0,)
+    else:
+        gu = [_random_int4(e, 2 * i, h, False) for _ in range(n_layers)]
+        dn = [_random_int4(e, h, i, False) for _ in range(n_layers)]
     routes = [Routing(t, k, e, gen) for _ in range(n_layers)]
     pairs = t * k
     x = torch.randn(t, h, device="cuda").bfloat16()
@@ -85,21 +116,22 @@ def sweep(name: str, t: int, gen: torch.Generator, splits: tuple[int, ...] = (1,
     for proj, (n, kk) in (("gate_up", (2 * i, h)), ("down", (h, i))):
         def run(cfg: SkinnyConfig, proj=proj) -> None:
             for j in range(n_layers):
-                r = routes[j]
                 if proj == "gate_up":
-                    experts_mma(x, gu[j], y_gu, r.blocks, BM, r.flat, r.sorted, r.bexp, r.brows, r.direct, xdiv=k,
-                                cfg=cfg, act=True)  # fmt: skip
+                    _launch(fmt, x, gu[j], y_gu, routes[j], k, cfg, act=True)
                 else:
-                    experts_mma(hid, dn[j], y_dn, r.blocks, BM, r.flat, r.sorted, r.bexp, r.brows, r.direct, xdiv=1,
-                                tw=r.tw, cfg=cfg)  # fmt: skip
+                    _launch(fmt, hid, dn[j], y_dn, routes[j], 1, cfg, tw=routes[j].tw)
 
         blocks, direct = routes[0].blocks, routes[0].direct
-        # every tile reading x as --x says (by default as the decode does: staged where a block is one pair)
-        default = read_x(experts_mma_tile(pairs, n, kk, blocks), kk, direct, x)
-        cands = [read_x(replace(c, max_regs=cap) if cap else c, kk, direct, x)
-                 for c in candidates(n, kk, splits, rings) for cap in caps]  # fmt: skip
         distinct = sum(r.distinct for r in routes) / n_layers
-        nbytes = distinct * n * kk * (0.5 + 3 / 128)  # words, bf16 scales and uint8 zeros per 128
+        if fmt == "fp8":  # x from L2 a group at a time; bytes: the e4m3 values (the scales are a rounding error)
+            family, default = MOE_FP8_MMA, fp8_experts_mma_tile(pairs, n, kk, blocks)
+            cands = [replace(c, max_regs=cap) if cap else c for c in candidates(n, kk, splits) for cap in caps]
+            nbytes = distinct * n * kk
+        else:  # every tile reading x as --x says (by default as the decode does: staged where a block is one pair)
+            family, default = MOE_INT4_MMA, read_x(experts_mma_tile(pairs, n, kk, blocks), kk, direct, x)
+            cands = [read_x(replace(c, max_regs=cap) if cap else c, kk, direct, x)
+                     for c in candidates(n, kk, splits, rings) for cap in caps]  # fmt: skip
+            nbytes = distinct * n * kk * (0.5 + 3 / 128)  # words, bf16 scales and uint8 zeros per 128
         timed = time_tiles(default, cands,
                            lambda cfg, run=run: _graph_us(lambda: run(cfg), n_layers), f"{name} {proj} T={t}")
         if timed is None:
@@ -108,14 +140,15 @@ def sweep(name: str, t: int, gen: torch.Generator, splits: tuple[int, ...] = (1,
         best_us, best = min(timed, key=lambda v: v[0])
         best = replace(best, x_staged=False)  # the table's form: staging follows HINFER_X_STAGED, not the entry
         floor = nbytes / BW * 1e6
-        print(f"{name:5s} {proj:7s} T={t} pairs={pairs:<3d} default {base:6.2f} us ({floor / base:5.1%})  best "
+        print(f"{name:5s} {fmt} {proj:7s} T={t} pairs={pairs:<3d} default {base:6.2f} us ({floor / base:5.1%})  best "
               f"{best_us:6.2f} us ({floor / best_us:5.1%})  {best}", flush=True)
         for us, cfg in sorted(timed, key=lambda v: v[0])[:4]:
             print(f"      {us:6.2f} us  {cfg}")
         rows.append({"model": name, "proj": proj, "t": t, "pairs": pairs, "n": n, "k": kk, "blocks": blocks,
                      "default": asdict(default), "default_us": base, "best": asdict(best), "best_us": best_us,
-                     "floor_us": floor, "entry": entry(MOE_INT4_MMA, n, kk, m_bucket(pairs, MOE_INT4_MMA_TILES.max_m), best),
-                     "line": source_line(MOE_INT4_MMA, n, kk, m_bucket(pairs, MOE_INT4_MMA_TILES.max_m), best)})  # fmt: skip
+                     "fmt": fmt, "floor_us": floor,
+                     "entry": entry(family, n, kk, m_bucket(pairs, MOE_INT4_MMA_TILES.max_m), best),
+                     "line": source_line(family, n, kk, m_bucket(pairs, MOE_INT4_MMA_TILES.max_m), best)})  # fmt: skip
     gu.clear(), dn.clear()
     torch.cuda.empty_cache()
     return rows
@@ -132,9 +165,12 @@ def main() -> None:
                          "wherever it fits, or from L2 a group at a time")  # fmt: skip
     ap.add_argument("--max-regs", default="0", help="register caps to try each tile under (0: none); in the "
                     "decode graph the one-token tiles won under 128 where alone the cap changed nothing")
+    ap.add_argument("--fmt", choices=["int4", "fp8"], default="int4", help="the experts' weight format")
+    ap.add_argument("--scales", choices=["channel", "block"], default="channel",
+                    help="fp8: per-row scales (--quant fp8) or 128 x 128 blocks (the official FP8 checkpoints)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path)
-    ap.add_argument("--tuned-out", type=Path, help="the winners as HINFER_TILES entries (family moe_int4_mma)")
+    ap.add_argument("--tuned-out", type=Path, help="the winners as HINFER_TILES entries (moe_int4_mma / moe_fp8_mma)")
     a = ap.parse_args()
     gen = torch.Generator().manual_seed(a.seed)
     print(f"seed {a.seed}")
@@ -143,7 +179,7 @@ def main() -> None:
         for t in a.t:
             rows += sweep(name, t, gen, tuple(int(v) for v in a.splits.split(",")),
                           tuple(int(v) for v in a.rings.split(",")), a.x,
-                          tuple(int(v) for v in a.max_regs.split(",")))  # fmt: skip
+                          tuple(int(v) for v in a.max_regs.split(",")), a.fmt, a.scales == "block")  # fmt: skip
             if a.tuned_out:  # as it goes: a sweep cut short keeps what it measured
                 write(a.tuned_out, [r["entry"] for r in rows])
     print("\nTUNED entries (paste into hinfer/ops/triton/tiles/tuned.py):\n" + "\n".join(r["line"] for r in rows))

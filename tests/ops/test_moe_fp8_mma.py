@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hinfer.ops.triton.moe_fp8_mma import MAX_PAIRS, fp8_experts_mma, fp8_experts_tile, fp8_mma_experts_fit
+from hinfer.ops.triton.moe_fp8_mma import MAX_PAIRS, fp8_experts_mma, fp8_mma_experts_fit
+from hinfer.ops.triton.tiles.moe import fp8_experts_mma_tile
 
 
 @pytest.mark.parametrize(
@@ -21,7 +22,7 @@ from hinfer.ops.triton.moe_fp8_mma import MAX_PAIRS, fp8_experts_mma, fp8_expert
     ],
 )
 def test_tile_splits_k_until_the_launch_fills_the_gpu(blocks, n, k, split):
-    cfg = fp8_experts_tile(blocks, n, k)
+    cfg = fp8_experts_mma_tile(blocks, n, k, blocks, sms=132)
     assert cfg.split_k == split
     assert n % cfg.block_n == 0 and cfg.block_n % (16 * cfg.num_warps) == 0 and cfg.num_stages == 4
     assert (k // 128) // cfg.split_k >= 2 or cfg.split_k == 1

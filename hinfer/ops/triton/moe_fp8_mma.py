@@ -33,9 +33,9 @@ from hinfer.ops.triton.linear_splitk import COUNTERS, counter_buffer, split_scra
 from hinfer.ops.triton.mma_common import mma_layout, pdl_start, split_groups
 from hinfer.ops.triton.moe_int4_mma import SUM_COUNTERS, _sum_slots, store_split
 from hinfer.ops.triton.tiles.forms import SkinnyConfig
+from hinfer.ops.triton.tiles.moe import fp8_experts_mma_tile
 
 MAX_PAIRS = 288  # as the int4 experts kernel: decode and verification sizes; beyond, the grouped kernels
-TARGET_PROGRAMS = 4 * 132  # a heuristic tile splits K until the launch has about this many programs
 
 
 @gluon.jit
@@ -130,17 +130,6 @@ def fp8_mma_experts_kernel(
                     gl.atomic_xchg(cnt, 0)
 
 
-def fp8_experts_tile(blocks: int, n: int, k: int, sms: int = 132) -> SkinnyConfig:
-    """A tile for `blocks` row blocks of an [N, K] expert (not swept yet): 64 rows on 4 warps, the weights three
-    groups ahead, K split in powers of two until the launch has about 4 programs an SM (one token's few blocks
-    are otherwise too few programs to keep enough bytes in flight), at least two groups a split."""
-    block_n = 64 if n % 64 == 0 else 32
-    split, groups = 1, k // GROUP_K
-    while split * 4 <= groups and blocks * (n // block_n) * split < 4 * sms:
-        split *= 2
-    return SkinnyConfig(block_n, GROUP_K, 8, split, block_n // 16, 4)
-
-
 def fp8_mma_experts_fit(x: torch.Tensor, n_gu: int, h: int, n_dn: int, i: int, pairs: int) -> bool:
     """Decode sizes on a GPU with `HINFER_MOE_FP8=mma` (read at every call; the default `grouped` keeps the grouped
     Triton kernels): bf16 x, whole 64-row tiles and 128-groups, up to MAX_PAIRS (token, expert) pairs."""
@@ -151,7 +140,8 @@ def fp8_mma_experts_fit(x: torch.Tensor, n_gu: int, h: int, n_dn: int, i: int, p
 
 
 def fp8_experts_variant(block_n: int, warps: int, blocked: bool, direct: bool, xdiv: int, row_scale: bool,
-                        depth: int = 4, pdl: bool = False, split: int = 1, topk: int = 0, act: bool = False):  # fmt: skip
+                        depth: int = 4, pdl: bool = False, split: int = 1, topk: int = 0, act: bool = False,
+                        max_regs: int = 0):  # fmt: skip
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*fp32", "y_ptr": "*bf16", "tw_ptr": "*fp32",
            "ids_ptr": "*i64", "sorted_ptr": "*i32", "bexp_ptr": "*i32", "brows_ptr": "*i32", "part_ptr": "*fp32",
@@ -159,10 +149,11 @@ def fp8_experts_variant(block_n: int, warps: int, blocked: bool, direct: bool, x
            "stride_ym": "i32", "stride_we": "i32", "stride_se": "i32", "stride_sn": "i32", "stride_om": "i32"}  # fmt: skip
     cex = dict(BLOCKED=blocked, BLOCK_N=block_n, BLOCK_M=8, DEPTH=depth, DIRECT=direct, XDIV=xdiv,
                ROW_SCALE=row_scale, PDL=pdl, SPLIT_K=split, SUM=topk > 0, TOPK=max(topk, 1),
-               TOPK_P=1 << (max(topk, 1) - 1).bit_length(), ACT=act)  # fmt: skip
+               TOPK_P=1 << (max(topk, 1) - 1).bit_length(), ACT=act, maxnreg=max_regs)  # fmt: skip
     name = (f"fp8 mma experts{' block' if blocked else ''}{' direct' if direct else ''} BLOCK_N={block_n} "
             f"w{warps} depth {depth} xdiv {xdiv}{' scaled' if row_scale else ''}{' pdl' if pdl else ''}"
-            f"{f' split {split}' if split > 1 else ''}{f' sum {topk}' if topk else ''}{' act' if act else ''}")  # fmt: skip
+            f"{f' split {split}' if split > 1 else ''}{f' sum {topk}' if topk else ''}{' act' if act else ''}"
+            f"{f' maxnreg {max_regs}' if max_regs else ''}")  # fmt: skip
     return name, fp8_mma_experts_kernel, sig, cex, warps
 
 
@@ -175,7 +166,8 @@ def fp8_experts_mma(
     """y[pair] = x[pair // xdiv] @ (weight[expert] * scale)^T (times tw[pair] if given) for every pair the blocks
     name: weight e4m3 [E, N, K], scale fp32 [E, N] or (blocked) [E, N / 128, K / 128]. `sum_out`, `topk` and `act`
     as moe_int4_mma.experts_mma: the down launch summing each token's slots into sum_out [T, N], the gate_up one
-    writing silu(gate) * up into y [P, N / 2] (weight rows [gate | up])."""
+    writing silu(gate) * up into y [P, N / 2] (weight rows [gate | up]). `cfg` overrides the tile table
+    (tiles/moe.py's moe_fp8_mma family: sweeps)."""
     e, n, k = weight.shape
     if k % GROUP_K or n % 32 or x.dtype != torch.bfloat16 or x.stride(-1) != 1 or block_m != 8:
         raise ValueError(f"fp8 mma experts: K % {GROUP_K}, N % 32, bf16 x with unit stride, 8-row blocks; got "
@@ -189,7 +181,7 @@ def fp8_experts_mma(
         x = x.contiguous()
     if act and (tw is not None or sum_out is not None or y.shape[-1] != n // 2):
         raise ValueError(f"fp8 mma experts: silu(gate) * up into {n // 2} columns, alone; got y {tuple(y.shape)}")
-    cfg = cfg or fp8_experts_tile(blocks, n, k)
+    cfg = cfg or fp8_experts_mma_tile(ids.numel(), n, k, blocks)
     if (n % cfg.block_n or cfg.block_n % (16 * cfg.num_warps) or cfg.num_stages not in (2, 4)
             or not 1 <= cfg.split_k <= k // GROUP_K):  # fmt: skip
         raise ValueError(f"fp8 mma experts: tile {cfg} does not fit N = {n}, K = {k}")
@@ -209,5 +201,6 @@ def fp8_experts_mma(
         BLOCKED=blocked, BLOCK_N=cfg.block_n, BLOCK_M=block_m, DEPTH=cfg.num_stages, DIRECT=direct, XDIV=xdiv,
         ROW_SCALE=tw is not None, SPLIT_K=cfg.split_k, SUM=sum_out is not None, TOPK=topk,
         TOPK_P=1 << (topk - 1).bit_length(), ACT=act, num_warps=cfg.num_warps, **pdl_kwargs(x),
+        **({"maxnreg": cfg.max_regs} if cfg.max_regs else {}),
     )  # fmt: skip
     return y

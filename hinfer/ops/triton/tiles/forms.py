@@ -17,6 +17,7 @@ GEMM, GEMM_PROMOTE = "gemm", "gemm_promote"
 # MoE families: the routed experts per weight format; int4 experts at decode sizes on tensor cores
 MOE_BF16, MOE_INT4, MOE_FP8 = "moe_bf16", "moe_int4", "moe_fp8"
 MOE_INT4_MMA = "moe_int4_mma"
+MOE_FP8_MMA = "moe_fp8_mma"  # fp8 experts on tensor cores (moe_fp8_mma): the dense fp8 kernel's form
 # Attention: the split-KV decode / verify kernel and the flash-style prefill kernel. The decode kernel's tiles are
 # keyed by the KV format too (their conversions change what the kernel is bound by): bf16 KV under the plain name
 ATTENTION_DECODE, ATTENTION_PREFILL = "attention_decode", "attention_prefill"
@@ -147,6 +148,7 @@ FORMS: dict[str, type] = {
     GEMM_PROMOTE: GemmConfig,
     **dict.fromkeys((MOE_BF16, MOE_INT4, MOE_FP8), MoeConfig),
     MOE_INT4_MMA: SkinnyConfig,  # the dense int4 kernel's form: block_k 128, block_m 8, split_k 1
+    MOE_FP8_MMA: SkinnyConfig,  # the dense fp8 kernel's form: block_k 128, block_m 8, num_stages its depth
     **dict.fromkeys(map(attention_decode_family, DECODE_KV_FORMATS), DecodeTile),
     **dict.fromkeys(map(attention_prefill_family, DECODE_KV_FORMATS), PrefillTile),
 }

@@ -19,6 +19,7 @@ from hinfer.ops.triton.tiles.forms import (
     BF16,
     GEMV,
     INT4,
+    MOE_FP8_MMA,
     MOE_INT4_MMA,
     MoeConfig,
     SkinnyConfig,
@@ -97,3 +98,25 @@ MOE_INT4_MMA_TILES: Family[SkinnyConfig] = Family(
 def experts_mma_tile(pairs: int, n: int, k: int, blocks: int, sms: int | None = None) -> SkinnyConfig:
     """Tiles of one moe_int4_mma.experts_mma call: `pairs` (token, expert) rows over `blocks` row blocks."""
     return lookup(MOE_INT4_MMA_TILES, pairs, n, k, blocks=blocks, sms=sms)
+
+
+def _fp8_experts_heuristic(m: int, n: int, k: int, blocks: int, sms: int | None = None) -> SkinnyConfig:
+    """64 rows on 4 warps, the weights three groups ahead, K split in powers of two until the launch has about 4
+    programs an SM (one token's few blocks are otherwise too few programs to keep enough bytes in flight), at
+    least two groups a split."""
+    sms = num_sms() if sms is None else sms
+    block_n = 64 if n % 64 == 0 else 32
+    split, groups = 1, k // GROUP
+    while split * 4 <= groups and blocks * (n // block_n) * split < 4 * sms:
+        split *= 2
+    return SkinnyConfig(block_n, GROUP, 8, split, block_n // 16, 4)
+
+
+MOE_FP8_MMA_TILES: Family[SkinnyConfig] = Family(
+    MOE_FP8_MMA, _fp8_experts_heuristic, lambda cfg, m, n, k: n % cfg.block_n == 0, max_m=512
+)
+
+
+def fp8_experts_mma_tile(pairs: int, n: int, k: int, blocks: int, sms: int | None = None) -> SkinnyConfig:
+    """Tiles of one moe_fp8_mma.fp8_experts_mma call (the same buckets as the int4 experts')."""
+    return lookup(MOE_FP8_MMA_TILES, pairs, n, k, blocks=blocks, sms=sms)
