@@ -84,6 +84,12 @@ BODIES = [
     ("/v1/responses", {"max_output_tokens": 8, "stream": True, "store": False, "tools": [RTOOL], "input": [
         {"type": "message", "role": "user", "content": "hi"},
         {"type": "compaction", "encrypted_content": "gAAAA-elsewhere"}, {"type": "compaction_trigger"}]}),
+    ("/v1/responses", {"max_output_tokens": 8, "stream": True, "store": True, "tools": [RTOOL],
+                       "context_management": [{"type": "compaction", "compact_threshold": 4}], "input": [
+        {"type": "message", "role": "user", "content": "hi"},
+        {"type": "compaction", "encrypted_content": "gAAAA-elsewhere"},
+        {"type": "message", "role": "user", "content": "go on"}]}),
+    ("/v1/responses", {"max_output_tokens": 8, "context_management": [{"type": "compaction"}], "input": "hi"}),
     ("/v1/responses/compact", {"max_output_tokens": 8, "instructions": "brief", "input": [
         {"type": "message", "role": "user", "content": "hi"}, {"type": "message", "role": "assistant", "content": "ok"}]}),
     ("/v1/responses", {"input": "hi", "max_output_tokens": 8, "background": True, "store": True}),
