@@ -4,6 +4,7 @@ conv channels 10240, bf16 activations, fp32 state) on one GPU.
     python bench/gdn_kernels.py            # decode C=1,8,64, verify C=8 x 4 tokens, prefill 8K
     python bench/gdn_kernels.py --sweep    # also sweep the tile settings of hinfer/ops/triton/gdn.py
     python bench/gdn_kernels.py --sweep-decode    # only the decode tiles (recurrent kernel, fused step)
+    python bench/gdn_kernels.py --verify-writes --cs 1,8    # a verify step's state writes: per token or once
 
 Decode rows are medians of CUDA-graph replays that cycle through enough layers' buffers (>= 256 MB) that the
 state comes from HBM, not L2, as in the real model; each figure is per layer. Prefill rows use do_bench
@@ -30,14 +31,16 @@ BW = 4.2e12
 STATE_BYTES = HV * KD * VD * 4
 
 
-def _batch(lens: list[int], verify: bool = False) -> tuple[ForwardBatch, int]:
-    """A batch on shuffled slots (verify rows also get one fresh slot per token); returns it and the slot count."""
+def _batch(lens: list[int], verify: bool = False, one_write: bool = False) -> tuple[ForwardBatch, int]:
+    """A batch on shuffled slots (verify rows also get one fresh slot per token, or with `one_write` one fresh slot
+    for all of a sequence's tokens: the kernels then write its state once, after its last token); returns it and
+    the slot count."""
     n_slots = 1 + sum(n + 1 if verify else 1 for n in lens)
     pool = list(range(1, n_slots))
     random.shuffle(pool)
     chunks = []
     for n in lens:
-        st = [pool.pop() for _ in range(n)] if verify else None
+        st = ([pool.pop()] * n if one_write else [pool.pop() for _ in range(n)]) if verify else None
         chunks.append(SeqChunk(list(range(n)), 0, [0], pool.pop(), gdn_step_slots=st))
     return build_forward_batch(chunks, 1 << 20, "cuda"), n_slots
 
@@ -114,6 +117,30 @@ def decode_rows(cs=(1, 8, 64), verify=((8, 4),)) -> list[tuple]:
             )
         del layers
         torch.cuda.empty_cache()
+    return rows
+
+
+def verify_write_rows(c: int = 8, k: int = 4) -> list[tuple]:
+    """What a verify step's state writes cost: the fused step at C sequences of K tokens writing the state after
+    every token (as verification does: the accepted prefix's state is kept) against writing it once, and 2 K
+    tokens written once (a step that first replays the previous round's accepted tokens from their logged inputs,
+    then verifies: one state read and one write a round instead of 1 + K writes). One decode token for scale."""
+    rows = []
+    old_max = tg.FUSED_MAX_TOKENS
+    tg.FUSED_MAX_TOKENS = 2 * k  # the fused step at 2 K tokens too (the model stops at 4)
+    try:
+        for n, one, what in ((1, False, "decode"), (k, False, f"verify x{k}, a write a token"),
+                             (k, True, f"verify x{k}, one write"), (2 * k, True, f"replay + verify x{2 * k}, one write")):
+            batch, n_slots = _batch([n] * c, verify=n > 1, one_write=one)
+            n_layers = max(2, min(48, math.ceil(256e6 / (c * STATE_BYTES))))
+            layers = [Layer(c * n, n_slots) for _ in range(n_layers)]
+            us = _graph_us(_ops(batch, fused=True)["fused"], layers)
+            floor = _bytes("fused", c, 1 if one else n) / BW * 1e6  # state + conv state: one write when `one`
+            rows.append((f"fused C={c} {what}", us, floor))
+            del layers
+            torch.cuda.empty_cache()
+    finally:
+        tg.FUSED_MAX_TOKENS = old_max
     return rows
 
 
@@ -252,7 +279,13 @@ def main() -> None:
     ap.add_argument("--decode-only", action="store_true",
                     help="only the decode rows at --cs lanes (a short run, e.g. under Nsight Compute)")
     ap.add_argument("--cs", default="1,8,64", help="--decode-only: lane counts")
+    ap.add_argument("--verify-writes", action="store_true",
+                    help="only the fused verify step writing its state after every token against once (--cs lanes)")
     args = ap.parse_args()
+    if args.verify_writes:
+        for c in (int(v) for v in args.cs.split(",")):
+            print_table(verify_write_rows(c), f"verify state writes, {c} lanes, per layer")
+        return
     if args.sweep_prefill:
         sweep(decode=False)
         return
