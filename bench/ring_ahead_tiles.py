@@ -10,7 +10,8 @@ the int4 x int8 kernel, or of the bf16 int4 kernel in place of its register look
 graph (`hinfer bench ... ` with and without HINFER_TILES): a kernel timed alone cannot show it, since the kernel
 before it there is its own previous copy.
 
-    python bench/ring_ahead_tiles.py --out rings.json [--shapes out|in|all] [--models 27b,35b,122b] [--check]
+    python bench/ring_ahead_tiles.py --out rings.json [--shapes out|in|all] [--models 27b,35b,122b] [--m 1|8]
+                                      [--check]
 """
 
 from __future__ import annotations
@@ -44,11 +45,11 @@ def shapes(models: list[str], which: str) -> list[tuple[int, int]]:
     return out
 
 
-def ring_ahead(n: int, k: int) -> tuple[str, object] | None:
-    """(family, tile) of the packaged one-row entry of (N, K) with its whole slice issued ahead, or None where the
-    shape has no one-row entry or the ring would not fit."""
+def ring_ahead(n: int, k: int, m: int = 1) -> tuple[str, object] | None:
+    """(family, tile) of the packaged entry of (N, K) at M bucket m with its whole slice issued ahead, or None
+    where the shape has no entry there or the ring would not fit."""
     for family in (INT4_A8, INT4_MMA):  # the int4 x int8 entry is the one the dispatcher takes where it exists
-        tile = TABLE.get((family, n, k, 1))
+        tile = TABLE.get((family, n, k, m))
         if tile is None:
             continue
         groups = -(-(k // GROUP) // tile.split_k)
@@ -56,14 +57,14 @@ def ring_ahead(n: int, k: int) -> tuple[str, object] | None:
         ring_bytes = grown.ring * tile.block_n * (64 + 2 + 1)
         if ring_bytes > RING_SMEM_CAP:
             return None
-        if family == INT4_A8 and A8Shape.of(1, k, grown).smem_bytes(tile.block_n, True) > SMEM_LIMIT:
+        if family == INT4_A8 and A8Shape.of(m, k, grown).smem_bytes(tile.block_n, True) > SMEM_LIMIT:
             return None
         return family, grown
     return None
 
 
-def check(family: str, n: int, k: int, tile) -> float:
-    """On the GPU: the grown tile's output against the packaged tile's at one row (the ring's depth changes when
+def check(family: str, n: int, k: int, m: int, tile) -> float:
+    """On the GPU: the grown tile's output against the packaged tile's at m rows (the ring's depth changes when
     bytes arrive, not the arithmetic: expected bit for bit); -> the largest difference."""
     import torch
 
@@ -73,9 +74,9 @@ def check(family: str, n: int, k: int, tile) -> float:
 
     g = torch.Generator(device="cuda").manual_seed(0)
     w, _ = make_weight("int4-a8", n, k, g)
-    x = torch.randn(1, k, device="cuda", generator=g).bfloat16()
+    x = torch.randn(m, k, device="cuda", generator=g).bfloat16()
     fn = int4_a8_matmul if family == INT4_A8 else int4_mma_matmul
-    want, got = fn(x, w, cfg=TABLE[(family, n, k, 1)]), fn(x, w, cfg=tile)
+    want, got = fn(x, w, cfg=TABLE[(family, n, k, m)]), fn(x, w, cfg=tile)
     return (want.float() - got.float()).abs().max().item()
 
 
@@ -84,22 +85,23 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True, help="the HINFER_TILES file to write")
     ap.add_argument("--shapes", choices=["out", "in", "all"], default="out")
     ap.add_argument("--models", default="27b,35b,122b")
+    ap.add_argument("--m", type=int, default=1, help="the M bucket (rows of x: lanes at decode), a power of two")
     ap.add_argument("--check", action="store_true", help="on a GPU: each grown tile against the packaged one")
     a = ap.parse_args()
     entries = []
     for n, k in shapes(a.models.split(","), a.shapes):
-        got = ring_ahead(n, k)
+        got = ring_ahead(n, k, a.m)
         if got is None:
-            print(f"  ({n}, {k}): no one-row entry, or its ring would not fit: left as packaged")
+            print(f"  ({n}, {k}): no entry at M={a.m}, or its ring would not fit: left as packaged")
             continue
         family, tile = got
-        print(f"  {family} ({n}, {k}) M=1: ring {TABLE[(family, n, k, 1)].ring} -> {tile.ring}  {tile}")
+        print(f"  {family} ({n}, {k}) M={a.m}: ring {TABLE[(family, n, k, a.m)].ring} -> {tile.ring}  {tile}")
         if a.check:
-            diff = check(family, n, k, tile)
+            diff = check(family, n, k, a.m, tile)
             print(f"    against the packaged tile: largest difference {diff:.3g}")
             if diff != 0.0:
                 raise SystemExit(f"({n}, {k}): the grown tile's output differs from the packaged one's")
-        entries.append(entry(family, n, k, 1, tile))
+        entries.append(entry(family, n, k, a.m, tile))
     write(a.out, entries)
     print(f"{len(entries)} entries -> {a.out}")
 
