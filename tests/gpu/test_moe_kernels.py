@@ -477,13 +477,9 @@ def test_experts_int4_down_sums_the_slots(tm, weights, seed, t, monkeypatch):
     assert not counter_buffer(x.device).any(), "arrival counters left set"
 
 
-@pytest.mark.parametrize("t", [1, 8, 64, 2048])
-@pytest.mark.parametrize("block", [False, True])
-def test_experts_fp8_real_shapes(tm, weights, seed, t, block):
-    """W8A16 experts (FMT 2: hinfer.quant.fp8 layout per expert, per-channel or 128x128 block scales) vs the fp32
-    dequantized reference; at T = 8 also through hinfer.ops.moe.moe_experts with the model's Fp8ExpertsWeight."""
-    from hinfer.ops import moe as moe_ops
-    from hinfer.quant.experts import Fp8ExpertsWeight, quantize_experts_fp8
+def _fp8_experts(tm, weights, block: bool):
+    """(quantized gate_up, down as the model holds them; the kernels' Fp8Experts views of them), cached per model."""
+    from hinfer.quant.experts import quantize_experts_fp8
 
     name, wgu, wd = weights
     key = (name, "fp8", block)
@@ -492,11 +488,11 @@ def test_experts_fp8_real_shapes(tm, weights, seed, t, block):
         scheme = "block" if block else "channel"
         _INT4_CACHE[key] = quantize_experts_fp8(wgu, scheme), quantize_experts_fp8(wd, scheme)
     qgu, qdn = _INT4_CACHE[key]
-    assert isinstance(qgu, Fp8ExpertsWeight) and (qgu.block is not None) == block
-    kgu, kdn = tm.Fp8Experts(qgu.weight, qgu.scale, block), tm.Fp8Experts(qdn.weight, qdn.scale, block)
-    x = torch.randn(t, wgu.shape[2], device="cuda").bfloat16()
-    top_w, top_i = ref.moe_route_ref(torch.randn(t, E, device="cuda").bfloat16(), K)
-    out = tm.moe_experts(x, kgu, kdn, top_w, top_i)
+    return qgu, qdn, tm.Fp8Experts(qgu.weight, qgu.scale, block), tm.Fp8Experts(qdn.weight, qdn.scale, block)
+
+
+def _fp8_reference(qgu, qdn, x, top_w, top_i) -> torch.Tensor:
+    """moe_experts_ref in fp32 on the selected experts' dequantized fp8 weights, TF32 off."""
     old = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
@@ -504,10 +500,26 @@ def test_experts_fp8_real_shapes(tm, weights, seed, t, block):
         remap = torch.searchsorted(used, top_i)
         gu = torch.stack([qgu.expert(e).dequantize(torch.float32) for e in used.tolist()])
         dn = torch.stack([qdn.expert(e).dequantize(torch.float32) for e in used.tolist()])
-        want = ref.moe_experts_ref(x.float(), gu, dn, top_w.float(), remap)
+        return ref.moe_experts_ref(x.float(), gu, dn, top_w.float(), remap)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old
-    _check(out, want, seed, f"{name} fp8 {'block' if block else 'channel'} T={t}")
+
+
+@pytest.mark.parametrize("t", [1, 8, 64, 2048])
+@pytest.mark.parametrize("block", [False, True])
+def test_experts_fp8_real_shapes(tm, weights, seed, t, block):
+    """W8A16 experts (FMT 2: hinfer.quant.fp8 layout per expert, per-channel or 128x128 block scales) vs the fp32
+    dequantized reference; at T = 8 also through hinfer.ops.moe.moe_experts with the model's Fp8ExpertsWeight."""
+    from hinfer.ops import moe as moe_ops
+    from hinfer.quant.experts import Fp8ExpertsWeight
+
+    name, wgu, _ = weights
+    qgu, qdn, kgu, kdn = _fp8_experts(tm, weights, block)
+    assert isinstance(qgu, Fp8ExpertsWeight) and (qgu.block is not None) == block
+    x = torch.randn(t, wgu.shape[2], device="cuda").bfloat16()
+    top_w, top_i = ref.moe_route_ref(torch.randn(t, E, device="cuda").bfloat16(), K)
+    out = tm.moe_experts(x, kgu, kdn, top_w, top_i)
+    _check(out, _fp8_reference(qgu, qdn, x, top_w, top_i), seed, f"{name} fp8 {'block' if block else 'channel'} T={t}")
     if t == 8:  # the dispatcher reaches this module
         assert sys.modules[_MODS] is tm
         got = moe_ops.moe_experts(x, qgu, qdn, top_w, top_i)
@@ -522,16 +534,9 @@ def test_experts_fp8_mma(tm, weights, seed, t, block, monkeypatch):
     experts, same thresholds; both of its launches taken, the arrival counters left clear."""
     from hinfer.ops.triton import moe_fp8_mma
     from hinfer.ops.triton.linear_splitk import counter_buffer
-    from hinfer.quant.experts import quantize_experts_fp8
 
-    name, wgu, wd = weights
-    key = (name, "fp8", block)
-    if key not in _INT4_CACHE:
-        _INT4_CACHE.clear()
-        scheme = "block" if block else "channel"
-        _INT4_CACHE[key] = quantize_experts_fp8(wgu, scheme), quantize_experts_fp8(wd, scheme)
-    qgu, qdn = _INT4_CACHE[key]
-    kgu, kdn = tm.Fp8Experts(qgu.weight, qgu.scale, block), tm.Fp8Experts(qdn.weight, qdn.scale, block)
+    name, wgu, _ = weights
+    qgu, qdn, kgu, kdn = _fp8_experts(tm, weights, block)
     x = torch.randn(t, wgu.shape[2], device="cuda").bfloat16()
     top_w, top_i = ref.moe_route_ref(torch.randn(t, E, device="cuda").bfloat16(), K)
     calls = []
@@ -540,16 +545,7 @@ def test_experts_fp8_mma(tm, weights, seed, t, block, monkeypatch):
     monkeypatch.setenv("HINFER_MOE_FP8", "mma")
     out = tm.moe_experts(x, kgu, kdn, top_w, top_i)
     assert len(calls) == 2, f"the fp8 tensor-core path was not taken ({len(calls)} launches)"
-    old = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        used = torch.unique(top_i)
-        remap = torch.searchsorted(used, top_i)
-        gu = torch.stack([qgu.expert(e).dequantize(torch.float32) for e in used.tolist()])
-        dn = torch.stack([qdn.expert(e).dequantize(torch.float32) for e in used.tolist()])
-        want = ref.moe_experts_ref(x.float(), gu, dn, top_w.float(), remap)
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = old
+    want = _fp8_reference(qgu, qdn, x, top_w, top_i)
     _check(out, want, seed, f"{name} fp8 mma {'block' if block else 'channel'} T={t}")
     torch.cuda.synchronize()
     assert not counter_buffer(x.device).any(), "arrival counters left set"

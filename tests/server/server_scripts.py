@@ -110,3 +110,16 @@ TIME_TOOL = {
 def anthropic_tool(t: dict) -> dict:
     f = t["function"]
     return {"name": f["name"], "description": f["description"], "input_schema": f["parameters"]}
+
+
+# the weather tool in the Responses API's shape
+RESPONSES_TOOLS = [{"type": "function", **WEATHER_TOOL["function"]}]
+# a Codex-shaped Responses history: a user turn, a tool call and its output, the assistant's answer, the next user
+# turn (its [[nothink]] scripts a summary when the conversation is compacted)
+CODEX_HISTORY = [
+    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "weather in Paris, please"}]},
+    {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+    {"type": "function_call_output", "call_id": "call_1", "output": "18 C, light rain"},
+    {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "It is 18 C in Paris."}]},
+    {"type": "message", "role": "user", "content": "and tomorrow? [[nothink]]"},
+]

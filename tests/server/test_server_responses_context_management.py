@@ -13,22 +13,16 @@ import httpx
 import openai
 import pytest
 from server_live import MODEL, prompt_of
-from server_scripts import NO_THINK, WEATHER_TOOL
+from server_scripts import CODEX_HISTORY, NO_THINK, RESPONSES_TOOLS
 from websockets.sync.client import connect
 
 from hinfer.server import compaction
 from hinfer.server.responses_compact import default_threshold
 
-TOOLS = [{"type": "function", **WEATHER_TOOL["function"]}]
+TOOLS = RESPONSES_TOOLS
 # a Codex-shaped history: a user turn, a tool call and its output, the assistant's answer, the next user turn; its
 # [[nothink]] scripts the summary, and the summary alone scripts the answer (the engine's default: reasoning, text)
-HISTORY = [
-    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "weather in Paris, please"}]},
-    {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
-    {"type": "function_call_output", "call_id": "call_1", "output": "18 C, light rain"},
-    {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "It is 18 C in Paris."}]},
-    {"type": "message", "role": "user", "content": "and tomorrow? [[nothink]]"},
-]
+HISTORY = CODEX_HISTORY
 SUMMARY_TURN = "<|im_start|>user\n" + compaction.SUMMARY_HEAD + NO_THINK + "<|im_end|>"
 ANSWER = "Default answer."
 GENERATION = "<|im_start|>assistant\n<think>\n"  # the prompt's end with thinking on
