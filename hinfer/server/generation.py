@@ -126,8 +126,14 @@ class EngineRun:
             log.debug("engine.abort failed", exc_info=True)
 
     def watch(self) -> None:
-        if self._watcher is None and isinstance(self.http, Request):  # a WebSocket: a failed send says it closed
+        """Abort the run when its client leaves: a request's connection polled, a WebSocket's `closed` event awaited
+        (set by the handler that reads the socket while it answers: responses_socket.py)."""
+        if self._watcher is not None:
+            return
+        if isinstance(self.http, Request):
             self._watcher = asyncio.create_task(self._watch_disconnect())
+        elif isinstance(closed := getattr(self.http.state, "closed", None), asyncio.Event):
+            self._watcher = asyncio.create_task(self._watch_closed(closed))
 
     def unwatch(self) -> None:
         """Stop polling the connection (a StreamingResponse listens for the disconnect itself)."""
@@ -148,6 +154,16 @@ class EngineRun:
             pass
         except Exception:  # the watcher must never take the request down
             log.debug("disconnect watcher failed", exc_info=True)
+
+    async def _watch_closed(self, closed: asyncio.Event) -> None:
+        try:
+            await closed.wait()
+            if not self.finished:
+                log.info("client closed the socket of request %s; aborting", self.request_id)
+                self.client_gone = True
+                self.st.engine.abort(self.request_id)
+        except asyncio.CancelledError:
+            pass
 
     async def events(self) -> AsyncIterator[TokenEvent]:
         """All events, the prefetched first one included. Engine errors mid-stream propagate."""

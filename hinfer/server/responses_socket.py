@@ -7,11 +7,14 @@ time. The connection keeps its last response, so the next may continue it by `pr
 the new input, `store` false or not. `"generate": false` answers a response with no output (a client warming the
 connection up) that the next may continue. A bad message is answered by an `error` event (`status` and the HTTP
 API's `error` object); the connection stays open. The API key and the drain are checked at the handshake
-(middleware.py).
+(middleware.py). The socket is read all the time, also while a response runs (messages wait their turn), so a
+client that closes it is noticed at once: its run is aborted (EngineRun.watch), not left to generate for nobody
+(a compaction's summary sends nothing until it is done).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -55,14 +58,32 @@ def _body(text: str) -> tuple[ResponsesRequest, bool]:
         raise bad_request(message, param=param) from None
 
 
+async def _read(ws: WebSocket, inbox: asyncio.Queue[str | None], closed: asyncio.Event) -> None:
+    """The client's messages into `inbox` as they come; at the close, `closed` set and a None queued."""
+    try:
+        while True:
+            msg = await ws.receive()
+            if msg["type"] == "websocket.disconnect":
+                break
+            text = msg.get("text")
+            inbox.put_nowait(text if text is not None else (msg.get("bytes") or b"").decode("utf-8", "replace"))
+    except (WebSocketDisconnect, RuntimeError, ConnectionError):
+        pass
+    finally:
+        closed.set()
+        inbox.put_nowait(None)
+
+
 @router.websocket("/v1/responses")
 async def responses_socket(ws: WebSocket) -> None:
     await ws.accept()
     st = ws.app.state.hinfer
     last: StoredResponse | None = None  # the connection's last response: the next may continue it
+    ws.state.closed = closed = asyncio.Event()  # what the runs on this socket watch (EngineRun.watch)
+    inbox: asyncio.Queue[str | None] = asyncio.Queue()
+    reader = asyncio.create_task(_read(ws, inbox, closed))
     try:
-        while True:
-            text = await ws.receive_text()
+        while (text := await inbox.get()) is not None:
             try:
                 body, generate = _body(text)
                 st.check_model(body.model)
@@ -78,6 +99,8 @@ async def responses_socket(ws: WebSocket) -> None:
             last = await _answer(ws, st, run, b, items) or last
     except WebSocketDisconnect:
         pass
+    finally:
+        reader.cancel()
 
 
 async def _answer(ws: WebSocket, st: ServerState, run: EngineRun, b: ResponseBuilder, items: list[dict[str, Any]]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import openai
 import pytest
@@ -111,7 +112,7 @@ def test_closing_mid_response_frees_the_lane(base_url, engine):
     for _ in range(200):
         if rid in engine.aborted or engine.stats().lanes_busy == 0:
             break
-        __import__("time").sleep(0.05)
+        time.sleep(0.05)
     assert rid in engine.aborted and engine.stats().lanes_busy == 0
 
 
@@ -124,3 +125,22 @@ def test_the_handshake_needs_the_key(slow_url):
     with connect(ws_url(slow_url), additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
         ws.send(json.dumps({"type": "response.create", "model": "wrong-model", "input": "x"}))
         assert json.loads(ws.recv(timeout=30))["type"] == "error"
+
+
+def test_closing_while_a_compaction_summary_runs_aborts_it(base_url, engine):
+    """A summary sends nothing until it is done: the socket is read meanwhile, so its close aborts the run."""
+    before = len(engine.requests)
+    with connect(ws_url(base_url)) as ws:
+        ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "[[long]]", "store": False,
+                            "context_management": [{"type": "compaction", "compact_threshold": 1}]}))
+        for _ in range(200):
+            if len(engine.requests) > before:
+                break
+            time.sleep(0.01)
+        assert len(engine.requests) > before, "the summary did not start"
+    rid = engine.requests[before].request_id
+    for _ in range(200):
+        if rid in engine.aborted and engine.stats().lanes_busy == 0:
+            break
+        time.sleep(0.05)
+    assert rid in engine.aborted and engine.stats().lanes_busy == 0
