@@ -70,13 +70,16 @@ def check(family: str, n: int, k: int, m: int, tile) -> float:
 
     from bench.linear_kernels import make_weight
     from hinfer.ops.triton.linear_int4_a8 import int4_a8_matmul
-    from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
+    from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul, x_staged_choice
 
     g = torch.Generator(device="cuda").manual_seed(0)
     w, _ = make_weight("int4-a8", n, k, g)
     x = torch.randn(m, k, device="cuda", generator=g).bfloat16()
+    packaged = TABLE[(family, n, k, m)]
+    if family == INT4_MMA:  # x staged as the decode stages it (HINFER_X_STAGED)
+        packaged, tile = x_staged_choice(packaged, k, m == 1), x_staged_choice(tile, k, m == 1)
     fn = int4_a8_matmul if family == INT4_A8 else int4_mma_matmul
-    want, got = fn(x, w, cfg=TABLE[(family, n, k, m)]), fn(x, w, cfg=tile)
+    want, got = fn(x, w, cfg=packaged), fn(x, w, cfg=tile)
     return (want.float() - got.float()).abs().max().item()
 
 
