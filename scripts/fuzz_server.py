@@ -29,6 +29,7 @@ import json
 import random
 import re
 import sys
+import time
 
 import httpx
 
@@ -260,7 +261,10 @@ async def _socket(base: str, model: str, seed: int, messages: int, timeout: floa
                 sent = json.dumps(mutated(rng, msg) if rng.random() < 0.7 else msg).encode("utf-8", "surrogatepass")
                 await ws.send(sent.decode("utf-8", "replace"))
                 leave = rng.random() < 0.2
+                deadline = time.monotonic() + 3 * timeout  # a mutated budget may ask for the whole context: leave
                 while True:
+                    if time.monotonic() > deadline:
+                        return  # the socket closes behind us: the server must stop that generation
                     e = json.loads(await asyncio.wait_for(ws.recv(), timeout))
                     if e.get("type") == "response.failed" or (e.get("type") == "error" and e.get("status", 0) >= 500):
                         bad.append(f"socket {e.get('type')} {json.dumps(e)[:300]} after {sent[:300]!r}")
