@@ -13,6 +13,7 @@ from fastapi import Request
 
 from hinfer.server import compaction
 from hinfer.server.anthropic_convert import chat_prompt, sampling_params
+from hinfer.server.anthropic_responses import message_object
 from hinfer.server.generation import EngineRun, run_to_end
 from hinfer.server.ids import new_id
 from hinfer.server.images import reads_images, with_images
@@ -67,9 +68,7 @@ def paused_events(c: Compacted, model: str, context_management: dict[str, Any] |
     """A response that stops after the compaction block (`pause_after_compaction`), as stream events."""
     usage = {"input_tokens": c.usage["input_tokens"], "output_tokens": c.usage["output_tokens"],
              "cache_read_input_tokens": c.usage["cache_read_input_tokens"], "iterations": [c.usage]}
-    start = {"id": new_id("msg_"), "type": "message", "role": "assistant", "model": model, "content": [],
-             "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": usage["input_tokens"],
-                                                                    "output_tokens": 0}}  # fmt: skip
+    start = message_object(new_id("msg_"), model, [], None, None, usage["input_tokens"], 0)
     delta: dict[str, Any] = {"type": "message_delta", "delta": {"stop_reason": "compaction", "stop_sequence": None},
                              "usage": usage, "timings": c.timings}
     if context_management is not None:

@@ -120,9 +120,16 @@ class MessageBuilder:
 
     def _message(self, content: list[dict[str, Any]], stop_reason: str | None, stop_sequence: str | None,
                  output_tokens: int) -> dict[str, Any]:
-        return {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": content,
-                "stop_reason": stop_reason, "stop_sequence": stop_sequence,
-                "usage": {"input_tokens": self.run.prompt_tokens, "output_tokens": output_tokens}}
+        return message_object(self.id, self.model, content, stop_reason, stop_sequence, self.run.prompt_tokens,
+                              output_tokens)  # fmt: skip
+
+
+def message_object(msg_id: str, model: str, content: list[dict[str, Any]], stop_reason: str | None,
+                   stop_sequence: str | None, input_tokens: int, output_tokens: int) -> dict[str, Any]:
+    """A Message object as message_start carries it (and fold completes)."""
+    return {"id": msg_id, "type": "message", "role": "assistant", "model": model, "content": content,
+            "stop_reason": stop_reason, "stop_sequence": stop_sequence,
+            "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens}}
 
 
 def fold(events: list[dict[str, Any]]) -> dict[str, Any]:
