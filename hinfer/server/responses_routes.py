@@ -141,24 +141,32 @@ def remember(st: ServerState, body: ResponsesRequest, items: list[dict[str, Any]
         st.conversations.add_items(conv_id, [*compaction.without_trigger(input_items(body.input)), *resp["output"]])
 
 
-async def _stream(st: ServerState, run: EngineRun, b: ResponseBuilder,
-                  items: list[dict[str, Any]]) -> AsyncIterator[bytes]:
+async def response_events(st: ServerState, run: EngineRun, b: ResponseBuilder,
+                          items: list[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+    """A streamed response's events as they come, the finished response remembered before its last events (a
+    client may chain at once); an engine failure ends them with `response.failed`. The run is closed on every
+    path (the SSE stream's and the WebSocket's: responses_socket.py)."""
     try:
         for e in b.start_events():
-            yield sse.event(e["type"], e)
+            yield e
         async for ev in run.events():
             for e in b.feed(ev):
-                yield sse.event(e["type"], e)
+                yield e
         events = b.finish_events()
-        remember(st, b.body, items, b.response())  # before the last event: a client may chain at once
+        remember(st, b.body, items, b.response())
         for e in events:
-            yield sse.event(e["type"], e)
+            yield e
     except Exception as exc:
         log_failure(run, exc)
-        e = b.failed_event(engine_error(exc))
-        yield sse.event(e["type"], e)
+        yield b.failed_event(engine_error(exc))
     finally:
         await run.close()
+
+
+async def _stream(st: ServerState, run: EngineRun, b: ResponseBuilder,
+                  items: list[dict[str, Any]]) -> AsyncIterator[bytes]:
+    async for e in response_events(st, run, b, items):
+        yield sse.event(e["type"], e)
 
 
 async def _in_background(st: ServerState, run: EngineRun, b: ResponseBuilder, items: list[dict[str, Any]],

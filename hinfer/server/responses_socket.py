@@ -15,6 +15,7 @@ client that closes it is noticed at once: its run is aborted (EngineRun.watch), 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -25,9 +26,9 @@ from pydantic import ValidationError
 
 from hinfer.server import compaction
 from hinfer.server.errors import APIError, bad_request, describe_validation_errors, openai_body
-from hinfer.server.generation import EngineRun, engine_error, log_failure
+from hinfer.server.generation import EngineRun
 from hinfer.server.ids import new_id
-from hinfer.server.responses_routes import history, remember, started_run
+from hinfer.server.responses_routes import history, response_events, started_run
 from hinfer.server.responses_store import StoredResponse, size_of
 from hinfer.server.responses_stream import ResponseBuilder
 from hinfer.server.schemas_responses import ResponsesRequest
@@ -107,24 +108,12 @@ async def _answer(ws: WebSocket, st: ServerState, run: EngineRun, b: ResponseBui
                   ) -> StoredResponse | None:  # fmt: skip
     """One response's events sent as they come; -> what the next may continue (None: it failed)."""
     try:
-        for e in b.start_events():
-            await ws.send_text(json.dumps(e))
-        async for ev in run.events():
-            for e in b.feed(ev):
+        async with contextlib.aclosing(response_events(st, run, b, items)) as events:
+            async for e in events:
                 await ws.send_text(json.dumps(e))
-        final = b.finish_events()
-        remember(st, b.body, items, b.response())
-        for e in final:
-            await ws.send_text(json.dumps(e))
-        return StoredResponse(b.response(), items, size_of(items))
     except (WebSocketDisconnect, ConnectionError):
         raise WebSocketDisconnect() from None
-    except Exception as exc:
-        log_failure(run, exc)
-        await ws.send_text(json.dumps(b.failed_event(engine_error(exc))))
-        return None
-    finally:
-        await run.close()
+    return None if b.status == "failed" else StoredResponse(b.response(), items, size_of(items))
 
 
 async def _warm_up(ws: WebSocket, body: ResponsesRequest, items: list[dict[str, Any]]) -> StoredResponse:
