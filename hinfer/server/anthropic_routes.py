@@ -43,9 +43,7 @@ async def messages(body: MessagesRequest, request: Request):
             if body.stream:
                 return StreamingResponse(_replay(events), media_type="text/event-stream", headers=sse.STREAM_HEADERS)
             return JSONResponse(fold(events))
-        prompt, budget = chat_prompt(body.model_copy(update={"messages": compacted.messages()}),
-                                     st.preserve_thinking_default, reads_images(st))
-        ids = await render_prompt_off_loop(st.tokenizer, prompt, st.prompt_guard)
+        prompt, budget, ids = await _render(st, body, compacted.messages())
     schema = anthropic_output_format(body.output_config)
     ids, images = await with_images(st, prompt, ids)  # each image's tokens counted in the prompt's usage
     max_tokens = plan_max_tokens(len(ids), body.max_tokens, st.engine.max_context)
@@ -108,21 +106,22 @@ async def count_tokens(body: CountTokensRequest, request: Request):
 Rendered = tuple[ChatPrompt, int | None, list[int]]  # (prompt, thinking budget, its token ids before images)
 
 
+async def _render(st: ServerState, body: CountTokensRequest | MessagesRequest, messages: list[Message]) -> Rendered:
+    """The request's prompt over `messages` instead of its own, rendered."""
+    p, budget = chat_prompt(body.model_copy(update={"messages": messages}), st.preserve_thinking_default,
+                            reads_images(st))
+    return p, budget, await render_prompt_off_loop(st.tokenizer, p, st.prompt_guard)
+
+
 async def _managed_prompt(st: ServerState, body: CountTokensRequest | MessagesRequest
                           ) -> tuple[ChatPrompt, int | None, list[int], Managed[Rendered]]:  # fmt: skip
     """The request's prompt after context management (anthropic_context.py): (prompt, thinking budget, its
     token ids before images, what was managed); rendered once, by the count when context management counted."""
-    tool_images = reads_images(st)
-
-    async def render(messages: list[Message]) -> Rendered:
-        p, budget = chat_prompt(body.model_copy(update={"messages": messages}), st.preserve_thinking_default,
-                                tool_images)
-        return p, budget, await render_prompt_off_loop(st.tokenizer, p, st.prompt_guard)
 
     async def count(messages: list[Message]) -> tuple[int, Rendered]:
-        r = await render(messages)
+        r = await _render(st, body, messages)
         return len(r[2]), r
 
     managed = await manage(body.messages, body.context_management, count)
-    prompt, budget, ids = managed.rendered if managed.rendered is not None else await render(managed.messages)
-    return prompt, budget, ids, managed
+    rendered = managed.rendered if managed.rendered is not None else await _render(st, body, managed.messages)
+    return *rendered, managed
