@@ -141,6 +141,16 @@ def direct_pairs() -> int:
     return int(os.environ.get("HINFER_MOE_DIRECT_PAIRS", "0"))
 
 
+def _mma_blocks(ids: torch.Tensor, t: int, k: int, n_experts: int, direct: bool = False) -> tuple:
+    """The tensor-core experts' row blocks (blocks, sorted pairs, block experts, block rows, direct): a block per
+    pair at one token, when `direct` or up to direct_pairs() pairs (an expert two tokens share is read twice),
+    else moe_align's blocks of EXPERTS_BLOCK_M pairs of one expert (launched under the route kernel's tail)."""
+    if direct or t == 1 or t * k <= direct_pairs():
+        return t * k, ids, ids, ids, True
+    al = align(ids.view(t, k), n_experts, EXPERTS_BLOCK_M, pdl=True)
+    return al.n_blocks, al.sorted, al.bexp, al.brows, False
+
+
 def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, out: torch.Tensor,
                  logits: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
     """gate_up and down through the tensor-core kernel (moe_int4_mma.py): gate_up writes SiLU-mul's output, the
@@ -153,12 +163,7 @@ def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, o
     if logits is not None:
         ids, tw = _empty((pairs,), torch.int64, x.device), _empty((pairs,), logits.dtype, x.device)
         route = dict(topk=k - 1, route=logits, route_w=tw)
-    if t == 1 or logits is not None or pairs <= direct_pairs():  # block b = pair b (an expert two tokens share is
-        # read twice)
-        blocks, sorted_, bexp, brows, direct = pairs, ids, ids, ids, True
-    else:
-        al = align(ids.view(t, k), gu.shape[0], bm, pdl=True)  # launched under the route kernel's tail
-        blocks, sorted_, bexp, brows, direct = al.n_blocks, al.sorted, al.bexp, al.brows, False
+    blocks, sorted_, bexp, brows, direct = _mma_blocks(ids, t, k, gu.shape[0], logits is not None)
     hid = _empty((pairs, gu.shape[1] // 2), x.dtype, x.device)
     experts_mma(x, gu, hid, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=k, act=True, **route)
     y = _empty((pairs, h), x.dtype, x.device)
@@ -176,11 +181,7 @@ def _experts_mma_fp8(x, gu: Fp8Experts, dn: Fp8Experts, tw, ids, t: int, k: int,
     the down scales each pair by its routing weight and sums the slots into `out`. One token: a block per pair
     (its k experts are distinct); more: the pairs grouped by expert (moe_align)."""
     pairs, h, bm = t * k, x.shape[1], EXPERTS_BLOCK_M
-    if t == 1 or pairs <= direct_pairs():
-        blocks, sorted_, bexp, brows, direct = pairs, ids, ids, ids, True
-    else:
-        al = align(ids.view(t, k), gu.shape[0], bm, pdl=True)
-        blocks, sorted_, bexp, brows, direct = al.n_blocks, al.sorted, al.bexp, al.brows, False
+    blocks, sorted_, bexp, brows, direct = _mma_blocks(ids, t, k, gu.shape[0])
     hid = _empty((pairs, gu.shape[1] // 2), x.dtype, x.device)
     fp8_experts_mma(x, gu.weight, gu.scale, gu.block, hid, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=k,
                     act=True)  # fmt: skip
