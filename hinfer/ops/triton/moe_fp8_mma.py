@@ -31,7 +31,7 @@ from hinfer.ops.triton.common import pdl_kwargs
 from hinfer.ops.triton.linear_fp8_mma import _iota5, _k_loop, _words_layout, _x_words_layout
 from hinfer.ops.triton.linear_splitk import COUNTERS, counter_buffer, split_scratch
 from hinfer.ops.triton.mma_common import mma_layout, pdl_start, split_groups
-from hinfer.ops.triton.moe_int4_mma import SUM_COUNTERS, _sum_slots, store_split
+from hinfer.ops.triton.moe_int4_mma import store_split, sum_slots_when_last
 from hinfer.ops.triton.tiles.forms import SkinnyConfig
 from hinfer.ops.triton.tiles.moe import fp8_experts_mma_tile
 
@@ -121,13 +121,8 @@ def fp8_mma_experts_kernel(
                             py[None, :].to(gl.int64) * N + rows[:, None], gl.program_id(2), P * N,
                             cnt_ptr + blk * gl.num_programs(0) + pid_n, SPLIT_K, ROW_SCALE, ACT)  # fmt: skip
         if SUM:
-            if wrote:  # this block's rows of the N tile are in y: count them in; the last sums the slots
-                gl.thread_barrier()  # every thread's rows are written before the release below
-                cnt = cnt_ptr + SUM_COUNTERS + pid_n
-                if gl.atomic_add(cnt, nrows, sem="acq_rel") + nrows == P:
-                    _sum_slots(y_ptr, out_ptr, pid_n * BLOCK_N, N, P // TOPK, stride_ym, stride_om, TOPK, TOPK_P,
-                               BLOCK_N)  # fmt: skip
-                    gl.atomic_xchg(cnt, 0)
+            sum_slots_when_last(wrote, y_ptr, out_ptr, cnt_ptr, pid_n, nrows, N, P, stride_ym, stride_om, TOPK,
+                                TOPK_P, BLOCK_N)  # fmt: skip
 
 
 def fp8_mma_experts_fit(x: torch.Tensor, n_gu: int, h: int, n_dn: int, i: int, pairs: int) -> bool:

@@ -214,15 +214,23 @@ def int4_mma_experts_kernel(
         if PROBE:
             probe_stamp(probe_ptr, 4, wrote.to(gl.int32))
         if SUM:
-            if wrote:  # this block's rows of the N tile are in y: count them in; the last sums the slots
-                gl.thread_barrier()  # every thread's rows are written before the release below
-                cnt = cnt_ptr + SUM_COUNTERS + pid_n
-                if gl.atomic_add(cnt, nrows, sem="acq_rel") + nrows == P:
-                    _sum_slots(y_ptr, out_ptr, pid_n * BLOCK_N, N, P // TOPK, stride_ym, stride_om, TOPK, TOPK_P,
-                               BLOCK_N)  # fmt: skip
-                    gl.atomic_xchg(cnt, 0)
+            sum_slots_when_last(wrote, y_ptr, out_ptr, cnt_ptr, pid_n, nrows, N, P, stride_ym, stride_om, TOPK,
+                                TOPK_P, BLOCK_N)  # fmt: skip
         if PROBE:
             probe_stamp(probe_ptr, PROBE_LAST, wrote.to(gl.int32))
+
+
+@gluon.jit
+def sum_slots_when_last(wrote, y_ptr, out_ptr, cnt_ptr, pid_n, nrows, N, P, stride_ym, stride_om,
+                        TOPK: gl.constexpr, TOPK_P: gl.constexpr, BLOCK_N: gl.constexpr):  # fmt: skip
+    """After a block's rows of N tile pid_n are in y (`wrote`): count them in; the last block to finish the tile
+    sums every token's slots into out (_sum_slots) and clears the counter."""
+    if wrote:
+        gl.thread_barrier()  # every thread's rows are written before the release below
+        cnt = cnt_ptr + SUM_COUNTERS + pid_n
+        if gl.atomic_add(cnt, nrows, sem="acq_rel") + nrows == P:
+            _sum_slots(y_ptr, out_ptr, pid_n * BLOCK_N, N, P // TOPK, stride_ym, stride_om, TOPK, TOPK_P, BLOCK_N)
+            gl.atomic_xchg(cnt, 0)
 
 
 @gluon.jit
