@@ -138,6 +138,44 @@ def toks(rng: random.Random, n: int) -> list[int]:
     return [rng.randrange(1, 1024) for _ in range(n)]
 
 
+def soak_turns(core, rng: random.Random, roots: list[list[int]], requests: int, max_len: int,
+               check=lambda core: core.prefix.pages.check()) -> int:
+    """Multi-turn conversations grown from `roots` (each resent with its answer, restarted past `max_len`), mixed
+    sampling, aborts and a full queue, until `requests` are in and every one is done; `check` runs after each step.
+    Returns how many finished requests hit the cache."""
+    histories = [list(r) for r in roots]
+    live: dict[str, int] = {}  # request id -> history index
+    outs: dict[str, list[int]] = {}
+    submitted = hits = 0
+    while submitted < requests or live:
+        if submitted < requests and rng.random() < 0.6:
+            i = rng.randrange(len(histories))
+            h = histories[i]
+            if len(h) > max_len:
+                h[:] = list(roots[i])
+            h += toks(rng, rng.randint(1, 20))
+            p = SamplingParams(temperature=rng.choice([0, 0.8]), max_tokens=rng.randint(1, 12), seed=submitted,
+                               ignore_eos=True)  # fmt: skip
+            rid = f"s{submitted}"
+            try:
+                core.add(GenerationRequest(rid, list(h), p))
+                live[rid], outs[rid] = i, []
+                submitted += 1
+            except QueueFullError:
+                pass
+        if live and rng.random() < 0.05:
+            core.abort(rng.choice(sorted(live)))
+        for ev in core.step():
+            outs[ev.request_id] += ev.token_ids
+            if ev.finish_reason:
+                i = live.pop(ev.request_id)
+                hits += ev.usage.cached_tokens > 0
+                if ev.finish_reason != "abort" and rng.random() < 0.7:
+                    histories[i] += outs[ev.request_id]  # the next turn resends the answer
+        check(core)
+    return hits
+
+
 def assert_clean(core) -> None:
     """Nothing in use, every pool back to full after a clear; the index's invariants hold."""
     assert not core.has_work
@@ -320,36 +358,7 @@ def test_soak_shared_prefixes_leaks_nothing(make_engine_core):
                             prefix_cache_slots=5)
     st0 = core.stats()
     roots = [toks(rng, rng.randint(10, 70)) for _ in range(5)]
-    histories = [list(r) for r in roots]
-    live: dict[str, int] = {}  # request id -> history index
-    outs: dict[str, list[int]] = {}
-    submitted = hits = 0
-    while submitted < 300 or live:
-        if submitted < 300 and rng.random() < 0.6:
-            i = rng.randrange(len(histories))
-            h = histories[i]
-            if len(h) > 300:
-                h[:] = list(roots[i % len(roots)])
-            h += toks(rng, rng.randint(1, 20))
-            p = SamplingParams(temperature=rng.choice([0, 0.8]), max_tokens=rng.randint(1, 12), seed=submitted,
-                               ignore_eos=True)
-            rid = f"s{submitted}"
-            try:
-                core.add(GenerationRequest(rid, list(h), p))
-                live[rid], outs[rid] = i, []
-                submitted += 1
-            except QueueFullError:
-                pass
-        if live and rng.random() < 0.05:
-            core.abort(rng.choice(sorted(live)))
-        for ev in core.step():
-            outs[ev.request_id] += ev.token_ids
-            if ev.finish_reason:
-                i = live.pop(ev.request_id)
-                hits += ev.usage.cached_tokens > 0
-                if ev.finish_reason != "abort" and rng.random() < 0.7:
-                    histories[i] += outs[ev.request_id]  # the next turn resends the answer
-        core.prefix.pages.check()
+    hits = soak_turns(core, rng, roots, requests=300, max_len=300)
     assert hits > 50
     st = core.stats()
     assert (st.pages_free, st.slots_free, st.queue_depth) == (st0.pages_free, st0.slots_free, 0)

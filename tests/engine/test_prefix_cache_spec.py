@@ -10,13 +10,13 @@ import random
 
 import pytest
 import torch
+from test_prefix_cache import PS, assert_clean, soak_turns, toks  # the same engine helpers
 
 from hinfer.engine.prefix_cache import chain_hashes
-from hinfer.engine.protocol import GenerationRequest, QueueFullError
+from hinfer.engine.protocol import GenerationRequest
 from hinfer.engine.spec import DraftJob, Proposal
 from hinfer.sampling_params import SamplingParams
 
-PS = 16  # the engine fixture's page size
 LP_TOL = 1e-4  # as the cache-only tests: a right restore moves logprobs by ~1e-6, a wrong one by ~5e-3
 
 
@@ -63,24 +63,10 @@ def run_all(core, reqs: list[GenerationRequest], lps: dict[str, list[float]]) ->
     return out
 
 
-def toks(rng: random.Random, n: int) -> list[int]:
-    return [rng.randrange(1, 1024) for _ in range(n)]
-
-
 def same(a: dict, b: dict, lp_a: dict, lp_b: dict) -> None:
     assert {k: t for k, (t, _) in a.items()} == {k: t for k, (t, _) in b.items()}
     gap = max(abs(x - y) for k in lp_a for x, y in zip(lp_a[k], lp_b[k]))
     assert gap < LP_TOL, gap
-
-
-def assert_clean(core) -> None:
-    assert not core.has_work
-    core.clear_prefix_cache()
-    st = core.stats()
-    assert (st.pages_free, st.slots_free, st.lanes_busy) == (st.pages_total, st.slots_total, 0)
-    core.prefix.pages.check()
-    core.prefix.checkpoints.check()
-    assert core.prefix.pages.num_cached == 0 and len(core.prefix.checkpoints) == 0
 
 
 @pytest.mark.parametrize("drafter", ["known", "mtp"])
@@ -152,36 +138,7 @@ def test_soak_with_speculation_leaks_nothing(make_engine_core):
                             prefix_cache_slots=5, spec="mtp", draft_tokens=2)  # fmt: skip
     st0 = core.stats()
     roots = [toks(rng, rng.randint(10, 60)) for _ in range(4)]
-    histories = [list(r) for r in roots]
-    live: dict[str, int] = {}
-    outs: dict[str, list[int]] = {}
-    submitted = hits = 0
-    while submitted < 120 or live:
-        if submitted < 120 and rng.random() < 0.6:
-            i = rng.randrange(len(histories))
-            h = histories[i]
-            if len(h) > 250:
-                h[:] = list(roots[i])
-            h += toks(rng, rng.randint(1, 20))
-            p = SamplingParams(temperature=rng.choice([0, 0.8]), max_tokens=rng.randint(1, 12), seed=submitted,
-                               ignore_eos=True)  # fmt: skip
-            rid = f"s{submitted}"
-            try:
-                core.add(GenerationRequest(rid, list(h), p))
-                live[rid], outs[rid] = i, []
-                submitted += 1
-            except QueueFullError:
-                pass
-        if live and rng.random() < 0.05:
-            core.abort(rng.choice(sorted(live)))
-        for ev in core.step():
-            outs[ev.request_id] += ev.token_ids
-            if ev.finish_reason:
-                i = live.pop(ev.request_id)
-                hits += ev.usage.cached_tokens > 0
-                if ev.finish_reason != "abort" and rng.random() < 0.7:
-                    histories[i] += outs[ev.request_id]
-        core.prefix.pages.check()
+    hits = soak_turns(core, rng, roots, requests=120, max_len=250)
     assert hits > 20
     st = core.stats()
     assert (st.pages_free, st.slots_free, st.queue_depth) == (st0.pages_free, st0.slots_free, 0)

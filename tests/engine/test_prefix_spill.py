@@ -9,11 +9,11 @@ import random
 
 import pytest
 import torch
-from test_prefix_cache import PS, assert_clean, greedy, run_all, toks  # the same engine helpers
+from test_prefix_cache import PS, assert_clean, greedy, run_all, soak_turns, toks  # the same engine helpers
 
 from hinfer.engine.host_tier import HostTier, tier_tensors
 from hinfer.engine.memory_plan import gdn_slot_bytes
-from hinfer.engine.protocol import GenerationRequest, QueueFullError
+from hinfer.engine.protocol import GenerationRequest
 from hinfer.model.state import ModelState, StateShape
 from hinfer.sampling_params import SamplingParams
 
@@ -166,38 +166,12 @@ def test_soak_with_host_evictions_and_aborts_leaks_nothing(make_engine_core, tin
                             prefix_cache_slots=2, host_cache_bytes=host_bytes(tiny_model, 4))
     st0 = core.stats()
     roots = [toks(rng, rng.randint(10, 70)) for _ in range(6)]
-    histories = [list(r) for r in roots]
-    live: dict[str, int] = {}
-    outs: dict[str, list[int]] = {}
-    submitted = hits = 0
-    while submitted < 300 or live:
-        if submitted < 300 and rng.random() < 0.6:
-            i = rng.randrange(len(histories))
-            h = histories[i]
-            if len(h) > 300:
-                h[:] = list(roots[i])
-            h += toks(rng, rng.randint(1, 20))
-            p = SamplingParams(temperature=rng.choice([0, 0.8]), max_tokens=rng.randint(1, 12), seed=submitted,
-                               ignore_eos=True)
-            rid = f"s{submitted}"
-            try:
-                core.add(GenerationRequest(rid, list(h), p))
-                live[rid], outs[rid] = i, []
-                submitted += 1
-            except QueueFullError:
-                pass
-        if live and rng.random() < 0.05:
-            core.abort(rng.choice(sorted(live)))
-        for ev in core.step():
-            outs[ev.request_id] += ev.token_ids
-            if ev.finish_reason:
-                i = live.pop(ev.request_id)
-                hits += ev.usage.cached_tokens > 0
-                if ev.finish_reason != "abort" and rng.random() < 0.7:
-                    histories[i] += outs[ev.request_id]
+    def check_pools(core) -> None:
         core.prefix.pages.check()
         core.prefix.checkpoints.check()
         core.prefix.host.check()
+
+    hits = soak_turns(core, rng, roots, requests=300, max_len=300, check=check_pools)
     st = core.stats()
     extra = st.extra
     assert hits > 50 and extra["prefix_host_restores"] > 10 and extra["prefix_host_evictions"] > 0

@@ -9,12 +9,11 @@ import random
 
 import pytest
 import torch
-from test_prefix_cache import PS, assert_clean, toks  # the same engine helpers
+from test_prefix_cache import PS, assert_clean, soak_turns, toks  # the same engine helpers
 from test_prefix_spill import greedy_lp, host_bytes, lp_gap, run_lp
 
 from hinfer.engine.memory_plan import kv_page_bytes
-from hinfer.engine.protocol import GenerationRequest, QueueFullError
-from hinfer.sampling_params import SamplingParams
+from hinfer.engine.protocol import GenerationRequest
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -97,36 +96,11 @@ def test_soak_with_host_pages_leaks_nothing(make_engine_core, tiny_model):
                             host_kv_bytes=kv_rows_bytes(tiny_model, 24))
     st0 = core.stats()
     roots = [toks(rng, rng.randint(10, 70)) for _ in range(6)]
-    histories = [list(r) for r in roots]
-    live: dict[str, int] = {}
-    outs: dict[str, list[int]] = {}
-    submitted = 0
-    while submitted < 250 or live:
-        if submitted < 250 and rng.random() < 0.6:
-            i = rng.randrange(len(histories))
-            h = histories[i]
-            if len(h) > 250:
-                h[:] = list(roots[i])
-            h += toks(rng, rng.randint(1, 20))
-            p = SamplingParams(temperature=rng.choice([0, 0.8]), max_tokens=rng.randint(1, 12), seed=submitted,
-                               ignore_eos=True)
-            rid = f"s{submitted}"
-            try:
-                core.add(GenerationRequest(rid, list(h), p))
-                live[rid], outs[rid] = i, []
-                submitted += 1
-            except QueueFullError:
-                pass
-        if live and rng.random() < 0.05:
-            core.abort(rng.choice(sorted(live)))
-        for ev in core.step():
-            outs[ev.request_id] += ev.token_ids
-            if ev.finish_reason:
-                i = live.pop(ev.request_id)
-                if ev.finish_reason != "abort" and rng.random() < 0.7:
-                    histories[i] += outs[ev.request_id]
+    def check_pools(core) -> None:
         core.prefix.pages.check()
         core.prefix.host_pages.check()
+
+    soak_turns(core, rng, roots, requests=250, max_len=250, check=check_pools)
     st = core.stats()
     extra = st.extra
     assert extra["prefix_host_kv_restores"] > 10 and extra["prefix_host_kv_evictions"] > 0
