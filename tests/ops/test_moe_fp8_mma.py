@@ -1,5 +1,5 @@
 """The fp8 experts on tensor cores (hinfer/ops/triton/moe_fp8_mma.py) on the CPU: when the dispatcher takes them
-(opt-in, a GPU, decode sizes), the heuristic tile's K split, and the checks a call makes before launching. The
+(on a GPU at decode sizes unless turned off), the heuristic tile's K split, and the checks a call makes before launching. The
 kernel itself runs on the GPU only (tests/gpu/test_moe_kernels.py -k fp8_mma); linear_aot --check compiles it for
 sm_90 in CI."""
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from hinfer.ops.triton.moe_fp8_mma import MAX_PAIRS, fp8_experts_mma, fp8_mma_experts_fit
-from hinfer.ops.triton.tiles.moe import fp8_experts_mma_tile
+from hinfer.ops.triton.tiles.moe import MOE_FP8_MMA_TILES
 
 
 @pytest.mark.parametrize(
@@ -22,18 +22,20 @@ from hinfer.ops.triton.tiles.moe import fp8_experts_mma_tile
     ],
 )
 def test_tile_splits_k_until_the_launch_fills_the_gpu(blocks, n, k, split):
-    cfg = fp8_experts_mma_tile(blocks, n, k, blocks, sms=132)
+    cfg = MOE_FP8_MMA_TILES.heuristic(blocks, n, k, blocks=blocks, sms=132)  # the 35B-A3B's shapes are swept
     assert cfg.split_k == split
     assert n % cfg.block_n == 0 and cfg.block_n % (16 * cfg.num_warps) == 0 and cfg.num_stages == 4
     assert (k // 128) // cfg.split_k >= 2 or cfg.split_k == 1
 
 
-def test_fit_is_opt_in_and_gpu_only(monkeypatch):
+def test_fit_is_gpu_only_and_can_be_turned_off(monkeypatch):
     x = torch.zeros(1, 2048, dtype=torch.bfloat16)
     monkeypatch.delenv("HINFER_MOE_FP8", raising=False)
-    assert not fp8_mma_experts_fit(x, 1024, 2048, 2048, 512, 9)
-    monkeypatch.setenv("HINFER_MOE_FP8", "mma")
     assert not fp8_mma_experts_fit(x, 1024, 2048, 2048, 512, 9), "a CPU tensor never takes the Gluon kernel"
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    assert fp8_mma_experts_fit(x, 1024, 2048, 2048, 512, 9), "on by default on a GPU"
+    monkeypatch.setenv("HINFER_MOE_FP8", "grouped")
+    assert not fp8_mma_experts_fit(x, 1024, 2048, 2048, 512, 9)
     assert MAX_PAIRS >= 8 * 4 * 9  # eight lanes' verification at K = 3, shared expert folded
 
 

@@ -90,6 +90,11 @@ def _moe(out: dict, c: ModelConfig, sms: int) -> None:
         # recorded as (BLOCK_N, warps, depth, K splits): block_m 8 is the call site's constant
         assert all((x.block_m, x.block_k) == (8, 128) for x in tiles)
         out[f"moe_int4_mma {n}x{k} sms={sms}"] = [[x.block_n, x.num_warps, x.num_stages, x.split_k] for x in tiles]
+        tiles = [mc.fp8_experts_mma_tile(t * top, n, k, b, sms=sms) for t, b in zip(MS, blocks, strict=True)]
+        assert all((x.block_m, x.block_k) == (8, 128) for x in tiles)
+        out[f"moe_fp8_mma {n}x{k} sms={sms}"] = [
+            [x.block_n, x.num_warps, x.num_stages, x.split_k, x.max_regs] for x in tiles
+        ]
 
 
 def current() -> dict[str, list]:

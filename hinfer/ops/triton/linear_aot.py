@@ -277,6 +277,7 @@ def variants(full: bool = False) -> Iterator[Variant]:
             yield (*fp8_experts_variant(64, 4, blocked, direct, 9, False, pdl=True, split=split, act=True), 0)
             yield (*fp8_experts_variant(64, 4, blocked, direct, 1, True, pdl=True, split=max(split // 2, 1), topk=9),
                    0)  # fmt: skip
+    yield from packaged_fp8_experts_variants()
     sig = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "K": "i32", "stride_xm": "i32",
            "stride_qm": "i32", "stride_sm": "i32", "stride_sg": "i32", "GROUP": "i32"}  # fmt: skip
     yield "act_quant", _act_quant_kernel, sig, {"BLOCK": 128}, 4, 3
@@ -325,6 +326,22 @@ def packaged_experts_variants() -> Iterator[Variant]:
             yield name, fn, sig, cex | cap, warps, 0
 
 
+def packaged_fp8_experts_variants() -> Iterator[Variant]:
+    """Every packaged fp8 experts tile (tiles/tuned.py) as the decode runs it, per-row and block scales: the one-
+    token bucket direct, larger buckets on the alignment's blocks; the gate_up writing SiLU-mul, the down summing
+    the slots. A pair's down is the entry (H, I) beside the gate_up (2I, H)."""
+    from hinfer.ops.triton.tiles.forms import MOE_FP8_MMA
+    from hinfer.ops.triton.tiles.tuned import TUNED
+
+    entries = {(n, k, m): c for (fam, n, k, m), c in TUNED.items() if fam == MOE_FP8_MMA}
+    for (n, k, m), c in sorted(entries.items()):
+        gate_up, one = (k, n // 2, m) in entries, m <= 16
+        for blocked in (False, True):
+            yield (*fp8_experts_variant(c.block_n, c.num_warps, blocked, one, 9 if gate_up else 1, not gate_up,
+                                        depth=c.num_stages, pdl=True, split=c.split_k, topk=0 if gate_up else 9,
+                                        act=gate_up, max_regs=c.max_regs), 0)  # fmt: skip
+
+
 # Gluon kernels whose main loop goes through shared memory by design: the warpgroup MMA reads x from there
 SMEM_LOOPS = (int4_wgmma_kernel,)
 
@@ -342,9 +359,11 @@ MEASURED_SPILLS = (
 # the 35B-A3B's eight-token gate_up (88 bytes at 255 registers; the sweep's winner alone, 2026-12-03). Tiles without
 # spills lost to it in the decode graph by 2-4% (2026-12-04, bench/RESULTS.md; bench/results/tiles/moe-t8/). The
 # one-token gate_ups routing the token, held to 128 registers, spilled 56-96 bytes on 128 columns until 64 columns
-# won with x staged (2026-12-06): none now
+# won with x staged (2026-12-06): none now. The fp8 experts' eight-token gate_up with per-row scales (8 bytes at 128
+# registers; its sweep's winner, and eight lanes of 35B-A3B fp8 decode 1,229 -> 1,296 tok/s on it, 2026-12-06)
 PACKAGED_SPILLS = (
     "int4 mma experts asym BLOCK_N=128 BLOCK_M=8 w2 xdiv 9 pdl act",
+    "fp8 mma experts BLOCK_N=64 w2 depth 2 xdiv 9 pdl act",
 )
 
 

@@ -126,9 +126,9 @@ def fp8_mma_experts_kernel(
 
 
 def fp8_mma_experts_fit(x: torch.Tensor, n_gu: int, h: int, n_dn: int, i: int, pairs: int) -> bool:
-    """Decode sizes on a GPU with `HINFER_MOE_FP8=mma` (read at every call; the default `grouped` keeps the grouped
-    Triton kernels): bf16 x, whole 64-row tiles and 128-groups, up to MAX_PAIRS (token, expert) pairs."""
-    if os.environ.get("HINFER_MOE_FP8", "grouped") != "mma" or not x.is_cuda:
+    """Decode sizes on a GPU (`HINFER_MOE_FP8`, read at every call: `mma`, the default, or `grouped` for the grouped
+    Triton kernels at every size): bf16 x, whole 64-row tiles and 128-groups, up to MAX_PAIRS (token, expert) pairs."""
+    if os.environ.get("HINFER_MOE_FP8", "mma") != "mma" or not x.is_cuda:
         return False
     return (pairs <= MAX_PAIRS and x.dtype == torch.bfloat16 and n_gu % 64 == 0 and n_dn % 64 == 0
             and h % GROUP_K == 0 and i % GROUP_K == 0)  # fmt: skip

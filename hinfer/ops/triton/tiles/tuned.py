@@ -14,6 +14,7 @@ from hinfer.ops.triton.tiles.forms import (
     INT4_A8,
     INT4_MMA,
     INT4_WGMMA,
+    MOE_FP8_MMA,
     MOE_INT4_MMA,
     DecodeTile,
     SkinnyConfig,
@@ -300,6 +301,14 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     # 58.12 -> 45.34 on two warps (one before) alone; eight lanes of decode 729.4 / 730.9 -> 773.7 / 774.3 tok/s
     (MOE_INT4_MMA, 2048, 3072, 128): SkinnyConfig(32, 128, 8, 1, 2, 4, max_regs=128),
     (MOE_INT4_MMA, 3072, 1024, 128): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128),
+    # fp8 experts on tensor cores (moe_fp8_mma.py), the 35B-A3B swept 2026-12-06 (`bench/experts_mma_tiles.py --fmt fp8
+    # --t 1 --splits 1,2,4 --max-regs 0,128`, then `--t 8 --splits 1,2`, H100): one token gate_up 14.12 -> 12.43 us,
+    # down 10.51 -> 6.15 alone, one-lane decode 363.1 / 363.4 -> 393.8 / 394.0 tok/s (alternated); eight tokens gate_up
+    # 58.74 -> 52.30, down 30.32 -> 26.56, eight lanes 1,229.1 -> 1,296.3 (the heuristic's tiles before)
+    (MOE_FP8_MMA, 1024, 2048, 16): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128),
+    (MOE_FP8_MMA, 2048, 512, 16): SkinnyConfig(64, 128, 8, 1, 4, 2, max_regs=128),
+    (MOE_FP8_MMA, 1024, 2048, 128): SkinnyConfig(64, 128, 8, 1, 2, 2),
+    (MOE_FP8_MMA, 2048, 512, 128): SkinnyConfig(64, 128, 8, 1, 2, 2),
     # a verification of 8 lanes x 4 tokens (288 pairs), swept 2026-12-02 (`--t 32`): the 8-token winners held
     # within 1% everywhere but the 35B-A3B gate_up (83.5 -> 82.4 us at depth 2)
     # the 35B-A3B re-swept 2026-12-06 (`--t 32 --splits 1 --max-regs 0,128`, H100): gate_up 95.46 -> 81.14 us, down
