@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call (about nine minutes, carry .kcache): the fp8 routed experts on tensor cores
 # (hinfer/ops/triton/moe_fp8_mma.py; HINFER_MOE_FP8=grouped for the grouped kernels). Its GPU test first (against
-# the fp32 reference and the grouped kernels, T = 1, 3, 8, 32, per-row and 128 x 128 block scales; the grouped fp8 tests beside it),
+# the fp32 reference and the grouped kernels, T = 1, 3, 8, 32, per-row and 128 x 128 block scales; the grouped fp8
+# tests beside it),
 # then the MoE kernel table at fp8 both ways (T = 1, 8, 32: us per layer, share of the selected experts' bytes),
 # the 35B-A3B at fp8 (one and eight lanes) grouped against the new kernel, then the new kernel's tiles swept at one and
 # eight tokens (`bench/experts_mma_tiles.py --fmt fp8`) and the 35B-A3B on the winners (HINFER_TILES). Lands in
