@@ -8,8 +8,9 @@ Tiles: rows per program, warps, look-ahead depth and K splits, each as the decod
 memory where a block is one pair, HINFER_X_STAGED; `--x staged` everywhere it fits, `--x per-group` nowhere). The
 winners print as TUNED entries (family moe_int4_mma, or moe_fp8_mma; hinfer/ops/triton/tiles/tuned.py) and
 `--tuned-out` writes them for HINFER_TILES. fp8 experts (random e4m3 values, per-row scales as `--quant fp8` makes
-them, or 128 x 128 blocks as the official FP8 checkpoints with `--scales block`) read x from L2 a group at a time
-(no staging, no ring): their tiles are rows, warps, depth, K splits and register caps.
+them, or 128 x 128 blocks as the official FP8 checkpoints with `--scales block`) stage x where their tile says so
+(`x_staged`; `--x staged` tries it wherever it fits) and have no ring: their tiles are rows, warps, depth, K splits,
+register caps and x staged or not.
 
     python bench/experts_mma_tiles.py [--model 35b 122b] [--t 1 8] [--splits 1,2,4] [--rings 0,3,4]
                                       [--x decode|staged|per-group] [--max-regs 0,128] [--json out.json]
@@ -31,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.moe_kernels import MAX_LAYER_BYTES, MODELS, _graph_us, _random_int4  # noqa: E402
 from bench.tile_sweep import read_x, time_tiles  # noqa: E402
+from hinfer.ops.triton.linear_int4_mma import staged_where_fits  # noqa: E402
 from hinfer.ops.triton.moe import Fp8Experts  # noqa: E402
 from hinfer.ops.triton.moe_align import align  # noqa: E402
 from hinfer.ops.triton.moe_fp8_mma import fp8_experts_mma  # noqa: E402
@@ -45,6 +47,14 @@ from hinfer.ops.triton.tiles.table import entry, m_bucket, source_line, write  #
 
 BW = 4.2e12  # bytes/s the floors divide by (bench/moe_kernels.py's)
 BM = 8  # rows per aligned block (hinfer.ops.triton.moe._experts_mma)
+
+
+def fp8_read_x(cfg: SkinnyConfig, k: int, one_row: bool, x: str) -> SkinnyConfig:
+    """An fp8 tile reading x as --x says: `decode` as its entry says (x_staged), `staged` in shared memory wherever
+    it fits, `per-group` from L2 a group at a time."""
+    if x == "per-group":
+        return replace(cfg, x_staged=False)
+    return staged_where_fits(cfg, k, one_row) if x == "staged" else cfg
 
 
 def candidates(n: int, k: int, splits: tuple[int, ...] = (1,), rings: tuple[int, ...] = (0,)) -> list[SkinnyConfig]:
@@ -108,7 +118,7 @@ def sweep(name: str, t: int, gen: torch.Generator, splits: tuple[int, ...] = (1,
         dn = [_random_int4(e, h, i, False) for _ in range(n_layers)]
     routes = [Routing(t, k, e, gen) for _ in range(n_layers)]
     pairs = t * k
-    x = torch.randn(t, h, device="cuda").bfloat16()
+    xt = torch.randn(t, h, device="cuda").bfloat16()  # (x is how the tiles read it: --x)
     hid = torch.randn(pairs, i, device="cuda").bfloat16()  # the gate_up writes silu(gate) * up, the down reads it
     y_gu = torch.empty(pairs, i, device="cuda", dtype=torch.bfloat16)
     y_dn = torch.empty(pairs, h, device="cuda", dtype=torch.bfloat16)
@@ -117,15 +127,16 @@ def sweep(name: str, t: int, gen: torch.Generator, splits: tuple[int, ...] = (1,
         def run(cfg: SkinnyConfig, proj=proj) -> None:
             for j in range(n_layers):
                 if proj == "gate_up":
-                    _launch(fmt, x, gu[j], y_gu, routes[j], k, cfg, act=True)
+                    _launch(fmt, xt, gu[j], y_gu, routes[j], k, cfg, act=True)
                 else:
                     _launch(fmt, hid, dn[j], y_dn, routes[j], 1, cfg, tw=routes[j].tw)
 
         blocks, direct = routes[0].blocks, routes[0].direct
         distinct = sum(r.distinct for r in routes) / n_layers
-        if fmt == "fp8":  # x from L2 a group at a time; bytes: the e4m3 values (the scales are a rounding error)
-            family, default = MOE_FP8_MMA, fp8_experts_mma_tile(pairs, n, kk, blocks)
-            cands = [replace(c, max_regs=cap) if cap else c for c in candidates(n, kk, splits) for cap in caps]
+        if fmt == "fp8":  # x as its tile says (--x staged: staged wherever it fits); bytes: the e4m3 values
+            family, default = MOE_FP8_MMA, fp8_read_x(fp8_experts_mma_tile(pairs, n, kk, blocks), kk, direct, x)
+            cands = [fp8_read_x(replace(c, max_regs=cap) if cap else c, kk, direct, x)
+                     for c in candidates(n, kk, splits) for cap in caps]  # fmt: skip
             nbytes = distinct * n * kk
         else:  # every tile reading x as --x says (by default as the decode does: staged where a block is one pair)
             family, default = MOE_INT4_MMA, read_x(experts_mma_tile(pairs, n, kk, blocks), kk, direct, x)
@@ -138,7 +149,8 @@ def sweep(name: str, t: int, gen: torch.Generator, splits: tuple[int, ...] = (1,
             continue
         base = timed[0][0]
         best_us, best = min(timed, key=lambda v: v[0])
-        best = replace(best, x_staged=False)  # the table's form: staging follows HINFER_X_STAGED, not the entry
+        if fmt == "int4":  # the table's form: int4 staging follows HINFER_X_STAGED, not the entry (fp8's, the entry)
+            best = replace(best, x_staged=False)
         floor = nbytes / BW * 1e6
         print(f"{name:5s} {fmt} {proj:7s} T={t} pairs={pairs:<3d} default {base:6.2f} us ({floor / base:5.1%})  best "
               f"{best_us:6.2f} us ({floor / best_us:5.1%})  {best}", flush=True)

@@ -554,6 +554,33 @@ def test_experts_fp8_mma(tm, weights, seed, t, block, monkeypatch):
     _check(out, grouped.float(), seed, f"{name} fp8 mma vs grouped T={t}")
 
 
+@pytest.mark.parametrize("t", [1, 8])
+@pytest.mark.parametrize("block", [False, True])
+def test_experts_fp8_mma_x_staged(tm, weights, seed, t, block, monkeypatch):
+    """x staged in shared memory (a tile's x_staged: linear_fp8_mma.x_stage, one row where a block is one pair)
+    gives the bits of x read a group at a time, wherever the staged groups fit."""
+    from hinfer.ops.triton import moe_fp8_mma
+    from hinfer.ops.triton.linear_int4_mma import staged_where_fits
+
+    name, wgu, _ = weights
+    _, _, kgu, kdn = _fp8_experts(tm, weights, block)
+    x = torch.randn(t, wgu.shape[2], device="cuda").bfloat16()
+    top_w, top_i = ref.moe_route_ref(torch.randn(t, E, device="cuda").bfloat16(), K)
+    monkeypatch.setenv("HINFER_MOE_FP8", "mma")
+    plain = tm.moe_experts(x, kgu, kdn, top_w, top_i)
+    tile, staged = moe_fp8_mma.fp8_experts_mma_tile, []
+
+    def staged_tile(pairs, n, k, blocks, sms=None):
+        cfg = staged_where_fits(tile(pairs, n, k, blocks, sms), k, pairs == blocks)  # one pair a block: one row
+        staged.append(cfg.x_staged)
+        return cfg
+
+    monkeypatch.setattr(moe_fp8_mma, "fp8_experts_mma_tile", staged_tile)
+    out = tm.moe_experts(x, kgu, kdn, top_w, top_i)
+    assert len(staged) == 2 and any(staged), f"{name}: no launch staged x ({staged})"
+    assert torch.equal(out, plain), f"{name} fp8 x staged T={t}: {(out.float() - plain.float()).abs().max()}"
+
+
 @pytest.mark.parametrize("t", [1, 8, 64, 2048])
 def test_route_real_shapes(tm, seed, t):
     rows = torch.stack([torch.randperm(E, device="cuda") for _ in range(t)]).float() - E / 2

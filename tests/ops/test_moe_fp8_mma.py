@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from hinfer.ops.triton.moe_fp8_mma import MAX_PAIRS, fp8_experts_mma, fp8_mma_experts_fit
+from hinfer.ops.triton.tiles.forms import SkinnyConfig
 from hinfer.ops.triton.tiles.moe import MOE_FP8_MMA_TILES
 
 
@@ -50,3 +51,19 @@ def test_call_checks_shapes_before_launching():
         fp8_experts_mma(x, w, torch.ones(2, 64), False, y, 1, 8, ids, ids, ids, ids, True, 1, act=True)
     with pytest.raises(ValueError, match="K %"):
         fp8_experts_mma(x[:, :200], w[..., :200], torch.ones(2, 64), False, y, 1, 8, ids, ids, ids, ids, True, 1)
+
+
+def test_a_staged_tile_must_fit_its_shared_memory():
+    """x staged (a tile's x_staged): a program's groups of x for its rows; eight rows of K = 4096 (64 KB) are over
+    the budget and refused before launching, one row (8 KB) is not."""
+    from hinfer.ops.triton.linear_int4_mma import X_STAGE_BYTES, x_stage_shape
+
+    staged = SkinnyConfig(64, 128, 8, 1, 4, 2, x_staged=True)
+    assert x_stage_shape(staged, 4096, one_row=True) == (32, 1)
+    assert x_stage_shape(staged, 2048, one_row=False) == (16, 8) and 16 * 8 * 256 <= X_STAGE_BYTES
+    x = torch.zeros(8, 4096, dtype=torch.bfloat16)
+    w = torch.zeros(2, 64, 4096).to(torch.float8_e4m3fn)
+    ids = torch.zeros(8, dtype=torch.int64)
+    y = torch.empty(8, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="x staged"):
+        fp8_experts_mma(x, w, torch.ones(2, 64), False, y, 1, 8, ids, ids, ids, ids, False, 1, cfg=staged)

@@ -36,7 +36,12 @@ from hinfer.ops.triton.linear_fp8_mma import fp8_mma_variant
 from hinfer.ops.triton.linear_gemm import _act_quant_kernel, _gemm_kernel, _int4_dequant_kernel
 from hinfer.ops.triton.linear_int4_a8 import int4_a8_variant
 from hinfer.ops.triton.linear_int4_gemv import int4_gemv_kernel
-from hinfer.ops.triton.linear_int4_mma import int4_mma_variant, x_stage_shape, x_staged_choice
+from hinfer.ops.triton.linear_int4_mma import (
+    int4_mma_variant,
+    staged_where_fits,
+    x_stage_shape,
+    x_staged_choice,
+)
 from hinfer.ops.triton.linear_int4_wgmma import int4_wgmma_kernel, int4_wgmma_variant
 from hinfer.ops.triton.moe_fp8_mma import fp8_experts_variant
 from hinfer.ops.triton.moe_int4_mma import experts_mma_variant
@@ -327,19 +332,22 @@ def packaged_experts_variants() -> Iterator[Variant]:
 
 
 def packaged_fp8_experts_variants() -> Iterator[Variant]:
-    """Every packaged fp8 experts tile (tiles/tuned.py) as the decode runs it, per-row and block scales: the one-
-    token bucket direct, larger buckets on the alignment's blocks; the gate_up writing SiLU-mul, the down summing
-    the slots. A pair's down is the entry (H, I) beside the gate_up (2I, H)."""
+    """Every packaged fp8 experts tile (tiles/tuned.py) as the decode runs it, and with x staged where it fits (the
+    form sweeps try), per-row and block scales: the one-token bucket direct, larger buckets on the alignment's
+    blocks; the gate_up writing SiLU-mul, the down summing the slots. A pair's down is the entry (H, I) beside the
+    gate_up (2I, H)."""
     from hinfer.ops.triton.tiles.forms import MOE_FP8_MMA
     from hinfer.ops.triton.tiles.tuned import TUNED
 
     entries = {(n, k, m): c for (fam, n, k, m), c in TUNED.items() if fam == MOE_FP8_MMA}
     for (n, k, m), c in sorted(entries.items()):
         gate_up, one = (k, n // 2, m) in entries, m <= 16
-        for blocked in (False, True):
+        staged = staged_where_fits(c, k, one)
+        for blocked, xs in itertools.product((False, True), (c, staged) if staged != c else (c,)):
+            xg, xr = x_stage_shape(xs, k, one)
             yield (*fp8_experts_variant(c.block_n, c.num_warps, blocked, one, 9 if gate_up else 1, not gate_up,
                                         depth=c.num_stages, pdl=True, split=c.split_k, topk=0 if gate_up else 9,
-                                        act=gate_up, max_regs=c.max_regs), 0)  # fmt: skip
+                                        act=gate_up, max_regs=c.max_regs, xg=xg, xr=xr), 0)  # fmt: skip
 
 
 # Gluon kernels whose main loop goes through shared memory by design: the warpgroup MMA reads x from there

@@ -33,6 +33,7 @@ from hinfer.ops.triton.common import GROUP as GROUP_K
 from hinfer.ops.triton.common import pdl_kwargs
 from hinfer.ops.triton.linear_splitk import split_scratch
 from hinfer.ops.triton.mma_common import (
+    flat_smem,
     mma_layout,
     pdl_start,
     split_groups,
@@ -121,6 +122,57 @@ def _iota5(SIZE: gl.constexpr, DIM: gl.constexpr, L: gl.constexpr):
     return r
 
 
+@gluon.constexpr_function
+def _x_stage_layout(num_warps):
+    # [group, row, t, h, j]: 16 bytes a thread (four words j), a group's row of x (64 words) on 16 lanes
+    return gl.BlockedLayout([1, 1, 1, 1, 4], [2, 1, 4, 2, 2], [num_warps, 1, 1, 1, 1], [4, 3, 2, 1, 0])
+
+
+@gluon.jit
+def x_stage_rows(XR: gl.constexpr):
+    """arange(0, XR) in _x_stage_layout's row slice: the rows of x a program stages, to be mapped to x's rows."""
+    L: gl.constexpr = _x_stage_layout(gl.num_warps())
+    return gl.arange(0, XR, layout=gl.SliceLayout(0, gl.SliceLayout(2, gl.SliceLayout(3, gl.SliceLayout(4, L)))))
+
+
+@gluon.jit
+def x_stage_ptrs(x_ptr, rows, stride_xm, g_lo, last, XG: gl.constexpr):
+    """Pointers [XG, XR, t, h, j] (int32 words of bf16 pairs, _x_stage_layout) to groups g_lo .. g_lo + XG - 1 of
+    x's rows `rows` ([XR], x_stage_rows' layout; stride_xm even), groups past `last` clamped to it (re-reads); a
+    group's words in the x words layout's order (word 32 h + 8 t + j)."""
+    L: gl.constexpr = _x_stage_layout(gl.num_warps())
+    groups = gl.minimum(g_lo + _iota5(XG, 0, L), last)
+    base = x_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
+    r = (rows.to(gl.int64) * (stride_xm // 2))[None, :, None, None, None]
+    return base + r + groups * XW + _iota5(4, 2, L) * 8 + _iota5(2, 3, L) * 32 + _iota5(8, 4, L)
+
+
+@gluon.jit
+def x_stage(ptrs, g_lo):
+    """A program's groups of x read once, into shared memory ([XG, XR, t, h, j] int32 from x_stage_ptrs), after
+    the PDL wait: each group's x is then a shared-memory read beside its MMA instead of a round trip to L2 (the
+    int4 kernel's x_stage). Returns (the buffer, g_lo), the x that _group takes with XS."""
+    v = gl.load(ptrs)
+    smem = gl.allocate_shared_memory(gl.int32, v.shape, flat_smem(5), v)
+    smem = smem._reinterpret(gl.int32, v.shape, flat_smem(4))  # row-major either way: indexed by group
+    gl.thread_barrier()  # each group's x is read by every warp
+    return smem, g_lo
+
+
+@gluon.jit
+def _x_words(x, g, XS: gl.constexpr, BLOCK_M: gl.constexpr):
+    """Group g of x as words [BLOCK_M, t, h, j]: loaded through x's pointers, or (XS) read from x_stage's buffer,
+    its one staged row standing for all BLOCK_M where a program reads one row."""
+    if XS:
+        smem, g_lo = x
+        v = smem.index(g - g_lo).load(_x_words_layout(gl.num_warps()))
+        if v.shape[0] != BLOCK_M:  # the one staged row: a broadcast, the same registers
+            v = v + gl.zeros([BLOCK_M, 4, 2, 8], gl.int32, layout=_x_words_layout(gl.num_warps()))
+    else:
+        v = gl.load(x + g * XW)
+    return v
+
+
 @gluon.jit
 def _a_operand(words, BLOCK_N: gl.constexpr, DOT_A: gl.constexpr):
     """words int32 [S, 2, 32, 2, 4] -> the bf16 A operand [BLOCK_N, 128] in k' order, registers renamed only."""
@@ -150,10 +202,10 @@ def _b_operand(xw, BLOCK_M: gl.constexpr, DOT_B: gl.constexpr):
 
 @gluon.jit
 def _group(acc, words, x_ptrs, s_ptrs, g, scale, zero, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
-           BLOCKED: gl.constexpr, DOT_A: gl.constexpr, DOT_B: gl.constexpr):  # fmt: skip
+           BLOCKED: gl.constexpr, DOT_A: gl.constexpr, DOT_B: gl.constexpr, XS: gl.constexpr):  # fmt: skip
     """acc + group g's products: accumulated in the MMA (row scales, applied at the end) or, BLOCKED, the group's
-    partial times its block scale (`scale`, loaded with the words)."""
-    xb = _b_operand(gl.load(x_ptrs + g * XW), BLOCK_M, DOT_B)
+    partial times its block scale (`scale`, loaded with the words). x: its pointers, or (XS) x_stage's buffer."""
+    xb = _b_operand(_x_words(x_ptrs, g, XS, BLOCK_M), BLOCK_M, DOT_B)
     a = _a_operand(words, BLOCK_N, DOT_A)
     if BLOCKED:
         acc += mma_v2(a, xb, zero) * scale[:, None]
@@ -176,10 +228,10 @@ def _loads(w_ptrs, s_ptrs, g, BLOCKED: gl.constexpr):
 
 @gluon.jit
 def _k_loop(w_ptrs, s_ptrs, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
-            BLOCKED: gl.constexpr, DEPTH: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
+            BLOCKED: gl.constexpr, DEPTH: gl.constexpr, PDL: gl.constexpr, XS: gl.constexpr = False):  # fmt: skip
     """acc [BLOCK_N, BLOCK_M] over groups g_lo .. g_hi - 1, the words DEPTH - 1 groups ahead in registers (the loop
     unrolled by DEPTH so that every look-ahead lands in free registers; a clamped look-ahead re-reads the last
-    group, weighted 0)."""
+    group, weighted 0). XS: x_ptrs are x_stage_ptrs', the groups of x staged in shared memory after the wait."""
     W: gl.constexpr = gl.num_warps()
     MMA: gl.constexpr = mma_layout(W)
     DOT_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
@@ -190,44 +242,48 @@ def _k_loop(w_ptrs, s_ptrs, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK_M: 
     w0, s0 = _loads(w_ptrs, s_ptrs, gl.minimum(g_lo, last), BLOCKED)
     if DEPTH == 2:
         pdl_start(PDL)  # the weights go ahead of the wait (nothing writes them); x is the previous kernel's output
+        if XS:
+            x_ptrs = x_stage(x_ptrs, g_lo)
         for g in range(g_lo, g_hi, 2):
             w1, s1 = _loads(w_ptrs, s_ptrs, gl.minimum(g + 1, last), BLOCKED)
-            acc = _group(acc, w0, x_ptrs, s_ptrs, g, s0, zero, BLOCK_N, BLOCK_M, BLOCKED, DOT_A, DOT_B)
+            acc = _group(acc, w0, x_ptrs, s_ptrs, g, s0, zero, BLOCK_N, BLOCK_M, BLOCKED, DOT_A, DOT_B, XS)
             w0, s0 = _loads(w_ptrs, s_ptrs, gl.minimum(g + 2, last), BLOCKED)
             keep = (g + 1 < g_hi).to(gl.float32)
             if BLOCKED:
                 acc = _group(acc, w1, x_ptrs, s_ptrs, gl.minimum(g + 1, last), s1 * keep, zero, BLOCK_N, BLOCK_M,
-                             BLOCKED, DOT_A, DOT_B)  # fmt: skip
+                             BLOCKED, DOT_A, DOT_B, XS)  # fmt: skip
             elif g + 1 < g_hi:
-                acc = _group(acc, w1, x_ptrs, s_ptrs, g + 1, s1, zero, BLOCK_N, BLOCK_M, BLOCKED, DOT_A, DOT_B)
+                acc = _group(acc, w1, x_ptrs, s_ptrs, g + 1, s1, zero, BLOCK_N, BLOCK_M, BLOCKED, DOT_A, DOT_B, XS)
     else:
         w1, s1 = _loads(w_ptrs, s_ptrs, gl.minimum(g_lo + 1, last), BLOCKED)
         w2, s2 = _loads(w_ptrs, s_ptrs, gl.minimum(g_lo + 2, last), BLOCKED)
         pdl_start(PDL)
+        if XS:
+            x_ptrs = x_stage(x_ptrs, g_lo)
         for g in range(g_lo, g_hi, 4):
             w3, s3 = _loads(w_ptrs, s_ptrs, gl.minimum(g + 3, last), BLOCKED)
-            acc = _group(acc, w0, x_ptrs, s_ptrs, g, s0, zero, BLOCK_N, BLOCK_M, BLOCKED, DOT_A, DOT_B)
+            acc = _group(acc, w0, x_ptrs, s_ptrs, g, s0, zero, BLOCK_N, BLOCK_M, BLOCKED, DOT_A, DOT_B, XS)
             w0, s0 = _loads(w_ptrs, s_ptrs, gl.minimum(g + 4, last), BLOCKED)
             acc = _tail_group(acc, w1, x_ptrs, s_ptrs, g + 1, g_hi, last, s1, zero, BLOCK_N, BLOCK_M, BLOCKED,
-                              DOT_A, DOT_B)  # fmt: skip
+                              DOT_A, DOT_B, XS)  # fmt: skip
             w1, s1 = _loads(w_ptrs, s_ptrs, gl.minimum(g + 5, last), BLOCKED)
             acc = _tail_group(acc, w2, x_ptrs, s_ptrs, g + 2, g_hi, last, s2, zero, BLOCK_N, BLOCK_M, BLOCKED,
-                              DOT_A, DOT_B)  # fmt: skip
+                              DOT_A, DOT_B, XS)  # fmt: skip
             w2, s2 = _loads(w_ptrs, s_ptrs, gl.minimum(g + 6, last), BLOCKED)
             acc = _tail_group(acc, w3, x_ptrs, s_ptrs, g + 3, g_hi, last, s3, zero, BLOCK_N, BLOCK_M, BLOCKED,
-                              DOT_A, DOT_B)  # fmt: skip
+                              DOT_A, DOT_B, XS)  # fmt: skip
     return acc
 
 
 @gluon.jit
 def _tail_group(acc, words, x_ptrs, s_ptrs, g, g_hi, last, s, zero, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
-                BLOCKED: gl.constexpr, DOT_A: gl.constexpr, DOT_B: gl.constexpr):  # fmt: skip
+                BLOCKED: gl.constexpr, DOT_A: gl.constexpr, DOT_B: gl.constexpr, XS: gl.constexpr):  # fmt: skip
     """_group for an unrolled iteration's later group, which may lie past g_hi (then weighted 0 or skipped)."""
     if BLOCKED:
         acc = _group(acc, words, x_ptrs, s_ptrs, gl.minimum(g, last), s * (g < g_hi).to(gl.float32), zero, BLOCK_N,
-                     BLOCK_M, BLOCKED, DOT_A, DOT_B)  # fmt: skip
+                     BLOCK_M, BLOCKED, DOT_A, DOT_B, XS)  # fmt: skip
     elif g < g_hi:
-        acc = _group(acc, words, x_ptrs, s_ptrs, g, s, zero, BLOCK_N, BLOCK_M, BLOCKED, DOT_A, DOT_B)
+        acc = _group(acc, words, x_ptrs, s_ptrs, g, s, zero, BLOCK_N, BLOCK_M, BLOCKED, DOT_A, DOT_B, XS)
     return acc
 
 

@@ -632,7 +632,7 @@ def x_stage_shape(cfg: SkinnyConfig, k: int, one_row: bool) -> tuple[int, int]:
     xg = triton.next_power_of_2(-(-(k // GROUP_K) // cfg.split_k))
     xr = 1 if one_row else cfg.block_m
     if xg * xr * GROUP_K * 2 > X_STAGE_BYTES:
-        raise ValueError(f"int4 mma: x staged for {xr} rows of K = {k} at split {cfg.split_k} takes "
+        raise ValueError(f"mma: x staged for {xr} rows of K = {k} at split {cfg.split_k} takes "
                          f"{xg * xr * GROUP_K * 2} bytes of shared memory a program, over {X_STAGE_BYTES}")  # fmt: skip
     return xg, xr
 

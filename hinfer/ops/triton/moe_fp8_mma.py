@@ -28,7 +28,15 @@ from triton.experimental.gluon import language as gl
 
 from hinfer.ops.triton.common import GROUP as GROUP_K
 from hinfer.ops.triton.common import pdl_kwargs
-from hinfer.ops.triton.linear_fp8_mma import _iota5, _k_loop, _words_layout, _x_words_layout
+from hinfer.ops.triton.linear_fp8_mma import (
+    _iota5,
+    _k_loop,
+    _words_layout,
+    _x_words_layout,
+    x_stage_ptrs,
+    x_stage_rows,
+)
+from hinfer.ops.triton.linear_int4_mma import x_stage_shape
 from hinfer.ops.triton.linear_splitk import COUNTERS, counter_buffer, split_scratch
 from hinfer.ops.triton.mma_common import mma_layout, pdl_start, split_groups
 from hinfer.ops.triton.moe_int4_mma import store_split, sum_slots_when_last
@@ -75,8 +83,10 @@ def fp8_mma_experts_kernel(
     BLOCKED: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, DEPTH: gl.constexpr,
     DIRECT: gl.constexpr, XDIV: gl.constexpr, ROW_SCALE: gl.constexpr, PDL: gl.constexpr = False,
     SPLIT_K: gl.constexpr = 1, SUM: gl.constexpr = False, TOPK: gl.constexpr = 1, TOPK_P: gl.constexpr = 1,
-    ACT: gl.constexpr = False,
+    ACT: gl.constexpr = False, XG: gl.constexpr = 0, XR: gl.constexpr = 1,
 ):  # fmt: skip
+    """XG > 0: the program's XG groups of x (XR rows: 1 where a block is one pair) staged in shared memory after the
+    wait (linear_fp8_mma.x_stage)."""
     W: gl.constexpr = gl.num_warps()
     MMA: gl.constexpr = mma_layout(W)
     LX: gl.constexpr = _x_words_layout(W)
@@ -101,7 +111,15 @@ def fp8_mma_experts_kernel(
             px = gl.load(sorted_ptr + blk * BLOCK_M + gl.minimum(xr, nrows - 1))
             py = gl.load(sorted_ptr + blk * BLOCK_M + gl.minimum(ym, nrows - 1))
         g_lo, g_hi = split_groups(K, SPLIT_K, gl.program_id(2))
-        x_ptrs = _x_word_ptrs(x_ptr, px, stride_xm, XDIV)
+        if XG > 0:  # the staged rows: the block's pairs' (one where DIRECT), in the staging layout
+            sr = x_stage_rows(XR)
+            if DIRECT:
+                ps = sr * 0 + blk
+            else:
+                ps = gl.load(sorted_ptr + blk * BLOCK_M + gl.minimum(sr, nrows - 1))
+            x_ptrs = x_stage_ptrs(x_ptr, ps // XDIV, stride_xm, g_lo, gl.maximum(g_hi - 1, 0), XG)
+        else:
+            x_ptrs = _x_word_ptrs(x_ptr, px, stride_xm, XDIV)
         w_ptrs = _expert_word_ptrs(w_ptr, e, stride_we, pid_n, N, K, BLOCK_N, ACT)
         rows = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         cols = rows  # y's column of each tile row
@@ -112,7 +130,7 @@ def fp8_mma_experts_kernel(
             s_ptrs = s_ptr + e.to(gl.int64) * stride_se + (rows // 128) * stride_sn
         else:  # [E, N]
             s_ptrs = s_ptr + e.to(gl.int64) * stride_se + rows
-        acc = _k_loop(w_ptrs, s_ptrs, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, BLOCKED, DEPTH, False)
+        acc = _k_loop(w_ptrs, s_ptrs, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, BLOCKED, DEPTH, False, XG > 0)
         if not BLOCKED:
             acc = acc * gl.load(s_ptrs)[:, None]
         out_mask = (ym < nrows)[None, :] & (rows < N)[:, None]
@@ -136,7 +154,7 @@ def fp8_mma_experts_fit(x: torch.Tensor, n_gu: int, h: int, n_dn: int, i: int, p
 
 def fp8_experts_variant(block_n: int, warps: int, blocked: bool, direct: bool, xdiv: int, row_scale: bool,
                         depth: int = 4, pdl: bool = False, split: int = 1, topk: int = 0, act: bool = False,
-                        max_regs: int = 0):  # fmt: skip
+                        max_regs: int = 0, xg: int = 0, xr: int = 1):  # fmt: skip
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*fp32", "y_ptr": "*bf16", "tw_ptr": "*fp32",
            "ids_ptr": "*i64", "sorted_ptr": "*i32", "bexp_ptr": "*i32", "brows_ptr": "*i32", "part_ptr": "*fp32",
@@ -144,11 +162,11 @@ def fp8_experts_variant(block_n: int, warps: int, blocked: bool, direct: bool, x
            "stride_ym": "i32", "stride_we": "i32", "stride_se": "i32", "stride_sn": "i32", "stride_om": "i32"}  # fmt: skip
     cex = dict(BLOCKED=blocked, BLOCK_N=block_n, BLOCK_M=8, DEPTH=depth, DIRECT=direct, XDIV=xdiv,
                ROW_SCALE=row_scale, PDL=pdl, SPLIT_K=split, SUM=topk > 0, TOPK=max(topk, 1),
-               TOPK_P=1 << (max(topk, 1) - 1).bit_length(), ACT=act, maxnreg=max_regs)  # fmt: skip
+               TOPK_P=1 << (max(topk, 1) - 1).bit_length(), ACT=act, maxnreg=max_regs, XG=xg, XR=xr)  # fmt: skip
     name = (f"fp8 mma experts{' block' if blocked else ''}{' direct' if direct else ''} BLOCK_N={block_n} "
             f"w{warps} depth {depth} xdiv {xdiv}{' scaled' if row_scale else ''}{' pdl' if pdl else ''}"
             f"{f' split {split}' if split > 1 else ''}{f' sum {topk}' if topk else ''}{' act' if act else ''}"
-            f"{f' maxnreg {max_regs}' if max_regs else ''}")  # fmt: skip
+            f"{f' x staged {xg}x{xr}' if xg else ''}{f' maxnreg {max_regs}' if max_regs else ''}")  # fmt: skip
     return name, fp8_mma_experts_kernel, sig, cex, warps
 
 
@@ -180,6 +198,7 @@ def fp8_experts_mma(
     if (n % cfg.block_n or cfg.block_n % (16 * cfg.num_warps) or cfg.num_stages not in (2, 4)
             or not 1 <= cfg.split_k <= k // GROUP_K):  # fmt: skip
         raise ValueError(f"fp8 mma experts: tile {cfg} does not fit N = {n}, K = {k}")
+    xg, xr = x_stage_shape(cfg, k, direct)  # where the tile says x_staged (none packaged: sweeps try it)
     pairs = y.shape[0]
     tiles = n // cfg.block_n
     if blocks * tiles > COUNTERS // 2 or (sum_out is not None and pairs % topk):
@@ -195,7 +214,7 @@ def fp8_experts_mma(
         out.stride(0),
         BLOCKED=blocked, BLOCK_N=cfg.block_n, BLOCK_M=block_m, DEPTH=cfg.num_stages, DIRECT=direct, XDIV=xdiv,
         ROW_SCALE=tw is not None, SPLIT_K=cfg.split_k, SUM=sum_out is not None, TOPK=topk,
-        TOPK_P=1 << (topk - 1).bit_length(), ACT=act, num_warps=cfg.num_warps, **pdl_kwargs(x),
+        TOPK_P=1 << (topk - 1).bit_length(), ACT=act, XG=xg, XR=xr, num_warps=cfg.num_warps, **pdl_kwargs(x),
         **({"maxnreg": cfg.max_regs} if cfg.max_regs else {}),
     )  # fmt: skip
     return y

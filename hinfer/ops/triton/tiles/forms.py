@@ -64,8 +64,9 @@ class SkinnyConfig:
     # skinny fp8 GEMV (block_m 1): the weights read as 32-bit words of four codes and turned into fp32 by their bits
     # (shifts and masks on the integer pipe) instead of the conversion instructions
     words: bool = False
-    # int4_mma, moe_int4_mma: a program's groups of x read once into shared memory after the PDL wait, each
-    # group's x then read from there beside its MMA (no round trip to L2 a group, no registers held ahead)
+    # int4_mma, moe_int4_mma, moe_fp8_mma: a program's groups of x read once into shared memory after the PDL wait,
+    # each group's x then read from there beside its MMA (no round trip to L2 a group, no registers held ahead);
+    # the int4 kernels take it as HINFER_X_STAGED says, the fp8 experts as their entry says
     x_staged: bool = False
 
 
