@@ -33,7 +33,6 @@ from hinfer.ops.triton.common import GROUP as GROUP_K
 from hinfer.ops.triton.common import pdl_kwargs
 from hinfer.ops.triton.linear_splitk import split_scratch
 from hinfer.ops.triton.mma_common import (
-    flat_smem,
     mma_layout,
     pdl_start,
     split_groups,
@@ -41,6 +40,7 @@ from hinfer.ops.triton.mma_common import (
     tail_by_block,
     tail_by_row,
     tail_rows,
+    x_stage,
 )
 from hinfer.ops.triton.tiles.forms import SkinnyConfig
 
@@ -145,18 +145,6 @@ def x_stage_ptrs(x_ptr, rows, stride_xm, g_lo, last, XG: gl.constexpr):
     base = x_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
     r = (rows.to(gl.int64) * (stride_xm // 2))[None, :, None, None, None]
     return base + r + groups * XW + _iota5(4, 2, L) * 8 + _iota5(2, 3, L) * 32 + _iota5(8, 4, L)
-
-
-@gluon.jit
-def x_stage(ptrs, g_lo):
-    """A program's groups of x read once, into shared memory ([XG, XR, t, h, j] int32 from x_stage_ptrs), after
-    the PDL wait: each group's x is then a shared-memory read beside its MMA instead of a round trip to L2 (the
-    int4 kernel's x_stage). Returns (the buffer, g_lo), the x that _group takes with XS."""
-    v = gl.load(ptrs)
-    smem = gl.allocate_shared_memory(gl.int32, v.shape, flat_smem(5), v)
-    smem = smem._reinterpret(gl.int32, v.shape, flat_smem(4))  # row-major either way: indexed by group
-    gl.thread_barrier()  # each group's x is read by every warp
-    return smem, g_lo
 
 
 @gluon.jit

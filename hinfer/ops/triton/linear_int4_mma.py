@@ -50,6 +50,7 @@ from hinfer.ops.triton.mma_common import (
     tail_by_row,
     tail_rows,
     vec16_layout,
+    x_stage,
 )
 from hinfer.ops.triton.tiles.forms import SkinnyConfig
 from hinfer.ops.triton.tiles.linear import mma_config
@@ -246,18 +247,6 @@ def x_stage_ptrs(x_ptr, rows, stride_xm, g_lo, last, XG: gl.constexpr):
     base = x_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
     r = (rows.to(gl.int64) * (stride_xm // 2))[None, :, None, None]
     return base + r + groups * XW + iota4(4, 2, L) * 16 + iota4(16, 3, L)
-
-
-@gluon.jit
-def x_stage(ptrs, g_lo):
-    """A program's groups of x read once, into shared memory ([XG, XR, 4, 16] int32 from x_stage_ptrs), after the
-    PDL wait: every group's x is then a shared-memory read beside its MMA instead of a round trip to L2 after the
-    previous group's MMA. Returns (the buffer, g_lo), the x that group_partial takes with XS."""
-    v = gl.load(ptrs)
-    smem = gl.allocate_shared_memory(gl.int32, v.shape, flat_smem(4), v)
-    smem = smem._reinterpret(gl.int32, v.shape, flat_smem(3))  # row-major either way: indexed by group
-    gl.thread_barrier()  # each group's x is read by every warp
-    return smem, g_lo
 
 
 @gluon.jit

@@ -60,6 +60,19 @@ def flat_smem(rank):
     return gl.SwizzledSharedLayout(1, 1, 1, list(range(rank - 1, -1, -1)))
 
 
+@gluon.jit
+def x_stage(ptrs, g_lo):
+    """A program's groups of x read once, into shared memory (int32 words [XG, ...] from a kernel's x stage
+    pointers), after the PDL wait: every group's x is then a shared-memory read beside its MMA instead of a round
+    trip to L2 after the previous group's MMA. Returns (the buffer, g_lo), the x the kernels' groups take staged."""
+    v = gl.load(ptrs)
+    R: gl.constexpr = len(v.shape)
+    smem = gl.allocate_shared_memory(gl.int32, v.shape, flat_smem(R), v)
+    smem = smem._reinterpret(gl.int32, v.shape, flat_smem(R - 1))  # row-major either way: indexed by group
+    gl.thread_barrier()  # each group's x is read by every warp
+    return smem, g_lo
+
+
 @gluon.constexpr_function
 def vec16_layout(elem_bytes, num_warps):
     # 16 contiguous bytes per thread: the scales / zeros row of a group is copied in 16-byte pieces

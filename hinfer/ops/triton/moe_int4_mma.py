@@ -37,7 +37,6 @@ from hinfer.ops.triton.linear_int4_mma import (
     k_loop,
     loop_terms,
     words_layout,
-    x_stage,
     x_stage_ptrs,
     x_stage_rows,
     x_stage_shape,
@@ -46,7 +45,15 @@ from hinfer.ops.triton.linear_int4_mma import (
     x_words_layout,
 )
 from hinfer.ops.triton.linear_splitk import COUNTERS, counter_buffer, split_scratch
-from hinfer.ops.triton.mma_common import PROBE_LAST, flat_smem, iota4, mma_layout, pdl_start, probe_stamp
+from hinfer.ops.triton.mma_common import (
+    PROBE_LAST,
+    flat_smem,
+    iota4,
+    mma_layout,
+    pdl_start,
+    probe_stamp,
+    x_stage,
+)
 from hinfer.ops.triton.moe_int4 import Int4Experts
 from hinfer.ops.triton.tiles.forms import SkinnyConfig
 from hinfer.ops.triton.tiles.moe import experts_mma_tile
