@@ -581,6 +581,52 @@ def test_experts_fp8_mma_x_staged(tm, weights, seed, t, block, monkeypatch):
     assert torch.equal(out, plain), f"{name} fp8 x staged T={t}: {(out.float() - plain.float()).abs().max()}"
 
 
+@pytest.mark.parametrize("t", [1, 2])
+@pytest.mark.parametrize("block", [False, True])
+def test_experts_fp8_gate_up_routes_its_tokens(tm, weights, seed, monkeypatch, t, block):
+    """The fp8 experts' gate_up launch routing its tokens (`route_fp8` launch fusion, a block per pair), as the int4
+    one does: the route kernel's ids exactly (ties to the lowest id), its weights within one bf16 rounding, the
+    gate_up output the route kernel's ids give bit for bit, and the layer's output the two-launch route's within
+    rounding. The last logit of a row is the folded shared expert's gate."""
+    from hinfer.ops.triton.moe_fp8_mma import fp8_experts_mma
+
+    name, wgu, wd = weights
+    _, _, kgu, kdn = _fp8_experts(tm, weights, block)
+    h, i, p = wgu.shape[2], wd.shape[2], t * (K + 1)
+    x = torch.randn(t, h, device="cuda").bfloat16()
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    calls, launch = [], tm._experts_mma_fp8
+    spy = lambda *a, **kw: calls.append(kw) or launch(*a, **kw)  # noqa: E731
+    for trial in range(4):
+        logits = torch.randn(t, E, device="cuda", generator=gen) * 3
+        if trial % 2:  # coarse logits: ties at and around the k-th place
+            logits = logits.round()
+        logits = logits.bfloat16()
+        want_w, want_i = tm.moe_route(logits, K, shared=True)
+        ids = torch.full((p,), -1, dtype=torch.int64, device="cuda")
+        tw = torch.full((p,), float("nan"), dtype=torch.bfloat16, device="cuda")
+        hid = torch.empty(p, i, device="cuda").bfloat16()
+        fp8_experts_mma(x, kgu.weight, kgu.scale, kgu.block, hid, p, 8, ids, ids, ids, ids, True, K + 1, act=True,
+                        topk=K, route=logits, route_w=tw)  # fmt: skip
+        assert torch.equal(ids, want_i.view(-1)), f"{name} T={t} trial {trial}: {ids.tolist()} vs {want_i.tolist()}"
+        torch.testing.assert_close(tw.float(), want_w.view(-1).float(), rtol=2**-8, atol=0)
+        ref_ids = want_i.view(-1).contiguous()
+        want_hid = fp8_experts_mma(x, kgu.weight, kgu.scale, kgu.block, torch.empty_like(hid), p, 8, ref_ids,
+                                   ref_ids, ref_ids, ref_ids, True, K + 1, act=True)  # fmt: skip
+        assert torch.equal(hid, want_hid), f"{name} T={t} trial {trial}: gate_up differs, seed {seed}"
+        monkeypatch.delenv("HINFER_FUSION_ROWS", raising=False)
+        two = tm.moe_route_experts(x, logits, kgu, kdn, K, shared=True)
+        monkeypatch.setenv("HINFER_FUSION_ROWS", f"route_fp8={t}")
+        calls.clear()
+        monkeypatch.setattr(tm, "_experts_mma_fp8", spy)
+        one = tm.moe_route_experts(x, logits, kgu, kdn, K, shared=True)
+        monkeypatch.setattr(tm, "_experts_mma_fp8", launch)
+        assert calls and calls[0].get("logits") is not None, "the routing gate_up was not taken"
+        rel = ((one.float() - two.float()).norm() / two.float().norm()).item()
+        assert rel <= 1e-2, f"{name} T={t} trial {trial}: layer output rel-L2 {rel:.3g}, seed {seed}"
+        monkeypatch.delenv("HINFER_FUSION_ROWS")
+
+
 @pytest.mark.parametrize("t", [1, 8, 64, 2048])
 def test_route_real_shapes(tm, seed, t):
     rows = torch.stack([torch.randperm(E, device="cuda") for _ in range(t)]).float() - E / 2

@@ -67,3 +67,20 @@ def test_a_staged_tile_must_fit_its_shared_memory():
     y = torch.empty(8, 64, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="x staged"):
         fp8_experts_mma(x, w, torch.ones(2, 64), False, y, 1, 8, ids, ids, ids, ids, False, 1, cfg=staged)
+
+
+def test_a_routing_gate_up_is_checked_before_launching():
+    """The gate_up routing its tokens (`route_fp8`) takes a block per pair, top k + 1 slots a token, bf16 logits
+    and a weights buffer; anything else is refused before a launch."""
+    x = torch.zeros(1, 256, dtype=torch.bfloat16)
+    w = torch.zeros(2, 64, 256).to(torch.float8_e4m3fn)
+    ids = torch.zeros(3, dtype=torch.int64)
+    y = torch.empty(3, 32, dtype=torch.bfloat16)
+    logits = torch.zeros(1, 3, dtype=torch.bfloat16)  # two experts + the shared expert's gate
+    tw = torch.empty(3, dtype=torch.bfloat16)
+    s = torch.ones(2, 64)
+    for kw in (dict(route_w=None), dict(route_w=tw, topk=1), dict(route_w=tw, direct=False)):
+        args = dict(route=logits, topk=2, act=True) | kw
+        direct = args.pop("direct", True)
+        with pytest.raises(ValueError, match="routing"):
+            fp8_experts_mma(x, w, s, False, y, 3, 8, ids, ids, ids, ids, direct, 3, **args)

@@ -332,8 +332,8 @@ def packaged_experts_variants() -> Iterator[Variant]:
 
 
 def packaged_fp8_experts_variants() -> Iterator[Variant]:
-    """Every packaged fp8 experts tile (tiles/tuned.py) as the decode runs it, and with x staged where it fits (the
-    form sweeps try), per-row and block scales: the one-token bucket direct, larger buckets on the alignment's
+    """Every packaged fp8 experts tile (tiles/tuned.py) as the decode runs it, with x staged where it fits (the form
+    sweeps try) and the one-token gate_up routing its token (`route_fp8`), per-row and block scales: the one-token bucket direct, larger buckets on the alignment's
     blocks; the gate_up writing SiLU-mul, the down summing the slots. A pair's down is the entry (H, I) beside the
     gate_up (2I, H)."""
     from hinfer.ops.triton.tiles.forms import MOE_FP8_MMA
@@ -343,11 +343,12 @@ def packaged_fp8_experts_variants() -> Iterator[Variant]:
     for (n, k, m), c in sorted(entries.items()):
         gate_up, one = (k, n // 2, m) in entries, m <= 16
         staged = staged_where_fits(c, k, one)
-        for blocked, xs in itertools.product((False, True), (c, staged) if staged != c else (c,)):
+        routes = (0, 8) if gate_up and one else (0,)  # the one-token gate_up routing its token (`route_fp8`)
+        for blocked, xs, route in itertools.product((False, True), (c, staged) if staged != c else (c,), routes):
             xg, xr = x_stage_shape(xs, k, one)
             yield (*fp8_experts_variant(c.block_n, c.num_warps, blocked, one, 9 if gate_up else 1, not gate_up,
                                         depth=c.num_stages, pdl=True, split=c.split_k, topk=0 if gate_up else 9,
-                                        act=gate_up, max_regs=c.max_regs, xg=xg, xr=xr), 0)  # fmt: skip
+                                        act=gate_up, max_regs=c.max_regs, xg=xg, xr=xr, route=route), 0)  # fmt: skip
 
 
 # Gluon kernels whose main loop goes through shared memory by design: the warpgroup MMA reads x from there

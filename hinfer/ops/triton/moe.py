@@ -176,15 +176,22 @@ def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, o
     return out if fused else _sum_slots(y, out, t, k, h, False, {"PDL": False})
 
 
-def _experts_mma_fp8(x, gu: Fp8Experts, dn: Fp8Experts, tw, ids, t: int, k: int, out: torch.Tensor) -> torch.Tensor:
+def _experts_mma_fp8(x, gu: Fp8Experts, dn: Fp8Experts, tw, ids, t: int, k: int, out: torch.Tensor,
+                     logits: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
     """gate_up and down through the fp8 tensor-core kernel (moe_fp8_mma.py): gate_up writes SiLU-mul's output,
     the down scales each pair by its routing weight and sums the slots into `out`. One token: a block per pair
-    (its k experts are distinct); more: the pairs grouped by expert (moe_align)."""
+    (its k experts are distinct); more: the pairs grouped by expert (moe_align). With `logits` (a few tokens; slot
+    k - 1 of each the folded shared expert) the gate_up launch routes the tokens itself, a block per pair, and
+    writes the ids and weights the down reads (`tw`, `ids` are then None)."""
     pairs, h, bm = t * k, x.shape[1], EXPERTS_BLOCK_M
-    blocks, sorted_, bexp, brows, direct = _mma_blocks(ids, t, k, gu.shape[0])
+    route = {}
+    if logits is not None:
+        ids, tw = _empty((pairs,), torch.int64, x.device), _empty((pairs,), logits.dtype, x.device)
+        route = dict(topk=k - 1, route=logits, route_w=tw)
+    blocks, sorted_, bexp, brows, direct = _mma_blocks(ids, t, k, gu.shape[0], logits is not None)
     hid = _empty((pairs, gu.shape[1] // 2), x.dtype, x.device)
     fp8_experts_mma(x, gu.weight, gu.scale, gu.block, hid, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=k,
-                    act=True)  # fmt: skip
+                    act=True, **route)  # fmt: skip
     y = _empty((pairs, h), x.dtype, x.device)
     fp8_experts_mma(hid, dn.weight, dn.scale, dn.block, y, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=1,
                     tw=tw, sum_out=out, topk=k)  # fmt: skip
@@ -195,16 +202,24 @@ def moe_route_experts(
     x: torch.Tensor, router_logits: torch.Tensor, w_gate_up: Experts, w_down: Experts, top_k: int,
     shared: bool = False,
 ) -> torch.Tensor:  # fmt: skip
-    """moe_route then moe_experts; at a few tokens (the `route` launch fusion's rows, hinfer.ops.dispatch.FUSIONS)
-    with int4 experts on tensor cores and a folded shared expert, the gate_up launch routes the tokens itself."""
-    t, k = x.shape[0], top_k + shared
-    if (shared and launch_fusions("route", t) and _fmt(w_gate_up) == INT4
-            and router_logits.dtype == torch.bfloat16 and mma_experts_fit(x, w_gate_up, w_down, t * k)):  # fmt: skip
+    """moe_route then moe_experts; at a few tokens (the `route` launch fusion's rows, hinfer.ops.dispatch.FUSIONS;
+    `route_fp8` for fp8 experts) with experts on tensor cores and a folded shared expert, the gate_up launch routes
+    the tokens itself."""
+    t, k, fmt = x.shape[0], top_k + shared, _fmt(w_gate_up)
+    fused = shared and router_logits.dtype == torch.bfloat16
+    if (fused and fmt == INT4 and launch_fusions("route", t)
+            and mma_experts_fit(x, w_gate_up, w_down, t * k)):  # fmt: skip
         out = _empty((t, x.shape[1]), x.dtype, x.device)
         x, logits = _unit_last(x), router_logits.contiguous()
         if launch_fusions("one_launch", t) and one_launch_fits(x, w_gate_up, w_down, k):
             return experts_one_launch(x, logits, w_gate_up, w_down, top_k, out)
         return _experts_mma(x, w_gate_up, w_down, None, None, t, k, out, logits=logits)
+    if fused and fmt == FP8 and launch_fusions("route_fp8", t):
+        _, i2, h = w_gate_up.shape
+        if fp8_mma_experts_fit(x, i2, h, h, i2 // 2, t * k):
+            out = _empty((t, x.shape[1]), x.dtype, x.device)
+            return _experts_mma_fp8(_unit_last(x), w_gate_up, w_down, None, None, t, k, out,
+                                    logits=router_logits.contiguous())  # fmt: skip
     top_w, top_i = moe_route(router_logits, top_k, shared)
     return moe_experts(x, w_gate_up, w_down, top_w, top_i)
 

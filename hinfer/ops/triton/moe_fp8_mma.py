@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 
 import torch
+import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
@@ -39,7 +40,7 @@ from hinfer.ops.triton.linear_fp8_mma import (
 from hinfer.ops.triton.linear_int4_mma import x_stage_shape
 from hinfer.ops.triton.linear_splitk import COUNTERS, counter_buffer, split_scratch
 from hinfer.ops.triton.mma_common import mma_layout, pdl_start, split_groups
-from hinfer.ops.triton.moe_int4_mma import store_split, sum_slots_when_last
+from hinfer.ops.triton.moe_int4_mma import _route_slot, route_read_once, store_split, sum_slots_when_last
 from hinfer.ops.triton.tiles.forms import SkinnyConfig
 from hinfer.ops.triton.tiles.moe import fp8_experts_mma_tile
 
@@ -83,17 +84,27 @@ def fp8_mma_experts_kernel(
     BLOCKED: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, DEPTH: gl.constexpr,
     DIRECT: gl.constexpr, XDIV: gl.constexpr, ROW_SCALE: gl.constexpr, PDL: gl.constexpr = False,
     SPLIT_K: gl.constexpr = 1, SUM: gl.constexpr = False, TOPK: gl.constexpr = 1, TOPK_P: gl.constexpr = 1,
-    ACT: gl.constexpr = False, XG: gl.constexpr = 0, XR: gl.constexpr = 1,
+    ACT: gl.constexpr = False, XG: gl.constexpr = 0, XR: gl.constexpr = 1, logits_ptr=None, n_experts=0,
+    ROUTE: gl.constexpr = 0, BLOCK_E: gl.constexpr = 256, ROUTE_ONCE: gl.constexpr = True,
 ):  # fmt: skip
     """XG > 0: the program's XG groups of x (XR rows: 1 where a block is one pair) staged in shared memory after the
-    wait (linear_fp8_mma.x_stage)."""
+    wait (linear_fp8_mma.x_stage). ROUTE > 0 (a gate_up, a block per pair): the program routes its pair's token
+    from the router logits as the int4 experts' gate_up does (moe_int4_mma._route_slot) and the programs of N tile
+    0 write the slot's id and weight for the down launch."""
     W: gl.constexpr = gl.num_warps()
     MMA: gl.constexpr = mma_layout(W)
     LX: gl.constexpr = _x_words_layout(W)
     pdl_start(PDL)  # the expert ids and x come from the kernels before
     pid_n = gl.program_id(0)
     blk = gl.program_id(1)
-    if DIRECT:
+    if ROUTE > 0:  # pair = token x (ROUTE + 1) + slot; the logits' rows are E + 1 long (the shared expert's gate last)
+        e, w = _route_slot(logits_ptr + (blk // (ROUTE + 1)) * (n_experts + 1), n_experts, blk % (ROUTE + 1), ROUTE,
+                           BLOCK_E, ROUTE_ONCE)  # fmt: skip
+        if (pid_n == 0) & (gl.program_id(2) == 0):
+            gl.store(ids_ptr + blk, e.to(gl.int64))
+            gl.store(tw_ptr + blk, w.to(tw_ptr.dtype.element_ty))
+        nrows = 1
+    elif DIRECT:
         e = gl.load(ids_ptr + blk).to(gl.int32)
         nrows = 1
     else:
@@ -154,19 +165,23 @@ def fp8_mma_experts_fit(x: torch.Tensor, n_gu: int, h: int, n_dn: int, i: int, p
 
 def fp8_experts_variant(block_n: int, warps: int, blocked: bool, direct: bool, xdiv: int, row_scale: bool,
                         depth: int = 4, pdl: bool = False, split: int = 1, topk: int = 0, act: bool = False,
-                        max_regs: int = 0, xg: int = 0, xr: int = 1):  # fmt: skip
+                        max_regs: int = 0, xg: int = 0, xr: int = 1, route: int = 0):  # fmt: skip
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*fp32", "y_ptr": "*bf16", "tw_ptr": "*fp32",
            "ids_ptr": "*i64", "sorted_ptr": "*i32", "bexp_ptr": "*i32", "brows_ptr": "*i32", "part_ptr": "*fp32",
            "cnt_ptr": "*i32", "out_ptr": "*bf16", "N": "i32", "K": "i32", "P": "i32", "stride_xm": "i32",
            "stride_ym": "i32", "stride_we": "i32", "stride_se": "i32", "stride_sn": "i32", "stride_om": "i32"}  # fmt: skip
+    if route:
+        sig |= {"logits_ptr": "*bf16", "n_experts": "i32"}
     cex = dict(BLOCKED=blocked, BLOCK_N=block_n, BLOCK_M=8, DEPTH=depth, DIRECT=direct, XDIV=xdiv,
                ROW_SCALE=row_scale, PDL=pdl, SPLIT_K=split, SUM=topk > 0, TOPK=max(topk, 1),
-               TOPK_P=1 << (max(topk, 1) - 1).bit_length(), ACT=act, maxnreg=max_regs, XG=xg, XR=xr)  # fmt: skip
+               TOPK_P=1 << (max(topk, 1) - 1).bit_length(), ACT=act, maxnreg=max_regs, XG=xg, XR=xr, ROUTE=route,
+               BLOCK_E=256)  # fmt: skip
     name = (f"fp8 mma experts{' block' if blocked else ''}{' direct' if direct else ''} BLOCK_N={block_n} "
             f"w{warps} depth {depth} xdiv {xdiv}{' scaled' if row_scale else ''}{' pdl' if pdl else ''}"
             f"{f' split {split}' if split > 1 else ''}{f' sum {topk}' if topk else ''}{' act' if act else ''}"
-            f"{f' x staged {xg}x{xr}' if xg else ''}{f' maxnreg {max_regs}' if max_regs else ''}")  # fmt: skip
+            f"{f' route {route}' if route else ''}{f' x staged {xg}x{xr}' if xg else ''}"
+            f"{f' maxnreg {max_regs}' if max_regs else ''}")  # fmt: skip
     return name, fp8_mma_experts_kernel, sig, cex, warps
 
 
@@ -174,13 +189,17 @@ def fp8_experts_mma(
     x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, blocked: bool, y: torch.Tensor, blocks: int,
     block_m: int, ids: torch.Tensor, sorted_: torch.Tensor, bexp: torch.Tensor, brows: torch.Tensor, direct: bool,
     xdiv: int, tw: torch.Tensor | None = None, cfg: SkinnyConfig | None = None,
-    sum_out: torch.Tensor | None = None, topk: int = 1, act: bool = False,
+    sum_out: torch.Tensor | None = None, topk: int = 1, act: bool = False, route: torch.Tensor | None = None,
+    route_w: torch.Tensor | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """y[pair] = x[pair // xdiv] @ (weight[expert] * scale)^T (times tw[pair] if given) for every pair the blocks
     name: weight e4m3 [E, N, K], scale fp32 [E, N] or (blocked) [E, N / 128, K / 128]. `sum_out`, `topk` and `act`
     as moe_int4_mma.experts_mma: the down launch summing each token's slots into sum_out [T, N], the gate_up one
     writing silu(gate) * up into y [P, N / 2] (weight rows [gate | up]). `cfg` overrides the tile table
-    (tiles/moe.py's moe_fp8_mma family: sweeps)."""
+    (tiles/moe.py's moe_fp8_mma family: sweeps). With `route` (a gate_up over T tokens' router logits [T, E + 1],
+    the last of a row the shared expert's gate; a block per pair: pair = token x (topk + 1) + slot) the launch
+    routes each token as moe_route(..., topk, shared=True) does and writes each pair's expert into `ids` and its
+    weight into `route_w` (the route kernel's launch saved), as moe_int4_mma.experts_mma does."""
     e, n, k = weight.shape
     if k % GROUP_K or n % 32 or x.dtype != torch.bfloat16 or x.stride(-1) != 1 or block_m != 8:
         raise ValueError(f"fp8 mma experts: K % {GROUP_K}, N % 32, bf16 x with unit stride, 8-row blocks; got "
@@ -194,6 +213,12 @@ def fp8_experts_mma(
         x = x.contiguous()
     if act and (tw is not None or sum_out is not None or y.shape[-1] != n // 2):
         raise ValueError(f"fp8 mma experts: silu(gate) * up into {n // 2} columns, alone; got y {tuple(y.shape)}")
+    slots = blocks // route.shape[0] if route is not None else 1  # a routed token's slots: its top k + shared
+    if route is not None and (not direct or not act or blocks != route.shape[0] * slots or slots != topk + 1
+                              or route.dtype != torch.bfloat16 or not route.is_contiguous()
+                              or route.shape[1] - 1 > 1024 or route_w is None):  # fmt: skip
+        raise ValueError(f"fp8 mma experts: a gate_up routing {route.shape[0]} tokens into {topk} + 1 direct slots "
+                         f"each, got {blocks} blocks")  # fmt: skip
     cfg = cfg or fp8_experts_mma_tile(ids.numel(), n, k, blocks)
     if (n % cfg.block_n or cfg.block_n % (16 * cfg.num_warps) or cfg.num_stages not in (2, 4)
             or not 1 <= cfg.split_k <= k // GROUP_K):  # fmt: skip
@@ -209,12 +234,16 @@ def fp8_experts_mma(
     out = sum_out if sum_out is not None else y
     w = weight.view(torch.int32)  # [E, N, K / 4]: the kernel reads 16 bytes of a row at a time
     fp8_mma_experts_kernel[(tiles, blocks, cfg.split_k)](
-        x, w, scale, y, tw if tw is not None else x, ids, sorted_, bexp, brows, part, cnt, out,
+        x, w, scale, y, tw if tw is not None else route_w if route is not None else x, ids, sorted_, bexp, brows,
+        part, cnt, out,
         n, k, pairs, x.stride(0), y.stride(0), w.stride(0), scale.stride(0), scale.stride(1) if blocked else 0,
         out.stride(0),
         BLOCKED=blocked, BLOCK_N=cfg.block_n, BLOCK_M=block_m, DEPTH=cfg.num_stages, DIRECT=direct, XDIV=xdiv,
         ROW_SCALE=tw is not None, SPLIT_K=cfg.split_k, SUM=sum_out is not None, TOPK=topk,
-        TOPK_P=1 << (topk - 1).bit_length(), ACT=act, XG=xg, XR=xr, num_warps=cfg.num_warps, **pdl_kwargs(x),
+        TOPK_P=1 << (topk - 1).bit_length(), ACT=act, XG=xg, XR=xr, num_warps=cfg.num_warps, logits_ptr=route,
+        n_experts=0 if route is None else route.shape[1] - 1, ROUTE=slots - 1 if route is not None else 0,
+        BLOCK_E=triton.next_power_of_2(route.shape[1] - 1) if route is not None else 256,
+        ROUTE_ONCE=route_read_once(), **pdl_kwargs(x),
         **({"maxnreg": cfg.max_regs} if cfg.max_regs else {}),
     )  # fmt: skip
     return y
