@@ -258,6 +258,21 @@ def test_experts_int4_gate_up_writes_silu_mul(tm, weights, seed, t, tile):
                                     f"max diff, seed {seed}")  # fmt: skip
 
 
+def _routing_case(tm, gen: torch.Generator, t: int, i: int, trial: int) -> tuple:
+    """T tokens' router logits (the shared expert's gate last; odd trials coarse, so ties sit at and around the k-th
+    place), the route kernel's weights and ids for them, and the buffers a routing gate_up writes: ids (-1), weights
+    (NaN) and its [pairs, I] output."""
+    p = t * (K + 1)
+    logits = torch.randn(t, E, device="cuda", generator=gen) * 3
+    if trial % 2:
+        logits = logits.round()
+    logits = logits.bfloat16()
+    want_w, want_i = tm.moe_route(logits, K, shared=True)
+    ids = torch.full((p,), -1, dtype=torch.int64, device="cuda")
+    tw = torch.full((p,), float("nan"), dtype=torch.bfloat16, device="cuda")
+    return logits, want_w, want_i, ids, tw, torch.empty(p, i, device="cuda").bfloat16()
+
+
 @pytest.mark.parametrize("read", ["once", "warps"])
 @pytest.mark.parametrize("t", [1, 2, 4])
 def test_experts_int4_gate_up_routes_its_tokens(tm, weights, seed, monkeypatch, t, read):
@@ -276,14 +291,7 @@ def test_experts_int4_gate_up_routes_its_tokens(tm, weights, seed, monkeypatch, 
     x = torch.randn(t, h, device="cuda").bfloat16()
     gen = torch.Generator(device="cuda").manual_seed(seed)
     for trial in range(6):
-        logits = torch.randn(t, E, device="cuda", generator=gen) * 3
-        if trial % 2:  # coarse logits: ties at and around the k-th place
-            logits = logits.round()
-        logits = logits.bfloat16()
-        want_w, want_i = tm.moe_route(logits, K, shared=True)
-        ids = torch.full((p,), -1, dtype=torch.int64, device="cuda")
-        tw = torch.full((p,), float("nan"), dtype=torch.bfloat16, device="cuda")
-        hid = torch.empty(p, i, device="cuda").bfloat16()
+        logits, want_w, want_i, ids, tw, hid = _routing_case(tm, gen, t, i, trial)
         experts_mma(x, gu, hid, p, 8, ids, ids, ids, ids, True, xdiv=K + 1, act=True, topk=K, route=logits,
                     route_w=tw)  # fmt: skip
         assert torch.equal(ids, want_i.view(-1)), f"{name} T={t} trial {trial}: {ids.tolist()} vs {want_i.tolist()}"
@@ -598,14 +606,7 @@ def test_experts_fp8_gate_up_routes_its_tokens(tm, weights, seed, monkeypatch, t
     calls, launch = [], tm._experts_mma_fp8
     spy = lambda *a, **kw: calls.append(kw) or launch(*a, **kw)  # noqa: E731
     for trial in range(4):
-        logits = torch.randn(t, E, device="cuda", generator=gen) * 3
-        if trial % 2:  # coarse logits: ties at and around the k-th place
-            logits = logits.round()
-        logits = logits.bfloat16()
-        want_w, want_i = tm.moe_route(logits, K, shared=True)
-        ids = torch.full((p,), -1, dtype=torch.int64, device="cuda")
-        tw = torch.full((p,), float("nan"), dtype=torch.bfloat16, device="cuda")
-        hid = torch.empty(p, i, device="cuda").bfloat16()
+        logits, want_w, want_i, ids, tw, hid = _routing_case(tm, gen, t, i, trial)
         fp8_experts_mma(x, kgu.weight, kgu.scale, kgu.block, hid, p, 8, ids, ids, ids, ids, True, K + 1, act=True,
                         topk=K, route=logits, route_w=tw)  # fmt: skip
         assert torch.equal(ids, want_i.view(-1)), f"{name} T={t} trial {trial}: {ids.tolist()} vs {want_i.tolist()}"
