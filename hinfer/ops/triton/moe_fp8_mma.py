@@ -40,7 +40,7 @@ from hinfer.ops.triton.linear_fp8_mma import (
 from hinfer.ops.triton.linear_int4_mma import x_stage_shape
 from hinfer.ops.triton.linear_splitk import COUNTERS, counter_buffer, split_scratch
 from hinfer.ops.triton.mma_common import mma_layout, pdl_start, split_groups
-from hinfer.ops.triton.moe_int4_mma import _route_slot, route_read_once, store_split, sum_slots_when_last
+from hinfer.ops.triton.moe_int4_mma import block_expert, route_read_once, store_split, sum_slots_when_last
 from hinfer.ops.triton.tiles.forms import SkinnyConfig
 from hinfer.ops.triton.tiles.moe import fp8_experts_mma_tile
 
@@ -89,27 +89,15 @@ def fp8_mma_experts_kernel(
 ):  # fmt: skip
     """XG > 0: the program's XG groups of x (XR rows: 1 where a block is one pair) staged in shared memory after the
     wait (linear_fp8_mma.x_stage). ROUTE > 0 (a gate_up, a block per pair): the program routes its pair's token
-    from the router logits as the int4 experts' gate_up does (moe_int4_mma._route_slot) and the programs of N tile
-    0 write the slot's id and weight for the down launch."""
+    from the router logits as the int4 experts' gate_up does (moe_int4_mma.block_expert)."""
     W: gl.constexpr = gl.num_warps()
     MMA: gl.constexpr = mma_layout(W)
     LX: gl.constexpr = _x_words_layout(W)
     pdl_start(PDL)  # the expert ids and x come from the kernels before
     pid_n = gl.program_id(0)
     blk = gl.program_id(1)
-    if ROUTE > 0:  # pair = token x (ROUTE + 1) + slot; the logits' rows are E + 1 long (the shared expert's gate last)
-        e, w = _route_slot(logits_ptr + (blk // (ROUTE + 1)) * (n_experts + 1), n_experts, blk % (ROUTE + 1), ROUTE,
-                           BLOCK_E, ROUTE_ONCE)  # fmt: skip
-        if (pid_n == 0) & (gl.program_id(2) == 0):
-            gl.store(ids_ptr + blk, e.to(gl.int64))
-            gl.store(tw_ptr + blk, w.to(tw_ptr.dtype.element_ty))
-        nrows = 1
-    elif DIRECT:
-        e = gl.load(ids_ptr + blk).to(gl.int32)
-        nrows = 1
-    else:
-        e = gl.load(bexp_ptr + blk)
-        nrows = gl.load(brows_ptr + blk)
+    e, nrows = block_expert(blk, pid_n, ids_ptr, tw_ptr, bexp_ptr, brows_ptr, logits_ptr, n_experts, DIRECT, ROUTE,
+                            BLOCK_E, ROUTE_ONCE, True)  # fmt: skip
     if e >= 0:
         # the block's pairs, for x (its layout) and for y (the accumulator's columns); padding rows repeat the last
         # valid pair (their outputs are not stored)

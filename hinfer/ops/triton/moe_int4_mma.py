@@ -156,21 +156,9 @@ def int4_mma_experts_kernel(
     blk = gl.program_id(1)
     if PROBE:
         probe_stamp(probe_ptr, 1, blk)
-    if ROUTE > 0:  # a few tokens, a block per pair: this program routes the pair's token (top ROUTE) itself and
-        # takes its slot's expert (pair = token x (ROUTE + 1) + slot; the logits' rows are E + 1 long)
-        e, w = _route_slot(logits_ptr + (blk // (ROUTE + 1)) * (n_experts + 1), n_experts, blk % (ROUTE + 1), ROUTE,
-                           BLOCK_E, ROUTE_ONCE)  # fmt: skip
-        if not EARLY:  # the gate_up launch: the slot's id and weight, for the down launch
-            if (pid_n == 0) & (gl.program_id(2) == 0):
-                gl.store(ids_ptr + blk, e.to(gl.int64))
-                gl.store(tw_ptr + blk, w.to(tw_ptr.dtype.element_ty))
-        nrows = 1
-    elif DIRECT:
-        e = gl.load(ids_ptr + blk).to(gl.int32)
-        nrows = 1
-    else:
-        e = gl.load(bexp_ptr + blk)
-        nrows = gl.load(brows_ptr + blk)
+    # EARLY (the down after a routing gate_up) routes again but writes nothing of the route
+    e, nrows = block_expert(blk, pid_n, ids_ptr, tw_ptr, bexp_ptr, brows_ptr, logits_ptr, n_experts, DIRECT, ROUTE,
+                            BLOCK_E, ROUTE_ONCE, not EARLY)  # fmt: skip
     if PROBE:
         probe_stamp(probe_ptr, 2, e)
     if e >= 0:
@@ -260,6 +248,30 @@ def store_split(acc, y_ptr, y_off, tw_ptr, py, out_mask, part_ptr, p_off, split,
             _store_rows(y_ptr, y_off, total, tw_ptr, py, out_mask, ROW_SCALE, ACT)
             gl.atomic_xchg(cnt, 0)
     return wrote
+
+
+@gluon.jit
+def block_expert(blk, pid_n, ids_ptr, tw_ptr, bexp_ptr, brows_ptr, logits_ptr, n_experts, DIRECT: gl.constexpr,
+                 ROUTE: gl.constexpr, BLOCK_E: gl.constexpr, ROUTE_ONCE: gl.constexpr, WRITE: gl.constexpr):  # fmt: skip
+    """(expert, rows) of block `blk` of an experts launch (int4 and fp8 alike): with ROUTE > 0 (a few tokens, a block
+    per pair) the program routes the pair's token (top ROUTE) itself and takes its slot's expert (pair = token x
+    (ROUTE + 1) + slot; the logits' rows are E + 1 long), the programs of N tile 0 writing the slot's id and weight
+    for the down launch (WRITE); DIRECT: pair blk's expert from ids; else moe_align's block (expert -1: nothing)."""
+    if ROUTE > 0:
+        e, w = _route_slot(logits_ptr + (blk // (ROUTE + 1)) * (n_experts + 1), n_experts, blk % (ROUTE + 1), ROUTE,
+                           BLOCK_E, ROUTE_ONCE)  # fmt: skip
+        if WRITE:
+            if (pid_n == 0) & (gl.program_id(2) == 0):
+                gl.store(ids_ptr + blk, e.to(gl.int64))
+                gl.store(tw_ptr + blk, w.to(tw_ptr.dtype.element_ty))
+        nrows = 1
+    elif DIRECT:
+        e = gl.load(ids_ptr + blk).to(gl.int32)
+        nrows = 1
+    else:
+        e = gl.load(bexp_ptr + blk)
+        nrows = gl.load(brows_ptr + blk)
+    return e, nrows
 
 
 @gluon.jit
