@@ -151,6 +151,15 @@ def _mma_blocks(ids: torch.Tensor, t: int, k: int, n_experts: int, direct: bool 
     return al.n_blocks, al.sorted, al.bexp, al.brows, False
 
 
+def _routed(x: torch.Tensor, logits: torch.Tensor | None, ids, tw, pairs: int, k: int) -> tuple:
+    """(ids, tw, the gate_up's route arguments): as given, or with `logits` the buffers a gate_up routing its tokens
+    writes each pair's expert and weight into (top k - 1 and the folded shared expert)."""
+    if logits is None:
+        return ids, tw, {}
+    ids, tw = _empty((pairs,), torch.int64, x.device), _empty((pairs,), logits.dtype, x.device)
+    return ids, tw, dict(topk=k - 1, route=logits, route_w=tw)
+
+
 def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, out: torch.Tensor,
                  logits: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
     """gate_up and down through the tensor-core kernel (moe_int4_mma.py): gate_up writes SiLU-mul's output, the
@@ -159,10 +168,7 @@ def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, o
     are then None); the down routes them again (`down_route`) to read its weights before it waits for the
     gate_up."""
     pairs, h, bm = t * k, x.shape[1], EXPERTS_BLOCK_M
-    route = {}
-    if logits is not None:
-        ids, tw = _empty((pairs,), torch.int64, x.device), _empty((pairs,), logits.dtype, x.device)
-        route = dict(topk=k - 1, route=logits, route_w=tw)
+    ids, tw, route = _routed(x, logits, ids, tw, pairs, k)
     blocks, sorted_, bexp, brows, direct = _mma_blocks(ids, t, k, gu.shape[0], logits is not None)
     hid = _empty((pairs, gu.shape[1] // 2), x.dtype, x.device)
     experts_mma(x, gu, hid, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=k, act=True, **route)
@@ -184,10 +190,7 @@ def _experts_mma_fp8(x, gu: Fp8Experts, dn: Fp8Experts, tw, ids, t: int, k: int,
     k - 1 of each the folded shared expert) the gate_up launch routes the tokens itself, a block per pair, and
     writes the ids and weights the down reads (`tw`, `ids` are then None)."""
     pairs, h, bm = t * k, x.shape[1], EXPERTS_BLOCK_M
-    route = {}
-    if logits is not None:
-        ids, tw = _empty((pairs,), torch.int64, x.device), _empty((pairs,), logits.dtype, x.device)
-        route = dict(topk=k - 1, route=logits, route_w=tw)
+    ids, tw, route = _routed(x, logits, ids, tw, pairs, k)
     blocks, sorted_, bexp, brows, direct = _mma_blocks(ids, t, k, gu.shape[0], logits is not None)
     hid = _empty((pairs, gu.shape[1] // 2), x.dtype, x.device)
     fp8_experts_mma(x, gu.weight, gu.scale, gu.block, hid, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=k,
