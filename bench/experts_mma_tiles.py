@@ -32,7 +32,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.moe_kernels import MAX_LAYER_BYTES, MODELS, _graph_us, _random_int4  # noqa: E402
 from bench.tile_sweep import read_x, time_tiles  # noqa: E402
-from hinfer.ops.triton.linear_int4_mma import staged_where_fits  # noqa: E402
 from hinfer.ops.triton.moe import Fp8Experts  # noqa: E402
 from hinfer.ops.triton.moe_align import align  # noqa: E402
 from hinfer.ops.triton.moe_fp8_mma import fp8_experts_mma  # noqa: E402
@@ -47,14 +46,6 @@ from hinfer.ops.triton.tiles.table import entry, m_bucket, source_line, write  #
 
 BW = 4.2e12  # bytes/s the floors divide by (bench/moe_kernels.py's)
 BM = 8  # rows per aligned block (hinfer.ops.triton.moe._experts_mma)
-
-
-def fp8_read_x(cfg: SkinnyConfig, k: int, one_row: bool, x: str) -> SkinnyConfig:
-    """An fp8 tile reading x as --x says: `decode` as its entry says (x_staged), `staged` in shared memory wherever
-    it fits, `per-group` from L2 a group at a time."""
-    if x == "per-group":
-        return replace(cfg, x_staged=False)
-    return staged_where_fits(cfg, k, one_row) if x == "staged" else cfg
 
 
 def candidates(n: int, k: int, splits: tuple[int, ...] = (1,), rings: tuple[int, ...] = (0,)) -> list[SkinnyConfig]:
@@ -133,16 +124,15 @@ def sweep(name: str, t: int, gen: torch.Generator, splits: tuple[int, ...] = (1,
 
         blocks, direct = routes[0].blocks, routes[0].direct
         distinct = sum(r.distinct for r in routes) / n_layers
-        if fmt == "fp8":  # x as its tile says (--x staged: staged wherever it fits); bytes: the e4m3 values
-            family, default = MOE_FP8_MMA, fp8_read_x(fp8_experts_mma_tile(pairs, n, kk, blocks), kk, direct, x)
-            cands = [fp8_read_x(replace(c, max_regs=cap) if cap else c, kk, direct, x)
-                     for c in candidates(n, kk, splits) for cap in caps]  # fmt: skip
-            nbytes = distinct * n * kk
-        else:  # every tile reading x as --x says (by default as the decode does: staged where a block is one pair)
-            family, default = MOE_INT4_MMA, read_x(experts_mma_tile(pairs, n, kk, blocks), kk, direct, x)
-            cands = [read_x(replace(c, max_regs=cap) if cap else c, kk, direct, x)
-                     for c in candidates(n, kk, splits, rings) for cap in caps]  # fmt: skip
-            nbytes = distinct * n * kk * (0.5 + 3 / 128)  # words, bf16 scales and uint8 zeros per 128
+        # every tile reading x as --x says: by default as the decode does (int4: staged where a block is one pair,
+        # HINFER_X_STAGED; fp8: as its entry says); rings are the int4 kernel's (fp8 sweeps pass none)
+        fp8 = fmt == "fp8"
+        family, tile = (MOE_FP8_MMA, fp8_experts_mma_tile) if fp8 else (MOE_INT4_MMA, experts_mma_tile)
+        default = read_x(tile(pairs, n, kk, blocks), kk, direct, x, fp8)
+        cands = [read_x(replace(c, max_regs=cap) if cap else c, kk, direct, x, fp8)
+                 for c in candidates(n, kk, splits, rings) for cap in caps]  # fmt: skip
+        # bytes: the e4m3 values (fp8's scales a rounding error); int4's words, bf16 scales and uint8 zeros per 128
+        nbytes = distinct * n * kk * (1 if fp8 else 0.5 + 3 / 128)
         timed = time_tiles(default, cands,
                            lambda cfg, run=run: _graph_us(lambda: run(cfg), n_layers), f"{name} {proj} T={t}")
         if timed is None:

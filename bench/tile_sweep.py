@@ -25,17 +25,20 @@ def time_tiles(default: Any, candidates: Iterable[Any], measure: Callable[[Any],
     return timed
 
 
-def read_x(cfg: Any, k: int, one_row: bool, x: str) -> Any:
-    """An int4 tile (SkinnyConfig) reading x as a sweep's --x says: `decode` as the tables' tiles are run
-    (linear_int4_mma.x_staged_choice, HINFER_X_STAGED: staged where a program reads one row), `staged` in shared
-    memory wherever it fits (staged_where_fits), `per-group` from L2 a group at a time."""
+def read_x(cfg: Any, k: int, one_row: bool, x: str, as_entry: bool = False) -> Any:
+    """A tensor-core tile (SkinnyConfig) reading x as a sweep's --x says: `decode` as the tables' tiles are run
+    (int4: linear_int4_mma.x_staged_choice, HINFER_X_STAGED, staged where a program reads one row; `as_entry`, the
+    fp8 experts': as the tile says), `staged` in shared memory wherever it fits (staged_where_fits), `per-group`
+    from L2 a group at a time."""
     from dataclasses import replace
 
     from hinfer.ops.triton.linear_int4_mma import staged_where_fits, x_staged_choice
 
     if x == "per-group":
         return replace(cfg, x_staged=False)
-    return staged_where_fits(cfg, k, one_row) if x == "staged" else x_staged_choice(cfg, k, one_row)
+    if x == "staged":
+        return staged_where_fits(cfg, k, one_row)
+    return cfg if as_entry else x_staged_choice(cfg, k, one_row)
 
 
 def spill_free(candidates: Iterable[Any], variant: Callable[[Any], tuple], label: str) -> list[Any]:
