@@ -67,11 +67,12 @@ def warn_fallback(op: str, why: str) -> None:
 # about 1%, so on up to 8 rows; the router in the norm's launch gains 8% / 3% at 1 / 8 lanes (35B-A3B). The norm in an input projection's launch measured slower
 # in both its forms (a prologue pass over K; the rows' rstd after the product) and was removed. A token's route
 # in its int4 experts' gate_up launch gains 4% / 3% at one lane (35B-A3B / 122B-A10B), and again in the down
-# launch (its weights then ahead of the PDL wait) 0.8% / 0.2%. The route and the alignment of a few tokens' pairs
+# launch (its weights then ahead of the PDL wait) 0.8% / 0.2%; in the fp8 experts' gate_up launch +2% at one lane
+# (35B-A3B, H100). The route and the alignment of a few tokens' pairs
 # in one single-program launch measured slower (35B-A3B eight lanes 1,896 -> 1,756 tok/s, 122B-A10B with the
 # tail rows 792 -> 780) and was removed.
 FUSIONS: dict[str, int | None] = {"slot_sum": 1, "tail": 8, "gate": None, "norm_linear": 8, "route": 1,
-                                  "down_route": 1, "one_launch": 0, "route_fp8": 0}
+                                  "down_route": 1, "one_launch": 0, "route_fp8": 1}
 
 
 def launch_fusions(name: str, rows: int) -> bool:
@@ -81,7 +82,7 @@ def launch_fusions(name: str, rows: int) -> bool:
     RMSNorm launch, `route` a token's route in its int4 experts' gate_up launch, `down_route` that token's route
     again in the down launch (with `route`), so that the down's weights go ahead of its PDL wait; `one_launch` a
     token's routed int4 experts (route, gate_up, down, slot sum) in one launch (with `route`); `route_fp8` a
-    token's route in its fp8 experts' gate_up launch (off until measured on a GPU: HINFER_FUSION_ROWS=route_fp8=1).
+    token's route in its fp8 experts' gate_up launch.
     HINFER_FUSE_LAUNCHES: 1 (default) each up to its rows in FUSIONS, 0 none (the separate kernels, to compare or to fall back), or a
     comma list of the names on at any rows. HINFER_FUSION_ROWS (`name=rows,...`) moves FUSIONS' row limits (with
     the default 1; to sweep where a fusion pays). Read at every call, so a test or a bench can flip them."""

@@ -569,6 +569,7 @@ def test_experts_fp8_mma_x_staged(tm, weights, seed, t, block, monkeypatch):
     gives the bits of x read a group at a time, wherever the staged groups fit."""
     from hinfer.ops.triton import moe_fp8_mma
     from hinfer.ops.triton.linear_int4_mma import staged_where_fits
+    from hinfer.ops.triton.moe import direct_pairs
 
     name, wgu, _ = weights
     _, _, kgu, kdn = _fp8_experts(tm, weights, block)
@@ -579,7 +580,8 @@ def test_experts_fp8_mma_x_staged(tm, weights, seed, t, block, monkeypatch):
     tile, staged = moe_fp8_mma.fp8_experts_mma_tile, []
 
     def staged_tile(pairs, n, k, blocks, sms=None):
-        cfg = staged_where_fits(tile(pairs, n, k, blocks, sms), k, pairs == blocks)  # one pair a block: one row
+        direct = t == 1 or pairs <= direct_pairs()  # a block per pair (moe._mma_blocks): one row staged
+        cfg = staged_where_fits(tile(pairs, n, k, blocks, sms), k, direct)
         staged.append(cfg.x_staged)
         return cfg
 

@@ -304,9 +304,11 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     # fp8 experts on tensor cores (moe_fp8_mma.py), the 35B-A3B swept 2026-12-06 (`bench/experts_mma_tiles.py --fmt fp8
     # --t 1 --splits 1,2,4 --max-regs 0,128`, then `--t 8 --splits 1,2`, H100): one token gate_up 14.12 -> 12.43 us,
     # down 10.51 -> 6.15 alone, one-lane decode 363.1 / 363.4 -> 393.8 / 394.0 tok/s (alternated); eight tokens gate_up
-    # 58.74 -> 52.30, down 30.32 -> 26.56, eight lanes 1,229.1 -> 1,296.3 (the heuristic's tiles before)
-    (MOE_FP8_MMA, 1024, 2048, 16): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128),
-    (MOE_FP8_MMA, 2048, 512, 16): SkinnyConfig(64, 128, 8, 1, 4, 2, max_regs=128),
+    # 58.74 -> 52.30, down 30.32 -> 26.56, eight lanes 1,229.1 -> 1,296.3 (the heuristic's tiles before). One token
+    # re-swept with x staged (`--t 1 --x staged`): gate_up 12.22 -> 11.80, down 6.11 -> 6.05 alone; one-lane decode
+    # 389.7 / 389.3 -> 393.6 / 394.2 tok/s, with the gate_up routing its token (`route_fp8`) 401.7 / 401.2
+    (MOE_FP8_MMA, 1024, 2048, 16): SkinnyConfig(32, 128, 8, 1, 2, 4, x_staged=True),
+    (MOE_FP8_MMA, 2048, 512, 16): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128, x_staged=True),
     (MOE_FP8_MMA, 1024, 2048, 128): SkinnyConfig(64, 128, 8, 1, 2, 2),
     (MOE_FP8_MMA, 2048, 512, 128): SkinnyConfig(64, 128, 8, 1, 2, 2),
     # a verification of 8 lanes x 4 tokens (288 pairs), swept 2026-12-02 (`--t 32`): the 8-token winners held
