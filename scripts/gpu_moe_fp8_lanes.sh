@@ -4,11 +4,11 @@
 # tiles (the one-token ones staged, the gate_up routing its token) against the candidates, alternated: the
 # three-token tiles (gate_up 28.19 -> 22.65 us, down 15.04 -> 13.40 alone: two and three lanes) and the four-token
 # ones (four lanes, a one-lane MTP round at K = 3), from bench/results/tiles/moe-fp8/ and the sweep. Lands in
-# $OUT/gpu_moe_fp8_lanes.tgz.
+# $OUT/gpu_moe_fp8_lanes.tgz. SKIP_SWEEP=1: the three-token tiles and the lanes' arms alone (about four minutes).
 set -uo pipefail
 PACK=gpu_moe_fp8_lanes; source "$(dirname "$0")/device_common.sh"
 cat "$R/env.txt"
-timeout 100 python bench/experts_mma_tiles.py --fmt fp8 --model 35b --t 4 --splits 1 --max-regs 0,128 \
+[ -n "${SKIP_SWEEP:-}" ] || timeout 100 python bench/experts_mma_tiles.py --fmt fp8 --model 35b --t 4 --splits 1 --max-regs 0,128 \
   --json "$R/sweep_t4.json" --tuned-out "$R/tuned_t4.json" > "$R/sweep_t4.txt" 2>&1
 echo "== sweep t4 rc=$? $((SECONDS - START)) s"; grep -E "default" "$R/sweep_t4.txt"
 python - "$R" <<'PY'
@@ -27,7 +27,7 @@ for round in a b; do
     else unset HINFER_TILES; fi
     left 290 && BENCH_TIMEOUT=70 bench_as "lanes_${arm}_$round" "$PWD" qwen3.6-35b-a3b --quant fp8 \
       --concurrency 1,2,3,4 --depths 1K --prefill ""
-    left 330 && BENCH_TIMEOUT=50 bench_as "mtp_${arm}_$round" "$PWD" qwen3.6-35b-a3b --quant fp8 \
+    [ -z "${SKIP_SWEEP:-}" ] && left 330 && BENCH_TIMEOUT=50 bench_as "mtp_${arm}_$round" "$PWD" qwen3.6-35b-a3b --quant fp8 \
       --spec mtp --spec-k 3 --concurrency 1 --depths 1K --prefill "" --steps 64
   done
 done
