@@ -309,6 +309,11 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     # 389.7 / 389.3 -> 393.6 / 394.2 tok/s, with the gate_up routing its token (`route_fp8`) 401.7 / 401.2
     (MOE_FP8_MMA, 1024, 2048, 16): SkinnyConfig(32, 128, 8, 1, 2, 4, x_staged=True),
     (MOE_FP8_MMA, 2048, 512, 16): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128, x_staged=True),
+    # three tokens (27 pairs: two and three lanes), swept 2026-12-06 (`--t 3 --splits 1,2 --max-regs 0,128`, H100):
+    # gate_up 28.19 -> 22.65 us, down 15.04 -> 13.40 alone; two lanes 529.9 -> 561.1 / 560.4 tok/s, three 720.9 ->
+    # 767.7 / 768.7 (alternated)
+    (MOE_FP8_MMA, 1024, 2048, 32): SkinnyConfig(128, 128, 8, 1, 8, 2, max_regs=128),
+    (MOE_FP8_MMA, 2048, 512, 32): SkinnyConfig(64, 128, 8, 1, 4, 2),
     (MOE_FP8_MMA, 1024, 2048, 128): SkinnyConfig(64, 128, 8, 1, 2, 2),
     (MOE_FP8_MMA, 2048, 512, 128): SkinnyConfig(64, 128, 8, 1, 2, 2),
     # a verification of 8 lanes x 4 tokens (288 pairs), swept 2026-12-02 (`--t 32`): the 8-token winners held
