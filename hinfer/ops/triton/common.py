@@ -58,6 +58,22 @@ def _sms(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
+_counter_sets: dict[tuple[str, torch.device], torch.Tensor] = {}
+
+
+def zeroed_counters(kind: str, n: int, device: torch.device) -> torch.Tensor:
+    """`n` int32 arrival counters for the kernels of one `kind` (a set per kind and device), zeroed, and left
+    zeroed by those kernels (the last program of a group resets its own). Allocated on first use, which must be
+    eager, not inside a CUDA-graph capture: the engine runs its warm-up steps before capturing."""
+    buf = _counter_sets.get((kind, device))
+    if buf is None:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(f"hinfer {kind}: run one eager decode step before CUDA-graph capture (its arrival "
+                               "counters are allocated on first use)")  # fmt: skip
+        buf = _counter_sets[(kind, device)] = torch.zeros(n, dtype=torch.int32, device=device)
+    return buf
+
+
 def interpreted(kernel: object) -> bool:
     """True when `kernel` runs in Triton's CPU interpreter (TRITON_INTERPRET=1 when it was defined)."""
     return not isinstance(kernel, triton.runtime.jit.JITFunction)

@@ -26,23 +26,15 @@ import torch
 import triton
 import triton.language as tl
 
-from hinfer.ops.triton.common import cast, interpreted, pdl_kwargs, pdl_start, round_to
+from hinfer.ops.triton.common import cast, interpreted, pdl_kwargs, pdl_start, round_to, zeroed_counters
 from hinfer.ops.triton.gdn_common import delta_rule_step, gates, store_token
 
 ARRIVALS = 1 << 16  # arrival counters (sequences x key heads per launch, at most)
-_arrivals: dict[torch.device, torch.Tensor] = {}
 
 
 def arrival_counters(device: torch.device) -> torch.Tensor:
-    """Zeroed int32 counters the kernel leaves zeroed; allocated on first use, which must be eager (not inside a
-    CUDA-graph capture: the engine runs its warm-up steps before capturing)."""
-    buf = _arrivals.get(device)
-    if buf is None:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("gdn decode: run one eager decode step before CUDA-graph capture")
-        buf = torch.zeros(ARRIVALS, dtype=torch.int32, device=device)
-        _arrivals[device] = buf
-    return buf
+    """The fused GDN step's arrival counters (ARRIVALS of them, common.zeroed_counters)."""
+    return zeroed_counters("gdn decode", ARRIVALS, device)
 
 
 @triton.jit

@@ -11,6 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
+from hinfer.ops.triton.common import zeroed_counters
+
 COUNTERS = 1 << 16
 
 
@@ -37,20 +39,9 @@ def store_tile(
             tl.atomic_xchg(cnt_ptr + tile, 0)
 
 
-_counters: dict[torch.device, torch.Tensor] = {}
-
-
 def counter_buffer(device: torch.device) -> torch.Tensor:
-    buf = _counters.get(device)
-    if buf is None:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError(
-                "hinfer linear: run one eager decode step before CUDA-graph capture "
-                "(the split-K counters are allocated on first use)"
-            )
-        buf = torch.zeros(COUNTERS, dtype=torch.int32, device=device)
-        _counters[device] = buf
-    return buf
+    """The split-K kernels' arrival counters (COUNTERS of them, common.zeroed_counters)."""
+    return zeroed_counters("split-K", COUNTERS, device)
 
 
 def split_scratch(split_k: int, m: int, n: int, tiles: int, like: torch.Tensor, out: torch.Tensor):
