@@ -103,7 +103,8 @@ def test_compaction_over_the_socket(base_url, engine):
     assert item["type"] == "compaction" and compaction.SUMMARY.decode(item["encrypted_content"]) == NO_THINK
 
 
-def test_closing_mid_response_frees_the_lane(base_url, engine):
+def test_closing_mid_response_frees_the_lane(base_url, engine, monkeypatch):
+    monkeypatch.setattr(engine, "step_s", 0.02)  # the answer takes seconds: the close always comes while it runs
     with connect(ws_url(base_url)) as ws:
         ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "[[long]]", "store": False}))
         while json.loads(ws.recv(timeout=30))["type"] != "response.output_text.delta":
@@ -127,8 +128,11 @@ def test_the_handshake_needs_the_key(slow_url):
         assert json.loads(ws.recv(timeout=30))["type"] == "error"
 
 
-def test_closing_while_a_compaction_summary_runs_aborts_it(base_url, engine):
-    """A summary sends nothing until it is done: the socket is read meanwhile, so its close aborts the run."""
+def test_closing_while_a_compaction_summary_runs_aborts_it(base_url, engine, monkeypatch):
+    """A summary sends nothing until it is done: the socket is read meanwhile, so its close aborts the run. The
+    engine steps slowly here (a summary then takes seconds), so the close always comes while it runs, however
+    busy the machine."""
+    monkeypatch.setattr(engine, "step_s", 0.02)
     before = len(engine.requests)
     with connect(ws_url(base_url)) as ws:
         ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "[[long]]", "store": False,
@@ -139,7 +143,7 @@ def test_closing_while_a_compaction_summary_runs_aborts_it(base_url, engine):
             time.sleep(0.01)
         assert len(engine.requests) > before, "the summary did not start"
     rid = engine.requests[before].request_id
-    for _ in range(200):
+    for _ in range(400):
         if rid in engine.aborted and engine.stats().lanes_busy == 0:
             break
         time.sleep(0.05)
