@@ -358,6 +358,7 @@ def test_decode_last_split_merges(tk, seed, fmt, b, q_len, ctx):
     _check(outs[True], outs[False], 1e-2, what, ulps=1)
     assert not zeroed_counters("decode combine", dec.COMBINE_COUNTERS, q.device).any(), f"counters left set: {what}"
     out = torch.full_like(q, float("nan"))
+    dec.paged_decode(q, kc, vc, out, *args, *dims, combine=True)  # compile the ungated form outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
