@@ -1,11 +1,9 @@
 #!/usr/bin/env bash
-# One device call (about nine minutes, carry .kcache): the fp8 experts' buckets still on the heuristic tile, on the
-# 35B-A3B (its one-, three- and eight-token buckets are packaged; the four-token gate_up swept at 2026-12-06 16:42,
-# 38.37 -> 31.32 us alone, its down not yet). Sweep four tokens (36 pairs: four lanes, a one-lane MTP verification
-# at K = 3) and 32 (an eight-lane verification), then the decode graph on the winners (HINFER_TILES) against the
-# packaged tiles, alternated: four lanes of plain decode and the one- and eight-lane MTP rounds. The 122B-A10B at fp8
-# needs an H200's memory: on one, add `--model 122b --t 1 3 8` and its decode arms. Lands in
-# $OUT/gpu_moe_fp8_tiles.tgz.
+# One device call (about seven minutes, carry .kcache): the fp8 experts' four- and 32-token buckets swept (`--t 4 32`)
+# and the winners (HINFER_TILES) against the packaged tiles in the decode graph, alternated: four lanes of plain
+# decode and the one- and eight-lane MTP rounds. The 35B-A3B's buckets are all packaged (2026-12-06 19:18, H100);
+# the 122B-A10B at fp8 needs an H200's memory: on one, change `--model 35b` to `--model 122b --t 1 3 4 8 32` and
+# the arms' model to qwen3.5-122b-a10b. Lands in $OUT/gpu_moe_fp8_tiles.tgz.
 set -uo pipefail
 PACK=gpu_moe_fp8_tiles; source "$(dirname "$0")/device_common.sh"
 cat "$R/env.txt"

@@ -68,12 +68,15 @@ def warn_fallback(op: str, why: str) -> None:
 # in both its forms (a prologue pass over K; the rows' rstd after the product) and was removed. A token's route
 # in its int4 experts' gate_up launch gains 4% / 3% at one lane (35B-A3B / 122B-A10B), and again in the down
 # launch (its weights then ahead of the PDL wait) 0.8% / 0.2%; in the fp8 experts' gate_up launch +2% at one lane
-# (35B-A3B, H100). The route and the alignment of a few tokens' pairs
+# (35B-A3B, H100); routing two and three tokens there too (a block per pair; int4 with the down's route and slot
+# sum) gains 3.9% / 3.2% at two / three lanes (int4) and 1.1% / 1.5% (fp8), and loses 4% / 2% at four lanes and
+# 3% on a one-lane MTP round's four tokens (35B-A3B, H100): so up to three. A split decode attention launch
+# merging its splits in its last program (no combine launch) measured 2.6% / 3.7% slower at one lane (35B-A3B /
+# 27B int4: the merge serialised behind the last split) and was removed. The route and the alignment of a few tokens' pairs
 # in one single-program launch measured slower (35B-A3B eight lanes 1,896 -> 1,756 tok/s, 122B-A10B with the
 # tail rows 792 -> 780) and was removed.
-FUSIONS: dict[str, int | None] = {"slot_sum": 1, "tail": 8, "gate": None, "norm_linear": 8, "route": 1,
-                                  "down_route": 1, "one_launch": 0, "route_fp8": 1,
-                                  "decode_combine": 0}
+FUSIONS: dict[str, int | None] = {"slot_sum": 3, "tail": 8, "gate": None, "norm_linear": 8, "route": 3,
+                                  "down_route": 3, "one_launch": 0, "route_fp8": 3}
 
 
 def launch_fusions(name: str, rows: int) -> bool:
@@ -83,8 +86,7 @@ def launch_fusions(name: str, rows: int) -> bool:
     RMSNorm launch, `route` a token's route in its int4 experts' gate_up launch, `down_route` that token's route
     again in the down launch (with `route`), so that the down's weights go ahead of its PDL wait; `one_launch` a
     token's routed int4 experts (route, gate_up, down, slot sum) in one launch (with `route`); `route_fp8` a
-    token's route in its fp8 experts' gate_up launch; `decode_combine` a split decode attention launch merging its
-    splits in its last program instead of a combine launch (off until measured on a GPU).
+    token's route in its fp8 experts' gate_up launch.
     HINFER_FUSE_LAUNCHES: 1 (default) each up to its rows in FUSIONS, 0 none (the separate kernels, to compare or to fall back), or a
     comma list of the names on at any rows. HINFER_FUSION_ROWS (`name=rows,...`) moves FUSIONS' row limits (with
     the default 1; to sweep where a fusion pays). Read at every call, so a test or a bench can flip them."""

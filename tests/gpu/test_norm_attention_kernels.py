@@ -334,45 +334,6 @@ def test_decode_gated(tk, seed, b, q_len, ctx, monkeypatch):
     assert torch.equal(got, want) and torch.equal(apart, want), f"B={b} q={q_len} ctx={ctx} seed={seed}"
 
 
-@pytest.mark.parametrize("fmt", ["bf16", "fp8", "k8v4"])
-@pytest.mark.parametrize("b,q_len,ctx", [(1, 1, 1024), (8, 1, 32768), (8, 4, 1024), (1, 4, 131072)])
-def test_decode_last_split_merges(tk, seed, fmt, b, q_len, ctx):
-    """The merging form (`decode_combine`: a launch's last split to finish merges the splits, no combine launch),
-    gated, against the two launches on the same splits: the same merge in the same split order, so the same bits
-    but for the row sums' reduction order (bounded at one bf16 ulp); then in a CUDA graph replayed at other lengths
-    (the arrival counters reset by each launch's last program), against the reference."""
-    dec = tk["attention_decode"]
-    from hinfer.ops.triton.common import zeroed_counters
-
-    cached = [random.randrange(ctx // 2, ctx - q_len) for _ in range(b)]
-    batch, (q, kc, vc) = _format_batch(cached, [q_len] * b, fmt)
-    gate = torch.randn_like(q)
-    args = (batch.page_table, batch.cached_lens, batch.q_lens, batch.cu_q_lens, D**-0.5)
-    dims = (batch.num_seqs, batch.num_tokens, batch.max_q_len)
-    outs = {}
-    for combine in (True, False):
-        outs[combine] = torch.full_like(q, float("nan"))
-        with poisoned_empty():
-            dec.paged_decode(q, kc, vc, outs[combine], *args, *dims, gate=gate, combine=combine)
-    what = f"{fmt} B={b} q={q_len} ctx={ctx} seed={seed}"
-    _check(outs[True], outs[False], 1e-2, what, ulps=1)
-    assert not zeroed_counters("decode combine", dec.COMBINE_COUNTERS, q.device).any(), f"counters left set: {what}"
-    out = torch.full_like(q, float("nan"))
-    dec.paged_decode(q, kc, vc, out, *args, *dims, combine=True)  # compile the ungated form outside the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        dec.paged_decode(q, kc, vc, out, *args, *dims, combine=True)
-    for _ in range(2):
-        new = [random.randrange(0, c + 1) for c in cached]
-        batch.cached_lens.copy_(torch.tensor(new, dtype=torch.int32))
-        batch.cached_lens_cpu = new
-        graph.replay()
-        torch.cuda.synchronize()
-        want = _ref_format(_queries_as_launched(tk, q, batch, fmt), kc, vc, batch, fmt)
-        _check(out, want, 1e-2, f"graph replay {what}")
-
-
 def test_mixed_batch(tk, seed):
     # decode + verify lanes first (decode kernel), then chunks with and without a prefix (prefill kernel)
     batch, (q, kc, vc) = _batch([5000, 70, 3000, 0, 1000], [1, 4, 1, 700, 333])

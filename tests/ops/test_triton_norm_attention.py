@@ -329,43 +329,6 @@ def test_decode_verify_kernel(dtype, splits, block_n, seed):
     _close(out, _attn_ref(q, kc, vc, batch), **_attn_tol(dtype), seed=seed)
 
 
-@pytest.mark.parametrize("dtype,splits", [(torch.float32, 3), (torch.bfloat16, 4), (torch.bfloat16, 2)])
-@pytest.mark.parametrize("gated", [False, True])
-def test_decode_last_split_merges(dtype, splits, gated, seed):
-    """The merging form (`combine`: the group's last split to finish merges the splits, no combine launch) gives the
-    two-launch path's output up to the merge's summation order, the reference's within its tolerance, and leaves
-    its arrival counters zeroed; decode and verification rows, an empty split past the causal limit."""
-    from hinfer.ops.triton.common import zeroed_counters
-
-    cached, q_lens = [0, 5, 37, 30, 100, 1], [1, 2, 4, 4, 3, 1]
-    batch, q, kc, vc = _batch(cached, q_lens, 16, dtype, seed=seed)
-    gate = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed + 1)).to(dtype) if gated else None
-    with poisoned_empty():
-        merged = _run_decode(q, kc, vc, batch, num_splits=splits, block_n=16, combine=True, gate=gate)
-        apart = _run_decode(q, kc, vc, batch, num_splits=splits, block_n=16, combine=False, gate=gate)
-    assert not zeroed_counters("decode combine", dec.COMBINE_COUNTERS, q.device).any(), "arrival counters left set"
-    atol, rtol = _tol(dtype)
-    _close(merged, apart, atol=atol, rtol=rtol, seed=seed)
-    if not gated:
-        _close(merged, _attn_ref(q, kc, vc, batch), **_attn_tol(dtype), seed=seed)
-
-
-def test_decode_combine_switch(seed, monkeypatch):
-    """`decode_combine` (FUSIONS, off by default) picks the merging form: no combine launch under it."""
-    cached, q_lens = [9, 40], [1, 1]
-    batch, q, kc, vc = _batch(cached, q_lens, 16, torch.float32, seed=seed)
-    launched = []
-    real = dec._combine_kernel
-    monkeypatch.setattr(dec, "_combine_kernel", type("K", (), {"__getitem__": lambda self, g: launched.append(g)
-                                                                 or real[g]})())  # fmt: skip
-    _run_decode(q, kc, vc, batch, num_splits=2, block_n=16)
-    assert len(launched) == 1
-    monkeypatch.setenv("HINFER_FUSION_ROWS", "decode_combine=8")
-    out = _run_decode(q, kc, vc, batch, num_splits=2, block_n=16)
-    assert len(launched) == 1, "the merging form launched the combine kernel"
-    _close(out, _attn_ref(q, kc, vc, batch), **_attn_tol(torch.float32), seed=seed)
-
-
 def test_paged_attention_dispatch_mixed_batch(seed):
     # decode lanes first (decode kernel), then chunks (prefill kernel), through the public function
     cached, q_lens = [9, 0, 33, 0, 20], [1, 3, 1, 19, 12]

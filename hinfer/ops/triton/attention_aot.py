@@ -84,10 +84,10 @@ def _q8_codes(name: str, kernel: str, q8: bool) -> tuple[bool, dict]:
 
 def decode_kernel(name: str, q_max: int = 1, f16: bool | None = None, words: bool | None = None,
                   direct: bool = False, tile: tuple[int, int, int] | None = None, gate: bool = False,
-                  q8: bool | None = None, combine: bool = False):  # fmt: skip
+                  q8: bool | None = None):  # fmt: skip
     """The decode kernel over `name`'s caches at the packaged tile (or `tile` = (block_n, warps, stages)), in the
     tile's forms unless f16 / words / q8 are given; `direct` one split writing the output (gated by
-    sigmoid(gate) with `gate`); `combine` splits merged by the last (up to 16 splits, gated with `gate`)."""
+    sigmoid(gate) with `gate`)."""
     cfg = decode_config(q_max, H // HKV, D, name)
     bn, nw, ns = tile or (cfg.block_n, cfg.num_warps, cfg.num_stages)
     types, ints = kernel_types(name)
@@ -95,10 +95,8 @@ def decode_kernel(name: str, q_max: int = 1, f16: bool | None = None, words: boo
     q8, codes = _q8_codes(name, "dec", cfg.q8 if q8 is None else q8)
     consts = dict(G=H // HKV, Q_MAX=q_max, M_PAD=decode_rows(q_max, H // HKV), D=D, PAGE=PAGE, BLOCK_N=bn,
                   DIRECT=direct, EMU=False, PDL=q_max == 1, F16=(cfg.f16 if f16 is None else f16) and one_byte,
-                  WORDS=cfg.words if words is None else words, GATE=gate and (direct or combine), Q8=q8,
-                  COMBINE=combine and not direct, S_PAD=16 if combine and not direct else 1, **codes)  # fmt: skip
-    return compile_sm90(dec._decode_kernel, types | {"cnt_ptr": "*i32"}, ints, consts,
-                        {"num_warps": nw, "num_stages": ns})  # fmt: skip
+                  WORDS=cfg.words if words is None else words, GATE=gate and direct, Q8=q8, **codes)  # fmt: skip
+    return compile_sm90(dec._decode_kernel, types, ints, consts, {"num_warps": nw, "num_stages": ns})
 
 
 def read_kernel(name: str, tensor: int = 0):

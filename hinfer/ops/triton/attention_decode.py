@@ -3,10 +3,8 @@
 Grid (B, Hkv, SPLITS). One program takes all G = H/Hkv query heads of a kv group and all (<= Q_MAX) new
 tokens of one sequence as the rows of one tile (row m = token m // G, head m % G), so each K/V tile is read
 once per group. The kv range [0, kv_len) is cut into SPLITS contiguous runs of BLOCK_N-token blocks; each
-program writes its rows' partial output and log-sum-exp (base 2) and `_combine_kernel` merges the splits, or,
-with COMBINE, the group's last program to finish merges them (an arrival ticket per sequence and kv head, as the
-split-K epilogue takes one per tile), which saves the combine launch. With SPLITS == 1 the first kernel writes the
-normalised output directly.
+program writes its rows' partial output and log-sum-exp (base 2) and `_combine_kernel` merges the splits.
+With SPLITS == 1 the first kernel writes the normalised output directly.
 
 The grid depends only on static shapes (B, page_table width, Q_MAX); lengths are read from device tensors
 inside the kernel, so the launch can be captured in a CUDA graph and replayed with other lengths. The split
@@ -23,10 +21,9 @@ import triton
 import triton.language as tl
 
 from hinfer.kv_format import kv_format_name
-from hinfer.ops.dispatch import launch_fusions
 from hinfer.ops.kv_cache import cache_format
 from hinfer.ops.triton.attention_common import attend_block, cache_args, int8_codes, quantize_rows_int8
-from hinfer.ops.triton.common import cast, interpreted, num_sms, pdl_kwargs, pdl_start, zeroed_counters
+from hinfer.ops.triton.common import cast, interpreted, num_sms, pdl_kwargs, pdl_start
 from hinfer.ops.triton.tiles.attention import decode_config, decode_rows
 
 
@@ -41,7 +38,6 @@ def _decode_kernel(
     K_FMT: tl.constexpr, V_FMT: tl.constexpr, PDL: tl.constexpr = False,
     g_ptr=None, sgt=0, sgh=0, GATE: tl.constexpr = False, F16: tl.constexpr = False,
     WORDS: tl.constexpr = False, Q8: tl.constexpr = False,
-    cnt_ptr=None, COMBINE: tl.constexpr = False, S_PAD: tl.constexpr = 1,
 ):  # fmt: skip
     pdl_start(PDL)
     b = tl.program_id(0)
@@ -98,46 +94,16 @@ def _decode_kernel(
 
     has = l_i > 0.0
     out = acc / tl.where(has, l_i, 1.0)[:, None]
-    o_off = tok[:, None] * sot + head[:, None] * soh + d[None, :]
-    g_off = tok[:, None] * sgt + head[:, None] * sgh + d[None, :]
     if DIRECT:  # one split: normalise and write the output here
+        o_off = tok[:, None] * sot + head[:, None] * soh + d[None, :]
+        g_off = tok[:, None] * sgt + head[:, None] * sgh + d[None, :]
         y = _gated(out, g_ptr, g_off, row_ok[:, None], o_ptr.dtype.element_ty, EMU, GATE)
         tl.store(o_ptr + o_off, y, mask=row_ok[:, None])
     else:
-        first = (tok * n_heads + head) * n_splits  # partials are [T, H, splits, (D)] fp32
-        idx = first + split
+        idx = (tok * n_heads + head) * n_splits + split  # partials are [T, H, splits, (D)] fp32
         tl.store(op_ptr + idx[:, None] * D + d[None, :], out, mask=row_ok[:, None])
         lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
         tl.store(lse_ptr + idx, lse, mask=row_ok)
-        if COMBINE:  # the group's last split to finish merges every split's rows
-            tl.debug_barrier()  # every thread's partial is written before the release below
-            cnt = cnt_ptr + b * tl.num_programs(1) + kvh
-            if tl.atomic_add(cnt, 1, sem="acq_rel") == n_splits - 1:
-                y = _merge_rows(op_ptr, lse_ptr, first, n_splits, row_ok, d, D, S_PAD, EMU)
-                y = _gated(y, g_ptr, g_off, row_ok[:, None], o_ptr.dtype.element_ty, EMU, GATE)
-                tl.store(o_ptr + o_off, y, mask=row_ok[:, None])
-                tl.atomic_xchg(cnt, 0)
-
-
-@triton.jit
-def _merge_rows(op_ptr, lse_ptr, first, n_splits, row_ok, d, D: tl.constexpr, S_PAD: tl.constexpr,
-                EMU: tl.constexpr):  # fmt: skip
-    """[M, D] fp32: rows' split partials (op / lse entries first .. first + n_splits) merged by their log-sum-exp,
-    in split order as _combine_kernel merges one row; read past L1 (other programs wrote them)."""
-    s = tl.arange(0, S_PAD)
-    lse = tl.load(lse_ptr + first[:, None] + s[None, :], mask=row_ok[:, None] & (s[None, :] < n_splits),
-                  other=float("-inf"), cache_modifier=".cg")  # fmt: skip
-    mx = tl.max(lse, axis=1)
-    mx = tl.where(mx == float("-inf"), 0.0, mx)
-    denom = tl.sum(tl.exp2(lse - mx[:, None]), axis=1)
-    acc = tl.zeros([first.shape[0], D], tl.float32)
-    i = 0
-    while i < n_splits:  # a runtime count (the interpreter's range() cannot take one)
-        w = tl.exp2(tl.load(lse_ptr + first + i, mask=row_ok, other=float("-inf"), cache_modifier=".cg") - mx)
-        acc += w[:, None] * tl.load(op_ptr + (first + i)[:, None] * D + d[None, :], mask=row_ok[:, None], other=0.0,
-                                    cache_modifier=".cg")  # fmt: skip
-        i += 1
-    return acc / tl.where(denom > 0.0, denom, 1.0)[:, None]
 
 
 @triton.jit
@@ -192,7 +158,6 @@ def decode_cache_args(k_cache: torch.Tensor, v_cache: torch.Tensor, q8: bool = F
     return cache_args(k_cache, int8_in_tile=k_in_tile), cache_args(v_cache)
 
 
-COMBINE_COUNTERS = 1 << 14  # the merging form's arrival counters: sequences x kv heads a launch, at most
 WAVE_FILL = 0.95  # the share of its last wave a split decode launch fills
 
 
@@ -239,7 +204,6 @@ def paged_decode(
     gate: torch.Tensor | None = None,  # [T, H, D], last dim contiguous: out = attention * sigmoid(gate)
     words: bool | None = None,  # tiles read by 32-bit words (load_tile's WORDS); None: the tile's
     q8: bool | None = None,  # int8 keys: scores on int8-rounded queries (DecodeTile.q8); None: the tile's
-    combine: bool | None = None,  # the last split merges the splits (no combine launch); None: `decode_combine`
 ) -> None:
     n_heads, d = q.shape[1], q.shape[2]
     gate_args = dict(g_ptr=q, sgt=0, sgh=0, GATE=False)
@@ -264,11 +228,6 @@ def paged_decode(
         lse = torch.empty((n_tokens, n_heads, num_splits), dtype=torch.float32, device=q.device)
     else:
         part = lse = out  # unused
-    combine = num_splits > 1 and (launch_fusions("decode_combine", n_tokens) if combine is None else combine)
-    if combine and n_seqs * n_kv > COMBINE_COUNTERS:
-        raise ValueError(f"paged decode: {n_seqs} sequences x {n_kv} kv heads exceed {COMBINE_COUNTERS} counters")
-    merge = dict(cnt_ptr=zeroed_counters("decode combine", COMBINE_COUNTERS, q.device), COMBINE=True,
-                 S_PAD=triton.next_power_of_2(num_splits)) if combine else {}  # fmt: skip
     q8 = (cfg.q8 if q8 is None else q8) and int8_codes(k_store)
     (ks, ksp, kst, ksh, k_fmt), (vs, vsp, vst, vsh, v_fmt) = decode_cache_args(k_cache, v_cache, q8)
     _decode_kernel[(n_seqs, n_kv, num_splits)](
@@ -281,9 +240,9 @@ def paged_decode(
         K_FMT=k_fmt, V_FMT=v_fmt, F16=(cfg.f16 if f16 is None else f16) and one_byte,
         WORDS=cfg.words if words is None else words, Q8=q8,
         num_warps=num_warps or cfg.num_warps, num_stages=num_stages or cfg.num_stages, **pdl_kwargs(q),
-        **(gate_args if num_splits == 1 or combine else {}), **merge,
+        **(gate_args if num_splits == 1 else {}),
     )  # fmt: skip
-    if num_splits > 1 and not combine:
+    if num_splits > 1:
         _combine_kernel[(n_tokens, n_heads)](
             part, lse, out, n_heads, num_splits, out.stride(0), out.stride(1),
             D=d, S_PAD=triton.next_power_of_2(num_splits), EMU=emu, num_warps=4, **pdl_kwargs(q), **gate_args,

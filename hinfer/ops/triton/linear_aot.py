@@ -304,46 +304,58 @@ def variants(full: bool = False) -> Iterator[Variant]:
 def packaged_experts_variants() -> Iterator[Variant]:
     """Every packaged int4 experts tile (tiles/tuned.py) built as the decode runs it (asymmetric weights): the one-
     token bucket direct, its gate_up routing the token, its down routing it again with the slot sum (the launch
-    fusions on at one row); larger buckets on the alignment's blocks. A pair's down is the entry (H, I) beside
-    the gate_up (2I, H)."""
+    fusions); the three-token bucket that way and on the alignment's blocks; larger buckets on the latter. A
+    pair's down is the entry (H, I) beside the gate_up (2I, H)."""
     from hinfer.ops.triton.tiles.forms import MOE_INT4_MMA
     from hinfer.ops.triton.tiles.tuned import TUNED
 
     entries = {(n, k, m): c for (fam, n, k, m), c in TUNED.items() if fam == MOE_INT4_MMA}
     seen = set()
     for (n, k, m), c in sorted(entries.items()):
-        gate_up, one = (k, n // 2, m) in entries, m <= 16
-        xg, xr = x_stage_shape(x_staged_choice(c, k, one), k, one)  # one-pair blocks stage x (HINFER_X_STAGED)
-        if gate_up:
-            name, fn, sig, cex, warps = experts_mma_variant(c.block_n, 8, c.num_warps, True, one, 9, False,
-                                                            depth=c.num_stages, pdl=True, split=c.split_k,
-                                                            act=True, route=8 if one else 0, xg=xg,
-                                                            xr=xr)  # fmt: skip
-        else:
-            name, fn, sig, cex, warps = experts_mma_variant(c.block_n, 8, c.num_warps, True, one, 1, True,
-                                                            depth=c.num_stages, pdl=True, split=c.split_k,
-                                                            topk=9 if one else 0, route=8 if one else 0,
-                                                            early=one, xg=xg, xr=xr)  # fmt: skip
-        cap = {"maxnreg": c.max_regs} if c.max_regs else {}
-        name += f" maxnreg {c.max_regs}" if cap else ""
-        if name not in seen:  # buckets that share a tile (tuned.py fills some from others)
-            seen.add(name)
-            yield name, fn, sig, cex | cap, warps, 0
+        for one in direct_forms(m):
+            yield from _experts_variant(c, n, k, one, (k, n // 2, m) in entries, seen)
+
+
+def direct_forms(bucket: int) -> tuple[bool, ...]:
+    """The block forms a packaged experts bucket runs in: one block per pair at one token (16 pairs), both at up to
+    three tokens (32: routed in the gate_up launch, FUSIONS' `route` rows, or grouped by the alignment), grouped
+    beyond."""
+    return (True,) if bucket <= 16 else (False, True) if bucket <= 32 else (False,)
+
+
+def _experts_variant(c, n: int, k: int, one: bool, gate_up: bool, seen: set) -> Iterator[Variant]:
+    """One packaged int4 experts tile in one block form (`one`: a block per pair, its launch routing the tokens)."""
+    xg, xr = x_stage_shape(x_staged_choice(c, k, one), k, one)  # one-pair blocks stage x (HINFER_X_STAGED)
+    route = 8 if one else 0
+    if gate_up:
+        name, fn, sig, cex, warps = experts_mma_variant(c.block_n, 8, c.num_warps, True, one, 9, False,
+                                                        depth=c.num_stages, pdl=True, split=c.split_k, act=True,
+                                                        route=route, xg=xg, xr=xr)  # fmt: skip
+    else:
+        name, fn, sig, cex, warps = experts_mma_variant(c.block_n, 8, c.num_warps, True, one, 1, True,
+                                                        depth=c.num_stages, pdl=True, split=c.split_k,
+                                                        topk=9 if one else 0, route=route, early=one, xg=xg,
+                                                        xr=xr)  # fmt: skip
+    cap = {"maxnreg": c.max_regs} if c.max_regs else {}
+    name += f" maxnreg {c.max_regs}" if cap else ""
+    if name not in seen:  # buckets that share a tile (tuned.py fills some from others)
+        seen.add(name)
+        yield name, fn, sig, cex | cap, warps, 0
 
 
 def packaged_fp8_experts_variants() -> Iterator[Variant]:
     """Every packaged fp8 experts tile (tiles/tuned.py) as the decode runs it, with x staged where it fits (the form
-    sweeps try) and the one-token gate_up routing its token (`route_fp8`), per-row and block scales: the one-token bucket direct, larger buckets on the alignment's
-    blocks; the gate_up writing SiLU-mul, the down summing the slots. A pair's down is the entry (H, I) beside the
-    gate_up (2I, H)."""
+    sweeps try) and the gate_up routing a few tokens (`route_fp8`), per-row and block scales, in the block forms of
+    direct_forms; the gate_up writing SiLU-mul, the down summing the slots. A pair's down is the entry (H, I)
+    beside the gate_up (2I, H)."""
     from hinfer.ops.triton.tiles.forms import MOE_FP8_MMA
     from hinfer.ops.triton.tiles.tuned import TUNED
 
     entries = {(n, k, m): c for (fam, n, k, m), c in TUNED.items() if fam == MOE_FP8_MMA}
-    for (n, k, m), c in sorted(entries.items()):
-        gate_up, one = (k, n // 2, m) in entries, m <= 16
+    for (n, k, m), c, one in ((e, c, one) for e, c in sorted(entries.items()) for one in direct_forms(e[2])):
+        gate_up = (k, n // 2, m) in entries
         staged = staged_where_fits(c, k, one)
-        routes = (0, 8) if gate_up and one else (0,)  # the one-token gate_up routing its token (`route_fp8`)
+        routes = (0, 8) if gate_up and one else (0,)  # direct blocks' gate_up routing its tokens (`route_fp8`)
         for blocked, xs, route in itertools.product((False, True), (c, staged) if staged != c else (c,), routes):
             xg, xr = x_stage_shape(xs, k, one)
             yield (*fp8_experts_variant(c.block_n, c.num_warps, blocked, one, 9 if gate_up else 1, not gate_up,

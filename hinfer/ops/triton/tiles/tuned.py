@@ -314,6 +314,15 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     # 767.7 / 768.7 (alternated)
     (MOE_FP8_MMA, 1024, 2048, 32): SkinnyConfig(128, 128, 8, 1, 8, 2, max_regs=128),
     (MOE_FP8_MMA, 2048, 512, 32): SkinnyConfig(64, 128, 8, 1, 4, 2),
+    # four tokens (36 pairs: four lanes, a one-lane MTP verification at K = 3) and a verification of eight lanes x 4
+    # tokens (288 pairs), swept 2026-12-06 (`--t 4 32 --splits 1 --max-regs 0,128`, H100): four tokens gate_up 38.64
+    # -> 31.49 us, down 18.57 -> 16.53; 32 tokens gate_up 150.85 -> 131.64, down 77.15 -> 67.63 alone. Four lanes of
+    # decode 861.0 / 860.4 -> 882.1 / 882.7 tok/s, the MTP round at K = 3 one lane 5.76 / 5.76 -> 5.64 / 5.65 ms, eight
+    # lanes 15.83 / 15.81 -> 14.91 / 14.88 (alternated)
+    (MOE_FP8_MMA, 1024, 2048, 64): SkinnyConfig(32, 128, 8, 1, 1, 2),
+    (MOE_FP8_MMA, 2048, 512, 64): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128),
+    (MOE_FP8_MMA, 1024, 2048, 512): SkinnyConfig(128, 128, 8, 1, 4, 2, max_regs=128),
+    (MOE_FP8_MMA, 2048, 512, 512): SkinnyConfig(64, 128, 8, 1, 2, 2),
     (MOE_FP8_MMA, 1024, 2048, 128): SkinnyConfig(64, 128, 8, 1, 2, 2),
     (MOE_FP8_MMA, 2048, 512, 128): SkinnyConfig(64, 128, 8, 1, 2, 2),
     # a verification of 8 lanes x 4 tokens (288 pairs), swept 2026-12-02 (`--t 32`): the 8-token winners held
