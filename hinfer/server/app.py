@@ -76,6 +76,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        _ = state.prompt_guard  # its tokenizer is built now (0.8 s holding the GIL), not under the first chat request
         await engine.start()
         try:
             yield

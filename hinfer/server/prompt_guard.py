@@ -45,6 +45,9 @@ class PromptGuard:
         self._memo: OrderedDict[str, array] = OrderedDict()  # shielded piece -> its ids
         self._memo_chars = 0
         self._lock = threading.Lock()  # prompts render in worker threads
+        # the tokenizer that reads special-token text as text: built here (it parses the whole tokenizer.json,
+        # holding the GIL for most of a second), so a server builds it at startup, not in a request's thread
+        tokenizer.encode_plain("")
 
     def shield(self, value: Any) -> Any:
         """A copy of JSON-like client data with special-token text (in strings and keys) made inert."""

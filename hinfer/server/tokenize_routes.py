@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
 
 from hinfer.server.errors import bad_request
 from hinfer.server.images import with_images
@@ -33,10 +34,14 @@ async def tokenize(body: TokenizeRequest, request: Request):
         ids = await asyncio.to_thread(st.tokenizer.encode, body.prompt, add_special)  # off the loop, as chat's
     else:
         ids = await _chat_ids(st, body)
-    out: dict = {"count": len(ids), "max_model_len": st.engine.max_context, "tokens": ids, "token_strs": None}
-    if body.return_token_strs:
-        out["token_strs"] = [st.tokenizer.id_to_token(i) or "" for i in ids]
-    return out
+    # the answer of a long prompt is megabytes of JSON: written off the loop, as the encoding
+    return await asyncio.to_thread(_tokenize_answer, st, ids, bool(body.return_token_strs))
+
+
+def _tokenize_answer(st: ServerState, ids: list[int], token_strs: bool) -> JSONResponse:
+    strs = [st.tokenizer.id_to_token(i) or "" for i in ids] if token_strs else None
+    return JSONResponse({"count": len(ids), "max_model_len": st.engine.max_context, "tokens": ids,
+                         "token_strs": strs})  # fmt: skip
 
 
 async def _chat_ids(st: ServerState, body: TokenizeRequest) -> list[int]:

@@ -156,3 +156,17 @@ def test_pieces_encoded_before_are_taken_from_the_memo(tokenizer, monkeypatch):
     small = PromptGuard(tokenizer)
     render_prompt(tokenizer, ChatPrompt(messages=list(messages), tools=[TOOL]), small)
     assert 0 < small._memo_chars <= 400 and sum(map(len, small._memo)) == small._memo_chars
+
+
+def test_the_guard_builds_its_plain_tokenizer_up_front():
+    """The tokenizer that reads special-token text as text parses the whole tokenizer.json holding the GIL (most of
+    a second): a guard builds it when it is made (a server's startup), not under its first chat request."""
+    from hinfer.tokenizer import Tokenizer, fixture_tokenizer_dir
+
+    path = fixture_tokenizer_dir()
+    if path is None:
+        pytest.skip("the Qwen3.5 tokenizer fixture is not available (set HINFER_FIXTURES)")
+    tok = Tokenizer.from_dir(path)
+    assert tok._plain_tok is None
+    PromptGuard(tok)
+    assert tok._plain_tok is not None
