@@ -145,13 +145,15 @@ class SparseMoE(nn.Module):
         self.shared_expert = MLP(h, cfg.shared_expert_intermediate_size, dtype, device)
         self.shared_expert_gate = _param(1, h, dtype=dtype, device=device)
 
-    def forward(self, x: torch.Tensor, router_logits: torch.Tensor | None = None) -> torch.Tensor:
-        """`router_logits`: linear(x, router), when the caller has them already (out of the norm's launch)."""
+    def forward(self, x: torch.Tensor, router_logits: torch.Tensor | None = None, slots: bool = False
+                ) -> torch.Tensor:  # fmt: skip
+        """`router_logits`: linear(x, router), when the caller has them already (out of the norm's launch).
+        `slots`: the output may be the experts' weighted rows [T, k, H] unsummed, which the next add + norm sums."""
         if router_logits is None:
             router_logits = linear(x, self.router)
         if self.shared_expert is None:  # folded: slot k is the shared expert, weighted by sigmoid(its gate)
             return moe_route_experts(x, router_logits, self.experts_gate_up, self.experts_down, self.top_k,
-                                     shared=True)  # fmt: skip
+                                     shared=True, slots=slots)  # fmt: skip
         shared = self.shared_expert(x) * torch.sigmoid(linear(x, self.shared_expert_gate))
         top_w, top_i = moe_route(router_logits, self.top_k)
         return moe_experts(x, self.experts_gate_up, self.experts_down, top_w, top_i) + shared
@@ -174,7 +176,8 @@ class DecoderLayer(nn.Module):
     def forward(
         self, x: torch.Tensor, residual: torch.Tensor | None, batch: ForwardBatch, state: ModelState, kv_row: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """x is the previous block's output (the embedding for layer 0); returns (mlp output, residual)."""
+        """x is the previous block's output (the embedding for layer 0; a MoE's may be its experts' rows
+        unsummed, [T, k, H], which the add + norm sums); returns (mlp output, residual)."""
         if residual is None:
             h, residual = rms_norm(x, self.input_layernorm, self.eps), x
         else:
@@ -188,7 +191,8 @@ class DecoderLayer(nn.Module):
         if isinstance(self.mlp, SparseMoE):  # the router's logits come with the norm (one launch at decode)
             h, residual, logits = add_rms_norm_linear(h, residual, self.post_attention_layernorm, self.mlp.router,
                                                       self.eps)  # fmt: skip
-            return self.tp.all_reduce(self.mlp(h, logits)), residual  # split intermediate rows: partial sums
+            # one rank's experts may hand back their rows unsummed: the next layer's add + norm sums them
+            return self.tp.all_reduce(self.mlp(h, logits, slots=self.tp.size == 1)), residual  # ranks: partial sums
         # the gate_up projection may take the add + norm into its launch (normed rows not kept)
         gate_up, residual = add_rms_norm_into_linear(h, residual, self.post_attention_layernorm,
                                                      self.mlp.gate_up.weight, self.eps)  # fmt: skip

@@ -80,13 +80,17 @@ def _kind(w) -> type:
     return torch.Tensor if isinstance(w, torch.Tensor) else type(w)
 
 
-def moe_experts(x: torch.Tensor, w_gate_up, w_down, top_w: torch.Tensor, top_i: torch.Tensor) -> torch.Tensor:
+def moe_experts(x: torch.Tensor, w_gate_up, w_down, top_w: torch.Tensor, top_i: torch.Tensor,
+                slots: bool = False) -> torch.Tensor:  # fmt: skip
+    """The experts' weighted sum [T, H]; with `slots` a kernel path may instead hand back each token's k weighted
+    expert rows [T, k, H] unsummed, for the next add + norm to sum (hinfer.ops.norm.add_rms_norm; the `norm_slots`
+    launch fusion), where summing them would take a launch of its own."""
     if use_triton(x):
         gu, dn = _kernel_weight(w_gate_up, x), _kernel_weight(w_down, x)
         if gu is not None and dn is not None and _kind(gu) is _kind(dn):
             from hinfer.ops.triton import moe as tm
 
-            return tm.moe_experts(x, gu, dn, top_w, top_i)
+            return tm.moe_experts(x, gu, dn, top_w, top_i, slots=slots)
         if x.is_cuda:
             warn_fallback("moe_experts", f"no kernel for {_describe(w_gate_up)} / {_describe(w_down)} experts "
                           f"with {x.dtype} activations")
@@ -94,16 +98,17 @@ def moe_experts(x: torch.Tensor, w_gate_up, w_down, top_w: torch.Tensor, top_i: 
 
 
 def moe_route_experts(x: torch.Tensor, router_logits: torch.Tensor, w_gate_up, w_down, top_k: int,
-                      shared: bool = False) -> torch.Tensor:  # fmt: skip
-    """moe_experts over moe_route's choice, as one op: the Triton twin may route in the experts' first launch."""
+                      shared: bool = False, slots: bool = False) -> torch.Tensor:  # fmt: skip
+    """moe_experts over moe_route's choice, as one op: the Triton twin may route in the experts' first launch.
+    `slots`: as moe_experts'."""
     if use_triton(x):
         gu, dn = _kernel_weight(w_gate_up, x), _kernel_weight(w_down, x)
         if gu is not None and dn is not None and _kind(gu) is _kind(dn):
             from hinfer.ops.triton import moe as tm
 
-            return tm.moe_route_experts(x, router_logits, gu, dn, top_k, shared)
+            return tm.moe_route_experts(x, router_logits, gu, dn, top_k, shared, slots=slots)
     top_w, top_i = moe_route(router_logits, top_k, shared)
-    return moe_experts(x, w_gate_up, w_down, top_w, top_i)
+    return moe_experts(x, w_gate_up, w_down, top_w, top_i, slots=slots)
 
 
 def _describe(w) -> str:

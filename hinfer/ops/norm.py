@@ -17,9 +17,21 @@ def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Ten
 def add_rms_norm_ref(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """residual += x (in the model dtype, as the reference does); returns (rms_norm(residual), residual)."""
+    """residual += x (in the model dtype, as the reference does); returns (rms_norm(residual), residual). x [...,
+    S, N] against a residual [..., N] is each row's S addends (a MoE layer's experts, left unsummed): their fp32
+    sum in slot order, rounded to x's dtype, is the x added."""
+    if x.dim() == residual.dim() + 1:
+        x = sum_slots_ref(x)
     r = residual + x
     return rms_norm_ref(r, weight, eps), r
+
+
+def sum_slots_ref(x: torch.Tensor) -> torch.Tensor:
+    """[..., S, N] -> [..., N]: the S rows summed in fp32 one after another, rounded once to x's dtype."""
+    acc = x.select(-2, 0).float()
+    for s in range(1, x.shape[-2]):
+        acc = acc + x.select(-2, s).float()
+    return acc.to(x.dtype)
 
 
 def gated_rms_norm_ref(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

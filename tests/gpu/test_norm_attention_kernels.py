@@ -120,6 +120,21 @@ def test_norms(tk, seed, t):
     _check(g, want, 2e-3, f"gated_rms_norm t={t} seed={seed}", ulps=4)
 
 
+@pytest.mark.parametrize(("t", "slots"), [(1, 9), (4, 9), (32, 9), (8, 17)])
+def test_add_rms_norm_sums_expert_rows(tk, seed, t, slots):
+    """A MoE layer's expert rows [T, k + 1, H] left unsummed (`norm_slots`): the residual takes their fp32 sum in
+    slot order, rounded once, bit for bit the reference's (sum_slots_ref, then the plain add)."""
+    tn = tk["norm"]
+    x = torch.randn(t, slots, HIDDEN, device="cuda", dtype=torch.bfloat16)
+    res = 4 * torch.randn(t, HIDDEN, device="cuda", dtype=torch.bfloat16)
+    w = 0.1 * torch.randn(HIDDEN, device="cuda", dtype=torch.bfloat16)
+    with poisoned_empty():
+        y, r = tn.add_rms_norm(x, res, w, EPS)
+    y_ref, r_ref = ref_norm.add_rms_norm_ref(x, res, w, EPS)
+    assert torch.equal(r, r_ref), f"residual sum differs, t={t} seed={seed}"
+    _check(y, y_ref, 2e-3, f"add_rms_norm slots t={t} seed={seed}", ulps=2)
+
+
 # ------------------------------------------------------------------------------- qk norm + rope + write
 
 

@@ -112,6 +112,12 @@ def _fmt(w: Experts) -> str:
     return INT4 if isinstance(w, Int4Experts) else FP8 if isinstance(w, Fp8Experts) else BF16
 
 
+def _leave_slots(slots: bool, t: int) -> bool:
+    """Whether the experts' rows go back unsummed (`slots` asked, the `norm_slots` launch fusion on at t rows): the
+    next add + norm sums them in its launch instead of a sum launch of their own."""
+    return slots and launch_fusions("norm_slots", t)
+
+
 def _sum_slots(y: torch.Tensor, out: torch.Tensor, t: int, k: int, h: int, emu: bool, pdl: dict) -> torch.Tensor:
     """out[t] = sum of the token's k rows of y (pair = t * k + s), in fp32."""
     bn = min(1024, triton.next_power_of_2(h))
@@ -161,7 +167,7 @@ def _routed(x: torch.Tensor, logits: torch.Tensor | None, ids, tw, pairs: int, k
 
 
 def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, out: torch.Tensor,
-                 logits: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+                 logits: torch.Tensor | None = None, slots: bool = False) -> torch.Tensor:  # fmt: skip
     """gate_up and down through the tensor-core kernel (moe_int4_mma.py): gate_up writes SiLU-mul's output, the
     down sums the slots. With `logits` (a few tokens; slot k - 1 of each the folded shared expert) the gate_up
     launch routes the tokens itself, a block per pair, and writes the ids and weights the down reads (`tw`, `ids`
@@ -179,7 +185,9 @@ def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, o
         early = dict(route=logits, early=True)
     experts_mma(hid, dn, y, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=1, tw=tw,
                 sum_out=out if fused else None, topk=k, **early)  # fmt: skip
-    return out if fused else _sum_slots(y, out, t, k, h, False, {"PDL": False})
+    if fused:
+        return out
+    return y.view(t, k, h) if _leave_slots(slots, t) else _sum_slots(y, out, t, k, h, False, {"PDL": False})
 
 
 def _experts_mma_fp8(x, gu: Fp8Experts, dn: Fp8Experts, tw, ids, t: int, k: int, out: torch.Tensor,
@@ -203,11 +211,11 @@ def _experts_mma_fp8(x, gu: Fp8Experts, dn: Fp8Experts, tw, ids, t: int, k: int,
 
 def moe_route_experts(
     x: torch.Tensor, router_logits: torch.Tensor, w_gate_up: Experts, w_down: Experts, top_k: int,
-    shared: bool = False,
+    shared: bool = False, slots: bool = False,
 ) -> torch.Tensor:  # fmt: skip
     """moe_route then moe_experts; at a few tokens (the `route` launch fusion's rows, hinfer.ops.dispatch.FUSIONS;
     `route_fp8` for fp8 experts) with experts on tensor cores and a folded shared expert, the gate_up launch routes
-    the tokens itself."""
+    the tokens itself. `slots`: as moe_experts'."""
     t, k, fmt = x.shape[0], top_k + shared, _fmt(w_gate_up)
     fused = shared and router_logits.dtype == torch.bfloat16
     if (fused and fmt == INT4 and launch_fusions("route", t)
@@ -216,7 +224,7 @@ def moe_route_experts(
         x, logits = _unit_last(x), router_logits.contiguous()
         if launch_fusions("one_launch", t) and one_launch_fits(x, w_gate_up, w_down, k):
             return experts_one_launch(x, logits, w_gate_up, w_down, top_k, out)
-        return _experts_mma(x, w_gate_up, w_down, None, None, t, k, out, logits=logits)
+        return _experts_mma(x, w_gate_up, w_down, None, None, t, k, out, logits=logits, slots=slots)
     if fused and fmt == FP8 and launch_fusions("route_fp8", t):
         _, i2, h = w_gate_up.shape
         if fp8_mma_experts_fit(x, i2, h, h, i2 // 2, t * k):
@@ -224,7 +232,7 @@ def moe_route_experts(
             return _experts_mma_fp8(_unit_last(x), w_gate_up, w_down, None, None, t, k, out,
                                     logits=router_logits.contiguous())  # fmt: skip
     top_w, top_i = moe_route(router_logits, top_k, shared)
-    return moe_experts(x, w_gate_up, w_down, top_w, top_i)
+    return moe_experts(x, w_gate_up, w_down, top_w, top_i, slots=slots)
 
 
 def moe_experts(
@@ -235,6 +243,7 @@ def moe_experts(
     top_i: torch.Tensor,  # [T, k], each row distinct
     *,
     config: MoeConfig | None = None,
+    slots: bool = False,  # the rows [T, k, H] unsummed where their sum would be a launch of its own (_leave_slots)
 ) -> torch.Tensor:
     t, h = x.shape
     e, i2, h_w = w_gate_up.shape
@@ -249,7 +258,7 @@ def moe_experts(
     ids = top_i.reshape(-1).contiguous()
     tw = top_w.reshape(-1).contiguous()
     if fmt == INT4 and config is None and mma_experts_fit(x, w_gate_up, w_down, t * k):
-        return _experts_mma(x, w_gate_up, w_down, tw, ids, t, k, out)
+        return _experts_mma(x, w_gate_up, w_down, tw, ids, t, k, out, slots=slots)
     if fmt == FP8 and config is None and fp8_mma_experts_fit(x, i2, h, h, i, t * k):
         return _experts_mma_fp8(x, w_gate_up, w_down, tw, ids, t, k, out)
     cfg = config or pick_config(t, k, e, h, i, fmt)
@@ -304,4 +313,4 @@ def moe_experts(
         DIRECT=cfg.direct, SWAP=dn.swap, EVEN_K=i % dn.block_k == 0, PREC=prec, EMU=emu,
         BM=dn.block_m, BN=dn.block_n, BK=dn.block_k, num_warps=dn.num_warps, num_stages=dn.num_stages, **dfmt, **pdl,
     )  # fmt: skip
-    return _sum_slots(y, out, t, k, h, emu, pdl)
+    return y.view(t, k, h) if _leave_slots(slots, t) else _sum_slots(y, out, t, k, h, emu, pdl)

@@ -25,7 +25,7 @@ def _norm_kernel(
     sx0, sx1, sr0, sr1, sz0, sz1,
     eps,
     MODE: tl.constexpr, EMU: tl.constexpr, ROUND_WY: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    PDL: tl.constexpr = False,
+    PDL: tl.constexpr = False, SLOTS: tl.constexpr = 1, sxs=0,
 ):  # fmt: skip
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     a, b = rows // n_inner, rows % n_inner
@@ -34,7 +34,12 @@ def _norm_kernel(
     dt = y_ptr.dtype.element_ty
     w = tl.load(w_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)  # a weight: read before the wait
     pdl_start(PDL)
-    x = tl.load(x_ptr + (a * sx0 + b * sx1)[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    x_rows = x_ptr + (a * sx0 + b * sx1)[:, None] + cols[None, :]
+    x = tl.load(x_rows, mask=mask, other=0.0).to(tl.float32)
+    if SLOTS > 1:  # x is a row's SLOTS addends (a MoE's experts): summed in fp32 in slot order, rounded once
+        for s in tl.static_range(1, SLOTS):
+            x += tl.load(x_rows + s * sxs, mask=mask, other=0.0).to(tl.float32)
+        x = cast(x, x_ptr.dtype.element_ty, EMU).to(tl.float32)
     if MODE == 1:
         res = tl.load(r_ptr + (a * sr0 + b * sr1)[:, None] + cols[None, :], mask=mask, other=0.0).to(
             tl.float32
@@ -79,7 +84,9 @@ def _launch(
     residual: torch.Tensor | None = None,
     z: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    n = x.shape[-1]
+    n, slots = x.shape[-1], None
+    if mode == _ADD and x.dim() == residual.dim() + 1:  # [..., S, N]: S addends a row
+        slots, x = x, x.select(-2, 0)
     y = torch.empty(x.shape, dtype=out_dtype, device=x.device)
     r_out = torch.empty(x.shape, dtype=out_dtype, device=x.device) if mode == _ADD else None
     x3 = _as_3d(x)
@@ -102,9 +109,17 @@ def _launch(
         x3.stride(0), x3.stride(1), r3.stride(0), r3.stride(1), z3.stride(0), z3.stride(1),
         eps,
         MODE=mode, EMU=emu, ROUND_WY=round_wy, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps,
-        **pdl_kwargs(x, x3.shape[0]),
+        **pdl_kwargs(x, x3.shape[0]), **_slot_args(slots),
     )  # fmt: skip
     return y, r_out
+
+
+def _slot_args(slots: torch.Tensor | None) -> dict:
+    if slots is None or slots.shape[-2] == 1:
+        return {}
+    if slots.stride(-1) != 1:
+        raise ValueError("add_rms_norm: the addends' rows need a contiguous last dim")
+    return {"SLOTS": slots.shape[-2], "sxs": slots.stride(-2)}
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -114,7 +129,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 def add_rms_norm(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(rms_norm(residual + x), residual + x); the sum is rounded to the promoted dtype as in the reference."""
+    """(rms_norm(residual + x), residual + x); the sum is rounded to the promoted dtype as in the reference. x
+    [..., S, N] against a residual [..., N]: x is each row's S addends, summed in fp32 first (hinfer.ops.norm)."""
     dtype = torch.promote_types(x.dtype, residual.dtype)
     y, r = _launch(_ADD, x, weight, eps, dtype, residual=residual)
     assert r is not None
