@@ -72,11 +72,13 @@ def warn_fallback(op: str, why: str) -> None:
 # sum) gains 3.9% / 3.2% at two / three lanes (int4) and 1.1% / 1.5% (fp8), and loses 4% / 2% at four lanes and
 # 3% on a one-lane MTP round's four tokens (35B-A3B, H100): so up to three. A split decode attention launch
 # merging its splits in its last program (no combine launch) measured 2.6% / 3.7% slower at one lane (35B-A3B /
-# 27B int4: the merge serialised behind the last split) and was removed. The route and the alignment of a few tokens' pairs
+# 27B int4: the merge serialised behind the last split) and was removed. A MoE layer's expert rows summed by the
+# next residual add + norm launch (`norm_slots`) instead of the down launch's last program or a sum launch: 35B-A3B
+# int4 one lane +2.5%, four / eight lanes +0.5%, the one-lane MTP round -1.4% (H100). The route and the alignment of a few tokens' pairs
 # in one single-program launch measured slower (35B-A3B eight lanes 1,896 -> 1,756 tok/s, 122B-A10B with the
 # tail rows 792 -> 780) and was removed.
 FUSIONS: dict[str, int | None] = {"slot_sum": 3, "tail": 8, "gate": None, "norm_linear": 8, "route": 3,
-                                  "down_route": 3, "one_launch": 0, "route_fp8": 3, "norm_slots": 0}
+                                  "down_route": 3, "one_launch": 0, "route_fp8": 3, "norm_slots": None}
 
 
 def launch_fusions(name: str, rows: int) -> bool:
@@ -86,8 +88,8 @@ def launch_fusions(name: str, rows: int) -> bool:
     RMSNorm launch, `route` a token's route in its int4 experts' gate_up launch, `down_route` that token's route
     again in the down launch (with `route`), so that the down's weights go ahead of its PDL wait; `one_launch` a
     token's routed int4 experts (route, gate_up, down, slot sum) in one launch (with `route`); `route_fp8` a
-    token's route in its fp8 experts' gate_up launch; `norm_slots` a MoE layer's expert rows summed by the next
-    add + norm launch where their sum would be a launch of its own (off until measured on a GPU).
+    token's route in its fp8 experts' gate_up launch; `norm_slots` a MoE layer's int4 and bf16 expert rows summed
+    by the next add + norm launch (one rank), not by the down launch (`slot_sum`) or a sum launch.
     HINFER_FUSE_LAUNCHES: 1 (default) each up to its rows in FUSIONS, 0 none (the separate kernels, to compare or to fall back), or a
     comma list of the names on at any rows. HINFER_FUSION_ROWS (`name=rows,...`) moves FUSIONS' row limits (with
     the default 1; to sweep where a fusion pays). Read at every call, so a test or a bench can flip them."""

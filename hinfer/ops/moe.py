@@ -84,7 +84,7 @@ def moe_experts(x: torch.Tensor, w_gate_up, w_down, top_w: torch.Tensor, top_i: 
                 slots: bool = False) -> torch.Tensor:  # fmt: skip
     """The experts' weighted sum [T, H]; with `slots` a kernel path may instead hand back each token's k weighted
     expert rows [T, k, H] unsummed, for the next add + norm to sum (hinfer.ops.norm.add_rms_norm; the `norm_slots`
-    launch fusion), where summing them would take a launch of its own."""
+    launch fusion), where summing them would take a launch of its own or the tail of the down launch."""
     if use_triton(x):
         gu, dn = _kernel_weight(w_gate_up, x), _kernel_weight(w_down, x)
         if gu is not None and dn is not None and _kind(gu) is _kind(dn):

@@ -235,14 +235,14 @@ def test_experts_all_tokens_on_one_expert(tm, seed, monkeypatch, large_align):
 def test_experts_leave_their_rows_to_the_norm(tm, seed, monkeypatch, fused):
     """With `slots` and the `norm_slots` launch fusion on, moe_experts hands back each token's k weighted expert
     rows [T, k, H] instead of launching their sum: the rows' sum (sum_slots_ref) is the summed output bit for bit;
-    off (the default) or without `slots`, the output is summed as before."""
+    off or without `slots`, the output is summed."""
     from hinfer.ops.norm import sum_slots_ref
 
     e, k, h, i, t = 8, 2, 32, 16, 17
     x = torch.randn(t, h).bfloat16()
     wgu, wd = _weights(e, h, i, torch.bfloat16)
     top_w, top_i = tm.moe_route(torch.randn(t, e).bfloat16(), k)
-    summed = tm.moe_experts(x, wgu, wd, top_w, top_i, slots=True)
+    summed = tm.moe_experts(x, wgu, wd, top_w, top_i)
     monkeypatch.setenv("HINFER_FUSION_ROWS", f"norm_slots={fused}")
     out = tm.moe_experts(x, wgu, wd, top_w, top_i, slots=True)
     assert tm.moe_experts(x, wgu, wd, top_w, top_i).shape == (t, h)

@@ -303,8 +303,8 @@ def variants(full: bool = False) -> Iterator[Variant]:
 
 def packaged_experts_variants() -> Iterator[Variant]:
     """Every packaged int4 experts tile (tiles/tuned.py) built as the decode runs it (asymmetric weights): the one-
-    token bucket direct, its gate_up routing the token, its down routing it again with the slot sum (the launch
-    fusions); the three-token bucket that way and on the alignment's blocks; larger buckets on the latter. A
+    token bucket direct, its gate_up routing the token, its down routing it again, with the slot sum and without
+    (the launch fusions); the three-token bucket that way and on the alignment's blocks; larger buckets on the latter. A
     pair's down is the entry (H, I) beside the gate_up (2I, H)."""
     from hinfer.ops.triton.tiles.forms import MOE_INT4_MMA
     from hinfer.ops.triton.tiles.tuned import TUNED
@@ -327,20 +327,22 @@ def _experts_variant(c, n: int, k: int, one: bool, gate_up: bool, seen: set) -> 
     """One packaged int4 experts tile in one block form (`one`: a block per pair, its launch routing the tokens)."""
     xg, xr = x_stage_shape(x_staged_choice(c, k, one), k, one)  # one-pair blocks stage x (HINFER_X_STAGED)
     route = 8 if one else 0
-    if gate_up:
-        name, fn, sig, cex, warps = experts_mma_variant(c.block_n, 8, c.num_warps, True, one, 9, False,
-                                                        depth=c.num_stages, pdl=True, split=c.split_k, act=True,
-                                                        route=route, xg=xg, xr=xr)  # fmt: skip
-    else:
-        name, fn, sig, cex, warps = experts_mma_variant(c.block_n, 8, c.num_warps, True, one, 1, True,
-                                                        depth=c.num_stages, pdl=True, split=c.split_k,
-                                                        topk=9 if one else 0, route=route, early=one, xg=xg,
-                                                        xr=xr)  # fmt: skip
     cap = {"maxnreg": c.max_regs} if c.max_regs else {}
-    name += f" maxnreg {c.max_regs}" if cap else ""
-    if name not in seen:  # buckets that share a tile (tuned.py fills some from others)
-        seen.add(name)
-        yield name, fn, sig, cex | cap, warps, 0
+    # the down of direct blocks with and without the slot sum (`slot_sum`; the model's rows go to the next norm)
+    for topk in (0,) if gate_up or not one else (9, 0):
+        if gate_up:
+            name, fn, sig, cex, warps = experts_mma_variant(c.block_n, 8, c.num_warps, True, one, 9, False,
+                                                            depth=c.num_stages, pdl=True, split=c.split_k, act=True,
+                                                            route=route, xg=xg, xr=xr)  # fmt: skip
+        else:
+            name, fn, sig, cex, warps = experts_mma_variant(c.block_n, 8, c.num_warps, True, one, 1, True,
+                                                            depth=c.num_stages, pdl=True, split=c.split_k,
+                                                            topk=topk, route=route, early=one, xg=xg,
+                                                            xr=xr)  # fmt: skip
+        name += f" maxnreg {c.max_regs}" if cap else ""
+        if name not in seen:  # buckets that share a tile (tuned.py fills some from others)
+            seen.add(name)
+            yield name, fn, sig, cex | cap, warps, 0
 
 
 def packaged_fp8_experts_variants() -> Iterator[Variant]:

@@ -114,7 +114,7 @@ def _fmt(w: Experts) -> str:
 
 def _leave_slots(slots: bool, t: int) -> bool:
     """Whether the experts' rows go back unsummed (`slots` asked, the `norm_slots` launch fusion on at t rows): the
-    next add + norm sums them in its launch instead of a sum launch of their own."""
+    next add + norm sums them in its launch instead of the int4 down launch (`slot_sum`) or a sum launch."""
     return slots and launch_fusions("norm_slots", t)
 
 
@@ -179,7 +179,8 @@ def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, o
     hid = _empty((pairs, gu.shape[1] // 2), x.dtype, x.device)
     experts_mma(x, gu, hid, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=k, act=True, **route)
     y = _empty((pairs, h), x.dtype, x.device)
-    fused = launch_fusions("slot_sum", t)  # the down launch sums the slots too (else a separate sum kernel)
+    leave = _leave_slots(slots, t)  # the next add + norm sums the slots
+    fused = not leave and launch_fusions("slot_sum", t)  # else the down launch sums them (else a sum launch)
     early = {}
     if logits is not None and launch_fusions("down_route", t):  # the down routes again, its weights ahead of PDL
         early = dict(route=logits, early=True)
@@ -187,7 +188,7 @@ def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, o
                 sum_out=out if fused else None, topk=k, **early)  # fmt: skip
     if fused:
         return out
-    return y.view(t, k, h) if _leave_slots(slots, t) else _sum_slots(y, out, t, k, h, False, {"PDL": False})
+    return y.view(t, k, h) if leave else _sum_slots(y, out, t, k, h, False, {"PDL": False})
 
 
 def _experts_mma_fp8(x, gu: Fp8Experts, dn: Fp8Experts, tw, ids, t: int, k: int, out: torch.Tensor,
