@@ -78,7 +78,8 @@ def warn_fallback(op: str, why: str) -> None:
 # in one single-program launch measured slower (35B-A3B eight lanes 1,896 -> 1,756 tok/s, 122B-A10B with the
 # tail rows 792 -> 780) and was removed.
 FUSIONS: dict[str, int | None] = {"slot_sum": 3, "tail": 8, "gate": None, "norm_linear": 8, "route": 3,
-                                  "down_route": 3, "one_launch": 0, "route_fp8": 3, "norm_slots": None}
+                                  "down_route": 3, "one_launch": 0, "route_fp8": 3, "norm_slots": None,
+                                  "norm_slots_fp8": 0}
 
 
 def launch_fusions(name: str, rows: int) -> bool:
@@ -89,7 +90,8 @@ def launch_fusions(name: str, rows: int) -> bool:
     again in the down launch (with `route`), so that the down's weights go ahead of its PDL wait; `one_launch` a
     token's routed int4 experts (route, gate_up, down, slot sum) in one launch (with `route`); `route_fp8` a
     token's route in its fp8 experts' gate_up launch; `norm_slots` a MoE layer's int4 and bf16 expert rows summed
-    by the next add + norm launch (one rank), not by the down launch (`slot_sum`) or a sum launch.
+    by the next add + norm launch (one rank), not by the down launch (`slot_sum`) or a sum launch; `norm_slots_fp8`
+    the same for the fp8 experts, whose down launch sums the slots otherwise (off until measured on a GPU).
     HINFER_FUSE_LAUNCHES: 1 (default) each up to its rows in FUSIONS, 0 none (the separate kernels, to compare or to fall back), or a
     comma list of the names on at any rows. HINFER_FUSION_ROWS (`name=rows,...`) moves FUSIONS' row limits (with
     the default 1; to sweep where a fusion pays). Read at every call, so a test or a bench can flip them."""

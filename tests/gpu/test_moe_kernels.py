@@ -630,6 +630,28 @@ def test_experts_fp8_gate_up_routes_its_tokens(tm, weights, seed, monkeypatch, t
         monkeypatch.delenv("HINFER_FUSION_ROWS")
 
 
+@pytest.mark.parametrize("t", [1, 3, 4, 32])
+@pytest.mark.parametrize("block", [False, True])
+def test_experts_fp8_leave_their_rows_to_the_norm(tm, weights, seed, monkeypatch, t, block):
+    """`norm_slots_fp8`: the fp8 down launch writes each pair's weighted rows and leaves their sum to the next add +
+    norm; the rows' sum (sum_slots_ref) is the layer's summed output within rounding (one sum in the down's last
+    program, the other in slot order), routed in the gate_up (one to three tokens) or grouped."""
+    from hinfer.ops.norm import sum_slots_ref
+
+    name, wgu, wd = weights
+    _, _, kgu, kdn = _fp8_experts(tm, weights, block)
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(t, wgu.shape[2], device="cuda", generator=gen).bfloat16()
+    logits = (3 * torch.randn(t, E, device="cuda", generator=gen)).bfloat16()  # the last: the shared expert's gate
+    summed = tm.moe_route_experts(x, logits, kgu, kdn, K, shared=True, slots=True)
+    monkeypatch.setenv("HINFER_FUSION_ROWS", "norm_slots_fp8=64")
+    rows = tm.moe_route_experts(x, logits, kgu, kdn, K, shared=True, slots=True)
+    assert summed.shape == (t, x.shape[1]) and rows.shape == (t, K + 1, x.shape[1]), (summed.shape, rows.shape)
+    got = sum_slots_ref(rows).float()
+    rel = ((got - summed.float()).norm() / summed.float().norm()).item()
+    assert rel <= 4e-3, f"{name} T={t} block={block}: rows' sum rel-L2 {rel:.3g}, seed {seed}"
+
+
 @pytest.mark.parametrize("t", [1, 8, 64, 2048])
 def test_route_real_shapes(tm, seed, t):
     rows = torch.stack([torch.randperm(E, device="cuda") for _ in range(t)]).float() - E / 2

@@ -358,11 +358,13 @@ def packaged_fp8_experts_variants() -> Iterator[Variant]:
         gate_up = (k, n // 2, m) in entries
         staged = staged_where_fits(c, k, one)
         routes = (0, 8) if gate_up and one else (0,)  # direct blocks' gate_up routing its tokens (`route_fp8`)
-        for blocked, xs, route in itertools.product((False, True), (c, staged) if staged != c else (c,), routes):
+        sums = (0,) if gate_up else (9, 0)  # the down summing the slots, or leaving them to the norm (norm_slots_fp8)
+        for blocked, xs, route, topk in itertools.product((False, True), (c, staged) if staged != c else (c,), routes,
+                                                          sums):  # fmt: skip
             xg, xr = x_stage_shape(xs, k, one)
             yield (*fp8_experts_variant(c.block_n, c.num_warps, blocked, one, 9 if gate_up else 1, not gate_up,
-                                        depth=c.num_stages, pdl=True, split=c.split_k, topk=0 if gate_up else 9,
-                                        act=gate_up, max_regs=c.max_regs, xg=xg, xr=xr, route=route), 0)  # fmt: skip
+                                        depth=c.num_stages, pdl=True, split=c.split_k, topk=topk, act=gate_up,
+                                        max_regs=c.max_regs, xg=xg, xr=xr, route=route), 0)  # fmt: skip
 
 
 # Gluon kernels whose main loop goes through shared memory by design: the warpgroup MMA reads x from there

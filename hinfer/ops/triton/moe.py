@@ -112,10 +112,11 @@ def _fmt(w: Experts) -> str:
     return INT4 if isinstance(w, Int4Experts) else FP8 if isinstance(w, Fp8Experts) else BF16
 
 
-def _leave_slots(slots: bool, t: int) -> bool:
-    """Whether the experts' rows go back unsummed (`slots` asked, the `norm_slots` launch fusion on at t rows): the
-    next add + norm sums them in its launch instead of the int4 down launch (`slot_sum`) or a sum launch."""
-    return slots and launch_fusions("norm_slots", t)
+def _leave_slots(slots: bool, t: int, fusion: str = "norm_slots") -> bool:
+    """Whether the experts' rows go back unsummed (`slots` asked, the `norm_slots` launch fusion on at t rows;
+    `norm_slots_fp8` for the fp8 experts): the next add + norm sums them in its launch instead of the down launch
+    (`slot_sum`; the fp8 down's always) or a sum launch."""
+    return slots and launch_fusions(fusion, t)
 
 
 def _sum_slots(y: torch.Tensor, out: torch.Tensor, t: int, k: int, h: int, emu: bool, pdl: dict) -> torch.Tensor:
@@ -192,12 +193,13 @@ def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, o
 
 
 def _experts_mma_fp8(x, gu: Fp8Experts, dn: Fp8Experts, tw, ids, t: int, k: int, out: torch.Tensor,
-                     logits: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+                     logits: torch.Tensor | None = None, slots: bool = False) -> torch.Tensor:  # fmt: skip
     """gate_up and down through the fp8 tensor-core kernel (moe_fp8_mma.py): gate_up writes SiLU-mul's output,
     the down scales each pair by its routing weight and sums the slots into `out`. One token: a block per pair
     (its k experts are distinct); more: the pairs grouped by expert (moe_align). With `logits` (a few tokens; slot
     k - 1 of each the folded shared expert) the gate_up launch routes the tokens itself, a block per pair, and
-    writes the ids and weights the down reads (`tw`, `ids` are then None)."""
+    writes the ids and weights the down reads (`tw`, `ids` are then None). `slots` with `norm_slots_fp8` on: the
+    rows [T, k, H] unsummed, for the next add + norm (_leave_slots)."""
     pairs, h, bm = t * k, x.shape[1], EXPERTS_BLOCK_M
     ids, tw, route = _routed(x, logits, ids, tw, pairs, k)
     blocks, sorted_, bexp, brows, direct = _mma_blocks(ids, t, k, gu.shape[0], logits is not None)
@@ -205,9 +207,10 @@ def _experts_mma_fp8(x, gu: Fp8Experts, dn: Fp8Experts, tw, ids, t: int, k: int,
     fp8_experts_mma(x, gu.weight, gu.scale, gu.block, hid, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=k,
                     act=True, **route)  # fmt: skip
     y = _empty((pairs, h), x.dtype, x.device)
+    leave = _leave_slots(slots, t, "norm_slots_fp8")
     fp8_experts_mma(hid, dn.weight, dn.scale, dn.block, y, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=1,
-                    tw=tw, sum_out=out, topk=k)  # fmt: skip
-    return out
+                    tw=tw, sum_out=None if leave else out, topk=k)  # fmt: skip
+    return y.view(t, k, h) if leave else out
 
 
 def moe_route_experts(
@@ -231,7 +234,7 @@ def moe_route_experts(
         if fp8_mma_experts_fit(x, i2, h, h, i2 // 2, t * k):
             out = _empty((t, x.shape[1]), x.dtype, x.device)
             return _experts_mma_fp8(_unit_last(x), w_gate_up, w_down, None, None, t, k, out,
-                                    logits=router_logits.contiguous())  # fmt: skip
+                                    logits=router_logits.contiguous(), slots=slots)  # fmt: skip
     top_w, top_i = moe_route(router_logits, top_k, shared)
     return moe_experts(x, w_gate_up, w_down, top_w, top_i, slots=slots)
 
@@ -261,7 +264,7 @@ def moe_experts(
     if fmt == INT4 and config is None and mma_experts_fit(x, w_gate_up, w_down, t * k):
         return _experts_mma(x, w_gate_up, w_down, tw, ids, t, k, out, slots=slots)
     if fmt == FP8 and config is None and fp8_mma_experts_fit(x, i2, h, h, i, t * k):
-        return _experts_mma_fp8(x, w_gate_up, w_down, tw, ids, t, k, out)
+        return _experts_mma_fp8(x, w_gate_up, w_down, tw, ids, t, k, out, slots=slots)
     cfg = config or pick_config(t, k, e, h, i, fmt)
     if (cfg.direct or cfg.gemv) and t != 1:
         raise ValueError("the direct / GEMV expert paths need T == 1")
