@@ -170,7 +170,7 @@ def _routed(x: torch.Tensor, logits: torch.Tensor | None, ids, tw, pairs: int, k
 def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, out: torch.Tensor,
                  logits: torch.Tensor | None = None, slots: bool = False) -> torch.Tensor:  # fmt: skip
     """gate_up and down through the tensor-core kernel (moe_int4_mma.py): gate_up writes SiLU-mul's output, the
-    down sums the slots. With `logits` (a few tokens; slot k - 1 of each the folded shared expert) the gate_up
+    down sums the slots (or, with `slots`, leaves them to the next add + norm: _leave_slots). With `logits` (a few tokens; slot k - 1 of each the folded shared expert) the gate_up
     launch routes the tokens itself, a block per pair, and writes the ids and weights the down reads (`tw`, `ids`
     are then None); the down routes them again (`down_route`) to read its weights before it waits for the
     gate_up."""
@@ -247,7 +247,7 @@ def moe_experts(
     top_i: torch.Tensor,  # [T, k], each row distinct
     *,
     config: MoeConfig | None = None,
-    slots: bool = False,  # the rows [T, k, H] unsummed where their sum would be a launch of its own (_leave_slots)
+    slots: bool = False,  # the rows [T, k, H] unsummed for the next add + norm to sum (_leave_slots)
 ) -> torch.Tensor:
     t, h = x.shape
     e, i2, h_w = w_gate_up.shape
