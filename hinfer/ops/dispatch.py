@@ -80,7 +80,7 @@ def warn_fallback(op: str, why: str) -> None:
 # tail rows 792 -> 780) and was removed.
 FUSIONS: dict[str, int | None] = {"slot_sum": 3, "tail": 8, "gate": None, "norm_linear": 8, "route": 3,
                                   "down_route": 3, "one_launch": 0, "route_fp8": 3, "norm_slots": 64,
-                                  "norm_slots_fp8": 0}
+                                  "norm_slots_fp8": 0, "route_align": 0}
 
 
 def launch_fusions(name: str, rows: int) -> bool:
@@ -92,7 +92,9 @@ def launch_fusions(name: str, rows: int) -> bool:
     token's routed int4 experts (route, gate_up, down, slot sum) in one launch (with `route`); `route_fp8` a
     token's route in its fp8 experts' gate_up launch; `norm_slots` a MoE layer's int4 and bf16 expert rows summed
     by the next add + norm launch (one rank), not by the down launch (`slot_sum`) or a sum launch; `norm_slots_fp8`
-    the same for the fp8 experts, whose down launch sums the slots otherwise (off until measured on a GPU).
+    the same for the fp8 experts, whose down launch sums the slots otherwise (off until measured on a GPU);
+    `route_align` the tensor-core experts' alignment of a few tokens' pairs in the route's launch, by its last
+    program to finish (off until measured on a GPU).
     HINFER_FUSE_LAUNCHES: 1 (default) each up to its rows in FUSIONS, 0 none (the separate kernels, to compare or to fall back), or a
     comma list of the names on at any rows. HINFER_FUSION_ROWS (`name=rows,...`) moves FUSIONS' row limits (with
     the default 1; to sweep where a fusion pays). Read at every call, so a test or a bench can flip them."""
