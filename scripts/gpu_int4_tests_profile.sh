@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# One device call (about seven minutes, carry .kcache): `tests/gpu/test_int4_mma.py` whole (a 2026-12-06 call was cut
-# after 97 passing cases), the GPU tests of the experts' routing launches and of the folded MoE layers against the
-# reference (the expert rows summed by the next norm, on by default since 2026-12-06 20:07), then where the 35B-A3B's time goes
-# with the experts' gate_up routing up to three tokens: `bench/profile_decode.py` (PDL off: each kernel's own time)
-# at four lanes of plain decode and the one-lane MTP round at K = 3 (its four-token verification takes the
-# route kernel, the alignment and the slot sum). Lands in $OUT/gpu_int4_tests_profile.tgz.
+# One device call (about seven minutes, carry .kcache): `tests/gpu/test_int4_mma.py` whole (a 2026-12-06 call was
+# cut after 97 passing cases), the GPU tests of the experts' routing launches and of the folded MoE layers against
+# the reference (the expert rows summed by the next norm, on by default since 2026-12-06 20:07), then where the
+# 35B-A3B's time goes: `bench/profile_decode.py` (PDL off: each kernel's own time) in the one-lane MTP round at K = 3
+# (its four-token verification takes the route kernel and the alignment) and at four lanes of plain decode. Lands
+# in $OUT/gpu_int4_tests_profile.tgz.
 set -uo pipefail
 PACK=gpu_int4_tests_profile; source "$(dirname "$0")/device_common.sh"
 cat "$R/env.txt"
