@@ -75,9 +75,9 @@ def warn_fallback(op: str, why: str) -> None:
 # 27B int4: the merge serialised behind the last split) and was removed. A MoE layer's expert rows summed by the
 # next residual add + norm launch (`norm_slots`) instead of the down launch's last program or a sum launch: 35B-A3B
 # int4 one lane +2.5%, four / eight lanes +0.5%, the one-lane MTP round -1.4% (H100); up to 64 rows (decode and
-# verification: a prefill chunk's rows, nine a token, would outlive the layer). The route and the alignment of a few tokens' pairs
-# in one single-program launch measured slower (35B-A3B eight lanes 1,896 -> 1,756 tok/s, 122B-A10B with the
-# tail rows 792 -> 780) and was removed.
+# verification: a prefill chunk's rows, nine a token, would outlive the layer). The route and the alignment of a
+# few tokens' pairs in one single-program launch measured slower (35B-A3B eight lanes 1,896 -> 1,756 tok/s,
+# 122B-A10B with the tail rows 792 -> 780) and was removed.
 FUSIONS: dict[str, int | None] = {"slot_sum": 3, "tail": 8, "gate": None, "norm_linear": 8, "route": 3,
                                   "down_route": 3, "one_launch": 0, "route_fp8": 3, "norm_slots": 64,
                                   "norm_slots_fp8": 0, "route_align": 0}

@@ -239,8 +239,8 @@ def moe_route_experts(
             out = _empty((t, x.shape[1]), x.dtype, x.device)
             return _experts_mma_fp8(_unit_last(x), w_gate_up, w_down, None, None, t, k, out,
                                     logits=router_logits.contiguous(), slots=slots)  # fmt: skip
-    if (fmt != BF16 and t > 1 and t * k > direct_pairs() and launch_fusions("route_align", t)
-            and _mma_fits(x, w_gate_up, w_down, t * k)):  # fmt: skip
+    aligned = t > 1 and t * k > direct_pairs() and launch_fusions("route_align", t)
+    if aligned and _mma_fits(x, w_gate_up, w_down, t * k):
         top_w, top_i, al = moe_route_align(router_logits, top_k, shared, w_gate_up.shape[0], EXPERTS_BLOCK_M)
         return moe_experts(x, w_gate_up, w_down, top_w, top_i, slots=slots, alignment=al)
     top_w, top_i = moe_route(router_logits, top_k, shared)
