@@ -25,15 +25,6 @@ decode_bench() {
   echo "== $name rc=$?"; grep -E "decode C=" "$R/$name.txt"
   pack
 }
-# `mtp_rounds NAME SECONDS [ENV=VALUE...]`: the 27B int4's MTP rounds at K = 3, one and eight lanes (depth 1K, 64
-# steps), logged to $R/NAME.txt, its decode and round lines echoed, packed
-mtp_rounds() {
-  local name=$1 seconds=$2; shift 2
-  env "$@" timeout "$seconds" python -m hinfer bench qwen3.6-27b --quant int4 --spec mtp --spec-k 3 --concurrency 1,8 \
-    --depths 1K --prefill "" --steps 64 --out "$R" > "$R/$name.txt" 2>&1
-  echo "== $name rc=$? $((SECONDS - START)) s"; grep -E "decode C=|spec K=|round" "$R/$name.txt" | head -8
-  pack
-}
 # `bench_as NAME PYPATH [ARGS...]`: `hinfer bench ARGS` importing hinfer from PYPATH (python -P: the working
 # directory does not come first), so one call can A/B an older tree's package (`git archive REV hinfer | tar -x -C
 # .kcache/ab`, PYPATH=.kcache/ab:$PWD) against this one ($PWD); logged to $R/NAME.txt, its decode and
@@ -45,26 +36,12 @@ bench_as() {
   grep -E "decode C=|spec K=" "$R/$name.txt" | sed -E 's/^.*INFO hinfer.bench: //'
   pack
 }
-# `tiles_arm NAME TILES MODEL [ARGS...]`: int4 decode at depth 1K of MODEL (`hinfer bench MODEL ARGS`, as bench_as logs
-# it, 60 s at most) with HINFER_TILES=TILES (empty: the packaged tiles): one arm of a tile A/B in the decode graph
-tiles_arm() {
-  local name=$1 tiles=$2; shift 2
-  HINFER_TILES=$tiles BENCH_TIMEOUT=60 bench_as "$name" "$PWD" "$@" --quant int4 --depths 1K --prefill ""
-}
 # `server_wheels`: the server's packages (fastapi, uvicorn, pydantic, ...: the image lacks them), carried as wheels in
 # .whl (scripts/gpu_check.sh's header), installed into /tmp/site and put on PYTHONPATH
 server_wheels() {
   [ -d .whl ] || return 0
   python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH="/tmp/site:$PYTHONPATH"
-}
-# `spec_serving SECONDS`: the serving check of speculation (a plain and a --spec mtp server on a random 16-layer 27B
-# checkpoint, output tok/s at 1 and 8 streaming clients), logged to $R/spec_serving.txt, its table echoed, packed
-spec_serving() {
-  timeout "$1" python -m hinfer bench qwen3.6-27b --spec-serving --layers 16 --concurrency 1,8 --out "$R" \
-    > "$R/spec_serving.txt" 2>&1
-  echo "== spec serving rc=$? $((SECONDS - START)) s"; grep -vE "^(INFO|DEBUG)" "$R/spec_serving.txt" | tail -14
-  pack
 }
 # `ncu_run NAME KERNEL SECONDS ARGS...`: Nsight Compute on one launch of KERNEL in `python ARGS` (the sections of
 # NCU_SECTIONS: the third launch, speed of light, scheduler and warp-state statistics, occupancy, memory, the stall
