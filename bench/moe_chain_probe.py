@@ -12,12 +12,18 @@ point: the median over layers of the median / 90th percentile / latest program, 
 program entry (cycles turned into time at the clock rate the global timer gives), and the gap from the previous
 launch's last program end to this one's first wait done (entry for `dense`): what PDL leaves between them.
 
-    python bench/moe_chain_probe.py [--model 35b] [--layers 24] [--replays 5] [--json out.json]
+With `--tokens 8 32` the experts' gate_up and down at those token counts too (the pairs grouped by expert, as the
+decode graph has them past one token): each program's k loop and the selected experts' bytes a second over the
+launch, to tell a launch short of bandwidth by its programs' streaming from one short by its waves' tails.
+
+    python bench/moe_chain_probe.py [--model 35b] [--layers 24] [--replays 5] [--tokens 8 32 [--only-tokens]]
+        [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -29,7 +35,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.moe_kernels import MODELS  # noqa: E402
-from bench.moe_one_launch import _layers  # noqa: E402
+from bench.moe_one_launch import _layers, _random_int4  # noqa: E402
 from hinfer.ops.triton import moe as tm  # noqa: E402
 from hinfer.ops.triton.mma_common import PROBE_LAST, PROBE_POINTS  # noqa: E402
 from hinfer.ops.triton.moe_int4_mma import experts_mma  # noqa: E402
@@ -96,6 +102,40 @@ def experts_chain(m: dict, layers: list, x: torch.Tensor, given_ids: bool, x_mod
     return launch, len(layers)
 
 
+def tokens_chain(m: dict, n: int, tokens: int, part: str, gen: torch.Generator):
+    """launch(j, probe): layer j's experts `part` (gate_up or down) at `tokens` tokens, the pairs grouped by expert
+    as the decode graph groups them past one token (moe_align's blocks, made before the chain: the launch alone is
+    probed), each layer its own random weights and router logits; the launch count, and the selected experts'
+    bytes a layer (the distinct experts' weights of `part`, scales left out)."""
+    from hinfer.ops.triton.moe_align import align
+
+    e, k, h, i = m["e"] + 1, m["k"], m["h"], m["i"]
+    slots, pairs = k + 1, tokens * (k + 1)
+    layers, nbytes = [], []
+    for _ in range(n):
+        w = _random_int4(e, 2 * i, h, False) if part == "gate_up" else _random_int4(e, h, i, False)
+        logits = (torch.randn(tokens, e, generator=gen) * 3).bfloat16().cuda()
+        top_w, top_i = tm.moe_route(logits, k, shared=True)
+        layers.append((w, top_w.reshape(-1).contiguous(), top_i.reshape(-1).contiguous(),
+                       align(top_i, e, tm.EXPERTS_BLOCK_M)))  # fmt: skip
+        nbytes.append(top_i.unique().numel() * w.shape[1] * w.shape[2] // 2)
+    x = torch.randn(tokens, h, generator=gen).bfloat16().cuda()
+    hid = torch.randn(pairs, i, generator=gen).bfloat16().cuda()
+    out = torch.empty(pairs, i if part == "gate_up" else h, dtype=torch.bfloat16, device="cuda")
+
+    def launch(j: int, probe: torch.Tensor) -> None:
+        w, tw, ids, al = layers[j]
+        bm = tm.EXPERTS_BLOCK_M
+        if part == "gate_up":
+            experts_mma(x, w, out, al.n_blocks, bm, ids, al.sorted, al.bexp, al.brows, False, xdiv=slots, act=True,
+                        probe=probe)  # fmt: skip
+        else:
+            experts_mma(hid, w, out, al.n_blocks, bm, ids, al.sorted, al.bexp, al.brows, False, xdiv=1, tw=tw,
+                        topk=slots, probe=probe)  # fmt: skip
+
+    return launch, n, statistics.median(nbytes)
+
+
 def dense_chain(config: str, layers: int, gen: torch.Generator, x_mode: str = "tile"):
     """launch(j, probe): the GDN input projection (even j) or output projection (odd j) of layer j // 2 at one row,
     each layer its own random int4 weights, on the packaged tile reading x as `x_mode` says (with_x)."""
@@ -116,8 +156,8 @@ def dense_chain(config: str, layers: int, gen: torch.Generator, x_mode: str = "t
     return launch, len(weights)
 
 
-def run_arm(launch, n: int, replays: int) -> dict:
-    grid_programs = 4096  # more than any one-token tile's grid; unused rows stay zero
+def run_arm(launch, n: int, replays: int, nbytes: float = 0.0) -> dict:
+    grid_programs = 16384  # more than any probed tile's grid; unused rows stay zero
     probes = [torch.zeros(grid_programs, STAMPS, dtype=torch.int64, device="cuda") for _ in range(n)]
 
     def chain():
@@ -149,8 +189,15 @@ def run_arm(launch, n: int, replays: int) -> dict:
     gaps = [((lines[j]["_start"] - lines[j - 1]["_end"]) + min(lines[j]["waited"])) / 1e3
             for j in range(3, len(lines))]  # fmt: skip
     spans = [(t["_end"] - t["_start"]) / 1e3 for t in lines[2:]]
-    return {"points": rows, "gap_us": statistics.median(gaps), "span_us": statistics.median(spans),
-            "programs": len(lines[-1]["entry"]), "per_launch_us": statistics.median(per_launch)}  # fmt: skip
+    # each working program's k loop (expert known -> k loop done), the median over layers of its median
+    loops = [stats([b - a for a, b in zip(t["expert known"], t["k loop done"])]) for t in lines[2:]]
+    out = {"points": rows, "gap_us": statistics.median(gaps), "span_us": statistics.median(spans),
+           "programs": len(lines[-1]["entry"]), "per_launch_us": statistics.median(per_launch),
+           "k_loop_us": tuple(statistics.median(s[c] for s in loops) for c in range(3))}  # fmt: skip
+    if nbytes:  # the selected experts' bytes over the launch's span and over its time in the chain
+        out["gb_per_s_span"] = nbytes / out["span_us"] / 1e3
+        out["gb_per_s_chain"] = nbytes / out["per_launch_us"] / 1e3
+    return out
 
 
 def main() -> None:
@@ -158,6 +205,9 @@ def main() -> None:
     ap.add_argument("--model", choices=sorted(MODELS), default="35b")
     ap.add_argument("--layers", type=int, default=24, help="layers of weights chained (their experts from HBM)")
     ap.add_argument("--replays", type=int, default=5, help="graph replays before the stamps are read")
+    ap.add_argument("--tokens", type=int, nargs="*", default=[],
+                    help="also the experts' gate_up and down at these token counts, the pairs grouped by expert")
+    ap.add_argument("--only-tokens", action="store_true", help="only the --tokens arms")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     gen = torch.Generator().manual_seed(0)
@@ -173,12 +223,24 @@ def main() -> None:
             "dense": dense_chain(config, args.layers, dense_gen),
             "dense, x ahead": dense_chain(config, args.layers, dense_gen, "ahead"),
             "dense, x staged": dense_chain(config, args.layers, dense_gen, "staged")}  # fmt: skip
+    if args.only_tokens:
+        arms = {}
+    for t in args.tokens:  # built when run: a 122B-A10B layer's experts are 0.8 GB (gate_up)
+        for part in ("gate_up", "down"):
+            arms[f"{t} tokens, {part}"] = functools.partial(tokens_chain, m, args.layers, t, part, gen)
     out = {}
-    for arm, (launch, n) in arms.items():
-        r = run_arm(launch, n, args.replays)
+    for arm, chain in arms.items():
+        launch, n, *nbytes = chain() if callable(chain) else chain
+        r = run_arm(launch, n, args.replays, *nbytes)
+        del launch
+        torch.cuda.empty_cache()
         out[arm] = r
         print(f"\n{arm}: {r['programs']} programs, a launch every {r['per_launch_us']:.2f} us in the chain; a layer's span {r['span_us']:.2f} us (first entry to last end), "
               f"previous layer's last end to this one's first wait done {r['gap_us']:.2f} us")  # fmt: skip
+        print("  a program's k loop: median / p90 / longest {:.2f} / {:.2f} / {:.2f} us".format(*r["k_loop_us"]))
+        if "gb_per_s_span" in r:
+            print(f"  selected experts' bytes {nbytes[0] / 1e6:.1f} MB: {r['gb_per_s_span']:.0f} GB/s over the span, "
+                  f"{r['gb_per_s_chain']:.0f} GB/s a launch in the chain")  # fmt: skip
         print(f"  {'us from the first entry':<24} {'median':>7} {'p90':>7} {'last':>7}")
         for name, (med, p90, last) in r["points"].items():
             print(f"  {name:<24} {med:7.2f} {p90:7.2f} {last:7.2f}")
