@@ -157,7 +157,7 @@ def dense_chain(config: str, layers: int, gen: torch.Generator, x_mode: str = "t
 
 
 def run_arm(launch, n: int, replays: int, nbytes: float = 0.0) -> dict:
-    grid_programs = 16384  # more than any probed tile's grid; unused rows stay zero
+    grid_programs = 65536  # more than any probed tile's grid (the 122B-A10B gate_up at 32 tokens: 16,640); unused rows stay zero
     probes = [torch.zeros(grid_programs, STAMPS, dtype=torch.int64, device="cuda") for _ in range(n)]
 
     def chain():
