@@ -75,12 +75,15 @@ def warn_fallback(op: str, why: str) -> None:
 # 27B int4: the merge serialised behind the last split) and was removed. A MoE layer's expert rows summed by the
 # next residual add + norm launch (`norm_slots`) instead of the down launch's last program or a sum launch: 35B-A3B
 # int4 one lane +2.5%, four / eight lanes +0.5%, the one-lane MTP round -1.4% (H100); up to 64 rows (decode and
-# verification: a prefill chunk's rows, nine a token, would outlive the layer). The route and the alignment of a
-# few tokens' pairs in one single-program launch measured slower (35B-A3B eight lanes 1,896 -> 1,756 tok/s,
-# 122B-A10B with the tail rows 792 -> 780) and was removed.
+# verification: a prefill chunk's rows, nine a token, would outlive the layer); the fp8 experts' rows likewise
+# (`norm_slots_fp8`, instead of the fp8 down launch's last program): 35B-A3B fp8 one / eight lanes +1.3% / +2.5%,
+# MTP rounds -1.2% / -4.8% (H100). The route and the alignment of a few tokens' pairs in one launch measured
+# slower twice: as one single-program launch (35B-A3B eight lanes 1,896 -> 1,756 tok/s, 122B-A10B with the tail
+# rows 792 -> 780, H200), and as the route kernel's last program aligning (35B-A3B int4 four / eight lanes -3.0% /
+# -1.3%, fp8 eight lanes -8%, H100); both removed.
 FUSIONS: dict[str, int | None] = {"slot_sum": 3, "tail": 8, "gate": None, "norm_linear": 8, "route": 3,
                                   "down_route": 3, "one_launch": 0, "route_fp8": 3, "norm_slots": 64,
-                                  "norm_slots_fp8": 0, "route_align": 0}
+                                  "norm_slots_fp8": 64}
 
 
 def launch_fusions(name: str, rows: int) -> bool:
@@ -92,9 +95,7 @@ def launch_fusions(name: str, rows: int) -> bool:
     token's routed int4 experts (route, gate_up, down, slot sum) in one launch (with `route`); `route_fp8` a
     token's route in its fp8 experts' gate_up launch; `norm_slots` a MoE layer's int4 and bf16 expert rows summed
     by the next add + norm launch (one rank), not by the down launch (`slot_sum`) or a sum launch; `norm_slots_fp8`
-    the same for the fp8 experts, whose down launch sums the slots otherwise (off until measured on a GPU);
-    `route_align` the tensor-core experts' alignment of a few tokens' pairs in the route's launch, by its last
-    program to finish (off until measured on a GPU).
+    the same for the fp8 experts, whose down launch sums the slots otherwise.
     HINFER_FUSE_LAUNCHES: 1 (default) each up to its rows in FUSIONS, 0 none (the separate kernels, to compare or to fall back), or a
     comma list of the names on at any rows. HINFER_FUSION_ROWS (`name=rows,...`) moves FUSIONS' row limits (with
     the default 1; to sweep where a fusion pays). Read at every call, so a test or a bench can flip them."""

@@ -643,43 +643,14 @@ def test_experts_fp8_leave_their_rows_to_the_norm(tm, weights, seed, monkeypatch
     gen = torch.Generator(device="cuda").manual_seed(seed)
     x = torch.randn(t, wgu.shape[2], device="cuda", generator=gen).bfloat16()
     logits = (3 * torch.randn(t, E, device="cuda", generator=gen)).bfloat16()  # the last: the shared expert's gate
+    monkeypatch.setenv("HINFER_FUSION_ROWS", "norm_slots_fp8=0")  # the down launch sums
     summed = tm.moe_route_experts(x, logits, kgu, kdn, K, shared=True, slots=True)
-    monkeypatch.setenv("HINFER_FUSION_ROWS", "norm_slots_fp8=64")
+    monkeypatch.setenv("HINFER_FUSION_ROWS", "norm_slots_fp8=64")  # the default: rows left to the norm
     rows = tm.moe_route_experts(x, logits, kgu, kdn, K, shared=True, slots=True)
     assert summed.shape == (t, x.shape[1]) and rows.shape == (t, K + 1, x.shape[1]), (summed.shape, rows.shape)
     got = sum_slots_ref(rows).float()
     rel = ((got - summed.float()).norm() / summed.float().norm()).item()
     assert rel <= 4e-3, f"{name} T={t} block={block}: rows' sum rel-L2 {rel:.3g}, seed {seed}"
-
-
-@pytest.mark.parametrize("t", [4, 8, 32])
-@pytest.mark.parametrize("fmt", ["int4", "fp8"])
-def test_experts_route_and_align_in_one_launch(tm, weights, seed, monkeypatch, t, fmt):
-    """`route_align`: the route kernel's last program aligns the pairs (no alignment launch); the layer's output is
-    the two launches' bit for bit (each pair's rows are computed alone, wherever its block sits), over trials with
-    ties at the k-th place, in a CUDA graph replayed on new logits, and the arrival counter is left zero."""
-    from hinfer.ops.triton.common import zeroed_counters
-
-    name, wgu, wd = weights
-    if fmt == "int4":
-        gu, dn = _int4_experts(wgu), _int4_experts(wd)
-    else:
-        _, _, gu, dn = _fp8_experts(tm, weights, False)
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    x = torch.randn(t, wgu.shape[2], device="cuda", generator=gen).bfloat16()
-    for trial in range(4):
-        logits = _routing_case(tm, gen, t, wd.shape[2], trial)[0]
-        monkeypatch.setenv("HINFER_FUSION_ROWS", "route_align=0")
-        apart = tm.moe_route_experts(x, logits, gu, dn, K, shared=True)
-        monkeypatch.setenv("HINFER_FUSION_ROWS", "route_align=64")
-        one = tm.moe_route_experts(x, logits, gu, dn, K, shared=True)
-        assert torch.equal(one, apart), f"{name} {fmt} T={t} trial {trial}: differs, seed {seed}"
-    graph, out = _captured(lambda: tm.moe_route_experts(x, logits, gu, dn, K, shared=True))
-    logits.copy_(_routing_case(tm, gen, t, wd.shape[2], 0)[0])
-    graph.replay()
-    monkeypatch.setenv("HINFER_FUSION_ROWS", "route_align=0")
-    assert torch.equal(out, tm.moe_route_experts(x, logits, gu, dn, K, shared=True)), f"{name} {fmt} T={t}: graph"
-    assert not zeroed_counters("route align", 1, x.device).any(), "the arrival counter was left set"
 
 
 @pytest.mark.parametrize("t", [1, 8, 64, 2048])

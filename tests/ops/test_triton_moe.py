@@ -176,34 +176,6 @@ def test_align_groups_every_pair_once(tm, seed, monkeypatch, large, t, bm):
     assert used == list(range(len(used))), "used blocks come first"
 
 
-@pytest.mark.parametrize(("t", "shared"), [(2, True), (4, True), (8, False), (32, True)])
-def test_route_and_align_in_one_launch(tm, seed, t, shared):
-    """moe_route_align (the `route_align` launch fusion): the route kernel's weights and ids bit for bit, and the
-    alignment its last program makes is moe_align's (the same blocks, experts and row counts; the pairs of each
-    expert in any order); the arrival counter is left zero, so a second launch aligns again."""
-    from hinfer.ops.triton.common import zeroed_counters
-
-    route_mod, al_mod = _mod("moe_route"), _mod("moe_align")
-    e, k, bm = 16, 3, 8
-    for trial in range(2):
-        logits = _distinct_logits(t, e + shared, torch.bfloat16)
-        w, ids, al = route_mod.moe_route_align(logits, k, shared, e + shared, bm)
-        w_ref, ids_ref = tm.moe_route(logits, k, shared)
-        assert torch.equal(ids, ids_ref) and torch.equal(w, w_ref), f"seed {seed} trial {trial}"
-        want = al_mod.align(ids_ref, e + shared, bm)
-        assert torch.equal(al.bexp, want.bexp) and torch.equal(al.brows, want.brows), f"seed {seed} trial {trial}"
-        for b in range(al.n_blocks):
-            rows = al.brows[b].item() if al.bexp[b] >= 0 else 0
-            got, exp = al.sorted[b * bm : b * bm + rows], want.sorted[b * bm : b * bm + rows]
-            assert sorted(got.tolist()) == sorted(exp.tolist()), f"seed {seed} trial {trial} block {b}"
-        assert not zeroed_counters("route align", 1, logits.device).any(), "the arrival counter was left set"
-
-
-def test_route_align_refuses_what_it_cannot_take(tm):
-    with pytest.raises(ValueError, match="route and align apart"):
-        _mod("moe_route").moe_route_align(torch.randn(300, 8).bfloat16(), 2, False, 8, 8)
-
-
 # ---------------------------------------------------------------------------------------------- experts
 
 

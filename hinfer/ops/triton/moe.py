@@ -28,13 +28,13 @@ import hinfer.ops.triton.moe_gemm as mg
 from hinfer.ops.dispatch import launch_fusions
 from hinfer.ops.triton.common import GROUP, interpreted, pdl_kwargs
 from hinfer.ops.triton.linear_int4 import fast_int4_ok
-from hinfer.ops.triton.moe_align import Alignment, align
+from hinfer.ops.triton.moe_align import align
 from hinfer.ops.triton.moe_common import _empty
 from hinfer.ops.triton.moe_fp8_mma import fp8_experts_mma, fp8_mma_experts_fit
 from hinfer.ops.triton.moe_int4 import Int4Experts
 from hinfer.ops.triton.moe_int4_mma import GROUP_K, MAX_PAIRS, experts_mma
 from hinfer.ops.triton.moe_int4_one import experts_one_launch, one_launch_fits
-from hinfer.ops.triton.moe_route import moe_route, moe_route_align
+from hinfer.ops.triton.moe_route import moe_route
 from hinfer.ops.triton.tiles.forms import MoeConfig
 from hinfer.ops.triton.tiles.moe import BF16, FP8, INT4, clamp_to_shape, pick_config
 
@@ -148,15 +148,13 @@ def direct_pairs() -> int:
     return int(os.environ.get("HINFER_MOE_DIRECT_PAIRS", "0"))
 
 
-def _mma_blocks(ids: torch.Tensor, t: int, k: int, n_experts: int, direct: bool = False,
-                al: Alignment | None = None) -> tuple:  # fmt: skip
+def _mma_blocks(ids: torch.Tensor, t: int, k: int, n_experts: int, direct: bool = False) -> tuple:
     """The tensor-core experts' row blocks (blocks, sorted pairs, block experts, block rows, direct): a block per
     pair at one token, when `direct` or up to direct_pairs() pairs (an expert two tokens share is read twice),
-    else moe_align's blocks of EXPERTS_BLOCK_M pairs of one expert (launched under the route kernel's tail, or
-    `al`, made by the route's launch: moe_route_align)."""
+    else moe_align's blocks of EXPERTS_BLOCK_M pairs of one expert (launched under the route kernel's tail)."""
     if direct or t == 1 or t * k <= direct_pairs():
         return t * k, ids, ids, ids, True
-    al = al or align(ids.view(t, k), n_experts, EXPERTS_BLOCK_M, pdl=True)
+    al = align(ids.view(t, k), n_experts, EXPERTS_BLOCK_M, pdl=True)
     return al.n_blocks, al.sorted, al.bexp, al.brows, False
 
 
@@ -170,8 +168,7 @@ def _routed(x: torch.Tensor, logits: torch.Tensor | None, ids, tw, pairs: int, k
 
 
 def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, out: torch.Tensor,
-                 logits: torch.Tensor | None = None, slots: bool = False, al: Alignment | None = None
-                 ) -> torch.Tensor:  # fmt: skip
+                 logits: torch.Tensor | None = None, slots: bool = False) -> torch.Tensor:  # fmt: skip
     """gate_up and down through the tensor-core kernel (moe_int4_mma.py): gate_up writes SiLU-mul's output, the
     down sums the slots (or, with `slots`, leaves them to the next add + norm: _leave_slots). With `logits` (a few tokens; slot k - 1 of each the folded shared expert) the gate_up
     launch routes the tokens itself, a block per pair, and writes the ids and weights the down reads (`tw`, `ids`
@@ -179,7 +176,7 @@ def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, o
     gate_up."""
     pairs, h, bm = t * k, x.shape[1], EXPERTS_BLOCK_M
     ids, tw, route = _routed(x, logits, ids, tw, pairs, k)
-    blocks, sorted_, bexp, brows, direct = _mma_blocks(ids, t, k, gu.shape[0], logits is not None, al)
+    blocks, sorted_, bexp, brows, direct = _mma_blocks(ids, t, k, gu.shape[0], logits is not None)
     hid = _empty((pairs, gu.shape[1] // 2), x.dtype, x.device)
     experts_mma(x, gu, hid, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=k, act=True, **route)
     y = _empty((pairs, h), x.dtype, x.device)
@@ -196,8 +193,7 @@ def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, o
 
 
 def _experts_mma_fp8(x, gu: Fp8Experts, dn: Fp8Experts, tw, ids, t: int, k: int, out: torch.Tensor,
-                     logits: torch.Tensor | None = None, slots: bool = False, al: Alignment | None = None
-                     ) -> torch.Tensor:  # fmt: skip
+                     logits: torch.Tensor | None = None, slots: bool = False) -> torch.Tensor:  # fmt: skip
     """gate_up and down through the fp8 tensor-core kernel (moe_fp8_mma.py): gate_up writes SiLU-mul's output,
     the down scales each pair by its routing weight and sums the slots into `out`. One token: a block per pair
     (its k experts are distinct); more: the pairs grouped by expert (moe_align). With `logits` (a few tokens; slot
@@ -206,7 +202,7 @@ def _experts_mma_fp8(x, gu: Fp8Experts, dn: Fp8Experts, tw, ids, t: int, k: int,
     rows [T, k, H] unsummed, for the next add + norm (_leave_slots)."""
     pairs, h, bm = t * k, x.shape[1], EXPERTS_BLOCK_M
     ids, tw, route = _routed(x, logits, ids, tw, pairs, k)
-    blocks, sorted_, bexp, brows, direct = _mma_blocks(ids, t, k, gu.shape[0], logits is not None, al)
+    blocks, sorted_, bexp, brows, direct = _mma_blocks(ids, t, k, gu.shape[0], logits is not None)
     hid = _empty((pairs, gu.shape[1] // 2), x.dtype, x.device)
     fp8_experts_mma(x, gu.weight, gu.scale, gu.block, hid, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=k,
                     act=True, **route)  # fmt: skip
@@ -239,20 +235,8 @@ def moe_route_experts(
             out = _empty((t, x.shape[1]), x.dtype, x.device)
             return _experts_mma_fp8(_unit_last(x), w_gate_up, w_down, None, None, t, k, out,
                                     logits=router_logits.contiguous(), slots=slots)  # fmt: skip
-    aligned = t > 1 and t * k > direct_pairs() and launch_fusions("route_align", t)
-    if aligned and _mma_fits(x, w_gate_up, w_down, t * k):
-        top_w, top_i, al = moe_route_align(router_logits, top_k, shared, w_gate_up.shape[0], EXPERTS_BLOCK_M)
-        return moe_experts(x, w_gate_up, w_down, top_w, top_i, slots=slots, alignment=al)
     top_w, top_i = moe_route(router_logits, top_k, shared)
     return moe_experts(x, w_gate_up, w_down, top_w, top_i, slots=slots)
-
-
-def _mma_fits(x: torch.Tensor, gu: Experts, dn: Experts, pairs: int) -> bool:
-    """Whether moe_experts takes the tensor-core experts (int4 or fp8) at these pairs."""
-    if _fmt(gu) == INT4:
-        return mma_experts_fit(x, gu, dn, pairs)
-    _, i2, h = gu.shape
-    return _fmt(gu) == FP8 and fp8_mma_experts_fit(x, i2, h, h, i2 // 2, pairs)
 
 
 def moe_experts(
@@ -264,7 +248,6 @@ def moe_experts(
     *,
     config: MoeConfig | None = None,
     slots: bool = False,  # the rows [T, k, H] unsummed for the next add + norm to sum (_leave_slots)
-    alignment: Alignment | None = None,  # the tensor-core experts' blocks, when the route's launch made them
 ) -> torch.Tensor:
     t, h = x.shape
     e, i2, h_w = w_gate_up.shape
@@ -279,9 +262,9 @@ def moe_experts(
     ids = top_i.reshape(-1).contiguous()
     tw = top_w.reshape(-1).contiguous()
     if fmt == INT4 and config is None and mma_experts_fit(x, w_gate_up, w_down, t * k):
-        return _experts_mma(x, w_gate_up, w_down, tw, ids, t, k, out, slots=slots, al=alignment)
+        return _experts_mma(x, w_gate_up, w_down, tw, ids, t, k, out, slots=slots)
     if fmt == FP8 and config is None and fp8_mma_experts_fit(x, i2, h, h, i, t * k):
-        return _experts_mma_fp8(x, w_gate_up, w_down, tw, ids, t, k, out, slots=slots, al=alignment)
+        return _experts_mma_fp8(x, w_gate_up, w_down, tw, ids, t, k, out, slots=slots)
     cfg = config or pick_config(t, k, e, h, i, fmt)
     if (cfg.direct or cfg.gemv) and t != 1:
         raise ValueError("the direct / GEMV expert paths need T == 1")

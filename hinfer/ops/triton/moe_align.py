@@ -70,18 +70,10 @@ def _blocks_and_cursor(
 
 
 @triton.jit
-def _load_ids(ptrs, mask, CG: tl.constexpr):
-    """Pair ids; CG: past L1 (other programs of the launch wrote them)."""
-    if CG:
-        return tl.load(ptrs, mask=mask, other=0, cache_modifier=".cg").to(tl.int32)
-    return tl.load(ptrs, mask=mask, other=0).to(tl.int32)
-
-
-@triton.jit
-def _scatter_chunk(ids_ptr, cursor_ptr, sorted_ptr, p0, P, BP: tl.constexpr, CG: tl.constexpr = False):
+def _scatter_chunk(ids_ptr, cursor_ptr, sorted_ptr, p0, P, BP: tl.constexpr):
     p = p0 + tl.arange(0, BP)
     ok = p < P
-    e = _load_ids(ids_ptr + p, ok, CG)
+    e = tl.load(ids_ptr + p, mask=ok, other=0).to(tl.int32)
     pos = tl.atomic_add(cursor_ptr + e, 1, mask=ok, sem="relaxed")
     tl.store(sorted_ptr + pos, p, mask=ok)
 
@@ -100,21 +92,19 @@ def _align_small_kernel(
 def align_small(
     ids_ptr, cursor_ptr, sorted_ptr, bexp_ptr, brows_ptr, P, E, n_blocks, per_expert_blocks,
     BM: tl.constexpr, E_P: tl.constexpr, BP: tl.constexpr, BJ: tl.constexpr, BF: tl.constexpr,
-    CG: tl.constexpr = False,
 ):  # fmt: skip
-    """The whole alignment of P pairs in one program (see the module docstring); CG: the ids read past L1 (the
-    router's other programs wrote them in this launch, moe_route.moe_route_align)."""
+    """The whole alignment of P pairs in one program (see the module docstring)."""
     counts = tl.zeros([E_P], dtype=tl.int32)
     for p0 in range(0, P, BP):
         p = p0 + tl.arange(0, BP)
-        ids = _load_ids(ids_ptr + p, p < P, CG)
+        ids = tl.load(ids_ptr + p, mask=p < P, other=0).to(tl.int32)
         counts += tl.histogram(ids, E_P, mask=p < P)
     _blocks_and_cursor(
         counts, cursor_ptr, bexp_ptr, brows_ptr, E, n_blocks, per_expert_blocks, BM, E_P, BJ, BF
     )
     tl.debug_barrier()  # cursor stores land before the atomics
     for p0 in range(0, P, BP):
-        _scatter_chunk(ids_ptr, cursor_ptr, sorted_ptr, p0, P, BP, CG)
+        _scatter_chunk(ids_ptr, cursor_ptr, sorted_ptr, p0, P, BP)
 
 
 @triton.jit

@@ -16,8 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from hinfer.ops.triton.common import cast, interpreted, pdl_kwargs, pdl_start, zeroed_counters
-from hinfer.ops.triton.moe_align import SMALL_MAX_PAIRS, Alignment, align_small, alignment_buffers
+from hinfer.ops.triton.common import cast, interpreted, pdl_kwargs, pdl_start
 from hinfer.ops.triton.moe_common import _empty
 
 
@@ -30,26 +29,6 @@ def _route_kernel(
     pdl_start(PDL)
     rows = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     route_rows(logits_ptr, w_ptr, ids_ptr, rows, T, E, stride_t, TOPK, TOPK_P, BLOCK_T, BLOCK_E, EMU, SHARED)
-
-
-@triton.jit
-def _route_align_kernel(
-    logits_ptr, w_ptr, ids_ptr, T, E, stride_t, cnt_ptr, cursor_ptr, sorted_ptr, bexp_ptr, brows_ptr, P, E_ALIGN,
-    n_blocks, per_expert_blocks,
-    TOPK: tl.constexpr, TOPK_P: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_E: tl.constexpr, EMU: tl.constexpr,
-    PDL: tl.constexpr, SHARED: tl.constexpr, BM: tl.constexpr, E_P: tl.constexpr, BP: tl.constexpr,
-    BJ: tl.constexpr, BF: tl.constexpr,
-):  # fmt: skip
-    """_route_kernel, then the last program to finish aligns every pair (moe_align.align_small) and resets the
-    arrival counter: the alignment without a launch of its own."""
-    pdl_start(PDL)
-    rows = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
-    route_rows(logits_ptr, w_ptr, ids_ptr, rows, T, E, stride_t, TOPK, TOPK_P, BLOCK_T, BLOCK_E, EMU, SHARED)
-    tl.debug_barrier()  # every thread's ids are stored before the release below
-    if tl.atomic_add(cnt_ptr, 1, sem="acq_rel") == tl.num_programs(0) - 1:
-        align_small(ids_ptr, cursor_ptr, sorted_ptr, bexp_ptr, brows_ptr, P, E_ALIGN, n_blocks, per_expert_blocks,
-                    BM, E_P, BP, BJ, BF, True)  # fmt: skip
-        tl.atomic_xchg(cnt_ptr, 0)
 
 
 @triton.jit
@@ -112,30 +91,6 @@ def route_rows(
         gw = 1.0 / (1.0 + tl.exp(-g))
         tl.store(w_ptr + rows.to(tl.int64) * OUT_K + TOPK, cast(gw, w_ptr.dtype.element_ty, EMU), mask=row_ok)
         tl.store(ids_ptr + rows.to(tl.int64) * OUT_K + TOPK, tl.zeros_like(rows).to(tl.int64) + E, mask=row_ok)
-
-
-def moe_route_align(router_logits: torch.Tensor, top_k: int, shared: bool, n_experts: int, block_m: int
-                    ) -> tuple[torch.Tensor, torch.Tensor, Alignment]:  # fmt: skip
-    """moe_route, then moe_align.align of its ids over `n_experts` (the experts' count: the shared one included)
-    in blocks of `block_m`, in one launch (the `route_align` launch fusion): decode sizes (a token a program; the
-    last program to finish aligns). -> (weights, ids, alignment)."""
-    t, e = router_logits.shape
-    k = top_k + shared
-    if t == 0 or t > 256 or t * k > SMALL_MAX_PAIRS or top_k > e - shared:
-        raise ValueError(f"moe_route_align: {t} tokens x {k} slots of {e - shared} experts: route and align apart")
-    w = _empty((t, k), router_logits.dtype, router_logits.device)
-    ids = _empty((t, k), torch.int64, router_logits.device)
-    al, cursor, c = alignment_buffers(t * k, t, n_experts, block_m, router_logits.device)
-    logits = router_logits if router_logits.stride(-1) == 1 else router_logits.contiguous()
-    block_e = triton.next_power_of_2(e - shared)
-    _route_align_kernel[(t,)](
-        logits, w, ids, t, e - shared, logits.stride(0), zeroed_counters("route align", 1, logits.device), cursor,
-        al.sorted, al.bexp, al.brows, t * k, n_experts, al.n_blocks, triton.cdiv(t, block_m),
-        TOPK=top_k, TOPK_P=triton.next_power_of_2(top_k), BLOCK_T=1, BLOCK_E=block_e,
-        EMU=interpreted(_route_align_kernel), SHARED=shared, num_warps=1 if block_e <= 512 else 4,
-        **c, **pdl_kwargs(logits, t),
-    )  # fmt: skip
-    return w, ids, al
 
 
 def moe_route(router_logits: torch.Tensor, top_k: int, shared: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
