@@ -34,7 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.moe_kernels import MODELS  # noqa: E402
+from bench.moe_kernels import MODELS, _expert_bytes  # noqa: E402
 from bench.moe_one_launch import _layers, _random_int4  # noqa: E402
 from hinfer.ops.triton import moe as tm  # noqa: E402
 from hinfer.ops.triton.mma_common import PROBE_LAST, PROBE_POINTS  # noqa: E402
@@ -106,7 +106,8 @@ def tokens_chain(m: dict, n: int, tokens: int, part: str, gen: torch.Generator):
     """launch(j, probe): layer j's experts `part` (gate_up or down) at `tokens` tokens, the pairs grouped by expert
     as the decode graph groups them past one token (moe_align's blocks, made before the chain: the launch alone is
     probed), each layer its own random weights and router logits; the launch count, and the selected experts'
-    bytes a layer (the distinct experts' weights of `part`, scales left out)."""
+    bytes a layer (the distinct experts' `part`: two thirds of an expert's words, scales and zeros for gate_up,
+    a third for down)."""
     from hinfer.ops.triton.moe_align import align
 
     e, k, h, i = m["e"] + 1, m["k"], m["h"], m["i"]
@@ -118,7 +119,7 @@ def tokens_chain(m: dict, n: int, tokens: int, part: str, gen: torch.Generator):
         top_w, top_i = tm.moe_route(logits, k, shared=True)
         layers.append((w, top_w.reshape(-1).contiguous(), top_i.reshape(-1).contiguous(),
                        align(top_i, e, tm.EXPERTS_BLOCK_M)))  # fmt: skip
-        nbytes.append(top_i.unique().numel() * w.shape[1] * w.shape[2] // 2)
+        nbytes.append(top_i.unique().numel() * _expert_bytes(m, "int4") * (2 if part == "gate_up" else 1) / 3)
     x = torch.randn(tokens, h, generator=gen).bfloat16().cuda()
     hid = torch.randn(pairs, i, generator=gen).bfloat16().cuda()
     out = torch.empty(pairs, i if part == "gate_up" else h, dtype=torch.bfloat16, device="cuda")
