@@ -12,7 +12,7 @@ them, or 128 x 128 blocks as the official FP8 checkpoints with `--scales block`)
 (`x_staged`; `--x staged` tries it wherever it fits) and have no ring: their tiles are rows, warps, depth, K splits,
 register caps and x staged or not.
 
-    python bench/experts_mma_tiles.py [--model 35b 122b] [--t 1 8] [--splits 1,2,4] [--rings 0,3,4] [--ring-x]
+    python bench/experts_mma_tiles.py [--model 35b 122b] [--t 1 8] [--splits 1,2,4] [--rings 0,3,4]
                                       [--rows 32,64,128,256] [--warps 1,2,4,8]
                                       [--x decode|staged|per-group] [--max-regs 0,128] [--json out.json]
                                       [--tuned-out t.json] [--fmt int4|fp8] [--scales channel|block]
@@ -50,18 +50,17 @@ BM = 8  # rows per aligned block (hinfer.ops.triton.moe._experts_mma)
 
 
 def candidates(n: int, k: int, splits: tuple[int, ...] = (1,), rings: tuple[int, ...] = (0,),
-               ring_x: bool = False, rows: tuple[int, ...] = (32, 64, 128, 256),
-               warps_: tuple[int, ...] = (1, 2, 4, 8)) -> list[SkinnyConfig]:  # fmt: skip
+               rows: tuple[int, ...] = (32, 64, 128, 256), warps_: tuple[int, ...] = (1, 2, 4, 8),
+               ) -> list[SkinnyConfig]:  # fmt: skip
     """BLOCK_N x warps (16-row stripes split over the warps) x register look-ahead depth x K splits (at least two
     128-groups each; split programs look 3 groups ahead), or instead of the look-ahead the words through a
-    cp.async ring of `ring` slots (rings > 0), with `ring_x` each ring tile also with x in the ring and the scales
-    in shared memory."""
+    cp.async ring of `ring` slots (rings > 0); `rows` (BLOCK_N) and `warps_` narrow the product."""
     out = []
     for block_n, warps, depth, split in itertools.product(rows, warps_, (2, 4), splits):
         if (n % block_n == 0 and block_n % (16 * warps) == 0 and block_n // (16 * warps) <= 4
                 and k // 128 >= 2 * split and (split == 1 or depth == 4)):  # fmt: skip
-            out += [SkinnyConfig(block_n, 128, BM, split, warps, depth, ring, ring_x=rx) for ring in rings
-                    for rx in ((False, True) if ring_x and ring else (False,)) if ring == 0 or depth == 4]  # fmt: skip
+            out += [SkinnyConfig(block_n, 128, BM, split, warps, depth, ring) for ring in rings
+                    if ring == 0 or depth == 4]  # fmt: skip
     return out
 
 
@@ -99,7 +98,7 @@ def _launch(fmt: str, x, w, y, r: Routing, xdiv: int, cfg: SkinnyConfig, **kw) -
 
 def sweep(name: str, t: int, gen: torch.Generator, splits: tuple[int, ...] = (1,),
           rings: tuple[int, ...] = (0,), x: str = "decode", caps: tuple[int, ...] = (0,), fmt: str = "int4",
-          block: bool = False, ring_x: bool = False, shapes: tuple[tuple[int, ...], tuple[int, ...]] = (
+          block: bool = False, shapes: tuple[tuple[int, ...], tuple[int, ...]] = (
               (32, 64, 128, 256), (1, 2, 4, 8))) -> list[dict]:  # fmt: skip
     m = MODELS[name]
     e, k, h, i = m["e"] + 1, m["k"] + 1, m["h"], m["i"]  # the shared expert folded in: expert E, slot k
@@ -135,7 +134,7 @@ def sweep(name: str, t: int, gen: torch.Generator, splits: tuple[int, ...] = (1,
         family, tile = (MOE_FP8_MMA, fp8_experts_mma_tile) if fp8 else (MOE_INT4_MMA, experts_mma_tile)
         default = read_x(tile(pairs, n, kk, blocks), kk, direct, x, fp8)
         cands = [read_x(replace(c, max_regs=cap) if cap else c, kk, direct, x, fp8)
-                 for c in candidates(n, kk, splits, rings, ring_x, *shapes) for cap in caps]  # fmt: skip
+                 for c in candidates(n, kk, splits, rings, *shapes) for cap in caps]  # fmt: skip
         # bytes: the e4m3 values (fp8's scales a rounding error); int4's words, bf16 scales and uint8 zeros per 128
         nbytes = distinct * n * kk * (1 if fp8 else 0.5 + 3 / 128)
         timed = time_tiles(default, cands,
@@ -144,7 +143,7 @@ def sweep(name: str, t: int, gen: torch.Generator, splits: tuple[int, ...] = (1,
             continue
         base = timed[0][0]
         best_us, best = min(timed, key=lambda v: v[0])
-        if fmt == "int4" and not best.ring_x:  # the table's form: int4 staging follows HINFER_X_STAGED (fp8's, the entry)
+        if fmt == "int4":  # the table's form: int4 staging follows HINFER_X_STAGED, not the entry (fp8's, the entry)
             best = replace(best, x_staged=False)
         floor = nbytes / BW * 1e6
         print(f"{name:5s} {fmt} {proj:7s} T={t} pairs={pairs:<3d} default {base:6.2f} us ({floor / base:5.1%})  best "
@@ -167,8 +166,6 @@ def main() -> None:
     ap.add_argument("--t", type=int, nargs="*", default=[1, 8], help="tokens (pairs = tokens x (top k + 1))")
     ap.add_argument("--splits", default="1,2,4", help="K splits to try (1: none)")
     ap.add_argument("--rings", default="0", help="cp.async ring slots for the words to try (0: the register look-ahead)")
-    ap.add_argument("--ring-x", action="store_true", help="each ring tile also with x copied into the ring and "
-                    "the scales read once into shared memory (the tile's ring_x)")
     ap.add_argument("--rows", default="32,64,128,256", help="rows a program (BLOCK_N) to try")
     ap.add_argument("--warps", default="1,2,4,8", help="warps a program to try")
     ap.add_argument("--x", choices=["decode", "staged", "per-group"], default="decode",
@@ -191,8 +188,8 @@ def main() -> None:
             rows += sweep(name, t, gen, tuple(int(v) for v in a.splits.split(",")),
                           tuple(int(v) for v in a.rings.split(",")), a.x,
                           tuple(int(v) for v in a.max_regs.split(",")), a.fmt, a.scales == "block",
-                          a.ring_x, (tuple(int(v) for v in a.rows.split(",")),
-                                     tuple(int(v) for v in a.warps.split(","))))  # fmt: skip
+                          (tuple(int(v) for v in a.rows.split(",")),
+                           tuple(int(v) for v in a.warps.split(","))))  # fmt: skip
             if a.tuned_out:  # as it goes: a sweep cut short keeps what it measured
                 write(a.tuned_out, [r["entry"] for r in rows])
     print("\nTUNED entries (paste into hinfer/ops/triton/tiles/tuned.py):\n" + "\n".join(r["line"] for r in rows))

@@ -34,8 +34,6 @@ def read_x(cfg: Any, k: int, one_row: bool, x: str, as_entry: bool = False) -> A
 
     from hinfer.ops.triton.linear_int4_mma import staged_where_fits, x_staged_choice
 
-    if getattr(cfg, "ring_x", False):  # x copied into the ring group by group: never staged
-        return cfg
     if x == "per-group":
         return replace(cfg, x_staged=False)
     if x == "staged":

@@ -33,7 +33,6 @@ from hinfer.ops.triton.common import pdl_kwargs
 from hinfer.ops.triton.linear_int4_mma import (
     GROUP,
     GROUP_K,
-    XW,
     group_partial,
     k_loop,
     loop_terms,
@@ -118,89 +117,6 @@ def _k_loop_words_ring(w_ptrs, s_ptrs, z_rows, x_ptrs, g_lo, g_hi, BLOCK_N: gl.c
 
 
 @gluon.jit
-def _k_loop_ring_x(w_ptrs, s_ptrs, z_rows, xc_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
-                   HAS_ZERO: gl.constexpr, RING: gl.constexpr, GW: gl.constexpr, PDL: gl.constexpr,
-                   GP: gl.constexpr):  # fmt: skip
-    """_k_loop_words_ring with nothing left between one group's MMA and the next that waits on global memory:
-    each group's x (xc_ptrs: x_copy_ptrs') is copied into the ring beside its words, RING - 1 groups ahead, and
-    the program's scales and zero points (at most GP groups) are read into shared memory once before the loop.
-    With the scales a group ahead in registers and x read from L2 just before its MMA, every group of the words
-    ring waited a DRAM trip for its scales and an L2 trip for x, however deep the ring."""
-    W: gl.constexpr = gl.num_warps()
-    MMA: gl.constexpr = mma_layout(W)
-    DOT_A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
-    DOT_B: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=MMA, k_width=2)
-    SL: gl.constexpr = gl.SliceLayout(1, MMA)
-    acc, zero, ones = loop_terms(BLOCK_N, BLOCK_M, True)
-    last = gl.maximum(g_hi - 1, 0)
-    w_smem = gl.allocate_shared_memory(gl.int32, [RING, BLOCK_N // 16, 2, 32, 4], flat_smem(4))
-    x_smem = gl.allocate_shared_memory(gl.int32, [RING, BLOCK_M, 4, 16], flat_smem(3))
-    for i in gl.static_range(RING - 1):  # the weights go ahead of the PDL wait (nothing writes them)
-        async_copy.async_copy_global_to_shared(w_smem.index(i), w_ptrs + gl.minimum(g_lo + i, last) * GW)
-        async_copy.commit_group()
-    s_smem, z_smem = _stage_scales(s_ptrs, z_rows, g_lo, last, GP, HAS_ZERO)
-    pdl_start(PDL)
-    for i in gl.static_range(RING - 1):  # x after it; a group's copies land in commit order: words, then x
-        async_copy.async_copy_global_to_shared(x_smem.index(i), xc_ptrs + gl.minimum(g_lo + i, last) * XW)
-        async_copy.commit_group()
-    for g in range(g_lo, g_hi):
-        j = g - g_lo
-        async_copy.wait_group(RING - 2)  # this thread's copies of group g (words and x) have landed
-        gl.thread_barrier()  # and every thread's, and every thread has read the slot refilled next
-        nxt = gl.minimum(g + RING - 1, last)
-        async_copy.async_copy_global_to_shared(w_smem.index((j + RING - 1) % RING), w_ptrs + nxt * GW)
-        async_copy.async_copy_global_to_shared(x_smem.index((j + RING - 1) % RING), xc_ptrs + nxt * XW)
-        async_copy.commit_group()
-        words = w_smem.index(j % RING).load(words_layout(W))
-        xw = x_smem.index(j % RING).load(x_words_layout(W))
-        s = s_smem.index(j).load(SL).to(gl.float32)
-        if HAS_ZERO:
-            c = z_smem.index(j).load(SL).to(gl.float32) + 128.0
-        else:
-            c = gl.full(s.shape, 136.0, gl.float32, layout=SL)
-        acc = group_partial(acc, words, s, c, c, xw, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, True, True,
-                            True, False)  # fmt: skip
-    async_copy.wait_group(0)
-    return acc
-
-
-@gluon.jit
-def _stage_scales(s_ptrs, z_rows, g_lo, last, GP: gl.constexpr, HAS_ZERO: gl.constexpr):
-    """Groups g_lo .. g_lo + GP - 1 (clamped to `last`) of the tile's scales and zero points ([BLOCK_N] row
-    pointers) into shared memory [GP, BLOCK_N] as stored: one load of the whole tile, issued at once."""
-    BN: gl.constexpr = s_ptrs.shape[0]
-    L: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [1, gl.num_warps()], [1, 0])
-    grp = gl.minimum(g_lo + gl.arange(0, GP, layout=gl.SliceLayout(1, L)), last)[:, None]
-    s = gl.load(gl.convert_layout(s_ptrs, gl.SliceLayout(0, L))[None, :] + grp)
-    # row-major either way: indexed by group
-    s_smem = gl.allocate_shared_memory(s.dtype, [GP, BN], flat_smem(2), s)._reinterpret(s.dtype, [GP, BN],
-                                                                                         flat_smem(1))  # fmt: skip
-    z_smem = s_smem
-    if HAS_ZERO:
-        z = gl.load(gl.convert_layout(z_rows, gl.SliceLayout(0, L))[None, :] + grp)
-        z_smem = gl.allocate_shared_memory(z.dtype, [GP, BN], flat_smem(2), z)._reinterpret(z.dtype, [GP, BN],
-                                                                                             flat_smem(1))  # fmt: skip
-    return s_smem, z_smem
-
-
-@gluon.constexpr_function
-def x_copy_layout(num_warps):
-    # [row of x, t, 16 words]: a group's row of x (64 words) on 16 lanes, 16 bytes (one cp.async) a thread
-    return gl.BlockedLayout([1, 1, 4], [2, 4, 4], [num_warps, 1, 1], [2, 1, 0])
-
-
-@gluon.jit
-def x_copy_ptrs(x_ptr, rows, stride_xm):
-    """x_word_ptrs' words (group 0 of x's rows `rows`, [BLOCK_M] in x_copy_layout's row slice) in x_copy_layout,
-    whose threads copy 16 bytes each into the ring (x_words_layout's hold 64 bytes each, every warp all of x)."""
-    L: gl.constexpr = x_copy_layout(gl.num_warps())
-    xt = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, L)))[None, :, None]
-    xj = gl.arange(0, 16, layout=gl.SliceLayout(0, gl.SliceLayout(1, L)))[None, None, :]
-    base = x_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
-    return base + (rows.to(gl.int64) * (stride_xm // 2))[:, None, None] + xt * 16 + xj
-
-
-@gluon.jit
 def expert_words(w_ptr, e, stride_e, tile, K, BLOCK_N: gl.constexpr, ACT: gl.constexpr, N):
     """Each thread's 16 bytes of group 0 of expert e's rows in N tile `tile` (the row layout; stride_e words an
     expert, an argument so that the compiler knows it a multiple of 16): [stripe, 2, lane, 4] int32 in
@@ -227,7 +143,7 @@ def int4_mma_experts_kernel(
     TOPK_P: gl.constexpr = 1, ACT: gl.constexpr = False, logits_ptr=None, n_experts=0,
     ROUTE: gl.constexpr = 0, BLOCK_E: gl.constexpr = 256, EARLY: gl.constexpr = False, RING: gl.constexpr = 0,
     ROUTE_ONCE: gl.constexpr = True, probe_ptr=None, PROBE: gl.constexpr = False, XA: gl.constexpr = False,
-    XG: gl.constexpr = 0, XR: gl.constexpr = 1, RX: gl.constexpr = False, GP: gl.constexpr = 1,
+    XG: gl.constexpr = 0, XR: gl.constexpr = 1,
 ):  # fmt: skip
     W: gl.constexpr = gl.num_warps()
     MMA: gl.constexpr = mma_layout(W)
@@ -250,8 +166,6 @@ def int4_mma_experts_kernel(
         # last valid pair (their outputs are not stored)
         if XG > 0:  # x staged in shared memory by the loop (linear_int4_mma.x_stage): XR rows, one when DIRECT
             xr = x_stage_rows(XR)
-        elif RX:  # x copied into the words ring a group at a time
-            xr = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, gl.SliceLayout(2, x_copy_layout(W))))
         else:
             xr = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, gl.SliceLayout(2, LX)))
         ym = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, MMA))
@@ -266,8 +180,6 @@ def int4_mma_experts_kernel(
         g_hi = gl.minimum(g_lo + per_split, K // GROUP)
         if XG > 0:
             x_ptrs = x_stage_ptrs(x_ptr, px // XDIV, stride_xm, g_lo, gl.maximum(g_hi - 1, 0), XG)
-        elif RX:
-            x_ptrs = x_copy_ptrs(x_ptr, px // XDIV, stride_xm)
         else:
             x_ptrs = x_word_ptrs(x_ptr, px // XDIV, stride_xm, BLOCK_M)
 
@@ -280,10 +192,7 @@ def int4_mma_experts_kernel(
         s_ptrs = s_ptr + e.to(gl.int64) * stride_se + rows * stride_sn
         z_rows = z_ptr + e.to(gl.int64) * stride_se + rows * stride_sn
         # EARLY: the loop waits (PDL) after issuing its first groups' weights
-        if RX:
-            acc = _k_loop_ring_x(w_ptrs, s_ptrs, z_rows, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO, RING,
-                                 GROUP // 8, PDL and EARLY, GP)  # fmt: skip
-        elif RING:
+        if RING:
             acc = _k_loop_words_ring(w_ptrs, s_ptrs, z_rows, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO, RING,
                                      GROUP // 8, PDL and EARLY, XG > 0)  # fmt: skip
         else:
@@ -511,11 +420,9 @@ def route_read_once() -> bool:
 def experts_mma_variant(block_n: int, block_m: int, warps: int, zero: bool, direct: bool, xdiv: int,
                         row_scale: bool, depth: int = 2, pdl: bool = False,
                         split: int = 1, topk: int = 0, act: bool = False,
-                        route: int = 0, early: bool = False, ring: int = 0, xg: int = 0, xr: int = 1,
-                        gp: int = 0):  # fmt: skip
+                        route: int = 0, early: bool = False, ring: int = 0, xg: int = 0, xr: int = 1):  # fmt: skip
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot); `route`: the
-    top k of a launch that routes its token itself; `early`: its weights ahead of the PDL wait; `gp` > 0: x in
-    the ring and the scales of up to gp groups a program in shared memory (the tile's ring_x)."""
+    top k of a launch that routes its token itself; `early`: its weights ahead of the PDL wait."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
            "y_ptr": "*bf16", "tw_ptr": "*fp32", "ids_ptr": "*i64", "sorted_ptr": "*i32", "bexp_ptr": "*i32",
            "brows_ptr": "*i32", "part_ptr": "*fp32", "cnt_ptr": "*i32", "out_ptr": "*bf16", "N": "i32", "K": "i32",
@@ -524,9 +431,9 @@ def experts_mma_variant(block_n: int, block_m: int, warps: int, zero: bool, dire
     cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, DEPTH=depth, DIRECT=direct, XDIV=xdiv,
                ROW_SCALE=row_scale, PDL=pdl, SPLIT_K=split, SUM=topk > 0, TOPK=max(topk, route, 1),
                TOPK_P=1 << (max(topk, 1) - 1).bit_length(), ACT=act, ROUTE=route, BLOCK_E=256, EARLY=early,
-               RING=ring, XG=xg, XR=xr, RX=gp > 0, GP=max(gp, 1))  # fmt: skip
+               RING=ring, XG=xg, XR=xr)  # fmt: skip
     name = (f"int4 mma experts{' asym' if zero else ''}{' direct' if direct else ''} BLOCK_N={block_n} "
-            f"BLOCK_M={block_m} w{warps} xdiv {xdiv}{' scaled' if row_scale else ''}{' pdl' if pdl else ''}{f' split {split}' if split > 1 else ''}{f' sum {topk}' if topk else ''}{' act' if act else ''}{f' route {route}' if route else ''}{' early' if early else ''}{f' ring {ring}' if ring else ''}{f' x staged {xg}x{xr}' if xg else ''}{f' ring x {gp}' if gp else ''}")  # fmt: skip
+            f"BLOCK_M={block_m} w{warps} xdiv {xdiv}{' scaled' if row_scale else ''}{' pdl' if pdl else ''}{f' split {split}' if split > 1 else ''}{f' sum {topk}' if topk else ''}{' act' if act else ''}{f' route {route}' if route else ''}{' early' if early else ''}{f' ring {ring}' if ring else ''}{f' x staged {xg}x{xr}' if xg else ''}")  # fmt: skip
     return name, int4_mma_experts_kernel, sig, cex, warps
 
 
@@ -566,18 +473,13 @@ def experts_mma(
                          f"got {blocks} blocks")  # fmt: skip
     if early and route is None:
         raise ValueError("int4 mma experts: weights ahead of the PDL wait need the launch to route its token")
-    if cfg is None:
-        cfg = experts_mma_tile(ids.numel(), n, k, blocks)
-        cfg = cfg if cfg.ring_x else x_staged_choice(cfg, k, direct)  # a ring_x tile copies x group by group
+    cfg = cfg or x_staged_choice(experts_mma_tile(ids.numel(), n, k, blocks), k, direct)
     if (n % cfg.block_n or cfg.block_n % (16 * cfg.num_warps) or cfg.num_stages not in (2, 4)
-            or not 1 <= cfg.split_k <= k // GROUP_K or cfg.ring == 1 or (cfg.x_staged and cfg.x_ahead)
-            or (cfg.ring_x and (cfg.ring < 2 or cfg.x_staged or cfg.x_ahead))):  # fmt: skip
+            or not 1 <= cfg.split_k <= k // GROUP_K or cfg.ring == 1 or (cfg.x_staged and cfg.x_ahead)):  # fmt: skip
         raise ValueError(f"int4 mma experts: tile {cfg} does not fit N = {n}, K = {k} (16-row stripes per warp, "
-                         "depth 2 or 4, at least one 128-group per split, a ring of 0 or >= 2 slots, x in the "
-                         "ring only with a ring and x neither staged nor ahead)")  # fmt: skip
+                         "depth 2 or 4, at least one 128-group per split, a ring of 0 or >= 2 slots)")  # fmt: skip
     block_n, warps, depth, split = cfg.block_n, cfg.num_warps, cfg.num_stages, cfg.split_k
     xg, xr = x_stage_shape(cfg, k, direct)
-    gp = triton.next_power_of_2(-(-(k // GROUP_K) // split)) if cfg.ring_x else 1  # a program's groups
     g = w.scales.shape[-1]
     pairs = y.shape[0]
     if blocks * (n // block_n) > COUNTERS // 2 or (sum_out is not None and pairs % topk):
@@ -596,8 +498,7 @@ def experts_mma(
         TOPK_P=1 << (topk - 1).bit_length(), ACT=act, num_warps=warps,
         logits_ptr=route, n_experts=0 if route is None else route.shape[1] - 1,
         ROUTE=slots - 1 if route is not None else 0, EARLY=early, RING=cfg.ring, ROUTE_ONCE=route_read_once(),
-        probe_ptr=probe, PROBE=probe is not None, XA=cfg.x_ahead and not cfg.ring, XG=xg, XR=xr, RX=cfg.ring_x,
-        GP=gp,
+        probe_ptr=probe, PROBE=probe is not None, XA=cfg.x_ahead and not cfg.ring, XG=xg, XR=xr,
         BLOCK_E=triton.next_power_of_2(route.shape[1] - 1) if route is not None else 256, **pdl_kwargs(x),
         **({"maxnreg": cfg.max_regs} if cfg.max_regs else {}),
     )  # fmt: skip

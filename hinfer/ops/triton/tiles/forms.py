@@ -68,9 +68,6 @@ class SkinnyConfig:
     # each group's x then read from there beside its MMA (no round trip to L2 a group, no registers held ahead);
     # the int4 kernels take it as HINFER_X_STAGED says, the fp8 experts as their entry says
     x_staged: bool = False
-    # moe_int4_mma with a ring: each group's x copied into the ring beside its words and the program's scales and
-    # zero points read into shared memory before the loop (no global load between one group's MMA and the next)
-    ring_x: bool = False
 
 
 @dataclass(frozen=True)
