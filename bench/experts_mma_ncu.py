@@ -8,7 +8,7 @@ dependent launch overlap a decode step's profile folds into it.
         --section WarpStateStats --section Occupancy python bench/experts_mma_ncu.py --model 35b --proj down
     (scripts/gpu_ncu_int4.sh runs it for the packaged tiles at one token)
 
---tile: BLOCK_N, split-K, warps, depth; default: the packaged tile.
+--tile: BLOCK_N, split-K, warps, depth[, ring slots]; default: the packaged tile.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def main() -> None:
     ap.add_argument("--model", default="35b", choices=sorted(MODELS))
     ap.add_argument("--proj", default="gate_up", choices=["gate_up", "down"])
     ap.add_argument("--t", type=int, default=1, help="tokens (pairs = tokens x (top k + the folded shared expert))")
-    ap.add_argument("--tile", help="BLOCK_N,split,warps,depth")
+    ap.add_argument("--tile", help="BLOCK_N,split,warps,depth[,ring]: ring > 1 streams the words through a cp.async ring")
     ap.add_argument("--launches", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
@@ -47,8 +47,8 @@ def main() -> None:
         torch.randn(a.t * k, i, device="cuda").bfloat16()  # fmt: skip
     y = torch.empty(a.t * k, n // 2 if a.proj == "gate_up" else n, device="cuda", dtype=torch.bfloat16)
     if a.tile:
-        bn, split, warps, depth = (int(v) for v in a.tile.split(","))
-        cfg = SkinnyConfig(bn, 128, BM, split, warps, depth)
+        bn, split, warps, depth, *ring = (int(v) for v in a.tile.split(","))
+        cfg = SkinnyConfig(bn, 128, BM, split, warps, depth, *ring)
     else:
         cfg = experts_mma_tile(a.t * k, n, kk, r.blocks)
     print(f"{a.model} {a.proj} N={n} K={kk} T={a.t} pairs={a.t * k} {cfg}", flush=True)
