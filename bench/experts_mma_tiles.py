@@ -50,13 +50,13 @@ BM = 8  # rows per aligned block (hinfer.ops.triton.moe._experts_mma)
 
 
 def candidates(n: int, k: int, splits: tuple[int, ...] = (1,), rings: tuple[int, ...] = (0,),
-               rows: tuple[int, ...] = (32, 64, 128, 256), warps_: tuple[int, ...] = (1, 2, 4, 8),
+               block_ns: tuple[int, ...] = (32, 64, 128, 256), warp_counts: tuple[int, ...] = (1, 2, 4, 8),
                ) -> list[SkinnyConfig]:  # fmt: skip
     """BLOCK_N x warps (16-row stripes split over the warps) x register look-ahead depth x K splits (at least two
     128-groups each; split programs look 3 groups ahead), or instead of the look-ahead the words through a
-    cp.async ring of `ring` slots (rings > 0); `rows` (BLOCK_N) and `warps_` narrow the product."""
+    cp.async ring of `ring` slots (rings > 0); `block_ns` and `warp_counts` narrow the product."""
     out = []
-    for block_n, warps, depth, split in itertools.product(rows, warps_, (2, 4), splits):
+    for block_n, warps, depth, split in itertools.product(block_ns, warp_counts, (2, 4), splits):
         if (n % block_n == 0 and block_n % (16 * warps) == 0 and block_n // (16 * warps) <= 4
                 and k // 128 >= 2 * split and (split == 1 or depth == 4)):  # fmt: skip
             out += [SkinnyConfig(block_n, 128, BM, split, warps, depth, ring) for ring in rings
@@ -98,8 +98,8 @@ def _launch(fmt: str, x, w, y, r: Routing, xdiv: int, cfg: SkinnyConfig, **kw) -
 
 def sweep(name: str, t: int, gen: torch.Generator, splits: tuple[int, ...] = (1,),
           rings: tuple[int, ...] = (0,), x: str = "decode", caps: tuple[int, ...] = (0,), fmt: str = "int4",
-          block: bool = False, shapes: tuple[tuple[int, ...], tuple[int, ...]] = (
-              (32, 64, 128, 256), (1, 2, 4, 8))) -> list[dict]:  # fmt: skip
+          block: bool = False, block_ns: tuple[int, ...] = (32, 64, 128, 256),
+          warp_counts: tuple[int, ...] = (1, 2, 4, 8)) -> list[dict]:  # fmt: skip
     m = MODELS[name]
     e, k, h, i = m["e"] + 1, m["k"] + 1, m["h"], m["i"]  # the shared expert folded in: expert E, slot k
     per_layer = e * 3 * h * i * (1.05 if fmt == "fp8" else 0.55)
@@ -134,7 +134,7 @@ def sweep(name: str, t: int, gen: torch.Generator, splits: tuple[int, ...] = (1,
         family, tile = (MOE_FP8_MMA, fp8_experts_mma_tile) if fp8 else (MOE_INT4_MMA, experts_mma_tile)
         default = read_x(tile(pairs, n, kk, blocks), kk, direct, x, fp8)
         cands = [read_x(replace(c, max_regs=cap) if cap else c, kk, direct, x, fp8)
-                 for c in candidates(n, kk, splits, rings, *shapes) for cap in caps]  # fmt: skip
+                 for c in candidates(n, kk, splits, rings, block_ns, warp_counts) for cap in caps]  # fmt: skip
         # bytes: the e4m3 values (fp8's scales a rounding error); int4's words, bf16 scales and uint8 zeros per 128
         nbytes = distinct * n * kk * (1 if fp8 else 0.5 + 3 / 128)
         timed = time_tiles(default, cands,
@@ -188,8 +188,7 @@ def main() -> None:
             rows += sweep(name, t, gen, tuple(int(v) for v in a.splits.split(",")),
                           tuple(int(v) for v in a.rings.split(",")), a.x,
                           tuple(int(v) for v in a.max_regs.split(",")), a.fmt, a.scales == "block",
-                          (tuple(int(v) for v in a.rows.split(",")),
-                           tuple(int(v) for v in a.warps.split(","))))  # fmt: skip
+                          tuple(int(v) for v in a.rows.split(",")), tuple(int(v) for v in a.warps.split(",")))  # fmt: skip
             if a.tuned_out:  # as it goes: a sweep cut short keeps what it measured
                 write(a.tuned_out, [r["entry"] for r in rows])
     print("\nTUNED entries (paste into hinfer/ops/triton/tiles/tuned.py):\n" + "\n".join(r["line"] for r in rows))

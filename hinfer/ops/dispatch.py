@@ -75,8 +75,8 @@ def warn_fallback(op: str, why: str) -> None:
 # 27B int4: the merge serialised behind the last split) and was removed. A MoE layer's expert rows summed by the
 # next residual add + norm launch (`norm_slots`) instead of the down launch's last program or a sum launch: 35B-A3B
 # int4 one lane +2.5%, four / eight lanes +0.5%, the one-lane MTP round -1.4%, 122B-A10B one / eight lanes +1.9% /
-# +1.5% (H100); up to 64 rows (decode and
-# verification: a prefill chunk's rows, nine a token, would outlive the layer); the fp8 experts' rows likewise
+# +1.5% (H100); up to 64 rows (decode and verification: a prefill chunk's rows, nine a token, would outlive the
+# layer); the fp8 experts' rows likewise
 # (`norm_slots_fp8`, instead of the fp8 down launch's last program): 35B-A3B fp8 one / eight lanes +1.3% / +2.5%,
 # MTP rounds -1.2% / -4.8% (H100). The route and the alignment of a few tokens' pairs in one launch measured
 # slower twice: as one single-program launch (35B-A3B eight lanes 1,896 -> 1,756 tok/s, 122B-A10B with the tail
