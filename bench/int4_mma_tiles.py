@@ -49,8 +49,9 @@ from bench.tile_sweep import read_x, time_tiles  # noqa: E402
 
 
 def candidates(m: int, n: int, k: int, rings: tuple[int, ...] = (0,), fma: bool = False,
-               splits: tuple[int, ...] = (1, 2, 4, 8, 16)):
-    """Tiles (SkinnyConfig: BLOCK_N, 128, BLOCK_M, split, warps, depth, ring) that fit N, >= 4 groups per split; 8
+               splits: tuple[int, ...] = (1, 2, 4, 8, 16), min_groups: int = 4,
+               block_ns: tuple[int, ...] = (16, 32, 64, 128, 256), warp_counts: tuple[int, ...] = (1, 2, 4, 8)):
+    """Tiles (SkinnyConfig: BLOCK_N, 128, BLOCK_M, split, warps, depth, ring) that fit N, >= min_groups per split; 8
     warps only from BLOCK_M 32 (4 warps spill there). BLOCK_M is x's rows padded, or half that from 16 rows (two
     programs per weight tile, the second reading it from L2). BLOCK_N from 16 rows (one warp) to 256: the narrow
     tiles give small matrices programs without splitting K. Ring 0 tries the register look-ahead depths 2 and 4,
@@ -62,13 +63,14 @@ def candidates(m: int, n: int, k: int, rings: tuple[int, ...] = (0,), fma: bool 
     padded = mma_block_m(m)
     out = []
     for block_m, block_n, warps, split, ring in itertools.product(
-        dict.fromkeys((padded, max(8, padded // 2))), (16, 32, 64, 128, 256), (1, 2, 4, 8), splits, rings
+        dict.fromkeys((padded, max(8, padded // 2))), block_ns, warp_counts, splits, rings
     ):
-        if n % block_n or block_n % (16 * warps) or k // 128 // split < 4 or (block_m >= 32 and warps <= 4):
+        groups = k // 128 // split
+        if n % block_n or block_n % (16 * warps) or groups < min_groups or (block_m >= 32 and warps <= 4):
             continue
         if (n // block_n) * split * -(-m // block_m) > 8 * 132:  # far past covering the SMs: partials cost more
             continue
-        for depth in (2, 4) if ring == 0 else (2,):
+        for depth in (d for d in (2, 4) if d <= groups) if ring == 0 else (2,):
             out.append(SkinnyConfig(block_n, 128, block_m, split, warps, depth, ring))
             if fma and ring == 0:
                 out.append(SkinnyConfig(block_n, 128, block_m, split, warps, depth, ring, fma_offset=True))
@@ -121,6 +123,10 @@ def main() -> None:
     ap.add_argument("--shapes", help="projections to sweep (default: qkv,gdn_in,gate_up,o_proj,down of the 27B; all of "
                     "a --config's, of which the MoE models run only qkv, gdn_in, o_proj and gdn_out densely)")
     ap.add_argument("--splits", default="1,2,4,8,16", help="K splits to try")
+    ap.add_argument("--min-groups", type=int, default=4,
+                    help="fewest 128-groups a split keeps (2: twice the programs of 4 on a small matrix)")
+    ap.add_argument("--rows", default="16,32,64,128,256", help="rows a program (BLOCK_N) to try")
+    ap.add_argument("--warps", default="1,2,4,8", help="warps a program to try")
     ap.add_argument("--config", help="a packaged config (e.g. qwen3.6-35b-a3b): its shapes instead of the 27B's")
     ap.add_argument("--sym", action="store_true", help="symmetric weights (default asymmetric)")
     ap.add_argument("--fma-offset", action="store_true",
@@ -182,7 +188,9 @@ def main() -> None:
             if a.a8:  # the default (bf16 kernel, packaged tile) is timed first as the bar
                 tiles = [("a8", t) for t in a8_candidates(m, n, k, splits, 0 if a.a8_all else default.split_k)]
             else:
-                tiles = [default] if a.packaged else candidates(m, n, k, rings, a.fma_offset, splits)
+                tiles = [default] if a.packaged else candidates(
+                    m, n, k, rings, a.fma_offset, splits, a.min_groups, tuple(int(v) for v in a.rows.split(",")),
+                    tuple(int(v) for v in a.warps.split(",")))
             if a.x_ahead:
                 tiles += [replace(t, x_ahead=not t.x_ahead) for t in tiles]
             if not a.a8:

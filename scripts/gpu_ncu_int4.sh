@@ -16,7 +16,7 @@ NCU="ncu --kernel-name int4_mma_kernel $SECTIONS"
 # MODEL SHAPE M [TILE]: the 35B-A3B's one-row projections take 8-9 us a launch in the decode graph for 1-3 us of
 # bytes (bench/RESULTS.md), the 27B's gate_up is the largest
 for spec in "35b gdn_in 1" "35b o_proj 1" "35b gdn_out 1" "27b gate_up 1" "27b gate_up 8"; do
-  [ $SECONDS -lt 150 ] || break  # leave the experts their share of the call
+  [ $SECONDS -lt 200 ] || break  # leave the experts their share of the call
   set -- $spec
   name="ncu_int4_$1_$2_m$3${4:+_$4}"
   cfg=""; [ "$1" = 35b ] && cfg="--config qwen3.6-35b-a3b"
@@ -26,12 +26,14 @@ for spec in "35b gdn_in 1" "35b o_proj 1" "35b gdn_out 1" "27b gate_up 1" "27b g
   grep -E "issue_stalled" "$OUT/r/$name.txt" | sort -k3 -n -r | head -5
   tar czf "$OUT/ncu_int4.tgz" -C "$OUT/r" .
 done
-for spec in "35b gate_up 1" "35b down 1" "35b gate_up 8" "35b down 8"; do
-  [ $SECONDS -lt 250 ] || break
+# MODEL PROJ TOKENS [TILE]: the packaged tiles, then at eight tokens the best words ring (20% slower in the sweep)
+for spec in "35b gate_up 8" "35b gate_up 8 64,1,2,4,4" "35b down 8" "35b down 8 32,1,2,4,4" "35b gate_up 1" \
+    "35b down 1"; do
+  [ $SECONDS -lt 420 ] || break
   set -- $spec
-  name="ncu_experts_$1_$2_t$3"
+  name="ncu_experts_$1_$2_t$3${4:+_${4//,/-}}"
   timeout 60 ncu --kernel-name int4_mma_experts_kernel $SECTIONS python bench/experts_mma_ncu.py --model "$1" \
-    --proj "$2" --t "$3" > "$OUT/r/$name.txt" 2>&1
+    --proj "$2" --t "$3" ${4:+--tile $4} > "$OUT/r/$name.txt" 2>&1
   echo "== experts $spec rc=$?"; grep -E "Duration|DRAM Throughput|Eligible Warps|Issued Warp|Achieved Occupancy|Registers Per" \
     "$OUT/r/$name.txt" | head -8
   grep -E "issue_stalled" "$OUT/r/$name.txt" | sort -k3 -n -r | head -5
