@@ -385,10 +385,14 @@ MEASURED_SPILLS = (
 # spills lost to it in the decode graph by 2-4% (2026-12-04, bench/RESULTS.md; bench/results/tiles/moe-t8/). The
 # one-token gate_ups routing the token, held to 128 registers, spilled 56-96 bytes on 128 columns until 64 columns
 # won with x staged (2026-12-06): none now. The fp8 experts' eight-token gate_up with per-row scales (8 bytes at 128
-# registers; its sweep's winner, and eight lanes of 35B-A3B fp8 decode 1,229 -> 1,296 tok/s on it, 2026-12-06)
+# registers; its sweep's winner, and eight lanes of 35B-A3B fp8 decode 1,229 -> 1,296 tok/s on it, 2026-12-06). Both
+# MoE models' one-token gate_up held to 96 registers (32 bytes): five programs an SM put its 576 in one wave, one
+# lane +1.6% / +2.3% (2026-12-07)
 PACKAGED_SPILLS = (
     "int4 mma experts asym BLOCK_N=128 BLOCK_M=8 w2 xdiv 9 pdl act",
     "fp8 mma experts BLOCK_N=64 w2 depth 2 xdiv 9 pdl act",
+    "int4 mma experts asym direct BLOCK_N=64 BLOCK_M=8 w4 xdiv 9 pdl split 4 act route 8 x staged 4x1 maxnreg 96",
+    "int4 mma experts asym direct BLOCK_N=64 BLOCK_M=8 w4 xdiv 9 pdl split 2 act route 8 x staged 16x1 maxnreg 96",
 )
 
 

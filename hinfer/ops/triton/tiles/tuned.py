@@ -264,7 +264,9 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     # eight lanes lost 29% / 6%, so their buckets stay uncapped)
     # re-swept 2026-12-06 with x staged (`--t 1 --splits 1,2,4,8`, H100): gate_up 11.23 -> 8.88 us alone on 64
     # columns; in the decode graph only under the cap: one lane 477.7 -> 487.5 tok/s (uncapped 479.3)
-    (MOE_INT4_MMA, 1024, 2048, 16): SkinnyConfig(64, 128, 8, 4, 4, 4, max_regs=128),
+    # held to 96 registers 2026-12-07 (H100): its 576 programs of 4 warps fit 4 an SM under 128 (528 at once, 48 in
+    # a second wave), 5 under 96 (32 bytes of stack); one lane 503.1 / 503.9 -> 512.2 / 511.1 tok/s
+    (MOE_INT4_MMA, 1024, 2048, 16): SkinnyConfig(64, 128, 8, 4, 4, 4, max_regs=96),
     (MOE_INT4_MMA, 2048, 512, 16): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128),
     # two and three tokens (18 and 27 pairs: two and three lanes of plain decode), swept 2026-12-06 (`--t 3 --splits
     # 1,2 --max-regs 128`, H100): gate_up 20.23 -> 15.66 us, down 11.30 -> 9.53 alone (the four-token tiles before);
@@ -286,8 +288,9 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     (MOE_INT4_MMA, 2048, 512, 128): SkinnyConfig(128, 128, 8, 1, 2, 2),
     # 122B-A10B at one token re-swept with K splits 2026-12-02: gate_up 21.0 -> 18.7 us (2 splits), down 19.1 -> 14.1
     # re-swept 2026-12-06 with x staged (H100): gate_up 21.91 -> 16.80 us alone on 64 columns; one-lane decode
-    # 259.9 -> 266.2 tok/s with the cap (uncapped 260.4)
-    (MOE_INT4_MMA, 2048, 3072, 16): SkinnyConfig(64, 128, 8, 2, 4, 4, max_regs=128),
+    # 259.9 -> 266.2 tok/s with the cap (uncapped 260.4); under 96 registers 2026-12-07 (one wave of its 576
+    # programs, as the 35B-A3B's): 274.4 / 274.4 -> 280.8 / 280.6 (H100)
+    (MOE_INT4_MMA, 2048, 3072, 16): SkinnyConfig(64, 128, 8, 2, 4, 4, max_regs=96),
     (MOE_INT4_MMA, 3072, 1024, 16): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128),
     # two and three tokens, swept 2026-12-06 (`--t 3 --splits 1,2 --max-regs 128`, H100): gate_up 59.58 -> 40.46 us,
     # down 23.03 -> 21.37 alone; two lanes of decode 374.4 -> 389.8 tok/s, three 456.7 -> 501.3 (two alternated rounds)
