@@ -1,0 +1,117 @@
+"""Each launch of a decode step against the programs an SM can hold: its grid over the slots its registers, shared
+memory and warps leave (sm_90: 16,384 registers per scheduler quarter, allocated 256 per warp; 228 KB of shared
+memory, 1 KB of it reserved per program; 64 warps, 32 programs), so a grid just past a whole wave shows. A grid
+of 576 programs where 528 fit ran its last 48 as a second wave, and the one-token experts gate_up held to 96
+registers (five an SM) gained 1.6-2.3% of one-lane decode (bench/RESULTS.md, 2026-12-07).
+
+    python bench/waves.py --config qwen3.6-35b-a3b --quant int4 --lanes 1
+
+The launches come from the CUDA-graph decode step under torch.profiler (the trace's grid, block, registers and
+shared memory per kernel), programmatic dependent launch off (each kernel's own time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass
+
+SM90 = dict(regs_quarter=16384, reg_unit=256, smem=233472, smem_reserved=1024, warps=64, programs=32)
+
+
+@dataclass(frozen=True)
+class Launch:
+    name: str
+    grid: int
+    threads: int
+    regs: int
+    smem: int
+
+
+def resident(regs: int, threads: int, smem: int, limits: dict = SM90) -> int:
+    """Programs of one launch an SM holds at once: registers per scheduler quarter (a warp's registers rounded up to
+    the allocation unit; a program's warps spread over the four quarters), shared memory, warps, programs."""
+    warps = -(-threads // 32)
+    per_warp = -(-max(regs, 1) * 32 // limits["reg_unit"]) * limits["reg_unit"]
+    by_regs = 4 * (limits["regs_quarter"] // per_warp) // warps
+    by_smem = limits["smem"] // (smem + limits["smem_reserved"])
+    return max(0, min(by_regs, by_smem, limits["warps"] // warps, limits["programs"]))
+
+
+def waves(launch: Launch, sms: int) -> float:
+    slots = resident(launch.regs, launch.threads, launch.smem) * sms
+    return launch.grid / slots if slots else math.inf
+
+
+def launches(trace: dict) -> dict[Launch, list[float]]:
+    """Kernel events of a Chrome trace -> [total us, count] per distinct launch shape."""
+    out: dict[Launch, list[float]] = defaultdict(lambda: [0.0, 0])
+    for ev in trace.get("traceEvents", []):
+        args = ev.get("args", {})
+        if ev.get("cat") != "kernel" or "grid" not in args:
+            continue
+        grid, block = args["grid"], args["block"]
+        key = Launch(ev["name"][:60], grid[0] * grid[1] * grid[2], block[0] * block[1] * block[2],
+                     int(args.get("registers per thread", 0)), int(args.get("shared memory", 0)))  # fmt: skip
+        out[key][0] += ev.get("dur", 0.0)
+        out[key][1] += 1
+    return out
+
+
+def report(shapes: dict[Launch, list[float]], sms: int, steps: int) -> None:
+    """Launches by time per step, with their slots and waves; `<-` marks a last wave under a third full."""
+    print(f"{'kernel':60s} {'grid':>6s} {'thr':>4s} {'regs':>4s} {'smem':>6s} {'/SM':>3s} {'waves':>6s} "
+          f"{'us/step':>8s} {'calls':>5s}")
+    for ln, (us, n) in sorted(shapes.items(), key=lambda kv: -kv[1][0]):
+        w = waves(ln, sms)
+        tail = w - math.floor(w)
+        mark = " <-" if w > 1 and 0 < tail < 1 / 3 else ""
+        print(f"{ln.name:60s} {ln.grid:6d} {ln.threads:4d} {ln.regs:4d} {ln.smem:6d} "
+              f"{resident(ln.regs, ln.threads, ln.smem):3d} {w:6.2f} {us / steps:8.1f} {n / steps:5.1f}{mark}")
+
+
+def main() -> None:
+    import torch
+
+    from hinfer.bench import measure
+    from hinfer.bench.run import build_model, resolve_model, truncate_layers
+    from hinfer.config import EngineConfig, load_model_config
+    from hinfer.engine.factory import make_core, resolve_engine_config
+    from hinfer.fixtures import tokenizer_dir
+    from hinfer.tokenizer import Tokenizer
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default="qwen3.6-27b")
+    ap.add_argument("--quant", default="int4")
+    ap.add_argument("--lanes", type=int, default=1)
+    ap.add_argument("--depth", type=int, default=1024)
+    ap.add_argument("--layers", type=int, default=None)
+    a = ap.parse_args()
+    os.environ["HINFER_PDL"] = "0"
+    path, is_ckpt = resolve_model(a.config)
+    cfg = truncate_layers(load_model_config(path), a.layers)
+    ecfg = resolve_engine_config(cfg, EngineConfig(device="cuda", dtype="bf16", max_concurrency=a.lanes,
+                                                   max_context=a.depth + 256))  # fmt: skip
+    model = build_model(path, is_ckpt, cfg, a.quant, with_mtp=False)
+    core = make_core(cfg, model, Tokenizer.from_dir(tokenizer_dir()), ecfg, torch.device("cuda"))
+    core.runner.state.fill_random()
+    measure.decode(core.runner, a.lanes, a.depth, steps=8)
+    steps = 3
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        measure.decode(core.runner, a.lanes, a.depth, steps=steps, warmup=0)
+        torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as d:
+        prof.export_chrome_trace(f"{d}/trace.json")
+        with open(f"{d}/trace.json") as f:
+            trace = json.load(f)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    print(f"{a.config} {a.quant}, {a.lanes} lane(s), {sms} SMs")
+    report(launches(trace), sms, steps)
+
+
+if __name__ == "__main__":
+    main()
