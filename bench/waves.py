@@ -109,8 +109,11 @@ def main() -> None:
         with open(f"{d}/trace.json") as f:
             trace = json.load(f)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
+    shapes = launches(trace)
+    if not shapes:
+        raise SystemExit("no kernel event in the trace carries its grid and registers")
     print(f"{a.config} {a.quant}, {a.lanes} lane(s), {sms} SMs")
-    report(launches(trace), sms, steps)
+    report(shapes, sms, steps)
 
 
 if __name__ == "__main__":

@@ -11,5 +11,6 @@ for spec in "qwen3.6-35b-a3b 1" "qwen3.5-122b-a10b 1" "qwen3.6-27b 1" "qwen3.6-3
   left "${BUDGET:-330}" || break
   name="waves_${1}_c$2"
   timeout 90 python bench/waves.py --config "$1" --quant int4 --lanes "$2" > "$R/$name.txt" 2>&1
-  echo "== $name rc=$? $((SECONDS - START)) s"; grep -E " <-$" "$R/$name.txt" | head -12; pack
+  rc=$?; echo "== $name rc=$rc $((SECONDS - START)) s"; grep -E " <-$" "$R/$name.txt" | head -12; pack
+  [ $rc = 0 ] || { tail -5 "$R/$name.txt"; break; }
 done
