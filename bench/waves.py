@@ -7,7 +7,9 @@ registers (five an SM) gained 1.6-2.3% of one-lane decode (bench/RESULTS.md, 202
     python bench/waves.py --config qwen3.6-35b-a3b --quant int4 --lanes 1
 
 The launches come from the CUDA-graph decode step under torch.profiler (the trace's grid, block, registers and
-shared memory per kernel), programmatic dependent launch off (each kernel's own time).
+shared memory per kernel), programmatic dependent launch off (each kernel's own time). The grid counts every
+program, also those that leave at once and free their slot (a K split's copies of the bf16 tail-row programs, an
+experts grid's empty blocks): read a mark against the kernel before changing its tile.
 """
 
 from __future__ import annotations
