@@ -2,7 +2,8 @@
 # One device call (about six minutes): Nsight Compute on the int4 tensor-core kernel at the 35B-A3B's one-row
 # projections (small matrices, far from their bytes' time) and the 27B's gate_up at 1 and 8 rows, packaged tiles:
 # where it stalls (scheduler and warp-state statistics, occupancy, L1 / L2 traffic), to choose the next change to
-# the kernel; then the 35B-A3B's routed experts' gate_up and down at one and eight tokens the same way.
+# the kernel; then the 35B-A3B's routed experts' gate_up and down at eight and one tokens the same way, at eight
+# also on a words ring beside the packaged register look-ahead.
 # The reports land in $OUT/ncu_int4.tgz.
 set -uo pipefail
 OUT="${OUT:-/tmp/hinfer-out}"; mkdir -p "$OUT/r"
