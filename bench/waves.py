@@ -5,6 +5,7 @@ of 576 programs where 528 fit ran its last 48 as a second wave, and the one-toke
 registers (five an SM) gained 1.6-2.3% of one-lane decode (bench/RESULTS.md, 2026-12-07).
 
     python bench/waves.py --config qwen3.6-35b-a3b --quant int4 --lanes 1
+    python bench/waves.py --experts 35b --fmt int4      # no GPU: the experts' packaged tiles built for sm_90
 
 The launches come from the CUDA-graph decode step under torch.profiler (the trace's grid, block, registers and
 shared memory per kernel), programmatic dependent launch off (each kernel's own time). The grid counts every
@@ -18,9 +19,13 @@ import argparse
 import json
 import math
 import os
+import sys
 import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SM90 = dict(regs_quarter=16384, reg_unit=256, smem=233472, smem_reserved=1024, warps=64, programs=32)
 
@@ -76,7 +81,59 @@ def report(shapes: dict[Launch, list[float]], sms: int, steps: int) -> None:
               f"{resident(ln.regs, ln.threads, ln.smem):3d} {w:6.2f} {us / steps:8.1f} {n / steps:5.1f}{mark}")
 
 
+def experts_report(model: str, fmt: str, tokens: tuple[int, ...], sms: int = 132) -> None:
+    """Without a GPU: each experts launch of a MoE model's decode at these token counts, as its packaged tile builds
+    for sm_90 (linear_aot; the block form the decode takes: a block per pair up to three tokens, routed in the
+    launch, else the alignment's blocks), against the slots its build leaves. Programs: blocks x column tiles x K
+    splits, the blocks the expected distinct experts of uniform routing plus the shared expert's (a grouped grid
+    is sized for the worst case; its empty blocks leave at once)."""
+    from bench.moe_kernels import MODELS
+    from hinfer.ops.triton.linear_aot import _experts_variant, compile_gluon_sm90, resources
+    from hinfer.ops.triton.linear_int4_mma import staged_where_fits, x_stage_shape
+    from hinfer.ops.triton.moe_fp8_mma import fp8_experts_variant
+    from hinfer.ops.triton.tiles.moe import experts_mma_tile, fp8_experts_mma_tile
+
+    m = MODELS[model]
+    e, k, h, i = m["e"], m["k"], m["h"], m["i"]
+    print(f"{model} {fmt} experts, {sms} SMs")
+    print(f"{'T':>2s} {'proj':7s} {'tile':34s} {'regs':>4s} {'stack':>5s} {'smem':>6s} {'/SM':>3s} {'programs':>8s} "
+          f"{'waves':>6s}")
+    for t in tokens:
+        pairs, direct = t * (k + 1), t <= 3
+        blocks = pairs if direct else e * (1 - (1 - k / e) ** t) + -(-t // 8)
+        for proj, (n, kk) in (("gate_up", (2 * i, h)), ("down", (h, i))):
+            gate_up = proj == "gate_up"
+            if fmt == "fp8":
+                c = fp8_experts_mma_tile(pairs, n, kk, round(blocks), sms=sms)
+                xg, xr = x_stage_shape(staged_where_fits(c, kk, direct) if c.x_staged else c, kk, direct)
+                name, fn, sig, cex, warps = fp8_experts_variant(
+                    c.block_n, c.num_warps, not direct, direct, k + 1 if gate_up else 1, not gate_up,
+                    depth=c.num_stages, pdl=True, split=c.split_k, act=gate_up, max_regs=c.max_regs, xg=xg, xr=xr,
+                    route=k if gate_up and direct else 0)  # fmt: skip
+                cap = {}
+            else:
+                c = experts_mma_tile(pairs, n, kk, round(blocks), sms=sms)
+                name, fn, sig, cex, warps, _ = next(_experts_variant(c, n, kk, direct, gate_up, set()))
+                cap = {"maxnreg": c.max_regs} if c.max_regs else {}
+            r = resources(compile_gluon_sm90(fn, sig, cex | cap, warps))
+            programs = blocks * (n // c.block_n) * c.split_k
+            per_sm = resident(r["regs"], 32 * warps, r["smem"])
+            w = programs / (per_sm * sms)
+            tile = f"{c.block_n} rows, {warps} warps, split {c.split_k}, cap {c.max_regs}"
+            mark = " <-" if w > 1 and 0 < w - math.floor(w) < 1 / 3 else ""
+            print(f"{t:2d} {proj:7s} {tile:34s} {r['regs']:4d} {r['stack']:5d} {r['smem']:6d} {per_sm:3d} "
+                  f"{programs:8.0f} {w:6.2f}{mark}", flush=True)
+
+
 def main() -> None:
+    if "--experts" in sys.argv:
+        ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        ap.add_argument("--experts", required=True, choices=["35b", "122b"])
+        ap.add_argument("--fmt", choices=["int4", "fp8"], default="int4")
+        ap.add_argument("--tokens", default="1,2,3,4,8,32", help="tokens a launch takes (lanes, or lanes x (K + 1))")
+        ap.add_argument("--sms", type=int, default=132)
+        a = ap.parse_args()
+        return experts_report(a.experts, a.fmt, tuple(int(v) for v in a.tokens.split(",")), a.sms)
     import torch
 
     from hinfer.bench import measure
@@ -87,6 +144,7 @@ def main() -> None:
     from hinfer.tokenizer import Tokenizer
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--experts", choices=["35b", "122b"], help="no GPU: the experts' packaged tiles (--fmt, --tokens)")
     ap.add_argument("--config", default="qwen3.6-27b")
     ap.add_argument("--quant", default="int4")
     ap.add_argument("--lanes", type=int, default=1)
