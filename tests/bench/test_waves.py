@@ -3,9 +3,13 @@ H100 (bench/results/logs/20261207-0350-ncu_int4-*), and the trace parsing."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from bench.waves import Launch, launches, resident, waves
+
+triton = pytest.importorskip("triton")
 
 
 @pytest.mark.parametrize(("regs", "threads", "smem", "want"), [
@@ -39,3 +43,16 @@ def test_launches_sums_kernel_events_by_shape():
     trace = {"traceEvents": [ev, dict(ev, dur=3.0), {"cat": "cpu_op", "name": "x", "args": {}}]}
     got = launches(trace)
     assert got == {Launch("k", 8, 64, 40, 16): [5.0, 2]}
+
+
+@pytest.mark.skipif(not (Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists(),
+                    reason="this triton wheel ships no ptxas")  # fmt: skip
+def test_experts_report_builds_the_packaged_tiles(compiled_child):
+    """--experts without a GPU: one row per launch, the programs an SM its sm_90 build allows, the waves."""
+    r = compiled_child.run("bench/waves.py", "--experts", "35b", "--tokens", "1", timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = [line.replace("<-", "").split() for line in r.stdout.splitlines() if line.startswith(" 1 ")]
+    assert [row[1] for row in rows] == ["gate_up", "down"], r.stdout
+    for row in rows:
+        per_sm, programs, w = int(row[-3]), float(row[-2]), float(row[-1])
+        assert per_sm > 0 and w == pytest.approx(programs / (per_sm * 132), abs=0.01)
