@@ -54,6 +54,11 @@ def waves(launch: Launch, sms: int) -> float:
     return launch.grid / slots if slots else math.inf
 
 
+def past_a_wave(w: float) -> bool:
+    """A last wave under a third full: its programs run nearly alone, a whole program's time for a few of them."""
+    return w > 1 and 0 < w - math.floor(w) < 1 / 3
+
+
 def launches(trace: dict) -> dict[Launch, list[float]]:
     """Kernel events of a Chrome trace -> [total us, count] per distinct launch shape."""
     out: dict[Launch, list[float]] = defaultdict(lambda: [0.0, 0])
@@ -70,13 +75,12 @@ def launches(trace: dict) -> dict[Launch, list[float]]:
 
 
 def report(shapes: dict[Launch, list[float]], sms: int, steps: int) -> None:
-    """Launches by time per step, with their slots and waves; `<-` marks a last wave under a third full."""
+    """Launches by time per step, with their slots and waves; `<-` marks past_a_wave."""
     print(f"{'kernel':60s} {'grid':>6s} {'thr':>4s} {'regs':>4s} {'smem':>6s} {'/SM':>3s} {'waves':>6s} "
           f"{'us/step':>8s} {'calls':>5s}")
     for ln, (us, n) in sorted(shapes.items(), key=lambda kv: -kv[1][0]):
         w = waves(ln, sms)
-        tail = w - math.floor(w)
-        mark = " <-" if w > 1 and 0 < tail < 1 / 3 else ""
+        mark = " <-" if past_a_wave(w) else ""
         print(f"{ln.name:60s} {ln.grid:6d} {ln.threads:4d} {ln.regs:4d} {ln.smem:6d} "
               f"{resident(ln.regs, ln.threads, ln.smem):3d} {w:6.2f} {us / steps:8.1f} {n / steps:5.1f}{mark}")
 
@@ -120,7 +124,7 @@ def experts_report(model: str, fmt: str, tokens: tuple[int, ...], sms: int = 132
             per_sm = resident(r["regs"], 32 * warps, r["smem"])
             w = programs / (per_sm * sms)
             tile = f"{c.block_n} rows, {warps} warps, split {c.split_k}, cap {c.max_regs}"
-            mark = " <-" if w > 1 and 0 < w - math.floor(w) < 1 / 3 else ""
+            mark = " <-" if past_a_wave(w) else ""
             print(f"{t:2d} {proj:7s} {tile:34s} {r['regs']:4d} {r['stack']:5d} {r['smem']:6d} {per_sm:3d} "
                   f"{programs:8.0f} {w:6.2f}{mark}", flush=True)
 
