@@ -90,7 +90,8 @@ def experts_report(model: str, fmt: str, tokens: tuple[int, ...], sms: int = 132
     for sm_90 (linear_aot; the block form the decode takes: a block per pair up to three tokens, routed in the
     launch, else the alignment's blocks), against the slots its build leaves. Programs: blocks x column tiles x K
     splits, the blocks the expected distinct experts of uniform routing plus the shared expert's (a grouped grid
-    is sized for the worst case; its empty blocks leave at once)."""
+    is sized for the worst case; its empty blocks leave at once). Real routing picks fewer distinct experts than
+    uniform: from four tokens the waves are the random-weight bench's, not a real model's."""
     from bench.moe_kernels import MODELS
     from hinfer.ops.triton.linear_aot import _experts_variant, compile_gluon_sm90, resources
     from hinfer.ops.triton.linear_int4_mma import staged_where_fits, x_stage_shape
