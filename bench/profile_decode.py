@@ -29,6 +29,20 @@ from hinfer.fixtures import tokenizer_dir
 from hinfer.tokenizer import Tokenizer
 
 
+def decode_core(config: str, quant: str, lanes: int, depth: int, layers: int | None = None, spec_k: int = 0):
+    """(config, model, engine core) on the GPU: random weights in `quant`, `lanes` lanes of random KV and GDN state
+    past `depth`, with the MTP drafter at K = spec_k when it is > 0."""
+    path, is_ckpt = resolve_model(config)
+    cfg = truncate_layers(load_model_config(path), layers)
+    spec = dict(spec="mtp", draft_tokens=spec_k, spec_adaptive=False) if spec_k else {}
+    ecfg = resolve_engine_config(cfg, EngineConfig(device="cuda", dtype="bf16", max_concurrency=lanes,
+                                                   max_context=depth + 256 + 48 * (spec_k + 1), **spec))  # fmt: skip
+    model = build_model(path, is_ckpt, cfg, quant, with_mtp=bool(spec_k))
+    core = make_core(cfg, model, Tokenizer.from_dir(tokenizer_dir()), ecfg, torch.device("cuda"))
+    core.runner.state.fill_random()
+    return cfg, model, core
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", default="qwen3.6-27b")
@@ -49,14 +63,7 @@ def main() -> None:
     a = ap.parse_args()
     if not a.pdl:
         os.environ["HINFER_PDL"] = "0"
-    path, is_ckpt = resolve_model(a.config)
-    cfg = truncate_layers(load_model_config(path), a.layers)
-    spec = dict(spec="mtp", draft_tokens=a.spec_k, spec_adaptive=False) if a.spec_k else {}
-    ecfg = resolve_engine_config(cfg, EngineConfig(device="cuda", dtype="bf16", max_concurrency=a.lanes,
-                                                   max_context=a.depth + 256 + 48 * (a.spec_k + 1), **spec))  # fmt: skip
-    model = build_model(path, is_ckpt, cfg, a.quant, with_mtp=bool(a.spec_k))
-    core = make_core(cfg, model, Tokenizer.from_dir(tokenizer_dir()), ecfg, torch.device("cuda"))
-    core.runner.state.fill_random()
+    cfg, model, core = decode_core(a.config, a.quant, a.lanes, a.depth, a.layers, a.spec_k)
     if a.spec_k:
         return profile_spec(core, a)
     t = measure.decode(core.runner, a.lanes, a.depth, steps=a.steps, sampling=a.sampling)

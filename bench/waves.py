@@ -131,39 +131,27 @@ def experts_report(model: str, fmt: str, tokens: tuple[int, ...], sms: int = 132
 
 
 def main() -> None:
-    if "--experts" in sys.argv:
-        ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-        ap.add_argument("--experts", required=True, choices=["35b", "122b"])
-        ap.add_argument("--fmt", choices=["int4", "fp8"], default="int4")
-        ap.add_argument("--tokens", default="1,2,3,4,8,32", help="tokens a launch takes (lanes, or lanes x (K + 1))")
-        ap.add_argument("--sms", type=int, default=132)
-        a = ap.parse_args()
-        return experts_report(a.experts, a.fmt, tuple(int(v) for v in a.tokens.split(",")), a.sms)
-    import torch
-
-    from hinfer.bench import measure
-    from hinfer.bench.run import build_model, resolve_model, truncate_layers
-    from hinfer.config import EngineConfig, load_model_config
-    from hinfer.engine.factory import make_core, resolve_engine_config
-    from hinfer.fixtures import tokenizer_dir
-    from hinfer.tokenizer import Tokenizer
-
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--experts", choices=["35b", "122b"], help="no GPU: the experts' packaged tiles (--fmt, --tokens)")
+    ap.add_argument("--fmt", choices=["int4", "fp8"], default="int4", help="with --experts: their weight format")
+    ap.add_argument("--tokens", default="1,2,3,4,8,32", help="with --experts: tokens a launch takes (lanes, or lanes "
+                    "x (K + 1))")
+    ap.add_argument("--sms", type=int, default=132, help="with --experts: the GPU's SMs")
     ap.add_argument("--config", default="qwen3.6-27b")
     ap.add_argument("--quant", default="int4")
     ap.add_argument("--lanes", type=int, default=1)
     ap.add_argument("--depth", type=int, default=1024)
     ap.add_argument("--layers", type=int, default=None)
     a = ap.parse_args()
+    if a.experts:
+        return experts_report(a.experts, a.fmt, tuple(int(v) for v in a.tokens.split(",")), a.sms)
     os.environ["HINFER_PDL"] = "0"
-    path, is_ckpt = resolve_model(a.config)
-    cfg = truncate_layers(load_model_config(path), a.layers)
-    ecfg = resolve_engine_config(cfg, EngineConfig(device="cuda", dtype="bf16", max_concurrency=a.lanes,
-                                                   max_context=a.depth + 256))  # fmt: skip
-    model = build_model(path, is_ckpt, cfg, a.quant, with_mtp=False)
-    core = make_core(cfg, model, Tokenizer.from_dir(tokenizer_dir()), ecfg, torch.device("cuda"))
-    core.runner.state.fill_random()
+    import torch
+
+    from bench.profile_decode import decode_core
+    from hinfer.bench import measure
+
+    _, _, core = decode_core(a.config, a.quant, a.lanes, a.depth, a.layers)
     measure.decode(core.runner, a.lanes, a.depth, steps=8)
     steps = 3
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
