@@ -29,14 +29,17 @@ from hinfer.fixtures import tokenizer_dir
 from hinfer.tokenizer import Tokenizer
 
 
-def decode_core(config: str, quant: str, lanes: int, depth: int, layers: int | None = None, spec_k: int = 0):
+def decode_core(config: str, quant: str, lanes: int, depth: int, layers: int | None = None, spec_k: int = 0,
+                room: int | None = None):  # fmt: skip
     """(config, model, engine core) on the GPU: random weights in `quant`, `lanes` lanes of random KV and GDN state
-    past `depth`, with the MTP drafter at K = spec_k when it is > 0."""
+    past `depth`, with the MTP drafter at K = spec_k when it is > 0; `room`: the tokens a lane may grow past
+    `depth` (default: a profile's few steps or rounds)."""
     path, is_ckpt = resolve_model(config)
     cfg = truncate_layers(load_model_config(path), layers)
     spec = dict(spec="mtp", draft_tokens=spec_k, spec_adaptive=False) if spec_k else {}
+    room = 256 + 48 * (spec_k + 1) if room is None else room
     ecfg = resolve_engine_config(cfg, EngineConfig(device="cuda", dtype="bf16", max_concurrency=lanes,
-                                                   max_context=depth + 256 + 48 * (spec_k + 1), **spec))  # fmt: skip
+                                                   max_context=depth + room, **spec))  # fmt: skip
     model = build_model(path, is_ckpt, cfg, quant, with_mtp=bool(spec_k))
     core = make_core(cfg, model, Tokenizer.from_dir(tokenizer_dir()), ecfg, torch.device("cuda"))
     core.runner.state.fill_random()

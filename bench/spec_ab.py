@@ -15,15 +15,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-
-import torch
+import sys
+from pathlib import Path
 
 from hinfer.bench import measure
-from hinfer.bench.run import build_model, resolve_model
-from hinfer.config import EngineConfig, load_model_config
-from hinfer.engine.factory import make_core, resolve_engine_config
-from hinfer.fixtures import tokenizer_dir
-from hinfer.tokenizer import Tokenizer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench.profile_decode
 
 
 def alternate(core, name: str, values: list[str], lanes: int, depth: int, rounds: int, reps: int,
@@ -60,15 +57,10 @@ def main() -> None:
     name, _, vals = a.env.partition("=")
     values = vals.split(",")
     lanes = [int(x) for x in a.lanes.split(",")]
-    path, is_ckpt = resolve_model(a.config)
-    cfg = load_model_config(path)
     steps = (a.rounds + 3) * (a.spec_k + 1) * a.reps * len(values) + 64
-    ecfg = resolve_engine_config(cfg, EngineConfig(device="cuda", dtype="bf16", max_concurrency=max(lanes),
-                                                   max_context=a.depth + steps + 256, spec="mtp",
-                                                   draft_tokens=a.spec_k, spec_adaptive=False))  # fmt: skip
-    model = build_model(path, is_ckpt, cfg, a.quant, with_mtp=True)
-    core = make_core(cfg, model, Tokenizer.from_dir(tokenizer_dir()), ecfg, torch.device("cuda"))
-    core.runner.state.fill_random()
+    from bench.profile_decode import decode_core
+
+    _, _, core = decode_core(a.config, a.quant, max(lanes), a.depth, spec_k=a.spec_k, room=steps + 256)
     for n in lanes:
         res = alternate(core, name, values, n, a.depth, a.rounds, a.reps, a.sampling)
         base = statistics.median(res[values[0]])

@@ -14,20 +14,19 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 
 from hinfer.bench import measure
-from hinfer.bench.run import build_model, resolve_model, truncate_layers
-from hinfer.config import EngineConfig, load_model_config
-from hinfer.engine.factory import make_core, resolve_engine_config
 from hinfer.engine.spec import decoder as dec
 from hinfer.engine.spec import drafter as dr
-from hinfer.fixtures import tokenizer_dir
-from hinfer.tokenizer import Tokenizer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench.profile_decode
 
 
 class _HostEvent:
@@ -151,14 +150,9 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=None)
     ap.add_argument("--rounds", type=int, default=48)
     a = ap.parse_args()
-    path, is_ckpt = resolve_model(a.config)
-    cfg = truncate_layers(load_model_config(path), a.layers)
-    ecfg = resolve_engine_config(cfg, EngineConfig(device="cuda", dtype="bf16", max_concurrency=a.lanes,
-                                                   max_context=a.depth + 256 + 64 * (a.spec_k + 1), spec="mtp",
-                                                   draft_tokens=a.spec_k, spec_adaptive=False))  # fmt: skip
-    model = build_model(path, is_ckpt, cfg, a.quant, with_mtp=True)
-    core = make_core(cfg, model, Tokenizer.from_dir(tokenizer_dir()), ecfg, torch.device("cuda"))
-    core.runner.state.fill_random()
+    from bench.profile_decode import decode_core
+
+    _, _, core = decode_core(a.config, a.quant, a.lanes, a.depth, a.layers, a.spec_k, room=256 + 64 * (a.spec_k + 1))
     plain = measure.decode(core.runner, a.lanes, a.depth, steps=32)
     t = measure.spec_rounds(core, a.lanes, a.depth, rounds=a.rounds)
     parts = timeline(core, a.lanes, a.depth, a.rounds)
