@@ -39,11 +39,12 @@ from hinfer.ops.triton.moe_fp8_mma import fp8_experts_mma  # noqa: E402
 from hinfer.ops.triton.moe_int4_mma import experts_mma  # noqa: E402
 from hinfer.ops.triton.tiles.forms import MOE_FP8_MMA, MOE_INT4_MMA, SkinnyConfig  # noqa: E402
 from hinfer.ops.triton.tiles.moe import (  # noqa: E402
+    MOE_FP8_MMA_TILES,
     MOE_INT4_MMA_TILES,
     experts_mma_tile,
     fp8_experts_mma_tile,
 )
-from hinfer.ops.triton.tiles.table import entry, m_bucket, source_line, write  # noqa: E402
+from hinfer.ops.triton.tiles.table import entry, source_line, write  # noqa: E402
 
 BW = 4.2e12  # bytes/s the floors divide by (bench/moe_kernels.py's)
 BM = 8  # rows per aligned block (hinfer.ops.triton.moe._experts_mma)
@@ -132,6 +133,7 @@ def sweep(name: str, t: int, gen: torch.Generator, splits: tuple[int, ...] = (1,
         # HINFER_X_STAGED; fp8: as its entry says); rings are the int4 kernel's (fp8 sweeps pass none)
         fp8 = fmt == "fp8"
         family, tile = (MOE_FP8_MMA, fp8_experts_mma_tile) if fp8 else (MOE_INT4_MMA, experts_mma_tile)
+        bucket = (MOE_FP8_MMA_TILES if fp8 else MOE_INT4_MMA_TILES).bucket(pairs)
         default = read_x(tile(pairs, n, kk, blocks), kk, direct, x, fp8)
         cands = [read_x(replace(c, max_regs=cap) if cap else c, kk, direct, x, fp8)
                  for c in candidates(n, kk, splits, rings, block_ns, warp_counts) for cap in caps]  # fmt: skip
@@ -153,8 +155,8 @@ def sweep(name: str, t: int, gen: torch.Generator, splits: tuple[int, ...] = (1,
         rows.append({"model": name, "proj": proj, "t": t, "pairs": pairs, "n": n, "k": kk, "blocks": blocks,
                      "default": asdict(default), "default_us": base, "best": asdict(best), "best_us": best_us,
                      "fmt": fmt, "floor_us": floor,
-                     "entry": entry(family, n, kk, m_bucket(pairs, MOE_INT4_MMA_TILES.max_m), best),
-                     "line": source_line(family, n, kk, m_bucket(pairs, MOE_INT4_MMA_TILES.max_m), best)})  # fmt: skip
+                     "entry": entry(family, n, kk, bucket, best),
+                     "line": source_line(family, n, kk, bucket, best)})  # fmt: skip
     gu.clear(), dn.clear()
     torch.cuda.empty_cache()
     return rows

@@ -16,7 +16,7 @@ from hinfer.ops.triton.tiles import forms, table
 from hinfer.ops.triton.tiles.attention import decode_config
 from hinfer.ops.triton.tiles.forms import DecodeTile, MoeConfig, SkinnyConfig, Tile
 from hinfer.ops.triton.tiles.linear import mma_config, skinny_config
-from hinfer.ops.triton.tiles.moe import pick_config
+from hinfer.ops.triton.tiles.moe import experts_mma_tile, pick_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SKINNY = SkinnyConfig(64, 128, 16, 2, 4, 3)
@@ -44,6 +44,27 @@ def test_int4_mma_fills_untuned_buckets_from_above():
     with mock.patch.dict(table.TABLE, {(forms.INT4_MMA, 1024, 2048, 8): tile}):
         assert mma_config(2, 1024, 2048, sms=132) == tile  # bucket 2, then 4, then 8's entry
         assert mma_config(9, 1024, 2048, sms=132).block_m == 16  # 8's tile holds 8 rows only
+
+
+def test_a_finer_bucket_takes_its_own_entry_else_the_power_of_two_above():
+    fam = forms.MOE_INT4_MMA
+    assert [table.m_bucket(m, 512, (24,)) for m in (9, 17, 18, 24, 25, 27, 33)] == [16, 24, 24, 24, 32, 32, 64]
+    two, three = SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=96), SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128)
+    with mock.patch.dict(table.TABLE, {(fam, 2048, 3072, 24): two, (fam, 2048, 3072, 32): three}):
+        assert experts_mma_tile(18, 2048, 3072, 18) == two  # two tokens' 18 pairs
+        assert experts_mma_tile(27, 2048, 3072, 27) == three  # three tokens'
+    with mock.patch.dict(table.TABLE, {(fam, 1024, 3072, 32): three}):
+        assert experts_mma_tile(18, 1024, 3072, 18) == three  # no entry at 24: the 32 bucket's
+
+
+def test_a_tiles_file_may_name_a_finer_bucket_of_its_family_only(tmp_path):
+    tile = SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=96)
+    path = tmp_path / "t.json"
+    table.write(path, [table.entry(forms.MOE_INT4_MMA, 2048, 512, 24, tile)])
+    assert table.load(path) == {(forms.MOE_INT4_MMA, 2048, 512, 24): tile}
+    table.write(path, [table.entry(forms.INT4_MMA, 2048, 512, 24, tile)])
+    with pytest.raises(ValueError, match="finer buckets"):
+        table.load(path)
 
 
 def test_moe_and_attention_take_entries_too():

@@ -313,7 +313,13 @@ def packaged_experts_variants() -> Iterator[Variant]:
     seen = set()
     for (n, k, m), c in sorted(entries.items()):
         for one in direct_forms(m):
-            yield from _experts_variant(c, n, k, one, (k, n // 2, m) in entries, seen)
+            yield from _experts_variant(c, n, k, one, _gate_up(n, k, entries), seen)
+
+
+def _gate_up(n: int, k: int, entries: dict) -> bool:
+    """Whether the experts entry (n, k) is a pair's gate_up: a down (H, I) beside it (2I, H) in some bucket (a
+    finer bucket may hold one of the two only)."""
+    return any((k, n // 2) == (n2, k2) for n2, k2, _ in entries)
 
 
 def direct_forms(bucket: int) -> tuple[bool, ...]:
@@ -355,7 +361,7 @@ def packaged_fp8_experts_variants() -> Iterator[Variant]:
 
     entries = {(n, k, m): c for (fam, n, k, m), c in TUNED.items() if fam == MOE_FP8_MMA}
     for (n, k, m), c, one in ((e, c, one) for e, c in sorted(entries.items()) for one in direct_forms(e[2])):
-        gate_up = (k, n // 2, m) in entries
+        gate_up = _gate_up(n, k, entries)
         staged = staged_where_fits(c, k, one)
         routes = (0, 8) if gate_up and one else (0,)  # direct blocks' gate_up routing its tokens (`route_fp8`)
         sums = (0,) if gate_up else (9, 0)  # the down summing the slots, or leaving them to the norm (norm_slots_fp8)
@@ -387,12 +393,15 @@ MEASURED_SPILLS = (
 # won with x staged (2026-12-06): none now. The fp8 experts' eight-token gate_up with per-row scales (8 bytes at 128
 # registers; its sweep's winner, and eight lanes of 35B-A3B fp8 decode 1,229 -> 1,296 tok/s on it, 2026-12-06). Both
 # MoE models' one-token gate_up held to 96 registers (32 bytes): five programs an SM put its 576 in one wave, one
-# lane +1.6% / +2.3% (2026-12-07)
+# lane +1.6% / +2.3% (2026-12-07). The 35B-A3B's two-token down held to 96 registers (8 bytes; one wave of its
+# 1,152 programs, two lanes +1.6%, 2026-12-07)
 PACKAGED_SPILLS = (
     "int4 mma experts asym BLOCK_N=128 BLOCK_M=8 w2 xdiv 9 pdl act",
     "fp8 mma experts BLOCK_N=64 w2 depth 2 xdiv 9 pdl act",
     "int4 mma experts asym direct BLOCK_N=64 BLOCK_M=8 w4 xdiv 9 pdl split 4 act route 8 x staged 4x1 maxnreg 96",
     "int4 mma experts asym direct BLOCK_N=64 BLOCK_M=8 w4 xdiv 9 pdl split 2 act route 8 x staged 16x1 maxnreg 96",
+    "int4 mma experts asym BLOCK_N=32 BLOCK_M=8 w2 xdiv 1 scaled pdl maxnreg 96",
+    "int4 mma experts asym direct BLOCK_N=32 BLOCK_M=8 w2 xdiv 1 scaled pdl route 8 early x staged 4x1 maxnreg 96",
 )
 
 

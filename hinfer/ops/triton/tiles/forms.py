@@ -153,3 +153,8 @@ FORMS: dict[str, type] = {
     **dict.fromkeys(map(attention_decode_family, DECODE_KV_FORMATS), DecodeTile),
     **dict.fromkeys(map(attention_prefill_family, DECODE_KV_FORMATS), PrefillTile),
 }
+
+# Buckets between the powers of two, per family: where one M of a power-of-two bucket wants another tile than the
+# rest. The int4 experts' 24 holds two tokens (18 pairs): their direct grid fits one wave of programs under a
+# register cap that costs three tokens' 27 pairs, which stay in the 32 bucket (bench/RESULTS.md, 2026-12-07).
+FINER: dict[str, tuple[int, ...]] = {MOE_INT4_MMA: (24,)}

@@ -1,7 +1,8 @@
 """The one tile lookup: a kernel family's tuned entry for a shape, else the family's heuristic.
 
 A key is (family, N, K, M bucket): N and K the family's problem size, the bucket the smallest power of two
->= M (rows of x, tokens, query rows) up to the family's max_m (docs/ARCHITECTURE.md, "Tile tables"). TABLE
+>= M (rows of x, tokens, query rows) up to the family's max_m, or one of the family's finer buckets (a call
+whose finer bucket has no entry takes the power of two above it; docs/ARCHITECTURE.md, "Tile tables"). TABLE
 holds the packaged entries (tuned.py) and, with HINFER_TILES=path.json, a sweep's: a JSON list of
 {"family", "n", "k", "m", "tile": {field: value}} as `entry` writes them, which adds or overrides entries, so
 tiles swept on this GPU are used without editing the package.
@@ -17,7 +18,7 @@ from dataclasses import MISSING, asdict, dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from hinfer.ops.triton.tiles.forms import FORMS
+from hinfer.ops.triton.tiles.forms import FINER, FORMS
 from hinfer.ops.triton.tiles.tuned import TUNED
 
 T = TypeVar("T")
@@ -25,12 +26,12 @@ Key = tuple[str, int, int, int]
 ENV = "HINFER_TILES"
 
 
-def m_bucket(m: int, max_m: int = 64) -> int:
-    """The smallest power of two >= m, at most max_m."""
+def m_bucket(m: int, max_m: int = 64, finer: tuple[int, ...] = ()) -> int:
+    """The smallest power of two >= m, at most max_m; or the smallest of `finer` between m and that."""
     b = 1
     while b < m and b < max_m:
         b *= 2
-    return b
+    return min((f for f in finer if m <= f < b), default=b)
 
 
 def _any_tile(tile: Any, m: int, n: int, k: int) -> bool:
@@ -48,14 +49,27 @@ class Family(Generic[T]):
     fill_up: bool = False  # an untuned M bucket takes the next tuned bucket above (a family tuned at a few M)
     max_m: int = 64  # the largest bucket: larger M share its entries
 
+    @property
+    def finer(self) -> tuple[int, ...]:
+        """Buckets between the powers of two (forms.FINER); a call whose finer bucket has no entry takes the power
+        of two above."""
+        return FINER.get(self.name, ())
+
+    def bucket(self, m: int) -> int:
+        """The bucket of M rows: m_bucket with this family's bounds."""
+        return m_bucket(m, self.max_m, self.finer)
+
 
 def lookup(family: Family[T], m: int, n: int, k: int, **context: Any) -> T:
     """The tile of one call: M rows (tokens) through an N x K problem; `context` is the heuristic's only."""
-    b = m_bucket(m, family.max_m)
+    b = family.bucket(m)
     while True:
         tile = TABLE.get((family.name, n, k, b))
         if tile is not None and family.fits(tile, m, n, k):
             return tile  # type: ignore[return-value]
+        if b in family.finer:  # the power of two above a finer bucket
+            b = m_bucket(b, family.max_m)
+            continue
         if not family.fill_up or b >= family.max_m:
             return family.heuristic(m, n, k, **context)
         b *= 2
@@ -80,8 +94,9 @@ def load(path: str | Path) -> dict[Key, Any]:
     out: dict[Key, Any] = {}
     for e in json.loads(Path(path).read_text()):
         form, m = FORMS.get(e["family"]), e["m"]
-        if form is None or m < 1 or m & (m - 1):
-            raise ValueError(f"{path}: not a tile entry (unknown family or M not a power of two): {e}")
+        if form is None or m < 1 or m & (m - 1) and m not in FINER.get(e["family"], ()):
+            raise ValueError(f"{path}: not a tile entry (unknown family, or M neither a power of two nor one of "
+                             f"the family's finer buckets): {e}")
         out[(e["family"], e["n"], e["k"], m)] = _build(form, e["tile"], path)
     return out
 

@@ -273,6 +273,11 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     # in the decode graph two lanes 722.6 -> 770.2 tok/s, three 972.7 -> 1,049.0 (two alternated rounds each)
     (MOE_INT4_MMA, 1024, 2048, 32): SkinnyConfig(64, 128, 8, 1, 4, 2, max_regs=128),
     (MOE_INT4_MMA, 2048, 512, 32): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128),
+    # two tokens alone (the finer bucket 24, forms.FINER): the down's 1,152 programs of 2 warps fit 8 an SM at its
+    # 120-125 registers (1,056 at once, 96 in a second wave), 10 under 96 (one wave); decode 2026-12-07 (H100, the
+    # 32 bucket capped, two alternated rounds): two lanes 795.7 / 796.5 -> 808.4 / 810.0 tok/s, three lanes (two
+    # waves either way) 1,087.4 / 1,088.1 -> 1,074.7 / 1,075.0, so only two tokens take the cap
+    (MOE_INT4_MMA, 2048, 512, 24): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=96),
     # four tokens (36 pairs: a one-lane MTP verification at K = 3, four lanes of plain decode), swept 2026-12-06
     # (`--t 4 --splits 1,2 --max-regs 0,128`, x as the decode reads it, H100): gate_up 24.18 -> 22.18 us, down 13.74 ->
     # 11.82 alone (the eight-token tiles before); in the decode graph four lanes 1,247 -> 1,257 tok/s, the one-lane
@@ -296,6 +301,10 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     # down 23.03 -> 21.37 alone; two lanes of decode 374.4 -> 389.8 tok/s, three 456.7 -> 501.3 (two alternated rounds)
     (MOE_INT4_MMA, 2048, 3072, 32): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128),
     (MOE_INT4_MMA, 3072, 1024, 32): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128),
+    # two tokens alone: the gate_up's 1,152 programs in one wave under 96 registers, as the 35B-A3B's down; decode
+    # 2026-12-07 (H100, the 32 bucket capped, two alternated rounds): two lanes 401.1 / 400.9 -> 427.6 / 427.8
+    # tok/s, three lanes 512.4 / 512.5 -> 500.8 / 501.0
+    (MOE_INT4_MMA, 2048, 3072, 24): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=96),
     # four tokens, swept 2026-12-06 (`--t 4 --splits 1,2 --max-regs 128`, H100): gate_up 58.22 -> 53.96 us, down
     # 37.14 -> 26.81 alone; four lanes of decode 565.9 / 564.1 -> 590.7 / 591.4 tok/s (two alternated rounds)
     (MOE_INT4_MMA, 2048, 3072, 64): SkinnyConfig(32, 128, 8, 1, 2, 4, max_regs=128),
