@@ -34,6 +34,9 @@ def decode_core(config: str, quant: str, lanes: int, depth: int, layers: int | N
     """(config, model, engine core) on the GPU: random weights in `quant`, `lanes` lanes of random KV and GDN state
     past `depth`, with the MTP drafter at K = spec_k when it is > 0; `room`: the tokens a lane may grow past
     `depth` (default: a profile's few steps or rounds)."""
+    # the layer-by-layer build frees bf16 blocks that would otherwise stay reserved in pieces too small for the
+    # lanes' state: the 122B-A10B ran out of an H100's 80 GB with 15.8 GB reserved and unallocated (2026-12-07)
+    os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     path, is_ckpt = resolve_model(config)
     cfg = truncate_layers(load_model_config(path), layers)
     spec = dict(spec="mtp", draft_tokens=spec_k, spec_adaptive=False) if spec_k else {}

@@ -360,7 +360,7 @@ def packaged_fp8_experts_variants() -> Iterator[Variant]:
     from hinfer.ops.triton.tiles.tuned import TUNED
 
     entries = {(n, k, m): c for (fam, n, k, m), c in TUNED.items() if fam == MOE_FP8_MMA}
-    for (n, k, m), c, one in ((e, c, one) for e, c in sorted(entries.items()) for one in direct_forms(e[2])):
+    for (n, k, _m), c, one in ((e, c, one) for e, c in sorted(entries.items()) for one in direct_forms(e[2])):
         gate_up = _gate_up(n, k, entries)
         staged = staged_where_fits(c, k, one)
         routes = (0, 8) if gate_up and one else (0,)  # direct blocks' gate_up routing its tokens (`route_fp8`)
