@@ -4,6 +4,7 @@ conv channels 10240, bf16 activations, fp32 state) on one GPU.
     python bench/gdn_kernels.py            # decode C=1,8,64, verify C=8 x 4 tokens, prefill 8K
     python bench/gdn_kernels.py --sweep    # also sweep the tile settings of hinfer/ops/triton/gdn.py
     python bench/gdn_kernels.py --sweep-decode    # only the decode tiles (recurrent kernel, fused step)
+    python bench/gdn_kernels.py --sweep-fused 32:2:0,32:2:168 --cs 1,8    # the fused step under register caps
     python bench/gdn_kernels.py --verify-writes --cs 1,8    # a verify step's state writes: per token or once
 
 Decode rows are medians of CUDA-graph replays that cycle through enough layers' buffers (>= 256 MB) that the
@@ -103,13 +104,17 @@ def _graph_us(fn, layers: list[Layer]) -> float:
     return triton.testing.do_bench_cudagraph(all_layers, rep=200, return_mode="median") * 1e3 / len(layers)
 
 
-def decode_rows(cs=(1, 8, 64), verify=((8, 4),)) -> list[tuple]:
+def decode_rows(cs=(1, 8, 64), verify=((8, 4),), only: tuple[str, ...] = ()) -> list[tuple]:
+    """Rows (name, us per layer, floor us) of every op (or those in `only`) at C lanes of one token and at the
+    verify shapes (C, n)."""
     rows = []
     for c, n in [(c, 1) for c in cs] + list(verify):
         batch, n_slots = _batch([n] * c, verify=n > 1)
         n_layers = max(2, min(48, math.ceil(256e6 / (c * STATE_BYTES))))  # the touched state > L2
         layers = [Layer(c * n, n_slots) for _ in range(n_layers)]
         for op, fn in _ops(batch, fused=True).items():
+            if only and op not in only:
+                continue
             us = _graph_us(fn, layers)
             floor = _bytes(op, c, n) / BW * 1e6
             rows.append(
@@ -238,6 +243,32 @@ def sweep_decode(bvs: tuple[int, ...] = (8, 16, 32, 64, 128)) -> None:
     tg.DECODE_TILES, tg.FUSED_TILES = base_d, base_f
 
 
+def sweep_fused(tiles: list[tuple[int, int, int]], cs=(1, 8), verify=((8, 4),), best_out: str = "") -> None:
+    """The fused step alone at each tile (BV, warps, max registers: the launch's maxnreg, 0 = the compiler's
+    choice), us per layer at each shape; `best_out`: the fastest tile at the most lanes written as a
+    HINFER_GDN_FUSED_TILES row ("inf:BV:warps:registers"), for a run of the decode graph on it."""
+    base, max_tokens = tg.FUSED_TILES, tg.FUSED_MAX_TOKENS
+    shapes = [f"C={c}" for c in cs] + [f"C={c}x{n}" for c, n in verify]
+    print(f"\nsweep: fused step (BV, warps, max registers), us per layer at {', '.join(shapes)}")
+    best = None
+    for bv, nw, regs in tiles:
+        tg.FUSED_TILES, tg.FUSED_MAX_TOKENS = ((1 << 30, bv, nw, regs),), 16
+        try:
+            us = [r[1] for r in decode_rows(cs=cs, verify=verify, only=("fused",))]
+        except Exception as e:  # a tile that does not fit is just skipped
+            print(f"  BV={bv:3d} warps={nw} regs={regs:3d}: failed ({type(e).__name__}: {str(e)[:80]})")
+            continue
+        finally:
+            tg.FUSED_TILES, tg.FUSED_MAX_TOKENS = base, max_tokens
+        print(f"  BV={bv:3d} warps={nw} regs={regs:3d}: " + " ".join(f"{u:8.2f}" for u in us), flush=True)
+        if best is None or us[len(cs) - 1] < best[0]:
+            best = (us[len(cs) - 1], bv, nw, regs)
+    if best and best_out:
+        with open(best_out, "w") as f:
+            f.write(f"inf:{best[1]}:{best[2]}:{best[3]}\n")
+        print(f"fastest at C={cs[-1]}: BV={best[1]} warps={best[2]} regs={best[3]} ({best[0]:.2f} us) -> {best_out}")
+
+
 def sweep_prefill(state_tiles: bool = True) -> None:
     base_c, base_v = dict(tg.CHUNK), dict(tg.CONV)
     lens = [8192]
@@ -276,9 +307,13 @@ def main() -> None:
     ap.add_argument("--sweep-prefill", action="store_true", help="only sweep the prefill (chunk, conv) tiles")
     ap.add_argument("--sweep-decode", action="store_true", help="only sweep the decode (recurrent, fused) tiles")
     ap.add_argument("--bvs", default="8,16,32,64,128", help="--sweep-decode: the V block sizes to try")
+    ap.add_argument("--sweep-fused", default="",
+                    help="only the fused step at these tiles, BV:warps:max registers (0: the compiler's choice) "
+                    "comma-separated, e.g. 32:2:0,32:2:168,32:2:128, at --cs lanes and 8 x 4 verify rows")
+    ap.add_argument("--best-out", default="", help="--sweep-fused: write the fastest tile at the most lanes here")
     ap.add_argument("--decode-only", action="store_true",
                     help="only the decode rows at --cs lanes (a short run, e.g. under Nsight Compute)")
-    ap.add_argument("--cs", default="1,8,64", help="--decode-only: lane counts")
+    ap.add_argument("--cs", default="1,8,64", help="--decode-only, --sweep-fused: lane counts")
     ap.add_argument("--verify-writes", action="store_true",
                     help="only the fused verify step writing its state after every token against once (--cs lanes)")
     args = ap.parse_args()
@@ -291,6 +326,10 @@ def main() -> None:
         return
     if args.sweep_decode:
         sweep_decode(tuple(int(v) for v in args.bvs.split(",")))
+        return
+    if args.sweep_fused:
+        tiles = [tuple(int(v) for v in t.split(":")) for t in args.sweep_fused.split(",")]
+        sweep_fused(tiles, cs=tuple(int(c) for c in args.cs.split(",")), best_out=args.best_out)
         return
     if args.decode_only:
         print_table(decode_rows(cs=tuple(int(c) for c in args.cs.split(",")), verify=()), "decode, per layer")

@@ -161,15 +161,18 @@ def test_gated_delta_rule(tg, seed, case):
     assert torch.equal(s_k[untouched.cuda()], state[untouched.cuda()]), f"seed {seed}: other slots changed"
 
 
-@pytest.mark.parametrize("tiles", ["packaged", "whole-rows"])
+@pytest.mark.parametrize("tiles", ["packaged", "whole-rows", "capped"])
 @pytest.mark.parametrize("case", ["decode1", "decode8", "decode64", "verify8x4"])
 def test_fused_step_matches_the_separate_kernels(tg, seed, monkeypatch, case, tiles):
     """conv + gates + rule + output norm in one kernel (gdn_decode.py) vs the four kernels, at 27B shapes: the conv
     state bit for bit, normalised outputs and SSM state to rounding (the arithmetic is the same step for step), run
     twice (the arrival counters must come back to zero); a graph replay of the fused step repeats the eager one.
-    whole-rows: BV = V, each program normalising its head's rows itself."""
+    whole-rows: BV = V, each program normalising its head's rows itself; capped: the launches under register caps
+    (spilling), which must change nothing computed."""
     if tiles == "whole-rows":
         monkeypatch.setattr(tg, "FUSED_TILES", ((1 << 30, VD, 8),))
+    if tiles == "capped":
+        monkeypatch.setattr(tg, "FUSED_TILES", ((2, 16, 1, 96), (1 << 30, 32, 2, 128)))
     lens, verify = CASES[case]
     batch = _batch(lens, verify)
     t = sum(lens)

@@ -187,7 +187,8 @@ def _compile_all() -> None:
           for _, bv, w in m.DECODE_TILES for step in (False, True)),
         *((gdn_decode._fused_kernel, dict(gqa, V=128, BV=bv, HAS_STEP=step, EMU=False, PDL=step, NORM=True,
                                            EARLY=step),
-           {"num_warps": w}) for _, bv, w in (*m.FUSED_TILES, (0, 128, 8)) for step in (False, True)),
+           {"num_warps": w, **({"maxnreg": regs[0]} if regs and regs[0] else {})})
+          for _, bv, w, *regs in (*m.FUSED_TILES, (0, 128, 8)) for step in (False, True)),
         (gdn_chunk._prep_kernel, dict(ch, SUB=16), {"num_warps": m.CHUNK["prep_warps"]}),
         (gdn_chunk._state_kernel, dict(ch, BV=m.CHUNK["state_BV"], HAS_STEP=True, INTERP=False),
          {"num_warps": m.CHUNK["state_warps"], "num_stages": m.CHUNK["state_stages"]}),
@@ -200,7 +201,7 @@ def _compile_all() -> None:
         sig = {a: "constexpr" if a in consts else types.get(a, "i32") for a in fn.arg_names}
         # pointers and strides are 16-divisible at run time, as Triton's launcher would specialise them
         div = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if sig[a][0] == "*"}
-        options = {k: v for k, v in opts.items() if k in ("num_warps", "num_stages")}
+        options = {k: v for k, v in opts.items() if k in ("num_warps", "num_stages", "maxnreg")}
         kernel = compile(ASTSource(fn, sig, constexprs=consts, attrs=div), target=GPUTarget("cuda", 90, 32),
                          options=options)  # fmt: skip
         assert kernel.asm.get("cubin"), fn.__name__

@@ -68,6 +68,28 @@ def test_fused_step_with_whole_rows_normalises_in_its_program(tg, seed, scenario
     _check_fused(tg, seed, scenario, dtype, monkeypatch)
 
 
+@pytest.mark.parametrize("scenario", ["decode", "verify"])
+def test_fused_step_with_a_register_cap(tg, seed, scenario, monkeypatch):
+    """A tile row's fourth field (the launch's register cap) reaches the launch and changes nothing computed."""
+    monkeypatch.setattr(tg, "FUSED_TILES", ((2, 16, 2, 0), (1 << 30, 16, 2, 96)))
+    _check_fused(tg, seed, scenario, torch.bfloat16, monkeypatch)
+
+
+def test_fused_tiles_from_the_environment(monkeypatch):
+    from hinfer.ops.triton.gdn import pick_tile, tiles_from_env
+
+    default = ((2, 16, 1),)
+    monkeypatch.delenv("HINFER_TEST_TILES", raising=False)
+    assert tiles_from_env("HINFER_TEST_TILES", default) == default
+    monkeypatch.setenv("HINFER_TEST_TILES", "2:16:1, inf:32:2:168")
+    tiles = tiles_from_env("HINFER_TEST_TILES", default)
+    assert tiles == ((2, 16, 1), (1 << 30, 32, 2, 168))
+    assert pick_tile(tiles, 2) == (16, 1) and pick_tile(tiles, 8) == (32, 2, 168)
+    monkeypatch.setenv("HINFER_TEST_TILES", "inf:32")
+    with pytest.raises(ValueError, match="most:BV:warps"):
+        tiles_from_env("HINFER_TEST_TILES", default)
+
+
 def _check_fused(tg, seed, scenario, dtype, monkeypatch):
     lens, verify = SCENARIOS[scenario]
     batch = _batch(lens, verify)

@@ -27,6 +27,22 @@ from hinfer.ops.triton.gdn_decode import fused_decode_launch
 from hinfer.ops.triton.gdn_recurrent import recurrent_launch
 from hinfer.ops.triton.norm import gated_rms_norm
 
+
+def tiles_from_env(name: str, default: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
+    """Tile rows from the environment variable `name` ("most:BV:warps[:max registers],..."; most may be "inf"), to
+    time other rows in the decode graph without editing this module; `default` when unset."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    rows = []
+    for item in text.split(","):
+        parts = item.strip().split(":")
+        if len(parts) not in (3, 4):
+            raise ValueError(f"{name}: {item!r} is not most:BV:warps[:max registers]")
+        rows.append(tuple(1 << 30 if p == "inf" else int(p) for p in parts))
+    return tuple(rows)
+
+
 RECURRENT_MAX_TOKENS = 8  # sequences up to this many new tokens run the recurrent kernel
 VERIFY_MAX_TOKENS = 16  # the same in a verify batch: every verify row (draft tokens + 1) must fit
 # recurrent kernel tiles by sequences in the batch: rows (most sequences, V columns per program, warps), the first
@@ -51,15 +67,17 @@ CONV = {"small_q": 16, "BT": 16, "BC": 128, "num_warps": 4}
 # H200, 2026-12-03); before, the four kernels had won there (1 x 4: 22 us vs ~18; 8 x 4: 74 vs ~54).
 # HINFER_GDN_FUSED=N: up to N new tokens per sequence (1: decode only), 0: never
 FUSED_MAX_TOKENS = int(os.environ.get("HINFER_GDN_FUSED", "4"))  # new tokens per sequence, at most
-FUSED_TILES: tuple[tuple[int, int, int], ...] = ((2, 16, 1), (1 << 30, 32, 2))
+# fused step tiles: (most sequences, BV, warps[, max registers: the launch's maxnreg, 0 = the compiler's choice])
+FUSED_TILES: tuple[tuple[int, ...], ...] = tiles_from_env("HINFER_GDN_FUSED_TILES", ((2, 16, 1), (1 << 30, 32, 2)))
 # The fused step reads its state block ahead of the PDL wait (gdn_decode.fused_decode_launch's `early`; 0: after
 # it): int4 decode at one lane +3.0% on the 35B-A3B, +2.7% on the 27B, even at 8 lanes (H200, 2026-12-03)
 FUSED_EARLY = os.environ.get("HINFER_GDN_EARLY", "1") == "1"
 
 
-def pick_tile(tiles: tuple[tuple[int, int, int], ...], seqs: int) -> tuple[int, int]:
-    """(BV, num_warps) of the first row of `tiles` whose sequence bound covers `seqs`."""
-    return next((bv, warps) for most, bv, warps in tiles if seqs <= most)
+def pick_tile(tiles: tuple[tuple[int, ...], ...], seqs: int) -> tuple[int, ...]:
+    """The settings (BV, num_warps[, max registers]) of the first row of `tiles` whose sequence bound covers
+    `seqs`."""
+    return next(row[1:] for row in tiles if seqs <= row[0])
 
 
 def _empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:

@@ -228,15 +228,16 @@ def fused_decode_launch(
     qkv: torch.Tensor, a: torch.Tensor, b: torch.Tensor, a_log: torch.Tensor, dt_bias: torch.Tensor,
     conv_weight: torch.Tensor, conv_state: torch.Tensor, ssm_state: torch.Tensor, o: torch.Tensor,
     cu_q_lens: torch.Tensor, gdn_slots: torch.Tensor, step_slots: torch.Tensor | None, num_seqs: int,
-    hk: int, bv: int, num_warps: int, norm: tuple[torch.Tensor, torch.Tensor, torch.Tensor, float] | None = None,
-    early: bool = False,
+    hk: int, bv: int, num_warps: int, max_regs: int = 0,
+    norm: tuple[torch.Tensor, torch.Tensor, torch.Tensor, float] | None = None, early: bool = False,
 ) -> None:  # fmt: skip
     """o [T, HV, V] for a batch of short sequences; conv_state / ssm_state updated as the separate kernels do.
     `norm` = (z [T, HV, V], weight [V], y [T, HV, V], eps): also y = the GDN output norm of o gated by silu(z).
     `early`: under programmatic dependent launch, read the slots, the state block, the gates' parameters and the
     conv taps and old state before waiting for the previous kernel, which writes only the inputs (qkv, a, b, z):
     the state, conv state and slots were written before it began (it launches this kernel once its own
-    wait is over, so everything before it has finished)."""
+    wait is over, so everything before it has finished). `max_regs`: the launch's register cap (maxnreg; 0: the
+    compiler's choice), so that more programs fit an SM where many sequences launch many of them."""
     hv, vd = o.shape[1], o.shape[2]
     kd = ssm_state.shape[-2]
     bv = min(bv, vd)
@@ -261,5 +262,5 @@ def fused_decode_launch(
         kd**-0.5, eps,
         REP=hv // hk, K=kd, V=vd, BV=bv, HAS_STEP=step_slots is not None, EMU=interpreted(_fused_kernel),
         NORM=norm is not None, ROUND_WY=torch.promote_types(w.dtype, o.dtype) == o.dtype, EARLY=early,
-        num_warps=num_warps, **pdl_kwargs(qkv),
+        num_warps=num_warps, **({"maxnreg": max_regs} if max_regs else {}), **pdl_kwargs(qkv),
     )  # fmt: skip
