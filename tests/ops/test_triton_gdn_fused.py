@@ -76,6 +76,7 @@ def test_fused_step_with_a_register_cap(tg, seed, scenario, monkeypatch):
 
 
 def test_fused_tiles_from_the_environment(monkeypatch):
+    """HINFER_GDN_FUSED_TILES-style rows: "inf" for the last bound, an optional register cap, a clear error."""
     from hinfer.ops.triton.gdn import pick_tile, tiles_from_env
 
     default = ((2, 16, 1),)
