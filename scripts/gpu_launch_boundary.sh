@@ -2,10 +2,13 @@
 # One device call (about five minutes, carry .kcache): what a kernel boundary costs, on a chain of 32 square bf16
 # GEMVs (bench/launch_boundary.py): one launch a GEMV with and without programmatic dependent launch, the engine's
 # bf16 GEMV, and one persistent launch walking the chain with a grid barrier between GEMVs (and its weights'
-# first block ahead of the barrier; and no barrier, the streaming bound), at D = 1K-5K. Its interpreter tests
-# first (on the GPU they run compiled: the chains against torch). Lands in $OUT/gpu_launch_boundary.tgz.
+# first block ahead of the barrier; and no barrier, the streaming bound), at D = 1K-5K, each arm checked against
+# torch's chain before it is timed; then GPU test files while time is left. Lands in $OUT/gpu_launch_boundary.tgz.
 set -uo pipefail
 PACK=gpu_launch_boundary; source "$(dirname "$0")/device_common.sh"
 cat "$R/env.txt"
 timeout 400 python bench/launch_boundary.py --json "$R/launch_boundary.json" > "$R/launch_boundary.txt" 2>&1
 echo "== launch_boundary rc=$? $((SECONDS - START)) s"; grep -E "D=|copy" "$R/launch_boundary.txt"; pack
+# then the GPU test files not run whole on the landed tree lately, while time is left
+left 300 && gpu_tests int4_wgmma 150 tests/gpu/test_int4_wgmma.py
+left 420 && gpu_tests linear_kernels 120 tests/gpu/test_linear_kernels.py
