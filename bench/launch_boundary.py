@@ -12,7 +12,8 @@ past the L2), in one CUDA graph, each arm the same tile loop:
   tiles, its split-K);
 - `persistent`: one launch of one program an SM (or `--per-sm` of them) walking the GEMVs in turn, a grid
   barrier between them (each program counts itself in after its tiles, with release; the next GEMV's tiles wait
-  for the count, with acquire); `persistent-prefetch` loads each program's first weight block before it waits;
+  for the count: polled by volatile loads, then one acquire); `persistent-prefetch` loads each program's first
+  weight block before it waits; `persistent-atomic-poll` polls with acquiring atomics instead;
 - `no-barrier`: the persistent walk without the barrier (its results are wrong: the streaming bound the barrier
   could at best reach).
 
@@ -71,7 +72,7 @@ def _step_kernel(w_ptr, x_ptr, y_ptr, D: tl.constexpr, BN: tl.constexpr, BK: tl.
 
 @triton.jit
 def _chain_kernel(w_ptr, buf_ptr, cnt_ptr, phases, D: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                  BARRIER: tl.constexpr, PREFETCH: tl.constexpr):  # fmt: skip
+                  BARRIER: tl.constexpr, PREFETCH: tl.constexpr, ATOMIC_POLL: tl.constexpr):  # fmt: skip
     """The whole chain in one launch: GEMV p reads buf[p] and writes buf[p + 1]; programs take its tiles in turn
     and meet at a grid barrier (cnt[p]: programs done with GEMV p) before the next one's."""
     pid = tl.program_id(0)
@@ -82,11 +83,18 @@ def _chain_kernel(w_ptr, buf_ptr, cnt_ptr, phases, D: tl.constexpr, BN: tl.const
         w0 = _first_block(w, pid % tiles, D, BN, BK)  # issued before the wait (used only if PREFETCH)
         if BARRIER:
             if p > 0:
-                seen = tl.atomic_add(cnt_ptr + p - 1, 0, sem="acquire")
                 spins = 0
-                while (seen < progs) & (spins < 1 << 24):  # bounded: a grid not all resident fails the check
+                if ATOMIC_POLL:
                     seen = tl.atomic_add(cnt_ptr + p - 1, 0, sem="acquire")
-                    spins += 1
+                    while (seen < progs) & (spins < 1 << 24):  # bounded: a grid not all resident fails the check
+                        seen = tl.atomic_add(cnt_ptr + p - 1, 0, sem="acquire")
+                        spins += 1
+                else:  # volatile loads (no queue at the counter's L2 slice), then one acquire
+                    seen = tl.load(cnt_ptr + p - 1, volatile=True)
+                    while (seen < progs) & (spins < 1 << 24):
+                        seen = tl.load(cnt_ptr + p - 1, volatile=True)
+                        spins += 1
+                    tl.atomic_add(cnt_ptr + p - 1, 0, sem="acquire")
         for t in range(pid, tiles, progs):
             first = _first_block(w, t, D, BN, BK)
             if PREFETCH:
@@ -107,12 +115,13 @@ def chain_launches(ws: torch.Tensor, buf: torch.Tensor, bn: int, bk: int, warps:
 
 
 def chain_persistent(ws: torch.Tensor, buf: torch.Tensor, cnt: torch.Tensor, programs: int, bn: int, bk: int,
-                     warps: int, barrier: bool = True, prefetch: bool = False) -> None:  # fmt: skip
+                     warps: int, barrier: bool = True, prefetch: bool = False, atomic_poll: bool = False,
+                     ) -> None:  # fmt: skip
     """The same in one launch of `programs` programs (all resident at once, or the barrier never opens)."""
     p_count, d = ws.shape[0], ws.shape[1]
     cnt.zero_()
     _chain_kernel[(programs,)](ws, buf, cnt, p_count, D=d, BN=bn, BK=bk, BARRIER=barrier, PREFETCH=prefetch,
-                               num_warps=warps)  # fmt: skip
+                               ATOMIC_POLL=atomic_poll, num_warps=warps)  # fmt: skip
 
 
 def chain_reference(ws: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -127,7 +136,7 @@ def _args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dims", default="1024,2048,3072,5120", help="the GEMVs' D (weights D x D bf16), comma list")
     ap.add_argument("--phases", type=int, default=32, help="GEMVs in the chain (their weights must pass the L2)")
-    ap.add_argument("--tiles", default="8:64:4,16:128:4,16:64:8,32:64:8",
+    ap.add_argument("--tiles", default="8:128:4,16:128:4,32:64:8",
                     help="BN:BK:warps tile configurations, each arm takes its fastest")
     ap.add_argument("--per-sm", default="1,2", help="persistent programs an SM, comma list")
     ap.add_argument("--json", help="write the table here")
@@ -181,6 +190,7 @@ def measure(d: int, phases: int, tiles: list[tuple[int, int, int]], per_sm: list
             run = functools.partial(chain_persistent, ws, buf, cnt, sms * per, bn, bk, warps)
             timed("persistent", run, f"{cfg} {per}/SM")
             timed("persistent-prefetch", functools.partial(run, prefetch=True), f"{cfg} {per}/SM")
+            timed("persistent-atomic-poll", functools.partial(run, atomic_poll=True), f"{cfg} {per}/SM")
             timed("no-barrier", functools.partial(run, barrier=False), f"{cfg} {per}/SM", check=False)
     timed("production", production, "packaged tiles")
     rows = []

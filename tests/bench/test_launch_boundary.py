@@ -38,11 +38,11 @@ def test_one_launch_a_gemv(interpreter):
     _close(buf, want)
 
 
-@pytest.mark.parametrize("prefetch", [False, True])
-def test_persistent_walk_with_its_barrier(interpreter, prefetch):
+@pytest.mark.parametrize("prefetch,atomic_poll", [(False, False), (True, False), (False, True)])
+def test_persistent_walk_with_its_barrier(interpreter, prefetch, atomic_poll):
     ws, buf, want = _chain(3, 32)
     cnt = torch.zeros(3, dtype=torch.int32)
-    chain_persistent(ws, buf, cnt, programs=1, bn=8, bk=16, warps=1, prefetch=prefetch)
+    chain_persistent(ws, buf, cnt, programs=1, bn=8, bk=16, warps=1, prefetch=prefetch, atomic_poll=atomic_poll)
     _close(buf, want)
     assert cnt.tolist() == [1, 1, 1]  # each GEMV's count: the one program
 
