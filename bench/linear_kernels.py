@@ -37,6 +37,13 @@ SHAPES = [("qkv", 14336, H), ("gdn_in", 16384, H), ("gate_up", 34816, H), ("o_pr
 # shared expert's gate row (35B-A3B, 122B-A10B); by name through --shapes
 SMALL_SHAPES = [("gdn_ab", 96, H), ("gdn_ab_35b", 64, 2048), ("router_35b", 257, 2048), ("gdn_ab_122b", 128, 3072),
                 ("router_122b", 257, 3072)]  # fmt: skip
+# a 35B-A3B MoE layer's routed experts as one dense GEMV of one x row (by name through --shapes): the gate_up rows
+# of the experts a step selects stacked (9 at one token with the shared one, ~57 distinct at eight: 1 - (1 - 8 /
+# 256)^8 of 256), their downs side by side along K (sum_e W_e act_e = [W_1 .. W_E] [act_1; ..; act_E]): the same
+# bytes, each weight row meeting one row of x, as in the experts' launches at those sizes; what another kernel's
+# loop would do there, without the routing
+PROXY_SHAPES = [("experts_gu_t1", 9 * 1024, 2048), ("experts_down_t1", 2048, 9 * 512),
+                ("experts_gu_t8", 57 * 1024, 2048), ("experts_down_t8", 2048, 57 * 512)]  # fmt: skip
 DECODE_FORMATS = ("bf16-cublas", "bf16", "int4", "int4-sym", "int4-torch", "int4-mma", "int4-mma-sym", "int4-rows-mma", "int4-a8",
                   "int4-a8-sym", "int4-a8-ahead", "fp8", "fp8-block", "fp8-mma",
                   "fp8-block-mma", "fp8-cublas")  # fmt: skip
@@ -440,7 +447,7 @@ def main() -> None:
         errors()
         return
     assert torch.cuda.is_available(), "the benchmark needs a CUDA GPU"
-    shapes = [s for s in SHAPES + SMALL_SHAPES if s[0] in a.shapes.split(",")]
+    shapes = [s for s in SHAPES + SMALL_SHAPES + PROXY_SHAPES if s[0] in a.shapes.split(",")]
     formats = [f for f in a.formats.split(",") if f]
     ms = [int(m) for m in a.ms.split(",")]
     print(f"{torch.cuda.get_device_name()}; torch {torch.__version__}; HINFER_INT4_ASM="
