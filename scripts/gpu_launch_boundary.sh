@@ -3,7 +3,8 @@
 # GEMVs (bench/launch_boundary.py): one launch a GEMV with and without programmatic dependent launch, the engine's
 # bf16 GEMV, and one persistent launch walking the chain with a grid barrier between GEMVs (and its weights'
 # first block ahead of the barrier; and no barrier, the streaming bound), at D = 1K-5K, each arm checked against
-# torch's chain before it is timed; then GPU test files while time is left. Lands in $OUT/gpu_launch_boundary.tgz.
+# torch's chain before it is timed; a MoE layer's experts as one dense GEMV (bench/linear_kernels.py PROXY_SHAPES);
+# then GPU test files while time is left. Lands in $OUT/gpu_launch_boundary.tgz.
 set -uo pipefail
 PACK=gpu_launch_boundary; source "$(dirname "$0")/device_common.sh"
 cat "$R/env.txt"
