@@ -13,7 +13,8 @@ past the L2), in one CUDA graph, each arm the same tile loop:
 - `persistent`: one launch of one program an SM (or `--per-sm` of them) walking the GEMVs in turn, a grid
   barrier between them (each program counts itself in after its tiles, with release; the next GEMV's tiles wait
   for the count: polled by volatile loads, then one acquire); `persistent-prefetch` loads each program's first
-  weight block before it waits; `persistent-atomic-poll` polls with acquiring atomics instead;
+  weight block before it waits; `persistent-acquire-poll` polls with acquiring loads instead (an acquiring add
+  of 0 compiles to one);
 - `no-barrier`: the persistent walk without the barrier (its results are wrong: the streaming bound the barrier
   could at best reach).
 
@@ -94,7 +95,11 @@ def _chain_kernel(w_ptr, buf_ptr, cnt_ptr, phases, D: tl.constexpr, BN: tl.const
                     while (seen < progs) & (spins < 1 << 24):
                         seen = tl.load(cnt_ptr + p - 1, volatile=True)
                         spins += 1
-                    tl.atomic_add(cnt_ptr + p - 1, 0, sem="acquire")
+                    # the acquire: its result must be used, or the compiler drops the atomic (and its ordering)
+                    seen = tl.atomic_add(cnt_ptr + p - 1, 0, sem="acquire")
+                    while (seen < progs) & (spins < 1 << 24):
+                        seen = tl.atomic_add(cnt_ptr + p - 1, 0, sem="acquire")
+                        spins += 1
         for t in range(pid, tiles, progs):
             first = _first_block(w, t, D, BN, BK)
             if PREFETCH:
@@ -190,7 +195,7 @@ def measure(d: int, phases: int, tiles: list[tuple[int, int, int]], per_sm: list
             run = functools.partial(chain_persistent, ws, buf, cnt, sms * per, bn, bk, warps)
             timed("persistent", run, f"{cfg} {per}/SM")
             timed("persistent-prefetch", functools.partial(run, prefetch=True), f"{cfg} {per}/SM")
-            timed("persistent-atomic-poll", functools.partial(run, atomic_poll=True), f"{cfg} {per}/SM")
+            timed("persistent-acquire-poll", functools.partial(run, atomic_poll=True), f"{cfg} {per}/SM")
             timed("no-barrier", functools.partial(run, barrier=False), f"{cfg} {per}/SM", check=False)
     timed("production", production, "packaged tiles")
     rows = []
