@@ -51,13 +51,14 @@ from bench.tile_sweep import read_x, time_tiles  # noqa: E402
 
 def candidates(m: int, n: int, k: int, rings: tuple[int, ...] = (0,), fma: bool = False,
                splits: tuple[int, ...] = (1, 2, 4, 8, 16), min_groups: int = 4,
-               block_ns: tuple[int, ...] = (16, 32, 64, 128, 256), warp_counts: tuple[int, ...] = (1, 2, 4, 8)):
+               block_ns: tuple[int, ...] = (16, 32, 64, 128, 256), warp_counts: tuple[int, ...] = (1, 2, 4, 8),
+               max_programs: int = 8 * 132):
     """Tiles (SkinnyConfig: BLOCK_N, 128, BLOCK_M, split, warps, depth, ring) that fit N, >= min_groups per split; 8
     warps only from BLOCK_M 32 (4 warps spill there). BLOCK_M is x's rows padded, or half that from 16 rows (two
     programs per weight tile, the second reading it from L2). BLOCK_N from 16 rows (one warp) to 256: the narrow
     tiles give small matrices programs without splitting K. Ring 0 tries the register look-ahead depths 2 and 4,
     with `fma` each also with the per-weight offset (fma_offset); a ring of R > 0 groups streams through shared
-    memory (depth unused)."""
+    memory (depth unused). Grids past `max_programs` programs are left out (0: none is)."""
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
     from hinfer.ops.triton.tiles.linear import mma_block_m
 
@@ -69,7 +70,7 @@ def candidates(m: int, n: int, k: int, rings: tuple[int, ...] = (0,), fma: bool 
         groups = k // 128 // split
         if n % block_n or block_n % (16 * warps) or groups < min_groups or (block_m >= 32 and warps <= 4):
             continue
-        if (n // block_n) * split * -(-m // block_m) > 8 * 132:  # far past covering the SMs: partials cost more
+        if max_programs and (n // block_n) * split * -(-m // block_m) > max_programs:  # partials would cost more
             continue
         for depth in (d for d in (2, 4) if d <= groups) if ring == 0 else (2,):
             out.append(SkinnyConfig(block_n, 128, block_m, split, warps, depth, ring))
@@ -128,6 +129,8 @@ def main() -> None:
                     help="fewest 128-groups a split keeps (2: twice the programs of 4 on a small matrix)")
     ap.add_argument("--rows", default="16,32,64,128,256", help="rows a program (BLOCK_N) to try")
     ap.add_argument("--warps", default="1,2,4,8", help="warps a program to try")
+    ap.add_argument("--max-programs", type=int, default=8 * 132,
+                    help="leave out tiles whose grid passes this many programs (0: keep every tile)")
     ap.add_argument("--config", help="a packaged config (e.g. qwen3.6-35b-a3b): its shapes instead of the 27B's")
     ap.add_argument("--sym", action="store_true", help="symmetric weights (default asymmetric)")
     ap.add_argument("--fma-offset", action="store_true",
@@ -192,7 +195,7 @@ def main() -> None:
             else:
                 tiles = [default] if a.packaged else candidates(
                     m, n, k, rings, a.fma_offset, splits, a.min_groups, tuple(int(v) for v in a.rows.split(",")),
-                    tuple(int(v) for v in a.warps.split(",")))
+                    tuple(int(v) for v in a.warps.split(",")), a.max_programs)
             if a.x_ahead:
                 tiles += [replace(t, x_ahead=not t.x_ahead) for t in tiles]
             if not a.a8:
