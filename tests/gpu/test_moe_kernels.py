@@ -423,6 +423,42 @@ def test_experts_int4_words_ring(tm, weights, seed, t):
 
 
 @pytest.mark.parametrize("t", [1, 8, 32])
+def test_experts_int4_scales_by_their_strides(tm, weights, seed, t):
+    """The tensor-core experts read the scales and zero points by their strides: stored group-major (each
+    128-group's rows contiguous, seen as the same [E, N, G]) they give the row layout's outputs bit for bit,
+    through the register look-ahead, the words ring and K splits."""
+    from hinfer.ops.triton.moe_int4_mma import experts_mma
+    from hinfer.ops.triton.tiles.forms import SkinnyConfig
+
+    name, wgu, wd = weights
+    gu, dn = _int4_experts(wgu), _int4_experts(wd)
+
+    def group_major(w):
+        def gm(v):
+            return v.transpose(1, 2).contiguous().transpose(1, 2)
+
+        return w._replace(scales=gm(w.scales), zeros=gm(w.zeros))
+
+    ggu, gdn = group_major(gu), group_major(dn)
+    assert ggu.scales.stride(2) != 1 and torch.equal(ggu.scales, gu.scales)
+    h, i = wgu.shape[2], wd.shape[2]
+    x = torch.randn(t, h, device="cuda").bfloat16()
+    hid = (torch.randn(t * K, i, device="cuda") * 2).bfloat16()
+    top_w, top_i = ref.moe_route_ref(torch.randn(t, E, device="cuda").bfloat16(), K)
+    tw = top_w.reshape(-1).float().contiguous()
+    args = _block_args(top_i)
+    for cfg in (None, SkinnyConfig(64, 128, 8, 1, 2, 4), SkinnyConfig(128, 128, 8, 1, 4, 4, 4),
+                SkinnyConfig(64, 128, 8, 2, 2, 4)):  # fmt: skip
+        for what, xin, (wr, wg), rows, kw in (("gate_up", x, (gu, ggu), i, {"xdiv": K, "act": True}),
+                                              ("down", hid, (dn, gdn), h, {"xdiv": 1, "tw": tw})):  # fmt: skip
+            want, got = (experts_mma(xin, w, torch.full((t * K, rows), float("nan"), device="cuda").bfloat16(), *args,
+                                     cfg=cfg, **kw) for w in (wr, wg))  # fmt: skip
+            assert torch.isfinite(want).all(), f"{name} {what} T={t} {cfg}: unwritten rows, seed {seed}"
+            assert torch.equal(got, want), (f"{name} {what} T={t} {cfg}: group-major scales differ by "
+                                            f"{(got.float() - want.float()).abs().max().item()}, seed {seed}")  # fmt: skip
+
+
+@pytest.mark.parametrize("t", [1, 8, 32])
 def test_experts_int4_x_staged(tm, weights, seed, t):
     """A program's x staged in shared memory once (the tile's x_staged) moves loads only: the same bits as x read
     per group, through the register look-ahead and the words ring, with K splits, for one-row (direct) blocks

@@ -66,18 +66,19 @@ SUM_COUNTERS = gl.constexpr(COUNTERS // 2)  # the slot sum's arrival counters (o
 
 
 @gluon.jit
-def _row_scales(s_ptrs, z_rows, g, HAS_ZERO: gl.constexpr):
-    """Group g's scales (fp32) and offsets 128 + z of the tile's rows (the row layout: scales [N, G])."""
-    s = gl.load(s_ptrs + g).to(gl.float32)
+def _row_scales(s_ptrs, z_rows, g, sg, HAS_ZERO: gl.constexpr):
+    """Group g's scales (fp32) and offsets 128 + z of the tile's rows (scales and zero points `sg` apart a group:
+    1 in the row layout [N, G])."""
+    s = gl.load(s_ptrs + g * sg).to(gl.float32)
     if HAS_ZERO:
-        c = gl.load(z_rows + g).to(gl.float32) + 128.0
+        c = gl.load(z_rows + g * sg).to(gl.float32) + 128.0
     else:
         c = gl.full(s.shape, 136.0, gl.float32, layout=s.type.layout)
     return s, c
 
 
 @gluon.jit
-def _k_loop_words_ring(w_ptrs, s_ptrs, z_rows, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
+def _k_loop_words_ring(w_ptrs, s_ptrs, z_rows, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                        HAS_ZERO: gl.constexpr, RING: gl.constexpr, GW: gl.constexpr, PDL: gl.constexpr,
                        XS: gl.constexpr = False):  # fmt: skip
     """linear_int4_mma._k_loop (row layout, the ones MMA for the offset) with the words streamed through a
@@ -96,7 +97,7 @@ def _k_loop_words_ring(w_ptrs, s_ptrs, z_rows, x_ptrs, g_lo, g_hi, BLOCK_N: gl.c
     for i in gl.static_range(RING - 1):  # the weights go ahead of the PDL wait (nothing writes them)
         async_copy.async_copy_global_to_shared(w_smem.index(i), w_ptrs + gl.minimum(g_lo + i, last) * GW)
         async_copy.commit_group()
-    s0, c0 = _row_scales(s_ptrs, z_rows, gl.minimum(g_lo, last), HAS_ZERO)
+    s0, c0 = _row_scales(s_ptrs, z_rows, gl.minimum(g_lo, last), sg, HAS_ZERO)
     pdl_start(PDL)
     if XS:  # x_ptrs are x_stage_ptrs': every group's x in shared memory (k_loop's XS)
         x_ptrs = x_stage(x_ptrs, g_lo)
@@ -108,7 +109,7 @@ def _k_loop_words_ring(w_ptrs, s_ptrs, z_rows, x_ptrs, g_lo, g_hi, BLOCK_N: gl.c
         async_copy.async_copy_global_to_shared(w_smem.index(nxt % RING), w_ptrs + gl.minimum(g_lo + nxt, last) * GW)
         async_copy.commit_group()
         words = w_smem.index(j % RING).load(words_layout(W))
-        s1, c1 = _row_scales(s_ptrs, z_rows, gl.minimum(g + 1, last), HAS_ZERO)
+        s1, c1 = _row_scales(s_ptrs, z_rows, gl.minimum(g + 1, last), sg, HAS_ZERO)
         acc = group_partial(acc, words, s0, c0, c0, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, True, True,
                             False, XS)  # fmt: skip
         s0, c0 = s1, c1
@@ -136,7 +137,7 @@ def expert_words(w_ptr, e, stride_e, tile, K, BLOCK_N: gl.constexpr, ACT: gl.con
 @gluon.jit
 def int4_mma_experts_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, tw_ptr, ids_ptr, sorted_ptr, bexp_ptr, brows_ptr, part_ptr, cnt_ptr,
-    out_ptr, N, K, P, stride_xm, stride_ym, stride_we, stride_se, stride_sn, stride_om,
+    out_ptr, N, K, P, stride_xm, stride_ym, stride_we, stride_se, stride_sn, stride_om, stride_sg,
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, DEPTH: gl.constexpr,
     DIRECT: gl.constexpr, XDIV: gl.constexpr, ROW_SCALE: gl.constexpr,
     PDL: gl.constexpr = False, SPLIT_K: gl.constexpr = 1, SUM: gl.constexpr = False, TOPK: gl.constexpr = 1,
@@ -193,10 +194,10 @@ def int4_mma_experts_kernel(
         z_rows = z_ptr + e.to(gl.int64) * stride_se + rows * stride_sn
         # EARLY: the loop waits (PDL) after issuing its first groups' weights
         if RING:
-            acc = _k_loop_words_ring(w_ptrs, s_ptrs, z_rows, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO, RING,
+            acc = _k_loop_words_ring(w_ptrs, s_ptrs, z_rows, stride_sg, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO, RING,
                                      GROUP // 8, PDL and EARLY, XG > 0)  # fmt: skip
         else:
-            acc = k_loop(w_ptrs, s_ptrs, z_rows, z_rows, 1, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO,
+            acc = k_loop(w_ptrs, s_ptrs, z_rows, z_rows, stride_sg, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO,
                           True, DEPTH, True, GROUP // 8, PDL and EARLY, XA, XG > 0)  # fmt: skip
         if PROBE:
             probe_stamp(probe_ptr, 3, gl.max(gl.max(acc, axis=1), axis=0).to(gl.int32, bitcast=True))
@@ -431,7 +432,7 @@ def experts_mma_variant(block_n: int, block_m: int, warps: int, zero: bool, dire
     cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, DEPTH=depth, DIRECT=direct, XDIV=xdiv,
                ROW_SCALE=row_scale, PDL=pdl, SPLIT_K=split, SUM=topk > 0, TOPK=max(topk, route, 1),
                TOPK_P=1 << (max(topk, 1) - 1).bit_length(), ACT=act, ROUTE=route, BLOCK_E=256, EARLY=early,
-               RING=ring, XG=xg, XR=xr)  # fmt: skip
+               RING=ring, XG=xg, XR=xr, stride_sg=1)  # fmt: skip
     name = (f"int4 mma experts{' asym' if zero else ''}{' direct' if direct else ''} BLOCK_N={block_n} "
             f"BLOCK_M={block_m} w{warps} xdiv {xdiv}{' scaled' if row_scale else ''}{' pdl' if pdl else ''}{f' split {split}' if split > 1 else ''}{f' sum {topk}' if topk else ''}{' act' if act else ''}{f' route {route}' if route else ''}{' early' if early else ''}{f' ring {ring}' if ring else ''}{f' x staged {xg}x{xr}' if xg else ''}")  # fmt: skip
     return name, int4_mma_experts_kernel, sig, cex, warps
@@ -457,7 +458,9 @@ def experts_mma(
     (every gate_up program waits before it lets dependents launch), and the weights' DRAM trip overlaps the
     gate_up's tail. `cfg` overrides the tile table (sweeps; the table's tile stages x in shared memory as
     HINFER_X_STAGED says: by default where a block is one pair, linear_int4_mma.x_staged_choice). `probe` (int64
-    [programs, PROBE_POINTS]) takes each program's timeline (mma_common.probe_stamp; bench/moe_chain_probe.py)."""
+    [programs, PROBE_POINTS]) takes each program's timeline (mma_common.probe_stamp; bench/moe_chain_probe.py).
+    The scales and zero points are read by their strides: the model's [E, N, G], or the same values stored
+    group-major (bench/experts_mma_tiles.py --scales-layout groups)."""
     e, n, k = w.shape
     if k % GROUP_K or n % 64 or x.dtype != torch.bfloat16 or x.stride(-1) != 1:
         raise ValueError(f"int4 mma experts: K % {GROUP_K}, N % 64, bf16 x with unit stride; got {w.shape}")
@@ -480,7 +483,8 @@ def experts_mma(
                          "depth 2 or 4, at least one 128-group per split, a ring of 0 or >= 2 slots)")  # fmt: skip
     block_n, warps, depth, split = cfg.block_n, cfg.num_warps, cfg.num_stages, cfg.split_k
     xg, xr = x_stage_shape(cfg, k, direct)
-    g = w.scales.shape[-1]
+    if w.zeros is not None and w.zeros.stride() != w.scales.stride():
+        raise ValueError("int4 mma experts: zero points laid out as the scales (the kernel reads both by their strides)")
     pairs = y.shape[0]
     if blocks * (n // block_n) > COUNTERS // 2 or (sum_out is not None and pairs % topk):
         raise ValueError(f"int4 mma experts: {blocks} blocks x {n // block_n} tiles, {pairs} pairs of {topk} slots")
@@ -492,7 +496,7 @@ def experts_mma(
         x, w.qweight, w.scales, w.zeros if w.zeros is not None else w.scales, y,
         tw if tw is not None else route_w if route is not None else x,
         ids, sorted_, bexp, brows, part, cnt, out, n, k, pairs, x.stride(0), y.stride(0), w.qweight.stride(0),
-        w.scales.stride(0), g, out.stride(0),
+        w.scales.stride(0), w.scales.stride(1), out.stride(0), w.scales.stride(2),
         HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, DEPTH=depth, DIRECT=direct, XDIV=xdiv,
         ROW_SCALE=tw is not None, SPLIT_K=split, SUM=sum_out is not None, TOPK=topk,
         TOPK_P=1 << (topk - 1).bit_length(), ACT=act, num_warps=warps,
