@@ -109,37 +109,21 @@ def _args() -> argparse.Namespace:
 EXTRA = [("in_proj_35b", 12352, 2048), ("out_proj_35b", 2048, 4096)]
 
 
-def _chain(weights: list, body) -> float:
-    """Seconds a call of body(weight) in one CUDA graph over every weight copy."""
-    from bench.linear_kernels import events_median
-
-    for wi in weights[:2]:
-        body(wi)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for wi in weights:
-            body(wi)
-    t = events_median(graph.replay, reps=15)
-    del graph
-    return t / len(weights)
-
-
 def measure(name: str, n: int, k: int, busy_list: list[float], lines_list: list[int], bw: float, sms: int) -> list[dict]:
     """Every (busy time, prefetch mode, run length) pair at one shape."""
-    from bench.linear_kernels import _copies, _gen, make_weight
+    from bench.linear_kernels import _copies, _gen, graph_time, make_weight
 
     g = _gen(5)
     w, nbytes = make_weight("int4-mma", n, k, g)
     weights = _copies(w, nbytes, 160 << 20)
     x = torch.randn(1, k, generator=g, device="cuda").bfloat16()
     want = w.matmul(x).float()
-    gemv = _chain(weights, lambda wi: wi.matmul(x))
+    gemv = graph_time(lambda wi: wi.matmul(x), weights)
     floor = nbytes / bw
     print(f"  {name} N={n} K={k}: {nbytes / 1e6:.1f} MB, floor {floor * 1e6:.2f} us, GEMV alone {gemv * 1e6:.2f} us")
     rows = []
     for busy_us in busy_list:
-        alone = _chain(weights, lambda wi, b=busy_us: busy([], b, "none", sms))
+        alone = graph_time(lambda wi, b=busy_us: busy([], b, "none", sms), weights)
         for mode in MODES:
             for lines in lines_list if mode != "none" else [0]:
 
@@ -150,7 +134,7 @@ def measure(name: str, n: int, k: int, busy_list: list[float], lines_list: list[
                 got = pair(weights[0]).float()
                 err = ((got - want).norm() / want.norm()).item()
                 assert err < 1e-3, f"a prefetch changed the GEMV's result (rel err {err:.2e})"
-                t = _chain(weights, pair)
+                t = graph_time(pair, weights)
                 rows.append({"shape": name, "n": n, "k": k, "bytes": nbytes, "busy_us": busy_us, "mode": mode,
                              "lines": lines, "pair_us": t * 1e6, "busy_alone_us": alone * 1e6,
                              "gemv_alone_us": gemv * 1e6, "floor_us": floor * 1e6})  # fmt: skip

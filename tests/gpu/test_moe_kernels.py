@@ -384,6 +384,18 @@ def test_experts_int4_split_k(tm, weights, seed, t):
     assert not counter_buffer(x.device).any(), "arrival counters left set"
 
 
+def _int4_case(weights, t: int):
+    """(name, gate_up, down experts in int4, x [t, H], the down's input [t K, I], routing weights, block args) of
+    t tokens routed at random."""
+    name, wgu, wd = weights
+    gu, dn = _int4_experts(wgu), _int4_experts(wd)
+    h, i = wgu.shape[2], wd.shape[2]
+    x = torch.randn(t, h, device="cuda").bfloat16()
+    hid = (torch.randn(t * K, i, device="cuda") * 2).bfloat16()
+    top_w, top_i = ref.moe_route_ref(torch.randn(t, E, device="cuda").bfloat16(), K)
+    return name, gu, dn, x, hid, top_w.reshape(-1).float().contiguous(), _block_args(top_i)
+
+
 @pytest.mark.parametrize("t", [1, 8, 32])
 def test_experts_int4_words_ring(tm, weights, seed, t):
     """The tensor-core experts with the words streamed through a cp.async ring (the tile's `ring`) equal the
@@ -393,14 +405,8 @@ def test_experts_int4_words_ring(tm, weights, seed, t):
     from hinfer.ops.triton.moe_int4_mma import experts_mma
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
 
-    name, wgu, wd = weights
-    gu, dn = _int4_experts(wgu), _int4_experts(wd)
-    h, i = wgu.shape[2], wd.shape[2]
-    x = torch.randn(t, h, device="cuda").bfloat16()
-    hid = (torch.randn(t * K, i, device="cuda") * 2).bfloat16()
-    top_w, top_i = ref.moe_route_ref(torch.randn(t, E, device="cuda").bfloat16(), K)
-    tw = top_w.reshape(-1).float().contiguous()
-    args = _block_args(top_i)
+    name, gu, dn, x, hid, tw, args = _int4_case(weights, t)
+    h, i = x.shape[1], hid.shape[1]
     for block_n, warps, split, ring in ((128, 4, 1, 4), (64, 2, 1, 3), (128, 4, 2, 4), (64, 1, 4, 2)):
         look = SkinnyConfig(block_n, 128, 8, split, warps, 4)
         ringed = SkinnyConfig(block_n, 128, 8, split, warps, 4, ring)
@@ -430,8 +436,8 @@ def test_experts_int4_scales_by_their_strides(tm, weights, seed, t):
     from hinfer.ops.triton.moe_int4_mma import experts_mma
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
 
-    name, wgu, wd = weights
-    gu, dn = _int4_experts(wgu), _int4_experts(wd)
+    name, gu, dn, x, hid, tw, args = _int4_case(weights, t)
+    h, i = x.shape[1], hid.shape[1]
 
     def group_major(w):
         def gm(v):
@@ -441,12 +447,6 @@ def test_experts_int4_scales_by_their_strides(tm, weights, seed, t):
 
     ggu, gdn = group_major(gu), group_major(dn)
     assert ggu.scales.stride(2) != 1 and torch.equal(ggu.scales, gu.scales)
-    h, i = wgu.shape[2], wd.shape[2]
-    x = torch.randn(t, h, device="cuda").bfloat16()
-    hid = (torch.randn(t * K, i, device="cuda") * 2).bfloat16()
-    top_w, top_i = ref.moe_route_ref(torch.randn(t, E, device="cuda").bfloat16(), K)
-    tw = top_w.reshape(-1).float().contiguous()
-    args = _block_args(top_i)
     for cfg in (None, SkinnyConfig(64, 128, 8, 1, 2, 4), SkinnyConfig(128, 128, 8, 1, 4, 4, 4),
                 SkinnyConfig(64, 128, 8, 2, 2, 4)):  # fmt: skip
         for what, xin, (wr, wg), rows, kw in (("gate_up", x, (gu, ggu), i, {"xdiv": K, "act": True}),
