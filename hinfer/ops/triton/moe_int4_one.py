@@ -158,7 +158,7 @@ def int4_experts_one_launch_kernel(
         gl.thread_barrier()
         for g in gl.static_range(G2):
             words = w2_smem.index(g).load(LW)
-            s, c = _row_scales(s2_ptrs, z2_rows, g, HAS_ZERO)
+            s, c = _row_scales(s2_ptrs, z2_rows, g, 1, HAS_ZERO)  # the row layout: a group 1 apart
             xw = gl.load(x2_ptrs + g * XW, cache_modifier=".cg")  # act rows other programs wrote
             acc2 = group_partial(acc2, words, s, c, c, xw, g, zero, ones, BN2, BLOCK_M, DOT_A, DOT_B, True, True,
                                  True)  # fmt: skip
