@@ -2,9 +2,10 @@
 # One device call (about four minutes, carry .kcache): the routed experts at eight tokens in the forms that set them
 # apart from the dense kernel, which streams the same bytes 1.45x faster (H100 2026-12-07 11:43 and 12:10,
 # bench/RESULTS.md): x staged in shared memory against read from L2 a group at a time, and the scales and zero
-# points group-major against the row layout. The GPU tests of the kernels whose scale reads changed first; `bench/experts_mma_tiles.py --model 35b --t 8`
-# per form; then the 35B-A3B at eight lanes on the packaged tiles and on the staged sweep's winners (HINFER_TILES).
-# Lands in $OUT/gpu_experts_t8_forms.tgz.
+# points group-major against the row layout. First the GPU tests of the kernels whose scale reads changed (the
+# experts' strides, the one launch); `bench/experts_mma_tiles.py --model 35b --t 8` per form; then the 35B-A3B at
+# eight lanes on the packaged tiles and on the staged sweep's winners (HINFER_TILES). Lands in
+# $OUT/gpu_experts_t8_forms.tgz.
 set -uo pipefail
 PACK=gpu_experts_t8_forms; source "$(dirname "$0")/device_common.sh"
 gpu_tests scales_test 120 tests/gpu/test_moe_kernels.py -k "scales_by_their_strides or x_staged or one_launch or words_ring" || exit 0
