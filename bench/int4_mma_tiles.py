@@ -161,9 +161,10 @@ def main() -> None:
     g = _gen(4)
     rows, tuned, lines = [], [], []
     shapes = config_shapes(a.config) if a.config else SHAPES
-    # the lm_head (int4 only with --lm-head int4) and a MoE layer's experts as one dense GEMV when named
-    shapes = [s for s in shapes + PROXY_SHAPES if (s[0] in a.shapes.split(",") if a.shapes else s in shapes
-                                                   and s[0] != "lm_head")]  # fmt: skip
+    if a.shapes:  # the lm_head (int4 only with --lm-head int4) and a MoE layer's experts as one dense GEMV when named
+        shapes = [s for s in shapes + PROXY_SHAPES if s[0] in a.shapes.split(",")]
+    else:
+        shapes = [s for s in shapes if s[0] != "lm_head"]
     for name, n, k in {(n, k): (name, n, k) for name, n, k in reversed(shapes)}.values():  # one per (N, K)
         w, nbytes = make_weight(fmt, n, k, g)
         weights = _copies(w, nbytes, 128 << 20)  # 2.5x the L2: small shapes capture far fewer launches per tile

@@ -101,10 +101,10 @@ def _chain_kernel(w_ptr, buf_ptr, cnt_ptr, phases, D: tl.constexpr, BN: tl.const
                         seen = tl.atomic_add(cnt_ptr + p - 1, 0, sem="acquire")
                         spins += 1
         for t in range(pid, tiles, progs):
-            first = _first_block(w, t, D, BN, BK)
-            if PREFETCH:
-                if t == pid:
-                    first = w0
+            if PREFETCH and t == pid:  # the block loaded ahead of the wait, not loaded again
+                first = w0
+            else:
+                first = _first_block(w, t, D, BN, BK)
             _gemv_tile(w, buf_ptr + p * D, buf_ptr + (p + 1) * D, t, first, D, BN, BK)
         if BARRIER:
             tl.debug_barrier()  # every thread's stores are done before the count releases them
