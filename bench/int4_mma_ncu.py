@@ -20,6 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.linear_kernels import (  # noqa: E402
+    PROXY_SHAPES,
     SHAPES,
     _gen,
     config_shapes,  # noqa: E402
@@ -33,7 +34,8 @@ def main() -> None:
     from hinfer.ops.triton.tiles.linear import mma_config
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shape", default="gate_up", help="a projection's name (qkv, gdn_in, gate_up, o_proj, down)")
+    ap.add_argument("--shape", default="gate_up", help="a projection's name (qkv, gdn_in, gate_up, o_proj, down) or a MoE "
+                    "layer's selected experts as one matrix (linear_kernels.PROXY_SHAPES)")  # fmt: skip
     ap.add_argument("--config", help="a packaged config (e.g. qwen3.6-35b-a3b): its shapes instead of the 27B's")
     ap.add_argument("--m", type=int, default=1)
     ap.add_argument("--tile", help="BLOCK_N,BLOCK_M,split,warps,depth[,ring[,fma_offset]]")
@@ -41,7 +43,7 @@ def main() -> None:
     ap.add_argument("--wgmma", action="store_true", help="the warpgroup-MMA kernel (int4_wgmma_kernel) instead, at "
                     "its packaged tile or --tile (8-64 rows)")  # fmt: skip
     a = ap.parse_args()
-    shapes = config_shapes(a.config) if a.config else [s for s in SHAPES if s[0] != "lm_head"]
+    shapes = (config_shapes(a.config) if a.config else [s for s in SHAPES if s[0] != "lm_head"]) + PROXY_SHAPES
     if a.shape not in [s[0] for s in shapes]:
         ap.error(f"--shape: one of {', '.join(s[0] for s in shapes)}")
     _, n, k = next(s for s in shapes if s[0] == a.shape)
