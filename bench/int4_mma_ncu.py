@@ -42,12 +42,14 @@ def main() -> None:
     ap.add_argument("--launches", type=int, default=4)
     ap.add_argument("--wgmma", action="store_true", help="the warpgroup-MMA kernel (int4_wgmma_kernel) instead, at "
                     "its packaged tile or --tile (8-64 rows)")  # fmt: skip
+    ap.add_argument("--rows", action="store_true", help="the weights in hinfer.quant.int4's row layout (the routed "
+                    "experts' own) instead of fragment order")  # fmt: skip
     a = ap.parse_args()
     shapes = (config_shapes(a.config) if a.config else [s for s in SHAPES if s[0] != "lm_head"]) + PROXY_SHAPES
     if a.shape not in [s[0] for s in shapes]:
         ap.error(f"--shape: one of {', '.join(s[0] for s in shapes)}")
     _, n, k = next(s for s in shapes if s[0] == a.shape)
-    w, _ = make_weight("int4-mma", n, k, _gen(4))
+    w, _ = make_weight("int4-rows-mma" if a.rows else "int4-mma", n, k, _gen(4))
     x = torch.randn(a.m, k, device="cuda").bfloat16()
     if a.tile:
         v = [int(t) for t in a.tile.split(",")]
