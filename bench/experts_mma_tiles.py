@@ -16,7 +16,7 @@ register caps and x staged or not.
                                       [--rows 32,64,128,256] [--warps 1,2,4,8]
                                       [--x decode|staged|per-group] [--max-regs 0,128] [--json out.json]
                                       [--tuned-out t.json] [--fmt int4|fp8] [--scales channel|block]
-                                      [--scales-layout rows|groups]
+                                      [--layout rows|groups|fragment]
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from hinfer.ops.triton.tiles.moe import (  # noqa: E402
     fp8_experts_mma_tile,
 )
 from hinfer.ops.triton.tiles.table import entry, source_line, write  # noqa: E402
+from hinfer.quant.int4_mma_layout import permute_experts  # noqa: E402
 
 BW = 4.2e12  # bytes/s the floors divide by (bench/moe_kernels.py's)
 BM = 8  # rows per aligned block (hinfer.ops.triton.moe._experts_mma)
@@ -99,19 +100,25 @@ def _launch(fmt: str, x, w, y, r: Routing, xdiv: int, cfg: SkinnyConfig, **kw) -
         experts_mma(x, w, y, r.blocks, BM, r.flat, r.sorted, r.bexp, r.brows, r.direct, xdiv=xdiv, cfg=cfg, **kw)
 
 
-def group_major_scales(w: Int4Experts) -> Int4Experts:
-    """w with its scales and zero points stored group-major ([E, G, N] in memory, seen as [E, N, G]): the same
-    values, each 128-group's rows contiguous (the experts kernel reads them by their strides)."""
-    def gm(t: torch.Tensor | None) -> torch.Tensor | None:
-        return None if t is None else t.transpose(1, 2).contiguous().transpose(1, 2)
+def laid_out(w: Int4Experts, layout: str, gate_up: bool) -> Int4Experts:
+    """w as `layout` stores it, the same values: `rows` as the model holds it; `groups` its scales and zero points
+    group-major ([E, G, N] in memory, seen as [E, N, G]; the experts kernel reads them by their strides);
+    `fragment` its words in mma fragment order per expert (int4_mma_layout.permute_experts: a warp's load one
+    512-byte run, the dense kernel's order)."""
+    if layout == "groups":
+        def gm(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.transpose(1, 2).contiguous().transpose(1, 2)
 
-    return w._replace(scales=gm(w.scales), zeros=gm(w.zeros))
+        return w._replace(scales=gm(w.scales), zeros=gm(w.zeros))
+    if layout == "fragment":
+        return w._replace(qweight=permute_experts(w.qweight, w.in_features, gate_up), frag=True)
+    return w
 
 
 def sweep(name: str, t: int, gen: torch.Generator, splits: tuple[int, ...] = (1,),
           rings: tuple[int, ...] = (0,), x: str = "decode", caps: tuple[int, ...] = (0,), fmt: str = "int4",
           block: bool = False, block_ns: tuple[int, ...] = (32, 64, 128, 256),
-          warp_counts: tuple[int, ...] = (1, 2, 4, 8), group_major: bool = False) -> list[dict]:  # fmt: skip
+          warp_counts: tuple[int, ...] = (1, 2, 4, 8), layout: str = "rows") -> list[dict]:  # fmt: skip
     m = MODELS[name]
     e, k, h, i = m["e"] + 1, m["k"] + 1, m["h"], m["i"]  # the shared expert folded in: expert E, slot k
     per_layer = e * 3 * h * i * (1.05 if fmt == "fp8" else 0.55)
@@ -123,8 +130,7 @@ def sweep(name: str, t: int, gen: torch.Generator, splits: tuple[int, ...] = (1,
     else:
         gu = [_random_int4(e, 2 * i, h, False) for _ in range(n_layers)]
         dn = [_random_int4(e, h, i, False) for _ in range(n_layers)]
-        if group_major:
-            gu, dn = [group_major_scales(w) for w in gu], [group_major_scales(w) for w in dn]
+        gu, dn = [laid_out(w, layout, True) for w in gu], [laid_out(w, layout, False) for w in dn]
     routes = [Routing(t, k, e, gen) for _ in range(n_layers)]
     pairs = t * k
     xt = torch.randn(t, h, device="cuda").bfloat16()  # (x is how the tiles read it: --x)
@@ -191,9 +197,10 @@ def main() -> None:
     ap.add_argument("--fmt", choices=["int4", "fp8"], default="int4", help="the experts' weight format")
     ap.add_argument("--scales", choices=["channel", "block"], default="channel",
                     help="fp8: per-row scales (--quant fp8) or 128 x 128 blocks (the official FP8 checkpoints)")
-    ap.add_argument("--scales-layout", choices=["rows", "groups"], default="rows",
-                    help="int4: the scales and zero points as the model holds them ([E, N, G]) or group-major (each "
-                         "128-group's rows contiguous, the dense kernel's order), the same values")  # fmt: skip
+    ap.add_argument("--layout", choices=["rows", "groups", "fragment"], default="rows",
+                    help="int4: the experts as the model holds them, with the scales and zero points group-major "
+                         "(each 128-group's rows contiguous), or with the words in mma fragment order (the dense "
+                         "kernel's), the same values")  # fmt: skip
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--tuned-out", type=Path, help="the winners as HINFER_TILES entries (moe_int4_mma / moe_fp8_mma)")
@@ -207,7 +214,7 @@ def main() -> None:
                           tuple(int(v) for v in a.rings.split(",")), a.x,
                           tuple(int(v) for v in a.max_regs.split(",")), a.fmt, a.scales == "block",
                           tuple(int(v) for v in a.rows.split(",")), tuple(int(v) for v in a.warps.split(",")),
-                          a.scales_layout == "groups")  # fmt: skip
+                          a.layout)  # fmt: skip
             if a.tuned_out:  # as it goes: a sweep cut short keeps what it measured
                 write(a.tuned_out, [r["entry"] for r in rows])
     print("\nTUNED entries (paste into hinfer/ops/triton/tiles/tuned.py):\n" + "\n".join(r["line"] for r in rows))

@@ -117,6 +117,44 @@ def unpermute_words(words: torch.Tensor, k: int) -> torch.Tensor:
     return pack_int4(u.view(stripes * TILE_N, k))
 
 
+def pair_gate_up_rows(qweight: torch.Tensor) -> torch.Tensor:
+    """Fused experts' [E, 2I, ...] rows (gate rows, then up rows) -> each 16-row stripe 8 gate rows then the same 8
+    columns' up rows (row 16 s + 8 h + j <- row h I + 8 s + j), so that one MMA thread holds a gate and its up."""
+    e, n = qweight.shape[:2]
+    if n % 16:
+        raise ValueError(f"gate_up rows pair in 16-row stripes, got {n} rows")
+    return qweight.view(e, 2, n // 16, 8, *qweight.shape[2:]).transpose(1, 2).reshape(qweight.shape)
+
+
+def unpair_gate_up_rows(qweight: torch.Tensor) -> torch.Tensor:
+    """Inverse of pair_gate_up_rows."""
+    e, n = qweight.shape[:2]
+    return qweight.view(e, n // 16, 2, 8, *qweight.shape[2:]).transpose(1, 2).reshape(qweight.shape)
+
+
+def permute_experts(qweight: torch.Tensor, k: int, gate_up: bool = False) -> torch.Tensor:
+    """Stacked experts int32 [E, N, K/8] (hinfer.quant.int4 rows) -> fragment order [E, N/16, 2K], each expert's
+    stripes as permute_words lays them out (`gate_up`: its rows paired first, pair_gate_up_rows): a warp's 16
+    bytes a thread become one 512-byte run instead of 16 runs of 64 bytes. A few experts at a time."""
+    e, n = qweight.shape[:2]
+    _check(n, k)
+    out = torch.empty((e, n // TILE_N, 2 * k), dtype=torch.int32, device=qweight.device)
+    step = max(1, (1 << 24) // (n * k))  # ~32 MB of temporaries a chunk
+    for e0 in range(0, e, step):
+        q = qweight[e0 : e0 + step]
+        if gate_up:
+            q = pair_gate_up_rows(q)
+        out[e0 : e0 + step] = permute_words(q.reshape(-1, k // 8), k).view(-1, n // TILE_N, 2 * k)
+    return out
+
+
+def unpermute_experts(words: torch.Tensor, k: int, gate_up: bool = False) -> torch.Tensor:
+    """Inverse of permute_experts: [E, N/16, 2K] -> [E, N, K/8]."""
+    e, stripes = words.shape[:2]
+    q = unpermute_words(words.reshape(e * stripes, 2 * k), k).view(e, stripes * TILE_N, k // 8)
+    return unpair_gate_up_rows(q) if gate_up else q
+
+
 class Int4MmaWeight(nn.Module):
     """An Int4Weight in fragment order, the form CUDA decode reads (`use_fragment_order` swaps it in when the
     model is placed on the GPU): words [N/16, 2K], scales [G, N], zeros [G, N] uint8 or None. Same values and

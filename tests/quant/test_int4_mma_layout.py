@@ -13,10 +13,13 @@ from hinfer.quant.int4_mma_layout import (
     emulate_kernel_a8,
     fragment_coords,
     fragments_to_matrix,
+    pair_gate_up_rows,
+    permute_experts,
     permute_words,
     real_k,
     s8_matrix,
     s8_registers,
+    unpermute_experts,
     unpermute_words,
 )
 
@@ -86,6 +89,26 @@ def test_emulated_kernel_matches_matmul_ref(zero_point, m, offset_mma):
     ref = w.matmul_ref(x)
     rel = ((y.float() - ref.float()).norm() / ref.float().norm()).item()
     assert rel < REL, rel
+
+
+@pytest.mark.parametrize("gate_up", [False, True])
+def test_experts_in_fragment_order_round_trip_and_hold_each_expert(gate_up):
+    """permute_experts lays each expert out as permute_words does (gate_up: its rows paired first, 8 gate rows and
+    the same columns' 8 up rows a stripe) and unpermute_experts undoes it exactly; the pairing is the row the
+    experts kernel's ACT epilogue names for tile row r: column 8 (r // 16) + r % 8 of the gate (r // 8 even) or
+    the up half."""
+    e, n, k = 3, 64, 384
+    g = torch.Generator().manual_seed(5)
+    q = torch.randint(-(2**31), 2**31 - 1, (e, n, k // 8), dtype=torch.int32, generator=g)
+    p = permute_experts(q, k, gate_up)
+    assert p.shape == (e, n // 16, 2 * k)
+    assert torch.equal(unpermute_experts(p, k, gate_up), q)
+    paired = pair_gate_up_rows(q) if gate_up else q
+    for j in range(e):
+        assert torch.equal(p[j], permute_words(paired[j], k))
+    r = torch.arange(n)
+    named = (8 * (r // 16) + r % 8 + (r // 8 % 2) * (n // 2)) if gate_up else r
+    assert torch.equal(paired, q[:, named])
 
 
 def test_bad_shapes_are_refused():

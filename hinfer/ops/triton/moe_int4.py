@@ -16,11 +16,15 @@ import torch
 
 
 class Int4Experts(NamedTuple):
-    qweight: torch.Tensor  # int32 [E, N, K/8]
+    qweight: torch.Tensor  # int32 [E, N, K/8], or with `frag` [E, N/16, 2K]
     scales: torch.Tensor  # [E, N, G]
     zeros: torch.Tensor | None  # uint8 [E, N, G]
     in_features: int  # K
+    # the words in mma fragment order per expert (hinfer.quant.int4_mma_layout.permute_experts; gate_up's rows
+    # paired, 8 gate rows with their 8 up rows a 16-row stripe): read by the tensor-core decode kernel only
+    frag: bool = False
 
     @property
     def shape(self) -> tuple[int, int, int]:
-        return (self.qweight.shape[0], self.qweight.shape[1], self.in_features)
+        n = self.qweight.shape[1] * (16 if self.frag else 1)
+        return (self.qweight.shape[0], n, self.in_features)
