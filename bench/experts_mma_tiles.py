@@ -16,7 +16,7 @@ register caps and x staged or not.
                                       [--rows 32,64,128,256] [--warps 1,2,4,8]
                                       [--x decode|staged|per-group] [--max-regs 0,128] [--json out.json]
                                       [--tuned-out t.json] [--fmt int4|fp8] [--scales channel|block]
-                                      [--layout rows|groups|fragment]
+                                      [--layout rows|groups|fragment|stripes]
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from hinfer.ops.triton.tiles.moe import (  # noqa: E402
     fp8_experts_mma_tile,
 )
 from hinfer.ops.triton.tiles.table import entry, source_line, write  # noqa: E402
-from hinfer.quant.int4_mma_layout import permute_experts  # noqa: E402
+from hinfer.quant.int4_mma_layout import permute_experts, stripe_experts  # noqa: E402
 
 BW = 4.2e12  # bytes/s the floors divide by (bench/moe_kernels.py's)
 BM = 8  # rows per aligned block (hinfer.ops.triton.moe._experts_mma)
@@ -104,14 +104,16 @@ def laid_out(w: Int4Experts, layout: str, gate_up: bool) -> Int4Experts:
     """w as `layout` stores it, the same values: `rows` as the model holds it; `groups` its scales and zero points
     group-major ([E, G, N] in memory, seen as [E, N, G]; the experts kernel reads them by their strides);
     `fragment` its words in mma fragment order per expert (int4_mma_layout.permute_experts: a warp's load one
-    512-byte run, the dense kernel's order)."""
+    512-byte run, the dense kernel's order); `stripes` the row words stripe by stripe (stripe_experts: the same
+    runs, each word as the row layout packs it)."""
     if layout == "groups":
         def gm(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t.transpose(1, 2).contiguous().transpose(1, 2)
 
         return w._replace(scales=gm(w.scales), zeros=gm(w.zeros))
-    if layout == "fragment":
-        return w._replace(qweight=permute_experts(w.qweight, w.in_features, gate_up), frag=True)
+    if layout in ("fragment", "stripes"):
+        order = permute_experts if layout == "fragment" else stripe_experts
+        return w._replace(qweight=order(w.qweight, w.in_features, gate_up), words=layout)
     return w
 
 
@@ -197,10 +199,10 @@ def main() -> None:
     ap.add_argument("--fmt", choices=["int4", "fp8"], default="int4", help="the experts' weight format")
     ap.add_argument("--scales", choices=["channel", "block"], default="channel",
                     help="fp8: per-row scales (--quant fp8) or 128 x 128 blocks (the official FP8 checkpoints)")
-    ap.add_argument("--layout", choices=["rows", "groups", "fragment"], default="rows",
+    ap.add_argument("--layout", choices=["rows", "groups", "fragment", "stripes"], default="rows",
                     help="int4: the experts as the model holds them, with the scales and zero points group-major "
-                         "(each 128-group's rows contiguous), or with the words in mma fragment order (the dense "
-                         "kernel's), the same values")  # fmt: skip
+                         "(each 128-group's rows contiguous), with the words in mma fragment order (the dense "
+                         "kernel's), or with the row words stripe by stripe, the same values")  # fmt: skip
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--tuned-out", type=Path, help="the winners as HINFER_TILES entries (moe_int4_mma / moe_fp8_mma)")

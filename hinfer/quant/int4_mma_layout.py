@@ -155,6 +155,34 @@ def unpermute_experts(words: torch.Tensor, k: int, gate_up: bool = False) -> tor
     return unpair_gate_up_rows(q) if gate_up else q
 
 
+def stripe_experts(qweight: torch.Tensor, k: int, gate_up: bool = False) -> torch.Tensor:
+    """Stacked experts int32 [E, N, K/8] (hinfer.quant.int4 rows) -> the same words stripe by stripe [E, N/16, 2K]:
+    each 16-row stripe's 128-groups one after another, a group's 256 words as [r3, g, t, w] = word 4 t + w of the
+    group in row 8 r3 + g of the stripe (`gate_up`: its rows paired first, pair_gate_up_rows). Only the words move
+    (each keeps its nibbles, so a thread's 16 bytes unpack as the row layout's), and a warp's load of them is one
+    512-byte run; the grouped kernels find any word by its row and column (stripe_word_offset)."""
+    e, n = qweight.shape[:2]
+    _check(n, k)
+    q = pair_gate_up_rows(qweight) if gate_up else qweight
+    g = k // 128
+    return q.view(e, n // TILE_N, 2, 8, g, 4, 4).permute(0, 1, 4, 2, 3, 5, 6).reshape(e, n // TILE_N, 2 * k)
+
+
+def unstripe_experts(words: torch.Tensor, k: int, gate_up: bool = False) -> torch.Tensor:
+    """Inverse of stripe_experts: [E, N/16, 2K] -> [E, N, K/8]."""
+    e, stripes = words.shape[:2]
+    g = k // 128
+    q = words.view(e, stripes, g, 2, 8, 4, 4).permute(0, 1, 3, 4, 2, 5, 6).reshape(e, stripes * TILE_N, k // 8)
+    return unpair_gate_up_rows(q) if gate_up else q
+
+
+def stripe_word_offset(row: torch.Tensor, col: torch.Tensor, k: int) -> torch.Tensor:
+    """Offset, within an expert of stripe_experts' layout, of word `col` of row `row` (of the paired rows)."""
+    s, r = row // TILE_N, row % TILE_N
+    g, w = col // 16, col % 16
+    return s * (2 * k) + g * 256 + (r // 8) * 128 + ((r % 8) * 4 + w // 4) * 4 + w % 4
+
+
 class Int4MmaWeight(nn.Module):
     """An Int4Weight in fragment order, the form CUDA decode reads (`use_fragment_order` swaps it in when the
     model is placed on the GPU): words [N/16, 2K], scales [G, N], zeros [G, N] uint8 or None. Same values and

@@ -459,27 +459,30 @@ def test_experts_int4_scales_by_their_strides(tm, weights, seed, t):
 
 
 @pytest.mark.parametrize("t", [1, 8, 32])
-def test_experts_int4_words_in_fragment_order(tm, weights, seed, t):
-    """The tensor-core experts read their words in mma fragment order per expert (permute_experts; gate_up's rows
-    paired) to the row layout's outputs bit for bit: the same values in the same MMAs, through the register
-    look-ahead, the words ring, K splits and the packaged tiles (x staged where they stage it)."""
+@pytest.mark.parametrize("order", ["fragment", "stripes"])
+def test_experts_int4_words_stripe_major(tm, weights, seed, t, order):
+    """The tensor-core experts read their words stripe-major, in mma fragment order per expert (permute_experts)
+    or as the row words stripe by stripe (stripe_experts), gate_up's rows paired, to the row layout's outputs bit
+    for bit: the same values in the same MMAs, through the register look-ahead, the words ring, K splits and the
+    packaged tiles (x staged where they stage it)."""
     from hinfer.ops.triton.moe_int4_mma import experts_mma
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
-    from hinfer.quant.int4_mma_layout import permute_experts
+    from hinfer.quant.int4_mma_layout import permute_experts, stripe_experts
 
     name, gu, dn, x, hid, tw, args = _int4_case(weights, t)
     h, i = x.shape[1], hid.shape[1]
-    fgu = gu._replace(qweight=permute_experts(gu.qweight, gu.in_features, True), frag=True)
-    fdn = dn._replace(qweight=permute_experts(dn.qweight, dn.in_features), frag=True)
-    assert fgu.shape == gu.shape and fdn.shape == dn.shape
+    move = permute_experts if order == "fragment" else stripe_experts
+    sgu = gu._replace(qweight=move(gu.qweight, gu.in_features, True), words=order)
+    sdn = dn._replace(qweight=move(dn.qweight, dn.in_features), words=order)
+    assert sgu.shape == gu.shape and sdn.shape == dn.shape
     for cfg in (None, SkinnyConfig(32, 128, 8, 1, 2, 4), SkinnyConfig(128, 128, 8, 1, 8, 4),
                 SkinnyConfig(128, 128, 8, 1, 4, 4, 4), SkinnyConfig(64, 128, 8, 2, 2, 4)):  # fmt: skip
-        for what, xin, (wr, wf), rows, kw in (("gate_up", x, (gu, fgu), i, {"xdiv": K, "act": True}),
-                                              ("down", hid, (dn, fdn), h, {"xdiv": 1, "tw": tw})):  # fmt: skip
+        for what, xin, (wr, ws), rows, kw in (("gate_up", x, (gu, sgu), i, {"xdiv": K, "act": True}),
+                                              ("down", hid, (dn, sdn), h, {"xdiv": 1, "tw": tw})):  # fmt: skip
             want, got = (experts_mma(xin, w, torch.full((t * K, rows), float("nan"), device="cuda").bfloat16(), *args,
-                                     cfg=cfg, **kw) for w in (wr, wf))  # fmt: skip
+                                     cfg=cfg, **kw) for w in (wr, ws))  # fmt: skip
             assert torch.isfinite(want).all(), f"{name} {what} T={t} {cfg}: unwritten rows, seed {seed}"
-            assert torch.equal(got, want), (f"{name} {what} T={t} {cfg}: fragment order differs by "
+            assert torch.equal(got, want), (f"{name} {what} T={t} {cfg} {order}: differs by "
                                             f"{(got.float() - want.float()).abs().max().item()}, seed {seed}")  # fmt: skip
 
 

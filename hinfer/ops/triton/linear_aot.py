@@ -267,11 +267,12 @@ def variants(full: bool = False) -> Iterator[Variant]:
               # the words through a cp.async ring instead of the register look-ahead (eight tokens; one routed)
               experts_mma_variant(128, 8, 4, True, False, 9, False, depth=4, pdl=True, act=True, ring=4),
               experts_mma_variant(64, 8, 2, True, False, 1, True, depth=4, pdl=True, ring=3),
-              # the words in fragment order per expert (bench/experts_mma_tiles.py --layout fragment)
-              experts_mma_variant(32, 8, 2, True, False, 9, False, depth=4, pdl=True, act=True, frag=True),
-              experts_mma_variant(128, 8, 8, True, False, 9, False, depth=4, pdl=True, act=True, frag=True),
-              experts_mma_variant(32, 8, 2, True, False, 1, True, depth=2, pdl=True, frag=True),
-              experts_mma_variant(128, 8, 4, True, False, 9, False, depth=4, pdl=True, act=True, ring=4, frag=True),
+              # the words stripe-major (bench/experts_mma_tiles.py --layout fragment / stripes)
+              experts_mma_variant(32, 8, 2, True, False, 9, False, depth=4, pdl=True, act=True, words="fragment"),
+              experts_mma_variant(128, 8, 8, True, False, 9, False, depth=4, pdl=True, act=True, words="stripes"),
+              experts_mma_variant(32, 8, 2, True, False, 1, True, depth=2, pdl=True, words="stripes"),
+              experts_mma_variant(128, 8, 4, True, False, 9, False, depth=4, pdl=True, act=True, ring=4,
+                                  words="fragment"),
               experts_mma_variant(128, 8, 4, True, True, 9, False, depth=4, pdl=True, split=4, act=True, route=8,
                                   ring=4),
               # one token routed in the gate_up launch (the `route` launch fusion)

@@ -81,8 +81,8 @@ def _prec(dtype: torch.dtype) -> str:
 def _weight_args(w: Experts) -> tuple[list, dict]:
     """(pointer/stride args: w, scales, zeros, stride_we, stride_wn, stride_se, stride_sn; format constexprs)."""
     if isinstance(w, Int4Experts):
-        if w.frag:
-            raise ValueError("grouped int4 experts read the row layout, not fragment order")
+        if w.words != "rows":
+            raise ValueError(f"grouped int4 experts read the row layout, got {w.words}")
         z = w.zeros if w.zeros is not None else w.scales
         assert w.qweight.stride(-1) == 1 and w.scales.stride(-1) == 1 and z.stride() == w.scales.stride()
         args = [

@@ -16,15 +16,16 @@ import torch
 
 
 class Int4Experts(NamedTuple):
-    qweight: torch.Tensor  # int32 [E, N, K/8], or with `frag` [E, N/16, 2K]
+    qweight: torch.Tensor  # int32 [E, N, K/8] (`rows`), else [E, N/16, 2K]
     scales: torch.Tensor  # [E, N, G]
     zeros: torch.Tensor | None  # uint8 [E, N, G]
     in_features: int  # K
-    # the words in mma fragment order per expert (hinfer.quant.int4_mma_layout.permute_experts; gate_up's rows
-    # paired, 8 gate rows with their 8 up rows a 16-row stripe): read by the tensor-core decode kernel only
-    frag: bool = False
+    # the words' order (hinfer.quant.int4_mma_layout): `rows`; `fragment`, mma fragment order per expert
+    # (permute_experts); `stripes`, the row words stripe by stripe (stripe_experts). Both of the latter pair
+    # gate_up's rows, 8 gate rows with their 8 up rows a 16-row stripe; the tensor-core decode kernel reads all three
+    words: str = "rows"
 
     @property
     def shape(self) -> tuple[int, int, int]:
-        n = self.qweight.shape[1] * (16 if self.frag else 1)
+        n = self.qweight.shape[1] * (1 if self.words == "rows" else 16)
         return (self.qweight.shape[0], n, self.in_features)

@@ -258,7 +258,7 @@ def one_launch_fits(x: torch.Tensor, gu: Int4Experts, dn: Int4Experts, slots: in
     (_, n1, h), (_, h2, i) = gu.shape, dn.shape
     if not x.is_cuda or x.shape[0] != 1 or h2 != h or n1 != 2 * i or i % GROUP_K or h % GROUP_K:
         return False
-    if (gu.zeros is None) != (dn.zeros is None) or slots > 64 or gu.frag or dn.frag or not all(
+    if (gu.zeros is None) != (dn.zeros is None) or slots > 64 or gu.words != "rows" or dn.words != "rows" or not all(
             t.is_contiguous() for w in (gu, dn) for t in w[:3] if t is not None):  # fmt: skip
         return False
     cfg, bn2 = tiles or one_launch_tiles(h, i, slots)
