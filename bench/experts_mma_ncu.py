@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.experts_mma_tiles import BM, Routing  # noqa: E402
+from bench.experts_mma_tiles import BM, Routing, laid_out  # noqa: E402
 from bench.moe_kernels import MODELS, _random_int4  # noqa: E402
 
 
@@ -36,12 +36,14 @@ def main() -> None:
     ap.add_argument("--tile", help="BLOCK_N,split,warps,depth[,ring]: ring > 1 streams the words through a cp.async ring")
     ap.add_argument("--launches", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--layout", choices=["rows", "groups", "fragment", "stripes"], default="rows",
+                    help="the experts as stored (bench/experts_mma_tiles.py --layout)")
     a = ap.parse_args()
     m = MODELS[a.model]
     e, k, h, i = m["e"] + 1, m["k"] + 1, m["h"], m["i"]
     r = Routing(a.t, k, e, torch.Generator().manual_seed(a.seed))
     n, kk = (2 * i, h) if a.proj == "gate_up" else (h, i)
-    w = _random_int4(e, n, kk, False)
+    w = laid_out(_random_int4(e, n, kk, False), a.layout, a.proj == "gate_up")
     # the gate_up writes silu(gate) * up [pairs, I], the down reads it
     x = torch.randn(a.t, h, device="cuda").bfloat16() if a.proj == "gate_up" else \
         torch.randn(a.t * k, i, device="cuda").bfloat16()  # fmt: skip
@@ -51,7 +53,7 @@ def main() -> None:
         cfg = SkinnyConfig(bn, 128, BM, split, warps, depth, *ring)
     else:
         cfg = experts_mma_tile(a.t * k, n, kk, r.blocks)
-    print(f"{a.model} {a.proj} N={n} K={kk} T={a.t} pairs={a.t * k} {cfg}", flush=True)
+    print(f"{a.model} {a.proj} N={n} K={kk} T={a.t} pairs={a.t * k} {a.layout} {cfg}", flush=True)
     for _ in range(a.launches):
         if a.proj == "gate_up":
             experts_mma(x, w, y, r.blocks, BM, r.flat, r.sorted, r.bexp, r.brows, r.direct, xdiv=k, cfg=cfg,

@@ -11,6 +11,8 @@ ncu_run experts_gu_t8_packaged int4_mma_experts_kernel 70 bench/experts_mma_ncu.
 left $((B - 60)) && ncu_run dense_gu_default int4_mma_kernel 60 bench/int4_mma_ncu.py --shape experts_gu_t8 --m 1
 left $((B - 60)) && ncu_run experts_gu_t8_128x8 int4_mma_experts_kernel 60 bench/experts_mma_ncu.py --model 35b \
   --proj gate_up --t 8 --tile 128,1,8,4
+left $((B - 50)) && ncu_run experts_gu_t8_stripes int4_mma_experts_kernel 50 bench/experts_mma_ncu.py --model 35b \
+  --proj gate_up --t 8 --layout stripes
 left $((B - 50)) && ncu_run dense_gu_rows int4_mma_kernel 50 bench/int4_mma_ncu.py --shape experts_gu_t8 --m 1 --rows
 left $((B - 50)) && ncu_run experts_down_t8_packaged int4_mma_experts_kernel 50 bench/experts_mma_ncu.py --model 35b \
   --proj down --t 8
