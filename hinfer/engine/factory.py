@@ -37,6 +37,7 @@ from hinfer.engine.weight_bytes import resolve_weights
 from hinfer.errors import CheckpointError, ConfigError
 from hinfer.kv_format import KV_FORMATS
 from hinfer.model.artifact_loader import load_artifact_model
+from hinfer.model.expert_stripes import stripe_int4_experts
 from hinfer.model.loader import load_weights
 from hinfer.model.quantized_loader import load_quantized_checkpoint
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
@@ -291,6 +292,7 @@ def make_core(
     if ecfg.lm_head != "keep":
         quantize_head(model, ecfg.lm_head)
     use_fragment_order(model)  # int4 weights in the order the CUDA decode kernels read (no-op elsewhere)
+    stripe_int4_experts(model)  # HINFER_EXPERTS_WORDS=stripes (no-op by default and off the GPU)
     shape = shape or state_shape(cfg, ecfg)
     sampler = Sampler(cfg.vocab_size, device, max_rows=ecfg.max_concurrency, num_real_tokens=tokenizer.vocab_size)
     if ranks is None:

@@ -27,8 +27,8 @@ from hinfer.quant.int4 import GROUP, Int4Weight, quantize_int4
 class Int4ExpertsWeight(nn.Module):
     """The int4 experts of one fused projection; buffers, so `.to()` and `state_dict()` carry them.
 
-    `shape` is the logical [E, N, K]; `expert(e)` is expert e as an `Int4Weight` (views, no copy), which the
-    reference body dequantizes one expert at a time."""
+    `shape` is the logical [E, N, K]; `expert(e)` is expert e as an `Int4Weight` (views, no copy, unless the
+    words are stored by stripes: `to_stripes`), which the reference body dequantizes one expert at a time."""
 
     def __init__(
         self,
@@ -51,10 +51,36 @@ class Int4ExpertsWeight(nn.Module):
         self.register_buffer("scales", scales)
         self.register_buffer("zeros", zeros)
         self.in_features, self.group = in_features, group
+        self.words, self.paired = "rows", False  # to_stripes changes them
 
     @property
     def shape(self) -> tuple[int, int, int]:
-        return (self.qweight.shape[0], self.qweight.shape[1], self.in_features)
+        n = self.qweight.shape[1] * (16 if self.words == "stripes" else 1)
+        return (self.qweight.shape[0], n, self.in_features)
+
+    @torch.no_grad()
+    def to_stripes(self, gate_up: bool) -> Int4ExpertsWeight:
+        """Store the words stripe by stripe (hinfer.quant.int4_mma_layout.stripe_experts; `gate_up`: [gate | up]
+        rows, paired 8 and 8 a stripe): a warp's 16 bytes a thread of the decode kernel become one 512-byte run,
+        and the grouped kernels find every word by its row. A few experts at a time; in place, idempotent."""
+        from hinfer.quant.int4_mma_layout import stripe_experts
+
+        e, n, k = self.shape
+        if self.words == "stripes" or self.group != GROUP or n % 16 or k % GROUP:
+            return self
+        out = torch.empty((e, n // 16, 2 * k), dtype=torch.int32, device=self.qweight.device)
+        step = max(1, (1 << 24) // (n * k // 8))  # ~64 MB of words a chunk
+        for e0 in range(0, e, step):
+            out[e0 : e0 + step] = stripe_experts(self.qweight[e0 : e0 + step], k, gate_up)
+        self.qweight, self.words, self.paired = out, "stripes", gate_up
+        return self
+
+    def _rows(self, e0: int, e1: int) -> torch.Tensor:
+        """Experts e0 .. e1 - 1's words in the row layout (a copy when stored as stripes)."""
+        from hinfer.quant.int4_mma_layout import unstripe_experts
+
+        q = self.qweight[e0:e1]
+        return q if self.words == "rows" else unstripe_experts(q, self.in_features, self.paired)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -63,7 +89,8 @@ class Int4ExpertsWeight(nn.Module):
     def extra_repr(self) -> str:
         e, n, k = self.shape
         kind = "asym" if self.zeros is not None else "sym"
-        return f"{e} experts x {n}x{k}, int4 g{self.group} {kind}, scales {self.scales.dtype}"
+        return (f"{e} experts x {n}x{k}, int4 g{self.group} {kind}, scales {self.scales.dtype}"
+                f"{', words by stripes' if self.words == 'stripes' else ''}")  # fmt: skip
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.qweight, self.scales, self.zeros) if t is not None)
@@ -75,18 +102,18 @@ class Int4ExpertsWeight(nn.Module):
             return None
         from hinfer.ops.triton.moe_int4 import Int4Experts
 
-        return Int4Experts(self.qweight, self.scales, self.zeros, self.in_features)
+        return Int4Experts(self.qweight, self.scales, self.zeros, self.in_features, self.words)
 
     def expert(self, e: int) -> Int4Weight:
         """Expert e's [N, K] weight (views of this object's buffers)."""
         z = None if self.zeros is None else self.zeros[e]
-        return Int4Weight(self.qweight[e], self.scales[e], z, self.in_features, self.group)
+        return Int4Weight(self._rows(e, e + 1)[0], self.scales[e], z, self.in_features, self.group)
 
     def dequantize(self, dtype: torch.dtype | None = None) -> torch.Tensor:
         """All experts [E, N, K] (tests and tools; the reference body dequantizes one expert at a time)."""
         e, n, k = self.shape
         z = None if self.zeros is None else self.zeros.reshape(e * n, -1)
-        flat = Int4Weight(self.qweight.reshape(e * n, -1), self.scales.reshape(e * n, -1), z, k, self.group)
+        flat = Int4Weight(self._rows(0, e).reshape(e * n, -1), self.scales.reshape(e * n, -1), z, k, self.group)
         return flat.dequantize(dtype).view(e, n, k)
 
 
@@ -195,7 +222,7 @@ def append_expert(experts, dense):
         return torch.cat([experts, dense[None].to(experts.device)]) if ok else None
     if isinstance(experts, Int4ExpertsWeight) and isinstance(dense, Int4Weight):
         ok = (experts.group == dense.group and experts.shape[1:] == dense.shape and experts.dtype == dense.dtype
-              and (experts.zeros is None) == (dense.zeros is None))  # fmt: skip
+              and (experts.zeros is None) == (dense.zeros is None) and experts.words == "rows")  # fmt: skip
         if not ok:
             return None
         cat = lambda a, b: torch.cat([a, b[None]])  # noqa: E731

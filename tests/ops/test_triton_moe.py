@@ -298,6 +298,38 @@ def test_experts_int4(tm, seed, zero_point, t, kind):
     )
 
 
+@pytest.mark.parametrize(("t", "kind"), [(1, "direct_sum"), (3, "swap16"), (17, "plain64")])
+def test_experts_int4_stripes(tm, seed, t, kind):
+    """The grouped int4 kernels read experts stored stripe by stripe (int4_mma_layout.stripe_experts, gate_up's
+    gate and up rows paired) to the row layout's outputs bit for bit: only where each word is found differs.
+    K = 256 and 128 so the K-steps walk whole 128-groups and halves of them."""
+    from hinfer.quant.int4_mma_layout import permute_experts, stripe_experts
+
+    q = _mod("moe_int4")
+    cfg_mod = _mod("tiles.forms")
+    e, k, h, i = 8, 2, 256, 128
+    x = torch.randn(t, h).bfloat16()
+    wgu, wd = _weights(e, h, i, torch.float32)
+    wqgu, wqdn = quantize_experts_int4(wgu), quantize_experts_int4(wd)
+    rows = [q.Int4Experts(w.qweight, w.scales, w.zeros, w.in_features) for w in (wqgu, wqdn)]
+    striped = [w._replace(qweight=stripe_experts(w.qweight, w.in_features, gate_up), words="stripes")
+               for w, gate_up in zip(rows, (True, False))]  # fmt: skip
+    top_w, top_i = _routing(t, e, k, torch.bfloat16)
+    if kind == "direct_sum":
+        tile = cfg_mod.Tile(16, 64, 128, 4, 2, swap=True)
+        config = cfg_mod.MoeConfig(tile, tile, direct=True, sum_in_down=True)
+    else:
+        config = _config(tm, kind)
+    want = tm.moe_experts(x, *rows, top_w, top_i, config=config)
+    got = tm.moe_experts(x, *striped, top_w, top_i, config=config)
+    assert not torch.isnan(want).any() and torch.equal(got, want), (
+        f"differs by {(got.float() - want.float()).abs().max().item()}, seed {seed}"
+    )
+    with pytest.raises(ValueError, match="fragment"):
+        frag = rows[0]._replace(qweight=permute_experts(rows[0].qweight, h, True), words="fragment")
+        tm.moe_experts(x, frag, rows[1], top_w, top_i, config=config)
+
+
 @pytest.mark.parametrize("block", [False, True])
 @pytest.mark.parametrize(("t", "kind"), [(1, "default"), (1, "direct_sum"), (3, "swap16"), (17, "plain64")])
 def test_experts_fp8(tm, seed, block, t, kind):

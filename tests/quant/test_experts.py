@@ -154,6 +154,45 @@ def test_triton_path_matches_the_reference(seed, monkeypatch, ops_backend, zero_
     assert len(calls) == 1
 
 
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_int4_experts_by_stripes_keep_their_values(seed, monkeypatch, ops_backend, backend):
+    """to_stripes moves the words only: the same logical shape, experts, dequantized values and moe_experts
+    outputs bit for bit (the reference body reads the rows back; the grouped kernels find each word in its
+    stripe); idempotent; a K that is no whole 128-groups keeps its rows."""
+    if backend == "triton":
+        _triton_moe()
+    gu, dn = _experts(i=128, dtype=torch.bfloat16, device=DEV)
+    rows = [quantize_experts_int4(w) for w in (gu, dn)]
+    striped = [copy.deepcopy(w).to_stripes(gate_up) for w, gate_up in zip(rows, (True, False))]
+    for r, st in zip(rows, striped):
+        assert st.words == "stripes" and st.shape == r.shape and st.qweight.shape != r.qweight.shape
+        assert torch.equal(st.expert(3).qweight, r.expert(3).qweight)
+        assert torch.equal(st.dequantize(torch.float32), r.dequantize(torch.float32))
+        assert st.kernel_experts().words == "stripes" and st.to_stripes(True) is st
+    x = torch.randn(6, H, device=DEV).bfloat16()
+    top_w, top_i = _routing(6, DEV)
+    ops_backend(backend)
+    want = moe_ops.moe_experts(x, *rows, top_w.bfloat16(), top_i)
+    got = moe_ops.moe_experts(x, *striped, top_w.bfloat16(), top_i)
+    assert torch.equal(got, want), f"max err {(got.float() - want.float()).abs().max()}, seed {seed}"
+    narrow = quantize_experts_int4(_experts()[1])  # K = 32
+    assert narrow.to_stripes(False).words == "rows"
+
+
+def test_experts_words_setting(monkeypatch):
+    """HINFER_EXPERTS_WORDS: rows or stripes, anything else refused; nothing moves off the GPU."""
+    from hinfer.model.expert_stripes import experts_words, stripe_int4_experts
+
+    monkeypatch.setenv("HINFER_EXPERTS_WORDS", "stripes")
+    assert experts_words() == "stripes"
+    model = torch.nn.Module()
+    model.w = quantize_experts_int4(_experts(i=128)[0])
+    assert stripe_int4_experts(model) == 0 and model.w.words == "rows"
+    monkeypatch.setenv("HINFER_EXPERTS_WORDS", "fragment")
+    with pytest.raises(ValueError, match="HINFER_EXPERTS_WORDS"):
+        experts_words()
+
+
 # --------------------------------------------------------------------------------------------- a tiny MoE model
 def test_int4_default_quantizes_the_routed_experts(seed):
     model = _model(True)

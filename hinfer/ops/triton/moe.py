@@ -81,8 +81,8 @@ def _prec(dtype: torch.dtype) -> str:
 def _weight_args(w: Experts) -> tuple[list, dict]:
     """(pointer/stride args: w, scales, zeros, stride_we, stride_wn, stride_se, stride_sn; format constexprs)."""
     if isinstance(w, Int4Experts):
-        if w.words != "rows":
-            raise ValueError(f"grouped int4 experts read the row layout, got {w.words}")
+        if w.words == "fragment":
+            raise ValueError("grouped int4 experts read the row layout or its stripes, not fragment order")
         z = w.zeros if w.zeros is not None else w.scales
         assert w.qweight.stride(-1) == 1 and w.scales.stride(-1) == 1 and z.stride() == w.scales.stride()
         args = [
@@ -95,7 +95,8 @@ def _weight_args(w: Experts) -> tuple[list, dict]:
             w.scales.stride(1),
         ]
         fast = w.zeros is None and w.qweight.is_cuda and fast_int4_ok(w.qweight.device.index or 0)
-        return args, {"FMT": 1, "HAS_ZERO": w.zeros is not None, "FAST_INT4": fast, **_NO_SCALE_GRID}
+        return args, {"FMT": 1, "HAS_ZERO": w.zeros is not None, "FAST_INT4": fast, "STRIPES": w.words == "stripes",
+                      **_NO_SCALE_GRID}  # fmt: skip
     if isinstance(w, Fp8Experts):
         e, n, k = w.weight.shape
         want = (e, -(-n // GROUP), -(-k // GROUP)) if w.block else (e, n)

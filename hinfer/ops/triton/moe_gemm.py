@@ -83,18 +83,40 @@ def _a_tile(rows_base, k0, offs_k, K, SWAP: tl.constexpr, EVEN_K: tl.constexpr):
 
 
 @triton.jit
+def stripe_rows(rows, pair_n):
+    """The stored rows of an expert's logical `rows` in stripe_experts' order: a gate_up ([gate | up], pair_n = I
+    rows each) paired 8 gate rows with their 8 up rows a stripe; pair_n = 0 the rows as they are."""
+    if pair_n > 0:
+        return 16 * ((rows % pair_n) // 8) + 8 * (rows // pair_n) + rows % 8
+    return rows
+
+
+@triton.jit
+def _stripe_words(rows, k0, K, BK: tl.constexpr):
+    """Offsets [BN, BK / 8] of words k0 / 8 .. (k0 + BK) / 8 of stored rows `rows` in stripe_experts' order
+    (int4_mma_layout.stripe_word_offset): a row's 16 words of a 128-group are contiguous, the K-step inside one
+    group (BK divides 128)."""
+    row = (rows // 16) * (2 * K) + ((rows % 16) // 8) * 128 + (rows % 8) * 16
+    col = (k0 // 128) * 256 + (k0 % 128) // 8 + tl.arange(0, BK // 8)
+    return row[:, None] + col[None, :]
+
+
+@triton.jit
 def _mma(
     a, w_base, s_base, z_base, offs_n, k0, offs_k, stride_wn, stride_sn, K, acc, scale,
     SWAP: tl.constexpr, FMT: tl.constexpr, HAS_ZERO: tl.constexpr, FAST_INT4: tl.constexpr,
     EVEN_K: tl.constexpr, PREC: tl.constexpr, EMU: tl.constexpr, ACC_IN_DOT: tl.constexpr,
     BN: tl.constexpr, BK: tl.constexpr, S_ROW0, SCALE_ROWS: tl.constexpr, SCALE_KSTEP: tl.constexpr,
+    STRIPES: tl.constexpr = False, w_rows=None,
 ):  # fmt: skip
     """acc += (a x W[rows offs_n, k0:k0+BK]) * scale, in the SWAP ([BN, BM]) or plain ([BM, BN]) layout.
     `scale` multiplies the partial product (the routing weight of a summed slot) or is 1.0. ACC_IN_DOT (no
     per-step factor: bf16 weights or dequantized int4 / fp8 tiles, scale 1.0) chains the accumulator through the
     MMA; otherwise each step's partial product is scaled (int4 / fp8 SWAP: by the row's scale) and added.
     fp8 only (FMT 2): row n's scale is s_base[((S_ROW0 + n) // SCALE_ROWS) * stride_sn + (k0 // 128) *
-    SCALE_KSTEP] (S_ROW0: the first row of this weight part in the fused scale grid, e.g. I for the up rows)."""
+    SCALE_KSTEP] (S_ROW0: the first row of this weight part in the fused scale grid, e.g. I for the up rows).
+    int4 STRIPES: the words stripe by stripe (int4_mma_layout.stripe_experts), rows `w_rows` of the expert
+    (stripe_rows: the paired rows of a gate_up) found by _stripe_words."""
     if FMT == 0:
         if SWAP:
             w = _load_k(
@@ -117,7 +139,10 @@ def _mma(
             g_scale = scale
     else:  # int4: words [BN, BK / 8] -> u - 8 in bf16 [BN, BK]; one scale per row for this K-step
         kw = k0 // 8 + tl.arange(0, BK // 8)
-        wp = w_base + offs_n[:, None] * stride_wn + kw[None, :]
+        if STRIPES:
+            wp = w_base + _stripe_words(w_rows, k0, K, BK)
+        else:
+            wp = w_base + offs_n[:, None] * stride_wn + kw[None, :]
         if EVEN_K:
             words = tl.load(wp)
         else:
@@ -172,9 +197,10 @@ def _gate_up_kernel(
     FAST_INT4: tl.constexpr, EVEN_K: tl.constexpr, PREC: tl.constexpr, EMU: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
     SCALE_ROWS: tl.constexpr, SCALE_KSTEP: tl.constexpr,
-    PDL: tl.constexpr,
+    PDL: tl.constexpr, STRIPES: tl.constexpr = False,
 ):  # fmt: skip
-    """act[pair, n] = silu(x[tok] . Wg[e, n]) * (x[tok] . Wu[e, n]); N = I, K = H, weight rows [E, 2I, .]."""
+    """act[pair, n] = silu(x[tok] . Wg[e, n]) * (x[tok] . Wu[e, n]); N = I, K = H, weight rows [E, 2I, .]
+    (STRIPES: stored stripe by stripe, gate and up rows paired)."""
     pdl_start(PDL)
     pid = tl.program_id(0)
     n_tiles = tl.cdiv(N, BN)
@@ -185,7 +211,14 @@ def _gate_up_kernel(
     offs_n = (pn * BN + tl.arange(0, BN)) % N  # wrapped: loads stay in bounds, the store masks
     offs_k = tl.arange(0, BK)
     g_base = w_ptr + e.to(tl.int64) * stride_we
-    u_base = g_base + N * stride_wn
+    if STRIPES:  # both halves found by their rows in the expert's paired stripes
+        u_base = g_base
+        g_rows = stripe_rows(offs_n, N)
+        u_rows = stripe_rows(offs_n + N, N)
+    else:
+        u_base = g_base + N * stride_wn
+        g_rows = offs_n
+        u_rows = offs_n
     gs_base = s_ptr + e.to(tl.int64) * stride_se
     if FMT == 2:  # fp8: the up rows' scales are found by absolute row (I + n) // SCALE_ROWS in the fused grid
         us_base = gs_base
@@ -206,12 +239,12 @@ def _gate_up_kernel(
         acc_g = _mma(
             a, g_base, gs_base, gz_base, offs_n, k0, offs_k, stride_wn, stride_sn, K, acc_g, 1.0,
             SWAP, FMT, HAS_ZERO, FAST_INT4, EVEN_K, PREC, EMU, FMT == 0 or not SWAP, BN, BK,
-            0, SCALE_ROWS, SCALE_KSTEP,
+            0, SCALE_ROWS, SCALE_KSTEP, STRIPES, g_rows,
         )  # fmt: skip
         acc_u = _mma(
             a, u_base, us_base, uz_base, offs_n, k0, offs_k, stride_wn, stride_sn, K, acc_u, 1.0,
             SWAP, FMT, HAS_ZERO, FAST_INT4, EVEN_K, PREC, EMU, FMT == 0 or not SWAP, BN, BK,
-            u_row0, SCALE_ROWS, SCALE_KSTEP,
+            u_row0, SCALE_ROWS, SCALE_KSTEP, STRIPES, u_rows,
         )  # fmt: skip
     _store_rows(act_ptr, pair, row_ok, pn, N, stride_at, _silu_mul(acc_g, acc_u), SWAP, BN, EMU)
 
@@ -224,7 +257,7 @@ def _down_kernel(
     FAST_INT4: tl.constexpr, EVEN_K: tl.constexpr, PREC: tl.constexpr, EMU: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
     SCALE_ROWS: tl.constexpr, SCALE_KSTEP: tl.constexpr,
-    PDL: tl.constexpr,
+    PDL: tl.constexpr, STRIPES: tl.constexpr = False,
 ):  # fmt: skip
     """y[pair, n] = (act[pair] . Wd[e, n]) * top_w[pair]; N = H, K = I, weight rows [E, H, .]."""
     pdl_start(PDL)
@@ -249,7 +282,7 @@ def _down_kernel(
         acc = _mma(
             a, w_base, s_base, z_base, offs_n, k0, offs_k, stride_wn, stride_sn, K, acc, 1.0,
             SWAP, FMT, HAS_ZERO, FAST_INT4, EVEN_K, PREC, EMU, FMT == 0 or not SWAP, BN, BK,
-            0, SCALE_ROWS, SCALE_KSTEP,
+            0, SCALE_ROWS, SCALE_KSTEP, STRIPES, offs_n,
         )  # fmt: skip
     rw = tl.load(tw_ptr + pair).to(tl.float32)
     if SWAP:
@@ -267,7 +300,7 @@ def _down_sum_kernel(
     EVEN_K: tl.constexpr, PREC: tl.constexpr, EMU: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
     BK: tl.constexpr, STAGES: tl.constexpr,
     SCALE_ROWS: tl.constexpr, SCALE_KSTEP: tl.constexpr,
-    PDL: tl.constexpr,
+    PDL: tl.constexpr, STRIPES: tl.constexpr = False,
 ):  # fmt: skip
     """T == 1, tensor cores: out[n] = sum_s top_w[s] * (act[s] . Wd[ids[s], n]); program = n-block, one flat
     loop over (slot, k-step) so the next expert's loads are in flight while the current one finishes."""
@@ -286,7 +319,7 @@ def _down_sum_kernel(
         acc = _mma(
             a, w_ptr + e * stride_we, s_ptr + e * stride_se, z_ptr + e * stride_se, offs_n, k0, offs_k,
             stride_wn, stride_sn, K, acc, rw, True, FMT, HAS_ZERO, FAST_INT4, EVEN_K, PREC, EMU, False, BN, BK,
-            0, SCALE_ROWS, SCALE_KSTEP,
+            0, SCALE_ROWS, SCALE_KSTEP, STRIPES, offs_n,
         )  # fmt: skip
     # every column of acc holds the same token (the BM rows of `a` all point at act[s]); keep column 0
     col0 = tl.sum(tl.where(tl.arange(0, BM)[None, :] == 0, acc, 0.0), axis=1)
