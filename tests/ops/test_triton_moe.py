@@ -442,9 +442,17 @@ def _compile_all() -> None:
     cases.append(
         (mg._gate_up_kernel, dict(c, BM=16, BN=t8.block_n, BK=t8.block_k), dict(w_ptr=bf, z_ptr=bf), t8)
     )
+    # int4 experts stored by stripes (HINFER_EXPERTS_WORDS=stripes): the prefill tiles and the decode SWAP tile
+    for fn, tile in ((mg._gate_up_kernel, mc.pick_config(8192, 8, 256, 2048, 512, mc.INT4).gate_up),
+                     (mg._down_kernel, mc.pick_config(8192, 8, 256, 2048, 512, mc.INT4).down), (mg._gate_up_kernel, sw)):  # fmt: skip
+        c = dict(flags, FMT=1, HAS_ZERO=True, DIRECT=False, SWAP=tile.swap, EVEN_K=True, STRIPES=True,
+                 BM=tile.block_m, BN=tile.block_n, BK=tile.block_k, **({"TOPK": 8} if fn is mg._gate_up_kernel else {}))  # fmt: skip
+        cases.append((fn, c, dict(w_ptr="*i32", z_ptr="*u8"), tile))
     for fn, consts, extra_types, tile in cases:
         if "PDL" in fn.arg_names:
             consts = {"PDL": False, **consts}
+        if "STRIPES" in fn.arg_names:
+            consts = {"STRIPES": False, **consts}
         if "SCALE_ROWS" in fn.arg_names:  # fp8 scale grid (FMT 2 only; the others ignore it)
             consts = {"SCALE_ROWS": 1, "SCALE_KSTEP": 0, **consts}
         ty = dict(types, **extra_types)

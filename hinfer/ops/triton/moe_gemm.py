@@ -96,8 +96,9 @@ def _stripe_words(rows, k0, K, BK: tl.constexpr):
     """Offsets [BN, BK / 8] of words k0 / 8 .. (k0 + BK) / 8 of stored rows `rows` in stripe_experts' order
     (int4_mma_layout.stripe_word_offset): a row's 16 words of a 128-group are contiguous, the K-step inside one
     group (BK divides 128)."""
-    row = (rows // 16) * (2 * K) + ((rows % 16) // 8) * 128 + (rows % 8) * 16
+    row = tl.multiple_of((rows // 16) * (2 * K) + ((rows % 16) // 8) * 128 + (rows % 8) * 16, 16)
     col = (k0 // 128) * 256 + (k0 % 128) // 8 + tl.arange(0, BK // 8)
+    col = tl.max_contiguous(tl.multiple_of(col, BK // 8), BK // 8)  # K-steps start at multiples of BK
     return row[:, None] + col[None, :]
 
 
