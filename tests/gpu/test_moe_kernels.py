@@ -428,16 +428,32 @@ def test_experts_int4_words_ring(tm, weights, seed, t):
     assert not counter_buffer(x.device).any(), "arrival counters left set"
 
 
+def _same_as_rows(case, stored, cfgs, what_differs: str, seed: int) -> None:
+    """The tensor-core experts on `stored` (gate_up, down: the case's experts stored another way) give the case's
+    row-layout outputs bit for bit at every tile of `cfgs`, both projections."""
+    from hinfer.ops.triton.moe_int4_mma import experts_mma
+
+    name, gu, dn, x, hid, tw, args = case
+    t, h, i = x.shape[0], x.shape[1], hid.shape[1]
+    assert stored[0].shape == gu.shape and stored[1].shape == dn.shape
+    for cfg in cfgs:
+        for what, xin, (wr, ws), rows, kw in (("gate_up", x, (gu, stored[0]), i, {"xdiv": K, "act": True}),
+                                              ("down", hid, (dn, stored[1]), h, {"xdiv": 1, "tw": tw})):  # fmt: skip
+            want, got = (experts_mma(xin, w, torch.full((t * K, rows), float("nan"), device="cuda").bfloat16(), *args,
+                                     cfg=cfg, **kw) for w in (wr, ws))  # fmt: skip
+            assert torch.isfinite(want).all(), f"{name} {what} T={t} {cfg}: unwritten rows, seed {seed}"
+            assert torch.equal(got, want), (f"{name} {what} T={t} {cfg}: {what_differs} differ by "
+                                            f"{(got.float() - want.float()).abs().max().item()}, seed {seed}")  # fmt: skip
+
+
 @pytest.mark.parametrize("t", [1, 8, 32])
 def test_experts_int4_scales_by_their_strides(tm, weights, seed, t):
     """The tensor-core experts read the scales and zero points by their strides: stored group-major (each
     128-group's rows contiguous, seen as the same [E, N, G]) they give the row layout's outputs bit for bit,
     through the register look-ahead, the words ring and K splits."""
-    from hinfer.ops.triton.moe_int4_mma import experts_mma
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
 
-    name, gu, dn, x, hid, tw, args = _int4_case(weights, t)
-    h, i = x.shape[1], hid.shape[1]
+    case = _int4_case(weights, t)
 
     def group_major(w):
         def gm(v):
@@ -445,17 +461,10 @@ def test_experts_int4_scales_by_their_strides(tm, weights, seed, t):
 
         return w._replace(scales=gm(w.scales), zeros=gm(w.zeros))
 
-    ggu, gdn = group_major(gu), group_major(dn)
-    assert ggu.scales.stride(2) != 1 and torch.equal(ggu.scales, gu.scales)
-    for cfg in (None, SkinnyConfig(64, 128, 8, 1, 2, 4), SkinnyConfig(128, 128, 8, 1, 4, 4, 4),
-                SkinnyConfig(64, 128, 8, 2, 2, 4)):  # fmt: skip
-        for what, xin, (wr, wg), rows, kw in (("gate_up", x, (gu, ggu), i, {"xdiv": K, "act": True}),
-                                              ("down", hid, (dn, gdn), h, {"xdiv": 1, "tw": tw})):  # fmt: skip
-            want, got = (experts_mma(xin, w, torch.full((t * K, rows), float("nan"), device="cuda").bfloat16(), *args,
-                                     cfg=cfg, **kw) for w in (wr, wg))  # fmt: skip
-            assert torch.isfinite(want).all(), f"{name} {what} T={t} {cfg}: unwritten rows, seed {seed}"
-            assert torch.equal(got, want), (f"{name} {what} T={t} {cfg}: group-major scales differ by "
-                                            f"{(got.float() - want.float()).abs().max().item()}, seed {seed}")  # fmt: skip
+    stored = [group_major(w) for w in case[1:3]]
+    assert stored[0].scales.stride(2) != 1 and torch.equal(stored[0].scales, case[1].scales)
+    _same_as_rows(case, stored, (None, SkinnyConfig(64, 128, 8, 1, 2, 4), SkinnyConfig(128, 128, 8, 1, 4, 4, 4),
+                                 SkinnyConfig(64, 128, 8, 2, 2, 4)), "group-major scales", seed)  # fmt: skip
 
 
 @pytest.mark.parametrize("t", [1, 8, 32])
@@ -465,25 +474,16 @@ def test_experts_int4_words_stripe_major(tm, weights, seed, t, order):
     or as the row words stripe by stripe (stripe_experts), gate_up's rows paired, to the row layout's outputs bit
     for bit: the same values in the same MMAs, through the register look-ahead, the words ring, K splits and the
     packaged tiles (x staged where they stage it)."""
-    from hinfer.ops.triton.moe_int4_mma import experts_mma
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
     from hinfer.quant.int4_mma_layout import permute_experts, stripe_experts
 
-    name, gu, dn, x, hid, tw, args = _int4_case(weights, t)
-    h, i = x.shape[1], hid.shape[1]
+    case = _int4_case(weights, t)
     move = permute_experts if order == "fragment" else stripe_experts
-    sgu = gu._replace(qweight=move(gu.qweight, gu.in_features, True), words=order)
-    sdn = dn._replace(qweight=move(dn.qweight, dn.in_features), words=order)
-    assert sgu.shape == gu.shape and sdn.shape == dn.shape
-    for cfg in (None, SkinnyConfig(32, 128, 8, 1, 2, 4), SkinnyConfig(128, 128, 8, 1, 8, 4),
-                SkinnyConfig(128, 128, 8, 1, 4, 4, 4), SkinnyConfig(64, 128, 8, 2, 2, 4)):  # fmt: skip
-        for what, xin, (wr, ws), rows, kw in (("gate_up", x, (gu, sgu), i, {"xdiv": K, "act": True}),
-                                              ("down", hid, (dn, sdn), h, {"xdiv": 1, "tw": tw})):  # fmt: skip
-            want, got = (experts_mma(xin, w, torch.full((t * K, rows), float("nan"), device="cuda").bfloat16(), *args,
-                                     cfg=cfg, **kw) for w in (wr, ws))  # fmt: skip
-            assert torch.isfinite(want).all(), f"{name} {what} T={t} {cfg}: unwritten rows, seed {seed}"
-            assert torch.equal(got, want), (f"{name} {what} T={t} {cfg} {order}: differs by "
-                                            f"{(got.float() - want.float()).abs().max().item()}, seed {seed}")  # fmt: skip
+    stored = [w._replace(qweight=move(w.qweight, w.in_features, gate_up), words=order)
+              for w, gate_up in zip(case[1:3], (True, False))]  # fmt: skip
+    _same_as_rows(case, stored, (None, SkinnyConfig(32, 128, 8, 1, 2, 4), SkinnyConfig(128, 128, 8, 1, 8, 4),
+                                 SkinnyConfig(128, 128, 8, 1, 4, 4, 4), SkinnyConfig(64, 128, 8, 2, 2, 4)),
+                  f"words in {order}", seed)  # fmt: skip
 
 
 @pytest.mark.parametrize("t", [1, 8, 32])
