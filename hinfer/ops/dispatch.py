@@ -84,7 +84,7 @@ def warn_fallback(op: str, why: str) -> None:
 # -1.3%, fp8 eight lanes -8%, H100); both removed.
 FUSIONS: dict[str, int | None] = {"slot_sum": 3, "tail": 8, "gate": None, "norm_linear": 8, "route": 3,
                                   "down_route": 3, "one_launch": 0, "route_fp8": 3, "norm_slots": 64,
-                                  "norm_slots_fp8": 64}
+                                  "norm_slots_fp8": 64, "down_early": 0}
 
 
 def launch_fusions(name: str, rows: int) -> bool:
@@ -96,7 +96,9 @@ def launch_fusions(name: str, rows: int) -> bool:
     token's routed int4 experts (route, gate_up, down, slot sum) in one launch (with `route`); `route_fp8` a
     token's route in its fp8 experts' gate_up launch; `norm_slots` a MoE layer's int4 and bf16 expert rows summed
     by the next add + norm launch (one rank), not by the down launch (`slot_sum`) or a sum launch; `norm_slots_fp8`
-    the same for the fp8 experts, whose down launch sums the slots otherwise.
+    the same for the fp8 experts, whose down launch sums the slots otherwise; `down_early` the int4 experts' down
+    launch reading its blocks (from moe_align or the route kernel, launches before the gate_up) and issuing its
+    first weights before its PDL wait (off until timed).
     HINFER_FUSE_LAUNCHES: 1 (default) each up to its rows in FUSIONS, 0 none (the separate kernels, to compare or to fall back), or a
     comma list of the names on at any rows. HINFER_FUSION_ROWS (`name=rows,...`) moves FUSIONS' row limits (with
     the default 1; to sweep where a fusion pays). Read at every call, so a test or a bench can flip them."""

@@ -313,15 +313,11 @@ def test_experts_int4_gate_up_routes_its_tokens(tm, weights, seed, monkeypatch, 
         monkeypatch.delenv("HINFER_FUSION_ROWS")
 
 
-@pytest.mark.parametrize("t", [1, 4])
-def test_experts_int4_down_routes_in_a_pdl_graph(tm, weights, seed, monkeypatch, t):
-    """T tokens through a chain of MoE layers (residual add + norm + router in one launch, then the int4 experts
-    routed in their gate_up launch), captured in a CUDA graph with programmatic dependent launch: with the down
-    routing the tokens again (`down_route`: its weights ahead of its PDL wait, the logits two launches back) every
-    replay on new inputs equals, bit for bit, the eager chain whose down reads the gate_up's ids."""
-
+def _graph_matches_the_plain_chain(tm, weights, seed, monkeypatch, t: int, fused: dict, plain: dict, what: str):
+    """T tokens through a chain of MoE layers (_moe_chain) with the environment `fused`: eager, then captured in a
+    CUDA graph with programmatic dependent launch and replayed on new inputs, always bit for bit the eager chain
+    under `plain`."""
     monkeypatch.setenv("HINFER_PDL", "1")
-    monkeypatch.setenv("HINFER_FUSION_ROWS", f"route={t},down_route={t},slot_sum={t}")
     name, wgu, wd = weights
     gu, dn = _int4_experts(wgu), _int4_experts(wd)
     h = wgu.shape[2]
@@ -330,22 +326,48 @@ def test_experts_int4_down_routes_in_a_pdl_graph(tm, weights, seed, monkeypatch,
     res = torch.randn(t, h, device="cuda", generator=g).bfloat16()
     chain = _moe_chain(tm, gu, dn, x, res, g)
 
-    def without_down_route():
-        monkeypatch.setenv("HINFER_FUSE_LAUNCHES", "slot_sum,tail,gate,norm_linear,route")
+    def with_env(env: dict):
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+
+    def plain_chain():
+        with_env(plain)
         want = chain()
-        monkeypatch.delenv("HINFER_FUSE_LAUNCHES")
+        with_env(fused)
         return want
 
-    want = without_down_route()
+    want = plain_chain()
     assert not torch.isnan(want).any()
-    assert torch.equal(chain(), want), f"{name} T={t}: eager chain with down_route differs, seed {seed}"
+    assert torch.equal(chain(), want), f"{name} T={t}: eager chain with {what} differs, seed {seed}"
     graph, out = _captured(chain)
     for trial in range(4):
         x.copy_(torch.randn(t, h, device="cuda", generator=g))
         res.copy_(torch.randn(t, h, device="cuda", generator=g))
         graph.replay()
         torch.cuda.synchronize()
-        assert torch.equal(out, without_down_route()), f"{name} T={t} replay {trial}: differs, seed {seed}"
+        assert torch.equal(out, plain_chain()), f"{name} T={t} {what} replay {trial}: differs, seed {seed}"
+
+
+@pytest.mark.parametrize("t", [1, 4])
+def test_experts_int4_down_routes_in_a_pdl_graph(tm, weights, seed, monkeypatch, t):
+    """T tokens through a chain of MoE layers (residual add + norm + router in one launch, then the int4 experts
+    routed in their gate_up launch), captured in a CUDA graph with programmatic dependent launch: with the down
+    routing the tokens again (`down_route`: its weights ahead of its PDL wait, the logits two launches back) every
+    replay on new inputs equals, bit for bit, the eager chain whose down reads the gate_up's ids."""
+    rows = f"route={t},down_route={t},slot_sum={t}"
+    _graph_matches_the_plain_chain(
+        tm, weights, seed, monkeypatch, t, {"HINFER_FUSE_LAUNCHES": "1", "HINFER_FUSION_ROWS": rows},
+        {"HINFER_FUSE_LAUNCHES": "slot_sum,tail,gate,norm_linear,route", "HINFER_FUSION_ROWS": rows}, "down_route")  # fmt: skip
+
+
+@pytest.mark.parametrize("t", [4, 8, 32])
+def test_experts_int4_down_early_in_a_pdl_graph(tm, weights, seed, monkeypatch, t):
+    """T tokens through a chain of MoE layers (the route kernel, moe_align, the int4 experts' gate_up and down),
+    captured in a CUDA graph with programmatic dependent launch: with the down reading its aligned blocks and first
+    weights before its PDL wait (`down_early`: the blocks two launches back) every replay on new inputs equals, bit
+    for bit, the chain whose down waits first."""
+    _graph_matches_the_plain_chain(tm, weights, seed, monkeypatch, t, {"HINFER_FUSION_ROWS": f"down_early={t}"},
+                                   {"HINFER_FUSION_ROWS": "down_early=0"}, "down_early")  # fmt: skip
 
 
 @pytest.mark.parametrize("t", [1, 8])

@@ -273,6 +273,9 @@ def variants(full: bool = False) -> Iterator[Variant]:
               experts_mma_variant(32, 8, 2, True, False, 1, True, depth=2, pdl=True, words="stripes"),
               experts_mma_variant(128, 8, 4, True, False, 9, False, depth=4, pdl=True, act=True, ring=4,
                                   words="fragment"),
+              # the down reading its aligned blocks and first weights before its PDL wait (`down_early`)
+              experts_mma_variant(32, 8, 2, True, False, 1, True, depth=2, pdl=True, early=True),
+              experts_mma_variant(64, 8, 2, True, False, 1, True, depth=4, pdl=True, early=True, ring=3),
               experts_mma_variant(128, 8, 4, True, True, 9, False, depth=4, pdl=True, split=4, act=True, route=8,
                                   ring=4),
               # one token routed in the gate_up launch (the `route` launch fusion)

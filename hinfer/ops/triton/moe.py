@@ -176,7 +176,8 @@ def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, o
     down sums the slots (or, with `slots`, leaves them to the next add + norm: _leave_slots). With `logits` (a few tokens; slot k - 1 of each the folded shared expert) the gate_up
     launch routes the tokens itself, a block per pair, and writes the ids and weights the down reads (`tw`, `ids`
     are then None); the down routes them again (`down_route`) to read its weights before it waits for the
-    gate_up."""
+    gate_up. Otherwise its blocks come from launches before the gate_up, and with `down_early` it reads them and
+    its first weights before that wait."""
     pairs, h, bm = t * k, x.shape[1], EXPERTS_BLOCK_M
     ids, tw, route = _routed(x, logits, ids, tw, pairs, k)
     blocks, sorted_, bexp, brows, direct = _mma_blocks(ids, t, k, gu.shape[0], logits is not None)
@@ -188,6 +189,8 @@ def _experts_mma(x, gu: Int4Experts, dn: Int4Experts, tw, ids, t: int, k: int, o
     early = {}
     if logits is not None and launch_fusions("down_route", t):  # the down routes again, its weights ahead of PDL
         early = dict(route=logits, early=True)
+    elif logits is None and launch_fusions("down_early", t):  # its blocks come from before the gate_up: read early
+        early = dict(early=True)
     experts_mma(hid, dn, y, blocks, bm, ids, sorted_, bexp, brows, direct, xdiv=1, tw=tw,
                 sum_out=out if fused else None, topk=k, **early)  # fmt: skip
     if fused:

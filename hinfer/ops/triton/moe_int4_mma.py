@@ -172,9 +172,9 @@ def int4_mma_experts_kernel(
     blk = gl.program_id(1)
     if PROBE:
         probe_stamp(probe_ptr, 1, blk)
-    # EARLY (the down after a routing gate_up) routes again but writes nothing of the route
+    # EARLY (the down after its gate_up): routes again, writing nothing of the route, or reads its blocks, past L1
     e, nrows = block_expert(blk, pid_n, ids_ptr, tw_ptr, bexp_ptr, brows_ptr, logits_ptr, n_experts, DIRECT, ROUTE,
-                            BLOCK_E, ROUTE_ONCE, not EARLY)  # fmt: skip
+                            BLOCK_E, ROUTE_ONCE, not EARLY, EARLY)  # fmt: skip
     if PROBE:
         probe_stamp(probe_ptr, 2, e)
     if e >= 0:
@@ -189,8 +189,8 @@ def int4_mma_experts_kernel(
             px = xr * 0 + blk
             py = ym * 0 + blk
         else:
-            px = gl.load(sorted_ptr + blk * BLOCK_M + gl.minimum(xr, nrows - 1))
-            py = gl.load(sorted_ptr + blk * BLOCK_M + gl.minimum(ym, nrows - 1))
+            px = fresh_load(sorted_ptr + blk * BLOCK_M + gl.minimum(xr, nrows - 1), EARLY)
+            py = fresh_load(sorted_ptr + blk * BLOCK_M + gl.minimum(ym, nrows - 1), EARLY)
         per_split = gl.cdiv(K // GROUP, SPLIT_K)  # this program's 1/SPLIT_K of the 128-groups
         g_lo = gl.program_id(2) * per_split
         g_hi = gl.minimum(g_lo + per_split, K // GROUP)
@@ -267,8 +267,18 @@ def store_split(acc, y_ptr, y_off, tw_ptr, py, out_mask, part_ptr, p_off, split,
 
 
 @gluon.jit
+def fresh_load(ptrs, FRESH: gl.constexpr):
+    """gl.load, past L1 when FRESH: a launch reading ahead of its PDL wait what an earlier launch wrote, which its
+    SM may hold an earlier layer's lines of (the graph reuses the buffers)."""
+    if FRESH:
+        return gl.load(ptrs, cache_modifier=".cg")
+    return gl.load(ptrs)
+
+
+@gluon.jit
 def block_expert(blk, pid_n, ids_ptr, tw_ptr, bexp_ptr, brows_ptr, logits_ptr, n_experts, DIRECT: gl.constexpr,
-                 ROUTE: gl.constexpr, BLOCK_E: gl.constexpr, ROUTE_ONCE: gl.constexpr, WRITE: gl.constexpr):  # fmt: skip
+                 ROUTE: gl.constexpr, BLOCK_E: gl.constexpr, ROUTE_ONCE: gl.constexpr, WRITE: gl.constexpr,
+                 FRESH: gl.constexpr = False):  # fmt: skip
     """(expert, rows) of block `blk` of an experts launch (int4 and fp8 alike): with ROUTE > 0 (a few tokens, a block
     per pair) the program routes the pair's token (top ROUTE) itself and takes its slot's expert (pair = token x
     (ROUTE + 1) + slot; the logits' rows are E + 1 long), the programs of N tile 0 writing the slot's id and weight
@@ -282,11 +292,11 @@ def block_expert(blk, pid_n, ids_ptr, tw_ptr, bexp_ptr, brows_ptr, logits_ptr, n
                 gl.store(tw_ptr + blk, w.to(tw_ptr.dtype.element_ty))
         nrows = 1
     elif DIRECT:
-        e = gl.load(ids_ptr + blk).to(gl.int32)
+        e = fresh_load(ids_ptr + blk, FRESH).to(gl.int32)
         nrows = 1
     else:
-        e = gl.load(bexp_ptr + blk)
-        nrows = gl.load(brows_ptr + blk)
+        e = fresh_load(bexp_ptr + blk, FRESH)
+        nrows = fresh_load(brows_ptr + blk, FRESH)
     return e, nrows
 
 
@@ -472,7 +482,9 @@ def experts_mma(
     the token again, writes nothing of it, and issues its first groups of weights before its PDL wait: the
     logits come from the kernel before the gate_up, so they are complete once the gate_up lets this launch start
     (every gate_up program waits before it lets dependents launch), and the weights' DRAM trip overlaps the
-    gate_up's tail. `cfg` overrides the tile table (sweeps; the table's tile stages x in shared memory as
+    gate_up's tail. `early` without `route`: the blocks (ids, or sorted / bexp / brows) come from a launch before
+    the previous one (moe_align, the route kernel), so they are complete too, and the launch reads them and issues
+    its first groups of weights before its wait in the same way (`down_early`). `cfg` overrides the tile table (sweeps; the table's tile stages x in shared memory as
     HINFER_X_STAGED says: by default where a block is one pair, linear_int4_mma.x_staged_choice). `probe` (int64
     [programs, PROBE_POINTS]) takes each program's timeline (mma_common.probe_stamp; bench/moe_chain_probe.py).
     The scales and zero points are read by their strides: the model's [E, N, G], or the same values stored
@@ -491,8 +503,6 @@ def experts_mma(
                               or not early and (slots != topk + 1 or route_w is None)):  # fmt: skip
         raise ValueError(f"int4 mma experts: routing {route.shape[0]} tokens into {topk} + 1 direct slots each, "
                          f"got {blocks} blocks")  # fmt: skip
-    if early and route is None:
-        raise ValueError("int4 mma experts: weights ahead of the PDL wait need the launch to route its token")
     cfg = cfg or x_staged_choice(experts_mma_tile(ids.numel(), n, k, blocks), k, direct)
     if (n % cfg.block_n or cfg.block_n % (16 * cfg.num_warps) or cfg.num_stages not in (2, 4)
             or not 1 <= cfg.split_k <= k // GROUP_K or cfg.ring == 1 or (cfg.x_staged and cfg.x_ahead)):  # fmt: skip
