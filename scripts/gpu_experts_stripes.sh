@@ -3,9 +3,10 @@
 # words stripe-major. The dense int4 kernel streams a MoE layer's selected bytes 1.56x faster on fragment order
 # than on rows (bench/RESULTS.md 2026-12-07 11:43), and x staged or group-major scales did not close the experts'
 # gap (14:30). First the experts at eight tokens over one tile grid per word order (the row words stripe by
-# stripe, mma fragment order, rows); then the 35B-A3B end to end, HINFER_EXPERTS_WORDS=rows against stripes
-# (the stripes on their sweep's tiles), alternated, decode at one and eight lanes and an 8K prefill (the grouped
-# kernels read the stripes too); then the GPU tests of both kernels on stripes; Nsight Compute with what is left.
+# stripe, rows); then the 35B-A3B end to end, HINFER_EXPERTS_WORDS=rows against stripes and against stripes for
+# the gate_up only (the stripes on their sweep's tiles), alternated, decode at one and eight lanes and an 8K
+# prefill (the grouped kernels read the stripes too); then the GPU tests of both kernels on stripes; with what is
+# left, mma fragment order's sweep and Nsight Compute.
 # Lands in $OUT/gpu_experts_stripes.tgz.
 set -uo pipefail
 PACK=gpu_experts_stripes; source "$(dirname "$0")/device_common.sh"
@@ -15,7 +16,6 @@ sweep() {  # sweep LAYOUT TOKENS
   echo "== experts_t$2_$1 rc=$? $((SECONDS - START)) s"; grep -E "default" "$R/experts_t$2_$1.txt"; pack
 }
 sweep stripes 8
-sweep fragment 8
 sweep rows 8
 arm() {  # arm NAME WORDS [TILES]
   HINFER_EXPERTS_WORDS=$2 HINFER_TILES="${3:-}" BENCH_TIMEOUT=90 bench_as "$1" "$PWD" qwen3.6-35b-a3b --quant int4 \
@@ -23,10 +23,12 @@ arm() {  # arm NAME WORDS [TILES]
   grep -E "prefill" "$R/$1.txt" | tail -1 | sed -E 's/^.*INFO hinfer.bench: //'
 }
 tiles="$R/tiles_stripes_t8.json"; [ -s "$tiles" ] || tiles=""
-left 320 && arm rows_a rows
-left 380 && arm stripes_a stripes "$tiles"
-left 440 && arm rows_b rows
+left 250 && arm rows_a rows
+left 310 && arm stripes_a stripes "$tiles"
+left 370 && arm gate_up_a gate_up "$tiles"
+left 430 && arm rows_b rows
 left 480 && arm stripes_b stripes "$tiles"
 left 500 && gpu_tests stripes_tests $((580 - SECONDS + START)) tests/gpu/test_moe_kernels.py -k "stripe"
+left 480 && sweep fragment 8
 left 420 && BUDGET=$((560 - SECONDS + START)) bash scripts/gpu_ncu_experts_proxy.sh 2>&1 | grep -v "^$"
 cp "$OUT"/gpu_ncu_experts_proxy.tgz "$R"/ 2>/dev/null; pack

@@ -16,11 +16,12 @@ from torch import nn
 from hinfer.quant.experts import Int4ExpertsWeight
 
 log = logging.getLogger("hinfer")
-ORDERS = ("rows", "stripes")
+ORDERS = ("rows", "stripes", "gate_up")
 
 
 def experts_words() -> str:
-    """HINFER_EXPERTS_WORDS: `rows` (the default, as loaded) or `stripes`."""
+    """HINFER_EXPERTS_WORDS: `rows` (the default, as loaded), `stripes` (both projections) or `gate_up` (stripes for
+    the gate_up only: a down's rows are short, K = I, and a program's rows already one contiguous run)."""
     v = os.environ.get("HINFER_EXPERTS_WORDS", "rows").strip()
     if v not in ORDERS:
         raise ValueError(f"HINFER_EXPERTS_WORDS must be one of {', '.join(ORDERS)}, got {v!r}")
@@ -33,11 +34,13 @@ def stripe_int4_experts(model: nn.Module) -> int:
     sit on a GPU and HINFER_EXPERTS_WORDS says so; after the shared experts are folded in. -> how many."""
     from hinfer.model.qwen3_5 import SparseMoE
 
-    if experts_words() != "stripes" or not any(t.is_cuda for t in model.buffers()):
+    words = experts_words()
+    if words == "rows" or not any(t.is_cuda for t in model.buffers()):
         return 0
+    projections = (("experts_gate_up", True), ("experts_down", False))[: 1 if words == "gate_up" else 2]
     t0, n = time.monotonic(), 0
     for moe in (m for m in model.modules() if isinstance(m, SparseMoE)):
-        for name, gate_up in (("experts_gate_up", True), ("experts_down", False)):
+        for name, gate_up in projections:
             w = getattr(moe, name)
             if isinstance(w, Int4ExpertsWeight) and w.words == "rows":
                 n += w.to_stripes(gate_up).words == "stripes"

@@ -180,11 +180,12 @@ def test_int4_experts_by_stripes_keep_their_values(seed, monkeypatch, ops_backen
 
 
 def test_experts_words_setting(monkeypatch):
-    """HINFER_EXPERTS_WORDS: rows or stripes, anything else refused; nothing moves off the GPU."""
+    """HINFER_EXPERTS_WORDS: rows, stripes or gate_up, anything else refused; nothing moves off the GPU."""
     from hinfer.model.expert_stripes import experts_words, stripe_int4_experts
 
-    monkeypatch.setenv("HINFER_EXPERTS_WORDS", "stripes")
-    assert experts_words() == "stripes"
+    for v in ("gate_up", "stripes"):
+        monkeypatch.setenv("HINFER_EXPERTS_WORDS", v)
+        assert experts_words() == v
     model = torch.nn.Module()
     model.w = quantize_experts_int4(_experts(i=128)[0])
     assert stripe_int4_experts(model) == 0 and model.w.words == "rows"
