@@ -25,7 +25,7 @@ arm() {  # arm NAME WORDS [TILES]
 tiles="$R/tiles_stripes_t8.json"; [ -s "$tiles" ] || tiles=""
 left 250 && arm rows_a rows
 left 310 && arm stripes_a stripes "$tiles"
-left 370 && arm gate_up_a gate_up "$tiles"
+left 370 && arm gate_up_a gate_up
 left 430 && arm rows_b rows
 left 480 && arm stripes_b stripes "$tiles"
 left 500 && gpu_tests stripes_tests $((580 - SECONDS + START)) tests/gpu/test_moe_kernels.py -k "stripe"
