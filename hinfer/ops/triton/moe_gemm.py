@@ -83,12 +83,10 @@ def _a_tile(rows_base, k0, offs_k, K, SWAP: tl.constexpr, EVEN_K: tl.constexpr):
 
 
 @triton.jit
-def stripe_rows(rows, pair_n):
-    """The stored rows of an expert's logical `rows` in stripe_experts' order: a gate_up ([gate | up], pair_n = I
-    rows each) paired 8 gate rows with their 8 up rows a stripe; pair_n = 0 the rows as they are."""
-    if pair_n > 0:
-        return 16 * ((rows % pair_n) // 8) + 8 * (rows // pair_n) + rows % 8
-    return rows
+def paired_rows(rows, half):
+    """The stored rows of a gate_up's logical `rows` ([gate | up], `half` = I rows each) in stripe_experts' order:
+    8 gate rows, then the same columns' 8 up rows, a 16-row stripe."""
+    return 16 * ((rows % half) // 8) + 8 * (rows // half) + rows % 8
 
 
 @triton.jit
@@ -117,7 +115,7 @@ def _mma(
     fp8 only (FMT 2): row n's scale is s_base[((S_ROW0 + n) // SCALE_ROWS) * stride_sn + (k0 // 128) *
     SCALE_KSTEP] (S_ROW0: the first row of this weight part in the fused scale grid, e.g. I for the up rows).
     int4 STRIPES: the words stripe by stripe (int4_mma_layout.stripe_experts), rows `w_rows` of the expert
-    (stripe_rows: the paired rows of a gate_up) found by _stripe_words."""
+    (paired_rows for a gate_up) found by _stripe_words."""
     if FMT == 0:
         if SWAP:
             w = _load_k(
@@ -214,8 +212,8 @@ def _gate_up_kernel(
     g_base = w_ptr + e.to(tl.int64) * stride_we
     if STRIPES:  # both halves found by their rows in the expert's paired stripes
         u_base = g_base
-        g_rows = stripe_rows(offs_n, N)
-        u_rows = stripe_rows(offs_n + N, N)
+        g_rows = paired_rows(offs_n, N)
+        u_rows = paired_rows(offs_n + N, N)
     else:
         u_base = g_base + N * stride_wn
         g_rows = offs_n

@@ -483,9 +483,10 @@ def experts_mma(
     logits come from the kernel before the gate_up, so they are complete once the gate_up lets this launch start
     (every gate_up program waits before it lets dependents launch), and the weights' DRAM trip overlaps the
     gate_up's tail. `early` without `route`: the blocks (ids, or sorted / bexp / brows) come from a launch before
-    the previous one (moe_align, the route kernel), so they are complete too, and the launch reads them and issues
-    its first groups of weights before its wait in the same way (`down_early`). `cfg` overrides the tile table (sweeps; the table's tile stages x in shared memory as
-    HINFER_X_STAGED says: by default where a block is one pair, linear_int4_mma.x_staged_choice). `probe` (int64
+    the previous one (moe_align, the route kernel), so they are complete too, and the launch reads them (past L1)
+    and issues its first groups of weights before its wait in the same way (`down_early`). `cfg` overrides the
+    tile table (sweeps; the table's tile stages x in shared memory as HINFER_X_STAGED says: by default where a
+    block is one pair, linear_int4_mma.x_staged_choice). `probe` (int64
     [programs, PROBE_POINTS]) takes each program's timeline (mma_common.probe_stamp; bench/moe_chain_probe.py).
     The scales and zero points are read by their strides: the model's [E, N, G], or the same values stored
     group-major (bench/experts_mma_tiles.py --layout groups); the words in the order `w.words` names (--layout
@@ -529,7 +530,8 @@ def experts_mma(
         TOPK_P=1 << (topk - 1).bit_length(), ACT=act, num_warps=warps,
         logits_ptr=route, n_experts=0 if route is None else route.shape[1] - 1,
         ROUTE=slots - 1 if route is not None else 0, EARLY=early, RING=cfg.ring, ROUTE_ONCE=route_read_once(),
-        probe_ptr=probe, PROBE=probe is not None, XA=cfg.x_ahead and not cfg.ring, XG=xg, XR=xr, WORDS=WORD_ORDERS[w.words],
+        probe_ptr=probe, PROBE=probe is not None, XA=cfg.x_ahead and not cfg.ring, XG=xg, XR=xr,
+        WORDS=WORD_ORDERS[w.words],
         BLOCK_E=triton.next_power_of_2(route.shape[1] - 1) if route is not None else 256, **pdl_kwargs(x),
         **({"maxnreg": cfg.max_regs} if cfg.max_regs else {}),
     )  # fmt: skip
