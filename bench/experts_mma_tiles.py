@@ -10,7 +10,9 @@ winners print as TUNED entries (family moe_int4_mma, or moe_fp8_mma; hinfer/ops/
 `--tuned-out` writes them for HINFER_TILES. fp8 experts (random e4m3 values, per-row scales as `--quant fp8` makes
 them, or 128 x 128 blocks as the official FP8 checkpoints with `--scales block`) stage x where their tile says so
 (`x_staged`; `--x staged` tries it wherever it fits) and have no ring: their tiles are rows, warps, depth, K splits,
-register caps and x staged or not.
+register caps and x staged or not. `--layout` stores the int4 experts another way, the same values: the scales
+and zero points group-major, the words in mma fragment order, or the row words stripe by stripe
+(HINFER_EXPERTS_WORDS=stripes; the tuned entries are then the stripes' tiles).
 
     python bench/experts_mma_tiles.py [--model 35b 122b] [--t 1 8] [--splits 1,2,4] [--rings 0,3,4]
                                       [--rows 32,64,128,256] [--warps 1,2,4,8]
