@@ -62,17 +62,13 @@ class Int4ExpertsWeight(nn.Module):
     def to_stripes(self, gate_up: bool) -> Int4ExpertsWeight:
         """Store the words stripe by stripe (hinfer.quant.int4_mma_layout.stripe_experts; `gate_up`: [gate | up]
         rows, paired 8 and 8 a stripe): a warp's 16 bytes a thread of the decode kernel become one 512-byte run,
-        and the grouped kernels find every word by its row. A few experts at a time; in place, idempotent."""
+        and the grouped kernels find every word by its row. In place, idempotent."""
         from hinfer.quant.int4_mma_layout import stripe_experts
 
-        e, n, k = self.shape
+        _, n, k = self.shape
         if self.words == "stripes" or self.group != GROUP or n % 16 or k % GROUP:
             return self
-        out = torch.empty((e, n // 16, 2 * k), dtype=torch.int32, device=self.qweight.device)
-        step = max(1, (1 << 24) // (n * k // 8))  # ~64 MB of words a chunk
-        for e0 in range(0, e, step):
-            out[e0 : e0 + step] = stripe_experts(self.qweight[e0 : e0 + step], k, gate_up)
-        self.qweight, self.words, self.paired = out, "stripes", gate_up
+        self.qweight, self.words, self.paired = stripe_experts(self.qweight, k, gate_up), "stripes", gate_up
         return self
 
     def _rows(self, e0: int, e1: int) -> torch.Tensor:

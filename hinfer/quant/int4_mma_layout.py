@@ -160,12 +160,18 @@ def stripe_experts(qweight: torch.Tensor, k: int, gate_up: bool = False) -> torc
     each 16-row stripe's 128-groups one after another, a group's 256 words as [r3, g, t, w] = word 4 t + w of the
     group in row 8 r3 + g of the stripe (`gate_up`: its rows paired first, pair_gate_up_rows). Only the words move
     (each keeps its nibbles, so a thread's 16 bytes unpack as the row layout's), and a warp's load of them is one
-    512-byte run; the grouped kernels find any word by its row and column (stripe_word_offset)."""
+    512-byte run; the grouped kernels find any word by its row and column (stripe_word_offset). A few experts at a
+    time, as permute_experts."""
     e, n = qweight.shape[:2]
     _check(n, k)
-    q = pair_gate_up_rows(qweight) if gate_up else qweight
-    g = k // 128
-    return q.view(e, n // TILE_N, 2, 8, g, 4, 4).permute(0, 1, 4, 2, 3, 5, 6).reshape(e, n // TILE_N, 2 * k)
+    out = torch.empty((e, n // TILE_N, 2 * k), dtype=torch.int32, device=qweight.device)
+    step = max(1, (1 << 24) // (n * k // 8))  # ~64 MB of words a chunk
+    for e0 in range(0, e, step):
+        q = qweight[e0 : e0 + step]
+        q = pair_gate_up_rows(q) if gate_up else q
+        out[e0 : e0 + step] = q.view(-1, n // TILE_N, 2, 8, k // 128, 4, 4).permute(0, 1, 4, 2, 3, 5, 6).reshape(
+            -1, n // TILE_N, 2 * k)  # fmt: skip
+    return out
 
 
 def unstripe_experts(words: torch.Tensor, k: int, gate_up: bool = False) -> torch.Tensor:
