@@ -292,7 +292,7 @@ def make_core(
     if ecfg.lm_head != "keep":
         quantize_head(model, ecfg.lm_head)
     use_fragment_order(model)  # int4 weights in the order the CUDA decode kernels read (no-op elsewhere)
-    stripe_int4_experts(model)  # HINFER_EXPERTS_WORDS=stripes (no-op by default and off the GPU)
+    stripe_int4_experts(model)  # the int4 experts' words stripe by stripe (HINFER_EXPERTS_WORDS; no-op off the GPU)
     shape = shape or state_shape(cfg, ecfg)
     sampler = Sampler(cfg.vocab_size, device, max_rows=ecfg.max_concurrency, num_real_tokens=tokenizer.vocab_size)
     if ranks is None:

@@ -81,10 +81,12 @@ def warn_fallback(op: str, why: str) -> None:
 # MTP rounds -1.2% / -4.8% (H100). The route and the alignment of a few tokens' pairs in one launch measured
 # slower twice: as one single-program launch (35B-A3B eight lanes 1,896 -> 1,756 tok/s, 122B-A10B with the tail
 # rows 792 -> 780, H200), and as the route kernel's last program aligning (35B-A3B int4 four / eight lanes -3.0% /
-# -1.3%, fp8 eight lanes -8%, H100); both removed.
+# -1.3%, fp8 eight lanes -8%, H100); both removed. The int4 experts' down reading its aligned blocks and first
+# weights before its PDL wait (`down_early`, where the gate_up does not route: four tokens and up): 35B-A3B four /
+# eight lanes +0.6% / +1.4% (rows), +1.9% / +1.1% (stripes), 122B-A10B within 0.3% (H100, 2026-12-07).
 FUSIONS: dict[str, int | None] = {"slot_sum": 3, "tail": 8, "gate": None, "norm_linear": 8, "route": 3,
                                   "down_route": 3, "one_launch": 0, "route_fp8": 3, "norm_slots": 64,
-                                  "norm_slots_fp8": 64, "down_early": 0}
+                                  "norm_slots_fp8": 64, "down_early": 64}
 
 
 def launch_fusions(name: str, rows: int) -> bool:
@@ -98,7 +100,7 @@ def launch_fusions(name: str, rows: int) -> bool:
     by the next add + norm launch (one rank), not by the down launch (`slot_sum`) or a sum launch; `norm_slots_fp8`
     the same for the fp8 experts, whose down launch sums the slots otherwise; `down_early` the int4 experts' down
     launch reading its blocks (from moe_align or the route kernel, launches before the gate_up) and issuing its
-    first weights before its PDL wait (off until timed).
+    first weights before its PDL wait (decode and verification sizes).
     HINFER_FUSE_LAUNCHES: 1 (default) each up to its rows in FUSIONS, 0 none (the separate kernels, to compare or to fall back), or a
     comma list of the names on at any rows. HINFER_FUSION_ROWS (`name=rows,...`) moves FUSIONS' row limits (with
     the default 1; to sweep where a fusion pays). Read at every call, so a test or a bench can flip them."""

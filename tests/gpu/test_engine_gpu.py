@@ -287,8 +287,10 @@ def test_triton_matches_reference_on_quantized_layers(name, recipe):
 
 def test_folded_moe_layers_match_reference():
     """The 35B-A3B's MoE layers as the engine places them (the shared expert folded into the int4 experts, fragment
-    order): a one-token decode routes in the gate_up launch and leaves its expert rows to the next add + norm
-    (`norm_slots`), a 40-token prefill (360 pairs: the grouped kernels) leaves its rows too; Triton vs reference."""
+    order, the experts' words stripe by stripe): a one-token decode routes in the gate_up launch and leaves its
+    expert rows to the next add + norm (`norm_slots`), a 40-token prefill (360 pairs: the grouped kernels) leaves
+    its rows too; Triton vs reference."""
+    from hinfer.model.expert_stripes import stripe_int4_experts
     from hinfer.model.random_init import random_quantized
     from hinfer.model.shared_expert_fold import fold_shared_experts
     from hinfer.quant.int4_mma_layout import use_fragment_order
@@ -298,6 +300,7 @@ def test_folded_moe_layers_match_reference():
     model = random_quantized(cfg, "int4", "cuda", seed=2)
     assert fold_shared_experts(model) == 4
     use_fragment_order(model)
+    assert stripe_int4_experts(model) == 8
     rel = _triton_vs_reference(cfg, model, n=40)
     print(f"35B-A3B 4 layers int4, shared expert folded: Triton vs reference logits rel-L2 {rel:.2e}")
     assert rel < 3e-2

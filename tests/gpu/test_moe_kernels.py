@@ -313,13 +313,19 @@ def test_experts_int4_gate_up_routes_its_tokens(tm, weights, seed, monkeypatch, 
         monkeypatch.delenv("HINFER_FUSION_ROWS")
 
 
-def _graph_matches_the_plain_chain(tm, weights, seed, monkeypatch, t: int, fused: dict, plain: dict, what: str):
+def _graph_matches_the_plain_chain(tm, weights, seed, monkeypatch, t: int, fused: dict, plain: dict, what: str,
+                                   stripes: bool = False):  # fmt: skip
     """T tokens through a chain of MoE layers (_moe_chain) with the environment `fused`: eager, then captured in a
     CUDA graph with programmatic dependent launch and replayed on new inputs, always bit for bit the eager chain
-    under `plain`."""
+    under `plain`; the experts' words stripe by stripe with `stripes` (as served)."""
+    from hinfer.quant.int4_mma_layout import stripe_experts
+
     monkeypatch.setenv("HINFER_PDL", "1")
     name, wgu, wd = weights
     gu, dn = _int4_experts(wgu), _int4_experts(wd)
+    if stripes:
+        gu, dn = (w._replace(qweight=stripe_experts(w.qweight, w.in_features, gate_up), words="stripes")
+                  for w, gate_up in ((gu, True), (dn, False)))  # fmt: skip
     h = wgu.shape[2]
     g = torch.Generator(device="cuda").manual_seed(seed)
     x = torch.randn(t, h, device="cuda", generator=g).bfloat16()
@@ -360,14 +366,15 @@ def test_experts_int4_down_routes_in_a_pdl_graph(tm, weights, seed, monkeypatch,
         {"HINFER_FUSE_LAUNCHES": "slot_sum,tail,gate,norm_linear,route", "HINFER_FUSION_ROWS": rows}, "down_route")  # fmt: skip
 
 
+@pytest.mark.parametrize("stripes", [False, True])
 @pytest.mark.parametrize("t", [4, 8, 32])
-def test_experts_int4_down_early_in_a_pdl_graph(tm, weights, seed, monkeypatch, t):
+def test_experts_int4_down_early_in_a_pdl_graph(tm, weights, seed, monkeypatch, t, stripes):
     """T tokens through a chain of MoE layers (the route kernel, moe_align, the int4 experts' gate_up and down),
     captured in a CUDA graph with programmatic dependent launch: with the down reading its aligned blocks and first
     weights before its PDL wait (`down_early`: the blocks two launches back) every replay on new inputs equals, bit
-    for bit, the chain whose down waits first."""
+    for bit, the chain whose down waits first; row words and stripes."""
     _graph_matches_the_plain_chain(tm, weights, seed, monkeypatch, t, {"HINFER_FUSION_ROWS": f"down_early={t}"},
-                                   {"HINFER_FUSION_ROWS": "down_early=0"}, "down_early")  # fmt: skip
+                                   {"HINFER_FUSION_ROWS": "down_early=0"}, "down_early", stripes)  # fmt: skip
 
 
 @pytest.mark.parametrize("t", [1, 8])

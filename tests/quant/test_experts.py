@@ -180,10 +180,13 @@ def test_int4_experts_by_stripes_keep_their_values(seed, monkeypatch, ops_backen
 
 
 def test_experts_words_setting(monkeypatch):
-    """HINFER_EXPERTS_WORDS: rows, stripes or gate_up, anything else refused; nothing moves off the GPU."""
+    """HINFER_EXPERTS_WORDS: stripes (the default), gate_up or rows, anything else refused; nothing moves off the
+    GPU."""
     from hinfer.model.expert_stripes import experts_words, stripe_int4_experts
 
-    for v in ("gate_up", "stripes"):
+    monkeypatch.delenv("HINFER_EXPERTS_WORDS", raising=False)
+    assert experts_words() == "stripes"
+    for v in ("gate_up", "rows", "stripes"):
         monkeypatch.setenv("HINFER_EXPERTS_WORDS", v)
         assert experts_words() == v
     model = torch.nn.Module()

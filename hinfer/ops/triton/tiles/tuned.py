@@ -266,7 +266,12 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     # columns; in the decode graph only under the cap: one lane 477.7 -> 487.5 tok/s (uncapped 479.3)
     # held to 96 registers 2026-12-07 (H100): its 576 programs of 4 warps fit 4 an SM under 128 (528 at once, 48 in
     # a second wave), 5 under 96 (32 bytes of stack); one lane 503.1 / 503.9 -> 512.2 / 511.1 tok/s
-    (MOE_INT4_MMA, 1024, 2048, 16): SkinnyConfig(64, 128, 8, 4, 4, 4, max_regs=96),
+    # The 35B-A3B's buckets re-swept 2026-12-07 on the words stripe by stripe (the default since, `--layout stripes
+    # --t 1 2 4 8 --splits 1,2,4`, H100; bench/results/tiles/20261207-1649-moe-stripes-35b-h100.json): gate_up at one
+    # / four / eight tokens 8.30 / 18.27 / 29.79 us, down 4.57 / 10.89 / 16.48 (rows: 34.21 / 19.34 at eight); in the
+    # decode graph one / two / four / eight lanes 509.4 / 806.3 / 1,263.4 / 1,799.1 tok/s (rows, these buckets'
+    # tiles before) -> 522.1 / 848.9 / 1,323.3 / 1,908.8 (two alternated rounds)
+    (MOE_INT4_MMA, 1024, 2048, 16): SkinnyConfig(64, 128, 8, 4, 4, 4),
     (MOE_INT4_MMA, 2048, 512, 16): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128),
     # two and three tokens (18 and 27 pairs: two and three lanes of plain decode), swept 2026-12-06 (`--t 3 --splits
     # 1,2 --max-regs 128`, H100): gate_up 20.23 -> 15.66 us, down 11.30 -> 9.53 alone (the four-token tiles before);
@@ -283,14 +288,14 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     # 11.82 alone (the eight-token tiles before); in the decode graph four lanes 1,247 -> 1,257 tok/s, the one-lane
     # round 4.18 -> 4.15 ms (two alternated rounds each)
     (MOE_INT4_MMA, 1024, 2048, 64): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128),
-    (MOE_INT4_MMA, 2048, 512, 64): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128),
+    (MOE_INT4_MMA, 2048, 512, 64): SkinnyConfig(64, 128, 8, 1, 4, 2),  # stripes (above)
     # 35B-A3B gate_up at 8 tokens re-swept 2026-12-03 (`--t 8 32 --splits 1,2`): 33.3 -> 32.6 us alone, decode
     # at 8 lanes 1,857.1 -> 1,879.8 tok/s with it (its down's winner was the packaged tile)
     # re-swept 2026-12-04 with the words loaded 16 bytes a thread (`--t 8 32 --splits 1,2 --rings 0,4`): 34.9 ->
     # 31.5 us alone; decode at 8 lanes 1,907.6 -> 1,950.6 tok/s in the same call (the ring lost; the down's winner
     # was within 0.1% of its packaged tile)
-    (MOE_INT4_MMA, 1024, 2048, 128): SkinnyConfig(32, 128, 8, 1, 2, 4),
-    (MOE_INT4_MMA, 2048, 512, 128): SkinnyConfig(128, 128, 8, 1, 2, 2),
+    (MOE_INT4_MMA, 1024, 2048, 128): SkinnyConfig(128, 128, 8, 1, 2, 2),  # stripes (above)
+    (MOE_INT4_MMA, 2048, 512, 128): SkinnyConfig(64, 128, 8, 1, 2, 2),
     # 122B-A10B at one token re-swept with K splits 2026-12-02: gate_up 21.0 -> 18.7 us (2 splits), down 19.1 -> 14.1
     # re-swept 2026-12-06 with x staged (H100): gate_up 21.91 -> 16.80 us alone on 64 columns; one-lane decode
     # 259.9 -> 266.2 tok/s with the cap (uncapped 260.4); under 96 registers 2026-12-07 (one wave of its 576
@@ -311,8 +316,11 @@ TUNED: dict[tuple[str, int, int, int], object] = {
     (MOE_INT4_MMA, 3072, 1024, 64): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128),
     # eight tokens re-swept 2026-12-06 (`--t 8 --splits 1,2 --max-regs 0,128`, H100): gate_up 93.52 -> 89.77 us, down
     # 58.12 -> 45.34 on two warps (one before) alone; eight lanes of decode 729.4 / 730.9 -> 773.7 / 774.3 tok/s
-    (MOE_INT4_MMA, 2048, 3072, 128): SkinnyConfig(32, 128, 8, 1, 2, 4, max_regs=128),
-    (MOE_INT4_MMA, 3072, 1024, 128): SkinnyConfig(32, 128, 8, 1, 2, 2, max_regs=128),
+    # re-swept 2026-12-07 on the words stripe by stripe (`--layout stripes --t 8`, H100; bench/results/tiles/
+    # 20261207-1655-moe-stripes-122b-h100.json): gate_up 90.94 -> 77.98 us, down 45.27 -> 40.64 alone (rows on
+    # their tiles); one / eight lanes of decode 279.8 / 779.5 -> 287.3 / 841.6 tok/s (two alternated rounds)
+    (MOE_INT4_MMA, 2048, 3072, 128): SkinnyConfig(32, 128, 8, 1, 2, 2),
+    (MOE_INT4_MMA, 3072, 1024, 128): SkinnyConfig(32, 128, 8, 1, 2, 2),
     # fp8 experts on tensor cores (moe_fp8_mma.py), the 35B-A3B swept 2026-12-06 (`bench/experts_mma_tiles.py --fmt fp8
     # --t 1 --splits 1,2,4 --max-regs 0,128`, then `--t 8 --splits 1,2`, H100): one token gate_up 14.12 -> 12.43 us,
     # down 10.51 -> 6.15 alone, one-lane decode 363.1 / 363.4 -> 393.8 / 394.0 tok/s (alternated); eight tokens gate_up
