@@ -47,6 +47,9 @@ class BenchSpec:
     acceptance: list[float] = field(default_factory=lambda: [3.2])  # tokens per round for the projected tok/s
     forced_acceptance: list[float] = field(default_factory=list)  # with --spec mtp: end-to-end runs at these p
     sampling: list[str] = field(default_factory=lambda: ["greedy"])  # decode rows per sampler path (measure.SAMPLING)
+    # the engine's max_context (its page table's width, which sizes the split decode's grid under the graphs), at
+    # least what the points need; None: just that. A server's (262,144 by default) times decode as it is served.
+    max_context: int | None = None
 
 
 def git_commit() -> str:
@@ -178,7 +181,7 @@ def run_bench(spec: BenchSpec, ecfg: EngineConfig) -> list[dict]:
     steps = spec.steps  # tokens a lane runs past its depth: decode steps, or speculative rounds of K + 1
     if ecfg.spec:
         steps = max(steps, (spec_round_count(spec) + SPEC_WARMUP + 1) * (max(spec.draft_tokens) + 1))
-    need_ctx = max(max(spec.depths, default=0) + steps + 16, max(spec.prefill, default=0) + 16)
+    need_ctx = max(max(spec.depths, default=0) + steps + 16, max(spec.prefill, default=0) + 16, spec.max_context or 0)
     capacity = max(
         [c * (d + steps + 16) for c in spec.concurrency for d in spec.depths] + [max(spec.prefill, default=0) + 64]
     )
@@ -218,7 +221,7 @@ def run_bench(spec: BenchSpec, ecfg: EngineConfig) -> list[dict]:
         "layers": cfg.num_hidden_layers, "weights": spec.weights, "kv_dtype": ecfg.kv_dtype,
         "copy_bw_tb_s": bw / 1e12, "gemm_tflop_s": flops / 1e12, "torch": torch.__version__,
         "python": platform.python_version(), "weight_bytes": wbytes, "expert_bytes": ebytes,
-        "page_size": ecfg.page_size, "switches": switches(), "decode_ahead": ecfg.decode_ahead,
+        "page_size": ecfg.page_size, "max_context": ecfg.max_context, "switches": switches(), "decode_ahead": ecfg.decode_ahead,
         "lm_head": ecfg.lm_head, "tensor_parallel": ecfg.tensor_parallel, "spec_draft": ecfg.spec_draft,
     }  # fmt: skip
     rows: list[dict] = []

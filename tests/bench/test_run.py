@@ -64,7 +64,8 @@ def test_bench_refuses_a_plan_that_does_not_fit(tmp_path, monkeypatch):
 
 def test_decode_rows_per_sampling_mode(tmp_path, monkeypatch):
     """--sampling greedy,qwen,top-p: a decode row per mode, depth and lane count, each run with every lane
-    sampling that way (the sampler's candidates and whole-vocabulary paths), labelled in the JSON and the table."""
+    sampling that way (the sampler's candidates and whole-vocabulary paths), labelled in the JSON and the table;
+    --max-context widens the engine past what the points need (as a server's is)."""
     from hinfer.bench import measure
 
     made = []
@@ -73,9 +74,10 @@ def test_decode_rows_per_sampling_mode(tmp_path, monkeypatch):
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text(json.dumps(TINY_MOE))
     spec = BenchSpec(model=str(tmp_path / "m"), weights="int4", concurrency=[2], depths=[40], prefill=[], steps=4,
-                     out_dir=tmp_path / "out", sampling=["greedy", "qwen", "top-p"])  # fmt: skip
+                     out_dir=tmp_path / "out", sampling=["greedy", "qwen", "top-p"], max_context=3000)  # fmt: skip
     rows = run_bench(spec, EngineConfig(device="cpu", page_size=16, prefill_chunk=32))
     assert [r["sampling"] for r in rows] == ["greedy", "qwen", "top-p"] and all(r["tok_s"] > 0 for r in rows)
+    assert {r["max_context"] for r in rows} == {3000}  # as asked (a server's width), beyond the points' need
     got = [(s[0].params.temperature, s[0].params.top_k, s[0].params.top_p) for s in made]
     assert got == [(0.0, 0, 1.0), (1.0, 20, 0.95), (0.7, 0, 0.95)]
     assert "decode (qwen)" in table(rows) and "decode (top-p)" in table(rows)

@@ -253,6 +253,20 @@ def test_decode(tk, seed, b, ctx):
     _attn_check(tk, batch, q, kc, vc, f"decode B={b} ctx={ctx} seed={seed}")
 
 
+@pytest.mark.parametrize("q_len", [1, 4])
+@pytest.mark.parametrize("b", [1, 8])
+def test_decode_on_a_wide_page_table(tk, seed, b, q_len):
+    """Short sequences on a server's page-table width (262,144 tokens), as under the graphs: the split count
+    follows the width, so most splits hold no keys; they write no partial rows (poisoned here) and the combine
+    takes none of them."""
+    cached = [random.randrange(100, 2000) for _ in range(b)]
+    batch, (q, kc, vc) = _batch(cached, [q_len] * b)
+    wide = torch.zeros(b, 262144 // PAGE, dtype=batch.page_table.dtype, device="cuda")
+    wide[:, : batch.page_table.shape[1]] = batch.page_table
+    batch.page_table = wide
+    _attn_check(tk, batch, q, kc, vc, f"decode q={q_len} B={b} on 262,144 tokens of pages, seed={seed}")
+
+
 @pytest.mark.parametrize("ctx", [1024, 32768])
 def test_verify(tk, seed, ctx):
     b = 8

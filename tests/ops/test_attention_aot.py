@@ -80,3 +80,6 @@ def _compile_all() -> None:
         print("compiled rope", name, r)
     r = resources(aot.merge_kernel())  # the cuDNN path's merge of parts
     assert r["stack"] == 0, ("merge", r)
+    for gate in (False, True):  # the split decode's combine, CHUNK splits at a time up to the last with keys
+        r = resources(aot.combine_kernel(gate))
+        assert r["stack"] == 0, ("combine", gate, r)

@@ -187,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
         prefill=args.prefill, prefill_repeats=args.prefill_repeats, steps=args.steps, layers=args.layers,
         vs_hf=args.vs_hf, out_dir=args.out,
         draft_tokens=args.spec_k, acceptance=args.acceptance, forced_acceptance=args.forced_acceptance,
-        sampling=args.sampling,
+        sampling=args.sampling, max_context=args.max_context,
     )  # fmt: skip
     rows = run_bench(spec, engine_config_from_args(args))
     print(table(rows))

@@ -119,6 +119,15 @@ def merge_kernel():
     return compile_sm90(parts_merge._merge_kernel, types, {"s_ar": D, "s_or": D}, consts, {"num_warps": 4})
 
 
+def combine_kernel(gate: bool = False, splits: int = 256):
+    """The split decode's (and split prefill's) combine over up to `splits` splits, head_dim 256, gated with
+    `gate`."""
+    types = dict(op_ptr=F32, lse_ptr=F32, o_ptr="*bf16", g_ptr="*bf16")
+    consts = dict(D=D, S_PAD=splits, EMU=False, PDL=True, GATE=gate)
+    return compile_sm90(dec._combine_kernel, types, {"sot": H * D, "soh": D, "sgt": H * 2 * D, "sgh": 2 * D},
+                        consts, {"num_warps": 4})  # fmt: skip
+
+
 def prefill_kernel(name: str, direct: bool = True, lazy: bool | None = None, f16: bool | None = None,
                    words: bool | None = None, tile: tuple[int, int, int, int] | None = None,
                    q8: bool | None = None):  # fmt: skip

@@ -53,11 +53,14 @@ def _decode_kernel(
     j = m // G
     head = kvh * G + m % G
     row_ok = (m < G * Q_MAX) & (j < qlen)
+    q_ok = row_ok
+    if not DIRECT:  # the split count follows the page table's width (static under a graph), so at a short depth
+        # most splits hold no keys: those read no queries and write only their -inf log-sum-exp (the combine
+        # skips them)
+        q_ok = row_ok & (split * tl.cdiv(tl.cdiv(kv_len, BLOCK_N), n_splits) < tl.cdiv(kv_len, BLOCK_N))
     tok = (q0 + j).to(tl.int64)
     d = tl.arange(0, D)
-    q = tl.load(
-        q_ptr + tok[:, None] * sqt + head[:, None] * sqh + d[None, :], mask=row_ok[:, None], other=0.0
-    )
+    q = tl.load(q_ptr + tok[:, None] * sqt + head[:, None] * sqh + d[None, :], mask=q_ok[:, None], other=0.0)
     q_scale = 1.0
     if Q8:  # int8 keys: the queries rounded to int8 per row, the scores on int8 tensor cores
         q, q_scale = quantize_rows_int8(q.to(tl.float32), EMU)
@@ -101,7 +104,7 @@ def _decode_kernel(
         tl.store(o_ptr + o_off, y, mask=row_ok[:, None])
     else:
         idx = (tok * n_heads + head) * n_splits + split  # partials are [T, H, splits, (D)] fp32
-        tl.store(op_ptr + idx[:, None] * D + d[None, :], out, mask=row_ok[:, None])
+        tl.store(op_ptr + idx[:, None] * D + d[None, :], out, mask=row_ok[:, None] & (lo < hi))
         lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
         tl.store(lse_ptr + idx, lse, mask=row_ok)
 
@@ -119,12 +122,18 @@ def _gated(out, g_ptr, g_off, mask, dt: tl.constexpr, EMU: tl.constexpr, GATE: t
     return y
 
 
+MERGE_CHUNK = tl.constexpr(8)  # splits a combine program merges at once (8 rows of 256 fp32: 16 values a thread)
+
+
 @triton.jit
 def _combine_kernel(
     op_ptr, lse_ptr, o_ptr, n_heads, n_splits, sot, soh,
     D: tl.constexpr, S_PAD: tl.constexpr, EMU: tl.constexpr, PDL: tl.constexpr = False,
     g_ptr=None, sgt=0, sgh=0, GATE: tl.constexpr = False,
 ):  # fmt: skip
+    """The splits' partial rows merged MERGE_CHUNK at a time, up to the last split with keys: a split whose
+    log-sum-exp is -inf (no keys, or none this row sees) adds nothing and its partial row is never read (the
+    decode kernel does not write it)."""
     pdl_start(PDL)
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
@@ -134,19 +143,29 @@ def _combine_kernel(
     mx = tl.max(lse, axis=0)
     mx = tl.where(mx == float("-inf"), 0.0, mx)
     denom = tl.sum(tl.exp2(lse - mx), axis=0)
+    live = tl.max(tl.where(lse > float("-inf"), s + 1, 0), axis=0)  # splits past the last with keys: none
     d = tl.arange(0, D)
+    c = tl.arange(0, MERGE_CHUNK)
     acc = tl.zeros([D], tl.float32)
     if EMU:  # the interpreter's range() cannot take a runtime scalar (numpy >= 2.4)
         i = 0
-        while i < n_splits:
-            acc += tl.exp2(tl.load(lse_ptr + base + i) - mx) * tl.load(op_ptr + (base + i) * D + d)
-            i += 1
+        while i < live:
+            acc = _merge_chunk(acc, op_ptr, lse_ptr, base, i + c, n_splits, mx, d, D)
+            i += MERGE_CHUNK
     else:
-        for i in range(n_splits):
-            acc += tl.exp2(tl.load(lse_ptr + base + i) - mx) * tl.load(op_ptr + (base + i) * D + d)
+        for i in range(0, live, MERGE_CHUNK):
+            acc = _merge_chunk(acc, op_ptr, lse_ptr, base, i + c, n_splits, mx, d, D)
     out = acc / tl.where(denom > 0.0, denom, 1.0)
     y = _gated(out, g_ptr, t * sgt + h * sgh + d, d >= 0, o_ptr.dtype.element_ty, EMU, GATE)
     tl.store(o_ptr + t * sot + h * soh + d, y)
+
+
+@triton.jit
+def _merge_chunk(acc, op_ptr, lse_ptr, base, i, n_splits, mx, d, D: tl.constexpr):
+    """acc + the partial rows of splits `i` weighted by exp2(lse - mx); rows of -inf splits are not read."""
+    lse = tl.load(lse_ptr + base + i, mask=i < n_splits, other=float("-inf"))
+    rows = tl.load(op_ptr + (base + i)[:, None] * D + d[None, :], mask=(lse > float("-inf"))[:, None], other=0.0)
+    return acc + tl.sum(tl.exp2(lse - mx)[:, None] * rows, axis=0)
 
 
 def decode_cache_args(k_cache: torch.Tensor, v_cache: torch.Tensor, q8: bool = False) -> tuple[tuple, tuple]:
