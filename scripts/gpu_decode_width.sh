@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# One device call (about eight minutes, carry .kcache; an H100 serves): decode on a server's page-table width. The
-# split decode's split count follows the page table's width (static under the graphs), so at a short depth most
-# splits hold no keys; they used to write zero partial rows that the combine then merged one by one. The 35B-A3B
-# int4 at one lane ran 510.7 tok/s with an 8K prefill point beside it (page table 8,208 tokens wide) against 522.6
-# without (1,104), the same kernels otherwise (bench/RESULTS.md 2026-12-07 17:06). First the GPU tests (the split
-# decode on a 262,144-token page table, the experts on stripes as the engine places them, the down reading early on
-# stripes), then the 35B-A3B and the 27B int4 at one and eight lanes, --max-context 262144, the tree before the
-# change (.kcache/ab: this tree's package with 5cb799b's hinfer/ops/triton/attention_decode.py) against this one,
-# alternated; then this one at the points' own width. Lands in $OUT/gpu_decode_width.tgz.
+# One device call (about eight minutes, carry .kcache; an H100 serves): decode on a server's graphs. The split
+# decode's split count follows its graph's page-table width (cuda_graphs.page_widths: 4,096 and 32,768 tokens and
+# the context), so at a short depth most splits hold no keys; they used to write zero partial rows that the combine
+# then merged one by one. The 35B-A3B int4 at one lane ran 510.7 tok/s with an 8K prefill point beside it (its
+# 4,096-token graph: 64 splits) against 522.6 without (1,104 tokens: 18 splits), the same kernels otherwise
+# (bench/RESULTS.md 2026-12-07 17:06). First the GPU tests (the split decode on a 262,144-token page table, the
+# experts on stripes as the engine places them, the down reading early on stripes), then the 35B-A3B and the 27B
+# int4 at one and eight lanes, --max-context 262144, the tree before the change (.kcache/ab: this tree's package
+# with 5cb799b's hinfer/ops/triton/attention_decode.py) against this one, alternated; then this one at the points'
+# own width. Lands in $OUT/gpu_decode_width.tgz.
 set -uo pipefail
 PACK=gpu_decode_width; source "$(dirname "$0")/device_common.sh"
 gpu_tests width_tests 130 tests/gpu/test_norm_attention_kernels.py -k "wide_page_table or test_decode or verify"

@@ -47,8 +47,8 @@ class BenchSpec:
     acceptance: list[float] = field(default_factory=lambda: [3.2])  # tokens per round for the projected tok/s
     forced_acceptance: list[float] = field(default_factory=list)  # with --spec mtp: end-to-end runs at these p
     sampling: list[str] = field(default_factory=lambda: ["greedy"])  # decode rows per sampler path (measure.SAMPLING)
-    # the engine's max_context (its page table's width, which sizes the split decode's grid under the graphs), at
-    # least what the points need; None: just that. A server's (262,144 by default) times decode as it is served.
+    # the engine's max_context, at least what the points need (None: just that); it picks the decode graphs' page-table
+    # widths (cuda_graphs.page_widths), which size the split decode's grid: a server's times decode as it is served
     max_context: int | None = None
 
 
