@@ -8,8 +8,9 @@ dependent launch as the decode graph has it; us per layer, the median of do_benc
 outputs, the wait's cost), `two, gate_up only` (the gate_up launch alone), `gate_up, ids given` (that launch reading
 its experts' ids instead of routing the token: the route's cost inside it), `gate_up, warps read the row` (routing,
 every warp reading the router row itself: HINFER_ROUTE_READ=warps). Byte floor: the 9 experts' int4 bytes over 4.2 TB/s.
+The experts' words stripe by stripe as the engine places them (`--words rows`: as loaded).
 
-    python bench/moe_one_launch.py [--model 35b 122b] [--layers 24] [--rounds 3] [--json out.json]
+    python bench/moe_one_launch.py [--model 35b 122b] [--layers 24] [--rounds 3] [--words stripes|rows] [--json F]
     python bench/moe_one_launch.py --sweep      # the one launch's tiles (gate_up tile, down rows) against the two
 
 An arm that fails to compile or to fit is reported and left out.
@@ -33,18 +34,24 @@ from hinfer.ops.triton import moe as tm  # noqa: E402
 from hinfer.ops.triton.moe_int4_mma import experts_mma  # noqa: E402
 from hinfer.ops.triton.moe_int4_one import experts_one_launch, one_launch_fits, one_launch_tiles  # noqa: E402
 from hinfer.ops.triton.tiles.forms import SkinnyConfig  # noqa: E402
+from hinfer.quant.int4_mma_layout import stripe_experts  # noqa: E402
 
 # (BLOCK_N, K splits, warps, look-ahead depth) of the gate_up jobs x the down jobs' rows a program
 SWEEP = [((64, 1, 4, 4), 64), ((64, 1, 4, 2), 64), ((64, 1, 4, 4), 128), ((32, 1, 2, 4), 32), ((32, 2, 2, 4), 32),
          ((64, 2, 4, 4), 128), ((128, 1, 4, 4), 64), ((32, 1, 2, 2), 32), ((128, 4, 4, 4), 128)]
 
 
-def _layers(m: dict, n: int, gen: torch.Generator) -> list[tuple]:
+def _layers(m: dict, n: int, gen: torch.Generator, words: str = "stripes") -> list[tuple]:
+    """n layers of (gate_up, down, router logits), the experts' words stored as `words`."""
     e, h, i = m["e"] + 1, m["h"], m["i"]
     out = []
     for _ in range(n):
         logits = (torch.randn(1, e, generator=gen) * 3).bfloat16().cuda()
-        out.append((_random_int4(e, 2 * i, h, False), _random_int4(e, h, i, False), logits))
+        gu, dn = _random_int4(e, 2 * i, h, False), _random_int4(e, h, i, False)
+        if words == "stripes":
+            gu, dn = (w._replace(qweight=stripe_experts(w.qweight, w.in_features, gate_up), words="stripes")
+                      for w, gate_up in ((gu, True), (dn, False)))  # fmt: skip
+        out.append((gu, dn, logits))
     return out
 
 
@@ -112,13 +119,14 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="times each arm is timed, alternated")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--sweep", action="store_true", help="the one launch's tiles instead of its parts")
+    ap.add_argument("--words", choices=("stripes", "rows"), default="stripes", help="the experts' words as stored")
     args = ap.parse_args()
     gen = torch.Generator().manual_seed(0)
     print(f"seed 0, {torch.cuda.get_device_name()}, PDL {'off' if os.environ.get('HINFER_PDL') == '0' else 'on'}")
     rows = []
     for name in args.model:
         m = MODELS[name]
-        layers = _layers(m, args.layers, gen)
+        layers = _layers(m, args.layers, gen, args.words)
         x = torch.randn(1, m["h"], generator=gen).bfloat16().cuda()
         if not one_launch_fits(x, layers[0][0], layers[0][1], m["k"] + 1):
             print(f"{name}: the one-launch grid does not fit this GPU")

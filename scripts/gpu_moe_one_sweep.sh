@@ -4,14 +4,12 @@
 # the 35B-A3B's one-lane decode and MTP rounds both ways, alternated, a layer's parts (bench/moe_one_launch.py: the
 # gate_up launch routing the token and given its ids, the wait), then its tiles (--sweep: gate_up tile x down rows,
 # us per layer against the two launches) last: an H100 call that swept them
-# with a 64-row tile packaged stopped answering (2026-12-05, cause unknown). The one launch reads the experts' row
-# words only: its arms store them so (HINFER_EXPERTS_WORDS=rows), against the two launches on the default stripes.
-# Lands in $OUT/gpu_moe_one_sweep.tgz.
+# with a 64-row tile packaged stopped answering (2026-12-05, cause unknown). Both on the experts' words stripe by
+# stripe, the default since 2026-12-07 (the one launch reads them as the two do). Lands in $OUT/gpu_moe_one_sweep.tgz.
 set -uo pipefail
 PACK=gpu_moe_one_sweep; source "$(dirname "$0")/device_common.sh"
 gpu_tests test_one_launch 200 tests/gpu/test_moe_kernels.py -k "one_launch" || exit 0
-arm() { words=stripes; [ -n "$2" ] && words=rows
-  HINFER_EXPERTS_WORDS=$words HINFER_FUSION_ROWS="$2" BENCH_TIMEOUT=45 bench_as "$1" "$PWD" qwen3.6-35b-a3b --quant int4 \
+arm() { HINFER_FUSION_ROWS="$2" BENCH_TIMEOUT=45 bench_as "$1" "$PWD" qwen3.6-35b-a3b --quant int4 \
   --concurrency 1 --depths 1K --prefill "" --steps 128 "${@:3}"; }
 left 260 && arm two_a ""
 left 300 && arm one_a "one_launch=1"

@@ -313,19 +313,25 @@ def test_experts_int4_gate_up_routes_its_tokens(tm, weights, seed, monkeypatch, 
         monkeypatch.delenv("HINFER_FUSION_ROWS")
 
 
+def _as_served(gu, dn, stripes: bool) -> tuple:
+    """The gate_up and down experts with their words stripe by stripe (int4_mma_layout.stripe_experts) when
+    `stripes`, as the engine places them on a GPU; else as given (rows)."""
+    from hinfer.quant.int4_mma_layout import stripe_experts
+
+    if not stripes:
+        return gu, dn
+    return tuple(w._replace(qweight=stripe_experts(w.qweight, w.in_features, gate_up), words="stripes")
+                 for w, gate_up in ((gu, True), (dn, False)))  # fmt: skip
+
+
 def _graph_matches_the_plain_chain(tm, weights, seed, monkeypatch, t: int, fused: dict, plain: dict, what: str,
                                    stripes: bool = False):  # fmt: skip
     """T tokens through a chain of MoE layers (_moe_chain) with the environment `fused`: eager, then captured in a
     CUDA graph with programmatic dependent launch and replayed on new inputs, always bit for bit the eager chain
     under `plain`; the experts' words stripe by stripe with `stripes` (as served)."""
-    from hinfer.quant.int4_mma_layout import stripe_experts
-
     monkeypatch.setenv("HINFER_PDL", "1")
     name, wgu, wd = weights
-    gu, dn = _int4_experts(wgu), _int4_experts(wd)
-    if stripes:
-        gu, dn = (w._replace(qweight=stripe_experts(w.qweight, w.in_features, gate_up), words="stripes")
-                  for w, gate_up in ((gu, True), (dn, False)))  # fmt: skip
+    gu, dn = _as_served(_int4_experts(wgu), _int4_experts(wd), stripes)
     h = wgu.shape[2]
     g = torch.Generator(device="cuda").manual_seed(seed)
     x = torch.randn(t, h, device="cuda", generator=g).bfloat16()
@@ -824,19 +830,20 @@ def test_router_in_the_norm_launch(seed, t, h):
     assert ops_norm.add_rms_norm_linear(x, res, w, router, 1e-6)[2].shape == (t, E + 1)
 
 
+@pytest.mark.parametrize("stripes", [False, True])
 @pytest.mark.parametrize("pdl", [True, False])
-def test_experts_int4_one_launch(tm, weights, seed, monkeypatch, pdl):
+def test_experts_int4_one_launch(tm, weights, seed, monkeypatch, pdl, stripes):
     """A token's routed int4 experts in one launch (`one_launch`: route, gate_up, down and slot sum, the down jobs
     waiting in the grid for their pair's gate_up tiles) equal, bit for bit, the two launches run on the same
     gate_up tile (its K splits set the fp32 sum order), and the default two launches within rounding; on fresh and
     on tied logits, eagerly, in a chain of MoE layers captured in a CUDA graph and over many replays in a row (the
-    arrival counters cleared by each call for the next)."""
+    arrival counters cleared by each call for the next); row words and stripes."""
     from hinfer.ops.triton.moe_int4_mma import experts_mma
     from hinfer.ops.triton.moe_int4_one import one_launch_fits, one_launch_tiles
 
     monkeypatch.setenv("HINFER_PDL", "1" if pdl else "0")
     name, wgu, wd = weights
-    gu, dn = _int4_experts(wgu), _int4_experts(wd)
+    gu, dn = _as_served(_int4_experts(wgu), _int4_experts(wd), stripes)
     h, i, p = wgu.shape[2], wd.shape[2], K + 1
     g = torch.Generator(device="cuda").manual_seed(seed)
     x = torch.randn(1, h, device="cuda", generator=g).bfloat16()

@@ -17,7 +17,8 @@ A program waits on others of its own grid, so the whole grid must be resident at
 the compiled kernel's registers and shared memory against the SMs before the first launch, and the caller keeps
 the two launches where it does not fit. The arithmetic is the two-launch path's (act and each slot's row rounded
 to bf16, the routing weight rounded to the logits' dtype): on the same gate_up tile (its K splits set the fp32
-sum order) the output is the same bit for bit. Measured on an H100: +2.2% one-lane 35B-A3B decode, the down's
+sum order) the output is the same bit for bit. The experts' words as rows or stripe by stripe (WORDS, as the two
+launches read them). Measured on an H100 (row words): +2.2% one-lane 35B-A3B decode, the down's
 dependent chain costing about what the second launch did; off by default (`one_launch` in
 hinfer.ops.dispatch.FUSIONS, docs/moe.md). Reference: hinfer.ops.triton.moe_int4.moe_experts_int4_ref.
 """
@@ -49,9 +50,11 @@ from hinfer.ops.triton.mma_common import flat_smem, mma_layout, pdl_start
 from hinfer.ops.triton.moe_int4 import Int4Experts
 from hinfer.ops.triton.moe_int4_mma import (
     SUM_COUNTERS,
+    WORD_ORDERS,
     _row_scales,
     _sum_slots,
     expert_words,
+    group_words,
     route_slots,
     store_split,
 )
@@ -74,10 +77,11 @@ def int4_experts_one_launch_kernel(
     n_experts, hid_n, inter, stride_gw, stride_dw,
     HAS_ZERO: gl.constexpr, TOPK: gl.constexpr, TOPK_P: gl.constexpr, BLOCK_E: gl.constexpr,
     BN1: gl.constexpr, SPLIT1: gl.constexpr, DEPTH1: gl.constexpr, BN2: gl.constexpr, G2: gl.constexpr,
-    PDL: gl.constexpr = False, WAIT: gl.constexpr = True,
+    PDL: gl.constexpr = False, WAIT: gl.constexpr = True, WORDS: gl.constexpr = 0,
 ):  # fmt: skip
     """WAIT: False only to time the wait (bench/moe_one_launch.py): the down jobs then read act rows that may not
-    be written yet (wrong outputs)."""
+    be written yet (wrong outputs). WORDS: the experts' words as rows (0) or stripes (2; WORD_ORDERS), unpacked
+    alike, a group's words a row's 16 or a stripe's 256 on."""
     W: gl.constexpr = gl.num_warps()
     MMA: gl.constexpr = mma_layout(W)
     LW: gl.constexpr = words_layout(W)
@@ -106,13 +110,13 @@ def int4_experts_one_launch_kernel(
     # the down job's weights, every group, into shared memory while the gate_up job runs
     w2_smem = gl.allocate_shared_memory(gl.int32, [G2, BN2 // 16, 2, 32, 4], flat_smem(4))
     if pid < jobs2:
-        w2_ptrs = expert_words(dw_ptr, eb, stride_dw, b_tile, inter, BN2, False, hid_n)
+        w2_ptrs = expert_words(dw_ptr, eb, stride_dw, b_tile, inter, BN2, False, hid_n, WORDS)
         for g in gl.static_range(G2):
-            async_copy.async_copy_global_to_shared(w2_smem.index(g), w2_ptrs + g * (GROUP // 8))
+            async_copy.async_copy_global_to_shared(w2_smem.index(g), w2_ptrs + g * group_words(WORDS))
         async_copy.commit_group()
 
     if pid < jobs1:  # gate_up: act rows of pair a_pair, N tile a_tile, 1/SPLIT1 of the groups
-        w_ptrs = expert_words(gw_ptr, ea, stride_gw, a_tile, hid_n, BN1, True, n1)
+        w_ptrs = expert_words(gw_ptr, ea, stride_gw, a_tile, hid_n, BN1, True, n1, WORDS)
         rows = a_tile * BN1 + gl.arange(0, BN1, layout=gl.SliceLayout(1, MMA))
         cols = a_tile * (BN1 // 2) + (rows % BN1) // 16 * 8 + rows % 8
         rows = cols + (rows // 8 % 2) * inter
@@ -123,7 +127,7 @@ def int4_experts_one_launch_kernel(
         g_hi = gl.minimum(g_lo + per_split, n_groups1)
         x_ptrs = x_word_ptrs(x_ptr, xr * 0, hid_n, BLOCK_M)
         acc = k_loop(w_ptrs, s_ptrs, z_rows, z_rows, 1, x_ptrs, g_lo, g_hi, BN1, BLOCK_M, HAS_ZERO, True, DEPTH1,
-                     True, GROUP // 8, False)  # fmt: skip
+                     True, group_words(WORDS), False)  # fmt: skip
         py = ym * 0 + a_pair
         out_mask = (ym < 1)[None, :] & (rows < n1)[:, None]
         y_off = py[None, :].to(gl.int64) * inter + cols[:, None]
@@ -200,22 +204,23 @@ def one_launch_tiles(h: int, i: int, slots: int) -> tuple[SkinnyConfig, int]:
     return cfg, 16 * cfg.num_warps
 
 
-def one_launch_variant(h: int, i: int, topk: int, zero: bool = True, pdl: bool = False, n_experts: int = 256):
+def one_launch_variant(h: int, i: int, topk: int, zero: bool = True, pdl: bool = False, n_experts: int = 256,
+                       words: str = "rows"):  # fmt: skip
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
     cfg, bn2 = one_launch_tiles(h, i, topk + 1)
     sig = {"x_ptr": "*bf16", "logits_ptr": "*bf16", "gw_ptr": "*i32", "gs_ptr": "*bf16",
            "gz_ptr": "*u8" if zero else "*bf16", "dw_ptr": "*i32", "ds_ptr": "*bf16", "dz_ptr": "*u8" if zero else "*bf16",
            "hid_ptr": "*bf16", "y_ptr": "*bf16", "out_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32",
            "n_experts": "i32", "hid_n": "i32", "inter": "i32", "stride_gw": "i32", "stride_dw": "i32"}  # fmt: skip
-    cex = _constexprs(cfg, bn2, i, topk, zero, n_experts) | {"PDL": pdl, "WAIT": True, "maxnreg": cfg.max_regs}
-    name = f"int4 experts one launch H={h} I={i} top {topk}{' asym' if zero else ''}{' pdl' if pdl else ''}"
+    cex = _constexprs(cfg, bn2, i, topk, zero, n_experts, words) | {"PDL": pdl, "WAIT": True, "maxnreg": cfg.max_regs}
+    name = f"int4 experts one launch H={h} I={i} top {topk}{' asym' if zero else ''}{' pdl' if pdl else ''} {words}"
     return name, int4_experts_one_launch_kernel, sig, cex, cfg.num_warps
 
 
-def _constexprs(cfg: SkinnyConfig, bn2: int, i: int, topk: int, zero: bool, n_experts: int) -> dict:
+def _constexprs(cfg: SkinnyConfig, bn2: int, i: int, topk: int, zero: bool, n_experts: int, words: str) -> dict:
     return dict(HAS_ZERO=zero, TOPK=topk, TOPK_P=triton.next_power_of_2(topk + 1),
                 BLOCK_E=triton.next_power_of_2(n_experts), BN1=cfg.block_n, SPLIT1=cfg.split_k,
-                DEPTH1=cfg.num_stages, BN2=bn2, G2=i // GROUP_K)  # fmt: skip
+                DEPTH1=cfg.num_stages, BN2=bn2, G2=i // GROUP_K, WORDS=WORD_ORDERS[words])  # fmt: skip
 
 
 def programs(h: int, i: int, slots: int, tiles: tuple[SkinnyConfig, int] | None = None) -> int:
@@ -227,12 +232,12 @@ def programs(h: int, i: int, slots: int, tiles: tuple[SkinnyConfig, int] | None 
 @functools.cache
 def _resident(key: tuple, device_index: int) -> int:
     """Programs of the compiled variant `key` that one SM holds at once (registers, shared memory, warps)."""
-    cfg, bn2, h, i, topk, zero, pdl, n_experts = key
+    cfg, bn2, h, i, topk, zero, pdl, n_experts, words = key
     dev = torch.device("cuda", device_index)
     args = _args_like(h, i, topk, zero, n_experts, dev)
     opts = {"maxnreg": cfg.max_regs} if cfg.max_regs else {}
     k = int4_experts_one_launch_kernel.warmup(
-        *args, **_constexprs(cfg, bn2, i, topk, zero, n_experts), PDL=pdl, grid=(1,), num_warps=cfg.num_warps,
+        *args, **_constexprs(cfg, bn2, i, topk, zero, n_experts, words), PDL=pdl, grid=(1,), num_warps=cfg.num_warps,
         **opts,
     )  # fmt: skip
     k._init_handles()  # loads the module: its register count
@@ -253,18 +258,18 @@ def _args_like(h: int, i: int, topk: int, zero: bool, n_experts: int, dev: torch
 
 def one_launch_fits(x: torch.Tensor, gu: Int4Experts, dn: Int4Experts, slots: int,
                     tiles: tuple[SkinnyConfig, int] | None = None) -> bool:  # fmt: skip
-    """One token on a GPU, shapes of whole tiles, and the grid resident at once (the down jobs wait for the
-    gate_up jobs of the same grid)."""
+    """One token on a GPU, shapes of whole tiles, both projections' words as rows or both as stripes, and the grid
+    resident at once (the down jobs wait for the gate_up jobs of the same grid)."""
     (_, n1, h), (_, h2, i) = gu.shape, dn.shape
     if not x.is_cuda or x.shape[0] != 1 or h2 != h or n1 != 2 * i or i % GROUP_K or h % GROUP_K:
         return False
-    if (gu.zeros is None) != (dn.zeros is None) or slots > 64 or gu.words != "rows" or dn.words != "rows" or not all(
+    if (gu.zeros is None) != (dn.zeros is None) or slots > 64 or gu.words != dn.words or gu.words == "fragment" or not all(
             t.is_contiguous() for w in (gu, dn) for t in w[:3] if t is not None):  # fmt: skip
         return False
     cfg, bn2 = tiles or one_launch_tiles(h, i, slots)
     if bn2 % (16 * cfg.num_warps) or n1 % cfg.block_n or h % bn2 or cfg.block_n % (16 * cfg.num_warps) or cfg.num_stages not in (2, 4):
         return False
-    key = (cfg, bn2, h, i, slots - 1, gu.zeros is not None, bool(pdl_kwargs(x).get("PDL")), dn.shape[0] - 1)
+    key = (cfg, bn2, h, i, slots - 1, gu.zeros is not None, bool(pdl_kwargs(x).get("PDL")), dn.shape[0] - 1, gu.words)
     return programs(h, i, slots, (cfg, bn2)) <= num_sms() * _resident(key, x.device.index or 0)
 
 
@@ -288,7 +293,8 @@ def experts_one_launch(x: torch.Tensor, logits: torch.Tensor, gu: Int4Experts, d
     int4_experts_one_launch_kernel[(programs(h, i, slots, (cfg, bn2)),)](
         x, logits, gu.qweight, gu.scales, gu.zeros if gu.zeros is not None else gu.scales,
         dn.qweight, dn.scales, dn.zeros if dn.zeros is not None else dn.scales, hid, y, out, part, cnt,
-        e - 1, h, i, gu.qweight.stride(0), dn.qweight.stride(0), **_constexprs(cfg, bn2, i, topk, gu.zeros is not None, e - 1), **pdl, **parts,
+        e - 1, h, i, gu.qweight.stride(0), dn.qweight.stride(0),
+        **_constexprs(cfg, bn2, i, topk, gu.zeros is not None, e - 1, gu.words), **pdl, **parts,
         num_warps=cfg.num_warps, **({"maxnreg": cfg.max_regs} if cfg.max_regs else {}),
     )  # fmt: skip
     return out
