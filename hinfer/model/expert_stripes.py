@@ -1,10 +1,11 @@
-"""The int4 routed experts' words stored stripe by stripe when served on a GPU (HINFER_EXPERTS_WORDS, default stripes):
-each 16-row stripe's 128-groups one after another, gate and up rows paired (hinfer.quant.int4_mma_layout
-.stripe_experts). The tensor-core decode kernel's warps then read one 512-byte run a load instead of 16 runs of
+"""The int4 routed experts' words stored stripe by stripe when served on a GPU (HINFER_EXPERTS_WORDS, default
+stripes): each 16-row stripe's 128-groups one after another, gate and up rows paired (hinfer.quant.int4_mma_layout
+.stripe_experts). The tensor-core decode kernels' warps then read one 512-byte run a load instead of 16 runs of
 64 bytes (the dense int4 kernel streams the same bytes 1.56x faster in such runs, bench/RESULTS.md), and the grouped
-prefill kernels find every word by its row (moe_gemm._stripe_words). Same bytes, same values, outputs bit for bit. Measured end to end (H100, bench/RESULTS.md 2026-12-07 16:44-16:56): the 35B-A3B
-int4 at one / eight lanes 509 / 1,799 -> 522 / 1,909 tok/s on the stripes' own tiles, its 8K prefill 35.0K -> 36.0K
-tok/s; the 122B-A10B 280 / 780 -> 287 / 842."""
+prefill kernels find every word by its row (moe_gemm._stripe_words). Same bytes, same values, outputs bit for bit.
+Measured end to end (H100, bench/RESULTS.md 2026-12-07 16:44-16:56): the 35B-A3B int4 at one / eight lanes 509 /
+1,799 -> 522 / 1,909 tok/s on the stripes' own tiles, its 8K prefill 35.0K -> 36.0K tok/s; the 122B-A10B 280 / 780
+-> 287 / 842."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ ORDERS = ("rows", "stripes", "gate_up")
 
 def experts_words() -> str:
     """HINFER_EXPERTS_WORDS: `stripes` (the default, both projections), `gate_up` (stripes for the gate_up only) or
-    `rows` (as loaded: to compare, or for the one-launch experts kernel, which reads rows only)."""
+    `rows` (as loaded, to compare)."""
     v = os.environ.get("HINFER_EXPERTS_WORDS", "stripes").strip()
     if v not in ORDERS:
         raise ValueError(f"HINFER_EXPERTS_WORDS must be one of {', '.join(ORDERS)}, got {v!r}")
