@@ -9,6 +9,8 @@
 # int4 at one and eight lanes, --max-context 262144, the tree before the change (.kcache/ab: this tree's package
 # with 5cb799b's hinfer/ops/triton/attention_decode.py) against this one, alternated; then this one at the points'
 # own width. Lands in $OUT/gpu_decode_width.tgz.
+# Before the call, here: mkdir -p .kcache/ab && git archive HEAD hinfer | tar -x -C .kcache/ab && git show \
+#   5cb799b:hinfer/ops/triton/attention_decode.py > .kcache/ab/hinfer/ops/triton/attention_decode.py
 set -uo pipefail
 PACK=gpu_decode_width; source "$(dirname "$0")/device_common.sh"
 gpu_tests width_tests 130 tests/gpu/test_norm_attention_kernels.py -k "wide_page_table or test_decode or verify"
