@@ -49,7 +49,7 @@ from hinfer.ops.triton.tiles.moe import (  # noqa: E402
     fp8_experts_mma_tile,
 )
 from hinfer.ops.triton.tiles.table import entry, source_line, write  # noqa: E402
-from hinfer.quant.int4_mma_layout import permute_experts, stripe_experts  # noqa: E402
+from hinfer.quant.int4_mma_layout import stored_as  # noqa: E402
 
 BW = 4.2e12  # bytes/s the floors divide by (bench/moe_kernels.py's)
 BM = 8  # rows per aligned block (hinfer.ops.triton.moe._experts_mma)
@@ -113,10 +113,7 @@ def laid_out(w: Int4Experts, layout: str, gate_up: bool) -> Int4Experts:
             return None if t is None else t.transpose(1, 2).contiguous().transpose(1, 2)
 
         return w._replace(scales=gm(w.scales), zeros=gm(w.zeros))
-    if layout in ("fragment", "stripes"):
-        order = permute_experts if layout == "fragment" else stripe_experts
-        return w._replace(qweight=order(w.qweight, w.in_features, gate_up), words=layout)
-    return w
+    return stored_as(w, layout, gate_up)
 
 
 def sweep(name: str, t: int, gen: torch.Generator, splits: tuple[int, ...] = (1,),

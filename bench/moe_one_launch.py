@@ -34,7 +34,7 @@ from hinfer.ops.triton import moe as tm  # noqa: E402
 from hinfer.ops.triton.moe_int4_mma import experts_mma  # noqa: E402
 from hinfer.ops.triton.moe_int4_one import experts_one_launch, one_launch_fits, one_launch_tiles  # noqa: E402
 from hinfer.ops.triton.tiles.forms import SkinnyConfig  # noqa: E402
-from hinfer.quant.int4_mma_layout import stripe_experts  # noqa: E402
+from hinfer.quant.int4_mma_layout import stored_as  # noqa: E402
 
 # (BLOCK_N, K splits, warps, look-ahead depth) of the gate_up jobs x the down jobs' rows a program
 SWEEP = [((64, 1, 4, 4), 64), ((64, 1, 4, 2), 64), ((64, 1, 4, 4), 128), ((32, 1, 2, 4), 32), ((32, 2, 2, 4), 32),
@@ -48,10 +48,7 @@ def _layers(m: dict, n: int, gen: torch.Generator, words: str = "stripes") -> li
     for _ in range(n):
         logits = (torch.randn(1, e, generator=gen) * 3).bfloat16().cuda()
         gu, dn = _random_int4(e, 2 * i, h, False), _random_int4(e, h, i, False)
-        if words == "stripes":
-            gu, dn = (w._replace(qweight=stripe_experts(w.qweight, w.in_features, gate_up), words="stripes")
-                      for w, gate_up in ((gu, True), (dn, False)))  # fmt: skip
-        out.append((gu, dn, logits))
+        out.append((stored_as(gu, words, True), stored_as(dn, words, False), logits))
     return out
 
 

@@ -182,6 +182,16 @@ def unstripe_experts(words: torch.Tensor, k: int, gate_up: bool = False) -> torc
     return unpair_gate_up_rows(q) if gate_up else q
 
 
+def stored_as(w, words: str, gate_up: bool):
+    """Stacked int4 experts (hinfer.ops.triton.moe_int4.Int4Experts, rows) with their words in the order `words`
+    names: `rows` as given, `fragment` (permute_experts) or `stripes` (stripe_experts); `gate_up`: [gate | up] rows,
+    paired a stripe."""
+    if words == "rows":
+        return w
+    order = {"fragment": permute_experts, "stripes": stripe_experts}[words]
+    return w._replace(qweight=order(w.qweight, w.in_features, gate_up), words=words)
+
+
 def stripe_word_offset(row: torch.Tensor, col: torch.Tensor, k: int) -> torch.Tensor:
     """Offset, within an expert of stripe_experts' layout, of word `col` of row `row` (of the paired rows)."""
     s, r = row // TILE_N, row % TILE_N

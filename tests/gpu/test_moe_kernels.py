@@ -316,12 +316,10 @@ def test_experts_int4_gate_up_routes_its_tokens(tm, weights, seed, monkeypatch, 
 def _as_served(gu, dn, stripes: bool) -> tuple:
     """The gate_up and down experts with their words stripe by stripe (int4_mma_layout.stripe_experts) when
     `stripes`, as the engine places them on a GPU; else as given (rows)."""
-    from hinfer.quant.int4_mma_layout import stripe_experts
+    from hinfer.quant.int4_mma_layout import stored_as
 
-    if not stripes:
-        return gu, dn
-    return tuple(w._replace(qweight=stripe_experts(w.qweight, w.in_features, gate_up), words="stripes")
-                 for w, gate_up in ((gu, True), (dn, False)))  # fmt: skip
+    words = "stripes" if stripes else "rows"
+    return stored_as(gu, words, True), stored_as(dn, words, False)
 
 
 def _graph_matches_the_plain_chain(tm, weights, seed, monkeypatch, t: int, fused: dict, plain: dict, what: str,
@@ -510,12 +508,10 @@ def test_experts_int4_words_stripe_major(tm, weights, seed, t, order):
     for bit: the same values in the same MMAs, through the register look-ahead, the words ring, K splits and the
     packaged tiles (x staged where they stage it)."""
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
-    from hinfer.quant.int4_mma_layout import permute_experts, stripe_experts
+    from hinfer.quant.int4_mma_layout import stored_as
 
     case = _int4_case(weights, t)
-    move = permute_experts if order == "fragment" else stripe_experts
-    stored = [w._replace(qweight=move(w.qweight, w.in_features, gate_up), words=order)
-              for w, gate_up in zip(case[1:3], (True, False))]  # fmt: skip
+    stored = [stored_as(w, order, gate_up) for w, gate_up in zip(case[1:3], (True, False))]
     _same_as_rows(case, stored, (None, SkinnyConfig(32, 128, 8, 1, 2, 4), SkinnyConfig(128, 128, 8, 1, 8, 4),
                                  SkinnyConfig(128, 128, 8, 1, 4, 4, 4), SkinnyConfig(64, 128, 8, 2, 2, 4)),
                   f"words in {order}", seed)  # fmt: skip

@@ -303,7 +303,7 @@ def test_experts_int4_stripes(tm, seed, t, kind):
     """The grouped int4 kernels read experts stored stripe by stripe (int4_mma_layout.stripe_experts, gate_up's
     gate and up rows paired) to the row layout's outputs bit for bit: only where each word is found differs.
     K = 256 and 128 so the K-steps walk whole 128-groups and halves of them."""
-    from hinfer.quant.int4_mma_layout import permute_experts, stripe_experts
+    from hinfer.quant.int4_mma_layout import stored_as
 
     q = _mod("moe_int4")
     cfg_mod = _mod("tiles.forms")
@@ -312,8 +312,7 @@ def test_experts_int4_stripes(tm, seed, t, kind):
     wgu, wd = _weights(e, h, i, torch.float32)
     wqgu, wqdn = quantize_experts_int4(wgu), quantize_experts_int4(wd)
     rows = [q.Int4Experts(w.qweight, w.scales, w.zeros, w.in_features) for w in (wqgu, wqdn)]
-    striped = [w._replace(qweight=stripe_experts(w.qweight, w.in_features, gate_up), words="stripes")
-               for w, gate_up in zip(rows, (True, False))]  # fmt: skip
+    striped = [stored_as(w, "stripes", gate_up) for w, gate_up in zip(rows, (True, False))]
     top_w, top_i = _routing(t, e, k, torch.bfloat16)
     if kind == "direct_sum":
         tile = cfg_mod.Tile(16, 64, 128, 4, 2, swap=True)
@@ -326,7 +325,7 @@ def test_experts_int4_stripes(tm, seed, t, kind):
         f"differs by {(got.float() - want.float()).abs().max().item()}, seed {seed}"
     )
     with pytest.raises(ValueError, match="fragment"):
-        frag = rows[0]._replace(qweight=permute_experts(rows[0].qweight, h, True), words="fragment")
+        frag = stored_as(rows[0], "fragment", True)
         tm.moe_experts(x, frag, rows[1], top_w, top_i, config=config)
 
 
