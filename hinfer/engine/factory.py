@@ -37,16 +37,14 @@ from hinfer.engine.weight_bytes import resolve_weights
 from hinfer.errors import CheckpointError, ConfigError
 from hinfer.kv_format import KV_FORMATS
 from hinfer.model.artifact_loader import load_artifact_model
-from hinfer.model.expert_stripes import stripe_int4_experts
 from hinfer.model.loader import load_weights
 from hinfer.model.quantized_loader import load_quantized_checkpoint
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
-from hinfer.model.shared_expert_fold import fold_shared_experts
+from hinfer.model.serving_layout import lay_out_for_serving
 from hinfer.model.state import RESERVED_PAGES, RESERVED_SLOTS, ModelState, StateShape
 from hinfer.model.vision import VisionEncoder
 from hinfer.model.vision_loader import load_vision_weights
 from hinfer.quant.apply import quantize_head, quantize_model
-from hinfer.quant.int4_mma_layout import use_fragment_order
 from hinfer.sampling_defaults import NEUTRAL, SamplingDefaults, load_sampling_defaults
 from hinfer.sharding import check_tensor_parallel, rank_settings
 from hinfer.tokenizer import Tokenizer
@@ -287,12 +285,9 @@ def make_core(
 ) -> EngineCore:
     """State pool, sampler, runner (+ CUDA graphs) and core around a loaded model. `ecfg` must be resolved.
     With `ranks` (tensor parallelism) the state is this rank's shard, and state and runner tell the other ranks."""
-    if device.type == "cuda":  # fewer launches per MoE layer; the CPU keeps the model as loaded (tests share it)
-        fold_shared_experts(model)
     if ecfg.lm_head != "keep":
         quantize_head(model, ecfg.lm_head)
-    use_fragment_order(model)  # int4 weights in the order the CUDA decode kernels read (no-op elsewhere)
-    stripe_int4_experts(model)  # the int4 experts' words stripe by stripe (HINFER_EXPERTS_WORDS; no-op off the GPU)
+    lay_out_for_serving(model, device)
     shape = shape or state_shape(cfg, ecfg)
     sampler = Sampler(cfg.vocab_size, device, max_rows=ecfg.max_concurrency, num_real_tokens=tokenizer.vocab_size)
     if ranks is None:

@@ -22,11 +22,9 @@ from hinfer.engine.host_tier import HostTier
 from hinfer.engine.runner import ModelRunner
 from hinfer.engine.tp.group import Channel, chunks_to, connect, disconnect, rank_device
 from hinfer.engine.tp.load import load_rank_model
-from hinfer.model.expert_stripes import stripe_int4_experts
 from hinfer.model.qwen3_5 import Qwen35ForCausalLM
-from hinfer.model.shared_expert_fold import fold_shared_experts
+from hinfer.model.serving_layout import lay_out_for_serving
 from hinfer.model.state import ModelState
-from hinfer.quant.int4_mma_layout import use_fragment_order
 
 log = logging.getLogger("hinfer.tp")
 
@@ -66,10 +64,7 @@ def follow(rank: int, n: int, init_method: str, path: Path | None, cfg: ModelCon
 
 @torch.inference_mode()
 def serve_steps(model: Qwen35ForCausalLM, channel: Channel, device: torch.device) -> None:
-    if device.type == "cuda":  # as make_core does on rank 0: the same layout on every rank
-        fold_shared_experts(model)
-    use_fragment_order(model)
-    stripe_int4_experts(model)
+    lay_out_for_serving(model, device)  # as make_core does on rank 0
     runner: ModelRunner | None = None
     tiers: dict[str, HostTier] = {}  # the prefix cache's host-RAM tiers: rows of this rank's shard
     while True:
