@@ -370,6 +370,8 @@ class EngineCore:
             seq.request_id, toks[:n], text,
             logprobs=None if lps[0] is None else lps[:n], top_logprobs=None if tops[0] is None else tops[:n],
         )  # fmt: skip
+        if first:  # known from admission on: a stream's opening usage can name its cache reads
+            ev.cached_tokens = seq.cached_tokens
         if first and seq.prompt_logprobs is not None:
             ev.prompt_logprobs, ev.prompt_top_logprobs = seq.prompt_logprobs, seq.prompt_top_logprobs
             ev.prompt_ranks = seq.prompt_ranks

@@ -94,6 +94,7 @@ class TokenEvent:
     prompt_top_logprobs: list[list[TopLogprob] | None] | None = None
     prompt_ranks: list[int | None] | None = None  # each prompt token's rank (1: the likeliest; the first None)
     usage: Usage | None = None  # set on the final event
+    cached_tokens: int | None = None  # on the request's first event: prompt tokens the prefix cache gave it
     timings: Timings | None = None  # set on the final event
 
 

@@ -67,8 +67,10 @@ async def summarize(st: ServerState, body: MessagesRequest, messages: list[Messa
 def paused_events(c: Compacted, model: str, context_management: dict[str, Any] | None) -> list[dict[str, Any]]:
     """A response that stops after the compaction block (`pause_after_compaction`), as stream events."""
     usage = {"input_tokens": c.usage["input_tokens"], "output_tokens": c.usage["output_tokens"],
-             "cache_read_input_tokens": c.usage["cache_read_input_tokens"], "iterations": [c.usage]}
-    start = message_object(new_id("msg_"), model, [], None, None, usage["input_tokens"], 0)
+             "cache_read_input_tokens": c.usage["cache_read_input_tokens"], "cache_creation_input_tokens": 0,
+             "iterations": [c.usage]}
+    start = message_object(new_id("msg_"), model, [], None, None, usage["input_tokens"], 0,
+                           usage["cache_read_input_tokens"])
     delta: dict[str, Any] = {"type": "message_delta", "delta": {"stop_reason": "compaction", "stop_sequence": None},
                              "usage": usage, "timings": c.timings}
     if context_management is not None:

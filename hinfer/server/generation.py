@@ -81,6 +81,7 @@ class EngineRun:
         self._closed = False
         self._started = False
         self.interrupted = False  # by the drain (drain.py)
+        self.admitted_cached: int | None = None  # the first event's prefix-cache tokens
 
     async def start(self) -> None:
         """Submit and wait for the first event. Raises APIError for engine refusals."""
@@ -94,6 +95,7 @@ class EngineRun:
             self._it = self.st.engine.generate(req).__aiter__()
             try:
                 self._first = await self._it.__anext__()
+                self.admitted_cached = self._first.cached_tokens
             except StopAsyncIteration:
                 self._first = None
                 self.finished = True
@@ -205,9 +207,12 @@ class EngineRun:
 
     @property
     def cached_tokens(self) -> int:
-        """Prompt tokens the engine took from its prefix cache (0 until the final event)."""
+        """Prompt tokens the engine took from its prefix cache: the final event's count, or the first event's
+        before it (0 before that)."""
         usage = self.final.usage if self.final is not None else None
-        return usage.cached_tokens if usage is not None else 0
+        if usage is not None:
+            return usage.cached_tokens
+        return self.admitted_cached or 0
 
     @property
     def output_tokens(self) -> int:

@@ -20,11 +20,17 @@ def hide_late_system(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any
         if i == 0 or m.get("role") != "system":
             out.append(m)
             continue
-        marker = f"<tool_response>hinfer-system-{secrets.token_hex(8)}</tool_response>"
-        text = str(m.get("content") or "").strip()
-        swaps[f"<|im_start|>user\n{marker}<|im_end|>\n"] = f"<|im_start|>system\n{text}<|im_end|>\n"
-        out.append({"role": "user", "content": marker})
+        turn, swap = late_system_turn(str(m.get("content") or ""))
+        out.append(turn)
+        swaps |= swap
     return out, swaps
+
+
+def late_system_turn(text: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """A system turn to render anywhere after the first message: (its placeholder message, its swap)."""
+    marker = f"<tool_response>hinfer-system-{secrets.token_hex(8)}</tool_response>"
+    swap = {f"<|im_start|>user\n{marker}<|im_end|>\n": f"<|im_start|>system\n{text.strip()}<|im_end|>\n"}
+    return {"role": "user", "content": marker}, swap
 
 
 def restore_late_system(text: str, swaps: dict[str, str]) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 
 from hinfer.errors import TemplateError
 from hinfer.server.errors import APIError, bad_request
-from hinfer.server.late_system import hide_late_system, restore_late_system
+from hinfer.server.late_system import hide_late_system, late_system_turn, restore_late_system
 from hinfer.server.prompt_guard import PromptGuard
 from hinfer.server.tool_parser import tool_schemas
 
@@ -68,12 +68,11 @@ class ChatPrompt:
         return None if self.tool_choice.parallel else 1
 
     def template_tools(self) -> list[dict[str, Any]] | None:
-        """Tools shown to the model in the system prompt. tool_choice none hides them (the model then answers in
-        text); a named choice shows only that tool (a loaded one too)."""
+        """Tools shown to the model in the system prompt: all of them for every choice but none (which hides them:
+        the model then answers in text), so that a conversation's head, and the prefix cache's pages of it, stay
+        the same when a turn forces or narrows the choice; that turn's instruction comes at the prompt's end."""
         if self.tool_choice.mode == "none":
             return None
-        if self.tool_choice.mode == "named":
-            return self.callable_tools()[:1] or None
         return self.tools or None
 
     def callable_tools(self) -> list[dict[str, Any]]:
@@ -135,16 +134,6 @@ def _tool_choice_instruction(choice: ToolChoice) -> str | None:
     return " ".join(parts) or None
 
 
-def _with_instruction(messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
-    msgs = list(messages)
-    if msgs and msgs[0].get("role") == "system":
-        first = dict(msgs[0])
-        body = first.get("content") or ""
-        first["content"] = f"{body}\n\n{text}" if body else text
-        msgs[0] = first
-    else:
-        msgs.insert(0, {"role": "system", "content": text})
-    return msgs
 
 
 def render_prompt(tokenizer: Any, prompt: ChatPrompt, guard: PromptGuard | None = None) -> list[int]:
@@ -153,9 +142,6 @@ def render_prompt(tokenizer: Any, prompt: ChatPrompt, guard: PromptGuard | None 
     guard: client strings are rendered through it, so special-token text in them stays text (prompt_guard.py);
     None renders them as they are (--allow-special-tokens-in-content)."""
     messages = prompt.messages
-    instruction = _tool_choice_instruction(prompt.tool_choice) if prompt.callable_tools() else None
-    if instruction:
-        messages = _with_instruction(messages, instruction)
     tools = prompt.template_tools()
     kwargs = check_template_kwargs(prompt.template_kwargs)
     if guard is not None:
@@ -163,6 +149,11 @@ def render_prompt(tokenizer: Any, prompt: ChatPrompt, guard: PromptGuard | None 
     swaps: dict[str, str] = {}
     if prompt.late_system:
         messages, swaps = hide_late_system(messages)
+    instruction = _tool_choice_instruction(prompt.tool_choice) if prompt.callable_tools() else None
+    if instruction and prompt.add_generation_prompt:  # a system turn right before the answer: the head stays
+        turn, swap = late_system_turn(instruction)
+        messages = [*messages, turn]
+        swaps |= swap
     try:
         text = tokenizer.apply_chat_template(
             messages,

@@ -108,14 +108,18 @@ def run_all(core, reqs: list[GenerationRequest], lps: dict[str, list[float]] | N
     for r in reqs:
         core.add(r)
     toks: dict[str, list[int]] = {r.request_id: [] for r in reqs}
+    first_cached: dict[str, int | None] = {}  # what each request's first event said, from admission
     out: dict[str, tuple[list[int], int]] = {}
     while len(out) < len(reqs):
         for ev in core.step():
+            if not toks[ev.request_id] and ev.token_ids:
+                first_cached[ev.request_id] = ev.cached_tokens
             toks[ev.request_id] += ev.token_ids
             if lps is not None:
                 lps.setdefault(ev.request_id, []).extend(ev.logprobs or [])
             if ev.finish_reason:
                 out[ev.request_id] = (toks[ev.request_id], ev.usage.cached_tokens)
+                assert first_cached[ev.request_id] == ev.usage.cached_tokens
     return out
 
 

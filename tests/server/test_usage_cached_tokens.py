@@ -31,8 +31,18 @@ def test_anthropic_usage_reports_cache_reads():
     b = MessageBuilder(finished_run(64), model="m", reasoning=False, tools=None, stop_sequences=[])
     events = b.start_events() + b.finish_events()
     delta = next(e for e in events if e["type"] == "message_delta")
-    assert delta["usage"] == {"input_tokens": 36, "output_tokens": 5, "cache_read_input_tokens": 64}
-    assert fold(events)["usage"] == delta["usage"]
+    usage = {"input_tokens": 36, "output_tokens": 5, "cache_read_input_tokens": 64, "cache_creation_input_tokens": 0}
+    assert delta["usage"] == usage and fold(events)["usage"] == delta["usage"]
+
+
+def test_anthropic_stream_opens_with_its_cache_reads():
+    """Clients (Claude Code among them) read a stream's input and cache-read tokens from message_start: the run
+    starts on its first event, which carries the count from admission."""
+    run = EngineRun(None, "r1", [7] * 100, SamplingParams(), None)  # type: ignore[arg-type]
+    run.admitted_cached = 64
+    start = MessageBuilder(run, model="m", reasoning=False, tools=None, stop_sequences=[]).start_events()[0]
+    assert start["message"]["usage"] == {"input_tokens": 36, "output_tokens": 0, "cache_read_input_tokens": 64,
+                                         "cache_creation_input_tokens": 0}
 
 
 def test_admin_route_clears_the_prefix_cache(tokenizer):
