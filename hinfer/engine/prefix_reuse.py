@@ -39,8 +39,10 @@ class Hit:
 
 class PrefixReuse:
     def __init__(self, pages: PagePool, checkpoints: CheckpointPool, state, page_size: int,
-                 host: HostTier | None = None, host_pages: HostTier | None = None) -> None:
+                 host: HostTier | None = None, host_pages: HostTier | None = None,
+                 turn_start: int | None = None) -> None:  # fmt: skip
         self.pages = pages
+        self.turn_start = turn_start  # the token that opens a chat turn (<|im_start|>), if the tokenizer has one
         self.checkpoints = checkpoints
         self.state = state  # ModelState: copy_slots / reset_slots
         self.page_size = page_size
@@ -96,15 +98,27 @@ class PrefixReuse:
 
     def _targets(self, seq: Sequence, branch: int) -> list[int]:
         """Prompt positions to checkpoint: the last page boundary, and the one before it when the prompt ends on a
-        boundary (so resending the same prompt, which must compute its last token, finds one too); and `branch`,
+        boundary (so resending the same prompt, which must compute its last token, finds one too); `branch`,
         where this prompt leaves the cached pages of an earlier one (a head they share, such as a system prompt,
-        that the next request with that head can then resume from)."""
+        that the next request with that head can then resume from); and the page boundary before the last turn
+        ahead of the answer's: the next request may resend the conversation without that turn (an edited last
+        message, or the instruction a forced tool choice puts there, docs/prefix-cache.md)."""
         ps, n = self.page_size, len(seq.prompt_ids)
         out = []
-        for t in sorted({(n - 1) // ps * ps, n // ps * ps, branch}):
+        for t in sorted({(n - 1) // ps * ps, n // ps * ps, branch, self._last_turn(seq.prompt_ids) // ps * ps}):
             if t > seq.num_cached and seq.page_hashes[t // ps - 1] not in self.checkpoints:
                 out.append(t)
         return out
+
+    def _last_turn(self, ids: list[int]) -> int:
+        """Where the turn before the prompt's last one begins (0 without two turn openers)."""
+        if self.turn_start is None:
+            return 0
+        back = ids[::-1]  # searched from the end: the last turns are short next to a long conversation
+        try:
+            return len(ids) - 1 - back.index(self.turn_start, back.index(self.turn_start) + 1)
+        except ValueError:
+            return 0
 
     def restore(self, seqs: list[Sequence]) -> None:
         """GDN slots of newly admitted requests: their checkpoint copied in, or zeros."""

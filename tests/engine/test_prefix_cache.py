@@ -435,3 +435,23 @@ def test_llm_generate_uses_the_cache():
     assert a.token_ids == b.token_ids and a.cached_tokens == 32 and b.cached_tokens == 0
     on.clear_prefix_cache()
     assert on.generate(turn2, greedy(8))[0].cached_tokens == 0
+
+
+def test_a_conversation_resent_without_its_last_turn_resumes_where_that_turn_began(make_engine_core):
+    """The turn before the answer's (an instruction the server put there, an edited last message) is checkpointed
+    where it begins: the next request that resends the conversation without it resumes there, with the same
+    tokens and logprobs as computing it all."""
+    rng = random.Random(12)
+    on, off = make_engine_core(), make_engine_core(prefix_cache=False)
+    turn = on.prefix.turn_start = 1000  # the tiny model's vocabulary has no <|im_start|>: a stand-in opener
+    words = lambda n: [rng.randrange(1, 1000) for _ in range(n)]  # noqa: E731
+    conversation = [turn, *words(47)]  # three full pages
+    first = GenerationRequest("a", conversation + [turn, *words(20), turn, *words(3)], greedy(3))
+    assert run_all(on, [first])["a"][1] == 0
+    again = GenerationRequest("b", conversation + [turn, *words(30)], greedy(4))
+    lps_on, lps_off = {}, {}
+    got = run_all(on, [again], lps_on)["b"]
+    assert got[1] == 48  # without the last turn's checkpoint: 0 (the first prompt's others sit at 64)
+    assert got[0] == run_all(off, [again], lps_off)["b"][0]
+    assert_same_logprobs(lps_on, lps_off)
+    assert_clean(on)
