@@ -134,8 +134,6 @@ def _tool_choice_instruction(choice: ToolChoice) -> str | None:
     return " ".join(parts) or None
 
 
-
-
 def render_prompt(tokenizer: Any, prompt: ChatPrompt, guard: PromptGuard | None = None) -> list[int]:
     """Chat template -> token ids. Template complaints (bad message order, no user turn) are 400s.
 
