@@ -116,6 +116,7 @@ class Tokenizer:
         # The control tokens' text (<|im_start|>, ...): what client strings must not turn into control tokens.
         self.special_token_strings: tuple[str, ...] = tuple(sorted((t.content for t in added.values() if t.special),
                                                                   key=len, reverse=True))
+        self.im_start_id = self.token_to_id("<|im_start|>")  # opens a chat turn
         self.im_end_id = self.token_to_id("<|im_end|>")
         self.think_start_id = self.token_to_id("<think>")
         self.think_end_id = self.token_to_id("</think>")

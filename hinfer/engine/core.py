@@ -78,8 +78,8 @@ class EngineCore:
             ckpts = CheckpointPool(st.checkpoint_slot_ids)
             host = runner.host_tier("checkpoints", st.host_checkpoints) if st.host_checkpoints else None
             host_kv = runner.host_tier("pages", st.host_kv_pages) if st.host_kv_pages else None
-            turn = getattr(tokenizer, "token_to_id", lambda _t: None)("<|im_start|>")
-            self.prefix = PrefixReuse(self.scheduler.pages, ckpts, runner.state, st.page_size, host, host_kv, turn)
+            self.prefix = PrefixReuse(self.scheduler.pages, ckpts, runner.state, st.page_size, host, host_kv,
+                                      getattr(tokenizer, "im_start_id", None))  # fmt: skip
             self.scheduler.prefix = self.prefix
         self._grammars = None  # GrammarBackend, made on the first constrained request
         self._grammars_lock = threading.Lock()

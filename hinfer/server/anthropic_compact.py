@@ -13,7 +13,7 @@ from fastapi import Request
 
 from hinfer.server import compaction
 from hinfer.server.anthropic_convert import chat_prompt, sampling_params
-from hinfer.server.anthropic_responses import message_object
+from hinfer.server.anthropic_responses import message_object, run_usage
 from hinfer.server.generation import EngineRun, run_to_end
 from hinfer.server.ids import new_id
 from hinfer.server.images import reads_images, with_images
@@ -55,9 +55,7 @@ async def summarize(st: ServerState, body: MessagesRequest, messages: list[Messa
     await run.start()
     text: list[str] = []
     await run_to_end(run, lambda ev: text.append(ev.text))
-    cached = run.cached_tokens
-    usage = {"type": "compaction", "input_tokens": run.prompt_tokens - cached, "output_tokens": run.output_tokens,
-             "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0}
+    usage = {"type": "compaction", **run_usage(run)}
     summary = "".join(text).strip()
     if run.final is not None and run.final.finish_reason == "length":
         summary = compaction.cut_note(summary, run.output_tokens)
@@ -66,11 +64,9 @@ async def summarize(st: ServerState, body: MessagesRequest, messages: list[Messa
 
 def paused_events(c: Compacted, model: str, context_management: dict[str, Any] | None) -> list[dict[str, Any]]:
     """A response that stops after the compaction block (`pause_after_compaction`), as stream events."""
-    usage = {"input_tokens": c.usage["input_tokens"], "output_tokens": c.usage["output_tokens"],
-             "cache_read_input_tokens": c.usage["cache_read_input_tokens"], "cache_creation_input_tokens": 0,
-             "iterations": [c.usage]}
-    start = message_object(new_id("msg_"), model, [], None, None, usage["input_tokens"], 0,
-                           usage["cache_read_input_tokens"])
+    counts = {k: v for k, v in c.usage.items() if k != "type"}
+    usage = counts | {"iterations": [c.usage]}
+    start = message_object(new_id("msg_"), model, [], None, None, counts | {"output_tokens": 0})
     delta: dict[str, Any] = {"type": "message_delta", "delta": {"stop_reason": "compaction", "stop_sequence": None},
                              "usage": usage, "timings": c.timings}
     if context_management is not None:

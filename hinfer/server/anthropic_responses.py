@@ -57,15 +57,9 @@ class MessageBuilder:
         return out
 
     def final_usage(self) -> dict[str, Any]:
-        """Anthropic counts cache reads apart: input_tokens is the part of the prompt that was computed."""
-        cached = self.run.cached_tokens
-        usage = {"input_tokens": self.run.prompt_tokens - cached, "output_tokens": self.run.output_tokens,
-                 "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0} | spec_usage([self.run])
+        usage: dict[str, Any] = run_usage(self.run) | spec_usage([self.run])
         if self.iterations is not None:
-            usage["iterations"] = [*self.iterations, {"type": "message", "input_tokens": usage["input_tokens"],
-                                                      "output_tokens": usage["output_tokens"],
-                                                      "cache_read_input_tokens": cached,
-                                                      "cache_creation_input_tokens": 0}]
+            usage["iterations"] = [*self.iterations, {"type": "message", **run_usage(self.run)}]
         return usage
 
     def stop_reason(self) -> tuple[str, str | None]:
@@ -120,18 +114,23 @@ class MessageBuilder:
 
     def _message(self, content: list[dict[str, Any]], stop_reason: str | None, stop_sequence: str | None,
                  output_tokens: int) -> dict[str, Any]:
-        cached = self.run.cached_tokens  # known at message_start: the run starts on its first event
+        # the cache reads are known at message_start: the run starts on its first event
         return message_object(self.id, self.model, content, stop_reason, stop_sequence,
-                              self.run.prompt_tokens - cached, output_tokens, cached)  # fmt: skip
+                              run_usage(self.run, output_tokens))  # fmt: skip
+
+
+def run_usage(run: EngineRun, output_tokens: int | None = None) -> dict[str, int]:
+    """A run's usage as Anthropic counts it: the prompt's cache reads apart, `input_tokens` the part computed; no
+    cache write is billed apart (0)."""
+    cached = run.cached_tokens
+    return {"input_tokens": run.prompt_tokens - cached,
+            "output_tokens": run.output_tokens if output_tokens is None else output_tokens,
+            "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0}
 
 
 def message_object(msg_id: str, model: str, content: list[dict[str, Any]], stop_reason: str | None,
-                   stop_sequence: str | None, input_tokens: int, output_tokens: int,
-                   cache_read: int = 0) -> dict[str, Any]:  # fmt: skip
-    """A Message object as message_start carries it (and fold completes). `input_tokens` counts the prompt's
-    computed part, `cache_read` the part the prefix cache gave, as Anthropic's usage does."""
-    usage = {"input_tokens": input_tokens, "output_tokens": output_tokens, "cache_read_input_tokens": cache_read,
-             "cache_creation_input_tokens": 0}
+                   stop_sequence: str | None, usage: dict[str, Any]) -> dict[str, Any]:
+    """A Message object as message_start carries it (and fold completes)."""
     return {"id": msg_id, "type": "message", "role": "assistant", "model": model, "content": content,
             "stop_reason": stop_reason, "stop_sequence": stop_sequence, "usage": usage}
 
