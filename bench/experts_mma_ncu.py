@@ -36,7 +36,7 @@ def main() -> None:
     ap.add_argument("--tile", help="BLOCK_N,split,warps,depth[,ring]: ring > 1 streams the words through a cp.async ring")
     ap.add_argument("--launches", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--layout", choices=["rows", "groups", "fragment", "stripes"], default="rows",
+    ap.add_argument("--layout", choices=["rows", "groups", "stripes"], default="rows",
                     help="the experts as stored (bench/experts_mma_tiles.py --layout)")
     a = ap.parse_args()
     m = MODELS[a.model]

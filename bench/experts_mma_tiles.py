@@ -11,14 +11,14 @@ winners print as TUNED entries (family moe_int4_mma, or moe_fp8_mma; hinfer/ops/
 them, or 128 x 128 blocks as the official FP8 checkpoints with `--scales block`) stage x where their tile says so
 (`x_staged`; `--x staged` tries it wherever it fits) and have no ring: their tiles are rows, warps, depth, K splits,
 register caps and x staged or not. `--layout` stores the int4 experts another way, the same values: the scales
-and zero points group-major, the words in mma fragment order, or the row words stripe by stripe
-(HINFER_EXPERTS_WORDS=stripes; the tuned entries are then the stripes' tiles).
+and zero points group-major, or the row words stripe by stripe (HINFER_EXPERTS_WORDS=stripes; the tuned entries
+are then the stripes' tiles).
 
     python bench/experts_mma_tiles.py [--model 35b 122b] [--t 1 8] [--splits 1,2,4] [--rings 0,3,4]
                                       [--rows 32,64,128,256] [--warps 1,2,4,8]
                                       [--x decode|staged|per-group] [--max-regs 0,128] [--json out.json]
                                       [--tuned-out t.json] [--fmt int4|fp8] [--scales channel|block]
-                                      [--layout rows|groups|fragment|stripes]
+                                      [--layout rows|groups|stripes]
 """
 
 from __future__ import annotations
@@ -105,9 +105,8 @@ def _launch(fmt: str, x, w, y, r: Routing, xdiv: int, cfg: SkinnyConfig, **kw) -
 def laid_out(w: Int4Experts, layout: str, gate_up: bool) -> Int4Experts:
     """w as `layout` stores it, the same values: `rows` as the model holds it; `groups` its scales and zero points
     group-major ([E, G, N] in memory, seen as [E, N, G]; the experts kernel reads them by their strides);
-    `fragment` its words in mma fragment order per expert (int4_mma_layout.permute_experts: a warp's load one
-    512-byte run, the dense kernel's order); `stripes` the row words stripe by stripe (stripe_experts: the same
-    runs, each word as the row layout packs it)."""
+    `stripes` the row words stripe by stripe (int4_mma_layout.stripe_experts: a warp's load one 512-byte run, each
+    word as the row layout packs it)."""
     if layout == "groups":
         def gm(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t.transpose(1, 2).contiguous().transpose(1, 2)
@@ -198,10 +197,10 @@ def main() -> None:
     ap.add_argument("--fmt", choices=["int4", "fp8"], default="int4", help="the experts' weight format")
     ap.add_argument("--scales", choices=["channel", "block"], default="channel",
                     help="fp8: per-row scales (--quant fp8) or 128 x 128 blocks (the official FP8 checkpoints)")
-    ap.add_argument("--layout", choices=["rows", "groups", "fragment", "stripes"], default="rows",
+    ap.add_argument("--layout", choices=["rows", "groups", "stripes"], default="rows",
                     help="int4: the experts as the model holds them, with the scales and zero points group-major "
-                         "(each 128-group's rows contiguous), with the words in mma fragment order (the dense "
-                         "kernel's), or with the row words stripe by stripe, the same values")  # fmt: skip
+                         "(each 128-group's rows contiguous), or with the row words stripe by stripe, the same "
+                         "values")  # fmt: skip
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--tuned-out", type=Path, help="the winners as HINFER_TILES entries (moe_int4_mma / moe_fp8_mma)")

@@ -34,16 +34,27 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.moe_kernels import MODELS, _expert_bytes  # noqa: E402
-from bench.moe_one_launch import _layers, _random_int4  # noqa: E402
+from bench.moe_kernels import MODELS, _expert_bytes, _random_int4  # noqa: E402
 from hinfer.ops.triton import moe as tm  # noqa: E402
 from hinfer.ops.triton.mma_common import PROBE_LAST, PROBE_POINTS  # noqa: E402
 from hinfer.ops.triton.moe_int4_mma import experts_mma  # noqa: E402
 from hinfer.ops.triton.tiles.forms import SkinnyConfig  # noqa: E402
 from hinfer.ops.triton.tiles.moe import experts_mma_tile  # noqa: E402
+from hinfer.quant.int4_mma_layout import stored_as  # noqa: E402
 
 LAST, STAMPS = int(PROBE_LAST.value), int(PROBE_POINTS.value)
 POINTS = ("entry", "waited", "expert known", "k loop done", "epilogue done", "end")
+
+
+def _layers(m: dict, n: int, gen: torch.Generator, words: str = "stripes") -> list[tuple]:
+    """n layers of (gate_up, down, router logits), the experts' words stored as `words`."""
+    e, h, i = m["e"] + 1, m["h"], m["i"]
+    out = []
+    for _ in range(n):
+        logits = (torch.randn(1, e, generator=gen) * 3).bfloat16().cuda()
+        gu, dn = _random_int4(e, 2 * i, h, False), _random_int4(e, h, i, False)
+        out.append((stored_as(gu, words, True), stored_as(dn, words, False), logits))
+    return out
 
 
 def timeline(probe: torch.Tensor) -> dict:

@@ -83,9 +83,12 @@ def warn_fallback(op: str, why: str) -> None:
 # rows 792 -> 780, H200), and as the route kernel's last program aligning (35B-A3B int4 four / eight lanes -3.0% /
 # -1.3%, fp8 eight lanes -8%, H100); both removed. The int4 experts' down reading its aligned blocks and first
 # weights before its PDL wait (`down_early`, where the gate_up does not route: four tokens and up): 35B-A3B four /
-# eight lanes +0.6% / +1.4% (rows), +1.9% / +1.1% (stripes), 122B-A10B within 0.3% (H100, 2026-12-07).
+# eight lanes +0.6% / +1.4% (rows), +1.9% / +1.1% (stripes), 122B-A10B within 0.3% (H100, 2026-12-07). A token's
+# routed experts in one launch (route, gate_up, and down jobs waiting in the grid for their pair's act rows) lost
+# to the two launches it replaced: 35B-A3B one lane 523 -> 458 tok/s, a layer 14.3 -> 21.9 us and 16.0 on its best
+# tile (H100, 2026-12-07); removed.
 FUSIONS: dict[str, int | None] = {"slot_sum": 3, "tail": 8, "gate": None, "norm_linear": 8, "route": 3,
-                                  "down_route": 3, "one_launch": 0, "route_fp8": 3, "norm_slots": 64,
+                                  "down_route": 3, "route_fp8": 3, "norm_slots": 64,
                                   "norm_slots_fp8": 64, "down_early": 64}
 
 
@@ -94,8 +97,7 @@ def launch_fusions(name: str, rows: int) -> bool:
     experts' down launch, `tail` the int4 kernel's bf16 tail rows (the GDN in_proj's b / a), `gate` the
     attention output gate in the decode kernels, `norm_linear` a MoE layer's router in its residual-add +
     RMSNorm launch, `route` a token's route in its int4 experts' gate_up launch, `down_route` that token's route
-    again in the down launch (with `route`), so that the down's weights go ahead of its PDL wait; `one_launch` a
-    token's routed int4 experts (route, gate_up, down, slot sum) in one launch (with `route`); `route_fp8` a
+    again in the down launch (with `route`), so that the down's weights go ahead of its PDL wait; `route_fp8` a
     token's route in its fp8 experts' gate_up launch; `norm_slots` a MoE layer's int4 and bf16 expert rows summed
     by the next add + norm launch (one rank), not by the down launch (`slot_sum`) or a sum launch; `norm_slots_fp8`
     the same for the fp8 experts, whose down launch sums the slots otherwise; `down_early` the int4 experts' down

@@ -132,36 +132,13 @@ def unpair_gate_up_rows(qweight: torch.Tensor) -> torch.Tensor:
     return qweight.view(e, n // 16, 2, 8, *qweight.shape[2:]).transpose(1, 2).reshape(qweight.shape)
 
 
-def permute_experts(qweight: torch.Tensor, k: int, gate_up: bool = False) -> torch.Tensor:
-    """Stacked experts int32 [E, N, K/8] (hinfer.quant.int4 rows) -> fragment order [E, N/16, 2K], each expert's
-    stripes as permute_words lays them out (`gate_up`: its rows paired first, pair_gate_up_rows): a warp's 16
-    bytes a thread become one 512-byte run instead of 16 runs of 64 bytes. A few experts at a time."""
-    e, n = qweight.shape[:2]
-    _check(n, k)
-    out = torch.empty((e, n // TILE_N, 2 * k), dtype=torch.int32, device=qweight.device)
-    step = max(1, (1 << 24) // (n * k))  # ~32 MB of temporaries a chunk
-    for e0 in range(0, e, step):
-        q = qweight[e0 : e0 + step]
-        if gate_up:
-            q = pair_gate_up_rows(q)
-        out[e0 : e0 + step] = permute_words(q.reshape(-1, k // 8), k).view(-1, n // TILE_N, 2 * k)
-    return out
-
-
-def unpermute_experts(words: torch.Tensor, k: int, gate_up: bool = False) -> torch.Tensor:
-    """Inverse of permute_experts: [E, N/16, 2K] -> [E, N, K/8]."""
-    e, stripes = words.shape[:2]
-    q = unpermute_words(words.reshape(e * stripes, 2 * k), k).view(e, stripes * TILE_N, k // 8)
-    return unpair_gate_up_rows(q) if gate_up else q
-
-
 def stripe_experts(qweight: torch.Tensor, k: int, gate_up: bool = False) -> torch.Tensor:
     """Stacked experts int32 [E, N, K/8] (hinfer.quant.int4 rows) -> the same words stripe by stripe [E, N/16, 2K]:
     each 16-row stripe's 128-groups one after another, a group's 256 words as [r3, g, t, w] = word 4 t + w of the
     group in row 8 r3 + g of the stripe (`gate_up`: its rows paired first, pair_gate_up_rows). Only the words move
     (each keeps its nibbles, so a thread's 16 bytes unpack as the row layout's), and a warp's load of them is one
     512-byte run; the grouped kernels find any word by its row and column (stripe_word_offset). A few experts at a
-    time, as permute_experts."""
+    time."""
     e, n = qweight.shape[:2]
     _check(n, k)
     out = torch.empty((e, n // TILE_N, 2 * k), dtype=torch.int32, device=qweight.device)
@@ -184,12 +161,12 @@ def unstripe_experts(words: torch.Tensor, k: int, gate_up: bool = False) -> torc
 
 def stored_as(w, words: str, gate_up: bool):
     """Stacked int4 experts (hinfer.ops.triton.moe_int4.Int4Experts, rows) with their words in the order `words`
-    names: `rows` as given, `fragment` (permute_experts) or `stripes` (stripe_experts); `gate_up`: [gate | up] rows,
-    paired a stripe."""
+    names: `rows` as given or `stripes` (stripe_experts); `gate_up`: [gate | up] rows, paired a stripe."""
     if words == "rows":
         return w
-    order = {"fragment": permute_experts, "stripes": stripe_experts}[words]
-    return w._replace(qweight=order(w.qweight, w.in_features, gate_up), words=words)
+    if words != "stripes":
+        raise ValueError(f"int4 experts' words are `rows` or `stripes`, got {words!r}")
+    return w._replace(qweight=stripe_experts(w.qweight, w.in_features, gate_up), words=words)
 
 
 def stripe_word_offset(row: torch.Tensor, col: torch.Tensor, k: int) -> torch.Tensor:

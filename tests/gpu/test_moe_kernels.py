@@ -501,20 +501,17 @@ def test_experts_int4_scales_by_their_strides(tm, weights, seed, t):
 
 
 @pytest.mark.parametrize("t", [1, 8, 32])
-@pytest.mark.parametrize("order", ["fragment", "stripes"])
-def test_experts_int4_words_stripe_major(tm, weights, seed, t, order):
-    """The tensor-core experts read their words stripe-major, in mma fragment order per expert (permute_experts)
-    or as the row words stripe by stripe (stripe_experts), gate_up's rows paired, to the row layout's outputs bit
-    for bit: the same values in the same MMAs, through the register look-ahead, the words ring, K splits and the
-    packaged tiles (x staged where they stage it)."""
+def test_experts_int4_words_by_stripes(tm, weights, seed, t):
+    """The tensor-core experts read the row words stripe by stripe (stripe_experts), gate_up's rows paired, to the
+    row layout's outputs bit for bit: the same values in the same MMAs, through the register look-ahead, the words
+    ring, K splits and the packaged tiles (x staged where they stage it)."""
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
-    from hinfer.quant.int4_mma_layout import stored_as
 
     case = _int4_case(weights, t)
-    stored = [stored_as(w, order, gate_up) for w, gate_up in zip(case[1:3], (True, False))]
+    stored = _as_served(*case[1:3], stripes=True)
     _same_as_rows(case, stored, (None, SkinnyConfig(32, 128, 8, 1, 2, 4), SkinnyConfig(128, 128, 8, 1, 8, 4),
                                  SkinnyConfig(128, 128, 8, 1, 4, 4, 4), SkinnyConfig(64, 128, 8, 2, 2, 4)),
-                  f"words in {order}", seed)  # fmt: skip
+                  "words by stripes", seed)  # fmt: skip
 
 
 @pytest.mark.parametrize("t", [1, 8, 32])
@@ -824,68 +821,3 @@ def test_router_in_the_norm_launch(seed, t, h):
     ids, ids_ref = ref.moe_route(logits, K, shared=True)[1], ref.moe_route(want.bfloat16(), K, shared=True)[1]
     assert torch.equal(ids[clear].sort(-1).values, ids_ref[clear].sort(-1).values)
     assert ops_norm.add_rms_norm_linear(x, res, w, router, 1e-6)[2].shape == (t, E + 1)
-
-
-@pytest.mark.parametrize("stripes", [False, True])
-@pytest.mark.parametrize("pdl", [True, False])
-def test_experts_int4_one_launch(tm, weights, seed, monkeypatch, pdl, stripes):
-    """A token's routed int4 experts in one launch (`one_launch`: route, gate_up, down and slot sum, the down jobs
-    waiting in the grid for their pair's gate_up tiles) equal, bit for bit, the two launches run on the same
-    gate_up tile (its K splits set the fp32 sum order), and the default two launches within rounding; on fresh and
-    on tied logits, eagerly, in a chain of MoE layers captured in a CUDA graph and over many replays in a row (the
-    arrival counters cleared by each call for the next); row words and stripes."""
-    from hinfer.ops.triton.moe_int4_mma import experts_mma
-    from hinfer.ops.triton.moe_int4_one import one_launch_fits, one_launch_tiles
-
-    monkeypatch.setenv("HINFER_PDL", "1" if pdl else "0")
-    name, wgu, wd = weights
-    gu, dn = _as_served(_int4_experts(wgu), _int4_experts(wd), stripes)
-    h, i, p = wgu.shape[2], wd.shape[2], K + 1
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    x = torch.randn(1, h, device="cuda", generator=g).bfloat16()
-    assert one_launch_fits(x, gu, dn, p), f"{name}: the one-launch grid does not fit the GPU"
-    cfg, _ = one_launch_tiles(h, i, p)
-
-    def two_on_its_tile(logits):
-        ids, tw = torch.empty(p, dtype=torch.int64, device="cuda"), torch.empty(p, dtype=logits.dtype, device="cuda")
-        hid, y = torch.empty(p, i, device="cuda").bfloat16(), torch.empty(p, h, device="cuda").bfloat16()
-        out = torch.empty(1, h, device="cuda").bfloat16()
-        experts_mma(x, gu, hid, p, 8, ids, ids, ids, ids, True, xdiv=p, act=True, topk=K, route=logits, route_w=tw,
-                    cfg=cfg)  # fmt: skip
-        experts_mma(hid, dn, y, p, 8, ids, ids, ids, ids, True, xdiv=1, tw=tw, sum_out=out, topk=p)
-        return out
-
-    def one_and_two(fn):
-        monkeypatch.setenv("HINFER_FUSION_ROWS", "one_launch=1")
-        one = fn()
-        monkeypatch.delenv("HINFER_FUSION_ROWS")
-        return one, fn()
-
-    for trial in range(8):
-        logits = torch.randn(1, E, device="cuda", generator=g) * 3
-        if trial % 2:  # coarse logits: ties at and around the k-th place
-            logits = logits.round()
-        logits = logits.bfloat16()
-        x.copy_(torch.randn(1, h, device="cuda", generator=g))
-        one, two = one_and_two(lambda lg=logits: tm.moe_route_experts(x, lg, gu, dn, K, shared=True).clone())
-        want = two_on_its_tile(logits)
-        assert not torch.isnan(want).any()
-        assert torch.equal(one, want), f"{name} trial {trial}: one launch differs from two on its tile, seed {seed}"
-        rel = ((one.float() - two.float()).norm() / two.float().norm()).item()
-        assert rel <= 1e-2, f"{name} trial {trial}: rel-L2 {rel:.3g} against the default two launches, seed {seed}"
-
-    res = torch.randn(1, h, device="cuda", generator=g).bfloat16()
-    chain = _moe_chain(tm, gu, dn, x, res, g)
-    monkeypatch.setenv("HINFER_FUSION_ROWS", "one_launch=1")
-    graph, out = _captured(chain)
-    for trial in range(4):
-        x.copy_(torch.randn(1, h, device="cuda", generator=g))
-        res.copy_(torch.randn(1, h, device="cuda", generator=g))
-        graph.replay()
-        torch.cuda.synchronize()
-        got = out.clone()
-        for _ in range(25):  # replays in a row: the counters come back to zero every call
-            graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(out, got), f"{name} replay {trial}: repeated replays differ, seed {seed}"
-        assert torch.equal(got, chain()), f"{name} replay {trial}: differs from the eager chain, seed {seed}"

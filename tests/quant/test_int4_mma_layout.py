@@ -14,14 +14,12 @@ from hinfer.quant.int4_mma_layout import (
     fragment_coords,
     fragments_to_matrix,
     pair_gate_up_rows,
-    permute_experts,
     permute_words,
     real_k,
     s8_matrix,
     s8_registers,
     stripe_experts,
     stripe_word_offset,
-    unpermute_experts,
     unpermute_words,
     unstripe_experts,
 )
@@ -95,37 +93,22 @@ def test_emulated_kernel_matches_matmul_ref(zero_point, m, offset_mma):
 
 
 @pytest.mark.parametrize("gate_up", [False, True])
-def test_experts_in_fragment_order_round_trip_and_hold_each_expert(gate_up):
-    """permute_experts lays each expert out as permute_words does (gate_up: its rows paired first, 8 gate rows and
-    the same columns' 8 up rows a stripe) and unpermute_experts undoes it exactly; the pairing is the row the
-    experts kernel's ACT epilogue names for tile row r: column 8 (r // 16) + r % 8 of the gate (r // 8 even) or
-    the up half."""
-    e, n, k = 3, 64, 384
-    g = torch.Generator().manual_seed(5)
-    q = torch.randint(-(2**31), 2**31 - 1, (e, n, k // 8), dtype=torch.int32, generator=g)
-    p = permute_experts(q, k, gate_up)
-    assert p.shape == (e, n // 16, 2 * k)
-    assert torch.equal(unpermute_experts(p, k, gate_up), q)
-    paired = pair_gate_up_rows(q) if gate_up else q
-    for j in range(e):
-        assert torch.equal(p[j], permute_words(paired[j], k))
-    r = torch.arange(n)
-    named = (8 * (r // 16) + r % 8 + (r // 8 % 2) * (n // 2)) if gate_up else r
-    assert torch.equal(paired, q[:, named])
-
-
-@pytest.mark.parametrize("gate_up", [False, True])
 def test_experts_by_stripes_move_whole_words_where_the_kernel_reads_them(gate_up):
     """stripe_experts moves the row words only (unstripe_experts undoes it), word c of (paired) row r sits at
     stripe_word_offset, and the experts kernel's stripe-major pointers (expert_words: stripe s, half r3, lane,
     word j at 2 K s + 256 g + 128 r3 + 4 lane + j for group g) read exactly the words its row-layout pointers
-    read (row 16 s + 8 r3 + lane // 4, word 16 g + 4 (lane % 4) + j), so they unpack as the row layout's."""
+    read (row 16 s + 8 r3 + lane // 4, word 16 g + 4 (lane % 4) + j), so they unpack as the row layout's. The
+    pairing (gate_up: 8 gate rows and the same columns' 8 up rows a stripe) is the row the experts kernel's ACT
+    epilogue names for tile row r: column 8 (r // 16) + r % 8 of the gate (r // 8 even) or the up half."""
     e, n, k = 2, 48, 384
     g = torch.Generator().manual_seed(6)
     q = torch.randint(-(2**31), 2**31 - 1, (e, n, k // 8), dtype=torch.int32, generator=g)
     st = stripe_experts(q, k, gate_up)
     assert st.shape == (e, n // 16, 2 * k) and torch.equal(unstripe_experts(st, k, gate_up), q)
     paired = pair_gate_up_rows(q) if gate_up else q
+    r = torch.arange(n)
+    named = (8 * (r // 16) + r % 8 + (r // 8 % 2) * (n // 2)) if gate_up else r
+    assert torch.equal(paired, q[:, named])
     rows, cols = torch.meshgrid(torch.arange(n), torch.arange(k // 8), indexing="ij")
     assert torch.equal(st.view(e, -1)[:, stripe_word_offset(rows, cols, k)], paired)
     s, r3, lane, j, grp = torch.meshgrid(torch.arange(n // 16), torch.arange(2), torch.arange(32), torch.arange(4),

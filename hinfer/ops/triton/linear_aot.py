@@ -267,12 +267,11 @@ def variants(full: bool = False) -> Iterator[Variant]:
               # the words through a cp.async ring instead of the register look-ahead (eight tokens; one routed)
               experts_mma_variant(128, 8, 4, True, False, 9, False, depth=4, pdl=True, act=True, ring=4),
               experts_mma_variant(64, 8, 2, True, False, 1, True, depth=4, pdl=True, ring=3),
-              # the words stripe-major (bench/experts_mma_tiles.py --layout fragment / stripes)
-              experts_mma_variant(32, 8, 2, True, False, 9, False, depth=4, pdl=True, act=True, words="fragment"),
+              # the words stripe by stripe (HINFER_EXPERTS_WORDS=stripes), through the look-ahead and the ring
               experts_mma_variant(128, 8, 8, True, False, 9, False, depth=4, pdl=True, act=True, words="stripes"),
               experts_mma_variant(32, 8, 2, True, False, 1, True, depth=2, pdl=True, words="stripes"),
               experts_mma_variant(128, 8, 4, True, False, 9, False, depth=4, pdl=True, act=True, ring=4,
-                                  words="fragment"),
+                                  words="stripes"),
               # the down reading its aligned blocks and first weights before its PDL wait (`down_early`)
               experts_mma_variant(32, 8, 2, True, False, 1, True, depth=2, pdl=True, early=True),
               experts_mma_variant(64, 8, 2, True, False, 1, True, depth=4, pdl=True, early=True, ring=3),

@@ -33,7 +33,6 @@ from hinfer.ops.triton.moe_common import _empty
 from hinfer.ops.triton.moe_fp8_mma import fp8_experts_mma, fp8_mma_experts_fit
 from hinfer.ops.triton.moe_int4 import Int4Experts
 from hinfer.ops.triton.moe_int4_mma import GROUP_K, MAX_PAIRS, experts_mma
-from hinfer.ops.triton.moe_int4_one import experts_one_launch, one_launch_fits
 from hinfer.ops.triton.moe_route import moe_route
 from hinfer.ops.triton.tiles.forms import MoeConfig
 from hinfer.ops.triton.tiles.moe import BF16, FP8, INT4, clamp_to_shape, pick_config
@@ -81,8 +80,6 @@ def _prec(dtype: torch.dtype) -> str:
 def _weight_args(w: Experts) -> tuple[list, dict]:
     """(pointer/stride args: w, scales, zeros, stride_we, stride_wn, stride_se, stride_sn; format constexprs)."""
     if isinstance(w, Int4Experts):
-        if w.words == "fragment":
-            raise ValueError("grouped int4 experts read the row layout or its stripes, not fragment order")
         z = w.zeros if w.zeros is not None else w.scales
         assert w.qweight.stride(-1) == 1 and w.scales.stride(-1) == 1 and z.stride() == w.scales.stride()
         args = [
@@ -232,8 +229,6 @@ def moe_route_experts(
             and mma_experts_fit(x, w_gate_up, w_down, t * k)):  # fmt: skip
         out = _empty((t, x.shape[1]), x.dtype, x.device)
         x, logits = _unit_last(x), router_logits.contiguous()
-        if launch_fusions("one_launch", t) and one_launch_fits(x, w_gate_up, w_down, k):
-            return experts_one_launch(x, logits, w_gate_up, w_down, top_k, out)
         return _experts_mma(x, w_gate_up, w_down, None, None, t, k, out, logits=logits, slots=slots)
     if fused and fmt == FP8 and launch_fusions("route_fp8", t):
         _, i2, h = w_gate_up.shape

@@ -20,12 +20,12 @@ class Int4Experts(NamedTuple):
     scales: torch.Tensor  # [E, N, G]
     zeros: torch.Tensor | None  # uint8 [E, N, G]
     in_features: int  # K
-    # the words' order (hinfer.quant.int4_mma_layout): `rows`; `fragment`, mma fragment order per expert
-    # (permute_experts); `stripes`, the row words stripe by stripe (stripe_experts). Both of the latter pair
-    # gate_up's rows, 8 gate rows with their 8 up rows a 16-row stripe; the tensor-core decode kernel reads all three
+    # the words' order (hinfer.quant.int4_mma_layout): `rows`, or `stripes`, the row words stripe by stripe
+    # (stripe_experts, gate_up's rows paired: 8 gate rows with their 8 up rows a 16-row stripe); the grouped and
+    # tensor-core kernels read both
     words: str = "rows"
 
     @property
     def shape(self) -> tuple[int, int, int]:
-        n = self.qweight.shape[1] * (1 if self.words == "rows" else 16)
+        n = self.qweight.shape[1] * (16 if self.words == "stripes" else 1)
         return (self.qweight.shape[0], n, self.in_features)

@@ -80,7 +80,7 @@ def _row_scales(s_ptrs, z_rows, g, sg, HAS_ZERO: gl.constexpr):
 @gluon.jit
 def _k_loop_words_ring(w_ptrs, s_ptrs, z_rows, sg, x_ptrs, g_lo, g_hi, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                        HAS_ZERO: gl.constexpr, RING: gl.constexpr, GW: gl.constexpr, PDL: gl.constexpr,
-                       XS: gl.constexpr = False, ROWS: gl.constexpr = True):  # fmt: skip
+                       XS: gl.constexpr = False):  # fmt: skip
     """linear_int4_mma._k_loop (row layout, the ones MMA for the offset) with the words streamed through a
     cp.async ring of RING slots: RING - 1 groups in flight without holding them in registers (the register
     look-ahead's 255 registers kept about seven warps on an SM at eight tokens). Each thread copies and later
@@ -110,34 +110,35 @@ def _k_loop_words_ring(w_ptrs, s_ptrs, z_rows, sg, x_ptrs, g_lo, g_hi, BLOCK_N: 
         async_copy.commit_group()
         words = w_smem.index(j % RING).load(words_layout(W))
         s1, c1 = _row_scales(s_ptrs, z_rows, gl.minimum(g + 1, last), sg, HAS_ZERO)
-        acc = group_partial(acc, words, s0, c0, c0, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, True, ROWS,
+        acc = group_partial(acc, words, s0, c0, c0, x_ptrs, g, zero, ones, BLOCK_N, BLOCK_M, DOT_A, DOT_B, True, True,
                             False, XS)  # fmt: skip
         s0, c0 = s1, c1
     async_copy.wait_group(0)
     return acc
 
 
-# the words' orders (Int4Experts.words): the row layout, mma fragment order, the row words stripe by stripe
-WORD_ORDERS = {"rows": 0, "fragment": 1, "stripes": 2}
+# the words' orders (Int4Experts.words): the row layout, or the row words stripe by stripe
+WORD_ORDERS = ("rows", "stripes")
 
 
 @gluon.constexpr_function
-def group_words(words):
+def group_words(stripes):
     """Words between one 128-group and the next of a thread's 16 bytes: a row's 16 in the row layout, a stripe's
-    256 in the other two."""
-    return GROUP // 8 if words == 0 else 2 * GROUP
+    256 by stripes."""
+    return 2 * GROUP if stripes else GROUP // 8
 
 
 @gluon.jit
-def expert_words(w_ptr, e, stride_e, tile, K, BLOCK_N: gl.constexpr, ACT: gl.constexpr, N, WORDS: gl.constexpr = 0):
+def expert_words(w_ptr, e, stride_e, tile, K, BLOCK_N: gl.constexpr, ACT: gl.constexpr, N,
+                 STRIPES: gl.constexpr = False):  # fmt: skip
     """Each thread's 16 bytes of group 0 of expert e's rows in N tile `tile` (stride_e words an expert, an argument
     so that the compiler knows it a multiple of 16): [stripe, 2, lane, 4] int32 in words_layout. The row layout
-    (ACT: a stripe's 8 gate rows, then the same 8 columns' up rows, N // 2 further on), or stripe-major (fragment
-    order or stripes, gate_up's rows paired so already): a stripe's group 256 contiguous words."""
+    (ACT: a stripe's 8 gate rows, then the same 8 columns' up rows, N // 2 further on), or STRIPES (gate_up's rows
+    paired so already): a stripe's group 256 contiguous words."""
     LW: gl.constexpr = words_layout(gl.num_warps())
     stripe = tile * (BLOCK_N // 16) + iota4(BLOCK_N // 16, 0, LW)
     lane = iota4(32, 2, LW)
-    if WORDS != 0:
+    if STRIPES:
         inner = iota4(2, 1, LW) * 128 + lane * 4 + iota4(4, 3, LW)
         return w_ptr + e.to(gl.int64) * stride_e + stripe.to(gl.int64) * (2 * K) + inner
     if ACT:
@@ -159,7 +160,7 @@ def int4_mma_experts_kernel(
     TOPK_P: gl.constexpr = 1, ACT: gl.constexpr = False, logits_ptr=None, n_experts=0,
     ROUTE: gl.constexpr = 0, BLOCK_E: gl.constexpr = 256, EARLY: gl.constexpr = False, RING: gl.constexpr = 0,
     ROUTE_ONCE: gl.constexpr = True, probe_ptr=None, PROBE: gl.constexpr = False, XA: gl.constexpr = False,
-    XG: gl.constexpr = 0, XR: gl.constexpr = 1, WORDS: gl.constexpr = 0,
+    XG: gl.constexpr = 0, XR: gl.constexpr = 1, STRIPES: gl.constexpr = False,
 ):  # fmt: skip
     W: gl.constexpr = gl.num_warps()
     MMA: gl.constexpr = mma_layout(W)
@@ -199,7 +200,7 @@ def int4_mma_experts_kernel(
         else:
             x_ptrs = x_word_ptrs(x_ptr, px // XDIV, stride_xm, BLOCK_M)
 
-        w_ptrs = expert_words(w_ptr, e, stride_we, pid_n, K, BLOCK_N, ACT, N, WORDS)
+        w_ptrs = expert_words(w_ptr, e, stride_we, pid_n, K, BLOCK_N, ACT, N, STRIPES)
         rows = pid_n * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, MMA))
         cols = rows  # y's column of each tile row
         if ACT:
@@ -210,10 +211,10 @@ def int4_mma_experts_kernel(
         # EARLY: the loop waits (PDL) after issuing its first groups' weights
         if RING:
             acc = _k_loop_words_ring(w_ptrs, s_ptrs, z_rows, stride_sg, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO, RING,
-                                     group_words(WORDS), PDL and EARLY, XG > 0, WORDS != 1)  # fmt: skip
+                                     group_words(STRIPES), PDL and EARLY, XG > 0)  # fmt: skip
         else:
             acc = k_loop(w_ptrs, s_ptrs, z_rows, z_rows, stride_sg, x_ptrs, g_lo, g_hi, BLOCK_N, BLOCK_M, HAS_ZERO,
-                          True, DEPTH, WORDS != 1, group_words(WORDS), PDL and EARLY, XA, XG > 0)  # fmt: skip
+                          True, DEPTH, True, group_words(STRIPES), PDL and EARLY, XA, XG > 0)  # fmt: skip
         if PROBE:
             probe_stamp(probe_ptr, 3, gl.max(gl.max(acc, axis=1), axis=0).to(gl.int32, bitcast=True))
         out_mask = (ym < nrows)[None, :] & (rows < N)[:, None]
@@ -449,7 +450,10 @@ def experts_mma_variant(block_n: int, block_m: int, warps: int, zero: bool, dire
                         route: int = 0, early: bool = False, ring: int = 0, xg: int = 0, xr: int = 1,
                         words: str = "rows"):  # fmt: skip
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot); `route`: the
-    top k of a launch that routes its token itself; `early`: its weights ahead of the PDL wait."""
+    top k of a launch that routes its token itself; `early`: its weights ahead of the PDL wait; `words`: one of
+    WORD_ORDERS."""
+    if words not in WORD_ORDERS:
+        raise ValueError(f"int4 mma experts: words in {WORD_ORDERS}, got {words!r}")
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
            "y_ptr": "*bf16", "tw_ptr": "*fp32", "ids_ptr": "*i64", "sorted_ptr": "*i32", "bexp_ptr": "*i32",
            "brows_ptr": "*i32", "part_ptr": "*fp32", "cnt_ptr": "*i32", "out_ptr": "*bf16", "N": "i32", "K": "i32",
@@ -458,7 +462,7 @@ def experts_mma_variant(block_n: int, block_m: int, warps: int, zero: bool, dire
     cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, DEPTH=depth, DIRECT=direct, XDIV=xdiv,
                ROW_SCALE=row_scale, PDL=pdl, SPLIT_K=split, SUM=topk > 0, TOPK=max(topk, route, 1),
                TOPK_P=1 << (max(topk, 1) - 1).bit_length(), ACT=act, ROUTE=route, BLOCK_E=256, EARLY=early,
-               RING=ring, XG=xg, XR=xr, stride_sg=1, WORDS=WORD_ORDERS[words])  # fmt: skip
+               RING=ring, XG=xg, XR=xr, stride_sg=1, STRIPES=words == "stripes")  # fmt: skip
     name = (f"int4 mma experts{' asym' if zero else ''}{' direct' if direct else ''} BLOCK_N={block_n} "
             f"BLOCK_M={block_m} w{warps} xdiv {xdiv}{' scaled' if row_scale else ''}{' pdl' if pdl else ''}{f' split {split}' if split > 1 else ''}{f' sum {topk}' if topk else ''}{' act' if act else ''}{f' route {route}' if route else ''}{' early' if early else ''}{f' ring {ring}' if ring else ''}{f' x staged {xg}x{xr}' if xg else ''}{f' {words}' if words != 'rows' else ''}")  # fmt: skip
     return name, int4_mma_experts_kernel, sig, cex, warps
@@ -490,7 +494,7 @@ def experts_mma(
     [programs, PROBE_POINTS]) takes each program's timeline (mma_common.probe_stamp; bench/moe_chain_probe.py).
     The scales and zero points are read by their strides: the model's [E, N, G], or the same values stored
     group-major (bench/experts_mma_tiles.py --layout groups); the words in the order `w.words` names (--layout
-    fragment / stripes)."""
+    stripes)."""
     e, n, k = w.shape
     if k % GROUP_K or n % 64 or x.dtype != torch.bfloat16 or x.stride(-1) != 1:
         raise ValueError(f"int4 mma experts: K % {GROUP_K}, N % 64, bf16 x with unit stride; got {w.shape}")
@@ -531,7 +535,7 @@ def experts_mma(
         logits_ptr=route, n_experts=0 if route is None else route.shape[1] - 1,
         ROUTE=slots - 1 if route is not None else 0, EARLY=early, RING=cfg.ring, ROUTE_ONCE=route_read_once(),
         probe_ptr=probe, PROBE=probe is not None, XA=cfg.x_ahead and not cfg.ring, XG=xg, XR=xr,
-        WORDS=WORD_ORDERS[w.words],
+        STRIPES=w.words == "stripes",
         BLOCK_E=triton.next_power_of_2(route.shape[1] - 1) if route is not None else 256, **pdl_kwargs(x),
         **({"maxnreg": cfg.max_regs} if cfg.max_regs else {}),
     )  # fmt: skip
