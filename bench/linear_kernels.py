@@ -139,7 +139,7 @@ def make_weight(fmt: str, n: int, k: int, g: torch.Generator):
         del w
         return q, q.nbytes()
     if fmt.startswith(("int4-mma", "int4-a8")):
-        from hinfer.quant.int4_mma_layout import Int4MmaWeight
+        from hinfer.quant.int4_mma_weight import Int4MmaWeight
 
         q = Int4MmaWeight.from_int4(quantize_int4(w, zero_point=fmt in ("int4-mma", "int4-a8", "int4-a8-ahead")))
         del w
@@ -247,7 +247,7 @@ def bench_decode(shapes, formats, ms, bw: float) -> list[Row]:
 def bench_prefill(shapes, m: int) -> list[Row]:
     from hinfer.quant import fp8 as qfp8
     from hinfer.quant import int4 as qint4
-    from hinfer.quant.int4_mma_layout import Int4MmaWeight
+    from hinfer.quant.int4_mma_weight import Int4MmaWeight
 
     rows = []
     g = _gen(1)

@@ -9,7 +9,7 @@ from torch import nn
 
 from hinfer.model.expert_stripes import stripe_int4_experts
 from hinfer.model.shared_expert_fold import fold_shared_experts
-from hinfer.quant.int4_mma_layout import use_fragment_order
+from hinfer.quant.int4_mma_weight import use_fragment_order
 
 
 def lay_out_for_serving(model: nn.Module, device: torch.device) -> None:

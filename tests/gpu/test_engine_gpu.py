@@ -272,7 +272,7 @@ def test_triton_matches_reference_on_quantized_layers(name, recipe):
     35B-A3B, int4 routed experts through the grouped kernels; the reference dequantizes the same weights. int4:
     in fragment order as the engine places them (int4-rows: the row-packed kernels)."""
     from hinfer.model.random_init import random_quantized
-    from hinfer.quant.int4_mma_layout import Int4MmaWeight, use_fragment_order
+    from hinfer.quant.int4_mma_weight import Int4MmaWeight, use_fragment_order
 
     cfg = load_model_config(config_dir(name))
     cfg = replace(cfg, num_hidden_layers=4, layer_types=cfg.layer_types[:4], mtp_num_hidden_layers=0)
@@ -293,7 +293,7 @@ def test_folded_moe_layers_match_reference():
     from hinfer.model.expert_stripes import stripe_int4_experts
     from hinfer.model.random_init import random_quantized
     from hinfer.model.shared_expert_fold import fold_shared_experts
-    from hinfer.quant.int4_mma_layout import use_fragment_order
+    from hinfer.quant.int4_mma_weight import use_fragment_order
 
     cfg = load_model_config(config_dir("qwen3.6-35b-a3b"))
     cfg = replace(cfg, num_hidden_layers=4, layer_types=cfg.layer_types[:4], mtp_num_hidden_layers=0)

@@ -33,7 +33,7 @@ def _rel(y: torch.Tensor, ref: torch.Tensor) -> float:
 
 def _quantized(n: int, k: int, zero_point: bool, g: torch.Generator):
     from hinfer.quant import quantize_int4
-    from hinfer.quant.int4_mma_layout import Int4MmaWeight
+    from hinfer.quant.int4_mma_weight import Int4MmaWeight
 
     q = quantize_int4((torch.randn(n, k, generator=g, device="cuda") * k**-0.5).bfloat16(), zero_point=zero_point)
     return q, Int4MmaWeight.from_int4(q)
@@ -183,7 +183,7 @@ def test_int4_mma_split_k_in_a_cuda_graph():
 def test_int4_mma_weight_decode_and_prefill_paths(zero_point):
     """Int4MmaWeight as the engine uses it: the kernel up to 64 rows, the Triton dequantization + cuBLAS above
     (bit-equal to Int4Weight.dequantize), into a strided output as RowSplitWeight passes one."""
-    from hinfer.quant.int4_mma_layout import Int4MmaWeight, use_fragment_order
+    from hinfer.quant.int4_mma_weight import Int4MmaWeight, use_fragment_order
 
     n, k = 1024, 5120
     g = _gen()
@@ -205,7 +205,7 @@ def test_int4_mma_weight_prefills_with_the_row_gemms(mode, monkeypatch):
     weight computes it (bit for bit), into a strided output too; w4a8 on cuBLAS with 1x128 scales where the probe
     finds them: the same reference, not the Triton GEMM's bits."""
     from hinfer.quant.fp8 import scaled_mm_group_scales_ok
-    from hinfer.quant.int4_mma_layout import Int4MmaWeight, use_fragment_order
+    from hinfer.quant.int4_mma_weight import Int4MmaWeight, use_fragment_order
 
     monkeypatch.setenv("HINFER_INT4_PREFILL", mode)
     n, k = 1024, 5120
@@ -234,7 +234,7 @@ def test_int4_mma_weight_prefills_on_fp8(zero_point, monkeypatch):
     (at most one e4m3 step apart where the fp32 quotient ties)."""
     from hinfer.ops.triton.int4_mma_dequant import int4_mma_dequantize
     from hinfer.quant.int4 import weight_to_fp8_rows
-    from hinfer.quant.int4_mma_layout import Int4MmaWeight, use_fragment_order
+    from hinfer.quant.int4_mma_weight import Int4MmaWeight, use_fragment_order
 
     monkeypatch.setenv("HINFER_INT4_PREFILL", "fp8")
     n, k = 1024, 5120

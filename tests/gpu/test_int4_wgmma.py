@@ -26,7 +26,7 @@ def _gen() -> torch.Generator:
 
 def _weight(n: int, k: int, zero_point: bool, g: torch.Generator):
     from hinfer.quant import quantize_int4
-    from hinfer.quant.int4_mma_layout import Int4MmaWeight
+    from hinfer.quant.int4_mma_weight import Int4MmaWeight
 
     w = (torch.randn(n, k, generator=g, device="cuda") * k**-0.5).bfloat16()
     return Int4MmaWeight.from_int4(quantize_int4(w, zero_point=zero_point))

@@ -29,7 +29,7 @@ def _chain(x, norms, weights, layers: int):
 def test_pdl_chain_in_a_graph_is_bit_equal(monkeypatch, m):
     from hinfer.fixtures import fixed_test_seed
     from hinfer.quant import quantize_int4
-    from hinfer.quant.int4_mma_layout import Int4MmaWeight
+    from hinfer.quant.int4_mma_weight import Int4MmaWeight
 
     g = torch.Generator(device="cuda").manual_seed(fixed_test_seed())
     hdim, inter = 5120, 17408

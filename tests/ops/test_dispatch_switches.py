@@ -59,7 +59,7 @@ def test_wgmma_takes_over_where_its_sweep_won(monkeypatch):
     sweep writes one only where it won); a row count overrides that at every shape; bf16 scales only."""
     from hinfer.ops.triton.tiles import table
     from hinfer.ops.triton.tiles.forms import INT4_WGMMA, SkinnyConfig
-    from hinfer.quant.int4_mma_layout import Int4MmaWeight
+    from hinfer.quant.int4_mma_weight import Int4MmaWeight
 
     n, k = 192, 256
     w = Int4MmaWeight(torch.zeros(n // 16, 2 * k, dtype=torch.int32), torch.ones(k // 128, n).bfloat16(), None, n, k)
@@ -90,7 +90,7 @@ def test_a8_takes_over_where_its_sweep_won(monkeypatch):
     writes one only where it beat the bf16 kernel); `a8` wherever it fits (up to 8 rows); `bf16` never."""
     from hinfer.ops.triton.tiles import table
     from hinfer.ops.triton.tiles.forms import INT4_A8, SkinnyConfig
-    from hinfer.quant.int4_mma_layout import Int4MmaWeight
+    from hinfer.quant.int4_mma_weight import Int4MmaWeight
 
     n, k = 256, 512
     w = Int4MmaWeight(torch.zeros(n // 16, 2 * k, dtype=torch.int32), torch.ones(k // 128, n).bfloat16(), None, n, k)

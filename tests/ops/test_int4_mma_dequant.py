@@ -11,7 +11,8 @@ import torch
 from hinfer.fixtures import fixed_test_seed
 from hinfer.ops.triton.int4_mma_dequant import int4_mma_dequantize, int4_mma_rows
 from hinfer.quant.int4 import fp8_row_scale, quantize_int4, unpack_int4, weight_to_fp8_rows
-from hinfer.quant.int4_mma_layout import Int4MmaWeight, unpermute_words
+from hinfer.quant.int4_mma_layout import unpermute_words
+from hinfer.quant.int4_mma_weight import Int4MmaWeight
 
 
 @pytest.mark.parametrize("zero_point", [True, False], ids=["asym", "sym"])

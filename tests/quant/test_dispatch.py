@@ -74,7 +74,7 @@ def test_fragment_order_prefills_through_the_row_gemms(triton_on, monkeypatch, m
     """Int4MmaWeight (the decode layout) past the decode rows runs HINFER_INT4_PREFILL's GEMM on a transient
     row-packed copy: the row weight's result exactly, and the mode no longer forces the row layout. fp8 writes
     its own e4m3 scratch from fragment order (no row copy): the mode's reference, not the row weight's bits."""
-    from hinfer.quant.int4_mma_layout import Int4MmaWeight, fragment_order_wanted
+    from hinfer.quant.int4_mma_weight import Int4MmaWeight, fragment_order_wanted
 
     monkeypatch.setenv("HINFER_INT4_PREFILL", mode)
     assert fragment_order_wanted()

@@ -9,7 +9,7 @@ from hinfer.ops.triton.linear_int4_mma import int4_mma_matmul
 from hinfer.ops.triton.tiles.forms import SkinnyConfig
 from hinfer.ops.triton.tiles.linear import mma_block_m, mma_config
 from hinfer.quant.int4 import quantize_int4
-from hinfer.quant.int4_mma_layout import Int4MmaWeight
+from hinfer.quant.int4_mma_weight import Int4MmaWeight
 
 SHAPES_27B = [(14336, 5120), (16384, 5120), (34816, 5120), (5120, 6144), (5120, 17408)]
 

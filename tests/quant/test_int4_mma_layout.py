@@ -8,7 +8,6 @@ import torch
 
 from hinfer.quant.int4 import pack_int4, quantize_int4, unpack_int4
 from hinfer.quant.int4_mma_layout import (
-    Int4MmaWeight,
     emulate_kernel,
     emulate_kernel_a8,
     fragment_coords,
@@ -23,6 +22,7 @@ from hinfer.quant.int4_mma_layout import (
     unpermute_words,
     unstripe_experts,
 )
+from hinfer.quant.int4_mma_weight import Int4MmaWeight
 
 REL = 6e-3
 

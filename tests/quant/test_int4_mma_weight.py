@@ -8,12 +8,11 @@ import torch
 
 from hinfer.fixtures import fixed_test_seed
 from hinfer.quant.int4 import quantize_int4
-from hinfer.quant.int4_mma_layout import (
+from hinfer.quant.int4_mma_layout import permute_words, unpermute_words
+from hinfer.quant.int4_mma_weight import (
     Int4MmaWeight,
     fragment_order_fits,
-    permute_words,
     swap_to_fragment_order,
-    unpermute_words,
     use_fragment_order,
 )
 

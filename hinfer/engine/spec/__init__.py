@@ -31,7 +31,7 @@ def draft_head(model: Qwen35ForCausalLM, vocab: int | None = None):
     `vocab` rows (token ids), a view of the model's own rows when they are not quantized."""
     from hinfer.quant import Fp8Weight, Int4Weight
     from hinfer.quant.apply import quantize_weight
-    from hinfer.quant.int4_mma_layout import Int4MmaWeight, use_fragment_order
+    from hinfer.quant.int4_mma_weight import Int4MmaWeight, use_fragment_order
     from hinfer.quant.recipes import get_recipe
 
     kinds = {type(m) for m in model.modules()}

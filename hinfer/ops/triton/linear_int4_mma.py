@@ -656,7 +656,7 @@ def staged_where_fits(cfg: SkinnyConfig, k: int, one_row: bool) -> SkinnyConfig:
 
 
 class Int4Tensors(Protocol):
-    """What the kernel reads of a weight: hinfer.quant.int4_mma_layout.Int4MmaWeight (`words`, scales / zeros
+    """What the kernel reads of a weight: hinfer.quant.int4_mma_weight.Int4MmaWeight (`words`, scales / zeros
     [G, N]) or hinfer.quant.int4.Int4Weight (`qweight`, scales / zeros [N, G], `group`); duck-typed, so the
     kernels need not import the formats above them."""
 
