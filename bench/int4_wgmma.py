@@ -6,7 +6,7 @@ M, the mma.sync time, the best wgmma tile and both as a share of the copy bandwi
 HINFER_TILES reads them, and prints them as tuned.py lines: an entry is also where the kernel takes over.
 
     python bench/int4_wgmma.py [--ms 1,2,4,8,16,32] [--shapes qkv,gdn_in,gate_up,o_proj,down | --config NAME]
-                               [--rings 0,1,2,4] [--regs 0,80] [--json out.json] [--tiles tiles.json]
+                               [--rings 0,1,2,4] [--regs 0,80] [--async 0,1] [--near] [--json out.json] [--tiles tiles.json]
 """
 
 from __future__ import annotations
@@ -25,25 +25,29 @@ from bench.linear_kernels import _copies, _gen, copy_bandwidth, graph_time, make
 from bench.tile_sweep import Winners, add_shape_args, chosen_shapes, time_tiles  # noqa: E402
 
 
-def candidates(m: int, n: int, k: int, rings: tuple[int, ...] = (0,), regs: tuple[int, ...] = (0,)) -> list:
+def candidates(m: int, n: int, k: int, rings: tuple[int, ...] = (0,), regs: tuple[int, ...] = (0,),
+               asyncs: tuple[bool, ...] = (False,)) -> list:
     """wgmma tiles (SkinnyConfig: BLOCK_N, 128, BLOCK_M, split, warps, 1, ring): 64 rows of W per warpgroup and
     repeat, x's rows padded (or half that from 16 rows), K splits leaving >= 4 groups each; x through registers
     (ring 0) or copied `ring` groups at a time (cp.async), where that many fit the slices; registers capped at
-    each of `regs` (0: the compiler's count)."""
+    each of `regs` (0: the compiler's count); with a ring, each MMA waited at once or one left in flight (`asyncs`)."""
     from hinfer.ops.triton.linear_int4_wgmma import x_ring_groups
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
     from hinfer.ops.triton.tiles.linear import mma_block_m
 
     padded = mma_block_m(m)
     out = []
-    for block_m, (block_n, warps), split, ring, max_regs in itertools.product(
-        dict.fromkeys((padded, max(8, padded // 2))), ((64, 4), (128, 4), (128, 8), (256, 8)), (1, 2, 4), rings, regs
+    for block_m, (block_n, warps), split, ring, max_regs, async_mma in itertools.product(
+        dict.fromkeys((padded, max(8, padded // 2))), ((64, 4), (128, 4), (128, 8), (256, 8)), (1, 2, 4), rings, regs,
+        asyncs,
     ):
         if n % block_n or k // 128 // split < 4 or x_ring_groups(ring, k // 128, split) != ring:
             continue
+        if async_mma and not ring:
+            continue
         if split > 1 and (n // block_n) * split * -(-m // block_m) > 2 * 132:  # splits only to fill the SMs
             continue
-        out.append(SkinnyConfig(block_n, 128, block_m, split, warps, 1, ring, max_regs=max_regs))
+        out.append(SkinnyConfig(block_n, 128, block_m, split, warps, 1, ring, max_regs=max_regs, async_mma=async_mma))
     return out
 
 
@@ -59,6 +63,10 @@ def main() -> None:
     ap.add_argument("--margin", type=float, default=0.03, help="how much faster than mma.sync an entry must be")
     ap.add_argument("--rings", default="0", help="x's groups per cp.async chunk to try (0: x through registers)")
     ap.add_argument("--regs", default="0", help="register caps to try (maxnreg; 0: the compiler's count)")
+    ap.add_argument("--async", dest="asyncs", default="0",
+                    help="with a ring: 0 each MMA waited at once, 1 one left in flight; a comma list tries both")
+    ap.add_argument("--near", action="store_true",
+                    help="only tiles with the packaged tile's blocks, warps and split (the ring, cap and waits vary)")
     a = ap.parse_args()
     bw = copy_bandwidth()
     g = _gen(4)
@@ -70,7 +78,12 @@ def main() -> None:
             x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
             want = (x.float() @ w.dequantize(torch.bfloat16).float().t())
             mma_t = graph_time(lambda wt, x=x: int4_mma_matmul(x, wt), weights)
-            cands = candidates(m, n, k, tuple(int(v) for v in a.rings.split(",")), tuple(int(v) for v in a.regs.split(",")))
+            cands = candidates(m, n, k, tuple(int(v) for v in a.rings.split(",")), tuple(int(v) for v in a.regs.split(",")),
+                               tuple(bool(int(v)) for v in a.asyncs.split(",")))
+            if a.near:  # the packaged tile's blocks, warps and split: only the ring, cap and waits vary
+                p = wgmma_config(m, n, k)
+                cands = [c for c in cands if (c.block_n, c.block_m, c.split_k, c.num_warps)
+                         == (p.block_n, p.block_m, p.split_k, p.num_warps)]  # fmt: skip
             if wgmma_swept_faster(m, n, k):  # the packaged tile first: the others are timed against it
                 cands = [wgmma_config(m, n, k), *(c for c in cands if c != wgmma_config(m, n, k))]
 

@@ -117,6 +117,37 @@ def test_int4_wgmma_x_ring_at_other_slices(name):
             assert _rel(y, x, mw) < REL, f"{name} M={m} {cfg}"
 
 
+@pytest.mark.parametrize("tile", [(128, 32, 1, 8, 4), (64, 32, 1, 4, 2), (128, 16, 2, 8, 4), (256, 8, 4, 8, 2),
+                                  (64, 64, 2, 4, 4), (128, 32, 2, 4, 2, 128)])  # fmt: skip
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_int4_wgmma_async_is_the_waited_kernel_bit_for_bit(name, tile):
+    """One MMA left in flight while the next group unpacks: the same MMAs into the same accumulator in the same
+    order, so the output is the waited kernel's to the bit (and close to the reference), in a CUDA graph too."""
+    from dataclasses import replace
+
+    from hinfer.ops.triton.linear_int4_wgmma import int4_wgmma_matmul
+    from hinfer.ops.triton.tiles.forms import SkinnyConfig
+
+    block_n, block_m, split, warps, ring, regs = (*tile, 0)[:6]
+    waited = SkinnyConfig(block_n, 128, block_m, split, warps, 1, ring, max_regs=regs)
+    in_flight = replace(waited, async_mma=True)
+    n, k = SHAPES[name]
+    g = _gen()
+    mw = _weight(n, k, True, g)
+    for m in sorted({1, block_m // 2 + 1, block_m, min(2 * block_m + 3, 64)}):
+        x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
+        y = int4_wgmma_matmul(x, mw, out=_poisoned(m, n), cfg=in_flight)
+        assert torch.equal(y, int4_wgmma_matmul(x, mw, cfg=waited)), f"{name} M={m} {in_flight}"
+        assert _rel(y, x, mw) < REL, f"{name} M={m} {in_flight}"
+    x = torch.randn(block_m, k, generator=g, device="cuda").bfloat16()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y_g = int4_wgmma_matmul(x, mw, cfg=in_flight)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y_g, int4_wgmma_matmul(x, mw, cfg=waited)), "graph replay differs"
+
+
 def test_int4_wgmma_bad_tiles_are_refused():
     from hinfer.ops.triton.linear_int4_wgmma import int4_wgmma_matmul
     from hinfer.ops.triton.tiles.forms import SkinnyConfig

@@ -22,7 +22,7 @@ PREFILL_TS = (128, 512, 2048, 8192)  # MoE token counts past decode (its tiles c
 QS = (*range(1, 9), 16, 32, 64)  # attention decode: query rows per sequence
 SMS = (132, 4)  # the H200 / H100; the CPU interpreter's stand-in
 LINEAR_FMTS = ("bf16", "fp8_row", "fp8_block", "int4")
-ADDED_LATER = ("ring", "fma_offset", "x_ahead", "words", "x_staged")  # SkinnyConfig's trailing fields
+ADDED_LATER = ("ring", "fma_offset", "x_ahead", "words", "x_staged", "async_mma")  # SkinnyConfig's trailing fields
 
 
 def _cfg(name: str) -> ModelConfig:

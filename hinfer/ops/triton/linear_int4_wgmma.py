@@ -10,7 +10,10 @@ assert_trivial=True) proves) with no per-group fp32 work and no ones MMA. x goes
 its columns in the fragments' K order: a 128-wide group at a time through registers (two barriers a group), or,
 with the tile's `ring`, copied by cp.async a few groups at a time into two buffers a chunk ahead (one barrier a
 chunk, no registers for x). Weights are loaded a group ahead into registers; split-K is reduced in the same launch
-by the last program to arrive, as the mma.sync kernel does.
+by the last program to arrive, as the mma.sync kernel does. With the ring a tile may leave each group's MMA in
+flight while the next group unpacks (`async_mma`): the packed A registers an MMA reads stay live until the wait
+that retires it (`_hold`; sm_90 SASS checked by tests/ops/test_int4_wgmma_sass.py), and a chunk's last MMA is
+waited for before its buffer is refilled.
 
 One program owns BLOCK_N rows of W (64 per warpgroup and repeat), BLOCK_M rows of x and a 1/SPLIT_K slice of
 the groups. Reference: x @ Int4MmaWeight.dequantize(bf16)^T in fp32 (the same products, summed in another order).
@@ -25,6 +28,7 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     warpgroup_mma,
+    warpgroup_mma_wait,
 )
 
 from hinfer.ops.triton.common import GROUP as GROUP_K
@@ -125,22 +129,39 @@ def _x_landed():
 @gluon.jit
 def _x_chunk_mmas(acc, x_slots, g0, g_hi, last, w_ptrs, z_lo, s_lo, sg, nw, no_lo, no_hi, ns_lo, ns_hi,
                   HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, DOT_A: gl.constexpr,
-                  XG: gl.constexpr):  # fmt: skip
-    """The MMAs of groups g0 .. g0 + XG - 1 (their x in x_slots), each group's weights loading the next's."""
+                  XG: gl.constexpr, ASYNC: gl.constexpr):  # fmt: skip
+    """The MMAs of groups g0 .. g0 + XG - 1 (their x in x_slots), each group's weights loading the next's; with
+    ASYNC each MMA is waited for after the next one is issued (the last at the chunk's end)."""
+    a_prev = gl.zeros([BLOCK_N, GROUP], gl.bfloat16, layout=DOT_A)  # the MMA in flight's A (none yet)
     for j in gl.static_range(XG):
         g = g0 + j
         words, o_lo, o_hi, sc_lo, sc_hi = nw, no_lo, no_hi, ns_lo, ns_hi
         nw, no_lo, no_hi, ns_lo, ns_hi = _loads(w_ptrs, z_lo, s_lo, gl.minimum(g + 1, last), sg,
                                                 (g + 1 < g_hi).to(gl.int32), HAS_ZERO)  # fmt: skip
         a = a_operand(words, o_lo, o_hi, BLOCK_N, DOT_A, False, False, True, sc_lo, sc_hi)
-        acc = warpgroup_mma(a, x_slots.slice(j * BLOCK_M, BLOCK_M).permute((1, 0)), acc)
+        acc = warpgroup_mma(a, x_slots.slice(j * BLOCK_M, BLOCK_M).permute((1, 0)), acc, is_async=ASYNC)
+        if ASYNC:
+            if j > 0:
+                acc = warpgroup_mma_wait(1, deps=[acc])  # the group before is done: its A registers are free
+                _hold(a_prev)
+            a_prev = a
+    if ASYNC:
+        acc = warpgroup_mma_wait(0, deps=[acc])
+        _hold(a_prev)
     return acc, nw, no_lo, no_hi, ns_lo, ns_hi
+
+
+@gluon.jit
+def _hold(a):
+    """Read A's packed bf16x2 registers (the ones the MMA read) here: they stay live, not reused, while the MMA
+    that reads them is in flight (a wait's deps keep only the unpacked bf16 elements live)."""
+    gl.inline_asm_elementwise("// hold $1", "=r,r", [a], dtype=gl.bfloat16, is_pure=False, pack=2)
 
 
 @gluon.jit
 def _k_loop_ring(acc, w_ptrs, z_lo, s_lo, sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO: gl.constexpr,
                  BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, DOT_A: gl.constexpr, PDL: gl.constexpr,
-                 XG: gl.constexpr):  # fmt: skip
+                 XG: gl.constexpr, ASYNC: gl.constexpr):  # fmt: skip
     """_k_loop with x copied XG groups at a time (cp.async) into two buffers, a chunk ahead of its MMAs: one
     barrier per chunk instead of two per group, x never in registers. Two separate buffers, the loop over
     pairs of chunks: the compiler sees the copy into one and the MMAs on the other touch different memory
@@ -162,14 +183,14 @@ def _k_loop_ring(acc, w_ptrs, z_lo, s_lo, sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO
         _x_copy(x_b, x_ptrs, 2 * p + 1, XG)
         acc, nw, no_lo, no_hi, ns_lo, ns_hi = _x_chunk_mmas(
             acc, x_a, g_lo + 2 * p * XG, g_hi, last, w_ptrs, z_lo, s_lo, sg, nw, no_lo, no_hi, ns_lo, ns_hi,
-            HAS_ZERO, BLOCK_N, BLOCK_M, DOT_A, XG)  # fmt: skip
+            HAS_ZERO, BLOCK_N, BLOCK_M, DOT_A, XG, ASYNC)  # fmt: skip
         _x_landed()
         gl.thread_barrier()  # chunk 2p + 1 is in; x_a is free
         if p + 1 < pairs:
             _x_copy(x_a, x_ptrs, 2 * p + 2, XG)
         acc, nw, no_lo, no_hi, ns_lo, ns_hi = _x_chunk_mmas(
             acc, x_b, g_lo + (2 * p + 1) * XG, g_hi, last, w_ptrs, z_lo, s_lo, sg, nw, no_lo, no_hi, ns_lo,
-            ns_hi, HAS_ZERO, BLOCK_N, BLOCK_M, DOT_A, XG)  # fmt: skip
+            ns_hi, HAS_ZERO, BLOCK_N, BLOCK_M, DOT_A, XG, ASYNC)  # fmt: skip
     return acc
 
 
@@ -177,7 +198,7 @@ def _k_loop_ring(acc, w_ptrs, z_lo, s_lo, sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO
 def int4_wgmma_kernel(
     x_ptr, w_ptr, s_ptr, z_ptr, y_ptr, part_ptr, cnt_ptr, M, N, K, stride_xm, stride_ym, stride_sg, stride_sn,
     HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr,
-    PDL: gl.constexpr = False, XG: gl.constexpr = 0,
+    PDL: gl.constexpr = False, XG: gl.constexpr = 0, ASYNC: gl.constexpr = False,
 ):  # fmt: skip
     """y[:, :N] = x @ W^T: program (m block, N tile, K slice), rows of x along the fastest grid axis (the blocks
     of one weight tile run together, so all but the first read it from L2)."""
@@ -213,7 +234,7 @@ def int4_wgmma_kernel(
     if XG:
         x_ring = _x_chunk_ptrs(x_ptr, pid_m * BLOCK_M, M, stride_xm, BLOCK_M, XG, W)
         acc = _k_loop_ring(acc, w_ptrs, z_lo, s_lo, stride_sg, x_ring, g_lo, g_hi, last, HAS_ZERO, BLOCK_N,
-                           BLOCK_M, DOT_A, PDL, XG)  # fmt: skip
+                           BLOCK_M, DOT_A, PDL, XG, ASYNC)  # fmt: skip
     else:
         acc = _k_loop(acc, w_ptrs, z_lo, s_lo, stride_sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO, BLOCK_N, BLOCK_M,
                       DOT_A, PDL)  # fmt: skip
@@ -223,14 +244,15 @@ def int4_wgmma_kernel(
 
 
 def int4_wgmma_variant(block_n: int, block_m: int, split_k: int, warps: int, zero: bool, pdl: bool = False,
-                       xg: int = 0, max_regs: int = 0):  # fmt: skip
+                       xg: int = 0, max_regs: int = 0, async_mma: bool = False):  # fmt: skip
     """(name, kernel, signature, constexprs, num_warps) for ahead-of-time compilation (linear_aot)."""
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*u8" if zero else "*bf16",
            "y_ptr": "*bf16", "part_ptr": "*fp32", "cnt_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
            "stride_xm": "i32", "stride_ym": "i32", "stride_sg": "i32", "stride_sn": "i32"}  # fmt: skip
-    cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, PDL=pdl, XG=xg, maxnreg=max_regs)
+    cex = dict(HAS_ZERO=zero, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split_k, PDL=pdl, XG=xg, ASYNC=async_mma, maxnreg=max_regs)
     name = (f"int4 wgmma{' asym' if zero else ''} BLOCK_N={block_n} BLOCK_M={block_m} split {split_k} w{warps}"
-            f"{' pdl' if pdl else ''}{f' x ring {xg}' if xg else ''}{f' maxnreg {max_regs}' if max_regs else ''}")  # fmt: skip
+            f"{' pdl' if pdl else ''}{f' x ring {xg}' if xg else ''}{f' maxnreg {max_regs}' if max_regs else ''}"
+            f"{' async' if async_mma else ''}")  # fmt: skip
     return name, int4_wgmma_kernel, sig, cex, warps
 
 
@@ -250,7 +272,8 @@ def int4_wgmma_matmul(x: torch.Tensor, w, out: torch.Tensor | None = None, cfg: 
     """y [M, N] = x [M, K] @ W^T (bf16), 1 <= M <= 64, W an Int4MmaWeight (fragment order; scales / zeros [G, N],
     bf16 scales). `cfg`: BLOCK_N (a multiple of 16 x warps, warps a multiple of 4), block_m 8 / 16 / 32 / 64,
     split_k, num_warps, num_stages 1 (each MMA waited for), ring: x's groups per cp.async chunk (0: through
-    registers, two barriers a group), max_regs: the registers a thread may hold (0: the compiler's count)."""
+    registers, two barriers a group), max_regs: the registers a thread may hold (0: the compiler's count),
+    async_mma: with a ring, each group's MMA left in flight while the next group unpacks."""
     m, k = x.shape
     n = w.shape[0]
     if (k != w.shape[1] or k % GROUP_K or not 0 < m <= MAX_M or x.dtype != torch.bfloat16
@@ -273,6 +296,7 @@ def int4_wgmma_matmul(x: torch.Tensor, w, out: torch.Tensor | None = None, cfg: 
         x, w.words, w.scales, w.zeros if w.zeros is not None else w.scales, out, part, cnt, m, n, k,
         x.stride(0), out.stride(0), n, 1,
         HAS_ZERO=w.zeros is not None, BLOCK_N=block_n, BLOCK_M=block_m, SPLIT_K=split, XG=xg,
+        ASYNC=cfg.async_mma and xg > 0,
         num_warps=warps, **({"maxnreg": cfg.max_regs} if cfg.max_regs else {}),
         **pdl_kwargs(x),
     )  # fmt: skip
