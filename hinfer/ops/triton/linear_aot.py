@@ -125,6 +125,58 @@ def sass_loops(sass: str) -> list[Counter]:
     return out
 
 
+def _sass_ins(sass: str) -> list[tuple[int, str]]:
+    """(address, instruction text) of a SASS listing, in order."""
+    out = []
+    for line in sass.splitlines():
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
+        if m:
+            out.append((int(m.group(1), 16), m.group(2).strip()))
+    return out
+
+
+def _reg(operand: str) -> int | None:
+    m = re.fullmatch(r"-?\|?R(\d+)\|?(\.[A-Z0-9_.]+)?", operand.strip())
+    return int(m.group(1)) if m else None
+
+
+def wgmma_hazards(sass: str) -> list[str]:
+    """Straight-line check of asynchronous warpgroup MMAs in a SASS listing: an instruction that writes a
+    register an HGMMA still in flight reads as its A operand (R, R + 1, R + 2, R + 3) or accumulates into (64 x N:
+    N / 2 registers from its destination), before the WARPGROUP.DEPBAR.LE gsb0 that retires the HGMMA's group
+    (a group ends at the HGMMA marked gsb0; `.LE gsb0, n` leaves the last n groups in flight). Loops are read
+    once, in address order: a group left in flight across a back edge is not followed."""
+    found: list[str] = []
+    groups: list[list[tuple[int, set[int], set[int]]]] = []
+    cur: list[tuple[int, set[int], set[int]]] = []
+    for addr, text in _sass_ins(sass):
+        body = re.sub(r"^@!?U?P\w+\s+", "", text)
+        op, _, rest = body.partition(" ")
+        operands = [v.strip() for v in rest.split(",")] if rest else []
+        if op.startswith("HGMMA"):
+            d, a = _reg(operands[0]), _reg(operands[1])
+            n = int(re.search(r"64x(\d+)x", op).group(1))
+            cur.append((addr, set(range(a, a + 4)) if a is not None else set(), set(range(d, d + n // 2))))
+            if "gsb0" in operands:
+                groups, cur = groups + [cur], []
+            continue
+        m = re.match(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x([0-9a-f]+)", body)
+        if m:
+            keep = int(m.group(1), 16)
+            groups = groups[len(groups) - keep :] if keep else []
+            continue
+        d = _reg(operands[0]) if operands and not op.startswith(("ST", "RED", "ATOM", "BAR", "BRA")) else None
+        if d is None:
+            continue
+        width = 4 if ".128" in op else 2 if ".64" in op else 1
+        written = set(range(d, d + width))
+        for hgmma, a_regs, acc in (h for g in [*groups, cur] for h in g):
+            if written & (a_regs | acc):
+                found.append(f"{addr:#06x} {text}: writes a register of the HGMMA at {hgmma:#06x} in flight")
+                break
+    return found
+
+
 def _int4_gemv(n: int, k: int, zero: bool = False) -> Variant:
     c = heuristic_config(INT4, 1, n, k, 132)
     words = f"tensordesc<i32[{c.block_n}, {c.block_k // 8}]>"

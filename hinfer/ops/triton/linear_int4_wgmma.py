@@ -11,9 +11,10 @@ its columns in the fragments' K order: a 128-wide group at a time through regist
 with the tile's `ring`, copied by cp.async a few groups at a time into two buffers a chunk ahead (one barrier a
 chunk, no registers for x). Weights are loaded a group ahead into registers; split-K is reduced in the same launch
 by the last program to arrive, as the mma.sync kernel does. With the ring a tile may leave each group's MMA in
-flight while the next group unpacks (`async_mma`): the packed A registers an MMA reads stay live until the wait
-that retires it (`_hold`; sm_90 SASS checked by tests/ops/test_int4_wgmma_sass.py), and a chunk's last MMA is
-waited for before its buffer is refilled.
+flight while the next group unpacks (`async_mma`): the packed A registers an MMA reads are read again after the
+wait that retires it (`_hold`), so no compiler may reuse them while it runs (the sm_90 SASS is checked for such
+writes by tests/ops/test_int4_wgmma_sass.py), and a chunk's last MMA is waited for before its x buffer is
+refilled. x through registers has one shared-memory slot, rewritten every group: its MMAs stay waited.
 
 One program owns BLOCK_N rows of W (64 per warpgroup and repeat), BLOCK_M rows of x and a 1/SPLIT_K slice of
 the groups. Reference: x @ Int4MmaWeight.dequantize(bf16)^T in fp32 (the same products, summed in another order).
@@ -75,9 +76,9 @@ def _k_ordered(xv, BLOCK_M: gl.constexpr):
 def _k_loop(acc, w_ptrs, z_lo, s_lo, sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr,
             BLOCK_M: gl.constexpr, DOT_A: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
     """acc + the groups g_lo .. g_hi - 1, one wgmma each: the weights a group ahead in registers, x through a
-    shared-memory slot (refilled once every warpgroup's MMA that read it is done). Each MMA is waited for: one
-    left in flight while the next group unpacks came out wrong on the H200 (a wait's deps keep the bf16
-    elements alive, not the packed registers the MMA reads); the overlap comes from programs sharing an SM."""
+    shared-memory slot (refilled once every warpgroup's MMA that read it is done). Each MMA is waited for (one
+    left in flight here came out wrong on the H200, before `_hold` and with this one slot); the overlap comes
+    from programs sharing an SM."""
     XS: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     x_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, GROUP], XS)
     nw, no_lo, no_hi, ns_lo, ns_hi = _loads(w_ptrs, z_lo, s_lo, gl.minimum(g_lo, last), sg,
@@ -153,8 +154,8 @@ def _x_chunk_mmas(acc, x_slots, g0, g_hi, last, w_ptrs, z_lo, s_lo, sg, nw, no_l
 
 @gluon.jit
 def _hold(a):
-    """Read A's packed bf16x2 registers (the ones the MMA read) here: they stay live, not reused, while the MMA
-    that reads them is in flight (a wait's deps keep only the unpacked bf16 elements live)."""
+    """Read A's packed bf16x2 registers (the ones the MMA read) here, after the wait that retires it: PTX leaves
+    a write to them while the MMA runs undefined, and a wait's deps keep only the unpacked bf16 elements live."""
     gl.inline_asm_elementwise("// hold $1", "=r,r", [a], dtype=gl.bfloat16, is_pure=False, pack=2)
 
 
