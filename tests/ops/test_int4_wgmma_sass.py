@@ -61,3 +61,23 @@ def test_the_hazard_check_sees_writes_to_registers_in_flight(reg, wide, hazards)
     from hinfer.ops.triton.linear_aot import wgmma_hazards
 
     assert len(wgmma_hazards(LISTING.format(reg=reg, wide=wide))) == hazards
+
+
+LOOP = """
+        /*0100*/                   LOP3.LUT R57, R91, 0xf, RZ, 0xc0, !PT ;
+        /*0110*/                   WARPGROUP.ARRIVE ;
+        /*0120*/                   HGMMA.64x32x16.F32.BF16 R24, R56, gdesc[UR4], R24, gsb0 ;
+        /*0130*/                   WARPGROUP.DEPBAR.LE gsb0, 0x{keep} ;
+        /*0140*/               @P1 BRA 0x100 ;
+        /*0150*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+"""
+
+
+@pytest.mark.parametrize(("keep", "hazards"), [(1, 1), (0, 0)])
+def test_the_hazard_check_follows_a_loop_back(keep, hazards):
+    """An MMA left in flight at a loop's end and the loop's first instruction rewriting its A: the same
+    instructions write the same registers each iteration, so one left in flight across the back edge is
+    overwritten by the next iteration's unpack (why the kernel's x-through-registers loop keeps its MMAs waited)."""
+    from hinfer.ops.triton.linear_aot import wgmma_hazards
+
+    assert len(wgmma_hazards(LOOP.format(keep=keep))) == hazards

@@ -141,18 +141,29 @@ def _reg(operand: str) -> int | None:
 
 
 def wgmma_hazards(sass: str) -> list[str]:
-    """Straight-line check of asynchronous warpgroup MMAs in a SASS listing: an instruction that writes a
-    register an HGMMA still in flight reads as its A operand (R, R + 1, R + 2, R + 3) or accumulates into (64 x N:
-    N / 2 registers from its destination), before the WARPGROUP.DEPBAR.LE gsb0 that retires the HGMMA's group
-    (a group ends at the HGMMA marked gsb0; `.LE gsb0, n` leaves the last n groups in flight). Loops are read
-    once, in address order: a group left in flight across a back edge is not followed."""
-    found: list[str] = []
+    """Asynchronous warpgroup MMAs in a SASS listing: each instruction that writes a register an HGMMA still in
+    flight reads as its A operand (R, R + 1, R + 2, R + 3) or accumulates into (64 x N: N / 2 registers from its
+    destination), before the WARPGROUP.DEPBAR.LE gsb0 that retires the HGMMA's group (a group ends at the HGMMA
+    marked gsb0; `.LE gsb0, n` leaves the last n groups in flight). Read in address order; a loop's body (a
+    backward branch) is read a second time with what is in flight at its branch, as its next iteration sees it."""
+    ins = _sass_ins(sass)
+    where = {a: i for i, (a, _) in enumerate(ins)}
+    found: dict[int, str] = {}
     groups: list[list[tuple[int, set[int], set[int]]]] = []
     cur: list[tuple[int, set[int], set[int]]] = []
-    for addr, text in _sass_ins(sass):
+    again: set[int] = set()
+    i = 0
+    while i < len(ins):
+        addr, text = ins[i]
+        i += 1
         body = re.sub(r"^@!?U?P\w+\s+", "", text)
         op, _, rest = body.partition(" ")
         operands = [v.strip() for v in rest.split(",")] if rest else []
+        back = re.match(r"BRA (?:`\()?0x([0-9a-f]+)", body)
+        if back and int(back.group(1), 16) < addr and int(back.group(1), 16) in where and addr not in again:
+            again.add(addr)
+            i = where[int(back.group(1), 16)]
+            continue
         if op.startswith("HGMMA"):
             d, a = _reg(operands[0]), _reg(operands[1])
             n = int(re.search(r"64x(\d+)x", op).group(1))
@@ -172,9 +183,9 @@ def wgmma_hazards(sass: str) -> list[str]:
         written = set(range(d, d + width))
         for hgmma, a_regs, acc in (h for g in [*groups, cur] for h in g):
             if written & (a_regs | acc):
-                found.append(f"{addr:#06x} {text}: writes a register of the HGMMA at {hgmma:#06x} in flight")
+                found[addr] = f"{addr:#06x} {text}: writes a register of the HGMMA at {hgmma:#06x} in flight"
                 break
-    return found
+    return list(found.values())
 
 
 def _int4_gemv(n: int, k: int, zero: bool = False) -> Variant:

@@ -14,7 +14,8 @@ by the last program to arrive, as the mma.sync kernel does. With the ring a tile
 flight while the next group unpacks (`async_mma`): the packed A registers an MMA reads are read again after the
 wait that retires it (`_hold`), so no compiler may reuse them while it runs (the sm_90 SASS is checked for such
 writes by tests/ops/test_int4_wgmma_sass.py), and a chunk's last MMA is waited for before its x buffer is
-refilled. x through registers has one shared-memory slot, rewritten every group: its MMAs stay waited.
+refilled and before the loop goes round (the chunk is unrolled: across a back edge the next iteration's unpack
+would rewrite the registers). x through registers keeps its MMAs waited.
 
 One program owns BLOCK_N rows of W (64 per warpgroup and repeat), BLOCK_M rows of x and a 1/SPLIT_K slice of
 the groups. Reference: x @ Int4MmaWeight.dequantize(bf16)^T in fp32 (the same products, summed in another order).
@@ -76,9 +77,10 @@ def _k_ordered(xv, BLOCK_M: gl.constexpr):
 def _k_loop(acc, w_ptrs, z_lo, s_lo, sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr,
             BLOCK_M: gl.constexpr, DOT_A: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
     """acc + the groups g_lo .. g_hi - 1, one wgmma each: the weights a group ahead in registers, x through a
-    shared-memory slot (refilled once every warpgroup's MMA that read it is done). Each MMA is waited for (one
-    left in flight here came out wrong on the H200, before `_hold` and with this one slot); the overlap comes
-    from programs sharing an SM."""
+    shared-memory slot (refilled once every warpgroup's MMA that read it is done). Each MMA is waited for: one
+    left in flight across the loop's back edge has its A registers rewritten by the next iteration's unpack
+    (the same instructions write the same registers; it came out wrong on the H200, and sm_90 SASS shows the
+    writes, linear_aot.wgmma_hazards); the overlap comes from programs sharing an SM."""
     XS: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     x_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_M, GROUP], XS)
     nw, no_lo, no_hi, ns_lo, ns_hi = _loads(w_ptrs, z_lo, s_lo, gl.minimum(g_lo, last), sg,
