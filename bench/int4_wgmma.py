@@ -30,7 +30,7 @@ def candidates(m: int, n: int, k: int, rings: tuple[int, ...] = (0,), regs: tupl
     """wgmma tiles (SkinnyConfig: BLOCK_N, 128, BLOCK_M, split, warps, 1, ring): 64 rows of W per warpgroup and
     repeat, x's rows padded (or half that from 16 rows), K splits leaving >= 4 groups each; x through registers
     (ring 0) or copied `ring` groups at a time (cp.async), where that many fit the slices; registers capped at
-    each of `regs` (0: the compiler's count); with a ring, each MMA waited at once or one left in flight (`asyncs`)."""
+    each of `regs` (0: the compiler's count); with a ring of two or more, each MMA waited at once or one left in flight (`asyncs`)."""
     from hinfer.ops.triton.linear_int4_wgmma import x_ring_groups
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
     from hinfer.ops.triton.tiles.linear import mma_block_m
@@ -43,7 +43,7 @@ def candidates(m: int, n: int, k: int, rings: tuple[int, ...] = (0,), regs: tupl
     ):
         if n % block_n or k // 128 // split < 4 or x_ring_groups(ring, k // 128, split) != ring:
             continue
-        if async_mma and not ring:
+        if async_mma and ring < 2:  # a chunk's last MMA is waited for: one group a chunk overlaps nothing
             continue
         if split > 1 and (n // block_n) * split * -(-m // block_m) > 2 * 132:  # splits only to fill the SMs
             continue

@@ -6,7 +6,7 @@
 # Lands in $OUT/gpu_wgmma_async.tgz.
 set -uo pipefail
 PACK=gpu_wgmma_async; source "$(dirname "$0")/device_common.sh"
-gpu_tests async_tests 200 tests/gpu/test_int4_wgmma.py -k "async or test_int4_wgmma_tiles" || exit 0
+gpu_tests async_tests 200 tests/gpu/test_int4_wgmma.py -k "async or 27b_shapes" || exit 0
 left 480 && timeout $((570 - (SECONDS - START))) python bench/int4_wgmma.py --ms 32,16 --rings 0,1,2,4 --async 0,1 \
   --near --json "$R/near.json" --tiles "$R/tiles.json" > "$R/sweep.txt" 2>&1
 echo "== sweep rc=$? $((SECONDS - START)) s"; grep -E "M=" "$R/sweep.txt" | tail -12; pack
