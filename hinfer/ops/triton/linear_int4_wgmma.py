@@ -14,8 +14,8 @@ by the last program to arrive, as the mma.sync kernel does. With the ring a tile
 flight while the next group unpacks (`async_mma`): the packed A registers an MMA reads are read again after the
 wait that retires it (`_hold`), so no compiler may reuse them while it runs (the sm_90 SASS is checked for such
 writes by tests/ops/test_int4_wgmma_sass.py), and a chunk's last MMA is waited for before its x buffer is
-refilled and before the loop goes round (the chunk is unrolled: across a back edge the next iteration's unpack
-would rewrite the registers). x through registers keeps its MMAs waited.
+refilled and before the loop goes round (the chunks are unrolled, two a round: across a back edge the next
+iteration's unpack would rewrite the registers). x through registers keeps its MMAs waited.
 
 One program owns BLOCK_N rows of W (64 per warpgroup and repeat), BLOCK_M rows of x and a 1/SPLIT_K slice of
 the groups. Reference: x @ Int4MmaWeight.dequantize(bf16)^T in fp32 (the same products, summed in another order).
@@ -130,12 +130,14 @@ def _x_landed():
 
 
 @gluon.jit
-def _x_chunk_mmas(acc, x_slots, g0, g_hi, last, w_ptrs, z_lo, s_lo, sg, nw, no_lo, no_hi, ns_lo, ns_hi,
-                  HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, DOT_A: gl.constexpr,
-                  XG: gl.constexpr, ASYNC: gl.constexpr):  # fmt: skip
-    """The MMAs of groups g0 .. g0 + XG - 1 (their x in x_slots), each group's weights loading the next's; with
-    ASYNC each MMA is waited for after the next one is issued (the last at the chunk's end)."""
-    a_prev = gl.zeros([BLOCK_N, GROUP], gl.bfloat16, layout=DOT_A)  # the MMA in flight's A (none yet)
+def _x_chunk_mmas(acc, a_prev, x_slots, g0, g_hi, last, w_ptrs, z_lo, s_lo, sg, nw, no_lo, no_hi, ns_lo, ns_hi,
+                  x_next, x_ptrs, c_next, refill, HAS_ZERO: gl.constexpr, BLOCK_N: gl.constexpr,
+                  BLOCK_M: gl.constexpr, DOT_A: gl.constexpr, XG: gl.constexpr, ASYNC: gl.constexpr,
+                  CARRIED: gl.constexpr = False, LEAVE: gl.constexpr = False):  # fmt: skip
+    """The MMAs of groups g0 .. g0 + XG - 1 (their x in x_slots), each group's weights loading the next's. With
+    ASYNC each MMA is waited for after the next one is issued: CARRIED, one from the chunk before is in flight on
+    entry (a_prev its A; once every warpgroup has retired it, chunk c_next is copied into its buffer x_next if
+    `refill`); LEAVE, the last is left in flight on exit (returned with its A), else waited for."""
     for j in gl.static_range(XG):
         g = g0 + j
         words, o_lo, o_hi, sc_lo, sc_hi = nw, no_lo, no_hi, ns_lo, ns_hi
@@ -144,14 +146,18 @@ def _x_chunk_mmas(acc, x_slots, g0, g_hi, last, w_ptrs, z_lo, s_lo, sg, nw, no_l
         a = a_operand(words, o_lo, o_hi, BLOCK_N, DOT_A, False, False, True, sc_lo, sc_hi)
         acc = warpgroup_mma(a, x_slots.slice(j * BLOCK_M, BLOCK_M).permute((1, 0)), acc, is_async=ASYNC)
         if ASYNC:
-            if j > 0:
+            if j > 0 or CARRIED:
                 acc = warpgroup_mma_wait(1, deps=[acc])  # the group before is done: its A registers are free
                 _hold(a_prev)
+            if j == 0 and CARRIED:
+                gl.thread_barrier()  # every warpgroup is done with the chunk before: its buffer is free
+                if refill:
+                    _x_copy(x_next, x_ptrs, c_next, XG)
             a_prev = a
-    if ASYNC:
+    if ASYNC and not LEAVE:
         acc = warpgroup_mma_wait(0, deps=[acc])
         _hold(a_prev)
-    return acc, nw, no_lo, no_hi, ns_lo, ns_hi
+    return acc, a_prev, nw, no_lo, no_hi, ns_lo, ns_hi
 
 
 @gluon.jit
@@ -169,7 +175,9 @@ def _k_loop_ring(acc, w_ptrs, z_lo, s_lo, sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO
     barrier per chunk instead of two per group, x never in registers. Two separate buffers, the loop over
     pairs of chunks: the compiler sees the copy into one and the MMAs on the other touch different memory
     (one buffer indexed by chunk would bring a barrier between them). The slice's groups are a multiple of
-    2 XG (the host picks XG)."""
+    2 XG (the host picks XG). With ASYNC the first chunk's last MMA stays in flight into the second chunk, whose
+    first wait retires it: x_a is refilled after that (and a barrier), not before the second chunk; the
+    second chunk's last MMA is waited for before the loop goes round."""
     XS: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
     x_a = gl.allocate_shared_memory(gl.bfloat16, [XG * BLOCK_M, GROUP], XS)
     x_b = gl.allocate_shared_memory(gl.bfloat16, [XG * BLOCK_M, GROUP], XS)
@@ -178,22 +186,25 @@ def _k_loop_ring(acc, w_ptrs, z_lo, s_lo, sg, x_ptrs, g_lo, g_hi, last, HAS_ZERO
     pdl_start(PDL)
     x_ptrs = x_ptrs + g_lo * GROUP
     pairs = (g_hi - g_lo) // (2 * XG)
+    a = gl.zeros([BLOCK_N, GROUP], gl.bfloat16, layout=DOT_A)  # no MMA in flight yet
     if pairs > 0:
         _x_copy(x_a, x_ptrs, 0, XG)
     for p in range(pairs):
         _x_landed()
         gl.thread_barrier()  # chunk 2p is in; every warpgroup is done with chunk 2p - 1's MMAs (x_b is free)
         _x_copy(x_b, x_ptrs, 2 * p + 1, XG)
-        acc, nw, no_lo, no_hi, ns_lo, ns_hi = _x_chunk_mmas(
-            acc, x_a, g_lo + 2 * p * XG, g_hi, last, w_ptrs, z_lo, s_lo, sg, nw, no_lo, no_hi, ns_lo, ns_hi,
-            HAS_ZERO, BLOCK_N, BLOCK_M, DOT_A, XG, ASYNC)  # fmt: skip
+        acc, a, nw, no_lo, no_hi, ns_lo, ns_hi = _x_chunk_mmas(
+            acc, a, x_a, g_lo + 2 * p * XG, g_hi, last, w_ptrs, z_lo, s_lo, sg, nw, no_lo, no_hi, ns_lo, ns_hi,
+            x_b, x_ptrs, 0, False, HAS_ZERO, BLOCK_N, BLOCK_M, DOT_A, XG, ASYNC, LEAVE=ASYNC)  # fmt: skip
         _x_landed()
-        gl.thread_barrier()  # chunk 2p + 1 is in; x_a is free
-        if p + 1 < pairs:
-            _x_copy(x_a, x_ptrs, 2 * p + 2, XG)
-        acc, nw, no_lo, no_hi, ns_lo, ns_hi = _x_chunk_mmas(
-            acc, x_b, g_lo + (2 * p + 1) * XG, g_hi, last, w_ptrs, z_lo, s_lo, sg, nw, no_lo, no_hi, ns_lo,
-            ns_hi, HAS_ZERO, BLOCK_N, BLOCK_M, DOT_A, XG, ASYNC)  # fmt: skip
+        gl.thread_barrier()  # chunk 2p + 1 is in; x_a is free unless its last MMA is in flight
+        if not ASYNC:
+            if p + 1 < pairs:
+                _x_copy(x_a, x_ptrs, 2 * p + 2, XG)
+        acc, a, nw, no_lo, no_hi, ns_lo, ns_hi = _x_chunk_mmas(
+            acc, a, x_b, g_lo + (2 * p + 1) * XG, g_hi, last, w_ptrs, z_lo, s_lo, sg, nw, no_lo, no_hi, ns_lo,
+            ns_hi, x_a, x_ptrs, 2 * p + 2, p + 1 < pairs, HAS_ZERO, BLOCK_N, BLOCK_M, DOT_A, XG, ASYNC,
+            CARRIED=ASYNC)  # fmt: skip
     return acc
 
 
