@@ -1,7 +1,8 @@
 """The int4 warpgroup-MMA kernel (hinfer/ops/triton/linear_int4_wgmma.py) against the mma.sync kernel with its
 packaged tile, at the Qwen3.6-27B shapes and 8-64 rows of x (8 lanes of decode, 8 lanes x 4 verified tokens),
 timed like bench/linear_kernels.py (CUDA graph over weight copies that do not fit in L2). Prints, per shape and
-M, the mma.sync time, the best wgmma tile and both as a share of the copy bandwidth; `--json` keeps every row.
+M, the mma.sync time, the best wgmma tile and both as a share of the copy bandwidth, and the packaged decode path's
+time (the int4 x int8, warpgroup or mma.sync kernel, as the tile table picks); `--json` keeps every row.
 `--tiles` writes the wgmma entries (family int4_wgmma) where the best tile beats mma.sync by more than 3%, as
 HINFER_TILES reads them, and prints them as tuned.py lines: an entry is also where the kernel takes over.
 
@@ -78,6 +79,7 @@ def main() -> None:
             x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
             want = (x.float() @ w.dequantize(torch.bfloat16).float().t())
             mma_t = graph_time(lambda wt, x=x: int4_mma_matmul(x, wt), weights)
+            path_t = graph_time(lambda wt, x=x: wt.matmul(x), weights)  # what decode runs today (a8, wgmma or mma)
             cands = candidates(m, n, k, tuple(int(v) for v in a.rings.split(",")), tuple(int(v) for v in a.regs.split(",")),
                                tuple(bool(int(v)) for v in a.asyncs.split(",")))
             if a.near:  # the packaged tile's blocks, warps and split: only the ring, cap and waits vary
@@ -100,9 +102,9 @@ def main() -> None:
             best_t, best = min(timed, key=lambda t: t[0])
             print(f"{name:8s} M={m:<3d} mma.sync {mma_config(m, n, k)} {mma_t * 1e6:7.1f} us {nbytes / mma_t / bw:6.1%}"
                   f"   wgmma {best} {best_t * 1e6:7.1f} us {nbytes / best_t / bw:6.1%}  ({mma_t / best_t:.2f}x; the first "
-                  f"tile tried {timed[0][0] * 1e6:.1f} us)",
+                  f"tile tried {timed[0][0] * 1e6:.1f} us; the packaged path {path_t * 1e6:.1f} us)",
                   flush=True)  # fmt: skip
-            found.add({"shape": name, "n": n, "k": k, "m": m, "mma_us": mma_t * 1e6,
+            found.add({"shape": name, "n": n, "k": k, "m": m, "mma_us": mma_t * 1e6, "path_us": path_t * 1e6,
                        "mma_tile": asdict(mma_config(m, n, k)), "wgmma_us": best_t * 1e6, "wgmma_tile": asdict(best),
                        "bytes": nbytes, "copy_bw": bw, "all": [(t * 1e6, asdict(c)) for t, c in timed]},
                       n, k, m, mma_t, best_t, best)  # fmt: skip
