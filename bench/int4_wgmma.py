@@ -7,7 +7,8 @@ time (the int4 x int8, warpgroup or mma.sync kernel, as the tile table picks); `
 HINFER_TILES reads them, and prints them as tuned.py lines: an entry is also where the kernel takes over.
 
     python bench/int4_wgmma.py [--ms 1,2,4,8,16,32] [--shapes qkv,gdn_in,gate_up,o_proj,down | --config NAME]
-                               [--rings 0,1,2,4] [--regs 0,80] [--async 0,1] [--near] [--json out.json] [--tiles tiles.json]
+                               [--rings 0,1,2,4] [--regs 0,80] [--async 0,1] [--near]
+                               [--json out.json] [--tiles tiles.json]
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ def candidates(m: int, n: int, k: int, rings: tuple[int, ...] = (0,), regs: tupl
     """wgmma tiles (SkinnyConfig: BLOCK_N, 128, BLOCK_M, split, warps, 1, ring): 64 rows of W per warpgroup and
     repeat, x's rows padded (or half that from 16 rows), K splits leaving >= 4 groups each; x through registers
     (ring 0) or copied `ring` groups at a time (cp.async), where that many fit the slices; registers capped at
-    each of `regs` (0: the compiler's count); with a ring of two or more, each MMA waited at once or one left in flight (`asyncs`)."""
+    each of `regs` (0: the compiler's count); with a ring of two or more, each MMA waited at once or one left in
+    flight (`asyncs`)."""
     from hinfer.ops.triton.linear_int4_wgmma import x_ring_groups
     from hinfer.ops.triton.tiles.forms import SkinnyConfig
     from hinfer.ops.triton.tiles.linear import mma_block_m
@@ -65,7 +67,8 @@ def main() -> None:
     ap.add_argument("--rings", default="0", help="x's groups per cp.async chunk to try (0: x through registers)")
     ap.add_argument("--regs", default="0", help="register caps to try (maxnreg; 0: the compiler's count)")
     ap.add_argument("--async", dest="asyncs", default="0",
-                    help="with a ring: 0 each MMA waited at once, 1 one left in flight; a comma list tries both")
+                    help="with a ring of two or more: 0 each MMA waited at once, 1 one left in flight while the next "
+                         "group unpacks; a comma list tries both")
     ap.add_argument("--near", action="store_true",
                     help="only tiles with the packaged tile's blocks, warps and split (the ring, cap and waits vary)")
     a = ap.parse_args()

@@ -68,8 +68,9 @@ class SkinnyConfig:
     # each group's x then read from there beside its MMA (no round trip to L2 a group, no registers held ahead);
     # the int4 kernels take it as HINFER_X_STAGED says, the fp8 experts as their entry says
     x_staged: bool = False
-    # int4_wgmma with a ring: each group's MMA left in flight while the next group's weights unpack (waited one
-    # group later; the chunk's last is waited before its buffer is refilled) instead of waited at once
+    # int4_wgmma with a ring of two or more groups: each group's MMA left in flight while the next group's weights
+    # unpack (waited one group later; retired before its x buffer is refilled and before the loop goes round)
+    # instead of waited at once
     async_mma: bool = False
 
 
