@@ -108,23 +108,6 @@ def sass_of(kernel) -> str:
         return subprocess.run([tool, "-sass", f.name], capture_output=True, text=True).stdout
 
 
-def sass_loops(sass: str) -> list[Counter]:
-    """Opcode counts of every backward-branch loop of a SASS listing (predicates and modifiers stripped)."""
-    ins = []
-    for line in sass.splitlines():
-        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
-        if m:
-            ins.append((int(m.group(1), 16), m.group(2).strip()))
-    where = {a: i for i, (a, _) in enumerate(ins)}
-    out = []
-    for i, (a, text) in enumerate(ins):
-        m = re.search(r"BRA .*?0x([0-9a-f]+)", text)
-        if m and int(m.group(1), 16) < a and int(m.group(1), 16) in where:
-            ops = [t.split()[1] if t.startswith("@") else t.split()[0] for _, t in ins[where[int(m.group(1), 16)] : i + 1]]
-            out.append(Counter(op.split(".")[0] for op in ops))
-    return out
-
-
 def _sass_ins(sass: str) -> list[tuple[int, str]]:
     """(address, instruction text) of a SASS listing, in order."""
     out = []
@@ -132,6 +115,26 @@ def _sass_ins(sass: str) -> list[tuple[int, str]]:
         m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
         if m:
             out.append((int(m.group(1), 16), m.group(2).strip()))
+    return out
+
+
+def _back_target(addr: int, text: str, where: dict[int, int]) -> int | None:
+    """The listing index a branch at `addr` jumps back to (a loop's first instruction), or None."""
+    m = re.search(r"BRA .*?0x([0-9a-f]+)", text)
+    target = int(m.group(1), 16) if m else None
+    return where[target] if target is not None and target < addr and target in where else None
+
+
+def sass_loops(sass: str) -> list[Counter]:
+    """Opcode counts of every backward-branch loop of a SASS listing (predicates and modifiers stripped)."""
+    ins = _sass_ins(sass)
+    where = {a: i for i, (a, _) in enumerate(ins)}
+    out = []
+    for i, (a, text) in enumerate(ins):
+        top = _back_target(a, text, where)
+        if top is not None:
+            ops = [t.split()[1] if t.startswith("@") else t.split()[0] for _, t in ins[top : i + 1]]
+            out.append(Counter(op.split(".")[0] for op in ops))
     return out
 
 
@@ -159,10 +162,10 @@ def wgmma_hazards(sass: str) -> list[str]:
         body = re.sub(r"^@!?U?P\w+\s+", "", text)
         op, _, rest = body.partition(" ")
         operands = [v.strip() for v in rest.split(",")] if rest else []
-        back = re.match(r"BRA (?:`\()?0x([0-9a-f]+)", body)
-        if back and int(back.group(1), 16) < addr and int(back.group(1), 16) in where and addr not in again:
+        top = _back_target(addr, body, where)
+        if top is not None and addr not in again:
             again.add(addr)
-            i = where[int(back.group(1), 16)]
+            i = top
             continue
         if op.startswith("HGMMA"):
             d, a = _reg(operands[0]), _reg(operands[1])
